@@ -1,0 +1,130 @@
+"""Front doors: ``get_provider``, ``open``, ``read_range``, ``stat``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal, overload
+
+from . import _loop
+from .config import COMMON_OPTIONS, split_options
+from .errors import ConfigurationError
+from .file import StreamReader, StreamWriter
+from .policy import PolicyProvider
+from .providers.base import ObjectInfo
+from .providers.registry import resolve_provider_class
+from .uri import ParsedURI, parse_uri
+
+__all__ = ["get_provider", "open", "read_range", "stat"]
+
+#: Options any built-in provider understands. An option in this set that the
+#: chosen provider does not use is ignored (so one option dict can serve a
+#: ``cp`` between two backends); anything else is a typo and is rejected.
+KNOWN_OPTIONS = COMMON_OPTIONS | frozenset(
+    {
+        # TLS, shared by HTTP(S), S3 and rediss
+        "ca_bundle",
+        "insecure",
+        "client_cert",
+        "client_key",
+        # HTTP
+        "headers",
+        "token",
+        "allow_private_redirects",
+        # S3
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "s3_session_token",
+        "s3_endpoint",
+        "s3_region",
+        "s3_addressing_style",
+        "s3_config_path",
+        "s3_profile",
+        "s3_checksum",
+        "anonymous",
+        # Redis
+        "redis_username",
+        "redis_password",
+        "redis_cluster",
+        "redis_db",
+        "redis_chunk_size",
+        # generic fsspec
+        "storage_options",
+    }
+)
+
+
+def get_provider(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> PolicyProvider:
+    """A provider for ``uri``'s location, wrapped in the shared policies.
+
+    The result is an async context manager; close it (``await p.close()``)
+    when done. Objects inside it are addressed by ``parse_uri(uri).path``.
+
+    >>> p = get_provider("/tmp")  # doctest: +SKIP
+    """
+    parsed = parse_uri(uri)
+    cls = resolve_provider_class(parsed.scheme)
+    common, rest = split_options(options)
+    known = KNOWN_OPTIONS | cls.option_names
+    unknown = sorted(set(rest) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option(s) {', '.join(unknown)} for {cls.service}; "
+            f"it accepts {', '.join(sorted(cls.option_names | COMMON_OPTIONS))}"
+        )
+    own = {k: v for k, v in rest.items() if k in cls.option_names}
+    inner = cls.from_uri(parsed, config=common, **own)
+    return PolicyProvider(inner, common)
+
+
+async def stat(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> ObjectInfo:
+    """Size, ETag and mtime of the object at ``uri``."""
+    parsed = parse_uri(uri)
+    async with get_provider(parsed, **options) as provider:
+        return await provider.stat(parsed.path)
+
+
+async def read_range(
+    uri: str | os.PathLike[str] | ParsedURI, start: int, end: int, **options: Any
+) -> bytes:
+    """Bytes ``[start, end)`` of the object at ``uri`` (end exclusive); raises if past the end."""
+    parsed = parse_uri(uri)
+    async with get_provider(parsed, **options) as provider:
+        return await provider.read_range(parsed.path, start, end)
+
+
+@overload
+def open(
+    uri: str | os.PathLike[str] | ParsedURI, mode: Literal["rb"] = "rb", **options: Any
+) -> StreamReader: ...
+@overload
+def open(
+    uri: str | os.PathLike[str] | ParsedURI, mode: Literal["wb"], **options: Any
+) -> StreamWriter: ...
+def open(  # noqa: A001 - mirrors builtins.open on purpose
+    uri: str | os.PathLike[str] | ParsedURI, mode: str = "rb", **options: Any
+) -> StreamReader | StreamWriter:
+    """Open the object at ``uri`` as a binary file.
+
+    ``"rb"``: a seekable reader that ``tensorizer.TensorDeserializer`` accepts.
+    ``"wb"``: an atomic writer; the object appears on ``close()``.
+
+    >>> with tensorstream.open("s3://bucket/model.tensors") as f:  # doctest: +SKIP
+    ...     deserializer = TensorDeserializer(f, device="cuda")
+    """
+    parsed = parse_uri(uri)
+    if mode not in ("rb", "wb", "r", "w"):
+        raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
+    provider = get_provider(parsed, **options)
+    if mode in ("rb", "r"):
+        try:
+            info = _loop.run_sync(provider.stat(parsed.path))
+        except BaseException:
+            _loop.run_sync(provider.close())
+            raise
+        return StreamReader(provider, parsed, info)
+    try:
+        writer = provider.open_writer(parsed.path)
+    except BaseException:
+        _loop.run_sync(provider.close())
+        raise
+    return StreamWriter(provider, parsed, writer)

@@ -1,0 +1,38 @@
+"""Shared credential types: a value that remembers where it came from."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Generic, TypeVar
+
+__all__ = ["Sourced", "mask"]
+
+T = TypeVar("T")
+
+
+def mask(secret: str | None) -> str:
+    """``'***'`` for any non-empty secret; never reveals length or characters."""
+    return "***" if secret else "<unset>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sourced(Generic[T]):
+    """A credential/config value tagged with its source, e.g. ``"env AWS_REGION"``.
+
+    ``secret=True`` values are masked in ``repr``/``str`` and never pickled.
+    """
+
+    value: T
+    source: str
+    secret: bool = False
+
+    def __repr__(self) -> str:
+        shown = mask(str(self.value)) if self.secret else repr(self.value)
+        return f"Sourced({shown}, from {self.source})"
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        if self.secret:
+            raise TypeError("refusing to pickle a secret credential value")
+        return (Sourced, (self.value, self.source, self.secret))

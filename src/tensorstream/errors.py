@@ -1,0 +1,209 @@
+"""tensorstream's exception hierarchy.
+
+Every error tensorstream raises derives from :class:`TensorstreamError` *and*
+from the builtin that fits, so ``except FileNotFoundError`` keeps working::
+
+    TensorstreamError (Exception)
+    ├── InvalidURIError            (ValueError)   malformed / unsupported URI
+    ├── ConfigurationError         (ValueError)   bad or conflicting options
+    │   └── MissingCredentialsError               lists every place it looked
+    ├── UnknownSchemeError         (ValueError)   lists registered schemes
+    ├── InvalidRangeError          (ValueError)   range outside the object
+    ├── NotFoundError              (FileNotFoundError)
+    ├── PermissionDeniedError      (PermissionError)
+    ├── UnsupportedOperationError  (io.UnsupportedOperation)
+    ├── ObjectChangedError         (OSError)      ETag/version changed mid-read
+    ├── ProtocolError              (OSError)      server broke the contract
+    │                                             (ignored Range, wrong
+    │                                             Content-Range, gzip body...)
+    ├── IntegrityError             (OSError)      checksum mismatch
+    ├── TransientError             (OSError)      *temporary*: retried
+    │   ├── ConnectionFailedError  (ConnectionError)
+    │   ├── ServiceUnavailableError               429 / 5xx / SlowDown
+    │   └── IncompleteReadError                   body broken after N bytes
+    ├── StorageTimeoutError        (TimeoutError) *temporary*: retried
+    └── RetriesExhaustedError      (OSError)      names operation + attempts
+
+Errors carry ``service``, ``operation`` and ``path`` context (added by the
+context layer, already redacted) and a ``temporary`` flag that the retry
+layer reads. Messages never contain secrets: URIs are redacted before they
+are put in a message.
+"""
+
+from __future__ import annotations
+
+import io
+
+__all__ = [
+    "ConfigurationError",
+    "ConnectionFailedError",
+    "IncompleteReadError",
+    "IntegrityError",
+    "InvalidRangeError",
+    "InvalidURIError",
+    "MissingCredentialsError",
+    "NotFoundError",
+    "ObjectChangedError",
+    "PermissionDeniedError",
+    "ProtocolError",
+    "RetriesExhaustedError",
+    "ServiceUnavailableError",
+    "StorageTimeoutError",
+    "TensorstreamError",
+    "TransientError",
+    "UnknownSchemeError",
+    "UnsupportedOperationError",
+]
+
+
+class TensorstreamError(Exception):
+    """Base class of every tensorstream error."""
+
+    #: True when retrying the same request may succeed.
+    temporary: bool = False
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        service: str | None = None,
+        operation: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.service = service
+        self.operation = operation
+        self.path = path
+
+    def with_context(
+        self, *, service: str | None = None, operation: str | None = None, path: str | None = None
+    ) -> TensorstreamError:
+        """Fill in context fields that are still empty; returns ``self``."""
+        self.service = self.service or service
+        self.operation = self.operation or operation
+        self.path = self.path or path
+        return self
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.service, self.operation) if p]
+        prefix = ""
+        if parts:
+            prefix = " ".join(parts)
+            if self.path:
+                prefix += f" {self.path}"
+            prefix += ": "
+        return prefix + self.message
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Keep context across pickling (multiprocessing, pytest-xdist).
+        return (
+            _rebuild,
+            (type(self), self.message, self.service, self.operation, self.path, self.__dict__),
+        )
+
+
+def _rebuild(cls, message, service, operation, path, state):  # type: ignore[no-untyped-def]
+    obj = cls.__new__(cls)
+    TensorstreamError.__init__(obj, message, service=service, operation=operation, path=path)
+    obj.__dict__.update(state)
+    return obj
+
+
+class InvalidURIError(TensorstreamError, ValueError):
+    """A URI could not be parsed or uses an unsupported form."""
+
+
+class ConfigurationError(TensorstreamError, ValueError):
+    """Options are invalid, unknown or contradict each other."""
+
+
+class MissingCredentialsError(ConfigurationError):
+    """No credentials were found; ``looked_in`` lists every place searched."""
+
+    def __init__(self, message: str, *, looked_in: list[str] | None = None, **context: str) -> None:
+        self.looked_in = list(looked_in or [])
+        if self.looked_in:
+            message = f"{message} (looked in: {', '.join(self.looked_in)})"
+        super().__init__(message, **context)
+
+
+class UnknownSchemeError(TensorstreamError, ValueError):
+    """No provider is registered for a URI scheme."""
+
+
+class InvalidRangeError(TensorstreamError, ValueError):
+    """A requested byte range lies outside the object."""
+
+
+class NotFoundError(TensorstreamError, FileNotFoundError):
+    """The object (or bucket/key/path) does not exist."""
+
+
+class PermissionDeniedError(TensorstreamError, PermissionError):
+    """The backend refused the credentials or the operation."""
+
+
+class UnsupportedOperationError(TensorstreamError, io.UnsupportedOperation):
+    """The provider does not support this operation (see its capabilities)."""
+
+
+class ObjectChangedError(TensorstreamError, OSError):
+    """The object was replaced while it was being read."""
+
+
+class ProtocolError(TensorstreamError, OSError):
+    """The server answered in a way that could yield wrong bytes."""
+
+
+class IntegrityError(TensorstreamError, OSError):
+    """Bytes did not match their checksum."""
+
+
+class TransientError(TensorstreamError, OSError):
+    """A failure that may go away when retried."""
+
+    temporary = True
+
+
+class ConnectionFailedError(TransientError, ConnectionError):
+    """Could not connect, or the connection was reset."""
+
+
+class ServiceUnavailableError(TransientError):
+    """The service asked us to slow down or failed (429, 5xx, SlowDown)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **context: str) -> None:
+        super().__init__(message, **context)
+        self.retry_after = retry_after
+
+
+class IncompleteReadError(TransientError):
+    """A body ended early. ``received`` bytes at the start of the buffer are valid.
+
+    The retry layer resumes from ``offset + received`` instead of starting over.
+    """
+
+    def __init__(self, message: str, *, received: int, **context: str) -> None:
+        super().__init__(message, **context)
+        self.received = received
+
+
+class StorageTimeoutError(TensorstreamError, TimeoutError):
+    """A connect or idle (time-between-bytes) timeout expired."""
+
+    temporary = True
+
+    def __init__(self, message: str, *, received: int = 0, **context: str) -> None:
+        super().__init__(message, **context)
+        self.received = received
+
+
+class RetriesExhaustedError(TensorstreamError, OSError):
+    """Gave up after ``attempts`` tries; ``last_error`` is the final failure."""
+
+    def __init__(self, message: str, *, attempts: int, last_error: BaseException | None = None,
+                 **context: str) -> None:
+        super().__init__(message, **context)
+        self.attempts = attempts
+        self.last_error = last_error

@@ -1,0 +1,240 @@
+"""Policies written once and wrapped around any provider.
+
+:class:`PolicyProvider` adds, to every backend alike:
+
+* **context** -- service, operation and (redacted) path on every error;
+* **retry** -- jittered exponential backoff (tenacity) on errors marked
+  ``temporary`` only, honouring ``Retry-After``; never on 4xx-like errors;
+* **resume** -- a body broken after ``k`` bytes continues at ``offset + k``
+  instead of starting over;
+* **pinning** -- reads of one object can be pinned to an ETag; a change
+  raises :class:`ObjectChangedError`, never a mix of versions;
+* **metrics** -- bytes, requests, retries.
+
+The wrapper forwards every :class:`Provider` method explicitly (a test checks
+that nothing is silently inherited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import tenacity
+
+from .config import CommonConfig
+from .errors import (
+    ObjectChangedError,
+    RetriesExhaustedError,
+    ServiceUnavailableError,
+    TensorstreamError,
+)
+from .providers.base import ObjectInfo, Provider, Writer
+from .uri import redact_text
+
+__all__ = ["Metrics", "PolicyProvider"]
+
+log = logging.getLogger("tensorstream.policy")
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class Metrics:
+    """Counters for one provider instance."""
+
+    requests: int = 0
+    bytes_read: int = 0
+    retries: int = 0
+    resumed_bytes: int = 0
+
+
+class _RetryAfterWait(tenacity.wait.wait_base):
+    """Tenacity wait: the server's Retry-After if given, else jittered exponential."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self._fallback = tenacity.wait_random_exponential(multiplier=initial, max=maximum)
+        self._max = maximum
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(exc, ServiceUnavailableError) and retry_after is not None:
+            return float(min(max(retry_after, 0.0), self._max))
+        return float(self._fallback(retry_state))
+
+
+def _is_temporary(exc: BaseException) -> bool:
+    return bool(getattr(exc, "temporary", False))
+
+
+class PolicyProvider(Provider):
+    """Wrap ``inner`` with context, retry, resume, pinning and metrics."""
+
+    def __init__(self, inner: Provider, config: CommonConfig) -> None:
+        self.inner = inner
+        self.config = config
+        self.metrics = Metrics()
+        self.service = inner.service  # type: ignore[misc]
+        self.capabilities = inner.capabilities  # type: ignore[misc]
+        self.schemes = inner.schemes  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"PolicyProvider({self.inner!r})"
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> Provider:  # pragma: no cover - not used
+        raise TypeError("PolicyProvider wraps a provider; use tensorstream.get_provider")
+
+    # -- machinery ----------------------------------------------------------
+    def _retrying(self) -> tenacity.AsyncRetrying:
+        r = self.config.retry
+        stop: Any = tenacity.stop_after_attempt(r.attempts)
+        if self.config.timeouts.total is not None:
+            stop = stop | tenacity.stop_after_delay(self.config.timeouts.total)
+        return tenacity.AsyncRetrying(
+            stop=stop,
+            wait=_RetryAfterWait(r.backoff_initial, r.backoff_max),
+            retry=tenacity.retry_if_exception(_is_temporary),
+            reraise=True,
+            before_sleep=self._log_retry,
+        )
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        self.metrics.retries += 1
+        exc = state.outcome.exception() if state.outcome else None
+        sleep = state.next_action.sleep if state.next_action else 0.0
+        log.debug(
+            "%s: attempt %d failed (%s); retrying in %.2fs",
+            self.service,
+            state.attempt_number,
+            redact_text(f"{type(exc).__name__}: {exc}"),
+            sleep,
+        )
+
+    async def _call(self, operation: str, path: str, fn: Callable[[], Awaitable[T]]) -> T:
+        attempts = 0
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    attempts += 1
+                    self.metrics.requests += 1
+                    return await fn()
+        except TensorstreamError as exc:
+            self._add_context(exc, operation, path)
+            if exc.temporary and attempts > 1:
+                raise RetriesExhaustedError(
+                    f"gave up after {attempts} attempts: {type(exc).__name__}: {exc.message}",
+                    attempts=attempts,
+                    last_error=exc,
+                    service=self.service,
+                    operation=operation,
+                    path=redact_text(path),
+                ) from exc
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
+        exc.with_context(service=self.service, operation=operation, path=redact_text(path))
+
+    # -- forwarded operations -----------------------------------------------
+    async def stat(self, path: str) -> ObjectInfo:
+        return await self._call("stat", path, lambda: self.inner.stat(path))
+
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """Fill ``buffer`` exactly, retrying temporary errors and resuming broken bodies."""
+        total = len(buffer)
+        done = 0
+
+        async def attempt() -> int:
+            nonlocal done
+            view = buffer[done:]
+            try:
+                n = await self.inner.readinto(path, offset + done, view, etag=etag)
+            except TensorstreamError as exc:
+                received = int(getattr(exc, "received", 0) or 0)
+                if received and exc.temporary:
+                    done += received
+                    self.metrics.resumed_bytes += received
+                raise
+            if n != len(view):
+                raise AssertionError(
+                    f"provider {self.service} returned {n} of {len(view)} bytes"
+                )
+            done = total
+            return total
+
+        if total == 0:
+            return 0
+        n = await self._call("read", path, attempt)
+        self.metrics.bytes_read += total
+        return n
+
+    async def read_range(
+        self, path: str, start: int, end: int, *, etag: str | None = None
+    ) -> bytes:
+        return await Provider.read_range(self, path, start, end, etag=etag)
+
+    def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        return self._list(prefix)
+
+    async def _list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        try:
+            async for info in self.inner.list(prefix):
+                yield info
+        except TensorstreamError as exc:
+            self._add_context(exc, "list", prefix)
+            raise
+
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        try:
+            return _ContextWriter(self.inner.open_writer(path, **kwargs), self, path)
+        except TensorstreamError as exc:
+            self._add_context(exc, "write", path)
+            raise
+
+    async def delete(self, path: str) -> None:
+        await self._call("delete", path, lambda: self.inner.delete(path))
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def stat_pinned(self, path: str, etag: str | None) -> ObjectInfo:
+        """``stat`` that raises :class:`ObjectChangedError` if the ETag moved."""
+        info = await self.stat(path)
+        if etag is not None and info.etag is not None and info.etag != etag:
+            raise ObjectChangedError(
+                "object changed while it was being read",
+                service=self.service, operation="read", path=redact_text(path),
+            )
+        return info
+
+
+class _ContextWriter(Writer):
+    """Adds error context to a provider's writer; forwards everything."""
+
+    def __init__(self, inner: Writer, owner: PolicyProvider, path: str) -> None:
+        self.inner = inner
+        self.owner = owner
+        self.path = path
+
+    async def _wrap(self, op: str, aw: Awaitable[None]) -> None:
+        try:
+            await aw
+        except TensorstreamError as exc:
+            self.owner._add_context(exc, op, self.path)
+            raise
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        await self._wrap("write", self.inner.write(data))
+
+    async def commit(self) -> None:
+        await self._wrap("commit", self.inner.commit())
+
+    async def abort(self) -> None:
+        # Abort must run even when the task is being cancelled.
+        await asyncio.shield(self._wrap("abort", self.inner.abort()))

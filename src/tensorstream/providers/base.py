@@ -1,0 +1,176 @@
+"""The provider protocol: one small async ranged-read/atomic-write interface.
+
+A provider is bound to one *location* (a filesystem, an HTTP origin, an S3
+endpoint, a Redis server/db) and addresses objects inside it by ``path``
+(see :meth:`tensorstream.uri.ParsedURI.path`).
+
+Backends implement few methods: :meth:`Provider.stat`,
+:meth:`Provider.readinto` and, where they can, :meth:`Provider.list`,
+:meth:`Provider.open_writer`, :meth:`Provider.delete`. Everything else
+(``read_range``, whole-object reads, retries, timeouts, resume, pinning,
+metrics) is derived once, above all backends.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import datetime
+from types import TracebackType
+from typing import Any, ClassVar
+
+from ..errors import InvalidRangeError, UnsupportedOperationError
+
+__all__ = ["Capabilities", "ObjectInfo", "Provider", "Writer", "check_range"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectInfo:
+    """What :meth:`Provider.stat` and :meth:`Provider.list` report about an object."""
+
+    path: str
+    size: int
+    etag: str | None = None
+    mtime: datetime | None = None
+    version: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a provider can do; unsupported operations fail in one place."""
+
+    read: bool = True
+    stat: bool = True
+    write: bool = False
+    list: bool = False
+    delete: bool = False
+    #: ``readinto(..., etag=...)`` is enforced by the server (If-Match / version).
+    pinned_reads: bool = False
+
+
+def check_range(size: int, start: int, end: int) -> None:
+    """Raise :class:`InvalidRangeError` unless ``0 <= start <= end <= size``."""
+    if start < 0 or end < start:
+        raise InvalidRangeError(f"invalid range [{start}, {end})")
+    if end > size:
+        raise InvalidRangeError(f"range [{start}, {end}) is past the end of a {size}-byte object")
+
+
+class Writer(abc.ABC):
+    """An atomic writer: the object appears whole on :meth:`commit` or not at all.
+
+    ``async with provider.open_writer(path) as w: await w.write(b)`` commits on
+    normal exit and aborts on an exception.
+    """
+
+    @abc.abstractmethod
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Append ``data``; may buffer, but never holds more than a bounded amount."""
+
+    @abc.abstractmethod
+    async def commit(self) -> None:
+        """Publish the object atomically. Idempotent after success."""
+
+    @abc.abstractmethod
+    async def abort(self) -> None:
+        """Discard everything written (temp files, multipart uploads, chunks)."""
+
+    async def __aenter__(self) -> Writer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            await self.commit()
+        else:
+            await self.abort()
+
+
+class Provider(abc.ABC):
+    """Base class of all storage providers.
+
+    Subclasses set :attr:`schemes` and :attr:`capabilities`, implement
+    :meth:`from_uri` and the operations they support, and are registered
+    with :func:`tensorstream.providers.registry.register` (one line).
+    """
+
+    #: URI schemes served by this provider, e.g. ``("http", "https")``.
+    schemes: ClassVar[tuple[str, ...]] = ()
+    #: Short name used in error messages and metrics, e.g. ``"s3"``.
+    service: ClassVar[str] = "provider"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Option names (keyword arguments) this provider understands.
+    option_names: ClassVar[frozenset[str]] = frozenset()
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def from_uri(cls, uri: Any, **options: Any) -> Provider:
+        """Build a provider for the location of ``uri`` (a :class:`ParsedURI`)."""
+
+    @classmethod
+    def location_key(cls, uri: Any, **options: Any) -> tuple[Any, ...]:
+        """Key under which a provider instance may be cached and shared."""
+        return (uri.scheme, uri.netloc)
+
+    # -- required -----------------------------------------------------------
+    @abc.abstractmethod
+    async def stat(self, path: str) -> ObjectInfo:
+        """Size, ETag and mtime of an object; :class:`NotFoundError` if absent."""
+
+    @abc.abstractmethod
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """Fill ``buffer`` with the bytes at ``[offset, offset + len(buffer))``.
+
+        Returns ``len(buffer)`` or raises: never a short read. With ``etag``,
+        raises :class:`ObjectChangedError` when the object's ETag differs. A
+        body broken part-way raises :class:`IncompleteReadError` whose
+        ``received`` bytes at the start of ``buffer`` are valid, so the retry
+        layer can resume.
+        """
+
+    # -- optional -----------------------------------------------------------
+    def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        """Yield objects whose path starts with ``prefix``, in sorted order."""
+        raise UnsupportedOperationError(
+            f"{self.service} does not support list", service=self.service, operation="list"
+        )
+
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        """An atomic :class:`Writer` for ``path``."""
+        raise UnsupportedOperationError(
+            f"{self.service} does not support writes", service=self.service, operation="write"
+        )
+
+    async def delete(self, path: str) -> None:
+        """Remove an object; :class:`NotFoundError` if absent."""
+        raise UnsupportedOperationError(
+            f"{self.service} does not support delete", service=self.service, operation="delete"
+        )
+
+    async def close(self) -> None:
+        """Release connections and pools. Idempotent."""
+
+    # -- derived ------------------------------------------------------------
+    async def read_range(self, path: str, start: int, end: int, *, etag: str | None = None) -> bytes:
+        """Bytes ``[start, end)``; end is exclusive. Raises if past the end."""
+        if start < 0 or end < start:
+            raise InvalidRangeError(f"invalid range [{start}, {end})", path=path)
+        buf = bytearray(end - start)
+        if buf:
+            await self.readinto(path, start, memoryview(buf), etag=etag)
+        return bytes(buf)
+
+    async def __aenter__(self) -> Provider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

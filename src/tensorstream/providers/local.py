@@ -1,0 +1,262 @@
+"""Local-disk provider: positional reads straight into the caller's buffer,
+atomic writes (temp file in the destination directory, fsync, rename)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import stat as stat_mod
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+
+from ..errors import (
+    InvalidRangeError,
+    NotFoundError,
+    ObjectChangedError,
+    PermissionDeniedError,
+    TensorstreamError,
+)
+from .base import Capabilities, ObjectInfo, Provider, Writer
+
+__all__ = ["LocalProvider"]
+
+
+def _etag(st: os.stat_result) -> str:
+    return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
+
+
+def _map_os_error(exc: OSError, path: str) -> TensorstreamError | OSError:
+    if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
+        return NotFoundError(f"no such file: {path}", service="file")
+    if isinstance(exc, PermissionError):
+        return PermissionDeniedError(f"permission denied: {path}", service="file")
+    if exc.errno == errno.EISDIR or isinstance(exc, IsADirectoryError):
+        return NotFoundError(f"is a directory, not an object: {path}", service="file")
+    return exc
+
+
+def _info(path: str, st: os.stat_result) -> ObjectInfo:
+    return ObjectInfo(
+        path=path,
+        size=st.st_size,
+        etag=_etag(st),
+        mtime=datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
+    )
+
+
+class LocalProvider(Provider):
+    """Files on local disk. Paths are absolute filesystem paths."""
+
+    schemes = ("file",)
+    service = "file"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        write=True, list=True, delete=True, pinned_reads=True
+    )
+    option_names = frozenset()
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> LocalProvider:
+        options.pop("config", None)
+        return cls()
+
+    def __repr__(self) -> str:
+        return "LocalProvider()"
+
+    async def stat(self, path: str) -> ObjectInfo:
+        def run() -> ObjectInfo:
+            try:
+                st = os.stat(path)
+            except OSError as exc:
+                raise _map_os_error(exc, path) from exc
+            if not stat_mod.S_ISREG(st.st_mode):
+                raise NotFoundError(f"not a regular file: {path}", service="file")
+            return _info(path, st)
+
+        return await asyncio.to_thread(run)
+
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        return await asyncio.to_thread(self._readinto_sync, path, offset, buffer, etag)
+
+    def _readinto_sync(self, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
+        want = len(buffer)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise _map_os_error(exc, path) from exc
+        try:
+            st = os.fstat(fd)
+            if etag is not None and _etag(st) != etag:
+                raise ObjectChangedError(f"file changed while it was being read: {path}",
+                                         service="file")
+            if offset < 0 or offset + want > st.st_size:
+                raise InvalidRangeError(
+                    f"range [{offset}, {offset + want}) is past the end of a "
+                    f"{st.st_size}-byte file", service="file", path=path,
+                )
+            done = 0
+            while done < want:
+                n = os.preadv(fd, [buffer[done:]], offset + done)
+                if n == 0:
+                    # The file shrank under us: never return zero-filled bytes.
+                    raise ObjectChangedError(
+                        f"file truncated while reading at byte {offset + done}: {path}",
+                        service="file",
+                    )
+                done += n
+            if etag is not None and _etag(os.fstat(fd)) != etag:
+                raise ObjectChangedError(f"file changed while it was being read: {path}",
+                                         service="file")
+            return done
+        finally:
+            os.close(fd)
+
+    async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
+        for info in await asyncio.to_thread(self._list_sync, prefix):
+            yield info
+
+    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        if os.path.isdir(prefix):
+            root, name_prefix = prefix, ""
+        else:
+            root, name_prefix = os.path.split(prefix)
+        out: list[ObjectInfo] = []
+        if not os.path.isdir(root):
+            return out
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames.sort()
+            for fn in filenames:
+                full = os.path.join(dirpath, fn)
+                if name_prefix and not os.path.relpath(full, root).startswith(name_prefix):
+                    continue
+                if _is_temp_name(fn):
+                    continue
+                try:
+                    st = os.stat(full, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat_mod.S_ISREG(st.st_mode):
+                    out.append(_info(full, st))
+        out.sort(key=lambda i: i.path)
+        return out
+
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        return _AtomicFileWriter(path)
+
+    async def delete(self, path: str) -> None:
+        def run() -> None:
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                raise _map_os_error(exc, path) from exc
+
+        await asyncio.to_thread(run)
+
+
+_TEMP_MARK = ".tensorstream-"
+
+
+def _is_temp_name(name: str) -> bool:
+    return name.startswith(".") and _TEMP_MARK in name and name.endswith(".tmp")
+
+
+def temp_path_for(path: str) -> str:
+    """A unique temporary name next to ``path`` (same directory, same filesystem)."""
+    d, name = os.path.split(path)
+    return os.path.join(d, f".{name}{_TEMP_MARK}{secrets.token_hex(6)}.tmp")
+
+
+class _AtomicFileWriter(Writer):
+    """Write to a 0600 temp file beside the destination; fsync + rename on commit."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._tmp: str | None = None
+        self._fd: int | None = None
+        self._done = False
+
+    def _open(self) -> None:
+        directory = os.path.dirname(self.path) or "."
+        if not os.path.isdir(directory):
+            raise NotFoundError(f"destination directory does not exist: {directory}",
+                                service="file")
+        if os.path.isdir(self.path):
+            raise TensorstreamError(f"destination is a directory: {self.path}", service="file")
+        self._tmp = temp_path_for(self.path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(self._tmp, flags, 0o600)
+        except OSError as exc:
+            raise _map_os_error(exc, self._tmp) from exc
+
+    def _write_sync(self, data: bytes | bytearray | memoryview) -> None:
+        if self._done:
+            raise ValueError("write after commit/abort")
+        if self._fd is None:
+            self._open()
+        assert self._fd is not None
+        view = memoryview(data).cast("B")
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            await asyncio.to_thread(self._write_sync, data)
+        except BaseException:
+            await self.abort()
+            raise
+
+    def _commit_sync(self) -> None:
+        if self._done:
+            return
+        if self._fd is None:
+            self._open()
+        assert self._fd is not None and self._tmp is not None
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(self._fd, 0o666 & ~umask)
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+        os.replace(self._tmp, self.path)
+        self._tmp = None
+        self._done = True
+        try:
+            dfd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+    async def commit(self) -> None:
+        try:
+            await asyncio.to_thread(self._commit_sync)
+        except BaseException:
+            await self.abort()
+            raise
+
+    def _abort_sync(self) -> None:
+        self._done = True
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            finally:
+                self._fd = None
+        if self._tmp is not None:
+            try:
+                os.unlink(self._tmp)
+            except FileNotFoundError:
+                pass
+            self._tmp = None
+
+    async def abort(self) -> None:
+        self._abort_sync()

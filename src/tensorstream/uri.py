@@ -1,0 +1,277 @@
+"""URI parsing and redaction: the one place that understands URI shapes.
+
+Accepted forms::
+
+    /abs/path, rel/path, file:///abs/path        local disk
+    http://host[:port]/path, https://...          HTTP(S)
+    s3://bucket/key                               S3 (and S3-compatible)
+    redis[s]://[user[:password]@]host[:port]/key[?db=N]
+    any other fsspec protocol (gs://, az://, ...) generic fsspec adapter
+
+Secrets (userinfo passwords, tokens and presigned query parameters) are
+replaced by ``***`` in :meth:`ParsedURI.redacted`, which every repr, log line
+and error message uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import urllib.parse
+from typing import Any
+
+from .errors import InvalidURIError
+
+__all__ = ["ParsedURI", "SECRET_QUERY_PARAMS", "parse_uri", "redact", "redact_text"]
+
+ACCEPTED_FORMS = (
+    "a local path or file:///path, http(s)://host/path, s3://bucket/key, "
+    "redis[s]://[user[:password]@]host[:port]/key[?db=N], or another fsspec protocol"
+)
+
+#: Query parameters whose values are credentials (compared case-insensitively).
+SECRET_QUERY_PARAMS = frozenset(
+    p.lower()
+    for p in (
+        "X-Amz-Signature",
+        "X-Amz-Credential",
+        "X-Amz-Security-Token",
+        "Signature",
+        "token",
+        "access_token",
+        "sig",
+        "password",
+        "secret",
+        "key",
+        "api_key",
+        "apikey",
+        "x-goog-signature",
+        "x-goog-credential",
+        "AWSAccessKeyId",
+        "sv",
+        "se",
+        "sp",
+    )
+)
+_SECRET_PARAM_EXCEPTIONS = frozenset({"sv", "se", "sp"})  # Azure SAS: 'sig' is the secret
+_REDACTED = "***"
+_SCHEME_RE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedURI:
+    """A parsed storage URI.
+
+    ``path`` is what the provider addresses objects by: an absolute
+    filesystem path (local), ``/path?query`` (HTTP), ``bucket/key`` (S3),
+    the key (Redis), or the fsspec path. Credentials in the URI are kept
+    out of ``repr``.
+    """
+
+    scheme: str
+    netloc: str = dataclasses.field(repr=False)
+    path: str = dataclasses.field(repr=False)
+    username: str | None = dataclasses.field(default=None, repr=False)
+    password: str | None = dataclasses.field(default=None, repr=False)
+    host: str | None = dataclasses.field(default=None, repr=False)
+    port: int | None = dataclasses.field(default=None, repr=False)
+    query: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    raw: str = dataclasses.field(default="", repr=False)
+
+    def __repr__(self) -> str:
+        return f"ParsedURI({self.redacted()!r})"
+
+    def __str__(self) -> str:
+        return self.redacted()
+
+    def __reduce__(self) -> Any:
+        # Pickles carry the redacted form only; secrets never leave the process that way.
+        return (parse_uri, (self.redacted(),))
+
+    @property
+    def bucket(self) -> str:
+        """S3 bucket (first path segment)."""
+        return self.path.split("/", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """S3 key (everything after the bucket), or the Redis key."""
+        if self.scheme == "s3":
+            return self.path.split("/", 1)[1] if "/" in self.path else ""
+        return self.path
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    def redacted(self) -> str:
+        """The URI with every secret replaced by ``***``."""
+        return redact(self.raw)
+
+    def with_path(self, path: str) -> str:
+        """A URI string for another object at the same location (secrets kept)."""
+        if self.scheme == "file":
+            return path
+        if self.scheme in ("http", "https"):
+            return f"{self.scheme}://{self.netloc}{path}"
+        if self.scheme == "s3":
+            return f"s3://{path}"
+        if self.scheme in ("redis", "rediss"):
+            q = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
+            return f"{self.scheme}://{self.netloc}/{path}{q}"
+        return f"{self.scheme}://{path}"
+
+
+def _redact_query(query: str) -> str:
+    if not query:
+        return query
+    out = []
+    for part in query.split("&"):
+        name, sep, _value = part.partition("=")
+        lname = urllib.parse.unquote(name).lower()
+        if sep and lname in SECRET_QUERY_PARAMS and lname not in _SECRET_PARAM_EXCEPTIONS:
+            out.append(f"{name}={_REDACTED}")
+        else:
+            out.append(part)
+    return "&".join(out)
+
+
+def redact(uri: str) -> str:
+    """Return ``uri`` with passwords and secret query parameters replaced by ``***``."""
+    if not isinstance(uri, str) or "://" not in uri:
+        return uri
+    try:
+        parts = urllib.parse.urlsplit(uri)
+    except ValueError:
+        return _REDACTED
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, sep, _pw = userinfo.partition(":")
+        if sep:
+            netloc = f"{user}:{_REDACTED}@{hostport}"
+        elif parts.scheme in ("redis", "rediss"):
+            # redis://secret@host means a password, not a user name.
+            netloc = f"{_REDACTED}@{hostport}"
+        else:
+            netloc = f"{user}@{hostport}"
+    return urllib.parse.urlunsplit(
+        (parts.scheme, netloc, parts.path, _redact_query(parts.query), parts.fragment)
+    )
+
+
+_URI_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_text(text: str) -> str:
+    """Redact every URI that appears inside free text (log lines, messages)."""
+    return _URI_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+
+
+def _parse_port(parts: urllib.parse.SplitResult, raw: str) -> int | None:
+    try:
+        return parts.port
+    except ValueError as exc:
+        raise InvalidURIError(f"invalid port in {redact(raw)!r}; expected {ACCEPTED_FORMS}") from exc
+
+
+def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
+    """Parse a storage URI or local path.
+
+    >>> parse_uri("s3://bucket/model.tensors").key
+    'model.tensors'
+    >>> parse_uri("redis://:pw@localhost:6379/model?db=2")
+    ParsedURI('redis://:***@localhost:6379/model?db=2')
+    """
+    if isinstance(uri, ParsedURI):
+        return uri
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
+    if not isinstance(uri, str):
+        raise InvalidURIError(f"expected a URI string or path, got {type(uri).__name__}")
+    if not uri or uri.strip() != uri or "\x00" in uri:
+        raise InvalidURIError(f"empty or malformed URI {redact(uri)!r}; expected {ACCEPTED_FORMS}")
+    match = _SCHEME_RE.match(uri)
+    if match is None:
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/?[^/]", uri) and not re.match(r"^[a-zA-Z]:[\\/]", uri):
+            scheme = uri.split(":", 1)[0].lower()
+            if scheme in ("s3", "http", "https", "redis", "rediss", "file"):
+                raise InvalidURIError(
+                    f"malformed URI {redact(uri)!r} (missing '//'); expected {ACCEPTED_FORMS}"
+                )
+        path = os.path.abspath(os.path.expanduser(uri))
+        return ParsedURI(scheme="file", netloc="", path=path, raw=uri)
+
+    scheme = match.group(1).lower()
+    try:
+        parts = urllib.parse.urlsplit(uri)
+    except ValueError as exc:
+        raise InvalidURIError(f"malformed URI {redact(uri)!r}; expected {ACCEPTED_FORMS}") from exc
+
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidURIError(
+                f"file URIs must be file:///absolute/path, got {redact(uri)!r}"
+            )
+        path = urllib.parse.unquote(parts.path)
+        if not path:
+            raise InvalidURIError(f"file URI without a path: {redact(uri)!r}")
+        return ParsedURI(scheme="file", netloc="", path=os.path.abspath(path), raw=uri)
+
+    if scheme in ("http", "https"):
+        if not parts.hostname:
+            raise InvalidURIError(f"HTTP URI without a host: {redact(uri)!r}; expected {ACCEPTED_FORMS}")
+        port = _parse_port(parts, uri)
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        return ParsedURI(
+            scheme=scheme,
+            netloc=parts.netloc.rpartition("@")[2],
+            path=path,
+            username=urllib.parse.unquote(parts.username) if parts.username else None,
+            password=urllib.parse.unquote(parts.password) if parts.password is not None else None,
+            host=parts.hostname,
+            port=port,
+            raw=uri,
+        )
+
+    if scheme in ("s3", "s3a"):
+        bucket = parts.netloc
+        key = parts.path.lstrip("/")
+        if not bucket or "@" in bucket or ":" in bucket:
+            raise InvalidURIError(
+                f"S3 URIs are s3://bucket/key, got {redact(uri)!r}"
+            )
+        return ParsedURI(scheme="s3", netloc=bucket, path=f"{bucket}/{key}" if key else bucket,
+                         host=bucket, raw=uri)
+
+    if scheme in ("redis", "rediss"):
+        if not parts.hostname:
+            raise InvalidURIError(
+                f"Redis URIs are redis[s]://[user[:password]@]host[:port]/key[?db=N], got {redact(uri)!r}"
+            )
+        port = _parse_port(parts, uri)
+        query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        if "db" in query and not query["db"].isdigit():
+            raise InvalidURIError(f"Redis db must be a number, got {redact(uri)!r}")
+        username = urllib.parse.unquote(parts.username) if parts.username else None
+        password = urllib.parse.unquote(parts.password) if parts.password is not None else None
+        if username is not None and password is None:
+            # redis://secret@host: the lone userinfo is a password (redis-py convention)
+            username, password = None, username
+        return ParsedURI(
+            scheme=scheme,
+            netloc=parts.netloc.rpartition("@")[2],
+            path=urllib.parse.unquote(parts.path.lstrip("/")),
+            username=username or None,
+            password=password or None,
+            host=parts.hostname,
+            port=port,
+            query=query,
+            raw=uri,
+        )
+
+    # Anything else: let the generic fsspec adapter decide whether it knows it.
+    return ParsedURI(scheme=scheme, netloc=parts.netloc, path=uri.split("://", 1)[1], raw=uri)
