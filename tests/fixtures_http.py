@@ -1,0 +1,1 @@
+"""Fixtures for the http backend (session-scoped servers on loopback)."""

@@ -1,0 +1,1 @@
+"""Fixtures for the redis backend (session-scoped servers on loopback)."""

@@ -1,0 +1,1 @@
+"""Fixtures for the s3 backend (session-scoped servers on loopback)."""
