@@ -137,28 +137,38 @@ def _redact_query(query: str) -> str:
     return "&".join(out)
 
 
+def _redact_userinfo(scheme: str, rest: str) -> str:
+    """Redact the password in ``user:password@host...`` (``rest`` follows ``://``).
+
+    Done on the raw text, before any URL parsing: a password containing
+    ``?``, ``#`` or ``/`` would otherwise be mistaken for the query or path.
+    """
+    slash = rest.find("/")
+    authority = rest if slash < 0 else rest[:slash]
+    at = authority.rfind("@")
+    if at < 0:
+        return rest
+    userinfo, tail = authority[:at], rest[at:]
+    user, sep, _pw = userinfo.partition(":")
+    if sep:
+        return f"{user}:{_REDACTED}{tail}"
+    if scheme in ("redis", "rediss"):
+        # redis://secret@host means a password, not a user name.
+        return f"{_REDACTED}{tail}"
+    return f"{user}{tail}"
+
+
 def redact(uri: str) -> str:
     """Return ``uri`` with passwords and secret query parameters replaced by ``***``."""
     if not isinstance(uri, str) or "://" not in uri:
         return uri
-    try:
-        parts = urllib.parse.urlsplit(uri)
-    except ValueError:
-        return _REDACTED
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, sep, _pw = userinfo.partition(":")
-        if sep:
-            netloc = f"{user}:{_REDACTED}@{hostport}"
-        elif parts.scheme in ("redis", "rediss"):
-            # redis://secret@host means a password, not a user name.
-            netloc = f"{_REDACTED}@{hostport}"
-        else:
-            netloc = f"{user}@{hostport}"
-    return urllib.parse.urlunsplit(
-        (parts.scheme, netloc, parts.path, _redact_query(parts.query), parts.fragment)
-    )
+    scheme, _, rest = uri.partition("://")
+    rest = _redact_userinfo(scheme.lower(), rest)
+    path, qmark, query = rest.partition("?")
+    query, hsep, fragment = query.partition("#")
+    if not qmark:
+        return f"{scheme}://{rest}"
+    return f"{scheme}://{path}?{_redact_query(query)}{hsep}{fragment}"
 
 
 _URI_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
@@ -204,6 +214,11 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
         return ParsedURI(scheme="file", netloc="", path=path, raw=uri)
 
     scheme = match.group(1).lower()
+    authority = uri[match.end():].split("/", 1)[0]
+    if "@" in authority and any(c in authority.rpartition("@")[0] for c in "?#"):
+        raise InvalidURIError(
+            f"malformed URI {redact(uri)!r}: percent-encode '?' and '#' in user names and passwords"
+        )
     try:
         parts = urllib.parse.urlsplit(uri)
     except ValueError as exc:

@@ -1,0 +1,104 @@
+"""Everything that touches tensorizer's *internals* lives here, and only here.
+
+tensorizer runs ``num_readers > 1`` only on sources it can reopen
+(``TensorDeserializer._reopen_func``: its own curl stream, a path, a regular
+file descriptor); any other file object silently gets one reader. A
+:class:`~tensorstream.StreamReader` can be reopened cheaply with
+:meth:`~tensorstream.StreamReader.fork` (same object version, shared
+connection pool), so :class:`StreamTensorDeserializer` overrides that one
+private hook. :func:`check_compat` asserts the hook still has the shape we
+rely on; ``tests/test_tensorizer_compat.py`` calls it so a tensorizer upgrade
+that changes it fails loudly instead of silently falling back to one reader.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+from collections.abc import Callable
+from typing import Any
+
+from tensorizer import TensorDeserializer
+from tensorizer import serialization as _ser
+
+from .file import StreamReader
+
+__all__ = [
+    "CryptographyError",
+    "HashMismatchError",
+    "StreamTensorDeserializer",
+    "check_compat",
+    "reader_count",
+    "tensor_names",
+]
+
+CryptographyError = _ser.CryptographyError
+HashMismatchError = _ser.HashMismatchError
+
+
+class StreamTensorDeserializer(TensorDeserializer):
+    """A ``TensorDeserializer`` that reopens a ``StreamReader`` with ``fork()``.
+
+    Everything else is tensorizer's own behaviour; for any other source the
+    base class decides.
+    """
+
+    def _reopen_func(self) -> Callable[..., Any] | None:
+        source = self._file
+        if isinstance(source, StreamReader):
+
+            def reopen(begin: int | None = None, end: int | None = None) -> StreamReader:
+                # ``end`` is a hint only: the fork reads whatever it is asked for.
+                fork = source.fork()
+                if begin:
+                    fork.seek(begin, io.SEEK_SET)
+                return fork
+
+            return reopen
+        return super()._reopen_func()  # type: ignore[no-any-return]
+
+
+def reader_count(deserializer: TensorDeserializer) -> int:
+    """How many parallel readers tensorizer settled on (after its fallbacks)."""
+    return int(deserializer._num_readers)
+
+
+def tensor_names(deserializer: TensorDeserializer) -> list[str]:
+    """Every tensor name in the file's metadata index, as dotted strings.
+
+    Read from the header the deserializer already parsed: no extra I/O, and
+    unaffected by ``filter_func`` only in that filtered tensors are absent.
+    """
+    names = []
+    for path in deserializer._metadata:
+        norm = path.normalize_()
+        names.append(norm if isinstance(norm, str) else ".".join(map(str, norm)))
+    return names
+
+
+def check_compat() -> None:
+    """Raise ``RuntimeError`` if tensorizer's private hooks changed shape.
+
+    Checked: ``TensorDeserializer._reopen_func(self)`` exists and the reader
+    threads call the function it returns as ``reopen(begin=..., end=...)``;
+    the attributes :func:`reader_count` and :func:`tensor_names` read exist.
+    """
+    problems = []
+    hook = getattr(TensorDeserializer, "_reopen_func", None)
+    if hook is None or not callable(hook):
+        problems.append("TensorDeserializer._reopen_func is gone")
+    elif list(inspect.signature(hook).parameters) != ["self"]:
+        problems.append(f"_reopen_func signature changed: {inspect.signature(hook)}")
+    copy_src = inspect.getsource(TensorDeserializer._copy_thread)
+    if "_reopen(begin=begin_offset, end=end_offset)" not in copy_src:
+        problems.append("reader threads no longer call self._reopen(begin=..., end=...)")
+    init_src = inspect.getsource(TensorDeserializer.__init__)
+    for needle in ("self._reopen = self._reopen_func()", "self._num_readers = num_readers",
+                   "self._metadata"):
+        if needle not in init_src:
+            problems.append(f"TensorDeserializer.__init__ no longer contains {needle!r}")
+    if problems:
+        raise RuntimeError(
+            "tensorizer's internals changed; tensorstream's parallel-reader hook "
+            f"(tensorstream._tensorizer_compat) must be updated: {'; '.join(problems)}"
+        )

@@ -1,0 +1,71 @@
+"""Sharded (tensor-parallel) models: one file per rank, named by a template.
+
+vLLM's convention: ``s3://bucket/model-rank-%03d.tensors`` is formatted with
+the rank of the process (``model-rank-000.tensors``, ``-001``, ...).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigurationError
+from .uri import redact
+
+__all__ = ["is_sharded", "resolve_rank", "shard_uri"]
+
+# A zero-padded printf integer, as vLLM detects it ("%03d", "%04d").
+_TEMPLATE = re.compile(r"%0\d+d")
+
+
+def is_sharded(uri: str) -> bool:
+    """True when ``uri`` holds a rank template such as ``%03d``."""
+    return isinstance(uri, str) and _TEMPLATE.search(uri) is not None
+
+
+def _distributed() -> tuple[int, int] | None:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)`` from the arguments, else ``torch.distributed``, else (0, 1)."""
+    dist = _distributed()
+    if rank is None:
+        rank = dist[0] if dist else 0
+    if world_size is None:
+        world_size = dist[1] if dist else max(1, rank + 1)
+    if rank < 0 or world_size < 1 or rank >= world_size:
+        raise ConfigurationError(f"invalid rank {rank} for world size {world_size}")
+    return rank, world_size
+
+
+def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = None) -> str:
+    """The URI of this rank's shard.
+
+    A URI with a template is formatted with the rank. Without one, a world
+    size above 1 is an error (every rank would read or overwrite the same
+    file); pass ``rank``/``world_size`` or initialise ``torch.distributed``.
+
+    >>> shard_uri("s3://b/model-rank-%03d.tensors", rank=2, world_size=4)
+    's3://b/model-rank-002.tensors'
+    """
+    if not isinstance(uri, str):
+        return uri
+    templated = is_sharded(uri)
+    if not templated and rank is None and world_size is None and _distributed() is None:
+        return uri
+    r, ws = resolve_rank(rank, world_size)
+    if templated:
+        return _TEMPLATE.sub(lambda m: m.group(0) % r, uri, count=1)
+    if ws > 1:
+        raise ConfigurationError(
+            f"world size is {ws} but {redact(uri)!r} has no rank template; every rank "
+            "would use the same file. Put a zero-padded template in the name, e.g. "
+            "'model-rank-%03d.tensors', and tensorstream fills in each rank."
+        )
+    return uri

@@ -1,0 +1,387 @@
+"""HTTP(S) provider on aiohttp: ranged GETs that either return exactly the
+bytes asked for or raise.
+
+* ``stat``: ``HEAD`` for size / ETag / Last-Modified, falling back to a
+  ``GET Range: bytes=0-0`` (presigned URLs are often signed for GET only).
+* ``readinto``: one ranged GET streamed straight into the caller's buffer.
+  The answer must be ``206`` with exactly the requested ``Content-Range`` and
+  no ``Content-Encoding``; a server that ignores ``Range`` never yields wrong
+  bytes. Pinned reads send ``If-Match`` and compare the response ETag.
+* One pooled ``ClientSession`` per provider, created lazily inside the
+  running loop; connect and idle (``sock_read``) timeouts, no whole-request
+  timeout.
+* Redirects are followed by hand: credential headers are dropped when the
+  origin changes or https is downgraded, and link-local / metadata addresses
+  are refused unless ``allow_private_redirects=True``.
+
+Read-only: capabilities are ``read`` and ``stat``. Retries, resume and error
+context live in :mod:`tensorstream.policy`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import warnings
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import aiohttp
+from yarl import URL
+
+from ..config import CommonConfig, split_options
+from ..credentials.http import HTTPCredentials, resolve_http_credentials
+from ..errors import (
+    ConfigurationError,
+    ConnectionFailedError,
+    IncompleteReadError,
+    InvalidRangeError,
+    NotFoundError,
+    ObjectChangedError,
+    PermissionDeniedError,
+    ProtocolError,
+    ServiceUnavailableError,
+    StorageTimeoutError,
+    TensorstreamError,
+)
+from ..uri import redact
+from ._http_util import (
+    etags_match,
+    is_metadata_address,
+    parse_content_range,
+    parse_http_date,
+    parse_retry_after,
+)
+from .base import Capabilities, ObjectInfo, Provider
+
+__all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
+
+log = logging.getLogger("tensorstream.http")
+
+MAX_REDIRECTS = 5
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: aiohttp's per-response read buffer; larger means fewer pause/resume cycles.
+_READ_BUFSIZE = 1 << 20
+_IDENTITY = {"Accept-Encoding": "identity"}
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class InsecureTLSWarning(UserWarning):
+    """TLS certificate verification was disabled with ``insecure=True``."""
+
+
+def _origin(url: URL) -> tuple[str, str, int | None]:
+    return (url.scheme, (url.host or "").lower(), url.explicit_port or url.port)
+
+
+def _redact_path(path: str) -> str:
+    # Presigned query parameters are secrets: redact them like a full URI.
+    return redact("http://h" + path)[len("http://h") :]
+
+
+def _map_error(
+    source: BaseException | aiohttp.ClientResponse, path: str, *, received: int = 0
+) -> TensorstreamError:
+    """The one place HTTP statuses and aiohttp/OS errors become tensorstream errors."""
+    where = {"service": "http", "path": _redact_path(path)}
+    if isinstance(source, aiohttp.ClientResponse):
+        status, reason = source.status, source.reason or ""
+        msg = f"HTTP {status} {reason}".rstrip()
+        if status in (404, 410):
+            return NotFoundError(f"{msg}: no such object", **where)
+        if status in (401, 403):
+            return PermissionDeniedError(f"{msg}: the server refused the credentials", **where)
+        if status == 412:
+            return ObjectChangedError(f"{msg}: the object changed (If-Match failed)", **where)
+        if status == 416:
+            total = parse_content_range(source.headers.get("Content-Range"))
+            size = f" of a {total.total}-byte object" if total and total.total is not None else ""
+            return InvalidRangeError(f"{msg}: range past the end{size}", **where)
+        if status in (408, 429) or (500 <= status < 600 and status not in (501, 505)):
+            return ServiceUnavailableError(
+                msg, retry_after=parse_retry_after(source.headers.get("Retry-After")), **where
+            )
+        if 400 <= status < 500:
+            return ConfigurationError(f"{msg}: the server rejected the request", **where)
+        return ProtocolError(f"unexpected {msg}", **where)
+    what = f"{type(source).__name__}: {source}"
+    if isinstance(source, (aiohttp.ClientSSLError, ssl.SSLError)):
+        err: TensorstreamError = ConnectionFailedError(f"TLS failed ({what})", **where)
+        err.temporary = False  # an untrusted certificate does not fix itself
+        return err
+    if isinstance(source, (asyncio.TimeoutError, TimeoutError)):
+        return StorageTimeoutError(f"timed out after {received} bytes", received=received, **where)
+    if received and isinstance(source, (aiohttp.ClientPayloadError, aiohttp.ClientOSError,
+                                        aiohttp.ServerDisconnectedError, OSError)):
+        return IncompleteReadError(f"body broken after {received} bytes ({what})",
+                                   received=received, **where)
+    if isinstance(source, aiohttp.ClientPayloadError):
+        return IncompleteReadError(f"body broken ({what})", received=0, **where)
+    if isinstance(source, (aiohttp.ClientConnectionError, OSError)):
+        return ConnectionFailedError(f"connection failed ({what})", **where)
+    return ProtocolError(f"HTTP client error ({what})", **where)
+
+
+class HTTPProvider(Provider):
+    """Objects behind one HTTP(S) origin, addressed by ``/path?query``.
+
+    >>> async with tensorstream.get_provider("https://host/m.tensors", token="...") as p:
+    ...     info = await p.stat("/m.tensors")  # doctest: +SKIP
+    """
+
+    schemes = ("http", "https")
+    service = "http"
+    capabilities: ClassVar[Capabilities] = Capabilities(read=True, stat=True, pinned_reads=True)
+    option_names = frozenset(
+        {"headers", "token", "ca_bundle", "insecure", "client_cert", "client_key",
+         "allow_private_redirects"}
+    )
+
+    def __init__(
+        self,
+        origin: str,
+        *,
+        config: CommonConfig | None = None,
+        credentials: HTTPCredentials | None = None,
+        allow_private_redirects: bool = False,
+    ) -> None:
+        self._origin = origin.rstrip("/")
+        self._config = config or split_options({})[0]
+        self._creds = credentials or HTTPCredentials()
+        self._allow_private = bool(allow_private_redirects)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._ssl: ssl.SSLContext | None = None
+        if self._creds.insecure:
+            msg = (f"TLS certificate verification is disabled (insecure=True) for "
+                   f"{self._origin}; anyone on the path can read or alter the data")
+            warnings.warn(msg, InsecureTLSWarning, stacklevel=4)
+            log.warning(msg)
+
+    @classmethod
+    def from_uri(cls, uri: Any, *, config: CommonConfig | None = None,
+                 **options: Any) -> HTTPProvider:
+        unknown = set(options) - cls.option_names
+        if unknown:
+            raise ConfigurationError(f"unknown HTTP option(s): {', '.join(sorted(unknown))}")
+        allow_private = options.pop("allow_private_redirects", False)
+        creds = resolve_http_credentials(uri, **options)
+        return cls(f"{uri.scheme}://{uri.netloc}", config=config, credentials=creds,
+                   allow_private_redirects=allow_private)
+
+    def __repr__(self) -> str:
+        return f"HTTPProvider({self._origin!r}, credentials={self._creds!r})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("HTTPProvider cannot be pickled; pass the URI and options instead")
+
+    # -- session --------------------------------------------------------------
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            c = self._creds
+            ctx = ssl.create_default_context(cafile=c.ca_bundle.value if c.ca_bundle else None)
+            if c.client_cert is not None:
+                ctx.load_cert_chain(c.client_cert.value,
+                                    c.client_key.value if c.client_key else None)
+            if c.insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self._ssl = ctx
+        return self._ssl
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is not None and not self._session.closed and self._session_loop is loop:
+            return self._session
+        # First use, or used from another loop (e.g. after fork): a session is bound
+        # to the loop that created it, so start a fresh one here.
+        t = self._config.timeouts
+        connector = aiohttp.TCPConnector(
+            limit=self._config.transfer.concurrency + 4, ssl=self._ssl_context(),
+            ttl_dns_cache=60,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            # sock_connect: TCP+TLS set-up; sock_read: idle time between bytes.
+            # No total timeout, and none on waiting for a pooled connection.
+            timeout=aiohttp.ClientTimeout(total=None, connect=None,
+                                          sock_connect=t.connect, sock_read=t.idle),
+            auto_decompress=False,
+            read_bufsize=_READ_BUFSIZE,
+            skip_auto_headers=("Accept-Encoding",),
+        )
+        self._session_loop = loop
+        return self._session
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            if self._session_loop is asyncio.get_running_loop():
+                await session.close()
+            else:  # its loop is gone or elsewhere; let it be collected there
+                session.detach()
+
+    # -- requests -------------------------------------------------------------
+    async def _check_redirect_target(self, url: URL, path: str) -> None:
+        if self._allow_private or not url.host:
+            return
+        addresses = [url.host]
+        if not is_metadata_address(url.host):
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    url.host, url.port, type=socket.SOCK_STREAM)
+                addresses += [str(i[4][0]) for i in infos]
+            except OSError:
+                pass  # unresolvable: the request itself will fail and say so
+        if any(is_metadata_address(a) for a in addresses):
+            raise PermissionDeniedError(
+                "refusing to follow a redirect to a link-local/metadata address "
+                "(pass allow_private_redirects=True to allow it)",
+                service="http", path=_redact_path(path))
+
+    @contextlib.asynccontextmanager
+    async def _send(self, method: str, path: str,
+                    headers: dict[str, str]) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One request, following up to MAX_REDIRECTS redirects by hand."""
+        session = self._get_session()
+        url = URL(self._origin + path, encoded=True)  # never re-encode signed URLs
+        creds = self._creds.auth_headers()
+        for _ in range(MAX_REDIRECTS + 1):
+            resp = await session.request(method, url, headers={**headers, **creds},
+                                         allow_redirects=False)
+            location = resp.headers.get("Location")
+            if resp.status not in _REDIRECT_STATUSES or not location:
+                try:
+                    yield resp
+                finally:
+                    resp.release()
+                return
+            resp.release()
+            target = url.join(URL(location, encoded=True))
+            if target.scheme not in ("http", "https"):
+                raise ProtocolError(f"redirect to unsupported scheme {target.scheme!r}",
+                                    service="http", path=_redact_path(path))
+            if _origin(target) != _origin(url):
+                creds = {}  # never forward credentials to another origin (or to http)
+            await self._check_redirect_target(target, path)
+            log.debug("%s %s redirected to %s", method, redact(str(url)), redact(str(target)))
+            url = target
+        raise ProtocolError(f"more than {MAX_REDIRECTS} redirects", service="http",
+                            path=_redact_path(path))
+
+    # -- stat -----------------------------------------------------------------
+    async def stat(self, path: str) -> ObjectInfo:
+        try:
+            async with self._send("HEAD", path, dict(_IDENTITY)) as resp:
+                info = self._info_from_head(resp, path)
+            if info is None:
+                probe = {**_IDENTITY, "Range": "bytes=0-0"}
+                async with self._send("GET", path, probe) as resp:
+                    info = self._info_from_probe(resp, path)
+        except TensorstreamError:
+            raise
+        except _TRANSPORT_ERRORS as exc:
+            raise _map_error(exc, path) from exc
+        return info
+
+    @staticmethod
+    def _info(resp: aiohttp.ClientResponse, path: str, size: int) -> ObjectInfo:
+        return ObjectInfo(path=path, size=size, etag=resp.headers.get("ETag"),
+                          mtime=parse_http_date(resp.headers.get("Last-Modified")))
+
+    def _info_from_head(self, resp: aiohttp.ClientResponse, path: str) -> ObjectInfo | None:
+        """Info from a HEAD answer, or ``None`` when only a GET probe can tell."""
+        if resp.status in (403, 405, 501) or (resp.status == 400):
+            return None  # e.g. a presigned URL signed for GET only
+        if resp.status != 200:
+            raise _map_error(resp, path)
+        length = resp.headers.get("Content-Length")
+        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if length is None or not length.isdigit() or encoding not in ("", "identity"):
+            return None
+        return self._info(resp, path, int(length))
+
+    def _info_from_probe(self, resp: aiohttp.ClientResponse, path: str) -> ObjectInfo:
+        if resp.status == 206:
+            cr = parse_content_range(resp.headers.get("Content-Range"))
+            if cr is None or cr.total is None:
+                raise ProtocolError("206 without a usable Content-Range total",
+                                    service="http", path=_redact_path(path))
+            return self._info(resp, path, cr.total)
+        if resp.status == 416:  # an empty object answers bytes=0-0 with 416 */0
+            cr = parse_content_range(resp.headers.get("Content-Range"))
+            if cr is not None and cr.total is not None:
+                return self._info(resp, path, cr.total)
+        if resp.status == 200:
+            length = resp.headers.get("Content-Length")
+            encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if length is not None and length.isdigit() and encoding in ("", "identity"):
+                return self._info(resp, path, int(length))
+            raise ProtocolError("cannot tell the object's size (no Content-Length)",
+                                service="http", path=_redact_path(path))
+        raise _map_error(resp, path)
+
+    # -- read -----------------------------------------------------------------
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        want = len(buffer)
+        if want == 0:
+            return 0
+        if offset < 0:
+            raise InvalidRangeError(f"negative offset {offset}", service="http",
+                                    path=_redact_path(path))
+        last = offset + want - 1
+        headers = {**_IDENTITY, "Range": f"bytes={offset}-{last}"}
+        if etag and not etag.startswith("W/"):  # If-Match needs a strong ETag
+            headers["If-Match"] = etag
+        received = 0
+        try:
+            async with self._send("GET", path, headers) as resp:
+                self._check_ranged_response(resp, path, offset, last, etag)
+                content = resp.content
+                while received < want:
+                    chunk = await content.readany()
+                    if not chunk:
+                        raise IncompleteReadError(
+                            f"body ended after {received} of {want} bytes",
+                            received=received, service="http", path=_redact_path(path))
+                    n = min(len(chunk), want - received)
+                    buffer[received : received + n] = memoryview(chunk)[:n]
+                    received += n
+                    if n < len(chunk):
+                        raise ProtocolError("the server sent more bytes than the range",
+                                            service="http", path=_redact_path(path))
+        except TensorstreamError:
+            raise
+        except _TRANSPORT_ERRORS as exc:
+            raise _map_error(exc, path, received=received) from exc
+        return want
+
+    @staticmethod
+    def _check_ranged_response(resp: aiohttp.ClientResponse, path: str, first: int,
+                               last: int, etag: str | None) -> None:
+        def refuse(why: str) -> ProtocolError:
+            return ProtocolError(why, service="http", path=_redact_path(path))
+
+        if resp.status == 200:
+            raise refuse("the server ignored the Range header (200 instead of 206)")
+        if resp.status != 206:
+            raise _map_error(resp, path)
+        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise refuse(f"refusing a ranged body with Content-Encoding {encoding!r}")
+        cr = parse_content_range(resp.headers.get("Content-Range"))
+        if cr is None or (cr.first, cr.last) != (first, last):
+            raise refuse(f"Content-Range {resp.headers.get('Content-Range')!r} does not match "
+                         f"the requested bytes {first}-{last}")
+        length = resp.headers.get("Content-Length")
+        if length is not None and length.strip() != str(last - first + 1):
+            raise refuse(f"Content-Length {length} does not match the range")
+        got = resp.headers.get("ETag")
+        if etag and got and not etags_match(got, etag):
+            raise ObjectChangedError("the object changed while it was being read (ETag)",
+                                     service="http", path=_redact_path(path))

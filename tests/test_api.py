@@ -1,0 +1,218 @@
+"""Public API surface, error hierarchy, options, shared policies and the I/O loop."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import pickle
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import pytest
+
+import tensorstream
+from tensorstream import _loop, errors
+from tensorstream.config import RetryConfig, TransferConfig, split_options
+from tensorstream.policy import PolicyProvider
+from tensorstream.providers.base import Capabilities, ObjectInfo, Provider
+from tensorstream.transfer import parallel_readinto, plan_parts
+
+
+def test_all_is_exact_and_importable() -> None:
+    for name in tensorstream.__all__:
+        assert getattr(tensorstream, name) is not None, name
+    public = {n for n in dir(tensorstream) if not n.startswith("_")}
+    modules = {n for n in public if inspect.ismodule(getattr(tensorstream, n))}
+    assert public - modules <= set(tensorstream.__all__)
+
+
+@pytest.mark.parametrize(
+    "cls,builtin",
+    [
+        (errors.NotFoundError, FileNotFoundError),
+        (errors.PermissionDeniedError, PermissionError),
+        (errors.StorageTimeoutError, TimeoutError),
+        (errors.InvalidURIError, ValueError),
+        (errors.ConfigurationError, ValueError),
+        (errors.ObjectChangedError, OSError),
+        (errors.ConnectionFailedError, ConnectionError),
+    ],
+)
+def test_errors_subclass_builtins(cls: type, builtin: type) -> None:
+    assert issubclass(cls, errors.TensorstreamError) and issubclass(cls, builtin)
+
+
+def test_error_context_and_pickle() -> None:
+    exc = errors.NotFoundError("no such key").with_context(service="s3", operation="stat",
+                                                           path="b/k")
+    assert str(exc) == "s3 stat b/k: no such key"
+    clone = pickle.loads(pickle.dumps(exc))
+    assert type(clone) is errors.NotFoundError and str(clone) == str(exc)
+
+
+def test_unknown_scheme_lists_registered() -> None:
+    with pytest.raises(errors.UnknownSchemeError, match="s3"):
+        tensorstream.get_provider("nosuchscheme-xyz://a/b")
+
+
+def test_unknown_option_is_rejected(tmp_path: Any) -> None:
+    with pytest.raises(errors.ConfigurationError, match="s3_acess_key"):
+        tensorstream.get_provider(str(tmp_path), s3_acess_key="x")
+    # options of other backends are accepted and ignored (one dict serves a cp)
+    tensorstream.get_provider(str(tmp_path), s3_region="us-east-1")
+
+
+def test_split_options_validates() -> None:
+    common, rest = split_options({"part_size": 1024, "retries": 2, "token": "x"})
+    assert common.transfer.part_size == 1024 and common.retry.attempts == 2
+    assert rest == {"token": "x"}
+    with pytest.raises(ValueError):
+        RetryConfig(attempts=0)
+
+
+def test_plan_parts_covers_exactly() -> None:
+    cfg = TransferConfig(part_size=100, min_part_size=10, concurrency=4)
+    for length in (0, 1, 9, 10, 39, 40, 399, 400, 401, 1234):
+        parts = plan_parts(length, cfg)
+        assert sum(e - s for s, e in parts) == length
+        assert all(b[0] == a[1] for a, b in zip(parts, parts[1:]))
+        assert all(e - s <= 100 for s, e in parts)
+
+
+class FlakyProvider(Provider):
+    """An in-memory provider whose reads break in scripted ways."""
+
+    service = "flaky"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, data: bytes, script: list[str]) -> None:
+        self.data = data
+        self.script = list(script)
+        self.calls: list[tuple[int, int]] = []
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> Provider:
+        raise NotImplementedError
+
+    async def stat(self, path: str) -> ObjectInfo:
+        return ObjectInfo(path=path, size=len(self.data), etag="v1")
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       etag: str | None = None) -> int:
+        self.calls.append((offset, len(buffer)))
+        action = self.script.pop(0) if self.script else "ok"
+        if action == "cut":
+            half = len(buffer) // 2
+            buffer[:half] = self.data[offset : offset + half]
+            raise errors.IncompleteReadError("cut", received=half)
+        if action == "503":
+            raise errors.ServiceUnavailableError("slow down", retry_after=0.01)
+        if action == "404":
+            raise errors.NotFoundError("gone")
+        buffer[:] = self.data[offset : offset + len(buffer)]
+        return len(buffer)
+
+
+def _policy(inner: Provider, attempts: int = 4) -> PolicyProvider:
+    common, _ = split_options({"retries": attempts, "backoff_initial": 0.001,
+                               "backoff_max": 0.01})
+    return PolicyProvider(inner, common)
+
+
+async def test_resume_continues_from_last_byte() -> None:
+    data = bytes(range(256)) * 100
+    inner = FlakyProvider(data, ["cut", "cut"])
+    buf = bytearray(len(data))
+    await _policy(inner).readinto("x", 0, memoryview(buf))
+    assert buf == data
+    # each retry starts where the previous attempt stopped
+    assert [c[0] for c in inner.calls] == [0, len(data) // 2, len(data) // 2 + len(data) // 4]
+
+
+async def test_retry_then_give_up_names_attempts() -> None:
+    inner = FlakyProvider(b"x" * 10, ["503"] * 10)
+    with pytest.raises(errors.RetriesExhaustedError) as info:
+        await _policy(inner, attempts=3).read_range("x", 0, 10)
+    assert info.value.attempts == 3 and "3 attempts" in str(info.value)
+    assert "flaky read" in str(info.value)
+
+
+async def test_permanent_errors_are_not_retried() -> None:
+    inner = FlakyProvider(b"x" * 10, ["404"])
+    with pytest.raises(FileNotFoundError):
+        await _policy(inner).read_range("x", 0, 10)
+    assert len(inner.calls) == 1
+
+
+async def test_parallel_readinto_with_faults_is_exact() -> None:
+    data = bytes(range(256)) * 4096
+    inner = FlakyProvider(data, ["ok", "cut", "503", "ok", "cut"] * 3)
+    buf = bytearray(len(data))
+    cfg = TransferConfig(part_size=64 << 10, min_part_size=16 << 10, concurrency=4)
+    await parallel_readinto(_policy(inner, attempts=6), "x", 0, memoryview(buf), cfg)
+    assert buf == data
+
+
+def test_policy_wrapper_forwards_every_provider_method() -> None:
+    methods = {n for n, v in vars(Provider).items() if callable(v) and not n.startswith("__")}
+    methods -= {"from_uri", "location_key"}
+    overridden = {n for n in vars(PolicyProvider)}
+    assert methods <= overridden, methods - overridden
+
+
+def test_sync_api_inside_running_loop_does_not_deadlock(tmp_path: Any) -> None:
+    p = tmp_path / "x"
+    p.write_bytes(b"abc")
+
+    async def inside() -> bytes:
+        with tensorstream.open(p) as f:  # sync API from a thread running its own loop
+            return f.read()
+
+    assert asyncio.run(inside()) == b"abc"
+
+
+def test_sync_api_from_io_thread_raises_at_once(tmp_path: Any) -> None:
+    p = tmp_path / "x"
+    p.write_bytes(b"abc")
+
+    async def on_io_thread() -> str:
+        try:
+            tensorstream.open(p)
+        except RuntimeError as exc:
+            return str(exc)
+        return "no error"
+
+    msg = _loop.run_sync(on_io_thread(), timeout=10)
+    assert "own I/O thread" in msg
+
+
+def test_stream_reader_is_not_picklable(tmp_path: Any) -> None:
+    p = tmp_path / "x"
+    p.write_bytes(b"abc")
+    with tensorstream.open(p) as f, pytest.raises(TypeError):
+        pickle.dumps(f)
+
+
+def test_fork_child_can_use_tensorstream(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    p = tmp_path / "x"
+    p.write_bytes(b"abcdef")
+    code = f"""
+import os, sys, tensorstream
+with tensorstream.open({str(p)!r}) as f: assert f.read() == b"abcdef"
+pid = os.fork()
+if pid == 0:
+    with tensorstream.open({str(p)!r}) as f:
+        os._exit(0 if f.read() == b"abcdef" else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], timeout=60, env=os.environ.copy())
+    assert proc.returncode == 0
+
+
+async def _agen() -> AsyncIterator[int]:  # keeps the AsyncIterator import used in typing
+    yield 1

@@ -1,0 +1,99 @@
+"""URI parsing and redaction."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tensorstream import errors
+from tensorstream.uri import parse_uri, redact, redact_text
+
+
+def test_local_forms() -> None:
+    assert parse_uri("/tmp/x.tensors").path == "/tmp/x.tensors"
+    assert parse_uri("file:///tmp/x.tensors").path == "/tmp/x.tensors"
+    assert parse_uri("rel/x").path == os.path.abspath("rel/x")
+    assert parse_uri("/tmp/x").scheme == "file"
+
+
+def test_s3() -> None:
+    u = parse_uri("s3://bucket/dir/model.tensors")
+    assert (u.scheme, u.bucket, u.key, u.path) == ("s3", "bucket", "dir/model.tensors",
+                                                   "bucket/dir/model.tensors")
+
+
+def test_http_keeps_query_in_path() -> None:
+    u = parse_uri("https://host:8443/a/b.tensors?X-Amz-Signature=abc&x=1")
+    assert u.host == "host" and u.port == 8443
+    assert u.path == "/a/b.tensors?X-Amz-Signature=abc&x=1"
+    assert "abc" not in repr(u) and "abc" not in str(u)
+
+
+@pytest.mark.parametrize(
+    "uri,user,password,key,db",
+    [
+        ("redis://localhost:6379/prefix", None, None, "prefix", None),
+        ("redis://:pw@localhost/k", None, "pw", "k", None),
+        ("redis://alice:pw@localhost:7000/a/b?db=3", "alice", "pw", "a/b", "3"),
+        ("rediss://secretonly@host/k", None, "secretonly", "k", None),
+    ],
+)
+def test_redis(uri: str, user: str | None, password: str | None, key: str, db: str | None) -> None:
+    u = parse_uri(uri)
+    assert (u.username, u.password, u.key, u.query.get("db")) == (user, password, key, db)
+    if password:
+        assert password not in repr(u)
+        assert password not in u.redacted()
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "s3://", "s3:/bucket/key", "http://", "redis://:pw@/k", "redis://h/k?db=x",
+            "file://remotehost/x", " /x", "http://h:notaport/x"],
+)
+def test_malformed_raises_value_error_naming_forms(bad: str) -> None:
+    with pytest.raises(errors.InvalidURIError) as info:
+        parse_uri(bad)
+    assert isinstance(info.value, ValueError)
+
+
+def test_secrets_redacted_everywhere() -> None:
+    uri = ("https://u:hunter2@h/p?X-Amz-Credential=AKIAXX&X-Amz-Signature=s1g&"
+           "Signature=s2&token=t0k&ok=1")
+    out = redact(uri)
+    for secret in ("hunter2", "AKIAXX", "s1g", "s2", "t0k"):
+        assert secret not in out
+    assert "ok=1" in out and "u:***@h" in out
+    assert "hunter2" not in redact_text(f"failed to GET {uri} because")
+    # pickles carry only the redacted form
+    assert b"hunter2" not in pickle.dumps(parse_uri(uri))
+
+
+def test_unknown_scheme_falls_through_to_fsspec_shape() -> None:
+    u = parse_uri("memory:///a/b")
+    assert u.scheme == "memory"
+
+
+@given(st.text(max_size=200))
+def test_parser_never_crashes_unexpectedly(text: str) -> None:
+    try:
+        parse_uri(text)
+    except errors.InvalidURIError:
+        pass
+
+
+@given(
+    st.sampled_from(["http", "https", "redis", "rediss"]),
+    st.text(alphabet=st.characters(min_codepoint=0x30, max_codepoint=0x7A), min_size=4, max_size=20),
+)
+def test_password_never_survives_redaction(scheme: str, secret: str) -> None:
+    uri = f"{scheme}://user:{secret}@example.com/key"
+    assert f":{secret}@" not in redact(uri)
+    try:
+        parsed = parse_uri(uri)
+    except errors.InvalidURIError:
+        return
+    assert f":{secret}@" not in repr(parsed)
