@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import pickle
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -75,7 +76,7 @@ def test_plan_parts_covers_exactly() -> None:
     for length in (0, 1, 9, 10, 39, 40, 399, 400, 401, 1234):
         parts = plan_parts(length, cfg)
         assert sum(e - s for s, e in parts) == length
-        assert all(b[0] == a[1] for a, b in zip(parts, parts[1:]))
+        assert all(b[0] == a[1] for a, b in itertools.pairwise(parts))
         assert all(e - s <= 100 for s, e in parts)
 
 

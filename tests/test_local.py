@@ -45,10 +45,9 @@ def test_truncated_file_mid_read_never_zero_fills(tmp_path: Path) -> None:
 
 def test_failed_write_leaves_no_temp_file(tmp_path: Path) -> None:
     dst = tmp_path / "out.bin"
-    with pytest.raises(RuntimeError):
-        with tensorstream.open(dst, "wb") as w:
-            w.write(b"x" * 100)
-            raise RuntimeError("fail")
+    with pytest.raises(RuntimeError), tensorstream.open(dst, "wb") as w:
+        w.write(b"x" * 100)
+        raise RuntimeError("fail")
     assert list(tmp_path.iterdir()) == []
 
 

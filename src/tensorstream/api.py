@@ -100,7 +100,7 @@ def open(
 def open(
     uri: str | os.PathLike[str] | ParsedURI, mode: Literal["wb"], **options: Any
 ) -> StreamWriter: ...
-def open(  # noqa: A001 - mirrors builtins.open on purpose
+def open(  # mirrors builtins.open on purpose
     uri: str | os.PathLike[str] | ParsedURI, mode: str = "rb", **options: Any
 ) -> StreamReader | StreamWriter:
     """Open the object at ``uri`` as a binary file.

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
         start = time.perf_counter()
         with tensorstream.deserialize(path, device=args.device) as loaded:
-            tensors = {name: loaded[name] for name in loaded.keys()}
+            tensors = {name: loaded[name] for name in loaded}
         seconds = time.perf_counter() - start
 
         mismatched = [

@@ -4,6 +4,7 @@ atomic writes (temp file in the destination directory, fsync, rename)."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import errno
 import os
 import secrets
@@ -119,7 +120,7 @@ class LocalProvider(Provider):
         for info in await asyncio.to_thread(self._list_sync, prefix):
             yield info
 
-    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+    def _list_sync(self, prefix: str) -> builtins.list[ObjectInfo]:
         if os.path.isdir(prefix):
             root, name_prefix = prefix, ""
         else:

@@ -1,0 +1,183 @@
+"""Encryption for tensorizer files: key files at any URI, random keys, passphrases.
+
+Built on tensorizer's ``EncryptionParams``/``DecryptionParams`` (libsodium
+via libnacl). Key files are read and written through tensorstream, so
+``keyfile="s3://bucket/model.key"`` works like a local path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from tensorizer import DecryptionParams, EncryptionParams
+
+from ._tensorizer_compat import CryptographyError, HashMismatchError
+from .errors import ConfigurationError, IntegrityError, NotFoundError, TensorstreamError
+from .uri import redact
+
+__all__ = [
+    "DecryptionError",
+    "Encryption",
+    "KEY_BYTES",
+    "TensorHashMismatchError",
+    "as_decryption",
+    "as_encryption",
+    "generate_keyfile",
+]
+
+#: Length of a tensorizer (XSalsa20-Poly1305) key.
+KEY_BYTES = 32
+
+
+class DecryptionError(TensorstreamError, PermissionError, CryptographyError):
+    """Encrypted tensors could not be decrypted: wrong key or passphrase, or
+    encryption settings that do not match the file. Never contains the key."""
+
+
+class TensorHashMismatchError(IntegrityError, HashMismatchError):
+    """``verify_hash=True`` found a tensor whose bytes do not match its stored hash."""
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Encryption:
+    """How to encrypt (``serialize``) or decrypt (``deserialize``) tensors.
+
+    Give exactly one of:
+
+    * ``keyfile`` -- URI of a file holding a 32-byte binary key (vLLM's
+      ``encryption_keyfile``). When serializing to a key file that does not
+      exist yet, a random key is generated and written there first.
+    * ``passphrase`` -- a string turned into a key with Argon2id
+      (``EncryptionParams.from_string``); the salt and cost are stored in the
+      file, so only the passphrase is needed to load. ``opslimit``/``memlimit``
+      tune the cost when serializing (default: libsodium's "moderate").
+    * ``key`` -- the 32 raw key bytes.
+
+    ``keyfile_options`` are tensorstream options for the key file; by default
+    the options of the model's URI are used.
+
+    >>> Encryption(passphrase="correct horse")
+    Encryption(passphrase=***)
+    """
+
+    keyfile: str | None = None
+    passphrase: str | None = None
+    key: bytes | None = None
+    keyfile_options: Mapping[str, Any] | None = None
+    opslimit: int | None = None
+    memlimit: int | None = None
+
+    def __post_init__(self) -> None:
+        given = [n for n in ("keyfile", "passphrase", "key") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ConfigurationError(
+                "Encryption needs exactly one of keyfile=, passphrase= or key= "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        if self.passphrase is not None and not self.passphrase:
+            raise ConfigurationError("Encryption passphrase must not be empty")
+        if self.key is not None and len(self.key) != KEY_BYTES:
+            raise ConfigurationError(f"Encryption key must be {KEY_BYTES} bytes")
+
+    def __repr__(self) -> str:
+        if self.keyfile is not None:
+            return f"Encryption(keyfile={redact(self.keyfile)!r})"
+        return "Encryption(passphrase=***)" if self.passphrase is not None else "Encryption(key=***)"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        if self.keyfile is None:
+            raise TypeError("refusing to pickle an Encryption holding a key or passphrase")
+        return (Encryption, (redact(self.keyfile),))
+
+    def _keyfile_opts(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self.keyfile_options if self.keyfile_options is not None else options)
+
+    def encryption_params(self, options: Mapping[str, Any]) -> EncryptionParams:
+        """tensorizer ``EncryptionParams`` for writing; may create the key file."""
+        if self.passphrase is not None:
+            return EncryptionParams.from_string(
+                self.passphrase, opslimit=self.opslimit, memlimit=self.memlimit
+            )
+        if self.key is not None:
+            return EncryptionParams(self.key)
+        assert self.keyfile is not None
+        opts = self._keyfile_opts(options)
+        try:
+            return EncryptionParams(read_key(self.keyfile, **opts))
+        except NotFoundError:
+            params = EncryptionParams.random()
+            write_key(self.keyfile, params.key, **opts)
+            return params
+
+    def decryption_params(self, options: Mapping[str, Any]) -> DecryptionParams:
+        """tensorizer ``DecryptionParams`` for reading."""
+        if self.passphrase is not None:
+            return DecryptionParams.from_string(self.passphrase)
+        if self.key is not None:
+            return DecryptionParams.from_key(self.key)
+        assert self.keyfile is not None
+        return DecryptionParams.from_key(read_key(self.keyfile, **self._keyfile_opts(options)))
+
+
+def read_key(uri: str, **options: Any) -> bytes:
+    """The binary key stored at ``uri`` (checked to be 32 bytes)."""
+    from .api import open as ts_open
+
+    with ts_open(uri, "rb", **options) as f:
+        if f.size != KEY_BYTES:
+            raise ConfigurationError(
+                f"key file {redact(uri)!r} holds {f.size} bytes; a tensorizer key is "
+                f"{KEY_BYTES} raw bytes (write one with tensorstream.generate_keyfile)"
+            )
+        return f.read()
+
+
+def write_key(uri: str, key: bytes, **options: Any) -> None:
+    """Store ``key`` at ``uri`` atomically."""
+    from .api import open as ts_open
+
+    with ts_open(uri, "wb", **options) as f:
+        f.write(key)
+
+
+def generate_keyfile(uri: str, **options: Any) -> Encryption:
+    """Write a new random key to ``uri`` and return ``Encryption(keyfile=uri)``."""
+    write_key(uri, EncryptionParams.random().key, **options)
+    return Encryption(keyfile=uri, keyfile_options=options or None)
+
+
+def _coerce(value: Any) -> Encryption | EncryptionParams | DecryptionParams | None:
+    if value is None or isinstance(value, (Encryption, EncryptionParams, DecryptionParams)):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return Encryption(key=bytes(value))
+    if isinstance(value, Mapping):
+        return Encryption(**value)
+    raise ConfigurationError(
+        f"encryption must be an Encryption(keyfile=... | passphrase=... | key=...), a 32-byte key "
+        f"or tensorizer Encryption/DecryptionParams, not {type(value).__name__}"
+    )
+
+
+def as_decryption(value: Any, options: Mapping[str, Any]) -> DecryptionParams | None:
+    """Turn the ``encryption=`` argument of a load into ``DecryptionParams``."""
+    enc = _coerce(value)
+    if enc is None or isinstance(enc, DecryptionParams):
+        return enc
+    if isinstance(enc, EncryptionParams):
+        return DecryptionParams.from_key(enc.key)
+    return enc.decryption_params(options)
+
+
+def as_encryption(value: Any, options: Mapping[str, Any]) -> EncryptionParams | None:
+    """Turn the ``encryption=`` argument of a save into ``EncryptionParams``."""
+    enc = _coerce(value)
+    if enc is None or isinstance(enc, EncryptionParams):
+        return enc
+    if isinstance(enc, DecryptionParams):
+        raise ConfigurationError("serialize needs EncryptionParams, not DecryptionParams")
+    return enc.encryption_params(options)

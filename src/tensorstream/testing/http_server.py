@@ -1,0 +1,397 @@
+"""A real HTTP(S) object server on loopback, with fault injection, for tests.
+
+:class:`HTTPTestServer` runs an aiohttp web app in its **own thread and
+event loop**, so tests may call tensorstream's sync API (which runs on
+tensorstream's own loop thread) or its async API (on the test's loop)::
+
+    with HTTPTestServer(token="t0ken", tls=True) as server:
+        server.put("model.tensors", data)
+        with tensorstream.open(server.url("model.tensors"), **server.options) as f:
+            ...
+        server.faults.status_script = [503, 503]     # next two requests fail
+        server.faults.drop_after = 1 << 20           # cut every body after 1 MiB
+        assert server.requests[-1].headers["Range"] == "bytes=0-99"
+
+Objects are served with correct ``Range`` (single ranges), ``HEAD``,
+strong ``ETag``, ``If-Match``, ``Last-Modified`` and ``Accept-Ranges``.
+Faults (:class:`HTTPFaults`) apply to every request, or only to ``faults.key``
+when set; ``faults.reset()`` clears them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gzip
+import hashlib
+import os
+import shutil
+import ssl
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from email.utils import formatdate
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
+
+
+@dataclasses.dataclass
+class HTTPFaults:
+    """Misbehaviours the server applies to requests (thread-safe enough for tests:
+    set attributes before the client runs)."""
+
+    #: Only requests for this key are affected (``None``: every key).
+    key: str | None = None
+    #: Seconds to wait before answering.
+    latency: float = 0.0
+    #: Bytes per second per response body (writes are paced).
+    rate_limit: int | None = None
+    #: Close the connection after this many body bytes ...
+    drop_after: int | None = None
+    #: ... on this many responses (``None``: every response).
+    drop_times: int | None = None
+    #: Statuses answered, in order, before normal service resumes, e.g. ``[503, 503]``.
+    status_script: list[int] = dataclasses.field(default_factory=list)
+    #: ``Retry-After`` seconds sent with scripted statuses.
+    retry_after: float | None = None
+    #: Answer ranged GETs with ``200`` and the whole body.
+    ignore_range: bool = False
+    #: Serve the bytes one past the requested range, and say so in ``Content-Range``.
+    wrong_content_range: bool = False
+    #: Send bodies with ``Content-Encoding: gzip``.
+    gzip: bool = False
+    #: Seconds to stall after sending headers, before the body.
+    stall_after_headers: float = 0.0
+    #: Replace the object's bytes (new ETag) after this many GETs of it.
+    replace_after_requests: int | None = None
+    #: The new bytes (default: the old bytes with every byte inverted).
+    replace_with: bytes | None = None
+    #: Answer every request with ``307`` to this base URL plus the request path.
+    redirect_to: str | None = None
+
+    # counters (managed by the server)
+    dropped: int = 0
+    gets: int = 0
+    replaced: bool = False
+
+    def reset(self) -> None:
+        """Back to a well-behaved server."""
+        for field in dataclasses.fields(self):
+            default = (field.default_factory() if field.default_factory is not dataclasses.MISSING
+                       else field.default)
+            setattr(self, field.name, default)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredObject:
+    data: bytes
+    etag: str
+    mtime: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestRecord:
+    """One request as the server saw it (headers include Range, If-Match, Authorization)."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    status: int
+
+
+def _stored(data: bytes) -> StoredObject:
+    return StoredObject(bytes(data), f'"{hashlib.md5(data).hexdigest()}"', time.time())
+
+
+class HTTPTestServer:
+    """An aiohttp object server on ``127.0.0.1`` (free port) in a background thread.
+
+    ``token``: require ``Authorization: Bearer <token>`` (else 401).
+    ``basic_auth``: require this ``(user, password)`` instead.
+    ``tls``: serve HTTPS with a certificate from a throwaway ``trustme`` CA whose
+    PEM is at :attr:`ca_bundle_path`; ``require_client_cert`` also demands a
+    client certificate (:attr:`client_cert_path`, :attr:`client_key_path`).
+    """
+
+    def __init__(self, *, token: str | None = None, basic_auth: tuple[str, str] | None = None,
+                 tls: bool = False, require_client_cert: bool = False) -> None:
+        self.token = token
+        self.basic_auth = basic_auth
+        self.tls = tls or require_client_cert
+        self.require_client_cert = require_client_cert
+        self.faults = HTTPFaults()
+        self.port = 0
+        self.ca_bundle_path: str | None = None
+        self.client_cert_path: str | None = None
+        self.client_key_path: str | None = None
+        self._objects: dict[str, StoredObject] = {}
+        self._log: list[RequestRecord] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._tmpdir: str | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> HTTPTestServer:
+        """Start serving (idempotent); returns ``self``."""
+        if self._thread is not None:
+            return self
+        ssl_ctx = self._make_tls() if self.tls else None
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def serve() -> None:
+            app = web.Application()
+            app.router.add_route("*", "/{key:.*}", self._handle)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_ctx, reuse_address=True)
+            await site.start()
+            self._runner = runner
+            self.port = runner.addresses[0][1]
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(serve())
+            except BaseException as exc:  # report start-up failures to start()
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="tensorstream-test-http", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if failure or not self.port:
+            self.stop()
+            raise RuntimeError(f"HTTP test server failed to start: {failure!r}")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and remove temporary certificates (idempotent)."""
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            if self._runner is not None:
+                fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop)
+                try:
+                    fut.result(10)
+                except Exception:
+                    pass
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+        if loop is not None and not loop.is_running():
+            loop.close()
+        self._loop = self._thread = self._runner = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __enter__(self) -> HTTPTestServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _make_tls(self) -> ssl.SSLContext:
+        import trustme  # test dependency
+
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        self._tmpdir = tempfile.mkdtemp(prefix="tensorstream-http-tls-")
+        self.ca_bundle_path = os.path.join(self._tmpdir, "ca.pem")
+        ca.cert_pem.write_to_path(self.ca_bundle_path)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(ctx)
+        if self.require_client_cert:
+            client = ca.issue_cert("tensorstream-client@example.com")
+            self.client_cert_path = os.path.join(self._tmpdir, "client.pem")
+            self.client_key_path = os.path.join(self._tmpdir, "client.key")
+            for blob in client.cert_chain_pems:
+                blob.write_to_path(self.client_cert_path, append=True)
+            client.private_key_pem.write_to_path(self.client_key_path)
+            ca.configure_trust(ctx)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    # -- objects and log ------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def url(self, key: str) -> str:
+        """The URL of ``key`` (no credentials in it)."""
+        return f"{self.base_url}/{key.lstrip('/')}"
+
+    uri = url  # the pytest plugin's backend API calls it ``uri``
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Storage options a client needs: token and CA bundle."""
+        opts: dict[str, Any] = {}
+        if self.token:
+            opts["token"] = self.token
+        if self.ca_bundle_path:
+            opts["ca_bundle"] = self.ca_bundle_path
+        if self.client_cert_path:
+            opts["client_cert"] = self.client_cert_path
+            opts["client_key"] = self.client_key_path
+        return opts
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store (or replace) an object; it gets a new ETag."""
+        with self._lock:
+            self._objects[key.lstrip("/")] = _stored(data)
+
+    def get(self, key: str) -> bytes:
+        """The stored bytes of ``key`` (``KeyError`` if absent)."""
+        with self._lock:
+            return self._objects[key.lstrip("/")].data
+
+    def etag(self, key: str) -> str:
+        with self._lock:
+            return self._objects[key.lstrip("/")].etag
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._objects.pop(key.lstrip("/"), None)
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """Every request answered so far (a copy)."""
+        with self._lock:
+            return list(self._log)
+
+    def requests_for(self, key: str, method: str | None = None) -> list[RequestRecord]:
+        """Requests whose path is ``/key`` (query ignored), optionally of one method."""
+        want = "/" + key.lstrip("/")
+        return [r for r in self.requests
+                if r.path.split("?", 1)[0] == want and (method is None or r.method == method)]
+
+    def clear_log(self) -> None:
+        with self._lock:
+            self._log.clear()
+
+    # -- serving --------------------------------------------------------------
+    def _record(self, request: web.BaseRequest, status: int) -> None:
+        with self._lock:
+            self._log.append(RequestRecord(request.method, request.path_qs,
+                                           dict(request.headers), status))
+
+    def _authorized(self, request: web.BaseRequest) -> bool:
+        got = request.headers.get("Authorization", "")
+        if self.token is not None and got != f"Bearer {self.token}":
+            return False
+        if self.basic_auth is not None:
+            import base64
+
+            want = base64.b64encode(":".join(self.basic_auth).encode()).decode()
+            return got == f"Basic {want}"
+        return True
+
+    def _simple(self, request: web.BaseRequest, status: int,
+                headers: dict[str, str] | None = None) -> web.Response:
+        self._record(request, status)
+        return web.Response(status=status, headers=headers)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        key = request.match_info["key"]
+        f = self.faults
+        faulty = f.key is None or f.key == key
+        if faulty and f.latency:
+            await asyncio.sleep(f.latency)
+        if faulty and f.redirect_to:
+            return self._simple(request, 307,
+                                {"Location": f.redirect_to.rstrip("/") + request.path_qs})
+        if faulty and f.status_script:
+            status = f.status_script.pop(0)
+            extra = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
+            return self._simple(request, status, extra)
+        if not self._authorized(request):
+            return self._simple(request, 401, {"WWW-Authenticate": "Bearer"})
+        if request.method not in ("GET", "HEAD"):
+            return self._simple(request, 405, {"Allow": "GET, HEAD"})
+        with self._lock:
+            obj = self._objects.get(key)
+            if obj is not None and faulty and request.method == "GET":
+                f.gets += 1
+                if (f.replace_after_requests is not None and not f.replaced
+                        and f.gets > f.replace_after_requests):
+                    new = f.replace_with or bytes(b ^ 0xFF for b in obj.data)
+                    obj = self._objects[key] = _stored(new)
+                    f.replaced = True
+        if obj is None:
+            return self._simple(request, 404)
+        if_match = request.headers.get("If-Match")
+        if if_match is not None and if_match.strip() != "*" and obj.etag not in [
+                t.strip() for t in if_match.split(",")]:
+            return self._simple(request, 412)
+        return await self._serve(request, obj, faulty)
+
+    async def _serve(self, request: web.Request, obj: StoredObject,
+                     faulty: bool) -> web.StreamResponse:
+        f = self.faults
+        size = len(obj.data)
+        headers = {"ETag": obj.etag, "Accept-Ranges": "bytes",
+                   "Last-Modified": formatdate(obj.mtime, usegmt=True)}
+        status, body = 200, obj.data
+        rng = request.headers.get("Range")
+        if rng and not (faulty and f.ignore_range):
+            try:
+                sl = request.http_range
+            except ValueError:
+                return self._simple(request, 416, {"Content-Range": f"bytes */{size}"})
+            start, stop, _ = sl.indices(size)
+            if sl.start is not None and sl.start >= size or start >= stop:
+                return self._simple(request, 416, {"Content-Range": f"bytes */{size}"})
+            if faulty and f.wrong_content_range:
+                start, stop = start + 1, min(stop + 1, size)
+            status, body = 206, obj.data[start:stop]
+            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+        if faulty and f.gzip:
+            body = gzip.compress(body)
+            headers["Content-Encoding"] = "gzip"
+        resp = web.StreamResponse(status=status, headers=headers)
+        resp.content_length = len(body)
+        self._record(request, status)
+        await resp.prepare(request)
+        if request.method == "HEAD":
+            return resp
+        if faulty and f.stall_after_headers:
+            await asyncio.sleep(f.stall_after_headers)
+        limit = len(body)
+        drop = faulty and f.drop_after is not None and (
+            f.drop_times is None or f.dropped < f.drop_times)
+        if drop:
+            f.dropped += 1
+            limit = min(limit, f.drop_after or 0)
+        await self._write_body(resp, memoryview(body)[:limit], f.rate_limit if faulty else None)
+        if drop and limit < len(body):
+            # Cut the connection mid-body: the client sees a short read.
+            if request.transport is not None:
+                request.transport.close()
+            return resp
+        await resp.write_eof()
+        return resp
+
+    @staticmethod
+    async def _write_body(resp: web.StreamResponse, body: memoryview,
+                          rate: int | None) -> None:
+        step = 256 << 10 if not rate else max(1, min(64 << 10, rate // 20))
+        t0 = time.monotonic()
+        for i in range(0, len(body), step):
+            await resp.write(body[i : i + step])
+            if rate:
+                ahead = (i + step) / rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
