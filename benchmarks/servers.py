@@ -196,7 +196,7 @@ def _paced_main(root: str, port: int, rate: int) -> None:
         return web.FileResponse(path, chunk_size=1 << 20)
 
     app = web.Application()
-    app.router.add_route("GET", "/{tail:.+}", handle)  # GET also answers HEAD
+    app.router.add_get("/{tail:.+}", handle, allow_head=True)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 

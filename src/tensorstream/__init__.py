@@ -8,9 +8,9 @@ file object that feeds ``tensorizer.TensorDeserializer``; ``tensorstream cp``.
 ...     ...
 """
 
-from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from . import errors
 from .api import get_provider, open, read_range, stat
@@ -31,7 +31,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tensorstream' has no attribute {name!r}")
@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-if TYPE_CHECKING:  # pragma: no cover
+if _TYPE_CHECKING:  # pragma: no cover
     from .credentials.describe import describe_credentials
     from .tensorizer_io import TensorizerConfig, deserialize, load_into_module, serialize
 

@@ -20,7 +20,6 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from .errors import IntegrityError
 from .providers.base import Writer
@@ -65,7 +64,9 @@ class BufferPool:
         self._free.put_nowait(buf)
 
     def drop(self, buf: bytearray) -> None:
-        self._allocated -= 1
+        """Retire ``buf`` (still in use by a thread) and put a fresh one in its place,
+        which also wakes a waiter."""
+        self._free.put_nowait(bytearray(self.size))
 
 
 class LocalPartFile:
@@ -94,6 +95,8 @@ class LocalPartFile:
         self._cond = threading.Condition()
         self._active = 0
         self._closed = False
+        self._done_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
         self._last_checkpoint = time.monotonic()
         self._published = False
 
@@ -158,21 +161,27 @@ class LocalPartFile:
                 n = os.pwrite(fd, view, pos)
                 view = view[n:]
                 pos += n
-        self.done[index] = d
+        with self._done_lock:
+            self.done[index] = d
         return d
 
     def maybe_checkpoint(self, force: bool = False) -> None:
         """Persist the journal (data first: fdatasync, then the journal, atomically)."""
         if not self.resume:
             return
-        now = time.monotonic()
-        if not force and now - self._last_checkpoint < _CHECKPOINT_SECONDS:
-            return
-        self._last_checkpoint = now
-        with self._using_fd() as fd:
-            os.fdatasync(fd)
-        body = json.dumps({"identity": self.identity,
-                           "parts": {str(k): v for k, v in sorted(self.done.items())}})
+        with self._checkpoint_lock:
+            now = time.monotonic()
+            if not force and now - self._last_checkpoint < _CHECKPOINT_SECONDS:
+                return
+            self._last_checkpoint = now
+            with self._done_lock:  # snapshot first: only parts already pwritten
+                parts = {str(k): v for k, v in sorted(self.done.items())}
+            with self._using_fd() as fd:
+                os.fdatasync(fd)
+            self._write_journal(parts)
+
+    def _write_journal(self, parts: dict[str, str]) -> None:
+        body = json.dumps({"identity": self.identity, "parts": parts})
         new = self.journal[: -len(".tmp")] + ".new.tmp"
         jfd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600,
                       dir_fd=self.dir_fd)
@@ -247,20 +256,20 @@ class SequentialSink:
         self.pool = pool
         self._ready: dict[int, tuple[bytearray, int]] = {}
         self._next = 0
-        self._cond = asyncio.Condition()
-        self._error: BaseException | None = None
+        self._changed = asyncio.Event()
 
-    async def deliver(self, index: int, buf: bytearray, length: int) -> None:
-        async with self._cond:
-            self._ready[index] = (buf, length)
-            self._cond.notify_all()
+    def deliver(self, index: int, buf: bytearray, length: int) -> None:
+        """Hand over a finished part (the sink now owns ``buf``)."""
+        self._ready[index] = (buf, length)
+        self._changed.set()
 
     async def run(self, count: int) -> None:
         """Write parts ``0..count-1`` in order as they become ready."""
         while self._next < count:
-            async with self._cond:
-                await self._cond.wait_for(lambda: self._next in self._ready)
-                buf, length = self._ready.pop(self._next)
+            while self._next not in self._ready:
+                self._changed.clear()
+                await self._changed.wait()
+            buf, length = self._ready.pop(self._next)
             try:
                 # A copy: a writer may keep the data after write() returns.
                 await self.writer.write(bytes(memoryview(buf)[:length]))
@@ -272,7 +281,3 @@ class SequentialSink:
         for buf, _ in self._ready.values():
             self.pool.put(buf)
         self._ready.clear()
-
-
-def describe(obj: Any) -> str:  # pragma: no cover - debugging aid
-    return f"{type(obj).__name__}"

@@ -38,6 +38,7 @@ __all__ = [
     "ConfigurationError",
     "ConnectionFailedError",
     "IncompleteReadError",
+    "InsecureTLSWarning",
     "IntegrityError",
     "InvalidRangeError",
     "InvalidURIError",
@@ -207,3 +208,7 @@ class RetriesExhaustedError(TensorstreamError, OSError):
         super().__init__(message, **context)
         self.attempts = attempts
         self.last_error = last_error
+
+
+class InsecureTLSWarning(UserWarning):
+    """TLS certificate verification was turned off with ``insecure=True``."""

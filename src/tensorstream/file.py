@@ -33,6 +33,7 @@ __all__ = ["StreamReader", "StreamWriter"]
 log = logging.getLogger("tensorstream.file")
 
 _WRITE_BUFFER = 8 << 20
+_MIN_WINDOW = 64 << 10
 
 
 def _as_byte_view(b: Any) -> memoryview:
@@ -66,7 +67,7 @@ class StreamReader(io.RawIOBase):
         self._uri = uri
         self._info = info
         self._pos = 0
-        self._buf: bytes | bytearray = b""
+        self._buf: bytes | memoryview = b""
         self._buf_start = 0
         self._owns_provider = owns_provider
         self._forks = 0
@@ -75,7 +76,13 @@ class StreamReader(io.RawIOBase):
         self._pid = _loop.loop_pid()
         cfg = provider.config.transfer
         self._large_read = cfg.large_read
-        self._readahead = cfg.readahead
+        self._readahead = max(1, cfg.readahead)
+        # Adaptive read-ahead window: starts small (tensorizer's header reads
+        # are followed by a large tensor read that goes straight to the
+        # tensor's memory, so a big window would fetch and copy those bytes
+        # twice) and grows while small reads keep missing it.
+        self._window = min(_MIN_WINDOW, self._readahead)
+        self._scratch = bytearray()  # reused window storage: no per-fill allocation
 
     # -- identity -------------------------------------------------------------
     @property
@@ -147,8 +154,10 @@ class StreamReader(io.RawIOBase):
         rest = view[filled:]
         if rest:
             start = self._pos + filled
-            if len(rest) >= self._large_read:
+            if len(rest) >= min(self._large_read, self._window):
+                # Buffering gains nothing for a read the window cannot cover.
                 self._fetch_into(start, rest)
+                self._window = min(_MIN_WINDOW, self._readahead)
             else:
                 self._fill_buffer(start, len(rest))
                 filled2 = self._copy_from_buffer(rest, start)
@@ -175,6 +184,7 @@ class StreamReader(io.RawIOBase):
         if self.closed:
             return
         self._buf = b""
+        self._scratch = bytearray()
         try:
             if self._owns_provider and self._pid == _loop.loop_pid():
                 _loop.run_sync(self._provider.close())
@@ -199,7 +209,7 @@ class StreamReader(io.RawIOBase):
         if not self._buf or offset < 0 or offset >= len(self._buf):
             return 0
         n = min(len(view), len(self._buf) - offset)
-        view[:n] = memoryview(self._buf)[offset : offset + n]
+        view[:n] = self._buf[offset : offset + n]
         return n
 
     def _fetch_into(self, start: int, view: memoryview) -> None:
@@ -215,11 +225,16 @@ class StreamReader(io.RawIOBase):
         )
 
     def _fill_buffer(self, start: int, need: int) -> None:
-        length = min(max(need, self._readahead), self._info.size - start)
-        buf = bytearray(length)
-        self._fetch_into(start, memoryview(buf))
-        self._buf = buf  # a bytearray: kept as is, no extra copy
+        length = min(max(need, self._window), self._info.size - start)
+        if len(self._scratch) < length:
+            self._buf = b""
+            self._scratch = bytearray(max(length, min(self._readahead, self._info.size)))
+        view = memoryview(self._scratch)[:length]
+        self._buf = b""  # invalid while being refilled (an error leaves it empty)
+        self._fetch_into(start, view)
+        self._buf = view
         self._buf_start = start
+        self._window = min(self._window * 4, self._readahead)
 
 
 class StreamWriter(io.RawIOBase):

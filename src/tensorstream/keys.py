@@ -74,8 +74,8 @@ def relative_key(path: str, base: str) -> str | None:
 
     Comparing with the trailing ``/`` keeps ``data-evil/x`` out of ``data/``.
     """
-    if not base.endswith("/"):
-        raise ValueError("base must end with '/'")
+    if base and not base.endswith("/"):
+        raise ValueError("base must be empty or end with '/'")
     if not path.startswith(base):
         return None
     return path[len(base):]

@@ -131,7 +131,7 @@ class PolicyProvider(Provider):
                     last_error=exc,
                     service=self.service,
                     operation=operation,
-                    path=redact_text(path),
+                    path=exc.path or redact_text(path),
                 ) from exc
             raise
         raise AssertionError("unreachable")  # pragma: no cover
@@ -149,17 +149,21 @@ class PolicyProvider(Provider):
         """Fill ``buffer`` exactly, retrying temporary errors and resuming broken bodies."""
         total = len(buffer)
         done = 0
+        pinned = etag
 
         async def attempt() -> int:
-            nonlocal done
+            nonlocal done, pinned
             view = buffer[done:]
             try:
-                n = await self.inner.readinto(path, offset + done, view, etag=etag)
+                n = await self.inner.readinto(path, offset + done, view, etag=pinned)
             except TensorstreamError as exc:
                 received = int(getattr(exc, "received", 0) or 0)
                 if received and exc.temporary:
                     done += received
                     self.metrics.resumed_bytes += received
+                    # Resume only from the same version of the object: pin to the
+                    # ETag the broken response was served under.
+                    pinned = pinned or getattr(exc, "etag", None)
                 raise
             if n != len(view):
                 raise AssertionError(
@@ -209,7 +213,7 @@ class PolicyProvider(Provider):
         if etag is not None and info.etag is not None and info.etag != etag:
             raise ObjectChangedError(
                 "object changed while it was being read",
-                service=self.service, operation="read", path=redact_text(path),
+                service=self.service, operation="read", path=redact_text(path),  # redacts ?query
             )
         return info
 

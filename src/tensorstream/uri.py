@@ -174,9 +174,19 @@ def redact(uri: str) -> str:
 _URI_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
+_SECRET_PARAM_IN_TEXT = re.compile(
+    r"([?&;])("
+    + "|".join(re.escape(p) for p in sorted(SECRET_QUERY_PARAMS - _SECRET_PARAM_EXCEPTIONS))
+    + r")=([^&\s'\"#]*)",
+    re.IGNORECASE,
+)
+
+
 def redact_text(text: str) -> str:
-    """Redact every URI that appears inside free text (log lines, messages)."""
-    return _URI_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+    """Redact every URI inside free text (log lines, messages), and secret
+    query parameters even where they follow a bare ``/path?``."""
+    text = _URI_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+    return _SECRET_PARAM_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}={_REDACTED}", text)
 
 
 def _parse_port(parts: urllib.parse.SplitResult, raw: str) -> int | None:

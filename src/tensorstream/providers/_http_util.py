@@ -76,8 +76,12 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    try:  # delta-seconds (fractions tolerated)
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if 0 <= seconds < float("inf") else None
     when = parse_http_date(value)
     if when is None:
         return None

@@ -65,12 +65,10 @@ MAX_REDIRECTS = 5
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 #: aiohttp's per-response read buffer; larger means fewer pause/resume cycles.
 _READ_BUFSIZE = 1 << 20
+from ..errors import InsecureTLSWarning  # noqa: E402  (re-exported for compatibility)
+
 _IDENTITY = {"Accept-Encoding": "identity"}
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-
-
-class InsecureTLSWarning(UserWarning):
-    """TLS certificate verification was disabled with ``insecure=True``."""
 
 
 def _origin(url: URL) -> tuple[str, str, int | None]:
@@ -123,6 +121,15 @@ def _map_error(
     if isinstance(source, (aiohttp.ClientConnectionError, OSError)):
         return ConnectionFailedError(f"connection failed ({what})", **where)
     return ProtocolError(f"HTTP client error ({what})", **where)
+
+
+def _note_etag(exc: TensorstreamError, etag: str | None) -> TensorstreamError:
+    # A broken body remembers which version its first bytes came from, so a
+    # resumed request can be pinned to it (If-Match) and never mix versions.
+    received: Any = getattr(exc, "received", None)
+    if etag and received and not hasattr(exc, "etag"):
+        exc.etag = etag  # type: ignore[attr-defined]
+    return exc
 
 
 class HTTPProvider(Provider):
@@ -339,9 +346,11 @@ class HTTPProvider(Provider):
         if etag and not etag.startswith("W/"):  # If-Match needs a strong ETag
             headers["If-Match"] = etag
         received = 0
+        served: str | None = None
         try:
             async with self._send("GET", path, headers) as resp:
                 self._check_ranged_response(resp, path, offset, last, etag)
+                served = resp.headers.get("ETag")
                 content = resp.content
                 while received < want:
                     chunk = await content.readany()
@@ -355,10 +364,11 @@ class HTTPProvider(Provider):
                     if n < len(chunk):
                         raise ProtocolError("the server sent more bytes than the range",
                                             service="http", path=_redact_path(path))
-        except TensorstreamError:
+        except TensorstreamError as exc:
+            _note_etag(exc, served)
             raise
         except _TRANSPORT_ERRORS as exc:
-            raise _map_error(exc, path, received=received) from exc
+            raise _note_etag(_map_error(exc, path, received=received), served) from exc
         return want
 
     @staticmethod
@@ -375,6 +385,12 @@ class HTTPProvider(Provider):
         if encoding not in ("", "identity"):
             raise refuse(f"refusing a ranged body with Content-Encoding {encoding!r}")
         cr = parse_content_range(resp.headers.get("Content-Range"))
+        if (cr is not None and cr.first == first and cr.total is not None
+                and cr.last == cr.total - 1 < last):
+            # RFC 9110 servers clamp a range that runs past the end.
+            raise InvalidRangeError(
+                f"range [{first}, {last + 1}) is past the end of a {cr.total}-byte object",
+                service="http", path=_redact_path(path))
         if cr is None or (cr.first, cr.last) != (first, last):
             raise refuse(f"Content-Range {resp.headers.get('Content-Range')!r} does not match "
                          f"the requested bytes {first}-{last}")

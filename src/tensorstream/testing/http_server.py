@@ -63,6 +63,8 @@ class HTTPFaults:
     ignore_range: bool = False
     #: Serve the bytes one past the requested range, and say so in ``Content-Range``.
     wrong_content_range: bool = False
+    #: Omit ``Content-Length`` (the body is sent with chunked transfer encoding).
+    no_content_length: bool = False
     #: Send bodies with ``Content-Encoding: gzip``.
     gzip: bool = False
     #: Seconds to stall after sending headers, before the body.
@@ -71,6 +73,8 @@ class HTTPFaults:
     replace_after_requests: int | None = None
     #: The new bytes (default: the old bytes with every byte inverted).
     replace_with: bytes | None = None
+    #: Ignore ``If-Match`` (serve the current bytes whatever the client pinned).
+    ignore_if_match: bool = False
     #: Answer every request with ``307`` to this base URL plus the request path.
     redirect_to: str | None = None
 
@@ -333,6 +337,8 @@ class HTTPTestServer:
         if obj is None:
             return self._simple(request, 404)
         if_match = request.headers.get("If-Match")
+        if faulty and f.ignore_if_match:
+            if_match = None
         if if_match is not None and if_match.strip() != "*" and obj.etag not in [
                 t.strip() for t in if_match.split(",")]:
             return self._simple(request, 412)
@@ -352,7 +358,7 @@ class HTTPTestServer:
             except ValueError:
                 return self._simple(request, 416, {"Content-Range": f"bytes */{size}"})
             start, stop, _ = sl.indices(size)
-            if sl.start is not None and sl.start >= size or start >= stop:
+            if (sl.start is not None and sl.start >= size) or start >= stop:
                 return self._simple(request, 416, {"Content-Range": f"bytes */{size}"})
             if faulty and f.wrong_content_range:
                 start, stop = start + 1, min(stop + 1, size)
@@ -362,7 +368,10 @@ class HTTPTestServer:
             body = gzip.compress(body)
             headers["Content-Encoding"] = "gzip"
         resp = web.StreamResponse(status=status, headers=headers)
-        resp.content_length = len(body)
+        if faulty and f.no_content_length:
+            resp.enable_chunked_encoding()
+        else:
+            resp.content_length = len(body)
         self._record(request, status)
         await resp.prepare(request)
         if request.method == "HEAD":
@@ -375,13 +384,17 @@ class HTTPTestServer:
         if drop:
             f.dropped += 1
             limit = min(limit, f.drop_after or 0)
-        await self._write_body(resp, memoryview(body)[:limit], f.rate_limit if faulty else None)
-        if drop and limit < len(body):
-            # Cut the connection mid-body: the client sees a short read.
-            if request.transport is not None:
-                request.transport.close()
-            return resp
-        await resp.write_eof()
+        try:
+            await self._write_body(resp, memoryview(body)[:limit],
+                                   f.rate_limit if faulty else None)
+            if drop and limit < len(body):
+                # Cut the connection mid-body: the client sees a short read.
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass  # the client hung up (e.g. it refused what it saw): not a server error
         return resp
 
     @staticmethod

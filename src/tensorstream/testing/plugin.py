@@ -1,1 +1,172 @@
-"""pytest plugin: mocked S3, HTTP and Redis backends as fixtures (see docs/testing.md)."""
+"""pytest plugin: mocked S3, HTTP and Redis backends as fixtures (see docs/testing.md).
+
+Registered through the ``pytest11`` entry point, so any project that installs
+tensorstream (with its ``test`` extra) gets, with no conftest:
+
+* ``tensorstream_s3`` -- moto's S3 server behind an HTTP fault proxy; a fresh
+  bucket per test; AWS/S3 environment variables and config files isolated;
+* ``tensorstream_http`` -- an aiohttp object server (Range, ETag); mark a test
+  ``@pytest.mark.tensorstream_http(tls=True, token=True)`` for TLS (trustme CA
+  in ``.ca_bundle``) and/or bearer auth;
+* ``tensorstream_redis`` -- Debian's ``redis-server`` when installed, else
+  fakeredis (``.kind`` says which), behind a TCP fault proxy;
+* ``tensorstream_backend`` -- each of the above in turn (ids ``s3``, ``http``, ``redis``).
+
+Servers live for the whole session and start on first use; every test gets
+its own bucket or key prefix, and faults are reset after it, pass or fail.
+This module imports only pytest at import time, so it costs nothing in test
+runs that do not use it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .backends import Backend, BackendServers, HTTPBackend, RedisBackend, S3Backend
+
+REAL_REDIS_MARK = "tensorstream_real_redis"
+HTTP_MARK = "tensorstream_http"
+_ENV_PREFIXES = ("AWS_", "S3_")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tensorstream", "tensorstream mocked backends")
+    group.addoption(
+        "--tensorstream-require-real-redis", action="store_true", default=False,
+        help="fail (instead of using fakeredis) when redis-server is not installed",
+    )
+    group.addoption(
+        "--tensorstream-redis", choices=("auto", "real", "fake"), default=None,
+        help="which Redis serves tensorstream_redis: redis-server if installed (auto), "
+             "always redis-server (real), or always fakeredis (fake)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{REAL_REDIS_MARK}: this test needs Debian's redis-server, not fakeredis"
+    )
+    config.addinivalue_line(
+        "markers", f"{HTTP_MARK}(tls=False, token=None): configure the tensorstream_http "
+                   "server (token=True makes one up)"
+    )
+
+
+@pytest.fixture(scope="session")
+def tensorstream_servers(request: pytest.FixtureRequest) -> Iterator[BackendServers]:
+    """The session's lazily started servers (used by the backend fixtures)."""
+    from .backends import BackendServers
+
+    mode = request.config.getoption("--tensorstream-redis") or "auto"
+    if request.config.getoption("--tensorstream-require-real-redis"):
+        mode = "real"
+    servers = BackendServers(redis=mode)
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+def _isolate_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy from the environment must never see loopback test traffic.
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+
+
+def _isolate_aws(monkeypatch: pytest.MonkeyPatch, directory: str) -> None:
+    from .s3_server import isolated_s3_env
+
+    for name in list(os.environ):
+        if name.startswith(_ENV_PREFIXES):
+            monkeypatch.delenv(name, raising=False)
+    for name, value in isolated_s3_env(directory).items():
+        monkeypatch.setenv(name, value)
+
+
+def _closing(backend: Backend) -> Iterator[Any]:
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def tensorstream_s3(
+    tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[S3Backend]:
+    """A fresh bucket on moto's S3 server, reached through a fault proxy.
+
+    The environment is isolated for the test: ``AWS_*``/``S3_*`` variables are
+    removed, config/credential files point at an empty file, ``HOME`` at an
+    empty directory and instance metadata is disabled.
+    """
+    _isolate_network(monkeypatch)
+    _isolate_aws(monkeypatch, str(tmp_path_factory.mktemp("tensorstream-aws")))
+    yield from _closing(tensorstream_servers.s3())
+
+
+@pytest.fixture
+def tensorstream_http(
+    tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> Iterator[HTTPBackend]:
+    """A key prefix on an aiohttp object server with Range and ETag support.
+
+    Configure with ``@pytest.mark.tensorstream_http(tls=True, token=True)`` or
+    indirect parametrisation with a dict of the same keywords.
+    """
+    kwargs: dict[str, Any] = {}
+    marker = request.node.get_closest_marker(HTTP_MARK)
+    if marker is not None:
+        kwargs.update(marker.kwargs)
+    if isinstance(getattr(request, "param", None), dict):
+        kwargs.update(request.param)
+    unknown = set(kwargs) - {"tls", "token"}
+    if unknown:
+        raise TypeError(f"{HTTP_MARK} takes tls= and token=, not {', '.join(sorted(unknown))}")
+    _isolate_network(monkeypatch)
+    yield from _closing(tensorstream_servers.http(**kwargs))
+
+
+@pytest.fixture
+def tensorstream_redis(
+    tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> Iterator[RedisBackend]:
+    """A key prefix on Redis (``.kind``: ``"redis-server"`` or ``"fakeredis"``),
+    reached through a TCP fault proxy.
+
+    ``@pytest.mark.tensorstream_real_redis`` or ``--tensorstream-require-real-redis``
+    make a missing ``redis-server`` an error instead of a fallback.
+    """
+    require_real = (request.node.get_closest_marker(REAL_REDIS_MARK) is not None
+                    or request.config.getoption("--tensorstream-require-real-redis"))
+    backend = tensorstream_servers.redis()
+    if require_real and backend.kind != "redis-server":
+        backend.close()
+        pytest.fail("this test requires Debian's redis-server (tensorstream_real_redis), but "
+                    "redis-server is not installed or --tensorstream-redis=fake was given",
+                    pytrace=False)
+    for name in ("REDIS_USERNAME", "REDIS_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    _isolate_network(monkeypatch)
+    yield from _closing(backend)
+
+
+@pytest.fixture(params=["s3", "http", "redis"])
+def tensorstream_backend(request: pytest.FixtureRequest) -> Backend:
+    """Each mocked backend in turn (ids ``s3``, ``http``, ``redis``). Faults a
+    backend cannot inject (e.g. ``status_script`` on Redis) skip the test."""
+    backend: Backend = request.getfixturevalue(f"tensorstream_{request.param}")
+    backend.faults.on_unsupported = _skip
+    return backend
+
+
+def _skip(message: str) -> None:
+    pytest.skip(message)

@@ -1,0 +1,259 @@
+"""``TensorizerConfig``: vLLM's tensorizer options, wired to tensorstream.
+
+Field and flag names match vLLM's ``TensorizerConfig`` so a vLLM user's
+settings carry over. Unlike vLLM, the ``S3_ACCESS_KEY_ID`` /
+``S3_SECRET_ACCESS_KEY`` / ``S3_ENDPOINT_URL`` fallbacks really reach the
+stream (as the ``s3_*`` options of :func:`tensorstream.open`), and any
+tensorstream URI works, ``redis://`` included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._tensorizer_sharding import is_sharded, shard_uri
+from .credentials.base import mask
+from .errors import ConfigurationError
+from .uri import redact
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from tensorizer import TensorDeserializer
+
+    from .file import StreamReader, StreamWriter
+
+__all__ = ["TensorizerConfig"]
+
+#: Field -> environment variable consulted when the field is unset (vLLM's names).
+ENV_FALLBACKS = {
+    "s3_access_key_id": "S3_ACCESS_KEY_ID",
+    "s3_secret_access_key": "S3_SECRET_ACCESS_KEY",
+    "s3_endpoint": "S3_ENDPOINT_URL",
+}
+_SECRET_WORDS = ("secret", "password", "token", "key", "passphrase")
+
+
+def _is_secret_name(name: str) -> bool:
+    return any(w in name.lower() for w in _SECRET_WORDS) and name != "s3_access_key_id"
+
+
+def _masked_mapping(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {k: (mask(str(v)) if _is_secret_name(k) and v else v) for k, v in d.items()}
+
+
+@dataclasses.dataclass(repr=False)
+class TensorizerConfig:
+    """vLLM-compatible tensorizer settings.
+
+    ``tensorizer_dir`` alone means ``<dir>/model.tensors``; given
+    ``tensorizer_uri``, ``tensorizer_dir`` is derived from it (vLLM's rules).
+    ``stream_kwargs`` are extra :func:`tensorstream.open` options,
+    ``deserialization_kwargs`` extra :func:`tensorstream.deserialize`
+    arguments (``dtype``, ``lazy_load``, ``encryption``...) and
+    ``serialization_kwargs`` extra :func:`tensorstream.serialize` arguments.
+
+    >>> cfg = TensorizerConfig(tensorizer_dir="s3://bucket/opt-125m")
+    >>> cfg.tensorizer_uri
+    's3://bucket/opt-125m/model.tensors'
+    """
+
+    tensorizer_uri: str | None = None
+    tensorizer_dir: str | None = None
+    vllm_tensorized: bool | None = None
+    verify_hash: bool | None = None
+    num_readers: int | None = None
+    encryption_keyfile: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    s3_endpoint: str | None = None
+    stream_kwargs: dict[str, Any] | None = None
+    deserialization_kwargs: dict[str, Any] | None = None
+    serialization_kwargs: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.tensorizer_uri is not None and not isinstance(self.tensorizer_uri, str):
+            self.tensorizer_uri = os.fspath(self.tensorizer_uri)
+        if self.tensorizer_uri:
+            self.tensorizer_dir = self.tensorizer_uri.rsplit("/", 1)[0] if "/" in \
+                self.tensorizer_uri else ""
+        elif self.tensorizer_dir:
+            self.tensorizer_uri = f"{self.tensorizer_dir.rstrip('/')}/model.tensors"
+        else:
+            raise ConfigurationError(
+                "TensorizerConfig needs tensorizer_uri (e.g. s3://bucket/model.tensors) "
+                "or tensorizer_dir (the file is then <dir>/model.tensors)"
+            )
+        self.stream_kwargs = dict(self.stream_kwargs or {})
+        self.deserialization_kwargs = dict(self.deserialization_kwargs or {})
+        self.serialization_kwargs = dict(self.serialization_kwargs or {})
+
+    # -- presentation: secrets never shown or pickled -------------------------
+    def __repr__(self) -> str:
+        shown = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "s3_secret_access_key":
+                v = mask(v) if v else None
+            elif f.name in ("tensorizer_uri", "tensorizer_dir", "encryption_keyfile",
+                            "s3_endpoint") and isinstance(v, str):
+                v = redact(v)
+            elif isinstance(v, dict):
+                v = _masked_mapping(v)
+            shown.append(f"{f.name}={v!r}")
+        return f"TensorizerConfig({', '.join(shown)})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        if self.s3_secret_access_key or any(
+            _is_secret_name(k) and v for k, v in (self.stream_kwargs or {}).items()
+        ):
+            raise TypeError(
+                "refusing to pickle a TensorizerConfig holding secrets; pass them through "
+                "the environment (S3_SECRET_ACCESS_KEY) in the receiving process instead"
+            )
+        return (_rebuild, (dataclasses.asdict(self),))
+
+    # -- derived settings ------------------------------------------------------
+    @property
+    def is_sharded(self) -> bool:
+        """True when ``tensorizer_uri`` holds a rank template such as ``%03d``."""
+        return is_sharded(self.tensorizer_uri or "")
+
+    def uri_for(self, rank: int | None = None, world_size: int | None = None) -> str:
+        """``tensorizer_uri`` with the rank template filled in."""
+        assert self.tensorizer_uri is not None
+        return shard_uri(self.tensorizer_uri, rank=rank, world_size=world_size)
+
+    def verify_with_parallel_config(self, world_size: int) -> None:
+        """Raise unless a world size above 1 comes with a rank template (vLLM's check)."""
+        if world_size > 1 and not self.is_sharded:
+            raise ConfigurationError(
+                f"tensor parallel size is {world_size} but tensorizer_uri has no rank template; "
+                "use a zero-padded one such as 'model-rank-%03d.tensors'"
+            )
+
+    def stream_options(self) -> dict[str, Any]:
+        """Options for :func:`tensorstream.open`: ``stream_kwargs`` plus the ``s3_*``
+        fields, each falling back to its environment variable (vLLM's names)."""
+        opts = dict(self.stream_kwargs or {})
+        for name, env in ENV_FALLBACKS.items():
+            value = getattr(self, name) or os.environ.get(env) or None
+            if value is not None:
+                opts.setdefault(name, value)
+        return opts
+
+    def deserializer_options(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`tensorstream.deserialize` (options excluded)."""
+        kw: dict[str, Any] = {}
+        if self.num_readers is not None:
+            kw["num_readers"] = self.num_readers
+        if self.verify_hash is not None:
+            kw["verify_hash"] = bool(self.verify_hash)
+        if self.encryption_keyfile:
+            from ._tensorizer_crypto import Encryption
+
+            kw["encryption"] = Encryption(keyfile=self.encryption_keyfile)
+        kw.update(self.deserialization_kwargs or {})
+        return kw
+
+    def serializer_options(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`tensorstream.serialize` (options excluded)."""
+        kw: dict[str, Any] = {}
+        if self.encryption_keyfile:
+            from ._tensorizer_crypto import Encryption
+
+            kw["encryption"] = Encryption(keyfile=self.encryption_keyfile)
+        kw.update(self.serialization_kwargs or {})
+        return kw
+
+    # -- actions ---------------------------------------------------------------
+    def open_stream(
+        self, mode: str = "rb", *, rank: int | None = None, world_size: int | None = None
+    ) -> StreamReader | StreamWriter:
+        """``tensorstream.open`` of this rank's file with :meth:`stream_options`."""
+        from .api import open as ts_open
+
+        return ts_open(self.uri_for(rank, world_size), mode, **self.stream_options())  # type: ignore[call-overload,no-any-return]
+
+    def deserialize(
+        self,
+        device: str | torch.device | None = None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        **overrides: Any,
+    ) -> TensorDeserializer:
+        """:func:`tensorstream.deserialize` with these settings."""
+        from .tensorizer_io import deserialize
+
+        kw = {**self.deserializer_options(), **overrides}
+        return deserialize(self.uri_for(rank, world_size), device, **kw, **self.stream_options())
+
+    def load_into_module(
+        self,
+        module: torch.nn.Module,
+        device: str | torch.device | None = None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        **overrides: Any,
+    ) -> int:
+        """:func:`tensorstream.load_into_module` with these settings."""
+        from .tensorizer_io import load_into_module
+
+        kw = {**self.deserializer_options(), **overrides}
+        return load_into_module(
+            module, self.uri_for(rank, world_size), device, **kw, **self.stream_options()
+        )
+
+    def serialize(
+        self, obj: Any, *, rank: int | None = None, world_size: int | None = None
+    ) -> str:
+        """:func:`tensorstream.serialize` ``obj`` to this rank's URI; returns the URI."""
+        from .tensorizer_io import serialize
+
+        return serialize(
+            obj, self.uri_for(rank, world_size), **self.serializer_options(),
+            **self.stream_options(),
+        )
+
+    # -- command line ------------------------------------------------------------
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """Register vLLM's tensorizer flags on ``parser`` (in a "tensorizer options" group)."""
+        g = parser.add_argument_group("tensorizer options")
+        g.add_argument("--tensorizer-uri", default=None,
+                       help="tensorizer file: a path or an http(s)://, s3:// or redis:// URI; "
+                            "may hold a rank template such as model-rank-%%03d.tensors")
+        g.add_argument("--tensorizer-dir", default=None,
+                       help="directory URI holding model.tensors (instead of --tensorizer-uri)")
+        g.add_argument("--verify-hash", action="store_true", default=None,
+                       help="check every tensor against the hash stored in the file")
+        g.add_argument("--encryption-keyfile", default=None,
+                       help="URI of the binary key file used to decrypt (or encrypt) tensors")
+        g.add_argument("--num-readers", type=int, default=None,
+                       help="parallel readers (default: tensorstream's)")
+        g.add_argument("--s3-access-key-id", default=None,
+                       help="S3 access key id (default: $S3_ACCESS_KEY_ID, then AWS's chain)")
+        g.add_argument("--s3-secret-access-key", default=None,
+                       help="S3 secret key (default: $S3_SECRET_ACCESS_KEY, then AWS's chain)")
+        g.add_argument("--s3-endpoint", default=None,
+                       help="S3 endpoint URL (default: $S3_ENDPOINT_URL, then AWS's)")
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> TensorizerConfig:
+        """Build from parsed flags (any attribute named like a field is used)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+
+
+def _rebuild(state: dict[str, Any]) -> TensorizerConfig:
+    return TensorizerConfig(**state)

@@ -1,0 +1,83 @@
+"""The one place where redis-py errors become tensorstream errors."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+
+from redis import exceptions as rex
+
+from ..errors import (
+    ConnectionFailedError,
+    PermissionDeniedError,
+    ProtocolError,
+    ServiceUnavailableError,
+    StorageTimeoutError,
+    TensorstreamError,
+)
+from ..uri import redact_text
+
+__all__ = ["map_redis_error", "REDIS_ERRORS"]
+
+#: Exceptions :func:`map_redis_error` understands (what providers catch).
+REDIS_ERRORS: tuple[type[BaseException], ...] = (
+    rex.RedisError,
+    rex.RedisClusterException,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+_TLS_MARKERS = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "Hostname mismatch",
+                "hostname mismatch", "doesn't match")
+
+
+def _tls_verification_failed(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLCertVerificationError):
+            return True
+        if any(m in str(cur) for m in _TLS_MARKERS):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def map_redis_error(exc: BaseException, *, who: str = "") -> TensorstreamError:
+    """Map a redis-py / socket error to a tensorstream error (temporary where retrying helps).
+
+    ``who`` describes the credentials (``user 'x' (from ...), password from
+    env REDIS_PASSWORD``) and never contains a secret. redis-py's own
+    messages carry no passwords; they are still passed through
+    :func:`redact_text`.
+    """
+    if isinstance(exc, TensorstreamError):
+        return exc
+    text = redact_text(str(exc)) or type(exc).__name__
+    auth = (rex.AuthenticationError, rex.AuthenticationWrongNumberOfArgsError)
+    if isinstance(exc, auth) or text.startswith(("NOAUTH", "WRONGPASS")):
+        return PermissionDeniedError(
+            f"Redis authentication failed as {who or 'the default user'}: {text}"
+        )
+    if isinstance(exc, (rex.NoPermissionError, rex.AuthorizationError)):
+        return PermissionDeniedError(f"Redis refused the command for {who}: {text}")
+    if isinstance(exc, (rex.TimeoutError, asyncio.TimeoutError, TimeoutError)):
+        return StorageTimeoutError(f"Redis did not answer in time: {text}")
+    if _tls_verification_failed(exc):
+        err = ConnectionFailedError(
+            f"TLS certificate verification failed: {text}; pass ca_bundle=<file> to trust a "
+            "private CA (insecure=True disables verification)"
+        )
+        err.temporary = False  # a wrong certificate does not fix itself
+        return err
+    if isinstance(exc, rex.OutOfMemoryError):
+        return ServiceUnavailableError(f"Redis is out of memory (maxmemory): {text}")
+    if isinstance(exc, (rex.BusyLoadingError, rex.TryAgainError, rex.ClusterDownError,
+                        rex.ReadOnlyError)):
+        return ServiceUnavailableError(f"Redis is temporarily unavailable: {text}")
+    if isinstance(exc, (rex.ConnectionError, rex.RedisClusterException, OSError)):
+        return ConnectionFailedError(f"Redis connection failed: {text}")
+    if isinstance(exc, rex.ResponseError):
+        return ProtocolError(f"Redis answered with an error: {text}")
+    return ProtocolError(f"Redis client error: {type(exc).__name__}: {text}")

@@ -1,0 +1,172 @@
+"""How objects are laid out in Redis keys (no I/O here; see docs/redis.md).
+
+Three shapes are read; tensorstream writes only the first:
+
+* **manifest** -- key ``K`` is a hash ``{tensorstream, size, chunk_size,
+  generation, checksum, mtime}``; the bytes live in string keys
+  ``K:<generation>:<offset>`` of ``chunk_size`` bytes (the last one shorter).
+  That is also the layout tensorizer's ``redis://host/K`` loader reads
+  (it scans ``K:*`` and orders keys by the number after the last colon).
+* **string** -- key ``K`` is a plain string: a one-chunk object.
+* **tensorizer** -- no key ``K``, but keys ``K:<name>:<offset>`` written by
+  ``TensorDeserializer.to_redis(client, K)``, contiguous from offset 0.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import re
+from collections.abc import Mapping
+
+from ..errors import ProtocolError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Layout",
+    "chunk_key",
+    "escape_glob",
+    "manifest_fields",
+    "parse_manifest",
+    "tensorizer_layout",
+]
+
+FORMAT_VERSION = "1"
+_GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
+_CHUNK_SUFFIX = re.compile(rb":(\d+)$")
+
+
+def escape_glob(text: str) -> str:
+    """Escape Redis ``MATCH`` glob characters so ``text`` matches only itself."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def chunk_key(path: str, generation: str, offset: int) -> str:
+    """Name of the chunk of ``path``'s ``generation`` starting at ``offset``."""
+    return f"{path}:{generation}:{offset}"
+
+
+def chunk_offset(key: bytes) -> int | None:
+    """The byte offset a ``...:<offset>`` key holds, or ``None``."""
+    m = _CHUNK_SUFFIX.search(key)
+    return int(m.group(1)) if m else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the bytes of one object live."""
+
+    kind: str  # "manifest" | "string" | "tensorizer"
+    path: str
+    size: int
+    etag: str | None
+    chunk_size: int = 0
+    generation: str = ""
+    checksum: str | None = None
+    mtime: float | None = None
+    #: tensorizer/string layouts: non-empty (key, start offset), sorted by offset.
+    keys: tuple[tuple[bytes, int], ...] = ()
+    #: tensorizer layout: zero-length keys (empty tensors), deleted with the object.
+    empty_keys: tuple[bytes, ...] = ()
+
+    def segments(self, offset: int, length: int) -> list[tuple[bytes, int, int]]:
+        """``(key, start_in_key, length)`` covering ``[offset, offset + length)`` in order."""
+        out: list[tuple[bytes, int, int]] = []
+        end = offset + length
+        if length <= 0:
+            return out
+        if self.kind == "manifest":
+            cs = self.chunk_size
+            pos = offset
+            while pos < end:
+                start = pos - pos % cs
+                n = min(end, start + cs) - pos
+                out.append((chunk_key(self.path, self.generation, start).encode(), pos - start, n))
+                pos += n
+            return out
+        starts = [s for _, s in self.keys]
+        i = bisect.bisect_right(starts, offset) - 1
+        pos = offset
+        while pos < end:
+            key, start = self.keys[i]
+            stop = self.keys[i + 1][1] if i + 1 < len(self.keys) else self.size
+            n = min(end, stop) - pos
+            out.append((key, pos - start, n))
+            pos += n
+            i += 1
+        return out
+
+    def chunk_keys(self) -> list[bytes]:
+        """Every key holding this object's bytes (manifest key excluded)."""
+        if self.kind == "manifest":
+            return [chunk_key(self.path, self.generation, s).encode()
+                    for s in range(0, self.size, self.chunk_size)]
+        return [k for k, _ in self.keys] + list(self.empty_keys)
+
+
+def manifest_fields(*, size: int, chunk_size: int, generation: str, checksum: str,
+                    mtime: float) -> dict[str, str]:
+    """The hash fields a manifest is published with."""
+    return {
+        "tensorstream": FORMAT_VERSION,
+        "size": str(size),
+        "chunk_size": str(chunk_size),
+        "generation": generation,
+        "checksum": checksum,
+        "mtime": f"{mtime:.6f}",
+    }
+
+
+def parse_manifest(path: str, fields: Mapping[bytes, bytes]) -> Layout:
+    """A :class:`Layout` from a manifest hash; :class:`ProtocolError` if it is not one."""
+    try:
+        if fields.get(b"tensorstream") != FORMAT_VERSION.encode():
+            raise KeyError("tensorstream")
+        size = int(fields[b"size"])
+        chunk_size = int(fields[b"chunk_size"])
+        generation = fields[b"generation"].decode()
+        checksum = fields.get(b"checksum", b"").decode() or None
+        mtime = float(fields[b"mtime"]) if b"mtime" in fields else None
+    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"key {path!r} holds a hash that is not a tensorstream manifest "
+                            f"(format {FORMAT_VERSION})") from exc
+    if size < 0 or chunk_size < 1 or not generation:
+        raise ProtocolError(f"corrupt tensorstream manifest at {path!r}")
+    return Layout("manifest", path, size, generation, chunk_size=chunk_size,
+                  generation=generation, checksum=checksum, mtime=mtime)
+
+
+def tensorizer_layout(path: str, sized_keys: list[tuple[bytes, int]]) -> Layout | None:
+    """A :class:`Layout` over ``to_redis`` keys ``path:<name>:<offset>`` with their sizes.
+
+    ``None`` when there are none; :class:`ProtocolError` when the keys do not
+    form one contiguous stream from offset 0 (a gap would mean zero-filled bytes).
+    """
+    entries: list[tuple[int, bytes, int]] = []
+    for key, size in sized_keys:
+        off = chunk_offset(key)
+        if off is not None:
+            entries.append((off, key, size))
+    if not entries:
+        return None
+    entries.sort()
+    pos = 0
+    for off, key, size in entries:
+        if off != pos:
+            raise ProtocolError(
+                f"keys under {path!r}:* are not one contiguous stream: expected offset {pos}, "
+                f"found {key.decode(errors='replace')!r}"
+            )
+        pos += size
+    digest = hashlib.sha1(usedforsecurity=False)
+    for _off, key, size in entries:
+        digest.update(b"%s\0%d\0" % (key, size))
+    return Layout("tensorizer", path, pos, f"tz-{digest.hexdigest()[:20]}",
+                  keys=tuple((key, off) for off, key, size in entries if size),
+                  empty_keys=tuple(key for _, key, size in entries if not size))
+
+
+def string_layout(path: str, size: int) -> Layout:
+    """A plain string value as a one-chunk object (no ETag: Redis keeps no version)."""
+    return Layout("string", path, size, None, keys=((path.encode(), 0),))

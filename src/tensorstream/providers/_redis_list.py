@@ -1,0 +1,80 @@
+"""Listing: turn the keys under a prefix into objects (manifests, tensorizer prefixes, strings).
+
+One ``SCAN`` (glob characters in the prefix escaped) and pipelined
+``TYPE``/``HGETALL``/``STRLEN``; chunk keys of a manifest are never listed
+as objects of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..errors import ProtocolError
+from ._redis_layout import (
+    Layout,
+    chunk_offset,
+    escape_glob,
+    parse_manifest,
+    string_layout,
+    tensorizer_layout,
+)
+
+if TYPE_CHECKING:
+    from .redis import RedisProvider
+
+__all__ = ["list_objects"]
+
+log = logging.getLogger("tensorstream.redis")
+_HEADER = b":header:0"
+
+
+def _name(key: bytes) -> str:
+    return key.decode("utf-8", "surrogateescape")
+
+
+async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
+    """Every object whose path starts with ``prefix``, sorted by path."""
+    keys = set(await p.scan(escape_glob(prefix) + "*"))
+    chunky = {k for k in keys if chunk_offset(k) is not None}
+    # A tensorstream chunk K:<generation>:<offset> belongs to the manifest K.
+    owners = {k.rsplit(b":", 2)[0] for k in chunky if k.count(b":") >= 2}
+    probe = sorted(keys | owners)
+    types = dict(zip(probe, await p.pipeline([("type", (k,)) for k in probe]), strict=True))
+    hashes = [k for k in probe if types[k] == b"hash"]
+    manifests: dict[bytes, Layout] = {}
+    for k, fields in zip(hashes, await p.pipeline([("hgetall", (k,)) for k in hashes]),
+                             strict=True):
+        try:
+            manifests[k] = parse_manifest(_name(k), fields)
+        except ProtocolError:
+            continue
+    found = [lay for k, lay in manifests.items() if k in keys]
+    loose = sorted(k for k in chunky if k.rsplit(b":", 2)[0] not in manifests)
+
+    # tensorizer's to_redis prefixes are recognised by their P:header:0 key.
+    heads = sorted((k[: -len(_HEADER)] for k in loose if k.endswith(_HEADER)), key=len,
+                   reverse=True)
+    groups: dict[bytes, list[bytes]] = {h: [] for h in heads if types.get(h, b"none") == b"none"}
+    claimed: set[bytes] = set()
+    for k in loose:
+        for h in heads:
+            if h in groups and k.startswith(h + b":"):
+                groups[h].append(k)
+                claimed.add(k)
+                break
+    strings = sorted(k for k in keys if types.get(k) == b"string" and k not in claimed
+                     and not (k in chunky and k.rsplit(b":", 2)[0] in manifests))
+    sized = [k for g in groups.values() for k in g] + strings
+    sizes = dict(zip(sized, await p.pipeline([("strlen", (k,)) for k in sized]), strict=True))
+    for h, members in groups.items():
+        try:
+            lay = tensorizer_layout(_name(h), [(k, sizes[k]) for k in members])
+        except ProtocolError as exc:
+            log.debug("skipping %r in list: %s", h, exc)
+            continue
+        if lay is not None and lay.path.startswith(prefix):
+            found.append(lay)
+    found.extend(string_layout(_name(k), sizes[k]) for k in strings)
+    found.sort(key=lambda lay: lay.path)
+    return found

@@ -1,0 +1,135 @@
+"""The S3 provider's one error-mapping function: botocore/aiohttp -> tensorstream.errors."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import aiohttp
+import botocore.exceptions as bce
+
+from ..errors import (
+    ConfigurationError,
+    ConnectionFailedError,
+    IncompleteReadError,
+    InvalidRangeError,
+    InvalidURIError,
+    MissingCredentialsError,
+    NotFoundError,
+    ObjectChangedError,
+    PermissionDeniedError,
+    ServiceUnavailableError,
+    StorageTimeoutError,
+    TensorstreamError,
+)
+from ..uri import redact
+
+__all__ = ["ErrorContext", "map_s3_error"]
+
+_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload", "NoSuchVersion", "404"}
+_DENIED = {
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+    "InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem", "403",
+}
+_CHANGED = {"PreconditionFailed", "412"}
+_RANGE = {"InvalidRange", "416"}
+_BUSY = {
+    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
+    "ThrottlingException", "TooManyRequests", "RequestLimitExceeded", "OperationAborted",
+    "503", "500", "502", "504", "429",
+}
+_BAD_NAME = {"InvalidBucketName", "KeyTooLongError"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorContext:
+    """What an error message may name: never a secret."""
+
+    path: str
+    credential_source: str
+    endpoint: str
+
+
+def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) -> BaseException:
+    """The tensorstream error for ``exc`` (returned, not raised).
+
+    ``received`` is how many bytes of a body were already delivered, so a
+    broken body resumes instead of restarting. Unknown exceptions are
+    returned unchanged.
+    """
+    if isinstance(exc, TensorstreamError):
+        return exc
+    if isinstance(exc, bce.ClientError):
+        return _map_client_error(exc, ctx)
+    if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+        return MissingCredentialsError("no S3 credentials found")
+    if isinstance(exc, bce.ProfileNotFound):
+        return ConfigurationError(f"AWS profile not found: {exc.kwargs.get('profile')!r}")
+    if isinstance(exc, bce.SSLError) or isinstance(exc, aiohttp.ClientSSLError):
+        err = ConnectionFailedError(
+            f"TLS handshake with {redact(ctx.endpoint)} failed (untrusted or mismatched "
+            "certificate?); pass ca_bundle=<PEM path>, or insecure=True to skip verification"
+        )
+        err.temporary = False  # retrying cannot fix a certificate
+        return err
+    if isinstance(exc, bce.ConnectTimeoutError):
+        return StorageTimeoutError(f"connect timeout to {redact(ctx.endpoint)}")
+    if isinstance(exc, (bce.ReadTimeoutError, asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return StorageTimeoutError(
+            f"no data from {redact(ctx.endpoint)} within the idle timeout", received=received
+        )
+    if isinstance(exc, (bce.ResponseStreamingError, bce.IncompleteReadError,
+                        aiohttp.ClientPayloadError)) or (
+        received and isinstance(exc, (bce.ConnectionClosedError, aiohttp.ClientConnectionError))
+    ):
+        return IncompleteReadError(
+            f"response body broken after {received} bytes ({type(exc).__name__})",
+            received=received,
+        )
+    if isinstance(exc, (bce.EndpointConnectionError, bce.ConnectionClosedError,
+                        bce.HTTPClientError, bce.ConnectionError, aiohttp.ClientConnectionError)):
+        return ConnectionFailedError(
+            f"cannot reach {redact(ctx.endpoint)} ({type(exc).__name__})"
+        )
+    return exc
+
+
+def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamError:
+    response: dict[str, Any] = exc.response or {}
+    error = response.get("Error") or {}
+    meta = response.get("ResponseMetadata") or {}
+    code = str(error.get("Code") or "")
+    status = meta.get("HTTPStatusCode")
+    text = str(error.get("Message") or "").strip()
+    label = code or str(status or "error")
+    detail = f"{label}: {text}" if text and text != label else label
+    keys = {code, str(status)}
+
+    if keys & _NOT_FOUND:
+        return NotFoundError(f"no such object ({detail})")
+    if keys & _DENIED:
+        return PermissionDeniedError(
+            f"S3 refused the request ({detail}); credentials from {ctx.credential_source}, "
+            f"endpoint {redact(ctx.endpoint)}"
+        )
+    if keys & _CHANGED:
+        return ObjectChangedError(f"object changed while it was being read ({label})")
+    if keys & _RANGE:
+        return InvalidRangeError(f"requested range is past the end of the object ({label})")
+    if keys & _BUSY or (isinstance(status, int) and status >= 500):
+        return ServiceUnavailableError(f"S3 is unavailable or throttling ({detail})",
+                                       retry_after=_retry_after(meta))
+    if code in _BAD_NAME:
+        return InvalidURIError(f"invalid S3 bucket or key ({detail})")
+    if status == 400 or code:
+        return ConfigurationError(f"S3 rejected the request ({detail})")
+    return TensorstreamError(f"S3 request failed ({detail})")
+
+
+def _retry_after(meta: dict[str, Any]) -> float | None:
+    value = (meta.get("HTTPHeaders") or {}).get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

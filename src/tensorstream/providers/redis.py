@@ -1,0 +1,407 @@
+"""Redis provider (``redis://`` and ``rediss://``) on redis.asyncio with hiredis.
+
+An object is a manifest hash plus generation-scoped chunk keys (see
+:mod:`tensorstream.providers._redis_layout` and ``docs/redis.md``); reads
+pipeline ``GETRANGE`` per chunk straight into the caller's buffer and fan
+out over connections (and cluster nodes). Prefixes written by tensorizer's
+``TensorDeserializer.to_redis`` and plain string keys are read too.
+
+>>> with tensorstream.open("redis://user:pw@host:6379/model.tensors?db=1") as f:  # doctest: +SKIP
+...     TensorDeserializer(f, device="cuda")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
+
+import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..config import CommonConfig, split_options
+from ..credentials.redis import RedisCredentials, resolve_redis_credentials
+from ..errors import (
+    ConfigurationError,
+    IncompleteReadError,
+    InvalidRangeError,
+    NotFoundError,
+    ObjectChangedError,
+    TensorstreamError,
+)
+from ..uri import ParsedURI
+from ._redis_errors import REDIS_ERRORS, map_redis_error
+from ._redis_layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
+from ._redis_list import list_objects
+from ._redis_writer import RedisWriter
+from .base import Capabilities, ObjectInfo, Provider, Writer
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "InsecureTLSWarning", "RedisProvider"]
+
+log = logging.getLogger("tensorstream.redis")
+T = TypeVar("T")
+
+DEFAULT_CHUNK_SIZE = 4 << 20
+_MIN_CHUNK, _MAX_CHUNK = 1 << 10, 512 << 20
+#: A readinto is fetched as pipelines of at most this many bytes, a few at a time,
+#: so one huge read neither buffers all replies at once nor serialises on one socket.
+_BATCH_BYTES = 8 << 20
+_BATCHES_IN_FLIGHT = 4
+_LAYOUT_CACHE = 256
+_TRUE = ("1", "true", "yes", "on")
+
+# Delete ``KEYS[1]`` only while it is still the manifest of generation ``ARGV[1]``.
+_DELETE_IF_GENERATION = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'hash'
+   and redis.call('HGET', KEYS[1], 'generation') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class InsecureTLSWarning(UserWarning):
+    """TLS certificate verification was disabled with ``insecure=True``."""
+
+
+def _as_bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
+
+
+def key_bytes(path: str) -> bytes:
+    """Redis key for an object path (UTF-8; undecodable bytes round-trip)."""
+    return path.encode("utf-8", "surrogateescape")
+
+
+class RedisProvider(Provider):
+    """Objects in one Redis database or cluster. Paths are key names."""
+
+    schemes = ("redis", "rediss")
+    service = "redis"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        write=True, list=True, delete=True, pinned_reads=True
+    )
+    option_names = frozenset({
+        "redis_username", "redis_password", "redis_db", "redis_cluster", "redis_chunk_size",
+        "ca_bundle", "insecure", "client_cert", "client_key",
+    })
+
+    def __init__(
+        self,
+        host: str,
+        port: int = 6379,
+        *,
+        tls: bool = False,
+        db: int = 0,
+        cluster: bool = False,
+        credentials: RedisCredentials | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        config: CommonConfig | None = None,
+        ca_bundle: str | None = None,
+        insecure: bool = False,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+    ) -> None:
+        if not _MIN_CHUNK <= chunk_size <= _MAX_CHUNK:
+            raise ConfigurationError(
+                f"redis_chunk_size must be between {_MIN_CHUNK} and {_MAX_CHUNK}, got {chunk_size}"
+            )
+        if cluster and db:
+            raise ConfigurationError("Redis Cluster has only database 0; drop db/redis_db")
+        self.host, self.port, self.tls, self.db, self.cluster = host, port, tls, db, cluster
+        self.chunk_size = chunk_size
+        self._creds = credentials or RedisCredentials()
+        self._config = config or split_options({})[0]
+        self._tls_files = (ca_bundle, client_cert, client_key)
+        self._insecure = bool(insecure)
+        self._client: Any = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._layouts: dict[str, Layout] = {}
+        if self._insecure and tls:
+            msg = (f"TLS certificate verification is disabled (insecure=True) for "
+                   f"rediss://{host}:{port}; anyone on the path can read or alter the data")
+            warnings.warn(msg, InsecureTLSWarning, stacklevel=4)
+            log.warning(msg)
+
+    @classmethod
+    def from_uri(cls, uri: Any, *, config: CommonConfig | None = None,
+                 **options: Any) -> RedisProvider:
+        """Build from a parsed ``redis[s]://`` URI; options win over the URI, the URI over env."""
+        parsed: ParsedURI = uri
+        unknown = set(options) - cls.option_names
+        if unknown:
+            raise ConfigurationError(f"unknown Redis option(s): {', '.join(sorted(unknown))}")
+        db = options.get("redis_db")
+        if db is None:
+            db = parsed.query.get("db", 0)
+        try:
+            db = int(str(db))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"redis_db must be an integer, got {db!r}") from exc
+        cluster = options.get("redis_cluster")
+        if cluster is None:
+            cluster = parsed.query.get("cluster", "")
+        creds = resolve_redis_credentials(
+            parsed, username=options.get("redis_username"), password=options.get("redis_password")
+        )
+        return cls(
+            parsed.host or "localhost",
+            parsed.port or 6379,
+            tls=parsed.scheme == "rediss",
+            db=db,
+            cluster=_as_bool(cluster),
+            credentials=creds,
+            chunk_size=int(options.get("redis_chunk_size") or DEFAULT_CHUNK_SIZE),
+            config=config,
+            ca_bundle=options.get("ca_bundle"),
+            insecure=_as_bool(options.get("insecure", False)),
+            client_cert=options.get("client_cert"),
+            client_key=options.get("client_key"),
+        )
+
+    @classmethod
+    def location_key(cls, uri: Any, **options: Any) -> tuple[Any, ...]:
+        return (uri.scheme, uri.netloc, uri.query.get("db"))
+
+    def __repr__(self) -> str:
+        scheme = "rediss" if self.tls else "redis"
+        kind = ", cluster" if self.cluster else f", db={self.db}"
+        return f"RedisProvider('{scheme}://{self.host}:{self.port}'{kind}, {self._creds.describe()})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("RedisProvider holds credentials and cannot be pickled")
+
+    # -- connection -----------------------------------------------------------
+    def _client_kwargs(self) -> dict[str, Any]:
+        t = self._config.timeouts
+        kw: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "username": self._creds.username.value if self._creds.username else None,
+            "password": self._creds.password.value if self._creds.password else None,
+            "socket_connect_timeout": t.connect,
+            "socket_timeout": t.idle,
+            # Retries live in tensorstream's policy layer only.
+            "retry": Retry(NoBackoff(), 0),
+        }
+        if self.tls:
+            ca, cert, key = self._tls_files
+            kw.update(
+                ssl=True,
+                ssl_ca_certs=ca,
+                ssl_certfile=cert,
+                ssl_keyfile=key,
+                ssl_cert_reqs="none" if self._insecure else "required",
+                ssl_check_hostname=not self._insecure,
+            )
+        return kw
+
+    def client(self) -> Any:
+        """The redis.asyncio client for the running loop (created on first use)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            kw = self._client_kwargs()
+            if self.cluster:
+                self._client = RedisCluster(**kw)
+            else:
+                self._client = aredis.Redis(db=self.db, **kw)
+            self._client_loop = loop
+        return self._client
+
+    async def _guard(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run one Redis interaction, mapping its errors (the only mapping point)."""
+        try:
+            return await fn()
+        except REDIS_ERRORS as exc:
+            raise map_redis_error(exc, who=self._creds.describe()) from exc
+
+    async def pipeline(self, calls: builtins.list[tuple[str, tuple[Any, ...]]],
+                       raise_on_error: bool = True) -> builtins.list[Any]:
+        """Run ``[(command_method, args), ...]`` in one non-transactional pipeline."""
+        if not calls:
+            return []
+
+        async def run() -> list[Any]:
+            pipe = self.client().pipeline(transaction=False)
+            for name, args in calls:
+                getattr(pipe, name)(*args)
+            return list(await pipe.execute(raise_on_error=raise_on_error))
+
+        return await self._guard(run)
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._client_loop is asyncio.get_running_loop():
+            await client.aclose()
+
+    # -- layout ---------------------------------------------------------------
+    async def scan(self, match: str) -> builtins.list[bytes]:
+        """Every key matching the glob ``match`` (SCAN on every primary; never KEYS)."""
+        async def run() -> list[bytes]:
+            return [k async for k in self.client().scan_iter(match=match, count=1000)]
+
+        return await self._guard(run)
+
+    async def resolve(self, path: str) -> Layout:
+        """Find the object at ``path``: manifest, plain string or tensorizer prefix."""
+        key = key_bytes(path)
+        kind, fields, length = await self.pipeline(
+            [("type", (key,)), ("hgetall", (key,)), ("strlen", (key,))], raise_on_error=False
+        )
+        for reply in (kind, fields, length):
+            if isinstance(reply, Exception) and not str(reply).startswith("WRONGTYPE"):
+                raise map_redis_error(reply, who=self._creds.describe()) from reply
+        if isinstance(kind, bytes):
+            kind = kind.decode()
+        if kind == "hash" and isinstance(fields, dict) and fields:
+            layout = parse_manifest(path, fields)
+        elif kind == "string" and isinstance(length, int):
+            layout = string_layout(path, length)
+        elif kind in ("none", None) or (kind == "hash" and not fields):
+            layout = await self._resolve_tensorizer(path)
+        else:
+            raise NotFoundError(f"key {path!r} holds a Redis {kind}, not an object")
+        self._remember(layout)
+        return layout
+
+    async def _resolve_tensorizer(self, path: str) -> Layout:
+        keys = await self.scan(escape_glob(path) + ":*")
+        sizes = await self.pipeline([("strlen", (k,)) for k in keys])
+        layout = tensorizer_layout(path, list(zip(keys, sizes, strict=True)))
+        if layout is None:
+            raise NotFoundError(f"no such Redis object: {path!r}")
+        return layout
+
+    def _remember(self, layout: Layout) -> None:
+        self._layouts.pop(layout.path, None)
+        self._layouts[layout.path] = layout
+        while len(self._layouts) > _LAYOUT_CACHE:
+            self._layouts.pop(next(iter(self._layouts)))
+
+    # -- Provider API -----------------------------------------------------------
+    async def stat(self, path: str) -> ObjectInfo:
+        return _info(await self.resolve(path))
+
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        layout = self._layouts.get(path) if etag is not None else None
+        if layout is None or layout.etag != etag:
+            layout = await self.resolve(path)
+            if etag is not None and layout.etag != etag:
+                raise ObjectChangedError(f"Redis object {path!r} was replaced while being read")
+        want = len(buffer)
+        if offset < 0 or offset + want > layout.size:
+            raise InvalidRangeError(
+                f"range [{offset}, {offset + want}) is past the end of a {layout.size}-byte object"
+            )
+        if want == 0:
+            return 0
+        batches: list[list[tuple[bytes, int, int, int]]] = [[]]
+        pos, filled = 0, 0
+        for key, start, n in layout.segments(offset, want):
+            if filled and filled + n > _BATCH_BYTES:
+                batches.append([])
+                filled = 0
+            batches[-1].append((key, start, n, pos))
+            pos += n
+            filled += n
+        done = [False] * len(batches)
+        sem = asyncio.Semaphore(_BATCHES_IN_FLIGHT)
+
+        async def fetch(i: int) -> None:
+            async with sem:
+                await self._fetch(layout, batches[i], buffer)
+            done[i] = True
+
+        try:
+            await _all_or_nothing([fetch(i) for i in range(len(batches))])
+        except TensorstreamError as exc:
+            received = 0
+            for ok, batch in zip(done, batches, strict=True):
+                if not ok:
+                    break
+                received += sum(n for _, _, n, _ in batch)
+            if exc.temporary and received:
+                raise IncompleteReadError(
+                    f"Redis read broken after {received} bytes: {exc.message}", received=received
+                ) from exc
+            raise
+        return want
+
+    async def _fetch(self, layout: Layout, batch: list[tuple[bytes, int, int, int]],
+                     buffer: memoryview) -> None:
+        results = await self.pipeline(
+            [("getrange", (key, start, start + n - 1)) for key, start, n, _ in batch]
+        )
+        for (key, _start, n, pos), data in zip(batch, results, strict=True):
+            if len(data) != n:
+                # A chunk of the pinned generation is gone: overwritten or deleted.
+                raise ObjectChangedError(
+                    f"Redis key {key.decode(errors='replace')!r} changed or disappeared while "
+                    f"{layout.path!r} was being read (expected {n} bytes, got {len(data)})"
+                )
+            buffer[pos : pos + n] = data
+
+    def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        return self._list(prefix)
+
+    async def _list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        for layout in await list_objects(self, prefix):
+            yield _info(layout)
+
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        return RedisWriter(self, path, chunk_size=self.chunk_size)
+
+    async def delete(self, path: str) -> None:
+        layout = await self.resolve(path)
+        self._layouts.pop(path, None)
+        if layout.kind == "manifest":
+            # Drop the manifest first (readers then see "not found", never a partial object).
+            async def drop() -> int:
+                return int(await self.client().eval(
+                    _DELETE_IF_GENERATION, 1, key_bytes(path), layout.generation))
+
+            if not await self._guard(drop):
+                raise ObjectChangedError(f"Redis object {path!r} was replaced during delete")
+        elif layout.kind == "string":
+            await self.pipeline([("delete", (key_bytes(path),))])
+            return
+        await self.delete_keys(layout.chunk_keys())
+
+    async def delete_keys(self, keys: builtins.list[bytes]) -> None:
+        """Delete ``keys`` (pipelined one by one: they may live on different cluster slots)."""
+        for i in range(0, len(keys), 1000):
+            await self.pipeline([("delete", (k,)) for k in keys[i : i + 1000]])
+
+
+def _info(layout: Layout) -> ObjectInfo:
+    from datetime import datetime, timezone
+
+    mtime = (datetime.fromtimestamp(layout.mtime, tz=timezone.utc)
+             if layout.mtime is not None else None)
+    extra = {"layout": layout.kind}
+    if layout.checksum:
+        extra["checksum"] = layout.checksum
+    return ObjectInfo(path=layout.path, size=layout.size, etag=layout.etag, mtime=mtime,
+                      version=layout.generation or None, extra=extra)
+
+
+async def _all_or_nothing(coros: list[Awaitable[None]]) -> None:
+    """Await all; on the first failure (or cancellation) cancel the rest and re-raise."""
+    if len(coros) == 1:
+        await coros[0]
+        return
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -1,0 +1,333 @@
+"""S3 (and S3-compatible) provider on aiobotocore.
+
+botocore does the SigV4 signing, the credential chain (level 5 of
+:mod:`tensorstream.credentials.s3`), checksums and the multipart API;
+tensorstream's policy layer does retries, so botocore's own retries are off
+(one attempt) and they never multiply.
+
+Reads: ``stat`` is one HEAD; ``readinto`` is one ranged GET pinned with
+``If-Match``, its ``Content-Range`` checked, its body streamed chunk by chunk
+straight into the caller's buffer (never a whole-body read). Writes go
+through :class:`~tensorstream.providers._s3_writer.S3Writer`.
+
+Paths are ``bucket/key``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import warnings
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from ..config import CommonConfig, split_options
+from ..credentials.s3 import (
+    S3_CREDENTIAL_OPTIONS,
+    S3Credentials,
+    chain_source,
+    resolve_s3_credentials,
+)
+from ..errors import (
+    ConfigurationError,
+    IncompleteReadError,
+    InvalidRangeError,
+    InvalidURIError,
+    MissingCredentialsError,
+    ProtocolError,
+)
+from ..uri import redact
+from ._s3_errors import ErrorContext, map_s3_error
+from ._s3_writer import S3Writer
+from .base import Capabilities, ObjectInfo, Provider, Writer
+
+__all__ = ["S3Provider"]
+
+log = logging.getLogger("tensorstream.s3")
+
+_CHUNK = 1 << 20  # body read size: copies into the caller's buffer as data arrives
+_WRITE_MEMORY = 128 << 20  # bound on bytes in in-flight upload parts
+_CHECKSUM_MODES = ("when_supported", "when_required")
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def _split(path: str) -> tuple[str, str]:
+    bucket, _, key = path.partition("/")
+    if not bucket or not key:
+        raise InvalidURIError(f"S3 paths are bucket/key, got {path!r}")
+    return bucket, key
+
+
+class S3Provider(Provider):
+    """Objects in S3 or an S3-compatible store, addressed as ``bucket/key``."""
+
+    schemes = ("s3",)
+    service = "s3"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        write=True, list=True, delete=True, pinned_reads=True
+    )
+    option_names = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure"})
+
+    def __init__(
+        self,
+        credentials: S3Credentials,
+        config: CommonConfig,
+        *,
+        checksum: str = "when_supported",
+        ca_bundle: str | None = None,
+        insecure: bool = False,
+    ) -> None:
+        if checksum not in _CHECKSUM_MODES:
+            raise ConfigurationError(
+                f"s3_checksum must be one of {', '.join(_CHECKSUM_MODES)}, got {checksum!r}"
+            )
+        self.credentials = credentials
+        self.config = config
+        self.checksum = checksum
+        self.ca_bundle = ca_bundle
+        self.insecure = insecure
+        self._client: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+        self._key_source = credentials.key_source
+
+    @classmethod
+    def from_uri(cls, uri: Any, *, config: CommonConfig | None = None, **options: Any) -> S3Provider:
+        """Resolve credentials (levels 1-4 now, botocore's chain on first use)."""
+        creds = resolve_s3_credentials(options)
+        insecure = bool(options.get("insecure"))
+        if insecure:
+            where = creds.endpoint.value if creds.endpoint else "AWS S3"
+            warnings.warn(f"insecure=True: TLS certificates of {redact(where)} are not verified",
+                          stacklevel=3)
+            log.warning("TLS verification disabled for %s (insecure=True)", redact(where))
+        return cls(
+            creds,
+            config or split_options({})[0],
+            checksum=str(options.get("s3_checksum") or "when_supported"),
+            ca_bundle=options.get("ca_bundle"),
+            insecure=insecure,
+        )
+
+    def __repr__(self) -> str:
+        endpoint = self.credentials.endpoint.value if self.credentials.endpoint else "aws"
+        return f"S3Provider(endpoint={redact(endpoint)!r}, credentials from {self._key_source})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("S3Provider holds credentials and cannot be pickled")
+
+    # -- the client -------------------------------------------------------------
+    def _ctx(self, path: str) -> ErrorContext:
+        endpoint = self.credentials.endpoint.value if self.credentials.endpoint else "AWS S3"
+        return ErrorContext(path=path, credential_source=self._key_source, endpoint=endpoint)
+
+    async def _get_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._loop is loop:
+            return self._client
+        if self._loop is not loop:
+            # A client belongs to the loop that made it (e.g. after fork): start over.
+            self._loop, self._lock, self._client, self._stack = loop, asyncio.Lock(), None, None
+        assert self._lock is not None
+        async with self._lock:
+            if self._client is None:
+                self._client = await self._create_client()
+        return self._client
+
+    async def _create_client(self) -> Any:
+        import botocore
+        import botocore.exceptions
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import AioSession
+
+        creds = self.credentials
+        profile = creds.profile.value if creds.profile else None
+        try:
+            session = AioSession(profile=profile)
+            if creds.uses_botocore_chain:
+                found = await session.get_credentials()
+                if found is None:
+                    raise MissingCredentialsError("no S3 credentials found",
+                                                  looked_in=list(creds.looked_in))
+                self._key_source = chain_source(getattr(found, "method", None), profile)
+        except botocore.exceptions.ProfileNotFound as exc:
+            raise ConfigurationError(
+                f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
+                "is not defined in the ~/.aws files"
+            ) from exc
+        t, x = self.config.timeouts, self.config.transfer
+        cfg = AioConfig(
+            connect_timeout=t.connect,
+            read_timeout=t.idle,
+            max_pool_connections=x.concurrency,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            s3={"addressing_style": creds.addressing_style.value if creds.addressing_style
+                else "auto"},
+            signature_version=botocore.UNSIGNED if creds.anonymous else None,
+            request_checksum_calculation=self.checksum,
+            response_checksum_validation=self.checksum,
+        )
+        kwargs: dict[str, Any] = {"config": cfg}
+        if creds.endpoint:
+            kwargs["endpoint_url"] = creds.endpoint.value
+        if creds.region:
+            kwargs["region_name"] = creds.region.value
+        if creds.access_key_id and creds.secret_access_key:
+            kwargs["aws_access_key_id"] = creds.access_key_id.value
+            kwargs["aws_secret_access_key"] = creds.secret_access_key.value
+            if creds.session_token:
+                kwargs["aws_session_token"] = creds.session_token.value
+        if self.insecure:
+            kwargs["verify"] = False
+        elif self.ca_bundle:
+            kwargs["verify"] = str(self.ca_bundle)
+        stack = contextlib.AsyncExitStack()
+        client = await stack.enter_async_context(session.create_client("s3", **kwargs))
+        self._stack = stack
+        return client
+
+    async def _call(self, op: str, path: str, **kwargs: Any) -> Any:
+        client = await self._get_client()
+        try:
+            return await getattr(client, op)(**kwargs)
+        except Exception as exc:
+            mapped = map_s3_error(exc, self._ctx(path))
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    # -- reads --------------------------------------------------------------------
+    async def stat(self, path: str) -> ObjectInfo:
+        bucket, key = _split(path)
+        resp = await self._call("head_object", path, Bucket=bucket, Key=key)
+        return ObjectInfo(
+            path=path,
+            size=int(resp["ContentLength"]),
+            etag=resp.get("ETag"),
+            mtime=resp.get("LastModified"),
+            version=resp.get("VersionId"),
+            extra={"content_type": resp.get("ContentType")},
+        )
+
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        want = len(buffer)
+        if offset < 0:
+            raise InvalidRangeError(f"negative offset {offset}")
+        if want == 0:
+            return 0
+        bucket, key = _split(path)
+        kwargs: dict[str, Any] = {
+            "Bucket": bucket, "Key": key, "Range": f"bytes={offset}-{offset + want - 1}",
+        }
+        if etag is not None:
+            kwargs["IfMatch"] = etag
+        resp = await self._call("get_object", path, **kwargs)
+        body = resp["Body"]
+        received = 0
+        try:
+            _check_content_range(resp, offset, want)
+            while received < want:
+                try:
+                    chunk = await body.read(min(want - received, _CHUNK))
+                except Exception as exc:
+                    mapped = map_s3_error(exc, self._ctx(path), received=received)
+                    if mapped is exc:
+                        raise
+                    raise mapped from exc
+                if not chunk:
+                    raise IncompleteReadError(
+                        f"response body ended after {received} of {want} bytes", received=received
+                    )
+                buffer[received : received + len(chunk)] = chunk
+                received += len(chunk)
+        except BaseException:
+            body.close()  # never return a half-read connection to the pool
+            raise
+        return want
+
+    # -- list / delete ------------------------------------------------------------
+    async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
+        """Objects under ``bucket/prefix``, in key order (S3 lists in UTF-8 order).
+
+        Directory-marker keys (ending in ``/``) are skipped.
+        """
+        bucket, _, key_prefix = prefix.partition("/")
+        if not bucket:
+            raise InvalidURIError(f"S3 list prefixes are bucket[/prefix], got {prefix!r}")
+        client = await self._get_client()
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix)
+        try:
+            async for page in pages:
+                for obj in page.get("Contents", ()):
+                    if obj["Key"].endswith("/"):
+                        continue
+                    yield ObjectInfo(
+                        path=f"{bucket}/{obj['Key']}",
+                        size=int(obj["Size"]),
+                        etag=obj.get("ETag"),
+                        mtime=obj.get("LastModified"),
+                    )
+        except Exception as exc:
+            mapped = map_s3_error(exc, self._ctx(prefix))
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def delete(self, path: str) -> None:
+        bucket, key = _split(path)
+        await self._call("head_object", path, Bucket=bucket, Key=key)  # NotFoundError if absent
+        await self._call("delete_object", path, Bucket=bucket, Key=key)
+
+    # -- writes -------------------------------------------------------------------
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        bucket, key = _split(path)
+        x = self.config.transfer
+        part_size = max(x.part_size, 5 << 20)
+
+        async def call(op: str, **kw: Any) -> Any:
+            return await self._call(op, path, **kw)
+
+        return S3Writer(
+            call, bucket, key,
+            part_size=part_size,
+            max_in_flight=max(1, min(x.concurrency, _WRITE_MEMORY // part_size)),
+            checksum=self.checksum == "when_supported",
+        )
+
+    async def close(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None and self._loop is asyncio.get_running_loop():
+            try:
+                await stack.aclose()
+            except Exception as exc:  # noqa: BLE001 - closing must not fail the caller
+                log.debug("closing the S3 client failed: %s", type(exc).__name__)
+
+
+def _check_content_range(resp: dict[str, Any], offset: int, want: int) -> None:
+    """The server must send exactly ``[offset, offset+want)``: a 200 with the
+    whole object, a shifted or shortened range are errors, never wrong bytes."""
+    header = resp.get("ContentRange")
+    status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    match = _CONTENT_RANGE.match(header or "")
+    if status != 206 or match is None:
+        raise ProtocolError(
+            f"server ignored the Range request (status {status}, Content-Range {header!r})"
+        )
+    start, end, total = int(match.group(1)), int(match.group(2)), match.group(3)
+    if total != "*" and offset + want > int(total):
+        raise InvalidRangeError(
+            f"range [{offset}, {offset + want}) is past the end of a {total}-byte object"
+        )
+    if start != offset or end != offset + want - 1:
+        raise ProtocolError(
+            f"server sent bytes {start}-{end} for a request of {offset}-{offset + want - 1}"
+        )
+    length = resp.get("ContentLength")
+    if length is not None and int(length) != want:
+        raise ProtocolError(f"Content-Length {length} does not match the {want}-byte range")
+

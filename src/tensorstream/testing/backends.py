@@ -1,0 +1,575 @@
+"""Uniform mocked backends (S3, HTTP, Redis) with fault injection, as the pytest
+plugin hands them to tests (see ``docs/testing.md``).
+
+Every backend has the same small API::
+
+    backend.put("model.tensors", data)          # store bytes (bypasses faults)
+    backend.get("model.tensors") == data        # read them back (bypasses faults)
+    tensorstream.open(backend.uri("model.tensors"), **backend.options)
+    backend.faults.latency(0.05).drop_after(1 << 20, times=1)
+    backend.name, backend.kind                  # "redis", "redis-server" | "fakeredis"
+
+:class:`BackendServers` owns the long-lived servers (started lazily, one of
+each kind per session); each test gets a fresh :class:`Backend` view with its
+own bucket / key prefix and faults that are reset when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from .proxy import HTTPFaultProxy, TCPFaultProxy
+
+__all__ = [
+    "Backend",
+    "BackendServers",
+    "Faults",
+    "HTTPBackend",
+    "RedisBackend",
+    "S3Backend",
+    "UnsupportedFault",
+]
+
+_counter = itertools.count(1)
+FAULT_NAMES = ("latency", "rate_limit", "drop_after", "status_script", "ignore_range",
+               "replace_between_reads")
+
+
+class UnsupportedFault(NotImplementedError):
+    """A fault that makes no sense for a backend (e.g. an HTTP status on Redis)."""
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{next(_counter)}-{secrets.token_hex(3)}"
+
+
+# ------------------------------------------------------------------ faults
+class Faults:
+    """Fault controls shared by every backend. Methods chain and apply to the
+    next requests; :meth:`reset` (automatic between tests) restores good service.
+
+    * ``latency(s)`` -- every request waits ``s`` seconds first;
+    * ``rate_limit(bps)`` -- each connection/response body is paced to ``bps`` bytes/s;
+    * ``drop_after(n, times=None)`` -- bodies/connections are cut after ``n`` bytes
+      (on the next ``times`` of them; ``None``: all);
+    * ``status_script([503, 503])`` -- the next requests get these statuses (HTTP, S3);
+    * ``ignore_range()`` -- ranged GETs are answered 200 with the whole body (HTTP, S3);
+    * ``replace_between_reads(key, data)`` -- the object is replaced after its first read.
+    """
+
+    #: Faults this backend cannot inject, with the reason.
+    unsupported: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, backend: str, raw: Any) -> None:
+        self.backend = backend
+        #: The fault settings and counters of the server or proxy underneath.
+        self._f = raw
+        #: Called with a message for an unsupported fault; the default raises
+        #: :class:`UnsupportedFault` (the plugin's ``tensorstream_backend`` skips instead).
+        self.on_unsupported: Callable[[str], Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self.backend}>"
+
+    def supports(self, fault: str) -> bool:
+        """Whether ``fault`` (a method name above) can be injected on this backend."""
+        if fault not in FAULT_NAMES:
+            raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULT_NAMES)}")
+        return fault not in self.unsupported
+
+    def _check(self, fault: str) -> None:
+        if fault in self.unsupported:
+            msg = f"{self.backend} backend: {fault} does not apply ({self.unsupported[fault]})"
+            if self.on_unsupported is not None:
+                self.on_unsupported(msg)
+            raise UnsupportedFault(msg)
+
+    def latency(self, seconds: float) -> Faults:
+        self._check("latency")
+        self._latency(float(seconds))
+        return self
+
+    def rate_limit(self, bytes_per_second: int) -> Faults:
+        if bytes_per_second <= 0:
+            raise ValueError("rate_limit needs a positive bytes_per_second")
+        self._check("rate_limit")
+        self._rate_limit(int(bytes_per_second))
+        return self
+
+    def drop_after(self, n_bytes: int, *, times: int | None = None) -> Faults:
+        self._check("drop_after")
+        self._drop_after(int(n_bytes), times)
+        return self
+
+    def status_script(self, statuses: list[int], *, retry_after: float | None = None) -> Faults:
+        """Answer the next ``len(statuses)`` requests with these statuses (then serve
+        normally); a trailing 2xx entry just means "then succeed"."""
+        self._check("status_script")
+        self._status_script([int(s) for s in statuses if not 200 <= int(s) < 300], retry_after)
+        return self
+
+    def ignore_range(self) -> Faults:
+        self._check("ignore_range")
+        self._ignore_range()
+        return self
+
+    def replace_between_reads(self, key: str, new_data: bytes) -> Faults:
+        self._check("replace_between_reads")
+        self._replace_between_reads(key, bytes(new_data))
+        return self
+
+    def reset(self) -> None:
+        """Back to a well-behaved backend."""
+        self._f.reset()
+
+    @property
+    def dropped(self) -> int:
+        """How many connections/responses ``drop_after`` has cut so far."""
+        return int(self._f.dropped)
+
+    @property
+    def pending_statuses(self) -> list[int]:
+        """Scripted statuses not yet served (empty once the script has played out)."""
+        return list(getattr(self._f, "status_script", []))
+
+    # backend hooks
+    def _latency(self, seconds: float) -> None: raise NotImplementedError
+    def _rate_limit(self, bps: int) -> None: raise NotImplementedError
+    def _drop_after(self, n: int, times: int | None) -> None: raise NotImplementedError
+    def _status_script(self, statuses: list[int], retry_after: float | None) -> None:
+        raise NotImplementedError
+    def _ignore_range(self) -> None: raise NotImplementedError
+    def _replace_between_reads(self, key: str, data: bytes) -> None: raise NotImplementedError
+
+
+class _HTTPServerFaults(Faults):
+    """Faults of :class:`~tensorstream.testing.http_server.HTTPTestServer` itself."""
+
+    def __init__(self, backend: HTTPBackend) -> None:
+        super().__init__("http", backend.server.faults)
+        self._b = backend
+
+    def _latency(self, seconds: float) -> None:
+        self._f.latency = seconds
+
+    def _rate_limit(self, bps: int) -> None:
+        self._f.rate_limit = bps
+
+    def _drop_after(self, n: int, times: int | None) -> None:
+        self._f.drop_after, self._f.drop_times = n, times
+
+    def _status_script(self, statuses: list[int], retry_after: float | None) -> None:
+        self._f.status_script = list(statuses)
+        self._f.retry_after = retry_after
+
+    def _ignore_range(self) -> None:
+        self._f.ignore_range = True
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        # The server counts GETs of one key (its fault filter), so other faults
+        # set in the same test then apply to this key only.
+        self._f.key = self._b.key(key)
+        self._f.replace_after_requests = 1
+        self._f.replace_with = data
+
+
+class _S3ProxyFaults(Faults):
+    """Faults applied by an HTTP proxy in front of moto."""
+
+    def __init__(self, backend: S3Backend) -> None:
+        super().__init__("s3", backend.proxy.faults)
+        self._b = backend
+
+    def _latency(self, seconds: float) -> None:
+        self._f.latency = seconds
+
+    def _rate_limit(self, bps: int) -> None:
+        self._f.rate_limit = bps
+
+    def _drop_after(self, n: int, times: int | None) -> None:
+        self._f.drop_after, self._f.drop_times = n, times
+
+    def _status_script(self, statuses: list[int], retry_after: float | None) -> None:
+        self._f.status_script = list(statuses)
+        self._f.retry_after = retry_after
+
+    def _ignore_range(self) -> None:
+        self._f.ignore_range = True
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        target = f"/{self._b.bucket}/{key.lstrip('/')}"
+        replace_once = _ReplaceOnce(lambda: self._b.put(key, data))
+
+        async def hook(method: str, path: str) -> None:
+            if method == "GET" and path == target:
+                await replace_once.on_read()
+
+        self._f.before_forward = hook
+
+
+class _RedisProxyFaults(Faults):
+    """Faults applied by a TCP proxy in front of the Redis server."""
+
+    unsupported: ClassVar[dict[str, str]] = {
+        "status_script": "Redis has no HTTP statuses",
+        "ignore_range": "Redis has no Range header",
+    }
+
+    def __init__(self, backend: RedisBackend) -> None:
+        super().__init__("redis", backend.proxy.faults)
+        self._b = backend
+
+    def _latency(self, seconds: float) -> None:
+        self._f.latency = seconds
+
+    def _rate_limit(self, bps: int) -> None:
+        self._f.rate_limit = bps
+
+    def _drop_after(self, n: int, times: int | None) -> None:
+        self._f.drop_after, self._f.drop_times = n, times
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        # A "read" is a burst of client bytes with GETRANGE on one of the object's chunk keys.
+        needle = (self._b.key(key) + ":").encode()
+        replace_once = _ReplaceOnce(lambda: self._b.put(key, data))
+
+        async def hook(chunk: bytes) -> None:
+            if b"GETRANGE" in chunk.upper() and needle in chunk:
+                await replace_once.on_read()
+
+        self._f.on_client_data = hook
+
+
+class _ReplaceOnce:
+    """Replace an object just before its second read; later reads wait for it."""
+
+    def __init__(self, replace: Callable[[], None]) -> None:
+        self._replace = replace
+        self._reads = 0
+        self._done: asyncio.Event | None = None
+
+    async def on_read(self) -> None:
+        self._reads += 1
+        if self._done is None:
+            self._done = asyncio.Event()
+        if self._reads == 2:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._replace)
+            finally:
+                self._done.set()
+        elif self._reads > 2:
+            await self._done.wait()
+
+
+# ----------------------------------------------------------------- backends
+class Backend:
+    """One test's view of a mocked backend (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    #: Which server implements it ("moto", "aiohttp", "redis-server", "fakeredis").
+    kind: str = ""
+    #: CA bundle path to trust (TLS backends), else ``None``.
+    ca_bundle: str | None = None
+    faults: Faults
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.kind} {self.uri('')!r}>"
+
+    def uri(self, key: str) -> str:
+        """The URI of ``key`` on this backend (no secrets in it)."""
+        raise NotImplementedError
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Storage options to pass to tensorstream calls (a fresh copy)."""
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key`` directly (faults do not apply)."""
+        raise NotImplementedError
+
+    def get(self, key: str) -> bytes:
+        """The bytes stored at ``key``, read directly (``KeyError`` if absent)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Reset faults and remove this test's objects."""
+        self.faults.reset()
+
+
+class S3Backend(Backend):
+    """A fresh bucket on the session's moto server, reached through a fault proxy."""
+
+    name = "s3"
+    kind = "moto"
+
+    def __init__(self, server: Any, proxy: HTTPFaultProxy) -> None:
+        self.server = server
+        self.proxy = proxy
+        self.bucket = _unique("ts-test-")
+        server.create_bucket(self.bucket)
+        self.faults = _S3ProxyFaults(self)
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key.lstrip('/')}"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.server.options(s3_endpoint=self.proxy.url)
+
+    @property
+    def requests(self) -> list[Any]:
+        """Requests the fault proxy saw (``method``, ``path``, ``headers``, ``status``)."""
+        return self.proxy.requests
+
+    def put(self, key: str, data: bytes) -> None:
+        self.server.put(self.bucket, key.lstrip("/"), bytes(data))
+
+    def get(self, key: str) -> bytes:
+        try:
+            return bytes(self.server.get(self.bucket, key.lstrip("/")))
+        except self.server.client.exceptions.NoSuchKey as exc:
+            raise KeyError(key) from exc
+
+    def close(self) -> None:
+        super().close()
+        self.proxy.clear_log()
+        client = self.server.client
+        try:
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+            for up in client.list_multipart_uploads(Bucket=self.bucket).get("Uploads", []):
+                client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"],
+                                              UploadId=up["UploadId"])
+            client.delete_bucket(Bucket=self.bucket)
+        except Exception:  # best effort: the bucket name is never reused
+            pass
+
+
+class HTTPBackend(Backend):
+    """A key prefix on a session aiohttp server (Range, ETag, optional token and TLS)."""
+
+    name = "http"
+    kind = "aiohttp"
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.prefix = _unique("t")
+        self.ca_bundle = server.ca_bundle_path
+        self.token: str | None = server.token
+        self._keys: set[str] = set()
+        self.faults = _HTTPServerFaults(self)
+        self.faults.reset()
+
+    def key(self, key: str) -> str:
+        return f"{self.prefix}/{key.lstrip('/')}"
+
+    def uri(self, key: str) -> str:
+        return str(self.server.url(self.key(key)))
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.server.options)
+
+    @property
+    def requests(self) -> list[Any]:
+        """Requests the server answered (``method``, ``path``, ``headers``, ``status``)."""
+        return list(self.server.requests)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._keys.add(self.key(key))
+        self.server.put(self.key(key), bytes(data))
+
+    def get(self, key: str) -> bytes:
+        return bytes(self.server.get(self.key(key)))
+
+    def close(self) -> None:
+        super().close()
+        self.server.clear_log()
+        for k in self._keys:
+            self.server.delete(k)
+
+
+class RedisBackend(Backend):
+    """A key prefix on the session Redis (real or fakeredis), reached through a TCP proxy.
+
+    Objects are stored in tensorstream's manifest layout (``docs/redis.md``).
+    """
+
+    name = "redis"
+
+    def __init__(self, kind: str, host: str, port: int, proxy: TCPFaultProxy) -> None:
+        import redis
+
+        self.kind = kind
+        self.host, self.port = host, port
+        self.proxy = proxy
+        self.prefix = _unique("t")
+        self.client = redis.Redis(host=host, port=port, socket_timeout=30)
+        self.faults = _RedisProxyFaults(self)
+        self.faults.reset()
+        self._lock = threading.Lock()
+
+    def key(self, key: str) -> str:
+        return f"{self.prefix}/{key.lstrip('/')}"
+
+    def uri(self, key: str) -> str:
+        return f"redis://127.0.0.1:{self.proxy.port}/{self.key(key)}"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {}
+
+    def put(self, key: str, data: bytes, *, chunk_size: int = 1 << 20) -> None:
+        from ..providers._redis_layout import chunk_key, manifest_fields
+
+        data = bytes(data)
+        path = self.key(key)
+        gen = secrets.token_hex(8)
+        fields = manifest_fields(size=len(data), chunk_size=chunk_size, generation=gen,
+                                 checksum=f"sha256:{hashlib.sha256(data).hexdigest()}",
+                                 mtime=time.time())
+        with self._lock:
+            old = self.client.hget(path, "generation")
+            old_size = self.client.hget(path, "size")
+            old_cs = self.client.hget(path, "chunk_size")
+            pipe = self.client.pipeline(transaction=True)
+            for start in range(0, len(data), chunk_size):
+                pipe.set(chunk_key(path, gen, start), data[start:start + chunk_size])
+            pipe.delete(path)
+            pipe.hset(path, mapping=fields)
+            if old is not None and old_size is not None and old_cs is not None:
+                # Like tensorstream's writer: the previous generation disappears.
+                for start in range(0, int(old_size), int(old_cs)):
+                    pipe.delete(chunk_key(path, old.decode(), start))
+            pipe.execute()
+
+    def get(self, key: str) -> bytes:
+        from ..providers._redis_layout import chunk_key
+
+        path = self.key(key)
+        fields = self.client.hgetall(path)
+        if not fields:
+            raise KeyError(key)
+        size, cs, gen = int(fields[b"size"]), int(fields[b"chunk_size"]), fields[b"generation"]
+        parts = self.client.mget([chunk_key(path, gen.decode(), s) for s in range(0, size, cs)])
+        return b"".join(p or b"" for p in parts)
+
+    def close(self) -> None:
+        super().close()
+        try:
+            from ..providers._redis_layout import escape_glob
+
+            keys = list(self.client.scan_iter(match=escape_glob(self.prefix + "/") + "*", count=1000))
+            for i in range(0, len(keys), 1000):
+                self.client.delete(*keys[i : i + 1000])
+        finally:
+            self.client.close()
+
+
+# ------------------------------------------------------------------ servers
+class BackendServers:
+    """The session's servers, each started on first use and stopped by :meth:`close`.
+
+    ``redis``: ``"auto"`` (redis-server if installed, else fakeredis), ``"real"``
+    or ``"fake"``.
+    """
+
+    def __init__(self, *, redis: str = "auto") -> None:
+        if redis not in ("auto", "real", "fake"):
+            raise ValueError("redis must be 'auto', 'real' or 'fake'")
+        self.redis_mode = redis
+        self._lock = threading.Lock()
+        self._s3: tuple[Any, HTTPFaultProxy] | None = None
+        self._http: dict[tuple[bool, str | bool | None], Any] = {}
+        self._redis: tuple[str, str, int, TCPFaultProxy] | None = None
+        self._closers: list[Callable[[], None]] = []
+
+    def s3(self) -> S3Backend:
+        with self._lock:
+            if self._s3 is None:
+                from .s3_server import MotoS3Server
+
+                # No signature checks: the proxy may strip signed headers (Range).
+                server = MotoS3Server(auth=False).start()
+                self._closers.append(server.stop)
+                proxy = HTTPFaultProxy(server.endpoint_url).start()
+                self._closers.append(proxy.stop)
+                self._s3 = (server, proxy)
+        return S3Backend(*self._s3)
+
+    def http(self, *, tls: bool = False, token: str | bool | None = None) -> HTTPBackend:
+        """``token=True``: require a bearer token made up once per session."""
+        key = (bool(tls), token or None)
+        with self._lock:
+            server = self._http.get(key)
+            if server is None:
+                from .http_server import HTTPTestServer
+
+                tok = "tstok-" + secrets.token_hex(8) if token is True else (token or None)
+                server = HTTPTestServer(tls=tls, token=tok).start()
+                self._closers.append(server.stop)
+                self._http[key] = server
+        return HTTPBackend(server)
+
+    def redis(self) -> RedisBackend:
+        with self._lock:
+            if self._redis is None:
+                self._redis = self._start_redis()
+        kind, host, port, proxy = self._redis
+        return RedisBackend(kind, host, port, proxy)
+
+    def _start_redis(self) -> tuple[str, str, int, TCPFaultProxy]:
+        from .redis_server import RedisServer, redis_available
+
+        if self.redis_mode == "real" or (self.redis_mode == "auto" and redis_available()):
+            server = RedisServer().start()
+            self._closers.append(server.stop)
+            kind, host, port = "redis-server", server.host, server.port
+        else:
+            kind, host, port = "fakeredis", *self._start_fakeredis()
+        proxy = TCPFaultProxy(host, port).start()
+        self._closers.append(proxy.stop)
+        return kind, host, port, proxy
+
+    def _start_fakeredis(self) -> tuple[str, int]:
+        try:
+            from fakeredis import TcpFakeServer
+        except ImportError as exc:  # older fakeredis
+            raise RuntimeError("fakeredis >= 2.26 (TcpFakeServer) is needed when redis-server "
+                               "is not installed") from exc
+        server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, name="tensorstream-fakeredis",
+                                  daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(10)
+
+        self._closers.append(stop)
+        host, port = server.server_address[:2]
+        return str(host if isinstance(host, str) else host.decode()), int(port)
+
+    def close(self) -> None:
+        """Stop every server that was started (in reverse order); never raises."""
+        with self._lock:
+            closers, self._closers = self._closers, []
+            self._s3, self._redis = None, None
+            self._http.clear()
+        for close in reversed(closers):
+            try:
+                close()
+            except Exception:
+                pass

@@ -1,0 +1,472 @@
+"""Fault-injecting proxies for tests: one for raw TCP, one that understands HTTP.
+
+Both run in their **own thread and event loop** on ``127.0.0.1`` and a free
+port, so the code under test may use tensorstream's sync or async API::
+
+    with TCPFaultProxy("127.0.0.1", redis_port) as proxy:
+        proxy.faults.drop_after = 1 << 20        # cut each connection after 1 MiB downstream
+        proxy.faults.use_rst = True              # ... with a TCP reset instead of a FIN
+        client = redis.Redis(port=proxy.port)
+
+    with HTTPFaultProxy("http://127.0.0.1:9000") as proxy:   # e.g. in front of moto
+        proxy.faults.status_script = [503, 503]  # the next two requests fail
+        proxy.faults.ignore_range = True         # strip Range: the upstream answers 200
+        assert proxy.requests[-1].status == 503
+
+Faults are plain attributes (set them before the client runs); ``faults.reset()``
+restores a transparent proxy. Counters on the faults object tell a test what
+happened (connections, drops, scripted answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import struct
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from types import TracebackType
+from typing import Any
+
+__all__ = ["HTTPFaultProxy", "HTTPProxyFaults", "ProxyRequest", "TCPFaultProxy", "TCPFaults"]
+
+_CHUNK = 64 << 10
+#: ``hook(method, path)`` run before a request is forwarded (HTTP proxy).
+RequestHook = Callable[[str, str], Awaitable[None]]
+#: ``hook(data)`` run before client bytes are forwarded upstream (TCP proxy).
+DataHook = Callable[[bytes], Awaitable[None]]
+
+
+def _reset_fields(obj: Any) -> None:
+    for field in dataclasses.fields(obj):
+        default = (field.default_factory() if field.default_factory is not dataclasses.MISSING
+                   else field.default)
+        setattr(obj, field.name, default)
+
+
+def _chunk_for(rate: int | None) -> int:
+    # Small writes when rate-capped, so pacing is smooth (about 20 steps a second).
+    return _CHUNK if not rate else max(1, min(_CHUNK, rate // 20))
+
+
+class _LoopThread:
+    """An event loop in a daemon thread that serves one proxy."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, setup: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(setup())
+            except BaseException as exc:  # reported to start()
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+
+        self.loop = loop
+        self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if failure:
+            self.stop(None)
+            raise RuntimeError(f"{self.name} failed to start: {failure[0]!r}") from failure[0]
+
+    def stop(self, teardown: Callable[[], Coroutine[Any, Any, None]] | None) -> None:
+        loop, thread = self.loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            if teardown is not None:
+                try:
+                    asyncio.run_coroutine_threadsafe(teardown(), loop).result(10)
+                except Exception:
+                    pass
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+        if loop is not None and not loop.is_running():
+            loop.close()
+        self.loop = self._thread = None
+
+
+# --------------------------------------------------------------------------- TCP
+@dataclasses.dataclass
+class TCPFaults:
+    """What :class:`TCPFaultProxy` does to traffic. Downstream = upstream -> client."""
+
+    #: Seconds to wait before forwarding each burst of client bytes (adds per-request latency).
+    latency: float = 0.0
+    #: Downstream bytes per second, per connection.
+    rate_limit: int | None = None
+    #: Cut a connection once this many downstream bytes went through it ...
+    drop_after: int | None = None
+    #: ... on this many connections (``None``: every connection).
+    drop_times: int | None = None
+    #: Cut with a TCP reset (RST) instead of an orderly close (FIN).
+    use_rst: bool = False
+    #: Reset this many new connections as soon as they are accepted.
+    refuse: int = 0
+    #: Hold downstream bytes (the connection stays open but silent) while true.
+    stall: bool = False
+    #: Called with each burst of client bytes before it is forwarded.
+    on_client_data: DataHook | None = None
+
+    # counters (managed by the proxy)
+    connections: int = 0
+    dropped: int = 0
+    refused: int = 0
+    bytes_down: int = 0
+    bytes_up: int = 0
+
+    def reset(self) -> None:
+        """Back to a transparent proxy, counters at zero."""
+        _reset_fields(self)
+
+
+def _abort(writer: asyncio.StreamWriter, rst: bool) -> None:
+    sock = writer.get_extra_info("socket")
+    if rst and sock is not None:
+        try:  # SO_LINGER with a zero timeout turns close() into a reset
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    if rst:
+        writer.transport.abort()
+    else:
+        writer.close()
+
+
+class TCPFaultProxy:
+    """A TCP proxy on ``127.0.0.1`` (free port) to ``host:port`` that can delay,
+    cap, stall, cut or reset connections (see :class:`TCPFaults`)."""
+
+    def __init__(self, host: str, port: int, *, listen_port: int = 0) -> None:
+        self.upstream = (host, port)
+        self.port = listen_port
+        self.faults = TCPFaults()
+        self._lt = _LoopThread("tensorstream-tcp-proxy")
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def __repr__(self) -> str:
+        return f"TCPFaultProxy(127.0.0.1:{self.port} -> {self.upstream[0]}:{self.upstream[1]})"
+
+    def start(self) -> TCPFaultProxy:
+        """Start listening (idempotent); returns ``self``."""
+        if self._lt.loop is not None:
+            return self
+
+        async def setup() -> None:
+            self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+            self.port = self._server.sockets[0].getsockname()[1]
+
+        self._lt.start(setup)
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection (idempotent)."""
+        async def teardown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for w in list(self._writers):
+                _abort(w, rst=True)
+
+        self._lt.stop(teardown)
+        self._server = None
+
+    def __enter__(self) -> TCPFaultProxy:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def cut_all(self, *, rst: bool = True) -> None:
+        """Cut every open connection now (a reset by default)."""
+        loop = self._lt.loop
+        if loop is None:
+            return
+
+        async def cut() -> None:
+            for w in list(self._writers):
+                _abort(w, rst)
+
+        asyncio.run_coroutine_threadsafe(cut(), loop).result(10)
+
+    async def _accept(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        f = self.faults
+        f.connections += 1
+        if f.refuse > 0:
+            f.refuse -= 1
+            f.refused += 1
+            _abort(cwriter, rst=True)
+            return
+        try:
+            ureader, uwriter = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            _abort(cwriter, rst=True)
+            return
+        self._writers.update((cwriter, uwriter))
+        up = asyncio.ensure_future(self._pump_up(creader, uwriter))
+        down = asyncio.ensure_future(self._pump_down(ureader, cwriter))
+        try:
+            await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (up, down):
+                t.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+            cut = down.done() and not down.cancelled() and down.exception() is None and down.result()
+            _abort(cwriter, rst=bool(cut) and self.faults.use_rst)
+            _abort(uwriter, rst=False)
+            self._writers.discard(cwriter)
+            self._writers.discard(uwriter)
+
+    async def _pump_up(self, creader: asyncio.StreamReader, uwriter: asyncio.StreamWriter) -> None:
+        while data := await creader.read(_CHUNK):
+            f = self.faults
+            if f.on_client_data is not None:
+                await f.on_client_data(data)
+            if f.latency:
+                await asyncio.sleep(f.latency)
+            f.bytes_up += len(data)
+            uwriter.write(data)
+            await uwriter.drain()
+
+    async def _pump_down(self, ureader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> bool:
+        """Forward upstream bytes; True when the connection was cut on purpose."""
+        sent = 0
+        while True:
+            f = self.faults
+            size = _chunk_for(f.rate_limit)
+            dropping = f.drop_after is not None and (f.drop_times is None or f.dropped < f.drop_times)
+            if dropping:
+                assert f.drop_after is not None
+                size = min(size, f.drop_after - sent)
+                if size <= 0:
+                    f.dropped += 1
+                    return True
+            data = await ureader.read(size)
+            if not data:
+                return False
+            while self.faults.stall:
+                await asyncio.sleep(0.01)
+            cwriter.write(data)
+            await cwriter.drain()
+            sent += len(data)
+            f.bytes_down += len(data)
+            if f.rate_limit:
+                await asyncio.sleep(len(data) / f.rate_limit)
+
+
+# -------------------------------------------------------------------------- HTTP
+@dataclasses.dataclass
+class HTTPProxyFaults:
+    """What :class:`HTTPFaultProxy` does to requests and responses."""
+
+    #: Only requests whose path starts with this are affected (``None``: all).
+    path_prefix: str | None = None
+    #: Seconds to wait before forwarding a request.
+    latency: float = 0.0
+    #: Response body bytes per second, per response.
+    rate_limit: int | None = None
+    #: Close the connection after this many body bytes ...
+    drop_after: int | None = None
+    #: ... on this many responses (``None``: every response).
+    drop_times: int | None = None
+    #: Statuses answered (without forwarding), in order, before normal service resumes.
+    status_script: list[int] = dataclasses.field(default_factory=list)
+    #: ``Retry-After`` seconds sent with scripted statuses.
+    retry_after: float | None = None
+    #: Strip ``Range``/``If-Range`` from requests: the upstream answers 200 with the whole body.
+    ignore_range: bool = False
+    #: Awaited before each affected request is forwarded (after latency and the status script).
+    before_forward: RequestHook | None = None
+
+    # counters (managed by the proxy)
+    dropped: int = 0
+    scripted: int = 0
+
+    def reset(self) -> None:
+        """Back to a transparent proxy, counters at zero."""
+        _reset_fields(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxyRequest:
+    """One request as the proxy saw it and the status the client got."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    status: int
+
+
+#: S3-style error codes for scripted statuses (S3 clients parse the XML body).
+_S3_CODES = {400: "InvalidRequest", 403: "AccessDenied", 404: "NoSuchKey", 409: "Conflict",
+             412: "PreconditionFailed", 429: "SlowDown", 500: "InternalError",
+             502: "BadGateway", 503: "SlowDown", 504: "GatewayTimeout"}
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                         "te", "trailer", "transfer-encoding", "upgrade", "host",
+                         "content-length", "expect"})
+
+
+class HTTPFaultProxy:
+    """An HTTP/1.1 proxy on ``127.0.0.1`` (free port) forwarding to ``upstream``
+    (``http://host:port``), applying :class:`HTTPProxyFaults`.
+
+    Clients use :attr:`url` as their endpoint. Request bodies are buffered
+    (tests use small objects); response bodies are streamed.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.port = 0
+        self.faults = HTTPProxyFaults()
+        self._log: list[ProxyRequest] = []
+        self._lock = threading.Lock()
+        self._lt = _LoopThread("tensorstream-http-proxy")
+        self._runner: Any = None
+        self._session: Any = None
+
+    def __repr__(self) -> str:
+        return f"HTTPFaultProxy({self.url} -> {self.upstream})"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> HTTPFaultProxy:
+        """Start serving (idempotent); returns ``self``."""
+        if self._lt.loop is not None:
+            return self
+        from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+
+        async def setup() -> None:
+            app = web.Application(client_max_size=1 << 30)
+            app.router.add_route("*", "/{tail:.*}", self._handle)
+            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, reuse_address=True)
+            await site.start()
+            self.port = self._runner.addresses[0][1]
+            self._session = ClientSession(
+                connector=TCPConnector(limit=0), auto_decompress=False,
+                timeout=ClientTimeout(total=None, sock_connect=10, sock_read=120),
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+            )
+
+        async def teardown() -> None:
+            if self._session is not None:
+                await self._session.close()
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        self._teardown = teardown
+        self._lt.start(setup)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._lt.loop is not None:
+            self._lt.stop(self._teardown)
+        self._runner = self._session = None
+
+    def __enter__(self) -> HTTPFaultProxy:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def requests(self) -> list[ProxyRequest]:
+        """Every request answered so far (a copy)."""
+        with self._lock:
+            return list(self._log)
+
+    def clear_log(self) -> None:
+        with self._lock:
+            self._log.clear()
+
+    def _record(self, request: Any, status: int) -> None:
+        with self._lock:
+            self._log.append(ProxyRequest(request.method, request.path_qs,
+                                          dict(request.headers), status))
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        f = self.faults
+        affected = f.path_prefix is None or request.path.startswith(f.path_prefix)
+        body = await request.read()
+        if affected and f.latency:
+            await asyncio.sleep(f.latency)
+        if affected and f.status_script:
+            status = f.status_script.pop(0)
+            f.scripted += 1
+            return self._scripted(request, status)
+        if affected and f.before_forward is not None:
+            await f.before_forward(request.method, request.path)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        if affected and f.ignore_range:
+            headers = {k: v for k, v in headers.items() if k.lower() not in ("range", "if-range")}
+        async with self._session.request(
+            request.method, self.upstream + request.path_qs, headers=headers,
+            data=body if body else None, allow_redirects=False,
+        ) as upstream:
+            out = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=out)
+            if upstream.content_length is not None:
+                resp.content_length = upstream.content_length
+            self._record(request, upstream.status)
+            await resp.prepare(request)
+            if request.method == "HEAD":
+                return resp
+            dropping = affected and f.drop_after is not None and (
+                f.drop_times is None or f.dropped < f.drop_times)
+            limit = f.drop_after if dropping and f.drop_after is not None else None
+            rate = f.rate_limit if affected else None
+            sent = 0
+            while True:
+                size = _chunk_for(rate)
+                if limit is not None:
+                    size = min(size, limit - sent)
+                if size <= 0:
+                    break
+                data = await upstream.content.read(size)
+                if not data:
+                    break
+                await resp.write(data)
+                sent += len(data)
+                if rate:
+                    await asyncio.sleep(len(data) / rate)
+            if limit is not None and (upstream.content_length or 0) > sent:
+                f.dropped += 1
+                if request.transport is not None:  # the client sees a short body
+                    request.transport.close()
+                return resp
+            await resp.write_eof()
+            return resp
+
+    def _scripted(self, request: Any, status: int) -> Any:
+        from aiohttp import web
+
+        headers = {}
+        if self.faults.retry_after is not None:
+            headers["Retry-After"] = str(self.faults.retry_after)
+        body = b""
+        if status >= 400 and request.method != "HEAD":
+            code = _S3_CODES.get(status, "InternalError")
+            body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                    f"<Message>scripted {status} from the test proxy</Message></Error>").encode()
+            headers["Content-Type"] = "application/xml"
+        self._record(request, status)
+        return web.Response(status=status, body=body, headers=headers)

@@ -1,0 +1,222 @@
+"""HTTP(S) provider: conformance, and servers that misbehave."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+
+import tensorstream
+from tensorstream import errors
+from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
+from tensorstream.testing.http_server import HTTPTestServer
+
+pytestmark = pytest.mark.usefixtures("isolated_env", "http_reset")
+
+DATA = os.urandom((2 << 20) + 4321)
+#: Small parts so one read becomes several ranged GETs; quick retries.
+SMALL = {"part_size": 256 << 10, "min_part_size": 64 << 10, "concurrency": 4,
+         "large_read": 64 << 10, "backoff_initial": 0.01, "backoff_max": 0.05}
+
+
+def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
+    key = f"obj-{uuid.uuid4().hex[:10]}.bin"
+    server.put(key, data)
+    return key, server.url(key)
+
+
+class TestHTTPConformance(ProviderConformance):
+    @pytest.fixture(params=["http", "https"])
+    def target(self, request: pytest.FixtureRequest, http_server: HTTPTestServer,
+               https_server: HTTPTestServer) -> ConformanceTarget:
+        server = http_server if request.param == "http" else https_server
+        return ConformanceTarget(uri=server.url, put=server.put, options=server.options,
+                                 writable=False, listable=False)
+
+
+# -- well-behaved details -------------------------------------------------------
+async def test_stat_reports_etag_and_mtime(http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    info = await tensorstream.stat(url)
+    assert (info.size, info.etag) == (len(DATA), http_server.etag(key))
+    assert info.mtime is not None and abs(info.mtime.timestamp() - time.time()) < 60
+
+
+async def test_stat_falls_back_to_ranged_get_when_head_is_refused(
+        http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.status_script = [405]
+    info = await tensorstream.stat(url)
+    assert info.size == len(DATA) and info.etag == http_server.etag(key)
+    log = [(r.method, r.status, r.headers.get("Range")) for r in http_server.requests]
+    assert log == [("HEAD", 405, None), ("GET", 206, "bytes=0-0")]
+
+
+async def test_empty_object(http_server: HTTPTestServer) -> None:
+    _, url = _put(http_server, b"")
+    assert (await tensorstream.stat(url)).size == 0
+    with tensorstream.open(url) as f:
+        assert f.read() == b""
+
+
+def test_ranged_gets_ask_for_identity_and_pin_the_etag(http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    with tensorstream.open(url, **SMALL) as f:
+        assert f.read() == DATA
+    gets = http_server.requests_for(key, "GET")
+    assert len(gets) > 1
+    for r in gets:
+        assert r.headers["Accept-Encoding"] == "identity"
+        assert r.headers["If-Match"] == http_server.etag(key)
+        assert r.status == 206
+
+
+# -- misbehaving servers -------------------------------------------------------------
+async def test_server_ignoring_range_is_an_error_never_wrong_bytes(
+        http_server: HTTPTestServer) -> None:
+    _, url = _put(http_server)
+    http_server.faults.ignore_range = True
+    with pytest.raises(errors.ProtocolError, match="ignored the Range"):
+        await tensorstream.read_range(url, 1000, 2000)
+    with tensorstream.open(url, **SMALL) as f, pytest.raises(errors.ProtocolError):
+        f.seek(1000)
+        f.read(300_000)
+
+
+def test_dropped_body_is_resumed_with_if_match(http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.drop_after = 300_000
+    http_server.faults.drop_times = 1
+    with tensorstream.open(url, retries=3, backoff_initial=0.01, concurrency=1) as f:
+        assert f.read() == DATA
+    gets = http_server.requests_for(key, "GET")
+    assert http_server.faults.dropped == 1
+    # the first GET was cut at 300000 bytes; the resumed one starts exactly there
+    assert gets[0].headers["Range"] == f"bytes=0-{len(DATA) - 1}"
+    assert gets[1].headers["Range"] == f"bytes=300000-{len(DATA) - 1}"
+    assert gets[1].headers["If-Match"] == http_server.etag(key)
+
+
+async def test_chunked_body_cut_without_content_length_is_detected(
+        http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.no_content_length = True
+    http_server.faults.drop_after = 100_000
+    http_server.faults.drop_times = 1
+    assert await tensorstream.read_range(url, 0, 1 << 20, concurrency=1) == DATA[: 1 << 20]
+    gets = http_server.requests_for(key, "GET")
+    assert gets[1].headers["Range"] == f"bytes=100000-{(1 << 20) - 1}"
+
+
+async def test_body_cut_on_every_attempt_raises_never_short(
+        http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.drop_after = 1000
+    with pytest.raises(errors.RetriesExhaustedError) as info:
+        await tensorstream.read_range(url, 0, 100_000, retries=3, backoff_initial=0.01)
+    assert isinstance(info.value.last_error, errors.IncompleteReadError)
+    assert len(http_server.requests_for(key, "GET")) == 3
+
+
+async def test_503_twice_then_success(http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.status_script = [503, 503]
+    http_server.faults.retry_after = 0.2
+    t0 = time.monotonic()
+    assert await tensorstream.read_range(url, 10, 5000) == DATA[10:5000]
+    assert time.monotonic() - t0 >= 0.4  # Retry-After honoured twice
+    assert [r.status for r in http_server.requests_for(key)] == [503, 503, 206]
+
+
+async def test_429_forever_gives_up_after_the_attempt_limit(
+        http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.status_script = [429] * 10
+    with pytest.raises(errors.RetriesExhaustedError) as info:
+        await tensorstream.read_range(url, 0, 10, retries=3, backoff_initial=0.01)
+    assert info.value.attempts == 3
+    assert isinstance(info.value.last_error, errors.ServiceUnavailableError)
+    assert len(http_server.requests_for(key)) == 3
+
+
+def test_object_replaced_between_parts_raises(http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    with tensorstream.open(url, **SMALL) as f:
+        http_server.faults.replace_after_requests = 1
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()
+    assert any(r.status == 412 for r in http_server.requests_for(key, "GET"))
+
+
+def test_replaced_object_detected_even_if_server_ignores_if_match(
+        http_server: HTTPTestServer) -> None:
+    _, url = _put(http_server)
+    with tensorstream.open(url, **SMALL) as f:
+        http_server.faults.replace_after_requests = 1
+        http_server.faults.ignore_if_match = True
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()
+
+
+@pytest.mark.parametrize("fault", ["gzip", "wrong_content_range"])
+async def test_encoded_or_misplaced_ranges_are_refused(
+        http_server: HTTPTestServer, fault: str) -> None:
+    _, url = _put(http_server)
+    setattr(http_server.faults, fault, True)
+    with pytest.raises(errors.ProtocolError):
+        await tensorstream.read_range(url, 100, 200_000)
+
+
+@pytest.mark.parametrize(("status", "exc"), [
+    (404, FileNotFoundError), (403, PermissionError), (401, PermissionError),
+    (400, ValueError)])
+async def test_client_errors_are_typed_and_not_retried(
+        http_server: HTTPTestServer, status: int, exc: type[Exception]) -> None:
+    key, url = _put(http_server)
+    http_server.faults.status_script = [status]
+    with pytest.raises(exc) as info:
+        await tensorstream.read_range(url, 0, 10)
+    assert isinstance(info.value, errors.TensorstreamError)
+    assert not isinstance(info.value, errors.RetriesExhaustedError)
+    assert len(http_server.requests_for(key)) == 1
+
+
+async def test_idle_timeout_on_a_stalled_body(http_server: HTTPTestServer) -> None:
+    _, url = _put(http_server)
+    http_server.faults.stall_after_headers = 3
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await tensorstream.read_range(url, 0, 1000, timeout_idle=0.3, retries=1)
+    assert time.monotonic() - t0 < 2.5
+
+
+async def test_connection_refused_is_a_connection_error() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(errors.RetriesExhaustedError) as info:
+        await tensorstream.stat(f"http://127.0.0.1:{port}/x", retries=2, backoff_initial=0.01)
+    assert isinstance(info.value.last_error, ConnectionError)
+
+
+async def test_rate_limit_fault_slows_the_transfer(http_server: HTTPTestServer) -> None:
+    _, url = _put(http_server)
+    http_server.faults.rate_limit = 1 << 20  # 1 MiB/s
+    t0 = time.monotonic()
+    assert await tensorstream.read_range(url, 0, 512 << 10) == DATA[: 512 << 10]
+    assert time.monotonic() - t0 >= 0.4
+
+
+def test_fault_key_limits_faults_to_one_object(http_server: HTTPTestServer) -> None:
+    _, good = _put(http_server)
+    bad_key, bad = _put(http_server)
+    http_server.faults.key = bad_key
+    http_server.faults.ignore_range = True
+    with tensorstream.open(good, **SMALL) as f:
+        assert f.read() == DATA
+    with pytest.raises(errors.ProtocolError), tensorstream.open(bad, **SMALL) as f:
+        f.read()

@@ -1,0 +1,227 @@
+"""HTTP(S) credentials, TLS and redirects: secrets go only where they belong."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import tensorstream
+from fixtures_http import HTTP_TEST_TOKEN
+from tensorstream import errors
+from tensorstream.credentials.http import resolve_http_credentials
+from tensorstream.providers._http_util import is_metadata_address
+from tensorstream.providers.http import InsecureTLSWarning
+from tensorstream.testing.http_server import HTTPTestServer
+
+pytestmark = pytest.mark.usefixtures("isolated_env", "http_reset")
+
+DATA = os.urandom(300_000)
+
+
+def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
+    key = f"sec-{uuid.uuid4().hex[:10]}.bin"
+    server.put(key, data)
+    return key, server.url(key)
+
+
+# -- bearer token / basic auth ---------------------------------------------------
+async def test_bearer_token_option_is_sent(http_token_server: HTTPTestServer) -> None:
+    key, url = _put(http_token_server)
+    assert await tensorstream.read_range(url, 0, 100, token=HTTP_TEST_TOKEN) == DATA[:100]
+    assert http_token_server.requests_for(key)[-1].headers["Authorization"] == (
+        f"Bearer {HTTP_TEST_TOKEN}")
+
+
+async def test_token_from_environment(http_token_server: HTTPTestServer,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _, url = _put(http_token_server)
+    with pytest.raises(PermissionError):
+        await tensorstream.stat(url)
+    monkeypatch.setenv("TENSORSTREAM_HTTP_TOKEN", HTTP_TEST_TOKEN)
+    assert (await tensorstream.stat(url)).size == len(DATA)
+
+
+async def test_wrong_token_error_never_shows_a_token(
+        http_token_server: HTTPTestServer, caplog: pytest.LogCaptureFixture) -> None:
+    _, url = _put(http_token_server)
+    wrong = "wrong-canary-" + uuid.uuid4().hex
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        await tensorstream.read_range(url, 0, 10, token=wrong)
+    text = f"{info.value} {info.value!r} {caplog.text}"
+    assert "401" in str(info.value)
+    assert wrong not in text and HTTP_TEST_TOKEN not in text
+
+
+def test_provider_and_credentials_never_reveal_secrets(
+        http_token_server: HTTPTestServer) -> None:
+    _, url = _put(http_token_server)
+    provider = tensorstream.get_provider(url, token=HTTP_TEST_TOKEN,
+                                         headers={"X-Api-Key": "hdr-canary"})
+    assert HTTP_TEST_TOKEN not in repr(provider) and "hdr-canary" not in repr(provider)
+    assert "X-Api-Key" in repr(provider.inner)
+    with pytest.raises(TypeError):
+        pickle.dumps(provider.inner)
+    creds = resolve_http_credentials(token=HTTP_TEST_TOKEN, env={})
+    with pytest.raises(TypeError):
+        pickle.dumps(creds)
+    assert creds.authorization is not None and creds.authorization.source == "argument token"
+
+
+def test_credential_precedence() -> None:
+    uri = tensorstream.parse_uri("https://user:pw@example.com/x")
+    env = {"TENSORSTREAM_HTTP_TOKEN": "from-env", "SSL_CERT_FILE": __file__,
+           "REQUESTS_CA_BUNDLE": "/nonexistent"}
+    c = resolve_http_credentials(uri, headers={"Authorization": "Custom x"}, token="t", env=env)
+    assert (c.authorization and c.authorization.source) == "argument headers"
+    c = resolve_http_credentials(uri, token="t", env=env)
+    assert c.auth_headers()["Authorization"] == "Bearer t"
+    c = resolve_http_credentials(uri, env=env)
+    assert c.auth_headers()["Authorization"] == "Basic dXNlcjpwdw=="  # user:pw
+    c = resolve_http_credentials(None, env=env)
+    assert c.auth_headers()["Authorization"] == "Bearer from-env"
+    assert c.ca_bundle is not None and c.ca_bundle.source == "env SSL_CERT_FILE"
+    with pytest.raises(errors.ConfigurationError, match="REQUESTS_CA_BUNDLE"):
+        resolve_http_credentials(None, env={"REQUESTS_CA_BUNDLE": "/nonexistent"})
+
+
+async def test_basic_auth_from_uri_userinfo() -> None:
+    with HTTPTestServer(basic_auth=("alice", "pw-canary")) as server:
+        key, _ = _put(server)
+        url = f"http://alice:pw-canary@127.0.0.1:{server.port}/{key}"
+        assert await tensorstream.read_range(url, 0, 10) == DATA[:10]
+        bad = f"http://alice:nope-canary@127.0.0.1:{server.port}/{key}"
+        with pytest.raises(PermissionError) as info:
+            await tensorstream.read_range(bad, 0, 10)
+        assert "nope-canary" not in f"{info.value} {info.value!r}"
+
+
+async def test_presigned_query_survives_exactly_and_is_redacted(
+        http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    query = "?X-Amz-Signature=sig%2Fcanary&X-Amz-Credential=AKIA%2Fx&a=1"
+    assert await tensorstream.read_range(url + query, 0, 10) == DATA[:10]
+    assert http_server.requests_for(key)[-1].path.endswith(query)  # not re-encoded
+    with pytest.raises(FileNotFoundError) as info:
+        await tensorstream.read_range(http_server.url("missing") + query, 0, 10)
+    assert "canary" not in f"{info.value} {info.value!r}"
+
+
+# -- TLS -----------------------------------------------------------------------------------
+async def test_untrusted_certificate_is_refused_at_once(https_server: HTTPTestServer) -> None:
+    _, url = _put(https_server)
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"(?i)certificate"):
+        await tensorstream.stat(url, backoff_initial=0.5)
+    assert time.monotonic() - t0 < 0.5  # permanent: not retried
+
+
+async def test_ca_bundle_option_and_env(https_server: HTTPTestServer,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, url = _put(https_server)
+    got = await tensorstream.read_range(url, 5, 50, ca_bundle=https_server.ca_bundle_path)
+    assert got == DATA[5:50]
+    monkeypatch.setenv("SSL_CERT_FILE", str(https_server.ca_bundle_path))
+    assert (await tensorstream.stat(url)).size == len(DATA)
+
+
+async def test_insecure_works_and_warns(https_server: HTTPTestServer,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    _, url = _put(https_server)
+    with pytest.warns(InsecureTLSWarning, match="insecure=True"):
+        assert await tensorstream.read_range(url, 0, 10, insecure=True) == DATA[:10]
+    assert "verification is disabled" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def mtls_server() -> Iterator[HTTPTestServer]:
+    with HTTPTestServer(require_client_cert=True) as server:
+        yield server
+
+
+async def test_client_certificate(mtls_server: HTTPTestServer) -> None:
+    _, url = _put(mtls_server)
+    with pytest.raises(ConnectionError):
+        await tensorstream.stat(url, ca_bundle=mtls_server.ca_bundle_path, retries=1)
+    assert (await tensorstream.stat(url, **mtls_server.options)).size == len(DATA)
+
+
+# -- redirects -----------------------------------------------------------------------------
+async def test_redirect_to_another_origin_drops_credentials(
+        http_server: HTTPTestServer, https_server: HTTPTestServer) -> None:
+    key, _ = _put(https_server)
+    http_server.faults.redirect_to = https_server.base_url
+    opts = {"token": HTTP_TEST_TOKEN, "headers": {"X-Api-Key": "hdr-canary"},
+            "ca_bundle": https_server.ca_bundle_path}
+    got = await tensorstream.read_range(http_server.url(key), 0, 1000, **opts)
+    assert got == DATA[:1000]
+    first = http_server.requests_for(key)[0]
+    assert first.status == 307 and first.headers["Authorization"] == f"Bearer {HTTP_TEST_TOKEN}"
+    landed = https_server.requests_for(key)
+    assert landed and all("Authorization" not in r.headers and "X-Api-Key" not in r.headers
+                          for r in landed)
+
+
+async def test_https_to_http_downgrade_drops_credentials(
+        http_server: HTTPTestServer, https_server: HTTPTestServer) -> None:
+    key, _ = _put(http_server)
+    https_server.faults.redirect_to = http_server.base_url
+    got = await tensorstream.read_range(https_server.url(key), 0, 10, token=HTTP_TEST_TOKEN,
+                                        ca_bundle=https_server.ca_bundle_path)
+    assert got == DATA[:10]
+    assert all("Authorization" not in r.headers for r in http_server.requests_for(key))
+
+
+async def test_same_origin_redirect_keeps_credentials(
+        http_token_server: HTTPTestServer) -> None:
+    key = f"old-{uuid.uuid4().hex[:8]}"
+    http_token_server.put(f"new/{key}", DATA)
+    http_token_server.faults.key = key
+    http_token_server.faults.redirect_to = http_token_server.base_url + "/new"
+    got = await tensorstream.read_range(http_token_server.url(key), 0, 10, token=HTTP_TEST_TOKEN)
+    assert got == DATA[:10]
+    assert http_token_server.requests_for(f"new/{key}")[0].status == 206
+
+
+async def test_redirect_to_metadata_address_is_refused(http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.redirect_to = "http://169.254.169.254"
+    with pytest.raises(errors.PermissionDeniedError, match="link-local"):
+        await tensorstream.stat(url)
+    assert len(http_server.requests_for(key)) == 1  # refused without retrying
+    # The allow_private_redirects=True path is not exercised over the network on
+    # purpose: tests must never send requests to a real metadata endpoint.
+
+
+@pytest.mark.parametrize(("address", "private"), [
+    ("169.254.169.254", True), ("169.254.0.1", True), ("fd00:ec2::254", True),
+    ("[fe80::1]", True), ("::ffff:169.254.169.254", True), ("127.0.0.1", False),
+    ("10.0.0.1", False), ("example.com", False), ("fd00:ec2::253", False)])
+def test_metadata_address_detection(address: str, private: bool) -> None:
+    assert is_metadata_address(address) is private
+
+
+async def test_redirect_loop_is_bounded(http_server: HTTPTestServer) -> None:
+    key, url = _put(http_server)
+    http_server.faults.redirect_to = http_server.base_url  # redirects to itself forever
+    with pytest.raises(errors.ProtocolError, match="redirects"):
+        await tensorstream.stat(url)
+    assert len(http_server.requests_for(key)) == 6
+
+
+async def test_presigned_secret_not_in_retry_errors_or_debug_logs(
+        http_server: HTTPTestServer, caplog: pytest.LogCaptureFixture) -> None:
+    _, url = _put(http_server)
+    http_server.faults.status_script = [503] * 3
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(errors.RetriesExhaustedError) as info:
+        await tensorstream.read_range(url + "?X-Amz-Signature=sig-canary", 0, 10,
+                                      retries=2, backoff_initial=0.01)
+    assert "X-Amz-Signature=***" in str(info.value)
+    assert "sig-canary" not in f"{info.value} {info.value!r} {info.value.path} {caplog.text}"

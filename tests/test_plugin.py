@@ -1,0 +1,229 @@
+"""The pytest plugin's fixtures and faults, against every mocked backend.
+
+Each fault test reads through tensorstream's public API and checks both what
+the client saw (bytes, errors, time) and what the server/proxy did.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import tensorstream
+from tensorstream.errors import (
+    ObjectChangedError,
+    PermissionDeniedError,
+    ProtocolError,
+    RetriesExhaustedError,
+    ServiceUnavailableError,
+)
+from tensorstream.testing.backends import UnsupportedFault
+
+MiB = 1 << 20
+
+
+def blob(n: int, seed: int = 0) -> bytes:
+    return bytes((i * 7 + seed) % 251 for i in range(n))
+
+
+def read_all(backend, key: str, **extra) -> bytes:
+    with tensorstream.open(backend.uri(key), **backend.options, **extra) as f:
+        return f.read()
+
+
+def timed_read(backend, key: str, **extra) -> tuple[bytes, float]:
+    """Bytes and seconds spent reading them (client set-up excluded: S3 sessions are slow)."""
+    with tensorstream.open(backend.uri(key), **backend.options, **extra) as f:
+        t0 = time.monotonic()
+        data = f.read()
+        return data, time.monotonic() - t0
+
+
+def ranges_requested(backend, key_suffix: str) -> list[str]:
+    return [r.headers.get("Range", "") for r in backend.requests
+            if r.method == "GET" and r.path.split("?")[0].endswith(key_suffix)]
+
+
+# ---------------------------------------------------------------- fixtures
+def test_backend_api_roundtrip(tensorstream_backend):
+    b = tensorstream_backend
+    data = blob(300_000)
+    b.put("dir/model.bin", data)
+    assert b.get("dir/model.bin") == data
+    assert b.uri("dir/model.bin").startswith({"s3": "s3://", "http": "http://",
+                                              "redis": "redis://"}[b.name])
+    assert read_all(b, "dir/model.bin") == data
+    assert b.kind in {"moto", "aiohttp", "redis-server", "fakeredis"}
+    assert isinstance(b.options, dict) and b.options is not b.options  # a fresh copy each time
+
+
+def test_each_test_gets_a_fresh_namespace(tensorstream_backend, request):
+    # The same key in another test's namespace must not be visible here.
+    b = tensorstream_backend
+    with pytest.raises(KeyError):
+        b.get("dir/model.bin")
+
+
+def test_s3_environment_is_isolated(tensorstream_s3):
+    for name in os.environ:
+        assert not name.startswith("S3_"), name
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        assert name not in os.environ
+    for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        with open(os.environ[name]) as f:
+            assert f.read() == ""
+    assert os.environ["AWS_EC2_METADATA_DISABLED"] == "true"
+    # The endpoint and keys travel only in the options.
+    assert tensorstream_s3.options["s3_endpoint"].startswith("http://127.0.0.1:")
+
+
+def test_s3_buckets_are_fresh_per_fixture(tensorstream_s3):
+    assert tensorstream_s3.bucket.startswith("ts-test-")
+    assert tensorstream_s3.server.client.list_objects_v2(
+        Bucket=tensorstream_s3.bucket).get("KeyCount") == 0
+
+
+@pytest.mark.tensorstream_http(tls=True, token=True)
+def test_http_tls_and_token(tensorstream_http):
+    b = tensorstream_http
+    assert b.uri("x").startswith("https://")
+    assert b.ca_bundle and os.path.exists(b.ca_bundle)
+    assert b.options["ca_bundle"] == b.ca_bundle and b.options["token"] == b.token
+    b.put("x", b"secret weights")
+    assert read_all(b, "x") == b"secret weights"
+    assert b.requests[-1].headers["Authorization"] == f"Bearer {b.token}"
+    no_token = {k: v for k, v in b.options.items() if k != "token"}
+    with pytest.raises(PermissionDeniedError):
+        tensorstream.open(b.uri("x"), **no_token)
+
+
+@pytest.mark.parametrize("tensorstream_http", [{"token": "fixed-token"}], indirect=True)
+def test_http_indirect_parametrisation(tensorstream_http):
+    assert tensorstream_http.options == {"token": "fixed-token"}
+    assert tensorstream_http.uri("k").startswith("http://")
+
+
+def test_redis_kind_is_reported(tensorstream_redis):
+    from tensorstream.testing.redis_server import redis_available
+
+    assert tensorstream_redis.kind == ("redis-server" if redis_available() else "fakeredis")
+
+
+@pytest.mark.tensorstream_real_redis
+def test_real_redis_marker(tensorstream_redis):
+    assert tensorstream_redis.kind == "redis-server"
+
+
+def test_redis_rejects_http_only_faults_by_name(tensorstream_redis):
+    f = tensorstream_redis.faults
+    assert not f.supports("status_script") and not f.supports("ignore_range")
+    assert f.supports("drop_after")
+    with pytest.raises(UnsupportedFault, match="redis backend: status_script"):
+        f.status_script([503])
+    with pytest.raises(NotImplementedError, match="redis backend: ignore_range"):
+        f.ignore_range()
+
+
+# ------------------------------------------------------------------ faults
+def test_latency_delays_every_request(tensorstream_backend):
+    b = tensorstream_backend
+    b.put("k", blob(10_000))
+    b.faults.latency(0.4)
+    data, took = timed_read(b, "k")
+    assert data == blob(10_000)
+    assert took >= 0.4
+
+
+def test_rate_limit_slows_a_transfer_measurably(tensorstream_backend):
+    b = tensorstream_backend
+    data = blob(256 << 10)
+    b.put("k", data)
+    _, base = timed_read(b, "k")
+    b.faults.rate_limit(512 << 10)  # 256 KiB at 512 KiB/s: at least 0.5 s
+    got, capped = timed_read(b, "k")
+    assert got == data
+    assert capped >= 0.45
+    assert capped > 2 * base
+
+
+def test_drop_after_is_resumed_exactly(tensorstream_backend):
+    b = tensorstream_backend
+    data = blob(MiB)
+    b.put("k", data)
+    b.faults.drop_after(200_000, times=1)
+    assert read_all(b, "k") == data
+    assert b.faults.dropped == 1
+    if b.name != "redis":  # HTTP-level: the retry continued where the body broke
+        ranges = ranges_requested(b, "/k")
+        assert any(r.startswith("bytes=200000-") for r in ranges), ranges
+
+
+def test_drop_on_every_response_is_an_error_never_short(tensorstream_backend):
+    b = tensorstream_backend
+    b.put("k", blob(MiB))
+    b.faults.drop_after(1000)
+    with pytest.raises(OSError):
+        read_all(b, "k", retries=2, backoff_initial=0.01)
+    assert b.faults.dropped >= 2
+
+
+def test_status_script_is_retried_then_served(tensorstream_backend):
+    b = tensorstream_backend
+    b.put("k", blob(50_000))
+    b.faults.status_script([503, 503, 200])
+    assert read_all(b, "k", backoff_initial=0.01) == blob(50_000)
+    assert b.faults.pending_statuses == []
+    assert [r.status for r in b.requests[:3]] == [503, 503, b.requests[2].status]
+    assert b.requests[2].status in (200, 206)
+
+
+def test_status_script_is_observed_by_the_client(tensorstream_backend):
+    b = tensorstream_backend
+    b.put("k", blob(1000))
+    b.faults.status_script([503, 503, 503])
+    with pytest.raises((ServiceUnavailableError, RetriesExhaustedError)) as info:
+        read_all(b, "k", retries=2, backoff_initial=0.01)
+    assert "503" in str(info.value) or "SlowDown" in str(info.value) or isinstance(
+        info.value, RetriesExhaustedError)
+    assert b.faults.pending_statuses == [503]
+
+
+def test_ignore_range_is_caught(tensorstream_backend):
+    b = tensorstream_backend
+    b.put("k", blob(100_000))
+    b.faults.ignore_range()
+
+    async def read() -> bytes:
+        return await tensorstream.read_range(b.uri("k"), 1000, 2000, **b.options)
+
+    import asyncio
+
+    with pytest.raises(ProtocolError):
+        asyncio.run(read())
+
+
+def test_replace_between_reads_raises_object_changed(tensorstream_backend):
+    b = tensorstream_backend
+    old, new = blob(MiB), blob(MiB, seed=1)
+    b.put("k", old)
+    b.faults.replace_between_reads("k", new)
+    with tensorstream.open(b.uri("k"), **b.options, readahead=64 << 10) as f:
+        assert f.read(100) == old[:100]  # first read: the old object
+        f.seek(512 << 10)
+        with pytest.raises(ObjectChangedError):
+            f.read(100)
+    assert b.get("k") == new
+    assert read_all(b, "k") == new  # a fresh open sees the new version
+
+
+def test_faults_chain_and_reset(tensorstream_backend):
+    b = tensorstream_backend
+    f = b.faults.latency(5).drop_after(1)
+    assert f is b.faults
+    b.faults.reset()
+    b.put("k", b"fine")
+    data, took = timed_read(b, "k")
+    assert data == b"fine" and took < 5

@@ -1,0 +1,169 @@
+"""Redis provider: conformance (plain, tensorizer layout, TLS, cluster), auth and TLS."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+
+import tensorstream
+from fixtures_redis import ACL_PASSWORD, ACL_USER, REDIS_PASSWORD
+from tensorstream import errors
+from tensorstream.providers.redis import InsecureTLSWarning
+from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
+from tensorstream.testing.redis_server import RedisCluster, RedisServer
+
+SMALL_CHUNKS = {"redis_chunk_size": 256 << 10}
+
+
+class TestRedisConformance(ProviderConformance):
+    """Objects stored as plain strings by the server helper; written as manifests."""
+
+    @pytest.fixture
+    def target(self, redis_server: RedisServer) -> ConformanceTarget:
+        return ConformanceTarget(uri=redis_server.url, put=redis_server.put, options=SMALL_CHUNKS)
+
+
+class TestRedisTensorizerLayoutConformance(ProviderConformance):
+    """Objects stored the way tensorizer's to_redis does (``key:header:0``, ``key:data:N``)."""
+
+    @pytest.fixture
+    def target(self, redis_server: RedisServer) -> ConformanceTarget:
+        def put(key: str, data: bytes) -> None:
+            redis_server.put_tensorizer_layout(key, data, piece=700_001)
+
+        return ConformanceTarget(uri=redis_server.url, put=put, options=SMALL_CHUNKS)
+
+
+class TestRedisTLSConformance(ProviderConformance):
+    @pytest.fixture
+    def target(self, redis_tls_server: RedisServer) -> ConformanceTarget:
+        return ConformanceTarget(
+            uri=redis_tls_server.url,
+            put=redis_tls_server.put,
+            options={**SMALL_CHUNKS, "ca_bundle": redis_tls_server.ca_file},
+        )
+
+
+class TestRedisClusterConformance(ProviderConformance):
+    @pytest.fixture
+    def target(self, redis_cluster: RedisCluster) -> ConformanceTarget:
+        return ConformanceTarget(uri=redis_cluster.url, put=redis_cluster.put, options=SMALL_CHUNKS)
+
+
+# -- authentication ------------------------------------------------------------------
+def _roundtrip(uri: str, **options: object) -> bytes:
+    with tensorstream.open(uri, "wb", **options) as w:
+        w.write(b"secret weights")
+    with tensorstream.open(uri, **options) as f:
+        return f.read()
+
+
+def test_requirepass_via_uri_option_and_env(
+    redis_auth_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv = redis_auth_server
+    assert _roundtrip(srv.url("auth/uri", password=REDIS_PASSWORD)) == b"secret weights"
+    assert _roundtrip(srv.url("auth/opt"), redis_password=REDIS_PASSWORD) == b"secret weights"
+    monkeypatch.setenv("REDIS_PASSWORD", REDIS_PASSWORD)
+    assert _roundtrip(srv.url("auth/env")) == b"secret weights"
+
+
+def test_acl_user(redis_auth_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    srv = redis_auth_server
+    uri = srv.url("auth/acl", user=ACL_USER, password=ACL_PASSWORD)
+    assert _roundtrip(uri) == b"secret weights"
+    monkeypatch.setenv("REDIS_USERNAME", ACL_USER)
+    monkeypatch.setenv("REDIS_PASSWORD", "wrong-env-password")
+    # options > URI > env: the right password in the option wins over the env var
+    assert _roundtrip(srv.url("auth/acl2"), redis_password=ACL_PASSWORD) == b"secret weights"
+
+
+def test_missing_password_is_permission_error(redis_auth_server: RedisServer,
+                                              isolated_env: object) -> None:
+    with pytest.raises(PermissionError) as info:
+        tensorstream.open(redis_auth_server.url("auth/none"))
+    assert isinstance(info.value, errors.PermissionDeniedError)
+
+
+@pytest.mark.parametrize("how", ["uri", "option", "env", "acl"])
+def test_wrong_password_is_typed_and_never_shown(
+    redis_auth_server: RedisServer, monkeypatch: pytest.MonkeyPatch, isolated_env: object,
+    how: str,
+) -> None:
+    canary = "Canary-Pw-7731"
+    srv = redis_auth_server
+    uri, opts = srv.url("auth/x"), {}
+    if how == "uri":
+        uri = srv.url("auth/x", password=canary)
+    elif how == "option":
+        opts = {"redis_password": canary}
+    elif how == "env":
+        monkeypatch.setenv("REDIS_PASSWORD", canary)
+    else:
+        uri = srv.url("auth/x", user=ACL_USER, password=canary)
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        tensorstream.open(uri, retries=3, **opts)
+    exc = info.value
+    assert isinstance(exc, PermissionError) and not exc.temporary
+    texts = [str(exc), repr(exc), str(exc.__cause__), repr(exc.__cause__)]
+    assert all(canary not in t for t in texts), texts
+    assert "authentication failed" in str(exc)
+    provider = tensorstream.get_provider(uri, **opts)
+    assert canary not in repr(provider) and canary not in repr(provider.inner)
+    with pytest.raises(TypeError):
+        pickle.dumps(provider.inner)
+
+
+def test_unreachable_server_is_temporary_connection_error(isolated_env: object) -> None:
+    from tensorstream.testing.redis_server import free_port
+
+    with pytest.raises(errors.TensorstreamError) as info:
+        tensorstream.open(f"redis://127.0.0.1:{free_port()}/k", retries=2, backoff_initial=0.01)
+    assert isinstance(info.value, errors.RetriesExhaustedError)
+    assert isinstance(info.value.last_error, errors.ConnectionFailedError)
+
+
+# -- TLS -------------------------------------------------------------------------------
+def test_tls_untrusted_certificate_refused(redis_tls_server: RedisServer,
+                                           isolated_env: object) -> None:
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        tensorstream.open(redis_tls_server.url("tls/x"), retries=3)
+    assert "certificate" in str(info.value).lower()
+    assert not info.value.temporary  # not retried: a bad certificate does not heal
+
+
+def test_tls_ca_bundle_accepted_and_insecure_warns(redis_tls_server: RedisServer) -> None:
+    srv = redis_tls_server
+    assert _roundtrip(srv.url("tls/ok"), ca_bundle=srv.ca_file) == b"secret weights"
+    with pytest.warns(InsecureTLSWarning, match="insecure"):
+        assert _roundtrip(srv.url("tls/insecure"), insecure=True) == b"secret weights"
+
+
+def test_tls_hostname_mismatch_refused(redis_tls_server: RedisServer) -> None:
+    # The certificate names localhost/127.0.0.1, not 127.0.0.2 (same server, other name).
+    uri = redis_tls_server.url("tls/x").replace("127.0.0.1", "127.0.0.2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(errors.ConnectionFailedError):
+            tensorstream.open(uri, ca_bundle=redis_tls_server.ca_file, retries=1)
+
+
+def test_tls_client_certificate(redis_mtls_server: RedisServer) -> None:
+    srv = redis_mtls_server
+    with pytest.raises(errors.TensorstreamError):
+        tensorstream.open(srv.url("mtls/x"), ca_bundle=srv.ca_file, retries=1)
+    cert, key = srv.issue_client_cert()
+    opts = {"ca_bundle": srv.ca_file, "client_cert": cert, "client_key": key}
+    assert _roundtrip(srv.url("mtls/ok"), **opts) == b"secret weights"
+
+
+def test_db_selection(redis_server: RedisServer) -> None:
+    uri2 = redis_server.url("dbsel", db=2)
+    assert _roundtrip(uri2) == b"secret weights"
+    with pytest.raises(FileNotFoundError):
+        tensorstream.open(redis_server.url("dbsel", db=3))
+    assert _roundtrip(redis_server.url("dbsel4"), redis_db=4) == b"secret weights"
+    with redis_server.client(db=4) as c:
+        assert c.exists("dbsel4") == 1

@@ -1,0 +1,207 @@
+"""Redis layout and reliability: manifest + generation chunks, atomic overwrite, pinned
+readers, vanished chunks, glob-safe prefixes, cancellation, pauses, cluster fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+import tensorstream
+from tensorstream import errors
+from tensorstream.testing.redis_server import RedisCluster, RedisServer
+
+CS = 64 << 10
+
+
+def _write(uri: str, data: bytes, **opts: object) -> None:
+    with tensorstream.open(uri, "wb", redis_chunk_size=CS, **opts) as w:
+        w.write(data)
+
+
+def test_layout_manifest_and_generation_chunks(redis_server: RedisServer) -> None:
+    data = os.urandom(5 * CS + 123)
+    _write(redis_server.url("lay/obj"), data)
+    with redis_server.client() as c:
+        m = {k.decode(): v.decode() for k, v in c.hgetall("lay/obj").items()}
+        assert m["size"] == str(len(data)) and m["chunk_size"] == str(CS)
+        assert m["checksum"].startswith("sha256:")
+        gen = m["generation"]
+        chunks = sorted(c.scan_iter(match="lay/obj:*"))
+        assert len(chunks) == 6
+        assert all(k.decode().startswith(f"lay/obj:{gen}:") for k in chunks)
+        assert all(c.pttl(k) == -1 for k in chunks)  # staging TTL removed on commit
+        assert c.get(f"lay/obj:{gen}:{5 * CS}") == data[5 * CS :]
+    info = tensorstream.open(redis_server.url("lay/obj")).info
+    assert info.etag == gen
+    _write(redis_server.url("lay/obj"), b"v2" * 10)
+    with redis_server.client() as c:
+        left = list(c.scan_iter(match="lay/obj:*"))
+        assert len(left) == 1 and gen.encode() not in left[0]  # old generation removed
+
+
+def test_aborted_write_leaves_nothing(redis_server: RedisServer) -> None:
+    with pytest.raises(RuntimeError):
+        with tensorstream.open(redis_server.url("lay/aborted"), "wb", redis_chunk_size=CS) as w:
+            w.write(os.urandom(3 * CS))
+            raise RuntimeError("stop")
+    with redis_server.client() as c:
+        assert list(c.scan_iter(match="lay/aborted*")) == []
+
+
+def test_pinned_reader_sees_change_not_mix(redis_server: RedisServer) -> None:
+    uri = redis_server.url("lay/pinned")
+    _write(uri, b"A" * (4 * CS))
+    with tensorstream.open(uri, retries=1) as f:
+        assert f.read(10) == b"A" * 10
+        _write(uri, b"B" * (4 * CS))
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()
+
+
+def test_chunk_deleted_mid_read_is_an_error(redis_server: RedisServer) -> None:
+    uri = redis_server.url("lay/holed")
+    _write(uri, os.urandom(4 * CS))
+    with tensorstream.open(uri, retries=1) as f:
+        with redis_server.client() as c:
+            c.delete(f"lay/holed:{f.etag}:{2 * CS}")
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()
+    # Same for a tensorizer-layout prefix losing a piece.
+    redis_server.put_tensorizer_layout("lay/tzholed", os.urandom(3 * CS), piece=CS)
+    with tensorstream.open(redis_server.url("lay/tzholed"), retries=1) as f:
+        with redis_server.client() as c:
+            c.delete(f"lay/tzholed:data:{CS // 3 + CS}")
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()
+
+
+def test_overwrite_under_concurrent_readers_is_atomic(redis_server: RedisServer) -> None:
+    uri = redis_server.url("lay/racing")
+    versions = [bytes([i]) * (6 * CS + 17) for i in range(1, 6)]
+    _write(uri, versions[0])
+    seen: list[bytes] = []
+    changed = 0
+    stop = threading.Event()
+
+    def reader() -> None:
+        nonlocal changed
+        while not stop.is_set():
+            try:
+                with tensorstream.open(uri, retries=1, large_read=CS, part_size=CS,
+                                       min_part_size=CS // 4) as f:
+                    seen.append(f.read())
+            except errors.ObjectChangedError:
+                changed += 1
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for v in versions[1:] * 4:
+            _write(uri, v)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert seen, "readers never completed a read"
+    assert all(s in versions for s in seen), "a read mixed two versions"
+
+
+def test_glob_characters_in_prefix_match_only_themselves(redis_server: RedisServer) -> None:
+    for name in ("g/a*b?[x]", "g/a*b?[x]/in", "g/aXbY", "g/a*bZx", "g/ab"):
+        redis_server.put(name, b"12345")
+
+    async def names(prefix: str) -> list[str]:
+        async with tensorstream.get_provider(redis_server.url()) as p:
+            return [i.path async for i in p.list(prefix)]
+
+    assert asyncio.run(names("g/a*b?[x]")) == ["g/a*b?[x]", "g/a*b?[x]/in"]
+    assert asyncio.run(names("g/a*")) == ["g/a*b?[x]", "g/a*b?[x]/in", "g/a*bZx"]
+    # tensorizer fallback scan for a missing key with glob characters finds nothing else
+    with pytest.raises(FileNotFoundError):
+        tensorstream.open(redis_server.url("g/a[*]"))
+
+
+def test_list_reports_each_layout_once(redis_server: RedisServer) -> None:
+    _write(redis_server.url("ls/manifest"), os.urandom(3 * CS))
+    redis_server.put("ls/plain", b"xyz")
+    redis_server.put_tensorizer_layout("ls/tz", os.urandom(2 * CS + 5), piece=CS)
+
+    async def run() -> list[tuple[str, int, str]]:
+        async with tensorstream.get_provider(redis_server.url()) as p:
+            return [(i.path, i.size, i.extra["layout"]) async for i in p.list("ls/")]
+
+    assert asyncio.run(run()) == [
+        ("ls/manifest", 3 * CS, "manifest"),
+        ("ls/plain", 3, "string"),
+        ("ls/tz", 2 * CS + 5, "tensorizer"),
+    ]
+
+    async def delete_all() -> None:
+        async with tensorstream.get_provider(redis_server.url()) as p:
+            for name in ("ls/manifest", "ls/plain", "ls/tz"):
+                await p.delete(name)
+            with pytest.raises(FileNotFoundError):
+                await p.delete("ls/manifest")
+
+    asyncio.run(delete_all())
+    with redis_server.client() as c:
+        assert list(c.scan_iter(match="ls/*")) == []
+
+
+async def test_cancelled_reads_leave_the_pool_consistent(redis_server: RedisServer) -> None:
+    big = os.urandom(24 << 20)
+    small = os.urandom(100_000)
+    redis_server.put("cancel/big", big)
+    redis_server.put("cancel/small", small)
+    async with tensorstream.get_provider(redis_server.url(), retries=1) as p:
+        inner = p.inner
+        cancelled = 0
+        for i in range(12):
+            task = asyncio.ensure_future(p.read_range("cancel/big", 0, len(big)))
+            await asyncio.sleep(0.001 * (i % 6))
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            cancelled += task.cancelled()
+            # The very next requests on the same pool must get their own replies.
+            assert await p.read_range("cancel/small", 10, 5010) == small[10:5010]
+            assert await p.read_range("cancel/big", 1 << 20, (1 << 20) + 999) == \
+                big[1 << 20 : (1 << 20) + 999]
+        assert cancelled >= 6  # most reads were stopped mid-flight
+        pool = inner.client().connection_pool
+        assert len(pool._in_use_connections) == 0
+
+
+async def test_paused_server_times_out() -> None:
+    with RedisServer() as srv:
+        srv.put("paused", b"x" * 1000)
+        with srv.client() as admin:
+            admin.execute_command("CLIENT", "PAUSE", "2000", "ALL")
+            with pytest.raises(TimeoutError) as info:
+                await tensorstream.read_range(srv.url("paused"), 0, 10, timeout_idle=0.3,
+                                              retries=1)
+            assert isinstance(info.value, errors.StorageTimeoutError)
+
+
+def test_cluster_chunks_fan_out_over_all_nodes(redis_cluster: RedisCluster) -> None:
+    data = os.urandom(24 * CS)
+    uri = redis_cluster.url("fanout/model")
+    _write(uri, data)
+    import redis
+
+    per_node = []
+    for port in redis_cluster.ports:
+        with redis.Redis(host=redis_cluster.host, port=port) as c:
+            per_node.append(len(list(c.scan_iter(match="fanout/model:*"))))
+    assert sum(per_node) == 24 and all(n > 0 for n in per_node), per_node
+    with tensorstream.open(uri) as f:
+        assert f.read() == data
+    _write(uri, data[: 3 * CS])  # overwrite: old generation removed on every node
+    with redis_cluster.client() as c:
+        assert c.type("fanout/model") == b"hash"
+        assert len(list(c.scan_iter(match="fanout/model:*"))) == 3
+    with tensorstream.open(uri) as f:
+        assert f.read() == data[: 3 * CS]

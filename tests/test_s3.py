@@ -1,0 +1,203 @@
+"""S3 provider against moto's server: conformance, reads pinned to one version,
+atomic multipart writes, list, delete."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures_s3 import S3_BUCKET
+
+import tensorstream
+from tensorstream import errors
+from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
+from tensorstream.testing.s3_server import MotoS3Server
+
+MiB = 1 << 20
+
+
+def _key(name: str) -> str:
+    return f"test-s3/{name}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def s3(moto_s3: MotoS3Server, isolated_env: Path) -> MotoS3Server:
+    """The moto server, with the test's environment free of real credentials."""
+    return moto_s3
+
+
+class TestS3Conformance(ProviderConformance):
+    @pytest.fixture
+    def target(self, s3: MotoS3Server) -> ConformanceTarget:
+        return ConformanceTarget(
+            uri=lambda key: f"s3://{S3_BUCKET}/{key}",
+            put=lambda key, data: s3.put(S3_BUCKET, key, data),
+            options=s3.options(),
+        )
+
+
+# -- writes ---------------------------------------------------------------------
+def test_small_write_is_one_put_large_write_is_multipart(s3: MotoS3Server) -> None:
+    small, large = _key("small"), _key("large")
+    with tensorstream.open(f"s3://{S3_BUCKET}/{small}", "wb", **s3.options()) as w:
+        w.write(b"x" * 1000)
+    payload = os.urandom(12 * MiB + 7)
+    with tensorstream.open(f"s3://{S3_BUCKET}/{large}", "wb", **s3.options(part_size=5 * MiB)) as w:
+        for i in range(0, len(payload), 3 * MiB):
+            w.write(payload[i : i + 3 * MiB])
+    assert s3.get(S3_BUCKET, small) == b"x" * 1000
+    assert s3.get(S3_BUCKET, large) == payload
+    # A multipart object's ETag ends in "-<number of parts>".
+    assert "-" not in s3.client.head_object(Bucket=S3_BUCKET, Key=small)["ETag"]
+    assert s3.client.head_object(Bucket=S3_BUCKET, Key=large)["ETag"].endswith('-3"')
+    assert s3.open_multipart_uploads(S3_BUCKET, "test-s3/") == []
+
+
+def test_big_object_written_with_open_reads_back_exactly(s3: MotoS3Server) -> None:
+    """200 MiB through ``tensorstream.open(..., "wb")`` and back, byte-exact."""
+    key = _key("200mib")
+    uri = f"s3://{S3_BUCKET}/{key}"
+    block = os.urandom(4 * MiB)
+    blocks = 50
+    with tensorstream.open(uri, "wb", **s3.options()) as w:
+        for i in range(blocks):
+            w.write(block[i:] + block[:i])  # every block different
+    # Large parts: moto copies the whole object for every ranged GET.
+    with tensorstream.open(uri, **s3.options(part_size=32 * MiB, concurrency=4)) as f:
+        assert f.size == blocks * len(block)
+        got = bytearray(f.size)
+        assert f.readinto(got) == len(got)
+    view = memoryview(got)
+    for i in range(blocks):
+        assert view[i * len(block) : (i + 1) * len(block)] == block[i:] + block[:i], f"block {i}"
+    assert s3.open_multipart_uploads(S3_BUCKET, key) == []
+    s3.client.delete_object(Bucket=S3_BUCKET, Key=key)
+
+
+def test_exception_inside_with_leaves_no_object_and_no_upload(s3: MotoS3Server) -> None:
+    key = _key("killed")
+    with pytest.raises(RuntimeError, match="killed"):
+        with tensorstream.open(f"s3://{S3_BUCKET}/{key}", "wb", **s3.options()) as w:
+            for _ in range(3):
+                w.write(os.urandom(8 * MiB))  # parts are uploading by now
+            raise RuntimeError("killed mid-way")
+    assert not s3.exists(S3_BUCKET, key)
+    assert s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+async def test_cancelled_write_leaves_no_object_and_no_upload(s3: MotoS3Server) -> None:
+    key = _key("cancelled")
+    parts_started = asyncio.Event()
+
+    async def upload() -> None:
+        async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **s3.options()) as p:
+            async with p.open_writer(f"{S3_BUCKET}/{key}") as w:
+                for i in range(100):
+                    await w.write(os.urandom(5 * MiB))
+                    if i == 2:
+                        parts_started.set()
+
+    task = asyncio.create_task(upload())
+    await asyncio.wait_for(parts_started.wait(), 30)
+    assert s3.open_multipart_uploads(S3_BUCKET, key) == [key]  # the upload really is open
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not s3.exists(S3_BUCKET, key)
+    assert s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+def test_failed_part_aborts_the_upload(s3: MotoS3Server) -> None:
+    """The bucket disappears mid-upload: the write fails and nothing is left open."""
+    bucket = f"doomed-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(bucket)
+    with pytest.raises(errors.TensorstreamError):
+        with tensorstream.open(f"s3://{bucket}/k", "wb", **s3.options()) as w:
+            w.write(os.urandom(9 * MiB))
+            for upload in s3.client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+                s3.client.abort_multipart_upload(Bucket=bucket, Key="k", UploadId=upload["UploadId"])
+            w.write(os.urandom(9 * MiB))
+    assert not s3.exists(bucket, "k")
+
+
+# -- reads ----------------------------------------------------------------------
+def test_object_replaced_between_parts_raises_object_changed(s3: MotoS3Server) -> None:
+    key = _key("replaced")
+    first, second = os.urandom(2 * MiB), os.urandom(2 * MiB)
+    s3.put(S3_BUCKET, key, first)
+    opts = s3.options(readahead=64 << 10, large_read=1 * MiB, part_size=256 << 10, retries=2)
+    with tensorstream.open(f"s3://{S3_BUCKET}/{key}", **opts) as f:
+        assert f.read(1000) == first[:1000]
+        s3.put(S3_BUCKET, key, second)
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()  # parallel ranged reads, each pinned with If-Match
+
+
+async def test_readinto_rejects_wrong_etag(s3: MotoS3Server) -> None:
+    key = _key("pinned")
+    s3.put(S3_BUCKET, key, b"abc" * 1000)
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **s3.options()) as p:
+        info = await p.stat(f"{S3_BUCKET}/{key}")
+        buf = bytearray(10)
+        assert await p.readinto(f"{S3_BUCKET}/{key}", 3, memoryview(buf), etag=info.etag) == 10
+        assert bytes(buf) == (b"abc" * 1000)[3:13]
+        with pytest.raises(errors.ObjectChangedError):
+            await p.readinto(f"{S3_BUCKET}/{key}", 0, memoryview(buf), etag='"0000"')
+
+
+async def test_missing_bucket_and_bad_paths(s3: MotoS3Server) -> None:
+    with pytest.raises(FileNotFoundError):
+        await tensorstream.stat("s3://no-such-bucket-here/x", **s3.options())
+    with pytest.raises(errors.InvalidURIError):
+        await tensorstream.stat(f"s3://{S3_BUCKET}", **s3.options())
+
+
+async def test_unknown_checksum_mode_is_rejected(s3: MotoS3Server) -> None:
+    with pytest.raises(errors.ConfigurationError, match="s3_checksum"):
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", **s3.options(s3_checksum="sometimes"))
+
+
+def test_when_required_checksum_mode_writes_and_reads(s3: MotoS3Server) -> None:
+    """The mode for S3-compatible servers that reject the new default checksums."""
+    key = _key("nochecksum")
+    payload = os.urandom(11 * MiB)
+    opts = s3.options(s3_checksum="when_required", part_size=5 * MiB)
+    with tensorstream.open(f"s3://{S3_BUCKET}/{key}", "wb", **opts) as w:
+        w.write(payload)
+    with tensorstream.open(f"s3://{S3_BUCKET}/{key}", **opts) as f:
+        assert f.read() == payload
+    assert "ChecksumAlgorithm" not in str(s3.client.head_object(Bucket=S3_BUCKET, Key=key))
+
+
+# -- list / delete ----------------------------------------------------------------
+async def test_list_is_paginated_and_sorted(s3: MotoS3Server) -> None:
+    base = _key("many")
+    names = [f"{base}/{i:05d}" for i in range(1005)]  # more than one 1000-key page
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: s3.client.put_object(Bucket=S3_BUCKET, Key=k, Body=b"z"), names))
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{base}", **s3.options()) as p:
+        found = [info async for info in p.list(f"{S3_BUCKET}/{base}/")]
+    assert [i.path for i in found] == [f"{S3_BUCKET}/{n}" for n in names]
+    assert all(i.size == 1 and i.etag for i in found)
+
+
+async def test_delete_missing_object_raises(s3: MotoS3Server) -> None:
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/x", **s3.options()) as p:
+        with pytest.raises(FileNotFoundError):
+            await p.delete(f"{S3_BUCKET}/{_key('never-there')}")
+
+
+def test_provider_repr_and_pickle_hide_secrets(s3: MotoS3Server) -> None:
+    import pickle
+
+    provider: Any = tensorstream.get_provider(f"s3://{S3_BUCKET}/x", **s3.options())
+    text = repr(provider) + repr(provider.inner) + repr(provider.inner.credentials)
+    assert s3.secret_access_key not in text and s3.access_key_id not in text
+    assert "option s3_access_key_id/s3_secret_access_key" in text
+    with pytest.raises(TypeError):
+        pickle.dumps(provider.inner)

@@ -1,0 +1,321 @@
+"""S3 credentials: every source in the precedence order, proven against moto's
+server that checks signatures; half pairs, missing credentials, rejected
+credentials, describe_credentials, and TLS."""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures_s3 import S3_BUCKET
+
+import tensorstream
+from tensorstream import errors
+from tensorstream.credentials.s3 import resolve_s3_credentials
+from tensorstream.testing.s3_server import MotoS3Server
+
+BAD_KEY = "AKIAWRONGWRONGWRONG0"
+BAD_SECRET = "canary-BAD-secret-0123456789abcdef"
+LEVELS = ["options", "s3_env", "aws_env", "s3cfg", "aws_profile"]
+#: What describe_credentials / error messages name for a key pair from each level.
+SOURCE = {
+    "options": "option s3_access_key_id/s3_secret_access_key",
+    "s3_env": "env S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY",
+    "aws_env": "env AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+    "s3cfg": "s3cmd config",
+    "aws_profile": "[profile default]",
+}
+
+
+class Sources:
+    """Puts a key pair (and endpoint) at one level of the precedence order."""
+
+    def __init__(self, home: Path, monkeypatch: pytest.MonkeyPatch, server: MotoS3Server) -> None:
+        self.home = home
+        self.mp = monkeypatch
+        self.server = server
+        self.options: dict[str, Any] = {}
+        self.aws_credentials = home / "aws-credentials"
+        self.aws_config = home / "aws-config"
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(self.aws_credentials))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(self.aws_config))
+        self.aws_config.write_text("")
+
+    def put(self, level: str, key: str, secret: str, endpoint: str) -> None:
+        if level == "options":
+            self.options.update(s3_access_key_id=key, s3_secret_access_key=secret,
+                                s3_endpoint=endpoint)
+        elif level == "s3_env":
+            self.mp.setenv("S3_ACCESS_KEY_ID", key)
+            self.mp.setenv("S3_SECRET_ACCESS_KEY", secret)
+            self.mp.setenv("S3_ENDPOINT_URL", endpoint)
+        elif level == "aws_env":
+            self.mp.setenv("AWS_ACCESS_KEY_ID", key)
+            self.mp.setenv("AWS_SECRET_ACCESS_KEY", secret)
+            self.mp.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+        elif level == "s3cfg":
+            host = endpoint.split("://", 1)[1]
+            (self.home / ".s3cfg").write_text(
+                f"[default]\naccess_key = {key}\nsecret_key = {secret}\n"
+                f"host_base = {host}\nhost_bucket = {host}\nuse_https = False\n"
+            )
+        elif level == "aws_profile":
+            self.aws_credentials.write_text(
+                f"[default]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
+            )
+            self.aws_config.write_text(f"[default]\nendpoint_url = {endpoint}\n")
+        else:  # pragma: no cover
+            raise AssertionError(level)
+
+    def good(self, level: str) -> None:
+        s = self.server
+        self.put(level, s.access_key_id, s.secret_access_key, s.endpoint_url)
+
+    def bad(self, level: str) -> None:
+        self.put(level, BAD_KEY, BAD_SECRET, self.server.endpoint_url)
+
+
+@pytest.fixture
+def sources(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, moto_s3: MotoS3Server) -> Sources:
+    return Sources(isolated_env / "home", monkeypatch, moto_s3)
+
+
+@pytest.fixture(scope="module")
+def model_file(moto_s3: MotoS3Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A small state dict serialized by tensorizer, uploaded with boto3."""
+    import torch
+    from tensorizer import TensorSerializer
+
+    gen = torch.Generator().manual_seed(3)
+    tensors = {
+        "embed.weight": torch.randn(300, 64, generator=gen),
+        "layer.0.weight": torch.randn(64, 64, generator=gen).to(torch.float16),
+        "layer.0.bias": torch.arange(64, dtype=torch.int32),
+        "head.weight": torch.randn(1000, 32, generator=gen),
+    }
+    path = tmp_path_factory.mktemp("model") / "model.tensors"
+    serializer = TensorSerializer(str(path))
+    serializer.write_state_dict(tensors)
+    serializer.close()
+    moto_s3.put(S3_BUCKET, "model.tensors", path.read_bytes())
+    return tensors
+
+
+def _load(uri: str, **options: Any) -> dict[str, Any]:
+    from tensorizer import TensorDeserializer
+
+    with tensorstream.open(uri, **options) as f:
+        deserializer = TensorDeserializer(f, device="cpu")
+        try:
+            return {name: t.clone() for name, t in deserializer.items()}
+        finally:
+            deserializer.close()
+
+
+# -- one test per source, proving precedence -----------------------------------------
+@pytest.mark.parametrize("level", LEVELS)
+def test_tensorizer_loads_with_credentials_from_each_source(
+    sources: Sources, model_file: dict[str, Any], level: str
+) -> None:
+    """Valid keys at ``level``, wrong keys at every lower level: the load only
+    works if ``level`` wins, and describe_credentials names it."""
+    import torch
+
+    sources.good(level)
+    for lower in LEVELS[LEVELS.index(level) + 1 :]:
+        sources.bad(lower)
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/model.tensors", **sources.options)
+    assert SOURCE[level] in (report.source_of("access_key_id") or "")
+    loaded = _load(f"s3://{S3_BUCKET}/model.tensors", **sources.options)
+    assert loaded.keys() == model_file.keys()
+    for name, tensor in model_file.items():
+        assert loaded[name].dtype == tensor.dtype
+        assert torch.equal(loaded[name], tensor), name
+
+
+@pytest.mark.parametrize("level", LEVELS)
+async def test_rejected_credentials_name_their_source_not_the_secret(
+    sources: Sources, level: str
+) -> None:
+    """Wrong keys at ``level`` beat valid keys below it; the error names the source."""
+    sources.bad(level)
+    for lower in LEVELS[LEVELS.index(level) + 1 :]:
+        sources.good(lower)
+    with pytest.raises(PermissionError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
+    assert isinstance(info.value, errors.PermissionDeniedError)
+    text = "".join(traceback.format_exception(info.value))
+    assert SOURCE[level] in str(info.value)
+    assert BAD_SECRET not in text and BAD_SECRET not in repr(info.value)
+
+
+def test_named_profile_from_aws_profile_and_option(sources: Sources, moto_s3: MotoS3Server) -> None:
+    sources.aws_credentials.write_text(
+        f"[default]\naws_access_key_id = {BAD_KEY}\naws_secret_access_key = {BAD_SECRET}\n"
+        f"[models]\naws_access_key_id = {moto_s3.access_key_id}\n"
+        f"aws_secret_access_key = {moto_s3.secret_access_key}\n"
+    )
+    moto_s3.put(S3_BUCKET, "profiled", b"via a named profile")
+    uri = f"s3://{S3_BUCKET}/profiled"
+    opts = {"s3_endpoint": moto_s3.endpoint_url}
+    with tensorstream.open(uri, s3_profile="models", **opts) as f:
+        assert f.read() == b"via a named profile"
+    sources.mp.setenv("AWS_PROFILE", "models")
+    sources.bad("s3cfg")  # AWS_PROFILE outranks ~/.s3cfg
+    with tensorstream.open(uri, **opts) as f:
+        assert f.read() == b"via a named profile"
+    report = tensorstream.describe_credentials(uri, **opts)
+    assert report.source_of("profile") == "env AWS_PROFILE"
+    assert "[profile models]" in (report.source_of("secret_access_key") or "")
+
+
+def test_half_pair_is_an_error_naming_both_variables(sources: Sources, moto_s3: MotoS3Server) -> None:
+    sources.good("aws_env")  # a complete pair lower down must not be mixed in
+    sources.mp.setenv("S3_ACCESS_KEY_ID", moto_s3.access_key_id)
+    with pytest.raises(errors.ConfigurationError) as info:
+        tensorstream.open(f"s3://{S3_BUCKET}/model.tensors")
+    assert "S3_ACCESS_KEY_ID" in str(info.value) and "S3_SECRET_ACCESS_KEY" in str(info.value)
+    with pytest.raises(errors.ConfigurationError, match="s3_access_key_id"):
+        tensorstream.open(f"s3://{S3_BUCKET}/x", s3_secret_access_key=BAD_SECRET)
+
+
+async def test_missing_credentials_list_every_place_and_no_secret(
+    sources: Sources, moto_s3: MotoS3Server
+) -> None:
+    sources.mp.setenv("AWS_SESSION_TOKEN", BAD_SECRET)  # a token without its pair: unused
+    with pytest.raises(errors.MissingCredentialsError) as info:
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url)
+    message = str(info.value)
+    for place in ("s3_access_key_id", "S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID", ".s3cfg",
+                  str(sources.aws_credentials), str(sources.aws_config), "instance metadata"):
+        assert place in message
+    assert BAD_SECRET not in message
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/x")
+    assert report.looked_in and report.source_of("access_key_id") is None
+
+
+async def test_anonymous_only_when_asked(sources: Sources, moto_s3: MotoS3Server) -> None:
+    with pytest.raises(errors.MissingCredentialsError):
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url)
+    # Asked for: requests go out unsigned; this server requires signatures.
+    with pytest.raises(PermissionError, match="anonymous"):
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url,
+                                anonymous=True)
+
+
+# -- describe_credentials -------------------------------------------------------------
+def test_describe_credentials_shows_sources_and_masks_secrets(sources: Sources) -> None:
+    sources.good("s3_env")
+    sources.mp.setenv("AWS_REGION", "eu-west-3")
+    report = tensorstream.describe_credentials(
+        f"s3://{S3_BUCKET}/model.tensors", s3_addressing_style="virtual"
+    )
+    text = str(report)
+    assert sources.server.secret_access_key not in text
+    assert sources.server.access_key_id not in text and sources.server.access_key_id[-4:] in text
+    assert report.source_of("secret_access_key") == SOURCE["s3_env"]
+    assert report.source_of("endpoint") == "env S3_ENDPOINT_URL"
+    assert report.source_of("region") == "env AWS_REGION"
+    assert report.source_of("addressing_style") == "option s3_addressing_style"
+    assert report.as_dict()["secret_access_key"]["value"] == "***"
+    assert sources.server.secret_access_key not in repr(report) + repr(report.as_dict())
+
+
+def test_describe_credentials_for_other_schemes_masks_passwords() -> None:
+    report = tensorstream.describe_credentials(
+        "redis://user:canary-pw@localhost:6379/k", redis_password="canary-opt", timeout_idle=5
+    )
+    text = str(report) + repr(report.as_dict())
+    assert "canary-pw" not in text and "canary-opt" not in text
+    assert "redis_password" in text
+
+
+# -- precedence of the other values (pure resolution) --------------------------------
+@pytest.mark.parametrize(
+    ("env", "options", "expected", "source"),
+    [
+        ({"S3_ENDPOINT_URL": "a.example", "AWS_ENDPOINT_URL_S3": "http://b"},
+         {"s3_endpoint": "http://o:9000"}, "http://o:9000", "option s3_endpoint"),
+        ({"S3_ENDPOINT_URL": "a.example", "AWS_ENDPOINT_URL_S3": "http://b"}, {},
+         "https://a.example", "env S3_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL_S3": "http://b/", "AWS_ENDPOINT_URL": "http://c"}, {},
+         "http://b", "env AWS_ENDPOINT_URL_S3"),
+        ({"AWS_ENDPOINT_URL": "c:1"}, {}, "https://c:1", "env AWS_ENDPOINT_URL"),
+        ({}, {}, None, None),  # no vendor endpoint is ever assumed
+    ],
+)
+def test_endpoint_precedence(
+    isolated_env: Path, env: dict[str, str], options: dict[str, Any], expected: str | None,
+    source: str | None,
+) -> None:
+    creds = resolve_s3_credentials(options, env={**env, "HOME": str(isolated_env / "home")})
+    assert (creds.endpoint.value if creds.endpoint else None) == expected
+    assert (creds.endpoint.source if creds.endpoint else None) == source
+
+
+def test_region_and_token_precedence(isolated_env: Path) -> None:
+    env = {"AWS_REGION": "r1", "AWS_DEFAULT_REGION": "r2", "AWS_ACCESS_KEY_ID": "k",
+           "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t"}
+    creds = resolve_s3_credentials({}, env=env)
+    assert creds.region is not None and (creds.region.value, creds.region.source) == ("r1", "env AWS_REGION")
+    assert creds.session_token is not None and creds.session_token.source == "env AWS_SESSION_TOKEN"
+    assert "t" not in repr(creds.session_token).replace("Sourced", "").replace("token", "")
+    assert resolve_s3_credentials({"s3_region": "r0"}, env=env).region.value == "r0"  # type: ignore[union-attr]
+    # a token belongs to its own pair: S3_* keys do not pick up AWS_SESSION_TOKEN
+    other = resolve_s3_credentials({}, env={**env, "S3_ACCESS_KEY_ID": "k2", "S3_SECRET_ACCESS_KEY": "s2"})
+    assert other.session_token is None
+    with pytest.raises(errors.ConfigurationError, match="s3_session_token"):
+        resolve_s3_credentials({"s3_session_token": "t"}, env={})
+
+
+def test_explicit_s3cfg_path_and_https_default(isolated_env: Path) -> None:
+    cfg = isolated_env / "custom.s3cfg"
+    cfg.write_text("[default]\naccess_key = k\nsecret_key = s\nhost_base = store.example\n"
+                   "host_bucket = %(bucket)s.store.example\n")
+    creds = resolve_s3_credentials({"s3_config_path": str(cfg)}, env={})
+    assert creds.endpoint is not None and creds.endpoint.value == "https://store.example"
+    assert creds.addressing_style is not None and creds.addressing_style.value == "virtual"
+    assert creds.key_source == f"s3cmd config {cfg}"
+    with pytest.raises(errors.ConfigurationError, match="missing.s3cfg"):
+        resolve_s3_credentials({"s3_config_path": str(isolated_env / "missing.s3cfg")}, env={})
+
+
+# -- TLS ------------------------------------------------------------------------------
+@pytest.fixture
+def tls(moto_s3_tls: MotoS3Server, isolated_env: Path) -> MotoS3Server:
+    moto_s3_tls.put(S3_BUCKET, "tls.bin", b"over https")
+    return moto_s3_tls
+
+
+def _read_tls(server: MotoS3Server, **extra: Any) -> bytes:
+    opts = server.options(**extra)
+    if "ca_bundle" in extra and extra["ca_bundle"] is None:
+        opts.pop("ca_bundle")
+    with tensorstream.open(f"s3://{S3_BUCKET}/tls.bin", **opts) as f:
+        return f.read()
+
+
+def test_untrusted_certificate_is_refused_by_default(tls: MotoS3Server) -> None:
+    with pytest.raises(ConnectionError, match="ca_bundle") as info:
+        _read_tls(tls, ca_bundle=None, retries=3)
+    assert not isinstance(info.value, errors.RetriesExhaustedError)  # not retried
+
+
+def test_certificate_accepted_with_ca_bundle(tls: MotoS3Server) -> None:
+    assert _read_tls(tls) == b"over https"
+
+
+def test_insecure_accepts_and_warns(tls: MotoS3Server) -> None:
+    with pytest.warns(UserWarning, match="insecure"):
+        assert _read_tls(tls, ca_bundle=None, insecure=True) == b"over https"
+
+
+def test_no_warning_without_insecure(tls: MotoS3Server) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _read_tls(tls) == b"over https"
+
+
