@@ -118,86 +118,191 @@ def plan(s: Setup, backends: list[str], scenarios: list[str]) -> list[Contender]
         return "tensorizer (default readers)" if r is None else f"tensorizer num_readers={r}"
 
     if "load" in scenarios:
-        targets = [("local", "file", model, model), ("http", "http", http_uri, http_uri),
-                   ("s3", "s3", s3_uri, s3_uri), ("redis", "redis", redis_ts, redis_tz)]  # fmt: skip
+        targets = [
+            ("local", "file", model, model),
+            ("http", "http", http_uri, http_uri),
+            ("s3", "s3", s3_uri, s3_uri),
+            ("redis", "redis", redis_ts, redis_tz),
+        ]
         for backend, scheme, ts_uri, tz_uri in targets:
             if backend not in backends or (backend in ("local", "redis") and not loop):
                 continue
             if backend == "redis" and s.redis_port is None:
                 continue
-            add("load", backend, "tensorstream", _worker("ts-load", uri=ts_uri, device=dev),
-                skip=provider_missing(scheme), is_tensorstream=True)  # fmt: skip
+            add(
+                "load",
+                backend,
+                "tensorstream",
+                _worker("ts-load", uri=ts_uri, device=dev),
+                skip=provider_missing(scheme),
+                is_tensorstream=True,
+            )
             for r in readers:
-                add("load", backend, tz_name(r),
-                    _worker("tz-load", uri=tz_uri, device=dev, readers=r))  # fmt: skip
+                add("load", backend, tz_name(r), _worker("tz-load", uri=tz_uri, device=dev, readers=r))
             if backend == "local":
                 st = str(Path(m["dir"]) / "model.safetensors")
-                add("load", backend, "safetensors load_file", _worker("st-load", uri=st, device=dev),
-                    skip=None if _has("safetensors") else "safetensors not installed")  # fmt: skip
+                add(
+                    "load",
+                    backend,
+                    "safetensors load_file",
+                    _worker("st-load", uri=st, device=dev),
+                    skip=None if _has("safetensors") else "safetensors not installed",
+                )
 
     if "raw" in scenarios:
         if "local" in backends and loop:
-            add("raw", "local", "tensorstream", _worker("ts-raw", uri=model),
-                skip=provider_missing("file"), is_tensorstream=True)  # fmt: skip
+            add(
+                "raw",
+                "local",
+                "tensorstream",
+                _worker("ts-raw", uri=model),
+                skip=provider_missing("file"),
+                is_tensorstream=True,
+            )
             add("raw", "local", "python readinto", _worker("file-raw", uri=model))
             add("raw", "local", "cat > /dev/null", ["cat", model], verify="size", expect="")
         if "http" in backends:
-            add("raw", "http", "tensorstream", _worker("ts-raw", uri=http_uri),
-                skip=provider_missing("http"), is_tensorstream=True)  # fmt: skip
-            add("raw", "http", "obstore get_ranges (HTTPStore)",
+            add(
+                "raw",
+                "http",
+                "tensorstream",
+                _worker("ts-raw", uri=http_uri),
+                skip=provider_missing("http"),
+                is_tensorstream=True,
+            )
+            add(
+                "raw",
+                "http",
+                "obstore get_ranges (HTTPStore)",
                 _worker("obstore-ranges", uri=http_uri, size=size),
-                skip=None if _has("obstore") else "obstore not installed")  # fmt: skip
+                skip=None if _has("obstore") else "obstore not installed",
+            )
             add("raw", "http", "tensorizer stream (curl)", _worker("tz-raw", uri=http_uri, size=size))
-            add("raw", "http", "curl > /dev/null",
+            add(
+                "raw",
+                "http",
+                "curl > /dev/null",
                 ["curl", "-sf", "-o", "/dev/null", "-w", "%{time_total} %{size_download}", http_uri],
-                verify="size", expect="",
-                skip=None if shutil.which("curl") else "curl not installed")  # fmt: skip
+                verify="size",
+                expect="",
+                skip=None if shutil.which("curl") else "curl not installed",
+            )
         if "s3" in backends:
-            add("raw", "s3", "tensorstream", _worker("ts-raw", uri=s3_uri),
-                skip=provider_missing("s3"), is_tensorstream=True)  # fmt: skip
+            add(
+                "raw",
+                "s3",
+                "tensorstream",
+                _worker("ts-raw", uri=s3_uri),
+                skip=provider_missing("s3"),
+                is_tensorstream=True,
+            )
             add("raw", "s3", "s3fs open().read()", _worker("s3fs-read", uri=s3_uri, path=s3_path))
-            add("raw", "s3", "s3fs cat_ranges",
-                _worker("s3fs-cat-ranges", uri=s3_uri, path=s3_path, size=size))  # fmt: skip
-            add("raw", "s3", "obstore get_ranges (S3Store)",
+            add(
+                "raw",
+                "s3",
+                "s3fs cat_ranges",
+                _worker("s3fs-cat-ranges", uri=s3_uri, path=s3_path, size=size),
+            )
+            add(
+                "raw",
+                "s3",
+                "obstore get_ranges (S3Store)",
                 _worker("obstore-ranges", uri=s3_uri, path=s3_path, size=size),
-                skip=None if _has("obstore") else "obstore not installed")  # fmt: skip
+                skip=None if _has("obstore") else "obstore not installed",
+            )
             add("raw", "s3", "boto3 get_object", _worker("boto3-get", uri=s3_uri, path=s3_path))
         if "redis" in backends and loop and s.redis_port is not None:
-            add("raw", "redis", "tensorstream", _worker("ts-raw", uri=redis_ts),
-                skip=provider_missing("redis"), is_tensorstream=True)  # fmt: skip
+            add(
+                "raw",
+                "redis",
+                "tensorstream",
+                _worker("ts-raw", uri=redis_ts),
+                skip=provider_missing("redis"),
+                is_tensorstream=True,
+            )
 
     if "copy" in scenarios:
         dest = str(s.work / "copy.out")
         aws = _aws()
         if "s3" in backends:
             ts_skip = provider_missing("s3") or cli_missing()
-            add("copy", "s3", "tensorstream cp", _ts_cli("cp", s3_uri, dest), verify="file",
-                dest=dest, is_tensorstream=True, skip=ts_skip)  # fmt: skip
-            add("copy", "s3", "aws s3 cp",
-                [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.http,
-                 s3_uri, dest],
-                verify="file", dest=dest, skip=None if aws else "awscli not installed")  # fmt: skip
-            add("copy", "s3", "s3fs get_file", _worker("s3fs-get", path=s3_path, dest=dest),
-                verify="file", dest=dest)  # fmt: skip
+            add(
+                "copy",
+                "s3",
+                "tensorstream cp",
+                _ts_cli("cp", s3_uri, dest),
+                verify="file",
+                dest=dest,
+                is_tensorstream=True,
+                skip=ts_skip,
+            )
+            add(
+                "copy",
+                "s3",
+                "aws s3 cp",
+                [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.http, s3_uri, dest],
+                verify="file",
+                dest=dest,
+                skip=None if aws else "awscli not installed",
+            )
+            add(
+                "copy",
+                "s3",
+                "s3fs get_file",
+                _worker("s3fs-get", path=s3_path, dest=dest),
+                verify="file",
+                dest=dest,
+            )
         if "redis" in backends and loop and s.redis_port is not None:
-            add("copy", "redis", "tensorstream cp", _ts_cli("cp", redis_ts, dest), verify="file",
-                dest=dest, is_tensorstream=True,
-                skip=provider_missing("redis") or cli_missing())  # fmt: skip
-            add("copy", "redis", "redis-py GET chunks -> file",
+            add(
+                "copy",
+                "redis",
+                "tensorstream cp",
+                _ts_cli("cp", redis_ts, dest),
+                verify="file",
+                dest=dest,
+                is_tensorstream=True,
+                skip=provider_missing("redis") or cli_missing(),
+            )
+            add(
+                "copy",
+                "redis",
+                "redis-py GET chunks -> file",
                 _worker("redis-py-cp", port=s.redis_port, key="model", dest=dest),
-                verify="tensor-file", dest=dest, expect=m["tensors_checksum"])  # fmt: skip
+                verify="tensor-file",
+                dest=dest,
+                expect=m["tensors_checksum"],
+            )
         if "s3" in backends and loop and s.moto and s.small_file is not None:
             src = str(s.small_file)
             n = s.small_file.stat().st_size
             up = f"s3://{BUCKET}/upload.bin"
-            kw: dict[str, Any] = dict(verify="s3-object", bytes=n, s3_endpoint=s.moto,
-                                      note="to moto (slow server; small object)")  # fmt: skip
+            kw: dict[str, Any] = dict(
+                verify="s3-object", bytes=n, s3_endpoint=s.moto, note="to moto (slow server; small object)"
+            )
             kw["expect"] = ""
-            add("copy", "local->s3", "tensorstream cp", _ts_cli("cp", src, up),
-                is_tensorstream=True, skip=provider_missing("s3") or cli_missing(), **kw)  # fmt: skip
-            add("copy", "local->s3", "aws s3 cp",
+            add(
+                "copy",
+                "local->s3",
+                "tensorstream cp",
+                _ts_cli("cp", src, up),
+                is_tensorstream=True,
+                skip=provider_missing("s3") or cli_missing(),
+                **kw,
+            )
+            add(
+                "copy",
+                "local->s3",
+                "aws s3 cp",
                 [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.moto, src, up],
-                skip=None if aws else "awscli not installed", **kw)  # fmt: skip
-            add("copy", "local->s3", "s3fs put",
-                _worker("s3fs-put", src=src, path=f"{BUCKET}/upload.bin"), **kw)  # fmt: skip
+                skip=None if aws else "awscli not installed",
+                **kw,
+            )
+            add(
+                "copy",
+                "local->s3",
+                "s3fs put",
+                _worker("s3fs-put", src=src, path=f"{BUCKET}/upload.bin"),
+                **kw,
+            )
     return out

@@ -157,9 +157,7 @@ def load_redis(port: int, path: str, ts_key: str | None) -> str:
     import tensorstream
 
     try:
-        with open(path, "rb") as src, tensorstream.open(
-            f"redis://127.0.0.1:{port}/0/{ts_key}", "wb"
-        ) as dst:
+        with open(path, "rb") as src, tensorstream.open(f"redis://127.0.0.1:{port}/0/{ts_key}", "wb") as dst:
             shutil.copyfileobj(src, dst, 64 * MiB)
     except Exception as exc:  # reported; tensorstream then reads tensorizer's layout
         return f"writing Redis with tensorstream failed: {exc!r}"

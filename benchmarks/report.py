@@ -26,11 +26,18 @@ def aggregate(
     if skip or not ok:
         errors = sorted({r["error"] for r in runs if r.get("error")})
         row.update(
-            seconds_median=None, seconds_min=None, seconds_max=None, gbps_median=None,
-            process_seconds_median=None, peak_rss_mib=None, baseline_rss_mib=None,
-            verified=False, rounds=len(runs), status="skipped" if skip else "failed",
+            seconds_median=None,
+            seconds_min=None,
+            seconds_max=None,
+            gbps_median=None,
+            process_seconds_median=None,
+            peak_rss_mib=None,
+            baseline_rss_mib=None,
+            verified=False,
+            rounds=len(runs),
+            status="skipped" if skip else "failed",
             note=skip or "; ".join(errors)[:300],
-        )  # fmt: skip
+        )
         return row
     secs = [r["seconds"] for r in ok]
     med = statistics.median(secs)
@@ -68,16 +75,25 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         peers = [r for r in group if not r.get("tensorstream") and r["seconds_median"]]
         for p in peers:
             out.append(
-                dict(scenario=scenario, backend=backend, profile=profile, peer=p["contender"],
-                     ratio=round(p["seconds_median"] / t, 2))  # fmt: skip
+                dict(
+                    scenario=scenario,
+                    backend=backend,
+                    profile=profile,
+                    peer=p["contender"],
+                    ratio=round(p["seconds_median"] / t, 2),
+                )
             )
         tz = [p for p in peers if p["contender"].startswith("tensorizer num_readers")]
         if tz:
             best = min(tz, key=lambda p: p["seconds_median"])
             out.append(
-                dict(scenario=scenario, backend=backend, profile=profile,
-                     peer=f"best tensorizer ({best['contender'].split()[-1]})",
-                     ratio=round(best["seconds_median"] / t, 2))  # fmt: skip
+                dict(
+                    scenario=scenario,
+                    backend=backend,
+                    profile=profile,
+                    peer=f"best tensorizer ({best['contender'].split()[-1]})",
+                    ratio=round(best["seconds_median"] / t, 2),
+                )
             )
     return out
 
@@ -103,8 +119,18 @@ def machine_info() -> dict[str, Any]:
                 cpu = line.split(":", 1)[1].strip()
                 break
     pkgs = {}
-    for name in ("tensorstream", "torch", "tensorizer", "safetensors", "s3fs", "obstore",
-                 "boto3", "awscli", "aiohttp", "redis"):  # fmt: skip
+    for name in (
+        "tensorstream",
+        "torch",
+        "tensorizer",
+        "safetensors",
+        "s3fs",
+        "obstore",
+        "boto3",
+        "awscli",
+        "aiohttp",
+        "redis",
+    ):
         try:
             pkgs[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -154,8 +180,10 @@ def markdown(header: dict[str, Any], rows: list[dict[str, Any]], plot: str | Non
     for r in rows:
         name = f"**{r['contender']}**" if r.get("tensorstream") else r["contender"]
         if r["status"] == "skipped":
-            lines.append(f"| {r['scenario']} | {r['backend']} | {r['profile']} | {name} "
-                         f"| skipped | | | | | | {r['note']} |")  # fmt: skip
+            lines.append(
+                f"| {r['scenario']} | {r['backend']} | {r['profile']} | {name} "
+                f"| skipped | | | | | | {r['note']} |"
+            )
             continue
         spread = f"{_fmt(r['seconds_min'])}-{_fmt(r['seconds_max'])}"
         verified = "yes" if r["verified"] else "**NO**"
@@ -167,18 +195,23 @@ def markdown(header: dict[str, Any], rows: list[dict[str, Any]], plot: str | Non
         )
     rat = ratios(rows)
     if rat:
-        lines += ["", "Speed ratios (peer median time / tensorstream median time; > 1: "
-                  "tensorstream is faster):", "", "| scenario | backend | profile | peer | ratio |",
-                  "|---|---|---|---|---:|"]  # fmt: skip
-        lines += [f"| {r['scenario']} | {r['backend']} | {r['profile']} | {r['peer']} "
-                  f"| {r['ratio']:.2f}x |" for r in rat]  # fmt: skip
+        lines += [
+            "",
+            "Speed ratios (peer median time / tensorstream median time; > 1: tensorstream is faster):",
+            "",
+            "| scenario | backend | profile | peer | ratio |",
+            "|---|---|---|---|---:|",
+        ]
+        lines += [
+            f"| {r['scenario']} | {r['backend']} | {r['profile']} | {r['peer']} | {r['ratio']:.2f}x |"
+            for r in rat
+        ]
     if plot:
         lines += ["", f"![GB/s per contender]({plot})"]
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: Path, header: dict[str, Any], rows: list[dict[str, Any]],
-                   plot: str | None) -> None:  # fmt: skip
+def write_markdown(path: Path, header: dict[str, Any], rows: list[dict[str, Any]], plot: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(markdown(header, rows, plot))
 
@@ -199,8 +232,9 @@ def write_plot(path: Path, rows: Iterable[dict[str, Any]]) -> str | None:
     if not panels:
         return None
     heights = [max(2.0, 0.28 * len(v) + 1) for v in panels.values()]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, sum(heights)),
-                             gridspec_kw={"height_ratios": heights}, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(9, sum(heights)), gridspec_kw={"height_ratios": heights}, squeeze=False
+    )
     for ax, ((scenario, profile), group) in zip(axes[:, 0], panels.items(), strict=True):
         labels = [f"{r['backend']}: {r['contender']}" for r in group]
         values = [r["gbps_median"] for r in group]

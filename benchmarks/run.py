@@ -29,8 +29,18 @@ from . import contenders, model, report, servers
 from .contenders import BUCKET, KEY, Contender, Setup
 
 REPO = Path(__file__).resolve().parent.parent
-UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-         "kb": 1e3, "mb": 1e6, "gb": 1e9}  # fmt: skip
+UNITS = {
+    "": 1,
+    "k": 1e3,
+    "m": 1e6,
+    "g": 1e9,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+}
 
 
 def parse_size(text: str) -> int:
@@ -57,8 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", type=parse_size, default=None, help="model size (default 1GiB)")
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
     p.add_argument("--profile", type=_csv(["loopback", "capped"]), default=None)
-    p.add_argument("--cap", type=parse_size, default=parse_size("25m"),
-                   help="per-connection cap of the capped profile, bytes/s (default 25m)")  # fmt: skip
+    p.add_argument(
+        "--cap",
+        type=parse_size,
+        default=parse_size("25m"),
+        help="per-connection cap of the capped profile, bytes/s (default 25m)",
+    )
     p.add_argument("--scenario", type=_csv(["load", "raw", "copy"]), default=None)
     p.add_argument("--backend", type=_csv(["local", "http", "s3", "redis"]), default=None)
     p.add_argument("--device", default="cpu")
@@ -67,8 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--plot", type=Path, default=None, help="PNG (default: beside --markdown)")
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "tensorstream-bench")
     p.add_argument("--timeout", type=float, default=900, help="seconds per contender run")
-    p.add_argument("--quick", action="store_true",
-                   help="256MiB, 1 round, fewer contenders (CI smoke test)")  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="256MiB, 1 round, fewer contenders (CI smoke test)")
     a = p.parse_args(argv)
     a.size = a.size or parse_size("256MiB" if a.quick else "1GiB")
     a.rounds = a.rounds or (1 if a.quick else 3)
@@ -80,15 +93,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def child_env(home: Path) -> dict[str, str]:
     """Environment for contenders: dummy S3 keys, no real credentials or config files."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_", "S3_", "REDIS_", "TENSORSTREAM_"))}  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_", "REDIS_", "TENSORSTREAM_"))
+    }
     home.mkdir(parents=True, exist_ok=True)
     env.update(
-        HOME=str(home), AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret",
-        AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
-        AWS_CONFIG_FILE=str(home / "aws-config"), AWS_SHARED_CREDENTIALS_FILE=str(home / "aws-creds"),
+        HOME=str(home),
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench-secret",
+        AWS_REGION="us-east-1",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(home / "aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(home / "aws-creds"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-    )  # fmt: skip
+    )
     return env
 
 
@@ -98,12 +117,15 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
         Path(c.dest).unlink(missing_ok=True)
     env = dict(env)
     if c.s3_endpoint:
-        env.update(BENCH_S3_ENDPOINT=c.s3_endpoint, AWS_ENDPOINT_URL=c.s3_endpoint,
-                   AWS_ENDPOINT_URL_S3=c.s3_endpoint, S3_ENDPOINT_URL=c.s3_endpoint)  # fmt: skip
+        env.update(
+            BENCH_S3_ENDPOINT=c.s3_endpoint,
+            AWS_ENDPOINT_URL=c.s3_endpoint,
+            AWS_ENDPOINT_URL_S3=c.s3_endpoint,
+            S3_ENDPOINT_URL=c.s3_endpoint,
+        )
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(c.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                env=env, cwd=REPO)  # fmt: skip
+        proc = subprocess.Popen(c.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
@@ -125,7 +147,7 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
         return {**res, "seconds": None, "error": f"exit {proc.returncode}: {tail}"}
     line = next((x for x in stdout.splitlines() if x.startswith("BENCH-RESULT ")), None)
     if line:
-        res.update(json.loads(line[len("BENCH-RESULT "):]))
+        res.update(json.loads(line[len("BENCH-RESULT ") :]))
     else:  # an external tool: the whole process is the operation
         res.update(seconds=wall, bytes=c.bytes, note="external process: time = whole process")
         if c.argv[0] == "curl":
@@ -156,12 +178,13 @@ def verify(c: Contender, res: dict[str, Any]) -> bool:
 
 def _child(*args: str) -> Any:
     """Run ``python -m benchmarks.model ARGS`` and return its JSON result."""
-    p = subprocess.run([sys.executable, "-m", "benchmarks.model", *args], cwd=REPO,
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "benchmarks.model", *args], cwd=REPO, capture_output=True, text=True
+    )
     line = next((x for x in p.stdout.splitlines() if x.startswith("BENCH-RESULT ")), None)
     if p.returncode != 0 or line is None:
         raise RuntimeError(f"benchmarks.model {args[0]} failed:\n{p.stderr[-2000:]}")
-    return json.loads(line[len("BENCH-RESULT "):])
+    return json.loads(line[len("BENCH-RESULT ") :])
 
 
 def _warm(paths: list[Path]) -> None:
@@ -171,8 +194,13 @@ def _warm(paths: list[Path]) -> None:
                 pass
 
 
-def run_profile(args: argparse.Namespace, profile: str, manifest: dict[str, Any],
-                stack: contextlib.ExitStack, notes: list[str]) -> list[dict[str, Any]]:  # fmt: skip
+def run_profile(
+    args: argparse.Namespace,
+    profile: str,
+    manifest: dict[str, Any],
+    stack: contextlib.ExitStack,
+    notes: list[str],
+) -> list[dict[str, Any]]:
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"tsbench-{profile}-")))
     root = tmp / "root"
     (root / BUCKET).mkdir(parents=True)
@@ -186,8 +214,9 @@ def run_profile(args: argparse.Namespace, profile: str, manifest: dict[str, Any]
     else:
         http = stack.enter_context(servers.start_paced(root, args.cap))
         rate = servers.measure_one_connection(f"{http.url}/{BUCKET}/{KEY}", 16 << 20)
-        notes.append(f"capped: one connection measured at {rate / 1e6:.1f} MB/s "
-                     f"(cap {args.cap / 1e6:.0f} MB/s)")  # fmt: skip
+        notes.append(
+            f"capped: one connection measured at {rate / 1e6:.1f} MB/s (cap {args.cap / 1e6:.0f} MB/s)"
+        )
     _warm([src, Path(manifest["dir"]) / "model.safetensors"])
     redis_port = ts_key = moto_url = small = None
     if profile == "loopback" and "redis" in args.backend:
@@ -206,9 +235,19 @@ def run_profile(args: argparse.Namespace, profile: str, manifest: dict[str, Any]
         small = tmp / "small.bin"
         with open(src, "rb") as f:
             small.write_bytes(f.read(min(64 << 20, manifest["file_size"])))
-    setup = Setup(profile=profile, manifest=manifest, root=root, work=tmp, http=http.url,
-                  redis_port=redis_port, ts_redis_key=ts_key, moto=moto_url, small_file=small,
-                  device=args.device, quick=args.quick)  # fmt: skip
+    setup = Setup(
+        profile=profile,
+        manifest=manifest,
+        root=root,
+        work=tmp,
+        http=http.url,
+        redis_port=redis_port,
+        ts_redis_key=ts_key,
+        moto=moto_url,
+        small_file=small,
+        device=args.device,
+        quick=args.quick,
+    )
     plan = contenders.plan(setup, args.backend, args.scenario)
     for c in plan:
         if c.verify == "s3-object" and small is not None:
@@ -223,12 +262,16 @@ def run_profile(args: argparse.Namespace, profile: str, manifest: dict[str, Any]
             runs[i].append(res)
             status = "ok" if res.get("verified") else ("UNVERIFIED" if res.get("seconds") else "FAILED")
             secs = f"{res['seconds']:.3f}s" if res.get("seconds") else res.get("error", "")
-            print(f"[{profile} r{rnd + 1}] {c.scenario}/{c.backend} {c.name}: {secs} {status}",
-                  flush=True)  # fmt: skip
+            print(f"[{profile} r{rnd + 1}] {c.scenario}/{c.backend} {c.name}: {secs} {status}", flush=True)
     rows = []
     for c, rs in zip(plan, runs, strict=True):
-        key = dict(scenario=c.scenario, backend=c.backend, profile=profile, contender=c.name,
-                   tensorstream=c.is_tensorstream)  # fmt: skip
+        key = dict(
+            scenario=c.scenario,
+            backend=c.backend,
+            profile=profile,
+            contender=c.name,
+            tensorstream=c.is_tensorstream,
+        )
         row = report.aggregate(key, rs, c.bytes, c.skip)
         if c.note:
             row["note"] = f"{c.note}; {row['note']}".strip("; ")
@@ -248,16 +291,18 @@ def main(argv: list[str] | None = None) -> int:
     for profile in args.profile:
         with contextlib.ExitStack() as stack:  # stops this profile's servers, also on Ctrl-C
             rows += run_profile(args, profile, manifest, stack, notes)
-    header = {
+    header: dict[str, Any] = {
         "started": started,
         "machine": report.machine_info(),
         "model": model.summary(manifest),
-        "settings": (f"rounds {args.rounds}, profiles {'+'.join(args.profile)}, cap "
-                     f"{args.cap / 1e6:g} MB/s per connection (capped), device {args.device}, "
-                     f"peers' ranged reads {8} MiB, tensorstream defaults"
-                     + (", quick" if args.quick else "")
-                     + ("; " + "; ".join(notes) if notes else "")),
-    }  # fmt: skip
+        "settings": (
+            f"rounds {args.rounds}, profiles {'+'.join(args.profile)}, cap "
+            f"{args.cap / 1e6:g} MB/s per connection (capped), device {args.device}, "
+            f"peers' ranged reads {8} MiB, tensorstream defaults"
+            + (", quick" if args.quick else "")
+            + ("; " + "; ".join(notes) if notes else "")
+        ),
+    }
     plot = None
     if args.markdown or args.plot:
         target = args.plot or args.markdown.with_suffix(".png")

@@ -153,10 +153,23 @@ def start_redis(work: Path) -> Server:
     port = free_port()
     argv = [
         shutil.which("redis-server") or "/usr/bin/redis-server",
-        "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--dir", str(work), "--protected-mode", "no",
-        "--proto-max-bulk-len", "2gb", "--client-output-buffer-limit", "normal 0 0 0",
-    ]  # fmt: skip
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(work),
+        "--protected-mode",
+        "no",
+        "--proto-max-bulk-len",
+        "2gb",
+        "--client-output-buffer-limit",
+        "normal 0 0 0",
+    ]
     return Server("redis", argv, port)
 
 

@@ -260,11 +260,14 @@ def redis_py_cp(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], st
 
     def run() -> tuple[int, Callable[[], str], str]:
         client = redis.Redis(port=spec["port"])
-        keys = sorted(client.scan_iter(f"{spec['key']}:*", count=1000),
-                      key=lambda k: int(k.rsplit(b":", 1)[1]))  # fmt: skip
+        keys = sorted(
+            client.scan_iter(f"{spec['key']}:*", count=1000), key=lambda k: int(k.rsplit(b":", 1)[1])
+        )
         with open(spec["dest"], "wb") as dst:
             for k in keys:
-                dst.write(client.get(k) or b"")
+                data = client.get(k)
+                assert isinstance(data, bytes), k
+                dst.write(data)
         client.close()
         return os.path.getsize(spec["dest"]), lambda: "", "redis-py GET per chunk -> file"
 

@@ -26,3 +26,11 @@ def moto_s3_tls() -> Iterator[MotoS3Server]:
     with MotoS3Server(tls=True, auth=True) as server:
         server.create_bucket(S3_BUCKET)
         yield server
+
+
+@pytest.fixture(scope="session")
+def moto_s3_public() -> Iterator[MotoS3Server]:
+    """HTTP moto server that checks no signatures (a public bucket, for anonymous reads)."""
+    with MotoS3Server(auth=False) as server:
+        server.create_bucket(S3_BUCKET)
+        yield server

@@ -129,12 +129,30 @@ def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path, sub:
         return Backend("http", lambda k: server.url(f"{prefix}/{k}"),
                        lambda k, d: server.put(f"{prefix}/{k}", d),
                        lambda k: server.get(f"{prefix}/{k}"), dict(server.options))
+    if name == "s3":
+        from fixtures_s3 import S3_BUCKET
+
+        s3 = request.getfixturevalue("moto_s3")
+        prefix = f"cp-{secrets.token_hex(4)}"
+        return Backend("s3", lambda k: f"s3://{S3_BUCKET}/{prefix}/{k}",
+                       lambda k, d: s3.put(S3_BUCKET, f"{prefix}/{k}", d),
+                       lambda k: s3.get(S3_BUCKET, f"{prefix}/{k}"), s3.options())
+    if name == "redis":
+        srv = request.getfixturevalue("redis_server")
+        prefix = f"cp-{secrets.token_hex(4)}"
+
+        def rget(k: str) -> bytes:
+            with tensorstream.open(srv.url(f"{prefix}/{k}")) as f:
+                return f.read()
+
+        return Backend("redis", lambda k: srv.url(f"{prefix}/{k}"),
+                       lambda k, d: srv.put(f"{prefix}/{k}", d), rget)
     raise AssertionError(name)
 
 
-SOURCES = ["local", "http", "mem"]  # + "s3", "redis" when their fixtures land
-DESTINATIONS = ["local", "mem"]
-LISTABLE = {"local", "mem"}
+SOURCES = ["local", "http", "mem", "s3", "redis"]
+DESTINATIONS = ["local", "mem", "s3", "redis"]
+LISTABLE = {"local", "mem", "s3", "redis"}
 
 
 @pytest.fixture(params=SOURCES)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures_s3 import S3_BUCKET
 
 import tensorstream
+from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
 from tensorstream.testing.s3_server import MotoS3Server

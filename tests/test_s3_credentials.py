@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures_s3 import S3_BUCKET
 
 import tensorstream
+from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
 from tensorstream.credentials.s3 import resolve_s3_credentials
 from tensorstream.testing.s3_server import MotoS3Server
@@ -197,13 +197,17 @@ async def test_missing_credentials_list_every_place_and_no_secret(
     assert report.looked_in and report.source_of("access_key_id") is None
 
 
-async def test_anonymous_only_when_asked(sources: Sources, moto_s3: MotoS3Server) -> None:
+async def test_anonymous_only_when_asked(sources: Sources, moto_s3_public: MotoS3Server) -> None:
+    moto_s3_public.client.put_object(Bucket=S3_BUCKET, Key="public.bin", Body=b"for everyone",
+                                     ACL="public-read")
+    uri = f"s3://{S3_BUCKET}/public.bin"
     with pytest.raises(errors.MissingCredentialsError):
-        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url)
-    # Asked for: requests go out unsigned; this server requires signatures.
-    with pytest.raises(PermissionError, match="anonymous"):
-        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url,
-                                anonymous=True)
+        await tensorstream.stat(uri, s3_endpoint=moto_s3_public.endpoint_url)
+    got = await tensorstream.read_range(uri, 0, 12, s3_endpoint=moto_s3_public.endpoint_url,
+                                        anonymous=True)
+    assert got == b"for everyone"
+    report = tensorstream.describe_credentials(uri, anonymous=True)
+    assert report.source_of("access_key_id") is None and "unsigned" in str(report)
 
 
 # -- describe_credentials -------------------------------------------------------------

@@ -294,9 +294,9 @@ def _resolve_style(
                 f"s3_addressing_style must be one of {', '.join(ADDRESSING_STYLES)}, got {v!r}"
             )
         return Sourced(v, "option s3_addressing_style")
-    if endpoint is not None and endpoint.source.startswith("s3cmd"):
-        if "%(bucket)s" in cfg.get("host_bucket", ""):
-            return Sourced("virtual", f"s3cmd config {cfg_path} host_bucket")
+    if (endpoint is not None and endpoint.source.startswith("s3cmd")
+            and "%(bucket)s" in cfg.get("host_bucket", "")):
+        return Sourced("virtual", f"s3cmd config {cfg_path} host_bucket")
     if endpoint is not None:
         # S3-compatible servers (MinIO, Ceph, moto, ...) all accept path style.
         return Sourced("path", "default for a custom endpoint")
@@ -349,7 +349,7 @@ def botocore_region(creds: S3Credentials) -> Sourced[str] | None:
     profile = creds.profile.value if creds.profile else None
     try:
         region = botocore.session.Session(profile=profile).get_config_variable("region")
-    except Exception:  # noqa: BLE001 - a diagnostic only
+    except Exception:
         return None
     if not region:
         return None

@@ -149,7 +149,7 @@ class S3Writer(Writer):
             if self._checksum and resp.get("ChecksumCRC32"):
                 part["ChecksumCRC32"] = resp["ChecksumCRC32"]
             self._parts[number] = part
-        except Exception as exc:  # noqa: BLE001 - surfaced by the next write/commit
+        except Exception as exc:
             if self._error is None:
                 self._error = exc
         finally:
@@ -163,7 +163,7 @@ class S3Writer(Writer):
         if upload_id is None and self._create is not None:
             try:
                 upload_id = str((await self._create)["UploadId"])
-            except BaseException:  # noqa: BLE001 - nothing was created
+            except BaseException:
                 upload_id = None
         if upload_id is None:
             return

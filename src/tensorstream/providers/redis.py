@@ -29,6 +29,7 @@ from ..credentials.redis import RedisCredentials, resolve_redis_credentials
 from ..errors import (
     ConfigurationError,
     IncompleteReadError,
+    InsecureTLSWarning,
     InvalidRangeError,
     NotFoundError,
     ObjectChangedError,
@@ -63,10 +64,6 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'hash'
 end
 return 0
 """
-
-
-class InsecureTLSWarning(UserWarning):
-    """TLS certificate verification was disabled with ``insecure=True``."""
 
 
 def _as_bool(value: Any) -> bool:

@@ -304,7 +304,7 @@ class S3Provider(Provider):
         if stack is not None and self._loop is asyncio.get_running_loop():
             try:
                 await stack.aclose()
-            except Exception as exc:  # noqa: BLE001 - closing must not fail the caller
+            except Exception as exc:
                 log.debug("closing the S3 client failed: %s", type(exc).__name__)
 
 

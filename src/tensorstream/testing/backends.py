@@ -488,6 +488,8 @@ class BackendServers:
         if redis not in ("auto", "real", "fake"):
             raise ValueError("redis must be 'auto', 'real' or 'fake'")
         self.redis_mode = redis
+        #: An empty directory for isolated ``HOME``/AWS config files (the plugin sets it).
+        self.sandbox: str = ""
         self._lock = threading.Lock()
         self._s3: tuple[Any, HTTPFaultProxy] | None = None
         self._http: dict[tuple[bool, str | bool | None], Any] = {}

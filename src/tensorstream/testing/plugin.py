@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 REAL_REDIS_MARK = "tensorstream_real_redis"
 HTTP_MARK = "tensorstream_http"
-_ENV_PREFIXES = ("AWS_", "S3_")
+_ENV_PREFIXES = ("AWS_", "S3_", "REDIS_")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,7 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def tensorstream_servers(request: pytest.FixtureRequest) -> Iterator[BackendServers]:
+def tensorstream_servers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[BackendServers]:
     """The session's lazily started servers (used by the backend fixtures)."""
     from .backends import BackendServers
 
@@ -66,26 +68,26 @@ def tensorstream_servers(request: pytest.FixtureRequest) -> Iterator[BackendServ
     if request.config.getoption("--tensorstream-require-real-redis"):
         mode = "real"
     servers = BackendServers(redis=mode)
+    servers.sandbox = str(tmp_path_factory.mktemp("tensorstream-sandbox"))
     try:
         yield servers
     finally:
         servers.close()
 
 
-def _isolate_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A proxy from the environment must never see loopback test traffic.
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.setenv(name, "127.0.0.1,localhost")
-
-
-def _isolate_aws(monkeypatch: pytest.MonkeyPatch, directory: str) -> None:
+def _isolate(monkeypatch: pytest.MonkeyPatch, servers: BackendServers) -> None:
+    """No real credentials or endpoints in, nothing out: ``AWS_*``/``S3_*``/``REDIS_*``
+    removed, AWS config files empty, ``HOME`` an empty directory, no instance
+    metadata, and no proxy from the environment for loopback traffic."""
     from .s3_server import isolated_s3_env
 
     for name in list(os.environ):
         if name.startswith(_ENV_PREFIXES):
             monkeypatch.delenv(name, raising=False)
-    for name, value in isolated_s3_env(directory).items():
+    for name, value in isolated_s3_env(servers.sandbox).items():
         monkeypatch.setenv(name, value)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
 
 
 def _closing(backend: Backend) -> Iterator[Any]:
@@ -98,16 +100,15 @@ def _closing(backend: Backend) -> Iterator[Any]:
 @pytest.fixture
 def tensorstream_s3(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[S3Backend]:
     """A fresh bucket on moto's S3 server, reached through a fault proxy.
 
-    The environment is isolated for the test: ``AWS_*``/``S3_*`` variables are
-    removed, config/credential files point at an empty file, ``HOME`` at an
-    empty directory and instance metadata is disabled.
+    The environment is isolated for the test (as for every backend fixture):
+    ``AWS_*``/``S3_*``/``REDIS_*`` variables are removed, AWS config and
+    credential files point at an empty file, ``HOME`` at an empty directory
+    and instance metadata is disabled; all restored after the test.
     """
-    _isolate_network(monkeypatch)
-    _isolate_aws(monkeypatch, str(tmp_path_factory.mktemp("tensorstream-aws")))
+    _isolate(monkeypatch, tensorstream_servers)
     yield from _closing(tensorstream_servers.s3())
 
 
@@ -130,7 +131,7 @@ def tensorstream_http(
     unknown = set(kwargs) - {"tls", "token"}
     if unknown:
         raise TypeError(f"{HTTP_MARK} takes tls= and token=, not {', '.join(sorted(unknown))}")
-    _isolate_network(monkeypatch)
+    _isolate(monkeypatch, tensorstream_servers)
     yield from _closing(tensorstream_servers.http(**kwargs))
 
 
@@ -153,9 +154,7 @@ def tensorstream_redis(
         pytest.fail("this test requires Debian's redis-server (tensorstream_real_redis), but "
                     "redis-server is not installed or --tensorstream-redis=fake was given",
                     pytrace=False)
-    for name in ("REDIS_USERNAME", "REDIS_PASSWORD"):
-        monkeypatch.delenv(name, raising=False)
-    _isolate_network(monkeypatch)
+    _isolate(monkeypatch, tensorstream_servers)
     yield from _closing(backend)
 
 

@@ -1,0 +1,251 @@
+"""The ``tensorstream`` command line: exit codes, JSON summary, help, secrets,
+companion commands, progress on a terminal only, and kill/resume in a subprocess."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tensorstream.cli.main import main
+
+CANARY = "sk-canary-5c1d-never-print"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=60, **kw)
+
+
+def test_cp_json_summary_and_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "m.bin").write_bytes(os.urandom(300_000))
+    code, out, err = run(capsys, "cp", "--json", "--part-size", "64K", str(tmp_path / "m.bin"),
+                         str(tmp_path / "o.bin"))
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["files"] == 1 and summary["bytes"] == 300_000
+    assert summary["verified"] is True and summary["errors"] == []
+    assert set(summary) >= {"files", "bytes", "seconds", "gbps", "verified", "errors"}
+    assert (tmp_path / "o.bin").read_bytes() == (tmp_path / "m.bin").read_bytes()
+
+
+def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "cp", str(tmp_path / "missing"), str(tmp_path / "x"))
+    assert code == 1 and err.count("\n") == 2 and "no such file" in err  # error + summary
+    assert "Traceback" not in err
+    assert run(capsys, "cp", "only-one")[0] == 2
+    assert run(capsys, "cp", "--no-such-flag", "a", "b")[0] == 2
+    assert run(capsys, "cp", "--part-size", "lots", "a", "b")[0] == 2
+    assert run(capsys, "cp", "s3:/broken", str(tmp_path / "x"))[0] in (1, 2)
+    assert run(capsys, "frobnicate")[0] == 2
+
+
+def test_help_reads_like_known_tools(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "cp", "--help")
+    assert code == 0
+    assert out.startswith("usage: tensorstream cp [options] SRC [SRC...] DST")
+    for needle in ("-r, --recursive", "--concurrency", "--part-size", "--resume", "--no-verify",
+                   "--json", "--s3-endpoint", "--anonymous", "--ca-bundle", "examples:",
+                   "exit status"):
+        assert needle in out
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "tensorstream cp s3://" in out
+
+
+def test_secrets_never_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = f"redis://user:{CANARY}@127.0.0.1:1/key"
+    code, out, err = run(capsys, "cp", "--debug", "--retries", "1", "--timeout-connect", "0.5",
+                         "--s3-secret-access-key", CANARY, uri, str(tmp_path / "x"))
+    assert code != 0
+    assert CANARY not in out + err
+    code, out, err = run(capsys, "cp", f"https://h.invalid/x?X-Amz-Signature={CANARY}",
+                         str(tmp_path / "y"), "--retries", "1", "--timeout-connect", "0.5")
+    assert code == 1 and CANARY not in out + err and "***" in err
+
+
+def test_ls_stat_cat_rm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "a.bin").write_bytes(b"0123456789")
+    (tmp_path / "d" / "sub" / "b.bin").write_bytes(b"xyz")
+    code, out, _ = run(capsys, "ls", str(tmp_path / "d"))
+    assert code == 0 and out.splitlines() == ["a.bin", "sub/"]
+    code, out, _ = run(capsys, "ls", "-lr", str(tmp_path / "d"))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 and lines[0].endswith(" 10 a.bin")
+    assert lines[1].endswith(" 3 sub/b.bin")
+    code, out, _ = run(capsys, "stat", "--json", str(tmp_path / "d" / "a.bin"))
+    assert code == 0 and json.loads(out)["size"] == 10
+    assert run(capsys, "ls", str(tmp_path / "nothing"))[0] == 1
+
+    r = cli("cat", "--range", "2-4", str(tmp_path / "d" / "a.bin"))
+    assert r.returncode == 0 and r.stdout == "234"
+    r = cli("cat", "--range", "-3", str(tmp_path / "d" / "a.bin"))
+    assert r.stdout == "789"
+    r = cli("cat", str(tmp_path / "d" / "sub" / "b.bin"))
+    assert r.stdout == "xyz"
+
+    assert run(capsys, "rm", str(tmp_path / "d" / "a.bin"))[0] == 0
+    assert not (tmp_path / "d" / "a.bin").exists()
+    assert run(capsys, "rm", str(tmp_path / "d" / "a.bin"))[0] == 1
+    assert run(capsys, "rm", "-r", str(tmp_path / "d"))[0] == 0
+    assert not (tmp_path / "d" / "sub" / "b.bin").exists()
+
+
+def test_cp_recursive_with_traversal_keys_exits_one(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from test_copy import MemProvider
+
+    MemProvider.store.update({"tb/p/../escape": b"x", "tb/p/good": b"ok", "tb/p//abs": b"x"})
+    code, out, err = run(capsys, "cp", "-r", "--json", "memtest://tb/p/", str(tmp_path / "dst"))
+    assert code == 1
+    summary = json.loads(out)
+    assert summary["files"] == 1 and len(summary["errors"]) == 2
+    assert err.count("refused") == 2
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["dst", "good"]
+
+
+def test_http_source_with_token(tmp_path: Path, http_token_server: Any, http_reset: None,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    data = os.urandom(500_000)
+    http_token_server.put("cli/tok.bin", data)
+    url = http_token_server.url("cli/tok.bin")
+    code, _, err = run(capsys, "cp", "-q", url, str(tmp_path / "t.bin"))
+    assert code == 1 and "tok-" not in err
+    code, _, err = run(capsys, "cp", "-q", "--token", http_token_server.token, url,
+                       str(tmp_path / "t.bin"))
+    assert code == 0, err
+    assert (tmp_path / "t.bin").read_bytes() == data
+    assert http_token_server.token not in err
+
+
+def test_python_dash_m_and_no_progress_without_tty(tmp_path: Path) -> None:
+    (tmp_path / "m.bin").write_bytes(os.urandom(100_000))
+    r = cli("cp", str(tmp_path / "m.bin"), str(tmp_path / "o.bin"))
+    assert r.returncode == 0
+    # Only the one-line summary: no bar, no carriage returns.
+    assert r.stderr.startswith("copied 1 file(s), 100000 bytes") and r.stderr.count("\n") == 1
+    assert "%|" not in r.stderr and "\r" not in r.stderr
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    (tmp_path / "m.bin").write_bytes(os.urandom(1 << 20))
+
+    def on_pty(*extra: str) -> str:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+        proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", *extra,
+                                 str(tmp_path / "m.bin"), str(tmp_path / "o.bin")],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=slave)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+        os.close(master)
+        assert proc.wait(timeout=60) == 0
+        return b"".join(chunks).decode(errors="replace")
+
+    shown = on_pty()
+    assert "total (1 files)" in shown and "100%" in shown
+    assert on_pty("--quiet") == ""
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset: None,
+                                   sig: signal.Signals, code: int) -> None:
+    data = os.urandom(4 << 20)
+    key = f"slow/{sig.name}.bin"
+    http_server.put(key, data)
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 512 << 10  # per response: ~4 s at 2 parts in flight
+    dst = tmp_path / "out" / "model.bin"
+    dst.parent.mkdir()
+    args = [sys.executable, "-m", "tensorstream", "cp", "-q", "--part-size", "256K",
+            "--concurrency", "2", http_server.url(key), str(dst)]
+
+    # 1. Without --resume: interrupted -> no destination, no temp files at all.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: any(dst.parent.iterdir()))
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert list(dst.parent.iterdir()) == []
+
+    # 2. With --resume: interrupted -> still no destination; a hidden partial + journal stay.
+    proc = subprocess.Popen([*args, "--resume"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    journal = dst.parent / ".model.bin.tensorstream-journal.tmp"
+    _wait_for(journal.exists)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    assert proc.returncode == code
+    assert not dst.exists()
+    assert sorted(p.name for p in dst.parent.iterdir()) == [
+        ".model.bin.tensorstream-journal.tmp", ".model.bin.tensorstream-partial.tmp"]
+
+    # 3. --resume again (fast server now): completes from the journal and verifies.
+    http_server.faults.reset()
+    r = subprocess.run([*args, "--resume", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["verified"] is True and summary["bytes"] == len(data)
+    assert 0 < summary["resumed_bytes"] < len(data)
+    assert dst.read_bytes() == data
+    assert [p.name for p in dst.parent.iterdir()] == ["model.bin"]
+
+
+def test_resume_refuses_changed_source(tmp_path: Path, http_server: Any,
+                                       http_reset: None) -> None:
+    key = "slow/changed.bin"
+    http_server.put(key, os.urandom(2 << 20))
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 256 << 10
+    dst = tmp_path / "model.bin"
+    args = [sys.executable, "-m", "tensorstream", "cp", "-q", "--part-size", "128K",
+            "--concurrency", "2", "--resume", http_server.url(key), str(dst)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for((tmp_path / ".model.bin.tensorstream-journal.tmp").exists)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    new = os.urandom(2 << 20)
+    http_server.faults.reset()
+    http_server.put(key, new)  # new ETag: the partial must not be reused
+    r = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_bytes"] == 0
+    assert dst.read_bytes() == new
+
+
+def _wait_for(cond: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the copy to start")
+        time.sleep(0.05)

@@ -1,0 +1,194 @@
+"""tensorstream.testing.proxy on its own: the TCP proxy (delay, cap, stall, cut,
+reset, refuse) and the HTTP proxy (status script, ignored Range, cut body)."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import socketserver
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
+
+
+class _Blob(socketserver.BaseRequestHandler):
+    """Reads a line ``N\\n`` and answers N bytes, then waits for the next line."""
+
+    def handle(self) -> None:
+        f = self.request.makefile("rb")
+        for line in f:
+            n = int(line)
+            self.request.sendall(bytes(i % 251 for i in range(n)))
+
+
+@pytest.fixture(scope="module")
+def blob_server() -> Iterator[int]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Blob)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def tcp(blob_server: int) -> Iterator[TCPFaultProxy]:
+    with TCPFaultProxy("127.0.0.1", blob_server) as proxy:
+        yield proxy
+
+
+def ask(port: int, n: int, *, timeout: float = 10) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(b"%d\n" % n)
+        got = bytearray()
+        while len(got) < n:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        return bytes(got)
+
+
+def expected(n: int) -> bytes:
+    return bytes(i % 251 for i in range(n))
+
+
+def test_tcp_transparent(tcp):
+    assert ask(tcp.port, 300_000) == expected(300_000)
+    assert tcp.faults.connections == 1 and tcp.faults.bytes_down == 300_000
+
+
+def test_tcp_latency(tcp):
+    tcp.faults.latency = 0.3
+    t0 = time.monotonic()
+    assert ask(tcp.port, 10) == expected(10)
+    assert time.monotonic() - t0 >= 0.3
+
+
+def test_tcp_rate_limit(tcp):
+    tcp.faults.rate_limit = 200_000
+    t0 = time.monotonic()
+    assert ask(tcp.port, 100_000) == expected(100_000)
+    assert time.monotonic() - t0 >= 0.45
+
+
+def test_tcp_drop_after_closes_with_fin(tcp):
+    tcp.faults.drop_after = 1000
+    tcp.faults.drop_times = 1
+    assert ask(tcp.port, 50_000) == expected(1000)  # clean EOF after exactly 1000 bytes
+    assert ask(tcp.port, 50_000) == expected(50_000)  # only once
+    assert tcp.faults.dropped == 1
+
+
+def test_tcp_drop_with_reset(tcp):
+    tcp.faults.drop_after = 1000
+    tcp.faults.use_rst = True
+    with pytest.raises(ConnectionResetError):
+        with socket.create_connection(("127.0.0.1", tcp.port), timeout=10) as s:
+            s.sendall(b"50000\n")
+            time.sleep(0.2)
+            while s.recv(65536):
+                pass
+
+
+def test_tcp_refuse_then_serve(tcp):
+    tcp.faults.refuse = 1
+    with pytest.raises((ConnectionResetError, BrokenPipeError)):
+        with socket.create_connection(("127.0.0.1", tcp.port), timeout=10) as s:
+            time.sleep(0.2)
+            s.sendall(b"10\n")
+            if not s.recv(10):
+                raise ConnectionResetError("closed")
+    assert ask(tcp.port, 10) == expected(10)
+    assert tcp.faults.refused == 1
+
+
+def test_tcp_stall_and_cut_all(tcp):
+    tcp.faults.stall = True
+    with socket.create_connection(("127.0.0.1", tcp.port), timeout=0.5) as s:
+        s.sendall(b"10\n")
+        with pytest.raises(socket.timeout):
+            s.recv(10)
+        tcp.cut_all()
+        s.settimeout(5)
+        with pytest.raises((ConnectionResetError, OSError)):
+            if not s.recv(10):
+                raise ConnectionResetError("closed")
+    tcp.faults.reset()
+    assert ask(tcp.port, 10) == expected(10)
+
+
+# ---------------------------------------------------------------- HTTP proxy
+@pytest.fixture(scope="module")
+def origin() -> Iterator[HTTPTestServer]:
+    with HTTPTestServer() as server:
+        server.put("obj", expected(200_000))
+        yield server
+
+
+@pytest.fixture
+def hproxy(origin) -> Iterator[HTTPFaultProxy]:
+    with HTTPFaultProxy(origin.base_url) as proxy:
+        yield proxy
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.status, dict(resp.headers), resp.read()
+
+
+def test_http_proxy_forwards_ranges(hproxy):
+    status, headers, body = get(hproxy.url + "/obj", {"Range": "bytes=10-19"})
+    assert status == 206 and body == expected(200_000)[10:20]
+    assert headers["Content-Range"] == "bytes 10-19/200000" and headers["ETag"]
+
+
+def test_http_proxy_status_script(hproxy):
+    hproxy.faults.status_script = [503, 500]
+    hproxy.faults.retry_after = 1
+    for want, code in ((503, b"SlowDown"), (500, b"InternalError")):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            get(hproxy.url + "/obj")
+        assert info.value.code == want and code in info.value.read()
+        assert info.value.headers["Retry-After"] == "1"
+    assert get(hproxy.url + "/obj")[0] == 200
+    assert [r.status for r in hproxy.requests] == [503, 500, 200]
+
+
+def test_http_proxy_ignore_range(hproxy):
+    hproxy.faults.ignore_range = True
+    status, _, body = get(hproxy.url + "/obj", {"Range": "bytes=10-19"})
+    assert status == 200 and len(body) == 200_000
+
+
+def test_http_proxy_drop_after(hproxy):
+    hproxy.faults.drop_after = 5000
+    with pytest.raises(http.client.IncompleteRead) as info:
+        get(hproxy.url + "/obj")
+    assert len(info.value.partial) == 5000
+    assert hproxy.faults.dropped == 1
+
+
+def test_http_proxy_rate_limit_and_latency(hproxy):
+    hproxy.faults.rate_limit = 400_000
+    hproxy.faults.latency = 0.2
+    t0 = time.monotonic()
+    assert get(hproxy.url + "/obj")[2] == expected(200_000)
+    assert time.monotonic() - t0 >= 0.65
+
+
+def test_http_proxy_path_prefix_limits_faults(hproxy, origin):
+    origin.put("other", b"x")
+    hproxy.faults.path_prefix = "/obj"
+    hproxy.faults.status_script = [503]
+    assert get(hproxy.url + "/other")[2] == b"x"
+    assert hproxy.faults.status_script == [503]

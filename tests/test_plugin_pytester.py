@@ -1,0 +1,114 @@
+"""The plugin in a fresh project with no conftest: fixtures, isolation, reset, teardown."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_fixtures_work_without_conftest_and_isolate_tests(pytester, monkeypatch, tmp_path):
+    # A credential from the outside world must not leak into the tests...
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIA-OUTSIDE-CANARY")
+    monkeypatch.setenv("S3_ENDPOINT_URL", "http://outside.invalid")
+    ports_file = tmp_path / "ports.json"
+    pytester.makepyfile(test_downstream=f"""
+        import json, os
+        import pytest
+        import tensorstream
+
+        PORTS = {{}}
+
+        def test_a_sets_faults_and_fails(tensorstream_backend):
+            b = tensorstream_backend
+            assert "AWS_ACCESS_KEY_ID" not in os.environ
+            assert "S3_ENDPOINT_URL" not in os.environ
+            b.put("model", b"weights")
+            with tensorstream.open(b.uri("model"), **b.options) as f:
+                assert f.read() == b"weights"
+            b.faults.latency(30).drop_after(1)
+            PORTS[b.name] = b.proxy.port if hasattr(b, "proxy") else b.server.port
+            with open({str(ports_file)!r}, "w") as f:
+                json.dump(PORTS, f)
+            assert False, "this test fails on purpose"
+
+        def test_b_is_clean(tensorstream_backend):
+            b = tensorstream_backend
+            with pytest.raises(KeyError):
+                b.get("model")  # another test's object is not visible
+            b.put("model", b"fresh")
+            with tensorstream.open(b.uri("model"), **b.options, timeout_idle=5) as f:
+                assert f.read() == b"fresh"  # no latency, no drop left over
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=3, failed=3)
+    result.stdout.fnmatch_lines(["*this test fails on purpose*"])
+    # ...and the environment is restored after the run.
+    import os
+
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "AKIA-OUTSIDE-CANARY"
+    # Every session server is gone after the session, failures or not.
+    ports = json.loads(ports_file.read_text())
+    assert set(ports) == {"s3", "http", "redis"}
+    for name, port in ports.items():
+        assert _refused(port), f"{name} server on port {port} still listening"
+
+
+def test_fakeredis_fallback_serves_tensorstream(pytester):
+    pytester.makepyfile(test_fake="""
+        import tensorstream
+
+        def test_fake(tensorstream_redis):
+            assert tensorstream_redis.kind == "fakeredis"
+            data = bytes(range(256)) * 2000
+            tensorstream_redis.put("m", data)
+            tensorstream_redis.faults.drop_after(100_000, times=1)
+            with tensorstream.open(tensorstream_redis.uri("m")) as f:
+                assert f.read() == data
+            assert tensorstream_redis.faults.dropped == 1
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--tensorstream-redis=fake")
+    result.assert_outcomes(passed=1)
+
+
+def test_real_redis_can_be_required(pytester):
+    pytester.makepyfile(test_real="""
+        import pytest
+
+        @pytest.mark.tensorstream_real_redis
+        def test_marked(tensorstream_redis):
+            pass
+
+        def test_unmarked(tensorstream_redis):
+            assert tensorstream_redis.kind == "fakeredis"
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--tensorstream-redis=fake")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*requires Debian's redis-server*"])
+
+
+def test_markers_and_options_are_registered(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["*tensorstream_real_redis*", "*tensorstream_http(tls=False*"])
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*--tensorstream-require-real-redis*"])
+
+
+@pytest.mark.parametrize("module", ["tensorstream.testing.plugin"])
+def test_plugin_import_is_cheap(module):
+    import subprocess
+    import sys
+
+    code = (f"import sys, {module}; heavy = [m for m in ('aiohttp', 'moto', 'boto3', 'botocore', "
+            "'redis', 'fakeredis', 'trustme', 'torch', 's3fs') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

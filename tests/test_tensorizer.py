@@ -1,0 +1,456 @@
+"""tensorizer integration: load from every backend, serialize, encryption, hashes, shards.
+
+Backends come from the ``backend`` fixture (one ``TensorBackend`` per
+storage service); adding one is a new branch in ``_make_backend``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
+
+import tensorstream
+from tensorstream import errors
+from tensorstream.tensorizer_io import (
+    DecryptionError,
+    Encryption,
+    MetaTensorError,
+    QuantizationWarning,
+    TensorHashMismatchError,
+    deserialize,
+    generate_keyfile,
+    is_vllm_tensorized,
+    load_into_module,
+    serialize,
+)
+
+# Cheap Argon2id settings: the tests check wiring, not key-stretching strength.
+FAST_KDF = {"opslimit": EncryptionParams.OpsLimit.MIN, "memlimit": EncryptionParams.MemLimit.MIN}
+
+
+class TinyNet(torch.nn.Module):
+    """A small real model: ~1.3 MB of weights in tensors of very different sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(512, 256)
+        self.proj = torch.nn.Linear(256, 512)
+        self.norm = torch.nn.LayerNorm(512)
+        self.head = torch.nn.Linear(512, 32)
+        self.register_buffer("scale", torch.tensor([0.5, 2.0]))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.norm(torch.relu(self.proj(self.embed(ids))))
+        return self.head(x) * self.scale[0] + self.scale[1]
+
+
+def make_model(seed: int = 0) -> TinyNet:
+    torch.manual_seed(seed)
+    return TinyNet().eval()
+
+
+def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same(loaded: Any, expected: dict[str, torch.Tensor]) -> None:
+    # tensorizer's write_module names a top-level module's own tensors ".name"
+    names = {k.lstrip("."): k for k in loaded.keys()}
+    assert sorted(names) == sorted(expected)
+    for name, tensor in expected.items():
+        got = loaded[names[name]]
+        assert got.dtype == tensor.dtype and got.shape == tensor.shape, name
+        assert torch.equal(got.cpu(), tensor), name
+
+
+# -- backends -------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TensorBackend:
+    """Where test files are put: ``put(key, bytes)`` then read ``uri(key)``."""
+
+    name: str
+    uri: Callable[[str], str]
+    put: Callable[[str, bytes], None]
+    options: dict[str, Any]
+    writable: bool
+
+
+def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> TensorBackend:
+    if name == "local":
+        root = tmp_path / "store"
+        root.mkdir()
+        return TensorBackend(
+            "local", lambda k: str(root / k), lambda k, d: (root / k).write_bytes(d), {}, True
+        )
+    if name == "http":
+        server = request.getfixturevalue("http_server")
+        prefix = f"t{abs(hash(request.node.nodeid)) % 10**8}/"
+        return TensorBackend(
+            "http",
+            lambda k: server.url(prefix + k),
+            lambda k, d: server.put(prefix + k, d),
+            dict(server.options),
+            False,
+        )
+    raise AssertionError(name)
+
+
+@pytest.fixture(params=["local", "http"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> TensorBackend:
+    return _make_backend(request.param, request, tmp_path)
+
+
+def _tensorizer_bytes(obj: Any, path: Path, encryption: Any = None) -> bytes:
+    s = TensorSerializer(str(path), encryption=encryption)
+    if isinstance(obj, torch.nn.Module):
+        s.write_module(obj)
+    else:
+        s.write_state_dict(obj)
+    s.close()
+    return path.read_bytes()
+
+
+def _tensorstream_bytes(obj: Any, path: Path, encryption: Any = None) -> bytes:
+    serialize(obj, path, encryption=encryption)
+    return path.read_bytes()
+
+
+PRODUCERS = {"tensorstream": _tensorstream_bytes, "tensorizer": _tensorizer_bytes}
+
+
+@pytest.fixture(params=sorted(PRODUCERS))
+def producer(request: pytest.FixtureRequest) -> Callable[..., bytes]:
+    return PRODUCERS[request.param]
+
+
+# -- plain loads -------------------------------------------------------------------
+
+
+def test_roundtrip_every_tensor_equal(backend: TensorBackend, producer: Any, tmp_path: Path) -> None:
+    model = make_model()
+    backend.put("m.tensors", producer(model, tmp_path / "src.tensors"))
+    with deserialize(backend.uri("m.tensors"), "cpu", **backend.options) as sd:
+        assert isinstance(sd, TensorDeserializer)
+        assert_same(sd, state(model))
+        stream = sd._file
+        assert isinstance(stream, tensorstream.StreamReader) and not stream.closed
+    assert stream.closed, "closing the deserializer closes the stream"
+
+
+def test_nested_state_dict_roundtrip(tmp_path: Path) -> None:
+    nested = {"a": {"w": torch.arange(10.0), "b": [torch.ones(3), torch.zeros(2)]}}
+    serialize(nested, tmp_path / "n.tensors")
+    with deserialize(tmp_path / "n.tensors", "cpu") as sd:
+        assert torch.equal(sd["a"]["w"], nested["a"]["w"])
+        assert torch.equal(sd["a"]["b"][0], torch.ones(3))
+
+
+def test_filter_func_lazy_load_and_dtype(backend: TensorBackend, producer: Any,
+                                         tmp_path: Path) -> None:
+    model = make_model()
+    expected = state(model)
+    backend.put("m.tensors", producer(model, tmp_path / "src.tensors"))
+    uri = backend.uri("m.tensors")
+
+    with deserialize(uri, "cpu", filter_func=lambda n: n.endswith("weight"),
+                     **backend.options) as sd:
+        assert_same(sd, {k: v for k, v in expected.items() if k.endswith("weight")})
+
+    with deserialize(uri, "cpu", lazy_load=True, **backend.options) as sd:
+        assert torch.equal(sd["head.bias"], expected["head.bias"])
+        assert_same(sd, expected)
+
+    with deserialize(uri, "cpu", dtype=torch.float16, **backend.options) as sd:
+        for k, v in expected.items():
+            assert sd[k].dtype == torch.float16
+            assert torch.equal(sd[k], v.to(torch.float16)), k
+
+
+def test_num_readers_really_run_in_parallel(
+    backend: TensorBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    model = make_model()
+    backend.put("m.tensors", _tensorstream_bytes(model, tmp_path / "src.tensors"))
+    import threading
+
+    lock = threading.Lock()
+    open_forks = [0]
+    peak = [0]
+    threads: set[str] = set()
+    original_fork = tensorstream.StreamReader.fork
+
+    def counting_fork(self: tensorstream.StreamReader) -> tensorstream.StreamReader:
+        fork = original_fork(self)
+        with lock:
+            threads.add(threading.current_thread().name)
+            open_forks[0] += 1
+            peak[0] = max(peak[0], open_forks[0])
+
+        def closed() -> None:
+            with lock:
+                open_forks[0] -= 1
+
+        fork._on_close = closed
+        return fork
+
+    monkeypatch.setattr(tensorstream.StreamReader, "fork", counting_fork)
+    with deserialize(backend.uri("m.tensors"), "cpu", num_readers=4, **backend.options) as sd:
+        assert sd._num_readers == 4
+        assert_same(sd, state(model))
+    assert len(threads) == 3, "readers 1..3 reopen through StreamReader.fork, each in its thread"
+    assert peak[0] >= 2, "forked readers were open at the same time"
+    assert open_forks[0] == 0, "every fork was closed"
+
+
+# -- encryption ------------------------------------------------------------------------
+
+
+def test_keyfile_encryption(backend: TensorBackend, producer: Any, tmp_path: Path) -> None:
+    model = make_model()
+    if producer is _tensorstream_bytes:
+        keyfile = tmp_path / "new.key"
+        data = producer(model, tmp_path / "src.tensors", Encryption(keyfile=str(keyfile)))
+        key = keyfile.read_bytes()  # generated because it did not exist
+    else:
+        params = EncryptionParams.random()
+        key = params.key
+        data = producer(model, tmp_path / "src.tensors", params)
+    assert len(key) == 32
+    backend.put("m.tensors", data)
+    backend.put("m.key", key)
+
+    enc = Encryption(keyfile=backend.uri("m.key"))
+    with deserialize(backend.uri("m.tensors"), "cpu", encryption=enc, **backend.options) as sd:
+        assert_same(sd, state(model))
+
+    backend.put("wrong.key", bytes(32))
+    wrong = Encryption(keyfile=backend.uri("wrong.key"))
+    with pytest.raises(DecryptionError) as info:
+        deserialize(backend.uri("m.tensors"), "cpu", encryption=wrong, **backend.options)
+    assert isinstance(info.value, PermissionError)
+    assert isinstance(info.value, errors.TensorstreamError)
+    assert key.hex() not in str(info.value) and "wrong key" in str(info.value)
+
+    with pytest.raises(DecryptionError, match="not match"):
+        deserialize(backend.uri("m.tensors"), "cpu", **backend.options)  # no key given
+
+
+def test_passphrase_encryption(backend: TensorBackend, tmp_path: Path) -> None:
+    model = make_model()
+    secret = "correct horse battery staple"
+    data = _tensorstream_bytes(model, tmp_path / "src.tensors",
+                               Encryption(passphrase=secret, **FAST_KDF))
+    backend.put("m.tensors", data)
+    uri = backend.uri("m.tensors")
+    with deserialize(uri, "cpu", encryption=Encryption(passphrase=secret),
+                     **backend.options) as sd:
+        assert_same(sd, state(model))
+    with pytest.raises(DecryptionError) as info:
+        deserialize(uri, "cpu", encryption=Encryption(passphrase="wrong"), **backend.options)
+    assert secret not in str(info.value) and "wrong" not in repr(Encryption(passphrase="wrong"))
+
+
+def test_keyfile_written_and_read_through_tensorstream(tmp_path: Path) -> None:
+    enc = generate_keyfile(str(tmp_path / "k.key"))
+    assert len((tmp_path / "k.key").read_bytes()) == 32
+    model = make_model()
+    serialize(model, tmp_path / "m.tensors", encryption=enc)
+    assert b"\x00" * 0 in (tmp_path / "m.tensors").read_bytes()
+    with deserialize(tmp_path / "m.tensors", "cpu", encryption=enc) as sd:
+        assert_same(sd, state(model))
+    # An existing key file is reused, never overwritten.
+    before = (tmp_path / "k.key").read_bytes()
+    serialize(model, tmp_path / "m2.tensors", encryption=Encryption(keyfile=str(tmp_path / "k.key")))
+    assert (tmp_path / "k.key").read_bytes() == before
+    (tmp_path / "bad.key").write_bytes(b"short")
+    with pytest.raises(errors.ConfigurationError, match="32"):
+        deserialize(tmp_path / "m.tensors", "cpu", encryption=Encryption(keyfile=str(tmp_path / "bad.key")))
+
+
+def test_encryption_spec_validation_and_secrecy() -> None:
+    with pytest.raises(errors.ConfigurationError, match="exactly one"):
+        Encryption()
+    with pytest.raises(errors.ConfigurationError, match="exactly one"):
+        Encryption(passphrase="a", key=bytes(32))
+    with pytest.raises(errors.ConfigurationError):
+        Encryption(key=b"short")
+    key_spec = Encryption(key=bytes(range(32)))
+    assert bytes(range(32)).hex() not in repr(key_spec)
+    with pytest.raises(TypeError):
+        pickle.dumps(Encryption(passphrase="s3cret"))
+    with pytest.raises(errors.ConfigurationError, match="Encryption"):
+        deserialize("/nonexistent", "cpu", encryption="a string is ambiguous")
+
+
+# -- integrity ----------------------------------------------------------------------------
+
+
+def test_verify_hash_catches_a_flipped_byte(backend: TensorBackend, producer: Any,
+                                            tmp_path: Path) -> None:
+    model = make_model()
+    data = bytearray(producer(model, tmp_path / "src.tensors"))
+    backend.put("good.tensors", bytes(data))
+    with deserialize(backend.uri("good.tensors"), "cpu", verify_hash=True,
+                     **backend.options) as sd:
+        assert_same(sd, state(model))
+
+    weight = model.head.weight.detach().numpy().tobytes()
+    at = bytes(data).index(weight) + 100
+    data[at] ^= 0x40
+    backend.put("bad.tensors", bytes(data))
+    with pytest.raises(TensorHashMismatchError) as info:
+        deserialize(backend.uri("bad.tensors"), "cpu", verify_hash=True, **backend.options)
+    assert isinstance(info.value, errors.IntegrityError)
+    # Without verification the corruption goes unnoticed: that is what the flag is for.
+    with deserialize(backend.uri("bad.tensors"), "cpu", **backend.options) as sd:
+        assert not torch.equal(sd["head.weight"], model.head.weight)
+
+
+def test_not_a_tensorizer_file_and_missing_object(tmp_path: Path) -> None:
+    (tmp_path / "x.bin").write_bytes(b"hello world" * 10)
+    with pytest.raises(ValueError, match="tensorizer"):
+        deserialize(tmp_path / "x.bin", "cpu")
+    with pytest.raises(FileNotFoundError):
+        deserialize(tmp_path / "nope.tensors", "cpu")
+
+
+# -- modules ----------------------------------------------------------------------------
+
+
+def test_load_into_module_gives_identical_outputs(backend: TensorBackend, producer: Any,
+                                                  tmp_path: Path) -> None:
+    model = make_model(seed=1)
+    backend.put("m.tensors", producer(model, tmp_path / "src.tensors"))
+    with torch.device("meta"):
+        empty = TinyNet()
+    count = load_into_module(empty, backend.uri("m.tensors"), "cpu", **backend.options)
+    assert count == len(model.state_dict())
+    ids = torch.randint(0, 512, (4, 7))
+    with torch.no_grad():
+        assert torch.equal(empty.eval()(ids), model(ids))
+
+
+def test_load_into_module_names_tensors_left_on_meta(tmp_path: Path) -> None:
+    model = make_model()
+    sd = state(model)
+    del sd["head.bias"], sd["scale"]
+    serialize(sd, tmp_path / "partial.tensors")
+    # write_state_dict files cannot fill modules in tensorizer; use a module file
+    partial = make_model()
+    del partial.head.bias
+    partial.head.register_parameter("bias", None)
+    serialize(partial, tmp_path / "partial-module.tensors")
+    with torch.device("meta"):
+        empty = TinyNet()
+    with pytest.raises(MetaTensorError, match="head.bias") as info:
+        load_into_module(empty, tmp_path / "partial-module.tensors", "cpu")
+    assert isinstance(info.value, ValueError)
+
+
+def test_quantized_module_warns(tmp_path: Path) -> None:
+    class Quantish(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qweight = torch.nn.Parameter(torch.ones(4, 4, dtype=torch.int8),
+                                              requires_grad=False)
+
+    m = Quantish()
+    serialize(m, tmp_path / "q.tensors")
+    target = Quantish()
+    with pytest.warns(QuantizationWarning):
+        load_into_module(target, tmp_path / "q.tensors", "cpu")
+    assert torch.equal(target.qweight, m.qweight)
+
+
+def test_vllm_marker_detected_from_open_deserializer(tmp_path: Path) -> None:
+    model = make_model()
+    serialize(model, tmp_path / "plain.tensors")
+    model.register_parameter(
+        "vllm_tensorized_marker",
+        torch.nn.Parameter(torch.tensor((1,), device="meta"), requires_grad=False),
+    )
+    _tensorizer_bytes(model, tmp_path / "vllm.tensors")
+    with deserialize(tmp_path / "vllm.tensors", "cpu", lazy_load=True) as sd:
+        assert is_vllm_tensorized(sd)
+    with deserialize(tmp_path / "plain.tensors", "cpu", lazy_load=True) as sd:
+        assert not is_vllm_tensorized(sd)
+
+
+# -- serialize ------------------------------------------------------------------------------
+
+
+def test_serialize_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    dst = tmp_path / "m.tensors"
+    dst.write_bytes(b"old contents")
+    with pytest.raises(TypeError, match="state dict"):
+        serialize(object(), dst)  # type: ignore[arg-type]
+    assert dst.read_bytes() == b"old contents"
+    assert sorted(os.listdir(tmp_path)) == ["m.tensors"]
+    model = make_model()
+    assert serialize(model, dst) == str(dst)
+    assert sorted(os.listdir(tmp_path)) == ["m.tensors"]
+    with deserialize(dst, "cpu") as sd:
+        assert_same(sd, state(model))
+    with pytest.raises(FileNotFoundError):
+        serialize(model, tmp_path / "no-such-dir" / "m.tensors")
+    with pytest.raises(errors.ConfigurationError, match="unknown option"):
+        serialize(model, tmp_path / "x.tensors", not_an_option=1)
+
+
+def test_serialize_to_read_only_backend_fails_cleanly(http_server: Any, tmp_path: Path) -> None:
+    import tempfile
+
+    before = set(os.listdir(tempfile.gettempdir()))
+    with pytest.raises(errors.TensorstreamError):
+        serialize(make_model(), http_server.url("ro/m.tensors"), **http_server.options)
+    leftovers = {n for n in set(os.listdir(tempfile.gettempdir())) - before
+                 if n.startswith("tensorstream-serialize-")}
+    assert not leftovers
+
+
+# -- sharding -----------------------------------------------------------------------------
+
+
+def test_two_rank_sharded_roundtrip(tmp_path: Path) -> None:
+    template = str(tmp_path / "model-rank-%03d.tensors")
+    shards = {rank: state(make_model(seed=rank)) for rank in range(2)}
+    for rank, sd in shards.items():
+        written = serialize(sd, template, rank=rank, world_size=2)
+        assert written.endswith(f"model-rank-{rank:03d}.tensors")
+    assert sorted(os.listdir(tmp_path)) == ["model-rank-000.tensors", "model-rank-001.tensors"]
+    for rank, sd in shards.items():
+        with deserialize(template, "cpu", rank=rank, world_size=2) as loaded:
+            assert_same(loaded, sd)
+    with pytest.raises(errors.ConfigurationError, match="%03d"):
+        serialize(shards[0], tmp_path / "model.tensors", rank=1, world_size=2)
+
+
+# -- devices ----------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_load_to_cuda(backend: TensorBackend, device: str, tmp_path: Path) -> None:
+    model = make_model()
+    backend.put("m.tensors", _tensorstream_bytes(model, tmp_path / "src.tensors"))
+    with deserialize(backend.uri("m.tensors"), device, num_readers=2, **backend.options) as sd:
+        for name, tensor in state(model).items():
+            assert sd[name].device.type == "cuda"
+            assert torch.equal(sd[name].cpu(), tensor)
+    with torch.device("meta"):
+        empty = TinyNet()
+    load_into_module(empty, backend.uri("m.tensors"), device, **backend.options)
+    ids = torch.randint(0, 512, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(empty.eval()(ids.to(device)).cpu(), model(ids))

@@ -1,0 +1,122 @@
+"""TensorizerConfig (vLLM-compatible) and rank templates."""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorstream import errors
+from tensorstream._tensorizer_sharding import is_sharded, shard_uri
+from tensorstream.tensorizer_io import Encryption, TensorizerConfig, generate_keyfile, serialize
+
+
+def test_dir_and_uri_derivation() -> None:
+    cfg = TensorizerConfig(tensorizer_dir="s3://bucket/opt-125m/")
+    assert cfg.tensorizer_uri == "s3://bucket/opt-125m/model.tensors"
+    cfg = TensorizerConfig(tensorizer_uri="s3://bucket/x/model-rank-%03d.tensors",
+                           tensorizer_dir="ignored")
+    assert cfg.tensorizer_dir == "s3://bucket/x" and cfg.is_sharded
+    redis = TensorizerConfig(tensorizer_uri="redis://:pw@localhost:6379/model.tensors?db=2")
+    assert "pw" not in repr(redis)
+    with pytest.raises(errors.ConfigurationError, match="tensorizer_dir"):
+        TensorizerConfig()
+
+
+def test_cli_flags_match_vllm() -> None:
+    parser = TensorizerConfig.add_cli_args(argparse.ArgumentParser())
+    args = parser.parse_args([
+        "--tensorizer-uri", "s3://b/m.tensors", "--num-readers", "4", "--verify-hash",
+        "--encryption-keyfile", "s3://b/m.key", "--s3-access-key-id", "AKIDEXAMPLE",
+        "--s3-secret-access-key", "sekrit-canary", "--s3-endpoint", "http://127.0.0.1:9",
+    ])
+    cfg = TensorizerConfig.from_cli_args(args)
+    assert (cfg.tensorizer_uri, cfg.num_readers, cfg.verify_hash) == ("s3://b/m.tensors", 4, True)
+    assert cfg.encryption_keyfile == "s3://b/m.key"
+    assert cfg.stream_options() == {
+        "s3_access_key_id": "AKIDEXAMPLE",
+        "s3_secret_access_key": "sekrit-canary",
+        "s3_endpoint": "http://127.0.0.1:9",
+    }
+    assert "sekrit-canary" not in repr(cfg) and "sekrit-canary" not in str(cfg)
+    with pytest.raises(TypeError, match="secrets"):
+        pickle.dumps(cfg)
+    defaults = TensorizerConfig.from_cli_args(parser.parse_args(["--tensorizer-uri", "/m"]))
+    assert defaults.verify_hash is None and defaults.num_readers is None
+
+
+def test_env_fallbacks_reach_stream_options(isolated_env: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("S3_ACCESS_KEY_ID", "env-id")
+    monkeypatch.setenv("S3_SECRET_ACCESS_KEY", "env-secret")
+    monkeypatch.setenv("S3_ENDPOINT_URL", "http://127.0.0.1:1")
+    cfg = TensorizerConfig(tensorizer_uri="s3://b/m.tensors", s3_access_key_id="arg-id",
+                           stream_kwargs={"timeout_idle": 5})
+    assert cfg.stream_options() == {
+        "timeout_idle": 5,
+        "s3_access_key_id": "arg-id",  # explicit beats the environment
+        "s3_secret_access_key": "env-secret",
+        "s3_endpoint": "http://127.0.0.1:1",
+    }
+    assert "env-secret" not in repr(cfg)
+    # No secret held by the config itself: it pickles (and re-reads env in the child).
+    assert pickle.loads(pickle.dumps(cfg)).stream_options() == cfg.stream_options()
+
+
+def test_config_load_and_serialize_local(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))
+    generate_keyfile(str(tmp_path / "m.key"))
+    cfg = TensorizerConfig(tensorizer_dir=str(tmp_path), encryption_keyfile=str(tmp_path / "m.key"),
+                           num_readers=2, verify_hash=True,
+                           deserialization_kwargs={"lazy_load": True})
+    assert cfg.serialize(model) == str(tmp_path / "model.tensors")
+    with cfg.deserialize("cpu") as sd:
+        assert sd._lazy_load and sd._num_readers == 2
+        for k, v in model.state_dict().items():
+            assert torch.equal(sd[k], v)
+    with torch.device("meta"):
+        empty = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))
+    cfg.load_into_module(empty, "cpu")
+    x = torch.randn(3, 16)
+    assert torch.equal(empty(x), model(x))
+    with cfg.open_stream() as f:
+        assert f.read(5) == b"|TZR|"
+
+
+def test_sharded_config(tmp_path: Path) -> None:
+    cfg = TensorizerConfig(tensorizer_uri=str(tmp_path / "model-rank-%03d.tensors"))
+    cfg.verify_with_parallel_config(4)
+    for rank in range(2):
+        cfg.serialize({"w": torch.full((3,), float(rank))}, rank=rank, world_size=2)
+    with cfg.deserialize("cpu", rank=1, world_size=2) as sd:
+        assert torch.equal(sd["w"], torch.full((3,), 1.0))
+    with pytest.raises(errors.ConfigurationError, match="rank template"):
+        TensorizerConfig(tensorizer_uri="/m.tensors").verify_with_parallel_config(2)
+
+
+def test_rank_templates() -> None:
+    assert is_sharded("s3://b/model-rank-%03d.tensors") and not is_sharded("s3://b/m.tensors")
+    assert shard_uri("s3://b/model-rank-%03d.tensors", rank=7, world_size=8) == \
+        "s3://b/model-rank-007.tensors"
+    assert shard_uri("/m-%05d.tensors", rank=0) == "/m-00000.tensors"
+    assert shard_uri("/m.tensors") == "/m.tensors"
+    assert shard_uri("/m.tensors", rank=0, world_size=1) == "/m.tensors"
+    with pytest.raises(errors.ConfigurationError, match="model-rank-%03d"):
+        shard_uri("/m.tensors", rank=0, world_size=2)
+    with pytest.raises(errors.ConfigurationError):
+        shard_uri("/m-%03d.tensors", rank=2, world_size=2)
+
+
+def test_encryption_from_config_uses_stream_options(tmp_path: Path) -> None:
+    cfg = TensorizerConfig(tensorizer_uri=str(tmp_path / "m.tensors"),
+                           encryption_keyfile=str(tmp_path / "fresh.key"))
+    enc = cfg.deserializer_options()["encryption"]
+    assert isinstance(enc, Encryption) and enc.keyfile == str(tmp_path / "fresh.key")
+    serialize({"w": torch.ones(2)}, tmp_path / "m.tensors", **cfg.serializer_options())
+    assert (tmp_path / "fresh.key").stat().st_size == 32
+    with cfg.deserialize("cpu") as sd:
+        assert torch.equal(sd["w"], torch.ones(2))
