@@ -174,7 +174,8 @@ def test_matrix_byte_exact(src_backend: Backend, dst_backend: Backend, size: int
     data = payload(size)
     src_backend.put("dir/model.bin", data)
     result = copy(src_backend.uri("dir/model.bin"), dst_backend.uri("out/model.bin"),
-                  part_size=256 << 10, concurrency=4, **src_backend.options)
+                  part_size=256 << 10, concurrency=4,
+                  **src_backend.options, **dst_backend.options)
     assert result.ok, result.errors
     assert result.files == 1 and result.bytes == size and result.verified
     assert dst_backend.get("out/model.bin") == data
@@ -187,7 +188,8 @@ def test_recursive_tree_layout_like_aws(src_backend: Backend, dst_backend: Backe
     for k, v in tree.items():
         src_backend.put(f"model/{k}", v)
     src_backend.put("model-evil/x.bin", b"must not be copied")  # sibling prefix
-    result = copy_tree(src_backend.uri("model"), dst_backend.uri("copy/"), part_size=16 << 10)
+    result = copy_tree(src_backend.uri("model"), dst_backend.uri("copy/"), part_size=16 << 10,
+                       **src_backend.options, **dst_backend.options)
     assert result.ok, result.errors
     assert result.files == 3
     for k, v in tree.items():

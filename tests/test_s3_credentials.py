@@ -160,7 +160,7 @@ def test_named_profile_from_aws_profile_and_option(sources: Sources, moto_s3: Mo
     )
     moto_s3.put(S3_BUCKET, "profiled", b"via a named profile")
     uri = f"s3://{S3_BUCKET}/profiled"
-    opts = {"s3_endpoint": moto_s3.endpoint_url}
+    opts: dict[str, Any] = {"s3_endpoint": moto_s3.endpoint_url}
     with tensorstream.open(uri, s3_profile="models", **opts) as f:
         assert f.read() == b"via a named profile"
     sources.mp.setenv("AWS_PROFILE", "models")
@@ -179,7 +179,7 @@ def test_half_pair_is_an_error_naming_both_variables(sources: Sources, moto_s3: 
         tensorstream.open(f"s3://{S3_BUCKET}/model.tensors")
     assert "S3_ACCESS_KEY_ID" in str(info.value) and "S3_SECRET_ACCESS_KEY" in str(info.value)
     with pytest.raises(errors.ConfigurationError, match="s3_access_key_id"):
-        tensorstream.open(f"s3://{S3_BUCKET}/x", s3_secret_access_key=BAD_SECRET)
+        tensorstream.open(f"s3://{S3_BUCKET}/x", "rb", s3_secret_access_key=BAD_SECRET)
 
 
 async def test_missing_credentials_list_every_place_and_no_secret(
@@ -283,7 +283,7 @@ def test_explicit_s3cfg_path_and_https_default(isolated_env: Path) -> None:
     assert creds.endpoint is not None and creds.endpoint.value == "https://store.example"
     assert creds.addressing_style is not None and creds.addressing_style.value == "virtual"
     assert creds.key_source == f"s3cmd config {cfg}"
-    with pytest.raises(errors.ConfigurationError, match="missing.s3cfg"):
+    with pytest.raises(errors.ConfigurationError, match=r"missing\.s3cfg"):
         resolve_s3_credentials({"s3_config_path": str(isolated_env / "missing.s3cfg")}, env={})
 
 

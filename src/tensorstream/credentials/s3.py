@@ -161,9 +161,10 @@ def _read_s3cfg(path: str) -> dict[str, str]:
         parser.read_string(text, source=path)
     except configparser.Error as exc:
         raise ConfigurationError(f"cannot parse s3cmd config {path}: {type(exc).__name__}") from exc
-    section = "default" if parser.has_section("default") else (parser.sections() or [None])[0]
-    if section is None:
+    sections = parser.sections()
+    if not sections:
         return {}
+    section = "default" if "default" in sections else sections[0]
     return {k: v.strip() for k, v in parser.items(section) if v.strip()}
 
 

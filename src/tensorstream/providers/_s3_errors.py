@@ -66,7 +66,7 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         return MissingCredentialsError("no S3 credentials found")
     if isinstance(exc, bce.ProfileNotFound):
         return ConfigurationError(f"AWS profile not found: {exc.kwargs.get('profile')!r}")
-    if isinstance(exc, bce.SSLError) or isinstance(exc, aiohttp.ClientSSLError):
+    if isinstance(exc, (bce.SSLError, aiohttp.ClientSSLError)):
         err = ConnectionFailedError(
             f"TLS handshake with {redact(ctx.endpoint)} failed (untrusted or mismatched "
             "certificate?); pass ca_bundle=<PEM path>, or insecure=True to skip verification"

@@ -272,7 +272,7 @@ def _serve(argv: list[str]) -> None:  # pragma: no cover - runs in the child
 
     server = _Server(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    host, port = server.get_host_and_port()
+    _host, port = server.get_host_and_port()
     keys = {"access_key_id": "testing", "secret_access_key": "testing"}
     if args.auth:
         keys = _create_admin_keys(args.region)
