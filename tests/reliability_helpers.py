@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from tensorstream.testing.proxy import HTTPFaultProxy
+from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
 
 #: Distinct canaries per channel, so a failure says which channel leaked.
 CANARY_ARG = "cnry-arg-7d1f0b2e9a"
@@ -136,3 +136,125 @@ class CompleteErrorProxy(HTTPFaultProxy):
             return web.Response(status=200, body=_ERROR_200,
                                 headers={"Content-Type": "application/xml"})
         return await super()._handle(request)
+
+
+class RawHTTPServer:
+    """A hand-written HTTP/1.1 server on loopback for answers aiohttp's server will
+    not produce: bodies delimited only by closing the connection (no
+    ``Content-Length``, no chunking), lying ``Content-Range`` headers.
+
+    ``respond(method, headers, attempt) -> bytes`` returns the raw response; the
+    connection is closed after it (``Connection: close``). ``attempt`` counts
+    requests from 0. ``requests`` records ``(method, headers)``.
+    """
+
+    def __init__(self, respond: Callable[[str, dict[str, str], int], bytes]) -> None:
+        import socketserver
+        import threading
+
+        outer = self
+        self.respond = respond
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self._lock = threading.Lock()
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = self.request.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+                method = head[0].split(" ", 1)[0]
+                headers = {}
+                for line in head[1:]:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                with outer._lock:
+                    attempt = len(outer.requests)
+                    outer.requests.append((method, headers))
+                try:
+                    self.request.sendall(outer.respond(method, headers, attempt))
+                    self.request.shutdown(socket.SHUT_WR)  # orderly FIN: looks like a clean end
+                except OSError:
+                    pass
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def url(self, key: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{key}"
+
+    def __enter__(self) -> RawHTTPServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def raw_object_responder(data: bytes, *, etag: str = '"v1"', cut_at: int | None = None,
+                         cut_times: int | None = None,
+                         content_range: Callable[[int, int, int], str] | None = None,
+                         ) -> Callable[[str, dict[str, str], int], bytes]:
+    """A :class:`RawHTTPServer` responder serving ``data`` with EOF-delimited bodies.
+
+    ``cut_at``: send only this many body bytes of a GET (on the first ``cut_times``
+    GETs; all when ``None``). ``content_range(first, last, total)`` overrides the
+    ``Content-Range`` value.
+    """
+    gets = [0]
+
+    def respond(method: str, headers: dict[str, str], _attempt: int) -> bytes:
+        size = len(data)
+        if method == "HEAD":
+            return (f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nETag: {etag}\r\n"
+                    f"Accept-Ranges: bytes\r\nConnection: close\r\n\r\n").encode()
+        rng = headers.get("range", "")
+        first_s, _, last_s = rng.removeprefix("bytes=").partition("-")
+        first, last = int(first_s), min(int(last_s), size - 1)
+        body = data[first:last + 1]
+        gets[0] += 1
+        if cut_at is not None and (cut_times is None or gets[0] <= cut_times):
+            body = body[:cut_at]
+        cr = content_range(first, last, size) if content_range else f"bytes {first}-{last}/{size}"
+        return (f"HTTP/1.1 206 Partial Content\r\nContent-Range: {cr}\r\nETag: {etag}\r\n"
+                f"Connection: close\r\n\r\n").encode() + body
+
+    return respond
+
+
+class FlippingTCPProxy(TCPFaultProxy):
+    """A TCP proxy that flips one bit in the first client->server occurrence of
+    ``marker`` (e.g. inside a value being written), once. ``flipped`` counts it."""
+
+    def __init__(self, host: str, port: int, marker: bytes) -> None:
+        super().__init__(host, port)
+        self.marker = marker
+        self.flipped = 0
+
+    async def _pump_up(self, creader: Any, uwriter: Any) -> None:
+        keep = len(self.marker) - 1
+        pending = b""
+        while True:
+            data = await creader.read(1 << 16)
+            pending += data
+            if not self.flipped and self.marker in pending:
+                at = pending.index(self.marker) + len(self.marker) // 2
+                pending = pending[:at] + bytes([pending[at] ^ 0x20]) + pending[at + 1:]
+                self.flipped += 1
+            # Hold back a possible partial marker until the next read (all of it at EOF).
+            cut = len(pending) if not data or self.flipped else max(0, len(pending) - keep)
+            out, pending = pending[:cut], pending[cut:]
+            if out:
+                uwriter.write(out)
+                await uwriter.drain()
+            if not data:
+                return

@@ -249,3 +249,16 @@ def _wait_for(cond: Any, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the copy to start")
         time.sleep(0.05)
+
+
+def test_credentials_command_masks_secrets(isolated_env: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["credentials", "--s3-access-key-id", "AKIDEXAMPLE", "--s3-secret-access-key", CANARY,
+            "--s3-region", "eu-west-1", "s3://bucket/model.tensors"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "AKIDEXAMPLE" in out or "eu-west-1" in out
+    assert CANARY not in out + err
+    code, out, err = run(capsys, *argv[:1], "--json", *argv[1:])
+    assert code == 0 and CANARY not in out + err
+    assert json.loads(out)

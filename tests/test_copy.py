@@ -134,9 +134,13 @@ def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path, sub:
 
         s3 = request.getfixturevalue("moto_s3")
         prefix = f"cp-{secrets.token_hex(4)}"
+        def s3get(k: str) -> bytes:
+            if not s3.exists(S3_BUCKET, f"{prefix}/{k}"):
+                raise FileNotFoundError(k)
+            return s3.get(S3_BUCKET, f"{prefix}/{k}")
+
         return Backend("s3", lambda k: f"s3://{S3_BUCKET}/{prefix}/{k}",
-                       lambda k, d: s3.put(S3_BUCKET, f"{prefix}/{k}", d),
-                       lambda k: s3.get(S3_BUCKET, f"{prefix}/{k}"), s3.options())
+                       lambda k, d: s3.put(S3_BUCKET, f"{prefix}/{k}", d), s3get, s3.options())
     if name == "redis":
         srv = request.getfixturevalue("redis_server")
         prefix = f"cp-{secrets.token_hex(4)}"
@@ -175,7 +179,7 @@ def test_matrix_byte_exact(src_backend: Backend, dst_backend: Backend, size: int
     src_backend.put("dir/model.bin", data)
     result = copy(src_backend.uri("dir/model.bin"), dst_backend.uri("out/model.bin"),
                   part_size=256 << 10, concurrency=4,
-                  **src_backend.options, **dst_backend.options)
+                  **{**src_backend.options, **dst_backend.options})
     assert result.ok, result.errors
     assert result.files == 1 and result.bytes == size and result.verified
     assert dst_backend.get("out/model.bin") == data
@@ -189,7 +193,7 @@ def test_recursive_tree_layout_like_aws(src_backend: Backend, dst_backend: Backe
         src_backend.put(f"model/{k}", v)
     src_backend.put("model-evil/x.bin", b"must not be copied")  # sibling prefix
     result = copy_tree(src_backend.uri("model"), dst_backend.uri("copy/"), part_size=16 << 10,
-                       **src_backend.options, **dst_backend.options)
+                       **{**src_backend.options, **dst_backend.options})
     assert result.ok, result.errors
     assert result.files == 3
     for k, v in tree.items():
@@ -299,3 +303,32 @@ def test_memory_bounded_by_parts_in_flight(tmp_path: Path) -> None:
     assert result.ok and result.verified
     # 8 MiB copied through 3 x 64 KiB buffers: far below the object size.
     assert peak < 2 << 20, peak
+
+
+def test_failed_upload_leaves_no_object_and_no_multipart(http_server: Any, http_reset: None,
+                                                         moto_s3: Any) -> None:
+    from fixtures_s3 import S3_BUCKET
+
+    data = payload(12 << 20)
+    http_server.put("chg/up.bin", data)
+    http_server.faults.replace_after_requests = 8  # source replaced mid-copy
+    prefix = f"fail-{secrets.token_hex(4)}"
+    result = copy(http_server.url("chg/up.bin"), f"s3://{S3_BUCKET}/{prefix}/up.bin",
+                  part_size=1 << 20, concurrency=2, retries=1, **moto_s3.options())
+    assert not result.ok
+    assert not moto_s3.exists(S3_BUCKET, f"{prefix}/up.bin")
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, prefix) == []
+
+
+def test_traversal_keys_from_s3_listing(tmp_path: Path, moto_s3: Any) -> None:
+    from fixtures_s3 import S3_BUCKET
+
+    prefix = f"trav-{secrets.token_hex(4)}"
+    for k in ["../x", "a/../../x", "a//b", "ok.bin"]:
+        moto_s3.put(S3_BUCKET, f"{prefix}/{k}", b"data")
+    moto_s3.put(S3_BUCKET, f"{prefix}-evil/y", b"sibling")
+    dst = tmp_path / "dst"
+    result = copy_tree(f"s3://{S3_BUCKET}/{prefix}", str(dst), **moto_s3.options())
+    assert result.files == 1 and len(result.errors) == 3
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "dst", "dst/ok.bin"]

@@ -10,6 +10,11 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
+@pytest.fixture(autouse=True)
+def _quiet_ini(pytester):
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+
+
 def _refused(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(2)

@@ -12,7 +12,9 @@ import tensorstream
 from tensorstream import errors
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
+from tensorstream.testing.s3_server import MotoS3Server
 
+from fixtures_s3 import S3_BUCKET
 from reliability_helpers import (
     CANARY_ARG,
     FAST,
@@ -129,14 +131,12 @@ async def test_http_client_errors_are_typed_and_not_retried(
     (400, errors.ConfigurationError, ValueError),
 ])
 async def test_s3_client_errors_are_typed_and_not_retried(
-        moto_s3: object, status: int, cls: type, builtin: type) -> None:
-    from fixtures_s3 import S3_BUCKET
-
+        moto_s3_public: MotoS3Server, status: int, cls: type, builtin: type) -> None:
     key = unique()
-    moto_s3.put(S3_BUCKET, key, DATA)  # type: ignore[attr-defined]
-    with HTTPFaultProxy(moto_s3.endpoint_url) as proxy:  # type: ignore[attr-defined]
+    moto_s3_public.put(S3_BUCKET, key, DATA)
+    with HTTPFaultProxy(moto_s3_public.endpoint_url) as proxy:
         proxy.faults.status_script = [status] * 5
-        opts = moto_s3.options(s3_endpoint=proxy.url)  # type: ignore[attr-defined]
+        opts = moto_s3_public.options(s3_endpoint=proxy.url)
         with pytest.raises(cls) as info:
             await tensorstream.read_range(f"s3://{S3_BUCKET}/{key}", 0, 10, retries=5,
                                           **FAST, **opts)
@@ -144,31 +144,40 @@ async def test_s3_client_errors_are_typed_and_not_retried(
         assert proxy.faults.scripted == 1, "a 4xx answer was retried"
 
 
-async def test_s3_slowdown_is_retried_then_served(moto_s3: object) -> None:
-    from fixtures_s3 import S3_BUCKET
-
+async def test_s3_slowdown_is_retried_then_served(moto_s3_public: MotoS3Server) -> None:
     key = unique()
-    moto_s3.put(S3_BUCKET, key, DATA)  # type: ignore[attr-defined]
-    with HTTPFaultProxy(moto_s3.endpoint_url) as proxy:  # type: ignore[attr-defined]
+    moto_s3_public.put(S3_BUCKET, key, DATA)
+    with HTTPFaultProxy(moto_s3_public.endpoint_url) as proxy:
         proxy.faults.status_script = [503, 503]
-        opts = moto_s3.options(s3_endpoint=proxy.url)  # type: ignore[attr-defined]
+        opts = moto_s3_public.options(s3_endpoint=proxy.url)
         got = await tensorstream.read_range(f"s3://{S3_BUCKET}/{key}", 5, 5000, **FAST, **opts)
     assert got == DATA[5:5000] and proxy.faults.scripted == 2
 
 
-# -- 4. 200 + <Error> on CompleteMultipartUpload --------------------------------------
-def test_s3_complete_answered_200_with_error_document_is_a_failure(moto_s3: object) -> None:
-    from fixtures_s3 import S3_BUCKET
+def test_fault_proxy_keeps_sigv4_requests_valid(moto_s3: MotoS3Server) -> None:
+    """The HTTP fault proxy must be transparent to signed requests: a real S3 checks
+    the Host header the client signed (tensorstream.testing.proxy)."""
+    key = unique()
+    moto_s3.put(S3_BUCKET, key, DATA)
+    with HTTPFaultProxy(moto_s3.endpoint_url) as proxy:
+        opts = moto_s3.options(s3_endpoint=proxy.url)
+        with tensorstream.open(f"s3://{S3_BUCKET}/{key}", **FAST, **opts) as f:
+            assert f.read() == DATA
 
+
+# -- 4. 200 + <Error> on CompleteMultipartUpload --------------------------------------
+def test_s3_complete_answered_200_with_error_document_is_a_failure(
+        moto_s3_public: MotoS3Server) -> None:
+    moto_s3 = moto_s3_public
     key = unique()
     blob = os.urandom((5 << 20) * 2 + 1000)  # two 5 MiB parts + a tail: multipart
-    with CompleteErrorProxy(moto_s3.endpoint_url) as proxy:  # type: ignore[attr-defined]
-        opts = moto_s3.options(s3_endpoint=proxy.url)  # type: ignore[attr-defined]
+    with CompleteErrorProxy(moto_s3.endpoint_url) as proxy:
+        opts = moto_s3.options(s3_endpoint=proxy.url)
         f = tensorstream.open(f"s3://{S3_BUCKET}/{key}", "wb", part_size=5 << 20, **FAST, **opts)
         f.write(blob)
         with pytest.raises(errors.TensorstreamError) as info:
             f.close()
         assert proxy.completes >= 1
     assert "commit" in str(info.value) or "complete" in str(info.value).lower()
-    assert not moto_s3.exists(S3_BUCKET, key)  # type: ignore[attr-defined]
-    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []  # type: ignore[attr-defined]
+    assert not moto_s3.exists(S3_BUCKET, key)
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []

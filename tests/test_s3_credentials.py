@@ -228,13 +228,20 @@ def test_describe_credentials_shows_sources_and_masks_secrets(sources: Sources) 
     assert sources.server.secret_access_key not in repr(report) + repr(report.as_dict())
 
 
-def test_describe_credentials_for_other_schemes_masks_passwords() -> None:
+def test_describe_credentials_for_other_schemes_masks_secrets(isolated_env: Path) -> None:
     report = tensorstream.describe_credentials(
-        "redis://user:canary-pw@localhost:6379/k", redis_password="canary-opt", timeout_idle=5
+        "redis://user:canary-pw@localhost:6379/k", redis_password="canary-opt"
     )
     text = str(report) + repr(report.as_dict())
     assert "canary-pw" not in text and "canary-opt" not in text
-    assert "redis_password" in text
+    assert report.source_of("password") == "option redis_password"
+    assert report.source_of("username") == "URI userinfo"
+    http = tensorstream.describe_credentials("https://host/x", token="canary-token")
+    assert "canary-token" not in str(http) and http.source_of("authorization") == "argument token"
+    generic = tensorstream.describe_credentials(
+        "memory://bucket/x", storage_options={"secret": "canary-so", "region": "r1"}
+    )
+    assert "canary-so" not in str(generic) and "'region': 'r1'" in str(generic)
 
 
 # -- precedence of the other values (pure resolution) --------------------------------
@@ -313,7 +320,7 @@ def test_certificate_accepted_with_ca_bundle(tls: MotoS3Server) -> None:
 
 
 def test_insecure_accepts_and_warns(tls: MotoS3Server) -> None:
-    with pytest.warns(UserWarning, match="insecure"):
+    with pytest.warns(errors.InsecureTLSWarning, match="insecure"):
         assert _read_tls(tls, ca_bundle=None, insecure=True) == b"over https"
 
 

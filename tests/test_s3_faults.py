@@ -6,22 +6,21 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
-from fixtures_s3 import S3_BUCKET
 
 import tensorstream
+from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
 from tensorstream.testing.s3_server import MotoS3Server
 
 MiB = 1 << 20
 _HOP = {"transfer-encoding", "connection", "keep-alive", "content-length", "content-encoding"}
 
-Rule = Callable[[web.Request, bytes], "web.StreamResponse | None"]
 
 
 class Proxy:
@@ -88,7 +87,8 @@ async def test_body_cut_midway_is_resumed_exactly(
     moto_s3.put(S3_BUCKET, key, data)
     p.cut_gets_after, p.cut_at = 2, 100_000
     opts = moto_s3.options(s3_endpoint=endpoint, backoff_initial=0.01)
-    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+    provider = tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts)
+    async with provider:
         got = await provider.read_range(f"{S3_BUCKET}/{key}", 10, len(data))
         assert got == data[10:]
         assert provider.metrics.resumed_bytes == 2 * 100_000

@@ -9,9 +9,9 @@ import time
 
 import pytest
 import torch
+from toy_loader import load_state_dict, to_tensorizer_bytes
 
 from tensorstream.errors import ObjectChangedError, ProtocolError
-from toy_loader import load_state_dict, to_tensorizer_bytes
 
 KEY = "models/toy.tensors"
 
@@ -83,7 +83,7 @@ def test_503s_are_retried(stored):
 def test_ignored_range_is_a_clear_error(stored):
     backend, _ = stored  # Redis has no Range header: skipped there
     backend.faults.ignore_range()
-    with pytest.raises(ProtocolError, match="(?i)range"):
+    with pytest.raises(ProtocolError, match=r"(?i)range"):
         load(backend)
 
 

@@ -169,7 +169,8 @@ def run_credentials(args: argparse.Namespace) -> int:
         raise NotFoundError(f"credential description is not available: {exc}") from exc
     report = describe_credentials(args.uri, **storage_options(args))
     if args.json:
-        data = report.to_dict() if hasattr(report, "to_dict") else report
+        as_dict = getattr(report, "as_dict", None) or getattr(report, "to_dict", None)
+        data = as_dict() if callable(as_dict) else report
         print(redact_text(json.dumps(data, sort_keys=True, default=str)))
     else:
         print(redact_text(str(report)))

@@ -7,10 +7,11 @@ credentials for s3://models/llama.tensors
   endpoint           https://object.example   env S3_ENDPOINT_URL
   ...
 
-Schemes with their own resolver plug in through :data:`DESCRIBERS`
-(``scheme -> "module:function"``, the function taking ``(ParsedURI, options)``
-and returning a :class:`CredentialReport`); any other scheme gets a generic
-report of the URI's userinfo and the options passed.
+Each built-in scheme is described from its own resolver (s3, http(s),
+redis(s)); more plug in through :data:`DESCRIBERS` (``scheme ->
+"module:function"``, the function taking ``(ParsedURI, options)`` and
+returning a :class:`CredentialReport`). Any other scheme gets a generic report
+of the URI's userinfo and the options passed.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ __all__ = ["DESCRIBERS", "CredentialReport", "ReportLine", "describe_credentials
 #: scheme -> "module:function" describing that scheme's credentials.
 DESCRIBERS: dict[str, str] = {
     "s3": "tensorstream.credentials.describe:describe_s3",
-    "http": "tensorstream.credentials.http:describe",
-    "https": "tensorstream.credentials.http:describe",
-    "redis": "tensorstream.credentials.redis:describe",
-    "rediss": "tensorstream.credentials.redis:describe",
+    "http": "tensorstream.credentials.describe:describe_http",
+    "https": "tensorstream.credentials.describe:describe_http",
+    "redis": "tensorstream.credentials.describe:describe_redis",
+    "rediss": "tensorstream.credentials.describe:describe_redis",
 }
 
 _SECRET_WORDS = ("secret", "password", "token", "key", "credential", "auth")
@@ -110,6 +111,16 @@ def describe_credentials(uri: str | os.PathLike[str] | ParsedURI, **options: Any
     return describe_generic(parsed, options)
 
 
+def _show(name: str, value: Any) -> str:
+    """``value`` for display: masked when its name looks secret, recursively in mappings."""
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k!r}: {_show(str(k), v)}" for k, v in value.items())
+        return "{" + inner + "}"
+    if any(w in name.lower() for w in _SECRET_WORDS):
+        return mask(str(value))
+    return repr(value)
+
+
 def describe_generic(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
     """Userinfo in the URI and the options given; secret-looking names masked."""
     lines: list[ReportLine] = []
@@ -118,9 +129,7 @@ def describe_generic(parsed: ParsedURI, options: dict[str, Any]) -> CredentialRe
     if parsed.password:
         lines.append(ReportLine("password", mask(parsed.password), "URI userinfo"))
     for name in sorted(options):
-        value = options[name]
-        secret = any(w in name.lower() for w in _SECRET_WORDS)
-        lines.append(ReportLine(name, mask(str(value)) if secret else repr(value), f"option {name}"))
+        lines.append(ReportLine(name, _show(name, options[name]), f"option {name}"))
     notes = () if lines else ("no credentials given; the backend's defaults apply",)
     return CredentialReport(parsed.redacted(), tuple(lines), notes=notes)
 
@@ -156,8 +165,51 @@ def describe_s3(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
         _line("addressing_style", creds.addressing_style),
         _line("profile", creds.profile),
     ]
-    if options.get("insecure"):
-        notes.append("insecure=True: TLS certificates are not verified")
-    elif options.get("ca_bundle"):
-        notes.append(f"TLS verified against ca_bundle {options['ca_bundle']}")
+    notes.extend(_tls_notes(options))
     return CredentialReport(parsed.redacted(), tuple(lines), looked_in=looked, notes=tuple(notes))
+
+
+def _tls_notes(options: dict[str, Any]) -> tuple[str, ...]:
+    if options.get("insecure"):
+        return ("insecure=True: TLS certificates are not verified",)
+    if options.get("ca_bundle"):
+        return (f"TLS verified against ca_bundle {options['ca_bundle']}",)
+    return ()
+
+
+def describe_redis(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
+    """Report for ``redis://``/``rediss://`` (options > URI userinfo > REDIS_* variables)."""
+    from .redis import resolve_redis_credentials
+
+    creds = resolve_redis_credentials(
+        parsed, username=options.get("redis_username"), password=options.get("redis_password")
+    )
+    lines = [
+        _line("username", creds.username),
+        _line("password", creds.password),
+        ReportLine("tls", "yes" if parsed.scheme == "rediss" else "no", f"URI scheme {parsed.scheme}"),
+    ]
+    return CredentialReport(parsed.redacted(), tuple(lines), notes=_tls_notes(options))
+
+
+def describe_http(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
+    """Report for ``http(s)://`` (headers/token options > URI userinfo > environment)."""
+    from .http import resolve_http_credentials
+
+    creds = resolve_http_credentials(
+        parsed,
+        token=options.get("token"),
+        headers=options.get("headers"),
+        ca_bundle=options.get("ca_bundle"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
+        insecure=bool(options.get("insecure")),
+    )
+    lines = [_line("authorization", creds.authorization)]
+    lines += [_line(f"header {name}", value) for name, value in creds.headers]
+    lines += [
+        _line("ca_bundle", creds.ca_bundle),
+        _line("client_cert", creds.client_cert),
+        _line("client_key", creds.client_key),
+    ]
+    return CredentialReport(parsed.redacted(), tuple(lines), notes=_tls_notes(options))

@@ -33,6 +33,7 @@ from ..credentials.s3 import (
 from ..errors import (
     ConfigurationError,
     IncompleteReadError,
+    InsecureTLSWarning,
     InvalidRangeError,
     InvalidURIError,
     MissingCredentialsError,
@@ -102,7 +103,7 @@ class S3Provider(Provider):
         if insecure:
             where = creds.endpoint.value if creds.endpoint else "AWS S3"
             warnings.warn(f"insecure=True: TLS certificates of {redact(where)} are not verified",
-                          stacklevel=3)
+                          InsecureTLSWarning, stacklevel=3)
             log.warning("TLS verification disabled for %s (insecure=True)", redact(where))
         return cls(
             creds,

@@ -139,23 +139,7 @@ class Faults:
         """Scripted statuses not yet served (empty once the script has played out)."""
         return list(getattr(self._f, "status_script", []))
 
-    # backend hooks
-    def _latency(self, seconds: float) -> None: raise NotImplementedError
-    def _rate_limit(self, bps: int) -> None: raise NotImplementedError
-    def _drop_after(self, n: int, times: int | None) -> None: raise NotImplementedError
-    def _status_script(self, statuses: list[int], retry_after: float | None) -> None:
-        raise NotImplementedError
-    def _ignore_range(self) -> None: raise NotImplementedError
-    def _replace_between_reads(self, key: str, data: bytes) -> None: raise NotImplementedError
-
-
-class _HTTPServerFaults(Faults):
-    """Faults of :class:`~tensorstream.testing.http_server.HTTPTestServer` itself."""
-
-    def __init__(self, backend: HTTPBackend) -> None:
-        super().__init__("http", backend.server.faults)
-        self._b = backend
-
+    # Every server/proxy underneath names these settings alike.
     def _latency(self, seconds: float) -> None:
         self._f.latency = seconds
 
@@ -166,11 +150,21 @@ class _HTTPServerFaults(Faults):
         self._f.drop_after, self._f.drop_times = n, times
 
     def _status_script(self, statuses: list[int], retry_after: float | None) -> None:
-        self._f.status_script = list(statuses)
-        self._f.retry_after = retry_after
+        self._f.status_script, self._f.retry_after = list(statuses), retry_after
 
     def _ignore_range(self) -> None:
         self._f.ignore_range = True
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+
+class _HTTPServerFaults(Faults):
+    """Faults of :class:`~tensorstream.testing.http_server.HTTPTestServer` itself."""
+
+    def __init__(self, backend: HTTPBackend) -> None:
+        super().__init__("http", backend.server.faults)
+        self._b = backend
 
     def _replace_between_reads(self, key: str, data: bytes) -> None:
         # The server counts GETs of one key (its fault filter), so other faults
@@ -186,22 +180,6 @@ class _S3ProxyFaults(Faults):
     def __init__(self, backend: S3Backend) -> None:
         super().__init__("s3", backend.proxy.faults)
         self._b = backend
-
-    def _latency(self, seconds: float) -> None:
-        self._f.latency = seconds
-
-    def _rate_limit(self, bps: int) -> None:
-        self._f.rate_limit = bps
-
-    def _drop_after(self, n: int, times: int | None) -> None:
-        self._f.drop_after, self._f.drop_times = n, times
-
-    def _status_script(self, statuses: list[int], retry_after: float | None) -> None:
-        self._f.status_script = list(statuses)
-        self._f.retry_after = retry_after
-
-    def _ignore_range(self) -> None:
-        self._f.ignore_range = True
 
     def _replace_between_reads(self, key: str, data: bytes) -> None:
         target = f"/{self._b.bucket}/{key.lstrip('/')}"
@@ -225,15 +203,6 @@ class _RedisProxyFaults(Faults):
     def __init__(self, backend: RedisBackend) -> None:
         super().__init__("redis", backend.proxy.faults)
         self._b = backend
-
-    def _latency(self, seconds: float) -> None:
-        self._f.latency = seconds
-
-    def _rate_limit(self, bps: int) -> None:
-        self._f.rate_limit = bps
-
-    def _drop_after(self, n: int, times: int | None) -> None:
-        self._f.drop_after, self._f.drop_times = n, times
 
     def _replace_between_reads(self, key: str, data: bytes) -> None:
         # A "read" is a burst of client bytes with GETRANGE on one of the object's chunk keys.
@@ -414,7 +383,7 @@ class RedisBackend(Backend):
         self.host, self.port = host, port
         self.proxy = proxy
         self.prefix = _unique("t")
-        self.client = redis.Redis(host=host, port=port, socket_timeout=30)
+        self.client: Any = redis.Redis(host=host, port=port, socket_timeout=30)
         self.faults = _RedisProxyFaults(self)
         self.faults.reset()
         self._lock = threading.Lock()
