@@ -113,7 +113,8 @@ async def test_cancelled_write_leaves_no_object_and_no_upload(s3: MotoS3Server) 
 
 
 def test_failed_part_aborts_the_upload(s3: MotoS3Server) -> None:
-    """The bucket disappears mid-upload: the write fails and nothing is left open."""
+    """The upload is aborted behind the writer's back: the next part fails, the
+    write raises, and nothing is published or left open."""
     bucket = f"doomed-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(bucket)
     with pytest.raises(errors.TensorstreamError):

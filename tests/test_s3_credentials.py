@@ -182,6 +182,14 @@ def test_half_pair_is_an_error_naming_both_variables(sources: Sources, moto_s3: 
         tensorstream.open(f"s3://{S3_BUCKET}/x", "rb", s3_secret_access_key=BAD_SECRET)
 
 
+async def test_half_pair_in_aws_credentials_file_is_an_error(sources: Sources, moto_s3: MotoS3Server) -> None:
+    sources.aws_credentials.write_text(f"[default]\naws_access_key_id = {moto_s3.access_key_id}\n")
+    with pytest.raises(errors.ConfigurationError, match="aws_secret_access_key"):
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url)
+    with pytest.raises(errors.ConfigurationError, match="aws_secret_access_key"):
+        tensorstream.describe_credentials(f"s3://{S3_BUCKET}/x")
+
+
 async def test_missing_credentials_list_every_place_and_no_secret(
     sources: Sources, moto_s3: MotoS3Server
 ) -> None:

@@ -334,6 +334,11 @@ def resolve_botocore_chain(
             f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
             "is not defined in the ~/.aws files"
         ) from exc
+    except botocore.exceptions.PartialCredentialsError as exc:
+        raise ConfigurationError(
+            f"half of an S3 key pair in {exc.kwargs.get('provider')}: "
+            f"{exc.kwargs.get('cred_var')} is missing; set both, or neither"
+        ) from exc
     if found is None:
         return None
     frozen = found.get_frozen_credentials()

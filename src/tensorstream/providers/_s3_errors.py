@@ -62,7 +62,12 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         return exc
     if isinstance(exc, bce.ClientError):
         return _map_client_error(exc, ctx)
-    if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+    if isinstance(exc, bce.PartialCredentialsError):
+        return ConfigurationError(
+            f"half of an S3 key pair in {exc.kwargs.get('provider')}: "
+            f"{exc.kwargs.get('cred_var')} is missing; set both, or neither"
+        )
+    if isinstance(exc, bce.NoCredentialsError):
         return MissingCredentialsError("no S3 credentials found")
     if isinstance(exc, bce.ProfileNotFound):
         return ConfigurationError(f"AWS profile not found: {exc.kwargs.get('profile')!r}")

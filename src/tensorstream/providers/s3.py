@@ -159,6 +159,11 @@ class S3Provider(Provider):
                 f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
                 "is not defined in the ~/.aws files"
             ) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            mapped = map_s3_error(exc, self._ctx(""))
+            if mapped is exc:
+                raise
+            raise mapped from exc
         t, x = self.config.timeouts, self.config.transfer
         cfg = AioConfig(
             connect_timeout=t.connect,
