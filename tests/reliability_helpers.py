@@ -241,7 +241,6 @@ class FlippingTCPProxy(TCPFaultProxy):
         self.flipped = 0
 
     async def _pump_up(self, creader: Any, uwriter: Any) -> None:
-        keep = len(self.marker) - 1
         pending = b""
         while True:
             data = await creader.read(1 << 16)
@@ -250,11 +249,21 @@ class FlippingTCPProxy(TCPFaultProxy):
                 at = pending.index(self.marker) + len(self.marker) // 2
                 pending = pending[:at] + bytes([pending[at] ^ 0x20]) + pending[at + 1:]
                 self.flipped += 1
-            # Hold back a possible partial marker until the next read (all of it at EOF).
-            cut = len(pending) if not data or self.flipped else max(0, len(pending) - keep)
+            # Hold back only a tail that could start the marker (all of it at EOF).
+            cut = len(pending)
+            if data and not self.flipped:
+                cut -= _marker_prefix_tail(pending, self.marker)
             out, pending = pending[:cut], pending[cut:]
             if out:
                 uwriter.write(out)
                 await uwriter.drain()
             if not data:
                 return
+
+
+def _marker_prefix_tail(data: bytes, marker: bytes) -> int:
+    """Length of the longest suffix of ``data`` that is a proper prefix of ``marker``."""
+    for n in range(min(len(data), len(marker) - 1), 0, -1):
+        if data.endswith(marker[:n]):
+            return n
+    return 0
