@@ -171,6 +171,25 @@ def verify_tensor_file(path: str, expect: str) -> bool:
         return tensor_checksum(d.items()) == expect
 
 
+def verify_s3_object(endpoint: str, path: str, expect: str) -> bool:
+    """Checksum of an object on the (moto) S3 server; deletes it afterwards."""
+    import os
+
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "bench"),
+        aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "bench-secret"),
+        region_name="us-east-1",
+    )
+    bucket, key = path.split("/", 1)
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    s3.delete_object(Bucket=bucket, Key=key)
+    return bytes_checksum([body]) == expect
+
+
 def summary(manifest: Mapping[str, Any]) -> str:
     return (
         f"{manifest['tensor_count']} fp16 tensors, {manifest['tensor_bytes'] / MiB:.0f} MiB "
@@ -189,6 +208,8 @@ if __name__ == "__main__":
         out: object = ensure_model(Path(args[0]), int(args[1]), int(args[2]))
     elif cmd == "redis":
         out = load_redis(int(args[0]), args[1], args[2] or None)
+    elif cmd == "s3-object":
+        out = verify_s3_object(args[0], args[1], args[2])
     elif cmd == "tensor-file":
         out = verify_tensor_file(args[0], args[1])
     else:

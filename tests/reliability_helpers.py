@@ -267,3 +267,47 @@ def _marker_prefix_tail(data: bytes, marker: bytes) -> int:
         if data.endswith(marker[:n]):
             return n
     return 0
+
+
+class MismatchedTLSServer:
+    """A TLS listener on 127.0.0.1 whose certificate (from its own trustme CA, at
+    :attr:`ca_bundle_path`) names another host: a verifying client must refuse it."""
+
+    def __init__(self, directory: str, name: str = "not-this-host.example") -> None:
+        import ssl
+        import threading
+
+        import trustme
+
+        ca = trustme.CA()
+        self.ca_bundle_path = os.path.join(directory, "mismatch-ca.pem")
+        ca.cert_pem.write_to_path(self.ca_bundle_path)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert(name).configure_cert(ctx)
+        self._ctx = ctx
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = int(self.sock.getsockname()[1])
+        self.handshakes = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.handshakes += 1
+            try:
+                conn.settimeout(5)
+                with self._ctx.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(1)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()

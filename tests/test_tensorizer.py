@@ -63,7 +63,7 @@ def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def assert_same(loaded: Any, expected: dict[str, torch.Tensor]) -> None:
     # tensorizer's write_module names a top-level module's own tensors ".name"
-    names = {k.lstrip("."): k for k in loaded.keys()}
+    names = {k.lstrip("."): k for k in loaded}
     assert sorted(names) == sorted(expected)
     for name, tensor in expected.items():
         got = loaded[names[name]]
@@ -142,8 +142,11 @@ def test_roundtrip_every_tensor_equal(backend: TensorBackend, producer: Any, tmp
     with deserialize(backend.uri("m.tensors"), "cpu", **backend.options) as sd:
         assert isinstance(sd, TensorDeserializer)
         assert_same(sd, state(model))
+        # An eager load releases the stream (and its connections) once all is read.
+        assert isinstance(sd._file, tensorstream.StreamReader) and sd._file.closed
+    with deserialize(backend.uri("m.tensors"), "cpu", lazy_load=True, **backend.options) as sd:
         stream = sd._file
-        assert isinstance(stream, tensorstream.StreamReader) and not stream.closed
+        assert not stream.closed
     assert stream.closed, "closing the deserializer closes the stream"
 
 
@@ -167,8 +170,11 @@ def test_filter_func_lazy_load_and_dtype(backend: TensorBackend, producer: Any,
         assert_same(sd, {k: v for k, v in expected.items() if k.endswith("weight")})
 
     with deserialize(uri, "cpu", lazy_load=True, **backend.options) as sd:
-        assert torch.equal(sd["head.bias"], expected["head.bias"])
-        assert_same(sd, expected)
+        assert not sd._file.closed
+        # Fetched on access, in file order: tensorizer 2.12 cannot lazily go back
+        # to a tensor before one already read (with any source).
+        for name in list(sd):
+            assert torch.equal(sd[name], expected[name.lstrip(".")]), name
 
     with deserialize(uri, "cpu", dtype=torch.float16, **backend.options) as sd:
         for k, v in expected.items():
@@ -352,7 +358,7 @@ def test_load_into_module_names_tensors_left_on_meta(tmp_path: Path) -> None:
     serialize(partial, tmp_path / "partial-module.tensors")
     with torch.device("meta"):
         empty = TinyNet()
-    with pytest.raises(MetaTensorError, match="head.bias") as info:
+    with pytest.raises(MetaTensorError, match=r"head\.bias") as info:
         load_into_module(empty, tmp_path / "partial-module.tensors", "cpu")
     assert isinstance(info.value, ValueError)
 

@@ -10,6 +10,7 @@ behind the synchronous API (``tensorstream.open`` and friends).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import threading
 from collections.abc import Coroutine
@@ -23,6 +24,7 @@ _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 _pid: int | None = None
+_shut_down = False
 
 
 def _start() -> asyncio.AbstractEventLoop:
@@ -53,6 +55,27 @@ def get_loop() -> asyncio.AbstractEventLoop:
         return _start()
 
 
+@atexit.register
+def _stop_at_exit() -> None:
+    """Stop the I/O loop before interpreter teardown.
+
+    Objects finalised after this (an unclosed reader or writer) must not wait
+    on a daemon thread that can no longer run: that hangs the exit forever.
+    """
+    global _shut_down
+    _shut_down = True
+    loop, thread = _loop, _thread
+    if loop is not None and _pid == os.getpid() and loop.is_running():
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+
+def is_shut_down() -> bool:
+    """True once the interpreter is exiting and the I/O loop has been stopped."""
+    return _shut_down
+
+
 def loop_pid() -> int | None:
     """PID of the process that owns the current loop (None before first use)."""
     return _pid
@@ -69,6 +92,9 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     (that would deadlock). It is fine to call from a thread that runs its
     own event loop: the work happens on tensorstream's loop, not the caller's.
     """
+    if _shut_down:
+        coro.close()
+        raise RuntimeError("tensorstream's I/O loop has stopped: the interpreter is exiting")
     if in_loop_thread():
         coro.close()
         raise RuntimeError(

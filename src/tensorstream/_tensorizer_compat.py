@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorizer import TensorDeserializer
-from tensorizer import serialization as _ser
+from tensorizer.serialization import CryptographyError, HashMismatchError
 
 from .file import StreamReader
 
@@ -32,8 +32,6 @@ __all__ = [
     "tensor_names",
 ]
 
-CryptographyError = _ser.CryptographyError
-HashMismatchError = _ser.HashMismatchError
 
 
 class StreamTensorDeserializer(TensorDeserializer):

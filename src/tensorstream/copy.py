@@ -33,7 +33,14 @@ from typing import Any, Protocol
 
 from . import _loop
 from .api import get_provider
-from .copy_sinks import BufferPool, LocalPartFile, SequentialSink, digest, plan_parts
+from .copy_sinks import (
+    BufferPool,
+    LocalPartFile,
+    PartBuffer,
+    SequentialSink,
+    digest,
+    plan_parts,
+)
 from .errors import (
     IntegrityError,
     NotFoundError,
@@ -148,7 +155,10 @@ class _Copier:
         self.progress = progress
         self.options = dict(options)
         self.options.setdefault("concurrency", concurrency)
-        self.pool = BufferPool(concurrency, part_size)
+        # Reads in flight are capped at ``concurrency``; a few spare buffers let
+        # new reads start while finished parts are still being written.
+        self.read_slots = asyncio.Semaphore(concurrency)
+        self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
         self.providers: dict[tuple[str, str], PolicyProvider] = {}
         self.result = CopyResult()
 
@@ -273,15 +283,18 @@ class _Copier:
 
     async def _read_parts(self, job: _Job, todo: Iterable[int],
                           parts: list[tuple[int, int]],
-                          consume: Callable[[int, bytearray, int], Any]) -> None:
+                          consume: Callable[[int, PartBuffer, int], Any]) -> None:
         """Read parts concurrently into pool buffers; ``consume`` owns each buffer after."""
         pending: set[asyncio.Task[None]] = set()
+        unstarted: dict[int, PartBuffer] = {}  # buffers of tasks that have not run yet
 
-        async def part(index: int, buf: bytearray) -> None:
+        async def part(index: int) -> None:
+            buf = unstarted.pop(index)
             start, end = parts[index]
             try:
-                await job.src.readinto(job.src_path, start, memoryview(buf)[: end - start],
-                                       etag=job.info.etag)
+                async with self.read_slots:  # shared by all objects being copied
+                    await job.src.readinto(job.src_path, start, memoryview(buf)[: end - start],
+                                           etag=job.info.etag)
             except BaseException:
                 self.pool.drop(buf)  # a worker thread may still write into it
                 raise
@@ -291,9 +304,10 @@ class _Copier:
 
         try:
             for index in todo:
-                buf = await self.pool.get()
-                task = asyncio.create_task(part(index, buf))
+                unstarted[index] = await self.pool.get()
+                task = asyncio.create_task(part(index))
                 pending.add(task)
+                await asyncio.sleep(0)  # let it send its request before the next one
                 for t in [t for t in pending if t.done()]:
                     pending.discard(t)
                     t.result()
@@ -304,6 +318,21 @@ class _Copier:
                 t.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+            for buf in unstarted.values():  # cancelled before they ran: untouched
+                self.pool.put(buf)
+
+    async def _each_part(self, todo: Iterable[int], parts: list[tuple[int, int]],
+                         fn: Callable[[int, PartBuffer, int], Any]) -> None:
+        """Run ``fn(index, buffer, length)`` for parts concurrently, with pool buffers."""
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(index: int) -> None:
+            async with sem:
+                buf = await self.pool.get()
+                start, end = parts[index]
+                await fn(index, buf, end - start)
+
+        await _gather_or_cancel([one(i) for i in todo])
 
     async def _to_local(self, job: _Job) -> int:
         assert job.local is not None
@@ -327,14 +356,23 @@ class _Copier:
         resumed = await asyncio.to_thread(sink.open)
         if resumed and self.progress:
             self.progress.advance(job.label, resumed)
-        expected = dict(sink.done)
+        earlier = dict(sink.done)  # parts from an interrupted run: checked at the end
+        check = self.verify
 
-        async def consume(index: int, buf: bytearray, length: int) -> None:
+        async def consume(index: int, buf: PartBuffer, length: int) -> None:
             view = memoryview(buf)[:length]
             try:
-                expected[index] = await asyncio.to_thread(
-                    sink.write_part, index, parts[index][0], view)
-                await asyncio.to_thread(sink.maybe_checkpoint)
+                # One thread hop per part: pwrite, read back + compare, writeback.
+                await asyncio.to_thread(sink.write_part, index, parts[index][0], view,
+                                        check=check)
+            except BaseException:
+                self.pool.drop(buf)
+                raise
+            self.pool.put(buf)
+
+        async def check_earlier(index: int, buf: PartBuffer, length: int) -> None:
+            try:
+                await asyncio.to_thread(sink.verify_part, index, earlier[index], buf)
             except BaseException:
                 self.pool.drop(buf)
                 raise
@@ -345,14 +383,8 @@ class _Copier:
             await self._read_parts(job, todo, parts, consume)
             # The source must still be the version whose parts we copied.
             await job.src.stat_pinned(job.src_path, job.info.etag)
-            if self.verify and parts:
-                buf = await self.pool.get()
-                try:
-                    await asyncio.to_thread(sink.verify, expected, buf)
-                except BaseException:
-                    self.pool.drop(buf)
-                    raise
-                self.pool.put(buf)
+            if check and earlier:
+                await self._each_part(sorted(earlier), parts, check_earlier)
             await asyncio.to_thread(sink.publish)
         except BaseException as exc:
             # Keep the partial file (for --resume) only when interrupted or cut
@@ -370,7 +402,7 @@ class _Copier:
         writer = job.dst.open_writer(job.dst_path)
         sink = SequentialSink(writer, self.pool)
 
-        async def consume(index: int, buf: bytearray, length: int) -> None:
+        async def consume(index: int, buf: PartBuffer, length: int) -> None:
             expected[index] = await asyncio.to_thread(digest, memoryview(buf)[:length])
             sink.deliver(index, buf, length)
 
@@ -411,7 +443,7 @@ class _Copier:
         if not bad:
             got: dict[int, str] = {}
 
-            async def check(index: int, buf: bytearray, length: int) -> None:
+            async def check(index: int, buf: PartBuffer, length: int) -> None:
                 got[index] = await asyncio.to_thread(digest, memoryview(buf)[:length])
                 self.pool.put(buf)
 
@@ -430,6 +462,21 @@ class _Copier:
                 pass
             raise IntegrityError("verification failed: the destination differs from the "
                                  "source; it was removed")
+
+
+def spare_buffers(concurrency: int) -> int:
+    """Part buffers beyond ``concurrency``: memory is (concurrency + spare) x part size."""
+    return max(1, concurrency // 4)
+
+
+async def _gather_or_cancel(coros: list[Any]) -> None:
+    tasks = [asyncio.create_task(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def copy_async(

@@ -2,9 +2,10 @@
 
 :class:`LocalPartFile` writes parts in whatever order they arrive with
 ``os.pwrite`` into a temp file beside the destination (opened through a
-directory descriptor, so symlinks are never followed), keeps a small resume
-journal when asked, verifies the temp file before publishing it, and
-publishes with fsync + rename. :class:`SequentialSink` feeds any provider's
+directory descriptor, so symlinks are never followed), reads each part back
+and compares it byte for byte with the bytes received (verification), asks
+the kernel to start writing it to disk at once, keeps a small resume journal
+when asked, and publishes with one fsync + rename. :class:`SequentialSink` feeds any provider's
 atomic :class:`~tensorstream.providers.base.Writer` in order, holding early
 parts in a window bounded by the shared buffer pool.
 """
@@ -13,22 +14,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import json
+import mmap
 import os
 import secrets
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .errors import IntegrityError
 from .providers.base import Writer
 
-__all__ = ["BufferPool", "LocalPartFile", "SequentialSink", "digest", "plan_parts"]
+__all__ = ["BufferPool", "LocalPartFile", "PartBuffer", "SequentialSink", "digest", "plan_parts"]
+
+#: A part buffer: an anonymous memory map. Unlike ``bytearray(n)`` (which
+#: zero-fills eagerly, ~4 ms per 8 MiB, on the event loop), its pages are
+#: zeroed lazily by the kernel when the data first lands in them.
+PartBuffer = mmap.mmap
 
 _MARK = ".tensorstream-"
 JOURNAL_VERSION = 1
 _CHECKPOINT_SECONDS = 1.0
+_COMPARE_CHUNK = 1 << 20  # read-back granularity (one scratch buffer per worker thread)
+_scratch = threading.local()
 
 
 def digest(data: memoryview | bytes) -> str:
@@ -39,6 +50,55 @@ def digest(data: memoryview | bytes) -> str:
 def plan_parts(size: int, part_size: int) -> list[tuple[int, int]]:
     """``(start, end)`` of every part of a ``size``-byte object."""
     return [(s, min(s + part_size, size)) for s in range(0, size, part_size)]
+
+
+def _load_sync_file_range() -> Callable[[int, int, int], None] | None:
+    """Linux ``sync_file_range(fd, off, n, SYNC_FILE_RANGE_WRITE)``, or None.
+
+    It starts writeback of a range without waiting for it: not a durability
+    point (the fsync before publishing is), but it keeps dirty pages from
+    piling up, so that fsync finds little left to write (measured: 512 MiB,
+    fsync 0.25 s -> 0.003 s, and no dirty-page throttling of the writes).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+
+    def start_writeback(fd: int, offset: int, length: int) -> None:
+        fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; a failure only costs speed
+
+    return start_writeback
+
+
+_start_writeback = _load_sync_file_range()
+
+
+def _read_exact(fd: int, view: memoryview, offset: int) -> None:
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            raise IntegrityError(f"destination is short at byte {offset + got}")
+        got += n
+
+
+def _matches_file(fd: int, data: memoryview, offset: int) -> bool:
+    """True if the file holds exactly ``data`` at ``offset`` (read back, memcmp)."""
+    scratch = getattr(_scratch, "buf", None)
+    if scratch is None:
+        scratch = _scratch.buf = bytearray(_COMPARE_CHUNK)
+    for pos in range(0, len(data), _COMPARE_CHUNK):
+        want = data[pos : pos + _COMPARE_CHUNK]
+        got = scratch if len(want) == len(scratch) else bytearray(len(want))
+        _read_exact(fd, memoryview(got), offset + pos)
+        if got != want:  # bytearray == buffer is a memcmp
+            return False
+    return True
 
 
 class BufferPool:
@@ -52,21 +112,21 @@ class BufferPool:
         self.size = size
         self._count = count
         self._allocated = 0
-        self._free: asyncio.Queue[bytearray] = asyncio.Queue()
+        self._free: asyncio.Queue[PartBuffer] = asyncio.Queue()
 
-    async def get(self) -> bytearray:
+    async def get(self) -> PartBuffer:
         if self._free.empty() and self._allocated < self._count:
             self._allocated += 1
-            return bytearray(self.size)
+            return mmap.mmap(-1, self.size)
         return await self._free.get()
 
-    def put(self, buf: bytearray) -> None:
+    def put(self, buf: PartBuffer) -> None:
         self._free.put_nowait(buf)
 
-    def drop(self, buf: bytearray) -> None:
-        """Retire ``buf`` (still in use by a thread) and put a fresh one in its place,
-        which also wakes a waiter."""
-        self._free.put_nowait(bytearray(self.size))
+    def drop(self, buf: PartBuffer) -> None:
+        """Retire ``buf`` (still in use by a thread, whose memoryview keeps it
+        mapped) and put a fresh one in its place, which also wakes a waiter."""
+        self._free.put_nowait(mmap.mmap(-1, self.size))
 
 
 class LocalPartFile:
@@ -151,9 +211,14 @@ class LocalPartFile:
                 self._active -= 1
                 self._cond.notify_all()
 
-    def write_part(self, index: int, offset: int, data: memoryview) -> str:
-        """pwrite ``data`` at ``offset``; returns the part's digest."""
-        d = digest(data)
+    def write_part(self, index: int, offset: int, data: memoryview, *, check: bool) -> None:
+        """pwrite ``data`` at ``offset``; with ``check``, read it back and compare.
+
+        The comparison is exact (byte for byte, through the page cache the
+        file will be served from). The part's sha256 is taken only for a
+        resume journal, which must be able to check parts across runs.
+        """
+        d = digest(data) if self.resume else None
         with self._using_fd() as fd:
             view = data
             pos = offset
@@ -161,15 +226,26 @@ class LocalPartFile:
                 n = os.pwrite(fd, view, pos)
                 view = view[n:]
                 pos += n
-        with self._done_lock:
-            self.done[index] = d
-        return d
+            if check and not _matches_file(fd, data, offset):
+                raise IntegrityError(
+                    f"verification failed: bytes {offset}-{offset + len(data) - 1} read back "
+                    "differ from the bytes received"
+                )
+            if _start_writeback is not None:
+                _start_writeback(fd, offset, len(data))
+        if d is not None:
+            with self._done_lock:
+                self.done[index] = d
+        self.maybe_checkpoint()
 
     def maybe_checkpoint(self, force: bool = False) -> None:
         """Persist the journal (data first: fdatasync, then the journal, atomically)."""
         if not self.resume:
             return
-        with self._checkpoint_lock:
+        # Writers do not queue behind a checkpoint in progress; only a forced one waits.
+        if not self._checkpoint_lock.acquire(blocking=force):
+            return
+        try:
             now = time.monotonic()
             if not force and now - self._last_checkpoint < _CHECKPOINT_SECONDS:
                 return
@@ -179,6 +255,8 @@ class LocalPartFile:
             with self._using_fd() as fd:
                 os.fdatasync(fd)
             self._write_journal(parts)
+        finally:
+            self._checkpoint_lock.release()
 
     def _write_journal(self, parts: dict[str, str]) -> None:
         body = json.dumps({"identity": self.identity, "parts": parts})
@@ -191,22 +269,16 @@ class LocalPartFile:
             os.fsync(f.fileno())
         os.replace(new, self.journal, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
 
-    def verify(self, expected: dict[int, str], buf: bytearray) -> None:
-        """Read the temp file back and compare every part's digest."""
+    def verify_part(self, index: int, expected: str, buf: PartBuffer) -> None:
+        """Read a part written by an earlier run back and compare its journal digest."""
+        start, end = plan_parts(self.size, self.part_size)[index]
+        view = memoryview(buf)[: end - start]
         with self._using_fd() as fd:
-            os.fsync(fd)
-            for index, (start, end) in enumerate(plan_parts(self.size, self.part_size)):
-                view = memoryview(buf)[: end - start]
-                got = 0
-                while got < len(view):
-                    n = os.preadv(fd, [view[got:]], start + got)
-                    if n == 0:
-                        raise IntegrityError(f"destination is short at byte {start + got}")
-                    got += n
-                if digest(view) != expected.get(index):
-                    raise IntegrityError(
-                        f"verification failed: bytes {start}-{end - 1} differ from the source"
-                    )
+            _read_exact(fd, view, start)
+        if digest(view) != expected:
+            raise IntegrityError(
+                f"verification failed: bytes {start}-{end - 1} differ from the source"
+            )
 
     def publish(self) -> None:
         """fsync, set normal permissions, rename over the destination, fsync the directory."""
@@ -254,11 +326,11 @@ class SequentialSink:
     def __init__(self, writer: Writer, pool: BufferPool) -> None:
         self.writer = writer
         self.pool = pool
-        self._ready: dict[int, tuple[bytearray, int]] = {}
+        self._ready: dict[int, tuple[PartBuffer, int]] = {}
         self._next = 0
         self._changed = asyncio.Event()
 
-    def deliver(self, index: int, buf: bytearray, length: int) -> None:
+    def deliver(self, index: int, buf: PartBuffer, length: int) -> None:
         """Hand over a finished part (the sink now owns ``buf``)."""
         self._ready[index] = (buf, length)
         self._changed.set()

@@ -186,7 +186,8 @@ class StreamReader(io.RawIOBase):
         self._buf = b""
         self._scratch = bytearray()
         try:
-            if self._owns_provider and self._pid == _loop.loop_pid():
+            if (self._owns_provider and self._pid == _loop.loop_pid()
+                    and not _loop.is_shut_down()):
                 _loop.run_sync(self._provider.close())
         finally:
             super().close()

@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import threading
 import warnings
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -52,6 +54,32 @@ _CHUNK = 1 << 20  # body read size: copies into the caller's buffer as data arri
 _WRITE_MEMORY = 128 << 20  # bound on bytes in in-flight upload parts
 _CHECKSUM_MODES = ("when_supported", "when_required")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+_loader_lock = threading.Lock()
+_loaders: dict[tuple[int, str | None], Any] = {}
+
+
+def _shared_data_loader(session: Any) -> Any:
+    """botocore's data loader (service models, endpoint rules), one per process.
+
+    Loading the S3 model and endpoint data costs ~0.1 s per session; the
+    loader holds only botocore's bundled JSON, never credentials, so sharing
+    it is safe (boto3's default session does the same). Each provider still
+    gets its own session, so credentials found by botocore's chain stay
+    with it. Keyed by pid (a child re-creates it after fork) and by
+    ``AWS_DATA_PATH``.
+    """
+    from botocore.loaders import create_loader
+
+    data_path = session.get_config_variable("data_path")
+    key = (os.getpid(), data_path)
+    with _loader_lock:
+        loader = _loaders.get(key)
+        if loader is None:
+            _loaders.clear()  # entries of a parent process or an old data path
+            loader = _loaders[key] = create_loader(data_path)
+    return loader
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -148,6 +176,7 @@ class S3Provider(Provider):
         profile = creds.profile.value if creds.profile else None
         try:
             session = AioSession(profile=profile)
+            session.register_component("data_loader", _shared_data_loader(session))
             if creds.uses_botocore_chain:
                 found = await session.get_credentials()
                 if found is None:

@@ -67,8 +67,10 @@ class HTTPFaults:
     no_content_length: bool = False
     #: Send bodies with ``Content-Encoding: gzip``.
     gzip: bool = False
-    #: Seconds to stall after sending headers, before the body.
+    #: Seconds to stall after sending headers, before the body ...
     stall_after_headers: float = 0.0
+    #: ... on this many responses (``None``: every response).
+    stall_times: int | None = None
     #: Replace the object's bytes (new ETag) after this many GETs of it.
     replace_after_requests: int | None = None
     #: The new bytes (default: the old bytes with every byte inverted).
@@ -80,6 +82,7 @@ class HTTPFaults:
 
     # counters (managed by the server)
     dropped: int = 0
+    stalled: int = 0
     gets: int = 0
     replaced: bool = False
 
@@ -376,7 +379,9 @@ class HTTPTestServer:
         await resp.prepare(request)
         if request.method == "HEAD":
             return resp
-        if faulty and f.stall_after_headers:
+        if faulty and f.stall_after_headers and (
+                f.stall_times is None or f.stalled < f.stall_times):
+            f.stalled += 1
             await asyncio.sleep(f.stall_after_headers)
         limit = len(body)
         drop = faulty and f.drop_after is not None and (

@@ -1,0 +1,212 @@
+"""Reliability: ``tensorstream cp`` never writes outside its destination, is
+deterministic, and leaves nothing partial behind (issue 9, cases 22-24)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.redis_server import RedisServer
+
+from reliability_helpers import unique
+
+pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(120)]
+
+CLI = "import sys; from tensorstream.cli.main import main; sys.exit(main(sys.argv[1:]))"
+
+
+def cp(*args: str, timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", CLI, "cp", "--quiet", *args],
+                          capture_output=True, text=True, timeout=timeout, **kw)  # type: ignore[call-overload]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every regular file under ``root`` (relative path -> bytes), symlinks excluded."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            if not p.is_symlink():
+                out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+# -- 22. traversal keys ------------------------------------------------------------------
+TRAVERSAL_KEYS = ["../x", "a/../../x", "..", "/abs", "a//b", "../dst-evil/x", "./y", "c/./d"]
+
+
+def test_cp_traversal_keys_never_escape_the_destination(redis_server: RedisServer,
+                                                       tmp_path: Path) -> None:
+    prefix = unique("trav")
+    with redis_server.client() as c:
+        c.set(f"{prefix}/ok/model.bin", b"fine")
+        for key in TRAVERSAL_KEYS:
+            c.set(f"{prefix}/{key}", b"EVIL")
+        c.set(f"{prefix}-evil/x", b"SIBLING")  # a sibling prefix: not under "prefix/"
+    work = tmp_path / "work"
+    dst = work / "dst"
+    work.mkdir()
+    proc = cp("-r", redis_server.url(prefix), str(dst))
+    assert proc.returncode == 1, proc.stderr
+    assert tree(work) == {"dst/ok/model.bin": b"fine"}
+    assert not (tmp_path / "x").exists() and not (work / "x").exists()
+    assert not Path("/abs").exists()
+    for key in ("../x", "a/../../x", "/abs", "a//b", "../dst-evil/x"):
+        assert key in proc.stderr, f"refused key {key!r} not reported: {proc.stderr}"
+
+
+def test_cp_recursive_prefix_does_not_pick_up_a_sibling_prefix(redis_server: RedisServer,
+                                                               tmp_path: Path) -> None:
+    prefix = unique("sib")
+    with redis_server.client() as c:
+        c.set(f"{prefix}/a.bin", b"A")
+        c.set(f"{prefix}-evil/b.bin", b"B")
+        c.set(f"{prefix}evil", b"C")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = cp("-r", redis_server.url(prefix), str(work / "dst"))
+    assert proc.returncode == 0, proc.stderr
+    assert tree(work) == {"dst/a.bin": b"A"}
+
+
+# -- 23. a and a/b, directory markers: deterministic -----------------------------------------
+def test_cp_file_and_directory_keys_and_markers_are_deterministic(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    prefix = unique("det")
+    with redis_server.client() as c:
+        for key, value in [("a", b"file-a"), ("a/b", b"file-ab"), ("d/", b""), ("d/e", b"e"),
+                           ("m/", b""), ("z", b"z")]:
+            c.set(f"{prefix}/{key}", value)
+    results = []
+    for i in range(3):
+        proc = cp("-r", redis_server.url(prefix), str(tmp_path / f"run{i}"))
+        errors = sorted(line for line in proc.stderr.splitlines() if "error" in line.lower())
+        results.append((proc.returncode, tree(tmp_path / f"run{i}"),
+                        [e.replace(f"run{i}", "RUN") for e in errors]))
+    assert results[0] == results[1] == results[2]
+    rc, files, _ = results[0]
+    assert files.get("a/b") == b"file-ab" and files.get("d/e") == b"e" and files.get("z") == b"z"
+    assert "a" not in files  # cannot be both a file and a directory: reported, not guessed
+    assert rc == 1
+
+
+# -- 24. killed or out of space mid-copy ---------------------------------------------------
+def _temp_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_cp_killed_mid_copy_leaves_nothing_partial_and_rerun_is_verified(
+        http_server: HTTPTestServer, tmp_path: Path, sig: int) -> None:
+    data = os.urandom(3 << 20)
+    key = unique()
+    http_server.put(key, data)
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 1 << 20  # ~3 s: killed part way
+    dst_dir = tmp_path / "out"
+    dst_dir.mkdir()
+    dst = dst_dir / "model.bin"
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "cp", "--quiet", "--part-size", "256K",
+                             "--concurrency", "2", http_server.url(key), str(dst)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not any(dst_dir.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # wait until the copy has started writing
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode in (-sig, 128 + sig), (proc.returncode, err)
+    assert not dst.exists(), "a partial file appeared at the final path"
+    if sig != signal.SIGKILL:  # a SIGKILLed process cannot clean up; the rerun must
+        assert _temp_files(dst_dir) == [], "temp files left behind"
+    http_server.faults.reset()
+    rerun = cp(http_server.url(key), str(dst))
+    assert rerun.returncode == 0, rerun.stderr
+    assert dst.read_bytes() == data
+
+
+def test_cp_after_sigkill_leaves_no_stale_temp_files(http_server: HTTPTestServer,
+                                                     tmp_path: Path) -> None:
+    """After a SIGKILL, the next run to the same destination removes what the
+    killed run left (only tensorstream's own temp names)."""
+    data = os.urandom(2 << 20)
+    key = unique()
+    http_server.put(key, data)
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 1 << 20
+    dst_dir = tmp_path / "out"
+    dst_dir.mkdir()
+    (dst_dir / ".unrelated-hidden-file").write_bytes(b"keep me")
+    dst = dst_dir / "model.bin"
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "cp", "--quiet", http_server.url(key),
+                             str(dst)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while len(list(dst_dir.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.kill()
+    proc.communicate(timeout=30)
+    http_server.faults.reset()
+    assert cp(http_server.url(key), str(dst)).returncode == 0
+    assert dst.read_bytes() == data
+    assert _temp_files(dst_dir) == [".unrelated-hidden-file"]
+
+
+def test_cp_out_of_space_leaves_nothing_partial(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE stands in for a full disk (EFBIG from write, like ENOSPC)."""
+    src = tmp_path / "src.bin"
+    data = os.urandom(4 << 20)
+    src.write_bytes(data)
+    dst_dir = tmp_path / "out"
+    dst_dir.mkdir()
+    dst = dst_dir / "copy.bin"
+    code = ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
+            "from tensorstream.cli.main import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, "-c", code, "cp", "--quiet", "--part-size", "256K",
+                           str(src), str(dst)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "File too large" in proc.stderr or "EFBIG" in proc.stderr or "space" in proc.stderr
+    assert not dst.exists() and _temp_files(dst_dir) == []
+    rerun = cp(str(src), str(dst))
+    assert rerun.returncode == 0 and dst.read_bytes() == data
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (a really full disk: ENOSPC); needs root."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root); RLIMIT_FSIZE test covers it")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_cp_disk_full_leaves_nothing_partial(tiny_tmpfs: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    data = os.urandom(3 << 20)
+    src.write_bytes(data)
+    dst = tiny_tmpfs / "copy.bin"
+    proc = cp("--part-size", "256K", str(src), str(dst))
+    assert proc.returncode == 1, proc.stderr
+    assert "space" in proc.stderr.lower(), proc.stderr
+    assert not dst.exists() and _temp_files(tiny_tmpfs) == []
+    small = tmp_path / "small.bin"
+    small.write_bytes(data[:300_000])
+    assert cp(str(small), str(dst)).returncode == 0  # space was given back
+    assert dst.read_bytes() == data[:300_000]
