@@ -30,8 +30,8 @@ CANARY_QUERY = "cnry-query-a6f1c90d"
 CANARIES = (CANARY_ARG, CANARY_ENV, CANARY_USERINFO, CANARY_FILE, CANARY_QUERY)
 
 #: Fast retries, small parts: one read becomes several ranged requests.
-FAST = {"backoff_initial": 0.01, "backoff_max": 0.05}
-SMALL_PARTS = {"part_size": 64 << 10, "min_part_size": 16 << 10, "concurrency": 4,
+FAST: dict[str, Any] = {"backoff_initial": 0.01, "backoff_max": 0.05}
+SMALL_PARTS: dict[str, Any] = {"part_size": 64 << 10, "min_part_size": 16 << 10, "concurrency": 4,
                "large_read": 16 << 10, **FAST}
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from reliability_helpers import unique
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.redis_server import RedisServer
-
-from reliability_helpers import unique
 
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(120)]
 

@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import os
 import threading
-from urllib.parse import quote
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 import tensorstream
-from tensorstream import errors
-from tensorstream.testing.http_server import HTTPTestServer
-from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
-from tensorstream.testing.redis_server import RedisServer
-from tensorstream.testing.s3_server import MotoS3Server
-
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import (
     FAST,
@@ -29,11 +24,16 @@ from reliability_helpers import (
     raw_object_responder,
     unique,
 )
+from tensorstream import errors
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
+from tensorstream.testing.redis_server import RedisServer
+from tensorstream.testing.s3_server import MotoS3Server
 
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(90)]
 
 DATA = os.urandom(600_000)
-ONE_PART = {"part_size": 8 << 20, "large_read": 8 << 20, **FAST}
+ONE_PART: dict[str, Any] = {"part_size": 8 << 20, "large_read": 8 << 20, **FAST}
 
 
 def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
@@ -369,7 +369,8 @@ def test_cp_verification_catches_a_byte_flipped_on_the_way_to_redis(
     src = tmp_path / "src.bin"
     src.write_bytes(blob)
     key = unique()
-    with FlippingTCPProxy(redis_server.host, redis_server.port, marker) as proxy:
+    proxy = FlippingTCPProxy(redis_server.host, redis_server.port, marker)
+    with proxy:
         rc = main(["cp", "--quiet", str(src), f"redis://127.0.0.1:{proxy.port}/{key}"])
     assert proxy.flipped == 1, "the fault was not injected"
     assert rc != 0

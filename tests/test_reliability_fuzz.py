@@ -84,7 +84,7 @@ def test_bounded_transient_faults_always_end_in_exact_bytes(
 
 
 # -- parsers --------------------------------------------------------------------------
-_uri_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=80)
+_uri_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=80)
 _schemes = st.sampled_from(["", "s3://", "http://", "https://", "redis://", "rediss://",
                             "file://", "gs://", "S3://"])
 

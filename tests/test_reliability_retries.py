@@ -5,15 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 import pytest
 
 import tensorstream
-from tensorstream import errors
-from tensorstream.testing.http_server import HTTPTestServer
-from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
-from tensorstream.testing.s3_server import MotoS3Server
-
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import (
     CANARY_ARG,
@@ -24,6 +20,10 @@ from reliability_helpers import (
     leaked,
     unique,
 )
+from tensorstream import errors
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
+from tensorstream.testing.s3_server import MotoS3Server
 
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(60)]
 
@@ -94,7 +94,8 @@ async def test_backoff_without_retry_after_is_jittered_and_bounded(
     sleeps: list[float] = []
 
     def grab(_n: int) -> None:
-        sleeps.append(float(hook.records[-1].args[-1]))  # type: ignore[index]
+        args: Any = hook.records[-1].args
+        sleeps.append(float(args[-1]))
 
     http_server.faults.status_script = [503] * 6
     with OnRetryLog(grab) as hook:
@@ -171,7 +172,8 @@ def test_s3_complete_answered_200_with_error_document_is_a_failure(
     moto_s3 = moto_s3_public
     key = unique()
     blob = os.urandom((5 << 20) * 2 + 1000)  # two 5 MiB parts + a tail: multipart
-    with CompleteErrorProxy(moto_s3.endpoint_url) as proxy:
+    proxy = CompleteErrorProxy(moto_s3.endpoint_url)
+    with proxy:
         opts = moto_s3.options(s3_endpoint=proxy.url)
         f = tensorstream.open(f"s3://{S3_BUCKET}/{key}", "wb", part_size=5 << 20, **FAST, **opts)
         f.write(blob)

@@ -9,15 +9,11 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tensorstream
-from tensorstream import _loop, errors
-from tensorstream.testing.http_server import HTTPTestServer
-from tensorstream.testing.proxy import TCPFaultProxy
-from tensorstream.testing.redis_server import RedisServer, redis_available
-
 from reliability_helpers import (
     FAST,
     SMALL_PARTS,
@@ -26,11 +22,15 @@ from reliability_helpers import (
     run_python,
     unique,
 )
+from tensorstream import _loop, errors
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.proxy import TCPFaultProxy
+from tensorstream.testing.redis_server import RedisServer, redis_available
 
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(90)]
 
 DATA = os.urandom(400_000)
-ONE_PART = {"part_size": 8 << 20, "large_read": 8 << 20, **FAST}
+ONE_PART: dict[str, Any] = {"part_size": 8 << 20, "large_read": 8 << 20, **FAST}
 
 
 def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
@@ -254,7 +254,7 @@ def test_closing_a_reader_from_the_loop_thread_does_not_deadlock(
 
 # -- 17. os.fork() after use -----------------------------------------------------------
 def test_fork_after_use_child_gets_a_working_tensorstream(http_server: HTTPTestServer) -> None:
-    key, url = _put(http_server)
+    _, url = _put(http_server)
     code = r"""
 import hashlib, json, os, sys
 import tensorstream

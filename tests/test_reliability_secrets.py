@@ -19,14 +19,8 @@ from typing import Any
 import pytest
 
 import tensorstream
-from tensorstream import _loop, errors
-from tensorstream.testing.http_server import HTTPTestServer
-from tensorstream.testing.redis_server import RedisServer
-from tensorstream.testing.s3_server import MotoS3Server
-
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import (
-    CANARIES,
     CANARY_ARG,
     CANARY_ENV,
     CANARY_FILE,
@@ -38,6 +32,10 @@ from reliability_helpers import (
     run_python,
     unique,
 )
+from tensorstream import _loop, errors
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.redis_server import RedisServer
+from tensorstream.testing.s3_server import MotoS3Server
 
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(90)]
 
@@ -80,7 +78,7 @@ def _read(uri: str, **options: Any) -> tuple[bytes | None, BaseException | None,
     try:
         with tensorstream.open(uri, **options) as f:
             return f.read(), None, f
-    except BaseException as exc:  # noqa: BLE001 - inspected by the caller
+    except BaseException as exc:
         return None, exc, None
 
 
@@ -165,8 +163,11 @@ def test_redis_canary_never_leaks(redis_auth_server: RedisServer, debug_logs: An
     assert isinstance(exc, PermissionError), repr(exc)
 
     async def provider_repr() -> str:
-        async with tensorstream.get_provider(base, **opts) as p:
+        p = tensorstream.get_provider(base, **opts)
+        try:
             return _exposures(None, p, p.inner)
+        finally:
+            await p.close()
 
     seen = [_exposures(exc), _loop.run_sync(provider_repr()), debug_logs.text]
     assert not leaked("\n".join(seen))

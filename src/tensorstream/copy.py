@@ -67,7 +67,7 @@ __all__ = [
 
 MiB = 1 << 20
 DEFAULT_PART_SIZE = 8 * MiB
-DEFAULT_CONCURRENCY = 16
+DEFAULT_CONCURRENCY = 32
 DEFAULT_JOBS = 4
 
 #: Failures after which a --resume copy keeps its partial file.

@@ -25,6 +25,7 @@ import warnings
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+from .._log_redaction import install_secret_filter
 from ..config import CommonConfig, split_options
 from ..credentials.s3 import (
     S3_CREDENTIAL_OPTIONS,
@@ -49,6 +50,7 @@ from .base import Capabilities, ObjectInfo, Provider, Writer
 __all__ = ["S3Provider"]
 
 log = logging.getLogger("tensorstream.s3")
+install_secret_filter()  # botocore DEBUG logs carry session tokens
 
 _CHUNK = 1 << 20  # body read size: copies into the caller's buffer as data arrives
 _WRITE_MEMORY = 128 << 20  # bound on bytes in in-flight upload parts

@@ -416,6 +416,8 @@ class HTTPFaultProxy:
         if affected and f.before_forward is not None:
             await f.before_forward(request.method, request.path)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        # Keep the client's Host: SigV4 signs it, so the upstream must see the same one.
+        headers["Host"] = request.host
         if affected and f.ignore_range:
             headers = {k: v for k, v in headers.items() if k.lower() not in ("range", "if-range")}
         async with self._session.request(
