@@ -23,6 +23,7 @@ from the builtin that fits, so ``except FileNotFoundError`` keeps working::
     │   └── IncompleteReadError                   body broken after N bytes
     ├── StorageTimeoutError        (TimeoutError) *temporary*: retried
     └── RetriesExhaustedError      (OSError)      names operation + attempts
+        └── RetriesExhaustedTimeoutError (TimeoutError) last attempt timed out
 
 Errors carry ``service``, ``operation`` and ``path`` context (added by the
 context layer, already redacted) and a ``temporary`` flag that the retry
@@ -48,6 +49,7 @@ __all__ = [
     "PermissionDeniedError",
     "ProtocolError",
     "RetriesExhaustedError",
+    "RetriesExhaustedTimeoutError",
     "ServiceUnavailableError",
     "StorageTimeoutError",
     "TensorstreamError",
@@ -208,6 +210,12 @@ class RetriesExhaustedError(TensorstreamError, OSError):
         super().__init__(message, **context)
         self.attempts = attempts
         self.last_error = last_error
+
+
+class RetriesExhaustedTimeoutError(RetriesExhaustedError, TimeoutError):
+    """Gave up after retries whose last failure was a timeout (also a ``TimeoutError``)."""
+
+    temporary = False
 
 
 class InsecureTLSWarning(UserWarning):

@@ -29,6 +29,7 @@ from .config import CommonConfig
 from .errors import (
     ObjectChangedError,
     RetriesExhaustedError,
+    RetriesExhaustedTimeoutError,
     ServiceUnavailableError,
     TensorstreamError,
 )
@@ -125,7 +126,9 @@ class PolicyProvider(Provider):
         except TensorstreamError as exc:
             self._add_context(exc, operation, path)
             if exc.temporary and attempts > 1:
-                raise RetriesExhaustedError(
+                cls = (RetriesExhaustedTimeoutError if isinstance(exc, TimeoutError)
+                       else RetriesExhaustedError)
+                raise cls(
                     f"gave up after {attempts} attempts: {type(exc).__name__}: {exc.message}",
                     attempts=attempts,
                     last_error=exc,
