@@ -157,6 +157,13 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _rss(r: dict[str, Any]) -> str:
+    peak, base = r.get("peak_rss_mib"), r.get("baseline_rss_mib")
+    if peak is None:
+        return "-"
+    return f"{peak:.0f} (+{peak - base:.0f})" if base is not None else f"{peak:.0f}"
+
+
 def markdown(header: dict[str, Any], rows: list[dict[str, Any]], plot: str | None) -> str:
     m = header["machine"]
     pk = ", ".join(f"{k} {v}" for k, v in m["packages"].items())
@@ -170,7 +177,9 @@ def markdown(header: dict[str, Any], rows: list[dict[str, Any]], plot: str | Non
         "",
         "Times are medians of the operation measured inside a fresh process (min-max across "
         "rounds); `process s` is the whole process (imports and verification included); "
-        "RSS is the process's peak. `verified`: every round's result matched the generator's "
+        "peak RSS is the process's high-water mark (in brackets: above the RSS after imports; "
+        "for external tools it includes the harness's ~30-90 MiB, which the kernel carries "
+        "into a spawned child). `verified`: every round's result matched the generator's "
         "checksum (tensors, or bytes for raw reads and copies).",
         "",
         "| scenario | backend | profile | contender | s (median) | min-max | GB/s | process s "
@@ -190,7 +199,7 @@ def markdown(header: dict[str, Any], rows: list[dict[str, Any]], plot: str | Non
         lines.append(
             f"| {r['scenario']} | {r['backend']} | {r['profile']} | {name} "
             f"| {_fmt(r['seconds_median'])} | {spread} | {_fmt(r['gbps_median'], '.2f')} "
-            f"| {_fmt(r['process_seconds_median'], '.2f')} | {_fmt(r['peak_rss_mib'], '.0f')} "
+            f"| {_fmt(r['process_seconds_median'], '.2f')} | {_rss(r)} "
             f"| {verified} | {r['note']} |"
         )
     rat = ratios(rows)
@@ -250,3 +259,14 @@ def write_plot(path: Path, rows: Iterable[dict[str, Any]]) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)
+
+
+if __name__ == "__main__":
+    # Re-render a Markdown table from a JSON written by ``benchmarks.run``:
+    # python -m benchmarks.report RESULTS.json OUT.md [PLOT.png]
+    import sys
+
+    data = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(sys.argv[2])
+    plot = write_plot(Path(sys.argv[3]), data["rows"]) if len(sys.argv) > 3 else None
+    write_markdown(out, data["header"], data["rows"], os.path.relpath(plot, out.parent) if plot else None)

@@ -58,3 +58,21 @@ def test_other_sources_keep_tensorizer_behaviour(tmp_path: Path) -> None:
     assert d._reopen_func() is None  # BytesIO cannot be reopened
     assert reader_count(d) == 1
     d.close()
+
+
+def test_read_ahead_window_returns_exact_bytes_for_tensorizer_access_patterns(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    data = random.Random(7).randbytes(3 << 20)
+    (tmp_path / "blob").write_bytes(data)
+    rng = random.Random(1)
+    with tensorstream.open(tmp_path / "blob", readahead=256 << 10) as f:
+        for _ in range(400):  # header-sized, tensor-sized and straddling reads
+            pos = rng.randrange(len(data))
+            n = rng.choice([1, 8, 100, 5000, 70_000, 300_000, 1 << 20])
+            f.seek(pos)
+            buf = bytearray(n)
+            got = f.readinto(buf)
+            assert bytes(buf[:got]) == data[pos : pos + n]

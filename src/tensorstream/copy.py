@@ -4,13 +4,19 @@
 >>> result.ok, result.bytes, result.gbps  # doctest: +SKIP
 
 * **Fast**: every object is split into parts read concurrently (at most
-  ``concurrency`` parts in flight, each in a reused ``part_size`` buffer, so
-  memory is bounded whatever the object size). Local destinations get each
-  part written where it belongs (``pwrite``) as soon as it arrives; other
-  destinations get parts in order through their atomic writer.
-* **Verified**: a digest of every part is taken as it streams; the
-  destination is read back and compared before (local) or right after
-  (remote) it is published. A mismatch removes the destination.
+  ``concurrency`` reads in flight, each part in a reused ``part_size``
+  buffer from a pool of ``concurrency + spare`` buffers, so memory is
+  bounded whatever the object size). Local destinations get each part
+  written where it belongs (``pwrite``, one worker-thread hop per part) as
+  soon as it arrives, with writeback started at once so the one fsync at the
+  end is short; other destinations get parts in order through their atomic
+  writer.
+* **Verified**: a local destination has each part read back right after it
+  is written and compared byte for byte with the bytes received (parts from
+  an earlier ``--resume`` run: against the journal's sha256). A remote
+  destination is read back after commit and compared with the sha256 of
+  every part taken while streaming. A mismatch removes the destination.
+  ``docs/cli.md`` says why the read-back happens per part.
 * **Atomic and resumable**: destinations appear whole or not at all; with
   ``resume=True`` an interrupted local copy keeps its hidden temp file and a
   journal, and the next ``resume=True`` run fetches only the missing parts

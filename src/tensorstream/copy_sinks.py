@@ -5,9 +5,9 @@
 directory descriptor, so symlinks are never followed), reads each part back
 and compares it byte for byte with the bytes received (verification), asks
 the kernel to start writing it to disk at once, keeps a small resume journal
-when asked, and publishes with one fsync + rename. :class:`SequentialSink` feeds any provider's
-atomic :class:`~tensorstream.providers.base.Writer` in order, holding early
-parts in a window bounded by the shared buffer pool.
+when asked, and publishes with one fsync + rename. :class:`SequentialSink`
+feeds any provider's atomic :class:`~tensorstream.providers.base.Writer` in
+order, holding early parts in a window bounded by the shared buffer pool.
 """
 
 from __future__ import annotations
@@ -30,10 +30,14 @@ from .providers.base import Writer
 
 __all__ = ["BufferPool", "LocalPartFile", "PartBuffer", "SequentialSink", "digest", "plan_parts"]
 
-#: A part buffer: an anonymous memory map. Unlike ``bytearray(n)`` (which
-#: zero-fills eagerly, ~4 ms per 8 MiB, on the event loop), its pages are
+#: A part buffer: a private anonymous memory map. Unlike ``bytearray(n)``
+#: (zero-filled eagerly: ~4 ms per 8 MiB, on the event loop), its pages are
 #: zeroed lazily by the kernel when the data first lands in them.
 PartBuffer = mmap.mmap
+
+
+def new_buffer(size: int) -> PartBuffer:
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 _MARK = ".tensorstream-"
 JOURNAL_VERSION = 1
@@ -117,7 +121,7 @@ class BufferPool:
     async def get(self) -> PartBuffer:
         if self._free.empty() and self._allocated < self._count:
             self._allocated += 1
-            return mmap.mmap(-1, self.size)
+            return new_buffer(self.size)
         return await self._free.get()
 
     def put(self, buf: PartBuffer) -> None:
@@ -126,7 +130,7 @@ class BufferPool:
     def drop(self, buf: PartBuffer) -> None:
         """Retire ``buf`` (still in use by a thread, whose memoryview keeps it
         mapped) and put a fresh one in its place, which also wakes a waiter."""
-        self._free.put_nowait(mmap.mmap(-1, self.size))
+        self._free.put_nowait(new_buffer(self.size))
 
 
 class LocalPartFile:

@@ -7,7 +7,13 @@ import json
 import sys
 from typing import Any
 
-from ..copy import DEFAULT_CONCURRENCY, DEFAULT_JOBS, DEFAULT_PART_SIZE, copy_async
+from ..copy import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_JOBS,
+    DEFAULT_PART_SIZE,
+    copy_async,
+    spare_buffers,
+)
 from ..uri import redact_text
 from .options import add_storage_options, parse_size, storage_options
 from .progress import make_progress
@@ -17,9 +23,10 @@ DESCRIPTION = """\
 Copy objects between local disk, HTTP(S), S3 and Redis.
 
 Parts are read concurrently and written as they arrive; every copy is
-verified end to end (a checksum taken while streaming is compared with the
-destination read back) unless --no-verify; the destination appears whole or
-not at all, also when interrupted (Ctrl-C, SIGTERM).
+verified end to end unless --no-verify (each part of a local destination is
+read back and compared with the bytes received; a remote destination is read
+back and compared with checksums taken while streaming); the destination
+appears whole or not at all, also when interrupted (Ctrl-C, SIGTERM).
 
 With one SRC, DST names the new object, unless DST ends with '/' or is an
 existing directory: then the object keeps its name inside DST. With several
@@ -56,13 +63,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="copy every object under SRC (directory or prefix)")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                    help=f"parts in flight at once (default {DEFAULT_CONCURRENCY})")
+    default_mem = (DEFAULT_CONCURRENCY + spare_buffers(DEFAULT_CONCURRENCY)) * DEFAULT_PART_SIZE
     p.add_argument("--part-size", type=parse_size, default=DEFAULT_PART_SIZE, metavar="SIZE",
                    help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M); "
-                        "memory used is about concurrency x part size")
+                        "memory used is about 1.25 x concurrency x part size "
+                        f"({default_mem >> 20} MiB by default)")
     p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                    help=f"objects copied at once (default {DEFAULT_JOBS})")
     p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="skip reading the destination back to compare checksums")
+                   help="skip reading the destination back to compare it with the source")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted copy to a local destination from the parts "
                         "already written (after checking the source did not change); an "

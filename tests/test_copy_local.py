@@ -1,0 +1,218 @@
+"""The local-destination path of ``cp``: per-part read-back verification, the
+resume journal's check of earlier parts, one fsync, and the buffer pool.
+
+``flakytest://`` is a small real provider (registered through the public
+``tensorstream.register``) whose reads fail with a temporary error from a
+given offset on: the way a network source is cut off mid-copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+import tensorstream
+from tensorstream.copy import copy
+from tensorstream.errors import NotFoundError, ServiceUnavailableError
+from tensorstream.providers.base import Capabilities, ObjectInfo, Provider, check_range
+
+PART = 64 << 10
+
+
+class FlakyProvider(Provider):
+    """Read-only in-memory objects; reads at or past ``fail_from`` raise a temporary error."""
+
+    schemes = ("flakytest",)
+    service = "flakytest"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    store: ClassVar[dict[str, bytes]] = {}
+    fail_from: ClassVar[int | None] = None
+    #: Only these objects fail (empty: every object).
+    fail_only: ClassVar[set[str]] = set()
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> FlakyProvider:
+        return cls()
+
+    async def stat(self, path: str) -> ObjectInfo:
+        if path not in self.store:
+            raise NotFoundError(f"no such object: {path}")
+        data = self.store[path]
+        return ObjectInfo(path, len(data), hashlib.md5(data).hexdigest())
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       etag: str | None = None) -> int:
+        info = await self.stat(path)
+        check_range(info.size, offset, offset + len(buffer))
+        failing = not self.fail_only or path in self.fail_only
+        if failing and self.fail_from is not None and offset + len(buffer) > self.fail_from:
+            raise ServiceUnavailableError("cut off (test)")
+        buffer[:] = self.store[path][offset: offset + len(buffer)]
+        return len(buffer)
+
+
+tensorstream.register("flakytest", FlakyProvider, replace=True)
+
+
+@pytest.fixture
+def flaky() -> Iterator[type[FlakyProvider]]:
+    yield FlakyProvider
+    FlakyProvider.store.clear()
+    FlakyProvider.fail_from = None
+    FlakyProvider.fail_only = set()
+
+
+@pytest.fixture
+def corrupt_pwrite(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the OS write a wrong byte into every part written at these offsets
+    (a broken disk or driver: the bytes received are right, the file is not)."""
+    offsets: list[int] = []
+    real = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if offset in offsets:
+            bad = bytearray(data)
+            bad[len(bad) // 2] ^= 0xFF
+            return real(fd, bad, offset)
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    return offsets
+
+
+def _names(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir())
+
+
+def test_bad_write_is_caught_by_read_back(tmp_path: Path, corrupt_pwrite: list[int]) -> None:
+    src = tmp_path / "src.bin"
+    data = os.urandom(5 * PART + 123)
+    src.write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    corrupt_pwrite.append(3 * PART)
+    result = copy(str(src), str(out / "m.bin"), part_size=PART, concurrency=3)
+    assert not result.ok
+    assert "verification failed" in result.errors[0] and f"bytes {3 * PART}-" in result.errors[0]
+    assert _names(out) == []  # no destination, no temp file
+
+
+def test_no_verify_skips_the_read_back(tmp_path: Path, corrupt_pwrite: list[int]) -> None:
+    # The same broken write goes unnoticed with verify=False: the read-back is what catches it.
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(4 * PART))
+    corrupt_pwrite.append(PART)
+    result = copy(str(src), str(tmp_path / "m.bin"), part_size=PART, verify=False)
+    assert result.ok and not result.verified
+    assert (tmp_path / "m.bin").read_bytes() != src.read_bytes()
+
+
+def _interrupted_resume(flaky: type[FlakyProvider], dst: Path, data: bytes) -> str:
+    flaky.store["b/m.bin"] = data
+    flaky.fail_from = 4 * PART
+    first = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=1, resume=True,
+                 retries=1)
+    assert not first.ok and not dst.exists()
+    assert (dst.parent / ".m.bin.tensorstream-journal.tmp").exists()
+    flaky.fail_from = None
+    return ".m.bin.tensorstream-partial.tmp"
+
+
+def test_resume_uses_and_checks_earlier_parts(tmp_path: Path,
+                                              flaky: type[FlakyProvider]) -> None:
+    data = os.urandom(7 * PART + 11)
+    dst = tmp_path / "m.bin"
+    _interrupted_resume(flaky, dst, data)
+    result = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True)
+    assert result.ok and result.verified, result.errors
+    # Parts 0-3 were read before the cut; the last may not have reached the journal.
+    assert result.resumed_bytes in (3 * PART, 4 * PART)
+    assert dst.read_bytes() == data and _names(tmp_path) == ["m.bin"]
+
+
+def test_resume_with_a_damaged_earlier_part_fails_and_starts_over(
+        tmp_path: Path, flaky: type[FlakyProvider]) -> None:
+    data = os.urandom(7 * PART)
+    dst = tmp_path / "m.bin"
+    partial = tmp_path / _interrupted_resume(flaky, dst, data)
+    with open(partial, "r+b") as f:  # damage part 1, which the journal says is done
+        f.seek(PART + 5)
+        f.write(bytes([data[PART + 5] ^ 0xFF]))
+    result = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True)
+    assert not result.ok and "verification failed" in result.errors[0]
+    assert _names(tmp_path) == []  # nothing kept: the next run starts over
+    again = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True)
+    assert again.ok and again.resumed_bytes == 0 and dst.read_bytes() == data
+
+
+@pytest.mark.timeout(60)
+def test_one_failed_object_does_not_starve_the_others(tmp_path: Path,
+                                                      flaky: type[FlakyProvider]) -> None:
+    # Objects share one buffer pool and one read limit: a failed object must hand
+    # back every buffer and read slot it held, or the objects after it wait forever.
+    bad, good = ["a", "b", "c", "d", "e"], ["f", "g"]
+    for n in bad + good:
+        flaky.store[f"b/{n}.bin"] = os.urandom(6 * PART + ord(n))
+    flaky.fail_only, flaky.fail_from = {f"b/{n}.bin" for n in bad}, 2 * PART
+    dst = tmp_path / "out"
+    result = copy([f"flakytest://b/{n}.bin" for n in bad + good], f"{dst}/", part_size=PART,
+                  concurrency=2, jobs=1, retries=1)
+    assert len(result.errors) == len(bad)
+    assert result.files == 2 and _names(dst) == ["f.bin", "g.bin"]
+    for n in good:
+        assert (dst / f"{n}.bin").read_bytes() == flaky.store[f"b/{n}.bin"]
+
+
+def test_one_fsync_per_local_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(9 * PART))
+    calls: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def fsync(fd: int) -> None:
+        calls.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
+        real_fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        calls.append("fdatasync")
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    result = copy(str(src), str(tmp_path / "m.bin"), part_size=PART, concurrency=4)
+    assert result.ok and result.verified
+    assert sorted(calls) == ["dir", "file"]  # the file once, before the rename; then its directory
+    assert (tmp_path / "m.bin").read_bytes() == src.read_bytes()
+
+
+def test_memory_bounded_by_the_buffer_pool(tmp_path: Path) -> None:
+    # Peak RSS of a child copying 64 MiB through 1 MiB parts x 2 in flight
+    # (+ 1 spare buffer) grows far less than the object size.
+    src = tmp_path / "big.bin"
+    with open(src, "wb") as f:
+        for _ in range(64):
+            f.write(os.urandom(1 << 20))
+    (tmp_path / "small.bin").write_bytes(b"x" * 1000)
+    code = (
+        "import resource, sys\n"
+        "from tensorstream.copy import copy\n"
+        "small, big, out = sys.argv[1:]\n"
+        "assert copy(small, out + '.warm').ok\n"  # imports, threads, loop: not counted
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "r = copy(big, out, part_size=1 << 20, concurrency=2)\n"
+        "assert r.ok and r.verified, r.errors\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "small.bin"), str(src),
+                          str(tmp_path / "out.bin")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    grown_kib = int(out.stdout.strip())
+    assert grown_kib < 16 << 10, grown_kib
+    assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
