@@ -18,6 +18,7 @@ import torch
 from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
 
 import tensorstream
+from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
 from tensorstream.tensorizer_io import (
     DecryptionError,
@@ -102,10 +103,31 @@ def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
             dict(server.options),
             False,
         )
+    if name == "s3":
+        s3 = request.getfixturevalue("moto_s3")
+        request.getfixturevalue("isolated_env")
+        prefix = f"tensorizer/t{abs(hash(request.node.nodeid)) % 10**8}/"
+        return TensorBackend(
+            "s3",
+            lambda k: f"s3://{S3_BUCKET}/{prefix}{k}",
+            lambda k, d: s3.put(S3_BUCKET, prefix + k, d),
+            s3.options(),
+            True,
+        )
+    if name == "redis":
+        server = request.getfixturevalue("redis_server")
+        prefix = f"tensorizer-t{abs(hash(request.node.nodeid)) % 10**8}/"
+        return TensorBackend(
+            "redis",
+            lambda k: server.url(prefix + k),
+            lambda k, d: server.put(prefix + k, d),
+            {},
+            True,
+        )
     raise AssertionError(name)
 
 
-@pytest.fixture(params=["local", "http"])
+@pytest.fixture(params=["local", "http", "s3", "redis"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> TensorBackend:
     return _make_backend(request.param, request, tmp_path)
 
