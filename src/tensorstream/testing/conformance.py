@@ -36,7 +36,7 @@ try:  # Hypothesis is a test dependency, not a runtime one.
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover
-    given = None
+    given = None  # type: ignore[assignment]
 
 __all__ = ["ConformanceTarget", "ProviderConformance"]
 
