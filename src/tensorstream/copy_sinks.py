@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import hashlib
 import json
 import mmap
@@ -172,12 +173,52 @@ class LocalPartFile:
         else:
             self._unlink(self.base_partial())
             self._unlink(self.journal)
+        self._remove_stale_temps()
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
         if not self.done:
             flags |= os.O_TRUNC
-        self._fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
-        os.ftruncate(self._fd, self.size)
+        fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
+        try:
+            # The lock marks the temp file as owned by a live run (see _remove_stale_temps).
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, self.size)
+        except BaseException:
+            os.close(fd)
+            if not self.resume:
+                self._unlink(self.tmp)
+            raise
+        self._fd = fd
         return sum(min(self.part_size, self.size - i * self.part_size) for i in self.done)
+
+    def _remove_stale_temps(self) -> None:
+        """Delete temp files of earlier runs for this name that no live process holds.
+
+        A run killed with SIGKILL cannot clean up; its temp file stays unlocked
+        (flock dies with the process), so the next run removes it. Resume files
+        (``partial``/``journal``) are left to the resume logic.
+        """
+        prefix = f".{self.name}{_MARK}"
+        keep = {self.base_partial(), self.journal}
+        try:
+            names = os.listdir(self.dir_fd)
+        except OSError:
+            return
+        for entry in names:
+            if not (entry.startswith(prefix) and entry.endswith(".tmp")) or entry in keep:
+                continue
+            try:
+                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                             dir_fd=self.dir_fd)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run owns it
+            else:
+                self._unlink(entry)
+            finally:
+                os.close(fd)
 
     def base_partial(self) -> str:
         return f".{self.name}{_MARK}partial.tmp"
