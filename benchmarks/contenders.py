@@ -55,6 +55,7 @@ class Contender:
     is_tensorstream: bool = False
     s3_endpoint: str | None = None
     note: str = ""
+    discard_stdout: bool = False  # an external tool writing the object to stdout (cat)
 
 
 def _has(module: str) -> bool:
@@ -160,7 +161,15 @@ def plan(s: Setup, backends: list[str], scenarios: list[str]) -> list[Contender]
                 is_tensorstream=True,
             )
             add("raw", "local", "python readinto", _worker("file-raw", uri=model))
-            add("raw", "local", "cat > /dev/null", ["cat", model], verify="size", expect="")
+            add(
+                "raw",
+                "local",
+                "cat > /dev/null",
+                ["cat", model],
+                verify="size",
+                expect="",
+                discard_stdout=True,
+            )
         if "http" in backends:
             add(
                 "raw",

@@ -125,7 +125,8 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
         )
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(c.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
+        sink = subprocess.DEVNULL if c.discard_stdout else out
+        proc = subprocess.Popen(c.argv, stdout=sink, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:

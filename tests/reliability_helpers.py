@@ -32,7 +32,9 @@ CANARIES = (CANARY_ARG, CANARY_ENV, CANARY_USERINFO, CANARY_FILE, CANARY_QUERY)
 #: Fast retries, small parts: one read becomes several ranged requests.
 FAST: dict[str, Any] = {"backoff_initial": 0.01, "backoff_max": 0.05}
 SMALL_PARTS: dict[str, Any] = {"part_size": 64 << 10, "min_part_size": 16 << 10, "concurrency": 4,
-               "large_read": 16 << 10, **FAST}
+               "large_read": 16 << 10, "readahead": 0, **FAST}
+#: SMALL_PARTS with read-ahead on: the rest of an object may be fetched early.
+SMALL_PARTS_READAHEAD: dict[str, Any] = {**SMALL_PARTS, "readahead": 256 << 10}
 
 
 def unique(prefix: str = "obj") -> str:

@@ -380,3 +380,24 @@ def test_cp_verification_catches_a_byte_flipped_on_the_way_to_redis(
     assert main(["cp", "--quiet", str(src), redis_server.url(key)]) == 0
     with tensorstream.open(redis_server.url(key)) as f:
         assert f.read() == blob
+
+
+@pytest.mark.parametrize("ignore_if_match", [False, True])
+def test_read_ahead_never_mixes_versions(http_server: HTTPTestServer, ignore_if_match: bool) -> None:
+    """With read-ahead in flight when the object is replaced, the rest is either
+    the old version (already fetched, pinned) or an ObjectChangedError."""
+    from reliability_helpers import SMALL_PARTS_READAHEAD
+
+    for _ in range(5):
+        _, url = _put(http_server)
+        with tensorstream.open(url, **SMALL_PARTS_READAHEAD) as f:
+            head = f.read(1000)
+            http_server.faults.replace_after_requests = 0
+            http_server.faults.ignore_if_match = ignore_if_match
+            try:
+                rest = f.read()
+            except errors.ObjectChangedError:
+                pass
+            else:
+                assert head + rest == DATA
+        http_server.faults.reset()

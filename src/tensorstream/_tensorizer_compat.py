@@ -46,8 +46,8 @@ class StreamTensorDeserializer(TensorDeserializer):
         if isinstance(source, StreamReader):
 
             def reopen(begin: int | None = None, end: int | None = None) -> StreamReader:
-                # ``end`` is a hint only: the fork reads whatever it is asked for.
-                fork = source.fork()
+                # ``end`` is a hint: read-ahead stops there; reads past it still work.
+                fork = source.fork(end=end)
                 if begin:
                     fork.seek(begin, io.SEEK_SET)
                 return fork

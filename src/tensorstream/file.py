@@ -1,9 +1,10 @@
 """Synchronous file objects over async providers.
 
 :class:`StreamReader` is the seekable binary file that
-``tensorizer.TensorDeserializer`` consumes: a large ``readinto`` fans out
-into concurrent ranged reads written straight into the caller's buffer;
-small reads are served from a bounded read-ahead window. Every read is
+``tensorizer.TensorDeserializer`` consumes. Sequential reads are fed by a
+bounded read-ahead window of segments fetched concurrently
+(:mod:`tensorstream.prefetch`); parts of a large read that are not already
+in flight go straight into the caller's buffer. Every read is
 pinned to the ETag seen at open, so a replaced object raises
 :class:`~tensorstream.errors.ObjectChangedError` instead of mixing versions.
 
@@ -24,8 +25,8 @@ from typing import Any
 from . import _loop
 from .errors import UnsupportedOperationError
 from .policy import PolicyProvider
+from .prefetch import Prefetcher
 from .providers.base import ObjectInfo, Writer
-from .transfer import parallel_readinto
 from .uri import ParsedURI
 
 __all__ = ["StreamReader", "StreamWriter"]
@@ -33,7 +34,6 @@ __all__ = ["StreamReader", "StreamWriter"]
 log = logging.getLogger("tensorstream.file")
 
 _WRITE_BUFFER = 8 << 20
-_MIN_WINDOW = 64 << 10
 
 
 def _as_byte_view(b: Any) -> memoryview:
@@ -61,28 +61,32 @@ class StreamReader(io.RawIOBase):
         *,
         owns_provider: bool = True,
         on_close: Callable[[], None] | None = None,
+        limit: int | None = None,
     ) -> None:
         super().__init__()
         self._provider = provider
         self._uri = uri
         self._info = info
         self._pos = 0
-        self._buf: bytes | memoryview = b""
-        self._buf_start = 0
         self._owns_provider = owns_provider
         self._forks = 0
         self._fork_lock = threading.Lock()
         self._on_close = on_close
         self._pid = _loop.loop_pid()
         cfg = provider.config.transfer
-        self._large_read = cfg.large_read
-        self._readahead = max(1, cfg.readahead)
-        # Adaptive read-ahead window: starts small (tensorizer's header reads
-        # are followed by a large tensor read that goes straight to the
-        # tensor's memory, so a big window would fetch and copy those bytes
-        # twice) and grows while small reads keep missing it.
-        self._window = min(_MIN_WINDOW, self._readahead)
-        self._scratch = bytearray()  # reused window storage: no per-fill allocation
+        self._limit = limit
+        # Local files: read in the caller's thread, straight into its buffer.
+        self._blocking = provider.capabilities.inline_reads
+        self._prefetch = Prefetcher(
+            provider,
+            uri.path,
+            info.size,
+            info.etag,
+            segment=cfg.part_size,
+            window=cfg.readahead,
+            concurrency=cfg.concurrency,
+            limit=limit,
+        )
 
     # -- identity -------------------------------------------------------------
     @property
@@ -149,19 +153,16 @@ class StreamReader(io.RawIOBase):
         want = min(len(view), max(0, self._info.size - self._pos))
         if want <= 0:
             return 0
-        view = view[:want]
-        filled = self._copy_from_buffer(view)
-        rest = view[filled:]
-        if rest:
-            start = self._pos + filled
-            if len(rest) >= min(self._large_read, self._window):
-                # Buffering gains nothing for a read the window cannot cover.
-                self._fetch_into(start, rest)
-                self._window = min(_MIN_WINDOW, self._readahead)
-            else:
-                self._fill_buffer(start, len(rest))
-                filled2 = self._copy_from_buffer(rest, start)
-                assert filled2 == len(rest)
+        if _loop.in_loop_thread() and not self._blocking:
+            raise RuntimeError(
+                "StreamReader.readinto was called from tensorstream's own I/O thread; "
+                "use the async provider API there"
+            )
+        if self._blocking:
+            self._provider.readinto_blocking(self._uri.path, self._pos, view[:want],
+                                             etag=self._info.etag)
+        else:
+            self._prefetch.readinto(self._pos, view[:want])
         self._pos += want
         return want
 
@@ -183,8 +184,7 @@ class StreamReader(io.RawIOBase):
     def close(self) -> None:
         if self.closed:
             return
-        self._buf = b""
-        self._scratch = bytearray()
+        self._prefetch.close()
         try:
             if (self._owns_provider and self._pid == _loop.loop_pid()
                     and not _loop.is_shut_down()):
@@ -194,48 +194,19 @@ class StreamReader(io.RawIOBase):
             if self._on_close is not None:
                 self._on_close()
 
-    def fork(self) -> StreamReader:
-        """An independent reader of the same object version, positioned at 0."""
+    def fork(self, *, end: int | None = None) -> StreamReader:
+        """An independent reader of the same object version, positioned at 0.
+
+        ``end`` is a hint: read-ahead stops there (reads past it still work).
+        Forks share the connection pool; each has its own read-ahead window.
+        """
         self._check_closed()
-        return StreamReader(self._provider, self._uri, self._info, owns_provider=False)
+        return StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end)
 
     # -- internals ------------------------------------------------------------
     def _check_closed(self) -> None:
         if self.closed:
             raise ValueError("I/O operation on closed file")
-
-    def _copy_from_buffer(self, view: memoryview, pos: int | None = None) -> int:
-        pos = self._pos if pos is None else pos
-        offset = pos - self._buf_start
-        if not self._buf or offset < 0 or offset >= len(self._buf):
-            return 0
-        n = min(len(view), len(self._buf) - offset)
-        view[:n] = self._buf[offset : offset + n]
-        return n
-
-    def _fetch_into(self, start: int, view: memoryview) -> None:
-        _loop.run_sync(
-            parallel_readinto(
-                self._provider,
-                self._uri.path,
-                start,
-                view,
-                self._provider.config.transfer,
-                etag=self._info.etag,
-            )
-        )
-
-    def _fill_buffer(self, start: int, need: int) -> None:
-        length = min(max(need, self._window), self._info.size - start)
-        if len(self._scratch) < length:
-            self._buf = b""
-            self._scratch = bytearray(max(length, min(self._readahead, self._info.size)))
-        view = memoryview(self._scratch)[:length]
-        self._buf = b""  # invalid while being refilled (an error leaves it empty)
-        self._fetch_into(start, view)
-        self._buf = view
-        self._buf_start = start
-        self._window = min(self._window * 4, self._readahead)
 
 
 class StreamWriter(io.RawIOBase):

@@ -90,12 +90,12 @@ class PolicyProvider(Provider):
         raise TypeError("PolicyProvider wraps a provider; use tensorstream.get_provider")
 
     # -- machinery ----------------------------------------------------------
-    def _retrying(self) -> tenacity.AsyncRetrying:
+    def _retrying(self, cls: Any = tenacity.AsyncRetrying) -> Any:
         r = self.config.retry
         stop: Any = tenacity.stop_after_attempt(r.attempts)
         if self.config.timeouts.total is not None:
             stop = stop | tenacity.stop_after_delay(self.config.timeouts.total)
-        return tenacity.AsyncRetrying(
+        return cls(
             stop=stop,
             wait=_RetryAfterWait(r.backoff_initial, r.backoff_max),
             retry=tenacity.retry_if_exception(_is_temporary),
@@ -124,20 +124,46 @@ class PolicyProvider(Provider):
                     self.metrics.requests += 1
                     return await fn()
         except TensorstreamError as exc:
-            self._add_context(exc, operation, path)
-            if exc.temporary and attempts > 1:
-                cls = (RetriesExhaustedTimeoutError if isinstance(exc, TimeoutError)
-                       else RetriesExhaustedError)
-                raise cls(
-                    f"gave up after {attempts} attempts: {type(exc).__name__}: {exc.message}",
-                    attempts=attempts,
-                    last_error=exc,
-                    service=self.service,
-                    operation=operation,
-                    path=exc.path or redact_text(path),
-                ) from exc
-            raise
+            final = self._final_error(exc, operation, path, attempts)
+            if final is exc:
+                raise
+            raise final from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call_blocking(self, operation: str, path: str, fn: Callable[[], T]) -> T:
+        """:meth:`_call` for blocking operations (worker threads): same policy."""
+        attempts = 0
+        try:
+            for attempt in self._retrying(tenacity.Retrying):
+                with attempt:
+                    attempts += 1
+                    self.metrics.requests += 1
+                    return fn()
+        except TensorstreamError as exc:
+            final = self._final_error(exc, operation, path, attempts)
+            if final is exc:
+                raise
+            raise final from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _final_error(
+        self, exc: TensorstreamError, operation: str, path: str, attempts: int
+    ) -> TensorstreamError:
+        """The error to raise once retrying stopped: ``exc`` with context, or a
+        :class:`RetriesExhaustedError` naming the attempts when it was temporary."""
+        self._add_context(exc, operation, path)
+        if not (exc.temporary and attempts > 1):
+            return exc
+        cls = RetriesExhaustedTimeoutError if isinstance(exc, TimeoutError) else RetriesExhaustedError
+        final = cls(
+            f"gave up after {attempts} attempts: {type(exc).__name__}: {exc.message}",
+            attempts=attempts,
+            last_error=exc,
+            service=self.service,
+            operation=operation,
+            path=exc.path or redact_text(path),
+        )
+        return final
 
     def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
         exc.with_context(service=self.service, operation=operation, path=redact_text(path))
@@ -150,35 +176,42 @@ class PolicyProvider(Provider):
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
     ) -> int:
         """Fill ``buffer`` exactly, retrying temporary errors and resuming broken bodies."""
-        total = len(buffer)
-        done = 0
-        pinned = etag
+        if len(buffer) == 0:
+            return 0
+        state = _Resume(self, path, offset, buffer, etag)
 
         async def attempt() -> int:
-            nonlocal done, pinned
-            view = buffer[done:]
+            view, at, pinned = state.next_attempt()
             try:
-                n = await self.inner.readinto(path, offset + done, view, etag=pinned)
+                n = await self.inner.readinto(path, at, view, etag=pinned)
             except TensorstreamError as exc:
-                received = int(getattr(exc, "received", 0) or 0)
-                if received and exc.temporary:
-                    done += received
-                    self.metrics.resumed_bytes += received
-                    # Resume only from the same version of the object: pin to the
-                    # ETag the broken response was served under.
-                    pinned = pinned or getattr(exc, "etag", None)
+                state.failed(exc)
                 raise
-            if n != len(view):
-                raise AssertionError(
-                    f"provider {self.service} returned {n} of {len(view)} bytes"
-                )
-            done = total
-            return total
+            return state.succeeded(n, view)
 
-        if total == 0:
-            return 0
         n = await self._call("read", path, attempt)
-        self.metrics.bytes_read += total
+        self.metrics.bytes_read += n
+        return n
+
+    def readinto_blocking(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """:meth:`readinto` on the provider's blocking data path (worker threads)."""
+        if len(buffer) == 0:
+            return 0
+        state = _Resume(self, path, offset, buffer, etag)
+
+        def attempt() -> int:
+            view, at, pinned = state.next_attempt()
+            try:
+                n = self.inner.readinto_blocking(path, at, view, etag=pinned)
+            except TensorstreamError as exc:
+                state.failed(exc)
+                raise
+            return state.succeeded(n, view)
+
+        n = self._call_blocking("read", path, attempt)
+        self.metrics.bytes_read += n
         return n
 
     async def read_range(
@@ -219,6 +252,38 @@ class PolicyProvider(Provider):
                 service=self.service, operation="read", path=redact_text(path),  # redacts ?query
             )
         return info
+
+
+class _Resume:
+    """Progress of one exact read across attempts: where to resume and which
+    version to pin to. Shared by the async and the blocking path."""
+
+    def __init__(self, owner: PolicyProvider, path: str, offset: int, buffer: memoryview,
+                 etag: str | None) -> None:
+        self.owner = owner
+        self.path = path
+        self.offset = offset
+        self.buffer = buffer
+        self.done = 0
+        self.pinned = etag
+
+    def next_attempt(self) -> tuple[memoryview, int, str | None]:
+        return self.buffer[self.done :], self.offset + self.done, self.pinned
+
+    def failed(self, exc: TensorstreamError) -> None:
+        received = int(getattr(exc, "received", 0) or 0)
+        if received and exc.temporary:
+            self.done += received
+            self.owner.metrics.resumed_bytes += received
+            # Resume only from the same version of the object: pin to the ETag
+            # the broken response was served under.
+            self.pinned = self.pinned or getattr(exc, "etag", None)
+
+    def succeeded(self, n: int, view: memoryview) -> int:
+        if n != len(view):
+            raise AssertionError(f"provider {self.owner.service} returned {n} of {len(view)} bytes")
+        self.done = len(self.buffer)
+        return self.done
 
 
 class _ContextWriter(Writer):

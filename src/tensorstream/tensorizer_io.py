@@ -49,6 +49,7 @@ from .providers.local import temp_path_for
 from .uri import ParsedURI, parse_uri, redact
 
 __all__ = [
+    "DEFAULT_LOCAL_NUM_READERS",
     "DEFAULT_NUM_READERS",
     "DecryptionError",
     "Encryption",
@@ -65,10 +66,14 @@ __all__ = [
     "shard_uri",
 ]
 
-#: Parallel readers used when ``num_readers`` is None. Each reader's large
-#: reads already fan out over ``concurrency`` connections; a few readers add
-#: pipelining across tensor boundaries (header reads, small tensors).
-DEFAULT_NUM_READERS = 4
+#: Parallel readers used when ``num_readers`` is None, for remote sources:
+#: one reader is fed by the stream's read-ahead, which keeps ``concurrency``
+#: requests in flight across tensor boundaries (more readers only multiply
+#: read-ahead memory; the benchmark decided this).
+DEFAULT_NUM_READERS = 1
+#: For local files, read in the callers' threads (no read-ahead): parallel
+#: readers parallelise page faults and ``preadv`` like tensorizer's own.
+DEFAULT_LOCAL_NUM_READERS = 4
 #: vLLM registers this (meta) parameter on models it serializes.
 VLLM_MARKER = "vllm_tensorized_marker"
 _COPY_CHUNK = 16 << 20
@@ -146,7 +151,7 @@ def deserialize(
             filter_func=filter_func,
             dtype=dtype,
             lazy_load=lazy_load,
-            num_readers=DEFAULT_NUM_READERS if num_readers is None else num_readers,
+            num_readers=_default_readers(stream) if num_readers is None else num_readers,
             verify_hash=verify_hash,
             encryption=decryption,
         )
@@ -321,3 +326,8 @@ def serialize(
         with open(tmp, "rb") as src, ts_open(parsed, "wb", **options) as dst:
             shutil.copyfileobj(src, dst, _COPY_CHUNK)
     return str(target)
+
+
+def _default_readers(stream: Any) -> int:
+    caps = getattr(getattr(stream, "_provider", None), "capabilities", None)
+    return DEFAULT_LOCAL_NUM_READERS if getattr(caps, "blocking_reads", False) else DEFAULT_NUM_READERS

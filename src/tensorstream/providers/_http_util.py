@@ -1,4 +1,6 @@
-"""Small pure helpers for the HTTP provider: header parsing and address checks.
+"""Small pure helpers for the HTTP provider: header parsing, address checks,
+and the one status/exception -> tensorstream error mapping shared by the
+async (aiohttp) and blocking (http.client) data paths.
 
 Kept free of I/O so they can be fuzzed and unit-tested on their own.
 """
@@ -6,15 +8,44 @@ Kept free of I/O so they can be fuzzed and unit-tested on their own.
 from __future__ import annotations
 
 import email.utils
+import http.client
 import ipaddress
 import re
+import ssl
 import time
 from datetime import datetime, timezone
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import aiohttp
+from yarl import URL
+
+from ..errors import (
+    ConfigurationError,
+    ConnectionFailedError,
+    IncompleteReadError,
+    InvalidRangeError,
+    NotFoundError,
+    ObjectChangedError,
+    PermissionDeniedError,
+    ProtocolError,
+    ServiceUnavailableError,
+    StorageTimeoutError,
+    TensorstreamError,
+)
+from ..uri import redact, redact_text
 
 __all__ = [
+    "REDIRECT_STATUSES",
     "ContentRange",
+    "check_ranged_response",
+    "exception_error",
+    "note_etag",
+    "redact_path",
+    "redirect_step",
+    "refuse_metadata_target",
+    "status_error",
     "etags_match",
+    "origin",
     "is_metadata_address",
     "parse_content_range",
     "parse_http_date",
@@ -112,3 +143,144 @@ def is_metadata_address(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_link_local or ip == _METADATA_V6
+
+
+# -- error mapping (shared by the aiohttp and http.client data paths) -----------
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+#: Case-insensitive headers with ``.get(name)``: aiohttp's CIMultiDictProxy or
+#: http.client's HTTPMessage (which share no declared type).
+_Headers = Any
+
+
+def redact_path(path: str) -> str:
+    """``/path?query`` with secret query parameters (presigned URLs) redacted."""
+    return redact("http://h" + path)[len("http://h") :]
+
+
+def status_error(status: int, reason: str, headers: _Headers, *, path: str,
+                 service: str = "http") -> TensorstreamError:
+    """The tensorstream error for an HTTP status that is not the expected answer."""
+    where = {"service": service, "path": redact_path(path)}
+    msg = f"HTTP {status} {reason or ''}".rstrip()
+    if status in (404, 410):
+        return NotFoundError(f"{msg}: no such object", **where)
+    if status in (401, 403):
+        return PermissionDeniedError(f"{msg}: the server refused the credentials", **where)
+    if status == 412:
+        return ObjectChangedError(f"{msg}: the object changed (If-Match failed)", **where)
+    if status == 416:
+        total = parse_content_range(headers.get("Content-Range"))
+        size = f" of a {total.total}-byte object" if total and total.total is not None else ""
+        return InvalidRangeError(f"{msg}: range past the end{size}", **where)
+    if status in (408, 429) or (500 <= status < 600 and status not in (501, 505)):
+        return ServiceUnavailableError(
+            msg, retry_after=parse_retry_after(headers.get("Retry-After")), **where
+        )
+    if 400 <= status < 500:
+        return ConfigurationError(f"{msg}: the server rejected the request", **where)
+    return ProtocolError(f"unexpected {msg}", **where)
+
+
+def exception_error(exc: BaseException, *, path: str, received: int = 0,
+                    service: str = "http") -> TensorstreamError:
+    """The tensorstream error for a transport exception (aiohttp, http.client, OS).
+
+    ``received`` body bytes already landed make a broken connection a
+    resumable :class:`IncompleteReadError`.
+    """
+    if isinstance(exc, TensorstreamError):
+        return exc
+    where = {"service": service, "path": redact_path(path)}
+    what = f"{type(exc).__name__}: {redact_text(str(exc))}"
+    if isinstance(exc, (aiohttp.ClientSSLError, ssl.SSLError)):
+        err: TensorstreamError = ConnectionFailedError(f"TLS failed ({what})", **where)
+        err.temporary = False  # an untrusted certificate does not fix itself
+        return err
+    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError and socket.timeout alias it
+        return StorageTimeoutError(f"timed out after {received} bytes", received=received,
+                                   **where)
+    broken = (aiohttp.ClientPayloadError, aiohttp.ClientOSError,
+              aiohttp.ServerDisconnectedError, http.client.IncompleteRead, OSError)
+    if received and isinstance(exc, broken):
+        return IncompleteReadError(f"body broken after {received} bytes ({what})",
+                                   received=received, **where)
+    if isinstance(exc, (aiohttp.ClientPayloadError, http.client.IncompleteRead)):
+        return IncompleteReadError(f"body broken ({what})", received=0, **where)
+    if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+        # includes http.client.RemoteDisconnected (a ConnectionResetError)
+        return ConnectionFailedError(f"connection failed ({what})", **where)
+    return ProtocolError(f"HTTP client error ({what})", **where)
+
+
+def note_etag(exc: TensorstreamError, etag: str | None) -> TensorstreamError:
+    """Remember on a broken body which version its first bytes came from, so a
+    resumed request can be pinned to it (If-Match) and never mix versions."""
+    received: Any = getattr(exc, "received", None)
+    if etag and received and not hasattr(exc, "etag"):
+        exc.etag = etag  # type: ignore[attr-defined]
+    return exc
+
+
+def check_ranged_response(status: int, headers: _Headers, *, first: int, last: int,
+                          etag: str | None, path: str, on_status: Any,
+                          service: str = "http") -> None:
+    """Raise unless the answer is exactly bytes ``first..last`` (inclusive) as a 206
+    with no content coding (and, with ``etag``, of that version).
+
+    ``on_status()`` builds the error for a status other than 200/206.
+    """
+    def refuse(why: str) -> ProtocolError:
+        return ProtocolError(why, service=service, path=redact_path(path))
+
+    if status == 200:
+        raise refuse("the server ignored the Range header (200 instead of 206)")
+    if status != 206:
+        raise on_status()
+    encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise refuse(f"refusing a ranged body with Content-Encoding {encoding!r}")
+    cr = parse_content_range(headers.get("Content-Range"))
+    if (cr is not None and cr.first == first and cr.total is not None
+            and cr.last == cr.total - 1 < last):
+        # RFC 9110 servers clamp a range that runs past the end.
+        raise InvalidRangeError(
+            f"range [{first}, {last + 1}) is past the end of a {cr.total}-byte object",
+            service=service, path=redact_path(path))
+    if cr is None or (cr.first, cr.last) != (first, last):
+        raise refuse(f"Content-Range {headers.get('Content-Range')!r} does not match "
+                     f"the requested bytes {first}-{last}")
+    length = headers.get("Content-Length")
+    if length is not None and length.strip() != str(last - first + 1):
+        raise refuse(f"Content-Length {length} does not match the range")
+    got = headers.get("ETag")
+    if etag and got and not etags_match(got, etag):
+        raise ObjectChangedError("the object changed while it was being read (ETag)",
+                                 service=service, path=redact_path(path))
+
+
+# -- redirects (one policy for both data paths) ---------------------------------
+def origin(url: URL) -> tuple[str, str, int | None]:
+    """``(scheme, host, port)``: credentials never cross a change of it."""
+    return (url.scheme, (url.host or "").lower(), url.explicit_port or url.port)
+
+
+def redirect_step(url: URL, location: str, *, path: str) -> tuple[URL, bool]:
+    """The redirect target of ``Location`` relative to ``url``, and whether it
+    keeps the origin (if not, credential headers must be dropped)."""
+    target = url.join(URL(location, encoded=True))
+    if target.scheme not in ("http", "https"):
+        raise ProtocolError(f"redirect to unsupported scheme {target.scheme!r}",
+                            service="http", path=redact_path(path))
+    return target, origin(target) == origin(url)
+
+
+def refuse_metadata_target(addresses: list[str], *, path: str) -> None:
+    """Refuse a redirect whose host or resolved addresses are link-local/metadata."""
+    if any(is_metadata_address(a) for a in addresses):
+        raise PermissionDeniedError(
+            "refusing to follow a redirect to a link-local/metadata address "
+            "(pass allow_private_redirects=True to allow it)",
+            service="http", path=redact_path(path))
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from typing import Any
+from xml.etree import ElementTree
 
 import aiohttp
 import botocore.exceptions as bce
@@ -23,9 +24,9 @@ from ..errors import (
     StorageTimeoutError,
     TensorstreamError,
 )
-from ..uri import redact
+from ..uri import redact, redact_text
 
-__all__ = ["ErrorContext", "map_s3_error"]
+__all__ = ["ErrorContext", "map_s3_error", "map_s3_http_error"]
 
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload", "NoSuchVersion", "404"}
 _DENIED = {
@@ -138,3 +139,28 @@ def _retry_after(meta: dict[str, Any]) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+def map_s3_http_error(status: int, headers: Any, body: bytes, ctx: ErrorContext) -> TensorstreamError:
+    """The tensorstream error for a raw S3 HTTP answer (the blocking data path):
+    its XML error body (``Code``/``Message``) goes through the same table as
+    botocore's ``ClientError``. Nothing else of the body (which may echo the
+    string to sign) reaches a message."""
+    code = message = ""
+    if body:
+        try:
+            root = ElementTree.fromstring(body)
+        except ElementTree.ParseError:
+            root = None
+        if root is not None:
+            code = (root.findtext("Code") or "").strip()
+            message = (root.findtext("Message") or "").strip()
+    retry_after = headers.get("Retry-After") if headers is not None else None
+    response: dict[str, Any] = {
+        "Error": {"Code": code or str(status), "Message": redact_text(message)},
+        "ResponseMetadata": {
+            "HTTPStatusCode": status,
+            "HTTPHeaders": {"retry-after": retry_after} if retry_after else {},
+        },
+    }
+    return _map_client_error(bce.ClientError(response, "GetObject"), ctx)  # type: ignore[arg-type]

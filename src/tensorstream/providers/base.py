@@ -48,6 +48,12 @@ class Capabilities:
     delete: bool = False
     #: ``readinto(..., etag=...)`` is enforced by the server (If-Match / version).
     pinned_reads: bool = False
+    #: :meth:`Provider.readinto_blocking` works (local files: the sync file object
+    #: then reads in the caller's thread, with no I/O-thread hop and no copy).
+    blocking_reads: bool = False
+    #: Blocking reads are cheap enough to run inline in the reader's thread,
+    #: without read-ahead (local files).
+    inline_reads: bool = False
 
 
 def check_range(size: int, start: int, end: int) -> None:
@@ -148,6 +154,14 @@ class Provider(abc.ABC):
         """An atomic :class:`Writer` for ``path``."""
         raise UnsupportedOperationError(
             f"{self.service} does not support writes", service=self.service, operation="write"
+        )
+
+    def readinto_blocking(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """Synchronous :meth:`readinto` in the calling thread (``capabilities.blocking_reads``)."""
+        raise UnsupportedOperationError(
+            f"{self.service} has no blocking reads", service=self.service, operation="read"
         )
 
     async def delete(self, path: str) -> None:

@@ -10,6 +10,9 @@ bytes asked for or raise.
 * One pooled ``ClientSession`` per provider, created lazily inside the
   running loop; connect and idle (``sock_read``) timeouts, no whole-request
   timeout.
+* ``readinto_blocking``: the same ranged GET on ``http.client`` in the calling
+  thread (:mod:`._blocking_http`), received into the buffer without the GIL;
+  same checks, errors and redirect rules.
 * Redirects are followed by hand: credential headers are dropped when the
   origin changes or https is downgraded, and link-local / metadata addresses
   are refused unless ``allow_private_redirects=True``.
@@ -25,6 +28,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import threading
 import warnings
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -36,24 +40,25 @@ from ..config import CommonConfig, split_options
 from ..credentials.http import HTTPCredentials, resolve_http_credentials
 from ..errors import (
     ConfigurationError,
-    ConnectionFailedError,
     IncompleteReadError,
     InvalidRangeError,
-    NotFoundError,
-    ObjectChangedError,
-    PermissionDeniedError,
     ProtocolError,
-    ServiceUnavailableError,
-    StorageTimeoutError,
     TensorstreamError,
 )
 from ..uri import redact
+from ._blocking_http import ConnectionPool, RedirectPolicy, TLSSettings, get_range_into
 from ._http_util import (
-    etags_match,
+    REDIRECT_STATUSES,
+    check_ranged_response,
+    exception_error,
     is_metadata_address,
+    note_etag,
     parse_content_range,
     parse_http_date,
-    parse_retry_after,
+    redact_path,
+    redirect_step,
+    refuse_metadata_target,
+    status_error,
 )
 from .base import Capabilities, ObjectInfo, Provider
 
@@ -62,7 +67,7 @@ __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 log = logging.getLogger("tensorstream.http")
 
 MAX_REDIRECTS = 5
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_REDIRECT_STATUSES = REDIRECT_STATUSES
 #: aiohttp's per-response read buffer; larger means fewer pause/resume cycles.
 _READ_BUFSIZE = 1 << 20
 from ..errors import InsecureTLSWarning  # noqa: E402  (re-exported for compatibility)
@@ -71,65 +76,18 @@ _IDENTITY = {"Accept-Encoding": "identity"}
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-def _origin(url: URL) -> tuple[str, str, int | None]:
-    return (url.scheme, (url.host or "").lower(), url.explicit_port or url.port)
-
-
 def _redact_path(path: str) -> str:
-    # Presigned query parameters are secrets: redact them like a full URI.
-    return redact("http://h" + path)[len("http://h") :]
+    return redact_path(path)
 
 
 def _map_error(
     source: BaseException | aiohttp.ClientResponse, path: str, *, received: int = 0
 ) -> TensorstreamError:
-    """The one place HTTP statuses and aiohttp/OS errors become tensorstream errors."""
-    where = {"service": "http", "path": _redact_path(path)}
+    """The one place HTTP statuses and aiohttp/OS errors become tensorstream errors
+    (the shared pure mapping in :mod:`._http_util`, also used by the blocking path)."""
     if isinstance(source, aiohttp.ClientResponse):
-        status, reason = source.status, source.reason or ""
-        msg = f"HTTP {status} {reason}".rstrip()
-        if status in (404, 410):
-            return NotFoundError(f"{msg}: no such object", **where)
-        if status in (401, 403):
-            return PermissionDeniedError(f"{msg}: the server refused the credentials", **where)
-        if status == 412:
-            return ObjectChangedError(f"{msg}: the object changed (If-Match failed)", **where)
-        if status == 416:
-            total = parse_content_range(source.headers.get("Content-Range"))
-            size = f" of a {total.total}-byte object" if total and total.total is not None else ""
-            return InvalidRangeError(f"{msg}: range past the end{size}", **where)
-        if status in (408, 429) or (500 <= status < 600 and status not in (501, 505)):
-            return ServiceUnavailableError(
-                msg, retry_after=parse_retry_after(source.headers.get("Retry-After")), **where
-            )
-        if 400 <= status < 500:
-            return ConfigurationError(f"{msg}: the server rejected the request", **where)
-        return ProtocolError(f"unexpected {msg}", **where)
-    what = f"{type(source).__name__}: {source}"
-    if isinstance(source, (aiohttp.ClientSSLError, ssl.SSLError)):
-        err: TensorstreamError = ConnectionFailedError(f"TLS failed ({what})", **where)
-        err.temporary = False  # an untrusted certificate does not fix itself
-        return err
-    if isinstance(source, (asyncio.TimeoutError, TimeoutError)):
-        return StorageTimeoutError(f"timed out after {received} bytes", received=received, **where)
-    if received and isinstance(source, (aiohttp.ClientPayloadError, aiohttp.ClientOSError,
-                                        aiohttp.ServerDisconnectedError, OSError)):
-        return IncompleteReadError(f"body broken after {received} bytes ({what})",
-                                   received=received, **where)
-    if isinstance(source, aiohttp.ClientPayloadError):
-        return IncompleteReadError(f"body broken ({what})", received=0, **where)
-    if isinstance(source, (aiohttp.ClientConnectionError, OSError)):
-        return ConnectionFailedError(f"connection failed ({what})", **where)
-    return ProtocolError(f"HTTP client error ({what})", **where)
-
-
-def _note_etag(exc: TensorstreamError, etag: str | None) -> TensorstreamError:
-    # A broken body remembers which version its first bytes came from, so a
-    # resumed request can be pinned to it (If-Match) and never mix versions.
-    received: Any = getattr(exc, "received", None)
-    if etag and received and not hasattr(exc, "etag"):
-        exc.etag = etag  # type: ignore[attr-defined]
-    return exc
+        return status_error(source.status, source.reason or "", source.headers, path=path)
+    return exception_error(source, path=path, received=received)
 
 
 class HTTPProvider(Provider):
@@ -141,7 +99,8 @@ class HTTPProvider(Provider):
 
     schemes = ("http", "https")
     service = "http"
-    capabilities: ClassVar[Capabilities] = Capabilities(read=True, stat=True, pinned_reads=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(read=True, stat=True, pinned_reads=True,
+                                                        blocking_reads=True)
     option_names = frozenset(
         {"headers", "token", "ca_bundle", "insecure", "client_cert", "client_key",
          "allow_private_redirects"}
@@ -162,6 +121,8 @@ class HTTPProvider(Provider):
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._ssl: ssl.SSLContext | None = None
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
         if self._creds.insecure:
             msg = (f"TLS certificate verification is disabled (insecure=True) for "
                    f"{self._origin}; anyone on the path can read or alter the data")
@@ -223,7 +184,24 @@ class HTTPProvider(Provider):
         self._session_loop = loop
         return self._session
 
+    def _blocking_pool(self) -> ConnectionPool:
+        with self._pool_lock:
+            if self._pool is None:
+                c = self._creds
+                tls = TLSSettings(
+                    ca_bundle=c.ca_bundle.value if c.ca_bundle else None,
+                    insecure=c.insecure,
+                    client_cert=c.client_cert.value if c.client_cert else None,
+                    client_key=c.client_key.value if c.client_key else None,
+                )
+                self._pool = ConnectionPool(tls, max_idle=self._config.transfer.concurrency + 4)
+            return self._pool
+
     async def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
         session, self._session = self._session, None
         if session is not None and not session.closed:
             if self._session_loop is asyncio.get_running_loop():
@@ -243,11 +221,7 @@ class HTTPProvider(Provider):
                 addresses += [str(i[4][0]) for i in infos]
             except OSError:
                 pass  # unresolvable: the request itself will fail and say so
-        if any(is_metadata_address(a) for a in addresses):
-            raise PermissionDeniedError(
-                "refusing to follow a redirect to a link-local/metadata address "
-                "(pass allow_private_redirects=True to allow it)",
-                service="http", path=_redact_path(path))
+        refuse_metadata_target(addresses, path=path)
 
     @contextlib.asynccontextmanager
     async def _send(self, method: str, path: str,
@@ -267,11 +241,8 @@ class HTTPProvider(Provider):
                     resp.release()
                 return
             resp.release()
-            target = url.join(URL(location, encoded=True))
-            if target.scheme not in ("http", "https"):
-                raise ProtocolError(f"redirect to unsupported scheme {target.scheme!r}",
-                                    service="http", path=_redact_path(path))
-            if _origin(target) != _origin(url):
+            target, same_origin = redirect_step(url, location, path=path)
+            if not same_origin:
                 creds = {}  # never forward credentials to another origin (or to http)
             await self._check_redirect_target(target, path)
             log.debug("%s %s redirected to %s", method, redact(str(url)), redact(str(target)))
@@ -365,39 +336,29 @@ class HTTPProvider(Provider):
                         raise ProtocolError("the server sent more bytes than the range",
                                             service="http", path=_redact_path(path))
         except TensorstreamError as exc:
-            _note_etag(exc, served)
+            note_etag(exc, served)
             raise
         except _TRANSPORT_ERRORS as exc:
-            raise _note_etag(_map_error(exc, path, received=received), served) from exc
+            raise note_etag(_map_error(exc, path, received=received), served) from exc
         return want
+
+    def readinto_blocking(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """:meth:`readinto` in the calling thread, on ``http.client``: the body is
+        received straight into ``buffer`` with the GIL released (thread-safe)."""
+        try:
+            return get_range_into(
+                self._blocking_pool(), self._origin + path, offset, buffer, _IDENTITY, etag,
+                self._config.timeouts, path=path,
+                redirects=RedirectPolicy(self._creds.auth_headers(), self._allow_private,
+                                         MAX_REDIRECTS),
+            )
+        except ssl.SSLError as exc:  # e.g. an unreadable client certificate
+            raise _map_error(exc, path) from exc
 
     @staticmethod
     def _check_ranged_response(resp: aiohttp.ClientResponse, path: str, first: int,
                                last: int, etag: str | None) -> None:
-        def refuse(why: str) -> ProtocolError:
-            return ProtocolError(why, service="http", path=_redact_path(path))
-
-        if resp.status == 200:
-            raise refuse("the server ignored the Range header (200 instead of 206)")
-        if resp.status != 206:
-            raise _map_error(resp, path)
-        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise refuse(f"refusing a ranged body with Content-Encoding {encoding!r}")
-        cr = parse_content_range(resp.headers.get("Content-Range"))
-        if (cr is not None and cr.first == first and cr.total is not None
-                and cr.last == cr.total - 1 < last):
-            # RFC 9110 servers clamp a range that runs past the end.
-            raise InvalidRangeError(
-                f"range [{first}, {last + 1}) is past the end of a {cr.total}-byte object",
-                service="http", path=_redact_path(path))
-        if cr is None or (cr.first, cr.last) != (first, last):
-            raise refuse(f"Content-Range {resp.headers.get('Content-Range')!r} does not match "
-                         f"the requested bytes {first}-{last}")
-        length = resp.headers.get("Content-Length")
-        if length is not None and length.strip() != str(last - first + 1):
-            raise refuse(f"Content-Length {length} does not match the range")
-        got = resp.headers.get("ETag")
-        if etag and got and not etags_match(got, etag):
-            raise ObjectChangedError("the object changed while it was being read (ETag)",
-                                     service="http", path=_redact_path(path))
+        check_ranged_response(resp.status, resp.headers, first=first, last=last, etag=etag,
+                              path=path, on_status=lambda: _map_error(resp, path))

@@ -54,7 +54,8 @@ class LocalProvider(Provider):
     schemes = ("file",)
     service = "file"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        write=True, list=True, delete=True, pinned_reads=True
+        write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True,
+        inline_reads=True,
     )
     option_names = frozenset()
 
@@ -82,6 +83,12 @@ class LocalProvider(Provider):
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
     ) -> int:
         return await asyncio.to_thread(self._readinto_sync, path, offset, buffer, etag)
+
+    def readinto_blocking(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """``preadv`` straight into ``buffer`` in the calling thread (releases the GIL)."""
+        return self._readinto_sync(path, offset, buffer, etag)
 
     def _readinto_sync(self, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
         want = len(buffer)

@@ -10,6 +10,15 @@ Reads: ``stat`` is one HEAD; ``readinto`` is one ranged GET pinned with
 straight into the caller's buffer (never a whole-body read). Writes go
 through :class:`~tensorstream.providers._s3_writer.S3Writer`.
 
+``readinto_blocking`` (worker threads, no event loop): a plain synchronous
+botocore client, built from the same resolved credentials, endpoint and
+settings, resolves the object's URL (endpoint rules, addressing style, key
+quoting; cached per key, no secret in it) and botocore's ``S3SigV4Auth``
+signs each ranged GET in ``Authorization`` headers (fresh per request, so
+rotated credentials apply; header signing rather than presigned URLs keeps
+credentials out of URLs, and moto's signature checking accepts it). The
+request runs on the shared blocking HTTP path (:mod:`._blocking_http`).
+
 Paths are ``bucket/key``.
 """
 
@@ -43,7 +52,8 @@ from ..errors import (
     ProtocolError,
 )
 from ..uri import redact
-from ._s3_errors import ErrorContext, map_s3_error
+from ._blocking_http import ConnectionPool, TLSSettings, get_range_into, read_error_body
+from ._s3_errors import ErrorContext, map_s3_error, map_s3_http_error
 from ._s3_writer import S3Writer
 from .base import Capabilities, ObjectInfo, Provider, Writer
 
@@ -56,6 +66,7 @@ _CHUNK = 1 << 20  # body read size: copies into the caller's buffer as data arri
 _WRITE_MEMORY = 128 << 20  # bound on bytes in in-flight upload parts
 _CHECKSUM_MODES = ("when_supported", "when_required")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+_URL_CACHE = 4096  # object URLs remembered by the blocking path
 
 
 _loader_lock = threading.Lock()
@@ -97,7 +108,7 @@ class S3Provider(Provider):
     schemes = ("s3",)
     service = "s3"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        write=True, list=True, delete=True, pinned_reads=True
+        write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True
     )
     option_names = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure"})
 
@@ -124,6 +135,13 @@ class S3Provider(Provider):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
         self._key_source = credentials.key_source
+        # The blocking path: a sync botocore client (signing only) and a pool.
+        self._sync_lock = threading.Lock()
+        self._sync_client: Any = None
+        self._pool: ConnectionPool | None = None
+        self._urls: dict[tuple[str, str], str] = {}
+        self._sync_creds: Any = None
+        self._default_ca: str | None = None
 
     @classmethod
     def from_uri(cls, uri: Any, *, config: CommonConfig | None = None, **options: Any) -> S3Provider:
@@ -195,8 +213,21 @@ class S3Provider(Provider):
             if mapped is exc:
                 raise
             raise mapped from exc
+        cfg_kwargs, kwargs = self._client_options()
+        kwargs["config"] = AioConfig(**cfg_kwargs)
+        stack = contextlib.AsyncExitStack()
+        client = await stack.enter_async_context(session.create_client("s3", **kwargs))
+        self._stack = stack
+        return client
+
+    def _client_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Config and ``create_client`` arguments shared by the async client and
+        the blocking path's signing client."""
+        import botocore
+
+        creds = self.credentials
         t, x = self.config.timeouts, self.config.transfer
-        cfg = AioConfig(
+        cfg: dict[str, Any] = dict(
             connect_timeout=t.connect,
             read_timeout=t.idle,
             max_pool_connections=x.concurrency,
@@ -207,7 +238,7 @@ class S3Provider(Provider):
             request_checksum_calculation=self.checksum,
             response_checksum_validation=self.checksum,
         )
-        kwargs: dict[str, Any] = {"config": cfg}
+        kwargs: dict[str, Any] = {}
         if creds.endpoint:
             kwargs["endpoint_url"] = creds.endpoint.value
         if creds.region:
@@ -221,10 +252,7 @@ class S3Provider(Provider):
             kwargs["verify"] = False
         elif self.ca_bundle:
             kwargs["verify"] = str(self.ca_bundle)
-        stack = contextlib.AsyncExitStack()
-        client = await stack.enter_async_context(session.create_client("s3", **kwargs))
-        self._stack = stack
-        return client
+        return cfg, kwargs
 
     async def _call(self, op: str, path: str, **kwargs: Any) -> Any:
         client = await self._get_client()
@@ -287,6 +315,122 @@ class S3Provider(Provider):
             raise
         return want
 
+    # -- the blocking path ----------------------------------------------------------
+    def _create_sync_client(self) -> Any:
+        """A synchronous botocore client used only to presign (no requests)."""
+        import botocore.exceptions
+        import botocore.session
+        from botocore.config import Config
+
+        creds = self.credentials
+        profile = creds.profile.value if creds.profile else None
+        try:
+            session = botocore.session.Session(profile=profile)
+            session.register_component("data_loader", _shared_data_loader(session))
+            if creds.anonymous:
+                self._sync_creds = None
+            elif creds.access_key_id and creds.secret_access_key:
+                from botocore.credentials import Credentials
+
+                self._sync_creds = Credentials(
+                    creds.access_key_id.value, creds.secret_access_key.value,
+                    creds.session_token.value if creds.session_token else None)
+            else:  # botocore's chain (refreshable credentials refresh themselves)
+                self._sync_creds = session.get_credentials()
+                if self._sync_creds is None:
+                    raise MissingCredentialsError("no S3 credentials found",
+                                                  looked_in=list(creds.looked_in))
+            cfg_kwargs, kwargs = self._client_options()
+            if cfg_kwargs["signature_version"] is None:
+                cfg_kwargs["signature_version"] = "s3v4"  # presign with SigV4, never SigV2
+            kwargs["config"] = Config(**cfg_kwargs)
+            client = session.create_client("s3", **kwargs)
+            if not self.insecure and not self.ca_bundle:
+                # botocore's own trust store (AWS_CA_BUNDLE / profile / certifi)
+                self._default_ca = session.get_config_variable("ca_bundle") or _certifi()
+        except botocore.exceptions.ProfileNotFound as exc:
+            raise ConfigurationError(
+                f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
+                "is not defined in the ~/.aws files"
+            ) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            mapped = map_s3_error(exc, self._ctx(""))
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return client
+
+    def _blocking_state(self) -> tuple[Any, ConnectionPool]:
+        with self._sync_lock:
+            if self._sync_client is None:
+                self._sync_client = self._create_sync_client()
+            if self._pool is None:
+                tls = TLSSettings(ca_bundle=str(self.ca_bundle) if self.ca_bundle
+                                  else self._default_ca, insecure=self.insecure)
+                self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4)
+            return self._sync_client, self._pool
+
+    def _object_url(self, client: Any, bucket: str, key: str, path: str) -> str:
+        """The object's URL as botocore addresses it (endpoint, virtual-host or
+        path style, key quoting), without any signature (so no secret in it)."""
+        with self._sync_lock:
+            url = self._urls.get((bucket, key))
+        if url is not None:
+            return url
+        try:
+            signed = str(client.generate_presigned_url(
+                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=60))
+        except Exception as exc:
+            mapped = map_s3_error(exc, self._ctx(path))
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        url = signed.split("?", 1)[0]  # only X-Amz-* signing parameters follow
+        with self._sync_lock:
+            if len(self._urls) >= _URL_CACHE:
+                self._urls.clear()
+            self._urls[(bucket, key)] = url
+        return url
+
+    def _signed_headers(self, client: Any, url: str, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` plus botocore's SigV4 ``Authorization`` (and session token) for a
+        GET of ``url``; signed afresh per request, so rotated credentials apply."""
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        creds = self._sync_creds
+        if creds is None:  # anonymous (UNSIGNED)
+            return headers
+        request = AWSRequest(method="GET", url=url, headers=headers)
+        S3SigV4Auth(creds.get_frozen_credentials(), "s3", client.meta.region_name).add_auth(
+            request)
+        return dict(request.headers.items())
+
+    def readinto_blocking(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """:meth:`readinto` in the calling thread: a SigV4-signed ranged GET
+        received straight into ``buffer`` with the GIL released (thread-safe)."""
+        bucket, key = _split(path)
+        if offset < 0:
+            raise InvalidRangeError(f"negative offset {offset}")
+        want = len(buffer)
+        if not want:
+            return 0
+        client, pool = self._blocking_state()
+        url = self._object_url(client, bucket, key, path)
+        headers = {"Accept-Encoding": "identity", "Range": f"bytes={offset}-{offset + want - 1}"}
+        if etag and not etag.startswith("W/"):
+            headers["If-Match"] = etag
+        signed = self._signed_headers(client, url, headers)
+        ctx = self._ctx(path)
+
+        def on_status(resp: Any, _where: str) -> Any:
+            return map_s3_http_error(resp.status, resp.headers, read_error_body(resp), ctx)
+
+        return get_range_into(pool, url, offset, buffer, signed, etag, self.config.timeouts,
+                              path=path, service="s3", on_status=on_status)
+
     # -- list / delete ------------------------------------------------------------
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
         """Objects under ``bucket/prefix``, in key order (S3 lists in UTF-8 order).
@@ -337,12 +481,27 @@ class S3Provider(Provider):
         )
 
     async def close(self) -> None:
+        with self._sync_lock:
+            pool, self._pool = self._pool, None
+            self._sync_client = None
+            self._urls.clear()
+        if pool is not None:
+            pool.close()
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None and self._loop is asyncio.get_running_loop():
             try:
                 await stack.aclose()
             except Exception as exc:
                 log.debug("closing the S3 client failed: %s", type(exc).__name__)
+
+
+def _certifi() -> str | None:
+    try:
+        from botocore.httpsession import get_cert_path
+    except ImportError:  # pragma: no cover - very old botocore
+        return None
+    path = get_cert_path(True)
+    return path if isinstance(path, str) else None
 
 
 def _check_content_range(resp: dict[str, Any], offset: int, want: int) -> None:

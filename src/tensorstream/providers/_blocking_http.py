@@ -1,0 +1,317 @@
+"""The blocking HTTP(S) data path: ranged GETs received straight into the
+caller's buffer from worker threads, without the event loop.
+
+``http.client`` does the HTTP (request framing, header and chunked parsing);
+``HTTPResponse.readinto`` fills slices of the destination ``memoryview`` with
+``socket.recv_into``, which releases the GIL, so many threads read truly in
+parallel and each byte is written once.
+
+* :class:`ConnectionPool`: thread-safe keep-alive pool keyed by
+  ``(scheme, host, port)`` (one pool per TLS setting: a provider owns one).
+  Only a connection whose response was read to its end, and that the server
+  keeps open, goes back; any error, partial body or interruption closes it, so
+  a reused connection can never yield the previous response's bytes. The pool
+  forgets connections inherited across ``fork``.
+* :func:`get_range_into`: one ranged GET (following redirects by a given
+  policy) checked by the same pure functions as the async path
+  (:mod:`._http_util`): it fills the whole buffer or raises the same
+  tensorstream errors.
+
+No retries here: :mod:`tensorstream.policy` retries and resumes. The only
+repeat is urllib3's classic one: a *reused* keep-alive connection that the
+server closed while idle is replaced by a fresh one, once, before any byte of
+the answer arrived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+
+from yarl import URL
+
+from ..config import Timeouts
+from ..errors import (
+    IncompleteReadError,
+    InvalidRangeError,
+    ProtocolError,
+    StorageTimeoutError,
+    TensorstreamError,
+)
+from ._http_util import (
+    REDIRECT_STATUSES,
+    check_ranged_response,
+    exception_error,
+    is_metadata_address,
+    note_etag,
+    redact_path,
+    redirect_step,
+    refuse_metadata_target,
+    status_error,
+)
+
+__all__ = ["ConnectionPool", "RedirectPolicy", "TLSSettings", "get_range_into"]
+
+#: Body bytes per ``readinto`` call: bounds what an error mid-slice forgets
+#: (resume restarts at the slice start) while keeping Python overhead tiny.
+_SLICE = 1 << 20
+#: At most this many bytes of an error body are read (S3 XML errors are small).
+_ERROR_BODY_LIMIT = 64 << 10
+_MAX_REDIRECTS = 5
+
+_Key = tuple[str, str, int]
+#: Builds the error for a status other than 200/206 from the open response.
+StatusMapper = Callable[[http.client.HTTPResponse, str], TensorstreamError]
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSSettings:
+    """Trust settings of a pool (the same meaning as the async providers')."""
+
+    ca_bundle: str | None = None
+    insecure: bool = False
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.ca_bundle)
+        if self.client_cert is not None:
+            ctx.load_cert_chain(self.client_cert, self.client_key)
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+@dataclasses.dataclass(frozen=True)
+class RedirectPolicy:
+    """How the blocking path follows redirects (the async path's rules):
+    credentials are dropped when the origin changes, link-local/metadata
+    targets are refused unless ``allow_private``."""
+
+    credentials: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    allow_private: bool = False
+    max_redirects: int = _MAX_REDIRECTS
+
+
+class ConnectionPool:
+    """Thread-safe keep-alive connections, at most ``max_idle`` idle per origin."""
+
+    def __init__(self, tls: TLSSettings | None = None, *, max_idle: int = 16) -> None:
+        self.tls = tls or TLSSettings()
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._pid = os.getpid()
+        self.created = 0  # connections opened (tests and metrics)
+
+    def __repr__(self) -> str:
+        return f"ConnectionPool({self.tls!r}, max_idle={self.max_idle})"
+
+    def _context(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._ssl is None:
+                self._ssl = self.tls.context()
+            return self._ssl
+
+    def acquire(self, key: _Key, timeouts: Timeouts) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection to ``key`` (``reused=True``) or a new, connected one."""
+        with self._lock:
+            if self._pid != os.getpid():  # sockets shared with the parent: never use
+                self._idle.clear()
+                self._pid = os.getpid()
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop(), True
+        scheme, host, port = key
+        conn: http.client.HTTPConnection
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(host, port, timeout=timeouts.connect,
+                                               context=self._context())
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeouts.connect)
+        try:
+            conn.connect()  # TCP (+ TLS handshake) under the connect timeout
+        except BaseException:
+            conn.close()
+            raise
+        assert conn.sock is not None
+        conn.sock.settimeout(timeouts.idle)  # from now on: the time between bytes
+        with self._lock:
+            self.created += 1
+        return conn, False
+
+    def release(self, key: _Key, conn: http.client.HTTPConnection) -> None:
+        """Return a connection whose last response was read to its end."""
+        with self._lock:
+            if self._pid == os.getpid():
+                idle = self._idle.setdefault(key, [])
+                if len(idle) < self.max_idle:
+                    idle.append(conn)
+                    return
+        conn.close()
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._idle.values())
+
+    def close(self) -> None:
+        """Close every idle connection (connections in use close when their read ends)."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+
+
+def _key(url: URL) -> _Key:
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ProtocolError(f"unsupported URL scheme {url.scheme!r}")
+    return (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+
+
+def _default_status(resp: http.client.HTTPResponse, path: str) -> TensorstreamError:
+    return status_error(resp.status, resp.reason, resp.headers, path=path)
+
+
+def read_error_body(resp: http.client.HTTPResponse) -> bytes:
+    """At most ``_ERROR_BODY_LIMIT`` bytes of an error answer's body (best effort)."""
+    try:
+        return resp.read(_ERROR_BODY_LIMIT)
+    except (OSError, http.client.HTTPException):
+        return b""
+
+
+def _check_redirect(target: URL, policy: RedirectPolicy, path: str) -> None:
+    if policy.allow_private or not target.host:
+        return
+    addresses = [target.host]
+    if not is_metadata_address(target.host):
+        try:
+            infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+            addresses += [str(i[4][0]) for i in infos]
+        except OSError:
+            pass  # unresolvable: the request itself will fail and say so
+    refuse_metadata_target(addresses, path=path)
+
+
+def _exchange(pool: ConnectionPool, url: URL, headers: dict[str, str], timeouts: Timeouts,
+              *, service: str, path: str
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """Send one GET and read the status line and headers."""
+    key = _key(url)
+    target = url.raw_path_qs or "/"  # sent verbatim: never re-encode a signed URL
+    for _ in range(2):
+        try:
+            conn, reused = pool.acquire(key, timeouts)
+        except TimeoutError as exc:
+            raise StorageTimeoutError(
+                f"connect timeout ({timeouts.connect:g} s) to {key[1]}:{key[2]}",
+                service=service, path=redact_path(path)) from exc
+        try:
+            conn.request("GET", target, headers=headers)
+            return conn, conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            conn.close()
+            if not reused:
+                raise
+            # The server closed this keep-alive connection while it sat idle.
+        except BaseException:
+            conn.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+def get_range_into(
+    pool: ConnectionPool,
+    url: str,
+    offset: int,
+    buffer: memoryview,
+    headers: Mapping[str, str],
+    etag: str | None,
+    timeouts: Timeouts,
+    *,
+    path: str | None = None,
+    service: str = "http",
+    redirects: RedirectPolicy | None = None,
+    on_status: StatusMapper | None = None,
+) -> int:
+    """Fill ``buffer`` with bytes ``[offset, offset + len(buffer))`` of ``url``.
+
+    ``headers`` are sent as given (``Accept-Encoding: identity`` and ``Range``
+    are added; ``If-Match`` too with a strong ``etag``). With ``redirects``,
+    its credential headers are sent to the first origin and dropped when a
+    redirect leaves it; without, a redirect is mapped like any other status.
+    ``path`` names the object in errors (redacted); ``on_status`` maps an
+    unexpected status (default: the shared HTTP mapping).
+
+    Returns ``len(buffer)`` or raises; a body that breaks after ``k`` bytes
+    raises :class:`IncompleteReadError` / :class:`StorageTimeoutError` with
+    ``received`` set (those ``k`` bytes are valid) and ``etag`` set to the
+    served ETag.
+    """
+    want = len(buffer)
+    where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
+    if offset < 0:
+        raise InvalidRangeError(f"negative offset {offset}", service=service,
+                                path=redact_path(where))
+    if want == 0:
+        return 0
+    last = offset + want - 1
+    base = {**headers, "Accept-Encoding": "identity", "Range": f"bytes={offset}-{last}"}
+    if etag and not etag.startswith("W/"):  # If-Match needs a strong ETag
+        base["If-Match"] = etag
+    mapper = on_status or _default_status
+    current = URL(url, encoded=True)
+    creds = dict(redirects.credentials) if redirects is not None else {}
+    hops = redirects.max_redirects if redirects is not None else 0
+    received = 0
+    served: str | None = None
+    try:
+        for _ in range(hops + 1):
+            conn, resp = _exchange(pool, current, {**base, **creds}, timeouts,
+                                   service=service, path=where)
+            try:
+                location = resp.headers.get("Location")
+                if redirects is not None and resp.status in REDIRECT_STATUSES and location:
+                    conn.close()  # never drain a body we do not want
+                    target, same_origin = redirect_step(current, location, path=where)
+                    if not same_origin:
+                        creds = {}  # never forward credentials to another origin (or to http)
+                    _check_redirect(target, redirects, where)
+                    current = target
+                    continue
+                check_ranged_response(resp.status, resp.headers, first=offset, last=last,
+                                      etag=etag, path=where, service=service,
+                                      on_status=lambda r=resp: mapper(r, where))
+                served = resp.headers.get("ETag")
+                while received < want:
+                    n = resp.readinto(buffer[received : received + min(_SLICE, want - received)])
+                    if not n:
+                        raise IncompleteReadError(
+                            f"body ended after {received} of {want} bytes",
+                            received=received, service=service, path=redact_path(where))
+                    received += n
+                if resp.isclosed() and not resp.will_close:
+                    pool.release(_key(current), conn)
+                else:  # unread bytes (e.g. a chunked trailer) or Connection: close
+                    conn.close()
+                return want
+            except BaseException:
+                conn.close()  # never reuse a connection after an error or a partial body
+                raise
+        raise ProtocolError(f"more than {hops} redirects", service=service,
+                            path=redact_path(where))
+    except TensorstreamError as exc:
+        note_etag(exc, served)
+        raise
+    except (OSError, http.client.HTTPException) as exc:
+        err = exception_error(exc, path=where, received=received, service=service)
+        raise note_etag(err, served) from exc
+
