@@ -185,6 +185,9 @@ class RedisProvider(Provider):
             "socket_timeout": t.idle,
             # Retries live in tensorstream's policy layer only.
             "retry": Retry(NoBackoff(), 0),
+            # Every concurrent read may pipeline _BATCHES_IN_FLIGHT batches at once;
+            # the pool must never run dry ("Too many connections" is not retried).
+            "max_connections": self._config.transfer.concurrency * _BATCHES_IN_FLIGHT + 8,
         }
         if self.tls:
             ca, cert, key = self._tls_files
