@@ -111,7 +111,7 @@ class Prefetcher:
             needed = self._plan(pos, end, view)
             launch = [s for s in needed if not s.scheduled]
             if sequential:
-                launch += self._plan_ahead(end)
+                launch += self._plan_ahead(end, {seg.start for seg in needed})
             for seg in launch:
                 seg.scheduled = True
         if launch:
@@ -169,14 +169,14 @@ class Prefetcher:
             out.append(seg)
         return out
 
-    def _plan_ahead(self, end: int) -> list[_Segment]:
+    def _plan_ahead(self, end: int, skip: set[int]) -> list[_Segment]:
         out: list[_Segment] = []
         if self._window < self._seg:
             return out
         first = end - end % self._seg
         stop = min(end + self._window, self._limit)
         for start in range(first, stop, self._seg):
-            if start not in self._segments and start < self._size:
+            if start not in self._segments and start not in skip and start < self._size:
                 seg = self._new_segment(start, min(start + self._seg, self._size))
                 self._segments[start] = seg
                 out.append(seg)

@@ -57,8 +57,8 @@ from ._http_util import (
 
 __all__ = ["ConnectionPool", "RedirectPolicy", "TLSSettings", "get_range_into"]
 
-#: Body bytes per ``readinto`` call: bounds what an error mid-slice forgets
-#: (resume restarts at the slice start) while keeping Python overhead tiny.
+#: Bytes per ``readinto`` call on chunked bodies: bounds what an error
+#: mid-slice forgets (resume restarts at the slice start).
 _SLICE = 1 << 20
 #: At most this many bytes of an error body are read (S3 XML errors are small).
 _ERROR_BODY_LIMIT = 64 << 10
@@ -291,13 +291,24 @@ def get_range_into(
                                       etag=etag, path=where, service=service,
                                       on_status=lambda r=resp: mapper(r, where))
                 served = resp.headers.get("ETag")
+                # A Content-Length body (checked equal to the range) is read with
+                # readinto1: one recv_into per call straight into the buffer, so a
+                # cut or a timeout leaves an exact count. Chunked bodies go through
+                # http.client's parser in slices (a cut forgets at most one slice).
+                direct = not resp.chunked and resp.headers.get("Content-Length") is not None
                 while received < want:
-                    n = resp.readinto(buffer[received : received + min(_SLICE, want - received)])
+                    if direct:
+                        n = resp.fp.readinto1(buffer[received:])
+                    else:
+                        n = resp.readinto(buffer[received : received + min(_SLICE,
+                                                                           want - received)])
                     if not n:
                         raise IncompleteReadError(
                             f"body ended after {received} of {want} bytes",
                             received=received, service=service, path=redact_path(where))
                     received += n
+                if direct:
+                    resp.close()  # the whole body was read: the socket stays reusable
                 if resp.isclosed() and not resp.will_close:
                     pool.release(_key(current), conn)
                 else:  # unread bytes (e.g. a chunked trailer) or Connection: close
