@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -85,13 +86,26 @@ async def test_server_ignoring_range_is_an_error_never_wrong_bytes(
         f.read(300_000)
 
 
+def _wait_for_gets(server: HTTPTestServer, key: str, n: int, timeout: float = 3.0) -> list[Any]:
+    """The server's GET log for ``key`` once it holds ``n`` entries (it is written
+    by the server thread, which may lag the client by a moment)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    gets = server.requests_for(key, "GET")
+    while len(gets) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+        gets = server.requests_for(key, "GET")
+    return gets
+
+
 def test_dropped_body_is_resumed_with_if_match(http_server: HTTPTestServer) -> None:
     key, url = _put(http_server)
     http_server.faults.drop_after = 300_000
     http_server.faults.drop_times = 1
     with tensorstream.open(url, retries=3, backoff_initial=0.01, concurrency=1) as f:
         assert f.read() == DATA
-    gets = http_server.requests_for(key, "GET")
+    gets = _wait_for_gets(http_server, key, 2)
     assert http_server.faults.dropped == 1
     # the first GET was cut at 300000 bytes; the resumed one starts exactly there
     assert gets[0].headers["Range"] == f"bytes=0-{len(DATA) - 1}"
