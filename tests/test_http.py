@@ -101,6 +101,7 @@ def _wait_for_gets(server: HTTPTestServer, key: str, n: int, timeout: float = 3.
 
 def test_dropped_body_is_resumed_with_if_match(http_server: HTTPTestServer) -> None:
     key, url = _put(http_server)
+    http_server.faults.key = key  # only this object: a stray request must not take the cut
     http_server.faults.drop_after = 300_000
     http_server.faults.drop_times = 1
     with tensorstream.open(url, retries=3, backoff_initial=0.01, concurrency=1) as f:
