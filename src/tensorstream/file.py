@@ -26,7 +26,7 @@ from . import _loop
 from .errors import UnsupportedOperationError
 from .policy import PolicyProvider
 from .prefetch import Prefetcher
-from .providers.base import ObjectInfo, Writer
+from .providers.base import Capabilities, ObjectInfo, Writer
 from .uri import ParsedURI
 
 __all__ = ["StreamReader", "StreamWriter"]
@@ -76,7 +76,7 @@ class StreamReader(io.RawIOBase):
         cfg = provider.config.transfer
         self._limit = limit
         # Local files: read in the caller's thread, straight into its buffer.
-        self._blocking = provider.capabilities.inline_reads
+        self._inline = provider.capabilities.inline_reads
         self._prefetch = Prefetcher(
             provider,
             uri.path,
@@ -105,6 +105,11 @@ class StreamReader(io.RawIOBase):
     @property
     def info(self) -> ObjectInfo:
         return self._info
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the underlying provider can do (e.g. ``inline_reads`` for local files)."""
+        return self._provider.capabilities
 
     @property
     def mode(self) -> str:
@@ -153,12 +158,12 @@ class StreamReader(io.RawIOBase):
         want = min(len(view), max(0, self._info.size - self._pos))
         if want <= 0:
             return 0
-        if _loop.in_loop_thread() and not self._blocking:
+        if _loop.in_loop_thread() and not self._inline:
             raise RuntimeError(
                 "StreamReader.readinto was called from tensorstream's own I/O thread; "
                 "use the async provider API there"
             )
-        if self._blocking:
+        if self._inline:
             self._provider.readinto_blocking(self._uri.path, self._pos, view[:want],
                                              etag=self._info.etag)
         else:

@@ -331,5 +331,5 @@ def serialize(
 
 
 def _default_readers(stream: Any) -> int:
-    caps = getattr(getattr(stream, "_provider", None), "capabilities", None)
-    return DEFAULT_LOCAL_NUM_READERS if getattr(caps, "blocking_reads", False) else DEFAULT_NUM_READERS
+    caps = getattr(stream, "capabilities", None)
+    return DEFAULT_LOCAL_NUM_READERS if getattr(caps, "inline_reads", False) else DEFAULT_NUM_READERS
