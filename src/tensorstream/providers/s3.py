@@ -186,9 +186,21 @@ class S3Provider(Provider):
                 self._client = await self._create_client()
         return self._client
 
-    async def _create_client(self) -> Any:
-        import botocore
+    def _session_error(self, exc: Exception, profile: str | None) -> BaseException:
+        """Map an error from building a botocore session/client (async or sync alike)."""
         import botocore.exceptions
+
+        creds = self.credentials
+        if isinstance(exc, botocore.exceptions.ProfileNotFound):
+            return ConfigurationError(
+                f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
+                "is not defined in the ~/.aws files"
+            )
+        if isinstance(exc, botocore.exceptions.BotoCoreError):
+            return map_s3_error(exc, self._ctx(""))
+        return exc
+
+    async def _create_client(self) -> Any:
         from aiobotocore.config import AioConfig
         from aiobotocore.session import AioSession
 
@@ -203,13 +215,8 @@ class S3Provider(Provider):
                     raise MissingCredentialsError("no S3 credentials found",
                                                   looked_in=list(creds.looked_in))
                 self._key_source = chain_source(getattr(found, "method", None), profile)
-        except botocore.exceptions.ProfileNotFound as exc:
-            raise ConfigurationError(
-                f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
-                "is not defined in the ~/.aws files"
-            ) from exc
-        except botocore.exceptions.BotoCoreError as exc:
-            mapped = map_s3_error(exc, self._ctx(""))
+        except Exception as exc:
+            mapped = self._session_error(exc, profile)
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -348,13 +355,8 @@ class S3Provider(Provider):
             if not self.insecure and not self.ca_bundle:
                 # botocore's own trust store (AWS_CA_BUNDLE / profile / certifi)
                 self._default_ca = session.get_config_variable("ca_bundle") or _certifi()
-        except botocore.exceptions.ProfileNotFound as exc:
-            raise ConfigurationError(
-                f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
-                "is not defined in the ~/.aws files"
-            ) from exc
-        except botocore.exceptions.BotoCoreError as exc:
-            mapped = map_s3_error(exc, self._ctx(""))
+        except Exception as exc:
+            mapped = self._session_error(exc, profile)
             if mapped is exc:
                 raise
             raise mapped from exc
