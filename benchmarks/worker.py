@@ -56,6 +56,15 @@ def _ts_options(spec: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
+def _ts_preload(uri: str) -> None:
+    """Import the provider for ``uri`` before the clock starts, as every peer's
+    imports are (tensorizer imports boto3 and redis at ``import tensorizer``)."""
+    from tensorstream.providers.registry import resolve_provider_class
+    from tensorstream.uri import parse_uri
+
+    resolve_provider_class(parse_uri(uri).scheme)
+
+
 def _ranges(size: int) -> tuple[list[int], list[int]]:
     starts = list(range(0, size, PART))
     return starts, [min(s + PART, size) for s in starts]
@@ -66,6 +75,7 @@ def ts_load(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str], 
     import tensorstream
 
     opts = _ts_options(spec)
+    _ts_preload(spec["uri"])
     try:
         deserialize = tensorstream.deserialize
         note = "tensorstream.deserialize"
@@ -123,6 +133,7 @@ def ts_raw(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str], s
     import tensorstream
 
     opts = _ts_options(spec)
+    _ts_preload(spec["uri"])
 
     def run() -> tuple[int, Callable[[], str], str]:
         with tensorstream.open(spec["uri"], **opts) as f:

@@ -28,6 +28,7 @@ __all__ = [
     "HashMismatchError",
     "StreamTensorDeserializer",
     "check_compat",
+    "read_boundaries",
     "reader_count",
     "tensor_names",
 ]
@@ -44,6 +45,10 @@ class StreamTensorDeserializer(TensorDeserializer):
     def _reopen_func(self) -> Callable[..., Any] | None:
         source = self._file
         if isinstance(source, StreamReader):
+            # Called once the tensor index is parsed: cut read-ahead segments at
+            # every tensor's header and data, so each tensor lands in its buffer
+            # without a copy (the forks inherit the boundaries).
+            source.set_read_boundaries(read_boundaries(self))
 
             def reopen(begin: int | None = None, end: int | None = None) -> StreamReader:
                 # ``end`` is a hint: read-ahead stops there; reads past it still work.
@@ -54,6 +59,14 @@ class StreamTensorDeserializer(TensorDeserializer):
 
             return reopen
         return super()._reopen_func()  # type: ignore[no-any-return]
+
+
+def read_boundaries(deserializer: TensorDeserializer) -> list[int]:
+    """Offsets where each indexed tensor's header and data start and end."""
+    out: list[int] = []
+    for entry in deserializer._metadata.values():
+        out += [entry.offset, entry.data_offset, entry.data_offset + entry.data_length]
+    return out
 
 
 def reader_count(deserializer: TensorDeserializer) -> int:

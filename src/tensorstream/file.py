@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -75,6 +75,7 @@ class StreamReader(io.RawIOBase):
         self._pid = _loop.loop_pid()
         cfg = provider.config.transfer
         self._limit = limit
+        self._boundaries: list[int] = []
         # Local files: read in the caller's thread, straight into its buffer.
         self._inline = provider.capabilities.inline_reads
         self._prefetch = Prefetcher(
@@ -203,10 +204,23 @@ class StreamReader(io.RawIOBase):
         """An independent reader of the same object version, positioned at 0.
 
         ``end`` is a hint: read-ahead stops there (reads past it still work).
-        Forks share the connection pool; each has its own read-ahead window.
+        Forks share the connection pool and the read boundaries; each has its
+        own read-ahead window.
         """
         self._check_closed()
-        return StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end)
+        fork = StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end)
+        if self._boundaries:
+            fork.set_read_boundaries(self._boundaries)
+        return fork
+
+    def set_read_boundaries(self, offsets: Iterable[int]) -> None:
+        """Tell the read-ahead where the caller's reads will start and end
+        (e.g. each tensor's header and data). Reads that span whole pieces
+        between boundaries are then received straight into the caller's
+        buffer instead of being copied out of read-ahead buffers. A hint only:
+        any read still works."""
+        self._boundaries = sorted(set(offsets))
+        self._prefetch.set_boundaries(self._boundaries)
 
     # -- internals ------------------------------------------------------------
     def _check_closed(self) -> None:

@@ -4,17 +4,24 @@ A model loader reads a file front to back: a small header, a large tensor,
 another header, and so on. One reader waiting on one request at a time
 leaves the network idle between tensors, and splitting only *inside* each
 ``readinto`` gives few concurrent requests for small tensors. The
-prefetcher instead keeps a window of fixed-size *segments* ahead of the
-read position in flight, on many connections at once, independent of how
-the file is cut into tensors.
+prefetcher instead keeps fixed-size *segments* ahead of the read position in
+flight, on several connections at once, independent of how the file is cut
+into tensors.
 
-* Segments already requested are copied into the caller's buffer with
-  ``ctypes.memmove``, which releases the GIL, so the copy runs on the
-  caller's core while the I/O thread keeps receiving on the other.
-* Segments not yet requested that lie wholly inside a large read are
-  fetched straight into the caller's buffer (no copy at all).
-* A read served from finished segments never waits for the I/O thread.
-* Memory is bounded: at most ``window`` bytes of segments are held.
+* **Two regimes, measured.** Each completed request of a large segment
+  measures one connection's rate. On a *fast* link (loopback, an object
+  store next door) the reader's CPU is the limit: segments are requested
+  late, on a few connections, straight into the caller's buffers (no
+  copy). On a *slow* link (paced or far-away object storage) the network is
+  the limit: segments are read ahead up to ``window`` on as many connections
+  as it takes (up to ``concurrency``), and copied out when read.
+* **Late binding.** Planned segments get a buffer only when requested; a
+  planned segment that a ``readinto`` covers whole is fetched straight into
+  the caller's buffer. :meth:`Prefetcher.set_boundaries` (fed from
+  tensorizer's index) cuts segments at tensor boundaries so that they do.
+* Segments already received are copied into the caller's buffer with
+  ``ctypes.memmove``, which releases the GIL.
+* Memory is bounded by ``window`` plus the requests in flight.
 * A failed segment raises only if it is read; every request of a read has
   finished (or failed) before that read returns or raises, so nothing ever
   writes into a caller's buffer after the call.
@@ -23,10 +30,14 @@ the file is cut into tensors.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import concurrent.futures
 import ctypes
 import functools
+import math
 import threading
+import time
 from typing import Any
 
 from . import _loop
@@ -35,6 +46,22 @@ from .policy import PolicyProvider
 __all__ = ["Prefetcher"]
 
 _SMALL_COPY = 64 << 10
+#: Segments smaller than this (tensor headers) are latency, not bandwidth:
+#: they are always read ahead and never measured.
+_SMALL_SEGMENT = 64 << 10
+#: Requests in flight on a fast link, and before the first measurement.
+_BASE_ACTIVE = 4
+#: One connection delivering at least this is a *fast* link (loopback, an
+#: object store next door): the reader's CPU, not the network, is the limit,
+#: so segments are fetched late, straight into the caller's buffers, on a few
+#: connections. Below ``_SLOW_RATE`` the link is *slow* (paced, far away):
+#: read ahead up to the window on as many connections as it takes to reach
+#: ``_GOAL_RATE``. The gap between the two is hysteresis.
+_FAST_RATE = 200e6
+_SLOW_RATE = 100e6
+_GOAL_RATE = 2e9
+#: Weight of the newest measurement in the per-connection rate average.
+_RATE_WEIGHT = 0.3
 
 
 def copy_into(dst: memoryview, src: memoryview) -> None:
@@ -52,17 +79,17 @@ def copy_into(dst: memoryview, src: memoryview) -> None:
 
 
 class _Segment:
-    __slots__ = ("buffer", "direct", "end", "error", "event", "scheduled", "start", "task")
+    __slots__ = ("buffer", "direct", "end", "error", "event", "launched", "start", "task")
 
-    def __init__(self, start: int, end: int, buffer: memoryview, direct: bool) -> None:
+    def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
-        self.buffer = buffer
-        self.direct = direct
+        self.buffer: memoryview | None = None  # assigned when launched (or made direct)
+        self.direct = False  # the buffer is a slice of a caller's buffer
+        self.launched = False
         self.event = threading.Event()
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | concurrent.futures.Future[Any] | None = None
-        self.scheduled = False
 
 
 class Prefetcher:
@@ -87,20 +114,32 @@ class Prefetcher:
         self._seg = max(1, segment)
         self._window = max(0, window)
         self._limit = size if limit is None else min(size, limit)
-        self._concurrency = max(1, concurrency)
+        self._max = max(1, concurrency)
+        self._active = min(self._max, _BASE_ACTIVE)
+        self._in_flight = 0
+        self._bounds: list[int] = []
+        self._lead = 0  # bytes of large segments planned past a read (fast link: none)
+        self._rate: float | None = None  # bytes/s of one connection (moving average)
         self._lock = threading.Lock()
-        self._segments: dict[int, _Segment] = {}
+        self._segments: dict[int, _Segment] = {}  # planned or launched, buffered
+        self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
+        self._ahead: collections.deque[_Segment] = collections.deque()  # read-ahead
         self._free: list[bytearray] = []
         self._last_end: int | None = None  # None: no read yet (the first read starts a run)
-        self._sem: asyncio.Semaphore | None = None
         self._closed = False
         # Providers with a blocking data path (zero-copy, GIL-free receives) are
-        # driven from a pool of worker threads instead of the I/O loop.
+        # driven from a pool of worker threads instead of the I/O loop. Threads
+        # start on demand: about ``active`` of them ever run.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         if provider.capabilities.blocking_reads:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self._concurrency, thread_name_prefix="tensorstream-fetch"
+                max_workers=self._max, thread_name_prefix="tensorstream-fetch"
             )
+
+    @property
+    def active(self) -> int:
+        """Requests currently allowed in flight (adapts to the link)."""
+        return self._active
 
     # -- caller side ------------------------------------------------------------
     def readinto(self, pos: int, view: memoryview) -> None:
@@ -109,13 +148,10 @@ class Prefetcher:
         sequential = self._last_end is None or pos == self._last_end
         with self._lock:
             needed = self._plan(pos, end, view)
-            launch = [s for s in needed if not s.scheduled]
             if sequential:
-                launch += self._plan_ahead(end, {seg.start for seg in needed})
-            for seg in launch:
-                seg.scheduled = True
-        if launch:
-            self._launch(launch)
+                self._plan_ahead(end, {seg.start for seg in needed})
+            launch = self._next_launches()
+        self._launch(launch)
         try:
             for seg in needed:
                 self._wait(seg)
@@ -133,6 +169,7 @@ class Prefetcher:
             raise errors[0]
         for seg in needed:
             if not seg.direct:
+                assert seg.buffer is not None
                 lo, hi = max(pos, seg.start), min(end, seg.end)
                 copy_into(view[lo - pos : hi - pos], seg.buffer[lo - seg.start : hi - seg.start])
         self._last_end = end
@@ -145,6 +182,8 @@ class Prefetcher:
         with self._lock:
             segments = list(self._segments.values())
             self._segments.clear()
+            self._urgent.clear()
+            self._ahead.clear()
             self._free.clear()
         tasks = [s.task for s in segments if s.task is not None and not s.task.done()]
         for t in tasks:
@@ -153,55 +192,140 @@ class Prefetcher:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- planning (under the lock) -------------------------------------------------
+    def _segment_at(self, p: int) -> tuple[int, int]:
+        """The segment holding byte ``p``: the fixed-size grid restarts at every
+        boundary (tensor data starts/ends), so a segment never straddles one."""
+        b = self._bounds
+        i = bisect.bisect_right(b, p) - 1
+        base = b[i] if i >= 0 else 0
+        nxt = b[i + 1] if i + 1 < len(b) else self._size
+        start = base + (p - base) // self._seg * self._seg
+        return start, min(start + self._seg, nxt, self._size)
+
     def _plan(self, pos: int, end: int, view: memoryview) -> list[_Segment]:
         out = []
-        first = pos - pos % self._seg
-        for start in range(first, end, self._seg):
-            seg_end = min(start + self._seg, self._size)
+        p = pos
+        while p < end:
+            start, seg_end = self._segment_at(p)
+            p = seg_end
+            inside = pos <= start and seg_end <= end
             seg = self._segments.get(start)
+            if seg is not None and seg.end != seg_end:
+                seg = None  # planned on another grid (before set_boundaries): ignore it
+            if seg is not None and not seg.launched and inside:
+                # Planned but not requested yet: fetch it straight into the caller's buffer.
+                del self._segments[start]
+                self._remove_planned(seg)
+                seg = None
             if seg is None:
-                if pos <= start and seg_end <= end:
-                    # Wholly inside the caller's buffer: fetch straight into it.
-                    seg = _Segment(start, seg_end, view[start - pos : seg_end - pos], True)
+                seg = _Segment(start, seg_end)
+                if inside:
+                    seg.buffer, seg.direct = view[start - pos : seg_end - pos], True
                 else:
-                    seg = self._new_segment(start, seg_end)
                     self._segments[start] = seg
+                self._urgent.append(seg)
+            elif not seg.launched:
+                self._remove_planned(seg)
+                self._urgent.append(seg)
             out.append(seg)
         return out
 
-    def _plan_ahead(self, end: int, skip: set[int]) -> list[_Segment]:
-        out: list[_Segment] = []
-        if self._window < self._seg:
-            return out
-        first = end - end % self._seg
-        stop = min(end + self._window, self._limit)
-        for start in range(first, stop, self._seg):
-            if start not in self._segments and start not in skip and start < self._size:
-                seg = self._new_segment(start, min(start + self._seg, self._size))
-                self._segments[start] = seg
-                out.append(seg)
-        return out
+    def _remove_planned(self, seg: _Segment) -> None:
+        for queue in (self._ahead, self._urgent):
+            try:
+                queue.remove(seg)
+                return
+            except ValueError:
+                continue
 
-    def _new_segment(self, start: int, end: int) -> _Segment:
-        buf = self._free.pop() if self._free else bytearray(self._seg)
-        return _Segment(start, end, memoryview(buf)[: end - start], False)
+    def _plan_ahead(self, end: int, skip: set[int]) -> None:
+        """Plan segments after ``end``: at most ``lead`` bytes of large ones (small
+        ones, tensor headers, are free) and never past ``window``."""
+        stop = min(end + self._window, self._limit)
+        p, planned = end, 0
+        while p < stop:
+            start, seg_end = self._segment_at(p)
+            p = seg_end
+            if seg_end - start >= _SMALL_SEGMENT:
+                if planned >= self._lead:
+                    break
+                planned += seg_end - start
+            if start not in self._segments and start not in skip:
+                seg = _Segment(start, seg_end)
+                self._segments[start] = seg
+                self._ahead.append(seg)
+
+    def set_boundaries(self, offsets: list[int]) -> None:
+        """Offsets where segments must be cut (e.g. where each tensor's data
+        starts and ends), so that a read of one tensor covers whole segments and
+        is received straight into its buffer."""
+        with self._lock:
+            self._bounds = sorted({o for o in offsets if 0 < o < self._size})
+            for start, seg in list(self._segments.items()):
+                if not seg.launched:
+                    del self._segments[start]
+                    self._remove_planned(seg)
+
+    def _next_launches(self) -> list[_Segment]:
+        """Segments to request now: urgent ones first, up to ``active`` in flight."""
+        out: list[_Segment] = []
+        while self._in_flight < self._active and (self._urgent or self._ahead):
+            seg = (self._urgent or self._ahead).popleft()
+            if seg.buffer is None:
+                buf = self._free.pop() if self._free else bytearray(self._seg)
+                seg.buffer = memoryview(buf)[: seg.end - seg.start]
+            seg.launched = True
+            self._in_flight += 1
+            out.append(seg)
+        return out
 
     def _evict(self, pos: int, end: int, sequential: bool) -> None:
         lo = end if sequential else pos - self._seg
         hi = end + self._window + self._seg
         for start in list(self._segments):
             seg = self._segments[start]
-            if seg.end <= lo or start >= hi:
-                if seg.event.is_set():
-                    del self._segments[start]
-                    if seg.error is None and len(self._free) * self._seg < self._window:
-                        self._free.append(seg.buffer.obj)  # type: ignore[arg-type]
-                elif seg.end <= lo and seg.task is not None:
-                    del self._segments[start]
-                    self._cancel(seg.task)
+            if seg.end > lo and start < hi:
+                continue
+            if not seg.launched:
+                del self._segments[start]
+                self._remove_planned(seg)
+            elif seg.event.is_set():
+                del self._segments[start]
+                if seg.error is None and len(self._free) * self._seg < self._window:
+                    self._free.append(seg.buffer.obj)  # type: ignore[union-attr, arg-type]
+            elif seg.end <= lo and seg.task is not None:
+                del self._segments[start]
+                self._cancel(seg.task)
 
-    # -- I/O thread side -------------------------------------------------------------
+    # -- adapting the connection count ------------------------------------------------
+    def _finished(self, seg: _Segment, seconds: float | None) -> list[_Segment]:
+        """Book one finished request; return what to launch next (called with no lock)."""
+        with self._lock:
+            self._in_flight -= 1
+            if seconds is not None and seg.error is None:
+                self._measure(seg.end - seg.start, seconds)
+            if self._closed:
+                return []
+            return self._next_launches()
+
+    def _measure(self, nbytes: int, seconds: float) -> None:
+        """Adapt ``active`` and ``lead`` to one connection's rate (under the lock)."""
+        if nbytes < _SMALL_SEGMENT:
+            return
+        rate = nbytes / max(seconds, 1e-6)
+        self._rate = rate if self._rate is None else (
+            (1 - _RATE_WEIGHT) * self._rate + _RATE_WEIGHT * rate)
+        if self._rate >= _FAST_RATE:
+            self._active, self._lead = min(self._max, _BASE_ACTIVE), 0
+        elif self._rate < _SLOW_RATE:
+            want = math.ceil(_GOAL_RATE / self._rate)
+            self._active = max(min(self._max, _BASE_ACTIVE), min(self._max, want))
+            self._lead = self._window
+
+    # -- I/O side ----------------------------------------------------------------------
     def _launch(self, segments: list[_Segment]) -> None:
+        if not segments:
+            return
         if self._pool is not None:
             for seg in segments:
                 try:
@@ -211,7 +335,7 @@ class Prefetcher:
                     seg.event.set()
                     continue
                 seg.task = future
-                future.add_done_callback(functools.partial(_mark_if_cancelled, seg=seg))
+                future.add_done_callback(functools.partial(self._mark_if_cancelled, seg=seg))
             return
         _loop.get_loop().call_soon_threadsafe(self._start_tasks, segments)
 
@@ -223,12 +347,24 @@ class Prefetcher:
             _loop.get_loop().call_soon_threadsafe(task.cancel)
 
     def _fetch_blocking(self, seg: _Segment) -> None:
+        started = time.perf_counter()
+        elapsed: float | None = None
         try:
+            assert seg.buffer is not None
             self._provider.readinto_blocking(self._path, seg.start, seg.buffer, etag=self._etag)
+            elapsed = time.perf_counter() - started
         except BaseException as exc:
             seg.error = exc
         finally:
             seg.event.set()
+            self._launch(self._finished(seg, elapsed))
+
+    def _mark_if_cancelled(self, future: concurrent.futures.Future[Any], *, seg: _Segment) -> None:
+        # A fetch cancelled before it started never runs: release its waiters and its slot.
+        if future.cancelled():
+            seg.error = OSError("read-ahead was cancelled")
+            seg.event.set()
+            self._launch(self._finished(seg, None))
 
     def _start_tasks(self, segments: list[_Segment]) -> None:
         if self._closed:
@@ -236,16 +372,16 @@ class Prefetcher:
                 seg.error = OSError("reader was closed")
                 seg.event.set()
             return
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self._concurrency)
         for seg in segments:
             seg.task = asyncio.ensure_future(self._fetch(seg))
 
     async def _fetch(self, seg: _Segment) -> None:
-        assert self._sem is not None
+        started = time.perf_counter()
+        elapsed: float | None = None
         try:
-            async with self._sem:
-                await self._provider.readinto(self._path, seg.start, seg.buffer, etag=self._etag)
+            assert seg.buffer is not None
+            await self._provider.readinto(self._path, seg.start, seg.buffer, etag=self._etag)
+            elapsed = time.perf_counter() - started
         except asyncio.CancelledError:
             seg.error = OSError("read-ahead was cancelled")
             raise
@@ -253,15 +389,11 @@ class Prefetcher:
             seg.error = exc
         finally:
             seg.event.set()
+            launch = self._finished(seg, elapsed)
+            if launch:
+                self._start_tasks(launch)
 
     def _wait(self, seg: _Segment) -> None:
         while not seg.event.wait(1.0):
             if _loop.is_shut_down():
                 raise RuntimeError("tensorstream's I/O thread has stopped")
-
-
-def _mark_if_cancelled(future: concurrent.futures.Future[Any], seg: _Segment) -> None:
-    # A fetch cancelled before it started never runs: release its waiters.
-    if future.cancelled():
-        seg.error = OSError("read-ahead was cancelled")
-        seg.event.set()

@@ -9,6 +9,7 @@ import errno
 import os
 import secrets
 import stat as stat_mod
+import threading
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any, ClassVar
@@ -48,6 +49,37 @@ def _info(path: str, st: os.stat_result) -> ObjectInfo:
     )
 
 
+def _check_version(fd: int, path: str, etag: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if _etag(st) != etag:
+        raise ObjectChangedError(f"file changed while it was being read: {path}",
+                                 service="file")
+    return st
+
+
+def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
+    """Fill ``buffer`` from ``offset`` or raise; never returns zero-filled bytes."""
+    want = len(buffer)
+    st = _check_version(fd, path, etag) if etag is not None else os.fstat(fd)
+    if offset < 0 or offset + want > st.st_size:
+        raise InvalidRangeError(
+            f"range [{offset}, {offset + want}) is past the end of a "
+            f"{st.st_size}-byte file", service="file", path=path,
+        )
+    done = 0
+    while done < want:
+        n = os.preadv(fd, [buffer[done:]], offset + done)
+        if n == 0:  # the file shrank under us
+            raise ObjectChangedError(
+                f"file truncated while reading at byte {offset + done}: {path}",
+                service="file",
+            )
+        done += n
+    if etag is not None:
+        _check_version(fd, path, etag)
+    return done
+
+
 class LocalProvider(Provider):
     """Files on local disk. Paths are absolute filesystem paths."""
 
@@ -63,6 +95,11 @@ class LocalProvider(Provider):
     def from_uri(cls, uri: Any, **options: Any) -> LocalProvider:
         options.pop("config", None)
         return cls()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: dict[tuple[str, str], int] = {}
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return "LocalProvider()"
@@ -90,38 +127,56 @@ class LocalProvider(Provider):
         """``preadv`` straight into ``buffer`` in the calling thread (releases the GIL)."""
         return self._readinto_sync(path, offset, buffer, etag)
 
-    def _readinto_sync(self, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
-        want = len(buffer)
+    def _pinned_fd(self, path: str, etag: str) -> int:
+        """An open descriptor of the version ``etag`` of ``path``, kept for the
+        provider's lifetime: a reader's many small reads (tensor headers) cost
+        one ``preadv`` each, not an open/fstat/close. A file replaced by rename
+        keeps being read from the pinned inode (one consistent version); one
+        changed in place is caught by the ``fstat`` around every read."""
+        with self._lock:
+            if self._pid != os.getpid():  # descriptors are shared with the parent: drop
+                self._fds = {}
+                self._pid = os.getpid()
+            fd = self._fds.get((path, etag))
+        if fd is not None:
+            return fd
+        fd = self._open_checked(path, etag)
+        with self._lock:
+            other = self._fds.setdefault((path, etag), fd)
+        if other != fd:  # another thread opened it first
+            os.close(fd)
+        return other
+
+    @staticmethod
+    def _open_checked(path: str, etag: str | None) -> int:
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             raise _map_os_error(exc, path) from exc
-        try:
-            st = os.fstat(fd)
-            if etag is not None and _etag(st) != etag:
-                raise ObjectChangedError(f"file changed while it was being read: {path}",
-                                         service="file")
-            if offset < 0 or offset + want > st.st_size:
-                raise InvalidRangeError(
-                    f"range [{offset}, {offset + want}) is past the end of a "
-                    f"{st.st_size}-byte file", service="file", path=path,
-                )
-            done = 0
-            while done < want:
-                n = os.preadv(fd, [buffer[done:]], offset + done)
-                if n == 0:
-                    # The file shrank under us: never return zero-filled bytes.
-                    raise ObjectChangedError(
-                        f"file truncated while reading at byte {offset + done}: {path}",
-                        service="file",
-                    )
-                done += n
-            if etag is not None and _etag(os.fstat(fd)) != etag:
-                raise ObjectChangedError(f"file changed while it was being read: {path}",
-                                         service="file")
-            return done
-        finally:
-            os.close(fd)
+        if etag is not None:
+            try:
+                _check_version(fd, path, etag)
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+
+    def _readinto_sync(self, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
+        if etag is None:  # unpinned: this read opens (and closes) the path itself
+            fd = self._open_checked(path, None)
+            try:
+                return _pread_exact(fd, path, offset, buffer, None)
+            finally:
+                os.close(fd)
+        return _pread_exact(self._pinned_fd(path, etag), path, offset, buffer, etag)
+
+    async def close(self) -> None:
+        with self._lock:
+            fds, self._fds = self._fds, {}
+            owned = self._pid == os.getpid()
+        if owned:
+            for fd in fds.values():
+                os.close(fd)
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
         for info in await asyncio.to_thread(self._list_sync, prefix):

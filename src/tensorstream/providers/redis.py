@@ -24,6 +24,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .. import _loop
 from ..config import CommonConfig, split_options
 from ..credentials.redis import RedisCredentials, resolve_redis_credentials
 from ..errors import (
@@ -36,6 +37,7 @@ from ..errors import (
     TensorstreamError,
 )
 from ..uri import ParsedURI
+from ._redis_blocking import BlockingRedisReader, batches, check_reply
 from ._redis_errors import REDIS_ERRORS, map_redis_error
 from ._redis_layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
 from ._redis_list import list_objects
@@ -49,9 +51,8 @@ T = TypeVar("T")
 
 DEFAULT_CHUNK_SIZE = 4 << 20
 _MIN_CHUNK, _MAX_CHUNK = 1 << 10, 512 << 20
-#: A readinto is fetched as pipelines of at most this many bytes, a few at a time,
-#: so one huge read neither buffers all replies at once nor serialises on one socket.
-_BATCH_BYTES = 8 << 20
+#: A readinto's pipelines (``batches``) run a few at a time, so one huge read
+#: does not serialise on one socket.
 _BATCHES_IN_FLIGHT = 4
 _LAYOUT_CACHE = 256
 _TRUE = ("1", "true", "yes", "on")
@@ -81,7 +82,7 @@ class RedisProvider(Provider):
     schemes = ("redis", "rediss")
     service = "redis"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        write=True, list=True, delete=True, pinned_reads=True
+        write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True
     )
     option_names = frozenset({
         "redis_username", "redis_password", "redis_db", "redis_cluster", "redis_chunk_size",
@@ -118,6 +119,7 @@ class RedisProvider(Provider):
         self._insecure = bool(insecure)
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._blocking: BlockingRedisReader | None = None
         self._layouts: dict[str, Layout] = {}
         if self._insecure and tls:
             msg = (f"TLS certificate verification is disabled (insecure=True) for "
@@ -235,6 +237,9 @@ class RedisProvider(Provider):
         return await self._guard(run)
 
     async def close(self) -> None:
+        blocking, self._blocking = self._blocking, None
+        if blocking is not None:
+            blocking.close()
         client, self._client = self._client, None
         if client is not None and self._client_loop is asyncio.get_running_loop():
             await client.aclose()
@@ -302,28 +307,20 @@ class RedisProvider(Provider):
             )
         if want == 0:
             return 0
-        batches: list[list[tuple[bytes, int, int, int]]] = [[]]
-        pos, filled = 0, 0
-        for key, start, n in layout.segments(offset, want):
-            if filled and filled + n > _BATCH_BYTES:
-                batches.append([])
-                filled = 0
-            batches[-1].append((key, start, n, pos))
-            pos += n
-            filled += n
-        done = [False] * len(batches)
+        planned = batches(layout, offset, want)
+        done = [False] * len(planned)
         sem = asyncio.Semaphore(_BATCHES_IN_FLIGHT)
 
         async def fetch(i: int) -> None:
             async with sem:
-                await self._fetch(layout, batches[i], buffer)
+                await self._fetch(layout, planned[i], buffer)
             done[i] = True
 
         try:
-            await _all_or_nothing([fetch(i) for i in range(len(batches))])
+            await _all_or_nothing([fetch(i) for i in range(len(planned))])
         except TensorstreamError as exc:
             received = 0
-            for ok, batch in zip(done, batches, strict=True):
+            for ok, batch in zip(done, planned, strict=True):
                 if not ok:
                     break
                 received += sum(n for _, _, n, _ in batch)
@@ -340,13 +337,28 @@ class RedisProvider(Provider):
             [("getrange", (key, start, start + n - 1)) for key, start, n, _ in batch]
         )
         for (key, _start, n, pos), data in zip(batch, results, strict=True):
-            if len(data) != n:
-                # A chunk of the pinned generation is gone: overwritten or deleted.
-                raise ObjectChangedError(
-                    f"Redis key {key.decode(errors='replace')!r} changed or disappeared while "
-                    f"{layout.path!r} was being read (expected {n} bytes, got {len(data)})"
-                )
+            check_reply(layout, key, n, data)
             buffer[pos : pos + n] = data
+
+    def readinto_blocking(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """:meth:`readinto` in the calling thread (a worker of the read-ahead):
+        a synchronous client, no event loop. Cluster reads hop to the I/O loop."""
+        layout = self._layouts.get(path) if etag is not None else None
+        if self.cluster or layout is None or layout.etag != etag:
+            return _loop.run_sync(self.readinto(path, offset, buffer, etag=etag))
+        want = len(buffer)
+        if offset < 0 or offset + want > layout.size:
+            raise InvalidRangeError(
+                f"range [{offset}, {offset + want}) is past the end of a {layout.size}-byte object"
+            )
+        if want == 0:
+            return 0
+        if self._blocking is None:
+            self._blocking = BlockingRedisReader(self._client_kwargs(), self.db,
+                                                 self._creds.describe())
+        return self._blocking.readinto(layout, offset, buffer)
 
     def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
         return self._list(prefix)

@@ -1,0 +1,97 @@
+"""Redis reads on the blocking data path: worker threads, a synchronous
+redis-py client (hiredis), no event loop.
+
+The read-ahead engine (:mod:`tensorstream.prefetch`) runs several of these
+at once, one per segment; each pipelines ``GETRANGE`` per chunk of the
+segment. Replies arrive as ``bytes`` (redis-py), copied once into the
+caller's buffer. Cluster clients stay on the async path (the caller hops to
+the I/O loop).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis
+
+from ..errors import IncompleteReadError, ObjectChangedError
+from ._redis_errors import REDIS_ERRORS, map_redis_error
+from ._redis_layout import Layout
+
+__all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches"]
+
+#: A read is fetched as pipelines of at most this many bytes, so one huge
+#: read never buffers all of its replies at once.
+BATCH_BYTES = 8 << 20
+
+Batch = list[tuple[bytes, int, int, int]]  # (key, start in key, length, position in buffer)
+
+
+def batches(layout: Layout, offset: int, want: int) -> list[Batch]:
+    """``GETRANGE`` calls covering ``[offset, offset + want)``, grouped in pipelines."""
+    out: list[Batch] = [[]]
+    pos, filled = 0, 0
+    for key, start, n in layout.segments(offset, want):
+        if filled and filled + n > BATCH_BYTES:
+            out.append([])
+            filled = 0
+        out[-1].append((key, start, n, pos))
+        pos += n
+        filled += n
+    return out
+
+
+def check_reply(layout: Layout, key: bytes, n: int, data: bytes) -> None:
+    if len(data) != n:
+        # A chunk of the pinned generation is gone: overwritten or deleted.
+        raise ObjectChangedError(
+            f"Redis key {key.decode(errors='replace')!r} changed or disappeared while "
+            f"{layout.path!r} was being read (expected {n} bytes, got {len(data)})"
+        )
+
+
+class BlockingRedisReader:
+    """A thread-safe synchronous client for ranged reads of one database."""
+
+    def __init__(self, client_kwargs: dict[str, Any], db: int, who: str) -> None:
+        self._kwargs = client_kwargs
+        self._db = db
+        self._who = who
+        self._lock = threading.Lock()
+        self._client: redis.Redis | None = None
+
+    def _get(self) -> redis.Redis:
+        with self._lock:
+            if self._client is None:  # redis-py's pool itself resets after fork
+                self._client = redis.Redis(db=self._db, **self._kwargs)
+            return self._client
+
+    def readinto(self, layout: Layout, offset: int, buffer: memoryview) -> int:
+        """Fill ``buffer`` from ``offset`` of ``layout`` or raise (``received`` set
+        on a temporary failure after whole pipelines arrived)."""
+        received = 0
+        client = self._get()
+        try:
+            for batch in batches(layout, offset, len(buffer)):
+                pipe = client.pipeline(transaction=False)
+                for key, start, n, _ in batch:
+                    pipe.getrange(key, start, start + n - 1)
+                for (key, _start, n, pos), data in zip(batch, pipe.execute(), strict=True):
+                    check_reply(layout, key, n, data)
+                    buffer[pos : pos + n] = data
+                received += sum(n for _, _, n, _ in batch)
+        except REDIS_ERRORS as exc:
+            err = map_redis_error(exc, who=self._who)
+            if err.temporary and received:
+                raise IncompleteReadError(
+                    f"Redis read broken after {received} bytes: {err.message}", received=received
+                ) from exc
+            raise err from exc
+        return len(buffer)
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
