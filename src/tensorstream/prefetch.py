@@ -35,7 +35,9 @@ import collections
 import concurrent.futures
 import ctypes
 import functools
+import logging
 import math
+import statistics
 import threading
 import time
 from typing import Any
@@ -44,6 +46,8 @@ from . import _loop
 from .policy import PolicyProvider
 
 __all__ = ["Prefetcher"]
+
+log = logging.getLogger("tensorstream.prefetch")
 
 _SMALL_COPY = 64 << 10
 #: Segments smaller than this (tensor headers) are latency, not bandwidth:
@@ -54,14 +58,14 @@ _BASE_ACTIVE = 4
 #: One connection delivering at least this is a *fast* link (loopback, an
 #: object store next door): the reader's CPU, not the network, is the limit,
 #: so segments are fetched late, straight into the caller's buffers, on a few
-#: connections. Below ``_SLOW_RATE`` the link is *slow* (paced, far away):
-#: read ahead up to the window on as many connections as it takes to reach
-#: ``_GOAL_RATE``. The gap between the two is hysteresis.
+#: connections. Below it the link may be *slow* (paced, far away): read ahead
+#: up to the window on as many connections as it takes to reach ``_GOAL_RATE``.
 _FAST_RATE = 200e6
-_SLOW_RATE = 100e6
 _GOAL_RATE = 2e9
-#: Weight of the newest measurement in the per-connection rate average.
-_RATE_WEIGHT = 0.3
+#: Large segments measured per probe, and the aggregate gain that justifies
+#: going wide.
+_PROBES = 4
+_WIDE_GAIN = 1.5
 
 
 def copy_into(dst: memoryview, src: memoryview) -> None:
@@ -79,7 +83,8 @@ def copy_into(dst: memoryview, src: memoryview) -> None:
 
 
 class _Segment:
-    __slots__ = ("buffer", "direct", "end", "error", "event", "launched", "start", "task")
+    __slots__ = ("buffer", "direct", "end", "error", "event", "launched", "phase", "start",
+                 "task")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
@@ -87,6 +92,7 @@ class _Segment:
         self.buffer: memoryview | None = None  # assigned when launched (or made direct)
         self.direct = False  # the buffer is a slice of a caller's buffer
         self.launched = False
+        self.phase = ""  # the probing phase it was requested in
         self.event = threading.Event()
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | concurrent.futures.Future[Any] | None = None
@@ -119,7 +125,9 @@ class Prefetcher:
         self._in_flight = 0
         self._bounds: list[int] = []
         self._lead = 0  # bytes of large segments planned past a read (fast link: none)
-        self._rate: float | None = None  # bytes/s of one connection (moving average)
+        self._phase = "base"  # base -> (wide) -> settled: see _measure
+        self._samples: list[float] = []
+        self._base_rate = 0.0
         self._lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}  # planned or launched, buffered
         self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
@@ -275,6 +283,7 @@ class Prefetcher:
                 buf = self._free.pop() if self._free else bytearray(self._seg)
                 seg.buffer = memoryview(buf)[: seg.end - seg.start]
             seg.launched = True
+            seg.phase = self._phase
             self._in_flight += 1
             out.append(seg)
         return out
@@ -303,24 +312,45 @@ class Prefetcher:
         with self._lock:
             self._in_flight -= 1
             if seconds is not None and seg.error is None:
-                self._measure(seg.end - seg.start, seconds)
+                try:
+                    self._measure(seg, seconds)
+                except Exception:  # pragma: no cover - never stall the queue over a statistic
+                    log.debug("read-ahead measurement failed", exc_info=True)
             if self._closed:
                 return []
             return self._next_launches()
 
-    def _measure(self, nbytes: int, seconds: float) -> None:
-        """Adapt ``active`` and ``lead`` to one connection's rate (under the lock)."""
-        if nbytes < _SMALL_SEGMENT:
+    def _measure(self, seg: _Segment, seconds: float) -> None:
+        """Probe the link, then settle (under the lock).
+
+        1. ``_PROBES`` large segments at the base connection count measure one
+           connection's rate. At or above ``_FAST_RATE`` the link is fast: stay.
+        2. Otherwise go wide (``goal / rate`` connections, read-ahead on) and
+           measure again. Keep it only if the aggregate rate grew by half: a
+           server that serialises requests (one Redis thread, a throttled
+           account) gets no faster with more connections, only busier.
+        """
+        nbytes = seg.end - seg.start
+        if nbytes < _SMALL_SEGMENT or self._phase == "settled" or seg.phase != self._phase:
             return
-        rate = nbytes / max(seconds, 1e-6)
-        self._rate = rate if self._rate is None else (
-            (1 - _RATE_WEIGHT) * self._rate + _RATE_WEIGHT * rate)
-        if self._rate >= _FAST_RATE:
-            self._active, self._lead = min(self._max, _BASE_ACTIVE), 0
-        elif self._rate < _SLOW_RATE:
-            want = math.ceil(_GOAL_RATE / self._rate)
+        self._samples.append(nbytes / max(seconds, 1e-6))
+        if len(self._samples) < _PROBES:
+            return
+        rate = statistics.median(self._samples)
+        self._samples = []
+        if self._phase == "base":
+            self._base_rate = rate * self._active
+            if rate >= _FAST_RATE:
+                self._phase = "settled"
+                return
+            self._phase = "wide"
+            want = math.ceil(_GOAL_RATE / rate)
             self._active = max(min(self._max, _BASE_ACTIVE), min(self._max, want))
             self._lead = self._window
+        else:
+            self._phase = "settled"
+            if rate * self._active < _WIDE_GAIN * self._base_rate:
+                self._active, self._lead = min(self._max, _BASE_ACTIVE), 0
 
     # -- I/O side ----------------------------------------------------------------------
     def _launch(self, segments: list[_Segment]) -> None:

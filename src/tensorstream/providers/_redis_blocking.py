@@ -25,6 +25,10 @@ __all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches"]
 #: read never buffers all of its replies at once.
 BATCH_BYTES = 8 << 20
 
+#: Bytes per socket read (redis-py's default is 64 KiB): replies here are
+#: megabytes, and each read is a trip through the parser.
+_READ_SIZE = 1 << 20
+
 Batch = list[tuple[bytes, int, int, int]]  # (key, start in key, length, position in buffer)
 
 
@@ -64,7 +68,7 @@ class BlockingRedisReader:
     def _get(self) -> redis.Redis:
         with self._lock:
             if self._client is None:  # redis-py's pool itself resets after fork
-                self._client = redis.Redis(db=self._db, **self._kwargs)
+                self._client = redis.Redis(db=self._db, socket_read_size=_READ_SIZE, **self._kwargs)
             return self._client
 
     def readinto(self, layout: Layout, offset: int, buffer: memoryview) -> int:

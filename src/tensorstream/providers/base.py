@@ -54,6 +54,9 @@ class Capabilities:
     #: Blocking reads are cheap enough to run inline in the reader's thread,
     #: without read-ahead (local files).
     inline_reads: bool = False
+    #: One server thread answers every request (Redis): parallel readers only
+    #: queue behind each other there, so loaders default to one.
+    serial_server: bool = False
 
 
 def check_range(size: int, start: int, end: int) -> None:

@@ -23,14 +23,14 @@ from ..errors import (
 )
 from .base import Capabilities, ObjectInfo, Provider, Writer
 
-__all__ = ["LocalProvider"]
+__all__ = ["LocalProvider", "map_local_error", "temp_path_for"]
 
 
 def _etag(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
 
 
-def _map_os_error(exc: OSError, path: str) -> TensorstreamError | OSError:
+def map_local_error(exc: OSError, path: str) -> TensorstreamError | OSError:
     if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
         return NotFoundError(f"no such file: {path}", service="file")
     if isinstance(exc, PermissionError):
@@ -109,7 +109,7 @@ class LocalProvider(Provider):
             try:
                 st = os.stat(path)
             except OSError as exc:
-                raise _map_os_error(exc, path) from exc
+                raise map_local_error(exc, path) from exc
             if not stat_mod.S_ISREG(st.st_mode):
                 raise NotFoundError(f"not a regular file: {path}", service="file")
             return _info(path, st)
@@ -152,7 +152,7 @@ class LocalProvider(Provider):
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
-            raise _map_os_error(exc, path) from exc
+            raise map_local_error(exc, path) from exc
         if etag is not None:
             try:
                 _check_version(fd, path, etag)
@@ -215,7 +215,7 @@ class LocalProvider(Provider):
             try:
                 os.unlink(path)
             except OSError as exc:
-                raise _map_os_error(exc, path) from exc
+                raise map_local_error(exc, path) from exc
 
         await asyncio.to_thread(run)
 
@@ -254,7 +254,7 @@ class _AtomicFileWriter(Writer):
         try:
             self._fd = os.open(self._tmp, flags, 0o600)
         except OSError as exc:
-            raise _map_os_error(exc, self._tmp) from exc
+            raise map_local_error(exc, self._tmp) from exc
 
     def _write_sync(self, data: bytes | bytearray | memoryview) -> None:
         if self._done:

@@ -82,7 +82,8 @@ class RedisProvider(Provider):
     schemes = ("redis", "rediss")
     service = "redis"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True
+        write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True,
+        serial_server=True,
     )
     option_names = frozenset({
         "redis_username", "redis_password", "redis_db", "redis_cluster", "redis_chunk_size",
