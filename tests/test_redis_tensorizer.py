@@ -91,3 +91,21 @@ def test_64mib_model_round_trip(redis_server: RedisServer, tmp_path: object) -> 
         d = TensorDeserializer(f, device="cpu")
         _assert_equal(d, sd)
         d.close()
+
+
+def test_deserialize_defaults_to_one_reader_and_blocking_reads(
+        redis_server: RedisServer, tmp_path: object) -> None:
+    """One Redis thread serves every request: parallel readers only queue, so the
+    default is one reader, fed by the read-ahead's worker threads."""
+    sd = _state_dict(8 << 20, seed=3)
+    with open(_serialize(sd, tmp_path), "rb") as fh:
+        data = fh.read()
+    uri = redis_server.url("compat/readers")
+    _write_with_tensorstream(uri, data)
+    with tensorstream.deserialize(uri, device="cpu") as d:
+        assert d._num_readers == 1
+        _assert_equal(d, sd)
+    with tensorstream.open(uri) as f:
+        assert f.capabilities.blocking_reads and f.capabilities.serial_server
+        assert f.read() == data
+        assert f.read_stats()["direct_bytes"] > 0

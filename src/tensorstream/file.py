@@ -213,6 +213,13 @@ class StreamReader(io.RawIOBase):
             fork.set_read_boundaries(self._boundaries)
         return fork
 
+    def read_stats(self) -> dict[str, Any]:
+        """How this reader's reads were served (read-ahead statistics): bytes
+        received straight into the caller's buffers (``direct_bytes``) or
+        copied from read-ahead buffers (``copied_bytes``), and the connection
+        count and read-ahead the link measurement settled on."""
+        return self._prefetch.stats()
+
     def set_read_boundaries(self, offsets: Iterable[int]) -> None:
         """Tell the read-ahead where the caller's reads will start and end
         (e.g. each tensor's header and data). Reads that span whole pieces

@@ -128,6 +128,8 @@ class Prefetcher:
         self._phase = "base"  # base -> (wide) -> settled: see _measure
         self._samples: list[float] = []
         self._base_rate = 0.0
+        self._direct_bytes = 0
+        self._copied_bytes = 0
         self._lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}  # planned or launched, buffered
         self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
@@ -148,6 +150,15 @@ class Prefetcher:
     def active(self) -> int:
         """Requests currently allowed in flight (adapts to the link)."""
         return self._active
+
+    def stats(self) -> dict[str, Any]:
+        """How the reads were served: ``direct_bytes`` received straight into the
+        caller's buffers, ``copied_bytes`` out of read-ahead buffers; the link
+        ``phase`` (``base``/``wide``/``settled``), ``active`` connections and
+        ``readahead`` bytes planned past each read."""
+        with self._lock:
+            return {"direct_bytes": self._direct_bytes, "copied_bytes": self._copied_bytes,
+                    "phase": self._phase, "active": self._active, "readahead": self._lead}
 
     # -- caller side ------------------------------------------------------------
     def readinto(self, pos: int, view: memoryview) -> None:
@@ -175,13 +186,17 @@ class Prefetcher:
                     if seg.error is not None and not seg.direct:
                         self._segments.pop(seg.start, None)
             raise errors[0]
+        copied = 0
         for seg in needed:
             if not seg.direct:
                 assert seg.buffer is not None
                 lo, hi = max(pos, seg.start), min(end, seg.end)
                 copy_into(view[lo - pos : hi - pos], seg.buffer[lo - seg.start : hi - seg.start])
+                copied += hi - lo
         self._last_end = end
         with self._lock:
+            self._copied_bytes += copied
+            self._direct_bytes += len(view) - copied
             self._evict(pos, end, sequential)
 
     def close(self) -> None:
