@@ -13,6 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import tenacity
+
 from ..errors import TensorstreamError
 from .base import Writer
 
@@ -23,6 +25,9 @@ log = logging.getLogger("tensorstream.s3")
 MIN_PART_SIZE = 5 << 20  # S3's minimum for every part but the last
 _MAX_PART_SIZE = 5 << 30
 _GROW_EVERY = 1000  # double the part size every 1000 parts: 10,000 parts reach > 5 TiB
+
+
+_ABORT_ATTEMPTS = 3
 
 
 class S3Writer(Writer):
@@ -168,8 +173,18 @@ class S3Writer(Writer):
         if upload_id is None:
             return
         try:
-            await self._call("abort_multipart_upload", Bucket=self._bucket, Key=self._key,
-                             UploadId=upload_id)
+            # Idempotent, and what keeps storage from filling with orphaned parts:
+            # retried on temporary errors (a connection the cancelled parts broke).
+            async for attempt in tenacity.AsyncRetrying(
+                stop=tenacity.stop_after_attempt(_ABORT_ATTEMPTS),
+                wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
+                retry=tenacity.retry_if_exception(
+                    lambda e: isinstance(e, TensorstreamError) and e.temporary),
+                reraise=True,
+            ):
+                with attempt:
+                    await self._call("abort_multipart_upload", Bucket=self._bucket,
+                                     Key=self._key, UploadId=upload_id)
         except TensorstreamError as exc:
             log.warning("could not abort multipart upload %s of %s/%s: %s (a bucket lifecycle "
                         "rule for incomplete uploads removes it)", upload_id, self._bucket,
