@@ -194,6 +194,13 @@ def _warm(paths: list[Path]) -> None:
                 pass
 
 
+def _settle() -> None:
+    """Flush dirty pages (the copies write 512 MiB files) before the next timed run,
+    so that no contender pays for the previous one's writeback."""
+    os.sync()
+    time.sleep(0.2)
+
+
 def run_profile(
     args: argparse.Namespace,
     profile: str,
@@ -258,6 +265,7 @@ def run_profile(
         for i, c in enumerate(plan):  # A B C A B C: alternate contenders each round
             if c.skip:
                 continue
+            _settle()
             res = run_once(c, env, args.timeout)
             runs[i].append(res)
             status = "ok" if res.get("verified") else ("UNVERIFIED" if res.get("seconds") else "FAILED")
