@@ -194,11 +194,32 @@ def _warm(paths: list[Path]) -> None:
                 pass
 
 
-def _settle() -> None:
-    """Flush dirty pages (the copies write 512 MiB files) before the next timed run,
-    so that no contender pays for the previous one's writeback."""
+def _cpu_busy(interval: float = 0.25) -> float:
+    """Fraction of all CPUs busy over ``interval`` seconds (Linux; 0.0 elsewhere)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return idle, sum(fields)
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(interval)
+        idle1, total1 = sample()
+    except OSError:
+        return 0.0
+    total = max(1, total1 - total0)
+    return 1.0 - (idle1 - idle0) / total
+
+
+def _settle(timeout: float = 15.0) -> None:
+    """Before each timed run: flush dirty pages (the copies write 512 MiB files)
+    and wait until the machine is idle (moto finishing an upload, writeback), so
+    that no contender pays for the previous one's aftermath."""
     os.sync()
-    time.sleep(0.2)
+    deadline = time.monotonic() + timeout
+    while _cpu_busy() > 0.10 and time.monotonic() < deadline:
+        pass
 
 
 def run_profile(
