@@ -301,11 +301,7 @@ class RedisProvider(Provider):
             layout = await self.resolve(path)
             if etag is not None and layout.etag != etag:
                 raise ObjectChangedError(f"Redis object {path!r} was replaced while being read")
-        want = len(buffer)
-        if offset < 0 or offset + want > layout.size:
-            raise InvalidRangeError(
-                f"range [{offset}, {offset + want}) is past the end of a {layout.size}-byte object"
-            )
+        want = _checked_length(layout, offset, buffer)
         if want == 0:
             return 0
         planned = batches(layout, offset, want)
@@ -349,11 +345,7 @@ class RedisProvider(Provider):
         layout = self._layouts.get(path) if etag is not None else None
         if self.cluster or layout is None or layout.etag != etag:
             return _loop.run_sync(self.readinto(path, offset, buffer, etag=etag))
-        want = len(buffer)
-        if offset < 0 or offset + want > layout.size:
-            raise InvalidRangeError(
-                f"range [{offset}, {offset + want}) is past the end of a {layout.size}-byte object"
-            )
+        want = _checked_length(layout, offset, buffer)
         if want == 0:
             return 0
         if self._blocking is None:
@@ -391,6 +383,16 @@ class RedisProvider(Provider):
         """Delete ``keys`` (pipelined one by one: they may live on different cluster slots)."""
         for i in range(0, len(keys), 1000):
             await self.pipeline([("delete", (k,)) for k in keys[i : i + 1000]])
+
+
+def _checked_length(layout: Layout, offset: int, buffer: memoryview) -> int:
+    """``len(buffer)``, or :class:`InvalidRangeError` if the range leaves the object."""
+    want = len(buffer)
+    if offset < 0 or offset + want > layout.size:
+        raise InvalidRangeError(
+            f"range [{offset}, {offset + want}) is past the end of a {layout.size}-byte object"
+        )
+    return want
 
 
 def _info(layout: Layout) -> ObjectInfo:
