@@ -306,7 +306,12 @@ class S3Provider(Provider):
     # -- reads --------------------------------------------------------------------
     async def stat(self, path: str) -> ObjectInfo:
         bucket, key = _split(path)
-        resp = await self._call("head_object", path, Bucket=bucket, Key=key)
+        if self._client is None and not self.insecure:
+            # Nothing built yet: HEAD with the blocking path's client, which reads
+            # need anyway, rather than building a second (async) client first.
+            resp = await asyncio.to_thread(self._head_blocking, bucket, key, path)
+        else:
+            resp = await self._call("head_object", path, Bucket=bucket, Key=key)
         return ObjectInfo(
             path=path,
             size=int(resp["ContentLength"]),
@@ -315,6 +320,16 @@ class S3Provider(Provider):
             version=resp.get("VersionId"),
             extra={"content_type": resp.get("ContentType")},
         )
+
+    def _head_blocking(self, bucket: str, key: str, path: str) -> Any:
+        client, _ = self._blocking_state()
+        try:
+            return client.head_object(Bucket=bucket, Key=key)
+        except Exception as exc:
+            mapped = map_s3_error(exc, self._ctx(path))
+            if mapped is exc:
+                raise
+            raise mapped from exc
 
     async def readinto(
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
@@ -379,6 +394,8 @@ class S3Provider(Provider):
                 if self._sync_creds is None:
                     raise MissingCredentialsError("no S3 credentials found",
                                                   looked_in=list(creds.looked_in))
+                self._key_source = chain_source(getattr(self._sync_creds, "method", None),
+                                                profile)
             cfg_kwargs, kwargs = self._client_options()
             if cfg_kwargs["signature_version"] is None:
                 cfg_kwargs["signature_version"] = "s3v4"  # presign with SigV4, never SigV2
