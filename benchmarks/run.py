@@ -286,7 +286,7 @@ def run_profile(
         for i, c in enumerate(plan):  # A B C A B C: alternate contenders each round
             if c.skip:
                 continue
-            _settle()
+            _settle(timeout=2.0 if args.quick else 15.0)  # quick: CI smoke runs
             res = run_once(c, env, args.timeout)
             runs[i].append(res)
             status = "ok" if res.get("verified") else ("UNVERIFIED" if res.get("seconds") else "FAILED")
