@@ -32,6 +32,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from yarl import URL
 
@@ -170,6 +171,21 @@ class ConnectionPool:
                 conn.close()
 
 
+class _HeaderView(dict[str, str]):
+    """A response's headers read once into a dict, looked up case-insensitively
+    (the first of repeated headers wins, as with ``HTTPMessage.get``). Every
+    ``HTTPMessage.get`` scans and lower-cases the whole header list: a few
+    microseconds each, several per ranged GET, all under the GIL."""
+
+    def __init__(self, message: Any) -> None:
+        super().__init__()
+        for name, value in message.raw_items():
+            self.setdefault(name.lower(), value)
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+
 def _key(url: URL) -> _Key:
     if url.scheme not in ("http", "https") or not url.host:
         raise ProtocolError(f"unsupported URL scheme {url.scheme!r}")
@@ -278,7 +294,8 @@ def get_range_into(
             conn, resp = _exchange(pool, current, {**base, **creds}, timeouts,
                                    service=service, path=where)
             try:
-                location = resp.headers.get("Location")
+                headers = _HeaderView(resp.headers)
+                location = headers.get("Location")
                 if redirects is not None and resp.status in REDIRECT_STATUSES and location:
                     conn.close()  # never drain a body we do not want
                     target, same_origin = redirect_step(current, location, path=where)
@@ -287,15 +304,15 @@ def get_range_into(
                     _check_redirect(target, redirects, where)
                     current = target
                     continue
-                check_ranged_response(resp.status, resp.headers, first=offset, last=last,
+                check_ranged_response(resp.status, headers, first=offset, last=last,
                                       etag=etag, path=where, service=service,
                                       on_status=lambda r=resp: mapper(r, where))
-                served = resp.headers.get("ETag")
+                served = headers.get("ETag")
                 # A Content-Length body (checked equal to the range) is read with
                 # readinto1: one recv_into per call straight into the buffer, so a
                 # cut or a timeout leaves an exact count. Chunked bodies go through
                 # http.client's parser in slices (a cut forgets at most one slice).
-                direct = not resp.chunked and resp.headers.get("Content-Length") is not None
+                direct = not resp.chunked and headers.get("Content-Length") is not None
                 while received < want:
                     if direct:
                         n = resp.fp.readinto1(buffer[received:])
