@@ -6,8 +6,10 @@ file descriptor); any other file object silently gets one reader. A
 :class:`~tensorstream.StreamReader` can be reopened cheaply with
 :meth:`~tensorstream.StreamReader.fork` (same object version, shared
 connection pool), so :class:`StreamTensorDeserializer` overrides that one
-private hook. :func:`check_compat` asserts the hook still has the shape we
-rely on; ``tests/test_tensorizer_compat.py`` calls it so a tensorizer upgrade
+private hook, and uses the moment it is called (the index is parsed) to hand
+the stream every tensor's offsets (:func:`read_boundaries`).
+:func:`check_compat` asserts the hook and the index fields still have the
+shape we rely on; ``tests/test_tensorizer_compat.py`` calls it so a tensorizer upgrade
 that changes it fails loudly instead of silently falling back to one reader.
 """
 
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorizer import TensorDeserializer
-from tensorizer.serialization import CryptographyError, HashMismatchError
+from tensorizer.serialization import CryptographyError, HashMismatchError, TensorEntry
 
 from .file import StreamReader
 
@@ -101,8 +103,10 @@ def tensor_names(deserializer: TensorDeserializer) -> list[str]:
 def check_compat() -> None:
     """Raise ``RuntimeError`` if tensorizer's private hooks changed shape.
 
-    Checked: ``TensorDeserializer._reopen_func(self)`` exists and the reader
-    threads call the function it returns as ``reopen(begin=..., end=...)``;
+    Checked: ``TensorDeserializer._reopen_func(self)`` exists (it runs once the
+    index is parsed) and the reader threads call the function it returns as
+    ``reopen(begin=..., end=...)``; index entries have ``data_offset`` and
+    ``data_length`` (:func:`read_boundaries`);
     the attributes :func:`reader_count` and :func:`tensor_names` read exist.
     """
     problems = []
@@ -114,6 +118,10 @@ def check_compat() -> None:
     copy_src = inspect.getsource(TensorDeserializer._copy_thread)
     if "_reopen(begin=begin_offset, end=end_offset)" not in copy_src:
         problems.append("reader threads no longer call self._reopen(begin=..., end=...)")
+    fields = getattr(TensorEntry, "__slots__", ())
+    for name in ("data_offset", "data_length"):  # read_boundaries() cuts requests there
+        if name not in fields:
+            problems.append(f"tensorizer's TensorEntry has no {name!r}")
     init_src = inspect.getsource(TensorDeserializer.__init__)
     for needle in ("self._reopen = self._reopen_func()", "self._num_readers = num_readers",
                    "self._metadata"):

@@ -217,7 +217,8 @@ class StreamReader(io.RawIOBase):
         """How this reader's reads were served (read-ahead statistics): bytes
         received straight into the caller's buffers (``direct_bytes``) or
         copied from read-ahead buffers (``copied_bytes``), and the connection
-        count and read-ahead the link measurement settled on."""
+        count and read-ahead the link measurement settled on. Local files are
+        read inline, without the read-ahead: their counters stay at 0."""
         return self._prefetch.stats()
 
     def set_read_boundaries(self, offsets: Iterable[int]) -> None:

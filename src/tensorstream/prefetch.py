@@ -146,11 +146,6 @@ class Prefetcher:
                 max_workers=self._max, thread_name_prefix="tensorstream-fetch"
             )
 
-    @property
-    def active(self) -> int:
-        """Requests currently allowed in flight (adapts to the link)."""
-        return self._active
-
     def stats(self) -> dict[str, Any]:
         """How the reads were served: ``direct_bytes`` received straight into the
         caller's buffers, ``copied_bytes`` out of read-ahead buffers; the link

@@ -19,7 +19,7 @@ from ..errors import IncompleteReadError, ObjectChangedError
 from ._redis_errors import REDIS_ERRORS, map_redis_error
 from ._redis_layout import Layout
 
-__all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches"]
+__all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches", "check_reply"]
 
 #: A read is fetched as pipelines of at most this many bytes, so one huge
 #: read never buffers all of its replies at once.
@@ -47,6 +47,7 @@ def batches(layout: Layout, offset: int, want: int) -> list[Batch]:
 
 
 def check_reply(layout: Layout, key: bytes, n: int, data: bytes) -> None:
+    """Raise :class:`ObjectChangedError` unless a ``GETRANGE`` reply has ``n`` bytes."""
     if len(data) != n:
         # A chunk of the pinned generation is gone: overwritten or deleted.
         raise ObjectChangedError(

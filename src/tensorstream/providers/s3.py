@@ -298,10 +298,17 @@ class S3Provider(Provider):
 
     async def _call(self, op: str, path: str, **kwargs: Any) -> Any:
         client = await self._get_client()
-        try:
+        with self._mapped_errors(path):
             return await getattr(client, op)(**kwargs)
+
+    @contextlib.contextmanager
+    def _mapped_errors(self, path: str, received: int = 0) -> Iterator[None]:
+        """Raise botocore/aiohttp errors of the block as tensorstream errors
+        (``received`` bytes of a broken body were valid)."""
+        try:
+            yield
         except Exception as exc:
-            mapped = map_s3_error(exc, self._ctx(path))
+            mapped = map_s3_error(exc, self._ctx(path), received=received)
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -326,13 +333,8 @@ class S3Provider(Provider):
 
     def _head_blocking(self, bucket: str, key: str, path: str) -> Any:
         client, _ = self._blocking_state()
-        try:
+        with self._mapped_errors(path):
             return client.head_object(Bucket=bucket, Key=key)
-        except Exception as exc:
-            mapped = map_s3_error(exc, self._ctx(path))
-            if mapped is exc:
-                raise
-            raise mapped from exc
 
     async def readinto(
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
@@ -354,13 +356,8 @@ class S3Provider(Provider):
         try:
             _check_content_range(resp, offset, want)
             while received < want:
-                try:
+                with self._mapped_errors(path, received=received):
                     chunk = await body.read(min(want - received, _CHUNK))
-                except Exception as exc:
-                    mapped = map_s3_error(exc, self._ctx(path), received=received)
-                    if mapped is exc:
-                        raise
-                    raise mapped from exc
                 if not chunk:
                     raise IncompleteReadError(
                         f"response body ended after {received} of {want} bytes", received=received
@@ -432,14 +429,9 @@ class S3Provider(Provider):
             url = self._urls.get((bucket, key))
         if url is not None:
             return url
-        try:
+        with self._mapped_errors(path):
             signed = str(client.generate_presigned_url(
                 "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=60))
-        except Exception as exc:
-            mapped = map_s3_error(exc, self._ctx(path))
-            if mapped is exc:
-                raise
-            raise mapped from exc
         url = signed.split("?", 1)[0]  # only X-Amz-* signing parameters follow
         with self._sync_lock:
             if len(self._urls) >= _URL_CACHE:
@@ -513,7 +505,7 @@ class S3Provider(Provider):
             raise InvalidURIError(f"S3 list prefixes are bucket[/prefix], got {prefix!r}")
         client = await self._get_client()
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix)
-        try:
+        with self._mapped_errors(prefix):
             async for page in pages:
                 for obj in page.get("Contents", ()):
                     if obj["Key"].endswith("/"):
@@ -524,11 +516,6 @@ class S3Provider(Provider):
                         etag=obj.get("ETag"),
                         mtime=obj.get("LastModified"),
                     )
-        except Exception as exc:
-            mapped = map_s3_error(exc, self._ctx(prefix))
-            if mapped is exc:
-                raise
-            raise mapped from exc
 
     async def delete(self, path: str) -> None:
         bucket, key = _split(path)
