@@ -44,13 +44,19 @@ class StreamTensorDeserializer(TensorDeserializer):
     base class decides.
     """
 
+    def _cut_requests_at_tensors(self) -> None:
+        # Once the tensor index is parsed, before any tensor is read: cut
+        # read-ahead segments at every tensor's header and data, so each tensor
+        # lands in its buffer without a copy (forks inherit the boundaries).
+        source = self._file
+        if isinstance(source, StreamReader) and not getattr(self, "_ts_cut", False):
+            source.set_read_boundaries(read_boundaries(self))
+            self._ts_cut = True
+
     def _reopen_func(self) -> Callable[..., Any] | None:
         source = self._file
         if isinstance(source, StreamReader):
-            # Called once the tensor index is parsed: cut read-ahead segments at
-            # every tensor's header and data, so each tensor lands in its buffer
-            # without a copy (the forks inherit the boundaries).
-            source.set_read_boundaries(read_boundaries(self))
+            self._cut_requests_at_tensors()  # num_readers > 1: before the forks
 
             def reopen(begin: int | None = None, end: int | None = None) -> StreamReader:
                 # ``end`` is a hint: read-ahead stops there; reads past it still work.
@@ -61,6 +67,11 @@ class StreamTensorDeserializer(TensorDeserializer):
 
             return reopen
         return super()._reopen_func()  # type: ignore[no-any-return]
+
+    def _bulk_load(self, keys: Any, verify_hash: bool | None = None) -> Any:
+        # Every load (eager, lazy, one reader or many) goes through here.
+        self._cut_requests_at_tensors()
+        return super()._bulk_load(keys, verify_hash)
 
 
 #: The last bytes of each tensor's data share one request with the next
@@ -105,7 +116,8 @@ def check_compat() -> None:
 
     Checked: ``TensorDeserializer._reopen_func(self)`` exists (it runs once the
     index is parsed) and the reader threads call the function it returns as
-    ``reopen(begin=..., end=...)``; index entries have ``data_offset`` and
+    ``reopen(begin=..., end=...)``; every load goes through
+    ``_bulk_load(self, keys, verify_hash)``; index entries have ``data_offset`` and
     ``data_length`` (:func:`read_boundaries`);
     the attributes :func:`reader_count` and :func:`tensor_names` read exist.
     """
@@ -118,6 +130,9 @@ def check_compat() -> None:
     copy_src = inspect.getsource(TensorDeserializer._copy_thread)
     if "_reopen(begin=begin_offset, end=end_offset)" not in copy_src:
         problems.append("reader threads no longer call self._reopen(begin=..., end=...)")
+    bulk = getattr(TensorDeserializer, "_bulk_load", None)
+    if bulk is None or list(inspect.signature(bulk).parameters) != ["self", "keys", "verify_hash"]:
+        problems.append("TensorDeserializer._bulk_load(self, keys, verify_hash) changed")
     fields = getattr(TensorEntry, "__slots__", ())
     for name in ("data_offset", "data_length"):  # read_boundaries() cuts requests there
         if name not in fields:

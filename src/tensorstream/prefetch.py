@@ -33,7 +33,6 @@ import asyncio
 import bisect
 import collections
 import concurrent.futures
-import ctypes
 import functools
 import logging
 import math
@@ -43,13 +42,14 @@ import time
 from typing import Any
 
 from . import _loop
+from ._memcopy import copy_into
+from ._prefault import populate
 from .policy import PolicyProvider
 
 __all__ = ["Prefetcher"]
 
 log = logging.getLogger("tensorstream.prefetch")
 
-_SMALL_COPY = 64 << 10
 #: Segments smaller than this (tensor headers) are latency, not bandwidth:
 #: they are always read ahead and never measured.
 _SMALL_SEGMENT = 64 << 10
@@ -66,20 +66,6 @@ _GOAL_RATE = 2e9
 #: going wide.
 _PROBES = 4
 _WIDE_GAIN = 1.5
-
-
-def copy_into(dst: memoryview, src: memoryview) -> None:
-    """``dst[:] = src`` for equal-length byte views, without holding the GIL when large."""
-    n = len(src)
-    if n < _SMALL_COPY or dst.readonly:
-        dst[:n] = src
-        return
-    d = (ctypes.c_char * n).from_buffer(dst)
-    s = (ctypes.c_char * n).from_buffer(src) if not src.readonly else None
-    if s is None:  # pragma: no cover - segment buffers are always writable
-        dst[:n] = src
-        return
-    ctypes.memmove(d, s, n)
 
 
 class _Segment:
@@ -166,6 +152,8 @@ class Prefetcher:
                 self._plan_ahead(end, {seg.start for seg in needed})
             launch = self._next_launches()
         self._launch(launch)
+        if any(seg.direct for seg in needed):
+            populate(view)  # fault the pages in while other threads receive into them
         try:
             for seg in needed:
                 self._wait(seg)

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from .._memcopy import copy_into
 from ..errors import IncompleteReadError, ObjectChangedError
 from ._redis_errors import REDIS_ERRORS, map_redis_error
 from ._redis_layout import Layout
@@ -84,7 +85,7 @@ class BlockingRedisReader:
                     pipe.getrange(key, start, start + n - 1)
                 for (key, _start, n, pos), data in zip(batch, pipe.execute(), strict=True):
                     check_reply(layout, key, n, data)
-                    buffer[pos : pos + n] = data
+                    copy_into(buffer[pos : pos + n], data)
                 received += sum(n for _, _, n, _ in batch)
         except REDIS_ERRORS as exc:
             err = map_redis_error(exc, who=self._who)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import fsspec
 
+from .._memcopy import copy_into
 from ..errors import (
     InvalidRangeError,
     NotFoundError,
@@ -94,7 +95,7 @@ class FsspecProvider(Provider):
             raise ObjectChangedError(
                 f"got {len(data)} bytes for a {len(buffer)}-byte range: {path}", service="fsspec"
             )
-        buffer[:] = data
+        copy_into(buffer, data)
         return len(buffer)
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import aiohttp
 from yarl import URL
 
+from .._memcopy import copy_into
 from ..config import CommonConfig, split_options
 from ..credentials.http import HTTPCredentials, resolve_http_credentials
 from ..errors import (
@@ -330,7 +331,8 @@ class HTTPProvider(Provider):
                             f"body ended after {received} of {want} bytes",
                             received=received, service="http", path=_redact_path(path))
                     n = min(len(chunk), want - received)
-                    buffer[received : received + n] = memoryview(chunk)[:n]
+                    copy_into(buffer[received : received + n],
+                              chunk if n == len(chunk) else memoryview(chunk)[:n])
                     received += n
                     if n < len(chunk):
                         raise ProtocolError("the server sent more bytes than the range",

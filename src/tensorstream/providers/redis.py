@@ -25,6 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .. import _loop
+from .._memcopy import copy_into
 from ..config import CommonConfig, split_options
 from ..credentials.redis import RedisCredentials, resolve_redis_credentials
 from ..errors import (
@@ -335,7 +336,7 @@ class RedisProvider(Provider):
         )
         for (key, _start, n, pos), data in zip(batch, results, strict=True):
             check_reply(layout, key, n, data)
-            buffer[pos : pos + n] = data
+            copy_into(buffer[pos : pos + n], data)
 
     def readinto_blocking(
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None

@@ -1,0 +1,72 @@
+"""The GIL-free copy and the page pre-faulting used on the read path."""
+
+from __future__ import annotations
+
+import mmap
+import random
+import resource
+import sys
+
+import pytest
+
+from tensorstream import _prefault
+from tensorstream._memcopy import copy_into
+
+SIZES = [0, 1, 4095, 64 << 10, (64 << 10) + 3, 3 << 20]
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview", "readonly-view"])
+def test_copy_into_copies_exactly(n: int, kind: str) -> None:
+    data = random.Random(n).randbytes(n)
+    src: bytes | bytearray | memoryview = {
+        "bytes": lambda: data,
+        "bytearray": lambda: bytearray(data),
+        "memoryview": lambda: memoryview(bytearray(data)),
+        "readonly-view": lambda: memoryview(data),
+    }[kind]()
+    dst = bytearray(b"\xee" * (n + 7))
+    copy_into(memoryview(dst)[1:], src)
+    assert dst[0] == 0xEE
+    assert bytes(dst[1 : n + 1]) == data
+    assert dst[n + 1 :] == b"\xee" * 6  # nothing written past the source's length
+
+
+@pytest.mark.parametrize("n", [100, 1 << 20])
+def test_copy_into_a_shorter_buffer_raises_without_writing_past_it(n: int) -> None:
+    dst = bytearray(n + 16)
+    with pytest.raises(ValueError):
+        copy_into(memoryview(dst)[: n - 1], b"x" * n)
+    assert dst[n - 1 :] == bytes(17)
+
+
+def test_populate_keeps_contents() -> None:
+    data = random.Random(3).randbytes(5 << 20)
+    buf = bytearray(data)
+    _prefault.populate(memoryview(buf)[123:])
+    assert buf == data
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="MADV_POPULATE_WRITE is Linux-only")
+def test_populate_faults_fresh_pages_in() -> None:
+    if not _prefault._supported:
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
+    n = 16 << 20
+    mem = mmap.mmap(-1, n)  # fresh anonymous memory: no page is present yet
+    view = memoryview(mem)
+    ones = b"\x01" * n
+    _prefault.populate(view)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    view[:] = ones  # every page was populated: writing faults (almost) none
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < (n // mmap.PAGESIZE) // 4, faults
+    assert view[0] == 1 and view[n - 1] == 1
+    view.release()
+    mem.close()
+
+
+def test_populate_ignores_small_and_readonly_buffers() -> None:
+    _prefault.populate(memoryview(b"x" * (2 << 20)))  # read-only: left alone, no error
+    small = bytearray(100)
+    _prefault.populate(memoryview(small))
+    assert small == bytes(100)
