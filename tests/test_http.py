@@ -17,9 +17,10 @@ from tensorstream.testing.http_server import HTTPTestServer
 pytestmark = pytest.mark.usefixtures("isolated_env", "http_reset")
 
 DATA = os.urandom((2 << 20) + 4321)
-#: Small parts so one read becomes several ranged GETs; quick retries.
+#: Small parts so one read becomes several ranged GETs (not one streamed GET); quick retries.
 SMALL = {"part_size": 256 << 10, "min_part_size": 64 << 10, "concurrency": 4,
-         "large_read": 64 << 10, "backoff_initial": 0.01, "backoff_max": 0.05}
+         "large_read": 64 << 10, "backoff_initial": 0.01, "backoff_max": 0.05,
+         "stream_reads": False}
 
 
 def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:

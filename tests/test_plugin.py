@@ -210,9 +210,11 @@ def test_replace_between_reads_raises_object_changed(tensorstream_backend):
     old, new = blob(MiB), blob(MiB, seed=1)
     b.put("k", old)
     b.faults.replace_between_reads("k", new)
-    # No read-ahead and small parts: the second read is a new request (with
-    # read-ahead the old version may already be fetched, which is never a mix).
-    with tensorstream.open(b.uri("k"), **b.options, readahead=0, part_size=64 << 10) as f:
+    # No read-ahead, no streamed reads, small parts: the second read is a new
+    # request (with read-ahead or a stream the old version may already be on
+    # its way, which is never a mix).
+    with tensorstream.open(b.uri("k"), **b.options, readahead=0, part_size=64 << 10,
+                           stream_reads=False) as f:
         assert f.read(100) == old[:100]  # first read: the old object
         f.seek(512 << 10)
         with pytest.raises(ObjectChangedError):

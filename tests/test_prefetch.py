@@ -25,7 +25,7 @@ def test_reads_at_boundaries_land_straight_in_the_callers_buffer(
     url, data = _put(http_server, 12 * MiB + 300)
     # A tensorizer-like layout: a 100-byte header, 6 MiB of data, a header, the rest.
     bounds = [0, 100, 100 + 6 * MiB, 200 + 6 * MiB, len(data)]
-    with tensorstream.open(url, part_size=1 * MiB) as f:
+    with tensorstream.open(url, part_size=1 * MiB, stream_reads=False) as f:
         f.set_read_boundaries(bounds)
         out = []
         for lo, hi in itertools.pairwise(bounds):

@@ -71,6 +71,9 @@ class TransferConfig:
     concurrency: int = DEFAULT_CONCURRENCY
     readahead: int = DEFAULT_READAHEAD
     large_read: int = DEFAULT_LARGE_READ
+    #: Sequential reads on a fast link come from one streamed request per run
+    #: of reads (HTTP, S3) instead of a request per part.
+    stream_reads: bool = True
 
     def __post_init__(self) -> None:
         if self.part_size < 1 or self.min_part_size < 1 or self.concurrency < 1:
@@ -91,6 +94,7 @@ COMMON_OPTIONS = frozenset(
         "concurrency",
         "readahead",
         "large_read",
+        "stream_reads",
     }
 )
 
@@ -100,6 +104,17 @@ class CommonConfig:
     timeouts: Timeouts
     retry: RetryConfig
     transfer: TransferConfig
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
 
 
 def split_options(options: dict[str, Any]) -> tuple[CommonConfig, dict[str, Any]]:
@@ -121,5 +136,6 @@ def split_options(options: dict[str, Any]) -> tuple[CommonConfig, dict[str, Any]
         concurrency=int(opts.pop("concurrency", DEFAULT_CONCURRENCY)),
         readahead=int(opts.pop("readahead", DEFAULT_READAHEAD)),
         large_read=int(opts.pop("large_read", DEFAULT_LARGE_READ)),
+        stream_reads=_flag("stream_reads", opts.pop("stream_reads", True)),
     )
     return CommonConfig(t, r, x), opts

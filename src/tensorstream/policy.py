@@ -33,7 +33,7 @@ from .errors import (
     ServiceUnavailableError,
     TensorstreamError,
 )
-from .providers.base import ObjectInfo, Provider, Writer
+from .providers.base import BodyStream, ObjectInfo, Provider, Writer
 from .uri import redact_text
 
 __all__ = ["Metrics", "PolicyProvider"]
@@ -214,6 +214,17 @@ class PolicyProvider(Provider):
         self.metrics.bytes_read += n
         return n
 
+    def open_range_blocking(
+        self, path: str, start: int, end: int, *, etag: str | None = None
+    ) -> BodyStream:
+        """The provider's range stream, opened under the retry policy. Its reads
+        are counted and their errors carry context; a stream broken part-way is
+        not resumed here: the caller reads the rest with :meth:`readinto_blocking`
+        (which retries and resumes)."""
+        body = self._call_blocking(
+            "read", path, lambda: self.inner.open_range_blocking(path, start, end, etag=etag))
+        return _CountedBody(body, self, path)
+
     async def read_range(
         self, path: str, start: int, end: int, *, etag: str | None = None
     ) -> bytes:
@@ -252,6 +263,36 @@ class PolicyProvider(Provider):
                 service=self.service, operation="read", path=redact_text(path),  # redacts ?query
             )
         return info
+
+
+class _CountedBody:
+    """A :class:`BodyStream` whose reads count in the metrics and whose errors
+    name the service, operation and path."""
+
+    def __init__(self, body: BodyStream, policy: PolicyProvider, path: str) -> None:
+        self._body = body
+        self._policy = policy
+        self._path = path
+
+    @property
+    def position(self) -> int:
+        return self._body.position
+
+    @property
+    def end(self) -> int:
+        return self._body.end
+
+    def readinto(self, buffer: memoryview) -> int:
+        try:
+            n = self._body.readinto(buffer)
+        except TensorstreamError as exc:
+            self._policy._add_context(exc, "read", self._path)
+            raise
+        self._policy.metrics.bytes_read += n
+        return n
+
+    def close(self) -> None:
+        self._body.close()
 
 
 class _Resume:

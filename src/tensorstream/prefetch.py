@@ -44,6 +44,7 @@ from typing import Any
 from . import _loop
 from ._memcopy import copy_into
 from ._prefault import populate
+from ._streaming import SequentialStream
 from .policy import PolicyProvider
 
 __all__ = ["Prefetcher"]
@@ -66,6 +67,12 @@ _GOAL_RATE = 2e9
 #: going wide.
 _PROBES = 4
 _WIDE_GAIN = 1.5
+#: A process this busy (CPU seconds per second, all threads) while probing is
+#: limited by its own CPU, not the link: a per-connection rate under
+#: ``_FAST_RATE`` then says nothing about the network, and more connections
+#: and read-ahead copies would only add work. A paced or distant link keeps
+#: the reader mostly idle (a 25 MB/s connection costs ~2% of a core).
+_BUSY_CPU = 0.6
 
 
 class _Segment:
@@ -114,8 +121,10 @@ class Prefetcher:
         self._phase = "base"  # base -> (wide) -> settled: see _measure
         self._samples: list[float] = []
         self._base_rate = 0.0
+        self._probe_clock: tuple[float, float] | None = None  # (wall, process CPU) at start
         self._direct_bytes = 0
         self._copied_bytes = 0
+        self._streams_opened = 0
         self._lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}  # planned or launched, buffered
         self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
@@ -127,7 +136,15 @@ class Prefetcher:
         # driven from a pool of worker threads instead of the I/O loop. Threads
         # start on demand: about ``active`` of them ever run.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        if provider.capabilities.blocking_reads:
+        # Providers with range streams start by streaming sequential reads (one
+        # request per run of reads); a slow link hands over to ranged read-ahead.
+        self._stream: SequentialStream | None = None
+        caps = provider.capabilities
+        if caps.range_streams and caps.blocking_reads and provider.config.transfer.stream_reads:
+            self._stream = SequentialStream(provider, path, size, etag, limit=self._limit,
+                                            fast_rate=_FAST_RATE, busy_cpu=_BUSY_CPU)
+            self._phase = "stream"
+        if caps.blocking_reads:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=self._max, thread_name_prefix="tensorstream-fetch"
             )
@@ -135,17 +152,54 @@ class Prefetcher:
     def stats(self) -> dict[str, Any]:
         """How the reads were served: ``direct_bytes`` received straight into the
         caller's buffers, ``copied_bytes`` out of read-ahead buffers; the link
-        ``phase`` (``base``/``wide``/``settled``), ``active`` connections and
-        ``readahead`` bytes planned past each read."""
+        ``phase`` (``stream``/``base``/``wide``/``settled``), ``active``
+        connections, ``readahead`` bytes planned past each read, and the
+        ``streams`` (sequential requests) opened."""
         with self._lock:
             return {"direct_bytes": self._direct_bytes, "copied_bytes": self._copied_bytes,
-                    "phase": self._phase, "active": self._active, "readahead": self._lead}
+                    "phase": self._phase, "active": self._active, "readahead": self._lead,
+                    "streams": self._streams_opened}
 
     # -- caller side ------------------------------------------------------------
     def readinto(self, pos: int, view: memoryview) -> None:
         """Fill ``view`` with ``[pos, pos + len(view))`` (the caller checked the bounds)."""
-        end = pos + len(view)
         sequential = self._last_end is None or pos == self._last_end
+        stream = self._stream
+        if stream is not None:
+            got = stream.read(pos, view, sequential=sequential)
+            with self._lock:
+                self._direct_bytes += got
+                self._streams_opened = stream.opened
+                if stream.slow_rate is not None:
+                    self._leave_stream(stream.slow_rate)
+            if got == len(view):
+                self._last_end = pos + got
+                return
+            if stream.broke:  # resume exactly where the body broke, under the retry policy
+                self._provider.readinto_blocking(self._path, pos + got, view[got:],
+                                                 etag=self._etag)
+                with self._lock:
+                    self._direct_bytes += len(view) - got
+                self._last_end = pos + len(view)
+                return
+            pos, view = pos + got, view[got:]
+        self._read_ranges(pos, view, sequential)
+
+    def _leave_stream(self, rate: float) -> None:
+        """A stream measured a slow link: read by parallel ranges from now on,
+        wide at once (``rate`` is one connection's), and measure that (under the lock)."""
+        assert self._stream is not None
+        self._stream.close()
+        self._stream = None
+        self._base_rate = rate
+        self._phase = "wide"
+        self._samples = []
+        want = math.ceil(_GOAL_RATE / max(rate, 1.0))
+        self._active = max(min(self._max, _BASE_ACTIVE), min(self._max, want))
+        self._lead = self._window
+
+    def _read_ranges(self, pos: int, view: memoryview, sequential: bool) -> None:
+        end = pos + len(view)
         with self._lock:
             needed = self._plan(pos, end, view)
             if sequential:
@@ -185,6 +239,8 @@ class Prefetcher:
     def close(self) -> None:
         """Cancel outstanding read-ahead and drop its buffers."""
         self._closed = True
+        if self._stream is not None:
+            self._stream.close()
         with self._lock:
             segments = list(self._segments.values())
             self._segments.clear()
@@ -282,6 +338,8 @@ class Prefetcher:
                 seg.buffer = memoryview(buf)[: seg.end - seg.start]
             seg.launched = True
             seg.phase = self._phase
+            if self._probe_clock is None:
+                self._probe_clock = (time.perf_counter(), time.process_time())
             self._in_flight += 1
             out.append(seg)
         return out
@@ -323,13 +381,16 @@ class Prefetcher:
 
         1. ``_PROBES`` large segments at the base connection count measure one
            connection's rate. At or above ``_FAST_RATE`` the link is fast: stay.
+           So it is when the process was busy (``_BUSY_CPU``) meanwhile: the
+           rate was limited by the CPU (a small machine on loopback).
         2. Otherwise go wide (``goal / rate`` connections, read-ahead on) and
            measure again. Keep it only if the aggregate rate grew by half: a
            server that serialises requests (one Redis thread, a throttled
            account) gets no faster with more connections, only busier.
         """
         nbytes = seg.end - seg.start
-        if nbytes < _SMALL_SEGMENT or self._phase == "settled" or seg.phase != self._phase:
+        if (nbytes < _SMALL_SEGMENT or self._phase in ("settled", "stream")
+                or seg.phase != self._phase):
             return
         self._samples.append(nbytes / max(seconds, 1e-6))
         if len(self._samples) < _PROBES:
@@ -338,7 +399,7 @@ class Prefetcher:
         self._samples = []
         if self._phase == "base":
             self._base_rate = rate * self._active
-            if rate >= _FAST_RATE:
+            if rate >= _FAST_RATE or self._cpu_bound():
                 self._phase = "settled"
                 return
             self._phase = "wide"
@@ -349,6 +410,14 @@ class Prefetcher:
             self._phase = "settled"
             if rate * self._active < _WIDE_GAIN * self._base_rate:
                 self._active, self._lead = min(self._max, _BASE_ACTIVE), 0
+
+    def _cpu_bound(self) -> bool:
+        """Whether the process spent at least ``_BUSY_CPU`` of the probe on CPU."""
+        if self._probe_clock is None:  # pragma: no cover - set by the first launch
+            return False
+        wall0, cpu0 = self._probe_clock
+        wall = time.perf_counter() - wall0
+        return wall > 0 and (time.process_time() - cpu0) / wall >= _BUSY_CPU
 
     # -- I/O side ----------------------------------------------------------------------
     def _launch(self, segments: list[_Segment]) -> None:

@@ -56,7 +56,8 @@ from ._http_util import (
     status_error,
 )
 
-__all__ = ["ConnectionPool", "RedirectPolicy", "TLSSettings", "get_range_into"]
+__all__ = ["ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings", "get_range_into",
+           "open_range"]
 
 #: Bytes per ``readinto`` call on chunked bodies: bounds what an error
 #: mid-slice forgets (resume restarts at the slice start).
@@ -244,6 +245,159 @@ def _exchange(pool: ConnectionPool, url: URL, headers: dict[str, str], timeouts:
     raise AssertionError("unreachable")
 
 
+class RangeBody:
+    """The body of one ranged GET, read in order into caller buffers.
+
+    From :func:`open_range`. Each :meth:`readinto` fills its whole buffer or
+    raises (``received`` on the error counts the bytes of *that* call that are
+    valid). Reading to the end returns the connection to the pool;
+    :meth:`close` before that closes it (never reused with unread bytes).
+    """
+
+    def __init__(self, pool: ConnectionPool, key: _Key, conn: http.client.HTTPConnection,
+                 resp: http.client.HTTPResponse, *, start: int, end: int, served: str | None,
+                 service: str, path: str) -> None:
+        self.position = start
+        self.end = end
+        self.etag = served
+        self._pool = pool
+        self._key = key
+        self._conn: http.client.HTTPConnection | None = conn
+        self._resp = resp
+        self._service = service
+        self._path = path
+        # A Content-Length body (checked equal to the range) is read with
+        # readinto1: one recv_into per call straight into the buffer, so a cut
+        # or a timeout leaves an exact count. Chunked bodies go through
+        # http.client's parser in slices (a cut forgets at most one slice).
+        self._direct = not resp.chunked and resp.headers.get("Content-Length") is not None
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Fill ``buffer`` with the next ``len(buffer)`` bytes of the body."""
+        want = len(buffer)
+        if self._conn is None:
+            raise ValueError("read from a closed or finished range body")
+        if want > self.end - self.position:
+            raise ValueError(f"{want} bytes asked, {self.end - self.position} left in the range")
+        received = 0
+        resp = self._resp
+        try:
+            while received < want:
+                if self._direct:
+                    n = resp.fp.readinto1(buffer[received:])
+                else:
+                    n = resp.readinto(buffer[received : received + min(_SLICE, want - received)])
+                if not n:
+                    raise IncompleteReadError(
+                        f"body ended after {received} of {want} bytes",
+                        received=received, service=self._service,
+                        path=redact_path(self._path))
+                received += n
+        except TensorstreamError as exc:
+            self.close()
+            note_etag(exc, self.etag)
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            err = exception_error(exc, path=self._path, received=received,
+                                  service=self._service)
+            raise note_etag(err, self.etag) from exc
+        except BaseException:
+            self.close()
+            raise
+        self.position += want
+        if self.position == self.end:
+            self._finish()
+        return want
+
+    def _finish(self) -> None:
+        conn, self._conn = self._conn, None
+        assert conn is not None
+        if self._direct:
+            self._resp.close()  # the whole body was read: the socket stays reusable
+        if self._resp.isclosed() and not self._resp.will_close:
+            self._pool.release(self._key, conn)
+        else:  # unread bytes (e.g. a chunked trailer) or Connection: close
+            conn.close()
+
+    def close(self) -> None:
+        """Drop the rest of the body (the connection is closed, not reused)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def open_range(
+    pool: ConnectionPool,
+    url: str,
+    offset: int,
+    end: int,
+    headers: Mapping[str, str],
+    etag: str | None,
+    timeouts: Timeouts,
+    *,
+    path: str | None = None,
+    service: str = "http",
+    redirects: RedirectPolicy | None = None,
+    on_status: StatusMapper | None = None,
+) -> RangeBody:
+    """Send a GET for bytes ``[offset, end)`` of ``url`` and check its answer;
+    the body is then read with :meth:`RangeBody.readinto`.
+
+    ``headers`` are sent as given (``Accept-Encoding: identity`` and ``Range``
+    are added; ``If-Match`` too with a strong ``etag``). With ``redirects``,
+    its credential headers are sent to the first origin and dropped when a
+    redirect leaves it; without, a redirect is mapped like any other status.
+    ``path`` names the object in errors (redacted); ``on_status`` maps an
+    unexpected status (default: the shared HTTP mapping).
+    """
+    where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
+    if offset < 0 or end <= offset:
+        raise InvalidRangeError(f"invalid range [{offset}, {end})", service=service,
+                                path=redact_path(where))
+    last = end - 1
+    base = {**headers, "Accept-Encoding": "identity", "Range": f"bytes={offset}-{last}"}
+    if etag and not etag.startswith("W/"):  # If-Match needs a strong ETag
+        base["If-Match"] = etag
+    mapper = on_status or _default_status
+    current = URL(url, encoded=True)
+    creds = dict(redirects.credentials) if redirects is not None else {}
+    hops = redirects.max_redirects if redirects is not None else 0
+    served: str | None = None
+    try:
+        for _ in range(hops + 1):
+            conn, resp = _exchange(pool, current, {**base, **creds}, timeouts,
+                                   service=service, path=where)
+            try:
+                view = _HeaderView(resp.headers)
+                location = view.get("Location")
+                if redirects is not None and resp.status in REDIRECT_STATUSES and location:
+                    conn.close()  # never drain a body we do not want
+                    target, same_origin = redirect_step(current, location, path=where)
+                    if not same_origin:
+                        creds = {}  # never forward credentials to another origin (or to http)
+                    _check_redirect(target, redirects, where)
+                    current = target
+                    continue
+                check_ranged_response(resp.status, view, first=offset, last=last,
+                                      etag=etag, path=where, service=service,
+                                      on_status=lambda r=resp: mapper(r, where))
+                served = view.get("ETag")
+                return RangeBody(pool, _key(current), conn, resp, start=offset, end=end,
+                                 served=served, service=service, path=where)
+            except BaseException:
+                conn.close()  # never reuse a connection after an error
+                raise
+        raise ProtocolError(f"more than {hops} redirects", service=service,
+                            path=redact_path(where))
+    except TensorstreamError as exc:
+        note_etag(exc, served)
+        raise
+    except (OSError, http.client.HTTPException) as exc:
+        err = exception_error(exc, path=where, received=0, service=service)
+        raise note_etag(err, served) from exc
+
+
 def get_range_into(
     pool: ConnectionPool,
     url: str,
@@ -258,14 +412,8 @@ def get_range_into(
     redirects: RedirectPolicy | None = None,
     on_status: StatusMapper | None = None,
 ) -> int:
-    """Fill ``buffer`` with bytes ``[offset, offset + len(buffer))`` of ``url``.
-
-    ``headers`` are sent as given (``Accept-Encoding: identity`` and ``Range``
-    are added; ``If-Match`` too with a strong ``etag``). With ``redirects``,
-    its credential headers are sent to the first origin and dropped when a
-    redirect leaves it; without, a redirect is mapped like any other status.
-    ``path`` names the object in errors (redacted); ``on_status`` maps an
-    unexpected status (default: the shared HTTP mapping).
+    """Fill ``buffer`` with bytes ``[offset, offset + len(buffer))`` of ``url``
+    (one :func:`open_range`, read whole; the same arguments).
 
     Returns ``len(buffer)`` or raises; a body that breaks after ``k`` bytes
     raises :class:`IncompleteReadError` / :class:`StorageTimeoutError` with
@@ -273,73 +421,12 @@ def get_range_into(
     served ETag.
     """
     want = len(buffer)
-    where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
     if offset < 0:
+        where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
         raise InvalidRangeError(f"negative offset {offset}", service=service,
                                 path=redact_path(where))
     if want == 0:
         return 0
-    last = offset + want - 1
-    base = {**headers, "Accept-Encoding": "identity", "Range": f"bytes={offset}-{last}"}
-    if etag and not etag.startswith("W/"):  # If-Match needs a strong ETag
-        base["If-Match"] = etag
-    mapper = on_status or _default_status
-    current = URL(url, encoded=True)
-    creds = dict(redirects.credentials) if redirects is not None else {}
-    hops = redirects.max_redirects if redirects is not None else 0
-    received = 0
-    served: str | None = None
-    try:
-        for _ in range(hops + 1):
-            conn, resp = _exchange(pool, current, {**base, **creds}, timeouts,
-                                   service=service, path=where)
-            try:
-                headers = _HeaderView(resp.headers)
-                location = headers.get("Location")
-                if redirects is not None and resp.status in REDIRECT_STATUSES and location:
-                    conn.close()  # never drain a body we do not want
-                    target, same_origin = redirect_step(current, location, path=where)
-                    if not same_origin:
-                        creds = {}  # never forward credentials to another origin (or to http)
-                    _check_redirect(target, redirects, where)
-                    current = target
-                    continue
-                check_ranged_response(resp.status, headers, first=offset, last=last,
-                                      etag=etag, path=where, service=service,
-                                      on_status=lambda r=resp: mapper(r, where))
-                served = headers.get("ETag")
-                # A Content-Length body (checked equal to the range) is read with
-                # readinto1: one recv_into per call straight into the buffer, so a
-                # cut or a timeout leaves an exact count. Chunked bodies go through
-                # http.client's parser in slices (a cut forgets at most one slice).
-                direct = not resp.chunked and headers.get("Content-Length") is not None
-                while received < want:
-                    if direct:
-                        n = resp.fp.readinto1(buffer[received:])
-                    else:
-                        n = resp.readinto(buffer[received : received + min(_SLICE,
-                                                                           want - received)])
-                    if not n:
-                        raise IncompleteReadError(
-                            f"body ended after {received} of {want} bytes",
-                            received=received, service=service, path=redact_path(where))
-                    received += n
-                if direct:
-                    resp.close()  # the whole body was read: the socket stays reusable
-                if resp.isclosed() and not resp.will_close:
-                    pool.release(_key(current), conn)
-                else:  # unread bytes (e.g. a chunked trailer) or Connection: close
-                    conn.close()
-                return want
-            except BaseException:
-                conn.close()  # never reuse a connection after an error or a partial body
-                raise
-        raise ProtocolError(f"more than {hops} redirects", service=service,
-                            path=redact_path(where))
-    except TensorstreamError as exc:
-        note_etag(exc, served)
-        raise
-    except (OSError, http.client.HTTPException) as exc:
-        err = exception_error(exc, path=where, received=received, service=service)
-        raise note_etag(err, served) from exc
-
+    body = open_range(pool, url, offset, offset + want, headers, etag, timeouts, path=path,
+                      service=service, redirects=redirects, on_status=on_status)
+    return body.readinto(buffer)

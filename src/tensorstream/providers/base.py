@@ -18,11 +18,11 @@ import dataclasses
 from collections.abc import AsyncIterator
 from datetime import datetime
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from ..errors import InvalidRangeError, UnsupportedOperationError
 
-__all__ = ["Capabilities", "ObjectInfo", "Provider", "Writer", "check_range"]
+__all__ = ["BodyStream", "Capabilities", "ObjectInfo", "Provider", "Writer", "check_range"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +57,35 @@ class Capabilities:
     #: One server thread answers every request (Redis): parallel readers only
     #: queue behind each other there, so loaders default to one.
     serial_server: bool = False
+    #: :meth:`Provider.open_range_blocking` works: one request whose body is
+    #: read in order, straight into successive caller buffers (HTTP, S3). On a
+    #: fast link a sequential reader then costs one request per stream instead
+    #: of one per piece.
+    range_streams: bool = False
+
+
+class BodyStream(Protocol):
+    """The body of one ranged request, read in order (:meth:`Provider.open_range_blocking`)."""
+
+    @property
+    def position(self) -> int:
+        """The offset of the next byte :meth:`readinto` returns."""
+        ...
+
+    @property
+    def end(self) -> int:
+        """The end of the requested range (exclusive)."""
+        ...
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Fill all of ``buffer`` with the next bytes or raise (like
+        :meth:`Provider.readinto`: ``received`` on the error counts the valid
+        bytes at the start of ``buffer``); the stream is closed after an error."""
+        ...
+
+    def close(self) -> None:
+        """Drop the rest of the body. Idempotent."""
+        ...
 
 
 def check_range(size: int, start: int, end: int) -> None:
@@ -165,6 +194,16 @@ class Provider(abc.ABC):
         """Synchronous :meth:`readinto` in the calling thread (``capabilities.blocking_reads``)."""
         raise UnsupportedOperationError(
             f"{self.service} has no blocking reads", service=self.service, operation="read"
+        )
+
+    def open_range_blocking(
+        self, path: str, start: int, end: int, *, etag: str | None = None
+    ) -> BodyStream:
+        """Request bytes ``[start, end)`` and return the body, to be read in order
+        (``capabilities.range_streams``). Opening checks the answer (status,
+        range, ETag with ``etag``) and raises like :meth:`readinto`."""
+        raise UnsupportedOperationError(
+            f"{self.service} has no range streams", service=self.service, operation="read"
         )
 
     async def delete(self, path: str) -> None:

@@ -47,7 +47,7 @@ from ..errors import (
     TensorstreamError,
 )
 from ..uri import redact
-from ._blocking_http import ConnectionPool, RedirectPolicy, TLSSettings, get_range_into
+from ._blocking_http import ConnectionPool, RangeBody, RedirectPolicy, TLSSettings, open_range
 from ._http_util import (
     REDIRECT_STATUSES,
     check_ranged_response,
@@ -101,7 +101,7 @@ class HTTPProvider(Provider):
     schemes = ("http", "https")
     service = "http"
     capabilities: ClassVar[Capabilities] = Capabilities(read=True, stat=True, pinned_reads=True,
-                                                        blocking_reads=True)
+                                                        blocking_reads=True, range_streams=True)
     option_names = frozenset(
         {"headers", "token", "ca_bundle", "insecure", "client_cert", "client_key",
          "allow_private_redirects"}
@@ -349,9 +349,21 @@ class HTTPProvider(Provider):
     ) -> int:
         """:meth:`readinto` in the calling thread, on ``http.client``: the body is
         received straight into ``buffer`` with the GIL released (thread-safe)."""
+        if offset < 0:
+            raise InvalidRangeError(f"negative offset {offset}", service="http",
+                                    path=_redact_path(path))
+        if not len(buffer):
+            return 0
+        return self.open_range_blocking(path, offset, offset + len(buffer),
+                                        etag=etag).readinto(buffer)
+
+    def open_range_blocking(
+        self, path: str, start: int, end: int, *, etag: str | None = None
+    ) -> RangeBody:
+        """One GET of ``[start, end)`` whose body is read in order (thread-safe)."""
         try:
-            return get_range_into(
-                self._blocking_pool(), self._origin + path, offset, buffer, _IDENTITY, etag,
+            return open_range(
+                self._blocking_pool(), self._origin + path, start, end, _IDENTITY, etag,
                 self._config.timeouts, path=path,
                 redirects=RedirectPolicy(self._creds.auth_headers(), self._allow_private,
                                          MAX_REDIRECTS),

@@ -54,7 +54,13 @@ from ..errors import (
     ProtocolError,
 )
 from ..uri import redact
-from ._blocking_http import ConnectionPool, TLSSettings, get_range_into, read_error_body
+from ._blocking_http import (
+    ConnectionPool,
+    RangeBody,
+    TLSSettings,
+    open_range,
+    read_error_body,
+)
 from ._s3_errors import ErrorContext, map_s3_error, map_s3_http_error
 from ._s3_writer import S3Writer
 from .base import Capabilities, ObjectInfo, Provider, Writer
@@ -141,7 +147,8 @@ class S3Provider(Provider):
     schemes = ("s3",)
     service = "s3"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True
+        write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True,
+        range_streams=True,
     )
     option_names = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure"})
 
@@ -474,25 +481,28 @@ class S3Provider(Provider):
     ) -> int:
         """:meth:`readinto` in the calling thread: a SigV4-signed ranged GET
         received straight into ``buffer`` with the GIL released (thread-safe)."""
-        bucket, key = _split(path)
         if offset < 0:
             raise InvalidRangeError(f"negative offset {offset}")
-        want = len(buffer)
-        if not want:
+        if not len(buffer):
             return 0
+        return self.open_range_blocking(path, offset, offset + len(buffer),
+                                        etag=etag).readinto(buffer)
+
+    def open_range_blocking(
+        self, path: str, start: int, end: int, *, etag: str | None = None
+    ) -> RangeBody:
+        """One signed GET of ``[start, end)`` whose body is read in order (thread-safe)."""
+        bucket, key = _split(path)
         client, pool = self._blocking_state()
         url = self._object_url(client, bucket, key, path)
-        headers = {"Accept-Encoding": "identity", "Range": f"bytes={offset}-{offset + want - 1}"}
-        if etag and not etag.startswith("W/"):
-            headers["If-Match"] = etag
-        signed = self._signed_headers(client, url, headers)
+        signed = self._signed_headers(client, url, {"Accept-Encoding": "identity"})
         ctx = self._ctx(path)
 
         def on_status(resp: Any, _where: str) -> Any:
             return map_s3_http_error(resp.status, resp.headers, read_error_body(resp), ctx)
 
-        return get_range_into(pool, url, offset, buffer, signed, etag, self.config.timeouts,
-                              path=path, service="s3", on_status=on_status)
+        return open_range(pool, url, start, end, signed, etag, self.config.timeouts,
+                          path=path, service="s3", on_status=on_status)
 
     # -- list / delete ------------------------------------------------------------
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]

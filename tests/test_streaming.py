@@ -1,0 +1,149 @@
+"""Streamed sequential reads (``tensorstream._streaming``) against real servers
+on loopback: one request per run of reads, exact bytes through skips, jumps and
+forks, a cut body resumed exactly and pinned, and the opt-out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from reliability_helpers import FAST, unique
+from tensorstream import errors
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.proxy import HTTPFaultProxy
+from tensorstream.testing.s3_server import MotoS3Server
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
+    http_server.faults.reset()
+    yield
+    http_server.faults.reset()
+
+
+def _put(server: HTTPTestServer, size: int) -> tuple[str, str, bytes]:
+    key = f"stream-{os.urandom(4).hex()}"
+    data = os.urandom(size)
+    server.put(key, data)
+    return key, server.url(key), data
+
+
+def test_sequential_reads_share_one_pinned_request(http_server: HTTPTestServer) -> None:
+    key, url, data = _put(http_server, 6 * MiB + 123)
+    with tensorstream.open(url) as f:
+        got = [f.read(n) for n in (100, 3 * MiB, 50, 2 * MiB, 10 * MiB)]
+        stats = f.read_stats()
+    assert b"".join(got) == data
+    gets = http_server.requests_for(key, "GET")
+    assert len(gets) == 1
+    assert gets[0].headers["Range"] == f"bytes=0-{len(data) - 1}"
+    assert gets[0].headers["If-Match"] == http_server.etag(key)
+    assert gets[0].headers["Accept-Encoding"] == "identity"
+    assert stats["phase"] == "stream" and stats["streams"] == 1
+    assert stats["direct_bytes"] == len(data) and stats["copied_bytes"] == 0
+
+
+def test_skips_jumps_and_backward_seeks_are_exact(http_server: HTTPTestServer) -> None:
+    key, url, data = _put(http_server, 8 * MiB)
+    with tensorstream.open(url) as f:
+        assert f.read(100) == data[:100]
+        f.seek(500_000, os.SEEK_CUR)  # a filtered tensor: read past, same request
+        assert f.read(1000) == data[500_100:501_100]
+        assert len(http_server.requests_for(key, "GET")) == 1
+        f.seek(6 * MiB)  # a jump: a ranged read, then a new stream for what follows
+        assert f.read(1000) == data[6 * MiB : 6 * MiB + 1000]
+        assert f.read(5000) == data[6 * MiB + 1000 : 6 * MiB + 6000]
+        f.seek(10)  # backwards
+        assert f.read(50) == data[10:60]
+        assert f.read() == data[60:]
+
+
+def test_a_fork_streams_up_to_its_end_hint(http_server: HTTPTestServer) -> None:
+    key, url, data = _put(http_server, 4 * MiB)
+    with tensorstream.open(url) as f, f.fork(end=3 * MiB) as fork:
+        fork.seek(1 * MiB)
+        assert fork.read(2 * MiB) == data[MiB : 3 * MiB]
+        assert fork.read() == data[3 * MiB :]  # past the hint still works
+    ranges = [r.headers["Range"] for r in http_server.requests_for(key, "GET")]
+    assert ranges[0] == f"bytes={MiB}-{3 * MiB - 1}"
+
+
+def test_a_cut_stream_is_resumed_exactly_with_if_match(http_server: HTTPTestServer) -> None:
+    key, url, data = _put(http_server, 3 * MiB)
+    http_server.faults.key = key
+    http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1
+    with tensorstream.open(url, **FAST) as f:
+        assert f.read() == data
+    gets = http_server.requests_for(key, "GET")
+    assert http_server.faults.dropped == 1 and len(gets) == 2
+    assert gets[1].headers["Range"] == f"bytes=300000-{len(data) - 1}"
+    assert gets[1].headers["If-Match"] == http_server.etag(key)
+
+
+@pytest.mark.parametrize("ignore_if_match", [False, True])
+def test_an_object_replaced_under_a_cut_stream_is_never_mixed(
+        http_server: HTTPTestServer, ignore_if_match: bool) -> None:
+    key, url, data = _put(http_server, 3 * MiB)
+    http_server.faults.key = key
+    http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1
+    http_server.faults.replace_after_requests = 1  # the resumed request sees a new version
+    http_server.faults.ignore_if_match = ignore_if_match
+    with tensorstream.open(url, **FAST) as f:
+        assert f.read(1000) == data[:1000]
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()
+
+
+def test_stream_reads_can_be_turned_off(http_server: HTTPTestServer) -> None:
+    key, url, data = _put(http_server, 3 * MiB)
+    with tensorstream.open(url, stream_reads="false", part_size=MiB) as f:
+        assert f.read() == data
+        assert f.read_stats()["phase"] != "stream" and f.read_stats()["streams"] == 0
+    assert len(http_server.requests_for(key, "GET")) > 1
+    with pytest.raises(errors.ConfigurationError, match="stream_reads"):
+        tensorstream.open(url, stream_reads="sometimes")
+
+
+def test_s3_sequential_reads_stream_one_signed_request(moto_s3_public: MotoS3Server) -> None:
+    key = unique()
+    data = os.urandom(5 * MiB + 17)
+    moto_s3_public.put(S3_BUCKET, key, data)
+    with HTTPFaultProxy(moto_s3_public.endpoint_url) as proxy:
+        opts = moto_s3_public.options(s3_endpoint=proxy.url)
+        with tensorstream.open(f"s3://{S3_BUCKET}/{key}", **opts) as f:
+            got = [f.read(n) for n in (64, 2 * MiB, 10, 4 * MiB)]
+            etag = f.etag
+        gets = [r for r in proxy.requests if r.method == "GET"]
+    assert b"".join(got) == data
+    assert len(gets) == 1
+    assert gets[0].headers["Range"] == f"bytes=0-{len(data) - 1}"
+    assert gets[0].headers["If-Match"] == etag
+    assert "Authorization" in gets[0].headers  # signed (moto checks the signature)
+
+
+def test_a_tensorizer_load_streams_one_request_per_reader(
+        http_server: HTTPTestServer, tmp_path: object) -> None:
+    import torch
+    from tensorizer import TensorSerializer
+
+    gen = torch.Generator().manual_seed(5)
+    sd = {f"layer{i}.w": torch.randn(512, 512, generator=gen) for i in range(8)}
+    path = f"{tmp_path}/m.tensors"
+    ser = TensorSerializer(path)
+    ser.write_state_dict(sd)
+    ser.close()
+    key = f"stream-{os.urandom(4).hex()}"
+    with open(path, "rb") as fh:
+        http_server.put(key, fh.read())
+    with tensorstream.deserialize(http_server.url(key), device="cpu", num_readers=2) as d:
+        assert d._num_readers == 2
+        for name, tensor in sd.items():
+            assert torch.equal(d[name], tensor)
+    # The first reader streams the index and its half, the fork streams the other half.
+    assert len(http_server.requests_for(key, "GET")) == 2
