@@ -64,3 +64,32 @@ def test_a_paced_link_goes_wide_and_reads_ahead(http_server: HTTPTestServer) -> 
     assert stats["active"] > 4, stats
     assert stats["readahead"] > 0, stats
     assert stats["copied_bytes"] > 0
+
+
+def test_one_tensorizer_reader_also_cuts_requests_at_tensors(
+        http_server: HTTPTestServer, tmp_path: object) -> None:
+    """With ``num_readers=1`` tensorizer never asks to reopen the stream; the
+    tensor boundaries still reach the read-ahead, so tensor data is received
+    straight into the tensors (only headers and tails are copied)."""
+    import torch
+    from tensorizer import TensorSerializer
+
+    from tensorstream._tensorizer_compat import StreamTensorDeserializer
+
+    gen = torch.Generator().manual_seed(4)
+    sd = {f"w{i}": torch.randn(1024, 512, generator=gen) for i in range(4)}
+    path = f"{tmp_path}/m.tensors"
+    ser = TensorSerializer(path)
+    ser.write_state_dict(sd)
+    ser.close()
+    with open(path, "rb") as fh:
+        data = fh.read()
+    key = f"prefetch-{os.urandom(4).hex()}"
+    http_server.put(key, data)
+    with tensorstream.open(http_server.url(key), part_size=1 * MiB, stream_reads=False) as f:
+        d = StreamTensorDeserializer(f, device="cpu", num_readers=1)
+        for name, tensor in sd.items():
+            assert torch.equal(d[name], tensor)
+        d.close()
+        stats = f.read_stats()
+    assert stats["direct_bytes"] > 0.9 * len(data), stats

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 import tensorstream
-from tensorstream._tensorizer_compat import StreamTensorDeserializer
 from tensorstream.testing.redis_server import RedisServer
 
 torch = pytest.importorskip("torch")
@@ -110,19 +109,3 @@ def test_deserialize_defaults_to_one_reader_and_blocking_reads(
         assert f.capabilities.blocking_reads and f.capabilities.serial_server
         assert f.read() == data
         assert f.read_stats()["direct_bytes"] > 0
-
-
-def test_one_reader_receives_tensors_in_place(redis_server: RedisServer, tmp_path: object) -> None:
-    """With one reader too, requests are cut at tensor boundaries: tensor data is
-    received straight into the tensors, only headers and tails are copied."""
-    sd = _state_dict(8 << 20, seed=4)
-    with open(_serialize(sd, tmp_path), "rb") as fh:
-        data = fh.read()
-    uri = redis_server.url("compat/in-place")
-    _write_with_tensorstream(uri, data)
-    with tensorstream.open(uri) as f:
-        d = StreamTensorDeserializer(f, device="cpu", num_readers=1)
-        _assert_equal(d, sd)
-        d.close()
-        stats = f.read_stats()
-    assert stats["direct_bytes"] > 0.9 * len(data), stats

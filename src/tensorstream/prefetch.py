@@ -73,6 +73,12 @@ _WIDE_GAIN = 1.5
 #: and read-ahead copies would only add work. A paced or distant link keeps
 #: the reader mostly idle (a 25 MB/s connection costs ~2% of a core).
 _BUSY_CPU = 0.6
+#: A serial server (Redis) on a fast link: its replies arrive as objects that
+#: are copied anyway, so one connection parses them into read-ahead buffers
+#: (holding the GIL) while the reader copies into fresh tensor memory and
+#: faults its pages in (without it): a two-stage pipeline over two cores.
+#: This much is read ahead.
+_SERIAL_LEAD = 16 << 20
 
 
 class _Segment:
@@ -401,6 +407,8 @@ class Prefetcher:
             self._base_rate = rate * self._active
             if rate >= _FAST_RATE or self._cpu_bound():
                 self._phase = "settled"
+                if self._provider.capabilities.serial_server:
+                    self._active, self._lead = 1, min(self._window, _SERIAL_LEAD)
                 return
             self._phase = "wide"
             want = math.ceil(_GOAL_RATE / rate)
