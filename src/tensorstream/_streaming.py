@@ -17,9 +17,11 @@ the read-ahead engine can take over (:mod:`tensorstream.prefetch`).
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 
+from ._prefault import populate
 from .errors import TensorstreamError
 from .policy import PolicyProvider
 from .providers.base import BodyStream
@@ -35,13 +37,16 @@ _PROBE_BYTES = 4 << 20
 #: Large reads are received in pieces of this size while probing, so a slow
 #: link is noticed within one read.
 _PROBE_PIECE = 1 << 20
+#: Reads at least this large get their pages faulted in by a helper thread.
+_HELPED_READ = 1 << 20
 
 
 class SequentialStream:
     """The stream of one reader (not thread-safe: one reader's thread uses it)."""
 
     def __init__(self, provider: PolicyProvider, path: str, size: int, etag: str | None,
-                 *, limit: int, fast_rate: float, busy_cpu: float) -> None:
+                 *, limit: int, fast_rate: float, busy_cpu: float,
+                 helper: concurrent.futures.Executor | None = None) -> None:
         self._provider = provider
         self._path = path
         self._size = size
@@ -50,6 +55,7 @@ class SequentialStream:
         self._fast_rate = fast_rate
         self._busy_cpu = busy_cpu
         self._body: BodyStream | None = None
+        self._helper = helper
         self._scratch: bytearray | None = None
         self.opened = 0  # requests sent (statistics)
         self.slow_rate: float | None = None  # set once the link is judged slow
@@ -82,6 +88,11 @@ class SequentialStream:
                 log.debug("stream open failed (%s); reading by ranges", type(exc).__name__)
                 return 0
         got = 0
+        helper = None
+        if self._helper is not None and len(view) >= _HELPED_READ:
+            # Fresh memory faults on first touch: a helper thread faults the
+            # pages in from the far end while this thread receives from the front.
+            helper = self._helper.submit(populate, view)
         try:
             if body.position < pos:
                 self._drop(body, pos - body.position)
@@ -101,6 +112,9 @@ class SequentialStream:
             self.broke = True
             got += min(getattr(exc, "received", 0) or 0, len(view) - got)
             log.debug("stream broke after %d bytes (%s)", got, type(exc).__name__)
+        finally:
+            if helper is not None:
+                helper.result()  # never touch the caller's buffer after returning
         return got
 
     def _open(self, pos: int, want: int) -> BodyStream:

@@ -146,14 +146,15 @@ class Prefetcher:
         # request per run of reads); a slow link hands over to ranged read-ahead.
         self._stream: SequentialStream | None = None
         caps = provider.capabilities
-        if caps.range_streams and caps.blocking_reads and provider.config.transfer.stream_reads:
-            self._stream = SequentialStream(provider, path, size, etag, limit=self._limit,
-                                            fast_rate=_FAST_RATE, busy_cpu=_BUSY_CPU)
-            self._phase = "stream"
         if caps.blocking_reads:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=self._max, thread_name_prefix="tensorstream-fetch"
             )
+        if caps.range_streams and caps.blocking_reads and provider.config.transfer.stream_reads:
+            self._stream = SequentialStream(provider, path, size, etag, limit=self._limit,
+                                            fast_rate=_FAST_RATE, busy_cpu=_BUSY_CPU,
+                                            helper=self._pool)
+            self._phase = "stream"
 
     def stats(self) -> dict[str, Any]:
         """How the reads were served: ``direct_bytes`` received straight into the
