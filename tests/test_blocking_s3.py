@@ -52,11 +52,11 @@ def test_signed_ranges_from_many_threads(moto_s3: MotoS3Server) -> None:
     with ThreadPoolExecutor(6) as pool:
         got = list(pool.map(lambda r: _read(p, path, r[0], r[1], etag), ranges))
     assert got == [DATA[o : o + n] for o, n in ranges]
-    assert len(p._urls) == 1  # one resolved URL, reused by every read of the key
+    assert len(p._gets._urls) == 1  # one resolved URL, reused by every read of the key
     # ... and one SigV4 signature (Range and If-Match travel unsigned), which moto,
     # checking signatures, accepted for every range above.
-    assert len(p._signatures) == 1
-    (signed, _), = p._signatures.values()
+    assert len(p._gets._signatures) == 1
+    (signed, _), = p._gets._signatures.values()
     assert "range" not in signed["Authorization"].lower().split("signedheaders=")[1].split(",")[0]
     # (moto's werkzeug server closes every connection, so no keep-alive check here)
 
@@ -88,7 +88,7 @@ def test_wrong_secret_is_refused_and_no_secret_leaks(
         _read(p, path, 0, 10)
     text = f"{info.value} {info.value!r} {info.value.path} {caplog.text} {p!r}"
     assert canary not in text
-    assert all("?" not in url for url in p._urls.values())  # no signature in cached URLs
+    assert all("?" not in url for url in p._gets._urls.values())  # no signature in cached URLs
 
 
 def test_session_token_is_sent_and_never_shown(

@@ -64,6 +64,21 @@ def test_skips_jumps_and_backward_seeks_are_exact(http_server: HTTPTestServer) -
         assert f.read() == data[60:]
 
 
+def test_random_access_stays_on_ranged_requests(http_server: HTTPTestServer) -> None:
+    """A lazy load's pattern (jump, header, data, jump...) opens no new streams:
+    a stream closed early costs its connection."""
+    _, url, data = _put(http_server, 8 * MiB)
+    with tensorstream.open(url) as f:
+        assert f.read(100) == data[:100]  # the first read opens a stream
+        for at in (6 * MiB, 3 * MiB, 7 * MiB, 2 * MiB):
+            f.seek(at)
+            assert f.read(100) == data[at : at + 100]
+            assert f.read(300_000) == data[at + 100 : at + 300_100]
+        assert f.read_stats()["streams"] == 1
+        assert f.read(1000) == data[2 * MiB + 300_100 : 2 * MiB + 301_100]  # a run: streams
+        assert f.read_stats()["streams"] == 2
+
+
 def test_a_fork_streams_up_to_its_end_hint(http_server: HTTPTestServer) -> None:
     key, url, data = _put(http_server, 4 * MiB)
     with tensorstream.open(url) as f, f.fork(end=3 * MiB) as fork:
@@ -84,6 +99,30 @@ def test_a_cut_stream_is_resumed_exactly_with_if_match(http_server: HTTPTestServ
     assert http_server.faults.dropped == 1 and len(gets) == 2
     assert gets[1].headers["Range"] == f"bytes=300000-{len(data) - 1}"
     assert gets[1].headers["If-Match"] == http_server.etag(key)
+
+
+def test_a_stream_cut_while_skipping_never_counts_skipped_bytes(
+        http_server: HTTPTestServer) -> None:
+    key, url, data = _put(http_server, 2 * MiB)
+    http_server.faults.key = key
+    http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1
+    with tensorstream.open(url, **FAST) as f:
+        assert f.read(100) == data[:100]
+        f.seek(600_000)  # skipped by reading the stream: it breaks half-way through
+        assert f.read(1000) == data[600_000:601_000]
+        assert f.read() == data[601_000:]
+    assert http_server.faults.dropped == 1
+
+
+def test_a_permanent_error_opening_a_stream_is_raised_at_once(
+        http_server: HTTPTestServer) -> None:
+    key, url, _ = _put(http_server, 1 * MiB)
+    with tensorstream.open(url, **FAST) as f:
+        http_server.faults.key = key
+        http_server.faults.status_script = [403]
+        with pytest.raises(errors.PermissionDeniedError):
+            f.read()
+    assert len(http_server.requests_for(key, "GET")) == 1  # not retried, not re-asked by range
 
 
 @pytest.mark.parametrize("ignore_if_match", [False, True])

@@ -47,7 +47,10 @@ def populate(view: memoryview) -> None:
     if not _supported or view.readonly or view.nbytes < _MIN_BYTES:
         return
     n = view.nbytes
-    addr = ctypes.addressof((ctypes.c_char * n).from_buffer(view))
+    try:
+        addr = ctypes.addressof((ctypes.c_char * n).from_buffer(view))
+    except (TypeError, ValueError, BufferError):  # e.g. not contiguous: not worth it
+        return
     page = mmap.PAGESIZE
     start = -(-addr // page) * page
     end = (addr + n) // page * page

@@ -32,6 +32,8 @@ log = logging.getLogger("tensorstream.prefetch")
 
 #: Forward gaps up to this are read and dropped instead of a new request.
 _SKIP = 1 << 20
+#: Sequential reads in a row (after a jump) before a new stream is opened.
+_RUN_TO_STREAM = 2
 #: Bytes streamed before the link is judged.
 _PROBE_BYTES = 4 << 20
 #: Large reads are received in pieces of this size while probing, so a slow
@@ -56,6 +58,7 @@ class SequentialStream:
         self._busy_cpu = busy_cpu
         self._body: BodyStream | None = None
         self._helper = helper
+        self._run = 0  # sequential reads in a row
         self._scratch: bytearray | None = None
         self.opened = 0  # requests sent (statistics)
         self.slow_rate: float | None = None  # set once the link is judged slow
@@ -65,10 +68,12 @@ class SequentialStream:
         self._probe_wall = 0.0  # seconds spent opening and receiving, while probing
         self._probe_start: tuple[float, float] | None = None  # (wall, process CPU)
 
-    def read(self, pos: int, view: memoryview, *, sequential: bool) -> int:
+    def read(self, pos: int, view: memoryview, *, sequential: bool, first: bool = False) -> int:
         """Receive up to ``len(view)`` bytes at ``pos`` into ``view``; returns how
-        many arrived (from the start of ``view``). Fewer than asked (often 0)
-        means the rest must be read another way: the read was not sequential,
+        many arrived (from the start of ``view``). ``sequential``: ``pos`` is
+        where the previous read ended; ``first``: there was none. Fewer than
+        asked (often 0) means the rest must be read another way: the read was
+        not part of a sequential run,
         the stream broke (:attr:`broke`; the rest is for the retrying, resuming
         path), or the link was just judged slow (:attr:`slow_rate`)."""
         self.broke = False
@@ -79,23 +84,26 @@ class SequentialStream:
                                      and pos + len(view) <= body.end):
             self.close()
             body = None
+        self._run = self._run + 1 if sequential else 0
         if body is None:
-            if not sequential:
+            # A stream is for runs of reads: the reader's first read, or the third
+            # in a row. Random access (a lazy load: jump, header, data, jump...)
+            # stays on ranged requests over pooled keep-alive connections.
+            if not (first or self._run >= _RUN_TO_STREAM):
                 return 0
+            # Opened under the retry policy: an error here is this read's error.
+            body = self._open(pos, len(view))
+        if body.position < pos:
             try:
-                body = self._open(pos, len(view))
-            except TensorstreamError as exc:
-                log.debug("stream open failed (%s); reading by ranges", type(exc).__name__)
+                self._drop(body, pos - body.position)
+            except TensorstreamError as exc:  # nothing of ``view`` arrived
+                self.close()
+                self.broke = True
+                log.debug("stream broke while skipping (%s)", type(exc).__name__)
                 return 0
         got = 0
-        helper = None
-        if self._helper is not None and len(view) >= _HELPED_READ:
-            # Fresh memory faults on first touch: a helper thread faults the
-            # pages in from the far end while this thread receives from the front.
-            helper = self._helper.submit(populate, view)
+        helper = self._start_helper(view)
         try:
-            if body.position < pos:
-                self._drop(body, pos - body.position)
             while got < len(view):
                 piece = len(view) - got if self._judged else min(_PROBE_PIECE, len(view) - got)
                 started = time.perf_counter()
@@ -113,9 +121,19 @@ class SequentialStream:
             got += min(getattr(exc, "received", 0) or 0, len(view) - got)
             log.debug("stream broke after %d bytes (%s)", got, type(exc).__name__)
         finally:
-            if helper is not None:
-                helper.result()  # never touch the caller's buffer after returning
+            if helper is not None:  # never touch the caller's buffer after returning
+                concurrent.futures.wait([helper])
         return got
+
+    def _start_helper(self, view: memoryview) -> concurrent.futures.Future[None] | None:
+        """Fresh memory faults on first touch: a helper thread faults the pages
+        in from the far end while this thread receives from the front."""
+        if self._helper is None or len(view) < _HELPED_READ:
+            return None
+        try:
+            return self._helper.submit(populate, view)
+        except RuntimeError:  # the pool is shut down: the reader is closing
+            return None
 
     def _open(self, pos: int, want: int) -> BodyStream:
         end = min(self._size, max(self._limit, pos + want))

@@ -173,7 +173,8 @@ class Prefetcher:
         sequential = self._last_end is None or pos == self._last_end
         stream = self._stream
         if stream is not None:
-            got = stream.read(pos, view, sequential=sequential)
+            got = stream.read(pos, view, sequential=pos == self._last_end,
+                              first=self._last_end is None)
             with self._lock:
                 self._direct_bytes += got
                 self._streams_opened = stream.opened

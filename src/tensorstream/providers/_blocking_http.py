@@ -12,10 +12,12 @@ parallel and each byte is written once.
   keeps open, goes back; any error, partial body or interruption closes it, so
   a reused connection can never yield the previous response's bytes. The pool
   forgets connections inherited across ``fork``.
-* :func:`get_range_into`: one ranged GET (following redirects by a given
+* :func:`open_range`: one ranged GET (following redirects by a given
   policy) checked by the same pure functions as the async path
-  (:mod:`._http_util`): it fills the whole buffer or raises the same
-  tensorstream errors.
+  (:mod:`._http_util`); its :class:`RangeBody` is read in order into
+  successive buffers (a streamed sequential reader), each filled whole or
+  raising the same tensorstream errors. :func:`get_range_into` is one
+  :func:`open_range` read whole into one buffer.
 
 No retries here: :mod:`tensorstream.policy` retries and resumes. The only
 repeat is urllib3's classic one: a *reused* keep-alive connection that the

@@ -10,14 +10,16 @@ Reads: ``stat`` is one HEAD; ``readinto`` is one ranged GET pinned with
 straight into the caller's buffer (never a whole-body read). Writes go
 through :class:`~tensorstream.providers._s3_writer.S3Writer`.
 
-``readinto_blocking`` (worker threads, no event loop): a plain synchronous
-botocore client, built from the same resolved credentials, endpoint and
-settings, resolves the object's URL (endpoint rules, addressing style, key
-quoting; cached per key, no secret in it) and botocore's ``S3SigV4Auth``
-signs each ranged GET in ``Authorization`` headers (fresh per request, so
-rotated credentials apply; header signing rather than presigned URLs keeps
-credentials out of URLs, and moto's signature checking accepts it). The
-request runs on the shared blocking HTTP path (:mod:`._blocking_http`).
+``readinto_blocking`` and ``open_range_blocking`` (worker threads, no event
+loop): a plain synchronous botocore client, built from the same resolved
+credentials, endpoint and settings (:mod:`._s3_session`), resolves the
+object's URL (endpoint rules, addressing style, key quoting; cached per key,
+no secret in it) and botocore's ``S3SigV4Auth`` signs GETs in
+``Authorization`` headers (:mod:`._s3_signing`: one signature per object for
+a minute, a new one at once for rotated credentials; header signing rather
+than presigned URLs keeps credentials out of URLs, and moto's signature
+checking accepts it). The request runs on the shared blocking HTTP path
+(:mod:`._blocking_http`).
 
 Paths are ``bucket/key``.
 """
@@ -26,12 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
-import os
 import re
 import threading
-import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
@@ -62,6 +61,8 @@ from ._blocking_http import (
     read_error_body,
 )
 from ._s3_errors import ErrorContext, map_s3_error, map_s3_http_error
+from ._s3_session import gc_paused, shared_data_loader
+from ._s3_signing import SignedGets
 from ._s3_writer import S3Writer
 from .base import Capabilities, ObjectInfo, Provider, Writer
 
@@ -74,64 +75,6 @@ _CHUNK = 1 << 20  # body read size: copies into the caller's buffer as data arri
 _WRITE_MEMORY = 128 << 20  # bound on bytes in in-flight upload parts
 _CHECKSUM_MODES = ("when_supported", "when_required")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-_URL_CACHE = 4096  # object URLs (and their signatures) remembered by the blocking path
-_SIGNATURE_REUSE = 60.0  # seconds one SigV4 signature serves the GETs of one object
-
-
-_loader_lock = threading.Lock()
-_loaders: dict[tuple[int, str | None], Any] = {}
-
-
-def _shared_data_loader(session: Any) -> Any:
-    """botocore's data loader (service models, endpoint rules), one per process.
-
-    Loading the S3 model and endpoint data costs ~0.1 s per session; the
-    loader holds only botocore's bundled JSON, never credentials, so sharing
-    it is safe (boto3's default session does the same). Each provider still
-    gets its own session, so credentials found by botocore's chain stay
-    with it. Keyed by pid (a child re-creates it after fork) and by
-    ``AWS_DATA_PATH``.
-    """
-    from botocore.loaders import create_loader
-
-    data_path = session.get_config_variable("data_path")
-    key = (os.getpid(), data_path)
-    with _loader_lock:
-        loader = _loaders.get(key)
-        if loader is None:
-            _loaders.clear()  # entries of a parent process or an old data path
-            loader = _loaders[key] = create_loader(data_path)
-    return loader
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while botocore builds a client.
-
-    Parsing the S3 model and endpoint rules makes hundreds of thousands of
-    objects; in a process that has imported torch, the collections they
-    trigger walk torch's whole heap and triple the time (measured: 0.18 s ->
-    0.06 s for a first client). Nested and concurrent uses are counted: the
-    GC is enabled again by the last one out, and only if it was enabled.
-    """
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_was_enabled = True
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -179,8 +122,7 @@ class S3Provider(Provider):
         self._sync_lock = threading.Lock()
         self._sync_client: Any = None
         self._pool: ConnectionPool | None = None
-        self._urls: dict[tuple[str, str], str] = {}
-        self._signatures: dict[tuple[str, str, str | None], tuple[dict[str, str], float]] = {}
+        self._gets = SignedGets()  # object URLs and reusable signatures (blocking path)
         self._sync_creds: Any = None
         self._default_ca: str | None = None
 
@@ -249,7 +191,7 @@ class S3Provider(Provider):
         profile = creds.profile.value if creds.profile else None
         try:
             session = AioSession(profile=profile)
-            session.register_component("data_loader", _shared_data_loader(session))
+            session.register_component("data_loader", shared_data_loader(session))
             if creds.uses_botocore_chain:
                 found = await session.get_credentials()
                 if found is None:
@@ -264,7 +206,7 @@ class S3Provider(Provider):
         cfg_kwargs, kwargs = self._client_options()
         kwargs["config"] = AioConfig(**cfg_kwargs)
         stack = contextlib.AsyncExitStack()
-        with _gc_paused():
+        with gc_paused():
             client = await stack.enter_async_context(session.create_client("s3", **kwargs))
         self._stack = stack
         return client
@@ -387,7 +329,7 @@ class S3Provider(Provider):
         profile = creds.profile.value if creds.profile else None
         try:
             session = botocore.session.Session(profile=profile)
-            session.register_component("data_loader", _shared_data_loader(session))
+            session.register_component("data_loader", shared_data_loader(session))
             if creds.anonymous:
                 self._sync_creds = None
             elif creds.access_key_id and creds.secret_access_key:
@@ -407,7 +349,7 @@ class S3Provider(Provider):
             if cfg_kwargs["signature_version"] is None:
                 cfg_kwargs["signature_version"] = "s3v4"  # presign with SigV4, never SigV2
             kwargs["config"] = Config(**cfg_kwargs)
-            with _gc_paused():
+            with gc_paused():
                 client = session.create_client("s3", **kwargs)
             if not self.insecure and not self.ca_bundle:
                 # botocore's own trust store (AWS_CA_BUNDLE / profile / certifi)
@@ -429,53 +371,6 @@ class S3Provider(Provider):
                 self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4)
             return self._sync_client, self._pool
 
-    def _object_url(self, client: Any, bucket: str, key: str, path: str) -> str:
-        """The object's URL as botocore addresses it (endpoint, virtual-host or
-        path style, key quoting), without any signature (so no secret in it)."""
-        with self._sync_lock:
-            url = self._urls.get((bucket, key))
-        if url is not None:
-            return url
-        with self._mapped_errors(path):
-            signed = str(client.generate_presigned_url(
-                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=60))
-        url = signed.split("?", 1)[0]  # only X-Amz-* signing parameters follow
-        with self._sync_lock:
-            if len(self._urls) >= _URL_CACHE:
-                self._urls.clear()
-            self._urls[(bucket, key)] = url
-        return url
-
-    def _signed_headers(self, client: Any, url: str, headers: dict[str, str]) -> dict[str, str]:
-        """``headers`` plus botocore's SigV4 ``Authorization`` (and session token) for a
-        GET of ``url``.
-
-        The signature covers the host and the ``x-amz-*`` headers only (``Range``
-        and ``If-Match`` travel unsigned, as SigV4 allows), so one signature serves
-        every ranged GET of an object for ``_SIGNATURE_REUSE`` seconds, well inside
-        S3's 15-minute clock window; rotated credentials get a new one at once.
-        Signing per request cost 0.1 ms of Python per part."""
-        from botocore.auth import S3SigV4Auth
-        from botocore.awsrequest import AWSRequest
-
-        creds = self._sync_creds
-        if creds is None:  # anonymous (UNSIGNED)
-            return headers
-        frozen = creds.get_frozen_credentials()
-        key = (url, frozen.access_key, frozen.token)
-        now = time.monotonic()
-        with self._sync_lock:
-            hit = self._signatures.get(key)
-        if hit is None or now - hit[1] > _SIGNATURE_REUSE:
-            request = AWSRequest(method="GET", url=url, headers={})
-            S3SigV4Auth(frozen, "s3", client.meta.region_name).add_auth(request)
-            hit = (dict(request.headers.items()), now)
-            with self._sync_lock:
-                if len(self._signatures) >= _URL_CACHE:
-                    self._signatures.clear()
-                self._signatures[key] = hit
-        return {**headers, **hit[0]}
-
     def readinto_blocking(
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
     ) -> int:
@@ -494,8 +389,10 @@ class S3Provider(Provider):
         """One signed GET of ``[start, end)`` whose body is read in order (thread-safe)."""
         bucket, key = _split(path)
         client, pool = self._blocking_state()
-        url = self._object_url(client, bucket, key, path)
-        signed = self._signed_headers(client, url, {"Accept-Encoding": "identity"})
+        with self._mapped_errors(path):
+            url = self._gets.object_url(client, bucket, key)
+        signed = self._gets.signed_headers(self._sync_creds, client, url,
+                                           {"Accept-Encoding": "identity"})
         ctx = self._ctx(path)
 
         def on_status(resp: Any, _where: str) -> Any:
@@ -552,8 +449,7 @@ class S3Provider(Provider):
         with self._sync_lock:
             pool, self._pool = self._pool, None
             self._sync_client = None
-            self._urls.clear()
-            self._signatures.clear()
+            self._gets.clear()
         if pool is not None:
             pool.close()
         stack, self._stack, self._client = self._stack, None, None
