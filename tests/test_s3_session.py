@@ -12,7 +12,7 @@ import pytest
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
-from tensorstream.providers.s3 import _shared_data_loader
+from tensorstream.providers._s3_session import shared_data_loader
 from tensorstream.testing.s3_server import MotoS3Server
 
 
@@ -45,17 +45,17 @@ async def test_clients_share_the_loader_but_never_credentials(
         else:
             with pytest.raises(errors.PermissionDeniedError):
                 await tensorstream.read_range(uri, 0, 5, **opts)
-    assert _shared_data_loader(_session()) is _shared_data_loader(_session())
+    assert shared_data_loader(_session()) is shared_data_loader(_session())
 
 
 def test_loader_is_not_inherited_across_fork() -> None:
-    parent = _shared_data_loader(_session())
+    parent = shared_data_loader(_session())
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
-            fresh = _shared_data_loader(_session())
-            again = _shared_data_loader(_session())
+            fresh = shared_data_loader(_session())
+            again = shared_data_loader(_session())
             os.write(write, b"ok" if fresh is not parent and again is fresh else b"shared")
         finally:
             os._exit(0)
@@ -66,11 +66,11 @@ def test_loader_is_not_inherited_across_fork() -> None:
         os.close(read)
         os.waitpid(pid, 0)
     assert answer == b"ok"
-    assert _shared_data_loader(_session()) is parent  # the parent keeps its own
+    assert shared_data_loader(_session()) is parent  # the parent keeps its own
 
 
 def test_loader_follows_aws_data_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    default = _shared_data_loader(_session())
+    default = shared_data_loader(_session())
     monkeypatch.setenv("AWS_DATA_PATH", str(tmp_path))
-    custom = _shared_data_loader(_session())
+    custom = shared_data_loader(_session())
     assert custom is not default and str(tmp_path) in custom.search_paths

@@ -102,7 +102,8 @@ class SequentialStream:
                 log.debug("stream broke while skipping (%s)", type(exc).__name__)
                 return 0
         got = 0
-        helper = self._start_helper(view)
+        # Not while probing: the helper's CPU would make the process look busy.
+        helper = self._start_helper(view) if self._judged else None
         try:
             while got < len(view):
                 piece = len(view) - got if self._judged else min(_PROBE_PIECE, len(view) - got)
@@ -113,6 +114,8 @@ class SequentialStream:
                     if self.slow_rate is not None:
                         self.close()
                         return got
+                    if self._judged:  # a fast link: help with the rest of this read
+                        helper = self._start_helper(view[got:])
         except TensorstreamError as exc:
             # Bytes that arrived before the break are valid; the rest is read by
             # the retrying path, and the next sequential read opens a new stream.
