@@ -4,18 +4,22 @@ forks, a cut body resumed exactly and pinned, and the opt-out."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import FAST, unique
-from tensorstream import errors
+from tensorstream import _loop, errors
+from tensorstream._streaming import SequentialStream
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.proxy import HTTPFaultProxy
 from tensorstream.testing.s3_server import MotoS3Server
+from tensorstream.uri import parse_uri
 
 MiB = 1 << 20
 
@@ -186,3 +190,60 @@ def test_a_tensorizer_load_streams_one_request_per_reader(
             assert torch.equal(d[name], tensor)
     # The first reader streams the index and its half, the fork streams the other half.
     assert len(http_server.requests_for(key, "GET")) == 2
+
+
+class _RecordingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A thread pool that remembers the sizes of the buffers it was asked to help with."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.helped: list[int] = []
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        self.helped.append(len(args[0]))
+        return super().submit(fn, *args, **kwargs)
+
+
+def _stream_for(url: str, helper: concurrent.futures.Executor) -> tuple[SequentialStream, Any]:
+    provider = tensorstream.get_provider(url)
+    path = parse_uri(url).path
+    info = _loop.run_sync(provider.stat(path))
+    stream = SequentialStream(provider, path, info.size, info.etag, limit=info.size,
+                              fast_rate=200e6, busy_cpu=0.6, helper=helper)
+    return stream, provider
+
+
+def test_no_helper_while_probing_and_help_once_the_link_is_fast(
+        http_server: HTTPTestServer) -> None:
+    _, url, data = _put(http_server, 12 * MiB)
+    helper = _RecordingExecutor()
+    stream, provider = _stream_for(url, helper)
+    try:
+        buf = bytearray(len(data))
+        assert stream.read(0, memoryview(buf), sequential=False, first=True) == len(data)
+        assert bytes(buf) == data and stream.slow_rate is None
+        # The first 4 MiB probed the link unhelped (a helper's CPU would make the
+        # process look busy); the rest of the read was helped.
+        assert helper.helped == [len(data) - (4 << 20)]
+    finally:
+        stream.close()
+        helper.shutdown()
+        _loop.run_sync(provider.close())
+
+
+def test_a_paced_link_is_judged_slow_whatever_the_read_size(http_server: HTTPTestServer) -> None:
+    key, url, data = _put(http_server, 6 * MiB)
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 16 << 20  # per response: 16 MiB/s
+    helper = _RecordingExecutor()
+    stream, provider = _stream_for(url, helper)
+    try:
+        buf = bytearray(len(data))
+        got = stream.read(0, memoryview(buf), sequential=False, first=True)
+        assert got == 4 << 20 and bytes(buf[:got]) == data[:got]  # stopped after the probe
+        assert stream.slow_rate is not None and stream.slow_rate < 200e6
+        assert helper.helped == []
+    finally:
+        stream.close()
+        helper.shutdown()
+        _loop.run_sync(provider.close())
