@@ -283,7 +283,8 @@ def run_profile(
     env = child_env(tmp / "home")
     runs: list[list[dict[str, Any]]] = [[] for _ in plan]
     for rnd in range(args.rounds):
-        for i, c in enumerate(plan):  # A B C A B C: alternate contenders each round
+        for i in round_order(plan, rnd):
+            c = plan[i]
             if c.skip:
                 continue
             _settle(timeout=2.0 if args.quick else 15.0)  # quick: CI smoke runs
@@ -306,6 +307,22 @@ def run_profile(
             row["note"] = f"{c.note}; {row['note']}".strip("; ")
         rows.append(row)
     return rows
+
+
+def round_order(plan: list[Contender], rnd: int) -> list[int]:
+    """Indices of ``plan`` in the order round ``rnd`` runs them: contenders
+    alternate (A B C, A B C, ...) within each scenario and backend, and the
+    group's starting contender rotates each round (A B C, B C A, C A B), so
+    whatever the first run after another group pays (its memory being freed,
+    caches) is spread over every contender instead of always landing on one."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(plan):
+        groups.setdefault((c.scenario, c.backend), []).append(i)
+    order: list[int] = []
+    for members in groups.values():
+        k = rnd % len(members)
+        order += members[k:] + members[:k]
+    return order
 
 
 def main(argv: list[str] | None = None) -> int:

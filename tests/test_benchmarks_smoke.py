@@ -107,3 +107,13 @@ def test_servers_stop_and_paced_server_caps_one_connection(tmp_path: Path) -> No
         proc = paced.proc
     assert proc.poll() is not None  # stopped on exit
     assert 10e6 < rate < 30e6  # the kernel paces the connection near 20 MB/s
+
+
+def test_rounds_alternate_and_rotate_the_first_contender_of_each_group() -> None:
+    from benchmarks.contenders import Contender
+    from benchmarks.run import round_order
+
+    plan = [Contender("load", "http", n, [], "", "worker") for n in "ABC"] + [
+        Contender("load", "s3", n, [], "", "worker") for n in "XY"]
+    names = [[plan[i].name for i in round_order(plan, r)] for r in range(3)]
+    assert names == [list("ABCXY"), list("BCAYX"), list("CABXY")]
