@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
 from ..errors import InvalidRangeError, UnsupportedOperationError
+from ..uri import redact_text
 
 __all__ = ["BodyStream", "Capabilities", "ObjectInfo", "Provider", "Writer", "check_range"]
 
@@ -191,7 +192,18 @@ class Provider(abc.ABC):
     def readinto_blocking(
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
     ) -> int:
-        """Synchronous :meth:`readinto` in the calling thread (``capabilities.blocking_reads``)."""
+        """Synchronous :meth:`readinto` in the calling thread (``capabilities.blocking_reads``).
+
+        Providers with range streams get it for free: one
+        :meth:`open_range_blocking` read whole into ``buffer``."""
+        if self.capabilities.range_streams:
+            if offset < 0:
+                raise InvalidRangeError(f"negative offset {offset}", service=self.service,
+                                        path=redact_text(path))
+            if not len(buffer):
+                return 0
+            body = self.open_range_blocking(path, offset, offset + len(buffer), etag=etag)
+            return body.readinto(buffer)
         raise UnsupportedOperationError(
             f"{self.service} has no blocking reads", service=self.service, operation="read"
         )

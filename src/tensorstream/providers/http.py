@@ -344,19 +344,6 @@ class HTTPProvider(Provider):
             raise note_etag(_map_error(exc, path, received=received), served) from exc
         return want
 
-    def readinto_blocking(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
-    ) -> int:
-        """:meth:`readinto` in the calling thread, on ``http.client``: the body is
-        received straight into ``buffer`` with the GIL released (thread-safe)."""
-        if offset < 0:
-            raise InvalidRangeError(f"negative offset {offset}", service="http",
-                                    path=_redact_path(path))
-        if not len(buffer):
-            return 0
-        return self.open_range_blocking(path, offset, offset + len(buffer),
-                                        etag=etag).readinto(buffer)
-
     def open_range_blocking(
         self, path: str, start: int, end: int, *, etag: str | None = None
     ) -> RangeBody:

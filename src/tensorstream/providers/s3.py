@@ -371,18 +371,6 @@ class S3Provider(Provider):
                 self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4)
             return self._sync_client, self._pool
 
-    def readinto_blocking(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
-    ) -> int:
-        """:meth:`readinto` in the calling thread: a SigV4-signed ranged GET
-        received straight into ``buffer`` with the GIL released (thread-safe)."""
-        if offset < 0:
-            raise InvalidRangeError(f"negative offset {offset}")
-        if not len(buffer):
-            return 0
-        return self.open_range_blocking(path, offset, offset + len(buffer),
-                                        etag=etag).readinto(buffer)
-
     def open_range_blocking(
         self, path: str, start: int, end: int, *, etag: str | None = None
     ) -> RangeBody:
