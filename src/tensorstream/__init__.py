@@ -15,7 +15,7 @@ from typing import Any as _Any
 from . import errors
 from .api import get_provider, open, read_range, stat
 from .file import StreamReader, StreamWriter
-from .providers.base import Capabilities, ObjectInfo, Provider, Writer
+from .providers.base import BodyStream, Capabilities, ObjectInfo, Provider, Writer
 from .providers.registry import register, registered_schemes
 from .uri import ParsedURI, parse_uri, redact
 
@@ -47,6 +47,7 @@ if _TYPE_CHECKING:  # pragma: no cover
     from .tensorizer_io import TensorizerConfig, deserialize, load_into_module, serialize
 
 __all__ = [
+    "BodyStream",
     "Capabilities",
     "ObjectInfo",
     "ParsedURI",
