@@ -19,7 +19,7 @@ import pytest
 from fixtures_http import HTTP_TEST_TOKEN
 from tensorstream import errors
 from tensorstream.config import Timeouts, split_options
-from tensorstream.providers._blocking_http import ConnectionPool, get_range_into
+from tensorstream.providers._blocking_http import ConnectionPool, open_range
 from tensorstream.providers.http import HTTPProvider
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.uri import parse_uri
@@ -208,11 +208,11 @@ def test_interrupted_read_never_leaks_bytes_into_the_next(http_server: HTTPTestS
 
     pool.acquire = acquire  # type: ignore[method-assign]
     with pytest.raises(Stop):
-        get_range_into(pool, url, 0, buf, {}, None, t)
+        open_range(pool, url, 0, len(buf), {}, None, t).readinto(buf)
     assert pool.idle_count() == 0
     pool.acquire = real  # type: ignore[method-assign]
     small = bytearray(100)
-    get_range_into(pool, url, 50, memoryview(small), {}, None, t)
+    open_range(pool, url, 50, 150, {}, None, t).readinto(memoryview(small))
     assert bytes(small) == DATA[50:150]
 
 

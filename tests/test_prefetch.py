@@ -72,18 +72,12 @@ def test_one_tensorizer_reader_also_cuts_requests_at_tensors(
     tensor boundaries still reach the read-ahead, so tensor data is received
     straight into the tensors (only headers and tails are copied)."""
     import torch
-    from tensorizer import TensorSerializer
 
+    from tensor_files import random_state, tensorizer_bytes
     from tensorstream._tensorizer_compat import StreamTensorDeserializer
 
-    gen = torch.Generator().manual_seed(4)
-    sd = {f"w{i}": torch.randn(1024, 512, generator=gen) for i in range(4)}
-    path = f"{tmp_path}/m.tensors"
-    ser = TensorSerializer(path)
-    ser.write_state_dict(sd)
-    ser.close()
-    with open(path, "rb") as fh:
-        data = fh.read()
+    sd = random_state(4, 4, (1024, 512))
+    data = tensorizer_bytes(sd, tmp_path)
     key = f"prefetch-{os.urandom(4).hex()}"
     http_server.put(key, data)
     with tensorstream.open(http_server.url(key), part_size=1 * MiB, stream_reads=False) as f:

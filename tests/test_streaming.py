@@ -173,17 +173,12 @@ def test_s3_sequential_reads_stream_one_signed_request(moto_s3_public: MotoS3Ser
 def test_a_tensorizer_load_streams_one_request_per_reader(
         http_server: HTTPTestServer, tmp_path: object) -> None:
     import torch
-    from tensorizer import TensorSerializer
 
-    gen = torch.Generator().manual_seed(5)
-    sd = {f"layer{i}.w": torch.randn(512, 512, generator=gen) for i in range(8)}
-    path = f"{tmp_path}/m.tensors"
-    ser = TensorSerializer(path)
-    ser.write_state_dict(sd)
-    ser.close()
+    from tensor_files import random_state, tensorizer_bytes
+
+    sd = random_state(5, 8, (512, 512))
     key = f"stream-{os.urandom(4).hex()}"
-    with open(path, "rb") as fh:
-        http_server.put(key, fh.read())
+    http_server.put(key, tensorizer_bytes(sd, tmp_path))
     with tensorstream.deserialize(http_server.url(key), device="cpu", num_readers=2) as d:
         assert d._num_readers == 2
         for name, tensor in sd.items():

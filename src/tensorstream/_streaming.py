@@ -26,7 +26,7 @@ from .errors import TensorstreamError
 from .policy import PolicyProvider
 from .providers.base import BodyStream
 
-__all__ = ["SequentialStream"]
+__all__ = ["SequentialStream", "cpu_bound_since"]
 
 log = logging.getLogger("tensorstream.prefetch")
 
@@ -41,6 +41,15 @@ _PROBE_BYTES = 4 << 20
 _PROBE_PIECE = 1 << 20
 #: Reads at least this large get their pages faulted in by a helper thread.
 _HELPED_READ = 1 << 20
+
+
+def cpu_bound_since(start: tuple[float, float], share: float) -> bool:
+    """Whether the process (all threads) spent at least ``share`` of the wall
+    time since ``start = (perf_counter(), process_time())`` on CPU: a probe that
+    measured a low rate then measured the machine, not the link."""
+    wall0, cpu0 = start
+    wall = time.perf_counter() - wall0
+    return wall > 0 and (time.process_time() - cpu0) / wall >= share
 
 
 class SequentialStream:
@@ -163,10 +172,7 @@ class SequentialStream:
         self._judged = True
         rate = self._probe_bytes / max(self._probe_wall, 1e-9)
         assert self._probe_start is not None
-        wall0, cpu0 = self._probe_start
-        wall = time.perf_counter() - wall0
-        busy = wall > 0 and (time.process_time() - cpu0) / wall >= self._busy_cpu
-        if rate < self._fast_rate and not busy:
+        if rate < self._fast_rate and not cpu_bound_since(self._probe_start, self._busy_cpu):
             self.slow_rate = rate
             log.debug("stream at %.0f MB/s: a slow link, reading by parallel ranges", rate / 1e6)
 

@@ -216,8 +216,10 @@ class StreamReader(io.RawIOBase):
     def read_stats(self) -> dict[str, Any]:
         """How this reader's reads were served (read-ahead statistics): bytes
         received straight into the caller's buffers (``direct_bytes``) or
-        copied from read-ahead buffers (``copied_bytes``), and the connection
-        count and read-ahead the link measurement settled on. Local files are
+        copied from read-ahead buffers (``copied_bytes``), the ``phase``
+        (``stream`` while reads come from one streamed request), the connection
+        count and read-ahead the link measurement settled on, and the
+        ``streams`` opened. Local files are
         read inline, without the read-ahead: their counters stay at 0."""
         return self._prefetch.stats()
 

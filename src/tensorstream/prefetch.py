@@ -44,7 +44,7 @@ from typing import Any
 from . import _loop
 from ._memcopy import copy_into
 from ._prefault import populate
-from ._streaming import SequentialStream
+from ._streaming import SequentialStream, cpu_bound_since
 from .policy import PolicyProvider
 
 __all__ = ["Prefetcher"]
@@ -200,8 +200,13 @@ class Prefetcher:
         self._stream.close()
         self._stream = None
         self._base_rate = rate
-        self._phase = "wide"
         self._samples = []
+        self._go_wide(rate)
+
+    def _go_wide(self, rate: float) -> None:
+        """Read ahead on as many connections as reach ``_GOAL_RATE`` at ``rate``
+        per connection, and measure that (under the lock)."""
+        self._phase = "wide"
         want = math.ceil(_GOAL_RATE / max(rate, 1.0))
         self._active = max(min(self._max, _BASE_ACTIVE), min(self._max, want))
         self._lead = self._window
@@ -412,10 +417,7 @@ class Prefetcher:
                 if self._provider.capabilities.serial_server:
                     self._active, self._lead = 1, min(self._window, _SERIAL_LEAD)
                 return
-            self._phase = "wide"
-            want = math.ceil(_GOAL_RATE / rate)
-            self._active = max(min(self._max, _BASE_ACTIVE), min(self._max, want))
-            self._lead = self._window
+            self._go_wide(rate)
         else:
             self._phase = "settled"
             if rate * self._active < _WIDE_GAIN * self._base_rate:
@@ -425,9 +427,7 @@ class Prefetcher:
         """Whether the process spent at least ``_BUSY_CPU`` of the probe on CPU."""
         if self._probe_clock is None:  # pragma: no cover - set by the first launch
             return False
-        wall0, cpu0 = self._probe_clock
-        wall = time.perf_counter() - wall0
-        return wall > 0 and (time.process_time() - cpu0) / wall >= _BUSY_CPU
+        return cpu_bound_since(self._probe_clock, _BUSY_CPU)
 
     # -- I/O side ----------------------------------------------------------------------
     def _launch(self, segments: list[_Segment]) -> None:

@@ -16,8 +16,8 @@ parallel and each byte is written once.
   policy) checked by the same pure functions as the async path
   (:mod:`._http_util`); its :class:`RangeBody` is read in order into
   successive buffers (a streamed sequential reader), each filled whole or
-  raising the same tensorstream errors. :func:`get_range_into` is one
-  :func:`open_range` read whole into one buffer.
+  raising the same tensorstream errors (a ranged read into one buffer is
+  one :func:`open_range` read whole).
 
 No retries here: :mod:`tensorstream.policy` retries and resumes. The only
 repeat is urllib3's classic one: a *reused* keep-alive connection that the
@@ -58,8 +58,7 @@ from ._http_util import (
     status_error,
 )
 
-__all__ = ["ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings", "get_range_into",
-           "open_range"]
+__all__ = ["ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings", "open_range"]
 
 #: Bytes per ``readinto`` call on chunked bodies: bounds what an error
 #: mid-slice forgets (resume restarts at the slice start).
@@ -398,37 +397,3 @@ def open_range(
     except (OSError, http.client.HTTPException) as exc:
         err = exception_error(exc, path=where, received=0, service=service)
         raise note_etag(err, served) from exc
-
-
-def get_range_into(
-    pool: ConnectionPool,
-    url: str,
-    offset: int,
-    buffer: memoryview,
-    headers: Mapping[str, str],
-    etag: str | None,
-    timeouts: Timeouts,
-    *,
-    path: str | None = None,
-    service: str = "http",
-    redirects: RedirectPolicy | None = None,
-    on_status: StatusMapper | None = None,
-) -> int:
-    """Fill ``buffer`` with bytes ``[offset, offset + len(buffer))`` of ``url``
-    (one :func:`open_range`, read whole; the same arguments).
-
-    Returns ``len(buffer)`` or raises; a body that breaks after ``k`` bytes
-    raises :class:`IncompleteReadError` / :class:`StorageTimeoutError` with
-    ``received`` set (those ``k`` bytes are valid) and ``etag`` set to the
-    served ETag.
-    """
-    want = len(buffer)
-    if offset < 0:
-        where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
-        raise InvalidRangeError(f"negative offset {offset}", service=service,
-                                path=redact_path(where))
-    if want == 0:
-        return 0
-    body = open_range(pool, url, offset, offset + want, headers, etag, timeouts, path=path,
-                      service=service, redirects=redirects, on_status=on_status)
-    return body.readinto(buffer)
