@@ -95,7 +95,7 @@ def run_python(code: str, *, timeout: float = 60, env: dict[str, str] | None = N
 
 
 class OnRetryLog(logging.Handler):
-    """Calls ``callback(n)`` when ``tensorstream.policy`` logs its n-th failed attempt."""
+    """Calls ``callback(n)`` when ``tensorstream.layers.stack`` logs its n-th failed attempt."""
 
     def __init__(self, callback: Callable[[int], None]) -> None:
         super().__init__(logging.DEBUG)
@@ -107,14 +107,14 @@ class OnRetryLog(logging.Handler):
         self.callback(len(self.records))
 
     def __enter__(self) -> OnRetryLog:
-        logger = logging.getLogger("tensorstream.policy")
+        logger = logging.getLogger("tensorstream.layers.stack")
         self._old_level = logger.level
         logger.setLevel(logging.DEBUG)
         logger.addHandler(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        logger = logging.getLogger("tensorstream.policy")
+        logger = logging.getLogger("tensorstream.layers.stack")
         logger.removeHandler(self)
         logger.setLevel(self._old_level)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import pickle
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -13,10 +12,9 @@ import pytest
 
 import tensorstream
 from tensorstream import _loop, errors
-from tensorstream.config import RetryConfig, TransferConfig, split_options
-from tensorstream.policy import PolicyProvider
+from tensorstream.config import RetryConfig, split_options
+from tensorstream.layers.stack import PolicyProvider
 from tensorstream.providers.base import Capabilities, ObjectInfo, Provider
-from tensorstream.transfer import parallel_readinto, plan_parts
 
 
 def test_all_is_exact_and_importable() -> None:
@@ -69,15 +67,6 @@ def test_split_options_validates() -> None:
     assert rest == {"token": "x"}
     with pytest.raises(ValueError):
         RetryConfig(attempts=0)
-
-
-def test_plan_parts_covers_exactly() -> None:
-    cfg = TransferConfig(part_size=100, min_part_size=10, concurrency=4)
-    for length in (0, 1, 9, 10, 39, 40, 399, 400, 401, 1234):
-        parts = plan_parts(length, cfg)
-        assert sum(e - s for s, e in parts) == length
-        assert all(b[0] == a[1] for a, b in itertools.pairwise(parts))
-        assert all(e - s <= 100 for s, e in parts)
 
 
 class FlakyProvider(Provider):
@@ -145,12 +134,13 @@ async def test_permanent_errors_are_not_retried() -> None:
     assert len(inner.calls) == 1
 
 
-async def test_parallel_readinto_with_faults_is_exact() -> None:
+async def test_faulty_reads_come_back_exact() -> None:
     data = bytes(range(256)) * 4096
     inner = FlakyProvider(data, ["ok", "cut", "503", "ok", "cut"] * 3)
+    policy = _policy(inner, attempts=6)
     buf = bytearray(len(data))
-    cfg = TransferConfig(part_size=64 << 10, min_part_size=16 << 10, concurrency=4)
-    await parallel_readinto(_policy(inner, attempts=6), "x", 0, memoryview(buf), cfg)
+    for start in range(0, len(data), 64 << 10):
+        await policy.readinto("x", start, memoryview(buf)[start : start + (64 << 10)])
     assert buf == data
 
 

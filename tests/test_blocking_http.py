@@ -19,8 +19,8 @@ import pytest
 from fixtures_http import HTTP_TEST_TOKEN
 from tensorstream import errors
 from tensorstream.config import Timeouts, split_options
-from tensorstream.providers._blocking_http import ConnectionPool, open_range
-from tensorstream.providers.http import HTTPProvider
+from tensorstream.providers._http.range_get import ConnectionPool, open_range
+from tensorstream.providers.http.provider import HTTPProvider
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.uri import parse_uri
 

@@ -15,7 +15,7 @@ import pytest
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
 from tensorstream.config import split_options
-from tensorstream.providers.s3 import S3Provider
+from tensorstream.providers.s3.provider import S3Provider
 from tensorstream.testing.s3_server import MotoS3Server
 from tensorstream.uri import parse_uri
 

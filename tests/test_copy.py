@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pytest
 
 import tensorstream
-from tensorstream.copy import copy, copy_tree
+from tensorstream.copy.engine import copy, copy_tree
 from tensorstream.errors import NotFoundError
 from tensorstream.providers.base import Capabilities, ObjectInfo, Provider, Writer, check_range
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorstream.keys import (
+from tensorstream.copy.keys import (
     UnsafeKeyError,
     open_dir_under,
     plan_keys,

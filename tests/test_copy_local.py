@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pytest
 
 import tensorstream
-from tensorstream.copy import copy
+from tensorstream.copy.engine import copy
 from tensorstream.errors import NotFoundError, ServiceUnavailableError
 from tensorstream.providers.base import Capabilities, ObjectInfo, Provider, check_range
 
@@ -202,7 +202,7 @@ def test_memory_bounded_by_the_buffer_pool(tmp_path: Path) -> None:
     (tmp_path / "small.bin").write_bytes(b"x" * 1000)
     code = (
         "import resource, sys\n"
-        "from tensorstream.copy import copy\n"
+        "from tensorstream.copy.engine import copy\n"
         "small, big, out = sys.argv[1:]\n"
         "assert copy(small, out + '.warm').ok\n"  # imports, threads, loop: not counted
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"

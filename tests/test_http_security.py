@@ -14,9 +14,9 @@ import pytest
 import tensorstream
 from fixtures_http import HTTP_TEST_TOKEN
 from tensorstream import errors
-from tensorstream.credentials.http import resolve_http_credentials
-from tensorstream.providers._http_util import is_metadata_address
-from tensorstream.providers.http import InsecureTLSWarning
+from tensorstream.providers._http.headers import is_metadata_address
+from tensorstream.providers.http.config import resolve_http_credentials
+from tensorstream.providers.http.provider import InsecureTLSWarning
 from tensorstream.testing.http_server import HTTPTestServer
 
 pytestmark = pytest.mark.usefixtures("isolated_env", "http_reset")

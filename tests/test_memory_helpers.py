@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tensorstream import _prefault
-from tensorstream._memcopy import copy_into
+from tensorstream.readahead import _prefault
+from tensorstream.readahead._memcopy import copy_into
 
 SIZES = [0, 1, 4095, 64 << 10, (64 << 10) + 3, 3 << 20]
 

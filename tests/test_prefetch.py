@@ -74,7 +74,7 @@ def test_one_tensorizer_reader_also_cuts_requests_at_tensors(
     import torch
 
     from tensor_files import random_state, tensorizer_bytes
-    from tensorstream._tensorizer_compat import StreamTensorDeserializer
+    from tensorstream.tensorizer.hook import StreamTensorDeserializer
 
     sd = random_state(4, 4, (1024, 512))
     data = tensorizer_bytes(sd, tmp_path)

@@ -10,7 +10,7 @@ import pytest
 import tensorstream
 from fixtures_redis import ACL_PASSWORD, ACL_USER, REDIS_PASSWORD
 from tensorstream import errors
-from tensorstream.providers.redis import InsecureTLSWarning
+from tensorstream.providers.redis.provider import InsecureTLSWarning
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
 from tensorstream.testing.redis_server import RedisCluster, RedisServer
 

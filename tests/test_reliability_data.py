@@ -339,7 +339,7 @@ def _flip_tensor_byte(path: Path, needle: bytes) -> None:
 def test_flipped_tensor_byte_is_caught_by_verify_hash(tmp_path: Path,
                                                       http_server: HTTPTestServer) -> None:
     torch = pytest.importorskip("torch")
-    from tensorstream import tensorizer_io
+    from tensorstream.tensorizer import load as tensorizer_io
 
     weights = torch.arange(4096, dtype=torch.float32).reshape(64, 64) + 0.5
     path = tmp_path / "m.tensors"

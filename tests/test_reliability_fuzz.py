@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import tensorstream
 from tensorstream import _loop, errors
-from tensorstream.keys import UnsafeKeyError, plan_keys, safe_relative_key
-from tensorstream.providers._http_util import parse_content_range
+from tensorstream.copy.keys import UnsafeKeyError, plan_keys, safe_relative_key
+from tensorstream.providers._http.headers import parse_content_range
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.uri import parse_uri, redact
 

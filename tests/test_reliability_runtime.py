@@ -339,9 +339,9 @@ def test_large_http_copy_keeps_rss_bounded(tmp_path: Path, http_server: HTTPTest
     dst = tmp_path / "out.bin"
     code = r"""
 import json, resource, sys
-from tensorstream.copy import copy
+from tensorstream.copy.engine import copy
 def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
-import tensorstream.providers.http, tensorstream.providers.local  # imports before the baseline
+import tensorstream.providers.http.provider, tensorstream.providers.local.provider  # before baseline
 base = peak()
 result = copy(sys.argv[1], sys.argv[2], part_size=4 << 20, concurrency=4)
 print(json.dumps({"base": base, "peak": peak(), "ok": result.ok, "bytes": result.bytes,

@@ -197,7 +197,7 @@ def test_cli_output_and_progress_never_show_canaries(
 
     # Progress bars (tqdm) name each file: redacted.
     from tensorstream.cli.progress import TqdmProgress
-    from tensorstream.copy import copy
+    from tensorstream.copy.engine import copy
 
     stream = io.StringIO()
     progress = TqdmProgress(stream)

@@ -14,7 +14,7 @@ import pytest
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
-from tensorstream.credentials.s3 import resolve_s3_credentials
+from tensorstream.providers.s3.config import resolve_s3_credentials
 from tensorstream.testing.s3_server import MotoS3Server
 
 BAD_KEY = "AKIAWRONGWRONGWRONG0"

@@ -12,7 +12,7 @@ import pytest
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
-from tensorstream.providers._s3_session import shared_data_loader
+from tensorstream.providers.s3.session import shared_data_loader
 from tensorstream.testing.s3_server import MotoS3Server
 
 

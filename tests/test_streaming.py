@@ -1,4 +1,4 @@
-"""Streamed sequential reads (``tensorstream._streaming``) against real servers
+"""Streamed sequential reads (``tensorstream.readahead.streamed``) against real servers
 on loopback: one request per run of reads, exact bytes through skips, jumps and
 forks, a cut body resumed exactly and pinned, and the opt-out."""
 
@@ -15,7 +15,7 @@ import tensorstream
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import FAST, unique
 from tensorstream import _loop, errors
-from tensorstream._streaming import SequentialStream
+from tensorstream.readahead.streamed import SequentialStream
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.proxy import HTTPFaultProxy
 from tensorstream.testing.s3_server import MotoS3Server

@@ -21,7 +21,7 @@ from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
-from tensorstream.tensorizer_io import (
+from tensorstream.tensorizer.load import (
     DecryptionError,
     Encryption,
     MetaTensorError,

@@ -10,7 +10,7 @@ import torch
 from tensorizer import TensorDeserializer, TensorSerializer
 
 import tensorstream
-from tensorstream._tensorizer_compat import (
+from tensorstream.tensorizer.hook import (
     StreamTensorDeserializer,
     check_compat,
     reader_count,

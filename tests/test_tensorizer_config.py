@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tensorstream import errors
-from tensorstream._tensorizer_sharding import is_sharded, shard_uri
-from tensorstream.tensorizer_io import Encryption, TensorizerConfig, generate_keyfile, serialize
+from tensorstream.tensorizer import Encryption, TensorizerConfig, generate_keyfile, serialize
+from tensorstream.tensorizer.sharding import is_sharded, shard_uri
 
 
 def test_dir_and_uri_derivation() -> None:

@@ -24,10 +24,10 @@ __version__ = "0.1.0"
 # Heavier front doors (torch/tensorizer, botocore) are imported on first use.
 _LAZY = {
     "describe_credentials": "tensorstream.credentials.describe",
-    "deserialize": "tensorstream.tensorizer_io",
-    "load_into_module": "tensorstream.tensorizer_io",
-    "serialize": "tensorstream.tensorizer_io",
-    "TensorizerConfig": "tensorstream.tensorizer_io",
+    "deserialize": "tensorstream.tensorizer.load",
+    "load_into_module": "tensorstream.tensorizer.load",
+    "serialize": "tensorstream.tensorizer.load",
+    "TensorizerConfig": "tensorstream.tensorizer.config",
 }
 
 
@@ -44,7 +44,8 @@ def __getattr__(name: str) -> _Any:
 
 if _TYPE_CHECKING:  # pragma: no cover
     from .credentials.describe import describe_credentials
-    from .tensorizer_io import TensorizerConfig, deserialize, load_into_module, serialize
+    from .tensorizer.config import TensorizerConfig
+    from .tensorizer.load import deserialize, load_into_module, serialize
 
 __all__ = [
     "BodyStream",

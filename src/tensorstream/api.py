@@ -9,7 +9,7 @@ from . import _loop
 from .config import COMMON_OPTIONS, split_options
 from .errors import ConfigurationError
 from .file import StreamReader, StreamWriter
-from .policy import PolicyProvider
+from .layers.stack import PolicyProvider
 from .providers.base import ObjectInfo
 from .providers.registry import resolve_provider_class
 from .uri import ParsedURI, parse_uri

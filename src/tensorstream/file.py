@@ -3,7 +3,7 @@
 :class:`StreamReader` is the seekable binary file that
 ``tensorizer.TensorDeserializer`` consumes. Sequential reads are fed by a
 bounded read-ahead window of segments fetched concurrently
-(:mod:`tensorstream.prefetch`); parts of a large read that are not already
+(:mod:`tensorstream.readahead.ranged`); parts of a large read that are not already
 in flight go straight into the caller's buffer. Every read is
 pinned to the ETag seen at open, so a replaced object raises
 :class:`~tensorstream.errors.ObjectChangedError` instead of mixing versions.
@@ -24,9 +24,9 @@ from typing import Any
 
 from . import _loop
 from .errors import UnsupportedOperationError
-from .policy import PolicyProvider
-from .prefetch import Prefetcher
+from .layers.stack import PolicyProvider
 from .providers.base import Capabilities, ObjectInfo, Writer
+from .readahead.ranged import Prefetcher
 from .uri import ParsedURI
 
 __all__ = ["StreamReader", "StreamWriter"]

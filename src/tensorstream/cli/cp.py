@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ..copy import (
+from ..copy.engine import (
     DEFAULT_CONCURRENCY,
     DEFAULT_JOBS,
     DEFAULT_PART_SIZE,
@@ -84,13 +84,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .main import EXIT_USAGE, _error, run_async
+    from ._run import EXIT_USAGE, print_error, run_async
 
     if len(args.paths) < 2:
-        _error("cp needs a source and a destination; usage: " + USAGE)
+        print_error("cp needs a source and a destination; usage: " + USAGE)
         return EXIT_USAGE
     if args.concurrency < 1 or args.jobs < 1:
-        _error("--concurrency and --jobs must be at least 1")
+        print_error("--concurrency and --jobs must be at least 1")
         return EXIT_USAGE
     *sources, dest = args.paths
     options = storage_options(args)
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             if progress is not None:
                 progress.close()
         for line in result.errors:
-            _error(line)
+            print_error(line)
         if not args.quiet:
             for line in result.skipped:
                 print(f"tensorstream: skipped {redact_text(line)}", file=sys.stderr)

@@ -58,7 +58,7 @@ def _line(info: ObjectInfo, name: str, long: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .main import _error, run_async
+    from ._run import print_error, run_async
     from .options import storage_options
 
     uri = parse_uri(args.uri)
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 count = 0
             sys.stdout.flush()
             if count == 0:
-                _error(f"no objects at {redact_text(args.uri)}")
+                print_error(f"no objects at {redact_text(args.uri)}")
                 return 1
         return 0
 

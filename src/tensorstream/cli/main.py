@@ -8,22 +8,20 @@ Errors are one line on stderr, secrets redacted; ``--debug`` adds tracebacks.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import signal
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import ConfigurationError, InvalidURIError, UnknownSchemeError
 from ..uri import redact_text
 from . import cp, ls, objects
+from ._run import EXIT_FAILED, EXIT_USAGE, PROG, print_error
 
 __all__ = ["main", "build_parser"]
 
-PROG = "tensorstream"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _USAGE_ERRORS = (ConfigurationError, InvalidURIError, UnknownSchemeError, argparse.ArgumentTypeError)
 
 DESCRIPTION = """\
@@ -57,49 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(message: str) -> None:
-    text = " ".join(redact_text(message).split())  # always one line
-    print(f"{PROG}: error: {text}", file=sys.stderr)
-
-
-def run_async(fn: Callable[[], Awaitable[int]]) -> int:
-    """Run ``fn()`` on a fresh loop; SIGINT/SIGTERM cancel it so cleanup runs.
-
-    Cancellation unwinds the copy engine: temp files are removed, multipart
-    uploads aborted, then the exit status is 128 + the signal number.
-    """
-    received: list[int] = []
-
-    async def runner() -> int:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-
-        def on_signal(signum: int) -> None:
-            received.append(signum)
-            task.cancel()
-
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, on_signal, int(sig))
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread (e.g. called from a test's worker thread)
-        try:
-            return await fn()
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-    try:
-        return asyncio.run(runner())
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        signum = received[0] if received else int(signal.SIGINT)
-        _error(f"interrupted by {signal.Signals(signum).name}; nothing partial was left behind")
-        return 128 + signum
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorstream`` console script; returns the exit status."""
     parser = build_parser()
@@ -114,14 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except KeyboardInterrupt:
-        _error("interrupted")
+        print_error("interrupted")
         return 128 + int(signal.SIGINT)
     except BrokenPipeError:
         return EXIT_FAILED  # `tensorstream cat ... | head`: the reader went away
     except Exception as exc:
         if debug:
             print(redact_text(traceback.format_exc()), file=sys.stderr, end="")
-        _error(str(exc) or type(exc).__name__)
+        print_error(str(exc) or type(exc).__name__)
         return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
 
 

@@ -74,7 +74,7 @@ def _info_dict(info: ObjectInfo, uri: str) -> dict[str, Any]:
 
 
 def run_stat(args: argparse.Namespace) -> int:
-    from .main import run_async
+    from ._run import run_async
 
     uri = parse_uri(args.uri)
 
@@ -112,7 +112,7 @@ def parse_range(text: str, size: int) -> tuple[int, int]:
 
 
 def run_cat(args: argparse.Namespace) -> int:
-    from .main import run_async
+    from ._run import run_async
 
     uri = parse_uri(args.uri)
 
@@ -136,7 +136,7 @@ def run_cat(args: argparse.Namespace) -> int:
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    from .main import _error, run_async
+    from ._run import print_error, run_async
 
     uri = parse_uri(args.uri)
 
@@ -156,7 +156,7 @@ def run_rm(args: argparse.Namespace) -> int:
                     await provider.delete(path)
                 except (OSError, ValueError) as exc:
                     failed += 1
-                    _error(str(exc))
+                    print_error(str(exc))
             return 1 if failed else 0
 
     return run_async(go)

@@ -15,7 +15,7 @@ _PER_FILE_MIN = 8 << 20  # smaller files only move the total bar
 
 
 class TqdmProgress:
-    """Implements :class:`tensorstream.copy.ProgressListener` with tqdm."""
+    """Implements :class:`tensorstream.copy.engine.ProgressListener` with tqdm."""
 
     def __init__(self, stream: TextIO) -> None:
         from tqdm import tqdm

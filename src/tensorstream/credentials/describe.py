@@ -135,8 +135,13 @@ def describe_generic(parsed: ParsedURI, options: dict[str, Any]) -> CredentialRe
 
 
 def describe_s3(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
-    """Report for ``s3://``: the precedence order of :mod:`tensorstream.credentials.s3`."""
-    from .s3 import botocore_region, masked_key_id, resolve_botocore_chain, resolve_s3_credentials
+    """Report for ``s3://``: the precedence order of :mod:`tensorstream.providers.s3.config`."""
+    from ..providers.s3.config import (
+        botocore_region,
+        masked_key_id,
+        resolve_botocore_chain,
+        resolve_s3_credentials,
+    )
 
     creds = resolve_s3_credentials(options)
     notes: list[str] = []
@@ -179,7 +184,7 @@ def _tls_notes(options: dict[str, Any]) -> tuple[str, ...]:
 
 def describe_redis(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
     """Report for ``redis://``/``rediss://`` (options > URI userinfo > REDIS_* variables)."""
-    from .redis import resolve_redis_credentials
+    from ..providers.redis.config import resolve_redis_credentials
 
     creds = resolve_redis_credentials(
         parsed, username=options.get("redis_username"), password=options.get("redis_password")
@@ -194,7 +199,7 @@ def describe_redis(parsed: ParsedURI, options: dict[str, Any]) -> CredentialRepo
 
 def describe_http(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
     """Report for ``http(s)://`` (headers/token options > URI userinfo > environment)."""
-    from .http import resolve_http_credentials
+    from ..providers.http.config import resolve_http_credentials
 
     creds = resolve_http_credentials(
         parsed,

@@ -21,14 +21,14 @@ ENTRY_POINT_GROUP = "tensorstream.providers"
 
 # scheme -> "module:Class" (lazy) -- one line per built-in backend.
 _BUILTIN: dict[str, str] = {
-    "file": "tensorstream.providers.local:LocalProvider",
-    "http": "tensorstream.providers.http:HTTPProvider",
-    "https": "tensorstream.providers.http:HTTPProvider",
-    "s3": "tensorstream.providers.s3:S3Provider",
-    "redis": "tensorstream.providers.redis:RedisProvider",
-    "rediss": "tensorstream.providers.redis:RedisProvider",
+    "file": "tensorstream.providers.local.provider:LocalProvider",
+    "http": "tensorstream.providers.http.provider:HTTPProvider",
+    "https": "tensorstream.providers.http.provider:HTTPProvider",
+    "s3": "tensorstream.providers.s3.provider:S3Provider",
+    "redis": "tensorstream.providers.redis.provider:RedisProvider",
+    "rediss": "tensorstream.providers.redis.provider:RedisProvider",
 }
-_FSSPEC_FALLBACK = "tensorstream.providers.fsspec_adapter:FsspecProvider"
+_FSSPEC_FALLBACK = "tensorstream.providers.fsspec.provider:FsspecProvider"
 
 _registry: dict[str, type[Provider] | str] = dict(_BUILTIN)
 _entry_points_loaded = False

@@ -399,7 +399,7 @@ class RedisBackend(Backend):
         return {}
 
     def put(self, key: str, data: bytes, *, chunk_size: int = 1 << 20) -> None:
-        from ..providers._redis_layout import chunk_key, manifest_fields
+        from ..providers.redis.layout import chunk_key, manifest_fields
 
         data = bytes(data)
         path = self.key(key)
@@ -423,7 +423,7 @@ class RedisBackend(Backend):
             pipe.execute()
 
     def get(self, key: str) -> bytes:
-        from ..providers._redis_layout import chunk_key
+        from ..providers.redis.layout import chunk_key
 
         path = self.key(key)
         fields = self.client.hgetall(path)
@@ -436,7 +436,7 @@ class RedisBackend(Backend):
     def close(self) -> None:
         super().close()
         try:
-            from ..providers._redis_layout import escape_glob
+            from ..providers.redis.layout import escape_glob
 
             keys = list(self.client.scan_iter(match=escape_glob(self.prefix + "/") + "*", count=1000))
             for i in range(0, len(keys), 1000):

@@ -12,7 +12,7 @@ filtered tensor) is skipped by reading; anything else ends the stream.
 The first few MiB also probe the link: a stream slower than ``fast_rate``
 while the process sat mostly idle is a slow or distant link, where many
 parallel ranged requests win, and :meth:`SequentialStream.read` reports it so
-the read-ahead engine can take over (:mod:`tensorstream.prefetch`).
+the read-ahead engine can take over (:mod:`tensorstream.readahead.ranged`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import concurrent.futures
 import logging
 import time
 
+from ..errors import TensorstreamError
+from ..layers.stack import PolicyProvider
+from ..providers.base import BodyStream
 from ._prefault import populate
-from .errors import TensorstreamError
-from .policy import PolicyProvider
-from .providers.base import BodyStream
 
 __all__ = ["SequentialStream", "cpu_bound_since"]
 
-log = logging.getLogger("tensorstream.prefetch")
+log = logging.getLogger("tensorstream.readahead.ranged")
 
 #: Forward gaps up to this are read and dropped instead of a new request.
 _SKIP = 1 << 20

@@ -20,7 +20,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from ..errors import ProtocolError
+from ...errors import ProtocolError
 
 __all__ = [
     "FORMAT_VERSION",

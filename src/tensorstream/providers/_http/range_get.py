@@ -19,7 +19,7 @@ parallel and each byte is written once.
   raising the same tensorstream errors (a ranged read into one buffer is
   one :func:`open_range` read whole).
 
-No retries here: :mod:`tensorstream.policy` retries and resumes. The only
+No retries here: :mod:`tensorstream.layers.stack` retries and resumes. The only
 repeat is urllib3's classic one: a *reused* keep-alive connection that the
 server closed while idle is replaced by a fresh one, once, before any byte of
 the answer arrived.
@@ -38,15 +38,15 @@ from typing import Any
 
 from yarl import URL
 
-from ..config import Timeouts
-from ..errors import (
+from ...config import Timeouts
+from ...errors import (
     IncompleteReadError,
     InvalidRangeError,
     ProtocolError,
     StorageTimeoutError,
     TensorstreamError,
 )
-from ._http_util import (
+from .headers import (
     REDIRECT_STATUSES,
     check_ranged_response,
     exception_error,

@@ -19,12 +19,12 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ObjectChangedError
-from ._redis_layout import chunk_key, manifest_fields
-from .base import Writer
+from ...errors import ObjectChangedError
+from ..base import Writer
+from .layout import chunk_key, manifest_fields
 
 if TYPE_CHECKING:
-    from .redis import RedisProvider
+    from .provider import RedisProvider
 
 __all__ = ["RedisWriter", "STAGING_TTL_MS"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from .errors import ConfigurationError
-from .uri import redact
+from ..errors import ConfigurationError
+from ..uri import redact
 
 __all__ = ["is_sharded", "resolve_rank", "shard_uri"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from tensorizer import DecryptionParams, EncryptionParams
 
-from ._tensorizer_compat import CryptographyError, HashMismatchError
-from .errors import ConfigurationError, IntegrityError, NotFoundError, TensorstreamError
-from .uri import redact
+from ..errors import ConfigurationError, IntegrityError, NotFoundError, TensorstreamError
+from ..uri import redact
+from .hook import CryptographyError, HashMismatchError
 
 __all__ = [
     "DecryptionError",
@@ -125,7 +125,7 @@ class Encryption:
 
 def read_key(uri: str, **options: Any) -> bytes:
     """The binary key stored at ``uri`` (checked to be 32 bytes)."""
-    from .api import open as ts_open
+    from ..api import open as ts_open
 
     with ts_open(uri, "rb", **options) as f:
         if f.size != KEY_BYTES:
@@ -138,7 +138,7 @@ def read_key(uri: str, **options: Any) -> bytes:
 
 def write_key(uri: str, key: bytes, **options: Any) -> None:
     """Store ``key`` at ``uri`` atomically."""
-    from .api import open as ts_open
+    from ..api import open as ts_open
 
     with ts_open(uri, "wb", **options) as f:
         f.write(key)

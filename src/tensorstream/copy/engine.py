@@ -1,6 +1,6 @@
 """The copy engine behind ``tensorstream cp``, usable from Python.
 
->>> result = tensorstream.copy.copy("s3://bucket/model.tensors", "/models/")  # doctest: +SKIP
+>>> result = tensorstream.copy.engine.copy("s3://bucket/model.tensors", "/models/")  # doctest: +SKIP
 >>> result.ok, result.bytes, result.gbps  # doctest: +SKIP
 
 * **Fast**: every object is split into parts read concurrently (at most
@@ -21,7 +21,7 @@
   ``resume=True`` an interrupted local copy keeps its hidden temp file and a
   journal, and the next ``resume=True`` run fetches only the missing parts
   after checking the source's size and ETag.
-* **Safe**: keys from listings go through :mod:`tensorstream.keys`; nothing
+* **Safe**: keys from listings go through :mod:`tensorstream.copy.keys`; nothing
   is written outside the destination and symlinks in it are not followed.
 
 Only the public provider API is used, so any registered backend works.
@@ -37,17 +37,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from . import _loop
-from .api import get_provider
-from .copy_sinks import (
-    BufferPool,
-    LocalPartFile,
-    PartBuffer,
-    SequentialSink,
-    digest,
-    plan_parts,
-)
-from .errors import (
+from .. import _loop
+from ..api import get_provider
+from ..errors import (
     IntegrityError,
     NotFoundError,
     RetriesExhaustedError,
@@ -55,10 +47,18 @@ from .errors import (
     TensorstreamError,
     TransientError,
 )
+from ..layers.stack import PolicyProvider
+from ..providers.base import ObjectInfo
+from ..uri import ParsedURI, parse_uri, redact_text
 from .keys import UnsafeKeyError, open_dir_under, plan_keys, relative_key, safe_relative_key
-from .policy import PolicyProvider
-from .providers.base import ObjectInfo
-from .uri import ParsedURI, parse_uri, redact_text
+from .sinks import (
+    BufferPool,
+    LocalPartFile,
+    PartBuffer,
+    SequentialSink,
+    digest,
+    plan_parts,
+)
 
 __all__ = [
     "DEFAULT_CONCURRENCY",

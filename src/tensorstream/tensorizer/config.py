@@ -15,16 +15,16 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._tensorizer_sharding import is_sharded, shard_uri
-from .credentials.base import mask
-from .errors import ConfigurationError
-from .uri import redact
+from ..credentials.base import mask
+from ..errors import ConfigurationError
+from ..uri import redact
+from .sharding import is_sharded, shard_uri
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from tensorizer import TensorDeserializer
 
-    from .file import StreamReader, StreamWriter
+    from ..file import StreamReader, StreamWriter
 
 __all__ = ["TensorizerConfig"]
 
@@ -157,7 +157,7 @@ class TensorizerConfig:
         if self.verify_hash is not None:
             kw["verify_hash"] = bool(self.verify_hash)
         if self.encryption_keyfile:
-            from ._tensorizer_crypto import Encryption
+            from .crypto import Encryption
 
             kw["encryption"] = Encryption(keyfile=self.encryption_keyfile)
         kw.update(self.deserialization_kwargs or {})
@@ -167,7 +167,7 @@ class TensorizerConfig:
         """Keyword arguments for :func:`tensorstream.serialize` (options excluded)."""
         kw: dict[str, Any] = {}
         if self.encryption_keyfile:
-            from ._tensorizer_crypto import Encryption
+            from .crypto import Encryption
 
             kw["encryption"] = Encryption(keyfile=self.encryption_keyfile)
         kw.update(self.serialization_kwargs or {})
@@ -178,7 +178,7 @@ class TensorizerConfig:
         self, mode: str = "rb", *, rank: int | None = None, world_size: int | None = None
     ) -> StreamReader | StreamWriter:
         """``tensorstream.open`` of this rank's file with :meth:`stream_options`."""
-        from .api import open as ts_open
+        from ..api import open as ts_open
 
         return ts_open(self.uri_for(rank, world_size), mode, **self.stream_options())  # type: ignore[call-overload,no-any-return]
 
@@ -191,7 +191,7 @@ class TensorizerConfig:
         **overrides: Any,
     ) -> TensorDeserializer:
         """:func:`tensorstream.deserialize` with these settings."""
-        from .tensorizer_io import deserialize
+        from .load import deserialize
 
         kw = {**self.deserializer_options(), **overrides}
         return deserialize(self.uri_for(rank, world_size), device, **kw, **self.stream_options())
@@ -206,7 +206,7 @@ class TensorizerConfig:
         **overrides: Any,
     ) -> int:
         """:func:`tensorstream.load_into_module` with these settings."""
-        from .tensorizer_io import load_into_module
+        from .load import load_into_module
 
         kw = {**self.deserializer_options(), **overrides}
         return load_into_module(
@@ -217,7 +217,7 @@ class TensorizerConfig:
         self, obj: Any, *, rank: int | None = None, world_size: int | None = None
     ) -> str:
         """:func:`tensorstream.serialize` ``obj`` to this rank's URI; returns the URI."""
-        from .tensorizer_io import serialize
+        from .load import serialize
 
         return serialize(
             obj, self.uri_for(rank, world_size), **self.serializer_options(),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..errors import ProtocolError
-from ._redis_layout import (
+from ...errors import ProtocolError
+from .layout import (
     Layout,
     chunk_offset,
     escape_glob,
@@ -21,7 +21,7 @@ from ._redis_layout import (
 )
 
 if TYPE_CHECKING:
-    from .redis import RedisProvider
+    from .provider import RedisProvider
 
 __all__ = ["list_objects"]
 

@@ -1,14 +1,14 @@
 """S3 (and S3-compatible) provider on aiobotocore.
 
 botocore does the SigV4 signing, the credential chain (level 5 of
-:mod:`tensorstream.credentials.s3`), checksums and the multipart API;
+:mod:`tensorstream.providers.s3.config`), checksums and the multipart API;
 tensorstream's policy layer does retries, so botocore's own retries are off
 (one attempt) and they never multiply.
 
 Reads: ``stat`` is one HEAD; ``readinto`` is one ranged GET pinned with
 ``If-Match``, its ``Content-Range`` checked, its body streamed chunk by chunk
 straight into the caller's buffer (never a whole-body read). Writes go
-through :class:`~tensorstream.providers._s3_writer.S3Writer`.
+through :class:`~tensorstream.providers.s3.writer.S3Writer`.
 
 ``readinto_blocking`` and ``open_range_blocking`` (worker threads, no event
 loop): a plain synchronous botocore client, built from the same resolved
@@ -35,15 +35,9 @@ import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
-from .._log_redaction import install_secret_filter
-from ..config import CommonConfig, split_options
-from ..credentials.s3 import (
-    S3_CREDENTIAL_OPTIONS,
-    S3Credentials,
-    chain_source,
-    resolve_s3_credentials,
-)
-from ..errors import (
+from ..._log_redaction import install_secret_filter
+from ...config import CommonConfig, split_options
+from ...errors import (
     ConfigurationError,
     IncompleteReadError,
     InsecureTLSWarning,
@@ -52,19 +46,25 @@ from ..errors import (
     MissingCredentialsError,
     ProtocolError,
 )
-from ..uri import redact
-from ._blocking_http import (
+from ...uri import redact
+from .._http.range_get import (
     ConnectionPool,
     RangeBody,
     TLSSettings,
     open_range,
     read_error_body,
 )
-from ._s3_errors import ErrorContext, map_s3_error, map_s3_http_error
-from ._s3_session import gc_paused, shared_data_loader
-from ._s3_signing import SignedGets
-from ._s3_writer import S3Writer
-from .base import Capabilities, ObjectInfo, Provider, Writer
+from ..base import Capabilities, ObjectInfo, Provider, Writer
+from .config import (
+    S3_CREDENTIAL_OPTIONS,
+    S3Credentials,
+    chain_source,
+    resolve_s3_credentials,
+)
+from .errors import ErrorContext, map_s3_error, map_s3_http_error
+from .session import gc_paused, shared_data_loader
+from .signing import SignedGets
+from .writer import S3Writer
 
 __all__ = ["S3Provider"]
 

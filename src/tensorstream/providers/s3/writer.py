@@ -15,8 +15,8 @@ from typing import Any
 
 import tenacity
 
-from ..errors import TensorstreamError
-from .base import Writer
+from ...errors import TensorstreamError
+from ..base import Writer
 
 __all__ = ["MIN_PART_SIZE", "S3Writer"]
 

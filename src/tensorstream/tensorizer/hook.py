@@ -23,7 +23,7 @@ from typing import Any
 from tensorizer import TensorDeserializer
 from tensorizer.serialization import CryptographyError, HashMismatchError, TensorEntry
 
-from .file import StreamReader
+from ..file import StreamReader
 
 __all__ = [
     "CryptographyError",
@@ -145,5 +145,5 @@ def check_compat() -> None:
     if problems:
         raise RuntimeError(
             "tensorizer's internals changed; tensorstream's parallel-reader hook "
-            f"(tensorstream._tensorizer_compat) must be updated: {'; '.join(problems)}"
+            f"(tensorstream.tensorizer.hook) must be updated: {'; '.join(problems)}"
         )

@@ -1,7 +1,7 @@
 """Redis reads on the blocking data path: worker threads, a synchronous
 redis-py client (hiredis), no event loop.
 
-The read-ahead engine (:mod:`tensorstream.prefetch`) runs several of these
+The read-ahead engine (:mod:`tensorstream.readahead.ranged`) runs several of these
 at once, one per segment; each pipelines ``GETRANGE`` per chunk of the
 segment. Replies arrive as ``bytes`` (redis-py), copied once into the
 caller's buffer. Cluster clients stay on the async path (the caller hops to
@@ -15,10 +15,10 @@ from typing import Any
 
 import redis
 
-from .._memcopy import copy_into
-from ..errors import IncompleteReadError, ObjectChangedError
-from ._redis_errors import REDIS_ERRORS, map_redis_error
-from ._redis_layout import Layout
+from ...errors import IncompleteReadError, ObjectChangedError
+from ...readahead._memcopy import copy_into
+from .errors import REDIS_ERRORS, map_redis_error
+from .layout import Layout
 
 __all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches", "check_reply"]
 

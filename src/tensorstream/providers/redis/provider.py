@@ -1,7 +1,7 @@
 """Redis provider (``redis://`` and ``rediss://``) on redis.asyncio with hiredis.
 
 An object is a manifest hash plus generation-scoped chunk keys (see
-:mod:`tensorstream.providers._redis_layout` and ``docs/redis.md``); reads
+:mod:`tensorstream.providers.redis.layout` and ``docs/redis.md``); reads
 pipeline ``GETRANGE`` per chunk straight into the caller's buffer and fan
 out over connections (and cluster nodes). Prefixes written by tensorizer's
 ``TensorDeserializer.to_redis`` and plain string keys are read too.
@@ -24,11 +24,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .. import _loop
-from .._memcopy import copy_into
-from ..config import CommonConfig, split_options
-from ..credentials.redis import RedisCredentials, resolve_redis_credentials
-from ..errors import (
+from ... import _loop
+from ...config import CommonConfig, split_options
+from ...errors import (
     ConfigurationError,
     IncompleteReadError,
     InsecureTLSWarning,
@@ -37,13 +35,15 @@ from ..errors import (
     ObjectChangedError,
     TensorstreamError,
 )
-from ..uri import ParsedURI
-from ._redis_blocking import BlockingRedisReader, batches, check_reply
-from ._redis_errors import REDIS_ERRORS, map_redis_error
-from ._redis_layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
-from ._redis_list import list_objects
-from ._redis_writer import RedisWriter
-from .base import Capabilities, ObjectInfo, Provider, Writer
+from ...readahead._memcopy import copy_into
+from ...uri import ParsedURI
+from ..base import Capabilities, ObjectInfo, Provider, Writer
+from .blocking import BlockingRedisReader, batches, check_reply
+from .config import RedisCredentials, resolve_redis_credentials
+from .errors import REDIS_ERRORS, map_redis_error
+from .layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
+from .lister import list_objects
+from .writer import RedisWriter
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "InsecureTLSWarning", "RedisProvider"]
 

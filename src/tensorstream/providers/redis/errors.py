@@ -7,7 +7,7 @@ import ssl
 
 from redis import exceptions as rex
 
-from ..errors import (
+from ...errors import (
     ConnectionFailedError,
     PermissionDeniedError,
     ProtocolError,
@@ -15,7 +15,7 @@ from ..errors import (
     StorageTimeoutError,
     TensorstreamError,
 )
-from ..uri import redact_text
+from ...uri import redact_text
 
 __all__ = ["map_redis_error", "REDIS_ERRORS"]
 

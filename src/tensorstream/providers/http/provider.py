@@ -18,7 +18,7 @@ bytes asked for or raise.
   are refused unless ``allow_private_redirects=True``.
 
 Read-only: capabilities are ``read`` and ``stat``. Retries, resume and error
-context live in :mod:`tensorstream.policy`.
+context live in :mod:`tensorstream.layers.stack`.
 """
 
 from __future__ import annotations
@@ -36,19 +36,17 @@ from typing import Any, ClassVar
 import aiohttp
 from yarl import URL
 
-from .._memcopy import copy_into
-from ..config import CommonConfig, split_options
-from ..credentials.http import HTTPCredentials, resolve_http_credentials
-from ..errors import (
+from ...config import CommonConfig, split_options
+from ...errors import (
     ConfigurationError,
     IncompleteReadError,
     InvalidRangeError,
     ProtocolError,
     TensorstreamError,
 )
-from ..uri import redact
-from ._blocking_http import ConnectionPool, RangeBody, RedirectPolicy, TLSSettings, open_range
-from ._http_util import (
+from ...readahead._memcopy import copy_into
+from ...uri import redact
+from .._http.headers import (
     REDIRECT_STATUSES,
     check_ranged_response,
     exception_error,
@@ -61,7 +59,9 @@ from ._http_util import (
     refuse_metadata_target,
     status_error,
 )
-from .base import Capabilities, ObjectInfo, Provider
+from .._http.range_get import ConnectionPool, RangeBody, RedirectPolicy, TLSSettings, open_range
+from ..base import Capabilities, ObjectInfo, Provider
+from .config import HTTPCredentials, resolve_http_credentials
 
 __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 
@@ -71,7 +71,7 @@ MAX_REDIRECTS = 5
 _REDIRECT_STATUSES = REDIRECT_STATUSES
 #: aiohttp's per-response read buffer; larger means fewer pause/resume cycles.
 _READ_BUFSIZE = 1 << 20
-from ..errors import InsecureTLSWarning  # noqa: E402  (re-exported for compatibility)
+from ...errors import InsecureTLSWarning  # noqa: E402  (re-exported for compatibility)
 
 _IDENTITY = {"Accept-Encoding": "identity"}
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import aiohttp
 from yarl import URL
 
-from ..errors import (
+from ...errors import (
     ConfigurationError,
     ConnectionFailedError,
     IncompleteReadError,
@@ -32,7 +32,7 @@ from ..errors import (
     StorageTimeoutError,
     TensorstreamError,
 )
-from ..uri import redact, redact_text
+from ...uri import redact, redact_text
 
 __all__ = [
     "REDIRECT_STATUSES",

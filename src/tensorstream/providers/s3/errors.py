@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 import aiohttp
 import botocore.exceptions as bce
 
-from ..errors import (
+from ...errors import (
     ConfigurationError,
     ConnectionFailedError,
     IncompleteReadError,
@@ -24,7 +24,7 @@ from ..errors import (
     StorageTimeoutError,
     TensorstreamError,
 )
-from ..uri import redact, redact_text
+from ...uri import redact, redact_text
 
 __all__ = ["ErrorContext", "map_s3_error", "map_s3_http_error"]
 

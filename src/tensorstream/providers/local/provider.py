@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from ..errors import (
+from ...errors import (
     InvalidRangeError,
     NotFoundError,
     ObjectChangedError,
     PermissionDeniedError,
     TensorstreamError,
 )
-from .base import Capabilities, ObjectInfo, Provider, Writer
+from ..base import Capabilities, ObjectInfo, Provider, Writer
 
 __all__ = ["LocalProvider", "map_local_error", "temp_path_for"]
 

@@ -1,0 +1,172 @@
+"""Safe mapping of object keys to destination paths.
+
+A recursive copy turns keys listed under a source prefix into paths under a
+destination. Keys come from remote listings and are untrusted: ``../x``,
+``/abs``, ``a//b`` or ``a/./b`` must never make ``cp`` write outside its
+destination. This module decides, without touching the filesystem, which
+keys are safe (:func:`safe_relative_key`), and plans a whole listing
+deterministically (:func:`plan_keys`): directory-marker keys (``dir/``) are
+skipped, and a key that is also a "directory" of another key (``a`` and
+``a/b``) is reported as a conflict when the destination is a filesystem.
+
+:func:`open_dir_under` then opens the destination directory for a safe key
+component by component with ``O_NOFOLLOW``, so a symlink planted inside the
+destination is never followed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+
+__all__ = [
+    "KeyPlan",
+    "UnsafeKeyError",
+    "open_dir_under",
+    "plan_keys",
+    "relative_key",
+    "safe_relative_key",
+]
+
+
+class UnsafeKeyError(ValueError):
+    """A key cannot be mapped to a path inside the destination."""
+
+
+def safe_relative_key(key: str) -> str:
+    """Validate a key relative to the source prefix and return it unchanged.
+
+    Rejected: empty keys, absolute keys (``/x``), empty segments (``a//b``),
+    ``.`` and ``..`` segments, backslashes (a path separator elsewhere), NUL
+    and other control characters. Directory markers (``dir/``) are not
+    objects and are rejected too; :func:`plan_keys` reports them as skipped.
+
+    >>> safe_relative_key("model/part-0.bin")
+    'model/part-0.bin'
+    >>> safe_relative_key("../etc/passwd")
+    Traceback (most recent call last):
+    ...
+    tensorstream.copy.keys.UnsafeKeyError: key '../etc/passwd' has a '..' segment
+    """
+    if not key:
+        raise UnsafeKeyError("empty key")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in key):
+        raise UnsafeKeyError(f"key {key!r} contains control characters")
+    if "\\" in key:
+        raise UnsafeKeyError(f"key {key!r} contains a backslash")
+    if key.startswith("/"):
+        raise UnsafeKeyError(f"key {key!r} is absolute")
+    if key.endswith("/"):
+        raise UnsafeKeyError(f"key {key!r} is a directory marker")
+    for seg in key.split("/"):
+        if seg == "":
+            raise UnsafeKeyError(f"key {key!r} has an empty segment")
+        if seg == "..":
+            raise UnsafeKeyError(f"key {key!r} has a '..' segment")
+        if seg == ".":
+            raise UnsafeKeyError(f"key {key!r} has a '.' segment")
+    return key
+
+
+def relative_key(path: str, base: str) -> str | None:
+    """``path`` relative to ``base`` (a prefix ending in ``/``), or None if outside it.
+
+    Comparing with the trailing ``/`` keeps ``data-evil/x`` out of ``data/``.
+    """
+    if base and not base.endswith("/"):
+        raise ValueError("base must be empty or end with '/'")
+    if not path.startswith(base):
+        return None
+    return path[len(base):]
+
+
+@dataclasses.dataclass
+class KeyPlan:
+    """Result of :func:`plan_keys`: what to copy and what was refused, in key order."""
+
+    #: ``(original key, safe relative key)`` pairs to copy.
+    copy: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: ``(key, reason)`` for keys refused as unsafe or conflicting (errors).
+    refused: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: ``(key, reason)`` for keys skipped on purpose (directory markers).
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+def plan_keys(keys: list[str], *, filesystem: bool) -> KeyPlan:
+    """Decide, deterministically, which relative keys to copy.
+
+    The result depends only on the *set* of keys, never on listing order.
+    With ``filesystem=True`` a key that is a path prefix of another key
+    (``a`` beside ``a/b``) cannot be both a file and a directory: the
+    deeper keys win and ``a`` is refused as a conflict.
+    """
+    plan = KeyPlan()
+    safe: list[tuple[str, str]] = []
+    for key in sorted(set(keys)):
+        if key.endswith("/") and key.strip("/"):
+            try:
+                safe_relative_key(key.rstrip("/"))
+            except UnsafeKeyError as exc:
+                plan.refused.append((key, str(exc)))
+            else:
+                plan.skipped.append((key, "directory marker"))
+            continue
+        try:
+            safe.append((key, safe_relative_key(key)))
+        except UnsafeKeyError as exc:
+            plan.refused.append((key, str(exc)))
+    if filesystem:
+        dirs: set[str] = set()
+        for _, rel in safe:
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                dirs.add("/".join(parts[:i]))
+        for key, rel in safe:
+            if rel in dirs:
+                plan.refused.append((key, f"key {key!r} is also a directory of other keys"))
+            else:
+                plan.copy.append((key, rel))
+        plan.refused.sort()
+    else:
+        plan.copy = safe
+    return plan
+
+
+def open_dir_under(root_fd: int, parts: list[str], *, create: bool = True) -> int:
+    """Open (creating if asked) directory ``root/parts...`` without following symlinks.
+
+    Each component is opened relative to its parent's descriptor with
+    ``O_NOFOLLOW | O_DIRECTORY``, so a symlink (or a file) in the way raises
+    :class:`UnsafeKeyError` instead of redirecting the write. Returns a new
+    descriptor the caller must close.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.dup(root_fd)
+    try:
+        for i, part in enumerate(parts):
+            if part in ("", ".", "..") or "/" in part:
+                raise UnsafeKeyError(f"unsafe path component {part!r}")
+            try:
+                nfd = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                nfd = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    where = "/".join(parts[: i + 1])
+                    raise UnsafeKeyError(
+                        f"{where!r} in the destination is a symlink or a file, not a directory"
+                    ) from exc
+                raise
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise

@@ -1,0 +1,400 @@
+"""Where ``cp`` puts parts: a positional local file or any provider's writer.
+
+:class:`LocalPartFile` writes parts in whatever order they arrive with
+``os.pwrite`` into a temp file beside the destination (opened through a
+directory descriptor, so symlinks are never followed), reads each part back
+and compares it byte for byte with the bytes received (verification), asks
+the kernel to start writing it to disk at once, keeps a small resume journal
+when asked, and publishes with one fsync + rename. :class:`SequentialSink`
+feeds any provider's atomic :class:`~tensorstream.providers.base.Writer` in
+order, holding early parts in a window bounded by the shared buffer pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import json
+import mmap
+import os
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from ..errors import IntegrityError
+from ..providers.base import Writer
+
+__all__ = ["BufferPool", "LocalPartFile", "PartBuffer", "SequentialSink", "digest", "plan_parts"]
+
+#: A part buffer: a private anonymous memory map. Unlike ``bytearray(n)``
+#: (zero-filled eagerly: ~4 ms per 8 MiB, on the event loop), its pages are
+#: zeroed lazily by the kernel when the data first lands in them.
+PartBuffer = mmap.mmap
+
+
+def new_buffer(size: int) -> PartBuffer:
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+_MARK = ".tensorstream-"
+JOURNAL_VERSION = 1
+_CHECKPOINT_SECONDS = 1.0
+_COMPARE_CHUNK = 1 << 20  # read-back granularity (one scratch buffer per worker thread)
+_scratch = threading.local()
+
+
+def digest(data: memoryview | bytes) -> str:
+    """Checksum of one part (sha256: hardware-accelerated, releases the GIL)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def plan_parts(size: int, part_size: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of every part of a ``size``-byte object."""
+    return [(s, min(s + part_size, size)) for s in range(0, size, part_size)]
+
+
+def _load_sync_file_range() -> Callable[[int, int, int], None] | None:
+    """Linux ``sync_file_range(fd, off, n, SYNC_FILE_RANGE_WRITE)``, or None.
+
+    It starts writeback of a range without waiting for it: not a durability
+    point (the fsync before publishing is), but it keeps dirty pages from
+    piling up, so that fsync finds little left to write (measured: 512 MiB,
+    fsync 0.25 s -> 0.003 s, and no dirty-page throttling of the writes).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+
+    def start_writeback(fd: int, offset: int, length: int) -> None:
+        fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; a failure only costs speed
+
+    return start_writeback
+
+
+_start_writeback = _load_sync_file_range()
+
+
+def _read_exact(fd: int, view: memoryview, offset: int) -> None:
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            raise IntegrityError(f"destination is short at byte {offset + got}")
+        got += n
+
+
+def _matches_file(fd: int, data: memoryview, offset: int) -> bool:
+    """True if the file holds exactly ``data`` at ``offset`` (read back, memcmp)."""
+    scratch = getattr(_scratch, "buf", None)
+    if scratch is None:
+        scratch = _scratch.buf = bytearray(_COMPARE_CHUNK)
+    for pos in range(0, len(data), _COMPARE_CHUNK):
+        want = data[pos : pos + _COMPARE_CHUNK]
+        got = scratch if len(want) == len(scratch) else bytearray(len(want))
+        _read_exact(fd, memoryview(got), offset + pos)
+        if got != want:  # bytearray == buffer is a memcmp
+            return False
+    return True
+
+
+class BufferPool:
+    """At most ``count`` part buffers of ``size`` bytes, reused between parts.
+
+    This is what bounds ``cp``'s memory. A buffer whose part was cancelled
+    may still be written by a worker thread, so it is dropped, never reused.
+    """
+
+    def __init__(self, count: int, size: int) -> None:
+        self.size = size
+        self._count = count
+        self._allocated = 0
+        self._free: asyncio.Queue[PartBuffer] = asyncio.Queue()
+
+    async def get(self) -> PartBuffer:
+        if self._free.empty() and self._allocated < self._count:
+            self._allocated += 1
+            return new_buffer(self.size)
+        return await self._free.get()
+
+    def put(self, buf: PartBuffer) -> None:
+        self._free.put_nowait(buf)
+
+    def drop(self, buf: PartBuffer) -> None:
+        """Retire ``buf`` (still in use by a thread, whose memoryview keeps it
+        mapped) and put a fresh one in its place, which also wakes a waiter."""
+        self._free.put_nowait(new_buffer(self.size))
+
+
+class LocalPartFile:
+    """Positional writes into a temp file in ``dir_fd``, published as ``name``.
+
+    With ``resume=True`` the temp file and a journal (source identity and the
+    digests of completed parts) have fixed hidden names, survive an
+    interruption, and are picked up by the next ``resume=True`` run if the
+    source is unchanged.
+    """
+
+    def __init__(self, dir_fd: int, name: str, *, size: int, part_size: int,
+                 source: str, etag: str | None, resume: bool) -> None:
+        self.dir_fd = dir_fd
+        self.name = name
+        self.size = size
+        self.part_size = part_size
+        self.identity = {"v": JOURNAL_VERSION, "source": source, "size": size,
+                         "etag": etag, "part_size": part_size}
+        self.resume = resume and etag is not None
+        base = f".{name}{_MARK}"
+        self.tmp = base + ("partial.tmp" if self.resume else f"{secrets.token_hex(6)}.tmp")
+        self.journal = base + "journal.tmp"
+        self.done: dict[int, str] = {}
+        self._fd: int | None = None
+        self._cond = threading.Condition()
+        self._active = 0
+        self._closed = False
+        self._done_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._last_checkpoint = time.monotonic()
+        self._published = False
+
+    # -- open / resume --------------------------------------------------------
+    def open(self) -> int:
+        """Create (or reopen for resume) the temp file; returns bytes already done."""
+        if self.resume:
+            self.done = self._load_journal()
+        else:
+            self._unlink(self.base_partial())
+            self._unlink(self.journal)
+        self._remove_stale_temps()
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
+        if not self.done:
+            flags |= os.O_TRUNC
+        fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
+        try:
+            # The lock marks the temp file as owned by a live run (see _remove_stale_temps).
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, self.size)
+        except BaseException:
+            os.close(fd)
+            if not self.resume:
+                self._unlink(self.tmp)
+            raise
+        self._fd = fd
+        return sum(min(self.part_size, self.size - i * self.part_size) for i in self.done)
+
+    def _remove_stale_temps(self) -> None:
+        """Delete temp files of earlier runs for this name that no live process holds.
+
+        A run killed with SIGKILL cannot clean up; its temp file stays unlocked
+        (flock dies with the process), so the next run removes it. Resume files
+        (``partial``/``journal``) are left to the resume logic.
+        """
+        prefix = f".{self.name}{_MARK}"
+        keep = {self.base_partial(), self.journal}
+        try:
+            names = os.listdir(self.dir_fd)
+        except OSError:
+            return
+        for entry in names:
+            if not (entry.startswith(prefix) and entry.endswith(".tmp")) or entry in keep:
+                continue
+            try:
+                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                             dir_fd=self.dir_fd)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run owns it
+            else:
+                self._unlink(entry)
+            finally:
+                os.close(fd)
+
+    def base_partial(self) -> str:
+        return f".{self.name}{_MARK}partial.tmp"
+
+    def _load_journal(self) -> dict[int, str]:
+        try:
+            fd = os.open(self.journal, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.dir_fd)
+            with os.fdopen(fd, "rb") as f:
+                data = json.loads(f.read(1 << 24))
+            st = os.stat(self.tmp, dir_fd=self.dir_fd, follow_symlinks=False)
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("identity") != self.identity:
+            return {}  # the source changed (or other settings): start over
+        if st.st_size != self.size:
+            return {}
+        parts = data.get("parts", {})
+        return {int(k): str(v) for k, v in parts.items()} if isinstance(parts, dict) else {}
+
+    def _unlink(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.dir_fd)
+
+    # -- writes (run in worker threads) ---------------------------------------
+    @contextlib.contextmanager
+    def _using_fd(self) -> Iterator[int]:
+        with self._cond:
+            if self._closed or self._fd is None:
+                raise OSError("destination file already closed")
+            self._active += 1
+        try:
+            yield self._fd
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    def write_part(self, index: int, offset: int, data: memoryview, *, check: bool) -> None:
+        """pwrite ``data`` at ``offset``; with ``check``, read it back and compare.
+
+        The comparison is exact (byte for byte, through the page cache the
+        file will be served from). The part's sha256 is taken only for a
+        resume journal, which must be able to check parts across runs.
+        """
+        d = digest(data) if self.resume else None
+        with self._using_fd() as fd:
+            view = data
+            pos = offset
+            while view:
+                n = os.pwrite(fd, view, pos)
+                view = view[n:]
+                pos += n
+            if check and not _matches_file(fd, data, offset):
+                raise IntegrityError(
+                    f"verification failed: bytes {offset}-{offset + len(data) - 1} read back "
+                    "differ from the bytes received"
+                )
+            if _start_writeback is not None:
+                _start_writeback(fd, offset, len(data))
+        if d is not None:
+            with self._done_lock:
+                self.done[index] = d
+        self.maybe_checkpoint()
+
+    def maybe_checkpoint(self, force: bool = False) -> None:
+        """Persist the journal (data first: fdatasync, then the journal, atomically)."""
+        if not self.resume:
+            return
+        # Writers do not queue behind a checkpoint in progress; only a forced one waits.
+        if not self._checkpoint_lock.acquire(blocking=force):
+            return
+        try:
+            now = time.monotonic()
+            if not force and now - self._last_checkpoint < _CHECKPOINT_SECONDS:
+                return
+            self._last_checkpoint = now
+            with self._done_lock:  # snapshot first: only parts already pwritten
+                parts = {str(k): v for k, v in sorted(self.done.items())}
+            with self._using_fd() as fd:
+                os.fdatasync(fd)
+            self._write_journal(parts)
+        finally:
+            self._checkpoint_lock.release()
+
+    def _write_journal(self, parts: dict[str, str]) -> None:
+        body = json.dumps({"identity": self.identity, "parts": parts})
+        new = self.journal[: -len(".tmp")] + ".new.tmp"
+        jfd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600,
+                      dir_fd=self.dir_fd)
+        with os.fdopen(jfd, "wb") as f:
+            f.write(body.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(new, self.journal, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+
+    def verify_part(self, index: int, expected: str, buf: PartBuffer) -> None:
+        """Read a part written by an earlier run back and compare its journal digest."""
+        start, end = plan_parts(self.size, self.part_size)[index]
+        view = memoryview(buf)[: end - start]
+        with self._using_fd() as fd:
+            _read_exact(fd, view, start)
+        if digest(view) != expected:
+            raise IntegrityError(
+                f"verification failed: bytes {start}-{end - 1} differ from the source"
+            )
+
+    def publish(self) -> None:
+        """fsync, set normal permissions, rename over the destination, fsync the directory."""
+        with self._using_fd() as fd:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
+            os.fsync(fd)
+        self._close_fd()
+        os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        self._published = True
+        self._unlink(self.journal)
+        with contextlib.suppress(OSError):
+            os.fsync(self.dir_fd)
+
+    def _close_fd(self) -> None:
+        # Wait for worker threads still using the descriptor: closing it under
+        # them could let a reused descriptor number receive their writes.
+        with self._cond:
+            self._closed = True
+            while self._active:
+                self._cond.wait()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def abort(self, *, keep_for_resume: bool) -> None:
+        """Drop the temp file, or keep it with an up-to-date journal for ``--resume``."""
+        if self._published:
+            return
+        if keep_for_resume and self.resume and self._fd is not None:
+            with contextlib.suppress(OSError):
+                self.maybe_checkpoint(force=True)
+            self._close_fd()
+            return
+        self._close_fd()
+        self._unlink(self.tmp)
+        self._unlink(self.journal)
+        self._unlink(self.journal[: -len(".tmp")] + ".new.tmp")
+
+
+class SequentialSink:
+    """Feed parts that complete out of order to a sequential writer, in order."""
+
+    def __init__(self, writer: Writer, pool: BufferPool) -> None:
+        self.writer = writer
+        self.pool = pool
+        self._ready: dict[int, tuple[PartBuffer, int]] = {}
+        self._next = 0
+        self._changed = asyncio.Event()
+
+    def deliver(self, index: int, buf: PartBuffer, length: int) -> None:
+        """Hand over a finished part (the sink now owns ``buf``)."""
+        self._ready[index] = (buf, length)
+        self._changed.set()
+
+    async def run(self, count: int) -> None:
+        """Write parts ``0..count-1`` in order as they become ready."""
+        while self._next < count:
+            while self._next not in self._ready:
+                self._changed.clear()
+                await self._changed.wait()
+            buf, length = self._ready.pop(self._next)
+            try:
+                # A copy: a writer may keep the data after write() returns.
+                await self.writer.write(bytes(memoryview(buf)[:length]))
+            finally:
+                self.pool.put(buf)
+            self._next += 1
+
+    def release_all(self) -> None:
+        for buf, _ in self._ready.values():
+            self.pool.put(buf)
+        self._ready.clear()

@@ -1,0 +1,353 @@
+"""Policies written once and wrapped around any provider.
+
+:class:`PolicyProvider` adds, to every backend alike:
+
+* **context** -- service, operation and (redacted) path on every error;
+* **retry** -- jittered exponential backoff (tenacity) on errors marked
+  ``temporary`` only, honouring ``Retry-After``; never on 4xx-like errors;
+* **resume** -- a body broken after ``k`` bytes continues at ``offset + k``
+  instead of starting over;
+* **pinning** -- reads of one object can be pinned to an ETag; a change
+  raises :class:`ObjectChangedError`, never a mix of versions;
+* **metrics** -- bytes, requests, retries.
+
+The wrapper forwards every :class:`Provider` method explicitly (a test checks
+that nothing is silently inherited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import tenacity
+
+from ..config import CommonConfig
+from ..errors import (
+    ObjectChangedError,
+    RetriesExhaustedError,
+    RetriesExhaustedTimeoutError,
+    ServiceUnavailableError,
+    TensorstreamError,
+)
+from ..providers.base import BodyStream, ObjectInfo, Provider, Writer
+from ..uri import redact_text
+
+__all__ = ["Metrics", "PolicyProvider"]
+
+log = logging.getLogger("tensorstream.layers.stack")
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class Metrics:
+    """Counters for one provider instance."""
+
+    requests: int = 0
+    bytes_read: int = 0
+    retries: int = 0
+    resumed_bytes: int = 0
+
+
+class _RetryAfterWait(tenacity.wait.wait_base):
+    """Tenacity wait: the server's Retry-After if given, else jittered exponential."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self._fallback = tenacity.wait_random_exponential(multiplier=initial, max=maximum)
+        self._max = maximum
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(exc, ServiceUnavailableError) and retry_after is not None:
+            return float(min(max(retry_after, 0.0), self._max))
+        return float(self._fallback(retry_state))
+
+
+def _is_temporary(exc: BaseException) -> bool:
+    return bool(getattr(exc, "temporary", False))
+
+
+class PolicyProvider(Provider):
+    """Wrap ``inner`` with context, retry, resume, pinning and metrics."""
+
+    def __init__(self, inner: Provider, config: CommonConfig) -> None:
+        self.inner = inner
+        self.config = config
+        self.metrics = Metrics()
+        self.service = inner.service  # type: ignore[misc]
+        self.capabilities = inner.capabilities  # type: ignore[misc]
+        self.schemes = inner.schemes  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"PolicyProvider({self.inner!r})"
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> Provider:  # pragma: no cover - not used
+        raise TypeError("PolicyProvider wraps a provider; use tensorstream.get_provider")
+
+    # -- machinery ----------------------------------------------------------
+    def _retrying(self, cls: Any = tenacity.AsyncRetrying) -> Any:
+        r = self.config.retry
+        stop: Any = tenacity.stop_after_attempt(r.attempts)
+        if self.config.timeouts.total is not None:
+            stop = stop | tenacity.stop_after_delay(self.config.timeouts.total)
+        return cls(
+            stop=stop,
+            wait=_RetryAfterWait(r.backoff_initial, r.backoff_max),
+            retry=tenacity.retry_if_exception(_is_temporary),
+            reraise=True,
+            before_sleep=self._log_retry,
+        )
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        self.metrics.retries += 1
+        exc = state.outcome.exception() if state.outcome else None
+        sleep = state.next_action.sleep if state.next_action else 0.0
+        log.debug(
+            "%s: attempt %d failed (%s); retrying in %.2fs",
+            self.service,
+            state.attempt_number,
+            redact_text(f"{type(exc).__name__}: {exc}"),
+            sleep,
+        )
+
+    async def _call(self, operation: str, path: str, fn: Callable[[], Awaitable[T]]) -> T:
+        attempts = 0
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    attempts += 1
+                    self.metrics.requests += 1
+                    return await fn()
+        except TensorstreamError as exc:
+            final = self._final_error(exc, operation, path, attempts)
+            if final is exc:
+                raise
+            raise final from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call_blocking(self, operation: str, path: str, fn: Callable[[], T]) -> T:
+        """:meth:`_call` for blocking operations (worker threads): same policy."""
+        attempts = 0
+        try:
+            for attempt in self._retrying(tenacity.Retrying):
+                with attempt:
+                    attempts += 1
+                    self.metrics.requests += 1
+                    return fn()
+        except TensorstreamError as exc:
+            final = self._final_error(exc, operation, path, attempts)
+            if final is exc:
+                raise
+            raise final from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _final_error(
+        self, exc: TensorstreamError, operation: str, path: str, attempts: int
+    ) -> TensorstreamError:
+        """The error to raise once retrying stopped: ``exc`` with context, or a
+        :class:`RetriesExhaustedError` naming the attempts when it was temporary."""
+        self._add_context(exc, operation, path)
+        if not (exc.temporary and attempts > 1):
+            return exc
+        cls = RetriesExhaustedTimeoutError if isinstance(exc, TimeoutError) else RetriesExhaustedError
+        final = cls(
+            f"gave up after {attempts} attempts: {type(exc).__name__}: {exc.message}",
+            attempts=attempts,
+            last_error=exc,
+            service=self.service,
+            operation=operation,
+            path=exc.path or redact_text(path),
+        )
+        return final
+
+    def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
+        exc.with_context(service=self.service, operation=operation, path=redact_text(path))
+
+    # -- forwarded operations -----------------------------------------------
+    async def stat(self, path: str) -> ObjectInfo:
+        return await self._call("stat", path, lambda: self.inner.stat(path))
+
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """Fill ``buffer`` exactly, retrying temporary errors and resuming broken bodies."""
+        if len(buffer) == 0:
+            return 0
+        state = _Resume(self, path, offset, buffer, etag)
+
+        async def attempt() -> int:
+            view, at, pinned = state.next_attempt()
+            try:
+                n = await self.inner.readinto(path, at, view, etag=pinned)
+            except TensorstreamError as exc:
+                state.failed(exc)
+                raise
+            return state.succeeded(n, view)
+
+        n = await self._call("read", path, attempt)
+        self.metrics.bytes_read += n
+        return n
+
+    def readinto_blocking(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        """:meth:`readinto` on the provider's blocking data path (worker threads)."""
+        if len(buffer) == 0:
+            return 0
+        state = _Resume(self, path, offset, buffer, etag)
+
+        def attempt() -> int:
+            view, at, pinned = state.next_attempt()
+            try:
+                n = self.inner.readinto_blocking(path, at, view, etag=pinned)
+            except TensorstreamError as exc:
+                state.failed(exc)
+                raise
+            return state.succeeded(n, view)
+
+        n = self._call_blocking("read", path, attempt)
+        self.metrics.bytes_read += n
+        return n
+
+    def open_range_blocking(
+        self, path: str, start: int, end: int, *, etag: str | None = None
+    ) -> BodyStream:
+        """The provider's range stream, opened under the retry policy. Its reads
+        are counted and their errors carry context; a stream broken part-way is
+        not resumed here: the caller reads the rest with :meth:`readinto_blocking`
+        (which retries and resumes)."""
+        body = self._call_blocking(
+            "read", path, lambda: self.inner.open_range_blocking(path, start, end, etag=etag))
+        return _CountedBody(body, self, path)
+
+    async def read_range(
+        self, path: str, start: int, end: int, *, etag: str | None = None
+    ) -> bytes:
+        return await Provider.read_range(self, path, start, end, etag=etag)
+
+    def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        return self._list(prefix)
+
+    async def _list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        try:
+            async for info in self.inner.list(prefix):
+                yield info
+        except TensorstreamError as exc:
+            self._add_context(exc, "list", prefix)
+            raise
+
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        try:
+            return _ContextWriter(self.inner.open_writer(path, **kwargs), self, path)
+        except TensorstreamError as exc:
+            self._add_context(exc, "write", path)
+            raise
+
+    async def delete(self, path: str) -> None:
+        await self._call("delete", path, lambda: self.inner.delete(path))
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def stat_pinned(self, path: str, etag: str | None) -> ObjectInfo:
+        """``stat`` that raises :class:`ObjectChangedError` if the ETag moved."""
+        info = await self.stat(path)
+        if etag is not None and info.etag is not None and info.etag != etag:
+            raise ObjectChangedError(
+                "object changed while it was being read",
+                service=self.service, operation="read", path=redact_text(path),  # redacts ?query
+            )
+        return info
+
+
+class _CountedBody:
+    """A :class:`BodyStream` whose reads count in the metrics and whose errors
+    name the service, operation and path."""
+
+    def __init__(self, body: BodyStream, policy: PolicyProvider, path: str) -> None:
+        self._body = body
+        self._policy = policy
+        self._path = path
+
+    @property
+    def position(self) -> int:
+        return self._body.position
+
+    @property
+    def end(self) -> int:
+        return self._body.end
+
+    def readinto(self, buffer: memoryview) -> int:
+        try:
+            n = self._body.readinto(buffer)
+        except TensorstreamError as exc:
+            self._policy._add_context(exc, "read", self._path)
+            raise
+        self._policy.metrics.bytes_read += n
+        return n
+
+    def close(self) -> None:
+        self._body.close()
+
+
+class _Resume:
+    """Progress of one exact read across attempts: where to resume and which
+    version to pin to. Shared by the async and the blocking path."""
+
+    def __init__(self, owner: PolicyProvider, path: str, offset: int, buffer: memoryview,
+                 etag: str | None) -> None:
+        self.owner = owner
+        self.path = path
+        self.offset = offset
+        self.buffer = buffer
+        self.done = 0
+        self.pinned = etag
+
+    def next_attempt(self) -> tuple[memoryview, int, str | None]:
+        return self.buffer[self.done :], self.offset + self.done, self.pinned
+
+    def failed(self, exc: TensorstreamError) -> None:
+        received = int(getattr(exc, "received", 0) or 0)
+        if received and exc.temporary:
+            self.done += received
+            self.owner.metrics.resumed_bytes += received
+            # Resume only from the same version of the object: pin to the ETag
+            # the broken response was served under.
+            self.pinned = self.pinned or getattr(exc, "etag", None)
+
+    def succeeded(self, n: int, view: memoryview) -> int:
+        if n != len(view):
+            raise AssertionError(f"provider {self.owner.service} returned {n} of {len(view)} bytes")
+        self.done = len(self.buffer)
+        return self.done
+
+
+class _ContextWriter(Writer):
+    """Adds error context to a provider's writer; forwards everything."""
+
+    def __init__(self, inner: Writer, owner: PolicyProvider, path: str) -> None:
+        self.inner = inner
+        self.owner = owner
+        self.path = path
+
+    async def _wrap(self, op: str, aw: Awaitable[None]) -> None:
+        try:
+            await aw
+        except TensorstreamError as exc:
+            self.owner._add_context(exc, op, self.path)
+            raise
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        await self._wrap("write", self.inner.write(data))
+
+    async def commit(self) -> None:
+        await self._wrap("commit", self.inner.commit())
+
+    async def abort(self) -> None:
+        # Abort must run even when the task is being cancelled.
+        await asyncio.shield(self._wrap("abort", self.inner.abort()))

@@ -1,0 +1,24 @@
+"""The fallback for any other fsspec protocol."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .provider import (
+        FsspecProvider,
+    )
+
+__all__ = [
+    "FsspecProvider",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: importing the package (or its light config module) must not import the client library.
+    if name in __all__:
+        value = getattr(importlib.import_module(f"{__name__}.provider"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

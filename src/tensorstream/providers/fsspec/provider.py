@@ -1,0 +1,152 @@
+"""Generic adapter: any protocol fsspec knows (``gs://``, ``az://``, ``memory://``, ...)
+served through one ranged-read provider.
+
+It is the fallback for schemes without a dedicated provider; the dedicated
+ones (local, HTTP, S3, Redis) are faster and stricter. fsspec filesystems
+are mostly synchronous, so calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import fsspec
+
+from ...errors import (
+    InvalidRangeError,
+    NotFoundError,
+    ObjectChangedError,
+    PermissionDeniedError,
+    TensorstreamError,
+)
+from ...readahead._memcopy import copy_into
+from ..base import Capabilities, ObjectInfo, Provider, Writer
+
+__all__ = ["FsspecProvider"]
+
+
+def _map_error(exc: BaseException, path: str) -> BaseException:
+    if isinstance(exc, TensorstreamError):
+        return exc
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(f"not found: {path}", service="fsspec")
+    if isinstance(exc, PermissionError):
+        return PermissionDeniedError(f"permission denied: {path}", service="fsspec")
+    return exc
+
+
+def _etag(info: dict[str, Any]) -> str | None:
+    for key in ("ETag", "etag", "md5Hash", "crc32c", "mtime", "LastModified", "created"):
+        if info.get(key) is not None:
+            return str(info[key])
+    return None
+
+
+class FsspecProvider(Provider):
+    """Wraps an ``fsspec.AbstractFileSystem``; ``path`` is ``protocol://`` stripped."""
+
+    service = "fsspec"
+    capabilities: ClassVar[Capabilities] = Capabilities(write=True, list=True, delete=True)
+    option_names = frozenset({"storage_options"})
+
+    def __init__(self, protocol: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.protocol = protocol
+        self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
+
+    def __repr__(self) -> str:
+        return f"FsspecProvider({self.protocol!r})"
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> FsspecProvider:
+        options.pop("config", None)
+        return cls(uri.scheme, options.get("storage_options"))
+
+    async def _run(self, path: str, fn: Any, *args: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except BaseException as exc:
+            mapped = _map_error(exc, path)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def stat(self, path: str) -> ObjectInfo:
+        info = await self._run(path, self.fs.info, path)
+        if info.get("type") == "directory":
+            raise NotFoundError(f"is a directory: {path}", service="fsspec")
+        return ObjectInfo(path=path, size=int(info["size"]), etag=_etag(info))
+
+    async def readinto(
+        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+    ) -> int:
+        info = await self.stat(path)
+        if etag is not None and info.etag is not None and info.etag != etag:
+            raise ObjectChangedError(f"object changed: {path}", service="fsspec")
+        end = offset + len(buffer)
+        if offset < 0 or end > info.size:
+            raise InvalidRangeError(
+                f"range [{offset}, {end}) is past the end of a {info.size}-byte object",
+                service="fsspec",
+            )
+        data = await self._run(path, self.fs.cat_file, path, offset, end)
+        if len(data) != len(buffer):
+            raise ObjectChangedError(
+                f"got {len(data)} bytes for a {len(buffer)}-byte range: {path}", service="fsspec"
+            )
+        copy_into(buffer, data)
+        return len(buffer)
+
+    async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
+        found = await self._run(prefix, self.fs.find, prefix, None, False, True)
+        for name in sorted(found):
+            info = found[name]
+            if info.get("type") != "directory":
+                yield ObjectInfo(path=name, size=int(info.get("size") or 0), etag=_etag(info))
+
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        return _FsspecWriter(self, path)
+
+    async def delete(self, path: str) -> None:
+        await self.stat(path)
+        await self._run(path, self.fs.rm_file, path)
+
+
+class _FsspecWriter(Writer):
+    """Buffers to a spooled temp file, then one ``put_file``-like upload on commit.
+
+    Atomicity is the backend's: object stores publish on upload completion.
+    """
+
+    def __init__(self, provider: FsspecProvider, path: str) -> None:
+        import tempfile
+
+        self.provider = provider
+        self.path = path
+        self._spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)
+        self._done = False
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        await asyncio.to_thread(self._spool.write, data)
+
+    async def commit(self) -> None:
+        if self._done:
+            return
+        self._spool.seek(0)
+        fs = self.provider.fs
+
+        def upload() -> None:
+            with fs.open(self.path, "wb") as out:
+                while chunk := self._spool.read(8 << 20):
+                    out.write(chunk)
+
+        try:
+            await self.provider._run(self.path, upload)
+        finally:
+            self._done = True
+            self._spool.close()
+
+    async def abort(self) -> None:
+        self._done = True
+        self._spool.close()

@@ -1,0 +1,155 @@
+"""HTTP(S) credentials: bearer token, extra headers, basic auth and TLS material.
+
+Precedence (first match wins; the resolved object records the source)::
+
+    Authorization   headers={"Authorization": ...}  >  token=...  >
+                    URI userinfo (basic auth)  >  env TENSORSTREAM_HTTP_TOKEN
+    CA bundle       ca_bundle=...  >  env SSL_CERT_FILE  >  env REQUESTS_CA_BUNDLE
+                    >  the system trust store
+    client cert     client_cert=... (+ client_key=...)
+    insecure        insecure=True only (never from the environment)
+
+Values are :class:`~tensorstream.credentials.base.Sourced`; secrets are
+masked in every ``repr`` and refuse to be pickled.
+
+>>> creds = resolve_http_credentials(token="s3cr3t", env={})
+>>> creds
+HTTPCredentials(authorization=Sourced(***, from argument token), headers=[], ca_bundle=None, \
+client_cert=None, insecure=False)
+>>> creds.auth_headers()["Authorization"] == "Bearer s3cr3t"
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...credentials.base import Sourced
+from ...errors import ConfigurationError
+
+__all__ = ["HTTPCredentials", "TOKEN_ENV", "resolve_http_credentials"]
+
+#: Environment variable holding a bearer token for HTTP(S) sources.
+TOKEN_ENV = "TENSORSTREAM_HTTP_TOKEN"
+CA_BUNDLE_ENVS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+
+
+@dataclasses.dataclass(frozen=True)
+class HTTPCredentials:
+    """What an HTTP provider sends and trusts. Build with :func:`resolve_http_credentials`.
+
+    ``authorization`` is the full ``Authorization`` header value (secret);
+    ``headers`` are the other user-supplied headers (values treated as secret,
+    since they often carry API keys). Both are credential headers: they are
+    dropped when a redirect leaves the origin.
+    """
+
+    authorization: Sourced[str] | None = None
+    headers: tuple[tuple[str, Sourced[str]], ...] = ()
+    ca_bundle: Sourced[str] | None = None
+    client_cert: Sourced[str] | None = None
+    client_key: Sourced[str] | None = None
+    insecure: bool = False
+
+    def auth_headers(self) -> dict[str, str]:
+        """The credential headers to send to the origin (never across origins)."""
+        out = {name: value.value for name, value in self.headers}
+        if self.authorization is not None:
+            out["Authorization"] = self.authorization.value
+        return out
+
+    def __repr__(self) -> str:
+        names = [name for name, _ in self.headers]
+        return (
+            f"HTTPCredentials(authorization={self.authorization!r}, headers={names!r}, "
+            f"ca_bundle={self.ca_bundle!r}, client_cert={self.client_cert!r}, "
+            f"insecure={self.insecure})"
+        )
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("refusing to pickle HTTP credentials")
+
+
+def _path_option(value: Any, name: str) -> str:
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path:
+        raise ConfigurationError(f"{name} must be a file path")
+    return os.path.expanduser(path)
+
+
+def resolve_http_credentials(
+    uri: Any = None,
+    *,
+    token: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    ca_bundle: str | os.PathLike[str] | None = None,
+    client_cert: str | os.PathLike[str] | None = None,
+    client_key: str | os.PathLike[str] | None = None,
+    insecure: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> HTTPCredentials:
+    """Resolve HTTP credentials from arguments, the URI's userinfo and the environment.
+
+    ``uri`` is a :class:`~tensorstream.uri.ParsedURI` (its ``username`` /
+    ``password`` give basic auth); ``env`` defaults to ``os.environ``.
+    """
+    env = os.environ if env is None else env
+    extra: list[tuple[str, Sourced[str]]] = []
+    authorization: Sourced[str] | None = None
+    if headers is not None:
+        if not isinstance(headers, Mapping):
+            raise ConfigurationError("headers must be a mapping of header name to value")
+        for name, value in headers.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise ConfigurationError("header names and values must be strings")
+            if name.lower() == "authorization":
+                authorization = Sourced(value, "argument headers", secret=True)
+            else:
+                extra.append((name, Sourced(value, f"argument headers[{name!r}]", secret=True)))
+
+    if authorization is None and token:
+        authorization = Sourced(f"Bearer {token}", "argument token", secret=True)
+    username = getattr(uri, "username", None)
+    password = getattr(uri, "password", None)
+    if authorization is None and (username or password):
+        raw = f"{username or ''}:{password or ''}".encode()
+        authorization = Sourced(
+            "Basic " + base64.b64encode(raw).decode("ascii"), "URI userinfo", secret=True
+        )
+    if authorization is None and env.get(TOKEN_ENV):
+        authorization = Sourced(f"Bearer {env[TOKEN_ENV]}", f"env {TOKEN_ENV}", secret=True)
+
+    ca: Sourced[str] | None = None
+    if ca_bundle is not None:
+        ca = Sourced(_path_option(ca_bundle, "ca_bundle"), "argument ca_bundle")
+    else:
+        for name in CA_BUNDLE_ENVS:
+            if env.get(name):
+                ca = Sourced(env[name], f"env {name}")
+                break
+    if ca is not None and not os.path.exists(ca.value):
+        raise ConfigurationError(f"CA bundle from {ca.source} does not exist: {ca.value}")
+
+    cert = key = None
+    if client_cert is not None:
+        cert = Sourced(_path_option(client_cert, "client_cert"), "argument client_cert")
+    if client_key is not None:
+        if cert is None:
+            raise ConfigurationError("client_key needs client_cert")
+        key = Sourced(_path_option(client_key, "client_key"), "argument client_key")
+    if not isinstance(insecure, bool):
+        raise ConfigurationError("insecure must be True or False")
+    return HTTPCredentials(
+        authorization=authorization,
+        headers=tuple(extra),
+        ca_bundle=ca,
+        client_cert=cert,
+        client_key=key,
+        insecure=insecure,
+    )

@@ -1,0 +1,28 @@
+"""Redis service: objects stored as chunk keys, redis.asyncio + hiredis (docs/redis.md)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .provider import (
+        DEFAULT_CHUNK_SIZE,
+        InsecureTLSWarning,
+        RedisProvider,
+    )
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "InsecureTLSWarning",
+    "RedisProvider",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: importing the package (or its light config module) must not import the client library.
+    if name in __all__:
+        value = getattr(importlib.import_module(f"{__name__}.provider"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

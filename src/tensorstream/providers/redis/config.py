@@ -1,0 +1,83 @@
+"""Redis credentials: user name and password, each tagged with its source.
+
+Precedence, per value (first hit wins)::
+
+    1. options      redis_username= / redis_password=
+    2. URI userinfo redis://user:password@host/key  (redis://password@host: password only)
+    3. environment  REDIS_USERNAME / REDIS_PASSWORD
+
+No user name means Redis's ``default`` user (``requirepass``). Values are
+:class:`~tensorstream.credentials.base.Sourced` so errors can say where a
+rejected password came from without printing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...credentials.base import Sourced, mask
+
+__all__ = ["RedisCredentials", "resolve_redis_credentials"]
+
+ENV_USERNAME = "REDIS_USERNAME"
+ENV_PASSWORD = "REDIS_PASSWORD"
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisCredentials:
+    """A resolved Redis user name and password (either may be ``None``)."""
+
+    username: Sourced[str] | None = None
+    password: Sourced[str] | None = None
+
+    def __repr__(self) -> str:
+        user = repr(self.username.value) if self.username else None
+        pw = f"{mask(self.password.value)} from {self.password.source}" if self.password else None
+        return f"RedisCredentials(username={user}, password={pw})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("refusing to pickle Redis credentials")
+
+    def describe(self) -> str:
+        """``user 'x' (from ...), password from ...`` -- safe for error messages."""
+        user = (f"user {self.username.value!r} (from {self.username.source})"
+                if self.username else "the default user")
+        pw = f"password from {self.password.source}" if self.password else "no password"
+        return f"{user}, {pw}"
+
+
+def _first(*candidates: tuple[Any, str], secret: bool) -> Sourced[str] | None:
+    for value, source in candidates:
+        if value is not None and value != "":
+            return Sourced(str(value), source, secret=secret)
+    return None
+
+
+def resolve_redis_credentials(
+    uri: Any,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RedisCredentials:
+    """Resolve credentials for a parsed ``redis[s]://`` URI (see module docstring)."""
+    env = os.environ if environ is None else environ
+    return RedisCredentials(
+        username=_first(
+            (username, "option redis_username"),
+            (getattr(uri, "username", None), "URI userinfo"),
+            (env.get(ENV_USERNAME), f"env {ENV_USERNAME}"),
+            secret=False,
+        ),
+        password=_first(
+            (password, "option redis_password"),
+            (getattr(uri, "password", None), "URI userinfo"),
+            (env.get(ENV_PASSWORD), f"env {ENV_PASSWORD}"),
+            secret=True,
+        ),
+    )

@@ -1,0 +1,367 @@
+"""S3 credential and endpoint resolution, every value tagged with its source.
+
+One precedence order, highest first (the table in ``docs/s3.md``):
+
+1. explicit options: ``s3_access_key_id``/``s3_secret_access_key``/``s3_session_token``,
+   ``s3_endpoint``, ``s3_region``, ``s3_profile``;
+2. ``S3_ACCESS_KEY_ID``/``S3_SECRET_ACCESS_KEY``, ``S3_ENDPOINT_URL`` (vLLM/tensorizer names);
+3. ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
+   ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_DEFAULT_REGION``,
+   ``AWS_PROFILE``;
+4. ``~/.s3cfg`` (s3cmd format; path set by ``s3_config_path``);
+5. ``~/.aws/credentials`` and ``~/.aws/config`` profiles, then the rest of botocore's
+   chain (web identity, container, instance metadata).
+
+Levels 1-4 are read here, without I/O beyond small files. Level 5 is botocore's
+own chain, run by the provider (asynchronously, with refresh) or by
+:func:`resolve_botocore_chain` (synchronously, for ``describe_credentials``).
+
+A key pair is taken whole from one source; half of a pair is an error that
+names both halves. A session token belongs to the pair of its own source.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...credentials.base import Sourced, mask
+from ...errors import ConfigurationError
+
+__all__ = [
+    "S3_CREDENTIAL_OPTIONS",
+    "S3Credentials",
+    "normalize_endpoint",
+    "resolve_botocore_chain",
+    "resolve_s3_credentials",
+]
+
+#: Options read by :func:`resolve_s3_credentials`.
+S3_CREDENTIAL_OPTIONS = frozenset(
+    {
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "s3_session_token",
+        "s3_endpoint",
+        "s3_region",
+        "s3_addressing_style",
+        "s3_config_path",
+        "s3_profile",
+        "anonymous",
+    }
+)
+ADDRESSING_STYLES = ("path", "virtual", "auto")
+CHAIN_REST = "botocore chain (web identity, container, instance metadata)"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class S3Credentials:
+    """Resolved S3 settings. ``access_key_id is None`` (and not anonymous)
+    means botocore's chain (level 5) supplies the keys."""
+
+    access_key_id: Sourced[str] | None = None
+    secret_access_key: Sourced[str] | None = None
+    session_token: Sourced[str] | None = None
+    endpoint: Sourced[str] | None = None
+    region: Sourced[str] | None = None
+    addressing_style: Sourced[str] | None = None
+    profile: Sourced[str] | None = None
+    anonymous: bool = False
+    #: Every place searched for a key pair, in order (for error messages).
+    looked_in: tuple[str, ...] = ()
+
+    @property
+    def uses_botocore_chain(self) -> bool:
+        return self.access_key_id is None and not self.anonymous
+
+    @property
+    def key_source(self) -> str:
+        """Where the key pair came from, e.g. ``'env S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY'``."""
+        if self.anonymous:
+            return "anonymous (unsigned requests)"
+        if self.access_key_id is None:
+            return self.chain_description
+        return self.access_key_id.source
+
+    @property
+    def chain_description(self) -> str:
+        """Where level 5 looks: the ~/.aws files for the chosen profile, then the rest."""
+        profile = self.profile.value if self.profile else "default"
+        return f"~/.aws profile {profile!r} / {CHAIN_REST}"
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if f.name != "looked_in" and getattr(self, f.name) not in (None, False)
+        )
+        return f"S3Credentials({fields})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("refusing to pickle S3 credentials")
+
+
+def normalize_endpoint(url: str) -> str:
+    """Add ``https://`` to a scheme-less endpoint; strip a trailing slash."""
+    url = url.strip()
+    if "://" not in url:
+        url = "https://" + url
+    return url.rstrip("/")
+
+
+def _opt(options: Mapping[str, Any], name: str) -> str | None:
+    value = options.get(name)
+    return None if value is None or value == "" else str(value)
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    return value or None
+
+
+def _pair(
+    key: str | None, secret: str | None, key_src: str, secret_src: str
+) -> tuple[Sourced[str], Sourced[str]] | None:
+    """Both halves of a pair from one source, nothing, or an error naming both."""
+    if key is None and secret is None:
+        return None
+    if key is None or secret is None:
+        have, missing = (key_src, secret_src) if key is not None else (secret_src, key_src)
+        raise ConfigurationError(
+            f"{have} is set but {missing} is not; an S3 key pair must come whole from one "
+            "source (set both, or neither)"
+        )
+    source = _pair_source(key_src, secret_src)
+    return Sourced(key, source, secret=True), Sourced(secret, source, secret=True)
+
+
+def _pair_source(key_src: str, secret_src: str) -> str:
+    kind, _, key_name = key_src.partition(" ")
+    secret_name = secret_src.partition(" ")[2]
+    if kind == secret_src.partition(" ")[0] and kind in ("option", "env"):
+        return f"{kind} {key_name}/{secret_name}"
+    return key_src
+
+
+def _read_s3cfg(path: str) -> dict[str, str]:
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read s3cmd config {path}: {exc.strerror}") from exc
+    if not text.lstrip().startswith("["):
+        text = "[default]\n" + text
+    try:
+        parser.read_string(text, source=path)
+    except configparser.Error as exc:
+        raise ConfigurationError(f"cannot parse s3cmd config {path}: {type(exc).__name__}") from exc
+    sections = parser.sections()
+    if not sections:
+        return {}
+    section = "default" if "default" in sections else sections[0]
+    return {k: v.strip() for k, v in parser.items(section) if v.strip()}
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve_s3_credentials(
+    options: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> S3Credentials:
+    """Resolve levels 1-4 of the precedence order (see the module docstring).
+
+    Raises :class:`ConfigurationError` for a half-set key pair, a bad
+    addressing style, or an explicit ``s3_config_path`` that cannot be read.
+    """
+    env = os.environ if env is None else env
+    looked: list[str] = []
+    pair: tuple[Sourced[str], Sourced[str]] | None = None
+    token: Sourced[str] | None = None
+    profile: Sourced[str] | None = None
+    anonymous = bool(options.get("anonymous"))
+
+    # 1. explicit options
+    looked.append("options s3_access_key_id/s3_secret_access_key")
+    pair = _pair(_opt(options, "s3_access_key_id"), _opt(options, "s3_secret_access_key"),
+                 "option s3_access_key_id", "option s3_secret_access_key")
+    if (t := _opt(options, "s3_session_token")) is not None:
+        if pair is None:
+            raise ConfigurationError(
+                "option s3_session_token is set but s3_access_key_id/s3_secret_access_key "
+                "are not; a session token belongs to the key pair it was issued with"
+            )
+        token = Sourced(t, "option s3_session_token", secret=True)
+    if (p := _opt(options, "s3_profile")) is not None:
+        profile = Sourced(p, "option s3_profile")
+
+    # 2. vLLM / tensorizer variables, 3. standard AWS variables
+    if pair is None and profile is None:
+        looked.append("env S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY")
+        pair = _pair(_env(env, "S3_ACCESS_KEY_ID"), _env(env, "S3_SECRET_ACCESS_KEY"),
+                     "env S3_ACCESS_KEY_ID", "env S3_SECRET_ACCESS_KEY")
+    if pair is None and profile is None:
+        looked.append("env AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+        pair = _pair(_env(env, "AWS_ACCESS_KEY_ID"), _env(env, "AWS_SECRET_ACCESS_KEY"),
+                     "env AWS_ACCESS_KEY_ID", "env AWS_SECRET_ACCESS_KEY")
+        if pair is not None and (t := _env(env, "AWS_SESSION_TOKEN")) is not None:
+            token = Sourced(t, "env AWS_SESSION_TOKEN", secret=True)
+        if pair is None and (p := _env(env, "AWS_PROFILE")) is not None:
+            profile = Sourced(p, "env AWS_PROFILE")
+
+    # 4. s3cmd config (keys only when nothing above chose keys or a profile;
+    #    its endpoint still applies below the variables)
+    cfg_path = _opt(options, "s3_config_path")
+    explicit_cfg = cfg_path is not None
+    cfg_path = os.path.expanduser(cfg_path or "~/.s3cfg")
+    cfg: dict[str, str] = {}
+    if explicit_cfg or os.path.isfile(cfg_path):
+        cfg = _read_s3cfg(cfg_path)
+    if pair is None and profile is None:
+        looked.append(f"s3cmd config {cfg_path}" + ("" if cfg else " (absent)"))
+        src = f"s3cmd config {cfg_path}"
+        pair = _pair(cfg.get("access_key"), cfg.get("secret_key"),
+                     f"{src} access_key", f"{src} secret_key")
+        if pair is not None:
+            pair = (Sourced(pair[0].value, src, True), Sourced(pair[1].value, src, True))
+            if (t := cfg.get("access_token")) is not None:
+                token = Sourced(t, f"{src} access_token", secret=True)
+
+    # 5. left to botocore (profiles, then its remaining chain)
+    if pair is None and not anonymous:
+        name = profile.value if profile else "default"
+        looked.append(f"{_aws_file(env, 'credentials')} [profile {name}]")
+        looked.append(f"{_aws_file(env, 'config')} [profile {name}]")
+        looked.append(CHAIN_REST)
+
+    endpoint = _resolve_endpoint(options, env, cfg, cfg_path)
+    region = _resolve_region(options, env)
+    style = _resolve_style(options, cfg, cfg_path, endpoint)
+    return S3Credentials(
+        access_key_id=None if anonymous or pair is None else pair[0],
+        secret_access_key=None if anonymous or pair is None else pair[1],
+        session_token=None if anonymous else token,
+        endpoint=endpoint,
+        region=region,
+        addressing_style=style,
+        profile=profile,
+        anonymous=anonymous,
+        looked_in=tuple(looked),
+    )
+
+
+def _aws_file(env: Mapping[str, str], which: str) -> str:
+    var = "AWS_SHARED_CREDENTIALS_FILE" if which == "credentials" else "AWS_CONFIG_FILE"
+    return env.get(var) or f"~/.aws/{which}"
+
+
+def _resolve_endpoint(
+    options: Mapping[str, Any], env: Mapping[str, str], cfg: dict[str, str], cfg_path: str
+) -> Sourced[str] | None:
+    if (v := _opt(options, "s3_endpoint")) is not None:
+        return Sourced(normalize_endpoint(v), "option s3_endpoint")
+    for name in ("S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if (v := _env(env, name)) is not None:
+            return Sourced(normalize_endpoint(v), f"env {name}")
+    if (host := cfg.get("host_base")) is not None:
+        if "://" not in host:
+            https = _truthy(cfg.get("use_https", "true"))
+            host = f"{'https' if https else 'http'}://{host}"
+        return Sourced(normalize_endpoint(host), f"s3cmd config {cfg_path} host_base")
+    return None  # botocore: endpoint_url in ~/.aws/config, else AWS
+
+
+def _resolve_region(options: Mapping[str, Any], env: Mapping[str, str]) -> Sourced[str] | None:
+    if (v := _opt(options, "s3_region")) is not None:
+        return Sourced(v, "option s3_region")
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if (v := _env(env, name)) is not None:
+            return Sourced(v, f"env {name}")
+    return None  # botocore: region in ~/.aws/config, else us-east-1
+
+
+def _resolve_style(
+    options: Mapping[str, Any], cfg: dict[str, str], cfg_path: str, endpoint: Sourced[str] | None
+) -> Sourced[str]:
+    if (v := _opt(options, "s3_addressing_style")) is not None:
+        if v not in ADDRESSING_STYLES:
+            raise ConfigurationError(
+                f"s3_addressing_style must be one of {', '.join(ADDRESSING_STYLES)}, got {v!r}"
+            )
+        return Sourced(v, "option s3_addressing_style")
+    if (endpoint is not None and endpoint.source.startswith("s3cmd")
+            and "%(bucket)s" in cfg.get("host_bucket", "")):
+        return Sourced("virtual", f"s3cmd config {cfg_path} host_bucket")
+    if endpoint is not None:
+        # S3-compatible servers (MinIO, Ceph, moto, ...) all accept path style.
+        return Sourced("path", "default for a custom endpoint")
+    return Sourced("auto", "default")
+
+
+def chain_source(method: str | None, profile: str | None, env: Mapping[str, str] | None = None) -> str:
+    """Describe botocore's credential ``method`` as a source, naming the file."""
+    env = os.environ if env is None else env
+    name = profile or "default"
+    if method == "shared-credentials-file":
+        return f"{_aws_file(env, 'credentials')} [profile {name}]"
+    if method == "config-file":
+        return f"{_aws_file(env, 'config')} [profile {name}]"
+    return f"botocore {method or 'credential chain'}"
+
+
+def resolve_botocore_chain(
+    creds: S3Credentials,
+) -> tuple[Sourced[str], Sourced[str], Sourced[str] | None] | None:
+    """Run botocore's chain synchronously (level 5). ``None`` if it finds nothing.
+
+    May contact instance metadata unless ``AWS_EC2_METADATA_DISABLED=true``.
+    """
+    import botocore.exceptions
+    import botocore.session
+
+    profile = creds.profile.value if creds.profile else None
+    session = botocore.session.Session(profile=profile)
+    try:
+        found = session.get_credentials()
+    except botocore.exceptions.ProfileNotFound as exc:
+        raise ConfigurationError(
+            f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
+            "is not defined in the ~/.aws files"
+        ) from exc
+    except botocore.exceptions.PartialCredentialsError as exc:
+        raise ConfigurationError(
+            f"half of an S3 key pair in {exc.kwargs.get('provider')}: "
+            f"{exc.kwargs.get('cred_var')} is missing; set both, or neither"
+        ) from exc
+    if found is None:
+        return None
+    frozen = found.get_frozen_credentials()
+    source = chain_source(getattr(found, "method", None), profile)
+    token = Sourced(frozen.token, source, secret=True) if frozen.token else None
+    return (Sourced(frozen.access_key, source, secret=True),
+            Sourced(frozen.secret_key, source, secret=True), token)
+
+
+def botocore_region(creds: S3Credentials) -> Sourced[str] | None:
+    """The region botocore would take from the profile's config, if any."""
+    import botocore.session
+
+    profile = creds.profile.value if creds.profile else None
+    try:
+        region = botocore.session.Session(profile=profile).get_config_variable("region")
+    except Exception:
+        return None
+    if not region:
+        return None
+    return Sourced(str(region), f"{_aws_file(os.environ, 'config')} [profile {profile or 'default'}]")
+
+
+def masked_key_id(value: str) -> str:
+    """An access key id shown like the AWS CLI does: only its last 4 characters."""
+    return "***" + value[-4:] if len(value) >= 16 else mask(value)

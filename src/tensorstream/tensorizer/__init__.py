@@ -1,0 +1,69 @@
+"""tensorizer front door: load tensorizer files from any backend, serialize to any backend.
+
+Imported lazily (torch and tensorizer are heavy). See docs/load-a-model.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import TensorizerConfig
+    from .crypto import DecryptionError, Encryption, TensorHashMismatchError, generate_keyfile
+    from .load import (
+        DEFAULT_LOCAL_NUM_READERS,
+        DEFAULT_NUM_READERS,
+        MetaTensorError,
+        QuantizationWarning,
+        deserialize,
+        is_vllm_tensorized,
+        load_into_module,
+        serialize,
+    )
+    from .sharding import is_sharded, shard_uri
+
+_WHERE = {
+    "DEFAULT_LOCAL_NUM_READERS": "load",
+    "DEFAULT_NUM_READERS": "load",
+    "DecryptionError": "crypto",
+    "Encryption": "crypto",
+    "MetaTensorError": "load",
+    "QuantizationWarning": "load",
+    "TensorHashMismatchError": "crypto",
+    "TensorizerConfig": "config",
+    "deserialize": "load",
+    "generate_keyfile": "crypto",
+    "is_sharded": "sharding",
+    "is_vllm_tensorized": "load",
+    "load_into_module": "load",
+    "serialize": "load",
+    "shard_uri": "sharding",
+}
+
+__all__ = [
+    "DEFAULT_LOCAL_NUM_READERS",
+    "DEFAULT_NUM_READERS",
+    "DecryptionError",
+    "Encryption",
+    "MetaTensorError",
+    "QuantizationWarning",
+    "TensorHashMismatchError",
+    "TensorizerConfig",
+    "deserialize",
+    "generate_keyfile",
+    "is_sharded",
+    "is_vllm_tensorized",
+    "load_into_module",
+    "serialize",
+    "shard_uri",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
