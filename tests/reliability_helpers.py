@@ -1,4 +1,4 @@
-"""Helpers for the reliability suite (``tests/test_reliability_*.py``).
+"""Helpers for the reliability suite (``tests/reliability/test_reliability_*.py``).
 
 Canary secrets, a listener that never accepts, a child-process runner, an
 S3 proxy that answers ``CompleteMultipartUpload`` with ``200`` + ``<Error>``,
