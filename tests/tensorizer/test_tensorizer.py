@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import torch
-from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
+from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
 from tensorstream import errors
 from tensorstream.tensorizer.load import (
     DecryptionError,
