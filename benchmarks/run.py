@@ -1,9 +1,12 @@
-"""``python -m benchmarks.run``: tensorstream side by side with its peers, in one run.
+"""``python -m benchmarks.run``: the benchmark matrix, tensorstream side by side with its peers.
 
-Starts its own servers on free ports (and always stops them, also on Ctrl-C),
-generates a synthetic model, warms caches, runs every contender in a fresh
-process alternately for ``--rounds``, verifies each result, and writes JSON,
-Markdown and a PNG plot. See ``docs/benchmarks.md`` and ``--help``.
+Every cell of links x model shapes x scenarios runs in one invocation. The
+harness starts its own servers on free loopback ports (and always stops them,
+also on Ctrl-C), generates the synthetic models and copy objects (cached),
+warms the page cache, runs every contender in a fresh process -- contenders of
+a cell alternate and the cell's first contender rotates every round -- verifies
+every result, and writes JSON, Markdown and one PNG plot per scenario. See
+``docs/benchmarks.md`` and ``--help``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import fnmatch
 import json
 import os
 import re
@@ -21,7 +25,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,10 @@ UNITS = {
     "mb": 1e6,
     "gb": 1e9,
 }
+LINKS = ["loopback", "paced", "bucket", "ttfb", "moto", "local"]
+SHAPES = list(model.SHAPES)
+SCENARIOS = ["load", "copy", "startup", "raw"]
+BACKENDS = ["local", "http", "s3", "redis"]
 
 
 def parse_size(text: str) -> int:
@@ -62,41 +69,92 @@ def _csv(choices: list[str]) -> Any:
     return parse
 
 
+def _folder(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)x(.+)", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"bad folder {text!r}: COUNTxSIZE, e.g. 100x4MiB")
+    return int(match.group(1)), parse_size(match.group(2))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
-    p.add_argument("--size", type=parse_size, default=None, help="model size (default 1GiB)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
-    p.add_argument("--profile", type=_csv(["loopback", "capped"]), default=None)
+    p.add_argument("--size", type=parse_size, default=None, help="model size (default 1GiB; quick 256MiB)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds (default 3; quick 1)")
+    p.add_argument("--links", "--link", type=_csv(LINKS), default=None, help=f"{','.join(LINKS)} or all")
+    p.add_argument("--shapes", "--shape", type=_csv(SHAPES), default=None, help=f"{','.join(SHAPES)} or all")
     p.add_argument(
-        "--cap",
-        type=parse_size,
-        default=parse_size("25m"),
-        help="per-connection cap of the capped profile, bytes/s (default 25m)",
+        "--scenarios",
+        "--scenario",
+        type=_csv(SCENARIOS),
+        default=None,
+        help="load,copy,startup (default) and raw",
     )
-    p.add_argument("--scenario", type=_csv(["load", "raw", "copy"]), default=None)
-    p.add_argument("--backend", type=_csv(["local", "http", "s3", "redis"]), default=None)
+    p.add_argument(
+        "--backends", "--backend", type=_csv(BACKENDS), default=None, help="local,http,s3 (default) and redis"
+    )
+    p.add_argument(
+        "--contenders",
+        type=_csv(list(contenders.GROUPS)),
+        default=None,
+        help=f"contender groups to run: {','.join(contenders.GROUPS)} or all (default)",
+    )
+    p.add_argument("--cap", type=parse_size, default=parse_size("25m"), help="per-connection cap, bytes/s")
+    p.add_argument(
+        "--burst", type=parse_size, default=parse_size("8MiB"), help="token bucket burst per connection"
+    )
+    p.add_argument("--ttfb", default="20,50", help="time to first byte, ms: MIN,MAX (default 20,50)")
+    p.add_argument("--moto-size", type=parse_size, default=None, help="model size on moto (default 32MiB)")
+    p.add_argument(
+        "--moto-shapes", type=_csv(SHAPES), default=None, help="shapes on moto (default llama,small)"
+    )
+    p.add_argument("--copy-size", type=parse_size, default=None, help="the one-object copy (default --size)")
+    p.add_argument("--folder", type=_folder, default=None, help="folder copy COUNTxSIZE (default 100x4MiB)")
+    p.add_argument(
+        "--copy-links", type=_csv(LINKS), default=None, help="links for copies (default loopback,paced)"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", type=Path, default=None, help="write rows here")
-    p.add_argument("--markdown", type=Path, default=None, help="write the table here")
-    p.add_argument("--plot", type=Path, default=None, help="PNG (default: beside --markdown)")
+    p.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    p.add_argument("--plot", type=Path, default=None, help="PNG prefix (default: beside --markdown)")
+    p.add_argument("--title", default="", help="a line for the header (e.g. 'before: main at abc123')")
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "tensorstream-bench")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per contender run")
-    p.add_argument("--quick", action="store_true", help="256MiB, 1 round, fewer contenders (CI smoke test)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per contender run")
+    p.add_argument("--settle", type=float, default=0.5, help="max seconds to wait for an idle CPU per run")
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="skip contenders whose 'scenario/link/shape/backend/contender' matches this glob "
+        "(repeatable; e.g. 'load/paced/*/http/tensorizer num_readers=1'); they are reported as skipped",
+    )
+    p.add_argument("--quick", action="store_true", help="256MiB, 1 round, fewer tensorizer reader counts")
     a = p.parse_args(argv)
     a.size = a.size or parse_size("256MiB" if a.quick else "1GiB")
     a.rounds = a.rounds or (1 if a.quick else 3)
-    a.profile = a.profile or (["loopback"] if a.quick else ["loopback", "capped"])
-    a.scenario = a.scenario or ["load", "raw", "copy"]
-    a.backend = a.backend or ["local", "http", "s3", "redis"]
+    a.links = a.links or LINKS
+    a.shapes = a.shapes or SHAPES
+    a.scenarios = a.scenarios or ["load", "copy", "startup"]
+    a.backends = a.backends or ["local", "http", "s3"]
+    a.contenders = tuple(a.contenders or contenders.GROUPS)
+    a.moto_size = a.moto_size or parse_size("8MiB" if a.quick else "32MiB")
+    a.moto_shapes = [s for s in (a.moto_shapes or ["llama", "small"])]
+    a.copy_size = a.copy_size or a.size
+    a.folder = a.folder or ((10, 1 << 20) if a.quick else (100, 4 << 20))
+    a.copy_links = a.copy_links or ["loopback", "paced"]
+    lo, hi = (float(x) / 1e3 for x in a.ttfb.split(","))
+    a.ttfb_s = (lo, hi)
     return a
 
 
 def child_env(home: Path) -> dict[str, str]:
-    """Environment for contenders: dummy S3 keys, no real credentials or config files."""
+    """Environment for contenders: dummy S3 keys, no real credentials or config files,
+    this tree's ``src`` first on the path (the harness measures the code beside it)."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_", "REDIS_", "TENSORSTREAM_"))
     }
     home.mkdir(parents=True, exist_ok=True)
+    paths = [str(REPO / "src"), str(REPO)] if (REPO / "src").is_dir() else [str(REPO)]
     env.update(
         HOME=str(home),
         AWS_ACCESS_KEY_ID="bench",
@@ -106,15 +164,24 @@ def child_env(home: Path) -> dict[str, str]:
         AWS_EC2_METADATA_DISABLED="true",
         AWS_CONFIG_FILE=str(home / "aws-config"),
         AWS_SHARED_CREDENTIALS_FILE=str(home / "aws-creds"),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+        PYTHONPATH=os.pathsep.join(filter(None, [*paths, env.get("PYTHONPATH")])),
     )
     return env
 
 
+def _clear(c: Contender) -> None:
+    if not c.dest:
+        return
+    dest = Path(c.dest)
+    if dest.is_dir():
+        shutil.rmtree(dest)
+    else:
+        dest.unlink(missing_ok=True)
+
+
 def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any]:
     """Run one contender in a fresh process; time it, collect its peak RSS, verify it."""
-    if c.dest:
-        Path(c.dest).unlink(missing_ok=True)
+    _clear(c)
     env = dict(env)
     if c.s3_endpoint:
         env.update(
@@ -123,6 +190,7 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
             AWS_ENDPOINT_URL_S3=c.s3_endpoint,
             S3_ENDPOINT_URL=c.s3_endpoint,
         )
+    env.update(c.env)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         sink = subprocess.DEVNULL if c.discard_stdout else out
@@ -144,6 +212,8 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     res: dict[str, Any] = {"process_seconds": wall, "peak_rss_mib": usage.ru_maxrss / 1024}
     if proc.returncode != 0:
+        if wall >= timeout:
+            return {**res, "seconds": None, "error": f"timed out after {timeout:.0f} s"}
         tail = " ".join(stderr.strip().splitlines()[-3:])[-300:]
         return {**res, "seconds": None, "error": f"exit {proc.returncode}: {tail}"}
     line = next((x for x in stdout.splitlines() if x.startswith("BENCH-RESULT ")), None)
@@ -156,8 +226,11 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
             res.update(seconds=float(t), bytes=int(float(n)), note="curl time_total")
     try:
         res["verified"] = verify(c, res)
+        if not res["verified"]:
+            res["error"] = "result does not match the expected checksum"
     except Exception as exc:  # a broken check marks the row unverified; the run goes on
         res.update(verified=False, error=f"verification failed: {exc!r}"[:300])
+    _clear(c)  # the next contender starts from the same empty destination and free disk
     return res
 
 
@@ -166,20 +239,24 @@ def verify(c: Contender, res: dict[str, Any]) -> bool:
         return bool(res.get("checksum") == c.expect)
     if c.verify == "size":
         return bool(res.get("bytes") == c.bytes)
+    if c.verify == "exit":
+        return True  # a failed exit is reported as an error before verification
     if c.verify == "file":
-        ok = model.file_checksum(c.dest or "") == c.expect if c.dest and Path(c.dest).exists() else False
-        return ok
+        return bool(c.dest and Path(c.dest).is_file() and model.file_checksum(c.dest) == c.expect)
+    if c.verify == "folder":
+        return model.verify_folder(c.dest or "", c.expect)
     if c.verify == "tensor-file":
         return bool(_child("tensor-file", c.dest or "", c.expect))
-    if c.verify == "s3-object":  # moto wants signed requests: boto3 in a child
-        return bool(_child("s3-object", c.s3_endpoint or "", f"{BUCKET}/upload.bin", c.expect))
     return False
 
 
 def _child(*args: str) -> Any:
-    """Run ``python -m benchmarks.model ARGS`` and return its JSON result."""
+    """Run ``python -m benchmarks.model ARGS`` and return its JSON result (heavy work
+    stays out of the harness: the kernel carries its RSS high-water mark into children)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), str(REPO), env.get("PYTHONPATH")]))
     p = subprocess.run(
-        [sys.executable, "-m", "benchmarks.model", *args], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "benchmarks.model", *args], cwd=REPO, capture_output=True, text=True, env=env
     )
     line = next((x for x in p.stdout.splitlines() if x.startswith("BENCH-RESULT ")), None)
     if p.returncode != 0 or line is None:
@@ -196,6 +273,7 @@ def _warm(paths: list[Path]) -> None:
 
 def _cpu_busy(interval: float = 0.25) -> float:
     """Fraction of all CPUs busy over ``interval`` seconds (Linux; 0.0 elsewhere)."""
+
     def sample() -> tuple[int, int]:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
@@ -212,112 +290,170 @@ def _cpu_busy(interval: float = 0.25) -> float:
     return 1.0 - (idle1 - idle0) / total
 
 
-def _settle(timeout: float = 15.0) -> None:
-    """Before each timed run: flush dirty pages (the copies write 512 MiB files)
-    and wait until the machine is idle (moto finishing an upload, writeback), so
-    that no contender pays for the previous one's aftermath."""
+def _settle(timeout: float) -> None:
+    """Before each timed run: flush dirty pages (copies write hundreds of MiB) and
+    wait (up to ``timeout``) for the machine to go idle, so that no contender pays
+    for the previous one's aftermath. Other users of a shared machine keep it busy:
+    the wait is bounded, and alternation spreads what remains over every contender."""
     os.sync()
     deadline = time.monotonic() + timeout
-    while _cpu_busy() > 0.10 and time.monotonic() < deadline:
+    while time.monotonic() < deadline and _cpu_busy() > 0.10:
         pass
 
 
-def run_profile(
+def _link_files(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _serve_tree(root: Path, manifests: dict[str, dict[str, Any]], blobs: dict[str, Any] | None) -> list[Path]:
+    """Hard-link the models and copy objects under ``root/bench``; return the files."""
+    files = []
+    for shape, m in manifests.items():
+        for name in (KEY, "model.safetensors"):
+            src = Path(m["dir"]) / name
+            _link_files(src, root / BUCKET / shape / name)
+            files.append(src)
+    if blobs:
+        bdir = Path(blobs["dir"])
+        for name in (blobs["object"]["name"], blobs["one_mib"]["name"]):
+            _link_files(bdir / name, root / BUCKET / name)
+            files.append(bdir / name)
+        for name in blobs["folder"]["files"]:
+            _link_files(bdir / "folder" / name, root / BUCKET / blobs["folder"]["name"] / name)
+            files.append(bdir / "folder" / name)
+    return files
+
+
+def run_link(
     args: argparse.Namespace,
-    profile: str,
-    manifest: dict[str, Any],
+    link: str,
+    manifests: dict[str, dict[str, Any]],
+    blobs: dict[str, Any] | None,
     stack: contextlib.ExitStack,
     notes: list[str],
 ) -> list[dict[str, Any]]:
-    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"tsbench-{profile}-")))
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"tsbench-{link}-")))
     root = tmp / "root"
     (root / BUCKET).mkdir(parents=True)
-    src = Path(manifest["dir"]) / "model.tensors"
-    try:
-        os.link(src, root / BUCKET / KEY)
-    except OSError:
-        shutil.copyfile(src, root / BUCKET / KEY)
-    if profile == "loopback":
-        http = stack.enter_context(servers.start_nginx(root, tmp / "nginx"))
-    else:
-        http = stack.enter_context(servers.start_paced(root, args.cap))
-        rate = servers.measure_one_connection(f"{http.url}/{BUCKET}/{KEY}", 16 << 20)
-        notes.append(
-            f"capped: one connection measured at {rate / 1e6:.1f} MB/s (cap {args.cap / 1e6:.0f} MB/s)"
+    scenarios = [s for s in args.scenarios if s != "copy" or link in args.copy_links]
+    if link == "moto":
+        scenarios = [s for s in scenarios if s == "load"]
+        manifests = {s: m for s, m in manifests.items() if s in args.moto_shapes}
+    copies = blobs if ("copy" in scenarios or "startup" in scenarios) and link != "local" else None
+    files = _serve_tree(root, manifests, copies)
+    url = None
+    redis_port = None
+    if link != "local":
+        srv = stack.enter_context(
+            servers.start_link(link, root, tmp, rate=args.cap, burst=args.burst, ttfb=args.ttfb_s)
         )
-    _warm([src, Path(manifest["dir"]) / "model.safetensors"])
-    redis_port = ts_key = moto_url = small = None
-    if profile == "loopback" and "redis" in args.backend:
-        r = stack.enter_context(servers.start_redis(tmp / "redis"))
-        redis_port = r.port
-        want = None if contenders.provider_missing("redis") else KEY
-        problem = _child("redis", str(r.port), str(src), want or "")
-        if problem:
-            notes.append(problem)
-        ts_key = want if want and not problem else "model"
-    if profile == "loopback" and "s3" in args.backend and "copy" in args.scenario and not args.quick:
-        moto = stack.enter_context(servers.start_moto())
-        moto_url = moto.url
-        req = urllib.request.Request(f"{moto_url}/{BUCKET}", method="PUT")
-        urllib.request.urlopen(req, timeout=60).close()
-        small = tmp / "small.bin"
-        with open(src, "rb") as f:
-            small.write_bytes(f.read(min(64 << 20, manifest["file_size"])))
+        url = srv.url
+        if link in ("paced", "bucket", "ttfb"):
+            shape = next(iter(manifests))
+            rate = servers.measure_one_connection(f"{url}/{BUCKET}/{shape}/{KEY}", 32 << 20)
+            notes.append(f"{link} ({srv.note}): one connection read 32 MiB at {rate / 1e6:.1f} MB/s")
+        else:
+            notes.append(f"{link}: {srv.note}")
+        if link == "moto":
+            objects = {
+                f"{BUCKET}/{shape}/{name}": str(Path(m["dir"]) / name)
+                for shape, m in manifests.items()
+                for name in (KEY, "model.safetensors")
+            }
+            _child("moto-upload", url, json.dumps(objects))  # moto takes any keys
+        if link == "loopback" and "redis" in args.backends and "load" in scenarios:
+            r = stack.enter_context(servers.start_redis(tmp / "redis"))
+            redis_port = r.port
+            for shape, m in manifests.items():
+                problem = _child("redis", str(r.port), str(Path(m["dir"]) / KEY), shape, f"tz-{shape}")
+                if problem:
+                    notes.append(problem)
+    _warm(files)
     setup = Setup(
-        profile=profile,
-        manifest=manifest,
+        link=link,
+        manifests=manifests,
+        blobs=copies,
         root=root,
         work=tmp,
-        http=http.url,
-        redis_port=redis_port,
-        ts_redis_key=ts_key,
-        moto=moto_url,
-        small_file=small,
+        url=url,
         device=args.device,
         quick=args.quick,
+        groups=args.contenders,
+        redis_port=redis_port,
     )
-    plan = contenders.plan(setup, args.backend, args.scenario)
+    plan = contenders.plan(setup, scenarios, list(manifests), args.backends)
     for c in plan:
-        if c.verify == "s3-object" and small is not None:
-            c.expect = model.bytes_checksum([small.read_bytes()])
+        where = "/".join((*c.cell, c.name))
+        hit = next((pat for pat in args.exclude if fnmatch.fnmatchcase(where, pat)), None)
+        if hit and not c.skip:
+            c.skip, c.alias_of = f"excluded from this run (--exclude '{hit}')", None
     env = child_env(tmp / "home")
     runs: list[list[dict[str, Any]]] = [[] for _ in plan]
     for rnd in range(args.rounds):
         for i in round_order(plan, rnd):
             c = plan[i]
-            if c.skip:
+            if c.skip or c.alias_of:
                 continue
-            _settle(timeout=2.0 if args.quick else 15.0)  # quick: CI smoke runs
+            _settle(timeout=min(args.settle, 0.5) if args.quick else args.settle)
             res = run_once(c, env, args.timeout)
             runs[i].append(res)
             status = "ok" if res.get("verified") else ("UNVERIFIED" if res.get("seconds") else "FAILED")
             secs = f"{res['seconds']:.3f}s" if res.get("seconds") else res.get("error", "")
-            print(f"[{profile} r{rnd + 1}] {c.scenario}/{c.backend} {c.name}: {secs} {status}", flush=True)
-    rows = []
+            where = f"{c.scenario}/{c.link}/{c.shape}/{c.backend}"
+            print(f"[r{rnd + 1} {time.strftime('%H:%M:%S')}] {where} {c.name}: {secs} {status}", flush=True)
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for c, rs in zip(plan, runs, strict=True):
         key = dict(
             scenario=c.scenario,
+            link=c.link,
+            shape=c.shape,
             backend=c.backend,
-            profile=profile,
             contender=c.name,
+            family=c.family,
             tensorstream=c.is_tensorstream,
         )
+        if c.alias_of:
+            continue
         row = report.aggregate(key, rs, c.bytes, c.skip)
         if c.note:
             row["note"] = f"{c.note}; {row['note']}".strip("; ")
-        rows.append(row)
-    return rows
+        rows[(*c.cell, c.name)] = row
+    out = []
+    for c in plan:  # aliases copy their target's numbers, in plan order
+        if c.alias_of:
+            target = rows.get((*c.cell, c.alias_of))
+            row = dict(target) if target else report.aggregate({}, [], c.bytes, f"alias of {c.alias_of}")
+            row.update(
+                scenario=c.scenario,
+                link=c.link,
+                shape=c.shape,
+                backend=c.backend,
+                contender=c.name,
+                family=c.family,
+                tensorstream=False,
+                status="alias",
+                alias_of=c.alias_of,
+                note=c.note,
+            )
+            out.append(row)
+        else:
+            out.append(rows[(*c.cell, c.name)])
+    return out
 
 
 def round_order(plan: list[Contender], rnd: int) -> list[int]:
     """Indices of ``plan`` in the order round ``rnd`` runs them: contenders
-    alternate (A B C, A B C, ...) within each scenario and backend, and the
-    group's starting contender rotates each round (A B C, B C A, C A B), so
-    whatever the first run after another group pays (its memory being freed,
-    caches) is spread over every contender instead of always landing on one."""
-    groups: dict[tuple[str, str], list[int]] = {}
+    alternate (A B C, A B C, ...) within each cell, and the cell's starting
+    contender rotates each round (A B C, B C A, C A B), so whatever the first
+    run after another cell pays (its memory being freed, caches) is spread over
+    every contender instead of always landing on one."""
+    groups: dict[tuple[str, ...], list[int]] = {}
     for i, c in enumerate(plan):
-        groups.setdefault((c.scenario, c.backend), []).append(i)
+        groups.setdefault(c.cell, []).append(i)
     order: list[int] = []
     for members in groups.values():
         k = rnd % len(members)
@@ -325,43 +461,81 @@ def round_order(plan: list[Contender], rnd: int) -> list[int]:
     return order
 
 
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # SIGTERM behaves like Ctrl-C, so the ExitStack below always stops the servers.
+    # SIGTERM behaves like Ctrl-C, so the ExitStacks below always stop the servers.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    t0 = time.monotonic()
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"generating/reusing the {args.size >> 20} MiB model under {args.cache} ...", flush=True)
-    manifest = _child("model", str(args.cache), str(args.size), "0")
+    shapes = list(dict.fromkeys(args.shapes + (args.moto_shapes if "moto" in args.links else [])))
+    print(f"models ({', '.join(shapes)}, {args.size >> 20} MiB) under {args.cache} ...", flush=True)
+    manifests = {s: _child("model", str(args.cache), str(args.size), "0", s) for s in args.shapes}
+    moto_manifests = {}
+    if "moto" in args.links and "load" in args.scenarios:
+        moto_manifests = {
+            s: _child("model", str(args.cache), str(args.moto_size), "0", s) for s in args.moto_shapes
+        }
+    blobs = None
+    if {"copy", "startup"} & set(args.scenarios):
+        count, each = args.folder
+        blobs = _child("blobs", str(args.cache), str(args.copy_size), str(count), str(each))
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
-    for profile in args.profile:
-        with contextlib.ExitStack() as stack:  # stops this profile's servers, also on Ctrl-C
-            rows += run_profile(args, profile, manifest, stack, notes)
+    for link in args.links:
+        with contextlib.ExitStack() as stack:  # stops this link's servers, also on Ctrl-C
+            ms = moto_manifests if link == "moto" else manifests
+            rows += run_link(args, link, ms, blobs, stack, notes)
+    commit = _git("rev-parse", "--short", "HEAD")
+    subject = _git("log", "-1", "--format=%s")[:80]
     header: dict[str, Any] = {
+        "title": args.title,
         "started": started,
+        "minutes": round((time.monotonic() - t0) / 60, 1),
+        "commit": commit,
+        "commit_subject": subject,
         "machine": report.machine_info(),
-        "model": model.summary(manifest),
-        "settings": (
-            f"rounds {args.rounds}, profiles {'+'.join(args.profile)}, cap "
-            f"{args.cap / 1e6:g} MB/s per connection (capped), device {args.device}, "
-            f"peers' ranged reads {8} MiB, tensorstream defaults"
-            + (", quick" if args.quick else "")
-            + ("; " + "; ".join(notes) if notes else "")
+        "models": {s: model.summary(m) for s, m in manifests.items()},
+        "moto_models": {s: model.summary(m) for s, m in moto_manifests.items()},
+        "copies": (
+            f"one object of {args.copy_size >> 20} MiB; a folder of {args.folder[0]} x "
+            f"{args.folder[1] >> 20} MiB; a 1 MiB object (startup)"
+            if blobs
+            else ""
         ),
+        "settings": (
+            f"rounds {args.rounds}; links {'+'.join(args.links)} (copies on {'+'.join(args.copy_links)}); "
+            f"shapes {'+'.join(args.shapes)}; scenarios {'+'.join(args.scenarios)}; backends "
+            f"{'+'.join(args.backends)}; cap {args.cap / 1e6:g} MB/s per connection (paced, bucket), burst "
+            f"{args.burst >> 20} MiB (bucket), time to first byte {args.ttfb} ms (ttfb); moto: "
+            f"{'+'.join(args.moto_shapes)} at {args.moto_size >> 20} MiB; device {args.device}; "
+            "tensorstream defaults"
+            + (", quick" if args.quick else "")
+            + (f"; excluded: {', '.join(repr(x) for x in args.exclude)}" if args.exclude else "")
+        ),
+        "notes": notes,
     }
-    plot = None
+    plots: dict[str, str] = {}
     if args.markdown or args.plot:
-        target = args.plot or args.markdown.with_suffix(".png")
-        plot = report.write_plot(target, rows)
-        if plot is None:
-            header["settings"] += "; plot skipped (matplotlib not installed)"
+        prefix = args.plot or args.markdown.with_suffix(".png")
+        plots = report.write_plots(prefix, rows)
+        if not plots:
+            header["notes"].append("plots skipped (matplotlib not installed, or nothing measured)")
     if args.json:
         report.write_json(args.json, header, rows)
     if args.markdown:
-        rel = os.path.relpath(plot, args.markdown.parent) if plot else None
+        rel = {k: os.path.relpath(v, args.markdown.parent) for k, v in plots.items()}
         report.write_markdown(args.markdown, header, rows, rel)
-    sys.stdout.write(report.markdown(header, rows, None))
-    return 0 if all(r["verified"] or r["status"] == "skipped" for r in rows) else 1
+    sys.stdout.write(report.markdown(header, rows, {}))
+    return 0 if all(r.get("verified") or r["status"] in ("skipped", "alias") for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -1,13 +1,24 @@
 """Servers the harness starts on free loopback ports and always stops.
 
-* nginx with a generated config serving a directory (``loopback`` profile). It
-  also answers path-style S3 ``HEAD``/ranged ``GET`` (``/bucket/key``, the
-  signature in the query string or headers is ignored) with ``ETag``.
-* the paced server (``capped`` profile): aiohttp ``FileResponse`` (sendfile,
-  HEAD, Range, ETag) that sets ``SO_MAX_PACING_RATE`` on every connection, so the
-  kernel paces each connection at ``rate`` bytes/s. Run as its own process:
-  ``python -m benchmarks.servers paced ROOT PORT RATE``.
-* Debian's ``redis-server`` (no persistence) and moto's S3 server (writes).
+The links of the matrix (each answers HTTP ``GET``/``HEAD``/``Range`` and
+path-style S3 -- ``HEAD``/ranged ``GET`` of ``/bucket/key`` with any signature
+ignored, and ``ListObjectsV2`` of ``/bucket?list-type=2&prefix=...``):
+
+* ``loopback``: nginx with a generated config serving a directory, unlimited.
+  Bucket-level requests (listings) go to a ``plain`` static server beside it,
+  which writes nginx's ``ETag`` format so listings and ``HEAD`` agree.
+* ``paced``: aiohttp ``FileResponse`` (sendfile) that sets ``SO_MAX_PACING_RATE``
+  on every connection, so the kernel paces each connection at ``rate`` bytes/s
+  from the first byte.
+* ``bucket``: a token bucket per connection -- ``burst`` bytes at full speed,
+  then ``rate`` bytes/s; an idle connection earns its burst back at ``rate``.
+  The body is written in 256 KiB chunks with sleeps, as a shaping proxy would.
+* ``ttfb``: every request (``HEAD``, ``GET``, listing) waits 20-50 ms
+  (uniform, seeded) before its first byte, then is unlimited (sendfile).
+* ``moto``: moto's S3 server (correct, slow: small objects only).
+
+Plus Debian's ``redis-server`` (no persistence). Static servers run as their
+own process: ``python -m benchmarks.servers static ROOT PORT --mode MODE ...``.
 """
 
 from __future__ import annotations
@@ -20,10 +31,22 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["Server", "free_port", "start_moto", "start_nginx", "start_paced", "start_redis"]
+__all__ = [
+    "LINKS",
+    "Server",
+    "free_port",
+    "start_link",
+    "start_moto",
+    "start_nginx",
+    "start_paced",
+    "start_redis",
+    "start_static",
+]
+
+LINKS = ("loopback", "paced", "bucket", "ttfb", "moto")
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
@@ -117,13 +140,16 @@ http {{
         listen 127.0.0.1:{port};
         root {root};
         location / {{ }}
+        # bucket-level S3 requests (ListObjectsV2, HEAD bucket): the static helper answers
+        location ~ ^/[^/]+/?$ {{ {bucket_ops} }}
     }}
 }}
 """
 
 
-def start_nginx(root: Path, work: Path, workers: int | None = None) -> Server:
-    """nginx serving ``root`` on a free port (unlimited: the loopback profile)."""
+def start_nginx(root: Path, work: Path, workers: int | None = None, bucket_ops: str | None = None) -> Server:
+    """nginx serving ``root`` on a free port (unlimited: the loopback link); bucket-level
+    requests are proxied to ``bucket_ops`` (a static server's URL) when given."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -135,16 +161,32 @@ def start_nginx(root: Path, work: Path, workers: int | None = None) -> Server:
             work=work,
             port=port,
             root=root,
+            bucket_ops=f"proxy_pass {bucket_ops};" if bucket_ops else "return 404;",
         )
     )
     return Server("nginx", [nginx, "-e", str(work / "error.log"), "-c", str(conf)], port)
 
 
+def start_static(
+    root: Path,
+    mode: str = "plain",
+    *,
+    rate: int = 0,
+    burst: int = 0,
+    ttfb: tuple[float, float] = (0.02, 0.05),
+    etag: str = "aiohttp",
+) -> Server:
+    """The aiohttp static server in ``mode`` (plain, paced, bucket, ttfb) on a free port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "benchmarks.servers", "static", str(root), str(port), "--mode", mode]
+    argv += ["--rate", str(rate), "--burst", str(burst), "--etag", etag]
+    argv += ["--ttfb", f"{ttfb[0]},{ttfb[1]}"]
+    return Server(mode, argv, port, cwd=str(Path(__file__).resolve().parent.parent))
+
+
 def start_paced(root: Path, rate: int) -> Server:
     """The paced static server: every connection capped at ``rate`` bytes/s by the kernel."""
-    port = free_port()
-    argv = [sys.executable, "-m", "benchmarks.servers", "paced", str(root), str(port), str(rate)]
-    return Server("paced", argv, port, cwd=str(Path(__file__).resolve().parent.parent))
+    return start_static(root, "paced", rate=rate)
 
 
 def start_redis(work: Path) -> Server:
@@ -192,29 +234,226 @@ def measure_one_connection(url: str, nbytes: int = 16 << 20) -> float:
     return got / (time.perf_counter() - start)
 
 
-# -- the paced server (child process) -------------------------------------------
-def _paced_main(root: str, port: int, rate: int) -> None:
+class _Link:
+    """A link's servers as one context manager (nginx also needs its listing helper)."""
+
+    def __init__(self, servers: list[Server], url: str, note: str = "") -> None:
+        self.servers = servers
+        self.url = url
+        self.note = note
+
+    def stop(self) -> None:
+        for s in reversed(self.servers):
+            s.stop()
+
+    def __enter__(self) -> _Link:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_link(
+    link: str,
+    root: Path,
+    work: Path,
+    *,
+    rate: int = 25_000_000,
+    burst: int = 8 << 20,
+    ttfb: tuple[float, float] = (0.02, 0.05),
+) -> _Link:
+    """Start the servers of ``link`` (one of :data:`LINKS`) serving ``root``."""
+    if link == "loopback":
+        helper = start_static(root, "plain", etag="nginx")
+        try:
+            nginx = start_nginx(root, work / "nginx", bucket_ops=helper.url)
+        except BaseException:
+            helper.stop()
+            raise
+        return _Link([helper, nginx], nginx.url, "nginx, unlimited")
+    if link == "moto":
+        moto = start_moto()
+        return _Link([moto], moto.url, "moto S3 server")
+    if link == "paced":
+        s = start_static(root, "paced", rate=rate)
+        return _Link([s], s.url, f"SO_MAX_PACING_RATE {rate / 1e6:g} MB/s per connection")
+    if link == "bucket":
+        s = start_static(root, "bucket", rate=rate, burst=burst)
+        return _Link(
+            [s], s.url, f"token bucket per connection: {burst >> 20} MiB burst, then {rate / 1e6:g} MB/s"
+        )
+    if link == "ttfb":
+        s = start_static(root, "ttfb", ttfb=ttfb)
+        return _Link([s], s.url, f"{ttfb[0] * 1e3:g}-{ttfb[1] * 1e3:g} ms before the first byte, unlimited")
+    raise ValueError(f"unknown link {link!r}")
+
+
+# -- the static server (child process) ------------------------------------------
+_CHUNK = 256 << 10
+
+
+def _etag(st: os.stat_result, style: str) -> str:
+    if style == "nginx":  # nginx: hex mtime seconds - hex size
+        return f'"{int(st.st_mtime):x}-{st.st_size:x}"'
+    return f'"{st.st_mtime_ns:x}-{st.st_size:x}"'  # aiohttp FileResponse
+
+
+def _list_xml(base: Path, bucket: str, query: Mapping[str, str], etag: str) -> str:
+    """A ListObjectsV2 answer for ``bucket`` (a directory under ``base``)."""
+    import datetime
+    from xml.sax.saxutils import escape
+
+    prefix = query.get("prefix", "")
+    delim = query.get("delimiter", "")
+    start_after = query.get("continuation-token") or query.get("start-after", "")
+    max_keys = int(query.get("max-keys", "1000"))
+    root = base / bucket
+    keys = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    contents: list[str] = []
+    prefixes: list[str] = []
+    truncated = False
+    last = ""
+    for key in keys:
+        if not key.startswith(prefix) or key <= start_after:
+            continue
+        if len(contents) + len(prefixes) >= max_keys:
+            truncated = True
+            break
+        rest = key[len(prefix) :]
+        if delim and delim in rest:
+            cp = prefix + rest.split(delim, 1)[0] + delim
+            if cp not in prefixes:
+                prefixes.append(cp)
+            last = key
+            continue
+        st = (root / key).stat()
+        mtime = datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc)
+        contents.append(
+            f"<Contents><Key>{escape(key)}</Key><LastModified>{mtime:%Y-%m-%dT%H:%M:%S.000Z}"
+            f"</LastModified><ETag>{escape(_etag(st, etag))}</ETag><Size>{st.st_size}</Size>"
+            "<StorageClass>STANDARD</StorageClass></Contents>"
+        )
+        last = key
+    more = f"<NextContinuationToken>{escape(last)}</NextContinuationToken>" if truncated else ""
+    enc = "<EncodingType>url</EncodingType>" if query.get("encoding-type") == "url" else ""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Name>{escape(bucket)}</Name><Prefix>{escape(prefix)}</Prefix>"
+        + (f"<Delimiter>{escape(delim)}</Delimiter>" if delim else "")
+        + f"<KeyCount>{len(contents) + len(prefixes)}</KeyCount><MaxKeys>{max_keys}</MaxKeys>{enc}"
+        f"<IsTruncated>{'true' if truncated else 'false'}</IsTruncated>{more}"
+        + "".join(contents)
+        + "".join(f"<CommonPrefixes><Prefix>{escape(p)}</Prefix></CommonPrefixes>" for p in prefixes)
+        + "</ListBucketResult>"
+    )
+
+
+def _static_main(argv: list[str]) -> None:
+    import argparse
+    import asyncio
+    import random
+
     from aiohttp import web
 
-    base = Path(root).resolve()
+    p = argparse.ArgumentParser(prog="python -m benchmarks.servers static")
+    p.add_argument("root")
+    p.add_argument("port", type=int)
+    p.add_argument("--mode", choices=["plain", "paced", "bucket", "ttfb"], default="plain")
+    p.add_argument("--rate", type=int, default=0)
+    p.add_argument("--burst", type=int, default=0)
+    p.add_argument("--ttfb", default="0.02,0.05")
+    p.add_argument("--etag", choices=["aiohttp", "nginx"], default="aiohttp")
+    a = p.parse_args(argv)
+    base = Path(a.root).resolve()
+    lo, hi = (float(x) for x in a.ttfb.split(","))
+    rng = random.Random(0)
+    buckets: dict[int, list[float]] = {}  # id(transport) -> [tokens, last refill]
+
+    def take(key: int, want: int) -> float:
+        """Seconds to wait before sending ``want`` bytes on connection ``key``."""
+        now = time.monotonic()
+        state = buckets.setdefault(key, [float(a.burst), now])
+        tokens = min(float(a.burst), state[0] + (now - state[1]) * a.rate)
+        state[1] = now
+        state[0] = tokens - want  # may go negative: the debt is paid by waiting
+        return 0.0 if state[0] >= 0 else -state[0] / a.rate
+
+    async def shaped(request: web.Request, path: Path) -> web.StreamResponse:
+        st = path.stat()
+        size = st.st_size
+        try:
+            rng_ = request.http_range
+        except ValueError:
+            raise web.HTTPRequestRangeNotSatisfiable(headers={"Content-Range": f"bytes */{size}"}) from None
+        start, stop = rng_.start, rng_.stop
+        partial = start is not None or stop is not None
+        if start is None:
+            start = 0
+        elif start < 0:
+            start, stop = max(0, size + start), size
+        stop = size if stop is None else min(stop, size)
+        if partial and start >= size:
+            raise web.HTTPRequestRangeNotSatisfiable(headers={"Content-Range": f"bytes */{size}"})
+        resp = web.StreamResponse(status=206 if partial else 200)
+        resp.headers["ETag"] = _etag(st, a.etag)
+        resp.headers["Accept-Ranges"] = "bytes"
+        resp.headers["Content-Type"] = "application/octet-stream"
+        resp.last_modified = st.st_mtime
+        if partial:
+            resp.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+        resp.content_length = stop - start
+        await resp.prepare(request)
+        if request.method == "HEAD":
+            return resp
+        key = id(request.transport)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            off = start
+            while off < stop:
+                n = min(_CHUNK, stop - off)
+                wait = take(key, n)
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                await resp.write(os.pread(fd, n, off))
+                off += n
+        finally:
+            os.close(fd)
+        await resp.write_eof()
+        return resp
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        sock = request.transport.get_extra_info("socket") if request.transport else None
-        if sock is not None:
-            # Set on every request: cheap, and covers every accepted connection.
-            sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, rate)
+        if a.mode == "ttfb":
+            await asyncio.sleep(rng.uniform(lo, hi))
+        parts = request.match_info["tail"].split("/", 1)
+        if len(parts) == 1 or not parts[1]:  # bucket level: ListObjectsV2, HEAD bucket
+            if not (base / parts[0]).is_dir():
+                raise web.HTTPNotFound()
+            if request.method == "HEAD":
+                return web.Response(status=200)
+            xml = _list_xml(base, parts[0], request.query, a.etag)
+            return web.Response(text=xml, content_type="application/xml")
+        if a.mode == "paced":
+            sock = request.transport.get_extra_info("socket") if request.transport else None
+            if sock is not None:
+                # Set on every request: cheap, and covers every accepted connection.
+                sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, a.rate)
         path = (base / request.match_info["tail"]).resolve()
         if base not in path.parents or not path.is_file():
             raise web.HTTPNotFound()
+        if a.mode == "bucket" or a.etag == "nginx":
+            return await shaped(request, path)
         return web.FileResponse(path, chunk_size=1 << 20)
 
     app = web.Application()
     app.router.add_get("/{tail:.+}", handle, allow_head=True)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    web.run_app(app, host="127.0.0.1", port=a.port, print=None, access_log=None)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "paced":
-        _paced_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) > 1 and sys.argv[1] == "static":
+        _static_main(sys.argv[2:])
+    elif len(sys.argv) == 5 and sys.argv[1] == "paced":
+        _static_main([sys.argv[2], sys.argv[3], "--mode", "paced", "--rate", sys.argv[4]])
     else:
-        sys.exit("usage: python -m benchmarks.servers paced ROOT PORT RATE")
+        sys.exit("usage: python -m benchmarks.servers static ROOT PORT [--mode plain|paced|bucket|ttfb] ...")

@@ -19,6 +19,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from benchmarks.model import bytes_checksum, tensor_checksum
@@ -58,11 +59,16 @@ def _ts_options(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _ts_preload(uri: str) -> None:
     """Import the provider for ``uri`` before the clock starts, as every peer's
-    imports are (tensorizer imports boto3 and redis at ``import tensorizer``)."""
-    from tensorstream.providers.registry import resolve_provider_class
-    from tensorstream.uri import parse_uri
+    imports are (tensorizer imports boto3 and redis at ``import tensorizer``).
+    Best effort: the module layout may move, and a missing helper only costs
+    tensorstream the import time inside its clock."""
+    try:
+        from tensorstream.providers.registry import resolve_provider_class
+        from tensorstream.uri import parse_uri
 
-    resolve_provider_class(parse_uri(uri).scheme)
+        resolve_provider_class(parse_uri(uri).scheme)
+    except ImportError:
+        pass
 
 
 def _ranges(size: int) -> tuple[list[int], list[int]]:
@@ -117,6 +123,29 @@ def st_load(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str], 
             sd = {k: torch.empty_like(v).copy_(v) for k, v in sd.items()}
         n = sum(t.numel() * t.element_size() for t in sd.values())
         return n, lambda: tensor_checksum(sd.items()), "load_file + copy into own memory"
+
+    return run
+
+
+def runai_load(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str], str]]:
+    """The Run:ai Model Streamer on the safetensors file of the same tensors (local or
+    ``s3://``; settings come from its environment variables, set by the harness).
+    Its tensors are owned by the caller (``owned=True``, its default): no copy."""
+    from runai_model_streamer import SafetensorsStreamer
+
+    def run() -> tuple[int, Callable[[], str], str]:
+        sd: dict[str, Any] = {}
+        with SafetensorsStreamer() as streamer:
+            streamer.stream_file(spec["uri"], device=spec["device"])
+            for name, tensor in streamer.get_tensors():
+                sd[name] = tensor
+        n = sum(t.numel() * t.element_size() for t in sd.values())
+        knobs = ", ".join(
+            f"{k.removeprefix('RUNAI_STREAMER_')}={v}"
+            for k, v in sorted(os.environ.items())
+            if k in ("RUNAI_STREAMER_CONCURRENCY", "RUNAI_STREAMER_FS_STRATEGY")
+        )
+        return n, lambda: tensor_checksum(sd.items()), f"SafetensorsStreamer {knobs or 'defaults'}"
 
     return run
 
@@ -256,6 +285,15 @@ def s3fs_get(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str],
     return run
 
 
+def s3fs_get_tree(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str], str]]:
+    def run() -> tuple[int, Callable[[], str], str]:
+        _s3fs().get(spec["path"], spec["dest"], recursive=True)
+        n = sum(p.stat().st_size for p in Path(spec["dest"]).rglob("*") if p.is_file())
+        return n, lambda: "", "S3FileSystem.get(recursive=True)"
+
+    return run
+
+
 def s3fs_put(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str], str]]:
     def run() -> tuple[int, Callable[[], str], str]:
         _s3fs().put(spec["src"], spec["path"])
@@ -297,6 +335,8 @@ KINDS: dict[str, Callable[[dict[str, Any]], Callable[[], tuple[int, Callable[[],
     "obstore-ranges": obstore_ranges,
     "boto3-get": boto3_get,
     "s3fs-get": s3fs_get,
+    "s3fs-get-tree": s3fs_get_tree,
+    "runai-load": runai_load,
     "s3fs-put": s3fs_put,
     "redis-py-cp": redis_py_cp,
 }

@@ -1,8 +1,10 @@
 """Smoke test of the benchmark harness: it runs end to end and verifies what it measures.
 
-Nothing here is about speed: only that ``python -m benchmarks.run --quick``
-starts and stops its servers, runs tensorstream and its peers in fresh
-processes, and reports verified rows (and skipped ones with a reason).
+Nothing here is about speed: only that the links shape traffic the way the
+matrix says (paced, token bucket, time to first byte; HTTP and path-style S3
+including listings), and that ``python -m benchmarks.run`` starts and stops its
+servers, runs tensorstream and its peers in fresh processes, and reports
+verified rows (and skipped ones with a reason).
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import json
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,12 +26,8 @@ if str(REPO) not in sys.path:  # `benchmarks` lives at the repo root, not in src
 
 from benchmarks.run import parse_size  # noqa: E402
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="needs Debian's nginx"
-    ),
-]
+HAVE_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
+pytestmark = [pytest.mark.slow]
 
 
 def test_parse_size_units() -> None:
@@ -35,8 +36,64 @@ def test_parse_size_units() -> None:
     assert parse_size("25m") == 25_000_000
 
 
-@pytest.mark.timeout(400)
-def test_quick_run_reports_verified_rows(tmp_path: Path) -> None:
+def _get(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> tuple[int, Any, bytes]:
+    req = urllib.request.Request(url, headers=headers or {}, method=method)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return resp.status, resp.headers, resp.read()  # case-insensitive headers
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("link", ["loopback", "paced", "bucket", "ttfb"])
+def test_links_answer_http_and_path_style_s3(tmp_path: Path, link: str) -> None:
+    if link == "loopback" and not HAVE_NGINX:
+        pytest.skip("needs Debian's nginx")
+    from benchmarks import servers
+
+    data = bytes(range(256)) * (4 << 10)  # 1 MiB
+    (tmp_path / "root" / "b" / "dir").mkdir(parents=True)
+    (tmp_path / "root" / "b" / "obj").write_bytes(data)
+    (tmp_path / "root" / "b" / "dir" / "x.bin").write_bytes(b"x" * 10)
+    with servers.start_link(link, tmp_path / "root", tmp_path, rate=20_000_000, burst=1 << 20) as srv:
+        status, headers, _ = _get(f"{srv.url}/b/obj", method="HEAD")
+        assert status == 200 and int(headers["Content-Length"]) == len(data) and headers["ETag"]
+        # a presigned-looking query is ignored, as the S3 stand-in must
+        status, headers, body = _get(f"{srv.url}/b/obj?X-Amz-Signature=abc", {"Range": "bytes=100-199"})
+        assert status == 206 and body == data[100:200]
+        assert headers["Content-Range"] == f"bytes 100-199/{len(data)}"
+        status, _, body = _get(f"{srv.url}/b/obj", {"Range": "bytes=-10"})
+        assert status == 206 and body == data[-10:]
+        _, _, xml = _get(f"{srv.url}/b?list-type=2&prefix=dir/")
+        assert b"<Key>dir/x.bin</Key>" in xml and b"<Key>obj</Key>" not in xml
+        assert headers["ETag"].encode() in _get(f"{srv.url}/b?list-type=2&prefix=o")[2].replace(
+            b"&quot;", b'"'
+        )
+        procs = [s.proc for s in srv.servers]
+    assert all(p.poll() is not None for p in procs)  # stopped on exit
+
+
+@pytest.mark.timeout(60)
+def test_bucket_bursts_then_paces_and_ttfb_delays(tmp_path: Path) -> None:
+    from benchmarks import servers
+
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "obj").write_bytes(b"\0" * (12 << 20))
+    with servers.start_link("bucket", tmp_path, tmp_path, rate=20_000_000, burst=4 << 20) as srv:
+        burst = servers.measure_one_connection(f"{srv.url}/b/obj", 3 << 20)  # inside the burst
+        whole = servers.measure_one_connection(f"{srv.url}/b/obj", 12 << 20)  # 4 MiB burst + 8 MiB paced
+    assert burst > 60e6
+    assert 20e6 < whole < 35e6  # 12 MiB in ~0.42 s: 4 MiB at once, then 20 MB/s
+    with servers.start_link("ttfb", tmp_path, tmp_path, ttfb=(0.03, 0.04)) as srv:
+        start = time.perf_counter()
+        _get(f"{srv.url}/b/obj", {"Range": "bytes=0-0"})
+        assert time.perf_counter() - start >= 0.03
+    with servers.start_paced(tmp_path, 20_000_000) as paced:
+        rate = servers.measure_one_connection(f"{paced.url}/b/obj", 4 << 20)
+    assert 10e6 < rate < 30e6  # the kernel paces the connection near 20 MB/s
+
+
+@pytest.mark.skipif(not HAVE_NGINX, reason="needs Debian's nginx")
+@pytest.mark.timeout(120)
+def test_matrix_run_reports_verified_rows(tmp_path: Path) -> None:
     out, md = tmp_path / "bench.json", tmp_path / "bench.md"
     proc = subprocess.run(
         [
@@ -45,11 +102,27 @@ def test_quick_run_reports_verified_rows(tmp_path: Path) -> None:
             "benchmarks.run",
             "--quick",
             "--size",
-            "32MiB",
-            "--backend",
-            "local,http",
-            "--scenario",
-            "load,raw",
+            "8MiB",
+            "--links",
+            "loopback",
+            "--shapes",
+            "small",
+            "--scenarios",
+            "load,copy",
+            "--backends",
+            "s3",
+            "--contenders",
+            "tensorstream,tensorizer,runai,s5cmd",
+            "--exclude",
+            "*/runai concurrency=*",
+            "--exclude",
+            "copy/*/s5cmd -c*",
+            "--exclude",
+            "copy/*/object/*",  # the folder copy covers listings too
+            "--copy-size",
+            "4MiB",
+            "--folder",
+            "4x256KiB",
             "--cache",
             str(tmp_path / "cache"),
             "--json",
@@ -60,60 +133,77 @@ def test_quick_run_reports_verified_rows(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=380,
+        timeout=110,
     )
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
     rows = data["rows"]
-    keys = {
-        "scenario",
-        "backend",
-        "profile",
-        "contender",
-        "seconds_median",
-        "seconds_min",
-        "seconds_max",
-        "gbps_median",
-        "peak_rss_mib",
-        "verified",
-    }
+    keys = {"scenario", "link", "shape", "backend", "contender", "seconds_median", "seconds_min"}
+    keys |= {"seconds_max", "process_seconds_median", "peak_rss_mib", "verified", "status", "family"}
     assert all(keys <= set(r) for r in rows)
-    ran = [r for r in rows if r["status"] != "skipped"]
-    assert {(r["scenario"], r["backend"]) for r in ran} >= {
-        ("load", "local"),
-        ("load", "http"),
-        ("raw", "local"),
-        ("raw", "http"),
-    }
+    ran = [r for r in rows if r["status"] not in ("skipped", "alias")]
+    cells = {(r["scenario"], r["shape"]) for r in ran}
+    assert cells >= {("load", "small"), ("copy", "folder")}
     # every measured row is verified against the generator's checksums
     assert ran and all(r["verified"] for r in ran), [r for r in ran if not r["verified"]]
     assert all(r["seconds_min"] <= r["seconds_median"] <= r["seconds_max"] for r in ran)
     # the peers ran too, not just tensorstream
-    assert any(r["contender"].startswith("tensorizer") for r in ran)
-    # a skipped contender carries its reason
-    assert all(r["note"] for r in rows if r["status"] == "skipped")
+    assert any(r["family"] == "tensorizer" for r in ran)
+    # a skipped contender carries its reason; the excluded ones are listed, not dropped
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    assert all(r["note"] for r in skipped)
+    assert any("excluded" in r["note"] for r in skipped)
+    # each cell has tensorstream's time and ratios against the peers' best
+    load = next(c for c in data["cells"] if c["scenario"] == "load")
+    assert load["tensorstream"]["seconds"] and load["peers"]["tensorizer"]["ratio"]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| contender |" in md.read_text()
-    assert data["header"]["machine"]["cpus"] >= 1
+    text = md.read_text()
+    assert "| link | shape | backend |" in text and "vs best peer" in text
+    assert data["header"]["machine"]["cpus"] >= 1 and data["header"]["commit"]
 
 
-def test_servers_stop_and_paced_server_caps_one_connection(tmp_path: Path) -> None:
-    from benchmarks import servers
-
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "obj").write_bytes(bytes(range(256)) * (8 << 12))  # 8 MiB
-    with servers.start_paced(tmp_path, 20_000_000) as paced:
-        rate = servers.measure_one_connection(f"{paced.url}/b/obj", 4 << 20)
-        proc = paced.proc
-    assert proc.poll() is not None  # stopped on exit
-    assert 10e6 < rate < 30e6  # the kernel paces the connection near 20 MB/s
-
-
-def test_rounds_alternate_and_rotate_the_first_contender_of_each_group() -> None:
+def test_rounds_alternate_and_rotate_the_first_contender_of_each_cell() -> None:
     from benchmarks.contenders import Contender
     from benchmarks.run import round_order
 
-    plan = [Contender("load", "http", n, [], "", "worker") for n in "ABC"] + [
-        Contender("load", "s3", n, [], "", "worker") for n in "XY"]
+    plan = [Contender("load", "http", n, [], "", "worker", shape="llama") for n in "ABC"] + [
+        Contender("load", "http", n, [], "", "worker", shape="small") for n in "XY"
+    ]
     names = [[plan[i].name for i in round_order(plan, r)] for r in range(3)]
     assert names == [list("ABCXY"), list("BCAYX"), list("CABXY")]
+
+
+def test_summary_ratios_use_each_peer_familys_best_and_report_misses() -> None:
+    from benchmarks.report import aggregate, summarize
+
+    def row(name: str, family: str, secs: list[float] | None, ts: bool = False) -> dict:
+        key = dict(
+            scenario="load",
+            link="paced",
+            shape="small",
+            backend="http",
+            contender=name,
+            family=family,
+            tensorstream=ts,
+        )
+        runs = [dict(seconds=s, process_seconds=s + 2, verified=True) for s in secs or []]
+        if secs is None:
+            runs = [dict(seconds=None, process_seconds=1.0, error="exit 1: boom")]
+        return aggregate(key, runs, 100 << 20, None)
+
+    rows = [
+        row("tensorstream", "tensorstream", [2.0, 2.2, 1.8], ts=True),
+        row("tensorizer default (2)", "tensorizer", [8.0]),
+        row("tensorizer num_readers=16", "tensorizer", [1.0, 1.2]),
+        row("runai (defaults)", "runai", None),
+    ]
+    cell = summarize(rows)[0]
+    assert cell["tensorstream"]["seconds"] == 2.0
+    assert cell["peers"]["tensorizer"] == dict(
+        contender="tensorizer num_readers=16", seconds=1.1, peak_rss_mib=None, ratio=0.55
+    )
+    assert cell["peers"]["tensorizer_default"]["ratio"] == 4.0
+    assert cell["peers"]["runai"]["seconds"] is None  # a miss, shown
+    # a fast wrong answer is a failure, not a time
+    bad = aggregate({"contender": "x"}, [dict(seconds=0.1, process_seconds=1, verified=False)], 1, None)
+    assert bad["status"] == "failed" and bad["seconds_median"] is None
