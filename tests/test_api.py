@@ -146,7 +146,7 @@ async def test_faulty_reads_come_back_exact() -> None:
 
 def test_policy_wrapper_forwards_every_provider_method() -> None:
     methods = {n for n, v in vars(Provider).items() if callable(v) and not n.startswith("__")}
-    methods -= {"from_uri", "location_key"}
+    methods -= {"from_uri"}
     overridden = {n for n in vars(PolicyProvider)}
     assert methods <= overridden, methods - overridden
 

@@ -11,47 +11,10 @@ from .errors import ConfigurationError
 from .file import StreamReader, StreamWriter
 from .layers.stack import PolicyProvider
 from .providers.base import ObjectInfo
-from .providers.registry import resolve_provider_class
+from .providers.registry import known_option_names, resolve_provider_class
 from .uri import ParsedURI, parse_uri
 
 __all__ = ["get_provider", "open", "read_range", "stat"]
-
-#: Options any built-in provider understands. An option in this set that the
-#: chosen provider does not use is ignored (so one option dict can serve a
-#: ``cp`` between two backends); anything else is a typo and is rejected.
-KNOWN_OPTIONS = COMMON_OPTIONS | frozenset(
-    {
-        # TLS, shared by HTTP(S), S3 and rediss
-        "ca_bundle",
-        "insecure",
-        "client_cert",
-        "client_key",
-        # HTTP
-        "headers",
-        "token",
-        "allow_private_redirects",
-        # S3
-        "s3_access_key_id",
-        "s3_secret_access_key",
-        "s3_session_token",
-        "s3_endpoint",
-        "s3_region",
-        "s3_addressing_style",
-        "s3_config_path",
-        "s3_profile",
-        "s3_checksum",
-        "anonymous",
-        # Redis
-        "redis_username",
-        "redis_password",
-        "redis_cluster",
-        "redis_db",
-        "redis_chunk_size",
-        # generic fsspec
-        "storage_options",
-    }
-)
-
 
 def get_provider(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> PolicyProvider:
     """A provider for ``uri``'s location, wrapped in the shared policies.
@@ -64,7 +27,9 @@ def get_provider(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> Pol
     parsed = parse_uri(uri)
     cls = resolve_provider_class(parsed.scheme)
     common, rest = split_options(options)
-    known = KNOWN_OPTIONS | cls.option_names
+    # An option another service understands is ignored (one option dict can serve a cp between
+    # two backends); anything else is a typo and is rejected.
+    known = COMMON_OPTIONS | known_option_names() | cls.option_names
     unknown = sorted(set(rest) - known)
     if unknown:
         raise ConfigurationError(

@@ -1,6 +1,6 @@
 """Storage options as command-line flags: one table, shared by every command.
 
-Each flag maps to one option name in :data:`tensorstream.api.KNOWN_OPTIONS`,
+Each flag maps to one option name in :func:`tensorstream.providers.registry.known_option_names`,
 so ``--s3-endpoint URL`` means exactly ``tensorstream.open(..., s3_endpoint=URL)``.
 Flags not given are not passed, so the library's environment variables and
 config files (``S3_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.s3cfg``...) still apply.

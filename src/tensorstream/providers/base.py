@@ -153,11 +153,6 @@ class Provider(abc.ABC):
     def from_uri(cls, uri: Any, **options: Any) -> Provider:
         """Build a provider for the location of ``uri`` (a :class:`ParsedURI`)."""
 
-    @classmethod
-    def location_key(cls, uri: Any, **options: Any) -> tuple[Any, ...]:
-        """Key under which a provider instance may be cached and shared."""
-        return (uri.scheme, uri.netloc)
-
     # -- required -----------------------------------------------------------
     @abc.abstractmethod
     async def stat(self, path: str) -> ObjectInfo:

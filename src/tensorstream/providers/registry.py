@@ -8,30 +8,55 @@ Registering over an existing scheme requires ``replace=True``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
 from ..errors import UnknownSchemeError
 from .base import Provider
 
-__all__ = ["ENTRY_POINT_GROUP", "register", "registered_schemes", "resolve_provider_class"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Service",
+    "credential_describer",
+    "known_option_names",
+    "register",
+    "registered_schemes",
+    "resolve_provider_class",
+]
 
 ENTRY_POINT_GROUP = "tensorstream.providers"
 
-# scheme -> "module:Class" (lazy) -- one line per built-in backend.
-_BUILTIN: dict[str, str] = {
-    "file": "tensorstream.providers.local.provider:LocalProvider",
-    "http": "tensorstream.providers.http.provider:HTTPProvider",
-    "https": "tensorstream.providers.http.provider:HTTPProvider",
-    "s3": "tensorstream.providers.s3.provider:S3Provider",
-    "redis": "tensorstream.providers.redis.provider:RedisProvider",
-    "rediss": "tensorstream.providers.redis.provider:RedisProvider",
-}
-_FSSPEC_FALLBACK = "tensorstream.providers.fsspec.provider:FsspecProvider"
 
-_registry: dict[str, type[Provider] | str] = dict(_BUILTIN)
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """A built-in service: its provider class and its light config module, both imported lazily.
+
+    The config module defines ``OPTIONS`` (the option names the service accepts) and
+    ``describe_credentials(parsed, options)``; it imports no client library.
+    """
+
+    provider: str
+    config: str | None = None
+
+
+# The one table of built-in schemes: one line per scheme.
+_BUILTIN: dict[str, Service] = {
+    "file": Service("tensorstream.providers.local:LocalProvider"),
+    "http": Service("tensorstream.providers.http:HTTPProvider", "tensorstream.providers.http.config"),
+    "https": Service("tensorstream.providers.http:HTTPProvider", "tensorstream.providers.http.config"),
+    "s3": Service("tensorstream.providers.s3:S3Provider", "tensorstream.providers.s3.config"),
+    "redis": Service("tensorstream.providers.redis:RedisProvider", "tensorstream.providers.redis.config"),
+    "rediss": Service("tensorstream.providers.redis:RedisProvider", "tensorstream.providers.redis.config"),
+}
+_FSSPEC_FALLBACK = Service("tensorstream.providers.fsspec:FsspecProvider",
+                           "tensorstream.providers.fsspec.config")
+
+_registry: dict[str, type[Provider] | str] = {k: v.provider for k, v in _BUILTIN.items()}
 _entry_points_loaded = False
+_replaced: set[str] = set()  # built-in schemes a caller registered over
 
 
 def register(scheme: str, provider: type[Provider] | str, *, replace: bool = False) -> None:
@@ -41,6 +66,8 @@ def register(scheme: str, provider: type[Provider] | str, *, replace: bool = Fal
         raise ValueError(
             f"scheme {scheme!r} is already registered to {_registry[scheme]!r}; pass replace=True"
         )
+    if scheme in _BUILTIN and provider != _BUILTIN[scheme].provider:
+        _replaced.add(scheme)
     _registry[scheme] = provider
 
 
@@ -76,7 +103,7 @@ def resolve_provider_class(scheme: str) -> type[Provider]:
     entry = _registry.get(scheme)
     if entry is None:
         if _fsspec_knows(scheme):
-            return _import(_FSSPEC_FALLBACK)
+            return _import(_FSSPEC_FALLBACK.provider)
         raise UnknownSchemeError(
             f"no provider for scheme {scheme!r}; registered: {', '.join(registered_schemes())} "
             "(plus any protocol fsspec knows)"
@@ -96,16 +123,40 @@ def _fsspec_knows(scheme: str) -> bool:
     return scheme in known_implementations or scheme in registry
 
 
-def all_option_names() -> frozenset[str]:
-    """Every option name any registered built-in provider understands."""
+def _config_module(scheme: str) -> Any:
+    service = _BUILTIN.get(scheme)
+    if service is None or service.config is None or scheme in _replaced:
+        return None
+    return importlib.import_module(service.config)
+
+
+def known_option_names() -> frozenset[str]:
+    """Every option name a built-in service or an already loaded provider accepts.
+
+    Built-ins are read from their light config modules, so no client library is imported.
+    """
     names: set[str] = set()
-    for scheme in list(_registry):
-        try:
-            names |= resolve_provider_class(scheme).option_names
-        except ImportError:
-            continue
+    for service in (*_BUILTIN.values(), _FSSPEC_FALLBACK):
+        if service.config is not None:
+            names |= importlib.import_module(service.config).OPTIONS
+    for entry in _registry.values():
+        if isinstance(entry, type):
+            names |= entry.option_names
     return frozenset(names)
 
 
-def _unused(_: Any) -> None:  # pragma: no cover
-    pass
+def credential_describer(scheme: str) -> Callable[[Any, dict[str, Any]], Any] | None:
+    """The function describing ``scheme``'s credentials, or ``None`` (generic report).
+
+    Built-ins: ``describe_credentials`` of the service's config module. Third-party providers:
+    their ``describe_credentials`` classmethod, when they define one.
+    """
+    scheme = scheme.lower()
+    module = _config_module(scheme)
+    if module is not None:
+        return module.describe_credentials  # type: ignore[no-any-return]
+    try:
+        cls = resolve_provider_class(scheme)
+    except (UnknownSchemeError, ImportError):
+        return None
+    return getattr(cls, "describe_credentials", None)

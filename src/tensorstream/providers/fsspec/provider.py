@@ -23,6 +23,7 @@ from ...errors import (
 )
 from ...readahead._memcopy import copy_into
 from ..base import Capabilities, ObjectInfo, Provider, Writer
+from .config import OPTIONS
 
 __all__ = ["FsspecProvider"]
 
@@ -49,7 +50,7 @@ class FsspecProvider(Provider):
 
     service = "fsspec"
     capabilities: ClassVar[Capabilities] = Capabilities(write=True, list=True, delete=True)
-    option_names = frozenset({"storage_options"})
+    option_names = OPTIONS
 
     def __init__(self, protocol: str, storage_options: dict[str, Any] | None = None) -> None:
         self.protocol = protocol

@@ -29,9 +29,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...credentials.base import Sourced
+from ...credentials.report import CredentialReport, report_line, tls_notes
 from ...errors import ConfigurationError
+from ...uri import ParsedURI
 
-__all__ = ["HTTPCredentials", "TOKEN_ENV", "resolve_http_credentials"]
+__all__ = [
+    "OPTIONS",
+    "describe_credentials","HTTPCredentials", "TOKEN_ENV", "resolve_http_credentials"]
+
+#: Every option the HTTP(S) service accepts (credentials, headers, TLS, redirects).
+OPTIONS = frozenset({
+    "headers", "token", "ca_bundle", "insecure", "client_cert", "client_key", "allow_private_redirects",
+})
 
 #: Environment variable holding a bearer token for HTTP(S) sources.
 TOKEN_ENV = "TENSORSTREAM_HTTP_TOKEN"
@@ -153,3 +162,24 @@ def resolve_http_credentials(
         client_key=key,
         insecure=insecure,
     )
+
+
+def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
+    """Report for ``http(s)://`` (headers/token options > URI userinfo > environment)."""
+    creds = resolve_http_credentials(
+        parsed,
+        token=options.get("token"),
+        headers=options.get("headers"),
+        ca_bundle=options.get("ca_bundle"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
+        insecure=bool(options.get("insecure")),
+    )
+    lines = [report_line("authorization", creds.authorization)]
+    lines += [report_line(f"header {name}", value) for name, value in creds.headers]
+    lines += [
+        report_line("ca_bundle", creds.ca_bundle),
+        report_line("client_cert", creds.client_cert),
+        report_line("client_key", creds.client_key),
+    ]
+    return CredentialReport(parsed.redacted(), tuple(lines), notes=tls_notes(options))

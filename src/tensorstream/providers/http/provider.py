@@ -61,7 +61,7 @@ from .._http.headers import (
 )
 from .._http.range_get import ConnectionPool, RangeBody, RedirectPolicy, TLSSettings, open_range
 from ..base import Capabilities, ObjectInfo, Provider
-from .config import HTTPCredentials, resolve_http_credentials
+from .config import OPTIONS, HTTPCredentials, resolve_http_credentials
 
 __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 
@@ -102,10 +102,7 @@ class HTTPProvider(Provider):
     service = "http"
     capabilities: ClassVar[Capabilities] = Capabilities(read=True, stat=True, pinned_reads=True,
                                                         blocking_reads=True, range_streams=True)
-    option_names = frozenset(
-        {"headers", "token", "ca_bundle", "insecure", "client_cert", "client_key",
-         "allow_private_redirects"}
-    )
+    option_names = OPTIONS
 
     def __init__(
         self,

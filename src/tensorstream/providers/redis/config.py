@@ -19,8 +19,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...credentials.base import Sourced, mask
+from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
+from ...uri import ParsedURI
 
-__all__ = ["RedisCredentials", "resolve_redis_credentials"]
+__all__ = [
+    "OPTIONS",
+    "describe_credentials","RedisCredentials", "resolve_redis_credentials"]
+
+#: Every option the Redis service accepts.
+OPTIONS = frozenset({
+    "redis_username", "redis_password", "redis_db", "redis_cluster", "redis_chunk_size",
+    "ca_bundle", "insecure", "client_cert", "client_key",
+})
 
 ENV_USERNAME = "REDIS_USERNAME"
 ENV_PASSWORD = "REDIS_PASSWORD"
@@ -81,3 +91,16 @@ def resolve_redis_credentials(
             secret=True,
         ),
     )
+
+
+def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
+    """Report for ``redis://``/``rediss://`` (options > URI userinfo > REDIS_* variables)."""
+    creds = resolve_redis_credentials(
+        parsed, username=options.get("redis_username"), password=options.get("redis_password")
+    )
+    lines = [
+        report_line("username", creds.username),
+        report_line("password", creds.password),
+        ReportLine("tls", "yes" if parsed.scheme == "rediss" else "no", f"URI scheme {parsed.scheme}"),
+    ]
+    return CredentialReport(parsed.redacted(), tuple(lines), notes=tls_notes(options))

@@ -39,7 +39,7 @@ from ...readahead._memcopy import copy_into
 from ...uri import ParsedURI
 from ..base import Capabilities, ObjectInfo, Provider, Writer
 from .blocking import BlockingRedisReader, batches, check_reply
-from .config import RedisCredentials, resolve_redis_credentials
+from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .errors import REDIS_ERRORS, map_redis_error
 from .layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
 from .lister import list_objects
@@ -86,10 +86,7 @@ class RedisProvider(Provider):
         write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True,
         serial_server=True,
     )
-    option_names = frozenset({
-        "redis_username", "redis_password", "redis_db", "redis_cluster", "redis_chunk_size",
-        "ca_bundle", "insecure", "client_cert", "client_key",
-    })
+    option_names = OPTIONS
 
     def __init__(
         self,
@@ -164,10 +161,6 @@ class RedisProvider(Provider):
             client_cert=options.get("client_cert"),
             client_key=options.get("client_key"),
         )
-
-    @classmethod
-    def location_key(cls, uri: Any, **options: Any) -> tuple[Any, ...]:
-        return (uri.scheme, uri.netloc, uri.query.get("db"))
 
     def __repr__(self) -> str:
         scheme = "rediss" if self.tls else "redis"

@@ -29,9 +29,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...credentials.base import Sourced, mask
+from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
 from ...errors import ConfigurationError
+from ...uri import ParsedURI
 
 __all__ = [
+    "OPTIONS",
+    "describe_credentials",
     "S3_CREDENTIAL_OPTIONS",
     "S3Credentials",
     "normalize_endpoint",
@@ -55,6 +59,9 @@ S3_CREDENTIAL_OPTIONS = frozenset(
 )
 ADDRESSING_STYLES = ("path", "virtual", "auto")
 CHAIN_REST = "botocore chain (web identity, container, instance metadata)"
+
+#: Every option the S3 service accepts.
+OPTIONS = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure"})
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -365,3 +372,36 @@ def botocore_region(creds: S3Credentials) -> Sourced[str] | None:
 def masked_key_id(value: str) -> str:
     """An access key id shown like the AWS CLI does: only its last 4 characters."""
     return "***" + value[-4:] if len(value) >= 16 else mask(value)
+
+
+def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
+    """Report for ``s3://``: the precedence order of :mod:`tensorstream.providers.s3.config`."""
+    creds = resolve_s3_credentials(options)
+    notes: list[str] = []
+    key, secret, token = creds.access_key_id, creds.secret_access_key, creds.session_token
+    looked: tuple[str, ...] = ()
+    if creds.anonymous:
+        notes.append("anonymous=True: requests are unsigned")
+    elif creds.uses_botocore_chain:
+        found = resolve_botocore_chain(creds)
+        if found is None:
+            looked = creds.looked_in
+            notes.append("no S3 credentials found; set anonymous=True for public buckets")
+        else:
+            key, secret, token = found
+    region = creds.region or botocore_region(creds)
+    lines = [
+        report_line("access_key_id", key, shown=masked_key_id(str(key.value)) if key else None),
+        report_line("secret_access_key", secret),
+        report_line("session_token", token),
+        report_line("endpoint", creds.endpoint)
+        if creds.endpoint
+        else ReportLine("endpoint", "<AWS default>", "botocore (endpoint_url in ~/.aws/config, else AWS)"),
+        report_line("region", region)
+        if region
+        else ReportLine("region", "<unset>", "botocore default (us-east-1)"),
+        report_line("addressing_style", creds.addressing_style),
+        report_line("profile", creds.profile),
+    ]
+    notes.extend(tls_notes(options))
+    return CredentialReport(parsed.redacted(), tuple(lines), looked_in=looked, notes=tuple(notes))

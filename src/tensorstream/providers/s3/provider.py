@@ -56,7 +56,7 @@ from .._http.range_get import (
 )
 from ..base import Capabilities, ObjectInfo, Provider, Writer
 from .config import (
-    S3_CREDENTIAL_OPTIONS,
+    OPTIONS,
     S3Credentials,
     chain_source,
     resolve_s3_credentials,
@@ -93,7 +93,7 @@ class S3Provider(Provider):
         write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True,
         range_streams=True,
     )
-    option_names = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure"})
+    option_names = OPTIONS
 
     def __init__(
         self,

@@ -1,0 +1,69 @@
+"""An in-memory object store for tests (``memtest://bucket/key``): sorted listings, atomic writes.
+
+A small real provider registered through the public ``tensorstream.register`` API: it exercises
+the sequential-writer path and can list hostile keys that no local tree can produce.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from tensorstream.errors import NotFoundError
+from tensorstream.providers.base import Capabilities, ObjectInfo, Provider, Writer, check_range
+
+
+class MemProvider(Provider):
+    """An in-memory object store (``memtest://bucket/key``), sorted listings, atomic writes."""
+
+    schemes = ("memtest",)
+    service = "memtest"
+    capabilities: ClassVar[Capabilities] = Capabilities(write=True, list=True, delete=True)
+    store: ClassVar[dict[str, bytes]] = {}
+    #: Flip one byte of every object written (a broken backend, for verification tests).
+    corrupt_writes: ClassVar[bool] = False
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> MemProvider:
+        return cls()
+
+    async def stat(self, path: str) -> ObjectInfo:
+        if path not in self.store:
+            raise NotFoundError(f"no such object: {path}")
+        data = self.store[path]
+        return ObjectInfo(path, len(data), hashlib.md5(data).hexdigest())
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       etag: str | None = None) -> int:
+        info = await self.stat(path)
+        check_range(info.size, offset, offset + len(buffer))
+        buffer[:] = self.store[path][offset: offset + len(buffer)]
+        return len(buffer)
+
+    async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
+        for path in sorted(p for p in self.store if p.startswith(prefix)):
+            yield await self.stat(path)
+
+    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        return _MemWriter(self, path)
+
+    async def delete(self, path: str) -> None:
+        if self.store.pop(path, None) is None:
+            raise NotFoundError(f"no such object: {path}")
+
+class _MemWriter(Writer):
+    def __init__(self, owner: MemProvider, path: str) -> None:
+        self.owner, self.path, self.parts = owner, path, bytearray()
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.parts += data
+
+    async def commit(self) -> None:
+        data = bytearray(self.parts)
+        if MemProvider.corrupt_writes and data:
+            data[len(data) // 2] ^= 0xFF
+        self.owner.store[self.path] = bytes(data)
+
+    async def abort(self) -> None:
+        self.parts.clear()

@@ -1,0 +1,87 @@
+"""The one table of schemes, options and credential describers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any, ClassVar
+
+import pytest
+
+import tensorstream
+from tensorstream import errors
+from tensorstream.credentials.report import CredentialReport, ReportLine
+from tensorstream.providers import registry
+from tensorstream.providers.base import Capabilities, ObjectInfo, Provider
+
+
+class _Toy(Provider):
+    service = "toy"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    option_names = frozenset({"toy_colour"})
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> Provider:
+        options.pop("config", None)
+        return cls()
+
+    async def stat(self, path: str) -> ObjectInfo:
+        return ObjectInfo(path=path, size=0)
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       etag: str | None = None) -> int:
+        return 0
+
+    @classmethod
+    def describe_credentials(cls, parsed: Any, options: dict[str, Any]) -> CredentialReport:
+        return CredentialReport(parsed.redacted(), (ReportLine("colour", "blue", "toy default"),))
+
+
+@pytest.fixture
+def toy_scheme() -> Any:
+    registry.register("toy", _Toy)
+    yield "toy"
+    registry._registry.pop("toy", None)
+
+
+def test_known_options_come_from_the_service_configs() -> None:
+    known = registry.known_option_names()
+    from tensorstream.providers.http.config import OPTIONS as HTTP
+    from tensorstream.providers.redis.config import OPTIONS as REDIS
+    from tensorstream.providers.s3.config import OPTIONS as S3
+
+    assert HTTP | REDIS | S3 | {"storage_options"} <= known
+    assert "s3_region" in known and "redis_password" in known and "token" in known
+
+
+def test_an_option_of_another_service_is_ignored_a_typo_is_refused(tmp_path: Any) -> None:
+    tensorstream.get_provider(str(tmp_path), redis_password="x", s3_region="eu-west-1")
+    with pytest.raises(errors.ConfigurationError, match="s3_regoin"):
+        tensorstream.get_provider(str(tmp_path), s3_regoin="eu-west-1")
+
+
+def test_third_party_options_and_describer_come_from_the_class(toy_scheme: str) -> None:
+    registry.resolve_provider_class(toy_scheme)
+    assert "toy_colour" in registry.known_option_names()
+    report = tensorstream.describe_credentials("toy://somewhere/x")
+    assert report.source_of("colour") == "toy default"
+
+
+def test_builtin_describer_used_until_the_scheme_is_replaced() -> None:
+    report = tensorstream.describe_credentials("redis://:pw@host:6379/k")
+    assert report.source_of("password") is not None and "pw" not in str(report)
+    registry.register("redis", _Toy, replace=True)
+    try:
+        assert tensorstream.describe_credentials("redis://host/k").source_of("colour") == "toy default"
+    finally:
+        registry.register("redis", registry._BUILTIN["redis"].provider, replace=True)
+        registry._replaced.discard("redis")
+
+
+def test_service_configs_import_no_client_library() -> None:
+    code = ("import sys; import tensorstream.providers.registry as r; r.known_option_names();"
+            "import tensorstream.credentials.describe;"
+            "print(sorted(m for m in ('aiohttp', 'botocore', 'aiobotocore', 'redis', 's3fs') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
