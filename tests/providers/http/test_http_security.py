@@ -8,6 +8,7 @@ import pickle
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -74,10 +75,11 @@ def test_provider_and_credentials_never_reveal_secrets(
     assert creds.authorization is not None and creds.authorization.source == "argument token"
 
 
-def test_credential_precedence() -> None:
+def test_credential_precedence(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-bundle.pem")
     uri = tensorstream.parse_uri("https://user:pw@example.com/x")
     env = {"TENSORSTREAM_HTTP_TOKEN": "from-env", "SSL_CERT_FILE": __file__,
-           "REQUESTS_CA_BUNDLE": "/nonexistent"}
+           "REQUESTS_CA_BUNDLE": missing}
     c = resolve_http_credentials(uri, headers={"Authorization": "Custom x"}, token="t", env=env)
     assert (c.authorization and c.authorization.source) == "argument headers"
     c = resolve_http_credentials(uri, token="t", env=env)
@@ -88,7 +90,7 @@ def test_credential_precedence() -> None:
     assert c.auth_headers()["Authorization"] == "Bearer from-env"
     assert c.ca_bundle is not None and c.ca_bundle.source == "env SSL_CERT_FILE"
     with pytest.raises(errors.ConfigurationError, match="REQUESTS_CA_BUNDLE"):
-        resolve_http_credentials(None, env={"REQUESTS_CA_BUNDLE": "/nonexistent"})
+        resolve_http_credentials(None, env={"REQUESTS_CA_BUNDLE": missing})
 
 
 async def test_basic_auth_from_uri_userinfo() -> None:
