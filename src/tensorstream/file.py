@@ -1,10 +1,10 @@
 """Synchronous file objects over async providers.
 
 :class:`StreamReader` is the seekable binary file that
-``tensorizer.TensorDeserializer`` consumes. Sequential reads are fed by a
-bounded read-ahead window of segments fetched concurrently
-(:mod:`tensorstream.readahead.ranged`); parts of a large read that are not already
-in flight go straight into the caller's buffer. Every read is
+``tensorizer.TensorDeserializer`` consumes. Sequential reads are fed by the
+read-ahead engine (:mod:`tensorstream.readahead`): one streamed request
+received in place, or a bounded window of ranged requests in flight on as
+many connections as the link needs, switched while the load runs. Every read is
 pinned to the ETag seen at open, so a replaced object raises
 :class:`~tensorstream.errors.ObjectChangedError` instead of mixing versions.
 
@@ -26,7 +26,7 @@ from . import _loop
 from .errors import UnsupportedOperationError
 from .layers.stack import PolicyProvider
 from .providers.base import Capabilities, ObjectInfo, Writer
-from .readahead.ranged import Prefetcher
+from .readahead.ranged import Prefetcher, ReadaheadBudget
 from .uri import ParsedURI
 
 __all__ = ["StreamReader", "StreamWriter"]
@@ -62,6 +62,7 @@ class StreamReader(io.RawIOBase):
         owns_provider: bool = True,
         on_close: Callable[[], None] | None = None,
         limit: int | None = None,
+        budget: ReadaheadBudget | None = None,
     ) -> None:
         super().__init__()
         self._provider = provider
@@ -87,6 +88,7 @@ class StreamReader(io.RawIOBase):
             window=cfg.readahead,
             concurrency=cfg.concurrency,
             limit=limit,
+            budget=budget,
         )
 
     # -- identity -------------------------------------------------------------
@@ -204,23 +206,31 @@ class StreamReader(io.RawIOBase):
         """An independent reader of the same object version, positioned at 0.
 
         ``end`` is a hint: read-ahead stops there (reads past it still work).
-        Forks share the connection pool and the read boundaries; each has its
-        own read-ahead window.
+        Forks share the connection pool, the read boundaries and the
+        ``readahead`` memory budget; each measures its own reads and picks
+        its own way to fetch them.
         """
         self._check_closed()
-        fork = StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end)
+        # Forks share the read-ahead memory budget: ``readahead`` bounds the load.
+        fork = StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end,
+                            budget=self._prefetch.budget)
         if self._boundaries:
             fork.set_read_boundaries(self._boundaries)
         return fork
 
     def read_stats(self) -> dict[str, Any]:
-        """How this reader's reads were served (read-ahead statistics): bytes
-        received straight into the caller's buffers (``direct_bytes``) or
-        copied from read-ahead buffers (``copied_bytes``), the ``phase``
-        (``stream`` while reads come from one streamed request), the connection
-        count and read-ahead the link measurement settled on, and the
-        ``streams`` opened. Local files are
-        read inline, without the read-ahead: their counters stay at 0."""
+        """How this reader's reads were served, and why (see
+        :meth:`tensorstream.readahead.ranged.Prefetcher.stats` for every key):
+        bytes received straight into the caller's buffers (``direct_bytes``,
+        ``streamed_bytes`` of them by the reader's own stream) or copied from
+        read-ahead buffers (``copied_bytes``); the current ``phase``
+        (``stream``: one request received in place; ``ranged``: ranged
+        requests on ``active`` connections), the ``reason`` for it and the
+        ``history`` of decisions; ``peak_active`` connections,
+        ``readahead_peak`` bytes of read-ahead memory; the ``streams`` opened.
+        Local files are read inline, without the read-ahead: their counters
+        stay at 0. The decisions are also logged at DEBUG on
+        ``tensorstream.readahead``."""
         return self._prefetch.stats()
 
     def set_read_boundaries(self, offsets: Iterable[int]) -> None:

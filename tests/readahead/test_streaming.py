@@ -79,7 +79,9 @@ def test_random_access_stays_on_ranged_requests(http_server: HTTPTestServer) -> 
             assert f.read(100) == data[at : at + 100]
             assert f.read(300_000) == data[at + 100 : at + 300_100]
         assert f.read_stats()["streams"] == 1
-        assert f.read(1000) == data[2 * MiB + 300_100 : 2 * MiB + 301_100]  # a run: streams
+        assert f.read(1000) == data[2 * MiB + 300_100 : 2 * MiB + 301_100]
+        # A run of reads streams, from where the ranged requests' bytes end.
+        assert f.read(2 * MiB) == data[2 * MiB + 301_100 : 4 * MiB + 301_100]
         assert f.read_stats()["streams"] == 2
 
 
@@ -204,40 +206,23 @@ def _stream_for(url: str, helper: concurrent.futures.Executor) -> tuple[Sequenti
     path = parse_uri(url).path
     info = _loop.run_sync(provider.stat(path))
     stream = SequentialStream(provider, path, info.size, info.etag, limit=info.size,
-                              fast_rate=200e6, busy_cpu=0.6, helper=helper)
+                              helper=helper)
     return stream, provider
 
 
-def test_no_helper_while_probing_and_help_once_the_link_is_fast(
+def test_large_streamed_reads_have_their_pages_faulted_in_by_a_helper(
         http_server: HTTPTestServer) -> None:
-    _, url, data = _put(http_server, 12 * MiB)
+    _, url, data = _put(http_server, 12 * MiB + 10)
     helper = _RecordingExecutor()
     stream, provider = _stream_for(url, helper)
     try:
         buf = bytearray(len(data))
-        assert stream.read(0, memoryview(buf), sequential=False, first=True) == len(data)
-        assert bytes(buf) == data and stream.slow_rate is None
-        # The first 4 MiB probed the link unhelped (a helper's CPU would make the
-        # process look busy); the rest of the read was helped.
-        assert helper.helped == [len(data) - (4 << 20)]
-    finally:
-        stream.close()
-        helper.shutdown()
-        _loop.run_sync(provider.close())
-
-
-def test_a_paced_link_is_judged_slow_whatever_the_read_size(http_server: HTTPTestServer) -> None:
-    key, url, data = _put(http_server, 6 * MiB)
-    http_server.faults.key = key
-    http_server.faults.rate_limit = 16 << 20  # per response: 16 MiB/s
-    helper = _RecordingExecutor()
-    stream, provider = _stream_for(url, helper)
-    try:
-        buf = bytearray(len(data))
-        got = stream.read(0, memoryview(buf), sequential=False, first=True)
-        assert got == 4 << 20 and bytes(buf[:got]) == data[:got]  # stopped after the probe
-        assert stream.slow_rate is not None and stream.slow_rate < 200e6
-        assert helper.helped == []
+        view = memoryview(buf)
+        assert stream.read(0, view[:10], sequential=False, first=True) == 10
+        assert stream.read(10, view[10:], sequential=True) == 12 * MiB
+        assert bytes(buf) == data
+        assert helper.helped == [12 * MiB]  # the small read is not worth a helper
+        assert stream.opened == 1 and stream.open_seconds > 0
     finally:
         stream.close()
         helper.shutdown()

@@ -1,30 +1,28 @@
 """Sequential read-ahead for :class:`~tensorstream.file.StreamReader`.
 
-A model loader reads a file front to back: a small header, a large tensor,
-another header, and so on. One reader waiting on one request at a time
-leaves the network idle between tensors, and splitting only *inside* each
-``readinto`` gives few concurrent requests for small tensors. The
-prefetcher instead keeps fixed-size *segments* ahead of the read position in
-flight, on several connections at once, independent of how the file is cut
-into tensors.
+A model loader reads a file front to back: a small header, a tensor, another
+header, and so on. How those bytes are best fetched depends on what limits
+the load, and that can change while it runs (see :mod:`tensorstream.readahead.control`):
 
-* **Two regimes, measured.** Each completed request of a large segment
-  measures one connection's rate. On a *fast* link (loopback, an object
-  store next door) the reader's CPU is the limit: segments are requested
-  late, on a few connections, straight into the caller's buffers (no
-  copy). On a *slow* link (paced or far-away object storage) the network is
-  the limit: segments are read ahead up to ``window`` on as many connections
-  as it takes (up to ``concurrency``), and copied out when read.
-* **Late binding.** Planned segments get a buffer only when requested; a
-  planned segment that a ``readinto`` covers whole is fetched straight into
-  the caller's buffer. :meth:`Prefetcher.set_boundaries` (fed from
-  tensorizer's index) cuts segments at tensor boundaries so that they do.
-* Segments already received are copied into the caller's buffer with
-  ``ctypes.memmove``, which releases the GIL.
-* Memory is bounded by ``window`` plus the requests in flight.
-* A failed segment raises only if it is read; every request of a read has
-  finished (or failed) before that read returns or raises, so nothing ever
-  writes into a caller's buffer after the call.
+* :attr:`Mode.STREAM`: one request per run of reads, received in place by
+  the reader's thread (:mod:`tensorstream.readahead.streamed`): the cheapest per
+  byte, for a reader whose CPU is the limit. Large reads are received in
+  pieces, so the engine can change its mind inside one large tensor.
+* :attr:`Mode.RANGED`: fixed-size *segments* (``part_size``, independent of
+  the tensor sizes: many small tensors share one request) kept in flight
+  ahead of the read position on ``width`` connections, up to ``window``
+  bytes ahead; copied out when read (``ctypes.memmove``, which releases the
+  GIL). A planned segment that a waiting read covers whole is fetched
+  straight into the caller's buffer (*late binding*), and
+  :meth:`Prefetcher.set_boundaries` (fed from tensorizer's index) aligns the
+  grid with large tensors so that they are.
+
+The :class:`~tensorstream.readahead.control.Controller` watches every interval of the
+load (bytes delivered, time the reader waited) and moves between the two and
+between widths, so no judgement is final. Memory is bounded by ``window``
+plus the requests in flight. A failed segment raises only if it is read;
+every request of a read has finished (or failed) before that read returns or
+raises, so nothing ever writes into a caller's buffer after the call.
 """
 
 from __future__ import annotations
@@ -35,55 +33,64 @@ import collections
 import concurrent.futures
 import functools
 import logging
-import math
-import statistics
 import threading
 import time
 from typing import Any
 
 from .. import _loop
+from ..errors import TensorstreamError
 from ..layers.stack import PolicyProvider
+from ..uri import redact_text
+from ._clock import busy_seconds
 from ._memcopy import copy_into
 from ._prefault import populate
-from .streamed import SequentialStream, cpu_bound_since
+from .control import Controller, Mode
+from .streamed import SequentialStream
 
-__all__ = ["Prefetcher"]
+__all__ = ["Mode", "Prefetcher", "ReadaheadBudget"]
 
-log = logging.getLogger("tensorstream.readahead.ranged")
+log = logging.getLogger("tensorstream.readahead")
 
 #: Segments smaller than this (tensor headers) are latency, not bandwidth:
-#: they are always read ahead and never measured.
+#: they never count against the read-ahead.
 _SMALL_SEGMENT = 64 << 10
-#: Requests in flight on a fast link, and before the first measurement.
-_BASE_ACTIVE = 4
-#: One connection delivering at least this is a *fast* link (loopback, an
-#: object store next door): the reader's CPU, not the network, is the limit,
-#: so segments are fetched late, straight into the caller's buffers, on a few
-#: connections. Below it the link may be *slow* (paced, far away): read ahead
-#: up to the window on as many connections as it takes to reach ``_GOAL_RATE``.
-_FAST_RATE = 200e6
-_GOAL_RATE = 2e9
-#: Large segments measured per probe, and the aggregate gain that justifies
-#: going wide.
-_PROBES = 4
-_WIDE_GAIN = 1.5
-#: A process this busy (CPU seconds per second, all threads) while probing is
-#: limited by its own CPU, not the link: a per-connection rate under
-#: ``_FAST_RATE`` then says nothing about the network, and more connections
-#: and read-ahead copies would only add work. A paced or distant link keeps
-#: the reader mostly idle (a 25 MB/s connection costs ~2% of a core).
-_BUSY_CPU = 0.6
-#: A serial server (Redis) on a fast link: its replies arrive as objects that
-#: are copied anyway, so one connection parses them into read-ahead buffers
-#: (holding the GIL) while the reader copies into fresh tensor memory and
-#: faults its pages in (without it): a two-stage pipeline over two cores.
-#: This much is read ahead.
-_SERIAL_LEAD = 16 << 20
+#: Connections of a reader that reads by ranges on a link not yet measured
+#: (and of random-access reads beside a stream).
+_BASE_WIDTH = 4
+#: A streamed read is received in pieces of this size, so the controller can
+#: change its mind inside one large read.
+_STREAM_PIECE = 4 << 20
+#: Ranged requests at least this large measure one connection's rate.
+_MEASURED_SEGMENT = 256 << 10
+
+
+class ReadaheadBudget:
+    """Bytes of read-ahead buffers that the readers of one open object (a
+    reader and its forks) hold together: ``readahead`` bounds the memory of a
+    whole load, however many parallel readers it has."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self.held = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int, *, force: bool = False) -> bool:
+        """Reserve ``nbytes``; ``force``: even past the limit (a read waits on it)."""
+        with self._lock:
+            if not force and self.held + nbytes > self.limit:
+                return False
+            self.held += nbytes
+            self.peak = max(self.peak, self.held)
+            return True
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.held = max(0, self.held - nbytes)
 
 
 class _Segment:
-    __slots__ = ("buffer", "direct", "end", "error", "event", "launched", "phase", "start",
-                 "task")
+    __slots__ = ("buffer", "direct", "end", "error", "event", "launched", "start", "task")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
@@ -91,7 +98,6 @@ class _Segment:
         self.buffer: memoryview | None = None  # assigned when launched (or made direct)
         self.direct = False  # the buffer is a slice of a caller's buffer
         self.launched = False
-        self.phase = ""  # the probing phase it was requested in
         self.event = threading.Event()
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | concurrent.futures.Future[Any] | None = None
@@ -111,8 +117,10 @@ class Prefetcher:
         window: int,
         concurrency: int,
         limit: int | None = None,
+        budget: ReadaheadBudget | None = None,
     ) -> None:
         self._provider = provider
+        self.budget = budget if budget is not None else ReadaheadBudget(window)
         self._path = path
         self._size = size
         self._etag = etag
@@ -120,17 +128,13 @@ class Prefetcher:
         self._window = max(0, window)
         self._limit = size if limit is None else min(size, limit)
         self._max = max(1, concurrency)
-        self._active = min(self._max, _BASE_ACTIVE)
         self._in_flight = 0
         self._bounds: list[int] = []
-        self._lead = 0  # bytes of large segments planned past a read (fast link: none)
-        self._phase = "base"  # base -> (wide) -> settled: see _measure
-        self._samples: list[float] = []
-        self._base_rate = 0.0
-        self._probe_clock: tuple[float, float] | None = None  # (wall, process CPU) at start
         self._direct_bytes = 0
         self._copied_bytes = 0
-        self._streams_opened = 0
+        self._streamed_bytes = 0
+        self._peak_in_flight = 0
+        self._peak_width = 0
         self._lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}  # planned or launched, buffered
         self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
@@ -140,78 +144,157 @@ class Prefetcher:
         self._closed = False
         # Providers with a blocking data path (zero-copy, GIL-free receives) are
         # driven from a pool of worker threads instead of the I/O loop. Threads
-        # start on demand: about ``active`` of them ever run.
+        # start on demand: about ``width`` of them ever run.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        # Providers with range streams start by streaming sequential reads (one
-        # request per run of reads); a slow link hands over to ranged read-ahead.
         self._stream: SequentialStream | None = None
         caps = provider.capabilities
         if caps.blocking_reads:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self._max, thread_name_prefix="tensorstream-fetch"
+                max_workers=self._max + 1, thread_name_prefix="tensorstream-fetch"
             )
-        if caps.range_streams and caps.blocking_reads and provider.config.transfer.stream_reads:
+        can_stream = bool(caps.range_streams and caps.blocking_reads
+                          and provider.config.transfer.stream_reads)
+        if can_stream:
             self._stream = SequentialStream(provider, path, size, etag, limit=self._limit,
-                                            fast_rate=_FAST_RATE, busy_cpu=_BUSY_CPU,
                                             helper=self._pool)
-            self._phase = "stream"
+        # One server thread (Redis) answers every request: start on one
+        # connection reading ahead while the reader copies (two stages over two
+        # cores); the controller still widens if the reader starves.
+        base = 1 if caps.serial_server else _BASE_WIDTH
+        self._ctl = Controller(can_stream=can_stream, base=base, max_width=self._max,
+                               now=time.perf_counter(),
+                               fixed_width=base if self._window == 0 and not can_stream else None,
+                               name=redact_text(path))
+        self._stream_fresh = True  # the next streamed read opens a request
+        self._active = self._ctl.width
+        self._lead = 0 if self._ctl.mode is Mode.STREAM else self._window
+        self._note_width()
 
     def stats(self) -> dict[str, Any]:
-        """How the reads were served: ``direct_bytes`` received straight into the
-        caller's buffers, ``copied_bytes`` out of read-ahead buffers; the link
-        ``phase`` (``stream``/``base``/``wide``/``settled``), ``active``
-        connections, ``readahead`` bytes planned past each read, and the
-        ``streams`` (sequential requests) opened."""
+        """How the reads were served: ``direct_bytes`` received straight into
+        the caller's buffers (``streamed_bytes`` of them by the reader's own
+        stream), ``copied_bytes`` out of read-ahead buffers; the current
+        ``phase`` (:class:`Mode` value: ``stream`` or ``ranged``), ``active``
+        connections and ``readahead`` bytes planned past each read; ``peak_active``
+        and ``peak_in_flight``; ``readahead_peak``, the most bytes of read-ahead
+        buffers held at once by this reader and its forks together; ``streams``
+        opened; ``changes`` of mode or width and the ``reason`` for the current
+        one; ``rate`` and ``peak_rate``, the MB/s delivered to the reader in the
+        last and the best measured interval; ``history``, the last decisions as
+        ``(mode, width, MB/s, waited share, reason)``."""
         with self._lock:
-            return {"direct_bytes": self._direct_bytes, "copied_bytes": self._copied_bytes,
-                    "phase": self._phase, "active": self._active, "readahead": self._lead,
-                    "streams": self._streams_opened}
+            return {
+                "direct_bytes": self._direct_bytes, "copied_bytes": self._copied_bytes,
+                "streamed_bytes": self._streamed_bytes,
+                "phase": self._ctl.mode.value, "active": self._active,
+                "readahead": self._lead, "peak_active": self._peak_width,
+                "peak_in_flight": self._peak_in_flight,
+                "streams": self._stream.opened if self._stream is not None else 0,
+                "changes": self._ctl.changes, "reason": self._ctl.reason,
+                "readahead_peak": self.budget.peak,
+                "rate": round(self._ctl.last_rate / 1e6, 1),
+                "peak_rate": round(self._ctl.peak_rate / 1e6, 1),
+                "history": [(h.mode.value, h.width, round(h.rate / 1e6, 1), round(h.waited, 2),
+                             h.reason) for h in self._ctl.history],
+            }
 
     # -- caller side ------------------------------------------------------------
     def readinto(self, pos: int, view: memoryview) -> None:
         """Fill ``view`` with ``[pos, pos + len(view))`` (the caller checked the bounds)."""
         sequential = self._last_end is None or pos == self._last_end
+        if self._ctl.mode is Mode.STREAM and self._stream is not None:
+            # Read-ahead left from a ranged stretch is used up first.
+            held = self._held_until(pos, pos + len(view))
+            if held > pos:
+                self._stream.count(sequential)
+                self._read_ranges(pos, view[: held - pos], sequential, steady=False)
+                pos, view = held, view[held - pos :]
+                sequential = True
+            if len(view):
+                got = self._stream_read(pos, view, sequential)
+                pos, view = pos + got, view[got:]
+        if len(view):
+            self._read_ranges(pos, view, sequential)
+        self._last_end = pos + len(view)
+        self._tick()
+
+    def _stream_read(self, pos: int, view: memoryview, sequential: bool) -> int:
+        """Stream as much of ``view`` as the stream serves, piece by piece,
+        measuring how long the reader waited for the link; returns the count."""
         stream = self._stream
-        if stream is not None:
-            got = stream.read(pos, view, sequential=pos == self._last_end,
-                              first=self._last_end is None)
+        assert stream is not None
+        got = 0
+        while got < len(view) and self._ctl.mode is Mode.STREAM:
+            piece = view[got : got + _STREAM_PIECE]
+            first, self._stream_fresh = self._stream_fresh, False
+            wall, busy, opening = time.perf_counter(), busy_seconds(), stream.open_seconds
+            n = stream.read(pos + got, piece, sequential=sequential or got > 0, first=first)
+            # Wall time this thread neither ran nor waited for a CPU: waiting for
+            # bytes (not counting a new request's first byte, paid once).
+            waited = max(0.0, (time.perf_counter() - wall) - (busy_seconds() - busy)
+                         - (stream.open_seconds - opening))
+            self._ctl.observe(n, waited)
+            got += n
             with self._lock:
-                self._direct_bytes += got
-                self._streams_opened = stream.opened
-                if stream.slow_rate is not None:
-                    self._leave_stream(stream.slow_rate)
-            if got == len(view):
-                self._last_end = pos + got
-                return
+                self._direct_bytes += n
+                self._streamed_bytes += n
             if stream.broke:  # resume exactly where the body broke, under the retry policy
-                self._provider.readinto_blocking(self._path, pos + got, view[got:],
-                                                 etag=self._etag)
+                rest = piece[n:]
+                self._provider.readinto_blocking(self._path, pos + got, rest, etag=self._etag)
+                got += len(rest)
                 with self._lock:
-                    self._direct_bytes += len(view) - got
-                self._last_end = pos + len(view)
-                return
-            pos, view = pos + got, view[got:]
-        self._read_ranges(pos, view, sequential)
+                    self._direct_bytes += len(rest)
+                continue
+            if n < len(piece):
+                break  # not a run of reads: ranged requests serve the rest
+            self._tick()
+        return got
 
-    def _leave_stream(self, rate: float) -> None:
-        """A stream measured a slow link: read by parallel ranges from now on,
-        wide at once (``rate`` is one connection's), and measure that (under the lock)."""
-        assert self._stream is not None
-        self._stream.close()
-        self._stream = None
-        self._base_rate = rate
-        self._samples = []
-        self._go_wide(rate)
+    def _held_until(self, pos: int, end: int) -> int:
+        """The end of the launched read-ahead covering ``pos`` onwards (``pos``: none)."""
+        with self._lock:
+            p = pos
+            while p < end:
+                start, seg_end = self._segment_at(p)
+                seg = self._segments.get(start)
+                if seg is None or not seg.launched or seg.end != seg_end:
+                    break
+                p = seg_end
+            return min(p, end)
 
-    def _go_wide(self, rate: float) -> None:
-        """Read ahead on as many connections as reach ``_GOAL_RATE`` at ``rate``
-        per connection, and measure that (under the lock)."""
-        self._phase = "wide"
-        want = math.ceil(_GOAL_RATE / max(rate, 1.0))
-        self._active = max(min(self._max, _BASE_ACTIVE), min(self._max, want))
-        self._lead = self._window
+    def _tick(self) -> None:
+        """Let the controller close its interval; apply a new mode or width."""
+        ctl = self._ctl
+        before = ctl.mode
+        if not ctl.tick(time.perf_counter()):
+            return
+        if before is Mode.STREAM and ctl.mode is not Mode.STREAM and self._stream is not None:
+            self._stream.close()
+        if ctl.mode is Mode.STREAM:
+            self._stream_fresh = True
+        with self._lock:
+            self._active = ctl.width if ctl.mode is Mode.RANGED else _BASE_WIDTH
+            self._lead = self._window if ctl.mode is Mode.RANGED else 0
+            self._note_width()
+            if ctl.mode is Mode.STREAM:  # drop read-ahead not yet requested
+                for start, seg in list(self._segments.items()):
+                    if not seg.launched:
+                        del self._segments[start]
+                        self._remove_planned(seg)
+                spare = self._free[2:]  # and spare buffers: the stream needs none
+                del self._free[2:]
+                self.budget.give(len(spare) * self._seg)
+            elif self._last_end is not None:
+                self._plan_ahead(self._last_end, set())
+            launch = self._next_launches()
+        self._launch(launch)
 
-    def _read_ranges(self, pos: int, view: memoryview, sequential: bool) -> None:
+    def _note_width(self) -> None:
+        if self._ctl.mode is Mode.RANGED:
+            self._peak_width = max(self._peak_width, self._active)
+
+    def _read_ranges(self, pos: int, view: memoryview, sequential: bool, *,
+                     steady: bool = True) -> None:
         end = pos + len(view)
         with self._lock:
             needed = self._plan(pos, end, view)
@@ -221,6 +304,7 @@ class Prefetcher:
         self._launch(launch)
         if any(seg.direct for seg in needed):
             populate(view)  # fault the pages in while other threads receive into them
+        started = time.perf_counter()
         try:
             for seg in needed:
                 self._wait(seg)
@@ -229,12 +313,14 @@ class Prefetcher:
             for seg in needed:
                 if seg.direct:
                     self._wait(seg)
+        waited = time.perf_counter() - started
         errors = [s.error for s in needed if s.error is not None]
         if errors:
             with self._lock:
                 for seg in needed:
-                    if seg.error is not None and not seg.direct:
-                        self._segments.pop(seg.start, None)
+                    if (seg.error is not None and not seg.direct
+                            and self._segments.pop(seg.start, None) is not None):
+                        self.budget.give(self._seg)
             raise errors[0]
         copied = 0
         for seg in needed:
@@ -243,7 +329,7 @@ class Prefetcher:
                 lo, hi = max(pos, seg.start), min(end, seg.end)
                 copy_into(view[lo - pos : hi - pos], seg.buffer[lo - seg.start : hi - seg.start])
                 copied += hi - lo
-        self._last_end = end
+        self._ctl.observe(len(view), waited, steady=steady)
         with self._lock:
             self._copied_bytes += copied
             self._direct_bytes += len(view) - copied
@@ -251,6 +337,10 @@ class Prefetcher:
 
     def close(self) -> None:
         """Cancel outstanding read-ahead and drop its buffers."""
+        if not self._closed and log.isEnabledFor(logging.DEBUG):
+            stats = self.stats()
+            del stats["history"]
+            log.debug("read-ahead of %s done: %s", redact_text(self._path), stats)
         self._closed = True
         if self._stream is not None:
             self._stream.close()
@@ -259,7 +349,10 @@ class Prefetcher:
             self._segments.clear()
             self._urgent.clear()
             self._ahead.clear()
+            held = len(self._free) + sum(1 for seg in segments
+                                         if seg.launched and not seg.direct)
             self._free.clear()
+        self.budget.give(held * self._seg)
         tasks = [s.task for s in segments if s.task is not None and not s.task.done()]
         for t in tasks:
             self._cancel(t)
@@ -269,7 +362,7 @@ class Prefetcher:
     # -- planning (under the lock) -------------------------------------------------
     def _segment_at(self, p: int) -> tuple[int, int]:
         """The segment holding byte ``p``: the fixed-size grid restarts at every
-        boundary (tensor data starts/ends), so a segment never straddles one."""
+        kept boundary (large tensors' data), so a segment never straddles one."""
         b = self._bounds
         i = bisect.bisect_right(b, p) - 1
         base = b[i] if i >= 0 else 0
@@ -331,11 +424,18 @@ class Prefetcher:
                 self._ahead.append(seg)
 
     def set_boundaries(self, offsets: list[int]) -> None:
-        """Offsets where segments must be cut (e.g. where each tensor's data
-        starts and ends), so that a read of one tensor covers whole segments and
-        is received straight into its buffer."""
+        """Offsets where the caller's reads start and end (e.g. each tensor's
+        data). The segment grid restarts at those that open or close at least
+        a segment's worth of bytes, so a large tensor covers whole segments
+        (received straight into its buffer when read before they were
+        requested), while small tensors and their headers still share one
+        request per segment."""
+        cuts = sorted({o for o in offsets if 0 < o < self._size})
+        edges = [0, *cuts, self._size]
+        kept = [o for i, o in enumerate(cuts)
+                if edges[i + 1] - edges[i] >= self._seg or edges[i + 2] - o >= self._seg]
         with self._lock:
-            self._bounds = sorted({o for o in offsets if 0 < o < self._size})
+            self._bounds = kept
             for start, seg in list(self._segments.items()):
                 if not seg.launched:
                     del self._segments[start]
@@ -345,16 +445,21 @@ class Prefetcher:
         """Segments to request now: urgent ones first, up to ``active`` in flight."""
         out: list[_Segment] = []
         while self._in_flight < self._active and (self._urgent or self._ahead):
-            seg = (self._urgent or self._ahead).popleft()
+            urgent = bool(self._urgent)
+            seg = (self._urgent or self._ahead)[0]
             if seg.buffer is None:
-                buf = self._free.pop() if self._free else bytearray(self._seg)
+                if self._free:
+                    buf = self._free.pop()
+                elif self.budget.take(self._seg, force=urgent):
+                    buf = bytearray(self._seg)
+                else:
+                    break  # read-ahead memory is spent: wait for the reader to consume
                 seg.buffer = memoryview(buf)[: seg.end - seg.start]
+            (self._urgent if urgent else self._ahead).popleft()
             seg.launched = True
-            seg.phase = self._phase
-            if self._probe_clock is None:
-                self._probe_clock = (time.perf_counter(), time.process_time())
             self._in_flight += 1
             out.append(seg)
+        self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
         return out
 
     def _evict(self, pos: int, end: int, sequential: bool) -> None:
@@ -369,65 +474,22 @@ class Prefetcher:
                 self._remove_planned(seg)
             elif seg.event.is_set():
                 del self._segments[start]
-                if seg.error is None and len(self._free) * self._seg < self._window:
+                if seg.error is None and len(self._free) < max(2, self._active):
                     self._free.append(seg.buffer.obj)  # type: ignore[union-attr, arg-type]
+                else:
+                    self.budget.give(self._seg)
             elif seg.end <= lo and seg.task is not None:
                 del self._segments[start]
                 self._cancel(seg.task)
+                self.budget.give(self._seg)  # garbage once the request ends
 
-    # -- adapting the connection count ------------------------------------------------
-    def _finished(self, seg: _Segment, seconds: float | None) -> list[_Segment]:
+    def _finished(self, seg: _Segment) -> list[_Segment]:
         """Book one finished request; return what to launch next (called with no lock)."""
         with self._lock:
             self._in_flight -= 1
-            if seconds is not None and seg.error is None:
-                try:
-                    self._measure(seg, seconds)
-                except Exception:  # pragma: no cover - never stall the queue over a statistic
-                    log.debug("read-ahead measurement failed", exc_info=True)
             if self._closed:
                 return []
             return self._next_launches()
-
-    def _measure(self, seg: _Segment, seconds: float) -> None:
-        """Probe the link, then settle (under the lock).
-
-        1. ``_PROBES`` large segments at the base connection count measure one
-           connection's rate. At or above ``_FAST_RATE`` the link is fast: stay.
-           So it is when the process was busy (``_BUSY_CPU``) meanwhile: the
-           rate was limited by the CPU (a small machine on loopback).
-        2. Otherwise go wide (``goal / rate`` connections, read-ahead on) and
-           measure again. Keep it only if the aggregate rate grew by half: a
-           server that serialises requests (one Redis thread, a throttled
-           account) gets no faster with more connections, only busier.
-        """
-        nbytes = seg.end - seg.start
-        if (nbytes < _SMALL_SEGMENT or self._phase in ("settled", "stream")
-                or seg.phase != self._phase):
-            return
-        self._samples.append(nbytes / max(seconds, 1e-6))
-        if len(self._samples) < _PROBES:
-            return
-        rate = statistics.median(self._samples)
-        self._samples = []
-        if self._phase == "base":
-            self._base_rate = rate * self._active
-            if rate >= _FAST_RATE or self._cpu_bound():
-                self._phase = "settled"
-                if self._provider.capabilities.serial_server:
-                    self._active, self._lead = 1, min(self._window, _SERIAL_LEAD)
-                return
-            self._go_wide(rate)
-        else:
-            self._phase = "settled"
-            if rate * self._active < _WIDE_GAIN * self._base_rate:
-                self._active, self._lead = min(self._max, _BASE_ACTIVE), 0
-
-    def _cpu_bound(self) -> bool:
-        """Whether the process spent at least ``_BUSY_CPU`` of the probe on CPU."""
-        if self._probe_clock is None:  # pragma: no cover - set by the first launch
-            return False
-        return cpu_bound_since(self._probe_clock, _BUSY_CPU)
 
     # -- I/O side ----------------------------------------------------------------------
     def _launch(self, segments: list[_Segment]) -> None:
@@ -454,24 +516,41 @@ class Prefetcher:
             _loop.get_loop().call_soon_threadsafe(task.cancel)
 
     def _fetch_blocking(self, seg: _Segment) -> None:
-        started = time.perf_counter()
-        elapsed: float | None = None
         try:
             assert seg.buffer is not None
-            self._provider.readinto_blocking(self._path, seg.start, seg.buffer, etag=self._etag)
-            elapsed = time.perf_counter() - started
+            if self._stream is not None and seg.end - seg.start >= _MEASURED_SEGMENT:
+                self._fetch_measured(seg, seg.buffer)
+            else:
+                self._provider.readinto_blocking(self._path, seg.start, seg.buffer,
+                                                 etag=self._etag)
         except BaseException as exc:
             seg.error = exc
         finally:
             seg.event.set()
-            self._launch(self._finished(seg, elapsed))
+            self._launch(self._finished(seg))
+
+    def _fetch_measured(self, seg: _Segment, buffer: memoryview) -> None:
+        """One ranged request, its body timed apart from its wait for the first
+        byte: that is what one connection delivers, the most a stream can."""
+        body = self._provider.open_range_blocking(self._path, seg.start, seg.end, etag=self._etag)
+        started = time.perf_counter()
+        try:
+            body.readinto(buffer)
+        except TensorstreamError as exc:  # resume the rest under the retry policy
+            got = min(getattr(exc, "received", 0) or 0, len(buffer))
+            self._provider.readinto_blocking(self._path, seg.start + got, buffer[got:],
+                                             etag=self._etag)
+            return
+        finally:
+            body.close()
+        self._ctl.note_connection(len(buffer) / max(time.perf_counter() - started, 1e-6))
 
     def _mark_if_cancelled(self, future: concurrent.futures.Future[Any], *, seg: _Segment) -> None:
         # A fetch cancelled before it started never runs: release its waiters and its slot.
         if future.cancelled():
             seg.error = OSError("read-ahead was cancelled")
             seg.event.set()
-            self._launch(self._finished(seg, None))
+            self._launch(self._finished(seg))
 
     def _start_tasks(self, segments: list[_Segment]) -> None:
         if self._closed:
@@ -483,12 +562,9 @@ class Prefetcher:
             seg.task = asyncio.ensure_future(self._fetch(seg))
 
     async def _fetch(self, seg: _Segment) -> None:
-        started = time.perf_counter()
-        elapsed: float | None = None
         try:
             assert seg.buffer is not None
             await self._provider.readinto(self._path, seg.start, seg.buffer, etag=self._etag)
-            elapsed = time.perf_counter() - started
         except asyncio.CancelledError:
             seg.error = OSError("read-ahead was cancelled")
             raise
@@ -496,7 +572,7 @@ class Prefetcher:
             seg.error = exc
         finally:
             seg.event.set()
-            launch = self._finished(seg, elapsed)
+            launch = self._finished(seg)
             if launch:
                 self._start_tasks(launch)
 

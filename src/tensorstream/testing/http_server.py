@@ -49,7 +49,8 @@ class HTTPFaults:
     key: str | None = None
     #: Seconds to wait before answering.
     latency: float = 0.0
-    #: Bytes per second per response body (writes are paced).
+    #: Bytes per second per response body (writes are paced; a change applies
+    #: to bodies in progress).
     rate_limit: int | None = None
     #: Close the connection after this many body bytes ...
     drop_after: int | None = None
@@ -390,8 +391,7 @@ class HTTPTestServer:
             f.dropped += 1
             limit = min(limit, f.drop_after or 0)
         try:
-            await self._write_body(resp, memoryview(body)[:limit],
-                                   f.rate_limit if faulty else None)
+            await self._write_body(resp, memoryview(body)[:limit], faulty)
             if drop and limit < len(body):
                 # Cut the connection mid-body: the client sees a short read.
                 if request.transport is not None:
@@ -402,14 +402,22 @@ class HTTPTestServer:
             pass  # the client hung up (e.g. it refused what it saw): not a server error
         return resp
 
-    @staticmethod
-    async def _write_body(resp: web.StreamResponse, body: memoryview,
-                          rate: int | None) -> None:
-        step = 256 << 10 if not rate else max(1, min(64 << 10, rate // 20))
-        t0 = time.monotonic()
-        for i in range(0, len(body), step):
+    async def _write_body(self, resp: web.StreamResponse, body: memoryview,
+                          paced: bool) -> None:
+        # ``faults.rate_limit`` (bytes/s of each body) is read again at every
+        # step, so a test can slow a link down or speed it up while bodies are
+        # in progress.
+        rate: int | None = None
+        sent, t0, i = 0, time.monotonic(), 0
+        while i < len(body):
+            now_rate = self.faults.rate_limit if paced else None
+            if now_rate != rate:  # the link changed: pace from here on
+                rate, sent, t0 = now_rate, 0, time.monotonic()
+            step = 256 << 10 if not rate else max(1, min(64 << 10, rate // 20))
             await resp.write(body[i : i + step])
+            i += step
+            sent += step
             if rate:
-                ahead = (i + step) / rate - (time.monotonic() - t0)
+                ahead = sent / rate - (time.monotonic() - t0)
                 if ahead > 0:
                     await asyncio.sleep(ahead)

@@ -63,6 +63,14 @@ __all__ = ["ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings", "open
 #: Bytes per ``readinto`` call on chunked bodies: bounds what an error
 #: mid-slice forgets (resume restarts at the slice start).
 _SLICE = 1 << 20
+#: A Content-Length body is received with the socket's low-water mark
+#: (``SO_RCVLOWAT``) at up to this many bytes: a slow or paced connection then
+#: wakes its thread once per this much instead of once per packet burst
+#: (thousands of times a second, each taking the GIL), which is what starves
+#: a reader with dozens of connections in flight.
+_LOWAT = 256 << 10
+#: What ``http.client``'s buffered socket file may hold beyond the socket.
+_FILE_BUFFER = 64 << 10
 #: At most this many bytes of an error body are read (S3 XML errors are small).
 _ERROR_BODY_LIMIT = 64 << 10
 _MAX_REDIRECTS = 5
@@ -272,6 +280,7 @@ class RangeBody:
         # or a timeout leaves an exact count. Chunked bodies go through
         # http.client's parser in slices (a cut forgets at most one slice).
         self._direct = not resp.chunked and resp.headers.get("Content-Length") is not None
+        self._lowat = 1  # the socket's SO_RCVLOWAT (1: the kernel's default)
 
     def readinto(self, buffer: memoryview) -> int:
         """Fill ``buffer`` with the next ``len(buffer)`` bytes of the body."""
@@ -285,6 +294,9 @@ class RangeBody:
         try:
             while received < want:
                 if self._direct:
+                    # The file object may hold up to a buffer of the body already:
+                    # the socket owes at least the rest, never ask it for more.
+                    self._set_lowat(max(1, min(_LOWAT, want - received - _FILE_BUFFER)))
                     n = resp.fp.readinto1(buffer[received:])
                 else:
                     n = resp.readinto(buffer[received : received + min(_SLICE, want - received)])
@@ -311,7 +323,17 @@ class RangeBody:
             self._finish()
         return want
 
+    def _set_lowat(self, nbytes: int) -> None:
+        # Never above what this call still wants: poll() waits for the mark.
+        if nbytes != self._lowat and self._conn is not None and self._conn.sock is not None:
+            try:
+                self._conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)
+                self._lowat = nbytes
+            except OSError:  # pragma: no cover - a platform without it
+                self._lowat = nbytes
+
     def _finish(self) -> None:
+        self._set_lowat(1)  # the next request's status line must not wait for the mark
         conn, self._conn = self._conn, None
         assert conn is not None
         if self._direct:

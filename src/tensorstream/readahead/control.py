@@ -1,0 +1,258 @@
+"""The read-ahead controller: how wide a reader reads, decided all the time.
+
+A reader's load is limited by one of three things, and which one can change
+while it runs:
+
+* **the reader** (its CPU: a fast link such as loopback or an object store
+  next door): one streamed request received in place by the reader's own
+  thread is cheapest (no copy, no thread hand-off, one request);
+* **the link** (a per-connection cap, tens of milliseconds to first byte, a
+  far-away store): only more requests in flight help, and the read-ahead
+  they need is copied out when read (cheap next to the wait);
+* **the server or the machine** (one server thread, a throttled account, a
+  busy CPU): more requests only add work.
+
+:class:`Controller` is fed, for each stretch of the load, the bytes the
+reader consumed and how long it sat waiting for bytes that had not arrived.
+Every ``interval`` it decides:
+
+* the reader *starved* (it waited for a good share of the interval): try
+  more connections, as many more as the share it waited says the link
+  needs (a stream becomes ranged read-ahead; see :meth:`Controller._wider`),
+  and keep the change only if the delivered rate grew (``GAIN``, or half
+  the step for a small step); otherwise go back and wait ``hold`` seconds
+  (doubling after each failed try) before trying a smaller step. A stream
+  leaves at once when it waited most of the time (``SURE``), else only after
+  starving twice in a row (a busy server or machine hiccups, a slow link
+  does not);
+* the reader was the limit for ``CALM_INTERVALS`` intervals in a row while
+  reading wide, and one connection (as the ranged requests' bodies measure
+  it) delivers what the reader consumes: try the single in-place stream
+  again (cheaper per byte); go back if the rate fell;
+* else keep what works.
+
+So a link that starts slow and speeds up, slows, or bursts is followed, and
+no judgement is final. The controller is pure logic (time comes in as an
+argument), so its rules are tested without a network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import math
+
+__all__ = ["Controller", "Mode", "Sample"]
+
+log = logging.getLogger("tensorstream.readahead")
+
+
+class Mode(enum.Enum):
+    """How a reader's bytes are fetched."""
+
+    #: One request per run of sequential reads, received straight into the
+    #: caller's buffers by the reader's own thread: no copy, no hand-off, one
+    #: request. Best when the reader's CPU is the limit.
+    STREAM = "stream"
+    #: Ranged requests on a fixed grid of ``part_size`` pieces (independent of
+    #: how the file is cut into tensors: small tensors share a request) kept in
+    #: flight ahead of the reader on ``width`` connections, up to the
+    #: ``readahead`` window; received into read-ahead buffers (copied out when
+    #: read) or, for a piece a waiting read covers whole, straight into the
+    #: caller's buffer. Best when the link is the limit.
+    RANGED = "ranged"
+
+
+#: Seconds of load per decision (and at least one decision per this much).
+INTERVAL = 0.12
+#: The reader waited at least this share of an interval: it starved.
+STARVED = 0.25
+#: The reader waited at least this share: the link is surely the limit.
+SURE = 0.8
+#: The reader waited at most this share: the reader, not the link, was the limit.
+CALM = 0.05
+#: Calm intervals in a row (while reading wide) before trying the stream again.
+CALM_INTERVALS = 4
+#: A wider try is kept when the delivered rate grew by this factor.
+GAIN = 1.15
+#: A narrower try (the stream) is kept unless the rate fell below this factor.
+KEEP = 0.85
+#: First and longest hold-off after a try that did not pay.
+HOLD = 0.5
+MAX_HOLD = 8.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One finished interval: what was measured and what was decided."""
+
+    mode: Mode
+    width: int
+    rate: float  # bytes per second delivered to the reader
+    waited: float  # share of the interval the reader waited for bytes
+    reason: str
+
+
+@dataclasses.dataclass
+class _Try:
+    mode: Mode
+    width: int
+    rate: float  # the rate before the try
+    wider: bool
+
+
+class Controller:
+    """Chooses a reader's :class:`Mode` and width from what it measures.
+
+    ``can_stream``: the provider has range streams (else always ranged);
+    ``base``: connections when a stream first goes wide (and the starting
+    width without streams); ``max_width``: the ceiling (``concurrency``).
+    """
+
+    def __init__(self, *, can_stream: bool, base: int, max_width: int, now: float,
+                 fixed_width: int | None = None, name: str = "") -> None:
+        self.name = name  # what is read, for the log (redacted by the caller)
+        self.max_width = max(1, max_width)
+        self.base = max(1, min(base, self.max_width))
+        self.can_stream = can_stream
+        self.fixed = fixed_width is not None
+        self.mode = Mode.STREAM if can_stream else Mode.RANGED
+        self.width = 1 if can_stream else (fixed_width or self.base)
+        self.width = min(self.width, self.max_width)
+        self.reason = "start: stream in place" if can_stream else "start: ranged read-ahead"
+        self.changes = 0  # decisions that changed mode or width (statistics)
+        self.last_rate = 0.0  # bytes/s delivered in the last interval (statistics)
+        self.peak_rate = 0.0  # and the most in any interval
+        self.history: list[Sample] = []  # the last decisions (statistics, bounded)
+        self._start = now
+        self._bytes = 0
+        self._wait = 0.0
+        self._dirty = False  # the interval saw bytes from before the last change
+        self._trial: _Try | None = None
+        self._hold_until = {True: 0.0, False: 0.0}  # wider / narrower tries
+        self._hold = {True: HOLD, False: HOLD}
+        self._calm = 0
+        self._starved = 0  # starved intervals in a row
+        self._conn_rate: float | None = None  # what one ranged request's body delivers
+        self._failed: int | None = None  # the width of the last wider try that did not pay
+
+    # -- input -----------------------------------------------------------------------
+    def observe(self, nbytes: int, waited: float, *, steady: bool = True) -> None:
+        """The reader consumed ``nbytes`` and waited ``waited`` seconds for them;
+        ``steady=False``: they came from read-ahead of an earlier mode (the
+        interval then says nothing about the current one)."""
+        self._bytes += nbytes
+        self._wait += waited
+        if not steady:
+            self._dirty = True
+
+    def note_connection(self, rate: float) -> None:
+        """One ranged request's body arrived at ``rate`` bytes/s (any thread)."""
+        old = self._conn_rate
+        self._conn_rate = rate if old is None else 0.8 * old + 0.2 * rate
+
+    @property
+    def connection_rate(self) -> float | None:
+        return self._conn_rate
+
+    # -- decisions -----------------------------------------------------------------------
+    def tick(self, now: float) -> bool:
+        """Close the interval if it is due; return whether mode or width changed."""
+        span = now - self._start
+        if span < INTERVAL or self.fixed:
+            return False
+        rate = self._bytes / span
+        waited = min(1.0, self._wait / span)
+        dirty = self._dirty
+        self._start, self._bytes, self._wait, self._dirty = now, 0, 0.0, False
+        if dirty or rate <= 0:
+            return False
+        self.last_rate = rate
+        self.peak_rate = max(self.peak_rate, rate)
+        return self._decide(now, rate, waited)
+
+    def _decide(self, now: float, rate: float, waited: float) -> bool:
+        trial = self._trial
+        if trial is not None:  # judge the last change
+            self._trial = None
+            if trial.wider:  # a small step can only show a small gain: half of it will do
+                gain = min(GAIN, 1 + 0.5 * (self.width / max(trial.width, 1) - 1))
+                kept = rate >= trial.rate * gain
+            else:
+                kept = rate >= trial.rate * KEEP
+            if trial.wider:
+                self._failed = None if kept else self.width
+            if not kept:
+                hold = self._hold[trial.wider]
+                self._hold_until[trial.wider] = now + hold
+                self._hold[trial.wider] = min(MAX_HOLD, hold * 2)
+                return self._set(trial.mode, trial.width, rate, waited,
+                                 f"back: {rate / 1e6:.0f} MB/s did not beat "
+                                 f"{trial.rate / 1e6:.0f} MB/s")
+            self._hold[trial.wider] = HOLD
+            if trial.wider and waited < STARVED:
+                self._note(rate, waited, "kept")
+                return False
+        if waited >= STARVED:
+            self._calm = 0
+            self._starved += 1
+            if now < self._hold_until[True]:
+                return False
+            # Leaving the stream costs copies: a moderate wait must show twice
+            # in a row (a busy server or machine hiccups; a paced link does not).
+            if self.mode is Mode.STREAM and waited < SURE and self._starved < 2:
+                return False
+            mode, width = Mode.RANGED, self._wider(waited)
+            if (mode, width) == (self.mode, self.width):
+                return False
+            self._trial = _Try(self.mode, self.width, rate, wider=True)
+            return self._set(mode, width, rate, waited,
+                             f"starved {waited:.0%} at {rate / 1e6:.0f} MB/s")
+        self._starved = 0
+        one = self._conn_rate
+        # The stream is one connection: worth a try only if one delivers the rate.
+        if (waited <= CALM and self.mode is Mode.RANGED and self.can_stream
+                and (one is None or one >= rate * KEEP)):
+            self._calm += 1
+            if self._calm >= CALM_INTERVALS and now >= self._hold_until[False]:
+                self._calm = 0
+                self._trial = _Try(self.mode, self.width, rate, wider=False)
+                return self._set(Mode.STREAM, 1, rate, waited,
+                                 f"reader-bound at {rate / 1e6:.0f} MB/s: try the stream")
+        else:
+            self._calm = 0
+        return False
+
+    def _wider(self, waited: float) -> int:
+        """The width to try when the reader starved for ``waited`` of the time.
+
+        Had it never waited it would have consumed ``1 / (1 - waited)`` times
+        as much: that many times the connections (and a quarter more for
+        requests' first bytes) is what the link needs if each connection adds
+        its share. A stream that waited 95% of the time goes to ~25
+        connections at once instead of ramping up through the load's first
+        second; one that waited 30% tries ``base``. After a try that did not
+        pay, the next one goes half as far."""
+        now = self.width if self.mode is Mode.RANGED else 1
+        want = math.ceil(now * 1.25 / max(1.0 - waited, 0.02))
+        low = self.base if self.mode is Mode.STREAM else now + max(1, now // 2)
+        width = max(low, want)
+        if self._failed is not None and self._failed > now:
+            width = min(width, max(low if self.mode is Mode.STREAM else now + 1,
+                                   (now + self._failed) // 2))
+        return min(self.max_width, width)
+
+    def _set(self, mode: Mode, width: int, rate: float, waited: float, reason: str) -> bool:
+        changed = (mode, width) != (self.mode, self.width)
+        self.mode, self.width, self.reason = mode, width, reason
+        if changed:
+            self.changes += 1
+            self._dirty = True  # read-ahead of the old mode may still be consumed
+        self._note(rate, waited, reason)
+        log.debug("read-ahead of %s: %s x%d (%s)", self.name, mode.value, width, reason)
+        return changed
+
+    def _note(self, rate: float, waited: float, reason: str) -> None:
+        self.history.append(Sample(self.mode, self.width, rate, waited, reason))
+        del self.history[:-16]

@@ -1,0 +1,119 @@
+"""The read-ahead controller's rules, fed synthetic intervals (no network, no
+clock): a starved stream goes wide at once, a try that does not pay is undone
+and not retried for a while, a reader-bound wide reader tries the stream only
+when one connection can feed it, and intervals mixed with old read-ahead are
+never judged."""
+
+from __future__ import annotations
+
+from tensorstream.readahead.control import (
+    CALM_INTERVALS,
+    HOLD,
+    INTERVAL,
+    Controller,
+    Mode,
+)
+
+MB = 1_000_000
+
+
+class Run:
+    """Drives a controller through intervals of a given rate and wait share."""
+
+    def __init__(self, **kwargs: object) -> None:
+        self.now = 0.0
+        self.ctl = Controller(now=self.now, **kwargs)  # type: ignore[arg-type]
+
+    def interval(self, rate: float, waited: float, *, steady: bool = True) -> bool:
+        self.ctl.observe(int(rate * INTERVAL), waited * INTERVAL, steady=steady)
+        self.now += INTERVAL
+        return self.ctl.tick(self.now)
+
+    def settle(self, rate: float, waited: float) -> None:
+        """The interval right after a change is never judged."""
+        assert not self.interval(rate, waited)
+
+
+def test_a_starved_stream_goes_to_the_ceiling_and_keeps_it_when_it_pays() -> None:
+    run = Run(can_stream=True, base=4, max_width=32)
+    assert (run.ctl.mode, run.ctl.width) == (Mode.STREAM, 1)
+    assert run.interval(25 * MB, 0.98)  # one connection's rate: the link needs ~60
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+    run.settle(100 * MB, 0.9)
+    assert not run.interval(600 * MB, 0.1)  # 24x the stream: kept
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+    assert run.ctl.history[-1].reason == "kept"
+
+
+def test_a_try_that_does_not_pay_is_undone_then_retried_narrower_after_a_hold() -> None:
+    run = Run(can_stream=True, base=4, max_width=32)
+    assert run.interval(200 * MB, 0.9)  # starved, but the server is the limit
+    assert run.ctl.width == 13  # 1.25 / (1 - 0.9), rounded up
+    run.settle(200 * MB, 0.9)
+    assert run.interval(190 * MB, 0.9)  # no gain: back to the stream
+    assert (run.ctl.mode, run.ctl.width) == (Mode.STREAM, 1)
+    assert "did not beat" in run.ctl.reason
+    # Still starved, but held off for HOLD seconds.
+    held = 0
+    while not run.interval(200 * MB, 0.9):
+        held += 1
+    assert held * INTERVAL >= HOLD - INTERVAL
+    # The next try goes half as far.
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 7)
+
+
+def test_a_mildly_starved_stream_tries_the_base_width_if_it_starves_twice() -> None:
+    run = Run(can_stream=True, base=4, max_width=32)
+    assert not run.interval(300 * MB, 0.3)  # once: a hiccup of a busy server
+    assert not run.interval(300 * MB, 0.0)
+    assert not run.interval(300 * MB, 0.3)
+    assert run.interval(300 * MB, 0.3)  # twice in a row: the link
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 4)
+
+
+def test_ranged_reading_widens_while_the_reader_starves_and_each_step_pays() -> None:
+    run = Run(can_stream=False, base=4, max_width=16)
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 4)
+    widths = [run.ctl.width]
+    for _ in range(6):
+        if run.interval(25 * MB * run.ctl.width, 0.3):  # each connection adds 25 MB/s
+            widths.append(run.ctl.width)
+            run.settle(25 * MB * run.ctl.width, 0.3)
+    assert widths == [4, 8, 15, 16]  # by 1.25 / 0.7 each step, up to the ceiling
+    starved = Run(can_stream=False, base=4, max_width=16)
+    assert starved.interval(100 * MB, 0.9)
+    assert starved.ctl.width == 16  # 90% waiting: the ceiling in one step
+
+
+def test_a_reader_bound_wide_reader_tries_the_stream_only_if_one_connection_feeds_it() -> None:
+    slow = Run(can_stream=True, base=4, max_width=32)
+    slow.interval(25 * MB, 0.98)
+    slow.settle(400 * MB, 0.0)
+    slow.ctl.note_connection(25 * MB)  # each request's body: 25 MB/s (a paced link)
+    for _ in range(3 * CALM_INTERVALS):
+        assert not slow.interval(400 * MB, 0.0)
+    assert slow.ctl.mode is Mode.RANGED
+
+    fast = Run(can_stream=True, base=4, max_width=32)
+    fast.interval(25 * MB, 0.98)  # a slow start (a busy server, a cold cache)
+    fast.settle(400 * MB, 0.0)
+    fast.ctl.note_connection(2000 * MB)  # the link has sped up: one connection suffices
+    changed = [fast.interval(400 * MB, 0.0) for _ in range(CALM_INTERVALS + 1)]
+    assert any(changed) and fast.ctl.mode is Mode.STREAM
+    assert "try the stream" in fast.ctl.reason
+    fast.settle(500 * MB, 0.0)
+    assert not fast.interval(500 * MB, 0.0)  # not worse: the stream is kept
+    assert fast.ctl.mode is Mode.STREAM
+
+
+def test_intervals_mixed_with_read_ahead_of_another_mode_are_not_judged() -> None:
+    run = Run(can_stream=True, base=4, max_width=32)
+    assert not run.interval(25 * MB, 0.98, steady=False)
+    assert run.ctl.mode is Mode.STREAM and run.ctl.changes == 0
+
+
+def test_a_fixed_width_never_changes() -> None:
+    run = Run(can_stream=False, base=4, max_width=32, fixed_width=4)
+    for _ in range(10):
+        assert not run.interval(1 * MB, 1.0)
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 4)
