@@ -1,6 +1,6 @@
-"""Small pure helpers for the HTTP provider: header parsing, address checks,
-and the one status/exception -> tensorstream error mapping shared by the
-async (aiohttp) and blocking (http.client) data paths.
+"""Small pure helpers of the HTTP data plane (:mod:`.range_get`), shared
+by the HTTP and S3 providers: header parsing, the ranged-answer check,
+address checks, and the one status/exception -> tensorstream error mapping.
 
 Kept free of I/O so they can be fuzzed and unit-tested on their own.
 """
@@ -16,7 +16,6 @@ import time
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-import aiohttp
 from yarl import URL
 
 from ...errors import (
@@ -145,12 +144,12 @@ def is_metadata_address(address: str) -> bool:
     return ip.is_link_local or ip == _METADATA_V6
 
 
-# -- error mapping (shared by the aiohttp and http.client data paths) -----------
+# -- error mapping ----------------------------------------------------------------
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
-#: Case-insensitive headers with ``.get(name)``: aiohttp's CIMultiDictProxy or
-#: http.client's HTTPMessage (which share no declared type).
+#: Case-insensitive headers with ``.get(name)`` (the data plane's header view,
+#: or http.client's HTTPMessage).
 _Headers = Any
 
 
@@ -185,7 +184,7 @@ def status_error(status: int, reason: str, headers: _Headers, *, path: str,
 
 def exception_error(exc: BaseException, *, path: str, received: int = 0,
                     service: str = "http") -> TensorstreamError:
-    """The tensorstream error for a transport exception (aiohttp, http.client, OS).
+    """The tensorstream error for a transport exception (http.client, ssl, OS).
 
     ``received`` body bytes already landed make a broken connection a
     resumable :class:`IncompleteReadError`.
@@ -194,21 +193,21 @@ def exception_error(exc: BaseException, *, path: str, received: int = 0,
         return exc
     where = {"service": service, "path": redact_path(path)}
     what = f"{type(exc).__name__}: {redact_text(str(exc))}"
-    if isinstance(exc, (aiohttp.ClientSSLError, ssl.SSLError)):
-        err: TensorstreamError = ConnectionFailedError(f"TLS failed ({what})", **where)
+    if isinstance(exc, ssl.SSLError):
+        err: TensorstreamError = ConnectionFailedError(
+            f"TLS failed ({what}); for a private CA pass ca_bundle=<PEM path> "
+            "(insecure=True skips verification)", **where)
         err.temporary = False  # an untrusted certificate does not fix itself
         return err
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError and socket.timeout alias it
         return StorageTimeoutError(f"timed out after {received} bytes", received=received,
                                    **where)
-    broken = (aiohttp.ClientPayloadError, aiohttp.ClientOSError,
-              aiohttp.ServerDisconnectedError, http.client.IncompleteRead, OSError)
-    if received and isinstance(exc, broken):
+    if received and isinstance(exc, (http.client.IncompleteRead, OSError)):
         return IncompleteReadError(f"body broken after {received} bytes ({what})",
                                    received=received, **where)
-    if isinstance(exc, (aiohttp.ClientPayloadError, http.client.IncompleteRead)):
+    if isinstance(exc, http.client.IncompleteRead):
         return IncompleteReadError(f"body broken ({what})", received=0, **where)
-    if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+    if isinstance(exc, OSError):
         # includes http.client.RemoteDisconnected (a ConnectionResetError)
         return ConnectionFailedError(f"connection failed ({what})", **where)
     return ProtocolError(f"HTTP client error ({what})", **where)
@@ -260,7 +259,7 @@ def check_ranged_response(status: int, headers: _Headers, *, first: int, last: i
                                  service=service, path=redact_path(path))
 
 
-# -- redirects (one policy for both data paths) ---------------------------------
+# -- redirects --------------------------------------------------------------------
 def origin(url: URL) -> tuple[str, str, int | None]:
     """``(scheme, host, port)``: credentials never cross a change of it."""
     return (url.scheme, (url.host or "").lower(), url.explicit_port or url.port)

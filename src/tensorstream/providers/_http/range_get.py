@@ -1,10 +1,14 @@
-"""The blocking HTTP(S) data path: ranged GETs received straight into the
-caller's buffer from worker threads, without the event loop.
+"""The one HTTP(S) data plane of tensorstream: every request of the HTTP and S3
+providers' reads (ranged GETs, HEADs) goes through here, on ``http.client``
+in the calling thread; the providers' async methods are derived from it
+(:func:`in_thread`).
 
-``http.client`` does the HTTP (request framing, header and chunked parsing);
-``HTTPResponse.readinto`` fills slices of the destination ``memoryview`` with
-``socket.recv_into``, which releases the GIL, so many threads read truly in
-parallel and each byte is written once.
+Why blocking: ``HTTPResponse.readinto`` fills slices of the destination
+``memoryview`` with ``socket.recv_into``, which releases the GIL, so many
+threads receive truly in parallel and each byte is written once, straight
+into the caller's memory. Measured against aiohttp (event loop, one Python
+callback per chunk, a copy out of its buffers) this plane is the fast one:
+see ``docs/benchmarks.md``.
 
 * :class:`ConnectionPool`: thread-safe keep-alive pool keyed by
   ``(scheme, host, port)`` (one pool per TLS setting: a provider owns one).
@@ -12,12 +16,15 @@ parallel and each byte is written once.
   keeps open, goes back; any error, partial body or interruption closes it, so
   a reused connection can never yield the previous response's bytes. The pool
   forgets connections inherited across ``fork``.
-* :func:`open_range`: one ranged GET (following redirects by a given
-  policy) checked by the same pure functions as the async path
-  (:mod:`._http_util`); its :class:`RangeBody` is read in order into
-  successive buffers (a streamed sequential reader), each filled whole or
-  raising the same tensorstream errors (a ranged read into one buffer is
-  one :func:`open_range` read whole).
+* :func:`open_range`: one ranged GET (following redirects by a given policy),
+  its answer checked by :func:`.headers.check_ranged_response` (status,
+  ``Content-Range`` with total, ``Content-Length``, ``Content-Encoding``,
+  ETag); its :class:`RangeBody` is read in order into successive buffers,
+  each filled whole or raising tensorstream errors (a ranged read into one
+  buffer is one :func:`open_range` read whole).
+* :func:`request`: a small request (``HEAD``, a one-byte probe) under the
+  same redirect rules.
+* :func:`in_thread`: the async side, on worker threads, cancellable.
 
 No retries here: :mod:`tensorstream.layers.stack` retries and resumes. The only
 repeat is urllib3's classic one: a *reused* keep-alive connection that the
@@ -27,6 +34,9 @@ the answer arrived.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import dataclasses
 import http.client
 import os
@@ -34,7 +44,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from yarl import URL
 
@@ -58,7 +68,10 @@ from .headers import (
     status_error,
 )
 
-__all__ = ["ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings", "open_range"]
+__all__ = [
+    "Answer", "Cancel", "ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings",
+    "in_thread", "open_range", "request",
+]
 
 #: Bytes per ``readinto`` call on chunked bodies: bounds what an error
 #: mid-slice forgets (resume restarts at the slice start).
@@ -227,10 +240,10 @@ def _check_redirect(target: URL, policy: RedirectPolicy, path: str) -> None:
     refuse_metadata_target(addresses, path=path)
 
 
-def _exchange(pool: ConnectionPool, url: URL, headers: dict[str, str], timeouts: Timeouts,
-              *, service: str, path: str
+def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, str],
+              timeouts: Timeouts, *, service: str, path: str, cancel: Cancel | None
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-    """Send one GET and read the status line and headers."""
+    """Send one request and read the status line and headers."""
     key = _key(url)
     target = url.raw_path_qs or "/"  # sent verbatim: never re-encode a signed URL
     for _ in range(2):
@@ -241,17 +254,120 @@ def _exchange(pool: ConnectionPool, url: URL, headers: dict[str, str], timeouts:
                 f"connect timeout ({timeouts.connect:g} s) to {key[1]}:{key[2]}",
                 service=service, path=redact_path(path)) from exc
         try:
-            conn.request("GET", target, headers=headers)
+            if cancel is not None:
+                cancel.attach(conn)
+            conn.request(method, target, headers=headers)
             return conn, conn.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             conn.close()
-            if not reused:
+            if not reused or (cancel is not None and cancel.cancelled):
                 raise
             # The server closed this keep-alive connection while it sat idle.
         except BaseException:
             conn.close()
             raise
     raise AssertionError("unreachable")
+
+
+class Cancel:
+    """Stops a blocking request from another thread (an async caller cancelled).
+
+    The connection in use is shut down (``shutdown`` wakes a thread blocked
+    in ``recv_into``; ``close`` alone would not), so the reading thread fails
+    at once with an error and stops writing into the caller's buffer."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+
+    def attach(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._conn = conn
+            cancelled = self.cancelled
+        if cancelled:
+            _shutdown(conn)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            conn = self._conn
+        if conn is not None:
+            _shutdown(conn)
+
+
+def _shutdown(conn: http.client.HTTPConnection) -> None:
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+@dataclasses.dataclass
+class Answer:
+    """A final (non-redirect) answer's status line and headers; its body was
+    read (at most ``_ERROR_BODY_LIMIT`` bytes) and its connection released."""
+
+    status: int
+    reason: str
+    headers: _HeaderView
+    body: bytes
+
+
+def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str],
+          timeouts: Timeouts, *, service: str, path: str, redirects: RedirectPolicy | None,
+          cancel: Cancel | None
+          ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, _HeaderView, URL]:
+    """One request, following redirects by ``redirects``' rules (without, a
+    redirect is an answer like any other); returns the final answer."""
+    current = URL(url, encoded=True)
+    creds = dict(redirects.credentials) if redirects is not None else {}
+    hops = redirects.max_redirects if redirects is not None else 0
+    for _ in range(hops + 1):
+        conn, resp = _exchange(pool, current, method, {**headers, **creds}, timeouts,
+                               service=service, path=path, cancel=cancel)
+        try:
+            view = _HeaderView(resp.headers)
+            location = view.get("Location")
+            if redirects is not None and resp.status in REDIRECT_STATUSES and location:
+                conn.close()  # never drain a body we do not want
+                target, same_origin = redirect_step(current, location, path=path)
+                if not same_origin:
+                    creds = {}  # never forward credentials to another origin (or to http)
+                _check_redirect(target, redirects, path)
+                current = target
+                continue
+        except BaseException:
+            conn.close()  # never reuse a connection after an error
+            raise
+        return conn, resp, view, current
+    raise ProtocolError(f"more than {hops} redirects", service=service,
+                        path=redact_path(path))
+
+
+def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str],
+            timeouts: Timeouts, *, path: str, service: str = "http",
+            redirects: RedirectPolicy | None = None, cancel: Cancel | None = None) -> Answer:
+    """A small request (``HEAD``, a one-byte probe): the whole answer, its body
+    capped at ``_ERROR_BODY_LIMIT`` bytes; the connection is reused when the
+    body was read to its end."""
+    try:
+        conn, resp, view, final = _send(pool, url, method, headers, timeouts, service=service,
+                                        path=path, redirects=redirects, cancel=cancel)
+        try:
+            body = resp.read(_ERROR_BODY_LIMIT)
+        except BaseException:
+            conn.close()
+            raise
+        if resp.isclosed() and not resp.will_close:
+            pool.release(_key(final), conn)
+        else:
+            conn.close()
+        return Answer(resp.status, resp.reason, view, body)
+    except TensorstreamError:
+        raise
+    except (OSError, http.client.HTTPException) as exc:
+        raise exception_error(exc, path=path, received=0, service=service) from exc
 
 
 class RangeBody:
@@ -312,6 +428,9 @@ class RangeBody:
             raise
         except (OSError, http.client.HTTPException) as exc:
             self.close()
+            if isinstance(exc, http.client.IncompleteRead) and not self._direct:
+                # The chunks of this slice that arrived whole are in the buffer.
+                received += len(exc.partial)
             err = exception_error(exc, path=self._path, received=received,
                                   service=self._service)
             raise note_etag(err, self.etag) from exc
@@ -363,6 +482,7 @@ def open_range(
     service: str = "http",
     redirects: RedirectPolicy | None = None,
     on_status: StatusMapper | None = None,
+    cancel: Cancel | None = None,
 ) -> RangeBody:
     """Send a GET for bytes ``[offset, end)`` of ``url`` and check its answer;
     the body is then read with :meth:`RangeBody.readinto`.
@@ -372,7 +492,8 @@ def open_range(
     its credential headers are sent to the first origin and dropped when a
     redirect leaves it; without, a redirect is mapped like any other status.
     ``path`` names the object in errors (redacted); ``on_status`` maps an
-    unexpected status (default: the shared HTTP mapping).
+    unexpected status (default: the shared HTTP mapping); ``cancel`` lets
+    another thread stop the request and its body.
     """
     where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
     if offset < 0 or end <= offset:
@@ -383,39 +504,65 @@ def open_range(
     if etag and not etag.startswith("W/"):  # If-Match needs a strong ETag
         base["If-Match"] = etag
     mapper = on_status or _default_status
-    current = URL(url, encoded=True)
-    creds = dict(redirects.credentials) if redirects is not None else {}
-    hops = redirects.max_redirects if redirects is not None else 0
     served: str | None = None
     try:
-        for _ in range(hops + 1):
-            conn, resp = _exchange(pool, current, {**base, **creds}, timeouts,
-                                   service=service, path=where)
-            try:
-                view = _HeaderView(resp.headers)
-                location = view.get("Location")
-                if redirects is not None and resp.status in REDIRECT_STATUSES and location:
-                    conn.close()  # never drain a body we do not want
-                    target, same_origin = redirect_step(current, location, path=where)
-                    if not same_origin:
-                        creds = {}  # never forward credentials to another origin (or to http)
-                    _check_redirect(target, redirects, where)
-                    current = target
-                    continue
-                check_ranged_response(resp.status, view, first=offset, last=last,
-                                      etag=etag, path=where, service=service,
-                                      on_status=lambda r=resp: mapper(r, where))
-                served = view.get("ETag")
-                return RangeBody(pool, _key(current), conn, resp, start=offset, end=end,
-                                 served=served, service=service, path=where)
-            except BaseException:
-                conn.close()  # never reuse a connection after an error
-                raise
-        raise ProtocolError(f"more than {hops} redirects", service=service,
-                            path=redact_path(where))
+        conn, resp, view, final = _send(pool, url, "GET", base, timeouts, service=service,
+                                        path=where, redirects=redirects, cancel=cancel)
+        try:
+            check_ranged_response(resp.status, view, first=offset, last=last,
+                                  etag=etag, path=where, service=service,
+                                  on_status=lambda r=resp: mapper(r, where))
+            served = view.get("ETag")
+            return RangeBody(pool, _key(final), conn, resp, start=offset, end=end,
+                             served=served, service=service, path=where)
+        except BaseException:
+            conn.close()  # never reuse a connection after an error
+            raise
     except TensorstreamError as exc:
         note_etag(exc, served)
         raise
     except (OSError, http.client.HTTPException) as exc:
         err = exception_error(exc, path=where, received=0, service=service)
         raise note_etag(err, served) from exc
+
+
+# -- the async side, derived: the same requests on worker threads ----------------
+#: Threads that serve async callers' blocking requests (created on demand; one
+#: per request in flight, so this bounds a process's concurrent async reads).
+MAX_THREADS = 128
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_executor_pid = 0
+_executor_lock = threading.Lock()
+
+T = TypeVar("T")
+
+
+def _threads() -> concurrent.futures.ThreadPoolExecutor:
+    global _executor, _executor_pid
+    with _executor_lock:
+        if _executor is None or _executor_pid != os.getpid():
+            # asyncio's default executor has min(32, cpus + 4) threads: it would
+            # cap a cp or a gather of reads at 6 connections on a 2-core machine.
+            _executor = concurrent.futures.ThreadPoolExecutor(
+                MAX_THREADS, thread_name_prefix="tensorstream-http")
+            _executor_pid = os.getpid()
+        return _executor
+
+
+async def in_thread(fn: Callable[[Cancel], T]) -> T:
+    """Run the blocking ``fn(cancel)`` on a worker thread for an async caller.
+
+    This is how the async provider methods of HTTP(S) and S3 are derived from
+    the one blocking data plane. If the caller is cancelled, ``cancel`` shuts
+    the request's connection down and the call waits for the thread to stop,
+    so no thread writes into a caller's buffer after this returns or raises.
+    """
+    cancel = Cancel()
+    future = asyncio.get_running_loop().run_in_executor(_threads(), fn, cancel)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        cancel.cancel()
+        with contextlib.suppress(BaseException):
+            await future
+        raise

@@ -1,13 +1,16 @@
-"""The S3 provider's one error-mapping function: botocore/aiohttp -> tensorstream.errors."""
+"""The S3 provider's one error-mapping function: botocore/aiohttp -> tensorstream.errors.
+
+aiohttp errors only come from aiobotocore (list, delete, writes); it is not
+imported here, so a read-only process never loads it."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 from typing import Any
 from xml.etree import ElementTree
 
-import aiohttp
 import botocore.exceptions as bce
 
 from ...errors import (
@@ -61,6 +64,7 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
     """
     if isinstance(exc, TensorstreamError):
         return exc
+    aio = _aiohttp_errors()
     if isinstance(exc, bce.ClientError):
         return _map_client_error(exc, ctx)
     if isinstance(exc, bce.PartialCredentialsError):
@@ -72,7 +76,7 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         return MissingCredentialsError("no S3 credentials found")
     if isinstance(exc, bce.ProfileNotFound):
         return ConfigurationError(f"AWS profile not found: {exc.kwargs.get('profile')!r}")
-    if isinstance(exc, (bce.SSLError, aiohttp.ClientSSLError)):
+    if isinstance(exc, (bce.SSLError, *aio.ssl)):
         err = ConnectionFailedError(
             f"TLS handshake with {redact(ctx.endpoint)} failed (untrusted or mismatched "
             "certificate?); pass ca_bundle=<PEM path>, or insecure=True to skip verification"
@@ -81,24 +85,41 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         return err
     if isinstance(exc, bce.ConnectTimeoutError):
         return StorageTimeoutError(f"connect timeout to {redact(ctx.endpoint)}")
-    if isinstance(exc, (bce.ReadTimeoutError, asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+    if isinstance(exc, (bce.ReadTimeoutError, asyncio.TimeoutError, *aio.timeout)):
         return StorageTimeoutError(
             f"no data from {redact(ctx.endpoint)} within the idle timeout", received=received
         )
     if isinstance(exc, (bce.ResponseStreamingError, bce.IncompleteReadError,
-                        aiohttp.ClientPayloadError)) or (
-        received and isinstance(exc, (bce.ConnectionClosedError, aiohttp.ClientConnectionError))
+                        *aio.payload)) or (
+        received and isinstance(exc, (bce.ConnectionClosedError, *aio.connection))
     ):
         return IncompleteReadError(
             f"response body broken after {received} bytes ({type(exc).__name__})",
             received=received,
         )
     if isinstance(exc, (bce.EndpointConnectionError, bce.ConnectionClosedError,
-                        bce.HTTPClientError, bce.ConnectionError, aiohttp.ClientConnectionError)):
+                        bce.HTTPClientError, bce.ConnectionError, *aio.connection)):
         return ConnectionFailedError(
             f"cannot reach {redact(ctx.endpoint)} ({type(exc).__name__})"
         )
     return exc
+
+
+@dataclasses.dataclass(frozen=True)
+class _AiohttpErrors:
+    ssl: tuple[type[BaseException], ...] = ()
+    timeout: tuple[type[BaseException], ...] = ()
+    payload: tuple[type[BaseException], ...] = ()
+    connection: tuple[type[BaseException], ...] = ()
+
+
+def _aiohttp_errors() -> _AiohttpErrors:
+    """aiohttp's exception classes if aiohttp is loaded (only then can one be raised)."""
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is None:
+        return _AiohttpErrors()
+    return _AiohttpErrors((aiohttp.ClientSSLError,), (aiohttp.ServerTimeoutError,),
+                          (aiohttp.ClientPayloadError,), (aiohttp.ClientConnectionError,))
 
 
 def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamError:

@@ -1,27 +1,27 @@
-"""S3 (and S3-compatible) provider on aiobotocore.
+"""S3 (and S3-compatible) provider.
 
-botocore does the SigV4 signing, the credential chain (level 5 of
-:mod:`tensorstream.providers.s3.config`), checksums and the multipart API;
-tensorstream's policy layer does retries, so botocore's own retries are off
-(one attempt) and they never multiply.
+Reads run on the one HTTP data plane (:mod:`.._http.range_get`): ``stat`` is
+one signed HEAD, a read is one signed ranged GET pinned with ``If-Match``,
+its answer checked like every HTTP answer (status, ``Content-Range`` with
+total, ``Content-Length``, ``Content-Encoding``, ETag) and its body received
+straight into the caller's buffer. ``open_range_blocking`` and
+``readinto_blocking`` run in the calling thread; the async ``readinto`` and
+``stat`` run the same code on worker threads. botocore is used for what it
+is good at, never for moving read bytes: a plain synchronous client, built
+from the resolved credentials, endpoint and settings (:mod:`.session`),
+resolves the object's URL (endpoint rules, addressing style, key quoting;
+cached per key, no secret in it) and botocore's ``S3SigV4Auth`` signs the
+requests in ``Authorization`` headers (:mod:`.signing`: one signature
+per object and method for a minute, a new one at once for rotated
+credentials; header signing keeps credentials out of URLs). Error answers go
+through the provider's one S3 error table (:mod:`.errors`).
 
-Reads: ``stat`` is one HEAD; ``readinto`` is one ranged GET pinned with
-``If-Match``, its ``Content-Range`` checked, its body streamed chunk by chunk
-straight into the caller's buffer (never a whole-body read). Writes go
-through :class:`~tensorstream.providers.s3.writer.S3Writer`.
+aiobotocore serves what is not a read: listing, deletes and the multipart
+writer (:class:`~tensorstream.providers.s3.writer.S3Writer`); its client is
+only built when one of those is used. tensorstream's policy layer does
+retries, so botocore's own retries are off (one attempt).
 
-``readinto_blocking`` and ``open_range_blocking`` (worker threads, no event
-loop): a plain synchronous botocore client, built from the same resolved
-credentials, endpoint and settings (:mod:`._s3_session`), resolves the
-object's URL (endpoint rules, addressing style, key quoting; cached per key,
-no secret in it) and botocore's ``S3SigV4Auth`` signs GETs in
-``Authorization`` headers (:mod:`._s3_signing`: one signature per object for
-a minute, a new one at once for rotated credentials; header signing rather
-than presigned URLs keeps credentials out of URLs, and moto's signature
-checking accepts it). The request runs on the shared blocking HTTP path
-(:mod:`._blocking_http`).
-
-Paths are ``bucket/key``.
+Paths are ``bucket/key``. See ``docs/s3.md``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
+import ssl
 import threading
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -39,20 +39,25 @@ from ..._log_redaction import install_secret_filter
 from ...config import CommonConfig, split_options
 from ...errors import (
     ConfigurationError,
-    IncompleteReadError,
     InsecureTLSWarning,
     InvalidRangeError,
     InvalidURIError,
     MissingCredentialsError,
     ProtocolError,
+    TensorstreamError,
 )
 from ...uri import redact
+from .._http.headers import exception_error, parse_http_date
 from .._http.range_get import (
+    Answer,
+    Cancel,
     ConnectionPool,
     RangeBody,
     TLSSettings,
+    in_thread,
     open_range,
     read_error_body,
+    request,
 )
 from ..base import Capabilities, ObjectInfo, Provider, Writer
 from .config import (
@@ -71,10 +76,8 @@ __all__ = ["S3Provider"]
 log = logging.getLogger("tensorstream.s3")
 install_secret_filter()  # botocore DEBUG logs carry session tokens
 
-_CHUNK = 1 << 20  # body read size: copies into the caller's buffer as data arrives
 _WRITE_MEMORY = 128 << 20  # bound on bytes in in-flight upload parts
 _CHECKSUM_MODES = ("when_supported", "when_required")
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -262,61 +265,40 @@ class S3Provider(Provider):
                 raise
             raise mapped from exc
 
-    # -- reads --------------------------------------------------------------------
+    # -- reads (the HTTP data plane) -----------------------------------------------
     async def stat(self, path: str) -> ObjectInfo:
-        bucket, key = _split(path)
-        if self._client is None and not self.insecure:
-            # Nothing built yet: HEAD with the blocking path's client, which reads
-            # need anyway, rather than building a second (async) client first.
-            resp = await asyncio.to_thread(self._head_blocking, bucket, key, path)
-        else:
-            resp = await self._call("head_object", path, Bucket=bucket, Key=key)
-        return ObjectInfo(
-            path=path,
-            size=int(resp["ContentLength"]),
-            etag=resp.get("ETag"),
-            mtime=resp.get("LastModified"),
-            version=resp.get("VersionId"),
-            extra={"content_type": resp.get("ContentType")},
-        )
+        return await in_thread(lambda cancel: self.stat_blocking(path, cancel))
 
-    def _head_blocking(self, bucket: str, key: str, path: str) -> Any:
-        client, _ = self._blocking_state()
+    def stat_blocking(self, path: str, cancel: Cancel | None = None) -> ObjectInfo:
+        """:meth:`stat` (one signed HEAD) in the calling thread."""
+        bucket, key = _split(path)
+        client, pool = self._blocking_state()
         with self._mapped_errors(path):
-            return client.head_object(Bucket=bucket, Key=key)
+            url = self._gets.object_url(client, bucket, key)
+        signed = self._gets.signed_headers(self._sync_creds, client, url,
+                                           {"Accept-Encoding": "identity"}, method="HEAD")
+        try:
+            answer = request(pool, url, "HEAD", signed, self.config.timeouts, path=path,
+                             service="s3", cancel=cancel)
+        except TensorstreamError:
+            raise
+        except ssl.SSLError as exc:
+            raise exception_error(exc, path=path, service="s3") from exc
+        if answer.status != 200:
+            raise map_s3_http_error(answer.status, answer.headers, answer.body, self._ctx(path))
+        return _head_info(path, answer)
 
     async def readinto(
         self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
     ) -> int:
-        want = len(buffer)
+        """One signed ranged GET received into ``buffer`` on a worker thread (the
+        same request as :meth:`readinto_blocking`)."""
         if offset < 0:
             raise InvalidRangeError(f"negative offset {offset}")
-        if want == 0:
+        if not len(buffer):
             return 0
-        bucket, key = _split(path)
-        kwargs: dict[str, Any] = {
-            "Bucket": bucket, "Key": key, "Range": f"bytes={offset}-{offset + want - 1}",
-        }
-        if etag is not None:
-            kwargs["IfMatch"] = etag
-        resp = await self._call("get_object", path, **kwargs)
-        body = resp["Body"]
-        received = 0
-        try:
-            _check_content_range(resp, offset, want)
-            while received < want:
-                with self._mapped_errors(path, received=received):
-                    chunk = await body.read(min(want - received, _CHUNK))
-                if not chunk:
-                    raise IncompleteReadError(
-                        f"response body ended after {received} of {want} bytes", received=received
-                    )
-                buffer[received : received + len(chunk)] = chunk
-                received += len(chunk)
-        except BaseException:
-            body.close()  # never return a half-read connection to the pool
-            raise
-        return want
+        return await in_thread(lambda cancel: self._open(
+            path, offset, offset + len(buffer), etag, cancel).readinto(buffer))
 
     # -- the blocking path ----------------------------------------------------------
     def _create_sync_client(self) -> Any:
@@ -375,6 +357,10 @@ class S3Provider(Provider):
         self, path: str, start: int, end: int, *, etag: str | None = None
     ) -> RangeBody:
         """One signed GET of ``[start, end)`` whose body is read in order (thread-safe)."""
+        return self._open(path, start, end, etag, None)
+
+    def _open(self, path: str, start: int, end: int, etag: str | None,
+              cancel: Cancel | None) -> RangeBody:
         bucket, key = _split(path)
         client, pool = self._blocking_state()
         with self._mapped_errors(path):
@@ -386,8 +372,11 @@ class S3Provider(Provider):
         def on_status(resp: Any, _where: str) -> Any:
             return map_s3_http_error(resp.status, resp.headers, read_error_body(resp), ctx)
 
-        return open_range(pool, url, start, end, signed, etag, self.config.timeouts,
-                          path=path, service="s3", on_status=on_status)
+        try:
+            return open_range(pool, url, start, end, signed, etag, self.config.timeouts,
+                              path=path, service="s3", on_status=on_status, cancel=cancel)
+        except ssl.SSLError as exc:
+            raise exception_error(exc, path=path, service="s3") from exc
 
     # -- list / delete ------------------------------------------------------------
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
@@ -457,26 +446,18 @@ def _certifi() -> str | None:
     return path if isinstance(path, str) else None
 
 
-def _check_content_range(resp: dict[str, Any], offset: int, want: int) -> None:
-    """The server must send exactly ``[offset, offset+want)``: a 200 with the
-    whole object, a shifted or shortened range are errors, never wrong bytes."""
-    header = resp.get("ContentRange")
-    status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-    match = _CONTENT_RANGE.match(header or "")
-    if status != 206 or match is None:
-        raise ProtocolError(
-            f"server ignored the Range request (status {status}, Content-Range {header!r})"
-        )
-    start, end, total = int(match.group(1)), int(match.group(2)), match.group(3)
-    if total != "*" and offset + want > int(total):
-        raise InvalidRangeError(
-            f"range [{offset}, {offset + want}) is past the end of a {total}-byte object"
-        )
-    if start != offset or end != offset + want - 1:
-        raise ProtocolError(
-            f"server sent bytes {start}-{end} for a request of {offset}-{offset + want - 1}"
-        )
-    length = resp.get("ContentLength")
-    if length is not None and int(length) != want:
-        raise ProtocolError(f"Content-Length {length} does not match the {want}-byte range")
-
+def _head_info(path: str, answer: Answer) -> ObjectInfo:
+    """What a HEAD answer says about an object (as botocore's ``head_object``)."""
+    h = answer.headers
+    length = h.get("Content-Length")
+    if length is None or not length.strip().isdigit():
+        raise ProtocolError("HEAD answer without a usable Content-Length", service="s3",
+                            path=redact(path))
+    return ObjectInfo(
+        path=path,
+        size=int(length),
+        etag=h.get("ETag"),
+        mtime=parse_http_date(h.get("Last-Modified")),
+        version=h.get("x-amz-version-id"),
+        extra={"content_type": h.get("Content-Type")},
+    )

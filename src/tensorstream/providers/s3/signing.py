@@ -1,5 +1,6 @@
-"""Signing the blocking path's S3 GETs: object URLs as botocore addresses
-them, and SigV4 ``Authorization`` headers reused per object for a while."""
+"""Signing the S3 provider's reads (GET, HEAD) on the HTTP data plane: object
+URLs as botocore addresses them, and SigV4 ``Authorization`` headers reused
+per object and method for a while."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class SignedGets:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._urls: dict[tuple[str, str], str] = {}
-        self._signatures: dict[tuple[str, str, str | None], tuple[dict[str, str], float]] = {}
+        self._signatures: dict[tuple[str, str, str, str | None],
+                               tuple[dict[str, str], float]] = {}
 
     def object_url(self, client: Any, bucket: str, key: str) -> str:
         """The object's URL as botocore addresses it (endpoint, virtual-host or
@@ -40,9 +42,9 @@ class SignedGets:
         return url
 
     def signed_headers(self, creds: Any, client: Any, url: str,
-                       headers: dict[str, str]) -> dict[str, str]:
+                       headers: dict[str, str], *, method: str = "GET") -> dict[str, str]:
         """``headers`` plus botocore's SigV4 ``Authorization`` (and session token) for a
-        GET of ``url`` with ``creds`` (``None``: anonymous, unsigned).
+        ``method`` (GET or HEAD) of ``url`` with ``creds`` (``None``: anonymous, unsigned).
 
         The signature covers the host and the ``x-amz-*`` headers only (``Range``
         and ``If-Match`` travel unsigned, as SigV4 allows), so one signature serves
@@ -55,12 +57,12 @@ class SignedGets:
         if creds is None:
             return headers
         frozen = creds.get_frozen_credentials()
-        key = (url, frozen.access_key, frozen.token)
+        key = (method, url, frozen.access_key, frozen.token)
         now = time.monotonic()
         with self._lock:
             hit = self._signatures.get(key)
         if hit is None or now - hit[1] > _SIGNATURE_REUSE:
-            request = AWSRequest(method="GET", url=url, headers={})
+            request = AWSRequest(method=method, url=url, headers={})
             S3SigV4Auth(frozen, "s3", client.meta.region_name).add_auth(request)
             hit = (dict(request.headers.items()), now)
             with self._lock:
