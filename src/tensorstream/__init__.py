@@ -13,16 +13,23 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from . import errors
-from .api import get_provider, open, read_range, stat
-from .file import StreamReader, StreamWriter
 from .providers.base import BodyStream, Capabilities, ObjectInfo, Provider, Writer
-from .providers.registry import register, registered_schemes
 from .uri import ParsedURI, parse_uri, redact
 
 __version__ = "0.1.0"
 
-# Heavier front doors (torch/tensorizer, botocore) are imported on first use.
+# Front doors are imported on first use: ``import tensorstream`` stays cheap
+# (no asyncio loop machinery, tenacity, read-ahead, entry points; no torch,
+# tensorizer or botocore), which a short-lived ``tensorstream cp`` pays for.
 _LAZY = {
+    "get_provider": "tensorstream.api",
+    "open": "tensorstream.api",
+    "read_range": "tensorstream.api",
+    "stat": "tensorstream.api",
+    "StreamReader": "tensorstream.file",
+    "StreamWriter": "tensorstream.file",
+    "register": "tensorstream.providers.registry",
+    "registered_schemes": "tensorstream.providers.registry",
     "describe_credentials": "tensorstream.credentials.describe",
     "deserialize": "tensorstream.tensorizer.load",
     "load_into_module": "tensorstream.tensorizer.load",
@@ -43,7 +50,10 @@ def __getattr__(name: str) -> _Any:
 
 
 if _TYPE_CHECKING:  # pragma: no cover
+    from .api import get_provider, open, read_range, stat
     from .credentials.describe import describe_credentials
+    from .file import StreamReader, StreamWriter
+    from .providers.registry import register, registered_schemes
     from .tensorizer.config import TensorizerConfig
     from .tensorizer.load import deserialize, load_into_module, serialize
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import _loop
 from .config import COMMON_OPTIONS, split_options
 from .errors import ConfigurationError
-from .file import StreamReader, StreamWriter
 from .layers.stack import PolicyProvider
 from .providers.base import ObjectInfo
 from .providers.registry import known_option_names, resolve_provider_class
 from .uri import ParsedURI, parse_uri
+
+if TYPE_CHECKING:  # the file objects (and their read-ahead) load on first open()
+    from .file import StreamReader, StreamWriter
 
 __all__ = ["get_provider", "open", "read_range", "stat"]
 
@@ -76,6 +78,8 @@ def open(  # mirrors builtins.open on purpose
     >>> with tensorstream.open("s3://bucket/model.tensors") as f:  # doctest: +SKIP
     ...     deserializer = TensorDeserializer(f, device="cuda")
     """
+    from .file import StreamReader, StreamWriter
+
     parsed = parse_uri(uri)
     if mode not in ("rb", "wb", "r", "w"):
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")

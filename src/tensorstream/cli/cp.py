@@ -22,10 +22,12 @@ USAGE = "tensorstream cp [options] SRC [SRC...] DST"
 DESCRIPTION = """\
 Copy objects between local disk, HTTP(S), S3 and Redis.
 
-Parts are read concurrently and written as they arrive; every copy is
-verified end to end unless --no-verify (each part of a local destination is
-read back and compared with the bytes received; a remote destination is read
-back and compared with checksums taken while streaming); the destination
+Parts are read concurrently (across objects too) and received straight into
+the destination; every copy is verified unless --no-verify: each answer is
+pinned to the version the copy started from (If-Match and its ETag; the
+source's validators are compared again where an answer named none), a local
+file's size is checked before it is published, a remote destination is read
+back and compared with checksums taken as the bytes arrived. The destination
 appears whole or not at all, also when interrupted (Ctrl-C, SIGTERM).
 
 With one SRC, DST names the new object, unless DST ends with '/' or is an
@@ -66,12 +68,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     default_mem = (DEFAULT_CONCURRENCY + spare_buffers(DEFAULT_CONCURRENCY)) * DEFAULT_PART_SIZE
     p.add_argument("--part-size", type=parse_size, default=DEFAULT_PART_SIZE, metavar="SIZE",
                    help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M); "
-                        "memory used is about 1.25 x concurrency x part size "
-                        f"({default_mem >> 20} MiB by default)")
+                        "memory: concurrency x 1 MiB to a local destination "
+                        f"({DEFAULT_CONCURRENCY} MiB by default), about 1.25 x concurrency "
+                        f"x part size to S3/Redis ({default_mem >> 20} MiB by default)")
     p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                    help=f"objects copied at once (default {DEFAULT_JOBS})")
     p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="skip reading the destination back to compare it with the source")
+                   help="report the copy unverified and skip the checks that cost requests or "
+                        "reads (a remote destination's read-back, earlier --resume parts); "
+                        "answers stay pinned to one version of the source")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted copy to a local destination from the parts "
                         "already written (after checking the source did not change); an "

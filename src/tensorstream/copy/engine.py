@@ -3,20 +3,29 @@
 >>> result = tensorstream.copy.engine.copy("s3://bucket/model.tensors", "/models/")  # doctest: +SKIP
 >>> result.ok, result.bytes, result.gbps  # doctest: +SKIP
 
-* **Fast**: every object is split into parts read concurrently (at most
-  ``concurrency`` reads in flight, each part in a reused ``part_size``
-  buffer from a pool of ``concurrency + spare`` buffers, so memory is
-  bounded whatever the object size). Local destinations get each part
-  written where it belongs (``pwrite``, one worker-thread hop per part) as
-  soon as it arrives, with writeback started at once so the one fsync at the
-  end is short; other destinations get parts in order through their atomic
-  writer.
-* **Verified**: a local destination has each part read back right after it
-  is written and compared byte for byte with the bytes received (parts from
-  an earlier ``--resume`` run: against the journal's sha256). A remote
-  destination is read back after commit and compared with the sha256 of
-  every part taken while streaming. A mismatch removes the destination.
-  ``docs/cli.md`` says why the read-back happens per part.
+* **Fast**: every object is split into ``part_size`` parts, and at most
+  ``concurrency`` parts are in flight across all objects being copied (up to
+  ``jobs`` objects at once, so a folder of small objects is as wide as one
+  large object). Parts are fetched on the data plane's worker threads
+  (:mod:`tensorstream.copy.receive`). A local destination receives each
+  part straight into its temp file: the bytes go from the socket through a
+  1 MiB buffer owned by the worker thread into the file (``pwrite``), with
+  writeback started as each part completes so the one fsync at the end is
+  short; memory is ``concurrency`` x 1 MiB whatever the part size. Other
+  destinations get parts in order through their atomic writer, from a pool
+  of ``concurrency + spare`` part buffers (memory ``(concurrency + spare) x
+  part_size``).
+* **Verified** (honestly): every ranged answer is checked by the data plane
+  (exact ``Content-Range``, length, no content coding) and pinned to the
+  version the copy started from (``If-Match`` and the answer's ``ETag``);
+  where an answer did not name its version, the source's validators (ETag,
+  size, Last-Modified) are compared again after the copy. A local temp file
+  is ours alone (``O_EXCL``, 0600, locked, held open), so it is not read
+  back: its size is compared with the source's before it is published.
+  Parts from an earlier ``--resume`` run are read back and compared with the
+  journal's sha256. A remote destination (which can change underneath) is
+  read back after commit and compared with the sha256 of every part taken as
+  it arrived. A mismatch removes the destination.
 * **Atomic and resumable**: destinations appear whole or not at all; with
   ``resume=True`` an interrupted local copy keeps its hidden temp file and a
   journal, and the next ``resume=True`` run fetches only the missing parts
@@ -31,10 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import os
 import posixpath
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from .. import _loop
@@ -42,15 +52,18 @@ from ..api import get_provider
 from ..errors import (
     IntegrityError,
     NotFoundError,
+    ObjectChangedError,
     RetriesExhaustedError,
     StorageTimeoutError,
     TensorstreamError,
     TransientError,
 )
 from ..layers.stack import PolicyProvider
+from ..providers._http.range_get import in_thread
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, parse_uri, redact_text
 from .keys import UnsafeKeyError, open_dir_under, plan_keys, relative_key, safe_relative_key
+from .receive import receive_part
 from .sinks import (
     BufferPool,
     LocalPartFile,
@@ -74,7 +87,7 @@ __all__ = [
 MiB = 1 << 20
 DEFAULT_PART_SIZE = 8 * MiB
 DEFAULT_CONCURRENCY = 32
-DEFAULT_JOBS = 4
+DEFAULT_JOBS = 32
 
 #: Failures after which a --resume copy keeps its partial file.
 _RESUMABLE = (asyncio.CancelledError, KeyboardInterrupt, TransientError, StorageTimeoutError,
@@ -327,6 +340,51 @@ class _Copier:
             for buf in unstarted.values():  # cancelled before they ran: untouched
                 self.pool.put(buf)
 
+    async def _run_parts(self, todo: Iterable[int],
+                         run: Callable[[int], Coroutine[Any, Any, None]]) -> None:
+        """``run(index)`` for every part, at most ``concurrency`` at once across
+        every object being copied; tasks are made only as slots free up."""
+        pending: set[asyncio.Task[None]] = set()
+        release = lambda _task: self.read_slots.release()  # noqa: E731
+
+        try:
+            for index in todo:
+                await self.read_slots.acquire()
+                try:
+                    task = asyncio.create_task(run(index))
+                except BaseException:
+                    self.read_slots.release()
+                    raise
+                # Released when the task ends, even if cancelled before it ran.
+                task.add_done_callback(release)
+                pending.add(task)
+                for t in [t for t in pending if t.done()]:
+                    pending.discard(t)
+                    t.result()  # the first failure stops this object
+            while pending:
+                done, pending = await asyncio.wait(pending,
+                                                   return_when=asyncio.FIRST_EXCEPTION)
+                for t in done:
+                    t.result()
+        finally:
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _check_source_unchanged(self, job: _Job) -> None:
+        """Compare the source's validators after the copy with those it was read
+        under: ETag (which every read was also pinned to), size and mtime."""
+        info = await job.src.stat_pinned(job.src_path, job.info.etag)
+        before = job.info
+        changed = info.size != before.size or (
+            before.etag is None and info.etag is None and before.mtime is not None
+            and info.mtime is not None and info.mtime != before.mtime)
+        if changed:
+            raise ObjectChangedError(
+                "the source changed while it was being copied (size or Last-Modified)",
+                service=job.src.service, operation="read", path=redact_text(job.src_path))
+
     async def _each_part(self, todo: Iterable[int], parts: list[tuple[int, int]],
                          fn: Callable[[int, PartBuffer, int], Any]) -> None:
         """Run ``fn(index, buffer, length)`` for parts concurrently, with pool buffers."""
@@ -359,22 +417,37 @@ class _Copier:
         parts = plan_parts(size, self.part_size)
         sink = LocalPartFile(dir_fd, name, size=size, part_size=self.part_size,
                              source=job.label, etag=job.info.etag, resume=self.resume)
-        resumed = await asyncio.to_thread(sink.open)
+        resumed = await in_thread(sink.open)
         if resumed and self.progress:
             self.progress.advance(job.label, resumed)
         earlier = dict(sink.done)  # parts from an interrupted run: checked at the end
-        check = self.verify
+        loop = asyncio.get_running_loop()
 
-        async def consume(index: int, buf: PartBuffer, length: int) -> None:
-            view = memoryview(buf)[:length]
-            try:
-                # One thread hop per part: pwrite, read back + compare, writeback.
-                await asyncio.to_thread(sink.write_part, index, parts[index][0], view,
-                                        check=check)
-            except BaseException:
-                self.pool.drop(buf)
-                raise
-            self.pool.put(buf)
+        def receive(index: int) -> bool:
+            # In a worker thread: the part's bytes go from the socket (or the
+            # source file) through this thread's chunk buffer into the temp file.
+            start, end = parts[index]
+            hasher = hashlib.sha256() if sink.resume else None
+
+            def deliver(offset: int, view: memoryview) -> None:
+                sink.write_at(offset, view)
+                if hasher is not None:
+                    hasher.update(view)
+
+            pinned = receive_part(job.src, job.src_path, start, end, job.info.etag, deliver,
+                                  loop)
+            sink.part_written(index, start, end - start,
+                              hasher.hexdigest() if hasher is not None else None)
+            return pinned
+
+        unconfirmed = bool(earlier)  # parts of an earlier run: check the source again
+
+        async def part(index: int) -> None:
+            nonlocal unconfirmed
+            if not await in_thread(lambda: receive(index)):
+                unconfirmed = True
+            if self.progress:
+                self.progress.advance(job.label, parts[index][1] - parts[index][0])
 
         async def check_earlier(index: int, buf: PartBuffer, length: int) -> None:
             try:
@@ -386,12 +459,14 @@ class _Copier:
 
         try:
             todo = [i for i in range(len(parts)) if i not in sink.done]
-            await self._read_parts(job, todo, parts, consume)
-            # The source must still be the version whose parts we copied.
-            await job.src.stat_pinned(job.src_path, job.info.etag)
-            if check and earlier:
+            await self._run_parts(todo, part)
+            if unconfirmed or not todo:
+                # Some answer did not name the version it came from: the source
+                # must still be the version it was when the copy started.
+                await self._check_source_unchanged(job)
+            if self.verify and earlier:
                 await self._each_part(sorted(earlier), parts, check_earlier)
-            await asyncio.to_thread(sink.publish)
+            await in_thread(sink.publish)
         except BaseException as exc:
             # Keep the partial file (for --resume) only when interrupted or cut
             # off; a verification failure or a changed source starts over.

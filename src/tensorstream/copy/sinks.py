@@ -43,8 +43,6 @@ def new_buffer(size: int) -> PartBuffer:
 _MARK = ".tensorstream-"
 JOURNAL_VERSION = 1
 _CHECKPOINT_SECONDS = 1.0
-_COMPARE_CHUNK = 1 << 20  # read-back granularity (one scratch buffer per worker thread)
-_scratch = threading.local()
 
 
 def digest(data: memoryview | bytes) -> str:
@@ -90,20 +88,6 @@ def _read_exact(fd: int, view: memoryview, offset: int) -> None:
         if n == 0:
             raise IntegrityError(f"destination is short at byte {offset + got}")
         got += n
-
-
-def _matches_file(fd: int, data: memoryview, offset: int) -> bool:
-    """True if the file holds exactly ``data`` at ``offset`` (read back, memcmp)."""
-    scratch = getattr(_scratch, "buf", None)
-    if scratch is None:
-        scratch = _scratch.buf = bytearray(_COMPARE_CHUNK)
-    for pos in range(0, len(data), _COMPARE_CHUNK):
-        want = data[pos : pos + _COMPARE_CHUNK]
-        got = scratch if len(want) == len(scratch) else bytearray(len(want))
-        _read_exact(fd, memoryview(got), offset + pos)
-        if got != want:  # bytearray == buffer is a memcmp
-            return False
-    return True
 
 
 class BufferPool:
@@ -256,14 +240,8 @@ class LocalPartFile:
                 self._active -= 1
                 self._cond.notify_all()
 
-    def write_part(self, index: int, offset: int, data: memoryview, *, check: bool) -> None:
-        """pwrite ``data`` at ``offset``; with ``check``, read it back and compare.
-
-        The comparison is exact (byte for byte, through the page cache the
-        file will be served from). The part's sha256 is taken only for a
-        resume journal, which must be able to check parts across runs.
-        """
-        d = digest(data) if self.resume else None
+    def write_at(self, offset: int, data: memoryview) -> None:
+        """``pwrite`` ``data`` at ``offset`` (worker threads; parts never overlap)."""
         with self._using_fd() as fd:
             view = data
             pos = offset
@@ -271,16 +249,16 @@ class LocalPartFile:
                 n = os.pwrite(fd, view, pos)
                 view = view[n:]
                 pos += n
-            if check and not _matches_file(fd, data, offset):
-                raise IntegrityError(
-                    f"verification failed: bytes {offset}-{offset + len(data) - 1} read back "
-                    "differ from the bytes received"
-                )
-            if _start_writeback is not None:
-                _start_writeback(fd, offset, len(data))
-        if d is not None:
+
+    def part_written(self, index: int, offset: int, length: int, digest: str | None) -> None:
+        """Part ``index`` is whole in the file: start its writeback at once and,
+        for ``--resume``, journal it with its sha256 (taken as it arrived)."""
+        if _start_writeback is not None:
+            with self._using_fd() as fd:
+                _start_writeback(fd, offset, length)
+        if digest is not None and self.resume:
             with self._done_lock:
-                self.done[index] = d
+                self.done[index] = digest
         self.maybe_checkpoint()
 
     def maybe_checkpoint(self, force: bool = False) -> None:
@@ -328,6 +306,10 @@ class LocalPartFile:
     def publish(self) -> None:
         """fsync, set normal permissions, rename over the destination, fsync the directory."""
         with self._using_fd() as fd:
+            got = os.fstat(fd).st_size
+            if got != self.size:
+                raise IntegrityError(
+                    f"verification failed: the file has {got} bytes, the source {self.size}")
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(fd, 0o666 & ~umask)

@@ -282,6 +282,11 @@ class _CountedBody:
     def end(self) -> int:
         return self._body.end
 
+    @property
+    def etag(self) -> str | None:
+        """The ETag the answer was served under, where the provider tells it."""
+        return getattr(self._body, "etag", None)
+
     def readinto(self, buffer: memoryview) -> int:
         try:
             n = self._body.readinto(buffer)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
 from ..errors import UnknownSchemeError
@@ -76,6 +75,10 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
+    # Scanning installed distributions costs tens of milliseconds: only done
+    # for a scheme that is not registered already (entry points never replace one).
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name.lower() not in _registry:
             _registry[ep.name.lower()] = ep.value
@@ -98,9 +101,11 @@ def _import(target: str) -> type[Provider]:
 
 def resolve_provider_class(scheme: str) -> type[Provider]:
     """The provider class for ``scheme``; fsspec protocols fall back to the adapter."""
-    _load_entry_points()
     scheme = scheme.lower()
     entry = _registry.get(scheme)
+    if entry is None:
+        _load_entry_points()
+        entry = _registry.get(scheme)
     if entry is None:
         if _fsspec_knows(scheme):
             return _import(_FSSPEC_FALLBACK.provider)

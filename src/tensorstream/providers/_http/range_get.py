@@ -69,7 +69,7 @@ from .headers import (
 )
 
 __all__ = [
-    "Answer", "Cancel", "ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings",
+    "Answer", "Cancel", "Cancelled", "ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings",
     "in_thread", "open_range", "request",
 ]
 
@@ -246,6 +246,7 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
     """Send one request and read the status line and headers."""
     key = _key(url)
     target = url.raw_path_qs or "/"  # sent verbatim: never re-encode a signed URL
+    cancel = cancel if cancel is not None else getattr(_current, "cancel", None)
     for _ in range(2):
         try:
             conn, reused = pool.acquire(key, timeouts)
@@ -256,6 +257,9 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
         try:
             if cancel is not None:
                 cancel.attach(conn)
+                if cancel.cancelled:
+                    raise Cancelled("the caller was cancelled", service=service,
+                                    path=redact_path(path))
             conn.request(method, target, headers=headers)
             return conn, conn.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
@@ -269,12 +273,20 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
     raise AssertionError("unreachable")
 
 
+class Cancelled(TensorstreamError):
+    """A request refused because its caller was cancelled (never retried)."""
+
+    temporary = False
+
+
 class Cancel:
-    """Stops a blocking request from another thread (an async caller cancelled).
+    """Stops blocking requests from another thread (an async caller cancelled).
 
     The connection in use is shut down (``shutdown`` wakes a thread blocked
     in ``recv_into``; ``close`` alone would not), so the reading thread fails
-    at once with an error and stops writing into the caller's buffer."""
+    at once with an error and stops writing into the caller's buffer; any
+    later request of that thread fails with :class:`Cancelled`, so a retry
+    layer gives up at once."""
 
     def __init__(self) -> None:
         self.cancelled = False
@@ -549,16 +561,30 @@ def _threads() -> concurrent.futures.ThreadPoolExecutor:
         return _executor
 
 
-async def in_thread(fn: Callable[[Cancel], T]) -> T:
-    """Run the blocking ``fn(cancel)`` on a worker thread for an async caller.
+_current = threading.local()
+
+
+def _run_cancellable(cancel: Cancel, fn: Callable[[], T]) -> T:
+    _current.cancel = cancel
+    try:
+        return fn()
+    finally:
+        _current.cancel = None
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    """Run the blocking ``fn()`` on a worker thread for an async caller.
 
     This is how the async provider methods of HTTP(S) and S3 are derived from
-    the one blocking data plane. If the caller is cancelled, ``cancel`` shuts
-    the request's connection down and the call waits for the thread to stop,
+    the one blocking data plane (and how ``cp`` runs its parts). Every request
+    ``fn`` makes on this plane, through any layer, is tied to the call: if the
+    caller is cancelled, the request's connection is shut down, later requests
+    fail with :class:`Cancelled`, and the call waits for the thread to stop,
     so no thread writes into a caller's buffer after this returns or raises.
     """
     cancel = Cancel()
-    future = asyncio.get_running_loop().run_in_executor(_threads(), fn, cancel)
+    future = asyncio.get_running_loop().run_in_executor(
+        _threads(), _run_cancellable, cancel, fn)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

@@ -151,7 +151,7 @@ class HTTPProvider(Provider):
 
     # -- stat -----------------------------------------------------------------
     async def stat(self, path: str) -> ObjectInfo:
-        return await in_thread(lambda cancel: self.stat_blocking(path, cancel))
+        return await in_thread(lambda: self.stat_blocking(path))
 
     def stat_blocking(self, path: str, cancel: Cancel | None = None) -> ObjectInfo:
         """:meth:`stat` in the calling thread."""
@@ -209,8 +209,8 @@ class HTTPProvider(Provider):
         if offset < 0:
             raise InvalidRangeError(f"negative offset {offset}", service="http",
                                     path=_redact_path(path))
-        return await in_thread(lambda cancel: self._open(
-            path, offset, offset + len(buffer), etag, cancel).readinto(buffer))
+        return await in_thread(lambda: self._open(
+            path, offset, offset + len(buffer), etag, None).readinto(buffer))
 
     def open_range_blocking(
         self, path: str, start: int, end: int, *, etag: str | None = None

@@ -16,7 +16,8 @@ per object and method for a minute, a new one at once for rotated
 credentials; header signing keeps credentials out of URLs). Error answers go
 through the provider's one S3 error table (:mod:`.errors`).
 
-aiobotocore serves what is not a read: listing, deletes and the multipart
+Listing pages through ``ListObjectsV2`` with that same botocore client on a
+worker thread. aiobotocore serves the writes: deletes and the multipart
 writer (:class:`~tensorstream.providers.s3.writer.S3Writer`); its client is
 only built when one of those is used. tensorstream's policy layer does
 retries, so botocore's own retries are off (one attempt).
@@ -267,7 +268,7 @@ class S3Provider(Provider):
 
     # -- reads (the HTTP data plane) -----------------------------------------------
     async def stat(self, path: str) -> ObjectInfo:
-        return await in_thread(lambda cancel: self.stat_blocking(path, cancel))
+        return await in_thread(lambda: self.stat_blocking(path))
 
     def stat_blocking(self, path: str, cancel: Cancel | None = None) -> ObjectInfo:
         """:meth:`stat` (one signed HEAD) in the calling thread."""
@@ -297,8 +298,8 @@ class S3Provider(Provider):
             raise InvalidRangeError(f"negative offset {offset}")
         if not len(buffer):
             return 0
-        return await in_thread(lambda cancel: self._open(
-            path, offset, offset + len(buffer), etag, cancel).readinto(buffer))
+        return await in_thread(lambda: self._open(
+            path, offset, offset + len(buffer), etag, None).readinto(buffer))
 
     # -- the blocking path ----------------------------------------------------------
     def _create_sync_client(self) -> Any:
@@ -387,19 +388,26 @@ class S3Provider(Provider):
         bucket, _, key_prefix = prefix.partition("/")
         if not bucket:
             raise InvalidURIError(f"S3 list prefixes are bucket[/prefix], got {prefix!r}")
-        client = await self._get_client()
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix)
-        with self._mapped_errors(prefix):
-            async for page in pages:
-                for obj in page.get("Contents", ()):
-                    if obj["Key"].endswith("/"):
-                        continue
-                    yield ObjectInfo(
-                        path=f"{bucket}/{obj['Key']}",
-                        size=int(obj["Size"]),
-                        etag=obj.get("ETag"),
-                        mtime=obj.get("LastModified"),
-                    )
+        # The reads' botocore client pages through the listing on a worker
+        # thread: a cp -r then builds one client, and never loads aiohttp.
+        client, _ = await in_thread(self._blocking_state)
+        pages = iter(client.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=key_prefix))
+
+        def next_page() -> Any:
+            with self._mapped_errors(prefix):
+                return next(pages, None)
+
+        while (page := await in_thread(next_page)) is not None:
+            for obj in page.get("Contents", ()):
+                if obj["Key"].endswith("/"):
+                    continue
+                yield ObjectInfo(
+                    path=f"{bucket}/{obj['Key']}",
+                    size=int(obj["Size"]),
+                    etag=obj.get("ETag"),
+                    mtime=obj.get("LastModified"),
+                )
 
     async def delete(self, path: str) -> None:
         bucket, key = _split(path)

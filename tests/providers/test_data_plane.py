@@ -89,7 +89,7 @@ def _run_client(uri: str, options: dict[str, object], tmp_path: Path) -> dict[st
     script = tmp_path / "client.py"
     script.write_text(_CLIENT)
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, str(script), uri, json.dumps(options),
                            str(len(DATA))], capture_output=True, text=True, env=env,
