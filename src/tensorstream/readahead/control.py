@@ -23,8 +23,8 @@ Every ``interval`` it decides:
   the step for a small step); otherwise go back and wait ``hold`` seconds
   (doubling after each failed try) before trying a smaller step. A stream
   leaves at once when it waited most of the time (``SURE``), else only after
-  starving twice in a row (a busy server or machine hiccups, a slow link
-  does not);
+  waiting half the time (``STREAM_STARVED``) twice in a row (a busy server
+  or machine hiccups, a slow link does not);
 * the reader was the limit for ``CALM_INTERVALS`` intervals in a row while
   reading wide, and one connection (as the ranged requests' bodies measure
   it) delivers what the reader consumes: try the single in-place stream
@@ -46,6 +46,8 @@ import math
 __all__ = ["Controller", "Mode", "Sample"]
 
 log = logging.getLogger("tensorstream.readahead")
+#: Below DEBUG: every measured interval is logged at this level.
+TRACE = 5
 
 
 class Mode(enum.Enum):
@@ -68,6 +70,8 @@ class Mode(enum.Enum):
 INTERVAL = 0.12
 #: The reader waited at least this share of an interval: it starved.
 STARVED = 0.25
+#: A stream that waited at least this share twice in a row is left.
+STREAM_STARVED = 0.5
 #: The reader waited at least this share: the link is surely the limit.
 SURE = 0.8
 #: The reader waited at most this share: the reader, not the link, was the limit.
@@ -79,7 +83,7 @@ GAIN = 1.15
 #: A narrower try (the stream) is kept unless the rate fell below this factor.
 KEEP = 0.85
 #: First and longest hold-off after a try that did not pay.
-HOLD = 0.5
+HOLD = 1.0
 MAX_HOLD = 8.0
 
 
@@ -100,6 +104,7 @@ class _Try:
     width: int
     rate: float  # the rate before the try
     wider: bool
+    chances: int = 2  # intervals it may take to show the gain
 
 
 class Controller:
@@ -170,17 +175,25 @@ class Controller:
             return False
         self.last_rate = rate
         self.peak_rate = max(self.peak_rate, rate)
+        if log.isEnabledFor(TRACE):
+            log.log(TRACE, "read-ahead of %s: %s x%d delivered %.0f MB/s, waited %.0f%%",
+                    self.name, self.mode.value, self.width, rate / 1e6, waited * 100)
         return self._decide(now, rate, waited)
 
     def _decide(self, now: float, rate: float, waited: float) -> bool:
         trial = self._trial
         if trial is not None:  # judge the last change
-            self._trial = None
             if trial.wider:  # a small step can only show a small gain: half of it will do
                 gain = min(GAIN, 1 + 0.5 * (self.width / max(trial.width, 1) - 1))
                 kept = rate >= trial.rate * gain
             else:
                 kept = rate >= trial.rate * KEEP
+            if not kept and trial.chances > 1:
+                # New connections may still be ramping up (connects, first
+                # bytes, a busy server): one more interval before undoing.
+                trial.chances -= 1
+                return False
+            self._trial = None
             if trial.wider:
                 self._failed = None if kept else self.width
             if not kept:
@@ -191,16 +204,18 @@ class Controller:
                                  f"back: {rate / 1e6:.0f} MB/s did not beat "
                                  f"{trial.rate / 1e6:.0f} MB/s")
             self._hold[trial.wider] = HOLD
-            if trial.wider and waited < STARVED:
-                self._note(rate, waited, "kept")
-                return False
-        if waited >= STARVED:
+            self._note(rate, waited, "kept")
+            if not (trial.wider and waited >= STARVED):
+                return False  # (a wider try that still starves widens further)
+        # Leaving the stream costs copies: it takes a longer wait, twice in a
+        # row unless most of the time (a busy server or machine hiccups; a
+        # paced link does not).
+        starved = STREAM_STARVED if self.mode is Mode.STREAM else STARVED
+        if waited >= starved:
             self._calm = 0
             self._starved += 1
             if now < self._hold_until[True]:
                 return False
-            # Leaving the stream costs copies: a moderate wait must show twice
-            # in a row (a busy server or machine hiccups; a paced link does not).
             if self.mode is Mode.STREAM and waited < SURE and self._starved < 2:
                 return False
             mode, width = Mode.RANGED, self._wider(waited)
@@ -230,12 +245,16 @@ class Controller:
         Had it never waited it would have consumed ``1 / (1 - waited)`` times
         as much: that many times the connections (and a quarter more for
         requests' first bytes) is what the link needs if each connection adds
-        its share. A stream that waited 95% of the time goes to ~25
-        connections at once instead of ramping up through the load's first
-        second; one that waited 30% tries ``base``. After a try that did not
-        pay, the next one goes half as far."""
+        its share. A reader that waited most of the time (``SURE``) goes to
+        the ceiling at once instead of ramping up through the load's first
+        second; a stream that waited 30% tries ``base``. After a try that did
+        not pay, the next one goes half as far."""
         now = self.width if self.mode is Mode.RANGED else 1
-        want = math.ceil(now * 1.25 / max(1.0 - waited, 0.02))
+        # Waiting most of the time says little about how much more the reader
+        # could take (its own share is then mostly wake-ups and a busy
+        # machine's run queue): go to the ceiling, the try will tell.
+        want = (self.max_width if waited >= SURE
+                else math.ceil(now * 1.25 / max(1.0 - waited, 0.02)))
         low = self.base if self.mode is Mode.STREAM else now + max(1, now // 2)
         width = max(low, want)
         if self._failed is not None and self._failed > now:
