@@ -9,23 +9,31 @@ from collections.abc import Awaitable, Callable
 
 from ..uri import redact_text
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "PROG", "print_error", "run_async"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "PROG", "print_error",
+           "run_async"]
 
 PROG = "tensorstream"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: 0 all done; 1 failed (nothing done, or one object); 2 usage or configuration;
+#: 3 partial: some objects done, others failed or were skipped for a problem.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
 
 def print_error(message: str) -> None:
-    """Print ``message`` as one redacted line on stderr, prefixed with the program name."""
-    text = " ".join(redact_text(message).split())  # always one line
+    """Print ``message`` as one redacted, escaped line on stderr, prefixed with the program name."""
+    from .output import escape
+
+    text = " ".join(escape(redact_text(message)).split())  # always one line
     print(f"{PROG}: error: {text}", file=sys.stderr)
 
 
-def run_async(fn: Callable[[], Awaitable[int]]) -> int:
+def run_async(fn: Callable[[], Awaitable[int]],
+              interrupted: Callable[[], str] | None = None) -> int:
     """Run ``fn()`` on a fresh loop; SIGINT/SIGTERM cancel it so cleanup runs.
 
-    Cancellation unwinds the copy engine: temp files are removed, multipart
-    uploads aborted, then the exit status is 128 + the signal number.
+    Cancellation unwinds the copy engine: temp files are removed (or kept for
+    ``--resume``), multipart uploads aborted, then the exit status is 128 +
+    the signal number. ``interrupted()`` says what was left behind, after the
+    cleanup ran.
     """
     received: list[int] = []
 
@@ -55,5 +63,6 @@ def run_async(fn: Callable[[], Awaitable[int]]) -> int:
         return asyncio.run(runner())
     except (asyncio.CancelledError, KeyboardInterrupt):
         signum = received[0] if received else int(signal.SIGINT)
-        print_error(f"interrupted by {signal.Signals(signum).name}; nothing partial was left behind")
+        what = interrupted() if interrupted is not None else ""
+        print_error(f"interrupted by {signal.Signals(signum).name}" + (f"; {what}" if what else ""))
         return 128 + signum

@@ -1,24 +1,35 @@
-"""``tensorstream cp SRC... DST``."""
+"""``tensorstream cp SRC... DST`` and ``tensorstream sync SRC DST``."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
 from typing import Any
 
 from ..copy.engine import (
     DEFAULT_CONCURRENCY,
     DEFAULT_JOBS,
     DEFAULT_PART_SIZE,
+    CopyResult,
     copy_async,
     spare_buffers,
 )
-from ..uri import redact_text
-from .options import add_storage_options, parse_size, storage_options
+from ..copy.select import Rules
+from ..uri import parse_uri
+from .options import (
+    Rule,
+    add_side_options,
+    add_storage_options,
+    parse_size,
+    side_options,
+    storage_options,
+)
+from .output import Reporter, human_size
 from .progress import make_progress
 
 USAGE = "tensorstream cp [options] SRC [SRC...] DST"
+SYNC_USAGE = "tensorstream sync [options] SRC DST"
 DESCRIPTION = """\
 Copy objects between local disk, HTTP(S), S3 and Redis.
 
@@ -34,25 +45,104 @@ With one SRC, DST names the new object, unless DST ends with '/' or is an
 existing directory: then the object keeps its name inside DST. With several
 SRCs, DST is a directory or prefix. With -r, every object under SRC is
 copied to DST/<key relative to SRC> (like 'aws s3 cp --recursive'); keys
-that would escape DST ('..', absolute, empty segments) are refused."""
+that would escape DST ('..', absolute, empty segments) are refused.
+Symbolic links in a local SRC are followed (a Hugging Face cache snapshot
+copies as the files it shows) unless --no-follow-symlinks; whatever is left
+out is reported. '-' as SRC reads stdin, '-' as DST writes to stdout."""
+
+SYNC_DESCRIPTION = """\
+Make DST hold every object under SRC: copy what is missing at DST or
+differs (size; then ETag when both are S3; then a destination older than its
+source), like 'aws s3 sync'. With --delete, objects under DST that are not
+under SRC are deleted too. Same options as cp -r."""
 
 EPILOG = """\
 examples:
   # download one object into a directory (keeps its name)
   tensorstream cp s3://models/llama/model.tensors /models/
-  # download a whole prefix
-  tensorstream cp -r s3://models/llama/ /models/llama/
+  # download a whole prefix, only the safetensors
+  tensorstream cp -r --exclude '*' --include '*.safetensors' s3://models/llama/ /models/llama/
   # upload a directory to an S3-compatible store
-  tensorstream cp -r --s3-endpoint http://minio:9000 ./llama s3://models/llama/
+  tensorstream cp -r --endpoint-url http://minio:9000 ./llama s3://models/llama/
+  # a Hugging Face cache snapshot (symlinks into blobs/) to S3
+  tensorstream cp -r ~/.cache/huggingface/hub/models--org--name/snapshots/REV/ s3://models/name/
+  # between two S3 endpoints
+  tensorstream cp -r --src-endpoint-url https://s3.amazonaws.com --dst-endpoint-url \\
+      http://minio:9000 s3://public/llama/ s3://models/llama/
   # stage into Redis, then serve from it
   tensorstream cp model.tensors redis://cache:6379/llama/model.tensors
-  # a big download that may be interrupted: run again with --resume to continue
-  tensorstream cp --resume https://host/model.tensors ./model.tensors
-  # machine-readable summary
-  tensorstream cp --json --quiet s3://models/a.bin s3://models/b.bin ./
+  # interrupted? run the same command with --resume: finished files are skipped,
+  # a partial file continues where it stopped
+  tensorstream cp -r --resume s3://models/llama/ /models/llama/
+  # what would be copied
+  tensorstream cp -r --dryrun s3://models/llama/ /models/llama/
+  # one JSON object per file, then a summary
+  tensorstream cp --json s3://models/a.bin s3://models/b.bin ./
 
-exit status: 0 all copied and verified, 1 something failed or was refused,
-2 usage error, 130/143 interrupted (nothing partial left behind)."""
+exit status: 0 everything copied (and verified); 1 failed (nothing copied);
+2 usage or configuration error; 3 partial: some objects copied, others failed
+or were skipped for a problem (broken symlink...); 130/143 interrupted by
+SIGINT/SIGTERM (the message says what was kept and how to continue)."""
+
+SYNC_EPILOG = """\
+examples:
+  tensorstream sync s3://models/llama/ /models/llama/
+  tensorstream sync --delete --dryrun ./llama s3://models/llama/
+  tensorstream sync --exclude '*.pt' s3://models/llama/ redis://cache:6379/llama/
+
+exit status: as cp (0 done, 1 failed, 2 usage, 3 partial, 130/143 interrupted)."""
+
+
+def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
+    p.add_argument("paths", nargs="+", metavar="SRC DST" if sync else "SRC... DST",
+                   help=argparse.SUPPRESS)
+    if not sync:
+        p.add_argument("-r", "--recursive", action="store_true",
+                       help="copy every object under SRC (directory or prefix)")
+    sel = p.add_argument_group("selection")
+    sel.add_argument("--exclude", action=Rule, const="exclude", metavar="GLOB",
+                     help="leave out keys matching GLOB (relative to SRC; repeatable)")
+    sel.add_argument("--include", action=Rule, const="include", metavar="GLOB",
+                     help="take back keys matching GLOB; the last rule that matches wins")
+    sel.add_argument("--dryrun", action="store_true", help="show what would be done, do nothing")
+    sel.add_argument("--no-follow-symlinks", dest="follow_symlinks", action="store_false",
+                     help="skip (and report) symbolic links in a local SRC")
+    if sync:
+        sel.add_argument("--delete", action="store_true",
+                         help="delete objects under DST that are not under SRC")
+    else:
+        sel.add_argument("--resume", action="store_true",
+                         help="skip objects already complete at DST, and continue an "
+                              "interrupted copy to a local destination from the parts already "
+                              "written (after checking the source did not change); an "
+                              "interrupted --resume copy keeps a hidden partial file for this")
+    speed = p.add_argument_group("speed")
+    speed.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
+                       help=f"parts in flight at once (default {DEFAULT_CONCURRENCY})")
+    default_mem = (DEFAULT_CONCURRENCY + spare_buffers(DEFAULT_CONCURRENCY)) * DEFAULT_PART_SIZE
+    speed.add_argument("--part-size", type=parse_size, default=DEFAULT_PART_SIZE,
+                       metavar="SIZE",
+                       help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M);"
+                            " memory: concurrency x 1 MiB to a local destination "
+                            f"({DEFAULT_CONCURRENCY} MiB by default), about 1.25 x concurrency "
+                            f"x part size to S3/Redis ({default_mem >> 20} MiB by default)")
+    speed.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
+                       help=f"objects copied at once (default {DEFAULT_JOBS})")
+    speed.add_argument("--no-verify", dest="verify", action="store_false",
+                       help="report the copy unverified and skip the checks that cost requests "
+                            "or reads (a remote destination's read-back, earlier --resume parts); "
+                            "answers stay pinned to one version of the source")
+    out = p.add_argument_group("output")
+    out.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no progress bar (there is none unless stderr is a terminal)")
+    out.add_argument("-q", "--quiet", action="store_true",
+                     help="print nothing but errors")
+    out.add_argument("--only-show-errors", action="store_true",
+                     help="print only errors and warnings (skipped entries)")
+    out.add_argument("--json", action="store_true",
+                     help="one JSON object per file on stdout, then a summary object")
+    add_storage_options(p)
+    add_side_options(p)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -60,68 +150,161 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "cp", parents=[common], usage=USAGE, help="copy objects (local, HTTP(S), S3, Redis)",
         description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", nargs="+", metavar="SRC... DST", help=argparse.SUPPRESS)
-    p.add_argument("-r", "--recursive", action="store_true",
-                   help="copy every object under SRC (directory or prefix)")
-    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
-                   help=f"parts in flight at once (default {DEFAULT_CONCURRENCY})")
-    default_mem = (DEFAULT_CONCURRENCY + spare_buffers(DEFAULT_CONCURRENCY)) * DEFAULT_PART_SIZE
-    p.add_argument("--part-size", type=parse_size, default=DEFAULT_PART_SIZE, metavar="SIZE",
-                   help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M); "
-                        "memory: concurrency x 1 MiB to a local destination "
-                        f"({DEFAULT_CONCURRENCY} MiB by default), about 1.25 x concurrency "
-                        f"x part size to S3/Redis ({default_mem >> 20} MiB by default)")
-    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
-                   help=f"objects copied at once (default {DEFAULT_JOBS})")
-    p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="report the copy unverified and skip the checks that cost requests or "
-                        "reads (a remote destination's read-back, earlier --resume parts); "
-                        "answers stay pinned to one version of the source")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted copy to a local destination from the parts "
-                        "already written (after checking the source did not change); an "
-                        "interrupted --resume copy keeps a hidden partial file for this")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true",
-                   help="print a JSON summary (files, bytes, seconds, gbps, verified, errors)")
-    add_storage_options(p)
-    p.set_defaults(handler=run)
+    _add_common(p, sync=False)
+    p.set_defaults(handler=run, sync=False)
+    p = sub.add_parser(
+        "sync", parents=[common], usage=SYNC_USAGE,
+        help="copy only what is missing or differs (optionally --delete the rest)",
+        description=SYNC_DESCRIPTION, epilog=SYNC_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(p, sync=True)
+    p.set_defaults(handler=run, sync=True, recursive=True, resume=False)
+
+
+def _mode(args: argparse.Namespace) -> str:
+    if args.json:
+        return "json"
+    if args.quiet:
+        return "quiet"
+    if args.only_show_errors:
+        return "errors"
+    return "text"
+
+
+def _interrupted(result: CopyResult) -> str:
+    """What an interrupted copy left behind, and how to continue."""
+    said: list[str] = []
+    for o in result.outcomes:
+        if o.kept:
+            said.append(f"kept {o.kept} ({human_size(o.kept_bytes)} of {human_size(o.size)}) "
+                        "to continue from: run the same command with --resume")
+        if o.published:
+            said.append(f"{o.dst} was written completely but its verification was "
+                        "interrupted: run the copy again to check it")
+    copied = sum(1 for o in result.outcomes if o.status == "copied")
+    if copied:
+        said.append(f"{copied} object(s) were copied completely before that (--resume skips "
+                    "them next time)")
+    if not any(o.kept or o.published for o in result.outcomes):
+        said.append("no partial object was left behind")
+    return "; ".join(said)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ._run import EXIT_USAGE, print_error, run_async
+    from ._run import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, print_error, run_async
 
-    if len(args.paths) < 2:
-        print_error("cp needs a source and a destination; usage: " + USAGE)
+    name = "sync" if args.sync else "cp"
+    if len(args.paths) < 2 or (args.sync and len(args.paths) != 2):
+        print_error(f"{name} needs a source and a destination; usage: "
+                    + (SYNC_USAGE if args.sync else USAGE))
         return EXIT_USAGE
     if args.concurrency < 1 or args.jobs < 1:
         print_error("--concurrency and --jobs must be at least 1")
         return EXIT_USAGE
     *sources, dest = args.paths
     options = storage_options(args)
-    progress = make_progress(args.quiet)
+    src_options, dst_options = side_options(args, "src"), side_options(args, "dst")
+    if "-" in args.paths:
+        from .objects import copy_stream
+        return copy_stream(args, sources, dest, {**options, **src_options},
+                           {**options, **dst_options})
+    rules = Rules(getattr(args, "rules", None) or [])
+    result = CopyResult()
+    mode = _mode(args)
+    bars = make_progress(args.progress and mode in ("text", "json"))
+    reporter = Reporter(mode, verb="copy", dryrun=args.dryrun, bars=bars)
+    if args.sync:
+        dest = dest if dest.endswith("/") else dest + "/"
 
     async def go() -> int:
         try:
-            result = await copy_async(
+            await copy_async(
                 sources, dest, recursive=args.recursive, concurrency=args.concurrency,
                 part_size=args.part_size, verify=args.verify, resume=args.resume,
-                jobs=args.jobs, progress=progress, **options)
+                jobs=args.jobs, progress=reporter, src_options=src_options,
+                dst_options=dst_options, include=rules, skip_unchanged=args.sync,
+                dryrun=args.dryrun, follow_symlinks=args.follow_symlinks, result=result,
+                **options)
+            if args.sync and getattr(args, "delete", False):
+                await _delete_extraneous(args, sources[0], dest, rules, result, reporter,
+                                         {**options, **src_options}, {**options, **dst_options})
         finally:
-            if progress is not None:
-                progress.close()
-        for line in result.errors:
-            print_error(line)
-        if not args.quiet:
-            for line in result.skipped:
-                print(f"tensorstream: skipped {redact_text(line)}", file=sys.stderr)
-        if args.json:
-            print(json.dumps(result.to_dict(), sort_keys=True))
-        elif not args.quiet:
-            done = f"copied {result.files} file(s), {result.bytes} bytes in {result.seconds:.2f}s"
-            rate = f" ({result.gbps:.3f} GB/s)" if result.seconds > 0 else ""
-            check = ", verified" if result.verified else ""
-            print(done + rate + check, file=sys.stderr)
-        return 0 if result.ok else 1
+            reporter.close()
+        extra = 0
+        for line in result.errors:  # errors not tied to one copied object (listing, refusals)
+            if line not in reporter.printed_errors:
+                extra += 1
+                reporter.error(line)
+        for note in result.notes:
+            reporter.warning(note)
+        verified = result.verified and args.verify and not args.dryrun
+        summary = reporter.summary(seconds=result.seconds, verified=verified,
+                                   resumed_bytes=result.resumed_bytes, extra_errors=extra)
+        if mode == "json":
+            print(json.dumps({"op": "summary", **result.to_dict(), "summary": summary},
+                             sort_keys=True), flush=True)
+        else:
+            reporter.print_summary(summary)
+        problems = reporter.problems + extra
+        done = sum(reporter.counts.get(k, 0) for k in (
+            "copied", "unchanged", "dryrun", "delete-deleted", "delete-dryrun"))
+        if not problems:
+            return EXIT_OK
+        return EXIT_PARTIAL if done else EXIT_FAILED
 
-    return run_async(go)
+    return run_async(go, lambda: _interrupted(result))
+
+
+async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, rules: Rules,
+                             result: CopyResult, reporter: Reporter,
+                             src_options: dict[str, Any], dst_options: dict[str, Any]) -> None:
+    """``sync --delete``: remove objects under DST whose key is not under SRC."""
+    from ..api import get_provider
+
+    if result.errors:
+        reporter.warning("--delete skipped: the source was not read completely, so nothing "
+                         "is deleted")
+        return
+    src_uri, dst_uri = parse_uri(source), parse_uri(dest)
+    async with get_provider(src_uri, **src_options) as src, \
+            get_provider(dst_uri, **dst_options) as dst:
+        wanted = set(await _keys(src, src_uri, args.follow_symlinks))
+        there = await _keys(dst, dst_uri, False)
+        for key, path in sorted(there.items()):
+            if key in wanted or not rules.wants(key):
+                continue
+            uri = dst_uri.with_path(path)
+            if args.dryrun:
+                reporter.deleted(uri, dryrun=True)
+                continue
+            try:
+                await dst.delete(path)
+            except Exception as exc:
+                reporter.deleted(uri, dryrun=False, error=f"delete {uri}: {exc}")
+            else:
+                reporter.deleted(uri, dryrun=False)
+
+
+async def _keys(provider: Any, uri: Any, follow_symlinks: bool) -> dict[str, str]:
+    """``{key relative to uri: provider path}`` of every object under ``uri``."""
+    from ..copy.keys import relative_key
+    from ..copy.select import walk_local
+    from ..errors import NotFoundError
+
+    if uri.scheme == "file":
+        if not os.path.isdir(uri.path):
+            return {}
+        files, _ = walk_local(uri.path, follow_symlinks=follow_symlinks)
+        return dict(files)
+    base = uri.path.rstrip("/") + "/"
+    if base == "/":
+        base = ""
+    out: dict[str, str] = {}
+    try:
+        async for info in provider.list(base):
+            rel = relative_key(info.path, base)
+            if rel is not None:
+                out[rel] = info.path
+    except NotFoundError:
+        pass
+    return out

@@ -1,8 +1,13 @@
-"""``tensorstream ls URI``: list objects like ``aws s3 ls``."""
+"""``tensorstream ls URI``: list objects like ``aws s3 ls`` (``ls s3://``: the buckets).
+
+Names are escaped (a key holding terminal escape sequences or a newline
+prints as ``\x1b[2J`` / ``\n``); ``--json`` prints each name exactly.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
@@ -12,18 +17,21 @@ from ..errors import NotFoundError
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, parse_uri, redact_text
 from .options import add_storage_options
+from .output import escape, human_size
 
 EPILOG = """\
 examples:
+  tensorstream ls s3://                     # the buckets these credentials see
   tensorstream ls s3://models/              # top level: objects and PRE prefixes/
   tensorstream ls -lr s3://models/llama/    # every object below, with sizes and dates
-  tensorstream ls /models/llama
+  tensorstream ls -lh /models/llama           # human sizes
+  tensorstream ls --json s3://models/llama/   # one JSON object per line, names exact
   tensorstream ls redis://localhost:6379/llama/"""
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "ls", parents=[common], help="list objects under a directory or prefix",
+        "ls", parents=[common], help="list objects under a directory or prefix", add_help=False,
         usage="tensorstream ls [options] URI", epilog=EPILOG,
         description="List objects under URI (a directory, a prefix, or a key prefix). "
                     "Without -r, deeper keys are shown once as 'PRE name/'.",
@@ -31,6 +39,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("uri", metavar="URI")
     p.add_argument("-l", "--long", action="store_true", help="show sizes and modification times")
     p.add_argument("-r", "--recursive", action="store_true", help="list every object below")
+    p.add_argument("--help", action="help", help="show this help message and exit")
+    p.add_argument("-h", "--human-readable", action="store_true",
+                   help="sizes as 1.5 KiB, 3.20 GiB (with -l)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line: key, size, etag, mtime (or prefix)")
     add_storage_options(p)
     p.set_defaults(handler=run)
 
@@ -50,19 +63,44 @@ def list_base(raw: str, uri: ParsedURI) -> tuple[str, str]:
     return path, path[:cut]
 
 
-def _line(info: ObjectInfo, name: str, long: bool) -> str:
+def _line(info: ObjectInfo, name: str, long: bool, human: bool) -> str:
     if not long:
-        return name
+        return escape(name)
     when = info.mtime.strftime("%Y-%m-%d %H:%M:%S") if info.mtime else " " * 19
-    return f"{when} {info.size:>12} {name}"
+    size = human_size(info.size) if human else str(info.size)
+    return f"{when} {size:>12} {escape(name)}"
+
+
+def _json(info: ObjectInfo, name: str) -> str:
+    return json.dumps({"key": name, "size": info.size, "etag": info.etag,
+                       "mtime": info.mtime.isoformat() if info.mtime else None}, sort_keys=True)
+
+
+async def _buckets(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """``ls s3://``: the buckets, like ``aws s3 ls``."""
+    # The provider does not depend on the bucket; the name is only there to parse.
+    async with get_provider(parse_uri("s3://any-bucket/"), **options) as provider:
+        lister = getattr(getattr(provider, "inner", provider), "list_buckets", None)
+        if lister is None:
+            raise NotFoundError("this S3 provider cannot list buckets")
+        for name, created in await lister():
+            if args.json:
+                print(json.dumps({"bucket": name, "created": created.isoformat()
+                                  if created else None}, sort_keys=True))
+            else:
+                when = created.strftime("%Y-%m-%d %H:%M:%S") if created else " " * 19
+                print(f"{when} {escape(name)}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     from ._run import print_error, run_async
     from .options import storage_options
 
-    uri = parse_uri(args.uri)
     options = storage_options(args)
+    if args.uri.rstrip("/") in ("s3:", "s3:/"):
+        return run_async(lambda: _buckets(args, options))
+    uri = parse_uri(args.uri)
 
     async def go() -> int:
         prefix, base = list_base(args.uri, uri)
@@ -80,9 +118,13 @@ def run(args: argparse.Namespace) -> int:
                         if d not in seen_dirs:
                             seen_dirs.add(d)
                             pad = " " * 32 if args.long else ""
-                            print(f"{pad}PRE {d}" if args.long else d)
+                            if args.json:
+                                print(json.dumps({"prefix": d}))
+                            else:
+                                print(f"{pad}PRE {escape(d)}" if args.long else escape(d))
                         continue
-                    print(_line(info, rel, args.long))
+                    print(_json(info, rel) if args.json else _line(
+                        info, rel, args.long, args.human_readable))
             except NotFoundError:
                 count = 0
             sys.stdout.flush()

@@ -1,14 +1,18 @@
-"""``tensorstream`` command line: ``cp``, ``ls``, ``stat``, ``cat``, ``rm``, ``credentials``.
+"""``tensorstream`` command line: ``cp``, ``sync``, ``ls``, ``stat``, ``cat``, ``rm``, ``credentials``.
 
-Exit status: 0 success, 1 a failure (some object not copied, not found...),
-2 usage or configuration error, 128+N when stopped by signal N (cleanup done).
-Errors are one line on stderr, secrets redacted; ``--debug`` adds tracebacks.
+Exit status: 0 success, 1 a failure (nothing copied, not found...), 2 usage
+or configuration error, 3 partial success (some objects done, some failed),
+128+N when stopped by signal N (cleanup done). Errors are one line on
+stderr, secrets redacted, control characters escaped; ``--debug`` adds
+tracebacks. A reader that goes away (``tensorstream cat ... | head``) ends
+the command quietly with status 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -18,7 +22,8 @@ from .. import __version__
 from ..errors import ConfigurationError, InvalidURIError, UnknownSchemeError
 from ..uri import redact_text
 from . import cp, ls, objects
-from ._run import EXIT_FAILED, EXIT_USAGE, PROG, print_error
+from ._run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, print_error
+from .options import add_storage_options
 
 __all__ = ["main", "build_parser"]
 
@@ -32,18 +37,26 @@ EPILOG = """\
 examples:
   tensorstream cp s3://models/llama/model.tensors /models/
   tensorstream cp -r s3://models/llama/ /models/llama/
+  tensorstream sync --delete ./llama/ s3://models/llama/
+  tensorstream --endpoint-url http://minio:9000 ls s3://
   tensorstream cp --resume https://host/model.tensors ./model.tensors
   tensorstream ls -l s3://models/llama/
   tensorstream cat --range 0-1023 s3://models/llama/model.tensors | xxd | head
 
-Run 'tensorstream COMMAND --help' for a command's options."""
+Storage options go before or after the command. Run 'tensorstream COMMAND
+--help' for a command's options.
+
+exit status: 0 done, 1 failed, 2 usage or configuration error, 3 partial
+(some objects done, others failed), 130/143 interrupted."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description=DESCRIPTION, epilog=EPILOG,
+        usage=f"{PROG} [storage options] COMMAND [options] ...",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_storage_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     common = argparse.ArgumentParser(add_help=False)
@@ -72,7 +85,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error("interrupted")
         return 128 + int(signal.SIGINT)
     except BrokenPipeError:
-        return EXIT_FAILED  # `tensorstream cat ... | head`: the reader went away
+        # `tensorstream cat ... | head`: the reader went away, which is how it
+        # says it has enough. Exit 0 (pipefail stays happy) and point stdout at
+        # /dev/null so the interpreter's final flush does not complain.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
     except Exception as exc:
         if debug:
             print(redact_text(traceback.format_exc()), file=sys.stderr, end="")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import re
 import sys
 from typing import Any
@@ -12,7 +14,7 @@ from ..api import get_provider
 from ..errors import NotFoundError
 from ..providers.base import ObjectInfo
 from ..uri import parse_uri, redact_text
-from .options import add_storage_options, storage_options
+from .options import Rule, add_storage_options, storage_options
 
 _CHUNK = 8 << 20
 
@@ -50,9 +52,18 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = _sub(sub, common, "rm", "delete an object (or, with -r, every object under a prefix)",
              "tensorstream rm [options] URI",
              "examples:\n  tensorstream rm s3://models/old/model.tensors\n"
-             "  tensorstream rm -r s3://models/old/",
-             "Delete one object, or with -r every object under a directory or prefix.")
+             "  tensorstream rm -r --dryrun s3://models/old/\n"
+             "  tensorstream rm -r --exclude '*' --include '*.pt' s3://models/old/",
+             "Delete one object, or with -r every object under a directory or prefix. "
+             "Prints one 'delete: URI' line per object removed.")
     p.add_argument("-r", "--recursive", action="store_true", help="delete everything under URI")
+    p.add_argument("--dryrun", action="store_true", help="show what would be deleted")
+    p.add_argument("--exclude", action=Rule, const="exclude", metavar="GLOB",
+                   help="keep keys matching GLOB (with -r; repeatable)")
+    p.add_argument("--include", action=Rule, const="include", metavar="GLOB",
+                   help="take back keys matching GLOB; the last rule that matches wins")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--json", action="store_true", help="one JSON object per object deleted")
     add_storage_options(p)
     p.set_defaults(handler=run_rm)
 
@@ -111,53 +122,112 @@ def parse_range(text: str, size: int) -> tuple[int, int]:
     return start, end
 
 
+async def _to_stdout(uri_text: str, options: dict[str, Any], byte_range: str | None) -> int:
+    uri = parse_uri(uri_text)
+    async with get_provider(uri, **options) as provider:
+        info = await provider.stat(uri.path)
+        start, end = (0, info.size) if not byte_range else parse_range(byte_range, info.size)
+        buf = bytearray(min(_CHUNK, max(end - start, 1)))
+        out = sys.stdout.buffer
+        pos = start
+        while pos < end:
+            view = memoryview(buf)[: min(len(buf), end - pos)]
+            await provider.readinto(uri.path, pos, view, etag=info.etag)
+            out.write(view)
+            pos += len(view)
+        out.flush()
+    return 0
+
+
 def run_cat(args: argparse.Namespace) -> int:
     from ._run import run_async
 
-    uri = parse_uri(args.uri)
+    options = storage_options(args)
+    return run_async(lambda: _to_stdout(args.uri, options, args.byte_range))
 
-    async def go() -> int:
-        async with get_provider(uri, **storage_options(args)) as provider:
-            info = await provider.stat(uri.path)
-            start, end = (0, info.size) if not args.byte_range else parse_range(
-                args.byte_range, info.size)
-            buf = bytearray(min(_CHUNK, max(end - start, 1)))
-            out = sys.stdout.buffer
-            pos = start
-            while pos < end:
-                view = memoryview(buf)[: min(len(buf), end - pos)]
-                await provider.readinto(uri.path, pos, view, etag=info.etag)
-                out.write(view)
-                pos += len(view)
-            out.flush()
+
+def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
+                src_options: dict[str, Any], dst_options: dict[str, Any]) -> int:
+    """``cp SRC -`` (to stdout, like cat) and ``cp - DST`` (stdin into an atomic writer)."""
+    from ._run import EXIT_USAGE, print_error, run_async
+    from .output import escape, human_size
+
+    if len(sources) != 1 or args.recursive or (sources[0] == "-") == (dest == "-"):
+        print_error("'-' copies one object: 'cp SRC -' writes it to stdout, 'cp - DST' "
+                    "reads stdin into DST (no -r, one SRC)")
+        return EXIT_USAGE
+    if dest == "-":
+        return run_async(lambda: _to_stdout(sources[0], src_options, None))
+    if dest.endswith("/") or os.path.isdir(dest):
+        print_error(f"'cp - DST' needs DST to name the object, not a directory: {dest}")
+        return EXIT_USAGE
+    if args.dryrun:
+        print(f"(dryrun) copy: - -> {escape(redact_text(dest))}")
         return 0
 
-    return run_async(go)
+    async def go() -> int:
+        uri = parse_uri(dest)
+        total = 0
+        read = getattr(sys.stdin.buffer, "read1", sys.stdin.buffer.read)  # what is there
+        async with get_provider(uri, **dst_options) as provider:
+            async with provider.open_writer(uri.path) as writer:
+                while True:
+                    chunk = await asyncio.to_thread(read, _CHUNK)
+                    if not chunk:
+                        break
+                    await writer.write(chunk)
+                    total += len(chunk)
+        if not (args.quiet or args.json or args.only_show_errors):
+            print(f"copy: - -> {escape(redact_text(dest))}", flush=True)
+            print(f"copied 1 file ({human_size(total)}) from stdin", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"op": "copy", "src": "-", "dst": redact_text(dest), "size": total,
+                              "status": "copied", "verified": False}), flush=True)
+        return 0
+
+    return run_async(go, lambda: "nothing was written to the destination")
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    from ._run import print_error, run_async
+    from ..copy.select import Rules
+    from ._run import EXIT_FAILED, EXIT_PARTIAL, run_async
+    from .output import Reporter
 
     uri = parse_uri(args.uri)
+    rules = Rules(getattr(args, "rules", None) or [])
+    reporter = Reporter("json" if args.json else "quiet" if args.quiet else "text")
 
     async def go() -> int:
         async with get_provider(uri, **storage_options(args)) as provider:
             if not args.recursive:
-                await provider.delete(uri.path)
+                if args.dryrun:
+                    await provider.stat(uri.path)  # NotFoundError if absent
+                else:
+                    await provider.delete(uri.path)
+                reporter.deleted(args.uri, dryrun=args.dryrun)
                 return 0
             base = uri.path.rstrip("/") + "/"
             targets = [i.path async for i in provider.list(base)
-                       if i.path.startswith(base)]
+                       if i.path.startswith(base) and rules.wants(i.path[len(base):])]
             if not targets:
-                raise NotFoundError(f"no objects under {redact_text(args.uri)}")
+                raise NotFoundError(f"no objects under {redact_text(args.uri)}"
+                                    + (" match the --exclude/--include rules" if rules else ""))
             failed = 0
             for path in targets:
+                target = uri.with_path(path)
+                if args.dryrun:
+                    reporter.deleted(target, dryrun=True)
+                    continue
                 try:
                     await provider.delete(path)
                 except (OSError, ValueError) as exc:
                     failed += 1
-                    print_error(str(exc))
-            return 1 if failed else 0
+                    reporter.deleted(target, dryrun=False, error=f"delete {target}: {exc}")
+                else:
+                    reporter.deleted(target, dryrun=False)
+            if not failed:
+                return 0
+            return EXIT_PARTIAL if failed < len(targets) else EXIT_FAILED
 
     return run_async(go)
 

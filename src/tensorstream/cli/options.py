@@ -2,8 +2,19 @@
 
 Each flag maps to one option name in :func:`tensorstream.providers.registry.known_option_names`,
 so ``--s3-endpoint URL`` means exactly ``tensorstream.open(..., s3_endpoint=URL)``.
+The names users already type in ``aws s3`` work too (``--endpoint-url``,
+``--profile``, ``--region``, ``--no-sign-request``, ``--no-verify-ssl``).
 Flags not given are not passed, so the library's environment variables and
 config files (``S3_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.s3cfg``...) still apply.
+
+Storage flags are accepted before or after the subcommand (``tensorstream
+--endpoint-url URL cp ...`` and ``tensorstream cp --endpoint-url URL ...``):
+both parsers declare them with ``default=SUPPRESS``, so a flag the
+subcommand did not see never overwrites one given before it.
+
+Commands with two sides (``cp``, ``sync``) also take ``--src-*``/``--dst-*``
+versions of the endpoint, profile, region and TLS flags, which apply to one
+side only (two S3 endpoints in one command).
 """
 
 from __future__ import annotations
@@ -12,51 +23,98 @@ import argparse
 import re
 from typing import Any
 
-__all__ = ["FLAGS", "add_storage_options", "parse_size", "storage_options"]
+from ..errors import ConfigurationError
 
-#: (flag, option name, type, help). ``bool`` flags are store_true.
-FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--s3-endpoint", "s3_endpoint", str, "S3 endpoint URL (S3-compatible stores)"),
-    ("--s3-region", "s3_region", str, "S3 region"),
-    ("--s3-access-key-id", "s3_access_key_id", str, "S3 access key id"),
-    ("--s3-secret-access-key", "s3_secret_access_key", str,
-     "S3 secret key (prefer S3_SECRET_ACCESS_KEY / AWS_SECRET_ACCESS_KEY: argv is visible to others)"),
-    ("--s3-session-token", "s3_session_token", str, "S3 session token"),
-    ("--s3-addressing-style", "s3_addressing_style", str, "path | virtual | auto"),
-    ("--s3-profile", "s3_profile", str, "profile in ~/.aws/config"),
-    ("--anonymous", "anonymous", bool, "unsigned S3 requests (public buckets)"),
-    ("--ca-bundle", "ca_bundle", str, "PEM file of CA certificates to trust (HTTPS, S3, rediss)"),
-    ("--insecure", "insecure", bool, "do NOT verify TLS certificates (warns)"),
-    ("--token", "token", str, "HTTP bearer token"),
-    ("--redis-username", "redis_username", str, "Redis ACL user name"),
-    ("--redis-password", "redis_password", str,
+__all__ = ["FLAGS", "Rule", "SIDE_FLAGS", "add_side_options", "add_storage_options", "parse_size",
+           "side_options", "storage_options"]
+
+#: (flags, option name, type, help). ``bool`` flags are store_true.
+FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
+    (("--endpoint-url", "--s3-endpoint"), "s3_endpoint", str,
+     "S3 endpoint URL, with its scheme (http://minio:9000)"),
+    (("--region", "--s3-region"), "s3_region", str, "S3 region"),
+    (("--profile", "--s3-profile"), "s3_profile", str, "profile in ~/.aws/config"),
+    (("--s3-access-key-id",), "s3_access_key_id", str, "S3 access key id"),
+    (("--s3-secret-access-key",), "s3_secret_access_key", str,
+     "S3 secret key (prefer AWS_SECRET_ACCESS_KEY: argv is visible to others)"),
+    (("--s3-session-token",), "s3_session_token", str, "S3 session token"),
+    (("--s3-addressing-style",), "s3_addressing_style", str, "path | virtual | auto"),
+    (("--no-sign-request", "--anonymous"), "anonymous", bool,
+     "unsigned S3 requests (public buckets)"),
+    (("--ca-bundle",), "ca_bundle", str,
+     "PEM file of CA certificates to trust (HTTPS, S3, rediss)"),
+    (("--no-verify-ssl", "--insecure"), "insecure", bool,
+     "do NOT verify TLS certificates (warns)"),
+    (("--token",), "token", str, "HTTP bearer token"),
+    (("--redis-username",), "redis_username", str, "Redis ACL user name"),
+    (("--redis-password",), "redis_password", str,
      "Redis password (prefer REDIS_PASSWORD: argv is visible to others)"),
-    ("--redis-cluster", "redis_cluster", bool, "connect to a Redis Cluster"),
-    ("--timeout-connect", "timeout_connect", float, "connect timeout, seconds (default 10)"),
-    ("--timeout-idle", "timeout_idle", float,
+    (("--redis-cluster",), "redis_cluster", bool, "connect to a Redis Cluster"),
+    (("--timeout-connect",), "timeout_connect", float, "connect timeout, seconds (default 10)"),
+    (("--timeout-idle",), "timeout_idle", float,
      "max seconds without receiving a byte (default 30)"),
-    ("--retries", "retries", int, "attempts per request, including the first (default 5)"),
+    (("--retries",), "retries", int, "attempts per request, including the first (default 5)"),
+]
+
+#: Flags that also exist as ``--src-NAME`` / ``--dst-NAME`` on cp and sync.
+SIDE_FLAGS: list[tuple[str, str, Any]] = [
+    ("endpoint-url", "s3_endpoint", str),
+    ("region", "s3_region", str),
+    ("profile", "s3_profile", str),
+    ("no-sign-request", "anonymous", bool),
+    ("ca-bundle", "ca_bundle", str),
+    ("no-verify-ssl", "insecure", bool),
+    ("token", "token", str),
+    ("redis-password", "redis_password", str),
 ]
 
 
 def add_storage_options(parser: argparse.ArgumentParser) -> None:
     """Add the storage flags (and ``--header``) to ``parser`` as one group."""
-    group = parser.add_argument_group("storage options")
-    for flag, dest, typ, help_ in FLAGS:
+    group = parser.add_argument_group("storage options (before or after the command)")
+    for flags, dest, typ, help_ in FLAGS:
         if typ is bool:
-            group.add_argument(flag, dest=f"opt_{dest}", action="store_true", default=None,
-                               help=help_)
+            group.add_argument(*flags, dest=f"opt_{dest}", action="store_true",
+                               default=argparse.SUPPRESS, help=help_)
         else:
-            group.add_argument(flag, dest=f"opt_{dest}", type=typ, default=None,
+            group.add_argument(*flags, dest=f"opt_{dest}", type=typ, default=argparse.SUPPRESS,
                                metavar=dest.split("_", 1)[-1].upper(), help=help_)
-    group.add_argument("--header", dest="opt_headers", action="append", default=None,
-                       metavar="'NAME: VALUE'", help="extra HTTP header (repeatable)")
+    group.add_argument("--header", dest="opt_headers", action="append",
+                       default=argparse.SUPPRESS, metavar="'NAME: VALUE'",
+                       help="extra HTTP header (repeatable)")
+
+
+def add_side_options(parser: argparse.ArgumentParser) -> None:
+    """``--src-*`` / ``--dst-*``: storage flags for one side of a copy only."""
+    group = parser.add_argument_group(
+        "source / destination options (override the storage options for one side)")
+    for side in ("src", "dst"):
+        for name, dest, typ in SIDE_FLAGS:
+            flag = f"--{side}-{name}"
+            if typ is bool:
+                group.add_argument(flag, dest=f"{side}_{dest}", action="store_true",
+                                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            else:
+                group.add_argument(flag, dest=f"{side}_{dest}", type=typ,
+                                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    group.description = ("--src-NAME / --dst-NAME for NAME in: "
+                         + ", ".join(n for n, _, _ in SIDE_FLAGS)
+                         + " (e.g. --src-endpoint-url http://a:9000 --dst-profile prod)")
+
+
+def _check(options: dict[str, Any], flag: str) -> dict[str, Any]:
+    endpoint = options.get("s3_endpoint")
+    if endpoint is not None and "://" not in endpoint:
+        raise ConfigurationError(
+            f"{flag} {endpoint!r} has no scheme; write it as http://{endpoint} "
+            f"(plain text) or https://{endpoint} (TLS)")
+    return options
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     """The option dict for :func:`tensorstream.get_provider` from parsed flags."""
     out: dict[str, Any] = {}
-    for _flag, dest, _typ, _help in FLAGS:
+    for _flags, dest, _typ, _help in FLAGS:
         value = getattr(args, f"opt_{dest}", None)
         if value is not None:
             out[dest] = value
@@ -69,7 +127,27 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
                 raise argparse.ArgumentTypeError(f"--header must be 'Name: value', got {name!r}")
             parsed[name.strip()] = value.strip()
         out["headers"] = parsed
-    return out
+    return _check(out, "--endpoint-url")
+
+
+def side_options(args: argparse.Namespace, side: str) -> dict[str, Any]:
+    """Options given for one side only (``side`` is ``"src"`` or ``"dst"``)."""
+    out: dict[str, Any] = {}
+    for _name, dest, _typ in SIDE_FLAGS:
+        value = getattr(args, f"{side}_{dest}", None)
+        if value is not None:
+            out[dest] = value
+    return _check(out, f"--{side}-endpoint-url")
+
+
+class Rule(argparse.Action):
+    """--exclude/--include: one ordered list, as aws applies them."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        rules = list(getattr(namespace, "rules", None) or [])
+        rules.append((self.const, values))
+        namespace.rules = rules
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)

@@ -64,6 +64,7 @@ from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, parse_uri, redact_text
 from .keys import UnsafeKeyError, open_dir_under, plan_keys, relative_key, safe_relative_key
 from .receive import receive_part
+from .select import FileOutcome, Rules, notify, unchanged, walk_local
 from .sinks import (
     BufferPool,
     LocalPartFile,
@@ -78,6 +79,7 @@ __all__ = [
     "DEFAULT_JOBS",
     "DEFAULT_PART_SIZE",
     "CopyResult",
+    "FileOutcome",
     "ProgressListener",
     "copy",
     "copy_async",
@@ -95,7 +97,14 @@ _RESUMABLE = (asyncio.CancelledError, KeyboardInterrupt, TransientError, Storage
 
 
 class ProgressListener(Protocol):
-    """Receives progress events (the CLI's tqdm bars implement this)."""
+    """Receives progress events (the CLI's tqdm bars implement this).
+
+    Optional methods, called when the listener has them: ``phase(name,
+    "verifying")`` when a destination is being read back (then
+    ``verified(name, nbytes)`` as it is), and ``file_done(outcome)`` with the
+    :class:`FileOutcome` of every object, copied, failed, skipped or
+    interrupted. ``advance`` may be called from worker threads.
+    """
 
     def start(self, files: int, total_bytes: int) -> None: ...
     def file_started(self, name: str, size: int) -> None: ...
@@ -114,6 +123,10 @@ class CopyResult:
     resumed_bytes: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
+    #: Things the user should know that are neither errors nor skips.
+    notes: list[str] = dataclasses.field(default_factory=list)
+    #: One entry per object considered, in the order they finished.
+    outcomes: list[FileOutcome] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -149,6 +162,10 @@ class _Job:
     #: Remote destination path, or (local root dir, key parts) for a local destination.
     dst_path: str
     local: tuple[str, list[str]] | None
+    #: Set once a remote destination is committed (it exists under its name).
+    published: bool = False
+    #: (hidden partial file, bytes in it) kept for --resume when the copy stopped.
+    kept: tuple[str, int] | None = None
 
     @property
     def label(self) -> str:
@@ -163,7 +180,11 @@ class _Job:
 
 class _Copier:
     def __init__(self, *, concurrency: int, part_size: int, verify: bool, resume: bool,
-                 jobs: int, progress: ProgressListener | None, options: dict[str, Any]) -> None:
+                 jobs: int, progress: ProgressListener | None, options: dict[str, Any],
+                 src_options: dict[str, Any] | None = None,
+                 dst_options: dict[str, Any] | None = None, rules: Rules | None = None,
+                 skip_unchanged: bool = False, dryrun: bool = False,
+                 follow_symlinks: bool = True, result: CopyResult | None = None) -> None:
         if concurrency < 1 or part_size < 1 or jobs < 1:
             raise ValueError("concurrency, part_size and jobs must be >= 1")
         self.concurrency = concurrency
@@ -174,19 +195,30 @@ class _Copier:
         self.progress = progress
         self.options = dict(options)
         self.options.setdefault("concurrency", concurrency)
+        self.side_options = {"src": dict(src_options or {}), "dst": dict(dst_options or {})}
+        self.rules = rules or Rules()
+        self.skip_unchanged = skip_unchanged
+        self.dryrun = dryrun
+        self.follow_symlinks = follow_symlinks
         # Reads in flight are capped at ``concurrency``; a few spare buffers let
         # new reads start while finished parts are still being written.
         self.read_slots = asyncio.Semaphore(concurrency)
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
-        self.providers: dict[tuple[str, str], PolicyProvider] = {}
-        self.result = CopyResult()
+        self.providers: dict[tuple[str, str, str], PolicyProvider] = {}
+        self.result = result if result is not None else CopyResult()
 
     # -- providers -----------------------------------------------------------
-    def provider(self, uri: ParsedURI) -> PolicyProvider:
-        key = (uri.scheme, uri.netloc)
+    def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
+        """One provider per (side, location): each side may have its own endpoint/credentials."""
+        extra = self.side_options[side]
+        key = (side if extra else "", uri.scheme, uri.netloc)
         if key not in self.providers:
-            self.providers[key] = get_provider(uri, **self.options)
+            self.providers[key] = get_provider(uri, **{**self.options, **extra})
         return self.providers[key]
+
+    def outcome(self, outcome: FileOutcome) -> None:
+        self.result.outcomes.append(outcome)
+        notify(self.progress, "file_done", outcome)
 
     async def close(self) -> None:
         for p in self.providers.values():
@@ -202,7 +234,7 @@ class _Copier:
     # -- planning ------------------------------------------------------------
     async def plan(self, sources: list[str], dest: str, recursive: bool) -> list[_Job]:
         dst_uri = parse_uri(dest)
-        dst = self.provider(dst_uri)
+        dst = self.provider(dst_uri, "dst")
         local = dst_uri.scheme == "file"
         into_dir = len(sources) > 1 or recursive or dest.endswith("/") or (
             local and os.path.isdir(dst_uri.path))
@@ -210,13 +242,15 @@ class _Copier:
         seen: set[str] = set()
         for source in sources:
             src_uri = parse_uri(source)
-            src = self.provider(src_uri)
+            src = self.provider(src_uri, "src")
             try:
                 pairs = await self._list_source(src, src_uri, source, recursive, local)
             except (TensorstreamError, OSError) as exc:
                 self.error(redact_text(source), exc)
                 continue
             for rel, info in pairs:
+                if not self.rules.wants(rel):
+                    continue  # --exclude/--include: left out by choice, not reported
                 try:
                     safe_relative_key(rel)
                 except UnsafeKeyError as exc:
@@ -231,19 +265,94 @@ class _Copier:
                     base = dst_uri.path.rstrip("/")
                     target = (f"{base}/{rel}" if base else rel) if into_dir else dst_uri.path
                     job = _Job(src, src_uri, info.path, info, dst, dst_uri, target, None)
+                if self._same_object(job):
+                    self.error(job.label, "refused: source and destination are the same object")
+                    continue
                 if target in seen:
                     self.error(job.label, f"another source also maps to {job.dst_label}; skipped")
                     continue
                 seen.add(target)
                 jobs.append(job)
+        if jobs and dst_uri.scheme == "s3":
+            jobs = await self._check_bucket(dst, jobs)
+        if self.skip_unchanged:
+            jobs = await self._drop_unchanged(jobs)
+        if not self.resume and not self.dryrun:
+            for job in jobs:
+                self._note_stale_partial(job)
         return jobs
+
+    def _same_object(self, job: _Job) -> bool:
+        """Whether ``job`` would copy an object onto itself (refused: it would be rewritten)."""
+        if self.side_options["src"] != self.side_options["dst"]:
+            return False  # one name, two endpoints
+        if (job.src_uri.scheme, job.src_uri.netloc) != (job.dst_uri.scheme, job.dst_uri.netloc):
+            return False
+        if job.local is not None:
+            try:
+                return os.path.samefile(job.src_path, job.dst_path)
+            except OSError:
+                return os.path.abspath(job.src_path) == os.path.abspath(job.dst_path)
+        return job.src_path == job.dst_path
+
+    async def _check_bucket(self, dst: PolicyProvider, jobs: list[_Job]) -> list[_Job]:
+        """Look for the destination bucket once, before reading anything."""
+        bucket = jobs[0].dst_path.split("/", 1)[0]
+        listing = dst.list(jobs[0].dst_path).__aiter__()
+        try:
+            await listing.__anext__()
+        except StopAsyncIteration:
+            pass
+        except NotFoundError:
+            where = self.side_options["dst"].get("s3_endpoint") or self.options.get("s3_endpoint")
+            at = f" at {where}" if where else ""
+            for job in jobs:
+                self.error(f"{job.label} -> {job.dst_label}",
+                           f"bucket {bucket!r} does not exist{at} (create it first; "
+                           "'tensorstream ls s3://' lists the buckets these credentials see)")
+            return []
+        finally:
+            aclose = getattr(listing, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return jobs
+
+    async def _drop_unchanged(self, jobs: list[_Job]) -> list[_Job]:
+        """Leave out jobs whose destination already holds the source (sync, cp -r --resume)."""
+        slots = asyncio.Semaphore(16)
+
+        async def check(job: _Job) -> _Job | None:
+            async with slots:
+                try:
+                    there = await job.dst.stat(job.dst_path)
+                except (TensorstreamError, OSError):
+                    return job  # absent (or unreadable: the copy reports it)
+            same_kind = job.src_uri.scheme == job.dst_uri.scheme == "s3"
+            if not unchanged(job.info, there, same_kind=same_kind):
+                return job
+            self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",
+                                     reason="unchanged"))
+            return None
+
+        kept = await asyncio.gather(*(check(j) for j in jobs))
+        return [j for j in kept if j is not None]
+
+    def _note_stale_partial(self, job: _Job) -> None:
+        if job.local is None:
+            return
+        root, parts = job.local
+        journal = os.path.join(root, *parts[:-1], f".{parts[-1]}.tensorstream-journal.tmp")
+        if os.path.exists(journal):
+            self.result.notes.append(
+                f"{job.dst_label}: an interrupted --resume copy was left here; without "
+                "--resume it is discarded and the copy starts over")
 
     async def _list_source(self, src: PolicyProvider, uri: ParsedURI, raw: str, recursive: bool,
                            local_dst: bool) -> list[tuple[str, ObjectInfo]]:
         if not recursive:
-            info = await src.stat(uri.path)
-            name = posixpath.basename(uri.path.split("?", 1)[0].rstrip("/")) or "index"
-            return [(name, info)]
+            return [await self._single(src, uri, raw)]
+        if uri.scheme == "file" and os.path.isdir(uri.path):
+            return await self._walk_local(src, uri)
         base = uri.path.rstrip("/") + "/"
         by_key: dict[str, ObjectInfo] = {}
         if base == "/" and uri.scheme != "file":
@@ -269,8 +378,71 @@ class _Copier:
             self.result.skipped.append(f"{label}{key}: {reason}")
         return [(rel, by_key[key]) for key, rel in plan.copy]
 
+    async def _single(self, src: PolicyProvider, uri: ParsedURI, raw: str
+                      ) -> tuple[str, ObjectInfo]:
+        """The one object a source without -r names; a directory or prefix says to add -r."""
+        name = posixpath.basename(uri.path.split("?", 1)[0].rstrip("/")) or "index"
+        if uri.scheme == "file" and os.path.isdir(uri.path):
+            raise NotFoundError(f"{uri.path} is a directory; add -r (--recursive) to copy "
+                                "the files in it")
+        try:
+            return name, await src.stat(uri.path)
+        except NotFoundError:
+            if uri.scheme != "file" and await self._has_objects_under(src, uri.path):
+                raise NotFoundError(
+                    f"{redact_text(raw)} is a prefix, not an object; add -r (--recursive) "
+                    "to copy the objects under it") from None
+            raise
+
+    @staticmethod
+    async def _has_objects_under(src: PolicyProvider, path: str) -> bool:
+        listing = src.list(path.rstrip("/") + "/").__aiter__()
+        try:
+            await listing.__anext__()
+            return True
+        except Exception:  # no listing (HTTP), no bucket...: not a prefix we can see
+            return False
+        finally:
+            aclose = getattr(listing, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:
+                    pass
+
+    async def _walk_local(self, src: PolicyProvider, uri: ParsedURI
+                          ) -> list[tuple[str, ObjectInfo]]:
+        """A local directory, symbolic links followed unless --no-follow-symlinks."""
+        files, skipped = await asyncio.to_thread(walk_local, uri.path,
+                                                 follow_symlinks=self.follow_symlinks)
+        base = uri.path.rstrip("/") + "/"
+        for key, reason in skipped:
+            self.result.skipped.append(f"{base}{key}: {reason}")
+            by_choice = reason.endswith("(--no-follow-symlinks)")
+            self.outcome(FileOutcome(f"{base}{key}", "", 0, "skipped", reason=reason,
+                                     error=None if by_choice else reason))
+        slots = asyncio.Semaphore(16)
+
+        async def one(key: str, path: str) -> tuple[str, ObjectInfo] | None:
+            async with slots:
+                try:
+                    return key, await src.stat(path)
+                except (TensorstreamError, OSError) as exc:
+                    self.error(path, exc)
+                    return None
+
+        found = await asyncio.gather(*(one(k, p) for k, p in files))
+        out = [f for f in found if f is not None]
+        if not out and not skipped:
+            raise NotFoundError(f"nothing to copy at {uri.path} (empty directory)")
+        return out
+
     # -- execution -----------------------------------------------------------
     async def run(self, jobs: list[_Job]) -> None:
+        if self.dryrun:
+            for job in jobs:
+                self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "dryrun"))
+            return
         if self.progress:
             self.progress.start(len(jobs), sum(j.info.size for j in jobs))
         sem = asyncio.Semaphore(self.jobs)
@@ -285,6 +457,8 @@ class _Copier:
         if self.progress:
             self.progress.file_started(job.label, job.info.size)
         ok = False
+        t0 = time.perf_counter()
+        out = FileOutcome(job.label, job.dst_label, job.info.size, "failed")
         try:
             if job.local is not None:
                 resumed = await self._to_local(job)
@@ -294,15 +468,26 @@ class _Copier:
             self.result.files += 1
             self.result.bytes += job.info.size
             self.result.resumed_bytes += resumed
+            out.status, out.resumed_bytes, out.verified = "copied", resumed, self.verify
         except Exception as exc:  # one object's failure is reported, not fatal
             self.error(f"{job.label} -> {job.dst_label}", exc)
+            out.error = self.result.errors[-1]
+        except BaseException:
+            out.status = "interrupted"
+            raise
         finally:
+            out.published = job.published and not ok
+            if job.kept is not None:
+                out.kept, out.kept_bytes = job.kept
+            out.seconds = time.perf_counter() - t0
             if self.progress:
                 self.progress.file_finished(job.label, ok)
+            self.outcome(out)
 
     async def _read_parts(self, job: _Job, todo: Iterable[int],
                           parts: list[tuple[int, int]],
-                          consume: Callable[[int, PartBuffer, int], Any]) -> None:
+                          consume: Callable[[int, PartBuffer, int], Any],
+                          count: bool = True) -> None:
         """Read parts concurrently into pool buffers; ``consume`` owns each buffer after."""
         pending: set[asyncio.Task[None]] = set()
         unstarted: dict[int, PartBuffer] = {}  # buffers of tasks that have not run yet
@@ -318,7 +503,7 @@ class _Copier:
                 self.pool.drop(buf)  # a worker thread may still write into it
                 raise
             await consume(index, buf, end - start)
-            if self.progress:
+            if self.progress and count:
                 self.progress.advance(job.label, end - start)
 
         try:
@@ -422,6 +607,7 @@ class _Copier:
             self.progress.advance(job.label, resumed)
         earlier = dict(sink.done)  # parts from an interrupted run: checked at the end
         loop = asyncio.get_running_loop()
+        progress = self.progress
 
         def receive(index: int) -> bool:
             # In a worker thread: the part's bytes go from the socket (or the
@@ -433,6 +619,10 @@ class _Copier:
                 sink.write_at(offset, view)
                 if hasher is not None:
                     hasher.update(view)
+                if progress is not None:
+                    # Byte-level progress (each chunk is delivered exactly once),
+                    # so a slow link moves the bar before a whole part is in.
+                    progress.advance(job.label, len(view))
 
             pinned = receive_part(job.src, job.src_path, start, end, job.info.etag, deliver,
                                   loop)
@@ -446,8 +636,6 @@ class _Copier:
             nonlocal unconfirmed
             if not await in_thread(lambda: receive(index)):
                 unconfirmed = True
-            if self.progress:
-                self.progress.advance(job.label, parts[index][1] - parts[index][0])
 
         async def check_earlier(index: int, buf: PartBuffer, length: int) -> None:
             try:
@@ -465,12 +653,17 @@ class _Copier:
                 # must still be the version it was when the copy started.
                 await self._check_source_unchanged(job)
             if self.verify and earlier:
+                notify(self.progress, "phase", job.label, "verifying")
                 await self._each_part(sorted(earlier), parts, check_earlier)
             await in_thread(sink.publish)
         except BaseException as exc:
             # Keep the partial file (for --resume) only when interrupted or cut
             # off; a verification failure or a changed source starts over.
-            sink.abort(keep_for_resume=isinstance(exc, _RESUMABLE))
+            keep = isinstance(exc, _RESUMABLE)
+            sink.abort(keep_for_resume=keep)
+            if keep and sink.resume:
+                kept = sum(parts[i][1] - parts[i][0] for i in sink.done)
+                job.kept = (os.path.join(os.path.dirname(job.dst_path), sink.base_partial()), kept)
             raise
         if not self.verify:
             self.result.verified = False
@@ -506,8 +699,9 @@ class _Copier:
                 sink.release_all()
             await job.src.stat_pinned(job.src_path, job.info.etag)
             await writer.commit()
-            committed = True
+            committed = job.published = True
             if self.verify:
+                notify(self.progress, "phase", job.label, "verifying")
                 await self._verify_remote(job, parts, expected)
             else:
                 self.result.verified = False
@@ -521,20 +715,20 @@ class _Copier:
                              expected: dict[int, str]) -> None:
         info = await job.dst.stat(job.dst_path)
         bad = info.size != job.info.size
+        listener = self.progress
         if not bad:
             got: dict[int, str] = {}
 
             async def check(index: int, buf: PartBuffer, length: int) -> None:
                 got[index] = await asyncio.to_thread(digest, memoryview(buf)[:length])
                 self.pool.put(buf)
+                notify(listener, "verified", job.label, length)
 
             # Read the destination back with the same machinery, same parts.
+            # (Not counted as copy progress: check() reports it as verified bytes.
+            # The listener stays in place: other objects are still being copied.)
             back = dataclasses.replace(job, src=job.dst, src_path=job.dst_path, info=info)
-            saved, self.progress = self.progress, None
-            try:
-                await self._read_parts(back, range(len(parts)), parts, check)
-            finally:
-                self.progress = saved
+            await self._read_parts(back, range(len(parts)), parts, check, count=False)
             bad = got != expected
         if bad:
             try:
@@ -571,6 +765,13 @@ async def copy_async(
     resume: bool = False,
     jobs: int = DEFAULT_JOBS,
     progress: ProgressListener | None = None,
+    src_options: dict[str, Any] | None = None,
+    dst_options: dict[str, Any] | None = None,
+    include: Rules | None = None,
+    skip_unchanged: bool = False,
+    dryrun: bool = False,
+    follow_symlinks: bool = True,
+    result: CopyResult | None = None,
     **options: Any,
 ) -> CopyResult:
     """Copy ``sources`` to ``destination`` (see the module docstring).
@@ -581,10 +782,23 @@ async def copy_async(
     source prefix, like ``aws s3 cp --recursive``). ``options`` are storage
     options (``s3_endpoint=...``) passed to :func:`tensorstream.get_provider`.
     Failures of single objects are collected in :attr:`CopyResult.errors`.
+
+    ``src_options``/``dst_options`` add to ``options`` for one side only
+    (two S3 endpoints). ``include`` (:class:`~tensorstream.copy.select.Rules`)
+    selects keys by glob. ``skip_unchanged`` (also implied by ``resume``)
+    leaves out objects whose destination already holds them (size, ETag,
+    modification time, like ``aws s3 sync``). ``dryrun`` plans and reports
+    without copying. Local source directories have their symbolic links
+    followed unless ``follow_symlinks=False`` (then they are reported as
+    skipped). Pass ``result`` to have it filled in place, so a caller still
+    sees what happened when the copy is cancelled.
     """
     srcs = [sources] if isinstance(sources, str) else list(sources)
     copier = _Copier(concurrency=concurrency, part_size=part_size, verify=verify,
-                     resume=resume, jobs=jobs, progress=progress, options=options)
+                     resume=resume, jobs=jobs, progress=progress, options=options,
+                     src_options=src_options, dst_options=dst_options, rules=include,
+                     skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
+                     follow_symlinks=follow_symlinks, result=result)
     t0 = time.perf_counter()
     try:
         plan = await copier.plan(srcs, destination, recursive)

@@ -28,6 +28,7 @@ Paths are ``bucket/key``. See ``docs/s3.md``.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import ssl
@@ -408,6 +409,11 @@ class S3Provider(Provider):
                     etag=obj.get("ETag"),
                     mtime=obj.get("LastModified"),
                 )
+
+    async def list_buckets(self) -> builtins.list[tuple[str, Any]]:
+        """``[(bucket name, creation time)]`` the credentials can see (``tensorstream ls s3://``)."""
+        resp = await self._call("list_buckets", "")
+        return [(b["Name"], b.get("CreationDate")) for b in resp.get("Buckets", ())]
 
     async def delete(self, path: str) -> None:
         bucket, key = _split(path)

@@ -1,0 +1,210 @@
+"""What ``cp``/``sync``/``rm`` print: escaped names, human sizes, one line per file, JSON lines.
+
+Everything printed for people goes through :func:`escape`, so an object
+named with terminal escape sequences or newlines shows as ``\\x1b[2J`` or
+``a\\nb`` and can neither repaint the screen nor fake a line of output.
+``--json`` output is exact instead (JSON escapes control characters itself).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+from ..copy.select import FileOutcome
+from ..uri import redact_text
+
+__all__ = ["Reporter", "escape", "human_rate", "human_size"]
+
+
+def escape(text: str) -> str:
+    r"""``text`` with control and other unprintable characters escaped, Python style.
+
+    >>> escape("a\nb\x1b[2Jc")
+    'a\\nb\\x1b[2Jc'
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable():
+            out.append(c)
+        elif c in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c])
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
+    return "".join(out)
+
+
+def human_size(n: float) -> str:
+    """Binary units, three significant digits: ``999 B``, ``1.5 KiB``, ``4.00 GiB``."""
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        n /= 1024
+        if n < 1000 or unit == "PiB":
+            digits = 0 if n >= 100 else 1 if n >= 10 else 2
+            return f"{n:.{digits}f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def human_rate(nbytes: int, seconds: float) -> str:
+    """``human_size(nbytes / seconds) + "/s"``; empty when too short to mean anything."""
+    if seconds < 0.001 or nbytes <= 0:
+        return ""
+    return human_size(nbytes / seconds) + "/s"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+class Reporter:
+    """Prints each object's outcome as it happens; counts what happened for the summary.
+
+    ``mode`` is ``text`` (``copy: SRC -> DST`` on stdout), ``json`` (one JSON
+    object per file on stdout) or ``errors`` (only errors and warnings, on
+    stderr: ``--only-show-errors``) or ``quiet`` (errors only).
+    """
+
+    def __init__(self, mode: str, *, verb: str = "copy", dryrun: bool = False,
+                 out: TextIO | None = None, err: TextIO | None = None,
+                 bars: Any = None) -> None:
+        self.mode = mode
+        self.verb = verb
+        self.dryrun = dryrun
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.bars = bars
+        self.printed_errors: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self.problems = 0  # failures and skips that were not asked for
+
+    # -- printing ---------------------------------------------------------------
+    def _write(self, line: str, stream: TextIO) -> None:
+        if self.bars is not None:
+            self.bars.write(line, stream)
+        else:
+            print(line, file=stream, flush=True)
+
+    def line(self, text: str) -> None:
+        if self.mode == "text":
+            self._write(text, self.out)
+
+    def warning(self, text: str) -> None:
+        if self.mode in ("text", "errors", "json"):
+            self._write(f"tensorstream: {escape(redact_text(text))}", self.err)
+
+    def error(self, text: str) -> None:
+        if text in self.printed_errors:
+            return
+        self.printed_errors.add(text)
+        one_line = " ".join(escape(redact_text(text)).split())
+        self._write(f"tensorstream: error: {one_line}", self.err)
+
+    def json(self, obj: dict[str, Any]) -> None:
+        if self.mode == "json":
+            self._write(json.dumps(obj, sort_keys=True), self.out)
+
+    # -- events (a ProgressListener: bars get the byte counts) -------------------
+    def start(self, files: int, total_bytes: int) -> None:
+        if self.bars is not None:
+            self.bars.start(files, total_bytes)
+
+    def file_started(self, name: str, size: int) -> None:
+        if self.bars is not None:
+            self.bars.file_started(name, size)
+
+    def advance(self, name: str, nbytes: int) -> None:
+        if self.bars is not None:
+            self.bars.advance(name, nbytes)
+
+    def phase(self, name: str, what: str) -> None:
+        if self.bars is not None:
+            self.bars.phase(name, what)
+
+    def verified(self, name: str, nbytes: int) -> None:
+        if self.bars is not None:
+            self.bars.verified(name, nbytes)
+
+    def file_finished(self, name: str, ok: bool) -> None:
+        if self.bars is not None:
+            self.bars.file_finished(name, ok)
+
+    def close(self) -> None:
+        if self.bars is not None:
+            self.bars.close()
+            self.bars = None
+
+    def file_done(self, o: FileOutcome) -> None:
+        """Optional :class:`~tensorstream.copy.engine.ProgressListener` event."""
+        kind = o.status
+        if kind == "skipped":
+            kind = "unchanged" if o.reason == "unchanged" else "skipped"
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if kind == "copied":
+            self.counts["bytes"] = self.counts.get("bytes", 0) + o.size
+        self.json({"op": self.verb, **o.to_dict()})
+        src, dst = escape(o.src), escape(o.dst)
+        if kind == "copied":
+            resumed = f" (resumed: {human_size(o.resumed_bytes)} were there)" \
+                if o.resumed_bytes else ""
+            self.line(f"{self.verb}: {src} -> {dst}{resumed}")
+        elif kind == "dryrun":
+            self.line(f"(dryrun) {self.verb}: {src} -> {dst}")
+        elif kind == "skipped":
+            if o.error:
+                self.problems += 1
+            self.warning(f"skipped {o.src}: {o.reason}")
+        elif kind == "failed":
+            self.problems += 1
+            self.error(o.error or f"{o.src} -> {o.dst}: failed")
+
+    def deleted(self, uri: str, *, dryrun: bool, error: str | None = None) -> None:
+        """One ``delete: URI`` line (``rm``, ``sync --delete``)."""
+        status = "failed" if error else ("dryrun" if dryrun else "deleted")
+        self.counts[f"delete-{status}"] = self.counts.get(f"delete-{status}", 0) + 1
+        self.json({"op": "delete", "uri": redact_text(uri), "status": status,
+                   **({"error": error} if error else {})})
+        if error:
+            self.problems += 1
+            self.error(error)
+        else:
+            self.line(f"{'(dryrun) ' if dryrun else ''}delete: {escape(redact_text(uri))}")
+
+    # -- the end ----------------------------------------------------------------
+    def summary(self, *, seconds: float, verified: bool, resumed_bytes: int = 0,
+                extra_errors: int = 0) -> str:
+        """One line saying only what happened: ``copied 3 files (1.20 GiB) in ...``."""
+        c = self.counts
+        parts = []
+        if c.get("copied"):
+            moved = c.get("bytes", 0)
+            rate = human_rate(moved - resumed_bytes, seconds)
+            done = f"copied {_plural(c['copied'], 'file')} ({human_size(moved)})"
+            took = f"{seconds:.2f}" if seconds < 10 else f"{seconds:.0f}"
+            done += f" in {took} s" + (f", {rate}" if rate else "")
+            if verified:
+                done += ", verified"
+            parts.append(done)
+        if c.get("dryrun"):
+            parts.append(f"(dryrun) would copy {_plural(c['dryrun'], 'file')}")
+        if c.get("unchanged"):
+            parts.append(f"{c['unchanged']} already there and unchanged")
+        if c.get("delete-deleted"):
+            parts.append(f"deleted {_plural(c['delete-deleted'], 'object')}")
+        if c.get("delete-dryrun"):
+            parts.append(f"(dryrun) would delete {_plural(c['delete-dryrun'], 'object')}")
+        if c.get("skipped"):
+            parts.append(f"{c['skipped']} skipped")
+        failed = c.get("failed", 0) + c.get("delete-failed", 0) + extra_errors
+        if failed:
+            parts.append(f"{failed} failed")
+        return "; ".join(parts) if parts else "nothing to copy"
+
+    def print_summary(self, text: str) -> None:
+        if self.mode == "text":
+            self._write(text, self.err)

@@ -1,0 +1,160 @@
+"""What to copy, decided before the engine reads a byte.
+
+* :class:`Rules`: ``--exclude``/``--include`` globs with the semantics of
+  ``aws s3 cp``: everything is included to begin with, the rules are applied
+  in the order given and the last rule that matches a key decides. Patterns
+  are matched against the key relative to the source (``*`` also matches
+  ``/``, as in aws).
+* :func:`walk_local`: the files under a local directory, following symbolic
+  links (to files and to directories, once each: a link loop is reported,
+  not followed forever) unless asked not to; every entry left out is
+  reported with the reason. A Hugging Face cache snapshot, where every file
+  is a link into ``blobs/``, is copied as the files it shows.
+* :func:`unchanged`: whether a destination object already holds the source's
+  bytes, as ``aws s3 sync`` decides it (size, then ETag when both sides are
+  of the same kind and have one, then modification time).
+* :class:`FileOutcome`: what happened to one object, for per-file output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import stat as stat_mod
+from collections.abc import Sequence
+from typing import Any
+
+from ..providers.base import ObjectInfo
+
+__all__ = ["FileOutcome", "Rules", "notify", "unchanged", "walk_local"]
+
+_TEMP_MARK = ".tensorstream-"
+
+
+@dataclasses.dataclass
+class FileOutcome:
+    """One object's fate in a copy: the CLI prints one line (or JSON object) per outcome.
+
+    ``status`` is ``copied``, ``failed``, ``skipped`` (unchanged or left out),
+    ``dryrun`` (would be copied) or ``interrupted``. ``kept`` names the hidden
+    partial file an interrupted ``--resume`` copy left for the next run;
+    ``published`` is True when a remote destination was committed but the
+    copy stopped before its read-back verification finished.
+    """
+
+    src: str
+    dst: str
+    size: int
+    status: str
+    error: str | None = None
+    reason: str | None = None
+    resumed_bytes: int = 0
+    verified: bool = False
+    kept: str | None = None
+    kept_bytes: int = 0
+    published: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that say something (no empty ``dst``, no zero counts)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items()
+               if v not in (None, False, 0, "") or k in ("src", "size", "status", "verified")}
+        out["seconds"] = round(self.seconds, 6)
+        return out
+
+
+def notify(listener: Any, event: str, *args: Any) -> None:
+    """Call ``listener.event(*args)`` if the listener has that (optional) method."""
+    fn = getattr(listener, event, None) if listener is not None else None
+    if fn is not None:
+        fn(*args)
+
+
+class Rules:
+    """Ordered ``(kind, pattern)`` rules, kind ``"exclude"`` or ``"include"``.
+
+    >>> r = Rules([("exclude", "*"), ("include", "*.safetensors")])
+    >>> r.wants("model-00001.safetensors"), r.wants("optimizer.pt")
+    (True, False)
+    """
+
+    def __init__(self, rules: Sequence[tuple[str, str]] = ()) -> None:
+        for kind, _ in rules:
+            if kind not in ("exclude", "include"):
+                raise ValueError(f"rule kind must be exclude or include, got {kind!r}")
+        self.rules = list(rules)
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def wants(self, key: str) -> bool:
+        keep = True
+        for kind, pattern in self.rules:
+            if fnmatch.fnmatchcase(key, pattern):
+                keep = kind == "include"
+        return keep
+
+
+def walk_local(root: str, *, follow_symlinks: bool = True
+               ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``([(relative key, path)], [(relative key, why skipped)])`` under ``root``, sorted."""
+    files: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    seen_dirs: set[tuple[int, int]] = set()
+
+    def walk(directory: str, rel: str) -> None:
+        try:
+            st = os.stat(directory)
+            names = sorted(os.listdir(directory))
+        except OSError as exc:
+            skipped.append((rel or ".", f"cannot read directory: {exc.strerror}"))
+            return
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            skipped.append((rel, "symbolic link loop (directory already copied)"))
+            return
+        seen_dirs.add((st.st_dev, st.st_ino))
+        for name in names:
+            path = os.path.join(directory, name)
+            key = f"{rel}/{name}" if rel else name
+            if name.startswith(".") and _TEMP_MARK in name and name.endswith(".tmp"):
+                continue  # tensorstream's own temp/partial files
+            try:
+                lst = os.lstat(path)
+            except OSError as exc:
+                skipped.append((key, exc.strerror or "cannot stat"))
+                continue
+            is_link = stat_mod.S_ISLNK(lst.st_mode)
+            if is_link and not follow_symlinks:
+                skipped.append((key, "symbolic link (--no-follow-symlinks)"))
+                continue
+            try:
+                st = os.stat(path) if is_link else lst
+            except OSError:
+                skipped.append((key, "broken symbolic link"))
+                continue
+            if stat_mod.S_ISDIR(st.st_mode):
+                walk(path, key)
+            elif stat_mod.S_ISREG(st.st_mode):
+                files.append((key, path))
+            else:
+                skipped.append((key, "not a regular file"))
+
+    walk(root.rstrip("/") or "/", "")
+    return files, skipped
+
+
+def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bool:
+    """True when ``dst`` already holds ``src``'s bytes, judged like ``aws s3 sync``.
+
+    Different sizes: changed. Same kind of store and both ETags known: the
+    ETags decide. Otherwise a destination at least as new as the source is
+    taken as a copy of it (a copy is always written after its source was).
+    """
+    if dst is None or dst.size != src.size:
+        return False
+    if same_kind and src.etag and dst.etag:
+        return src.etag == dst.etag
+    if src.mtime is not None and dst.mtime is not None:
+        return dst.mtime >= src.mtime
+    return True

@@ -1,0 +1,312 @@
+"""``tensorstream cp``/``sync``/``rm``/``ls`` as aws s3 / s5cmd / rclone users type them:
+the real CLI in a subprocess against local files, moto and redis-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tensorstream.testing.s3_server import isolated_s3_env
+
+S3_BUCKET = "tensorstream-tests"
+
+
+def cli(*argv: str, env: dict[str, str] | None = None, **kw: Any
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=120, env=env, **kw)
+
+
+def s3_env(server: Any, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "aws").mkdir(exist_ok=True)
+    env = {**os.environ, **isolated_s3_env(tmp_path / "aws")}
+    env.update(AWS_ACCESS_KEY_ID=server.access_key_id,
+               AWS_SECRET_ACCESS_KEY=server.secret_access_key, AWS_DEFAULT_REGION=server.region)
+    return env
+
+
+def hf_snapshot(root: Path) -> Path:
+    """A Hugging Face cache layout: snapshot files are symlinks into blobs/."""
+    blobs = root / "blobs"
+    snap = root / "snapshots" / "0123abc"
+    (snap / "sub").mkdir(parents=True)
+    blobs.mkdir()
+    for name, data in [("aa11", b"config"), ("bb22", os.urandom(200_000)), ("cc33", b"tok")]:
+        (blobs / name).write_bytes(data)
+    (snap / "config.json").symlink_to("../../blobs/aa11")
+    (snap / "model.safetensors").symlink_to("../../blobs/bb22")
+    (snap / "sub" / "tokenizer.json").symlink_to("../../../blobs/cc33")
+    return snap
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+# -- paths and streams --------------------------------------------------------------
+def test_hugging_face_snapshot_is_copied_through_its_symlinks(tmp_path: Path) -> None:
+    snap = hf_snapshot(tmp_path / "hub")
+    r = cli("cp", "-r", str(snap), str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    got = files_under(tmp_path / "out")
+    assert got == {"config.json": b"config", "model.safetensors": (snap / "model.safetensors")
+                   .read_bytes(), "sub/tokenizer.json": b"tok"}
+    assert not any(p.is_symlink() for p in (tmp_path / "out").rglob("*"))
+    assert r.stdout.count("copy: ") == 3
+    assert r.stderr.startswith("copied 3 files (")
+
+
+def test_no_follow_symlinks_reports_every_skipped_entry(tmp_path: Path) -> None:
+    snap = hf_snapshot(tmp_path / "hub")
+    (snap / "real.txt").write_bytes(b"real")
+    r = cli("cp", "-r", "--no-follow-symlinks", str(snap), str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr  # left out by choice: not a failure
+    assert files_under(tmp_path / "out") == {"real.txt": b"real"}
+    for name in ("config.json", "model.safetensors", "sub/tokenizer.json"):
+        assert f"skipped {snap / name}: symbolic link (--no-follow-symlinks)" in r.stderr
+    r = cli("cp", "-r", "--json", "--no-follow-symlinks", str(snap), str(tmp_path / "out2"))
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert sum(1 for x in lines if x.get("status") == "skipped") == 3
+    assert len(lines[-1]["skipped"]) == 3
+
+
+def test_broken_symlink_is_reported_and_exit_is_partial(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.bin").write_bytes(b"ok")
+    (src / "gone.bin").symlink_to("nowhere")
+    r = cli("cp", "-r", str(src), str(tmp_path / "out"))
+    assert r.returncode == 3, r.stderr
+    assert f"skipped {src / 'gone.bin'}: broken symbolic link" in r.stderr
+    assert files_under(tmp_path / "out") == {"ok.bin": b"ok"}
+
+
+def test_dash_is_stdout_and_stdin(tmp_path: Path) -> None:
+    data = os.urandom(100_000)
+    (tmp_path / "a.bin").write_bytes(data)
+    r = subprocess.run([sys.executable, "-m", "tensorstream", "cp", str(tmp_path / "a.bin"), "-"],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == data
+    assert not (tmp_path / "-").exists()
+    r = subprocess.run([sys.executable, "-m", "tensorstream", "cp", "-", str(tmp_path / "b.bin")],
+                       input=data, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "b.bin").read_bytes() == data
+    assert r.stdout.decode() == f"copy: - -> {tmp_path / 'b.bin'}\n"
+
+
+def test_copy_onto_itself_is_refused(tmp_path: Path, moto_s3: Any) -> None:
+    (tmp_path / "a.bin").write_bytes(b"original")
+    before = os.stat(tmp_path / "a.bin").st_mtime_ns
+    r = cli("cp", str(tmp_path / "a.bin"), str(tmp_path / "a.bin"))
+    assert r.returncode == 1
+    assert "refused: source and destination are the same object" in r.stderr
+    assert os.stat(tmp_path / "a.bin").st_mtime_ns == before
+    r = cli("cp", str(tmp_path / "a.bin"), str(tmp_path) + "/")  # same file, by directory
+    assert r.returncode == 1 and "same object" in r.stderr
+    moto_s3.put(S3_BUCKET, "self/x.bin", b"x")
+    env = s3_env(moto_s3, tmp_path)
+    uri = f"s3://{S3_BUCKET}/self/x.bin"
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", uri, uri, env=env)
+    assert r.returncode == 1 and "same object" in r.stderr
+
+
+def test_directory_or_prefix_without_r_says_add_r(tmp_path: Path, moto_s3: Any) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_bytes(b"x")
+    r = cli("cp", str(tmp_path / "d"), str(tmp_path / "o"))
+    assert r.returncode == 1 and "is a directory; add -r (--recursive)" in r.stderr
+    moto_s3.put(S3_BUCKET, "pfx/inner/a.bin", b"a")
+    r = cli("cp", "--endpoint-url", moto_s3.endpoint_url, f"s3://{S3_BUCKET}/pfx/inner",
+            str(tmp_path / "o"), env=s3_env(moto_s3, tmp_path))
+    assert r.returncode == 1, r.stderr
+    assert "is a prefix, not an object; add -r (--recursive)" in r.stderr
+
+
+# -- selection and idempotence --------------------------------------------------------
+def test_exclude_include_in_order_and_dryrun(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for name in ("a.safetensors", "b.pt", "sub/c.safetensors", "sub/d.json"):
+        (src / name).write_bytes(name.encode())
+    r = cli("cp", "-r", "--exclude", "*", "--include", "*.safetensors", str(src),
+            str(tmp_path / "o1"))
+    assert r.returncode == 0, r.stderr
+    assert sorted(files_under(tmp_path / "o1")) == ["a.safetensors", "sub/c.safetensors"]
+    # order matters: the last matching rule wins
+    r = cli("cp", "-r", "--include", "*.safetensors", "--exclude", "*", str(src),
+            str(tmp_path / "o2"))
+    assert r.returncode == 0 and not (tmp_path / "o2").exists()
+    assert "nothing to copy" in r.stderr
+    r = cli("cp", "-r", "--exclude", "sub/*", "--dryrun", str(src), str(tmp_path / "o3"))
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [
+        f"(dryrun) copy: {src / n} -> {tmp_path / 'o3' / n}" for n in ("a.safetensors", "b.pt")]
+    assert not (tmp_path / "o3").exists()
+    assert r.stderr.strip() == "(dryrun) would copy 2 files"
+
+
+def test_sync_copies_only_what_differs_and_deletes_on_request(tmp_path: Path,
+                                                            redis_server: Any) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for name in ("a.bin", "sub/b.bin", "c.bin"):
+        (src / name).write_bytes(os.urandom(50_000))
+    dst = redis_server.url("sync-test/")
+    r = cli("sync", str(src), dst)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("copy: ") == 3
+    r = cli("sync", str(src), dst)
+    assert r.returncode == 0 and r.stdout == ""
+    assert r.stderr.strip() == "3 already there and unchanged"
+    (src / "c.bin").write_bytes(os.urandom(60_000))
+    (src / "a.bin").unlink()
+    r = cli("sync", str(src), dst)
+    assert r.stdout.splitlines() == [f"copy: {src / 'c.bin'} -> {dst}c.bin"]
+    r = cli("sync", "--delete", "--dryrun", str(src), dst)
+    assert r.stdout.splitlines() == [f"(dryrun) delete: {dst}a.bin"]
+    r = cli("sync", "--delete", str(src), dst)
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"delete: {dst}a.bin"]
+    r = cli("ls", "-r", dst)
+    assert r.stdout.splitlines() == ["c.bin", "sub/b.bin"]
+
+
+def test_cp_r_resume_skips_files_already_complete(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"f{i}.bin").write_bytes(os.urandom(30_000))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "f0.bin").write_bytes((src / "f0.bin").read_bytes())
+    r = cli("cp", "-r", "--resume", "--json", str(src), str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    status = {Path(x["src"]).name: x["status"] for x in lines[:-1]}
+    assert status == {"f0.bin": "skipped", "f1.bin": "copied", "f2.bin": "copied"}
+    assert files_under(tmp_path / "out") == files_under(src)
+
+
+def test_rm_prints_what_it_removes_and_dryrun_removes_nothing(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in ("a.pt", "b.bin"):
+        (d / name).write_bytes(b"x")
+    r = cli("rm", "-r", "--dryrun", str(d))
+    assert r.returncode == 0 and r.stdout.splitlines() == [
+        f"(dryrun) delete: {d / 'a.pt'}", f"(dryrun) delete: {d / 'b.bin'}"]
+    assert sorted(p.name for p in d.iterdir()) == ["a.pt", "b.bin"]
+    r = cli("rm", "-r", "--exclude", "*.bin", str(d))
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"delete: {d / 'a.pt'}"]
+    assert [p.name for p in d.iterdir()] == ["b.bin"]
+
+
+# -- habits -----------------------------------------------------------------------------
+def test_storage_options_before_or_after_and_aws_names(tmp_path: Path, moto_s3: Any) -> None:
+    env = s3_env(moto_s3, tmp_path)
+    moto_s3.put(S3_BUCKET, "habits/m.bin", b"weights")
+    uri = f"s3://{S3_BUCKET}/habits/m.bin"
+    for argv in (["--endpoint-url", moto_s3.endpoint_url, "cp", uri, str(tmp_path / "a")],
+                 ["cp", uri, str(tmp_path / "b"), "--endpoint-url", moto_s3.endpoint_url],
+                 ["--region", moto_s3.region, "cp", "--s3-endpoint", moto_s3.endpoint_url, uri,
+                  str(tmp_path / "c")]):
+        r = cli(*argv, env=env)
+        assert r.returncode == 0, (argv, r.stderr)
+    assert {p.name for p in tmp_path.iterdir()} >= {"a", "b", "c"}
+
+
+def test_endpoint_without_scheme_is_a_usage_error(tmp_path: Path) -> None:
+    r = cli("cp", "--endpoint-url", "minio:9000", "s3://b/k", str(tmp_path / "x"))
+    assert r.returncode == 2
+    assert ("--endpoint-url 'minio:9000' has no scheme; write it as http://minio:9000 "
+            "(plain text) or https://minio:9000 (TLS)") in r.stderr
+    assert "ca_bundle" not in r.stderr and "certificate" not in r.stderr
+
+
+def test_two_s3_endpoints_in_one_command(tmp_path: Path, moto_s3: Any,
+                                         moto_s3_public: Any) -> None:
+    data = os.urandom(300_000)
+    moto_s3_public.client.put_object(Bucket=S3_BUCKET, Key="two/m.bin", Body=data,
+                                     ACL="public-read")
+    r = cli("cp", "--src-endpoint-url", moto_s3_public.endpoint_url, "--src-no-sign-request",
+            "--dst-endpoint-url", moto_s3.endpoint_url, f"s3://{S3_BUCKET}/two/m.bin",
+            f"s3://{S3_BUCKET}/two/copied.bin", env=s3_env(moto_s3, tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert moto_s3.get(S3_BUCKET, "two/copied.bin") == data
+    assert not moto_s3_public.exists(S3_BUCKET, "two/copied.bin")
+
+
+def test_missing_bucket_is_found_before_reading(tmp_path: Path, moto_s3: Any) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.bin").write_bytes(b"x" * 1000)
+    r = cli("cp", "-r", "--endpoint-url", moto_s3.endpoint_url, str(src),
+            "s3://no-such-bucket-here/p/", env=s3_env(moto_s3, tmp_path))
+    assert r.returncode == 1
+    assert "bucket 'no-such-bucket-here' does not exist" in r.stderr
+    assert r.stderr.count("does not exist") == 3 and r.stdout == ""
+
+
+# -- output -------------------------------------------------------------------------------
+def test_json_is_one_object_per_file_then_a_summary(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(name.encode() * 10)
+    r = cli("cp", "--json", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "missing"),
+            str(tmp_path / "out") + "/")
+    assert r.returncode == 3, r.stderr  # partial: two copied, one failed
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["op"] for x in lines] == ["copy", "copy", "summary"]
+    assert {x["status"] for x in lines[:2]} == {"copied"}
+    assert lines[-1]["files"] == 2 and len(lines[-1]["errors"]) == 1
+
+
+def test_quiet_and_only_show_errors(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"a")
+    r = cli("cp", "--quiet", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    r = cli("cp", "--only-show-errors", str(tmp_path / "a"), str(tmp_path / "nope"),
+            str(tmp_path / "o") + "/")
+    assert r.returncode == 3 and r.stdout == ""
+    assert r.stderr.startswith("tensorstream: error: ") and r.stderr.count("\n") == 1
+
+
+def test_closed_pipe_exits_zero(tmp_path: Path) -> None:
+    (tmp_path / "big").write_bytes(os.urandom(20 << 20))
+    cmd = (f"set -o pipefail; {sys.executable} -m tensorstream cat {tmp_path / 'big'} "
+           "| head -c 16 > /dev/null")
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+
+
+def test_names_with_control_characters_are_escaped(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    evil = "a\x1b[2Jb\nfake: line.bin"
+    (d / evil).write_bytes(b"x")
+    r = cli("ls", str(d))
+    assert r.returncode == 0
+    assert r.stdout == "a\\x1b[2Jb\\nfake: line.bin\n"
+    r = cli("ls", "--json", str(d))
+    assert json.loads(r.stdout.splitlines()[0])["key"] == evil
+    r = cli("cp", "-r", str(d), str(tmp_path / "o"))
+    assert "\x1b" not in r.stdout + r.stderr
+    assert "key 'a\\x1b[2Jb\\nfake: line.bin' contains control characters" in r.stderr
+
+
+def test_ls_lists_buckets_and_human_sizes(tmp_path: Path, moto_s3: Any) -> None:
+    env = s3_env(moto_s3, tmp_path)
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "ls", "s3://", env=env)
+    assert r.returncode == 0, r.stderr
+    assert any(line.endswith(f" {S3_BUCKET}") for line in r.stdout.splitlines())
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "ls", "--json", "s3://", env=env)
+    assert S3_BUCKET in {json.loads(x)["bucket"] for x in r.stdout.splitlines()}
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "m.bin").write_bytes(b"x" * 1536)
+    r = cli("ls", "-lh", str(tmp_path / "d"))
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("1.50 KiB m.bin")
