@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import signal
 import struct
 import subprocess
@@ -152,33 +153,49 @@ def test_python_dash_m_and_no_progress_without_tty(tmp_path: Path) -> None:
     assert "%|" not in r.stderr and "\r" not in r.stderr
 
 
+def on_pty(*argv: str) -> str:
+    """Run the CLI with stderr on a pseudo-terminal; what the terminal received."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
 def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     (tmp_path / "m.bin").write_bytes(os.urandom(1 << 20))
-
-    def on_pty(*extra: str) -> str:
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-        proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", *extra,
-                                 str(tmp_path / "m.bin"), str(tmp_path / "o.bin")],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=slave)
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                b = os.read(master, 65536)
-            except OSError:
-                break
-            if not b:
-                break
-            chunks.append(b)
-        os.close(master)
-        assert proc.wait(timeout=60) == 0
-        return b"".join(chunks).decode(errors="replace")
-
-    shown = on_pty()
+    shown = on_pty("cp", str(tmp_path / "m.bin"), str(tmp_path / "o.bin"))
     assert "m.bin" in shown and "100%" in shown
-    assert on_pty("--quiet") == ""
+    assert on_pty("cp", "--quiet", str(tmp_path / "m.bin"), str(tmp_path / "o.bin")) == ""
+    assert on_pty("cp", "--no-progress", str(tmp_path / "m.bin"), str(tmp_path / "o.bin")) \
+        .startswith("copied 1 file (1.00 MiB) in ")
+
+
+def test_progress_to_redis_shows_verifying_and_ends_at_100(tmp_path: Path,
+                                                           redis_server: Any) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, size in [("big1.bin", 9 << 20), ("big2.bin", 9 << 20), ("small.bin", 1000)]:
+        (src / name).write_bytes(os.urandom(size))
+    shown = on_pty("cp", "-r", "--jobs", "1", str(src), redis_server.url("pty/"))
+    assert "total (3 files)" in shown
+    assert re.search(r"verifying \S*big1\.bin", shown) and re.search(r"verifying \S*big2\.bin", shown)
+    # The last drawing of the total bar says 100%, never 98% or 102%.
+    last_total = shown[shown.rindex("total (3 files)"):].split("\r")[0]
+    assert "100%" in last_total and "18.0M/18.0M" in last_total, last_total
+    assert "copied 3 files (18.0 MiB) in " in shown
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -201,7 +218,8 @@ def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset:
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == code, err
-    assert "interrupted" in err and "Traceback" not in err
+    assert f"interrupted by {sig.name}; no partial object was left behind" in err
+    assert "Traceback" not in err
     assert list(dst.parent.iterdir()) == []
 
     # 2. With --resume: interrupted -> still no destination; a hidden partial + journal stay.
@@ -211,8 +229,12 @@ def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset:
     _wait_for(journal.exists)
     time.sleep(0.3)
     proc.send_signal(sig)
-    proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=30)
     assert proc.returncode == code
+    # The message tells the truth: what was kept, and how to continue.
+    assert f"interrupted by {sig.name}; kept {dst.parent / '.model.bin.tensorstream-partial.tmp'} (" \
+        in err, err
+    assert "of 4.00 MiB) to continue from: run the same command with --resume" in err
     assert not dst.exists()
     assert sorted(p.name for p in dst.parent.iterdir()) == [
         ".model.bin.tensorstream-journal.tmp", ".model.bin.tensorstream-partial.tmp"]

@@ -310,3 +310,15 @@ def test_ls_lists_buckets_and_human_sizes(tmp_path: Path, moto_s3: Any) -> None:
     (tmp_path / "d" / "m.bin").write_bytes(b"x" * 1536)
     r = cli("ls", "-lh", str(tmp_path / "d"))
     assert r.returncode == 0 and r.stdout.rstrip().endswith("1.50 KiB m.bin")
+
+
+def test_rediss_to_a_plain_text_port_fails_fast_and_says_so(redis_server: Any) -> None:
+    import time
+
+    url = redis_server.url("x").replace("redis://", "rediss://", 1)
+    t0 = time.monotonic()
+    r = cli("stat", url)
+    took = time.monotonic() - t0
+    assert r.returncode == 1
+    assert "speaks plain-text Redis, not TLS: use redis:// instead of rediss://" in r.stderr
+    assert took < 8, took  # was 51 s: five connect timeouts

@@ -60,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true",
-                        help="show tracebacks and DEBUG logs (secrets stay redacted)")
+    for p in (parser, common):  # before or after the command
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks and DEBUG logs (secrets stay redacted)")
     cp.add_parser(sub, common)
     ls.add_parser(sub, common)
     objects.add_parsers(sub, common)

@@ -96,9 +96,9 @@ class TqdmProgress:
             if bar is not None:
                 self._finish(bar)
                 bar.reset(total=size)
-                bar.set_description_str(f"{what} {_short(name, 30)}", refresh=False)
+                bar.set_description_str(f"{what} {_short(name, 30)}")  # shown at once
             elif self._total is not None:
-                self._total.set_postfix_str(f"{what} {_short(name, 30)}", refresh=False)
+                self._total.set_postfix_str(f"{what} {_short(name, 30)}")
 
     def verified(self, name: str, nbytes: int) -> None:
         with self._lock:

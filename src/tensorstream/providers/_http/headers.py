@@ -234,7 +234,10 @@ def check_ranged_response(status: int, headers: _Headers, *, first: int, last: i
         return ProtocolError(why, service=service, path=redact_path(path))
 
     if status == 200:
-        raise refuse("the server ignored the Range header (200 instead of 206)")
+        raise refuse("the server ignored the Range header (200 instead of 206): it cannot "
+                     "serve parts of an object, which tensorstream reads in parallel. Serve the "
+                     "file with a server that can (nginx, Apache, Caddy, S3 and CDNs do; "
+                     "'python -m http.server' does not), or fetch it whole with curl/wget")
     if status != 206:
         raise on_status()
     encoding = (headers.get("Content-Encoding") or "identity").strip().lower()

@@ -17,7 +17,7 @@ from ...errors import (
 )
 from ...uri import redact_text
 
-__all__ = ["map_redis_error", "REDIS_ERRORS"]
+__all__ = ["map_redis_error", "plain_text_instead_of_tls", "REDIS_ERRORS"]
 
 #: Exceptions :func:`map_redis_error` understands (what providers catch).
 REDIS_ERRORS: tuple[type[BaseException], ...] = (
@@ -81,3 +81,20 @@ def map_redis_error(exc: BaseException, *, who: str = "") -> TensorstreamError:
     if isinstance(exc, rex.ResponseError):
         return ProtocolError(f"Redis answered with an error: {text}")
     return ProtocolError(f"Redis client error: {type(exc).__name__}: {text}")
+
+
+async def plain_text_instead_of_tls(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether ``host:port`` answers a plain-text ``PING`` (a TLS client there would wait
+    for a handshake reply that never comes, until its connect timeout)."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        writer.write(b"PING\r\n")
+        line = await asyncio.wait_for(reader.readline(), timeout)
+        return line.startswith((b"+PONG", b"-NOAUTH", b"-ERR", b"-WRONGPASS"))
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        writer.close()

@@ -28,6 +28,7 @@ from ... import _loop
 from ...config import CommonConfig, split_options
 from ...errors import (
     ConfigurationError,
+    ConnectionFailedError,
     IncompleteReadError,
     InsecureTLSWarning,
     InvalidRangeError,
@@ -40,7 +41,7 @@ from ...uri import ParsedURI
 from ..base import Capabilities, ObjectInfo, Provider, Writer
 from .blocking import BlockingRedisReader, batches, check_reply
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
-from .errors import REDIS_ERRORS, map_redis_error
+from .errors import REDIS_ERRORS, map_redis_error, plain_text_instead_of_tls
 from .layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
 from .lister import list_objects
 from .writer import RedisWriter
@@ -111,6 +112,7 @@ class RedisProvider(Provider):
         if cluster and db:
             raise ConfigurationError("Redis Cluster has only database 0; drop db/redis_db")
         self.host, self.port, self.tls, self.db, self.cluster = host, port, tls, db, cluster
+        self._tls_answered = False  # set once a TLS call got an answer
         self.chunk_size = chunk_size
         self._creds = credentials or RedisCredentials()
         self._config = config or split_options({})[0]
@@ -213,9 +215,32 @@ class RedisProvider(Provider):
     async def _guard(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run one Redis interaction, mapping its errors (the only mapping point)."""
         try:
+            if self.tls and not self._tls_answered:
+                result = await self._first_tls_call(fn)
+                self._tls_answered = True
+                return result
             return await fn()
         except REDIS_ERRORS as exc:
             raise map_redis_error(exc, who=self._creds.describe()) from exc
+
+    async def _first_tls_call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """The first call over rediss://: when it has no answer after a second, check
+        whether the port speaks plain-text Redis (a TLS client there waits for a
+        handshake reply that never comes, until its connect timeout, five times)."""
+        call = asyncio.ensure_future(fn())
+        try:
+            done, _ = await asyncio.wait({call}, timeout=1.0)
+            if not done and await plain_text_instead_of_tls(self.host, self.port):
+                err = ConnectionFailedError(
+                    f"{self.host}:{self.port} speaks plain-text Redis, not TLS: use redis:// "
+                    "instead of rediss://")
+                err.temporary = False  # retrying the handshake cannot help
+                raise err
+            return await call
+        finally:
+            if not call.done():
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
 
     async def pipeline(self, calls: builtins.list[tuple[str, tuple[Any, ...]]],
                        raise_on_error: bool = True) -> builtins.list[Any]:

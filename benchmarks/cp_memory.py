@@ -1,0 +1,144 @@
+"""Peak RSS of ``tensorstream cp`` for big objects, every pair of backends.
+
+    python -m benchmarks.cp_memory --sizes 1,4 --out docs/benchmarks/cp_memory
+
+Each copy runs as its own ``python -m tensorstream cp`` process; its peak
+resident set comes from ``wait4`` (``ru_maxrss``), so it covers the whole
+process: interpreter, imports, part buffers, client libraries. Sources:
+a local file, nginx serving it over HTTP and as path-style S3 (nginx ignores
+the signature, as in the throughput benchmarks), Redis. Destinations: a local
+directory, moto's S3 server (slow, so large sizes take a while), Redis. Every
+copy must exit 0 (it is verified end to end by ``cp`` itself) and the
+destination must have the source's size. Writes ``OUT.json`` and ``OUT.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .servers import start_moto, start_nginx, start_redis
+
+BUCKET = "bench"
+GiB = 1 << 30
+
+
+def _write_source(path: Path, size: int) -> None:
+    block = os.urandom(64 << 20)
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, len(block))
+            f.write(block[:n])
+            left -= n
+
+
+def _cp(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
+    """(exit status, peak RSS MiB, seconds, stderr tail) of one ``tensorstream cp`` process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", "--no-progress", *argv],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss / 1024, time.perf_counter() - t0, err[-400:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,4", help="GiB, comma separated (default 1,4)")
+    ap.add_argument("--sources", default="local,http,s3,redis")
+    ap.add_argument("--dests", default="local,redis,s3")
+    ap.add_argument("--skip", default="", help="pairs to leave out, e.g. s3@4,redis>redis@4")
+    ap.add_argument("--out", default="docs/benchmarks/cp_memory")
+    args = ap.parse_args(argv)
+    sizes = [float(s) for s in args.sizes.split(",")]
+    skip = {s for s in args.skip.split(",") if s}
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="cpmem-") as tmp:
+        work = Path(tmp)
+        root = work / "www"
+        (root / BUCKET).mkdir(parents=True)
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": str(work / "none"),
+               "AWS_SHARED_CREDENTIALS_FILE": str(work / "none"),
+               "AWS_EC2_METADATA_DISABLED": "true"}
+        with start_nginx(root, work / "nginx") as nginx, start_redis(work / "redis") as redis, \
+                start_moto() as moto:
+            nginx_url = f"http://127.0.0.1:{nginx.port}"
+            moto_url = f"http://127.0.0.1:{moto.port}"
+            redis_url = f"redis://127.0.0.1:{redis.port}"
+            import boto3
+
+            boto3.client("s3", endpoint_url=moto_url, aws_access_key_id="bench",
+                         aws_secret_access_key="bench",
+                         region_name="us-east-1").create_bucket(Bucket=BUCKET)
+            for gib in sizes:
+                size = int(gib * GiB)
+                src_file = root / BUCKET / "src.bin"
+                _write_source(src_file, size)
+                srcs = {"local": ([str(src_file)], []),
+                        "http": ([f"{nginx_url}/{BUCKET}/src.bin"], []),
+                        "s3": ([f"s3://{BUCKET}/src.bin"], ["--src-endpoint-url", nginx_url]),
+                        "redis": ([f"{redis_url}/src.bin"], [])}
+                if "redis" in args.sources.split(","):
+                    rc, _, _, err = _cp([str(src_file), f"{redis_url}/src.bin"], env)
+                    assert rc == 0, err
+                for s_name in args.sources.split(","):
+                    for d_name in args.dests.split(","):
+                        tag = f"{s_name}>{d_name}@{gib:g}"
+                        if tag in skip or f"{d_name}@{gib:g}" in skip:
+                            continue
+                        dst_dir = work / "out"
+                        dst_dir.mkdir(exist_ok=True)
+                        dst, dst_opts = {
+                            "local": (str(dst_dir / "dst.bin"), []),
+                            "redis": (f"{redis_url}/dst.bin", []),
+                            "s3": (f"s3://{BUCKET}/dst.bin", ["--dst-endpoint-url", moto_url]),
+                        }[d_name]
+                        src, src_opts = srcs[s_name]
+                        rc, rss, secs, err = _cp([*src_opts, *dst_opts, *src, dst], env)
+                        row = {"source": s_name, "destination": d_name, "gib": gib,
+                               "exit": rc, "peak_rss_mib": round(rss), "seconds": round(secs, 1)}
+                        if rc != 0:
+                            row["error"] = err.strip().splitlines()[-1] if err.strip() else ""
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+                        # free the destination's memory (Redis, moto) before the next pair
+                        if d_name == "local":
+                            (dst_dir / "dst.bin").unlink(missing_ok=True)
+                        else:
+                            subprocess.run([sys.executable, "-m", "tensorstream", "rm", *dst_opts,
+                                            dst], env=env, capture_output=True)
+                if "redis" in args.sources.split(","):
+                    subprocess.run([sys.executable, "-m", "tensorstream", "rm",
+                                    f"{redis_url}/src.bin"], env=env, capture_output=True)
+                src_file.unlink()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"{platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; default cp settings "
+              "(--concurrency 32, --part-size 8M); peak RSS of the whole cp process (wait4)")
+    out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    lines = [f"_{header}_", "", "| source -> destination | size | peak RSS | seconds | exit |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['source']} -> {r['destination']} | {r['gib']:g} GiB | "
+                     f"{r['peak_rss_mib']} MiB | {r['seconds']} | {r['exit']} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
