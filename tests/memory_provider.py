@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from tensorstream.errors import NotFoundError
-from tensorstream.providers.base import Capabilities, ObjectInfo, Provider, Writer, check_range
+from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider, Writer, check_range
 
 
 class MemProvider(Provider):
@@ -35,7 +35,7 @@ class MemProvider(Provider):
         return ObjectInfo(path, len(data), hashlib.md5(data).hexdigest())
 
     async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       etag: str | None = None) -> int:
+                       pin: Pin | None = None) -> int:
         info = await self.stat(path)
         check_range(info.size, offset, offset + len(buffer))
         buffer[:] = self.store[path][offset: offset + len(buffer)]

@@ -14,7 +14,7 @@ import tensorstream
 from tensorstream import _loop, errors
 from tensorstream.config import RetryConfig, split_options
 from tensorstream.layers.stack import PolicyProvider
-from tensorstream.providers.base import Capabilities, ObjectInfo, Provider
+from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider
 
 
 def test_all_is_exact_and_importable() -> None:
@@ -88,7 +88,7 @@ class FlakyProvider(Provider):
         return ObjectInfo(path=path, size=len(self.data), etag="v1")
 
     async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       etag: str | None = None) -> int:
+                       pin: Pin | None = None) -> int:
         self.calls.append((offset, len(buffer)))
         action = self.script.pop(0) if self.script else "ok"
         if action == "cut":

@@ -34,6 +34,7 @@ are put in a message.
 from __future__ import annotations
 
 import io
+from typing import Any
 
 __all__ = [
     "ConfigurationError",
@@ -64,6 +65,9 @@ class TensorstreamError(Exception):
 
     #: True when retrying the same request may succeed.
     temporary: bool = False
+    #: On a broken body: the version (a :class:`tensorstream.providers.base.Pin`)
+    #: its bytes came from, so a resumed read is pinned to it (``None``: unknown).
+    served: Any = None
 
     def __init__(
         self,

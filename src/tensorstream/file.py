@@ -24,8 +24,9 @@ from typing import Any
 
 from . import _loop
 from .errors import UnsupportedOperationError
+from .layers import timeout as _timeout
 from .layers.stack import PolicyProvider
-from .providers.base import Capabilities, ObjectInfo, Writer
+from .providers.base import Capabilities, ObjectInfo, Pin, ReadHints, Writer
 from .readahead.ranged import Prefetcher, ReadaheadBudget
 from .uri import ParsedURI
 
@@ -78,12 +79,13 @@ class StreamReader(io.RawIOBase):
         self._limit = limit
         self._boundaries: list[int] = []
         # Local files: read in the caller's thread, straight into its buffer.
-        self._inline = provider.capabilities.inline_reads
+        self._inline = provider.read_hints.inline
+        self._pin = Pin.of(info)
         self._prefetch = Prefetcher(
             provider,
             uri.path,
             info.size,
-            info.etag,
+            self._pin,
             segment=cfg.part_size,
             window=cfg.readahead,
             concurrency=cfg.concurrency,
@@ -111,8 +113,13 @@ class StreamReader(io.RawIOBase):
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the underlying provider can do (e.g. ``inline_reads`` for local files)."""
+        """What the underlying provider can do."""
         return self._provider.capabilities
+
+    @property
+    def read_hints(self) -> ReadHints:
+        """How the underlying provider is best read (e.g. ``inline`` for local files)."""
+        return self._provider.read_hints
 
     @property
     def mode(self) -> str:
@@ -166,11 +173,12 @@ class StreamReader(io.RawIOBase):
                 "StreamReader.readinto was called from tensorstream's own I/O thread; "
                 "use the async provider API there"
             )
-        if self._inline:
-            self._provider.readinto_blocking(self._uri.path, self._pos, view[:want],
-                                             etag=self._info.etag)
-        else:
-            self._prefetch.readinto(self._pos, view[:want])
+        with _timeout.operation(self._provider.config.timeouts):  # one read, one deadline
+            if self._inline:
+                self._provider.readinto_blocking(self._uri.path, self._pos, view[:want],
+                                                 pin=self._pin)
+            else:
+                self._prefetch.readinto(self._pos, view[:want])
         self._pos += want
         return want
 

@@ -23,7 +23,7 @@ import pytest
 import tensorstream
 from tensorstream.copy.engine import copy
 from tensorstream.errors import NotFoundError, ServiceUnavailableError
-from tensorstream.providers.base import Capabilities, ObjectInfo, Provider, check_range
+from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider, check_range
 
 PART = 64 << 10
 
@@ -50,7 +50,7 @@ class FlakyProvider(Provider):
         return ObjectInfo(path, len(data), hashlib.md5(data).hexdigest())
 
     async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       etag: str | None = None) -> int:
+                       pin: Pin | None = None) -> int:
         info = await self.stat(path)
         check_range(info.size, offset, offset + len(buffer))
         failing = not self.fail_only or path in self.fail_only
@@ -130,9 +130,9 @@ class ChangingProvider(FlakyProvider):
         return ObjectInfo(path, info.size, None, mtime)
 
     async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       etag: str | None = None) -> int:
+                       pin: Pin | None = None) -> int:
         type(self).reads += 1
-        return await super().readinto(path, offset, buffer, etag=etag)
+        return await super().readinto(path, offset, buffer, pin=pin)
 
 
 tensorstream.register("changingtest", ChangingProvider, replace=True)

@@ -12,7 +12,7 @@ import tensorstream
 from tensorstream import errors
 from tensorstream.credentials.report import CredentialReport, ReportLine
 from tensorstream.providers import registry
-from tensorstream.providers.base import Capabilities, ObjectInfo, Provider
+from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider
 
 
 class _Toy(Provider):
@@ -29,7 +29,7 @@ class _Toy(Provider):
         return ObjectInfo(path=path, size=0)
 
     async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       etag: str | None = None) -> int:
+                       pin: Pin | None = None) -> int:
         return 0
 
     @classmethod

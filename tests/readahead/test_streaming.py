@@ -15,6 +15,7 @@ import tensorstream
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import FAST, unique
 from tensorstream import _loop, errors
+from tensorstream.providers.base import Pin
 from tensorstream.readahead.streamed import SequentialStream
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.proxy import HTTPFaultProxy
@@ -205,7 +206,7 @@ def _stream_for(url: str, helper: concurrent.futures.Executor) -> tuple[Sequenti
     provider = tensorstream.get_provider(url)
     path = parse_uri(url).path
     info = _loop.run_sync(provider.stat(path))
-    stream = SequentialStream(provider, path, info.size, info.etag, limit=info.size,
+    stream = SequentialStream(provider, path, info.size, Pin.of(info), limit=info.size,
                               helper=helper)
     return stream, provider
 

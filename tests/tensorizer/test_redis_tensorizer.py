@@ -106,6 +106,6 @@ def test_deserialize_defaults_to_one_reader_and_blocking_reads(
         assert d._num_readers == 1
         _assert_equal(d, sd)
     with tensorstream.open(uri) as f:
-        assert f.capabilities.blocking_reads and f.capabilities.serial_server
+        assert f.capabilities.blocking_reads and f.read_hints.serial_server
         assert f.read() == data
         assert f.read_stats()["direct_bytes"] > 0

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..api import get_provider
 from ..errors import NotFoundError
-from ..providers.base import ObjectInfo
+from ..providers.base import ObjectInfo, Pin
 from ..uri import parse_uri, redact_text
 from .options import Rule, add_storage_options, storage_options
 
@@ -132,7 +132,7 @@ async def _to_stdout(uri_text: str, options: dict[str, Any], byte_range: str | N
         pos = start
         while pos < end:
             view = memoryview(buf)[: min(len(buf), end - pos)]
-            await provider.readinto(uri.path, pos, view, etag=info.etag)
+            await provider.readinto(uri.path, pos, view, pin=Pin.of(info))
             out.write(view)
             pos += len(view)
         out.flush()

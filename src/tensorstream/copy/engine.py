@@ -52,7 +52,6 @@ from ..api import get_provider
 from ..errors import (
     IntegrityError,
     NotFoundError,
-    ObjectChangedError,
     RetriesExhaustedError,
     StorageTimeoutError,
     TensorstreamError,
@@ -60,7 +59,7 @@ from ..errors import (
 )
 from ..layers.stack import PolicyProvider
 from ..providers._http.range_get import in_thread
-from ..providers.base import ObjectInfo
+from ..providers.base import ObjectInfo, Pin
 from ..uri import ParsedURI, parse_uri, redact_text
 from .keys import UnsafeKeyError, open_dir_under, plan_keys, relative_key, safe_relative_key
 from .receive import receive_part
@@ -498,7 +497,7 @@ class _Copier:
             try:
                 async with self.read_slots:  # shared by all objects being copied
                     await job.src.readinto(job.src_path, start, memoryview(buf)[: end - start],
-                                           etag=job.info.etag)
+                                           pin=Pin.of(job.info))
             except BaseException:
                 self.pool.drop(buf)  # a worker thread may still write into it
                 raise
@@ -560,15 +559,7 @@ class _Copier:
     async def _check_source_unchanged(self, job: _Job) -> None:
         """Compare the source's validators after the copy with those it was read
         under: ETag (which every read was also pinned to), size and mtime."""
-        info = await job.src.stat_pinned(job.src_path, job.info.etag)
-        before = job.info
-        changed = info.size != before.size or (
-            before.etag is None and info.etag is None and before.mtime is not None
-            and info.mtime is not None and info.mtime != before.mtime)
-        if changed:
-            raise ObjectChangedError(
-                "the source changed while it was being copied (size or Last-Modified)",
-                service=job.src.service, operation="read", path=redact_text(job.src_path))
+        await job.src.stat_pinned(job.src_path, Pin.of(job.info))
 
     async def _each_part(self, todo: Iterable[int], parts: list[tuple[int, int]],
                          fn: Callable[[int, PartBuffer, int], Any]) -> None:
@@ -624,8 +615,8 @@ class _Copier:
                     # so a slow link moves the bar before a whole part is in.
                     progress.advance(job.label, len(view))
 
-            pinned = receive_part(job.src, job.src_path, start, end, job.info.etag, deliver,
-                                  loop)
+            pinned = receive_part(job.src, job.src_path, start, end, Pin.of(job.info),
+                                  deliver, loop)
             sink.part_written(index, start, end - start,
                               hasher.hexdigest() if hasher is not None else None)
             return pinned
@@ -697,7 +688,7 @@ class _Copier:
                     t.cancel()
                 await asyncio.gather(reader, drain, return_exceptions=True)
                 sink.release_all()
-            await job.src.stat_pinned(job.src_path, job.info.etag)
+            await job.src.stat_pinned(job.src_path, Pin.of(job.info))
             await writer.commit()
             committed = job.published = True
             if self.verify:

@@ -13,8 +13,9 @@ How the bytes are fetched depends on what the source provider offers:
 
 * range streams (HTTP(S), S3): one GET for the whole part, received with
   ``recv_into``; a body broken part-way has its chunk finished by the
-  retrying ranged read (pinned to the ETag) and the rest of the part
-  re-requested, so a part resumes where it broke;
+  retrying ranged read (pinned to the version the first bytes came from) and
+  the rest of the part re-requested, so a part resumes where it broke (never
+  for an object without ETag or Last-Modified: its part fails instead);
 * blocking reads (local files, Redis): one exact positional read per chunk;
 * anything else (fsspec): the provider's async ``readinto`` per chunk, run on
   the copy's event loop.
@@ -28,8 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import TensorstreamError
+from ..layers.pinning import resume_pin
 from ..layers.stack import PolicyProvider
-from ..providers._http.headers import etags_match
+from ..providers._http.headers import needs_confirmation
+from ..providers.base import Pin
 
 __all__ = ["CHUNK", "receive_part"]
 
@@ -48,7 +51,7 @@ def _chunk_buffer() -> memoryview:
     return buf
 
 
-def receive_part(src: PolicyProvider, path: str, start: int, end: int, etag: str | None,
+def receive_part(src: PolicyProvider, path: str, start: int, end: int, pin: Pin | None,
                  deliver: Deliver, loop: asyncio.AbstractEventLoop) -> bool:
     """Fetch bytes ``[start, end)`` of ``path`` and ``deliver`` them in order.
 
@@ -56,40 +59,41 @@ def receive_part(src: PolicyProvider, path: str, start: int, end: int, etag: str
     the retry layer could not absorb are raised; bytes already delivered
     stay delivered (the caller discards the part's destination on error).
 
-    Returns whether every byte is known to come from version ``etag``: each
-    answer named it (its ``ETag`` equal to the pinned one, compared by the data
-    plane), or the provider enforces pinned reads itself. If not, the caller
-    compares the source's validators after the copy.
+    Returns whether every byte is known to come from version ``pin``: each
+    answer named it (its ETag or Last-Modified equal to the pinned one,
+    compared by the data plane), or the provider enforces pinned reads itself.
+    If not, the caller compares the source's validators after the copy.
     """
     chunk = _chunk_buffer()
     caps = src.capabilities
     if caps.range_streams:
-        return _streamed(src, path, start, end, etag, deliver, chunk)
+        return _streamed(src, path, start, end, pin, deliver, chunk)
     if caps.blocking_reads:
         for pos in range(start, end, CHUNK):
             view = chunk[: min(CHUNK, end - pos)]
-            src.readinto_blocking(path, pos, view, etag=etag)
+            src.readinto_blocking(path, pos, view, pin=pin)
             deliver(pos, view)
     else:
         for pos in range(start, end, CHUNK):
             view = chunk[: min(CHUNK, end - pos)]
             asyncio.run_coroutine_threadsafe(
-                src.readinto(path, pos, view, etag=etag), loop).result()
+                src.readinto(path, pos, view, pin=pin), loop).result()
             deliver(pos, view)
-    return etag is not None and caps.pinned_reads
+    return pin is not None and pin.validated and caps.pinned_reads
 
 
-def _streamed(src: PolicyProvider, path: str, start: int, end: int, etag: str | None,
+def _streamed(src: PolicyProvider, path: str, start: int, end: int, pin: Pin | None,
               deliver: Deliver, chunk: memoryview) -> bool:
     pos = start
-    pinned = etag
-    confirmed = etag is not None
+    pinned = pin
+    confirmed = pin is not None and pin.validated
     while pos < end:
-        body: Any = src.open_range_blocking(path, pos, end, etag=pinned)
-        served = getattr(body, "etag", None)
-        # The plane already refused an answer whose ETag differs from the
-        # pinned one; one without an ETag leaves the version unconfirmed.
-        confirmed = confirmed and served is not None and etags_match(served, etag or "")
+        body: Any = src.open_range_blocking(path, pos, end, pin=pinned)
+        served = getattr(body, "served", None)
+        # The plane already refused an answer of another version; one that
+        # names no version of its own leaves it unconfirmed.
+        confirmed = confirmed and isinstance(served, Pin) and not needs_confirmation(
+            pinned, served)
         try:
             while pos < end:
                 view = chunk[: min(CHUNK, end - pos)]
@@ -101,11 +105,14 @@ def _streamed(src: PolicyProvider, path: str, start: int, end: int, etag: str | 
                         raise
                     got = int(getattr(exc, "received", 0) or 0)
                     # Never mix versions: what follows must be the version
-                    # the first bytes came from.
-                    pinned = pinned or getattr(exc, "etag", None)
+                    # the first bytes came from, and one that cannot be told
+                    # apart from another is never resumed.
+                    pinned = resume_pin(pinned, exc)
+                    if pinned is None:
+                        raise
                     # The retrying ranged read finishes this chunk (it resumes
                     # and gives up by the policy); a new stream takes the rest.
-                    src.readinto_blocking(path, pos + got, view[got:], etag=pinned)
+                    src.readinto_blocking(path, pos + got, view[got:], pin=pinned)
                     confirmed = confirmed and src.capabilities.pinned_reads
                     broken = True
                 deliver(pos, view)

@@ -1,4 +1,11 @@
-"""Policy wrapped around any provider: error context, retry, resume, metrics."""
+"""Layers wrapped around any provider (OpenDAL-style): each concern written
+once, for every backend and every read path.
+
+* :mod:`.stack` -- :class:`PolicyProvider`, the composed stack: error context,
+  retry, resume, capability checks, metrics; it runs every attempt under
+* :mod:`.timeout` -- total and idle deadlines enforced *inside* an attempt, and
+* :mod:`.pinning` -- every read of an object pinned to one version.
+"""
 
 from __future__ import annotations
 

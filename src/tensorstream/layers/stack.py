@@ -7,8 +7,13 @@
   ``temporary`` only, honouring ``Retry-After``; never on 4xx-like errors;
 * **resume** -- a body broken after ``k`` bytes continues at ``offset + k``
   instead of starting over;
-* **pinning** -- reads of one object can be pinned to an ETag; a change
-  raises :class:`ObjectChangedError`, never a mix of versions;
+* **timeouts** -- total and idle deadlines inside every attempt
+  (:mod:`tensorstream.layers.timeout`);
+* **pinning** -- reads of one object are pinned to one version (ETag, else
+  Last-Modified, and size); a change raises :class:`ObjectChangedError`, never
+  a mix of versions (:mod:`tensorstream.layers.pinning`);
+* **capabilities** -- an operation the provider does not declare fails here,
+  with one message;
 * **metrics** -- bytes, requests, retries.
 
 The wrapper forwards every :class:`Provider` method explicitly (a test checks
@@ -25,16 +30,19 @@ from typing import Any, TypeVar
 
 import tenacity
 
+from .. import _loop
 from ..config import CommonConfig
 from ..errors import (
-    ObjectChangedError,
     RetriesExhaustedError,
     RetriesExhaustedTimeoutError,
     ServiceUnavailableError,
     TensorstreamError,
+    UnsupportedOperationError,
 )
-from ..providers.base import BodyStream, ObjectInfo, Provider, Writer
+from ..providers.base import BodyStream, ObjectInfo, Pin, Provider, Writer
 from ..uri import redact_text
+from . import timeout as _timeout
+from .pinning import resume_pin
 
 __all__ = ["Metrics", "PolicyProvider"]
 
@@ -71,15 +79,28 @@ def _is_temporary(exc: BaseException) -> bool:
     return bool(getattr(exc, "temporary", False))
 
 
+def _as_pin(pin: Pin | None, etag: str | None) -> Pin | None:
+    if pin is None and etag is not None:
+        return Pin(etag=etag)
+    return pin
+
+
 class PolicyProvider(Provider):
-    """Wrap ``inner`` with context, retry, resume, pinning and metrics."""
+    """Wrap ``inner`` with context, retry, resume, timeouts, pinning and metrics."""
 
     def __init__(self, inner: Provider, config: CommonConfig) -> None:
         self.inner = inner
         self.config = config
         self.metrics = Metrics()
         self.service = inner.service  # type: ignore[misc]
-        self.capabilities = inner.capabilities  # type: ignore[misc]
+        caps = inner.capabilities
+        self._pins = caps.pinned_reads
+        if not caps.pinned_reads and caps.range_streams:
+            # A stream's reads cannot be checked one by one without a stat per
+            # read: providers that cannot pin are read by (checked) ranges.
+            caps = dataclasses.replace(caps, range_streams=False)
+        self.capabilities = caps  # type: ignore[misc]
+        self.read_hints = inner.read_hints  # type: ignore[misc]
         self.schemes = inner.schemes  # type: ignore[misc]
 
     def __repr__(self) -> str:
@@ -117,12 +138,15 @@ class PolicyProvider(Provider):
 
     async def _call(self, operation: str, path: str, fn: Callable[[], Awaitable[T]]) -> T:
         attempts = 0
+        timeouts = self.config.timeouts
+        at = _timeout.operation_deadline(timeouts)
         try:
             async for attempt in self._retrying():
                 with attempt:
                     attempts += 1
                     self.metrics.requests += 1
-                    return await fn()
+                    return await _timeout.run_async(fn, timeouts, at, service=self.service,
+                                                    path=redact_text(path))
         except TensorstreamError as exc:
             final = self._final_error(exc, operation, path, attempts)
             if final is exc:
@@ -133,12 +157,15 @@ class PolicyProvider(Provider):
     def _call_blocking(self, operation: str, path: str, fn: Callable[[], T]) -> T:
         """:meth:`_call` for blocking operations (worker threads): same policy."""
         attempts = 0
+        timeouts = self.config.timeouts
+        at = _timeout.operation_deadline(timeouts)
         try:
             for attempt in self._retrying(tenacity.Retrying):
                 with attempt:
                     attempts += 1
                     self.metrics.requests += 1
-                    return fn()
+                    return _timeout.run_blocking(fn, timeouts, at, service=self.service,
+                                                 path=redact_text(path))
         except TensorstreamError as exc:
             final = self._final_error(exc, operation, path, attempts)
             if final is exc:
@@ -168,69 +195,111 @@ class PolicyProvider(Provider):
     def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
         exc.with_context(service=self.service, operation=operation, path=redact_text(path))
 
+    def _unsupported(self, operation: str, flag: str) -> UnsupportedOperationError:
+        """The one error for an operation the provider does not declare."""
+        return UnsupportedOperationError(
+            f"{self.service} does not support {operation} "
+            f"(its capabilities do not declare {flag})",
+            service=self.service, operation=operation)
+
     # -- forwarded operations -----------------------------------------------
     async def stat(self, path: str) -> ObjectInfo:
         return await self._call("stat", path, lambda: self.inner.stat(path))
 
     async def readinto(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None,
+        etag: str | None = None,
     ) -> int:
-        """Fill ``buffer`` exactly, retrying temporary errors and resuming broken bodies."""
+        """Fill ``buffer`` exactly, retrying temporary errors and resuming broken
+        bodies, every answer of the version ``pin`` (or the one ``etag`` names)."""
         if len(buffer) == 0:
             return 0
-        state = _Resume(self, path, offset, buffer, etag)
+        pin = _as_pin(pin, etag)
+        if not self._pins and (pin is None or pin.size is None):
+            pin = Pin.of(await self.stat(path))  # the version the check after compares
+        state = _Resume(self, path, offset, buffer, pin)
 
         async def attempt() -> int:
             view, at, pinned = state.next_attempt()
             try:
-                n = await self.inner.readinto(path, at, view, etag=pinned)
+                if self._pins:
+                    n = await self.inner.readinto(path, at, view, pin=pinned)
+                else:
+                    n = await self.inner.readinto(path, at, view)
             except TensorstreamError as exc:
                 state.failed(exc)
                 raise
             return state.succeeded(n, view)
 
         n = await self._call("read", path, attempt)
+        if not self._pins:
+            await self._check_after(path, state.pin)
         self.metrics.bytes_read += n
         return n
 
     def readinto_blocking(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None,
+        etag: str | None = None,
     ) -> int:
         """:meth:`readinto` on the provider's blocking data path (worker threads)."""
+        if not self.capabilities.blocking_reads:
+            raise self._unsupported("blocking reads", "blocking_reads")
         if len(buffer) == 0:
             return 0
-        state = _Resume(self, path, offset, buffer, etag)
+        pin = _as_pin(pin, etag)
+        if not self._pins and (pin is None or pin.size is None):
+            pin = Pin.of(_loop.run_sync(self.stat(path)))
+        state = _Resume(self, path, offset, buffer, pin)
 
         def attempt() -> int:
             view, at, pinned = state.next_attempt()
             try:
-                n = self.inner.readinto_blocking(path, at, view, etag=pinned)
+                if self._pins:
+                    n = self.inner.readinto_blocking(path, at, view, pin=pinned)
+                else:
+                    n = self.inner.readinto_blocking(path, at, view)
             except TensorstreamError as exc:
                 state.failed(exc)
                 raise
             return state.succeeded(n, view)
 
         n = self._call_blocking("read", path, attempt)
+        if not self._pins:
+            _loop.run_sync(self._check_after(path, state.pin))
         self.metrics.bytes_read += n
         return n
 
+    async def _check_after(self, path: str, pin: Pin | None) -> None:
+        """Pin by stat for providers that cannot pin: the object must still be
+        the version the read started on."""
+        if pin is not None:
+            info = await self.stat(path)
+            pin.check(Pin.of(info), service=self.service, path=path)
+
     def open_range_blocking(
-        self, path: str, start: int, end: int, *, etag: str | None = None
+        self, path: str, start: int, end: int, *, pin: Pin | None = None,
+        etag: str | None = None,
     ) -> BodyStream:
         """The provider's range stream, opened under the retry policy. Its reads
-        are counted and their errors carry context; a stream broken part-way is
-        not resumed here: the caller reads the rest with :meth:`readinto_blocking`
-        (which retries and resumes)."""
+        are counted, bounded by the deadlines, and their errors carry context; a
+        stream broken part-way is not resumed here: the caller reads the rest
+        with :meth:`readinto_blocking` (which retries and resumes)."""
+        if not self.capabilities.range_streams:
+            raise self._unsupported("range streams", "range_streams (and pinned_reads)")
+        pinned = _as_pin(pin, etag)
         body = self._call_blocking(
-            "read", path, lambda: self.inner.open_range_blocking(path, start, end, etag=etag))
+            "read", path, lambda: self.inner.open_range_blocking(path, start, end, pin=pinned))
         return _CountedBody(body, self, path)
 
     async def read_range(
-        self, path: str, start: int, end: int, *, etag: str | None = None
+        self, path: str, start: int, end: int, *, pin: Pin | None = None,
+        etag: str | None = None,
     ) -> bytes:
-        return await Provider.read_range(self, path, start, end, etag=etag)
+        return await Provider.read_range(self, path, start, end, pin=_as_pin(pin, etag))
 
     def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        if not self.capabilities.list:
+            raise self._unsupported("list", "list")
         return self._list(prefix)
 
     async def _list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
@@ -242,6 +311,8 @@ class PolicyProvider(Provider):
             raise
 
     def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        if not self.capabilities.write:
+            raise self._unsupported("writes", "write")
         try:
             return _ContextWriter(self.inner.open_writer(path, **kwargs), self, path)
         except TensorstreamError as exc:
@@ -249,19 +320,21 @@ class PolicyProvider(Provider):
             raise
 
     async def delete(self, path: str) -> None:
+        if not self.capabilities.delete:
+            raise self._unsupported("delete", "delete")
         await self._call("delete", path, lambda: self.inner.delete(path))
 
     async def close(self) -> None:
         await self.inner.close()
 
-    async def stat_pinned(self, path: str, etag: str | None) -> ObjectInfo:
-        """``stat`` that raises :class:`ObjectChangedError` if the ETag moved."""
+    async def stat_pinned(self, path: str, pin: Pin | str | None) -> ObjectInfo:
+        """``stat`` that raises :class:`ObjectChangedError` if the object is no
+        longer the version ``pin`` (a :class:`Pin`, or an ETag)."""
         info = await self.stat(path)
-        if etag is not None and info.etag is not None and info.etag != etag:
-            raise ObjectChangedError(
-                "object changed while it was being read",
-                service=self.service, operation="read", path=redact_text(path),  # redacts ?query
-            )
+        if isinstance(pin, str):
+            pin = Pin(etag=pin)
+        if pin is not None:
+            pin.check(Pin.of(info), service=self.service, path=path)
         return info
 
 
@@ -288,8 +361,14 @@ class _CountedBody:
         return getattr(self._body, "etag", None)
 
     def readinto(self, buffer: memoryview) -> int:
+        """The next ``len(buffer)`` bytes: one operation, bounded by the
+        deadlines (the provider checks them between receives)."""
+        policy = self._policy
+        timeouts = policy.config.timeouts
         try:
-            n = self._body.readinto(buffer)
+            n = _timeout.run_blocking(lambda: self._body.readinto(buffer), timeouts,
+                                      _timeout.operation_deadline(timeouts),
+                                      service=policy.service, path=redact_text(self._path))
         except TensorstreamError as exc:
             self._policy._add_context(exc, "read", self._path)
             raise
@@ -305,25 +384,29 @@ class _Resume:
     version to pin to. Shared by the async and the blocking path."""
 
     def __init__(self, owner: PolicyProvider, path: str, offset: int, buffer: memoryview,
-                 etag: str | None) -> None:
+                 pin: Pin | None) -> None:
         self.owner = owner
         self.path = path
         self.offset = offset
         self.buffer = buffer
         self.done = 0
-        self.pinned = etag
+        self.pin = pin
 
-    def next_attempt(self) -> tuple[memoryview, int, str | None]:
-        return self.buffer[self.done :], self.offset + self.done, self.pinned
+    def next_attempt(self) -> tuple[memoryview, int, Pin | None]:
+        return self.buffer[self.done :], self.offset + self.done, self.pin
 
     def failed(self, exc: TensorstreamError) -> None:
         received = int(getattr(exc, "received", 0) or 0)
         if received and exc.temporary:
+            # Resume only from the same version of the object: pinned to the
+            # version the broken answer was served under. Bytes whose version
+            # cannot be told apart from another are dropped (the read starts over).
+            pin = resume_pin(self.pin, exc)
+            if pin is None:
+                return
+            self.pin = pin
             self.done += received
             self.owner.metrics.resumed_bytes += received
-            # Resume only from the same version of the object: pin to the ETag
-            # the broken response was served under.
-            self.pinned = self.pinned or getattr(exc, "etag", None)
 
     def succeeded(self, n: int, view: memoryview) -> int:
         if n != len(view):

@@ -14,16 +14,35 @@ metrics) is derived once, above all backends.
 from __future__ import annotations
 
 import abc
+import contextvars
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
-from ..errors import InvalidRangeError, UnsupportedOperationError
+from ..errors import (
+    InvalidRangeError,
+    ObjectChangedError,
+    StorageTimeoutError,
+    UnsupportedOperationError,
+)
 from ..uri import redact_text
 
-__all__ = ["BodyStream", "Capabilities", "ObjectInfo", "Provider", "Writer", "check_range"]
+__all__ = [
+    "BodyStream",
+    "Capabilities",
+    "Deadline",
+    "ObjectInfo",
+    "Pin",
+    "Provider",
+    "ReadHints",
+    "Writer",
+    "check_range",
+    "current_deadline",
+    "report_progress",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,30 +58,171 @@ class ObjectInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class Capabilities:
-    """What a provider can do; unsupported operations fail in one place."""
+class Pin:
+    """The version of an object that a read is pinned to (from a ``stat``).
 
-    read: bool = True
-    stat: bool = True
+    Every answer of a pinned read must be of this version: same ETag where
+    the backend gives one, else same Last-Modified (``mtime``), and always
+    the same total ``size``. ``None`` fields are unknown and not compared.
+    """
+
+    size: int | None = None
+    etag: str | None = None
+    mtime: datetime | None = None
+
+    @classmethod
+    def of(cls, info: ObjectInfo) -> Pin:
+        """The pin of what :meth:`Provider.stat` reported."""
+        return cls(size=info.size, etag=info.etag, mtime=info.mtime)
+
+    @property
+    def validated(self) -> bool:
+        """Whether a change can be told apart from no change by more than the
+        size (an ETag or a Last-Modified is known)."""
+        return self.etag is not None or self.mtime is not None
+
+    def check(self, served: Pin, *, service: str | None = None,
+              path: str | None = None) -> None:
+        """Raise :class:`ObjectChangedError` when ``served`` (what an answer or a
+        later ``stat`` reported) is not this version. Fields unknown on either
+        side are not compared."""
+        why = None
+        if self.size is not None and served.size is not None and served.size != self.size:
+            why = f"size {served.size}, was {self.size}"
+        elif self.etag is not None and served.etag is not None:
+            # The ETag, where both sides know it, decides alone.
+            if _opaque(served.etag) != _opaque(self.etag):
+                why = f"ETag {served.etag}, was {self.etag}"
+        elif (self.mtime is not None and served.mtime is not None
+              and served.mtime != self.mtime):
+            why = f"Last-Modified {served.mtime:%Y-%m-%d %H:%M:%S}, was {self.mtime:%Y-%m-%d %H:%M:%S}"
+        if why is not None:
+            raise ObjectChangedError(f"the object changed while it was being read ({why})",
+                                     service=service, path=redact_text(path) if path else None)
+
+
+def _opaque(etag: str) -> str:
+    etag = etag.strip()
+    return etag[2:] if etag.startswith("W/") else etag
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """Which operations a provider supports, beyond the required ``stat`` and
+    ``readinto``. An operation that is not declared fails in one place, the
+    layer (:class:`tensorstream.layers.PolicyProvider`), with
+    :class:`UnsupportedOperationError`; the conformance suite checks that every
+    declared one works."""
+
     write: bool = False
     list: bool = False
     delete: bool = False
-    #: ``readinto(..., etag=...)`` is enforced by the server (If-Match / version).
+    #: The provider takes ``pin=`` on its reads and guarantees that every answer
+    #: is of that version, with validators sent with the read itself (If-Match,
+    #: If-Unmodified-Since, a generation) and what each answer reports (ETag,
+    #: Last-Modified, total size) compared. Without it the layer pins by
+    #: ``stat`` after each read (one extra request).
     pinned_reads: bool = False
-    #: :meth:`Provider.readinto_blocking` works (local files: the sync file object
-    #: then reads in the caller's thread, with no I/O-thread hop and no copy).
+    #: :meth:`Provider.readinto_blocking` works (worker threads, no event loop).
     blocking_reads: bool = False
+    #: :meth:`Provider.open_range_blocking` works: one request whose body is
+    #: read in order, straight into successive caller buffers (HTTP, S3).
+    range_streams: bool = False
+    # Accepted for one release (providers written before ReadHints); ignored.
+    read: dataclasses.InitVar[bool | None] = None
+    stat: dataclasses.InitVar[bool | None] = None
+    inline_reads: dataclasses.InitVar[bool | None] = None
+    serial_server: dataclasses.InitVar[bool | None] = None
+
+    def __post_init__(self, read: bool | None, stat: bool | None,
+                      inline_reads: bool | None, serial_server: bool | None) -> None:
+        if inline_reads is not None or serial_server is not None or read is not None \
+                or stat is not None:
+            import warnings
+
+            warnings.warn("Capabilities(read=, stat=, inline_reads=, serial_server=) are "
+                          "gone: reads and stat are required of every provider, and the "
+                          "tuning hints moved to Provider.read_hints (ReadHints)",
+                          DeprecationWarning, stacklevel=3)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadHints:
+    """How loaders should drive a provider (tuning only: never changes what works)."""
+
     #: Blocking reads are cheap enough to run inline in the reader's thread,
     #: without read-ahead (local files).
-    inline_reads: bool = False
+    inline: bool = False
     #: One server thread answers every request (Redis): parallel readers only
     #: queue behind each other there, so loaders default to one.
     serial_server: bool = False
-    #: :meth:`Provider.open_range_blocking` works: one request whose body is
-    #: read in order, straight into successive caller buffers (HTTP, S3). On a
-    #: fast link a sequential reader then costs one request per stream instead
-    #: of one per piece.
-    range_streams: bool = False
+
+
+class Deadline:
+    """The deadlines of the operation running now (set by the timeout layer,
+    read by providers that can enforce them inside a request).
+
+    ``at`` is the ``time.monotonic()`` by which the whole operation must end
+    (``None``: no total deadline); ``idle`` bounds the wait for each next
+    byte. :meth:`progress` records that bytes arrived (the layer's idle
+    watchdog for async attempts reads :attr:`last`).
+    """
+
+    __slots__ = ("at", "idle", "last")
+
+    def __init__(self, at: float | None, idle: float | None) -> None:
+        self.at = at
+        self.idle = idle
+        self.last = time.monotonic()
+
+    def progress(self) -> None:
+        self.last = time.monotonic()
+
+    def remaining(self) -> float | None:
+        """Seconds left before the total deadline (``None``: no total deadline)."""
+        return None if self.at is None else self.at - time.monotonic()
+
+    def wait_bound(self) -> float | None:
+        """The longest a single receive may block now: the idle timeout, cut to
+        what is left of the total deadline (at least a millisecond)."""
+        left = self.remaining()
+        if left is None:
+            return self.idle
+        left = max(left, 0.001)
+        return left if self.idle is None else min(self.idle, left)
+
+    def expired(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def error(self, received: int = 0, *, service: str | None = None,
+              path: str | None = None) -> StorageTimeoutError:
+        """The final error of an operation whose total deadline passed
+        (``temporary=False``: the budget is spent, retrying cannot help)."""
+        where = {k: v for k, v in (("service", service), ("path", redact_text(path or "")))
+                 if v}
+        err = StorageTimeoutError(f"the operation ran past timeout_total after {received} bytes",
+                                  received=received, **where)
+        err.temporary = False
+        return err
+
+
+_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
+    "tensorstream_deadline", default=None)
+
+
+def current_deadline() -> Deadline | None:
+    """The deadlines of the operation running in this task or thread, if any."""
+    return _DEADLINE.get()
+
+
+def report_progress() -> None:
+    """Tell the timeout layer that bytes arrived (cheap; call once per chunk).
+
+    A provider whose single read may run longer than ``timeout_idle`` must
+    call it, or the layer takes the silence for a stall."""
+    deadline = _DEADLINE.get()
+    if deadline is not None:
+        deadline.last = time.monotonic()
 
 
 class BodyStream(Protocol):
@@ -144,6 +304,8 @@ class Provider(abc.ABC):
     #: Short name used in error messages and metrics, e.g. ``"s3"``.
     service: ClassVar[str] = "provider"
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: How loaders should drive this provider (tuning only).
+    read_hints: ClassVar[ReadHints] = ReadHints()
     #: Option names (keyword arguments) this provider understands.
     option_names: ClassVar[frozenset[str]] = frozenset()
 
@@ -160,15 +322,24 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     async def readinto(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
         """Fill ``buffer`` with the bytes at ``[offset, offset + len(buffer))``.
 
-        Returns ``len(buffer)`` or raises: never a short read. With ``etag``,
-        raises :class:`ObjectChangedError` when the object's ETag differs. A
-        body broken part-way raises :class:`IncompleteReadError` whose
-        ``received`` bytes at the start of ``buffer`` are valid, so the retry
-        layer can resume.
+        Returns ``len(buffer)`` or raises: never a short read. A body broken
+        part-way raises :class:`IncompleteReadError` whose ``received`` bytes
+        at the start of ``buffer`` are valid, so the retry layer can resume;
+        a provider that knows which version those bytes came from sets
+        ``served`` (a :class:`Pin`) on the error, so the resumed read is pinned
+        to it. ``pin`` is only passed to providers declaring
+        ``capabilities.pinned_reads``: they raise :class:`ObjectChangedError`
+        unless every answer is of that version (see :class:`Pin`).
+
+        Deadlines: a provider whose waits can block must bound each by
+        :func:`current_deadline` (``wait_bound()``) on its blocking path, and
+        call :func:`report_progress` as bytes arrive when one read can take
+        longer than the idle timeout; the timeout layer cuts off async
+        attempts that do neither.
         """
 
     # -- optional -----------------------------------------------------------
@@ -185,7 +356,7 @@ class Provider(abc.ABC):
         )
 
     def readinto_blocking(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
         """Synchronous :meth:`readinto` in the calling thread (``capabilities.blocking_reads``).
 
@@ -197,18 +368,19 @@ class Provider(abc.ABC):
                                         path=redact_text(path))
             if not len(buffer):
                 return 0
-            body = self.open_range_blocking(path, offset, offset + len(buffer), etag=etag)
+            body = self.open_range_blocking(path, offset, offset + len(buffer), pin=pin)
             return body.readinto(buffer)
         raise UnsupportedOperationError(
             f"{self.service} has no blocking reads", service=self.service, operation="read"
         )
 
     def open_range_blocking(
-        self, path: str, start: int, end: int, *, etag: str | None = None
+        self, path: str, start: int, end: int, *, pin: Pin | None = None
     ) -> BodyStream:
         """Request bytes ``[start, end)`` and return the body, to be read in order
         (``capabilities.range_streams``). Opening checks the answer (status,
-        range, ETag with ``etag``) and raises like :meth:`readinto`."""
+        range, version with ``pin``) and raises like :meth:`readinto`; each
+        body read bounds its waits by :func:`current_deadline` at that time."""
         raise UnsupportedOperationError(
             f"{self.service} has no range streams", service=self.service, operation="read"
         )
@@ -223,13 +395,14 @@ class Provider(abc.ABC):
         """Release connections and pools. Idempotent."""
 
     # -- derived ------------------------------------------------------------
-    async def read_range(self, path: str, start: int, end: int, *, etag: str | None = None) -> bytes:
+    async def read_range(self, path: str, start: int, end: int, *,
+                         pin: Pin | None = None) -> bytes:
         """Bytes ``[start, end)``; end is exclusive. Raises if past the end."""
         if start < 0 or end < start:
             raise InvalidRangeError(f"invalid range [{start}, {end})", path=path)
         buf = bytearray(end - start)
         if buf:
-            await self.readinto(path, start, memoryview(buf), etag=etag)
+            await self.readinto(path, start, memoryview(buf), pin=pin)
         return bytes(buf)
 
     async def __aenter__(self) -> Provider:

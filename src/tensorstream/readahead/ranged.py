@@ -40,6 +40,7 @@ from typing import Any
 from .. import _loop
 from ..errors import TensorstreamError
 from ..layers.stack import PolicyProvider
+from ..providers.base import Pin
 from ..uri import redact_text
 from ._clock import busy_seconds
 from ._memcopy import copy_into
@@ -111,7 +112,7 @@ class Prefetcher:
         provider: PolicyProvider,
         path: str,
         size: int,
-        etag: str | None,
+        pin: Pin | None,
         *,
         segment: int,
         window: int,
@@ -123,7 +124,7 @@ class Prefetcher:
         self.budget = budget if budget is not None else ReadaheadBudget(window)
         self._path = path
         self._size = size
-        self._etag = etag
+        self._pin = pin
         self._seg = max(1, segment)
         self._window = max(0, window)
         self._limit = size if limit is None else min(size, limit)
@@ -155,12 +156,12 @@ class Prefetcher:
         can_stream = bool(caps.range_streams and caps.blocking_reads
                           and provider.config.transfer.stream_reads)
         if can_stream:
-            self._stream = SequentialStream(provider, path, size, etag, limit=self._limit,
+            self._stream = SequentialStream(provider, path, size, pin, limit=self._limit,
                                             helper=self._pool)
         # One server thread (Redis) answers every request: start on one
         # connection reading ahead while the reader copies (two stages over two
         # cores); the controller still widens if the reader starves.
-        base = 1 if caps.serial_server else _BASE_WIDTH
+        base = 1 if provider.read_hints.serial_server else _BASE_WIDTH
         self._ctl = Controller(can_stream=can_stream, base=base, max_width=self._max,
                                now=time.perf_counter(),
                                fixed_width=base if self._window == 0 and not can_stream else None,
@@ -240,7 +241,7 @@ class Prefetcher:
                 self._streamed_bytes += n
             if stream.broke:  # resume exactly where the body broke, under the retry policy
                 rest = piece[n:]
-                self._provider.readinto_blocking(self._path, pos + got, rest, etag=self._etag)
+                self._provider.readinto_blocking(self._path, pos + got, rest, pin=self._pin)
                 got += len(rest)
                 with self._lock:
                     self._direct_bytes += len(rest)
@@ -522,7 +523,7 @@ class Prefetcher:
                 self._fetch_measured(seg, seg.buffer)
             else:
                 self._provider.readinto_blocking(self._path, seg.start, seg.buffer,
-                                                 etag=self._etag)
+                                                 pin=self._pin)
         except BaseException as exc:
             seg.error = exc
         finally:
@@ -532,14 +533,14 @@ class Prefetcher:
     def _fetch_measured(self, seg: _Segment, buffer: memoryview) -> None:
         """One ranged request, its body timed apart from its wait for the first
         byte: that is what one connection delivers, the most a stream can."""
-        body = self._provider.open_range_blocking(self._path, seg.start, seg.end, etag=self._etag)
+        body = self._provider.open_range_blocking(self._path, seg.start, seg.end, pin=self._pin)
         started = time.perf_counter()
         try:
             body.readinto(buffer)
         except TensorstreamError as exc:  # resume the rest under the retry policy
             got = min(getattr(exc, "received", 0) or 0, len(buffer))
             self._provider.readinto_blocking(self._path, seg.start + got, buffer[got:],
-                                             etag=self._etag)
+                                             pin=self._pin)
             return
         finally:
             body.close()
@@ -564,7 +565,7 @@ class Prefetcher:
     async def _fetch(self, seg: _Segment) -> None:
         try:
             assert seg.buffer is not None
-            await self._provider.readinto(self._path, seg.start, seg.buffer, etag=self._etag)
+            await self._provider.readinto(self._path, seg.start, seg.buffer, pin=self._pin)
         except asyncio.CancelledError:
             seg.error = OSError("read-ahead was cancelled")
             raise

@@ -23,7 +23,7 @@ import time
 
 from ..errors import TensorstreamError
 from ..layers.stack import PolicyProvider
-from ..providers.base import BodyStream
+from ..providers.base import BodyStream, Pin
 from ._prefault import populate
 
 __all__ = ["SequentialStream"]
@@ -41,12 +41,12 @@ _HELPED_READ = 1 << 20
 class SequentialStream:
     """The stream of one reader (not thread-safe: one reader's thread uses it)."""
 
-    def __init__(self, provider: PolicyProvider, path: str, size: int, etag: str | None,
+    def __init__(self, provider: PolicyProvider, path: str, size: int, pin: Pin | None,
                  *, limit: int, helper: concurrent.futures.Executor | None = None) -> None:
         self._provider = provider
         self._path = path
         self._size = size
-        self._etag = etag
+        self._pin = pin
         self._limit = limit
         self._body: BodyStream | None = None
         self._helper = helper
@@ -96,7 +96,11 @@ class SequentialStream:
         except TensorstreamError as exc:
             # Bytes that arrived before the break are valid; the rest is read by
             # the retrying path, and the next sequential read opens a new stream.
+            # A permanent error (a replaced object, a spent deadline) is this
+            # read's error: the ranged path would only meet it again.
             self.close()
+            if not exc.temporary:
+                raise
             self.broke = True
             got = min(getattr(exc, "received", 0) or 0, len(view))
             log.debug("stream broke after %d bytes (%s)", got, type(exc).__name__)
@@ -124,7 +128,7 @@ class SequentialStream:
         end = min(self._size, max(self._limit, pos + want))
         started = time.perf_counter()
         try:
-            body = self._provider.open_range_blocking(self._path, pos, end, etag=self._etag)
+            body = self._provider.open_range_blocking(self._path, pos, end, pin=self._pin)
         finally:
             self.open_seconds += time.perf_counter() - started
         self.opened += 1

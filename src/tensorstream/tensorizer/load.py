@@ -353,9 +353,9 @@ def _open_local(target: str | ParsedURI, options: Mapping[str, Any]) -> BinaryIO
 def _default_readers(stream: Any) -> int:
     if not isinstance(stream, StreamReader):  # a local file (see _open_local)
         return DEFAULT_LOCAL_NUM_READERS
-    caps = getattr(stream, "capabilities", None)
-    if getattr(caps, "inline_reads", False):
+    hints = stream.read_hints
+    if hints.inline:
         return DEFAULT_LOCAL_NUM_READERS
-    if getattr(caps, "serial_server", False):
+    if hints.serial_server:
         return 1
     return DEFAULT_NUM_READERS

@@ -13,7 +13,8 @@ tensorstream's own loop thread) or its async API (on the test's loop)::
         assert server.requests[-1].headers["Range"] == "bytes=0-99"
 
 Objects are served with correct ``Range`` (single ranges), ``HEAD``,
-strong ``ETag``, ``If-Match``, ``Last-Modified`` and ``Accept-Ranges``.
+strong ``ETag``, ``If-Match``, ``Last-Modified``, ``If-Unmodified-Since`` and
+``Accept-Ranges``.
 Faults (:class:`HTTPFaults`) apply to every request, or only to ``faults.key``
 when set; ``faults.reset()`` clears them.
 """
@@ -31,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from email.utils import formatdate
+from email.utils import formatdate, parsedate_to_datetime
 from types import TracebackType
 from typing import Any
 
@@ -80,6 +81,14 @@ class HTTPFaults:
     ignore_if_match: bool = False
     #: Answer every request with ``307`` to this base URL plus the request path.
     redirect_to: str | None = None
+    #: Send no ``ETag`` at all (a server with Last-Modified only).
+    no_etag: bool = False
+    #: Send the ``ETag`` on HEAD answers only, never on GETs (HEAD and GET disagree).
+    etag_on_head_only: bool = False
+    #: Send no ``Last-Modified`` at all.
+    no_last_modified: bool = False
+    #: Ignore ``If-Unmodified-Since``.
+    ignore_if_unmodified_since: bool = False
 
     # counters (managed by the server)
     dropped: int = 0
@@ -112,8 +121,9 @@ class RequestRecord:
     status: int
 
 
-def _stored(data: bytes) -> StoredObject:
-    return StoredObject(bytes(data), f'"{hashlib.md5(data).hexdigest()}"', time.time())
+def _stored(data: bytes, mtime: float | None = None) -> StoredObject:
+    return StoredObject(bytes(data), f'"{hashlib.md5(data).hexdigest()}"',
+                        time.time() if mtime is None else mtime)
 
 
 class HTTPTestServer:
@@ -256,10 +266,11 @@ class HTTPTestServer:
             opts["client_key"] = self.client_key_path
         return opts
 
-    def put(self, key: str, data: bytes) -> None:
-        """Store (or replace) an object; it gets a new ETag."""
+    def put(self, key: str, data: bytes, *, mtime: float | None = None) -> None:
+        """Store (or replace) an object; it gets a new ETag, and ``mtime`` (default:
+        now) as its Last-Modified (HTTP dates count whole seconds)."""
         with self._lock:
-            self._objects[key.lstrip("/")] = _stored(data)
+            self._objects[key.lstrip("/")] = _stored(data, mtime)
 
     def get(self, key: str) -> bytes:
         """The stored bytes of ``key`` (``KeyError`` if absent)."""
@@ -346,6 +357,14 @@ class HTTPTestServer:
         if if_match is not None and if_match.strip() != "*" and obj.etag not in [
                 t.strip() for t in if_match.split(",")]:
             return self._simple(request, 412)
+        since = request.headers.get("If-Unmodified-Since")
+        if if_match is None and since and not (faulty and f.ignore_if_unmodified_since):
+            try:
+                limit = parsedate_to_datetime(since).timestamp()
+            except (TypeError, ValueError):
+                limit = None
+            if limit is not None and int(obj.mtime) > limit:
+                return self._simple(request, 412)
         return await self._serve(request, obj, faulty)
 
     async def _serve(self, request: web.Request, obj: StoredObject,
@@ -354,6 +373,10 @@ class HTTPTestServer:
         size = len(obj.data)
         headers = {"ETag": obj.etag, "Accept-Ranges": "bytes",
                    "Last-Modified": formatdate(obj.mtime, usegmt=True)}
+        if faulty and (f.no_etag or (f.etag_on_head_only and request.method != "HEAD")):
+            del headers["ETag"]
+        if faulty and f.no_last_modified:
+            del headers["Last-Modified"]
         status, body = 200, obj.data
         rng = request.headers.get("Range")
         if rng and not (faulty and f.ignore_range):

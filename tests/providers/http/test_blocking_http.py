@@ -20,6 +20,7 @@ from fixtures_http import HTTP_TEST_TOKEN
 from tensorstream import errors
 from tensorstream.config import Timeouts, split_options
 from tensorstream.providers._http.range_get import ConnectionPool, open_range
+from tensorstream.providers.base import Pin
 from tensorstream.providers.http.provider import HTTPProvider
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.uri import parse_uri
@@ -42,7 +43,8 @@ def _provider(url: str, **options: Any) -> HTTPProvider:
 
 def _read(p: HTTPProvider, url: str, offset: int, size: int, etag: str | None = None) -> bytes:
     buf = bytearray(size)
-    assert p.readinto_blocking(parse_uri(url).path, offset, memoryview(buf), etag=etag) == size
+    assert p.readinto_blocking(parse_uri(url).path, offset, memoryview(buf),
+                               pin=Pin(etag=etag) if etag else None) == size
     return bytes(buf)
 
 
@@ -63,7 +65,7 @@ def test_many_random_ranges_from_many_threads(http_server: HTTPTestServer) -> No
     def one(i: int) -> None:
         off, _n = ranges[i]
         p.readinto_blocking(parse_uri(url).path, off, memoryview(buffers[i]),
-                            etag=http_server.etag(key))
+                            pin=Pin(etag=http_server.etag(key)))
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, range(len(ranges))))
@@ -148,7 +150,7 @@ def test_cut_body_reports_received_and_is_not_reused(http_server: HTTPTestServer
     got = info.value.received
     assert got == 1_500_000  # exact: every received byte counts
     assert bytes(buf[:got]) == DATA[1000 : 1000 + got]  # the received bytes are valid
-    assert info.value.etag == http_server.etag(key)  # type: ignore[attr-defined]
+    assert info.value.served.etag == http_server.etag(key)  # the version they came from
     assert p._blocking_pool().idle_count() == 0  # the cut connection was discarded
     # Resume exactly as the policy layer does: a fresh connection, right bytes.
     p.readinto_blocking(parse_uri(url).path, 1000 + got, memoryview(buf)[got:])

@@ -15,6 +15,7 @@ import pytest
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
 from tensorstream.config import split_options
+from tensorstream.providers.base import Pin
 from tensorstream.providers.s3.provider import S3Provider
 from tensorstream.testing.s3_server import MotoS3Server
 from tensorstream.uri import parse_uri
@@ -37,7 +38,8 @@ def _provider(server: MotoS3Server, **extra: Any) -> S3Provider:
 
 def _read(p: S3Provider, path: str, offset: int, size: int, etag: str | None = None) -> bytes:
     buf = bytearray(size)
-    assert p.readinto_blocking(path, offset, memoryview(buf), etag=etag) == size
+    assert p.readinto_blocking(path, offset, memoryview(buf),
+                               pin=Pin(etag=etag) if etag else None) == size
     return bytes(buf)
 
 

@@ -32,13 +32,19 @@ from ...errors import (
     TensorstreamError,
 )
 from ...uri import redact, redact_text
+from ..base import Pin
 
 __all__ = [
     "REDIRECT_STATUSES",
     "ContentRange",
+    "LowerHeaders",
     "check_ranged_response",
+    "conditional_headers",
     "exception_error",
     "note_etag",
+    "needs_confirmation",
+    "note_served",
+    "served_version",
     "redact_path",
     "redirect_step",
     "refuse_metadata_target",
@@ -153,6 +159,17 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _Headers = Any
 
 
+class LowerHeaders(dict[str, str]):
+    """Headers from a mapping (botocore's lower-cased ``HTTPHeaders``), looked
+    up case-insensitively like aiohttp's and http.client's."""
+
+    def __init__(self, headers: Any) -> None:
+        super().__init__((str(k).lower(), str(v)) for k, v in dict(headers).items())
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+
 def redact_path(path: str) -> str:
     """``/path?query`` with secret query parameters (presigned URLs) redacted."""
     return redact("http://h" + path)[len("http://h") :]
@@ -168,7 +185,8 @@ def status_error(status: int, reason: str, headers: _Headers, *, path: str,
     if status in (401, 403):
         return PermissionDeniedError(f"{msg}: the server refused the credentials", **where)
     if status == 412:
-        return ObjectChangedError(f"{msg}: the object changed (If-Match failed)", **where)
+        return ObjectChangedError(f"{msg}: the object changed (the pinned read's precondition "
+                                  "failed)", **where)
     if status == 416:
         total = parse_content_range(headers.get("Content-Range"))
         size = f" of a {total.total}-byte object" if total and total.total is not None else ""
@@ -213,22 +231,55 @@ def exception_error(exc: BaseException, *, path: str, received: int = 0,
     return ProtocolError(f"HTTP client error ({what})", **where)
 
 
-def note_etag(exc: TensorstreamError, etag: str | None) -> TensorstreamError:
-    """Remember on a broken body which version its first bytes came from, so a
-    resumed request can be pinned to it (If-Match) and never mix versions."""
+def note_served(exc: TensorstreamError, served: Pin | None) -> TensorstreamError:
+    """Remember on a broken body which version its first bytes came from
+    (``exc.served``), so a resumed request is pinned to it and never mixes
+    versions."""
     received: Any = getattr(exc, "received", None)
-    if etag and received and not hasattr(exc, "etag"):
-        exc.etag = etag  # type: ignore[attr-defined]
+    if served is not None and received and exc.served is None:
+        exc.served = served
     return exc
 
 
-def check_ranged_response(status: int, headers: _Headers, *, first: int, last: int,
-                          etag: str | None, path: str, on_status: Any,
-                          service: str = "http") -> None:
-    """Raise unless the answer is exactly bytes ``first..last`` (inclusive) as a 206
-    with no content coding (and, with ``etag``, of that version).
+def note_etag(exc: TensorstreamError, etag: str | None) -> TensorstreamError:
+    """:func:`note_served` with an ETag only (kept for callers outside tensorstream)."""
+    return note_served(exc, Pin(etag=etag) if etag else None)
 
-    ``on_status()`` builds the error for a status other than 200/206.
+
+def conditional_headers(pin: Pin | None) -> dict[str, str]:
+    """The validators sent with a read pinned to ``pin``, so the server itself
+    refuses another version (412): ``If-Match`` with a strong ETag, else
+    ``If-Unmodified-Since`` with the Last-Modified date."""
+    if pin is None:
+        return {}
+    if pin.etag and not pin.etag.startswith("W/"):  # If-Match needs a strong ETag
+        return {"If-Match": pin.etag}
+    if pin.mtime is not None:
+        return {"If-Unmodified-Since": email.utils.format_datetime(
+            pin.mtime.astimezone(timezone.utc), usegmt=True)}
+    return {}
+
+
+def served_version(headers: _Headers, total: int | None) -> Pin:
+    """The version an answer reports: its ETag, Last-Modified and total size."""
+    return Pin(size=total, etag=headers.get("ETag"),
+               mtime=parse_http_date(headers.get("Last-Modified")))
+
+
+def check_ranged_response(status: int, headers: _Headers, *, first: int, last: int,
+                          pin: Pin | None, path: str, on_status: Any,
+                          service: str = "http") -> Pin:
+    """Raise unless the answer is exactly bytes ``first..last`` (inclusive) as a 206
+    with no content coding and, with ``pin``, of that version: its
+    ``Content-Range`` total equals the pinned size, and its ETag (or, without
+    one, its Last-Modified) equals the pinned one. The one range check of every
+    HTTP-based data path (HTTP and S3, async and blocking).
+
+    ``on_status()`` builds the error for a status other than 200/206. Returns
+    the version the answer reports (to remember on a broken body). An answer
+    that reports neither an ETag nor a Last-Modified comparable to the pin is
+    checked by size only; the caller confirms its version after the body
+    (:func:`needs_confirmation`).
     """
     def refuse(why: str) -> ProtocolError:
         return ProtocolError(why, service=service, path=redact_path(path))
@@ -256,10 +307,22 @@ def check_ranged_response(status: int, headers: _Headers, *, first: int, last: i
     length = headers.get("Content-Length")
     if length is not None and length.strip() != str(last - first + 1):
         raise refuse(f"Content-Length {length} does not match the range")
-    got = headers.get("ETag")
-    if etag and got and not etags_match(got, etag):
-        raise ObjectChangedError("the object changed while it was being read (ETag)",
-                                 service=service, path=redact_path(path))
+    served = served_version(headers, cr.total)
+    if pin is not None:
+        pin.check(served, service=service, path=redact_path(path))
+    return served
+
+
+def needs_confirmation(pin: Pin | None, served: Pin) -> bool:
+    """Whether an answer could not be tied to ``pin`` by its own headers: the
+    pin has an ETag or a Last-Modified, and the answer carries neither to
+    compare (a server that sends ETags on HEAD only and ignores If-Match could
+    be serving another version)."""
+    if pin is None or not pin.validated:
+        return False
+    if pin.etag is not None and served.etag is not None:
+        return False
+    return not (pin.mtime is not None and served.mtime is not None)
 
 
 # -- redirects --------------------------------------------------------------------

@@ -26,6 +26,12 @@ see ``docs/benchmarks.md``.
   same redirect rules.
 * :func:`in_thread`: the async side, on worker threads, cancellable.
 
+Deadlines: each receive is bounded by a socket timeout (``timeout_idle``, cut
+to what is left of ``timeout_total``), and the total deadline of the running
+operation (:func:`~tensorstream.providers.base.current_deadline`) is checked
+between receives, so a server trickling a byte at a time cannot hold a read
+past it.
+
 No retries here: :mod:`tensorstream.layers.stack` retries and resumes. The only
 repeat is urllib3's classic one: a *reused* keep-alive connection that the
 server closed while idle is replaced by a fresh one, once, before any byte of
@@ -37,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import http.client
 import os
@@ -56,12 +63,15 @@ from ...errors import (
     StorageTimeoutError,
     TensorstreamError,
 )
+from ..base import Deadline, Pin, current_deadline
 from .headers import (
     REDIRECT_STATUSES,
     check_ranged_response,
+    conditional_headers,
     exception_error,
     is_metadata_address,
-    note_etag,
+    needs_confirmation,
+    note_served,
     redact_path,
     redirect_step,
     refuse_metadata_target,
@@ -91,6 +101,13 @@ _MAX_REDIRECTS = 5
 _Key = tuple[str, str, int]
 #: Builds the error for a status other than 200/206 from the open response.
 StatusMapper = Callable[[http.client.HTTPResponse, str], TensorstreamError]
+#: Reports the object's version now (a HEAD), to confirm an answer that
+#: carried no validator of its own.
+Confirm = Callable[[], Pin]
+
+
+def _total_deadline_error(received: int, *, service: str, path: str) -> StorageTimeoutError:
+    return Deadline(None, None).error(received, service=service, path=path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,14 +260,26 @@ def _check_redirect(target: URL, policy: RedirectPolicy, path: str) -> None:
 def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, str],
               timeouts: Timeouts, *, service: str, path: str, cancel: Cancel | None
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-    """Send one request and read the status line and headers."""
+    """Send one request and read the status line and headers (each wait bounded
+    by the running operation's deadline, when it has one)."""
     key = _key(url)
     target = url.raw_path_qs or "/"  # sent verbatim: never re-encode a signed URL
     cancel = cancel if cancel is not None else getattr(_current, "cancel", None)
+    deadline = current_deadline()
+    timed = deadline is not None and deadline.at is not None
     for _ in range(2):
+        if timed:
+            assert deadline is not None
+            if deadline.expired():
+                raise _total_deadline_error(0, service=service, path=path)
+            left = deadline.remaining() or 0.0
+            timeouts = dataclasses.replace(timeouts, connect=max(0.001, min(
+                timeouts.connect, left)))
         try:
             conn, reused = pool.acquire(key, timeouts)
         except TimeoutError as exc:
+            if timed and deadline is not None and deadline.expired():
+                raise _total_deadline_error(0, service=service, path=path) from exc
             raise StorageTimeoutError(
                 f"connect timeout ({timeouts.connect:g} s) to {key[1]}:{key[2]}",
                 service=service, path=redact_path(path)) from exc
@@ -260,6 +289,9 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
                 if cancel.cancelled:
                     raise Cancelled("the caller was cancelled", service=service,
                                     path=redact_path(path))
+            if timed and conn.sock is not None:
+                assert deadline is not None
+                conn.sock.settimeout(deadline.wait_bound())
             conn.request(method, target, headers=headers)
             return conn, conn.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
@@ -392,11 +424,17 @@ class RangeBody:
     """
 
     def __init__(self, pool: ConnectionPool, key: _Key, conn: http.client.HTTPConnection,
-                 resp: http.client.HTTPResponse, *, start: int, end: int, served: str | None,
-                 service: str, path: str) -> None:
+                 resp: http.client.HTTPResponse, *, start: int, end: int, served: Pin | None,
+                 service: str, path: str, idle: float | None = None,
+                 confirm: Callable[[], None] | None = None) -> None:
         self.position = start
         self.end = end
-        self.etag = served
+        #: The version the answer reported (ETag, Last-Modified, total size).
+        self.served = served
+        self.etag = served.etag if served is not None else None
+        self._idle = idle
+        # Called after each read when the answer carried no validator of its own.
+        self._confirm = confirm
         self._pool = pool
         self._key = key
         self._conn: http.client.HTTPConnection | None = conn
@@ -419,8 +457,13 @@ class RangeBody:
             raise ValueError(f"{want} bytes asked, {self.end - self.position} left in the range")
         received = 0
         resp = self._resp
+        deadline = current_deadline()
+        timed = deadline is not None and deadline.at is not None
         try:
             while received < want:
+                if timed:
+                    assert deadline is not None
+                    self._bound(deadline, received)
                 if self._direct:
                     # The file object may hold up to a buffer of the body already:
                     # the socket owes at least the rest, never ask it for more.
@@ -434,24 +477,32 @@ class RangeBody:
                         received=received, service=self._service,
                         path=redact_path(self._path))
                 received += n
+                if deadline is not None:
+                    deadline.progress()  # an async caller's idle watchdog sees it
         except TensorstreamError as exc:
             self.close()
-            note_etag(exc, self.etag)
+            note_served(exc, self.served)
             raise
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             if isinstance(exc, http.client.IncompleteRead) and not self._direct:
                 # The chunks of this slice that arrived whole are in the buffer.
                 received += len(exc.partial)
-            err = exception_error(exc, path=self._path, received=received,
-                                  service=self._service)
-            raise note_etag(err, self.etag) from exc
+            err: TensorstreamError
+            if timed and deadline is not None and deadline.expired():
+                err = _total_deadline_error(received, service=self._service, path=self._path)
+            else:
+                err = exception_error(exc, path=self._path, received=received,
+                                      service=self._service)
+            raise note_served(err, self.served) from exc
         except BaseException:
             self.close()
             raise
         self.position += want
         if self.position == self.end:
             self._finish()
+        if self._confirm is not None:
+            self._confirm()  # raises ObjectChangedError: the bytes are never returned
         return want
 
     def _set_lowat(self, nbytes: int) -> None:
@@ -463,10 +514,20 @@ class RangeBody:
             except OSError:  # pragma: no cover - a platform without it
                 self._lowat = nbytes
 
+    def _bound(self, deadline: Deadline, received: int) -> None:
+        """Check the total deadline between receives and bound the next one by it."""
+        if deadline.expired():
+            raise _total_deadline_error(received, service=self._service, path=self._path)
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            conn.sock.settimeout(deadline.wait_bound())
+
     def _finish(self) -> None:
         self._set_lowat(1)  # the next request's status line must not wait for the mark
         conn, self._conn = self._conn, None
         assert conn is not None
+        if conn.sock is not None and current_deadline() is not None:
+            conn.sock.settimeout(self._idle)  # a pooled connection waits by the idle rule
         if self._direct:
             self._resp.close()  # the whole body was read: the socket stays reusable
         if self._resp.isclosed() and not self._resp.will_close:
@@ -487,7 +548,7 @@ def open_range(
     offset: int,
     end: int,
     headers: Mapping[str, str],
-    etag: str | None,
+    pin: Pin | None,
     timeouts: Timeouts,
     *,
     path: str | None = None,
@@ -495,12 +556,17 @@ def open_range(
     redirects: RedirectPolicy | None = None,
     on_status: StatusMapper | None = None,
     cancel: Cancel | None = None,
+    confirm: Confirm | None = None,
 ) -> RangeBody:
     """Send a GET for bytes ``[offset, end)`` of ``url`` and check its answer;
     the body is then read with :meth:`RangeBody.readinto`.
 
     ``headers`` are sent as given (``Accept-Encoding: identity`` and ``Range``
-    are added; ``If-Match`` too with a strong ``etag``). With ``redirects``,
+    are added, and the validators of ``pin``: ``If-Match`` with a strong ETag,
+    else ``If-Unmodified-Since``). The answer must report the pinned size and
+    version (:func:`.headers.check_ranged_response`); one that reports no
+    validator at all is confirmed after each read by ``confirm()`` (a HEAD)
+    when given, else refused. With ``redirects``,
     its credential headers are sent to the first origin and dropped when a
     redirect leaves it; without, a redirect is mapped like any other status.
     ``path`` names the object in errors (redacted); ``on_status`` maps an
@@ -512,30 +578,49 @@ def open_range(
         raise InvalidRangeError(f"invalid range [{offset}, {end})", service=service,
                                 path=redact_path(where))
     last = end - 1
-    base = {**headers, "Accept-Encoding": "identity", "Range": f"bytes={offset}-{last}"}
-    if etag and not etag.startswith("W/"):  # If-Match needs a strong ETag
-        base["If-Match"] = etag
+    base = {**headers, "Accept-Encoding": "identity", "Range": f"bytes={offset}-{last}",
+            **conditional_headers(pin)}
     mapper = on_status or _default_status
-    served: str | None = None
+    served: Pin | None = None
     try:
         conn, resp, view, final = _send(pool, url, "GET", base, timeouts, service=service,
                                         path=where, redirects=redirects, cancel=cancel)
         try:
-            check_ranged_response(resp.status, view, first=offset, last=last,
-                                  etag=etag, path=where, service=service,
-                                  on_status=lambda r=resp: mapper(r, where))
-            served = view.get("ETag")
+            served = check_ranged_response(resp.status, view, first=offset, last=last,
+                                           pin=pin, path=where, service=service,
+                                           on_status=lambda r=resp: mapper(r, where))
+            after = None
+            if pin is not None and needs_confirmation(pin, served):
+                after = _confirmation(pin, confirm, service=service, path=where)
             return RangeBody(pool, _key(final), conn, resp, start=offset, end=end,
-                             served=served, service=service, path=where)
+                             served=served, service=service, path=where,
+                             idle=timeouts.idle, confirm=after)
         except BaseException:
             conn.close()  # never reuse a connection after an error
             raise
     except TensorstreamError as exc:
-        note_etag(exc, served)
+        note_served(exc, served)
         raise
     except (OSError, http.client.HTTPException) as exc:
+        deadline = current_deadline()
+        if deadline is not None and deadline.expired():
+            raise _total_deadline_error(0, service=service, path=where) from exc
         err = exception_error(exc, path=where, received=0, service=service)
-        raise note_etag(err, served) from exc
+        raise note_served(err, served) from exc
+
+
+def _confirmation(pin: Pin, confirm: Confirm | None, *, service: str,
+                  path: str) -> Callable[[], None]:
+    """A check run after each read of an answer that carried no validator."""
+    if confirm is None:
+        raise ProtocolError("the answer carries neither ETag nor Last-Modified, so it "
+                            "cannot be tied to the version being read", service=service,
+                            path=redact_path(path))
+
+    def check() -> None:
+        pin.check(confirm(), service=service, path=redact_path(path))
+
+    return check
 
 
 # -- the async side, derived: the same requests on worker threads ----------------
@@ -583,8 +668,11 @@ async def in_thread(fn: Callable[[], T]) -> T:
     so no thread writes into a caller's buffer after this returns or raises.
     """
     cancel = Cancel()
+    # In the caller's context: the deadlines of the operation (set by the
+    # timeout layer) reach the thread, and its progress reports reach the layer.
+    context = contextvars.copy_context()
     future = asyncio.get_running_loop().run_in_executor(
-        _threads(), _run_cancellable, cancel, fn)
+        _threads(), context.run, _run_cancellable, cancel, fn)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

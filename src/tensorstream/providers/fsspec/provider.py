@@ -4,6 +4,10 @@ served through one ranged-read provider.
 It is the fallback for schemes without a dedicated provider; the dedicated
 ones (local, HTTP, S3, Redis) are faster and stricter. fsspec filesystems
 are mostly synchronous, so calls run in worker threads.
+
+It cannot pin a read to a version (fsspec has no conditional reads), so it
+does not declare ``pinned_reads``: the pinning layer checks the object with a
+``stat`` before and after each read (:mod:`tensorstream.layers.pinning`).
 """
 
 from __future__ import annotations
@@ -22,10 +26,13 @@ from ...errors import (
     TensorstreamError,
 )
 from ...readahead._memcopy import copy_into
-from ..base import Capabilities, ObjectInfo, Provider, Writer
+from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer, report_progress
 from .config import OPTIONS
 
 __all__ = ["FsspecProvider"]
+
+#: Bytes per ``cat_file`` of a large read (progress is reported between).
+_PIECE = 16 << 20
 
 
 def _map_error(exc: BaseException, path: str) -> BaseException:
@@ -80,24 +87,30 @@ class FsspecProvider(Provider):
         return ObjectInfo(path=path, size=int(info["size"]), etag=_etag(info))
 
     async def readinto(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
-        info = await self.stat(path)
-        if etag is not None and info.etag is not None and info.etag != etag:
-            raise ObjectChangedError(f"object changed: {path}", service="fsspec")
-        end = offset + len(buffer)
-        if offset < 0 or end > info.size:
-            raise InvalidRangeError(
-                f"range [{offset}, {end}) is past the end of a {info.size}-byte object",
-                service="fsspec",
-            )
-        data = await self._run(path, self.fs.cat_file, path, offset, end)
-        if len(data) != len(buffer):
-            raise ObjectChangedError(
-                f"got {len(data)} bytes for a {len(buffer)}-byte range: {path}", service="fsspec"
-            )
-        copy_into(buffer, data)
-        return len(buffer)
+        # ``pin`` is never passed: pinned_reads is not declared, the layer pins.
+        if offset < 0:
+            raise InvalidRangeError(f"negative offset {offset}", service="fsspec")
+        done = 0
+        while done < len(buffer):
+            piece = buffer[done : done + _PIECE]
+            start = offset + done
+            data = await self._run(path, self.fs.cat_file, path, start, start + len(piece))
+            if len(data) != len(piece):
+                info = await self.stat(path)
+                end = offset + len(buffer)
+                if end > info.size:
+                    raise InvalidRangeError(
+                        f"range [{offset}, {end}) is past the end of a {info.size}-byte object",
+                        service="fsspec")
+                raise ObjectChangedError(
+                    f"got {len(data)} bytes for a {len(piece)}-byte range: {path}",
+                    service="fsspec")
+            copy_into(piece, data)
+            done += len(piece)
+            report_progress()
+        return done
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
         found = await self._run(prefix, self.fs.find, prefix, None, False, True)

@@ -8,7 +8,10 @@ for or raise, on the one HTTP data plane (:mod:`.._http.range_get`).
   async ``readinto`` and ``stat`` run the same code on worker threads). The
   answer must be ``206`` with exactly the requested ``Content-Range`` and no
   ``Content-Encoding``; a server that ignores ``Range`` never yields wrong
-  bytes. Pinned reads send ``If-Match`` and compare the response ETag.
+  bytes. Pinned reads send ``If-Match`` (or, without an ETag,
+  ``If-Unmodified-Since``) and compare what each answer reports: its ETag (or
+  Last-Modified) and its ``Content-Range`` total; an answer with no validator
+  at all is confirmed by a HEAD after its body.
 * Redirects are followed by hand: credential headers are dropped when the
   origin changes or https is downgraded, and link-local / metadata addresses
   are refused unless ``allow_private_redirects=True``.
@@ -49,7 +52,7 @@ from .._http.range_get import (
     open_range,
     request,
 )
-from ..base import Capabilities, ObjectInfo, Provider
+from ..base import Capabilities, ObjectInfo, Pin, Provider
 from .config import OPTIONS, HTTPCredentials, resolve_http_credentials
 
 __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
@@ -75,8 +78,8 @@ class HTTPProvider(Provider):
 
     schemes = ("http", "https")
     service = "http"
-    capabilities: ClassVar[Capabilities] = Capabilities(read=True, stat=True, pinned_reads=True,
-                                                        blocking_reads=True, range_streams=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(pinned_reads=True, blocking_reads=True,
+                                                        range_streams=True)
     option_names = OPTIONS
 
     def __init__(
@@ -200,7 +203,7 @@ class HTTPProvider(Provider):
 
     # -- read -----------------------------------------------------------------
     async def readinto(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
         """One ranged GET received into ``buffer`` on a worker thread (the same
         request as :meth:`readinto_blocking`)."""
@@ -210,19 +213,23 @@ class HTTPProvider(Provider):
             raise InvalidRangeError(f"negative offset {offset}", service="http",
                                     path=_redact_path(path))
         return await in_thread(lambda: self._open(
-            path, offset, offset + len(buffer), etag, None).readinto(buffer))
+            path, offset, offset + len(buffer), pin, None).readinto(buffer))
 
     def open_range_blocking(
-        self, path: str, start: int, end: int, *, etag: str | None = None
+        self, path: str, start: int, end: int, *, pin: Pin | None = None
     ) -> RangeBody:
         """One GET of ``[start, end)`` whose body is read in order (thread-safe)."""
-        return self._open(path, start, end, etag, None)
+        return self._open(path, start, end, pin, None)
 
-    def _open(self, path: str, start: int, end: int, etag: str | None,
+    def _open(self, path: str, start: int, end: int, pin: Pin | None,
               cancel: Cancel | None) -> RangeBody:
+        def confirm() -> Pin:  # the version now, for an answer without validators
+            return Pin.of(self.stat_blocking(path))
+
         try:
             return open_range(
-                self._blocking_pool(), self._origin + path, start, end, _IDENTITY, etag,
-                self._config.timeouts, path=path, redirects=self._redirects(), cancel=cancel)
+                self._blocking_pool(), self._origin + path, start, end, _IDENTITY, pin,
+                self._config.timeouts, path=path, redirects=self._redirects(), cancel=cancel,
+                confirm=confirm)
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
             raise exception_error(exc, path=path) from exc

@@ -21,7 +21,7 @@ from ...errors import (
     PermissionDeniedError,
     TensorstreamError,
 )
-from ..base import Capabilities, ObjectInfo, Provider, Writer
+from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
 __all__ = ["LocalProvider", "map_local_error", "temp_path_for"]
 
@@ -80,6 +80,24 @@ def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str 
     return done
 
 
+#: Bytes per worker-thread hop of an async read (progress is reported between).
+_ASYNC_PIECE = 64 << 20
+
+
+def _pinned_etag(path: str, pin: Pin | None) -> str | None:
+    """The file identity a read is pinned to. A pin without one (a version
+    from another stat) is checked by size alone, before the read."""
+    if pin is None:
+        return None
+    if pin.etag is None and pin.size is not None:
+        try:
+            size = os.stat(path).st_size
+        except OSError as exc:
+            raise map_local_error(exc, path) from exc
+        pin.check(Pin(size=size), service="file", path=path)
+    return pin.etag
+
+
 class LocalProvider(Provider):
     """Files on local disk. Paths are absolute filesystem paths."""
 
@@ -87,8 +105,8 @@ class LocalProvider(Provider):
     service = "file"
     capabilities: ClassVar[Capabilities] = Capabilities(
         write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True,
-        inline_reads=True,
     )
+    read_hints: ClassVar[ReadHints] = ReadHints(inline=True)
     option_names = frozenset()
 
     @classmethod
@@ -117,15 +135,24 @@ class LocalProvider(Provider):
         return await asyncio.to_thread(run)
 
     async def readinto(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
-        return await asyncio.to_thread(self._readinto_sync, path, offset, buffer, etag)
+        # In pieces, so the timeout layer sees progress on a long read.
+        etag = _pinned_etag(path, pin)
+        done = 0
+        while True:
+            piece = buffer[done : done + _ASYNC_PIECE]
+            done += await asyncio.to_thread(self._readinto_sync, path, offset + done, piece,
+                                            etag)
+            report_progress()
+            if done >= len(buffer):
+                return done
 
     def readinto_blocking(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
         """``preadv`` straight into ``buffer`` in the calling thread (releases the GIL)."""
-        return self._readinto_sync(path, offset, buffer, etag)
+        return self._readinto_sync(path, offset, buffer, _pinned_etag(path, pin))
 
     def _pinned_fd(self, path: str, etag: str) -> int:
         """An open descriptor of the version ``etag`` of ``path``, kept for the

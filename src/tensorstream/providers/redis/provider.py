@@ -38,7 +38,17 @@ from ...errors import (
 )
 from ...readahead._memcopy import copy_into
 from ...uri import ParsedURI
-from ..base import Capabilities, ObjectInfo, Provider, Writer
+from ..base import (
+    Capabilities,
+    Deadline,
+    ObjectInfo,
+    Pin,
+    Provider,
+    ReadHints,
+    Writer,
+    current_deadline,
+    report_progress,
+)
 from .blocking import BlockingRedisReader, batches, check_reply
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .errors import REDIS_ERRORS, map_redis_error, plain_text_instead_of_tls
@@ -85,8 +95,8 @@ class RedisProvider(Provider):
     service = "redis"
     capabilities: ClassVar[Capabilities] = Capabilities(
         write=True, list=True, delete=True, pinned_reads=True, blocking_reads=True,
-        serial_server=True,
     )
+    read_hints: ClassVar[ReadHints] = ReadHints(serial_server=True)
     option_names = OPTIONS
 
     def __init__(
@@ -313,13 +323,15 @@ class RedisProvider(Provider):
         return _info(await self.resolve(path))
 
     async def readinto(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
-        layout = self._layouts.get(path) if etag is not None else None
-        if layout is None or layout.etag != etag:
+        etag = pin.etag if pin is not None else None
+        layout = self._layouts.get(path)
+        if layout is None or not _still_valid(layout, pin):
             layout = await self.resolve(path)
             if etag is not None and layout.etag != etag:
                 raise ObjectChangedError(f"Redis object {path!r} was replaced while being read")
+        _check_size(layout, pin)
         want = _checked_length(layout, offset, buffer)
         if want == 0:
             return 0
@@ -331,6 +343,7 @@ class RedisProvider(Provider):
             async with sem:
                 await self._fetch(layout, planned[i], buffer)
             done[i] = True
+            report_progress()
 
         try:
             await _all_or_nothing([fetch(i) for i in range(len(planned))])
@@ -357,13 +370,19 @@ class RedisProvider(Provider):
             copy_into(buffer[pos : pos + n], data)
 
     def readinto_blocking(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
         """:meth:`readinto` in the calling thread (a worker of the read-ahead):
         a synchronous client, no event loop. Cluster reads hop to the I/O loop."""
-        layout = self._layouts.get(path) if etag is not None else None
-        if self.cluster or layout is None or layout.etag != etag:
-            return _loop.run_sync(self.readinto(path, offset, buffer, etag=etag))
+        layout = self._layouts.get(path)
+        deadline = current_deadline()
+        if (self.cluster or layout is None or not _still_valid(layout, pin)
+                or (deadline is not None and deadline.at is not None)):
+            # On the I/O loop, where a total deadline can cut a read short (redis-py's
+            # blocking reads only bound each receive: a trickle would never end).
+            return _loop.run_sync(_bounded(self.readinto(path, offset, buffer, pin=pin),
+                                           deadline, path))
+        _check_size(layout, pin)
         want = _checked_length(layout, offset, buffer)
         if want == 0:
             return 0
@@ -419,11 +438,45 @@ def _info(layout: Layout) -> ObjectInfo:
 
     mtime = (datetime.fromtimestamp(layout.mtime, tz=timezone.utc)
              if layout.mtime is not None else None)
-    extra = {"layout": layout.kind}
+    extra: dict[str, Any] = {"layout": layout.kind}
     if layout.checksum:
         extra["checksum"] = layout.checksum
-    return ObjectInfo(path=layout.path, size=layout.size, etag=layout.etag, mtime=mtime,
+    # Only a manifest has a version (its generation). A tensorizer layout's
+    # identity (its keys and their sizes) survives a replacement by an object
+    # of the same shape, so it is no ETag: such objects are pinned by size only.
+    etag = layout.etag if layout.kind == "manifest" else None
+    if layout.kind == "tensorizer":
+        extra["layout_id"] = layout.etag
+    return ObjectInfo(path=layout.path, size=layout.size, etag=etag, mtime=mtime,
                       version=layout.generation or None, extra=extra)
+
+
+def _still_valid(layout: Layout, pin: Pin | None) -> bool:
+    """Whether the cached ``layout`` may serve a read pinned to ``pin``: the pinned
+    generation, or (tensorizer layouts, which have none) the pinned size; an
+    unpinned read, or a plain string (cheap to look up), resolves afresh."""
+    if pin is None:
+        return False
+    if pin.etag is not None:
+        return layout.etag == pin.etag
+    return layout.kind == "tensorizer" and layout.size == pin.size
+
+
+async def _bounded(read: Awaitable[int], deadline: Deadline | None, path: str) -> int:
+    """``await read``, given up when ``deadline`` (the caller's thread's) passes."""
+    if deadline is None or deadline.at is None:
+        return await read
+    try:
+        return await asyncio.wait_for(read, max(deadline.remaining() or 0.0, 0.001))
+    except (asyncio.TimeoutError, TimeoutError) as exc:
+        if isinstance(exc, TensorstreamError):
+            raise
+        raise deadline.error(service="redis", path=path) from None
+
+
+def _check_size(layout: Layout, pin: Pin | None) -> None:
+    if pin is not None:
+        pin.check(Pin(size=layout.size), service="redis", path=layout.path)
 
 
 async def _all_or_nothing(coros: list[Awaitable[None]]) -> None:

@@ -61,7 +61,7 @@ from .._http.range_get import (
     read_error_body,
     request,
 )
-from ..base import Capabilities, ObjectInfo, Provider, Writer
+from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer
 from .config import (
     OPTIONS,
     S3Credentials,
@@ -291,7 +291,7 @@ class S3Provider(Provider):
         return _head_info(path, answer)
 
     async def readinto(
-        self, path: str, offset: int, buffer: memoryview, *, etag: str | None = None
+        self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
         """One signed ranged GET received into ``buffer`` on a worker thread (the
         same request as :meth:`readinto_blocking`)."""
@@ -300,7 +300,7 @@ class S3Provider(Provider):
         if not len(buffer):
             return 0
         return await in_thread(lambda: self._open(
-            path, offset, offset + len(buffer), etag, None).readinto(buffer))
+            path, offset, offset + len(buffer), pin, None).readinto(buffer))
 
     # -- the blocking path ----------------------------------------------------------
     def _create_sync_client(self) -> Any:
@@ -356,12 +356,12 @@ class S3Provider(Provider):
             return self._sync_client, self._pool
 
     def open_range_blocking(
-        self, path: str, start: int, end: int, *, etag: str | None = None
+        self, path: str, start: int, end: int, *, pin: Pin | None = None
     ) -> RangeBody:
         """One signed GET of ``[start, end)`` whose body is read in order (thread-safe)."""
-        return self._open(path, start, end, etag, None)
+        return self._open(path, start, end, pin, None)
 
-    def _open(self, path: str, start: int, end: int, etag: str | None,
+    def _open(self, path: str, start: int, end: int, pin: Pin | None,
               cancel: Cancel | None) -> RangeBody:
         bucket, key = _split(path)
         client, pool = self._blocking_state()
@@ -374,9 +374,13 @@ class S3Provider(Provider):
         def on_status(resp: Any, _where: str) -> Any:
             return map_s3_http_error(resp.status, resp.headers, read_error_body(resp), ctx)
 
+        def confirm() -> Pin:  # the version now, for an answer without validators
+            return Pin.of(self.stat_blocking(path))
+
         try:
-            return open_range(pool, url, start, end, signed, etag, self.config.timeouts,
-                              path=path, service="s3", on_status=on_status, cancel=cancel)
+            return open_range(pool, url, start, end, signed, pin, self.config.timeouts,
+                              path=path, service="s3", on_status=on_status, cancel=cancel,
+                              confirm=confirm)
         except ssl.SSLError as exc:
             raise exception_error(exc, path=path, service="s3") from exc
 

@@ -1,0 +1,170 @@
+"""The timeout layer: ``timeout_total`` and ``timeout_idle`` enforced inside
+each attempt of an operation, not only between attempts.
+
+It sits inside the retry layer (as OpenDAL's ``TimeoutLayer`` does): the
+retry layer computes one total deadline per operation, and every attempt
+runs under it.
+
+* **async** attempts run under a watchdog (:func:`run_async`): the attempt is
+  cancelled when the total deadline passes, or when no byte arrived for
+  ``timeout_idle`` (providers report bytes with
+  :func:`~tensorstream.providers.base.report_progress`; one that reports
+  nothing must finish within the idle timeout). A provider that ignores every
+  deadline is cut off all the same.
+* **blocking** attempts (worker threads) cannot be cancelled from outside:
+  :func:`run_blocking` publishes the deadline to the provider
+  (:func:`~tensorstream.providers.base.current_deadline`), whose receive loop
+  checks it between receives and bounds each receive by a socket timeout
+  (the shared HTTP path does, :mod:`tensorstream.providers._http.range_get`);
+  the layer refuses to start an attempt past the deadline.
+
+A total deadline that passes is final (:class:`StorageTimeoutError` with
+``temporary=False``: never retried); an idle timeout is temporary (retried,
+resumed from the bytes received).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+from ..config import Timeouts
+from ..errors import StorageTimeoutError
+from ..providers.base import _DEADLINE, Deadline, current_deadline
+
+__all__ = [
+    "IDLE_GRACE",
+    "deadline_error",
+    "operation",
+    "operation_deadline",
+    "run_async",
+    "run_blocking",
+]
+
+T = TypeVar("T")
+
+#: Slack added to the layer's idle watchdog, so that a provider's own idle
+#: timeout (which knows how many bytes arrived, for a resume) fires first.
+IDLE_GRACE = 0.25
+
+
+def operation_deadline(timeouts: Timeouts) -> float | None:
+    """The ``time.monotonic()`` by which an operation starting now must end: now
+    plus ``timeouts.total``, and never later than the operation it is part of
+    (a file read made of several provider calls, see :func:`operation`)."""
+    at = None if timeouts.total is None else time.monotonic() + timeouts.total
+    outer = current_deadline()
+    if outer is not None and outer.at is not None:
+        at = outer.at if at is None else min(at, outer.at)
+    return at
+
+
+@contextlib.contextmanager
+def operation(timeouts: Timeouts) -> Iterator[None]:
+    """Make the calls inside one operation under ``timeout_total`` (e.g. one
+    read of a file object, served by a stream and then by ranged requests)."""
+    if timeouts.total is None:
+        yield
+        return
+    token = _DEADLINE.set(Deadline(operation_deadline(timeouts), timeouts.idle))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _where(service: str | None, path: str | None) -> dict[str, str]:
+    return {k: v for k, v in (("service", service), ("path", path)) if v is not None}
+
+
+def deadline_error(total: float | None, *, received: int = 0,
+                   service: str | None = None, path: str | None = None) -> StorageTimeoutError:
+    """The final error of an operation whose total deadline passed."""
+    what = f"{total:g} s" if total is not None else "its deadline"
+    err = StorageTimeoutError(f"the operation ran past timeout_total ({what})",
+                              received=received, **_where(service, path))
+    err.temporary = False  # the whole budget is spent: retrying cannot help
+    return err
+
+
+def _idle_error(idle: float, *, service: str | None, path: str | None) -> StorageTimeoutError:
+    return StorageTimeoutError(f"no data for {idle:g} s (timeout_idle)", received=0,
+                               **_where(service, path))
+
+
+async def run_async(fn: Callable[[], Awaitable[T]], timeouts: Timeouts, at: float | None, *,
+                    service: str | None = None, path: str | None = None) -> T:
+    """Run one async attempt under the total deadline ``at`` and the idle timeout."""
+    if at is not None and time.monotonic() >= at:
+        raise deadline_error(timeouts.total, service=service, path=path)
+    deadline = Deadline(at, timeouts.idle)
+    token = _DEADLINE.set(deadline)
+    try:
+        task = asyncio.current_task()
+        if task is None or (at is None and timeouts.idle is None):
+            return await fn()
+        return await _watched(fn, task, deadline, timeouts, service=service, path=path)
+    finally:
+        _DEADLINE.reset(token)
+
+
+async def _watched(fn: Callable[[], Awaitable[T]], task: asyncio.Task[object],
+                   deadline: Deadline, timeouts: Timeouts, *, service: str | None,
+                   path: str | None) -> T:
+    """Await ``fn()``, cancelling it when a deadline passes (the watchdog is one
+    timer, re-armed lazily: progress reports only store a timestamp)."""
+    loop = asyncio.get_running_loop()
+    idle = timeouts.idle
+    fired: list[str] = []
+    handle: list[asyncio.TimerHandle] = []
+
+    def check() -> None:
+        idle_due = deadline.last + idle + IDLE_GRACE if idle is not None else math.inf
+        total_due = deadline.at if deadline.at is not None else math.inf
+        when, why = (total_due, "total") if total_due <= idle_due else (idle_due, "idle")
+        now = time.monotonic()
+        if when <= now:
+            fired.append(why)
+            task.cancel()
+        else:
+            handle[:] = [loop.call_at(loop.time() + (when - now), check)]
+
+    check()
+    cancelled = False
+    try:
+        return await fn()
+    except asyncio.CancelledError:
+        cancelled = True
+        if not fired or _uncancel(task) > 0:
+            raise  # not ours, or cancelled from outside as well
+        if fired[0] == "total":
+            raise deadline_error(timeouts.total, service=service, path=path) from None
+        assert idle is not None
+        raise _idle_error(idle, service=service, path=path) from None
+    finally:
+        for h in handle:
+            h.cancel()
+        if fired and not cancelled:
+            _uncancel(task)  # the attempt ended (or turned the cancel into an error) first
+
+
+def _uncancel(task: asyncio.Task[object]) -> int:
+    """Withdraw one cancellation request (Python 3.11+); the requests left."""
+    uncancel = getattr(task, "uncancel", None)
+    return int(uncancel()) if uncancel is not None else 0
+
+
+def run_blocking(fn: Callable[[], T], timeouts: Timeouts, at: float | None, *,
+                 service: str | None = None, path: str | None = None) -> T:
+    """Run one blocking attempt with its deadlines published to the provider."""
+    if at is not None and time.monotonic() >= at:
+        raise deadline_error(timeouts.total, service=service, path=path)
+    token = _DEADLINE.set(Deadline(at, timeouts.idle))
+    try:
+        return fn()
+    finally:
+        _DEADLINE.reset(token)
