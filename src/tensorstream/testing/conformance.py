@@ -12,25 +12,41 @@ Use it by subclassing :class:`ProviderConformance` and supplying one fixture::
                 uri=lambda key: f"my://{my_server.address}/{key}",
                 put=my_server.put,          # stores bytes without tensorstream
                 options={"token": "..."},
-                writable=True,
             )
 
-Tests are enabled by the provider's capabilities (writes, list, delete).
+Tests are enabled by the provider's declared capabilities (writes, list,
+delete, blocking reads, range streams), never by what the target says: a
+capability that is declared is exercised, one that is not must fail in the
+layer with :class:`~tensorstream.errors.UnsupportedOperationError`.
+
+Beyond ranges and writes, the suite holds every provider to the contract of
+the layers: a read of an object replaced between reads raises
+:class:`~tensorstream.errors.ObjectChangedError` (async, blocking and streamed
+paths), a broken body reports the bytes it delivered
+(``IncompleteReadError.received``) and is resumed exactly, ``timeout_total``
+and ``timeout_idle`` cut off a server that trickles or stalls, and options are
+validated. Tests that need fault injection run when the target has ``faults``
+(a :class:`tensorstream.testing.backends.Faults`, e.g.
+``ConformanceTarget.from_backend(tensorstream_s3)`` with the pytest plugin's
+backends); they are skipped otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import os
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import tensorstream
 from tensorstream import errors
+from tensorstream.providers.base import Capabilities, Pin
 
 try:  # Hypothesis is a test dependency, not a runtime one.
     from hypothesis import HealthCheck, given, settings
@@ -51,10 +67,22 @@ class ConformanceTarget:
     put: Callable[[str, bytes], None]
     #: Storage options passed to every tensorstream call.
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: Whether ``open(uri, "wb")`` is supported.
+    #: Deprecated and ignored: writes, list and delete are gated by the
+    #: provider's declared capabilities.
     writable: bool = True
-    #: Whether ``provider.list`` / ``delete`` are supported.
     listable: bool = True
+    #: Fault controls of the backend (:class:`tensorstream.testing.backends.Faults`:
+    #: ``drop_after``, ``latency``, ``rate_limit``, ``replace_between_reads``,
+    #: ``reset``, ``supports``), for the fault tests; ``None`` skips them.
+    faults: Any = None
+
+    @classmethod
+    def from_backend(cls, backend: Any, **options: Any) -> ConformanceTarget:
+        """A target for one of the pytest plugin's mocked backends
+        (``tensorstream_s3``, ``tensorstream_http``, ``tensorstream_redis``),
+        faults included."""
+        return cls(uri=backend.uri, put=backend.put, options={**backend.options, **options},
+                   faults=backend.faults)
 
 
 def _key(prefix: str = "obj") -> str:
@@ -62,6 +90,21 @@ def _key(prefix: str = "obj") -> str:
 
 
 _PAYLOAD = os.urandom((3 << 20) + 12345)  # > a few parts, not part-aligned
+#: A second version of an object, of the same size (the size alone cannot tell).
+_PAYLOAD_V2 = bytes(b ^ 0x5A for b in _PAYLOAD)
+MiB = 1 << 20
+#: Slack over a deadline for the time an operation may take to give up.
+_SLACK = 2.0
+
+
+def _path(uri: str) -> str:
+    return tensorstream.parse_uri(uri).path
+
+
+def _capabilities(uri: str) -> Capabilities:
+    from tensorstream.providers.registry import resolve_provider_class
+
+    return resolve_provider_class(tensorstream.parse_uri(uri).scheme).capabilities
 
 
 class ProviderConformance:
@@ -88,6 +131,32 @@ class ProviderConformance:
 
     def _opts(self, target: ConformanceTarget) -> dict[str, Any]:
         return {**self.transfer_options, **target.options}
+
+    @pytest.fixture
+    def caps(self, target: ConformanceTarget) -> Capabilities:
+        """What the provider under test declares."""
+        return _capabilities(target.uri(_key("caps")))
+
+    @pytest.fixture
+    def faults(self, target: ConformanceTarget) -> Iterator[Any]:
+        """The target's fault controls (the test is skipped without them); reset after."""
+        if target.faults is None:
+            pytest.skip("the target has no fault injection (ConformanceTarget.faults)")
+        target.faults.reset()
+        yield target.faults
+        target.faults.reset()
+
+    @staticmethod
+    def _need(faults: Any, *names: str) -> None:
+        for name in names:
+            if not faults.supports(name):
+                pytest.skip(f"the backend cannot inject {name}")
+
+    @staticmethod
+    def _need_versions(info: tensorstream.ObjectInfo) -> None:
+        if not Pin.of(info).validated:
+            pytest.skip("the backend reports neither an ETag nor a Last-Modified for this "
+                        "object: a replacement of the same size cannot be detected")
 
     # -- stat ---------------------------------------------------------------
     async def test_stat_reports_size(self, target: ConformanceTarget, stored: tuple[str, bytes]) -> None:
@@ -201,8 +270,8 @@ class ProviderConformance:
         check()
 
     # -- writes -------------------------------------------------------------
-    def test_write_then_read_back(self, target: ConformanceTarget) -> None:
-        if not target.writable:
+    def test_write_then_read_back(self, target: ConformanceTarget, caps: Capabilities) -> None:
+        if not caps.write:
             pytest.skip("provider is read-only")
         uri = target.uri(_key("written"))
         with tensorstream.open(uri, "wb", **target.options) as w:
@@ -211,8 +280,9 @@ class ProviderConformance:
         with tensorstream.open(uri, **target.options) as f:
             assert f.read() == _PAYLOAD
 
-    def test_write_is_atomic_on_error(self, target: ConformanceTarget) -> None:
-        if not target.writable:
+    def test_write_is_atomic_on_error(self, target: ConformanceTarget,
+                                      caps: Capabilities) -> None:
+        if not caps.write:
             pytest.skip("provider is read-only")
         uri = target.uri(_key("aborted"))
         with pytest.raises(RuntimeError, match="boom"):
@@ -222,8 +292,9 @@ class ProviderConformance:
         with pytest.raises(FileNotFoundError):
             tensorstream.open(uri, **target.options)
 
-    def test_overwrite_replaces_whole_object(self, target: ConformanceTarget) -> None:
-        if not target.writable:
+    def test_overwrite_replaces_whole_object(self, target: ConformanceTarget,
+                                             caps: Capabilities) -> None:
+        if not caps.write:
             pytest.skip("provider is read-only")
         uri = target.uri(_key("overwritten"))
         for payload in (b"first version" * 1000, b"second" * 10):
@@ -232,8 +303,8 @@ class ProviderConformance:
             with tensorstream.open(uri, **target.options) as f:
                 assert f.read() == payload
 
-    def test_empty_object(self, target: ConformanceTarget) -> None:
-        if not target.writable:
+    def test_empty_object(self, target: ConformanceTarget, caps: Capabilities) -> None:
+        if not caps.write:
             pytest.skip("provider is read-only")
         uri = target.uri(_key("empty"))
         with tensorstream.open(uri, "wb", **target.options):
@@ -243,9 +314,9 @@ class ProviderConformance:
             assert f.read() == b""
 
     # -- list / delete --------------------------------------------------------
-    async def test_list_and_delete(self, target: ConformanceTarget) -> None:
-        if not target.listable:
-            pytest.skip("provider cannot list")
+    async def test_list_and_delete(self, target: ConformanceTarget, caps: Capabilities) -> None:
+        if not (caps.list and caps.delete):
+            pytest.skip("provider cannot list and delete")
         base = _key("tree")
         for name in ("a", "b/c"):
             target.put(f"{base}/{name}", b"x")
@@ -259,3 +330,227 @@ class ProviderConformance:
             await provider.delete(victim)
             with pytest.raises(FileNotFoundError):
                 await provider.stat(victim)
+
+    # -- capabilities ------------------------------------------------------------
+    async def test_capabilities_are_honest(
+        self, target: ConformanceTarget, stored: tuple[str, bytes], caps: Capabilities
+    ) -> None:
+        """Every declared operation works; every other one fails in the layer,
+        with :class:`UnsupportedOperationError`."""
+        uri, data = stored
+        path = _path(uri)
+        async with tensorstream.get_provider(uri, **self._opts(target)) as p:
+            if caps.blocking_reads:
+                buf = bytearray(1000)
+                assert await asyncio.to_thread(p.readinto_blocking, path, 7, memoryview(buf)) \
+                    == len(buf)
+                assert buf == data[7:1007]
+            else:
+                with pytest.raises(errors.UnsupportedOperationError):
+                    p.readinto_blocking(path, 0, memoryview(bytearray(1)))
+            if caps.range_streams:
+                body = await asyncio.to_thread(p.open_range_blocking, path, 5, 5 + 3000)
+                try:
+                    buf = bytearray(3000)
+                    assert await asyncio.to_thread(body.readinto, memoryview(buf)[:1000]) == 1000
+                    assert body.position == 1005
+                    assert await asyncio.to_thread(body.readinto, memoryview(buf)[1000:]) == 2000
+                    assert buf == data[5:3005]
+                finally:
+                    body.close()
+            elif not p.capabilities.range_streams:
+                with pytest.raises(errors.UnsupportedOperationError):
+                    p.open_range_blocking(path, 0, 1)
+            if not caps.write:
+                with pytest.raises(errors.UnsupportedOperationError):
+                    p.open_writer(_path(target.uri(_key("refused"))))
+            if not caps.list:
+                with pytest.raises(errors.UnsupportedOperationError):
+                    p.list(path)
+            if not caps.delete:
+                with pytest.raises(errors.UnsupportedOperationError):
+                    await p.delete(path)
+
+    # -- options ------------------------------------------------------------------
+    async def test_options_are_validated(
+        self, target: ConformanceTarget, stored: tuple[str, bytes]
+    ) -> None:
+        uri, _ = stored
+        with pytest.raises(errors.ConfigurationError, match="no_such_option"):
+            await tensorstream.stat(uri, no_such_option=1, **target.options)
+        for bad in ({"retries": 0}, {"part_size": 0}, {"stream_reads": "sometimes"}):
+            with pytest.raises(errors.ConfigurationError):
+                await tensorstream.stat(uri, **{**target.options, **bad})
+
+    # -- pinning ------------------------------------------------------------------
+    async def test_object_replaced_between_reads_is_never_mixed(
+        self, target: ConformanceTarget, caps: Capabilities
+    ) -> None:
+        """A read pinned to the version seen by ``stat`` raises
+        :class:`ObjectChangedError` once the object is replaced (by another of
+        the same size), on every read path the provider declares."""
+        key = _key("replaced")
+        target.put(key, _PAYLOAD)
+        uri = target.uri(key)
+        path = _path(uri)
+        half = len(_PAYLOAD) // 2
+        async with tensorstream.get_provider(uri, **self._opts(target)) as p:
+            info = await p.stat(path)
+            self._need_versions(info)
+            pin = Pin.of(info)
+            first = bytearray(half)
+            await p.readinto(path, 0, memoryview(first), pin=pin)
+            assert first == _PAYLOAD[:half]
+            target.put(key, _PAYLOAD_V2)
+            rest = memoryview(bytearray(len(_PAYLOAD) - half))
+            with pytest.raises(errors.ObjectChangedError):
+                await p.readinto(path, half, rest, pin=pin)
+            if caps.blocking_reads:
+                with pytest.raises(errors.ObjectChangedError):
+                    await asyncio.to_thread(p.readinto_blocking, path, half, rest, pin=pin)
+            if p.capabilities.range_streams:
+                def stream() -> None:
+                    body = p.open_range_blocking(path, half, len(_PAYLOAD), pin=pin)
+                    try:
+                        body.readinto(rest)
+                    finally:
+                        body.close()
+
+                with pytest.raises(errors.ObjectChangedError):
+                    await asyncio.to_thread(stream)
+
+    def test_open_file_is_pinned_to_one_version(self, target: ConformanceTarget) -> None:
+        """The file object: bytes of one version, or ObjectChangedError."""
+        key = _key("pinned-file")
+        target.put(key, _PAYLOAD)
+        uri = target.uri(key)
+        with tensorstream.open(uri, **{**self._opts(target), "readahead": 0}) as f:
+            self._need_versions(f.info)
+            head = f.read(1000)
+            target.put(key, _PAYLOAD_V2)
+            f.seek(len(_PAYLOAD) // 2)
+            try:
+                tail = f.read()
+            except errors.ObjectChangedError:
+                return
+        assert head == _PAYLOAD[:1000]
+        assert tail == _PAYLOAD[len(_PAYLOAD) // 2 :], "a read returned bytes of two versions"
+
+    async def test_object_replaced_mid_body_is_never_mixed(
+        self, target: ConformanceTarget, faults: Any
+    ) -> None:
+        """A body cut part-way, the object replaced before the rest is read: the
+        resumed read must not stitch the new version onto the old one."""
+        self._need(faults, "drop_after", "replace_between_reads")
+        key = _key("mid-body")
+        target.put(key, _PAYLOAD)
+        uri = target.uri(key)
+        path = _path(uri)
+        async with tensorstream.get_provider(uri, **self._opts(target),
+                                             backoff_initial=0.01) as p:
+            info = await p.stat(path)
+            self._need_versions(info)
+            faults.drop_after(300_000, times=1)
+            faults.replace_between_reads(key, _PAYLOAD_V2)
+            buf = bytearray(len(_PAYLOAD))
+            try:
+                await p.readinto(path, 0, memoryview(buf), pin=Pin.of(info))
+            except errors.ObjectChangedError:
+                return
+            assert buf in (_PAYLOAD, _PAYLOAD_V2), "a read returned bytes of two versions"
+            pytest.fail("the object was replaced under the read, which returned without error")
+
+    # -- the resume contract -------------------------------------------------------
+    async def test_broken_body_reports_received_and_is_resumed(
+        self, target: ConformanceTarget, stored: tuple[str, bytes], faults: Any
+    ) -> None:
+        """``IncompleteReadError.received`` counts valid bytes at the start of
+        the buffer, and the layer resumes from there: exact bytes, fewer bytes
+        fetched again than the whole read."""
+        self._need(faults, "drop_after")
+        uri, data = stored
+        path = _path(uri)
+        p = tensorstream.get_provider(uri, **self._opts(target), backoff_initial=0.01)
+        async with p:
+            info = await p.stat(path)
+            faults.drop_after(1_000_000, times=1)
+            buf = bytearray(len(data))
+            try:  # the provider itself, below the layer that resumes
+                await p.inner.readinto(path, 0, memoryview(buf), **(
+                    {"pin": Pin.of(info)} if p.inner.capabilities.pinned_reads else {}))
+            except errors.IncompleteReadError as exc:
+                assert 0 <= exc.received < len(data)
+                assert buf[: exc.received] == data[: exc.received], \
+                    "IncompleteReadError.received counts bytes that are not valid"
+            except errors.TensorstreamError as exc:
+                assert exc.temporary, f"a cut body raised a permanent {type(exc).__name__}"
+            faults.drop_after(1_000_000, times=1)
+            buf = bytearray(len(data))
+            assert await p.readinto(path, 0, memoryview(buf), pin=Pin.of(info)) == len(data)
+            assert buf == data
+
+    # -- deadlines -----------------------------------------------------------------
+    @pytest.mark.parametrize("path_kind", ["async", "blocking", "streamed"])
+    def test_a_trickle_is_cut_at_the_total_deadline(
+        self, target: ConformanceTarget, faults: Any, caps: Capabilities, path_kind: str
+    ) -> None:
+        self._need(faults, "rate_limit")
+        if path_kind == "blocking" and not caps.blocking_reads:
+            pytest.skip("no blocking reads declared")
+        if path_kind == "streamed" and not caps.range_streams:
+            pytest.skip("no range streams declared")
+        key = _key("trickle")
+        target.put(key, _PAYLOAD[:64 << 10])
+        uri = target.uri(key)
+        opts = {**target.options, "timeout_total": 1.0, "timeout_idle": 10, "retries": 3}
+        faults.rate_limit(20)  # a byte every 50 ms: never idle, never done
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            self._read_whole(uri, path_kind, opts)
+        elapsed = time.monotonic() - started
+        assert elapsed < 1.0 + _SLACK, f"timeout_total=1 gave up after {elapsed:.1f} s"
+
+    @pytest.mark.parametrize("path_kind", ["async", "blocking"])
+    def test_a_stall_is_cut_at_the_idle_timeout(
+        self, target: ConformanceTarget, faults: Any, caps: Capabilities, path_kind: str
+    ) -> None:
+        self._need(faults, "latency")
+        if path_kind == "blocking" and not caps.blocking_reads:
+            pytest.skip("no blocking reads declared")
+        key = _key("stall")
+        target.put(key, _PAYLOAD[:4096])
+        uri = target.uri(key)
+        opts = {**target.options, "timeout_idle": 0.5, "retries": 1}
+        info = asyncio.run(tensorstream.stat(uri, **opts))  # before the stall
+        faults.latency(30)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            self._read_whole(uri, path_kind, opts, info=info)
+        elapsed = time.monotonic() - started
+        assert elapsed < 0.5 + _SLACK, f"timeout_idle=0.5 gave up after {elapsed:.1f} s"
+
+    @staticmethod
+    def _read_whole(uri: str, path_kind: str, options: dict[str, Any],
+                    info: tensorstream.ObjectInfo | None = None) -> bytes:
+        path = _path(uri)
+
+        async def run() -> bytes:
+            async with tensorstream.get_provider(uri, **options) as p:
+                size = info.size if info is not None else (await p.stat(path)).size
+                buf = bytearray(size)
+                if path_kind == "async":
+                    await p.readinto(path, 0, memoryview(buf))
+                elif path_kind == "blocking":
+                    await asyncio.to_thread(p.readinto_blocking, path, 0, memoryview(buf))
+                else:
+                    def stream() -> None:
+                        body = p.open_range_blocking(path, 0, size)
+                        try:
+                            body.readinto(memoryview(buf))
+                        finally:
+                            body.close()
+
+                    await asyncio.to_thread(stream)
+                return bytes(buf)
+
+        return asyncio.run(run())

@@ -11,6 +11,7 @@ import pytest
 
 import tensorstream
 from tensorstream import errors
+from tensorstream.testing.backends import HTTPBackend
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
 from tensorstream.testing.http_server import HTTPTestServer
 
@@ -34,8 +35,15 @@ class TestHTTPConformance(ProviderConformance):
     def target(self, request: pytest.FixtureRequest, http_server: HTTPTestServer,
                https_server: HTTPTestServer) -> ConformanceTarget:
         server = http_server if request.param == "http" else https_server
-        return ConformanceTarget(uri=server.url, put=server.put, options=server.options,
-                                 writable=False, listable=False)
+        return ConformanceTarget(uri=server.url, put=server.put, options=server.options)
+
+
+class TestHTTPFaultConformance(ProviderConformance):
+    """The plugin's HTTP backend, with its faults (cuts, stalls, trickles, replacements)."""
+
+    @pytest.fixture
+    def target(self, tensorstream_http: HTTPBackend) -> ConformanceTarget:
+        return ConformanceTarget.from_backend(tensorstream_http)
 
 
 # -- well-behaved details -------------------------------------------------------

@@ -11,6 +11,7 @@ import tensorstream
 from fixtures_redis import ACL_PASSWORD, ACL_USER, REDIS_PASSWORD
 from tensorstream import errors
 from tensorstream.providers.redis.provider import InsecureTLSWarning
+from tensorstream.testing.backends import RedisBackend
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
 from tensorstream.testing.redis_server import RedisCluster, RedisServer
 
@@ -23,6 +24,14 @@ class TestRedisConformance(ProviderConformance):
     @pytest.fixture
     def target(self, redis_server: RedisServer) -> ConformanceTarget:
         return ConformanceTarget(uri=redis_server.url, put=redis_server.put, options=SMALL_CHUNKS)
+
+
+class TestRedisManifestConformance(ProviderConformance):
+    """Manifest objects (tensorstream's layout) behind the plugin's TCP fault proxy."""
+
+    @pytest.fixture
+    def target(self, tensorstream_redis: RedisBackend) -> ConformanceTarget:
+        return ConformanceTarget.from_backend(tensorstream_redis, **SMALL_CHUNKS)
 
 
 class TestRedisTensorizerLayoutConformance(ProviderConformance):

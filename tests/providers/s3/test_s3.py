@@ -15,6 +15,7 @@ import pytest
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
+from tensorstream.testing.backends import S3Backend
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
 from tensorstream.testing.s3_server import MotoS3Server
 
@@ -32,13 +33,11 @@ def s3(moto_s3: MotoS3Server, isolated_env: Path) -> MotoS3Server:
 
 
 class TestS3Conformance(ProviderConformance):
+    """moto behind the plugin's fault proxy (cuts, stalls, trickles, replacements)."""
+
     @pytest.fixture
-    def target(self, s3: MotoS3Server) -> ConformanceTarget:
-        return ConformanceTarget(
-            uri=lambda key: f"s3://{S3_BUCKET}/{key}",
-            put=lambda key, data: s3.put(S3_BUCKET, key, data),
-            options=s3.options(),
-        )
+    def target(self, tensorstream_s3: S3Backend) -> ConformanceTarget:
+        return ConformanceTarget.from_backend(tensorstream_s3)
 
 
 # -- writes ---------------------------------------------------------------------
