@@ -228,3 +228,30 @@ def test_large_streamed_reads_have_their_pages_faulted_in_by_a_helper(
         stream.close()
         helper.shutdown()
         _loop.run_sync(provider.close())
+
+
+def test_a_stream_tells_how_much_of_a_read_had_not_arrived(http_server: HTTPTestServer) -> None:
+    """The controller's signal for a stream: a paced link leaves the socket
+    empty when a read starts; a fast one has filled it while the reader was busy."""
+    import time
+
+    key, url, data = _put(http_server, 4 * MiB)
+    helper = _RecordingExecutor()
+    stream, provider = _stream_for(url, helper)
+    try:
+        buf = memoryview(bytearray(len(data)))
+        assert stream.read(0, buf[:100], sequential=False, first=True) == 100
+        assert stream.short is None  # too small to measure
+        time.sleep(0.3)  # a busy reader: the fast link fills the socket meanwhile
+        assert stream.read(100, buf[100 : 100 << 10], sequential=True) == (100 << 10) - 100
+        assert stream.short is not None and stream.short < 0.5
+        stream.close()
+        http_server.faults.key, http_server.faults.rate_limit = key, 1 * MiB
+        assert stream.read(1 * MiB, buf[MiB : 2 * MiB], sequential=False, first=True) == MiB
+        assert stream.short is not None and stream.short > 0.5  # the link is the limit
+        assert bytes(buf[: 100 << 10]) == data[: 100 << 10]
+        assert bytes(buf[MiB : 2 * MiB]) == data[MiB : 2 * MiB]
+    finally:
+        stream.close()
+        helper.shutdown()
+        _loop.run_sync(provider.close())

@@ -375,6 +375,12 @@ class _CountedBody:
         self._policy.metrics.bytes_read += n
         return n
 
+    def available(self) -> int | None:
+        """Bytes that have arrived and can be read without waiting, where the
+        provider's body can tell (``None``: it cannot)."""
+        available = getattr(self._body, "available", None)
+        return None if available is None else int(available())
+
     def close(self) -> None:
         self._body.close()
 

@@ -205,7 +205,7 @@ class Prefetcher:
         sequential = self._last_end is None or pos == self._last_end
         if self._ctl.mode is Mode.STREAM and self._stream is not None:
             # Read-ahead left from a ranged stretch is used up first.
-            held = self._held_until(pos, pos + len(view))
+            held = self._held_until(pos, pos + len(view)) if self._segments else pos
             if held > pos:
                 self._stream.count(sequential)
                 self._read_ranges(pos, view[: held - pos], sequential, steady=False)
@@ -228,12 +228,19 @@ class Prefetcher:
         while got < len(view) and self._ctl.mode is Mode.STREAM:
             piece = view[got : got + _STREAM_PIECE]
             first, self._stream_fresh = self._stream_fresh, False
-            wall, busy, opening = time.perf_counter(), busy_seconds(), stream.open_seconds
+            wall, cpu, busy = time.perf_counter(), time.thread_time(), busy_seconds()
+            opening = stream.open_seconds
             n = stream.read(pos + got, piece, sequential=sequential or got > 0, first=first)
-            # Wall time this thread neither ran nor waited for a CPU: waiting for
-            # bytes (not counting a new request's first byte, paid once).
-            waited = max(0.0, (time.perf_counter() - wall) - (busy_seconds() - busy)
-                         - (stream.open_seconds - opening))
+            wall = time.perf_counter() - wall - (stream.open_seconds - opening)
+            if stream.short is not None:
+                # Off the CPU (in the run queue too) in proportion to the share of
+                # the read that had not arrived: a paced link leaves the socket
+                # empty however busy the machine; a fast one fills it while the
+                # reader waits for a CPU.
+                waited = max(0.0, wall - (time.thread_time() - cpu)) * stream.short
+            else:
+                # Wall time this thread neither ran nor waited for a CPU.
+                waited = max(0.0, wall - (busy_seconds() - busy))
             self._ctl.observe(n, waited)
             got += n
             with self._lock:
@@ -297,6 +304,8 @@ class Prefetcher:
     def _read_ranges(self, pos: int, view: memoryview, sequential: bool, *,
                      steady: bool = True) -> None:
         end = pos + len(view)
+        if sequential and self._copy_received(pos, view, steady):
+            return
         with self._lock:
             needed = self._plan(pos, end, view)
             if sequential:
@@ -335,6 +344,22 @@ class Prefetcher:
             self._copied_bytes += copied
             self._direct_bytes += len(view) - copied
             self._evict(pos, end, sequential)
+
+    def _copy_received(self, pos: int, view: memoryview, steady: bool) -> bool:
+        """Serve a read that lies inside one segment already received (tensor
+        headers, small tensors: most reads of a wide load) with one copy and no
+        planning: the segment stays until the reader moves past it, and only
+        this thread evicts. Returns whether it did."""
+        start, seg_end = self._segment_at(pos)
+        end = pos + len(view)
+        seg = self._segments.get(start)
+        if (seg is None or seg.end != seg_end or end > seg_end or seg.direct
+                or not seg.event.is_set() or seg.error is not None or seg.buffer is None):
+            return False
+        copy_into(view, seg.buffer[pos - start : end - start])
+        self._ctl.observe(len(view), 0.0, steady=steady)
+        self._copied_bytes += len(view)  # (statistics: a torn read is harmless)
+        return True
 
     def close(self) -> None:
         """Cancel outstanding read-ahead and drop its buffers."""

@@ -34,6 +34,8 @@ log = logging.getLogger("tensorstream.readahead")
 _SKIP = 1 << 20
 #: Sequential reads in a row (after a jump) before a new stream is opened.
 _RUN_TO_STREAM = 2
+#: Reads at least this large measure how much of them had arrived already.
+_MEASURED_READ = 64 << 10
 #: Reads at least this large get their pages faulted in by a helper thread.
 _HELPED_READ = 1 << 20
 
@@ -57,6 +59,9 @@ class SequentialStream:
         #: per stream, so not a sign that the link is the limit.
         self.open_seconds = 0.0
         self.broke = False  # the last read's stream broke (its rest needs a resumed read)
+        #: The share of the last read that had not arrived when it started
+        #: (``None``: unknown, a small read or a body that cannot tell).
+        self.short: float | None = None
 
     def read(self, pos: int, view: memoryview, *, sequential: bool, first: bool = False) -> int:
         """Receive ``len(view)`` bytes at ``pos`` into ``view``; returns how many
@@ -90,6 +95,12 @@ class SequentialStream:
                 log.debug("stream broke while skipping (%s)", type(exc).__name__)
                 return 0
         helper = self._start_helper(view)
+        self.short = None
+        available = getattr(body, "available", None)
+        if available is not None and len(view) >= _MEASURED_READ:
+            ready = available()
+            if ready is not None:
+                self.short = max(0, len(view) - ready) / len(view)
         try:
             body.readinto(view)
             return len(view)

@@ -45,10 +45,13 @@ import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
+import fcntl
 import http.client
 import os
 import socket
 import ssl
+import struct
+import termios
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -534,6 +537,20 @@ class RangeBody:
             self._pool.release(self._key, conn)
         else:  # unread bytes (e.g. a chunked trailer) or Connection: close
             conn.close()
+
+    def available(self) -> int:
+        """Bytes of the body that have arrived and wait in the socket (0 when
+        unknown): the read-ahead engine tells from it whether its reader waits
+        for the link or the link for its reader."""
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is None:
+            return 0
+        try:
+            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))
+        except (OSError, ValueError):
+            return 0
+        return min(int(queued[0]), self.end - self.position)
 
     def close(self) -> None:
         """Drop the rest of the body (the connection is closed, not reused)."""
