@@ -3,7 +3,7 @@
     python -m benchmarks.cp_memory --sizes 1,4 --out docs/benchmarks/cp_memory
 
 Each copy runs as its own ``python -m tensorstream cp`` process; its peak
-resident set comes from ``wait4`` (``ru_maxrss``), so it covers the whole
+resident set comes from GNU ``time`` (``%M``), so it covers the whole
 process: interpreter, imports, part buffers, client libraries. Sources:
 a local file, nginx serving it over HTTP and as path-style S3 (nginx ignores
 the signature, as in the throughput benchmarks), Redis. Destinations: a local
@@ -42,15 +42,21 @@ def _write_source(path: Path, size: int) -> None:
 
 
 def _cp(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
-    """(exit status, peak RSS MiB, seconds, stderr tail) of one ``tensorstream cp`` process."""
+    """(exit status, peak RSS MiB, seconds, stderr tail) of one ``tensorstream cp`` process.
+
+    The peak comes from GNU time (``%M``), not from this process's ``wait4``:
+    Linux keeps a forked child's pre-exec peak, which would be this (larger)
+    harness's own RSS.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", "--no-progress", *argv],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode(errors="replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024, time.perf_counter() - t0, err[-400:]
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file:
+        proc = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", "-o", rss_file.name, sys.executable, "-m",
+             "tensorstream", "cp", "--no-progress", *argv],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        peak_kib = int(rss_file.read().strip().splitlines()[-1])
+    err = proc.stderr.decode(errors="replace")
+    return proc.returncode, peak_kib / 1024, time.perf_counter() - t0, err[-400:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (f"{platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; default cp settings "
-              "(--concurrency 32, --part-size 8M); peak RSS of the whole cp process (wait4)")
+              "(--concurrency 32, --part-size 8M); peak RSS of the whole cp process (GNU time %M)")
     out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     lines = [f"_{header}_", "", "| source -> destination | size | peak RSS | seconds | exit |",
              "|---|---|---|---|---|"]

@@ -322,3 +322,38 @@ def test_rediss_to_a_plain_text_port_fails_fast_and_says_so(redis_server: Any) -
     assert r.returncode == 1
     assert "speaks plain-text Redis, not TLS: use redis:// instead of rediss://" in r.stderr
     assert took < 8, took  # was 51 s: five connect timeouts
+
+
+def test_missing_source_bucket_is_named(tmp_path: Path, moto_s3: Any) -> None:
+    r = cli("cp", "--endpoint-url", moto_s3.endpoint_url, "s3://no-such-bucket-src/k.bin",
+            str(tmp_path / "x"), env=s3_env(moto_s3, tmp_path))
+    assert r.returncode == 1
+    assert "bucket 'no-such-bucket-src' does not exist" in r.stderr, r.stderr
+
+
+def test_rerun_without_resume_says_it_discards_the_partial(tmp_path: Path) -> None:
+    (tmp_path / "src.bin").write_bytes(os.urandom(100_000))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".dst.bin.tensorstream-journal.tmp").write_text("{}")
+    (out / ".dst.bin.tensorstream-partial.tmp").write_bytes(b"x" * 10)
+    r = cli("cp", str(tmp_path / "src.bin"), str(out / "dst.bin"))
+    assert r.returncode == 0, r.stderr
+    assert (f"tensorstream: {out / 'dst.bin'}: an interrupted --resume copy was left here; "
+            "without --resume it is discarded and the copy starts over") in r.stderr
+
+
+def test_tls_diagnoses_in_cli_terms(tmp_path: Path, http_server: Any, https_server: Any,
+                                    http_reset: None) -> None:
+    http_server.put("tls/m.bin", b"x" * 1000)
+    https_server.put("tls/m.bin", b"x" * 1000)
+    plain = http_server.url("tls/m.bin").replace("http://", "https://", 1)
+    r = cli("cp", "--retries", "1", plain, str(tmp_path / "a"))
+    assert r.returncode == 1
+    assert "answered in plain text, not TLS" in r.stderr and "use http:// instead of https://" \
+        in r.stderr
+    assert "ca_bundle" not in r.stderr and "ca-bundle" not in r.stderr
+    r = cli("cp", "--retries", "1", https_server.url("tls/m.bin"), str(tmp_path / "b"))
+    assert r.returncode == 1
+    assert "--ca-bundle FILE" in r.stderr and "--no-verify-ssl" in r.stderr
+    assert "ca_bundle=" not in r.stderr and "insecure=True" not in r.stderr

@@ -20,9 +20,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
 def print_error(message: str) -> None:
     """Print ``message`` as one redacted, escaped line on stderr, prefixed with the program name."""
-    from .output import escape
+    from .output import cli_terms, escape
 
-    text = " ".join(escape(redact_text(message)).split())  # always one line
+    text = " ".join(escape(cli_terms(redact_text(message))).split())  # always one line
     print(f"{PROG}: error: {text}", file=sys.stderr)
 
 

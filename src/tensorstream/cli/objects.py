@@ -86,6 +86,7 @@ def _info_dict(info: ObjectInfo, uri: str) -> dict[str, Any]:
 
 def run_stat(args: argparse.Namespace) -> int:
     from ._run import run_async
+    from .output import escape
 
     uri = parse_uri(args.uri)
 
@@ -98,7 +99,7 @@ def run_stat(args: argparse.Namespace) -> int:
         else:
             for k in ("uri", "size", "etag", "version", "mtime"):
                 if d[k] is not None:
-                    print(f"{k + ':':<9}{d[k]}")
+                    print(f"{k + ':':<9}{escape(str(d[k]))}")
         return 0
 
     return run_async(go)

@@ -9,13 +9,33 @@ named with terminal escape sequences or newlines shows as ``\\x1b[2J`` or
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, TextIO
 
 from ..copy.select import FileOutcome
 from ..uri import redact_text
 
-__all__ = ["Reporter", "escape", "human_rate", "human_size"]
+__all__ = ["Reporter", "cli_terms", "escape", "human_rate", "human_size"]
+
+#: Library advice in errors (``ca_bundle=<PEM path>``) said as the flag a CLI user types.
+_CLI_TERMS = [
+    (re.compile(r"\bca_bundle=<[^>]*>"), "--ca-bundle FILE"),
+    (re.compile(r"\binsecure=True\b"), "--no-verify-ssl"),
+    (re.compile(r"\bs3_endpoint\b"), "--endpoint-url"),
+    (re.compile(r"\(--endpoint-url\) "), ""),
+]
+
+
+def cli_terms(text: str) -> str:
+    """``text`` with library option advice turned into command-line flags.
+
+    >>> cli_terms("pass ca_bundle=<PEM path> (insecure=True skips verification)")
+    'pass --ca-bundle FILE (--no-verify-ssl skips verification)'
+    """
+    for pattern, flag in _CLI_TERMS:
+        text = pattern.sub(flag, text)
+    return text
 
 
 def escape(text: str) -> str:
@@ -102,7 +122,7 @@ class Reporter:
         if text in self.printed_errors:
             return
         self.printed_errors.add(text)
-        one_line = " ".join(escape(redact_text(text)).split())
+        one_line = " ".join(escape(cli_terms(redact_text(text))).split())
         self._write(f"tensorstream: error: {one_line}", self.err)
 
     def json(self, obj: dict[str, Any]) -> None:

@@ -387,20 +387,31 @@ class _Copier:
         try:
             return name, await src.stat(uri.path)
         except NotFoundError:
-            if uri.scheme != "file" and await self._has_objects_under(src, uri.path):
+            if uri.scheme == "file":
+                raise
+            under = await self._what_is_under(src, uri.path)
+            if under == "objects":
                 raise NotFoundError(
                     f"{redact_text(raw)} is a prefix, not an object; add -r (--recursive) "
                     "to copy the objects under it") from None
+            if under == "no bucket":
+                bucket = uri.path.split("/", 1)[0]
+                raise NotFoundError(
+                    f"bucket {bucket!r} does not exist ('tensorstream ls s3://' lists the "
+                    "buckets these credentials see)") from None
             raise
 
     @staticmethod
-    async def _has_objects_under(src: PolicyProvider, path: str) -> bool:
+    async def _what_is_under(src: PolicyProvider, path: str) -> str | None:
+        """``"objects"`` under ``path/``, ``"no bucket"``, or None (nothing we can see)."""
         listing = src.list(path.rstrip("/") + "/").__aiter__()
         try:
             await listing.__anext__()
-            return True
-        except Exception:  # no listing (HTTP), no bucket...: not a prefix we can see
-            return False
+            return "objects"
+        except NotFoundError as exc:  # S3 names the missing bucket in a listing's answer
+            return "no bucket" if "NoSuchBucket" in str(exc) else None
+        except Exception:  # no listing (HTTP)...: not a prefix we can see
+            return None
         finally:
             aclose = getattr(listing, "aclose", None)
             if aclose is not None:

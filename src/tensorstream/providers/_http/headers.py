@@ -211,8 +211,14 @@ def exception_error(exc: BaseException, *, path: str, received: int = 0,
         return exc
     where = {"service": service, "path": redact_path(path)}
     what = f"{type(exc).__name__}: {redact_text(str(exc))}"
-    if isinstance(exc, ssl.SSLError):
+    if isinstance(exc, ssl.SSLError) and plain_text_answer(exc):
         err: TensorstreamError = ConnectionFailedError(
+            f"the server answered in plain text, not TLS ({what}): use http:// instead of "
+            "https://", **where)
+        err.temporary = False
+        return err
+    if isinstance(exc, ssl.SSLError):
+        err = ConnectionFailedError(
             f"TLS failed ({what}); for a private CA pass ca_bundle=<PEM path> "
             "(insecure=True skips verification)", **where)
         err.temporary = False  # an untrusted certificate does not fix itself
@@ -349,3 +355,20 @@ def refuse_metadata_target(addresses: list[str], *, path: str) -> None:
             "(pass allow_private_redirects=True to allow it)",
             service="http", path=redact_path(path))
 
+
+
+#: What OpenSSL says when the "TLS" server answered with plain text (an HTTP port).
+_PLAIN_TEXT_MARKERS = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure",
+                       "http request", "packet length too long")
+
+
+def plain_text_answer(exc: BaseException) -> bool:
+    """Whether a TLS error means the server spoke plain text (https:// to an http:// port)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if any(m in str(cur) for m in _PLAIN_TEXT_MARKERS):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False

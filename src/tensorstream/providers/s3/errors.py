@@ -28,6 +28,7 @@ from ...errors import (
     TensorstreamError,
 )
 from ...uri import redact, redact_text
+from .._http.headers import plain_text_answer
 
 __all__ = ["ErrorContext", "map_s3_error", "map_s3_http_error"]
 
@@ -76,6 +77,12 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         return MissingCredentialsError("no S3 credentials found")
     if isinstance(exc, bce.ProfileNotFound):
         return ConfigurationError(f"AWS profile not found: {exc.kwargs.get('profile')!r}")
+    if isinstance(exc, (bce.SSLError, *aio.ssl)) and plain_text_answer(exc):
+        err = ConnectionFailedError(
+            f"{redact(ctx.endpoint)} answered in plain text, not TLS: use an http:// endpoint "
+            "(s3_endpoint) instead of https://")
+        err.temporary = False
+        return err
     if isinstance(exc, (bce.SSLError, *aio.ssl)):
         err = ConnectionFailedError(
             f"TLS handshake with {redact(ctx.endpoint)} failed (untrusted or mismatched "
