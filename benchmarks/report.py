@@ -279,7 +279,17 @@ TARGETS = {
 def summary_tables(rows: list[dict[str, Any]]) -> list[str]:
     """The matrix: one line per cell, tensorstream and every peer family's best, ratios."""
     lines: list[str] = []
-    cells = summarize(rows)
+    excluded = {k for k, g in _cells(rows).items() if all("excluded" in (r.get("note") or "") for r in g)}
+    cells = [
+        e for e in summarize(rows) if (e["scenario"], e["link"], e["shape"], e["backend"]) not in excluded
+    ]
+    if excluded:
+        lines += [
+            "",
+            "Cells left out of this run with `--exclude` (listed, not measured): "
+            + ", ".join("/".join(k) for k in sorted(excluded))
+            + ".",
+        ]
     for scenario in dict.fromkeys(e["scenario"] for e in cells):
         group = [e for e in cells if e["scenario"] == scenario]
         fams = [f for f in ("tensorizer_default", *PEER_FAMILIES) if any(f in e["peers"] for e in group)]

@@ -128,6 +128,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="skip contenders whose 'scenario/link/shape/backend/contender' matches this glob "
         "(repeatable; e.g. 'load/paced/*/http/tensorizer num_readers=1'); they are reported as skipped",
     )
+    p.add_argument(
+        "--list", action="store_true", help="print the plan (every contender of every cell), run nothing"
+    )
     p.add_argument("--quick", action="store_true", help="256MiB, 1 round, fewer tensorizer reader counts")
     a = p.parse_args(argv)
     a.size = a.size or parse_size("256MiB" if a.quick else "1GiB")
@@ -347,7 +350,9 @@ def run_link(
     files = _serve_tree(root, manifests, copies)
     url = None
     redis_port = None
-    if link != "local":
+    if args.list:  # the plan only: no servers, no runs
+        url = None if link == "local" else "http://127.0.0.1:0"
+    elif link != "local":
         srv = stack.enter_context(
             servers.start_link(link, root, tmp, rate=args.cap, burst=args.burst, ttfb=args.ttfb_s)
         )
@@ -372,7 +377,8 @@ def run_link(
                 problem = _child("redis", str(r.port), str(Path(m["dir"]) / KEY), shape, f"tz-{shape}")
                 if problem:
                     notes.append(problem)
-    _warm(files)
+    if not args.list:
+        _warm(files)
     setup = Setup(
         link=link,
         manifests=manifests,
@@ -393,6 +399,11 @@ def run_link(
             c.skip, c.alias_of = f"excluded from this run (--exclude '{hit}')", None
     env = child_env(tmp / "home")
     runs: list[list[dict[str, Any]]] = [[] for _ in plan]
+    if args.list:
+        for c in plan:
+            state = f"skipped: {c.skip}" if c.skip else (f"= {c.alias_of}" if c.alias_of else "runs")
+            print(f"{'/'.join(c.cell)} {c.name}: {state}")
+        return []
     for rnd in range(args.rounds):
         for i in round_order(plan, rnd):
             c = plan[i]
@@ -494,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:  # stops this link's servers, also on Ctrl-C
             ms = moto_manifests if link == "moto" else manifests
             rows += run_link(args, link, ms, blobs, stack, notes)
+    if args.list:
+        return 0
     commit = _git("rev-parse", "--short", "HEAD")
     subject = _git("log", "-1", "--format=%s")[:80]
     header: dict[str, Any] = {
