@@ -82,6 +82,15 @@ def _measured(r: dict[str, Any]) -> bool:
     return r.get("status") in ("ok", "partly failed") and r.get("seconds_median") is not None
 
 
+def _miss(rows: list[dict[str, Any]]) -> str:
+    """Why none of ``rows`` has a time: excluded from the run, skipped (tool missing) or failed."""
+    if all("excluded" in (r.get("note") or "") for r in rows):
+        return "not run"
+    if all(r.get("status") == "skipped" for r in rows):
+        return "skipped"
+    return "failed"
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per cell: tensorstream's time, each peer family's best (and tensorizer's
     default), and the ratios peer time / tensorstream time (> 1: tensorstream is faster).
@@ -111,7 +120,12 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 note=ts.get("note", ""),
             )
         )
-        peers = [r for r in group if not r.get("tensorstream") and r.get("status") != "alias"]
+        # baselines (python -c pass) are references, not peers: no ratio against them
+        peers = [
+            r
+            for r in group
+            if not r.get("tensorstream") and r.get("status") != "alias" and r.get("family") != "baseline"
+        ]
         best: dict[str, Any] = {}
         for fam in PEER_FAMILIES:
             cand = [r for r in peers if r.get("family") == fam and _measured(r)]
@@ -124,9 +138,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     ratio=round(b["seconds_median"] / t, 2) if t else None,
                 )
             elif any(r.get("family") == fam for r in peers):
-                best[fam] = dict(
-                    contender=None, seconds=None, ratio=None, note="every setting failed or skipped"
-                )
+                fam_rows = [r for r in peers if r.get("family") == fam]
+                best[fam] = dict(contender=None, seconds=None, ratio=None, status=_miss(fam_rows))
         tzd = next((r for r in peers if r["contender"].startswith("tensorizer default")), None)
         if tzd is not None:
             best["tensorizer_default"] = dict(
@@ -134,6 +147,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 seconds=tzd.get("seconds_median"),
                 ratio=round(tzd["seconds_median"] / t, 2) if t and _measured(tzd) else None,
             )
+            if not _measured(tzd):
+                best["tensorizer_default"]["status"] = _miss([tzd])
         measured = [r for r in peers if _measured(r)]
         if measured:
             b = min(measured, key=lambda r: r["seconds_median"])

@@ -397,6 +397,7 @@ def run_link(
         hit = next((pat for pat in args.exclude if fnmatch.fnmatchcase(where, pat)), None)
         if hit and not c.skip:
             c.skip, c.alias_of = f"excluded from this run (--exclude '{hit}')", None
+    resolve_aliases(plan)
     env = child_env(tmp / "home")
     runs: list[list[dict[str, Any]]] = [[] for _ in plan]
     if args.list:
@@ -454,6 +455,26 @@ def run_link(
         else:
             out.append(rows[(*c.cell, c.name)])
     return out
+
+
+def resolve_aliases(plan: list[Contender]) -> None:
+    """An alias (the same configuration as another contender of its cell, measured once)
+    whose target does not run -- absent, excluded or skipped -- runs itself, and the other
+    aliases of that target point at it instead."""
+    runs = {(*c.cell, c.name) for c in plan if not c.skip and not c.alias_of}
+    moved: dict[tuple[str, ...], str] = {}
+    for c in plan:
+        if not c.alias_of or c.skip:
+            continue
+        key = (*c.cell, c.alias_of)
+        if key in runs:
+            continue
+        if key in moved:
+            c.alias_of = moved[key]
+        else:
+            moved[key] = c.name
+            c.alias_of = None
+            c.note = f"{c.note}; measured here ({key[-1]} does not run)".strip("; ")
 
 
 def round_order(plan: list[Contender], rnd: int) -> list[int]:
