@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import torch
+from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
-from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
 from tensorstream import errors
 from tensorstream.tensorizer.load import (
     DecryptionError,
@@ -372,8 +372,9 @@ def test_load_into_module_gives_identical_outputs(backend: TensorBackend, produc
     backend.put("m.tensors", producer(model, tmp_path / "src.tensors"))
     with torch.device("meta"):
         empty = TinyNet()
-    count = load_into_module(empty, backend.uri("m.tensors"), "cpu", **backend.options)
-    assert count == len(model.state_dict())
+    result = load_into_module(empty, backend.uri("m.tensors"), "cpu", **backend.options)
+    assert result.loaded == len(model.state_dict())
+    assert (result.missing_keys, result.unexpected_keys, result.mismatched_keys) == ([], [], [])
     ids = torch.randint(0, 512, (4, 7))
     with torch.no_grad():
         assert torch.equal(empty.eval()(ids), model(ids))

@@ -7,9 +7,9 @@ import io
 from pathlib import Path
 
 import torch
+from tensorizer import TensorDeserializer, TensorSerializer
 
 import tensorstream
-from tensorizer import TensorDeserializer, TensorSerializer
 from tensorstream.tensorizer.hook import (
     StreamTensorDeserializer,
     check_compat,

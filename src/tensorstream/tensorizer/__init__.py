@@ -14,7 +14,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .load import (
         DEFAULT_LOCAL_NUM_READERS,
         DEFAULT_NUM_READERS,
+        DeviceUnavailableError,
+        LoadError,
         MetaTensorError,
+        ModuleLoadResult,
+        ModuleMismatchError,
         QuantizationWarning,
         deserialize,
         is_vllm_tensorized,
@@ -22,13 +26,19 @@ if TYPE_CHECKING:  # pragma: no cover
         serialize,
     )
     from .sharding import is_sharded, shard_uri
+    from .stats import LoadStats
 
 _WHERE = {
     "DEFAULT_LOCAL_NUM_READERS": "load",
     "DEFAULT_NUM_READERS": "load",
     "DecryptionError": "crypto",
+    "DeviceUnavailableError": "load",
     "Encryption": "crypto",
+    "LoadError": "load",
+    "LoadStats": "stats",
     "MetaTensorError": "load",
+    "ModuleLoadResult": "load",
+    "ModuleMismatchError": "load",
     "QuantizationWarning": "load",
     "TensorHashMismatchError": "crypto",
     "TensorizerConfig": "config",
@@ -45,8 +55,13 @@ __all__ = [
     "DEFAULT_LOCAL_NUM_READERS",
     "DEFAULT_NUM_READERS",
     "DecryptionError",
+    "DeviceUnavailableError",
     "Encryption",
+    "LoadError",
+    "LoadStats",
     "MetaTensorError",
+    "ModuleLoadResult",
+    "ModuleMismatchError",
     "QuantizationWarning",
     "TensorHashMismatchError",
     "TensorizerConfig",

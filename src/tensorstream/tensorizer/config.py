@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tensorizer import TensorDeserializer
 
     from ..file import StreamReader, StreamWriter
+    from .load import ModuleLoadResult
 
 __all__ = ["TensorizerConfig"]
 
@@ -204,7 +205,7 @@ class TensorizerConfig:
         rank: int | None = None,
         world_size: int | None = None,
         **overrides: Any,
-    ) -> int:
+    ) -> ModuleLoadResult:
         """:func:`tensorstream.load_into_module` with these settings."""
         from .load import load_into_module
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorizer import TensorDeserializer
-from tensorizer.serialization import CryptographyError, HashMismatchError, TensorEntry
+from tensorizer.serialization import CryptographyError, HashMismatchError, TensorEntry, TensorType
 
 from ..file import StreamReader
 
@@ -30,8 +30,10 @@ __all__ = [
     "HashMismatchError",
     "StreamTensorDeserializer",
     "check_compat",
+    "forks",
     "read_boundaries",
     "reader_count",
+    "tensor_entries",
     "tensor_names",
 ]
 
@@ -41,8 +43,25 @@ class StreamTensorDeserializer(TensorDeserializer):
     """A ``TensorDeserializer`` that reopens a ``StreamReader`` with ``fork()``.
 
     Everything else is tensorizer's own behaviour; for any other source the
-    base class decides.
+    base class decides. :attr:`stats` says what the load did
+    (:class:`~tensorstream.tensorizer.stats.LoadStats`).
     """
+
+    #: Set by :func:`tensorstream.deserialize`: builds the stats, logs the load line.
+    _ts_record: Any = None
+
+    @property
+    def stats(self) -> Any:
+        """A :class:`~tensorstream.tensorizer.stats.LoadStats` of this load so far
+        (``None`` when not opened by :func:`tensorstream.deserialize`)."""
+        return None if self._ts_record is None else self._ts_record.snapshot(self)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._ts_record is not None:
+                self._ts_record.finish(self)  # a lazy load logs its line when closed
 
     def _cut_requests_at_tensors(self) -> None:
         # Once the tensor index is parsed, before any tensor is read: cut
@@ -61,6 +80,9 @@ class StreamTensorDeserializer(TensorDeserializer):
             def reopen(begin: int | None = None, end: int | None = None) -> StreamReader:
                 # ``end`` is a hint: read-ahead stops there; reads past it still work.
                 fork = source.fork(end=end)
+                # Kept (not owned: tensorizer closes them) so a load's statistics can
+                # sum every reader's (tensorstream.tensorizer.stats).
+                self.__dict__.setdefault("_ts_forks", []).append(fork)
                 if begin:
                     fork.seek(begin, io.SEEK_SET)
                 return fork
@@ -96,6 +118,29 @@ def read_boundaries(deserializer: TensorDeserializer) -> list[int]:
 def reader_count(deserializer: TensorDeserializer) -> int:
     """How many parallel readers tensorizer settled on (after its fallbacks)."""
     return int(deserializer._num_readers)
+
+
+def forks(deserializer: TensorDeserializer) -> list[StreamReader]:
+    """The extra readers (forks) tensorizer opened for ``num_readers > 1``."""
+    return list(deserializer.__dict__.get("_ts_forks", ()))
+
+
+_KINDS = {TensorType.PARAM: "param", TensorType.BUFFER: "buffer", TensorType.STATE_DICT: "state_dict"}
+
+
+def tensor_entries(deserializer: TensorDeserializer) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(name, kind, shape)`` of every tensor in the parsed index (no I/O).
+
+    ``kind`` is ``"param"`` or ``"buffer"`` (written by ``write_module``) or
+    ``"state_dict"`` (``write_state_dict``). Names are dotted, as in
+    :func:`tensor_names`.
+    """
+    out = []
+    for path, entry in deserializer._metadata.items():
+        norm = path.normalize_()
+        name = norm if isinstance(norm, str) else ".".join(map(str, norm))
+        out.append((name, _KINDS.get(entry.type, str(entry.type)), tuple(entry.shape)))
+    return out
 
 
 def tensor_names(deserializer: TensorDeserializer) -> list[str]:
@@ -134,7 +179,7 @@ def check_compat() -> None:
     if bulk is None or list(inspect.signature(bulk).parameters) != ["self", "keys", "verify_hash"]:
         problems.append("TensorDeserializer._bulk_load(self, keys, verify_hash) changed")
     fields = getattr(TensorEntry, "__slots__", ())
-    for name in ("data_offset", "data_length"):  # read_boundaries() cuts requests there
+    for name in ("data_offset", "data_length", "type", "shape"):  # read_boundaries, tensor_entries
         if name not in fields:
             problems.append(f"tensorizer's TensorEntry has no {name!r}")
     init_src = inspect.getsource(TensorDeserializer.__init__)

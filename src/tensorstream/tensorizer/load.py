@@ -14,9 +14,11 @@ out into concurrent ranged requests straight into the tensor's memory, and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
@@ -30,7 +32,7 @@ from ..api import open as ts_open
 from ..errors import ConfigurationError, NotFoundError, TensorstreamError
 from ..file import StreamReader
 from ..providers.local.provider import map_local_error, temp_path_for
-from ..uri import ParsedURI, parse_uri, redact
+from ..uri import ParsedURI, parse_uri, redact, redact_text
 from .crypto import (
     DecryptionError,
     Encryption,
@@ -43,16 +45,26 @@ from .hook import (
     CryptographyError,
     HashMismatchError,
     StreamTensorDeserializer,
+    forks,
+    reader_count,
+    tensor_entries,
     tensor_names,
 )
 from .sharding import is_sharded, shard_uri
+from .stats import LoadStats, collect
+from .stats import log as load_log
 
 __all__ = [
     "DEFAULT_LOCAL_NUM_READERS",
     "DEFAULT_NUM_READERS",
     "DecryptionError",
+    "DeviceUnavailableError",
     "Encryption",
+    "LoadError",
+    "LoadStats",
     "MetaTensorError",
+    "ModuleLoadResult",
+    "ModuleMismatchError",
     "QuantizationWarning",
     "TensorHashMismatchError",
     "deserialize",
@@ -83,21 +95,154 @@ class MetaTensorError(TensorstreamError, ValueError):
     """Parameters or buffers were left on the ``meta`` device after loading."""
 
 
+class ModuleMismatchError(MetaTensorError):
+    """The module and the file do not hold the same tensors (``strict=True``).
+
+    ``missing_keys`` (in the module, not in the file), ``unexpected_keys`` (in
+    the file, not in the module) and ``mismatched_keys`` (``(name,
+    module_shape, file_shape)``) list every difference. A subclass of
+    :class:`MetaTensorError`, which a module built on ``meta`` would otherwise
+    end in.
+    """
+
+    def __init__(self, message: str, *, missing_keys: list[str], unexpected_keys: list[str],
+                 mismatched_keys: list[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> None:
+        super().__init__(message)
+        self.missing_keys = missing_keys
+        self.unexpected_keys = unexpected_keys
+        self.mismatched_keys = mismatched_keys
+
+
+class DeviceUnavailableError(ConfigurationError):
+    """The requested device does not exist here (e.g. ``cuda`` without CUDA)."""
+
+
+class LoadError(TensorstreamError, RuntimeError):
+    """torch or tensorizer failed while loading (out of memory, an unsupported
+    dtype...); the message names the file and what to try, the original
+    exception is chained as ``__cause__``."""
+
+
 class QuantizationWarning(UserWarning):
     """Loading tensorizer weights into a quantized module may not work."""
 
 
+@dataclasses.dataclass
+class ModuleLoadResult:
+    """What :func:`load_into_module` did, like ``nn.Module.load_state_dict``'s result.
+
+    ``missing_keys``/``unexpected_keys`` as in torch; ``mismatched_keys``
+    holds ``(name, module_shape, file_shape)`` of tensors left alone because
+    their shapes differ (all three are empty after a ``strict=True`` load).
+    ``loaded`` counts the tensors put into the module; ``stats`` is the
+    load's :class:`LoadStats`.
+    """
+
+    loaded: int
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+    mismatched_keys: list[tuple[str, tuple[int, ...], tuple[int, ...]]]
+    stats: LoadStats | None = None
+
+
 def _translate(exc: BaseException, where: str) -> BaseException | None:
-    if isinstance(exc, DecryptionError | TensorHashMismatchError):
+    """tensorizer's and torch's exceptions as tensorstream errors naming the file.
+
+    Malformed or truncated files (tensorizer's ``ValueError``, ``struct.error``...)
+    are left to the file checks of ``tensorstream.tensorizer`` (issue 15); here:
+    decryption, hashes, and torch/tensorizer runtime failures.
+    """
+    if isinstance(exc, TensorstreamError):
         return None
     if isinstance(exc, CryptographyError):
         return DecryptionError(
             f"could not decrypt {where}: wrong key or passphrase, or encryption settings "
-            f"that do not match the file ({exc})"
+            f"that do not match the file ({redact_text(str(exc))})"
         )
     if isinstance(exc, HashMismatchError):
-        return TensorHashMismatchError(f"verify_hash failed for {where}: {exc}")
+        return TensorHashMismatchError(f"verify_hash failed for {where}: {redact_text(str(exc))}")
+    oom = getattr(torch, "OutOfMemoryError", ())
+    if isinstance(exc, MemoryError) or (oom and isinstance(exc, oom)):
+        return LoadError(
+            f"out of memory while loading {where} ({type(exc).__name__}); free memory, load "
+            "fewer tensors (filter_func=...), lazy_load=True, or a smaller dtype"
+        )
+    if isinstance(exc, RuntimeError | NotImplementedError | AssertionError):
+        # torch's device/dtype errors and tensorizer's runtime checks.
+        return LoadError(
+            f"loading {where} failed in {type(exc).__module__.split('.')[0]}: "
+            f"{type(exc).__name__}: {redact_text(str(exc))}"
+        )
     return None
+
+
+def _check_device(device: str | torch.device | None) -> torch.device | None:
+    """The device, parsed; a clear error for a name torch does not know or a
+    device this machine lacks (before any byte is read)."""
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'"
+        ) from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch was built without CUDA" if torch.version.cuda is None
+                   else "no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)")
+            raise DeviceUnavailableError(
+                f"device={str(device)!r} was requested but CUDA is not available: {why}; "
+                "use device='cpu', or install a CUDA build of torch on a machine with a GPU"
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise DeviceUnavailableError(
+                f"device={str(device)!r} was requested but only {count} CUDA device(s) "
+                f"are visible (cuda:0..cuda:{count - 1})"
+            )
+    return dev
+
+
+class _LoadRecord:
+    """The numbers of one load, turned into :class:`LoadStats` and one INFO line."""
+
+    def __init__(self, where: str, stream: Any, started: float, lazy: bool) -> None:
+        self.where = where
+        self.stream = stream
+        self.started = started
+        self.lazy = lazy
+        self.ended: float | None = None
+        self.logged = False
+        size = _size_of(stream)  # now: an eager load closes a plain file
+        self.size = size if isinstance(size, int) else None
+
+    def snapshot(self, deserializer: TensorDeserializer) -> LoadStats:
+        end = self.ended if self.ended is not None else time.perf_counter()
+        return collect(self.where, self.stream, forks(deserializer), seconds=end - self.started,
+                       readers=reader_count(deserializer), tensors=len(deserializer),
+                       file_size=self.size)
+
+    def loaded(self, deserializer: TensorDeserializer) -> None:
+        """The tensors are in memory (eager load): stop the clock, log the line."""
+        self.ended = time.perf_counter()
+        self._log(deserializer)
+
+    def finish(self, deserializer: TensorDeserializer) -> None:
+        if self.ended is None:
+            self.ended = time.perf_counter()
+        self._log(deserializer)
+
+    def _log(self, deserializer: TensorDeserializer) -> None:
+        if self.logged:
+            return
+        self.logged = True
+        try:
+            stats = self.snapshot(deserializer)
+        except Exception:  # statistics never fail a load
+            load_log.debug("no statistics for %s", self.where, exc_info=True)
+            return
+        load_log.info("%s", stats)
 
 
 def deserialize(
@@ -128,9 +273,18 @@ def deserialize(
     with ``rank`` (default: ``torch.distributed``'s). ``num_readers`` defaults
     to :data:`DEFAULT_NUM_READERS`. ``options`` go to :func:`tensorstream.open`.
 
+    Each load logs one INFO line on the ``tensorstream.load`` logger (redacted
+    URI, bytes, seconds, GB/s, read path, readers, requests, retries; a lazy
+    load when it is closed) and DEBUG lines for the read-path decisions; the
+    same numbers are ``result.stats`` (:class:`LoadStats`). A device this
+    machine lacks raises :class:`DeviceUnavailableError` before any read;
+    torch's and tensorizer's runtime failures are raised as :class:`LoadError`
+    naming the file (the original chained).
+
     >>> with deserialize("/models/m.tensors", device="cpu") as sd:  # doctest: +SKIP
     ...     print(sd["lm_head.weight"].shape)
     """
+    started = time.perf_counter()
     stream: StreamReader | BinaryIO | None = None
     if isinstance(uri, StreamReader):
         if rank is not None or world_size is not None or options:
@@ -140,18 +294,27 @@ def deserialize(
         raw = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
         target = shard_uri(raw, rank=rank, world_size=world_size) if isinstance(raw, str) else raw
         where = redact(str(target))
+    _check_device(device)
     try:
         decryption = as_decryption(encryption, options)
         if stream is None:
             assert target is not None
             stream = _open_local(target, options) or ts_open(target, "rb", **options)
-        return StreamTensorDeserializer(
+        readers = _default_readers(stream) if num_readers is None else num_readers
+        load_log.debug(
+            "opened %s (%s bytes): %s, %d reader(s)%s", where, _size_of(stream),
+            "plain OS file (local fast path)" if not isinstance(stream, StreamReader)
+            else f"{type(stream._provider.inner).__name__}", readers,
+            " (default)" if num_readers is None else "",
+        )
+        record = _LoadRecord(where, stream, started, lazy_load)
+        deserializer = StreamTensorDeserializer(
             stream,
             device=device,
             filter_func=filter_func,
             dtype=dtype,
             lazy_load=lazy_load,
-            num_readers=_default_readers(stream) if num_readers is None else num_readers,
+            num_readers=readers,
             verify_hash=verify_hash,
             encryption=decryption,
         )
@@ -162,6 +325,20 @@ def deserialize(
         if mapped is not None:
             raise mapped from exc
         raise
+    deserializer._ts_record = record
+    if not lazy_load:
+        record.loaded(deserializer)
+    return deserializer
+
+
+def _size_of(stream: Any) -> int | str:
+    size = getattr(stream, "size", None)
+    if size is None:
+        try:
+            size = os.fstat(stream.fileno()).st_size
+        except (OSError, AttributeError, ValueError):
+            return "?"
+    return int(size)
 
 
 def is_vllm_tensorized(deserializer: TensorDeserializer) -> bool:
@@ -195,15 +372,27 @@ def load_into_module(
     module: torch.nn.Module,
     uri: str | os.PathLike[str] | ParsedURI | StreamReader,
     device: str | torch.device | None = None,
+    *,
+    strict: bool = True,
     **kwargs: Any,
-) -> int:
+) -> ModuleLoadResult:
     """Fill ``module``'s parameters and buffers in place from a tensorizer file.
 
-    Accepts the keyword arguments of :func:`deserialize`. ``device`` defaults
-    to where the module's tensors already are (tensorizer's default for a
-    module on ``meta``). Returns the number of tensors loaded. Raises
-    :class:`MetaTensorError` naming every parameter/buffer still on ``meta``
-    afterwards; warns (:class:`QuantizationWarning`) for quantized modules.
+    Works for files written from a module (``write_module``,
+    ``serialize(model)``) and from a state dict (``write_state_dict``,
+    ``serialize(model.state_dict())``); names are matched like
+    ``nn.Module.load_state_dict`` does. Accepts the keyword arguments of
+    :func:`deserialize`. ``device`` defaults to where the module's tensors
+    already are (tensorizer's default for a module on ``meta``).
+
+    ``strict=True`` (the default): the file and the module must hold the same
+    tensors with the same shapes, else :class:`ModuleMismatchError` lists
+    every missing, unexpected and shape-mismatched tensor and the module is
+    left untouched. ``strict=False``: the tensors that fit are loaded and the
+    rest is returned, like ``load_state_dict(strict=False)``. Returns a
+    :class:`ModuleLoadResult` (``missing_keys``, ``unexpected_keys``,
+    ``mismatched_keys``, ``loaded``, ``stats``). Warns
+    (:class:`QuantizationWarning`) for quantized modules.
 
     >>> load_into_module(model, "s3://bucket/model.tensors", device="cuda:0")  # doctest: +SKIP
     """
@@ -217,27 +406,86 @@ def load_into_module(
     if device is None:
         device = _module_device(module)
     where = redact(str(uri.name if isinstance(uri, StreamReader) else uri))
+    # What the module holds: its state dict's names (params and persistent
+    # buffers, tied weights under every name), and every tensor slot a file may fill.
+    expected = {k: tuple(v.shape) for k, v in module.state_dict(keep_vars=True).items()}
+    slots: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
+    slots.update(module.named_buffers(remove_duplicate=False))
     with deserialize(uri, device, **kwargs) as deserializer:
+        # write_module names a top-level module's own tensors ".name"
+        in_file = {name.lstrip("."): (name, shape) for name, _, shape in tensor_entries(deserializer)
+                   if name in deserializer}
+        missing = [k for k in expected if k not in in_file and not k.endswith(VLLM_MARKER)]
+        unexpected = [k for k in in_file if k not in slots and not k.endswith(VLLM_MARKER)]
+        mismatched = [(k, tuple(slots[k].shape), shape) for k, (_, shape) in in_file.items()
+                      if k in slots and tuple(slots[k].shape) != shape]
+        if strict and (missing or unexpected or mismatched):
+            raise ModuleMismatchError(
+                _mismatch_message(where, missing, unexpected, mismatched),
+                missing_keys=missing, unexpected_keys=unexpected, mismatched_keys=mismatched,
+            )
+        bad = {k for k, _, _ in mismatched}
+        loaded = 0
         try:
-            count = deserializer.load_into_module(module)
+            for key, (name, _) in in_file.items():
+                if key in slots and key not in bad:
+                    _assign(module, key, deserializer[name])
+                    loaded += 1
         except BaseException as exc:
             mapped = _translate(exc, where)
             if mapped is not None:
                 raise mapped from exc
             raise
+        stats = deserializer.stats
     left = [
         name
         for name, t in (*module.named_parameters(), *module.named_buffers())
-        if t.device.type == "meta" and not name.endswith(VLLM_MARKER)
+        if t.device.type == "meta" and not name.endswith(VLLM_MARKER) and name not in missing
     ]
-    if left:
+    if left:  # a file that holds them but did not fill them (should not happen)
         shown = ", ".join(left[:20]) + (f" and {len(left) - 20} more" if len(left) > 20 else "")
         raise MetaTensorError(
             f"{len(left)} tensor(s) are still on the meta device after loading {where}: "
-            f"{shown}. The file does not hold them: check that the module matches the "
-            "serialized model (architecture, quantization, filter_func)."
+            f"{shown}. Check that the module matches the serialized model "
+            "(architecture, quantization, filter_func)."
         )
-    return int(count)
+    return ModuleLoadResult(loaded, missing, unexpected, mismatched, stats)
+
+
+def _mismatch_message(
+    where: str, missing: list[str], unexpected: list[str],
+    mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]],
+) -> str:
+    def shown(items: list[str]) -> str:
+        return ", ".join(items[:20]) + (f" and {len(items) - 20} more" if len(items) > 20 else "")
+
+    parts = []
+    if missing:
+        parts.append(f"missing from the file ({len(missing)}): {shown(missing)}")
+    if unexpected:
+        parts.append(f"not in the module ({len(unexpected)}): {shown(unexpected)}")
+    if mismatched:
+        parts.append(f"shape mismatch ({len(mismatched)}): " + shown(
+            [f"{k} module {list(a)} file {list(b)}" for k, a, b in mismatched]))
+    return (
+        f"{where} does not match the module: {'; '.join(parts)}. Check that the module "
+        "matches the serialized model (architecture, config, quantization, filter_func), "
+        "or pass strict=False to load the tensors that fit and get the rest back."
+    )
+
+
+def _assign(module: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
+    """Put ``tensor`` in place of the parameter or buffer ``name`` (replacing it,
+    as tensorizer does, so a module on ``meta`` gets real storage)."""
+    owner_path, _, attr = name.rpartition(".")
+    owner = module.get_submodule(owner_path) if owner_path else module
+    if attr in owner._parameters:
+        old = owner._parameters[attr]
+        requires_grad = bool(old.requires_grad) if old is not None else False
+        data = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
+        owner._parameters[attr] = torch.nn.Parameter(data, requires_grad=requires_grad)
+    else:
+        owner._buffers[attr] = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
 
 
 # -- serialize -------------------------------------------------------------------

@@ -87,7 +87,6 @@ def sources(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, moto_s3: MotoS3
 def model_file(moto_s3: MotoS3Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A small state dict serialized by tensorizer, uploaded with boto3."""
     import torch
-
     from tensorizer import TensorSerializer
 
     gen = torch.Generator().manual_seed(3)

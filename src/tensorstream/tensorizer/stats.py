@@ -1,0 +1,127 @@
+"""What one load did: bytes, time, rate, the read path chosen, requests, retries.
+
+:func:`tensorstream.deserialize` and :func:`tensorstream.load_into_module`
+log one INFO line per load on the ``tensorstream.load`` logger and expose the
+same numbers as a :class:`LoadStats` (``deserializer.stats``,
+``result.stats``). The numbers come from what the stream already records
+(``StreamReader.read_stats()`` of every reader, the policy layer's request and
+retry counters); nothing is measured twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+__all__ = ["LoadStats", "log"]
+
+#: One INFO line per load; DEBUG lines for the read-path decisions.
+log = logging.getLogger("tensorstream.load")
+
+#: ``StreamReader.read_stats()["phase"]`` -> the read path it stands for.
+_PATHS = {
+    "stream": "streamed",  # one sequential request per reader, received in place
+    "base": "ranged",  # concurrent ranged requests, narrow read-ahead
+    "wide": "ranged-wide",  # a slow link: many ranged requests in flight
+    "settled": "ranged",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadStats:
+    """Statistics of one tensorizer load (all counts summed over its readers).
+
+    ``path`` is the read path: ``"local-file"`` (a plain OS file read by the
+    kernel), ``"local"`` (positional reads of a local file through
+    tensorstream), ``"streamed"`` (one streamed request per reader, received
+    straight into the tensors), ``"ranged"`` / ``"ranged-wide"`` (concurrent
+    ranged requests with narrow / wide read-ahead); a load that changed path
+    part-way names both (``"streamed+ranged-wide"``).
+    """
+
+    uri: str
+    #: Bytes received from storage (headers and tensor data).
+    bytes: int
+    #: From opening the file to the last tensor loaded (eager loads), or to
+    #: the moment the stats were taken (lazy loads).
+    seconds: float
+    path: str
+    readers: int
+    requests: int
+    retries: int
+    #: Bytes received straight into tensor memory / copied out of read-ahead buffers.
+    direct_bytes: int = 0
+    copied_bytes: int = 0
+    #: Sequential (streamed) requests opened.
+    streams: int = 0
+    #: Bytes a resumed request did not have to fetch again after a broken body.
+    resumed_bytes: int = 0
+    tensors: int = 0
+
+    @property
+    def gb_per_s(self) -> float:
+        """Decimal GB per second (0 when nothing was timed)."""
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field plus ``gb_per_s`` (for JSON logs and benchmarks)."""
+        return {**dataclasses.asdict(self), "gb_per_s": round(self.gb_per_s, 3)}
+
+    def __str__(self) -> str:
+        return (
+            f"loaded {self.uri}: {self.tensors} tensors, {self.bytes / 1e6:.1f} MB in "
+            f"{self.seconds:.3f} s ({self.gb_per_s:.2f} GB/s); path={self.path} "
+            f"readers={self.readers} requests={self.requests} retries={self.retries}"
+        )
+
+
+def collect(
+    uri: str, stream: Any, forks: list[Any], *, seconds: float, readers: int, tensors: int,
+    file_size: int | None = None,
+) -> LoadStats:
+    """Build :class:`LoadStats` from the stream a load read from and its forks.
+
+    ``stream`` is a :class:`~tensorstream.StreamReader`, or a plain OS file
+    (the local fast path: no request counters; ``file_size`` bytes read).
+    """
+    from ..file import StreamReader
+
+    if not isinstance(stream, StreamReader):
+        return LoadStats(uri=uri, bytes=int(file_size or 0), seconds=seconds, path="local-file",
+                         readers=readers, requests=0, retries=0, tensors=tensors)
+    metrics = getattr(getattr(stream, "_provider", None), "metrics", None)
+    per_reader = [_read_stats(r) for r in (stream, *forks)]
+    if stream.capabilities.inline_reads:
+        path = "local"
+    else:
+        seen: list[str] = []
+        for st in per_reader:
+            name = _PATHS.get(str(st.get("phase")), str(st.get("phase")))
+            if int(st.get("streams", 0) or 0) and "streamed" not in seen:
+                seen.append("streamed")  # streamed first, even if it then went wide
+            if name not in seen and name != "None":
+                seen.append(name)
+        path = "+".join(seen) or "ranged"
+    return LoadStats(
+        uri=uri,
+        bytes=int(getattr(metrics, "bytes_read", 0)),
+        seconds=seconds,
+        path=path,
+        readers=readers,
+        requests=int(getattr(metrics, "requests", 0)),
+        retries=int(getattr(metrics, "retries", 0)),
+        direct_bytes=sum(int(st.get("direct_bytes", 0) or 0) for st in per_reader),
+        copied_bytes=sum(int(st.get("copied_bytes", 0) or 0) for st in per_reader),
+        streams=sum(int(st.get("streams", 0) or 0) for st in per_reader),
+        resumed_bytes=int(getattr(metrics, "resumed_bytes", 0)),
+        tensors=tensors,
+    )
+
+
+def _read_stats(reader: Any) -> dict[str, Any]:
+    try:
+        return dict(reader.read_stats())
+    except Exception:  # statistics never fail a load
+        log.debug("no read statistics from %r", reader, exc_info=True)
+        return {}

@@ -1,0 +1,224 @@
+"""What a load says about itself and how it fails: ``load_into_module`` for every
+tensorizer file (strict and not), one INFO line + ``stats`` per load, DEBUG
+read-path lines, and torch/tensorizer failures as tensorstream errors (issue 18)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tensorstream import errors
+from tensorstream.tensorizer import (
+    DeviceUnavailableError,
+    LoadError,
+    LoadStats,
+    MetaTensorError,
+    ModuleMismatchError,
+    deserialize,
+    load_into_module,
+    serialize,
+)
+from tensorstream.testing.http_server import HTTPTestServer
+
+
+class Net(torch.nn.Module):
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, hidden)
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(hidden, hidden) for _ in range(2)])
+        self.register_buffer("scale", torch.tensor([0.5, 2.0]))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = torch.relu(block(x))
+        return x * self.scale[0] + self.scale[1]
+
+
+def _model(seed: int = 0, hidden: int = 64) -> Net:
+    torch.manual_seed(seed)
+    return Net(hidden).eval()
+
+
+def _meta(hidden: int = 64) -> Net:
+    with torch.device("meta"):
+        return Net(hidden)
+
+
+@pytest.fixture
+def served(http_server: HTTPTestServer, http_reset: None, request: pytest.FixtureRequest) -> Any:
+    """Put a file on the HTTP test server; returns ``put(key, path) -> uri``."""
+    prefix = f"vis{abs(hash(request.node.nodeid)) % 10**8}/"
+
+    def put(key: str, path: Path) -> str:
+        http_server.put(prefix + key, path.read_bytes())
+        return http_server.url(prefix + key)
+
+    return put
+
+
+# -- load_into_module ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("written_from", ["module", "state_dict"])
+def test_load_into_module_fills_a_meta_module_from_either_kind_of_file(
+    tmp_path: Path, served: Any, written_from: str,
+) -> None:
+    model = _model(1)
+    serialize(model if written_from == "module" else model.state_dict(), tmp_path / "m.tensors")
+    uri = served("m.tensors", tmp_path / "m.tensors")
+    target = _meta()
+    result = load_into_module(target, uri, "cpu")
+    assert result.loaded == len(model.state_dict())
+    assert (result.missing_keys, result.unexpected_keys, result.mismatched_keys) == ([], [], [])
+    ids = torch.randint(0, 100, (3, 5))
+    with torch.no_grad():
+        assert torch.equal(target.eval()(ids), model(ids))
+    assert isinstance(target.blocks[0].weight, torch.nn.Parameter)
+    assert target.blocks[0].weight.requires_grad  # as the module declared it
+    assert "scale" in dict(target.named_buffers())
+
+
+def test_strict_names_every_missing_unexpected_and_mismatched_tensor(tmp_path: Path) -> None:
+    sd = _model().state_dict()
+    del sd["blocks.1.bias"]  # missing from the file
+    sd["extra.weight"] = torch.ones(3)  # not in the module
+    sd["embed.weight"] = torch.ones(100, 32)  # wrong shape
+    serialize(sd, tmp_path / "m.tensors")
+    target = _meta()
+    with pytest.raises(ModuleMismatchError) as info:
+        load_into_module(target, tmp_path / "m.tensors", "cpu")
+    err = info.value
+    assert isinstance(err, errors.TensorstreamError) and isinstance(err, ValueError)
+    assert isinstance(err, MetaTensorError)
+    assert err.missing_keys == ["blocks.1.bias"]
+    assert err.unexpected_keys == ["extra.weight"]
+    assert err.mismatched_keys == [("embed.weight", (100, 64), (100, 32))]
+    message = str(err)
+    for needle in ("blocks.1.bias", "extra.weight", "embed.weight", "[100, 64]", "[100, 32]",
+                   str(tmp_path / "m.tensors"), "strict=False"):
+        assert needle in message
+    # Nothing was put into the module.
+    assert all(p.device.type == "meta" for p in target.parameters())
+
+
+def test_not_strict_loads_what_fits_and_returns_the_rest(tmp_path: Path) -> None:
+    model = _model(2)
+    sd = model.state_dict()
+    del sd["blocks.1.bias"]
+    sd["extra.weight"] = torch.ones(3)
+    sd["embed.weight"] = torch.ones(100, 32)
+    serialize(sd, tmp_path / "m.tensors")
+    target = _model(3)  # a real module: what is not loaded keeps its values
+    before_bias = target.blocks[1].bias.detach().clone()
+    before_embed = target.embed.weight.detach().clone()
+    result = load_into_module(target, tmp_path / "m.tensors", strict=False)
+    assert result.missing_keys == ["blocks.1.bias"]
+    assert result.unexpected_keys == ["extra.weight"]
+    assert result.mismatched_keys == [("embed.weight", (100, 64), (100, 32))]
+    assert result.loaded == len(model.state_dict()) - 2
+    assert torch.equal(target.blocks[0].weight, model.blocks[0].weight)
+    assert torch.equal(target.blocks[1].bias, before_bias)
+    assert target.embed.weight.shape == (100, 64) and torch.equal(target.embed.weight, before_embed)
+    assert not hasattr(target, "extra")
+
+
+# -- stats and logs ------------------------------------------------------------------
+
+
+def _load_lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "tensorstream.load" and r.levelno == level]
+
+
+def test_one_info_line_and_stats_per_load_over_http(
+    tmp_path: Path, served: Any, http_server: HTTPTestServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = _model(hidden=256)
+    serialize(model, tmp_path / "m.tensors")
+    size = (tmp_path / "m.tensors").stat().st_size
+    uri = served("m.tensors", tmp_path / "m.tensors") + "?X-Amz-Signature=s3cr3tsig"
+    http_server.faults.status_script = [503]  # one retry, counted
+    caplog.set_level(logging.DEBUG, logger="tensorstream")
+    with deserialize(uri, "cpu", backoff_initial=0.01) as sd:
+        stats = sd.stats
+        assert len(sd) == len(model.state_dict())
+    info = _load_lines(caplog, logging.INFO)
+    assert len(info) == 1, info
+    line = info[0]
+    assert "s3cr3tsig" not in caplog.text
+    assert isinstance(stats, LoadStats)
+    assert stats.uri in line and "X-Amz-Signature" in stats.uri
+    assert stats.bytes >= size - 4096 and stats.seconds > 0 and stats.gb_per_s > 0
+    assert stats.retries == 1 and stats.requests >= 2
+    assert stats.path.split("+")[0] in ("streamed", "ranged", "ranged-wide")
+    assert stats.readers >= 1 and stats.tensors == len(model.state_dict())
+    for needle in (f"{stats.bytes / 1e6:.1f} MB", "GB/s", f"path={stats.path}",
+                   f"readers={stats.readers}", f"requests={stats.requests}", "retries=1"):
+        assert needle in line
+    debug = _load_lines(caplog, logging.DEBUG)
+    assert any("reader(s)" in m and "HTTP" in m for m in debug), debug
+
+
+def test_lazy_load_logs_when_closed_and_local_file_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    serialize(_model(), tmp_path / "m.tensors")
+    caplog.set_level(logging.INFO, logger="tensorstream.load")
+    with deserialize(tmp_path / "m.tensors", "cpu", lazy_load=True) as sd:
+        sd["embed.weight"]
+        assert _load_lines(caplog, logging.INFO) == []
+    (line,) = _load_lines(caplog, logging.INFO)
+    assert "path=local-file" in line and str(tmp_path / "m.tensors") in line
+    result = load_into_module(_meta(), tmp_path / "m.tensors", "cpu")
+    assert result.stats is not None and result.stats.path == "local-file"
+    assert result.stats.bytes == (tmp_path / "m.tensors").stat().st_size
+    assert len(_load_lines(caplog, logging.INFO)) == 2
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_cuda_is_one_clear_error_before_any_request(
+    tmp_path: Path, served: Any, http_server: HTTPTestServer,
+) -> None:
+    serialize(_model(), tmp_path / "m.tensors")
+    uri = served("m.tensors", tmp_path / "m.tensors")
+    http_server.clear_log()
+    with pytest.raises(DeviceUnavailableError, match=r"CUDA is not available.*device='cpu'") as info:
+        deserialize(uri, "cuda")
+    assert isinstance(info.value, errors.ConfigurationError) and isinstance(info.value, ValueError)
+    assert http_server.requests == []
+    with pytest.raises(DeviceUnavailableError):
+        load_into_module(_meta(), uri, "cuda:0")
+
+
+def test_unknown_device_names_the_option(tmp_path: Path) -> None:
+    serialize(_model(), tmp_path / "m.tensors")
+    with pytest.raises(errors.ConfigurationError, match="device='gpu0'"):
+        deserialize(tmp_path / "m.tensors", "gpu0")
+
+
+def test_torch_failures_become_load_errors_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A GPU running out of memory cannot be produced on CPU CI: torch's own
+    # exception is raised where tensorizer allocates, the translation is real.
+    from tensorstream.tensorizer.hook import StreamTensorDeserializer
+
+    serialize(_model(), tmp_path / "m.tensors")
+
+    def oom(self: Any, keys: Any, verify_hash: Any = None) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(StreamTensorDeserializer, "_bulk_load", oom)
+    with pytest.raises(LoadError, match="out of memory while loading") as info:
+        deserialize(tmp_path / "m.tensors", "cpu")
+    assert str(tmp_path / "m.tensors") in str(info.value)
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value, errors.TensorstreamError)
+    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
