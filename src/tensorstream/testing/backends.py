@@ -130,6 +130,15 @@ class Faults:
         self._f.reset()
 
     @property
+    def raw(self) -> Any:
+        """The fault settings of the server or proxy underneath, for the faults
+        beyond the common ones (``docs/testing.md`` lists them per backend):
+        HTTP's ``HTTPFaults`` (``wrong_content_range``, ``gzip``,
+        ``stall_after_headers``...), S3's ``HTTPProxyFaults``, Redis's
+        ``TCPFaults`` (``use_rst``, ``refuse``, ``stall``...). Reset after each test."""
+        return self._f
+
+    @property
     def dropped(self) -> int:
         """How many connections/responses ``drop_after`` has cut so far."""
         return int(self._f.dropped)
@@ -180,6 +189,19 @@ class _S3ProxyFaults(Faults):
     def __init__(self, backend: S3Backend) -> None:
         super().__init__("s3", backend.proxy.faults)
         self._b = backend
+
+    def _ignore_range(self) -> None:
+        self._f.ignore_range = True
+        if self._b.auth:
+            # Range is signed: stripping it would fail the signature check. The proxy
+            # keeps it and answers 200 with the whole object itself.
+            def whole(path: str) -> bytes:
+                from urllib.parse import unquote
+
+                bucket, _, key = unquote(path).lstrip("/").partition("/")
+                return bytes(self._b.server.get(bucket, key))
+
+            self._f.whole_body = whole
 
     def _replace_between_reads(self, key: str, data: bytes) -> None:
         target = f"/{self._b.bucket}/{key.lstrip('/')}"
@@ -260,6 +282,21 @@ class Backend:
         """Storage options to pass to tensorstream calls (a fresh copy)."""
         raise NotImplementedError
 
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that reach this backend without ``options``: the
+        names serving code already reads (``AWS_*``/``S3_*``, ``REDIS_*``,
+        ``TENSORSTREAM_HTTP_TOKEN``, ``SSL_CERT_FILE``). A fresh copy."""
+        raise NotImplementedError
+
+    def apply_env(self, monkeypatch: Any) -> dict[str, str]:
+        """Set :attr:`env` with ``monkeypatch.setenv`` (undone after the test), so an
+        unmodified loader that reads the environment reaches this backend. Returns it."""
+        env = self.env
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return env
+
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key`` directly (faults do not apply)."""
         raise NotImplementedError
@@ -274,7 +311,11 @@ class Backend:
 
 
 class S3Backend(Backend):
-    """A fresh bucket on the session's moto server, reached through a fault proxy."""
+    """A fresh bucket on the session's moto server, reached through a fault proxy.
+
+    ``auth``: whether the server checks SigV4 signatures (the default): a wrong
+    key or secret is refused as real S3 refuses it.
+    """
 
     name = "s3"
     kind = "moto"
@@ -282,7 +323,9 @@ class S3Backend(Backend):
     def __init__(self, server: Any, proxy: HTTPFaultProxy) -> None:
         self.server = server
         self.proxy = proxy
+        self.auth = bool(server.auth)
         self.bucket = _unique("ts-test-")
+        self._buckets = [self.bucket]
         server.create_bucket(self.bucket)
         self.faults = _S3ProxyFaults(self)
 
@@ -292,6 +335,37 @@ class S3Backend(Backend):
     @property
     def options(self) -> dict[str, Any]:
         return self.server.options(s3_endpoint=self.proxy.url)
+
+    @property
+    def env(self) -> dict[str, str]:
+        opts = self.options
+        env = {
+            "AWS_ACCESS_KEY_ID": opts["s3_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": opts["s3_secret_access_key"],
+            "AWS_REGION": opts["s3_region"],
+            "AWS_DEFAULT_REGION": opts["s3_region"],
+            "AWS_ENDPOINT_URL": opts["s3_endpoint"],
+            "AWS_ENDPOINT_URL_S3": opts["s3_endpoint"],
+            # vLLM's and tensorizer's names
+            "S3_ACCESS_KEY_ID": opts["s3_access_key_id"],
+            "S3_SECRET_ACCESS_KEY": opts["s3_secret_access_key"],
+            "S3_ENDPOINT_URL": opts["s3_endpoint"],
+        }
+        if opts.get("ca_bundle"):
+            env["AWS_CA_BUNDLE"] = opts["ca_bundle"]
+        return env
+
+    @property
+    def client(self) -> Any:
+        """A boto3 S3 client with the server's keys, straight to moto (no faults)."""
+        return self.server.client
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create another bucket (removed with its objects after the test); returns its name."""
+        bucket = name or _unique("ts-test-")
+        self.server.create_bucket(bucket)
+        self._buckets.append(bucket)
+        return bucket
 
     @property
     def requests(self) -> list[Any]:
@@ -311,17 +385,18 @@ class S3Backend(Backend):
         super().close()
         self.proxy.clear_log()
         client = self.server.client
-        try:
-            for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
-                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-                if keys:
-                    client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
-            for up in client.list_multipart_uploads(Bucket=self.bucket).get("Uploads", []):
-                client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"],
-                                              UploadId=up["UploadId"])
-            client.delete_bucket(Bucket=self.bucket)
-        except Exception:  # best effort: the bucket name is never reused
-            pass
+        for bucket in self._buckets:
+            try:
+                for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                    keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    if keys:
+                        client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+                for up in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+                    client.abort_multipart_upload(Bucket=bucket, Key=up["Key"],
+                                                  UploadId=up["UploadId"])
+                client.delete_bucket(Bucket=bucket)
+            except Exception:  # best effort: generated bucket names are never reused
+                pass
 
 
 class HTTPBackend(Backend):
@@ -350,6 +425,15 @@ class HTTPBackend(Backend):
         return dict(self.server.options)
 
     @property
+    def env(self) -> dict[str, str]:
+        env = {}
+        if self.token:
+            env["TENSORSTREAM_HTTP_TOKEN"] = self.token
+        if self.ca_bundle:
+            env["SSL_CERT_FILE"] = self.ca_bundle
+        return env
+
+    @property
     def requests(self) -> list[Any]:
         """Requests the server answered (``method``, ``path``, ``headers``, ``status``)."""
         return list(self.server.requests)
@@ -372,18 +456,30 @@ class RedisBackend(Backend):
     """A key prefix on the session Redis (real or fakeredis), reached through a TCP proxy.
 
     Objects are stored in tensorstream's manifest layout (``docs/redis.md``).
+    ``username``/``password`` (an ACL user, or the default user's
+    ``requirepass``) and ``tls`` say how the server was configured
+    (``@pytest.mark.tensorstream_redis(password=True, acl_user=True, tls=True)``);
+    :attr:`options` and :attr:`env` carry them, :attr:`uri` never does.
     """
 
     name = "redis"
 
-    def __init__(self, kind: str, host: str, port: int, proxy: TCPFaultProxy) -> None:
+    def __init__(self, kind: str, host: str, port: int, proxy: TCPFaultProxy, *,
+                 username: str | None = None, password: str | None = None,
+                 ca_bundle: str | None = None, client_kwargs: dict[str, Any] | None = None) -> None:
         import redis
 
         self.kind = kind
         self.host, self.port = host, port
         self.proxy = proxy
         self.prefix = _unique("t")
-        self.client: Any = redis.Redis(host=host, port=port, socket_timeout=30)
+        self.username, self.password = username, password
+        self.tls = ca_bundle is not None
+        self.ca_bundle = ca_bundle
+        #: A synchronous ``redis.Redis`` straight to the server (no faults), with
+        #: admin access.
+        self.client: Any = redis.Redis(host=host, port=port, socket_timeout=30,
+                                       **(client_kwargs or {}))
         self.faults = _RedisProxyFaults(self)
         self.faults.reset()
         self._lock = threading.Lock()
@@ -392,11 +488,32 @@ class RedisBackend(Backend):
         return f"{self.prefix}/{key.lstrip('/')}"
 
     def uri(self, key: str) -> str:
-        return f"redis://127.0.0.1:{self.proxy.port}/{self.key(key)}"
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://127.0.0.1:{self.proxy.port}/{self.key(key)}"
 
     @property
     def options(self) -> dict[str, Any]:
-        return {}
+        opts: dict[str, Any] = {}
+        if self.username:
+            opts["redis_username"] = self.username
+        if self.password:
+            opts["redis_password"] = self.password
+        if self.ca_bundle:
+            opts["ca_bundle"] = self.ca_bundle
+        return opts
+
+    @property
+    def env(self) -> dict[str, str]:
+        scheme = "rediss" if self.tls else "redis"
+        env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(self.proxy.port),
+               "REDIS_URL": f"{scheme}://127.0.0.1:{self.proxy.port}/0"}
+        if self.username:
+            env["REDIS_USERNAME"] = self.username
+        if self.password:
+            env["REDIS_PASSWORD"] = self.password
+        if self.ca_bundle:
+            env["SSL_CERT_FILE"] = self.ca_bundle
+        return env
 
     def put(self, key: str, data: bytes, *, chunk_size: int = 1 << 20) -> None:
         from ..providers.redis.layout import chunk_key, manifest_fields
@@ -460,23 +577,24 @@ class BackendServers:
         #: An empty directory for isolated ``HOME``/AWS config files (the plugin sets it).
         self.sandbox: str = ""
         self._lock = threading.Lock()
-        self._s3: tuple[Any, HTTPFaultProxy] | None = None
+        self._s3: dict[bool, tuple[Any, HTTPFaultProxy]] = {}
         self._http: dict[tuple[bool, str | bool | None], Any] = {}
         self._redis: tuple[str, str, int, TCPFaultProxy] | None = None
+        self._redis_secured: dict[tuple[Any, ...], tuple[Any, TCPFaultProxy]] = {}
         self._closers: list[Callable[[], None]] = []
 
-    def s3(self) -> S3Backend:
+    def s3(self, *, auth: bool = True) -> S3Backend:
+        """``auth=False``: a server that does not check signatures (any key works)."""
         with self._lock:
-            if self._s3 is None:
+            if auth not in self._s3:
                 from .s3_server import MotoS3Server
 
-                # No signature checks: the proxy may strip signed headers (Range).
-                server = MotoS3Server(auth=False).start()
+                server = MotoS3Server(auth=auth).start()
                 self._closers.append(server.stop)
                 proxy = HTTPFaultProxy(server.endpoint_url).start()
                 self._closers.append(proxy.stop)
-                self._s3 = (server, proxy)
-        return S3Backend(*self._s3)
+                self._s3[auth] = (server, proxy)
+        return S3Backend(*self._s3[auth])
 
     def http(self, *, tls: bool = False, token: str | bool | None = None) -> HTTPBackend:
         """``token=True``: require a bearer token made up once per session."""
@@ -492,12 +610,51 @@ class BackendServers:
                 self._http[key] = server
         return HTTPBackend(server)
 
-    def redis(self) -> RedisBackend:
+    def redis(self, *, password: str | bool | None = None, acl_user: Any = None,
+              tls: bool = False) -> RedisBackend:
+        """Plain Redis (``redis-server`` or fakeredis, see ``redis=``), or, with
+        ``password`` (``True``: made up), ``acl_user`` (``True``, a user name or
+        ``(name, password)``) or ``tls=True``, a ``redis-server`` configured so
+        (one per configuration per session; needs ``redis-server``)."""
+        if password is None and acl_user is None and not tls:
+            with self._lock:
+                if self._redis is None:
+                    self._redis = self._start_redis()
+            kind, host, port, proxy = self._redis
+            return RedisBackend(kind, host, port, proxy)
+        key = (password, acl_user if not isinstance(acl_user, list) else tuple(acl_user), bool(tls))
         with self._lock:
-            if self._redis is None:
-                self._redis = self._start_redis()
-        kind, host, port, proxy = self._redis
-        return RedisBackend(kind, host, port, proxy)
+            if key not in self._redis_secured:
+                self._redis_secured[key] = self._start_secured_redis(password, acl_user, tls)
+        server, proxy = self._redis_secured[key]
+        user, user_pw = next(iter(server.acl_users.items()), (None, None))
+        client_kwargs: dict[str, Any] = {"password": server.password}
+        if server.tls:
+            client_kwargs.update(ssl=True, ssl_ca_certs=server.ca_file)
+        return RedisBackend(
+            "redis-server", server.host, server.port, proxy, username=user,
+            password=user_pw if user else server.password,
+            ca_bundle=server.ca_file if server.tls else None, client_kwargs=client_kwargs,
+        )
+
+    def _start_secured_redis(self, password: str | bool | None, acl_user: Any,
+                             tls: bool) -> tuple[Any, TCPFaultProxy]:
+        from .redis_server import RedisServer
+
+        if password is True:
+            password = "tspw-" + secrets.token_hex(8)
+        users: dict[str, str] = {}
+        if acl_user:
+            if acl_user is True:
+                acl_user = "tensorstream-test"
+            name, pw = (acl_user, "tsacl-" + secrets.token_hex(8)) if isinstance(acl_user, str) \
+                else tuple(acl_user)
+            users[str(name)] = str(pw)
+        server = RedisServer(password=password or None, acl_users=users, tls=tls).start()
+        self._closers.append(server.stop)
+        proxy = TCPFaultProxy(server.host, server.port).start()
+        self._closers.append(proxy.stop)
+        return server, proxy
 
     def _start_redis(self) -> tuple[str, str, int, TCPFaultProxy]:
         from .redis_server import RedisServer, redis_available
@@ -537,8 +694,10 @@ class BackendServers:
         """Stop every server that was started (in reverse order); never raises."""
         with self._lock:
             closers, self._closers = self._closers, []
-            self._s3, self._redis = None, None
+            self._redis = None
+            self._s3.clear()
             self._http.clear()
+            self._redis_secured.clear()
         for close in reversed(closers):
             try:
                 close()

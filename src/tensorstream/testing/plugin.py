@@ -3,14 +3,23 @@
 Registered through the ``pytest11`` entry point, so any project that installs
 tensorstream (with its ``test`` extra) gets, with no conftest:
 
-* ``tensorstream_s3`` -- moto's S3 server behind an HTTP fault proxy; a fresh
-  bucket per test; AWS/S3 environment variables and config files isolated;
+* ``tensorstream_s3`` -- moto's S3 server checking signatures, behind an HTTP
+  fault proxy; a fresh bucket per test; AWS/S3 environment variables and config
+  files isolated; ``@pytest.mark.tensorstream_s3(auth=False)`` for a server that
+  accepts any key;
 * ``tensorstream_http`` -- an aiohttp object server (Range, ETag); mark a test
   ``@pytest.mark.tensorstream_http(tls=True, token=True)`` for TLS (trustme CA
   in ``.ca_bundle``) and/or bearer auth;
 * ``tensorstream_redis`` -- Debian's ``redis-server`` when installed, else
   fakeredis (``.kind`` says which), behind a TCP fault proxy;
+  ``@pytest.mark.tensorstream_redis(password=True, acl_user=True, tls=True)``
+  for a ``redis-server`` with a password, an ACL user and/or TLS;
 * ``tensorstream_backend`` -- each of the above in turn (ids ``s3``, ``http``, ``redis``).
+
+Every marker also takes ``env=True``: the backend's :attr:`~.Backend.env`
+(``AWS_*``/``S3_*``, ``REDIS_*``, ``TENSORSTREAM_HTTP_TOKEN``...) is set for the
+test, so loaders that read the environment reach it unmodified
+(``backend.apply_env(monkeypatch)`` does the same from inside a test).
 
 Servers live for the whole session and start on first use; every test gets
 its own bucket or key prefix, and faults are reset after it, pass or fail.
@@ -31,6 +40,13 @@ if TYPE_CHECKING:
 
 REAL_REDIS_MARK = "tensorstream_real_redis"
 HTTP_MARK = "tensorstream_http"
+S3_MARK = "tensorstream_s3"
+REDIS_MARK = "tensorstream_redis"
+_MARK_ARGS = {
+    S3_MARK: {"auth", "env"},
+    HTTP_MARK: {"tls", "token", "env"},
+    REDIS_MARK: {"password", "acl_user", "tls", "env"},
+}
 _ENV_PREFIXES = ("AWS_", "S3_", "REDIS_")
 
 
@@ -52,8 +68,16 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{REAL_REDIS_MARK}: this test needs Debian's redis-server, not fakeredis"
     )
     config.addinivalue_line(
-        "markers", f"{HTTP_MARK}(tls=False, token=None): configure the tensorstream_http "
-                   "server (token=True makes one up)"
+        "markers", f"{HTTP_MARK}(tls=False, token=None, env=False): configure the "
+                   "tensorstream_http server (token=True makes one up)"
+    )
+    config.addinivalue_line(
+        "markers", f"{S3_MARK}(auth=True, env=False): auth=False serves S3 without "
+                   "signature checks; env=True sets AWS_*/S3_* for the test"
+    )
+    config.addinivalue_line(
+        "markers", f"{REDIS_MARK}(password=None, acl_user=None, tls=False, env=False): a "
+                   "redis-server with a password (True makes one up), an ACL user and/or TLS"
     )
 
 
@@ -90,26 +114,49 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, servers: BackendServers) -> None:
         monkeypatch.setenv(name, "127.0.0.1,localhost")
 
 
-def _closing(backend: Backend) -> Iterator[Any]:
+def _closing(backend: Backend, monkeypatch: pytest.MonkeyPatch, env: bool) -> Iterator[Any]:
     try:
+        if env:
+            backend.apply_env(monkeypatch)
         yield backend
     finally:
         backend.close()
 
 
+def _settings(request: pytest.FixtureRequest, mark: str) -> dict[str, Any]:
+    """The marker's keywords, then indirect parametrisation's dict (which wins)."""
+    kwargs: dict[str, Any] = {}
+    marker = request.node.get_closest_marker(mark)
+    if marker is not None:
+        kwargs.update(marker.kwargs)
+    if isinstance(getattr(request, "param", None), dict):
+        kwargs.update(request.param)
+    unknown = set(kwargs) - _MARK_ARGS[mark]
+    if unknown:
+        raise TypeError(f"{mark} takes {', '.join(sorted(_MARK_ARGS[mark]))}, "
+                        f"not {', '.join(sorted(unknown))}")
+    return kwargs
+
+
 @pytest.fixture
 def tensorstream_s3(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> Iterator[S3Backend]:
     """A fresh bucket on moto's S3 server, reached through a fault proxy.
 
-    The environment is isolated for the test (as for every backend fixture):
-    ``AWS_*``/``S3_*``/``REDIS_*`` variables are removed, AWS config and
-    credential files point at an empty file, ``HOME`` at an empty directory
-    and instance metadata is disabled; all restored after the test.
+    The server checks SigV4 signatures: only ``options``' keys (or ``env``'s)
+    are accepted, a wrong key or secret fails as on real S3.
+    ``@pytest.mark.tensorstream_s3(auth=False)`` gives a server that accepts
+    any key. The environment is isolated for the test (as for every backend
+    fixture): ``AWS_*``/``S3_*``/``REDIS_*`` variables are removed, AWS config
+    and credential files point at an empty file, ``HOME`` at an empty
+    directory and instance metadata is disabled; all restored after the test.
     """
+    kwargs = _settings(request, S3_MARK)
+    env = bool(kwargs.pop("env", False))
     _isolate(monkeypatch, tensorstream_servers)
-    yield from _closing(tensorstream_servers.s3())
+    yield from _closing(tensorstream_servers.s3(**kwargs), monkeypatch, env)
 
 
 @pytest.fixture
@@ -122,17 +169,10 @@ def tensorstream_http(
     Configure with ``@pytest.mark.tensorstream_http(tls=True, token=True)`` or
     indirect parametrisation with a dict of the same keywords.
     """
-    kwargs: dict[str, Any] = {}
-    marker = request.node.get_closest_marker(HTTP_MARK)
-    if marker is not None:
-        kwargs.update(marker.kwargs)
-    if isinstance(getattr(request, "param", None), dict):
-        kwargs.update(request.param)
-    unknown = set(kwargs) - {"tls", "token"}
-    if unknown:
-        raise TypeError(f"{HTTP_MARK} takes tls= and token=, not {', '.join(sorted(unknown))}")
+    kwargs = _settings(request, HTTP_MARK)
+    env = bool(kwargs.pop("env", False))
     _isolate(monkeypatch, tensorstream_servers)
-    yield from _closing(tensorstream_servers.http(**kwargs))
+    yield from _closing(tensorstream_servers.http(**kwargs), monkeypatch, env)
 
 
 @pytest.fixture
@@ -145,17 +185,30 @@ def tensorstream_redis(
 
     ``@pytest.mark.tensorstream_real_redis`` or ``--tensorstream-require-real-redis``
     make a missing ``redis-server`` an error instead of a fallback.
+    ``@pytest.mark.tensorstream_redis(password=True, acl_user=True, tls=True)``
+    (any of them) gives a ``redis-server`` with a password, an ACL user and/or
+    TLS; ``options`` and ``env`` carry the credentials and CA bundle.
     """
+    kwargs = _settings(request, REDIS_MARK)
+    env = bool(kwargs.pop("env", False))
+    secured = any(kwargs.get(k) for k in ("password", "acl_user", "tls"))
+    if secured:
+        from .redis_server import redis_available
+
+        if not redis_available():
+            pytest.fail(f"{REDIS_MARK}({', '.join(sorted(kwargs))}) needs Debian's redis-server "
+                        "(fakeredis has no TLS or ACL users): apt-get install redis-server",
+                        pytrace=False)
     require_real = (request.node.get_closest_marker(REAL_REDIS_MARK) is not None
                     or request.config.getoption("--tensorstream-require-real-redis"))
-    backend = tensorstream_servers.redis()
+    backend = tensorstream_servers.redis(**kwargs)
     if require_real and backend.kind != "redis-server":
         backend.close()
         pytest.fail("this test requires Debian's redis-server (tensorstream_real_redis), but "
                     "redis-server is not installed or --tensorstream-redis=fake was given",
                     pytrace=False)
     _isolate(monkeypatch, tensorstream_servers)
-    yield from _closing(backend)
+    yield from _closing(backend, monkeypatch, env)
 
 
 @pytest.fixture(params=["s3", "http", "redis"])

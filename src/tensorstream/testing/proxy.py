@@ -287,6 +287,10 @@ class HTTPProxyFaults:
     retry_after: float | None = None
     #: Strip ``Range``/``If-Range`` from requests: the upstream answers 200 with the whole body.
     ignore_range: bool = False
+    #: For upstreams that check signatures (moto with auth): ``path -> whole object``.
+    #: With ``ignore_range`` the signed ``Range`` then stays, and the proxy answers
+    #: 200 with these bytes itself (the upstream's other headers kept).
+    whole_body: Callable[[str], bytes] | None = None
     #: Awaited before each affected request is forwarded (after latency and the status script).
     before_forward: RequestHook | None = None
 
@@ -418,17 +422,28 @@ class HTTPFaultProxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         # Keep the client's Host: SigV4 signs it, so the upstream must see the same one.
         headers["Host"] = request.host
-        if affected and f.ignore_range:
+        has_range = any(k.lower() == "range" for k in headers)
+        answer_whole = affected and f.ignore_range and f.whole_body is not None and has_range
+        if affected and f.ignore_range and not answer_whole:
             headers = {k: v for k, v in headers.items() if k.lower() not in ("range", "if-range")}
         async with self._session.request(
             request.method, self.upstream + request.path_qs, headers=headers,
             data=body if body else None, allow_redirects=False,
         ) as upstream:
             out = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
-            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=out)
-            if upstream.content_length is not None:
-                resp.content_length = upstream.content_length
-            self._record(request, upstream.status)
+            status, reason, length = upstream.status, upstream.reason, upstream.content_length
+            read = upstream.content.read
+            if answer_whole and status == 206 and f.whole_body is not None:
+                whole = await asyncio.get_running_loop().run_in_executor(
+                    None, f.whole_body, request.path)
+                out = {k: v for k, v in out.items()
+                       if k.lower() not in ("content-range", "content-length")}
+                status, reason, length = 200, "OK", len(whole)
+                read = _MemoryBody(whole).read
+            resp = web.StreamResponse(status=status, reason=reason, headers=out)
+            if length is not None:
+                resp.content_length = length
+            self._record(request, status)
             await resp.prepare(request)
             if request.method == "HEAD":
                 return resp
@@ -443,14 +458,14 @@ class HTTPFaultProxy:
                     size = min(size, limit - sent)
                 if size <= 0:
                     break
-                data = await upstream.content.read(size)
+                data = await read(size)
                 if not data:
                     break
                 await resp.write(data)
                 sent += len(data)
                 if rate:
                     await asyncio.sleep(len(data) / rate)
-            if limit is not None and (upstream.content_length or 0) > sent:
+            if limit is not None and (length or 0) > sent:
                 f.dropped += 1
                 if request.transport is not None:  # the client sees a short body
                     request.transport.close()
@@ -472,3 +487,16 @@ class HTTPFaultProxy:
             headers["Content-Type"] = "application/xml"
         self._record(request, status)
         return web.Response(status=status, body=body, headers=headers)
+
+
+class _MemoryBody:
+    """``upstream.content.read`` over bytes held in memory."""
+
+    def __init__(self, data: bytes) -> None:
+        self._view = memoryview(data)
+        self._pos = 0
+
+    async def read(self, size: int) -> bytes:
+        chunk = bytes(self._view[self._pos:self._pos + size])
+        self._pos += len(chunk)
+        return chunk

@@ -1,0 +1,188 @@
+"""Fixtures that fit existing code: the environment mode, S3 signature checks,
+Redis with a password / ACL user / TLS, documented clients and raw faults, and
+an async test (issue 18)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tensorstream
+from tensorstream.errors import (
+    MissingCredentialsError,
+    PermissionDeniedError,
+    ProtocolError,
+    TensorstreamError,
+)
+
+pytest_plugins = ["pytester"]
+
+
+def serving_code_load(uri: str) -> bytes:
+    """How serving code is written: no options, credentials from the environment."""
+    with tensorstream.open(uri) as f:
+        return f.read()
+
+
+# -- environment mode ---------------------------------------------------------------
+
+
+def test_s3_env_mode_reaches_the_bucket_with_unmodified_code(tensorstream_s3, monkeypatch):
+    tensorstream_s3.put("m.bin", b"weights")
+    with pytest.raises(TensorstreamError):  # isolated: no endpoint, no keys
+        serving_code_load(tensorstream_s3.uri("m.bin"))
+    env = tensorstream_s3.apply_env(monkeypatch)
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION",
+            "S3_ENDPOINT_URL", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY"} <= set(env)
+    assert serving_code_load(tensorstream_s3.uri("m.bin")) == b"weights"
+    # vLLM's names reach TensorizerConfig's stream too.
+    cfg = tensorstream.TensorizerConfig(tensorizer_uri=tensorstream_s3.uri("m.bin"))
+    with cfg.open_stream() as f:
+        assert f.read() == b"weights"
+
+
+@pytest.mark.tensorstream_s3(env=True)
+def test_s3_env_marker(tensorstream_s3):
+    tensorstream_s3.put("m.bin", b"x" * 1000)
+    assert serving_code_load(tensorstream_s3.uri("m.bin")) == b"x" * 1000
+
+
+@pytest.mark.tensorstream_http(tls=True, token=True, env=True)
+def test_http_env_marker_gives_token_and_ca(tensorstream_http):
+    tensorstream_http.put("m.bin", b"secure")
+    assert serving_code_load(tensorstream_http.uri("m.bin")) == b"secure"
+    assert tensorstream_http.requests[-1].headers["Authorization"] == f"Bearer {tensorstream_http.token}"
+
+
+def test_env_is_undone_after_the_test():
+    import os
+
+    assert not any(n.startswith(("AWS_ENDPOINT", "S3_", "REDIS_")) for n in os.environ)
+
+
+# -- S3 signature checks --------------------------------------------------------------
+
+
+def test_s3_checks_signatures_by_default(tensorstream_s3):
+    tensorstream_s3.put("m.bin", b"data")
+    assert tensorstream_s3.auth
+    wrong = {**tensorstream_s3.options, "s3_secret_access_key": "not-the-secret"}
+    with pytest.raises(PermissionDeniedError, match="refused"):
+        with tensorstream.open(tensorstream_s3.uri("m.bin"), **wrong) as f:
+            f.read()
+    with tensorstream.open(tensorstream_s3.uri("m.bin"), **tensorstream_s3.options) as f:
+        assert f.read() == b"data"
+
+
+@pytest.mark.tensorstream_s3(auth=False)
+def test_s3_without_signature_checks_accepts_any_key(tensorstream_s3):
+    tensorstream_s3.put("m.bin", b"data")
+    assert not tensorstream_s3.auth
+    wrong = {**tensorstream_s3.options, "s3_secret_access_key": "anything"}
+    with tensorstream.open(tensorstream_s3.uri("m.bin"), **wrong) as f:
+        assert f.read() == b"data"
+
+
+def test_s3_ignore_range_works_with_signatures_on(tensorstream_s3):
+    tensorstream_s3.put("m.bin", bytes(range(256)) * 4096)
+    tensorstream_s3.faults.ignore_range()
+    with pytest.raises(ProtocolError):
+        with tensorstream.open(tensorstream_s3.uri("m.bin"), **tensorstream_s3.options,
+                               stream_reads=False) as f:
+            f.seek(1000)
+            f.read(5000)
+
+
+def test_s3_client_and_extra_buckets(tensorstream_s3):
+    other = tensorstream_s3.create_bucket()
+    tensorstream_s3.client.put_object(Bucket=other, Key="a", Body=b"via boto3")
+    with tensorstream.open(f"s3://{other}/a", **tensorstream_s3.options) as f:
+        assert f.read() == b"via boto3"
+    names = {b["Name"] for b in tensorstream_s3.client.list_buckets()["Buckets"]}
+    assert {other, tensorstream_s3.bucket} <= names
+
+
+# -- Redis with a password, an ACL user, TLS ----------------------------------------------
+
+
+@pytest.mark.tensorstream_redis(password=True)
+def test_redis_with_a_password(tensorstream_redis, monkeypatch):
+    tensorstream_redis.put("m.bin", b"locked")
+    assert tensorstream_redis.password and tensorstream_redis.password not in tensorstream_redis.uri("m.bin")
+    with pytest.raises(PermissionDeniedError):
+        serving_code_load(tensorstream_redis.uri("m.bin"))
+    with tensorstream.open(tensorstream_redis.uri("m.bin"), **tensorstream_redis.options) as f:
+        assert f.read() == b"locked"
+    tensorstream_redis.apply_env(monkeypatch)
+    assert serving_code_load(tensorstream_redis.uri("m.bin")) == b"locked"
+    assert tensorstream_redis.client.ping()
+
+
+@pytest.mark.tensorstream_redis(password=True, acl_user=True, env=True)
+def test_redis_with_an_acl_user(tensorstream_redis):
+    tensorstream_redis.put("m.bin", b"acl")
+    assert tensorstream_redis.username == "tensorstream-test"
+    assert serving_code_load(tensorstream_redis.uri("m.bin")) == b"acl"
+    wrong = {**tensorstream_redis.options, "redis_password": "wrong"}
+    with pytest.raises(PermissionDeniedError):
+        with tensorstream.open(tensorstream_redis.uri("m.bin"), **wrong) as f:
+            f.read()
+
+
+@pytest.mark.tensorstream_redis(tls=True, password=True)
+def test_redis_over_tls(tensorstream_redis):
+    data = bytes(range(256)) * 8192
+    tensorstream_redis.put("m.bin", data)
+    uri = tensorstream_redis.uri("m.bin")
+    assert uri.startswith("rediss://") and tensorstream_redis.ca_bundle
+    with tensorstream.open(uri, **tensorstream_redis.options) as f:
+        assert f.read() == data
+    tensorstream_redis.faults.drop_after(300_000, times=1)  # faults still apply over TLS
+    with tensorstream.open(uri, **tensorstream_redis.options) as f:
+        assert f.read() == data
+
+
+def test_unsecured_redis_needs_no_credentials(tensorstream_redis):
+    tensorstream_redis.put("m.bin", b"open")
+    assert tensorstream_redis.options == {} and "REDIS_PASSWORD" not in tensorstream_redis.env
+    assert serving_code_load(tensorstream_redis.uri("m.bin")) == b"open"
+
+
+def test_unknown_marker_argument_is_an_error(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.tensorstream_redis(pasword=True)
+        def test_x(tensorstream_redis):
+            pass
+    """)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*tensorstream_redis takes acl_user, env, password, tls, not pasword*"])
+
+
+# -- every fault, and async tests -------------------------------------------------------
+
+
+def test_raw_faults_beyond_the_common_ones(tensorstream_http):
+    tensorstream_http.put("m.bin", b"z" * 100_000)
+    tensorstream_http.faults.raw.wrong_content_range = True
+    with pytest.raises(ProtocolError):
+        with tensorstream.open(tensorstream_http.uri("m.bin"), **tensorstream_http.options,
+                               stream_reads=False) as f:
+            f.seek(10)
+            f.read(1000)
+
+
+async def test_async_read_range(tensorstream_backend):
+    # pyproject: asyncio_mode = "auto" (else mark it @pytest.mark.asyncio)
+    tensorstream_backend.put("m.bin", b"0123456789")
+    got = await tensorstream.read_range(tensorstream_backend.uri("m.bin"), 2, 5,
+                                        **tensorstream_backend.options)
+    assert got == b"234"
+
+
+def test_missing_credentials_names_where_it_looked(tensorstream_s3):
+    tensorstream_s3.put("m.bin", b"x")
+    with pytest.raises(MissingCredentialsError):
+        serving_code_load(tensorstream_s3.uri("m.bin"))
