@@ -194,7 +194,6 @@ def ensure_model(cache: Path, size: int, seed: int = 0, shape: str = "llama") ->
             return manifest
     folder.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
-
     from tensorizer import TensorSerializer
 
     sd = _generate(shape, size, seed)
@@ -279,7 +278,6 @@ def load_redis(port: int, path: str, ts_key: str | None, tz_key: str = "model") 
     import shutil
 
     import redis
-
     from tensorizer import TensorDeserializer
 
     client = redis.Redis(port=port)

@@ -155,7 +155,7 @@ def test_one_info_line_and_stats_per_load_over_http(
     assert stats.uri in line and "X-Amz-Signature" in stats.uri
     assert stats.bytes >= size - 4096 and stats.seconds > 0 and stats.gb_per_s > 0
     assert stats.retries == 1 and stats.requests >= 2
-    assert stats.path.split("+")[0] in ("streamed", "ranged", "ranged-wide")
+    assert stats.path.split("+")[0] in ("streamed", "ranged")
     assert stats.readers >= 1 and stats.tensors == len(model.state_dict())
     for needle in (f"{stats.bytes / 1e6:.1f} MB", "GB/s", f"path={stats.path}",
                    f"readers={stats.readers}", f"requests={stats.requests}", "retries=1"):

@@ -243,6 +243,8 @@ class _LoadRecord:
             load_log.debug("no statistics for %s", self.where, exc_info=True)
             return
         load_log.info("%s", stats)
+        for i, decision in enumerate(stats.decisions):
+            load_log.debug("%s reader %d: %s", self.where, i, decision)
 
 
 def deserialize(

@@ -22,9 +22,7 @@ log = logging.getLogger("tensorstream.load")
 #: ``StreamReader.read_stats()["phase"]`` -> the read path it stands for.
 _PATHS = {
     "stream": "streamed",  # one sequential request per reader, received in place
-    "base": "ranged",  # concurrent ranged requests, narrow read-ahead
-    "wide": "ranged-wide",  # a slow link: many ranged requests in flight
-    "settled": "ranged",
+    "ranged": "ranged",  # concurrent ranged requests with read-ahead
 }
 
 
@@ -35,9 +33,10 @@ class LoadStats:
     ``path`` is the read path: ``"local-file"`` (a plain OS file read by the
     kernel), ``"local"`` (positional reads of a local file through
     tensorstream), ``"streamed"`` (one streamed request per reader, received
-    straight into the tensors), ``"ranged"`` / ``"ranged-wide"`` (concurrent
-    ranged requests with narrow / wide read-ahead); a load that changed path
-    part-way names both (``"streamed+ranged-wide"``).
+    straight into the tensors), ``"ranged"`` (concurrent ranged requests with
+    read-ahead; ``connections`` says how wide it went); a load that changed
+    path part-way names both (``"streamed+ranged"``). ``decisions`` holds each
+    reader's last read-path decision and its reason.
     """
 
     uri: str
@@ -58,6 +57,10 @@ class LoadStats:
     #: Bytes a resumed request did not have to fetch again after a broken body.
     resumed_bytes: int = 0
     tensors: int = 0
+    #: The most concurrent requests any reader had (the read-ahead's width).
+    connections: int = 0
+    #: Each reader's current mode and the reason the read engine gave for it.
+    decisions: tuple[str, ...] = ()
 
     @property
     def gb_per_s(self) -> float:
@@ -116,6 +119,10 @@ def collect(
         streams=sum(int(st.get("streams", 0) or 0) for st in per_reader),
         resumed_bytes=int(getattr(metrics, "resumed_bytes", 0)),
         tensors=tensors,
+        connections=max((int(st.get("peak_active", st.get("active", 0)) or 0)
+                         for st in per_reader), default=0),
+        decisions=tuple(f"{st.get('phase')}: {st.get('reason')}" for st in per_reader
+                        if st.get("reason")),
     )
 
 

@@ -1,0 +1,293 @@
+"""Every Python and shell example in README.md and docs/*.md runs here (Sybil).
+
+Each page is one test: its fenced blocks run in order, Python blocks in one
+namespace per page, shell blocks with ``bash -euo pipefail`` in a scratch
+directory. The pages run against real servers on loopback: moto's S3 server
+(signatures checked) with the buckets the examples name (``models``,
+``bucket``, ``keys``), reached through the environment as serving code
+would (``AWS_*``, see docs/testing.md's environment mode).
+
+* A Python block that defines pytest tests (``def test_...``) is written to a
+  file of the page's scratch project and run with pytest there (with
+  tensorstream's plugin, so its fixtures are the real servers); blocks
+  fenced with ``title="path"`` (``ini``, ``python``) are written as that file.
+* ``<!-- invisible-code-block: python -->`` comments set up names an example
+  assumes (a ``model``...), as Sybil defines them.
+* An example that cannot run here is preceded by
+  ``<!-- skip: next "why" -->`` (Sybil's skip directive; a reason is required,
+  :func:`test_every_skip_says_why`), or ``if(not CUDA, reason="...")`` for one
+  that runs where a GPU is present.
+* Blocks in other languages (``text``, ``toml``, untitled ``ini``) are output or
+  configuration, not commands; :func:`test_every_block_has_a_known_language`
+  keeps a new language from being silently ignored.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from sybil import Example, Region, Sybil
+from sybil.parsers.markdown import SkipParser
+from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFencedCodeBlockLexer
+
+import tensorstream
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUN = {"python", "bash", "sh", "console"}
+NOT_COMMANDS = {"text", "toml", "ini", "json", "yaml"}
+BUCKETS = ("models", "bucket", "keys")
+
+
+# -- the parser: every fenced block, with its language and title ---------------------------------
+
+
+class FencedBlocks:
+    """A Sybil parser yielding every fenced block (and invisible Python block) as
+    ``(language, title, source)`` evaluated by :func:`evaluate`."""
+
+    def __init__(self) -> None:
+        self.fenced = RawFencedCodeBlockLexer(info_pattern=re.compile(r"(?P<info>[^\n]*)$\n", re.M))
+        self.invisible = DirectiveInHTMLCommentLexer(directive="invisible-code-block",
+                                                     arguments=".+")
+
+    def __call__(self, document: Any) -> Iterator[Region]:
+        for region in self.fenced(document):
+            info = str(region.lexemes["info"]).strip()
+            language, _, attrs = info.partition(" ")
+            title = re.search(r'title="([^"]+)"', attrs)
+            yield Region(region.start, region.end,
+                         (language, title.group(1) if title else None, str(region.lexemes["source"])),
+                         evaluate)
+        for region in self.invisible(document):
+            yield Region(region.start, region.end,
+                         (str(region.lexemes["arguments"]).strip(), None,
+                          textwrap.dedent(str(region.lexemes["source"]))), evaluate)
+
+
+SYBIL = Sybil(parsers=[FencedBlocks(), SkipParser()], path=str(ROOT))
+
+
+def evaluate(example: Example) -> None:
+    language, title, source = example.parsed
+    ns = example.namespace
+    project: Path = ns["__project__"]
+    if title:
+        target = project / title
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source)
+        if language == "python" and _defines_tests(source):
+            _run_pytest(project, title, example)
+        return
+    if language == "python":
+        if _defines_tests(source):
+            name = f"test_doc_{Path(example.path).stem.replace('-', '_')}_{example.line}.py"
+            (project / name).write_text(source)
+            _run_pytest(project, name, example)
+        else:
+            _exec(source, ns, f"{example.path}:{example.line}")
+    elif language in ("bash", "sh"):
+        _shell(source, ns, example)
+    elif language == "console":
+        commands = [line[2:] for line in source.splitlines() if line.startswith("$ ")]
+        _shell("\n".join(commands), ns, example)
+    elif language == "ini" and "[pytest]" in source:
+        (project / "pytest.ini").write_text(source)  # the settings the next tests run with
+
+
+def _defines_tests(source: str) -> bool:
+    return re.search(r"^(async )?def test_", source, re.M) is not None
+
+
+def _exec(source: str, ns: dict[str, Any], where: str) -> None:
+    code = compile(source, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    if code.co_flags & 0x80:  # CO_COROUTINE: the block awaits at top level
+        asyncio.run(eval(code, ns))
+    else:
+        exec(code, ns)
+
+
+def _shell(source: str, ns: dict[str, Any], example: Example) -> None:
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", source], cwd=ns["__project__"],
+                          env=ns["__env__"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise AssertionError(f"{example.path}:{example.line}: exit {done.returncode}\n"
+                             f"{source}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
+
+
+def _run_pytest(project: Path, name: str, example: Example) -> None:
+    if not (project / "pytest.ini").exists():
+        (project / "pytest.ini").write_text(
+            "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_", "REDIS_"))}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    done = subprocess.run([sys.executable, "-m", "pytest", name, "-q", "-p", "no:cacheprovider",
+                           "-p", "no:randomly", "--timeout=300"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600)
+    tail = done.stdout[-3000:]
+    if done.returncode != 0 or " passed" not in done.stdout:
+        raise AssertionError(f"{example.path}:{example.line}: the example's tests failed\n{tail}"
+                             f"\n{done.stderr[-2000:]}")
+
+
+# -- the servers the pages run against ------------------------------------------------------------
+
+
+class TinyModel(torch.nn.Module):
+    """What the pages call ``model``: small, with nested modules and a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 32)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(32, 32) for _ in range(2)])
+        self.register_buffer("scale", torch.ones(2))
+
+
+class World:
+    """moto's S3 server with the examples' buckets and files, and the environment reaching it."""
+
+    FILES = (("models", "llama/model.tensors"), ("models", "llama.tensors"),
+             ("models", "m.tensors"), ("bucket", "model.tensors"))
+
+    def __init__(self, s3: Any, sandbox: Path) -> None:
+        from tensorstream.testing.s3_server import isolated_s3_env
+
+        self.s3 = s3
+        for bucket in BUCKETS:
+            s3.create_bucket(bucket)
+        torch.manual_seed(0)
+        model_file = sandbox / "model.tensors"
+        tensorstream.serialize(TinyModel().state_dict(), model_file)
+        self.data = model_file.read_bytes()
+        opts = s3.options()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_", "REDIS_"))}
+        env.update(isolated_s3_env(str(sandbox)))
+        env.update({
+            "AWS_ACCESS_KEY_ID": opts["s3_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": opts["s3_secret_access_key"],
+            "AWS_REGION": opts["s3_region"],
+            "AWS_ENDPOINT_URL": opts["s3_endpoint"],
+            "NO_PROXY": "127.0.0.1,localhost",
+            "PYTHONPATH": str(ROOT / "src"),
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+        })
+        self.env = env
+
+    def reset(self) -> None:
+        """Every page starts from the same objects (pages write and overwrite)."""
+        client = self.s3.client
+        for bucket in BUCKETS:
+            keys = [{"Key": o["Key"]} for o in
+                    client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+        for bucket, key in self.FILES:
+            self.s3.put(bucket, key, self.data)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    from tensorstream.testing.s3_server import MotoS3Server
+
+    with MotoS3Server(auth=True) as s3:
+        yield World(s3, tmp_path_factory.mktemp("docs-sandbox"))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_examples_run(page: Path, world: World, monkeypatch: pytest.MonkeyPatch,
+                      tmp_path: Path) -> None:
+    world.reset()
+    for name in list(os.environ):
+        if name.startswith(("AWS_", "S3_", "REDIS_")):
+            monkeypatch.delenv(name)
+    for name, value in world.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    # What an example may change in this process is put back afterwards.
+    from tensorstream.providers import registry
+
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    for name in ("", "tensorstream"):
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+        monkeypatch.setattr(logger, "level", logger.level)
+    document = SYBIL.parse(page)
+    torch.manual_seed(0)
+    document.namespace.update({
+        "__name__": "__main__", "__project__": tmp_path, "__env__": world.env,
+        "CUDA": torch.cuda.is_available(), "tensorstream": tensorstream, "torch": torch,
+        # "your model" in the pages: matches the files on the test server
+        "MyModel": TinyModel, "model": TinyModel(),
+    })
+    ran, skipped = 0, []
+    for example in document.examples():
+        try:
+            example.evaluate()
+        except unittest.SkipTest as why:
+            skipped.append(f"line {example.line}: {why}")
+            continue
+        if example.parsed and example.parsed[0] in RUN:
+            ran += 1
+    print(f"{page.name}: {ran} example(s) run, {len(skipped)} skipped", *skipped, sep="\n  ")
+
+
+def _fences(text: str) -> list[tuple[int, str]]:
+    out, inside = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"^\s*(`{3,}|~{3,})(.*)$", line)
+        if m:
+            if not inside:
+                out.append((number, m.group(2).strip().split(" ")[0]))
+            inside = not inside
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_block_has_a_known_language(page: Path) -> None:
+    unknown = [(n, lang) for n, lang in _fences(page.read_text()) if lang not in RUN | NOT_COMMANDS]
+    assert not unknown, (f"{page.name}: blocks at {unknown} have no language this test knows; "
+                         f"use one of {sorted(RUN | NOT_COMMANDS)}")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_skip_says_why(page: Path) -> None:
+    for directive in re.findall(r"<!--\s*skip:\s*(.*?)-->", page.read_text(), re.S):
+        assert re.match(r'(next|start)\s+(".+"|if\(.+reason=".+"\))\s*$', directive.strip()), (
+            f"{page.name}: skip without a reason: {directive!r}")
+
+
+def test_the_docs_test_fails_on_a_broken_example(tmp_path: Path) -> None:
+    page = tmp_path / "broken.md"
+    page.write_text("```python\nimport tensorstream\ntensorstream.stat_nope\n```\n")
+    document = SYBIL.parse(page)
+    document.namespace.update({"__project__": tmp_path, "__env__": dict(os.environ)})
+    with pytest.raises(AttributeError):
+        for example in document.examples():
+            example.evaluate()
+    page.write_text("```bash\nfalse\n```\n")
+    document = SYBIL.parse(page)
+    document.namespace.update({"__project__": tmp_path, "__env__": dict(os.environ)})
+    with pytest.raises(AssertionError, match="exit 1"):
+        for example in document.examples():
+            example.evaluate()
+
+
+def test_scratch_dirs_are_not_left_behind() -> None:
+    # The runner writes only under pytest's tmp_path (checked: nothing in the repository).
+    assert not list(ROOT.glob("test_doc_*.py"))
+    assert shutil.which("bash") and tempfile.gettempdir()
