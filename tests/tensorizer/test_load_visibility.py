@@ -222,3 +222,14 @@ def test_torch_failures_become_load_errors_naming_the_file(
     assert str(tmp_path / "m.tensors") in str(info.value)
     assert isinstance(info.value, RuntimeError) and isinstance(info.value, errors.TensorstreamError)
     assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
+
+    def leaky(self: Any, keys: Any, verify_hash: Any = None) -> Any:
+        raise RuntimeError("fetch of https://h.example/m?X-Amz-Signature=S3CRETSIG failed")
+
+    monkeypatch.setattr(StreamTensorDeserializer, "_bulk_load", leaky)
+    with pytest.raises(LoadError, match=r"loading .* failed") as info:
+        deserialize(tmp_path / "m.tensors", "cpu")
+    import traceback
+
+    shown = "".join(traceback.format_exception(info.value)) + repr(info.value.__cause__)
+    assert "S3CRETSIG" not in shown and "X-Amz-Signature" in shown

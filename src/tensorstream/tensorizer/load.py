@@ -150,10 +150,27 @@ def _translate(exc: BaseException, where: str) -> BaseException | None:
 
     Malformed or truncated files (tensorizer's ``ValueError``, ``struct.error``...)
     are left to the file checks of ``tensorstream.tensorizer`` (issue 15); here:
-    decryption, hashes, and torch/tensorizer runtime failures.
+    decryption, hashes, and torch/tensorizer runtime failures. The original is
+    chained as ``__cause__`` with any URI in its message redacted first.
     """
     if isinstance(exc, TensorstreamError):
         return None
+    mapped = _translate_foreign(exc, where)
+    if mapped is not None:
+        _scrub(exc)
+    return mapped
+
+
+def _scrub(exc: BaseException) -> None:
+    """Redact URIs and secret query parameters in a foreign exception's message
+    (it is chained, so tracebacks and ``repr(err.__cause__)`` print it)."""
+    try:
+        exc.args = tuple(redact_text(a) if isinstance(a, str) else a for a in exc.args)
+    except Exception:  # an exception type with read-only args: leave it
+        pass
+
+
+def _translate_foreign(exc: BaseException, where: str) -> BaseException | None:
     if isinstance(exc, CryptographyError):
         return DecryptionError(
             f"could not decrypt {where}: wrong key or passphrase, or encryption settings "
