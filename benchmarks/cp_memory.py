@@ -51,17 +51,30 @@ def _cp(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
     t0 = time.perf_counter()
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file:
         proc = subprocess.run(
-            ["/usr/bin/time", "-f", "%M", "-o", rss_file.name, sys.executable, "-m",
-             "tensorstream", "cp", "--no-progress", *argv],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+            [
+                "/usr/bin/time",
+                "-f",
+                "%M",
+                "-o",
+                rss_file.name,
+                sys.executable,
+                "-m",
+                "tensorstream",
+                "cp",
+                "--no-progress",
+                *argv,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
         peak_kib = int(rss_file.read().strip().splitlines()[-1])
     err = proc.stderr.decode(errors="replace")
     return proc.returncode, peak_kib / 1024, time.perf_counter() - t0, err[-400:]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,4", help="GiB, comma separated (default 1,4)")
     ap.add_argument("--sources", default="local,http,s3,redis")
     ap.add_argument("--dests", default="local,redis,s3")
@@ -75,28 +88,42 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         root = work / "www"
         (root / BUCKET).mkdir(parents=True)
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": str(work / "none"),
-               "AWS_SHARED_CREDENTIALS_FILE": str(work / "none"),
-               "AWS_EC2_METADATA_DISABLED": "true"}
-        with start_nginx(root, work / "nginx") as nginx, start_redis(work / "redis") as redis, \
-                start_moto() as moto:
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": str(work / "none"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(work / "none"),
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+        with (
+            start_nginx(root, work / "nginx") as nginx,
+            start_redis(work / "redis") as redis,
+            start_moto() as moto,
+        ):
             nginx_url = f"http://127.0.0.1:{nginx.port}"
             moto_url = f"http://127.0.0.1:{moto.port}"
             redis_url = f"redis://127.0.0.1:{redis.port}"
             import boto3
 
-            boto3.client("s3", endpoint_url=moto_url, aws_access_key_id="bench",
-                         aws_secret_access_key="bench",
-                         region_name="us-east-1").create_bucket(Bucket=BUCKET)
+            boto3.client(
+                "s3",
+                endpoint_url=moto_url,
+                aws_access_key_id="bench",
+                aws_secret_access_key="bench",
+                region_name="us-east-1",
+            ).create_bucket(Bucket=BUCKET)
             for gib in sizes:
                 size = int(gib * GiB)
                 src_file = root / BUCKET / "src.bin"
                 _write_source(src_file, size)
-                srcs = {"local": ([str(src_file)], []),
-                        "http": ([f"{nginx_url}/{BUCKET}/src.bin"], []),
-                        "s3": ([f"s3://{BUCKET}/src.bin"], ["--src-endpoint-url", nginx_url]),
-                        "redis": ([f"{redis_url}/src.bin"], [])}
+                srcs = {
+                    "local": ([str(src_file)], []),
+                    "http": ([f"{nginx_url}/{BUCKET}/src.bin"], []),
+                    "s3": ([f"s3://{BUCKET}/src.bin"], ["--src-endpoint-url", nginx_url]),
+                    "redis": ([f"{redis_url}/src.bin"], []),
+                }
                 if "redis" in args.sources.split(","):
                     rc, _, _, err = _cp([str(src_file), f"{redis_url}/src.bin"], env)
                     assert rc == 0, err
@@ -114,8 +141,14 @@ def main(argv: list[str] | None = None) -> int:
                         }[d_name]
                         src, src_opts = srcs[s_name]
                         rc, rss, secs, err = _cp([*src_opts, *dst_opts, *src, dst], env)
-                        row = {"source": s_name, "destination": d_name, "gib": gib,
-                               "exit": rc, "peak_rss_mib": round(rss), "seconds": round(secs, 1)}
+                        row = {
+                            "source": s_name,
+                            "destination": d_name,
+                            "gib": gib,
+                            "exit": rc,
+                            "peak_rss_mib": round(rss),
+                            "seconds": round(secs, 1),
+                        }
                         if rc != 0:
                             row["error"] = err.strip().splitlines()[-1] if err.strip() else ""
                         rows.append(row)
@@ -124,23 +157,37 @@ def main(argv: list[str] | None = None) -> int:
                         if d_name == "local":
                             (dst_dir / "dst.bin").unlink(missing_ok=True)
                         else:
-                            subprocess.run([sys.executable, "-m", "tensorstream", "rm", *dst_opts,
-                                            dst], env=env, capture_output=True)
+                            subprocess.run(
+                                [sys.executable, "-m", "tensorstream", "rm", *dst_opts, dst],
+                                env=env,
+                                capture_output=True,
+                            )
                 if "redis" in args.sources.split(","):
-                    subprocess.run([sys.executable, "-m", "tensorstream", "rm",
-                                    f"{redis_url}/src.bin"], env=env, capture_output=True)
+                    subprocess.run(
+                        [sys.executable, "-m", "tensorstream", "rm", f"{redis_url}/src.bin"],
+                        env=env,
+                        capture_output=True,
+                    )
                 src_file.unlink()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"{platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
-              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; default cp settings "
-              "(--concurrency 32, --part-size 8M); peak RSS of the whole cp process (GNU time %M)")
+    header = (
+        f"{platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; default cp settings "
+        "(--concurrency 32, --part-size 8M); peak RSS of the whole cp process (GNU time %M)"
+    )
     out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
-    lines = [f"_{header}_", "", "| source -> destination | size | peak RSS | seconds | exit |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"_{header}_",
+        "",
+        "| source -> destination | size | peak RSS | seconds | exit |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['source']} -> {r['destination']} | {r['gib']:g} GiB | "
-                     f"{r['peak_rss_mib']} MiB | {r['seconds']} | {r['exit']} |")
+        lines.append(
+            f"| {r['source']} -> {r['destination']} | {r['gib']:g} GiB | "
+            f"{r['peak_rss_mib']} MiB | {r['seconds']} | {r['exit']} |"
+        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -194,10 +194,20 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
             S3_ENDPOINT_URL=c.s3_endpoint,
         )
     env.update(c.env)
+    # An external tool's peak RSS comes from GNU time: the kernel carries the forking
+    # process's RSS high-water mark across exec, so wait4 would report the harness's own
+    # peak for a tool smaller than it (s5cmd: ~20 MiB). Workers report their own.
+    gnu_time = Path("/usr/bin/time")
+    external = c.argv[1:3] != ["-m", "benchmarks.worker"] and gnu_time.exists()
+    rss_file = tempfile.NamedTemporaryFile(prefix="tsbench-rss-", delete=False) if external else None
+    argv = c.argv
+    if rss_file is not None:
+        rss_file.close()
+        argv = [str(gnu_time), "-q", "-f", "%M", "-o", rss_file.name, *c.argv]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         sink = subprocess.DEVNULL if c.discard_stdout else out
-        proc = subprocess.Popen(c.argv, stdout=sink, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
+        proc = subprocess.Popen(argv, stdout=sink, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
@@ -214,6 +224,13 @@ def run_once(c: Contender, env: dict[str, str], timeout: float) -> dict[str, Any
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     res: dict[str, Any] = {"process_seconds": wall, "peak_rss_mib": usage.ru_maxrss / 1024}
+    if rss_file is not None:
+        try:
+            res["peak_rss_mib"] = int(Path(rss_file.name).read_text().split()[-1]) / 1024
+        except (OSError, ValueError, IndexError):
+            pass  # keep wait4's figure
+        finally:
+            Path(rss_file.name).unlink(missing_ok=True)
     if proc.returncode != 0:
         if wall >= timeout:
             return {**res, "seconds": None, "error": f"timed out after {timeout:.0f} s"}
