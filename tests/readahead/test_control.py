@@ -121,3 +121,19 @@ def test_a_fixed_width_never_changes() -> None:
     for _ in range(10):
         assert not run.interval(1 * MB, 1.0)
     assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 4)
+
+
+def test_readers_of_one_load_share_the_read_ahead_budget_fairly() -> None:
+    from tensorstream.readahead.ranged import ReadaheadBudget
+
+    budget = ReadaheadBudget(8)
+    budget.join()
+    budget.join()
+    assert budget.take(4, 0) and not budget.take(1, 4)  # the first reader: its half
+    assert budget.take(4, 0) and not budget.take(1, 4)  # the second still gets its half
+    assert budget.take(2, 4, force=True)  # a read waiting on it may overdraw
+    assert budget.held == 10 and budget.peak == 10
+    budget.give(6)
+    budget.leave()  # one reader left: the other may use the whole budget
+    assert budget.take(4, 4)
+    assert not budget.take(1, 8)

@@ -68,18 +68,31 @@ _MEASURED_SEGMENT = 256 << 10
 class ReadaheadBudget:
     """Bytes of read-ahead buffers that the readers of one open object (a
     reader and its forks) hold together: ``readahead`` bounds the memory of a
-    whole load, however many parallel readers it has."""
+    whole load, however many parallel readers it has. Each open reader may
+    hold at most an equal share, so the first one to read ahead cannot starve
+    the others."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(0, limit)
         self.held = 0
         self.peak = 0
+        self.readers = 0
         self._lock = threading.Lock()
 
-    def take(self, nbytes: int, *, force: bool = False) -> bool:
-        """Reserve ``nbytes``; ``force``: even past the limit (a read waits on it)."""
+    def join(self) -> None:
         with self._lock:
-            if not force and self.held + nbytes > self.limit:
+            self.readers += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.readers = max(0, self.readers - 1)
+
+    def take(self, nbytes: int, mine: int, *, force: bool = False) -> bool:
+        """Reserve ``nbytes`` for a reader already holding ``mine``; ``force``:
+        even past the limits (a read waits on it)."""
+        with self._lock:
+            share = self.limit // max(1, self.readers)
+            if not force and (self.held + nbytes > self.limit or mine + nbytes > share):
                 return False
             self.held += nbytes
             self.peak = max(self.peak, self.held)
@@ -122,6 +135,8 @@ class Prefetcher:
     ) -> None:
         self._provider = provider
         self.budget = budget if budget is not None else ReadaheadBudget(window)
+        self.budget.join()
+        self._held = 0  # bytes of the budget this reader holds
         self._path = path
         self._size = size
         self._pin = pin
@@ -291,7 +306,7 @@ class Prefetcher:
                         self._remove_planned(seg)
                 spare = self._free[2:]  # and spare buffers: the stream needs none
                 del self._free[2:]
-                self.budget.give(len(spare) * self._seg)
+                self._give(len(spare) * self._seg)
             elif self._last_end is not None:
                 self._plan_ahead(self._last_end, set())
             launch = self._next_launches()
@@ -330,7 +345,7 @@ class Prefetcher:
                 for seg in needed:
                     if (seg.error is not None and not seg.direct
                             and self._segments.pop(seg.start, None) is not None):
-                        self.budget.give(self._seg)
+                        self._give(self._seg)
             raise errors[0]
         copied = 0
         for seg in needed:
@@ -361,9 +376,22 @@ class Prefetcher:
         self._copied_bytes += len(view)  # (statistics: a torn read is harmless)
         return True
 
+    def _take(self, nbytes: int, *, force: bool) -> bool:
+        if not self.budget.take(nbytes, self._held, force=force):
+            return False
+        self._held += nbytes
+        return True
+
+    def _give(self, nbytes: int) -> None:
+        nbytes = min(nbytes, self._held)
+        self._held -= nbytes
+        self.budget.give(nbytes)
+
     def close(self) -> None:
         """Cancel outstanding read-ahead and drop its buffers."""
-        if not self._closed and log.isEnabledFor(logging.DEBUG):
+        if self._closed:
+            return
+        if log.isEnabledFor(logging.DEBUG):
             stats = self.stats()
             del stats["history"]
             log.debug("read-ahead of %s done: %s", redact_text(self._path), stats)
@@ -375,10 +403,9 @@ class Prefetcher:
             self._segments.clear()
             self._urgent.clear()
             self._ahead.clear()
-            held = len(self._free) + sum(1 for seg in segments
-                                         if seg.launched and not seg.direct)
             self._free.clear()
-        self.budget.give(held * self._seg)
+            self._give(self._held)  # every buffer is dropped
+        self.budget.leave()
         tasks = [s.task for s in segments if s.task is not None and not s.task.done()]
         for t in tasks:
             self._cancel(t)
@@ -476,7 +503,7 @@ class Prefetcher:
             if seg.buffer is None:
                 if self._free:
                     buf = self._free.pop()
-                elif self.budget.take(self._seg, force=urgent):
+                elif self._take(self._seg, force=urgent):
                     buf = bytearray(self._seg)
                 else:
                     break  # read-ahead memory is spent: wait for the reader to consume
@@ -503,11 +530,11 @@ class Prefetcher:
                 if seg.error is None and len(self._free) < max(2, self._active):
                     self._free.append(seg.buffer.obj)  # type: ignore[union-attr, arg-type]
                 else:
-                    self.budget.give(self._seg)
+                    self._give(self._seg)
             elif seg.end <= lo and seg.task is not None:
                 del self._segments[start]
                 self._cancel(seg.task)
-                self.budget.give(self._seg)  # garbage once the request ends
+                self._give(self._seg)  # garbage once the request ends
 
     def _finished(self, seg: _Segment) -> list[_Segment]:
         """Book one finished request; return what to launch next (called with no lock)."""
