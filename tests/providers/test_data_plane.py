@@ -79,6 +79,7 @@ print(json.dumps({
     "digests": digests,
     "aiohttp": "aiohttp" in sys.modules,
     "aiobotocore": "aiobotocore" in sys.modules,
+    "botocore_client": "botocore.client" in sys.modules,
     "botocore_sent": sent,
     "rc_cat": rc_cat,
 }))
@@ -129,5 +130,7 @@ def test_s3_front_doors_use_one_plane(moto_s3: MotoS3Server, tmp_path: Path) -> 
     moto_s3.put(S3_BUCKET, key, DATA)
     result = _run_client(f"s3://{S3_BUCKET}/{key}", moto_s3.options(), tmp_path)
     _check(result)
-    # botocore resolves URLs and signs; it sends nothing itself (no HEAD, no GET).
+    # botocore signs; it sends nothing itself (no HEAD, no GET). With static keys,
+    # a path-style endpoint and a region, not even a botocore client is built.
     assert result["botocore_sent"] == []
+    assert result["botocore_client"] is False

@@ -70,7 +70,7 @@ from .config import (
 )
 from .errors import ErrorContext, map_s3_error, map_s3_http_error
 from .session import gc_paused, shared_data_loader
-from .signing import SignedGets
+from .signing import PathStyle, SignedGets, StaticCredentials, path_style
 from .writer import S3Writer
 
 __all__ = ["S3Provider"]
@@ -130,6 +130,7 @@ class S3Provider(Provider):
         self._gets = SignedGets()  # object URLs and reusable signatures (blocking path)
         self._sync_creds: Any = None
         self._default_ca: str | None = None
+        self._light: PathStyle | bool | None = None  # None: not decided yet
 
     @classmethod
     def from_uri(cls, uri: Any, *, config: CommonConfig | None = None, **options: Any) -> S3Provider:
@@ -274,7 +275,7 @@ class S3Provider(Provider):
     def stat_blocking(self, path: str, cancel: Cancel | None = None) -> ObjectInfo:
         """:meth:`stat` (one signed HEAD) in the calling thread."""
         bucket, key = _split(path)
-        client, pool = self._blocking_state()
+        client, pool = self._reads_state()
         with self._mapped_errors(path):
             url = self._gets.object_url(client, bucket, key)
         signed = self._gets.signed_headers(self._sync_creds, client, url,
@@ -345,15 +346,48 @@ class S3Provider(Provider):
             raise mapped from exc
         return client
 
+    def _light_addressing(self) -> PathStyle | None:
+        """Reads without a botocore client, where nothing else is needed: static
+        keys (or anonymous), a custom endpoint addressed path-style, a known region,
+        and a trust store that does not come from botocore's configuration."""
+        creds = self.credentials
+        static = creds.anonymous or (creds.access_key_id is not None
+                                     and creds.secret_access_key is not None)
+        if not static or creds.profile is not None:
+            return None
+        endpoint = creds.endpoint.value if creds.endpoint else None
+        if endpoint and endpoint.startswith("https:") and not (self.ca_bundle or self.insecure):
+            return None  # botocore's trust store (AWS_CA_BUNDLE, profile, certifi) applies
+        light = path_style(endpoint, creds.addressing_style.value if creds.addressing_style
+                           else None, creds.region.value if creds.region else None)
+        if light is not None and not creds.anonymous:
+            assert creds.access_key_id is not None and creds.secret_access_key is not None
+            self._sync_creds = StaticCredentials(
+                creds.access_key_id.value, creds.secret_access_key.value,
+                creds.session_token.value if creds.session_token else None)
+        return light
+
+    def _reads_state(self) -> tuple[Any, ConnectionPool]:
+        """What reads need: a botocore client (or a :class:`PathStyle`) and the pool."""
+        with self._sync_lock:
+            if self._light is None and self._sync_client is None:
+                self._light = self._light_addressing() or False
+            if self._light:
+                return self._light, self._pool_locked()
+        return self._blocking_state()
+
     def _blocking_state(self) -> tuple[Any, ConnectionPool]:
         with self._sync_lock:
             if self._sync_client is None:
                 self._sync_client = self._create_sync_client()
-            if self._pool is None:
-                tls = TLSSettings(ca_bundle=str(self.ca_bundle) if self.ca_bundle
-                                  else self._default_ca, insecure=self.insecure)
-                self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4)
-            return self._sync_client, self._pool
+            return self._sync_client, self._pool_locked()
+
+    def _pool_locked(self) -> ConnectionPool:
+        if self._pool is None:
+            tls = TLSSettings(ca_bundle=str(self.ca_bundle) if self.ca_bundle
+                              else self._default_ca, insecure=self.insecure)
+            self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4)
+        return self._pool
 
     def open_range_blocking(
         self, path: str, start: int, end: int, *, pin: Pin | None = None
@@ -364,7 +398,7 @@ class S3Provider(Provider):
     def _open(self, path: str, start: int, end: int, pin: Pin | None,
               cancel: Cancel | None) -> RangeBody:
         bucket, key = _split(path)
-        client, pool = self._blocking_state()
+        client, pool = self._reads_state()
         with self._mapped_errors(path):
             url = self._gets.object_url(client, bucket, key)
         signed = self._gets.signed_headers(self._sync_creds, client, url,

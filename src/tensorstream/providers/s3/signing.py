@@ -4,16 +4,61 @@ per object and method for a while."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import quote, urlsplit
 
-__all__ = ["SignedGets"]
+__all__ = ["PathStyle", "SignedGets", "StaticCredentials", "path_style"]
 
 #: Object URLs (and their signatures) remembered.
 _URL_CACHE = 4096
 #: Seconds one SigV4 signature serves the GETs of one object.
 _SIGNATURE_REUSE = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PathStyle:
+    """Addressing without a botocore client: path-style URLs under a custom
+    endpoint, signed for ``region``.
+
+    Building a botocore client parses S3's service model and endpoint rules
+    (~0.1 s of CPU); a read-only copy from an S3-compatible server with
+    static keys needs neither, and ``tensorstream cp`` pays that on every run.
+    Used only where the URL is fully determined (see :func:`path_style`); a
+    test checks it against botocore's ``generate_presigned_url``."""
+
+    endpoint: str
+    region: str
+
+    def url(self, bucket: str, key: str) -> str:
+        # botocore renders {Bucket}/{Key+} with percent-encoding that keeps "/" and "~".
+        return f"{self.endpoint}/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
+
+
+def path_style(endpoint: str | None, style: str | None, region: str | None) -> PathStyle | None:
+    """A :class:`PathStyle` when the configuration fixes the URL: a custom endpoint
+    without a path, path-style addressing and a known signing region."""
+    if not endpoint or style != "path" or not region:
+        return None
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/") \
+            or parts.query or parts.fragment:
+        return None
+    return PathStyle(f"{parts.scheme}://{parts.netloc}", region)
+
+
+class StaticCredentials(NamedTuple):
+    """A fixed key pair for botocore's signer (what botocore's ``Credentials``
+    provides to it, without importing its credential chain machinery)."""
+
+    access_key: str
+    secret_key: str
+    token: str | None = None
+
+    def get_frozen_credentials(self) -> StaticCredentials:
+        return self
 
 
 class SignedGets:
@@ -27,14 +72,19 @@ class SignedGets:
 
     def object_url(self, client: Any, bucket: str, key: str) -> str:
         """The object's URL as botocore addresses it (endpoint, virtual-host or
-        path style, key quoting), without any signature (so no secret in it)."""
+        path style, key quoting), without any signature (so no secret in it).
+
+        ``client`` is a botocore client, or a :class:`PathStyle` endpoint."""
         with self._lock:
             url = self._urls.get((bucket, key))
         if url is not None:
             return url
-        signed = str(client.generate_presigned_url(
-            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=60))
-        url = signed.split("?", 1)[0]  # only X-Amz-* signing parameters follow
+        if isinstance(client, PathStyle):
+            url = client.url(bucket, key)
+        else:
+            signed = str(client.generate_presigned_url(
+                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=60))
+            url = signed.split("?", 1)[0]  # only X-Amz-* signing parameters follow
         with self._lock:
             if len(self._urls) >= _URL_CACHE:
                 self._urls.clear()
@@ -63,7 +113,8 @@ class SignedGets:
             hit = self._signatures.get(key)
         if hit is None or now - hit[1] > _SIGNATURE_REUSE:
             request = AWSRequest(method=method, url=url, headers={})
-            S3SigV4Auth(frozen, "s3", client.meta.region_name).add_auth(request)
+            region = client.region if isinstance(client, PathStyle) else client.meta.region_name
+            S3SigV4Auth(frozen, "s3", region).add_auth(request)
             hit = (dict(request.headers.items()), now)
             with self._lock:
                 if len(self._signatures) >= _URL_CACHE:
