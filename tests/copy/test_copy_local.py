@@ -238,6 +238,13 @@ def test_one_fsync_per_local_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert result.ok and result.verified
     assert sorted(calls) == ["dir", "file"]  # the file once, before the rename; then its directory
     assert (tmp_path / "m.bin").read_bytes() == src.read_bytes()
+    # durable=False (--no-fsync): published as soon as it is whole, still atomically.
+    calls.clear()
+    result = copy(str(src), str(tmp_path / "n.bin"), part_size=PART, concurrency=4,
+                  durable=False)
+    assert result.ok and result.verified and calls == []
+    assert (tmp_path / "n.bin").read_bytes() == src.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "n.bin", "src.bin"]
 
 
 def test_memory_bounded_by_the_buffer_pool(tmp_path: Path) -> None:

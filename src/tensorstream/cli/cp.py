@@ -132,6 +132,10 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                        help="report the copy unverified and skip the checks that cost requests "
                             "or reads (a remote destination's read-back, earlier --resume parts); "
                             "answers stay pinned to one version of the source")
+    speed.add_argument("--no-fsync", dest="durable", action="store_false",
+                       help="publish a local destination without waiting for the disk (no "
+                            "fsync): it still appears whole or not at all to readers, but a "
+                            "power loss right after the copy can leave it empty or partial")
     out = p.add_argument_group("output")
     out.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress bar (there is none unless stderr is a terminal)")
@@ -221,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             await copy_async(
                 sources, dest, recursive=args.recursive, concurrency=args.concurrency,
                 part_size=args.part_size, verify=args.verify, resume=args.resume,
-                jobs=args.jobs, progress=reporter, src_options=src_options,
+                durable=args.durable, jobs=args.jobs, progress=reporter, src_options=src_options,
                 dst_options=dst_options, include=rules, skip_unchanged=args.sync,
                 dryrun=args.dryrun, follow_symlinks=args.follow_symlinks, result=result,
                 **options)

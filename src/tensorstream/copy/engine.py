@@ -183,13 +183,15 @@ class _Copier:
                  src_options: dict[str, Any] | None = None,
                  dst_options: dict[str, Any] | None = None, rules: Rules | None = None,
                  skip_unchanged: bool = False, dryrun: bool = False,
-                 follow_symlinks: bool = True, result: CopyResult | None = None) -> None:
+                 follow_symlinks: bool = True, result: CopyResult | None = None,
+                 durable: bool = True) -> None:
         if concurrency < 1 or part_size < 1 or jobs < 1:
             raise ValueError("concurrency, part_size and jobs must be >= 1")
         self.concurrency = concurrency
         self.part_size = part_size
         self.verify = verify
         self.resume = resume
+        self.durable = durable
         self.jobs = jobs
         self.progress = progress
         self.options = dict(options)
@@ -603,7 +605,8 @@ class _Copier:
         size = job.info.size
         parts = plan_parts(size, self.part_size)
         sink = LocalPartFile(dir_fd, name, size=size, part_size=self.part_size,
-                             source=job.label, etag=job.info.etag, resume=self.resume)
+                             source=job.label, etag=job.info.etag, resume=self.resume,
+                             durable=self.durable)
         resumed = await in_thread(sink.open)
         if resumed and self.progress:
             self.progress.advance(job.label, resumed)
@@ -617,17 +620,18 @@ class _Copier:
             start, end = parts[index]
             hasher = hashlib.sha256() if sink.resume else None
 
-            def deliver(offset: int, view: memoryview) -> None:
-                sink.write_at(offset, view)
-                if hasher is not None:
-                    hasher.update(view)
-                if progress is not None:
-                    # Byte-level progress (each chunk is delivered exactly once),
-                    # so a slow link moves the bar before a whole part is in.
-                    progress.advance(job.label, len(view))
+            with sink.writing() as write:
+                def deliver(offset: int, view: memoryview) -> None:
+                    write(offset, view)
+                    if hasher is not None:
+                        hasher.update(view)
+                    if progress is not None:
+                        # Byte-level progress (each chunk is delivered exactly once),
+                        # so a slow link moves the bar before a whole part is in.
+                        progress.advance(job.label, len(view))
 
-            pinned = receive_part(job.src, job.src_path, start, end, Pin.of(job.info),
-                                  deliver, loop)
+                pinned = receive_part(job.src, job.src_path, start, end, Pin.of(job.info),
+                                      deliver, loop)
             sink.part_written(index, start, end - start,
                               hasher.hexdigest() if hasher is not None else None)
             return pinned
@@ -765,6 +769,7 @@ async def copy_async(
     part_size: int = DEFAULT_PART_SIZE,
     verify: bool = True,
     resume: bool = False,
+    durable: bool = True,
     jobs: int = DEFAULT_JOBS,
     progress: ProgressListener | None = None,
     src_options: dict[str, Any] | None = None,
@@ -800,7 +805,7 @@ async def copy_async(
                      resume=resume, jobs=jobs, progress=progress, options=options,
                      src_options=src_options, dst_options=dst_options, rules=include,
                      skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
-                     follow_symlinks=follow_symlinks, result=result)
+                     follow_symlinks=follow_symlinks, result=result, durable=durable)
     t0 = time.perf_counter()
     try:
         plan = await copier.plan(srcs, destination, recursive)

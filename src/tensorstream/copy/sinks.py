@@ -128,7 +128,7 @@ class LocalPartFile:
     """
 
     def __init__(self, dir_fd: int, name: str, *, size: int, part_size: int,
-                 source: str, etag: str | None, resume: bool) -> None:
+                 source: str, etag: str | None, resume: bool, durable: bool = True) -> None:
         self.dir_fd = dir_fd
         self.name = name
         self.size = size
@@ -136,6 +136,10 @@ class LocalPartFile:
         self.identity = {"v": JOURNAL_VERSION, "source": source, "size": size,
                          "etag": etag, "part_size": part_size}
         self.resume = resume and etag is not None
+        #: fsync before the rename (and the directory after): the object is on
+        #: the disk when it appears. Without, it appears as soon as it is whole
+        #: in the page cache (readers still never see a part of it).
+        self.durable = durable
         base = f".{name}{_MARK}"
         self.tmp = base + ("partial.tmp" if self.resume else f"{secrets.token_hex(6)}.tmp")
         self.journal = base + "journal.tmp"
@@ -240,20 +244,26 @@ class LocalPartFile:
                 self._active -= 1
                 self._cond.notify_all()
 
-    def write_at(self, offset: int, data: memoryview) -> None:
-        """``pwrite`` ``data`` at ``offset`` (worker threads; parts never overlap)."""
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Callable[[int, memoryview], None]]:
+        """``write(offset, data)`` (``pwrite``) for one part, in a worker thread;
+        the descriptor is held for the whole part (one lock round per part, not
+        per chunk: dozens of receiving threads would queue on it). Parts never
+        overlap."""
         with self._using_fd() as fd:
-            view = data
-            pos = offset
-            while view:
-                n = os.pwrite(fd, view, pos)
-                view = view[n:]
-                pos += n
+            def write(offset: int, data: memoryview) -> None:
+                view = data
+                while view:
+                    n = os.pwrite(fd, view, offset)
+                    view = view[n:]
+                    offset += n
+
+            yield write
 
     def part_written(self, index: int, offset: int, length: int, digest: str | None) -> None:
         """Part ``index`` is whole in the file: start its writeback at once and,
         for ``--resume``, journal it with its sha256 (taken as it arrived)."""
-        if _start_writeback is not None:
+        if _start_writeback is not None and self.durable:
             with self._using_fd() as fd:
                 _start_writeback(fd, offset, length)
         if digest is not None and self.resume:
@@ -304,7 +314,8 @@ class LocalPartFile:
             )
 
     def publish(self) -> None:
-        """fsync, set normal permissions, rename over the destination, fsync the directory."""
+        """Check the size, set normal permissions, fsync (``durable``), rename over the
+        destination, fsync the directory (``durable``)."""
         with self._using_fd() as fd:
             got = os.fstat(fd).st_size
             if got != self.size:
@@ -313,13 +324,15 @@ class LocalPartFile:
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(fd, 0o666 & ~umask)
-            os.fsync(fd)
+            if self.durable:
+                os.fsync(fd)
         self._close_fd()
         os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         self._published = True
         self._unlink(self.journal)
-        with contextlib.suppress(OSError):
-            os.fsync(self.dir_fd)
+        if self.durable:
+            with contextlib.suppress(OSError):
+                os.fsync(self.dir_fd)
 
     def _close_fd(self) -> None:
         # Wait for worker threads still using the descriptor: closing it under
