@@ -59,3 +59,18 @@ def test_reads_with_static_keys_build_no_client(moto_s3: MotoS3Server, isolated_
     with pytest.raises(PermissionError):
         with tensorstream.open(uri, **moto_s3.options(s3_secret_access_key="wrong")) as f:
             f.read()
+
+
+async def test_listing_without_a_client_matches_botocores(moto_s3: MotoS3Server,
+                                                          isolated_env: Path) -> None:
+    base = f"lightlist-{uuid.uuid4().hex[:8]}"
+    keys = [f"{base}/{k}" for k in ("plain.bin", "sp ace.bin", "plus+sign.bin", "ñandú/模型.bin",
+                                    "pct%25.bin", "amp&eq=.bin", "tilde~.bin")]
+    for i, key in enumerate(keys):
+        moto_s3.put(S3_BUCKET, key, b"y" * (i + 1))
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/", **moto_s3.options()) as p:
+        got = [(i.path, i.size, i.etag, i.mtime) async for i in p.list(f"{S3_BUCKET}/{base}/")]
+        assert p.inner._sync_client is None  # listed by signed GETs on the data plane
+    want = moto_s3.client.list_objects_v2(Bucket=S3_BUCKET, Prefix=f"{base}/")["Contents"]
+    assert got == [(f"{S3_BUCKET}/{o['Key']}", o["Size"], o["ETag"], o["LastModified"])
+                   for o in want]

@@ -359,6 +359,8 @@ class Answer:
     reason: str
     headers: _HeaderView
     body: bytes
+    #: The body was read to its end (not cut at the request's ``body_limit``).
+    complete: bool = True
 
 
 def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str],
@@ -394,23 +396,25 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
 
 def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str],
             timeouts: Timeouts, *, path: str, service: str = "http",
-            redirects: RedirectPolicy | None = None, cancel: Cancel | None = None) -> Answer:
-    """A small request (``HEAD``, a one-byte probe): the whole answer, its body
-    capped at ``_ERROR_BODY_LIMIT`` bytes; the connection is reused when the
+            redirects: RedirectPolicy | None = None, cancel: Cancel | None = None,
+            body_limit: int = _ERROR_BODY_LIMIT) -> Answer:
+    """A small request (``HEAD``, a one-byte probe, a listing): the whole answer,
+    its body capped at ``body_limit`` bytes; the connection is reused when the
     body was read to its end."""
     try:
         conn, resp, view, final = _send(pool, url, method, headers, timeouts, service=service,
                                         path=path, redirects=redirects, cancel=cancel)
         try:
-            body = resp.read(_ERROR_BODY_LIMIT)
+            body = resp.read(body_limit)
         except BaseException:
             conn.close()
             raise
-        if resp.isclosed() and not resp.will_close:
+        complete = resp.isclosed()
+        if complete and not resp.will_close:
             pool.release(_key(final), conn)
         else:
             conn.close()
-        return Answer(resp.status, resp.reason, view, body)
+        return Answer(resp.status, resp.reason, view, body, complete)
     except TensorstreamError:
         raise
     except (OSError, http.client.HTTPException) as exc:
