@@ -221,3 +221,23 @@ def test_one_tensorizer_reader_also_cuts_requests_at_tensors(
     _, url, sd, size = _put_model(http_server, tmp_path, 4, (1024, 512))
     _, stats = _load(url, sd, part_size=1 * MiB, stream_reads=False, readahead=0)
     assert stats["direct_bytes"] > 0.9 * size, stats
+
+
+def test_one_large_read_changes_course_inside_itself(http_server: HTTPTestServer) -> None:
+    """A multi-GiB tensor is one read: a slow link is noticed inside it, and
+    the rest of it is fetched by parallel ranges straight into the caller's
+    buffer (no copy)."""
+    url, data = _put(http_server, 12 * MiB)
+    http_server.faults.key = url.rsplit("/", 1)[1]
+    http_server.faults.rate_limit = 2 * MiB  # one connection would take 6 s
+    with tensorstream.open(url, part_size=256 << 10, concurrency=16) as f:
+        buf = bytearray(len(data))
+        started = time.perf_counter()
+        assert f.readinto(buf) == len(data)
+        elapsed = time.perf_counter() - started
+        stats = f.read_stats()
+    assert bytes(buf) == data
+    assert stats["phase"] == "ranged" and stats["peak_active"] >= 8, stats
+    assert 0 < stats["streamed_bytes"] < len(data)
+    assert stats["direct_bytes"] == len(data) and stats["copied_bytes"] == 0, stats
+    assert elapsed < 0.5 * len(data) / (2 * MiB), (elapsed, stats)

@@ -45,7 +45,7 @@ from ..uri import redact_text
 from ._clock import busy_seconds
 from ._memcopy import copy_into
 from ._prefault import populate
-from .control import Controller, Mode
+from .control import INTERVAL, Controller, Mode
 from .streamed import SequentialStream
 
 __all__ = ["Mode", "Prefetcher", "ReadaheadBudget"]
@@ -58,9 +58,10 @@ _SMALL_SEGMENT = 64 << 10
 #: Connections of a reader that reads by ranges on a link not yet measured
 #: (and of random-access reads beside a stream).
 _BASE_WIDTH = 4
-#: A streamed read is received in pieces of this size, so the controller can
-#: change its mind inside one large read.
-_STREAM_PIECE = 4 << 20
+#: A streamed read is received in pieces of about one measuring interval of
+#: the last delivered rate (within these bounds; the largest before any
+#: measurement), so the controller can change its mind inside one large read.
+_STREAM_PIECE = (256 << 10, 4 << 20)
 #: Ranged requests at least this large measure one connection's rate.
 _MEASURED_SEGMENT = 256 << 10
 
@@ -241,7 +242,9 @@ class Prefetcher:
         assert stream is not None
         got = 0
         while got < len(view) and self._ctl.mode is Mode.STREAM:
-            piece = view[got : got + _STREAM_PIECE]
+            rate = self._ctl.last_rate or _STREAM_PIECE[1] / INTERVAL
+            size = max(_STREAM_PIECE[0], min(_STREAM_PIECE[1], int(rate * INTERVAL)))
+            piece = view[got : got + size]
             first, self._stream_fresh = self._stream_fresh, False
             wall, cpu, busy = time.perf_counter(), time.thread_time(), busy_seconds()
             opening = stream.open_seconds
