@@ -520,6 +520,12 @@ def compare(runs: list[tuple[str, dict[str, Any]]]) -> str:
     order: list[tuple[str, str, str, str]] = []
     for _, cells in summaries:
         order += [k for k in cells if k not in order]
+    # cells every run left out with --exclude are not rows here (each run's own tables list them)
+    left_out = [
+        {k for k, g in _cells(d["rows"]).items() if all("excluded" in (r.get("note") or "") for r in g)}
+        for _, d in runs
+    ]
+    order = [k for k in order if not all(k in lo for lo in left_out)]
     cols = [
         ("tensorizer", "tz best"),
         ("tensorizer_default", "tz default"),
