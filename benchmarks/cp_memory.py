@@ -8,8 +8,8 @@ process: interpreter, imports, part buffers, client libraries. Sources:
 a local file, nginx serving it over HTTP and as path-style S3 (nginx ignores
 the signature, as in the throughput benchmarks), Redis. Destinations: a local
 directory, moto's S3 server (slow, so large sizes take a while), Redis. Every
-copy must exit 0 (it is verified end to end by ``cp`` itself) and the
-destination must have the source's size. Writes ``OUT.json`` and ``OUT.md``.
+copy must exit 0 (``cp`` checks the size and verifies the copy itself); a
+failure is recorded with its error line. Writes ``OUT.json`` and ``OUT.md``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _cp(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
         )
         peak_kib = int(rss_file.read().strip().splitlines()[-1])
     err = proc.stderr.decode(errors="replace")
-    return proc.returncode, peak_kib / 1024, time.perf_counter() - t0, err[-400:]
+    return proc.returncode, peak_kib / 1024, time.perf_counter() - t0, err[-2000:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                             "seconds": round(secs, 1),
                         }
                         if rc != 0:
-                            row["error"] = err.strip().splitlines()[-1] if err.strip() else ""
+                            errors = [x for x in err.splitlines() if "error:" in x]
+                            row["error"] = (errors or err.strip().splitlines() or [""])[-1]
                         rows.append(row)
                         print(json.dumps(row), flush=True)
                         # free the destination's memory (Redis, moto) before the next pair

@@ -292,3 +292,35 @@ def test_credentials_command_masks_secrets(isolated_env: Path,
     code, out, err = run(capsys, *argv[:1], "--json", *argv[1:])
     assert code == 0 and CANARY not in out + err
     assert json.loads(out)
+
+
+def test_interrupt_during_read_back_says_it_was_published(tmp_path: Path,
+                                                          redis_server: Any) -> None:
+    (tmp_path / "m.bin").write_bytes(os.urandom(48 << 20))
+    dst = redis_server.url("published/m.bin")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))
+    # One small part at a time: the read-back lasts long enough to be interrupted.
+    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", "--concurrency", "1",
+                             "--part-size", "64K", str(tmp_path / "m.bin"), dst],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"verifying" not in seen and time.monotonic() < deadline:
+        seen += os.read(master, 65536)
+    assert b"verifying" in seen
+    proc.send_signal(signal.SIGINT)
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        seen += b
+    os.close(master)
+    assert proc.wait(timeout=30) == 130
+    text = seen.decode(errors="replace")
+    assert (f"interrupted by SIGINT; {dst} was written completely but its verification was "
+            "interrupted: run the copy again to check it") in " ".join(text.split())
