@@ -357,3 +357,10 @@ def test_tls_diagnoses_in_cli_terms(tmp_path: Path, http_server: Any, https_serv
     assert r.returncode == 1
     assert "--ca-bundle FILE" in r.stderr and "--no-verify-ssl" in r.stderr
     assert "ca_bundle=" not in r.stderr and "insecure=True" not in r.stderr
+
+
+def test_missing_http_object_is_a_plain_404(tmp_path: Path, http_server: Any,
+                                            http_reset: None) -> None:
+    r = cli("cp", http_server.url("nothing/here.bin"), str(tmp_path / "x"))
+    assert r.returncode == 1
+    assert "404" in r.stderr and "list" not in r.stderr, r.stderr

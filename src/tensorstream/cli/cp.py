@@ -179,9 +179,12 @@ def _interrupted(result: CopyResult) -> str:
     """What an interrupted copy left behind, and how to continue."""
     said: list[str] = []
     for o in result.outcomes:
-        if o.kept:
+        if o.kept and o.kept_bytes:
             said.append(f"kept {o.kept} ({human_size(o.kept_bytes)} of {human_size(o.size)}) "
                         "to continue from: run the same command with --resume")
+        elif o.kept:
+            said.append(f"kept {o.kept}, but no part of it was complete yet: a --resume run "
+                        f"starts {o.dst} over")
         if o.published:
             said.append(f"{o.dst} was written completely but its verification was "
                         "interrupted: run the copy again to check it")

@@ -406,13 +406,16 @@ class _Copier:
     @staticmethod
     async def _what_is_under(src: PolicyProvider, path: str) -> str | None:
         """``"objects"`` under ``path/``, ``"no bucket"``, or None (nothing we can see)."""
-        listing = src.list(path.rstrip("/") + "/").__aiter__()
+        if not src.capabilities.list:
+            return None  # HTTP: no prefixes to see
+        listing: Any = None
         try:
+            listing = src.list(path.rstrip("/") + "/").__aiter__()
             await listing.__anext__()
             return "objects"
         except NotFoundError as exc:  # S3 names the missing bucket in a listing's answer
             return "no bucket" if "NoSuchBucket" in str(exc) else None
-        except Exception:  # no listing (HTTP)...: not a prefix we can see
+        except Exception:  # not a prefix we can see
             return None
         finally:
             aclose = getattr(listing, "aclose", None)
