@@ -137,14 +137,51 @@ def _redact_query(query: str) -> str:
     return "&".join(out)
 
 
-def _redact_userinfo(scheme: str, rest: str) -> str:
+def _authority_end(rest: str, *, cautious: bool = False) -> int:
+    """Where the authority in ``rest`` (the text after ``://``) ends.
+
+    Normally at the first ``/``. A password with an unescaped ``/``
+    (``user:pa/ss@host``) would end it early and show the password's tail as
+    the "path", so when the text before that ``/`` looks like ``user:...``
+    (a ``:`` not followed by a port) and an ``@`` follows before any ``?`` or
+    ``#`` (anywhere, when ``cautious``), the authority runs to that ``@``'s
+    host part instead.
+    """
+    slash = rest.find("/")
+    if slash < 0:
+        return len(rest)
+    head = rest[:slash]
+    if "@" in head:
+        return slash
+    _user, colon, port = head.partition(":")
+    if colon and not port.isdigit():
+        stop = len(rest)
+        if not cautious:
+            stop = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=stop)
+        at = rest.rfind("@", 0, stop)
+        if at >= 0:
+            nxt = rest.find("/", at)
+            return len(rest) if nxt < 0 else nxt
+    return slash
+
+
+def _redact_userinfo(scheme: str, rest: str, *, cautious: bool = False) -> str:
     """Redact the password in ``user:password@host...`` (``rest`` follows ``://``).
 
     Done on the raw text, before any URL parsing: a password containing
     ``?``, ``#`` or ``/`` would otherwise be mistaken for the query or path.
+    A lone user name is a secret too for HTTP(S) (``https://TOKEN@host/``:
+    tokens are passed that way) and Redis (``redis://secret@host``: the
+    password). An S3 bucket cannot contain ``@``: one there is userinfo.
+    ``cautious`` (URIs being refused) treats ``user:pa/ss@`` as userinfo for
+    every scheme.
     """
-    slash = rest.find("/")
-    authority = rest if slash < 0 else rest[:slash]
+    if scheme in ("s3", "s3a", "file") and not cautious:
+        # the key may hold ':' and '@': the host ends at '/'
+        slash = rest.find("/")
+        authority = rest if slash < 0 else rest[:slash]
+    else:
+        authority = rest[:_authority_end(rest, cautious=cautious)]
     at = authority.rfind("@")
     if at < 0:
         return rest
@@ -152,18 +189,19 @@ def _redact_userinfo(scheme: str, rest: str) -> str:
     user, sep, _pw = userinfo.partition(":")
     if sep:
         return f"{user}:{_REDACTED}{tail}"
-    if scheme in ("redis", "rediss"):
-        # redis://secret@host means a password, not a user name.
-        return f"{_REDACTED}{tail}"
-    return f"{user}{tail}"
+    return f"{_REDACTED}{tail}"
 
 
-def redact(uri: str) -> str:
-    """Return ``uri`` with passwords and secret query parameters replaced by ``***``."""
+def redact(uri: str, *, cautious: bool = False) -> str:
+    """Return ``uri`` with passwords and secret query parameters replaced by ``***``.
+
+    ``cautious=True`` (for URIs being refused, which need not make sense)
+    also hides what only looks like userinfo.
+    """
     if not isinstance(uri, str) or "://" not in uri:
         return uri
     scheme, _, rest = uri.partition("://")
-    rest = _redact_userinfo(scheme.lower(), rest)
+    rest = _redact_userinfo(scheme.lower(), rest, cautious=cautious)
     path, qmark, query = rest.partition("?")
     query, hsep, fragment = query.partition("#")
     if not qmark:
@@ -185,15 +223,40 @@ _SECRET_PARAM_IN_TEXT = re.compile(
 def redact_text(text: str) -> str:
     """Redact every URI inside free text (log lines, messages), and secret
     query parameters even where they follow a bare ``/path?``."""
-    text = _URI_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+    text = _URI_IN_TEXT.sub(lambda m: redact(m.group(0), cautious=True), text)
     return _SECRET_PARAM_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}={_REDACTED}", text)
+
+
+def _refused(uri: str) -> str:
+    """How a URI being refused is shown: cautiously redacted."""
+    return redact(uri, cautious=True)
+
+
+_REDIS_QUERY_OPTIONS = frozenset({"db", "cluster"})
+#: Characters S3 tools never accept in a bucket name; anything else after the
+#: bucket (``?``, ``#``, ``%``...) is part of the key, as for ``aws s3`` and s5cmd.
+_BAD_BUCKET = re.compile(r"[@:?#%/\\\s\x00-\x1f\x7f]")
+
+
+def _parse_s3(uri: str, rest: str) -> ParsedURI:
+    """``s3://bucket/key``: everything after the bucket is the key, verbatim.
+
+    No URL parsing: ``s3://b/q?v=2`` and ``s3://b/q#v=2`` name the keys
+    ``q?v=2`` and ``q#v=2`` (what ``aws s3`` and s5cmd do), never ``q``, and
+    ``%`` is not decoded; ``s3://b//x`` is the key ``/x``.
+    """
+    bucket, _, key = rest.partition("/")
+    if not bucket or _BAD_BUCKET.search(bucket):
+        raise InvalidURIError(f"S3 URIs are s3://bucket/key, got {_refused(uri)!r}")
+    return ParsedURI(scheme="s3", netloc=bucket, path=f"{bucket}/{key}" if key else bucket,
+                     host=bucket, raw=uri)
 
 
 def _parse_port(parts: urllib.parse.SplitResult, raw: str) -> int | None:
     try:
         return parts.port
     except ValueError as exc:
-        raise InvalidURIError(f"invalid port in {redact(raw)!r}; expected {ACCEPTED_FORMS}") from exc
+        raise InvalidURIError(f"invalid port in {_refused(raw)!r}; expected {ACCEPTED_FORMS}") from exc
 
 
 def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
@@ -211,42 +274,52 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
     if not isinstance(uri, str):
         raise InvalidURIError(f"expected a URI string or path, got {type(uri).__name__}")
     if not uri or uri.strip() != uri or "\x00" in uri:
-        raise InvalidURIError(f"empty or malformed URI {redact(uri)!r}; expected {ACCEPTED_FORMS}")
+        raise InvalidURIError(f"empty or malformed URI {_refused(uri)!r}; expected {ACCEPTED_FORMS}")
     match = _SCHEME_RE.match(uri)
     if match is None:
         if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/?[^/]", uri) and not re.match(r"^[a-zA-Z]:[\\/]", uri):
             scheme = uri.split(":", 1)[0].lower()
             if scheme in ("s3", "http", "https", "redis", "rediss", "file"):
                 raise InvalidURIError(
-                    f"malformed URI {redact(uri)!r} (missing '//'); expected {ACCEPTED_FORMS}"
+                    f"malformed URI {_refused(uri)!r} (missing '//'); expected {ACCEPTED_FORMS}"
                 )
         path = os.path.abspath(os.path.expanduser(uri))
         return ParsedURI(scheme="file", netloc="", path=path, raw=uri)
 
     scheme = match.group(1).lower()
-    authority = uri[match.end():].split("/", 1)[0]
-    if "@" in authority and any(c in authority.rpartition("@")[0] for c in "?#"):
+    rest = uri[match.end():]
+    if scheme in ("s3", "s3a"):
+        return _parse_s3(uri, rest)
+    authority = rest[:_authority_end(rest, cautious=True)]
+    if "@" in authority and any(c in authority.rpartition("@")[0] for c in "/?#"):
         raise InvalidURIError(
-            f"malformed URI {redact(uri)!r}: percent-encode '?' and '#' in user names and passwords"
+            f"malformed URI {_refused(uri)!r}: percent-encode '/', '?' and '#' in user names "
+            "and passwords"
         )
     try:
         parts = urllib.parse.urlsplit(uri)
     except ValueError as exc:
-        raise InvalidURIError(f"malformed URI {redact(uri)!r}; expected {ACCEPTED_FORMS}") from exc
+        raise InvalidURIError(f"malformed URI {_refused(uri)!r}; expected {ACCEPTED_FORMS}") from exc
 
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise InvalidURIError(
-                f"file URIs must be file:///absolute/path, got {redact(uri)!r}"
+                f"file URIs must be file:///absolute/path, got {_refused(uri)!r}"
+            )
+        if parts.query or parts.fragment or "?" in uri or "#" in uri:
+            # file:///a?b would otherwise read /a: refuse rather than name another file.
+            raise InvalidURIError(
+                f"file URIs take no query or fragment, got {_refused(uri)!r}; percent-encode "
+                "'?' (%3F) and '#' (%23) in file names, or pass the plain path"
             )
         path = urllib.parse.unquote(parts.path)
         if not path:
-            raise InvalidURIError(f"file URI without a path: {redact(uri)!r}")
+            raise InvalidURIError(f"file URI without a path: {_refused(uri)!r}")
         return ParsedURI(scheme="file", netloc="", path=os.path.abspath(path), raw=uri)
 
     if scheme in ("http", "https"):
         if not parts.hostname:
-            raise InvalidURIError(f"HTTP URI without a host: {redact(uri)!r}; expected {ACCEPTED_FORMS}")
+            raise InvalidURIError(f"HTTP URI without a host: {_refused(uri)!r}; expected {ACCEPTED_FORMS}")
         port = _parse_port(parts, uri)
         path = parts.path or "/"
         if parts.query:
@@ -262,25 +335,27 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
             raw=uri,
         )
 
-    if scheme in ("s3", "s3a"):
-        bucket = parts.netloc
-        key = parts.path.lstrip("/")
-        if not bucket or "@" in bucket or ":" in bucket:
-            raise InvalidURIError(
-                f"S3 URIs are s3://bucket/key, got {redact(uri)!r}"
-            )
-        return ParsedURI(scheme="s3", netloc=bucket, path=f"{bucket}/{key}" if key else bucket,
-                         host=bucket, raw=uri)
-
     if scheme in ("redis", "rediss"):
         if not parts.hostname:
             raise InvalidURIError(
-                f"Redis URIs are redis[s]://[user[:password]@]host[:port]/key[?db=N], got {redact(uri)!r}"
+                f"Redis URIs are redis[s]://[user[:password]@]host[:port]/key[?db=N], got {_refused(uri)!r}"
             )
         port = _parse_port(parts, uri)
+        if parts.fragment or "#" in uri:
+            raise InvalidURIError(
+                f"Redis URIs take no fragment ('#'), got {_refused(uri)!r}; percent-encode '#' "
+                "(%23) in keys"
+            )
         query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        unknown = sorted(set(query) - _REDIS_QUERY_OPTIONS)
+        if unknown or ("?" in uri and not parts.query):
+            # redis://host/q?v=2 must not quietly read 'q': the query is for options only.
+            raise InvalidURIError(
+                f"Redis URIs take only {', '.join(sorted(_REDIS_QUERY_OPTIONS))} in the query, "
+                f"got {_refused(uri)!r}; percent-encode '?' (%3F) in keys"
+            )
         if "db" in query and not query["db"].isdigit():
-            raise InvalidURIError(f"Redis db must be a number, got {redact(uri)!r}")
+            raise InvalidURIError(f"Redis db must be a number, got {_refused(uri)!r}")
         username = urllib.parse.unquote(parts.username) if parts.username else None
         password = urllib.parse.unquote(parts.password) if parts.password is not None else None
         if username is not None and password is None:

@@ -111,6 +111,51 @@ def test_uri_parser_never_crashes_and_never_shows_a_password(scheme: str, rest: 
         assert parse_uri(parsed) is parsed
 
 
+#: Passwords with every character a URI treats specially (issue 15): '/', '@', ':', '%',
+#: '#', '?'. Only an '@' followed later by a '/' is left out: ``user:a@b/c@host`` is
+#: genuinely ``user:a`` at host ``b`` (RFC 3986 wants both escaped).
+_special_secret = st.text(
+    st.sampled_from("/@:%#?&=+;~!$'()*,[]") | st.characters(codec="ascii", min_codepoint=0x30,
+                                                             max_codepoint=0x7a),
+    min_size=8, max_size=24)
+
+
+def _never_shown(text: str, secret: str) -> None:
+    """``text`` parses to a URI whose repr/str/redacted form hides ``secret``, or is
+    refused with an error that hides it; nothing else."""
+    import urllib.parse
+
+    hidden = {secret, urllib.parse.unquote(secret)} - {""}
+    try:
+        parsed = parse_uri(text)
+    except errors.InvalidURIError as exc:
+        assert not [h for h in hidden if h in f"{exc} {exc!r}"], (text, str(exc))
+        return
+    shown = f"{parsed!r} {parsed} {parsed.redacted()} {redact(text)}"
+    assert not [h for h in hidden if h in shown], (text, shown)
+
+
+@settings(max_examples=600, deadline=None)
+@given(scheme=st.sampled_from(["http://", "https://", "redis://", "rediss://", "s3://",
+                               "gs://", "file://"]),
+       secret=_special_secret, tail=st.sampled_from(["", "/", "/k", "/a/b?x=1", ":6379/k",
+                                                     "/k?db=2", "/k#f"]))
+def test_passwords_with_uri_delimiters_never_shown(scheme: str, secret: str, tail: str) -> None:
+    assume("@" not in secret or "/" not in secret.split("@", 1)[1])
+    secret = "PW~" + secret
+    _never_shown(f"{scheme}user:{secret}@host{tail}", secret)
+
+
+@settings(max_examples=300, deadline=None)
+@given(scheme=st.sampled_from(["http://", "https://", "redis://", "rediss://"]),
+       token=st.text(st.characters(codec="ascii", min_codepoint=0x21, max_codepoint=0x7e),
+                     min_size=8, max_size=40).filter(lambda t: not set(t) & set("/:@?#")),
+       tail=st.sampled_from(["", "/", "/model.tensors", "/k?db=1"]))
+def test_a_token_given_as_the_lone_user_name_is_never_shown(scheme: str, token: str,
+                                                            tail: str) -> None:
+    _never_shown(f"{scheme}TK{token}@host{tail}", "TK" + token)
+
+
 @settings(max_examples=300, deadline=None)
 @given(rest=_uri_text)
 def test_redact_is_idempotent(rest: str) -> None:

@@ -1,0 +1,110 @@
+"""Reliability: a URI names exactly one object, never a neighbour (issue 15, class 4).
+
+``s3://b/q?v=2`` is the key ``q?v=2`` (as for ``aws s3`` and s5cmd), never ``q``;
+Redis and ``file://`` URIs whose query or fragment would be dropped are refused.
+Each test puts the neighbour the old parser would have read next to the named object,
+on a real server, so reading the wrong one fails the test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from reliability_helpers import FAST, unique
+from tensorstream import errors
+from tensorstream.testing.redis_server import RedisServer
+from tensorstream.testing.s3_server import MotoS3Server
+
+pytestmark = [pytest.mark.usefixtures("isolated_env"), pytest.mark.timeout(120)]
+
+
+def _s3(server: MotoS3Server) -> dict[str, object]:
+    return {**server.options(), **FAST}
+
+
+def _read(uri: str, **options: object) -> bytes:
+    with tensorstream.open(uri, **options) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("suffix", ["?v=2", "#v=2", "?versionId=x", "%3Fv=2", "%20x", "%", "//x",
+                                    "?", "#", "/", "a:b@c"])
+@pytest.mark.parametrize("stream_reads", [False, True])
+def test_s3_keeps_every_character_after_the_bucket_in_the_key(
+        moto_s3_public: MotoS3Server, suffix: str, stream_reads: bool) -> None:
+    base = unique("q")
+    named, neighbour = base + suffix, base
+    moto_s3_public.put(S3_BUCKET, neighbour, b"the neighbour q")
+    moto_s3_public.put(S3_BUCKET, named, b"the named object " + suffix.encode())
+    opts = _s3(moto_s3_public) | {"stream_reads": stream_reads}
+    uri = f"s3://{S3_BUCKET}/{named}"
+    assert _read(uri, **opts) == b"the named object " + suffix.encode()
+    info = tensorstream._loop.run_sync(tensorstream.stat(uri, **opts))
+    assert info.size == len(b"the named object " + suffix.encode())
+
+
+def test_s3_key_that_does_not_exist_is_not_found_even_if_its_prefix_does(
+        moto_s3_public: MotoS3Server) -> None:
+    base = unique("q")
+    moto_s3_public.put(S3_BUCKET, base, b"q")
+    for suffix in ("?v=2", "#v=2"):
+        with pytest.raises(errors.NotFoundError):
+            _read(f"s3://{S3_BUCKET}/{base}{suffix}", **_s3(moto_s3_public))
+
+
+def test_s3_write_goes_to_the_key_with_its_query_and_fragment_characters(
+        moto_s3_public: MotoS3Server) -> None:
+    base = unique("w")
+    for suffix in ("?v=2", "#v=2"):
+        with tensorstream.open(f"s3://{S3_BUCKET}/{base}{suffix}", "wb",
+                               **_s3(moto_s3_public)) as f:
+            f.write(b"written " + suffix.encode())
+        assert moto_s3_public.get(S3_BUCKET, base + suffix) == b"written " + suffix.encode()
+    with pytest.raises(Exception):  # noqa: B017 - the bare prefix was never written
+        moto_s3_public.get(S3_BUCKET, base)
+
+
+@pytest.mark.parametrize("bad", ["s3://bucket?x/k", "s3://bucket#x/k", "s3://b%41/k",
+                                 "s3://user:pw@bucket/k"])
+def test_s3_bucket_with_uri_delimiters_is_refused(bad: str) -> None:
+    with pytest.raises(errors.InvalidURIError, match="s3://bucket/key"):
+        tensorstream.uri.parse_uri(bad)
+
+
+@pytest.mark.parametrize("suffix", ["#v=2", "?v=2", "?", "#", "?db=0#x", "?token=1"])
+def test_redis_query_or_fragment_that_would_be_dropped_is_refused(
+        redis_server: RedisServer, suffix: str) -> None:
+    key = unique("q")
+    redis_server.put(key, b"the neighbour q")
+    with pytest.raises(errors.InvalidURIError) as info:
+        _read(redis_server.url(key) + suffix)
+    assert "percent-encode" in str(info.value)
+
+
+def test_redis_percent_escapes_name_the_key_with_those_characters(
+        redis_server: RedisServer) -> None:
+    key = unique("q")
+    redis_server.put(key, b"the neighbour q")
+    redis_server.put(key + "#v=2", b"hash key")
+    redis_server.put(key + "?v=2", b"query key")
+    assert _read(redis_server.url(key + "%23v=2")) == b"hash key"
+    assert _read(redis_server.url(key + "%3Fv=2")) == b"query key"
+    assert _read(redis_server.url(key) + "?db=0") == b"the neighbour q"
+
+
+def test_file_uri_query_or_fragment_is_refused_and_a_plain_path_keeps_them(
+        tmp_path: Path) -> None:
+    (tmp_path / "q").write_bytes(b"the neighbour q")
+    (tmp_path / "q?v=2").write_bytes(b"query file")
+    (tmp_path / "q#v=2").write_bytes(b"hash file")
+    for suffix in ("?v=2", "#v=2"):
+        with pytest.raises(errors.InvalidURIError, match="percent-encode"):
+            _read(f"file://{tmp_path}/q{suffix}")
+    assert _read(f"file://{tmp_path}/q%3Fv=2") == b"query file"
+    assert _read(f"file://{tmp_path}/q%23v=2") == b"hash file"
+    assert _read(os.path.join(tmp_path, "q?v=2")) == b"query file"
+    assert _read(os.path.join(tmp_path, "q#v=2")) == b"hash file"
