@@ -8,6 +8,11 @@ keyword options users pass (``tensorstream.open(uri, timeout_idle=5)``) by
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ConfigurationError
@@ -20,6 +25,7 @@ __all__ = [
     "Timeouts",
     "TransferConfig",
     "split_options",
+    "validate_options",
 ]
 
 MiB = 1 << 20
@@ -114,28 +120,191 @@ def _flag(name: str, value: Any) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+    raise ConfigurationError(f"{name} must be true or false, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: short, and never a secret (only numbers,
+    flags and sizes are validated with their value shown)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number(name: str, value: Any, *, integer: bool, minimum: float, strict: bool = False,
+            maximum: float | None = None) -> Any:
+    """``value`` as an int/float within bounds, or a ConfigurationError naming ``name``.
+
+    Numbers and numeric strings (CLI, config files) are accepted; booleans, NaN,
+    infinities and non-integral values for integer options are not.
+    """
+    what = "an integer" if integer else "a number"
+    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+    if maximum is not None:
+        bound += f" and <= {int(maximum)}"
+    problem = f"{name} must be {what} {bound}, got {_shown(value)}"
+    if isinstance(value, bool) or value is None:
+        raise ConfigurationError(problem)
+    try:
+        number = float(value) if not isinstance(value, int) else value
+    except (TypeError, ValueError):
+        raise ConfigurationError(problem) from None
+    if isinstance(number, float):
+        if not math.isfinite(number):
+            raise ConfigurationError(problem)
+        if integer:
+            if not number.is_integer():
+                raise ConfigurationError(problem)
+            number = int(number)
+    if (number <= minimum if strict else number < minimum) or (
+            maximum is not None and number > maximum):
+        raise ConfigurationError(problem)
+    return int(number) if integer else float(number)
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a string, got {type(value).__name__}")
+    if any(c in value for c in "\r\n\x00"):
+        # would end up in a header or a request line; the value itself is never shown
+        raise ConfigurationError(f"{name} must not contain line breaks or NUL characters")
+    return value
+
+
+def _local_path(name: str, value: Any) -> str:
+    """A path that exists and is a regular file (or a directory, for CA paths):
+    a FIFO or a device would block or stream forever when read."""
+    path = _text(name, os.fspath(value) if isinstance(value, os.PathLike) else value)
+    try:
+        st = os.stat(os.path.expanduser(path))
+    except OSError as exc:
+        raise ConfigurationError(f"{name}: cannot use {path!r} ({exc.strerror})") from None
+    if not (stat.S_ISREG(st.st_mode) or (name == "ca_bundle" and stat.S_ISDIR(st.st_mode))):
+        raise ConfigurationError(f"{name}: {path!r} is not a regular file")
+    return path
+
+
+def _headers(name: str, value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{name} must be a mapping of header name to value")
+    for key, item in value.items():
+        if not isinstance(key, str) or not _HEADER_NAME.match(key):
+            raise ConfigurationError(f"{name}: invalid header name {_shown(key)}")
+        if not isinstance(item, str) or any(c in item for c in "\r\n\x00"):
+            # never echo the value: headers carry API keys
+            raise ConfigurationError(
+                f"{name}[{key!r}]: a header value must be a string without line breaks")
+    return value
+
+
+def _choice(*allowed: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if value not in allowed:
+            raise ConfigurationError(
+                f"{name} must be one of {', '.join(allowed)}, got {_shown(value)}")
+        return str(value)
+
+    return check
+
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_MAX_COUNT = 1 << 16
+_MAX_SIZE = 1 << 50  # 1 PiB: beyond any object store's object or part
+
+
+def _int(minimum: int, maximum: int = _MAX_SIZE) -> Callable[[str, Any], int]:
+    return lambda name, v: int(_number(name, v, integer=True, minimum=minimum, maximum=maximum))
+
+
+def _positive_seconds(name: str, value: Any) -> float:
+    return float(_number(name, value, integer=False, minimum=0, strict=True, maximum=10 ** 7))
+
+
+def _seconds(name: str, value: Any) -> float:
+    return float(_number(name, value, integer=False, minimum=0, maximum=10 ** 7))
+
+
+#: Every built-in option and its check: the one place options are validated
+#: (a provider sees only values that passed). Third-party providers' own
+#: options are not in here and reach them unchanged.
+VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "timeout_connect": _positive_seconds,
+    "timeout_idle": _positive_seconds,
+    "timeout_total": lambda n, v: None if v is None else _positive_seconds(n, v),
+    "retries": _int(1, _MAX_COUNT),
+    "backoff_initial": _seconds,
+    "backoff_max": _seconds,
+    "part_size": _int(1),
+    "min_part_size": _int(1),
+    "concurrency": _int(1, _MAX_COUNT),
+    "readahead": _int(0),
+    "large_read": _int(0),
+    "stream_reads": _flag,
+    "insecure": _flag,
+    "anonymous": _flag,
+    "allow_private_redirects": _flag,
+    "redis_cluster": _flag,
+    "redis_db": _int(0, _MAX_COUNT),
+    "redis_chunk_size": _int(1),
+    "headers": _headers,
+    "token": _text,
+    "s3_access_key_id": _text,
+    "s3_secret_access_key": _text,
+    "s3_session_token": _text,
+    "s3_endpoint": _text,
+    "s3_region": _text,
+    "s3_profile": _text,
+    "s3_addressing_style": _choice("path", "virtual", "auto"),
+    "redis_username": _text,
+    "redis_password": _text,
+    "ca_bundle": _local_path,
+    "client_cert": _local_path,
+    "client_key": _local_path,
+    "s3_config_path": _local_path,
+    # tensorizer loading (tensorstream.deserialize): a string "false" must not mean True
+    "num_readers": _int(1, 1024),
+    "verify_hash": _flag,
+    "lazy_load": _flag,
+}
+
+
+def validate_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with every built-in option checked and normalised (numbers
+    as numbers, flags as bools); a :class:`ConfigurationError` names the
+    first option that makes no sense. ``None`` means "not given"."""
+    out = dict(options)
+    for name, value in options.items():
+        check = VALIDATORS.get(name)
+        if check is not None and (value is not None or name == "timeout_total"):
+            out[name] = check(name, value)
+    return out
 
 
 def split_options(options: dict[str, Any]) -> tuple[CommonConfig, dict[str, Any]]:
-    """Split flat options into the shared config and the provider's own options."""
-    opts = dict(options)
+    """Split flat options into the shared config and the provider's own options.
+
+    Every option is validated first (:func:`validate_options`)."""
+    opts = validate_options(options)
+
+    def get(name: str, default: Any) -> Any:
+        value = opts.pop(name, None)
+        return default if value is None else value
+
     t = Timeouts(
-        connect=float(opts.pop("timeout_connect", DEFAULT_CONNECT_TIMEOUT)),
-        idle=float(opts.pop("timeout_idle", DEFAULT_IDLE_TIMEOUT)),
-        total=(None if (v := opts.pop("timeout_total", None)) is None else float(v)),
+        connect=get("timeout_connect", DEFAULT_CONNECT_TIMEOUT),
+        idle=get("timeout_idle", DEFAULT_IDLE_TIMEOUT),
+        total=get("timeout_total", None),
     )
     r = RetryConfig(
-        attempts=int(opts.pop("retries", DEFAULT_ATTEMPTS)),
-        backoff_initial=float(opts.pop("backoff_initial", DEFAULT_BACKOFF_INITIAL)),
-        backoff_max=float(opts.pop("backoff_max", DEFAULT_BACKOFF_MAX)),
+        attempts=get("retries", DEFAULT_ATTEMPTS),
+        backoff_initial=get("backoff_initial", DEFAULT_BACKOFF_INITIAL),
+        backoff_max=get("backoff_max", DEFAULT_BACKOFF_MAX),
     )
     x = TransferConfig(
-        part_size=int(opts.pop("part_size", DEFAULT_PART_SIZE)),
-        min_part_size=int(opts.pop("min_part_size", DEFAULT_MIN_PART_SIZE)),
-        concurrency=int(opts.pop("concurrency", DEFAULT_CONCURRENCY)),
-        readahead=int(opts.pop("readahead", DEFAULT_READAHEAD)),
-        large_read=int(opts.pop("large_read", DEFAULT_LARGE_READ)),
-        stream_reads=_flag("stream_reads", opts.pop("stream_reads", True)),
+        part_size=get("part_size", DEFAULT_PART_SIZE),
+        min_part_size=get("min_part_size", DEFAULT_MIN_PART_SIZE),
+        concurrency=get("concurrency", DEFAULT_CONCURRENCY),
+        readahead=get("readahead", DEFAULT_READAHEAD),
+        large_read=get("large_read", DEFAULT_LARGE_READ),
+        stream_reads=get("stream_reads", True),
     )
     return CommonConfig(t, r, x), opts

@@ -124,7 +124,10 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
         for h in headers:
             name, sep, value = h.partition(":")
             if not sep or not name.strip():
-                raise argparse.ArgumentTypeError(f"--header must be 'Name: value', got {name!r}")
+                # never echo what was given: a mistyped header is usually a credential
+                raise argparse.ArgumentTypeError(
+                    "--header must be 'Name: value' (a colon after the name); the value "
+                    "given is not shown")
             parsed[name.strip()] = value.strip()
         out["headers"] = parsed
     return _check(out, "--endpoint-url")

@@ -28,10 +28,11 @@ from tensorizer import TensorDeserializer, TensorSerializer
 
 from .. import _loop
 from ..api import get_provider
+from ..config import validate_options
 from ..api import open as ts_open
 from ..errors import ConfigurationError, NotFoundError, TensorstreamError
 from ..file import StreamReader
-from ..providers.local.provider import map_local_error, temp_path_for
+from ..providers.local.provider import open_regular, temp_path_for
 from ..uri import ParsedURI, parse_uri, redact, redact_text
 from .crypto import (
     DecryptionError,
@@ -304,6 +305,10 @@ def deserialize(
     ...     print(sd["lm_head.weight"].shape)
     """
     started = time.perf_counter()
+    checked = validate_options({"num_readers": num_readers, "verify_hash": verify_hash,
+                                "lazy_load": lazy_load})
+    num_readers, verify_hash, lazy_load = (
+        checked["num_readers"], checked["verify_hash"], checked["lazy_load"])
     stream: StreamReader | BinaryIO | None = None
     if isinstance(uri, StreamReader):
         if rank is not None or world_size is not None or options:
@@ -608,13 +613,9 @@ def _open_local(target: str | ParsedURI, options: Mapping[str, Any]) -> BinaryIO
     parsed = target if isinstance(target, ParsedURI) else parse_uri(target)
     if parsed.scheme != "file":
         return None
-    try:
-        return open(parsed.path, "rb")  # the deserializer closes it
-    except OSError as exc:
-        mapped = map_local_error(exc, parsed.path)
-        if mapped is exc:
-            raise
-        raise mapped from exc
+    # Through open_regular: a FIFO, socket, device or directory is refused at once
+    # (a plain open() of a FIFO blocks until a writer comes).
+    return open(open_regular(parsed.path), "rb", closefd=True)  # the deserializer closes it
 
 
 def _default_readers(stream: Any) -> int:

@@ -23,7 +23,7 @@ from ...errors import (
 )
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
-__all__ = ["LocalProvider", "map_local_error", "temp_path_for"]
+__all__ = ["LocalProvider", "map_local_error", "open_regular", "temp_path_for"]
 
 
 def _etag(st: os.stat_result) -> str:
@@ -38,6 +38,38 @@ def map_local_error(exc: OSError, path: str) -> TensorstreamError | OSError:
     if exc.errno == errno.EISDIR or isinstance(exc, IsADirectoryError):
         return NotFoundError(f"is a directory, not an object: {path}", service="file")
     return exc
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file.
+
+    Every local read opens through here. ``O_NONBLOCK`` makes opening a FIFO
+    (or a tty, a device) return at once instead of waiting for a writer;
+    ``fstat`` on the open descriptor (not the name, which can be swapped)
+    then refuses anything that is not a regular file, and only then is the
+    descriptor made blocking again. Raises :class:`NotFoundError` (a
+    directory, a FIFO, a socket, a device) or the mapped ``OSError``.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO/device with no other end
+            raise NotFoundError(f"not a regular file: {path}", service="file") from None
+        mapped = map_local_error(exc, path)
+        if mapped is exc:
+            raise
+        raise mapped from exc
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            kind = "a directory" if stat_mod.S_ISDIR(st.st_mode) else "not a regular file"
+            raise NotFoundError(f"{kind}, not an object: {path}", service="file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _info(path: str, st: os.stat_result) -> ObjectInfo:
@@ -176,10 +208,7 @@ class LocalProvider(Provider):
 
     @staticmethod
     def _open_checked(path: str, etag: str | None) -> int:
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            raise map_local_error(exc, path) from exc
+        fd = open_regular(path)
         if etag is not None:
             try:
                 _check_version(fd, path, etag)
@@ -260,6 +289,20 @@ def temp_path_for(path: str) -> str:
     return os.path.join(d, f".{name}{_TEMP_MARK}{secrets.token_hex(6)}.tmp")
 
 
+def _check_destination(path: str) -> None:
+    """Refuse to replace anything but a regular file (or a symlink, which is
+    replaced, not followed): renaming over a directory fails late, and over a
+    FIFO or a device node it would replace the node."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat_mod.S_ISDIR(st.st_mode):
+        raise TensorstreamError(f"destination is a directory: {path}", service="file")
+    if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISLNK(st.st_mode)):
+        raise TensorstreamError(f"destination is not a regular file: {path}", service="file")
+
+
 class _AtomicFileWriter(Writer):
     """Write to a 0600 temp file beside the destination; fsync + rename on commit."""
 
@@ -274,8 +317,7 @@ class _AtomicFileWriter(Writer):
         if not os.path.isdir(directory):
             raise NotFoundError(f"destination directory does not exist: {directory}",
                                 service="file")
-        if os.path.isdir(self.path):
-            raise TensorstreamError(f"destination is a directory: {self.path}", service="file")
+        _check_destination(self.path)
         self._tmp = temp_path_for(self.path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         try:
@@ -313,6 +355,7 @@ class _AtomicFileWriter(Writer):
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = None
+        _check_destination(self.path)  # a FIFO or device may have appeared meanwhile
         os.replace(self._tmp, self.path)
         self._tmp = None
         self._done = True

@@ -30,7 +30,7 @@ from typing import Any
 
 from ...credentials.base import Sourced, mask
 from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, TensorstreamError
 from ...uri import ParsedURI
 
 __all__ = [
@@ -155,13 +155,20 @@ def _pair_source(key_src: str, secret_src: str) -> str:
     return key_src
 
 
+#: An s3cmd config is a few hundred bytes; more is not one.
+_S3CFG_LIMIT = 1 << 20
+
+
 def _read_s3cfg(path: str) -> dict[str, str]:
     parser = configparser.ConfigParser(interpolation=None, strict=False)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read s3cmd config {path}: {exc.strerror}") from exc
+    from ..local.provider import open_regular
+
+    try:  # through open_regular: a FIFO here would block forever
+        with open(open_regular(path), encoding="utf-8", errors="replace") as f:
+            text = f.read(_S3CFG_LIMIT)
+    except (OSError, TensorstreamError) as exc:
+        reason = getattr(exc, "strerror", None) or "not a regular file"
+        raise ConfigurationError(f"cannot read s3cmd config {path}: {reason}") from None
     if not text.lstrip().startswith("["):
         text = "[default]\n" + text
     try:
