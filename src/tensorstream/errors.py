@@ -9,6 +9,8 @@ from the builtin that fits, so ``except FileNotFoundError`` keeps working::
     │   └── MissingCredentialsError               lists every place it looked
     ├── UnknownSchemeError         (ValueError)   lists registered schemes
     ├── InvalidRangeError          (ValueError)   range outside the object
+    ├── MalformedFileError         (ValueError)   a file's own structure is damaged
+    │                                             (tensorizer index past the end...)
     ├── NotFoundError              (FileNotFoundError)
     ├── PermissionDeniedError      (PermissionError)
     ├── UnsupportedOperationError  (io.UnsupportedOperation)
@@ -44,6 +46,7 @@ __all__ = [
     "IntegrityError",
     "InvalidRangeError",
     "InvalidURIError",
+    "MalformedFileError",
     "MissingCredentialsError",
     "NotFoundError",
     "ObjectChangedError",
@@ -141,6 +144,18 @@ class UnknownSchemeError(TensorstreamError, ValueError):
 
 class InvalidRangeError(TensorstreamError, ValueError):
     """A requested byte range lies outside the object."""
+
+
+class MalformedFileError(TensorstreamError, ValueError):
+    """A file's own structure is damaged: a tensorizer index pointing past the end
+    of the object, a header that does not parse. ``expected_size`` (what the
+    file's index needs, when known) and ``actual_size`` (the object's size)."""
+
+    def __init__(self, message: str, *, expected_size: int | None = None,
+                 actual_size: int | None = None, **context: str) -> None:
+        super().__init__(message, **context)
+        self.expected_size = expected_size
+        self.actual_size = actual_size
 
 
 class NotFoundError(TensorstreamError, FileNotFoundError):

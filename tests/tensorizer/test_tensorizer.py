@@ -169,9 +169,10 @@ def test_roundtrip_every_tensor_equal(backend: TensorBackend, producer: Any, tmp
         # Local paths are read through a plain OS file (tensorizer's fastest source).
         local = backend.uri("m.tensors").startswith(("/", "file:"))
         expected = io.BufferedReader if local and not backend.options else tensorstream.StreamReader
-        assert isinstance(sd._file, expected) and sd._file.closed
+        # (tensorizer reads it through the CheckedSource that checks every read)
+        assert isinstance(sd._file.inner, expected) and sd._file.inner.closed
     with deserialize(backend.uri("m.tensors"), "cpu", lazy_load=True, **backend.options) as sd:
-        stream = sd._file
+        stream = sd._file.inner
         assert not stream.closed
     assert stream.closed, "closing the deserializer closes the stream"
 
@@ -242,7 +243,7 @@ def test_num_readers_really_run_in_parallel(
         assert_same(sd, state(model))
     if backend.name == "local" and not backend.options:
         # A plain OS file: tensorizer reopens it itself (same inode, /proc/self/fd).
-        assert isinstance(sd._file, io.BufferedReader) and not threads
+        assert isinstance(sd._file.inner, io.BufferedReader) and not threads
         return
     assert len(threads) == 3, "readers 1..3 reopen through StreamReader.fork, each in its thread"
     if backend.name != "local":

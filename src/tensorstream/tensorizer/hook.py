@@ -17,15 +17,26 @@ from __future__ import annotations
 
 import inspect
 import io
+import os
+import struct
 from collections.abc import Callable
 from typing import Any
 
 from tensorizer import TensorDeserializer
-from tensorizer.serialization import CryptographyError, HashMismatchError, TensorEntry, TensorType
+from tensorizer.serialization import (
+    CryptographyError,
+    HashMismatchError,
+    TensorEntry,
+    TensorType,
+    _TensorHeaderDeserializer,
+)
 
+from ..errors import MalformedFileError, TensorstreamError
 from ..file import StreamReader
+from ..uri import redact_text
 
 __all__ = [
+    "CheckedSource",
     "CryptographyError",
     "HashMismatchError",
     "StreamTensorDeserializer",
@@ -38,14 +49,209 @@ __all__ = [
 ]
 
 
+#: How tensorizer writes the length that starts each tensor's header.
+_HEADER_LEN = _TensorHeaderDeserializer.header_len_segment
+#: What tensorizer's parsers raise on bytes that are not a valid file.
+_PARSE_ERRORS = (struct.error, ValueError, TypeError, IndexError, OverflowError,
+                 AssertionError, EOFError, UnicodeDecodeError)
+
+
+class CheckedSource(io.RawIOBase):
+    """The file tensorizer reads from, with every read checked against the object.
+
+    tensorizer trusts the file: it ignores the count ``readinto`` returns (a
+    truncated file loads with the tail of its last tensor left as whatever the
+    fresh memory held: zeros) and allocates whatever a length field claims
+    before reading it. Here every ``read``/``readinto`` must lie inside the
+    object's ``size`` and be filled completely, and once the index is known
+    (:meth:`set_index`) each tensor header's length must match it, so a
+    damaged file raises :class:`MalformedFileError` before any memory is
+    allocated for it or any tensor is handed out.
+    """
+
+    def __init__(self, inner: Any, size: int, name: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.size = size
+        self.name = name
+        self._headers: dict[int, int] = {}
+
+    @classmethod
+    def wrap(cls, source: Any) -> Any:
+        """``source`` behind the checks; unchanged if its size cannot be known."""
+        if isinstance(source, StreamReader):
+            return cls(source, source.size, source.name)
+        name = redact_text(str(getattr(source, "name", "<file>")))
+        try:
+            size = os.fstat(source.fileno()).st_size
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            try:  # another seekable file object (BytesIO...)
+                pos = source.tell()
+                size = source.seek(0, io.SEEK_END)
+                source.seek(pos)
+            except (AttributeError, OSError, io.UnsupportedOperation):
+                return source
+        return cls(source, int(size), name)
+
+    def child(self, inner: Any) -> CheckedSource:
+        """The same checks for a reopened reader of the same object."""
+        out = CheckedSource(inner, self.size, self.name)
+        out._headers = self._headers
+        return out
+
+    def malformed(self, reason: str, *, expected: int | None = None) -> MalformedFileError:
+        return MalformedFileError(
+            f"{self.name} is not a whole tensorizer file: {reason} "
+            f"(the object is {self.size} bytes)",
+            expected_size=expected, actual_size=self.size)
+
+    def set_index(self, entries: Any) -> None:
+        """Check the parsed index against the object's size; remember where
+        each tensor's header starts and how long it must be."""
+        headers: dict[int, int] = {}
+        need = 0
+        for entry in entries:
+            if not 0 <= entry.offset <= entry.data_offset or entry.data_length < 0:
+                raise self.malformed(
+                    f"its index places a tensor at impossible offsets "
+                    f"(header {entry.offset}, data {entry.data_offset}+{entry.data_length})")
+            need = max(need, entry.data_offset + entry.data_length)
+            headers[entry.offset] = entry.data_offset - entry.offset
+        if need > self.size:
+            raise self.malformed(
+                f"its index needs {need} bytes, {need - self.size} more than there are "
+                "(truncated or damaged)", expected=need)
+        self._headers = headers
+
+    # -- io ---------------------------------------------------------------------
+    def _check(self, pos: int, n: int) -> None:
+        if n > self.size - pos:
+            raise self.malformed(
+                f"a read of {n} bytes at offset {pos} runs past the end "
+                "(truncated, or a length field is damaged)", expected=pos + n)
+
+    def read(self, size: int | None = -1) -> bytes:
+        pos = self.inner.tell()
+        if size is None or size < 0:
+            size = max(0, self.size - pos)
+        self._check(pos, size)
+        data = self.inner.read(size)
+        if len(data) != size:
+            raise self.malformed(f"only {len(data)} of {size} bytes at offset {pos}",
+                                 expected=pos + size)
+        want = self._headers.get(pos)
+        if want is not None and size == _HEADER_LEN.size:
+            claimed = _HEADER_LEN.unpack(data)[0]
+            if claimed != want:  # tensorizer would allocate `claimed` bytes next
+                raise self.malformed(
+                    f"the tensor header at offset {pos} claims {claimed} bytes, "
+                    f"its index says {want}")
+        return bytes(data)
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        pos = self.inner.tell()
+        self._check(pos, len(view))
+        done = 0
+        while done < len(view):  # a plain file may return less at a time (2 GiB)
+            n = self.inner.readinto(view[done:])
+            if not n:
+                raise self.malformed(
+                    f"the object ended at offset {pos + done}, {len(view) - done} bytes "
+                    "short (truncated while loading?)", expected=pos + len(view))
+            done += n
+        return done
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = offset if whence == io.SEEK_SET else None
+        if whence == io.SEEK_CUR:
+            target = self.inner.tell() + offset
+        if target is not None and not 0 <= target <= self.size:
+            raise self.malformed(f"a seek to offset {target} lies outside the object",
+                                 expected=target)
+        return int(self.inner.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self.inner.tell())
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return int(self.inner.fileno())
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            super().close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.inner.closed)
+
+    def __getattr__(self, name: str) -> Any:
+        # capabilities, bytes_read... of the wrapped reader
+        return getattr(self.__dict__["inner"], name)
+
+
+def _from_user(fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """``fn`` with its exceptions marked, so they are never taken for a damaged file."""
+    if fn is None:
+        return None
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            exc._tensorstream_user = True  # type: ignore[attr-defined]
+            raise
+
+    return call
+
+
+def _in_parser(exc: BaseException) -> bool:
+    """Raised while tensorizer parsed the file (a reader thread), not by a check
+    of the caller's arguments."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "_copy_thread":
+            return True
+        tb = tb.tb_next
+    return False
+
 
 class StreamTensorDeserializer(TensorDeserializer):
-    """A ``TensorDeserializer`` that reopens a ``StreamReader`` with ``fork()``.
+    """A ``TensorDeserializer`` that checks the file against its own index and
+    reopens a ``StreamReader`` with ``fork()``.
 
-    Everything else is tensorizer's own behaviour; for any other source the
-    base class decides. :attr:`stats` says what the load did
-    (:class:`~tensorstream.tensorizer.stats.LoadStats`).
+    Every source is read through a :class:`CheckedSource`; a file that does
+    not parse raises :class:`MalformedFileError` (a ``ValueError``) naming
+    the redacted URI and the sizes, instead of ``struct.error``/``TypeError``,
+    and never a tensor with zeros in it. Everything else is tensorizer's own
+    behaviour; for any other source the base class decides. :attr:`stats`
+    says what the load did (:class:`~tensorstream.tensorizer.stats.LoadStats`).
     """
+
+    def __init__(self, file_obj: Any, *args: Any, **kwargs: Any) -> None:
+        source = CheckedSource.wrap(file_obj)
+        if "filter_func" in kwargs:
+            kwargs["filter_func"] = _from_user(kwargs["filter_func"])
+        try:
+            super().__init__(source, *args, **kwargs)
+        except _PARSE_ERRORS as exc:
+            if isinstance(exc, TensorstreamError | CryptographyError) or getattr(
+                    exc, "_tensorstream_user", False):
+                raise
+            raise source.malformed(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            self._prepare()  # lazy_load with one reader: nothing checked the index yet
+        except BaseException:
+            source.close()
+            raise
 
     #: Set by :func:`tensorstream.deserialize`: builds the stats, logs the load line.
     _ts_record: Any = None
@@ -63,21 +269,32 @@ class StreamTensorDeserializer(TensorDeserializer):
             if self._ts_record is not None:
                 self._ts_record.finish(self)  # a lazy load logs its line when closed
 
-    def _cut_requests_at_tensors(self) -> None:
-        # Once the tensor index is parsed, before any tensor is read: cut
-        # read-ahead segments at every tensor's header and data, so each tensor
-        # lands in its buffer without a copy (forks inherit the boundaries).
-        source = self._file
-        if isinstance(source, StreamReader) and not getattr(self, "_ts_cut", False):
+    @property
+    def _source(self) -> Any:
+        """The reader under the checks (a StreamReader, or a plain local file)."""
+        return getattr(self._file, "inner", self._file)
+
+    def _prepare(self) -> None:
+        # Once the tensor index is parsed, before any tensor is read: check the
+        # index against the object, and cut read-ahead segments at every
+        # tensor's header and data, so each tensor lands in its buffer without a
+        # copy (forks inherit the boundaries).
+        if getattr(self, "_ts_prepared", False):
+            return
+        if isinstance(self._file, CheckedSource):
+            self._file.set_index(self._metadata.values())
+        source = self._source
+        if isinstance(source, StreamReader):
             source.set_read_boundaries(read_boundaries(self))
-            self._ts_cut = True
+        self._ts_prepared = True
 
     def _reopen_func(self) -> Callable[..., Any] | None:
-        source = self._file
+        self._prepare()  # num_readers > 1: before the forks
+        checked = self._file
+        source = self._source
         if isinstance(source, StreamReader):
-            self._cut_requests_at_tensors()  # num_readers > 1: before the forks
 
-            def reopen(begin: int | None = None, end: int | None = None) -> StreamReader:
+            def reopen(begin: int | None = None, end: int | None = None) -> Any:
                 # ``end`` is a hint: read-ahead stops there; reads past it still work.
                 fork = source.fork(end=end)
                 # Kept (not owned: tensorizer closes them) so a load's statistics can
@@ -85,15 +302,31 @@ class StreamTensorDeserializer(TensorDeserializer):
                 self.__dict__.setdefault("_ts_forks", []).append(fork)
                 if begin:
                     fork.seek(begin, io.SEEK_SET)
-                return fork
+                return checked.child(fork) if isinstance(checked, CheckedSource) else fork
 
             return reopen
-        return super()._reopen_func()  # type: ignore[no-any-return]
+        base = super()._reopen_func()
+        if base is None or not isinstance(checked, CheckedSource):
+            return base  # type: ignore[no-any-return]
+
+        def reopen_checked(begin: int | None = None, end: int | None = None) -> Any:
+            return checked.child(base(begin, end))  # tensorizer's reopen of the same inode
+
+        return reopen_checked
 
     def _bulk_load(self, keys: Any, verify_hash: bool | None = None) -> Any:
         # Every load (eager, lazy, one reader or many) goes through here.
-        self._cut_requests_at_tensors()
-        return super()._bulk_load(keys, verify_hash)
+        self._prepare()
+        try:
+            yield from super()._bulk_load(keys, verify_hash)
+        except _PARSE_ERRORS as exc:
+            if (isinstance(exc, TensorstreamError | CryptographyError)
+                    or getattr(exc, "_tensorstream_user", False) or not _in_parser(exc)):
+                raise
+            checked = self._file
+            if not isinstance(checked, CheckedSource):
+                raise
+            raise checked.malformed(f"{type(exc).__name__}: {exc}") from exc
 
 
 #: The last bytes of each tensor's data share one request with the next
@@ -164,7 +397,10 @@ def check_compat() -> None:
     ``reopen(begin=..., end=...)``; every load goes through
     ``_bulk_load(self, keys, verify_hash)``; index entries have ``data_offset`` and
     ``data_length`` (:func:`read_boundaries`);
-    the attributes :func:`reader_count` and :func:`tensor_names` read exist.
+    the attributes :func:`reader_count` and :func:`tensor_names` read exist;
+    each tensor header starts with a ``header_len_segment`` read
+    (:class:`CheckedSource`), and parse errors of reader threads come from
+    ``_copy_thread`` (copy_src above).
     """
     problems = []
     hook = getattr(TensorDeserializer, "_reopen_func", None)
@@ -182,6 +418,10 @@ def check_compat() -> None:
     for name in ("data_offset", "data_length", "type", "shape"):  # read_boundaries, tensor_entries
         if name not in fields:
             problems.append(f"tensorizer's TensorEntry has no {name!r}")
+    header_src = inspect.getsource(_TensorHeaderDeserializer.from_io)
+    if "reader.read(cls.header_len_segment.size)" not in header_src:
+        # CheckedSource checks each tensor header's length as it is read
+        problems.append("tensor headers no longer start with a header_len_segment read")
     init_src = inspect.getsource(TensorDeserializer.__init__)
     for needle in ("self._reopen = self._reopen_func()", "self._num_readers = num_readers",
                    "self._metadata"):

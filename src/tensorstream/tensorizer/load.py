@@ -615,7 +615,9 @@ def _open_local(target: str | ParsedURI, options: Mapping[str, Any]) -> BinaryIO
         return None
     # Through open_regular: a FIFO, socket, device or directory is refused at once
     # (a plain open() of a FIFO blocks until a writer comes).
-    return open(open_regular(parsed.path), "rb", closefd=True)  # the deserializer closes it
+    f = open(open_regular(parsed.path), "rb", closefd=True)  # the deserializer closes it
+    f.raw.name = parsed.path  # type: ignore[attr-defined]  # errors name the path, not the fd
+    return f
 
 
 def _default_readers(stream: Any) -> int:
