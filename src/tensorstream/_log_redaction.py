@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import re
 
+from .errors import ExternalError, TensorstreamError
 from .uri import redact_text
 
-__all__ = ["install_secret_filter"]
+__all__ = ["install_secret_filter", "mask_secrets", "scrub_chain"]
 
 _PATTERNS = [
     # header dumps: 'X-Amz-Security-Token': b'...'  /  x-amz-security-token:...
@@ -27,6 +28,70 @@ def _mask(text: str) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + "***", text)
     return redact_text(text)
+
+
+mask_secrets = _mask
+
+#: A chain deeper than this is cut (a cycle guard as well).
+_MAX_CHAIN = 32
+#: Third-party messages longer than this are cut (a body dump is not a message).
+_MAX_MESSAGE = 2000
+
+
+def _stand_in(exc: BaseException) -> ExternalError:
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    try:
+        text = str(exc)
+    except Exception:  # pragma: no cover - a broken __str__
+        text = "<unprintable>"
+    if len(text) > _MAX_MESSAGE:
+        text = text[:_MAX_MESSAGE] + "..."
+    out = ExternalError(kind, _mask(text))
+    out.__traceback__ = exc.__traceback__
+    return out
+
+
+def scrub_chain(exc: BaseException) -> BaseException:
+    """Make ``exc`` and everything chained to it safe to print.
+
+    The one translation point for secrets in exception chains: every
+    third-party exception in ``__cause__``/``__context__`` (and in a
+    :class:`RetriesExhaustedError`'s ``last_error``) is replaced by an
+    :class:`ExternalError` with its type and masked message (aiohttp's
+    ``ClientResponseError`` holds the request URL and headers, so its
+    ``repr`` shows a presigned signature and the ``Authorization`` header);
+    tensorstream errors' own messages are masked again. Idempotent; returns
+    ``exc`` (changed in place) or its stand-in when it is third-party itself.
+    """
+    done: dict[int, BaseException] = {}
+
+    def clean(e: BaseException | None, depth: int) -> BaseException | None:
+        if e is None:
+            return None
+        if id(e) in done:
+            return done[id(e)]
+        if depth > _MAX_CHAIN:
+            return None
+        if isinstance(e, TensorstreamError | ExternalError):
+            out: BaseException = e
+            if isinstance(e, TensorstreamError):
+                e.message = _mask(e.message)
+                e.path = _mask(e.path) if e.path else e.path
+                e.args = (e.message,)
+        else:
+            out = _stand_in(e)
+        done[id(e)] = out
+        suppress = e.__suppress_context__
+        cause = clean(e.__cause__, depth + 1)
+        context = clean(e.__context__, depth + 1)
+        out.__cause__, out.__context__ = cause, context
+        out.__suppress_context__ = suppress  # setting __cause__ turned it on
+        last = getattr(e, "last_error", None)
+        if isinstance(last, BaseException):
+            out.last_error = clean(last, depth + 1)  # type: ignore[attr-defined]
+        return out
+
+    return clean(exc, 0) or exc
 
 
 class SecretFilter(logging.Filter):

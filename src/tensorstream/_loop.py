@@ -16,6 +16,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from ._log_redaction import scrub_chain
+from .errors import TensorstreamError
+
 __all__ = ["get_loop", "run_sync", "in_loop_thread"]
 
 T = TypeVar("T")
@@ -104,6 +107,8 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     future = asyncio.run_coroutine_threadsafe(coro, get_loop())
     try:
         return future.result(timeout)
-    except BaseException:
+    except BaseException as exc:
         future.cancel()
+        if isinstance(exc, TensorstreamError):
+            scrub_chain(exc)  # also errors that did not pass a provider (see errors.py)
         raise

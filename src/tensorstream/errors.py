@@ -27,6 +27,13 @@ from the builtin that fits, so ``except FileNotFoundError`` keeps working::
     └── RetriesExhaustedError      (OSError)      names operation + attempts
         └── RetriesExhaustedTimeoutError (TimeoutError) last attempt timed out
 
+Third-party exceptions chained to a tensorstream error (``__cause__``,
+``__context__``) are replaced by an :class:`ExternalError` holding their type
+name and their redacted message (``tensorstream._log_redaction.scrub_chain``):
+aiohttp's and botocore's exceptions carry request URLs and headers, so a
+presigned signature or an ``Authorization`` header would otherwise reach
+tracebacks, ``repr`` and error reporters.
+
 Errors carry ``service``, ``operation`` and ``path`` context (added by the
 context layer, already redacted) and a ``temporary`` flag that the retry
 layer reads. Messages never contain secrets: URIs are redacted before they
@@ -41,6 +48,7 @@ from typing import Any
 __all__ = [
     "ConfigurationError",
     "ConnectionFailedError",
+    "ExternalError",
     "IncompleteReadError",
     "InsecureTLSWarning",
     "IntegrityError",
@@ -235,6 +243,19 @@ class RetriesExhaustedTimeoutError(RetriesExhaustedError, TimeoutError):
     """Gave up after retries whose last failure was a timeout (also a ``TimeoutError``)."""
 
     temporary = False
+
+
+class ExternalError(Exception):
+    """Stands in for a third-party exception in the chain of a tensorstream error.
+
+    ``str()`` is ``"<module>.<type>: <redacted message>"``; ``original_type``
+    names the type. The traceback is the original one (its frames, not its
+    values). Not a :class:`TensorstreamError`: it is never raised by itself.
+    """
+
+    def __init__(self, original_type: str, message: str) -> None:
+        super().__init__(f"{original_type}: {message}")
+        self.original_type = original_type
 
 
 class InsecureTLSWarning(UserWarning):

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import tenacity
 
 from .. import _loop
+from .._log_redaction import scrub_chain
 from ..config import CommonConfig
 from ..errors import (
     RetriesExhaustedError,
@@ -194,6 +195,9 @@ class PolicyProvider(Provider):
 
     def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
         exc.with_context(service=self.service, operation=operation, path=redact_text(path))
+        # Every provider error leaves through here: strip secrets from its chain
+        # (third-party causes hold request URLs and Authorization headers).
+        scrub_chain(exc)
 
     def _unsupported(self, operation: str, flag: str) -> UnsupportedOperationError:
         """The one error for an operation the provider does not declare."""

@@ -340,7 +340,12 @@ def origin(url: URL) -> tuple[str, str, int | None]:
 def redirect_step(url: URL, location: str, *, path: str) -> tuple[URL, bool]:
     """The redirect target of ``Location`` relative to ``url``, and whether it
     keeps the origin (if not, credential headers must be dropped)."""
-    target = url.join(URL(location, encoded=True))
+    try:
+        target = url.join(URL(location, encoded=True))
+    except (ValueError, TypeError):
+        # never echo it: a Location is often a presigned URL
+        raise ProtocolError("the server redirected to a malformed Location",
+                            service="http", path=redact_path(path)) from None
     if target.scheme not in ("http", "https"):
         raise ProtocolError(f"redirect to unsupported scheme {target.scheme!r}",
                             service="http", path=redact_path(path))

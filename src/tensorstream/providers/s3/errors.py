@@ -23,6 +23,7 @@ from ...errors import (
     NotFoundError,
     ObjectChangedError,
     PermissionDeniedError,
+    ProtocolError,
     ServiceUnavailableError,
     StorageTimeoutError,
     TensorstreamError,
@@ -104,6 +105,12 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
             f"response body broken after {received} bytes ({type(exc).__name__})",
             received=received,
         )
+    if type(exc).__module__ == "botocore.parsers" or (  # ResponseParserError & co.
+            isinstance(exc, ValueError | KeyError | TypeError | IndexError)
+            and _raised_in(exc, _PARSER_MODULES)):
+        # botocore/aiohttp choking on a malformed answer (HEAD with a Content-Length
+        # of 'abc'...): not retried, and nothing of the answer is echoed.
+        return ProtocolError(f"S3 sent a malformed answer ({type(exc).__name__})")
     if isinstance(exc, (bce.EndpointConnectionError, bce.ConnectionClosedError,
                         bce.HTTPClientError, bce.ConnectionError, *aio.connection)):
         return ConnectionFailedError(
@@ -127,6 +134,20 @@ def _aiohttp_errors() -> _AiohttpErrors:
         return _AiohttpErrors()
     return _AiohttpErrors((aiohttp.ClientSSLError,), (aiohttp.ServerTimeoutError,),
                           (aiohttp.ClientPayloadError,), (aiohttp.ClientConnectionError,))
+
+
+_PARSER_MODULES = ("botocore.", "aiobotocore.", "aiohttp.", "xml.", "dateutil.")
+
+
+def _raised_in(exc: BaseException, modules: tuple[str, ...]) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is in one of ``modules``."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    name = str(tb.tb_frame.f_globals.get("__name__", ""))
+    return name.startswith(modules)
 
 
 def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamError:
