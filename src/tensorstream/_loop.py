@@ -13,13 +13,14 @@ import asyncio
 import atexit
 import os
 import threading
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ._log_redaction import scrub_chain
 from .errors import TensorstreamError
 
-__all__ = ["get_loop", "run_sync", "in_loop_thread"]
+__all__ = ["abort_at_exit", "get_loop", "in_loop_thread", "run_sync"]
 
 T = TypeVar("T")
 
@@ -58,16 +59,46 @@ def get_loop() -> asyncio.AbstractEventLoop:
         return _start()
 
 
+#: Writers whose leftovers would outlive the process (an S3 multipart upload is
+#: billed until a lifecycle rule removes it; a temp file stays on disk). Weak:
+#: a writer that is garbage-collected or finished drops out by itself.
+_exit_aborts: weakref.WeakSet[Any] = weakref.WeakSet()
+#: How long the exit may wait for those aborts, all together (seconds).
+EXIT_ABORT_TIMEOUT = 15.0
+
+
+def abort_at_exit(writer: Any) -> None:
+    """Have ``await writer.abort()`` run at interpreter exit if it is still open
+    then, while the I/O loop can still run it (``abort`` must be idempotent and
+    do nothing after a commit)."""
+    _exit_aborts.add(writer)
+
+
+async def _abort_all(writers: list[Any]) -> None:
+    await asyncio.gather(*(w.abort() for w in writers), return_exceptions=True)
+
+
 @atexit.register
 def _stop_at_exit() -> None:
-    """Stop the I/O loop before interpreter teardown.
+    """Abort writers left open, then stop the I/O loop before interpreter teardown.
 
-    Objects finalised after this (an unclosed reader or writer) must not wait
-    on a daemon thread that can no longer run: that hangs the exit forever.
+    The aborts run first, on the still-running loop: once it stops, nothing
+    can reach S3 any more. Objects finalised after this (an unclosed reader or
+    writer) must not wait on a daemon thread that can no longer run: that
+    hangs the exit forever.
     """
     global _shut_down
-    _shut_down = True
     loop, thread = _loop, _thread
+    alive = loop is not None and _pid == os.getpid() and loop.is_running()
+    pending = list(_exit_aborts)
+    if alive and pending and not in_loop_thread():
+        assert loop is not None
+        future = asyncio.run_coroutine_threadsafe(_abort_all(pending), loop)
+        try:
+            future.result(EXIT_ABORT_TIMEOUT)
+        except BaseException:  # exiting anyway; each writer logs its own failure
+            future.cancel()
+    _shut_down = True
     if loop is not None and _pid == os.getpid() and loop.is_running():
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None and thread is not threading.current_thread():

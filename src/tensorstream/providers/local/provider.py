@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
+from ... import _loop
 from ...errors import (
     InvalidRangeError,
     NotFoundError,
@@ -324,6 +325,7 @@ class _AtomicFileWriter(Writer):
             self._fd = os.open(self._tmp, flags, 0o600)
         except OSError as exc:
             raise map_local_error(exc, self._tmp) from exc
+        _loop.abort_at_exit(self)  # still open at interpreter exit: remove the temp file
 
     def _write_sync(self, data: bytes | bytearray | memoryview) -> None:
         if self._done:

@@ -15,6 +15,7 @@ from typing import Any
 
 import tenacity
 
+from ... import _loop
 from ...errors import TensorstreamError
 from ..base import Writer
 
@@ -133,6 +134,7 @@ class S3Writer(Writer):
             self._create = asyncio.ensure_future(
                 self._call("create_multipart_upload", Bucket=self._bucket, Key=self._key, **kwargs)
             )
+            _loop.abort_at_exit(self)  # still open at interpreter exit: abort the upload
             self._slots = asyncio.Semaphore(self._max_in_flight)
         if self._upload_id is None:
             # Shielded so a cancellation here still lets abort() learn the id.

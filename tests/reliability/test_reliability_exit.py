@@ -1,0 +1,80 @@
+"""Reliability: nothing a writer started outlives the process (issue 15, class 6).
+
+A fresh interpreter opens an S3 writer on moto's server, writes enough for a multipart
+upload (parts in flight), and exits without closing it: normally, by an uncaught
+exception, and with the writer still referenced from a global (so no finaliser runs
+before exit). The upload must be aborted while tensorstream's I/O loop is still alive:
+``ListMultipartUploads`` shows nothing, and no object appears. The same for a local
+writer's temporary file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures_s3 import S3_BUCKET
+from reliability_helpers import run_python, unique
+from tensorstream.testing.s3_server import MotoS3Server
+
+pytestmark = [pytest.mark.usefixtures("isolated_env"), pytest.mark.timeout(180)]
+
+ENDINGS = {
+    "normal exit": "",
+    "uncaught exception": "raise SystemExit('boom')",
+    "error in main code": "raise RuntimeError('the application failed')",
+}
+
+
+def _uploads(server: MotoS3Server, key: str) -> list[dict[str, object]]:
+    listing = server.client.list_multipart_uploads(Bucket=S3_BUCKET, Prefix=key)
+    return list(listing.get("Uploads", []))
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_an_s3_writer_open_at_exit_aborts_its_multipart_upload(
+        moto_s3_public: MotoS3Server, ending: str) -> None:
+    key = unique("exit")
+    opts = moto_s3_public.options()
+    out = run_python(f"""
+        import tensorstream
+        WRITER = tensorstream.open("s3://{S3_BUCKET}/{key}", "wb", **{opts!r})
+        WRITER.write(b"x" * (12 << 20))  # two 5 MiB parts uploading, one filling
+        WRITER._flush_pending()
+        assert WRITER._writer.inner._upload_id is not None
+        print("UPLOAD STARTED", flush=True)
+        {ENDINGS[ending]}
+    """, timeout=120)
+    assert "UPLOAD STARTED" in out.stdout, out.stderr
+    assert _uploads(moto_s3_public, key) == [], "the multipart upload outlived the process"
+    keys = moto_s3_public.client.list_objects_v2(Bucket=S3_BUCKET, Prefix=key).get("KeyCount")
+    assert keys == 0, "a half-written object was published"
+
+
+def test_a_committed_s3_object_is_not_touched_at_exit(moto_s3_public: MotoS3Server) -> None:
+    key = unique("exit-ok")
+    opts = moto_s3_public.options()
+    out = run_python(f"""
+        import tensorstream
+        W = tensorstream.open("s3://{S3_BUCKET}/{key}", "wb", **{opts!r})
+        W.write(b"y" * (11 << 20))
+        W.close()
+    """, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert moto_s3_public.get(S3_BUCKET, key) == b"y" * (11 << 20)
+    assert _uploads(moto_s3_public, key) == []
+
+
+def test_a_local_writer_open_at_exit_leaves_no_temp_file(tmp_path: Path) -> None:
+    folder = tmp_path / "dest"
+    folder.mkdir()
+    dest = folder / "model.tensors"
+    out = run_python(f"""
+        import tensorstream
+        W = tensorstream.open({str(dest)!r}, "wb")
+        W.write(b"z" * (9 << 20))
+        W._flush_pending()
+        print("WRITING", flush=True)
+    """, timeout=60)
+    assert "WRITING" in out.stdout, out.stderr
+    assert sorted(p.name for p in folder.iterdir()) == []
