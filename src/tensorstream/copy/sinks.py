@@ -20,6 +20,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import secrets
 import sys
 import threading
@@ -116,6 +117,30 @@ class BufferPool:
         """Retire ``buf`` (still in use by a thread, whose memoryview keeps it
         mapped) and put a fresh one in its place, which also wakes a waiter."""
         self._free.put_nowait(new_buffer(self.size))
+
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _valid_parts(parts: object, size: int, part_size: int) -> dict[int, str]:
+    """The journal's completed parts if every entry makes sense, else none.
+
+    A journal is a file anyone may have edited (or a crash may have cut): part
+    numbers must be integers naming a part of this object and each digest a
+    sha256 in hex. One entry that is not means the journal is ignored
+    as a whole and the copy starts over, never a raw Python error."""
+    if not isinstance(parts, dict) or part_size < 1 or size < 0:
+        return {}
+    count = -(-size // part_size)
+    out: dict[int, str] = {}
+    for key, value in parts.items():
+        if not (isinstance(key, str) and key.isdigit() and len(key) <= 12):
+            return {}
+        index = int(key)
+        if index >= count or not (isinstance(value, str) and _SHA256_HEX.match(value)):
+            return {}
+        out[index] = value
+    return out
 
 
 class LocalPartFile:
@@ -223,8 +248,7 @@ class LocalPartFile:
             return {}  # the source changed (or other settings): start over
         if st.st_size != self.size:
             return {}
-        parts = data.get("parts", {})
-        return {int(k): str(v) for k, v in parts.items()} if isinstance(parts, dict) else {}
+        return _valid_parts(data.get("parts"), self.size, self.part_size)
 
     def _unlink(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):

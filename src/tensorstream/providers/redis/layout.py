@@ -18,12 +18,14 @@ import bisect
 import dataclasses
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ...errors import ProtocolError
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_CHUNKS",
+    "MAX_OBJECT_SIZE",
     "Layout",
     "chunk_key",
     "escape_glob",
@@ -33,6 +35,9 @@ __all__ = [
 ]
 
 FORMAT_VERSION = "1"
+#: Bounds on what a manifest may claim (far beyond any Redis deployment's memory).
+MAX_OBJECT_SIZE = 1 << 44
+MAX_CHUNKS = 1 << 24
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 _CHUNK_SUFFIX = re.compile(rb":(\d+)$")
 
@@ -97,12 +102,15 @@ class Layout:
             i += 1
         return out
 
-    def chunk_keys(self) -> list[bytes]:
-        """Every key holding this object's bytes (manifest key excluded)."""
+    def chunk_keys(self) -> Iterator[bytes]:
+        """Every key holding this object's bytes (manifest key excluded), generated
+        one at a time: memory stays flat whatever the manifest says."""
         if self.kind == "manifest":
-            return [chunk_key(self.path, self.generation, s).encode()
-                    for s in range(0, self.size, self.chunk_size)]
-        return [k for k, _ in self.keys] + list(self.empty_keys)
+            for start in range(0, self.size, self.chunk_size):
+                yield chunk_key(self.path, self.generation, start).encode()
+            return
+        yield from (k for k, _ in self.keys)
+        yield from self.empty_keys
 
 
 def manifest_fields(*, size: int, chunk_size: int, generation: str, checksum: str,
@@ -133,6 +141,12 @@ def parse_manifest(path: str, fields: Mapping[bytes, bytes]) -> Layout:
                             f"(format {FORMAT_VERSION})") from exc
     if size < 0 or chunk_size < 1 or not generation:
         raise ProtocolError(f"corrupt tensorstream manifest at {path!r}")
+    if size > MAX_OBJECT_SIZE or -(-size // chunk_size) > MAX_CHUNKS:
+        # Numbers from a server are not trusted: a manifest claiming 10**15 bytes
+        # in 1 KiB chunks is damage (or an attack), not an object to read or delete.
+        raise ProtocolError(
+            f"corrupt tensorstream manifest at {path!r}: it claims {size} bytes in chunks of "
+            f"{chunk_size} (at most {MAX_OBJECT_SIZE} bytes and {MAX_CHUNKS} chunks)")
     return Layout("manifest", path, size, generation, chunk_size=chunk_size,
                   generation=generation, checksum=checksum, mtime=mtime)
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import itertools
 import logging
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 import redis.asyncio as aredis
@@ -417,10 +418,12 @@ class RedisProvider(Provider):
             return
         await self.delete_keys(layout.chunk_keys())
 
-    async def delete_keys(self, keys: builtins.list[bytes]) -> None:
-        """Delete ``keys`` (pipelined one by one: they may live on different cluster slots)."""
-        for i in range(0, len(keys), 1000):
-            await self.pipeline([("delete", (k,)) for k in keys[i : i + 1000]])
+    async def delete_keys(self, keys: Iterable[bytes]) -> None:
+        """Delete ``keys`` (pipelined one by one: they may live on different cluster
+        slots), 1000 at a time: ``keys`` may be a generator, never held whole."""
+        it = iter(keys)
+        while batch := builtins.list(itertools.islice(it, 1000)):
+            await self.pipeline([("delete", (k,)) for k in batch])
 
 
 def _checked_length(layout: Layout, offset: int, buffer: memoryview) -> int:
