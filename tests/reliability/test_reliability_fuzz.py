@@ -156,6 +156,21 @@ def test_a_token_given_as_the_lone_user_name_is_never_shown(scheme: str, token: 
     _never_shown(f"{scheme}TK{token}@host{tail}", "TK" + token)
 
 
+@settings(max_examples=500, deadline=None)
+@given(key=st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=60))
+def test_an_s3_key_is_kept_verbatim_or_the_uri_refused(key: str) -> None:
+    """Names with control characters, '?', '#', '%', '//': the key is exactly what
+    follows the bucket, or the URI is refused; never a shorter or decoded key."""
+    text = f"s3://bucket/{key}"
+    try:
+        parsed = parse_uri(text)
+    except errors.InvalidURIError:
+        assert "\x00" in key or text.strip() != text
+        return
+    assert parsed.key == key and parsed.bucket == "bucket"
+    assert parse_uri(parsed.with_path(parsed.path)).key == key
+
+
 @settings(max_examples=300, deadline=None)
 @given(rest=_uri_text)
 def test_redact_is_idempotent(rest: str) -> None:
