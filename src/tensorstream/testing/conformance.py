@@ -378,8 +378,11 @@ class ProviderConformance:
         uri, _ = stored
         with pytest.raises(errors.ConfigurationError, match="no_such_option"):
             await tensorstream.stat(uri, no_such_option=1, **target.options)
-        for bad in ({"retries": 0}, {"part_size": 0}, {"stream_reads": "sometimes"}):
-            with pytest.raises(errors.ConfigurationError):
+        for bad in ({"retries": 0}, {"part_size": 0}, {"stream_reads": "sometimes"},
+                    {"timeout_idle": 0}, {"timeout_idle": -1}, {"timeout_connect": "abc"},
+                    {"concurrency": 2.5}, {"readahead": -1}):
+            # checked where parsed, for every provider alike, naming the option
+            with pytest.raises(errors.ConfigurationError, match=next(iter(bad))):
                 await tensorstream.stat(uri, **{**target.options, **bad})
 
     # -- pinning ------------------------------------------------------------------
