@@ -10,6 +10,7 @@ from tensorstream.readahead.control import (
     CALM_INTERVALS,
     HOLD,
     INTERVAL,
+    STREAM_RETRY,
     Controller,
     Mode,
 )
@@ -103,6 +104,9 @@ def test_a_reader_bound_wide_reader_tries_the_stream_only_if_one_connection_feed
     fast.settle(400 * MB, 0.0)
     fast.ctl.note_connection(2000 * MB)  # the link has sped up: one connection suffices
     changed = [fast.interval(400 * MB, 0.0) for _ in range(CALM_INTERVALS + 1)]
+    assert not any(changed)  # not right after the stream starved (a burst would fool it)
+    changed = [fast.interval(400 * MB, 0.0)
+               for _ in range(int(STREAM_RETRY / INTERVAL) + CALM_INTERVALS)]
     assert any(changed) and fast.ctl.mode is Mode.STREAM
     assert "try the stream" in fast.ctl.reason
     fast.settle(500 * MB, 0.0)

@@ -28,7 +28,8 @@ Every ``interval`` it decides:
 * the reader was the limit for ``CALM_INTERVALS`` intervals in a row while
   reading wide, and one connection (as the ranged requests' bodies measure
   it) delivers what the reader consumes: try the single in-place stream
-  again (cheaper per byte); go back if the rate fell;
+  again (cheaper per byte; not within ``STREAM_RETRY`` of leaving it); go
+  back if the rate fell;
 * else keep what works.
 
 So a link that starts slow and speeds up, slows, or bursts is followed, and
@@ -85,6 +86,8 @@ KEEP = 0.85
 #: First and longest hold-off after a try that did not pay.
 HOLD = 1.0
 MAX_HOLD = 8.0
+#: Seconds after a stream starved before it is tried again.
+STREAM_RETRY = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +207,11 @@ class Controller:
                                  f"back: {rate / 1e6:.0f} MB/s did not beat "
                                  f"{trial.rate / 1e6:.0f} MB/s")
             self._hold[trial.wider] = HOLD
+            if trial.wider and trial.mode is Mode.STREAM:
+                # The stream just starved: try it again only once the link has
+                # had time to change (a bursting link makes ranged bodies look
+                # fast enough for a stream).
+                self._hold_until[False] = now + STREAM_RETRY
             self._note(rate, waited, "kept")
             if not (trial.wider and waited >= STARVED):
                 return False  # (a wider try that still starves widens further)
@@ -232,7 +240,7 @@ class Controller:
             self._calm += 1
             if self._calm >= CALM_INTERVALS and now >= self._hold_until[False]:
                 self._calm = 0
-                self._trial = _Try(self.mode, self.width, rate, wider=False)
+                self._trial = _Try(self.mode, self.width, rate, wider=False, chances=1)
                 return self._set(Mode.STREAM, 1, rate, waited,
                                  f"reader-bound at {rate / 1e6:.0f} MB/s: try the stream")
         else:
