@@ -256,6 +256,10 @@ class ExternalError(Exception):
     def __init__(self, original_type: str, message: str) -> None:
         super().__init__(f"{original_type}: {message}")
         self.original_type = original_type
+        self.original_message = message
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.original_type, self.original_message))
 
 
 class InsecureTLSWarning(UserWarning):

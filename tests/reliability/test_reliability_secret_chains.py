@@ -74,6 +74,8 @@ def _exposed(exc: BaseException, caplog: pytest.LogCaptureFixture) -> str:
         parts.append(repr(refused))
     for e in _chain(exc):
         parts += [repr(e), str(e), repr(e.args), repr(vars(e))]
+        if isinstance(e, errors.ExternalError):  # stand-ins survive a pickle round trip
+            assert str(pickle.loads(pickle.dumps(e))) == str(e)
     return "\n".join(parts)
 
 
