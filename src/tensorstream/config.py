@@ -264,6 +264,7 @@ VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "num_readers": _int(1, 1024),
     "verify_hash": _flag,
     "lazy_load": _flag,
+    "vllm_tensorized": _flag,
 }
 
 

@@ -144,3 +144,20 @@ def test_every_numeric_option_is_in_bounds_or_refused_by_name(name: str, value: 
                 "concurrency", "num_readers"):
         assert out > 0
     assert os.environ is not None
+
+
+@pytest.mark.parametrize("kwargs", [{"num_readers": 0}, {"verify_hash": "sometimes"},
+                                    {"vllm_tensorized": "?"},
+                                    {"stream_kwargs": {"timeout_idle": -1}},
+                                    {"deserialization_kwargs": {"lazy_load": "maybe"}}])
+def test_tensorizer_config_is_checked_where_it_is_made(kwargs: dict[str, Any]) -> None:
+    pytest.importorskip("tensorizer")
+    from tensorstream.tensorizer.config import TensorizerConfig
+
+    with pytest.raises(errors.ConfigurationError) as info:
+        TensorizerConfig(tensorizer_uri="s3://bucket/model.tensors", **kwargs)
+    inner = next(iter(kwargs.values()))
+    name = next(iter(inner)) if isinstance(inner, dict) else next(iter(kwargs))
+    assert name in str(info.value)
+    ok = TensorizerConfig(tensorizer_uri="s3://b/m.tensors", verify_hash="false", num_readers="4")
+    assert ok.verify_hash is False and ok.num_readers == 4

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..config import validate_options
 from ..credentials.base import mask
 from ..errors import ConfigurationError
 from ..uri import redact
@@ -90,8 +91,14 @@ class TensorizerConfig:
                 "TensorizerConfig needs tensorizer_uri (e.g. s3://bucket/model.tensors) "
                 "or tensorizer_dir (the file is then <dir>/model.tensors)"
             )
-        self.stream_kwargs = dict(self.stream_kwargs or {})
-        self.deserialization_kwargs = dict(self.deserialization_kwargs or {})
+        # Checked here, where the config is made, not at the first load.
+        checked = validate_options({"num_readers": self.num_readers,
+                                    "verify_hash": self.verify_hash,
+                                    "vllm_tensorized": self.vllm_tensorized})
+        self.num_readers, self.verify_hash = checked["num_readers"], checked["verify_hash"]
+        self.vllm_tensorized = checked["vllm_tensorized"]
+        self.stream_kwargs = validate_options(dict(self.stream_kwargs or {}))
+        self.deserialization_kwargs = validate_options(dict(self.deserialization_kwargs or {}))
         self.serialization_kwargs = dict(self.serialization_kwargs or {})
 
     # -- presentation: secrets never shown or pickled -------------------------

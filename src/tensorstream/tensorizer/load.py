@@ -28,8 +28,8 @@ from tensorizer import TensorDeserializer, TensorSerializer
 
 from .. import _loop
 from ..api import get_provider
-from ..config import validate_options
 from ..api import open as ts_open
+from ..config import validate_options
 from ..errors import ConfigurationError, NotFoundError, TensorstreamError
 from ..file import StreamReader
 from ..providers.local.provider import open_regular, temp_path_for
