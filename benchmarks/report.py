@@ -84,7 +84,7 @@ def _measured(r: dict[str, Any]) -> bool:
 
 def _miss(rows: list[dict[str, Any]]) -> str:
     """Why none of ``rows`` has a time: excluded from the run, skipped (tool missing) or failed."""
-    if all("excluded" in (r.get("note") or "") for r in rows):
+    if all("excluded" in (r.get("note") or "") or "not run" in (r.get("note") or "") for r in rows):
         return "not run"
     if all(r.get("status") == "skipped" for r in rows):
         return "skipped"

@@ -119,6 +119,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--title", default="", help="a line for the header (e.g. 'before: main at abc123')")
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "tensorstream-bench")
     p.add_argument("--timeout", type=float, default=600, help="seconds per contender run")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=0,
+        help="minutes: start no run after this; what did not run is reported as not run (0: no limit)",
+    )
     p.add_argument("--settle", type=float, default=0.5, help="max seconds to wait for an idle CPU per run")
     p.add_argument(
         "--exclude",
@@ -367,7 +373,7 @@ def run_link(
     files = _serve_tree(root, manifests, copies)
     url = None
     redis_port = None
-    if args.list:  # the plan only: no servers, no runs
+    if args.list or args.stopped:  # the plan only: no servers, no runs
         url = None if link == "local" else "http://127.0.0.1:0"
     elif link != "local":
         srv = stack.enter_context(
@@ -394,7 +400,7 @@ def run_link(
                 problem = _child("redis", str(r.port), str(Path(m["dir"]) / KEY), shape, f"tz-{shape}")
                 if problem:
                     notes.append(problem)
-    if not args.list:
+    if not (args.list or args.stopped):
         _warm(files)
     setup = Setup(
         link=link,
@@ -427,6 +433,9 @@ def run_link(
             c = plan[i]
             if c.skip or c.alias_of:
                 continue
+            if time.monotonic() > args.stop_at:
+                args.stopped = True
+                break
             _settle(timeout=min(args.settle, 0.5) if args.quick else args.settle)
             res = run_once(c, env, args.timeout)
             runs[i].append(res)
@@ -434,6 +443,11 @@ def run_link(
             secs = f"{res['seconds']:.3f}s" if res.get("seconds") else res.get("error", "")
             where = f"{c.scenario}/{c.link}/{c.shape}/{c.backend}"
             print(f"[r{rnd + 1} {time.strftime('%H:%M:%S')}] {where} {c.name}: {secs} {status}", flush=True)
+        if args.stopped:
+            break
+    for c, rs in zip(plan, runs, strict=True):
+        if args.stopped and not rs and not c.skip and not c.alias_of:
+            c.skip = f"not run: the run's --budget of {args.budget:g} min ran out"
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for c, rs in zip(plan, runs, strict=True):
         key = dict(
@@ -524,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM behaves like Ctrl-C, so the ExitStacks below always stop the servers.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     t0 = time.monotonic()
+    args.stop_at = t0 + args.budget * 60 if args.budget > 0 else float("inf")
+    args.stopped = False
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     shapes = list(dict.fromkeys(args.shapes + (args.moto_shapes if "moto" in args.links else [])))
     print(f"models ({', '.join(shapes)}, {args.size >> 20} MiB) under {args.cache} ...", flush=True)
@@ -569,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.burst >> 20} MiB (bucket), time to first byte {args.ttfb} ms (ttfb); moto: "
             f"{'+'.join(args.moto_shapes)} at {args.moto_size >> 20} MiB; device {args.device}; "
             "tensorstream defaults"
+            + (f"; budget {args.budget:g} min" if args.budget else "")
+            + ("; STOPPED at the budget: later runs are reported as not run" if args.stopped else "")
             + (", quick" if args.quick else "")
             + (f"; excluded: {', '.join(repr(x) for x in args.exclude)}" if args.exclude else "")
         ),
