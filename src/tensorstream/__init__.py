@@ -38,7 +38,15 @@ _LAZY = {
 }
 
 
+#: Subpackages reached as attributes (``tensorstream.safetensors.load(...)``), imported on first use.
+_LAZY_MODULES = {"safetensors"}
+
+
 def __getattr__(name: str) -> _Any:
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f"tensorstream.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tensorstream' has no attribute {name!r}")
@@ -50,6 +58,7 @@ def __getattr__(name: str) -> _Any:
 
 
 if _TYPE_CHECKING:  # pragma: no cover
+    from . import safetensors as safetensors
     from .api import get_provider, open, read_range, stat
     from .credentials.describe import describe_credentials
     from .file import StreamReader, StreamWriter

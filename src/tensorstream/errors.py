@@ -10,7 +10,8 @@ from the builtin that fits, so ``except FileNotFoundError`` keeps working::
     ├── UnknownSchemeError         (ValueError)   lists registered schemes
     ├── InvalidRangeError          (ValueError)   range outside the object
     ├── MalformedFileError         (ValueError)   a file's own structure is damaged
-    │                                             (tensorizer index past the end...)
+    │                                             (tensorizer index past the end,
+    │                                             invalid safetensors header...)
     ├── NotFoundError              (FileNotFoundError)
     ├── PermissionDeniedError      (PermissionError)
     ├── UnsupportedOperationError  (io.UnsupportedOperation)
@@ -156,7 +157,8 @@ class InvalidRangeError(TensorstreamError, ValueError):
 
 class MalformedFileError(TensorstreamError, ValueError):
     """A file's own structure is damaged: a tensorizer index pointing past the end
-    of the object, a header that does not parse. ``expected_size`` (what the
+    of the object, a header that does not parse, a safetensors header whose
+    dtypes, shapes or offsets are invalid (raised before anything is allocated). ``expected_size`` (what the
     file's index needs, when known) and ``actual_size`` (the object's size)."""
 
     def __init__(self, message: str, *, expected_size: int | None = None,

@@ -15,6 +15,7 @@ error, or garbage-collected without ``close()``.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import threading
@@ -240,6 +241,42 @@ class StreamReader(io.RawIOBase):
         stay at 0. The decisions are also logged at DEBUG on
         ``tensorstream.readahead``."""
         return self._prefetch.stats()
+
+    def read_ranges(self, ranges: Iterable[tuple[int, Any]]) -> None:
+        """Fill each ``(offset, buffer)`` with the bytes at ``offset``: random
+        access, beside the sequential read-ahead (the position is unchanged).
+        Remote reads run concurrently (``concurrency`` requests at most), each
+        straight into its buffer, pinned to the version seen at open; a range
+        past the end raises :class:`~tensorstream.errors.InvalidRangeError`."""
+        self._check_closed()
+        todo = [(offset, _as_byte_view(b)) for offset, b in ranges]
+        todo = [(offset, view) for offset, view in todo if len(view)]
+        path, etag = self._uri.path, self._info.etag
+        if self._inline:
+            for offset, view in todo:
+                self._provider.readinto_blocking(path, offset, view, etag=etag)
+            return
+        if _loop.in_loop_thread():
+            raise RuntimeError("StreamReader.read_ranges was called from tensorstream's own "
+                               "I/O thread; use the async provider API there")
+        limit = asyncio.Semaphore(max(1, self._provider.config.transfer.concurrency))
+
+        async def one(offset: int, view: memoryview) -> None:
+            async with limit:
+                await self._provider.readinto(path, offset, view, etag=etag)
+
+        async def every() -> None:
+            tasks = [asyncio.ensure_future(one(offset, view)) for offset, view in todo]
+            try:
+                await asyncio.gather(*tasks)
+            except BaseException:
+                # Nothing may write into a caller's buffer once this call has raised.
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+
+        _loop.run_sync(every())
 
     def set_read_boundaries(self, offsets: Iterable[int]) -> None:
         """Tell the read-ahead where the caller's reads will start and end

@@ -1,0 +1,50 @@
+"""safetensors front door: load safetensors files and sharded checkpoints from any backend.
+
+Imported lazily (torch is heavy): ``tensorstream.safetensors`` resolves on
+first use. See docs/safetensors.md.
+
+>>> import tensorstream
+>>> sd = tensorstream.safetensors.load("s3://bucket/model.safetensors")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .header import MAX_HEADER_SIZE
+    from .lazy import SafeOpen, SafeSlice, open
+    from .reader import DEFAULT_NUM_READERS, iter_tensors, load
+    from .writer import save
+
+_WHERE = {
+    "DEFAULT_NUM_READERS": "reader",
+    "MAX_HEADER_SIZE": "header",
+    "SafeOpen": "lazy",
+    "SafeSlice": "lazy",
+    "iter_tensors": "reader",
+    "load": "reader",
+    "open": "lazy",
+    "save": "writer",
+}
+
+__all__ = [
+    "DEFAULT_NUM_READERS",
+    "MAX_HEADER_SIZE",
+    "SafeOpen",
+    "SafeSlice",
+    "iter_tensors",
+    "load",
+    "open",
+    "save",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

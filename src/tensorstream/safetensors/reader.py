@@ -1,0 +1,362 @@
+"""Read safetensors files from any backend straight into tensors.
+
+Every read goes through :func:`tensorstream.open` (the one read engine):
+the header comes from one bounded ranged read and is validated before
+anything is allocated (:mod:`.header`); each tensor is then allocated in its
+final memory (pinned host memory when it goes to a GPU) and filled by the
+reader's ``readinto`` of its whole span, which the read-ahead engine fans out
+into concurrent ranged requests landing straight in the tensor. Read
+boundaries at every tensor keep requests from straddling two tensors.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
+
+import torch
+
+from ..api import open as ts_open
+from ..errors import ConfigurationError, MalformedFileError
+from ..file import StreamReader
+from ..uri import ParsedURI
+from .header import Header, TensorInfo, header_length, parse_header
+from .sources import Source, resolve
+
+__all__ = ["DEFAULT_NUM_READERS", "Filter", "iter_tensors", "load", "torch_dtype"]
+
+#: Parallel readers per file for :func:`load`: contiguous stretches of the file,
+#: each on its own fork of the reader (shared connections and read-ahead budget).
+DEFAULT_NUM_READERS = 2
+#: Shards of a checkpoint read at the same time.
+MAX_CONCURRENT_FILES = 4
+#: The first read: the length and, almost always, the whole header.
+_FIRST_READ = 1 << 20
+#: Tensors that :func:`iter_tensors` reads ahead of its consumer.
+_ITER_AHEAD = 4
+
+Filter = Callable[[str], bool] | Collection[str] | None
+
+_DTYPES: dict[str, str] = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+    "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
+    "BOOL": "bool", "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2": "float8_e5m2", "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu",
+}
+
+
+def torch_dtype(name: str, where: str = "") -> torch.dtype:
+    """The torch dtype of a safetensors dtype name; a clear error if this torch lacks it."""
+    attr = _DTYPES.get(name)
+    dtype = getattr(torch, attr, None) if attr else None
+    if not isinstance(dtype, torch.dtype):
+        raise MalformedFileError(f"{where}: dtype {name} is not supported by torch "
+                                 f"{torch.__version__}")
+    return dtype
+
+
+def _check_byteorder() -> None:
+    if sys.byteorder != "little":  # pragma: no cover - no big-endian CI
+        raise NotImplementedError("safetensors are little-endian; this host is big-endian")
+
+
+def _wanted(filter: Filter) -> Callable[[str], bool]:
+    if filter is None:
+        return lambda name: True
+    if callable(filter):
+        return filter
+    names = frozenset(filter)
+    return names.__contains__
+
+
+def _device(device: str | torch.device | None) -> torch.device:
+    dev = torch.device(device if device is not None else "cpu")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def byte_view(t: torch.Tensor) -> memoryview:
+    """A writable byte view of a contiguous tensor's memory (any dtype, 0-dim included)."""
+    array: Any = t.reshape(-1).view(torch.uint8).numpy()
+    return memoryview(array).cast("B")
+
+
+class SafetensorsFile:
+    """One open safetensors object: its validated header and its reader."""
+
+    def __init__(self, uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any]) -> None:
+        _check_byteorder()
+        self.reader: StreamReader = ts_open(uri, "rb", **options)
+        try:
+            self.where = self.reader.name
+            self.header = self._read_header()
+        except BaseException:
+            self.reader.close()
+            raise
+
+    def _read_header(self) -> Header:
+        size = self.reader.size
+        first = bytearray(min(size, _FIRST_READ))
+        # A fork, so the main reader's read-ahead starts cleanly at the data.
+        with self.reader.fork(end=len(first)) as head:
+            head.readinto(first)
+        n = header_length(bytes(first[:8]), size, self.where)
+        if 8 + n > len(first):  # a header over 1 MiB (bounded by MAX_HEADER_SIZE)
+            rest = bytearray(8 + n - len(first))
+            self.reader.read_ranges([(len(first), rest)])
+            first += rest
+        return parse_header(bytes(first[8 : 8 + n]), size, self.where)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def select(self, wanted: Callable[[str], bool], names: frozenset[str] | None) -> list[TensorInfo]:
+        """The tensors to read, in file order; ``names``: those an index takes from here."""
+        tensors = [t for t in self.header.tensors
+                   if (names is None or t.name in names) and wanted(t.name)]
+        if names is not None:
+            present = {t.name for t in tensors}
+            missing = sorted(n for n in names if n not in present and wanted(n))
+            if missing:
+                raise MalformedFileError(
+                    f"{self.where} lacks {len(missing)} tensor(s) that the index puts there: "
+                    f"{', '.join(missing[:10])}")
+        for t in tensors:  # fail on an unknown dtype before reading anything
+            torch_dtype(t.dtype, self.where)
+        return tensors
+
+    def read_tensor(self, t: TensorInfo, reader: StreamReader, *, pin: bool = False) -> torch.Tensor:
+        """Allocate ``t`` in host memory and fill it with one ``readinto`` of its span."""
+        out = torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.where), pin_memory=pin)
+        if t.nbytes:
+            reader.seek(t.begin)
+            view = byte_view(out)
+            got = reader.readinto(view)
+            if got != len(view):  # pragma: no cover - the reader raises first
+                raise MalformedFileError(f"{self.where} is truncated in tensor {t.name!r}")
+        return out
+
+
+def _finish(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+    if device.type != "cpu":
+        # From pinned memory: the copy overlaps the next tensor's read.
+        t = t.to(device, non_blocking=True)
+    if dtype is not None and t.dtype.is_floating_point and t.dtype != dtype:
+        t = t.to(dtype)
+    return t
+
+
+def _split(tensors: list[TensorInfo], parts: int) -> list[list[TensorInfo]]:
+    """Contiguous runs of ``tensors`` with about the same bytes each."""
+    total = sum(t.nbytes for t in tensors)
+    if parts <= 1 or len(tensors) < 2 or total == 0:
+        return [tensors] if tensors else []
+    out: list[list[TensorInfo]] = [[]]
+    acc, share = 0, total / parts
+    for t in tensors:
+        if out[-1] and acc >= share * len(out) and len(out) < parts:
+            out.append([])
+        out[-1].append(t)
+        acc += t.nbytes
+    return out
+
+
+def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
+               device: torch.device, dtype: torch.dtype | None, num_readers: int,
+               emit: Callable[[str, torch.Tensor], None]) -> None:
+    with SafetensorsFile(source.uri, options) as f:
+        tensors = f.select(wanted, source.names)
+        reader = f.reader
+        reader.set_read_boundaries(
+            [f.header.data_start, *(x for t in tensors for x in (t.begin, t.end))])
+        pin = device.type == "cuda"
+        runs = _split(tensors, num_readers)
+
+        def run(part: list[TensorInfo], r: StreamReader) -> None:
+            for t in part:
+                emit(t.name, _finish(f.read_tensor(t, r, pin=pin), device, dtype))
+
+        if len(runs) <= 1:
+            for part in runs:
+                run(part, reader)
+            return
+        forks = [reader.fork(end=part[-1].end) for part in runs[1:]]
+        try:
+            with concurrent.futures.ThreadPoolExecutor(len(forks)) as pool:
+                futures = [pool.submit(run, part, r) for part, r in zip(runs[1:], forks, strict=True)]
+                run(runs[0], reader)
+                for fut in futures:
+                    fut.result()
+        finally:
+            for r in forks:
+                r.close()
+
+
+def _check(device: str | torch.device | None, num_readers: int | None) -> tuple[torch.device, int]:
+    dev = _device(device)
+    readers = DEFAULT_NUM_READERS if num_readers is None else num_readers
+    if readers < 1:
+        raise ConfigurationError(f"num_readers must be >= 1, got {readers}")
+    return dev, readers
+
+
+def load(
+    uri: str | os.PathLike[str] | ParsedURI,
+    device: str | torch.device = "cpu",
+    *,
+    dtype: torch.dtype | None = None,
+    filter: Filter = None,
+    num_readers: int | None = None,
+    **options: Any,
+) -> dict[str, torch.Tensor]:
+    """Load a safetensors file, or every shard of a checkpoint, into a dict of tensors.
+
+    ``uri``: a ``.safetensors`` object on any backend, a
+    ``model.safetensors.index.json`` (its shards are read concurrently, each
+    tensor from the shard the index names) or a folder/prefix ending in ``/``
+    holding one. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``: each tensor
+    lands in pinned host memory and is copied once to the device while the
+    next one is read. ``dtype``: cast floating-point tensors to it (others
+    keep theirs). ``filter``: a predicate on names, or a collection of names
+    to load; the other tensors are not read. ``num_readers``: parallel
+    readers per file (default :data:`DEFAULT_NUM_READERS`). ``options``: as
+    for :func:`tensorstream.open` (credentials, endpoints, retries...).
+
+    Byte-identical to ``safetensors.torch.load_file``. A truncated or malformed
+    file raises :class:`~tensorstream.errors.MalformedFileError` naming it.
+
+    >>> sd = tensorstream.safetensors.load("s3://bucket/llama/", device="cuda")  # doctest: +SKIP
+    """
+    dev, readers = _check(device, num_readers)
+    wanted = _wanted(filter)
+    sources = resolve(uri, options)
+    out: dict[str, torch.Tensor] = {}
+    lock = threading.Lock()
+
+    def emit(name: str, t: torch.Tensor) -> None:
+        with lock:
+            if name in out:
+                raise MalformedFileError(f"tensor {name!r} is in more than one file")
+            out[name] = t
+
+    if len(sources) == 1:
+        _read_file(sources[0], options, wanted, dev, dtype, readers, emit)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES, len(sources))) as pool:
+            futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers, emit)
+                       for s in sources]
+            try:
+                for fut in futures:
+                    fut.result()
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    return out
+
+
+_DONE = object()
+
+
+def iter_tensors(
+    uri: str | os.PathLike[str] | ParsedURI,
+    device: str | torch.device = "cpu",
+    *,
+    dtype: torch.dtype | None = None,
+    filter: Filter = None,
+    **options: Any,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, tensor)`` as each tensor lands, while the next ones are read.
+
+    Same sources and arguments as :func:`load`. Tensors of one file come in
+    file order; the shards of a checkpoint are read concurrently and their
+    tensors interleave. At most a few tensors are read ahead of the consumer
+    (memory stays bounded); closing the generator early stops the reads.
+
+    >>> for name, t in iter_tensors("https://host/model.safetensors"):  # doctest: +SKIP
+    ...     model.get_parameter(name).copy_(t)
+    """
+    dev, _ = _check(device, 1)
+    wanted = _wanted(filter)
+    sources = resolve(uri, options)
+    ready: queue.Queue[Any] = queue.Queue(maxsize=_ITER_AHEAD)
+    stop = threading.Event()
+    names: set[str] = set()
+    lock = threading.Lock()
+
+    def emit(name: str, t: torch.Tensor) -> None:
+        with lock:
+            if name in names:
+                raise MalformedFileError(f"tensor {name!r} is in more than one file")
+            names.add(name)
+        while not stop.is_set():
+            with contextlib.suppress(queue.Full):
+                ready.put((name, t), timeout=0.1)
+                return
+        raise _Stopped
+
+    def produce(source: Source) -> None:
+        try:
+            _read_file(source, options, wanted, dev, dtype, 1, emit)
+        except _Stopped:
+            return
+        except BaseException as exc:
+            stop.set()
+            _put(exc)
+            return
+        _put(_DONE)
+
+    def _put(item: Any) -> None:
+        while True:  # the consumer drains until every producer reported
+            try:
+                ready.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                if stop.is_set() and item is _DONE:
+                    return
+
+    pool = concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES, len(sources)),
+                                                 thread_name_prefix="tensorstream-safetensors")
+    futures = [pool.submit(produce, s) for s in sources]
+    done = 0
+    try:
+        while done < len(sources):
+            item = ready.get()
+            if item is _DONE:
+                done += 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while True:  # unblock producers, then wait for them (no read outlives us)
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    ready.get_nowait()
+            if all(f.done() for f in futures):
+                break
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                concurrent.futures.wait(futures, timeout=0.05)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Stopped(Exception):
+    """The consumer closed the iterator."""

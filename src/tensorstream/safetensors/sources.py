@@ -1,0 +1,132 @@
+"""Which objects a safetensors URI names: one file, or the shards of a checkpoint.
+
+* ``.../model.safetensors`` (anything else that is an object): one file;
+* ``.../model.safetensors.index.json``: the shards its ``weight_map`` names,
+  each next to the index, each tensor taken from the shard the index names;
+* a folder or prefix (a local directory, or a URI ending in ``/``, or a name
+  that is not an object): its ``*.safetensors.index.json`` if it holds one,
+  else every ``*.safetensors`` directly inside it.
+
+An index is hostile input too: shard names that leave the index's folder
+(``..``, absolute paths, URIs) are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import posixpath
+from typing import Any
+
+from .. import _loop
+from ..api import get_provider
+from ..api import open as ts_open
+from ..errors import MalformedFileError, NotFoundError, UnsupportedOperationError
+from ..uri import ParsedURI, parse_uri
+
+__all__ = ["INDEX_SUFFIX", "Source", "resolve"]
+
+INDEX_SUFFIX = ".safetensors.index.json"
+#: An index is JSON of names; anything this large is not one.
+MAX_INDEX_SIZE = 100_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One safetensors object; ``names``: the tensors the index takes from it (None: all)."""
+
+    uri: str
+    where: str
+    names: frozenset[str] | None = None
+
+
+def _sibling(parsed: ParsedURI, name: str) -> str:
+    path = parsed.path
+    if parsed.scheme in ("http", "https"):
+        path = path.partition("?")[0]
+    return parsed.with_path(posixpath.join(posixpath.dirname(path), name)
+                            if parsed.scheme != "file" else os.path.join(os.path.dirname(path), name))
+
+
+def _check_shard_name(name: Any, where: str) -> str:
+    if (not isinstance(name, str) or not name or name.startswith(("/", "\\"))
+            or "\\" in name or "://" in name or "?" in name or "#" in name
+            or any(part in ("", ".", "..") for part in name.split("/"))):
+        raise MalformedFileError(f"{where}: shard name {name!r} is not a file name next to the index")
+    return name
+
+
+def read_index(uri: str | ParsedURI, options: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """The validated ``weight_map`` of an index, and the redacted index URI."""
+    with ts_open(uri, "rb", **options) as f:
+        where = f.name
+        if f.size > MAX_INDEX_SIZE:
+            raise MalformedFileError(f"{where}: {f.size} bytes is too large for an index")
+        raw = f.read()
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MalformedFileError(f"{where}: not a JSON index ({exc})") from None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) for k in weight_map):
+        raise MalformedFileError(f"{where}: no weight_map object mapping tensor names to shards")
+    for shard in weight_map.values():
+        _check_shard_name(shard, where)
+    return weight_map, where
+
+
+def _from_index(parsed: ParsedURI, options: dict[str, Any]) -> list[Source]:
+    weight_map, _ = read_index(parsed, options)
+    shards: dict[str, set[str]] = {}
+    for tensor, shard in weight_map.items():
+        shards.setdefault(shard, set()).add(tensor)
+    out = []
+    for shard in sorted(shards):
+        uri = _sibling(parsed, shard)
+        out.append(Source(uri, parse_uri(uri).redacted(), frozenset(shards[shard])))
+    return out
+
+
+async def _list(parsed: ParsedURI, prefix: str, options: dict[str, Any]) -> list[str]:
+    async with get_provider(parsed, **options) as provider:
+        return [info.path async for info in provider.list(prefix)]
+
+
+def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> list[Source]:
+    sep = os.sep if parsed.scheme == "file" else "/"
+    prefix = parsed.path.rstrip(sep) + sep
+    try:
+        paths = _loop.run_sync(_list(parsed, prefix, options))
+    except UnsupportedOperationError as exc:
+        raise UnsupportedOperationError(
+            f"{parsed.redacted()} is not an object and {parsed.scheme} cannot list a folder: "
+            "give the .safetensors or the model.safetensors.index.json URI") from exc
+    children = sorted(p for p in paths if p.startswith(prefix) and sep not in p[len(prefix):])
+    indexes = [p for p in children if p.endswith(INDEX_SUFFIX)]
+    if indexes:
+        preferred = [p for p in indexes if p.endswith(sep + "model" + INDEX_SUFFIX)]
+        if len(indexes) > 1 and not preferred:
+            raise MalformedFileError(f"{parsed.redacted()} holds several indexes "
+                                     f"({', '.join(p[len(prefix):] for p in indexes)}); name one")
+        return _from_index(parse_uri(parsed.with_path((preferred or indexes)[0])), options)
+    files = [p for p in children if p.endswith(".safetensors")]
+    if not files:
+        raise NotFoundError(f"no model.safetensors.index.json or *.safetensors in "
+                            f"{parsed.redacted()}")
+    out = []
+    for p in files:
+        uri = parsed.with_path(p)
+        out.append(Source(uri, parse_uri(uri).redacted()))
+    return out
+
+
+def resolve(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any]) -> list[Source]:
+    """The safetensors objects ``uri`` stands for (see the module docstring)."""
+    parsed = parse_uri(uri)
+    path = parsed.path.partition("?")[0] if parsed.scheme in ("http", "https") else parsed.path
+    if path.endswith(".json"):
+        return _from_index(parsed, options)
+    if path.endswith(("/", os.sep)) or (parsed.scheme == "file" and os.path.isdir(path)):
+        return _from_folder(parsed, options)
+    return [Source(parsed.raw or str(uri), parsed.redacted())]

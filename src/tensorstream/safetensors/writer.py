@@ -1,0 +1,68 @@
+"""Write tensors as a safetensors object to any writable backend, atomically."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..api import open as ts_open
+from ..errors import ConfigurationError
+from ..uri import ParsedURI
+from .header import encode_header
+from .reader import _DTYPES, _check_byteorder, byte_view
+
+__all__ = ["save"]
+
+_NAMES = {getattr(torch, attr): name for name, attr in _DTYPES.items() if hasattr(torch, attr)}
+
+
+def _dtype_name(name: str, t: torch.Tensor) -> str:
+    try:
+        return _NAMES[t.dtype]
+    except KeyError:
+        raise ConfigurationError(f"tensor {name!r} has dtype {t.dtype}, which safetensors "
+                                 "cannot hold") from None
+
+
+def save(
+    tensors: Mapping[str, torch.Tensor],
+    uri: str | os.PathLike[str] | ParsedURI,
+    metadata: Mapping[str, str] | None = None,
+    **options: Any,
+) -> None:
+    """Write ``tensors`` as a safetensors file at ``uri`` (any writable backend).
+
+    The object appears whole when the write completes, or not at all (an
+    error leaves the destination as it was). Tensors are written in name
+    order, one after another, each from host memory (a GPU tensor is copied
+    to the host one at a time). ``metadata``: strings only, stored as
+    ``__metadata__``. The result loads with ``safetensors.torch.load_file``.
+    ``options`` as for :func:`tensorstream.open`.
+
+    >>> tensorstream.safetensors.save(model.state_dict(), "s3://b/model.safetensors")  # doctest: +SKIP
+    """
+    _check_byteorder()
+    if metadata is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise ConfigurationError("safetensors metadata must map strings to strings")
+    entries = []
+    for name in sorted(tensors):
+        t = tensors[name]
+        if not isinstance(name, str) or name == "__metadata__":
+            raise ConfigurationError(f"invalid tensor name {name!r}")
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            raise ConfigurationError(f"{name!r} is not a dense tensor")
+        if t.device.type == "meta":
+            raise ConfigurationError(f"{name!r} is on the meta device: it has no data to save")
+        entries.append((name, _dtype_name(name, t), tuple(t.shape), t.numel() * t.element_size()))
+    header = encode_header(entries, metadata)
+    with ts_open(uri, "wb", **options) as out:
+        out.write(header)
+        for name, *_ in entries:
+            t = tensors[name].detach()
+            host = t.to("cpu").contiguous() if t.device.type != "cpu" else t.contiguous()
+            if host.numel():
+                out.write(byte_view(host))

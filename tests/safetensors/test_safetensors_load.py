@@ -1,0 +1,370 @@
+"""tensorstream.safetensors on every backend: byte-exact against safetensors.torch.load_file,
+iter_tensors, lazy open/get_slice, save, sharded checkpoints, CUDA."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from memory_provider import MemProvider
+from tensorstream.errors import MalformedFileError
+
+torch = pytest.importorskip("torch")
+st_torch = pytest.importorskip("safetensors.torch")
+
+tensorstream.register("memtest", MemProvider, replace=True)
+ts_st = tensorstream.safetensors
+
+
+@dataclasses.dataclass
+class Backend:
+    """Where test files are put: ``put(key, bytes)`` then read ``uri(key)``."""
+
+    name: str
+    uri: Callable[[str], str]
+    put: Callable[[str, bytes], None]
+    get: Callable[[str], bytes] | None
+    options: dict[str, Any]
+
+
+def _backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    prefix = f"st{secrets.token_hex(4)}/"
+    if name == "local":
+        root = tmp_path / "store"
+        root.mkdir()
+
+        def put(k: str, d: bytes) -> None:
+            (root / k).parent.mkdir(parents=True, exist_ok=True)
+            (root / k).write_bytes(d)
+
+        return Backend(name, lambda k: str(root / k), put, lambda k: (root / k).read_bytes(), {})
+    if name == "http":
+        server = request.getfixturevalue("http_server")
+        request.getfixturevalue("http_reset")
+        return Backend(name, lambda k: server.url(prefix + k),
+                       lambda k, d: server.put(prefix + k, d), None, dict(server.options))
+    if name == "s3":
+        s3 = request.getfixturevalue("moto_s3")
+        request.getfixturevalue("isolated_env")
+        return Backend(name, lambda k: f"s3://{S3_BUCKET}/{prefix}{k}",
+                       lambda k, d: s3.put(S3_BUCKET, prefix + k, d),
+                       lambda k: s3.get(S3_BUCKET, prefix + k), s3.options())
+    if name == "redis":
+        server = request.getfixturevalue("redis_server")
+        rp = prefix.rstrip("/") + "-"
+        return Backend(name, lambda k: server.url(rp + k), lambda k, d: server.put(rp + k, d),
+                       None, {})
+    if name == "mem":
+        bucket = "b" + secrets.token_hex(4)
+
+        def mput(k: str, d: bytes) -> None:
+            MemProvider.store[f"{bucket}/{k}"] = d
+
+        return Backend(name, lambda k: f"memtest://{bucket}/{k}", mput,
+                       lambda k: MemProvider.store[f"{bucket}/{k}"], {})
+    raise AssertionError(name)
+
+
+@pytest.fixture(params=["local", "http", "s3", "redis", "mem"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return _backend(request.param, request, tmp_path)
+
+
+def every_dtype() -> dict[str, Any]:
+    """One tensor per dtype safetensors.torch maps, plus 0-dim, empty and odd sizes."""
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(37, 29, generator=g)
+    out: dict[str, Any] = {}
+    for name, dtype in st_torch._TYPES.items():
+        if dtype.is_floating_point:
+            t = base.to(dtype)
+        elif dtype == torch.bool:
+            t = base > 0
+        elif dtype.is_complex:
+            t = torch.complex(base, -base).to(dtype)
+        else:
+            t = torch.randint(0, 100, (37, 29), generator=g).to(dtype)
+        out[f"t.{name}"] = t
+    out["scalar"] = torch.tensor(1.25, dtype=torch.float32)
+    out["empty"] = torch.empty(0, 5, dtype=torch.float16)
+    out["big"] = torch.randn(1024, 700, generator=g)  # 2.8 MB: several ranged parts
+    out["odd"] = torch.arange(13, dtype=torch.int8)
+    return out
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    return bool(a.dtype == b.dtype and a.shape == b.shape
+                and a.contiguous().reshape(-1).view(torch.uint8).equal(
+                    b.contiguous().reshape(-1).view(torch.uint8)))
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict[str, Any]]:
+    """A file written by the safetensors library itself, and what load_file reads from it."""
+    path = tmp_path_factory.mktemp("st") / "model.safetensors"
+    st_torch.save_file(every_dtype(), str(path), metadata={"format": "pt", "note": "é"})
+    return path.read_bytes(), st_torch.load_file(str(path))
+
+
+def test_load_is_byte_identical_to_load_file(
+        backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+    blob, want = model_file
+    backend.put("model.safetensors", blob)
+    got = ts_st.load(backend.uri("model.safetensors"), **backend.options)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert same_bytes(got[name], want[name]), name
+        assert got[name].device.type == "cpu"
+
+
+def test_iter_tensors_yields_in_file_order(
+        backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+    blob, want = model_file
+    backend.put("model.safetensors", blob)
+    uri = backend.uri("model.safetensors")
+    with ts_st.open(uri, **backend.options) as f:
+        order = f.offset_keys()
+        assert f.metadata() == {"format": "pt", "note": "é"}
+    got = list(ts_st.iter_tensors(uri, **backend.options))
+    assert [n for n, _ in got] == order
+    for name, t in got:
+        assert same_bytes(t, want[name]), name
+
+
+def test_iter_tensors_closed_early_stops(tmp_path: Path) -> None:
+    tensors = {f"w{i:03d}": torch.full((64, 64), float(i)) for i in range(50)}
+    path = tmp_path / "m.safetensors"
+    st_torch.save_file(tensors, str(path))
+    it = ts_st.iter_tensors(path)
+    name, t = next(it)
+    assert name == "w000" and t.eq(0).all()
+    it.close()  # returns promptly, with its reader threads finished
+    import threading
+    assert not [th for th in threading.enumerate() if th.name.startswith("tensorstream-safetensors")]
+
+
+def test_filter_and_dtype(backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+    blob, want = model_file
+    backend.put("model.safetensors", blob)
+    uri = backend.uri("model.safetensors")
+    got = ts_st.load(uri, filter=["big", "t.I64"], dtype=torch.float16, **backend.options)
+    assert sorted(got) == ["big", "t.I64"]
+    assert got["big"].dtype == torch.float16 and got["big"].equal(want["big"].half())
+    assert same_bytes(got["t.I64"], want["t.I64"])  # integers keep their dtype
+    got = ts_st.load(uri, filter=lambda n: n.startswith("t.F8"), **backend.options)
+    assert sorted(got) == sorted(n for n in want if n.startswith("t.F8"))
+
+
+def test_filter_reads_only_the_selected_tensors(
+        http_server: Any, http_reset: None, model_file: tuple[bytes, dict[str, Any]]) -> None:
+    blob, _ = model_file
+    key = f"sel{secrets.token_hex(4)}/model.safetensors"
+    http_server.put(key, blob)
+    got = ts_st.load(http_server.url(key), filter={"odd"}, **http_server.options)
+    assert list(got) == ["odd"]
+    served = _served_bytes(http_server, key)
+    assert served < (1 << 20) + 4096, served  # the header read, not the 2.8 MB tensor
+
+
+def _served_bytes(server: Any, key: str) -> int:
+    total = 0
+    for r in server.requests_for(key, "GET"):
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", r.headers.get("Range", ""))
+        assert m, r.headers
+        total += int(m.group(2)) - int(m.group(1)) + 1
+    return total
+
+
+def test_open_get_tensor_and_slices(backend: Backend,
+                                    model_file: tuple[bytes, dict[str, Any]]) -> None:
+    blob, want = model_file
+    backend.put("model.safetensors", blob)
+    with ts_st.open(backend.uri("model.safetensors"), **backend.options) as f:
+        assert f.keys() == sorted(want)
+        for name in want:
+            assert same_bytes(f.get_tensor(name), want[name]), name
+        big, s = want["big"], f.get_slice("big")
+        assert s.get_shape() == [1024, 700] and s.get_dtype() == "F32"
+        for key in [(slice(10, 20),), (slice(None), slice(100, 400)), (5,), (-1, 3),
+                    (slice(3, 900, 7), slice(1, 699, 3)), (Ellipsis, 0), (slice(2000, 3000),)]:
+            assert same_bytes(s[key], big[key]), key
+        assert same_bytes(f.get_slice("scalar")[...], want["scalar"])
+        assert same_bytes(f.get_slice("t.BF16")[:, 4], want["t.BF16"][:, 4])
+        with pytest.raises(IndexError):
+            s[1024]
+        with pytest.raises(KeyError):
+            f.get_tensor("nope")
+
+
+def test_get_slice_reads_only_the_rows_asked_for(
+        http_server: Any, http_reset: None, model_file: tuple[bytes, dict[str, Any]]) -> None:
+    blob, want = model_file
+    key = f"slice{secrets.token_hex(4)}/model.safetensors"
+    http_server.put(key, blob)
+    with ts_st.open(http_server.url(key), **http_server.options) as f:
+        http_server.clear_log()
+        part = f.get_slice("big")[100:110]
+        assert part.equal(want["big"][100:110])
+        assert _served_bytes(http_server, key) == 10 * 700 * 4
+
+
+def test_save_round_trips_through_load_file(backend: Backend, tmp_path: Path) -> None:
+    if backend.name == "http":
+        pytest.skip("the HTTP test server is read-only")
+    tensors = every_dtype()
+    tensors["view"] = tensors["big"][::2, 3:9]  # non-contiguous: saved as its values
+    ts_st.save(tensors, backend.uri("out-m.safetensors"), metadata={"k": "v"}, **backend.options)
+    with tensorstream.open(backend.uri("out-m.safetensors"), **backend.options) as f:
+        blob = f.read()
+    local = tmp_path / "check.safetensors"
+    local.write_bytes(blob)
+    back = st_torch.load_file(str(local))
+    assert sorted(back) == sorted(tensors)
+    for name, t in tensors.items():
+        assert same_bytes(back[name], t.contiguous()), name
+    with ts_st.open(backend.uri("out-m.safetensors"), **backend.options) as f:
+        assert f.metadata() == {"k": "v"}
+
+
+def test_save_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dest = tmp_path / "m.safetensors"
+    ts_st.save({"a": torch.ones(3)}, dest)
+    old = dest.read_bytes()
+    import importlib
+
+    save_mod = importlib.import_module("tensorstream.safetensors.writer")
+
+    calls = {"n": 0}
+    real = save_mod.byte_view
+
+    def failing(t: Any) -> memoryview:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("disk on fire")
+        return real(t)
+
+    monkeypatch.setattr(save_mod, "byte_view", failing)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        ts_st.save({"a": torch.zeros(3), "b": torch.zeros(3 << 20)}, dest)
+    assert dest.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]
+
+
+def test_save_rejects_what_safetensors_cannot_hold(tmp_path: Path) -> None:
+    from tensorstream.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="metadata"):
+        ts_st.save({"a": torch.ones(1)}, tmp_path / "x.safetensors", metadata={"a": 1})
+    with pytest.raises(ConfigurationError, match="dtype"):
+        ts_st.save({"a": torch.ones(1, dtype=torch.complex128)}, tmp_path / "x.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+# -- sharded checkpoints --------------------------------------------------------
+
+
+def _sharded(backend: Backend, tmp_path: Path, *, extra_in_shard: bool = False) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(3)
+    tensors = {f"layers.{i}.w": torch.randn(100 + i, 64, generator=g).to(torch.bfloat16)
+               for i in range(6)}
+    tensors["embed"] = torch.randn(300, 64, generator=g)
+    names = sorted(tensors)
+    shards = {"model-00001-of-00003.safetensors": names[:2],
+              "model-00002-of-00003.safetensors": names[2:5],
+              "model-00003-of-00003.safetensors": names[5:]}
+    weight_map = {}
+    for shard, members in shards.items():
+        part = {n: tensors[n] for n in members}
+        if extra_in_shard:  # a stale copy that the index does not take from here
+            part[names[-1] if shard != "model-00003-of-00003.safetensors" else names[0]] = \
+                torch.zeros(1)
+        path = tmp_path / shard
+        st_torch.save_file(part, str(path))
+        backend.put(f"ckpt/{shard}", path.read_bytes())
+        weight_map.update({n: shard for n in members})
+    index = {"metadata": {"total_size": 1}, "weight_map": weight_map}
+    backend.put("ckpt/model.safetensors.index.json", json.dumps(index).encode())
+    return tensors
+
+
+def test_sharded_checkpoint_from_its_index(backend: Backend, tmp_path: Path) -> None:
+    tensors = _sharded(backend, tmp_path, extra_in_shard=True)
+    uri = backend.uri("ckpt/model.safetensors.index.json")
+    got = ts_st.load(uri, **backend.options)
+    assert sorted(got) == sorted(tensors)
+    for name, t in tensors.items():
+        assert same_bytes(got[name], t), name
+    streamed = dict(ts_st.iter_tensors(uri, **backend.options))
+    assert sorted(streamed) == sorted(tensors)
+    assert all(same_bytes(streamed[n], t) for n, t in tensors.items())
+    some = ts_st.load(uri, filter=["layers.3.w"], **backend.options)
+    assert list(some) == ["layers.3.w"]
+
+
+@pytest.mark.parametrize("name", ["local", "s3", "mem"])
+def test_sharded_checkpoint_from_its_folder(name: str, request: pytest.FixtureRequest,
+                                            tmp_path: Path) -> None:
+    backend = _backend(name, request, tmp_path)
+    tensors = _sharded(backend, tmp_path)
+    folder = backend.uri("ckpt/")
+    got = ts_st.load(folder, **backend.options)
+    assert sorted(got) == sorted(tensors)
+    assert all(same_bytes(got[n], t) for n, t in tensors.items())
+
+
+def test_index_naming_a_missing_tensor_fails(tmp_path: Path) -> None:
+    st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "s1.safetensors"))
+    index = {"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(MalformedFileError, match=r"s1\.safetensors lacks 1 tensor.*'?b"):
+        ts_st.load(tmp_path / "model.safetensors.index.json")
+
+
+@pytest.mark.parametrize("shard", ["../evil.safetensors", "/etc/passwd", "s3://b/k",
+                                   "a/../../x.safetensors", "", 7])
+def test_index_cannot_point_outside_its_folder(tmp_path: Path, shard: Any) -> None:
+    index = {"weight_map": {"a": shard}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(MalformedFileError, match=r"model\.safetensors\.index\.json"):
+        ts_st.load(tmp_path / "model.safetensors.index.json")
+
+
+# -- devices ---------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_load_to_cuda(backend: Backend, device: str,
+                      model_file: tuple[bytes, dict[str, Any]]) -> None:
+    blob, want = model_file
+    backend.put("model.safetensors", blob)
+    uri = backend.uri("model.safetensors")
+    got = ts_st.load(uri, device, **backend.options)
+    for name, t in want.items():
+        assert got[name].device.type == "cuda", name
+        assert same_bytes(got[name].cpu(), t), name
+    for name, t in ts_st.iter_tensors(uri, device, **backend.options):
+        assert t.device.type == "cuda" and same_bytes(t.cpu(), want[name]), name
+    with ts_st.open(uri, device, **backend.options) as f:
+        assert f.get_slice("big")[:7].device.type == "cuda"
+        assert same_bytes(f.get_tensor("t.BF16").cpu(), want["t.BF16"])
+
+
+def test_lazy_module_attribute() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, tensorstream; assert 'torch' not in sys.modules; "
+            "m = tensorstream.safetensors; assert callable(m.load) and callable(m.iter_tensors); "
+            "assert m is sys.modules['tensorstream.safetensors']")
+    subprocess.run([sys.executable, "-c", code], check=True)
