@@ -74,6 +74,7 @@ def test_entry_points_and_console_script_resolve() -> None:
     "tensorstream.uri",
     "tensorstream.copy",
     "tensorstream.tensorizer",
+    "tensorstream.safetensors",
     "tensorstream.layers",
     "tensorstream.readahead",
     "tensorstream.providers.base",
@@ -118,3 +119,13 @@ def test_registry_strings_of_builtin_providers_import() -> None:
         warnings.simplefilter("error")
         for scheme in ("file", "http", "https", "s3", "redis", "rediss"):
             assert registry.resolve_provider_class(scheme).__name__.endswith("Provider")
+
+
+def test_safetensors_front_door_surface() -> None:
+    import tensorstream.safetensors as st
+
+    assert st.__all__ == ["DEFAULT_NUM_READERS", "MAX_HEADER_SIZE", "SafeOpen", "SafeSlice",
+                          "iter_tensors", "load", "open", "save"]
+    for name in st.__all__:
+        assert getattr(st, name) is not None, name
+    assert callable(st.load) and callable(st.save) and callable(st.open)

@@ -174,6 +174,7 @@ class World:
         model_file = sandbox / "model.tensors"
         tensorstream.serialize(TinyModel().state_dict(), model_file)
         self.data = model_file.read_bytes()
+        self.extra = _safetensors_files(sandbox)
         opts = s3.options()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_", "REDIS_"))}
         env.update(isolated_s3_env(str(sandbox)))
@@ -198,6 +199,34 @@ class World:
                 client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
         for bucket, key in self.FILES:
             self.s3.put(bucket, key, self.data)
+        for key, data in self.extra.items():
+            self.s3.put("models", key, data)
+
+
+def _safetensors_files(sandbox: Path) -> dict[str, bytes]:
+    """The same model as safetensors under ``models/llama/``: one file, and two shards
+    with their ``model.safetensors.index.json`` (docs/safetensors.md, README)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    state = {k: v.contiguous() for k, v in TinyModel().state_dict().items()}
+    names = sorted(state)
+    out: dict[str, bytes] = {}
+    save_file(state, str(sandbox / "model.safetensors"), metadata={"format": "pt"})
+    out["llama/model.safetensors"] = (sandbox / "model.safetensors").read_bytes()
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    weight_map = {}
+    for shard, members in shards.items():
+        save_file({n: state[n] for n in members}, str(sandbox / shard), metadata={"format": "pt"})
+        out[f"llama/{shard}"] = (sandbox / shard).read_bytes()
+        weight_map.update(dict.fromkeys(members, shard))
+    index = {"metadata": {"total_size": sum(t.nbytes for t in state.values())},
+             "weight_map": weight_map}
+    out["llama/model.safetensors.index.json"] = json.dumps(index).encode()
+    return out
 
 
 @pytest.fixture(scope="module")

@@ -368,3 +368,39 @@ def test_lazy_module_attribute() -> None:
             "m = tensorstream.safetensors; assert callable(m.load) and callable(m.iter_tensors); "
             "assert m is sys.modules['tensorstream.safetensors']")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_filtered_load_opens_only_the_shards_it_needs(tmp_path: Path,
+                                                     request: pytest.FixtureRequest) -> None:
+    backend = _backend("local", request, tmp_path)
+    tensors = _sharded(backend, tmp_path)
+    folder = Path(backend.uri("ckpt/"))
+    (folder / "model-00003-of-00003.safetensors").write_bytes(b"garbage")
+    index = folder / "model.safetensors.index.json"
+    got = ts_st.load(index, filter=["embed"])  # in shard 1
+    assert list(got) == ["embed"] and same_bytes(got["embed"], tensors["embed"])
+    with pytest.raises(MalformedFileError, match="model-00003-of-00003"):
+        ts_st.load(index)
+
+
+def test_each_tensor_is_read_straight_into_its_memory(
+        backend: Backend, model_file: tuple[bytes, dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One readinto of the whole span per tensor, into the returned tensor's own memory."""
+    import numpy as np
+
+    blob, _ = model_file
+    backend.put("model.safetensors", blob)
+    targets: list[tuple[int, int]] = []
+    real = tensorstream.StreamReader.readinto
+
+    def spy(self: Any, b: Any) -> int:
+        view = memoryview(b)
+        targets.append((np.frombuffer(view, dtype=np.uint8).ctypes.data, view.nbytes))
+        return real(self, b)
+
+    monkeypatch.setattr(tensorstream.StreamReader, "readinto", spy)
+    got = ts_st.load(backend.uri("model.safetensors"), **backend.options)
+    for name, t in got.items():
+        if t.numel():
+            assert (t.data_ptr(), t.numel() * t.element_size()) in targets, name

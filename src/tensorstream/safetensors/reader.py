@@ -185,6 +185,8 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         reader.set_read_boundaries(
             [f.header.data_start, *(x for t in tensors for x in (t.begin, t.end))])
         pin = device.type == "cuda"
+        if num_readers == 0:  # the default: one reader where one server thread answers all
+            num_readers = 1 if reader.capabilities.serial_server else DEFAULT_NUM_READERS
         runs = _split(tensors, num_readers)
 
         def run(part: list[TensorInfo], r: StreamReader) -> None:
@@ -207,12 +209,16 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
                 r.close()
 
 
+def _needed(sources: list[Source], wanted: Callable[[str], bool]) -> list[Source]:
+    """The shards an index says hold at least one wanted tensor (others are not opened)."""
+    return [s for s in sources if s.names is None or any(wanted(n) for n in s.names)]
+
+
 def _check(device: str | torch.device | None, num_readers: int | None) -> tuple[torch.device, int]:
     dev = _device(device)
-    readers = DEFAULT_NUM_READERS if num_readers is None else num_readers
-    if readers < 1:
-        raise ConfigurationError(f"num_readers must be >= 1, got {readers}")
-    return dev, readers
+    if num_readers is not None and num_readers < 1:
+        raise ConfigurationError(f"num_readers must be >= 1, got {num_readers}")
+    return dev, num_readers or 0
 
 
 def load(
@@ -234,7 +240,8 @@ def load(
     next one is read. ``dtype``: cast floating-point tensors to it (others
     keep theirs). ``filter``: a predicate on names, or a collection of names
     to load; the other tensors are not read. ``num_readers``: parallel
-    readers per file (default :data:`DEFAULT_NUM_READERS`). ``options``: as
+    readers per file (default :data:`DEFAULT_NUM_READERS`; 1 for Redis, whose
+    one server thread answers every request). ``options``: as
     for :func:`tensorstream.open` (credentials, endpoints, retries...).
 
     Byte-identical to ``safetensors.torch.load_file``. A truncated or malformed
@@ -244,7 +251,7 @@ def load(
     """
     dev, readers = _check(device, num_readers)
     wanted = _wanted(filter)
-    sources = resolve(uri, options)
+    sources = _needed(resolve(uri, options), wanted)
     out: dict[str, torch.Tensor] = {}
     lock = threading.Lock()
 
@@ -254,8 +261,9 @@ def load(
                 raise MalformedFileError(f"tensor {name!r} is in more than one file")
             out[name] = t
 
-    if len(sources) == 1:
-        _read_file(sources[0], options, wanted, dev, dtype, readers, emit)
+    if len(sources) <= 1:
+        for source in sources:
+            _read_file(source, options, wanted, dev, dtype, readers, emit)
     else:
         with concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES, len(sources))) as pool:
             futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers, emit)
@@ -295,7 +303,9 @@ def iter_tensors(
     """
     dev, _ = _check(device, 1)
     wanted = _wanted(filter)
-    sources = resolve(uri, options)
+    sources = _needed(resolve(uri, options), wanted)
+    if not sources:
+        return
     ready: queue.Queue[Any] = queue.Queue(maxsize=_ITER_AHEAD)
     stop = threading.Event()
     names: set[str] = set()
