@@ -404,3 +404,11 @@ def test_each_tensor_is_read_straight_into_its_memory(
     for name, t in got.items():
         if t.numel():
             assert (t.data_ptr(), t.numel() * t.element_size()) in targets, name
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_cuda_without_cuda_is_a_clear_error_before_reading(tmp_path: Path) -> None:
+    from tensorstream.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="CUDA is not available"):
+        ts_st.load(tmp_path / "not-even-there.safetensors", device="cuda")

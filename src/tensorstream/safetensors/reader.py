@@ -79,8 +79,18 @@ def _wanted(filter: Filter) -> Callable[[str], bool]:
 
 def _device(device: str | torch.device | None) -> torch.device:
     dev = torch.device(device if device is not None else "cpu")
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.type == "cuda":
+        # Said before anything is read (torch would fail at the first pinned allocation).
+        if not torch.cuda.is_available():
+            why = ("this torch was built without CUDA" if torch.version.cuda is None
+                   else "no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)")
+            raise ConfigurationError(f"device={str(device)!r} was requested but CUDA is not "
+                                     f"available: {why}; use device='cpu'")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise ConfigurationError(f"device={str(device)!r} was requested but only "
+                                     f"{torch.cuda.device_count()} CUDA device(s) are visible")
     return dev
 
 
