@@ -251,19 +251,15 @@ class StreamReader(io.RawIOBase):
         self._check_closed()
         todo = [(offset, _as_byte_view(b)) for offset, b in ranges]
         todo = [(offset, view) for offset, view in todo if len(view)]
-        path, etag = self._uri.path, self._info.etag
-        if self._inline:
-            for offset, view in todo:
-                self._provider.readinto_blocking(path, offset, view, etag=etag)
-            return
-        if _loop.in_loop_thread():
+        path, pin = self._uri.path, self._pin
+        if not self._inline and _loop.in_loop_thread():
             raise RuntimeError("StreamReader.read_ranges was called from tensorstream's own "
                                "I/O thread; use the async provider API there")
         limit = asyncio.Semaphore(max(1, self._provider.config.transfer.concurrency))
 
         async def one(offset: int, view: memoryview) -> None:
             async with limit:
-                await self._provider.readinto(path, offset, view, etag=etag)
+                await self._provider.readinto(path, offset, view, pin=pin)
 
         async def every() -> None:
             tasks = [asyncio.ensure_future(one(offset, view)) for offset, view in todo]
@@ -276,7 +272,12 @@ class StreamReader(io.RawIOBase):
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
 
-        _loop.run_sync(every())
+        with _timeout.operation(self._provider.config.timeouts):  # one call, one deadline
+            if self._inline:
+                for offset, view in todo:
+                    self._provider.readinto_blocking(path, offset, view, pin=pin)
+            else:
+                _loop.run_sync(every())
 
     def set_read_boundaries(self, offsets: Iterable[int]) -> None:
         """Tell the read-ahead where the caller's reads will start and end

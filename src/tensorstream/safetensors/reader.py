@@ -196,7 +196,7 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
             [f.header.data_start, *(x for t in tensors for x in (t.begin, t.end))])
         pin = device.type == "cuda"
         if num_readers == 0:  # the default: one reader where one server thread answers all
-            num_readers = 1 if reader.capabilities.serial_server else DEFAULT_NUM_READERS
+            num_readers = 1 if reader.read_hints.serial_server else DEFAULT_NUM_READERS
         runs = _split(tensors, num_readers)
 
         def run(part: list[TensorInfo], r: StreamReader) -> None:
