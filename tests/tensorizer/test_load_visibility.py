@@ -161,7 +161,7 @@ def test_one_info_line_and_stats_per_load_over_http(
                    f"readers={stats.readers}", f"requests={stats.requests}", "retries=1"):
         assert needle in line
     debug = _load_lines(caplog, logging.DEBUG)
-    assert any("reader(s)" in m and "HTTP" in m for m in debug), debug
+    assert any("reader(s)" in m and "http provider" in m for m in debug), debug
 
 
 def test_lazy_load_logs_when_closed_and_local_file_path(

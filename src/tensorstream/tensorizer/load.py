@@ -328,7 +328,7 @@ def deserialize(
         load_log.debug(
             "opened %s (%s bytes): %s, %d reader(s)%s", where, _size_of(stream),
             "plain OS file (local fast path)" if not isinstance(stream, StreamReader)
-            else f"{type(stream._provider.inner).__name__}", readers,
+            else f"{getattr(stream._provider, 'service', '?')} provider", readers,
             " (default)" if num_readers is None else "",
         )
         record = _LoadRecord(where, stream, started, lazy_load)

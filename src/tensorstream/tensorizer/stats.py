@@ -95,7 +95,7 @@ def collect(
                          readers=readers, requests=0, retries=0, tensors=tensors)
     metrics = getattr(getattr(stream, "_provider", None), "metrics", None)
     per_reader = [_read_stats(r) for r in (stream, *forks)]
-    if stream.capabilities.inline_reads:
+    if getattr(getattr(stream, "read_hints", None), "inline", False):
         path = "local"
     else:
         seen: list[str] = []

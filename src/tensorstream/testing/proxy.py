@@ -407,6 +407,7 @@ class HTTPFaultProxy:
 
     async def _handle(self, request: Any) -> Any:
         from aiohttp import web
+        from yarl import URL
 
         f = self.faults
         affected = f.path_prefix is None or request.path.startswith(f.path_prefix)
@@ -427,7 +428,9 @@ class HTTPFaultProxy:
         if affected and f.ignore_range and not answer_whole:
             headers = {k: v for k, v in headers.items() if k.lower() not in ("range", "if-range")}
         async with self._session.request(
-            request.method, self.upstream + request.path_qs, headers=headers,
+            # The path and query exactly as the client sent them: SigV4 signs their
+            # encoding, so re-quoting (%2F -> /) would break the signature.
+            request.method, URL(self.upstream + request.raw_path, encoded=True), headers=headers,
             data=body if body else None, allow_redirects=False,
         ) as upstream:
             out = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
