@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import warnings
 
@@ -9,7 +10,8 @@ import pytest
 
 import tensorstream
 from fixtures_redis import ACL_PASSWORD, ACL_USER, REDIS_PASSWORD
-from tensorstream import errors
+from tensorstream import _loop, errors
+from tensorstream.providers.base import Pin
 from tensorstream.providers.redis.provider import InsecureTLSWarning
 from tensorstream.testing.backends import RedisBackend
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
@@ -176,3 +178,25 @@ def test_db_selection(redis_server: RedisServer) -> None:
     assert _roundtrip(redis_server.url("dbsel4"), redis_db=4) == b"secret weights"
     with redis_server.client(db=4) as c:
         assert c.exists("dbsel4") == 1
+
+
+def test_a_broken_blocking_read_names_the_generation_it_came_from(
+        tensorstream_redis: RedisBackend) -> None:
+    """So the layer resumes it pinned to that generation, whatever its caller pinned."""
+    data = os.urandom(20 << 20)
+    tensorstream_redis.put("gen", data, chunk_size=1 << 20)
+    uri = tensorstream_redis.uri("gen")
+    path = tensorstream.parse_uri(uri).path
+    p = tensorstream.get_provider(uri)
+    try:
+        info = _loop.run_sync(p.stat(path))
+        tensorstream_redis.faults.drop_after(10 << 20, times=1)  # inside the second batch
+        buf = bytearray(len(data))
+        with pytest.raises(errors.IncompleteReadError) as broken:
+            p.inner.readinto_blocking(path, 0, memoryview(buf), pin=Pin.of(info))
+        got = broken.value.received
+        assert got > 0 and buf[:got] == data[:got]
+        assert broken.value.served == Pin(size=len(data), etag=info.etag)
+    finally:
+        _loop.run_sync(p.close())
+

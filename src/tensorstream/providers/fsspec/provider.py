@@ -32,7 +32,7 @@ from .config import OPTIONS
 __all__ = ["FsspecProvider"]
 
 #: Bytes per ``cat_file`` of a large read (progress is reported between).
-_PIECE = 16 << 20
+_PIECE = 4 << 20
 
 
 def _map_error(exc: BaseException, path: str) -> BaseException:

@@ -17,6 +17,7 @@ import redis
 
 from ...errors import IncompleteReadError, ObjectChangedError
 from ...readahead._memcopy import copy_into
+from ..base import Pin
 from .errors import REDIS_ERRORS, map_redis_error
 from .layout import Layout
 
@@ -90,9 +91,12 @@ class BlockingRedisReader:
         except REDIS_ERRORS as exc:
             err = map_redis_error(exc, who=self._who)
             if err.temporary and received:
-                raise IncompleteReadError(
-                    f"Redis read broken after {received} bytes: {err.message}", received=received
-                ) from exc
+                broken = IncompleteReadError(
+                    f"Redis read broken after {received} bytes: {err.message}", received=received)
+                # The version these bytes came from: a manifest's generation.
+                broken.served = Pin(size=layout.size,
+                                    etag=layout.etag if layout.kind == "manifest" else None)
+                raise broken from exc
             raise err from exc
         return len(buffer)
 

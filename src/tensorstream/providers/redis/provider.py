@@ -355,9 +355,10 @@ class RedisProvider(Provider):
                     break
                 received += sum(n for _, _, n, _ in batch)
             if exc.temporary and received:
-                raise IncompleteReadError(
-                    f"Redis read broken after {received} bytes: {exc.message}", received=received
-                ) from exc
+                broken = IncompleteReadError(
+                    f"Redis read broken after {received} bytes: {exc.message}", received=received)
+                broken.served = layout_version(layout)
+                raise broken from exc
             raise
         return want
 
@@ -475,6 +476,11 @@ async def _bounded(read: Awaitable[int], deadline: Deadline | None, path: str) -
         if isinstance(exc, TensorstreamError):
             raise
         raise deadline.error(service="redis", path=path) from None
+
+
+def layout_version(layout: Layout) -> Pin:
+    """The version of a layout's bytes: a manifest's generation, else the size alone."""
+    return Pin(size=layout.size, etag=layout.etag if layout.kind == "manifest" else None)
 
 
 def _check_size(layout: Layout, pin: Pin | None) -> None:
