@@ -33,6 +33,9 @@ RUNAI_FS_STRATEGIES = ("io_uring_buffered", "sync_buffered")
 FAMILIES = ("tensorstream", "tensorizer", "runai", "s5cmd", "other", "baseline")
 # The contender groups ``--contenders`` selects from.
 GROUPS = ("tensorstream", "tensorizer", "runai", "s5cmd", "aws", "s3fs", "safetensors", "baseline")
+# Not in the default run: tensorstream's own safetensors loader on the file the Run:ai
+# streamer reads (the same engine as deserialize, another front door).
+OPTIONAL_GROUPS = ("ts-safetensors",)
 
 
 @dataclasses.dataclass
@@ -243,6 +246,14 @@ def _load_cell(
             else:
                 put(name, _worker("tz-load", uri=uri, device=dev, readers=r), "tensorizer", "tensorizer")
     if st_uri is not None:
+        put(
+            "tensorstream safetensors.load",
+            _worker("ts-st-load", uri=st_uri, device=dev),
+            "tensorstream",
+            "ts-safetensors",
+            note="the .safetensors file the Run:ai streamer reads",
+            skip=None if _has("tensorstream.safetensors") else "tensorstream.safetensors not available",
+        )
         s3 = backend == "s3"
         skip = runai_missing(s3)
         base_env = {"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"} if s3 else {}

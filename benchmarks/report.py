@@ -120,11 +120,14 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 note=ts.get("note", ""),
             )
         )
-        # baselines (python -c pass) are references, not peers: no ratio against them
+        # baselines (python -c pass) are references, not peers, and tensorstream's other
+        # front doors (safetensors.load) are not peers either: no ratio against them
         peers = [
             r
             for r in group
-            if not r.get("tensorstream") and r.get("status") != "alias" and r.get("family") != "baseline"
+            if not r.get("tensorstream")
+            and r.get("status") != "alias"
+            and r.get("family") not in ("baseline", "tensorstream")
         ]
         best: dict[str, Any] = {}
         for fam in PEER_FAMILIES:

@@ -94,9 +94,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--contenders",
-        type=_csv(list(contenders.GROUPS)),
+        type=_csv(list(contenders.GROUPS + contenders.OPTIONAL_GROUPS)),
         default=None,
-        help=f"contender groups to run: {','.join(contenders.GROUPS)} or all (default)",
+        help=f"contender groups to run: {','.join(contenders.GROUPS)} (default), "
+        f"optional {','.join(contenders.OPTIONAL_GROUPS)}, or all",
     )
     p.add_argument("--cap", type=parse_size, default=parse_size("25m"), help="per-connection cap, bytes/s")
     p.add_argument(
