@@ -194,3 +194,21 @@ def test_uri_parse_errors_never_show_the_password(uri: str) -> None:
         assert "cnrypw" not in text and "pa/ss" not in text
         return
     pytest.skip("parsed (the password is then hidden by the fuzzers' checks)")
+
+
+@pytest.mark.parametrize("command", [["ls"], ["stat"], ["cat"], ["rm"], ["cp", "-"],
+                                     ["cp", "--debug", "-"]])
+@pytest.mark.parametrize("uri", ["http://user:pa/ss-cnrypw@127.0.0.1:9/x",
+                                 "redis://:cnrypw/x@127.0.0.1:9/k",
+                                 "https://cnryutok@127.0.0.1:9/x",
+                                 "s3://user:cnrypw@bucket/k"])
+def test_cli_never_prints_a_password_from_a_bad_uri(
+        capsys: pytest.CaptureFixture[str], command: list[str], uri: str) -> None:
+    from tensorstream.cli.main import main as cli_main
+
+    args = [*command[:1], *command[2:], uri, *command[1:2]] if command[0] == "cp" else [
+        *command, uri]
+    cli_main([*args, "--retries", "1", "--timeout-connect", "1"])
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "cnrypw" not in text and "pa/ss" not in text and "cnryutok" not in text, text
