@@ -239,13 +239,15 @@ def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset:
     assert sorted(p.name for p in dst.parent.iterdir()) == [
         ".model.bin.tensorstream-journal.tmp", ".model.bin.tensorstream-partial.tmp"]
 
-    # 3. --resume again (fast server now): completes from the journal and verifies.
+    # 3. --resume again (fast server now): completes from the journal; the parts kept
+    # from the interrupted run were checked against its journal, not the source, so
+    # the copy is not reported "verified".
     http_server.faults.reset()
     r = subprocess.run([*args, "--resume", "--json"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
     summary = last_json(r.stdout)
-    assert summary["verified"] is True and summary["bytes"] == len(data)
+    assert summary["verified"] is False and summary["bytes"] == len(data)
     assert 0 < summary["resumed_bytes"] < len(data)
     assert dst.read_bytes() == data
     assert [p.name for p in dst.parent.iterdir()] == ["model.bin"]

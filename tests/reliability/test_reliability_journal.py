@@ -47,6 +47,20 @@ def test_a_sensible_journal_is_used(http_server: HTTPTestServer, tmp_path: Path)
     assert result.ok, result.errors
     assert result.resumed_bytes == PART  # the journal was read and its part reused
     assert dst.read_bytes() == DATA
+    # ... but that part was compared with the journal only, never with the source
+    assert not result.verified and not result.outcomes[0].verified
+
+
+def test_a_journal_that_lies_consistently_is_never_called_verified(
+        http_server: HTTPTestServer, tmp_path: Path) -> None:
+    dst = tmp_path / "m.bin"
+    forged = bytes(PART)  # zeros where the source has other bytes ...
+    url = _seed(http_server, dst, {"0": hashlib.sha256(forged).hexdigest()})
+    partial = tmp_path / f".{dst.name}.tensorstream-partial.tmp"
+    partial.write_bytes(forged + bytes(len(DATA) - PART))  # ... and a journal agreeing
+    result = copy(url, str(dst), part_size=PART, resume=True)
+    assert result.resumed_bytes == PART
+    assert not result.verified, "bytes never compared with the source were called verified"
 
 
 @pytest.mark.parametrize("parts", [

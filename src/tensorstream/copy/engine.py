@@ -39,12 +39,14 @@ Only the public provider API is used, so any registered backend works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import os
 import posixpath
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
 
 from .. import _loop
@@ -165,6 +167,8 @@ class _Job:
     published: bool = False
     #: (hidden partial file, bytes in it) kept for --resume when the copy stopped.
     kept: tuple[str, int] | None = None
+    #: The whole result was compared with a checksum the source stored.
+    source_checked: bool = False
 
     @property
     def label(self) -> str:
@@ -483,7 +487,13 @@ class _Copier:
             self.result.files += 1
             self.result.bytes += job.info.size
             self.result.resumed_bytes += resumed
-            out.status, out.resumed_bytes, out.verified = "copied", resumed, self.verify
+            # "Verified" means compared with the source's bytes or a checksum the
+            # source stored. Parts kept from an earlier run were only compared with
+            # that run's journal (a file anyone can edit), so they are not.
+            verified = self.verify and (resumed == 0 or job.source_checked)
+            if not verified:
+                self.result.verified = False
+            out.status, out.resumed_bytes, out.verified = "copied", resumed, verified
         except Exception as exc:  # one object's failure is reported, not fatal
             self.error(f"{job.label} -> {job.dst_label}", exc)
             out.error = self.result.errors[-1]
@@ -500,7 +510,7 @@ class _Copier:
             self.outcome(out)
 
     async def _read_parts(self, job: _Job, todo: Iterable[int],
-                          parts: list[tuple[int, int]],
+                          parts: Sequence[tuple[int, int]],
                           consume: Callable[[int, PartBuffer, int], Any],
                           count: bool = True) -> None:
         """Read parts concurrently into pool buffers; ``consume`` owns each buffer after."""
@@ -577,7 +587,7 @@ class _Copier:
         under: ETag (which every read was also pinned to), size and mtime."""
         await job.src.stat_pinned(job.src_path, Pin.of(job.info))
 
-    async def _each_part(self, todo: Iterable[int], parts: list[tuple[int, int]],
+    async def _each_part(self, todo: Iterable[int], parts: Sequence[tuple[int, int]],
                          fn: Callable[[int, PartBuffer, int], Any]) -> None:
         """Run ``fn(index, buffer, length)`` for parts concurrently, with pool buffers."""
         sem = asyncio.Semaphore(self.concurrency)
@@ -607,6 +617,7 @@ class _Copier:
     async def _to_local_dir(self, job: _Job, dir_fd: int, name: str) -> int:
         size = job.info.size
         parts = plan_parts(size, self.part_size)
+        await in_thread(lambda: _check_free_space(dir_fd, name, size, job.dst_label))
         sink = LocalPartFile(dir_fd, name, size=size, part_size=self.part_size,
                              source=job.label, etag=job.info.etag, resume=self.resume,
                              durable=self.durable)
@@ -655,15 +666,25 @@ class _Copier:
             self.pool.put(buf)
 
         try:
-            todo = [i for i in range(len(parts)) if i not in sink.done]
+            # Lazily: a source may claim any size (parts are never one big list).
+            todo = (i for i in range(len(parts)) if i not in sink.done)
             await self._run_parts(todo, part)
-            if unconfirmed or not todo:
+            if unconfirmed or len(sink.done) >= len(parts):
                 # Some answer did not name the version it came from: the source
                 # must still be the version it was when the copy started.
                 await self._check_source_unchanged(job)
             if self.verify and earlier:
                 notify(self.progress, "phase", job.label, "verifying")
                 await self._each_part(sorted(earlier), parts, check_earlier)
+            stored = stored_sha256(job.info)
+            if stored is not None:
+                # The source keeps a checksum of its bytes (a Redis manifest): the
+                # one comparison that also covers damage at the source, and parts
+                # taken from an earlier run.
+                notify(self.progress, "phase", job.label, "verifying")
+                if await in_thread(sink.sha256) != stored:
+                    raise IntegrityError(_STORED_MISMATCH)
+                job.source_checked = True
             await in_thread(sink.publish)
         except BaseException as exc:
             # Keep the partial file (for --resume) only when interrupted or cut
@@ -683,7 +704,8 @@ class _Copier:
         parts = plan_parts(size, self.part_size)
         expected: dict[int, str] = {}
         writer = job.dst.open_writer(job.dst_path)
-        sink = SequentialSink(writer, self.pool)
+        stored = stored_sha256(job.info)
+        sink = SequentialSink(writer, self.pool, sha256=stored is not None)
 
         async def consume(index: int, buf: PartBuffer, length: int) -> None:
             expected[index] = await asyncio.to_thread(digest, memoryview(buf)[:length])
@@ -707,6 +729,10 @@ class _Copier:
                 await asyncio.gather(reader, drain, return_exceptions=True)
                 sink.release_all()
             await job.src.stat_pinned(job.src_path, Pin.of(job.info))
+            if stored is not None and sink.hash is not None:
+                if sink.hash.hexdigest() != stored:  # before anything is published
+                    raise IntegrityError(_STORED_MISMATCH)
+                job.source_checked = True
             await writer.commit()
             committed = job.published = True
             if self.verify:
@@ -720,7 +746,7 @@ class _Copier:
             raise
         return 0
 
-    async def _verify_remote(self, job: _Job, parts: list[tuple[int, int]],
+    async def _verify_remote(self, job: _Job, parts: Sequence[tuple[int, int]],
                              expected: dict[int, str]) -> None:
         info = await job.dst.stat(job.dst_path)
         bad = info.size != job.info.size
@@ -746,6 +772,36 @@ class _Copier:
                 pass
             raise IntegrityError("verification failed: the destination differs from the "
                                  "source; it was removed")
+
+
+_STORED_MISMATCH = ("verification failed: the bytes read differ from the sha256 the source "
+                    "stored (the source is damaged); nothing was published")
+
+
+def stored_sha256(info: ObjectInfo) -> str | None:
+    """The sha256 (hex) a source stored with the object, if any: a Redis manifest's
+    ``checksum``. Only a well-formed one counts."""
+    value = (info.extra or {}).get("checksum")
+    if isinstance(value, str) and value.startswith("sha256:"):
+        hexdigest = value[len("sha256:"):].lower()
+        if len(hexdigest) == 64 and all(c in "0123456789abcdef" for c in hexdigest):
+            return hexdigest
+    return None
+
+
+def _check_free_space(dir_fd: int, name: str, size: int, label: str) -> None:
+    """Refuse a copy the destination's filesystem cannot hold, before anything is
+    planned or written (a source may claim any size: a HEAD saying 10**18 bytes).
+    Space already held by a partial file from an earlier run counts as free."""
+    st = os.statvfs(dir_fd)
+    free = st.f_bavail * st.f_frsize
+    for temp in os.listdir(dir_fd):
+        if temp.startswith(f".{name}.tensorstream-") and temp.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                free += os.stat(temp, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
+    if size > free:
+        raise OSError(errno.ENOSPC, f"not enough space for {label}: the source says "
+                      f"{size} bytes, the destination has {free} free")
 
 
 def spare_buffers(concurrency: int) -> int:

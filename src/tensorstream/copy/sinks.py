@@ -25,12 +25,14 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 from ..errors import IntegrityError
 from ..providers.base import Writer
 
-__all__ = ["BufferPool", "LocalPartFile", "PartBuffer", "SequentialSink", "digest", "plan_parts"]
+__all__ = ["BufferPool", "LocalPartFile", "PartBuffer", "Parts", "SequentialSink", "digest",
+           "plan_parts"]
 
 #: A part buffer: a private anonymous memory map. Unlike ``bytearray(n)``
 #: (zero-filled eagerly: ~4 ms per 8 MiB, on the event loop), its pages are
@@ -51,9 +53,40 @@ def digest(data: memoryview | bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def plan_parts(size: int, part_size: int) -> list[tuple[int, int]]:
-    """``(start, end)`` of every part of a ``size``-byte object."""
-    return [(s, min(s + part_size, size)) for s in range(0, size, part_size)]
+class Parts(Sequence[tuple[int, int]]):
+    """``(start, end)`` of every part of a ``size``-byte object, computed on demand.
+
+    Sizes come from servers: a HEAD claiming 10**18 bytes is 10**11 parts, which
+    must never be a list in memory. Indexing, ``len`` and iteration cost nothing
+    up front."""
+
+    def __init__(self, size: int, part_size: int) -> None:
+        if part_size < 1:
+            raise ValueError("part_size must be >= 1")
+        self.size = max(0, size)
+        self.part_size = part_size
+
+    def __len__(self) -> int:
+        return -(-self.size // self.part_size)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[int, int]]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start = index * self.part_size
+        return start, min(start + self.part_size, self.size)
+
+
+def plan_parts(size: int, part_size: int) -> Parts:
+    """``(start, end)`` of every part of a ``size``-byte object (lazily: see :class:`Parts`)."""
+    return Parts(size, part_size)
 
 
 def _load_sync_file_range() -> Callable[[int, int, int], None] | None:
@@ -120,6 +153,7 @@ class BufferPool:
 
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+_HASH_CHUNK = 4 << 20
 
 
 def _valid_parts(parts: object, size: int, part_size: int) -> dict[int, str]:
@@ -326,6 +360,20 @@ class LocalPartFile:
             os.fsync(f.fileno())
         os.replace(new, self.journal, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
 
+    def sha256(self) -> str:
+        """sha256 of the whole temp file, read in order (to compare with a checksum
+        the source stored)."""
+        h = hashlib.sha256()
+        view = memoryview(bytearray(_HASH_CHUNK))
+        with self._using_fd() as fd:
+            pos = 0
+            while pos < self.size:
+                n = min(_HASH_CHUNK, self.size - pos)
+                _read_exact(fd, view[:n], pos)
+                h.update(view[:n])
+                pos += n
+        return h.hexdigest()
+
     def verify_part(self, index: int, expected: str, buf: PartBuffer) -> None:
         """Read a part written by an earlier run back and compare its journal digest."""
         start, end = plan_parts(self.size, self.part_size)[index]
@@ -387,9 +435,11 @@ class LocalPartFile:
 class SequentialSink:
     """Feed parts that complete out of order to a sequential writer, in order."""
 
-    def __init__(self, writer: Writer, pool: BufferPool) -> None:
+    def __init__(self, writer: Writer, pool: BufferPool, *, sha256: bool = False) -> None:
         self.writer = writer
         self.pool = pool
+        #: sha256 of everything written, in order (``sha256=True``).
+        self.hash = hashlib.sha256() if sha256 else None
         self._ready: dict[int, tuple[PartBuffer, int]] = {}
         self._next = 0
         self._changed = asyncio.Event()
@@ -408,7 +458,10 @@ class SequentialSink:
             buf, length = self._ready.pop(self._next)
             try:
                 # A copy: a writer may keep the data after write() returns.
-                await self.writer.write(bytes(memoryview(buf)[:length]))
+                data = bytes(memoryview(buf)[:length])
+                if self.hash is not None:
+                    self.hash.update(data)
+                await self.writer.write(data)
             finally:
                 self.pool.put(buf)
             self._next += 1
