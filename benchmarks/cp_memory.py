@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dests", default="local,redis,s3")
     ap.add_argument("--skip", default="", help="pairs to leave out, e.g. s3@4,redis>redis@4")
     ap.add_argument("--out", default="docs/benchmarks/cp_memory")
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only the pairs run now in an existing OUT.json")
+    ap.add_argument("--moto-timeout-idle", type=float, default=600.0,
+                    help="--timeout-idle for copies to moto: its ranged GETs of a large "
+                         "multipart object (the read-back) take minutes (default 600)")
     args = ap.parse_args(argv)
     sizes = [float(s) for s in args.sizes.split(",")]
     skip = {s for s in args.skip.split(",") if s}
@@ -137,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
                         dst, dst_opts = {
                             "local": (str(dst_dir / "dst.bin"), []),
                             "redis": (f"{redis_url}/dst.bin", []),
-                            "s3": (f"s3://{BUCKET}/dst.bin", ["--dst-endpoint-url", moto_url]),
+                            "s3": (f"s3://{BUCKET}/dst.bin",
+                                   ["--dst-endpoint-url", moto_url, "--timeout-idle",
+                                    str(args.moto_timeout_idle)]),
                         }[d_name]
                         src, src_opts = srcs[s_name]
                         rc, rss, secs, err = _cp([*src_opts, *dst_opts, *src, dst], env)
@@ -172,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                 src_file.unlink()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.merge and out.with_suffix(".json").exists():
+        # Keep the earlier run's other pairs (e.g. a rerun of the moto pairs only).
+        new = {(r["source"], r["destination"], r["gib"]) for r in rows}
+        old = json.loads(out.with_suffix(".json").read_text())["rows"]
+        rows = [r for r in old if (r["source"], r["destination"], r["gib"]) not in new] + rows
+        rows.sort(key=lambda r: (r["gib"], r["source"], r["destination"]))
     header = (
         f"{platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; default cp settings "

@@ -357,6 +357,12 @@ def test_tls_diagnoses_in_cli_terms(tmp_path: Path, http_server: Any, https_serv
     assert r.returncode == 1
     assert "--ca-bundle FILE" in r.stderr and "--no-verify-ssl" in r.stderr
     assert "ca_bundle=" not in r.stderr and "insecure=True" not in r.stderr
+    # the flag it names works, before or after the command
+    r = cli("--no-verify-ssl", "cp", https_server.url("tls/m.bin"), str(tmp_path / "c"))
+    assert r.returncode == 0, r.stderr
+    r = cli("cp", "--ca-bundle", https_server.ca_bundle_path, https_server.url("tls/m.bin"),
+            str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr
 
 
 def test_missing_http_object_is_a_plain_404(tmp_path: Path, http_server: Any,

@@ -125,7 +125,8 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                        help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M);"
                             " memory: concurrency x 1 MiB to a local destination "
                             f"({DEFAULT_CONCURRENCY} MiB by default), about 1.25 x concurrency "
-                            f"x part size to S3/Redis ({default_mem >> 20} MiB by default)")
+                            f"x part size to S3/Redis ({default_mem >> 20} MiB by default, up to "
+                            "twice that while the destination is read back)")
     speed.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                        help=f"objects copied at once (default {DEFAULT_JOBS})")
     speed.add_argument("--no-verify", dest="verify", action="store_false",

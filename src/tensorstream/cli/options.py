@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -97,9 +98,11 @@ def add_side_options(parser: argparse.ArgumentParser) -> None:
             else:
                 group.add_argument(flag, dest=f"{side}_{dest}", type=typ,
                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    group.description = ("--src-NAME / --dst-NAME for NAME in: "
-                         + ", ".join(n for n, _, _ in SIDE_FLAGS)
-                         + " (e.g. --src-endpoint-url http://a:9000 --dst-profile prod)")
+    names = ", ".join(n for n, _, _ in SIDE_FLAGS)
+    group.description = "\n".join(textwrap.wrap(
+        f"--src-NAME / --dst-NAME for NAME in: {names} (e.g. --src-endpoint-url "
+        "http://a:9000 --dst-profile prod)", 76, initial_indent="  ", subsequent_indent="  ",
+        break_on_hyphens=False))
 
 
 def _check(options: dict[str, Any], flag: str) -> dict[str, Any]:
