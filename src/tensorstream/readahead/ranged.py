@@ -273,7 +273,7 @@ class Prefetcher:
                 continue
             if n < len(piece):
                 break  # not a run of reads: ranged requests serve the rest
-            self._tick()
+            self._tick(between_reads=False)
         return got
 
     def _held_until(self, pos: int, end: int) -> int:
@@ -288,8 +288,10 @@ class Prefetcher:
                 p = seg_end
             return min(p, end)
 
-    def _tick(self) -> None:
-        """Let the controller close its interval; apply a new mode or width."""
+    def _tick(self, *, between_reads: bool = True) -> None:
+        """Let the controller close its interval; apply a new mode or width.
+        Inside a read (``between_reads=False``) nothing is planned ahead: the
+        rest of that read is planned by the ranged path, straight into it."""
         ctl = self._ctl
         before = ctl.mode
         if not ctl.tick(time.perf_counter()):
@@ -310,7 +312,7 @@ class Prefetcher:
                 spare = self._free[2:]  # and spare buffers: the stream needs none
                 del self._free[2:]
                 self._give(len(spare) * self._seg)
-            elif self._last_end is not None:
+            elif between_reads and self._last_end is not None:
                 self._plan_ahead(self._last_end, set())
             launch = self._next_launches()
         self._launch(launch)
