@@ -14,6 +14,7 @@ import torch
 from tensorstream import errors
 from tensorstream.tensorizer import (
     DeviceUnavailableError,
+    InvalidArgumentError,
     LoadError,
     LoadStats,
     MetaTensorError,
@@ -235,3 +236,17 @@ def test_torch_failures_become_load_errors_naming_the_file(
 
     shown = "".join(traceback.format_exception(info.value)) + repr(info.value.__cause__)
     assert secret not in shown and "X-Amz-Signature" in shown
+
+
+def test_wrong_arguments_are_named(tmp_path: Path) -> None:
+    serialize(_model(), tmp_path / "m.tensors")
+    with pytest.raises(errors.ConfigurationError, match="dtype='half-ish' is not a torch dtype"):
+        deserialize(tmp_path / "m.tensors", "cpu", dtype="half-ish")
+    with deserialize(tmp_path / "m.tensors", "cpu", dtype="float16") as sd:  # a name works
+        assert sd["embed.weight"].dtype == torch.float16
+    with pytest.raises(InvalidArgumentError, match="not int") as info:
+        serialize(42, tmp_path / "x.tensors")  # type: ignore[arg-type]
+    assert isinstance(info.value, TypeError) and isinstance(info.value, errors.TensorstreamError)
+    assert not (tmp_path / "x.tensors").exists()
+    with pytest.raises(InvalidArgumentError, match="not dict"):
+        load_into_module({"a": 1}, tmp_path / "m.tensors")  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ __all__ = [
     "DecryptionError",
     "DeviceUnavailableError",
     "Encryption",
+    "InvalidArgumentError",
     "LoadError",
     "LoadStats",
     "MetaTensorError",
@@ -116,6 +117,11 @@ class ModuleMismatchError(MetaTensorError):
 
 class DeviceUnavailableError(ConfigurationError):
     """The requested device does not exist here (e.g. ``cuda`` without CUDA)."""
+
+
+class InvalidArgumentError(TensorstreamError, TypeError):
+    """An argument of the wrong kind (``serialize(42, ...)``, a module that is not
+    an ``nn.Module``); the message names the argument and what it takes."""
 
 
 class LoadError(TensorstreamError, RuntimeError):
@@ -222,6 +228,19 @@ def _check_device(device: str | torch.device | None) -> torch.device | None:
     return dev
 
 
+def _check_dtype(dtype: Any) -> torch.dtype | None:
+    """``dtype`` as a ``torch.dtype``; ``"float16"``/``"torch.float16"`` are accepted."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        found = getattr(torch, dtype.removeprefix("torch."), None)
+        if isinstance(found, torch.dtype):
+            return found
+    raise ConfigurationError(
+        f"dtype={dtype!r} is not a torch dtype; use e.g. torch.float16 or 'bfloat16'"
+    )
+
+
 class _LoadRecord:
     """The numbers of one load, turned into :class:`LoadStats` and one INFO line."""
 
@@ -319,6 +338,7 @@ def deserialize(
         target = shard_uri(raw, rank=rank, world_size=world_size) if isinstance(raw, str) else raw
         where = redact(str(target))
     _check_device(device)
+    dtype = _check_dtype(dtype)
     try:
         decryption = as_decryption(encryption, options)
         if stream is None:
@@ -420,6 +440,11 @@ def load_into_module(
 
     >>> load_into_module(model, "s3://bucket/model.tensors", device="cuda:0")  # doctest: +SKIP
     """
+    if not isinstance(module, torch.nn.Module):
+        raise InvalidArgumentError(
+            f"load_into_module() fills an nn.Module, not {type(module).__name__}; for a "
+            "mapping of tensors use tensorstream.deserialize()"
+        )
     if _looks_quantized(module):
         warnings.warn(
             "loading tensorizer weights into a module that looks quantized; tensorizer "
@@ -524,7 +549,7 @@ def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
             elif isinstance(obj, Mapping | list | tuple):
                 serializer.write_state_dict(obj)
             else:
-                raise TypeError(
+                raise InvalidArgumentError(
                     f"serialize() takes an nn.Module or a (nested) state dict, "
                     f"not {type(obj).__name__}"
                 )
