@@ -141,3 +141,29 @@ def test_readers_of_one_load_share_the_read_ahead_budget_fairly() -> None:
     budget.leave()  # one reader left: the other may use the whole budget
     assert budget.take(4, 4)
     assert not budget.take(1, 8)
+
+
+def test_a_stream_from_a_server_slow_to_answer_each_request_stays_a_stream() -> None:
+    """moto reads the whole object for every ranged GET: a request waits ~0.3 s
+    for its first byte. A stream waiting on such a server is better off than
+    any number of 2 MiB ranged requests; on a paced link it is the reverse."""
+    moto = Run(can_stream=True, base=4, max_width=32, part=2 << 20)
+    moto.ctl.note_first_byte(0.3)
+    for _ in range(5):
+        assert not moto.interval(130 * MB, 0.9)
+    assert moto.ctl.mode is Mode.STREAM
+    paced = Run(can_stream=True, base=4, max_width=32, part=2 << 20)
+    paced.ctl.note_first_byte(0.05)  # an object store's first byte, a 25 MB/s connection
+    assert paced.interval(25 * MB, 0.9) and paced.ctl.mode is Mode.RANGED
+    assert paced.ctl.width == 32
+
+
+def test_a_stream_slow_to_answer_leaves_only_when_it_starves_steadily_and_tries_a_few() -> None:
+    far = Run(can_stream=True, base=4, max_width=32, part=8 << 20)
+    far.ctl.note_first_byte(0.2)  # a far region, or a busy server
+    assert not far.interval(20 * MB, 0.95)
+    assert not far.interval(200 * MB, 0.2)  # served in bursts: not a slow link
+    assert not far.interval(20 * MB, 0.95)
+    assert not far.interval(20 * MB, 0.95)
+    assert far.interval(20 * MB, 0.95)  # three in a row
+    assert (far.ctl.mode, far.ctl.width) == (Mode.RANGED, 4)

@@ -24,7 +24,9 @@ Every ``interval`` it decides:
   (doubling after each failed try) before trying a smaller step. A stream
   leaves at once when it waited most of the time (``SURE``), else only after
   waiting half the time (``STREAM_STARVED``) twice in a row (a busy server
-  or machine hiccups, a slow link does not);
+  or machine hiccups, a slow link does not), and never when each request's
+  wait for its first byte is so long that even ``max_width`` ranged requests
+  could not double the stream's rate (moto reads the whole object for each);
 * the reader was the limit for ``CALM_INTERVALS`` intervals in a row while
   reading wide, and one connection (as the ranged requests' bodies measure
   it) delivers what the reader consumes: try the single in-place stream
@@ -86,6 +88,9 @@ KEEP = 0.85
 #: First and longest hold-off after a try that did not pay.
 HOLD = 1.0
 MAX_HOLD = 8.0
+#: A request waiting this long for its first byte makes the first try from
+#: the stream a small one.
+SLOW_FIRST_BYTE = 0.1
 #: Seconds after a stream starved before it is tried again.
 STREAM_RETRY = 2.0
 
@@ -119,8 +124,9 @@ class Controller:
     """
 
     def __init__(self, *, can_stream: bool, base: int, max_width: int, now: float,
-                 fixed_width: int | None = None, name: str = "") -> None:
+                 fixed_width: int | None = None, name: str = "", part: int = 0) -> None:
         self.name = name  # what is read, for the log (redacted by the caller)
+        self.part = part  # bytes of one ranged request (0: unknown)
         self.max_width = max(1, max_width)
         self.base = max(1, min(base, self.max_width))
         self.can_stream = can_stream
@@ -143,6 +149,7 @@ class Controller:
         self._calm = 0
         self._starved = 0  # starved intervals in a row
         self._conn_rate: float | None = None  # what one ranged request's body delivers
+        self._first_byte: float | None = None  # seconds a request waits for its first byte
         self._failed: int | None = None  # the width of the last wider try that did not pay
 
     # -- input -----------------------------------------------------------------------
@@ -160,9 +167,27 @@ class Controller:
         old = self._conn_rate
         self._conn_rate = rate if old is None else 0.8 * old + 0.2 * rate
 
+    def note_first_byte(self, seconds: float) -> None:
+        """A request waited ``seconds`` for its first byte (any thread)."""
+        old = self._first_byte
+        self._first_byte = seconds if old is None else 0.8 * old + 0.2 * seconds
+
     @property
     def connection_rate(self) -> float | None:
         return self._conn_rate
+
+    def _ranged_can_pay(self, rate: float, waited: float) -> bool:
+        """Whether ranged requests could beat a stream that delivers ``rate``
+        while waiting ``waited`` of the time: each ``part`` costs a first byte
+        (a far or busy server: moto reads the whole object per request) plus
+        its transfer at the stream's link rate. If even ``max_width`` of them
+        at once could not double the rate, the stream is the better way."""
+        first = self._first_byte
+        if first is None or self.part <= 0:
+            return True
+        link = rate / max(waited, 0.05)  # what the stream's connection delivered
+        per_request = self.part / (first + self.part / max(link, 1.0))
+        return per_request * self.max_width >= 2 * rate
 
     # -- decisions -----------------------------------------------------------------------
     def tick(self, now: float) -> bool:
@@ -224,7 +249,9 @@ class Controller:
             self._starved += 1
             if now < self._hold_until[True]:
                 return False
-            if self.mode is Mode.STREAM and waited < SURE and self._starved < 2:
+            if self.mode is Mode.STREAM and self._starved < self._patience(waited):
+                return False
+            if self.mode is Mode.STREAM and not self._ranged_can_pay(rate, waited):
                 return False
             mode, width = Mode.RANGED, self._wider(waited)
             if (mode, width) == (self.mode, self.width):
@@ -247,6 +274,16 @@ class Controller:
             self._calm = 0
         return False
 
+    def _patience(self, waited: float) -> int:
+        """Starved intervals in a row before a stream is left: one when it
+        waited most of the time, two when half, three whatever the wait when
+        requests are slow to answer (a server doing much work per request, such
+        as moto reading the whole object for each, serves a stream in bursts;
+        a slow link starves it steadily)."""
+        if self._first_byte is not None and self._first_byte >= SLOW_FIRST_BYTE:
+            return 3
+        return 1 if waited >= SURE else 2
+
     def _wider(self, waited: float) -> int:
         """The width to try when the reader starved for ``waited`` of the time.
 
@@ -261,8 +298,13 @@ class Controller:
         # Waiting most of the time says little about how much more the reader
         # could take (its own share is then mostly wake-ups and a busy
         # machine's run queue): go to the ceiling, the try will tell.
-        want = (self.max_width if waited >= SURE
+        slow_answers = self._first_byte is not None and self._first_byte >= SLOW_FIRST_BYTE
+        want = (self.max_width if waited >= SURE and not slow_answers
                 else math.ceil(now * 1.25 / max(1.0 - waited, 0.02)))
+        if slow_answers and self.mode is Mode.STREAM:
+            # A server slow to answer each request may be doing a lot of work
+            # per request (moto reads the whole object): try a few first.
+            want = self.base
         low = self.base if self.mode is Mode.STREAM else now + max(1, now // 2)
         width = max(low, want)
         if self._failed is not None and self._failed > now:

@@ -181,7 +181,7 @@ class Prefetcher:
         self._ctl = Controller(can_stream=can_stream, base=base, max_width=self._max,
                                now=time.perf_counter(),
                                fixed_width=base if self._window == 0 and not can_stream else None,
-                               name=redact_text(path))
+                               name=redact_text(path), part=self._seg)
         self._stream_fresh = True  # the next streamed read opens a request
         self._active = self._ctl.width
         self._lead = 0 if self._ctl.mode is Mode.STREAM else self._window
@@ -249,6 +249,8 @@ class Prefetcher:
             wall, cpu, busy = time.perf_counter(), time.thread_time(), busy_seconds()
             opening = stream.open_seconds
             n = stream.read(pos + got, piece, sequential=sequential or got > 0, first=first)
+            if stream.open_seconds > opening:
+                self._ctl.note_first_byte(stream.open_seconds - opening)
             wall = time.perf_counter() - wall - (stream.open_seconds - opening)
             if stream.short is not None:
                 # Off the CPU (in the run queue too) in proportion to the share of
@@ -590,8 +592,10 @@ class Prefetcher:
     def _fetch_measured(self, seg: _Segment, buffer: memoryview) -> None:
         """One ranged request, its body timed apart from its wait for the first
         byte: that is what one connection delivers, the most a stream can."""
+        opened = time.perf_counter()
         body = self._provider.open_range_blocking(self._path, seg.start, seg.end, pin=self._pin)
         started = time.perf_counter()
+        self._ctl.note_first_byte(started - opened)
         try:
             body.readinto(buffer)
         except TensorstreamError as exc:  # resume the rest under the retry policy
