@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_s3 import S3_BUCKET
 from reliability_helpers import RawHTTPServer, unique
 from tensorstream.copy.engine import copy
 from tensorstream.testing.redis_server import RedisServer
+from tensorstream.testing.s3_server import MotoS3Server
 
 pytestmark = [pytest.mark.usefixtures("isolated_env"), pytest.mark.timeout(180)]
 
@@ -56,8 +58,25 @@ def test_a_head_claiming_absurd_sizes_fails_fast_without_exhausting_memory(
     assert list(dest.iterdir()) == []
 
 
+def test_a_head_claiming_absurd_sizes_to_s3_fails_without_exhausting_memory(
+        moto_s3_public: MotoS3Server) -> None:
+    key = unique("liar")
+    opts = moto_s3_public.options()
+    with _liar(10**18) as server:
+        out = _cli("cp", "--endpoint-url", str(opts["s3_endpoint"]), "--no-sign-request",
+                   server.url("model.tensors"), f"s3://{S3_BUCKET}/{key}")
+    assert out.returncode != 0, out
+    assert "MemoryError" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+    listing = moto_s3_public.client.list_objects_v2(Bucket=S3_BUCKET, Prefix=key)
+    assert listing.get("KeyCount") == 0
+    uploads = moto_s3_public.client.list_multipart_uploads(Bucket=S3_BUCKET, Prefix=key)
+    assert not uploads.get("Uploads")
+
+
+@pytest.mark.parametrize("to", ["local", "s3"])
 def test_a_damaged_redis_chunk_fails_verification_against_the_stored_sha256(
-        redis_server: RedisServer, tmp_path: Path) -> None:
+        redis_server: RedisServer, moto_s3_public: MotoS3Server, tmp_path: Path,
+        to: str) -> None:
     import tensorstream
 
     key = unique("model")
@@ -69,7 +88,14 @@ def test_a_damaged_redis_chunk_fails_verification_against_the_stored_sha256(
         value = bytearray(c.get(chunk))
         value[7] ^= 0xFF
         c.set(chunk, bytes(value))  # the manifest (and its sha256) is left as it was
-    result = copy(redis_server.url(key), str(tmp_path / "m.bin"))
+    if to == "local":
+        result = copy(redis_server.url(key), str(tmp_path / "m.bin"))
+    else:
+        result = copy(redis_server.url(key), f"s3://{S3_BUCKET}/{key}",
+                      **moto_s3_public.options())
     assert not result.ok, result
     assert any("sha256" in e or "verification" in e for e in result.errors), result.errors
     assert not (tmp_path / "m.bin").exists()
+    if to == "s3":
+        listing = moto_s3_public.client.list_objects_v2(Bucket=S3_BUCKET, Prefix=key)
+        assert listing.get("KeyCount") == 0, "a damaged object was published"
