@@ -119,7 +119,9 @@ def test_ls_stat_cat_rm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 def test_cp_recursive_with_traversal_keys_exits_one(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from memory_provider import MemProvider
+    from tensorstream import register
 
+    register("memtest", MemProvider, replace=True)  # not left to the order tests run in
     MemProvider.store.update({"tb/p/../escape": b"x", "tb/p/good": b"ok", "tb/p//abs": b"x"})
     code, out, err = run(capsys, "cp", "-r", "--json", "memtest://tb/p/", str(tmp_path / "dst"))
     assert code == 3  # partial: one copied, two refused
