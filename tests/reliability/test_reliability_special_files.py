@@ -126,3 +126,13 @@ def test_s3cmd_config_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
     exc = _finishes(lambda: tensorstream.open("s3://bucket/key", s3_config_path=str(fifo),
                                               s3_endpoint="http://127.0.0.1:9"), fifo)
     assert isinstance(exc, errors.ConfigurationError) and "s3_config_path" in str(exc)
+
+
+@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"])
+def test_a_ca_bundle_from_the_environment_that_is_a_fifo_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    fifo = tmp_path / "ca.pem"
+    os.mkfifo(fifo)
+    monkeypatch.setenv(variable, str(fifo))
+    exc = _finishes(lambda: tensorstream.open("https://127.0.0.1:9/model.tensors"), fifo)
+    assert isinstance(exc, errors.ConfigurationError) and "not a regular file" in str(exc)

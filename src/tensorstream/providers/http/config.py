@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import os
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -142,8 +143,16 @@ def resolve_http_credentials(
             if env.get(name):
                 ca = Sourced(env[name], f"env {name}")
                 break
-    if ca is not None and not os.path.exists(ca.value):
-        raise ConfigurationError(f"CA bundle from {ca.source} does not exist: {ca.value}")
+    if ca is not None:
+        try:
+            st = os.stat(ca.value)
+        except OSError:
+            raise ConfigurationError(
+                f"CA bundle from {ca.source} does not exist: {ca.value}") from None
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            # a FIFO or a device would block (or never end) when the TLS library reads it
+            raise ConfigurationError(
+                f"CA bundle from {ca.source} is not a regular file: {ca.value}")
 
     cert = key = None
     if client_cert is not None:
