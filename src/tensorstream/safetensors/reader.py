@@ -203,15 +203,19 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
             for t in part:
                 emit(t.name, _finish(f.read_tensor(t, r, pin=pin), device, dtype))
 
-        if len(runs) <= 1:
-            for part in runs:
-                run(part, reader)
-            return
-        forks = [reader.fork(end=part[-1].end) for part in runs[1:]]
+        # Every stretch on its own fork of the reader, told where the stretch ends:
+        # read-ahead stops there, not past the last wanted tensor. (Measured on the
+        # 25 MB/s-per-connection link: the opened reader itself, with no end, stayed at
+        # 5-11 connections where its fork went to 32; 4.9 s -> 2.5 s for 512 MiB.)
+        forks = [reader.fork(end=part[-1].end) for part in runs]
         try:
-            with concurrent.futures.ThreadPoolExecutor(len(forks)) as pool:
-                futures = [pool.submit(run, part, r) for part, r in zip(runs[1:], forks, strict=True)]
-                run(runs[0], reader)
+            if len(runs) == 1:
+                run(runs[0], forks[0])
+                return
+            with concurrent.futures.ThreadPoolExecutor(len(forks) - 1) as pool:
+                futures = [pool.submit(run, part, r)
+                           for part, r in zip(runs[1:], forks[1:], strict=True)]
+                run(runs[0], forks[0])
                 for fut in futures:
                     fut.result()
         finally:
