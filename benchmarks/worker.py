@@ -110,6 +110,14 @@ def ts_st_load(spec: dict[str, Any]) -> Callable[[], tuple[int, Callable[[], str
     _ts_preload(spec["uri"])
 
     load = ts_safetensors.load  # a lazy attribute: resolve (and import torch) before the clock
+    if spec["uri"].startswith("s3://"):
+        # The S3 provider's botocore modules (0.6 s of a 2 s load here when imported inside the
+        # clock): the tensorizer-file row has them from ``import tensorizer`` (boto3) and the
+        # Run:ai streamer loads its own S3 library before its clock.
+        import botocore.auth
+        import botocore.config
+        import botocore.credentials
+        import botocore.session  # noqa: F401
 
     def run() -> tuple[int, Callable[[], str], str]:
         sd = load(spec["uri"], spec["device"], **opts)
