@@ -118,7 +118,6 @@ def test_ls_stat_cat_rm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_cp_recursive_with_traversal_keys_exits_one(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    import tensorstream
     from memory_provider import MemProvider
     from tensorstream import register
 
