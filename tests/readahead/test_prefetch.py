@@ -125,7 +125,8 @@ def test_a_link_that_slows_down_mid_load_gets_more_connections(
 
 
 def test_a_link_that_speeds_up_mid_load_is_followed(http_server: HTTPTestServer) -> None:
-    url, data = _put(http_server, 32 * MiB)
+    # Large enough that the fast part spans several of the controller's measuring intervals.
+    url, data = _put(http_server, 96 * MiB)
     http_server.faults.key = url.rsplit("/", 1)[1]
     http_server.faults.rate_limit = 1 * MiB
 
