@@ -32,8 +32,8 @@ CANARIES = (CANARY_ARG, CANARY_ENV, CANARY_USERINFO, CANARY_FILE, CANARY_QUERY)
 #: Fast retries, small parts: one read becomes several ranged requests (no
 #: streamed reads: those are one request for a whole run of reads).
 FAST: dict[str, Any] = {"backoff_initial": 0.01, "backoff_max": 0.05}
-SMALL_PARTS: dict[str, Any] = {"part_size": 64 << 10, "min_part_size": 16 << 10, "concurrency": 4,
-               "large_read": 16 << 10, "readahead": 0, "stream_reads": False, **FAST}
+SMALL_PARTS: dict[str, Any] = {"part_size": 64 << 10, "concurrency": 4, "readahead": 0,
+                               "stream_reads": False, **FAST}
 #: SMALL_PARTS with read-ahead on: the rest of an object may be fetched early.
 SMALL_PARTS_READAHEAD: dict[str, Any] = {**SMALL_PARTS, "readahead": 256 << 10}
 

@@ -207,3 +207,11 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 async def _agen() -> AsyncIterator[int]:  # keeps the AsyncIterator import used in typing
     yield 1
+
+
+@pytest.mark.parametrize("name", ["min_part_size", "large_read"])
+def test_options_that_nothing_reads_warn_and_are_dropped(name: str) -> None:
+    with pytest.warns(DeprecationWarning, match=name):
+        common, rest = split_options({name: 1 << 20, "part_size": 1 << 20})
+    assert name not in rest and not hasattr(common.transfer, name)
+

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import stat
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,10 +36,8 @@ DEFAULT_ATTEMPTS = 5
 DEFAULT_BACKOFF_INITIAL = 0.1
 DEFAULT_BACKOFF_MAX = 10.0
 DEFAULT_PART_SIZE = 2 * MiB
-DEFAULT_MIN_PART_SIZE = 1 * MiB
 DEFAULT_CONCURRENCY = 32
 DEFAULT_READAHEAD = 64 * MiB
-DEFAULT_LARGE_READ = 4 * MiB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,17 +72,15 @@ class TransferConfig:
     """How large reads are split: part size, concurrency and read-ahead."""
 
     part_size: int = DEFAULT_PART_SIZE
-    min_part_size: int = DEFAULT_MIN_PART_SIZE
     concurrency: int = DEFAULT_CONCURRENCY
     readahead: int = DEFAULT_READAHEAD
-    large_read: int = DEFAULT_LARGE_READ
     #: Sequential reads on a fast link come from one streamed request per run
     #: of reads (HTTP, S3) instead of a request per part.
     stream_reads: bool = True
 
     def __post_init__(self) -> None:
-        if self.part_size < 1 or self.min_part_size < 1 or self.concurrency < 1:
-            raise ConfigurationError("part_size, min_part_size and concurrency must be >= 1")
+        if self.part_size < 1 or self.concurrency < 1:
+            raise ConfigurationError("part_size and concurrency must be >= 1")
 
 
 #: Option names every provider accepts (consumed by the shared layers).
@@ -96,13 +93,14 @@ COMMON_OPTIONS = frozenset(
         "backoff_initial",
         "backoff_max",
         "part_size",
-        "min_part_size",
         "concurrency",
         "readahead",
-        "large_read",
         "stream_reads",
     }
-)
+) | frozenset({"min_part_size", "large_read"})
+
+#: Options of 0.1 that nothing reads any more: accepted with a DeprecationWarning until 0.3.
+DEPRECATED_OPTIONS = frozenset({"min_part_size", "large_read"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +283,11 @@ def split_options(options: dict[str, Any]) -> tuple[CommonConfig, dict[str, Any]
 
     Every option is validated first (:func:`validate_options`)."""
     opts = validate_options(options)
+    for name in sorted(DEPRECATED_OPTIONS & opts.keys()):
+        opts.pop(name)
+        warnings.warn(f"option {name} no longer has an effect (the read-ahead engine sizes its "
+                      "requests itself); it goes away in tensorstream 0.3",
+                      DeprecationWarning, stacklevel=3)
 
     def get(name: str, default: Any) -> Any:
         value = opts.pop(name, None)
@@ -302,10 +305,8 @@ def split_options(options: dict[str, Any]) -> tuple[CommonConfig, dict[str, Any]
     )
     x = TransferConfig(
         part_size=get("part_size", DEFAULT_PART_SIZE),
-        min_part_size=get("min_part_size", DEFAULT_MIN_PART_SIZE),
         concurrency=get("concurrency", DEFAULT_CONCURRENCY),
         readahead=get("readahead", DEFAULT_READAHEAD),
-        large_read=get("large_read", DEFAULT_LARGE_READ),
         stream_reads=get("stream_reads", True),
     )
     return CommonConfig(t, r, x), opts

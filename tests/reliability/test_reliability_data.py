@@ -33,7 +33,7 @@ from tensorstream.testing.s3_server import MotoS3Server
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(90)]
 
 DATA = os.urandom(600_000)
-ONE_PART: dict[str, Any] = {"part_size": 8 << 20, "large_read": 8 << 20, **FAST}
+ONE_PART: dict[str, Any] = {"part_size": 8 << 20, **FAST}
 
 
 def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
@@ -268,8 +268,7 @@ def test_local_file_truncated_during_a_large_read(tmp_path: Path) -> None:
     for i in range(3):
         path = tmp_path / f"m{i}.bin"
         path.write_bytes(blob)
-        with tensorstream.open(path, part_size=256 << 10, concurrency=4,
-                               large_read=64 << 10) as f:
+        with tensorstream.open(path, part_size=256 << 10, concurrency=4) as f:
             timer = threading.Timer(0.002 * (i + 1), os.truncate, (path, 1 << 20))
             timer.start()
             try:

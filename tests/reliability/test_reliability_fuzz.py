@@ -46,8 +46,7 @@ def test_random_ranges_under_random_faults_are_exact_or_raise(
     http_server.faults.reset()
     try:
         with tensorstream.open(http_server.url(KEY), retries=3, backoff_initial=0.001,
-                               backoff_max=0.005, part_size=parts, min_part_size=16 << 10,
-                               large_read=16 << 10, concurrency=4) as f:
+                               backoff_max=0.005, part_size=parts, concurrency=4) as f:
             for name, value in fault.items():  # faults start after open (stat) succeeded
                 setattr(http_server.faults, name, value)
             f.seek(start)

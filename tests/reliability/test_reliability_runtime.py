@@ -30,7 +30,7 @@ from tensorstream.testing.redis_server import RedisServer, redis_available
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(90)]
 
 DATA = os.urandom(400_000)
-ONE_PART: dict[str, Any] = {"part_size": 8 << 20, "large_read": 8 << 20, **FAST}
+ONE_PART: dict[str, Any] = {"part_size": 8 << 20, **FAST}
 
 
 def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:

@@ -113,10 +113,8 @@ class ProviderConformance:
     # Small parts so multi-part code paths run on small objects.
     transfer_options: dict[str, Any] = {
         "part_size": 256 << 10,
-        "min_part_size": 64 << 10,
         "concurrency": 8,
         "readahead": 128 << 10,
-        "large_read": 64 << 10,
     }
 
     @pytest.fixture

@@ -19,8 +19,7 @@ pytestmark = pytest.mark.usefixtures("isolated_env", "http_reset")
 
 DATA = os.urandom((2 << 20) + 4321)
 #: Small parts so one read becomes several ranged GETs (not one streamed GET); quick retries.
-SMALL = {"part_size": 256 << 10, "min_part_size": 64 << 10, "concurrency": 4,
-         "large_read": 64 << 10, "backoff_initial": 0.01, "backoff_max": 0.05,
+SMALL = {"part_size": 256 << 10, "concurrency": 4, "backoff_initial": 0.01, "backoff_max": 0.05,
          "stream_reads": False}
 
 

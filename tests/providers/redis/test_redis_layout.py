@@ -91,8 +91,7 @@ def test_overwrite_under_concurrent_readers_is_atomic(redis_server: RedisServer)
         nonlocal changed
         while not stop.is_set():
             try:
-                with tensorstream.open(uri, retries=1, large_read=CS, part_size=CS,
-                                       min_part_size=CS // 4) as f:
+                with tensorstream.open(uri, retries=1, part_size=CS) as f:
                     seen.append(f.read())
             except errors.ObjectChangedError:
                 changed += 1

@@ -130,7 +130,7 @@ def test_object_replaced_between_parts_raises_object_changed(s3: MotoS3Server) -
     key = _key("replaced")
     first, second = os.urandom(2 * MiB), os.urandom(2 * MiB)
     s3.put(S3_BUCKET, key, first)
-    opts = s3.options(readahead=64 << 10, large_read=1 * MiB, part_size=256 << 10, retries=2,
+    opts = s3.options(readahead=64 << 10, part_size=256 << 10, retries=2,
                       stream_reads=False)
     with tensorstream.open(f"s3://{S3_BUCKET}/{key}", **opts) as f:
         assert f.read(1000) == first[:1000]
