@@ -38,6 +38,10 @@ DEFAULT_NUM_READERS = 2
 MAX_CONCURRENT_FILES = 4
 #: The first read: the length and, almost always, the whole header.
 _FIRST_READ = 1 << 20
+#: Read-ahead memory of one file's readers when the caller sets no ``readahead``: twice
+#: the common default, measured on a 25 MB/s-per-connection link with 170 tensors (512 MiB):
+#: 2.05 s at 64 MiB, 1.25 s at 128 MiB (many 2-5 MiB tensors keep more requests in flight).
+_READAHEAD = 128 << 20
 #: Tensors that :func:`iter_tensors` reads ahead of its consumer.
 _ITER_AHEAD = 4
 
@@ -264,6 +268,7 @@ def load(
     >>> sd = tensorstream.safetensors.load("s3://bucket/llama/", device="cuda")  # doctest: +SKIP
     """
     dev, readers = _check(device, num_readers)
+    options = {"readahead": _READAHEAD, **options}
     wanted = _wanted(filter)
     sources = _needed(resolve(uri, options), wanted)
     out: dict[str, torch.Tensor] = {}
