@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..._compat import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .provider import (
@@ -15,10 +16,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy: importing the package (or its light config module) must not import the client library.
-    if name in __all__:
-        value = getattr(importlib.import_module(f"{__name__}.provider"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Lazy: importing the package (or its light config module) must not import the client library.
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "provider"))
