@@ -1,6 +1,8 @@
-"""Lazy access to one safetensors object, like ``safetensors.safe_open``.
+"""Lazy access to a safetensors object or a sharded checkpoint, like ``safetensors.safe_open``.
 
-Opening reads the header only. :meth:`SafeOpen.get_tensor` reads one
+Opening reads the header only (of a checkpoint: its index; each shard's
+header when one of its tensors is first asked for, each tensor read from the
+shard the index names). :meth:`SafeOpen.get_tensor` reads one
 tensor's bytes; :meth:`SafeOpen.get_slice` returns a view whose indexing
 reads only the bytes the index selects (as concurrent ranged reads straight
 into the result, or one read of the rows it spans when the pieces are small
@@ -18,8 +20,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigurationError
-from ..uri import ParsedURI
+from ..errors import MalformedFileError
+from ..uri import ParsedURI, parse_uri
 from .header import DTYPE_SIZES, TensorInfo
 from .reader import SafetensorsFile, _device, _finish, byte_view, torch_dtype
 from .sources import resolve
@@ -33,51 +35,89 @@ _GAP = 256 << 10
 
 
 class SafeOpen:
-    """An open safetensors object (see :func:`open`). Thread-safe; a context manager."""
+    """An open safetensors object or sharded checkpoint (see :func:`open`).
+    Thread-safe; a context manager."""
 
     def __init__(self, uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
                  options: dict[str, Any]) -> None:
-        sources = resolve(uri, options)
-        if len(sources) != 1 or sources[0].names is not None:
-            raise ConfigurationError(
-                f"tensorstream.safetensors.open reads one .safetensors object; "
-                f"{sources[0].where if sources else uri} is a sharded checkpoint "
-                "(use load() or iter_tensors(), or open each shard)")
         self._device = _device(device)
-        self._file = SafetensorsFile(sources[0].uri, options)
-        self._tensors = self._file.header.by_name()
-        self._lock = threading.Lock()
+        self._options = options
+        self._name = parse_uri(uri).redacted()
+        sources = resolve(uri, options)
+        self._sources = sources
+        self._files: list[SafetensorsFile | None] = [None] * len(sources)
+        # One lock per shard: reads of one shard are serial (one reader), shards run in parallel.
+        self._locks = [threading.Lock() for _ in sources]
+        self._open_lock = threading.Lock()
+        self._closed = False
+        #: tensor name -> index of the source holding it
+        self._shard_of: dict[str, int] = {}
+        if all(s.names is not None for s in sources):  # an index: shards open on first use
+            for i, s in enumerate(sources):
+                self._shard_of.update(dict.fromkeys(s.names or (), i))
+        else:  # one file, or a folder of files without an index: every header now
+            try:
+                for i, _s in enumerate(sources):
+                    for t in self._file(i).header.tensors:
+                        if t.name in self._shard_of:
+                            raise MalformedFileError(
+                                f"tensor {t.name!r} is in more than one file of {self._name}")
+                        self._shard_of[t.name] = i
+            except BaseException:
+                self.close()
+                raise
+        if len(sources) == 1:
+            self._name = sources[0].where
 
     @property
     def name(self) -> str:
-        """The redacted URI."""
-        return self._file.where
+        """The redacted URI (of the file, or of the index or folder of a checkpoint)."""
+        return self._name
+
+    @property
+    def shards(self) -> list[str]:
+        """The redacted URI of each file (one for a single file), opened or not."""
+        return [s.where for s in self._sources]
 
     def keys(self) -> list[str]:
-        """Tensor names, sorted (as ``safe_open.keys()``)."""
-        return sorted(self._tensors)
+        """Tensor names, sorted (as ``safe_open.keys()``); of every shard of a checkpoint
+        (from its index: no shard is opened)."""
+        return sorted(self._shard_of)
 
     def offset_keys(self) -> list[str]:
-        """Tensor names in file order."""
-        return [t.name for t in self._file.header.tensors]
+        """Tensor names in file order (shard by shard; opens every shard)."""
+        out = []
+        for i, source in enumerate(self._sources):
+            out += [t.name for t in self._file(i).header.tensors
+                    if source.names is None or t.name in source.names]
+        return out
 
     def metadata(self) -> dict[str, str] | None:
-        """The file's ``__metadata__``, or None."""
-        meta = self._file.header.metadata
+        """The file's ``__metadata__``, or None. For a checkpoint: the first shard's
+        (the shards of one checkpoint carry the same, e.g. ``{"format": "pt"}``)."""
+        meta = self._file(0).header.metadata if self._sources else None
         return dict(meta) if meta is not None else None
 
+    def shard_of(self, name: str) -> str:
+        """The redacted URI of the file holding tensor ``name``."""
+        return self._sources[self._index(name)].where
+
     def info(self, name: str) -> TensorInfo:
-        """Dtype, shape and absolute byte span of tensor ``name``."""
-        try:
-            return self._tensors[name]
-        except KeyError:
-            raise KeyError(f"{self.name} has no tensor {name!r}") from None
+        """Dtype, shape and absolute byte span (in its file) of tensor ``name``."""
+        f = self._file(self._index(name))
+        t = f.header.by_name().get(name)
+        if t is None:
+            raise MalformedFileError(f"{f.where} lacks tensor {name!r}, which the index "
+                                     "puts there")
+        return t
 
     def get_tensor(self, name: str) -> torch.Tensor:
         """Read tensor ``name`` whole (one ``readinto`` of its span)."""
         t = self.info(name)
-        with self._lock:
-            out = self._file.read_tensor(t, self._file.reader, pin=self._device.type == "cuda")
+        i = self._index(name)
+        f = self._file(i)
+        with self._locks[i]:
+            out = f.read_tensor(t, f.reader, pin=self._device.type == "cuda")
         return _finish(out, self._device, None)
 
     def get_slice(self, name: str) -> SafeSlice:
@@ -85,7 +125,12 @@ class SafeOpen:
         return SafeSlice(self, self.info(name))
 
     def close(self) -> None:
-        self._file.close()
+        with self._open_lock:
+            self._closed = True
+            files, self._files = self._files, [None] * len(self._files)
+        for f in files:
+            if f is not None:
+                f.close()
 
     def __enter__(self) -> SafeOpen:
         return self
@@ -94,12 +139,40 @@ class SafeOpen:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<tensorstream.safetensors.SafeOpen {self.name!r} tensors={len(self._tensors)}>"
+        shards = f" shards={len(self._sources)}" if len(self._sources) > 1 else ""
+        return (f"<tensorstream.safetensors.SafeOpen {self.name!r} "
+                f"tensors={len(self._shard_of)}{shards}>")
 
-    # -- used by SafeSlice ------------------------------------------------------
-    def _read(self, ranges: list[tuple[int, memoryview]]) -> None:
-        with self._lock:
-            self._file.reader.read_ranges(ranges)
+    # -- internals ----------------------------------------------------------------
+    def _index(self, name: str) -> int:
+        try:
+            return self._shard_of[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no tensor {name!r}") from None
+
+    def _file(self, i: int) -> SafetensorsFile:
+        """Shard ``i``, its header read on first use."""
+        f = self._files[i]
+        if f is not None:
+            return f
+        with self._locks[i]:
+            f = self._files[i]
+            if f is None:
+                if self._closed:
+                    raise ValueError(f"{self.name} is closed")
+                f = SafetensorsFile(self._sources[i].uri, self._options)
+                with self._open_lock:
+                    if self._closed:  # closed while the header was read
+                        f.close()
+                        raise ValueError(f"{self.name} is closed")
+                    self._files[i] = f
+        return f
+
+    def _read(self, name: str, ranges: list[tuple[int, memoryview]]) -> None:
+        i = self._index(name)
+        f = self._file(i)
+        with self._locks[i]:
+            f.reader.read_ranges(ranges)
 
 
 class SafeSlice:
@@ -150,13 +223,13 @@ class SafeSlice:
             for j, idx in enumerate(product(*(range(*s) for s, _ in sel[:k]))):
                 elem = sum(i * st for i, st in zip(idx, strides, strict=False)) + lo * strides[k]
                 ranges.append((info.begin + elem * size, view[j * run:(j + 1) * run]))
-            owner._read(ranges)
+            owner._read(info.name, ranges)
             local = [slice(None)] * k + [slice(None, None, step_k)]
         else:  # read the rows of dimension 0 that the selection spans
             (lo0, _, step0), _ = sel[0]
             rows = (counts[0] - 1) * step0 + 1
             buf = torch.empty([rows, *shape[1:]], dtype=dtype)
-            owner._read([(info.begin + lo0 * strides[0] * size, byte_view(buf))])
+            owner._read(info.name, [(info.begin + lo0 * strides[0] * size, byte_view(buf))])
             local = [slice(0, rows, step0)] + [slice(*s) for s, _ in sel[1:]]
         part = buf[tuple(local)].contiguous().reshape(out_shape)
         return _finish(part, owner._device, None)
@@ -200,11 +273,14 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, i
 
 def open(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device = "cpu",
          **options: Any) -> SafeOpen:  # mirrors safetensors.safe_open on purpose
-    """Open one safetensors object lazily, like ``safetensors.safe_open``.
+    """Open a safetensors object, or a sharded checkpoint, lazily, like ``safetensors.safe_open``.
 
-    Reads the header only; ``keys()``, ``metadata()``, ``get_tensor(name)`` and
-    ``get_slice(name)[...]`` read what they need. ``options`` as for
-    :func:`tensorstream.open`.
+    ``uri``: a ``.safetensors`` object, a ``model.safetensors.index.json`` or a
+    folder/prefix holding one (or holding ``*.safetensors`` files). Opening
+    reads the header only (of a checkpoint: its index; each shard's header is
+    read when a tensor of it is first asked for). ``keys()``, ``metadata()``,
+    ``get_tensor(name)`` and ``get_slice(name)[...]`` read what they need, from
+    the shard the index names. ``options`` as for :func:`tensorstream.open`.
 
     >>> with tensorstream.safetensors.open("s3://b/model.safetensors") as f:  # doctest: +SKIP
     ...     w = f.get_slice("lm_head.weight")[:1024]

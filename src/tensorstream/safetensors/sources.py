@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import posixpath
+import urllib.parse
 from typing import Any
 
 from .. import _loop
@@ -42,11 +43,21 @@ class Source:
 
 
 def _sibling(parsed: ParsedURI, name: str) -> str:
-    path = parsed.path
+    """The URI of ``name`` next to ``parsed`` (secrets kept).
+
+    HTTP(S) keeps the index URI's query string and user info: a token or a
+    signature in the query (``?token=...``, a storage SAS) usually grants the
+    whole folder, and a shard without it is refused. (A presigned S3 URL signs
+    one key only: such shards need URIs of their own.)
+    """
+    if parsed.scheme == "file":
+        return os.path.join(os.path.dirname(parsed.path), name)
     if parsed.scheme in ("http", "https"):
-        path = path.partition("?")[0]
-    return parsed.with_path(posixpath.join(posixpath.dirname(path), name)
-                            if parsed.scheme != "file" else os.path.join(os.path.dirname(path), name))
+        parts = urllib.parse.urlsplit(parsed.raw)
+        folder = posixpath.dirname(parts.path)
+        return urllib.parse.urlunsplit(parts._replace(
+            path=posixpath.join(folder, urllib.parse.quote(name, safe="/")), fragment=""))
+    return parsed.with_path(posixpath.join(posixpath.dirname(parsed.path), name))
 
 
 def _check_shard_name(name: Any, where: str) -> str:

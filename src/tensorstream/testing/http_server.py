@@ -131,14 +131,18 @@ class HTTPTestServer:
 
     ``token``: require ``Authorization: Bearer <token>`` (else 401).
     ``basic_auth``: require this ``(user, password)`` instead.
+    ``query``: require these query parameters on every request (else 403), like a
+    token or a signature in a shared URL.
     ``tls``: serve HTTPS with a certificate from a throwaway ``trustme`` CA whose
     PEM is at :attr:`ca_bundle_path`; ``require_client_cert`` also demands a
     client certificate (:attr:`client_cert_path`, :attr:`client_key_path`).
     """
 
     def __init__(self, *, token: str | None = None, basic_auth: tuple[str, str] | None = None,
-                 tls: bool = False, require_client_cert: bool = False) -> None:
+                 tls: bool = False, require_client_cert: bool = False,
+                 query: Mapping[str, str] | None = None) -> None:
         self.token = token
+        self.query = dict(query) if query else None
         self.basic_auth = basic_auth
         self.tls = tls or require_client_cert
         self.require_client_cert = require_client_cert
@@ -149,6 +153,7 @@ class HTTPTestServer:
         self.client_key_path: str | None = None
         self._objects: dict[str, StoredObject] = {}
         self._log: list[RequestRecord] = []
+        self._sent: dict[str, int] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -300,6 +305,14 @@ class HTTPTestServer:
     def clear_log(self) -> None:
         with self._lock:
             self._log.clear()
+            self._sent.clear()
+
+    def bytes_sent(self, key: str | None = None) -> int:
+        """Body bytes written to clients since the log was cleared: for ``key``, or all."""
+        with self._lock:
+            if key is None:
+                return sum(self._sent.values())
+            return self._sent.get(key.lstrip("/"), 0)
 
     # -- serving --------------------------------------------------------------
     def _record(self, request: web.BaseRequest, status: int) -> None:
@@ -308,6 +321,9 @@ class HTTPTestServer:
                                            dict(request.headers), status))
 
     def _authorized(self, request: web.BaseRequest) -> bool:
+        if self.query is not None and any(request.query.get(k) != v
+                                          for k, v in self.query.items()):
+            return False
         got = request.headers.get("Authorization", "")
         if self.token is not None and got != f"Bearer {self.token}":
             return False
@@ -337,6 +353,8 @@ class HTTPTestServer:
             extra = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
             return self._simple(request, status, extra)
         if not self._authorized(request):
+            if self.query is not None and self.token is None and self.basic_auth is None:
+                return self._simple(request, 403)
             return self._simple(request, 401, {"WWW-Authenticate": "Bearer"})
         if request.method not in ("GET", "HEAD"):
             return self._simple(request, 405, {"Allow": "GET, HEAD"})
@@ -414,7 +432,8 @@ class HTTPTestServer:
             f.dropped += 1
             limit = min(limit, f.drop_after or 0)
         try:
-            await self._write_body(resp, memoryview(body)[:limit], faulty)
+            await self._write_body(resp, memoryview(body)[:limit], faulty,
+                                   request.match_info.get("key", ""))
             if drop and limit < len(body):
                 # Cut the connection mid-body: the client sees a short read.
                 if request.transport is not None:
@@ -426,7 +445,7 @@ class HTTPTestServer:
         return resp
 
     async def _write_body(self, resp: web.StreamResponse, body: memoryview,
-                          paced: bool) -> None:
+                          paced: bool, key: str) -> None:
         # ``faults.rate_limit`` (bytes/s of each body) is read again at every
         # step, so a test can slow a link down or speed it up while bodies are
         # in progress.
@@ -438,6 +457,8 @@ class HTTPTestServer:
                 rate, sent, t0 = now_rate, 0, time.monotonic()
             step = 256 << 10 if not rate else max(1, min(64 << 10, rate // 20))
             await resp.write(body[i : i + step])
+            with self._lock:
+                self._sent[key] = self._sent.get(key, 0) + len(body[i : i + step])
             i += step
             sent += step
             if rate:
