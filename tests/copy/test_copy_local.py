@@ -272,3 +272,18 @@ def test_memory_bounded_by_the_buffer_pool(tmp_path: Path) -> None:
     grown_kib = int(out.stdout.strip())
     assert grown_kib < 16 << 10, grown_kib
     assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
+
+
+def test_answers_that_name_their_version_need_no_stat_after(
+        tmp_path: Path, http_server: Any, http_reset: None) -> None:
+    # Every ranged answer carries the ETag it was served under (compared with
+    # the pin by the data plane), so the copy is tied to one version without a
+    # second HEAD after it: one stat before, one GET per part, nothing else.
+    data = os.urandom(4 * PART + 17)
+    key = f"named/{os.urandom(4).hex()}.bin"
+    http_server.put(key, data)
+    result = copy(http_server.url(key), str(tmp_path / "m.bin"), part_size=PART, concurrency=2)
+    assert result.ok and result.verified, result.errors
+    assert (tmp_path / "m.bin").read_bytes() == data
+    assert len(http_server.requests_for(key, "HEAD")) == 1
+    assert len(http_server.requests_for(key, "GET")) == 5

@@ -364,6 +364,13 @@ class _CountedBody:
         """The ETag the answer was served under, where the provider tells it."""
         return getattr(self._body, "etag", None)
 
+    @property
+    def served(self) -> Pin | None:
+        """The version the answer reported (ETag, Last-Modified, total), where
+        the provider tells it: what lets a caller skip confirming the source
+        again after the read (``cp`` did a HEAD per object without it)."""
+        return getattr(self._body, "served", None)
+
     def readinto(self, buffer: memoryview) -> int:
         """The next ``len(buffer)`` bytes: one operation, bounded by the
         deadlines (the provider checks them between receives)."""
