@@ -25,8 +25,11 @@ from the builtin that fits, so ``except FileNotFoundError`` keeps working::
     │   ├── ServiceUnavailableError               429 / 5xx / SlowDown
     │   └── IncompleteReadError                   body broken after N bytes
     ├── StorageTimeoutError        (TimeoutError) *temporary*: retried
-    └── RetriesExhaustedError      (OSError)      names operation + attempts
-        └── RetriesExhaustedTimeoutError (TimeoutError) last attempt timed out
+    ├── RetriesExhaustedError      (OSError)      names operation + attempts
+    │   └── RetriesExhaustedTimeoutError (TimeoutError) last attempt timed out
+    └── LoadError                  (RuntimeError) torch/tensorizer failed loading
+        └── DistributedLoadError                  a rank of a group load failed
+                                                  or died (every rank raises it)
 
 Third-party exceptions chained to a tensorstream error (``__cause__``,
 ``__context__``) are replaced by an :class:`ExternalError` holding their type
@@ -49,12 +52,14 @@ from typing import Any
 __all__ = [
     "ConfigurationError",
     "ConnectionFailedError",
+    "DistributedLoadError",
     "ExternalError",
     "IncompleteReadError",
     "InsecureTLSWarning",
     "IntegrityError",
     "InvalidRangeError",
     "InvalidURIError",
+    "LoadError",
     "MalformedFileError",
     "MissingCredentialsError",
     "NotFoundError",
@@ -245,6 +250,31 @@ class RetriesExhaustedTimeoutError(RetriesExhaustedError, TimeoutError):
     """Gave up after retries whose last failure was a timeout (also a ``TimeoutError``)."""
 
     temporary = False
+
+
+class LoadError(TensorstreamError, RuntimeError):
+    """torch or tensorizer failed while loading (out of memory, an unsupported
+    dtype...); the message names the file and what to try, the original
+    exception is chained as ``__cause__``. Also importable from
+    ``tensorstream.tensorizer``."""
+
+
+class DistributedLoadError(LoadError):
+    """A load shared by a ``torch.distributed`` group (``group=``) failed on some rank.
+
+    Raised on *every* rank of the group, so no rank waits forever for a peer
+    and none hands out a partially filled tensor. ``failed_ranks`` lists the
+    ranks that failed (empty when a collective itself broke: a rank died or
+    did not answer within the timeout); ``errors`` maps each failed rank to
+    its redacted error text. This rank's own failure, if any, is chained as
+    ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, failed_ranks: list[int] | None = None,
+                 errors: dict[int, str] | None = None, **context: str) -> None:
+        super().__init__(message, **context)
+        self.failed_ranks = list(failed_ranks or [])
+        self.errors = dict(errors or {})
 
 
 class ExternalError(Exception):

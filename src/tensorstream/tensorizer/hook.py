@@ -31,6 +31,7 @@ from tensorizer.serialization import (
     _TensorHeaderDeserializer,
 )
 
+from ..distributed.memory import MemorySource
 from ..errors import MalformedFileError, TensorstreamError
 from ..file import StreamReader
 from ..uri import redact_text
@@ -305,6 +306,13 @@ class StreamTensorDeserializer(TensorDeserializer):
                 return checked.child(fork) if isinstance(checked, CheckedSource) else fork
 
             return reopen
+        if isinstance(source, MemorySource):  # a group load's bytes: a view, no copy
+
+            def reopen_memory(begin: int | None = None, end: int | None = None) -> Any:
+                view = source.reopen(begin)
+                return checked.child(view) if isinstance(checked, CheckedSource) else view
+
+            return reopen_memory
         base = super()._reopen_func()
         if base is None or not isinstance(checked, CheckedSource):
             return base  # type: ignore[no-any-return]

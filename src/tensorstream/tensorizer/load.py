@@ -30,7 +30,11 @@ from .. import _loop
 from ..api import get_provider
 from ..api import open as ts_open
 from ..config import validate_options
-from ..errors import ConfigurationError, NotFoundError, TensorstreamError
+from ..distributed.exchange import agree
+from ..distributed.group import Group, resolve_group
+from ..distributed.memory import MemorySource
+from ..distributed.tensorizer import fetch as fetch_shared
+from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamError
 from ..file import StreamReader
 from ..providers.local.provider import open_regular, temp_path_for
 from ..uri import ParsedURI, parse_uri, redact, redact_text
@@ -122,12 +126,6 @@ class DeviceUnavailableError(ConfigurationError):
 class InvalidArgumentError(TensorstreamError, TypeError):
     """An argument of the wrong kind (``serialize(42, ...)``, a module that is not
     an ``nn.Module``); the message names the argument and what it takes."""
-
-
-class LoadError(TensorstreamError, RuntimeError):
-    """torch or tensorizer failed while loading (out of memory, an unsupported
-    dtype...); the message names the file and what to try, the original
-    exception is chained as ``__cause__``."""
 
 
 class QuantizationWarning(UserWarning):
@@ -296,6 +294,8 @@ def deserialize(
     lazy_load: bool = False,
     rank: int | None = None,
     world_size: int | None = None,
+    group: Any = None,
+    group_timeout: float | None = None,
     **options: Any,
 ) -> TensorDeserializer:
     """Open a tensorizer file at any URI as a ``tensorizer.TensorDeserializer``.
@@ -320,6 +320,16 @@ def deserialize(
     torch's and tensorizer's runtime failures are raised as :class:`LoadError`
     naming the file (the original chained).
 
+    ``group``: a ``torch.distributed`` process group, or ``"auto"`` for the
+    default group when one is initialised: the ranks read the object once
+    between them (each a share, exchanged over the group's collectives) and
+    each gets every tensor, verified as in a load of its own; a failure on
+    any rank raises :class:`~tensorstream.errors.DistributedLoadError` on
+    every rank. ``group_timeout`` (seconds) bounds each collective wait
+    (default: the group's timeout). A rank template reads each rank's own
+    file (no exchange); ``None`` or a group of one is a load of its own. See
+    docs/distributed.md.
+
     >>> with deserialize("/models/m.tensors", device="cpu") as sd:  # doctest: +SKIP
     ...     print(sd["lm_head.weight"].shape)
     """
@@ -328,27 +338,48 @@ def deserialize(
                                 "lazy_load": lazy_load})
     num_readers, verify_hash, lazy_load = (
         checked["num_readers"], checked["verify_hash"], checked["lazy_load"])
-    stream: StreamReader | BinaryIO | None = None
+    stream: StreamReader | BinaryIO | MemorySource | None = None
+    shared: Group | None = None
     if isinstance(uri, StreamReader):
-        if rank is not None or world_size is not None or options:
-            raise ConfigurationError("rank/world_size/options need a URI, not an open stream")
+        if (rank is not None or world_size is not None or options
+                or group not in (None, "auto")):
+            raise ConfigurationError(
+                "rank/world_size/group/options need a URI, not an open stream")
         stream, target, where = uri, None, uri.name
     else:
         raw = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
-        target = shard_uri(raw, rank=rank, world_size=world_size) if isinstance(raw, str) else raw
+        # With group=, an untemplated URI is one file for the whole group (even a
+        # group of one: no "every rank reads the same file" error); a templated
+        # URI names a file per rank, which each rank reads itself.
+        sharded = isinstance(raw, str) and is_sharded(raw)
+        shared = None if sharded else resolve_group(group, group_timeout)
+        target = (shard_uri(raw, rank=rank, world_size=world_size)
+                  if isinstance(raw, str) and (sharded or group is None) else raw)
         where = redact(str(target))
-    _check_device(device)
-    dtype = _check_dtype(dtype)
+    early: BaseException | None = None
     try:
-        decryption = as_decryption(encryption, options)
-        if stream is None:
+        _check_device(device)
+        dtype = _check_dtype(dtype)
+    except Exception as exc:
+        if shared is None:
+            raise
+        early = exc  # told to the group at its first step: every rank raises
+    try:
+        decryption = as_decryption(encryption, options) if early is None else None
+        if shared is not None:
+            assert target is not None
+            stream = fetch_shared(target, shared, options, where, encryption=decryption,
+                                  filter_func=filter_func, early=early)
+        elif stream is None:
             assert target is not None
             stream = _open_local(target, options) or ts_open(target, "rb", **options)
         readers = _default_readers(stream) if num_readers is None else num_readers
         load_log.debug(
             "opened %s (%s bytes): %s, %d reader(s)%s", where, _size_of(stream),
-            "plain OS file (local fast path)" if not isinstance(stream, StreamReader)
-            else f"{getattr(stream._provider, 'service', '?')} provider", readers,
+            "plain OS file (local fast path)" if not isinstance(stream, StreamReader | MemorySource)
+            else f"read once by a group of {shared.size}" if shared is not None
+            else f"{getattr(getattr(stream, '_provider', None), 'service', '?')} provider",
+            readers,
             " (default)" if num_readers is None else "",
         )
         record = _LoadRecord(where, stream, started, lazy_load)
@@ -366,9 +397,18 @@ def deserialize(
         if stream is not None:
             stream.close()
         mapped = _translate(exc, where)
+        if shared is not None and isinstance(stream, MemorySource):
+            # Past the exchange: every rank learns that this one failed to build.
+            agree(shared, f"loading {where}", mapped or exc)
         if mapped is not None:
             raise mapped from exc
         raise
+    if shared is not None:
+        try:
+            agree(shared, f"loading {where}", None)  # every rank built its tensors
+        except BaseException:
+            deserializer.close()
+            raise
     deserializer._ts_record = record
     if not lazy_load:
         record.loaded(deserializer)

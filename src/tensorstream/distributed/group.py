@@ -1,0 +1,104 @@
+"""Which ``torch.distributed`` group a load is shared with (``group=``).
+
+``group=None`` (the default) and a group of one leave the load exactly as it
+is without a group. ``"auto"`` takes the default group when
+``torch.distributed`` is initialised (and nothing otherwise), so the same
+code runs under ``torchrun`` and in a single process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..errors import ConfigurationError
+
+__all__ = ["Group", "GroupArg", "resolve_group"]
+
+#: What ``group=`` accepts.
+GroupArg = Any  # a torch.distributed ProcessGroup, "auto" or None
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """A resolved group of two or more ranks, and how its collectives are run."""
+
+    pg: Any
+    rank: int
+    size: int
+    backend: str
+    #: Where collective buffers live: ``cpu`` for gloo, the current CUDA device for NCCL.
+    device: torch.device
+    #: Bounds every collective wait (``None``: the group's own timeout).
+    timeout: datetime.timedelta | None
+
+    @property
+    def in_place(self) -> bool:
+        """Host memory can be broadcast in place (gloo): no staging copy."""
+        return self.device.type == "cpu"
+
+    def global_rank(self, rank: int) -> int:
+        """The default group's rank of this group's ``rank`` (what ``src=`` takes)."""
+        if self.pg is None or self.pg == dist.group.WORLD:
+            return rank
+        return int(dist.get_global_rank(self.pg, rank))
+
+
+def _timeout(value: float | datetime.timedelta | None) -> datetime.timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigurationError(f"group_timeout={value!r} is not a number of seconds")
+    if not seconds > 0:
+        raise ConfigurationError(f"group_timeout must be > 0 seconds, got {value!r}")
+    return datetime.timedelta(seconds=seconds)
+
+
+def resolve_group(group: GroupArg, timeout: float | datetime.timedelta | None = None) -> Group | None:
+    """The group a load is shared with, or ``None`` for a load of its own.
+
+    ``group``: a ``torch.distributed`` process group, ``"auto"`` (the default
+    group when one is initialised) or ``None``. A group of one is ``None``.
+    ``timeout`` (seconds) bounds each collective wait; default: the group's.
+    """
+    limit = _timeout(timeout)
+    if group is None:
+        return None
+    available = dist.is_available() and dist.is_initialized()
+    if isinstance(group, str):
+        if group != "auto":
+            raise ConfigurationError(
+                f"group={group!r}: pass a torch.distributed process group, 'auto' or None")
+        if not available:
+            return None  # no distributed run: a load of its own
+        pg = dist.group.WORLD
+    elif isinstance(group, dist.ProcessGroup):
+        if not available:
+            raise ConfigurationError("group= was given but torch.distributed is not initialised")
+        pg = group
+    else:
+        raise ConfigurationError(
+            f"group= takes a torch.distributed ProcessGroup, 'auto' or None, "
+            f"not {type(group).__name__}")
+    rank = dist.get_rank(pg)
+    if rank < 0:
+        raise ConfigurationError("this process is not a member of the group passed as group=")
+    size = dist.get_world_size(pg)
+    if size == 1:
+        return None
+    backend = str(dist.get_backend(pg)).lower()
+    if "gloo" in backend or "nccl" not in backend:
+        device = torch.device("cpu")
+    else:
+        if not torch.cuda.is_available():
+            raise ConfigurationError(f"group backend {backend} needs CUDA, which is not available")
+        device = torch.device("cuda", torch.cuda.current_device())
+    return Group(pg, rank, size, backend, device, limit)

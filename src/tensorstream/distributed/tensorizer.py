@@ -1,0 +1,156 @@
+"""A tensorizer file read once per group: the bytes behind :func:`tensorstream.deserialize` with ``group=``.
+
+Every rank opens the object and reads its tensor index (a few small exact
+reads, no read-ahead), plans the same shares (:func:`~.plan.split`), reads
+its own share straight into one host buffer the size of the object, and the
+shares are broadcast so every rank holds the bytes the load needs. The
+buffer is then read by tensorizer like any file (:class:`~.memory.MemorySource`),
+so ``verify_hash``, encryption, ``filter_func`` and the checks of
+:mod:`tensorstream.tensorizer.hook` behave exactly as in a load of its own.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..api import open as ts_open
+from ..file import StreamReader
+from ..tensorizer.hook import StreamTensorDeserializer
+from ..uri import ParsedURI
+from .exchange import agree, broadcast_shares, read_share
+from .group import Group
+from .memory import MemorySource
+from .plan import Piece, fingerprint, merge, split
+
+__all__ = ["fetch"]
+
+#: Index reads fetch at least this much (the header and index are read in
+#: several small pieces; one request usually covers them all).
+_INDEX_READ = 64 << 10
+
+
+class _ExactSource(io.RawIOBase):
+    """A file over a reader for the index only: each read is one exact ranged
+    read (at least ``_INDEX_READ`` bytes, cached), never the read-ahead, so the
+    group pulls no tensor bytes twice. Closing it leaves the reader open."""
+
+    def __init__(self, reader: StreamReader) -> None:
+        super().__init__()
+        self.reader = reader
+        self.name = reader.name
+        self._pos = 0
+        self._cache = b""
+        self._cache_at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.reader.size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        out = memoryview(b).cast("B")
+        want = max(0, min(len(out), self.reader.size - self._pos))
+        cached_end = self._cache_at + len(self._cache)
+        if not (self._cache_at <= self._pos and self._pos + want <= cached_end):
+            if self._cache_at <= self._pos <= cached_end:  # grow the cache: fetch only the rest
+                start = cached_end
+                keep = self._cache
+            else:
+                start, keep, self._cache_at = self._pos, b"", self._pos
+            n = min(self.reader.size - start, max(self._pos + want - start, _INDEX_READ))
+            buf = bytearray(n)
+            self.reader.read_ranges([(start, buf)])
+            self._cache = keep + bytes(buf)
+        at = self._pos - self._cache_at
+        out[:want] = self._cache[at : at + want]
+        self._pos += want
+        return want
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("no file descriptor")
+
+    def known(self) -> tuple[int, bytes]:
+        """The bytes already fetched: ``(offset, data)``."""
+        return self._cache_at, self._cache
+
+
+def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bool] | None,
+          ) -> tuple[list[tuple[int, int]], int, tuple[int, bytes]]:
+    """The byte spans the load reads (header and index, then each wanted
+    tensor's header and data), a fingerprint of them and the object version,
+    and the bytes the index read fetched."""
+    source = _ExactSource(reader)
+    with StreamTensorDeserializer(source, device="cpu", lazy_load=True, num_readers=1,
+                                  encryption=encryption, filter_func=filter_func) as index:
+        entries = sorted(index._metadata.values(), key=lambda e: e.offset)
+        first = min((e.offset for e in index._metadata.values()), default=reader.size)
+    spans = [(0, first)] + [(e.offset, e.data_offset + e.data_length) for e in entries]
+    return spans, fingerprint(reader.size, reader.etag, spans), source.known()
+
+
+def _skip_known(pieces: list[Piece], whole: torch.Tensor, known: tuple[int, bytes]) -> list[Piece]:
+    """This rank's share without the bytes its index read already fetched (copied in)."""
+    at, data = known
+    if data:
+        whole[at : at + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    out = []
+    for p in pieces:
+        lo, hi = max(p.offset, at), min(p.end, at + len(data))
+        if lo >= hi:
+            out.append(p)
+            continue
+        if p.offset < lo:
+            out.append(p.cut(p.offset, lo))
+        if hi < p.end:
+            out.append(p.cut(hi, p.end))
+    return out
+
+
+def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where: str, *,
+          encryption: Any = None, filter_func: Callable[[Any], bool] | None = None,
+          early: BaseException | None = None) -> MemorySource:
+    """The bytes of ``target`` that a load needs, read once by the group.
+
+    ``early``: this rank's failure before the load started (a bad device...),
+    reported to the group at its first step so every rank raises.
+    """
+    reader: StreamReader | None = None
+    try:
+        error: BaseException | None = early
+        spans: list[tuple[int, int]] = []
+        fp = 0
+        known: tuple[int, bytes] = (0, b"")
+        if error is None:
+            try:
+                reader = ts_open(target, "rb", **options)
+                spans, fp, known = _plan(reader, encryption, filter_func)
+            except Exception as exc:
+                error = exc
+        agree(group, f"opening {where}", error, fp)
+        assert reader is not None
+        try:
+            whole = torch.empty(reader.size, dtype=torch.uint8)
+            pieces = [Piece(a, whole[a:b]) for a, b in spans]
+            shares = [merge(share, whole) for share in split(pieces, group.size)]
+            read_share(reader, _skip_known(shares[group.rank], whole, known))
+        except Exception as exc:
+            error = exc
+        agree(group, f"reading {where}", error)
+        broadcast_shares(group, shares, f"exchanging {where}")
+        return MemorySource(whole.numpy(), where, origin=[reader])
+    finally:
+        if reader is not None:
+            reader.close()

@@ -1,0 +1,92 @@
+"""What each spawned rank does in tests/distributed (run by
+:func:`tensorstream.testing.distributed.run_ranks`; importable by name in the child)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Any
+
+import torch
+
+
+def digest(t: torch.Tensor) -> str:
+    """sha256 of a tensor's bytes (dtype and shape included)."""
+    data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode() + data).hexdigest()
+
+
+def _group(kind: Any, solo: Any) -> Any:
+    return solo if kind == "solo" else kind
+
+
+def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
+    import tensorstream
+
+    uri = step["uri"][rank] if isinstance(step["uri"], list) else step["uri"]
+    kwargs = dict(step.get("kwargs", {}))
+    kwargs.update(step.get("options", {}))
+    group = _group(step.get("group", "auto"), solo)
+    kind = step.get("kind", "deserialize")
+    if kind == "deserialize":
+        with tensorstream.deserialize(uri, device="cpu", group=group, **kwargs) as sd:
+            tensors = {k: sd[k] for k in sd}
+            stats = sd.stats.as_dict()
+        return {"digests": {k: digest(v) for k, v in tensors.items()}, "stats": stats}
+    if kind == "module":
+        module = torch.nn.Module()
+        for name, shape in step["shapes"].items():
+            owner = module
+            *path, leaf = name.split(".")
+            for part in path:
+                if not hasattr(owner, part):
+                    owner.add_module(part, torch.nn.Module())
+                owner = getattr(owner, part)
+            owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
+        result = tensorstream.load_into_module(module, uri, "cpu", group=group, **kwargs)
+        return {"digests": {k: digest(v) for k, v in module.state_dict().items()},
+                "loaded": result.loaded}
+    if kind == "safetensors":
+        sd = tensorstream.safetensors.load(uri, group=group, **kwargs)
+        return {"digests": {k: digest(v) for k, v in sd.items()}}
+    if kind == "iter":
+        got = dict(tensorstream.safetensors.iter_tensors(uri, group=group, **kwargs))
+        return {"digests": {k: digest(v) for k, v in got.items()}}
+    raise ValueError(kind)
+
+
+def steps(rank: int, world: int, todo: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run each step; record its result or the error it raised (and when)."""
+    import torch.distributed as dist
+
+    solos = [dist.new_group([r]) for r in range(world)]  # every rank creates every group
+    out: dict[str, Any] = {}
+    for step in todo:
+        started = time.monotonic()
+        try:
+            out[step["label"]] = _run(step, rank, solos[rank])
+        except Exception as exc:
+            out[step["label"]] = {"error": f"{type(exc).__name__}: {exc}",
+                                  "types": [c.__name__ for c in type(exc).__mro__],
+                                  "failed_ranks": getattr(exc, "failed_ranks", None)}
+        out[step["label"]]["seconds"] = time.monotonic() - started
+    return out
+
+
+def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: str) -> Any:
+    """Rank ``victim`` exits (``how="exit"``) or stops answering (``"hang"``)
+    while reading its share; the other ranks run ``step``."""
+    import importlib
+
+    if rank == victim:
+        def broken(*args: Any, **kwargs: Any) -> None:
+            if how == "exit":
+                os._exit(0)
+            time.sleep(10)  # far past the others' group_timeout
+            os._exit(0)
+
+        for name in ("tensorizer", "safetensors"):
+            glue = importlib.import_module(f"tensorstream.distributed.{name}")
+            glue.read_share = broken  # type: ignore[attr-defined]
+    return _run(step, rank, None)

@@ -1,0 +1,178 @@
+"""tensorizer loads shared by a gloo group: 2 and 4 spawned ranks against the real
+HTTP test server, moto S3 and redis-server; bytes counted by a TCP proxy in front
+of each server; failures of one rank raised on every rank."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from dist_scenarios import break_rank, digest, steps
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from tensor_files import tensorizer_bytes
+from tensorstream.testing.distributed import run_ranks
+from tensorstream.testing.proxy import TCPFaultProxy
+
+#: What one rank may pull besides its share: the file's header and tensor index
+#: (tensorizer reserves 256 KiB for it here), and request/response headers.
+SLACK_PER_RANK = 320 << 10
+
+
+def _state() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(20)
+    sizes = [65536] * 12 + [393216, 3, 1000, 131072]  # one tensor larger than a 4-rank share
+    return {f"layer{i}.w": torch.randn(n, generator=gen) for i, n in enumerate(sizes)}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict[str, str]]:
+    state = _state()
+    data = tensorizer_bytes(state, tmp_path_factory.mktemp("dist"))
+    return data, {k: digest(v) for k, v in state.items()}
+
+
+class Target:
+    """One object on one server, reached through a byte-counting proxy."""
+
+    def __init__(self, label: str, uri: str, options: dict[str, Any], proxy: TCPFaultProxy,
+                 size: int) -> None:
+        self.label, self.uri, self.options, self.proxy, self.size = label, uri, options, proxy, size
+
+    def step(self, **extra: Any) -> dict[str, Any]:
+        return {"label": self.label, "uri": self.uri, "options": self.options, **extra}
+
+
+@pytest.fixture(scope="module")
+def targets(model: tuple[bytes, dict[str, str]], http_server: Any, moto_s3: Any,
+            redis_server: Any) -> Iterator[dict[str, Target]]:
+    data, _ = model
+    key = f"dist-{uuid.uuid4().hex}.tensors"
+    http_server.put(key, data)
+    moto_s3.put(S3_BUCKET, key, data)
+    redis_server.put(key, data)
+    proxies = {name: TCPFaultProxy("127.0.0.1", port).start() for name, port in
+               (("http", http_server.port), ("s3", moto_s3.port), ("redis", redis_server.port))}
+    try:
+        out = {
+            "http": Target("http", f"http://127.0.0.1:{proxies['http'].port}/{key}", {},
+                           proxies["http"], len(data)),
+            "s3": Target("s3", f"s3://{S3_BUCKET}/{key}",
+                         moto_s3.options(s3_endpoint=f"http://127.0.0.1:{proxies['s3'].port}"),
+                         proxies["s3"], len(data)),
+            "redis": Target("redis", f"redis://127.0.0.1:{proxies['redis'].port}/{key}", {},
+                            proxies["redis"], len(data)),
+        }
+        yield out
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+
+
+def _check_loaded(results: list[Any], label: str, expected: dict[str, str]) -> None:
+    for r in results:
+        got = r.value[label]
+        assert "error" not in got, (r.rank, got)
+        assert got["digests"] == expected, f"rank {r.rank} {label}: tensors differ"
+
+
+def _check_one_copy(target: Target, world: int) -> None:
+    pulled = target.proxy.faults.bytes_down
+    assert target.size <= pulled <= target.size + world * SLACK_PER_RANK, (
+        f"{target.label}: the group pulled {pulled} bytes for a {target.size}-byte object "
+        f"({pulled / target.size:.2f} copies)")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_ranks_http_s3_redis(targets: dict[str, Target], model: tuple[bytes, dict[str, str]],
+                                 http_server: Any, tmp_path: Any) -> None:
+    """Each backend loaded once by 2 ranks; a rank template still gives each rank
+    its own file; load_into_module takes group= too."""
+    _, expected = model
+    shard_digests = []
+    prefix = f"shard-{uuid.uuid4().hex}"
+    for r in range(2):
+        state = {"w": torch.full((1000,), float(r)), "b": torch.arange(r + 3.0)}
+        http_server.put(f"{prefix}-{r:03d}.tensors", tensorizer_bytes(state, tmp_path))
+        shard_digests.append({k: digest(v) for k, v in state.items()})
+    sharded_uri = http_server.url(f"{prefix}-%03d.tensors")
+    single = tensorstream.deserialize(targets["http"].uri, device="cpu")
+    assert {k: digest(single[k]) for k in single} == expected
+    single.close()
+    for t in targets.values():
+        t.proxy.faults.reset()
+    shapes = {k: list(v.shape) for k, v in _state().items()}
+    todo = [t.step() for t in targets.values()] + [
+        {"label": "sharded", "uri": sharded_uri},
+        {"label": "module", "kind": "module", "uri": targets["redis"].uri, "shapes": shapes},
+    ]
+    results = run_ranks(steps, 2, todo, timeout=240)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:  # a rank template: each rank read its own file
+        assert r.value["sharded"]["digests"] == shard_digests[r.rank], r.value["sharded"]
+        assert r.value["module"]["digests"] == expected
+        assert r.value["module"]["loaded"] == len(expected)
+    for name, t in targets.items():
+        _check_loaded(results, name, expected)
+        if name != "redis":  # the Redis proxy also carried load_into_module
+            _check_one_copy(t, 2)
+        for r in results:
+            stats = r.value[name]["stats"]
+            assert stats["path"].startswith("group+"), stats
+            assert stats["bytes"] < t.size * 0.75  # this rank pulled about half
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_four_ranks_and_collective_failures(targets: dict[str, Target],
+                                            model: tuple[bytes, dict[str, str]]) -> None:
+    """4 ranks in one spawn: each backend loaded once by the group; then one rank
+    asks for a missing object (every rank raises, naming it); a group of one is
+    a load of its own; load_into_module shares the load too."""
+    _, expected = model
+    for t in targets.values():
+        t.proxy.faults.reset()
+    http = targets["http"]
+    missing = http.uri.rsplit("/", 1)[0] + "/no-such-object.tensors"
+    todo = [t.step() for t in targets.values()] + [
+        {"label": "one-missing", "uri": [http.uri, missing, http.uri, http.uri]},
+        {"label": "solo", "uri": http.uri, "group": "solo"},
+        {"label": "after-failure", "uri": http.uri},
+    ]
+    results = run_ranks(steps, 4, todo, timeout=240)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for name, t in targets.items():
+        _check_loaded(results, name, expected)
+        if name != "http":  # the HTTP proxy also carried the steps below
+            _check_one_copy(t, 4)
+    for r in results:
+        failed = r.value["one-missing"]
+        assert "DistributedLoadError" in failed["types"] and "LoadError" in failed["types"]
+        assert failed["failed_ranks"] == [1], failed
+        assert "rank 1: NotFoundError" in failed["error"], failed
+        assert failed["seconds"] < 20
+        assert r.value["solo"]["digests"] == expected
+        assert not r.value["solo"]["stats"]["path"].startswith("group"), r.value["solo"]
+        assert r.value["after-failure"]["digests"] == expected  # the group still works
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["exit", "hang"])
+def test_a_rank_that_dies_or_hangs_fails_the_others_in_bounded_time(
+        targets: dict[str, Target], how: str) -> None:
+    """Rank 1 exits (os._exit) or stops answering while reading its share: the
+    other ranks raise DistributedLoadError (gloo sees the closed connection at
+    once; a silent rank trips group_timeout=3) instead of waiting forever."""
+    step = targets["http"].step(kwargs={"group_timeout": 3.0})
+    results = run_ranks(break_rank, 3, step, 1, how, timeout=60)
+    for r in (results[0], results[2]):
+        assert r.raised("DistributedLoadError"), (r.rank, r.error, r.traceback)
+        assert r.seconds < 9, r.seconds
+        assert not r.hung
+    assert results[1].value is None and not results[1].hung
