@@ -24,6 +24,7 @@ EXPECTED_ALL = [
     "TensorizerConfig",
     "Writer",
     "__version__",
+    "convert",
     "describe_credentials",
     "deserialize",
     "errors",

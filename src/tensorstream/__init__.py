@@ -35,6 +35,7 @@ _LAZY = {
     "load_into_module": "tensorstream.tensorizer.load",
     "serialize": "tensorstream.tensorizer.load",
     "TensorizerConfig": "tensorstream.tensorizer.config",
+    "convert": "tensorstream.conversion.api",
 }
 
 
@@ -60,6 +61,7 @@ def __getattr__(name: str) -> _Any:
 if _TYPE_CHECKING:  # pragma: no cover
     from . import safetensors as safetensors
     from .api import get_provider, open, read_range, stat
+    from .conversion.api import convert
     from .credentials.describe import describe_credentials
     from .file import StreamReader, StreamWriter
     from .providers.registry import register, registered_schemes
@@ -77,6 +79,7 @@ __all__ = [
     "TensorizerConfig",
     "Writer",
     "__version__",
+    "convert",
     "describe_credentials",
     "deserialize",
     "errors",

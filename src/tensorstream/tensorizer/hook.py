@@ -15,6 +15,7 @@ that changes it fails loudly instead of silently falling back to one reader.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import os
@@ -41,8 +42,11 @@ __all__ = [
     "CryptographyError",
     "HashMismatchError",
     "StreamTensorDeserializer",
+    "IndexEntry",
     "check_compat",
+    "forget",
     "forks",
+    "index_entries",
     "read_boundaries",
     "reader_count",
     "tensor_entries",
@@ -397,6 +401,45 @@ def tensor_names(deserializer: TensorDeserializer) -> list[str]:
     return names
 
 
+@dataclasses.dataclass(frozen=True)
+class IndexEntry:
+    """One tensor of a parsed tensorizer index (no I/O).
+
+    ``name``: dotted; ``key``: what ``read_tensors``' ``filter_func`` is given for
+    it; ``dtype``: tensorizer's string, a numpy dtype (``"<f2"``) or, for dtypes
+    numpy lacks, the stand-in and the torch name joined by a NUL
+    (``"<V2", "torch.bfloat16"``); ``data_length``: the stored bytes (0 for a
+    meta tensor written without data).
+    """
+
+    name: str
+    key: Any
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    data_length: int
+
+
+def index_entries(deserializer: TensorDeserializer) -> list[IndexEntry]:
+    """Every tensor of the parsed index, in file order."""
+    out = []
+    for path, entry in deserializer._metadata.items():
+        norm = path.normalize_()
+        name = norm if isinstance(norm, str) else ".".join(map(str, norm))
+        out.append(IndexEntry(name, norm, _KINDS.get(entry.type, str(entry.type)),
+                              str(entry.dtype), tuple(entry.shape), int(entry.data_length)))
+    return out
+
+
+def forget(deserializer: TensorDeserializer, keys: Any) -> None:
+    """Drop loaded tensors from a ``lazy_load`` deserializer's cache, so a pass over
+    every tensor holds only the ones in use (tensorizer keeps each loaded tensor)."""
+    cache = deserializer._cache
+    for path in list(cache):
+        if path.normalize_() in keys:
+            cache[path] = None  # what lazy_load starts with: "not loaded yet"
+
+
 def check_compat() -> None:
     """Raise ``RuntimeError`` if tensorizer's private hooks changed shape.
 
@@ -419,11 +462,13 @@ def check_compat() -> None:
     copy_src = inspect.getsource(TensorDeserializer._copy_thread)
     if "_reopen(begin=begin_offset, end=end_offset)" not in copy_src:
         problems.append("reader threads no longer call self._reopen(begin=..., end=...)")
+    if "self._cache[key] = item" not in inspect.getsource(TensorDeserializer._bulk_load):
+        problems.append("_bulk_load no longer caches loaded tensors in self._cache (forget)")
     bulk = getattr(TensorDeserializer, "_bulk_load", None)
     if bulk is None or list(inspect.signature(bulk).parameters) != ["self", "keys", "verify_hash"]:
         problems.append("TensorDeserializer._bulk_load(self, keys, verify_hash) changed")
     fields = getattr(TensorEntry, "__slots__", ())
-    for name in ("data_offset", "data_length", "type", "shape"):  # read_boundaries, tensor_entries
+    for name in ("data_offset", "data_length", "type", "shape", "dtype"):  # index_entries
         if name not in fields:
             problems.append(f"tensorizer's TensorEntry has no {name!r}")
     header_src = inspect.getsource(_TensorHeaderDeserializer.from_io)
@@ -432,7 +477,7 @@ def check_compat() -> None:
         problems.append("tensor headers no longer start with a header_len_segment read")
     init_src = inspect.getsource(TensorDeserializer.__init__)
     for needle in ("self._reopen = self._reopen_func()", "self._num_readers = num_readers",
-                   "self._metadata"):
+                   "self._metadata", "self._cache = OrderedDict.fromkeys(self._metadata.keys())"):
         if needle not in init_src:
             problems.append(f"TensorDeserializer.__init__ no longer contains {needle!r}")
     if problems:

@@ -1,0 +1,251 @@
+"""``tensorstream.convert(src, dst)``: safetensors <-> tensorizer on any backend, streamed.
+
+The source's format is read from its first bytes (tensorizer files start
+with ``|TZR|``); an index (``*.safetensors.index.json``) or a folder/prefix
+is a safetensors checkpoint. The destination gets the other format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .. import _loop
+from ..api import open as ts_open
+from ..api import stat
+from ..errors import ConfigurationError, NotFoundError
+from ..uri import ParsedURI, parse_uri
+from .errors import DestinationExistsError
+
+__all__ = ["ConvertResult", "convert", "source_format"]
+
+TENSORIZER_MAGIC = b"|TZR|"
+SAFETENSORS, TENSORIZER = "safetensors", "tensorizer"
+_SUFFIX = {SAFETENSORS: ".safetensors", TENSORIZER: ".tensors"}
+
+
+@dataclasses.dataclass
+class ConvertResult:
+    """What :func:`convert` wrote.
+
+    ``src``/``dst`` are redacted URIs; ``bytes`` counts tensor data (headers
+    aside); ``notes`` says what the target format could not keep (safetensors
+    metadata in a tensorizer file).
+    """
+
+    src: str
+    dst: str
+    src_format: str
+    dst_format: str
+    tensors: int
+    bytes: int
+    seconds: float
+    encrypted: bool
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _path(parsed: ParsedURI) -> str:
+    return parsed.path.partition("?")[0] if parsed.scheme in ("http", "https") else parsed.path
+
+
+def _is_folder(parsed: ParsedURI) -> bool:
+    # a local path loses its trailing "/" when parsed: ask the text as given too
+    path, raw = _path(parsed), parsed.raw.partition("?")[0]
+    return (path.endswith(("/", os.sep)) or raw.endswith(("/", os.sep))
+            or (parsed.scheme == "file" and os.path.isdir(path)))
+
+
+def source_format(src: str | os.PathLike[str] | ParsedURI, options: Mapping[str, Any]) -> str:
+    """``"safetensors"`` or ``"tensorizer"``: an index or folder is safetensors, an object
+    is tensorizer when it starts with tensorizer's magic bytes."""
+    parsed = parse_uri(src)
+    if _path(parsed).endswith(".json") or _is_folder(parsed):
+        return SAFETENSORS
+    with ts_open(parsed, "rb", **options) as f:
+        head = bytearray(min(f.size, len(TENSORIZER_MAGIC)))
+        if head:
+            f.read_ranges([(0, head)])
+    return TENSORIZER if bytes(head) == TENSORIZER_MAGIC else SAFETENSORS
+
+
+def _stem(parsed: ParsedURI) -> str:
+    path = _path(parsed).rstrip("/" + os.sep)
+    base = os.path.basename(path) if parsed.scheme == "file" else posixpath.basename(path)
+    if _is_folder(parsed) or base.endswith(".json"):
+        return "model"
+    for suffix in (".safetensors", ".tensors"):
+        if base.endswith(suffix) and len(base) > len(suffix):
+            return base[: -len(suffix)]
+    return base or "model"
+
+
+def _destination(src: ParsedURI, dst: ParsedURI, target: str) -> ParsedURI:
+    """``dst``, or ``dst/<source name>.<target suffix>`` when ``dst`` is a folder."""
+    suffix = _SUFFIX[target]
+    if _is_folder(dst):
+        name = _stem(src) + suffix
+        sep = os.sep if dst.scheme == "file" else "/"
+        return parse_uri(dst.with_path(dst.path.rstrip(sep) + sep + name))
+    path = _path(dst)
+    other = SAFETENSORS if target == TENSORIZER else TENSORIZER
+    # ".safetensors" ends with ".tensors" too
+    if path.endswith(".safetensors") if other == SAFETENSORS else (
+            path.endswith(".tensors") and not path.endswith(".safetensors")):
+        raise ConfigurationError(
+            f"{dst.redacted()} names a {other} file, but converting {src.redacted()} makes a "
+            f"{target} file (name it *{suffix}); to copy a file as it is, use tensorstream cp")
+    return dst
+
+
+def _check_absent(dst: ParsedURI, options: Mapping[str, Any]) -> None:
+    if dst.scheme == "file":
+        if os.path.lexists(dst.path):
+            raise DestinationExistsError(
+                f"{dst.path} exists; pass --overwrite (overwrite=True) to replace it")
+        return
+    try:
+        _loop.run_sync(stat(dst, **options))
+    except NotFoundError:
+        return
+    raise DestinationExistsError(
+        f"{dst.redacted()} exists; pass --overwrite (overwrite=True) to replace it")
+
+
+def convert(
+    src: str | os.PathLike[str] | ParsedURI,
+    dst: str | os.PathLike[str] | ParsedURI,
+    *,
+    encryption: Any = None,
+    overwrite: bool = False,
+    metadata: Mapping[str, str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> ConvertResult:
+    """Convert a safetensors checkpoint to a tensorizer file, or a tensorizer file to safetensors.
+
+    ``src``: a ``.safetensors`` object, a ``model.safetensors.index.json``
+    (every shard it names), a folder/prefix holding one, or a ``.tensors``
+    file, on any backend. ``dst``: the object to write, on any writable
+    backend (a folder/prefix ending in ``/``: ``<source name>.tensors`` or
+    ``.safetensors`` inside it). It appears whole or not at all; an existing
+    ``dst`` is refused with :class:`DestinationExistsError` unless
+    ``overwrite=True``.
+
+    Streamed tensor by tensor, no model built: memory stays at a few tensors
+    plus read-ahead (see docs/convert.md), never the whole checkpoint. Bytes
+    are copied unchanged; names are the checkpoint's (tensorizer entries are
+    written as a state dict, like ``tensorstream.serialize(state_dict)``).
+
+    ``encryption``: as for :func:`tensorstream.serialize` when writing a
+    tensorizer file (an :class:`~tensorstream.tensorizer.Encryption`, 32 key
+    bytes, tensorizer ``EncryptionParams``; a key file that does not exist yet
+    gets a new random key), as for :func:`tensorstream.deserialize` when
+    reading an encrypted one. ``metadata``: extra ``__metadata__`` strings for
+    a safetensors destination (``{"format": "pt"}`` is always written, as
+    ``transformers`` expects); a tensorizer file cannot hold metadata, so a
+    safetensors source's is dropped and said in ``result.notes``.
+    ``progress(done_bytes, total_bytes)`` is called after each tensor.
+    ``options`` apply to both sides (as for :func:`tensorstream.open`);
+    ``src_options``/``dst_options`` override them for one side.
+
+    Raises :class:`UnsupportedDtypeError` for a tensor the target format
+    cannot hold, before anything is written;
+    :class:`~tensorstream.tensorizer.DecryptionError` for a wrong key;
+    :class:`~tensorstream.errors.MalformedFileError` for a damaged source.
+
+    >>> tensorstream.convert("s3://b/llama/model.safetensors.index.json",  # doctest: +SKIP
+    ...                      "s3://b/llama/model.tensors")
+    ConvertResult(src='s3://b/llama/model.safetensors.index.json', ...)
+    """
+    started = time.perf_counter()
+    sopts = {**options, **(src_options or {})}
+    dopts = {**options, **(dst_options or {})}
+    src_parsed, dst_parsed = parse_uri(src), parse_uri(dst)
+    fmt = source_format(src_parsed, sopts)
+    target = TENSORIZER if fmt == SAFETENSORS else SAFETENSORS
+    dst_parsed = _destination(src_parsed, dst_parsed, target)
+    if dst_parsed.redacted() == src_parsed.redacted():
+        raise ConfigurationError(f"source and destination are the same: {dst_parsed.redacted()}")
+    if metadata is not None:
+        if target == TENSORIZER:
+            raise ConfigurationError("metadata= is for a safetensors destination; tensorizer "
+                                     "files cannot hold metadata")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise ConfigurationError("safetensors metadata must map strings to strings")
+    if dst_parsed.is_local:
+        directory = os.path.dirname(dst_parsed.path) or "."
+        if not os.path.isdir(directory):
+            raise NotFoundError(f"destination directory does not exist: {directory}")
+    if not overwrite:
+        _check_absent(dst_parsed, dopts)
+    result = ConvertResult(src_parsed.redacted(), dst_parsed.redacted(), fmt, target, 0, 0,
+                           0.0, encryption is not None)
+    if fmt == SAFETENSORS:
+        _to_tensorizer(src_parsed, dst_parsed, sopts, dopts, encryption, overwrite, progress,
+                       result)
+    else:
+        _to_safetensors(src_parsed, dst_parsed, sopts, dopts, encryption, metadata, progress,
+                        result)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+class _Progress:
+    def __init__(self, total: int, callback: Callable[[int, int], None] | None) -> None:
+        self.total, self.done, self.callback = total, 0, callback
+        if callback is not None:
+            callback(0, total)
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += nbytes
+        if self.callback is not None:
+            self.callback(self.done, self.total)
+
+
+def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts: dict[str, Any],
+                   encryption: Any, overwrite: bool,
+                   progress: Callable[[int, int], None] | None, result: ConvertResult) -> None:
+    from ..safetensors.sources import resolve
+    from ..tensorizer.crypto import as_encryption
+    from .to_tensorizer import open_shards, write_tensorizer
+
+    with open_shards(resolve(src, sopts), sopts, encryption is not None) as shards:
+        total = sum(t.nbytes for s in shards for t in s.tensors)
+        params = as_encryption(encryption, dopts)
+        result.tensors = write_tensorizer(shards, dst, dopts, params, overwrite,
+                                          _Progress(total, progress))
+        result.bytes = total
+        # {"format": "pt"} comes back when converting back to safetensors: not worth a note
+        keys = sorted({k for s in shards for k, v in (s.file.header.metadata or {}).items()
+                       if (k, v) != ("format", "pt")})
+    if keys:
+        result.notes.append(
+            f"safetensors metadata ({', '.join(keys)}) was not kept: tensorizer files "
+            "cannot hold metadata")
+
+
+def _to_safetensors(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts: dict[str, Any],
+                    encryption: Any, metadata: Mapping[str, str] | None,
+                    progress: Callable[[int, int], None] | None, result: ConvertResult) -> None:
+    from ..tensorizer.load import deserialize
+    from .to_safetensors import plan, write_safetensors
+
+    where = src.redacted()
+    # One reader, tensors loaded a batch at a time (lazy_load): memory stays bounded.
+    with deserialize(src, "cpu", lazy_load=True, num_readers=1, encryption=encryption,
+                     **sopts) as deserializer:
+        planned = plan(deserializer, where)
+        total = sum(p.nbytes for p in planned)
+        write_safetensors(deserializer, planned, where, dst, dopts,
+                          {"format": "pt", **(metadata or {})}, _Progress(total, progress))
+    result.tensors, result.bytes = len(planned), total
+

@@ -1,0 +1,149 @@
+"""tensorizer (optionally encrypted) -> one safetensors file.
+
+The safetensors header lists every tensor's dtype, shape and offsets before
+the data, and tensorizer's index (parsed by ``TensorDeserializer``, no tensor
+read) holds all three: the header is written first, then the tensors are
+loaded in file order, a batch of at most :data:`BATCH_BYTES` (or one larger
+tensor) at a time, decrypted by tensorizer, and streamed through
+``tensorstream.open(uri, "wb")``: sequential, atomic at the destination, so
+any backend works without a local temporary file. Memory: one batch plus the
+reader's read-ahead window and the writer's 8 MiB buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy
+import torch
+
+from ..api import open as ts_open
+from ..errors import MalformedFileError
+from ..safetensors.header import encode_header
+from ..safetensors.reader import byte_view
+from ..safetensors.writer import _NAMES as SAFETENSORS_NAMES
+from ..tensorizer.crypto import DecryptionError
+from ..tensorizer.hook import CryptographyError, IndexEntry, forget, index_entries
+from ..uri import ParsedURI
+from .errors import UnsupportedDtypeError
+
+__all__ = ["BATCH_BYTES", "Planned", "plan", "write_safetensors"]
+
+#: Tensors loaded from the tensorizer file at a time (by bytes; a larger tensor alone).
+BATCH_BYTES = 64 << 20
+#: Bytes handed to the writer at a time (it copies what it is given into its buffer).
+_WRITE_CHUNK = 8 << 20
+_OPAQUE_SEP = "\0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One tensor to write: where it comes from, what the header says."""
+
+    entry: IndexEntry
+    name: str
+    dtype: torch.dtype
+    nbytes: int
+
+
+def torch_dtype_of(dtype: str) -> torch.dtype | None:
+    """The torch dtype of a tensorizer dtype string, or None if torch has none."""
+    if _OPAQUE_SEP in dtype:  # "<V2\0torch.bfloat16": numpy lacks it, torch names it
+        name = dtype.split(_OPAQUE_SEP, 1)[1].removeprefix("torch.")
+        found = getattr(torch, name, None)
+        return found if isinstance(found, torch.dtype) else None
+    try:
+        return torch.from_numpy(numpy.empty(0, dtype=numpy.dtype(dtype))).dtype
+    except (TypeError, ValueError):
+        return None
+
+
+def _shown(dtype: str) -> str:
+    return dtype.split(_OPAQUE_SEP, 1)[-1]
+
+
+def plan(deserializer: Any, where: str) -> list[Planned]:
+    """What the safetensors file will hold, checked before anything is written."""
+    out: list[Planned] = []
+    names: dict[str, str] = {}
+    for entry in index_entries(deserializer):
+        # write_module names a top-level module's own tensors ".weight"; a state dict
+        # (what safetensors holds) names them "weight".
+        name = entry.name.lstrip(".")
+        dtype = torch_dtype_of(entry.dtype)
+        if dtype is None or dtype not in SAFETENSORS_NAMES:
+            known = ", ".join(sorted(str(d).removeprefix("torch.") for d in SAFETENSORS_NAMES))
+            raise UnsupportedDtypeError(
+                f"{where}: tensor {entry.name!r} has dtype "
+                f"{str(dtype).removeprefix('torch.') if dtype else _shown(entry.dtype)}, which "
+                f"safetensors cannot hold (it holds: {known})")
+        numel = 1
+        for d in entry.shape:
+            numel *= d
+        nbytes = numel * dtype.itemsize
+        if numel and entry.data_length == 0:
+            raise UnsupportedDtypeError(
+                f"{where}: tensor {entry.name!r} was written from the meta device (shape "
+                f"{list(entry.shape)}, no data); safetensors has no way to store it")
+        if name in names:
+            raise MalformedFileError(
+                f"{where}: tensors {names[name]!r} and {entry.name!r} would both be named "
+                f"{name!r} in safetensors")
+        names[name] = entry.name
+        out.append(Planned(entry, name, dtype, nbytes))
+    return out
+
+
+def _batches(planned: list[Planned]) -> list[list[Planned]]:
+    out: list[list[Planned]] = [[]]
+    size = 0
+    for p in planned:
+        if out[-1] and size + p.nbytes > BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(p)
+        size += p.nbytes
+    return [b for b in out if b]
+
+
+def _load(deserializer: Any, batch: list[Planned], where: str) -> dict[Any, torch.Tensor]:
+    keys = {p.entry.key for p in batch}
+    try:
+        got = {key: t for _, _, key, t in deserializer.read_tensors(filter_func=keys.__contains__)}
+    except CryptographyError as exc:
+        raise DecryptionError(
+            f"could not decrypt {where}: wrong key or passphrase, or encryption settings "
+            "that do not match the file") from exc
+    missing = [p.entry.name for p in batch if p.entry.key not in got]
+    if missing:  # pragma: no cover - tensorizer yields every key asked for
+        raise MalformedFileError(f"{where}: tensorizer did not load {', '.join(missing)}")
+    return got
+
+
+def write_safetensors(deserializer: Any, planned: list[Planned], where: str, dst: ParsedURI,
+                      dst_options: Mapping[str, Any], metadata: Mapping[str, str] | None,
+                      progress: Callable[[int], None]) -> None:
+    """Write ``planned`` (from ``deserializer``) as a safetensors object at ``dst``."""
+    header = encode_header([(p.name, SAFETENSORS_NAMES[p.dtype], p.entry.shape, p.nbytes)
+                            for p in planned], metadata)
+    with ts_open(dst, "wb", **dst_options) as out:
+        out.write(header)
+        for batch in _batches(planned):
+            loaded = _load(deserializer, batch, where)
+            try:
+                for p in batch:
+                    t = loaded.pop(p.entry.key).detach()
+                    if t.dtype != p.dtype or tuple(t.shape) != p.entry.shape:
+                        raise MalformedFileError(
+                            f"{where}: tensor {p.entry.name!r} loaded as {t.dtype} "
+                            f"{list(t.shape)}, its index says {p.dtype} {list(p.entry.shape)}")
+                    if p.nbytes:
+                        view = byte_view(t.contiguous())
+                        for i in range(0, len(view), _WRITE_CHUNK):
+                            out.write(view[i:i + _WRITE_CHUNK])
+                    progress(p.nbytes)
+                    del t
+            finally:
+                forget(deserializer, {p.entry.key for p in batch})

@@ -1,0 +1,205 @@
+"""safetensors (one file or the shards of a checkpoint) -> one tensorizer file.
+
+Every shard's header is read and checked first (one bounded ranged read each:
+dtypes, names, sizes), so an unsupported tensor is refused before anything
+is written. Then each shard is read in file order, one tensor at a time with
+the next one in flight, and each tensor goes to tensorizer's own
+``TensorSerializer.write_tensor`` (which returns once the tensor is written).
+Memory: two tensors plus the reader's read-ahead window.
+
+tensorizer seeks back to fill in its header and index, so it writes to a
+local file: next to a local destination (published by rename), or in a
+temporary directory for a remote one (then streamed up through
+``tensorstream.open(uri, "wb")``, atomic at the destination).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from tensorizer import (
+    DecryptionParams,
+    EncryptionParams,
+    TensorDeserializer,
+    TensorSerializer,
+)
+from tensorizer import __version__ as tensorizer_version
+from tensorizer.serialization import TensorType
+
+from ..api import open as ts_open
+from ..errors import MalformedFileError, NotFoundError
+from ..providers.local.provider import temp_path_for
+from ..safetensors.header import TensorInfo
+from ..safetensors.reader import SafetensorsFile, torch_dtype
+from ..safetensors.sources import Source
+from ..uri import ParsedURI
+from .errors import DestinationExistsError, UnsupportedDtypeError
+
+__all__ = ["Shard", "empty_round_trips", "open_shards", "write_tensorizer"]
+
+_COPY_CHUNK = 16 << 20
+
+
+@dataclasses.dataclass
+class Shard:
+    """One open safetensors object and the tensors taken from it, in file order."""
+
+    file: SafetensorsFile
+    tensors: list[TensorInfo]
+
+
+class _KeptOpen(io.BytesIO):
+    def close(self) -> None:  # TensorSerializer.close() closes its file; keep the bytes
+        pass
+
+
+@functools.cache
+def empty_round_trips(dtype: torch.dtype, encrypted: bool) -> bool:
+    """Whether this tensorizer writes an empty tensor of ``dtype`` and reads it back.
+
+    Asked of tensorizer itself, once per dtype: 2.12 cannot open a file holding an
+    empty bf16/fp8 tensor (numpy has no size for its stand-in dtype), nor encrypt an
+    empty tensor of any dtype (``memoryview.cast`` of a zero-length shape).
+    """
+    buf = _KeptOpen()
+    key = EncryptionParams.random() if encrypted else None
+    try:
+        serializer = TensorSerializer(buf, encryption=key)
+        serializer.write_tensor(0, "empty", TensorType.STATE_DICT, torch.empty(0, dtype=dtype))
+        serializer.close()
+        buf.seek(0)
+        decryption = DecryptionParams.from_key(key.key) if key is not None else None
+        with TensorDeserializer(buf, device="cpu", encryption=decryption) as back:
+            return bool(back["empty"].shape == (0,) and back["empty"].dtype == dtype)
+    except Exception:
+        return False
+
+
+def _check(t: TensorInfo, where: str, encrypted: bool) -> None:
+    dtype = torch_dtype(t.dtype, where)
+    if 0 in t.shape and not empty_round_trips(dtype, encrypted):
+        why = ("cannot encrypt an empty tensor" if encrypted and empty_round_trips(dtype, False)
+               else f"cannot read back a file holding an empty {dtype} tensor")
+        raise UnsupportedDtypeError(
+            f"{where}: tensor {t.name!r} is empty (shape {list(t.shape)}, {t.dtype}) and "
+            f"tensorizer {tensorizer_version} {why}; leave the tensor out of the checkpoint"
+            + ("" if not encrypted else " or convert without encryption"))
+
+
+@contextlib.contextmanager
+def open_shards(sources: list[Source], options: Mapping[str, Any],
+                encrypted: bool) -> Iterator[list[Shard]]:
+    """Every source opened and its header validated, before anything is written."""
+    with contextlib.ExitStack() as stack:
+        shards: list[Shard] = []
+        seen: dict[str, str] = {}
+        for source in sources:
+            f = stack.enter_context(SafetensorsFile(source.uri, dict(options)))
+            tensors = f.select(lambda name: True, source.names)
+            for t in tensors:
+                if t.name in seen:
+                    raise MalformedFileError(
+                        f"tensor {t.name!r} is in both {seen[t.name]} and {f.where}")
+                seen[t.name] = f.where
+                _check(t, f.where, encrypted)
+            shards.append(Shard(f, tensors))
+        yield shards
+
+
+def _tensors(shard: Shard) -> Iterator[tuple[TensorInfo, torch.Tensor]]:
+    """The shard's tensors in file order; the next one is read while this one is written."""
+    f, infos = shard.file, shard.tensors
+    if not infos:
+        return
+    reader = f.reader
+    reader.set_read_boundaries([f.header.data_start, *(x for t in infos for x in (t.begin, t.end))])
+    with reader.fork(end=infos[-1].end) as fork, \
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tensorstream-convert") as pool:
+        pending = pool.submit(f.read_tensor, infos[0], fork)
+        try:
+            for i, info in enumerate(infos):
+                tensor = pending.result()
+                if i + 1 < len(infos):
+                    pending = pool.submit(f.read_tensor, infos[i + 1], fork)
+                yield info, tensor
+                del tensor
+        finally:
+            pending.cancel()
+
+
+def _serialize(shards: list[Shard], path: str, encryption: Any,
+               progress: Callable[[int], None]) -> int:
+    count = 0
+    with open(path, "wb+") as out:
+        serializer = TensorSerializer(out, encryption=encryption)
+        try:
+            for shard in shards:
+                for info, tensor in _tensors(shard):
+                    # STATE_DICT, as tensorstream.serialize(state_dict) and vLLM's weight
+                    # iterators expect: names are the checkpoint's, not a module's.
+                    serializer.write_tensor(0, info.name, TensorType.STATE_DICT, tensor)
+                    count += 1
+                    progress(info.nbytes)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                serializer.close()
+            raise
+        serializer.close()  # closes ``out`` too
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return count
+
+
+def _publish_local(tmp: str, path: str, overwrite: bool) -> None:
+    if overwrite:
+        os.replace(tmp, path)
+    else:
+        try:  # link(2) fails if the name exists: no-clobber without a race
+            os.link(tmp, path)
+        except FileExistsError:
+            raise DestinationExistsError(
+                f"{path} appeared while converting; pass overwrite=True (--overwrite) to "
+                "replace it") from None
+        os.unlink(tmp)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_tensorizer(shards: list[Shard], dst: ParsedURI, dst_options: Mapping[str, Any],
+                     encryption: Any, overwrite: bool, progress: Callable[[int], None]) -> int:
+    """Write every tensor of ``shards`` to ``dst``; returns the number of tensors."""
+    if dst.is_local:
+        directory = os.path.dirname(dst.path) or "."
+        if not os.path.isdir(directory):
+            raise NotFoundError(f"destination directory does not exist: {directory}")
+        tmp = temp_path_for(dst.path)
+        try:
+            count = _serialize(shards, tmp, encryption, progress)
+            os.chmod(tmp, 0o644)
+            _publish_local(tmp, dst.path, overwrite)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return count
+    with tempfile.TemporaryDirectory(prefix="tensorstream-convert-") as tmpdir:
+        tmp = os.path.join(tmpdir, "model.tensors")
+        count = _serialize(shards, tmp, encryption, progress)
+        with open(tmp, "rb") as src, ts_open(dst, "wb", **dst_options) as out:
+            shutil.copyfileobj(src, out, _COPY_CHUNK)
+    return count

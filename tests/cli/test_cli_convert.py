@@ -1,0 +1,113 @@
+"""``tensorstream convert`` end to end in a subprocess: JSON result, exit statuses, key files,
+passphrases from the environment, --overwrite, S3 flags, secrets never printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures_s3 import S3_BUCKET
+
+torch = pytest.importorskip("torch")
+st_torch = pytest.importorskip("safetensors.torch")
+
+
+def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tensorstream", "convert", *argv],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return sorted(a) == sorted(b) and all(
+        a[k].dtype == b[k].dtype and a[k].reshape(-1).view(torch.uint8).equal(
+            b[k].reshape(-1).view(torch.uint8)) for k in a)
+
+
+WANT = {"w": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4), "b": torch.ones(3)}
+
+
+def test_round_trip_with_a_key_file_json_and_overwrite(tmp_path: Path) -> None:
+    st_torch.save_file(WANT, str(tmp_path / "m.safetensors"), metadata={"format": "pt", "k": "v"})
+    key = tmp_path / "m.key"
+    p = cli("--json", "--keyfile", str(key), str(tmp_path / "m.safetensors"),
+            str(tmp_path / "m.tensors"))
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["tensors"] == 2 and result["encrypted"] is True
+    assert result["dst_format"] == "tensorizer" and "k" in result["notes"][0]
+    assert key.stat().st_size == 32  # a new random key was written there
+
+    p = cli("--keyfile", str(key), str(tmp_path / "m.tensors"), str(tmp_path / "out") + "/")
+    assert p.returncode == 1 and "destination directory does not exist" in p.stderr
+    (tmp_path / "out").mkdir()
+    p = cli("--keyfile", str(key), str(tmp_path / "m.tensors"), str(tmp_path / "out") + "/")
+    assert p.returncode == 0, p.stderr
+    assert "tensorizer -> safetensors, 2 tensors" in p.stdout
+    assert same(st_torch.load_file(str(tmp_path / "out" / "m.safetensors")), WANT)
+
+    p = cli("--keyfile", str(key), str(tmp_path / "m.tensors"), str(tmp_path / "out") + "/")
+    assert p.returncode == 1 and "exists; pass --overwrite" in p.stderr
+    assert "Traceback" not in p.stderr
+    p = cli("--overwrite", "-q", "--keyfile", str(key), str(tmp_path / "m.tensors"),
+            str(tmp_path / "out") + "/")
+    assert p.returncode == 0 and p.stdout == "" and p.stderr == ""
+
+    p = cli(str(tmp_path / "m.tensors"), str(tmp_path / "nokey.safetensors"))
+    assert p.returncode == 1 and "could not decrypt" in p.stderr
+    assert not (tmp_path / "nokey.safetensors").exists()
+
+
+def test_passphrase_from_the_environment_is_never_printed(tmp_path: Path) -> None:
+    st_torch.save_file(WANT, str(tmp_path / "m.safetensors"))
+    secret = "sk-canary-convert-never-print"
+    env = {"MODEL_PASS": secret}
+    p = cli("--passphrase-env", "MODEL_PASS", str(tmp_path / "m.safetensors"),
+            str(tmp_path / "m.tensors"), env=env)
+    assert p.returncode == 0, p.stderr
+    p = cli("--debug", "--passphrase-env", "MODEL_PASS", str(tmp_path / "m.tensors"),
+            str(tmp_path / "m2.safetensors"), env={"MODEL_PASS": "wrong"})
+    assert p.returncode == 1 and "could not decrypt" in p.stderr
+    p = cli("--passphrase-env", "MODEL_PASS", str(tmp_path / "m.tensors"),
+            str(tmp_path / "m2.safetensors"), env=env)
+    assert p.returncode == 0 and secret not in p.stdout + p.stderr
+    assert same(st_torch.load_file(str(tmp_path / "m2.safetensors")), WANT)
+    p = cli("--passphrase-env", "UNSET_VAR_X", str(tmp_path / "m.tensors"),
+            str(tmp_path / "m3.safetensors"))
+    assert p.returncode == 2 and "UNSET_VAR_X" in p.stderr
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    st_torch.save_file(WANT, str(tmp_path / "m.safetensors"))
+    p = cli(str(tmp_path / "m.safetensors"), str(tmp_path / "same.safetensors"))
+    assert p.returncode == 2 and "tensorstream cp" in p.stderr
+    p = cli("--keyfile", "k", "--passphrase-env", "X", "a", "b")
+    assert p.returncode == 2 and "not allowed with" in p.stderr
+    p = cli(str(tmp_path / "m.safetensors"))
+    assert p.returncode == 2
+
+
+def test_s3_to_s3_with_storage_flags(moto_s3: Any, isolated_env: Path, tmp_path: Path) -> None:
+    prefix = "cli-convert/"
+    moto_s3.put(S3_BUCKET, prefix + "m.safetensors", st_torch.save(WANT))
+    opts = moto_s3.options()
+    env = {"AWS_ACCESS_KEY_ID": opts["s3_access_key_id"],
+           "AWS_SECRET_ACCESS_KEY": opts["s3_secret_access_key"]}
+    p = cli("--endpoint-url", opts["s3_endpoint"], "--region", opts["s3_region"], "--json",
+            f"s3://{S3_BUCKET}/{prefix}m.safetensors", f"s3://{S3_BUCKET}/{prefix}", env=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["dst"] == f"s3://{S3_BUCKET}/{prefix}m.tensors"
+    assert opts["s3_secret_access_key"] not in p.stdout + p.stderr
+    import io
+
+    from tensorizer import TensorDeserializer
+
+    blob = moto_s3.get(S3_BUCKET, prefix + "m.tensors")
+    with TensorDeserializer(io.BytesIO(blob), device="cpu") as d:
+        assert same({k: d[k].detach() for k in d.keys()}, WANT)  # noqa: SIM118

@@ -1,0 +1,416 @@
+"""tensorstream.convert: safetensors <-> tensorizer on every backend, byte-exact, checked by
+tensorizer's own TensorDeserializer and safetensors' load; bounded memory; hostile input."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import io
+import json
+import os
+import secrets
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from tensorstream.conversion import DestinationExistsError, UnsupportedDtypeError
+from tensorstream.errors import ConfigurationError, MalformedFileError
+from tensorstream.tensorizer import DecryptionError, Encryption
+
+torch = pytest.importorskip("torch")
+st_torch = pytest.importorskip("safetensors.torch")
+tensorizer = pytest.importorskip("tensorizer")
+
+
+def checkpoint() -> dict[str, Any]:
+    """One tensor per dtype safetensors.torch maps (fp8 included), 0-dim, empty, 1 MB."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(17, 9, generator=g)
+    out: dict[str, Any] = {}
+    for name, dtype in st_torch._TYPES.items():
+        if dtype.is_floating_point:
+            t = base.to(dtype)
+        elif dtype == torch.bool:
+            t = base > 0
+        elif dtype.is_complex:
+            t = torch.complex(base, -base).to(dtype)
+        else:
+            t = torch.randint(0, 100, (17, 9), generator=g).to(dtype)
+        out[f"layers.0.{name}"] = t
+    out["scalar"] = torch.tensor(1.25)
+    out["empty"] = torch.empty(0, 5)  # f32: bf16/fp8 empties are refused (see below)
+    out["big.weight"] = torch.randn(512, 512, generator=g)
+    return out
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    return bool(a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+                and a.detach().contiguous().reshape(-1).view(torch.uint8).equal(
+                    b.detach().contiguous().reshape(-1).view(torch.uint8)))
+
+
+def assert_same(got: Any, want: dict[str, Any]) -> None:
+    assert sorted(got.keys()) == sorted(want)
+    for name, t in want.items():
+        assert same_bytes(got[name], t), name
+
+
+def st_bytes(tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> bytes:
+    return st_torch.save(tensors, metadata=metadata)
+
+
+def sharded(tensors: dict[str, Any], shards: int = 3) -> dict[str, bytes]:
+    """``{file name: bytes}`` of a checkpoint written by safetensors, with its index."""
+    names = sorted(tensors)
+    files: dict[str, bytes] = {}
+    weight_map = {}
+    for i in range(shards):
+        shard = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[i::shards]}
+        files[shard] = st_bytes(part, {"format": "pt"})
+        weight_map.update(dict.fromkeys(part, shard))
+    files["model.safetensors.index.json"] = json.dumps(
+        {"metadata": {"total_size": 0}, "weight_map": weight_map}).encode()
+    return files
+
+
+@dataclasses.dataclass
+class Store:
+    """A writable backend: ``uri(key)``, ``put(key, bytes)``, options; reads go through
+    tensorstream (Redis holds written objects in its chunked layout)."""
+
+    name: str
+    uri: Callable[[str], str]
+    put: Callable[[str, bytes], None]
+    options: dict[str, Any]
+    exists: Callable[[str], bool]
+
+    def get(self, key: str) -> bytes:
+        with tensorstream.open(self.uri(key), **self.options) as f:
+            return bytes(f.read())
+
+
+def _store(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    prefix = f"cv{secrets.token_hex(4)}/"
+    if name == "local":
+        root = tmp_path / "store"
+        root.mkdir()
+
+        def put(k: str, d: bytes) -> None:
+            (root / k).parent.mkdir(parents=True, exist_ok=True)
+            (root / k).write_bytes(d)
+
+        return Store(name, lambda k: str(root / k), put, {}, lambda k: (root / k).exists())
+    if name == "s3":
+        s3 = request.getfixturevalue("moto_s3")
+        request.getfixturevalue("isolated_env")
+        return Store(name, lambda k: f"s3://{S3_BUCKET}/{prefix}{k}",
+                     lambda k, d: s3.put(S3_BUCKET, prefix + k, d), s3.options(),
+                     lambda k: s3.exists(S3_BUCKET, prefix + k))
+    if name == "redis":
+        server = request.getfixturevalue("redis_server")
+        rp = prefix.rstrip("/") + "-"
+
+        def exists(k: str) -> bool:
+            try:
+                tensorstream.open(server.url(rp + k)).close()
+            except FileNotFoundError:
+                return False
+            return True
+
+        return Store(name, lambda k: server.url(rp + k), lambda k, d: server.put(rp + k, d), {},
+                     exists)
+    raise AssertionError(name)
+
+
+@pytest.fixture(params=["local", "s3", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return _store(request.param, request, tmp_path)
+
+
+def tensorizer_read(blob: bytes, key: bytes | None = None) -> dict[str, Any]:
+    """tensorizer's own TensorDeserializer over the bytes (no tensorstream involved)."""
+    decryption = tensorizer.DecryptionParams.from_key(key) if key else None
+    with tensorizer.TensorDeserializer(io.BytesIO(blob), device="cpu",
+                                       encryption=decryption) as d:
+        return {k: d[k].detach().clone() for k in d.keys()}  # noqa: SIM118 - a Mapping
+
+
+# -- round trips -----------------------------------------------------------------------
+
+
+def test_local_single_file_round_trip_every_dtype(tmp_path: Path) -> None:
+    want = checkpoint()
+    src = tmp_path / "model.safetensors"
+    st_torch.save_file(want, str(src), metadata={"format": "pt", "note": "é"})
+    seen: list[tuple[int, int]] = []
+    result = tensorstream.convert(str(src), str(tmp_path / "model.tensors"),
+                                  progress=lambda d, t: seen.append((d, t)))
+    total = sum(t.numel() * t.element_size() for t in want.values())
+    assert (result.src_format, result.dst_format) == ("safetensors", "tensorizer")
+    assert result.tensors == len(want) and result.bytes == total
+    assert seen[0] == (0, total) and seen[-1] == (total, total) and len(seen) == len(want) + 1
+    assert result.notes and "note" in result.notes[0] and "format" not in result.notes[0]
+    blob = (tmp_path / "model.tensors").read_bytes()
+    assert_same(tensorizer_read(blob), want)
+    with tensorstream.deserialize(str(tmp_path / "model.tensors")) as d:
+        assert_same(d, want)
+
+    (tmp_path / "back").mkdir()
+    back = tensorstream.convert(str(tmp_path / "model.tensors"), str(tmp_path / "back"),
+                                metadata={"source": "test"})
+    assert back.dst.endswith("model.safetensors")  # a directory: the source's name
+    assert_same(st_torch.load_file(str(tmp_path / "back" / "model.safetensors")), want)
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "back" / "model.safetensors"), "pt") as f:
+        assert f.metadata() == {"format": "pt", "source": "test"}
+    leftovers = [p.name for p in tmp_path.rglob("*") if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_sharded_encrypted_round_trip(store: Store) -> None:
+    want = checkpoint()
+    del want["empty"]  # tensorizer 2.12 cannot encrypt it (see the refusal test below)
+    for name, blob in sharded(want).items():
+        store.put(f"llama/{name}", blob)
+    key = secrets.token_bytes(32)
+    keyfile = store.uri("keys/llama.key")
+    store.put("keys/llama.key", key)
+    opts = store.options
+    src = store.uri("llama/model.safetensors.index.json")
+    result = tensorstream.convert(src, store.uri("llama.tensors"),
+                                  encryption=Encryption(keyfile=keyfile), **opts)
+    assert result.encrypted and result.tensors == len(want)
+    blob = store.get("llama.tensors")
+    assert_same(tensorizer_read(blob, key), want)  # tensorizer's own reader, decrypting
+    with pytest.raises(Exception, match=r"(?i)decrypt|encrypt"):
+        tensorizer_read(blob)  # really encrypted
+    with tensorstream.deserialize(store.uri("llama.tensors"), encryption=key, **opts) as d:
+        assert_same(d, want)
+
+    tensorstream.convert(store.uri("llama.tensors"), store.uri("llama.safetensors"),
+                         encryption=Encryption(keyfile=keyfile), **opts)
+    assert_same(st_torch.load(store.get("llama.safetensors")), want)
+    assert_same(tensorstream.safetensors.load(store.uri("llama.safetensors"), **opts), want)
+
+
+def test_folder_source_and_folder_destination_on_s3(request: pytest.FixtureRequest,
+                                                    tmp_path: Path) -> None:
+    s3 = _store("s3", request, tmp_path)
+    want = {"a": torch.arange(6.0), "b.c": torch.ones(2, 2, dtype=torch.float16)}
+    for name, blob in sharded(want, 2).items():
+        s3.put(f"ckpt/{name}", blob)
+    result = tensorstream.convert(s3.uri("ckpt/"), s3.uri("out/"), **s3.options)
+    assert result.dst == s3.uri("out/model.tensors")
+    assert_same(tensorizer_read(s3.get("out/model.tensors")), want)
+
+
+def test_http_sources_are_read_for_both_directions(http_server: Any, http_reset: None,
+                                                   tmp_path: Path) -> None:
+    want = checkpoint()
+    tmp = tmp_path / "m.tensors"
+    tensorstream.serialize(want, str(tmp))  # what tensorstream.serialize writes converts too
+    http_server.put("m.safetensors", st_bytes(want))
+    http_server.put("m.tensors", tmp.read_bytes())
+    opts = dict(http_server.options)
+    tensorstream.convert(http_server.url("m.safetensors"), str(tmp_path / "a.tensors"), **opts)
+    assert_same(tensorizer_read((tmp_path / "a.tensors").read_bytes()), want)
+    tensorstream.convert(http_server.url("m.tensors"), str(tmp_path / "b.safetensors"), **opts)
+    assert_same(st_torch.load_file(str(tmp_path / "b.safetensors")), want)
+
+
+def test_passphrase_and_a_module_file(tmp_path: Path) -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    src = tmp_path / "module.tensors"
+    cheap = {"opslimit": 1, "memlimit": 8192}  # Argon2id at its minimum cost: a fast test
+    tensorstream.serialize(module, str(src), encryption=Encryption(passphrase="pw", **cheap))
+    tensorstream.convert(str(src), str(tmp_path / "m.safetensors"),
+                         encryption=Encryption(passphrase="pw"))
+    got = st_torch.load_file(str(tmp_path / "m.safetensors"))
+    assert_same(got, {k: v for k, v in module.state_dict().items()})
+    tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "again.tensors"),
+                         encryption=Encryption(passphrase="other", **cheap))
+    with tensorstream.deserialize(str(tmp_path / "again.tensors"),
+                                  encryption=Encryption(passphrase="other")) as d:
+        assert_same(d, module.state_dict())
+
+
+def test_result_loads_into_a_module_through_tensorstream(tmp_path: Path) -> None:
+    module = torch.nn.Linear(5, 2)
+    st_torch.save_file(module.state_dict(), str(tmp_path / "l.safetensors"))
+    tensorstream.convert(str(tmp_path / "l.safetensors"), str(tmp_path / "l.tensors"))
+    fresh = torch.nn.Linear(5, 2)
+    tensorstream.load_into_module(fresh, str(tmp_path / "l.tensors"))
+    assert_same(fresh.state_dict(), module.state_dict())
+
+
+# -- bounded memory ----------------------------------------------------------------------
+
+
+def _alive(refs: list[weakref.ref[Any]]) -> int:
+    gc.collect()
+    return sum(r() is not None for r in refs)
+
+
+def test_to_tensorizer_holds_two_tensors_at_a_time(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorstream.safetensors.reader import SafetensorsFile
+
+    want = {f"t{i:02d}": torch.full((256,), float(i)) for i in range(6)}
+    st_torch.save_file(want, str(tmp_path / "m.safetensors"))
+    refs: list[weakref.ref[Any]] = []
+    most = [0]
+    real = SafetensorsFile.read_tensor
+
+    def spy(self: Any, *a: Any, **kw: Any) -> Any:
+        most[0] = max(most[0], _alive(refs))  # before this one is allocated
+        t = real(self, *a, **kw)
+        refs.append(weakref.ref(t))
+        return t
+
+    monkeypatch.setattr(SafetensorsFile, "read_tensor", spy)
+    tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    assert len(refs) == 6 and most[0] <= 2
+    assert_same(tensorizer_read((tmp_path / "m.tensors").read_bytes()), want)
+
+
+def test_to_safetensors_releases_each_batch(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorstream.conversion import to_safetensors
+
+    want = {f"t{i:02d}": torch.full((1024,), float(i)) for i in range(6)}
+    tensorstream.serialize(want, str(tmp_path / "m.tensors"))
+    monkeypatch.setattr(to_safetensors, "BATCH_BYTES", 8192)  # two tensors per batch
+    refs: list[weakref.ref[Any]] = []
+    most = [0]
+    real = to_safetensors._load
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        most[0] = max(most[0], _alive(refs))  # what earlier batches left loaded
+        got = real(*a, **kw)
+        refs.extend(weakref.ref(t) for t in got.values())
+        return got
+
+    monkeypatch.setattr(to_safetensors, "_load", spy)
+    tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "m.safetensors"))
+    assert len(refs) == 6 and most[0] == 0  # tensorizer's cache let go of every batch
+    assert_same(st_torch.load_file(str(tmp_path / "m.safetensors")), want)
+
+
+# -- refusals and damaged input ------------------------------------------------------------
+
+
+def _clean(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_wrong_key_and_missing_key_write_nothing(store: Store) -> None:
+    want = {"w": torch.randn(64, 8)}
+    store.put("m.safetensors", st_bytes(want))
+    tensorstream.convert(store.uri("m.safetensors"), store.uri("m.tensors"),
+                         encryption=secrets.token_bytes(32), **store.options)
+    for encryption in (secrets.token_bytes(32), None):
+        with pytest.raises(DecryptionError, match="could not decrypt"):
+            tensorstream.convert(store.uri("m.tensors"), store.uri("back.safetensors"),
+                                 encryption=encryption, **store.options)
+        assert not store.exists("back.safetensors")
+
+
+def test_existing_destination_needs_overwrite(store: Store) -> None:
+    store.put("m.safetensors", st_bytes({"w": torch.ones(3)}))
+    store.put("m.tensors", b"precious")
+    with pytest.raises(DestinationExistsError, match="--overwrite"):
+        tensorstream.convert(store.uri("m.safetensors"), store.uri("m.tensors"), **store.options)
+    assert store.get("m.tensors") == b"precious"
+    tensorstream.convert(store.uri("m.safetensors"), store.uri("m.tensors"), overwrite=True,
+                         **store.options)
+    assert_same(tensorizer_read(store.get("m.tensors")), {"w": torch.ones(3)})
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_empty_tensor_tensorizer_cannot_read_back_is_refused_first(tmp_path: Path,
+                                                                    dtype: str) -> None:
+    st_torch.save_file({"ok": torch.ones(2), "e": torch.empty(0, 4, dtype=getattr(torch, dtype))},
+                       str(tmp_path / "m.safetensors"))
+    with pytest.raises(UnsupportedDtypeError, match=r"'e' is empty .*cannot read back"):
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    assert _clean(tmp_path) == ["m.safetensors"]
+
+
+def test_empty_tensor_with_encryption_is_refused(tmp_path: Path) -> None:
+    st_torch.save_file({"e": torch.empty(0)}, str(tmp_path / "m.safetensors"))
+    key = tmp_path / "k.key"
+    with pytest.raises(UnsupportedDtypeError, match="cannot encrypt an empty tensor"):
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"),
+                             encryption=Encryption(keyfile=str(key)))
+    assert _clean(tmp_path) == ["m.safetensors"]  # not even a key file was made
+
+
+def test_dtype_safetensors_cannot_hold_is_refused(tmp_path: Path) -> None:
+    tensorstream.serialize({"ok": torch.ones(2), "z": torch.ones(2, dtype=torch.complex128)},
+                           str(tmp_path / "m.tensors"))
+    with pytest.raises(UnsupportedDtypeError, match=r"'z' has dtype .*complex128.*safetensors"):
+        tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "m.safetensors"))
+    assert _clean(tmp_path) == ["m.tensors"]
+
+
+def test_truncated_sources_raise_and_write_nothing(store: Store, tmp_path: Path) -> None:
+    want = {"a": torch.randn(300, 40), "b": torch.randn(300, 40)}
+    blob = st_bytes(want)
+    store.put("cut.safetensors", blob[: len(blob) - 1000])
+    with pytest.raises(MalformedFileError, match="truncated"):
+        tensorstream.convert(store.uri("cut.safetensors"), store.uri("cut.tensors"),
+                             **store.options)
+    assert not store.exists("cut.tensors")
+
+    tensorstream.serialize(want, str(tmp_path / "whole.tensors"))
+    whole = (tmp_path / "whole.tensors").read_bytes()
+    store.put("cut2.tensors", whole[: len(whole) - 1000])
+    with pytest.raises(MalformedFileError, match="not a whole tensorizer file"):
+        tensorstream.convert(store.uri("cut2.tensors"), store.uri("cut2.safetensors"),
+                             **store.options)
+    assert not store.exists("cut2.safetensors")
+
+
+@pytest.mark.parametrize("direction", ["to_tensorizer", "to_safetensors"])
+def test_interrupted_conversion_leaves_nothing(store: Store, tmp_path: Path,
+                                              direction: str) -> None:
+    want = {f"t{i}": torch.randn(100) for i in range(6)}
+    if direction == "to_tensorizer":
+        store.put("m.safetensors", st_bytes(want))
+        src, dst = "m.safetensors", "m.tensors"
+    else:
+        tensorstream.serialize(want, str(tmp_path / "m.tensors"))
+        store.put("src.tensors", (tmp_path / "m.tensors").read_bytes())
+        src, dst = "src.tensors", "m.safetensors"
+
+    def stop(done: int, total: int) -> None:
+        if done > total // 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tensorstream.convert(store.uri(src), store.uri(dst), progress=stop, **store.options)
+    assert not store.exists(dst)
+    if store.name == "local":
+        assert not [p for p in Path(store.uri(src)).parent.iterdir() if p.name.startswith(".")]
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    st_torch.save_file({"w": torch.ones(2)}, str(tmp_path / "m.safetensors"))
+    with pytest.raises(ConfigurationError, match="tensorstream cp"):
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "x.safetensors"))
+    with pytest.raises(ConfigurationError, match="cannot hold metadata"):
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "x.tensors"),
+                             metadata={"a": "b"})
+    with pytest.raises(FileNotFoundError, match="destination directory"):
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "no" / "x.tensors"))
+    with pytest.raises(FileNotFoundError):
+        tensorstream.convert(str(tmp_path / "missing.safetensors"), str(tmp_path / "x.tensors"))
+    assert _clean(tmp_path) == ["m.safetensors"]
+    assert os.path.exists(tmp_path / "m.safetensors")
