@@ -10,7 +10,8 @@ into the caller's memory. Measured against aiohttp (event loop, one Python
 callback per chunk, a copy out of its buffers) this plane is the fast one:
 see ``docs/benchmarks.md``.
 
-* :class:`ConnectionPool`: thread-safe keep-alive pool keyed by
+* :class:`ConnectionPool` (in :mod:`.connections`, with the TLS settings,
+  redirect rules and :class:`Cancel`): thread-safe keep-alive pool keyed by
   ``(scheme, host, port)`` (one pool per TLS setting: a provider owns one).
   Only a connection whose response was read to its end, and that the server
   keeps open, goes back; any error, partial body or interruption closes it, so
@@ -24,7 +25,14 @@ see ``docs/benchmarks.md``.
   buffer is one :func:`open_range` read whole).
 * :func:`request`: a small request (``HEAD``, a one-byte probe) under the
   same redirect rules.
-* :func:`in_thread`: the async side, on worker threads, cancellable.
+* :func:`in_thread` (in :mod:`.threads`): the async side, on worker threads,
+  cancellable.
+
+A thread that keeps many requests in flight (the read-ahead engine's) asks
+for :func:`.receiver.shared_receiving`: its bodies are then received by the
+process's one receiving thread (epoll over every such connection, each
+``recv_into`` straight into the destination) instead of by itself, so tens
+of connections do not take turns at the GIL; the semantics below are the same.
 
 Deadlines: each receive is bounded by a socket timeout (``timeout_idle``, cut
 to what is left of ``timeout_total``), and the total deadline of the running
@@ -40,21 +48,15 @@ the answer arrived.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
-import contextvars
 import dataclasses
 import fcntl
 import http.client
-import os
 import socket
 import ssl
 import struct
 import termios
-import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from yarl import URL
 
@@ -67,6 +69,14 @@ from ...errors import (
     TensorstreamError,
 )
 from ..base import Deadline, Pin, current_deadline
+from .connections import (
+    Cancel,
+    Cancelled,
+    ConnectionPool,
+    RedirectPolicy,
+    TLSSettings,
+    current,
+)
 from .headers import (
     REDIRECT_STATUSES,
     check_ranged_response,
@@ -80,6 +90,8 @@ from .headers import (
     refuse_metadata_target,
     status_error,
 )
+from .receiver import ReceiveError, receiver, shares_receiving
+from .threads import in_thread  # re-exported: the async side lives there
 
 __all__ = [
     "Answer", "Cancel", "Cancelled", "ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings",
@@ -99,7 +111,6 @@ _LOWAT = 256 << 10
 _FILE_BUFFER = 64 << 10
 #: At most this many bytes of an error body are read (S3 XML errors are small).
 _ERROR_BODY_LIMIT = 64 << 10
-_MAX_REDIRECTS = 5
 
 _Key = tuple[str, str, int]
 #: Builds the error for a status other than 200/206 from the open response.
@@ -111,107 +122,6 @@ Confirm = Callable[[], Pin]
 
 def _total_deadline_error(received: int, *, service: str, path: str) -> StorageTimeoutError:
     return Deadline(None, None).error(received, service=service, path=path)
-
-
-@dataclasses.dataclass(frozen=True)
-class TLSSettings:
-    """Trust settings of a pool (the same meaning as the async providers')."""
-
-    ca_bundle: str | None = None
-    insecure: bool = False
-    client_cert: str | None = None
-    client_key: str | None = None
-
-    def context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=self.ca_bundle)
-        if self.client_cert is not None:
-            ctx.load_cert_chain(self.client_cert, self.client_key)
-        if self.insecure:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-
-
-@dataclasses.dataclass(frozen=True)
-class RedirectPolicy:
-    """How the blocking path follows redirects (the async path's rules):
-    credentials are dropped when the origin changes, link-local/metadata
-    targets are refused unless ``allow_private``."""
-
-    credentials: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
-    allow_private: bool = False
-    max_redirects: int = _MAX_REDIRECTS
-
-
-class ConnectionPool:
-    """Thread-safe keep-alive connections, at most ``max_idle`` idle per origin."""
-
-    def __init__(self, tls: TLSSettings | None = None, *, max_idle: int = 16) -> None:
-        self.tls = tls or TLSSettings()
-        self.max_idle = max_idle
-        self._lock = threading.Lock()
-        self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
-        self._ssl: ssl.SSLContext | None = None
-        self._pid = os.getpid()
-        self.created = 0  # connections opened (tests and metrics)
-
-    def __repr__(self) -> str:
-        return f"ConnectionPool({self.tls!r}, max_idle={self.max_idle})"
-
-    def _context(self) -> ssl.SSLContext:
-        with self._lock:
-            if self._ssl is None:
-                self._ssl = self.tls.context()
-            return self._ssl
-
-    def acquire(self, key: _Key, timeouts: Timeouts) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection to ``key`` (``reused=True``) or a new, connected one."""
-        with self._lock:
-            if self._pid != os.getpid():  # sockets shared with the parent: never use
-                self._idle.clear()
-                self._pid = os.getpid()
-            idle = self._idle.get(key)
-            if idle:
-                return idle.pop(), True
-        scheme, host, port = key
-        conn: http.client.HTTPConnection
-        if scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=timeouts.connect,
-                                               context=self._context())
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=timeouts.connect)
-        try:
-            conn.connect()  # TCP (+ TLS handshake) under the connect timeout
-        except BaseException:
-            conn.close()
-            raise
-        assert conn.sock is not None
-        conn.sock.settimeout(timeouts.idle)  # from now on: the time between bytes
-        with self._lock:
-            self.created += 1
-        return conn, False
-
-    def release(self, key: _Key, conn: http.client.HTTPConnection) -> None:
-        """Return a connection whose last response was read to its end."""
-        with self._lock:
-            if self._pid == os.getpid():
-                idle = self._idle.setdefault(key, [])
-                if len(idle) < self.max_idle:
-                    idle.append(conn)
-                    return
-        conn.close()
-
-    def idle_count(self) -> int:
-        with self._lock:
-            return sum(len(v) for v in self._idle.values())
-
-    def close(self) -> None:
-        """Close every idle connection (connections in use close when their read ends)."""
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for conns in idle.values():
-            for conn in conns:
-                conn.close()
 
 
 class _HeaderView(dict[str, str]):
@@ -267,7 +177,7 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
     by the running operation's deadline, when it has one)."""
     key = _key(url)
     target = url.raw_path_qs or "/"  # sent verbatim: never re-encode a signed URL
-    cancel = cancel if cancel is not None else getattr(_current, "cancel", None)
+    cancel = cancel if cancel is not None else getattr(current, "cancel", None)
     deadline = current_deadline()
     timed = deadline is not None and deadline.at is not None
     for _ in range(2):
@@ -306,48 +216,6 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
             conn.close()
             raise
     raise AssertionError("unreachable")
-
-
-class Cancelled(TensorstreamError):
-    """A request refused because its caller was cancelled (never retried)."""
-
-    temporary = False
-
-
-class Cancel:
-    """Stops blocking requests from another thread (an async caller cancelled).
-
-    The connection in use is shut down (``shutdown`` wakes a thread blocked
-    in ``recv_into``; ``close`` alone would not), so the reading thread fails
-    at once with an error and stops writing into the caller's buffer; any
-    later request of that thread fails with :class:`Cancelled`, so a retry
-    layer gives up at once."""
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self._lock = threading.Lock()
-        self._conn: http.client.HTTPConnection | None = None
-
-    def attach(self, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            self._conn = conn
-            cancelled = self.cancelled
-        if cancelled:
-            _shutdown(conn)
-
-    def cancel(self) -> None:
-        with self._lock:
-            self.cancelled = True
-            conn = self._conn
-        if conn is not None:
-            _shutdown(conn)
-
-
-def _shutdown(conn: http.client.HTTPConnection) -> None:
-    sock = conn.sock
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
 
 
 @dataclasses.dataclass
@@ -467,6 +335,23 @@ class RangeBody:
         deadline = current_deadline()
         timed = deadline is not None and deadline.at is not None
         try:
+            # (A response that closes its connection has handed the socket to its
+            # file object alone: its thread receives it, as before.)
+            if self._direct and shares_receiving() and self._conn.sock is not None:
+                if timed:
+                    assert deadline is not None
+                    self._bound(deadline, received)
+                try:
+                    received = self._receive_shared(buffer, deadline)
+                except ReceiveError as exc:
+                    received = exc.received
+                    if not isinstance(exc.error, EOFError):
+                        raise exc.error from None  # mapped below, as from recv_into
+                if received < want:
+                    raise IncompleteReadError(
+                        f"body ended after {received} of {want} bytes",
+                        received=received, service=self._service,
+                        path=redact_path(self._path))
             while received < want:
                 if timed:
                     assert deadline is not None
@@ -511,6 +396,29 @@ class RangeBody:
         if self._confirm is not None:
             self._confirm()  # raises ObjectChangedError: the bytes are never returned
         return want
+
+    def _receive_shared(self, buffer: memoryview, deadline: Deadline | None) -> int:
+        """Receive ``buffer`` whole on the process's :class:`.receiver.Receiver`:
+        first what ``http.client``'s file object already holds of the body,
+        then the rest straight from the socket (raises :class:`ReceiveError`)."""
+        conn = self._conn
+        assert conn is not None and conn.sock is not None
+        sock, fp = conn.sock, self._resp.fp
+        timeout = sock.gettimeout()
+        sock.settimeout(0.0)  # look at what is buffered, never wait for more
+        try:
+            held = fp.peek(len(buffer))
+        except (BlockingIOError, ssl.SSLWantReadError):
+            held = b""
+        finally:
+            sock.settimeout(timeout)
+        got = fp.readinto(buffer[: min(len(held), len(buffer))]) if held else 0
+        if got < len(buffer):
+            try:
+                got += receiver().receive(sock, buffer[got:], deadline=deadline)
+            except ReceiveError as exc:
+                raise ReceiveError(got + exc.received, exc.error) from None
+        return got
 
     def _set_lowat(self, nbytes: int) -> None:
         # Never above what this call still wants: poll() waits for the mark.
@@ -643,61 +551,3 @@ def _confirmation(pin: Pin, confirm: Confirm | None, *, service: str,
 
     return check
 
-
-# -- the async side, derived: the same requests on worker threads ----------------
-#: Threads that serve async callers' blocking requests (created on demand; one
-#: per request in flight, so this bounds a process's concurrent async reads).
-MAX_THREADS = 128
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_executor_pid = 0
-_executor_lock = threading.Lock()
-
-T = TypeVar("T")
-
-
-def _threads() -> concurrent.futures.ThreadPoolExecutor:
-    global _executor, _executor_pid
-    with _executor_lock:
-        if _executor is None or _executor_pid != os.getpid():
-            # asyncio's default executor has min(32, cpus + 4) threads: it would
-            # cap a cp or a gather of reads at 6 connections on a 2-core machine.
-            _executor = concurrent.futures.ThreadPoolExecutor(
-                MAX_THREADS, thread_name_prefix="tensorstream-http")
-            _executor_pid = os.getpid()
-        return _executor
-
-
-_current = threading.local()
-
-
-def _run_cancellable(cancel: Cancel, fn: Callable[[], T]) -> T:
-    _current.cancel = cancel
-    try:
-        return fn()
-    finally:
-        _current.cancel = None
-
-
-async def in_thread(fn: Callable[[], T]) -> T:
-    """Run the blocking ``fn()`` on a worker thread for an async caller.
-
-    This is how the async provider methods of HTTP(S) and S3 are derived from
-    the one blocking data plane (and how ``cp`` runs its parts). Every request
-    ``fn`` makes on this plane, through any layer, is tied to the call: if the
-    caller is cancelled, the request's connection is shut down, later requests
-    fail with :class:`Cancelled`, and the call waits for the thread to stop,
-    so no thread writes into a caller's buffer after this returns or raises.
-    """
-    cancel = Cancel()
-    # In the caller's context: the deadlines of the operation (set by the
-    # timeout layer) reach the thread, and its progress reports reach the layer.
-    context = contextvars.copy_context()
-    future = asyncio.get_running_loop().run_in_executor(
-        _threads(), context.run, _run_cancellable, cancel, fn)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        cancel.cancel()
-        with contextlib.suppress(BaseException):
-            await future
-        raise

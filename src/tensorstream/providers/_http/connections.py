@@ -1,0 +1,171 @@
+"""Connections of the HTTP(S) data plane: trust settings, redirect rules, the
+keep-alive pool, and the cancel handle that stops a blocking request from
+another thread (see :mod:`.range_get`)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.client
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Mapping
+
+from ...config import Timeouts
+from ...errors import TensorstreamError
+
+__all__ = ["Cancel", "Cancelled", "ConnectionPool", "RedirectPolicy", "TLSSettings", "current"]
+
+_MAX_REDIRECTS = 5
+Key = tuple[str, str, int]
+_Key = Key
+#: The cancel handle of the async call this thread serves (set by :func:`.threads.in_thread`).
+current = threading.local()
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSSettings:
+    """Trust settings of a pool (the same meaning as the async providers')."""
+
+    ca_bundle: str | None = None
+    insecure: bool = False
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.ca_bundle)
+        if self.client_cert is not None:
+            ctx.load_cert_chain(self.client_cert, self.client_key)
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+@dataclasses.dataclass(frozen=True)
+class RedirectPolicy:
+    """How the blocking path follows redirects (the async path's rules):
+    credentials are dropped when the origin changes, link-local/metadata
+    targets are refused unless ``allow_private``."""
+
+    credentials: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    allow_private: bool = False
+    max_redirects: int = _MAX_REDIRECTS
+
+
+class ConnectionPool:
+    """Thread-safe keep-alive connections, at most ``max_idle`` idle per origin."""
+
+    def __init__(self, tls: TLSSettings | None = None, *, max_idle: int = 16) -> None:
+        self.tls = tls or TLSSettings()
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._pid = os.getpid()
+        self.created = 0  # connections opened (tests and metrics)
+
+    def __repr__(self) -> str:
+        return f"ConnectionPool({self.tls!r}, max_idle={self.max_idle})"
+
+    def _context(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._ssl is None:
+                self._ssl = self.tls.context()
+            return self._ssl
+
+    def acquire(self, key: _Key, timeouts: Timeouts) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection to ``key`` (``reused=True``) or a new, connected one."""
+        with self._lock:
+            if self._pid != os.getpid():  # sockets shared with the parent: never use
+                self._idle.clear()
+                self._pid = os.getpid()
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop(), True
+        scheme, host, port = key
+        conn: http.client.HTTPConnection
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(host, port, timeout=timeouts.connect,
+                                               context=self._context())
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeouts.connect)
+        try:
+            conn.connect()  # TCP (+ TLS handshake) under the connect timeout
+        except BaseException:
+            conn.close()
+            raise
+        assert conn.sock is not None
+        conn.sock.settimeout(timeouts.idle)  # from now on: the time between bytes
+        with self._lock:
+            self.created += 1
+        return conn, False
+
+    def release(self, key: _Key, conn: http.client.HTTPConnection) -> None:
+        """Return a connection whose last response was read to its end."""
+        with self._lock:
+            if self._pid == os.getpid():
+                idle = self._idle.setdefault(key, [])
+                if len(idle) < self.max_idle:
+                    idle.append(conn)
+                    return
+        conn.close()
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._idle.values())
+
+    def close(self) -> None:
+        """Close every idle connection (connections in use close when their read ends)."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+
+
+
+class Cancelled(TensorstreamError):
+    """A request refused because its caller was cancelled (never retried)."""
+
+    temporary = False
+
+
+class Cancel:
+    """Stops blocking requests from another thread (an async caller cancelled).
+
+    The connection in use is shut down (``shutdown`` wakes a thread blocked
+    in ``recv_into``; ``close`` alone would not), so the reading thread fails
+    at once with an error and stops writing into the caller's buffer; any
+    later request of that thread fails with :class:`Cancelled`, so a retry
+    layer gives up at once."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+
+    def attach(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._conn = conn
+            cancelled = self.cancelled
+        if cancelled:
+            _shutdown(conn)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            conn = self._conn
+        if conn is not None:
+            _shutdown(conn)
+
+
+def _shutdown(conn: http.client.HTTPConnection) -> None:
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+

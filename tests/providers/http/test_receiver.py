@@ -1,0 +1,223 @@
+"""The shared receiver (one epoll thread receiving many bodies): the Receiver
+on its own (socket pairs), and the blocking HTTP(S) and S3 data plane's tests
+run again with every body received by it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import test_blocking_http as blocking
+
+from tensorstream.providers._http import receiver as receiver_mod
+from tensorstream.providers._http.receiver import ReceiveError, Receiver, shared_receiving
+from tensorstream.providers.base import Deadline
+from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.uri import parse_uri
+
+pytestmark = pytest.mark.usefixtures("isolated_env", "http_reset")
+
+
+@pytest.fixture
+def shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(receiver_mod, "SHARED_DEFAULT", True)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    a.settimeout(5.0)
+    yield a, b
+    a.close()
+    b.close()
+
+
+# -- the Receiver on its own ---------------------------------------------------------------
+def test_fills_the_view_from_many_sockets_at_once() -> None:
+    r = Receiver()
+    pairs = [socket.socketpair() for _ in range(24)]
+    payloads = [bytes([i]) * (300_000 + 1000 * i) for i in range(len(pairs))]
+    bufs = [bytearray(len(p)) for p in payloads]
+    try:
+        for a, _ in pairs:
+            a.settimeout(10.0)
+
+        def send(i: int) -> None:
+            b = pairs[i][1]
+            data = memoryview(payloads[i])
+            for off in range(0, len(data), 65536):  # in pieces, interleaved with the others
+                b.sendall(data[off : off + 65536])
+                time.sleep(0.001)
+
+        senders = [threading.Thread(target=send, args=(i,)) for i in range(len(pairs))]
+        for t in senders:
+            t.start()
+        with ThreadPoolExecutor(len(pairs)) as pool:
+            got = list(pool.map(lambda i: r.receive(pairs[i][0], memoryview(bufs[i])),
+                                range(len(pairs))))
+        for t in senders:
+            t.join()
+        assert got == [len(p) for p in payloads]
+        assert all(bytes(b) == p for b, p in zip(bufs, payloads, strict=True))
+        assert r.receives >= len(pairs)
+        # The socket is handed back as it came: blocking with its timeout, mark 1.
+        a = pairs[0][0]
+        assert a.gettimeout() == 10.0
+        assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+def test_peer_closing_early_reports_what_landed(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    b.sendall(b"x" * 1000)
+    b.close()
+    buf = bytearray(5000)
+    with pytest.raises(ReceiveError) as info:
+        Receiver().receive(a, memoryview(buf))
+    assert info.value.received == 1000 and isinstance(info.value.error, EOFError)
+    assert bytes(buf[:1000]) == b"x" * 1000 and bytes(buf[1000:]) == bytes(4000)
+
+
+def test_idle_bound_is_the_sockets_timeout(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    a.settimeout(0.3)
+    b.sendall(b"y" * 10)
+    started = time.monotonic()
+    with pytest.raises(ReceiveError) as info:
+        Receiver().receive(a, memoryview(bytearray(100)))
+    assert 0.25 < time.monotonic() - started < 2.0
+    assert info.value.received == 10 and isinstance(info.value.error, TimeoutError)
+    assert a.gettimeout() == 0.3
+
+
+def test_idle_bound_counts_from_the_last_arrival(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    a.settimeout(0.4)
+
+    def trickle() -> None:  # a byte every 0.1 s: never idle for 0.4 s
+        for _ in range(12):
+            time.sleep(0.1)
+            b.sendall(b"z")
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    buf = bytearray(12)
+    assert Receiver().receive(a, memoryview(buf)) == 12
+    t.join()
+    assert bytes(buf) == b"z" * 12
+
+
+def test_total_deadline_cuts_a_trickle(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.05):
+            b.sendall(b"t")
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    deadline = Deadline(time.monotonic() + 0.4, None)
+    seen = deadline.last
+    started = time.monotonic()
+    try:
+        with pytest.raises(ReceiveError) as info:
+            Receiver().receive(a, memoryview(bytearray(1000)), deadline=deadline)
+    finally:
+        stop.set()
+        t.join()
+    assert 0.35 < time.monotonic() - started < 1.5
+    assert isinstance(info.value.error, TimeoutError) and info.value.received > 0
+    assert deadline.last > seen  # every arrival was reported to the watchdog
+
+
+def test_shutdown_from_another_thread_ends_the_receive(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, _b = pair
+    threading.Timer(0.2, a.shutdown, args=(socket.SHUT_RDWR,)).start()
+    started = time.monotonic()
+    with pytest.raises(ReceiveError):
+        Receiver().receive(a, memoryview(bytearray(100)))
+    assert time.monotonic() - started < 2.0
+
+
+def test_nothing_is_written_after_a_timeout(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    a.settimeout(0.2)
+    buf = bytearray(100)
+    with pytest.raises(ReceiveError):
+        Receiver().receive(a, memoryview(buf))
+    b.sendall(b"late" * 25)  # arrives after the caller gave up
+    time.sleep(0.2)
+    assert bytes(buf) == bytes(100)
+
+
+def test_only_threads_that_ask_share_it() -> None:
+    assert not receiver_mod.shares_receiving()
+    with shared_receiving():
+        assert receiver_mod.shares_receiving()
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(receiver_mod.shares_receiving()))
+        t.start()
+        t.join()
+        assert seen == [False]  # a flag of this thread only
+    assert not receiver_mod.shares_receiving()
+
+
+# -- the HTTP data plane on it ------------------------------------------------------------------
+def test_ranged_reads_use_it(http_server: HTTPTestServer) -> None:
+    key = f"rcv-{uuid.uuid4().hex[:8]}.bin"
+    data = bytes(range(256)) * 20_000
+    http_server.put(key, data)
+    url = http_server.url(key)
+    p = blocking._provider(url)
+    before = receiver_mod.receiver().receives
+    buf = bytearray(3_000_000)
+    with shared_receiving():
+        p.readinto_blocking(parse_uri(url).path, 1234, memoryview(buf))
+    assert bytes(buf) == data[1234 : 1234 + len(buf)]
+    assert receiver_mod.receiver().receives > before
+
+
+def test_tls_bodies(https_server: HTTPTestServer) -> None:
+    key = f"rcv-{uuid.uuid4().hex[:8]}.bin"
+    data = bytes(range(251)) * 16_000
+    https_server.put(key, data)
+    url = https_server.url(key)
+    p = blocking._provider(url, **https_server.options)
+    before = receiver_mod.receiver().receives
+    bufs = [bytearray(900_000) for _ in range(4)]
+
+    def one(i: int) -> None:
+        with shared_receiving():
+            p.readinto_blocking(parse_uri(url).path, i * 900_000, memoryview(bufs[i]))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(one, range(4)))
+    assert b"".join(bytes(b) for b in bufs) == data[:3_600_000]
+    assert receiver_mod.receiver().receives > before
+
+
+# The blocking plane's own tests, every body received by the shared receiver
+# (the one that breaks http.client's body reader on purpose does not apply).
+_RERUN = [
+    "test_many_random_ranges_from_many_threads",
+    "test_chunked_body_without_content_length",
+    "test_wrong_answers_are_protocol_errors",
+    "test_ranges_past_the_end",
+    "test_pinned_reads",
+    "test_cut_body_reports_received_and_is_not_reused",
+    "test_idle_timeout_is_a_storage_timeout_and_connection_is_dropped",
+    "test_tls_untrusted_refused_ca_bundle_and_insecure_work",
+    "test_threads_really_overlap",
+]
+for _name in _RERUN:
+    globals()[f"{_name}_shared"] = pytest.mark.usefixtures("shared")(getattr(blocking, _name))
