@@ -29,8 +29,9 @@ def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
     kwargs.update(step.get("options", {}))
     group = _group(step.get("group", "auto"), solo)
     kind = step.get("kind", "deserialize")
+    device = step.get("device", "cpu").replace("{rank}", str(rank))
     if kind == "deserialize":
-        with tensorstream.deserialize(uri, device="cpu", group=group, **kwargs) as sd:
+        with tensorstream.deserialize(uri, device=device, group=group, **kwargs) as sd:
             tensors = {k: sd[k] for k in sd}
             stats = sd.stats.as_dict()
         return {"digests": {k: digest(v) for k, v in tensors.items()}, "stats": stats}
@@ -48,7 +49,8 @@ def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
         return {"digests": {k: digest(v) for k, v in module.state_dict().items()},
                 "loaded": result.loaded}
     if kind == "safetensors":
-        sd = tensorstream.safetensors.load(uri, group=group, **kwargs)
+        sd = tensorstream.safetensors.load(uri, device, group=group, **kwargs)
+        assert all(t.device.type == torch.device(device).type for t in sd.values())
         return {"digests": {k: digest(v) for k, v in sd.items()}}
     if kind == "iter":
         got = dict(tensorstream.safetensors.iter_tensors(uri, group=group, **kwargs))
@@ -86,7 +88,6 @@ def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: st
             time.sleep(10)  # far past the others' group_timeout
             os._exit(0)
 
-        for name in ("tensorizer", "safetensors"):
-            glue = importlib.import_module(f"tensorstream.distributed.{name}")
-            glue.read_share = broken  # type: ignore[attr-defined]
+        for name in ("tensorstream.distributed.tensorizer", "tensorstream.safetensors.reader"):
+            importlib.import_module(name).read_share = broken
     return _run(step, rank, None)

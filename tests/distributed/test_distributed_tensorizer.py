@@ -176,3 +176,22 @@ def test_a_rank_that_dies_or_hangs_fails_the_others_in_bounded_time(
         assert r.seconds < 9, r.seconds
         assert not r.hung
     assert results[1].value is None and not results[1].hung
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="NCCL needs two CUDA devices (one per rank)")
+def test_two_ranks_nccl_to_cuda(targets: dict[str, Target],
+                                model: tuple[bytes, dict[str, str]]) -> None:
+    """NCCL: the shares travel through the CUDA staging buffer; each rank's tensors
+    land on its own GPU, identical to a single-process load."""
+    _, expected = model
+    http = targets["http"]
+    http.proxy.faults.reset()
+    todo = [{"label": "cuda", "uri": http.uri, "device": "cuda:{rank}"}]
+    results = run_ranks(steps, 2, todo, timeout=240, backend="nccl")
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    _check_loaded(results, "cuda", expected)
+    _check_one_copy(http, 2)

@@ -23,9 +23,12 @@ from typing import Any
 import torch
 
 from ..api import open as ts_open
+from ..distributed.exchange import agree, broadcast_shares, read_share
+from ..distributed.group import Group, resolve_group
+from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
-from ..uri import ParsedURI
+from ..uri import ParsedURI, redact
 from .header import Header, TensorInfo, header_length, parse_header
 from .sources import Source, resolve
 
@@ -38,6 +41,8 @@ DEFAULT_NUM_READERS = 2
 MAX_CONCURRENT_FILES = 4
 #: The first read: the length and, almost always, the whole header.
 _FIRST_READ = 1 << 20
+#: The first read of a group load's header (each rank reads it: kept small).
+_EXACT_FIRST_READ = 64 << 10
 #: Read-ahead memory of one file's readers when the caller sets no ``readahead``: twice
 #: the common default, measured on a 25 MB/s-per-connection link with 170 tensors (512 MiB):
 #: 2.05 s at 64 MiB, 1.25 s at 128 MiB (many 2-5 MiB tensors keep more requests in flight).
@@ -107,22 +112,30 @@ def byte_view(t: torch.Tensor) -> memoryview:
 class SafetensorsFile:
     """One open safetensors object: its validated header and its reader."""
 
-    def __init__(self, uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any]) -> None:
+    def __init__(self, uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any], *,
+                 exact: bool = False) -> None:
         _check_byteorder()
         self.reader: StreamReader = ts_open(uri, "rb", **options)
         try:
             self.where = self.reader.name
-            self.header = self._read_header()
+            self.header = self._read_header(exact)
         except BaseException:
             self.reader.close()
             raise
 
-    def _read_header(self) -> Header:
+    def _read_header(self, exact: bool) -> Header:
+        """The validated header. ``exact``: with one small ranged read (64 KiB;
+        more only for a larger header) instead of the read-ahead engine, for a
+        group load whose ranks each read the header but must pull no tensor
+        bytes twice."""
         size = self.reader.size
-        first = bytearray(min(size, _FIRST_READ))
-        # A fork, so the main reader's read-ahead starts cleanly at the data.
-        with self.reader.fork(end=len(first)) as head:
-            head.readinto(first)
+        first = bytearray(min(size, _EXACT_FIRST_READ if exact else _FIRST_READ))
+        if exact:
+            self.reader.read_ranges([(0, first)])
+        else:
+            # A fork, so the main reader's read-ahead starts cleanly at the data.
+            with self.reader.fork(end=len(first)) as head:
+                head.readinto(first)
         n = header_length(bytes(first[:8]), size, self.where)
         if 8 + n > len(first):  # a header over 1 MiB (bounded by MAX_HEADER_SIZE)
             rest = bytearray(8 + n - len(first))
@@ -246,6 +259,8 @@ def load(
     dtype: torch.dtype | None = None,
     filter: Filter = None,
     num_readers: int | None = None,
+    group: Any = None,
+    group_timeout: float | None = None,
     **options: Any,
 ) -> dict[str, torch.Tensor]:
     """Load a safetensors file, or every shard of a checkpoint, into a dict of tensors.
@@ -265,8 +280,19 @@ def load(
     Byte-identical to ``safetensors.torch.load_file``. A truncated or malformed
     file raises :class:`~tensorstream.errors.MalformedFileError` naming it.
 
+    ``group``: a ``torch.distributed`` process group, or ``"auto"`` for the
+    default group when one is initialised: the ranks read the files once
+    between them (each a share of every file, exchanged over the group's
+    collectives) and each gets every tensor; a failure on any rank raises
+    :class:`~tensorstream.errors.DistributedLoadError` on every rank.
+    ``group_timeout`` (seconds) bounds each collective wait. ``None`` or a
+    group of one is a load of its own. See docs/distributed.md.
+
     >>> sd = tensorstream.safetensors.load("s3://bucket/llama/", device="cuda")  # doctest: +SKIP
     """
+    shared = resolve_group(group, group_timeout)
+    if shared is not None:
+        return dict(_shared(uri, device, dtype, filter, num_readers, shared, options))
     dev, readers = _check(device, num_readers)
     options = {"readahead": _READAHEAD, **options}
     wanted = _wanted(filter)
@@ -308,6 +334,8 @@ def iter_tensors(
     *,
     dtype: torch.dtype | None = None,
     filter: Filter = None,
+    group: Any = None,
+    group_timeout: float | None = None,
     **options: Any,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, tensor)`` as each tensor lands, while the next ones are read.
@@ -317,9 +345,17 @@ def iter_tensors(
     tensors interleave. At most a few tensors are read ahead of the consumer
     (memory stays bounded); closing the generator early stops the reads.
 
+    With ``group`` (as for :func:`load`) the tensors are yielded once the
+    group has exchanged them all (every rank holds the whole set in host
+    memory first).
+
     >>> for name, t in iter_tensors("https://host/model.safetensors"):  # doctest: +SKIP
     ...     model.get_parameter(name).copy_(t)
     """
+    shared = resolve_group(group, group_timeout)
+    if shared is not None:
+        yield from _shared(uri, device, dtype, filter, None, shared, options)
+        return
     dev, _ = _check(device, 1)
     wanted = _wanted(filter)
     sources = _needed(resolve(uri, options), wanted)
@@ -385,6 +421,112 @@ def iter_tensors(
             with contextlib.suppress(concurrent.futures.TimeoutError):
                 concurrent.futures.wait(futures, timeout=0.05)
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _shared(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
+            dtype: torch.dtype | None, filter: Filter, num_readers: int | None, group: Any,
+            options: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+    early: BaseException | None = None
+    dev = torch.device("cpu")
+    try:
+        dev, _ = _check(device, num_readers)
+    except Exception as exc:
+        early = exc  # told to the group at its first step: every rank raises
+    wanted = _wanted(filter)
+    return _load_shared(uri, options, wanted, dev, dtype, group, early)
+
+
+# -- a load shared by a torch.distributed group (group=) -----------------------------
+# Every rank resolves the same sources, reads each header with one small exact
+# read, allocates every wanted tensor in host memory (pinned for a GPU) and plans
+# the same shares of each file (distributed.plan.split over the tensors' spans).
+# Each rank reads its shares straight into the tensors' memory; the shares are
+# broadcast from and into that memory (gloo) or through the staging buffer
+# (NCCL); every rank then moves the complete tensors to its device. Nothing is
+# handed out until every rank has succeeded.
+
+
+class _File:
+    """One opened source: its header, the wanted tensors (allocated) and their pieces."""
+
+    def __init__(self, source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
+                 pin: bool) -> None:
+        self.file = SafetensorsFile(source.uri, options, exact=True)
+        try:
+            self.infos: list[TensorInfo] = sorted(self.file.select(wanted, source.names),
+                                                  key=lambda t: t.begin)
+            self.tensors = [torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.file.where),
+                                        pin_memory=pin) for t in self.infos]
+        except BaseException:
+            self.file.close()
+            raise
+        self.pieces = [Piece(t.begin, out.reshape(-1).view(torch.uint8))
+                       for t, out in zip(self.infos, self.tensors, strict=True) if t.nbytes]
+
+    def describe(self) -> tuple[Any, ...]:
+        reader = self.file.reader
+        return (reader.size, reader.etag, [(t.name, t.dtype, t.begin, t.end) for t in self.infos])
+
+
+def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any],
+                 wanted: Callable[[str], bool], device: torch.device, dtype: torch.dtype | None,
+                 group: Group, early: BaseException | None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Read the tensors of ``uri`` once for the whole group; yields ``(name,
+    tensor)`` on ``device`` (file order, shard by shard) once every rank has them.
+
+    ``early``: this rank's failure before the load (a bad device...), told to
+    the group at its first step.
+    """
+    where = redact(str(uri))
+    files: list[_File] = []
+    try:
+        error = early
+        if error is None:
+            try:
+                for source in _needed(resolve(uri, options), wanted):
+                    files.append(_File(source, options, wanted, device.type == "cuda"))
+                names: set[str] = set()
+                for f in files:
+                    for t in f.infos:
+                        if t.name in names:
+                            raise MalformedFileError(f"tensor {t.name!r} is in more than one file")
+                        names.add(t.name)
+            except Exception as exc:
+                error = exc
+        agree(group, f"opening {where}", error,
+              fingerprint(*(f.describe() for f in files)) if error is None else 0)
+        plans = [split(f.pieces, group.size) for f in files]
+        error = None
+        try:
+            mine = [(f, plan[group.rank]) for f, plan in zip(files, plans, strict=True)]
+            if len(mine) <= 1:
+                for f, share in mine:
+                    read_share(f.file.reader, share)
+            else:
+                with concurrent.futures.ThreadPoolExecutor(
+                        min(MAX_CONCURRENT_FILES, len(mine))) as pool:
+                    for fut in [pool.submit(read_share, f.file.reader, share) for f, share in mine]:
+                        fut.result()
+        except Exception as exc:
+            error = exc
+        agree(group, f"reading {where}", error)
+        for f, plan in zip(files, plans, strict=True):
+            broadcast_shares(group, plan, f"exchanging {f.file.where}")
+        out: list[tuple[str, torch.Tensor]] = []
+        error = None
+        try:
+            for f in files:
+                for t, tensor in zip(f.infos, f.tensors, strict=True):
+                    out.append((t.name, _finish(tensor, device, dtype)))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except Exception as exc:
+            error = exc
+        agree(group, f"loading {where}", error)
+    finally:
+        for f in files:
+            f.file.close()
+    yield from out
 
 
 class _Stopped(Exception):

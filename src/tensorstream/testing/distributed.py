@@ -1,4 +1,4 @@
-"""Run a function on N ranks of a gloo group, for tests of ``group=`` loads.
+"""Run a function on N ranks of a gloo (or NCCL) group, for tests of ``group=`` loads.
 
 :func:`run_ranks` starts ``world_size`` processes with
 ``torch.multiprocessing.spawn`` (``join=False``), each joining one gloo group
@@ -65,10 +65,14 @@ def _free_port() -> int:
 
 
 def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, folder: str,
-           timeout: float, args: tuple[Any, ...]) -> None:  # pragma: no cover - in the child
+           timeout: float, backend: str, args: tuple[Any, ...]) -> None:  # pragma: no cover
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(rank)  # one GPU per rank
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout))
     out = RankResult(rank)
@@ -91,15 +95,17 @@ def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, folder
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
-              group_timeout: float = 30.0) -> list[RankResult]:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks of a gloo
-    group (``group_timeout``: the group's collective timeout) and return each
-    rank's :class:`RankResult`. Ranks still running after ``timeout`` seconds are
-    killed and reported as ``hung``."""
+              group_timeout: float = 30.0, backend: str = "gloo") -> list[RankResult]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks of a
+    ``backend`` group (gloo; ``"nccl"``: rank N on ``cuda:N``; ``group_timeout``:
+    the group's collective timeout) and return each rank's :class:`RankResult`.
+    Ranks still running after ``timeout`` seconds are killed and reported as
+    ``hung``."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="tensorstream-ranks-") as folder:
-        ctx = mp.spawn(_entry, args=(fn, world_size, _free_port(), folder, group_timeout, args),
+        ctx = mp.spawn(_entry, args=(fn, world_size, _free_port(), folder, group_timeout, backend,
+                                 args),
                        nprocs=world_size, join=False)
         deadline = time.monotonic() + timeout
         for proc in ctx.processes:
