@@ -16,6 +16,7 @@ import tensorstream
 EXPECTED_ALL = [
     "BodyStream",
     "Capabilities",
+    "ModelInfo",
     "ObjectInfo",
     "ParsedURI",
     "Provider",
@@ -29,6 +30,7 @@ EXPECTED_ALL = [
     "deserialize",
     "errors",
     "get_provider",
+    "inspect",
     "load_into_module",
     "open",
     "parse_uri",

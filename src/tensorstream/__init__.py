@@ -36,6 +36,8 @@ _LAZY = {
     "serialize": "tensorstream.tensorizer.load",
     "TensorizerConfig": "tensorstream.tensorizer.config",
     "convert": "tensorstream.conversion.api",
+    "inspect": "tensorstream.inspection",
+    "ModelInfo": "tensorstream.inspection",
 }
 
 
@@ -64,6 +66,7 @@ if _TYPE_CHECKING:  # pragma: no cover
     from .conversion.api import convert
     from .credentials.describe import describe_credentials
     from .file import StreamReader, StreamWriter
+    from .inspection import ModelInfo, inspect
     from .providers.registry import register, registered_schemes
     from .tensorizer.config import TensorizerConfig
     from .tensorizer.load import deserialize, load_into_module, serialize
@@ -71,6 +74,7 @@ if _TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BodyStream",
     "Capabilities",
+    "ModelInfo",
     "ObjectInfo",
     "ParsedURI",
     "Provider",
@@ -84,6 +88,7 @@ __all__ = [
     "deserialize",
     "errors",
     "get_provider",
+    "inspect",
     "load_into_module",
     "open",
     "parse_uri",

@@ -1,5 +1,5 @@
 """``tensorstream`` command line: ``cp``, ``sync``, ``convert``, ``ls``, ``stat``, ``cat``, ``rm``,
-``credentials``.
+``credentials``, ``inspect``.
 
 Exit status: 0 success, 1 a failure (nothing copied, not found...), 2 usage
 or configuration error, 3 partial success (some objects done, some failed),
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..errors import ConfigurationError, InvalidURIError, UnknownSchemeError
 from ..uri import redact_text
-from . import convert, cp, ls, objects
+from . import convert, cp, inspect_model, ls, objects
 from ._run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, print_error
 from .options import add_storage_options
 
@@ -44,6 +44,7 @@ examples:
   tensorstream ls -l s3://models/llama/
   tensorstream cat --range 0-1023 s3://models/llama/model.tensors | xxd | head
   tensorstream convert s3://models/llama/ s3://models/llama/model.tensors
+  tensorstream inspect s3://models/llama/model.safetensors
 
 Storage options go before or after the command. Run 'tensorstream COMMAND
 --help' for a command's options.
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_parser(sub, common)
     ls.add_parser(sub, common)
     objects.add_parsers(sub, common)
+    inspect_model.add_parser(sub, common)
     return parser
 
 

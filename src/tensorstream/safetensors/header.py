@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import MalformedFileError
 
 __all__ = ["DTYPE_SIZES", "MAX_HEADER_SIZE", "Header", "TensorInfo", "encode_header",
-           "header_length", "parse_header"]
+           "header_from_prefix", "header_length", "parse_header"]
 
 #: safetensors' own limit (``MAX_HEADER_SIZE`` in the Rust crate): 100 MB of JSON.
 MAX_HEADER_SIZE = 100_000_000
@@ -79,6 +79,20 @@ def header_length(prefix: bytes, size: int, where: str) -> int:
     if n < 2:
         raise MalformedFileError(f"{where}: header length {n} is too short for a JSON object")
     return n
+
+
+def header_from_prefix(first: bytes, size: int, where: str,
+                       read_at: Callable[[int, int], bytes]) -> Header:
+    """The validated header of an object of ``size`` bytes that starts with ``first``.
+
+    A header longer than ``first`` is completed with one bounded read,
+    ``read_at(offset, nbytes)``, once its length is checked (at most
+    :data:`MAX_HEADER_SIZE`, inside the object)."""
+    n = header_length(bytes(first[:8]), size, where)
+    raw = bytes(first[8 : 8 + n])
+    if 8 + n > len(first):  # a header over the first read
+        raw += read_at(len(first), 8 + n - len(first))
+    return parse_header(raw, size, where)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
 from ..uri import ParsedURI, redact
-from .header import Header, TensorInfo, header_length, parse_header
+from .header import Header, TensorInfo, header_from_prefix
 from .sources import Source, resolve
 
 __all__ = ["DEFAULT_NUM_READERS", "Filter", "iter_tensors", "load", "torch_dtype"]
@@ -136,12 +136,13 @@ class SafetensorsFile:
             # A fork, so the main reader's read-ahead starts cleanly at the data.
             with self.reader.fork(end=len(first)) as head:
                 head.readinto(first)
-        n = header_length(bytes(first[:8]), size, self.where)
-        if 8 + n > len(first):  # a header over 1 MiB (bounded by MAX_HEADER_SIZE)
-            rest = bytearray(8 + n - len(first))
-            self.reader.read_ranges([(len(first), rest)])
-            first += rest
-        return parse_header(bytes(first[8 : 8 + n]), size, self.where)
+        return header_from_prefix(bytes(first), size, self.where, self.read_at)
+
+    def read_at(self, offset: int, nbytes: int) -> bytes:
+        """``nbytes`` at ``offset``: one ranged read beside the sequential ones."""
+        buf = bytearray(nbytes)
+        self.reader.read_ranges([(offset, buf)])
+        return bytes(buf)
 
     def close(self) -> None:
         self.reader.close()

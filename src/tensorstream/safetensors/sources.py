@@ -26,7 +26,8 @@ from ..api import open as ts_open
 from ..errors import MalformedFileError, NotFoundError, UnsupportedOperationError
 from ..uri import ParsedURI, parse_uri
 
-__all__ = ["INDEX_SUFFIX", "Source", "resolve"]
+__all__ = ["INDEX_SUFFIX", "Checkpoint", "Index", "Source", "from_index", "is_folder",
+           "load_index", "resolve", "resolve_checkpoint"]
 
 INDEX_SUFFIX = ".safetensors.index.json"
 #: An index is JSON of names; anything this large is not one.
@@ -68,8 +69,36 @@ def _check_shard_name(name: Any, where: str) -> str:
     return name
 
 
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """A validated ``model.safetensors.index.json``."""
+
+    #: tensor name -> shard file name (next to the index)
+    weight_map: dict[str, str]
+    #: the index's own ``"metadata"`` object (``{"total_size": ...}``), or None
+    metadata: dict[str, Any] | None
+    #: the redacted index URI
+    where: str
+    #: bytes of the index object
+    size: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """What a URI stands for: its files, and the index that named them (if any)."""
+
+    sources: list[Source]
+    index: Index | None = None
+
+
 def read_index(uri: str | ParsedURI, options: dict[str, Any]) -> tuple[dict[str, str], str]:
     """The validated ``weight_map`` of an index, and the redacted index URI."""
+    index = load_index(uri, options)
+    return index.weight_map, index.where
+
+
+def load_index(uri: str | ParsedURI, options: dict[str, Any]) -> Index:
+    """Read and validate an index (at most :data:`MAX_INDEX_SIZE` bytes)."""
     with ts_open(uri, "rb", **options) as f:
         where = f.name
         if f.size > MAX_INDEX_SIZE:
@@ -84,19 +113,20 @@ def read_index(uri: str | ParsedURI, options: dict[str, Any]) -> tuple[dict[str,
         raise MalformedFileError(f"{where}: no weight_map object mapping tensor names to shards")
     for shard in weight_map.values():
         _check_shard_name(shard, where)
-    return weight_map, where
+    meta = doc.get("metadata")
+    return Index(weight_map, meta if isinstance(meta, dict) else None, where, len(raw))
 
 
-def _from_index(parsed: ParsedURI, options: dict[str, Any]) -> list[Source]:
-    weight_map, _ = read_index(parsed, options)
+def from_index(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
+    index = load_index(parsed, options)
     shards: dict[str, set[str]] = {}
-    for tensor, shard in weight_map.items():
+    for tensor, shard in index.weight_map.items():
         shards.setdefault(shard, set()).add(tensor)
     out = []
     for shard in sorted(shards):
         uri = _sibling(parsed, shard)
         out.append(Source(uri, parse_uri(uri).redacted(), frozenset(shards[shard])))
-    return out
+    return Checkpoint(out, index)
 
 
 async def _list(parsed: ParsedURI, prefix: str, options: dict[str, Any]) -> list[str]:
@@ -104,7 +134,7 @@ async def _list(parsed: ParsedURI, prefix: str, options: dict[str, Any]) -> list
         return [info.path async for info in provider.list(prefix)]
 
 
-def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> list[Source]:
+def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
     sep = os.sep if parsed.scheme == "file" else "/"
     prefix = parsed.path.rstrip(sep) + sep
     try:
@@ -120,7 +150,7 @@ def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> list[Source]:
         if len(indexes) > 1 and not preferred:
             raise MalformedFileError(f"{parsed.redacted()} holds several indexes "
                                      f"({', '.join(p[len(prefix):] for p in indexes)}); name one")
-        return _from_index(parse_uri(parsed.with_path((preferred or indexes)[0])), options)
+        return from_index(parse_uri(parsed.with_path((preferred or indexes)[0])), options)
     files = [p for p in children if p.endswith(".safetensors")]
     if not files:
         raise NotFoundError(f"no model.safetensors.index.json or *.safetensors in "
@@ -129,15 +159,27 @@ def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> list[Source]:
     for p in files:
         uri = parsed.with_path(p)
         out.append(Source(uri, parse_uri(uri).redacted()))
-    return out
+    return Checkpoint(out)
 
 
 def resolve(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any]) -> list[Source]:
     """The safetensors objects ``uri`` stands for (see the module docstring)."""
+    return resolve_checkpoint(uri, options).sources
+
+
+def is_folder(parsed: ParsedURI) -> bool:
+    """Whether ``parsed`` names a folder or prefix (a local directory, or ends in a separator)."""
+    return parsed.path.endswith(("/", os.sep)) or (parsed.scheme == "file"
+                                                   and os.path.isdir(parsed.path))
+
+
+def resolve_checkpoint(uri: str | os.PathLike[str] | ParsedURI,
+                       options: dict[str, Any]) -> Checkpoint:
+    """Like :func:`resolve`, with the index that named the files (if any)."""
     parsed = parse_uri(uri)
     path = parsed.path.partition("?")[0] if parsed.scheme in ("http", "https") else parsed.path
     if path.endswith(".json"):
-        return _from_index(parsed, options)
-    if path.endswith(("/", os.sep)) or (parsed.scheme == "file" and os.path.isdir(path)):
+        return from_index(parsed, options)
+    if is_folder(parsed):
         return _from_folder(parsed, options)
-    return [Source(parsed.raw or str(uri), parsed.redacted())]
+    return Checkpoint([Source(parsed.raw or str(uri), parsed.redacted())])

@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import tensorizer.serialization as _tz
 from tensorizer import TensorDeserializer
 from tensorizer.serialization import (
     CryptographyError,
@@ -38,8 +39,11 @@ from ..file import StreamReader
 from ..uri import redact_text
 
 __all__ = [
+    "MAGIC",
     "CheckedSource",
     "CryptographyError",
+    "FileIndex",
+    "FileIndexEntry",
     "HashMismatchError",
     "StreamTensorDeserializer",
     "IndexEntry",
@@ -48,6 +52,7 @@ __all__ = [
     "forks",
     "index_entries",
     "read_boundaries",
+    "read_index",
     "reader_count",
     "tensor_entries",
     "tensor_names",
@@ -440,6 +445,100 @@ def forget(deserializer: TensorDeserializer, keys: Any) -> None:
             cache[path] = None  # what lazy_load starts with: "not loaded yet"
 
 
+#: The first bytes of every tensorizer file.
+MAGIC: bytes = _tz.TENSORIZER_MAGIC
+#: A tensor index larger than this is a damaged length field, not an index.
+MAX_INDEX_SIZE = 100_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class FileIndexEntry:
+    """One tensor of a tensorizer file's index (no I/O beyond the index)."""
+
+    name: str
+    kind: str  # "param", "buffer" or "state_dict"
+    dtype: str  # torch's name: "float32", "bfloat16"...
+    shape: tuple[int, ...]
+    header_offset: int
+    data_offset: int
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FileIndex:
+    """The file header and tensor index of a tensorizer file."""
+
+    version: int
+    #: tensor data encrypted; names, dtypes and shapes are in the index in the clear
+    encrypted: bool
+    entries: tuple[FileIndexEntry, ...]
+    #: where the index ends (the bytes :func:`read_index` needed)
+    index_end: int
+
+
+def _dtype_name(raw: str) -> str:
+    # Opaque dtypes are written as "<V2\0torch.bfloat16"; the others as numpy's "<f4", "|i1".
+    if _tz.OPAQUE_DTYPE_SEP in raw:
+        return raw.split(_tz.OPAQUE_DTYPE_SEP, 1)[1].removeprefix("torch.")
+    import numpy
+
+    return str(numpy.dtype(raw).name)
+
+
+def read_index(first: bytes, size: int, name: str,
+               read_at: Callable[[int, int], bytes]) -> FileIndex:
+    """Parse the file header and tensor index of a tensorizer file of ``size``
+    bytes that starts with ``first``, with tensorizer's own parsers;
+    ``read_at(offset, nbytes)`` fetches the rest of an index longer than
+    ``first`` (one bounded read). Entries are checked against the object as
+    :class:`CheckedSource` checks them before a load. Raises
+    :class:`MalformedFileError` naming ``name``; an encrypted file needs no key."""
+    checked = CheckedSource(io.BytesIO(), size, name)  # its checks, no reads
+    if bytes(first[:len(MAGIC)]) != MAGIC:
+        raise checked.malformed(f"it does not start with tensorizer's magic {MAGIC!r}")
+    versions = (_tz.NON_OPAQUE_TENSORIZER_VERSION, _tz.OPAQUE_TENSORIZER_VERSION,
+                _tz.ENCRYPTION_TENSORIZER_VERSION, _tz.META_TENSOR_TENSORIZER_VERSION,
+                _tz.LONG_TENSOR_TENSORIZER_VERSION, _tz.TENSORIZER_VERSION)
+    pos = len(MAGIC) + _tz._FileHeader.version_number_format.size + _tz._FileHeader.format.size
+    length = _tz._MetadataDeserializer._total_len_segment
+    if len(first) < pos + length.size:
+        raise checked.malformed("it ends inside the file header", expected=pos + length.size)
+    try:
+        header = _tz._FileHeader.from_io(io.BytesIO(first[len(MAGIC):pos]), versions)
+        (total,) = length.unpack_from(first, pos)
+        pos += length.size
+        if total > MAX_INDEX_SIZE or total > size - pos:
+            raise checked.malformed(f"its index claims {total} bytes at offset {pos}",
+                                    expected=pos + total)
+        raw = bytes(first[pos : pos + total])
+        if len(raw) < total:
+            raw += read_at(pos + len(raw), total - len(raw))
+        versioned = _tz._FileFeatureFlags.versioned_headers in header.feature_flags
+        accepted = ((_tz.NON_OPAQUE_TENSORIZER_VERSION, _tz.LONG_TENSOR_TENSORIZER_VERSION)
+                    if versioned else None)
+        metadata, _ = _tz._MetadataDeserializer.from_buffer(raw, header.tensor_count, versioned,
+                                                             accepted)
+        entries = list(metadata.values())
+        checked.set_index(entries)
+        out = []
+        for e in entries:
+            norm = e.name.normalize_()
+            out.append(FileIndexEntry(norm if isinstance(norm, str) else ".".join(map(str, norm)),
+                                  _KINDS.get(e.type, str(e.type)), _dtype_name(e.dtype),
+                                  tuple(e.shape), e.offset, e.data_offset, e.data_length))
+    except TensorstreamError:
+        raise
+    except _tz._FileHeader.InvalidVersionError as exc:
+        raise checked.malformed(f"unsupported tensorizer data version {exc.version}") from None
+    except _PARSE_ERRORS as exc:
+        raise checked.malformed(f"its index does not parse ({type(exc).__name__}: {exc})") from None
+    version = header.version_number
+    encrypted = (version == _tz.ENCRYPTION_TENSORIZER_VERSION
+                 or (version >= _tz.META_TENSOR_TENSORIZER_VERSION
+                     and _tz._FileFeatureFlags.encrypted in header.feature_flags))
+    return FileIndex(version, encrypted, tuple(out), pos + total)
+
+
 def check_compat() -> None:
     """Raise ``RuntimeError`` if tensorizer's private hooks changed shape.
 
@@ -475,6 +574,15 @@ def check_compat() -> None:
     if "reader.read(cls.header_len_segment.size)" not in header_src:
         # CheckedSource checks each tensor header's length as it is read
         problems.append("tensor headers no longer start with a header_len_segment read")
+    for attr in ("TENSORIZER_MAGIC", "OPAQUE_DTYPE_SEP", "_FileHeader", "_FileFeatureFlags",
+                 "_MetadataDeserializer", "ENCRYPTION_TENSORIZER_VERSION",
+                 "META_TENSOR_TENSORIZER_VERSION", "LONG_TENSOR_TENSORIZER_VERSION"):
+        if not hasattr(_tz, attr):  # read_index
+            problems.append(f"tensorizer.serialization.{attr} is gone")
+    if hasattr(_tz, "_MetadataDeserializer") and list(inspect.signature(
+            _tz._MetadataDeserializer.from_buffer).parameters) != [
+            "buffer", "count", "versioned", "accepted_versions"]:
+        problems.append("_MetadataDeserializer.from_buffer's signature changed")
     init_src = inspect.getsource(TensorDeserializer.__init__)
     for needle in ("self._reopen = self._reopen_func()", "self._num_readers = num_readers",
                    "self._metadata", "self._cache = OrderedDict.fromkeys(self._metadata.keys())"):
