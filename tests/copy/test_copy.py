@@ -233,8 +233,10 @@ def test_source_changed_mid_copy_fails_cleanly(tmp_path: Path, http_server: Any,
 def test_memory_bounded_by_parts_in_flight(tmp_path: Path) -> None:
     import tracemalloc
 
+    from tensorstream.copy.receive import CHUNK
+
     src = tmp_path / "big.bin"
-    src.write_bytes(payload(8 << 20))
+    src.write_bytes(payload(16 << 20))
     tracemalloc.start()
     try:
         result = copy(str(src), str(tmp_path / "out.bin"), part_size=64 << 10, concurrency=3)
@@ -242,8 +244,10 @@ def test_memory_bounded_by_parts_in_flight(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert result.ok and result.verified
-    # 8 MiB copied through 3 x 64 KiB buffers: far below the object size.
-    assert peak < 2 << 20, peak
+    # 16 MiB copied with 3 parts in flight, each through one chunk buffer (taken
+    # from a free list, whichever of the data plane's threads runs the part):
+    # far below the object size, whatever ran in this process before.
+    assert peak < 3 * CHUNK + (1 << 20), peak
 
 
 def test_failed_upload_leaves_no_object_and_no_multipart(http_server: Any, http_reset: None,

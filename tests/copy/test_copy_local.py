@@ -9,10 +9,12 @@ given offset on: the way a network source is cut off mid-copy.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -138,11 +140,14 @@ class ChangingProvider(FlakyProvider):
 tensorstream.register("changingtest", ChangingProvider, replace=True)
 
 
+@pytest.mark.parametrize("parts", [1, 6])
 def test_a_source_without_etag_changed_during_the_copy_is_caught(
-        tmp_path: Path, flaky: type[FlakyProvider]) -> None:
+        tmp_path: Path, flaky: type[FlakyProvider], parts: int) -> None:
     # Nothing pins such a source's reads; its validators before and after do.
-    flaky.store["b/m.bin"] = os.urandom(6 * PART)
-    ChangingProvider.reads, ChangingProvider.change_after = 0, 3
+    # One part: received and published in one worker-thread hop when the answer
+    # named its version -- this one did not, so it is checked before publishing.
+    flaky.store["b/m.bin"] = os.urandom(parts * PART)
+    ChangingProvider.reads, ChangingProvider.change_after = 0, min(parts, 3)
     out = tmp_path / "out"
     out.mkdir()
     result = copy("changingtest://b/m.bin", f"{out}/", part_size=PART, concurrency=2)
@@ -287,3 +292,79 @@ def test_answers_that_name_their_version_need_no_stat_after(
     assert (tmp_path / "m.bin").read_bytes() == data
     assert len(http_server.requests_for(key, "HEAD")) == 1
     assert len(http_server.requests_for(key, "GET")) == 5
+
+
+class GatedProvider(FlakyProvider):
+    """Objects whose reads past ``gate_at`` wait until the test opens ``gate``."""
+
+    schemes = ("gatedtest",)
+    service = "gatedtest"
+    gate_at: ClassVar[int] = 0
+    gate: ClassVar[threading.Event] = threading.Event()
+    waiting: ClassVar[threading.Event] = threading.Event()
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       pin: Pin | None = None) -> int:
+        if offset + len(buffer) > self.gate_at:
+            self.waiting.set()
+            await asyncio.to_thread(self.gate.wait, 30)
+        return await super().readinto(path, offset, buffer, pin=pin)
+
+
+tensorstream.register("gatedtest", GatedProvider, replace=True)
+
+
+@pytest.mark.parametrize("parts", [1, 5])
+def test_nothing_is_visible_under_the_name_before_the_copy_is_complete(
+        tmp_path: Path, flaky: type[FlakyProvider], parts: int) -> None:
+    # The last bytes are held back: while they are, the destination directory
+    # holds only the hidden temp file; the name appears with every byte.
+    data = os.urandom(parts * PART - 7)
+    flaky.store["b/m.bin"] = data
+    GatedProvider.gate_at, GatedProvider.gate, GatedProvider.waiting = (
+        len(data) - 1, threading.Event(), threading.Event())
+    out = tmp_path / "out"
+    out.mkdir()
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(
+        copy("gatedtest://b/m.bin", f"{out}/", part_size=PART, concurrency=2)))
+    worker.start()
+    try:
+        assert GatedProvider.waiting.wait(30)
+        names = _names(out)
+        assert "m.bin" not in names and len(names) == 1 and names[0].startswith(".m.bin.")
+    finally:
+        GatedProvider.gate.set()
+        worker.join(60)
+    assert result[0].ok and result[0].verified, result[0].errors
+    assert _names(out) == ["m.bin"] and (out / "m.bin").read_bytes() == data
+
+
+def test_each_destination_directory_is_listed_once(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Temp files of earlier runs are looked for once per directory, not once per
+    # object (n objects into one directory were n listings of up to n entries).
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for i in range(12):
+        (src / f"{i:02d}.bin").write_bytes(os.urandom(1000 + i))
+        (src / "sub" / f"{i:02d}.bin").write_bytes(os.urandom(2000 + i))
+    dst = tmp_path / "dst"
+    stale = dst / "sub" / ".05.bin.tensorstream-0123456789ab.tmp"  # a killed run's leftover
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+    listed: list[str] = []
+    real_listdir = os.listdir
+
+    def listdir(path: Any = ".") -> list[str]:
+        if isinstance(path, int):
+            listed.append(os.readlink(f"/proc/self/fd/{path}"))
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    result = copy(str(src), f"{dst}/", recursive=True, concurrency=4)
+    assert result.ok and result.files == 24, result.errors
+    assert sorted(listed) == [str(dst), str(dst / "sub")]
+    assert not stale.exists()  # still found and removed
+    for p in src.rglob("*.bin"):
+        assert (dst / p.relative_to(src)).read_bytes() == p.read_bytes()

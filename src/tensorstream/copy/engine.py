@@ -39,10 +39,7 @@ Only the public provider API is used, so any registered backend works.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import errno
-import hashlib
 import os
 import posixpath
 import time
@@ -54,26 +51,17 @@ from ..api import get_provider
 from ..errors import (
     IntegrityError,
     NotFoundError,
-    RetriesExhaustedError,
-    StorageTimeoutError,
     TensorstreamError,
-    TransientError,
 )
 from ..layers.stack import PolicyProvider
-from ..providers._http.range_get import in_thread
+from ..providers._http.threads import prestart
 from ..providers.base import ObjectInfo, Pin
 from ..uri import ParsedURI, parse_uri, redact_text
-from .keys import UnsafeKeyError, open_dir_under, plan_keys, relative_key, safe_relative_key
-from .receive import receive_part
+from .checks import STORED_MISMATCH, stored_sha256
+from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
+from .local import Listings, copy_to_local
 from .select import FileOutcome, Rules, notify, unchanged, walk_local
-from .sinks import (
-    BufferPool,
-    LocalPartFile,
-    PartBuffer,
-    SequentialSink,
-    digest,
-    plan_parts,
-)
+from .sinks import BufferPool, PartBuffer, SequentialSink, digest, plan_parts
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -91,11 +79,6 @@ MiB = 1 << 20
 DEFAULT_PART_SIZE = 8 * MiB
 DEFAULT_CONCURRENCY = 32
 DEFAULT_JOBS = 32
-
-#: Failures after which a --resume copy keeps its partial file.
-_RESUMABLE = (asyncio.CancelledError, KeyboardInterrupt, TransientError, StorageTimeoutError,
-              RetriesExhaustedError)
-
 
 class ProgressListener(Protocol):
     """Receives progress events (the CLI's tqdm bars implement this).
@@ -210,6 +193,7 @@ class _Copier:
         self.read_slots = asyncio.Semaphore(concurrency)
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
         self.providers: dict[tuple[str, str, str], PolicyProvider] = {}
+        self.listings = Listings()
         self.result = result if result is not None else CopyResult()
 
     # -- providers -----------------------------------------------------------
@@ -480,7 +464,7 @@ class _Copier:
         out = FileOutcome(job.label, job.dst_label, job.info.size, "failed")
         try:
             if job.local is not None:
-                resumed = await self._to_local(job)
+                resumed = await copy_to_local(self, job)
             else:
                 resumed = await self._to_writer(job)
             ok = True
@@ -600,105 +584,6 @@ class _Copier:
 
         await _gather_or_cancel([one(i) for i in todo])
 
-    async def _to_local(self, job: _Job) -> int:
-        assert job.local is not None
-        root, parts_ = job.local
-        os.makedirs(root, exist_ok=True)
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            dir_fd = open_dir_under(root_fd, parts_[:-1])
-        finally:
-            os.close(root_fd)
-        try:
-            return await self._to_local_dir(job, dir_fd, parts_[-1])
-        finally:
-            os.close(dir_fd)
-
-    async def _to_local_dir(self, job: _Job, dir_fd: int, name: str) -> int:
-        size = job.info.size
-        parts = plan_parts(size, self.part_size)
-        await in_thread(lambda: _check_free_space(dir_fd, name, size, job.dst_label))
-        sink = LocalPartFile(dir_fd, name, size=size, part_size=self.part_size,
-                             source=job.label, etag=job.info.etag, resume=self.resume,
-                             durable=self.durable)
-        resumed = await in_thread(sink.open)
-        if resumed and self.progress:
-            self.progress.advance(job.label, resumed)
-        earlier = dict(sink.done)  # parts from an interrupted run: checked at the end
-        loop = asyncio.get_running_loop()
-        progress = self.progress
-
-        def receive(index: int) -> bool:
-            # In a worker thread: the part's bytes go from the socket (or the
-            # source file) through this thread's chunk buffer into the temp file.
-            start, end = parts[index]
-            hasher = hashlib.sha256() if sink.resume else None
-
-            with sink.writing() as write:
-                def deliver(offset: int, view: memoryview) -> None:
-                    write(offset, view)
-                    if hasher is not None:
-                        hasher.update(view)
-                    if progress is not None:
-                        # Byte-level progress (each chunk is delivered exactly once),
-                        # so a slow link moves the bar before a whole part is in.
-                        progress.advance(job.label, len(view))
-
-                pinned = receive_part(job.src, job.src_path, start, end, Pin.of(job.info),
-                                      deliver, loop)
-            sink.part_written(index, start, end - start,
-                              hasher.hexdigest() if hasher is not None else None)
-            return pinned
-
-        unconfirmed = bool(earlier)  # parts of an earlier run: check the source again
-
-        async def part(index: int) -> None:
-            nonlocal unconfirmed
-            if not await in_thread(lambda: receive(index)):
-                unconfirmed = True
-
-        async def check_earlier(index: int, buf: PartBuffer, length: int) -> None:
-            try:
-                await asyncio.to_thread(sink.verify_part, index, earlier[index], buf)
-            except BaseException:
-                self.pool.drop(buf)
-                raise
-            self.pool.put(buf)
-
-        try:
-            # Lazily: a source may claim any size (parts are never one big list).
-            todo = (i for i in range(len(parts)) if i not in sink.done)
-            await self._run_parts(todo, part)
-            if unconfirmed or len(sink.done) >= len(parts):
-                # Some answer did not name the version it came from: the source
-                # must still be the version it was when the copy started.
-                await self._check_source_unchanged(job)
-            if self.verify and earlier:
-                notify(self.progress, "phase", job.label, "verifying")
-                await self._each_part(sorted(earlier), parts, check_earlier)
-            stored = stored_sha256(job.info)
-            if stored is not None:
-                # The source keeps a checksum of its bytes (a Redis manifest): the
-                # one comparison that also covers damage at the source, and parts
-                # taken from an earlier run.
-                notify(self.progress, "phase", job.label, "verifying")
-                if await in_thread(sink.sha256) != stored:
-                    raise IntegrityError(_STORED_MISMATCH)
-                job.source_checked = True
-            await in_thread(sink.publish)
-        except BaseException as exc:
-            # Keep the partial file (for --resume) only when interrupted or cut
-            # off; a verification failure or a changed source starts over.
-            keep = isinstance(exc, _RESUMABLE)
-            sink.abort(keep_for_resume=keep)
-            if keep and sink.resume:
-                kept = sum(parts[i][1] - parts[i][0] for i in sink.done)
-                job.kept = (os.path.join(os.path.dirname(job.dst_path), sink.base_partial()), kept)
-            raise
-        if not self.verify:
-            self.result.verified = False
-        return resumed
-
     async def _to_writer(self, job: _Job) -> int:
         size = job.info.size
         parts = plan_parts(size, self.part_size)
@@ -731,7 +616,7 @@ class _Copier:
             await job.src.stat_pinned(job.src_path, Pin.of(job.info))
             if stored is not None and sink.hash is not None:
                 if sink.hash.hexdigest() != stored:  # before anything is published
-                    raise IntegrityError(_STORED_MISMATCH)
+                    raise IntegrityError(STORED_MISMATCH)
                 job.source_checked = True
             await writer.commit()
             committed = job.published = True
@@ -772,36 +657,6 @@ class _Copier:
                 pass
             raise IntegrityError("verification failed: the destination differs from the "
                                  "source; it was removed")
-
-
-_STORED_MISMATCH = ("verification failed: the bytes read differ from the sha256 the source "
-                    "stored (the source is damaged); nothing was published")
-
-
-def stored_sha256(info: ObjectInfo) -> str | None:
-    """The sha256 (hex) a source stored with the object, if any: a Redis manifest's
-    ``checksum``. Only a well-formed one counts."""
-    value = (info.extra or {}).get("checksum")
-    if isinstance(value, str) and value.startswith("sha256:"):
-        hexdigest = value[len("sha256:"):].lower()
-        if len(hexdigest) == 64 and all(c in "0123456789abcdef" for c in hexdigest):
-            return hexdigest
-    return None
-
-
-def _check_free_space(dir_fd: int, name: str, size: int, label: str) -> None:
-    """Refuse a copy the destination's filesystem cannot hold, before anything is
-    planned or written (a source may claim any size: a HEAD saying 10**18 bytes).
-    Space already held by a partial file from an earlier run counts as free."""
-    st = os.statvfs(dir_fd)
-    free = st.f_bavail * st.f_frsize
-    for temp in os.listdir(dir_fd):
-        if temp.startswith(f".{name}.tensorstream-") and temp.endswith(".tmp"):
-            with contextlib.suppress(OSError):
-                free += os.stat(temp, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
-    if size > free:
-        raise OSError(errno.ENOSPC, f"not enough space for {label}: the source says "
-                      f"{size} bytes, the destination has {free} free")
 
 
 def spare_buffers(concurrency: int) -> int:
@@ -866,6 +721,10 @@ async def copy_async(
                      skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
                      follow_symlinks=follow_symlinks, result=result, durable=durable)
     t0 = time.perf_counter()
+    if not dryrun:
+        # The part threads start while the sources are listed, not one by one
+        # on the event loop when the first parts are sent.
+        prestart(concurrency)
     try:
         plan = await copier.plan(srcs, destination, recursive)
         await copier.run(plan)

@@ -1,13 +1,15 @@
 """Receiving one part of a source object, chunk by chunk, in a worker thread.
 
 ``cp`` runs each part as one call of :func:`receive_part` on the data plane's
-worker threads (:func:`tensorstream.providers._http.range_get.in_thread`):
-the part's bytes arrive in a small buffer owned by the thread (``CHUNK``
-bytes, reused for every chunk, so it stays in cache and is never faulted
-in again) and are handed to ``deliver(offset, view)``, which puts them
-where they belong (``pwrite`` into the destination's temp file) before the
-next chunk arrives. Memory is therefore ``CHUNK`` per part in flight,
-whatever the part size.
+worker threads (:func:`tensorstream.providers._http.threads.in_thread`):
+the part's bytes arrive in a small buffer (``CHUNK`` bytes, taken from a
+free list for the part and reused for every chunk of it, so it stays in
+cache and is never faulted in again) and are handed to ``deliver(offset,
+view)``, which puts them where they belong (``pwrite`` into the
+destination's temp file) before the next chunk arrives. Memory is
+therefore ``CHUNK`` per part in flight, whatever the part size and however
+many threads the data plane has (a buffer per *thread* grew with every
+thread that ever ran a part: up to 128 MiB in a long-lived process).
 
 How the bytes are fetched depends on what the source provider offers:
 
@@ -36,19 +38,28 @@ from ..providers.base import Pin
 
 __all__ = ["CHUNK", "receive_part"]
 
-#: Bytes received per step of a part (one buffer per worker thread).
+#: Bytes received per step of a part (one buffer per part in flight).
 CHUNK = 1 << 20
 
-_local = threading.local()
+#: Free chunk buffers beyond this many are dropped (parts in flight need one each).
+_KEEP_FREE = 32
+_free: list[memoryview] = []
+_free_lock = threading.Lock()
 
 Deliver = Callable[[int, memoryview], None]
 
 
-def _chunk_buffer() -> memoryview:
-    buf = getattr(_local, "chunk", None)
-    if buf is None:
-        buf = _local.chunk = memoryview(bytearray(CHUNK))
-    return buf
+def _take_chunk() -> memoryview:
+    with _free_lock:
+        if _free:
+            return _free.pop()
+    return memoryview(bytearray(CHUNK))
+
+
+def _give_back(buf: memoryview) -> None:
+    with _free_lock:
+        if len(_free) < _KEEP_FREE:
+            _free.append(buf)
 
 
 def receive_part(src: PolicyProvider, path: str, start: int, end: int, pin: Pin | None,
@@ -64,22 +75,31 @@ def receive_part(src: PolicyProvider, path: str, start: int, end: int, pin: Pin 
     compared by the data plane), or the provider enforces pinned reads itself.
     If not, the caller compares the source's validators after the copy.
     """
-    chunk = _chunk_buffer()
+    # A part that fails drops its buffer: an async provider's read cut short by
+    # cancellation may still be writing into it from another thread.
+    return _receive(src, path, start, end, pin, deliver, loop, _take_chunk())
+
+
+def _receive(src: PolicyProvider, path: str, start: int, end: int, pin: Pin | None,
+             deliver: Deliver, loop: asyncio.AbstractEventLoop, chunk: memoryview) -> bool:
     caps = src.capabilities
     if caps.range_streams:
-        return _streamed(src, path, start, end, pin, deliver, chunk)
-    if caps.blocking_reads:
+        confirmed = _streamed(src, path, start, end, pin, deliver, chunk)
+    elif caps.blocking_reads:
         for pos in range(start, end, CHUNK):
             view = chunk[: min(CHUNK, end - pos)]
             src.readinto_blocking(path, pos, view, pin=pin)
             deliver(pos, view)
+        confirmed = pin is not None and pin.validated and caps.pinned_reads
     else:
         for pos in range(start, end, CHUNK):
             view = chunk[: min(CHUNK, end - pos)]
             asyncio.run_coroutine_threadsafe(
                 src.readinto(path, pos, view, pin=pin), loop).result()
             deliver(pos, view)
-    return pin is not None and pin.validated and caps.pinned_reads
+        confirmed = pin is not None and pin.validated and caps.pinned_reads
+    _give_back(chunk)  # only after a part that ended cleanly: nothing writes into it
+    return confirmed
 
 
 def _streamed(src: PolicyProvider, path: str, start: int, end: int, pin: Pin | None,

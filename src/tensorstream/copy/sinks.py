@@ -25,7 +25,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, overload
 
 from ..errors import IntegrityError
@@ -187,8 +187,12 @@ class LocalPartFile:
     """
 
     def __init__(self, dir_fd: int, name: str, *, size: int, part_size: int,
-                 source: str, etag: str | None, resume: bool, durable: bool = True) -> None:
+                 source: str, etag: str | None, resume: bool, durable: bool = True,
+                 existing: Collection[str] | None = None) -> None:
         self.dir_fd = dir_fd
+        #: The directory's names when the copy began (``None``: list it): where
+        #: temp files of earlier runs are looked for.
+        self.existing = existing
         self.name = name
         self.size = size
         self.part_size = part_size
@@ -218,8 +222,9 @@ class LocalPartFile:
         if self.resume:
             self.done = self._load_journal()
         else:
-            self._unlink(self.base_partial())
-            self._unlink(self.journal)
+            for leftover in (self.base_partial(), self.journal):
+                if self.existing is None or leftover in self.existing:
+                    self._unlink(leftover)
         self._remove_stale_temps()
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
         if not self.done:
@@ -247,7 +252,7 @@ class LocalPartFile:
         prefix = f".{self.name}{_MARK}"
         keep = {self.base_partial(), self.journal}
         try:
-            names = os.listdir(self.dir_fd)
+            names = os.listdir(self.dir_fd) if self.existing is None else self.existing
         except OSError:
             return
         for entry in names:

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from .connections import Cancel, current
 
-__all__ = ["MAX_THREADS", "in_thread"]
+__all__ = ["MAX_THREADS", "in_thread", "prestart"]
 
 #: Threads that serve async callers' blocking requests (created on demand; one
 #: per request in flight, so this bounds a process's concurrent async reads).
@@ -69,3 +69,36 @@ async def in_thread(fn: Callable[[], T]) -> T:
         with contextlib.suppress(BaseException):
             await future
         raise
+
+
+def prestart(count: int) -> None:
+    """Have up to ``count`` worker threads running soon, without waiting.
+
+    The executor starts a thread inside ``submit`` when none is idle, and
+    ``Thread.start`` waits until the new thread runs: on a busy machine that
+    is milliseconds per thread, spent on the caller's event loop, one thread
+    after another. A caller that knows it will want ``count`` requests in
+    flight (``cp``) calls this first; a helper thread starts them while the
+    caller lists or stats its sources. Threads only: no task is queued, so
+    requests submitted meanwhile are never held up and no extra thread is
+    made (best effort: an executor without the hook is left as it is)."""
+    pool = _threads()
+    adjust = getattr(pool, "_adjust_thread_count", None)
+    lock = getattr(pool, "_shutdown_lock", None)
+    if adjust is None or lock is None:
+        return
+    want = min(count, MAX_THREADS)
+
+    def start() -> None:
+        # The executor's own step, under its own lock (as submit calls it); it
+        # starts a thread only while none is idle and the maximum is not reached.
+        for _ in range(want):
+            with lock:
+                if getattr(pool, "_shutdown", False) or len(pool._threads) >= want:
+                    return
+                try:
+                    adjust()
+                except RuntimeError:  # the interpreter is shutting down
+                    return
+
+    threading.Thread(target=start, name="tensorstream-prestart", daemon=True).start()
