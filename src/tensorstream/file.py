@@ -242,6 +242,21 @@ class StreamReader(io.RawIOBase):
         ``tensorstream.readahead``."""
         return self._prefetch.stats()
 
+    @property
+    def readahead(self) -> int:
+        """Bytes this reader may plan ahead of its reads (the ``readahead`` option)."""
+        return int(self._provider.config.transfer.readahead)
+
+    def expect(self, offset: int, buffer: Any) -> None:
+        """Say that a later :meth:`readinto` at ``offset`` will fill ``buffer``
+        (e.g. a tensor allocated before it is read): read-ahead of those bytes
+        is then received straight into ``buffer``, holding no read-ahead
+        memory. A hint: reads are exact either way. ``buffer`` must not be
+        used until that read returns; expected ranges must not overlap."""
+        self._check_closed()
+        if not self._inline:  # local reads have no read-ahead
+            self._prefetch.expect(offset, _as_byte_view(buffer))
+
     def read_ranges(self, ranges: Iterable[tuple[int, Any]]) -> None:
         """Fill each ``(offset, buffer)`` with the bytes at ``offset``: random
         access, beside the sequential read-ahead (the position is unchanged).

@@ -15,7 +15,11 @@ the load, and that can change while it runs (see :mod:`tensorstream.readahead.co
   GIL). A planned segment that a waiting read covers whole is fetched
   straight into the caller's buffer (*late binding*), and
   :meth:`Prefetcher.set_boundaries` (fed from tensorizer's index) aligns the
-  grid with large tensors so that they are.
+  grid with large tensors so that they are. A caller that knows its buffers
+  ahead (a loader that allocates the next tensors before it reads them) hands
+  them over with :meth:`Prefetcher.expect`: read-ahead of a segment inside one
+  of them is received straight into it (*early binding*) and holds no
+  read-ahead memory.
 
 The :class:`~tensorstream.readahead.control.Controller` watches every interval of the
 load (bytes delivered, time the reader waited) and moves between the two and
@@ -31,6 +35,7 @@ import asyncio
 import bisect
 import collections
 import concurrent.futures
+import ctypes
 import functools
 import logging
 import threading
@@ -104,14 +109,20 @@ class ReadaheadBudget:
             self.held = max(0, self.held - nbytes)
 
 
+def _address(view: memoryview) -> int:
+    """Where a writable, non-empty byte view's memory starts."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
 class _Segment:
-    __slots__ = ("buffer", "direct", "end", "error", "event", "launched", "start", "task")
+    __slots__ = ("bound", "buffer", "direct", "end", "error", "event", "launched", "start", "task")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
         self.buffer: memoryview | None = None  # assigned when launched (or made direct)
         self.direct = False  # the buffer is a slice of a caller's buffer
+        self.bound = False  # ... one the caller announced (expect): read-ahead into it
         self.launched = False
         self.event = threading.Event()
         self.error: BaseException | None = None
@@ -157,6 +168,8 @@ class Prefetcher:
         self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
         self._ahead: collections.deque[_Segment] = collections.deque()  # read-ahead
         self._free: list[bytearray] = []
+        # Buffers the caller will read into (expect): (start, end, view), sorted, disjoint.
+        self._dests: list[tuple[int, int, memoryview]] = []
         self._last_end: int | None = None  # None: no read yet (the first read starts a run)
         self._closed = False
         # Providers with a blocking data path (zero-copy, GIL-free receives) are
@@ -216,6 +229,29 @@ class Prefetcher:
             }
 
     # -- caller side ------------------------------------------------------------
+    def expect(self, pos: int, view: memoryview) -> None:
+        """The caller will read ``[pos, pos + len(view))`` into ``view`` later:
+        segments of read-ahead inside it are received there directly, without
+        read-ahead memory. ``view`` must stay untouched until that read; ranges
+        must not overlap earlier ones still pending."""
+        if not len(view):
+            return
+        with self._lock:
+            item = (pos, pos + len(view), view)
+            if not self._dests or self._dests[-1][0] < pos:
+                self._dests.append(item)
+            else:
+                bisect.insort(self._dests, item, key=lambda d: d[0])
+
+    def _dest_for(self, start: int, end: int) -> memoryview | None:
+        """The slice of an expected buffer that ``[start, end)`` lies in whole, if any."""
+        i = bisect.bisect_right(self._dests, start, key=lambda d: d[0]) - 1
+        if i >= 0:
+            d_start, d_end, view = self._dests[i]
+            if start >= d_start and end <= d_end:
+                return view[start - d_start : end - d_start]
+        return None
+
     def readinto(self, pos: int, view: memoryview) -> None:
         """Fill ``view`` with ``[pos, pos + len(view))`` (the caller checked the bounds)."""
         sequential = self._last_end is None or pos == self._last_end
@@ -350,17 +386,24 @@ class Prefetcher:
         if errors:
             with self._lock:
                 for seg in needed:
-                    if (seg.error is not None and not seg.direct
-                            and self._segments.pop(seg.start, None) is not None):
-                        self._give(self._seg)
+                    if seg.error is None or (seg.direct and not seg.bound):
+                        continue
+                    if self._segments.get(seg.start) is seg:
+                        del self._segments[seg.start]
+                        if not seg.bound:
+                            self._give(self._seg)
             raise errors[0]
         copied = 0
         for seg in needed:
-            if not seg.direct:
-                assert seg.buffer is not None
-                lo, hi = max(pos, seg.start), min(end, seg.end)
-                copy_into(view[lo - pos : hi - pos], seg.buffer[lo - seg.start : hi - seg.start])
-                copied += hi - lo
+            if seg.direct and not seg.bound:
+                continue
+            assert seg.buffer is not None
+            lo, hi = max(pos, seg.start), min(end, seg.end)
+            dst, src = view[lo - pos : hi - pos], seg.buffer[lo - seg.start : hi - seg.start]
+            if seg.bound and _address(dst) == _address(src):
+                continue  # read ahead straight into this very buffer
+            copy_into(dst, src)
+            copied += hi - lo
         self._ctl.observe(len(view), waited, steady=steady)
         with self._lock:
             self._copied_bytes += copied
@@ -411,6 +454,7 @@ class Prefetcher:
             self._urgent.clear()
             self._ahead.clear()
             self._free.clear()
+            self._dests.clear()
             self._give(self._held)  # every buffer is dropped
         self.budget.leave()
         tasks = [s.task for s in segments if s.task is not None and not s.task.done()]
@@ -507,6 +551,11 @@ class Prefetcher:
         while self._in_flight < self._active and (self._urgent or self._ahead):
             urgent = bool(self._urgent)
             seg = (self._urgent or self._ahead)[0]
+            if seg.buffer is None and self._dests:
+                # Bound when requested (the caller may announce its buffer after planning).
+                dest = self._dest_for(seg.start, seg.end)
+                if dest is not None:  # received in the caller's buffer: no read-ahead memory
+                    seg.buffer, seg.direct, seg.bound = dest, True, True
             if seg.buffer is None:
                 if self._free:
                     buf = self._free.pop()
@@ -525,9 +574,21 @@ class Prefetcher:
     def _evict(self, pos: int, end: int, sequential: bool) -> None:
         lo = end if sequential else pos - self._seg
         hi = end + self._window + self._seg
+        if self._dests and self._dests[0][1] <= lo:
+            self._dests = [d for d in self._dests if d[1] > lo]
         for start in list(self._segments):
             seg = self._segments[start]
             if seg.end > lo and start < hi:
+                continue
+            if seg.bound:  # the caller's memory: nothing to recycle or give back
+                if not seg.launched:
+                    del self._segments[start]
+                    self._remove_planned(seg)
+                elif seg.event.is_set():
+                    del self._segments[start]
+                elif seg.end <= lo and seg.task is not None:
+                    del self._segments[start]
+                    self._cancel(seg.task)
                 continue
             if not seg.launched:
                 del self._segments[start]

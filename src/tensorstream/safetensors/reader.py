@@ -11,6 +11,7 @@ boundaries at every tensor keep requests from straddling two tensors.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import os
@@ -170,7 +171,14 @@ class SafetensorsFile:
 
     def read_tensor(self, t: TensorInfo, reader: StreamReader, *, pin: bool = False) -> torch.Tensor:
         """Allocate ``t`` in host memory and fill it with one ``readinto`` of its span."""
-        out = torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.where), pin_memory=pin)
+        return self.fill(t, reader, self.allocate(t, pin=pin))
+
+    def allocate(self, t: TensorInfo, *, pin: bool = False) -> torch.Tensor:
+        """``t``'s memory, uninitialized (pinned for a GPU)."""
+        return torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.where), pin_memory=pin)
+
+    def fill(self, t: TensorInfo, reader: StreamReader, out: torch.Tensor) -> torch.Tensor:
+        """Fill ``out`` (from :meth:`allocate`) with one ``readinto`` of ``t``'s span."""
         if t.nbytes:
             reader.seek(t.begin)
             view = byte_view(out)
@@ -206,7 +214,11 @@ def _split(tensors: list[TensorInfo], parts: int) -> list[list[TensorInfo]]:
 
 def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
                device: torch.device, dtype: torch.dtype | None, num_readers: int,
-               emit: Callable[[str, torch.Tensor], None]) -> None:
+               emit: Callable[[str, torch.Tensor], None], *, early: bool = False) -> None:
+    """Read the wanted tensors of one file and ``emit`` each. ``early``: allocate the
+    tensors that read-ahead may reach (up to ``readahead`` bytes ahead) and announce them
+    (:meth:`StreamReader.expect`), so read-ahead lands straight in them instead of in
+    read-ahead buffers: for ``load`` on the CPU, whose tensors all live to the end anyway."""
     with SafetensorsFile(source.uri, options) as f:
         tensors = f.select(wanted, source.names)
         reader = f.reader
@@ -218,8 +230,22 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         runs = _split(tensors, num_readers)
 
         def run(part: list[TensorInfo], r: StreamReader) -> None:
-            for t in part:
-                emit(t.name, _finish(f.read_tensor(t, r, pin=pin), device, dtype))
+            window = r.readahead if early else 0
+            ahead: collections.deque[torch.Tensor] = collections.deque()
+            nxt = ahead_bytes = 0
+            for i, t in enumerate(part):
+                # this tensor, and the ones read-ahead may reach after it
+                while nxt < len(part) and (nxt <= i or ahead_bytes - t.nbytes < window):
+                    u = part[nxt]
+                    out = f.allocate(u, pin=pin)
+                    if window and u.nbytes:
+                        r.expect(u.begin, byte_view(out))
+                    ahead.append(out)
+                    ahead_bytes += u.nbytes
+                    nxt += 1
+                out = ahead.popleft()
+                ahead_bytes -= t.nbytes
+                emit(t.name, _finish(f.fill(t, r, out), device, dtype))
 
         # Every stretch on its own fork of the reader, told where the stretch ends:
         # read-ahead stops there, not past the last wanted tensor. (Measured on the
@@ -307,13 +333,16 @@ def load(
                 raise MalformedFileError(f"tensor {name!r} is in more than one file")
             out[name] = t
 
+    # On the CPU every tensor lives to the end: allocating the next ones early lets
+    # read-ahead land in them (no read-ahead buffers). Pinned staging for a GPU is not.
+    early = dev.type == "cpu"
     if len(sources) <= 1:
         for source in sources:
-            _read_file(source, options, wanted, dev, dtype, readers, emit)
+            _read_file(source, options, wanted, dev, dtype, readers, emit, early=early)
     else:
         with concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES, len(sources))) as pool:
-            futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers, emit)
-                       for s in sources]
+            futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers, emit,
+                                   early=early) for s in sources]
             try:
                 for fut in futures:
                     fut.result()

@@ -1,0 +1,91 @@
+"""StreamReader.expect: read-ahead lands straight in buffers the caller announced (a loader's
+next tensors), holding no read-ahead memory, with bytes exact whatever the caller then does
+(reads into another buffer, skips, goes back)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tensorstream
+from tensorstream.testing.http_server import HTTPTestServer
+
+MiB = 1 << 20
+PIECE = 1 * MiB
+
+
+@pytest.fixture(autouse=True)
+def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
+    http_server.faults.reset()
+    yield
+    http_server.faults.reset()
+
+
+def _paced(server: HTTPTestServer, size: int) -> tuple[str, bytes]:
+    key = f"expect-{os.urandom(4).hex()}"
+    data = os.urandom(size)
+    server.put(key, data)
+    server.faults.key = key
+    server.faults.rate_limit = 16 * MiB  # per response: read-ahead on many connections pays
+    return server.url(key), data
+
+
+OPTIONS: dict[str, Any] = dict(part_size=256 << 10, readahead=4 * MiB, concurrency=16,
+                               stream_reads=False)
+
+
+def _read_pieces(url: str, size: int, *, expect: bool) -> tuple[list[bytearray], dict[str, Any]]:
+    """Read ``size`` bytes as 1 MiB "tensors", announcing each one (window ahead) if asked."""
+    bufs = [bytearray(PIECE) for _ in range(size // PIECE)]
+    with tensorstream.open(url, **OPTIONS) as f:
+        f.set_read_boundaries(range(0, size + 1, PIECE))
+        announced = 0
+        for i, buf in enumerate(bufs):
+            # as a loader allocating ahead would: this one and the read-ahead window after it
+            while expect and announced < min(len(bufs), i + 5):
+                f.expect(announced * PIECE, bufs[announced])
+                announced += 1
+            f.seek(i * PIECE)
+            assert f.readinto(buf) == PIECE
+        stats = f.read_stats()
+    return bufs, stats
+
+
+def test_read_ahead_lands_in_expected_buffers(http_server: HTTPTestServer) -> None:
+    url, data = _paced(http_server, 16 * MiB)
+    bufs, stats = _read_pieces(url, len(data), expect=True)
+    assert b"".join(bufs) == data
+    assert stats["peak_in_flight"] > 4, stats  # it did read ahead, on many connections
+    assert stats["copied_bytes"] == 0 and stats["direct_bytes"] == len(data), stats
+    assert stats["readahead_peak"] == 0, stats  # and held no read-ahead memory for it
+
+
+def test_without_expect_read_ahead_uses_its_buffers(http_server: HTTPTestServer) -> None:
+    # The control of the test above: the same reads, nothing announced.
+    url, data = _paced(http_server, 16 * MiB)
+    bufs, stats = _read_pieces(url, len(data), expect=False)
+    assert b"".join(bufs) == data
+    assert stats["copied_bytes"] > 0 and stats["readahead_peak"] > 0, stats
+
+
+def test_reads_into_other_buffers_skips_and_jumps_stay_exact(http_server: HTTPTestServer) -> None:
+    url, data = _paced(http_server, 8 * MiB + 123)
+    announced = [bytearray(PIECE) for _ in range(8)]
+    with tensorstream.open(url, **OPTIONS) as f:
+        f.set_read_boundaries(range(0, len(data), PIECE))
+        for j, buf in enumerate(announced):
+            f.expect(j * PIECE, buf)
+        other = bytearray(PIECE + 100)  # not the announced buffer, and across two of them
+        f.seek(PIECE - 50)
+        assert f.readinto(other) == len(other)
+        assert bytes(other) == data[PIECE - 50 : 2 * PIECE + 50]
+        f.seek(5 * PIECE)  # a skip
+        assert f.read(PIECE) == data[5 * PIECE : 6 * PIECE]
+        f.seek(3 * PIECE)  # back, into the announced buffer
+        assert f.readinto(announced[3]) == PIECE
+        assert bytes(announced[3]) == data[3 * PIECE : 4 * PIECE]
+        f.seek(7 * PIECE)
+        assert f.read() == data[7 * PIECE :]

@@ -1,0 +1,72 @@
+"""safetensors.load on the CPU allocates its next tensors early and announces them, so the
+read-ahead of a paced link lands straight in the tensors: no read-ahead buffers, no copies
+(the reason load's peak memory is its tensors, not its tensors plus the read-ahead window)."""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tensorstream
+from tensorstream.testing.http_server import HTTPTestServer
+
+torch = pytest.importorskip("torch")
+st_torch = pytest.importorskip("safetensors.torch")
+
+MiB = 1 << 20
+OPTIONS: dict[str, Any] = dict(part_size=256 << 10, readahead=4 * MiB, concurrency=16,
+                               stream_reads=False)
+
+
+def _read_ahead_stats(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    out = []
+    for rec in caplog.records:
+        m = re.search(r"read-ahead of .* done: (\{.*\})$", rec.getMessage())
+        if m:
+            out.append(ast.literal_eval(m.group(1)))
+    return out
+
+
+@pytest.fixture
+def paced_model(http_server: HTTPTestServer, http_reset: None,
+                tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    g = torch.Generator().manual_seed(1)
+    tensors = {f"layers.{i}.w": torch.randn(768 + 64 * i, 1024, generator=g)  # 3-5 MiB each
+           for i in range(5)}
+    tensors["norm"] = torch.ones(1024)  # small ones share segments
+    tensors["bias"] = torch.zeros(77)
+    st_torch.save_file(tensors, str(tmp_path / "m.safetensors"))
+    http_server.put("mem/m.safetensors", (tmp_path / "m.safetensors").read_bytes())
+    http_server.faults.key = "mem/m.safetensors"
+    http_server.faults.rate_limit = 24 * MiB
+    return http_server.url("mem/m.safetensors"), tensors
+
+
+def test_load_reads_ahead_into_its_tensors(paced_model: tuple[str, dict[str, Any]],
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    url, tensors = paced_model
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    with caplog.at_level(logging.DEBUG, logger="tensorstream.readahead"):
+        got = tensorstream.safetensors.load(url, **OPTIONS)
+    assert all(torch.equal(got[n], t) for n, t in tensors.items())
+    stats = [s for s in _read_ahead_stats(caplog) if s["direct_bytes"] + s["copied_bytes"] > 0]
+    assert stats
+    copied = sum(s["copied_bytes"] for s in stats)
+    assert copied < 64 << 10, stats  # only the small tensors' bytes
+    assert sum(s["direct_bytes"] for s in stats) >= total - (64 << 10)
+    assert max(s["readahead_peak"] for s in stats) <= 2 * OPTIONS["part_size"], stats
+
+
+def test_iter_tensors_still_uses_read_ahead_buffers(paced_model: tuple[str, dict[str, Any]],
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # The control: iter_tensors allocates nothing early, so the same reads are copied.
+    url, tensors = paced_model
+    with caplog.at_level(logging.DEBUG, logger="tensorstream.readahead"):
+        got = dict(tensorstream.safetensors.iter_tensors(url, **OPTIONS))
+    assert all(torch.equal(got[n], t) for n, t in tensors.items())
+    assert sum(s["copied_bytes"] for s in _read_ahead_stats(caplog)) > 4 * MiB
