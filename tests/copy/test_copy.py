@@ -256,10 +256,12 @@ def test_failed_upload_leaves_no_object_and_no_multipart(http_server: Any, http_
 
     data = payload(12 << 20)
     http_server.put("chg/up.bin", data)
-    http_server.faults.replace_after_requests = 8  # source replaced mid-copy
+    # Source replaced mid-copy: after the first of three parts (S3 parts are at
+    # least 5 MiB), so parts already uploaded must go with the upload.
+    http_server.faults.replace_after_requests = 1
     prefix = f"fail-{secrets.token_hex(4)}"
     result = copy(http_server.url("chg/up.bin"), f"s3://{S3_BUCKET}/{prefix}/up.bin",
-                  part_size=1 << 20, concurrency=2, retries=1, **moto_s3.options())
+                  part_size=5 << 20, concurrency=1, retries=1, **moto_s3.options())
     assert not result.ok
     assert not moto_s3.exists(S3_BUCKET, f"{prefix}/up.bin")
     assert moto_s3.open_multipart_uploads(S3_BUCKET, prefix) == []

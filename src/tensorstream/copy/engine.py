@@ -49,7 +49,6 @@ from typing import Any, Protocol
 from .. import _loop
 from ..api import get_provider
 from ..errors import (
-    IntegrityError,
     NotFoundError,
     TensorstreamError,
 )
@@ -57,11 +56,11 @@ from ..layers.stack import PolicyProvider
 from ..providers._http.threads import prestart
 from ..providers.base import ObjectInfo, Pin
 from ..uri import ParsedURI, parse_uri, redact_text
-from .checks import STORED_MISMATCH, stored_sha256
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .local import Listings, copy_to_local
+from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify, unchanged, walk_local
-from .sinks import BufferPool, PartBuffer, SequentialSink, digest, plan_parts
+from .sinks import BufferPool, PartBuffer
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -192,6 +191,7 @@ class _Copier:
         # new reads start while finished parts are still being written.
         self.read_slots = asyncio.Semaphore(concurrency)
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
+        self._pools = {part_size: self.pool}
         self.providers: dict[tuple[str, str, str], PolicyProvider] = {}
         self.listings = Listings()
         self.result = result if result is not None else CopyResult()
@@ -204,6 +204,14 @@ class _Copier:
         if key not in self.providers:
             self.providers[key] = get_provider(uri, **{**self.options, **extra})
         return self.providers[key]
+
+    def pool_for(self, part_size: int) -> BufferPool:
+        """The part buffers for parts of ``part_size`` (a destination may need
+        larger parts than asked: S3 takes at most 10,000 per object)."""
+        if part_size not in self._pools:
+            count = self.concurrency + spare_buffers(self.concurrency)
+            self._pools[part_size] = BufferPool(count, part_size)
+        return self._pools[part_size]
 
     def outcome(self, outcome: FileOutcome) -> None:
         self.result.outcomes.append(outcome)
@@ -466,7 +474,7 @@ class _Copier:
             if job.local is not None:
                 resumed = await copy_to_local(self, job)
             else:
-                resumed = await self._to_writer(job)
+                resumed = await copy_to_writer(self, job)
             ok = True
             self.result.files += 1
             self.result.bytes += job.info.size
@@ -492,47 +500,6 @@ class _Copier:
             if self.progress:
                 self.progress.file_finished(job.label, ok)
             self.outcome(out)
-
-    async def _read_parts(self, job: _Job, todo: Iterable[int],
-                          parts: Sequence[tuple[int, int]],
-                          consume: Callable[[int, PartBuffer, int], Any],
-                          count: bool = True) -> None:
-        """Read parts concurrently into pool buffers; ``consume`` owns each buffer after."""
-        pending: set[asyncio.Task[None]] = set()
-        unstarted: dict[int, PartBuffer] = {}  # buffers of tasks that have not run yet
-
-        async def part(index: int) -> None:
-            buf = unstarted.pop(index)
-            start, end = parts[index]
-            try:
-                async with self.read_slots:  # shared by all objects being copied
-                    await job.src.readinto(job.src_path, start, memoryview(buf)[: end - start],
-                                           pin=Pin.of(job.info))
-            except BaseException:
-                self.pool.drop(buf)  # a worker thread may still write into it
-                raise
-            await consume(index, buf, end - start)
-            if self.progress and count:
-                self.progress.advance(job.label, end - start)
-
-        try:
-            for index in todo:
-                unstarted[index] = await self.pool.get()
-                task = asyncio.create_task(part(index))
-                pending.add(task)
-                await asyncio.sleep(0)  # let it send its request before the next one
-                for t in [t for t in pending if t.done()]:
-                    pending.discard(t)
-                    t.result()
-            await asyncio.gather(*pending)
-            pending.clear()
-        finally:
-            for t in pending:
-                t.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            for buf in unstarted.values():  # cancelled before they ran: untouched
-                self.pool.put(buf)
 
     async def _run_parts(self, todo: Iterable[int],
                          run: Callable[[int], Coroutine[Any, Any, None]]) -> None:
@@ -583,81 +550,6 @@ class _Copier:
                 await fn(index, buf, end - start)
 
         await _gather_or_cancel([one(i) for i in todo])
-
-    async def _to_writer(self, job: _Job) -> int:
-        size = job.info.size
-        parts = plan_parts(size, self.part_size)
-        expected: dict[int, str] = {}
-        writer = job.dst.open_writer(job.dst_path)
-        stored = stored_sha256(job.info)
-        sink = SequentialSink(writer, self.pool, sha256=stored is not None)
-
-        async def consume(index: int, buf: PartBuffer, length: int) -> None:
-            expected[index] = await asyncio.to_thread(digest, memoryview(buf)[:length])
-            sink.deliver(index, buf, length)
-
-        committed = False
-        try:
-            reader = asyncio.create_task(
-                self._read_parts(job, range(len(parts)), parts, consume))
-            drain = asyncio.create_task(sink.run(len(parts)))
-            try:
-                # Either side failing stops both (a dead writer must not leave
-                # readers waiting forever for buffers it will never return).
-                done, _ = await asyncio.wait({reader, drain},
-                                             return_when=asyncio.FIRST_EXCEPTION)
-                for t in done:
-                    t.result()
-            finally:
-                for t in (reader, drain):
-                    t.cancel()
-                await asyncio.gather(reader, drain, return_exceptions=True)
-                sink.release_all()
-            await job.src.stat_pinned(job.src_path, Pin.of(job.info))
-            if stored is not None and sink.hash is not None:
-                if sink.hash.hexdigest() != stored:  # before anything is published
-                    raise IntegrityError(STORED_MISMATCH)
-                job.source_checked = True
-            await writer.commit()
-            committed = job.published = True
-            if self.verify:
-                notify(self.progress, "phase", job.label, "verifying")
-                await self._verify_remote(job, parts, expected)
-            else:
-                self.result.verified = False
-        except BaseException:
-            if not committed:
-                await asyncio.shield(writer.abort())
-            raise
-        return 0
-
-    async def _verify_remote(self, job: _Job, parts: Sequence[tuple[int, int]],
-                             expected: dict[int, str]) -> None:
-        info = await job.dst.stat(job.dst_path)
-        bad = info.size != job.info.size
-        listener = self.progress
-        if not bad:
-            got: dict[int, str] = {}
-
-            async def check(index: int, buf: PartBuffer, length: int) -> None:
-                got[index] = await asyncio.to_thread(digest, memoryview(buf)[:length])
-                self.pool.put(buf)
-                notify(listener, "verified", job.label, length)
-
-            # Read the destination back with the same machinery, same parts.
-            # (Not counted as copy progress: check() reports it as verified bytes.
-            # The listener stays in place: other objects are still being copied.)
-            back = dataclasses.replace(job, src=job.dst, src_path=job.dst_path, info=info)
-            await self._read_parts(back, range(len(parts)), parts, check, count=False)
-            bad = got != expected
-        if bad:
-            try:
-                await job.dst.delete(job.dst_path)
-            except Exception:  # the integrity error is what matters
-                pass
-            raise IntegrityError("verification failed: the destination differs from the "
-                                 "source; it was removed")
-
 
 def spare_buffers(concurrency: int) -> int:
     """Part buffers beyond ``concurrency``: memory is (concurrency + spare) x part size."""

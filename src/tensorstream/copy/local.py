@@ -60,13 +60,11 @@ class Listings:
         self._names: dict[tuple[str, tuple[str, ...]], frozenset[str]] = {}
 
     def names(self, key: tuple[str, tuple[str, ...]], dir_fd: int) -> frozenset[str]:
-        with self._lock:
+        with self._lock:  # listed under the lock: once, even when objects race to it
             found = self._names.get(key)
-        if found is None:
-            found = frozenset(os.listdir(dir_fd))
-            with self._lock:
-                found = self._names.setdefault(key, found)
-        return found
+            if found is None:
+                found = self._names[key] = frozenset(os.listdir(dir_fd))
+            return found
 
 
 def check_free_space(dir_fd: int, name: str, size: int, label: str,

@@ -453,6 +453,19 @@ class _ContextWriter(Writer):
     async def commit(self) -> None:
         await self._wrap("commit", self.inner.commit())
 
+    def part_size_for(self, total: int, wanted: int) -> int | None:
+        return self.inner.part_size_for(total, wanted)
+
+    @property
+    def wants_sha256(self) -> bool:  # type: ignore[override]
+        return self.inner.wants_sha256
+
+    async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
+        await self._wrap("write", self.inner.write_part(index, data, md5=md5))
+
+    async def commit_parts(self, count: int, *, sha256: str | None = None) -> None:
+        await self._wrap("commit", self.inner.commit_parts(count, sha256=sha256))
+
     async def abort(self) -> None:
         # Abort must run even when the task is being cancelled.
         await asyncio.shield(self._wrap("abort", self.inner.abort()))

@@ -276,6 +276,31 @@ class Writer(abc.ABC):
     async def abort(self) -> None:
         """Discard everything written (temp files, multipart uploads, chunks)."""
 
+    # -- parts in any order (optional) -----------------------------------------
+    def part_size_for(self, total: int, wanted: int) -> int | None:
+        """The part size this writer takes for a ``total``-byte object when it
+        can take parts out of order (:meth:`write_part`), near ``wanted``; ``None``
+        (the default): only :meth:`write` in order."""
+        return None
+
+    async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
+        """Store part ``index`` (bytes ``[index * part_size, ...)``; every part
+        but the last is ``part_size`` long), concurrently with other parts, and
+        check with the service that it holds exactly ``data``, whose MD5
+        (``md5``, taken from the source's bytes as they arrived) is given. The
+        caller may reuse ``data`` once this returns. Parts are committed by
+        :meth:`commit_parts`; :meth:`write` is not mixed with this."""
+        raise NotImplementedError
+
+    async def commit_parts(self, count: int, *, sha256: str | None = None) -> None:
+        """Publish the ``count`` parts written by :meth:`write_part` atomically.
+        ``sha256`` (hex) is the whole object's, when the writer asked for it
+        (:attr:`wants_sha256`)."""
+        raise NotImplementedError
+
+    #: :meth:`commit_parts` needs the sha256 of the whole object (in order).
+    wants_sha256: bool = False
+
     async def __aenter__(self) -> Writer:
         return self
 

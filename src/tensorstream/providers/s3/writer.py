@@ -4,19 +4,33 @@ large ones, aborted on any failure or cancellation (no orphaned parts).
 Memory is bounded: at most ``max_in_flight`` parts are uploading while one more
 fills. The object appears only when ``CompleteMultipartUpload`` (or the single
 PUT) succeeds.
+
+Parts in any order (``cp``): :meth:`S3Writer.write_part` uploads part ``i`` as
+part number ``i + 1`` at once, concurrently with the others, with the
+``Content-MD5`` of the source's bytes: S3 refuses a part whose bytes do not
+match it (``BadDigest``), and the part's ``ETag`` it answers, where it is an
+MD5 (not under SSE-KMS/SSE-C), must equal it as well; the object's ETag after
+``CompleteMultipartUpload`` must be the MD5 of those MD5s, ``-N``. That is
+the service's own statement about the bytes it stored, compared with digests
+taken from the source: nothing is read back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import hashlib
+import io
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import tenacity
 
 from ... import _loop
-from ...errors import TensorstreamError
+from ...errors import IntegrityError, TensorstreamError
 from ..base import Writer
 
 __all__ = ["MIN_PART_SIZE", "S3Writer"]
@@ -29,6 +43,46 @@ _GROW_EVERY = 1000  # double the part size every 1000 parts: 10,000 parts reach 
 
 
 _ABORT_ATTEMPTS = 3
+_MAX_PARTS = 10_000
+_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})(?:-(\d+))?"?$')
+
+
+class _ViewFile(io.RawIOBase):
+    """A read-only, seekable file over a memoryview: how a part's bytes go to
+    botocore (which takes bytes, bytearray or a file) without copying them."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view.cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), len(self._view) - self._pos))
+        memoryview(buffer).cast("B")[:n] = self._view[self._pos: self._pos + n]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+def _etag_md5(etag: object) -> tuple[str, int | None] | None:
+    """``(md5 hex, part count or None)`` of an ETag that has the MD5 shape."""
+    m = _MD5_ETAG.match(str(etag or ""))
+    if m is None:
+        return None
+    return m.group(1).lower(), int(m.group(2)) if m.group(2) else None
 
 
 class S3Writer(Writer):
@@ -61,6 +115,9 @@ class S3Writer(Writer):
         self._error: BaseException | None = None
         self._abort_task: asyncio.Task[None] | None = None
         self._state = "open"
+        #: write_part: the first part, held until a second one shows it is not the only.
+        self._only: tuple[bytes, bytes] | None = None
+        self._md5s: dict[int, bytes] = {}
 
     def __repr__(self) -> str:
         return f"S3Writer({self._bucket}/{self._key}, parts={self._part_number}, {self._state})"
@@ -120,10 +177,110 @@ class S3Writer(Writer):
             return
         self._state = "aborted"
         self._buf = bytearray()
+        self._only = None
         if self._abort_task is None:
             self._abort_task = asyncio.ensure_future(self._abort_remote())
         # Shielded: cleanup finishes even if the caller is being cancelled.
         await asyncio.shield(self._abort_task)
+
+    # -- parts in any order ------------------------------------------------------
+    def part_size_for(self, total: int, wanted: int) -> int | None:
+        # S3: at least 5 MiB (all parts but the last), at most 10,000 parts.
+        return max(wanted, MIN_PART_SIZE, -(-total // _MAX_PARTS))
+
+    async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
+        self._check_open()
+        if index == 0 and not self._parts and self._create is None and self._only is None:
+            # Maybe the only part: kept for one PUT at commit (nothing appears
+            # before then); a second part turns it into a multipart upload.
+            self._only = (bytes(data), md5)
+            return
+        try:
+            await self._ensure_upload()
+            if self._only is not None:
+                first, self._only = self._only, None
+                await asyncio.gather(self._put_part(1, first[0], first[1]),
+                                     self._put_part(index + 1, data, md5))
+            else:
+                await self._put_part(index + 1, data, md5)
+        except BaseException:
+            await self.abort()
+            raise
+
+    async def commit_parts(self, count: int, *, sha256: str | None = None) -> None:
+        if self._state == "committed":
+            return
+        self._check_open()
+        try:
+            if self._create is None:
+                body, md5 = self._only if self._only is not None else (b"", hashlib.md5().digest())
+                self._only = None
+                resp = await self._call("put_object", Bucket=self._bucket, Key=self._key,
+                                        Body=body, ContentMD5=base64.b64encode(md5).decode())
+                await self._check_published(resp.get("ETag"), md5.hex(), None)
+            else:
+                if sorted(self._parts) != list(range(1, count + 1)):
+                    raise IntegrityError(
+                        f"{len(self._parts)} of {count} parts were uploaded; nothing was published")
+                parts = [self._parts[n] for n in range(1, count + 1)]
+                resp = await self._call(
+                    "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
+                    UploadId=self._upload_id, MultipartUpload={"Parts": parts},
+                )
+                whole = hashlib.md5(b"".join(self._md5s[n] for n in range(1, count + 1)))
+                await self._check_published(resp.get("ETag"), whole.hexdigest(), count)
+            self._state = "committed"
+        except BaseException:
+            await self.abort()
+            raise
+
+    async def _check_published(self, etag: object, want: str, count: int | None) -> None:
+        """The object's ETag once published. S3 itself refuses bytes that do not
+        match their Content-MD5, so a mismatch here means a service that does
+        not check it: the object is removed again."""
+        try:
+            self._check_etag(etag, want, count, "object", then="it was removed")
+        except IntegrityError:
+            self._state = "committed"  # nothing left to abort: it is published
+            with contextlib.suppress(Exception):
+                await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+            raise
+
+    def _check_etag(self, etag: object, want: str, count: int | None, what: str, *,
+                    then: str = "nothing was published") -> None:
+        """Compare an ETag S3 answered with the MD5 we took of the source's bytes,
+        where it has the MD5 shape (under SSE-KMS/SSE-C it has not: Content-MD5,
+        which S3 checks itself, is then what vouches for the bytes)."""
+        got = _etag_md5(etag)
+        if got is not None and (got[0] != want or got[1] != count):
+            raise IntegrityError(
+                f"verification failed: S3 answered ETag {etag} for the {what}, the bytes "
+                f"sent have MD5 {want}{f'-{count}' if count else ''}; {then}")
+
+    async def _ensure_upload(self) -> None:
+        if self._create is None:
+            kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
+            self._create = asyncio.ensure_future(
+                self._call("create_multipart_upload", Bucket=self._bucket, Key=self._key, **kwargs)
+            )
+            _loop.abort_at_exit(self)  # still open at interpreter exit: abort the upload
+        if self._upload_id is None:
+            # Shielded so a cancellation here still lets abort() learn the id.
+            self._upload_id = str((await asyncio.shield(self._create))["UploadId"])
+
+    async def _put_part(self, number: int, data: bytes | memoryview, md5: bytes) -> None:
+        kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
+        resp = await self._call(
+            "upload_part", Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
+            PartNumber=number, Body=data if isinstance(data, bytes) else _ViewFile(memoryview(data)),
+            ContentMD5=base64.b64encode(md5).decode(), **kwargs,
+        )
+        self._check_etag(resp.get("ETag"), md5.hex(), None, f"part {number}")
+        part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
+        if self._checksum and resp.get("ChecksumCRC32"):
+            part["ChecksumCRC32"] = resp["ChecksumCRC32"]
+        self._parts[number] = part
+        self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
     async def _start_part(self, body: bytearray) -> None:
