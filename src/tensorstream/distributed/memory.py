@@ -78,6 +78,12 @@ class MemorySource(io.RawIOBase):
     def fileno(self) -> int:
         raise io.UnsupportedOperation("an in-memory source has no file descriptor")
 
+    def release(self) -> None:
+        """Drop the bytes (an eager load has built its tensors): later reads see an
+        empty file, which the deserializer's checks would report."""
+        self._view = memoryview(b"")
+        self._owner = None
+
     def close(self) -> None:
         self._view = memoryview(b"")  # drop the buffer (the exchange's host copy)
         self._owner = None

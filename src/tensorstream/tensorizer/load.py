@@ -409,6 +409,8 @@ def deserialize(
         except BaseException:
             deserializer.close()
             raise
+        if not lazy_load and isinstance(stream, MemorySource):
+            stream.release()  # the tensors are built: the file's bytes are not needed
     deserializer._ts_record = record
     if not lazy_load:
         record.loaded(deserializer)

@@ -36,8 +36,9 @@ class LoadStats:
     straight into the tensors), ``"ranged"`` (concurrent ranged requests with
     read-ahead; ``connections`` says how wide it went); a load that changed
     path part-way names both (``"streamed+ranged"``). A load shared by a group
-    (``group=``) is ``"group+<path>"``, with this rank's numbers: ``bytes`` is
-    what this rank pulled from storage (its share and the index). ``decisions``
+    (``group=``) is ``"group"``, with this rank's numbers: ``bytes`` is what
+    this rank pulled from storage (its share and the tensor index, by exact
+    concurrent ranged reads), ``requests`` the requests it made. ``decisions``
     holds each reader's last read-path decision and its reason.
     """
 
@@ -96,7 +97,7 @@ def collect(
     if origin:  # a group load (MemorySource): what this rank pulled from storage
         own = collect(uri, origin[0], list(origin[1:]), seconds=seconds, readers=readers,
                       tensors=tensors, file_size=file_size)
-        return dataclasses.replace(own, path=f"group+{own.path}")
+        return dataclasses.replace(own, path="group", decisions=())
     if not isinstance(stream, StreamReader):
         return LoadStats(uri=uri, bytes=int(file_size or 0), seconds=seconds, path="local-file",
                          readers=readers, requests=0, retries=0, tensors=tensors)
