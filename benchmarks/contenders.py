@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -53,6 +54,9 @@ class Setup:
     groups: tuple[str, ...] = GROUPS
     redis_port: int | None = None
     ts_redis_key: str | None = None
+    #: Another checkout's ``src`` (``--baseline``): its tensorstream runs beside this
+    #: tree's in every load cell (an A/B in one batch; a reference, never a peer).
+    baseline: str | None = None
 
 
 @dataclasses.dataclass
@@ -211,6 +215,15 @@ def _load_cell(
         is_tensorstream=True,
         skip=provider_missing(backend),
     )
+    if s.baseline:
+        put(
+            "tensorstream (baseline)",
+            _worker("ts-load", uri=uri, device=dev),
+            "tensorstream",
+            "tensorstream",
+            note=f"tensorstream from {s.baseline}",
+            env={"PYTHONPATH": os.pathsep.join([s.baseline, str(Path(__file__).resolve().parents[1])])},
+        )
     if backend != "redis":
         n = m["tensor_count"]
         default = tz_default_readers(backend, n)

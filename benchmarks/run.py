@@ -128,6 +128,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--settle", type=float, default=0.5, help="max seconds to wait for an idle CPU per run")
     p.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="another checkout's src/: its tensorstream.deserialize runs beside this tree's in every "
+        "load cell ('tensorstream (baseline)', alternating like every contender; never a peer)",
+    )
+    p.add_argument(
         "--exclude",
         action="append",
         default=[],
@@ -414,6 +420,7 @@ def run_link(
         quick=args.quick,
         groups=args.contenders,
         redis_port=redis_port,
+        baseline=args.baseline,
     )
     plan = contenders.plan(setup, scenarios, list(manifests), args.backends)
     for c in plan:
