@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tensorstream.readahead.control import (
     CALM_INTERVALS,
+    FIRST_LOOK,
     HOLD,
     INTERVAL,
     STREAM_RETRY,
@@ -44,6 +45,31 @@ def test_a_starved_stream_goes_to_the_ceiling_and_keeps_it_when_it_pays() -> Non
     assert not run.interval(600 * MB, 0.1)  # 24x the stream: kept
     assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
     assert run.ctl.history[-1].reason == "kept"
+
+
+def test_a_stream_that_waits_nearly_all_of_its_first_look_goes_wide_early() -> None:
+    run = Run(can_stream=True, base=4, max_width=32)
+    span = FIRST_LOOK * 1.1
+    run.ctl.observe(int(25 * MB * span), 0.95 * span)
+    assert run.ctl.tick(span)  # a paced link: judged after FIRST_LOOK, not INTERVAL
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+
+
+def test_a_reader_that_keeps_up_gets_its_whole_first_interval() -> None:
+    run = Run(can_stream=True, base=4, max_width=32)
+    span = FIRST_LOOK * 1.1
+    run.ctl.observe(int(900 * MB * span), 0.5 * span)  # waited, but not most of the time
+    assert not run.ctl.tick(span) and not run.ctl.history
+    run.ctl.observe(int(900 * MB * span), 0.0)
+    assert not run.ctl.tick(span + FIRST_LOOK)  # still inside the first interval: no look
+    assert not run.ctl.history
+    # After the first interval, the early look is over: a later interval is judged
+    # only when a whole INTERVAL has passed.
+    run.ctl.observe(int(900 * MB * INTERVAL), 0.0)
+    assert not run.ctl.tick(INTERVAL * 1.01)
+    assert run.ctl.last_rate > 0  # the first interval closed
+    run.ctl.observe(int(25 * MB * span), 0.99 * span)
+    assert not run.ctl.tick(INTERVAL * 1.01 + span)
 
 
 def test_a_try_that_does_not_pay_is_undone_then_retried_narrower_after_a_hold() -> None:

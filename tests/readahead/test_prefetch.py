@@ -82,6 +82,20 @@ def test_small_tensors_over_a_paced_link_share_requests_on_many_connections(
     assert elapsed < 0.5 * size / cap, (elapsed, stats)  # at least 2x one connection
 
 
+def test_read_ahead_bodies_are_received_by_the_one_receiving_thread(
+        http_server: HTTPTestServer, tmp_path: object) -> None:
+    """Ranged read-ahead hands its bodies to the shared receiver (one epoll
+    thread), not to one receiving thread per connection."""
+    from tensorstream.providers._http.receiver import receiver
+
+    key, url, sd, _ = _put_model(http_server, tmp_path, 24, (64, 1024))  # 256 KiB each
+    http_server.faults.key, http_server.faults.rate_limit = key, 4 * MiB
+    before = receiver().wakeups
+    _, stats = _load(url, sd, part_size=512 << 10, concurrency=8, stream_reads=False)
+    assert stats["phase"] == "ranged" and stats["peak_in_flight"] >= 4, stats
+    assert receiver().wakeups > before  # paced bodies: its own thread received them
+
+
 def test_first_byte_latency_is_hidden_by_requests_in_flight(
         http_server: HTTPTestServer, tmp_path: object) -> None:
     key, url, sd, size = _put_model(http_server, tmp_path, 48, (64, 1024))  # 256 KiB each

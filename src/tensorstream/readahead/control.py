@@ -16,6 +16,9 @@ while it runs:
 reader consumed and how long it sat waiting for bytes that had not arrived.
 Every ``interval`` it decides:
 
+(the first interval closes after ``FIRST_LOOK`` when the reader waited
+nearly all of it: a paced link is recognised in tens of milliseconds.)
+
 * the reader *starved* (it waited for a good share of the interval): try
   more connections, as many more as the share it waited says the link
   needs (a stream becomes ranged read-ahead; see :meth:`Controller._wider`),
@@ -71,6 +74,11 @@ class Mode(enum.Enum):
 
 #: Seconds of load per decision (and at least one decision per this much).
 INTERVAL = 0.12
+#: The load's first interval may close this early when the reader waited
+#: most of it (``SURE``): on a paced link a whole interval on one connection
+#: is a fifth of a 256 MiB load; a reader that keeps up (loopback) never
+#: waits that much, so it still gets its full first interval.
+FIRST_LOOK = 0.04
 #: The reader waited at least this share of an interval: it starved.
 STARVED = 0.25
 #: A stream that waited at least this share twice in a row is left.
@@ -140,6 +148,7 @@ class Controller:
         self.peak_rate = 0.0  # and the most in any interval
         self.history: list[Sample] = []  # the last decisions (statistics, bounded)
         self._start = now
+        self._first = True  # the load's first interval (it may close at FIRST_LOOK)
         self._bytes = 0
         self._wait = 0.0
         self._dirty = False  # the interval saw bytes from before the last change
@@ -193,8 +202,12 @@ class Controller:
     def tick(self, now: float) -> bool:
         """Close the interval if it is due; return whether mode or width changed."""
         span = now - self._start
-        if span < INTERVAL or self.fixed:
+        if self.fixed:
             return False
+        if span < INTERVAL and not (self._first and span >= FIRST_LOOK
+                                    and self._wait >= SURE * span):
+            return False
+        self._first = False
         rate = self._bytes / span
         waited = min(1.0, self._wait / span)
         dirty = self._dirty

@@ -38,6 +38,7 @@ import concurrent.futures
 import ctypes
 import functools
 import logging
+import mmap
 import threading
 import time
 from typing import Any
@@ -45,6 +46,7 @@ from typing import Any
 from .. import _loop
 from ..errors import TensorstreamError
 from ..layers.stack import PolicyProvider
+from ..providers._http.receiver import shared_receiving
 from ..providers.base import Pin
 from ..uri import redact_text
 from ._clock import busy_seconds
@@ -64,8 +66,9 @@ _SMALL_SEGMENT = 64 << 10
 #: (and of random-access reads beside a stream).
 _BASE_WIDTH = 4
 #: A streamed read is received in pieces of about one measuring interval of
-#: the last delivered rate (within these bounds; the largest before any
-#: measurement), so the controller can change its mind inside one large read.
+#: the last delivered rate (within these bounds; before any measurement the
+#: smallest, doubling each piece), so the controller can change its mind
+#: inside one large read, and early.
 _STREAM_PIECE = (256 << 10, 4 << 20)
 #: Ranged requests at least this large measure one connection's rate.
 _MEASURED_SEGMENT = 256 << 10
@@ -167,7 +170,7 @@ class Prefetcher:
         self._segments: dict[int, _Segment] = {}  # planned or launched, buffered
         self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
         self._ahead: collections.deque[_Segment] = collections.deque()  # read-ahead
-        self._free: list[bytearray] = []
+        self._free: list[mmap.mmap] = []
         # Buffers the caller will read into (expect): (start, end, view), sorted, disjoint.
         self._dests: list[tuple[int, int, memoryview]] = []
         self._last_end: int | None = None  # None: no read yet (the first read starts a run)
@@ -196,6 +199,7 @@ class Prefetcher:
                                fixed_width=base if self._window == 0 and not can_stream else None,
                                name=redact_text(path), part=self._seg)
         self._stream_fresh = True  # the next streamed read opens a request
+        self._first_pieces = 0  # streamed pieces before the first measurement (they grow)
         self._active = self._ctl.width
         self._lead = 0 if self._ctl.mode is Mode.STREAM else self._window
         self._note_width()
@@ -278,8 +282,12 @@ class Prefetcher:
         assert stream is not None
         got = 0
         while got < len(view) and self._ctl.mode is Mode.STREAM:
-            rate = self._ctl.last_rate or _STREAM_PIECE[1] / INTERVAL
-            size = max(_STREAM_PIECE[0], min(_STREAM_PIECE[1], int(rate * INTERVAL)))
+            if self._ctl.last_rate:
+                size = int(self._ctl.last_rate * INTERVAL)
+            else:  # nothing measured yet: start small, so the first look comes early
+                size = _STREAM_PIECE[0] << min(4, self._first_pieces)
+                self._first_pieces += 1
+            size = max(_STREAM_PIECE[0], min(_STREAM_PIECE[1], size))
             piece = view[got : got + size]
             first, self._stream_fresh = self._stream_fresh, False
             wall, cpu, busy = time.perf_counter(), time.thread_time(), busy_seconds()
@@ -303,7 +311,7 @@ class Prefetcher:
                 self._direct_bytes += n
                 self._streamed_bytes += n
             if stream.broke:  # resume exactly where the body broke, under the retry policy
-                rest = piece[n:]
+                rest = view[got:]  # (the rest of this read: one request, not one per piece)
                 self._provider.readinto_blocking(self._path, pos + got, rest, pin=self._pin)
                 got += len(rest)
                 with self._lock:
@@ -560,7 +568,10 @@ class Prefetcher:
                 if self._free:
                     buf = self._free.pop()
                 elif self._take(self._seg, force=urgent):
-                    buf = bytearray(self._seg)
+                    # Its own mapping: returned to the system when dropped (a malloc'd
+                    # buffer of this size stays in the heap, ~30 MiB of RSS on a paced
+                    # load), and fresh pages come zeroed without a memset.
+                    buf = mmap.mmap(-1, self._seg)
                 else:
                     break  # read-ahead memory is spent: wait for the reader to consume
                 seg.buffer = memoryview(buf)[: seg.end - seg.start]
@@ -639,16 +650,19 @@ class Prefetcher:
     def _fetch_blocking(self, seg: _Segment) -> None:
         try:
             assert seg.buffer is not None
-            if self._stream is not None and seg.end - seg.start >= _MEASURED_SEGMENT:
-                self._fetch_measured(seg, seg.buffer)
-            else:
-                self._provider.readinto_blocking(self._path, seg.start, seg.buffer,
-                                                 pin=self._pin)
+            with shared_receiving():
+                self._fetch_into(seg, seg.buffer)
         except BaseException as exc:
             seg.error = exc
         finally:
             seg.event.set()
             self._launch(self._finished(seg))
+
+    def _fetch_into(self, seg: _Segment, buffer: memoryview) -> None:
+        if self._stream is not None and seg.end - seg.start >= _MEASURED_SEGMENT:
+            self._fetch_measured(seg, buffer)
+        else:
+            self._provider.readinto_blocking(self._path, seg.start, buffer, pin=self._pin)
 
     def _fetch_measured(self, seg: _Segment, buffer: memoryview) -> None:
         """One ranged request, its body timed apart from its wait for the first

@@ -132,12 +132,22 @@ class Receiver:
         t = _Transfer(sock, view, deadline)
         try:
             sock.setblocking(False)
-            t.lowat = _lowat(want)
+            # What has arrived already is taken by this thread, awake anyway: a
+            # small body that came with its headers costs no hand-off at all.
+            self._pump(t)
+            if t.done:
+                self._restore(t, idle)
+                if t.error is not None:
+                    raise ReceiveError(t.pos, t.error)
+                return want
+            t.lowat = _lowat(want - t.pos)
             if t.lowat > 1:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, t.lowat)
             with self._lock:
                 self._transfers[t.fd] = t
                 self._epoll.register(t.fd, select.EPOLLIN)
+        except ReceiveError:
+            raise
         except BaseException:
             self._restore(t, idle)
             raise
@@ -188,6 +198,7 @@ class Receiver:
         with contextlib.suppress(OSError):
             if t.lowat != 1:
                 t.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+                t.lowat = 1
             t.sock.settimeout(idle)
 
     # -- the receiving thread ------------------------------------------------------------
