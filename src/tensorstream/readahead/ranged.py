@@ -27,32 +27,31 @@ between widths, so no judgement is final. Memory is bounded by ``window``
 plus the requests in flight. A failed segment raises only if it is read;
 every request of a read has finished (or failed) before that read returns or
 raises, so nothing ever writes into a caller's buffer after the call.
+
+The budget and the segments are in :mod:`.segments`; the I/O side (worker
+threads whose bodies the shared receiver takes, or I/O-loop tasks) in :mod:`.fetch`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import collections
 import concurrent.futures
-import ctypes
-import functools
 import logging
 import mmap
 import threading
 import time
 from typing import Any
 
-from .. import _loop
-from ..errors import TensorstreamError
 from ..layers.stack import PolicyProvider
-from ..providers._http.receiver import shared_receiving
 from ..providers.base import Pin
 from ..uri import redact_text
 from ._clock import busy_seconds
 from ._memcopy import copy_into
 from ._prefault import populate
 from .control import INTERVAL, Controller, Mode
+from .fetch import Fetching
+from .segments import ReadaheadBudget, Segment, address
 from .streamed import SequentialStream
 
 __all__ = ["Mode", "Prefetcher", "ReadaheadBudget"]
@@ -70,69 +69,9 @@ _BASE_WIDTH = 4
 #: smallest, doubling each piece), so the controller can change its mind
 #: inside one large read, and early.
 _STREAM_PIECE = (256 << 10, 4 << 20)
-#: Ranged requests at least this large measure one connection's rate.
-_MEASURED_SEGMENT = 256 << 10
 
 
-class ReadaheadBudget:
-    """Bytes of read-ahead buffers that the readers of one open object (a
-    reader and its forks) hold together: ``readahead`` bounds the memory of a
-    whole load, however many parallel readers it has. Each open reader may
-    hold at most an equal share, so the first one to read ahead cannot starve
-    the others."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = max(0, limit)
-        self.held = 0
-        self.peak = 0
-        self.readers = 0
-        self._lock = threading.Lock()
-
-    def join(self) -> None:
-        with self._lock:
-            self.readers += 1
-
-    def leave(self) -> None:
-        with self._lock:
-            self.readers = max(0, self.readers - 1)
-
-    def take(self, nbytes: int, mine: int, *, force: bool = False) -> bool:
-        """Reserve ``nbytes`` for a reader already holding ``mine``; ``force``:
-        even past the limits (a read waits on it)."""
-        with self._lock:
-            share = self.limit // max(1, self.readers)
-            if not force and (self.held + nbytes > self.limit or mine + nbytes > share):
-                return False
-            self.held += nbytes
-            self.peak = max(self.peak, self.held)
-            return True
-
-    def give(self, nbytes: int) -> None:
-        with self._lock:
-            self.held = max(0, self.held - nbytes)
-
-
-def _address(view: memoryview) -> int:
-    """Where a writable, non-empty byte view's memory starts."""
-    return ctypes.addressof(ctypes.c_char.from_buffer(view))
-
-
-class _Segment:
-    __slots__ = ("bound", "buffer", "direct", "end", "error", "event", "launched", "start", "task")
-
-    def __init__(self, start: int, end: int) -> None:
-        self.start = start
-        self.end = end
-        self.buffer: memoryview | None = None  # assigned when launched (or made direct)
-        self.direct = False  # the buffer is a slice of a caller's buffer
-        self.bound = False  # ... one the caller announced (expect): read-ahead into it
-        self.launched = False
-        self.event = threading.Event()
-        self.error: BaseException | None = None
-        self.task: asyncio.Task[Any] | concurrent.futures.Future[Any] | None = None
-
-
-class Prefetcher:
+class Prefetcher(Fetching):
     """Read-ahead engine of one reader. Call :meth:`readinto` from one thread."""
 
     def __init__(
@@ -167,9 +106,9 @@ class Prefetcher:
         self._peak_in_flight = 0
         self._peak_width = 0
         self._lock = threading.Lock()
-        self._segments: dict[int, _Segment] = {}  # planned or launched, buffered
-        self._urgent: collections.deque[_Segment] = collections.deque()  # a read waits
-        self._ahead: collections.deque[_Segment] = collections.deque()  # read-ahead
+        self._segments: dict[int, Segment] = {}  # planned or launched, buffered
+        self._urgent: collections.deque[Segment] = collections.deque()  # a read waits
+        self._ahead: collections.deque[Segment] = collections.deque()  # read-ahead
         self._free: list[mmap.mmap] = []
         # Buffers the caller will read into (expect): (start, end, view), sorted, disjoint.
         self._dests: list[tuple[int, int, memoryview]] = []
@@ -408,7 +347,7 @@ class Prefetcher:
             assert seg.buffer is not None
             lo, hi = max(pos, seg.start), min(end, seg.end)
             dst, src = view[lo - pos : hi - pos], seg.buffer[lo - seg.start : hi - seg.start]
-            if seg.bound and _address(dst) == _address(src):
+            if seg.bound and address(dst) == address(src):
                 continue  # read ahead straight into this very buffer
             copy_into(dst, src)
             copied += hi - lo
@@ -482,7 +421,7 @@ class Prefetcher:
         start = base + (p - base) // self._seg * self._seg
         return start, min(start + self._seg, nxt, self._size)
 
-    def _plan(self, pos: int, end: int, view: memoryview) -> list[_Segment]:
+    def _plan(self, pos: int, end: int, view: memoryview) -> list[Segment]:
         out = []
         p = pos
         while p < end:
@@ -498,7 +437,7 @@ class Prefetcher:
                 self._remove_planned(seg)
                 seg = None
             if seg is None:
-                seg = _Segment(start, seg_end)
+                seg = Segment(start, seg_end)
                 if inside:
                     seg.buffer, seg.direct = view[start - pos : seg_end - pos], True
                 else:
@@ -510,7 +449,7 @@ class Prefetcher:
             out.append(seg)
         return out
 
-    def _remove_planned(self, seg: _Segment) -> None:
+    def _remove_planned(self, seg: Segment) -> None:
         for queue in (self._ahead, self._urgent):
             try:
                 queue.remove(seg)
@@ -531,7 +470,7 @@ class Prefetcher:
                     break
                 planned += seg_end - start
             if start not in self._segments and start not in skip:
-                seg = _Segment(start, seg_end)
+                seg = Segment(start, seg_end)
                 self._segments[start] = seg
                 self._ahead.append(seg)
 
@@ -553,9 +492,9 @@ class Prefetcher:
                     del self._segments[start]
                     self._remove_planned(seg)
 
-    def _next_launches(self) -> list[_Segment]:
+    def _next_launches(self) -> list[Segment]:
         """Segments to request now: urgent ones first, up to ``active`` in flight."""
-        out: list[_Segment] = []
+        out: list[Segment] = []
         while self._in_flight < self._active and (self._urgent or self._ahead):
             urgent = bool(self._urgent)
             seg = (self._urgent or self._ahead)[0]
@@ -615,105 +554,10 @@ class Prefetcher:
                 self._cancel(seg.task)
                 self._give(self._seg)  # garbage once the request ends
 
-    def _finished(self, seg: _Segment) -> list[_Segment]:
+    def _finished(self, seg: Segment) -> list[Segment]:
         """Book one finished request; return what to launch next (called with no lock)."""
         with self._lock:
             self._in_flight -= 1
             if self._closed:
                 return []
             return self._next_launches()
-
-    # -- I/O side ----------------------------------------------------------------------
-    def _launch(self, segments: list[_Segment]) -> None:
-        if not segments:
-            return
-        if self._pool is not None:
-            for seg in segments:
-                try:
-                    future = self._pool.submit(self._fetch_blocking, seg)
-                except RuntimeError:  # pool shut down: the reader was closed
-                    seg.error = OSError("reader was closed")
-                    seg.event.set()
-                    continue
-                seg.task = future
-                future.add_done_callback(functools.partial(self._mark_if_cancelled, seg=seg))
-            return
-        _loop.get_loop().call_soon_threadsafe(self._start_tasks, segments)
-
-    @staticmethod
-    def _cancel(task: asyncio.Task[Any] | concurrent.futures.Future[Any]) -> None:
-        if isinstance(task, concurrent.futures.Future):
-            task.cancel()  # only a fetch that has not started; a running one finishes
-        elif not _loop.is_shut_down():
-            _loop.get_loop().call_soon_threadsafe(task.cancel)
-
-    def _fetch_blocking(self, seg: _Segment) -> None:
-        try:
-            assert seg.buffer is not None
-            with shared_receiving():
-                self._fetch_into(seg, seg.buffer)
-        except BaseException as exc:
-            seg.error = exc
-        finally:
-            seg.event.set()
-            self._launch(self._finished(seg))
-
-    def _fetch_into(self, seg: _Segment, buffer: memoryview) -> None:
-        if self._stream is not None and seg.end - seg.start >= _MEASURED_SEGMENT:
-            self._fetch_measured(seg, buffer)
-        else:
-            self._provider.readinto_blocking(self._path, seg.start, buffer, pin=self._pin)
-
-    def _fetch_measured(self, seg: _Segment, buffer: memoryview) -> None:
-        """One ranged request, its body timed apart from its wait for the first
-        byte: that is what one connection delivers, the most a stream can."""
-        opened = time.perf_counter()
-        body = self._provider.open_range_blocking(self._path, seg.start, seg.end, pin=self._pin)
-        started = time.perf_counter()
-        self._ctl.note_first_byte(started - opened)
-        try:
-            body.readinto(buffer)
-        except TensorstreamError as exc:  # resume the rest under the retry policy
-            got = min(getattr(exc, "received", 0) or 0, len(buffer))
-            self._provider.readinto_blocking(self._path, seg.start + got, buffer[got:],
-                                             pin=self._pin)
-            return
-        finally:
-            body.close()
-        self._ctl.note_connection(len(buffer) / max(time.perf_counter() - started, 1e-6))
-
-    def _mark_if_cancelled(self, future: concurrent.futures.Future[Any], *, seg: _Segment) -> None:
-        # A fetch cancelled before it started never runs: release its waiters and its slot.
-        if future.cancelled():
-            seg.error = OSError("read-ahead was cancelled")
-            seg.event.set()
-            self._launch(self._finished(seg))
-
-    def _start_tasks(self, segments: list[_Segment]) -> None:
-        if self._closed:
-            for seg in segments:
-                seg.error = OSError("reader was closed")
-                seg.event.set()
-            return
-        for seg in segments:
-            seg.task = asyncio.ensure_future(self._fetch(seg))
-
-    async def _fetch(self, seg: _Segment) -> None:
-        try:
-            assert seg.buffer is not None
-            await self._provider.readinto(self._path, seg.start, seg.buffer, pin=self._pin)
-        except asyncio.CancelledError:
-            seg.error = OSError("read-ahead was cancelled")
-            raise
-        except Exception as exc:
-            seg.error = exc
-        finally:
-            seg.event.set()
-            launch = self._finished(seg)
-            if launch:
-                self._start_tasks(launch)
-
-    def _wait(self, seg: _Segment) -> None:
-        while not seg.event.wait(1.0):
-            if _loop.is_shut_down():
-                raise RuntimeError("tensorstream's I/O thread has stopped")

@@ -1,0 +1,136 @@
+"""The I/O side of the read-ahead engine: segments fetched on worker threads
+(providers with a blocking data path; their bodies received by the shared
+receiver) or as tasks on the I/O loop, each waking the reader when done.
+:class:`Fetching` is the base of :class:`~tensorstream.readahead.ranged.Prefetcher`,
+which owns the state these methods use."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import time
+from typing import Any
+
+from .. import _loop
+from ..errors import TensorstreamError
+from ..layers.stack import PolicyProvider
+from ..providers._http.receiver import shared_receiving
+from ..providers.base import Pin
+from .control import Controller
+from .segments import Segment
+from .streamed import SequentialStream
+
+__all__ = ["Fetching"]
+
+#: Ranged requests at least this large measure one connection's rate.
+MEASURED_SEGMENT = 256 << 10
+
+
+class Fetching:
+    """Fetches segments for a reader (the state is the reader's)."""
+
+    _provider: PolicyProvider
+    _path: str
+    _pin: Pin | None
+    _pool: concurrent.futures.ThreadPoolExecutor | None
+    _stream: SequentialStream | None
+    _ctl: Controller
+    _closed: bool
+
+    def _finished(self, seg: Segment) -> list[Segment]:  # pragma: no cover - the reader's
+        raise NotImplementedError
+
+    def _launch(self, segments: list[Segment]) -> None:
+        if not segments:
+            return
+        if self._pool is not None:
+            for seg in segments:
+                try:
+                    future = self._pool.submit(self._fetch_blocking, seg)
+                except RuntimeError:  # pool shut down: the reader was closed
+                    seg.error = OSError("reader was closed")
+                    seg.event.set()
+                    continue
+                seg.task = future
+                future.add_done_callback(functools.partial(self._mark_if_cancelled, seg=seg))
+            return
+        _loop.get_loop().call_soon_threadsafe(self._start_tasks, segments)
+
+    @staticmethod
+    def _cancel(task: asyncio.Task[Any] | concurrent.futures.Future[Any]) -> None:
+        if isinstance(task, concurrent.futures.Future):
+            task.cancel()  # only a fetch that has not started; a running one finishes
+        elif not _loop.is_shut_down():
+            _loop.get_loop().call_soon_threadsafe(task.cancel)
+
+    def _fetch_blocking(self, seg: Segment) -> None:
+        try:
+            assert seg.buffer is not None
+            with shared_receiving():
+                self._fetch_into(seg, seg.buffer)
+        except BaseException as exc:
+            seg.error = exc
+        finally:
+            seg.event.set()
+            self._launch(self._finished(seg))
+
+    def _fetch_into(self, seg: Segment, buffer: memoryview) -> None:
+        if self._stream is not None and seg.end - seg.start >= MEASURED_SEGMENT:
+            self._fetch_measured(seg, buffer)
+        else:
+            self._provider.readinto_blocking(self._path, seg.start, buffer, pin=self._pin)
+
+    def _fetch_measured(self, seg: Segment, buffer: memoryview) -> None:
+        """One ranged request, its body timed apart from its wait for the first
+        byte: that is what one connection delivers, the most a stream can."""
+        opened = time.perf_counter()
+        body = self._provider.open_range_blocking(self._path, seg.start, seg.end, pin=self._pin)
+        started = time.perf_counter()
+        self._ctl.note_first_byte(started - opened)
+        try:
+            body.readinto(buffer)
+        except TensorstreamError as exc:  # resume the rest under the retry policy
+            got = min(getattr(exc, "received", 0) or 0, len(buffer))
+            self._provider.readinto_blocking(self._path, seg.start + got, buffer[got:],
+                                             pin=self._pin)
+            return
+        finally:
+            body.close()
+        self._ctl.note_connection(len(buffer) / max(time.perf_counter() - started, 1e-6))
+
+    def _mark_if_cancelled(self, future: concurrent.futures.Future[Any], *, seg: Segment) -> None:
+        # A fetch cancelled before it started never runs: release its waiters and its slot.
+        if future.cancelled():
+            seg.error = OSError("read-ahead was cancelled")
+            seg.event.set()
+            self._launch(self._finished(seg))
+
+    def _start_tasks(self, segments: list[Segment]) -> None:
+        if self._closed:
+            for seg in segments:
+                seg.error = OSError("reader was closed")
+                seg.event.set()
+            return
+        for seg in segments:
+            seg.task = asyncio.ensure_future(self._fetch(seg))
+
+    async def _fetch(self, seg: Segment) -> None:
+        try:
+            assert seg.buffer is not None
+            await self._provider.readinto(self._path, seg.start, seg.buffer, pin=self._pin)
+        except asyncio.CancelledError:
+            seg.error = OSError("read-ahead was cancelled")
+            raise
+        except Exception as exc:
+            seg.error = exc
+        finally:
+            seg.event.set()
+            launch = self._finished(seg)
+            if launch:
+                self._start_tasks(launch)
+
+    def _wait(self, seg: Segment) -> None:
+        while not seg.event.wait(1.0):
+            if _loop.is_shut_down():
+                raise RuntimeError("tensorstream's I/O thread has stopped")
