@@ -17,6 +17,11 @@ def digest(t: torch.Tensor) -> str:
     return hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode() + data).hexdigest()
 
 
+def only_layer1(name: str) -> bool:
+    """A filter_func (importable by name in the ranks)."""
+    return name.startswith("layer1")
+
+
 def _group(kind: Any, solo: Any) -> Any:
     return solo if kind == "solo" else kind
 
@@ -26,6 +31,8 @@ def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
 
     uri = step["uri"][rank] if isinstance(step["uri"], list) else step["uri"]
     kwargs = dict(step.get("kwargs", {}))
+    if kwargs.get("filter_func") == "only_layer1":
+        kwargs["filter_func"] = only_layer1
     kwargs.update(step.get("options", {}))
     group = _group(step.get("group", "auto"), solo)
     kind = step.get("kind", "deserialize")

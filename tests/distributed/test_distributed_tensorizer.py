@@ -101,6 +101,11 @@ def test_two_ranks_http_s3_redis(targets: dict[str, Target], model: tuple[bytes,
         http_server.put(f"{prefix}-{r:03d}.tensors", tensorizer_bytes(state, tmp_path))
         shard_digests.append({k: digest(v) for k, v in state.items()})
     sharded_uri = http_server.url(f"{prefix}-%03d.tensors")
+    key = bytes(range(32))
+    encrypted = tmp_path / "encrypted.tensors"
+    tensorstream.serialize(_state(), encrypted, encryption=key)
+    plain = tmp_path / "plain.tensors"
+    plain.write_bytes(model[0])
     single = tensorstream.deserialize(targets["http"].uri, device="cpu")
     assert {k: digest(single[k]) for k in single} == expected
     single.close()
@@ -110,6 +115,11 @@ def test_two_ranks_http_s3_redis(targets: dict[str, Target], model: tuple[bytes,
     todo = [t.step() for t in targets.values()] + [
         {"label": "sharded", "uri": sharded_uri},
         {"label": "module", "kind": "module", "uri": targets["redis"].uri, "shapes": shapes},
+        # decryption, hashes and filter_func behave as in a load of its own
+        {"label": "encrypted", "uri": str(encrypted),
+         "kwargs": {"encryption": key, "verify_hash": True}},
+        {"label": "wrong-key", "uri": str(encrypted), "kwargs": {"encryption": bytes(32)}},
+        {"label": "filtered", "uri": str(plain), "kwargs": {"filter_func": "only_layer1"}},
     ]
     results = run_ranks(steps, 2, todo, timeout=240)
     assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
@@ -117,6 +127,12 @@ def test_two_ranks_http_s3_redis(targets: dict[str, Target], model: tuple[bytes,
         assert r.value["sharded"]["digests"] == shard_digests[r.rank], r.value["sharded"]
         assert r.value["module"]["digests"] == expected
         assert r.value["module"]["loaded"] == len(expected)
+        assert r.value["encrypted"]["digests"] == expected  # a local file, decrypted, verified
+        wrong = r.value["wrong-key"]
+        assert "DistributedLoadError" in wrong["types"] and wrong["failed_ranks"] == [0, 1]
+        assert "DecryptionError" in wrong["error"], wrong
+        assert r.value["filtered"].get("digests") == {
+            k: v for k, v in expected.items() if k.startswith("layer1")}, r.value["filtered"]
     for name, t in targets.items():
         _check_loaded(results, name, expected)
         if name != "redis":  # the Redis proxy also carried load_into_module

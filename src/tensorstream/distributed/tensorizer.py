@@ -89,15 +89,23 @@ class _ExactSource(io.RawIOBase):
 
 def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bool] | None,
           ) -> tuple[list[tuple[int, int]], int, tuple[int, bytes]]:
-    """The byte spans the load reads (header and index, then each wanted
-    tensor's header and data), a fingerprint of them and the object version,
-    and the bytes the index read fetched."""
+    """The byte spans the load reads, a fingerprint of them and the object
+    version, and the bytes the index read fetched.
+
+    The spans: the file header and index, every tensor's header (tensorizer
+    reads the headers of the tensors ``filter_func`` leaves out too), and the
+    data of the tensors it keeps.
+    """
     source = _ExactSource(reader)
     with StreamTensorDeserializer(source, device="cpu", lazy_load=True, num_readers=1,
-                                  encryption=encryption, filter_func=filter_func) as index:
-        entries = sorted(index._metadata.values(), key=lambda e: e.offset)
-        first = min((e.offset for e in index._metadata.values()), default=reader.size)
-    spans = [(0, first)] + [(e.offset, e.data_offset + e.data_length) for e in entries]
+                                  encryption=encryption) as index:
+        entries = sorted(index._metadata.items(), key=lambda item: item[1].offset)
+    first = entries[0][1].offset if entries else reader.size
+    spans = [(0, first)]
+    for path, entry in entries:
+        keep = filter_func is None or filter_func(path.normalize_())
+        spans.append((entry.offset, entry.data_offset + entry.data_length if keep
+                      else entry.data_offset))
     return spans, fingerprint(reader.size, reader.etag, spans), source.known()
 
 
