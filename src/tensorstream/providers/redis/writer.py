@@ -78,6 +78,7 @@ class RedisWriter(Writer):
         self._lengths: dict[bytes, int] = {}
         self._part_size: int | None = None
         self._slots: asyncio.Semaphore | None = None
+        self._failure: BaseException | None = None
 
     def __repr__(self) -> str:
         return f"<RedisWriter {self._path!r} generation={self._gen} {self._state}>"
@@ -117,6 +118,8 @@ class RedisWriter(Writer):
         return self._part_size
 
     async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
+        if self._failure is not None:
+            raise self._failure  # parts run concurrently: the one that failed first says why
         if self._state != "open":
             raise ValueError(f"write to a {self._state} Redis writer")
         if self._part_size is None:
@@ -127,6 +130,8 @@ class RedisWriter(Writer):
             self._slots = asyncio.Semaphore(_WRITES_IN_FLIGHT)
         try:
             for start in range(0, len(data), self._cs):
+                if self._failure is not None:
+                    raise self._failure
                 chunk = data[start: start + self._cs]  # sent as it is (no copy)
                 key = chunk_key(self._path, self._gen, base + start).encode(
                     "utf-8", "surrogateescape")
@@ -147,13 +152,20 @@ class RedisWriter(Writer):
                 async with self._slots:
                     stored = await p._guard(put)
                 if stored != chunk:
-                    raise IntegrityError(
+                    raise self._failed(IntegrityError(
                         f"verification failed: Redis holds other bytes than were sent for "
                         f"bytes {base + start}-{base + start + len(chunk) - 1} of "
-                        f"{self._path!r}; nothing was published")
-        except BaseException:
-            await self.abort()
+                        f"{self._path!r}; nothing was published"))
+        except BaseException as exc:
+            # Not aborted here: other parts may still have chunks in flight, which
+            # would land after the clean-up. The caller aborts once they stopped.
+            self._failed(exc)
             raise
+
+    def _failed(self, exc: BaseException) -> BaseException:
+        if self._failure is None and not isinstance(exc, asyncio.CancelledError):
+            self._failure = exc
+        return exc
 
     async def commit_parts(self, count: int, *, sha256: str | None = None) -> None:
         if self._state == "committed":

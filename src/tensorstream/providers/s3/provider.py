@@ -31,6 +31,7 @@ import asyncio
 import builtins
 import contextlib
 import logging
+import os
 import ssl
 import threading
 import warnings
@@ -92,6 +93,16 @@ def _split(path: str) -> tuple[str, str]:
     if not bucket or not key:
         raise InvalidURIError(f"S3 paths are bucket/key, got {path!r}")
     return bucket, key
+
+
+def _default_region() -> str | None:
+    """The region botocore would sign with when none is set, known without
+    importing it: ``us-east-1`` when there is no AWS config file at all (the
+    variables were already looked at). With a config file, ``None``: botocore
+    reads it (a region, an endpoint or an addressing style may be there).
+    Building a botocore client to find out costs ~0.1-0.3 s per process."""
+    config = os.environ.get("AWS_CONFIG_FILE") or os.path.join("~", ".aws", "config")
+    return None if os.path.lexists(os.path.expanduser(config)) else "us-east-1"
 
 
 class S3Provider(Provider):
@@ -364,7 +375,7 @@ class S3Provider(Provider):
         if endpoint and endpoint.startswith("https:") and not (self.ca_bundle or self.insecure):
             return None  # botocore's trust store (AWS_CA_BUNDLE, profile, certifi) applies
         light = path_style(endpoint, creds.addressing_style.value if creds.addressing_style
-                           else None, creds.region.value if creds.region else None)
+                           else None, creds.region.value if creds.region else _default_region())
         if light is not None and not creds.anonymous:
             assert creds.access_key_id is not None and creds.secret_access_key is not None
             self._sync_creds = StaticCredentials(

@@ -189,6 +189,8 @@ class S3Writer(Writer):
         return max(wanted, MIN_PART_SIZE, -(-total // _MAX_PARTS))
 
     async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
+        if self._state != "open" and self._error is not None:
+            raise self._error  # parts run concurrently: the one that failed first says why
         self._check_open()
         if index == 0 and not self._parts and self._create is None and self._only is None:
             # Maybe the only part: kept for one PUT at commit (nothing appears
@@ -203,7 +205,9 @@ class S3Writer(Writer):
                                      self._put_part(index + 1, data, md5))
             else:
                 await self._put_part(index + 1, data, md5)
-        except BaseException:
+        except BaseException as exc:
+            if self._error is None and not isinstance(exc, asyncio.CancelledError):
+                self._error = exc
             await self.abort()
             raise
 
