@@ -394,6 +394,15 @@ def _copy_cell(s: Setup, shape: str, name: str, size: int, expect: Any) -> list[
         is_tensorstream=True,
         skip=cli_missing(),
     )
+    # Like for like: s5cmd never waits for the disk (no fsync); tensorstream does
+    # by default, which on a disk slower than the link is most of a copy's time.
+    put(
+        "tensorstream cp --no-fsync",
+        _ts_cli(*ts_args[:2], "--no-fsync", *ts_args[2:]),
+        "baseline",  # a reference row, never a "peer"
+        "tensorstream",
+        skip=cli_missing(),
+    )
     s5_src = f"s3://{BUCKET}/{name}/*" if folder else src
     variants: list[tuple[str, list[str]]] = [("s5cmd (defaults)", []), ("s5cmd -c 32", ["-c", "32"])]
     if not folder:
