@@ -19,7 +19,11 @@ import pytest
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream.conversion import DestinationExistsError, UnsupportedDtypeError
-from tensorstream.errors import ConfigurationError, MalformedFileError
+from tensorstream.errors import (
+    ConfigurationError,
+    MalformedFileError,
+    UnsupportedOperationError,
+)
 from tensorstream.tensorizer import DecryptionError, Encryption
 
 torch = pytest.importorskip("torch")
@@ -214,6 +218,10 @@ def test_folder_source_and_folder_destination_on_s3(request: pytest.FixtureReque
 def test_http_sources_are_read_for_both_directions(http_server: Any, http_reset: None,
                                                    tmp_path: Path) -> None:
     want = checkpoint()
+    st_torch.save_file({"w": torch.ones(2)}, str(tmp_path / "x.safetensors"))
+    with pytest.raises(UnsupportedOperationError, match="cannot be written"):
+        tensorstream.convert(str(tmp_path / "x.safetensors"), http_server.url("x.tensors"),
+                             **http_server.options)
     tmp = tmp_path / "m.tensors"
     tensorstream.serialize(want, str(tmp))  # what tensorstream.serialize writes converts too
     http_server.put("m.safetensors", st_bytes(want))
@@ -258,10 +266,15 @@ def _alive(refs: list[weakref.ref[Any]]) -> int:
     return sum(r() is not None for r in refs)
 
 
-def test_to_tensorizer_holds_two_tensors_at_a_time(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("batch", "bound"), [(1, 2), (2048, 3)])
+def test_to_tensorizer_holds_one_batch_and_one_tensor(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      batch: int, bound: int) -> None:
+    from tensorstream.conversion import to_tensorizer
     from tensorstream.safetensors.reader import SafetensorsFile
 
+    # 1 KiB tensors: batches of one, then of two tensors
+    monkeypatch.setattr(to_tensorizer, "BATCH_BYTES", batch)
     want = {f"t{i:02d}": torch.full((256,), float(i)) for i in range(6)}
     st_torch.save_file(want, str(tmp_path / "m.safetensors"))
     refs: list[weakref.ref[Any]] = []
@@ -276,7 +289,7 @@ def test_to_tensorizer_holds_two_tensors_at_a_time(tmp_path: Path,
 
     monkeypatch.setattr(SafetensorsFile, "read_tensor", spy)
     tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
-    assert len(refs) == 6 and most[0] <= 2
+    assert len(refs) == 6 and most[0] <= bound
     assert_same(tensorizer_read((tmp_path / "m.tensors").read_bytes()), want)
 
 

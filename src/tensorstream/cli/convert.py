@@ -18,11 +18,11 @@ Convert a safetensors checkpoint (one .safetensors file, a
 model.safetensors.index.json with its shards, or a folder/prefix holding one)
 into one tensorizer .tensors file, or a tensorizer file into one
 .safetensors file; the format of SRC is read from its first bytes. Both can
-be on any backend. Tensors are streamed one by one (no model is built):
-memory stays at about two tensors plus 64 MiB of read-ahead going to
-tensorizer, 64 MiB of tensors plus read-ahead going to safetensors. Writing a
-tensorizer file to a remote DST goes through one local temporary file
-(tensorizer seeks back into what it wrote); it is deleted afterwards.
+be on any backend. Tensors are streamed (no model is built): memory stays at
+about 64 MiB of tensors (or one larger tensor), the one being read and 64 MiB
+of read-ahead, whatever the model's size. Writing a tensorizer file to a
+remote DST goes through one local temporary file (tensorizer seeks back into
+what it wrote); it is deleted afterwards.
 
 DST appears whole or not at all, and an existing DST is refused unless
 --overwrite. A DST ending in '/' (or an existing directory) gets the source's

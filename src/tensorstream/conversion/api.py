@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import _loop
+from ..api import get_provider
 from ..api import open as ts_open
-from ..api import stat
-from ..errors import ConfigurationError, NotFoundError
+from ..errors import ConfigurationError, NotFoundError, UnsupportedOperationError
 from ..uri import ParsedURI, parse_uri
 from .errors import DestinationExistsError
 
@@ -33,8 +33,9 @@ class ConvertResult:
     """What :func:`convert` wrote.
 
     ``src``/``dst`` are redacted URIs; ``bytes`` counts tensor data (headers
-    aside); ``notes`` says what the target format could not keep (safetensors
-    metadata in a tensorizer file).
+    aside); ``encrypted``: the tensorizer side (destination or source) is
+    encrypted; ``notes`` says what the target format could not keep
+    (safetensors metadata in a tensorizer file).
     """
 
     src: str
@@ -104,18 +105,27 @@ def _destination(src: ParsedURI, dst: ParsedURI, target: str) -> ParsedURI:
     return dst
 
 
-def _check_absent(dst: ParsedURI, options: Mapping[str, Any]) -> None:
-    if dst.scheme == "file":
-        if os.path.lexists(dst.path):
+async def _check_writable(dst: ParsedURI, options: Mapping[str, Any], overwrite: bool) -> None:
+    """Refuse a destination that cannot be written, or exists (unless ``overwrite``), before
+    anything is read: a conversion is not wasted on a read-only backend."""
+    async with get_provider(dst, **options) as provider:
+        if not provider.capabilities.write:
+            raise UnsupportedOperationError(
+                f"{dst.redacted()}: {getattr(provider, 'service', dst.scheme)} destinations "
+                "cannot be written; convert to a local path, s3:// or redis://")
+        if overwrite:
+            return
+        if dst.scheme == "file":
+            exists = os.path.lexists(dst.path)
+        else:
+            try:
+                await provider.stat(dst.path)
+            except NotFoundError:
+                return
+            exists = True
+        if exists:
             raise DestinationExistsError(
-                f"{dst.path} exists; pass --overwrite (overwrite=True) to replace it")
-        return
-    try:
-        _loop.run_sync(stat(dst, **options))
-    except NotFoundError:
-        return
-    raise DestinationExistsError(
-        f"{dst.redacted()} exists; pass --overwrite (overwrite=True) to replace it")
+                f"{dst.redacted()} exists; pass --overwrite (overwrite=True) to replace it")
 
 
 def convert(
@@ -137,7 +147,7 @@ def convert(
     file, on any backend. ``dst``: the object to write, on any writable
     backend (a folder/prefix ending in ``/``: ``<source name>.tensors`` or
     ``.safetensors`` inside it). It appears whole or not at all; an existing
-    ``dst`` is refused with :class:`DestinationExistsError` unless
+    ``dst`` is refused with :class:`~tensorstream.conversion.errors.DestinationExistsError` unless
     ``overwrite=True``.
 
     Streamed tensor by tensor, no model built: memory stays at a few tensors
@@ -157,7 +167,8 @@ def convert(
     ``options`` apply to both sides (as for :func:`tensorstream.open`);
     ``src_options``/``dst_options`` override them for one side.
 
-    Raises :class:`UnsupportedDtypeError` for a tensor the target format
+    Raises :class:`~tensorstream.conversion.errors.UnsupportedDtypeError` for a tensor the
+    target format
     cannot hold, before anything is written;
     :class:`~tensorstream.tensorizer.DecryptionError` for a wrong key;
     :class:`~tensorstream.errors.MalformedFileError` for a damaged source.
@@ -185,16 +196,15 @@ def convert(
         directory = os.path.dirname(dst_parsed.path) or "."
         if not os.path.isdir(directory):
             raise NotFoundError(f"destination directory does not exist: {directory}")
-    if not overwrite:
-        _check_absent(dst_parsed, dopts)
+    _loop.run_sync(_check_writable(dst_parsed, dopts, overwrite))
     result = ConvertResult(src_parsed.redacted(), dst_parsed.redacted(), fmt, target, 0, 0,
                            0.0, encryption is not None)
     if fmt == SAFETENSORS:
         _to_tensorizer(src_parsed, dst_parsed, sopts, dopts, encryption, overwrite, progress,
                        result)
     else:
-        _to_safetensors(src_parsed, dst_parsed, sopts, dopts, encryption, metadata, progress,
-                        result)
+        _to_safetensors(src_parsed, dst_parsed, sopts, dopts, encryption, metadata, overwrite,
+                        progress, result)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -234,7 +244,7 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
 
 
 def _to_safetensors(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts: dict[str, Any],
-                    encryption: Any, metadata: Mapping[str, str] | None,
+                    encryption: Any, metadata: Mapping[str, str] | None, overwrite: bool,
                     progress: Callable[[int, int], None] | None, result: ConvertResult) -> None:
     from ..tensorizer.load import deserialize
     from .to_safetensors import plan, write_safetensors
@@ -246,6 +256,7 @@ def _to_safetensors(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts
         planned = plan(deserializer, where)
         total = sum(p.nbytes for p in planned)
         write_safetensors(deserializer, planned, where, dst, dopts,
-                          {"format": "pt", **(metadata or {})}, _Progress(total, progress))
+                          {"format": "pt", **(metadata or {})}, overwrite,
+                          _Progress(total, progress))
     result.tensors, result.bytes = len(planned), total
 

@@ -6,8 +6,9 @@ read) holds all three: the header is written first, then the tensors are
 loaded in file order, a batch of at most :data:`BATCH_BYTES` (or one larger
 tensor) at a time, decrypted by tensorizer, and streamed through
 ``tensorstream.open(uri, "wb")``: sequential, atomic at the destination, so
-any backend works without a local temporary file. Memory: one batch plus the
-reader's read-ahead window and the writer's 8 MiB buffer.
+any backend works without a local temporary file (a local destination is
+written beside it and renamed). Memory: one batch plus the reader's
+read-ahead window and the writer's 8 MiB buffer.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..safetensors.writer import _NAMES as SAFETENSORS_NAMES
 from ..tensorizer.crypto import DecryptionError
 from ..tensorizer.hook import CryptographyError, IndexEntry, forget, index_entries
 from ..uri import ParsedURI
+from ._local import local_target
 from .errors import UnsupportedDtypeError
 
 __all__ = ["BATCH_BYTES", "Planned", "plan", "write_safetensors"]
@@ -122,28 +124,40 @@ def _load(deserializer: Any, batch: list[Planned], where: str) -> dict[Any, torc
     return got
 
 
+def _stream(out: Any, deserializer: Any, planned: list[Planned], where: str,
+            progress: Callable[[int], None], chunk: int) -> None:
+    for batch in _batches(planned):
+        loaded = _load(deserializer, batch, where)
+        try:
+            for p in batch:
+                t = loaded.pop(p.entry.key).detach()
+                if t.dtype != p.dtype or tuple(t.shape) != p.entry.shape:
+                    raise MalformedFileError(
+                        f"{where}: tensor {p.entry.name!r} loaded as {t.dtype} "
+                        f"{list(t.shape)}, its index says {p.dtype} {list(p.entry.shape)}")
+                if p.nbytes:
+                    view = byte_view(t.contiguous())
+                    for i in range(0, len(view), chunk):
+                        out.write(view[i:i + chunk])
+                progress(p.nbytes)
+                del t
+        finally:
+            forget(deserializer, {p.entry.key for p in batch})
+
+
 def write_safetensors(deserializer: Any, planned: list[Planned], where: str, dst: ParsedURI,
                       dst_options: Mapping[str, Any], metadata: Mapping[str, str] | None,
-                      progress: Callable[[int], None]) -> None:
+                      overwrite: bool, progress: Callable[[int], None]) -> None:
     """Write ``planned`` (from ``deserializer``) as a safetensors object at ``dst``."""
     header = encode_header([(p.name, SAFETENSORS_NAMES[p.dtype], p.entry.shape, p.nbytes)
                             for p in planned], metadata)
+    if dst.is_local:
+        # A plain file beside the destination: each tensor written from its own memory
+        # (the tensorstream writer would copy it into its buffer first).
+        with local_target(dst.path, overwrite) as tmp, open(tmp, "wb") as out:
+            out.write(header)
+            _stream(out, deserializer, planned, where, progress, 1 << 62)
+        return
     with ts_open(dst, "wb", **dst_options) as out:
         out.write(header)
-        for batch in _batches(planned):
-            loaded = _load(deserializer, batch, where)
-            try:
-                for p in batch:
-                    t = loaded.pop(p.entry.key).detach()
-                    if t.dtype != p.dtype or tuple(t.shape) != p.entry.shape:
-                        raise MalformedFileError(
-                            f"{where}: tensor {p.entry.name!r} loaded as {t.dtype} "
-                            f"{list(t.shape)}, its index says {p.dtype} {list(p.entry.shape)}")
-                    if p.nbytes:
-                        view = byte_view(t.contiguous())
-                        for i in range(0, len(view), _WRITE_CHUNK):
-                            out.write(view[i:i + _WRITE_CHUNK])
-                    progress(p.nbytes)
-                    del t
-            finally:
-                forget(deserializer, {p.entry.key for p in batch})
+        _stream(out, deserializer, planned, where, progress, _WRITE_CHUNK)

@@ -3,9 +3,10 @@
 Every shard's header is read and checked first (one bounded ranged read each:
 dtypes, names, sizes), so an unsupported tensor is refused before anything
 is written. Then each shard is read in file order, one tensor at a time with
-the next one in flight, and each tensor goes to tensorizer's own
-``TensorSerializer.write_tensor`` (which returns once the tensor is written).
-Memory: two tensors plus the reader's read-ahead window.
+the next one in flight, and the tensors go to tensorizer's own
+``TensorSerializer.write_state_dict`` in batches of :data:`BATCH_BYTES` (it
+returns once they are written). Memory: one batch (or one larger tensor),
+the tensor being read, and the reader's read-ahead window.
 
 tensorizer seeks back to fill in its header and index, so it writes to a
 local file: next to a local destination (published by rename), or in a
@@ -37,16 +38,18 @@ from tensorizer import __version__ as tensorizer_version
 from tensorizer.serialization import TensorType
 
 from ..api import open as ts_open
-from ..errors import MalformedFileError, NotFoundError
-from ..providers.local.provider import temp_path_for
+from ..errors import MalformedFileError
 from ..safetensors.header import TensorInfo
 from ..safetensors.reader import SafetensorsFile, torch_dtype
 from ..safetensors.sources import Source
 from ..uri import ParsedURI
-from .errors import DestinationExistsError, UnsupportedDtypeError
+from ._local import fsync_path, local_target
+from .errors import UnsupportedDtypeError
 
-__all__ = ["Shard", "empty_round_trips", "open_shards", "write_tensorizer"]
+__all__ = ["BATCH_BYTES", "Shard", "empty_round_trips", "open_shards", "write_tensorizer"]
 
+#: Tensors handed to tensorizer at a time (by bytes; a larger tensor alone).
+BATCH_BYTES = 64 << 20
 _COPY_CHUNK = 16 << 20
 
 
@@ -140,63 +143,49 @@ def _tensors(shard: Shard) -> Iterator[tuple[TensorInfo, torch.Tensor]]:
 def _serialize(shards: list[Shard], path: str, encryption: Any,
                progress: Callable[[int], None]) -> int:
     count = 0
+    batch: dict[str, torch.Tensor] = {}
+    size = 0
+
+    def flush() -> None:
+        nonlocal size
+        # write_state_dict: STATE_DICT entries named as in the checkpoint (what
+        # tensorstream.serialize(state_dict) writes and vLLM's weight iterator reads); a
+        # batch lets tensorizer hash one tensor while it writes another.
+        serializer.write_state_dict(batch)
+        for t in batch.values():
+            progress(t.numel() * t.element_size())
+        batch.clear()
+        size = 0
+
     with open(path, "wb+") as out:
         serializer = TensorSerializer(out, encryption=encryption)
         try:
             for shard in shards:
                 for info, tensor in _tensors(shard):
-                    # STATE_DICT, as tensorstream.serialize(state_dict) and vLLM's weight
-                    # iterators expect: names are the checkpoint's, not a module's.
-                    serializer.write_tensor(0, info.name, TensorType.STATE_DICT, tensor)
+                    batch[info.name] = tensor
+                    size += info.nbytes
                     count += 1
-                    progress(info.nbytes)
+                    del tensor
+                    if size >= BATCH_BYTES:
+                        flush()
+            if batch:
+                flush()
         except BaseException:
+            batch.clear()
             with contextlib.suppress(Exception):
                 serializer.close()
             raise
         serializer.close()  # closes ``out`` too
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path)
     return count
-
-
-def _publish_local(tmp: str, path: str, overwrite: bool) -> None:
-    if overwrite:
-        os.replace(tmp, path)
-    else:
-        try:  # link(2) fails if the name exists: no-clobber without a race
-            os.link(tmp, path)
-        except FileExistsError:
-            raise DestinationExistsError(
-                f"{path} appeared while converting; pass overwrite=True (--overwrite) to "
-                "replace it") from None
-        os.unlink(tmp)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_tensorizer(shards: list[Shard], dst: ParsedURI, dst_options: Mapping[str, Any],
                      encryption: Any, overwrite: bool, progress: Callable[[int], None]) -> int:
     """Write every tensor of ``shards`` to ``dst``; returns the number of tensors."""
     if dst.is_local:
-        directory = os.path.dirname(dst.path) or "."
-        if not os.path.isdir(directory):
-            raise NotFoundError(f"destination directory does not exist: {directory}")
-        tmp = temp_path_for(dst.path)
-        try:
-            count = _serialize(shards, tmp, encryption, progress)
-            os.chmod(tmp, 0o644)
-            _publish_local(tmp, dst.path, overwrite)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return count
+        with local_target(dst.path, overwrite) as tmp:
+            return _serialize(shards, tmp, encryption, progress)
     with tempfile.TemporaryDirectory(prefix="tensorstream-convert-") as tmpdir:
         tmp = os.path.join(tmpdir, "model.tensors")
         count = _serialize(shards, tmp, encryption, progress)

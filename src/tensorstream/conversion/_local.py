@@ -1,0 +1,44 @@
+"""Writing a local destination: a temporary file beside it, published whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from ..providers.local.provider import temp_path_for
+from .errors import DestinationExistsError
+
+__all__ = ["fsync_path", "local_target"]
+
+
+def fsync_path(path: str, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def local_target(path: str, overwrite: bool) -> Iterator[str]:
+    """Yield a temporary path next to ``path``; on success it becomes ``path`` (fsynced,
+    mode 0644), on any failure (Ctrl-C included) it is removed."""
+    tmp = temp_path_for(path)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o644)
+        fsync_path(tmp)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:  # link(2) fails if the name exists: no-clobber without a race
+                os.link(tmp, path)
+            except FileExistsError:
+                raise DestinationExistsError(
+                    f"{path} appeared while converting; pass --overwrite (overwrite=True) to "
+                    "replace it") from None
+        fsync_path(os.path.dirname(path) or ".", directory=True)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
