@@ -215,6 +215,19 @@ def test_folder_source_and_folder_destination_on_s3(request: pytest.FixtureReque
     assert_same(tensorizer_read(s3.get("out/model.tensors")), want)
 
 
+def test_a_hugging_face_cache_snapshot_folder(tmp_path: Path) -> None:
+    # snapshots/REV/ holds symbolic links into blobs/, as huggingface_hub lays it out
+    want = {"a": torch.arange(6.0), "b.c": torch.ones(2, 2, dtype=torch.bfloat16)}
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "rev"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    for i, (name, blob) in enumerate(sharded(want, 2).items()):
+        (blobs / f"{i:040x}").write_bytes(blob)
+        (snap / name).symlink_to(blobs / f"{i:040x}")
+    tensorstream.convert(str(snap), str(tmp_path / "m.tensors"))
+    assert_same(tensorizer_read((tmp_path / "m.tensors").read_bytes()), want)
+
+
 def test_http_sources_are_read_for_both_directions(http_server: Any, http_reset: None,
                                                    tmp_path: Path) -> None:
     want = checkpoint()
@@ -427,3 +440,23 @@ def test_usage_errors(tmp_path: Path) -> None:
         tensorstream.convert(str(tmp_path / "missing.safetensors"), str(tmp_path / "x.tensors"))
     assert _clean(tmp_path) == ["m.safetensors"]
     assert os.path.exists(tmp_path / "m.safetensors")
+
+
+def test_a_shard_replaced_after_its_header_was_checked(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorstream.conversion import to_tensorizer
+    from tensorstream.errors import ObjectChangedError
+
+    src = tmp_path / "m.safetensors"
+    st_torch.save_file({"w": torch.ones(4)}, str(src))
+    real = to_tensorizer.plan_shards
+
+    def plan_then_replace(*a: Any, **kw: Any) -> Any:
+        shards = real(*a, **kw)
+        st_torch.save_file({"w": torch.ones(5)}, str(src))  # same name, other shape
+        return shards
+
+    monkeypatch.setattr(to_tensorizer, "plan_shards", plan_then_replace)
+    with pytest.raises(ObjectChangedError, match="changed while converting"):
+        tensorstream.convert(str(src), str(tmp_path / "m.tensors"))
+    assert _clean(tmp_path) == ["m.safetensors"]

@@ -226,17 +226,17 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
                    progress: Callable[[int, int], None] | None, result: ConvertResult) -> None:
     from ..safetensors.sources import resolve
     from ..tensorizer.crypto import as_encryption
-    from .to_tensorizer import open_shards, write_tensorizer
+    from .to_tensorizer import plan_shards, write_tensorizer
 
-    with open_shards(resolve(src, sopts), sopts, encryption is not None) as shards:
-        total = sum(t.nbytes for s in shards for t in s.tensors)
-        params = as_encryption(encryption, dopts)
-        result.tensors = write_tensorizer(shards, dst, dopts, params, overwrite,
-                                          _Progress(total, progress))
-        result.bytes = total
-        # {"format": "pt"} comes back when converting back to safetensors: not worth a note
-        keys = sorted({k for s in shards for k, v in (s.file.header.metadata or {}).items()
-                       if (k, v) != ("format", "pt")})
+    shards = plan_shards(resolve(src, sopts), sopts, encryption is not None)
+    total = sum(t.nbytes for s in shards for t in s.tensors)
+    params = as_encryption(encryption, dopts)
+    result.tensors = write_tensorizer(shards, sopts, dst, dopts, params, overwrite,
+                                      _Progress(total, progress))
+    result.bytes = total
+    # {"format": "pt"} comes back when converting back to safetensors: not worth a note
+    keys = sorted({k for s in shards for k, v in (s.metadata or {}).items()
+                   if (k, v) != ("format", "pt")})
     if keys:
         result.notes.append(
             f"safetensors metadata ({', '.join(keys)}) was not kept: tensorizer files "

@@ -2,7 +2,8 @@
 
 Every shard's header is read and checked first (one bounded ranged read each:
 dtypes, names, sizes), so an unsupported tensor is refused before anything
-is written. Then each shard is read in file order, one tensor at a time with
+is written. Then each shard is opened again (one at a time), its header
+checked to be the same, and read in file order, one tensor at a time with
 the next one in flight, and the tensors go to tensorizer's own
 ``TensorSerializer.write_state_dict`` in batches of :data:`BATCH_BYTES` (it
 returns once they are written). Memory: one batch (or one larger tensor),
@@ -38,7 +39,7 @@ from tensorizer import __version__ as tensorizer_version
 from tensorizer.serialization import TensorType
 
 from ..api import open as ts_open
-from ..errors import MalformedFileError
+from ..errors import MalformedFileError, ObjectChangedError
 from ..safetensors.header import TensorInfo
 from ..safetensors.reader import SafetensorsFile, torch_dtype
 from ..safetensors.sources import Source
@@ -46,7 +47,7 @@ from ..uri import ParsedURI
 from ._local import fsync_path, local_target
 from .errors import UnsupportedDtypeError
 
-__all__ = ["BATCH_BYTES", "Shard", "empty_round_trips", "open_shards", "write_tensorizer"]
+__all__ = ["BATCH_BYTES", "Shard", "empty_round_trips", "plan_shards", "write_tensorizer"]
 
 #: Tensors handed to tensorizer at a time (by bytes; a larger tensor alone).
 BATCH_BYTES = 64 << 20
@@ -55,10 +56,13 @@ _COPY_CHUNK = 16 << 20
 
 @dataclasses.dataclass
 class Shard:
-    """One open safetensors object and the tensors taken from it, in file order."""
+    """One safetensors object, its validated header's metadata, and the tensors taken from
+    it, in file order."""
 
-    file: SafetensorsFile
+    source: Source
+    where: str
     tensors: list[TensorInfo]
+    metadata: dict[str, str] | None
 
 
 class _KeptOpen(io.BytesIO):
@@ -99,15 +103,14 @@ def _check(t: TensorInfo, where: str, encrypted: bool) -> None:
             + ("" if not encrypted else " or convert without encryption"))
 
 
-@contextlib.contextmanager
-def open_shards(sources: list[Source], options: Mapping[str, Any],
-                encrypted: bool) -> Iterator[list[Shard]]:
-    """Every source opened and its header validated, before anything is written."""
-    with contextlib.ExitStack() as stack:
-        shards: list[Shard] = []
-        seen: dict[str, str] = {}
-        for source in sources:
-            f = stack.enter_context(SafetensorsFile(source.uri, dict(options)))
+def plan_shards(sources: list[Source], options: Mapping[str, Any],
+                encrypted: bool) -> list[Shard]:
+    """Every source's header read and validated, before anything is written. Each is
+    closed again (a checkpoint can have hundreds of shards: one open at a time)."""
+    shards: list[Shard] = []
+    seen: dict[str, str] = {}
+    for source in sources:
+        with SafetensorsFile(source.uri, dict(options)) as f:
             tensors = f.select(lambda name: True, source.names)
             for t in tensors:
                 if t.name in seen:
@@ -115,32 +118,37 @@ def open_shards(sources: list[Source], options: Mapping[str, Any],
                         f"tensor {t.name!r} is in both {seen[t.name]} and {f.where}")
                 seen[t.name] = f.where
                 _check(t, f.where, encrypted)
-            shards.append(Shard(f, tensors))
-        yield shards
+            shards.append(Shard(source, f.where, tensors, f.header.metadata))
+    return shards
 
 
-def _tensors(shard: Shard) -> Iterator[tuple[TensorInfo, torch.Tensor]]:
+def _tensors(shard: Shard, options: Mapping[str, Any]) -> Iterator[tuple[TensorInfo, torch.Tensor]]:
     """The shard's tensors in file order; the next one is read while this one is written."""
-    f, infos = shard.file, shard.tensors
-    if not infos:
+    if not shard.tensors:
         return
-    reader = f.reader
-    reader.set_read_boundaries([f.header.data_start, *(x for t in infos for x in (t.begin, t.end))])
-    with reader.fork(end=infos[-1].end) as fork, \
-            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tensorstream-convert") as pool:
-        pending = pool.submit(f.read_tensor, infos[0], fork)
-        try:
-            for i, info in enumerate(infos):
-                tensor = pending.result()
-                if i + 1 < len(infos):
-                    pending = pool.submit(f.read_tensor, infos[i + 1], fork)
-                yield info, tensor
-                del tensor
-        finally:
-            pending.cancel()
+    with SafetensorsFile(shard.source.uri, dict(options)) as f:
+        infos = f.select(lambda name: True, shard.source.names)
+        if infos != shard.tensors:
+            raise ObjectChangedError(f"{f.where} changed while converting (its header is not "
+                                     "the one checked before); run the conversion again")
+        reader = f.reader
+        reader.set_read_boundaries(
+            [f.header.data_start, *(x for t in infos for x in (t.begin, t.end))])
+        with reader.fork(end=infos[-1].end) as fork, concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="tensorstream-convert") as pool:
+            pending = pool.submit(f.read_tensor, infos[0], fork)
+            try:
+                for i, info in enumerate(infos):
+                    tensor = pending.result()
+                    if i + 1 < len(infos):
+                        pending = pool.submit(f.read_tensor, infos[i + 1], fork)
+                    yield info, tensor
+                    del tensor
+            finally:
+                pending.cancel()
 
 
-def _serialize(shards: list[Shard], path: str, encryption: Any,
+def _serialize(shards: list[Shard], options: Mapping[str, Any], path: str, encryption: Any,
                progress: Callable[[int], None]) -> int:
     count = 0
     batch: dict[str, torch.Tensor] = {}
@@ -161,7 +169,7 @@ def _serialize(shards: list[Shard], path: str, encryption: Any,
         serializer = TensorSerializer(out, encryption=encryption)
         try:
             for shard in shards:
-                for info, tensor in _tensors(shard):
+                for info, tensor in _tensors(shard, options):
                     batch[info.name] = tensor
                     size += info.nbytes
                     count += 1
@@ -180,15 +188,16 @@ def _serialize(shards: list[Shard], path: str, encryption: Any,
     return count
 
 
-def write_tensorizer(shards: list[Shard], dst: ParsedURI, dst_options: Mapping[str, Any],
-                     encryption: Any, overwrite: bool, progress: Callable[[int], None]) -> int:
+def write_tensorizer(shards: list[Shard], src_options: Mapping[str, Any], dst: ParsedURI,
+                     dst_options: Mapping[str, Any], encryption: Any, overwrite: bool,
+                     progress: Callable[[int], None]) -> int:
     """Write every tensor of ``shards`` to ``dst``; returns the number of tensors."""
     if dst.is_local:
         with local_target(dst.path, overwrite) as tmp:
-            return _serialize(shards, tmp, encryption, progress)
+            return _serialize(shards, src_options, tmp, encryption, progress)
     with tempfile.TemporaryDirectory(prefix="tensorstream-convert-") as tmpdir:
         tmp = os.path.join(tmpdir, "model.tensors")
-        count = _serialize(shards, tmp, encryption, progress)
+        count = _serialize(shards, src_options, tmp, encryption, progress)
         with open(tmp, "rb") as src, ts_open(dst, "wb", **dst_options) as out:
             shutil.copyfileobj(src, out, _COPY_CHUNK)
     return count

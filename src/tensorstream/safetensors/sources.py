@@ -134,11 +134,19 @@ async def _list(parsed: ParsedURI, prefix: str, options: dict[str, Any]) -> list
         return [info.path async for info in provider.list(prefix)]
 
 
+def _local_children(folder: str) -> list[str]:
+    # Symbolic links are followed (is_file): a Hugging Face cache snapshot is links into
+    # blobs/, which the provider's listing (regular files only) leaves out.
+    with os.scandir(folder) as entries:
+        return [e.path for e in entries if not e.name.startswith(".") and e.is_file()]
+
+
 def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
     sep = os.sep if parsed.scheme == "file" else "/"
     prefix = parsed.path.rstrip(sep) + sep
     try:
-        paths = _loop.run_sync(_list(parsed, prefix, options))
+        paths = (_local_children(prefix) if parsed.scheme == "file"
+                 else _loop.run_sync(_list(parsed, prefix, options)))
     except UnsupportedOperationError as exc:
         raise UnsupportedOperationError(
             f"{parsed.redacted()} is not an object and {parsed.scheme} cannot list a folder: "
