@@ -5,6 +5,7 @@ with an error naming them."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import struct
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
@@ -231,3 +234,46 @@ def test_missing_object(tmp_path: Path) -> None:
 
 def test_model_info_is_public() -> None:
     assert tensorstream.ModelInfo is ModelInfo
+
+
+def test_tensorizer_index_length_past_the_object_is_never_fetched(
+        http_server: HTTPTestServer, http_reset: None) -> None:
+    blob = bytearray(_tz_bytes({"x": torch.ones(1000)}))
+    index_len_at = 5 + 4 + 56  # magic, version, file header
+    struct.pack_into("<Q", blob, index_len_at, 1 << 60)
+    http_server.put("insp/liar.tensors", bytes(blob) + bytes(4 * MiB))
+    http_server.clear_log()
+    with pytest.raises(MalformedFileError, match=r"liar\.tensors .*index claims"):
+        tensorstream.inspect(http_server.url("insp/liar.tensors"))
+    assert http_server.bytes_sent("insp/liar.tensors") <= FIRST_READ
+
+
+@functools.cache
+def _small_tensorizer() -> bytes:
+    return _tz_bytes({"a": torch.ones(3, 4), "b.c": torch.zeros(2, dtype=torch.bfloat16)})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flips=st.lists(st.tuples(st.integers(min_value=0, max_value=1_000_000),
+                                st.integers(min_value=0, max_value=255)), min_size=1, max_size=4),
+       cut=st.integers(min_value=0, max_value=400))
+def test_fuzzed_tensorizer_indexes_are_valid_or_rejected(flips: list[tuple[int, int]],
+                                                         cut: int) -> None:
+    """Damage the header and index of a real tensorizer file (and maybe cut its end):
+    read_index either raises MalformedFileError naming it, or returns entries that the
+    object can back."""
+    from tensorstream.tensorizer.hook import read_index
+
+    blob = bytearray(_small_tensorizer())
+    hot = 5 + 4 + 56 + 8 + 200  # the header and the start of the index (its entries)
+    for at, value in flips:
+        blob[at % hot if at % 3 else at % len(blob)] = value
+    blob = blob[: len(blob) - cut]
+    try:
+        index = read_index(bytes(blob[:FIRST_READ]), len(blob), "fuzz.tensors",
+                           lambda o, n: bytes(blob[o : o + n]))
+    except MalformedFileError as exc:
+        assert "fuzz.tensors" in str(exc)
+        return
+    for e in index.entries:
+        assert 0 <= e.header_offset <= e.data_offset and e.data_offset + e.nbytes <= len(blob)
