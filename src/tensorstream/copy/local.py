@@ -43,7 +43,8 @@ from .select import notify
 from .sinks import LocalPartFile, PartBuffer, plan_parts
 
 if TYPE_CHECKING:
-    from .engine import _Copier, _Job
+    from .engine import _Copier
+    from .plan import Job
 
 __all__ = ["Listings", "check_free_space", "copy_to_local"]
 
@@ -95,7 +96,7 @@ def _open_target_dir(root: str, subdirs: list[str]) -> int:
         os.close(root_fd)
 
 
-async def copy_to_local(c: _Copier, job: _Job) -> int:
+async def copy_to_local(c: _Copier, job: Job) -> int:
     """Copy ``job`` into its local destination; returns the bytes resumed from an
     earlier run. Raises on failure, leaving nothing under the destination's name
     (a ``--resume`` copy that was cut off keeps its hidden partial file)."""

@@ -40,7 +40,8 @@ from .select import notify
 from .sinks import BufferPool, PartBuffer, SequentialSink, digest, plan_parts
 
 if TYPE_CHECKING:
-    from .engine import _Copier, _Job
+    from .engine import _Copier
+    from .plan import Job
 
 __all__ = ["InOrderHash", "copy_to_writer"]
 
@@ -67,7 +68,7 @@ class InOrderHash:
         return self._hash.hexdigest()
 
 
-async def copy_to_writer(c: _Copier, job: _Job) -> int:
+async def copy_to_writer(c: _Copier, job: Job) -> int:
     """Copy ``job`` to its remote destination (nothing appears unless whole and
     checked); returns 0 (remote copies do not resume)."""
     writer = job.dst.open_writer(job.dst_path)
@@ -77,7 +78,7 @@ async def copy_to_writer(c: _Copier, job: _Job) -> int:
     return await _by_parts(c, job, writer, part_size)
 
 
-async def _read_parts(c: _Copier, job: _Job, pool: BufferPool, todo: Iterable[int],
+async def _read_parts(c: _Copier, job: Job, pool: BufferPool, todo: Iterable[int],
                       fill: Callable[[int, PartBuffer], Any],
                       consume: Callable[[int, PartBuffer, int], Any],
                       parts: Sequence[tuple[int, int]]) -> None:
@@ -118,7 +119,7 @@ async def _read_parts(c: _Copier, job: _Job, pool: BufferPool, todo: Iterable[in
             pool.put(buf)
 
 
-async def _by_parts(c: _Copier, job: _Job, writer: Writer, part_size: int) -> int:
+async def _by_parts(c: _Copier, job: Job, writer: Writer, part_size: int) -> int:
     size = job.info.size
     parts = plan_parts(size, part_size)
     pool = c.pool_for(part_size)
@@ -185,7 +186,7 @@ async def _by_parts(c: _Copier, job: _Job, writer: Writer, part_size: int) -> in
     return 0
 
 
-async def _in_order(c: _Copier, job: _Job, writer: Writer) -> int:
+async def _in_order(c: _Copier, job: Job, writer: Writer) -> int:
     """A writer that only appends: parts in order, the destination read back."""
     size = job.info.size
     parts = plan_parts(size, c.part_size)
@@ -239,7 +240,7 @@ async def _in_order(c: _Copier, job: _Job, writer: Writer) -> int:
     return 0
 
 
-async def _verify_by_reading_back(c: _Copier, job: _Job, parts: Sequence[tuple[int, int]],
+async def _verify_by_reading_back(c: _Copier, job: Job, parts: Sequence[tuple[int, int]],
                                   expected: dict[int, str]) -> None:
     info = await job.dst.stat(job.dst_path)
     bad = info.size != job.info.size

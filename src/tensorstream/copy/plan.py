@@ -1,0 +1,303 @@
+"""Planning a copy: which objects go where, decided before a byte is read.
+
+:class:`Planner` (a base of the copy engine) lists or stats every source,
+maps each object to its destination safely (:mod:`.keys`), applies
+``--exclude``/``--include``, refuses copies of an object onto itself and
+duplicate targets, looks for the destination bucket once, and leaves out
+what ``sync``/``--resume`` find unchanged. Each object becomes a :class:`Job`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import posixpath
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NotFoundError, TensorstreamError
+from ..layers.stack import PolicyProvider
+from ..providers.base import ObjectInfo
+from ..uri import ParsedURI, parse_uri, redact_text
+from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
+from .select import FileOutcome, Rules, unchanged, walk_local
+
+if TYPE_CHECKING:
+    from .engine import CopyResult
+
+__all__ = ["Job", "Planner"]
+
+
+@dataclasses.dataclass
+class Job:
+    """One object to copy: where from, where to, and what became of it."""
+
+    src: PolicyProvider
+    src_uri: ParsedURI
+    src_path: str
+    info: ObjectInfo
+    dst: PolicyProvider
+    dst_uri: ParsedURI
+    #: Remote destination path, or (local root dir, key parts) for a local destination.
+    dst_path: str
+    local: tuple[str, list[str]] | None
+    #: Set once a remote destination is committed (it exists under its name).
+    published: bool = False
+    #: (hidden partial file, bytes in it) kept for --resume when the copy stopped.
+    kept: tuple[str, int] | None = None
+    #: The whole result was compared with a checksum the source stored.
+    source_checked: bool = False
+
+    @property
+    def label(self) -> str:
+        return redact_text(self.src_uri.with_path(self.src_path))
+
+    @property
+    def dst_label(self) -> str:
+        if self.local is not None:
+            return os.path.join(self.local[0], *self.local[1])
+        return redact_text(self.dst_uri.with_path(self.dst_path))
+
+
+
+class Planner:
+    """The planning half of the copy engine (attributes set by the engine)."""
+
+    side_options: dict[str, dict[str, Any]]
+    options: dict[str, Any]
+    rules: Rules
+    skip_unchanged: bool
+    resume: bool
+    dryrun: bool
+    follow_symlinks: bool
+    result: CopyResult
+
+    def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
+        raise NotImplementedError
+
+    def error(self, what: str, exc: BaseException | str) -> None:
+        raise NotImplementedError
+
+    def outcome(self, outcome: FileOutcome) -> None:
+        raise NotImplementedError
+
+    # -- planning ------------------------------------------------------------
+    async def plan(self, sources: list[str], dest: str, recursive: bool) -> list[Job]:
+        dst_uri = parse_uri(dest)
+        dst = self.provider(dst_uri, "dst")
+        local = dst_uri.scheme == "file"
+        into_dir = len(sources) > 1 or recursive or dest.endswith("/") or (
+            local and os.path.isdir(dst_uri.path))
+        jobs: list[Job] = []
+        seen: set[str] = set()
+        for source in sources:
+            src_uri = parse_uri(source)
+            src = self.provider(src_uri, "src")
+            try:
+                pairs = await self._list_source(src, src_uri, source, recursive, local)
+            except (TensorstreamError, OSError) as exc:
+                self.error(redact_text(source), exc)
+                continue
+            for rel, info in pairs:
+                if not self.rules.wants(rel):
+                    continue  # --exclude/--include: left out by choice, not reported
+                try:
+                    safe_relative_key(rel)
+                except UnsafeKeyError as exc:
+                    self.error(redact_text(source), f"refused: {exc}")
+                    continue
+                if local:
+                    root = dst_uri.path if into_dir else os.path.dirname(dst_uri.path)
+                    parts = rel.split("/") if into_dir else [os.path.basename(dst_uri.path)]
+                    target = os.path.join(root, *parts)
+                    job = Job(src, src_uri, info.path, info, dst, dst_uri, target, (root, parts))
+                else:
+                    base = dst_uri.path.rstrip("/")
+                    target = (f"{base}/{rel}" if base else rel) if into_dir else dst_uri.path
+                    job = Job(src, src_uri, info.path, info, dst, dst_uri, target, None)
+                if self._same_object(job):
+                    self.error(job.label, "refused: source and destination are the same object")
+                    continue
+                if target in seen:
+                    self.error(job.label, f"another source also maps to {job.dst_label}; skipped")
+                    continue
+                seen.add(target)
+                jobs.append(job)
+        if jobs and dst_uri.scheme == "s3":
+            jobs = await self._check_bucket(dst, jobs)
+        if self.skip_unchanged:
+            jobs = await self._drop_unchanged(jobs)
+        if not self.resume and not self.dryrun:
+            for job in jobs:
+                self._note_stale_partial(job)
+        return jobs
+
+    def _same_object(self, job: Job) -> bool:
+        """Whether ``job`` would copy an object onto itself (refused: it would be rewritten)."""
+        if self.side_options["src"] != self.side_options["dst"]:
+            return False  # one name, two endpoints
+        if (job.src_uri.scheme, job.src_uri.netloc) != (job.dst_uri.scheme, job.dst_uri.netloc):
+            return False
+        if job.local is not None:
+            try:
+                return os.path.samefile(job.src_path, job.dst_path)
+            except OSError:
+                return os.path.abspath(job.src_path) == os.path.abspath(job.dst_path)
+        return job.src_path == job.dst_path
+
+    async def _check_bucket(self, dst: PolicyProvider, jobs: list[Job]) -> list[Job]:
+        """Look for the destination bucket once, before reading anything."""
+        bucket = jobs[0].dst_path.split("/", 1)[0]
+        listing = dst.list(jobs[0].dst_path).__aiter__()
+        try:
+            await listing.__anext__()
+        except StopAsyncIteration:
+            pass
+        except NotFoundError:
+            where = self.side_options["dst"].get("s3_endpoint") or self.options.get("s3_endpoint")
+            at = f" at {where}" if where else ""
+            for job in jobs:
+                self.error(f"{job.label} -> {job.dst_label}",
+                           f"bucket {bucket!r} does not exist{at} (create it first; "
+                           "'tensorstream ls s3://' lists the buckets these credentials see)")
+            return []
+        finally:
+            aclose = getattr(listing, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return jobs
+
+    async def _drop_unchanged(self, jobs: list[Job]) -> list[Job]:
+        """Leave out jobs whose destination already holds the source (sync, cp -r --resume)."""
+        slots = asyncio.Semaphore(16)
+
+        async def check(job: Job) -> Job | None:
+            async with slots:
+                try:
+                    there = await job.dst.stat(job.dst_path)
+                except (TensorstreamError, OSError):
+                    return job  # absent (or unreadable: the copy reports it)
+            same_kind = job.src_uri.scheme == job.dst_uri.scheme == "s3"
+            if not unchanged(job.info, there, same_kind=same_kind):
+                return job
+            self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",
+                                     reason="unchanged"))
+            return None
+
+        kept = await asyncio.gather(*(check(j) for j in jobs))
+        return [j for j in kept if j is not None]
+
+    def _note_stale_partial(self, job: Job) -> None:
+        if job.local is None:
+            return
+        root, parts = job.local
+        journal = os.path.join(root, *parts[:-1], f".{parts[-1]}.tensorstream-journal.tmp")
+        if os.path.exists(journal):
+            self.result.notes.append(
+                f"{job.dst_label}: an interrupted --resume copy was left here; without "
+                "--resume it is discarded and the copy starts over")
+
+    async def _list_source(self, src: PolicyProvider, uri: ParsedURI, raw: str, recursive: bool,
+                           local_dst: bool) -> list[tuple[str, ObjectInfo]]:
+        if not recursive:
+            return [await self._single(src, uri, raw)]
+        if uri.scheme == "file" and os.path.isdir(uri.path):
+            return await self._walk_local(src, uri)
+        base = uri.path.rstrip("/") + "/"
+        by_key: dict[str, ObjectInfo] = {}
+        if base == "/" and uri.scheme != "file":
+            base = ""  # the whole bucket / database
+        try:
+            async for info in src.list(base if uri.scheme != "file" else uri.path):
+                rel = relative_key(info.path, base)
+                if rel is not None:  # outside the prefix (e.g. "data-evil/"): not ours
+                    by_key[rel] = info
+        except NotFoundError:
+            pass
+        if not by_key:
+            try:  # "cp -r" of a single object copies that object
+                info = await src.stat(uri.path)
+            except NotFoundError:
+                raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None
+            return [(posixpath.basename(uri.path.rstrip("/")), info)]
+        plan = plan_keys(list(by_key), filesystem=local_dst)
+        label = redact_text(uri.with_path(base))
+        for key, reason in plan.refused:
+            self.error(f"{label}{key}", f"refused: {reason}")
+        for key, reason in plan.skipped:
+            self.result.skipped.append(f"{label}{key}: {reason}")
+        return [(rel, by_key[key]) for key, rel in plan.copy]
+
+    async def _single(self, src: PolicyProvider, uri: ParsedURI, raw: str
+                      ) -> tuple[str, ObjectInfo]:
+        """The one object a source without -r names; a directory or prefix says to add -r."""
+        name = posixpath.basename(uri.path.split("?", 1)[0].rstrip("/")) or "index"
+        if uri.scheme == "file" and os.path.isdir(uri.path):
+            raise NotFoundError(f"{uri.path} is a directory; add -r (--recursive) to copy "
+                                "the files in it")
+        try:
+            return name, await src.stat(uri.path)
+        except NotFoundError:
+            if uri.scheme == "file":
+                raise
+            under = await self._what_is_under(src, uri.path)
+            if under == "objects":
+                raise NotFoundError(
+                    f"{redact_text(raw)} is a prefix, not an object; add -r (--recursive) "
+                    "to copy the objects under it") from None
+            if under == "no bucket":
+                bucket = uri.path.split("/", 1)[0]
+                raise NotFoundError(
+                    f"bucket {bucket!r} does not exist ('tensorstream ls s3://' lists the "
+                    "buckets these credentials see)") from None
+            raise
+
+    @staticmethod
+    async def _what_is_under(src: PolicyProvider, path: str) -> str | None:
+        """``"objects"`` under ``path/``, ``"no bucket"``, or None (nothing we can see)."""
+        if not src.capabilities.list:
+            return None  # HTTP: no prefixes to see
+        listing: Any = None
+        try:
+            listing = src.list(path.rstrip("/") + "/").__aiter__()
+            await listing.__anext__()
+            return "objects"
+        except NotFoundError as exc:  # S3 names the missing bucket in a listing's answer
+            return "no bucket" if "NoSuchBucket" in str(exc) else None
+        except Exception:  # not a prefix we can see
+            return None
+        finally:
+            aclose = getattr(listing, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:
+                    pass
+
+    async def _walk_local(self, src: PolicyProvider, uri: ParsedURI
+                          ) -> list[tuple[str, ObjectInfo]]:
+        """A local directory, symbolic links followed unless --no-follow-symlinks."""
+        files, skipped = await asyncio.to_thread(walk_local, uri.path,
+                                                 follow_symlinks=self.follow_symlinks)
+        base = uri.path.rstrip("/") + "/"
+        for key, reason in skipped:
+            self.result.skipped.append(f"{base}{key}: {reason}")
+            by_choice = reason.endswith("(--no-follow-symlinks)")
+            self.outcome(FileOutcome(f"{base}{key}", "", 0, "skipped", reason=reason,
+                                     error=None if by_choice else reason))
+        slots = asyncio.Semaphore(16)
+
+        async def one(key: str, path: str) -> tuple[str, ObjectInfo] | None:
+            async with slots:
+                try:
+                    return key, await src.stat(path)
+                except (TensorstreamError, OSError) as exc:
+                    self.error(path, exc)
+                    return None
+
+        found = await asyncio.gather(*(one(k, p) for k, p in files))
+        out = [f for f in found if f is not None]
+        if not out and not skipped:
+            raise NotFoundError(f"nothing to copy at {uri.path} (empty directory)")
+        return out
+
