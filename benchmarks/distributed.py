@@ -10,12 +10,17 @@ contender, alternating them and rotating which goes first:
 * ``independent``: every rank ``tensorstream.deserialize(uri)`` on its own
   (today's load; each rank pulls the whole model).
 
+``--format safetensors`` loads ``model.safetensors`` with
+``tensorstream.safetensors.load`` instead.
+
 Each rank imports everything and joins the group before the clock; the clock
 starts after a barrier and stops when the last rank has its tensors (a second
 barrier): ``load_s`` is that group time (the slowest rank). ``process_s`` is
 the whole run, from starting the processes to the last exit (imports, group
 set-up). ``pulled`` is what the ranks received from storage, summed over the
-ranks (each load's ``stats.bytes``: the provider's counters). Every rank's
+ranks (each load's ``stats.bytes``: the provider's counters; tensorizer only);
+``served`` is what the server wrote meanwhile (its ``wchar`` in
+``/proc/PID/io``: sendfile bodies and headers). Every rank's
 tensors are checksummed against the model's manifest after the clock.
 
 Prints a Markdown table (``--markdown`` writes it, ``--json`` the rows).
@@ -44,38 +49,63 @@ CONTENDERS = ("group", "independent")
 def _rank_main(argv: list[str]) -> None:  # pragma: no cover - runs in the rank process
     rank, world, port = (int(x) for x in argv[:3])
     uri, contender, out = argv[3], argv[4], argv[5]
+    safetensors = uri.endswith(".safetensors")
     import datetime
 
     import torch.distributed as dist
 
     import tensorstream
+    import tensorstream.safetensors.reader
     import tensorstream.tensorizer.load
     from tensorstream.providers.registry import resolve_provider_class
     from tensorstream.uri import parse_uri
 
     resolve_provider_class(parse_uri(uri).scheme)
+    if os.environ.get("BENCH_DIST_DEBUG"):  # each step's time, from every rank
+        import logging
+
+        logging.basicConfig(level=logging.WARNING, format=f"rank {rank}: %(message)s")
+        logging.getLogger("tensorstream.distributed").setLevel(logging.DEBUG)
+        logging.getLogger("tensorstream.load").setLevel(logging.INFO)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=900))
     dist.barrier()
     start = time.perf_counter()
-    if contender == "group":
+    loaded: Any
+    if safetensors:
+        loaded = tensorstream.safetensors.load(uri, group="auto" if contender == "group" else None)
+    elif contender == "group":
         loaded = tensorstream.deserialize(uri, device="cpu", group="auto")
     else:  # today's load; rank/world_size say "this file is this process's own"
         loaded = tensorstream.deserialize(uri, device="cpu", rank=0, world_size=1)
     mine = time.perf_counter() - start
     dist.barrier()
     group_s = time.perf_counter() - start
-    stats = loaded.stats
+    stats = None if safetensors else loaded.stats
     checksum = model.tensor_checksum(loaded.items())
     with open(out, "w") as f:
-        json.dump({"rank": rank, "rank_s": mine, "load_s": group_s, "bytes": stats.bytes,
-                   "path": stats.path, "checksum": checksum}, f)
-    loaded.close()
+        json.dump({"rank": rank, "rank_s": mine, "load_s": group_s,
+                   "bytes": stats.bytes if stats else None,
+                   "path": stats.path if stats else contender, "checksum": checksum}, f)
+    if not safetensors:
+        loaded.close()
     dist.destroy_process_group()
 
 
 # -- the harness ------------------------------------------------------------------------
-def _run_once(ranks: int, uri: str, contender: str, timeout: float) -> dict[str, Any]:
+def _served(pid: int) -> int:
+    """Bytes the server process has written so far (``wchar``: its sendfile bodies
+    and headers): what storage served, counted on the server's side."""
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    raise RuntimeError("no wchar in /proc/PID/io")
+
+
+def _run_once(ranks: int, uri: str, contender: str, timeout: float,
+              server_pid: int) -> dict[str, Any]:
+    served = _served(server_pid)
     with tempfile.TemporaryDirectory(prefix="ts-bench-dist-") as folder:
         port = servers.free_port()
         outs = [os.path.join(folder, f"rank-{r}.json") for r in range(ranks)]
@@ -96,7 +126,9 @@ def _run_once(ranks: int, uri: str, contender: str, timeout: float) -> dict[str,
         rows = [json.loads(Path(o).read_text()) for o in outs]
     return {"contender": contender, "load_s": max(r["load_s"] for r in rows),
             "slowest_rank_s": max(r["rank_s"] for r in rows), "process_s": process_s,
-            "pulled": sum(r["bytes"] for r in rows), "paths": sorted({r["path"] for r in rows}),
+            "served": _served(server_pid) - served,
+            "pulled": None if rows[0]["bytes"] is None else sum(r["bytes"] for r in rows),
+            "paths": sorted({r["path"] for r in rows}),
             "checksums": [r["checksum"] for r in rows]}
 
 
@@ -107,14 +139,14 @@ def _median(rows: list[dict[str, Any]], key: str) -> tuple[float, float, float]:
 
 def _table(args: argparse.Namespace, manifest: dict[str, Any], rows: list[dict[str, Any]],
            note: str) -> str:
-    size = manifest["file_size"]
+    size = manifest["safetensors_size" if args.format == "safetensors" else "file_size"]
     lines = [
-        f"{args.ranks} ranks (gloo, CPU), tensorizer `{manifest['shape']}` model of "
+        f"{args.ranks} ranks (gloo, CPU), {args.format} `{manifest['shape']}` model of "
         f"{size / 2**20:.0f} MiB ({manifest['tensor_count']} tensors), {note}; "
         f"{args.rounds} rounds, contenders alternating in fresh processes; "
         f"load average before: {os.getloadavg()[0]:.2f}.",
         "",
-        "| contender | load (median, min-max) | whole run (median) | pulled from storage "
+        "| contender | load (median, min-max) | whole run (median) | served by storage "
         "| copies of the model | verified |",
         "|---|---|---|---|---|---|",
     ]
@@ -125,7 +157,7 @@ def _table(args: argparse.Namespace, manifest: dict[str, Any], rows: list[dict[s
             continue
         med, lo, hi = _median(mine, "load_s")
         medians[c] = med
-        pulled = statistics.median(r["pulled"] for r in mine)
+        pulled = statistics.median(r["served"] for r in mine)
         ok = all(r["verified"] for r in mine)
         lines.append(f"| {c} | {med:.2f} s ({lo:.2f}-{hi:.2f}) "
                      f"| {_median(mine, 'process_s')[0]:.2f} s | {pulled / 2**20:.0f} MiB "
@@ -143,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=parse_size, default=parse_size("512MiB"))
     p.add_argument("--shape", choices=list(model.SHAPES), default="llama")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--format", choices=["tensorizer", "safetensors"], default="tensorizer",
+                   help="deserialize() a tensorizer file or safetensors.load() (default tensorizer)")
     p.add_argument("--cap", type=parse_size, default=parse_size("25m"),
                    help="per-connection cap of the paced link, bytes/s")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
@@ -154,15 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(manifest["dir"])
     with tempfile.TemporaryDirectory(prefix="ts-bench-dist-work-") as work, \
             servers.start_link("paced", root.parent, Path(work), rate=args.cap) as link:
-        uri = f"{link.url}/{root.name}/model.tensors"  # the server serves /<folder>/<file>
-        with open(root / "model.tensors", "rb") as f:  # warm the page cache
+        name = "model.safetensors" if args.format == "safetensors" else "model.tensors"
+        uri = f"{link.url}/{root.name}/{name}"  # the server serves /<folder>/<file>
+        with open(root / name, "rb") as f:  # warm the page cache
             while f.read(64 << 20):
                 pass
         rows = []
         for i in range(args.rounds):
             order = CONTENDERS[i % 2:] + CONTENDERS[: i % 2]
             for contender in order:
-                row = _run_once(args.ranks, uri, contender, args.timeout)
+                row = _run_once(args.ranks, uri, contender, args.timeout,
+                                link.servers[0].proc.pid)
                 row["round"] = i
                 row["verified"] = all(c == manifest["tensors_checksum"] for c in row["checksums"])
                 del row["checksums"]

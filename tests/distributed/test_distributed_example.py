@@ -71,4 +71,5 @@ def test_distributed_benchmark_runs_and_verifies(tmp_path: Path) -> None:
     assert set(by) == {"group", "independent"} and all(r["verified"] for r in rows)
     size = json.loads((tmp_path / "r.json").read_text())["manifest"]["file_size"]
     assert by["group"]["pulled"] < 1.5 * size <= by["independent"]["pulled"], rows
+    assert by["group"]["served"] < 1.5 * size <= by["independent"]["served"], rows
     assert "independent / group load time" in out.stdout

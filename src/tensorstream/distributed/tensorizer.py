@@ -12,6 +12,8 @@ so ``verify_hash``, encryption, ``filter_func`` and the checks of
 from __future__ import annotations
 
 import io
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,9 @@ from .memory import MemorySource
 from .plan import Piece, fingerprint, merge, split
 
 __all__ = ["fetch"]
+
+#: DEBUG: how long each step of a group load took on this rank.
+log = logging.getLogger("tensorstream.distributed")
 
 #: Index reads fetch at least this much (the header and index are read in
 #: several small pieces; one request usually covers them all).
@@ -136,6 +141,12 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
     reported to the group at its first step so every rank raises.
     """
     reader: StreamReader | None = None
+    clock = [time.perf_counter()]
+
+    def lap() -> float:
+        clock.append(time.perf_counter())
+        return clock[-1] - clock[-2]
+
     try:
         error: BaseException | None = early
         spans: list[tuple[int, int]] = []
@@ -147,7 +158,9 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
                 spans, fp, known = _plan(reader, encryption, filter_func)
             except Exception as exc:
                 error = exc
+        plan_s = lap()
         agree(group, f"opening {where}", error, fp)
+        agree_s = lap()
         assert reader is not None
         try:
             whole = torch.empty(reader.size, dtype=torch.uint8)
@@ -156,8 +169,13 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
             read_share(reader, _skip_known(shares[group.rank], whole, known))
         except Exception as exc:
             error = exc
+        read_s = lap()
         agree(group, f"reading {where}", error)
+        wait_s = lap()
         broadcast_shares(group, shares, f"exchanging {where}")
+        log.debug("%s rank %d/%d: plan %.3f s, agree %.3f s, read own share (%d bytes) %.3f s, "
+                  "wait for the others %.3f s, exchange %.3f s", where, group.rank, group.size,
+                  plan_s, agree_s, sum(p.size for p in shares[group.rank]), read_s, wait_s, lap())
         return MemorySource(whole.numpy(), where, origin=[reader])
     finally:
         if reader is not None:
