@@ -55,7 +55,7 @@ def test_round_trip_with_a_key_file_json_and_overwrite(tmp_path: Path) -> None:
     p = cli("--keyfile", str(key), str(tmp_path / "m.tensors"), str(tmp_path / "out") + "/")
     assert p.returncode == 1 and "exists; pass --overwrite" in p.stderr
     assert "Traceback" not in p.stderr
-    p = cli("--overwrite", "-q", "--keyfile", str(key), str(tmp_path / "m.tensors"),
+    p = cli("--overwrite", "--no-fsync", "-q", "--keyfile", str(key), str(tmp_path / "m.tensors"),
             str(tmp_path / "out") + "/")
     assert p.returncode == 0 and p.stdout == "" and p.stderr == ""
 

@@ -427,6 +427,25 @@ def test_interrupted_conversion_leaves_nothing(store: Store, tmp_path: Path,
         assert not [p for p in Path(store.uri(src)).parent.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.parametrize("direction", ["to_tensorizer", "to_safetensors"])
+def test_a_local_destination_is_on_disk_unless_durable_false(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direction: str) -> None:
+    want = {"w": torch.randn(8)}
+    if direction == "to_tensorizer":
+        st_torch.save_file(want, str(tmp_path / "m.safetensors"))
+        src, dst = tmp_path / "m.safetensors", tmp_path / "m.tensors"
+    else:
+        tensorstream.serialize(want, str(tmp_path / "m.tensors"))
+        src, dst = tmp_path / "m.tensors", tmp_path / "m.safetensors"
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    tensorstream.convert(str(src), str(dst), durable=False)
+    assert synced == []
+    tensorstream.convert(str(src), str(dst), overwrite=True)
+    assert len(synced) == 2  # the file before its rename, then its directory
+
+
 def test_usage_errors(tmp_path: Path) -> None:
     st_torch.save_file({"w": torch.ones(2)}, str(tmp_path / "m.safetensors"))
     with pytest.raises(ConfigurationError, match="tensorstream cp"):

@@ -63,6 +63,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                      help="take a passphrase from environment variable NAME (Argon2id; the "
                           "salt is stored in the file)")
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    p.add_argument("--no-fsync", dest="durable", action="store_false",
+                   help="publish a local DST without waiting for the disk (no fsync): it still "
+                        "appears whole or not at all to readers, but a power loss right after "
+                        "can leave it empty or partial")
     out = p.add_argument_group("output")
     out.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress bar (there is none unless stderr is a terminal)")
@@ -112,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
     ok = False
     try:
         result = convert(args.src, args.dst, encryption=encryption, overwrite=args.overwrite,
-                         progress=progress, src_options=src_options, dst_options=dst_options,
-                         **options)
+                         durable=args.durable, progress=progress, src_options=src_options,
+                         dst_options=dst_options, **options)
         ok = True
     finally:
         if bars is not None:

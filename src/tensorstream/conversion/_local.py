@@ -21,14 +21,16 @@ def fsync_path(path: str, *, directory: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def local_target(path: str, overwrite: bool) -> Iterator[str]:
-    """Yield a temporary path next to ``path``; on success it becomes ``path`` (fsynced,
-    mode 0644), on any failure (Ctrl-C included) it is removed."""
+def local_target(path: str, overwrite: bool, durable: bool = True) -> Iterator[str]:
+    """Yield a temporary path next to ``path``; on success it becomes ``path`` (mode 0644;
+    on disk before it is renamed when ``durable``), on any failure (Ctrl-C included) it is
+    removed."""
     tmp = temp_path_for(path)
     try:
         yield tmp
         os.chmod(tmp, 0o644)
-        fsync_path(tmp)
+        if durable:
+            fsync_path(tmp)
         if overwrite:
             os.replace(tmp, path)
         else:
@@ -38,7 +40,8 @@ def local_target(path: str, overwrite: bool) -> Iterator[str]:
                 raise DestinationExistsError(
                     f"{path} appeared while converting; pass --overwrite (overwrite=True) to "
                     "replace it") from None
-        fsync_path(os.path.dirname(path) or ".", directory=True)
+        if durable:
+            fsync_path(os.path.dirname(path) or ".", directory=True)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -134,6 +134,7 @@ def convert(
     *,
     encryption: Any = None,
     overwrite: bool = False,
+    durable: bool = True,
     metadata: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     src_options: Mapping[str, Any] | None = None,
@@ -148,7 +149,9 @@ def convert(
     backend (a folder/prefix ending in ``/``: ``<source name>.tensors`` or
     ``.safetensors`` inside it). It appears whole or not at all; an existing
     ``dst`` is refused with :class:`~tensorstream.conversion.errors.DestinationExistsError` unless
-    ``overwrite=True``.
+    ``overwrite=True``. A local destination is on disk (fsync) before it
+    appears, unless ``durable=False`` (``cp``'s ``--no-fsync``: it still
+    appears whole, but a power loss right after can leave it empty).
 
     Streamed tensor by tensor, no model built: memory stays at a few tensors
     plus read-ahead (see docs/convert.md), never the whole checkpoint. Bytes
@@ -200,11 +203,11 @@ def convert(
     result = ConvertResult(src_parsed.redacted(), dst_parsed.redacted(), fmt, target, 0, 0,
                            0.0, encryption is not None)
     if fmt == SAFETENSORS:
-        _to_tensorizer(src_parsed, dst_parsed, sopts, dopts, encryption, overwrite, progress,
-                       result)
+        _to_tensorizer(src_parsed, dst_parsed, sopts, dopts, encryption, overwrite, durable,
+                       progress, result)
     else:
         _to_safetensors(src_parsed, dst_parsed, sopts, dopts, encryption, metadata, overwrite,
-                        progress, result)
+                        durable, progress, result)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -222,7 +225,7 @@ class _Progress:
 
 
 def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts: dict[str, Any],
-                   encryption: Any, overwrite: bool,
+                   encryption: Any, overwrite: bool, durable: bool,
                    progress: Callable[[int, int], None] | None, result: ConvertResult) -> None:
     from ..safetensors.sources import resolve
     from ..tensorizer.crypto import as_encryption
@@ -231,7 +234,7 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
     shards = plan_shards(resolve(src, sopts), sopts, encryption is not None)
     total = sum(t.nbytes for s in shards for t in s.tensors)
     params = as_encryption(encryption, dopts)
-    result.tensors = write_tensorizer(shards, sopts, dst, dopts, params, overwrite,
+    result.tensors = write_tensorizer(shards, sopts, dst, dopts, params, overwrite, durable,
                                       _Progress(total, progress))
     result.bytes = total
     # {"format": "pt"} comes back when converting back to safetensors: not worth a note
@@ -245,7 +248,8 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
 
 def _to_safetensors(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts: dict[str, Any],
                     encryption: Any, metadata: Mapping[str, str] | None, overwrite: bool,
-                    progress: Callable[[int, int], None] | None, result: ConvertResult) -> None:
+                    durable: bool, progress: Callable[[int, int], None] | None,
+                    result: ConvertResult) -> None:
     from ..tensorizer.load import deserialize
     from .to_safetensors import plan, write_safetensors
 
@@ -256,7 +260,7 @@ def _to_safetensors(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts
         planned = plan(deserializer, where)
         total = sum(p.nbytes for p in planned)
         write_safetensors(deserializer, planned, where, dst, dopts,
-                          {"format": "pt", **(metadata or {})}, overwrite,
+                          {"format": "pt", **(metadata or {})}, overwrite, durable,
                           _Progress(total, progress))
     result.tensors, result.bytes = len(planned), total
 

@@ -147,14 +147,14 @@ def _stream(out: Any, deserializer: Any, planned: list[Planned], where: str,
 
 def write_safetensors(deserializer: Any, planned: list[Planned], where: str, dst: ParsedURI,
                       dst_options: Mapping[str, Any], metadata: Mapping[str, str] | None,
-                      overwrite: bool, progress: Callable[[int], None]) -> None:
+                      overwrite: bool, durable: bool, progress: Callable[[int], None]) -> None:
     """Write ``planned`` (from ``deserializer``) as a safetensors object at ``dst``."""
     header = encode_header([(p.name, SAFETENSORS_NAMES[p.dtype], p.entry.shape, p.nbytes)
                             for p in planned], metadata)
     if dst.is_local:
         # A plain file beside the destination: each tensor written from its own memory
         # (the tensorstream writer would copy it into its buffer first).
-        with local_target(dst.path, overwrite) as tmp, open(tmp, "wb") as out:
+        with local_target(dst.path, overwrite, durable) as tmp, open(tmp, "wb") as out:
             out.write(header)
             _stream(out, deserializer, planned, where, progress, 1 << 62)
         return

@@ -44,7 +44,7 @@ from ..safetensors.header import TensorInfo
 from ..safetensors.reader import SafetensorsFile, torch_dtype
 from ..safetensors.sources import Source
 from ..uri import ParsedURI
-from ._local import fsync_path, local_target
+from ._local import local_target
 from .errors import UnsupportedDtypeError
 
 __all__ = ["BATCH_BYTES", "Shard", "empty_round_trips", "plan_shards", "write_tensorizer"]
@@ -184,16 +184,15 @@ def _serialize(shards: list[Shard], options: Mapping[str, Any], path: str, encry
                 serializer.close()
             raise
         serializer.close()  # closes ``out`` too
-    fsync_path(path)
     return count
 
 
 def write_tensorizer(shards: list[Shard], src_options: Mapping[str, Any], dst: ParsedURI,
                      dst_options: Mapping[str, Any], encryption: Any, overwrite: bool,
-                     progress: Callable[[int], None]) -> int:
+                     durable: bool, progress: Callable[[int], None]) -> int:
     """Write every tensor of ``shards`` to ``dst``; returns the number of tensors."""
     if dst.is_local:
-        with local_target(dst.path, overwrite) as tmp:
+        with local_target(dst.path, overwrite, durable) as tmp:
             return _serialize(shards, src_options, tmp, encryption, progress)
     with tempfile.TemporaryDirectory(prefix="tensorstream-convert-") as tmpdir:
         tmp = os.path.join(tmpdir, "model.tensors")
