@@ -5,7 +5,8 @@
 Contenders, each in its own fresh process, alternating A B A B per scenario:
 
 * ``convert``: ``tensorstream.convert(SRC, DST)`` (streamed tensor by tensor; the same
-  code as ``tensorstream convert``);
+  code as ``tensorstream convert``), and with ``durable=False`` (``--no-fsync``: the
+  destination is not waited onto the disk, as the other contender does not);
 * ``load-all``: what a script does without it (and what vLLM's ``tensorize_vllm_model.py``
   does by building the model): every tensor in memory first -- ``safetensors.torch.load_file``
   (local) or ``tensorstream.safetensors.load`` (S3), then tensorizer's
@@ -62,7 +63,7 @@ def _naive(src: str, dst: str, endpoint: str | None) -> None:
     print(json.dumps({"seconds": time.perf_counter() - t0}))
 
 
-def _stream(src: str, dst: str, endpoint: str | None) -> None:
+def _stream(src: str, dst: str, endpoint: str | None, durable: bool = True) -> None:
     """The convert contender: the same imports first, then ``tensorstream.convert`` timed."""
     import safetensors.torch  # noqa: F401
     import tensorizer  # noqa: F401
@@ -72,7 +73,7 @@ def _stream(src: str, dst: str, endpoint: str | None) -> None:
     import tensorstream.conversion.to_tensorizer
 
     t0 = time.perf_counter()
-    tensorstream.convert(src, dst, overwrite=True,
+    tensorstream.convert(src, dst, overwrite=True, durable=durable,
                          **({"src_options": {"s3_endpoint": endpoint}} if endpoint else {}))
     print(json.dumps({"seconds": time.perf_counter() - t0}))
 
@@ -102,9 +103,12 @@ def _verify(path: str, expect: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and sys.argv[1:2] in (["naive"], ["stream"]):
-        fn = _naive if sys.argv[1] == "naive" else _stream
-        fn(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    if argv is None and sys.argv[1:2] in (["naive"], ["stream"], ["stream-nofsync"]):
+        endpoint = sys.argv[4] if len(sys.argv) > 4 else None
+        if sys.argv[1] == "naive":
+            _naive(sys.argv[2], sys.argv[3], endpoint)
+        else:
+            _stream(sys.argv[2], sys.argv[3], endpoint, durable=sys.argv[1] == "stream")
         return 0
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
                            else f"s3://{BUCKET}/{src_file}")
                     endpoint = nginx.url if src_name == "s3" else None
                     samples: dict[str, list[tuple[float, float, float]]] = {
-                        "convert": [], "load-all": []}
+                        "convert": [], "convert --no-fsync": [], "load-all": []}
                     for _ in range(args.rounds):
                         for contender in samples:
                             dst = str(work / f"out{suffix}")
-                            mode = "stream" if contender == "convert" else "naive"
+                            mode = {"convert": "stream", "convert --no-fsync": "stream-nofsync",
+                                    "load-all": "naive"}[contender]
                             cmd = ["-m", "benchmarks.convert_memory", mode, src, dst,
                                    *([endpoint] if endpoint else [])]
                             samples[contender].append(_run(cmd, env))
