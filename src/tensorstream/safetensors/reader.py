@@ -218,7 +218,9 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
     """Read the wanted tensors of one file and ``emit`` each. ``early``: allocate the
     tensors that read-ahead may reach (up to ``readahead`` bytes ahead) and announce them
     (:meth:`StreamReader.expect`), so read-ahead lands straight in them instead of in
-    read-ahead buffers: for ``load`` on the CPU, whose tensors all live to the end anyway."""
+    read-ahead buffers. On the CPU: the tensors allocated early take the place of the
+    read-ahead buffers (``load`` keeps every tensor anyway; ``iter_tensors`` holds at most
+    the read-ahead window of tensors not yet yielded, as its buffers did)."""
     with SafetensorsFile(source.uri, options) as f:
         tensors = f.select(wanted, source.names)
         reader = f.reader
@@ -409,7 +411,7 @@ def iter_tensors(
 
     def produce(source: Source) -> None:
         try:
-            _read_file(source, options, wanted, dev, dtype, 1, emit)
+            _read_file(source, options, wanted, dev, dtype, 1, emit, early=dev.type == "cpu")
         except _Stopped:
             return
         except BaseException as exc:
