@@ -368,3 +368,57 @@ def test_each_destination_directory_is_listed_once(tmp_path: Path,
     assert not stale.exists()  # still found and removed
     for p in src.rglob("*.bin"):
         assert (dst / p.relative_to(src)).read_bytes() == p.read_bytes()
+
+
+class SlowProvider(FlakyProvider):
+    """Every read takes 50 ms (a capped link); counts the reads in flight."""
+
+    schemes = ("slowtest",)
+    service = "slowtest"
+    in_flight: ClassVar[int] = 0
+    most: ClassVar[int] = 0
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       pin: Pin | None = None) -> int:
+        cls = type(self)
+        cls.in_flight += 1
+        cls.most = max(cls.most, cls.in_flight)
+        try:
+            await asyncio.sleep(0.05)
+            return await super().readinto(path, offset, buffer, pin=pin)
+        finally:
+            cls.in_flight -= 1
+
+
+tensorstream.register("slowtest", SlowProvider, replace=True)
+
+
+@pytest.mark.parametrize("link_bound", [True, False])
+def test_a_copy_waiting_on_its_link_goes_wider(tmp_path: Path, flaky: type[FlakyProvider],
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               link_bound: bool) -> None:
+    # When the link is the limit (little CPU used, the machine idle) more parts
+    # go in flight, up to twice --concurrency; when the CPU is, the width stays.
+    from tensorstream.copy import engine
+
+    monkeypatch.setattr(engine, "link_bound", lambda before, now: link_bound)
+    monkeypatch.setattr(engine, "_LOOK", 0.02)
+    for i in range(40):
+        flaky.store[f"b/{i:02d}.bin"] = os.urandom(PART)
+    SlowProvider.in_flight = SlowProvider.most = 0
+    out = tmp_path / "out"
+    result = copy([f"slowtest://b/{i:02d}.bin" for i in range(40)], f"{out}/", part_size=PART,
+                  concurrency=2, jobs=2)
+    assert result.ok and result.files == 40, result.errors
+    assert SlowProvider.most == (4 if link_bound else 2)
+
+
+def test_link_bound_needs_an_idle_machine_and_a_waiting_process() -> None:
+    from tensorstream.copy.engine import link_bound
+
+    start = (0.0, 0.0, 0, 0)
+    # (wall s, process CPU s, machine idle jiffies, machine total jiffies)
+    assert link_bound(start, (1.0, 0.2, 60, 100))  # waiting on the link, machine idle
+    assert not link_bound(start, (1.0, 0.9, 60, 100))  # this process is busy
+    assert not link_bound(start, (1.0, 0.2, 5, 100))  # others keep the machine busy
+    assert not link_bound(start, (0.0, 0.0, 0, 0))  # nothing measured

@@ -156,7 +156,11 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
         return resumed, pinned
 
     try:
-        resumed, pinned = await in_thread(prepare)
+        if one_hop:  # the part is received in this hop: it takes a read slot
+            async with c.read_slots:
+                resumed, pinned = await in_thread(prepare)
+        else:
+            resumed, pinned = await in_thread(prepare)
         assert sink is not None
         if pinned:
             return 0  # received, tied to the source's version and published in one hop
