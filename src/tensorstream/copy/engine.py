@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
@@ -67,6 +68,8 @@ __all__ = [
     "copy_async",
     "copy_tree",
 ]
+
+log = logging.getLogger("tensorstream.copy")
 
 MiB = 1 << 20
 #: How often a copy looks at whether the link is its limit (seconds), and the
@@ -244,6 +247,7 @@ class _Copier(Planner):
             if not bound or not (self.read_slots.locked() or self.job_slots.locked()):
                 continue
             step = min(cap - width, max(1, width // 2))
+            log.debug("cp: waiting on the link: %d -> %d parts in flight", width, width + step)
             width += step
             prestart(width)
             for _ in range(step):  # a Semaphore takes extra releases: more permits
