@@ -154,6 +154,9 @@ def _batches(pieces: list[Piece], chunk: int, in_place: bool) -> Iterator[list[P
         for start in range(p.offset, p.end, chunk):
             part = p.cut(start, min(p.end, start + chunk))
             if in_place and part.size >= _SMALL:
+                if batch:  # in file order: what arrived is everything below a point
+                    yield batch
+                    batch, size = [], 0
                 yield [part]  # broadcast straight from/into its memory
                 continue
             if batch and size + part.size > chunk:
@@ -170,16 +173,21 @@ def _broadcast(group: Group, what: str, data: torch.Tensor, root: int) -> None:
 
 
 def broadcast_shares(group: Group, shares: list[list[Piece]], what: str,
-                     chunk: int = DEFAULT_CHUNK) -> None:
+                     chunk: int = DEFAULT_CHUNK,
+                     progress: Callable[[int], None] | None = None) -> None:
     """Every rank ends with every share's bytes: share ``r`` is broadcast from
     rank ``r``, ``chunk`` bytes at a time (staged through one ``chunk``-sized
-    buffer on the collective device where memory cannot be sent in place)."""
+    buffer on the collective device where memory cannot be sent in place).
+    ``progress(offset)`` is called after each broadcast: every byte the load
+    needs below ``offset`` is in place (shares are contiguous, in file order)."""
     staging: torch.Tensor | None = None
     for src, pieces in enumerate(shares):
         root = group.global_rank(src)
         for batch in _batches(pieces, chunk, group.in_place):
             if group.in_place and len(batch) == 1 and batch[0].size >= _SMALL:
                 _broadcast(group, what, batch[0].data, root)
+                if progress is not None:
+                    progress(batch[-1].end)
                 continue
             if staging is None:
                 staging = torch.empty(chunk, dtype=torch.uint8, device=group.device)
@@ -196,6 +204,8 @@ def broadcast_shares(group: Group, shares: list[list[Piece]], what: str,
                 for p in batch:
                     p.data.copy_(view[at : at + p.size])
                     at += p.size
+            if progress is not None:
+                progress(batch[-1].end)
     if group.device.type == "cuda":
         with contextlib.suppress(Exception):
             torch.cuda.synchronize(group.device)

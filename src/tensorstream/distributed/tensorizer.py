@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,7 @@ from ..tensorizer.hook import StreamTensorDeserializer
 from ..uri import ParsedURI
 from .exchange import agree, broadcast_shares, read_share
 from .group import Group
-from .memory import MemorySource
+from .memory import Arrival, MemorySource
 from .plan import Piece, fingerprint, merge, split
 
 __all__ = ["fetch"]
@@ -172,11 +173,48 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
         read_s = lap()
         agree(group, f"reading {where}", error)
         wait_s = lap()
-        broadcast_shares(group, shares, f"exchanging {where}")
+        at, data = known
+        arrival = Arrival(len(data) if at == 0 else 0, reader.size)
+        exchange = Exchange(group, shares, f"exchanging {where}", arrival)
         log.debug("%s rank %d/%d: plan %.3f s, agree %.3f s, read own share (%d bytes) %.3f s, "
-                  "wait for the others %.3f s, exchange %.3f s", where, group.rank, group.size,
-                  plan_s, agree_s, sum(p.size for p in shares[group.rank]), read_s, wait_s, lap())
-        return MemorySource(whole.numpy(), where, origin=[reader])
+                  "wait for the others %.3f s", where, group.rank, group.size, plan_s, agree_s,
+                  sum(p.size for p in shares[group.rank]), read_s, wait_s)
+        source = MemorySource(whole.numpy(), where, origin=[reader], arrival=arrival)
+        source.exchange = exchange
+        return source
     finally:
         if reader is not None:
             reader.close()
+
+
+class Exchange:
+    """The broadcasts of a group load, in a thread of their own: tensorizer builds
+    the first tensors (reading through :class:`~.memory.Arrival`) while later
+    shares are still arriving. :meth:`join` must return before this process
+    runs any other collective on the group (collectives are matched by order)."""
+
+    def __init__(self, group: Group, shares: list[list[Piece]], what: str,
+                 arrival: Arrival) -> None:
+        self._error: BaseException | None = None
+        self._started = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, args=(group, shares, what, arrival),
+                                        name="tensorstream-group-exchange", daemon=True)
+        self._thread.start()
+
+    def _run(self, group: Group, shares: list[list[Piece]], what: str, arrival: Arrival) -> None:
+        try:
+            if group.device.type == "cuda":
+                torch.cuda.set_device(group.device)
+            broadcast_shares(group, shares, what, progress=arrival.advance)
+        except BaseException as exc:
+            self._error = exc
+            arrival.fail(exc)
+            return
+        arrival.finish()
+        log.debug("%s: exchange done in %.3f s", what, time.perf_counter() - self._started)
+
+    def join(self) -> None:
+        """Wait for the exchange; raise its error (a :class:`DistributedLoadError`)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error

@@ -394,17 +394,24 @@ def deserialize(
             encryption=decryption,
         )
     except BaseException as exc:
-        if stream is not None:
-            stream.close()
         mapped = _translate(exc, where)
         if shared is not None and isinstance(stream, MemorySource):
-            # Past the exchange: every rank learns that this one failed to build.
+            # The exchange first (no other collective may run beside it); then every
+            # rank learns that this one failed to build its tensors.
+            try:
+                stream.join_exchange()
+            finally:
+                stream.close()
             agree(shared, f"loading {where}", mapped or exc)
+        elif stream is not None:
+            stream.close()
         if mapped is not None:
             raise mapped from exc
         raise
     if shared is not None:
         try:
+            assert isinstance(stream, MemorySource)
+            stream.join_exchange()
             agree(shared, f"loading {where}", None)  # every rank built its tensors
         except BaseException:
             deserializer.close()
