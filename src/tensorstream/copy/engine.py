@@ -6,15 +6,17 @@
 * **Fast**: every object is split into ``part_size`` parts, and at most
   ``concurrency`` parts are in flight across all objects being copied (up to
   ``jobs`` objects at once, so a folder of small objects is as wide as one
-  large object). Parts are fetched on the data plane's worker threads
-  (:mod:`tensorstream.copy.receive`). A local destination receives each
-  part straight into its temp file: the bytes go from the socket through a
-  1 MiB buffer owned by the worker thread into the file (``pwrite``), with
-  writeback started as each part completes so the one fsync at the end is
-  short; memory is ``concurrency`` x 1 MiB whatever the part size. Other
-  destinations get parts in order through their atomic writer, from a pool
-  of ``concurrency + spare`` part buffers (memory ``(concurrency + spare) x
-  part_size``).
+  large object); while the link, not the CPU, is the limit the copy widens
+  up to twice that. Parts are fetched on the data plane's worker threads
+  (:mod:`tensorstream.copy.receive`). A local destination
+  (:mod:`tensorstream.copy.local`) receives each part straight into its
+  temp file: the bytes go from the socket through a 1 MiB chunk buffer into
+  the file (``pwrite``), with writeback started as each part completes so
+  the one fsync at the end is short; memory is 1 MiB per part in flight
+  whatever the part size. S3 and Redis (:mod:`tensorstream.copy.remote`)
+  get each part as soon as it is in, in any order, from a pool of
+  ``concurrency + spare`` part buffers (memory ``(concurrency + spare) x
+  part_size``); other writers get the parts in order.
 * **Verified** (honestly): every ranged answer is checked by the data plane
   (exact ``Content-Range``, length, no content coding) and pinned to the
   version the copy started from (``If-Match`` and the answer's ``ETag``);
@@ -23,9 +25,11 @@
   is ours alone (``O_EXCL``, 0600, locked, held open), so it is not read
   back: its size is compared with the source's before it is published.
   Parts from an earlier ``--resume`` run are read back and compared with the
-  journal's sha256. A remote destination (which can change underneath) is
-  read back after commit and compared with the sha256 of every part taken as
-  it arrived. A mismatch removes the destination.
+  journal's sha256. S3 and Redis vouch for what they stored before anything
+  is published (S3: the Content-MD5 of the source's bytes and the ETags it
+  answers; Redis: each chunk read back in the ``MULTI`` that stages it). Any
+  other writer's destination is read back after commit and compared with
+  the sha256 of every part taken as it arrived; a mismatch removes it.
 * **Atomic and resumable**: destinations appear whole or not at all; with
   ``resume=True`` an interrupted local copy keeps its hidden temp file and a
   journal, and the next ``resume=True`` run fetches only the missing parts

@@ -2,12 +2,12 @@
 
 :class:`LocalPartFile` writes parts in whatever order they arrive with
 ``os.pwrite`` into a temp file beside the destination (opened through a
-directory descriptor, so symlinks are never followed), reads each part back
-and compares it byte for byte with the bytes received (verification), asks
-the kernel to start writing it to disk at once, keeps a small resume journal
-when asked, and publishes with one fsync + rename. :class:`SequentialSink`
-feeds any provider's atomic :class:`~tensorstream.providers.base.Writer` in
-order, holding early parts in a window bounded by the shared buffer pool.
+directory descriptor, so symlinks are never followed; ours alone, so never
+read back), asks the kernel to start writing each part to disk at once,
+keeps a small resume journal when asked, and publishes with one fsync +
+rename. :class:`SequentialSink` feeds a writer that only appends (not S3
+or Redis, which take parts in any order) in order, holding early parts in
+a window bounded by the shared buffer pool.
 """
 
 from __future__ import annotations
