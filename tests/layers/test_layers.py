@@ -90,6 +90,19 @@ def test_a_stall_is_cut_at_the_idle_timeout_and_retried(
     assert time.monotonic() - started < 5.0
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_deadlines_hold_when_bodies_are_received_by_the_shared_receiver(
+        http_server: HTTPTestServer, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same two deadlines with every body handed to the one receiving thread
+    (as the read-ahead engine's are)."""
+    from tensorstream.providers._http import receiver
+
+    monkeypatch.setattr(receiver, "SHARED_DEFAULT", True)
+    test_a_trickling_server_is_cut_at_the_total_deadline(http_server, path)
+    http_server.faults.reset()
+    test_a_stall_is_cut_at_the_idle_timeout_and_retried(http_server, path)
+
+
 class _StallingProvider(tensorstream.Provider):
     """A provider that ignores every deadline: its reads sleep."""
 
