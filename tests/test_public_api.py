@@ -88,6 +88,8 @@ def test_entry_points_and_console_script_resolve() -> None:
     "tensorstream.providers.redis",
     "tensorstream.providers.fsspec",
     "tensorstream.credentials.describe",
+    "tensorstream.distributed",
+    "tensorstream.testing.distributed",
     "tensorstream.testing.conformance",
     "tensorstream.testing.plugin",
 ])

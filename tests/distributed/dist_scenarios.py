@@ -96,5 +96,17 @@ def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: st
             os._exit(0)
 
         for name in ("tensorstream.distributed.tensorizer", "tensorstream.safetensors.reader"):
-            importlib.import_module(name).read_share = broken
+            module = importlib.import_module(name)
+            if how == "exit-in-exchange":  # dies once the exchange has begun
+                real = module.broadcast_shares
+
+                def dying(group: Any, shares: Any, what: str, *args: Any, real: Any = real,
+                          **kw: Any) -> None:
+                    first = [list(s[:1]) for s in shares[:1]]
+                    real(group, first, what)  # one broadcast: the peers' exchange has started
+                    os._exit(0)
+
+                module.broadcast_shares = dying
+            else:
+                module.read_share = broken
     return _run(step, rank, None)

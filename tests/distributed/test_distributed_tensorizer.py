@@ -179,7 +179,7 @@ def test_four_ranks_and_collective_failures(targets: dict[str, Target],
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("how", ["exit", "hang"])
+@pytest.mark.parametrize("how", ["exit", "hang", "exit-in-exchange"])
 def test_a_rank_that_dies_or_hangs_fails_the_others_in_bounded_time(
         targets: dict[str, Target], how: str) -> None:
     """Rank 1 exits (os._exit) or stops answering while reading its share: the
