@@ -91,6 +91,7 @@ def test_entry_points_and_console_script_resolve() -> None:
     "tensorstream.distributed",
     "tensorstream.testing.distributed",
     "tensorstream.testing.conformance",
+    "tensorstream.testing.faults",
     "tensorstream.testing.plugin",
 ])
 def test_documented_modules_import(module: str) -> None:

@@ -1,0 +1,235 @@
+"""Fault controls of the mocked backends (:mod:`tensorstream.testing.backends`).
+
+Every backend's ``faults`` is a :class:`Faults`; the subclasses here map its
+common methods onto the server or proxy underneath (the HTTP test server
+itself, an HTTP proxy in front of moto, a TCP proxy in front of Redis).
+Import them from :mod:`tensorstream.testing.backends`, which re-exports
+:class:`Faults` and :class:`UnsupportedFault`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from .backends import HTTPBackend, RedisBackend, S3Backend
+
+__all__ = ["FAULT_NAMES", "Faults", "UnsupportedFault"]
+
+FAULT_NAMES = ("latency", "rate_limit", "drop_after", "status_script", "ignore_range",
+               "replace_between_reads")
+
+
+class UnsupportedFault(NotImplementedError):
+    """A fault that makes no sense for a backend (e.g. an HTTP status on Redis)."""
+
+
+# ------------------------------------------------------------------ faults
+class Faults:
+    """Fault controls shared by every backend. Methods chain and apply to the
+    next requests; :meth:`reset` (automatic between tests) restores good service.
+
+    * ``latency(s)`` -- every request waits ``s`` seconds first;
+    * ``rate_limit(bps)`` -- each connection/response body is paced to ``bps`` bytes/s;
+    * ``drop_after(n, times=None)`` -- bodies/connections are cut after ``n`` bytes
+      (on the next ``times`` of them; ``None``: all);
+    * ``status_script([503, 503])`` -- the next requests get these statuses (HTTP, S3);
+    * ``ignore_range()`` -- ranged GETs are answered 200 with the whole body (HTTP, S3);
+    * ``replace_between_reads(key, data)`` -- the object is replaced after its first read.
+    """
+
+    #: Faults this backend cannot inject, with the reason.
+    unsupported: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, backend: str, raw: Any) -> None:
+        self.backend = backend
+        #: The fault settings and counters of the server or proxy underneath.
+        self._f = raw
+        #: Called with a message for an unsupported fault; the default raises
+        #: :class:`UnsupportedFault` (the plugin's ``tensorstream_backend`` skips instead).
+        self.on_unsupported: Callable[[str], Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self.backend}>"
+
+    def supports(self, fault: str) -> bool:
+        """Whether ``fault`` (a method name above) can be injected on this backend."""
+        if fault not in FAULT_NAMES:
+            raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULT_NAMES)}")
+        return fault not in self.unsupported
+
+    def _check(self, fault: str) -> None:
+        if fault in self.unsupported:
+            msg = f"{self.backend} backend: {fault} does not apply ({self.unsupported[fault]})"
+            if self.on_unsupported is not None:
+                self.on_unsupported(msg)
+            raise UnsupportedFault(msg)
+
+    def latency(self, seconds: float) -> Faults:
+        self._check("latency")
+        self._latency(float(seconds))
+        return self
+
+    def rate_limit(self, bytes_per_second: int) -> Faults:
+        if bytes_per_second <= 0:
+            raise ValueError("rate_limit needs a positive bytes_per_second")
+        self._check("rate_limit")
+        self._rate_limit(int(bytes_per_second))
+        return self
+
+    def drop_after(self, n_bytes: int, *, times: int | None = None) -> Faults:
+        self._check("drop_after")
+        self._drop_after(int(n_bytes), times)
+        return self
+
+    def status_script(self, statuses: list[int], *, retry_after: float | None = None) -> Faults:
+        """Answer the next ``len(statuses)`` requests with these statuses (then serve
+        normally); a trailing 2xx entry just means "then succeed"."""
+        self._check("status_script")
+        self._status_script([int(s) for s in statuses if not 200 <= int(s) < 300], retry_after)
+        return self
+
+    def ignore_range(self) -> Faults:
+        self._check("ignore_range")
+        self._ignore_range()
+        return self
+
+    def replace_between_reads(self, key: str, new_data: bytes) -> Faults:
+        self._check("replace_between_reads")
+        self._replace_between_reads(key, bytes(new_data))
+        return self
+
+    def reset(self) -> None:
+        """Back to a well-behaved backend."""
+        self._f.reset()
+
+    @property
+    def raw(self) -> Any:
+        """The fault settings of the server or proxy underneath, for the faults
+        beyond the common ones (``docs/testing.md`` lists them per backend):
+        HTTP's ``HTTPFaults`` (``wrong_content_range``, ``gzip``,
+        ``stall_after_headers``...), S3's ``HTTPProxyFaults``, Redis's
+        ``TCPFaults`` (``use_rst``, ``refuse``, ``stall``...). Reset after each test."""
+        return self._f
+
+    @property
+    def dropped(self) -> int:
+        """How many connections/responses ``drop_after`` has cut so far."""
+        return int(self._f.dropped)
+
+    @property
+    def pending_statuses(self) -> list[int]:
+        """Scripted statuses not yet served (empty once the script has played out)."""
+        return list(getattr(self._f, "status_script", []))
+
+    # Every server/proxy underneath names these settings alike.
+    def _latency(self, seconds: float) -> None:
+        self._f.latency = seconds
+
+    def _rate_limit(self, bps: int) -> None:
+        self._f.rate_limit = bps
+
+    def _drop_after(self, n: int, times: int | None) -> None:
+        self._f.drop_after, self._f.drop_times = n, times
+
+    def _status_script(self, statuses: list[int], retry_after: float | None) -> None:
+        self._f.status_script, self._f.retry_after = list(statuses), retry_after
+
+    def _ignore_range(self) -> None:
+        self._f.ignore_range = True
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+
+class _HTTPServerFaults(Faults):
+    """Faults of :class:`~tensorstream.testing.http_server.HTTPTestServer` itself."""
+
+    def __init__(self, backend: HTTPBackend) -> None:
+        super().__init__("http", backend.server.faults)
+        self._b = backend
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        # The server counts GETs of one key (its fault filter), so other faults
+        # set in the same test then apply to this key only.
+        self._f.key = self._b.key(key)
+        self._f.replace_after_requests = 1
+        self._f.replace_with = data
+
+
+class _S3ProxyFaults(Faults):
+    """Faults applied by an HTTP proxy in front of moto."""
+
+    def __init__(self, backend: S3Backend) -> None:
+        super().__init__("s3", backend.proxy.faults)
+        self._b = backend
+
+    def _ignore_range(self) -> None:
+        self._f.ignore_range = True
+        if self._b.auth:
+            # Range is signed: stripping it would fail the signature check. The proxy
+            # keeps it and answers 200 with the whole object itself.
+            def whole(path: str) -> bytes:
+                from urllib.parse import unquote
+
+                bucket, _, key = unquote(path).lstrip("/").partition("/")
+                return bytes(self._b.server.get(bucket, key))
+
+            self._f.whole_body = whole
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        target = f"/{self._b.bucket}/{key.lstrip('/')}"
+        replace_once = _ReplaceOnce(lambda: self._b.put(key, data))
+
+        async def hook(method: str, path: str) -> None:
+            if method == "GET" and path == target:
+                await replace_once.on_read()
+
+        self._f.before_forward = hook
+
+
+class _RedisProxyFaults(Faults):
+    """Faults applied by a TCP proxy in front of the Redis server."""
+
+    unsupported: ClassVar[dict[str, str]] = {
+        "status_script": "Redis has no HTTP statuses",
+        "ignore_range": "Redis has no Range header",
+    }
+
+    def __init__(self, backend: RedisBackend) -> None:
+        super().__init__("redis", backend.proxy.faults)
+        self._b = backend
+
+    def _replace_between_reads(self, key: str, data: bytes) -> None:
+        # A "read" is a burst of client bytes with GETRANGE on one of the object's chunk keys.
+        needle = (self._b.key(key) + ":").encode()
+        replace_once = _ReplaceOnce(lambda: self._b.put(key, data))
+
+        async def hook(chunk: bytes) -> None:
+            if b"GETRANGE" in chunk.upper() and needle in chunk:
+                await replace_once.on_read()
+
+        self._f.on_client_data = hook
+
+
+class _ReplaceOnce:
+    """Replace an object just before its second read; later reads wait for it."""
+
+    def __init__(self, replace: Callable[[], None]) -> None:
+        self._replace = replace
+        self._reads = 0
+        self._done: asyncio.Event | None = None
+
+    async def on_read(self) -> None:
+        self._reads += 1
+        if self._done is None:
+            self._done = asyncio.Event()
+        if self._reads == 2:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._replace)
+            finally:
+                self._done.set()
+        elif self._reads > 2:
+            await self._done.wait()
