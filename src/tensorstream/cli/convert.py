@@ -8,7 +8,13 @@ import os
 import sys
 from typing import Any
 
-from .options import add_side_options, add_storage_options, side_options, storage_options
+from .options import (
+    add_output_options,
+    add_side_options,
+    add_storage_options,
+    side_options,
+    storage_options,
+)
 from .output import escape, human_rate, human_size
 from .progress import make_progress
 
@@ -67,11 +73,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="publish a local DST without waiting for the disk (no fsync): it still "
                         "appears whole or not at all to readers, but a power loss right after "
                         "can leave it empty or partial")
-    out = p.add_argument_group("output")
-    out.add_argument("--no-progress", dest="progress", action="store_false",
-                     help="no progress bar (there is none unless stderr is a terminal)")
-    out.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-    out.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_output_options(p, json_help="print the result as one JSON object")
     add_storage_options(p)
     add_side_options(p)
     p.set_defaults(handler=run)

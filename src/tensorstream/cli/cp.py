@@ -19,6 +19,7 @@ from ..copy.select import Rules
 from ..uri import parse_uri
 from .options import (
     Rule,
+    add_output_options,
     add_side_options,
     add_storage_options,
     parse_size,
@@ -137,15 +138,10 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                        help="publish a local destination without waiting for the disk (no "
                             "fsync): it still appears whole or not at all to readers, but a "
                             "power loss right after the copy can leave it empty or partial")
-    out = p.add_argument_group("output")
-    out.add_argument("--no-progress", dest="progress", action="store_false",
-                     help="no progress bar (there is none unless stderr is a terminal)")
-    out.add_argument("-q", "--quiet", action="store_true",
-                     help="print nothing but errors")
+    out = add_output_options(
+        p, json_help="one JSON object per file on stdout, then a summary object")
     out.add_argument("--only-show-errors", action="store_true",
                      help="print only errors and warnings (skipped entries)")
-    out.add_argument("--json", action="store_true",
-                     help="one JSON object per file on stdout, then a summary object")
     add_storage_options(p)
     add_side_options(p)
 

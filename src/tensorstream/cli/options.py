@@ -168,3 +168,14 @@ def parse_size(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"size must be at least 1 byte, got {text!r}")
     return int(n)
+
+
+def add_output_options(parser: argparse.ArgumentParser, *, json_help: str) -> Any:
+    """The ``output`` group that commands with a progress bar share (``--no-progress``,
+    ``-q``, ``--json``); returns the group for a command's own output flags."""
+    out = parser.add_argument_group("output")
+    out.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no progress bar (there is none unless stderr is a terminal)")
+    out.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    out.add_argument("--json", action="store_true", help=json_help)
+    return out
