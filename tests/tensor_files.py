@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from tensorizer import TensorSerializer
@@ -21,3 +22,30 @@ def tensorizer_bytes(state: dict[str, torch.Tensor], folder: object) -> bytes:
     ser.write_state_dict(state)
     ser.close()
     return path.read_bytes()
+
+
+def one_per_dtype(gen: torch.Generator, shape: tuple[int, int], prefix: str) -> dict[str, Any]:
+    """One tensor of ``shape`` per dtype safetensors.torch maps (fp8 included), named
+    ``prefix + dtype name``, drawn from ``gen`` (callers keep drawing from it after)."""
+    from safetensors.torch import _TYPES
+
+    base = torch.randn(*shape, generator=gen)
+    out: dict[str, Any] = {}
+    for name, dtype in _TYPES.items():
+        if dtype.is_floating_point:
+            t = base.to(dtype)
+        elif dtype == torch.bool:
+            t = base > 0
+        elif dtype.is_complex:
+            t = torch.complex(base, -base).to(dtype)
+        else:
+            t = torch.randint(0, 100, shape, generator=gen).to(dtype)
+        out[f"{prefix}{name}"] = t
+    return out
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    """Same dtype, shape and bytes (``equal`` would call NaN != NaN and refuses fp8)."""
+    return bool(a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+                and a.detach().contiguous().reshape(-1).view(torch.uint8).equal(
+                    b.detach().contiguous().reshape(-1).view(torch.uint8)))

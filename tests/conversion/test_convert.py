@@ -30,32 +30,17 @@ torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 tensorizer = pytest.importorskip("tensorizer")
 
+from tensor_files import one_per_dtype, same_bytes  # noqa: E402  (needs torch)
+
 
 def checkpoint() -> dict[str, Any]:
     """One tensor per dtype safetensors.torch maps (fp8 included), 0-dim, empty, 1 MB."""
     g = torch.Generator().manual_seed(3)
-    base = torch.randn(17, 9, generator=g)
-    out: dict[str, Any] = {}
-    for name, dtype in st_torch._TYPES.items():
-        if dtype.is_floating_point:
-            t = base.to(dtype)
-        elif dtype == torch.bool:
-            t = base > 0
-        elif dtype.is_complex:
-            t = torch.complex(base, -base).to(dtype)
-        else:
-            t = torch.randint(0, 100, (17, 9), generator=g).to(dtype)
-        out[f"layers.0.{name}"] = t
+    out = one_per_dtype(g, (17, 9), "layers.0.")
     out["scalar"] = torch.tensor(1.25)
     out["empty"] = torch.empty(0, 5)  # f32: bf16/fp8 empties are refused (see below)
     out["big.weight"] = torch.randn(512, 512, generator=g)
     return out
-
-
-def same_bytes(a: Any, b: Any) -> bool:
-    return bool(a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
-                and a.detach().contiguous().reshape(-1).view(torch.uint8).equal(
-                    b.detach().contiguous().reshape(-1).view(torch.uint8)))
 
 
 def assert_same(got: Any, want: dict[str, Any]) -> None:

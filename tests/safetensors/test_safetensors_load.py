@@ -21,6 +21,8 @@ from tensorstream.errors import MalformedFileError
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 
+from tensor_files import one_per_dtype, same_bytes  # noqa: E402  (needs torch)
+
 tensorstream.register("memtest", MemProvider, replace=True)
 ts_st = tensorstream.safetensors
 
@@ -82,29 +84,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 def every_dtype() -> dict[str, Any]:
     """One tensor per dtype safetensors.torch maps, plus 0-dim, empty and odd sizes."""
     g = torch.Generator().manual_seed(7)
-    base = torch.randn(37, 29, generator=g)
-    out: dict[str, Any] = {}
-    for name, dtype in st_torch._TYPES.items():
-        if dtype.is_floating_point:
-            t = base.to(dtype)
-        elif dtype == torch.bool:
-            t = base > 0
-        elif dtype.is_complex:
-            t = torch.complex(base, -base).to(dtype)
-        else:
-            t = torch.randint(0, 100, (37, 29), generator=g).to(dtype)
-        out[f"t.{name}"] = t
+    out = one_per_dtype(g, (37, 29), "t.")
     out["scalar"] = torch.tensor(1.25, dtype=torch.float32)
     out["empty"] = torch.empty(0, 5, dtype=torch.float16)
     out["big"] = torch.randn(1024, 700, generator=g)  # 2.8 MB: several ranged parts
     out["odd"] = torch.arange(13, dtype=torch.int8)
     return out
-
-
-def same_bytes(a: Any, b: Any) -> bool:
-    return bool(a.dtype == b.dtype and a.shape == b.shape
-                and a.contiguous().reshape(-1).view(torch.uint8).equal(
-                    b.contiguous().reshape(-1).view(torch.uint8)))
 
 
 @pytest.fixture(scope="module")
