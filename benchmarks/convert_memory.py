@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import MiB, ensure_model, tensor_checksum
-from .servers import start_nginx
+from .servers import bench_aws_env, start_nginx
 
 BUCKET = "bench"
 
@@ -128,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         (root / BUCKET).mkdir(parents=True)
         for name in ("model.safetensors", "model.tensors"):
             os.symlink(model / name, root / BUCKET / name)
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-               "AWS_CONFIG_FILE": str(work / "none"),
-               "AWS_SHARED_CREDENTIALS_FILE": str(work / "none")}
+        env = bench_aws_env(work)
         with start_nginx(root, work / "nginx") as nginx:
             for f in ("model.safetensors", "model.tensors"):  # warm the page cache
                 (model / f).read_bytes()

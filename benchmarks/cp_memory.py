@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .servers import start_moto, start_nginx, start_redis
+from .servers import bench_aws_env, start_moto, start_nginx, start_redis
 
 BUCKET = "bench"
 GiB = 1 << 30
@@ -93,15 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         root = work / "www"
         (root / BUCKET).mkdir(parents=True)
-        env = {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": str(work / "none"),
-            "AWS_SHARED_CREDENTIALS_FILE": str(work / "none"),
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
+        env = bench_aws_env(work)
         with (
             start_nginx(root, work / "nginx") as nginx,
             start_redis(work / "redis") as redis,

@@ -37,6 +37,7 @@ from pathlib import Path
 __all__ = [
     "LINKS",
     "Server",
+    "bench_aws_env",
     "free_port",
     "start_link",
     "start_moto",
@@ -49,6 +50,16 @@ __all__ = [
 LINKS = ("loopback", "paced", "bucket", "ttfb", "moto")
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
+
+
+def bench_aws_env(work: Path) -> dict[str, str]:
+    """The environment for a child that talks to local S3 stand-ins (nginx, moto):
+    dummy credentials, and no AWS config file or instance-metadata lookup that would
+    make the run depend on the machine."""
+    return {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": str(work / "none"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(work / "none")}
 
 
 def free_port() -> int:
