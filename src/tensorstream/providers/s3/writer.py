@@ -280,27 +280,23 @@ class S3Writer(Writer):
             ContentMD5=base64.b64encode(md5).decode(), **kwargs,
         )
         self._check_etag(resp.get("ETag"), md5.hex(), None, f"part {number}")
-        part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
-        if self._checksum and resp.get("ChecksumCRC32"):
-            part["ChecksumCRC32"] = resp["ChecksumCRC32"]
-        self._parts[number] = part
+        self._parts[number] = self._part_entry(number, resp)
         self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
+    def _part_entry(self, number: int, resp: dict[str, Any]) -> dict[str, Any]:
+        """The part as complete_multipart_upload lists it (with its CRC32 when sent)."""
+        part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
+        if self._checksum and resp.get("ChecksumCRC32"):
+            part["ChecksumCRC32"] = resp["ChecksumCRC32"]
+        return part
+
     async def _start_part(self, body: bytearray) -> None:
         if self._error is not None:
             raise self._error
-        if self._create is None:
-            kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
-            self._create = asyncio.ensure_future(
-                self._call("create_multipart_upload", Bucket=self._bucket, Key=self._key, **kwargs)
-            )
-            _loop.abort_at_exit(self)  # still open at interpreter exit: abort the upload
+        if self._slots is None:
             self._slots = asyncio.Semaphore(self._max_in_flight)
-        if self._upload_id is None:
-            # Shielded so a cancellation here still lets abort() learn the id.
-            self._upload_id = str((await asyncio.shield(self._create))["UploadId"])
-        assert self._slots is not None
+        await self._ensure_upload()
         await self._slots.acquire()
         self._part_number += 1
         self._tasks.append(asyncio.ensure_future(self._upload_part(self._part_number, body)))
@@ -313,10 +309,7 @@ class S3Writer(Writer):
                 "upload_part", Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
                 PartNumber=number, Body=body, **kwargs,
             )
-            part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
-            if self._checksum and resp.get("ChecksumCRC32"):
-                part["ChecksumCRC32"] = resp["ChecksumCRC32"]
-            self._parts[number] = part
+            self._parts[number] = self._part_entry(number, resp)
         except Exception as exc:
             if self._error is None:
                 self._error = exc
