@@ -348,10 +348,7 @@ class RangeBody:
                     if not isinstance(exc.error, EOFError):
                         raise exc.error from None  # mapped below, as from recv_into
                 if received < want:
-                    raise IncompleteReadError(
-                        f"body ended after {received} of {want} bytes",
-                        received=received, service=self._service,
-                        path=redact_path(self._path))
+                    raise self._ended(received, want)
             while received < want:
                 if timed:
                     assert deadline is not None
@@ -364,10 +361,7 @@ class RangeBody:
                 else:
                     n = resp.readinto(buffer[received : received + min(_SLICE, want - received)])
                 if not n:
-                    raise IncompleteReadError(
-                        f"body ended after {received} of {want} bytes",
-                        received=received, service=self._service,
-                        path=redact_path(self._path))
+                    raise self._ended(received, want)
                 received += n
                 if deadline is not None:
                     deadline.progress()  # an async caller's idle watchdog sees it
@@ -419,6 +413,12 @@ class RangeBody:
             except ReceiveError as exc:
                 raise ReceiveError(got + exc.received, exc.error) from None
         return got
+
+    def _ended(self, received: int, want: int) -> IncompleteReadError:
+        """The error for a body that ended early (shared and own receiving alike)."""
+        return IncompleteReadError(f"body ended after {received} of {want} bytes",
+                                   received=received, service=self._service,
+                                   path=redact_path(self._path))
 
     def _set_lowat(self, nbytes: int) -> None:
         # Never above what this call still wants: poll() waits for the mark.
