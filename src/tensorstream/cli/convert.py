@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .options import (
+    add_no_fsync_option,
     add_output_options,
     add_side_options,
     add_storage_options,
@@ -69,10 +70,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                      help="take a passphrase from environment variable NAME (Argon2id; the "
                           "salt is stored in the file)")
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    p.add_argument("--no-fsync", dest="durable", action="store_false",
-                   help="publish a local DST without waiting for the disk (no fsync): it still "
-                        "appears whole or not at all to readers, but a power loss right after "
-                        "can leave it empty or partial")
+    add_no_fsync_option(p, target="a local DST")
     add_output_options(p, json_help="print the result as one JSON object")
     add_storage_options(p)
     add_side_options(p)

@@ -19,6 +19,7 @@ from ..copy.select import Rules
 from ..uri import parse_uri
 from .options import (
     Rule,
+    add_no_fsync_option,
     add_output_options,
     add_side_options,
     add_storage_options,
@@ -134,10 +135,7 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                        help="report the copy unverified and skip the checks that cost requests "
                             "or reads (a remote destination's read-back, earlier --resume parts); "
                             "answers stay pinned to one version of the source")
-    speed.add_argument("--no-fsync", dest="durable", action="store_false",
-                       help="publish a local destination without waiting for the disk (no "
-                            "fsync): it still appears whole or not at all to readers, but a "
-                            "power loss right after the copy can leave it empty or partial")
+    add_no_fsync_option(speed, target="a local destination", moment="the copy")
     out = add_output_options(
         p, json_help="one JSON object per file on stdout, then a summary object")
     out.add_argument("--only-show-errors", action="store_true",

@@ -179,3 +179,12 @@ def add_output_options(parser: argparse.ArgumentParser, *, json_help: str) -> An
     out.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     out.add_argument("--json", action="store_true", help=json_help)
     return out
+
+
+def add_no_fsync_option(group: Any, *, target: str, moment: str = "") -> None:
+    """``--no-fsync`` (``args.durable`` false) for commands that publish local files;
+    ``target`` (and ``moment``) name what is published (and after what) in the help."""
+    group.add_argument("--no-fsync", dest="durable", action="store_false",
+                       help=f"publish {target} without waiting for the disk (no fsync): it still "
+                            "appears whole or not at all to readers, but a power loss right "
+                            f"after{' ' + moment if moment else ''} can leave it empty or partial")
