@@ -6,18 +6,10 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from ..providers.local.provider import temp_path_for
+from ..providers.local.provider import fsync_path, temp_path_for
 from .errors import DestinationExistsError
 
-__all__ = ["fsync_path", "local_target"]
-
-
-def fsync_path(path: str, *, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["local_target"]
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
 from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamError
 from ..file import StreamReader
-from ..providers.local.provider import open_regular, temp_path_for
+from ..providers.local.provider import fsync_path, open_regular, temp_path_for
 from ..uri import ParsedURI, parse_uri, redact, redact_text
 from .crypto import (
     DecryptionError,
@@ -609,14 +609,6 @@ def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
         serializer.close()
 
 
-def _fsync(path: str, *, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _check_options(parsed: ParsedURI, options: Mapping[str, Any]) -> None:
     provider = get_provider(parsed, **options)  # validates option names
     _loop.run_sync(provider.close())
@@ -658,9 +650,9 @@ def serialize(
         try:
             _write_tensors(obj, tmp, params)
             os.chmod(tmp, 0o644)
-            _fsync(tmp)
+            fsync_path(tmp)
             os.replace(tmp, parsed.path)
-            _fsync(directory, directory=True)
+            fsync_path(directory, directory=True)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

@@ -24,7 +24,7 @@ from ...errors import (
 )
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
-__all__ = ["LocalProvider", "map_local_error", "open_regular", "temp_path_for"]
+__all__ = ["LocalProvider", "fsync_path", "map_local_error", "open_regular", "temp_path_for"]
 
 
 def _etag(st: os.stat_result) -> str:
@@ -282,6 +282,15 @@ _TEMP_MARK = ".tensorstream-"
 
 def _is_temp_name(name: str) -> bool:
     return name.startswith(".") and _TEMP_MARK in name and name.endswith(".tmp")
+
+
+def fsync_path(path: str, *, directory: bool = False) -> None:
+    """Flush ``path`` (a file, or a directory's entries with ``directory``) to disk."""
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def temp_path_for(path: str) -> str:
