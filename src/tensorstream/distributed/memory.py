@@ -14,7 +14,7 @@ import io
 import threading
 from typing import Any
 
-__all__ = ["Arrival", "MemorySource"]
+__all__ = ["Arrival", "MemorySource", "PositionedFile"]
 
 
 class Arrival:
@@ -55,7 +55,35 @@ class Arrival:
 
 
 
-class MemorySource(io.RawIOBase):
+class PositionedFile(io.RawIOBase):
+    """A read-only raw file that keeps its own position over ``_extent()`` bytes:
+    the seek/tell plumbing the group's file sources share."""
+
+    _pos = 0
+
+    def _extent(self) -> int:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._extent()}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence {whence!r}")
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+
+class MemorySource(PositionedFile):
     """A read-only, seekable file over ``buffer`` (any object with a byte view).
 
     ``name`` is the redacted URI the bytes came from; ``origin`` holds the
@@ -86,23 +114,8 @@ class MemorySource(io.RawIOBase):
         other._pos = begin or 0
         return other
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence {whence!r}")
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
+    def _extent(self) -> int:
+        return len(self._view)
 
     def readinto(self, b: Any) -> int:
         out = memoryview(b).cast("B")

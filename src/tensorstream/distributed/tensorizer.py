@@ -26,7 +26,7 @@ from ..tensorizer.hook import StreamTensorDeserializer
 from ..uri import ParsedURI
 from .exchange import agree, broadcast_shares, read_share
 from .group import Group
-from .memory import Arrival, MemorySource
+from .memory import Arrival, MemorySource, PositionedFile
 from .plan import Piece, fingerprint, merge, split
 
 __all__ = ["fetch"]
@@ -39,7 +39,7 @@ log = logging.getLogger("tensorstream.distributed")
 _INDEX_READ = 64 << 10
 
 
-class _ExactSource(io.RawIOBase):
+class _ExactSource(PositionedFile):
     """A file over a reader for the index only: each read is one exact ranged
     read (at least ``_INDEX_READ`` bytes, cached), never the read-ahead, so the
     group pulls no tensor bytes twice. Closing it leaves the reader open."""
@@ -52,19 +52,8 @@ class _ExactSource(io.RawIOBase):
         self._cache = b""
         self._cache_at = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.reader.size}[whence]
-        self._pos = base + offset
-        return self._pos
+    def _extent(self) -> int:
+        return self.reader.size
 
     def readinto(self, b: Any) -> int:
         out = memoryview(b).cast("B")
