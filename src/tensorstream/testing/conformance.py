@@ -101,6 +101,18 @@ def _path(uri: str) -> str:
     return tensorstream.parse_uri(uri).path
 
 
+def _same(got: bytes | bytearray | memoryview, want: bytes, what: str = "the bytes read") -> None:
+    """Fail with a short message when ``got`` differs from ``want``: the
+    offset of the first difference, not a diff of megabytes."""
+    got = bytes(got)
+    if got == want:
+        return
+    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+              min(len(got), len(want)))
+    pytest.fail(f"{what} differ from the object's: {len(got)} bytes against {len(want)}, "
+                f"first difference at byte {at}", pytrace=False)
+
+
 def _capabilities(uri: str) -> Capabilities:
     from tensorstream.providers.registry import resolve_provider_class
 
@@ -188,7 +200,7 @@ class ProviderConformance:
             "one_byte_at_end": (n - 1, n),
         }[where]
         got = await tensorstream.read_range(uri, start, end, **self._opts(target))
-        assert got == data[start:end]
+        _same(got, data[start:end])
 
     async def test_empty_range(self, target: ConformanceTarget, stored: tuple[str, bytes]) -> None:
         uri, _ = stored
@@ -212,7 +224,7 @@ class ProviderConformance:
             buf = bytearray(b"\xaa" * (len(data) - 100))
             n = await provider.readinto(path, 50, memoryview(buf))
             assert n == len(buf)
-            assert buf == data[50 : len(data) - 50]
+            _same(buf, data[50 : len(data) - 50])
 
     # -- the sync file object -------------------------------------------------
     def test_sync_file_reads_like_bytesio(
@@ -229,7 +241,7 @@ class ProviderConformance:
             f.seek(1234)
             big = bytearray(len(data) - 2000)
             assert f.readinto(big) == len(big)
-            assert big == data[1234 : 1234 + len(big)]
+            _same(big, data[1234 : 1234 + len(big)])
             assert f.tell() == 1234 + len(big)
 
     def test_random_access_matches_bytesio(
@@ -276,7 +288,7 @@ class ProviderConformance:
             for i in range(0, len(_PAYLOAD), 1 << 20):
                 w.write(_PAYLOAD[i : i + (1 << 20)])
         with tensorstream.open(uri, **target.options) as f:
-            assert f.read() == _PAYLOAD
+            _same(f.read(), _PAYLOAD, "the bytes written and read back")
 
     def test_write_is_atomic_on_error(self, target: ConformanceTarget,
                                       caps: Capabilities) -> None:
@@ -342,7 +354,7 @@ class ProviderConformance:
                 buf = bytearray(1000)
                 assert await asyncio.to_thread(p.readinto_blocking, path, 7, memoryview(buf)) \
                     == len(buf)
-                assert buf == data[7:1007]
+                _same(buf, data[7:1007])
             else:
                 with pytest.raises(errors.UnsupportedOperationError):
                     p.readinto_blocking(path, 0, memoryview(bytearray(1)))
@@ -353,7 +365,7 @@ class ProviderConformance:
                     assert await asyncio.to_thread(body.readinto, memoryview(buf)[:1000]) == 1000
                     assert body.position == 1005
                     assert await asyncio.to_thread(body.readinto, memoryview(buf)[1000:]) == 2000
-                    assert buf == data[5:3005]
+                    _same(buf, data[5:3005])
                 finally:
                     body.close()
             elif not p.capabilities.range_streams:
@@ -401,7 +413,7 @@ class ProviderConformance:
             pin = Pin.of(info)
             first = bytearray(half)
             await p.readinto(path, 0, memoryview(first), pin=pin)
-            assert first == _PAYLOAD[:half]
+            _same(first, _PAYLOAD[:half])
             target.put(key, _PAYLOAD_V2)
             rest = memoryview(bytearray(len(_PAYLOAD) - half))
             with pytest.raises(errors.ObjectChangedError):
@@ -434,8 +446,8 @@ class ProviderConformance:
                 tail = f.read()
             except errors.ObjectChangedError:
                 return
-        assert head == _PAYLOAD[:1000]
-        assert tail == _PAYLOAD[len(_PAYLOAD) // 2 :], "a read returned bytes of two versions"
+        _same(head, _PAYLOAD[:1000])
+        _same(tail, _PAYLOAD[len(_PAYLOAD) // 2 :], "a read returned bytes of two versions: they")
 
     async def test_object_replaced_mid_body_is_never_mixed(
         self, target: ConformanceTarget, faults: Any
@@ -458,7 +470,8 @@ class ProviderConformance:
                 await p.readinto(path, 0, memoryview(buf), pin=Pin.of(info))
             except errors.ObjectChangedError:
                 return
-            assert buf in (_PAYLOAD, _PAYLOAD_V2), "a read returned bytes of two versions"
+            if buf not in (_PAYLOAD, _PAYLOAD_V2):
+                pytest.fail("a read returned bytes of two versions", pytrace=False)
             pytest.fail("the object was replaced under the read, which returned without error")
 
     # -- the resume contract -------------------------------------------------------
@@ -481,14 +494,14 @@ class ProviderConformance:
                     {"pin": Pin.of(info)} if p.inner.capabilities.pinned_reads else {}))
             except errors.IncompleteReadError as exc:
                 assert 0 <= exc.received < len(data)
-                assert buf[: exc.received] == data[: exc.received], \
-                    "IncompleteReadError.received counts bytes that are not valid"
+                _same(buf[: exc.received], data[: exc.received],
+                      "IncompleteReadError.received counts bytes that are not valid: they")
             except errors.TensorstreamError as exc:
                 assert exc.temporary, f"a cut body raised a permanent {type(exc).__name__}"
             faults.drop_after(1_000_000, times=1)
             buf = bytearray(len(data))
             assert await p.readinto(path, 0, memoryview(buf), pin=Pin.of(info)) == len(data)
-            assert buf == data
+            _same(buf, data)
 
     # -- deadlines -----------------------------------------------------------------
     @pytest.mark.parametrize("path_kind", ["async", "blocking", "streamed"])
