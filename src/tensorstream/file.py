@@ -79,6 +79,7 @@ class StreamReader(io.RawIOBase):
         cfg = provider.config.transfer
         self._limit = limit
         self._boundaries: list[int] = []
+        self._exact = False  # every boundary kept (set_read_boundaries)
         # Local files: read in the caller's thread, straight into its buffer.
         self._inline = provider.read_hints.inline
         self._pin = Pin.of(info)
@@ -224,7 +225,7 @@ class StreamReader(io.RawIOBase):
         fork = StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end,
                             budget=self._prefetch.budget)
         if self._boundaries:
-            fork.set_read_boundaries(self._boundaries)
+            fork.set_read_boundaries(self._boundaries, exact=self._exact)
         return fork
 
     def read_stats(self) -> dict[str, Any]:
@@ -246,6 +247,11 @@ class StreamReader(io.RawIOBase):
     def readahead(self) -> int:
         """Bytes this reader may plan ahead of its reads (the ``readahead`` option)."""
         return int(self._provider.config.transfer.readahead)
+
+    @property
+    def part_size(self) -> int:
+        """Bytes of one read-ahead request (the ``part_size`` option)."""
+        return int(self._provider.config.transfer.part_size)
 
     def expect(self, offset: int, buffer: Any) -> None:
         """Say that a later :meth:`readinto` at ``offset`` will fill ``buffer``
@@ -294,14 +300,27 @@ class StreamReader(io.RawIOBase):
             else:
                 _loop.run_sync(every())
 
-    def set_read_boundaries(self, offsets: Iterable[int]) -> None:
+    def set_read_boundaries(self, offsets: Iterable[int], *, exact: bool = False) -> None:
         """Tell the read-ahead where the caller's reads will start and end
         (e.g. each tensor's header and data). Reads that span whole pieces
         between boundaries are then received straight into the caller's
         buffer instead of being copied out of read-ahead buffers. A hint only:
-        any read still works."""
+        any read still works. ``exact``: no request crosses any of them (by
+        default, boundaries closer together than ``part_size`` are merged, so
+        small tensors share requests); for a caller that announces a buffer
+        per stretch (:meth:`expect`)."""
         self._boundaries = sorted(set(offsets))
-        self._prefetch.set_boundaries(self._boundaries)
+        self._exact = exact
+        self._prefetch.set_boundaries(self._boundaries, exact=exact)
+
+    def set_readahead_end(self, end: int | None) -> None:
+        """Read ahead no further than ``end`` (``None``: the end of the object),
+        as :meth:`fork`'s ``end`` does: for a reader that is done at ``end``
+        (tensorizer's first reader, whose share of the file ends there). A
+        hint: reads past it still work."""
+        self._check_closed()
+        self._limit = end
+        self._prefetch.set_limit(end)
 
     # -- internals ------------------------------------------------------------
     def _check_closed(self) -> None:

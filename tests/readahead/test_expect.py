@@ -5,6 +5,7 @@ next tensors), holding no read-ahead memory, with bytes exact whatever the calle
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,3 +90,44 @@ def test_reads_into_other_buffers_skips_and_jumps_stay_exact(http_server: HTTPTe
         assert bytes(announced[3]) == data[3 * PIECE : 4 * PIECE]
         f.seek(7 * PIECE)
         assert f.read() == data[7 * PIECE :]
+
+
+def test_exact_boundaries_keep_stretches_smaller_than_a_part(http_server: HTTPTestServer) -> None:
+    # 100 KiB "tensors" with 256 KiB parts: by default neighbours share a request (and are
+    # copied out); exact boundaries cut at every one, so each lands in its announced buffer.
+    url, data = _paced(http_server, 40 * (100 << 10))
+    piece = 100 << 10
+    for exact in (True, False):
+        bufs = [bytearray(piece) for _ in range(40)]
+        with tensorstream.open(url, **OPTIONS) as f:
+            f.set_read_boundaries(range(0, len(data) + 1, piece), exact=exact)
+            for i, buf in enumerate(bufs):
+                f.expect(i * piece, buf)
+            for i, buf in enumerate(bufs):
+                f.seek(i * piece)
+                assert f.readinto(buf) == piece
+            stats = f.read_stats()
+            fork = f.fork()  # forks inherit exactness with the boundaries
+            assert fork._exact is exact
+            fork.close()
+        assert b"".join(bufs) == data
+        if exact:
+            assert stats["copied_bytes"] == 0 and stats["readahead_peak"] == 0, stats
+        else:
+            assert stats["copied_bytes"] > 0, stats
+
+
+def test_readahead_end_stops_read_ahead_there(http_server: HTTPTestServer) -> None:
+    url, data = _paced(http_server, 8 * MiB)
+    key = url.rsplit("/", 1)[1]
+    end = 3 * MiB
+    with tensorstream.open(url, **OPTIONS) as f:
+        f.set_readahead_end(end)
+        http_server.clear_log()
+        assert f.read(end) == data[:end]
+        time.sleep(0.2)  # let anything launched show up in the log
+        ranges = [r.headers.get("Range", "") for r in http_server.requests_for(key, "GET")]
+        last = max(int(r.split("-")[1]) for r in ranges if "-" in r and r.split("-")[1])
+        assert last < end + OPTIONS["part_size"], ranges  # nothing planned past the end
+        f.set_readahead_end(None)  # lifted: reads (and read-ahead) past it work
+        assert f.read() == data[end:]

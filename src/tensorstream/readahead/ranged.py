@@ -474,21 +474,34 @@ class Prefetcher(Fetching):
                 self._segments[start] = seg
                 self._ahead.append(seg)
 
-    def set_boundaries(self, offsets: list[int]) -> None:
+    def set_boundaries(self, offsets: list[int], *, exact: bool = False) -> None:
         """Offsets where the caller's reads start and end (e.g. each tensor's
         data). The segment grid restarts at those that open or close at least
         a segment's worth of bytes, so a large tensor covers whole segments
         (received straight into its buffer when read before they were
         requested), while small tensors and their headers still share one
-        request per segment."""
+        request per segment. ``exact``: restart at every offset (the caller
+        announces a buffer for each stretch, :meth:`expect`, and a segment
+        must not straddle two of them to be received in place)."""
         cuts = sorted({o for o in offsets if 0 < o < self._size})
         edges = [0, *cuts, self._size]
-        kept = [o for i, o in enumerate(cuts)
-                if edges[i + 1] - edges[i] >= self._seg or edges[i + 2] - o >= self._seg]
+        kept = cuts if exact else [
+            o for i, o in enumerate(cuts)
+            if edges[i + 1] - edges[i] >= self._seg or edges[i + 2] - o >= self._seg]
         with self._lock:
             self._bounds = kept
             for start, seg in list(self._segments.items()):
                 if not seg.launched:
+                    del self._segments[start]
+                    self._remove_planned(seg)
+
+    def set_limit(self, end: int | None) -> None:
+        """Plan no read-ahead past ``end`` (``None``: the end of the object);
+        reads past it still work. Planned segments past it are dropped."""
+        with self._lock:
+            self._limit = self._size if end is None else max(0, min(self._size, end))
+            for start, seg in list(self._segments.items()):
+                if not seg.launched and start >= self._limit:
                     del self._segments[start]
                     self._remove_planned(seg)
 

@@ -16,10 +16,9 @@ that changes it fails loudly instead of silently falling back to one reader.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import io
-import os
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +33,10 @@ from tensorizer.serialization import (
 )
 
 from ..distributed.memory import MemorySource
-from ..errors import MalformedFileError, TensorstreamError
+from ..errors import TensorstreamError
 from ..file import StreamReader
-from ..uri import redact_text
+from . import inplace
+from .checked import _PARSE_ERRORS, CheckedSource
 
 __all__ = [
     "MAGIC",
@@ -57,155 +57,6 @@ __all__ = [
     "tensor_entries",
     "tensor_names",
 ]
-
-
-#: How tensorizer writes the length that starts each tensor's header.
-_HEADER_LEN = _TensorHeaderDeserializer.header_len_segment
-#: What tensorizer's parsers raise on bytes that are not a valid file.
-_PARSE_ERRORS = (struct.error, ValueError, TypeError, IndexError, OverflowError,
-                 AssertionError, EOFError, UnicodeDecodeError)
-
-
-class CheckedSource(io.RawIOBase):
-    """The file tensorizer reads from, with every read checked against the object.
-
-    tensorizer trusts the file: it ignores the count ``readinto`` returns (a
-    truncated file loads with the tail of its last tensor left as whatever the
-    fresh memory held: zeros) and allocates whatever a length field claims
-    before reading it. Here every ``read``/``readinto`` must lie inside the
-    object's ``size`` and be filled completely, and once the index is known
-    (:meth:`set_index`) each tensor header's length must match it, so a
-    damaged file raises :class:`MalformedFileError` before any memory is
-    allocated for it or any tensor is handed out.
-    """
-
-    def __init__(self, inner: Any, size: int, name: str) -> None:
-        super().__init__()
-        self.inner = inner
-        self.size = size
-        self.name = name
-        self._headers: dict[int, int] = {}
-
-    @classmethod
-    def wrap(cls, source: Any) -> Any:
-        """``source`` behind the checks; unchanged if its size cannot be known."""
-        if isinstance(source, StreamReader):
-            return cls(source, source.size, source.name)
-        name = redact_text(str(getattr(source, "name", "<file>")))
-        try:
-            size = os.fstat(source.fileno()).st_size
-        except (AttributeError, OSError, io.UnsupportedOperation):
-            try:  # another seekable file object (BytesIO...)
-                pos = source.tell()
-                size = source.seek(0, io.SEEK_END)
-                source.seek(pos)
-            except (AttributeError, OSError, io.UnsupportedOperation):
-                return source
-        return cls(source, int(size), name)
-
-    def child(self, inner: Any) -> CheckedSource:
-        """The same checks for a reopened reader of the same object."""
-        out = CheckedSource(inner, self.size, self.name)
-        out._headers = self._headers
-        return out
-
-    def malformed(self, reason: str, *, expected: int | None = None) -> MalformedFileError:
-        return MalformedFileError(
-            f"{self.name} is not a whole tensorizer file: {reason} "
-            f"(the object is {self.size} bytes)",
-            expected_size=expected, actual_size=self.size)
-
-    def set_index(self, entries: Any) -> None:
-        """Check the parsed index against the object's size; remember where
-        each tensor's header starts and how long it must be."""
-        headers: dict[int, int] = {}
-        need = 0
-        for entry in entries:
-            if not 0 <= entry.offset <= entry.data_offset or entry.data_length < 0:
-                raise self.malformed(
-                    f"its index places a tensor at impossible offsets "
-                    f"(header {entry.offset}, data {entry.data_offset}+{entry.data_length})")
-            need = max(need, entry.data_offset + entry.data_length)
-            headers[entry.offset] = entry.data_offset - entry.offset
-        if need > self.size:
-            raise self.malformed(
-                f"its index needs {need} bytes, {need - self.size} more than there are "
-                "(truncated or damaged)", expected=need)
-        self._headers = headers
-
-    # -- io ---------------------------------------------------------------------
-    def _check(self, pos: int, n: int) -> None:
-        if n > self.size - pos:
-            raise self.malformed(
-                f"a read of {n} bytes at offset {pos} runs past the end "
-                "(truncated, or a length field is damaged)", expected=pos + n)
-
-    def read(self, size: int | None = -1) -> bytes:
-        pos = self.inner.tell()
-        if size is None or size < 0:
-            size = max(0, self.size - pos)
-        self._check(pos, size)
-        data = self.inner.read(size)
-        if len(data) != size:
-            raise self.malformed(f"only {len(data)} of {size} bytes at offset {pos}",
-                                 expected=pos + size)
-        want = self._headers.get(pos)
-        if want is not None and size == _HEADER_LEN.size:
-            claimed = _HEADER_LEN.unpack(data)[0]
-            if claimed != want:  # tensorizer would allocate `claimed` bytes next
-                raise self.malformed(
-                    f"the tensor header at offset {pos} claims {claimed} bytes, "
-                    f"its index says {want}")
-        return bytes(data)
-
-    def readinto(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        pos = self.inner.tell()
-        self._check(pos, len(view))
-        done = 0
-        while done < len(view):  # a plain file may return less at a time (2 GiB)
-            n = self.inner.readinto(view[done:])
-            if not n:
-                raise self.malformed(
-                    f"the object ended at offset {pos + done}, {len(view) - done} bytes "
-                    "short (truncated while loading?)", expected=pos + len(view))
-            done += n
-        return done
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        target = offset if whence == io.SEEK_SET else None
-        if whence == io.SEEK_CUR:
-            target = self.inner.tell() + offset
-        if target is not None and not 0 <= target <= self.size:
-            raise self.malformed(f"a seek to offset {target} lies outside the object",
-                                 expected=target)
-        return int(self.inner.seek(offset, whence))
-
-    def tell(self) -> int:
-        return int(self.inner.tell())
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return int(self.inner.fileno())
-
-    def close(self) -> None:
-        try:
-            self.inner.close()
-        finally:
-            super().close()
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.inner.closed)
-
-    def __getattr__(self, name: str) -> Any:
-        # capabilities, bytes_read... of the wrapped reader
-        return getattr(self.__dict__["inner"], name)
 
 
 def _from_user(fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
@@ -248,6 +99,11 @@ class StreamTensorDeserializer(TensorDeserializer):
 
     def __init__(self, file_obj: Any, *args: Any, **kwargs: Any) -> None:
         source = CheckedSource.wrap(file_obj)
+        if isinstance(file_obj, StreamReader):
+            # No read-ahead while tensorizer parses the index: it would be planned on a
+            # grid that knows no tensor and fetch the first tensors into read-ahead
+            # buffers (_prepare lifts this once the index is known).
+            file_obj.set_readahead_end(0)
         if "filter_func" in kwargs:
             kwargs["filter_func"] = _from_user(kwargs["filter_func"])
         try:
@@ -289,14 +145,52 @@ class StreamTensorDeserializer(TensorDeserializer):
         # index against the object, and cut read-ahead segments at every
         # tensor's header and data, so each tensor lands in its buffer without a
         # copy (forks inherit the boundaries).
+        # On the CPU, tensors are instead allocated ahead of the read-ahead and
+        # received in place (tensorstream.tensorizer.inplace).
         if getattr(self, "_ts_prepared", False):
             return
         if isinstance(self._file, CheckedSource):
             self._file.set_index(self._metadata.values())
         source = self._source
         if isinstance(source, StreamReader):
-            source.set_read_boundaries(read_boundaries(self))
+            source.set_readahead_end(None)
+            self._ts_inplace = (isinstance(self._file, CheckedSource)
+                                and self._device.type == "cpu" and not source.read_hints.inline)
+            if self._ts_inplace:
+                edges = inplace.Run(inplace.plan(list(self._metadata.values())), None).edges()
+                source.set_read_boundaries(edges, exact=True)
+            else:
+                source.set_read_boundaries(read_boundaries(self))
         self._ts_prepared = True
+
+    #: Whether tensors are received in place (set once the index is parsed).
+    _ts_inplace = False
+
+    def _copy_thread(self, thread_idx: int, halt: Any, barrier: Any, verify_hash: bool,
+                     tensor_items: Any, transfer_out_queue: Any) -> None:
+        # One reader thread of tensorizer's, reading ``tensor_items`` (in file
+        # order). tensorizer reports its errors through the queue: nothing here
+        # may raise before its own code runs.
+        run = None
+        copy = super()._copy_thread
+        try:
+            source = self._source
+            if thread_idx == 0 and tensor_items and isinstance(source, StreamReader):
+                # The first reader reads the opened stream, whose read-ahead would run
+                # on into the next reader's share (forks are told their end): 64 MiB
+                # fetched twice, into read-ahead buffers, on a paced link. Alone
+                # (one reader, a lazy load's tensor) it may read on.
+                last = tensor_items[-1]
+                alone = getattr(barrier, "parties", 1) <= 1
+                source.set_readahead_end(None if alone else last.data_offset + last.data_length)
+            if self._ts_inplace and isinstance(self._file, CheckedSource):
+                run = inplace.Run(inplace.plan(tensor_items), self._file._headers)
+                copy = functools.partial(inplace.copy_thread(TensorDeserializer._copy_thread),
+                                         self)
+        except Exception:  # pragma: no cover - tensorizer's own path instead
+            run, copy = None, super()._copy_thread
+        with inplace.running(run):
+            copy(thread_idx, halt, barrier, verify_hash, tensor_items, transfer_out_queue)
 
     def _reopen_func(self) -> Callable[..., Any] | None:
         self._prepare()  # num_readers > 1: before the forks
@@ -539,6 +433,25 @@ def read_index(first: bytes, size: int, name: str,
     return FileIndex(version, encrypted, tuple(out), pos + total)
 
 
+def _inplace_problems(copy_src: str) -> list[str]:
+    """What :mod:`.inplace` relies on in tensorizer's reader threads."""
+    problems = []
+    copy = TensorDeserializer._copy_thread
+    params = list(inspect.signature(copy).parameters)
+    if params != ["unsafe_self", "thread_idx", "halt", "barrier", "verify_hash", "tensor_items",
+                  "transfer_out_queue"]:
+        problems.append(f"_copy_thread's parameters changed: {params}")
+    if copy.__closure__ or "torch" not in copy.__code__.co_names:
+        problems.append("_copy_thread no longer reads the module global torch")
+    flat = "".join(copy_src.split())
+    if 'torch.empty((needed_buffer_size,),device="cpu",dtype=torch.uint8)' not in flat:
+        problems.append("_copy_thread no longer allocates each CPU tensor with torch.empty")
+    bulk = "".join(inspect.getsource(TensorDeserializer._bulk_load_uncached).split())
+    if "self._copy_thread,thread_idx,halt,barrier,verify_hash,tensor_items," not in bulk:
+        problems.append("_bulk_load_uncached no longer starts self._copy_thread per reader")
+    return problems
+
+
 def check_compat() -> None:
     """Raise ``RuntimeError`` if tensorizer's private hooks changed shape.
 
@@ -550,7 +463,10 @@ def check_compat() -> None:
     the attributes :func:`reader_count` and :func:`tensor_names` read exist;
     each tensor header starts with a ``header_len_segment`` read
     (:class:`CheckedSource`), and parse errors of reader threads come from
-    ``_copy_thread`` (copy_src above).
+    ``_copy_thread`` (copy_src above); ``_copy_thread`` keeps its parameters,
+    is started once per reader, and allocates each CPU tensor with
+    ``torch.empty((needed_buffer_size,), device="cpu", dtype=torch.uint8)``
+    through the module's global ``torch`` (:mod:`.inplace`).
     """
     problems = []
     hook = getattr(TensorDeserializer, "_reopen_func", None)
@@ -561,6 +477,7 @@ def check_compat() -> None:
     copy_src = inspect.getsource(TensorDeserializer._copy_thread)
     if "_reopen(begin=begin_offset, end=end_offset)" not in copy_src:
         problems.append("reader threads no longer call self._reopen(begin=..., end=...)")
+    problems.extend(_inplace_problems(copy_src))
     if "self._cache[key] = item" not in inspect.getsource(TensorDeserializer._bulk_load):
         problems.append("_bulk_load no longer caches loaded tensors in self._cache (forget)")
     bulk = getattr(TensorDeserializer, "_bulk_load", None)

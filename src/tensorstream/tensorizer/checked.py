@@ -1,0 +1,175 @@
+"""The file tensorizer reads from, checked against the object it comes from.
+
+Split out of :mod:`.hook` (which re-exports :class:`CheckedSource`): every
+read of a tensorizer load passes through here, so this is also where an
+in-place load (:mod:`.inplace`) learns which tensor comes next.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from typing import Any
+
+from tensorizer.serialization import _TensorHeaderDeserializer
+
+from ..errors import MalformedFileError
+from ..file import StreamReader
+from ..uri import redact_text
+from . import inplace
+
+__all__ = ["CheckedSource"]
+
+
+#: How tensorizer writes the length that starts each tensor's header.
+_HEADER_LEN = _TensorHeaderDeserializer.header_len_segment
+#: What tensorizer's parsers raise on bytes that are not a valid file.
+_PARSE_ERRORS = (struct.error, ValueError, TypeError, IndexError, OverflowError,
+                 AssertionError, EOFError, UnicodeDecodeError)
+
+
+class CheckedSource(io.RawIOBase):
+    """The file tensorizer reads from, with every read checked against the object.
+
+    tensorizer trusts the file: it ignores the count ``readinto`` returns (a
+    truncated file loads with the tail of its last tensor left as whatever the
+    fresh memory held: zeros) and allocates whatever a length field claims
+    before reading it. Here every ``read``/``readinto`` must lie inside the
+    object's ``size`` and be filled completely, and once the index is known
+    (:meth:`set_index`) each tensor header's length must match it, so a
+    damaged file raises :class:`MalformedFileError` before any memory is
+    allocated for it or any tensor is handed out.
+    """
+
+    def __init__(self, inner: Any, size: int, name: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.size = size
+        self.name = name
+        self._headers: dict[int, int] = {}
+
+    @classmethod
+    def wrap(cls, source: Any) -> Any:
+        """``source`` behind the checks; unchanged if its size cannot be known."""
+        if isinstance(source, StreamReader):
+            return cls(source, source.size, source.name)
+        name = redact_text(str(getattr(source, "name", "<file>")))
+        try:
+            size = os.fstat(source.fileno()).st_size
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            try:  # another seekable file object (BytesIO...)
+                pos = source.tell()
+                size = source.seek(0, io.SEEK_END)
+                source.seek(pos)
+            except (AttributeError, OSError, io.UnsupportedOperation):
+                return source
+        return cls(source, int(size), name)
+
+    def child(self, inner: Any) -> CheckedSource:
+        """The same checks for a reopened reader of the same object."""
+        out = CheckedSource(inner, self.size, self.name)
+        out._headers = self._headers
+        return out
+
+    def malformed(self, reason: str, *, expected: int | None = None) -> MalformedFileError:
+        return MalformedFileError(
+            f"{self.name} is not a whole tensorizer file: {reason} "
+            f"(the object is {self.size} bytes)",
+            expected_size=expected, actual_size=self.size)
+
+    def set_index(self, entries: Any) -> None:
+        """Check the parsed index against the object's size; remember where
+        each tensor's header starts and how long it must be."""
+        headers: dict[int, int] = {}
+        need = 0
+        for entry in entries:
+            if not 0 <= entry.offset <= entry.data_offset or entry.data_length < 0:
+                raise self.malformed(
+                    f"its index places a tensor at impossible offsets "
+                    f"(header {entry.offset}, data {entry.data_offset}+{entry.data_length})")
+            need = max(need, entry.data_offset + entry.data_length)
+            headers[entry.offset] = entry.data_offset - entry.offset
+        if need > self.size:
+            raise self.malformed(
+                f"its index needs {need} bytes, {need - self.size} more than there are "
+                "(truncated or damaged)", expected=need)
+        self._headers = headers
+
+    # -- io ---------------------------------------------------------------------
+    def _check(self, pos: int, n: int) -> None:
+        if n > self.size - pos:
+            raise self.malformed(
+                f"a read of {n} bytes at offset {pos} runs past the end "
+                "(truncated, or a length field is damaged)", expected=pos + n)
+
+    def read(self, size: int | None = -1) -> bytes:
+        pos = self.inner.tell()
+        if size is None or size < 0:
+            size = max(0, self.size - pos)
+        self._check(pos, size)
+        inplace.before_read(self, pos, size)
+        want = self._headers.get(pos)
+        if want is not None and size == _HEADER_LEN.size:
+            inplace.arm(self, pos)  # the next tensor tensorizer allocates is this one
+        data = self.inner.read(size)
+        if len(data) != size:
+            raise self.malformed(f"only {len(data)} of {size} bytes at offset {pos}",
+                                 expected=pos + size)
+        if want is not None and size == _HEADER_LEN.size:
+            claimed = _HEADER_LEN.unpack(data)[0]
+            if claimed != want:  # tensorizer would allocate `claimed` bytes next
+                raise self.malformed(
+                    f"the tensor header at offset {pos} claims {claimed} bytes, "
+                    f"its index says {want}")
+        return bytes(data)
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        pos = self.inner.tell()
+        self._check(pos, len(view))
+        inplace.before_read(self, pos, len(view))
+        done = 0
+        while done < len(view):  # a plain file may return less at a time (2 GiB)
+            n = self.inner.readinto(view[done:])
+            if not n:
+                raise self.malformed(
+                    f"the object ended at offset {pos + done}, {len(view) - done} bytes "
+                    "short (truncated while loading?)", expected=pos + len(view))
+            done += n
+        return done
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = offset if whence == io.SEEK_SET else None
+        if whence == io.SEEK_CUR:
+            target = self.inner.tell() + offset
+        if target is not None and not 0 <= target <= self.size:
+            raise self.malformed(f"a seek to offset {target} lies outside the object",
+                                 expected=target)
+        return int(self.inner.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self.inner.tell())
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return int(self.inner.fileno())
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            super().close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.inner.closed)
+
+    def __getattr__(self, name: str) -> Any:
+        # capabilities, bytes_read... of the wrapped reader
+        return getattr(self.__dict__["inner"], name)

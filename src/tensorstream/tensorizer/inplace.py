@@ -1,0 +1,201 @@
+"""tensorizer loads received straight into the tensors' own memory (CPU loads).
+
+Why: tensorizer allocates each tensor (``torch.empty`` of its bytes) in its
+reader thread just before it reads it, so everything the read-ahead fetched
+before that moment had to wait in read-ahead buffers and be copied out.
+On a paced link those buffers are what bounded both the peak RSS (the
+``readahead`` budget, 64 MiB, on top of the tensors) and the connections
+in flight (a buffer is held for the whole of its request). Here the tensors
+are allocated *early*, when the read-ahead is about to reach them, and
+announced to the reader (:meth:`StreamReader.expect`): their segments are
+received in place and hold no read-ahead memory, so the read-ahead is
+bounded by ``readahead`` bytes *ahead*, not by buffers.
+
+How, without changing what tensorizer does:
+
+* :func:`plan` cuts a reader's run of tensors into *blocks*: one per tensor
+  of at least :data:`MIN_INPLACE` bytes, its data followed by at most
+  :data:`MAX_TAIL` bytes up to the next such tensor (the next header, small
+  tensors between): those ride in the same request and are copied out when
+  read, so a tensor costs one request, not one for its data and one for the
+  next header. Smaller tensors keep sharing read-ahead segments (a request
+  costs more CPU than copying them).
+* :class:`Run` allocates blocks ahead of the reader (``readahead`` +
+  ``part_size`` past every read) and announces them; when tensorizer reads a
+  tensor's header (:class:`~tensorstream.tensorizer.checked.CheckedSource`
+  calls :func:`arm`), that tensor's memory is armed for the reader thread.
+* tensorizer's ``_copy_thread`` runs as a copy (:func:`copy_thread`) whose
+  global ``torch`` is :data:`TORCH`: its ``torch.empty`` of exactly the armed
+  tensor's bytes returns that memory; every other call is torch's own. The
+  tensor tensorizer then builds (``from_numpy`` over it) owns only its own
+  bytes, as before; the tail stays allocated with it.
+
+Nothing here decides correctness: a tensor whose memory is not armed is
+allocated and read as before (copied out of read-ahead buffers or received
+straight into it), and reads are exact either way. A failed segment raises
+from the read of its bytes, before tensorizer hands the tensor out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import types
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ..file import StreamReader
+
+__all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "arm", "before_read",
+           "copy_thread", "plan", "running"]
+
+#: Tensors at least this large get memory of their own before they are read
+#: (received in place, one request per ``part_size``); smaller ones share
+#: read-ahead segments with their neighbours and are copied out.
+MIN_INPLACE = 256 << 10
+#: Bytes after a tensor's data (the next header, small tensors) that ride in
+#: its allocation and its last request, at most.
+MAX_TAIL = 64 << 10
+
+_local = threading.local()
+
+
+@dataclasses.dataclass
+class Block:
+    """One allocation: a tensor's data at ``start`` (``nbytes``), then its tail up to ``end``."""
+
+    start: int
+    end: int
+    header: int  # where the tensor's header starts (tensorizer reads it first)
+    nbytes: int
+
+
+def plan(entries: Sequence[Any], *, min_size: int = MIN_INPLACE,
+         max_tail: int = MAX_TAIL) -> list[Block]:
+    """The blocks of one reader's tensors (tensorizer ``TensorEntry``\\ s in file order)."""
+    blocks: list[Block] = []
+    cur: Block | None = None
+    for e in entries:
+        start, end = int(e.data_offset), int(e.data_offset) + int(e.data_length)
+        own = (e.data_length >= min_size
+               and getattr(e, "deserialized_length", e.data_length) == e.data_length)
+        if cur is not None and e.offset == cur.end:  # contiguous: the tail may take it
+            reach = start if own else end
+            if reach - (cur.start + cur.nbytes) <= max_tail:
+                cur.end = reach
+            else:
+                cur = None
+        else:
+            cur = None
+        if own:
+            cur = Block(start, end, int(e.offset), int(e.data_length))
+            blocks.append(cur)
+    return blocks
+
+
+class Run:
+    """The blocks of one reader thread's tensors, allocated as its reads approach them."""
+
+    def __init__(self, blocks: list[Block], headers: object) -> None:
+        self.blocks = blocks
+        self.headers = headers  # identifies the load's CheckedSource (and its children)
+        self._next = 0
+        self._claims: dict[int, torch.Tensor] = {}  # header offset -> the tensor's bytes
+        self._reader: StreamReader | None = None
+        self._ahead = 0
+
+    def edges(self) -> list[int]:
+        return sorted({x for b in self.blocks for x in (b.start, b.end)})
+
+    def before_read(self, reader: Any, pos: int, nbytes: int) -> None:
+        """Allocate and announce the blocks the read-ahead may reach after this read."""
+        if not isinstance(reader, StreamReader):
+            return
+        if reader is not self._reader:
+            # This thread's reader (a fork, or the opened stream): no request may
+            # straddle two blocks, or it could not be received in either.
+            self._reader = reader
+            self._ahead = reader.readahead + 2 * reader.part_size
+            reader.set_read_boundaries(self.edges(), exact=True)
+        upto = pos + nbytes + self._ahead
+        while self._next < len(self.blocks) and self.blocks[self._next].start < upto:
+            b = self.blocks[self._next]
+            self._next += 1
+            memory = torch.empty(b.end - b.start, dtype=torch.uint8)
+            reader.expect(b.start, memory.numpy())
+            self._claims[b.header] = memory[: b.nbytes]
+
+    def arm(self, header: int) -> None:
+        """tensorizer reads the header at ``header``: its next allocation is this tensor's."""
+        _local.armed = self._claims.pop(header, None)
+
+
+def _run_for(checked: Any) -> Run | None:
+    run: Run | None = getattr(_local, "run", None)
+    if run is None or run.headers is not getattr(checked, "_headers", None):
+        return None  # another load's file, or no in-place load on this thread
+    return run
+
+
+def before_read(checked: Any, pos: int, nbytes: int) -> None:
+    """Called by ``CheckedSource`` before each read of ``nbytes`` at ``pos``."""
+    run = _run_for(checked)
+    if run is not None:
+        run.before_read(checked.inner, pos, nbytes)
+
+
+def arm(checked: Any, header: int) -> None:
+    """Called by ``CheckedSource`` when tensorizer starts reading a tensor header."""
+    run = _run_for(checked)
+    if run is not None:
+        run.arm(header)
+
+
+class _Torch(types.ModuleType):
+    """``torch`` for tensorizer's copy threads: ``empty`` may return armed memory."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty(*args: Any, **kwargs: Any) -> Any:
+        armed: torch.Tensor | None = getattr(_local, "armed", None)
+        if armed is not None:
+            _local.armed = None
+            # exactly tensorizer's per-tensor allocation (hook.check_compat)
+            if (args == ((armed.numel(),),) and kwargs.get("dtype") is torch.uint8
+                    and str(kwargs.get("device")) == "cpu" and len(kwargs) == 2):
+                return armed
+        return torch.empty(*args, **kwargs)
+
+
+#: What tensorizer's copy threads see as ``torch`` (see :func:`copy_thread`).
+TORCH = _Torch("torch")
+
+
+def copy_thread(base: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of tensorizer's ``_copy_thread`` whose global ``torch`` is :data:`TORCH`.
+
+    A copy of its module's globals, taken now: later changes to that module
+    are seen by the next load, and nothing outside this copy is patched.
+    """
+    namespace = dict(base.__globals__)
+    namespace["torch"] = TORCH
+    fn = types.FunctionType(base.__code__, namespace, base.__name__, base.__defaults__,
+                            base.__closure__)
+    fn.__kwdefaults__ = base.__kwdefaults__
+    fn.__qualname__ = base.__qualname__
+    return fn
+
+
+@contextlib.contextmanager
+def running(run: Run | None) -> Iterator[None]:
+    """Make ``run`` this thread's in-place load while the block runs."""
+    _local.run, _local.armed = run, None
+    try:
+        yield
+    finally:
+        _local.run = _local.armed = None
