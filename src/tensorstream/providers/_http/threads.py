@@ -85,20 +85,34 @@ def prestart(count: int) -> None:
     pool = _threads()
     adjust = getattr(pool, "_adjust_thread_count", None)
     lock = getattr(pool, "_shutdown_lock", None)
-    if adjust is None or lock is None:
+    idle = getattr(pool, "_idle_semaphore", None)
+    if adjust is None or lock is None or idle is None:
         return
     want = min(count, MAX_THREADS)
 
     def start() -> None:
-        # The executor's own step, under its own lock (as submit calls it); it
-        # starts a thread only while none is idle and the maximum is not reached.
+        # The executor's own step, under its own lock (as submit calls it). It
+        # starts a thread only when it cannot take a permit of the executor's
+        # idle count, so the permits are set aside for it; the new thread,
+        # waiting for work, is idle, and gets a permit of its own. Without
+        # that, every submit while all threads were busy or never used
+        # started yet another thread (a 32-part copy made 67, each start a
+        # wait on the caller's event loop).
         for _ in range(want):
             with lock:
-                if getattr(pool, "_shutdown", False) or len(pool._threads) >= want:
+                threads = len(pool._threads)
+                if getattr(pool, "_shutdown", False) or threads >= want:
                     return
+                held = 0
+                while idle.acquire(timeout=0):
+                    held += 1
                 try:
                     adjust()
                 except RuntimeError:  # the interpreter is shutting down
                     return
+                finally:
+                    started = len(pool._threads) - threads
+                    for _ in range(held + started):
+                        idle.release()
 
     threading.Thread(target=start, name="tensorstream-prestart", daemon=True).start()

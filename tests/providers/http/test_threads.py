@@ -1,0 +1,42 @@
+"""The worker threads that serve async callers' blocking requests (``cp``'s parts)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from tensorstream.providers._http import threads
+
+
+def _wait_for_threads(count: int, timeout: float = 10.0) -> int:
+    pool = threads._threads()
+    end = time.monotonic() + timeout
+    while len(pool._threads) < count and time.monotonic() < end:
+        time.sleep(0.01)
+    return len(pool._threads)
+
+
+def test_prestarted_threads_serve_the_requests_that_follow() -> None:
+    # In a fresh executor (a process of its own would do too): prestart(n), then
+    # n requests at once must run on those n threads, not start n more (each
+    # start is a wait on the caller's event loop; a 32-part copy made 67).
+    before = threads._executor
+    threads._executor = None
+    try:
+        threads.prestart(8)
+        assert _wait_for_threads(8) == 8
+        started = threading.Barrier(8, timeout=10)
+
+        async def main() -> None:
+            await asyncio.gather(*(threads.in_thread(started.wait) for _ in range(8)))
+
+        asyncio.run(main())
+        assert len(threads._threads()._threads) == 8
+        threads.prestart(8)  # already there: nothing more
+        time.sleep(0.1)
+        assert len(threads._threads()._threads) == 8
+    finally:
+        pool, threads._executor = threads._executor, before
+        if pool is not None:
+            pool.shutdown(wait=True)
