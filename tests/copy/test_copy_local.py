@@ -422,3 +422,30 @@ def test_link_bound_needs_an_idle_machine_and_a_waiting_process() -> None:
     assert not link_bound(start, (1.0, 0.9, 60, 100))  # this process is busy
     assert not link_bound(start, (1.0, 0.2, 5, 100))  # others keep the machine busy
     assert not link_bound(start, (0.0, 0.0, 0, 0))  # nothing measured
+
+
+@pytest.mark.parametrize("cut", [None, 1_300_000])
+def test_parts_are_received_by_the_shared_receiver_and_resume_exactly(
+        tmp_path: Path, http_server: Any, http_reset: None, cut: int | None) -> None:
+    # Parts larger than the 1 MiB chunk are received (and written) by the
+    # process's receiving thread, one hand-off per part; a body cut part-way
+    # has its chunk finished by the retrying read and the rest re-requested,
+    # and every byte lands at its place (odd sizes: no part or chunk boundary
+    # lines up with another).
+    from tensorstream.providers._http import receiver as receiver_mod
+
+    data = os.urandom(7 * (1 << 20) + 12_345)
+    key = f"rcv/{os.urandom(4).hex()}.bin"
+    http_server.put(key, data)
+    if cut is not None:
+        http_server.faults.drop_after = cut
+        http_server.faults.drop_times = 2
+    before = receiver_mod.receiver().receives
+    result = copy(http_server.url(key), str(tmp_path / "r.bin"), part_size=(3 << 20) + 7,
+                  concurrency=2)
+    assert result.ok and result.verified, result.errors
+    assert (tmp_path / "r.bin").read_bytes() == data
+    assert receiver_mod.receiver().receives > before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.bin"]
+    gets = http_server.requests_for(key, "GET")
+    assert len(gets) == (3 if cut is None else 3 + 2 * 2)  # 2 cut parts: a resume + the rest
