@@ -128,6 +128,13 @@ def _worker(kind: str, **spec: Any) -> list[str]:
     return [sys.executable, "-m", "benchmarks.worker", json.dumps({"kind": kind, **spec})]
 
 
+def _baseline_env(s: Setup) -> dict[str, str]:
+    """A child's PYTHONPATH for ``--baseline``: the other checkout's ``src``, then this
+    tree (for ``benchmarks.worker``)."""
+    assert s.baseline
+    return {"PYTHONPATH": os.pathsep.join([s.baseline, str(Path(__file__).resolve().parents[1])])}
+
+
 def _ts_cli(*args: str) -> list[str]:
     # The module, not the console script: the script may import another tree's
     # tensorstream; PYTHONPATH (set by the runner) picks this tree's src/.
@@ -222,7 +229,7 @@ def _load_cell(
             "tensorstream",
             "tensorstream",
             note=f"tensorstream from {s.baseline}",
-            env={"PYTHONPATH": os.pathsep.join([s.baseline, str(Path(__file__).resolve().parents[1])])},
+            env=_baseline_env(s),
         )
     if backend != "redis":
         n = m["tensor_count"]
@@ -403,6 +410,11 @@ def _copy_cell(s: Setup, shape: str, name: str, size: int, expect: Any) -> list[
         "tensorstream",
         skip=cli_missing(),
     )
+    if s.baseline:  # the other checkout, alternating with this one (a reference, never a peer)
+        for label, argv in (("tensorstream cp", ts_args),
+                            ("tensorstream cp --no-fsync", [*ts_args[:2], "--no-fsync", *ts_args[2:]])):
+            put(f"{label} (baseline)", _ts_cli(*argv), "tensorstream", "tensorstream",
+                note=f"tensorstream from {s.baseline}", env=_baseline_env(s), skip=cli_missing())
     s5_src = f"s3://{BUCKET}/{name}/*" if folder else src
     variants: list[tuple[str, list[str]]] = [("s5cmd (defaults)", []), ("s5cmd -c 32", ["-c", "32"])]
     if not folder:
@@ -453,6 +465,9 @@ def _startup_cell(s: Setup) -> list[Contender]:
         "tensorstream",
         is_tensorstream=True,
     )
+    if s.baseline:
+        put("import", "python -c 'import tensorstream' (baseline)", [py, "-c", "import tensorstream"],
+            "tensorstream", "tensorstream", note=f"tensorstream from {s.baseline}", env=_baseline_env(s))
     # references, not peers: no ratio is taken against them (the target is absolute)
     put("import", "python -c pass", [py, "-c", "pass"], "baseline", "baseline", note="interpreter start-up")
     put("import", "python -c 'import tensorizer'", [py, "-c", "import tensorizer"], "baseline", "baseline")
@@ -470,6 +485,10 @@ def _startup_cell(s: Setup) -> list[Contender]:
         skip=cli_missing(),
         **kw,
     )
+    if s.baseline:
+        put("cp 1 MiB", "tensorstream cp (baseline)", _ts_cli("cp", "--quiet", src, dest), "tensorstream",
+            "tensorstream", skip=cli_missing(), note=f"tensorstream from {s.baseline}",
+            env=_baseline_env(s), **kw)
     s5 = s5cmd_path()
     put(
         "cp 1 MiB",

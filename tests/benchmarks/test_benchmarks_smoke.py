@@ -207,3 +207,31 @@ def test_summary_ratios_use_each_peer_familys_best_and_report_misses() -> None:
     # a fast wrong answer is a failure, not a time
     bad = aggregate({"contender": "x"}, [dict(seconds=0.1, process_seconds=1, verified=False)], 1, None)
     assert bad["status"] == "failed" and bad["seconds_median"] is None
+
+
+def test_baseline_runs_beside_this_tree_in_copy_and_startup_cells(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--list", "--size", "8MiB", "--links", "loopback",
+         "--scenarios", "copy,startup", "--contenders", "tensorstream,s5cmd", "--copy-size", "4MiB",
+         "--folder", "2x256KiB", "--cache", str(tmp_path / "cache"), "--baseline", str(REPO / "src")],
+        cwd=REPO, capture_output=True, text=True, timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for cell in ("copy/loopback/object", "copy/loopback/folder", "startup/loopback/cp 1 MiB"):
+        assert f"{cell}/s3->local tensorstream cp (baseline): runs" in proc.stdout or (
+            f"{cell}/process tensorstream cp (baseline): runs" in proc.stdout), proc.stdout
+
+
+def test_children_get_bytecode_like_an_installed_package(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # PYTHONDONTWRITEBYTECODE (set on shared machines) made every tensorstream
+    # child compile its modules again; the trees are compiled once instead.
+    from benchmarks import run
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert "PYTHONDONTWRITEBYTECODE" not in run.child_env(tmp_path / "home")
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "mod.py").write_text("X = 1\n")
+    run.compile_trees([str(tree)])
+    assert list((tree / "pkg" / "__pycache__").glob("mod.*.pyc"))
