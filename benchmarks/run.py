@@ -534,17 +534,20 @@ def resolve_aliases(plan: list[Contender]) -> None:
 
 def round_order(plan: list[Contender], rnd: int) -> list[int]:
     """Indices of ``plan`` in the order round ``rnd`` runs them: contenders
-    alternate (A B C, A B C, ...) within each cell, and the cell's starting
-    contender rotates each round (A B C, B C A, C A B), so whatever the first
-    run after another cell pays (its memory being freed, caches) is spread over
-    every contender instead of always landing on one."""
+    alternate within each cell, the cell's starting contender rotates each
+    round, and odd rounds run backwards (A B C, A C B, C A B, ...), so whatever
+    the first run after another cell pays (its memory being freed, caches) is
+    spread over every contender instead of always landing on one, and no
+    contender always runs right after the same other one (measured: a ``cp``
+    right after s5cmd's took 3.2 s, the next one 2.0 s, 4 fixed-order rounds)."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, c in enumerate(plan):
         groups.setdefault(c.cell, []).append(i)
     order: list[int] = []
     for members in groups.values():
         k = rnd % len(members)
-        order += members[k:] + members[:k]
+        turn = members[k:] + members[:k]
+        order += turn[::-1] if rnd % 2 else turn
     return order
 
 
