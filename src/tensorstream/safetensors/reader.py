@@ -30,6 +30,8 @@ from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
 from ..uri import ParsedURI, redact
+from . import _local
+from ._local import fill_local
 from .header import Header, TensorInfo, header_from_prefix
 from .sources import Source, resolve
 
@@ -214,8 +216,10 @@ def _split(tensors: list[TensorInfo], parts: int) -> list[list[TensorInfo]]:
 
 def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
                device: torch.device, dtype: torch.dtype | None, num_readers: int,
-               emit: Callable[[str, torch.Tensor], None], *, early: bool = False) -> None:
-    """Read the wanted tensors of one file and ``emit`` each. ``early``: allocate the
+               emit: Callable[[str, torch.Tensor], None], *, early: bool = False,
+               ordered: bool = False) -> None:
+    """Read the wanted tensors of one file and ``emit`` each (in file order with
+    ``ordered``: one reader for a remote file; a local file's are always). ``early``: allocate the
     tensors that read-ahead may reach (up to ``readahead`` bytes ahead) and announce them
     (:meth:`StreamReader.expect`), so read-ahead lands straight in them instead of in
     read-ahead buffers. On the CPU: the tensors allocated early take the place of the
@@ -227,7 +231,14 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         reader.set_read_boundaries(
             [f.header.data_start, *(x for t in tensors for x in (t.begin, t.end))])
         pin = device.type == "cuda"
-        if num_readers == 0:  # the default: one reader where one server thread answers all
+        if reader.read_hints.inline:  # a local file: no read-ahead, threads fault memory in
+            fill_local(reader, tensors, _local.workers(num_readers, sum(t.nbytes for t in tensors)),
+                       lambda t: f.allocate(t, pin=pin), byte_view,
+                       lambda t, out: emit(t.name, _finish(out, device, dtype)))
+            return
+        if ordered:
+            num_readers = 1
+        elif num_readers == 0:  # the default: one reader where one server thread answers all
             num_readers = 1 if reader.read_hints.serial_server else DEFAULT_NUM_READERS
         runs = _split(tensors, num_readers)
 
@@ -303,7 +314,9 @@ def load(
     keep theirs). ``filter``: a predicate on names, or a collection of names
     to load; the other tensors are not read. ``num_readers``: parallel
     readers per file (default :data:`DEFAULT_NUM_READERS`; 1 for Redis, whose
-    one server thread answers every request). ``options``: as
+    one server thread answers every request; for a local file, threads
+    filling it chunk by chunk, default up to 4 and at most one per CPU this
+    process may use). ``options``: as
     for :func:`tensorstream.open` (credentials, endpoints, retries...).
 
     Byte-identical to ``safetensors.torch.load_file``. A truncated or malformed
@@ -411,7 +424,8 @@ def iter_tensors(
 
     def produce(source: Source) -> None:
         try:
-            _read_file(source, options, wanted, dev, dtype, 1, emit, early=dev.type == "cpu")
+            _read_file(source, options, wanted, dev, dtype, 0, emit, early=dev.type == "cpu",
+                       ordered=True)
         except _Stopped:
             return
         except BaseException as exc:

@@ -22,6 +22,7 @@ from ...errors import (
     PermissionDeniedError,
     TensorstreamError,
 )
+from ...readahead._prefault import populate
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
 __all__ = ["LocalProvider", "fsync_path", "map_local_error", "open_regular", "temp_path_for"]
@@ -99,6 +100,9 @@ def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str 
             f"range [{offset}, {offset + want}) is past the end of a "
             f"{st.st_size}-byte file", service="file", path=path,
         )
+    # Fresh tensor memory: fault its pages in with one system call per piece instead of
+    # one trap per page inside the copy (less CPU for the same work; never changes bytes).
+    populate(buffer)
     done = 0
     while done < want:
         n = os.preadv(fd, [buffer[done:]], offset + done)

@@ -1,0 +1,164 @@
+"""Local safetensors loads: several threads fill the tensors chunk by chunk
+(safetensors/_local.py). Byte-exact across chunk and thread boundaries, in file
+order for iter_tensors, and a failed read hands out no tensor it touched."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.tensor_files import one_per_dtype, same_bytes
+
+from tensorstream.safetensors import _local
+
+torch = pytest.importorskip("torch")
+st_torch = pytest.importorskip("safetensors.torch")
+ts_st = pytest.importorskip("tensorstream.safetensors")
+
+
+def _tensors() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(3)
+    out = one_per_dtype(g, (31, 17), "d.")
+    out["scalar"] = torch.tensor(-2.5, dtype=torch.float64)  # 0-dim
+    out["empty"] = torch.empty(0, 3, dtype=torch.float32)
+    out["odd"] = torch.arange(4093, dtype=torch.int8)  # not a multiple of any chunk
+    out["big"] = torch.randn(3001, 7, generator=g)  # many chunks
+    out["tail.empty"] = torch.empty(0, dtype=torch.bfloat16)
+    return out
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Chunks of an odd size: they cross tensors' pages and elements at odd offsets."""
+    monkeypatch.setattr(_local, "CHUNK", 1000)
+    return 1000
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path / "m.safetensors"
+    st_torch.save_file(_tensors(), str(path))
+    return path, st_torch.load_file(str(path))
+
+
+@pytest.mark.parametrize("readers", [1, 2, 3, 7])
+def test_chunked_threads_are_byte_identical(model: tuple[Path, dict[str, Any]],
+                                            small_chunks: int, readers: int,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    path, want = model
+    got = ts_st.load(path, num_readers=readers)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert same_bytes(got[name], want[name]), name
+
+
+def test_iter_tensors_keeps_file_order_with_threads(model: tuple[Path, dict[str, Any]],
+                                                    small_chunks: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    path, want = model
+    with ts_st.open(path) as f:
+        order = f.offset_keys()
+    got = list(ts_st.iter_tensors(path))
+    assert [n for n, _ in got] == order
+    assert all(same_bytes(t, want[n]) for n, t in got)
+
+
+def test_threads_are_bounded_by_cpus_chunks_and_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert _local.workers(0, 1 << 30) == 1  # one CPU: one thread, whatever is asked
+    assert _local.workers(8, 1 << 30) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert _local.workers(0, 1 << 30) == _local.MAX_WORKERS
+    assert _local.workers(16, 1 << 30) == 16
+    assert _local.workers(16, _local.CHUNK * 3) == 3  # no idle thread
+    assert _local.workers(0, 0) == 1
+
+
+def test_local_reads_use_several_threads(model: tuple[Path, dict[str, Any]], small_chunks: int,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import tensorstream
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    threads: set[int] = set()
+    real = tensorstream.StreamReader.readinto
+    barrier = threading.Barrier(2, timeout=5)
+
+    def spy(self: Any, b: Any) -> int:
+        me = threading.get_ident()
+        if memoryview(b).nbytes <= small_chunks and me not in threads:
+            threads.add(me)
+            barrier.wait()  # two threads read chunks at the same time (else: broken)
+        return real(self, b)
+
+    monkeypatch.setattr(tensorstream.StreamReader, "readinto", spy)
+    path, want = model
+    got = ts_st.load(path, num_readers=2)
+    assert len(threads) == 2
+    assert all(same_bytes(got[n], want[n]) for n in want)
+
+
+@pytest.mark.parametrize("how", ["load", "iter_tensors"])
+@pytest.mark.parametrize("fail_at", [1, 5, 40])
+def test_a_failed_read_hands_out_no_tensor_it_touched(
+        model: tuple[Path, dict[str, Any]], small_chunks: int, how: str, fail_at: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from tensorstream.providers.local import provider as local
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    path, want = model
+    lock = threading.Lock()
+    calls = [0]
+    real = local._pread_exact
+
+    def failing(fd: int, p: str, offset: int, buffer: memoryview, etag: Any) -> int:
+        with lock:
+            calls[0] += 1
+            n = calls[0]
+        if n == fail_at + 1:  # (the first call reads the header)
+            half = buffer[: len(buffer) // 2]
+            real(fd, p, offset, half, etag)  # half of the chunk lands, then the disk fails
+            raise OSError(5, "Input/output error")
+        return real(fd, p, offset, buffer, etag)
+
+    monkeypatch.setattr(local, "_pread_exact", failing)
+    got: list[tuple[str, Any]] = []
+    with pytest.raises(OSError, match="Input/output error"):
+        if how == "load":
+            got.extend(ts_st.load(path, num_readers=2).items())
+        else:
+            for item in ts_st.iter_tensors(path):
+                got.append(item)
+    assert how == "iter_tensors" or not got
+    for name, t in got:  # whatever was handed out is complete
+        assert same_bytes(t, want[name]), name
+
+
+def test_local_reads_fault_their_buffer_in_first(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import mmap
+
+    from tensorstream.providers.local import provider as local
+
+    seen: list[int] = []
+    real = local.populate
+
+    def spy(view: memoryview) -> None:
+        seen.append(view.nbytes)
+        real(view)
+
+    monkeypatch.setattr(local, "populate", spy)
+    data = os.urandom(3 << 20)
+    (tmp_path / "blob").write_bytes(data)
+    buf = mmap.mmap(-1, len(data) - 5)  # fresh pages, an odd length
+    p = local.LocalProvider()
+    p.readinto_blocking(str(tmp_path / "blob"), 5, memoryview(buf))
+    assert seen == [len(data) - 5]
+    assert bytes(buf) == data[5:]
