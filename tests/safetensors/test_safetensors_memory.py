@@ -79,3 +79,39 @@ def test_without_announced_tensors_read_ahead_uses_its_buffers(
     stats = _read_ahead_stats(caplog)
     assert sum(s["copied_bytes"] for s in stats) > 1 * MiB, stats
     assert max(s["readahead_peak"] for s in stats) > 4 * OPTIONS["part_size"], stats
+
+
+@pytest.fixture
+def paced_small_tensors(http_server: HTTPTestServer, http_reset: None,
+                        tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """Tensors smaller than a request (``part_size``): before, several shared one
+    request, received into a read-ahead buffer and copied out."""
+    g = torch.Generator().manual_seed(2)
+    tensors = {f"t{i:02d}": torch.randn(16 + (i * 7) % 48, 1024, generator=g)  # 64-252 KiB
+               for i in range(40)}
+    tensors["tiny.a"] = torch.ones(100)  # tiny ones still share requests
+    tensors["tiny.b"] = torch.zeros(3)
+    st_torch.save_file(tensors, str(tmp_path / "s.safetensors"))
+    http_server.put("mem/s.safetensors", (tmp_path / "s.safetensors").read_bytes())
+    http_server.faults.key = "mem/s.safetensors"
+    http_server.faults.rate_limit = 24 * MiB
+    return http_server.url("mem/s.safetensors"), tensors
+
+
+@pytest.mark.parametrize("how", ["load", "iter_tensors"])
+def test_read_ahead_lands_in_tensors_smaller_than_a_request(
+        how: str, paced_small_tensors: tuple[str, dict[str, Any]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    url, tensors = paced_small_tensors
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    with caplog.at_level(logging.DEBUG, logger="tensorstream.readahead"):
+        if how == "load":
+            got = tensorstream.safetensors.load(url, **OPTIONS)
+        else:
+            got = dict(tensorstream.safetensors.iter_tensors(url, **OPTIONS))
+    assert all(torch.equal(got[n], t) for n, t in tensors.items())
+    stats = [s for s in _read_ahead_stats(caplog) if s["direct_bytes"] + s["copied_bytes"] > 0]
+    assert sum(s["copied_bytes"] for s in stats) < 64 << 10, stats  # the tiny ones only
+    assert sum(s["direct_bytes"] for s in stats) >= total - (64 << 10)
+    assert max(s["readahead_peak"] for s in stats) <= 2 * OPTIONS["part_size"], stats
+

@@ -66,9 +66,12 @@ class Fetching:
 
     def _fetch_blocking(self, seg: Segment) -> None:
         try:
-            assert seg.buffer is not None
             with shared_receiving():
-                self._fetch_into(seg, seg.buffer)
+                if seg.parts is not None:
+                    self._fetch_body(seg, seg.parts)
+                else:
+                    assert seg.buffer is not None
+                    self._fetch_into(seg, seg.buffer)
         except BaseException as exc:
             seg.error = exc
         finally:
@@ -77,27 +80,40 @@ class Fetching:
 
     def _fetch_into(self, seg: Segment, buffer: memoryview) -> None:
         if self._stream is not None and seg.end - seg.start >= MEASURED_SEGMENT:
-            self._fetch_measured(seg, buffer)
+            self._fetch_body(seg, [buffer])
         else:
             self._provider.readinto_blocking(self._path, seg.start, buffer, pin=self._pin)
 
-    def _fetch_measured(self, seg: Segment, buffer: memoryview) -> None:
-        """One ranged request, its body timed apart from its wait for the first
-        byte: that is what one connection delivers, the most a stream can."""
+    def _fetch_body(self, seg: Segment, buffers: list[memoryview]) -> None:
+        """One ranged request received into ``buffers`` in turn (back to back, the
+        whole segment). Its body is timed apart from its wait for the first byte
+        when it is large enough: that is what one connection delivers, the most a
+        stream can. A body that breaks is resumed under the retry policy."""
+        measured = self._stream is not None and seg.end - seg.start >= MEASURED_SEGMENT
         opened = time.perf_counter()
         body = self._provider.open_range_blocking(self._path, seg.start, seg.end, pin=self._pin)
         started = time.perf_counter()
-        self._ctl.note_first_byte(started - opened)
+        if measured:
+            self._ctl.note_first_byte(started - opened)
+        at = seg.start
         try:
-            body.readinto(buffer)
-        except TensorstreamError as exc:  # resume the rest under the retry policy
-            got = min(getattr(exc, "received", 0) or 0, len(buffer))
-            self._provider.readinto_blocking(self._path, seg.start + got, buffer[got:],
-                                             pin=self._pin)
-            return
+            for i, buffer in enumerate(buffers):
+                try:
+                    body.readinto(buffer)
+                except TensorstreamError as exc:
+                    got = min(getattr(exc, "received", 0) or 0, len(buffer))
+                    for rest in (buffer[got:], *buffers[i + 1 :]):
+                        at += got
+                        if len(rest):
+                            self._provider.readinto_blocking(self._path, at, rest, pin=self._pin)
+                        got = len(rest)
+                    return
+                at += len(buffer)
         finally:
             body.close()
-        self._ctl.note_connection(len(buffer) / max(time.perf_counter() - started, 1e-6))
+        if measured:
+            self._ctl.note_connection((seg.end - seg.start)
+                                      / max(time.perf_counter() - started, 1e-6))
 
     def _mark_if_cancelled(self, future: concurrent.futures.Future[Any], *, seg: Segment) -> None:
         # A fetch cancelled before it started never runs: release its waiters and its slot.

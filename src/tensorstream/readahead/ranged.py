@@ -120,6 +120,9 @@ class Prefetcher(Fetching):
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._stream: SequentialStream | None = None
         caps = provider.capabilities
+        # A request spanning several announced buffers is received into each in
+        # turn: needs the blocking path's body streams.
+        self._scatter = bool(caps.blocking_reads and caps.range_streams)
         if caps.blocking_reads:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=self._max + 1, thread_name_prefix="tensorstream-fetch"
@@ -194,6 +197,20 @@ class Prefetcher(Fetching):
             if start >= d_start and end <= d_end:
                 return view[start - d_start : end - d_start]
         return None
+
+    def _dests_spanning(self, start: int, end: int) -> list[memoryview] | None:
+        """The slices of expected buffers that ``[start, end)`` covers, if buffers
+        lying back to back cover all of it (small tensors sharing a request)."""
+        i = bisect.bisect_right(self._dests, start, key=lambda d: d[0]) - 1
+        parts, at = [], start
+        while i >= 0 and at < end and i < len(self._dests):
+            d_start, d_end, view = self._dests[i]
+            if not d_start <= at < d_end:
+                return None
+            hi = min(end, d_end)
+            parts.append(view[at - d_start : hi - d_start])
+            at, i = hi, i + 1
+        return parts if parts and at >= end else None
 
     def readinto(self, pos: int, view: memoryview) -> None:
         """Fill ``view`` with ``[pos, pos + len(view))`` (the caller checked the bounds)."""
@@ -344,13 +361,12 @@ class Prefetcher(Fetching):
         for seg in needed:
             if seg.direct and not seg.bound:
                 continue
-            assert seg.buffer is not None
-            lo, hi = max(pos, seg.start), min(end, seg.end)
-            dst, src = view[lo - pos : hi - pos], seg.buffer[lo - seg.start : hi - seg.start]
-            if seg.bound and address(dst) == address(src):
-                continue  # read ahead straight into this very buffer
-            copy_into(dst, src)
-            copied += hi - lo
+            for at, src in seg.pieces(max(pos, seg.start), min(end, seg.end)):
+                dst = view[at - pos : at - pos + len(src)]
+                if seg.bound and address(dst) == address(src):
+                    continue  # read ahead straight into this very buffer
+                copy_into(dst, src)
+                copied += len(src)
         self._ctl.observe(len(view), waited, steady=steady)
         with self._lock:
             self._copied_bytes += copied
@@ -511,12 +527,15 @@ class Prefetcher(Fetching):
         while self._in_flight < self._active and (self._urgent or self._ahead):
             urgent = bool(self._urgent)
             seg = (self._urgent or self._ahead)[0]
-            if seg.buffer is None and self._dests:
+            if seg.buffer is None and seg.parts is None and self._dests:
                 # Bound when requested (the caller may announce its buffer after planning).
                 dest = self._dest_for(seg.start, seg.end)
                 if dest is not None:  # received in the caller's buffer: no read-ahead memory
                     seg.buffer, seg.direct, seg.bound = dest, True, True
-            if seg.buffer is None:
+                elif self._scatter:  # several small ones in a row: one request into each
+                    seg.parts = self._dests_spanning(seg.start, seg.end)
+                    seg.direct = seg.bound = seg.parts is not None
+            if seg.buffer is None and seg.parts is None:
                 if self._free:
                     buf = self._free.pop()
                 elif self._take(self._seg, force=urgent):

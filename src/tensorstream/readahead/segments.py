@@ -56,15 +56,33 @@ def address(view: memoryview) -> int:
 
 
 class Segment:
-    __slots__ = ("bound", "buffer", "direct", "end", "error", "event", "launched", "start", "task")
+    __slots__ = ("bound", "buffer", "direct", "end", "error", "event", "launched", "parts", "start",
+                 "task")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
         self.buffer: memoryview | None = None  # assigned when launched (or made direct)
+        # ... or, bound to several announced buffers in a row, the slices of them it
+        # fills in turn (one request received into each; ``buffer`` stays None)
+        self.parts: list[memoryview] | None = None
         self.direct = False  # the buffer is a slice of a caller's buffer
         self.bound = False  # ... one the caller announced (expect): read-ahead into it
         self.launched = False
         self.event = threading.Event()
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | concurrent.futures.Future[Any] | None = None
+
+    def pieces(self, lo: int, hi: int) -> list[tuple[int, memoryview]]:
+        """The memory holding ``[lo, hi)`` (inside the segment, which has its
+        memory): ``(offset, view)`` for each buffer it lies in."""
+        if self.parts is None:
+            assert self.buffer is not None
+            return [(lo, self.buffer[lo - self.start : hi - self.start])]
+        out, at = [], self.start
+        for part in self.parts:
+            p_lo, p_hi = max(lo, at), min(hi, at + len(part))
+            if p_lo < p_hi:
+                out.append((p_lo, part[p_lo - at : p_hi - at]))
+            at += len(part)
+        return out

@@ -214,6 +214,23 @@ def _split(tensors: list[TensorInfo], parts: int) -> list[list[TensorInfo]]:
     return out
 
 
+def _boundaries(data_start: int, tensors: list[TensorInfo], part: int) -> list[int]:
+    """Where the reads start and end, for the read-ahead's request grid: the data's
+    start and each tensor's edges, but not between two tensors smaller than ``part``
+    (they share requests anyway): a run of them then counts as one stretch, so the
+    grid starts at its first byte, not inside the file's header."""
+    out = [data_start]
+    for i, t in enumerate(tensors):
+        prev = tensors[i - 1] if i else None
+        if prev is None or prev.end != t.begin or prev.nbytes >= part or t.nbytes >= part:
+            if prev is not None:
+                out.append(prev.end)
+            out.append(t.begin)
+    if tensors:
+        out.append(tensors[-1].end)
+    return out
+
+
 def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
                device: torch.device, dtype: torch.dtype | None, num_readers: int,
                emit: Callable[[str, torch.Tensor], None], *, early: bool = False,
@@ -228,8 +245,6 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
     with SafetensorsFile(source.uri, options) as f:
         tensors = f.select(wanted, source.names)
         reader = f.reader
-        reader.set_read_boundaries(
-            [f.header.data_start, *(x for t in tensors for x in (t.begin, t.end))])
         pin = device.type == "cuda"
         if reader.read_hints.inline:  # a local file: no read-ahead, threads fault memory in
             fill_local(reader, tensors, _local.workers(num_readers, sum(t.nbytes for t in tensors)),
@@ -241,9 +256,14 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         elif num_readers == 0:  # the default: one reader where one server thread answers all
             num_readers = 1 if reader.read_hints.serial_server else DEFAULT_NUM_READERS
         runs = _split(tensors, num_readers)
+        # (each reader's stretch starts a request: none is shared by two readers)
+        reader.set_read_boundaries([*_boundaries(f.header.data_start, tensors, reader.part_size),
+                                    *(part[0].begin for part in runs)])
 
         def run(part: list[TensorInfo], r: StreamReader) -> None:
-            window = r.readahead if early else 0
+            # Read-ahead plans ``readahead`` bytes past a read, in requests of up to
+            # ``part_size`` bytes: announce that far, so its last request lands in tensors too.
+            window = r.readahead + r.part_size if early else 0
             ahead: collections.deque[torch.Tensor] = collections.deque()
             nxt = ahead_bytes = 0
             for i, t in enumerate(part):
