@@ -274,6 +274,15 @@ def _load_cell(
             note="the .safetensors file the Run:ai streamer reads",
             skip=None if _has("tensorstream.safetensors") else "tensorstream.safetensors not available",
         )
+        if s.baseline:
+            put(
+                "tensorstream safetensors.load (baseline)",
+                _worker("ts-st-load", uri=st_uri, device=dev),
+                "tensorstream",
+                "ts-safetensors",
+                note=f"tensorstream from {s.baseline}",
+                env=_baseline_env(s),
+            )
         s3 = backend == "s3"
         skip = runai_missing(s3)
         base_env = {"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"} if s3 else {}

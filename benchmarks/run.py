@@ -130,9 +130,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--baseline",
         metavar="SRC",
-        help="another checkout's src/: its tensorstream.deserialize runs beside this tree's in every "
-        "load cell, its cp in every copy and startup cell ('... (baseline)', alternating like every "
-        "contender; never a peer)",
+        help="another checkout's src/: its tensorstream.deserialize (and, with ts-safetensors, its "
+        "safetensors.load) runs beside this tree's in every load cell, its cp in every copy and "
+        "startup cell ('... (baseline)', alternating like every contender; never a peer)",
     )
     p.add_argument(
         "--exclude",
