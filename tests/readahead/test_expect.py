@@ -187,3 +187,26 @@ def test_a_body_cut_inside_a_spanning_request_resumes_into_the_same_buffers(
     assert http_server.faults.dropped == 3
     assert b"".join(bufs) == data
     assert stats["copied_bytes"] == 0, stats
+
+
+def test_a_remainder_smaller_than_a_header_rides_with_the_part_before(
+        http_server: HTTPTestServer) -> None:
+    # "Tensors" of exactly one part plus a 100-byte tail (the next header): one request
+    # each, not a part and a 100-byte request.
+    part = OPTIONS["part_size"]
+    piece = part + 100
+    url, data = _paced(http_server, 12 * piece)
+    key = url.rsplit("/", 1)[1]
+    bufs = [bytearray(piece) for _ in range(12)]
+    with tensorstream.open(url, **OPTIONS) as f:
+        f.set_read_boundaries(range(0, len(data) + 1, piece), exact=True)
+        http_server.clear_log()
+        for i, buf in enumerate(bufs):
+            f.expect(i * piece, buf)
+        for i, buf in enumerate(bufs):
+            f.seek(i * piece)
+            assert f.readinto(buf) == piece
+        stats = f.read_stats()
+    assert b"".join(bufs) == data
+    assert len(http_server.requests_for(key, "GET")) == 12, stats
+    assert stats["copied_bytes"] == 0, stats

@@ -95,6 +95,8 @@ class Prefetcher(Fetching):
         self._size = size
         self._pin = pin
         self._seg = max(1, segment)
+        # The most bytes past a part that ride in its request (_segment_at).
+        self._rider = min(_SMALL_SEGMENT, self._seg // 16)
         self._window = max(0, window)
         self._limit = size if limit is None else min(size, limit)
         self._max = max(1, concurrency)
@@ -433,9 +435,14 @@ class Prefetcher(Fetching):
         b = self._bounds
         i = bisect.bisect_right(b, p) - 1
         base = b[i] if i >= 0 else 0
-        nxt = b[i + 1] if i + 1 < len(b) else self._size
+        nxt = min(b[i + 1] if i + 1 < len(b) else self._size, self._size)
         start = base + (p - base) // self._seg * self._seg
-        return start, min(start + self._seg, nxt, self._size)
+        # A remainder of a few headers rides with the segment before it (a tensor
+        # of whole parts and its tail: one request fewer each).
+        if start > base and nxt - start <= self._rider:
+            start -= self._seg
+        end = start + self._seg
+        return start, nxt if nxt - end <= self._rider else end
 
     def _plan(self, pos: int, end: int, view: memoryview) -> list[Segment]:
         out = []
@@ -542,7 +549,7 @@ class Prefetcher(Fetching):
                     # Its own mapping: returned to the system when dropped (a malloc'd
                     # buffer of this size stays in the heap, ~30 MiB of RSS on a paced
                     # load), and fresh pages come zeroed without a memset.
-                    buf = mmap.mmap(-1, self._seg)
+                    buf = mmap.mmap(-1, self._seg + self._rider)  # (see _segment_at)
                 else:
                     break  # read-ahead memory is spent: wait for the reader to consume
                 seg.buffer = memoryview(buf)[: seg.end - seg.start]
