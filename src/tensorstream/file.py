@@ -257,7 +257,8 @@ class StreamReader(io.RawIOBase):
         """Say that a later :meth:`readinto` at ``offset`` will fill ``buffer``
         (e.g. a tensor allocated before it is read): read-ahead of those bytes
         is then received straight into ``buffer``, holding no read-ahead
-        memory. A hint: reads are exact either way. ``buffer`` must not be
+        memory (a request spanning several buffers announced back to back is
+        received into each in turn). A hint: reads are exact either way. ``buffer`` must not be
         used until that read returns; expected ranges must not overlap."""
         self._check_closed()
         if not self._inline:  # local reads have no read-ahead

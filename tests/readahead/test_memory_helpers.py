@@ -48,14 +48,18 @@ def test_populate_keeps_contents() -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="MADV_POPULATE_WRITE is Linux-only")
-def test_populate_faults_fresh_pages_in() -> None:
+@pytest.mark.parametrize("piece", [None, 3 << 20, 16 << 20])  # default, odd, one call
+def test_populate_faults_fresh_pages_in(piece: int | None) -> None:
     if not _prefault._supported:
         pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
     n = 16 << 20
     mem = mmap.mmap(-1, n)  # fresh anonymous memory: no page is present yet
     view = memoryview(mem)
     ones = b"\x01" * n
-    _prefault.populate(view)
+    if piece is None:
+        _prefault.populate(view)
+    else:
+        _prefault.populate(view, piece=piece)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     view[:] = ones  # every page was populated: writing faults (almost) none
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before

@@ -150,9 +150,10 @@ def test_local_reads_fault_their_buffer_in_first(tmp_path: Path,
     seen: list[int] = []
     real = local.populate
 
-    def spy(view: memoryview) -> None:
+    def spy(view: memoryview, *, piece: int = 0) -> None:
         seen.append(view.nbytes)
-        real(view)
+        assert piece >= view.nbytes  # one call, before the copy (not raced back to front)
+        real(view, piece=piece)
 
     monkeypatch.setattr(local, "populate", spy)
     data = os.urandom(3 << 20)

@@ -37,11 +37,13 @@ if sys.platform == "linux":
 _supported = _madvise is not None
 
 
-def populate(view: memoryview) -> None:
+def populate(view: memoryview, *, piece: int = _CHUNK) -> None:
     """Fault in the whole pages inside ``view`` for writing (best effort).
 
     Receivers fill a buffer front to back, so it is populated back to front,
-    in chunks: the two meet in the middle instead of racing for the same pages.
+    in chunks of ``piece`` bytes: the two meet in the middle instead of racing
+    for the same pages. (A caller that copies into the buffer only afterwards
+    passes a ``piece`` as large as the buffer: one call.)
     """
     global _supported
     if not _supported or view.readonly or view.nbytes < _MIN_BYTES:
@@ -56,7 +58,7 @@ def populate(view: memoryview) -> None:
     end = (addr + n) // page * page
     assert _madvise is not None
     while end > start:
-        lo = max(start, end - _CHUNK)
+        lo = max(start, end - piece)
         if _madvise(lo, end - lo, _MADV_POPULATE_WRITE) != 0:
             if ctypes.get_errno() == 22:  # EINVAL: a kernel without the advice
                 _supported = False

@@ -19,7 +19,8 @@ the load, and that can change while it runs (see :mod:`tensorstream.readahead.co
   ahead (a loader that allocates the next tensors before it reads them) hands
   them over with :meth:`Prefetcher.expect`: read-ahead of a segment inside one
   of them is received straight into it (*early binding*) and holds no
-  read-ahead memory.
+  read-ahead memory; so is a segment that several of them cover back to back
+  (small tensors sharing a request: its body is received into each in turn).
 
 The :class:`~tensorstream.readahead.control.Controller` watches every interval of the
 load (bytes delivered, time the reader waited) and moves between the two and

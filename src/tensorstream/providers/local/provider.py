@@ -102,7 +102,7 @@ def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str 
         )
     # Fresh tensor memory: fault its pages in with one system call per piece instead of
     # one trap per page inside the copy (less CPU for the same work; never changes bytes).
-    populate(buffer)
+    populate(buffer, piece=want)
     done = 0
     while done < want:
         n = os.preadv(fd, [buffer[done:]], offset + done)
