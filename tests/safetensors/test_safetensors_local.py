@@ -163,3 +163,62 @@ def test_local_reads_fault_their_buffer_in_first(tmp_path: Path,
     p.readinto_blocking(str(tmp_path / "blob"), 5, memoryview(buf))
     assert seen == [len(data) - 5]
     assert bytes(buf) == data[5:]
+
+
+@pytest.mark.parametrize("readers", [1, 2])
+def test_cpu_tensors_are_mapped_before_the_threads_read(model: tuple[Path, dict[str, Any]],
+                                                       small_chunks: int, readers: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mapping memory waits for the other threads' MADV_POPULATE_WRITE calls: with
+    # threads, every CPU tensor is allocated first; one thread allocates as it goes.
+    import tensorstream
+    from tensorstream.safetensors.reader import SafetensorsFile
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    events: list[str] = []
+    real_alloc, real_read = SafetensorsFile.allocate, tensorstream.StreamReader.readinto
+
+    def alloc(self: Any, t: Any, *, pin: bool = False) -> Any:
+        events.append("alloc")
+        return real_alloc(self, t, pin=pin)
+
+    def read(self: Any, b: Any) -> int:
+        if memoryview(b).nbytes <= small_chunks:  # a chunk (not the header)
+            events.append("read")
+        return real_read(self, b)
+
+    monkeypatch.setattr(SafetensorsFile, "allocate", alloc)
+    monkeypatch.setattr(tensorstream.StreamReader, "readinto", read)
+    path, want = model
+    got = ts_st.load(path, num_readers=readers)
+    assert all(same_bytes(got[n], want[n]) for n in want)
+    first_read = events.index("read")
+    if readers == 2:
+        assert events[:first_read] == ["alloc"] * len(want)
+    else:
+        assert 0 < first_read < len(want)
+
+
+def test_iter_tensors_maps_tensors_as_it_goes(model: tuple[Path, dict[str, Any]],
+                                              small_chunks: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # A consumer of iter_tensors may free each tensor: nothing is mapped far ahead.
+    import tensorstream
+    from tensorstream.safetensors.reader import SafetensorsFile
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    events: list[str] = []
+    real_alloc, real_read = SafetensorsFile.allocate, tensorstream.StreamReader.readinto
+    monkeypatch.setattr(SafetensorsFile, "allocate", lambda self, t, *, pin=False: (
+        events.append("alloc"), real_alloc(self, t, pin=pin))[1])
+
+    def read(self: Any, b: Any) -> int:
+        if memoryview(b).nbytes <= small_chunks:
+            events.append("read")
+        return real_read(self, b)
+
+    monkeypatch.setattr(tensorstream.StreamReader, "readinto", read)
+    path, want = model
+    got = dict(ts_st.iter_tensors(path))
+    assert all(same_bytes(got[n], want[n]) for n in want)
+    assert 0 < events.index("read") < len(want)

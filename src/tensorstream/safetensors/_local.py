@@ -56,13 +56,17 @@ class _Plan:
 
     def __init__(self, tensors: list[TensorInfo],
                  allocate: Callable[[TensorInfo], torch.Tensor],
-                 view: Callable[[torch.Tensor], memoryview]) -> None:
+                 view: Callable[[torch.Tensor], memoryview], *, upfront: bool) -> None:
         self._tensors = tensors
         self._allocate = allocate
         self._view = view
         self._lock = threading.Lock()
         self._chunks = self._walk()
         self.out: dict[int, torch.Tensor] = {}
+        if upfront:
+            # Every mapping made before the threads start: mapping memory (mmap) waits
+            # for the other threads' MADV_POPULATE_WRITE calls and holds up the next ones.
+            self.out = {i: allocate(t) for i, t in enumerate(tensors)}
         self._left: dict[int, int] = {}  # chunks of a tensor not yet landed
         self.ready: dict[int, torch.Tensor] = {}  # complete, not yet emitted
         self.failed = False
@@ -72,8 +76,9 @@ class _Plan:
         allocated when its first chunk is handed out (a 0-byte one is complete
         at once: its buffer is None)."""
         for i, t in enumerate(self._tensors):
-            tensor = self._allocate(t)
-            self.out[i] = tensor
+            tensor = self.out.get(i)
+            if tensor is None:
+                tensor = self.out[i] = self._allocate(t)
             if not t.nbytes:
                 self._left[i] = 0
                 self.ready[i] = tensor
@@ -117,12 +122,16 @@ class _Plan:
 def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                allocate: Callable[[TensorInfo], torch.Tensor],
                view: Callable[[torch.Tensor], memoryview],
-               emit: Callable[[TensorInfo, torch.Tensor], None]) -> None:
+               emit: Callable[[TensorInfo, torch.Tensor], None], *, upfront: bool = False) -> None:
     """Read ``tensors`` (file order) of the local file behind ``reader`` on
     ``nworkers`` threads (the caller's among them) and ``emit`` each in file
     order once it is complete. ``allocate`` makes a tensor's memory, ``view``
-    its writable byte view."""
-    plan = _Plan(tensors, allocate, view)
+    its writable byte view. ``upfront``: allocate every tensor before the threads
+    start (for a caller that keeps them all: memory only mapped costs no RSS
+    until it is read into; not for pinned memory, resident at once, nor for a
+    consumer that frees tensors as they come), else each when its first chunk
+    is handed out."""
+    plan = _Plan(tensors, allocate, view, upfront=upfront and nworkers > 1)
     emit_lock = threading.Lock()
     emitted = 0  # tensors handed out, in file order (under emit_lock)
 

@@ -249,7 +249,8 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         if reader.read_hints.inline:  # a local file: no read-ahead, threads fault memory in
             fill_local(reader, tensors, _local.workers(num_readers, sum(t.nbytes for t in tensors)),
                        lambda t: f.allocate(t, pin=pin), byte_view,
-                       lambda t, out: emit(t.name, _finish(out, device, dtype)))
+                       lambda t, out: emit(t.name, _finish(out, device, dtype)),
+                       upfront=not (pin or ordered))  # (iter_tensors: memory as it goes)
             return
         if ordered:
             num_readers = 1
