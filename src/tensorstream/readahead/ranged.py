@@ -437,6 +437,8 @@ class Prefetcher(Fetching):
         i = bisect.bisect_right(b, p) - 1
         base = b[i] if i >= 0 else 0
         nxt = min(b[i + 1] if i + 1 < len(b) else self._size, self._size)
+        if p < self._limit:  # no request crosses where this reader's read-ahead ends
+            nxt = min(nxt, self._limit)
         start = base + (p - base) // self._seg * self._seg
         # A remainder of a few headers rides with the segment before it (a tensor
         # of whole parts and its tail: one request fewer each).

@@ -158,7 +158,7 @@ class StreamTensorDeserializer(TensorDeserializer):
                                 and self._device.type == "cpu" and not source.read_hints.inline)
             if self._ts_inplace:
                 edges = inplace.Run(inplace.plan(list(self._metadata.values())), None).edges()
-                source.set_read_boundaries(edges, exact=True)
+                source.set_read_boundaries(edges)
             else:
                 source.set_read_boundaries(read_boundaries(self))
         self._ts_prepared = True

@@ -14,12 +14,15 @@ bounded by ``readahead`` bytes *ahead*, not by buffers.
 How, without changing what tensorizer does:
 
 * :func:`plan` cuts a reader's run of tensors into *blocks*: one per tensor
-  of at least :data:`MIN_INPLACE` bytes, its data followed by at most
-  :data:`MAX_TAIL` bytes up to the next such tensor (the next header, small
-  tensors between): those ride in the same request and are copied out when
-  read, so a tensor costs one request, not one for its data and one for the
-  next header. Smaller tensors keep sharing read-ahead segments (a request
-  costs more CPU than copying them).
+  (of at least :data:`MIN_INPLACE` bytes: every tensor with data), its data
+  followed by the next tensor's header (:data:`MAX_TAIL` bytes at most), so
+  that the blocks of tensors stored one after the other lie back to back
+  and cover the file. A request never needs to stop between tensors: one
+  that spans several blocks is received into each in turn (the read-ahead's
+  scatter receive, HTTP and S3), so hundreds of small tensors still share
+  ``part_size`` requests, and the headers in the tails are copied out when
+  tensorizer reads them. (Where a provider cannot scatter, such a request
+  is received into a read-ahead buffer and copied, as before.)
 * :class:`Run` allocates blocks ahead of the reader (``readahead`` +
   ``part_size`` past every read) and announces them; when tensorizer reads a
   tensor's header (:class:`~tensorstream.tensorizer.checked.CheckedSource`
@@ -53,11 +56,10 @@ __all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "arm", "before_re
            "copy_thread", "plan", "running"]
 
 #: Tensors at least this large get memory of their own before they are read
-#: (received in place, one request per ``part_size``); smaller ones share
-#: read-ahead segments with their neighbours and are copied out.
-MIN_INPLACE = 256 << 10
-#: Bytes after a tensor's data (the next header, small tensors) that ride in
-#: its allocation and its last request, at most.
+#: (every tensor with data: requests spanning several are scattered into each).
+MIN_INPLACE = 1
+#: Bytes after a tensor's data (the next header, small tensors below
+#: :data:`MIN_INPLACE`) that ride in its allocation and its requests, at most.
 MAX_TAIL = 64 << 10
 
 _local = threading.local()
@@ -65,7 +67,8 @@ _local = threading.local()
 
 @dataclasses.dataclass
 class Block:
-    """One allocation: a tensor's data at ``start`` (``nbytes``), then its tail up to ``end``."""
+    """One allocation: a tensor's data at ``start`` (``nbytes``), then its tail up to
+    ``end``; or (``nbytes`` 0) only the header at ``start`` (read by copying it out)."""
 
     start: int
     end: int
@@ -91,6 +94,10 @@ def plan(entries: Sequence[Any], *, min_size: int = MIN_INPLACE,
         else:
             cur = None
         if own:
+            if cur is None and 0 < start - e.offset <= max_tail:
+                # A header no tail holds (a reader's first, one after a gap): a block
+                # of its own, so a request starting there is received in place too.
+                blocks.append(Block(int(e.offset), start, int(e.offset), 0))
             cur = Block(start, end, int(e.offset), int(e.data_length))
             blocks.append(cur)
     return blocks
@@ -115,18 +122,19 @@ class Run:
         if not isinstance(reader, StreamReader):
             return
         if reader is not self._reader:
-            # This thread's reader (a fork, or the opened stream): no request may
-            # straddle two blocks, or it could not be received in either.
+            # This thread's reader (a fork, or the opened stream): the request grid
+            # starts at this run's large tensors (small ones share requests).
             self._reader = reader
             self._ahead = reader.readahead + 2 * reader.part_size
-            reader.set_read_boundaries(self.edges(), exact=True)
+            reader.set_read_boundaries(self.edges())
         upto = pos + nbytes + self._ahead
         while self._next < len(self.blocks) and self.blocks[self._next].start < upto:
             b = self.blocks[self._next]
             self._next += 1
             memory = torch.empty(b.end - b.start, dtype=torch.uint8)
             reader.expect(b.start, memory.numpy())
-            self._claims[b.header] = memory[: b.nbytes]
+            if b.nbytes:
+                self._claims[b.header] = memory[: b.nbytes]
 
     def arm(self, header: int) -> None:
         """tensorizer reads the header at ``header``: its next allocation is this tensor's."""
