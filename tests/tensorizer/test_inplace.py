@@ -278,8 +278,8 @@ def test_plan_gaps_meta_tensors_and_small_ones_end_a_block() -> None:
     meta = [e[0], _entry(e[1].offset, 100, 0, big)]  # written without data
     assert [b.header for b in inplace.plan(meta) if b.nbytes] == [e[0].offset]
     assert inplace.plan(_file(big - 1, 10), min_size=big) == []
-    # by default every tensor with data has a block, back to back: they cover the file
-    small = inplace.plan(_file(5, 1000, 3))
+    # with no minimum, every tensor with data has a block, back to back: they cover the file
+    small = inplace.plan(_file(5, 1000, 3), min_size=1)
     assert [(b.nbytes, b.end - b.start) for b in small] == [(0, 100), (5, 105), (1000, 1100),
                                                             (3, 3)]
     assert all(a.end == b.start for a, b in itertools.pairwise(small))

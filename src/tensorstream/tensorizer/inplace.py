@@ -14,10 +14,10 @@ bounded by ``readahead`` bytes *ahead*, not by buffers.
 How, without changing what tensorizer does:
 
 * :func:`plan` cuts a reader's run of tensors into *blocks*: one per tensor
-  (of at least :data:`MIN_INPLACE` bytes: every tensor with data), its data
-  followed by the next tensor's header (:data:`MAX_TAIL` bytes at most), so
-  that the blocks of tensors stored one after the other lie back to back
-  and cover the file. A request never needs to stop between tensors: one
+  of at least :data:`MIN_INPLACE` bytes, its data followed by the next
+  header and any smaller tensors up to the next block (:data:`MAX_TAIL`
+  bytes at most), so that the blocks of tensors stored one after the other
+  lie back to back and cover the file. A request never needs to stop between tensors: one
   that spans several blocks is received into each in turn (the read-ahead's
   scatter receive, HTTP and S3), so hundreds of small tensors still share
   ``part_size`` requests, and the headers in the tails are copied out when
@@ -56,8 +56,10 @@ __all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "arm", "before_re
            "copy_thread", "plan", "running"]
 
 #: Tensors at least this large get memory of their own before they are read
-#: (every tensor with data: requests spanning several are scattered into each).
-MIN_INPLACE = 1
+#: (requests spanning several are scattered into each); smaller ones (norms,
+#: biases) ride in the tail of the tensor before them, within :data:`MAX_TAIL`
+#: (a block of their own between two large tensors would be a request of its own).
+MIN_INPLACE = 64 << 10
 #: Bytes after a tensor's data (the next header, small tensors below
 #: :data:`MIN_INPLACE`) that ride in its allocation and its requests, at most.
 MAX_TAIL = 64 << 10
