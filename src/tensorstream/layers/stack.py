@@ -386,34 +386,6 @@ class _CountedBody:
         self._policy.metrics.bytes_read += n
         return n
 
-    def deliver_each(self, chunk: memoryview, deliver: Callable[[int, memoryview], None]) -> int:
-        """The rest of the body through ``chunk``, each piece to ``deliver(offset,
-        view)`` in order (see ``RangeBody.deliver_each``; a provider's body
-        without it is read with :meth:`readinto` per chunk). One operation for
-        the deadlines; on an error :attr:`position` is the first byte not
-        delivered and ``received`` counts the valid bytes at the start of ``chunk``."""
-        inner = getattr(self._body, "deliver_each", None)
-        if inner is None:
-            left = self.end - self.position
-            while self.position < self.end:
-                view, at = chunk[: min(len(chunk), self.end - self.position)], self.position
-                self.readinto(view)
-                deliver(at, view)
-            return left
-        policy = self._policy
-        timeouts = policy.config.timeouts
-        before = self.position
-        try:
-            return int(_timeout.run_blocking(lambda: inner(chunk, deliver), timeouts,
-                                             _timeout.operation_deadline(timeouts),
-                                             service=policy.service,
-                                             path=redact_text(self._path)))
-        except TensorstreamError as exc:
-            self._policy._add_context(exc, "read", self._path)
-            raise
-        finally:
-            policy.metrics.bytes_read += self.position - before
-
     def available(self) -> int | None:
         """Bytes that have arrived and can be read without waiting, where the
         provider's body can tell (``None``: it cannot)."""

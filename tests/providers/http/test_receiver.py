@@ -4,7 +4,6 @@ run again with every body received by it."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
@@ -15,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import test_blocking_http as blocking
 
-from tensorstream import errors
 from tensorstream.providers._http import receiver as receiver_mod
 from tensorstream.providers._http.receiver import ReceiveError, Receiver, shared_receiving
 from tensorstream.providers.base import Deadline
@@ -223,136 +221,3 @@ _RERUN = [
 ]
 for _name in _RERUN:
     globals()[f"{_name}_shared"] = pytest.mark.usefixtures("shared")(getattr(blocking, _name))
-
-
-# -- a whole body through a reusable chunk (``flush``: cp's parts) ---------------------------
-MiB = 1 << 20
-
-
-def _send_in_pieces(b: socket.socket, data: bytes, close: bool = False) -> threading.Thread:
-    def send() -> None:
-        view = memoryview(data)
-        with contextlib.suppress(OSError):  # the receiving side may give up first
-            for off in range(0, len(view), 200_000):
-                b.sendall(view[off : off + 200_000])
-                time.sleep(0.001)
-        if close:
-            b.close()
-
-    t = threading.Thread(target=send)
-    t.start()
-    return t
-
-
-def test_flush_gets_every_chunk_in_order_on_the_receiving_thread(
-        pair: tuple[socket.socket, socket.socket]) -> None:
-    a, b = pair
-    payload = bytes(range(256)) * (14 * 1024) + b"tail"  # 3.5 MiB + 4: not a chunk multiple
-    chunk = memoryview(bytearray(MiB))
-    chunk[:10] = payload[:10]  # the first bytes were already there (from http.client's buffer)
-    pieces: list[bytes] = []
-    where: list[str] = []
-
-    def flush(view: memoryview) -> None:
-        pieces.append(bytes(view))
-        where.append(threading.current_thread().name)
-
-    sender = _send_in_pieces(b, payload[10:])
-    r = Receiver()
-    assert r.receive(a, chunk, flush=flush, total=len(payload), filled=10) == len(payload)
-    sender.join()
-    assert b"".join(pieces) == payload
-    assert [len(p) for p in pieces] == [MiB, MiB, MiB, len(payload) - 3 * MiB]
-    # The caller slept: the receiving thread received and flushed (all but what,
-    # at most, had arrived before the hand-off).
-    assert where.count("tensorstream-receiver") >= 3
-    assert a.gettimeout() == 5.0 and a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
-
-
-def test_flush_error_is_the_destinations_and_ends_the_receive(
-        pair: tuple[socket.socket, socket.socket]) -> None:
-    a, b = pair
-    payload = b"d" * (3 * MiB)
-    calls = []
-
-    def flush(view: memoryview) -> None:
-        calls.append(len(view))
-        if len(calls) == 2:
-            raise OSError(28, "No space left on device")
-
-    sender = _send_in_pieces(b, payload)
-    with pytest.raises(ReceiveError) as info:
-        Receiver().receive(a, memoryview(bytearray(MiB)), flush=flush, total=len(payload))
-    a.shutdown(socket.SHUT_RDWR)  # the sender is not read any more: unblock it
-    sender.join()
-    err = info.value
-    assert err.in_flush and isinstance(err.error, OSError) and err.error.errno == 28
-    assert err.flushed == MiB and calls == [MiB, MiB]  # never called again after it failed
-
-
-def test_flush_peer_closing_early_counts_flushed_and_held(
-        pair: tuple[socket.socket, socket.socket]) -> None:
-    a, b = pair
-    sent = bytes(range(256)) * (10 * 1024)  # 2.5 MiB of the 4 MiB owed, then the peer closes
-    pieces: list[bytes] = []
-    chunk = memoryview(bytearray(MiB))
-    sender = _send_in_pieces(b, sent, close=True)
-    with pytest.raises(ReceiveError) as info:
-        Receiver().receive(a, chunk, flush=lambda v: pieces.append(bytes(v)), total=4 * MiB)
-    sender.join()
-    err = info.value
-    assert isinstance(err.error, EOFError) and not err.in_flush
-    assert err.received == len(sent) and err.flushed == 2 * MiB
-    assert b"".join(pieces) == sent[: 2 * MiB]
-    assert bytes(chunk[: len(sent) - 2 * MiB]) == sent[2 * MiB :]  # held, not flushed
-
-
-def test_flush_needs_a_total_and_room() -> None:
-    a, b = socket.socketpair()
-    try:
-        with pytest.raises(ValueError):
-            Receiver().receive(a, memoryview(bytearray(10)), flush=lambda v: None)
-        with pytest.raises(ValueError):
-            Receiver().receive(a, memoryview(bytearray(10)), flush=lambda v: None, total=20,
-                               filled=10)
-        assert Receiver().receive(a, memoryview(bytearray(10)), flush=lambda v: None,
-                                  total=0) == 0
-    finally:
-        a.close()
-        b.close()
-
-
-@pytest.mark.parametrize("cut", [None, 1_500_000])
-def test_range_body_delivers_each_chunk(http_server: HTTPTestServer, cut: int | None) -> None:
-    # The body of one ranged GET through a 1 MiB chunk: every byte delivered
-    # once, in order, at its offset; a body cut part-way says exactly where
-    # delivery stopped and what valid bytes the chunk holds beyond it.
-    key = f"rcv-{uuid.uuid4().hex[:8]}.bin"
-    data = bytes(range(253)) * 16_000  # ~3.9 MB
-    http_server.put(key, data)
-    url = http_server.url(key)
-    p = blocking._provider(url)
-    if cut is not None:
-        http_server.faults.drop_after = cut
-        http_server.faults.drop_times = 1
-    start, end = 777, len(data) - 5
-    got: dict[int, bytes] = {}
-    chunk = memoryview(bytearray(MiB))
-    before = receiver_mod.receiver().receives
-    with shared_receiving():
-        body = p.open_range_blocking(parse_uri(url).path, start, end)
-        if cut is None:
-            assert body.deliver_each(chunk, lambda at, v: got.setdefault(at, bytes(v))) == (
-                end - start)
-        else:
-            with pytest.raises(errors.IncompleteReadError) as info:
-                body.deliver_each(chunk, lambda at, v: got.setdefault(at, bytes(v)))
-    assert receiver_mod.receiver().receives > before
-    assert sorted(got) == list(range(start, body.position, MiB))
-    assert b"".join(got[k] for k in sorted(got)) == data[start : body.position]
-    if cut is None:
-        assert body.position == end
-    else:
-        assert body.position == start + MiB  # delivered: one whole chunk
-        held = info.value.received
-        assert held == cut - MiB and bytes(chunk[:held]) == data[start + MiB : start + cut]

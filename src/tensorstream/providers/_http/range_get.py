@@ -374,7 +374,13 @@ class RangeBody:
             if isinstance(exc, http.client.IncompleteRead) and not self._direct:
                 # The chunks of this slice that arrived whole are in the buffer.
                 received += len(exc.partial)
-            raise self._mapped(exc, received, deadline) from exc
+            err: TensorstreamError
+            if timed and deadline is not None and deadline.expired():
+                err = _total_deadline_error(received, service=self._service, path=self._path)
+            else:
+                err = exception_error(exc, path=self._path, received=received,
+                                      service=self._service)
+            raise note_served(err, self.served) from exc
         except BaseException:
             self.close()
             raise
@@ -385,91 +391,10 @@ class RangeBody:
             self._confirm()  # raises ObjectChangedError: the bytes are never returned
         return want
 
-    def deliver_each(self, chunk: memoryview, deliver: Callable[[int, memoryview], None]) -> int:
-        """Receive the rest of the body through ``chunk`` (reused), handing each
-        full chunk, and the last bytes, to ``deliver(offset, view)`` in order.
-
-        With shared receiving the process's receiving thread receives *and*
-        delivers (:meth:`.receiver.Receiver.receive` with ``flush``), so the
-        calling thread waits once for the whole body instead of once per chunk
-        (``cp``: one hand-off per part). Otherwise, and for an answer that is
-        confirmed after every read, it is :meth:`readinto` per chunk. Raises
-        like :meth:`readinto`; :attr:`position` is then the offset of the
-        first byte not delivered and the error's ``received`` counts the valid
-        bytes at the start of ``chunk``. An error of ``deliver`` is raised as is.
-        """
-        left = self.end - self.position
-        conn = self._conn
-        if not (self._direct and self._confirm is None and shares_receiving() and conn
-                is not None and conn.sock is not None and left > len(chunk) > _FILE_BUFFER):
-            while self.position < self.end:
-                view, at = chunk[: min(len(chunk), self.end - self.position)], self.position
-                self.readinto(view)
-                deliver(at, view)
-            return left
-
-        def flush(view: memoryview) -> None:  # on the receiving thread, mostly
-            deliver(self.position, view)
-            self.position += len(view)
-
-        deadline = current_deadline()
-        try:
-            if deadline is not None and deadline.at is not None:
-                self._bound(deadline, 0)
-            # What the file object holds (at most its buffer, less than a chunk)
-            # starts the first chunk; the socket owes the rest.
-            held = self._take_buffered(chunk[: len(chunk) - 1])
-            receiver().receive(conn.sock, chunk, deadline=deadline, flush=flush, total=left,
-                               filled=held)
-        except ReceiveError as exc:
-            self.close()
-            if exc.in_flush:
-                raise exc.error from None
-            valid = exc.received - exc.flushed
-            if isinstance(exc.error, EOFError):
-                raise note_served(self._ended(valid, len(chunk)), self.served) from None
-            raise self._mapped(exc.error, valid, deadline) from exc.error
-        except TensorstreamError as exc:
-            self.close()
-            note_served(exc, self.served)
-            raise
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise self._mapped(exc, 0, deadline) from exc
-        except BaseException:
-            self.close()
-            raise
-        self._finish()
-        return left
-
-    def _mapped(self, exc: BaseException, received: int,
-                deadline: Deadline | None) -> TensorstreamError:
-        """The tensorstream error for a transport error after ``received`` bytes."""
-        err: TensorstreamError
-        if deadline is not None and deadline.at is not None and deadline.expired():
-            err = _total_deadline_error(received, service=self._service, path=self._path)
-        else:
-            err = exception_error(exc, path=self._path, received=received,
-                                  service=self._service)
-        return note_served(err, self.served)
-
     def _receive_shared(self, buffer: memoryview, deadline: Deadline | None) -> int:
         """Receive ``buffer`` whole on the process's :class:`.receiver.Receiver`:
         first what ``http.client``'s file object already holds of the body,
         then the rest straight from the socket (raises :class:`ReceiveError`)."""
-        conn = self._conn
-        assert conn is not None and conn.sock is not None
-        got = self._take_buffered(buffer)
-        if got < len(buffer):
-            try:
-                got += receiver().receive(conn.sock, buffer[got:], deadline=deadline)
-            except ReceiveError as exc:
-                raise ReceiveError(got + exc.received, exc.error) from None
-        return got
-
-    def _take_buffered(self, buffer: memoryview) -> int:
-        """Copy into ``buffer`` what ``http.client``'s file object already holds of
-        the body (never waiting for more); returns the bytes taken."""
         conn = self._conn
         assert conn is not None and conn.sock is not None
         sock, fp = conn.sock, self._resp.fp
@@ -481,7 +406,13 @@ class RangeBody:
             held = b""
         finally:
             sock.settimeout(timeout)
-        return fp.readinto(buffer[: min(len(held), len(buffer))]) if held else 0
+        got = fp.readinto(buffer[: min(len(held), len(buffer))]) if held else 0
+        if got < len(buffer):
+            try:
+                got += receiver().receive(sock, buffer[got:], deadline=deadline)
+            except ReceiveError as exc:
+                raise ReceiveError(got + exc.received, exc.error) from None
+        return got
 
     def _ended(self, received: int, want: int) -> IncompleteReadError:
         """The error for a body that ended early (shared and own receiving alike)."""

@@ -29,12 +29,6 @@ resume, pinning, deadlines) do not change:
   writes into a caller's buffer after the call;
 * shutting the socket down from another thread (a cancelled caller) ends the
   receive at once with an error;
-* with ``flush``, :meth:`Receiver.receive` takes a whole body of ``total``
-  bytes through ``view`` used as a reusable chunk: each time it is full (and
-  at the end) the receiving thread hands it to ``flush`` before receiving
-  more into it. A copy's part (``cp``) is then one hand-off for the caller
-  instead of one per chunk: the calling thread sleeps for the whole part,
-  and the receiving thread writes the bytes where they go (``pwrite``);
 * TLS sockets work: ``SSLWantReadError`` is "nothing yet", and a socket is
   read until the TLS layer has nothing left (decrypted bytes buffered inside
   it are invisible to epoll).
@@ -53,7 +47,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from ..base import Deadline
 
@@ -76,41 +70,24 @@ _POLL = 1.0
 
 class ReceiveError(Exception):
     """A receive that did not fill its view: ``received`` bytes landed (from its
-    start), then ``error`` (also the ``__cause__``) ended it.
+    start), then ``error`` (also the ``__cause__``) ended it."""
 
-    With ``flush``: ``flushed`` of them were handed to it (the rest, ``received
-    - flushed``, are at the start of the view), and ``in_flush`` says whether
-    ``error`` was raised by ``flush`` itself (the destination's error, not the
-    connection's)."""
-
-    def __init__(self, received: int, error: BaseException, *, flushed: int = 0,
-                 in_flush: bool = False) -> None:
+    def __init__(self, received: int, error: BaseException) -> None:
         super().__init__(f"receive ended after {received} bytes: {error!r}")
         self.received = received
         self.error = error
-        self.flushed = flushed
-        self.in_flush = in_flush
         self.__cause__ = error
 
 
-Flush = Callable[[memoryview], None]
-
-
 class _Transfer:
-    __slots__ = ("deadline", "done", "error", "event", "fd", "flush", "flushed", "in_flush",
-                 "last", "lock", "lowat", "pos", "sock", "total", "view", "write")
+    __slots__ = ("deadline", "done", "error", "event", "fd", "last", "lock", "lowat", "pos",
+                 "sock", "view", "write")
 
-    def __init__(self, sock: socket.socket, view: memoryview, deadline: Deadline | None,
-                 flush: Flush | None = None, total: int | None = None, pos: int = 0) -> None:
+    def __init__(self, sock: socket.socket, view: memoryview, deadline: Deadline | None) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.view = view
-        self.pos = pos  # bytes in the view (not flushed yet)
-        self.flush = flush
-        self.flushed = 0  # bytes handed to flush
-        self.in_flush = False  # the error came from flush
-        #: Bytes this transfer receives in all (the view's length without flush).
-        self.total = len(view) if total is None else total
+        self.pos = 0
         self.deadline = deadline
         self.lock = threading.Lock()  # held while bytes are written into the view
         self.event = threading.Event()
@@ -119,15 +96,6 @@ class _Transfer:
         self.last = time.monotonic()  # the last arrival
         self.lowat = 1
         self.write = False  # registered for writability too (TLS wants to write)
-
-    @property
-    def received(self) -> int:
-        return self.flushed + self.pos
-
-    def error_for_caller(self) -> ReceiveError:
-        assert self.error is not None
-        return ReceiveError(self.received, self.error, flushed=self.flushed,
-                            in_flush=self.in_flush)
 
 
 def _lowat(left: int) -> int:
@@ -149,32 +117,19 @@ class Receiver:
 
     # -- the caller's side -------------------------------------------------------------
     def receive(self, sock: socket.socket, view: memoryview, *,
-                deadline: Deadline | None = None, flush: Flush | None = None,
-                total: int | None = None, filled: int = 0) -> int:
+                deadline: Deadline | None = None) -> int:
         """Receive exactly ``len(view)`` bytes from ``sock`` into ``view``.
 
         ``sock`` must have nothing buffered above it (an ``http.client``
         response's buffered bytes are taken first by the caller). Its
         timeout is the idle bound and is restored afterwards; the socket is
         non-blocking while the receiver owns it.
-
-        With ``flush``: receive ``total`` bytes through ``view`` (whose first
-        ``filled`` bytes, fewer than a full view, are already the body's),
-        calling ``flush(chunk)`` whenever the view is full and with the last
-        bytes, on whichever thread received them, before anything more lands
-        in the view. Once this returns or raises, ``flush`` is not called again.
         """
-        if flush is None:
-            total, filled = len(view), 0
-        elif total is None:
-            raise ValueError("flush needs the total of bytes to receive")
-        want = total
+        want = len(view)
         if want == 0:
             return 0
-        if not 0 <= filled < min(len(view), want):
-            raise ValueError("the view must have room for the next bytes")
         idle = sock.gettimeout()
-        t = _Transfer(sock, view, deadline, flush, want, filled)
+        t = _Transfer(sock, view, deadline)
         try:
             sock.setblocking(False)
             # What has arrived already is taken by this thread, awake anyway: a
@@ -183,9 +138,9 @@ class Receiver:
             if t.done:
                 self._restore(t, idle)
                 if t.error is not None:
-                    raise t.error_for_caller()
+                    raise ReceiveError(t.pos, t.error)
                 return want
-            t.lowat = _lowat(want - t.received)
+            t.lowat = _lowat(want - t.pos)
             if t.lowat > 1:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, t.lowat)
             with self._lock:
@@ -201,7 +156,7 @@ class Receiver:
         finally:
             self._restore(t, idle)
         if t.error is not None:
-            raise t.error_for_caller()
+            raise ReceiveError(t.pos, t.error)
         return want
 
     def _wait(self, t: _Transfer, idle: float | None) -> None:
@@ -268,13 +223,12 @@ class Receiver:
         with t.lock:
             if t.done:
                 return
+            want = len(t.view)
             tls = isinstance(t.sock, ssl.SSLSocket)
             for _ in range(_BURST):
-                # This round of the view: all of it, or what the body still owes.
-                fill = min(len(t.view), t.total - t.flushed)
-                asked = fill - t.pos
+                asked = want - t.pos
                 try:
-                    n = t.sock.recv_into(t.view[t.pos:fill])
+                    n = t.sock.recv_into(t.view[t.pos:])
                 except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
                     break
                 except ssl.SSLWantWriteError:
@@ -293,18 +247,10 @@ class Receiver:
                 t.last = time.monotonic()
                 if t.deadline is not None:
                     t.deadline.progress()
-                if t.pos >= fill and t.flush is not None:
-                    try:
-                        t.flush(t.view[:fill])
-                    except BaseException as exc:  # the destination's: handed to the caller
-                        error, finished, t.in_flush = exc, True, True
-                        break
-                    t.flushed += fill
-                    t.pos = 0
-                if t.received >= t.total:
+                if t.pos >= want:
                     finished = True
                     break
-                lowat = _lowat(t.total - t.received)
+                lowat = _lowat(want - t.pos)
                 if lowat != t.lowat:
                     with contextlib.suppress(OSError):
                         t.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
