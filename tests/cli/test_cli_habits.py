@@ -284,6 +284,29 @@ def test_closed_pipe_exits_zero(tmp_path: Path) -> None:
     assert r.stderr == ""
 
 
+def test_a_closed_pipe_does_not_stop_a_copy(tmp_path: Path) -> None:
+    """`cp -r ... | head -1`: the reader of the log went away; every file is
+    still copied, no traceback, and the status is the copy's own."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(300):
+        (src / f"f{i:03d}").write_bytes(os.urandom(64) + bytes([i % 256]))
+    for flags in ("", "--json"):
+        dst = tmp_path / f"dst{flags}"
+        cmd = (f"set -o pipefail; {sys.executable} -m tensorstream cp -r {flags} {src}/ {dst}/ "
+               "| head -1 > /dev/null")
+        r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr and "rror" not in r.stderr, r.stderr
+        assert sorted(p.name for p in dst.iterdir()) == sorted(p.name for p in src.iterdir())
+        assert all((dst / p.name).read_bytes() == p.read_bytes() for p in src.iterdir())
+    # A failure is still a failure when nobody reads the log.
+    cmd = (f"{sys.executable} -m tensorstream cp -r --json {src}/ {tmp_path / 'nope'} "
+           f"{tmp_path / 'out'}/ | head -1 > /dev/null; exit ${{PIPESTATUS[0]}}")
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+
+
 def test_names_with_control_characters_are_escaped(tmp_path: Path) -> None:
     d = tmp_path / "d"
     d.mkdir()

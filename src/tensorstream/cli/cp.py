@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
@@ -243,8 +242,7 @@ def run(args: argparse.Namespace) -> int:
         summary = reporter.summary(seconds=result.seconds, verified=verified,
                                    resumed_bytes=result.resumed_bytes, extra_errors=extra)
         if mode == "json":
-            print(json.dumps({"op": "summary", **result.to_dict(), "summary": summary},
-                             sort_keys=True), flush=True)
+            reporter.json({"op": "summary", **result.to_dict(), "summary": summary})
         else:
             reporter.print_summary(summary)
         problems = reporter.problems + extra

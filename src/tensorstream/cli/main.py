@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import traceback
@@ -94,11 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `tensorstream cat ... | head`: the reader went away, which is how it
         # says it has enough. Exit 0 (pipefail stays happy) and point stdout at
         # /dev/null so the interpreter's final flush does not complain.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        from .output import quiet_if_closed
+
+        quiet_if_closed(sys.stdout)
         return EXIT_OK
     except Exception as exc:
         if debug:

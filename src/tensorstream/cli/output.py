@@ -9,6 +9,7 @@ named with terminal escape sequences or newlines shows as ``\\x1b[2J`` or
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from typing import Any, TextIO
@@ -16,7 +17,7 @@ from typing import Any, TextIO
 from ..copy.select import FileOutcome
 from ..uri import redact_text
 
-__all__ = ["Reporter", "cli_terms", "escape", "human_rate", "human_size"]
+__all__ = ["Reporter", "cli_terms", "escape", "human_rate", "human_size", "quiet_if_closed"]
 
 #: Library advice in errors (``ca_bundle=<PEM path>``) said as the flag a CLI user types.
 _CLI_TERMS = [
@@ -102,13 +103,24 @@ class Reporter:
         self.printed_errors: set[str] = set()
         self.counts: dict[str, int] = {}
         self.problems = 0  # failures and skips that were not asked for
+        #: Streams whose reader went away (broken pipe): nothing more is written there.
+        self.closed: set[TextIO] = set()
 
     # -- printing ---------------------------------------------------------------
     def _write(self, line: str, stream: TextIO) -> None:
-        if self.bars is not None:
-            self.bars.write(line, stream)
-        else:
-            print(line, file=stream, flush=True)
+        if stream in self.closed:
+            return
+        try:
+            if self.bars is not None:
+                self.bars.write(line, stream)
+            else:
+                print(line, file=stream, flush=True)
+        except BrokenPipeError:
+            # Whoever read our output went away (`cp ... | head`). The copy is
+            # the job, not its log: it goes on, its exit status still tells
+            # the truth, only the printing to that stream stops.
+            self.closed.add(stream)
+            quiet_if_closed(stream)
 
     def line(self, text: str) -> None:
         if self.mode == "text":
@@ -228,3 +240,17 @@ class Reporter:
     def print_summary(self, text: str) -> None:
         if self.mode == "text":
             self._write(text, self.err)
+
+
+def quiet_if_closed(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at /dev/null after a broken pipe, so
+    what is still buffered (and the interpreter's flush at exit) goes nowhere
+    instead of raising again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's StringIO): nothing is flushed at exit
