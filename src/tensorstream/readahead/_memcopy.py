@@ -27,10 +27,15 @@ def copy_into(dst: memoryview, src: bytes | bytearray | memoryview) -> None:
     if n < _SMALL_COPY or dst.readonly or dst.nbytes < n:
         dst[:n] = src  # the slice assignment checks lengths and raises
         return
-    target = (ctypes.c_char * n).from_buffer(dst)
+    # Addresses of first bytes, not `(c_char * n).from_buffer`: that makes a new
+    # ctypes type per length, cyclic garbage that sets off full collections.
+    target = ctypes.addressof(ctypes.c_char.from_buffer(dst))
     if isinstance(src, bytes):
         ctypes.memmove(target, src, n)  # a bytes argument passes its buffer's address
     elif not (isinstance(src, memoryview) and src.readonly):
-        ctypes.memmove(target, (ctypes.c_char * n).from_buffer(src), n)
+        if isinstance(src, memoryview) and not src.c_contiguous:
+            dst[:n] = src
+            return
+        ctypes.memmove(target, ctypes.addressof(ctypes.c_char.from_buffer(src)), n)
     else:
         dst[:n] = src

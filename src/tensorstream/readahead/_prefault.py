@@ -50,7 +50,10 @@ def populate(view: memoryview, *, piece: int = _CHUNK) -> None:
         return
     n = view.nbytes
     try:
-        addr = ctypes.addressof((ctypes.c_char * n).from_buffer(view))
+        # The address of the first byte. Not `(c_char * n).from_buffer`: that makes
+        # a new ctypes type per size, cyclic garbage that sets off full garbage
+        # collections (hundreds of tensors of distinct sizes: a third of a load).
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
     except (TypeError, ValueError, BufferError):  # e.g. not contiguous: not worth it
         return
     page = mmap.PAGESIZE
