@@ -213,24 +213,16 @@ def _load_cell(
         if group in s.groups:
             cell.append(c)
 
+    def put_ours(name: str, argv: list[str], group: str, **kw: Any) -> None:
+        """One of tensorstream's front doors, and the --baseline tree's beside it."""
+        put(name, argv, "tensorstream", group, **kw)
+        if s.baseline:
+            put(f"{name} (baseline)", argv, "tensorstream", group,
+                note=f"tensorstream from {s.baseline}", env=_baseline_env(s))
+
     dev = s.device
-    put(
-        "tensorstream",
-        _worker("ts-load", uri=uri, device=dev),
-        "tensorstream",
-        "tensorstream",
-        is_tensorstream=True,
-        skip=provider_missing(backend),
-    )
-    if s.baseline:
-        put(
-            "tensorstream (baseline)",
-            _worker("ts-load", uri=uri, device=dev),
-            "tensorstream",
-            "tensorstream",
-            note=f"tensorstream from {s.baseline}",
-            env=_baseline_env(s),
-        )
+    put_ours("tensorstream", _worker("ts-load", uri=uri, device=dev), "tensorstream",
+             is_tensorstream=True, skip=provider_missing(backend))
     if backend != "redis":
         n = m["tensor_count"]
         default = tz_default_readers(backend, n)
@@ -266,23 +258,13 @@ def _load_cell(
             else:
                 put(name, _worker("tz-load", uri=uri, device=dev, readers=r), "tensorizer", "tensorizer")
     if st_uri is not None:
-        put(
+        put_ours(
             "tensorstream safetensors.load",
             _worker("ts-st-load", uri=st_uri, device=dev),
-            "tensorstream",
             "ts-safetensors",
             note="the .safetensors file the Run:ai streamer reads",
             skip=None if _has("tensorstream.safetensors") else "tensorstream.safetensors not available",
         )
-        if s.baseline:
-            put(
-                "tensorstream safetensors.load (baseline)",
-                _worker("ts-st-load", uri=st_uri, device=dev),
-                "tensorstream",
-                "ts-safetensors",
-                note=f"tensorstream from {s.baseline}",
-                env=_baseline_env(s),
-            )
         s3 = backend == "s3"
         skip = runai_missing(s3)
         base_env = {"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"} if s3 else {}

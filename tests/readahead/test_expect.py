@@ -102,11 +102,7 @@ def test_exact_boundaries_keep_stretches_smaller_than_a_part(http_server: HTTPTe
         bufs = [bytearray(piece) for _ in range(40)]
         with tensorstream.open(url, **OPTIONS) as f:
             f.set_read_boundaries(range(0, len(data) + 1, piece), exact=exact)
-            for i, buf in enumerate(bufs):
-                f.expect(i * piece, buf)
-            for i, buf in enumerate(bufs):
-                f.seek(i * piece)
-                assert f.readinto(buf) == piece
+            _announce_then_read(f, bufs)
             stats = f.read_stats()
             fork = f.fork()  # forks inherit exactness with the boundaries
             assert fork._exact is exact
@@ -133,6 +129,16 @@ def test_readahead_end_stops_read_ahead_there(http_server: HTTPTestServer) -> No
 
 
 SMALL = 96 << 10  # smaller than a request (part_size 256 KiB): several share one
+
+
+def _announce_then_read(f: Any, bufs: list[bytearray]) -> None:
+    """Announce back-to-back buffers of one size from offset 0, then read each into its own."""
+    piece = len(bufs[0])
+    for i, buf in enumerate(bufs):
+        f.expect(i * piece, buf)
+    for i, buf in enumerate(bufs):
+        f.seek(i * piece)
+        assert f.readinto(buf) == piece
 
 
 def _read_small(url: str, count: int, *, gap: int = 0, fork: bool = False
@@ -201,11 +207,7 @@ def test_a_remainder_smaller_than_a_header_rides_with_the_part_before(
     with tensorstream.open(url, **OPTIONS) as f:
         f.set_read_boundaries(range(0, len(data) + 1, piece), exact=True)
         http_server.clear_log()
-        for i, buf in enumerate(bufs):
-            f.expect(i * piece, buf)
-        for i, buf in enumerate(bufs):
-            f.seek(i * piece)
-            assert f.readinto(buf) == piece
+        _announce_then_read(f, bufs)
         stats = f.read_stats()
     assert b"".join(bufs) == data
     assert len(http_server.requests_for(key, "GET")) == 12, stats

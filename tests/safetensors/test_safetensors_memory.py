@@ -48,18 +48,25 @@ def paced_model(http_server: HTTPTestServer, http_reset: None,
     return http_server.url("mem/m.safetensors"), tensors
 
 
-@pytest.mark.parametrize("how", ["load", "iter_tensors"])
-def test_read_ahead_lands_in_the_tensors(how: str, paced_model: tuple[str, dict[str, Any]],
-                                         caplog: pytest.LogCaptureFixture) -> None:
-    url, tensors = paced_model
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
+def _load_exactly(how: str, url: str, tensors: dict[str, Any],
+                  caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    """Load ``url`` with ``how``, check every tensor, return the read-ahead
+    statistics of the readers that moved bytes."""
     with caplog.at_level(logging.DEBUG, logger="tensorstream.readahead"):
         if how == "load":
             got = tensorstream.safetensors.load(url, **OPTIONS)
         else:
             got = dict(tensorstream.safetensors.iter_tensors(url, **OPTIONS))
     assert all(torch.equal(got[n], t) for n, t in tensors.items())
-    stats = [s for s in _read_ahead_stats(caplog) if s["direct_bytes"] + s["copied_bytes"] > 0]
+    return [s for s in _read_ahead_stats(caplog) if s["direct_bytes"] + s["copied_bytes"] > 0]
+
+
+@pytest.mark.parametrize("how", ["load", "iter_tensors"])
+def test_read_ahead_lands_in_the_tensors(how: str, paced_model: tuple[str, dict[str, Any]],
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    url, tensors = paced_model
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    stats = _load_exactly(how, url, tensors, caplog)
     assert stats
     copied = sum(s["copied_bytes"] for s in stats)
     assert copied < 64 << 10, stats  # only the small tensors' bytes
@@ -104,13 +111,7 @@ def test_read_ahead_lands_in_tensors_smaller_than_a_request(
         caplog: pytest.LogCaptureFixture) -> None:
     url, tensors = paced_small_tensors
     total = sum(t.numel() * t.element_size() for t in tensors.values())
-    with caplog.at_level(logging.DEBUG, logger="tensorstream.readahead"):
-        if how == "load":
-            got = tensorstream.safetensors.load(url, **OPTIONS)
-        else:
-            got = dict(tensorstream.safetensors.iter_tensors(url, **OPTIONS))
-    assert all(torch.equal(got[n], t) for n, t in tensors.items())
-    stats = [s for s in _read_ahead_stats(caplog) if s["direct_bytes"] + s["copied_bytes"] > 0]
+    stats = _load_exactly(how, url, tensors, caplog)
     assert sum(s["copied_bytes"] for s in stats) < 64 << 10, stats  # the tiny ones only
     assert sum(s["direct_bytes"] for s in stats) >= total - (64 << 10)
     assert max(s["readahead_peak"] for s in stats) <= 2 * OPTIONS["part_size"], stats
