@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import tenacity
@@ -374,10 +374,34 @@ class _CountedBody:
     def readinto(self, buffer: memoryview) -> int:
         """The next ``len(buffer)`` bytes: one operation, bounded by the
         deadlines (the provider checks them between receives)."""
+        return self._read(lambda: self._body.readinto(buffer))
+
+    def readinto_parts(self, buffers: Sequence[memoryview]) -> int:
+        """Fill each of ``buffers`` in turn: one operation (one receive where the
+        provider's body can scatter, else one read per buffer); ``received`` on
+        an error counts the valid bytes from the first buffer's start."""
+        scatter = getattr(self._body, "readinto_parts", None)
+        if scatter is not None:
+            return self._read(lambda: int(scatter(buffers)))
+
+        def each() -> int:
+            done = 0
+            for buffer in buffers:
+                try:
+                    done += self._body.readinto(buffer)
+                except TensorstreamError as exc:
+                    if hasattr(exc, "received"):
+                        exc.received = done + int(exc.received or 0)
+                    raise
+            return done
+
+        return self._read(each)
+
+    def _read(self, read: Callable[[], int]) -> int:
         policy = self._policy
         timeouts = policy.config.timeouts
         try:
-            n = _timeout.run_blocking(lambda: self._body.readinto(buffer), timeouts,
+            n = _timeout.run_blocking(read, timeouts,
                                       _timeout.operation_deadline(timeouts),
                                       service=policy.service, path=redact_text(self._path))
         except TensorstreamError as exc:

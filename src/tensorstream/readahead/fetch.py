@@ -65,18 +65,25 @@ class Fetching:
             _loop.get_loop().call_soon_threadsafe(task.cancel)
 
     def _fetch_blocking(self, seg: Segment) -> None:
-        try:
-            with shared_receiving():
-                if seg.parts is not None:
-                    self._fetch_body(seg, seg.parts)
-                else:
-                    assert seg.buffer is not None
-                    self._fetch_into(seg, seg.buffer)
-        except BaseException as exc:
-            seg.error = exc
-        finally:
-            seg.event.set()
-            self._launch(self._finished(seg))
+        # A request that ends frees a connection: this thread, awake already, sends
+        # the next one itself (a hand-off to another worker costs a wake-up each).
+        nxt: Segment | None = seg
+        while nxt is not None:
+            seg = nxt
+            try:
+                with shared_receiving():
+                    if seg.parts is not None:
+                        self._fetch_body(seg, seg.parts)
+                    else:
+                        assert seg.buffer is not None
+                        self._fetch_into(seg, seg.buffer)
+            except BaseException as exc:
+                seg.error = exc
+            finally:
+                seg.event.set()
+                launch = self._finished(seg)
+            nxt = launch.pop(0) if launch else None
+            self._launch(launch)
 
     def _fetch_into(self, seg: Segment, buffer: memoryview) -> None:
         if self._stream is not None and seg.end - seg.start >= MEASURED_SEGMENT:
@@ -86,34 +93,46 @@ class Fetching:
 
     def _fetch_body(self, seg: Segment, buffers: list[memoryview]) -> None:
         """One ranged request received into ``buffers`` in turn (back to back, the
-        whole segment). Its body is timed apart from its wait for the first byte
-        when it is large enough: that is what one connection delivers, the most a
-        stream can. A body that breaks is resumed under the retry policy."""
+        whole segment; several in one receive where the body can scatter). Its
+        body is timed apart from its wait for the first byte when it is large
+        enough: that is what one connection delivers, the most a stream can. A
+        body that breaks is resumed under the retry policy."""
         measured = self._stream is not None and seg.end - seg.start >= MEASURED_SEGMENT
         opened = time.perf_counter()
         body = self._provider.open_range_blocking(self._path, seg.start, seg.end, pin=self._pin)
         started = time.perf_counter()
         if measured:
             self._ctl.note_first_byte(started - opened)
-        at = seg.start
         try:
-            for i, buffer in enumerate(buffers):
-                try:
-                    body.readinto(buffer)
-                except TensorstreamError as exc:
-                    got = min(getattr(exc, "received", 0) or 0, len(buffer))
-                    for rest in (buffer[got:], *buffers[i + 1 :]):
-                        at += got
-                        if len(rest):
-                            self._provider.readinto_blocking(self._path, at, rest, pin=self._pin)
-                        got = len(rest)
-                    return
-                at += len(buffer)
+            scatter = getattr(body, "readinto_parts", None)
+            done = 0  # bytes of the buffers before the one being read
+            try:
+                if len(buffers) > 1 and scatter is not None:
+                    scatter(buffers)  # an error counts from the first buffer
+                else:
+                    for buffer in buffers:
+                        body.readinto(buffer)
+                        done += len(buffer)
+            except TensorstreamError as exc:
+                self._resume(seg, buffers, done + int(getattr(exc, "received", 0) or 0))
+                return
         finally:
             body.close()
         if measured:
             self._ctl.note_connection((seg.end - seg.start)
                                       / max(time.perf_counter() - started, 1e-6))
+
+    def _resume(self, seg: Segment, buffers: list[memoryview], got: int) -> None:
+        """Read what a broken body did not deliver (``got`` bytes landed, from the
+        first buffer's start) under the retry policy."""
+        at = seg.start
+        for buffer in buffers:
+            have = min(max(got, 0), len(buffer))
+            got -= have
+            if have < len(buffer):
+                self._provider.readinto_blocking(self._path, at + have, buffer[have:],
+                                                 pin=self._pin)
+            at += len(buffer)
 
     def _mark_if_cancelled(self, future: concurrent.futures.Future[Any], *, seg: Segment) -> None:
         # A fetch cancelled before it started never runs: release its waiters and its slot.

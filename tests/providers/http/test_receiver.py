@@ -4,12 +4,14 @@ run again with every body received by it."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import test_blocking_http as blocking
@@ -160,6 +162,40 @@ def test_nothing_is_written_after_a_timeout(pair: tuple[socket.socket, socket.so
     assert bytes(buf) == bytes(100)
 
 
+def test_one_receive_fills_several_views_in_turn(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    """A body landing in several buffers (tensors back to back) is one transfer:
+    each view filled in turn, in order, with no byte lost at the seams."""
+    a, b = pair
+    data = os.urandom(700_000)
+    bufs = [bytearray(n) for n in (100_000, 1, 0, 350_000, 249_999)]
+
+    def send() -> None:
+        for off in range(0, len(data), 50_000):
+            b.sendall(data[off : off + 50_000])
+            time.sleep(0.002)
+
+    t = threading.Thread(target=send)
+    t.start()
+    r = Receiver()
+    assert r.receive(a, [memoryview(x) for x in bufs]) == len(data)
+    t.join()
+    assert b"".join(bytes(x) for x in bufs) == data
+
+
+def test_several_views_report_what_landed_from_the_first(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    b.sendall(b"q" * 1500)
+    b.close()
+    bufs = [bytearray(1000), bytearray(1000), bytearray(1000)]
+    with pytest.raises(ReceiveError) as info:
+        Receiver().receive(a, [memoryview(x) for x in bufs])
+    assert info.value.received == 1500 and isinstance(info.value.error, EOFError)
+    assert bytes(bufs[0]) == b"q" * 1000 and bytes(bufs[1][:500]) == b"q" * 500
+    assert bytes(bufs[1][500:]) == bytes(500) and bytes(bufs[2]) == bytes(1000)
+
+
 def test_only_threads_that_ask_share_it() -> None:
     assert not receiver_mod.shares_receiving()
     with shared_receiving():
@@ -185,6 +221,39 @@ def test_ranged_reads_use_it(http_server: HTTPTestServer) -> None:
         p.readinto_blocking(parse_uri(url).path, 1234, memoryview(buf))
     assert bytes(buf) == data[1234 : 1234 + len(buf)]
     assert receiver_mod.receiver().receives > before
+
+
+def test_a_body_spanning_several_buffers_is_one_hand_off(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``readinto_parts``: one request's body received into several buffers
+    (small tensors sharing a request) is handed to the receiver once, not once
+    per buffer; the bytes land exact, the rest of the first buffer included."""
+    key = f"rcv-{uuid.uuid4().hex[:8]}.bin"
+    data = os.urandom(3_000_000)
+    http_server.put(key, data)
+    http_server.faults.key, http_server.faults.rate_limit = key, 8 << 20  # not all at once
+    url = http_server.url(key)
+    p = blocking._provider(url)
+    calls: list[int] = []
+    real = Receiver.receive
+
+    def counted(self: Receiver, sock: socket.socket, view: Any, **kw: Any) -> int:
+        calls.append(1)
+        return real(self, sock, view, **kw)
+
+    monkeypatch.setattr(Receiver, "receive", counted)
+    bufs = [bytearray(n) for n in (700_000, 300_000, 1, 999_999)]
+    try:
+        with shared_receiving():
+            body = p.open_range_blocking(parse_uri(url).path, 1000, 1000 + 2_000_000)
+            try:
+                assert body.readinto_parts([memoryview(b) for b in bufs]) == 2_000_000
+            finally:
+                body.close()
+    finally:
+        http_server.faults.reset()
+    assert b"".join(bytes(b) for b in bufs) == data[1000:2_001_000]
+    assert len(calls) == 1, calls
 
 
 def test_tls_bodies(https_server: HTTPTestServer) -> None:

@@ -55,7 +55,7 @@ import socket
 import ssl
 import struct
 import termios
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from yarl import URL
@@ -325,7 +325,17 @@ class RangeBody:
 
     def readinto(self, buffer: memoryview) -> int:
         """Fill ``buffer`` with the next ``len(buffer)`` bytes of the body."""
-        want = len(buffer)
+        return self._read([buffer])
+
+    def readinto_parts(self, buffers: Sequence[memoryview]) -> int:
+        """Fill each of ``buffers`` in turn with the next bytes of the body (a
+        body spanning several destinations: one receive, one hand-off to the
+        shared receiver); on an error, ``received`` counts the valid bytes
+        from the first buffer's start."""
+        return self._read(list(buffers))
+
+    def _read(self, buffers: list[memoryview]) -> int:
+        want = sum(len(b) for b in buffers)
         if self._conn is None:
             raise ValueError("read from a closed or finished range body")
         if want > self.end - self.position:
@@ -342,14 +352,19 @@ class RangeBody:
                     assert deadline is not None
                     self._bound(deadline, received)
                 try:
-                    received = self._receive_shared(buffer, deadline)
+                    received = self._receive_shared(buffers, want, deadline)
                 except ReceiveError as exc:
                     received = exc.received
                     if not isinstance(exc.error, EOFError):
                         raise exc.error from None  # mapped below, as from recv_into
                 if received < want:
                     raise self._ended(received, want)
+            index = at = 0  # the buffer being filled, and where in it
             while received < want:
+                buffer = buffers[index]
+                if at == len(buffer):
+                    index, at = index + 1, 0
+                    continue
                 if timed:
                     assert deadline is not None
                     self._bound(deadline, received)
@@ -357,12 +372,13 @@ class RangeBody:
                     # The file object may hold up to a buffer of the body already:
                     # the socket owes at least the rest, never ask it for more.
                     self._set_lowat(max(1, min(_LOWAT, want - received - _FILE_BUFFER)))
-                    n = resp.fp.readinto1(buffer[received:])
+                    n = resp.fp.readinto1(buffer[at:])
                 else:
-                    n = resp.readinto(buffer[received : received + min(_SLICE, want - received)])
+                    n = resp.readinto(buffer[at : at + min(_SLICE, len(buffer) - at)])
                 if not n:
                     raise self._ended(received, want)
                 received += n
+                at += n
                 if deadline is not None:
                     deadline.progress()  # an async caller's idle watchdog sees it
         except TensorstreamError as exc:
@@ -391,25 +407,35 @@ class RangeBody:
             self._confirm()  # raises ObjectChangedError: the bytes are never returned
         return want
 
-    def _receive_shared(self, buffer: memoryview, deadline: Deadline | None) -> int:
-        """Receive ``buffer`` whole on the process's :class:`.receiver.Receiver`:
-        first what ``http.client``'s file object already holds of the body,
-        then the rest straight from the socket (raises :class:`ReceiveError`)."""
+    def _receive_shared(self, buffers: list[memoryview], want: int,
+                        deadline: Deadline | None) -> int:
+        """Receive ``buffers`` whole, in turn, on the process's
+        :class:`.receiver.Receiver`: first what ``http.client``'s file object
+        already holds of the body, then the rest straight from the socket
+        (raises :class:`ReceiveError`, counting from the first buffer)."""
         conn = self._conn
         assert conn is not None and conn.sock is not None
         sock, fp = conn.sock, self._resp.fp
         timeout = sock.gettimeout()
         sock.settimeout(0.0)  # look at what is buffered, never wait for more
         try:
-            held = fp.peek(len(buffer))
+            held = len(fp.peek(want))
         except (BlockingIOError, ssl.SSLWantReadError):
-            held = b""
+            held = 0
         finally:
             sock.settimeout(timeout)
-        got = fp.readinto(buffer[: min(len(held), len(buffer))]) if held else 0
-        if got < len(buffer):
+        got, rest = 0, []
+        for buffer in buffers:
+            take = min(held - got, len(buffer))
+            n = fp.readinto(buffer[:take]) if take > 0 else 0
+            if n != max(take, 0):  # (never: those bytes were in its buffer)
+                raise ReceiveError(got + n, OSError("the buffered body ended early"))
+            got += n
+            if n < len(buffer):
+                rest.append(buffer[n:])
+        if rest:
             try:
-                got += receiver().receive(sock, buffer[got:], deadline=deadline)
+                got += receiver().receive(sock, rest, deadline=deadline)
             except ReceiveError as exc:
                 raise ReceiveError(got + exc.received, exc.error) from None
         return got

@@ -47,7 +47,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ..base import Deadline
 
@@ -80,14 +80,18 @@ class ReceiveError(Exception):
 
 
 class _Transfer:
-    __slots__ = ("deadline", "done", "error", "event", "fd", "last", "lock", "lowat", "pos",
-                 "sock", "view", "write")
+    __slots__ = ("at", "deadline", "done", "error", "event", "fd", "index", "last", "lock",
+                 "lowat", "pos", "sock", "views", "want", "write")
 
-    def __init__(self, sock: socket.socket, view: memoryview, deadline: Deadline | None) -> None:
+    def __init__(self, sock: socket.socket, views: list[memoryview],
+                 deadline: Deadline | None) -> None:
         self.sock = sock
         self.fd = sock.fileno()
-        self.view = view
-        self.pos = 0
+        self.views = views  # filled in turn (a body spanning several buffers)
+        self.want = sum(len(v) for v in views)
+        self.index = 0  # the view being filled ...
+        self.at = 0  # ... and where in it
+        self.pos = 0  # bytes received in all
         self.deadline = deadline
         self.lock = threading.Lock()  # held while bytes are written into the view
         self.event = threading.Event()
@@ -116,20 +120,24 @@ class Receiver:
         self.wakeups = 0  # epoll wake-ups with work (statistics, tests)
 
     # -- the caller's side -------------------------------------------------------------
-    def receive(self, sock: socket.socket, view: memoryview, *,
+    def receive(self, sock: socket.socket, view: memoryview | Sequence[memoryview], *,
                 deadline: Deadline | None = None) -> int:
-        """Receive exactly ``len(view)`` bytes from ``sock`` into ``view``.
+        """Receive exactly ``len(view)`` bytes from ``sock`` into ``view``, or
+        fill each of a sequence of views in turn (one hand-off for a body that
+        lands in several buffers; ``ReceiveError.received`` then counts from
+        the first view's start).
 
         ``sock`` must have nothing buffered above it (an ``http.client``
         response's buffered bytes are taken first by the caller). Its
         timeout is the idle bound and is restored afterwards; the socket is
         non-blocking while the receiver owns it.
         """
-        want = len(view)
+        views = [view] if isinstance(view, memoryview) else [v for v in view if len(v)]
+        t = _Transfer(sock, views, deadline)
+        want = t.want
         if want == 0:
             return 0
         idle = sock.gettimeout()
-        t = _Transfer(sock, view, deadline)
         try:
             sock.setblocking(False)
             # What has arrived already is taken by this thread, awake anyway: a
@@ -223,12 +231,13 @@ class Receiver:
         with t.lock:
             if t.done:
                 return
-            want = len(t.view)
+            want = t.want
             tls = isinstance(t.sock, ssl.SSLSocket)
             for _ in range(_BURST):
-                asked = want - t.pos
+                view = t.views[t.index]
+                asked = len(view) - t.at
                 try:
-                    n = t.sock.recv_into(t.view[t.pos:])
+                    n = t.sock.recv_into(view[t.at:])
                 except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
                     break
                 except ssl.SSLWantWriteError:
@@ -244,6 +253,9 @@ class Receiver:
                     error, finished = EOFError("the peer closed the connection"), True
                     break
                 t.pos += n
+                t.at += n
+                if t.at == len(view) and t.pos < want:
+                    t.index, t.at = t.index + 1, 0  # (a full view: the queue may hold more)
                 t.last = time.monotonic()
                 if t.deadline is not None:
                     t.deadline.progress()
