@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -391,6 +392,48 @@ class SlowProvider(FlakyProvider):
 
 
 tensorstream.register("slowtest", SlowProvider, replace=True)
+
+
+def test_a_one_part_object_hands_its_read_slot_back_before_the_disk(
+        tmp_path: Path, http_server: Any, http_reset: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A read slot covers a read: once an object's bytes are in, the next
+    # object's GET goes out while this one is made durable (fsync, rename, the
+    # directory's fsync). Here the first object to be fsynced waits until the
+    # other object's GET has reached the server; with the one read slot held
+    # through the fsync it never would (the wait runs out, the check fails).
+    from tensorstream.copy import engine
+
+    tag = os.urandom(4).hex()
+    keys = {n: f"slot-{tag}/{n}.bin" for n in ("a", "b")}
+    data = {n: os.urandom(PART + ord(n)) for n in keys}
+    for n, key in keys.items():
+        http_server.put(key, data[n])
+    seen_during_fsync: list[bool] = []
+    real_fsync = os.fsync
+
+    def other_requested(other: str) -> bool:
+        for _ in range(500):
+            if http_server.requests_for(keys[other], "GET"):
+                return True
+            time.sleep(0.01)
+        return False
+
+    def fsync(fd: int) -> None:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith((".a.bin.", ".b.bin.")) and not seen_during_fsync:
+            seen_during_fsync.append(other_requested("b" if name.startswith(".a.") else "a"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(engine, "link_bound", lambda before, now: False)  # one slot, always
+    monkeypatch.setattr(os, "fsync", fsync)
+    out = tmp_path / "out"
+    result = copy([http_server.url(keys["a"]), http_server.url(keys["b"])], f"{out}/",
+                  part_size=1 << 20, concurrency=1, jobs=2)
+    assert result.ok and result.files == 2 and result.verified, result.errors
+    assert seen_during_fsync and all(seen_during_fsync)
+    for n in keys:
+        assert (out / f"{n}.bin").read_bytes() == data[n]
 
 
 @pytest.mark.parametrize("link_bound", [True, False])

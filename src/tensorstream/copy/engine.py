@@ -84,7 +84,10 @@ _LINK_BOUND = 0.5
 _MACHINE_IDLE = 0.25
 DEFAULT_PART_SIZE = 8 * MiB
 DEFAULT_CONCURRENCY = 32
-DEFAULT_JOBS = 32
+#: Objects at once: twice the reads in flight, because an object of one part
+#: hands its read slot back when its bytes are in and is then made durable
+#: (fsync, rename, the directory's fsync) while the next object's read runs.
+DEFAULT_JOBS = 2 * DEFAULT_CONCURRENCY
 
 class ProgressListener(Protocol):
     """Receives progress events (the CLI's tqdm bars implement this).

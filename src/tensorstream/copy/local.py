@@ -30,8 +30,8 @@ import errno
 import hashlib
 import os
 import threading
-from collections.abc import Collection
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import IntegrityError
 from ..providers._http.threads import in_thread
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from .plan import Job
 
 __all__ = ["Listings", "check_free_space", "copy_to_local"]
+
+T = TypeVar("T")
 
 
 class Listings:
@@ -85,6 +87,32 @@ def check_free_space(dir_fd: int, name: str, size: int, label: str,
     if size > free:
         raise OSError(errno.ENOSPC, f"not enough space for {label}: the source says "
                       f"{size} bytes, the destination has {free} free")
+
+
+async def _received_in_slot(slots: asyncio.Semaphore, loop: asyncio.AbstractEventLoop,
+                            prepare: Callable[[Callable[[], None]], T]) -> T:
+    """``prepare(received)`` in a worker thread, holding one of ``slots`` (a read
+    slot: a connection in flight) until the bytes are in, when the thread calls
+    ``received()``; the rest of the hop (the publish: fsync, rename, the
+    directory's fsync) runs without it, so the next object's GET starts while
+    this one waits for the disk (a durable folder copy held its slots through
+    every fsync: 100 x 4 MiB spent ~11% of its slot time there on loopback)."""
+    await slots.acquire()
+    handed_back = threading.Event()
+
+    def received() -> None:
+        if not handed_back.is_set():
+            handed_back.set()
+            loop.call_soon_threadsafe(slots.release)
+
+    try:
+        return await in_thread(lambda: prepare(received))
+    finally:
+        # in_thread returns (or raises) only once the thread has stopped, so
+        # the slot is handed back exactly once, by one side or the other.
+        if not handed_back.is_set():
+            handed_back.set()
+            slots.release()
 
 
 def _open_target_dir(root: str, subdirs: list[str]) -> int:
@@ -136,9 +164,10 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
                           hasher.hexdigest() if hasher is not None else None)
         return pinned
 
-    def prepare() -> tuple[int, bool | None]:
+    def prepare(received: Callable[[], None] | None = None) -> tuple[int, bool | None]:
         """Directory, space, temp file; with ``one_hop`` the part and the publish
-        too. Returns (bytes resumed, whether the part was pinned or None)."""
+        too, calling ``received()`` in between. Returns (bytes resumed, whether
+        the part was pinned or None)."""
         nonlocal sink, dir_fd
         dir_fd = _open_target_dir(root, path_parts[:-1])
         listing = c.listings.names((root, tuple(path_parts[:-1])), dir_fd)
@@ -151,14 +180,15 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
         if not one_hop or not parts:
             return resumed, None
         pinned = receive(0)
+        if received is not None:
+            received()
         if pinned:
             sink.publish()
         return resumed, pinned
 
     try:
-        if one_hop:  # the part is received in this hop: it takes a read slot
-            async with c.read_slots:
-                resumed, pinned = await in_thread(prepare)
+        if one_hop:
+            resumed, pinned = await _received_in_slot(c.read_slots, loop, prepare)
         else:
             resumed, pinned = await in_thread(prepare)
         assert sink is not None
