@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tests.tensor_files import one_per_dtype, same_bytes
 
-from tensorstream.safetensors import _local
+from tensorstream.readahead import localfill as _local
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")

@@ -260,8 +260,9 @@ def read_boundaries(deserializer: TensorDeserializer) -> list[int]:
 
 
 def reader_count(deserializer: TensorDeserializer) -> int:
-    """How many parallel readers tensorizer settled on (after its fallbacks)."""
-    return int(deserializer._num_readers)
+    """How many parallel readers tensorizer settled on (after its fallbacks), or
+    the threads that filled a local load's tensors (``tensorizer/local.py``)."""
+    return int(getattr(deserializer, "_ts_threads", 0) or deserializer._num_readers)
 
 
 def forks(deserializer: TensorDeserializer) -> list[StreamReader]:

@@ -53,7 +53,7 @@ import torch
 from ..file import StreamReader
 
 __all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "arm", "before_read",
-           "copy_thread", "plan", "running"]
+           "copy_thread", "plan", "received", "running"]
 
 #: Tensors at least this large get memory of their own before they are read
 #: (requests spanning several are scattered into each); smaller ones (norms,
@@ -142,6 +142,11 @@ class Run:
         """tensorizer reads the header at ``header``: its next allocation is this tensor's."""
         _local.armed = self._claims.pop(header, None)
 
+    def received(self, pos: int, view: memoryview) -> bool:
+        """Whether the bytes at ``pos`` are already in ``view`` (once this returns):
+        never here; a local load's threads fill its tensors (``tensorizer/local.py``)."""
+        return False
+
 
 def _run_for(checked: Any) -> Run | None:
     run: Run | None = getattr(_local, "run", None)
@@ -155,6 +160,12 @@ def before_read(checked: Any, pos: int, nbytes: int) -> None:
     run = _run_for(checked)
     if run is not None:
         run.before_read(checked.inner, pos, nbytes)
+
+
+def received(checked: Any, pos: int, view: memoryview) -> bool:
+    """Called by ``CheckedSource.readinto``: True if ``view`` already holds the bytes."""
+    run = _run_for(checked)
+    return run is not None and run.received(pos, view)
 
 
 def arm(checked: Any, header: int) -> None:

@@ -36,7 +36,7 @@ from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
 from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamError
 from ..file import StreamReader
-from ..providers.local.provider import fsync_path, open_regular, temp_path_for
+from ..providers.local.provider import fsync_path, temp_path_for
 from ..uri import ParsedURI, parse_uri, redact, redact_text
 from .crypto import (
     DecryptionError,
@@ -55,6 +55,7 @@ from .hook import (
     tensor_entries,
     tensor_names,
 )
+from .local import LocalTensorDeserializer, fast_path, open_local
 from .sharding import is_sharded, shard_uri
 from .stats import LoadStats, collect
 from .stats import log as load_log
@@ -89,8 +90,8 @@ __all__ = [
 #: the benchmark harness (2 cores, 512 MiB, loopback and 25 MB/s-capped):
 #: 2 readers x 64 MiB windows beat 1 x 128 MiB and 4 x 32 MiB on time and RSS.
 DEFAULT_NUM_READERS = 2
-#: Local files are plain OS files (see ``_open_local``): two readers
-#: parallelise page faults and copies on two cores (tensorizer's best too).
+#: Local files are plain OS files (``local.open_local``): two readers parallelise
+#: page faults and copies on two cores (CUDA loads; CPU loads: ``local.py``).
 DEFAULT_LOCAL_NUM_READERS = 2
 #: vLLM registers this (meta) parameter on models it serializes.
 VLLM_MARKER = "vllm_tensorized_marker"
@@ -372,7 +373,7 @@ def deserialize(
                                   filter_func=filter_func, early=early)
         elif stream is None:
             assert target is not None
-            stream = _open_local(target, options) or ts_open(target, "rb", **options)
+            stream = open_local(target, options) or ts_open(target, "rb", **options)
         readers = _default_readers(stream) if num_readers is None else num_readers
         load_log.debug(
             "opened %s (%s bytes): %s, %d reader(s)%s", where, _size_of(stream),
@@ -383,13 +384,14 @@ def deserialize(
             " (default)" if num_readers is None else "",
         )
         record = _LoadRecord(where, stream, started, lazy_load)
-        deserializer = StreamTensorDeserializer(
+        fast = fast_path(stream, device)  # threads fill a local file's tensors (local.py)
+        deserializer = (LocalTensorDeserializer if fast else StreamTensorDeserializer)(
             stream,
             device=device,
             filter_func=filter_func,
             dtype=dtype,
             lazy_load=lazy_load,
-            num_readers=readers,
+            num_readers=num_readers if fast else readers,
             verify_hash=verify_hash,
             encryption=decryption,
         )
@@ -666,28 +668,8 @@ def serialize(
     return str(target)
 
 
-def _open_local(target: str | ParsedURI, options: Mapping[str, Any]) -> BinaryIO | None:
-    """A plain OS file for a local path given with no options, else None.
-
-    Nothing beats the kernel here: tensorizer reads it with ``readinto``
-    straight into each tensor, and its extra readers reopen the *same inode*
-    through ``/proc/self/fd`` (a file replaced by rename meanwhile is not
-    mixed in). Errors are tensorstream's (``NotFoundError`` ...).
-    """
-    if options:
-        return None
-    parsed = target if isinstance(target, ParsedURI) else parse_uri(target)
-    if parsed.scheme != "file":
-        return None
-    # Through open_regular: a FIFO, socket, device or directory is refused at once
-    # (a plain open() of a FIFO blocks until a writer comes).
-    f = open(open_regular(parsed.path), "rb", closefd=True)  # the deserializer closes it
-    f.raw.name = parsed.path  # type: ignore[attr-defined]  # errors name the path, not the fd
-    return f
-
-
 def _default_readers(stream: Any) -> int:
-    if not isinstance(stream, StreamReader):  # a local file (see _open_local)
+    if not isinstance(stream, StreamReader):  # a local file (see local.open_local)
         return DEFAULT_LOCAL_NUM_READERS
     hints = stream.read_hints
     if hints.inline:
