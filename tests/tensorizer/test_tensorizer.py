@@ -242,7 +242,7 @@ def test_num_readers_really_run_in_parallel(
         assert_same(sd, state(model))
         if backend.name == "local" and not backend.options:
             # A plain OS file onto the CPU: threads fill the tensors on tensorizer's own
-            # descriptor (tests/tensorizer/test_local.py); tensorizer runs one reader.
+            # descriptor (tests/tensorizer/test_tensorizer_local.py); tensorizer runs one reader.
             assert isinstance(sd, LocalTensorDeserializer) and sd._num_readers == 1
             assert isinstance(sd._file.inner, io.BufferedReader) and not threads
             return

@@ -467,7 +467,9 @@ def check_compat() -> None:
     ``_copy_thread`` (copy_src above); ``_copy_thread`` keeps its parameters,
     is started once per reader, and allocates each CPU tensor with
     ``torch.empty((needed_buffer_size,), device="cpu", dtype=torch.uint8)``
-    through the module's global ``torch`` (:mod:`.inplace`).
+    through the module's global ``torch`` (:mod:`.inplace`); ``_bulk_load_uncached(self,
+    keys, verify_hash)`` loads the tensors not yet loaded and index entries have ``offset``
+    and ``deserialized_length`` (:mod:`.local`).
     """
     problems = []
     hook = getattr(TensorDeserializer, "_reopen_func", None)
@@ -484,10 +486,17 @@ def check_compat() -> None:
     bulk = getattr(TensorDeserializer, "_bulk_load", None)
     if bulk is None or list(inspect.signature(bulk).parameters) != ["self", "keys", "verify_hash"]:
         problems.append("TensorDeserializer._bulk_load(self, keys, verify_hash) changed")
+    uncached = getattr(TensorDeserializer, "_bulk_load_uncached", None)  # local.py
+    if uncached is None or list(inspect.signature(uncached).parameters) != [
+            "self", "keys", "verify_hash"]:
+        problems.append("TensorDeserializer._bulk_load_uncached(self, keys, verify_hash) changed")
     fields = getattr(TensorEntry, "__slots__", ())
-    for name in ("data_offset", "data_length", "type", "shape", "dtype"):  # index_entries
+    for name in ("data_offset", "data_length", "type", "shape", "dtype",  # index_entries
+                 "offset"):  # local.py
         if name not in fields:
             problems.append(f"tensorizer's TensorEntry has no {name!r}")
+    if not hasattr(TensorEntry, "deserialized_length"):  # local.py
+        problems.append("tensorizer's TensorEntry has no 'deserialized_length'")
     header_src = inspect.getsource(_TensorHeaderDeserializer.from_io)
     if "reader.read(cls.header_len_segment.size)" not in header_src:
         # CheckedSource checks each tensor header's length as it is read
