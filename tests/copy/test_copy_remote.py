@@ -188,3 +188,78 @@ def test_a_redis_chunk_stored_wrong_is_caught_and_nothing_is_published(
         tensorstream.open(redis_server.url(key)).close()
     with redis_server.client() as c:  # no staged chunk left behind either
         assert not c.scan(match=f"{key}*", count=10_000)[1]
+
+
+def test_a_redis_chunk_in_flight_when_another_part_fails_lands_before_the_clean_up(
+        tmp_path: Path, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race behind a once-in-a-while failure of the test above, made certain.
+
+    Part 0's chunk comes back damaged while part 1's chunk is still on its way
+    to the server (held in a TCP proxy). The copy then stops part 1 and
+    aborts. Stopping a Redis command on the client does not stop it on the
+    server: if the abort deleted the staged chunks without waiting for it,
+    the chunk landed afterwards and stayed (24 h), where a reader took it for
+    an object (keys ``K:<name>:<offset>`` are tensorizer's layout). The proxy
+    holds part 1's chunk until it sees a ``DEL`` (or 2 s pass): a ``DEL`` while
+    it is held is the bug, and would leave the chunk behind.
+    """
+    import asyncio
+    import re
+
+    from redis.asyncio.client import Pipeline
+
+    import tensorstream
+    from tensorstream.errors import NotFoundError
+    from tensorstream.testing.proxy import TCPFaultProxy
+
+    cs = 16 << 10
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(12 * cs))  # three parts of four chunks
+    key = f"cpr-{secrets.token_hex(4)}/m.bin"
+    staged = re.compile(rb"\r\nSET\r\n\$\d+\r\n" + re.escape(key.encode()) + rb":[0-9a-f]+:(\d+)\r\n")
+    events: list[str] = []
+    loop_events: dict[str, asyncio.Event] = {}
+
+    def event(name: str) -> asyncio.Event:  # made on the proxy's loop
+        return loop_events.setdefault(name, asyncio.Event())
+
+    async def hook(data: bytes) -> None:
+        if b"\r\nDEL\r\n" in data:
+            events.append("DEL")
+            event("del").set()
+        m = staged.search(data)
+        if m is None:
+            return
+        offset = int(m.group(1))
+        if offset == 0:  # the damaged chunk answers only once part 1's is in flight
+            await asyncio.wait_for(event("held").wait(), 10)
+        elif offset == 4 * cs:
+            events.append("held")
+            event("held").set()
+            try:
+                await asyncio.wait_for(event("del").wait(), 2)
+            except TimeoutError:
+                pass
+            events.append("released")
+
+    real = Pipeline.execute_command
+
+    def damaged(self: Any, *args: Any, **kw: Any) -> Any:
+        if args and args[0] == "SET" and args[1].endswith(b":0"):
+            value = bytearray(args[2])  # the server is sent (and keeps) one byte changed
+            value[7] ^= 0x01
+            args = (args[0], args[1], bytes(value), *args[3:])
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Pipeline, "execute_command", damaged)
+    with TCPFaultProxy(redis_server.host, redis_server.port) as proxy:
+        proxy.faults.on_client_data = hook
+        url = f"redis://127.0.0.1:{proxy.port}/{key}"
+        result = copy(str(src), url, part_size=4 * cs, concurrency=2, redis_chunk_size=cs)
+    monkeypatch.setattr(Pipeline, "execute_command", real)
+    assert not result.ok and "verification failed" in result.errors[0], result.errors
+    assert events[:2] == ["held", "released"], events  # no DEL before the chunk landed
+    with pytest.raises(NotFoundError):
+        tensorstream.open(redis_server.url(key)).close()
+    with redis_server.client() as c:
+        assert not c.scan(match=f"{key}*", count=10_000)[1]

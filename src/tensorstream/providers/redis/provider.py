@@ -55,7 +55,7 @@ from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .errors import REDIS_ERRORS, map_redis_error, plain_text_instead_of_tls
 from .layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
 from .lister import list_objects
-from .writer import RedisWriter
+from .writer import DELETE_IF_GENERATION, RedisWriter
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "InsecureTLSWarning", "RedisProvider"]
 
@@ -69,15 +69,6 @@ _MIN_CHUNK, _MAX_CHUNK = 1 << 10, 512 << 20
 _BATCHES_IN_FLIGHT = 4
 _LAYOUT_CACHE = 256
 _TRUE = ("1", "true", "yes", "on")
-
-# Delete ``KEYS[1]`` only while it is still the manifest of generation ``ARGV[1]``.
-_DELETE_IF_GENERATION = """
-if redis.call('TYPE', KEYS[1])['ok'] == 'hash'
-   and redis.call('HGET', KEYS[1], 'generation') == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
 
 def _as_bool(value: Any) -> bool:
@@ -410,7 +401,7 @@ class RedisProvider(Provider):
             # Drop the manifest first (readers then see "not found", never a partial object).
             async def drop() -> int:
                 return int(await self.client().eval(
-                    _DELETE_IF_GENERATION, 1, key_bytes(path), layout.generation))
+                    DELETE_IF_GENERATION, 1, key_bytes(path), layout.generation))
 
             if not await self._guard(drop):
                 raise ObjectChangedError(f"Redis object {path!r} was replaced during delete")

@@ -21,6 +21,14 @@ commit makes every chunk persistent and checks its length (``STRLEN``) in
 one pipeline, and publishes only if every one is there at the length
 written (an evicted chunk is never published). The manifest records the
 sha256 of the source's bytes, which a whole read checks.
+
+Abort is final. A Redis command is not stopped by the client that stops
+waiting for it: once sent, the server runs it. So nothing this writer sent
+is cancelled; every command in flight (chunks, the commit) is a task that
+:meth:`RedisWriter.abort` waits for before it deletes anything, and no new
+one starts once the abort began. A chunk never lands after the clean-up
+(where it would stay for ``STAGING_TTL_MS``), and a publish that raced the
+abort either never happened or finished first and is removed again.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import hashlib
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import IntegrityError, ObjectChangedError
@@ -39,7 +48,7 @@ from .layout import chunk_key, manifest_fields
 if TYPE_CHECKING:
     from .provider import RedisProvider
 
-__all__ = ["RedisWriter", "STAGING_TTL_MS"]
+__all__ = ["DELETE_IF_GENERATION", "STAGING_TTL_MS", "RedisWriter"]
 
 log = logging.getLogger("tensorstream.redis")
 
@@ -59,6 +68,15 @@ redis.call('HSET', KEYS[1], unpack(ARGV))
 return old
 """
 
+#: Delete ``KEYS[1]`` only while it is still the manifest of generation ``ARGV[1]``.
+DELETE_IF_GENERATION = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'hash'
+   and redis.call('HGET', KEYS[1], 'generation') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
 
 class RedisWriter(Writer):
     """Writer returned by :meth:`RedisProvider.open_writer`."""
@@ -71,7 +89,7 @@ class RedisWriter(Writer):
         self._buf = bytearray()
         self._size = 0
         self._hash = hashlib.sha256()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
         self._keys: list[bytes] = []
         self._state = "open"  # open | publishing | committed | aborted
         #: write_part: each staged chunk's length, and the part size in use.
@@ -79,6 +97,10 @@ class RedisWriter(Writer):
         self._part_size: int | None = None
         self._slots: asyncio.Semaphore | None = None
         self._failure: BaseException | None = None
+        #: Every Redis interaction sent and not yet answered (see _send).
+        self._inflight: set[asyncio.Future[Any]] = set()
+        #: The commit's persist-and-publish, once started (abort undoes it).
+        self._publish_job: asyncio.Future[Any] | None = None
 
     def __repr__(self) -> str:
         return f"<RedisWriter {self._path!r} generation={self._gen} {self._state}>"
@@ -94,12 +116,25 @@ class RedisWriter(Writer):
             del self._buf[: self._cs]
             await self._submit(chunk)
 
+    def _send(self, fn: Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:
+        """Start one Redis interaction as a task that runs to its answer, whoever
+        stops waiting for it: the server runs what it was sent regardless, so
+        :meth:`abort` must wait for it rather than cancel it."""
+        if self._state == "aborted":
+            raise ValueError("write to an aborted Redis writer")
+        task = asyncio.ensure_future(self._p._guard(fn))
+        self._inflight.add(task)
+        task.add_done_callback(_settled(self._inflight))
+        return task
+
     async def _submit(self, chunk: bytes) -> None:
         while len(self._tasks) >= _WRITES_IN_FLIGHT:
             done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 self._tasks.discard(t)
                 t.result()
+        if self._state != "open":  # aborted while this write waited for a slot
+            raise ValueError(f"write to a {self._state} Redis writer")
         key = chunk_key(self._path, self._gen, self._size).encode("utf-8", "surrogateescape")
         self._keys.append(key)
         self._size += len(chunk)
@@ -108,7 +143,7 @@ class RedisWriter(Writer):
         async def put() -> None:
             await p.client().set(key, chunk, px=STAGING_TTL_MS)
 
-        self._tasks.add(asyncio.ensure_future(p._guard(put)))
+        self._tasks.add(self._send(put))
 
     # -- parts in any order ------------------------------------------------------
     wants_sha256 = True
@@ -148,9 +183,12 @@ class RedisWriter(Writer):
                     return (await pipe.execute())[1]
 
                 # One server: a few chunks in flight keep it busy; more would only
-                # hold more replies (each a copy of its chunk) in memory.
+                # hold more replies (each a copy of its chunk) in memory. Shielded:
+                # a part stopped here leaves its chunk to finish (abort waits for it).
                 async with self._slots:
-                    stored = await p._guard(put)
+                    if self._state != "open":
+                        raise ValueError(f"write to a {self._state} Redis writer")
+                    stored = await asyncio.shield(self._send(put))
                 if stored != chunk:
                     raise self._failed(IntegrityError(
                         f"verification failed: Redis holds other bytes than were sent for "
@@ -201,6 +239,26 @@ class RedisWriter(Writer):
         await self._publish(self._size, self._hash.hexdigest(), check_lengths=False)
 
     async def _publish(self, size: int, sha256: str, *, check_lengths: bool) -> None:
+        fields = manifest_fields(size=size, chunk_size=self._cs, generation=self._gen,
+                                 checksum=f"sha256:{sha256}", mtime=time.time())
+        args = [x for kv in fields.items() for x in kv]
+        self._state = "publishing"
+        job = self._publish_job = asyncio.ensure_future(
+            self._persist_and_publish(args, check_lengths=check_lengths))
+        self._inflight.add(job)
+        job.add_done_callback(_settled(self._inflight))
+        old = await asyncio.shield(job)  # stopped here, it still ends; abort waits for it
+        if self._state != "publishing":  # aborted meanwhile: the abort removes it again
+            raise ValueError(f"the Redis writer of {self._path!r} was aborted during its "
+                             "commit; nothing is published")
+        self._state = "committed"
+        self._p._layouts.pop(self._path, None)
+        await self._drop_old(old)
+
+    async def _persist_and_publish(self, args: list[str], *, check_lengths: bool) -> Any:
+        """Make every chunk persistent (and check its length), then publish the
+        manifest; returns the previous generation. Not started, and not
+        published, once an abort began."""
         ops: list[tuple[str, tuple[Any, ...]]] = [("persist", (k,)) for k in self._keys]
         if check_lengths:
             ops += [("strlen", (k,)) for k in self._keys]
@@ -214,19 +272,15 @@ class RedisWriter(Writer):
             raise IntegrityError(
                 f"verification failed: a staged chunk of {self._path!r} does not have the "
                 "length written; nothing was published")
-        fields = manifest_fields(size=size, chunk_size=self._cs, generation=self._gen,
-                                 checksum=f"sha256:{sha256}", mtime=time.time())
-        args = [x for kv in fields.items() for x in kv]
+        if self._state != "publishing":  # aborted while the chunks were made persistent
+            raise ValueError(f"the Redis writer of {self._path!r} was aborted during its "
+                             "commit; nothing is published")
         key = self._path.encode("utf-8", "surrogateescape")
-        self._state = "publishing"
 
         async def publish() -> Any:
             return await self._p.client().eval(_PUBLISH, 1, key, *args)
 
-        old = await self._p._guard(publish)
-        self._state = "committed"
-        self._p._layouts.pop(self._path, None)
-        await self._drop_old(old)
+        return await self._p._guard(publish)
 
     async def _drop_old(self, old: Any) -> None:
         if not old or old[0] is None or old[0].decode() == self._gen:
@@ -242,22 +296,40 @@ class RedisWriter(Writer):
     async def abort(self) -> None:
         if self._state in ("committed", "aborted"):
             return
-        publishing = self._state == "publishing"
-        self._state = "aborted"
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = set()
+        self._state = "aborted"  # from here on nothing new is sent (see _send)
         self._buf = bytearray()
+        # Waited for, never cancelled: each was sent, so the server runs it; the
+        # clean-up must come after, or a chunk lands once it is done.
+        await asyncio.gather(*self._inflight, return_exceptions=True)
+        self._tasks = set()
         try:
-            if publishing and await self._published():
-                self._state = "committed"  # the publish went through before we were stopped
-                return
+            await self._unpublish()
             await self._p.delete_keys(self._keys)
         except Exception as exc:  # chunks still expire after STAGING_TTL_MS
             log.warning("could not remove staged chunks of %r: %s", self._path, exc)
 
-    async def _published(self) -> bool:
+    async def _unpublish(self) -> None:
+        """Remove the manifest a commit racing this abort published, if it did
+        (only if it is still this writer's generation), and the generation it
+        replaced, which nothing refers to any more."""
+        job = self._publish_job
+        if job is None:
+            return
         key = self._path.encode("utf-8", "surrogateescape")
-        got = await self._p.pipeline([("hget", (key, "generation"))], raise_on_error=False)
-        return isinstance(got[0], bytes) and got[0].decode() == self._gen
+
+        async def drop() -> Any:
+            return await self._p.client().eval(DELETE_IF_GENERATION, 1, key, self._gen)
+
+        self._p._layouts.pop(self._path, None)
+        if await self._p._guard(drop) and not job.cancelled() and job.exception() is None:
+            await self._drop_old(job.result())
+
+
+def _settled(inflight: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A done callback: forget a finished interaction, its failure retrieved
+    (whoever awaited it saw it; one nobody awaits any more must not warn)."""
+    def done(task: asyncio.Future[Any]) -> None:
+        inflight.discard(task)
+        if not task.cancelled():
+            task.exception()
+    return done

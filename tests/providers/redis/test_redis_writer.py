@@ -1,0 +1,176 @@
+"""The Redis writer's abort is final: nothing it sent lands after the clean-up.
+
+A Redis command keeps running on the server when the client stops waiting
+for it, so an abort that cancelled its chunks or its commit and then deleted
+the chunks could be overtaken by them: a staged chunk left for a day (that
+readers took for an object), or a manifest published over deleted chunks.
+Each test holds one command in a TCP proxy in front of a real redis-server
+until another command passes it (or 2 s pass): any command sent while one is
+held is the abort not waiting for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import tensorstream
+from tensorstream.testing.proxy import TCPFaultProxy
+from tensorstream.testing.redis_server import RedisServer
+
+CS = 16 << 10
+_COMMAND = re.compile(rb"\*\d+\r\n\$\d+\r\n([A-Za-z]+)\r\n")
+
+
+#: A new connection's handshake, not a command of the writer's.
+_HANDSHAKE = {"HELLO", "CLIENT", "AUTH", "SELECT", "PING", "..."}
+
+
+class _Hold:
+    """Holds the first client burst that ``matches`` until a burst with another
+    command comes (not a handshake, not one of ``also``; or 2 s pass), and
+    records the first command of every burst in order."""
+
+    def __init__(self, matches: Any, also: frozenset[str] = frozenset()) -> None:
+        self.matches = matches
+        self.ignored = _HANDSHAKE | also
+        self.seen: list[str] = []
+        self.held = threading.Event()
+        self._other = False
+        self._done = False
+
+    async def __call__(self, data: bytes) -> None:
+        m = _COMMAND.match(data)
+        name = m.group(1).decode().upper() if m else "..."
+        if b"unpack(ARGV)" in data:  # the writer's publish script
+            name = "PUBLISH"
+        if self.held.is_set() and not self._done and name not in self.ignored:
+            self._other = True
+        if self._done or not self.matches(data):
+            self.seen.append(name)
+            return
+        self.seen.append(f"held {name}")
+        self.held.set()
+        deadline = time.monotonic() + 2
+        while not self._other and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        self._done = True
+        self.seen.append("released")
+
+
+def _after_hold(seen: list[str]) -> list[str]:
+    at = next(i for i, s in enumerate(seen) if s.startswith("held"))
+    return seen[at:]
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Any:
+    with TCPFaultProxy(redis_server.host, redis_server.port) as p:
+        yield p
+
+
+def _left(redis_server: RedisServer, key: str) -> list[bytes]:
+    with redis_server.client() as c:
+        return sorted(c.scan(match=f"{key}*", count=10_000)[1])
+
+
+def test_a_chunk_in_flight_lands_before_the_abort_cleans_up(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    key = f"wr-{secrets.token_hex(4)}/m"
+    hold = _Hold(lambda d: f"{key}:".encode() in d and b"\r\nSET\r\n" in d[:40]
+                 and re.search(rb":%d\r\n" % (2 * CS), d) is not None,
+                 also=frozenset({"SET"}))  # the other chunks are written meanwhile
+    proxy.faults.on_client_data = hold
+
+    async def run() -> None:
+        async with tensorstream.get_provider(f"redis://127.0.0.1:{proxy.port}/",
+                                             redis_chunk_size=CS) as p:
+            w = p.open_writer(key)
+            await w.write(os.urandom(4 * CS))  # four chunks go out; the third is held
+            await asyncio.to_thread(hold.held.wait, 10)
+            await w.abort()
+
+    asyncio.run(run())
+    assert hold.held.is_set()
+    after = [s for s in _after_hold(hold.seen) if s not in hold.ignored]
+    assert after[:2] == ["held SET", "released"], hold.seen
+    assert _left(redis_server, key) == []
+
+
+def _first_version(redis_server: RedisServer, key: str) -> bytes:
+    data = os.urandom(3 * CS)
+    with tensorstream.open(redis_server.url(key), "wb", redis_chunk_size=CS) as f:
+        f.write(data)
+    return data
+
+
+def test_an_abort_while_the_commit_persists_the_chunks_stops_the_publish(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """Aborted (from another task) while the commit's ``PERSIST`` pipeline is on
+    its way: the publish is never sent, and the previous version stays whole."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    v1 = _first_version(redis_server, key)
+    hold = _Hold(lambda d: d.startswith(b"*2\r\n$7\r\nPERSIST\r\n"))
+    proxy.faults.on_client_data = hold
+    outcome: list[BaseException | None] = []
+
+    async def run() -> None:
+        async with tensorstream.get_provider(f"redis://127.0.0.1:{proxy.port}/",
+                                             redis_chunk_size=CS) as p:
+            w = p.open_writer(key)
+            await w.write(os.urandom(2 * CS + 5))
+            commit = asyncio.ensure_future(w.commit())
+            await asyncio.to_thread(hold.held.wait, 10)
+            await w.abort()
+            outcome.extend(await asyncio.gather(commit, return_exceptions=True))
+
+    asyncio.run(run())
+    assert hold.held.is_set()
+    after = [s for s in _after_hold(hold.seen) if s not in hold.ignored]
+    assert after[:2] == ["held PERSIST", "released"], hold.seen
+    assert "PUBLISH" not in hold.seen, hold.seen
+    assert isinstance(outcome[0], Exception), outcome  # the commit says it did not publish
+    with tensorstream.open(redis_server.url(key)) as f:
+        assert f.read() == v1
+    gen = tensorstream.open(redis_server.url(key)).info.etag
+    assert all(k.decode().startswith(f"{key}:{gen}:") for k in _left(redis_server, key)
+               if k != key.encode())
+
+
+def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_abort(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """The commit is stopped (as ``cp`` stops it) while the ``EVAL`` that
+    publishes is on its way, then the writer is aborted: the publish lands
+    first and is removed again -- never a manifest left over chunks the abort
+    deleted. The previous version is gone (the publish replaced it), and so
+    are its chunks, which nothing refers to."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    _first_version(redis_server, key)
+    hold = _Hold(lambda d: b"unpack(ARGV)" in d)
+    proxy.faults.on_client_data = hold
+
+    async def run() -> None:
+        async with tensorstream.get_provider(f"redis://127.0.0.1:{proxy.port}/",
+                                             redis_chunk_size=CS) as p:
+            w = p.open_writer(key)
+            await w.write(os.urandom(2 * CS + 5))
+            commit = asyncio.ensure_future(w.commit())
+            await asyncio.to_thread(hold.held.wait, 10)
+            commit.cancel()
+            await asyncio.gather(commit, return_exceptions=True)
+            await w.abort()
+
+    asyncio.run(run())
+    assert hold.held.is_set()
+    after = [s for s in _after_hold(hold.seen) if s not in hold.ignored]
+    assert after[:2] == ["held PUBLISH", "released"], hold.seen
+    assert _left(redis_server, key) == []
+    with pytest.raises(tensorstream.errors.NotFoundError):
+        tensorstream.open(redis_server.url(key)).close()
