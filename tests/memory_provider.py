@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from tensorstream.errors import NotFoundError
+from tensorstream.errors import NotFoundError, PermissionDeniedError
 from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider, Writer, check_range
 
 
@@ -23,6 +23,8 @@ class MemProvider(Provider):
     store: ClassVar[dict[str, bytes]] = {}
     #: Flip one byte of every object written (a broken backend, for verification tests).
     corrupt_writes: ClassVar[bool] = False
+    #: Refuse every delete (a destination the copy cannot remove).
+    refuse_deletes: ClassVar[bool] = False
 
     @classmethod
     def from_uri(cls, uri: Any, **options: Any) -> MemProvider:
@@ -49,6 +51,8 @@ class MemProvider(Provider):
         return _MemWriter(self, path)
 
     async def delete(self, path: str) -> None:
+        if self.refuse_deletes:
+            raise PermissionDeniedError(f"deletes are refused here: {path}")
         if self.store.pop(path, None) is None:
             raise NotFoundError(f"no such object: {path}")
 

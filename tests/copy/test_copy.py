@@ -211,6 +211,23 @@ def test_verification_failure_removes_destination() -> None:
         dst.get("m.bin")
 
 
+def test_a_destination_that_fails_verification_and_cannot_be_removed_is_reported() -> None:
+    """A copy read back wrong whose destination then cannot be deleted must not
+    say it was removed: the bad object is still there, and the report says so."""
+    src, dst = _mem(), _mem()
+    src.put("m.bin", payload(100_000))
+    MemProvider.corrupt_writes = MemProvider.refuse_deletes = True
+    try:
+        result = copy(src.uri("m.bin"), dst.uri("m.bin"), part_size=32 << 10)
+    finally:
+        MemProvider.corrupt_writes = MemProvider.refuse_deletes = False
+    assert not result.ok and "verification failed" in result.errors[0]
+    assert "could not be removed" in result.errors[0], result.errors
+    assert "it was removed" not in result.errors[0]
+    assert result.outcomes[0].published  # left behind, and said so
+    assert dst.get("m.bin") != payload(100_000)
+
+
 def test_no_verify_skips_check() -> None:
     src, dst = _mem(), _mem()
     src.put("m.bin", payload(1000))

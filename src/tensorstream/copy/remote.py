@@ -31,7 +31,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import IntegrityError
+from ..errors import IntegrityError, NotFoundError
 from ..providers._http.threads import in_thread
 from ..providers.base import Pin, Writer
 from .checks import STORED_MISMATCH, stored_sha256
@@ -266,7 +266,12 @@ async def _verify_by_reading_back(c: _Copier, job: Job, parts: Sequence[tuple[in
     if bad:
         try:
             await job.dst.delete(job.dst_path)
-        except Exception:  # the integrity error is what matters
-            pass
+        except NotFoundError:
+            pass  # gone already
+        except Exception as exc:  # still there: saying "removed" would be a lie
+            raise IntegrityError(
+                "verification failed: the destination differs from the source, and it "
+                f"could not be removed ({exc}): remove it before using it") from exc
+        job.published = False
         raise IntegrityError("verification failed: the destination differs from the "
                              "source; it was removed")

@@ -39,8 +39,9 @@ class FileOutcome:
     ``status`` is ``copied``, ``failed``, ``skipped`` (unchanged or left out),
     ``dryrun`` (would be copied) or ``interrupted``. ``kept`` names the hidden
     partial file an interrupted ``--resume`` copy left for the next run;
-    ``published`` is True when a remote destination was committed but the
-    copy stopped before its read-back verification finished.
+    ``published`` is True when a remote destination was committed and is
+    still there although the copy did not succeed: it stopped before its
+    read-back verification finished, or failed it and could not remove it.
     """
 
     src: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,82 @@ def test_written_file_gets_normal_permissions(tmp_path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     assert (dst.stat().st_mode & 0o777) == (0o666 & ~umask)
+
+
+# -- the atomic writer's abort is final ------------------------------------------------
+# Its writes and commit run in threads, which cannot be stopped: an abort that
+# did not wait for them closed the descriptor under a write (whose bytes then
+# went to whatever file reused the number) and let a rename finish after it.
+
+
+def _hold(monkeypatch: pytest.MonkeyPatch, name: str, when: Any) -> tuple[Any, Any]:
+    """``os.<name>`` waits on a gate once ``when(*args)`` holds (then ``entered``)."""
+    import threading
+
+    entered, gate = threading.Event(), threading.Event()
+    real = getattr(os, name)
+
+    def held(*args: Any, **kw: Any) -> Any:
+        if not entered.is_set() and when(*args):
+            entered.set()
+            gate.wait(10)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(os, name, held)
+    return entered, gate
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+async def test_an_abort_waits_for_a_write_in_flight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The descriptor a held write uses stays the temp file's while the abort
+    runs (closed, its number would go to the next file opened, which would
+    get the write), and nothing is left once the write ends."""
+    import asyncio
+
+    size = 123_457  # the write held, told apart by its length
+    fds: list[int] = []
+    entered, gate = _hold(monkeypatch, "write",
+                          lambda fd, data: len(data) == size and not fds.append(fd))
+    provider = tensorstream.get_provider(str(tmp_path))
+    w = provider.open_writer(str(tmp_path / "m.bin"))
+    await w.write(b"first")
+    write = asyncio.ensure_future(w.write(b"w" * size))
+    try:
+        await asyncio.to_thread(entered.wait, 10)
+        write.cancel()
+        abort = asyncio.ensure_future(w.abort())
+        await asyncio.sleep(0.2)  # an abort that does not wait has closed it by now
+        try:
+            target = os.readlink(f"/proc/self/fd/{fds[0]}")
+        except OSError:
+            target = "(closed)"
+        assert os.path.basename(target).startswith(".m.bin"), target
+    finally:
+        gate.set()
+    await asyncio.gather(write, return_exceptions=True)
+    await abort
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_commit_stopped_after_its_rename_is_removed_by_the_abort(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import stat
+
+    dst = tmp_path / "m.bin"
+    # Held at the directory's fsync: the temp file is already renamed over dst.
+    entered, gate = _hold(monkeypatch, "fsync", lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
+    provider = tensorstream.get_provider(str(tmp_path))
+    w = provider.open_writer(str(dst))
+    await w.write(b"x" * 1000)
+    commit = asyncio.ensure_future(w.commit())
+    await asyncio.to_thread(entered.wait, 10)
+    assert dst.exists()  # published; the commit has not returned
+    commit.cancel()
+    await asyncio.sleep(0.2)  # an abort that does not wait has finished by now
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await commit
+    await w.abort()
+    assert list(tmp_path.iterdir()) == []

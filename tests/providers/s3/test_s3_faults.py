@@ -1,9 +1,11 @@
 """S3 faults injected by a small reverse proxy in front of moto: a body cut
 mid-way is resumed, a 200 whose body is an ``<Error>`` on complete fails the
-write and aborts the upload."""
+write and aborts the upload, and a complete whose answer is still on its way
+when the writer is aborted is removed again."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -16,6 +18,7 @@ from aiohttp import web
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
+from tensorstream.providers.s3.writer import MIN_PART_SIZE
 from tensorstream.testing.s3_server import MotoS3Server
 
 MiB = 1 << 20
@@ -32,6 +35,12 @@ class Proxy:
         self.cut_gets_after: int | None = None  # cut this many GET bodies...
         self.cut_at = 0  # ...after this many bytes
         self.error_on_complete = False
+        #: Set: the answer to a CompleteMultipartUpload (which moto has carried
+        #: out) waits for it; ``complete_done`` is set meanwhile.
+        self.hold_complete_answer: asyncio.Event | None = None
+        self.complete_done = asyncio.Event()
+        #: ... and so does the answer to a PutObject of this path.
+        self.match_put: str | None = None
         self.seen: list[str] = []
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -50,6 +59,11 @@ class Proxy:
         ) as up:
             payload = await up.read()
             out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP}
+        publishes = (request.method == "POST" and "uploadId=" in request.query_string) or (
+            request.method == "PUT" and request.path == self.match_put)
+        if self.hold_complete_answer is not None and publishes:
+            self.complete_done.set()
+            await self.hold_complete_answer.wait()
         if request.method == "GET" and self.cut_gets_after and up.status == 206:
             self.cut_gets_after -= 1
             resp = web.StreamResponse(status=up.status, headers=out_headers)
@@ -124,3 +138,33 @@ async def test_complete_answered_200_with_error_body_fails_and_aborts(
     assert not moto_s3.exists(S3_BUCKET, key)
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
     assert any(s.startswith("DELETE") and "uploadId=" in s for s in p.seen)  # aborted
+
+
+@pytest.mark.parametrize("size", [11 * MiB, 1000], ids=["multipart", "one-put"])
+async def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_abort(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, size: int
+) -> None:
+    """S3 carried out the request that publishes, and its answer is on its way
+    when the commit is stopped (a cancelled ``cp``): S3 finishes a request it
+    received, so the object exists although the writer was aborted -- unless
+    the abort waits for that answer and removes the object again."""
+    p, endpoint = proxy
+    key = f"faults/stopped-{uuid.uuid4().hex[:8]}"
+    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
+    if size < MIN_PART_SIZE:  # a single PUT: held the same way
+        p.match_put = f"/{S3_BUCKET}/{key}"
+    p.hold_complete_answer = asyncio.Event()
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+        await writer.write(os.urandom(size))
+        commit = asyncio.ensure_future(writer.commit())
+        await asyncio.wait_for(p.complete_done.wait(), 60)
+        assert moto_s3.exists(S3_BUCKET, key)  # published; the answer is held
+        commit.cancel()
+        await asyncio.sleep(0.2)  # an abort that does not wait has finished by now
+        p.hold_complete_answer.set()
+        with pytest.raises(asyncio.CancelledError):
+            await commit
+        await writer.abort()
+    assert not moto_s3.exists(S3_BUCKET, key)
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import errno
 import os
 import secrets
 import stat as stat_mod
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
@@ -318,13 +319,26 @@ def _check_destination(path: str) -> None:
 
 
 class _AtomicFileWriter(Writer):
-    """Write to a 0600 temp file beside the destination; fsync + rename on commit."""
+    """Write to a 0600 temp file beside the destination; fsync + rename on commit.
+
+    Abort is final: a write or commit runs in a thread that cannot be stopped,
+    so :meth:`abort` waits for it before it closes the descriptor (closed under
+    the thread, its number could be reused and receive the thread's writes)
+    and removes the temp file; a commit whose rename happened meanwhile is
+    removed again (while the destination is still our file), and never
+    reported as a success."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._tmp: str | None = None
         self._fd: int | None = None
         self._done = False
+        #: The thread's work in flight; the abort, once begun; a commit the
+        #: caller was told of; the published file's (st_dev, st_ino).
+        self._busy: asyncio.Future[None] | None = None
+        self._aborting: asyncio.Future[None] | None = None
+        self._committed = False
+        self._published: tuple[int, int] | None = None
 
     def _open(self) -> None:
         directory = os.path.dirname(self.path) or "."
@@ -351,9 +365,20 @@ class _AtomicFileWriter(Writer):
             n = os.write(self._fd, view)
             view = view[n:]
 
+    async def _in_thread(self, fn: Callable[[], None]) -> None:
+        """``fn()`` in a thread, which runs to its end whoever stops waiting;
+        :meth:`abort` waits for it."""
+        if self._aborting is not None:
+            raise ValueError("write to an aborted local writer")
+        busy = self._busy = asyncio.ensure_future(asyncio.to_thread(fn))
+        busy.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
+        await asyncio.shield(busy)
+        if self._aborting is not None:  # aborted meanwhile: the abort undoes it
+            raise ValueError("the local writer was aborted")
+
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         try:
-            await asyncio.to_thread(self._write_sync, data)
+            await self._in_thread(lambda: self._write_sync(data))
         except BaseException:
             await self.abort()
             raise
@@ -368,10 +393,12 @@ class _AtomicFileWriter(Writer):
         os.umask(umask)
         os.fchmod(self._fd, 0o666 & ~umask)
         os.fsync(self._fd)
+        st = os.fstat(self._fd)
         os.close(self._fd)
         self._fd = None
         _check_destination(self.path)  # a FIFO or device may have appeared meanwhile
         os.replace(self._tmp, self.path)
+        self._published = (st.st_dev, st.st_ino)
         self._tmp = None
         self._done = True
         try:
@@ -386,14 +413,19 @@ class _AtomicFileWriter(Writer):
             os.close(dfd)
 
     async def commit(self) -> None:
+        if self._committed:
+            return
         try:
-            await asyncio.to_thread(self._commit_sync)
+            await self._in_thread(self._commit_sync)
         except BaseException:
             await self.abort()
             raise
+        self._committed = True
 
     def _abort_sync(self) -> None:
         self._done = True
+        if self._published is not None:
+            self._unpublish()
         if self._fd is not None:
             try:
                 os.close(self._fd)
@@ -407,4 +439,25 @@ class _AtomicFileWriter(Writer):
             self._tmp = None
 
     async def abort(self) -> None:
+        if self._committed:
+            return
+        if self._aborting is None:
+            self._aborting = asyncio.ensure_future(self._abort())
+        await asyncio.shield(self._aborting)  # cleanup finishes even if we are cancelled
+
+    async def _abort(self) -> None:
+        if self._busy is not None:
+            await asyncio.gather(self._busy, return_exceptions=True)
+        # Here, not in a thread: at interpreter exit no new thread may start.
         self._abort_sync()
+
+    def _unpublish(self) -> None:
+        """Remove a file a commit racing the abort published, if it still is ours."""
+        ours, self._published = self._published, None
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return
+        if ours == (st.st_dev, st.st_ino):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)

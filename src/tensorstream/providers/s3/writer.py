@@ -13,6 +13,12 @@ MD5 (not under SSE-KMS/SSE-C), must equal it as well; the object's ETag after
 ``CompleteMultipartUpload`` must be the MD5 of those MD5s, ``-N``. That is
 the service's own statement about the bytes it stored, compared with digests
 taken from the source: nothing is read back.
+
+Abort is final. The request that publishes (``PutObject``,
+``CompleteMultipartUpload``) is not cancelled once sent -- S3 finishes a
+request it received even when the client hangs up -- but runs to its answer
+as a task, which :meth:`S3Writer.abort` waits for: if it published, the abort
+removes the object again; a commit stopped meanwhile never reports success.
 """
 
 from __future__ import annotations
@@ -114,6 +120,8 @@ class S3Writer(Writer):
         self._slots: asyncio.Semaphore | None = None
         self._error: BaseException | None = None
         self._abort_task: asyncio.Task[None] | None = None
+        #: The request that publishes, once sent (see _publish).
+        self._publish_job: asyncio.Future[dict[str, Any]] | None = None
         self._state = "open"
         #: write_part: the first part, held until a second one shows it is not the only.
         self._only: tuple[bytes, bytes] | None = None
@@ -153,7 +161,7 @@ class S3Writer(Writer):
         try:
             if self._create is None:
                 body, self._buf = bytes(self._buf), bytearray()
-                await self._call("put_object", Bucket=self._bucket, Key=self._key, Body=body)
+                await self._publish("put_object", Bucket=self._bucket, Key=self._key, Body=body)
             else:
                 if self._buf:
                     part, self._buf = self._buf, bytearray()
@@ -163,7 +171,7 @@ class S3Writer(Writer):
                     raise self._error
                 parts = [self._parts[n] for n in range(1, self._part_number + 1)]
                 # botocore turns a 200 whose body is an <Error> into a ClientError here.
-                await self._call(
+                await self._publish(
                     "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
                     UploadId=self._upload_id, MultipartUpload={"Parts": parts},
                 )
@@ -219,15 +227,15 @@ class S3Writer(Writer):
             if self._create is None:
                 body, md5 = self._only if self._only is not None else (b"", hashlib.md5().digest())
                 self._only = None
-                resp = await self._call("put_object", Bucket=self._bucket, Key=self._key,
-                                        Body=body, ContentMD5=base64.b64encode(md5).decode())
+                resp = await self._publish("put_object", Bucket=self._bucket, Key=self._key,
+                                           Body=body, ContentMD5=base64.b64encode(md5).decode())
                 await self._check_published(resp.get("ETag"), md5.hex(), None)
             else:
                 if sorted(self._parts) != list(range(1, count + 1)):
                     raise IntegrityError(
                         f"{len(self._parts)} of {count} parts were uploaded; nothing was published")
                 parts = [self._parts[n] for n in range(1, count + 1)]
-                resp = await self._call(
+                resp = await self._publish(
                     "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
                     UploadId=self._upload_id, MultipartUpload={"Parts": parts},
                 )
@@ -284,6 +292,33 @@ class S3Writer(Writer):
         self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
+    async def _publish(self, op: str, **kwargs: Any) -> dict[str, Any]:
+        """Send the request that makes the object appear, as a task that runs to
+        its answer whoever stops waiting (S3 finishes a request it received;
+        :meth:`abort` waits for it and removes what it published)."""
+        self._check_open()
+        job = self._publish_job = asyncio.ensure_future(self._call(op, **kwargs))
+        job.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
+        resp = await asyncio.shield(job)
+        self._check_open()  # aborted while the answer was on its way: abort removes it
+        return resp
+
+    async def _unpublish(self) -> bool:
+        """Wait for a publishing request in flight; True if it published, and then
+        the object is removed again (the abort came first for the caller)."""
+        job = self._publish_job
+        if job is None:
+            return False
+        await asyncio.gather(job, return_exceptions=True)
+        if job.cancelled() or job.exception() is not None:
+            return False
+        try:
+            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+        except TensorstreamError as exc:
+            log.warning("could not remove %s/%s, published while its writer was aborted: %s",
+                        self._bucket, self._key, exc)
+        return True
+
     def _part_entry(self, number: int, resp: dict[str, Any]) -> dict[str, Any]:
         """The part as complete_multipart_upload lists it (with its CRC32 when sent)."""
         part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
@@ -317,6 +352,8 @@ class S3Writer(Writer):
             self._slots.release()
 
     async def _abort_remote(self) -> None:
+        if await self._unpublish():
+            return  # the upload is complete: nothing is left of it to abort
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
