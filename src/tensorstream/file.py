@@ -259,7 +259,8 @@ class StreamReader(io.RawIOBase):
         is then received straight into ``buffer``, holding no read-ahead
         memory (a request spanning several buffers announced back to back is
         received into each in turn). A hint: reads are exact either way. ``buffer`` must not be
-        used until that read returns; expected ranges must not overlap."""
+        used until that read returns, and is the caller's once it did (nothing is received
+        into what a read returned); expected ranges must not overlap."""
         self._check_closed()
         if not self._inline:  # local reads have no read-ahead
             self._prefetch.expect(offset, _as_byte_view(buffer))

@@ -212,3 +212,65 @@ def test_a_remainder_smaller_than_a_header_rides_with_the_part_before(
     assert b"".join(bufs) == data
     assert len(http_server.requests_for(key, "GET")) == 12, stats
     assert stats["copied_bytes"] == 0, stats
+
+
+def test_bytes_already_read_are_never_received_again_into_their_buffer(
+        http_server: HTTPTestServer) -> None:
+    """The caller owns what a read returned (tensorizer decrypts it in place at
+    once, on another thread). A tensor's data streamed in place, then read-ahead
+    turns ranged (a busy machine's reader starved) for the header after it:
+    the part holding that header started inside the tensor, in its announced
+    buffer, which received those bytes again -- ciphertext over the last 256 KiB
+    of a decrypted tensor (``test_inplace``, under load). Ranged read-ahead now
+    starts where the stream stopped, in place, and fetches nothing twice."""
+    from tensorstream.readahead.control import INTERVAL, Mode
+
+    data_len, tail = 4 * (256 << 10) + 1000, 400  # a tensor, then its tail (the next header)
+    key = f"expect-{os.urandom(4).hex()}"
+    data = os.urandom(data_len + tail + (256 << 10))
+    http_server.put(key, data)
+    block = bytearray(data_len + tail)  # the tensor's memory and its tail, as inplace allocates
+    with tensorstream.open(http_server.url(key), part_size=256 << 10, readahead=4 * MiB) as f:
+        f.set_read_boundaries([0, len(block)])
+        f.expect(0, block)
+        assert f.readinto(memoryview(block)[:data_len]) == data_len
+        prefetch = f._prefetch
+        assert f.read_stats()["streamed_bytes"] == data_len  # premise: streamed in place
+        block[:data_len] = bytes(data_len)  # the caller's now ("decrypted in place")
+        # The controller's own rules turn ranged: the reader waited for most of an interval.
+        prefetch._ctl.observe(0, 10 * INTERVAL)
+        time.sleep(INTERVAL)
+        prefetch._tick()
+        assert prefetch._ctl.mode is Mode.RANGED  # premise: the header read is ranged
+        header = bytearray(8)
+        assert f.readinto(header) == 8
+        assert header == data[data_len: data_len + 8]
+        time.sleep(0.2)  # (a request still on its way would have landed by now)
+    assert block[:data_len] == bytes(data_len)  # untouched since the read returned
+    ranged = [r.headers.get("Range", "") for r in http_server.requests_for(key, "GET")][1:]
+    starts = [int(r.split("=")[1].split("-")[0]) for r in ranged]
+    assert starts and min(starts) >= data_len, ranged  # nothing streamed was fetched again
+
+
+def test_a_request_planned_on_a_new_grid_is_not_received_into_bytes_already_read(
+        http_server: HTTPTestServer) -> None:
+    """Whatever puts a request's start before bytes already read (here the
+    read boundaries change between two reads), those bytes are not announced
+    any more: the request is received into read-ahead memory instead."""
+    part = 256 << 10
+    key = f"expect-{os.urandom(4).hex()}"
+    data = os.urandom(3 * part)
+    http_server.put(key, data)
+    buf = bytearray(len(data))
+    with tensorstream.open(http_server.url(key), part_size=part, readahead=4 * MiB,
+                           stream_reads=False) as f:
+        f.expect(0, buf)
+        first = part + 50_000
+        assert f.readinto(memoryview(buf)[:first]) == first
+        buf[:first] = bytes(first)  # the caller's now
+        f.set_read_boundaries([100_000])  # a part now starts at 100_000, before `first`
+        rest = bytearray(8)
+        assert f.readinto(rest) == 8
+        assert rest == data[first: first + 8]
+        time.sleep(0.2)
+    assert buf[:first] == bytes(first)  # untouched since the read returned

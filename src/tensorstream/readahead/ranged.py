@@ -52,7 +52,7 @@ from ._memcopy import copy_into
 from ._prefault import populate
 from .control import INTERVAL, Controller, Mode
 from .fetch import Fetching
-from .segments import ReadaheadBudget, Segment, address
+from .segments import Announced, ReadaheadBudget, Segment, address
 from .streamed import SequentialStream
 
 __all__ = ["Mode", "Prefetcher", "ReadaheadBudget"]
@@ -113,8 +113,7 @@ class Prefetcher(Fetching):
         self._urgent: collections.deque[Segment] = collections.deque()  # a read waits
         self._ahead: collections.deque[Segment] = collections.deque()  # read-ahead
         self._free: list[mmap.mmap] = []
-        # Buffers the caller will read into (expect): (start, end, view), sorted, disjoint.
-        self._dests: list[tuple[int, int, memoryview]] = []
+        self._dests = Announced()  # buffers the caller will read into (expect)
         self._last_end: int | None = None  # None: no read yet (the first read starts a run)
         self._closed = False
         # Providers with a blocking data path (zero-copy, GIL-free receives) are
@@ -145,6 +144,7 @@ class Prefetcher(Fetching):
                                name=redact_text(path), part=self._seg)
         self._stream_fresh = True  # the next streamed read opens a request
         self._first_pieces = 0  # streamed pieces before the first measurement (they grow)
+        self._streamed_to: int | None = None  # where the stream's last bytes ended
         self._active = self._ctl.width
         self._lead = 0 if self._ctl.mode is Mode.STREAM else self._window
         self._note_width()
@@ -183,40 +183,23 @@ class Prefetcher(Fetching):
         segments of read-ahead inside it are received there directly, without
         read-ahead memory. ``view`` must stay untouched until that read; ranges
         must not overlap earlier ones still pending."""
-        if not len(view):
-            return
         with self._lock:
-            item = (pos, pos + len(view), view)
-            if not self._dests or self._dests[-1][0] < pos:
-                self._dests.append(item)
-            else:
-                bisect.insort(self._dests, item, key=lambda d: d[0])
-
-    def _dest_for(self, start: int, end: int) -> memoryview | None:
-        """The slice of an expected buffer that ``[start, end)`` lies in whole, if any."""
-        i = bisect.bisect_right(self._dests, start, key=lambda d: d[0]) - 1
-        if i >= 0:
-            d_start, d_end, view = self._dests[i]
-            if start >= d_start and end <= d_end:
-                return view[start - d_start : end - d_start]
-        return None
-
-    def _dests_spanning(self, start: int, end: int) -> list[memoryview] | None:
-        """The slices of expected buffers that ``[start, end)`` covers, if buffers
-        lying back to back cover all of it (small tensors sharing a request)."""
-        i = bisect.bisect_right(self._dests, start, key=lambda d: d[0]) - 1
-        parts, at = [], start
-        while i >= 0 and at < end and i < len(self._dests):
-            d_start, d_end, view = self._dests[i]
-            if not d_start <= at < d_end:
-                return None
-            hi = min(end, d_end)
-            parts.append(view[at - d_start : hi - d_start])
-            at, i = hi, i + 1
-        return parts if parts and at >= end else None
+            self._dests.add(pos, view)
 
     def readinto(self, pos: int, view: memoryview) -> None:
         """Fill ``view`` with ``[pos, pos + len(view))`` (the caller checked the bounds)."""
+        try:
+            self._readinto(pos, view)
+        finally:
+            # The announced memory read is the caller's again: no later request
+            # may be received into it. (One that starts before the end -- the part
+            # holding the header after a tensor streamed in place -- would write
+            # those bytes again after the caller changed them: tensorizer
+            # decrypts a tensor in place as soon as it is read.)
+            with self._lock:
+                self._dests.handed_back(pos, pos + len(view))
+
+    def _readinto(self, pos: int, view: memoryview) -> None:
         sequential = self._last_end is None or pos == self._last_end
         if self._ctl.mode is Mode.STREAM and self._stream is not None:
             # Read-ahead left from a ranged stretch is used up first.
@@ -266,6 +249,7 @@ class Prefetcher(Fetching):
                 waited = max(0.0, wall - (busy_seconds() - busy))
             self._ctl.observe(n, waited)
             got += n
+            self._streamed_to = pos + got
             with self._lock:
                 self._direct_bytes += n
                 self._streamed_bytes += n
@@ -273,6 +257,7 @@ class Prefetcher(Fetching):
                 rest = view[got:]  # (the rest of this read: one request, not one per piece)
                 self._provider.readinto_blocking(self._path, pos + got, rest, pin=self._pin)
                 got += len(rest)
+                self._streamed_to = pos + got
                 with self._lock:
                     self._direct_bytes += len(rest)
                 continue
@@ -303,6 +288,7 @@ class Prefetcher(Fetching):
             return
         if before is Mode.STREAM and ctl.mode is not Mode.STREAM and self._stream is not None:
             self._stream.close()
+            self._regrid_at_stream_end()
         if ctl.mode is Mode.STREAM:
             self._stream_fresh = True
         with self._lock:
@@ -321,6 +307,19 @@ class Prefetcher(Fetching):
                 self._plan_ahead(self._last_end, set())
             launch = self._next_launches()
         self._launch(launch)
+
+    def _regrid_at_stream_end(self) -> None:
+        """Restart the segment grid where the stream stopped: ranged read-ahead
+        then starts there, instead of fetching again the bytes before it in the
+        segment holding that position (which could not be received in place:
+        they are the caller's already)."""
+        at, self._streamed_to = self._streamed_to, None
+        if at is None or not 0 < at < self._size:
+            return
+        with self._lock:
+            i = bisect.bisect_left(self._bounds, at)
+            if i == len(self._bounds) or self._bounds[i] != at:
+                self._bounds.insert(i, at)
 
     def _note_width(self) -> None:
         if self._ctl.mode is Mode.RANGED:
@@ -539,11 +538,11 @@ class Prefetcher(Fetching):
             seg = (self._urgent or self._ahead)[0]
             if seg.buffer is None and seg.parts is None and self._dests:
                 # Bound when requested (the caller may announce its buffer after planning).
-                dest = self._dest_for(seg.start, seg.end)
+                dest = self._dests.inside(seg.start, seg.end)
                 if dest is not None:  # received in the caller's buffer: no read-ahead memory
                     seg.buffer, seg.direct, seg.bound = dest, True, True
                 elif self._scatter:  # several small ones in a row: one request into each
-                    seg.parts = self._dests_spanning(seg.start, seg.end)
+                    seg.parts = self._dests.spanning(seg.start, seg.end)
                     seg.direct = seg.bound = seg.parts is not None
             if seg.buffer is None and seg.parts is None:
                 if self._free:
@@ -566,8 +565,7 @@ class Prefetcher(Fetching):
     def _evict(self, pos: int, end: int, sequential: bool) -> None:
         lo = end if sequential else pos - self._seg
         hi = end + self._window + self._seg
-        if self._dests and self._dests[0][1] <= lo:
-            self._dests = [d for d in self._dests if d[1] > lo]
+        self._dests.drop_before(lo)
         for start in list(self._segments):
             seg = self._segments[start]
             if seg.end > lo and start < hi:

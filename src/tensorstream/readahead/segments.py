@@ -1,15 +1,17 @@
 """The read-ahead engine's units: the memory budget a load's readers share,
-and one segment of the grid (planned, in flight, received)."""
+one segment of the grid (planned, in flight, received), and the buffers the
+caller announced it will read into."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import ctypes
 import threading
 from typing import Any
 
-__all__ = ["ReadaheadBudget", "Segment", "address"]
+__all__ = ["Announced", "ReadaheadBudget", "Segment", "address"]
 
 
 class ReadaheadBudget:
@@ -86,3 +88,72 @@ class Segment:
                 out.append((p_lo, part[p_lo - at : p_hi - at]))
             at += len(part)
         return out
+
+
+class Announced:
+    """Buffers the caller will read into (:meth:`Prefetcher.expect`): ``(start,
+    end, view)``, sorted, disjoint. Not locked: the prefetcher's lock guards it."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[int, int, memoryview]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def add(self, pos: int, view: memoryview) -> None:
+        if not len(view):
+            return
+        item = (pos, pos + len(view), view)
+        if not self._items or self._items[-1][0] < pos:
+            self._items.append(item)
+        else:
+            bisect.insort(self._items, item, key=lambda d: d[0])
+
+    def inside(self, start: int, end: int) -> memoryview | None:
+        """The slice of a buffer that ``[start, end)`` lies in whole, if any."""
+        i = bisect.bisect_right(self._items, start, key=lambda d: d[0]) - 1
+        if i >= 0:
+            d_start, d_end, view = self._items[i]
+            if start >= d_start and end <= d_end:
+                return view[start - d_start : end - d_start]
+        return None
+
+    def spanning(self, start: int, end: int) -> list[memoryview] | None:
+        """The slices of buffers that ``[start, end)`` covers, if buffers lying
+        back to back cover all of it (small tensors sharing a request)."""
+        i = bisect.bisect_right(self._items, start, key=lambda d: d[0]) - 1
+        parts, at = [], start
+        while i >= 0 and at < end and i < len(self._items):
+            d_start, d_end, view = self._items[i]
+            if not d_start <= at < d_end:
+                return None
+            hi = min(end, d_end)
+            parts.append(view[at - d_start : hi - d_start])
+            at, i = hi, i + 1
+        return parts if parts and at >= end else None
+
+    def handed_back(self, pos: int, end: int) -> None:
+        """``[pos, end)`` was read: what of it was announced is the caller's again
+        (bytes before ``pos`` not read yet stay announced)."""
+        items = self._items
+        i = max(0, bisect.bisect_right(items, pos, key=lambda d: d[0]) - 1)
+        j, keep = i, []
+        while j < len(items) and items[j][0] < end:
+            d_start, d_end, view = items[j]
+            if d_end <= pos:
+                keep.append(items[j])
+            else:
+                if d_start < pos:
+                    keep.append((d_start, pos, view[: pos - d_start]))
+                if d_end > end:
+                    keep.append((end, d_end, view[end - d_start :]))
+            j += 1
+        items[i:j] = keep
+
+    def drop_before(self, lo: int) -> None:
+        """Forget buffers that end at or before ``lo`` (the reader moved past them)."""
+        if self._items and self._items[0][1] <= lo:
+            self._items = [d for d in self._items if d[1] > lo]
+
+    def clear(self) -> None:
+        self._items.clear()
