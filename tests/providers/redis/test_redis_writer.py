@@ -111,13 +111,11 @@ def _first_version(redis_server: RedisServer, key: str) -> bytes:
     return data
 
 
-def test_an_abort_while_the_commit_persists_the_chunks_stops_the_publish(
-        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
-    """Aborted (from another task) while the commit's ``PERSIST`` pipeline is on
-    its way: the publish is never sent, and the previous version stays whole."""
-    key = f"wr-{secrets.token_hex(4)}/m"
-    v1 = _first_version(redis_server, key)
-    hold = _Hold(lambda d: d.startswith(b"*2\r\n$7\r\nPERSIST\r\n"))
+def _abort_during_commit(proxy: TCPFaultProxy, key: str, hold: _Hold, *,
+                         stop_commit: bool) -> BaseException | None:
+    """Write a second version through ``proxy`` and abort it once ``hold`` holds a
+    command of its commit; ``stop_commit``: cancel the commit first (as ``cp`` is
+    stopped), else abort beside it. Returns how the commit ended (None: success)."""
     proxy.faults.on_client_data = hold
     outcome: list[BaseException | None] = []
 
@@ -128,15 +126,29 @@ def test_an_abort_while_the_commit_persists_the_chunks_stops_the_publish(
             await w.write(os.urandom(2 * CS + 5))
             commit = asyncio.ensure_future(w.commit())
             await asyncio.to_thread(hold.held.wait, 10)
+            if stop_commit:
+                commit.cancel()
+                await asyncio.gather(commit, return_exceptions=True)
             await w.abort()
             outcome.extend(await asyncio.gather(commit, return_exceptions=True))
 
     asyncio.run(run())
     assert hold.held.is_set()
+    return outcome[0]
+
+
+def test_an_abort_while_the_commit_persists_the_chunks_stops_the_publish(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """Aborted (from another task) while the commit's ``PERSIST`` pipeline is on
+    its way: the publish is never sent, and the previous version stays whole."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    v1 = _first_version(redis_server, key)
+    hold = _Hold(lambda d: d.startswith(b"*2\r\n$7\r\nPERSIST\r\n"))
+    outcome = _abort_during_commit(proxy, key, hold, stop_commit=False)
     after = [s for s in _after_hold(hold.seen) if s not in hold.ignored]
     assert after[:2] == ["held PERSIST", "released"], hold.seen
     assert "PUBLISH" not in hold.seen, hold.seen
-    assert isinstance(outcome[0], Exception), outcome  # the commit says it did not publish
+    assert isinstance(outcome, Exception), outcome  # the commit says it did not publish
     with tensorstream.open(redis_server.url(key)) as f:
         assert f.read() == v1
     gen = tensorstream.open(redis_server.url(key)).info.etag
@@ -154,21 +166,7 @@ def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_abort(
     key = f"wr-{secrets.token_hex(4)}/m"
     _first_version(redis_server, key)
     hold = _Hold(lambda d: b"unpack(ARGV)" in d)
-    proxy.faults.on_client_data = hold
-
-    async def run() -> None:
-        async with tensorstream.get_provider(f"redis://127.0.0.1:{proxy.port}/",
-                                             redis_chunk_size=CS) as p:
-            w = p.open_writer(key)
-            await w.write(os.urandom(2 * CS + 5))
-            commit = asyncio.ensure_future(w.commit())
-            await asyncio.to_thread(hold.held.wait, 10)
-            commit.cancel()
-            await asyncio.gather(commit, return_exceptions=True)
-            await w.abort()
-
-    asyncio.run(run())
-    assert hold.held.is_set()
+    _abort_during_commit(proxy, key, hold, stop_commit=True)
     after = [s for s in _after_hold(hold.seen) if s not in hold.ignored]
     assert after[:2] == ["held PUBLISH", "released"], hold.seen
     assert _left(redis_server, key) == []
