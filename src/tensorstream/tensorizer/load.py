@@ -37,6 +37,7 @@ from ..distributed.tensorizer import fetch as fetch_shared
 from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamError
 from ..file import StreamReader
 from ..providers.local.provider import fsync_path, temp_path_for
+from ..readahead.localfill import workers
 from ..uri import ParsedURI, parse_uri, redact, redact_text
 from .crypto import (
     DecryptionError,
@@ -375,16 +376,17 @@ def deserialize(
             assert target is not None
             stream = open_local(target, options) or ts_open(target, "rb", **options)
         readers = _default_readers(stream) if num_readers is None else num_readers
+        fast = fast_path(stream, device)  # threads fill a local file's tensors (local.py)
         load_log.debug(
             "opened %s (%s bytes): %s, %d reader(s)%s", where, _size_of(stream),
-            "plain OS file (local fast path)" if not isinstance(stream, StreamReader | MemorySource)
+            "plain OS file, tensors filled in chunks by threads (up to)" if fast
+            else "plain OS file" if not isinstance(stream, StreamReader | MemorySource)
             else f"read once by a group of {shared.size}" if shared is not None
             else f"{getattr(getattr(stream, '_provider', None), 'service', '?')} provider",
-            readers,
+            workers(num_readers or 0, 1 << 62) if fast else readers,
             " (default)" if num_readers is None else "",
         )
         record = _LoadRecord(where, stream, started, lazy_load)
-        fast = fast_path(stream, device)  # threads fill a local file's tensors (local.py)
         deserializer = (LocalTensorDeserializer if fast else StreamTensorDeserializer)(
             stream,
             device=device,
