@@ -126,6 +126,18 @@ def test_every_dtype_is_byte_identical_to_tensorizers_own_load(
     assert sorted(spy.received) == sorted(spans)
     assert sum(n for _, _, n in spy.chunks) == sum(spans.values())
     assert max(n for _, _, n in spy.chunks) <= CHUNK
+    assert _local_threads() == []  # the helper threads have returned
+
+
+def test_memory_tensorizer_allocated_itself_is_read_as_before(
+        model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Correctness never rests on the arming: if tensorizer's torch.empty is not given the
+    # threads' memory (its internals changed), its own reads fill its own memory.
+    spy = _Spy(monkeypatch)
+    monkeypatch.setattr(local.LocalRun, "arm", lambda self, header: None)
+    with tensorstream.deserialize(model, device="cpu", num_readers=2) as got:
+        assert all(same_bytes(got[k], STATE[k]) for k in STATE)
+    assert spy.received == [] and spy.chunks  # filled, but nothing taken from the fill
 
 
 def test_one_tensor_is_shared_by_several_threads(tmp_path: Path,
