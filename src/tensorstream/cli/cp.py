@@ -14,6 +14,7 @@ from ..copy.engine import (
     copy_async,
     spare_buffers,
 )
+from ..copy.receive import CHUNK
 from ..copy.select import Rules
 from ..uri import parse_uri
 from .options import (
@@ -124,8 +125,9 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
     speed.add_argument("--part-size", type=parse_size, default=DEFAULT_PART_SIZE,
                        metavar="SIZE",
                        help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M);"
-                            " memory: concurrency x 1 MiB to a local destination "
-                            f"({DEFAULT_CONCURRENCY} MiB by default), about 1.25 x concurrency "
+                            f" memory: concurrency x {CHUNK >> 20} MiB to a local destination "
+                            f"({DEFAULT_CONCURRENCY * CHUNK >> 20} MiB by default), about 1.25 x "
+                            "concurrency "
                             f"x part size to S3/Redis ({default_mem >> 20} MiB by default, up to "
                             "twice that while the destination is read back)")
     speed.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",

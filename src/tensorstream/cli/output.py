@@ -179,7 +179,8 @@ class Reporter:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if kind == "copied":
             self.counts["bytes"] = self.counts.get("bytes", 0) + o.size
-        self.json({"op": self.verb, **o.to_dict()})
+        if self.mode == "json":  # to_dict is dataclasses.asdict: not for every quiet object
+            self.json({"op": self.verb, **o.to_dict()})
         src, dst = escape(o.src), escape(o.dst)
         if kind == "copied":
             resumed = f" (resumed: {human_size(o.resumed_bytes)} were there)" \
