@@ -274,3 +274,35 @@ def test_a_request_planned_on_a_new_grid_is_not_received_into_bytes_already_read
         assert rest == data[first: first + 8]
         time.sleep(0.2)
     assert buf[:first] == bytes(first)  # untouched since the read returned
+
+
+def test_planning_resumes_where_the_last_read_left_it(http_server: HTTPTestServer,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read plans read-ahead from where the previous read's planning stopped
+    instead of walking the whole window again (on a paced load that walk was the
+    reader thread's largest cost in the read engine): the grid is looked up a
+    few times per read, not once per segment of the window."""
+    from tensorstream.readahead.ranged import Prefetcher
+
+    calls: list[int] = []
+    real = Prefetcher._segment_at
+
+    def counted(self: Prefetcher, p: int) -> tuple[int, int]:
+        calls.append(1)
+        return real(self, p)
+
+    monkeypatch.setattr(Prefetcher, "_segment_at", counted)
+    count, piece = 96, 256 << 10
+    url, data = _paced(http_server, count * piece)
+    bufs = [bytearray(piece) for _ in range(count)]
+    with tensorstream.open(url, part_size=piece, readahead=8 * MiB, concurrency=16,
+                           stream_reads=False) as f:
+        f.set_read_boundaries(range(0, count * piece + 1, piece), exact=True)
+        for i, buf in enumerate(bufs):
+            f.expect(i * piece, buf)
+        calls.clear()
+        for buf in bufs:
+            assert f.readinto(buf) == piece
+    assert b"".join(bufs) == data
+    window = 8 * MiB // piece  # segments in the read-ahead window: 32
+    assert len(calls) < count * window // 4, (len(calls), count)

@@ -29,8 +29,9 @@ plus the requests in flight. A failed segment raises only if it is read;
 every request of a read has finished (or failed) before that read returns or
 raises, so nothing ever writes into a caller's buffer after the call.
 
-The budget and the segments are in :mod:`.segments`; the I/O side (worker
-threads whose bodies the shared receiver takes, or I/O-loop tasks) in :mod:`.fetch`.
+The budget and the segments are in :mod:`.segments`; the grid and planning
+ahead in :mod:`.planning`; the I/O side (worker threads whose bodies the
+shared receiver takes, or I/O-loop tasks) in :mod:`.fetch`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from ._memcopy import copy_into
 from ._prefault import populate
 from .control import INTERVAL, Controller, Mode
 from .fetch import Fetching
+from .planning import SMALL_SEGMENT, Planning
 from .segments import Announced, ReadaheadBudget, Segment, address
 from .streamed import SequentialStream
 
@@ -59,9 +61,6 @@ __all__ = ["Mode", "Prefetcher", "ReadaheadBudget"]
 
 log = logging.getLogger("tensorstream.readahead")
 
-#: Segments smaller than this (tensor headers) are latency, not bandwidth:
-#: they never count against the read-ahead.
-_SMALL_SEGMENT = 64 << 10
 #: Connections of a reader that reads by ranges on a link not yet measured
 #: (and of random-access reads beside a stream).
 _BASE_WIDTH = 4
@@ -72,7 +71,7 @@ _BASE_WIDTH = 4
 _STREAM_PIECE = (256 << 10, 4 << 20)
 
 
-class Prefetcher(Fetching):
+class Prefetcher(Fetching, Planning):
     """Read-ahead engine of one reader. Call :meth:`readinto` from one thread."""
 
     def __init__(
@@ -97,7 +96,7 @@ class Prefetcher(Fetching):
         self._pin = pin
         self._seg = max(1, segment)
         # The most bytes past a part that ride in its request (_segment_at).
-        self._rider = min(_SMALL_SEGMENT, self._seg // 16)
+        self._rider = min(SMALL_SEGMENT, self._seg // 16)
         self._window = max(0, window)
         self._limit = size if limit is None else min(size, limit)
         self._max = max(1, concurrency)
@@ -292,6 +291,7 @@ class Prefetcher(Fetching):
         if ctl.mode is Mode.STREAM:
             self._stream_fresh = True
         with self._lock:
+            self._replan()
             self._active = ctl.width if ctl.mode is Mode.RANGED else _BASE_WIDTH
             self._lead = self._window if ctl.mode is Mode.RANGED else 0
             self._note_width()
@@ -320,6 +320,7 @@ class Prefetcher(Fetching):
             i = bisect.bisect_left(self._bounds, at)
             if i == len(self._bounds) or self._bounds[i] != at:
                 self._bounds.insert(i, at)
+                self._replan()
 
     def _note_width(self) -> None:
         if self._ctl.mode is Mode.RANGED:
@@ -351,6 +352,7 @@ class Prefetcher(Fetching):
         errors = [s.error for s in needed if s.error is not None]
         if errors:
             with self._lock:
+                self._replan()
                 for seg in needed:
                     if seg.error is None or (seg.direct and not seg.bound):
                         continue
@@ -429,23 +431,6 @@ class Prefetcher(Fetching):
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- planning (under the lock) -------------------------------------------------
-    def _segment_at(self, p: int) -> tuple[int, int]:
-        """The segment holding byte ``p``: the fixed-size grid restarts at every
-        kept boundary (large tensors' data), so a segment never straddles one."""
-        b = self._bounds
-        i = bisect.bisect_right(b, p) - 1
-        base = b[i] if i >= 0 else 0
-        nxt = min(b[i + 1] if i + 1 < len(b) else self._size, self._size)
-        if p < self._limit:  # no request crosses where this reader's read-ahead ends
-            nxt = min(nxt, self._limit)
-        start = base + (p - base) // self._seg * self._seg
-        # A remainder of a few headers rides with the segment before it (a tensor
-        # of whole parts and its tail: one request fewer each).
-        if start > base and nxt - start <= self._rider:
-            start -= self._seg
-        end = start + self._seg
-        return start, nxt if nxt - end <= self._rider else end
-
     def _plan(self, pos: int, end: int, view: memoryview) -> list[Segment]:
         out = []
         p = pos
@@ -482,23 +467,6 @@ class Prefetcher(Fetching):
             except ValueError:
                 continue
 
-    def _plan_ahead(self, end: int, skip: set[int]) -> None:
-        """Plan segments after ``end``: at most ``lead`` bytes of large ones (small
-        ones, tensor headers, are free) and never past ``window``."""
-        stop = min(end + self._window, self._limit)
-        p, planned = end, 0
-        while p < stop:
-            start, seg_end = self._segment_at(p)
-            p = seg_end
-            if seg_end - start >= _SMALL_SEGMENT:
-                if planned >= self._lead:
-                    break
-                planned += seg_end - start
-            if start not in self._segments and start not in skip:
-                seg = Segment(start, seg_end)
-                self._segments[start] = seg
-                self._ahead.append(seg)
-
     def set_boundaries(self, offsets: list[int], *, exact: bool = False) -> None:
         """Offsets where the caller's reads start and end (e.g. each tensor's
         data). The segment grid restarts at those that open or close at least
@@ -515,6 +483,7 @@ class Prefetcher(Fetching):
             if edges[i + 1] - edges[i] >= self._seg or edges[i + 2] - o >= self._seg]
         with self._lock:
             self._bounds = kept
+            self._replan()
             for start, seg in list(self._segments.items()):
                 if not seg.launched:
                     del self._segments[start]
@@ -525,6 +494,7 @@ class Prefetcher(Fetching):
         reads past it still work. Planned segments past it are dropped."""
         with self._lock:
             self._limit = self._size if end is None else max(0, min(self._size, end))
+            self._replan()
             for start, seg in list(self._segments.items()):
                 if not seg.launched and start >= self._limit:
                     del self._segments[start]
@@ -570,6 +540,8 @@ class Prefetcher(Fetching):
             seg = self._segments[start]
             if seg.end > lo and start < hi:
                 continue
+            if seg.end > lo:
+                self._replan()  # (dropped ahead of the reader: plan it again)
             if seg.bound:  # the caller's memory: nothing to recycle or give back
                 if not seg.launched:
                     del self._segments[start]
