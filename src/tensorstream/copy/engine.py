@@ -60,6 +60,7 @@ from .plan import Job, Planner
 from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
 from .sinks import BufferPool, PartBuffer
+from .tasks import cancel_and_wait, gather_or_cancel
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -329,10 +330,7 @@ class _Copier(Planner):
                 for t in done:
                     t.result()
         finally:
-            for t in pending:
-                t.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            await cancel_and_wait(pending)
 
     async def _check_source_unchanged(self, job: Job) -> None:
         """Compare the source's validators after the copy with those it was read
@@ -350,7 +348,7 @@ class _Copier(Planner):
                 start, end = parts[index]
                 await fn(index, buf, end - start)
 
-        await _gather_or_cancel([one(i) for i in todo])
+        await gather_or_cancel(one(i) for i in todo)
 
 #: (wall seconds, this process's CPU seconds, the machine's idle and total jiffies).
 CPUSample = tuple[float, float, int, int]
@@ -384,16 +382,6 @@ def link_bound(before: CPUSample, now: CPUSample) -> bool:
 def spare_buffers(concurrency: int) -> int:
     """Part buffers beyond ``concurrency``: memory is (concurrency + spare) x part size."""
     return max(1, concurrency // 4)
-
-
-async def _gather_or_cancel(coros: list[Any]) -> None:
-    tasks = [asyncio.create_task(c) for c in coros]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def copy_async(

@@ -38,6 +38,7 @@ from .checks import STORED_MISMATCH, stored_sha256
 from .receive import receive_part
 from .select import notify
 from .sinks import BufferPool, PartBuffer, SequentialSink, digest, plan_parts
+from .tasks import cancel_and_wait, gather_or_cancel
 
 if TYPE_CHECKING:
     from .engine import _Copier
@@ -111,10 +112,7 @@ async def _read_parts(c: _Copier, job: Job, pool: BufferPool, todo: Iterable[int
         await asyncio.gather(*pending)
         pending.clear()
     finally:
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await cancel_and_wait(pending)
         for buf in unstarted.values():  # cancelled before they ran: untouched
             pool.put(buf)
 
@@ -159,7 +157,8 @@ async def _by_parts(c: _Copier, job: Job, writer: Writer, part_size: int) -> int
             steps = [writer.write_part(index, view, md5=md5s.pop(index))]
             if ordered is not None:
                 steps.append(ordered.feed(index, view))
-            await asyncio.gather(*steps)
+            # A failed upload stops the hashing too (it would wait for its turn forever).
+            await gather_or_cancel(steps)
         except BaseException:
             pool.drop(buf)  # an upload cut short may still be sending from it
             raise
@@ -217,9 +216,7 @@ async def _in_order(c: _Copier, job: Job, writer: Writer) -> int:
             for t in done:
                 t.result()
         finally:
-            for t in (reader, drain):
-                t.cancel()
-            await asyncio.gather(reader, drain, return_exceptions=True)
+            await cancel_and_wait((reader, drain))
             sink.release_all()
         await job.src.stat_pinned(job.src_path, pin)
         if stored is not None and sink.hash is not None:
