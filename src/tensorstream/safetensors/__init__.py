@@ -15,8 +15,9 @@ from .._compat import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from .header import MAX_HEADER_SIZE
+    from .iterate import iter_tensors
     from .lazy import SafeOpen, SafeSlice, open
-    from .reader import DEFAULT_NUM_READERS, iter_tensors, load
+    from .reader import DEFAULT_NUM_READERS, load
     from .writer import save
 
 _WHERE = {
@@ -24,7 +25,7 @@ _WHERE = {
     "MAX_HEADER_SIZE": "header",
     "SafeOpen": "lazy",
     "SafeSlice": "lazy",
-    "iter_tensors": "reader",
+    "iter_tensors": "iterate",
     "load": "reader",
     "open": "lazy",
     "save": "writer",
