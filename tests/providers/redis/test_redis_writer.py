@@ -81,8 +81,12 @@ def _left(redis_server: RedisServer, key: str) -> list[bytes]:
         return sorted(c.scan(match=f"{key}*", count=10_000)[1])
 
 
+@pytest.mark.parametrize("stopped", ["write", "commit", "beside"])
 def test_a_chunk_in_flight_lands_before_the_abort_cleans_up(
-        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+        redis_server: RedisServer, proxy: TCPFaultProxy, stopped: str) -> None:
+    """Aborted while a chunk is on its way: after the writes, once the commit
+    that waits for the chunks is stopped, or beside that commit (which then
+    must not publish)."""
     key = f"wr-{secrets.token_hex(4)}/m"
     hold = _Hold(lambda d: f"{key}:".encode() in d and b"\r\nSET\r\n" in d[:40]
                  and re.search(rb":%d\r\n" % (2 * CS), d) is not None,
@@ -95,7 +99,17 @@ def test_a_chunk_in_flight_lands_before_the_abort_cleans_up(
             w = p.open_writer(key)
             await w.write(os.urandom(4 * CS))  # four chunks go out; the third is held
             await asyncio.to_thread(hold.held.wait, 10)
-            await w.abort()
+            if stopped == "write":
+                await w.abort()
+                return
+            commit = asyncio.ensure_future(w.commit())
+            await asyncio.sleep(0.05)  # the commit waits for the chunks
+            if stopped == "commit":
+                commit.cancel()
+                await asyncio.gather(commit, return_exceptions=True)
+                await w.abort()
+            else:
+                await asyncio.gather(w.abort(), commit, return_exceptions=True)
 
     asyncio.run(run())
     assert hold.held.is_set()

@@ -222,7 +222,8 @@ class RedisWriter(Writer):
     async def _drain(self) -> None:
         tasks, self._tasks = self._tasks, set()
         if tasks:
-            results = await asyncio.gather(*tasks, return_exceptions=True)
+            # Shielded: a commit stopped here must not cancel the chunks (see _send).
+            results = await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
             for r in results:
                 if isinstance(r, BaseException):
                     raise r
@@ -242,6 +243,9 @@ class RedisWriter(Writer):
         fields = manifest_fields(size=size, chunk_size=self._cs, generation=self._gen,
                                  checksum=f"sha256:{sha256}", mtime=time.time())
         args = [x for kv in fields.items() for x in kv]
+        if self._state != "open":  # aborted while the commit waited for its chunks
+            raise ValueError(f"the Redis writer of {self._path!r} was aborted during its "
+                             "commit; nothing is published")
         self._state = "publishing"
         job = self._publish_job = asyncio.ensure_future(
             self._persist_and_publish(args, check_lengths=check_lengths))
