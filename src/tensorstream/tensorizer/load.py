@@ -312,7 +312,9 @@ def deserialize(
     ``verify_hash=True`` raises :class:`TensorHashMismatchError` on corrupt data.
     A URI with a rank template (``model-rank-%03d.tensors``) is formatted
     with ``rank`` (default: ``torch.distributed``'s). ``num_readers`` defaults
-    to :data:`DEFAULT_NUM_READERS`. ``options`` go to :func:`tensorstream.open`.
+    to :data:`DEFAULT_NUM_READERS`; for a local file loaded onto the CPU it bounds the
+    threads that fill the tensors (:mod:`tensorstream.tensorizer.local`). ``options``
+    go to :func:`tensorstream.open`.
 
     Each load logs one INFO line on the ``tensorstream.load`` logger (redacted
     URI, bytes, seconds, GB/s, read path, readers, requests, retries; a lazy
