@@ -436,12 +436,12 @@ def test_a_one_part_object_hands_its_read_slot_back_before_the_disk(
         assert (out / f"{n}.bin").read_bytes() == data[n]
 
 
-def test_a_part_is_handed_over_in_2_mib_chunks(tmp_path: Path, http_server: Any,
-                                               http_reset: None,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_part_is_written_once_per_chunk(tmp_path: Path, http_server: Any,
+                                          http_reset: None,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # Each chunk is two thread hand-offs (the receiving thread wakes the worker,
-    # which writes it and hands the connection back): a 4 MiB object is two
-    # chunks, each written with one pwrite, not four.
+    # which writes it and hands the connection back): a 4 MiB object is four
+    # 1 MiB chunks, each written with one pwrite at its place.
     data = os.urandom(4 << 20)
     key = f"chunks/{os.urandom(4).hex()}.bin"
     http_server.put(key, data)
@@ -456,7 +456,7 @@ def test_a_part_is_handed_over_in_2_mib_chunks(tmp_path: Path, http_server: Any,
     monkeypatch.setattr(os, "pwrite", pwrite)
     result = copy(http_server.url(key), str(tmp_path / "c.bin"))
     assert result.ok and result.verified, result.errors
-    assert writes == [2 << 20, 2 << 20]
+    assert writes == [1 << 20] * 4
     assert (tmp_path / "c.bin").read_bytes() == data
 
 
@@ -494,7 +494,7 @@ def test_link_bound_needs_an_idle_machine_and_a_waiting_process() -> None:
 @pytest.mark.parametrize("cut", [None, 1_300_000])
 def test_parts_are_received_by_the_shared_receiver_and_resume_exactly(
         tmp_path: Path, http_server: Any, http_reset: None, cut: int | None) -> None:
-    # Parts larger than the 2 MiB chunk are received (and written) by the
+    # Parts larger than the 1 MiB chunk are received (and written) by the
     # process's receiving thread, one hand-off per part; a body cut part-way
     # has its chunk finished by the retrying read and the rest re-requested,
     # and every byte lands at its place (odd sizes: no part or chunk boundary

@@ -10,9 +10,9 @@
   up to twice that. Parts are fetched on the data plane's worker threads
   (:mod:`tensorstream.copy.receive`). A local destination
   (:mod:`tensorstream.copy.local`) receives each part straight into its
-  temp file: the bytes go from the socket through a 2 MiB chunk buffer into
+  temp file: the bytes go from the socket through a 1 MiB chunk buffer into
   the file (``pwrite``), with writeback started as each part completes so
-  the one fsync at the end is short; memory is 2 MiB per part in flight
+  the one fsync at the end is short; memory is 1 MiB per part in flight
   whatever the part size. S3 and Redis (:mod:`tensorstream.copy.remote`)
   get each part as soon as it is in, in any order, from a pool of
   ``concurrency + spare`` part buffers (memory ``(concurrency + spare) x
@@ -245,7 +245,7 @@ class _Copier(Planner):
         Every ``_LOOK`` seconds :func:`link_bound` decides from this process's
         CPU and the machine's idle CPU; when it says so and every slot is
         taken, half again as many parts (and objects) go in flight, up to
-        twice ``concurrency`` (memory to a local destination: 2 MiB per part in
+        twice ``concurrency`` (memory to a local destination: 1 MiB per part in
         flight; to S3/Redis the part pool bounds it whatever the width)."""
         cap = min(2 * self.concurrency, MAX_THREADS)
         width = self.concurrency

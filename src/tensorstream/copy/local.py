@@ -7,7 +7,7 @@ data plane's worker threads (:func:`~tensorstream.providers._http.threads.in_thr
    following a symlink), check the free space, create (or reopen, for
    ``--resume``) the temp file;
 2. one hop per part: the part's bytes go from the socket (or the source file)
-   through the worker's 2 MiB chunk buffer into the temp file (``pwrite``);
+   through the worker's 1 MiB chunk buffer into the temp file (``pwrite``);
 3. *publish*: size check, fsync (``durable``), rename, fsync of the directory.
 
 An object of one part (a folder of small files) does all three in **one**

@@ -51,11 +51,12 @@ __all__ = ["CHUNK", "receive_part"]
 
 #: Bytes received per step of a part (one buffer per part in flight). Each
 #: step is two thread hand-offs (the receiving thread wakes the worker, which
-#: writes the chunk and hands the connection back): 2 MiB rather than 1 MiB
-#: halves them (1 GiB from loopback: ~5,000 -> ~3,000 voluntary context
-#: switches, user CPU 0.15-0.23 -> 0.11-0.16 s; whole-process 100 x 4 MiB CPU
-#: 1.08 -> 0.89 s at load 14-16) for 32 MiB more at the default concurrency.
-CHUNK = 2 << 20
+#: writes the chunk and hands the connection back). 2 MiB halved them (1 GiB
+#: from loopback: ~5,000 -> ~3,000 voluntary context switches, user CPU
+#: 0.15-0.23 -> 0.11-0.16 s) but the harness measured it slower than 1 MiB in
+#: all eight cells of one run (0.60-0.99x, load 5-10) and peak RSS rose from
+#: 67 to 100-138 MiB, so it stays 1 MiB (docs/benchmarks.md, "where the time goes").
+CHUNK = 1 << 20
 
 #: Free chunk buffers beyond this many are dropped (parts in flight need one each).
 _KEEP_FREE = 32
