@@ -43,6 +43,32 @@ def test_layout_manifest_and_generation_chunks(redis_server: RedisServer) -> Non
         assert len(left) == 1 and gen.encode() not in left[0]  # old generation removed
 
 
+def test_a_write_not_yet_published_is_not_an_object(redis_server: RedisServer) -> None:
+    """Chunks staged by a write in progress (or left to expire by one that died)
+    look like tensorizer's ``K:<name>:<offset>`` keys; they were read as a
+    tensorizer-layout object: the first chunks of an unfinished write."""
+    data = os.urandom(9 << 20)
+    with tensorstream.open(redis_server.url("lay/unpublished"), "wb", redis_chunk_size=CS) as w:
+        w.write(data[: 8 << 20])  # a full write buffer: sent as chunks (a few still on the way)
+        with redis_server.client() as c:  # staged, with their expiry
+            assert len(list(c.scan_iter(match="lay/unpublished:*", count=1000))) > 100
+        with pytest.raises(errors.NotFoundError):
+            tensorstream.open(redis_server.url("lay/unpublished")).close()
+        w.write(data[8 << 20:])
+    with tensorstream.open(redis_server.url("lay/unpublished")) as f:
+        assert f.read() == data
+
+
+def test_tensorizer_keys_with_an_expiry_are_still_an_object(redis_server: RedisServer) -> None:
+    data = os.urandom(3 * CS + 7)
+    redis_server.put_tensorizer_layout("lay/tz-expiring", data, piece=CS)
+    with redis_server.client() as c:
+        for k in c.scan_iter(match="lay/tz-expiring:*"):
+            c.pexpire(k, 600_000)
+    with tensorstream.open(redis_server.url("lay/tz-expiring")) as f:
+        assert f.read() == data
+
+
 def test_aborted_write_leaves_nothing(redis_server: RedisServer) -> None:
     with pytest.raises(RuntimeError):
         with tensorstream.open(redis_server.url("lay/aborted"), "wb", redis_chunk_size=CS) as w:

@@ -29,6 +29,7 @@ __all__ = [
     "Layout",
     "chunk_key",
     "escape_glob",
+    "is_staged_chunk",
     "manifest_fields",
     "parse_manifest",
     "tensorizer_layout",
@@ -40,6 +41,7 @@ MAX_OBJECT_SIZE = 1 << 44
 MAX_CHUNKS = 1 << 24
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 _CHUNK_SUFFIX = re.compile(rb":(\d+)$")
+_GENERATION_CHUNK = re.compile(rb"[0-9a-f]{16}:\d+")
 
 
 def escape_glob(text: str) -> str:
@@ -50,6 +52,13 @@ def escape_glob(text: str) -> str:
 def chunk_key(path: str, generation: str, offset: int) -> str:
     """Name of the chunk of ``path``'s ``generation`` starting at ``offset``."""
     return f"{path}:{generation}:{offset}"
+
+
+def is_staged_chunk(path: str, key: bytes) -> bool:
+    """Whether ``key`` is named like a chunk of ``path`` that a tensorstream
+    writer stages: ``path:<generation: 16 hex digits>:<offset>``."""
+    prefix = path.encode("utf-8", "surrogateescape") + b":"
+    return key.startswith(prefix) and _GENERATION_CHUNK.fullmatch(key[len(prefix):]) is not None
 
 
 def chunk_offset(key: bytes) -> int | None:

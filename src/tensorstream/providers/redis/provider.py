@@ -53,7 +53,14 @@ from ..base import (
 from .blocking import BlockingRedisReader, batches, check_reply
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .errors import REDIS_ERRORS, map_redis_error, plain_text_instead_of_tls
-from .layout import Layout, escape_glob, parse_manifest, string_layout, tensorizer_layout
+from .layout import (
+    Layout,
+    escape_glob,
+    is_staged_chunk,
+    parse_manifest,
+    string_layout,
+    tensorizer_layout,
+)
 from .lister import list_objects
 from .writer import DELETE_IF_GENERATION, RedisWriter
 
@@ -298,8 +305,15 @@ class RedisProvider(Provider):
 
     async def _resolve_tensorizer(self, path: str) -> Layout:
         keys = await self.scan(escape_glob(path) + ":*")
-        sizes = await self.pipeline([("strlen", (k,)) for k in keys])
-        layout = tensorizer_layout(path, list(zip(keys, sizes, strict=True)))
+        answers = await self.pipeline([("strlen", (k,)) for k in keys]
+                                      + [("pttl", (k,)) for k in keys])
+        sizes, ttls = answers[: len(keys)], answers[len(keys):]
+        # A chunk a writer staged (``K:<generation>:<offset>`` with its staging
+        # expiry) belongs to no object until a manifest names it: an unpublished
+        # write, or one whose abort left it to expire, is never an object.
+        sized = [(k, n) for k, n, ttl in zip(keys, sizes, ttls, strict=True)
+                 if not (ttl >= 0 and is_staged_chunk(path, k))]
+        layout = tensorizer_layout(path, sized)
         if layout is None:
             raise NotFoundError(f"no such Redis object: {path!r}")
         return layout
