@@ -154,7 +154,9 @@ class HTTPTestServer:
         self._objects: dict[str, StoredObject] = {}
         self._log: list[RequestRecord] = []
         self._sent: dict[str, int] = {}
+        self._writing: dict[str, int] = {}  # bodies being written, per key
         self._lock = threading.Lock()
+        self._body_done = threading.Condition(self._lock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -307,12 +309,20 @@ class HTTPTestServer:
             self._log.clear()
             self._sent.clear()
 
-    def bytes_sent(self, key: str | None = None) -> int:
-        """Body bytes written to clients since the log was cleared: for ``key``, or all."""
-        with self._lock:
-            if key is None:
+    def bytes_sent(self, key: str | None = None, settle: float = 2.0) -> int:
+        """Body bytes written to clients since the log was cleared: for ``key``, or all.
+
+        A client can have its bytes before the server's handler has counted
+        them, so this first waits (up to ``settle`` seconds) for bodies still
+        being written -- of ``key``, or of any key -- to finish.
+        """
+        want = None if key is None else key.lstrip("/")
+        with self._body_done:
+            self._body_done.wait_for(
+                lambda: not (self._writing if want is None else self._writing.get(want)), settle)
+            if want is None:
                 return sum(self._sent.values())
-            return self._sent.get(key.lstrip("/"), 0)
+            return self._sent.get(want, 0)
 
     # -- serving --------------------------------------------------------------
     def _record(self, request: web.BaseRequest, status: int) -> None:
@@ -446,6 +456,19 @@ class HTTPTestServer:
 
     async def _write_body(self, resp: web.StreamResponse, body: memoryview,
                           paced: bool, key: str) -> None:
+        with self._lock:
+            self._writing[key] = self._writing.get(key, 0) + 1
+        try:
+            await self._write_paced(resp, body, paced, key)
+        finally:
+            with self._body_done:
+                self._writing[key] -= 1
+                if not self._writing[key]:
+                    del self._writing[key]
+                self._body_done.notify_all()
+
+    async def _write_paced(self, resp: web.StreamResponse, body: memoryview,
+                           paced: bool, key: str) -> None:
         # ``faults.rate_limit`` (bytes/s of each body) is read again at every
         # step, so a test can slow a link down or speed it up while bodies are
         # in progress.
