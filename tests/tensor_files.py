@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import pytest
 import torch
 from tensorizer import TensorSerializer
 
@@ -49,3 +52,22 @@ def same_bytes(a: Any, b: Any) -> bool:
     return bool(a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
                 and a.detach().contiguous().reshape(-1).view(torch.uint8).equal(
                     b.detach().contiguous().reshape(-1).view(torch.uint8)))
+
+
+def disk_fails_at(monkeypatch: pytest.MonkeyPatch, module: ModuleType, nth: int) -> None:
+    """``module._pread_exact``'s ``nth`` call lands half its buffer, then fails with EIO
+    (the disk failing mid-chunk); every other call reads normally."""
+    lock = threading.Lock()
+    calls = [0]
+    real = module._pread_exact
+
+    def failing(fd: int, p: str, offset: int, buffer: memoryview, etag: Any) -> int:
+        with lock:
+            calls[0] += 1
+            n = calls[0]
+        if n == nth:
+            real(fd, p, offset, buffer[: len(buffer) // 2], etag)
+            raise OSError(5, "Input/output error")
+        return int(real(fd, p, offset, buffer, etag))
+
+    monkeypatch.setattr(module, "_pread_exact", failing)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.tensor_files import one_per_dtype, same_bytes
+from tests.tensor_files import disk_fails_at, one_per_dtype, same_bytes
 
 from tensorstream.readahead import localfill as _local
 
@@ -108,27 +108,11 @@ def test_local_reads_use_several_threads(model: tuple[Path, dict[str, Any]], sma
 def test_a_failed_read_hands_out_no_tensor_it_touched(
         model: tuple[Path, dict[str, Any]], small_chunks: int, how: str, fail_at: int,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
-
     from tensorstream.providers.local import provider as local
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
     path, want = model
-    lock = threading.Lock()
-    calls = [0]
-    real = local._pread_exact
-
-    def failing(fd: int, p: str, offset: int, buffer: memoryview, etag: Any) -> int:
-        with lock:
-            calls[0] += 1
-            n = calls[0]
-        if n == fail_at + 1:  # (the first call reads the header)
-            half = buffer[: len(buffer) // 2]
-            real(fd, p, offset, half, etag)  # half of the chunk lands, then the disk fails
-            raise OSError(5, "Input/output error")
-        return real(fd, p, offset, buffer, etag)
-
-    monkeypatch.setattr(local, "_pread_exact", failing)
+    disk_fails_at(monkeypatch, local, fail_at + 1)  # (the first call reads the header)
     got: list[tuple[str, Any]] = []
     with pytest.raises(OSError, match="Input/output error"):
         if how == "load":

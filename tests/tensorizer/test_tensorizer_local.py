@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, TensorSerializer
-from tests.tensor_files import same_bytes
+from tests.tensor_files import disk_fails_at, same_bytes
 
 import tensorstream
 from tensorstream import errors
@@ -238,20 +238,7 @@ def _local_threads() -> list[str]:
 def test_a_failed_read_hands_out_no_tensor_it_touched(
         model: Path, lazy: bool, fail_at: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
-    lock = threading.Lock()
-    calls = [0]
-    real = local._pread_exact
-
-    def failing(fd: int, p: str, offset: int, buffer: memoryview, etag: Any) -> int:
-        with lock:
-            calls[0] += 1
-            n = calls[0]
-        if n == fail_at:
-            real(fd, p, offset, buffer[: len(buffer) // 2], etag)  # half lands, then the disk fails
-            raise OSError(5, "Input/output error")
-        return int(real(fd, p, offset, buffer, etag))
-
-    monkeypatch.setattr(local, "_pread_exact", failing)
+    disk_fails_at(monkeypatch, local, fail_at)
     got: dict[str, torch.Tensor] = {}
     with pytest.raises(OSError, match="Input/output error"):
         if not lazy:
