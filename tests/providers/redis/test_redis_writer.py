@@ -186,3 +186,57 @@ def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_abort(
     assert _left(redis_server, key) == []
     with pytest.raises(tensorstream.errors.NotFoundError):
         tensorstream.open(redis_server.url(key)).close()
+
+
+class _Both:
+    """Two holds in turn: ``first`` until it released, then ``second``."""
+
+    def __init__(self, first: _Hold, second: _Hold) -> None:
+        self.first, self.second = first, second
+
+    async def __call__(self, data: bytes) -> None:
+        if not self.first._done:
+            await self.first(data)
+        else:
+            await self.second(data)
+
+
+def _is_delete(data: bytes) -> bool:
+    m = _COMMAND.match(data)
+    return m is not None and m.group(1).upper() in (b"DEL", b"UNLINK")
+
+
+def test_a_commit_whose_writer_was_aborted_while_it_waited_never_publishes(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """The commit waits for a chunk while the writer is aborted beside it; the
+    abort's clean-up (``DEL``) is then held, so a commit that went on to publish
+    once its chunk landed would get its manifest past the clean-up and leave it
+    over deleted chunks. It must raise instead, and leave nothing behind."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    chunk = _Hold(lambda d: f"{key}:".encode() in d and b"\r\nSET\r\n" in d[:40]
+                  and re.search(rb":%d\r\n" % (2 * CS), d) is not None,
+                  also=frozenset({"SET"}))
+    # Held until the publish passes it (or 2 s): only a publish can overtake it.
+    delete = _Hold(_is_delete, also=frozenset({"SET", "PERSIST", "STRLEN", "EVAL", "EVALSHA", "MULTI",
+                                   "GET", "EXEC"}))
+    proxy.faults.on_client_data = _Both(chunk, delete)
+    outcome: list[BaseException | None] = []
+
+    async def run() -> None:
+        async with tensorstream.get_provider(f"redis://127.0.0.1:{proxy.port}/",
+                                             redis_chunk_size=CS) as p:
+            w = p.open_writer(key)
+            await w.write(os.urandom(4 * CS))
+            await asyncio.to_thread(chunk.held.wait, 10)
+            commit = asyncio.ensure_future(w.commit())
+            await asyncio.sleep(0.05)  # the commit waits for the held chunk
+            results = await asyncio.gather(w.abort(), commit, return_exceptions=True)
+            outcome.append(results[1])
+
+    asyncio.run(run())
+    assert chunk.held.is_set() and delete.held.is_set(), (chunk.seen, delete.seen)
+    assert "PUBLISH" not in chunk.seen + delete.seen, (chunk.seen, delete.seen)
+    assert isinstance(outcome[0], ValueError), outcome
+    assert _left(redis_server, key) == []
+    with pytest.raises(tensorstream.errors.NotFoundError):
+        tensorstream.open(redis_server.url(key)).close()
