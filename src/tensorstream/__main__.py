@@ -1,7 +1,5 @@
 """``python -m tensorstream``: the ``tensorstream`` command line."""
 
-import sys
+from .cli.main import entry
 
-from .cli.main import main
-
-sys.exit(main())
+entry()

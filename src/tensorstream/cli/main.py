@@ -17,6 +17,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .. import __version__
 from ..errors import ConfigurationError, InvalidURIError, UnknownSchemeError
@@ -25,7 +26,7 @@ from . import convert, cp, inspect_model, ls, objects
 from ._run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, print_error
 from .options import add_storage_options
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "entry", "main"]
 
 _USAGE_ERRORS = (ConfigurationError, InvalidURIError, UnknownSchemeError, argparse.ArgumentTypeError)
 
@@ -104,5 +105,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
 
 
+def entry() -> NoReturn:
+    """The process entry point (``tensorstream`` console script, ``python -m
+    tensorstream``): :func:`main`, then leave without the interpreter's teardown.
+
+    By then the command is over: every destination is closed (and fsynced), every
+    worker thread idle. What remains of a normal exit is finalising every module
+    and object and joining the idle worker threads: 38-47 ms of a 100-object
+    ``cp`` at load 10 (up to 0.2 s at load 9), longer than its listing. Output
+    is flushed and ``atexit`` handlers (logging, the I/O loop's aborts of
+    writers left open) still run; then the process ends with ``os._exit``.
+    """
+    import atexit
+    import os
+
+    code = main()
+    try:
+        atexit._run_exitfuncs()
+        atexit._clear()  # ran: an ordinary exit after a failure below must not repeat them
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BrokenPipeError:  # the reader left (`... | head`): as main() does
+                from .output import quiet_if_closed
+
+                quiet_if_closed(stream)
+    except BaseException:  # anything unexpected: the ordinary exit, teardown included
+        sys.exit(code)
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()
