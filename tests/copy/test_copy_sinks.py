@@ -1,0 +1,221 @@
+"""A durable local destination's last steps (``copy/sinks.py``): the group
+commit of directory fsyncs, and what a crash can leave behind.
+
+The guarantee checked: an object reported copied has its bytes fsynced before
+its rename and an ``fsync`` of its directory that *started after* its rename
+returned before the report; a process killed at any moment leaves no partial
+file under a final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tensorstream.copy import sinks
+from tensorstream.copy.engine import copy
+from tensorstream.copy.sinks import DirectorySync
+
+
+def _dir_fd(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def test_an_fsync_in_progress_does_not_cover_a_later_rename(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A's fsync starts and blocks; B renames while it runs. B must not return
+    # on A's fsync (it may have missed B's rename), only on one issued after.
+    group = DirectorySync()
+    started: list[int] = []
+    release_first = threading.Event()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        started.append(fd)
+        if len(started) == 1:
+            assert release_first.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    fd_a, fd_b = _dir_fd(tmp_path), _dir_fd(tmp_path)
+    returned: list[str] = []
+    a = threading.Thread(target=lambda: (group.sync(fd_a), returned.append("a")))
+    a.start()
+    for _ in range(500):
+        if started:
+            break
+        time.sleep(0.01)
+    assert started == [fd_a]  # A's fsync is in progress
+    b = threading.Thread(target=lambda: (group.sync(fd_b), returned.append("b")))
+    b.start()
+    time.sleep(0.2)
+    assert returned == [] and len(started) == 1  # B waits for A's fsync, then its own
+    release_first.set()
+    a.join(10)
+    b.join(10)
+    assert sorted(returned) == ["a", "b"]
+    assert started == [fd_a, fd_b]  # a second fsync, started after B's ticket
+    os.close(fd_a)
+    os.close(fd_b)
+
+
+def test_waiting_renames_share_one_fsync(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # While one fsync of the directory runs, every thread that arrives waits;
+    # the next fsync covers all of them: 1 + 1 calls for 9 threads, not 9.
+    group = DirectorySync()
+    calls: list[float] = []
+    gate = threading.Event()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            assert gate.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    fds = [_dir_fd(tmp_path) for _ in range(9)]
+    threads = [threading.Thread(target=group.sync, args=(fd,)) for fd in fds]
+    threads[0].start()
+    for _ in range(500):
+        if calls:
+            break
+        time.sleep(0.01)
+    for t in threads[1:]:
+        t.start()
+    time.sleep(0.2)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert len(calls) == 2
+    assert group._dirs == {}  # nothing kept for a directory nobody waits on
+    for fd in fds:
+        os.close(fd)
+
+
+def test_each_copied_object_is_covered_by_a_later_directory_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A folder copied with fsync on: every file is fsynced before its rename,
+    # and before the copy reports it done, a directory fsync that started after
+    # its rename has returned; there are fewer directory fsyncs than files.
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"{i:02d}.bin": os.urandom(20_000 + i) for i in range(24)}
+    for name, body in data.items():
+        (src / name).write_bytes(body)
+    dst = tmp_path / "dst"
+    lock = threading.Lock()
+    events: list[tuple[str, str, int]] = []  # (what, name, sequence number)
+    seq = iter(range(1 << 30))
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def note(what: str, name: str) -> None:
+        with lock:
+            events.append((what, name, next(seq)))
+
+    def fsync(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+        note("dir-start" if is_dir else "file", target)
+        time.sleep(0.002)  # a disk that takes its time: renames pile up meanwhile
+        real_fsync(fd)
+        if is_dir:
+            note("dir-end", target)
+
+    def replace(a: str, b: str, **kw: object) -> None:
+        note("tmp-fsynced-before-rename", str(a))
+        real_replace(a, b, **kw)  # type: ignore[arg-type]
+        note("renamed", str(b))
+
+    class Reports:
+        def start(self, files: int, total: int) -> None: ...
+        def file_started(self, name: str, size: int) -> None: ...
+        def advance(self, name: str, nbytes: int) -> None: ...
+        def file_finished(self, name: str, ok: bool) -> None:
+            assert ok
+            note("reported", os.path.basename(name))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    result = copy(f"{src}/", f"{dst}/", recursive=True, concurrency=8, jobs=8,
+                  progress=Reports())
+    assert result.ok and result.files == len(data), result.errors
+    assert {p.name: p.read_bytes() for p in dst.iterdir()} == data
+    renamed = {name: n for what, name, n in events if what == "renamed"}
+    reported = {name: n for what, name, n in events if what == "reported"}
+    files = {os.path.basename(name): n for what, name, n in events if what == "file"}
+    dir_syncs: list[tuple[int, int]] = []
+    open_starts: dict[str, list[int]] = {}
+    for what, name, n in events:
+        if what == "dir-start":
+            open_starts.setdefault(name, []).append(n)
+        elif what == "dir-end":
+            dir_syncs.append((open_starts[name].pop(0), n))
+    for name in data:
+        tmp_fsync = [n for tmp, n in files.items() if tmp.startswith(f".{name}.")]
+        assert tmp_fsync and tmp_fsync[0] < renamed[name]
+        assert any(renamed[name] < start and end < reported[name] for start, end in dir_syncs), \
+            name
+    assert len(dir_syncs) < len(data)
+
+
+_KILLED_CP = r"""
+import sys
+from tensorstream.cli.main import main
+sys.exit(main(["cp", "--json", "-r", "--jobs", "16", "--concurrency", "16", sys.argv[1], sys.argv[2]]))
+"""
+
+
+def test_a_killed_folder_copy_leaves_only_whole_files(tmp_path: Path) -> None:
+    # SIGKILL while objects are being published: whatever has a final name is
+    # whole, and everything reported copied before the kill is there.
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"{i:03d}.bin": os.urandom(200_000 + i) for i in range(150)}
+    for name, body in data.items():
+        (src / name).write_bytes(body)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + \
+        env.get("PYTHONPATH", "")
+    for attempt in range(3):
+        dst = tmp_path / f"dst{attempt}"
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_CP, f"{src}/", f"{dst}/"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        assert proc.stdout is not None
+        reported: list[str] = []
+        for line in proc.stdout:
+            record = json.loads(line)
+            if record.get("status") == "copied":
+                reported.append(os.path.basename(record["dst"]))
+            if len(reported) >= 10 + 20 * attempt:
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait(60)
+        proc.stdout.close()
+        finals = [p for p in dst.iterdir() if not p.name.startswith(".")] if dst.exists() else []
+        for p in finals:
+            assert p.read_bytes() == data[p.name], p.name
+        assert set(reported) <= {p.name for p in finals}
+        if proc.returncode == -signal.SIGKILL:
+            assert len(finals) < len(data) or attempt > 0
+
+
+def test_the_process_wide_group_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A durable publish goes through the shared group commit (one per process).
+    seen: list[int] = []
+    real = sinks.directory_sync.sync
+    monkeypatch.setattr(sinks.directory_sync, "sync", lambda fd: (seen.append(fd), real(fd)))
+    (tmp_path / "a.bin").write_bytes(b"x" * 1000)
+    result = copy(str(tmp_path / "a.bin"), str(tmp_path / "b.bin"))
+    assert result.ok and len(seen) == 1
+    result = copy(str(tmp_path / "a.bin"), str(tmp_path / "c.bin"), durable=False)
+    assert result.ok and len(seen) == 1
