@@ -8,6 +8,7 @@ own readers."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from pathlib import Path
@@ -15,12 +16,13 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, TensorSerializer
 from tests.tensor_files import disk_fails_at, same_bytes
 
 import tensorstream
 from tensorstream import errors
-from tensorstream.readahead import localfill
+from tensorstream.readahead import arena, localfill
 from tensorstream.tensorizer import local
 from tensorstream.tensorizer.hook import StreamTensorDeserializer
 from tensorstream.tensorizer.load import DecryptionError, Encryption, TensorHashMismatchError
@@ -31,6 +33,7 @@ CHUNK = 1000  # odd: chunks cross pages, elements and tensors at odd offsets
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(localfill, "CHUNK", CHUNK)
+    monkeypatch.setattr(arena, "MIN_ARENA", 0)  # tiny models are filled in one mapping too
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
 
 
@@ -127,6 +130,27 @@ def test_every_dtype_is_byte_identical_to_tensorizers_own_load(
     assert sum(n for _, _, n in spy.chunks) == sum(spans.values())
     assert max(n for _, _, n in spy.chunks) <= CHUNK
     assert _local_threads() == []  # the helper threads have returned
+
+
+def test_tensors_live_in_one_mapping_each_with_its_own_storage(model: Path,
+                                                               tmp_path: Path) -> None:
+    # readahead.arena: the fast path fills one mapping (huge pages where cheap), yet every
+    # tensor is a storage of its own, as tensorizer's own load hands out.
+    with tensorstream.deserialize(model, device="cpu") as got:
+        state = dict(got)
+    stored = [t for t in state.values() if t.numel()]
+    assert all(t.untyped_storage().nbytes() == t.nbytes for t in stored)  # not the mapping's
+    ptrs = sorted((t.data_ptr(), t.nbytes) for t in stored)
+    assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(ptrs))
+    # one mapping (no malloc arena holds them all), packed within 64-byte alignment
+    first, last = ptrs[0][0], ptrs[-1][0] + ptrs[-1][1]
+    assert last - first <= sum(n + arena.ALIGN for _, n in ptrs)
+    with open("/proc/self/maps") as f:
+        spans = [[int(x, 16) for x in line.split()[0].split("-")] for line in f]
+    assert any(lo <= first and last <= hi and hi - lo < (4 << 20) for lo, hi in spans)
+    save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "again.safetensors")
+    for name in STATE:
+        assert same_bytes(state[name], STATE[name]), name
 
 
 def test_memory_tensorizer_allocated_itself_is_read_as_before(

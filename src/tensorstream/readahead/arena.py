@@ -1,0 +1,182 @@
+"""One mapping for a local load's tensors, on transparent huge pages when the
+kernel has them free and cheap.
+
+Why: a local load is bound by faulting in fresh tensor memory, not by the
+file (it is in the page cache). With 4 KiB pages that is one fault per page
+(131k per 512 MiB; ~1.3 ms of CPU per 4 MiB here); with 2 MiB pages it is 256
+faults and the kernel zeroes whole huge pages at memory speed (~0.35 ms per
+4 MiB). Tensors of a few MiB or less never get huge pages from the general
+allocator (they are not 2 MiB aligned), so every tensor of the load is carved
+out of one private anonymous mapping advised ``MADV_HUGEPAGE`` (the Run:ai
+streamer gets the same from numpy, which advises every large array).
+
+Two catches, both handled here. With ``defrag`` set to ``madvise`` (the usual
+default) a fault in an advised region that finds no free 2 MiB block compacts
+memory first, which stalled loads for 0.65-1.34 s on a fragmented machine
+(docs/benchmarks.md, session 3): the advice is only given when
+``/proc/buddyinfo`` shows free blocks of 2 MiB or more for twice the mapping
+(:func:`huge_pages_free`). And a virtual machine that hands its free memory
+back to the host (virtio-balloon free page reporting: every free block of
+2 MiB or more, two seconds after it was freed) pays the host's faults for
+each such huge page: ~9 ms per 4 MiB, far dearer than 4 KiB pages (taken from
+smaller free blocks, never handed back). :meth:`Arena.populate` measures what
+the pages cost as the load goes and gives huge pages up for the rest of the
+mapping once they come dear.
+
+Each tensor gets a storage of its own over its slice of the mapping (so
+``safetensors.torch.save_file``, ``torch.save`` of one tensor and storage
+sharing checks see separate tensors), aligned as ``torch.empty`` aligns
+(64 bytes) or, from 2 MiB, on a huge page. The mapping is unmapped when the
+last of the load's tensors is freed: freeing some tensors of a load returns
+no memory until then.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import sys
+import time
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["ALIGN", "MIN_ARENA", "SLOW_NS_PER_MIB", "Arena", "huge_pages_free"]
+
+#: Alignment of each tensor in the mapping (``torch.empty``'s on the CPU).
+ALIGN = 64
+#: Loads with fewer tensor bytes allocate each tensor with ``torch.empty``
+#: (a mapping of its own is not worth it below a huge page or two).
+MIN_ARENA = 4 << 20
+_HUGE = 2 << 20
+_MADV_HUGEPAGE = 14
+_MADV_NOHUGEPAGE = 15
+_MADV_POPULATE_WRITE = 23
+#: Thread CPU per MiB populated above which huge pages are given up: what
+#: 4 KiB pages cost here (~0.32 ms per MiB; cheap huge pages ~0.09-0.2, dear
+#: ones ~2.2), so huge pages are kept only while they are the cheaper.
+SLOW_NS_PER_MIB = 350_000
+_BUDDYINFO = "/proc/buddyinfo"
+
+_madvise = None
+if sys.platform == "linux":
+    try:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _madvise = _libc.madvise
+        _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        _madvise.restype = ctypes.c_int
+    except (OSError, AttributeError):  # pragma: no cover - no usable libc
+        _madvise = None
+
+
+def _thp_enabled() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+def _free_huge_bytes() -> int:
+    """Bytes in free blocks of 2 MiB or more (every zone, every node), from
+    ``/proc/buddyinfo`` (free blocks per order: 2**order pages); 0 if unreadable."""
+    page = mmap.PAGESIZE
+    huge_order = max(0, (_HUGE // page).bit_length() - 1)  # 9 on 4 KiB pages
+    total = 0
+    try:
+        with open(_BUDDYINFO) as f:
+            for line in f:
+                counts = line.split(",", 1)[-1].split()[2:]  # after "zone NAME"
+                for order, count in enumerate(counts):
+                    if order >= huge_order:
+                        total += int(count) * (page << order)
+    except (OSError, ValueError):
+        return 0
+    return total
+
+
+def huge_pages_free(nbytes: int) -> bool:
+    """Whether ``nbytes`` of huge pages can be had without compacting memory:
+    transparent huge pages are not off and free 2 MiB blocks cover twice
+    ``nbytes`` (other processes allocate too)."""
+    return _madvise is not None and _thp_enabled() and _free_huge_bytes() >= 2 * nbytes
+
+
+class Arena:
+    """The tensors of one load (:attr:`tensors`: a 1-D ``uint8`` tensor of each
+    of ``sizes`` bytes, uninitialized), each with its own storage inside one
+    fresh mapping (:data:`ALIGN`-aligned).
+
+    ``huge``: advise huge pages (None: when :func:`huge_pages_free` says they
+    are free). Below :data:`MIN_ARENA` in all, each tensor is a ``torch.empty``.
+    """
+
+    def __init__(self, sizes: Sequence[int], *, huge: bool | None = None) -> None:
+        offsets = []
+        end = 0
+        for n in sizes:
+            # A tensor of a huge page or more starts on one: its chunks (cut from its
+            # start) then fault whole huge pages, not one that two threads race for.
+            # No memory is lost: the padding lies in the huge page the previous
+            # tensor ends in, faulted whole anyway (and untouched on 4 KiB pages).
+            step = _HUGE if n >= _HUGE else ALIGN
+            end = -(-end // step) * step
+            offsets.append(end)
+            end += n
+        self.huge = False
+        self._base = self._length = 0
+        if end < MIN_ARENA:
+            self.tensors = [torch.empty(n, dtype=torch.uint8) for n in sizes]
+            return
+        # A private anonymous mapping (a shared one is shmem: no anonymous huge pages),
+        # one huge page longer so that its data can start on a 2 MiB boundary.
+        region = mmap.mmap(-1, end + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        whole = memoryview(region)
+        skip = -ctypes.addressof(ctypes.c_char.from_buffer(whole)) % _HUGE
+        self._base = ctypes.addressof(ctypes.c_char.from_buffer(whole)) + skip
+        self._length = -(-end // _HUGE) * _HUGE
+        if huge is None:
+            huge = huge_pages_free(end)
+        if huge and _madvise is not None:
+            # Best effort: an error (a kernel without THP) leaves 4 KiB pages.
+            self.huge = _madvise(self._base, self._length, _MADV_HUGEPAGE) == 0
+            if self.huge:
+                # One huge page first, before any thread takes a chunk: where they are
+                # dear the load then pays for one (~4.5 ms here), not one per thread.
+                self._populate(self._base, _HUGE)
+        # Each frombuffer holds its slice's export of the mapping: it stays mapped
+        # until the last tensor goes.
+        self.tensors = [torch.frombuffer(whole[skip + o: skip + o + n], dtype=torch.uint8)
+                        if n else torch.empty(0, dtype=torch.uint8)
+                        for o, n in zip(offsets, sizes, strict=True)]
+
+    def populate(self, view: memoryview) -> None:
+        """Fault in ``view`` (a piece of :attr:`tensors`) before a read lands in it,
+        and give up huge pages for the rest of the mapping if they came dear.
+
+        Why: on a virtual machine that hands free memory back to its host, a
+        huge page costs the host's faults of all its 4 KiB pages once its block
+        has been handed back (here ~9 ms of thread CPU per 4 MiB, against 1.3 ms
+        on 4 KiB pages and 0.35 ms on huge pages freed moments ago, which are
+        handed out first). The cost is measured in thread CPU, which a busy
+        machine does not inflate, per huge page the piece spans; above
+        :data:`SLOW_NS_PER_MIB` the not yet faulted rest of the mapping goes back
+        to 4 KiB pages. The first huge page is tried when the mapping is made,
+        so where they are all dear a load pays for that one. (Pages already
+        present cost nothing here.)
+        """
+        if not self.huge or not view.nbytes:
+            return
+        self._populate(ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes)
+
+    def _populate(self, addr: int, nbytes: int) -> None:
+        # The huge pages the piece touches: at most what this call can fault in.
+        spanned = -(-(addr + nbytes) // _HUGE) * _HUGE - addr // _HUGE * _HUGE
+        assert _madvise is not None
+        began = time.thread_time_ns()
+        ok = _madvise(addr, nbytes, _MADV_POPULATE_WRITE) == 0
+        spent = time.thread_time_ns() - began
+        if not ok or spent > SLOW_NS_PER_MIB * spanned / (1 << 20):
+            self.huge = False
+            _madvise(self._base, self._length, _MADV_NOHUGEPAGE)

@@ -1,0 +1,140 @@
+"""tensorstream.readahead.arena: a load's tensors in one mapping, each with a storage of
+its own; huge pages advised only where free blocks cover them, given up when they come
+dear; the memory outlives the arena object until the last tensor goes."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tensorstream.readahead import arena
+
+MiB = 1 << 20
+SIZES = [5 * MiB + 3, 100, 3 * MiB, 0, 2 * MiB, 7]
+
+linux_thp = pytest.mark.skipif(
+    sys.platform != "linux" or arena._madvise is None or not arena._thp_enabled(),
+    reason="transparent huge pages are off or not Linux")
+
+
+def _vmflags(address: int) -> set[str]:
+    """The VmFlags of the mapping holding ``address`` (``hg``: MADV_HUGEPAGE, ``nh``: NOHUGEPAGE)."""
+    flags: set[str] = set()
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                flags = set(line.split()[1:])
+    return flags
+
+
+def test_each_tensor_has_its_own_aligned_storage_in_one_mapping() -> None:
+    tensors = arena.Arena(SIZES, huge=False).tensors
+    assert [t.numel() for t in tensors] == SIZES
+    assert all(t.dtype == torch.uint8 and t.dim() == 1 for t in tensors)
+    spans = []
+    for t, n in zip(tensors, SIZES, strict=True):
+        if not n:
+            continue
+        storage = t.untyped_storage()
+        assert storage.nbytes() == n  # not the whole mapping: torch.save(t) writes n bytes
+        align = 2 * MiB if n >= 2 * MiB else arena.ALIGN
+        assert t.data_ptr() % align == 0
+        spans.append((t.data_ptr(), t.data_ptr() + n))
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # no overlap
+    assert spans[-1][1] - spans[0][0] < sum(SIZES) + 4 * MiB  # one mapping, packed
+    for i, t in enumerate(tensors):
+        t.fill_(i + 1)
+    assert [int(t.sum()) for t in tensors] == [(i + 1) * n for i, n in enumerate(SIZES)]
+
+
+def test_safetensors_sees_separate_tensors(tmp_path: Path) -> None:
+    # save_file refuses tensors that share a storage: views of one buffer would fail here.
+    tensors = arena.Arena(SIZES, huge=False).tensors
+    for i, t in enumerate(tensors):
+        t.fill_(i)
+    state = {f"t{i}": t for i, t in enumerate(tensors)}
+    save_file(state, tmp_path / "x.safetensors")
+    back = load_file(tmp_path / "x.safetensors")
+    assert all(torch.equal(back[k], v) for k, v in state.items())
+
+
+def test_the_memory_lives_until_the_last_tensor_goes() -> None:
+    memory = arena.Arena([6 * MiB, 1 * MiB], huge=False)
+    first, second = memory.tensors
+    second.fill_(9)
+    del memory, first
+    gc.collect()
+    assert int(second.sum()) == 9 * MiB
+    ptr = second.data_ptr()
+    assert _vmflags(ptr)  # still mapped
+    del second
+    gc.collect()
+    assert not _vmflags(ptr)  # unmapped with the last tensor
+
+
+def test_small_loads_are_plain_torch_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = arena.Arena([1000, 2000])
+    assert not memory.huge
+    assert [t.numel() for t in memory.tensors] == [1000, 2000]
+    memory.populate(memory.tensors[0].numpy().data.cast("B"))  # a no-op, never raises
+
+
+@linux_thp
+def test_huge_pages_are_advised_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)  # never given up here
+    huge = arena.Arena([8 * MiB], huge=True)
+    small = arena.Arena([8 * MiB], huge=False)
+    assert huge.huge and "hg" in _vmflags(huge.tensors[0].data_ptr())
+    assert not small.huge and "hg" not in _vmflags(small.tensors[0].data_ptr())
+
+
+@linux_thp
+def test_dear_huge_pages_are_given_up_for_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)  # nothing is dear
+    memory = arena.Arena([16 * MiB], huge=True)
+    view = memory.tensors[0].numpy().data.cast("B")
+    memory.populate(view[: 4 * MiB])
+    assert memory.huge
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", -1)  # everything is dear
+    memory.populate(view[4 * MiB: 8 * MiB])
+    assert not memory.huge
+    assert "nh" in _vmflags(memory.tensors[0].data_ptr() + 12 * MiB)
+    memory.tensors[0].fill_(3)  # still ordinary writable memory
+    assert int(memory.tensors[0][-1]) == 3
+
+
+@linux_thp
+def test_where_the_first_huge_page_is_dear_none_is_advised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", -1)
+    memory = arena.Arena([16 * MiB], huge=True)
+    assert not memory.huge  # tried on the first huge page, before any thread reads
+    assert "nh" in _vmflags(memory.tensors[0].data_ptr())
+
+
+def test_huge_pages_need_free_blocks_for_twice_the_bytes(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    info = tmp_path / "buddyinfo"
+    # orders 0..10; 4 KiB pages: order 9 = 2 MiB, order 10 = 4 MiB
+    info.write_text("Node 0, zone      DMA      1 1 1 1 1 1 1 1 1 1 1\n"
+                    "Node 0, zone   Normal   9 9 9 9 9 9 9 9 9 3 2\n")
+    monkeypatch.setattr(arena, "_BUDDYINFO", str(info))
+    monkeypatch.setattr(arena.mmap, "PAGESIZE", 4096)
+    assert arena._free_huge_bytes() == (1 + 3) * 2 * MiB + (1 + 2) * 4 * MiB  # 20 MiB
+    monkeypatch.setattr(arena, "_thp_enabled", lambda: True)
+    if arena._madvise is not None:
+        assert arena.huge_pages_free(10 * MiB)
+    assert not arena.huge_pages_free(10 * MiB + 1)
+    monkeypatch.setattr(arena, "_BUDDYINFO", str(tmp_path / "missing"))
+    assert arena._free_huge_bytes() == 0
