@@ -5,7 +5,8 @@ just before reading it, so a local load spends most of its time faulting in
 fresh memory one tensor at a time (one thread per reader; a model of one
 tensor gets one thread whatever ``num_readers`` says). Here the tensors'
 data is read by :mod:`tensorstream.readahead.localfill` (shared with the
-safetensors loader): every tensor is mapped before the threads start, its
+safetensors loader): every tensor is mapped before the threads start (one
+mapping, on huge pages where they are free and cheap: :mod:`..readahead.arena`), its
 span cut into 4 MiB chunks that up to ``num_readers`` threads (never more
 than the process's CPUs) take in file order, each chunk's pages populated
 with one ``MADV_POPULATE_WRITE`` and read with ``preadv`` on the descriptor
