@@ -402,7 +402,7 @@ def test_a_one_part_object_hands_its_read_slot_back_before_the_disk(
     # directory's fsync). Here the first object to be fsynced waits until the
     # other object's GET has reached the server; with the one read slot held
     # through the fsync it never would (the wait runs out, the check fails).
-    from tensorstream.copy import engine
+    from tensorstream.copy import width
 
     tag = os.urandom(4).hex()
     keys = {n: f"slot-{tag}/{n}.bin" for n in ("a", "b")}
@@ -425,7 +425,8 @@ def test_a_one_part_object_hands_its_read_slot_back_before_the_disk(
             seen_during_fsync.append(other_requested("b" if name.startswith(".a.") else "a"))
         real_fsync(fd)
 
-    monkeypatch.setattr(engine, "link_bound", lambda before, now: False)  # one slot, always
+    monkeypatch.setattr(width, "link_bound", lambda before, now: False)  # one slot, always
+    monkeypatch.setattr(width, "WAITING", -1.0)
     monkeypatch.setattr(os, "fsync", fsync)
     out = tmp_path / "out"
     result = copy([http_server.url(keys["a"]), http_server.url(keys["b"])], f"{out}/",
@@ -464,12 +465,13 @@ def test_a_part_is_written_once_per_chunk(tmp_path: Path, http_server: Any,
 def test_a_copy_waiting_on_its_link_goes_wider(tmp_path: Path, flaky: type[FlakyProvider],
                                                monkeypatch: pytest.MonkeyPatch,
                                                link_bound: bool) -> None:
-    # When the link is the limit (little CPU used, the machine idle) more parts
-    # go in flight, up to twice --concurrency; when the CPU is, the width stays.
-    from tensorstream.copy import engine
+    # By the idle-machine rule (a source without the receiving thread): when
+    # the link is the limit (little CPU used, the machine idle) more parts go
+    # in flight, up to four times --concurrency; when the CPU is, the width stays.
+    from tensorstream.copy import width
 
-    monkeypatch.setattr(engine, "link_bound", lambda before, now: link_bound)
-    monkeypatch.setattr(engine, "_LOOK", 0.02)
+    monkeypatch.setattr(width, "link_bound", lambda before, now: link_bound)
+    monkeypatch.setattr(width, "LOOK", 0.02)
     for i in range(40):
         flaky.store[f"b/{i:02d}.bin"] = os.urandom(PART)
     SlowProvider.in_flight = SlowProvider.most = 0
@@ -477,11 +479,11 @@ def test_a_copy_waiting_on_its_link_goes_wider(tmp_path: Path, flaky: type[Flaky
     result = copy([f"slowtest://b/{i:02d}.bin" for i in range(40)], f"{out}/", part_size=PART,
                   concurrency=2, jobs=2)
     assert result.ok and result.files == 40, result.errors
-    assert SlowProvider.most == (4 if link_bound else 2)
+    assert SlowProvider.most == (8 if link_bound else 2)
 
 
 def test_link_bound_needs_an_idle_machine_and_a_waiting_process() -> None:
-    from tensorstream.copy.engine import link_bound
+    from tensorstream.copy.width import link_bound
 
     start = (0.0, 0.0, 0, 0)
     # (wall s, process CPU s, machine idle jiffies, machine total jiffies)

@@ -16,6 +16,7 @@ from ..copy.engine import (
 )
 from ..copy.receive import CHUNK
 from ..copy.select import Rules
+from ..copy.width import WIDEST
 from ..uri import parse_uri
 from .options import (
     Rule,
@@ -126,7 +127,8 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                        metavar="SIZE",
                        help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M);"
                             f" memory: concurrency x {CHUNK >> 20} MiB to a local destination "
-                            f"({DEFAULT_CONCURRENCY * CHUNK >> 20} MiB by default), about 1.25 x "
+                            f"({DEFAULT_CONCURRENCY * CHUNK >> 20} MiB by default, up to "
+                            f"{WIDEST} x that while a slow link has the copy widened), about 1.25 x "
                             "concurrency "
                             f"x part size to S3/Redis ({default_mem >> 20} MiB by default, up to "
                             "twice that while the destination is read back)")

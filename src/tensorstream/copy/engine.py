@@ -7,7 +7,8 @@
   ``concurrency`` parts are in flight across all objects being copied (up to
   ``jobs`` objects at once, so a folder of small objects is as wide as one
   large object); while the link, not the CPU, is the limit the copy widens
-  up to twice that. Parts are fetched on the data plane's worker threads
+  up to four times that, and narrows back when it is not
+  (:mod:`tensorstream.copy.width`). Parts are fetched on the data plane's worker threads
   (:mod:`tensorstream.copy.receive`). A local destination
   (:mod:`tensorstream.copy.local`) receives each part straight into its
   temp file: the bytes go from the socket through a 1 MiB chunk buffer into
@@ -52,7 +53,7 @@ from typing import Any, Protocol
 from .. import _loop
 from ..api import get_provider
 from ..layers.stack import PolicyProvider
-from ..providers._http.threads import MAX_THREADS, prestart
+from ..providers._http.threads import prestart
 from ..providers.base import Pin
 from ..uri import ParsedURI, redact_text
 from .local import Listings, copy_to_local
@@ -61,6 +62,7 @@ from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
 from .sinks import BufferPool, PartBuffer
 from .tasks import cancel_and_wait, gather_or_cancel
+from .width import Width
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -77,12 +79,6 @@ __all__ = [
 log = logging.getLogger("tensorstream.copy")
 
 MiB = 1 << 20
-#: How often a copy looks at whether the link is its limit (seconds), and the
-#: share of one core under which the process is waiting on the link.
-_LOOK = 0.1
-_LINK_BOUND = 0.5
-#: The share of the machine's CPU that must be idle for a copy to widen.
-_MACHINE_IDLE = 0.25
 DEFAULT_PART_SIZE = 8 * MiB
 DEFAULT_CONCURRENCY = 32
 #: Objects at once. An object of one part hands its read slot back when its
@@ -179,6 +175,7 @@ class _Copier(Planner):
         self.job_slots = asyncio.Semaphore(jobs)
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
         self._pools = {part_size: self.pool}
+        self.width: Width | None = None  # while run() runs
         self.providers: dict[tuple[str, str, str], PolicyProvider] = {}
         self.listings = Listings()
         self.result = result if result is not None else CopyResult()
@@ -233,38 +230,14 @@ class _Copier(Planner):
         try:
             await asyncio.gather(*(one(j) for j in jobs))
         finally:
-            follow.cancel()
+            await cancel_and_wait([follow])
 
     async def _follow_the_link(self) -> None:
-        """Widen while the link, not the CPU, is the limit.
-
-        Object stores cap each connection (S3: ~50-100 MB/s), so a copy whose
-        parts all wait on their connections goes faster with more of them; on
-        a fast link (loopback, a store next door) the CPU is the limit and more
-        connections only add work (threads handing the GIL to each other).
-        Every ``_LOOK`` seconds :func:`link_bound` decides from this process's
-        CPU and the machine's idle CPU; when it says so and every slot is
-        taken, half again as many parts (and objects) go in flight, up to
-        twice ``concurrency`` (memory to a local destination: 1 MiB per part in
-        flight; to S3/Redis the part pool bounds it whatever the width)."""
-        cap = min(2 * self.concurrency, MAX_THREADS)
-        width = self.concurrency
-        before = _cpu_sample()
-        while width < cap and before is not None:
-            await asyncio.sleep(_LOOK)
-            now = _cpu_sample()
-            if now is None:
-                return
-            bound, before = link_bound(before, now), now
-            if not bound or not (self.read_slots.locked() or self.job_slots.locked()):
-                continue
-            step = min(cap - width, max(1, width // 2))
-            log.debug("cp: waiting on the link: %d -> %d parts in flight", width, width + step)
-            width += step
-            prestart(width)
-            for _ in range(step):  # a Semaphore takes extra releases: more permits
-                self.read_slots.release()
-                self.job_slots.release()
+        """Widen while the link, not the CPU, is the limit, and narrow back when
+        it is not (:class:`~tensorstream.copy.width.Width`: up to ``WIDEST x
+        concurrency`` parts and objects in flight)."""
+        self.width = Width([self.job_slots, self.read_slots], self.concurrency)
+        await self.width.follow()
 
     async def copy_one(self, job: Job) -> None:
         if self.progress:
@@ -349,35 +322,6 @@ class _Copier(Planner):
                 await fn(index, buf, end - start)
 
         await gather_or_cancel(one(i) for i in todo)
-
-#: (wall seconds, this process's CPU seconds, the machine's idle and total jiffies).
-CPUSample = tuple[float, float, int, int]
-
-
-def _cpu_sample() -> CPUSample | None:
-    """Now, with the machine's CPU counters (``/proc/stat``); None where there are none."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            fields = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + fields[4]  # idle + iowait
-    return time.perf_counter(), time.process_time(), idle, sum(fields)
-
-
-def link_bound(before: CPUSample, now: CPUSample) -> bool:
-    """Whether a copy waited on its link between two samples: this process used
-    less than ``_LINK_BOUND`` of a core *and* the machine had a quarter or more
-    of its CPU idle. Not when the machine is busy: a process starved by others
-    also uses little CPU, and more threads would only wait longer for it."""
-    wall = now[0] - before[0]
-    total = now[3] - before[3]
-    if wall <= 0 or total <= 0:
-        return False
-    busy = (now[1] - before[1]) / wall
-    idle = (now[2] - before[2]) / total
-    return busy < _LINK_BOUND and idle >= _MACHINE_IDLE
-
 
 def spare_buffers(concurrency: int) -> int:
     """Part buffers beyond ``concurrency``: memory is (concurrency + spare) x part size."""

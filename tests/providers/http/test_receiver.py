@@ -77,6 +77,27 @@ def test_fills_the_view_from_many_sockets_at_once() -> None:
             b.close()
 
 
+def test_counts_the_bytes_that_had_arrived_before_they_were_asked_for(
+        pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch) -> None:
+    # cp's width follows the link by this (tensorstream.copy.width): little
+    # there before it is asked for, the link is the limit. A connection's
+    # first WARM bytes do not count (TCP's window is still growing).
+    monkeypatch.setattr(receiver_mod, "WARM", 1000)
+    a, b = pair
+    r = Receiver()
+    b.sendall(b"w" * 1000)
+    r.receive(a, memoryview(bytearray(1000)))
+    assert (r.asked, r.ready) == (0, 0)
+    b.sendall(b"x" * 4000)
+    r.receive(a, memoryview(bytearray(4000)))  # all there already
+    assert (r.asked, r.ready) == (4000, 4000)
+    later = threading.Timer(0.1, b.sendall, args=(b"y" * 4000,))
+    later.start()
+    r.receive(a, memoryview(bytearray(4000)))  # nothing there: it waited for all of it
+    later.join()
+    assert (r.asked, r.ready) == (8000, 4000)
+
+
 def test_peer_closing_early_reports_what_landed(pair: tuple[socket.socket, socket.socket]) -> None:
     a, b = pair
     b.sendall(b"x" * 1000)

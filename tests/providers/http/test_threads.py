@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
+
+import pytest
 
 from tensorstream.providers._http import threads
 
@@ -37,6 +40,36 @@ def test_prestarted_threads_serve_the_requests_that_follow() -> None:
         time.sleep(0.1)
         assert len(threads._threads()._threads) == 8
     finally:
+        pool, threads._executor = threads._executor, before
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def test_prestart_starts_threads_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each Thread.start waits until its thread has run; while the process is
+    # busy that is a switch interval (5 ms) per thread, so one after another
+    # 100 threads took 0.65-0.8 s. Here one thread's start is held up: the
+    # others must still start (one after another, none would).
+    before = threads._executor
+    threads._executor = None
+    gate = threading.Event()
+    calls: list[int] = []
+    add = threads._add_thread
+
+    def slow_first(pool: Any) -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            gate.wait(10)
+        return add(pool)
+
+    monkeypatch.setattr(threads, "_add_thread", slow_first)
+    try:
+        threads.prestart(8)
+        assert _wait_for_threads(7) == 7
+        gate.set()
+        assert _wait_for_threads(8) == 8
+    finally:
+        gate.set()
         pool, threads._executor = threads._executor, before
         if pool is not None:
             pool.shutdown(wait=True)

@@ -52,12 +52,16 @@ from collections.abc import Iterator, Sequence
 from ..base import Deadline
 
 __all__ = [
-    "LOWAT", "SHARED_DEFAULT", "ReceiveError", "Receiver", "receiver", "shared_receiving",
+    "LOWAT", "arrivals", "SHARED_DEFAULT", "ReceiveError", "Receiver", "receiver", "shared_receiving",
     "shares_receiving",
 ]
 
 #: Wake for a connection once per this many bytes at most (its ``SO_RCVLOWAT``).
 LOWAT = 256 << 10
+#: Bytes a connection carries before its receives count in :attr:`Receiver.ready`:
+#: a new connection's first bytes trickle in (TCP's window is still growing)
+#: whatever the link, and on loopback they looked like a slow link.
+WARM = 1 << 20
 #: Bytes a TLS layer may hold of a record it has not decrypted yet: the
 #: low-water mark stays this far below what the body still owes, so it can
 #: always be reached.
@@ -118,6 +122,14 @@ class Receiver:
         self._thread.start()
         self.receives = 0  # recv calls made (statistics, tests)
         self.wakeups = 0  # epoll wake-ups with work (statistics, tests)
+        #: Bytes asked of :meth:`receive` on warm connections (:data:`WARM`),
+        #: and of those the bytes that had arrived already when it was called:
+        #: a link that is the limit has little waiting, a busy CPU finds most
+        #: of it there (``cp`` follows the link by it,
+        #: :mod:`tensorstream.copy.width`). Unlocked: approximate.
+        self.asked = 0
+        self.ready = 0
+        self._carried: dict[int, int] = {}  # bytes each socket (by fd) has carried
 
     # -- the caller's side -------------------------------------------------------------
     def receive(self, sock: socket.socket, view: memoryview | Sequence[memoryview], *,
@@ -143,6 +155,12 @@ class Receiver:
             # What has arrived already is taken by this thread, awake anyway: a
             # small body that came with its headers costs no hand-off at all.
             self._pump(t)
+            carried = self._carried.get(t.fd, 0)
+            if carried >= WARM:
+                self.asked += want
+                self.ready += t.pos
+            else:
+                self._carried[t.fd] = carried + want
             if t.done:
                 self._restore(t, idle)
                 if t.error is not None:
@@ -287,6 +305,15 @@ _local = threading.local()
 #: Whether threads outside :func:`shared_receiving` share the receiver too
 #: (the tests run the blocking data plane's suite both ways).
 SHARED_DEFAULT = False
+
+
+def arrivals() -> tuple[int, int]:
+    """(:attr:`Receiver.asked`, :attr:`Receiver.ready`) of the process's
+    receiver; (0, 0) before it starts (asking never starts it)."""
+    r = _receiver
+    if r is None or _receiver_pid != os.getpid():
+        return 0, 0
+    return r.asked, r.ready
 
 
 def receiver() -> Receiver:

@@ -1,0 +1,211 @@
+"""How many parts a copy keeps in flight: as many as its link needs.
+
+A copy starts ``concurrency`` parts wide. Every :data:`LOOK` seconds
+:class:`Width` asks whether the link, not the CPU, is the limit, and follows
+the answer both ways, between ``concurrency`` and its cap:
+
+* **wider** (doubling) when every slot is taken and the process's receiving
+  thread (:mod:`tensorstream.providers._http.receiver`, which receives every
+  part's body) spent :data:`WAITING` or more of the window waiting in
+  ``epoll`` with bodies pending: the bytes are not there yet, so the
+  connections, not this process, are the limit (object stores and paced links
+  cap each connection: S3 ~50-100 MB/s). The signal holds on a loaded
+  machine, where the old one (this process using little CPU while the
+  machine has idle CPU, :func:`link_bound`, still used for sources without
+  a receiving thread) never fires: a starved process also uses little CPU,
+  but its receiving thread finds bytes waiting whenever it runs. Measured on
+  100 x 4 MiB, S3 -> local: paced (25 MB/s per connection) 15-70% of each
+  window waiting at a load average of 8-16, loopback nginx 0-6%
+  (docs/benchmarks.md, "cp: a width that follows the link").
+* **narrower** (by half the excess) when the receiving thread waited less
+  than :data:`BUSY` of the window: it always had bytes, so more connections
+  only add threads handing the interpreter lock to each other (100 in
+  flight on loopback took 0.65-0.72 s where 32 took 0.51-0.56 s).
+
+The cap is ``WIDEST x concurrency`` (at most the data plane's thread count,
+:data:`~tensorstream.providers._http.threads.MAX_THREADS`): memory to a local
+destination is one 1 MiB chunk buffer per part in flight, so at most ``4 x
+concurrency`` MiB (128 MiB at the defaults); to S3 and Redis the part pool
+bounds it whatever the width (a wider copy waits for pool buffers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+from ..providers._http import receiver
+from ..providers._http.threads import MAX_THREADS, prestart
+from .tasks import cancel_and_wait
+
+__all__ = ["BUSY", "ENOUGH", "LOOK", "WAITING", "WIDEST", "CPUSample", "Sample",
+           "Width", "link_bound", "ready_share"]
+
+log = logging.getLogger("tensorstream.copy")
+
+#: How often the width is looked at (seconds): a folder of small objects is
+#: copied in well under a second, so the first answer must come early.
+LOOK = 0.05
+#: At most this share of the bytes asked for had arrived already: the link is the limit.
+WAITING = 0.25
+#: At least this share had: the CPU is the limit.
+BUSY = 0.6
+#: Bytes a window must have asked for to tell either (fewer: no change).
+ENOUGH = 1 << 20
+#: The widest a copy goes, in multiples of ``concurrency``.
+WIDEST = 4
+#: The old, idle-machine rule (:func:`link_bound`): under this share of one
+#: core the process is waiting on something, ...
+_LINK_BOUND = 0.5
+#: ... and this share of the machine's CPU must be idle for that to be the link.
+_MACHINE_IDLE = 0.25
+
+#: (wall seconds, this process's CPU seconds, the machine's idle and total jiffies).
+CPUSample = tuple[float, float, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """What :class:`Width` compares between two looks."""
+
+    wall: float
+    asked: int  # the receiving thread's :func:`~.receiver.arrivals`
+    ready: int
+    cpu: CPUSample | None
+
+    @classmethod
+    def now(cls) -> Sample:
+        asked, ready = receiver.arrivals()
+        return cls(time.perf_counter(), asked, ready, _cpu_sample())
+
+
+def _cpu_sample() -> CPUSample | None:
+    """Now, with the machine's CPU counters (``/proc/stat``); None where there are none."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]  # idle + iowait
+    return time.perf_counter(), time.process_time(), idle, sum(fields)
+
+
+def link_bound(before: CPUSample, now: CPUSample) -> bool:
+    """Whether a copy waited on its link between two samples by the idle-machine
+    rule: this process used less than half a core *and* the machine had a
+    quarter or more of its CPU idle (a starved process also uses little CPU)."""
+    wall = now[0] - before[0]
+    total = now[3] - before[3]
+    if wall <= 0 or total <= 0:
+        return False
+    busy = (now[1] - before[1]) / wall
+    idle = (now[2] - before[2]) / total
+    return busy < _LINK_BOUND and idle >= _MACHINE_IDLE
+
+
+def ready_share(before: Sample, now: Sample) -> float | None:
+    """Of the bytes asked of the receiving thread between two samples, the
+    share that had arrived already when asked for; None when too little was
+    asked to tell (:data:`ENOUGH`)."""
+    asked = now.asked - before.asked
+    return (now.ready - before.ready) / asked if asked >= ENOUGH else None
+
+
+class Width:
+    """The width of one copy: extra permits of its slots (``asyncio.Semaphore``\\s
+    that together bound the parts and objects in flight), added and taken back.
+
+    Widening releases one more permit of every slot; narrowing takes one of
+    each back (a task waits for it the way an object does, so nothing in
+    flight is stopped) and holds it until the copy widens again or ends."""
+
+    def __init__(self, slots: Sequence[asyncio.Semaphore], base: int,
+                 widest: int = WIDEST) -> None:
+        self.slots = list(slots)
+        self.base = base
+        self.cap = max(base, min(widest * base, MAX_THREADS))
+        self.width = base
+        self.most = base  # the widest it went (statistics, tests)
+        self._held: list[asyncio.Task[None]] = []
+
+    def full(self) -> bool:
+        """Whether every permit of some slot is taken (a wider copy would start more)."""
+        return any(s.locked() for s in self.slots)
+
+    def widen(self) -> int:
+        """Double the width (up to the cap); returns how many permits were added."""
+        step = min(self.cap - self.width, self.width)
+        if step <= 0:
+            return 0
+        self.width += step
+        self.most = max(self.most, self.width)
+        prestart(self.width)  # the worker threads start now, not one per new part
+        for _ in range(step):
+            if self._held:
+                self._give_back(self._held.pop())
+            else:
+                for s in self.slots:  # a Semaphore takes extra releases: more permits
+                    s.release()
+        return step
+
+    def narrow(self) -> int:
+        """Halve the width above ``base``; returns how many permits are taken back."""
+        step = (self.width - self.base + 1) // 2
+        for _ in range(step):
+            self._held.append(asyncio.ensure_future(self._take()))
+        self.width -= step
+        return step
+
+    async def _take(self) -> None:
+        taken: list[asyncio.Semaphore] = []
+        try:
+            for s in self.slots:  # in the order objects take them: no deadlock
+                await s.acquire()
+                taken.append(s)
+        except BaseException:
+            for s in taken:
+                s.release()
+            raise
+
+    def _give_back(self, task: asyncio.Task[None]) -> None:
+        if task.done() and not task.cancelled() and task.exception() is None:
+            for s in self.slots:
+                s.release()
+        else:
+            task.cancel()  # still waiting: it gives back what it took
+
+    async def close(self) -> None:
+        """Stop every narrowing still waiting (the copy is over)."""
+        held, self._held = self._held, []
+        await cancel_and_wait(held)
+
+    async def follow(self) -> None:
+        """Look every :data:`LOOK` seconds and widen or narrow (see the module
+        docstring); runs until cancelled."""
+        try:
+            before = Sample.now()
+            while True:
+                await asyncio.sleep(LOOK)
+                now = Sample.now()
+                share = ready_share(before, now)
+                idle_rule = (before.cpu is not None and now.cpu is not None
+                             and link_bound(before.cpu, now.cpu))
+                before = now
+                waiting = idle_rule or (share is not None and share <= WAITING)
+                if waiting and self.full():
+                    if self.widen():
+                        log.debug("cp: the link is the limit (%s ready): %d parts in flight",
+                                  _pct(share), self.width)
+                elif share is not None and share >= BUSY and self.width > self.base:
+                    self.narrow()
+                    log.debug("cp: the CPU is the limit (%s ready): %d parts in flight",
+                              _pct(share), self.width)
+        finally:
+            await self.close()
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"

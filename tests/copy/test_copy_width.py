@@ -1,0 +1,123 @@
+"""A copy's width follows its link (:mod:`tensorstream.copy.width`): wider on a
+paced link, not on an unlimited one; and the permits it adds and takes back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tensorstream.copy import width
+from tensorstream.copy.engine import copy
+from tensorstream.copy.width import Sample, Width, ready_share
+
+MiB = 1 << 20
+HAVE_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
+
+
+@pytest.fixture
+def widths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Width]]:
+    """Every :class:`Width` a copy makes (to read how wide it went)."""
+    made: list[Width] = []
+    init = Width.__init__
+
+    def spy(self: Width, *args: Any, **kw: Any) -> None:
+        init(self, *args, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(Width, "__init__", spy)
+    # The idle-machine rule is not what these tests are about: on a quiet
+    # machine it would widen the unlimited copy too.
+    monkeypatch.setattr(width, "link_bound", lambda before, now: False)
+    yield made
+
+
+def _objects(root: Path, count: int, size: int) -> list[str]:
+    (root / "b").mkdir(parents=True)
+    names = []
+    for i in range(count):
+        (root / "b" / f"{i:02d}.bin").write_bytes(os.urandom(size + i))
+        names.append(f"b/{i:02d}.bin")
+    return names
+
+
+def _check(out: Path, root: Path, names: list[str]) -> None:
+    for name in names:
+        assert (out / Path(name).name).read_bytes() == (root / name).read_bytes()
+
+
+def test_a_paced_link_is_copied_wider(tmp_path: Path, widths: list[Width]) -> None:
+    # Every connection capped at 8 MB/s by the kernel (the benchmark's paced
+    # server, a process of its own): the bytes are never there before they
+    # are asked for, so the copy goes wider than --concurrency. Without the
+    # widening it stays at 2 (and takes 7 waves of ~0.27 s).
+    from benchmarks import servers
+
+    root = tmp_path / "root"
+    names = _objects(root, 14, 2 * MiB)
+    with servers.start_paced(root, 8_000_000) as srv:
+        out = tmp_path / "out"
+        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=2, jobs=2)
+    assert result.ok and result.files == len(names), result.errors
+    _check(out, root, names)
+    assert len(widths) == 1 and widths[0].most > 2
+
+
+@pytest.mark.skipif(not HAVE_NGINX, reason="needs Debian's nginx")
+def test_an_unlimited_link_is_not_copied_wider(tmp_path: Path, widths: list[Width]) -> None:
+    # nginx on loopback: the bytes are there before the copy asks for them,
+    # so it keeps --concurrency (at most one doubling, for a window in which
+    # a loaded machine kept nginx from sending; never the cap of 4x).
+    from benchmarks import servers
+
+    root = tmp_path / "root"
+    names = _objects(root, 40, 2 * MiB)
+    with servers.start_nginx(root, tmp_path / "nginx") as srv:
+        out = tmp_path / "out"
+        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=2, jobs=2)
+    assert result.ok and result.files == len(names), result.errors
+    _check(out, root, names)
+    assert len(widths) == 1 and widths[0].most <= 4
+
+
+def test_ready_share() -> None:
+    before = Sample(0.0, 0, 0, None)
+    assert ready_share(before, Sample(0.05, 4 * MiB, MiB, None)) == 0.25
+    assert ready_share(before, Sample(0.05, MiB - 1, 0, None)) is None  # too little to tell
+
+
+def test_width_adds_and_takes_back_permits() -> None:
+    async def main() -> None:
+        jobs, reads = asyncio.Semaphore(2), asyncio.Semaphore(2)
+        w = Width([jobs, reads], 2, widest=4)
+        assert w.cap == 8
+        for _ in range(2):
+            await jobs.acquire()
+            await reads.acquire()
+        assert w.full()
+        assert w.widen() == 2 and w.width == 4 and not w.full()
+        assert w.widen() == 4 and w.widen() == 0 and w.width == 8 == w.most
+        assert w.narrow() == 3 and w.width == 5
+        await asyncio.sleep(0)
+        assert jobs._value == reads._value == 3  # free permits taken back at once
+        for _ in range(3):
+            await jobs.acquire()
+            await reads.acquire()
+        assert w.narrow() == 2 and w.width == 3  # waits for permits in use ...
+        await asyncio.sleep(0)
+        assert jobs.locked() and reads.locked()
+        assert w.widen() == 3 and w.width == 6  # ... and widening first calls those off
+        await asyncio.sleep(0)
+        assert jobs._value == reads._value == 1
+        await w.close()
+        for _ in range(5):  # the copy's own permits, handed back: none was lost
+            jobs.release()
+            reads.release()
+        assert jobs._value == reads._value == 6
+
+    asyncio.run(main())
