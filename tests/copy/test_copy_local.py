@@ -482,6 +482,25 @@ def test_a_copy_waiting_on_its_link_goes_wider(tmp_path: Path, flaky: type[Flaky
     assert SlowProvider.most == (8 if link_bound else 2)
 
 
+def test_one_object_keeps_at_most_concurrency_parts_in_flight(
+        tmp_path: Path, flaky: type[FlakyProvider], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The extra width is for more objects, not more parts of one: a large
+    # object copied 4x wide left all of its writeback to the end of a durable
+    # copy. Widening is on here (each look says the link is the limit).
+    from tensorstream.copy import width
+
+    monkeypatch.setattr(width, "link_bound", lambda before, now: True)
+    monkeypatch.setattr(width, "LOOK", 0.02)
+    data = os.urandom(PART * 30 + 5)
+    flaky.store["b/big.bin"] = data
+    SlowProvider.in_flight = SlowProvider.most = 0
+    result = copy("slowtest://b/big.bin", str(tmp_path / "big.bin"), part_size=PART,
+                  concurrency=2, jobs=2)
+    assert result.ok, result.errors
+    assert (tmp_path / "big.bin").read_bytes() == data
+    assert SlowProvider.most == 2
+
+
 def test_link_bound_needs_an_idle_machine_and_a_waiting_process() -> None:
     from tensorstream.copy.width import link_bound
 

@@ -278,13 +278,25 @@ class _Copier(Planner):
 
     async def _run_parts(self, todo: Iterable[int],
                          run: Callable[[int], Coroutine[Any, Any, None]]) -> None:
-        """``run(index)`` for every part, at most ``concurrency`` at once across
-        every object being copied; tasks are made only as slots free up."""
+        """``run(index)`` for every part, within the copy's read slots across
+        every object being copied and at most ``concurrency`` of this object at
+        once; tasks are made only as slots free up."""
         pending: set[asyncio.Task[None]] = set()
         release = lambda _task: self.read_slots.release()  # noqa: E731
 
         try:
             for index in todo:
+                while len(pending) >= self.concurrency:
+                    # The copy's extra width is for more objects, not more parts
+                    # of one: a 1 GiB object 128 parts wide on the paced link
+                    # finished its download sooner (--no-fsync 2.26 s against
+                    # main's 3.73 s) but left all of its writeback to the end,
+                    # and the durable copy took 5.8 s against 4.75 s (harness,
+                    # load 10-15).
+                    done, pending = await asyncio.wait(
+                        pending, return_when=asyncio.FIRST_COMPLETED)
+                    for t in done:
+                        t.result()
                 await self.read_slots.acquire()
                 try:
                     task = asyncio.create_task(run(index))

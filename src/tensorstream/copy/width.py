@@ -22,7 +22,9 @@ the answer both ways, between ``concurrency`` and its cap:
   only add threads handing the interpreter lock to each other (100 in
   flight on loopback took 0.65-0.72 s where 32 took 0.51-0.56 s).
 
-The cap is ``WIDEST x concurrency`` (at most the data plane's thread count,
+One object's parts stay at ``concurrency`` (``_Copier._run_parts``): the
+extra width is for more objects. The cap is ``WIDEST x concurrency`` (at
+most the data plane's thread count,
 :data:`~tensorstream.providers._http.threads.MAX_THREADS`): memory to a local
 destination is one 1 MiB chunk buffer per part in flight, so at most ``4 x
 concurrency`` MiB (128 MiB at the defaults); to S3 and Redis the part pool
