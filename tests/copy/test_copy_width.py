@@ -37,12 +37,12 @@ def widths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Width]]:
     yield made
 
 
-def _objects(root: Path, count: int, size: int) -> list[str]:
+def _objects(root: Path, count: int, size: int, prefix: str = "") -> list[str]:
     (root / "b").mkdir(parents=True)
     names = []
     for i in range(count):
-        (root / "b" / f"{i:02d}.bin").write_bytes(os.urandom(size + i))
-        names.append(f"b/{i:02d}.bin")
+        (root / "b" / f"{prefix}{i:02d}.bin").write_bytes(os.urandom(size + i))
+        names.append(f"b/{prefix}{i:02d}.bin")
     return names
 
 
@@ -83,6 +83,28 @@ def test_an_unlimited_link_is_not_copied_wider(tmp_path: Path, widths: list[Widt
     assert result.ok and result.files == len(names), result.errors
     _check(out, root, names)
     assert len(widths) == 1 and widths[0].most <= 4
+
+
+@pytest.mark.skipif(not HAVE_NGINX, reason="needs Debian's nginx")
+def test_a_link_that_speeds_up_is_followed(tmp_path: Path, widths: list[Width]) -> None:
+    # The first objects come over the paced link (the copy widens), the rest
+    # from nginx (the bytes are there before they are asked for): the width
+    # comes back down. Without the narrowing it would end as wide as it went.
+    from benchmarks import servers
+
+    slow, fast = tmp_path / "slow", tmp_path / "fast"
+    slow_names, fast_names = _objects(slow, 14, 2 * MiB), _objects(fast, 60, 2 * MiB, "f")
+    with servers.start_paced(slow, 8_000_000) as paced, \
+            servers.start_nginx(fast, tmp_path / "nginx") as nginx:
+        out = tmp_path / "out"
+        urls = [f"{paced.url}/{n}" for n in slow_names]
+        urls += [f"{nginx.url}/{n}" for n in fast_names]
+        result = copy(urls, f"{out}/", concurrency=2, jobs=2)
+    assert result.ok and result.files == len(urls), result.errors
+    _check(out, slow, slow_names)
+    _check(out, fast, fast_names)
+    assert len(widths) == 1 and widths[0].most > 2
+    assert widths[0].width < widths[0].most
 
 
 def test_ready_share() -> None:
