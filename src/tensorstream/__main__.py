@@ -1,5 +1,5 @@
 """``python -m tensorstream``: the ``tensorstream`` command line."""
 
-from .cli.main import entry
+from .cli import entry
 
 entry()

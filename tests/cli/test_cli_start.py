@@ -135,3 +135,35 @@ def test_python_m_exit_status_and_broken_pipe(tmp_path: Path) -> None:
     err = cat.stderr.read()
     assert cat.wait(timeout=120) == 0, err
     assert b"Traceback" not in err and b"Exception ignored" not in err
+
+
+_GC_STATE = r"""
+import atexit, gc, json, sys
+atexit.register(lambda: sys.stderr.write(json.dumps(
+    {"frozen": gc.get_freeze_count(), "enabled": gc.isenabled()}) + "\n"))
+from tensorstream.cli import entry
+sys.argv = ["tensorstream", *sys.argv[1:]]
+entry()
+"""
+
+
+def test_entry_imports_with_the_collector_paused_then_freezes(tmp_path: Path) -> None:
+    # The process entry imports the command line without cyclic collections
+    # (nothing to collect: 7% of the import CPU) and freezes what it imported,
+    # so collections during the command do not walk it; the collector is on
+    # again while the command runs. Importing the package alone changes nothing.
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + \
+        env.get("PYTHONPATH", "")
+    (tmp_path / "a.bin").write_bytes(b"a" * 1000)
+    proc = subprocess.run([sys.executable, "-c", _GC_STATE, "cp", "--quiet",
+                           str(tmp_path / "a.bin"), str(tmp_path / "b.bin")],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert state["enabled"] is True
+    assert state["frozen"] > 10_000  # the modules' functions, classes, dicts...
+    plain = subprocess.run([sys.executable, "-c", "import gc, tensorstream.cli.main; "
+                            "print(gc.get_freeze_count(), gc.isenabled())"],
+                           capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert plain.stdout.split() == ["0", "True"]
