@@ -140,10 +140,12 @@ _starting_lock = threading.Lock()
 def _can_add(pool: concurrent.futures.ThreadPoolExecutor) -> bool:
     """Whether this Python's executor has the worker :func:`_add_thread` starts
     (3.10-3.13: ``_worker(executor_reference, work_queue, initializer, initargs)``)."""
-    worker = getattr(concurrent.futures.thread, "_worker", None)
-    queues = getattr(concurrent.futures.thread, "_threads_queues", None)
+    cft = concurrent.futures.thread
+    worker = getattr(cft, "_worker", None)
+    queues = getattr(cft, "_threads_queues", None)
     code = getattr(worker, "__code__", None)
     return (code is not None and queues is not None and hasattr(pool, "_work_queue")
+            and hasattr(cft, "_global_shutdown_lock") and hasattr(cft, "_shutdown")
             and code.co_varnames[:4] == ("executor_reference", "work_queue", "initializer",
                                          "initargs"))
 
@@ -165,8 +167,13 @@ def _add_thread(pool: concurrent.futures.ThreadPoolExecutor) -> bool:
         name = f"tensorstream-http_{len(p._threads)}"
     t = threading.Thread(name=name, target=cft._worker,
                          args=(weakref.ref(pool, wake), queue, p._initializer, p._initargs))
-    t.start()
-    with p._shutdown_lock:
+    if cft._shutdown:  # the interpreter is exiting
+        return False
+    t.start()  # outside every lock: the helpers start their threads side by side
+    # Registered under the lock the executor's own submit holds, as the
+    # interpreter's exit hook reads _threads_queues under it (to wake and join
+    # every worker; a worker it missed still gets the None passed down the queue).
+    with cft._global_shutdown_lock, p._shutdown_lock:
         p._threads.add(t)
         cft._threads_queues[t] = queue
     return True
