@@ -175,6 +175,9 @@ class StreamReader(io.RawIOBase):
                 "StreamReader.readinto was called from tensorstream's own I/O thread; "
                 "use the async provider API there"
             )
+        if not self._inline and self._prefetch.read_held(self._pos, view[:want]):
+            self._pos += want  # arrived already: no wait, so no deadline to set
+            return want
         with _timeout.operation(self._provider.config.timeouts):  # one read, one deadline
             if self._inline:
                 self._provider.readinto_blocking(self._uri.path, self._pos, view[:want],

@@ -255,3 +255,87 @@ def test_a_stream_tells_how_much_of_a_read_had_not_arrived(http_server: HTTPTest
         stream.close()
         helper.shutdown()
         _loop.run_sync(provider.close())
+
+
+def _count_held(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the small reads served from bytes that had arrived (``read_held``)."""
+    from tensorstream.providers._http.range_get import RangeBody
+
+    served: list[int] = []
+    held = RangeBody.read_held
+
+    def counted(self: RangeBody, buffer: memoryview) -> bool:
+        ok = held(self, buffer)
+        if ok:
+            served.append(len(buffer))
+        return ok
+
+    monkeypatch.setattr(RangeBody, "read_held", counted)
+    return served
+
+
+def _header_pattern(size: int) -> list[int]:
+    """A tensorizer-like run of reads: two small header reads, then data."""
+    out, at, i = [], 0, 0
+    while at < size:
+        for n in (8, 120 + i % 50, 30_000 + 997 * (i % 7)):
+            out.append(n)
+            at += n
+        i += 1
+    return out
+
+
+def test_small_reads_that_arrived_are_served_from_the_stream_exactly(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    served = _count_held(monkeypatch)
+    key, url, data = _put(http_server, 2 * MiB + 77)
+    buf = bytearray(64 << 10)
+    with tensorstream.open(url) as f:
+        got = bytearray()
+        for n in _header_pattern(len(data)):
+            view = memoryview(buf)[:n]
+            k = f.readinto(view)
+            assert k == min(n, len(data) - len(got))  # never short but at the end
+            got += view[:k]
+        assert f.tell() == len(data)
+        assert f.read(10) == b"" and f.readinto(bytearray(10)) == 0  # at EOF, as a file
+        assert len(http_server.requests_for(key, "GET")) == 1
+        f.seek(len(data) - 5)
+        assert f.read(10) == data[-5:]
+    assert bytes(got) == data
+    assert len(served) > len(_header_pattern(len(data))) // 2  # the fast path did serve
+
+
+def test_held_reads_across_a_cut_stream_are_resumed_exactly(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    served = _count_held(monkeypatch)
+    key, url, data = _put(http_server, 1 * MiB)
+    http_server.faults.key = key
+    http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1
+    with tensorstream.open(url, **FAST) as f:
+        got = b"".join(f.read(1000) for _ in range(len(data) // 1000 + 1))
+    assert got == data
+    assert served and http_server.faults.dropped == 1
+    gets = http_server.requests_for(key, "GET")
+    assert gets[-1].headers["If-Match"] == http_server.etag(key)
+
+
+@pytest.mark.parametrize("ignore_if_match", [False, True])
+def test_held_reads_of_an_object_replaced_under_a_cut_stream_are_never_mixed(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch,
+        ignore_if_match: bool) -> None:
+    served = _count_held(monkeypatch)
+    key, url, data = _put(http_server, 1 * MiB)
+    http_server.faults.key = key
+    http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1
+    http_server.faults.replace_after_requests = 1  # the resumed request sees a new version
+    http_server.faults.ignore_if_match = ignore_if_match
+    got = bytearray()
+    with tensorstream.open(url, **FAST) as f, pytest.raises(errors.ObjectChangedError):
+        while True:
+            piece = f.read(1000)
+            assert piece == data[len(got) : len(got) + len(piece)]  # the old version only
+            got += piece
+            if not piece:
+                break
+    assert served and 0 < len(got) <= 300_000

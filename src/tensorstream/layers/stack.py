@@ -410,6 +410,16 @@ class _CountedBody:
         self._policy.metrics.bytes_read += n
         return n
 
+    def read_held(self, buffer: memoryview) -> bool:
+        """Fill ``buffer`` only if its bytes have arrived (the provider's body
+        never waits then, so no deadline applies); ``False``: nothing was read
+        (the provider's body cannot tell, or the bytes have not arrived)."""
+        held = getattr(self._body, "read_held", None)
+        if held is None or not held(buffer):
+            return False
+        self._policy.metrics.bytes_read += len(buffer)
+        return True
+
     def available(self) -> int | None:
         """Bytes that have arrived and can be read without waiting, where the
         provider's body can tell (``None``: it cannot)."""

@@ -69,6 +69,8 @@ _BASE_WIDTH = 4
 #: smallest, doubling each piece), so the controller can change its mind
 #: inside one large read, and early.
 _STREAM_PIECE = (256 << 10, 4 << 20)
+#: The largest read :meth:`Prefetcher.read_held` serves (tensor headers, small tensors).
+_HELD_READ = 64 << 10
 
 
 class Prefetcher(Fetching, Planning):
@@ -197,6 +199,28 @@ class Prefetcher(Fetching, Planning):
             # decrypts a tensor in place as soon as it is read.)
             with self._lock:
                 self._dests.handed_back(pos, pos + len(view))
+
+    def read_held(self, pos: int, view: memoryview) -> bool:
+        """Serve a small sequential read from the reader's own stream if its
+        bytes have arrived (tensor headers: two of a tensor's three reads), with
+        no planning, no lock unless buffers are announced, and no timing (it
+        waited for nothing); ``False``: nothing was read, use :meth:`readinto`."""
+        stream = self._stream
+        if (stream is None or len(view) > _HELD_READ or pos != self._last_end
+                or self._ctl.mode is not Mode.STREAM or self._segments
+                or not stream.read_held(pos, view)):
+            return False
+        n = len(view)
+        self._ctl.observe(n, 0.0)
+        self._stream_fresh = False
+        self._streamed_to = self._last_end = pos + n
+        self._direct_bytes += n  # (statistics: a torn count is harmless, as in _copy_received)
+        self._streamed_bytes += n
+        if self._dests:
+            with self._lock:
+                self._dests.handed_back(pos, pos + n)
+        self._tick()
+        return True
 
     def _readinto(self, pos: int, view: memoryview) -> None:
         sequential = self._last_end is None or pos == self._last_end

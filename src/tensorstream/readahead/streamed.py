@@ -120,6 +120,24 @@ class SequentialStream:
             if helper is not None:  # never touch the caller's buffer after returning
                 concurrent.futures.wait([helper])
 
+    def read_held(self, pos: int, view: memoryview) -> bool:
+        """Receive ``view`` at ``pos`` from the open stream only if those bytes
+        have arrived (never waits); ``False``: nothing was read. A body that
+        fails here is closed: the caller's usual read opens, retries and resumes."""
+        body = self._body
+        if body is None or body.position != pos:
+            return False
+        held = getattr(body, "read_held", None)
+        try:
+            if held is None or not held(view):
+                return False
+        except Exception as exc:  # the usual path meets it again, under the retry policy
+            log.debug("stream broke on a held read (%s)", type(exc).__name__)
+            self.close()
+            return False
+        self._run += 1
+        return True
+
     def count(self, sequential: bool) -> None:
         """A read served another way (bytes already fetched) still counts
         toward a run of sequential reads."""

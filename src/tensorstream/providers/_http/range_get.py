@@ -476,6 +476,40 @@ class RangeBody:
         else:  # unread bytes (e.g. a chunked trailer) or Connection: close
             conn.close()
 
+    def read_held(self, buffer: memoryview) -> bool:
+        """Fill ``buffer`` with the next bytes of the body if they have all
+        arrived (in the file object's buffer or the socket's), else do nothing
+        and return ``False``: a reader's small reads (tensor headers) then cost
+        one ``ioctl`` and a copy, without the deadline and receiver machinery of
+        :meth:`readinto`. Never waits: the socket holds at least the bytes asked
+        and its low-water mark, so every receive returns at once. Plain sockets
+        only (TLS: queued bytes are not plaintext bytes); bodies confirmed after
+        each read take :meth:`readinto`."""
+        conn = self._conn
+        want = len(buffer)
+        sock = conn.sock if conn is not None else None
+        if (sock is None or not self._direct or self._confirm is not None
+                or want > self.end - self.position or type(sock) is not socket.socket):
+            return False
+        try:
+            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))
+        except (OSError, ValueError):
+            return False
+        if queued[0] < max(want, self._lowat):
+            return False
+        try:
+            n = self._resp.fp.readinto(buffer)
+        except BaseException:
+            self.close()
+            raise
+        if n != want:  # (never: those bytes had arrived)
+            self.close()
+            raise self._ended(n, want)
+        self.position += want
+        if self.position == self.end:
+            self._finish()
+        return True
+
     def available(self) -> int:
         """Bytes of the body that have arrived and wait in the socket (0 when
         unknown): the read-ahead engine tells from it whether its reader waits
