@@ -34,13 +34,13 @@ no memory until then.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
-import sys
 import time
 from collections.abc import Sequence
 
 import torch
+
+from . import _prefault
 
 __all__ = ["ALIGN", "MIN_ARENA", "SLOW_NS_PER_MIB", "Arena", "huge_pages_free"]
 
@@ -59,15 +59,9 @@ _MADV_POPULATE_WRITE = 23
 SLOW_NS_PER_MIB = 350_000
 _BUDDYINFO = "/proc/buddyinfo"
 
-_madvise = None
-if sys.platform == "linux":
-    try:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        _madvise = _libc.madvise
-        _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        _madvise.restype = ctypes.c_int
-    except (OSError, AttributeError):  # pragma: no cover - no usable libc
-        _madvise = None
+# libc's madvise as the read-ahead has it (the process's own symbols: no
+# `ldconfig -p` child process at import); None off Linux.
+_madvise = _prefault._madvise
 
 
 def _thp_enabled() -> bool:
