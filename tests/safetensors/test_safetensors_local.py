@@ -4,6 +4,7 @@ order for iter_tensors, and a failed read hands out no tensor it touched."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,14 @@ def _tensors() -> dict[str, Any]:
     out["big"] = torch.randn(3001, 7, generator=g)  # many chunks
     out["tail.empty"] = torch.empty(0, dtype=torch.bfloat16)
     return out
+
+
+@pytest.fixture(autouse=True)
+def one_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny models are filled in one mapping too (readahead.arena), as large ones are."""
+    from tensorstream.readahead import arena
+
+    monkeypatch.setattr(arena, "MIN_ARENA", 0)
 
 
 @pytest.fixture
@@ -153,34 +162,50 @@ def test_local_reads_fault_their_buffer_in_first(tmp_path: Path,
 def test_cpu_tensors_are_mapped_before_the_threads_read(model: tuple[Path, dict[str, Any]],
                                                        small_chunks: int, readers: int,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # Mapping memory waits for the other threads' MADV_POPULATE_WRITE calls: with
-    # threads, every CPU tensor is allocated first; one thread allocates as it goes.
+    # Mapping memory waits for the other threads' MADV_POPULATE_WRITE calls: every CPU
+    # tensor of a load is mapped first, in one mapping (readahead.arena), before any read.
     import tensorstream
-    from tensorstream.safetensors.reader import SafetensorsFile
+    from tensorstream.readahead import arena
+    from tensorstream.safetensors import reader
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    monkeypatch.setattr(arena, "MIN_ARENA", 0)  # the tiny model gets a mapping too
     events: list[str] = []
-    real_alloc, real_read = SafetensorsFile.allocate, tensorstream.StreamReader.readinto
+    real_arena, real_read = reader.Arena, tensorstream.StreamReader.readinto
 
-    def alloc(self: Any, t: Any, *, pin: bool = False) -> Any:
-        events.append("alloc")
-        return real_alloc(self, t, pin=pin)
+    def mapping(sizes: Any, **kwargs: Any) -> Any:
+        events.append("map")
+        return real_arena(sizes, **kwargs)
 
     def read(self: Any, b: Any) -> int:
         if memoryview(b).nbytes <= small_chunks:  # a chunk (not the header)
             events.append("read")
         return real_read(self, b)
 
-    monkeypatch.setattr(SafetensorsFile, "allocate", alloc)
+    monkeypatch.setattr(reader, "Arena", mapping)
     monkeypatch.setattr(tensorstream.StreamReader, "readinto", read)
     path, want = model
     got = ts_st.load(path, num_readers=readers)
     assert all(same_bytes(got[n], want[n]) for n in want)
-    first_read = events.index("read")
-    if readers == 2:
-        assert events[:first_read] == ["alloc"] * len(want)
-    else:
-        assert 0 < first_read < len(want)
+    assert events[0] == "map" and events.count("map") == 1
+    stored = sorted((t.data_ptr(), t.nbytes) for t in got.values() if t.numel())
+    assert all(t.untyped_storage().nbytes() == t.nbytes for t in got.values() if t.numel())
+    # one mapping, packed (64-byte aligned): no storage is shared, none lies elsewhere
+    assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(stored))
+    assert stored[-1][0] + stored[-1][1] - stored[0][0] <= sum(n + arena.ALIGN for _, n in stored)
+
+
+def test_loaded_tensors_can_be_saved_again(model: tuple[Path, dict[str, Any]],
+                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # save_file refuses tensors that share a storage: each tensor of the mapping has its own.
+    from tensorstream.readahead import arena
+
+    monkeypatch.setattr(arena, "MIN_ARENA", 0)
+    path, want = model
+    got = ts_st.load(path, num_readers=2)
+    st_torch.save_file(got, str(tmp_path / "again.safetensors"))
+    again = st_torch.load_file(str(tmp_path / "again.safetensors"))
+    assert all(same_bytes(again[n], want[n]) for n in want)
 
 
 def test_iter_tensors_maps_tensors_as_it_goes(model: tuple[Path, dict[str, Any]],

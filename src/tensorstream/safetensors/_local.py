@@ -28,7 +28,8 @@ __all__ = ["CHUNK", "MAX_WORKERS", "fill_local", "workers"]
 def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                allocate: Callable[[TensorInfo], torch.Tensor],
                view: Callable[[torch.Tensor], memoryview],
-               emit: Callable[[TensorInfo, torch.Tensor], None], *, upfront: bool = False) -> None:
+               emit: Callable[[TensorInfo, torch.Tensor], None], *, upfront: bool = False,
+               before_read: Callable[[memoryview], None] | None = None) -> None:
     """Read ``tensors`` (file order) of the local file behind ``reader`` on
     ``nworkers`` threads (the caller's among them) and ``emit`` each in file
     order once it is complete. ``allocate`` makes a tensor's memory, ``view``
@@ -36,7 +37,8 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
     start (for a caller that keeps them all: memory only mapped costs no RSS
     until it is read into; not for pinned memory, resident at once, nor for a
     consumer that frees tensors as they come), else each when its first chunk
-    is handed out."""
+    is handed out. ``before_read(buf)``: called before each chunk's read into
+    ``buf`` (the arena's adaptive fault-in, :meth:`.readahead.arena.Arena.populate`)."""
     plan = ChunkFill([(t.begin, t.nbytes) for t in tensors], lambda i: allocate(tensors[i]),
                      view, upfront=upfront and nworkers > 1)
     emit_lock = threading.Lock()
@@ -54,6 +56,8 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
 
     def work(r: StreamReader) -> None:
         def read_at(offset: int, buf: memoryview) -> None:
+            if before_read is not None:
+                before_read(buf)
             r.seek(offset)
             if r.readinto(buf) != len(buf):  # pragma: no cover - the reader raises first
                 raise MalformedFileError(f"{r.name} is truncated at offset {offset}")

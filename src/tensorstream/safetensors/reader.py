@@ -27,6 +27,7 @@ from ..distributed.group import Group, resolve_group
 from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
+from ..readahead.arena import Arena
 from ..uri import ParsedURI, redact
 from . import _local
 from ._local import fill_local
@@ -243,10 +244,21 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         reader = f.reader
         pin = device.type == "cuda"
         if reader.read_hints.inline:  # a local file: no read-ahead, threads fault memory in
+            keep_all = not (pin or ordered)  # (iter_tensors: memory as it goes)
+            memory = Arena([t.nbytes for t in tensors] if keep_all else [])
+            at = {t.name: i for i, t in enumerate(tensors)}
+
+            def allocate(t: TensorInfo) -> torch.Tensor:
+                if not keep_all:
+                    return f.allocate(t, pin=pin)
+                # load keeps every tensor: one mapping, on huge pages where free and cheap
+                # (readahead.arena), each tensor a storage of its own inside it.
+                out = memory.tensors[at[t.name]]
+                return out.view(torch_dtype(t.dtype, f.where)).reshape(t.shape)
+
             fill_local(reader, tensors, _local.workers(num_readers, sum(t.nbytes for t in tensors)),
-                       lambda t: f.allocate(t, pin=pin), byte_view,
-                       lambda t, out: emit(t.name, _finish(out, device, dtype)),
-                       upfront=not (pin or ordered))  # (iter_tensors: memory as it goes)
+                       allocate, byte_view, lambda t, out: emit(t.name, _finish(out, device, dtype)),
+                       upfront=keep_all, before_read=memory.populate)
             return
         if ordered:
             num_readers = 1
