@@ -93,6 +93,7 @@ def test_small_loads_are_plain_torch_empty(monkeypatch: pytest.MonkeyPatch) -> N
 
 @linux_thp
 def test_huge_pages_are_advised_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
     monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)  # never given up here
     huge = arena.Arena([8 * MiB], huge=True)
     small = arena.Arena([8 * MiB], huge=False)
@@ -102,12 +103,13 @@ def test_huge_pages_are_advised_only_when_asked(monkeypatch: pytest.MonkeyPatch)
 
 @linux_thp
 def test_dear_huge_pages_are_given_up_for_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
     monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)  # nothing is dear
     memory = arena.Arena([16 * MiB], huge=True)
     view = memory.tensors[0].numpy().data.cast("B")
     memory.populate(view[: 4 * MiB])
     assert memory.huge
-    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", -1)  # everything is dear
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", -1)  # every piece is dear
     memory.populate(view[4 * MiB: 8 * MiB])
     assert not memory.huge
     assert "nh" in _vmflags(memory.tensors[0].data_ptr() + 12 * MiB)
@@ -117,7 +119,7 @@ def test_dear_huge_pages_are_given_up_for_the_rest(monkeypatch: pytest.MonkeyPat
 
 @linux_thp
 def test_where_the_first_huge_page_is_dear_none_is_advised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", -1)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", -1)
     memory = arena.Arena([16 * MiB], huge=True)
     assert not memory.huge  # tried on the first huge page, before any thread reads
     assert "nh" in _vmflags(memory.tensors[0].data_ptr())
@@ -138,3 +140,29 @@ def test_huge_pages_need_free_blocks_for_twice_the_bytes(monkeypatch: pytest.Mon
     assert not arena.huge_pages_free(10 * MiB + 1)
     monkeypatch.setattr(arena, "_BUDDYINFO", str(tmp_path / "missing"))
     assert arena._free_huge_bytes() == 0
+
+
+@linux_thp
+def test_only_tensors_of_a_huge_page_or_more_are_advised(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small tensors packed together would share huge pages between the filling threads.
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
+    big, small = arena.Arena([5 * MiB, 1 * MiB, 1 * MiB], huge=True).tensors[:2]
+    assert "hg" in _vmflags(big.data_ptr())
+    assert "hg" not in _vmflags(small.data_ptr() + MiB // 2)
+    only_small = arena.Arena([1 * MiB] * 8, huge=True)
+    assert not only_small.huge
+    assert "hg" not in _vmflags(only_small.tensors[0].data_ptr())
+
+
+@linux_thp
+def test_huge_pages_dear_on_average_are_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)  # no one piece is dear
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
+    memory = arena.Arena([40 * MiB], huge=True)
+    view = memory.tensors[0].numpy().data.cast("B")
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", -1)  # but all of them on average
+    memory.populate(view[2 * MiB: 8 * MiB])  # 8 MiB so far: too few to judge
+    assert memory.huge
+    memory.populate(view[8 * MiB: 16 * MiB])  # 16 MiB: the average decides
+    assert not memory.huge

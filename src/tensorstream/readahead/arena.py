@@ -7,8 +7,10 @@ file (it is in the page cache). With 4 KiB pages that is one fault per page
 faults and the kernel zeroes whole huge pages at memory speed (~0.35 ms per
 4 MiB). Tensors of a few MiB or less never get huge pages from the general
 allocator (they are not 2 MiB aligned), so every tensor of the load is carved
-out of one private anonymous mapping advised ``MADV_HUGEPAGE`` (the Run:ai
-streamer gets the same from numpy, which advises every large array).
+out of one private anonymous mapping, and the whole huge pages of each tensor
+of 2 MiB or more are advised ``MADV_HUGEPAGE`` (the Run:ai streamer gets huge
+pages from numpy, which advises every large array). Smaller tensors stay on
+4 KiB pages: packed together, they would share huge pages between threads.
 
 Two catches, both handled here. With ``defrag`` set to ``madvise`` (the usual
 default) a fault in an advised region that finds no free 2 MiB block compacts
@@ -42,7 +44,7 @@ import torch
 
 from . import _prefault
 
-__all__ = ["ALIGN", "MIN_ARENA", "SLOW_NS_PER_MIB", "Arena", "huge_pages_free"]
+__all__ = ["ALIGN", "DEAR_NS_PER_MIB", "MIN_ARENA", "SLOW_NS_PER_MIB", "Arena", "huge_pages_free"]
 
 #: Alignment of each tensor in the mapping (``torch.empty``'s on the CPU).
 ALIGN = 64
@@ -53,10 +55,16 @@ _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
 _MADV_NOHUGEPAGE = 15
 _MADV_POPULATE_WRITE = 23
-#: Thread CPU per MiB populated above which huge pages are given up: what
-#: 4 KiB pages cost here (~0.32 ms per MiB; cheap huge pages ~0.09-0.2, dear
-#: ones ~2.2), so huge pages are kept only while they are the cheaper.
+#: Thread CPU per MiB populated, on average, above which huge pages are given
+#: up: what 4 KiB pages cost here (~0.32 ms per MiB; cheap huge pages ~0.09-0.2,
+#: dear ones 1.2-2.5), so huge pages are kept only while they are the cheaper.
 SLOW_NS_PER_MIB = 350_000
+#: The same for one piece: a dear huge page gives them up at once, where one
+#: piece's cost alone (a busy machine: 0.4-0.65 ms per MiB seen for cheap ones)
+#: would not.
+DEAR_NS_PER_MIB = 1_000_000
+#: Populated bytes before the average decides.
+_AVERAGE_AFTER = 16 << 20
 _BUDDYINFO = "/proc/buddyinfo"
 
 # libc's madvise as the read-ahead has it (the process's own symbols: no
@@ -120,6 +128,7 @@ class Arena:
             end += n
         self.huge = False
         self._base = self._length = 0
+        self._spent = self._spanned = 0  # thread CPU (ns) and bytes of huge pages populated
         if end < MIN_ARENA:
             self.tensors = [torch.empty(n, dtype=torch.uint8) for n in sizes]
             return
@@ -133,12 +142,18 @@ class Arena:
         if huge is None:
             huge = huge_pages_free(end)
         if huge and _madvise is not None:
-            # Best effort: an error (a kernel without THP) leaves 4 KiB pages.
-            self.huge = _madvise(self._base, self._length, _MADV_HUGEPAGE) == 0
+            # Only the tensors of a huge page or more: each is read by whole chunks, so
+            # one thread faults each of its huge pages. Smaller tensors, packed, would
+            # share huge pages between threads, which then fault (zero) one each and
+            # keep one. Best effort: an error (a kernel without THP) leaves 4 KiB pages.
+            big = [(o, n) for o, n in zip(offsets, sizes, strict=True) if n >= _HUGE]
+            self.huge = bool(big) and all(
+                _madvise(self._base + o, n // _HUGE * _HUGE, _MADV_HUGEPAGE) == 0
+                for o, n in big)
             if self.huge:
                 # One huge page first, before any thread takes a chunk: where they are
                 # dear the load then pays for one (~4.5 ms here), not one per thread.
-                self._populate(self._base, _HUGE)
+                self._populate(self._base + big[0][0], _HUGE)
         # Each frombuffer holds its slice's export of the mapping: it stays mapped
         # until the last tensor goes.
         self.tensors = [torch.frombuffer(whole[skip + o: skip + o + n], dtype=torch.uint8)
@@ -154,11 +169,12 @@ class Arena:
         has been handed back (here ~9 ms of thread CPU per 4 MiB, against 1.3 ms
         on 4 KiB pages and 0.35 ms on huge pages freed moments ago, which are
         handed out first). The cost is measured in thread CPU, which a busy
-        machine does not inflate, per huge page the piece spans; above
-        :data:`SLOW_NS_PER_MIB` the not yet faulted rest of the mapping goes back
-        to 4 KiB pages. The first huge page is tried when the mapping is made,
-        so where they are all dear a load pays for that one. (Pages already
-        present cost nothing here.)
+        machine inflates little, per huge page the piece spans; above
+        :data:`DEAR_NS_PER_MIB` for one piece, or :data:`SLOW_NS_PER_MIB` on
+        average, the not yet faulted rest of the mapping goes back to 4 KiB
+        pages. The first huge page is tried when the mapping is made, so where
+        they are all dear a load pays for that one. (Pages already present
+        cost nothing here.)
         """
         if not self.huge or not view.nbytes:
             return
@@ -171,6 +187,12 @@ class Arena:
         began = time.thread_time_ns()
         ok = _madvise(addr, nbytes, _MADV_POPULATE_WRITE) == 0
         spent = time.thread_time_ns() - began
-        if not ok or spent > SLOW_NS_PER_MIB * spanned / (1 << 20):
+        # (Threads race on these sums; a lost update only shifts the average a little.)
+        self._spent += spent
+        self._spanned += spanned
+        mib = spanned / (1 << 20)
+        if (not ok or spent > DEAR_NS_PER_MIB * mib or (
+                self._spanned >= _AVERAGE_AFTER
+                and self._spent > SLOW_NS_PER_MIB * self._spanned / (1 << 20))):
             self.huge = False
             _madvise(self._base, self._length, _MADV_NOHUGEPAGE)
