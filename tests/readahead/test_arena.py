@@ -38,8 +38,18 @@ def _vmflags(address: int) -> set[str]:
     return flags
 
 
-def test_each_tensor_has_its_own_aligned_storage_in_one_mapping() -> None:
-    tensors = arena.Arena(SIZES, huge=False).tensors
+@pytest.fixture
+def cheap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Huge pages are never found dear (what they cost here depends on the host)."""
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
+
+
+@linux_thp
+def test_each_tensor_has_its_own_aligned_storage_in_one_mapping(cheap: None) -> None:
+    memory = arena.Arena(SIZES, huge=True)
+    assert memory.huge
+    tensors = memory.tensors
     assert [t.numel() for t in tensors] == SIZES
     assert all(t.dtype == torch.uint8 and t.dim() == 1 for t in tensors)
     spans = []
@@ -59,9 +69,12 @@ def test_each_tensor_has_its_own_aligned_storage_in_one_mapping() -> None:
     assert [int(t.sum()) for t in tensors] == [(i + 1) * n for i, n in enumerate(SIZES)]
 
 
-def test_safetensors_sees_separate_tensors(tmp_path: Path) -> None:
+@linux_thp
+def test_safetensors_sees_separate_tensors(tmp_path: Path, cheap: None) -> None:
     # save_file refuses tensors that share a storage: views of one buffer would fail here.
-    tensors = arena.Arena(SIZES, huge=False).tensors
+    memory = arena.Arena(SIZES, huge=True)
+    assert memory.huge
+    tensors = memory.tensors
     for i, t in enumerate(tensors):
         t.fill_(i)
     state = {f"t{i}": t for i, t in enumerate(tensors)}
@@ -70,8 +83,10 @@ def test_safetensors_sees_separate_tensors(tmp_path: Path) -> None:
     assert all(torch.equal(back[k], v) for k, v in state.items())
 
 
-def test_the_memory_lives_until_the_last_tensor_goes() -> None:
-    memory = arena.Arena([6 * MiB, 1 * MiB], huge=False)
+@linux_thp
+def test_the_memory_lives_until_the_last_tensor_goes(cheap: None) -> None:
+    memory = arena.Arena([6 * MiB, 1 * MiB], huge=True)
+    assert memory.huge
     first, second = memory.tensors
     second.fill_(9)
     del memory, first
@@ -84,10 +99,13 @@ def test_the_memory_lives_until_the_last_tensor_goes() -> None:
     assert not _vmflags(ptr)  # unmapped with the last tensor
 
 
-def test_small_loads_are_plain_torch_empty(monkeypatch: pytest.MonkeyPatch) -> None:
-    memory = arena.Arena([1000, 2000])
+@pytest.mark.parametrize("sizes", [[1000, 2000], [1 * MiB] * 8])
+def test_small_loads_and_small_tensors_are_plain_torch_empty(sizes: list[int]) -> None:
+    # below MIN_ARENA, or no tensor of a huge page: no mapping (and no huge pages)
+    memory = arena.Arena(sizes, huge=True)
     assert not memory.huge
-    assert [t.numel() for t in memory.tensors] == [1000, 2000]
+    assert [t.numel() for t in memory.tensors] == sizes
+    assert "hg" not in _vmflags(memory.tensors[0].data_ptr())
     memory.populate(memory.tensors[0].numpy().data.cast("B"))  # a no-op, never raises
 
 
@@ -118,11 +136,15 @@ def test_dear_huge_pages_are_given_up_for_the_rest(monkeypatch: pytest.MonkeyPat
 
 
 @linux_thp
-def test_where_the_first_huge_page_is_dear_none_is_advised(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_where_the_first_huge_page_is_dear_tensors_are_plain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", -1)
-    memory = arena.Arena([16 * MiB], huge=True)
+    memory = arena.Arena([16 * MiB, 1000], huge=True)
     assert not memory.huge  # tried on the first huge page, before any thread reads
-    assert "nh" in _vmflags(memory.tensors[0].data_ptr())
+    assert not memory._length  # the mapping was dropped: each tensor a torch.empty
+    flags = _vmflags(memory.tensors[0].data_ptr())
+    assert "hg" not in flags and "nh" not in flags
+    memory.tensors[0].fill_(1)
+    assert int(memory.tensors[0].sum()) == 16 * MiB
 
 
 def test_huge_pages_need_free_blocks_for_twice_the_bytes(monkeypatch: pytest.MonkeyPatch,
@@ -143,16 +165,11 @@ def test_huge_pages_need_free_blocks_for_twice_the_bytes(monkeypatch: pytest.Mon
 
 
 @linux_thp
-def test_only_tensors_of_a_huge_page_or_more_are_advised(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_tensors_of_a_huge_page_or_more_are_advised(cheap: None) -> None:
     # Small tensors packed together would share huge pages between the filling threads.
-    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
-    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
     big, small = arena.Arena([5 * MiB, 1 * MiB, 1 * MiB], huge=True).tensors[:2]
     assert "hg" in _vmflags(big.data_ptr())
     assert "hg" not in _vmflags(small.data_ptr() + MiB // 2)
-    only_small = arena.Arena([1 * MiB] * 8, huge=True)
-    assert not only_small.huge
-    assert "hg" not in _vmflags(only_small.tensors[0].data_ptr())
 
 
 @linux_thp

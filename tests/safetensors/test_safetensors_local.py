@@ -30,14 +30,6 @@ def _tensors() -> dict[str, Any]:
     return out
 
 
-@pytest.fixture(autouse=True)
-def one_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tiny models are filled in one mapping too (readahead.arena), as large ones are."""
-    from tensorstream.readahead import arena
-
-    monkeypatch.setattr(arena, "MIN_ARENA", 0)
-
-
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
     """Chunks of an odd size: they cross tensors' pages and elements at odd offsets."""
@@ -163,13 +155,11 @@ def test_cpu_tensors_are_mapped_before_the_threads_read(model: tuple[Path, dict[
                                                        small_chunks: int, readers: int,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # Mapping memory waits for the other threads' MADV_POPULATE_WRITE calls: every CPU
-    # tensor of a load is mapped first, in one mapping (readahead.arena), before any read.
+    # tensor of a load is allocated first (readahead.arena), before any read.
     import tensorstream
-    from tensorstream.readahead import arena
     from tensorstream.safetensors import reader
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
-    monkeypatch.setattr(arena, "MIN_ARENA", 0)  # the tiny model gets a mapping too
     events: list[str] = []
     real_arena, real_read = reader.Arena, tensorstream.StreamReader.readinto
 
@@ -188,21 +178,30 @@ def test_cpu_tensors_are_mapped_before_the_threads_read(model: tuple[Path, dict[
     got = ts_st.load(path, num_readers=readers)
     assert all(same_bytes(got[n], want[n]) for n in want)
     assert events[0] == "map" and events.count("map") == 1
-    stored = sorted((t.data_ptr(), t.nbytes) for t in got.values() if t.numel())
-    assert all(t.untyped_storage().nbytes() == t.nbytes for t in got.values() if t.numel())
-    # one mapping, packed (64-byte aligned): no storage is shared, none lies elsewhere
-    assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(stored))
-    assert stored[-1][0] + stored[-1][1] - stored[0][0] <= sum(n + arena.ALIGN for _, n in stored)
 
 
-def test_loaded_tensors_can_be_saved_again(model: tuple[Path, dict[str, Any]],
-                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # save_file refuses tensors that share a storage: each tensor of the mapping has its own.
+def test_tensors_in_one_mapping_are_separate_and_can_be_saved_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where huge pages are free and cheap, load's tensors share one mapping (readahead.arena)
+    # but each has a storage of its own: save_file refuses tensors that share one.
     from tensorstream.readahead import arena
 
-    monkeypatch.setattr(arena, "MIN_ARENA", 0)
-    path, want = model
+    if arena._madvise is None or not arena._thp_enabled():
+        pytest.skip("no transparent huge pages")
+    monkeypatch.setattr(arena, "huge_pages_free", lambda nbytes: True)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)  # their cost depends on the host
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
+    want = {**_tensors(), "huge.page": torch.arange(3 << 18, dtype=torch.float32) % 251}
+    path = tmp_path / "big.safetensors"
+    st_torch.save_file(want, str(path))
     got = ts_st.load(path, num_readers=2)
+    assert all(same_bytes(got[n], want[n]) for n in want)
+    stored = sorted((t.data_ptr(), t.nbytes) for t in got.values() if t.numel())
+    assert all(t.untyped_storage().nbytes() == t.nbytes for t in got.values() if t.numel())
+    assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(stored))
+    assert got["huge.page"].data_ptr() % (2 << 20) == 0
+    assert stored[-1][0] + stored[-1][1] - stored[0][0] <= (
+        sum(n for _, n in stored) + (2 << 20) + len(stored) * arena.ALIGN)  # one mapping
     st_torch.save_file(got, str(tmp_path / "again.safetensors"))
     again = st_torch.load_file(str(tmp_path / "again.safetensors"))
     assert all(same_bytes(again[n], want[n]) for n in want)

@@ -33,7 +33,6 @@ CHUNK = 1000  # odd: chunks cross pages, elements and tensors at odd offsets
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(localfill, "CHUNK", CHUNK)
-    monkeypatch.setattr(arena, "MIN_ARENA", 0)  # tiny models are filled in one mapping too
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
 
 
@@ -132,25 +131,30 @@ def test_every_dtype_is_byte_identical_to_tensorizers_own_load(
     assert _local_threads() == []  # the helper threads have returned
 
 
-def test_tensors_live_in_one_mapping_each_with_its_own_storage(model: Path,
-                                                               tmp_path: Path) -> None:
-    # readahead.arena: the fast path fills one mapping (huge pages where cheap), yet every
-    # tensor is a storage of its own, as tensorizer's own load hands out.
-    with tensorstream.deserialize(model, device="cpu") as got:
-        state = dict(got)
-    stored = [t for t in state.values() if t.numel()]
+@pytest.mark.skipif(arena._madvise is None or not arena._thp_enabled(),
+                    reason="no transparent huge pages")
+def test_tensors_live_in_one_mapping_each_with_its_own_storage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # readahead.arena: where huge pages are free and cheap the fast path fills one
+    # mapping, yet every tensor is a storage of its own, as tensorizer's own load hands out.
+    monkeypatch.setattr(arena, "huge_pages_free", lambda nbytes: True)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)  # their cost depends on the host
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
+    state = {**STATE, "huge.page": torch.arange(3 << 18, dtype=torch.float32) % 251}
+    path = _write(tmp_path / "big.tensors", state)
+    with tensorstream.deserialize(path, device="cpu") as got:
+        loaded = dict(got)
+    stored = [t for t in loaded.values() if t.numel()]
     assert all(t.untyped_storage().nbytes() == t.nbytes for t in stored)  # not the mapping's
     ptrs = sorted((t.data_ptr(), t.nbytes) for t in stored)
     assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(ptrs))
-    # one mapping (no malloc arena holds them all), packed within 64-byte alignment
+    assert loaded["huge.page"].data_ptr() % (2 << 20) == 0  # on a huge page of its own
+    # one mapping (no malloc arena holds them all), packed within alignment
     first, last = ptrs[0][0], ptrs[-1][0] + ptrs[-1][1]
-    assert last - first <= sum(n + arena.ALIGN for _, n in ptrs)
-    with open("/proc/self/maps") as f:
-        spans = [[int(x, 16) for x in line.split()[0].split("-")] for line in f]
-    assert any(lo <= first and last <= hi and hi - lo < (4 << 20) for lo, hi in spans)
-    save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "again.safetensors")
-    for name in STATE:
-        assert same_bytes(state[name], STATE[name]), name
+    assert last - first <= sum(n for _, n in ptrs) + (2 << 20) + len(ptrs) * arena.ALIGN
+    save_file({k: v.contiguous() for k, v in loaded.items()}, tmp_path / "again.safetensors")
+    for name in state:
+        assert same_bytes(loaded[name], state[name]), name
 
 
 def test_memory_tensorizer_allocated_itself_is_read_as_before(
