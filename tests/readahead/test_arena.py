@@ -99,9 +99,9 @@ def test_the_memory_lives_until_the_last_tensor_goes(cheap: None) -> None:
     assert not _vmflags(ptr)  # unmapped with the last tensor
 
 
-@pytest.mark.parametrize("sizes", [[1000, 2000], [1 * MiB] * 8])
+@pytest.mark.parametrize("sizes", [[1000, 2000], [1 * MiB] * 8, [3 * MiB] + [1 * MiB] * 4])
 def test_small_loads_and_small_tensors_are_plain_torch_empty(sizes: list[int]) -> None:
-    # below MIN_ARENA, or no tensor of a huge page: no mapping (and no huge pages)
+    # below MIN_ARENA, or most bytes in tensors under a huge page: no mapping (nor huge pages)
     memory = arena.Arena(sizes, huge=True)
     assert not memory.huge
     assert [t.numel() for t in memory.tensors] == sizes

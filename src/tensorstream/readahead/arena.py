@@ -113,7 +113,8 @@ class Arena:
     ``huge``: advise huge pages (None: when :func:`huge_pages_free` says they
     are free; False: never). The mapping is only used when huge pages are
     advised and the first one came cheap; else (and below :data:`MIN_ARENA` in
-    all, or without a tensor of 2 MiB or more) each tensor is a ``torch.empty``.
+    all, or with less than half the bytes in tensors of 2 MiB or more) each
+    tensor is a ``torch.empty``.
     """
 
     def __init__(self, sizes: Sequence[int], *, huge: bool | None = None) -> None:
@@ -144,7 +145,9 @@ class Arena:
         # chunks, so one thread faults each of its huge pages. Smaller tensors, packed,
         # would share huge pages between threads, which then fault (zero) one each.
         big = [(o, n) for o, n in zip(offsets, sizes, strict=True) if n >= _HUGE]
-        if end < MIN_ARENA or not big or _madvise is None or huge is False:
+        if end < MIN_ARENA or _madvise is None or huge is False:
+            return None
+        if sum(n for _, n in big) * 2 < end:  # mostly small tensors: little to gain
             return None
         if huge is None and not huge_pages_free(end):
             return None
