@@ -6,11 +6,12 @@ file (it is in the page cache). With 4 KiB pages that is one fault per page
 (131k per 512 MiB; ~1.3 ms of CPU per 4 MiB here); with 2 MiB pages it is 256
 faults and the kernel zeroes whole huge pages at memory speed (~0.35 ms per
 4 MiB). Tensors of a few MiB or less never get huge pages from the general
-allocator (they are not 2 MiB aligned), so every tensor of the load is carved
+allocator (they are not 2 MiB aligned), so the tensors of the load are carved
 out of one private anonymous mapping, and the whole huge pages of each tensor
 of 2 MiB or more are advised ``MADV_HUGEPAGE`` (the Run:ai streamer gets huge
 pages from numpy, which advises every large array). Smaller tensors stay on
-4 KiB pages: packed together, they would share huge pages between threads.
+4 KiB pages: packed together, they would share huge pages between threads;
+a load mostly of them gets no mapping at all.
 
 Two catches, both handled here. With ``defrag`` set to ``madvise`` (the usual
 default) a fault in an advised region that finds no free 2 MiB block compacts
@@ -21,9 +22,10 @@ memory first, which stalled loads for 0.65-1.34 s on a fragmented machine
 back to the host (virtio-balloon free page reporting: every free block of
 2 MiB or more, two seconds after it was freed) pays the host's faults for
 each such huge page: ~9 ms per 4 MiB, far dearer than 4 KiB pages (taken from
-smaller free blocks, never handed back). :meth:`Arena.populate` measures what
-the pages cost as the load goes and gives huge pages up for the rest of the
-mapping once they come dear.
+smaller free blocks, never handed back). The first huge page is timed before
+any thread reads (dear: no mapping, each tensor a ``torch.empty`` as before),
+and :meth:`Arena.populate` keeps measuring as the load goes and gives huge
+pages up for the rest of the mapping once they come dear.
 
 Each tensor gets a storage of its own over its slice of the mapping (so
 ``safetensors.torch.save_file``, ``torch.save`` of one tensor and storage
