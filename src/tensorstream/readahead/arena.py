@@ -57,7 +57,7 @@ _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
 _MADV_NOHUGEPAGE = 15
 _MADV_POPULATE_WRITE = 23
-#: Thread CPU per MiB populated, on average, above which huge pages are given
+#: Time per MiB populated, on average, above which huge pages are given
 #: up: what 4 KiB pages cost here (~0.32 ms per MiB; cheap huge pages ~0.09-0.2,
 #: dear ones 1.2-2.5), so huge pages are kept only while they are the cheaper.
 SLOW_NS_PER_MIB = 350_000
@@ -133,7 +133,7 @@ class Arena:
             end += n
         self.huge = False
         self._base = self._length = 0
-        self._spent = self._spanned = 0  # thread CPU (ns) and bytes of huge pages populated
+        self._spent = self._spanned = 0  # time (ns) and bytes of huge pages populated
         self.tensors = self._mapped(offsets, sizes, end, huge) or [
             torch.empty(n, dtype=torch.uint8) for n in sizes]
 
@@ -185,8 +185,8 @@ class Arena:
         huge page costs the host's faults of all its 4 KiB pages once its block
         has been handed back (here ~9 ms of thread CPU per 4 MiB, against 1.3 ms
         on 4 KiB pages and 0.35 ms on huge pages freed moments ago, which are
-        handed out first). The cost is measured in thread CPU, which a busy
-        machine inflates little, per huge page the piece spans; above
+        handed out first). The cost is measured in wall time (the host's part of
+        it is not the guest's CPU time) per huge page the piece spans; above
         :data:`DEAR_NS_PER_MIB` for one piece, or :data:`SLOW_NS_PER_MIB` on
         average, the not yet faulted rest of the mapping goes back to 4 KiB
         pages. The first huge page is tried when the mapping is made, so where
@@ -201,9 +201,13 @@ class Arena:
         # The huge pages the piece touches: at most what this call can fault in.
         spanned = -(-(addr + nbytes) // _HUGE) * _HUGE - addr // _HUGE * _HUGE
         assert _madvise is not None
-        began = time.thread_time_ns()
+        # Wall time, not thread CPU: a huge page from memory handed back to the host
+        # costs the host's faults, which the guest's CPU clocks only partly see (the
+        # rest is steal). A busy machine inflates wall time and gives huge pages up
+        # sooner: that only leaves the 4 KiB pages loads had before.
+        began = time.monotonic_ns()
         ok = _madvise(addr, nbytes, _MADV_POPULATE_WRITE) == 0
-        spent = time.thread_time_ns() - began
+        spent = time.monotonic_ns() - began
         # (Threads race on these sums; a lost update only shifts the average a little.)
         self._spent += spent
         self._spanned += spanned
