@@ -183,9 +183,9 @@ class Arena:
 
         Why: on a virtual machine that hands free memory back to its host, a
         huge page costs the host's faults of all its 4 KiB pages once its block
-        has been handed back (here ~9 ms of thread CPU per 4 MiB, against 1.3 ms
-        on 4 KiB pages and 0.35 ms on huge pages freed moments ago, which are
-        handed out first). The cost is measured in wall time (the host's part of
+        has been handed back (here ~9 ms of thread CPU per 4 MiB, and more in
+        wall time, against 1.3 ms on 4 KiB pages and 0.35 ms on huge pages
+        freed moments ago, which are handed out first). The cost is measured in wall time (the host's part of
         it is not the guest's CPU time) per huge page the piece spans; above
         :data:`DEAR_NS_PER_MIB` for one piece, or :data:`SLOW_NS_PER_MIB` on
         average, the not yet faulted rest of the mapping goes back to 4 KiB
