@@ -73,3 +73,64 @@ def test_prestart_starts_threads_side_by_side(monkeypatch: pytest.MonkeyPatch) -
         pool, threads._executor = threads._executor, before
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+class _Ordered:
+    """A lock that records, per thread, which of the watched locks were held
+    when it was taken (a lock-order check: two orders can deadlock)."""
+
+    held = threading.local()
+    pairs: set[tuple[str, str]] = set()
+
+    def __init__(self, name: str, lock: Any) -> None:
+        self.name, self.lock = name, lock
+
+    def __enter__(self) -> Any:
+        r = self.lock.__enter__()
+        stack = getattr(self.held, "stack", None)
+        if stack is None:
+            stack = self.held.stack = []
+        for outer in stack:
+            self.pairs.add((outer, self.name))
+        stack.append(self.name)
+        return r
+
+    def __exit__(self, *exc: Any) -> Any:
+        self.held.stack.remove(self.name)
+        return self.lock.__exit__(*exc)
+
+    def acquire(self, *a: Any, **k: Any) -> Any:  # as the exit hook may use it
+        return self.lock.acquire(*a, **k)
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_prestart_takes_the_executors_locks_in_submits_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # ThreadPoolExecutor.submit takes the pool's lock, then the global one; a
+    # prestart thread that registers its worker in the other order deadlocks
+    # against a submit running beside it (a cp hung in CI that way).
+    import concurrent.futures.thread as cft
+
+    before = threads._executor
+    threads._executor = None
+    _Ordered.pairs = set()
+    monkeypatch.setattr(cft, "_global_shutdown_lock",
+                        _Ordered("global", cft._global_shutdown_lock))
+    try:
+        pool = threads._threads()
+        pool._shutdown_lock = _Ordered("pool", pool._shutdown_lock)  # type: ignore[assignment]
+        threads.prestart(8)
+        assert _wait_for_threads(8) == 8
+
+        async def main() -> None:
+            await asyncio.gather(*(threads.in_thread(lambda: time.sleep(0)) for _ in range(16)))
+
+        asyncio.run(main())
+        assert ("pool", "global") in _Ordered.pairs  # submit's order, seen
+        assert ("global", "pool") not in _Ordered.pairs, _Ordered.pairs
+    finally:
+        pool, threads._executor = threads._executor, before
+        if pool is not None:
+            pool.shutdown(wait=True)

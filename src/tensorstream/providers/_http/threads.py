@@ -170,10 +170,12 @@ def _add_thread(pool: concurrent.futures.ThreadPoolExecutor) -> bool:
     if cft._shutdown:  # the interpreter is exiting
         return False
     t.start()  # outside every lock: the helpers start their threads side by side
-    # Registered under the lock the executor's own submit holds, as the
-    # interpreter's exit hook reads _threads_queues under it (to wake and join
-    # every worker; a worker it missed still gets the None passed down the queue).
-    with cft._global_shutdown_lock, p._shutdown_lock:
+    # Registered under the locks the executor's own submit holds, as the
+    # interpreter's exit hook reads _threads_queues under the global one (to wake
+    # and join every worker; a worker it missed still gets the None passed down
+    # the queue). Taken in submit's order (the pool's, then the global one): the
+    # other order deadlocks against a submit running beside this.
+    with p._shutdown_lock, cft._global_shutdown_lock:
         p._threads.add(t)
         cft._threads_queues[t] = queue
     return True
