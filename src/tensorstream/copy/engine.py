@@ -288,11 +288,10 @@ class _Copier(Planner):
             for index in todo:
                 while len(pending) >= self.concurrency:
                     # The copy's extra width is for more objects, not more parts
-                    # of one: a 1 GiB object 128 parts wide on the paced link
-                    # finished its download sooner (--no-fsync 2.26 s against
-                    # main's 3.73 s) but left all of its writeback to the end,
-                    # and the durable copy took 5.8 s against 4.75 s (harness,
-                    # load 10-15).
+                    # of one: one object that wide downloads sooner but leaves
+                    # all of its writeback to the end, and a durable copy of it
+                    # measured slower (docs/benchmarks.md, "cp: a width that
+                    # follows the link").
                     done, pending = await asyncio.wait(
                         pending, return_when=asyncio.FIRST_COMPLETED)
                     for t in done:

@@ -4,23 +4,22 @@ A copy starts ``concurrency`` parts wide. Every :data:`LOOK` seconds
 :class:`Width` asks whether the link, not the CPU, is the limit, and follows
 the answer both ways, between ``concurrency`` and its cap:
 
-* **wider** (doubling) when every slot is taken and the process's receiving
-  thread (:mod:`tensorstream.providers._http.receiver`, which receives every
-  part's body) spent :data:`WAITING` or more of the window waiting in
-  ``epoll`` with bodies pending: the bytes are not there yet, so the
+* **wider** (doubling) when every slot is taken and, of the bytes the parts
+  asked of the process's receiving thread
+  (:mod:`tensorstream.providers._http.receiver`, which receives every part's
+  body) during the window, :data:`WAITING` or less had arrived already: the
   connections, not this process, are the limit (object stores and paced links
-  cap each connection: S3 ~50-100 MB/s). The signal holds on a loaded
-  machine, where the old one (this process using little CPU while the
-  machine has idle CPU, :func:`link_bound`, still used for sources without
-  a receiving thread) never fires: a starved process also uses little CPU,
-  but its receiving thread finds bytes waiting whenever it runs. Measured on
-  100 x 4 MiB, S3 -> local: paced (25 MB/s per connection) 15-70% of each
-  window waiting at a load average of 8-16, loopback nginx 0-6%
-  (docs/benchmarks.md, "cp: a width that follows the link").
-* **narrower** (by half the excess) when the receiving thread waited less
-  than :data:`BUSY` of the window: it always had bytes, so more connections
-  only add threads handing the interpreter lock to each other (100 in
-  flight on loopback took 0.65-0.72 s where 32 took 0.51-0.56 s).
+  cap each connection). The signal holds on a loaded machine, where the old
+  one (this process using little CPU while the machine has idle CPU,
+  :func:`link_bound`, still consulted for sources without a receiving
+  thread) never fires: a starved process also uses little CPU, but finds
+  its bytes waiting whenever it runs.
+* **narrower** (by half the excess) when :data:`BUSY` or more had arrived:
+  the process is the limit, and more connections only add threads handing
+  the interpreter lock to each other.
+
+The shares measured on each link are in docs/benchmarks.md ("`cp`: a width
+that follows the link").
 
 One object's parts stay at ``concurrency`` (``_Copier._run_parts``): the
 extra width is for more objects. The cap is ``WIDEST x concurrency`` (at

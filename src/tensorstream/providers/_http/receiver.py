@@ -129,7 +129,9 @@ class Receiver:
         #: :mod:`tensorstream.copy.width`). Unlocked: approximate.
         self.asked = 0
         self.ready = 0
-        self._carried: dict[int, int] = {}  # bytes each socket (by fd) has carried
+        # Bytes each socket (by fd, at most one entry per descriptor number) has
+        # carried; a later connection on a reused number counts as warm at once.
+        self._carried: dict[int, int] = {}
 
     # -- the caller's side -------------------------------------------------------------
     def receive(self, sock: socket.socket, view: memoryview | Sequence[memoryview], *,
