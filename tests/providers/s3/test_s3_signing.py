@@ -93,35 +93,3 @@ def test_no_region_and_no_config_file_signs_for_us_east_1_without_a_client(
     with tensorstream.open(uri, **options) as f:
         assert f.read() == b"z" * 3000
         assert f._provider.inner._sync_client is not None
-
-
-@pytest.mark.parametrize("token", [None, "session/token+with=odd  chars"])
-@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9000", "https://minio.example:443/",
-                                      "http://[::1]:9000", "https://Bucket.S3.eu-west-3.amazonaws.com",
-                                      "http://user:pw@host.example:80"])
-def test_sigv4_headers_are_botocores(endpoint: str, token: str | None,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # Computed without importing botocore.auth (start-up): the same headers,
-    # byte for byte, as botocore's signer at the same instant.
-    import datetime
-
-    import botocore.auth
-    from botocore.awsrequest import AWSRequest
-
-    from tensorstream.providers.s3.signing import StaticCredentials, sigv4_headers
-
-    instant = datetime.datetime(2026, 12, 3, 23, 59, 58)
-    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: instant)
-    now = instant.replace(tzinfo=datetime.timezone.utc).timestamp()
-    creds = StaticCredentials("AKIDEXAMPLE", "wJalr/XUtnFEMI+K7MDENG", token)
-    light = PathStyle(endpoint.rstrip("/"), "eu-west-3")
-    urls = [light.url("bucket", key) for key in KEYS]
-    urls += [f"{light.endpoint}/bucket?list-type=2&prefix=a%2Fb%20c&delimiter=%2F",
-             f"{light.endpoint}/bucket?max-keys=1000&continuation-token=x%3D%3D&list-type=2"]
-    for method in ("GET", "HEAD"):
-        for url in urls:
-            request = AWSRequest(method=method, url=url, headers={})
-            botocore.auth.S3SigV4Auth(creds, "s3", "eu-west-3").add_auth(request)
-            want = dict(request.headers.items())
-            got = sigv4_headers(method, url, creds, "eu-west-3", now=now)
-            assert list(got.items()) == list(want.items()), (method, url)
