@@ -139,6 +139,10 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                             "or reads (a remote destination's read-back, earlier --resume parts); "
                             "answers stay pinned to one version of the source")
     add_no_fsync_option(speed, target="a local destination", moment="the copy")
+    speed.add_argument("--no-direct", dest="direct", action="store_false",
+                       help="write a local destination through the page cache (default with "
+                            "fsync on: O_DIRECT where its filesystem allows, so the copy costs "
+                            "less CPU but is not in the page cache afterwards)")
     out = add_output_options(
         p, json_help="one JSON object per file on stdout, then a summary object")
     out.add_argument("--only-show-errors", action="store_true",
@@ -226,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
             await copy_async(
                 sources, dest, recursive=args.recursive, concurrency=args.concurrency,
                 part_size=args.part_size, verify=args.verify, resume=args.resume,
-                durable=args.durable, jobs=args.jobs, progress=reporter, src_options=src_options,
+                durable=args.durable, direct=args.direct, jobs=args.jobs, progress=reporter,
+                src_options=src_options,
                 dst_options=dst_options, include=rules, skip_unchanged=args.sync,
                 dryrun=args.dryrun, follow_symlinks=args.follow_symlinks, result=result,
                 **options)

@@ -152,7 +152,7 @@ class _Copier(Planner):
                  dst_options: dict[str, Any] | None = None, rules: Rules | None = None,
                  skip_unchanged: bool = False, dryrun: bool = False,
                  follow_symlinks: bool = True, result: CopyResult | None = None,
-                 durable: bool = True) -> None:
+                 durable: bool = True, direct: bool = True) -> None:
         if concurrency < 1 or part_size < 1 or jobs < 1:
             raise ValueError("concurrency, part_size and jobs must be >= 1")
         self.concurrency = concurrency
@@ -160,6 +160,7 @@ class _Copier(Planner):
         self.verify = verify
         self.resume = resume
         self.durable = durable
+        self.direct = direct
         self.jobs = jobs
         self.progress = progress
         self.options = dict(options)
@@ -349,6 +350,7 @@ async def copy_async(
     verify: bool = True,
     resume: bool = False,
     durable: bool = True,
+    direct: bool = True,
     jobs: int = DEFAULT_JOBS,
     progress: ProgressListener | None = None,
     src_options: dict[str, Any] | None = None,
@@ -378,13 +380,19 @@ async def copy_async(
     followed unless ``follow_symlinks=False`` (then they are reported as
     skipped). Pass ``result`` to have it filled in place, so a caller still
     sees what happened when the copy is cancelled.
+
+    A local destination is on the disk (fsync) before it appears unless
+    ``durable=False``; a durable one is written with ``O_DIRECT`` where its
+    filesystem allows, so it is not left in the page cache (``direct=False``:
+    through the page cache, for a reader that follows at once).
     """
     srcs = [sources] if isinstance(sources, str) else list(sources)
     copier = _Copier(concurrency=concurrency, part_size=part_size, verify=verify,
                      resume=resume, jobs=jobs, progress=progress, options=options,
                      src_options=src_options, dst_options=dst_options, rules=include,
                      skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
-                     follow_symlinks=follow_symlinks, result=result, durable=durable)
+                     follow_symlinks=follow_symlinks, result=result, durable=durable,
+                     direct=direct)
     t0 = time.perf_counter()
     if not dryrun:
         # The part threads start while the sources are listed, not one by one

@@ -10,6 +10,10 @@ data plane's worker threads (:func:`~tensorstream.providers._http.threads.in_thr
    through the worker's 1 MiB chunk buffer into the temp file (``pwrite``);
 3. *publish*: size check, fsync (``durable``), rename, fsync of the directory.
 
+A durable copy writes its bytes with ``O_DIRECT`` where the filesystem allows
+(:mod:`.direct`): they must reach the disk before the copy is reported anyway,
+and a page-cache copy of them only costs fresh pages and a long fsync.
+
 An object of one part (a folder of small files) does all three in **one**
 hop when nothing needs the event loop in between: each hop is a wake-up of
 the loop and of a thread, which on a busy 2-core machine costs more than
@@ -174,7 +178,8 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
         check_free_space(dir_fd, name, size, job.dst_label, listing)
         target = LocalPartFile(dir_fd, name, size=size, part_size=c.part_size,
                                source=job.label, etag=job.info.etag, resume=c.resume,
-                               durable=c.durable, existing=listing)
+                               durable=c.durable, direct=c.direct and c.durable,
+                               existing=listing)
         resumed = target.open()
         sink = target  # only a temp file this run opened (and locked) is ever aborted
         if not one_hop or not parts:

@@ -36,6 +36,7 @@ How the bytes are fetched depends on what the source provider offers:
 from __future__ import annotations
 
 import asyncio
+import mmap
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -67,10 +68,13 @@ Deliver = Callable[[int, memoryview], None]
 
 
 def _take_chunk() -> memoryview:
+    """A free chunk buffer, or a new one: an anonymous map, page-aligned as
+    ``O_DIRECT`` writes of it need (:mod:`.direct`; a ``bytearray``'s data
+    starts a few bytes past a page)."""
     with _free_lock:
         if _free:
             return _free.pop()
-    return memoryview(bytearray(CHUNK))
+    return memoryview(mmap.mmap(-1, CHUNK))
 
 
 def _give_back(buf: memoryview) -> None:

@@ -3,7 +3,8 @@
 :class:`LocalPartFile` writes parts in whatever order they arrive with
 ``os.pwrite`` into a temp file beside the destination (opened through a
 directory descriptor, so symlinks are never followed; ours alone, so never
-read back), asks the kernel to start writing each part to disk at once,
+read back), straight to the disk (``O_DIRECT``, :mod:`.direct`) when it
+is to be durable, else asking the kernel to start writing each part at once,
 keeps a small resume journal when asked, and publishes with one fsync +
 rename. :class:`SequentialSink` feeds a writer that only appends (not S3
 or Redis, which take parts in any order) in order, holding early parts in
@@ -30,6 +31,7 @@ from typing import Any, overload
 
 from ..errors import IntegrityError
 from ..providers.base import Writer
+from .direct import ALIGN, PositionalWrites, open_direct
 
 __all__ = ["BufferPool", "DirectorySync", "LocalPartFile", "PartBuffer", "Parts", "SequentialSink",
            "digest", "directory_sync", "plan_parts"]
@@ -240,7 +242,7 @@ class LocalPartFile:
 
     def __init__(self, dir_fd: int, name: str, *, size: int, part_size: int,
                  source: str, etag: str | None, resume: bool, durable: bool = True,
-                 existing: Collection[str] | None = None) -> None:
+                 direct: bool = True, existing: Collection[str] | None = None) -> None:
         self.dir_fd = dir_fd
         #: The directory's names when the copy began (``None``: list it): where
         #: temp files of earlier runs are looked for.
@@ -255,6 +257,12 @@ class LocalPartFile:
         #: the disk when it appears. Without, it appears as soon as it is whole
         #: in the page cache (readers still never see a part of it).
         self.durable = durable
+        #: Write aligned stretches with ``O_DIRECT`` where the filesystem can
+        #: (see :mod:`.direct`): they reach the disk without a page-cache copy,
+        #: and the file is not in the page cache afterwards.
+        self.direct = direct
+        #: The file's writes (set by :meth:`open`).
+        self.writes: PositionalWrites | None = None
         base = f".{name}{_MARK}"
         self.tmp = base + ("partial.tmp" if self.resume else f"{secrets.token_hex(6)}.tmp")
         self.journal = base + "journal.tmp"
@@ -292,6 +300,8 @@ class LocalPartFile:
                 self._unlink(self.tmp)
             raise
         self._fd = fd
+        self.writes = PositionalWrites(
+            fd, open_direct(self.dir_fd, self.tmp, fd) if self.direct else None)
         return sum(min(self.part_size, self.size - i * self.part_size) for i in self.done)
 
     def _remove_stale_temps(self) -> None:
@@ -365,26 +375,27 @@ class LocalPartFile:
         the descriptor is held for the whole part (one lock round per part, not
         per chunk: dozens of receiving threads would queue on it). Parts never
         overlap."""
-        with self._using_fd() as fd:
-            def write(offset: int, data: memoryview) -> None:
-                view = data
-                while view:
-                    n = os.pwrite(fd, view, offset)
-                    view = view[n:]
-                    offset += n
-
-            yield write
+        with self._using_fd():
+            assert self.writes is not None
+            yield self.writes.write
 
     def part_written(self, index: int, offset: int, length: int, digest: str | None) -> None:
         """Part ``index`` is whole in the file: start its writeback at once and,
         for ``--resume``, journal it with its sha256 (taken as it arrived)."""
-        if _start_writeback is not None and self.durable:
+        if _start_writeback is not None and self.durable and not self._went_direct(offset, length):
             with self._using_fd() as fd:
                 _start_writeback(fd, offset, length)
         if digest is not None and self.resume:
             with self._done_lock:
                 self.done[index] = digest
         self.maybe_checkpoint()
+
+    def _went_direct(self, offset: int, length: int) -> bool:
+        """Whether the part's bytes went to the disk directly (all but the
+        object's unaligned last bytes, which the fsync writes out)."""
+        w = self.writes
+        return (w is not None and w.direct and offset % ALIGN == 0
+                and (length % ALIGN == 0 or offset + length == self.size))
 
     def maybe_checkpoint(self, force: bool = False) -> None:
         """Persist the journal (data first: fdatasync, then the journal, atomically)."""
@@ -472,6 +483,8 @@ class LocalPartFile:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
+        if self.writes is not None:
+            self.writes.close()
 
     def abort(self, *, keep_for_resume: bool) -> None:
         """Drop the temp file, or keep it with an up-to-date journal for ``--resume``."""
