@@ -143,3 +143,34 @@ def test_width_adds_and_takes_back_permits() -> None:
         assert jobs._value == reads._value == 6
 
     asyncio.run(main())
+
+
+def test_a_paced_link_widens_from_a_narrow_start(tmp_path: Path, widths: list[Width]) -> None:
+    # --concurrency above START: the parts start START wide and the first
+    # widening gives the rest of --concurrency at once. Without it the copy
+    # would stay START wide on a link that is the limit.
+    from benchmarks import servers
+
+    root = tmp_path / "root"
+    names = _objects(root, 24, 2 * MiB)
+    with servers.start_paced(root, 8_000_000) as srv:
+        out = tmp_path / "out"
+        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=16, jobs=16)
+    assert result.ok and result.files == len(names), result.errors
+    _check(out, root, names)
+    assert len(widths) == 1 and widths[0].most >= 16
+
+
+def test_a_narrow_start_gives_the_parts_slot_the_rest_of_base() -> None:
+    async def main() -> None:
+        jobs, reads = asyncio.Semaphore(16), asyncio.Semaphore(width.START)
+        w = Width([jobs, reads], 16, widest=2, start=(reads, width.START))
+        assert w.width == width.START == w.most
+        assert w.narrow() == 0 and w.width == width.START  # never below the start
+        assert w.widen() == 16 - width.START and w.width == 16 == w.most
+        assert jobs._value == 16 and reads._value == 16  # only the parts' slot was short
+        assert w.widen() == 16 and w.width == 32 == w.cap
+        assert jobs._value == reads._value == 32
+        await w.close()
+
+    asyncio.run(main())

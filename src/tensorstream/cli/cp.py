@@ -121,7 +121,8 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                               "interrupted --resume copy keeps a hidden partial file for this")
     speed = p.add_argument_group("speed")
     speed.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
-                       help=f"parts in flight at once (default {DEFAULT_CONCURRENCY})")
+                       help=f"parts in flight at once (default {DEFAULT_CONCURRENCY}; from HTTP(S)/S3 "
+                            "a copy starts at 8 and goes to N when the link is the limit)")
     default_mem = (DEFAULT_CONCURRENCY + spare_buffers(DEFAULT_CONCURRENCY)) * DEFAULT_PART_SIZE
     speed.add_argument("--part-size", type=parse_size, default=DEFAULT_PART_SIZE,
                        metavar="SIZE",

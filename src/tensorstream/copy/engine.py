@@ -62,7 +62,7 @@ from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
 from .sinks import BufferPool, PartBuffer
 from .tasks import cancel_and_wait, gather_or_cancel
-from .width import Width
+from .width import START, Width
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -222,6 +222,14 @@ class _Copier(Planner):
         if self.progress:
             self.progress.start(len(jobs), sum(j.info.size for j in jobs))
         self.job_slots = asyncio.Semaphore(self.jobs)
+        # Parts start START wide; the width gives the rest of concurrency when
+        # the receiving thread finds the link is the limit. Sources it does not
+        # receive (local files, Redis) could only widen by the idle-machine
+        # rule, so they start at concurrency as before.
+        self._start = self.concurrency
+        if all(j.src.capabilities.range_streams for j in jobs):
+            self._start = min(self.concurrency, START)
+        self.read_slots = asyncio.Semaphore(self._start)
 
         async def one(job: Job) -> None:
             async with self.job_slots:
@@ -237,7 +245,8 @@ class _Copier(Planner):
         """Widen while the link, not the CPU, is the limit, and narrow back when
         it is not (:class:`~tensorstream.copy.width.Width`: up to ``WIDEST x
         concurrency`` parts and objects in flight)."""
-        self.width = Width([self.job_slots, self.read_slots], self.concurrency)
+        self.width = Width([self.job_slots, self.read_slots], self.concurrency,
+                           start=(self.read_slots, self._start))
         await self.width.follow()
 
     async def copy_one(self, job: Job) -> None:

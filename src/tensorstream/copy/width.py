@@ -21,6 +21,12 @@ the answer both ways, between ``concurrency`` and its cap:
 The shares measured on each link are in docs/benchmarks.md ("`cp`: a width
 that follows the link").
 
+A copy's parts start :data:`START` wide (at most ``concurrency``): on a link
+faster than the process, more parts in flight only add threads contending for
+the interpreter lock and a 1 MiB chunk buffer each to fault in. The first
+widening goes straight to ``concurrency``, then it doubles as above
+(docs/benchmarks.md, "`cp` of a folder: where the CPU and the switches go").
+
 One object's parts stay at ``concurrency`` (``_Copier._run_parts``): the
 extra width is for more objects. The cap is ``WIDEST x concurrency`` (at
 most the data plane's thread count,
@@ -42,7 +48,7 @@ from ..providers._http import receiver
 from ..providers._http.threads import MAX_THREADS, prestart
 from .tasks import cancel_and_wait
 
-__all__ = ["BUSY", "ENOUGH", "LOOK", "WAITING", "WIDEST", "CPUSample", "Sample",
+__all__ = ["BUSY", "ENOUGH", "LOOK", "START", "WAITING", "WIDEST", "CPUSample", "Sample",
            "Width", "link_bound", "ready_share"]
 
 log = logging.getLogger("tensorstream.copy")
@@ -58,6 +64,8 @@ BUSY = 0.6
 ENOUGH = 1 << 20
 #: The widest a copy goes, in multiples of ``concurrency``.
 WIDEST = 4
+#: Parts in flight when a copy starts (at most ``concurrency``).
+START = 8
 #: The old, idle-machine rule (:func:`link_bound`): under this share of one
 #: core the process is waiting on something, ...
 _LINK_BOUND = 0.5
@@ -121,15 +129,23 @@ class Width:
 
     Widening releases one more permit of every slot; narrowing takes one of
     each back (a task waits for it the way an object does, so nothing in
-    flight is stopped) and holds it until the copy widens again or ends."""
+    flight is stopped) and holds it until the copy widens again or ends.
+
+    ``start``: the slot that bounds the parts in flight, made with ``width``
+    permits (fewer than ``base``): the copy starts that narrow, and its first
+    widening gives that slot the rest of ``base``."""
 
     def __init__(self, slots: Sequence[asyncio.Semaphore], base: int,
-                 widest: int = WIDEST) -> None:
+                 widest: int = WIDEST,
+                 start: tuple[asyncio.Semaphore, int] | None = None) -> None:
         self.slots = list(slots)
         self.base = base
         self.cap = max(base, min(widest * base, MAX_THREADS))
         self.width = base
-        self.most = base  # the widest it went (statistics, tests)
+        self._short: asyncio.Semaphore | None = None
+        if start is not None and start[1] < base:
+            self._short, self.width = start
+        self.most = self.width  # the widest it went (statistics, tests)
         self._held: list[asyncio.Task[None]] = []
 
     def full(self) -> bool:
@@ -137,7 +153,16 @@ class Width:
         return any(s.locked() for s in self.slots)
 
     def widen(self) -> int:
-        """Double the width (up to the cap); returns how many permits were added."""
+        """Double the width (up to the cap), or from a narrow start straight to
+        ``base``; returns how many permits were added."""
+        if self._short is not None:
+            step = self.base - self.width
+            for _ in range(step):
+                self._short.release()
+            self._short, self.width = None, self.base
+            self.most = max(self.most, self.width)
+            prestart(self.width)
+            return step
         step = min(self.cap - self.width, self.width)
         if step <= 0:
             return 0
@@ -154,7 +179,7 @@ class Width:
 
     def narrow(self) -> int:
         """Halve the width above ``base``; returns how many permits are taken back."""
-        step = (self.width - self.base + 1) // 2
+        step = max(0, (self.width - self.base + 1) // 2)
         for _ in range(step):
             self._held.append(asyncio.ensure_future(self._take()))
         self.width -= step
