@@ -186,12 +186,17 @@ def start_static(
     burst: int = 0,
     ttfb: tuple[float, float] = (0.02, 0.05),
     etag: str = "aiohttp",
+    request_log: Path | None = None,
 ) -> Server:
-    """The aiohttp static server in ``mode`` (plain, paced, bucket, ttfb) on a free port."""
+    """The aiohttp static server in ``mode`` (plain, paced, bucket, ttfb) on a free port.
+    ``request_log``: append one line per request (arrival and answer times, method,
+    path, Range) to this file."""
     port = free_port()
     argv = [sys.executable, "-m", "benchmarks.servers", "static", str(root), str(port), "--mode", mode]
     argv += ["--rate", str(rate), "--burst", str(burst), "--etag", etag]
     argv += ["--ttfb", f"{ttfb[0]},{ttfb[1]}"]
+    if request_log is not None:
+        argv += ["--request-log", str(request_log)]
     return Server(mode, argv, port, cwd=str(Path(__file__).resolve().parent.parent))
 
 
@@ -375,7 +380,10 @@ def _static_main(argv: list[str]) -> None:
     p.add_argument("--burst", type=int, default=0)
     p.add_argument("--ttfb", default="0.02,0.05")
     p.add_argument("--etag", choices=["aiohttp", "nginx"], default="aiohttp")
+    p.add_argument("--request-log", default=None)
     a = p.parse_args(argv)
+    # Line-buffered: a reader of the log sees each request as soon as it is answered.
+    reqlog = open(a.request_log, "a", buffering=1) if a.request_log else None
     base = Path(a.root).resolve()
     lo, hi = (float(x) for x in a.ttfb.split(","))
     rng = random.Random(0)
@@ -434,8 +442,12 @@ def _static_main(argv: list[str]) -> None:
         return resp
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        arrived = time.time()
         if a.mode == "ttfb":
             await asyncio.sleep(rng.uniform(lo, hi))
+        if reqlog is not None:  # wall clock: compared with the client's
+            reqlog.write(f"{arrived:.6f} {time.time():.6f} {request.method} {request.path} "
+                         f"{request.headers.get('Range', '-')}\n")
         parts = request.match_info["tail"].split("/", 1)
         if len(parts) == 1 or not parts[1]:  # bucket level: ListObjectsV2, HEAD bucket
             if not (base / parts[0]).is_dir():
