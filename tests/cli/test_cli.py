@@ -336,3 +336,23 @@ def test_interrupt_during_read_back_says_it_was_published(tmp_path: Path) -> Non
                 "(--resume skips them next time); no partial object was left behind")
     assert published in said or finished in said, said[-600:]
     assert "no partial object was left behind" not in said or finished in said
+
+
+def test_cp_direct_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from page_cache import direct_io_at, resident_pages
+
+    if not direct_io_at(tmp_path):
+        pytest.skip("the temp directory's filesystem has no O_DIRECT")
+    src = tmp_path / "src.bin"
+    data = os.urandom(2 << 20)
+    src.write_bytes(data)
+    pages = (2 << 20) // os.sysconf("SC_PAGE_SIZE")
+    for flags, resident in [((), 0), (("--no-direct",), pages), (("--no-fsync",), pages),
+                            (("--no-fsync", "--direct"), 0)]:
+        dst = tmp_path / ("out" + "".join(flags) + ".bin")
+        code, _, err = run(capsys, "cp", "-q", *flags, str(src), str(dst))
+        assert code == 0, err
+        assert resident_pages(dst) == resident, flags
+        assert dst.read_bytes() == data
+    code, _, err = run(capsys, "cp", "--direct", "--no-direct", str(src), str(tmp_path / "x.bin"))
+    assert code == 2 and "not allowed with" in err

@@ -8,7 +8,6 @@ check runs before anything reads the file (a read would bring it in).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import mmap
 import os
@@ -18,47 +17,19 @@ from typing import Any
 
 import pytest
 
+from page_cache import direct_io_at, resident_pages
 from tensorstream.copy.direct import ALIGN, PositionalWrites, open_direct
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _direct_io_at(path: Path) -> bool:
-    try:
-        fd = os.open(path / ".probe", os.O_WRONLY | os.O_CREAT | getattr(os, "O_DIRECT", 0), 0o600)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(path / ".probe")
-    return hasattr(os, "O_DIRECT")
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Path:
     """A directory on a filesystem that takes ``O_DIRECT`` (tmp_path's, if it does)."""
-    if not _direct_io_at(tmp_path):
+    if not direct_io_at(tmp_path):
         pytest.skip("the temp directory's filesystem has no O_DIRECT")
     return tmp_path
-
-
-def resident_pages(path: Path) -> int:
-    """Pages of ``path`` in the page cache (``mincore`` of a mapping never touched)."""
-    size = path.stat().st_size
-    if size == 0:
-        return 0
-    pages = -(-size // mmap.PAGESIZE)
-    vec = (ctypes.c_ubyte * pages)()
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
-        anchor = ctypes.c_char.from_buffer(m)
-        try:
-            rc = _libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)),
-                               ctypes.c_size_t(size), vec)
-        finally:
-            del anchor
-    assert rc == 0, os.strerror(ctypes.get_errno())
-    return sum(v & 1 for v in vec)
 
 
 SIZES = [0, 1, ALIGN - 1, ALIGN, ALIGN + 1, MiB - 1, MiB + 1, 3 * MiB + 4097]
@@ -90,6 +61,18 @@ def test_without_direct_or_fsync_the_copy_is_in_the_page_cache(disk: Path, http_
         assert result.ok, result.errors
         assert resident_pages(dst) == 2 * MiB // mmap.PAGESIZE, name
         assert dst.read_bytes() == data
+
+
+def test_no_fsync_goes_direct_when_asked(disk: Path, http_server: Any,
+                                         http_reset: None) -> None:
+    data = os.urandom(2 * MiB + 1)
+    key = f"direct/{secrets.token_hex(4)}.bin"
+    http_server.put(key, data)
+    dst = disk / "nofsync-direct.bin"
+    result = copy(http_server.url(key), str(dst), part_size=MiB, durable=False, direct=True)
+    assert result.ok, result.errors
+    assert resident_pages(dst) <= 1
+    assert dst.read_bytes() == data
 
 
 @pytest.mark.parametrize("source", ["s3", "redis", "local"])

@@ -152,7 +152,7 @@ class _Copier(Planner):
                  dst_options: dict[str, Any] | None = None, rules: Rules | None = None,
                  skip_unchanged: bool = False, dryrun: bool = False,
                  follow_symlinks: bool = True, result: CopyResult | None = None,
-                 durable: bool = True, direct: bool = True) -> None:
+                 durable: bool = True, direct: bool | None = None) -> None:
         if concurrency < 1 or part_size < 1 or jobs < 1:
             raise ValueError("concurrency, part_size and jobs must be >= 1")
         self.concurrency = concurrency
@@ -160,7 +160,8 @@ class _Copier(Planner):
         self.verify = verify
         self.resume = resume
         self.durable = durable
-        self.direct = direct
+        #: O_DIRECT for local destinations: by default only for durable ones.
+        self.direct = durable if direct is None else direct
         self.jobs = jobs
         self.progress = progress
         self.options = dict(options)
@@ -359,7 +360,7 @@ async def copy_async(
     verify: bool = True,
     resume: bool = False,
     durable: bool = True,
-    direct: bool = True,
+    direct: bool | None = None,
     jobs: int = DEFAULT_JOBS,
     progress: ProgressListener | None = None,
     src_options: dict[str, Any] | None = None,
@@ -393,7 +394,8 @@ async def copy_async(
     A local destination is on the disk (fsync) before it appears unless
     ``durable=False``; a durable one is written with ``O_DIRECT`` where its
     filesystem allows, so it is not left in the page cache (``direct=False``:
-    through the page cache, for a reader that follows at once).
+    through the page cache, for a reader that follows at once;
+    ``direct=True`` also for ``durable=False``).
     """
     srcs = [sources] if isinstance(sources, str) else list(sources)
     copier = _Copier(concurrency=concurrency, part_size=part_size, verify=verify,

@@ -178,7 +178,7 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
         check_free_space(dir_fd, name, size, job.dst_label, listing)
         target = LocalPartFile(dir_fd, name, size=size, part_size=c.part_size,
                                source=job.label, etag=job.info.etag, resume=c.resume,
-                               durable=c.durable, direct=c.direct and c.durable,
+                               durable=c.durable, direct=c.direct,
                                existing=listing)
         resumed = target.open()
         sink = target  # only a temp file this run opened (and locked) is ever aborted
