@@ -192,6 +192,25 @@ def test_resume_uses_and_checks_earlier_parts(tmp_path: Path,
     assert dst.read_bytes() == data and _names(tmp_path) == ["m.bin"]
 
 
+def test_a_resumed_durable_copy_writes_its_new_parts_directly(
+        tmp_path: Path, flaky: type[FlakyProvider]) -> None:
+    from page_cache import direct_io_at, resident_pages
+
+    if not direct_io_at(tmp_path):
+        pytest.skip("the temp directory's filesystem has no O_DIRECT")
+    data = os.urandom(7 * PART + 11)
+    dst = tmp_path / "m.bin"
+    _interrupted_resume(flaky, dst, data)
+    # Without verification the earlier parts are not read back (which would
+    # cache them and, by read-ahead, the rest of the file).
+    result = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True,
+                  verify=False)
+    assert result.ok and result.resumed_bytes, result.errors
+    # Both runs' parts went to the disk directly, all but the unaligned tail's page.
+    assert resident_pages(dst) <= 1
+    assert dst.read_bytes() == data
+
+
 def test_resume_with_a_damaged_earlier_part_fails_and_starts_over(
         tmp_path: Path, flaky: type[FlakyProvider]) -> None:
     data = os.urandom(7 * PART)
