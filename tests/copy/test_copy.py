@@ -267,6 +267,39 @@ def test_memory_bounded_by_parts_in_flight(tmp_path: Path) -> None:
     assert peak < 3 * CHUNK + (1 << 20), peak
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
+def test_chunk_buffers_are_private_anonymous_maps(tmp_path: Path) -> None:
+    import ctypes
+    import mmap
+
+    from tensorstream.copy import receive
+
+    src = tmp_path / "src.bin"
+    src.write_bytes(payload(3 << 20))
+    result = copy(str(src), str(tmp_path / "out.bin"), part_size=1 << 20, concurrency=3)
+    assert result.ok and result.verified
+    # A buffer the copy used (back on the free list) or a new one: either way a
+    # private map (a shared anonymous one is shmem, dearer to fault in per page).
+    buf = receive._take_chunk()
+    try:
+        holder = ctypes.c_char.from_buffer(buf)
+        addr = ctypes.addressof(holder)
+        del holder
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                span, perms = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if lo <= addr < hi:
+                    assert perms.endswith("p"), line
+                    assert "/dev/zero" not in line, line
+                    break
+            else:
+                pytest.fail("chunk buffer not found in /proc/self/maps")
+        assert addr % mmap.PAGESIZE == 0
+    finally:
+        receive._give_back(buf)
+
+
 def test_failed_upload_leaves_no_object_and_no_multipart(http_server: Any, http_reset: None,
                                                          moto_s3: Any) -> None:
     from fixtures_s3 import S3_BUCKET

@@ -68,13 +68,15 @@ Deliver = Callable[[int, memoryview], None]
 
 
 def _take_chunk() -> memoryview:
-    """A free chunk buffer, or a new one: an anonymous map, page-aligned as
-    ``O_DIRECT`` writes of it need (:mod:`.direct`; a ``bytearray``'s data
-    starts a few bytes past a page)."""
+    """A free chunk buffer, or a new one: a private anonymous map, page-aligned
+    as ``O_DIRECT`` writes of it need (:mod:`.direct`; a ``bytearray``'s data
+    starts a few bytes past a page). Private, not ``mmap``'s default shared
+    map: shared anonymous memory is shmem, whose first touch of each page
+    costs more, and a wide copy touches a fresh buffer per part in flight."""
     with _free_lock:
         if _free:
             return _free.pop()
-    return memoryview(mmap.mmap(-1, CHUNK))
+    return memoryview(mmap.mmap(-1, CHUNK, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
 
 
 def _give_back(buf: memoryview) -> None:
