@@ -544,8 +544,10 @@ class Prefetcher(Fetching, Planning):
                 elif self._take(self._seg, force=urgent):
                     # Its own mapping: returned to the system when dropped (a malloc'd
                     # buffer of this size stays in the heap, ~30 MiB of RSS on a paced
-                    # load), and fresh pages come zeroed without a memset.
-                    buf = mmap.mmap(-1, self._seg + self._rider)  # (see _segment_at)
+                    # load), and fresh pages come zeroed without a memset. Private: a
+                    # shared anonymous map is shmem, dearer to fault in per page.
+                    buf = mmap.mmap(-1, self._seg + self._rider,  # (see _segment_at)
+                                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
                 else:
                     break  # read-ahead memory is spent: wait for the reader to consume
                 seg.buffer = memoryview(buf)[: seg.end - seg.start]
