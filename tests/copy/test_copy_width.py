@@ -51,20 +51,28 @@ def _check(out: Path, root: Path, names: list[str]) -> None:
         assert (out / Path(name).name).read_bytes() == (root / name).read_bytes()
 
 
+def _copy_from_paced(tmp_path: Path, count: int, *, concurrency: int) -> None:
+    """Copy ``count`` objects of 2 MiB from the benchmark's paced server (every
+    connection capped at 8 MB/s by the kernel, a process of its own), checked
+    byte for byte."""
+    from benchmarks import servers
+
+    root = tmp_path / "root"
+    names = _objects(root, count, 2 * MiB)
+    with servers.start_paced(root, 8_000_000) as srv:
+        out = tmp_path / "out"
+        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=concurrency,
+                      jobs=concurrency)
+    assert result.ok and result.files == len(names), result.errors
+    _check(out, root, names)
+
+
 def test_a_paced_link_is_copied_wider(tmp_path: Path, widths: list[Width]) -> None:
     # Every connection capped at 8 MB/s by the kernel (the benchmark's paced
     # server, a process of its own): the bytes are never there before they
     # are asked for, so the copy goes wider than --concurrency. Without the
     # widening it stays at 2 (and takes 7 waves of ~0.27 s).
-    from benchmarks import servers
-
-    root = tmp_path / "root"
-    names = _objects(root, 14, 2 * MiB)
-    with servers.start_paced(root, 8_000_000) as srv:
-        out = tmp_path / "out"
-        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=2, jobs=2)
-    assert result.ok and result.files == len(names), result.errors
-    _check(out, root, names)
+    _copy_from_paced(tmp_path, 14, concurrency=2)
     assert len(widths) == 1 and widths[0].most > 2
 
 
@@ -149,15 +157,7 @@ def test_a_paced_link_widens_from_a_narrow_start(tmp_path: Path, widths: list[Wi
     # --concurrency above START: the parts start START wide and the first
     # widening gives the rest of --concurrency at once. Without it the copy
     # would stay START wide on a link that is the limit.
-    from benchmarks import servers
-
-    root = tmp_path / "root"
-    names = _objects(root, 24, 2 * MiB)
-    with servers.start_paced(root, 8_000_000) as srv:
-        out = tmp_path / "out"
-        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=16, jobs=16)
-    assert result.ok and result.files == len(names), result.errors
-    _check(out, root, names)
+    _copy_from_paced(tmp_path, 24, concurrency=16)
     assert len(widths) == 1 and widths[0].most >= 16
 
 

@@ -172,7 +172,9 @@ class _Copier(Planner):
         self.dryrun = dryrun
         self.follow_symlinks = follow_symlinks
         # Reads in flight are capped at ``concurrency``; a few spare buffers let
-        # new reads start while finished parts are still being written.
+        # new reads start while finished parts are still being written. The
+        # copy remakes both slots when it starts, once its sources are known
+        # (parts from a receiving source start START wide: see the width).
         self.read_slots = asyncio.Semaphore(concurrency)
         self.job_slots = asyncio.Semaphore(jobs)
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
