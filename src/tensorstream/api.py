@@ -9,7 +9,7 @@ from . import _loop
 from .config import COMMON_OPTIONS, split_options
 from .errors import ConfigurationError
 from .layers.stack import PolicyProvider
-from .providers.base import ObjectInfo
+from .providers.base import BodyStream, ObjectInfo
 from .providers.registry import known_option_names, resolve_provider_class
 from .uri import ParsedURI, parse_uri
 
@@ -61,21 +61,31 @@ async def read_range(
 
 @overload
 def open(
-    uri: str | os.PathLike[str] | ParsedURI, mode: Literal["rb"] = "rb", **options: Any
+    uri: str | os.PathLike[str] | ParsedURI, mode: Literal["rb"] = "rb", *,
+    sequential: bool = False, **options: Any
 ) -> StreamReader: ...
 @overload
 def open(
-    uri: str | os.PathLike[str] | ParsedURI, mode: Literal["wb"], **options: Any
+    uri: str | os.PathLike[str] | ParsedURI, mode: Literal["wb"], *,
+    sequential: bool = False, **options: Any
 ) -> StreamWriter: ...
 def open(  # mirrors builtins.open on purpose
-    uri: str | os.PathLike[str] | ParsedURI, mode: str = "rb", **options: Any
+    uri: str | os.PathLike[str] | ParsedURI, mode: str = "rb", *,
+    sequential: bool = False, **options: Any
 ) -> StreamReader | StreamWriter:
     """Open the object at ``uri`` as a binary file.
 
     ``"rb"``: a seekable reader that ``tensorizer.TensorDeserializer`` accepts.
     ``"wb"``: an atomic writer; the object appears on ``close()``.
 
-    >>> with tensorstream.open("s3://bucket/model.tensors") as f:  # doctest: +SKIP
+    ``sequential=True`` (``"rb"``): the caller will read from byte 0 onward (a
+    whole tensorizer load). Over HTTP(S) and S3 the open is then one ``GET`` of
+    ``bytes=0-``, whose answer gives the size and validators and whose body is
+    the reader's first stream: no ``HEAD`` before the first byte. An answer that
+    cannot stand in for the ``HEAD`` falls back to it. Leave it off for a reader
+    that reads a few ranges (a filtered load): that ``GET`` asks for every byte.
+
+    >>> with tensorstream.open("s3://bucket/model.tensors", sequential=True) as f:  # doctest: +SKIP
     ...     deserializer = TensorDeserializer(f, device="cuda")
     """
     from .file import StreamReader, StreamWriter
@@ -85,12 +95,19 @@ def open(  # mirrors builtins.open on purpose
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
     provider = get_provider(parsed, **options)
     if mode in ("rb", "r"):
+        first: BodyStream | None = None
         try:
-            info = _loop.run_sync(provider.stat(parsed.path))
+            # Asked for: one GET from byte 0 gives the size, the validators and
+            # the stream the load reads first (a HEAD before it is a round trip).
+            got = provider.open_whole_blocking(parsed.path) if sequential else None
+            if got is not None:
+                info, first = got
+            else:
+                info = _loop.run_sync(provider.stat(parsed.path))
         except BaseException:
             _loop.run_sync(provider.close())
             raise
-        return StreamReader(provider, parsed, info)
+        return StreamReader(provider, parsed, info, first=first)
     try:
         writer = provider.open_writer(parsed.path)
     except BaseException:

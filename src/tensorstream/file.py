@@ -27,7 +27,7 @@ from . import _loop
 from .errors import UnsupportedOperationError
 from .layers import timeout as _timeout
 from .layers.stack import PolicyProvider
-from .providers.base import Capabilities, ObjectInfo, Pin, ReadHints, Writer
+from .providers.base import BodyStream, Capabilities, ObjectInfo, Pin, ReadHints, Writer
 from .readahead.ranged import Prefetcher, ReadaheadBudget
 from .uri import ParsedURI
 
@@ -65,6 +65,7 @@ class StreamReader(io.RawIOBase):
         on_close: Callable[[], None] | None = None,
         limit: int | None = None,
         budget: ReadaheadBudget | None = None,
+        first: BodyStream | None = None,
     ) -> None:
         super().__init__()
         self._provider = provider
@@ -93,6 +94,7 @@ class StreamReader(io.RawIOBase):
             concurrency=cfg.concurrency,
             limit=limit,
             budget=budget,
+            first=first,
         )
 
     # -- identity -------------------------------------------------------------

@@ -295,6 +295,19 @@ class PolicyProvider(Provider):
             "read", path, lambda: self.inner.open_range_blocking(path, start, end, pin=pinned))
         return _CountedBody(body, self, path)
 
+    def open_whole_blocking(self, path: str) -> tuple[ObjectInfo, BodyStream] | None:
+        """The provider's size, validators and stream of every byte from one
+        request, under the retry policy; ``None`` when it has none to give (the
+        caller then asks :meth:`stat`)."""
+        caps = self.capabilities
+        if not (caps.range_streams and caps.blocking_reads and self.config.transfer.stream_reads):
+            return None  # the body would not be read as a stream
+        got = self._call_blocking("stat", path, lambda: self.inner.open_whole_blocking(path))
+        if got is None:
+            return None
+        info, body = got
+        return info, _CountedBody(body, self, path)
+
     async def read_range(
         self, path: str, start: int, end: int, *, pin: Pin | None = None,
         etag: str | None = None,

@@ -410,6 +410,13 @@ class Provider(abc.ABC):
             f"{self.service} has no range streams", service=self.service, operation="read"
         )
 
+    def open_whole_blocking(self, path: str) -> tuple[ObjectInfo, BodyStream] | None:
+        """What :meth:`stat` reports together with the body of bytes ``[0, size)``,
+        from one request, for providers whose ``stat`` is a round trip of its
+        own (``range_streams``). ``None``: not available for this object or
+        provider; ask :meth:`stat`, whose answer (and errors) stay the reference."""
+        return None
+
     async def delete(self, path: str) -> None:
         """Remove an object; :class:`NotFoundError` if absent."""
         raise UnsupportedOperationError(

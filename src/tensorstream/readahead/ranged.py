@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 from ..layers.stack import PolicyProvider
-from ..providers.base import Pin
+from ..providers.base import BodyStream, Pin
 from ..uri import redact_text
 from ._clock import busy_seconds
 from ._memcopy import copy_into
@@ -88,6 +88,7 @@ class Prefetcher(Fetching, Planning):
         concurrency: int,
         limit: int | None = None,
         budget: ReadaheadBudget | None = None,
+        first: BodyStream | None = None,
     ) -> None:
         self._provider = provider
         self.budget = budget if budget is not None else ReadaheadBudget(window)
@@ -134,7 +135,9 @@ class Prefetcher(Fetching, Planning):
                           and provider.config.transfer.stream_reads)
         if can_stream:
             self._stream = SequentialStream(provider, path, size, pin, limit=self._limit,
-                                            helper=self._pool)
+                                            helper=self._pool, first=first)
+        elif first is not None:  # opened by ``open`` for a stream this reader cannot use
+            first.close()
         # One server thread (Redis) answers every request: start on one
         # connection reading ahead while the reader copies (two stages over two
         # cores); the controller still widens if the reader starves.

@@ -44,17 +44,20 @@ class SequentialStream:
     """The stream of one reader (not thread-safe: one reader's thread uses it)."""
 
     def __init__(self, provider: PolicyProvider, path: str, size: int, pin: Pin | None,
-                 *, limit: int, helper: concurrent.futures.Executor | None = None) -> None:
+                 *, limit: int, helper: concurrent.futures.Executor | None = None,
+                 first: BodyStream | None = None) -> None:
         self._provider = provider
         self._path = path
         self._size = size
         self._pin = pin
         self._limit = limit
-        self._body: BodyStream | None = None
+        # ``first``: a body already opened (by ``open``, with the object's size):
+        # the reader's first read takes it like a stream of its own.
+        self._body: BodyStream | None = first
         self._helper = helper
         self._run = 0  # sequential reads in a row
         self._scratch: bytearray | None = None
-        self.opened = 0  # requests sent (statistics)
+        self.opened = 0 if first is None else 1  # requests sent (statistics)
         #: Seconds spent opening requests (waiting for the first byte): paid once
         #: per stream, so not a sign that the link is the limit.
         self.open_seconds = 0.0

@@ -376,7 +376,10 @@ def deserialize(
                                   filter_func=filter_func, early=early)
         elif stream is None:
             assert target is not None
-            stream = open_local(target, options) or ts_open(target, "rb", **options)
+            # A whole load reads from byte 0 onward: its open is the stream from
+            # byte 0 (no HEAD first). A filtered or lazy one reads a few ranges.
+            stream = open_local(target, options) or ts_open(
+                target, "rb", sequential=filter_func is None and not lazy_load, **options)
         readers = _default_readers(stream) if num_readers is None else num_readers
         fast = fast_path(stream, device)  # threads fill a local file's tensors (local.py)
         load_log.debug(

@@ -85,9 +85,11 @@ from .headers import (
     is_metadata_address,
     needs_confirmation,
     note_served,
+    parse_content_range,
     redact_path,
     redirect_step,
     refuse_metadata_target,
+    served_version,
     status_error,
 )
 from .receiver import ReceiveError, receiver, shares_receiving
@@ -95,7 +97,7 @@ from .threads import in_thread  # re-exported: the async side lives there
 
 __all__ = [
     "Answer", "Cancel", "Cancelled", "ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings",
-    "in_thread", "open_range", "request",
+    "in_thread", "open_range", "open_whole", "request",
 ]
 
 #: Bytes per ``readinto`` call on chunked bodies: bounds what an error
@@ -611,3 +613,60 @@ def _confirmation(pin: Pin, confirm: Confirm | None, *, service: str,
 
     return check
 
+
+def open_whole(
+    pool: ConnectionPool,
+    url: str,
+    headers: Mapping[str, str],
+    timeouts: Timeouts,
+    *,
+    path: str | None = None,
+    service: str = "http",
+    redirects: RedirectPolicy | None = None,
+    on_status: StatusMapper | None = None,
+    cancel: Cancel | None = None,
+) -> tuple[_HeaderView, RangeBody] | None:
+    """Send a GET for every byte of ``url`` (``Range: bytes=0-``) and return the
+    answer's headers with its body (whose ``end`` is the object's size), so one
+    round trip gives both what a ``HEAD`` gives and the stream from byte 0.
+
+    Only a clean answer is taken: a 206 of ``bytes 0-(N-1)/N`` with no content
+    coding, a matching ``Content-Length`` and an ETag or a Last-Modified (what
+    later ranged reads are pinned to). A temporary status (429, 5xx) raises its
+    error (``on_status``, default: the shared HTTP mapping), for the caller's
+    retry policy. Any other answer (200, 416 for
+    an empty object, 404, 403...) returns ``None`` after closing the connection:
+    the caller asks as before (``HEAD``, then a probe), which maps every status
+    the way it always did. Connection errors raise, mapped as :func:`open_range`'s.
+    """
+    where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
+    base = {**headers, "Accept-Encoding": "identity", "Range": "bytes=0-"}
+    try:
+        conn, resp, view, final = _send(pool, url, "GET", base, timeouts, service=service,
+                                        path=where, redirects=redirects, cancel=cancel)
+    except TensorstreamError:
+        raise
+    except (OSError, http.client.HTTPException) as exc:
+        deadline = current_deadline()
+        if deadline is not None and deadline.expired():
+            raise _total_deadline_error(0, service=service, path=where) from exc
+        raise exception_error(exc, path=where, received=0, service=service) from exc
+    try:
+        if resp.status == 429 or resp.status >= 500:  # temporary: retried like a HEAD's
+            raise (on_status or _default_status)(resp, where)
+        cr = parse_content_range(view.get("Content-Range"))
+        encoding = (view.get("Content-Encoding") or "identity").strip().lower()
+        length = view.get("Content-Length")
+        served = served_version(view, cr.total if cr is not None else None)
+        if (resp.status != 206 or encoding not in ("", "identity") or cr is None
+                or cr.total is None or cr.total == 0 or (cr.first, cr.last) != (0, cr.total - 1)
+                or (length is not None and length.strip() != str(cr.total))
+                or not served.validated):
+            conn.close()
+            return None
+        body = RangeBody(pool, _key(final), conn, resp, start=0, end=cr.total, served=served,
+                         service=service, path=where, idle=timeouts.idle)
+    except BaseException:
+        conn.close()  # never reuse a connection after an error
+        raise
+    return view, body

@@ -50,6 +50,7 @@ from .._http.range_get import (
     TLSSettings,
     in_thread,
     open_range,
+    open_whole,
     request,
 )
 from ..base import Capabilities, ObjectInfo, Pin, Provider
@@ -220,6 +221,21 @@ class HTTPProvider(Provider):
     ) -> RangeBody:
         """One GET of ``[start, end)`` whose body is read in order (thread-safe)."""
         return self._open(path, start, end, pin, None)
+
+    def open_whole_blocking(self, path: str) -> tuple[ObjectInfo, RangeBody] | None:
+        """What :meth:`stat` reports and the body of every byte, from one GET
+        (``Range: bytes=0-``); ``None`` when that answer cannot stand in for a
+        ``HEAD`` (ask :meth:`stat`). Saves a load one round trip."""
+        try:
+            got = open_whole(self._blocking_pool(), self._origin + path, _IDENTITY,
+                             self._config.timeouts, path=path, redirects=self._redirects())
+        except ssl.SSLError as exc:  # e.g. an unreadable client certificate
+            raise exception_error(exc, path=path) from exc
+        if got is None:
+            return None
+        headers, body = got
+        return ObjectInfo(path=path, size=body.end, etag=headers.get("ETag"),
+                          mtime=parse_http_date(headers.get("Last-Modified"))), body
 
     def _open(self, path: str, start: int, end: int, pin: Pin | None,
               cancel: Cancel | None) -> RangeBody:

@@ -62,6 +62,7 @@ from .._http.range_get import (
     TLSSettings,
     in_thread,
     open_range,
+    open_whole,
     read_error_body,
     request,
 )
@@ -433,6 +434,34 @@ class S3Provider(Provider):
                               confirm=confirm)
         except ssl.SSLError as exc:
             raise exception_error(exc, path=path, service="s3") from exc
+
+    def open_whole_blocking(self, path: str) -> tuple[ObjectInfo, RangeBody] | None:
+        """What :meth:`stat` reports and the body of every byte, from one signed
+        GET (``Range: bytes=0-``); ``None`` when that answer cannot stand in for
+        the ``HEAD`` (ask :meth:`stat`). Saves a load one round trip."""
+        bucket, key = _split(path)
+        client, pool = self._reads_state()
+        with self._mapped_errors(path):
+            url = self._gets.object_url(client, bucket, key)
+        signed = self._gets.signed_headers(self._sync_creds, client, url,
+                                           {"Accept-Encoding": "identity"})
+        ctx = self._ctx(path)
+
+        def on_status(resp: Any, _where: str) -> Any:
+            return map_s3_http_error(resp.status, resp.headers, read_error_body(resp), ctx)
+
+        try:
+            got = open_whole(pool, url, signed, self.config.timeouts, path=path, service="s3",
+                             on_status=on_status)
+        except ssl.SSLError as exc:
+            raise exception_error(exc, path=path, service="s3") from exc
+        if got is None:
+            return None
+        h, body = got
+        return ObjectInfo(path=path, size=body.end, etag=h.get("ETag"),
+                          mtime=parse_http_date(h.get("Last-Modified")),
+                          version=h.get("x-amz-version-id"),
+                          extra={"content_type": h.get("Content-Type")}), body
 
     # -- list / delete ------------------------------------------------------------
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]

@@ -1,0 +1,76 @@
+"""``S3Provider.open_whole_blocking``: one signed GET (``Range: bytes=0-``)
+stands in for the ``HEAD`` before a load (same size, ETag and version) and its
+body is the stream from byte 0; later reads pinned to it refuse a replaced
+object; anything else falls back to the ``HEAD`` (moto, SigV4 checked)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from tensorstream.config import split_options
+from tensorstream.errors import ObjectChangedError
+from tensorstream.providers.base import Pin
+from tensorstream.providers.s3.provider import S3Provider
+from tensorstream.testing.s3_server import MotoS3Server
+from tensorstream.uri import parse_uri
+
+pytestmark = pytest.mark.usefixtures("isolated_env")
+
+DATA = os.urandom((2 << 20) + 77)
+
+
+def _put(server: MotoS3Server, data: bytes = DATA) -> str:
+    key = f"whole/{uuid.uuid4().hex[:10]}.bin"
+    server.put(S3_BUCKET, key, data)
+    return f"{S3_BUCKET}/{key}"
+
+
+def _provider(server: MotoS3Server, **extra: Any) -> S3Provider:
+    common, own = split_options(server.options(**extra))
+    return S3Provider.from_uri(parse_uri(f"s3://{S3_BUCKET}/x"), config=common, **own)
+
+
+def test_one_get_stands_in_for_the_head(moto_s3: MotoS3Server) -> None:
+    path = _put(moto_s3)
+    p = _provider(moto_s3)
+    head = p.stat_blocking(path)
+    got = p.open_whole_blocking(path)
+    assert got is not None
+    info, body = got
+    assert (info.size, info.etag, info.version) == (head.size, head.etag, head.version)
+    assert info.extra == head.extra
+    buf = bytearray(len(DATA))
+    body.readinto(memoryview(buf))
+    assert bytes(buf) == DATA
+
+
+def test_reads_pinned_to_it_refuse_a_replaced_object(moto_s3: MotoS3Server) -> None:
+    path = _put(moto_s3)
+    p = _provider(moto_s3)
+    got = p.open_whole_blocking(path)
+    assert got is not None
+    info, body = got
+    body.close()
+    moto_s3.put(S3_BUCKET, path.split("/", 1)[1], bytes(b ^ 0xFF for b in DATA))
+    with pytest.raises(ObjectChangedError):
+        p.readinto_blocking(path, 1 << 20, memoryview(bytearray(4096)), pin=Pin.of(info))
+
+
+def test_missing_and_empty_objects_fall_back_to_the_head(moto_s3: MotoS3Server) -> None:
+    p = _provider(moto_s3)
+    assert p.open_whole_blocking(f"{S3_BUCKET}/whole/absent-{uuid.uuid4().hex}") is None
+    assert p.open_whole_blocking(_put(moto_s3, b"")) is None
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_open_reads_every_byte(moto_s3: MotoS3Server, sequential: bool) -> None:
+    path = _put(moto_s3)
+    with tensorstream.open(f"s3://{path}", sequential=sequential, **moto_s3.options()) as f:
+        assert f.size == len(DATA)
+        assert f.read() == DATA
