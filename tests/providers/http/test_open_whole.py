@@ -13,7 +13,8 @@ import uuid
 import pytest
 
 import tensorstream
-from tensorstream.errors import NotFoundError, ObjectChangedError
+from fixtures_http import HTTP_TEST_TOKEN
+from tensorstream.errors import NotFoundError, ObjectChangedError, PermissionDeniedError
 from tensorstream.testing.http_server import HTTPTestServer
 
 pytestmark = pytest.mark.usefixtures("isolated_env", "http_reset")
@@ -100,3 +101,68 @@ def test_temporary_errors_on_the_first_get_are_retried(http_server: HTTPTestServ
     with tensorstream.open(http_server.url(key), sequential=True, **http_server.options) as f:
         assert f.read() == DATA
     assert [m for m, _ in _methods(http_server, key)][:3] == ["GET", "GET", "GET"]
+
+
+def test_a_cut_first_body_is_resumed_exactly_and_pinned(http_server: HTTPTestServer) -> None:
+    key = _put(http_server)
+    http_server.faults.key = key
+    http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1
+    with tensorstream.open(http_server.url(key), sequential=True, **http_server.options) as f:
+        assert f.read() == DATA
+    gets = http_server.requests_for(key, "GET")
+    assert http_server.faults.dropped == 1 and len(gets) == 2
+    assert gets[0].headers["Range"] == "bytes=0-"
+    # The rest, pinned to the version open's GET reported.
+    assert gets[1].headers["Range"] == f"bytes=300000-{len(DATA) - 1}"
+    assert gets[1].headers["If-Match"] == http_server.etag(key)
+
+
+def test_a_refused_first_get_maps_as_the_head_does(http_server: HTTPTestServer) -> None:
+    key = _put(http_server)
+    http_server.faults.key = key
+    http_server.faults.status_script = [403, 403, 403]
+    with pytest.raises(PermissionDeniedError):
+        tensorstream.open(http_server.url(key), sequential=True, **http_server.options)
+    # Then stat as before: the HEAD, and the GET probe a refused HEAD gets.
+    assert _methods(http_server, key) == [("GET", "bytes=0-"), ("HEAD", None),
+                                          ("GET", "bytes=0-0")]
+
+
+@pytest.mark.parametrize("fault", ["wrong_content_range", "gzip"])
+def test_an_answer_that_cannot_stand_in_falls_back_to_head(
+        fault: str, http_server: HTTPTestServer) -> None:
+    key = _put(http_server)
+    http_server.faults.key = key
+    setattr(http_server.faults, fault, True)
+    try:
+        with tensorstream.open(http_server.url(key), sequential=True,
+                               **http_server.options) as f:
+            assert f.size == len(DATA)  # from the HEAD
+            assert f.read(4096) == DATA[:4096]
+    except tensorstream.errors.TensorstreamError:
+        pass  # reads may refuse such a server; exact or an error, never other bytes
+    assert [m for m, _ in _methods(http_server, key)][:2] == ["GET", "HEAD"]
+
+
+def test_a_chunked_answer_stands_in_and_reads_exactly(http_server: HTTPTestServer) -> None:
+    key = _put(http_server)
+    http_server.faults.key = key
+    http_server.faults.no_content_length = True  # a 206 of every byte, chunked
+    with tensorstream.open(http_server.url(key), sequential=True, **http_server.options) as f:
+        assert f.size == len(DATA) and f.read() == DATA
+    assert _methods(http_server, key) == [("GET", "bytes=0-")]
+
+
+def test_a_redirect_is_followed_and_credentials_stay_at_the_first_origin(
+        http_server: HTTPTestServer, https_server: HTTPTestServer) -> None:
+    key = f"whole-{uuid.uuid4().hex[:8]}"
+    https_server.put(key, DATA)
+    http_server.faults.redirect_to = https_server.base_url
+    with tensorstream.open(http_server.url(key), sequential=True, token=HTTP_TEST_TOKEN,
+                           ca_bundle=https_server.ca_bundle_path) as f:
+        assert f.size == len(DATA) and f.read() == DATA
+    first = http_server.requests_for(key)[0]
+    assert first.status == 307 and dict(first.headers).get("Range") == "bytes=0-"
+    landed = https_server.requests_for(key)
+    assert (landed[0].method, dict(landed[0].headers).get("Range")) == ("GET", "bytes=0-")
+    assert all("Authorization" not in r.headers for r in landed)

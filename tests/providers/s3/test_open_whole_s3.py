@@ -17,6 +17,7 @@ from tensorstream.config import split_options
 from tensorstream.errors import ObjectChangedError
 from tensorstream.providers.base import Pin
 from tensorstream.providers.s3.provider import S3Provider
+from tensorstream.testing.proxy import HTTPFaultProxy
 from tensorstream.testing.s3_server import MotoS3Server
 from tensorstream.uri import parse_uri
 
@@ -74,3 +75,19 @@ def test_open_reads_every_byte(moto_s3: MotoS3Server, sequential: bool) -> None:
     with tensorstream.open(f"s3://{path}", sequential=sequential, **moto_s3.options()) as f:
         assert f.size == len(DATA)
         assert f.read() == DATA
+
+
+def test_a_cut_first_body_is_resumed_exactly_and_pinned(moto_s3: MotoS3Server) -> None:
+    path = _put(moto_s3)
+    with HTTPFaultProxy(moto_s3.endpoint_url) as proxy:
+        proxy.faults.drop_after, proxy.faults.drop_times = 300_000, 1
+        opts = moto_s3.options(s3_endpoint=proxy.url)
+        with tensorstream.open(f"s3://{path}", sequential=True, **opts) as f:
+            assert f.read() == DATA
+            etag = f.etag
+        gets = [r for r in proxy.requests if r.method == "GET"]
+    assert proxy.faults.dropped == 1 and len(gets) == 2
+    assert gets[0].headers["Range"] == "bytes=0-"
+    assert gets[1].headers["Range"] == f"bytes=300000-{len(DATA) - 1}"
+    assert gets[1].headers["If-Match"] == etag  # pinned to what open's GET reported
+    assert not [r for r in proxy.requests if r.method == "HEAD"]

@@ -631,8 +631,8 @@ def open_whole(
     round trip gives both what a ``HEAD`` gives and the stream from byte 0.
 
     Only a clean answer is taken: a 206 of ``bytes 0-(N-1)/N`` with no content
-    coding, a matching ``Content-Length`` and an ETag or a Last-Modified (what
-    later ranged reads are pinned to). A temporary status (429, 5xx) raises its
+    coding, a ``Content-Length`` (when sent) of the whole size and an ETag or a
+    Last-Modified (what later ranged reads are pinned to). A temporary status (429, 5xx) raises its
     error (``on_status``, default: the shared HTTP mapping), for the caller's
     retry policy. Any other answer (200, 416 for
     an empty object, 404, 403...) returns ``None`` after closing the connection:
