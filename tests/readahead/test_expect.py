@@ -306,3 +306,26 @@ def test_planning_resumes_where_the_last_read_left_it(http_server: HTTPTestServe
     assert b"".join(bufs) == data
     window = 8 * MiB // piece  # segments in the read-ahead window: 32
     assert len(calls) < count * window // 4, (len(calls), count)
+
+
+def test_announced_read_ahead_reaches_past_the_window(http_server: HTTPTestServer) -> None:
+    """Segments received into announced buffers hold no read-ahead memory, so
+    they do not count against ``readahead``: on a paced link segments that
+    arrived before the reader wanted them would otherwise leave connections
+    idle (planning reaches twice the window over announced buffers)."""
+    count, piece = 48, 256 << 10
+    url, data = _paced(http_server, count * piece)
+    bufs = [bytearray(piece) for _ in range(count)]
+    window = 2 * MiB  # 8 segments
+    with tensorstream.open(url, part_size=piece, readahead=window, concurrency=32,
+                           stream_reads=False) as f:
+        f.set_read_boundaries(range(0, count * piece + 1, piece), exact=True)
+        for i, buf in enumerate(bufs):
+            f.expect(i * piece, buf)
+        for buf in bufs:
+            assert f.readinto(buf) == piece
+        stats = f.read_stats()
+    assert b"".join(bufs) == data
+    # Within the window: the read's own segment and 8 ahead, at most 9 in flight.
+    assert stats["peak_in_flight"] > window // piece + 1, stats
+    assert stats["readahead_peak"] == 0, stats

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import collections
 
-from .segments import Segment
+from .segments import Announced, Segment
 
 __all__ = ["SMALL_SEGMENT", "Planning"]
 
@@ -27,10 +27,12 @@ class Planning:
     _rider: int
     _window: int
     _lead: int
+    _dests: Announced
     _segments: dict[int, Segment]
     _ahead: collections.deque[Segment]
-    #: (a read's end, where planning after it stopped): see :meth:`_plan_ahead`.
-    _frontier: tuple[int, int] | None = None
+    #: (a read's end, where planning after it stopped, the bytes of it that
+    #: counted against the lead): see :meth:`_plan_ahead`.
+    _frontier: tuple[int, int, int] | None = None
 
     def _segment_at(self, p: int) -> tuple[int, int]:
         """The segment holding byte ``p``: the fixed-size grid restarts at every
@@ -50,31 +52,44 @@ class Planning:
         return start, nxt if nxt - end <= self._rider else end
 
     def _plan_ahead(self, end: int, skip: set[int]) -> None:
-        """Plan segments after ``end``: at most ``lead`` bytes of large ones (small
-        ones, tensor headers, are free) and never past ``window``.
+        """Plan segments after ``end``: at most ``lead`` bytes of large ones that
+        need read-ahead buffers, and never past ``reach`` (:meth:`_reach`).
+
+        Small segments (tensor headers) and segments the caller's announced
+        buffers cover (:meth:`Prefetcher.expect`: received in place, they hold
+        no read-ahead memory) do not count against the lead, and past the
+        window planning goes on over announced buffers only: on a paced link
+        segments that arrived ahead of the reader wait for it, and were they
+        counted, the connections would idle behind them.
 
         A reader moving on from a read this planned after resumes where that
         planning stopped: walking the whole window again on every read was
         most of the engine's work on a paced load's reader threads (its
         limit). Anything that drops planned segments ahead of the reader, or
         moves the grid, calls :meth:`_replan`."""
-        stop = min(end + self._window, self._limit)
+        stop = min(end + self._reach(), self._limit)
         p, planned = end, 0
         if self._frontier is not None and self._frontier[0] <= end < self._frontier[1]:
             p = self._frontier[1]  # [end, p) is planned (or was read ahead already)
-            planned = p - end
+            planned = min(p - end, self._frontier[2])
+        window = end + self._window
         while p < stop:
             start, seg_end = self._segment_at(p)
-            if seg_end - start >= SMALL_SEGMENT:
-                if planned >= self._lead:
-                    break
+            if seg_end - start >= SMALL_SEGMENT and not self._dests.covers(start, seg_end):
+                if planned >= self._lead or start >= window:
+                    break  # (past the window, only over announced buffers)
                 planned += seg_end - start
             p = seg_end
             if start not in self._segments and start not in skip:
                 seg = Segment(start, seg_end)
                 self._segments[start] = seg
                 self._ahead.append(seg)
-        self._frontier = (end, p)
+        self._frontier = (end, p, planned)
+
+    def _reach(self) -> int:
+        """How far past a read planning may go: the lead, and as far again over
+        buffers the caller announced (twice the window in all)."""
+        return self._window + self._lead
 
     def _replan(self) -> None:
         """The next planning walks from the read's end again."""

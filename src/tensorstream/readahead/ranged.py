@@ -563,7 +563,7 @@ class Prefetcher(Fetching, Planning):
 
     def _evict(self, pos: int, end: int, sequential: bool) -> None:
         lo = end if sequential else pos - self._seg
-        hi = end + self._window + self._seg
+        hi = end + self._reach() + self._seg
         self._dests.drop_before(lo)
         for start in list(self._segments):
             seg = self._segments[start]

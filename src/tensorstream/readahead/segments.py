@@ -132,6 +132,18 @@ class Announced:
             at, i = hi, i + 1
         return parts if parts and at >= end else None
 
+    def covers(self, start: int, end: int) -> bool:
+        """Whether buffers lying back to back cover all of ``[start, end)``."""
+        items = self._items
+        i = bisect.bisect_right(items, start, key=lambda d: d[0]) - 1
+        at = start
+        while 0 <= i < len(items) and at < end:
+            d_start, d_end, _ = items[i]
+            if not d_start <= at < d_end:
+                return False
+            at, i = d_end, i + 1
+        return at >= end
+
     def handed_back(self, pos: int, end: int) -> None:
         """``[pos, end)`` was read: what of it was announced is the caller's again
         (bytes before ``pos`` not read yet stay announced)."""

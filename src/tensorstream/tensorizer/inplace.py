@@ -9,7 +9,9 @@ in flight (a buffer is held for the whole of its request). Here the tensors
 are allocated *early*, when the read-ahead is about to reach them, and
 announced to the reader (:meth:`StreamReader.expect`): their segments are
 received in place and hold no read-ahead memory, so the read-ahead is
-bounded by ``readahead`` bytes *ahead*, not by buffers.
+bounded by bytes *ahead* (twice ``readahead`` over announced memory: segments
+that arrived before the reader wants them do not hold connections idle),
+not by buffers.
 
 How, without changing what tensorizer does:
 
@@ -23,8 +25,8 @@ How, without changing what tensorizer does:
   ``part_size`` requests, and the headers in the tails are copied out when
   tensorizer reads them. (Where a provider cannot scatter, such a request
   is received into a read-ahead buffer and copied, as before.)
-* :class:`Run` allocates blocks ahead of the reader (``readahead`` +
-  ``part_size`` past every read) and announces them; when tensorizer reads a
+* :class:`Run` allocates blocks ahead of the reader (twice ``readahead``,
+  plus two ``part_size``, past every read) and announces them; when tensorizer reads a
   tensor's header (:class:`~tensorstream.tensorizer.checked.CheckedSource`
   calls :func:`arm`), that tensor's memory is armed for the reader thread.
 * tensorizer's ``_copy_thread`` runs as a copy (:func:`copy_thread`) whose
@@ -127,7 +129,8 @@ class Run:
             # This thread's reader (a fork, or the opened stream): the request grid
             # starts at this run's large tensors (small ones share requests).
             self._reader = reader
-            self._ahead = reader.readahead + 2 * reader.part_size
+            # (the read-ahead plans twice ``readahead`` over announced buffers)
+            self._ahead = 2 * reader.readahead + 2 * reader.part_size
             reader.set_read_boundaries(self.edges())
         upto = pos + nbytes + self._ahead
         while self._next < len(self.blocks) and self.blocks[self._next].start < upto:
