@@ -128,6 +128,20 @@ def test_a_refused_first_get_maps_as_the_head_does(http_server: HTTPTestServer) 
                                           ("GET", "bytes=0-0")]
 
 
+@pytest.mark.parametrize("fault", ["etag_on_head_only", "no_etag"])
+def test_a_get_without_an_etag_leaves_the_pin_to_the_head(
+        fault: str, http_server: HTTPTestServer) -> None:
+    # Last-Modified alone would pin the reads more weakly than the HEAD's ETag
+    # (and its confirmations) do: the HEAD decides, as before.
+    key = _put(http_server)
+    http_server.faults.key = key
+    setattr(http_server.faults, fault, True)
+    with tensorstream.open(http_server.url(key), sequential=True, **http_server.options) as f:
+        assert f.read() == DATA
+        assert (f.etag is not None) == (fault == "etag_on_head_only")
+    assert [m for m, _ in _methods(http_server, key)][:2] == ["GET", "HEAD"]
+
+
 @pytest.mark.parametrize("fault", ["wrong_content_range", "gzip"])
 def test_an_answer_that_cannot_stand_in_falls_back_to_head(
         fault: str, http_server: HTTPTestServer) -> None:

@@ -631,9 +631,10 @@ def open_whole(
     round trip gives both what a ``HEAD`` gives and the stream from byte 0.
 
     Only a clean answer is taken: a 206 of ``bytes 0-(N-1)/N`` with no content
-    coding, a ``Content-Length`` (when sent) of the whole size and an ETag or a
-    Last-Modified (what later ranged reads are pinned to). A temporary status (429, 5xx) raises its
-    error (``on_status``, default: the shared HTTP mapping), for the caller's
+    coding, a ``Content-Length`` (when sent) of the whole size and an ETag (what
+    later ranged reads are pinned to; without one the ``HEAD`` may have one, and
+    its answer decides the pin, as before). A temporary status (429, 5xx) raises
+    its error (``on_status``, default: the shared HTTP mapping), for the caller's
     retry policy. Any other answer (200, 416 for
     an empty object, 404, 403...) returns ``None`` after closing the connection:
     the caller asks as before (``HEAD``, then a probe), which maps every status
@@ -661,7 +662,7 @@ def open_whole(
         if (resp.status != 206 or encoding not in ("", "identity") or cr is None
                 or cr.total is None or cr.total == 0 or (cr.first, cr.last) != (0, cr.total - 1)
                 or (length is not None and length.strip() != str(cr.total))
-                or not served.validated):
+                or served.etag is None):
             conn.close()
             return None
         body = RangeBody(pool, _key(final), conn, resp, start=0, end=cr.total, served=served,
