@@ -82,23 +82,47 @@ class Pin:
         return self.etag is not None or self.mtime is not None
 
     def check(self, served: Pin, *, service: str | None = None,
-              path: str | None = None) -> None:
+              path: str | None = None, confirming: bool = False) -> None:
         """Raise :class:`ObjectChangedError` when ``served`` (what an answer or a
         later ``stat`` reported) is not this version. Fields unknown on either
-        side are not compared."""
+        side are not compared, except with ``confirming``: ``served`` is then
+        the check that stands in for an answer that named no version, so one
+        that no longer reports the validator this pin holds (the ETag, or the
+        Last-Modified) cannot confirm it and is a change too.
+
+        A strong ETag known on both sides decides alone; a weak one (``W/``)
+        only says the two are equivalent, not byte for byte the same, so the
+        Last-Modified is compared as well where both sides know it."""
         why = None
         if self.size is not None and served.size is not None and served.size != self.size:
             why = f"size {served.size}, was {self.size}"
-        elif self.etag is not None and served.etag is not None:
-            # The ETag, where both sides know it, decides alone.
-            if _opaque(served.etag) != _opaque(self.etag):
-                why = f"ETag {served.etag}, was {self.etag}"
+        elif self.etag is not None and served.etag is not None and (
+                _opaque(served.etag) != _opaque(self.etag)):
+            why = f"ETag {served.etag}, was {self.etag}"
+        elif (self.etag is not None and served.etag is not None
+              and not (_weak(self.etag) or _weak(served.etag))):
+            pass  # equal strong ETags: the same bytes, whatever the dates say
         elif (self.mtime is not None and served.mtime is not None
               and served.mtime != self.mtime):
             why = f"Last-Modified {served.mtime:%Y-%m-%d %H:%M:%S}, was {self.mtime:%Y-%m-%d %H:%M:%S}"
+        elif confirming and not _comparable(self, served):
+            why = "the server no longer reports the validator it reported before"
         if why is not None:
             raise ObjectChangedError(f"the object changed while it was being read ({why})",
                                      service=service, path=redact_text(path) if path else None)
+
+
+def _comparable(pin: Pin, served: Pin) -> bool:
+    """Whether ``served`` carries a validator ``pin`` can be compared with
+    (trivially so when ``pin`` holds none)."""
+    if pin.etag is None and pin.mtime is None:
+        return True
+    return ((pin.etag is not None and served.etag is not None)
+            or (pin.mtime is not None and served.mtime is not None))
+
+
+def _weak(etag: str) -> bool:
+    return etag.strip().startswith("W/")
 
 
 def _opaque(etag: str) -> str:

@@ -609,7 +609,7 @@ def _confirmation(pin: Pin, confirm: Confirm | None, *, service: str,
                             path=redact_path(path))
 
     def check() -> None:
-        pin.check(confirm(), service=service, path=redact_path(path))
+        pin.check(confirm(), service=service, path=redact_path(path), confirming=True)
 
     return check
 
