@@ -57,3 +57,18 @@ def test_a_confirmation_with_a_comparable_validator_confirms() -> None:
     Pin(size=3).check(Pin(size=3), confirming=True)  # nothing pinned but the size
     with pytest.raises(ObjectChangedError, match="Last-Modified"):
         Pin(size=3, mtime=MONDAY).check(Pin(size=3, mtime=TUESDAY), confirming=True)
+
+
+@pytest.mark.parametrize(("pinned", "served"), [('"a"', 'W/"a"'), ('W/"a"', '"a"')])
+@pytest.mark.parametrize("dates", [(None, None), (MONDAY, None), (None, MONDAY)],
+                         ids=["none", "pin-only", "served-only"])
+def test_a_weak_and_a_strong_etag_without_both_dates_are_not_the_same_version(
+        pinned: str, served: str, dates: tuple[datetime | None, datetime | None]) -> None:
+    """Strong comparison of ``"a"`` and ``W/"a"`` fails (a server honouring
+    If-Match refuses): without both dates nothing says the bytes are the same."""
+    with pytest.raises(ObjectChangedError, match="ETag"):
+        Pin(size=3, etag=pinned, mtime=dates[0]).check(Pin(size=3, etag=served, mtime=dates[1]))
+
+
+def test_equal_weak_etags_without_dates_are_still_the_same_version() -> None:
+    Pin(size=3, etag='W/"a"').check(Pin(size=3, etag='W/"a"'))

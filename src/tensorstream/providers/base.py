@@ -92,7 +92,9 @@ class Pin:
 
         A strong ETag known on both sides decides alone; a weak one (``W/``)
         only says the two are equivalent, not byte for byte the same, so the
-        Last-Modified is compared as well where both sides know it."""
+        Last-Modified is compared as well where both sides know it. A weak and
+        a strong ETag of the same value are the same version only if both
+        sides' Last-Modified dates are known and equal."""
         why = None
         if self.size is not None and served.size is not None and served.size != self.size:
             why = f"size {served.size}, was {self.size}"
@@ -105,6 +107,12 @@ class Pin:
         elif (self.mtime is not None and served.mtime is not None
               and served.mtime != self.mtime):
             why = f"Last-Modified {served.mtime:%Y-%m-%d %H:%M:%S}, was {self.mtime:%Y-%m-%d %H:%M:%S}"
+        elif (self.etag is not None and served.etag is not None
+              and _weak(self.etag) != _weak(served.etag)
+              and (self.mtime is None or served.mtime is None)):
+            # Strong comparison fails: a server honouring If-Match would have
+            # refused, so this is another representation unless the dates agree.
+            why = f"ETag {served.etag}, was {self.etag}, and no dates to compare"
         elif confirming and not _comparable(self, served):
             why = "the server no longer reports the validator it reported before"
         if why is not None:

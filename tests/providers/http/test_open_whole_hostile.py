@@ -97,3 +97,15 @@ def test_an_equal_strong_etag_resumes_exactly_whatever_the_date() -> None:
                       head={"ETag": '"v1"'})
     data, _ = _read(respond)
     assert data == OLD
+
+
+@pytest.mark.parametrize(("first", "later"), [('"v1"', 'W/"v1"'), ('W/"v1"', '"v1"')],
+                         ids=["strong-then-weak", "weak-then-strong"])
+def test_a_resume_with_the_other_strength_of_the_etag_and_no_dates_raises(
+        first: str, later: str) -> None:
+    """``"v1"`` and ``W/"v1"`` fail strong comparison (If-Match was ignored):
+    without dates to compare, the resumed bytes may be another version's."""
+    respond = _server(first={"ETag": first}, later={"ETag": later}, later_data=NEW,
+                      head={"ETag": later})
+    with pytest.raises(ObjectChangedError, match="ETag"):
+        _read(respond)
