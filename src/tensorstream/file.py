@@ -48,7 +48,11 @@ def _as_byte_view(b: Any) -> memoryview:
 
 
 class StreamReader(io.RawIOBase):
-    """Seekable, read-only binary file over a provider. Thread-compatible, not thread-safe.
+    """Seekable, read-only binary file over a provider.
+
+    Threads may share one reader: reads, seeks and read-ahead hints take turns
+    (each read returns the bytes at the position it moved past), which is what
+    a plain file gives; a thread per reader (:meth:`fork`) reads in parallel.
 
     Create with :func:`tensorstream.open`. ``fork()`` returns an independent
     reader of the same object version (shared connection pool), which is how
@@ -75,6 +79,8 @@ class StreamReader(io.RawIOBase):
         self._owns_provider = owns_provider
         self._forks = 0
         self._fork_lock = threading.Lock()
+        # The position and the read-ahead engine are one thread's at a time.
+        self._lock = threading.RLock()
         self._on_close = on_close
         self._pid = _loop.loop_pid()
         cfg = provider.config.transfer
@@ -151,6 +157,10 @@ class StreamReader(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        with self._lock:
+            return self._seek(offset, whence)
+
+    def _seek(self, offset: int, whence: int) -> int:
         self._check_closed()
         if whence == io.SEEK_SET:
             pos = offset
@@ -167,6 +177,10 @@ class StreamReader(io.RawIOBase):
 
     def readinto(self, b: Any) -> int:
         """Read up to ``len(b)`` bytes at the current position (fewer only at EOF)."""
+        with self._lock:
+            return self._readinto(b)
+
+    def _readinto(self, b: Any) -> int:
         self._check_closed()
         view = _as_byte_view(b)
         want = min(len(view), max(0, self._info.size - self._pos))
@@ -190,11 +204,12 @@ class StreamReader(io.RawIOBase):
         return want
 
     def read(self, size: int | None = -1) -> bytes:
-        self._check_closed()
-        if size is None or size < 0:
-            size = max(0, self._info.size - self._pos)
-        buf = bytearray(min(size, max(0, self._info.size - self._pos)))
-        n = self.readinto(buf)
+        with self._lock:  # the size and the read at one position
+            self._check_closed()
+            if size is None or size < 0:
+                size = max(0, self._info.size - self._pos)
+            buf = bytearray(min(size, max(0, self._info.size - self._pos)))
+            n = self._readinto(buf)
         del buf[n:]
         return bytes(buf)
 
@@ -266,9 +281,10 @@ class StreamReader(io.RawIOBase):
         received into each in turn). A hint: reads are exact either way. ``buffer`` must not be
         used until that read returns, and is the caller's once it did (nothing is received
         into what a read returned); expected ranges must not overlap."""
-        self._check_closed()
-        if not self._inline:  # local reads have no read-ahead
-            self._prefetch.expect(offset, _as_byte_view(buffer))
+        with self._lock:
+            self._check_closed()
+            if not self._inline:  # local reads have no read-ahead
+                self._prefetch.expect(offset, _as_byte_view(buffer))
 
     def read_ranges(self, ranges: Iterable[tuple[int, Any]]) -> None:
         """Fill each ``(offset, buffer)`` with the bytes at ``offset``: random
@@ -316,18 +332,20 @@ class StreamReader(io.RawIOBase):
         default, boundaries closer together than ``part_size`` are merged, so
         small tensors share requests); for a caller that announces a buffer
         per stretch (:meth:`expect`)."""
-        self._boundaries = sorted(set(offsets))
-        self._exact = exact
-        self._prefetch.set_boundaries(self._boundaries, exact=exact)
+        with self._lock:
+            self._boundaries = sorted(set(offsets))
+            self._exact = exact
+            self._prefetch.set_boundaries(self._boundaries, exact=exact)
 
     def set_readahead_end(self, end: int | None) -> None:
         """Read ahead no further than ``end`` (``None``: the end of the object),
         as :meth:`fork`'s ``end`` does: for a reader that is done at ``end``
         (tensorizer's first reader, whose share of the file ends there). A
         hint: reads past it still work."""
-        self._check_closed()
-        self._limit = end
-        self._prefetch.set_limit(end)
+        with self._lock:
+            self._check_closed()
+            self._limit = end
+            self._prefetch.set_limit(end)
 
     # -- internals ------------------------------------------------------------
     def _check_closed(self) -> None:

@@ -8,6 +8,7 @@ back to one, statuses map as before, and temporary errors are retried."""
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 
 import pytest
@@ -180,3 +181,32 @@ def test_a_redirect_is_followed_and_credentials_stay_at_the_first_origin(
     landed = https_server.requests_for(key)
     assert (landed[0].method, dict(landed[0].headers).get("Range")) == ("GET", "bytes=0-")
     assert all("Authorization" not in r.headers for r in landed)
+
+
+@pytest.mark.parametrize("sequential", [True, False], ids=["one-get", "head"])
+def test_reads_from_several_threads_are_each_whole_and_never_mixed(
+        http_server: HTTPTestServer, sequential: bool) -> None:
+    """Threads sharing one reader: every ``read(n)`` returns the ``n`` bytes at
+    one position (the position it moved past), none twice, none skipped."""
+    key = _put(http_server)
+    piece = 64 << 10
+    offsets = {DATA[i:i + piece]: i for i in range(0, len(DATA), piece)}
+    got: list[int] = []
+    errors: list[BaseException] = []
+    with tensorstream.open(http_server.url(key), sequential=sequential,
+                           **http_server.options) as f:
+        def work() -> None:
+            try:
+                while data := f.read(piece):
+                    assert data in offsets, f"a read of {len(data)} bytes matched no position"
+                    got.append(offsets[data])
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors[0]
+    assert sorted(got) == sorted(offsets.values())
