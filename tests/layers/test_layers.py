@@ -140,6 +140,58 @@ async def test_a_provider_that_ignores_deadlines_is_cut_off_by_the_layer(
     assert time.monotonic() - started < 2.5
 
 
+class _BusyProvider(tensorstream.Provider):
+    """A provider whose first read answers busy with a ``retry_after`` that is
+    no number of seconds (a third-party provider's parse of ``Retry-After``)."""
+
+    schemes = ("busy",)
+    service = "busy"
+    retry_after = float("nan")
+    calls = 0
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> _BusyProvider:
+        return cls()
+
+    async def stat(self, path: str) -> tensorstream.ObjectInfo:
+        return tensorstream.ObjectInfo(path=path, size=10, etag='"v1"')
+
+    capabilities = tensorstream.Capabilities(blocking_reads=True)
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       pin: Pin | None = None) -> int:
+        return self.readinto_blocking(path, offset, buffer, pin=pin)
+
+    def readinto_blocking(self, path: str, offset: int, buffer: memoryview, *,
+                          pin: Pin | None = None) -> int:
+        type(self).calls += 1
+        if type(self).calls == 1:
+            raise errors.ServiceUnavailableError("busy", retry_after=type(self).retry_after)
+        buffer[:] = b"x" * len(buffer)
+        return len(buffer)
+
+
+@pytest.mark.parametrize("path_kind", ["async", "blocking"])
+@pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), float("-inf")])
+def test_a_retry_after_that_is_no_number_waits_the_backoff(
+        retry_after: float, path_kind: str) -> None:
+    tensorstream.register("busy", _BusyProvider, replace=True)
+    _BusyProvider.calls, _BusyProvider.retry_after = 0, retry_after
+    buf = bytearray(10)
+
+    async def read() -> None:
+        async with tensorstream.get_provider("busy://host/obj", backoff_max=0.2) as p:
+            if path_kind == "async":
+                await p.readinto("obj", 0, memoryview(buf))
+            else:
+                await asyncio.to_thread(p.readinto_blocking, "obj", 0, memoryview(buf))
+
+    started = time.monotonic()
+    asyncio.run(read())
+    assert buf == b"x" * 10
+    assert _BusyProvider.calls == 2 and time.monotonic() - started < 2
+
+
 async def test_progress_reports_keep_a_long_read_alive() -> None:
     """The idle watchdog measures silence, not the length of a read."""
     async def slow_but_alive() -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -71,7 +72,9 @@ class _RetryAfterWait(tenacity.wait.wait_base):
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
         retry_after = getattr(exc, "retry_after", None)
-        if isinstance(exc, ServiceUnavailableError) and retry_after is not None:
+        # Only a finite number is a wait (a provider's NaN would reach time.sleep).
+        if (isinstance(exc, ServiceUnavailableError) and isinstance(retry_after, int | float)
+                and math.isfinite(retry_after)):
             return float(min(max(retry_after, 0.0), self._max))
         return float(self._fallback(retry_state))
 

@@ -91,3 +91,18 @@ def test_a_cut_first_body_is_resumed_exactly_and_pinned(moto_s3: MotoS3Server) -
     assert gets[1].headers["Range"] == f"bytes=300000-{len(DATA) - 1}"
     assert gets[1].headers["If-Match"] == etag  # pinned to what open's GET reported
     assert not [r for r in proxy.requests if r.method == "HEAD"]
+
+
+@pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), -5.0, 1e300],
+                         ids=["nan", "inf", "negative", "huge"])
+def test_a_503_with_a_garbage_retry_after_is_retried_within_the_backoff(
+        moto_s3: MotoS3Server, retry_after: float) -> None:
+    """``Retry-After: nan`` (or inf, negative, huge) at the first GET: the wait
+    stays within ``backoff_max``, then the load reads every byte."""
+    path = _put(moto_s3)
+    with HTTPFaultProxy(moto_s3.endpoint_url) as proxy:
+        proxy.faults.status_script, proxy.faults.retry_after = [503], retry_after
+        opts = moto_s3.options(s3_endpoint=proxy.url, backoff_max=0.2)
+        with tensorstream.open(f"s3://{path}", sequential=True, **opts) as f:
+            assert f.read() == DATA
+        assert not proxy.faults.status_script

@@ -29,7 +29,7 @@ from ...errors import (
     TensorstreamError,
 )
 from ...uri import redact, redact_text
-from .._http.headers import plain_text_answer
+from .._http.headers import parse_retry_after, plain_text_answer
 
 __all__ = ["ErrorContext", "map_s3_error", "map_s3_http_error"]
 
@@ -183,11 +183,8 @@ def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamEr
 
 
 def _retry_after(meta: dict[str, Any]) -> float | None:
-    value = (meta.get("HTTPHeaders") or {}).get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
+    # The HTTP provider's parser: finite non-negative seconds or an HTTP date.
+    return parse_retry_after((meta.get("HTTPHeaders") or {}).get("retry-after"))
 
 
 def map_s3_http_error(status: int, headers: Any, body: bytes, ctx: ErrorContext) -> TensorstreamError:
