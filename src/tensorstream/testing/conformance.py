@@ -37,6 +37,7 @@ import asyncio
 import dataclasses
 import io
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -278,6 +279,115 @@ class ProviderConformance:
                     assert f.tell() == ref.tell()
 
         check()
+
+    # -- the sequential open (one GET for a whole load, where the provider has it) ---
+    def test_sequential_open_reads_like_bytesio(
+        self, target: ConformanceTarget, stored: tuple[str, bytes]
+    ) -> None:
+        """``open(uri, sequential=True)`` (what a whole load opens with) is a
+        file like any other: backward seeks, reads past the end, a short buffer."""
+        uri, data = stored
+        ref = io.BytesIO(data)
+        with tensorstream.open(uri, sequential=True, **self._opts(target)) as f:
+            assert f.size == len(data)
+            assert f.read(100_000) == ref.read(100_000)
+            assert f.seek(10) == ref.seek(10)  # back into what the first body gave
+            assert f.read(5000) == ref.read(5000)
+            assert f.seek(len(data) + 7) == ref.seek(len(data) + 7)
+            assert f.read(10) == ref.read(10) == b""
+            assert f.seek(-3, io.SEEK_END) == ref.seek(-3, io.SEEK_END)
+            a, b = bytearray(10), bytearray(10)
+            assert f.readinto(a) == ref.readinto(b) == 3
+            assert a == b
+            f.seek(1)
+            _same(f.read(), data[1:])
+            assert f.tell() == len(data)
+        with pytest.raises(ValueError):
+            f.read(1)
+
+    def test_sequential_open_is_pinned_to_one_version(self, target: ConformanceTarget) -> None:
+        """The object replaced after the first GET of a sequential open: every
+        later read is of the version that GET reported, or ObjectChangedError."""
+        key = _key("pinned-sequential")
+        target.put(key, _PAYLOAD)
+        uri = target.uri(key)
+        half = len(_PAYLOAD) // 2
+        with tensorstream.open(uri, sequential=True, **self._opts(target)) as f:
+            self._need_versions(f.info)
+            head = f.read(1000)
+            target.put(key, _PAYLOAD_V2)
+            try:
+                middle = f.read(half - 1000)  # from the first body, if it is still open
+                f.seek(len(_PAYLOAD) - 5000)  # a jump: a new request
+                tail = f.read()
+            except errors.ObjectChangedError:
+                return
+        _same(head, _PAYLOAD[:1000])
+        _same(middle, _PAYLOAD[1000:half], "a read returned bytes of two versions: they")
+        _same(tail, _PAYLOAD[-5000:], "a read returned bytes of two versions: they")
+
+    def test_sequential_open_resumes_a_cut_body_exactly(
+        self, target: ConformanceTarget, stored: tuple[str, bytes], faults: Any
+    ) -> None:
+        """The first body of a sequential open cut part-way: the read resumes
+        and returns exactly the object's bytes."""
+        self._need(faults, "drop_after")
+        uri, data = stored
+        faults.drop_after(300_000, times=1)
+        with tensorstream.open(uri, sequential=True, **self._opts(target),
+                               backoff_initial=0.01) as f:
+            _same(f.read(), data)
+
+    def test_sequential_open_replaced_mid_body_is_never_mixed(
+        self, target: ConformanceTarget, faults: Any
+    ) -> None:
+        """The first body cut part-way and the object replaced before the rest
+        is read: the old version's bytes or ObjectChangedError, never a mix."""
+        self._need(faults, "drop_after", "replace_between_reads")
+        key = _key("mid-body-sequential")
+        target.put(key, _PAYLOAD)
+        uri = target.uri(key)
+        faults.drop_after(300_000, times=1)
+        faults.replace_between_reads(key, _PAYLOAD_V2)
+        try:
+            with tensorstream.open(uri, sequential=True, **self._opts(target),
+                                   backoff_initial=0.01) as f:
+                self._need_versions(f.info)
+                got = f.read()
+        except errors.ObjectChangedError:
+            return
+        if got not in (_PAYLOAD, _PAYLOAD_V2):
+            pytest.fail("a read returned bytes of two versions", pytrace=False)
+
+    @pytest.mark.parametrize("sequential", [False, True], ids=["open", "sequential-open"])
+    def test_a_reader_shared_by_threads_reads_each_piece_once(
+        self, target: ConformanceTarget, stored: tuple[str, bytes], sequential: bool
+    ) -> None:
+        """Threads sharing one file object: each ``read(n)`` returns the ``n``
+        bytes at one position; together they read every byte once."""
+        uri, data = stored
+        piece = 64 << 10
+        offsets = {data[i:i + piece]: i for i in range(0, len(data), piece)}
+        got: list[int] = []
+        problems: list[BaseException] = []
+        with tensorstream.open(uri, sequential=sequential, **self._opts(target)) as f:
+            def work() -> None:
+                try:
+                    while chunk := f.read(piece):
+                        if chunk not in offsets:
+                            raise AssertionError(f"a read of {len(chunk)} bytes matched "
+                                                 "no position of the object")
+                        got.append(offsets[chunk])
+                except BaseException as exc:  # reported below
+                    problems.append(exc)
+
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        assert not problems, problems[0]
+        assert sorted(got) == sorted(offsets.values()), "pieces read twice or never"
 
     # -- writes -------------------------------------------------------------
     def test_write_then_read_back(self, target: ConformanceTarget, caps: Capabilities) -> None:
