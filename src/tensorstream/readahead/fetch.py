@@ -15,6 +15,7 @@ from typing import Any
 from .. import _loop
 from ..errors import TensorstreamError
 from ..layers.stack import PolicyProvider
+from ..providers._http.connections import current
 from ..providers._http.receiver import shared_receiving
 from ..providers.base import Pin
 from .control import Controller
@@ -70,7 +71,10 @@ class Fetching:
         nxt: Segment | None = seg
         while nxt is not None:
             seg = nxt
+            current.cancel = seg.cancel  # the reader's close stops this request
             try:
+                if seg.cancel.cancelled:
+                    raise OSError("reader was closed")
                 with shared_receiving():
                     if seg.parts is not None:
                         self._fetch_body(seg, seg.parts)
@@ -80,6 +84,7 @@ class Fetching:
             except BaseException as exc:
                 seg.error = exc
             finally:
+                current.cancel = None
                 seg.event.set()
                 launch = self._finished(seg)
             nxt = launch.pop(0) if launch else None

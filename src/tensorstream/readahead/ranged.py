@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import mmap
 import threading
@@ -118,6 +119,8 @@ class Prefetcher(Fetching, Planning):
         self._dests = Announced()  # buffers the caller will read into (expect)
         self._last_end: int | None = None  # None: no read yet (the first read starts a run)
         self._closed = False
+        # Bound segments dropped while their fetch ran (close waits for them).
+        self._abandoned: list[Segment] = []
         # Providers with a blocking data path (zero-copy, GIL-free receives) are
         # driven from a pool of worker threads instead of the I/O loop. Threads
         # start on demand: about ``width`` of them ever run.
@@ -443,8 +446,9 @@ class Prefetcher(Fetching, Planning):
         if self._stream is not None:
             self._stream.close()
         with self._lock:
-            segments = list(self._segments.values())
+            segments = list(self._segments.values()) + self._abandoned
             self._segments.clear()
+            self._abandoned = []
             self._urgent.clear()
             self._ahead.clear()
             self._free.clear()
@@ -452,10 +456,18 @@ class Prefetcher(Fetching, Planning):
             self._give(self._held)  # every buffer is dropped
         self.budget.leave()
         tasks = [s.task for s in segments if s.task is not None and not s.task.done()]
+        for seg in segments:
+            seg.cancel.cancel()
         for t in tasks:
             self._cancel(t)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        # A fetch still receiving into the caller's memory (an announced buffer)
+        # must have stopped before close returns: that memory is the caller's again.
+        for seg in segments:
+            if seg.launched and (seg.bound or seg.direct):
+                with contextlib.suppress(RuntimeError):  # the I/O thread stopped: nothing runs
+                    self._wait(seg)
 
     # -- planning (under the lock) -------------------------------------------------
     def _plan(self, pos: int, end: int, view: memoryview) -> list[Segment]:
@@ -580,6 +592,9 @@ class Prefetcher(Fetching, Planning):
                 elif seg.end <= lo and seg.task is not None:
                     del self._segments[start]
                     self._cancel(seg.task)
+                    seg.cancel.cancel()  # stop receiving into memory the reader moved past
+                    self._abandoned = [a for a in self._abandoned if not a.event.is_set()]
+                    self._abandoned.append(seg)
                 continue
             if not seg.launched:
                 del self._segments[start]

@@ -11,6 +11,8 @@ import ctypes
 import threading
 from typing import Any
 
+from ..providers._http.connections import Cancel
+
 __all__ = ["Announced", "ReadaheadBudget", "Segment", "address"]
 
 
@@ -58,8 +60,8 @@ def address(view: memoryview) -> int:
 
 
 class Segment:
-    __slots__ = ("bound", "buffer", "direct", "end", "error", "event", "launched", "parts", "start",
-                 "task")
+    __slots__ = ("bound", "buffer", "cancel", "direct", "end", "error", "event", "launched", "parts",
+                 "start", "task")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
@@ -74,6 +76,8 @@ class Segment:
         self.event = threading.Event()
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | concurrent.futures.Future[Any] | None = None
+        # Stops the blocking fetch while it runs (its connection is shut down).
+        self.cancel = Cancel()
 
     def pieces(self, lo: int, hi: int) -> list[tuple[int, memoryview]]:
         """The memory holding ``[lo, hi)`` (inside the segment, which has its
