@@ -72,6 +72,13 @@ def first_then_good(first: Callable[[dict[str, str]], bytes]) -> Respond:
 
 
 CR = f"bytes 0-{SIZE - 1}/{SIZE}"
+
+
+def _chunked(body: bytes, size: int = 65536) -> bytes:
+    out = b"".join(b"%x\r\n" % len(body[i:i + size]) + body[i:i + size] + b"\r\n"
+                   for i in range(0, len(body), size))
+    return out + b"0\r\n\r\n"
+
 FIRSTS: dict[str, Callable[[dict[str, str]], bytes]] = {
     "200-cl-short": lambda h: _answer("200 OK", {"Content-Length": str(SIZE - 5), "ETag": '"v1"'},
                                       DATA[:SIZE - 5]),
@@ -102,6 +109,31 @@ FIRSTS: dict[str, Callable[[dict[str, str]], bytes]] = {
         + b"\r\nETag: \"v1\"\r\nContent-Length: " + str(SIZE).encode()
         + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
         + b"%x\r\n" % 70000 + DATA[:70000] + b"\r\n0\r\n\r\n"),
+    "206-te-gzip-chunked": lambda h: (
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: " + CR.encode()
+        + b"\r\nETag: \"v1\"\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+        + _chunked(gzip.compress(DATA))),
+    "206-te-gzip-chunked-cl": lambda h: (
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: " + CR.encode()
+        + b"\r\nETag: \"v1\"\r\nContent-Length: " + str(SIZE).encode()
+        + b"\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+        + _chunked(gzip.compress(DATA))),
+    "206-te-gzip": lambda h: (
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: " + CR.encode()
+        + b"\r\nETag: \"v1\"\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\n"
+        + gzip.compress(DATA)),
+    "206-ce-dup-identity-gzip": lambda h: (
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: " + CR.encode()
+        + b"\r\nETag: \"v1\"\r\nContent-Encoding: identity\r\nContent-Encoding: gzip"
+        + b"\r\nConnection: close\r\n\r\n" + gzip.compress(DATA)),
+    "206-te-identity-chunked": lambda h: (
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: " + CR.encode()
+        + b"\r\nETag: \"v1\"\r\nTransfer-Encoding: identity, chunked\r\nConnection: close"
+        + b"\r\n\r\n" + _chunked(DATA)),
+    "206-dup-te": lambda h: (
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: " + CR.encode()
+        + b"\r\nETag: \"v1\"\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked"
+        + b"\r\nConnection: close\r\n\r\n" + _chunked(_chunked(DATA))),
     "206-gzip": lambda h: _answer("206 Partial Content", {"Content-Range": CR, "ETag": '"v1"',
                                   "Content-Encoding": "gzip"}, gzip.compress(DATA)),
     "206-dup-cr": lambda h: (
@@ -190,6 +222,34 @@ def test_a_resume_with_the_weak_form_of_the_etag_reads_exactly_or_raises() -> No
             return good(method, headers)[: 4000]
         return good(method, headers, data=OTHER, etag='W/"v1"')
     exact_or_raise(respond)
+
+
+def _later_ranged(extra: bytes, body: Callable[[bytes], bytes]) -> Respond:
+    """The first GET is cut after 4000 bytes; later ranged GETs answer the
+    right range with ``extra`` header lines and ``body(bytes of the range)``."""
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if attempt == 0 or method == "HEAD":
+            return good(method, headers)[: 4000] if attempt == 0 else good(method, headers)
+        a, b = _rng(headers, SIZE)
+        return (f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{SIZE}\r\n"
+                'ETag: "v1"\r\nConnection: close\r\n').encode() + extra + b"\r\n" \
+            + body(DATA[a:b + 1])
+    return respond
+
+
+LATER: dict[str, Respond] = {
+    "te-gzip-chunked": _later_ranged(b"Transfer-Encoding: gzip, chunked\r\n",
+                                     lambda d: _chunked(gzip.compress(d))),
+    "te-identity-chunked": _later_ranged(b"Transfer-Encoding: identity, chunked\r\n", _chunked),
+    "ce-identity-then-gzip": _later_ranged(
+        b"Content-Encoding: identity\r\nContent-Encoding: gzip\r\n", gzip.compress),
+    "two-etags": _later_ranged(b'ETag: "v2"\r\n', lambda d: d),
+}
+
+
+@pytest.mark.parametrize("name", list(LATER))
+def test_a_hostile_ranged_answer_after_a_cut_reads_exactly_or_raises(name: str) -> None:
+    exact_or_raise(LATER[name])
 
 
 def test_the_file_reads_like_bytesio_after_a_one_get_open() -> None:

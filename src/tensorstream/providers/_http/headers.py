@@ -36,8 +36,10 @@ from ..base import Pin
 
 __all__ = [
     "REDIRECT_STATUSES",
+    "LIST_HEADERS",
     "ContentRange",
     "LowerHeaders",
+    "body_refusal",
     "check_ranged_response",
     "conditional_headers",
     "exception_error",
@@ -266,6 +268,34 @@ def conditional_headers(pin: Pin | None) -> dict[str, str]:
     return {}
 
 
+#: Headers whose repeats form one comma-separated list of codings.
+LIST_HEADERS = frozenset({"content-encoding", "transfer-encoding"})
+#: Headers that say what the body is: two different values cannot both be believed.
+_SINGLE_HEADERS = ("content-length", "content-range", "etag", "last-modified")
+
+
+def _codings(value: str | None) -> list[str]:
+    return [c.strip().lower() for c in (value or "").split(",") if c.strip()]
+
+
+def body_refusal(headers: _Headers) -> str | None:
+    """Why an answer's body cannot be taken as the object's bytes as they
+    arrive (``None``: it can): a content coding or a transfer coding other
+    than ``chunked`` (neither is decoded here: ``http.client`` frames only a
+    body whose transfer coding is exactly ``chunked``), or a header that
+    describes the body given twice with different values."""
+    content = [c for c in _codings(headers.get("Content-Encoding")) if c != "identity"]
+    if content:
+        return f"Content-Encoding {', '.join(content)}"
+    transfer = (headers.get("Transfer-Encoding") or "").strip()
+    if transfer.lower() not in ("", "chunked"):  # exactly what http.client un-chunks
+        return f"Transfer-Encoding {transfer}"
+    repeated = [n for n in _SINGLE_HEADERS if n in getattr(headers, "conflicting", ())]
+    if repeated:
+        return f"{', '.join(repeated)} given twice with different values"
+    return None
+
+
 def served_version(headers: _Headers, total: int | None) -> Pin:
     """The version an answer reports: its ETag, Last-Modified and total size."""
     return Pin(size=total, etag=headers.get("ETag"),
@@ -297,9 +327,9 @@ def check_ranged_response(status: int, headers: _Headers, *, first: int, last: i
                      "'python -m http.server' does not), or fetch it whole with curl/wget")
     if status != 206:
         raise on_status()
-    encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
-    if encoding not in ("", "identity"):
-        raise refuse(f"refusing a ranged body with Content-Encoding {encoding!r}")
+    why = body_refusal(headers)
+    if why is not None:
+        raise refuse(f"refusing a ranged body: {why}")
     cr = parse_content_range(headers.get("Content-Range"))
     if (cr is not None and cr.first == first and cr.total is not None
             and cr.last == cr.total - 1 < last):

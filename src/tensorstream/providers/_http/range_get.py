@@ -78,7 +78,9 @@ from .connections import (
     current,
 )
 from .headers import (
+    LIST_HEADERS,
     REDIRECT_STATUSES,
+    body_refusal,
     check_ranged_response,
     conditional_headers,
     exception_error,
@@ -128,14 +130,23 @@ def _total_deadline_error(received: int, *, service: str, path: str) -> StorageT
 
 class _HeaderView(dict[str, str]):
     """A response's headers read once into a dict, looked up case-insensitively
-    (the first of repeated headers wins, as with ``HTTPMessage.get``). Every
+    (the first of repeated headers wins, as with ``HTTPMessage.get``, except
+    that the codings' lists are joined and differing repeats are noted). Every
     ``HTTPMessage.get`` scans and lower-cases the whole header list: a few
     microseconds each, several per ranged GET, all under the GIL."""
 
     def __init__(self, message: Any) -> None:
         super().__init__()
+        #: Names given twice with different values (see :func:`.headers.body_refusal`).
+        self.conflicting: set[str] = set()
         for name, value in message.raw_items():
-            self.setdefault(name.lower(), value)
+            key = name.lower()
+            if key not in self:
+                self[key] = value
+            elif key in LIST_HEADERS:  # RFC 9110 5.3: repeats of a list are one list
+                self[key] = f"{self[key]}, {value}"
+            elif self[key].strip() != value.strip():
+                self.conflicting.add(key)
 
     def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
         return super().get(name.lower(), default)
@@ -656,10 +667,9 @@ def open_whole(
         if resp.status == 429 or resp.status >= 500:  # temporary: retried like a HEAD's
             raise (on_status or _default_status)(resp, where)
         cr = parse_content_range(view.get("Content-Range"))
-        encoding = (view.get("Content-Encoding") or "identity").strip().lower()
         length = view.get("Content-Length")
         served = served_version(view, cr.total if cr is not None else None)
-        if (resp.status != 206 or encoding not in ("", "identity") or cr is None
+        if (resp.status != 206 or body_refusal(view) is not None or cr is None
                 or cr.total is None or cr.total == 0 or (cr.first, cr.last) != (0, cr.total - 1)
                 or (length is not None and length.strip() != str(cr.total))
                 or served.etag is None):
