@@ -325,6 +325,14 @@ def check_ranged_response(status: int, headers: _Headers, *, first: int, last: i
                      "serve parts of an object, which tensorstream reads in parallel. Serve the "
                      "file with a server that can (nginx, Apache, Caddy, S3 and CDNs do; "
                      "'python -m http.server' does not), or fetch it whole with curl/wget")
+    if status == 416 and pin is not None and pin.size is not None and first < pin.size:
+        # The bytes asked lie inside the object the read is pinned to: it shrank.
+        now = parse_content_range(headers.get("Content-Range"))
+        size = f"now {now.total} bytes" if now is not None and now.total is not None \
+            else "shorter now"
+        raise ObjectChangedError(
+            f"the object changed while it was being read (HTTP 416 for bytes {first}-{last} "
+            f"of a {pin.size}-byte object: {size})", service=service, path=redact_path(path))
     if status != 206:
         raise on_status()
     why = body_refusal(headers)
