@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import fsspec
 
 from ...errors import (
+    ConfigurationError,
     InvalidRangeError,
     NotFoundError,
     ObjectChangedError,
@@ -26,6 +27,7 @@ from ...errors import (
     TensorstreamError,
 )
 from ...readahead._memcopy import copy_into
+from ...uri import redact_text
 from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer, report_progress
 from .config import OPTIONS
 
@@ -61,7 +63,22 @@ class FsspecProvider(Provider):
 
     def __init__(self, protocol: str, storage_options: dict[str, Any] | None = None) -> None:
         self.protocol = protocol
-        self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
+        refused: ConfigurationError | None = None
+        try:
+            self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
+        except ImportError as exc:  # the protocol's package is not installed
+            refused = ConfigurationError(
+                f"the {protocol}:// protocol needs a package that is not installed "
+                f"({redact_text(str(exc))})", service="fsspec")
+        except (TypeError, ValueError) as exc:
+            # The filesystem refused its options. A ValueError's message is left
+            # out: it may quote option values (credentials among them).
+            why = redact_text(str(exc)) if isinstance(exc, TypeError) else "ValueError"
+            refused = ConfigurationError(
+                f"fsspec could not set up the {protocol}:// filesystem ({why}); pass "
+                f"what it needs as storage_options={{...}}", service="fsspec")
+        if refused is not None:
+            raise refused  # outside the handler: nothing of the original is chained
 
     def __repr__(self) -> str:
         return f"FsspecProvider({self.protocol!r})"
