@@ -362,6 +362,8 @@ class Prefetcher(Fetching, Planning):
         if sequential and self._copy_received(pos, view, steady):
             return
         with self._lock:
+            if self._closed:  # closed by another thread: plan nothing that waits
+                raise OSError("reader was closed")
             needed = self._plan(pos, end, view)
             if sequential:
                 self._plan_ahead(end, {seg.start for seg in needed})
@@ -446,7 +448,11 @@ class Prefetcher(Fetching, Planning):
         if self._stream is not None:
             self._stream.close()
         with self._lock:
-            segments = list(self._segments.values()) + self._abandoned
+            # Queued segments too: one received straight into a caller's buffer
+            # is queued to be sent without being kept among the segments.
+            segments = list({id(seg): seg for seg in [
+                *self._segments.values(), *self._abandoned, *self._urgent,
+                *self._ahead]}.values())
             self._segments.clear()
             self._abandoned = []
             self._urgent.clear()
@@ -454,6 +460,12 @@ class Prefetcher(Fetching, Planning):
             self._free.clear()
             self._dests.clear()
             self._give(self._held)  # every buffer is dropped
+            # A read waiting on read-ahead that was planned but never sent (no
+            # slot came free) would wait for ever: it ends with an error now.
+            for seg in segments:
+                if not seg.launched and not seg.event.is_set():
+                    seg.error = OSError("reader was closed")
+                    seg.event.set()
         self.budget.leave()
         tasks = [s.task for s in segments if s.task is not None and not s.task.done()]
         for seg in segments:

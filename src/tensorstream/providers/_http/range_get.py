@@ -48,6 +48,7 @@ the answer arrived.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import http.client
@@ -55,6 +56,7 @@ import socket
 import ssl
 import struct
 import termios
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -335,6 +337,13 @@ class RangeBody:
         # http.client's parser in slices (a cut forgets at most one slice).
         self._direct = not resp.chunked and resp.headers.get("Content-Length") is not None
         self._lowat = 1  # the socket's SO_RCVLOWAT (1: the kernel's default)
+        # A close from another thread while a read runs shuts the socket down
+        # (the read ends at once, with an error) and the reading thread closes
+        # it: closing it under the read would free its descriptor for reuse.
+        self._state = threading.Lock()
+        self._reading = False
+        self._reader = 0  # the reading thread's ident
+        self._close_asked = False
 
     def readinto(self, buffer: memoryview) -> int:
         """Fill ``buffer`` with the next ``len(buffer)`` bytes of the body."""
@@ -348,9 +357,21 @@ class RangeBody:
         return self._read(list(buffers))
 
     def _read(self, buffers: list[memoryview]) -> int:
+        with self._state:
+            if self._conn is None or self._close_asked:
+                raise ValueError("read from a closed or finished range body")
+            self._reading, self._reader = True, threading.get_ident()
+        try:
+            return self._read_body(buffers)
+        finally:
+            with self._state:
+                self._reading = False
+                closing = self._close_asked
+            if closing:
+                self.close()
+
+    def _read_body(self, buffers: list[memoryview]) -> int:
         want = sum(len(b) for b in buffers)
-        if self._conn is None:
-            raise ValueError("read from a closed or finished range body")
         if want > self.end - self.position:
             raise ValueError(f"{want} bytes asked, {self.end - self.position} left in the range")
         received = 0
@@ -498,6 +519,20 @@ class RangeBody:
         and its low-water mark, so every receive returns at once. Plain sockets
         only (TLS: queued bytes are not plaintext bytes); bodies confirmed after
         each read take :meth:`readinto`."""
+        with self._state:
+            if self._reading or self._close_asked:
+                return False
+            self._reading, self._reader = True, threading.get_ident()
+        try:
+            return self._read_held(buffer)
+        finally:
+            with self._state:
+                self._reading = False
+                closing = self._close_asked
+            if closing:
+                self.close()
+
+    def _read_held(self, buffer: memoryview) -> bool:
         conn = self._conn
         want = len(buffer)
         sock = conn.sock if conn is not None else None
@@ -538,8 +573,18 @@ class RangeBody:
         return min(int(queued[0]), self.end - self.position)
 
     def close(self) -> None:
-        """Drop the rest of the body (the connection is closed, not reused)."""
-        conn, self._conn = self._conn, None
+        """Drop the rest of the body (the connection is closed, not reused).
+        Called by another thread while a read runs, the read ends with an error
+        and its thread closes the connection."""
+        with self._state:
+            if self._reading and self._reader != threading.get_ident():
+                self._close_asked = True
+                sock = self._conn.sock if self._conn is not None else None
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+                return
+            conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
