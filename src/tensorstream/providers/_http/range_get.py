@@ -381,7 +381,8 @@ class RangeBody:
         try:
             # (A response that closes its connection has handed the socket to its
             # file object alone: its thread receives it, as before.)
-            if self._direct and shares_receiving() and self._conn.sock is not None:
+            conn = self._conn
+            if self._direct and shares_receiving() and conn is not None and conn.sock is not None:
                 if timed:
                     assert deadline is not None
                     self._bound(deadline, received)
