@@ -356,19 +356,30 @@ class RangeBody:
         from the first buffer's start."""
         return self._read(list(buffers))
 
-    def _read(self, buffers: list[memoryview]) -> int:
+    def _claim(self, *, unless_reading: bool = False) -> bool:
+        """Mark this thread as reading (see :meth:`close`); ``False``: the body is
+        closed or closing (or, ``unless_reading``, another read runs)."""
         with self._state:
-            if self._conn is None or self._close_asked:
-                raise ValueError("read from a closed or finished range body")
+            if self._conn is None or self._close_asked or (unless_reading and self._reading):
+                return False
             self._reading, self._reader = True, threading.get_ident()
+            return True
+
+    def _release(self) -> None:
+        """End a read; a close asked for meanwhile by another thread is done now."""
+        with self._state:
+            self._reading = False
+            closing = self._close_asked
+        if closing:
+            self.close()
+
+    def _read(self, buffers: list[memoryview]) -> int:
+        if not self._claim():
+            raise ValueError("read from a closed or finished range body")
         try:
             return self._read_body(buffers)
         finally:
-            with self._state:
-                self._reading = False
-                closing = self._close_asked
-            if closing:
-                self.close()
+            self._release()
 
     def _read_body(self, buffers: list[memoryview]) -> int:
         want = sum(len(b) for b in buffers)
@@ -520,18 +531,12 @@ class RangeBody:
         and its low-water mark, so every receive returns at once. Plain sockets
         only (TLS: queued bytes are not plaintext bytes); bodies confirmed after
         each read take :meth:`readinto`."""
-        with self._state:
-            if self._reading or self._close_asked:
-                return False
-            self._reading, self._reader = True, threading.get_ident()
+        if not self._claim(unless_reading=True):
+            return False
         try:
             return self._read_held(buffer)
         finally:
-            with self._state:
-                self._reading = False
-                closing = self._close_asked
-            if closing:
-                self.close()
+            self._release()
 
     def _read_held(self, buffer: memoryview) -> bool:
         conn = self._conn
