@@ -22,8 +22,9 @@ from typing import Any, ClassVar, TypeVar
 
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.retry import Retry as BlockingRetry
 
 from ... import _loop
 from ...config import CommonConfig, split_options
@@ -182,8 +183,11 @@ class RedisProvider(Provider):
         raise TypeError("RedisProvider holds credentials and cannot be pickled")
 
     # -- connection -----------------------------------------------------------
-    def _client_kwargs(self) -> dict[str, Any]:
+    def _client_kwargs(self, *, blocking: bool = False) -> dict[str, Any]:
+        """Connection settings for an asyncio client, or a blocking one with ``blocking``."""
         t = self._config.timeouts
+        # Each client flavour takes its own Retry class (redis-py >= 8.2 warns otherwise).
+        no_retries = BlockingRetry(NoBackoff(), 0) if blocking else AsyncRetry(NoBackoff(), 0)
         kw: dict[str, Any] = {
             "host": self.host,
             "port": self.port,
@@ -192,7 +196,7 @@ class RedisProvider(Provider):
             "socket_connect_timeout": t.connect,
             "socket_timeout": t.idle,
             # Retries live in tensorstream's policy layer only.
-            "retry": Retry(NoBackoff(), 0),
+            "retry": no_retries,
             # Every concurrent read may pipeline _BATCHES_IN_FLIGHT batches at once;
             # the pool must never run dry ("Too many connections" is not retried).
             "max_connections": self._config.transfer.concurrency * _BATCHES_IN_FLIGHT + 8,
@@ -394,7 +398,7 @@ class RedisProvider(Provider):
         if want == 0:
             return 0
         if self._blocking is None:
-            self._blocking = BlockingRedisReader(self._client_kwargs(), self.db,
+            self._blocking = BlockingRedisReader(self._client_kwargs(blocking=True), self.db,
                                                  self._creds.describe())
         return self._blocking.readinto(layout, offset, buffer)
 
