@@ -7,6 +7,7 @@ import mmap
 import random
 import resource
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -77,20 +78,38 @@ def test_populate_ignores_small_and_readonly_buffers() -> None:
     assert small == bytes(100)
 
 
+def _least_garbage_left_by(run: Callable[[int], None], tries: int = 3) -> int:
+    """The fewest unreachable (cyclic) objects the collector finds after
+    ``run(attempt)``, over ``tries`` attempts (each should use sizes of its own).
+    Other threads (servers and event loops left by earlier tests) make garbage
+    now and then; garbage made per call is there every time."""
+    least = None
+    for attempt in range(tries):
+        gc.collect()
+        gc.disable()
+        try:
+            run(attempt)
+            garbage = gc.collect()
+        finally:
+            gc.enable()
+        least = garbage if least is None else min(least, garbage)
+        if least < 16:
+            break
+    assert least is not None
+    return least
+
+
 def test_populate_makes_no_garbage_per_buffer_size() -> None:
     """Hundreds of tensors of distinct sizes: populating each must not leave
     objects behind (a ctypes array type per size did, and its cyclic garbage
     set off full collections that took a third of a local load)."""
-    bufs = [bytearray((1 << 20) + 4096 * i + 7) for i in range(64)]
-    _prefault.populate(memoryview(bufs[0]))  # anything made once is made now
-    gc.collect()
-    gc.disable()
-    try:
-        for buf in bufs[1:]:
-            _prefault.populate(memoryview(buf))
-        garbage = gc.collect()  # the unreachable (cyclic) objects the loop left
-    finally:
-        gc.enable()
+    _prefault.populate(memoryview(bytearray(1 << 20)))  # anything made once is made now
+
+    def populate_each(attempt: int) -> None:
+        for i in range(1, 64):
+            _prefault.populate(memoryview(bytearray((1 << 20) + 4096 * i + 7 + 2 * attempt)))
+
+    garbage = _least_garbage_left_by(populate_each)
     assert garbage < 16, garbage
 
 
@@ -98,16 +117,14 @@ def test_copy_into_makes_no_garbage_per_length() -> None:
     src = bytearray(random.Random(5).randbytes((1 << 20) + 64 * 4096))
     dst = bytearray(len(src))
     copy_into(memoryview(dst), memoryview(src)[: 1 << 20])
-    gc.collect()
-    gc.disable()
-    try:
+
+    def copy_each_length(attempt: int) -> None:
         for i in range(1, 64):
-            n = (1 << 20) + 4096 * i + 3
+            n = (1 << 20) + 4096 * i + 3 + 2 * attempt
             copy_into(memoryview(dst), memoryview(src)[:n])
             copy_into(memoryview(dst), bytes(src[:n]))
-        garbage = gc.collect()
-    finally:
-        gc.enable()
+
+    garbage = _least_garbage_left_by(copy_each_length)
     assert garbage < 16, garbage
     last = (1 << 20) + 4096 * 63 + 3
     assert dst[:last] == src[:last]

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 pytest.importorskip("tensorizer")
 
+import tensorizer.serialization as _tz  # noqa: E402
+
 import tensorstream  # noqa: E402
 from fixtures_s3 import S3_BUCKET  # noqa: E402
 from reliability_helpers import CANARY_QUERY, FAST, unique  # noqa: E402
@@ -146,13 +148,24 @@ def _damaged_headers(whole: bytes) -> dict[str, bytes]:
     out["tensor header length 1"] = patch(first.offset, struct.pack("<Q", 1))
     out["cut inside the index"] = whole[:meta_len_at + 20]
     out["cut inside a tensor header"] = whole[:first.offset + 12]
+    # The file header's tensor count (its last field), lowered and raised: a load must not
+    # silently drop the index's later tensors, or invent ones from its zero padding.
+    count_at = (len(_tz.TENSORIZER_MAGIC) + _tz._FileHeader.version_number_format.size
+                + _tz._FileHeader.format.size - 8)
+    (count,) = struct.unpack_from("<Q", whole, count_at)
+    out["tensor count one"] = patch(count_at, struct.pack("<Q", 1))
+    out["tensor count one less"] = patch(count_at, struct.pack("<Q", count - 1))
+    out["tensor count one more"] = patch(count_at, struct.pack("<Q", count + 1))
+    out["tensor count 2**40"] = patch(count_at, struct.pack("<Q", 1 << 40))
     return out
 
 
 @pytest.mark.parametrize("damage", ["empty", "magic only", "not tensorizer", "index length 2**62",
                                     "index length past the end", "tensor header length 2**40",
                                     "tensor header length 1", "cut inside the index",
-                                    "cut inside a tensor header"])
+                                    "cut inside a tensor header", "tensor count one",
+                                    "tensor count one less", "tensor count one more",
+                                    "tensor count 2**40"])
 def test_damaged_headers_raise_one_error_naming_the_file(
         store: Store, whole: bytes, damage: str) -> None:
     data = _damaged_headers(whole)[damage]

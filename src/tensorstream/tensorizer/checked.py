@@ -24,6 +24,8 @@ __all__ = ["CheckedSource"]
 
 #: How tensorizer writes the length that starts each tensor's header.
 _HEADER_LEN = _TensorHeaderDeserializer.header_len_segment
+# Where an index entry ends: its tensor's header offset, data offset and data length.
+_ENTRY_LOCATION = struct.Struct("<QQQ")
 #: What tensorizer's parsers raise on bytes that are not a valid file.
 _PARSE_ERRORS = (struct.error, ValueError, TypeError, IndexError, OverflowError,
                  AssertionError, EOFError, UnicodeDecodeError)
@@ -95,6 +97,23 @@ class CheckedSource(io.RawIOBase):
                 f"its index needs {need} bytes, {need - self.size} more than there are "
                 "(truncated or damaged)", expected=need)
         self._headers = headers
+
+    def check_count(self, entries: list[Any], count: int, index: bytes) -> None:
+        """Check that the file header's tensor ``count`` names every entry of
+        the ``index`` bytes, whose whole parse (no filter) is ``entries``."""
+        # tensorizer parses exactly `count` entries and zero-fills the index space its
+        # entries leave: a count lowered by damage would silently drop the later tensors.
+        if len(entries) != count:
+            raise self.malformed(f"its index names {count - len(entries)} of its "
+                                 f"{count} tensors twice")
+        if not entries:
+            return
+        last = entries[-1]
+        at = index.rfind(_ENTRY_LOCATION.pack(last.offset, last.data_offset, last.data_length))
+        end = at + _ENTRY_LOCATION.size
+        if at < 0 or index.count(0, end) != len(index) - end:
+            raise self.malformed(f"its index holds more entries than the {count} tensors "
+                                 "its file header counts (a damaged tensor count)")
 
     # -- io ---------------------------------------------------------------------
     def _check(self, pos: int, n: int) -> None:

@@ -150,6 +150,8 @@ class StreamTensorDeserializer(TensorDeserializer):
         if getattr(self, "_ts_prepared", False):
             return
         if isinstance(self._file, CheckedSource):
+            self._file.check_count(self._whole_index(), self._file_header.tensor_count,
+                                   self._metadata_raw)
             self._file.set_index(self._metadata.values())
         source = self._source
         if isinstance(source, StreamReader):
@@ -162,6 +164,18 @@ class StreamTensorDeserializer(TensorDeserializer):
             else:
                 source.set_read_boundaries(read_boundaries(self))
         self._ts_prepared = True
+
+    def _whole_index(self) -> list[Any]:
+        """Every entry of the file's index, as parsed before ``filter_func``."""
+        entries = list(self._metadata.values())
+        count = self._file_header.tensor_count
+        if len(entries) != count:  # filtered, or a name repeated: parse it again, whole
+            versioned = self._has_versioned_metadata
+            parsed, _ = _tz._MetadataDeserializer.from_buffer(
+                self._metadata_raw[_tz._MetadataDeserializer._total_len_segment.size:], count,
+                versioned, _VERSIONED_METADATA if versioned else None)
+            entries = list(parsed.values())
+        return entries
 
     #: Whether tensors are received in place (set once the index is parsed).
     _ts_inplace = False
@@ -342,6 +356,8 @@ def forget(deserializer: TensorDeserializer, keys: Any) -> None:
 
 #: The first bytes of every tensorizer file.
 MAGIC: bytes = _tz.TENSORIZER_MAGIC
+# The index entry versions tensorizer accepts in a file with versioned headers.
+_VERSIONED_METADATA = (_tz.NON_OPAQUE_TENSORIZER_VERSION, _tz.LONG_TENSOR_TENSORIZER_VERSION)
 #: A tensor index larger than this is a damaged length field, not an index.
 MAX_INDEX_SIZE = 100_000_000
 
@@ -409,11 +425,10 @@ def read_index(first: bytes, size: int, name: str,
         if len(raw) < total:
             raw += read_at(pos + len(raw), total - len(raw))
         versioned = _tz._FileFeatureFlags.versioned_headers in header.feature_flags
-        accepted = ((_tz.NON_OPAQUE_TENSORIZER_VERSION, _tz.LONG_TENSOR_TENSORIZER_VERSION)
-                    if versioned else None)
-        metadata, _ = _tz._MetadataDeserializer.from_buffer(raw, header.tensor_count, versioned,
-                                                             accepted)
+        metadata, _ = _tz._MetadataDeserializer.from_buffer(
+            raw, header.tensor_count, versioned, _VERSIONED_METADATA if versioned else None)
         entries = list(metadata.values())
+        checked.check_count(entries, header.tensor_count, raw)
         checked.set_index(entries)
         out = []
         for e in entries:
@@ -512,7 +527,9 @@ def check_compat() -> None:
         problems.append("_MetadataDeserializer.from_buffer's signature changed")
     init_src = inspect.getsource(TensorDeserializer.__init__)
     for needle in ("self._reopen = self._reopen_func()", "self._num_readers = num_readers",
-                   "self._metadata", "self._cache = OrderedDict.fromkeys(self._metadata.keys())"):
+                   "self._metadata", "self._metadata_raw", "self._file_header",
+                   "self._has_versioned_metadata",
+                   "self._cache = OrderedDict.fromkeys(self._metadata.keys())"):
         if needle not in init_src:
             problems.append(f"TensorDeserializer.__init__ no longer contains {needle!r}")
     if problems:
