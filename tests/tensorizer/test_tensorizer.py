@@ -354,6 +354,15 @@ def test_verify_hash_catches_a_flipped_byte(backend: TensorBackend, producer: An
     with pytest.raises(TensorHashMismatchError) as info:
         deserialize(backend.uri("bad.tensors"), "cpu", verify_hash=True, **backend.options)
     assert isinstance(info.value, errors.IntegrityError)
+    # A lazy load reads the tensor when it is asked for, after deserialize returned: the
+    # same error, naming the file, with tensorizer's as its cause.
+    for readers in (1, 2):
+        with deserialize(backend.uri("bad.tensors"), "cpu", verify_hash=True, lazy_load=True,
+                         num_readers=readers, **backend.options) as sd:
+            with pytest.raises(TensorHashMismatchError, match="bad.tensors") as info:
+                sd["head.weight"]
+    assert isinstance(info.value, errors.IntegrityError)
+    assert type(info.value.__cause__).__module__.startswith("tensorizer")
     # Without verification the corruption goes unnoticed: that is what the flag is for.
     with deserialize(backend.uri("bad.tensors"), "cpu", **backend.options) as sd:
         assert not torch.equal(sd["head.weight"], model.head.weight)

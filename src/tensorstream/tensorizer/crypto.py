@@ -13,9 +13,9 @@ from typing import Any
 
 from tensorizer import DecryptionParams, EncryptionParams
 
-from ..errors import ConfigurationError, IntegrityError, NotFoundError, TensorstreamError
+from ..errors import ConfigurationError, NotFoundError
 from ..uri import redact
-from .hook import CryptographyError, HashMismatchError
+from .foreign import DecryptionError, TensorHashMismatchError
 
 __all__ = [
     "DecryptionError",
@@ -31,13 +31,6 @@ __all__ = [
 KEY_BYTES = 32
 
 
-class DecryptionError(TensorstreamError, PermissionError, CryptographyError):
-    """Encrypted tensors could not be decrypted: wrong key or passphrase, or
-    encryption settings that do not match the file. Never contains the key."""
-
-
-class TensorHashMismatchError(IntegrityError, HashMismatchError):
-    """``verify_hash=True`` found a tensor whose bytes do not match its stored hash."""
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

@@ -35,8 +35,10 @@ from tensorizer.serialization import (
 from ..distributed.memory import MemorySource
 from ..errors import TensorstreamError
 from ..file import StreamReader
+from ..uri import redact_text
 from . import inplace
 from .checked import _PARSE_ERRORS, CheckedSource
+from .foreign import translate
 
 __all__ = [
     "MAGIC",
@@ -240,18 +242,31 @@ class StreamTensorDeserializer(TensorDeserializer):
         return reopen_checked
 
     def _bulk_load(self, keys: Any, verify_hash: bool | None = None) -> Any:
-        # Every load (eager, lazy, one reader or many) goes through here.
+        # Every load (eager, lazy, one reader or many) goes through here, a lazy load's
+        # after the constructor returned: its errors are tensorstream's from here.
         self._prepare()
         try:
             yield from super()._bulk_load(keys, verify_hash)
-        except _PARSE_ERRORS as exc:
-            if (isinstance(exc, TensorstreamError | CryptographyError)
-                    or getattr(exc, "_tensorstream_user", False) or not _in_parser(exc)):
+        except BaseException as exc:
+            mapped = self._mapped(exc)
+            if mapped is None:
                 raise
-            checked = self._file
-            if not isinstance(checked, CheckedSource):
-                raise
-            raise checked.malformed(f"{type(exc).__name__}: {exc}") from exc
+            raise mapped from exc
+
+    def _mapped(self, exc: BaseException) -> BaseException | None:
+        """The tensorstream error to raise for ``exc`` (``None``: ``exc`` itself): a
+        file that does not parse is MalformedFileError; tensorizer's and torch's
+        errors are translated (a failed hash is TensorHashMismatchError, still a
+        tensorizer HashMismatchError); the user's filter_func's are left alone."""
+        if isinstance(exc, TensorstreamError) or getattr(exc, "_tensorstream_user", False):
+            return None
+        checked = self._file
+        if (isinstance(exc, _PARSE_ERRORS) and not isinstance(exc, CryptographyError)
+                and _in_parser(exc)):
+            if isinstance(checked, CheckedSource):
+                return checked.malformed(f"{type(exc).__name__}: {exc}")
+            return None
+        return translate(exc, redact_text(str(getattr(checked, "name", "the file"))))
 
 
 #: The last bytes of each tensor's data share one request with the next
@@ -521,6 +536,9 @@ def check_compat() -> None:
                  "META_TENSOR_TENSORIZER_VERSION", "LONG_TENSOR_TENSORIZER_VERSION"):
         if not hasattr(_tz, attr):  # read_index
             problems.append(f"tensorizer.serialization.{attr} is gone")
+    if list(inspect.signature(TensorDeserializer._bulk_load).parameters) != [
+            "self", "keys", "verify_hash"]:  # StreamTensorDeserializer._bulk_load
+        problems.append("TensorDeserializer._bulk_load's signature changed")
     if hasattr(_tz, "_MetadataDeserializer") and list(inspect.signature(
             _tz._MetadataDeserializer.from_buffer).parameters) != [
             "buffer", "count", "versioned", "accepted_versions"]:

@@ -38,18 +38,15 @@ from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamE
 from ..file import StreamReader
 from ..providers.local.provider import fsync_path, temp_path_for
 from ..readahead.localfill import workers
-from ..uri import ParsedURI, parse_uri, redact, redact_text
+from ..uri import ParsedURI, parse_uri, redact
 from .crypto import (
-    DecryptionError,
     Encryption,
-    TensorHashMismatchError,
     as_decryption,
     as_encryption,
     generate_keyfile,
 )
+from .foreign import DecryptionError, TensorHashMismatchError, translate
 from .hook import (
-    CryptographyError,
-    HashMismatchError,
     StreamTensorDeserializer,
     forks,
     reader_count,
@@ -150,54 +147,6 @@ class ModuleLoadResult:
     unexpected_keys: list[str]
     mismatched_keys: list[tuple[str, tuple[int, ...], tuple[int, ...]]]
     stats: LoadStats | None = None
-
-
-def _translate(exc: BaseException, where: str) -> BaseException | None:
-    """tensorizer's and torch's exceptions as tensorstream errors naming the file.
-
-    Malformed or truncated files (tensorizer's ``ValueError``, ``struct.error``...)
-    are left to the file checks of ``tensorstream.tensorizer`` (issue 15); here:
-    decryption, hashes, and torch/tensorizer runtime failures. The original is
-    chained as ``__cause__`` with any URI in its message redacted first.
-    """
-    if isinstance(exc, TensorstreamError):
-        return None
-    mapped = _translate_foreign(exc, where)
-    if mapped is not None:
-        _scrub(exc)
-    return mapped
-
-
-def _scrub(exc: BaseException) -> None:
-    """Redact URIs and secret query parameters in a foreign exception's message
-    (it is chained, so tracebacks and ``repr(err.__cause__)`` print it)."""
-    try:
-        exc.args = tuple(redact_text(a) if isinstance(a, str) else a for a in exc.args)
-    except Exception:  # an exception type with read-only args: leave it
-        pass
-
-
-def _translate_foreign(exc: BaseException, where: str) -> BaseException | None:
-    if isinstance(exc, CryptographyError):
-        return DecryptionError(
-            f"could not decrypt {where}: wrong key or passphrase, or encryption settings "
-            f"that do not match the file ({redact_text(str(exc))})"
-        )
-    if isinstance(exc, HashMismatchError):
-        return TensorHashMismatchError(f"verify_hash failed for {where}: {redact_text(str(exc))}")
-    oom = getattr(torch, "OutOfMemoryError", ())
-    if isinstance(exc, MemoryError) or (oom and isinstance(exc, oom)):
-        return LoadError(
-            f"out of memory while loading {where} ({type(exc).__name__}); free memory, load "
-            "fewer tensors (filter_func=...), lazy_load=True, or a smaller dtype"
-        )
-    if isinstance(exc, RuntimeError | NotImplementedError | AssertionError):
-        # torch's device/dtype errors and tensorizer's runtime checks.
-        return LoadError(
-            f"loading {where} failed in {type(exc).__module__.split('.')[0]}: "
-            f"{type(exc).__name__}: {redact_text(str(exc))}"
-        )
-    return None
 
 
 def _check_device(device: str | torch.device | None) -> torch.device | None:
@@ -403,7 +352,7 @@ def deserialize(
             encryption=decryption,
         )
     except BaseException as exc:
-        mapped = _translate(exc, where)
+        mapped = translate(exc, where)
         if shared is not None and isinstance(stream, MemorySource):
             # The exchange first (no other collective may run beside it); then every
             # rank learns that this one failed to build its tensors.
@@ -539,7 +488,7 @@ def load_into_module(
                     _assign(module, key, deserializer[name])
                     loaded += 1
         except BaseException as exc:
-            mapped = _translate(exc, where)
+            mapped = translate(exc, where)
             if mapped is not None:
                 raise mapped from exc
             raise
