@@ -61,6 +61,35 @@ def test_unknown_option_is_rejected(tmp_path: Any) -> None:
     tensorstream.get_provider(str(tmp_path), s3_region="us-east-1")
 
 
+@pytest.mark.parametrize(("uri", "given", "meant"), [
+    ("s3://b/k", "endpoint_url", "s3_endpoint"),  # boto3 / s3fs
+    ("s3://b/k", "region_name", "s3_region"),
+    ("s3://b/k", "aws_secret_access_key", "s3_secret_access_key"),
+    ("s3://b/k", "anon", "anonymous"),  # s3fs
+    ("s3://b/k", "verify", "ca_bundle or insecure"),
+    ("s3://b/k", "s3_endpont", "s3_endpoint"),  # a typo
+    ("https://h/k", "verify_ssl", "insecure"),  # aiohttp
+    ("https://h/k", "timeout", "timeout_total"),
+    ("redis://h/k", "password", "redis_password"),  # redis-py
+    ("redis://h/k", "db", "redis_db"),
+])
+def test_an_unknown_option_names_the_one_meant(uri: str, given: str, meant: str) -> None:
+    with pytest.raises(errors.ConfigurationError) as info:
+        tensorstream.get_provider(uri, **{given: "secret-value-1"})
+    assert f"{given} (did you mean {meant}?)" in str(info.value)
+    assert "secret-value-1" not in str(info.value)
+
+
+def test_an_unknown_option_with_nothing_like_it_gets_no_guess() -> None:
+    with pytest.raises(errors.ConfigurationError) as info:
+        tensorstream.get_provider("s3://b/k", banana=1)
+    assert "did you mean" not in str(info.value)
+    # a name only another service takes is not suggested for this one
+    with pytest.raises(errors.ConfigurationError) as info:
+        tensorstream.get_provider("https://h/k", password="x")
+    assert "redis_password" not in str(info.value).split(";")[0]
+
+
 def test_split_options_validates() -> None:
     common, rest = split_options({"part_size": 1024, "retries": 2, "token": "x"})
     assert common.transfer.part_size == 1024 and common.retry.attempts == 2

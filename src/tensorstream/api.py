@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import _loop
-from .config import COMMON_OPTIONS, split_options
+from .config import COMMON_OPTIONS, option_hint, split_options
 from .errors import ConfigurationError
 from .layers.stack import PolicyProvider
 from .providers.base import BodyStream, ObjectInfo
@@ -34,9 +34,11 @@ def get_provider(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> Pol
     known = COMMON_OPTIONS | known_option_names() | cls.option_names
     unknown = sorted(set(rest) - known)
     if unknown:
+        accepted = cls.option_names | COMMON_OPTIONS
+        named = ", ".join(f"{name}{option_hint(name, accepted)}" for name in unknown)
         raise ConfigurationError(
-            f"unknown option(s) {', '.join(unknown)} for {cls.service}; "
-            f"it accepts {', '.join(sorted(cls.option_names | COMMON_OPTIONS))}"
+            f"unknown option(s) {named} for {cls.service}; "
+            f"it accepts {', '.join(sorted(accepted))}"
         )
     own = {k: v for k, v in rest.items() if k in cls.option_names}
     inner = cls.from_uri(parsed, config=common, **own)

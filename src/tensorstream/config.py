@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigurationError
@@ -310,3 +310,43 @@ def split_options(options: dict[str, Any]) -> tuple[CommonConfig, dict[str, Any]
         stream_reads=get("stream_reads", True),
     )
     return CommonConfig(t, r, x), opts
+
+
+#: Option names users bring from boto3, s3fs, obstore, aiohttp and redis-py, and ours.
+_FAMILIAR_OPTIONS: dict[str, str | tuple[str, ...]] = {
+    "endpoint_url": "s3_endpoint", "endpoint": "s3_endpoint", "aws_endpoint_url": "s3_endpoint",
+    "aws_access_key_id": "s3_access_key_id", "access_key_id": "s3_access_key_id",
+    "key": "s3_access_key_id",
+    "aws_secret_access_key": "s3_secret_access_key", "secret_access_key": "s3_secret_access_key",
+    "secret": "s3_secret_access_key",
+    "aws_session_token": "s3_session_token", "session_token": "s3_session_token",
+    "region_name": "s3_region", "region": "s3_region", "aws_region": "s3_region",
+    "profile": "s3_profile", "profile_name": "s3_profile", "aws_profile": "s3_profile",
+    "addressing_style": "s3_addressing_style", "virtual_hosted_style_request": "s3_addressing_style",
+    "anon": "anonymous", "skip_signature": "anonymous",
+    "verify": ("ca_bundle", "insecure"), "ssl_ca_certs": "ca_bundle", "cafile": "ca_bundle",
+    "verify_ssl": "insecure", "ssl": "insecure", "allow_invalid_certificates": "insecure",
+    "cert": "client_cert", "ssl_certfile": "client_cert", "ssl_keyfile": "client_key",
+    "username": "redis_username", "password": "redis_password", "db": "redis_db",
+    "cluster": "redis_cluster", "bearer_token": "token",
+    "max_concurrency": "concurrency", "max_pool_connections": "concurrency",
+    "num_workers": "concurrency", "max_connections": "concurrency",
+    "timeout": "timeout_total", "connect_timeout": "timeout_connect",
+    "read_timeout": "timeout_idle", "socket_timeout": "timeout_idle",
+    "max_attempts": "retries", "num_retries": "retries", "max_retries": "retries",
+    "multipart_chunksize": "part_size", "chunk_size": "part_size", "block_size": "part_size",
+}
+
+
+def option_hint(name: str, accepted: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for an unknown option ``name`` when one of
+    ``accepted`` is what the user meant (a name from boto3, s3fs, obstore,
+    aiohttp or redis-py, or a near spelling); else ``""``."""
+    import difflib  # only on this error path: not paid by `import tensorstream`
+
+    accepted = sorted(accepted)
+    familiar = _FAMILIAR_OPTIONS.get(name.lower(), ())
+    guesses = [g for g in ((familiar,) if isinstance(familiar, str) else familiar) if g in accepted]
+    if not guesses:
+        guesses = difflib.get_close_matches(name.lower(), accepted, n=1, cutoff=0.75)
+    return f" (did you mean {' or '.join(guesses)}?)" if guesses else ""
