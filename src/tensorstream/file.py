@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import operator
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -36,6 +37,10 @@ __all__ = ["StreamReader", "StreamWriter"]
 log = logging.getLogger("tensorstream.file")
 
 _WRITE_BUFFER = 8 << 20
+
+
+#: What ``read1(-1)`` returns at most (a buffered file's one raw read).
+READ1_DEFAULT = 1 << 20
 
 
 def _as_byte_view(b: Any) -> memoryview:
@@ -157,6 +162,8 @@ class StreamReader(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        # As io's files: an integer (1.5 or "5" is a TypeError, never a fractional position).
+        offset, whence = operator.index(offset), operator.index(whence)
         with self._lock:
             return self._seek(offset, whence)
 
@@ -204,6 +211,8 @@ class StreamReader(io.RawIOBase):
         return want
 
     def read(self, size: int | None = -1) -> bytes:
+        if size is not None:
+            size = operator.index(size)
         with self._lock:  # the size and the read at one position
             self._check_closed()
             if size is None or size < 0:
@@ -215,6 +224,34 @@ class StreamReader(io.RawIOBase):
 
     def readall(self) -> bytes:
         return self.read(-1)
+
+    def read1(self, size: int = -1) -> bytes:
+        """As :meth:`read` (``io.BufferedIOBase``'s name, for code that asks for it);
+        ``-1`` reads at most :data:`READ1_DEFAULT` bytes."""
+        size = operator.index(size)
+        return self.read(READ1_DEFAULT if size < 0 else size)
+
+    def peek(self, size: int = 0) -> bytes:
+        """Bytes at the current position without moving past them (at least one
+        unless at EOF, at most :data:`READ1_DEFAULT`), as ``io.BufferedReader``."""
+        size = operator.index(size)
+        with self._lock:
+            self._check_closed()
+            pos = self._pos
+            buf = bytearray(min(max(size, 1), READ1_DEFAULT, max(0, self._info.size - pos)))
+            try:
+                n = self._readinto(buf)
+            finally:
+                self._pos = pos
+        del buf[n:]
+        return bytes(buf)
+
+    def readinto1(self, b: Any) -> int:
+        """As :meth:`readinto` (``io.BufferedIOBase``'s name)."""
+        return self.readinto(b)
+
+    def write(self, b: Any) -> int:
+        raise UnsupportedOperationError("not writable: open the URI with mode 'wb' to write")
 
     def fileno(self) -> int:
         raise io.UnsupportedOperation("StreamReader has no file descriptor")
@@ -397,6 +434,9 @@ class StreamWriter(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         raise UnsupportedOperationError("tensorstream writers are sequential (not seekable)")
+
+    def readinto(self, b: Any) -> int:
+        raise UnsupportedOperationError("not readable: open the URI with mode 'rb' to read")
 
     def write(self, b: Any) -> int:
         if self.closed:

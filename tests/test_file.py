@@ -1,0 +1,90 @@
+"""StreamReader/StreamWriter behave as io's binary files where code relies on it:
+integer positions, io.UnsupportedOperation for what a mode cannot do, and the
+BufferedIOBase names (read1, readinto1, peek) that wrappers and parsers ask for."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tensorstream
+from tensorstream.testing.http_server import HTTPTestServer
+
+DATA = bytes(range(256)) * 64 + b"line1\nline2\n\nend"
+
+
+@pytest.fixture(params=["local", "http", "http-sequential"])
+def reader(request: pytest.FixtureRequest, tmp_path: Path,
+           http_server: HTTPTestServer) -> Iterator[Any]:
+    if request.param == "local":
+        (tmp_path / "obj.bin").write_bytes(DATA)
+        f = tensorstream.open(str(tmp_path / "obj.bin"))
+    else:
+        key = f"file-api/{request.node.name}.bin"
+        http_server.put(key, DATA)
+        f = tensorstream.open(http_server.url(key), sequential=request.param.endswith("sequential"))
+    with f:
+        yield f
+
+
+@pytest.mark.parametrize("bad", [1.5, "5", None, 2.0])
+def test_seek_takes_integers_only(reader: Any, bad: Any) -> None:
+    reader.seek(7)
+    with pytest.raises(TypeError):
+        reader.seek(bad)
+    with pytest.raises(TypeError):
+        reader.seek(0, 1.0)
+    assert reader.tell() == 7 and reader.read(3) == DATA[7:10]
+
+
+def test_seek_and_read_take_anything_with_index(reader: Any) -> None:
+    import numpy
+
+    assert reader.seek(numpy.int64(3)) == 3 and isinstance(reader.tell(), int)
+    assert reader.read(numpy.int32(4)) == DATA[3:7]
+    with pytest.raises(TypeError):
+        reader.read(2.5)
+    assert reader.tell() == 7
+
+
+def test_read1_readinto1_and_peek(reader: Any) -> None:
+    assert reader.read1(5) == DATA[:5]
+    buf = bytearray(4)
+    assert reader.readinto1(buf) == 4 and buf == DATA[5:9]
+    assert reader.peek(3)[:3] == DATA[9:12] and reader.tell() == 9  # peek does not move
+    assert reader.peek()[:1] == DATA[9:10]
+    assert reader.read(3) == DATA[9:12]
+    reader.seek(-4, io.SEEK_END)
+    assert reader.peek(100) == b"\nend" and reader.read1() == b"\nend"
+    assert reader.peek() == b"" and reader.read1(10) == b""
+
+
+def test_text_and_buffered_wrappers_read_it(reader: Any) -> None:
+    reader.seek(len(DATA) - 16)
+    text = io.TextIOWrapper(reader, encoding="latin-1", newline="")
+    assert text.readlines() == ["line1\n", "line2\n", "\n", "end"]
+    text.detach()
+    reader.seek(0)
+    assert io.BufferedReader(reader, 1000).read() == DATA
+
+
+def test_a_reader_cannot_write_or_truncate(reader: Any) -> None:
+    for call in (lambda: reader.write(b"x"), lambda: reader.truncate(0),
+                 lambda: reader.writelines([b"x"]), lambda: reader.fileno()):
+        with pytest.raises(io.UnsupportedOperation):
+            call()
+    assert reader.read() == DATA  # nothing changed
+
+
+def test_a_writer_cannot_read(tmp_path: Path) -> None:
+    with tensorstream.open(str(tmp_path / "w.bin"), "wb") as w:
+        w.write(b"abc")
+        for call in (w.read, lambda: w.readinto(bytearray(2)), w.readline):
+            with pytest.raises(io.UnsupportedOperation, match="not readable"):
+                call()
+        w.write(b"def")
+    assert (tmp_path / "w.bin").read_bytes() == b"abcdef"
