@@ -63,6 +63,14 @@ HOSTILE = {
     "metadata not strings": _file({"__metadata__": {"a": 1}}),
     "truncated data": _file({"a": _entry(shape=[1024], offsets=[0, 4096])}, b"\0" * 100),
     "deep nesting": _file(None, raw=b"[" * 100_000 + b"]" * 100_000),
+    # The tensors must tile the data exactly (as safetensors checks): anything else is a
+    # damaged offset or header length, and reading on would shift the tensors.
+    "trailing bytes": _file({"a": _entry()}, b"\0" * 9),
+    "no tensors but data": _file({}, b"\0" * 8),
+    "gap before the first": _file({"a": _entry(offsets=[4, 12])}, b"\0" * 12),
+    "gap between two": _file({"a": _entry(), "b": _entry(offsets=[12, 20])}, b"\0" * 20),
+    "empty tensor inside another": _file({"a": _entry(), "z": _entry(shape=[0], offsets=[4, 4])},
+                                         b"\0" * 8),
 }
 
 
@@ -117,6 +125,34 @@ def test_truncated_copies_of_a_real_file(tmp_path: Path) -> None:
         bad.write_bytes(blob[:cut])
         with pytest.raises(MalformedFileError, match=f"cut{cut}.safetensors"):
             ts_st.load(bad)
+
+
+def test_a_header_length_shortened_into_its_padding_is_refused(tmp_path: Path) -> None:
+    """safetensors pads its JSON with spaces: a header length lowered by a few bytes still
+    parses, and would start the data early, shifting every tensor (the file then has bytes
+    after its last tensor)."""
+    path = tmp_path / "ok.safetensors"
+    st_torch.save_file({"a": torch.randn(5, 3), "b": torch.arange(7)}, str(path))
+    blob = path.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    pad = len(blob[8:8 + n]) - len(blob[8:8 + n].rstrip(b" "))
+    assert pad > 0  # the case needs padding; save_file pads to 8 bytes
+    for shorter in range(1, pad + 1):
+        bad = tmp_path / f"short{shorter}.safetensors"
+        bad.write_bytes(struct.pack("<Q", n - shorter) + blob[8:])
+        for attempt in (ts_st.load, ts_st.open, tensorstream.inspect):
+            with pytest.raises(MalformedFileError, match=rf"short{shorter}\.safetensors"):
+                attempt(bad)
+
+
+def test_empty_tensors_at_the_edges_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "edges.safetensors"
+    path.write_bytes(_file({"z0": _entry(shape=[0], offsets=[0, 0]), "a": _entry(),
+                            "z1": _entry(shape=[3, 0], offsets=[8, 8])},
+                           struct.pack("<2f", 1.5, 2.5)))
+    got = ts_st.load(path)
+    assert got["a"].tolist() == [1.5, 2.5] and got["z1"].shape == (3, 0)
+    assert st_torch.load_file(str(path)).keys() == got.keys()
 
 
 def test_unknown_fields_are_ignored_like_safetensors(tmp_path: Path) -> None:

@@ -149,6 +149,22 @@ def test_filter_and_dtype(backend: Backend, model_file: tuple[bytes, dict[str, A
     assert sorted(got) == sorted(n for n in want if n.startswith("t.F8"))
 
 
+def test_files_with_no_tensor_wanted_load_empty(
+        backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+    """A file with no tensors (which safetensors.torch loads as ``{}``), and a filter that
+    takes none of a file's, give nothing, through every door (was ValueError over HTTP)."""
+    empty = b'{"__metadata__":{"format":"pt"}}'
+    backend.put("empty.safetensors", len(empty).to_bytes(8, "little") + empty)
+    backend.put("model.safetensors", model_file[0])
+    for key, kw in (("empty.safetensors", {}), ("model.safetensors", {"filter": ()})):
+        uri = backend.uri(key)
+        assert ts_st.load(uri, **kw, **backend.options) == {}
+        assert ts_st.load(uri, num_readers=1, **kw, **backend.options) == {}
+        assert list(ts_st.iter_tensors(uri, **kw, **backend.options)) == []
+    with ts_st.open(backend.uri("empty.safetensors"), **backend.options) as f:
+        assert f.keys() == [] and f.metadata() == {"format": "pt"}
+
+
 def test_filter_reads_only_the_selected_tensors(
         http_server: Any, http_reset: None, model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, _ = model_file

@@ -130,14 +130,24 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
     for name, entry in doc.items():
         tensors.append(_tensor(name, entry, data_start, data_size, where))
     tensors.sort(key=lambda t: (t.begin, t.end))
+    # The tensors must tile the data exactly, as safetensors checks: a gap or trailing
+    # bytes is how a damaged header length (a shorter one still parses: the JSON is padded
+    # with spaces) or a damaged offset shows, and reading on would shift every tensor.
     last_end, last_name = data_start, None
     for t in tensors:
-        if t.begin < last_end and t.nbytes:
+        if t.begin < last_end:
             raise MalformedFileError(
                 f"{where}: tensor {t.name!r} [{t.begin - data_start}, {t.end - data_start}) "
                 f"overlaps {last_name!r}")
-        if t.nbytes:
-            last_end, last_name = t.end, t.name
+        if t.begin > last_end:
+            raise MalformedFileError(
+                f"{where}: tensor {t.name!r} starts at data offset {t.begin - data_start}, "
+                f"after a gap of {t.begin - last_end} bytes (the tensors must fill the data)")
+        last_end, last_name = t.end, t.name
+    if last_end != size:
+        raise MalformedFileError(
+            f"{where}: {size - last_end} bytes after the last tensor (the header says the "
+            f"data is {last_end - data_start} bytes, the object holds {data_size})")
     return Header(tuple(tensors), metadata, data_start)
 
 

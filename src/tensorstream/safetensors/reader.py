@@ -241,6 +241,8 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
     the read-ahead window of tensors not yet yielded, as its buffers did)."""
     with SafetensorsFile(source.uri, options) as f:
         tensors = f.select(wanted, source.names)
+        if not tensors:  # a file with no tensors, or none wanted: its header was checked
+            return
         reader = f.reader
         pin = device.type == "cuda"
         if reader.read_hints.inline:  # a local file: no read-ahead, threads fault memory in
