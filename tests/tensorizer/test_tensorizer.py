@@ -507,3 +507,12 @@ def test_load_to_cuda(backend: TensorBackend, device: str, tmp_path: Path) -> No
     ids = torch.randint(0, 512, (2, 5))
     with torch.no_grad():
         assert torch.equal(empty.eval()(ids.to(device)).cpu(), model(ids))
+
+
+@pytest.mark.parametrize("bad", [5, "w0", ["head.weight"]])
+def test_a_filter_func_that_is_not_a_function_is_a_configuration_error(
+        tmp_path: Path, bad: Any) -> None:
+    dst = tmp_path / "m.tensors"
+    serialize(make_model(), dst)
+    with pytest.raises(errors.ConfigurationError, match="filter_func must be a function"):
+        deserialize(dst, "cpu", filter_func=bad)

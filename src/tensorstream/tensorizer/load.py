@@ -291,6 +291,10 @@ def deserialize(
                                 "lazy_load": lazy_load})
     num_readers, verify_hash, lazy_load = (
         checked["num_readers"], checked["verify_hash"], checked["lazy_load"])
+    if filter_func is not None and not callable(filter_func):
+        raise ConfigurationError(
+            f"filter_func must be a function of a tensor name returning True to load it, "
+            f"not {type(filter_func).__name__}")
     stream: StreamReader | BinaryIO | MemorySource | None = None
     shared: Group | None = None
     if isinstance(uri, StreamReader):
