@@ -157,6 +157,19 @@ def _damaged_headers(whole: bytes) -> dict[str, bytes]:
     out["tensor count one less"] = patch(count_at, struct.pack("<Q", count - 1))
     out["tensor count one more"] = patch(count_at, struct.pack("<Q", count + 1))
     out["tensor count 2**40"] = patch(count_at, struct.pack("<Q", 1 << 40))
+    # A tensor's own header disagreeing with the index: tensorizer builds the tensor from
+    # its header (name, dtype, shape) with as many bytes as the index says (verify_hash's
+    # hashes cover the header too, but a load without it took the header on trust).
+    second = entries[1]
+
+    def in_header(entry: Any, old: bytes, new: bytes) -> bytes:
+        at = whole.index(old, entry.offset, entry.data_offset)
+        return patch(at, new)
+
+    out["tensor header shape"] = in_header(first, struct.pack("<II", 64, 32),
+                                           struct.pack("<II", 64, 16))
+    out["tensor header name"] = in_header(second, b"w1", b"w0")
+    out["tensor header dtype"] = in_header(first, b"<f4", b"<i4")
     return out
 
 
@@ -165,7 +178,8 @@ def _damaged_headers(whole: bytes) -> dict[str, bytes]:
                                     "tensor header length 1", "cut inside the index",
                                     "cut inside a tensor header", "tensor count one",
                                     "tensor count one less", "tensor count one more",
-                                    "tensor count 2**40"])
+                                    "tensor count 2**40", "tensor header shape",
+                                    "tensor header name", "tensor header dtype"])
 def test_damaged_headers_raise_one_error_naming_the_file(
         store: Store, whole: bytes, damage: str) -> None:
     data = _damaged_headers(whole)[damage]

@@ -50,6 +50,8 @@ class CheckedSource(io.RawIOBase):
         self.size = size
         self.name = name
         self._headers: dict[int, int] = {}
+        #: every tensor of the whole index (filtered out or not), by its header's offset
+        self._entries: dict[int, Any] = {}
 
     @classmethod
     def wrap(cls, source: Any) -> Any:
@@ -72,6 +74,7 @@ class CheckedSource(io.RawIOBase):
         """The same checks for a reopened reader of the same object."""
         out = CheckedSource(inner, self.size, self.name)
         out._headers = self._headers
+        out._entries = self._entries
         return out
 
     def malformed(self, reason: str, *, expected: int | None = None) -> MalformedFileError:
@@ -106,6 +109,7 @@ class CheckedSource(io.RawIOBase):
         if len(entries) != count:
             raise self.malformed(f"its index names {count - len(entries)} of its "
                                  f"{count} tensors twice")
+        self._entries = {entry.offset: entry for entry in entries}
         if not entries:
             return
         last = entries[-1]
@@ -114,6 +118,25 @@ class CheckedSource(io.RawIOBase):
         if at < 0 or index.count(0, end) != len(index) - end:
             raise self.malformed(f"its index holds more entries than the {count} tensors "
                                  "its file header counts (a damaged tensor count)")
+
+    def check_header(self, pos: int, header: Any) -> None:
+        """Check the tensor header tensorizer parsed at ``pos`` against the index.
+
+        tensorizer builds each tensor from its own header (name, dtype, shape) but sizes
+        its memory from the index: a damaged shape loaded part of the data under another
+        shape, silently; a damaged name loaded one tensor's bytes as another's."""
+        if not self._entries:
+            return
+        entry = self._entries.get(pos)
+        if entry is None:
+            raise self.malformed(f"a tensor header at offset {pos}, where its index has none")
+        for field in ("name", "dtype", "shape", "data_length"):
+            got, want = getattr(header, field), getattr(entry, field)
+            if field == "shape":
+                got, want = tuple(got), tuple(want)
+            if got != want:
+                raise self.malformed(f"the tensor header at offset {pos} says {field} "
+                                     f"{got!r}, its index says {want!r}")
 
     # -- io ---------------------------------------------------------------------
     def _check(self, pos: int, n: int) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "StreamTensorDeserializer",
     "IndexEntry",
     "check_compat",
+    "checked_copy_thread",
     "forget",
     "forks",
     "index_entries",
@@ -188,7 +189,7 @@ class StreamTensorDeserializer(TensorDeserializer):
         # order). tensorizer reports its errors through the queue: nothing here
         # may raise before its own code runs.
         run = None
-        copy = super()._copy_thread
+        copy = functools.partial(checked_copy_thread(), self)
         try:
             source = self._source
             if thread_idx == 0 and tensor_items and isinstance(source, StreamReader):
@@ -201,10 +202,9 @@ class StreamTensorDeserializer(TensorDeserializer):
                 source.set_readahead_end(None if alone else last.data_offset + last.data_length)
             if self._ts_inplace and isinstance(self._file, CheckedSource):
                 run = inplace.Run(inplace.plan(tensor_items), self._file._headers)
-                copy = functools.partial(inplace.copy_thread(TensorDeserializer._copy_thread),
-                                         self)
+                copy = functools.partial(inplace.copy_thread(copy.func), self)
         except Exception:  # pragma: no cover - tensorizer's own path instead
-            run, copy = None, super()._copy_thread
+            run, copy = None, functools.partial(checked_copy_thread(), self)
         with inplace.running(run):
             copy(thread_idx, halt, barrier, verify_hash, tensor_items, transfer_out_queue)
 
@@ -267,6 +267,26 @@ class StreamTensorDeserializer(TensorDeserializer):
                 return checked.malformed(f"{type(exc).__name__}: {exc}")
             return None
         return translate(exc, redact_text(str(getattr(checked, "name", "the file"))))
+
+
+class _CheckedHeader(_TensorHeaderDeserializer):
+    """tensorizer's tensor header parser, each header checked against the index
+    (:meth:`CheckedSource.check_header`) when it is read through a ``CheckedSource``."""
+
+    @classmethod
+    def from_io(cls, reader: Any, *args: Any, **kwargs: Any) -> Any:
+        pos = reader.tell() if isinstance(reader, CheckedSource) else None
+        header = super().from_io(reader, *args, **kwargs)
+        if header is not None and pos is not None:
+            reader.check_header(pos, header)
+        return header
+
+
+def checked_copy_thread() -> Callable[..., Any]:
+    """A copy of tensorizer's ``_copy_thread`` that parses tensor headers with
+    :class:`_CheckedHeader` (its module's globals copied now: nothing is patched)."""
+    return inplace.with_globals(TensorDeserializer._copy_thread,
+                                _TensorHeaderDeserializer=_CheckedHeader)
 
 
 #: The last bytes of each tensor's data share one request with the next
@@ -477,6 +497,10 @@ def _inplace_problems(copy_src: str) -> list[str]:
     flat = "".join(copy_src.split())
     if 'torch.empty((needed_buffer_size,),device="cpu",dtype=torch.uint8)' not in flat:
         problems.append("_copy_thread no longer allocates each CPU tensor with torch.empty")
+    if ("_TensorHeaderDeserializer" not in copy.__code__.co_names
+            or "_TensorHeaderDeserializer.from_io(" not in flat):
+        problems.append("_copy_thread no longer parses headers with the module global "
+                        "_TensorHeaderDeserializer.from_io (checked_copy_thread)")
     bulk = "".join(inspect.getsource(TensorDeserializer._bulk_load_uncached).split())
     if "self._copy_thread,thread_idx,halt,barrier,verify_hash,tensor_items," not in bulk:
         problems.append("_bulk_load_uncached no longer starts self._copy_thread per reader")

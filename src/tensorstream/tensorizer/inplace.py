@@ -55,7 +55,7 @@ import torch
 from ..file import StreamReader
 
 __all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "arm", "before_read",
-           "copy_thread", "plan", "received", "running"]
+           "copy_thread", "plan", "received", "running", "with_globals"]
 
 #: Tensors at least this large get memory of their own before they are read
 #: (requests spanning several are scattered into each); smaller ones (norms,
@@ -206,8 +206,14 @@ def copy_thread(base: Callable[..., Any]) -> Callable[..., Any]:
     A copy of its module's globals, taken now: later changes to that module
     are seen by the next load, and nothing outside this copy is patched.
     """
+    return with_globals(base, torch=TORCH)
+
+
+def with_globals(base: Callable[..., Any], **names: Any) -> Callable[..., Any]:
+    """A copy of the function ``base`` whose globals are its module's (copied now) with
+    ``names`` replaced."""
     namespace = dict(base.__globals__)
-    namespace["torch"] = TORCH
+    namespace.update(names)
     fn = types.FunctionType(base.__code__, namespace, base.__name__, base.__defaults__,
                             base.__closure__)
     fn.__kwdefaults__ = base.__kwdefaults__

@@ -37,7 +37,6 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import torch
-from tensorizer import TensorDeserializer
 from tensorizer.utils import get_device
 
 from ..errors import InvalidRangeError
@@ -47,7 +46,7 @@ from ..readahead.localfill import ChunkFill, workers
 from ..uri import ParsedURI, parse_uri
 from . import inplace
 from .checked import CheckedSource
-from .hook import StreamTensorDeserializer
+from .hook import StreamTensorDeserializer, checked_copy_thread
 
 __all__ = ["LocalRun", "LocalTensorDeserializer", "fast_path", "open_local"]
 
@@ -209,6 +208,6 @@ class LocalTensorDeserializer(StreamTensorDeserializer):
             super()._copy_thread(thread_idx, halt, barrier, verify_hash, tensor_items,
                                  transfer_out_queue)
             return
-        copy = functools.partial(inplace.copy_thread(TensorDeserializer._copy_thread), self)
+        copy = functools.partial(inplace.copy_thread(checked_copy_thread()), self)
         with inplace.running(run):
             copy(thread_idx, halt, barrier, verify_hash, tensor_items, transfer_out_queue)
