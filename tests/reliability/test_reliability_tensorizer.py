@@ -170,6 +170,14 @@ def _damaged_headers(whole: bytes) -> dict[str, bytes]:
                                            struct.pack("<II", 64, 16))
     out["tensor header name"] = in_header(second, b"w1", b"w0")
     out["tensor header dtype"] = in_header(first, b"<f4", b"<i4")
+    # ... and both agreeing on a shape that is not the data's size (the first tensor's
+    # entry comes first in the index): the first 64 x 16 of 64 x 32 floats were returned.
+    for label, dims in (("smaller", (64, 16)), ("larger", (64, 64))):
+        shape, new = struct.pack("<II", 64, 32), struct.pack("<II", *dims)
+        both = bytearray(in_header(first, shape, new))
+        at = both.index(shape, meta_len_at)
+        both[at:at + len(new)] = new
+        out[f"index and header shape {label}"] = bytes(both)
     return out
 
 
@@ -179,7 +187,9 @@ def _damaged_headers(whole: bytes) -> dict[str, bytes]:
                                     "cut inside a tensor header", "tensor count one",
                                     "tensor count one less", "tensor count one more",
                                     "tensor count 2**40", "tensor header shape",
-                                    "tensor header name", "tensor header dtype"])
+                                    "tensor header name", "tensor header dtype",
+                                    "index and header shape smaller",
+                                    "index and header shape larger"])
 def test_damaged_headers_raise_one_error_naming_the_file(
         store: Store, whole: bytes, damage: str) -> None:
     data = _damaged_headers(whole)[damage]

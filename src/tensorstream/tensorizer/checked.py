@@ -12,7 +12,8 @@ import os
 import struct
 from typing import Any
 
-from tensorizer.serialization import _TensorHeaderDeserializer
+import numpy
+from tensorizer.serialization import OPAQUE_DTYPE_SEP, _TensorHeaderDeserializer
 
 from ..errors import MalformedFileError
 from ..file import StreamReader
@@ -93,6 +94,8 @@ class CheckedSource(io.RawIOBase):
                 raise self.malformed(
                     f"its index places a tensor at impossible offsets "
                     f"(header {entry.offset}, data {entry.data_offset}+{entry.data_length})")
+            if entry.data_length:  # (0: a meta tensor, zeros of its shape)
+                self._check_size(entry)
             need = max(need, entry.data_offset + entry.data_length)
             headers[entry.offset] = entry.data_offset - entry.offset
         if need > self.size:
@@ -100,6 +103,24 @@ class CheckedSource(io.RawIOBase):
                 f"its index needs {need} bytes, {need - self.size} more than there are "
                 "(truncated or damaged)", expected=need)
         self._headers = headers
+
+    def _check_size(self, entry: Any) -> None:
+        # tensorizer reads data_length bytes and views them as dtype x shape: more bytes
+        # than the shape holds were dropped silently, fewer were a bare TypeError.
+        try:
+            itemsize = numpy.dtype(str(entry.dtype).split(OPAQUE_DTYPE_SEP, 1)[0]).itemsize
+        except (TypeError, ValueError):
+            raise self.malformed(f"its index gives tensor {entry.name} the unknown dtype "
+                                 f"{entry.dtype!r}") from None
+        count = 1
+        for d in entry.shape:
+            count *= d
+            if count * itemsize > entry.data_length:  # a huge shape: stop multiplying
+                break
+        if count * itemsize != entry.data_length:
+            raise self.malformed(
+                f"its index gives tensor {entry.name} shape {tuple(entry.shape)} x "
+                f"{entry.dtype}, which is not its {entry.data_length} bytes of data")
 
     def check_count(self, entries: list[Any], count: int, index: bytes) -> None:
         """Check that the file header's tensor ``count`` names every entry of
