@@ -8,7 +8,9 @@ import gc
 import io
 import json
 import os
+import re
 import secrets
+import struct
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -379,6 +381,21 @@ def test_empty_tensor_with_encryption_is_refused(tmp_path: Path) -> None:
         tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"),
                              encryption=Encryption(keyfile=str(key)))
     assert _clean(tmp_path) == ["m.safetensors"]  # not even a key file was made
+
+
+@pytest.mark.parametrize(("name", "shape", "why"), [
+    ("", [2], "cannot hold the tensor name ''"),  # wrote a file tensorizer cannot read
+    ("n" * 65536, [2], "cannot hold the tensor name"),  # was a bare struct.error
+    ("deep", [1] * 63 + [2, 1], "has 65 dimensions"),  # was numpy's bare ValueError
+])
+def test_what_tensorizer_cannot_hold_is_refused_first(tmp_path: Path, name: str,
+                                                      shape: list[int], why: str) -> None:
+    body = json.dumps({"ok": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                       name: {"dtype": "F32", "shape": shape, "data_offsets": [4, 12]}}).encode()
+    (tmp_path / "m.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + bytes(12))
+    with pytest.raises(UnsupportedDtypeError, match=re.escape(why)):
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    assert _clean(tmp_path) == ["m.safetensors"]
 
 
 def test_dtype_safetensors_cannot_hold_is_refused(tmp_path: Path) -> None:

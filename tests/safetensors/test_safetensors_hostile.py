@@ -61,6 +61,8 @@ HOSTILE = {
     "missing field": _file({"a": {"dtype": "F32", "shape": [2]}}, b"\0" * 8),
     "entry not object": _file({"a": 3}, b"\0" * 8),
     "metadata not strings": _file({"__metadata__": {"a": 1}}),
+    "lone surrogate name": _file({"\ud800": _entry()}, b"\0" * 8),
+    "lone surrogate metadata": _file({"__metadata__": {"a": "\udfff"}, "a": _entry()}, b"\0" * 8),
     "truncated data": _file({"a": _entry(shape=[1024], offsets=[0, 4096])}, b"\0" * 100),
     "deep nesting": _file(None, raw=b"[" * 100_000 + b"]" * 100_000),
     # The tensors must tile the data exactly (as safetensors checks): anything else is a

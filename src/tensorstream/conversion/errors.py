@@ -12,7 +12,8 @@ class DestinationExistsError(TensorstreamError, FileExistsError):
 
 
 class UnsupportedDtypeError(TensorstreamError, TypeError):
-    """A tensor whose dtype (or emptiness) the target format cannot hold or read back.
+    """A tensor whose dtype (or emptiness, name or number of dimensions) the target format
+    cannot hold or read back.
 
     Raised before anything is written; the message names the tensor and the dtype.
     """

@@ -92,8 +92,22 @@ def empty_round_trips(dtype: torch.dtype, encrypted: bool) -> bool:
         return False
 
 
+#: tensorizer writes a name's UTF-8 length in 16 bits, and builds tensors through numpy
+#: (at most 64 dimensions); an empty name writes, but does not read back.
+_MAX_NAME = 0xFFFF
+_MAX_DIMS = 64
+
+
 def _check(t: TensorInfo, where: str, encrypted: bool) -> None:
     dtype = torch_dtype(t.dtype, where)
+    if not t.name or len(t.name.encode("utf-8")) > _MAX_NAME:
+        raise UnsupportedDtypeError(
+            f"{where}: tensorizer cannot hold the tensor name {t.name[:80]!r} (1 to {_MAX_NAME} "
+            "bytes of UTF-8); rename the tensor or leave it out of the checkpoint")
+    if len(t.shape) > _MAX_DIMS:
+        raise UnsupportedDtypeError(
+            f"{where}: tensor {t.name!r} has {len(t.shape)} dimensions; tensorizer holds at "
+            f"most {_MAX_DIMS}")
     if 0 in t.shape and not empty_round_trips(dtype, encrypted):
         why = ("cannot encrypt an empty tensor" if encrypted and empty_round_trips(dtype, False)
                else f"cannot read back a file holding an empty {dtype} tensor")

@@ -100,8 +100,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     for key, value in pairs:
         if key in out:
             raise ValueError(f"duplicate key {key!r}")
+        _utf8(key)
         out[key] = value
     return out
+
+
+def _utf8(text: str) -> None:
+    """Refuse a string JSON can escape but UTF-8 cannot hold (a lone surrogate, ``"\\ud800"``),
+    as safetensors does: a tensor name like that cannot be printed, logged or written out."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"the string {text!r} is not valid Unicode (a lone surrogate)") from None
 
 
 def _is_int(v: Any) -> bool:
@@ -124,6 +134,11 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
         meta = doc.pop("__metadata__")
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise MalformedFileError(f"{where}: __metadata__ must map strings to strings")
+        try:
+            for v in meta.values():
+                _utf8(v)
+        except ValueError as exc:
+            raise MalformedFileError(f"{where}: __metadata__: {exc}") from None
         metadata = meta
     data_size = size - data_start
     tensors: list[TensorInfo] = []
