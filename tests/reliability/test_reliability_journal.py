@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +79,65 @@ def test_a_journal_that_makes_no_sense_is_ignored(http_server: HTTPTestServer, t
     assert result.resumed_bytes == 0  # nothing taken from the journal
     assert dst.read_bytes() == DATA
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".m.bin")) == []
+
+
+# -- what else may sit under the names of cp's state files ---------------------------------
+CLI = "import sys; from tensorstream.cli.main import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _plant(where: Path, kind: str, outside: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(where)
+    elif kind == "symlink":
+        where.symlink_to(outside)
+    elif kind == "directory":
+        where.mkdir()
+        (where / "keep").write_bytes(b"someone's")
+
+
+@pytest.mark.parametrize(("name", "kind", "resume"), [
+    ("journal", "fifo", True), ("journal", "symlink", True),
+    ("partial", "fifo", True), ("partial", "symlink", True), ("partial", "fifo", False),
+    ("partial", "directory", False), ("journal.new", "fifo", True),
+    ("journal.new", "symlink", True), ("0123456789ab", "fifo", False),
+    ("0123456789ab", "directory", False),
+])
+def test_a_fifo_link_or_directory_under_a_state_file_name_never_blocks_or_redirects(
+        tmp_path: Path, name: str, kind: str, resume: bool) -> None:
+    """Names cp uses beside its destination (``.m.tensorstream-*.tmp``) holding a FIFO (an
+    open would wait for a writer, in a thread no signal stops), a symlink or a directory:
+    the copy starts over in a fresh file, leaves the link's target and the directory alone,
+    and finishes with the exact bytes."""
+    src = tmp_path / "src.bin"
+    src.write_bytes(DATA)
+    dst_dir = tmp_path / "dst"
+    dst_dir.mkdir()
+    outside = tmp_path / "outside"
+    _plant(dst_dir / f".m.tensorstream-{name}.tmp", kind, outside)
+    if name != "journal":  # a journal (claiming part 0) beside the planted file
+        (dst_dir / ".m.tensorstream-journal.tmp").write_text(json.dumps({"parts": {"0": SHA0}}))
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI, "cp", "--quiet", "--part-size", str(PART),
+         *(["--resume"] if resume else []), str(src), str(dst_dir / "m")],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (dst_dir / "m").read_bytes() == DATA
+    assert not outside.exists()
+    planted = dst_dir / f".m.tensorstream-{name}.tmp"
+    if kind == "directory":
+        assert (planted / "keep").read_bytes() == b"someone's"
+
+
+def test_a_directory_under_the_partial_name_is_named_by_a_resumed_copy(tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    src.write_bytes(DATA)
+    dst_dir = tmp_path / "dst"
+    dst_dir.mkdir()
+    (dst_dir / ".m.tensorstream-partial.tmp").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI, "cp", "--quiet", "--resume", str(src), str(dst_dir / "m")],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert ".m.tensorstream-partial.tmp in the destination is a directory" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2 and "Traceback" not in proc.stderr
+    assert not (dst_dir / "m").exists()

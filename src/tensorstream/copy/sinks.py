@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import fcntl
 import hashlib
 import json
@@ -23,6 +24,7 @@ import mmap
 import os
 import re
 import secrets
+import stat
 import sys
 import threading
 import time
@@ -231,6 +233,15 @@ def _valid_parts(parts: object, size: int, part_size: int) -> dict[int, str]:
     return out
 
 
+def _lock_or_busy(fd: int, name: str) -> None:
+    """Take the lock that marks ``fd`` as a live run's temp file, or say another run has it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise OSError(errno.EBUSY, f"{name} is in use: another tensorstream copy to this "
+                      "destination is running") from None
+
+
 class LocalPartFile:
     """Positional writes into a temp file in ``dir_fd``, published as ``name``.
 
@@ -281,18 +292,24 @@ class LocalPartFile:
         """Create (or reopen for resume) the temp file; returns bytes already done."""
         if self.resume:
             self.done = self._load_journal()
+            if not self.done:  # starting over: a fresh file, whatever had the name
+                self._remove_unless_live(self.tmp)
         else:
             for leftover in (self.base_partial(), self.journal):
                 if self.existing is None or leftover in self.existing:
-                    self._unlink(leftover)
+                    self._discard_leftover(leftover, strict=False)
         self._remove_stale_temps()
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
-        if not self.done:
-            flags |= os.O_TRUNC
+        # O_NONBLOCK: a FIFO planted under the name must fail the checks below,
+        # not block the copy (in a thread no signal can stop) until a writer comes.
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW | os.O_NONBLOCK
+        flags |= 0 if self.done else os.O_CREAT | os.O_EXCL
         fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EEXIST, f"{self.tmp} is not a regular file (remove it)")
+            os.set_blocking(fd, True)
             # The lock marks the temp file as owned by a live run (see _remove_stale_temps).
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_or_busy(fd, self.tmp)
             os.ftruncate(fd, self.size)
         except BaseException:
             os.close(fd)
@@ -321,11 +338,13 @@ class LocalPartFile:
             if not (entry.startswith(prefix) and entry.endswith(".tmp")) or entry in keep:
                 continue
             try:
-                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                             dir_fd=self.dir_fd)
+                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                             | getattr(os, "O_CLOEXEC", 0), dir_fd=self.dir_fd)
             except OSError:
                 continue
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue  # not a temp file of ours (a FIFO, a directory): left alone
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # a live run owns it
@@ -339,11 +358,16 @@ class LocalPartFile:
 
     def _load_journal(self) -> dict[int, str]:
         try:
-            fd = os.open(self.journal, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.dir_fd)
+            fd = os.open(self.journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | getattr(os, "O_CLOEXEC", 0), dir_fd=self.dir_fd)
             with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return {}  # a FIFO or device under the journal's name: not a journal
                 data = json.loads(f.read(1 << 24))
             st = os.stat(self.tmp, dir_fd=self.dir_fd, follow_symlinks=False)
         except (OSError, ValueError):
+            return {}
+        if not stat.S_ISREG(st.st_mode):
             return {}
         if not isinstance(data, dict) or data.get("identity") != self.identity:
             return {}  # the source changed (or other settings): start over
@@ -354,6 +378,37 @@ class LocalPartFile:
     def _unlink(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=self.dir_fd)
+
+    def _remove_unless_live(self, name: str) -> None:
+        """Remove the file under ``name`` unless a live run holds it (an error then)."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | getattr(os, "O_CLOEXEC", 0), dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return
+        except OSError:  # a symlink (ELOOP) or something unreadable
+            self._discard_leftover(name)
+            return
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                _lock_or_busy(fd, name)
+            self._discard_leftover(name)
+        finally:
+            os.close(fd)
+
+    def _discard_leftover(self, name: str, *, strict: bool = True) -> None:
+        """Remove what an earlier run left under one of this copy's fixed names
+        (a file, or a symlink or FIFO someone put there: never followed). A
+        directory cannot be ours: with ``strict`` it is an error naming it,
+        else it is left alone (this copy does not use the name)."""
+        try:
+            self._unlink(name)
+        except (IsADirectoryError, PermissionError) as exc:
+            if not stat.S_ISDIR(os.stat(name, dir_fd=self.dir_fd, follow_symlinks=False).st_mode):
+                raise
+            if strict:
+                raise OSError(errno.EISDIR, f"{name} in the destination is a directory, not a "
+                              "partial file of tensorstream (remove it)") from exc
 
     # -- writes (run in worker threads) ---------------------------------------
     @contextlib.contextmanager
@@ -420,8 +475,9 @@ class LocalPartFile:
     def _write_journal(self, parts: dict[str, str]) -> None:
         body = json.dumps({"identity": self.identity, "parts": parts})
         new = self.journal[: -len(".tmp")] + ".new.tmp"
-        jfd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600,
-                      dir_fd=self.dir_fd)
+        self._discard_leftover(new)  # a fresh file: never a FIFO (or link) left there
+        jfd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                      | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=self.dir_fd)
         with os.fdopen(jfd, "wb") as f:
             f.write(body.encode())
             f.flush()
