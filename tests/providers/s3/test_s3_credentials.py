@@ -190,6 +190,57 @@ async def test_half_pair_in_aws_credentials_file_is_an_error(sources: Sources, m
         tensorstream.describe_credentials(f"s3://{S3_BUCKET}/x")
 
 
+def _everything_said(exc: BaseException) -> str:
+    """Every message, attribute and traceback line of ``exc`` and its whole chain."""
+    parts = ["".join(traceback.format_exception(exc))]
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        parts += [repr(node), str(node), repr(vars(node)) if hasattr(node, "__dict__") else ""]
+        node = node.__cause__ or node.__context__
+    return "\n".join(parts)
+
+
+#: AWS config files a credential chain cannot use, each holding a canary secret.
+BROKEN_AWS_CONFIG = {
+    "credentials file that is not INI": (
+        "credentials", f"this is not ini [[[\nsecret = {BAD_SECRET}\n", "Unable to parse"),
+    "credentials file that is not UTF-8": (
+        "credentials", f"[default]\naws_access_key_id = \udcff{BAD_SECRET}\n", "Unable to parse"),
+    "credential_process that fails": (
+        "config", f"[default]\ncredential_process = /bin/sh -c 'echo {BAD_SECRET} >&2; exit 3'\n",
+        "custom-process"),
+    "credential_process that prints no JSON": (
+        "config", f"[default]\ncredential_process = /bin/echo {BAD_SECRET}\n", "withheld"),
+    "source_profile that loops": (
+        "config", "[default]\nrole_arn = arn:aws:iam::1:role/x\nsource_profile = a\n"
+        "[profile a]\nrole_arn = arn:aws:iam::1:role/y\nsource_profile = default\n",
+        "Infinite loop"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_AWS_CONFIG))
+async def test_an_aws_config_botocore_cannot_use_is_a_configuration_error_without_secrets(
+        sources: Sources, moto_s3: MotoS3Server, case: str) -> None:
+    which, text, said = BROKEN_AWS_CONFIG[case]
+    target = sources.aws_credentials if which == "credentials" else sources.aws_config
+    target.write_bytes(text.encode("utf-8", "surrogateescape"))
+    uri = f"s3://{S3_BUCKET}/x"
+    attempts = [
+        lambda: tensorstream.open(uri, s3_endpoint=moto_s3.endpoint_url, retries=1),
+        lambda: tensorstream.describe_credentials(uri, s3_endpoint=moto_s3.endpoint_url),
+    ]
+    for attempt in attempts:
+        with pytest.raises(errors.ConfigurationError) as info:
+            attempt()
+        assert said in str(info.value) and "profile 'default'" in str(info.value)
+        assert BAD_SECRET not in _everything_said(info.value)
+    with pytest.raises(errors.ConfigurationError) as info:
+        await tensorstream.stat(uri, s3_endpoint=moto_s3.endpoint_url, retries=1)
+    assert BAD_SECRET not in _everything_said(info.value)
+
+
 async def test_missing_credentials_list_every_place_and_no_secret(
     sources: Sources, moto_s3: MotoS3Server
 ) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "S3_CREDENTIAL_OPTIONS",
     "S3Credentials",
     "normalize_endpoint",
+    "aws_files",
     "resolve_botocore_chain",
     "resolve_s3_credentials",
 ]
@@ -275,6 +276,11 @@ def _aws_file(env: Mapping[str, str], which: str) -> str:
     return env.get(var) or f"~/.aws/{which}"
 
 
+def aws_files(env: Mapping[str, str]) -> str:
+    """The AWS config and credentials files botocore reads, for messages."""
+    return f"{_aws_file(env, 'config')}, {_aws_file(env, 'credentials')}"
+
+
 def _resolve_endpoint(
     options: Mapping[str, Any], env: Mapping[str, str], cfg: dict[str, str], cfg_path: str
 ) -> Sourced[str] | None:
@@ -353,6 +359,13 @@ def resolve_botocore_chain(
             f"half of an S3 key pair in {exc.kwargs.get('provider')}: "
             f"{exc.kwargs.get('cred_var')} is missing; set both, or neither"
         ) from exc
+    except Exception as exc:
+        from .errors import map_session_error  # botocore's exceptions: only on this path
+
+        mapped = map_session_error(exc, profile, aws_files(os.environ))
+        if mapped is exc:
+            raise
+        raise mapped from exc
     if found is None:
         return None
     frozen = found.get_frozen_credentials()

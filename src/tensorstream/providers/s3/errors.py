@@ -31,7 +31,7 @@ from ...errors import (
 from ...uri import redact, redact_text
 from .._http.headers import parse_retry_after, plain_text_answer
 
-__all__ = ["ErrorContext", "map_s3_error", "map_s3_http_error"]
+__all__ = ["ErrorContext", "map_s3_error", "map_s3_http_error", "map_session_error"]
 
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload", "NoSuchVersion", "404"}
 _DENIED = {
@@ -210,3 +210,58 @@ def map_s3_http_error(status: int, headers: Any, body: bytes, ctx: ErrorContext)
         },
     }
     return _map_client_error(bce.ClientError(response, "GetObject"), ctx)  # type: ignore[arg-type]
+
+
+#: botocore errors of setting up a session whose messages name only files and profiles.
+_SAFE_SETUP_ERRORS = (bce.ConfigParseError, bce.InfiniteLoopConfigError, bce.ProfileNotFound,
+                      bce.InvalidConfigError, bce.ConfigNotFound)
+
+
+def map_session_error(exc: BaseException, profile: str | None, files: str) -> BaseException:
+    """The tensorstream error for ``exc``, raised while botocore set up a session
+    or resolved credentials for ``profile`` from ``files`` (returned, not raised).
+
+    A message that may hold what a credential source printed (a
+    ``credential_process``'s stderr, its unparsable output) is withheld, and
+    ``exc`` is scrubbed of it, since it is chained as the cause."""
+    if isinstance(exc, TensorstreamError) or not isinstance(exc, Exception):
+        return exc
+    where = f"AWS profile {profile or 'default'!r} ({files})"
+    if isinstance(exc, _SAFE_SETUP_ERRORS):
+        # Its own message names files and profiles; what it was raised from may quote the
+        # file (a UnicodeDecodeError holds all its bytes).
+        exc.__cause__ = exc.__context__ = None
+        _keep_only(exc, {"path", "profile", "source_profile", "visited_profiles", "error_msg"})
+        return ConfigurationError(f"{where}: {redact_text(str(exc))}")
+    if isinstance(exc, bce.BotoCoreError):
+        mapped = map_s3_error(exc, ErrorContext("", "", ""))
+        if mapped is not exc:
+            return mapped
+    provider = getattr(exc, "kwargs", {}).get("provider") if isinstance(exc, bce.BotoCoreError) \
+        else None
+    _withhold(exc)
+    source = f"its credential source {provider!r}" if provider else "botocore's credential chain"
+    return ConfigurationError(
+        f"{where}: {source} failed ({type(exc).__name__}; what it printed is withheld, "
+        "it may hold secrets: run it by hand to see why)")
+
+
+def _withhold(exc: BaseException) -> None:
+    """Drop what ``exc`` says beyond its type (it may quote a credential source's output)."""
+    try:
+        exc.args = (f"{type(exc).__name__} (withheld: may hold secrets)",)
+        _keep_only(exc, {"provider"})
+        if hasattr(exc, "doc"):  # json.JSONDecodeError keeps the whole text it parsed
+            exc.doc = ""
+    except Exception:  # pragma: no cover - an exception type with read-only fields
+        pass
+    exc.__cause__ = exc.__context__ = None
+
+
+def _keep_only(exc: BaseException, names: set[str]) -> None:
+    """Drop the fields of a botocore error's ``kwargs`` not in ``names`` (ConfigParseError
+    keeps the parser's error, whose UnicodeDecodeError holds the file's bytes)."""
+    kwargs = getattr(exc, "kwargs", None)
+    if isinstance(kwargs, dict):
+        for key in [k for k in kwargs if k not in names]:
+            del kwargs[key]

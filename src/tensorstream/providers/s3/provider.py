@@ -70,10 +70,11 @@ from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer
 from .config import (
     OPTIONS,
     S3Credentials,
+    aws_files,
     chain_source,
     resolve_s3_credentials,
 )
-from .errors import ErrorContext, map_s3_error, map_s3_http_error
+from .errors import ErrorContext, map_s3_error, map_s3_http_error, map_session_error
 from .session import gc_paused, shared_data_loader
 from .signing import PathStyle, SignedGets, StaticCredentials, path_style
 from .writer import S3Writer
@@ -202,9 +203,7 @@ class S3Provider(Provider):
                 f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
                 "is not defined in the ~/.aws files"
             )
-        if isinstance(exc, botocore.exceptions.BotoCoreError):
-            return map_s3_error(exc, self._ctx(""))
-        return exc
+        return map_session_error(exc, profile, aws_files(os.environ))
 
     async def _create_client(self) -> Any:
         from aiobotocore.config import AioConfig
