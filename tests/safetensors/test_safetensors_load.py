@@ -331,12 +331,19 @@ def test_index_naming_a_missing_tensor_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("shard", ["../evil.safetensors", "/etc/passwd", "s3://b/k",
-                                   "a/../../x.safetensors", "", 7])
-def test_index_cannot_point_outside_its_folder(tmp_path: Path, shard: Any) -> None:
-    index = {"weight_map": {"a": shard}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(MalformedFileError, match=r"model\.safetensors\.index\.json"):
-        ts_st.load(tmp_path / "model.safetensors.index.json")
+                                   "a/../../x.safetensors", "", 7,
+                                   "s\ud800.safetensors", "s\0.safetensors"])
+def test_index_cannot_point_outside_its_folder(tmp_path: Path, shard: Any,
+                                               http_server: Any, http_reset: None) -> None:
+    """(A lone surrogate, ``"\\ud800"`` in the JSON, raised a bare UnicodeEncodeError.)"""
+    index = json.dumps({"weight_map": {"a": shard}})
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    key = f"ix{secrets.token_hex(4)}/model.safetensors.index.json"
+    http_server.put(key, index.encode())
+    for uri in (tmp_path / "model.safetensors.index.json", http_server.url(key)):
+        for attempt in (ts_st.load, ts_st.open, tensorstream.inspect):
+            with pytest.raises(MalformedFileError, match=r"model\.safetensors\.index\.json"):
+                attempt(uri)
 
 
 # -- devices ---------------------------------------------------------------------

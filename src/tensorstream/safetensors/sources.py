@@ -63,10 +63,20 @@ def _sibling(parsed: ParsedURI, name: str) -> str:
 
 def _check_shard_name(name: Any, where: str) -> str:
     if (not isinstance(name, str) or not name or name.startswith(("/", "\\"))
-            or "\\" in name or "://" in name or "?" in name or "#" in name
+            or "\\" in name or "://" in name or "?" in name or "#" in name or "\0" in name
+            or not _encodable(name)
             or any(part in ("", ".", "..") for part in name.split("/"))):
         raise MalformedFileError(f"{where}: shard name {name!r} is not a file name next to the index")
     return name
+
+
+def _encodable(name: str) -> bool:
+    """A lone surrogate (``"\\ud800"`` in the JSON) names no file and no URL."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
