@@ -161,3 +161,29 @@ def test_tensorizer_config_is_checked_where_it_is_made(kwargs: dict[str, Any]) -
     assert name in str(info.value)
     ok = TensorizerConfig(tensorizer_uri="s3://b/m.tensors", verify_hash="false", num_readers="4")
     assert ok.verify_hash is False and ok.num_readers == 4
+
+
+@pytest.mark.parametrize("value", ["1e3", "-1", "10XB", "0", "", "1P", "nan", "5.1GiB",
+                                   "99999999999999T"])
+def test_cli_part_size_out_of_range_is_one_usage_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """A part size that is not a size, or past 5 GiB (S3's largest part; past the address
+    space it failed inside mmap with 'Python int too large to convert to C ssize_t')."""
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"z" * 10)
+    code = cli_main(["cp", "--part-size", value, str(src), str(tmp_path / "b.bin")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "tensorstream cp: error: argument --part-size" in err
+    assert "Traceback" not in err and "COMMAND" not in err
+    assert not (tmp_path / "b.bin").exists()
+
+
+def test_copy_refuses_a_part_size_past_5_gib(tmp_path: Path) -> None:
+    from tensorstream.copy import copy
+
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"z" * 10)
+    with pytest.raises(ValueError, match="part_size must be at most"):
+        copy(str(src), str(tmp_path / "b.bin"), part_size=2**80)
+    assert not (tmp_path / "b.bin").exists()

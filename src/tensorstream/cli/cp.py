@@ -10,6 +10,7 @@ from ..copy.engine import (
     DEFAULT_CONCURRENCY,
     DEFAULT_JOBS,
     DEFAULT_PART_SIZE,
+    MAX_PART_SIZE,
     CopyResult,
     copy_async,
     spare_buffers,
@@ -96,6 +97,14 @@ examples:
 exit status: as cp (0 done, 1 failed, 2 usage, 3 partial, 130/143 interrupted)."""
 
 
+def part_size(text: str) -> int:
+    """``--part-size``: a size (:func:`parse_size`) of at most 5 GiB."""
+    n = parse_size(text)
+    if n > MAX_PART_SIZE:
+        raise argparse.ArgumentTypeError(f"part size must be at most 5GiB, got {text!r}")
+    return n
+
+
 def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
     p.add_argument("paths", nargs="+", metavar="SRC DST" if sync else "SRC... DST",
                    help=argparse.SUPPRESS)
@@ -124,9 +133,10 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                        help=f"parts in flight at once (default {DEFAULT_CONCURRENCY}; from HTTP(S)/S3 "
                             "a copy starts at 8 and goes to N when the link is the limit)")
     default_mem = (DEFAULT_CONCURRENCY + spare_buffers(DEFAULT_CONCURRENCY)) * DEFAULT_PART_SIZE
-    speed.add_argument("--part-size", type=parse_size, default=DEFAULT_PART_SIZE,
+    speed.add_argument("--part-size", type=part_size, default=DEFAULT_PART_SIZE,
                        metavar="SIZE",
-                       help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M);"
+                       help=f"bytes per part, e.g. 8M, 64MiB (default {DEFAULT_PART_SIZE >> 20}M, "
+                            "at most 5GiB);"
                             f" memory: concurrency x {CHUNK >> 20} MiB to a local destination "
                             f"({DEFAULT_CONCURRENCY * CHUNK >> 20} MiB by default, up to "
                             f"{WIDEST} x that while a slow link has the copy widened), about 1.25 x "

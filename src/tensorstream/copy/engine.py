@@ -68,6 +68,7 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_JOBS",
     "DEFAULT_PART_SIZE",
+    "MAX_PART_SIZE",
     "CopyResult",
     "FileOutcome",
     "ProgressListener",
@@ -89,6 +90,10 @@ DEFAULT_CONCURRENCY = 32
 #: 13-15; the harness: 0.71-0.88x the earlier main in all four durable folder
 #: runs): more concurrent fsyncs and threads, not more reads.
 DEFAULT_JOBS = DEFAULT_CONCURRENCY
+#: The largest part: S3's largest, and a part is one buffer in memory for S3
+#: and Redis destinations (a part size past the address space failed inside
+#: mmap with "Python int too large to convert to C ssize_t").
+MAX_PART_SIZE = 5 << 30
 
 class ProgressListener(Protocol):
     """Receives progress events (the CLI's tqdm bars implement this).
@@ -155,6 +160,9 @@ class _Copier(Planner):
                  durable: bool = True, direct: bool | None = None) -> None:
         if concurrency < 1 or part_size < 1 or jobs < 1:
             raise ValueError("concurrency, part_size and jobs must be >= 1")
+        if part_size > MAX_PART_SIZE:
+            raise ValueError(f"part_size must be at most {MAX_PART_SIZE} bytes (5 GiB), "
+                             f"got {part_size}")
         self.concurrency = concurrency
         self.part_size = part_size
         self.verify = verify
