@@ -72,6 +72,19 @@ def test_secrets_redacted_everywhere() -> None:
     assert b"hunter2" not in pickle.dumps(parse_uri(uri))
 
 
+@pytest.mark.parametrize("uri", ["s3://AKIACANARYID:s3cr3t@bkt/k", "s3a://AKIACANARYID:s3cr3t@b/k",
+                                 "s3://AKIACANARYID@bkt/k"])
+def test_s3_userinfo_is_hidden_whole(uri: str) -> None:
+    """For S3 the user in userinfo is the access key id: hidden with the secret (the
+    CLI's refusal of such a URI printed 's3://AKIA...:***@bkt/k')."""
+    for shown in (redact(uri), redact_text(f"got {uri!r} here")):
+        assert "AKIACANARYID" not in shown and "s3cr3t" not in shown
+        assert "***@b" in shown
+    with pytest.raises(errors.InvalidURIError) as info:
+        parse_uri(uri)
+    assert "AKIACANARYID" not in str(info.value) and "s3cr3t" not in str(info.value)
+
+
 def test_unknown_scheme_falls_through_to_fsspec_shape() -> None:
     u = parse_uri("memory:///a/b")
     assert u.scheme == "memory"

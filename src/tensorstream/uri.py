@@ -172,7 +172,8 @@ def _redact_userinfo(scheme: str, rest: str, *, cautious: bool = False) -> str:
     ``?``, ``#`` or ``/`` would otherwise be mistaken for the query or path.
     A lone user name is a secret too for HTTP(S) (``https://TOKEN@host/``:
     tokens are passed that way) and Redis (``redis://secret@host``: the
-    password). An S3 bucket cannot contain ``@``: one there is userinfo.
+    password). An S3 bucket cannot contain ``@``: one there is userinfo, and
+    all of it is hidden (``s3://KEY_ID:SECRET@bucket``: the user is the key id).
     ``cautious`` (URIs being refused) treats ``user:pa/ss@`` as userinfo for
     every scheme.
     """
@@ -187,7 +188,7 @@ def _redact_userinfo(scheme: str, rest: str, *, cautious: bool = False) -> str:
         return rest
     userinfo, tail = authority[:at], rest[at:]
     user, sep, _pw = userinfo.partition(":")
-    if sep:
+    if sep and scheme not in ("s3", "s3a"):
         return f"{user}:{_REDACTED}{tail}"
     return f"{_REDACTED}{tail}"
 
