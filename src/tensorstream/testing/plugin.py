@@ -48,6 +48,8 @@ _MARK_ARGS = {
     REDIS_MARK: {"password", "acl_user", "tls", "env"},
 }
 _ENV_PREFIXES = ("AWS_", "S3_", "REDIS_")
+#: Single variables that carry credentials to an HTTP server (HOME's ~/.netrc is sandboxed too).
+_ENV_NAMES = ("TENSORSTREAM_HTTP_TOKEN", "NETRC")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -100,13 +102,14 @@ def tensorstream_servers(
 
 
 def _isolate(monkeypatch: pytest.MonkeyPatch, servers: BackendServers) -> None:
-    """No real credentials or endpoints in, nothing out: ``AWS_*``/``S3_*``/``REDIS_*``
-    removed, AWS config files empty, ``HOME`` an empty directory, no instance
-    metadata, and no proxy from the environment for loopback traffic."""
+    """No real credentials or endpoints in, nothing out: ``AWS_*``/``S3_*``/``REDIS_*``,
+    ``TENSORSTREAM_HTTP_TOKEN`` and ``NETRC`` removed, AWS config files empty, ``HOME``
+    an empty directory, no instance metadata, and no proxy from the environment for
+    loopback traffic."""
     from .s3_server import isolated_s3_env
 
     for name in list(os.environ):
-        if name.startswith(_ENV_PREFIXES):
+        if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES:
             monkeypatch.delenv(name, raising=False)
     for name, value in isolated_s3_env(servers.sandbox).items():
         monkeypatch.setenv(name, value)

@@ -60,6 +60,71 @@ async def test_wrong_token_error_never_shows_a_token(
     assert wrong not in text and HTTP_TEST_TOKEN not in text
 
 
+async def test_a_refusal_says_which_credentials_were_sent_or_where_it_looked(
+        http_token_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, url = _put(http_token_server)
+    for sequential in (False, True):
+        with pytest.raises(errors.PermissionDeniedError) as info:
+            tensorstream.open(url, sequential=sequential)
+        message = str(info.value)
+        assert "401" in message and "sent no Authorization" in message
+        for place in ("option token", "URI userinfo", "TENSORSTREAM_HTTP_TOKEN", ".netrc"):
+            assert place in message
+    wrong = "wrong-canary-" + uuid.uuid4().hex
+    monkeypatch.setenv("TENSORSTREAM_HTTP_TOKEN", wrong)
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        await tensorstream.read_range(url, 0, 10)
+    assert "sent the Authorization from env TENSORSTREAM_HTTP_TOKEN" in str(info.value)
+    assert wrong not in f"{info.value} {info.value!r}"
+
+
+def _basic(login: str, password: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()
+
+
+def test_netrc_gives_basic_auth_to_its_host_only(
+        http_server: HTTPTestServer, isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key, url = _put(http_server)
+    host = url.split("://", 1)[1].split(":", 1)[0]
+    netrc = isolated_env / "home" / ".netrc"
+    netrc.write_text(f"machine {host} login alice password netrc-canary\n"
+                     "machine other.example login bob password other-pw\n")
+    with tensorstream.open(url) as f:
+        assert f.read(10) == DATA[:10]
+    assert http_server.requests_for(key)[-1].headers["Authorization"] == _basic(
+        "alice", "netrc-canary")
+    report = str(tensorstream.describe_credentials(url))
+    assert f"{netrc} [machine {host}]" in report and "netrc-canary" not in report
+    # An explicit token wins; another host's entry is never sent; $NETRC names the file.
+    with tensorstream.open(url, token="tok") as f:
+        f.read(10)
+    assert http_server.requests_for(key)[-1].headers["Authorization"] == "Bearer tok"
+    other = isolated_env / "other-netrc"
+    other.write_text("machine other.example login bob password other-pw\n")
+    monkeypatch.setenv("NETRC", str(other))
+    with tensorstream.open(url) as f:
+        f.read(10)
+    assert "Authorization" not in http_server.requests_for(key)[-1].headers
+
+
+@pytest.mark.parametrize("text", [
+    "machine {host} login alice password netrc-canary trailing-junk\n",
+    "machine {host} login alice password pw\nnetrc-canary\n",
+    "macdefine netrc-canary\n",
+])
+def test_a_broken_netrc_is_a_configuration_error_that_quotes_nothing(
+        http_server: HTTPTestServer, isolated_env: Path, text: str) -> None:
+    _, url = _put(http_server)
+    host = url.split("://", 1)[1].split(":", 1)[0]
+    (isolated_env / "home" / ".netrc").write_text(text.format(host=host))
+    with pytest.raises(errors.ConfigurationError, match="netrc") as info:
+        tensorstream.open(url)
+    assert "netrc-canary" not in f"{info.value} {info.value!r} {info.value.__cause__!r}"
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
 def test_provider_and_credentials_never_reveal_secrets(
         http_token_server: HTTPTestServer) -> None:
     _, url = _put(http_token_server)

@@ -185,7 +185,7 @@ def status_error(status: int, reason: str, headers: _Headers, *, path: str,
     if status in (404, 410):
         return NotFoundError(f"{msg}: no such object", **where)
     if status in (401, 403):
-        return PermissionDeniedError(f"{msg}: the server refused the credentials", **where)
+        return PermissionDeniedError(f"{msg}: access refused", **where)
     if status == 412:
         return ObjectChangedError(f"{msg}: the object changed (the pinned read's precondition "
                                   "failed)", **where)

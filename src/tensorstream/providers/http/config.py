@@ -3,7 +3,9 @@
 Precedence (first match wins; the resolved object records the source)::
 
     Authorization   headers={"Authorization": ...}  >  token=...  >
-                    URI userinfo (basic auth)  >  env TENSORSTREAM_HTTP_TOKEN
+                    URI userinfo (basic auth)  >  env TENSORSTREAM_HTTP_TOKEN  >
+                    the host's entry in ~/.netrc (or $NETRC; basic auth, as curl
+                    --netrc, requests and aiohttp read it)
     CA bundle       ca_bundle=...  >  env SSL_CERT_FILE  >  env REQUESTS_CA_BUNDLE
                     >  the system trust store
     client cert     client_cert=... (+ client_key=...)
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import netrc
 import os
 import stat
 from collections.abc import Mapping
@@ -36,7 +39,13 @@ from ...uri import ParsedURI
 
 __all__ = [
     "OPTIONS",
-    "describe_credentials","HTTPCredentials", "TOKEN_ENV", "resolve_http_credentials"]
+    "LOOKED_IN",
+    "describe_credentials",
+    "HTTPCredentials",
+    "TOKEN_ENV",
+    "netrc_path",
+    "resolve_http_credentials",
+]
 
 #: Every option the HTTP(S) service accepts (credentials, headers, TLS, redirects).
 OPTIONS = frozenset({
@@ -93,6 +102,46 @@ def _path_option(value: Any, name: str) -> str:
     return os.path.expanduser(path)
 
 
+#: Where an Authorization header can come from, in order (for "looked in" messages).
+LOOKED_IN = ("option headers", "option token", "URI userinfo", f"env {TOKEN_ENV}",
+             "~/.netrc (or $NETRC)")
+
+
+def netrc_path(env: Mapping[str, str]) -> str:
+    """The netrc file read for basic auth: ``$NETRC``, else ``~/.netrc``."""
+    if env.get("NETRC"):
+        return env["NETRC"]
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".netrc")
+
+
+def _netrc_authorization(host: str | None, env: Mapping[str, str]) -> Sourced[str] | None:
+    """Basic auth for ``host`` from its netrc entry (or the file's ``default``)."""
+    if not host:
+        return None
+    path = netrc_path(env)
+    if not os.path.isfile(path):  # absent, or a FIFO/device that would block a read
+        return None
+    try:
+        entry = netrc.netrc(path).authenticators(host)
+    except netrc.NetrcParseError as exc:
+        # Its message quotes the token it choked on, which may be a password.
+        raise ConfigurationError(
+            f"cannot parse {path} (netrc, read for HTTP basic auth to {host}) at line "
+            f"{exc.lineno}; fix it, or set NETRC to another file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(
+            f"cannot read {path} (netrc, read for HTTP basic auth to {host}): "
+            f"{type(exc).__name__}") from None
+    if entry is None:
+        return None
+    login, _account, password = entry
+    if not login and not password:
+        return None
+    raw = f"{login or ''}:{password or ''}".encode()
+    return Sourced("Basic " + base64.b64encode(raw).decode("ascii"),
+                   f"{path} [machine {host}]", secret=True)
+
+
 def resolve_http_credentials(
     uri: Any = None,
     *,
@@ -104,7 +153,7 @@ def resolve_http_credentials(
     insecure: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> HTTPCredentials:
-    """Resolve HTTP credentials from arguments, the URI's userinfo and the environment.
+    """Resolve HTTP credentials from arguments, the URI's userinfo, the environment and netrc.
 
     ``uri`` is a :class:`~tensorstream.uri.ParsedURI` (its ``username`` /
     ``password`` give basic auth); ``env`` defaults to ``os.environ``.
@@ -134,6 +183,8 @@ def resolve_http_credentials(
         )
     if authorization is None and env.get(TOKEN_ENV):
         authorization = Sourced(f"Bearer {env[TOKEN_ENV]}", f"env {TOKEN_ENV}", secret=True)
+    if authorization is None:
+        authorization = _netrc_authorization(getattr(uri, "host", None), env)
 
     ca: Sourced[str] | None = None
     if ca_bundle is not None:

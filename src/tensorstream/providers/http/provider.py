@@ -22,16 +22,19 @@ context live in :mod:`tensorstream.layers.stack`. See ``docs/http.md``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from ...config import CommonConfig, split_options
 from ...errors import (
     ConfigurationError,
     InvalidRangeError,
+    PermissionDeniedError,
     ProtocolError,
 )
 from .._http.headers import (
@@ -54,7 +57,7 @@ from .._http.range_get import (
     request,
 )
 from ..base import Capabilities, ObjectInfo, Pin, Provider
-from .config import OPTIONS, HTTPCredentials, resolve_http_credentials
+from .config import LOOKED_IN, OPTIONS, HTTPCredentials, resolve_http_credentials
 
 __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 
@@ -144,6 +147,22 @@ class HTTPProvider(Provider):
     def _redirects(self) -> RedirectPolicy:
         return RedirectPolicy(self._creds.auth_headers(), self._allow_private, MAX_REDIRECTS)
 
+    @contextlib.contextmanager
+    def _naming_credentials(self) -> Iterator[None]:
+        """A refusal (401/403) says which credentials were sent, or where none were found."""
+        try:
+            yield
+        except PermissionDeniedError as exc:
+            auth = self._creds.authorization
+            if auth is not None:
+                note = f"sent the Authorization from {auth.source}"
+            else:
+                note = f"sent no Authorization (looked in: {', '.join(LOOKED_IN)})"
+            if note not in exc.message:
+                exc.message = f"{exc.message}; {note}"
+                exc.args = (exc.message,)
+            raise
+
     def _request(self, method: str, path: str, headers: dict[str, str],
                  cancel: Cancel | None = None) -> Answer:
         try:
@@ -159,10 +178,12 @@ class HTTPProvider(Provider):
 
     def stat_blocking(self, path: str, cancel: Cancel | None = None) -> ObjectInfo:
         """:meth:`stat` in the calling thread."""
-        info = self._info_from_head(self._request("HEAD", path, dict(_IDENTITY), cancel), path)
-        if info is None:
-            probe = {**_IDENTITY, "Range": "bytes=0-0"}
-            info = self._info_from_probe(self._request("GET", path, probe, cancel), path)
+        with self._naming_credentials():
+            info = self._info_from_head(self._request("HEAD", path, dict(_IDENTITY), cancel),
+                                        path)
+            if info is None:
+                probe = {**_IDENTITY, "Range": "bytes=0-0"}
+                info = self._info_from_probe(self._request("GET", path, probe, cancel), path)
         return info
 
     @staticmethod
@@ -227,8 +248,9 @@ class HTTPProvider(Provider):
         (``Range: bytes=0-``); ``None`` when that answer cannot stand in for a
         ``HEAD`` (ask :meth:`stat`). Saves a load one round trip."""
         try:
-            got = open_whole(self._blocking_pool(), self._origin + path, _IDENTITY,
-                             self._config.timeouts, path=path, redirects=self._redirects())
+            with self._naming_credentials():
+                got = open_whole(self._blocking_pool(), self._origin + path, _IDENTITY,
+                                 self._config.timeouts, path=path, redirects=self._redirects())
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
             raise exception_error(exc, path=path) from exc
         if got is None:
@@ -243,9 +265,10 @@ class HTTPProvider(Provider):
             return Pin.of(self.stat_blocking(path))
 
         try:
-            return open_range(
-                self._blocking_pool(), self._origin + path, start, end, _IDENTITY, pin,
-                self._config.timeouts, path=path, redirects=self._redirects(), cancel=cancel,
-                confirm=confirm)
+            with self._naming_credentials():
+                return open_range(
+                    self._blocking_pool(), self._origin + path, start, end, _IDENTITY, pin,
+                    self._config.timeouts, path=path, redirects=self._redirects(),
+                    cancel=cancel, confirm=confirm)
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
             raise exception_error(exc, path=path) from exc
