@@ -14,7 +14,7 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
     """Environment with no real credentials/endpoints: AWS/S3/Redis/HTTP variables
     removed, config files pointed at empty files, instance metadata disabled."""
     for name in list(os.environ):
-        if name.startswith(("AWS_", "S3_", "REDIS_", "TENSORSTREAM_")) or name in (
+        if name.startswith(("AWS_", "S3_", "REDIS_", "REDISCLI_", "TENSORSTREAM_")) or name in (
             "SSL_CERT_FILE",
             "REQUESTS_CA_BUNDLE",
             "NETRC",

@@ -49,7 +49,7 @@ _MARK_ARGS = {
 }
 _ENV_PREFIXES = ("AWS_", "S3_", "REDIS_")
 #: Single variables that carry credentials to an HTTP server (HOME's ~/.netrc is sandboxed too).
-_ENV_NAMES = ("TENSORSTREAM_HTTP_TOKEN", "NETRC")
+_ENV_NAMES = ("TENSORSTREAM_HTTP_TOKEN", "NETRC", "REDISCLI_AUTH")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -103,7 +103,7 @@ def tensorstream_servers(
 
 def _isolate(monkeypatch: pytest.MonkeyPatch, servers: BackendServers) -> None:
     """No real credentials or endpoints in, nothing out: ``AWS_*``/``S3_*``/``REDIS_*``,
-    ``TENSORSTREAM_HTTP_TOKEN`` and ``NETRC`` removed, AWS config files empty, ``HOME``
+    ``TENSORSTREAM_HTTP_TOKEN``, ``NETRC`` and ``REDISCLI_AUTH`` removed, AWS config files empty, ``HOME``
     an empty directory, no instance metadata, and no proxy from the environment for
     loopback traffic."""
     from .s3_server import isolated_s3_env

@@ -81,6 +81,18 @@ def test_requirepass_via_uri_option_and_env(
     assert _roundtrip(srv.url("auth/env")) == b"secret weights"
 
 
+def test_redis_clis_password_variable_comes_after_ours(
+    redis_auth_server: RedisServer, monkeypatch: pytest.MonkeyPatch, isolated_env: object
+) -> None:
+    srv = redis_auth_server
+    monkeypatch.setenv("REDISCLI_AUTH", REDIS_PASSWORD)  # what redis-cli users already set
+    assert _roundtrip(srv.url("auth/env")) == b"secret weights"
+    assert "env REDISCLI_AUTH" in str(tensorstream.describe_credentials(srv.url("auth/env")))
+    monkeypatch.setenv("REDIS_PASSWORD", "wrong-env-password")
+    with pytest.raises(errors.PermissionDeniedError, match="password from env REDIS_PASSWORD"):
+        tensorstream.open(srv.url("auth/env"))
+
+
 def test_acl_user(redis_auth_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     srv = redis_auth_server
     uri = srv.url("auth/acl", user=ACL_USER, password=ACL_PASSWORD)

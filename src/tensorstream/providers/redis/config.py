@@ -4,7 +4,8 @@ Precedence, per value (first hit wins)::
 
     1. options      redis_username= / redis_password=
     2. URI userinfo redis://user:password@host/key  (redis://password@host: password only)
-    3. environment  REDIS_USERNAME / REDIS_PASSWORD
+    3. environment  REDIS_USERNAME / REDIS_PASSWORD, then redis-cli's REDISCLI_AUTH
+                    (a password)
 
 No user name means Redis's ``default`` user (``requirepass``). Values are
 :class:`~tensorstream.credentials.base.Sourced` so errors can say where a
@@ -34,6 +35,8 @@ OPTIONS = frozenset({
 
 ENV_USERNAME = "REDIS_USERNAME"
 ENV_PASSWORD = "REDIS_PASSWORD"
+#: redis-cli's password variable (``redis-cli`` reads it instead of ``-a``).
+ENV_CLI_PASSWORD = "REDISCLI_AUTH"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,13 +91,15 @@ def resolve_redis_credentials(
             (password, "option redis_password"),
             (getattr(uri, "password", None), "URI userinfo"),
             (env.get(ENV_PASSWORD), f"env {ENV_PASSWORD}"),
+            (env.get(ENV_CLI_PASSWORD), f"env {ENV_CLI_PASSWORD}"),
             secret=True,
         ),
     )
 
 
 def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
-    """Report for ``redis://``/``rediss://`` (options > URI userinfo > REDIS_* variables)."""
+    """Report for ``redis://``/``rediss://`` (options > URI userinfo > REDIS_* variables >
+    REDISCLI_AUTH)."""
     creds = resolve_redis_credentials(
         parsed, username=options.get("redis_username"), password=options.get("redis_password")
     )
