@@ -171,8 +171,9 @@ def test_traversal_keys_never_escape(tmp_path: Path) -> None:
 
 def test_file_and_directory_keys_and_markers_are_deterministic(tmp_path: Path) -> None:
     mem = _mem()
-    for k in ["a", "a/b", "dir/", "dir/c"]:
-        mem.put(f"p/{k}", k.encode())
+    for k in ["a", "a/b", "dir/", "dir/c", "full/"]:
+        # an empty marker is skipped; one holding bytes is an error naming it
+        mem.put(f"p/{k}", b"" if k == "dir/" else k.encode())
     outcomes = []
     for i in range(2):
         dst = tmp_path / f"d{i}"
@@ -182,7 +183,8 @@ def test_file_and_directory_keys_and_markers_are_deterministic(tmp_path: Path) -
     assert outcomes[0] == outcomes[1]
     files, errors, skipped = outcomes[0]
     assert files == ["a/b", "dir/c"]
-    assert len(errors) == 1 and "'a'" in errors[0] and skipped == 1
+    assert len(errors) == 2 and "'a'" in errors[0] and skipped == 1
+    assert "p/full/: skipped: a directory marker holding 5 bytes" in errors[1]
 
 
 def test_symlink_in_destination_not_followed(tmp_path: Path) -> None:

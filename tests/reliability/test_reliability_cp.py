@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_s3 import S3_BUCKET
 from reliability_helpers import unique
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.redis_server import RedisServer
+from tensorstream.testing.s3_server import MotoS3Server, isolated_s3_env
 
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(120)]
 
@@ -95,6 +97,45 @@ def test_cp_file_and_directory_keys_and_markers_are_deterministic(
     assert files.get("a/b") == b"file-ab" and files.get("d/e") == b"e" and files.get("z") == b"z"
     assert "a" not in files  # cannot be both a file and a directory: reported, not guessed
     assert rc == 3  # partial: the rest was copied
+
+
+def test_cp_a_folder_marker_holding_bytes_is_reported_not_dropped(
+        redis_server: RedisServer, moto_s3: MotoS3Server, tmp_path: Path) -> None:
+    """``m/`` with bytes in it cannot be a file: named in an error (exit 3), never left out
+    without a word (both stores dropped it silently); an empty marker stays a quiet skip."""
+    prefix = unique("mark")
+    objects = [("m/", b"marker bytes"), ("e/", b""), ("e/f", b"f"), ("ok", b"fine")]
+    with redis_server.client() as c:
+        for key, value in objects:
+            c.set(f"{prefix}/{key}", value)
+    for key, value in objects:
+        moto_s3.put(S3_BUCKET, f"{prefix}/{key}", value)
+    env = {**os.environ, **isolated_s3_env(tmp_path)}
+    s3 = ["--endpoint-url", moto_s3.endpoint_url, "--s3-access-key-id", moto_s3.access_key_id,
+          "--s3-secret-access-key", moto_s3.secret_access_key]
+    for i, src in enumerate([redis_server.url(f"{prefix}/"), f"s3://{S3_BUCKET}/{prefix}/"]):
+        dst = tmp_path / f"run{i}"
+        proc = cp(*s3, "-r", src, str(dst), env=env)
+        assert proc.returncode == 3, proc.stderr
+        assert tree(dst) == {"e/f": b"f", "ok": b"fine"}
+        errors = [line for line in proc.stderr.splitlines() if "error" in line]
+        assert len(errors) == 1 and f"{prefix}/m/" in errors[0] and "12 bytes" in errors[0]
+
+
+def test_cp_a_key_named_like_a_temp_file_of_cp_is_refused(redis_server: RedisServer,
+                                                          tmp_path: Path) -> None:
+    """A listed key ``.x.tensorstream-<hex>.tmp`` beside ``x`` would be taken for a stale temp
+    file of ``x`` and removed by the next copy there (one named ``-journal.tmp`` read as a
+    resume journal): refused by name, the rest copied."""
+    prefix = unique("tmpname")
+    with redis_server.client() as c:
+        for key in ["x", ".x.tensorstream-0123456789ab.tmp", "d/.y.tensorstream-journal.tmp"]:
+            c.set(f"{prefix}/{key}", b"V")
+    dst = tmp_path / "dst"
+    proc = cp("-r", redis_server.url(f"{prefix}/"), str(dst))
+    assert proc.returncode == 3, proc.stderr
+    assert tree(dst) == {"x": b"V"}
+    assert proc.stderr.count("has the name of a tensorstream temp file") == 2
 
 
 # -- 24. killed or out of space mid-copy ---------------------------------------------------

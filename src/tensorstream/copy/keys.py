@@ -23,6 +23,7 @@ import os
 __all__ = [
     "KeyPlan",
     "UnsafeKeyError",
+    "is_temp_name",
     "open_dir_under",
     "plan_keys",
     "relative_key",
@@ -69,6 +70,13 @@ def safe_relative_key(key: str) -> str:
     return key
 
 
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is one ``cp`` keeps beside a local destination while it
+    writes (``.NAME.tensorstream-*.tmp``: temp files, resume journals), which a
+    later copy into that directory removes or reads as its own."""
+    return name.startswith(".") and ".tensorstream-" in name and name.endswith(".tmp")
+
+
 def relative_key(path: str, base: str) -> str | None:
     """``path`` relative to ``base`` (a prefix ending in ``/``), or None if outside it.
 
@@ -99,7 +107,8 @@ def plan_keys(keys: list[str], *, filesystem: bool) -> KeyPlan:
     The result depends only on the *set* of keys, never on listing order.
     With ``filesystem=True`` a key that is a path prefix of another key
     (``a`` beside ``a/b``) cannot be both a file and a directory: the
-    deeper keys win and ``a`` is refused as a conflict.
+    deeper keys win and ``a`` is refused as a conflict; a key named like
+    ``cp``'s own temp files (:func:`is_temp_name`) is refused too.
     """
     plan = KeyPlan()
     safe: list[tuple[str, str]] = []
@@ -125,6 +134,9 @@ def plan_keys(keys: list[str], *, filesystem: bool) -> KeyPlan:
         for key, rel in safe:
             if rel in dirs:
                 plan.refused.append((key, f"key {key!r} is also a directory of other keys"))
+            elif is_temp_name(rel.rsplit("/", 1)[-1]):
+                plan.refused.append((key, f"key {key!r} has the name of a tensorstream temp "
+                                          "file (a later copy there would remove it)"))
             else:
                 plan.copy.append((key, rel))
         plan.refused.sort()

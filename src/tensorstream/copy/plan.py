@@ -225,7 +225,11 @@ class Planner:
         for key, reason in plan.refused:
             self.error(f"{label}{key}", f"refused: {reason}")
         for key, reason in plan.skipped:
-            self.result.skipped.append(f"{label}{key}: {reason}")
+            if by_key[key].size:  # bytes a filesystem has no name for: not left out quietly
+                self.error(f"{label}{key}", f"skipped: a {reason} holding {by_key[key].size} "
+                           "bytes (keys ending in '/' are not copied)")
+            else:
+                self.result.skipped.append(f"{label}{key}: {reason}")
         return [(rel, by_key[key]) for key, rel in plan.copy]
 
     async def _single(self, src: PolicyProvider, uri: ParsedURI, raw: str

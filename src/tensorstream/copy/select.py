@@ -26,11 +26,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..providers.base import ObjectInfo
+from .keys import is_temp_name
 
 __all__ = ["FileOutcome", "Rules", "notify", "unchanged", "walk_local"]
-
-_TEMP_MARK = ".tensorstream-"
-
 
 @dataclasses.dataclass
 class FileOutcome:
@@ -118,7 +116,7 @@ def walk_local(root: str, *, follow_symlinks: bool = True
         for name in names:
             path = os.path.join(directory, name)
             key = f"{rel}/{name}" if rel else name
-            if name.startswith(".") and _TEMP_MARK in name and name.endswith(".tmp"):
+            if is_temp_name(name):
                 continue  # tensorstream's own temp/partial files
             try:
                 lst = os.lstat(path)

@@ -488,8 +488,8 @@ class S3Provider(Provider):
         while True:
             page = await in_thread(next_page)
             for obj in page.get("Contents", ()):
-                if obj["Key"].endswith("/"):
-                    continue
+                if obj["Key"].endswith("/") and not int(obj["Size"]):
+                    continue  # a folder marker; one holding bytes is listed (cp reports it)
                 yield ObjectInfo(
                     path=f"{bucket}/{obj['Key']}",
                     size=int(obj["Size"]),
