@@ -219,3 +219,21 @@ def test_the_process_wide_group_is_used(tmp_path: Path, monkeypatch: pytest.Monk
     assert result.ok and len(seen) == 1
     result = copy(str(tmp_path / "a.bin"), str(tmp_path / "c.bin"), durable=False)
     assert result.ok and len(seen) == 1
+
+
+@pytest.mark.parametrize("name", ["m.bin", "a" * 224, "a" * 225, "b" * 255, "\u00e9" * 127,
+                                  "x" * 200 + "\u00e9" * 27, "s\udcff" * 100])
+def test_temp_names_fit_a_directory_entry(name: str) -> None:
+    """Every temp file name of a copy (``stem + 0123456789ab.tmp``, ``journal.new.tmp``...)
+    fits in 255 bytes whatever the length of the destination's name; short names keep
+    the readable ``.NAME.tensorstream-`` stem."""
+    from tensorstream.copy.keys import is_temp_name
+    from tensorstream.copy.sinks import temp_stem
+
+    stem = temp_stem(name)
+    for end in ("0123456789ab.tmp", "partial.tmp", "journal.tmp", "journal.new.tmp"):
+        assert len(os.fsencode(stem + end)) <= 255
+        assert is_temp_name(stem + end)
+    if len(os.fsencode(name)) <= 224:
+        assert stem == f".{name}.tensorstream-"
+    assert temp_stem(name + "z") != stem

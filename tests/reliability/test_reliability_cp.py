@@ -138,6 +138,27 @@ def test_cp_a_key_named_like_a_temp_file_of_cp_is_refused(redis_server: RedisSer
     assert proc.stderr.count("has the name of a tensorstream temp file") == 2
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_cp_keys_up_to_the_longest_file_name_are_copied_longer_ones_refused(
+        redis_server: RedisServer, tmp_path: Path, resume: bool) -> None:
+    """A 225-255 byte name is a file name the destination takes, but the temp file beside
+    it (``.NAME.tensorstream-<hex>.tmp``) was too long: every such copy failed. A segment
+    past 255 bytes is refused by name before a byte is read (it failed at the rename)."""
+    prefix = unique("long")
+    names = ["b" * 255, "c" * 225, "\u00e9" * 127, "d" * 250 + "/f"]
+    with redis_server.client() as c:
+        for name in names:
+            c.set(f"{prefix}/{name}", name.encode()[:9] * 300)
+        c.set(f"{prefix}/{'e' * 256}", b"too long")
+    dst = tmp_path / "dst"
+    proc = cp("-r", *(["--resume"] if resume else []), "--part-size", "1024",
+              redis_server.url(f"{prefix}/"), str(dst))
+    assert proc.returncode == 3, proc.stderr
+    assert tree(dst) == {name: name.encode()[:9] * 300 for name in names}
+    assert proc.stderr.count("error") == 1 and "longer than 255 bytes" in proc.stderr
+    assert sorted(p.name for p in dst.iterdir() if p.name.startswith(".")) == []
+
+
 # -- 24. killed or out of space mid-copy ---------------------------------------------------
 def _temp_files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))

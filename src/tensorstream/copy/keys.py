@@ -21,6 +21,7 @@ import errno
 import os
 
 __all__ = [
+    "NAME_MAX",
     "KeyPlan",
     "UnsafeKeyError",
     "is_temp_name",
@@ -29,6 +30,10 @@ __all__ = [
     "relative_key",
     "safe_relative_key",
 ]
+
+
+#: The longest file name (bytes) a local filesystem takes.
+NAME_MAX = 255
 
 
 class UnsafeKeyError(ValueError):
@@ -107,8 +112,9 @@ def plan_keys(keys: list[str], *, filesystem: bool) -> KeyPlan:
     The result depends only on the *set* of keys, never on listing order.
     With ``filesystem=True`` a key that is a path prefix of another key
     (``a`` beside ``a/b``) cannot be both a file and a directory: the
-    deeper keys win and ``a`` is refused as a conflict; a key named like
-    ``cp``'s own temp files (:func:`is_temp_name`) is refused too.
+    deeper keys win and ``a`` is refused as a conflict; a key with a
+    segment longer than :data:`NAME_MAX` bytes, or named like ``cp``'s own
+    temp files (:func:`is_temp_name`), is refused too.
     """
     plan = KeyPlan()
     safe: list[tuple[str, str]] = []
@@ -134,6 +140,9 @@ def plan_keys(keys: list[str], *, filesystem: bool) -> KeyPlan:
         for key, rel in safe:
             if rel in dirs:
                 plan.refused.append((key, f"key {key!r} is also a directory of other keys"))
+            elif any(len(os.fsencode(seg)) > NAME_MAX for seg in rel.split("/")):
+                plan.refused.append((key, f"key {key!r} has a segment longer than {NAME_MAX} "
+                                          "bytes, the longest name a directory takes"))
             elif is_temp_name(rel.rsplit("/", 1)[-1]):
                 plan.refused.append((key, f"key {key!r} has the name of a tensorstream temp "
                                           "file (a later copy there would remove it)"))

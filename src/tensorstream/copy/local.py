@@ -44,7 +44,7 @@ from .checks import RESUMABLE, STORED_MISMATCH, stored_sha256
 from .keys import open_dir_under
 from .receive import receive_part
 from .select import notify
-from .sinks import LocalPartFile, PartBuffer, plan_parts
+from .sinks import LocalPartFile, PartBuffer, plan_parts, temp_stem
 
 if TYPE_CHECKING:
     from .engine import _Copier
@@ -85,7 +85,7 @@ def check_free_space(dir_fd: int, name: str, size: int, label: str,
         return  # the common case: no need to look for earlier partial files
     names = os.listdir(dir_fd) if listing is None else listing
     for temp in names:
-        if temp.startswith(f".{name}.tensorstream-") and temp.endswith(".tmp"):
+        if temp.startswith(temp_stem(name)) and temp.endswith(".tmp"):
             with contextlib.suppress(OSError):
                 free += os.stat(temp, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
     if size > free:

@@ -21,6 +21,7 @@ from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .select import FileOutcome, Rules, unchanged, walk_local
+from .sinks import temp_stem
 
 if TYPE_CHECKING:
     from .engine import CopyResult
@@ -191,7 +192,7 @@ class Planner:
         if job.local is None:
             return
         root, parts = job.local
-        journal = os.path.join(root, *parts[:-1], f".{parts[-1]}.tensorstream-journal.tmp")
+        journal = os.path.join(root, *parts[:-1], f"{temp_stem(parts[-1])}journal.tmp")
         if os.path.exists(journal):
             self.result.notes.append(
                 f"{job.dst_label}: an interrupted --resume copy was left here; without "

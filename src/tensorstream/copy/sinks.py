@@ -34,9 +34,10 @@ from typing import Any, overload
 from ..errors import IntegrityError
 from ..providers.base import Writer
 from .direct import ALIGN, PositionalWrites, open_direct
+from .keys import NAME_MAX
 
 __all__ = ["BufferPool", "DirectorySync", "LocalPartFile", "PartBuffer", "Parts", "SequentialSink",
-           "digest", "directory_sync", "plan_parts"]
+           "digest", "directory_sync", "plan_parts", "temp_stem"]
 
 #: A part buffer: a private anonymous memory map. Unlike ``bytearray(n)``
 #: (zero-filled eagerly: ~4 ms per 8 MiB, on the event loop), its pages are
@@ -48,6 +49,23 @@ def new_buffer(size: int) -> PartBuffer:
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 _MARK = ".tensorstream-"
+#: The longest ending a temp file adds to its stem (``0123456789ab.tmp``).
+_LONGEST_END = 16
+
+
+def temp_stem(name: str) -> str:
+    """The start of every temp file name of ``name``'s copy: ``.NAME.tensorstream-``,
+    or for a name too long for that (a key of 225-255 bytes, which the
+    destination takes) ``.NAM~<sha256 of the name>.tensorstream-``."""
+    stem = f".{name}{_MARK}"
+    if len(os.fsencode(stem)) + _LONGEST_END <= NAME_MAX:
+        return stem
+    mark = f"~{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}{_MARK}"
+    room = NAME_MAX - _LONGEST_END - len(mark) - 1
+    head = os.fsencode(name)[:room].decode("utf-8", "ignore")  # whole characters
+    while len(os.fsencode(head)) > room:  # surrogate-escaped bytes: one more cut
+        head = head[:-1]
+    return f".{head}{mark}"
 JOURNAL_VERSION = 1
 _CHECKPOINT_SECONDS = 1.0
 
@@ -274,7 +292,7 @@ class LocalPartFile:
         self.direct = direct
         #: The file's writes (set by :meth:`open`).
         self.writes: PositionalWrites | None = None
-        base = f".{name}{_MARK}"
+        base = temp_stem(name)
         self.tmp = base + ("partial.tmp" if self.resume else f"{secrets.token_hex(6)}.tmp")
         self.journal = base + "journal.tmp"
         self.done: dict[int, str] = {}
@@ -328,7 +346,7 @@ class LocalPartFile:
         (flock dies with the process), so the next run removes it. Resume files
         (``partial``/``journal``) are left to the resume logic.
         """
-        prefix = f".{self.name}{_MARK}"
+        prefix = temp_stem(self.name)
         keep = {self.base_partial(), self.journal}
         try:
             names = os.listdir(self.dir_fd) if self.existing is None else self.existing
@@ -354,7 +372,7 @@ class LocalPartFile:
                 os.close(fd)
 
     def base_partial(self) -> str:
-        return f".{self.name}{_MARK}partial.tmp"
+        return f"{temp_stem(self.name)}partial.tmp"
 
     def _load_journal(self) -> dict[int, str]:
         try:
