@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import contextvars
 import dataclasses
+import operator
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -43,6 +44,9 @@ __all__ = [
     "current_deadline",
     "report_progress",
 ]
+
+#: ``read_range`` checks the object's size before allocating more than this many bytes.
+CHECKED_READ_RANGE = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,8 +466,19 @@ class Provider(abc.ABC):
     async def read_range(self, path: str, start: int, end: int, *,
                          pin: Pin | None = None) -> bytes:
         """Bytes ``[start, end)``; end is exclusive. Raises if past the end."""
+        start, end = operator.index(start), operator.index(end)
         if start < 0 or end < start:
-            raise InvalidRangeError(f"invalid range [{start}, {end})", path=path)
+            raise InvalidRangeError(f"invalid range [{start}, {end})", path=redact_text(path))
+        if end - start > CHECKED_READ_RANGE:
+            # A large buffer is allocated only for bytes the object has: a range past its
+            # end (a typo, a hostile length) raises here, not MemoryError or a swap storm.
+            size = pin.size if pin is not None and pin.size is not None else (
+                await self.stat(path)).size
+            if end > size:
+                raise InvalidRangeError(
+                    f"range [{start}, {end}) is past the end of a {size}-byte object",
+                    service=getattr(self, "service", None), operation="read",
+                    path=redact_text(path))
         buf = bytearray(end - start)
         if buf:
             await self.readinto(path, start, memoryview(buf), pin=pin)
