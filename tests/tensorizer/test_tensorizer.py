@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
+from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, TensorSerializer
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
@@ -286,6 +286,34 @@ def test_keyfile_encryption(backend: TensorBackend, producer: Any, tmp_path: Pat
 
     with pytest.raises(DecryptionError, match="not match"):
         deserialize(backend.uri("m.tensors"), "cpu", **backend.options)  # no key given
+
+
+def test_damaged_ciphertext_is_told_from_a_wrong_key(backend: TensorBackend,
+                                                     tmp_path: Path) -> None:
+    """A tensor failing authentication after others decrypted with the same key is damage
+    (the key is right; was "wrong key or passphrase"); a failure of the first is either."""
+    model = make_model()
+    params = EncryptionParams.random()
+    data = bytearray(_tensorstream_bytes(model, tmp_path / "src.tensors", params))
+    with TensorDeserializer(io.BytesIO(bytes(data)), device="cpu", lazy_load=True,
+                            encryption=DecryptionParams.from_key(params.key)) as d:
+        last = max((e for e in d._metadata.values() if e.data_length), key=lambda e: e.offset)
+    data[last.data_offset + last.data_length // 2] ^= 0x10  # the last tensor's ciphertext
+    backend.put("bad.tensors", bytes(data))
+    uri = backend.uri("bad.tensors")
+    for mode in ({"num_readers": 1}, {"num_readers": 2}, {"lazy_load": True}):
+        # (Two readers: the second may fail before the first decrypted anything, and
+        # then cannot tell either.)
+        told = "damaged" if mode.get("num_readers") == 2 else "encrypted data is damaged"
+        with pytest.raises(DecryptionError, match=told) as info:
+            with deserialize(uri, "cpu", encryption=params.key, **mode,
+                             **backend.options) as sd:
+                for name in sd:  # (lazy: in file order)
+                    sd[name]
+        assert "bad.tensors" in str(info.value) and params.key.hex() not in str(info.value)
+    with pytest.raises(DecryptionError, match="wrong key or passphrase") as info:
+        deserialize(uri, "cpu", encryption=bytes(32), **backend.options)
+    assert "damaged encrypted data" in str(info.value)  # the first tensor cannot tell
 
 
 def test_passphrase_encryption(backend: TensorBackend, tmp_path: Path) -> None:

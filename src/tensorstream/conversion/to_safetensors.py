@@ -115,6 +115,8 @@ def _load(deserializer: Any, batch: list[Planned], where: str) -> dict[Any, torc
     try:
         got = {key: t for _, _, key, t in deserializer.read_tensors(filter_func=keys.__contains__)}
     except CryptographyError as exc:
+        if isinstance(exc, DecryptionError):  # the load's own, which knows the key was right
+            raise
         raise DecryptionError(
             f"could not decrypt {where}: wrong key or passphrase, or encryption settings "
             "that do not match the file") from exc

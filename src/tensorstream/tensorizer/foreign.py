@@ -28,13 +28,14 @@ class TensorHashMismatchError(IntegrityError, HashMismatchError):
     """``verify_hash=True`` found a tensor whose bytes do not match its stored hash."""
 
 
-def translate(exc: BaseException, where: str) -> BaseException | None:
+def translate(exc: BaseException, where: str, *, decrypted: bool = False) -> BaseException | None:
     """``exc`` as the tensorstream error to raise instead (chain ``exc`` as its
     cause), or ``None`` to raise ``exc`` itself. Any URI in ``exc``'s message is
-    redacted first, since the chain prints it."""
+    redacted first, since the chain prints it. ``decrypted``: other tensors of the
+    file were decrypted with the same key (a failure is then damage, not the key)."""
     if isinstance(exc, TensorstreamError):
         return None
-    mapped = _translate_foreign(exc, where)
+    mapped = _translate_foreign(exc, where, decrypted)
     if mapped is not None:
         _scrub(exc)
     return mapped
@@ -56,11 +57,15 @@ def _out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or bool(oom and isinstance(exc, oom))
 
 
-def _translate_foreign(exc: BaseException, where: str) -> BaseException | None:
+def _translate_foreign(exc: BaseException, where: str, decrypted: bool) -> BaseException | None:
     if isinstance(exc, CryptographyError):
+        if decrypted:  # the key is right: an authentication failure now is the data's
+            return DecryptionError(
+                f"could not decrypt {where}: its encrypted data is damaged (other tensors "
+                f"decrypted with the same key) ({redact_text(str(exc))})")
         return DecryptionError(
-            f"could not decrypt {where}: wrong key or passphrase, or encryption settings "
-            f"that do not match the file ({redact_text(str(exc))})"
+            f"could not decrypt {where}: wrong key or passphrase, encryption settings that "
+            f"do not match the file, or damaged encrypted data ({redact_text(str(exc))})"
         )
     if isinstance(exc, HashMismatchError):
         return TensorHashMismatchError(f"verify_hash failed for {where}: {redact_text(str(exc))}")

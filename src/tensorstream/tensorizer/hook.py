@@ -180,6 +180,9 @@ class StreamTensorDeserializer(TensorDeserializer):
             entries = list(parsed.values())
         return entries
 
+    #: Whether a tensor of this encrypted file was decrypted (the key is right).
+    _ts_decrypted = False
+
     #: Whether tensors are received in place (set once the index is parsed).
     _ts_inplace = False
 
@@ -246,7 +249,10 @@ class StreamTensorDeserializer(TensorDeserializer):
         # after the constructor returned: its errors are tensorstream's from here.
         self._prepare()
         try:
-            yield from super()._bulk_load(keys, verify_hash)
+            for item in super()._bulk_load(keys, verify_hash):
+                if self._encrypted:  # the key decrypts this file (_mapped)
+                    self._ts_decrypted = True
+                yield item
         except BaseException as exc:
             mapped = self._mapped(exc)
             if mapped is None:
@@ -266,7 +272,8 @@ class StreamTensorDeserializer(TensorDeserializer):
             if isinstance(checked, CheckedSource):
                 return checked.malformed(f"{type(exc).__name__}: {exc}")
             return None
-        return translate(exc, redact_text(str(getattr(checked, "name", "the file"))))
+        return translate(exc, redact_text(str(getattr(checked, "name", "the file"))),
+                         decrypted=self._ts_decrypted)
 
 
 class _CheckedHeader(_TensorHeaderDeserializer):
