@@ -544,3 +544,22 @@ def test_a_filter_func_that_is_not_a_function_is_a_configuration_error(
     serialize(make_model(), dst)
     with pytest.raises(errors.ConfigurationError, match="filter_func must be a function"):
         deserialize(dst, "cpu", filter_func=bad)
+
+
+@pytest.mark.parametrize("obj", [{}, {"a": {}}, {"a": 5}, torch.nn.Sequential(), [], ()],
+                         ids=["empty", "nested-empty", "no-tensor", "empty-module", "list", "tuple"])
+def test_nothing_to_serialize_writes_nothing(tmp_path: Path, obj: Any) -> None:
+    # tensorizer cannot read a file without tensors: refuse it before writing one.
+    with pytest.raises(errors.TensorstreamError, match="without any tensor") as info:
+        serialize(obj, tmp_path / "m.tensors")
+    assert isinstance(info.value, TypeError)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("obj", [{"a": torch.ones(2), "b": 5}, {1: torch.ones(2)}],
+                         ids=["a-value-not-a-tensor", "a-key-not-a-string"])
+def test_what_tensorizer_cannot_write_is_named_and_writes_nothing(tmp_path: Path, obj: Any) -> None:
+    with pytest.raises(errors.TensorstreamError, match="serialize") as info:
+        serialize(obj, tmp_path / "m.tensors")
+    assert isinstance(info.value, TypeError)
+    assert os.listdir(tmp_path) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import shutil
 import tempfile
@@ -551,19 +552,44 @@ def _assign(module: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
 # -- serialize -------------------------------------------------------------------
 
 
+def _has_tensor(obj: Any) -> bool:
+    """Whether ``obj`` (a module or a nested state dict) holds at least one tensor."""
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, torch.nn.Module):
+        return any(True for _ in itertools.chain(obj.parameters(), obj.buffers()))
+    if isinstance(obj, Mapping):
+        return any(_has_tensor(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return any(_has_tensor(v) for v in obj)
+    return False
+
+
+def _check_serializable(obj: Any) -> None:
+    """Refuse, before anything is written, what would make no readable file."""
+    if not isinstance(obj, torch.nn.Module | Mapping | list | tuple):
+        raise InvalidArgumentError(
+            f"serialize() takes an nn.Module or a (nested) state dict, not {type(obj).__name__}")
+    if not _has_tensor(obj):
+        raise InvalidArgumentError(
+            f"serialize() was given a {type(obj).__name__} without any tensor: tensorizer "
+            "cannot read a file without tensors, so none is written")
+
+
 def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
     with open(path, "wb+") as f:
         serializer = TensorSerializer(f, encryption=encryption)
         try:
             if isinstance(obj, torch.nn.Module):
                 serializer.write_module(obj)
-            elif isinstance(obj, Mapping | list | tuple):
-                serializer.write_state_dict(obj)
             else:
-                raise InvalidArgumentError(
-                    f"serialize() takes an nn.Module or a (nested) state dict, "
-                    f"not {type(obj).__name__}"
-                )
+                serializer.write_state_dict(obj)
+        except TypeError as exc:  # a value or key tensorizer cannot write: ours to name
+            with contextlib.suppress(Exception):
+                serializer.close()
+            if isinstance(exc, TensorstreamError):
+                raise
+            raise InvalidArgumentError(f"serialize(): {exc}") from exc
         except BaseException:
             with contextlib.suppress(Exception):
                 serializer.close()
@@ -603,6 +629,7 @@ def serialize(
     target = shard_uri(raw, rank=rank, world_size=world_size) if isinstance(raw, str) else raw
     parsed = parse_uri(target)
     _check_options(parsed, options)
+    _check_serializable(obj)
     params = as_encryption(encryption, options)
     if parsed.is_local:
         directory = os.path.dirname(parsed.path) or "."
