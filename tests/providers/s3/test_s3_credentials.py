@@ -389,3 +389,21 @@ def test_no_warning_without_insecure(tls: MotoS3Server) -> None:
         assert _read_tls(tls) == b"over https"
 
 
+
+
+@pytest.mark.parametrize(("env", "options"), [
+    ({"AWS_ACCESS_KEY_ID": "AKIACANARY\nX", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}, {}),
+    ({"AWS_ACCESS_KEY_ID": "AKIACANARY", "AWS_SECRET_ACCESS_KEY": "s3cr3t\r"}, {}),
+    ({"AWS_ACCESS_KEY_ID": "AKIACANARY", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+      "AWS_SESSION_TOKEN": "t\x00k"}, {}),
+    ({"S3_ACCESS_KEY_ID": "AKIACANARY\t", "S3_SECRET_ACCESS_KEY": "s3cr3t"}, {}),
+    ({}, {"s3_access_key_id": "AKIACANARY\x1b", "s3_secret_access_key": "s3cr3t"}),
+])
+def test_a_key_with_a_control_character_is_refused_unshown(env: dict[str, str],
+                                                            options: dict[str, Any]) -> None:
+    """A key pasted with its newline went into botocore's Authorization header, whose
+    'Invalid header value' error printed the key id and the signature."""
+    with pytest.raises(errors.ConfigurationError, match="control character") as info:
+        resolve_s3_credentials(options, env=env)
+    text = str(info.value) + "".join(traceback.format_exception(info.value))
+    assert "AKIACANARY" not in text and "s3cr3t" not in text

@@ -255,6 +255,12 @@ def resolve_s3_credentials(
         looked.append(f"{_aws_file(env, 'config')} [profile {name}]")
         looked.append(CHAIN_REST)
 
+    for part in (*(pair or ()), token):
+        if part is not None and any(ord(c) < 0x20 or c == "\x7f" for c in str(part.value)):
+            # botocore would send it in the Authorization header and its error
+            # ("Invalid header value ...") would print the key id and signature
+            raise ConfigurationError(f"{part.source} contains a control character (a newline?); "
+                                     "the value is not shown")
     endpoint = _resolve_endpoint(options, env, cfg, cfg_path)
     region = _resolve_region(options, env)
     style = _resolve_style(options, cfg, cfg_path, endpoint)
