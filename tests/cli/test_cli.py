@@ -356,3 +356,27 @@ def test_cp_direct_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert dst.read_bytes() == data
     code, _, err = run(capsys, "cp", "--direct", "--no-direct", str(src), str(tmp_path / "x.bin"))
     assert code == 2 and "not allowed with" in err
+
+
+@pytest.mark.parametrize("argv", [["cat"], ["cp", "--quiet"]], ids=["cat", "cp-to-stdout"])
+def test_stdout_that_takes_part_of_the_bytes_is_a_failure(tmp_path: Path, argv: list[str]) -> None:
+    """Standard output past a file size limit (RLIMIT_FSIZE): the write that reaches it takes
+    part of the chunk and returns a short count. The rest was dropped and the command exited
+    0 with a short copy; now the next write's error is reported and the status is 1."""
+    import resource
+
+    data = os.urandom(3 << 20)
+    (tmp_path / "src.bin").write_bytes(data)
+    limit = 1 << 20
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    args = [*argv, str(tmp_path / "src.bin")] + (["-"] if argv[0] == "cp" else [])
+    with open(tmp_path / "out.bin", "wb") as out:
+        proc = subprocess.run([sys.executable, "-m", "tensorstream", *args], stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=60,
+                              preexec_fn=small_files)
+    assert proc.returncode == 1, proc.stderr
+    assert "writing standard output: File too large" in proc.stderr
+    assert (tmp_path / "out.bin").read_bytes() == data[:limit]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
 import re
@@ -134,10 +135,26 @@ async def _to_stdout(uri_text: str, options: dict[str, Any], byte_range: str | N
         while pos < end:
             view = memoryview(buf)[: min(len(buf), end - pos)]
             await provider.readinto(uri.path, pos, view, pin=Pin.of(info))
-            out.write(view)
+            _write_all(out, view)
             pos += len(view)
         out.flush()
     return 0
+
+
+def _write_all(out: Any, view: memoryview) -> None:
+    """Write all of ``view``: a raw write that takes part of it (a file size limit
+    reached, RLIMIT_FSIZE) returns a short count, and the next write raises, so
+    the rest is never dropped while the command exits 0."""
+    while view:
+        try:
+            n = out.write(view)
+        except BrokenPipeError:
+            raise  # the reader left: a quiet exit (see main)
+        except OSError as exc:
+            raise OSError(exc.errno, f"writing standard output: {exc.strerror}") from exc
+        if not n:  # None: a non-blocking stdout that took nothing
+            raise OSError(errno.EAGAIN, "writing standard output: it took no bytes")
+        view = view[n:]
 
 
 def run_cat(args: argparse.Namespace) -> int:
