@@ -52,6 +52,7 @@ def test_redis(uri: str, user: str | None, password: str | None, key: str, db: s
 
 @pytest.mark.parametrize(
     "bad", ["", "s3://", "s3:/bucket/key", "http://", "redis://:pw@/k", "redis://h/k?db=x",
+            "redis://h/k?db=1&db=2", "redis://h/k?db=1&cluster=1&db=1",
             "file://remotehost/x", " /x", "http://h:notaport/x"],
 )
 def test_malformed_raises_value_error_naming_forms(bad: str) -> None:

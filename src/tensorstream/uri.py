@@ -347,7 +347,11 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
                 f"Redis URIs take no fragment ('#'), got {_refused(uri)!r}; percent-encode '#' "
                 "(%23) in keys"
             )
-        query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        query = dict(pairs)
+        if len(query) != len(pairs):  # ?db=1&db=2: which one was meant cannot be told
+            raise InvalidURIError(
+                f"Redis URI gives a query option twice: {_refused(uri)!r}")
         unknown = sorted(set(query) - _REDIS_QUERY_OPTIONS)
         if unknown or ("?" in uri and not parts.query):
             # redis://host/q?v=2 must not quietly read 'q': the query is for options only.
