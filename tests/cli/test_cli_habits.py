@@ -176,6 +176,29 @@ def test_sync_copies_only_what_differs_and_deletes_on_request(tmp_path: Path,
     assert r.stdout.splitlines() == ["c.bin", "sub/b.bin"]
 
 
+def test_sync_delete_from_one_object_deletes_nothing(tmp_path: Path, moto_s3: Any) -> None:
+    """SRC naming one object has no keys "under" it: --delete took every object under DST
+    for extraneous and deleted them all, the object it had just copied included."""
+    (tmp_path / "one.bin").write_bytes(b"one")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "other.bin").write_bytes(b"other")
+    moto_s3.put(S3_BUCKET, "sync-one/one.bin", b"one")
+    moto_s3.put(S3_BUCKET, "sync-one-dst/other.bin", b"other")
+    env = s3_env(moto_s3, tmp_path)
+    s3 = ["--endpoint-url", moto_s3.endpoint_url]
+    for src, to in [(str(tmp_path / "one.bin"), str(dst) + "/"),
+                    (f"s3://{S3_BUCKET}/sync-one/one.bin", f"s3://{S3_BUCKET}/sync-one-dst/")]:
+        for dryrun in (["--dryrun"], []):
+            r = cli(*s3, "sync", "--delete", *dryrun, src, to, env=env)
+            assert r.returncode == 3, r.stderr
+            assert "delete: " not in r.stdout
+            assert f"--delete skipped: {src} is not a directory or prefix" in r.stderr
+    assert sorted(p.name for p in dst.iterdir()) == ["one.bin", "other.bin"]
+    assert moto_s3.get(S3_BUCKET, "sync-one-dst/other.bin") == b"other"
+    assert moto_s3.get(S3_BUCKET, "sync-one-dst/one.bin") == b"one"
+
+
 def test_cp_r_resume_skips_files_already_complete(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()

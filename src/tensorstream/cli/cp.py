@@ -18,7 +18,7 @@ from ..copy.engine import (
 from ..copy.receive import CHUNK
 from ..copy.select import Rules
 from ..copy.width import WIDEST
-from ..uri import parse_uri
+from ..uri import parse_uri, redact_text
 from .options import (
     Rule,
     add_no_fsync_option,
@@ -294,6 +294,12 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
     async with get_provider(src_uri, **src_options) as src, \
             get_provider(dst_uri, **dst_options) as dst:
         wanted = set(await _keys(src, src_uri, args.follow_symlinks))
+        if not wanted:
+            # SRC named one object (it was copied): nothing under DST is "under SRC",
+            # so every object there, the one just copied too, would be deleted.
+            result.errors.append(f"--delete skipped: {redact_text(source)} is not a directory "
+                                 "or prefix with objects under it, so nothing is deleted")
+            return
         there = await _keys(dst, dst_uri, False)
         for key, path in sorted(there.items()):
             if key in wanted or not rules.wants(key):
