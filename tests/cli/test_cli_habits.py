@@ -199,6 +199,23 @@ def test_sync_delete_from_one_object_deletes_nothing(tmp_path: Path, moto_s3: An
     assert moto_s3.get(S3_BUCKET, "sync-one-dst/one.bin") == b"one"
 
 
+def test_sync_delete_keeps_what_a_source_entry_skipped_for_a_problem_has_at_dst(
+        tmp_path: Path) -> None:
+    """A broken symlink in SRC is skipped with an error: it is there, only unreadable, so its
+    copy at DST is not extraneous (it was deleted, with an exit status saying 3 either way)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"a")
+    (src / "target.bin").write_bytes(b"t")
+    (src / "link.bin").symlink_to("target.bin")
+    assert cli("sync", str(src), str(dst)).returncode == 0
+    (src / "target.bin").unlink()
+    r = cli("sync", "--delete", str(src), str(dst))
+    assert r.returncode == 3, r.stderr
+    assert "delete: " not in r.stdout and "--delete skipped" in r.stderr
+    assert sorted(p.name for p in dst.iterdir()) == ["a.bin", "link.bin", "target.bin"]
+
+
 def test_cp_r_resume_skips_files_already_complete(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()

@@ -286,7 +286,9 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
     """``sync --delete``: remove objects under DST whose key is not under SRC."""
     from ..api import get_provider
 
-    if result.errors:
+    # An entry skipped for a problem (a broken symlink, an unreadable directory)
+    # is in SRC but not in its listing: its copy at DST is not extraneous.
+    if result.errors or any(o.status == "skipped" and o.error for o in result.outcomes):
         reporter.warning("--delete skipped: the source was not read completely, so nothing "
                          "is deleted")
         return
