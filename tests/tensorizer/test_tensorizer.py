@@ -563,3 +563,12 @@ def test_what_tensorizer_cannot_write_is_named_and_writes_nothing(tmp_path: Path
         serialize(obj, tmp_path / "m.tensors")
     assert isinstance(info.value, TypeError)
     assert os.listdir(tmp_path) == []
+
+
+def test_an_empty_tensor_tensorizer_cannot_encrypt_is_named_and_writes_nothing(
+        tmp_path: Path) -> None:
+    with pytest.raises(errors.TensorstreamError, match="tensorizer cannot write") as info:
+        serialize({"a": torch.ones(2), "e": torch.ones(0)}, tmp_path / "m.tensors",
+                  encryption=b"k" * 32)
+    assert isinstance(info.value, TypeError)
+    assert os.listdir(tmp_path) == []

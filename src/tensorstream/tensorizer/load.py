@@ -584,12 +584,16 @@ def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
                 serializer.write_module(obj)
             else:
                 serializer.write_state_dict(obj)
-        except TypeError as exc:  # a value or key tensorizer cannot write: ours to name
+        except (TypeError, ValueError, IndexError) as exc:
+            # A value or key tensorizer cannot write ({"b": 5}, {1: t}), or a tensor it cannot
+            # write with these settings (an empty one, encrypted): ours to name.
             with contextlib.suppress(Exception):
                 serializer.close()
             if isinstance(exc, TensorstreamError):
                 raise
-            raise InvalidArgumentError(f"serialize(): {exc}") from exc
+            detail = str(exc) if isinstance(exc, TypeError) else f"{type(exc).__name__}: {exc}"
+            raise InvalidArgumentError(
+                f"serialize(): tensorizer cannot write this ({detail})") from exc
         except BaseException:
             with contextlib.suppress(Exception):
                 serializer.close()
