@@ -331,3 +331,24 @@ def test_traversal_keys_from_s3_listing(tmp_path: Path, moto_s3: Any) -> None:
     assert result.files == 1 and len(result.errors) == 3
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
         "dst", "dst/ok.bin"]
+
+
+def test_a_directory_is_not_copied_into_itself(tmp_path: Path) -> None:
+    """``cp -r src src/sub/copy``: each run copied the last run's copies a level deeper
+    (a sync run every hour doubles the tree); refused, as cp refuses it, symlinks resolved."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.bin").write_bytes(b"a")
+    (src / "sub" / "b.bin").write_bytes(b"b")
+    (tmp_path / "link").symlink_to(src)
+    for source, dest in [(src, src / "sub" / "copy"), (tmp_path / "link", src / "c2"),
+                         (src, tmp_path / "link" / "c3")]:
+        result = copy_tree(str(source), str(dest))
+        assert not result.ok and len(result.errors) == 1
+        assert "cannot copy a directory into itself" in result.errors[0]
+    assert sorted(str(p.relative_to(src)) for p in src.rglob("*")) == ["a.bin", "sub",
+                                                                        "sub/b.bin"]
+    result = copy_tree(str(src / "sub"), str(src))  # a directory into its parent is fine
+    assert result.ok and (src / "b.bin").read_bytes() == b"b"
+    result = copy_tree(str(src), str(tmp_path / "src-copy"))  # a sibling sharing the prefix
+    assert result.ok and (tmp_path / "src-copy" / "a.bin").read_bytes() == b"a"

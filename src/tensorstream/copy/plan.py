@@ -61,6 +61,15 @@ class Job:
 
 
 
+def _inside(path: str, directory: str) -> bool:
+    """Whether ``path`` is ``directory`` itself or below it (symlinks resolved); a
+    directory onto itself is refused per file (same object), so only below counts."""
+    if not os.path.isdir(directory):
+        return False
+    top, below = os.path.realpath(directory), os.path.realpath(path)
+    return below != top and os.path.commonpath([top, below]) == top
+
+
 class Planner:
     """The planning half of the copy engine (attributes set by the engine)."""
 
@@ -94,6 +103,12 @@ class Planner:
         for source in sources:
             src_uri = parse_uri(source)
             src = self.provider(src_uri, "src")
+            if recursive and local and src_uri.scheme == "file" and _inside(dst_uri.path,
+                                                                             src_uri.path):
+                # Each run would copy the copies of the last one, a level deeper.
+                self.error(redact_text(source), f"refused: cannot copy a directory into itself "
+                                   f"({dst_uri.path} is inside {src_uri.path})")
+                continue
             try:
                 pairs = await self._list_source(src, src_uri, source, recursive, local)
             except (TensorstreamError, OSError) as exc:
