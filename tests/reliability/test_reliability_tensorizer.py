@@ -235,3 +235,30 @@ def test_any_damage_gives_the_exact_tensors_or_a_tensorstream_error(
         return
     assert set(got) == set(STATE)
     assert all(torch.equal(got[k], STATE[k]) for k in STATE)
+
+
+def test_every_byte_of_an_encrypted_tensor_header_damaged(tmp_path: Path) -> None:
+    """Each byte of an encrypted file's first tensor header set to 0xEE: the exact tensors
+    or one tensorstream error (an unknown crypt-info chunk type was a bare KeyError)."""
+    from tensorizer import DecryptionParams, TensorDeserializer
+
+    key = bytes(range(32))
+    path = tmp_path / "enc.tensors"
+    tensorstream.serialize(STATE, str(path), encryption=key)
+    whole = path.read_bytes()
+    with TensorDeserializer(str(path), device="cpu", lazy_load=True,
+                            encryption=DecryptionParams.from_key(key)) as d:
+        first = min(d._metadata.values(), key=lambda e: e.offset)
+    kinds = set()
+    for at in range(first.offset, first.data_offset):
+        data = bytearray(whole)
+        data[at] = 0xEE if data[at] != 0xEE else 0x11
+        path.write_bytes(bytes(data))
+        try:
+            got = _load(str(path), MODES[0], encryption=key)
+        except errors.TensorstreamError as exc:
+            assert "enc.tensors" in str(exc), exc
+            kinds.add(type(exc).__name__)
+            continue
+        assert all(torch.equal(got[k], STATE[k]) for k in STATE), at
+    assert "MalformedFileError" in kinds

@@ -282,9 +282,17 @@ class _CheckedHeader(_TensorHeaderDeserializer):
 
     @classmethod
     def from_io(cls, reader: Any, *args: Any, **kwargs: Any) -> Any:
-        pos = reader.tell() if isinstance(reader, CheckedSource) else None
-        header = super().from_io(reader, *args, **kwargs)
-        if header is not None and pos is not None:
+        if not isinstance(reader, CheckedSource):
+            return super().from_io(reader, *args, **kwargs)
+        pos = reader.tell()
+        try:
+            header = super().from_io(reader, *args, **kwargs)
+        except TensorstreamError:
+            raise
+        except (*_PARSE_ERRORS, KeyError) as exc:  # KeyError: an unknown crypt-info chunk type
+            raise reader.malformed(f"the tensor header at offset {pos} does not parse "
+                                   f"({type(exc).__name__}: {exc})") from exc
+        if header is not None:
             reader.check_header(pos, header)
         return header
 
