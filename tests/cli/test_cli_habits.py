@@ -216,6 +216,27 @@ def test_sync_delete_keeps_what_a_source_entry_skipped_for_a_problem_has_at_dst(
     assert sorted(p.name for p in dst.iterdir()) == ["a.bin", "link.bin", "target.bin"]
 
 
+def test_a_destination_naming_a_database_or_bucket_gets_the_name(
+        tmp_path: Path, redis_server: Any, moto_s3: Any) -> None:
+    """``cp FILE redis://host:port`` (no key) wrote the Redis key ``""``; like ``s3://bucket``
+    it names where objects go, so the object keeps its name there. From stdin there is no
+    name to keep: a usage error."""
+    name = "dbroot-7f3a.bin"
+    (tmp_path / name).write_bytes(b"x")
+    root = redis_server.url().rstrip("/")
+    env = s3_env(moto_s3, tmp_path)
+    for dst in [root, f"s3://{S3_BUCKET}"]:
+        r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", str(tmp_path / name), dst, env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().endswith(f"{dst}/{name}")
+        r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "-", dst, input="y", env=env)
+        assert r.returncode == 2 and "needs DST to name the object" in r.stderr
+    assert cli("cat", f"{root}/{name}").stdout == "x"
+    with redis_server.client() as c:
+        assert not c.exists("")
+    assert moto_s3.get(S3_BUCKET, name) == b"x"
+
+
 def test_cp_r_resume_skips_files_already_complete(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()

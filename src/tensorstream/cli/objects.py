@@ -176,7 +176,10 @@ def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
         return EXIT_USAGE
     if dest == "-":
         return run_async(lambda: _to_stdout(sources[0], src_options, None))
-    if dest.endswith("/") or os.path.isdir(dest):
+    from ..copy.plan import names_no_object
+
+    if dest.endswith("/") or os.path.isdir(dest) or (
+            "://" in dest and names_no_object(parse_uri(dest))):
         print_error(f"'cp - DST' needs DST to name the object, not a directory: {dest}")
         return EXIT_USAGE
     if args.dryrun:

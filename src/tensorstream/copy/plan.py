@@ -26,7 +26,7 @@ from .sinks import temp_stem
 if TYPE_CHECKING:
     from .engine import CopyResult
 
-__all__ = ["Job", "Planner"]
+__all__ = ["Job", "Planner", "names_no_object"]
 
 
 @dataclasses.dataclass
@@ -59,6 +59,13 @@ class Job:
             return os.path.join(self.local[0], *self.local[1])
         return redact_text(self.dst_uri.with_path(self.dst_path))
 
+
+
+def names_no_object(uri: ParsedURI) -> bool:
+    """Whether a remote destination names no object, only where objects go: a Redis
+    database (``redis://host:6379``, which wrote the key ``""``) or an S3 bucket."""
+    path = uri.path.strip("/")
+    return not path or (uri.scheme in ("s3", "s3a") and "/" not in path)
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -97,7 +104,7 @@ class Planner:
         dst = self.provider(dst_uri, "dst")
         local = dst_uri.scheme == "file"
         into_dir = len(sources) > 1 or recursive or dest.endswith("/") or (
-            local and os.path.isdir(dst_uri.path))
+            os.path.isdir(dst_uri.path) if local else names_no_object(dst_uri))
         jobs: list[Job] = []
         seen: set[str] = set()
         for source in sources:
