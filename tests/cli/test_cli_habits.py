@@ -237,6 +237,20 @@ def test_a_destination_naming_a_database_or_bucket_gets_the_name(
     assert moto_s3.get(S3_BUCKET, name) == b"x"
 
 
+def test_a_pattern_that_can_never_match_is_a_usage_error(tmp_path: Path) -> None:
+    """``--exclude /abs/path/x`` (or an empty pattern) matches no key, since keys are relative
+    to SRC: what it was meant to leave out was copied without a word."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "secret.key").write_bytes(b"k")
+    for cmd in (["cp", "-r"], ["sync"]):
+        for flag, pattern in [("--exclude", str(src / "secret.key")), ("--include", "")]:
+            r = cli(*cmd, flag, pattern, str(src), str(tmp_path / "dst"))
+            assert r.returncode == 2, r.stderr
+            assert r.stderr.startswith(f"tensorstream: error: {flag} ") and "Traceback" not in r.stderr
+    assert not (tmp_path / "dst").exists()
+
+
 def test_cp_r_resume_skips_files_already_complete(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
