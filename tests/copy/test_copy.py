@@ -352,3 +352,24 @@ def test_a_directory_is_not_copied_into_itself(tmp_path: Path) -> None:
     assert result.ok and (src / "b.bin").read_bytes() == b"b"
     result = copy_tree(str(src), str(tmp_path / "src-copy"))  # a sibling sharing the prefix
     assert result.ok and (tmp_path / "src-copy" / "a.bin").read_bytes() == b"a"
+
+
+def test_a_file_or_directory_in_the_way_is_named(tmp_path: Path) -> None:
+    """A file where the destination directory must be said 'File exists: DIR' once per
+    object; a directory where a file goes was found at the rename, after the transfer, as
+    'Is a directory: .NAME.tensorstream-<hex>.tmp -> NAME'. Both name what is in the way."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"a")
+    (tmp_path / "file").write_bytes(b"in the way")
+    result = copy_tree(str(src), str(tmp_path / "file"))
+    assert not result.ok
+    assert f"the destination directory {tmp_path / 'file'} cannot be made: a file is in its " \
+           "way" in result.errors[0]
+    assert (tmp_path / "file").read_bytes() == b"in the way"
+    (tmp_path / "dst" / "a.bin").mkdir(parents=True)
+    result = copy_tree(str(src), str(tmp_path / "dst"))
+    assert not result.ok and result.bytes == 0
+    assert f"{tmp_path / 'dst' / 'a.bin'} is a directory; a file cannot take its place" \
+           in result.errors[0]
+    assert sorted(p.name for p in (tmp_path / "dst").iterdir()) == ["a.bin"]

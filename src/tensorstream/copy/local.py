@@ -33,6 +33,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import stat
 import threading
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, TypeVar
@@ -120,7 +121,11 @@ async def _received_in_slot(slots: asyncio.Semaphore, loop: asyncio.AbstractEven
 
 
 def _open_target_dir(root: str, subdirs: list[str]) -> int:
-    os.makedirs(root, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise OSError(exc.errno, f"the destination directory {root} cannot be made: a file "
+                      "is in its way") from None
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
         return open_dir_under(root_fd, subdirs)
@@ -175,6 +180,11 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
         nonlocal sink, dir_fd
         dir_fd = _open_target_dir(root, path_parts[:-1])
         listing = c.listings.names((root, tuple(path_parts[:-1])), dir_fd)
+        if name in listing and stat.S_ISDIR(
+                os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            # before a byte is read: the rename at the end could not replace it
+            raise IsADirectoryError(errno.EISDIR, f"{job.dst_label} is a directory; a file "
+                                    "cannot take its place")
         check_free_space(dir_fd, name, size, job.dst_label, listing)
         target = LocalPartFile(dir_fd, name, size=size, part_size=c.part_size,
                                source=job.label, etag=job.info.etag, resume=c.resume,
