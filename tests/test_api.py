@@ -12,7 +12,7 @@ import pytest
 
 import tensorstream
 from tensorstream import _loop, errors
-from tensorstream.config import RetryConfig, split_options
+from tensorstream.config import RetryConfig, split_options, validate_options
 from tensorstream.layers.stack import PolicyProvider
 from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider
 
@@ -244,3 +244,20 @@ def test_options_that_nothing_reads_warn_and_are_dropped(name: str) -> None:
         common, rest = split_options({name: 1 << 20, "part_size": 1 << 20})
     assert name not in rest and not hasattr(common.transfer, name)
 
+
+
+@pytest.mark.parametrize(("given", "bytes_"), [
+    ("8MiB", 8 << 20), ("64M", 64 << 20), ("1GiB", 1 << 30), ("1.5G", 3 << 29), (" 4 mib ", 4 << 20),
+    ("2097152", 2 << 20), (2 << 20, 2 << 20), ("512k", 512 << 10),
+])
+def test_byte_options_take_sizes_with_units(given: Any, bytes_: int) -> None:
+    common, _ = split_options({"part_size": given, "readahead": given})
+    assert common.transfer.part_size == bytes_ and common.transfer.readahead == bytes_
+    assert validate_options({"redis_chunk_size": given})["redis_chunk_size"] == bytes_
+
+
+@pytest.mark.parametrize("bad", ["10XB", "-1", "8 MiB MiB", "", "MiB", "1e3", "0x10"])
+def test_a_size_that_is_not_one_names_the_option_and_the_form(bad: str) -> None:
+    with pytest.raises(errors.ConfigurationError, match="part_size must be") as info:
+        split_options({"part_size": bad})
+    assert "8MiB" in str(info.value) or "integer" in str(info.value)

@@ -213,6 +213,33 @@ def _int(minimum: int, maximum: int = _MAX_SIZE) -> Callable[[str, Any], int]:
     return lambda name, v: int(_number(name, v, integer=True, minimum=minimum, maximum=maximum))
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_byte_size(text: str) -> int | None:
+    """``"8M"``, ``"64MiB"``, ``"1.5G"``, ``"1048576"`` -> bytes (binary units, as the
+    CLI's sizes); ``None`` when ``text`` is not a size."""
+    m = _SIZE.match(text)
+    if not m:
+        return None
+    scale = 1 << (10 * " kmgtp".index((m.group(2) or " ").lower()))
+    return int(float(m.group(1)) * scale)
+
+
+def _bytes(minimum: int, maximum: int = _MAX_SIZE) -> Callable[[str, Any], int]:
+    """A byte count: a number, or a size string with a unit ("64MiB", "8M", "1GiB")."""
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, str) and not value.strip().isdigit():
+            parsed = parse_byte_size(value)
+            if parsed is None:
+                raise ConfigurationError(
+                    f"{name} must be a byte count or a size like 8MiB, 64M or 1GiB, "
+                    f"got {_shown(value)}")
+            value = parsed
+        return int(_number(name, value, integer=True, minimum=minimum, maximum=maximum))
+    return check
+
+
 def _positive_seconds(name: str, value: Any) -> float:
     return float(_number(name, value, integer=False, minimum=0, strict=True, maximum=10 ** 7))
 
@@ -231,18 +258,18 @@ VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "retries": _int(1, _MAX_COUNT),
     "backoff_initial": _seconds,
     "backoff_max": _seconds,
-    "part_size": _int(1),
-    "min_part_size": _int(1),
+    "part_size": _bytes(1),
+    "min_part_size": _bytes(1),
     "concurrency": _int(1, _MAX_COUNT),
-    "readahead": _int(0),
-    "large_read": _int(0),
+    "readahead": _bytes(0),
+    "large_read": _bytes(0),
     "stream_reads": _flag,
     "insecure": _flag,
     "anonymous": _flag,
     "allow_private_redirects": _flag,
     "redis_cluster": _flag,
     "redis_db": _int(0, _MAX_COUNT),
-    "redis_chunk_size": _int(1),
+    "redis_chunk_size": _bytes(1),
     "headers": _headers,
     "token": _text,
     "s3_access_key_id": _text,

@@ -20,10 +20,10 @@ side only (two S3 endpoints in one command).
 from __future__ import annotations
 
 import argparse
-import re
 import textwrap
 from typing import Any
 
+from ..config import parse_byte_size
 from ..errors import ConfigurationError
 
 __all__ = ["FLAGS", "Rule", "SIDE_FLAGS", "add_side_options", "add_storage_options", "parse_size",
@@ -156,18 +156,14 @@ class Rule(argparse.Action):
         namespace.rules = rules
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
 def parse_size(text: str) -> int:
     """``"8M"``, ``"64MiB"``, ``"1048576"`` -> bytes (binary units)."""
-    m = _SIZE.match(text)
-    if not m:
+    n = parse_byte_size(text)
+    if n is None:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8M, 64MiB, 1048576)")
-    n = float(m.group(1)) * (1 << (10 * " kmgt".index((m.group(2) or " ").lower())))
     if n < 1:
         raise argparse.ArgumentTypeError(f"size must be at least 1 byte, got {text!r}")
-    return int(n)
+    return n
 
 
 def add_output_options(parser: argparse.ArgumentParser, *, json_help: str) -> Any:
