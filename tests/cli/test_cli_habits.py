@@ -249,6 +249,10 @@ def test_a_pattern_that_can_never_match_is_a_usage_error(tmp_path: Path) -> None
             assert r.returncode == 2, r.stderr
             assert r.stderr.startswith(f"tensorstream: error: {flag} ") and "Traceback" not in r.stderr
     assert not (tmp_path / "dst").exists()
+    # rm -r: such a pattern deleted what it was meant to keep
+    r = cli("rm", "-r", "--exclude", str(src / "secret.key"), str(src))
+    assert r.returncode == 2 and "--exclude" in r.stderr and "matches no key" in r.stderr
+    assert (src / "secret.key").read_bytes() == b"k"
 
 
 def test_cp_r_resume_skips_files_already_complete(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from .options import (
     parse_size,
     side_options,
     storage_options,
+    unmatchable_rule,
 )
 from .output import Reporter, human_size
 from .progress import make_progress
@@ -234,12 +235,9 @@ def run(args: argparse.Namespace) -> int:
         return copy_stream(args, sources, dest, {**options, **src_options},
                            {**options, **dst_options})
     rules = Rules(getattr(args, "rules", None) or [])
-    for kind, pattern in rules.rules:
-        if not pattern or pattern.startswith("/"):
-            # it can never match: what it was meant to leave out would be copied
-            print_error(f"--{kind} {pattern!r} matches no key: patterns match keys relative "
-                        "to SRC (e.g. 'sub/*.bin'), never empty, never starting with '/'")
-            return EXIT_USAGE
+    if (refused := unmatchable_rule(rules.rules, "SRC")) is not None:
+        print_error(refused)  # what it was meant to leave out would be copied
+        return EXIT_USAGE
     result = CopyResult()
     mode = _mode(args)
     bars = make_progress(args.progress and mode in ("text", "json"))

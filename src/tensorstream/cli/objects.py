@@ -15,7 +15,7 @@ from ..api import get_provider
 from ..errors import NotFoundError
 from ..providers.base import ObjectInfo, Pin
 from ..uri import parse_uri, redact_text
-from .options import Rule, add_storage_options, storage_options
+from .options import Rule, add_storage_options, storage_options, unmatchable_rule
 
 _CHUNK = 8 << 20
 
@@ -216,6 +216,8 @@ def run_rm(args: argparse.Namespace) -> int:
 
     uri = parse_uri(args.uri)
     rules = Rules(getattr(args, "rules", None) or [])
+    if (refused := unmatchable_rule(rules.rules, "URI")) is not None:
+        raise argparse.ArgumentTypeError(refused)  # it would delete what it was to keep
     reporter = Reporter("json" if args.json else "quiet" if args.quiet else "text")
 
     async def go() -> int:

@@ -27,7 +27,7 @@ from ..config import parse_byte_size
 from ..errors import ConfigurationError
 
 __all__ = ["FLAGS", "Rule", "SIDE_FLAGS", "add_side_options", "add_storage_options", "parse_size",
-           "side_options", "storage_options"]
+           "side_options", "storage_options", "unmatchable_rule"]
 
 #: (flags, option name, type, help). ``bool`` flags are store_true.
 FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
@@ -154,6 +154,16 @@ class Rule(argparse.Action):
         rules = list(getattr(namespace, "rules", None) or [])
         rules.append((self.const, values))
         namespace.rules = rules
+
+
+def unmatchable_rule(rules: list[tuple[str, str]], where: str) -> str | None:
+    """The error for the first --exclude/--include pattern that can match no key (empty,
+    or starting with '/': keys are relative to ``where``), else None."""
+    for kind, pattern in rules:
+        if not pattern or pattern.startswith("/"):
+            return (f"--{kind} {pattern!r} matches no key: patterns match keys relative to "
+                    f"{where} (e.g. 'sub/*.bin'), never empty, never starting with '/'")
+    return None
 
 
 def parse_size(text: str) -> int:
