@@ -141,3 +141,20 @@ def test_a_directory_under_the_partial_name_is_named_by_a_resumed_copy(tmp_path:
     assert ".m.tensorstream-partial.tmp in the destination is a directory" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 2 and "Traceback" not in proc.stderr
     assert not (dst_dir / "m").exists()
+
+
+@pytest.mark.parametrize("text", [b"[" * 200_000, b'{"parts":' * 200_000, b"", b"\xff\xfe\x00",
+                                  b'{"identity": {"v": 1}, "parts": {"0": "', b"null", b"1e999"],
+                         ids=["deep-array", "deep-object", "empty", "binary", "cut", "null",
+                              "huge-number"])
+def test_a_journal_that_is_not_json_is_ignored(http_server: HTTPTestServer, tmp_path: Path,
+                                               text: bytes) -> None:
+    """Nested past the parser's recursion limit, a journal raised RecursionError (not a
+    ValueError): the copy failed with 'maximum recursion depth exceeded' instead of
+    starting over."""
+    dst = tmp_path / "m.bin"
+    url = _seed(http_server, dst, {"0": SHA0})
+    (tmp_path / f".{dst.name}.tensorstream-journal.tmp").write_bytes(text)
+    result = copy(url, str(dst), part_size=PART, resume=True)
+    assert result.ok, result.errors
+    assert result.resumed_bytes == 0 and dst.read_bytes() == DATA

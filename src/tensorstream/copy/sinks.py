@@ -383,7 +383,7 @@ class LocalPartFile:
                     return {}  # a FIFO or device under the journal's name: not a journal
                 data = json.loads(f.read(1 << 24))
             st = os.stat(self.tmp, dir_fd=self.dir_fd, follow_symlinks=False)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." nested deep
             return {}
         if not stat.S_ISREG(st.st_mode):
             return {}
