@@ -108,3 +108,24 @@ def test_file_uri_query_or_fragment_is_refused_and_a_plain_path_keeps_them(
     assert _read(f"file://{tmp_path}/q%23v=2") == b"hash file"
     assert _read(os.path.join(tmp_path, "q?v=2")) == b"query file"
     assert _read(os.path.join(tmp_path, "q#v=2")) == b"hash file"
+
+
+def test_a_local_name_that_is_not_utf8_is_refused_as_an_s3_key(moto_s3: MotoS3Server,
+                                                                tmp_path: Path) -> None:
+    """A file named in another encoding (bytes 0xff 0xfe: surrogate escapes in Python) has no
+    S3 key: refused by name before the upload ('S3 sent a malformed answer
+    (UnicodeEncodeError)' came after every part was sent), the other files copied."""
+    from tensorstream.copy.engine import copy
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / os.fsdecode(b"\xff\xfe.bin")).write_bytes(b"latin")
+    (src / "ok.bin").write_bytes(b"ok")
+    prefix = unique("nonutf8")
+    result = copy(str(src), f"s3://{S3_BUCKET}/{prefix}/", recursive=True, **_s3(moto_s3))
+    assert len(result.errors) == 1 and "S3 keys are UTF-8" in result.errors[0]
+    assert "malformed answer" not in result.errors[0]
+    assert _read(f"s3://{S3_BUCKET}/{prefix}/ok.bin", **_s3(moto_s3)) == b"ok"
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, prefix) == []
+    with pytest.raises(errors.InvalidURIError, match="S3 keys are UTF-8"):
+        _read(f"s3://{S3_BUCKET}/{prefix}/" + os.fsdecode(b"\xff.bin"), **_s3(moto_s3))

@@ -94,6 +94,12 @@ def _split(path: str) -> tuple[str, str]:
     bucket, _, key = path.partition("/")
     if not bucket or not key:
         raise InvalidURIError(f"S3 paths are bucket/key, got {path!r}")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:  # a local file name that is not UTF-8 (surrogate escapes)
+            raise InvalidURIError(f"S3 keys are UTF-8, {key!r} is not (a file name in "
+                                  "another encoding?)") from None
     return bucket, key
 
 
