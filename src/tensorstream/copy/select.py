@@ -22,7 +22,7 @@ import dataclasses
 import fnmatch
 import os
 import stat as stat_mod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..providers.base import ObjectInfo
@@ -102,44 +102,58 @@ def walk_local(root: str, *, follow_symlinks: bool = True
     skipped: list[tuple[str, str]] = []
     seen_dirs: set[tuple[int, int]] = set()
 
-    def walk(directory: str, rel: str) -> None:
+    def enter(directory: str, rel: str) -> list[str] | None:
+        """The sorted names in ``directory``, or None (reported) when it is not to be read."""
         try:
             st = os.stat(directory)
             names = sorted(os.listdir(directory))
         except OSError as exc:
             skipped.append((rel or ".", f"cannot read directory: {exc.strerror}"))
-            return
+            return None
         if (st.st_dev, st.st_ino) in seen_dirs:
             skipped.append((rel, "symbolic link loop (directory already copied)"))
-            return
+            return None
         seen_dirs.add((st.st_dev, st.st_ino))
-        for name in names:
-            path = os.path.join(directory, name)
-            key = f"{rel}/{name}" if rel else name
-            if is_temp_name(name):
-                continue  # tensorstream's own temp/partial files
-            try:
-                lst = os.lstat(path)
-            except OSError as exc:
-                skipped.append((key, exc.strerror or "cannot stat"))
-                continue
-            is_link = stat_mod.S_ISLNK(lst.st_mode)
-            if is_link and not follow_symlinks:
-                skipped.append((key, "symbolic link (--no-follow-symlinks)"))
-                continue
-            try:
-                st = os.stat(path) if is_link else lst
-            except OSError:
-                skipped.append((key, "broken symbolic link"))
-                continue
-            if stat_mod.S_ISDIR(st.st_mode):
-                walk(path, key)
-            elif stat_mod.S_ISREG(st.st_mode):
-                files.append((key, path))
-            else:
-                skipped.append((key, "not a regular file"))
+        return names
 
-    walk(root.rstrip("/") or "/", "")
+    # Depth first with a stack of our own, not recursion: a tree deeper than Python's
+    # recursion limit (~1000 levels) is walked, not a RecursionError.
+    top = root.rstrip("/") or "/"
+    first = enter(top, "")
+    frames: list[tuple[str, str, Iterator[str]]] = [] if first is None else [
+        (top, "", iter(first))]
+    while frames:
+        directory, rel, names = frames[-1]
+        name = next(names, None)
+        if name is None:
+            frames.pop()
+            continue
+        path = os.path.join(directory, name)
+        key = f"{rel}/{name}" if rel else name
+        if is_temp_name(name):
+            continue  # tensorstream's own temp/partial files
+        try:
+            lst = os.lstat(path)
+        except OSError as exc:
+            skipped.append((key, exc.strerror or "cannot stat"))
+            continue
+        is_link = stat_mod.S_ISLNK(lst.st_mode)
+        if is_link and not follow_symlinks:
+            skipped.append((key, "symbolic link (--no-follow-symlinks)"))
+            continue
+        try:
+            st = os.stat(path) if is_link else lst
+        except OSError:
+            skipped.append((key, "broken symbolic link"))
+            continue
+        if stat_mod.S_ISDIR(st.st_mode):
+            inner = enter(path, key)
+            if inner is not None:
+                frames.append((path, key, iter(inner)))
+        elif stat_mod.S_ISREG(st.st_mode):
+            files.append((key, path))
+        else:
+            skipped.append((key, "not a regular file"))
     return files, skipped
 
 

@@ -252,20 +252,33 @@ class LocalProvider(Provider):
         out: list[ObjectInfo] = []
         if not os.path.isdir(root):
             return out
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            dirnames.sort()
-            for fn in filenames:
-                full = os.path.join(dirpath, fn)
-                if name_prefix and not os.path.relpath(full, root).startswith(name_prefix):
-                    continue
-                if _is_temp_name(fn):
+        # Depth first with a stack of our own (a tree deeper than the recursion limit is
+        # listed, not a RecursionError); "dir/na" walks only dir's entries named na*, not
+        # all of dir (for "/nonexistent" that was the whole file system).
+        pending = [(root, True)]
+        while pending:
+            directory, top = pending.pop()
+            try:
+                with os.scandir(directory) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                continue
+            subdirs: builtins.list[tuple[str, bool]] = []
+            for entry in entries:
+                if top and not entry.name.startswith(name_prefix):
                     continue
                 try:
-                    st = os.stat(full, follow_symlinks=False)
+                    if entry.is_dir(follow_symlinks=False):
+                        subdirs.append((entry.path, False))
+                        continue
+                    if _is_temp_name(entry.name):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
                 if stat_mod.S_ISREG(st.st_mode):
-                    out.append(_info(full, st))
+                    out.append(_info(entry.path, st))
+            pending.extend(reversed(subdirs))
         out.sort(key=lambda i: i.path)
         return out
 
