@@ -67,6 +67,13 @@ def test_third_party_options_and_describer_come_from_the_class(toy_scheme: str) 
     assert report.source_of("colour") == "toy default"
 
 
+def test_describing_a_scheme_nothing_serves_is_unknown_scheme_error() -> None:
+    # as open() says: a report of "the backend's defaults" for no backend misleads
+    with pytest.raises(errors.UnknownSchemeError, match="nosuchscheme"):
+        tensorstream.describe_credentials("nosuchscheme://host/x")
+    assert tensorstream.describe_credentials("memory://x") is not None  # an fsspec protocol
+
+
 def test_builtin_describer_used_until_the_scheme_is_replaced() -> None:
     report = tensorstream.describe_credentials("redis://:pw@host:6379/k")
     assert report.source_of("password") is not None and "pw" not in str(report)

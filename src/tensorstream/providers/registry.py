@@ -151,7 +151,8 @@ def known_option_names() -> frozenset[str]:
 
 
 def credential_describer(scheme: str) -> Callable[[Any, dict[str, Any]], Any] | None:
-    """The function describing ``scheme``'s credentials, or ``None`` (generic report).
+    """The function describing ``scheme``'s credentials, or ``None`` (generic report);
+    :class:`UnknownSchemeError` when no provider serves ``scheme``.
 
     Built-ins: ``describe_credentials`` of the service's config module. Third-party providers:
     their ``describe_credentials`` classmethod, when they define one.
@@ -161,7 +162,7 @@ def credential_describer(scheme: str) -> Callable[[Any, dict[str, Any]], Any] | 
     if module is not None:
         return module.describe_credentials  # type: ignore[no-any-return]
     try:
-        cls = resolve_provider_class(scheme)
-    except (UnknownSchemeError, ImportError):
+        cls = resolve_provider_class(scheme)  # a scheme nothing serves: UnknownSchemeError
+    except ImportError:
         return None
     return getattr(cls, "describe_credentials", None)
