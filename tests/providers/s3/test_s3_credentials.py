@@ -407,3 +407,30 @@ def test_a_key_with_a_control_character_is_refused_unshown(env: dict[str, str],
         resolve_s3_credentials(options, env=env)
     text = str(info.value) + "".join(traceback.format_exception(info.value))
     assert "AKIACANARY" not in text and "s3cr3t" not in text
+
+
+@pytest.mark.parametrize(("endpoint", "problem"), [
+    ("http://", "no host"), ("http://[::1", "Invalid IPv6 URL"), ("http://a:99999", "Port out of"),
+    ("ftp://127.0.0.1", "not http or https"), ("http://u:pw-canary@:9", "no host"),
+    ("http://a:b", "Port could not be cast"),
+])
+@pytest.mark.parametrize("where", ["option", "env"])
+def test_an_endpoint_botocore_cannot_use_is_refused_naming_its_source(
+        endpoint: str, problem: str, where: str) -> None:
+    """botocore said 'Invalid IPv6 URL' or 'Port out of range' naming nothing, or for an
+    endpoint without a host failed inside the credential chain (a ValueError)."""
+    options = {"s3_endpoint": endpoint} if where == "option" else {}
+    env = {} if where == "option" else {"S3_ENDPOINT_URL": endpoint}
+    with pytest.raises(errors.ConfigurationError) as info:
+        resolve_s3_credentials(options, env=env)
+    text = str(info.value)
+    assert problem in text and "is not an S3 endpoint URL" in text
+    assert ("option s3_endpoint" if where == "option" else "env S3_ENDPOINT_URL") in text
+    assert "pw-canary" not in text
+
+
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9000", "https://s3.example.com",
+                                      "s3.example.com", "http://[::1]:9000/", "HTTP://h"])
+def test_a_usable_endpoint_is_kept(endpoint: str) -> None:
+    creds = resolve_s3_credentials({"s3_endpoint": endpoint}, env={})
+    assert creds.endpoint is not None

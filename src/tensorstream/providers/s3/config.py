@@ -122,6 +122,26 @@ def normalize_endpoint(url: str) -> str:
     return url.rstrip("/")
 
 
+def _check_endpoint(endpoint: Sourced[str]) -> None:
+    """An endpoint botocore can use, or a ConfigurationError naming where it came from
+    (botocore said 'Invalid IPv6 URL' or 'Port out of range', or, for one with no host,
+    failed inside the credential chain)."""
+    from urllib.parse import urlsplit
+
+    from ...uri import redact
+
+    try:
+        parts = urlsplit(endpoint.value)
+        _ = parts.port  # ValueError when out of range or not a number
+        problem = ("the scheme is not http or https" if parts.scheme not in ("http", "https")
+                   else "it has no host" if not parts.hostname else None)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise ConfigurationError(f"{endpoint.source} {redact(endpoint.value)!r} is not an S3 "
+                                 f"endpoint URL: {problem}")
+
+
 def _opt(options: Mapping[str, Any], name: str) -> str | None:
     value = options.get(name)
     return None if value is None or value == "" else str(value)
@@ -262,6 +282,8 @@ def resolve_s3_credentials(
             raise ConfigurationError(f"{part.source} contains a control character (a newline?); "
                                      "the value is not shown")
     endpoint = _resolve_endpoint(options, env, cfg, cfg_path)
+    if endpoint is not None:
+        _check_endpoint(endpoint)
     region = _resolve_region(options, env)
     style = _resolve_style(options, cfg, cfg_path, endpoint)
     return S3Credentials(
