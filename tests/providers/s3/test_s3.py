@@ -156,6 +156,13 @@ async def test_missing_bucket_and_bad_paths(s3: MotoS3Server) -> None:
         await tensorstream.stat("s3://no-such-bucket-here/x", **s3.options())
     with pytest.raises(errors.InvalidURIError):
         await tensorstream.stat(f"s3://{S3_BUCKET}", **s3.options())
+    # A listing or a write names the bucket that is missing (a HEAD's 404 cannot tell).
+    async with tensorstream.get_provider("s3://no-such-bucket-here/", **s3.options()) as p:
+        with pytest.raises(errors.NotFoundError, match="no such bucket 'no-such-bucket-here'"):
+            [i async for i in p.list("no-such-bucket-here/x/")]
+    with pytest.raises(errors.NotFoundError, match="no such bucket 'no-such-bucket-here'"):
+        with tensorstream.open("s3://no-such-bucket-here/k", "wb", **s3.options()) as w:
+            w.write(b"x")
 
 
 async def test_unknown_checksum_mode_is_rejected(s3: MotoS3Server) -> None:

@@ -161,6 +161,10 @@ def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamEr
     detail = f"{label}: {text}" if text and text != label else label
     keys = {code, str(status)}
 
+    if code == "NoSuchBucket":
+        bucket = ctx.path.split("/", 1)[0]
+        named = f" {bucket!r}" if bucket else ""
+        return NotFoundError(f"no such bucket{named} at {redact(ctx.endpoint)} ({detail})")
     if keys & _NOT_FOUND:
         return NotFoundError(f"no such object ({detail})")
     if keys & _DENIED:
