@@ -158,3 +158,32 @@ def test_a_journal_that_is_not_json_is_ignored(http_server: HTTPTestServer, tmp_
     result = copy(url, str(dst), part_size=PART, resume=True)
     assert result.ok, result.errors
     assert result.resumed_bytes == 0 and dst.read_bytes() == DATA
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_a_resumed_copy_never_touches_the_partial_file_a_live_run_holds(
+        tmp_path: Path, journal: bool) -> None:
+    """Another ``cp --resume`` into the same destination holds the partial file (its lock).
+    Starting over truncated that file under the live run (O_TRUNC before the lock), which
+    then published zeros where its parts had been; now the second run says the file is in
+    use and leaves it alone."""
+    import fcntl
+
+    src = tmp_path / "src.bin"
+    src.write_bytes(DATA)
+    dst_dir = tmp_path / "dst"
+    dst_dir.mkdir()
+    partial = dst_dir / ".m.tensorstream-partial.tmp"
+    partial.write_bytes(DATA[:PART] + bytes(len(DATA) - PART))
+    if journal:
+        (dst_dir / ".m.tensorstream-journal.tmp").write_text(json.dumps({"parts": {"0": SHA0}}))
+    with open(partial, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.run(
+            [sys.executable, "-c", CLI, "cp", "--quiet", "--resume", "--part-size", str(PART),
+             str(src), str(dst_dir / "m")], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1
+        assert "is in use: another tensorstream copy to this destination is running" \
+            in proc.stderr
+        assert partial.read_bytes() == DATA[:PART] + bytes(len(DATA) - PART)
+    assert not (dst_dir / "m").exists()
