@@ -57,10 +57,16 @@ def test_test_extra_pins_one_matching_boto3_aiobotocore_pair() -> None:
     assert Version(version("botocore")) in boto3_needs.specifier
 
 
-def test_readme_torch_line_is_the_cpu_build_ci_installs() -> None:
+def test_readme_torch_line_is_the_pin_ci_installs_first() -> None:
+    # The first command installs torch pinned, before tensorstream (so no range pulls another
+    # build), from the configured index as .ci/run does; PyTorch's CPU index is named for
+    # machines that reach PyPI directly (behind no network, asking it costs minutes of retries).
     readme = (ROOT / "README.md").read_text()
     line = next(s for s in readme.splitlines() if "pip install torch==" in s)
-    assert "--index-url https://download.pytorch.org/whl/cpu" in line
     pinned = re.search(r"torch==([\d.]+)", line)
     constraints = (ROOT / ".ci" / "constraints.txt").read_text()
     assert pinned and f"torch=={pinned.group(1)}" in constraints
+    assert line.index("pip install torch==") < line.index("pip install -e .")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"pip install -q torch=={pinned.group(1)}" in ci
+    assert "https://download.pytorch.org/whl/cpu" in readme
