@@ -4,6 +4,10 @@ option values)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import fsspec
 import pytest
 from fsspec.spec import AbstractFileSystem
@@ -63,3 +67,17 @@ def test_a_refused_option_value_never_reaches_the_error() -> None:
                           storage_options={"token": SECRET})
     assert SECRET not in _chain(info.value)
     assert SECRET not in repr(info.value)
+
+
+def test_a_filesystem_that_fails_to_start_prints_no_finalizer_traceback(
+        tmp_path: Path) -> None:
+    """``cp FILE ftp://x/y``: FTPFileSystem's __init__ fails (no host), then its __del__
+    raises AttributeError, which Python printed as 'Exception ignored in ...' and a
+    traceback above the one-line refusal. Now the refusal is the only output."""
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"a")
+    proc = subprocess.run([sys.executable, "-m", "tensorstream", "cp", str(src), "ftp://x/y"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "could not set up the ftp:// filesystem" in lines[0], lines

@@ -13,7 +13,10 @@ does not declare ``pinned_reads``: the pinning layer checks the object with a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import gc
+import sys
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
 import fsspec
@@ -54,6 +57,25 @@ def _etag(info: dict[str, Any]) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _quiet_fsspec_finalizers() -> Iterator[None]:
+    """Silence fsspec's own finalizers while a filesystem is made: one whose ``__init__``
+    fails is finalized as the error is handled, and FTPFileSystem's ``__del__`` then raises
+    AttributeError (no ``.ftp`` yet), which Python printed as 'Exception ignored in ...'
+    with a traceback above the one-line refusal."""
+    hook = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        if not str(getattr(unraisable.object, "__module__", "")).startswith("fsspec"):
+            hook(unraisable)
+
+    sys.unraisablehook = quiet
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+
+
 class FsspecProvider(Provider):
     """Wraps an ``fsspec.AbstractFileSystem``; ``path`` is ``protocol://`` stripped."""
 
@@ -64,19 +86,22 @@ class FsspecProvider(Provider):
     def __init__(self, protocol: str, storage_options: dict[str, Any] | None = None) -> None:
         self.protocol = protocol
         refused: ConfigurationError | None = None
-        try:
-            self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
-        except ImportError as exc:  # the protocol's package is not installed
-            refused = ConfigurationError(
-                f"the {protocol}:// protocol needs a package that is not installed "
-                f"({redact_text(str(exc))})", service="fsspec")
-        except (TypeError, ValueError) as exc:
-            # The filesystem refused its options. A ValueError's message is left
-            # out: it may quote option values (credentials among them).
-            why = redact_text(str(exc)) if isinstance(exc, TypeError) else "ValueError"
-            refused = ConfigurationError(
-                f"fsspec could not set up the {protocol}:// filesystem ({why}); pass "
-                f"what it needs as storage_options={{...}}", service="fsspec")
+        with _quiet_fsspec_finalizers():
+            try:
+                self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
+            except ImportError as exc:  # the protocol's package is not installed
+                refused = ConfigurationError(
+                    f"the {protocol}:// protocol needs a package that is not installed "
+                    f"({redact_text(str(exc))})", service="fsspec")
+            except (TypeError, ValueError) as exc:
+                # The filesystem refused its options. A ValueError's message is left
+                # out: it may quote option values (credentials among them).
+                why = redact_text(str(exc)) if isinstance(exc, TypeError) else "ValueError"
+                refused = ConfigurationError(
+                    f"fsspec could not set up the {protocol}:// filesystem ({why}); pass "
+                    f"what it needs as storage_options={{...}}", service="fsspec")
+            if refused is not None:
+                gc.collect()  # a failed filesystem in a reference cycle: finalized here
         if refused is not None:
             raise refused  # outside the handler: nothing of the original is chained
 
