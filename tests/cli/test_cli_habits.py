@@ -412,6 +412,9 @@ def test_ls_lists_buckets_and_human_sizes(tmp_path: Path, moto_s3: Any) -> None:
     (tmp_path / "d" / "m.bin").write_bytes(b"x" * 1536)
     r = cli("ls", "-lh", str(tmp_path / "d"))
     assert r.returncode == 0 and r.stdout.rstrip().endswith("1.50 KiB m.bin")
+    # a bucket that does not exist is named as such, not "no objects"
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "ls", "s3://no-such-bucket-here/x/", env=env)
+    assert r.returncode == 1 and "no such bucket 'no-such-bucket-here'" in r.stderr, r.stderr
 
 
 def test_rediss_to_a_plain_text_port_fails_fast_and_says_so(redis_server: Any) -> None:

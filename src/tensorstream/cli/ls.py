@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         async with get_provider(uri, **options) as provider:
             seen_dirs: set[str] = set()
             count = 0
+            missing: NotFoundError | None = None
             try:
                 async for info in provider.list(prefix):
                     if not info.path.startswith(base):
@@ -125,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
                         continue
                     print(_json(info, rel) if args.json else _line(
                         info, rel, args.long, args.human_readable))
-            except NotFoundError:
-                count = 0
+            except NotFoundError as exc:  # a bucket that does not exist says so
+                count, missing = 0, exc
             sys.stdout.flush()
             if count == 0:
-                print_error(f"no objects at {redact_text(args.uri)}")
+                print_error(str(missing) if missing is not None
+                            else f"no objects at {redact_text(args.uri)}")
                 return 1
         return 0
 
