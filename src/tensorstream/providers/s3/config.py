@@ -377,20 +377,11 @@ def resolve_botocore_chain(
     session = botocore.session.Session(profile=profile)
     try:
         found = session.get_credentials()
-    except botocore.exceptions.ProfileNotFound as exc:
-        raise ConfigurationError(
-            f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
-            "is not defined in the ~/.aws files"
-        ) from exc
-    except botocore.exceptions.PartialCredentialsError as exc:
-        raise ConfigurationError(
-            f"half of an S3 key pair in {exc.kwargs.get('provider')}: "
-            f"{exc.kwargs.get('cred_var')} is missing; set both, or neither"
-        ) from exc
     except Exception as exc:
         from .errors import map_session_error  # botocore's exceptions: only on this path
 
-        mapped = map_session_error(exc, profile, aws_files(os.environ))
+        mapped = map_session_error(exc, profile, aws_files(os.environ),
+                                   creds.profile.source if creds.profile else "")
         if mapped is exc:
             raise
         raise mapped from exc

@@ -221,15 +221,20 @@ _SAFE_SETUP_ERRORS = (bce.ConfigParseError, bce.InfiniteLoopConfigError, bce.Pro
                       bce.InvalidConfigError, bce.ConfigNotFound)
 
 
-def map_session_error(exc: BaseException, profile: str | None, files: str) -> BaseException:
+def map_session_error(exc: BaseException, profile: str | None, files: str,
+                      profile_source: str = "") -> BaseException:
     """The tensorstream error for ``exc``, raised while botocore set up a session
-    or resolved credentials for ``profile`` from ``files`` (returned, not raised).
+    or resolved credentials for ``profile`` (named by ``profile_source``) from
+    ``files`` (returned, not raised).
 
     A message that may hold what a credential source printed (a
     ``credential_process``'s stderr, its unparsable output) is withheld, and
     ``exc`` is scrubbed of it, since it is chained as the cause."""
     if isinstance(exc, TensorstreamError) or not isinstance(exc, Exception):
         return exc
+    if isinstance(exc, bce.ProfileNotFound):
+        return ConfigurationError(
+            f"AWS profile {profile!r} ({profile_source}) is not defined in the ~/.aws files")
     where = f"AWS profile {profile or 'default'!r} ({files})"
     if isinstance(exc, _SAFE_SETUP_ERRORS):
         # Its own message names files and profiles; what it was raised from may quote the

@@ -201,15 +201,9 @@ class S3Provider(Provider):
 
     def _session_error(self, exc: Exception, profile: str | None) -> BaseException:
         """Map an error from building a botocore session/client (async or sync alike)."""
-        import botocore.exceptions
-
         creds = self.credentials
-        if isinstance(exc, botocore.exceptions.ProfileNotFound):
-            return ConfigurationError(
-                f"AWS profile {profile!r} ({creds.profile.source if creds.profile else ''}) "
-                "is not defined in the ~/.aws files"
-            )
-        return map_session_error(exc, profile, aws_files(os.environ))
+        return map_session_error(exc, profile, aws_files(os.environ),
+                                 creds.profile.source if creds.profile else "")
 
     async def _create_client(self) -> Any:
         from aiobotocore.config import AioConfig
