@@ -289,6 +289,7 @@ VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "num_readers": _int(1, 1024),
     "verify_hash": _flag,
     "lazy_load": _flag,
+    "max_tensor_bytes": _bytes(0),
     "vllm_tensorized": _flag,
 }
 

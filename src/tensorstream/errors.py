@@ -28,8 +28,11 @@ from the builtin that fits, so ``except FileNotFoundError`` keeps working::
     ├── RetriesExhaustedError      (OSError)      names operation + attempts
     │   └── RetriesExhaustedTimeoutError (TimeoutError) last attempt timed out
     └── LoadError                  (RuntimeError) torch/tensorizer failed loading
-        └── DistributedLoadError                  a rank of a group load failed
-                                                  or died (every rank raises it)
+        ├── DistributedLoadError                  a rank of a group load failed
+        │                                         or died (every rank raises it)
+        └── InsufficientMemoryError (MemoryError) a file claims more than the
+                                                  device holds (refused before
+                                                  allocating)
 
 Third-party exceptions chained to a tensorstream error (``__cause__``,
 ``__context__``) are replaced by an :class:`ExternalError` holding their type
@@ -55,6 +58,7 @@ __all__ = [
     "DistributedLoadError",
     "ExternalError",
     "IncompleteReadError",
+    "InsufficientMemoryError",
     "InsecureTLSWarning",
     "IntegrityError",
     "InvalidRangeError",
@@ -275,6 +279,18 @@ class DistributedLoadError(LoadError):
         super().__init__(message, **context)
         self.failed_ranks = list(failed_ranks or [])
         self.errors = dict(errors or {})
+
+
+class InsufficientMemoryError(LoadError, MemoryError):
+    """A file's tensors claim more bytes than the device can hold; raised before
+    any of them is allocated. ``claimed`` (the bytes the tensors to load would
+    take) and ``limit`` (what the device has available, or the allowance
+    passed as ``max_tensor_bytes``)."""
+
+    def __init__(self, message: str, *, claimed: int, limit: int, **context: str) -> None:
+        super().__init__(message, **context)
+        self.claimed = claimed
+        self.limit = limit
 
 
 class ExternalError(Exception):

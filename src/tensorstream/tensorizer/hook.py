@@ -30,6 +30,7 @@ from tensorizer.serialization import (
     TensorEntry,
     TensorType,
     _TensorHeaderDeserializer,
+    _TensorPath,
 )
 
 from ..distributed.memory import MemorySource
@@ -38,6 +39,7 @@ from ..file import StreamReader
 from ..uri import redact_text
 from . import inplace
 from .checked import _PARSE_ERRORS, CheckedSource
+from .claims import check_claims
 from .foreign import translate
 
 __all__ = [
@@ -100,7 +102,10 @@ class StreamTensorDeserializer(TensorDeserializer):
     says what the load did (:class:`~tensorstream.tensorizer.stats.LoadStats`).
     """
 
-    def __init__(self, file_obj: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, file_obj: Any, *args: Any, max_tensor_bytes: int | None = None,
+                 **kwargs: Any) -> None:
+        # Read by _bulk_load, which an eager load reaches inside tensorizer's __init__.
+        self._ts_max_bytes = max_tensor_bytes
         source = CheckedSource.wrap(file_obj)
         if isinstance(file_obj, StreamReader):
             # No read-ahead while tensorizer parses the index: it would be planned on a
@@ -248,6 +253,8 @@ class StreamTensorDeserializer(TensorDeserializer):
         # Every load (eager, lazy, one reader or many) goes through here, a lazy load's
         # after the constructor returned: its errors are tensorstream's from here.
         self._prepare()
+        keys = list(keys)
+        self._check_claims(keys)
         try:
             for item in super()._bulk_load(keys, verify_hash):
                 if self._encrypted:  # the key decrypts this file (_mapped)
@@ -258,6 +265,16 @@ class StreamTensorDeserializer(TensorDeserializer):
             if mapped is None:
                 raise
             raise mapped from exc
+
+    def _check_claims(self, keys: list[Any]) -> None:
+        """Refuse (:class:`~tensorstream.errors.InsufficientMemoryError`) to load
+        ``keys`` when the tensors not loaded yet claim more than the device can hold
+        (or ``max_tensor_bytes``): before tensorizer allocates any of them."""
+        cache = getattr(self, "_cache", {})
+        todo = [entry for entry in (self._metadata.get(path) for path in map(_TensorPath.wrap_, keys)
+                                    if cache.get(path) is None) if entry is not None]
+        check_claims(todo, self._device, self._ts_max_bytes,
+                     redact_text(str(getattr(self._file, "name", "the file"))))
 
     def _mapped(self, exc: BaseException) -> BaseException | None:
         """The tensorstream error to raise for ``exc`` (``None``: ``exc`` itself): a

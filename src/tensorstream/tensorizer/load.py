@@ -248,6 +248,7 @@ def deserialize(
     world_size: int | None = None,
     group: Any = None,
     group_timeout: float | None = None,
+    max_tensor_bytes: int | str | None = None,
     **options: Any,
 ) -> TensorDeserializer:
     """Open a tensorizer file at any URI as a ``tensorizer.TensorDeserializer``.
@@ -284,14 +285,24 @@ def deserialize(
     file (no exchange); ``None`` or a group of one is a load of its own. See
     docs/distributed.md.
 
+    Before allocating, the bytes the tensors to load claim (a *meta* tensor,
+    stored without data and loaded as zeros, claims its whole shape) are
+    compared with what ``device`` can hold now (CPU: available memory and free
+    swap, within the memory cgroup; CUDA: the device's free memory); more
+    raises :class:`~tensorstream.errors.InsufficientMemoryError` (a
+    ``MemoryError``) naming the file and both figures. ``max_tensor_bytes``
+    (bytes, or a size like ``"64GiB"``) replaces that figure with an
+    allowance of your own. A lazy load checks each access.
+
     >>> with deserialize("/models/m.tensors", device="cpu") as sd:  # doctest: +SKIP
     ...     print(sd["lm_head.weight"].shape)
     """
     started = time.perf_counter()
     checked = validate_options({"num_readers": num_readers, "verify_hash": verify_hash,
-                                "lazy_load": lazy_load})
+                                "lazy_load": lazy_load, "max_tensor_bytes": max_tensor_bytes})
     num_readers, verify_hash, lazy_load = (
         checked["num_readers"], checked["verify_hash"], checked["lazy_load"])
+    allowance: int | None = checked["max_tensor_bytes"]
     if filter_func is not None and not callable(filter_func):
         raise ConfigurationError(
             f"filter_func must be a function of a tensor name returning True to load it, "
@@ -355,6 +366,7 @@ def deserialize(
             num_readers=num_readers if fast else readers,
             verify_hash=verify_hash,
             encryption=decryption,
+            max_tensor_bytes=allowance,
         )
     except BaseException as exc:
         mapped = translate(exc, where)
