@@ -55,11 +55,31 @@ __all__ = [
     "origin",
     "is_metadata_address",
     "parse_content_range",
+    "parse_decimal",
     "parse_http_date",
     "parse_retry_after",
 ]
 
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$", re.IGNORECASE)
+# ASCII digits only: ``\d`` and ``str.isdigit`` also take digits that ``int`` refuses
+# (``"\xb2"``, superscript two, is Latin-1: a header can carry it).
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:([0-9]+)-([0-9]+)|\*)/([0-9]+|\*)\s*$",
+                            re.IGNORECASE)
+_DECIMAL = re.compile(r"[0-9]{1,19}")
+
+
+def parse_decimal(value: str | None) -> int | None:
+    """A byte count or offset a server sent (``Content-Length``, a
+    ``Content-Range`` number): ASCII digits, at most 19 of them (2**63 has 19),
+    else ``None``. ``int()`` of thousands of digits raises ``ValueError``
+    (Python's digit limit) and would reach the caller bare.
+
+    >>> parse_decimal(" 42 "), parse_decimal("9" * 5000), parse_decimal("\\xb2")
+    (42, None, None)
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    return int(value) if _DECIMAL.fullmatch(value) else None
 
 
 class ContentRange(NamedTuple):
@@ -85,9 +105,11 @@ def parse_content_range(value: str | None) -> ContentRange | None:
     m = _CONTENT_RANGE.match(value)
     if m is None:
         return None
-    first = int(m.group(1)) if m.group(1) is not None else None
-    last = int(m.group(2)) if m.group(2) is not None else None
-    total = int(m.group(3)) if m.group(3) != "*" else None
+    given = [None if g == "*" else g for g in m.groups()]
+    numbers = [parse_decimal(g) for g in given]
+    if any(g is not None and n is None for g, n in zip(given, numbers, strict=True)):
+        return None  # a number too long to be a byte count
+    first, last, total = numbers
     if first is not None and last is not None:
         if last < first or (total is not None and last >= total):
             return None
@@ -296,6 +318,14 @@ def body_refusal(headers: _Headers) -> str | None:
     return None
 
 
+def _shown(value: str | None, limit: int = 80) -> str:
+    """A header value quoted in a message, cut to ``limit`` characters (a
+    hostile server sends kilobytes of digits)."""
+    if value is None or len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
 def served_version(headers: _Headers, total: int | None) -> Pin:
     """The version an answer reports: its ETag, Last-Modified and total size."""
     return Pin(size=total, etag=headers.get("ETag"),
@@ -346,11 +376,11 @@ def check_ranged_response(status: int, headers: _Headers, *, first: int, last: i
             f"range [{first}, {last + 1}) is past the end of a {cr.total}-byte object",
             service=service, path=redact_path(path))
     if cr is None or (cr.first, cr.last) != (first, last):
-        raise refuse(f"Content-Range {headers.get('Content-Range')!r} does not match "
+        raise refuse(f"Content-Range {_shown(headers.get('Content-Range'))} does not match "
                      f"the requested bytes {first}-{last}")
     length = headers.get("Content-Length")
     if length is not None and length.strip() != str(last - first + 1):
-        raise refuse(f"Content-Length {length} does not match the range")
+        raise refuse(f"Content-Length {_shown(length)} does not match the range")
     served = served_version(headers, cr.total)
     if pin is not None:
         pin.check(served, service=service, path=redact_path(path))

@@ -40,6 +40,7 @@ from ...errors import (
 from .._http.headers import (
     exception_error,
     parse_content_range,
+    parse_decimal,
     parse_http_date,
     redact_path,
     status_error,
@@ -199,9 +200,10 @@ class HTTPProvider(Provider):
             raise status_error(resp.status, resp.reason, resp.headers, path=path)
         length = resp.headers.get("Content-Length")
         encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
-        if length is None or not length.isdigit() or encoding not in ("", "identity"):
+        size = parse_decimal(length)
+        if size is None or encoding not in ("", "identity"):
             return None
-        return self._info(resp, path, int(length))
+        return self._info(resp, path, size)
 
     def _info_from_probe(self, resp: Answer, path: str) -> ObjectInfo:
         if resp.status == 206:
@@ -217,8 +219,9 @@ class HTTPProvider(Provider):
         if resp.status == 200:
             length = resp.headers.get("Content-Length")
             encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
-            if length is not None and length.isdigit() and encoding in ("", "identity"):
-                return self._info(resp, path, int(length))
+            size = parse_decimal(length)
+            if size is not None and encoding in ("", "identity"):
+                return self._info(resp, path, size)
             raise ProtocolError("cannot tell the object's size (no Content-Length)",
                                 service="http", path=_redact_path(path))
         raise status_error(resp.status, resp.reason, resp.headers, path=path)

@@ -53,7 +53,7 @@ from ...errors import (
     TensorstreamError,
 )
 from ...uri import redact
-from .._http.headers import exception_error, parse_http_date
+from .._http.headers import exception_error, parse_decimal, parse_http_date
 from .._http.range_get import (
     Answer,
     Cancel,
@@ -609,13 +609,13 @@ def parse_list_page(body: bytes, prefix: str) -> dict[str, Any]:
 def _head_info(path: str, answer: Answer) -> ObjectInfo:
     """What a HEAD answer says about an object (as botocore's ``head_object``)."""
     h = answer.headers
-    length = h.get("Content-Length")
-    if length is None or not length.strip().isdigit():
+    size = parse_decimal(h.get("Content-Length"))
+    if size is None:
         raise ProtocolError("HEAD answer without a usable Content-Length", service="s3",
                             path=redact(path))
     return ObjectInfo(
         path=path,
-        size=int(length),
+        size=size,
         etag=h.get("ETag"),
         mtime=parse_http_date(h.get("Last-Modified")),
         version=h.get("x-amz-version-id"),

@@ -1,0 +1,75 @@
+"""A hostile HTTP server's headers against ``tensorstream.open``: numbers
+``int()`` refuses (thousands of digits: Python's digit limit; Latin-1
+digits ``str.isdigit`` takes), dates past what a datetime holds, redirects
+to a port out of range. Each must be a tensorstream error or a correct
+read, never a bare ValueError/OverflowError."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+import tensorstream
+from reliability_helpers import RawHTTPServer
+from tensorstream.errors import ProtocolError
+
+pytestmark = pytest.mark.usefixtures("isolated_env")
+
+DATA = os.urandom(1000)
+Respond = Callable[[str, dict[str, str], int], bytes]
+
+
+def _answer(status: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return f"HTTP/1.1 {status}\r\n{lines}Connection: close\r\n\r\n".encode("latin-1") + body
+
+
+def _server(*, head: dict[str, str], total: str = str(len(DATA)),
+            extra: dict[str, str] | None = None) -> Respond:
+    """HEAD answers ``head``; a ranged GET answers its bytes with ``total``
+    as the Content-Range total (and ``extra`` headers)."""
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "HEAD":
+            return _answer("200 OK", head)
+        first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+        a, b = int(first), int(last) if last else len(DATA) - 1
+        return _answer("206 Partial Content", {
+            "ETag": '"v"', "Content-Length": str(b - a + 1),
+            "Content-Range": f"bytes {a}-{b}/{total}", **(extra or {})}, DATA[a:b + 1])
+    return respond
+
+
+def _read(respond: Respond) -> bytes:
+    with RawHTTPServer(respond) as server, \
+            tensorstream.open(server.url("m.bin"), retries=1) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("length", ["9" * 5000, "\xb2", "\xb9\xb2\xb3"],
+                         ids=["5000-digits", "superscript-two", "superscripts"])
+def test_a_head_length_int_refuses_is_no_size_and_the_probe_decides(length: str) -> None:
+    # Was ValueError (digit limit / "invalid literal for int()"): the size is now
+    # unusable, so the ranged probe tells it, as for a HEAD without a length.
+    assert _read(_server(head={"Content-Length": length, "ETag": '"v"'})) == DATA
+
+
+def test_a_content_range_total_of_thousands_of_digits_is_a_protocol_error() -> None:
+    respond = _server(head={"Content-Length": str(len(DATA)), "ETag": '"v"'},
+                      total="9" * 5000)
+    with pytest.raises(ProtocolError, match="Content-Range") as info:
+        _read(respond)
+    assert len(str(info.value)) < 500  # the header is cut, not echoed whole
+
+
+@pytest.mark.parametrize("cr", ["bytes 0-999/" + "0" * 5000 + "1000", "bytes 0-" + "9" * 5000 + "/1000"],
+                         ids=["zero-padded-total", "5000-digit-last"])
+def test_odd_content_range_numbers_are_protocol_errors(cr: str) -> None:
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "HEAD":
+            return _answer("200 OK", {"Content-Length": "1000", "ETag": '"v"'})
+        return _answer("206 Partial Content", {"ETag": '"v"', "Content-Range": cr,
+                                               "Content-Length": "1000"}, DATA)
+    with pytest.raises(ProtocolError):
+        _read(respond)
