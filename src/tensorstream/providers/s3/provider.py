@@ -485,20 +485,31 @@ class S3Provider(Provider):
             with self._mapped_errors(prefix):
                 return client.list_objects_v2(**args)
 
+        tokens: set[str] = set()
         while True:
             page = await in_thread(next_page)
             for obj in page.get("Contents", ()):
-                if obj["Key"].endswith("/") and not int(obj["Size"]):
+                size = int(obj["Size"])
+                if size < 0:
+                    key = str(obj["Key"])[:100]
+                    raise ProtocolError(f"the listing gives key {key!r} a negative size ({size})",
+                                        service="s3", path=redact(prefix))
+                if obj["Key"].endswith("/") and not size:
                     continue  # a folder marker; one holding bytes is listed (cp reports it)
                 yield ObjectInfo(
                     path=f"{bucket}/{obj['Key']}",
-                    size=int(obj["Size"]),
+                    size=size,
                     etag=obj.get("ETag"),
                     mtime=obj.get("LastModified"),
                 )
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 break
+            if token in tokens:
+                # A server answering the same page forever: listing on would never end.
+                raise ProtocolError("the listing loops: the server gave a continuation token "
+                                    "it had given before", service="s3", path=redact(prefix))
+            tokens.add(token)
             args["ContinuationToken"] = token
 
     def _list_page(self, light: PathStyle, pool: ConnectionPool, prefix: str,
@@ -593,14 +604,21 @@ def parse_list_page(body: bytes, prefix: str) -> dict[str, Any]:
         if node.tag.rpartition("}")[2] != "Contents":
             continue
         key = text(node, "Key") or ""
+        key = unquote_plus(key) if encoded else key
         modified = text(node, "LastModified")
-        contents.append({
-            "Key": unquote_plus(key) if encoded else key,
-            "Size": int(text(node, "Size") or 0),
-            "ETag": text(node, "ETag"),
-            "LastModified": (datetime.fromisoformat(modified.replace("Z", "+00:00"))
-                             if modified else None),
-        })
+        given = text(node, "Size") or "0"
+        size = parse_decimal(given)
+        if size is None:
+            raise ProtocolError(f"the ListObjectsV2 answer gives key {key[:100]!r} the size "
+                                f"{given[:40]!r}", service="s3", path=redact(prefix))
+        try:
+            mtime = datetime.fromisoformat(modified.replace("Z", "+00:00")) if modified else None
+        except ValueError:
+            raise ProtocolError(f"the ListObjectsV2 answer gives key {key[:100]!r} the date "
+                                f"{(modified or '')[:40]!r}", service="s3",
+                                path=redact(prefix)) from None
+        contents.append({"Key": key, "Size": size, "ETag": text(node, "ETag"),
+                         "LastModified": mtime})
     return {"Contents": contents,
             "IsTruncated": (text(root, "IsTruncated") or "").lower() == "true",
             "NextContinuationToken": text(root, "NextContinuationToken")}

@@ -1,0 +1,83 @@
+"""A hostile S3 endpoint's ListObjectsV2 answers (a raw server on loopback):
+a continuation token given twice must end the listing with an error, not
+loop forever; sizes and dates that are not sizes and dates are
+ProtocolErrors naming the key, never a bare ValueError or a negative size."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+import tensorstream
+from reliability_helpers import RawHTTPServer
+from tensorstream.cli.main import main
+from tensorstream.errors import ProtocolError
+
+pytestmark = pytest.mark.usefixtures("isolated_env")
+
+MODIFIED = "2026-01-01T00:00:00.000Z"
+Respond = Callable[[str, dict[str, str], int], bytes]
+
+
+def _listing(*contents: tuple[str, str, str], token: str | None = None) -> Respond:
+    items = "".join(f"<Contents><Key>{k}</Key><Size>{s}</Size><ETag>&quot;e&quot;</ETag>"
+                    f"<LastModified>{m}</LastModified></Contents>" for k, s, m in contents)
+    more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{token}</NextContinuationToken>" \
+        if token else "<IsTruncated>false</IsTruncated>"
+    body = ('<?xml version="1.0"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/'
+            f'2006-03-01/"><Name>b</Name>{more}{items}</ListBucketResult>').encode()
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        return (f"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: "
+                f"{len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    return respond
+
+
+def _options(server: RawHTTPServer) -> dict[str, object]:
+    return {"s3_endpoint": f"http://127.0.0.1:{server.port}", "s3_access_key_id": "AKIAEXAMPLE",
+            "s3_secret_access_key": "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+            "s3_region": "us-east-1", "retries": 1}
+
+
+def _list(respond: Respond, limit: int = 50) -> list[tuple[str, int]]:
+    async def go() -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
+        with RawHTTPServer(respond) as server:
+            provider = tensorstream.get_provider("s3://b/", **_options(server))
+            async for info in provider.list("b/"):
+                found.append((info.path, info.size))
+                if len(found) > limit:  # the old code listed the same page forever
+                    break
+            await provider.close()
+        return found
+    return asyncio.run(asyncio.wait_for(go(), 10))
+
+
+def test_a_listing_that_repeats_its_continuation_token_is_refused() -> None:
+    with pytest.raises(ProtocolError, match="loops"):
+        _list(_listing(("a", "1", MODIFIED), token="same"))
+
+
+def test_ls_of_a_listing_that_loops_fails_instead_of_printing_forever(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with RawHTTPServer(_listing(("a", "1", MODIFIED), token="same")) as server:
+        code = main(["ls", "s3://b/", "--endpoint-url", f"http://127.0.0.1:{server.port}"])
+        asked = len(server.requests)
+    err = capsys.readouterr().err
+    assert code != 0 and "loops" in err
+    assert asked == 2  # the second page repeated the first one's token
+
+
+@pytest.mark.parametrize(("size", "modified"), [
+    ("abc", MODIFIED), ("-5", MODIFIED), ("9" * 5000, MODIFIED), ("1", "yesterday"),
+], ids=["size-abc", "size-negative", "size-5000-digits", "date-yesterday"])
+def test_a_listing_entry_that_is_not_a_size_or_date_names_its_key(size: str,
+                                                                    modified: str) -> None:
+    with pytest.raises(ProtocolError, match=r"key 'weights\.bin'") as info:
+        _list(_listing(("weights.bin", size, modified)))
+    assert len(str(info.value)) < 300
