@@ -55,6 +55,29 @@ class ErrorContext:
     path: str
     credential_source: str
     endpoint: str
+    #: The secret key and session token in use: a server's error message that
+    #: echoes one (a hostile or broken endpoint) has it masked.
+    secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
+
+    def withhold(self, text: str) -> str:
+        """``text`` with every secret of :attr:`secrets` in it masked."""
+        for secret in self.secrets:
+            if secret and len(secret) >= 4:  # a one-letter "secret" would mask all text
+                text = text.replace(secret, "***")
+        return text
+
+    def withhold_in(self, exc: BaseException) -> None:
+        """Mask the secrets in a botocore error in place (its message and the
+        parsed ``Error`` of a ``ClientError``): it stays the mapped error's
+        cause, and a server may have echoed a secret into it."""
+        if not self.secrets:
+            return
+        exc.args = tuple(self.withhold(a) if isinstance(a, str) else a for a in exc.args)
+        error = (getattr(exc, "response", None) or {}).get("Error")
+        if isinstance(error, dict):
+            for name, value in error.items():
+                if isinstance(value, str):
+                    error[name] = self.withhold(value)
 
 
 def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) -> BaseException:
@@ -66,6 +89,7 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
     """
     if isinstance(exc, TensorstreamError):
         return exc
+    ctx.withhold_in(exc)
     aio = _aiohttp_errors()
     if isinstance(exc, bce.ClientError):
         return _map_client_error(exc, ctx)
@@ -156,7 +180,8 @@ def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamEr
     meta = response.get("ResponseMetadata") or {}
     code = str(error.get("Code") or "")
     status = meta.get("HTTPStatusCode")
-    text = str(error.get("Message") or "").strip()
+    text = ctx.withhold(str(error.get("Message") or "").strip())
+    code = ctx.withhold(code)
     label = code or str(status or "error")
     detail = f"{label}: {text}" if text and text != label else label
     keys = {code, str(status)}

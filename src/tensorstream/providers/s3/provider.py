@@ -184,7 +184,20 @@ class S3Provider(Provider):
     # -- the client -------------------------------------------------------------
     def _ctx(self, path: str) -> ErrorContext:
         endpoint = self.credentials.endpoint.value if self.credentials.endpoint else "AWS S3"
-        return ErrorContext(path=path, credential_source=self._key_source, endpoint=endpoint)
+        return ErrorContext(path=path, credential_source=self._key_source, endpoint=endpoint,
+                            secrets=self._secrets())
+
+    def _secrets(self) -> tuple[str, ...]:
+        """The secret key and session token in use (to mask in server messages)."""
+        creds = self.credentials
+        found = [s.value for s in (creds.secret_access_key, creds.session_token) if s]
+        if self._sync_creds is not None:  # botocore's chain: the keys it found
+            try:
+                frozen = self._sync_creds.get_frozen_credentials()
+                found += [s for s in (frozen.secret_key, frozen.token) if s]
+            except Exception:  # a refresh failing here must not hide the error being mapped
+                pass
+        return tuple(dict.fromkeys(found))
 
     async def _get_client(self) -> Any:
         loop = asyncio.get_running_loop()

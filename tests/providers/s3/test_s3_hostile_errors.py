@@ -1,0 +1,94 @@
+"""A hostile S3 endpoint that echoes the caller's secret key and session
+token back in its error XML (``<Message>``, ``<Code>``): tensorstream's
+errors quote the server's message, so the secrets must be masked there,
+in the exception, its chain and the CLI's output."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+
+import pytest
+
+import tensorstream
+from reliability_helpers import RawHTTPServer
+from tensorstream.cli.main import main
+from tensorstream.errors import PermissionDeniedError, TensorstreamError
+
+pytestmark = pytest.mark.usefixtures("isolated_env")
+
+SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYzzSECRETzz"
+TOKEN = "FwoGZXIvYXdzEXAMPLEsessionTOKENvalue0123"
+
+
+def _echo(method: str, headers: dict[str, str], attempt: int) -> bytes:
+    body = (f'<?xml version="1.0"?><Error><Code>AccessDenied{SECRET}</Code><Message>the key '
+            f'{SECRET} with token {TOKEN} is refused</Message></Error>').encode()
+    if method == "HEAD":  # the object is there; reading it is refused
+        return b'HTTP/1.1 200 OK\r\nContent-Length: 10\r\nETag: "e"\r\nConnection: close\r\n\r\n'
+    head = f"HTTP/1.1 403 Forbidden\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return head.encode() + body
+
+
+def _options(server: RawHTTPServer) -> dict[str, object]:
+    return {"s3_endpoint": f"http://127.0.0.1:{server.port}", "s3_access_key_id": "AKIAEXAMPLE",
+            "s3_secret_access_key": SECRET, "s3_session_token": TOKEN,
+            "s3_region": "us-east-1", "retries": 1}
+
+
+def _shown(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc)
+
+
+def _assert_masked(text: str) -> None:
+    assert SECRET not in text and TOKEN not in text
+    assert "***" in text
+
+
+def test_a_listing_refusal_that_echoes_the_secrets_masks_them() -> None:
+    async def go() -> None:
+        with RawHTTPServer(_echo) as server:
+            provider = tensorstream.get_provider("s3://b/", **_options(server))
+            try:
+                async for _ in provider.list("b/"):
+                    pass
+            finally:
+                await provider.close()
+    with pytest.raises(PermissionDeniedError) as info:
+        asyncio.run(go())
+    _assert_masked(_shown(info.value))
+
+
+def test_a_read_refusal_that_echoes_the_secrets_masks_them() -> None:
+    with RawHTTPServer(_echo) as server, pytest.raises(TensorstreamError) as info:
+        with tensorstream.open("s3://b/k.bin", **_options(server)) as f:
+            f.read()
+    _assert_masked(_shown(info.value))
+
+
+def test_ls_refused_with_the_secrets_echoed_prints_them_masked(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", TOKEN)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with RawHTTPServer(_echo) as server:
+        code = main(["ls", "s3://b/", "--endpoint-url", f"http://127.0.0.1:{server.port}"])
+    out, err = capsys.readouterr()
+    assert code != 0
+    _assert_masked(out + err)
+
+
+def test_a_botocore_refusal_that_echoes_the_secrets_masks_them_in_the_chain() -> None:
+    # delete goes through botocore: its ClientError stays the cause of ours.
+    async def go() -> None:
+        with RawHTTPServer(_echo) as server:
+            provider = tensorstream.get_provider("s3://b/", **_options(server))
+            try:
+                await provider.delete("b/k.bin")
+            finally:
+                await provider.close()
+    with pytest.raises(PermissionDeniedError) as info:
+        asyncio.run(go())
+    assert info.value.__cause__ is not None  # the chain is kept, masked
+    _assert_masked(_shown(info.value))
