@@ -73,3 +73,30 @@ def test_odd_content_range_numbers_are_protocol_errors(cr: str) -> None:
                                                "Content-Length": "1000"}, DATA)
     with pytest.raises(ProtocolError):
         _read(respond)
+
+
+def test_a_last_modified_at_the_edge_of_datetime_reads_the_bytes() -> None:
+    date = "Fri, 31 Dec 9999 23:59:59 -2359"
+    # Was OverflowError ("date value out of range"): the pinned reads send the
+    # date back as If-Unmodified-Since, in UTC, where it is past datetime's range.
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "HEAD":
+            return _answer("200 OK", {"Content-Length": "1000", "Last-Modified": date})
+        first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+        a, b = int(first), int(last) if last else len(DATA) - 1
+        return _answer("206 Partial Content", {
+            "Last-Modified": date, "Content-Length": str(b - a + 1),
+            "Content-Range": f"bytes {a}-{b}/{len(DATA)}"}, DATA[a:b + 1])
+    assert _read(respond) == DATA
+
+
+@pytest.mark.parametrize("location", ["http://127.0.0.1:99999/m.bin", "http://127.0.0.1:-1/m.bin",
+                                      "http://127.0.0.1:http/m.bin"],
+                         ids=["port-99999", "port-negative", "port-name"])
+def test_a_redirect_to_a_port_out_of_range_is_a_protocol_error(location: str) -> None:
+    # Was a bare ValueError ("Port out of range 0-65535") from yarl, parsed lazily.
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        return _answer("302 Found", {"Location": location, "Content-Length": "0"})
+    with pytest.raises(ProtocolError, match="malformed Location") as info:
+        _read(respond)
+    assert location not in str(info.value)  # a Location is never echoed

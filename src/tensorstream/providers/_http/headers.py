@@ -124,11 +124,13 @@ def parse_http_date(value: str | None) -> datetime | None:
         return None
     try:
         dt = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        # In UTC, or a date at the edge of datetime's range (year 9999 at -2359)
+        # would overflow later, when a pinned read sends it back.
+        return dt.astimezone(timezone.utc)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -410,6 +412,7 @@ def redirect_step(url: URL, location: str, *, path: str) -> tuple[URL, bool]:
     keeps the origin (if not, credential headers must be dropped)."""
     try:
         target = url.join(URL(location, encoded=True))
+        target.host, target.port  # noqa: B018  (yarl parses these lazily: port 99999 raises)
     except (ValueError, TypeError):
         # never echo it: a Location is often a presigned URL
         raise ProtocolError("the server redirected to a malformed Location",
