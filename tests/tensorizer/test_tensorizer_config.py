@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import tensorstream
 from tensorstream import errors
 from tensorstream.tensorizer import Encryption, TensorizerConfig, generate_keyfile, serialize
 from tensorstream.tensorizer.sharding import is_sharded, shard_uri
@@ -110,6 +111,27 @@ def test_rank_templates() -> None:
         shard_uri("/m.tensors", rank=0, world_size=2)
     with pytest.raises(errors.ConfigurationError):
         shard_uri("/m-%03d.tensors", rank=2, world_size=2)
+
+
+@pytest.mark.parametrize("template", ["%01000000d", "%09999999999999999999d", "%0" + "9" * 5000 + "d"])
+def test_a_rank_template_wider_than_any_rank_is_refused(tmp_path: Path, template: str) -> None:
+    # "%099999999d" made a file name of 100 million digits; wider, a bare ValueError
+    uri = str(tmp_path / f"m-{template}.tensors")
+    with pytest.raises(errors.ConfigurationError, match="wider than 32 digits"):
+        tensorstream.deserialize(uri, device="cpu", rank=0, world_size=2)
+    with pytest.raises(errors.ConfigurationError, match="wider than 32 digits"):
+        serialize({"w": torch.ones(2)}, uri, rank=0, world_size=2)
+    assert list(tmp_path.iterdir()) == []
+    assert shard_uri("/m-%032d.t", rank=3, world_size=4) == "/m-" + "0" * 31 + "3.t"
+
+
+@pytest.mark.parametrize("rank", [1.5, "1", True])
+def test_a_rank_that_is_not_an_integer_is_refused(tmp_path: Path, rank: object) -> None:
+    # 1.5 was truncated into rank 1's file name; "1" was a bare TypeError
+    with pytest.raises(errors.ConfigurationError, match="rank must be an integer"):
+        shard_uri("/m-%03d.tensors", rank=rank, world_size=2)  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigurationError, match="world_size must be an integer"):
+        shard_uri("/m-%03d.tensors", rank=0, world_size=2.0)  # type: ignore[arg-type]
 
 
 def test_encryption_from_config_uses_stream_options(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ from ..uri import redact
 __all__ = ["is_sharded", "resolve_rank", "shard_uri"]
 
 # A zero-padded printf integer, as vLLM detects it ("%03d", "%04d").
-_TEMPLATE = re.compile(r"%0\d+d")
+_TEMPLATE = re.compile(r"%0(\d+)d")
+#: The widest template filled in: "%0999999999d" made a name of a billion digits (1 GB).
+MAX_TEMPLATE_WIDTH = 32
 
 
 def is_sharded(uri: str) -> bool:
@@ -34,6 +36,11 @@ def _distributed() -> tuple[int, int] | None:
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """``(rank, world_size)`` from the arguments, else ``torch.distributed``, else (0, 1)."""
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            # a float rank was truncated into another rank's file name; "1" was a bare TypeError
+            raise ConfigurationError(f"{name} must be an integer, got {type(value).__name__} "
+                                     f"{value!r}")
     dist = _distributed()
     if rank is None:
         rank = dist[0] if dist else 0
@@ -60,6 +67,12 @@ def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = Non
     if not templated and rank is None and world_size is None and _distributed() is None:
         return uri
     r, ws = resolve_rank(rank, world_size)
+    found = _TEMPLATE.search(uri)
+    width = found.group(1).lstrip("0") if found is not None else ""
+    if len(width) > 2 or (width and int(width) > MAX_TEMPLATE_WIDTH):
+        raise ConfigurationError(
+            f"the rank template %0{width[:12]}d in {redact(uri)[:200]!r} is wider than "
+            f"{MAX_TEMPLATE_WIDTH} digits; use a zero-padded width like %03d")
     if templated:
         return _TEMPLATE.sub(lambda m: m.group(0) % r, uri, count=1)
     if ws > 1:
