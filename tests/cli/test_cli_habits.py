@@ -475,3 +475,59 @@ def test_missing_http_object_is_a_plain_404(tmp_path: Path, http_server: Any,
     r = cli("cp", http_server.url("nothing/here.bin"), str(tmp_path / "x"))
     assert r.returncode == 1
     assert "404" in r.stderr and "list" not in r.stderr, r.stderr
+
+
+# -- wildcards (s5cmd) ------------------------------------------------------------
+def test_wildcard_sources_copy_what_they_match_like_s5cmd(tmp_path: Path, moto_s3: Any) -> None:
+    for key in ("wild/llama/model-00001.safetensors", "wild/llama/model-00002.safetensors",
+                "wild/llama/config.json", "wild/llama/sub/extra.safetensors",
+                "wild/llama-evil/model.safetensors", "wild/mistral/config.json"):
+        moto_s3.put(S3_BUCKET, key, key.encode())
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    out = tmp_path / "out"
+    r = cli("cp", *ep, f"s3://{S3_BUCKET}/wild/llama/*.safetensors", str(out) + "/", env=env)
+    assert r.returncode == 0, r.stderr
+    # '*' crosses '/', names are relative to the last '/' before the first wildcard.
+    assert files_under(out) == {
+        "model-00001.safetensors": b"wild/llama/model-00001.safetensors",
+        "model-00002.safetensors": b"wild/llama/model-00002.safetensors",
+        "sub/extra.safetensors": b"wild/llama/sub/extra.safetensors"}
+    r = cli("cp", *ep, f"s3://{S3_BUCKET}/wild/*/config.json",
+            f"s3://{S3_BUCKET}/wild/llama/model-0000?.safetensors", str(tmp_path / "o2"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert sorted(files_under(tmp_path / "o2")) == [
+        "llama/config.json", "mistral/config.json", "model-00001.safetensors",
+        "model-00002.safetensors"]
+    r = cli("ls", *ep, f"s3://{S3_BUCKET}/wild/llama*/*.safetensors", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "llama-evil/model.safetensors", "llama/model-00001.safetensors",
+        "llama/model-00002.safetensors", "llama/sub/extra.safetensors"]
+
+
+def test_wildcard_sources_say_what_went_wrong(tmp_path: Path, moto_s3: Any) -> None:
+    moto_s3.put(S3_BUCKET, "wild2/a.bin", b"a")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    r = cli("cp", *ep, f"s3://{S3_BUCKET}/wild2/*.json", str(tmp_path / "o") + "/", env=env)
+    assert r.returncode == 1 and "no object matches" in r.stderr
+    r = cli("ls", *ep, f"s3://{S3_BUCKET}/wild2/*.json", env=env)
+    assert r.returncode == 1 and "no object matches" in r.stderr
+    r = cli("cp", *ep, "s3://tensorstream-*/wild2/a.bin", str(tmp_path / "o") + "/", env=env)
+    assert r.returncode != 0 and "not bucket names" in r.stderr
+    r = cli("cp", *ep, "--raw", f"s3://{S3_BUCKET}/wild2/*.bin", str(tmp_path / "o") + "/",
+            env=env)
+    assert r.returncode == 1 and "no such object" in r.stderr  # taken literally
+    r = cli("sync", *ep, "--delete", f"s3://{S3_BUCKET}/wild2/*", str(tmp_path / "o"), env=env)
+    assert r.returncode == 2 and "--delete with the wildcard source" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_wildcard_matches_redis_keys(tmp_path: Path, redis_server: Any) -> None:
+    src = tmp_path / "src"
+    (src / "m").mkdir(parents=True)
+    for name in ("m/a.bin", "m/b.txt", "c.bin"):
+        (src / name).write_bytes(name.encode())
+    assert cli("cp", "-r", str(src), redis_server.url("wild/")).returncode == 0
+    r = cli("cp", redis_server.url("wild/*.bin"), str(tmp_path / "out") + "/")
+    assert r.returncode == 0, r.stderr
+    assert files_under(tmp_path / "out") == {"c.bin": b"c.bin", "m/a.bin": b"m/a.bin"}

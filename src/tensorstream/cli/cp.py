@@ -18,6 +18,7 @@ from ..copy.engine import (
 from ..copy.receive import CHUNK
 from ..copy.select import Rules
 from ..copy.width import WIDEST
+from ..errors import TensorstreamError
 from ..uri import parse_uri, redact_text
 from .options import (
     Rule,
@@ -49,8 +50,11 @@ appears whole or not at all, also when interrupted (Ctrl-C, SIGTERM).
 With one SRC, DST names the new object, unless DST ends with '/' or is an
 existing directory: then the object keeps its name inside DST. With several
 SRCs, DST is a directory or prefix. With -r, every object under SRC is
-copied to DST/<key relative to SRC> (like 'aws s3 cp --recursive'); keys
-that would escape DST ('..', absolute, empty segments) are refused.
+copied to DST/<key relative to SRC> (like 'aws s3 cp --recursive'). A '*'
+(any characters, '/' too) or '?' (one character) in an S3 or Redis SRC key
+copies every object it matches, named from the last '/' before the first
+wildcard, as s5cmd does (quote it from the shell; --raw: take them literally).
+Keys that would escape DST ('..', absolute, empty segments) are refused.
 Symbolic links in a local SRC are followed (a Hugging Face cache snapshot
 copies as the files it shows) unless --no-follow-symlinks; whatever is left
 out is reported. '-' as SRC reads stdin, '-' as DST writes to stdout."""
@@ -66,6 +70,7 @@ examples:
   # download one object into a directory (keeps its name)
   tensorstream cp s3://models/llama/model.tensors /models/
   # download a whole prefix, only the safetensors
+  tensorstream cp 's3://models/llama/*.safetensors' /models/llama/
   tensorstream cp -r --exclude '*' --include '*.safetensors' s3://models/llama/ /models/llama/
   # upload a directory to an S3-compatible store
   tensorstream cp -r --endpoint-url http://minio:9000 ./llama s3://models/llama/
@@ -120,6 +125,8 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
     sel.add_argument("--dryrun", action="store_true", help="show what would be done, do nothing")
     sel.add_argument("--no-follow-symlinks", dest="follow_symlinks", action="store_false",
                      help="skip (and report) symbolic links in a local SRC")
+    sel.add_argument("--raw", dest="wildcards", action="store_false",
+                     help="take '*' and '?' in SRC keys literally (no wildcard matching)")
     if sync:
         sel.add_argument("--delete", action="store_true",
                          help="delete objects under DST that are not under SRC")
@@ -244,6 +251,12 @@ def run(args: argparse.Namespace) -> int:
     reporter = Reporter(mode, verb="copy", dryrun=args.dryrun, bars=bars)
     if args.sync:
         dest = dest if dest.endswith("/") else dest + "/"
+    if args.sync and getattr(args, "delete", False) and args.wildcards and (
+            refused := _wildcard_source(sources)) is not None:
+        # What is "not under SRC" is ill-defined for a pattern: nothing is deleted on a guess.
+        print_error(f"--delete with the wildcard source {refused} is refused: name a "
+                    "directory or prefix (select with --exclude/--include), or add --raw")
+        return EXIT_USAGE
 
     async def go() -> int:
         try:
@@ -253,8 +266,8 @@ def run(args: argparse.Namespace) -> int:
                 durable=args.durable, direct=args.direct, jobs=args.jobs, progress=reporter,
                 src_options=src_options,
                 dst_options=dst_options, include=rules, skip_unchanged=args.sync,
-                dryrun=args.dryrun, follow_symlinks=args.follow_symlinks, result=result,
-                **options)
+                dryrun=args.dryrun, follow_symlinks=args.follow_symlinks,
+                wildcards=args.wildcards, result=result, **options)
             if args.sync and getattr(args, "delete", False):
                 await _delete_extraneous(args, sources[0], dest, rules, result, reporter,
                                          {**options, **src_options}, {**options, **dst_options})
@@ -282,6 +295,19 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_PARTIAL if done else EXIT_FAILED
 
     return run_async(go, lambda: _interrupted(result))
+
+
+def _wildcard_source(sources: list[str]) -> str | None:
+    """The first source that is a wildcard pattern (redacted), if any."""
+    from ..copy.wildcards import wildcard
+
+    for source in sources:
+        try:
+            if wildcard(parse_uri(source)) is not None:
+                return redact_text(source)
+        except TensorstreamError:
+            return redact_text(source)  # a bucket wildcard: refused either way
+    return None
 
 
 async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, rules: Rules,

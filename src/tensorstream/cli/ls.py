@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from ..api import get_provider
+from ..copy.wildcards import wildcard
 from ..errors import NotFoundError
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, parse_uri, redact_text
@@ -24,6 +25,7 @@ examples:
   tensorstream ls s3://                     # the buckets these credentials see
   tensorstream ls s3://models/              # top level: objects and PRE prefixes/
   tensorstream ls -lr s3://models/llama/    # every object below, with sizes and dates
+  tensorstream ls 's3://models/*/config.json'  # wildcards: '*' (also across '/'), '?'
   tensorstream ls -lh /models/llama           # human sizes
   tensorstream ls --json s3://models/llama/   # one JSON object per line, names exact
   tensorstream ls redis://localhost:6379/llama/"""
@@ -44,6 +46,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="sizes as 1.5 KiB, 3.20 GiB (with -l)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line: key, size, etag, mtime (or prefix)")
+    p.add_argument("--raw", dest="wildcards", action="store_false",
+                   help="take '*' and '?' in URI literally (no wildcard matching)")
     add_storage_options(p)
     p.set_defaults(handler=run)
 
@@ -102,19 +106,24 @@ def run(args: argparse.Namespace) -> int:
         return run_async(lambda: _buckets(args, options))
     uri = parse_uri(args.uri)
 
+    pattern = wildcard(uri) if args.wildcards else None
+
     async def go() -> int:
-        prefix, base = list_base(args.uri, uri)
+        prefix, base = list_base(args.uri, uri) if pattern is None else (
+            pattern.prefix, pattern.base)
+        recursive = args.recursive or pattern is not None  # '*' matches across '/'
         async with get_provider(uri, **options) as provider:
             seen_dirs: set[str] = set()
             count = 0
             missing: NotFoundError | None = None
             try:
                 async for info in provider.list(prefix):
-                    if not info.path.startswith(base):
+                    if not info.path.startswith(base) or (
+                            pattern is not None and not pattern.matches(info.path)):
                         continue
                     rel = info.path[len(base):]
                     count += 1
-                    if not args.recursive and "/" in rel:
+                    if not recursive and "/" in rel:
                         d = rel.split("/", 1)[0] + "/"
                         if d not in seen_dirs:
                             seen_dirs.add(d)
@@ -131,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             if count == 0:
                 print_error(str(missing) if missing is not None
+                            else f"no object matches {redact_text(args.uri)}" if pattern
                             else f"no objects at {redact_text(args.uri)}")
                 return 1
         return 0

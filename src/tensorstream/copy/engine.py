@@ -157,7 +157,8 @@ class _Copier(Planner):
                  dst_options: dict[str, Any] | None = None, rules: Rules | None = None,
                  skip_unchanged: bool = False, dryrun: bool = False,
                  follow_symlinks: bool = True, result: CopyResult | None = None,
-                 durable: bool = True, direct: bool | None = None) -> None:
+                 durable: bool = True, direct: bool | None = None,
+                 wildcards: bool = True) -> None:
         if concurrency < 1 or part_size < 1 or jobs < 1:
             raise ValueError("concurrency, part_size and jobs must be >= 1")
         if part_size > MAX_PART_SIZE:
@@ -179,6 +180,7 @@ class _Copier(Planner):
         self.skip_unchanged = skip_unchanged
         self.dryrun = dryrun
         self.follow_symlinks = follow_symlinks
+        self.wildcards = wildcards
         # Reads in flight are capped at ``concurrency``; a few spare buffers let
         # new reads start while finished parts are still being written. The
         # copy remakes both slots when it starts, once its sources are known
@@ -379,6 +381,7 @@ async def copy_async(
     skip_unchanged: bool = False,
     dryrun: bool = False,
     follow_symlinks: bool = True,
+    wildcards: bool = True,
     result: CopyResult | None = None,
     **options: Any,
 ) -> CopyResult:
@@ -398,7 +401,11 @@ async def copy_async(
     modification time, like ``aws s3 sync``). ``dryrun`` plans and reports
     without copying. Local source directories have their symbolic links
     followed unless ``follow_symlinks=False`` (then they are reported as
-    skipped). Pass ``result`` to have it filled in place, so a caller still
+    skipped). A ``*`` or ``?`` in the key of a source that can be listed (S3,
+    Redis) makes it a pattern, as in s5cmd (:mod:`tensorstream.copy.wildcards`):
+    every matching object is copied, named from the last ``/`` before the
+    first wildcard; ``wildcards=False`` takes such keys literally. Pass
+    ``result`` to have it filled in place, so a caller still
     sees what happened when the copy is cancelled.
 
     A local destination is on the disk (fsync) before it appears unless
@@ -413,7 +420,7 @@ async def copy_async(
                      src_options=src_options, dst_options=dst_options, rules=include,
                      skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
                      follow_symlinks=follow_symlinks, result=result, durable=durable,
-                     direct=direct)
+                     direct=direct, wildcards=wildcards)
     t0 = time.perf_counter()
     if not dryrun:
         # The part threads start while the sources are listed, not one by one

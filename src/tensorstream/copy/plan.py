@@ -22,6 +22,7 @@ from ..uri import ParsedURI, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .select import FileOutcome, Rules, unchanged, walk_local
 from .sinks import temp_stem
+from .wildcards import Wildcard, wildcard
 
 if TYPE_CHECKING:
     from .engine import CopyResult
@@ -87,6 +88,8 @@ class Planner:
     resume: bool
     dryrun: bool
     follow_symlinks: bool
+    #: ``*``/``?`` in a listable source's key make it a pattern (s5cmd's, :mod:`.wildcards`).
+    wildcards: bool
     result: CopyResult
 
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
@@ -104,9 +107,10 @@ class Planner:
         dst = self.provider(dst_uri, "dst")
         local = dst_uri.scheme == "file"
         into_dir = len(sources) > 1 or recursive or dest.endswith("/") or (
-            os.path.isdir(dst_uri.path) if local else names_no_object(dst_uri))
+            os.path.isdir(dst_uri.path) if local else names_no_object(dst_uri)) or (
+            any(self._pattern(parse_uri(s)) is not None for s in sources))
         jobs: list[Job] = []
-        seen: set[str] = set()
+        seen: dict[str, str] = {}  # target -> the source going there
         for source in sources:
             src_uri = parse_uri(source)
             src = self.provider(src_uri, "src")
@@ -142,9 +146,11 @@ class Planner:
                     self.error(job.label, "refused: source and destination are the same object")
                     continue
                 if target in seen:
-                    self.error(job.label, f"another source also maps to {job.dst_label}; skipped")
+                    if seen[target] != job.label:  # the same object twice (two patterns): once
+                        self.error(job.label,
+                                   f"another source also maps to {job.dst_label}; skipped")
                     continue
-                seen.add(target)
+                seen[target] = job.label
                 jobs.append(job)
         if jobs and dst_uri.scheme == "s3":
             jobs = await self._check_bucket(dst, jobs)
@@ -220,8 +226,14 @@ class Planner:
                 f"{job.dst_label}: an interrupted --resume copy was left here; without "
                 "--resume it is discarded and the copy starts over")
 
+    def _pattern(self, uri: ParsedURI) -> Wildcard | None:
+        return wildcard(uri) if self.wildcards else None
+
     async def _list_source(self, src: PolicyProvider, uri: ParsedURI, raw: str, recursive: bool,
                            local_dst: bool) -> list[tuple[str, ObjectInfo]]:
+        pattern = self._pattern(uri)
+        if pattern is not None:
+            return await self._matching(src, uri, raw, pattern, local_dst)
         if not recursive:
             return [await self._single(src, uri, raw)]
         if uri.scheme == "file" and os.path.isdir(uri.path):
@@ -243,6 +255,30 @@ class Planner:
             except NotFoundError:
                 raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None
             return [(posixpath.basename(uri.path.rstrip("/")), info)]
+        return self._planned(by_key, uri, base, local_dst)
+
+    async def _matching(self, src: PolicyProvider, uri: ParsedURI, raw: str, pattern: Wildcard,
+                        local_dst: bool) -> list[tuple[str, ObjectInfo]]:
+        """The objects a wildcard source matches, named from the pattern's base."""
+        if not src.capabilities.list:
+            raise NotFoundError(f"{redact_text(raw)}: this storage cannot be listed, so a "
+                                "wildcard cannot be matched (name the object)")
+        by_key: dict[str, ObjectInfo] = {}
+        try:
+            async for info in src.list(pattern.prefix):
+                rel = relative_key(info.path, pattern.base)
+                if rel is not None and pattern.matches(info.path):
+                    by_key[rel] = info
+        except NotFoundError as exc:
+            if "NoSuchBucket" in str(exc):
+                raise
+        if not by_key:
+            raise NotFoundError(f"no object matches {redact_text(raw)}")
+        return self._planned(by_key, uri, pattern.base, local_dst)
+
+    def _planned(self, by_key: dict[str, ObjectInfo], uri: ParsedURI, base: str,
+                 local_dst: bool) -> list[tuple[str, ObjectInfo]]:
+        """Listed objects by their relative keys, unsafe and unnamable keys reported."""
         plan = plan_keys(list(by_key), filesystem=local_dst)
         label = redact_text(uri.with_path(base))
         for key, reason in plan.refused:
