@@ -531,3 +531,24 @@ def test_a_wildcard_matches_redis_keys(tmp_path: Path, redis_server: Any) -> Non
     r = cli("cp", redis_server.url("wild/*.bin"), str(tmp_path / "out") + "/")
     assert r.returncode == 0, r.stderr
     assert files_under(tmp_path / "out") == {"c.bin": b"c.bin", "m/a.bin": b"m/a.bin"}
+
+
+def test_rm_of_a_wildcard_deletes_what_it_matches_and_nothing_else(tmp_path: Path,
+                                                                   moto_s3: Any) -> None:
+    for key in ("wildrm/a.pt", "wildrm/sub/b.pt", "wildrm/c.bin", "wildrm-x/d.pt"):
+        moto_s3.put(S3_BUCKET, key, b"x")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    r = cli("rm", *ep, "--dryrun", f"s3://{S3_BUCKET}/wildrm/*.pt", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"(dryrun) delete: s3://{S3_BUCKET}/wildrm/a.pt",
+                                     f"(dryrun) delete: s3://{S3_BUCKET}/wildrm/sub/b.pt"]
+    r = cli("rm", *ep, "--exclude", "sub/*", f"s3://{S3_BUCKET}/wildrm/*.pt", env=env)
+    assert r.returncode == 0 and r.stdout.splitlines() == [
+        f"delete: s3://{S3_BUCKET}/wildrm/a.pt"]
+    r = cli("ls", *ep, "-r", f"s3://{S3_BUCKET}/", env=env)
+    assert {"wildrm/sub/b.pt", "wildrm/c.bin", "wildrm-x/d.pt"} <= set(r.stdout.split())
+    assert "wildrm/a.pt" not in r.stdout.split()
+    r = cli("rm", *ep, f"s3://{S3_BUCKET}/wildrm/*.json", env=env)
+    assert r.returncode == 1 and "no object matches" in r.stderr
+    r = cli("rm", *ep, "--raw", f"s3://{S3_BUCKET}/wildrm/*.pt", env=env)
+    assert r.returncode != 0 and "wildrm/sub/b.pt" not in r.stdout  # one literal key only

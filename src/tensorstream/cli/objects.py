@@ -12,9 +12,10 @@ import sys
 from typing import Any
 
 from ..api import get_provider
+from ..copy.wildcards import wildcard
 from ..errors import NotFoundError
 from ..providers.base import ObjectInfo, Pin
-from ..uri import parse_uri, redact_text
+from ..uri import ParsedURI, parse_uri, redact_text
 from .options import Rule, add_storage_options, storage_options, unmatchable_rule
 
 _CHUNK = 8 << 20
@@ -54,8 +55,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
              "tensorstream rm [options] URI",
              "examples:\n  tensorstream rm s3://models/old/model.tensors\n"
              "  tensorstream rm -r --dryrun s3://models/old/\n"
-             "  tensorstream rm -r --exclude '*' --include '*.pt' s3://models/old/",
-             "Delete one object, or with -r every object under a directory or prefix. "
+             "  tensorstream rm -r --exclude '*' --include '*.pt' s3://models/old/\n"
+             "  tensorstream rm 's3://models/old/*.pt'        # s5cmd's wildcards",
+             "Delete one object, or with -r every object under a directory or prefix, or "
+             "every object a pattern ('*', '?' in an S3 or Redis key) matches. "
              "Prints one 'delete: URI' line per object removed.")
     p.add_argument("-r", "--recursive", action="store_true", help="delete everything under URI")
     p.add_argument("--dryrun", action="store_true", help="show what would be deleted")
@@ -63,6 +66,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="keep keys matching GLOB (with -r; repeatable)")
     p.add_argument("--include", action=Rule, const="include", metavar="GLOB",
                    help="take back keys matching GLOB; the last rule that matches wins")
+    p.add_argument("--raw", dest="wildcards", action="store_false",
+                   help="take '*' and '?' in URI literally (no wildcard matching)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="one JSON object per object deleted")
     add_storage_options(p)
@@ -211,7 +216,7 @@ def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
 
 def run_rm(args: argparse.Namespace) -> int:
     from ..copy.select import Rules
-    from ._run import EXIT_FAILED, EXIT_PARTIAL, run_async
+    from ._run import run_async
     from .output import Reporter
 
     uri = parse_uri(args.uri)
@@ -220,8 +225,18 @@ def run_rm(args: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError(refused)  # it would delete what it was to keep
     reporter = Reporter("json" if args.json else "quiet" if args.quiet else "text")
 
+    pattern = wildcard(uri) if args.wildcards else None
+
     async def go() -> int:
         async with get_provider(uri, **storage_options(args)) as provider:
+            if pattern is not None:
+                targets = [i.path async for i in provider.list(pattern.prefix)
+                           if i.path.startswith(pattern.base) and pattern.matches(i.path)
+                           and rules.wants(i.path[len(pattern.base):])]
+                if not targets:
+                    raise NotFoundError(f"no object matches {redact_text(args.uri)}"
+                                        + (" and the --exclude/--include rules" if rules else ""))
+                return await _delete_each(provider, uri, targets, args.dryrun, reporter)
             if not args.recursive:
                 if args.dryrun:
                     await provider.stat(uri.path)  # NotFoundError if absent
@@ -235,24 +250,32 @@ def run_rm(args: argparse.Namespace) -> int:
             if not targets:
                 raise NotFoundError(f"no objects under {redact_text(args.uri)}"
                                     + (" match the --exclude/--include rules" if rules else ""))
-            failed = 0
-            for path in targets:
-                target = uri.with_path(path)
-                if args.dryrun:
-                    reporter.deleted(target, dryrun=True)
-                    continue
-                try:
-                    await provider.delete(path)
-                except (OSError, ValueError) as exc:
-                    failed += 1
-                    reporter.deleted(target, dryrun=False, error=f"delete {target}: {exc}")
-                else:
-                    reporter.deleted(target, dryrun=False)
-            if not failed:
-                return 0
-            return EXIT_PARTIAL if failed < len(targets) else EXIT_FAILED
+            return await _delete_each(provider, uri, targets, args.dryrun, reporter)
 
     return run_async(go)
+
+
+async def _delete_each(provider: Any, uri: ParsedURI, targets: list[str], dryrun: bool,
+                       reporter: Any) -> int:
+    """Delete (or with ``dryrun`` only name) every path; the exit status."""
+    from ._run import EXIT_FAILED, EXIT_PARTIAL
+
+    failed = 0
+    for path in targets:
+        target = uri.with_path(path)
+        if dryrun:
+            reporter.deleted(target, dryrun=True)
+            continue
+        try:
+            await provider.delete(path)
+        except (OSError, ValueError) as exc:
+            failed += 1
+            reporter.deleted(target, dryrun=False, error=f"delete {target}: {exc}")
+        else:
+            reporter.deleted(target, dryrun=False)
+    if not failed:
+        return 0
+    return EXIT_PARTIAL if failed < len(targets) else EXIT_FAILED
 
 
 def run_credentials(args: argparse.Namespace) -> int:
