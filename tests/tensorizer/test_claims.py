@@ -110,3 +110,20 @@ def test_a_bad_allowance_is_a_configuration_error(tmp_path: Path, bad: Any) -> N
     path.write_bytes(_file(tmp_path, 4))
     with pytest.raises(errors.ConfigurationError, match="max_tensor_bytes must be"):
         tensorstream.deserialize(str(path), device="cpu", max_tensor_bytes=bad)
+
+
+def test_a_meta_tensor_of_a_dtype_numpy_lacks_is_named_not_called_damaged(tmp_path: Path) -> None:
+    # tensorizer writes it, then sizes it with numpy.dtype("<V2\\0torch.bfloat16") and fails:
+    # the file was called "not a whole tensorizer file" (damaged). It is tensorizer's limit.
+    path = tmp_path / "bf16meta.tensors"
+    ser = TensorSerializer(str(path))
+    ser.write_state_dict({"a": torch.empty(4, dtype=torch.bfloat16, device="meta"),
+                          "b": torch.ones(2)})
+    ser.close()
+    with pytest.raises(errors.LoadError) as info:
+        tensorstream.deserialize(str(path), device="cpu")
+    assert not isinstance(info.value, errors.MalformedFileError)
+    text = str(info.value)
+    assert "bf16meta.tensors" in text and "torch.bfloat16" in text and "filter_func" in text
+    with tensorstream.deserialize(str(path), device="cpu", filter_func=lambda n: n != "a") as d:
+        assert d["b"].tolist() == [1.0, 1.0]

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import inspect
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,7 @@ from tensorizer.serialization import (
 )
 
 from ..distributed.memory import MemorySource
-from ..errors import TensorstreamError
+from ..errors import LoadError, TensorstreamError
 from ..file import StreamReader
 from ..uri import redact_text
 from . import inplace
@@ -90,6 +91,11 @@ def _in_parser(exc: BaseException) -> bool:
     return False
 
 
+#: numpy's error on the dtype string tensorizer writes for a dtype numpy lacks
+#: ("<V2" NUL "torch.bfloat16"), shown by repr: a backslash-x00 escape.
+_OPAQUE_META = re.compile(r"data type '<V\d+\\x00(torch\.\w+)' not understood")
+
+
 class StreamTensorDeserializer(TensorDeserializer):
     """A ``TensorDeserializer`` that checks the file against its own index and
     reopens a ``StreamReader`` with ``fork()``.
@@ -120,6 +126,18 @@ class StreamTensorDeserializer(TensorDeserializer):
             if isinstance(exc, TensorstreamError | CryptographyError) or getattr(
                     exc, "_tensorstream_user", False):
                 raise
+            opaque = _OPAQUE_META.search(str(exc)) if isinstance(exc, TypeError) else None
+            if opaque is not None:
+                # tensorizer sizes a meta tensor with numpy.dtype(its whole dtype string),
+                # which for a dtype numpy lacks holds the torch name: a file it wrote itself
+                # is not damaged, tensorizer cannot read it back (its own loader fails too).
+                dtype = opaque.group(1)
+                raise LoadError(
+                    f"{getattr(source, 'name', 'the file')}: tensorizer cannot load a meta "
+                    f"tensor (stored without data, loaded as zeros) of dtype {dtype}, which "
+                    "numpy lacks; tensorizer's own TensorDeserializer fails on this file too. "
+                    "Leave such tensors out with filter_func (tensorstream.inspect lists them: "
+                    "nbytes 0)") from exc
             raise source.malformed(f"{type(exc).__name__}: {exc}") from exc
         try:
             self._prepare()  # lazy_load with one reader: nothing checked the index yet
