@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from ...errors import IncompleteReadError, ObjectChangedError
+from ...errors import IncompleteReadError, ObjectChangedError, ProtocolError
 from ...readahead._memcopy import copy_into
 from ..base import Pin
 from .errors import REDIS_ERRORS, map_redis_error
@@ -50,6 +50,10 @@ def batches(layout: Layout, offset: int, want: int) -> list[Batch]:
 
 def check_reply(layout: Layout, key: bytes, n: int, data: bytes) -> None:
     """Raise :class:`ObjectChangedError` unless a ``GETRANGE`` reply has ``n`` bytes."""
+    if not isinstance(data, bytes):  # a server answering an integer, an array...
+        raise ProtocolError(
+            f"Redis answered GETRANGE of key {key.decode(errors='replace')!r} with a "
+            f"{type(data).__name__}, not bytes, while {layout.path!r} was being read")
     if len(data) != n:
         # A chunk of the pinned generation is gone: overwritten or deleted.
         raise ObjectChangedError(

@@ -39,6 +39,8 @@ FORMAT_VERSION = "1"
 #: Bounds on what a manifest may claim (far beyond any Redis deployment's memory).
 MAX_OBJECT_SIZE = 1 << 44
 MAX_CHUNKS = 1 << 24
+#: A manifest's mtime is seconds since the epoch in years 1 to 9999 (a datetime's).
+_MTIME_START, _MTIME_END = -62135596800.0, 253402300800.0
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 _CHUNK_SUFFIX = re.compile(rb":(\d+)$")
 _GENERATION_CHUNK = re.compile(rb"[0-9a-f]{16}:\d+")
@@ -148,7 +150,9 @@ def parse_manifest(path: str, fields: Mapping[bytes, bytes]) -> Layout:
     except (KeyError, ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"key {path!r} holds a hash that is not a tensorstream manifest "
                             f"(format {FORMAT_VERSION})") from exc
-    if size < 0 or chunk_size < 1 or not generation:
+    if size < 0 or chunk_size < 1 or not generation or not (
+            mtime is None or _MTIME_START < mtime < _MTIME_END):
+        # (an mtime of nan, inf or 1e300 is no date: stat failed with OverflowError)
         raise ProtocolError(f"corrupt tensorstream manifest at {path!r}")
     if size > MAX_OBJECT_SIZE or -(-size // chunk_size) > MAX_CHUNKS:
         # Numbers from a server are not trusted: a manifest claiming 10**15 bytes
@@ -170,7 +174,7 @@ def tensorizer_layout(path: str, sized_keys: list[tuple[bytes, int]]) -> Layout 
     for key, size in sized_keys:
         off = chunk_offset(key)
         if off is not None:
-            entries.append((off, key, size))
+            entries.append((off, key, checked_strlen(path, key, size)))
     if not entries:
         return None
     entries.sort()
@@ -190,6 +194,19 @@ def tensorizer_layout(path: str, sized_keys: list[tuple[bytes, int]]) -> Layout 
                   empty_keys=tuple(key for _, key, size in entries if not size))
 
 
+def checked_strlen(path: str, key: bytes, size: object) -> int:
+    """A ``STRLEN`` reply as a byte count, or :class:`ProtocolError`: a server's
+    numbers are not trusted (a negative one read as an empty object; a huge one
+    made ``read()`` allocate it)."""
+    if type(size) is not int or not 0 <= size <= MAX_OBJECT_SIZE:
+        raise ProtocolError(
+            f"Redis reported the length {str(size)[:40]!r} for key "
+            f"{key.decode(errors='replace')!r} of {path!r} (a length is 0 to "
+            f"{MAX_OBJECT_SIZE} bytes)")
+    return size
+
+
 def string_layout(path: str, size: int) -> Layout:
     """A plain string value as a one-chunk object (no ETag: Redis keeps no version)."""
-    return Layout("string", path, size, None, keys=((path.encode(), 0),))
+    key = path.encode()
+    return Layout("string", path, checked_strlen(path, key, size), None, keys=((key, 0),))

@@ -1,0 +1,111 @@
+"""A hostile Redis server (a raw RESP server on loopback) lying in its
+replies: a ``STRLEN`` that is negative or huge, a manifest whose mtime is
+no date, a ``GETRANGE`` answered with an integer. Each is a ProtocolError,
+never an empty read, a bare TypeError/OverflowError or a MemoryError."""
+
+from __future__ import annotations
+
+import os
+import socketserver
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import tensorstream
+from tensorstream.errors import ProtocolError
+
+pytestmark = [pytest.mark.usefixtures("isolated_env"),
+              pytest.mark.filterwarnings("ignore:Server/proxy")]
+
+DATA = os.urandom(1000)
+Reply = bytes | Callable[[list[bytes]], bytes]
+
+
+def _bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def _getrange(args: list[bytes]) -> bytes:
+    return _bulk(DATA[int(args[2]):int(args[3]) + 1])
+
+
+#: A well-behaved server's answers: the key holds DATA as a string.
+HONEST: dict[str, Reply] = {
+    "hello": b"-ERR unknown command 'HELLO'\r\n", "type": b"+string\r\n",
+    "hgetall": b"*0\r\n", "strlen": b":1000\r\n", "getrange": _getrange,
+}
+
+
+class RawRedis:
+    """Answers each command by name from ``replies`` (``+OK`` otherwise)."""
+
+    def __init__(self, replies: dict[str, Reply]) -> None:
+        outer = self
+        self.replies = replies
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                while line := self.rfile.readline():
+                    if not line.startswith(b"*"):
+                        continue
+                    args = []
+                    for _ in range(int(line[1:])):
+                        size = int(self.rfile.readline()[1:])
+                        args.append(self.rfile.read(size + 2)[:-2])
+                    reply = outer.replies.get(args[0].decode().lower(), b"+OK\r\n")
+                    self.wfile.write(reply(args) if callable(reply) else reply)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"redis://127.0.0.1:{self._server.server_address[1]}/k"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[dict[str, Reply]], str]]:
+    servers: list[RawRedis] = []
+
+    def start(lies: dict[str, Reply]) -> str:
+        servers.append(RawRedis({**HONEST, **lies}))
+        return servers[-1].url
+    yield start
+    for server in servers:
+        server.close()
+
+
+def _read(url: str) -> bytes:
+    with tensorstream.open(url, retries=1) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("length", [b":-5\r\n", b":99999999999999999\r\n"],
+                         ids=["negative", "huge"])
+def test_a_strlen_that_is_no_length_is_a_protocol_error(
+        serve: Callable[[dict[str, Reply]], str], length: bytes) -> None:
+    # negative: read() returned b'' (an empty object); huge: MemoryError in read()
+    with pytest.raises(ProtocolError, match="Redis reported the length"):
+        _read(serve({"strlen": length}))
+
+
+@pytest.mark.parametrize("mtime", [b"nan", b"inf", b"1e300", b"-1e300"])
+def test_a_manifest_whose_mtime_is_no_date_is_corrupt(
+        serve: Callable[[dict[str, Reply]], str], mtime: bytes) -> None:
+    fields = [b"tensorstream", b"1", b"size", b"1000", b"chunk_size", b"1000",
+              b"generation", b"g", b"mtime", mtime]
+    manifest = b"*%d\r\n" % len(fields) + b"".join(_bulk(f) for f in fields)
+    with pytest.raises(ProtocolError, match="corrupt tensorstream manifest"):
+        _read(serve({"type": b"+hash\r\n", "hgetall": manifest}))
+
+
+def test_a_getrange_answered_with_an_integer_is_a_protocol_error(
+        serve: Callable[[dict[str, Reply]], str]) -> None:
+    with pytest.raises(ProtocolError, match="not bytes"):  # was TypeError: no len()
+        _read(serve({"getrange": b":5\r\n"}))
