@@ -20,7 +20,10 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["available_bytes", "cpu_available_bytes", "cuda_available_bytes"]
+from .errors import InsufficientMemoryError
+
+__all__ = ["available_bytes", "check_fits", "cpu_available_bytes", "cuda_available_bytes",
+           "size_text"]
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: A cgroup limit at or above this is "no limit" (v1 writes 2**63 rounded to pages).
@@ -123,3 +126,32 @@ def cuda_available_bytes(device: Any) -> int | None:
     except (RuntimeError, AssertionError, ValueError):
         return None
     return int(free) + max(0, int(cached))
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes, with GiB from a MiB up."""
+    return f"{n} bytes ({n / (1 << 30):.3g} GiB)" if n >= 1 << 20 else f"{n} bytes"
+
+
+def check_fits(claimed: int, device: Any, limit: int | None, where: str, *, count: int,
+               detail: str = "", fewer: str = "filter") -> None:
+    """Raise :class:`~tensorstream.errors.InsufficientMemoryError` naming ``where`` when
+    ``count`` tensors to load claim more than ``limit`` bytes (``None``: what
+    ``device`` has available now; unknown: nothing is refused). ``detail`` follows
+    the claimed size in the message; ``fewer`` names the options that load less."""
+    given = limit is not None
+    if limit is None:
+        if not claimed:
+            return
+        limit = available_bytes(device)
+        if limit is None:  # unknown: never refuse on a guess
+            return
+    if claimed <= limit:
+        return
+    within = (f"the allowance max_tensor_bytes={limit}" if given
+              else f"the {size_text(limit)} {getattr(device, 'type', device)} memory available")
+    raise InsufficientMemoryError(
+        f"{where}: its {count} tensor(s) to load claim {size_text(claimed)}{detail}, more than "
+        f"{within}; nothing was allocated. If the file is right and the memory will be there, "
+        f"pass max_tensor_bytes= the bytes to allow (e.g. '64GiB'), or load fewer tensors "
+        f"({fewer})", claimed=claimed, limit=limit)

@@ -116,3 +116,34 @@ def test_read_ahead_lands_in_tensors_smaller_than_a_request(
     assert sum(s["direct_bytes"] for s in stats) >= total - (64 << 10)
     assert max(s["readahead_peak"] for s in stats) <= 2 * OPTIONS["part_size"], stats
 
+
+
+def _sparse_file(path: Path, nbytes: int) -> Path:
+    """A valid safetensors file of one U8 tensor of ``nbytes``, its data a hole (no disk)."""
+    import json
+    import struct
+
+    body = json.dumps({"a": {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]},
+                       "b": {"dtype": "U8", "shape": [4], "data_offsets": [nbytes, nbytes + 4]}},
+                      separators=(",", ":")).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(body)) + body)
+        f.truncate(8 + len(body) + nbytes + 4)
+    return path
+
+
+def test_a_file_larger_than_memory_is_refused_before_allocating(tmp_path: Path) -> None:
+    """A 1 TiB file (sparse) loaded onto the CPU was allocated and failed, or killed the
+    process; it is refused with what it claims and what is available, before allocating."""
+    path = _sparse_file(tmp_path / "huge.safetensors", 1 << 40)
+    with pytest.raises(tensorstream.errors.InsufficientMemoryError) as info:
+        tensorstream.safetensors.load(path)
+    err = info.value
+    assert isinstance(err, MemoryError) and err.claimed == (1 << 40) + 4 and err.limit < 1 << 40
+    assert "huge.safetensors" in str(err) and "max_tensor_bytes" in str(err)
+    # filter loads what fits; max_tensor_bytes is an allowance of the caller's, per file
+    assert tensorstream.safetensors.load(path, filter={"b"})["b"].tolist() == [0, 0, 0, 0]
+    with pytest.raises(tensorstream.errors.InsufficientMemoryError, match="max_tensor_bytes=3"):
+        tensorstream.safetensors.load(path, filter={"b"}, max_tensor_bytes=3)
+    with pytest.raises(tensorstream.errors.ConfigurationError, match="max_tensor_bytes must"):
+        tensorstream.safetensors.load(path, filter={"b"}, max_tensor_bytes="lots")

@@ -22,11 +22,13 @@ from typing import Any
 import torch
 
 from ..api import open as ts_open
+from ..config import validate_options
 from ..distributed.exchange import agree, broadcast_shares, read_share
 from ..distributed.group import Group, resolve_group
 from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
+from ..headroom import check_fits
 from ..readahead.arena import Arena
 from ..uri import ParsedURI, redact
 from . import _local
@@ -231,18 +233,24 @@ def _boundaries(data_start: int, tensors: list[TensorInfo], part: int) -> list[i
 def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
                device: torch.device, dtype: torch.dtype | None, num_readers: int,
                emit: Callable[[str, torch.Tensor], None], *, early: bool = False,
-               ordered: bool = False) -> None:
+               ordered: bool = False, fits: bool = False,
+               max_tensor_bytes: int | None = None) -> None:
     """Read the wanted tensors of one file and ``emit`` each (in file order with
     ``ordered``: one reader for a remote file; a local file's are always). ``early``: allocate the
     tensors that read-ahead may reach (up to ``readahead`` bytes ahead) and announce them
     (:meth:`StreamReader.expect`), so read-ahead lands straight in them instead of in
     read-ahead buffers. On the CPU: the tensors allocated early take the place of the
     read-ahead buffers (``load`` keeps every tensor anyway; ``iter_tensors`` holds at most
-    the read-ahead window of tensors not yet yielded, as its buffers did)."""
+    the read-ahead window of tensors not yet yielded, as its buffers did). ``fits``: first
+    refuse (:func:`~tensorstream.headroom.check_fits`) tensors that claim more than the
+    device can hold, or than ``max_tensor_bytes`` (``load`` keeps them all)."""
     with SafetensorsFile(source.uri, options) as f:
         tensors = f.select(wanted, source.names)
         if not tensors:  # a file with no tensors, or none wanted: its header was checked
             return
+        if fits:
+            check_fits(sum(t.nbytes for t in tensors), device, max_tensor_bytes, f.where,
+                       count=len(tensors))
         reader = f.reader
         pin = device.type == "cuda"
         if reader.read_hints.inline:  # a local file: no read-ahead, threads fault memory in
@@ -332,6 +340,7 @@ def load(
     num_readers: int | None = None,
     group: Any = None,
     group_timeout: float | None = None,
+    max_tensor_bytes: int | str | None = None,
     **options: Any,
 ) -> dict[str, torch.Tensor]:
     """Load a safetensors file, or every shard of a checkpoint, into a dict of tensors.
@@ -361,8 +370,17 @@ def load(
     ``group_timeout`` (seconds) bounds each collective wait. ``None`` or a
     group of one is a load of its own. See docs/distributed.md.
 
+    Before allocating a file's tensors, the bytes they take are compared with what
+    ``device`` can hold now (CPU: available memory and free swap, within the
+    memory cgroup; CUDA: the device's free memory); more raises
+    :class:`~tensorstream.errors.InsufficientMemoryError` (a ``MemoryError``)
+    naming the file, instead of an out-of-memory kill. ``max_tensor_bytes``
+    (bytes, or a size like ``"64GiB"``): an allowance of your own per file instead.
+
     >>> sd = tensorstream.safetensors.load("s3://bucket/llama/", device="cuda")  # doctest: +SKIP
     """
+    allowance: int | None = validate_options(
+        {"max_tensor_bytes": max_tensor_bytes})["max_tensor_bytes"]
     shared = resolve_group(group, group_timeout)
     if shared is not None:
         return dict(_shared(uri, device, dtype, filter, num_readers, shared, options))
@@ -384,11 +402,13 @@ def load(
     early = dev.type == "cpu"
     if len(sources) <= 1:
         for source in sources:
-            _read_file(source, options, wanted, dev, dtype, readers, emit, early=early)
+            _read_file(source, options, wanted, dev, dtype, readers, emit, early=early,
+                       fits=True, max_tensor_bytes=allowance)
     else:
         with concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES, len(sources))) as pool:
             futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers, emit,
-                                   early=early) for s in sources]
+                                   early=early, fits=True, max_tensor_bytes=allowance)
+                       for s in sources]
             try:
                 for fut in futures:
                     fut.result()
