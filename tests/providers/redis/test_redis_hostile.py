@@ -109,3 +109,26 @@ def test_a_getrange_answered_with_an_integer_is_a_protocol_error(
         serve: Callable[[dict[str, Reply]], str]) -> None:
     with pytest.raises(ProtocolError, match="not bytes"):  # was TypeError: no len()
         _read(serve({"getrange": b":5\r\n"}))
+
+
+PASSWORD = "hunter2-Tr0ub4dor"
+
+
+@pytest.mark.parametrize("lies", [
+    {"hello": f"-WRONGPASS {PASSWORD} is not the password\r\n".encode(),
+     "auth": f"-WRONGPASS {PASSWORD} is not the password\r\n".encode()},
+    {"getrange": f"-ERR you sent {PASSWORD}\r\n".encode()},
+], ids=["auth", "getrange"])
+def test_a_server_echoing_the_password_has_it_masked(
+        serve: Callable[[dict[str, Reply]], str], lies: dict[str, Reply]) -> None:
+    url = serve(lies).replace("redis://", f"redis://:{PASSWORD}@")
+    with pytest.raises(tensorstream.errors.TensorstreamError) as info:
+        _read(url)
+    chain: list[BaseException] = []
+    exc: BaseException | None = info.value
+    while exc is not None and len(chain) < 10:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    shown = " | ".join(f"{e} {e!r}" for e in chain)
+    assert PASSWORD not in shown
+    assert "***" in str(info.value)

@@ -65,10 +65,12 @@ def check_reply(layout: Layout, key: bytes, n: int, data: bytes) -> None:
 class BlockingRedisReader:
     """A thread-safe synchronous client for ranged reads of one database."""
 
-    def __init__(self, client_kwargs: dict[str, Any], db: int, who: str) -> None:
+    def __init__(self, client_kwargs: dict[str, Any], db: int, who: str,
+                 secrets: tuple[str, ...] = ()) -> None:
         self._kwargs = client_kwargs
         self._db = db
         self._who = who
+        self._secrets = secrets
         self._lock = threading.Lock()
         self._client: redis.Redis | None = None
 
@@ -93,7 +95,7 @@ class BlockingRedisReader:
                     copy_into(buffer[pos : pos + n], data)
                 received += sum(n for _, _, n, _ in batch)
         except REDIS_ERRORS as exc:
-            err = map_redis_error(exc, who=self._who)
+            err = map_redis_error(exc, who=self._who, secrets=self._secrets)
             if err.temporary and received:
                 broken = IncompleteReadError(
                     f"Redis read broken after {received} bytes: {err.message}", received=received)

@@ -56,6 +56,10 @@ class RedisCredentials:
     def __reduce__(self) -> Any:
         raise TypeError("refusing to pickle Redis credentials")
 
+    def secrets(self) -> tuple[str, ...]:
+        """The password, for masking where a server echoes it (never shown)."""
+        return (self.password.value,) if self.password else ()
+
     def describe(self) -> str:
         """``user 'x' (from ...), password from ...`` -- safe for error messages."""
         user = (f"user {self.username.value!r} (from {self.username.source})"

@@ -44,17 +44,29 @@ def _tls_verification_failed(exc: BaseException) -> bool:
     return False
 
 
-def map_redis_error(exc: BaseException, *, who: str = "") -> TensorstreamError:
+def withhold(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with each secret (of at least 4 characters) masked as ``***``."""
+    for secret in secrets:
+        if len(secret) >= 4:  # masking every "a" of a one-letter password hides the text
+            text = text.replace(secret, "***")
+    return text
+
+
+def map_redis_error(exc: BaseException, *, who: str = "",
+                    secrets: tuple[str, ...] = ()) -> TensorstreamError:
     """Map a redis-py / socket error to a tensorstream error (temporary where retrying helps).
 
     ``who`` describes the credentials (``user 'x' (from ...), password from
     env REDIS_PASSWORD``) and never contains a secret. redis-py's own
-    messages carry no passwords; they are still passed through
-    :func:`redact_text`.
+    messages carry no passwords, but a server's may (it is echoed back):
+    ``secrets`` (the password) are masked in the message and in ``exc``;
+    URIs go through :func:`redact_text`.
     """
     if isinstance(exc, TensorstreamError):
         return exc
-    text = redact_text(str(exc)) or type(exc).__name__
+    if secrets:  # a server echoing the password (WRONGPASS <it>): masked in the cause too
+        exc.args = tuple(withhold(a, secrets) if isinstance(a, str) else a for a in exc.args)
+    text = withhold(redact_text(str(exc)), secrets) or type(exc).__name__
     auth = (rex.AuthenticationError, rex.AuthenticationWrongNumberOfArgsError)
     if isinstance(exc, auth) or text.startswith(("NOAUTH", "WRONGPASS")):
         return PermissionDeniedError(

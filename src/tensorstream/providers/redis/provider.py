@@ -234,7 +234,8 @@ class RedisProvider(Provider):
                 return result
             return await fn()
         except REDIS_ERRORS as exc:
-            raise map_redis_error(exc, who=self._creds.describe()) from exc
+            raise map_redis_error(exc, who=self._creds.describe(),
+                                  secrets=self._creds.secrets()) from exc
 
     async def _first_tls_call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """The first call over rediss://: when it has no answer after a second, check
@@ -293,7 +294,8 @@ class RedisProvider(Provider):
         )
         for reply in (kind, fields, length):
             if isinstance(reply, Exception) and not str(reply).startswith("WRONGTYPE"):
-                raise map_redis_error(reply, who=self._creds.describe()) from reply
+                raise map_redis_error(reply, who=self._creds.describe(),
+                                      secrets=self._creds.secrets()) from reply
         if isinstance(kind, bytes):
             kind = kind.decode()
         if kind == "hash" and isinstance(fields, dict) and fields:
@@ -399,7 +401,7 @@ class RedisProvider(Provider):
             return 0
         if self._blocking is None:
             self._blocking = BlockingRedisReader(self._client_kwargs(blocking=True), self.db,
-                                                 self._creds.describe())
+                                                 self._creds.describe(), self._creds.secrets())
         return self._blocking.readinto(layout, offset, buffer)
 
     def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
