@@ -134,11 +134,12 @@ def size_text(n: int) -> str:
 
 
 def check_fits(claimed: int, device: Any, limit: int | None, where: str, *, count: int,
-               detail: str = "", fewer: str = "filter") -> None:
+               detail: str = "", fewer: str = "filter", hint: str | None = None) -> None:
     """Raise :class:`~tensorstream.errors.InsufficientMemoryError` naming ``where`` when
     ``count`` tensors to load claim more than ``limit`` bytes (``None``: what
     ``device`` has available now; unknown: nothing is refused). ``detail`` follows
-    the claimed size in the message; ``fewer`` names the options that load less."""
+    the claimed size in the message; ``fewer`` names the options that load less;
+    ``hint`` replaces the advice (where ``max_tensor_bytes`` is not an option)."""
     given = limit is not None
     if limit is None:
         if not claimed:
@@ -150,8 +151,9 @@ def check_fits(claimed: int, device: Any, limit: int | None, where: str, *, coun
         return
     within = (f"the allowance max_tensor_bytes={limit}" if given
               else f"the {size_text(limit)} {getattr(device, 'type', device)} memory available")
+    advice = hint or ("If the file is right and the memory will be there, pass "
+                      "max_tensor_bytes= the bytes to allow (e.g. '64GiB'), or load fewer "
+                      f"tensors ({fewer})")
     raise InsufficientMemoryError(
         f"{where}: its {count} tensor(s) to load claim {size_text(claimed)}{detail}, more than "
-        f"{within}; nothing was allocated. If the file is right and the memory will be there, "
-        f"pass max_tensor_bytes= the bytes to allow (e.g. '64GiB'), or load fewer tensors "
-        f"({fewer})", claimed=claimed, limit=limit)
+        f"{within}; nothing was allocated. {advice}", claimed=claimed, limit=limit)

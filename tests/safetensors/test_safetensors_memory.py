@@ -147,3 +147,17 @@ def test_a_file_larger_than_memory_is_refused_before_allocating(tmp_path: Path) 
         tensorstream.safetensors.load(path, filter={"b"}, max_tensor_bytes=3)
     with pytest.raises(tensorstream.errors.ConfigurationError, match="max_tensor_bytes must"):
         tensorstream.safetensors.load(path, filter={"b"}, max_tensor_bytes="lots")
+
+
+def test_iter_tensors_and_open_refuse_one_tensor_larger_than_memory(tmp_path: Path) -> None:
+    # torch's allocator raised a bare RuntimeError (or the process was killed later)
+    path = _sparse_file(tmp_path / "huge.safetensors", 1 << 40)
+    with pytest.raises(tensorstream.errors.InsufficientMemoryError, match="tensor 'a'") as info:
+        for _ in tensorstream.safetensors.iter_tensors(path):
+            pass
+    assert "huge.safetensors" in str(info.value) and "get_slice" in str(info.value)
+    with tensorstream.safetensors.open(path) as f:
+        with pytest.raises(tensorstream.errors.InsufficientMemoryError, match="tensor 'a'"):
+            f.get_tensor("a")
+        assert f.get_slice("a")[:3].tolist() == [0, 0, 0]  # a part of it still reads
+        assert f.get_tensor("b").tolist() == [0, 0, 0, 0]

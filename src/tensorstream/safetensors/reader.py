@@ -174,8 +174,17 @@ class SafetensorsFile:
         """Allocate ``t`` in host memory and fill it with one ``readinto`` of its span."""
         return self.fill(t, reader, self.allocate(t, pin=pin))
 
+    #: The allowance of the load that opened the file (``max_tensor_bytes``), if any.
+    max_tensor_bytes: int | None = None
+
     def allocate(self, t: TensorInfo, *, pin: bool = False) -> torch.Tensor:
-        """``t``'s memory, uninitialized (pinned for a GPU)."""
+        """``t``'s memory, uninitialized (pinned for a GPU); a tensor larger than the
+        host memory available is refused first (torch's allocator raised a bare
+        ``RuntimeError``, or the process was killed once the pages were touched)."""
+        if t.nbytes >= _CHECKED_TENSOR:  # (a small one cannot exhaust memory by itself)
+            check_fits(t.nbytes, torch.device("cpu"), self.max_tensor_bytes, self.where,
+                       count=1, detail=f" (tensor {t.name!r})",
+                       hint=None if self.max_tensor_bytes is not None else _SLICE_HINT)
         return torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.where), pin_memory=pin)
 
     def fill(self, t: TensorInfo, reader: StreamReader, out: torch.Tensor) -> torch.Tensor:
@@ -187,6 +196,12 @@ class SafetensorsFile:
             if got != len(view):  # pragma: no cover - the reader raises first
                 raise MalformedFileError(f"{self.where} is truncated in tensor {t.name!r}")
         return out
+
+
+#: Tensors from this size up are checked against the memory available before allocation.
+_CHECKED_TENSOR = 64 << 20
+_SLICE_HINT = ("If the file is right, free memory, or read the tensor in parts "
+               "(tensorstream.safetensors.open(...).get_slice(name)[...])")
 
 
 def _finish(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
@@ -245,6 +260,7 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
     refuse (:func:`~tensorstream.headroom.check_fits`) tensors that claim more than the
     device can hold, or than ``max_tensor_bytes`` (``load`` keeps them all)."""
     with SafetensorsFile(source.uri, options) as f:
+        f.max_tensor_bytes = max_tensor_bytes
         tensors = f.select(wanted, source.names)
         if not tensors:  # a file with no tensors, or none wanted: its header was checked
             return
