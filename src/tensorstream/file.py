@@ -26,6 +26,7 @@ from typing import Any
 
 from . import _loop
 from .errors import UnsupportedOperationError
+from .headroom import read_buffer
 from .layers import timeout as _timeout
 from .layers.stack import PolicyProvider
 from .providers.base import BodyStream, Capabilities, ObjectInfo, Pin, ReadHints, Writer
@@ -217,7 +218,8 @@ class StreamReader(io.RawIOBase):
             self._check_closed()
             if size is None or size < 0:
                 size = max(0, self._info.size - self._pos)
-            buf = bytearray(min(size, max(0, self._info.size - self._pos)))
+            buf = read_buffer(min(size, max(0, self._info.size - self._pos)),
+                              self._uri.redacted())
             n = self._readinto(buf)
         del buf[n:]
         return bytes(buf)

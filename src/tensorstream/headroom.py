@@ -23,7 +23,7 @@ from typing import Any
 from .errors import InsufficientMemoryError
 
 __all__ = ["available_bytes", "check_fits", "cpu_available_bytes", "cuda_available_bytes",
-           "size_text"]
+           "read_buffer", "size_text"]
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: A cgroup limit at or above this is "no limit" (v1 writes 2**63 rounded to pages).
@@ -157,3 +157,26 @@ def check_fits(claimed: int, device: Any, limit: int | None, where: str, *, coun
     raise InsufficientMemoryError(
         f"{where}: its {count} tensor(s) to load claim {size_text(claimed)}{detail}, more than "
         f"{within}; nothing was allocated. {advice}", claimed=claimed, limit=limit)
+
+
+#: A read's buffer at least this large is compared with the memory available first.
+_CHECKED_BUFFER = 256 << 20
+
+
+def read_buffer(nbytes: int, where: str) -> bytearray:
+    """A zeroed buffer for a read of ``nbytes`` (``where``: the object read, named in
+    the error), or :class:`~tensorstream.errors.InsufficientMemoryError`: the size
+    comes from a server (a ``Content-Length`` of 10**18 made ``read()`` raise a
+    bare ``MemoryError``, or, within what the kernel overcommits, get the process
+    killed while filling it)."""
+    limit = cpu_available_bytes() if nbytes >= _CHECKED_BUFFER else None
+    if limit is None or nbytes <= limit:
+        try:
+            return bytearray(nbytes)
+        except MemoryError:
+            limit = cpu_available_bytes()
+    room = f"the {size_text(limit)} of memory available" if limit is not None else "the memory"
+    raise InsufficientMemoryError(
+        f"{where}: reading {size_text(nbytes)} at once needs more than {room}; read it in "
+        "parts (read(n)) or copy it to a file (tensorstream cp)", claimed=nbytes,
+        limit=limit or 0)

@@ -29,6 +29,7 @@ from ..errors import (
     StorageTimeoutError,
     UnsupportedOperationError,
 )
+from ..headroom import read_buffer
 from ..uri import redact_text
 
 __all__ = [
@@ -479,7 +480,7 @@ class Provider(abc.ABC):
                     f"range [{start}, {end}) is past the end of a {size}-byte object",
                     service=getattr(self, "service", None), operation="read",
                     path=redact_text(path))
-        buf = bytearray(end - start)
+        buf = read_buffer(end - start, redact_text(path))
         if buf:
             await self.readinto(path, start, memoryview(buf), pin=pin)
         return bytes(buf)

@@ -6,6 +6,7 @@ read, never a bare ValueError/OverflowError."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 
@@ -13,7 +14,7 @@ import pytest
 
 import tensorstream
 from reliability_helpers import RawHTTPServer
-from tensorstream.errors import ProtocolError
+from tensorstream.errors import InsufficientMemoryError, ProtocolError
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -100,3 +101,28 @@ def test_a_redirect_to_a_port_out_of_range_is_a_protocol_error(location: str) ->
     with pytest.raises(ProtocolError, match="malformed Location") as info:
         _read(respond)
     assert location not in str(info.value)  # a Location is never echoed
+
+
+HUGE = "999999999999999999"  # 18 digits: a size, of 888 PiB
+
+
+def _huge_object(method: str, headers: dict[str, str], attempt: int) -> bytes:
+    if method == "HEAD":
+        return _answer("200 OK", {"Content-Length": HUGE, "ETag": '"v"'})
+    first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+    a, b = int(first), int(last) if last else int(HUGE) - 1
+    n = min(b - a + 1, 1000)  # never sent whole: the read must refuse first
+    return _answer("206 Partial Content", {"ETag": '"v"', "Content-Length": str(b - a + 1),
+                                           "Content-Range": f"bytes {a}-{b}/{HUGE}"}, DATA[:n])
+
+
+def test_read_of_an_object_claiming_more_than_memory_holds_is_refused() -> None:
+    # Was a bare MemoryError from bytearray(10**18) in read().
+    with pytest.raises(InsufficientMemoryError, match=r"read it in parts") as info:
+        _read(_huge_object)
+    assert info.value.claimed == int(HUGE)
+
+
+def test_read_range_past_memory_is_refused() -> None:
+    with RawHTTPServer(_huge_object) as server, pytest.raises(InsufficientMemoryError):
+        asyncio.run(tensorstream.read_range(server.url("m.bin"), 0, int(HUGE), retries=1))
