@@ -347,7 +347,8 @@ def test_wrong_key_and_missing_key_write_nothing(store: Store) -> None:
     tensorstream.convert(store.uri("m.safetensors"), store.uri("m.tensors"),
                          encryption=secrets.token_bytes(32), **store.options)
     for encryption in (secrets.token_bytes(32), None):
-        with pytest.raises(DecryptionError, match="could not decrypt"):
+        with pytest.raises(DecryptionError, match=r"could not decrypt|"
+                                                  r"is encrypted and no key was given"):
             tensorstream.convert(store.uri("m.tensors"), store.uri("back.safetensors"),
                                  encryption=encryption, **store.options)
         assert not store.exists("back.safetensors")

@@ -284,8 +284,12 @@ def test_keyfile_encryption(backend: TensorBackend, producer: Any, tmp_path: Pat
     assert isinstance(info.value, errors.TensorstreamError)
     assert key.hex() not in str(info.value) and "wrong key" in str(info.value)
 
-    with pytest.raises(DecryptionError, match="not match"):
-        deserialize(backend.uri("m.tensors"), "cpu", **backend.options)  # no key given
+    # No key given: said so, with how to give one (was "wrong key or passphrase").
+    with pytest.raises(DecryptionError, match="is encrypted and no key was given: pass "
+                                              r"encryption=Encryption\(keyfile="):
+        deserialize(backend.uri("m.tensors"), "cpu", **backend.options)
+    with pytest.raises(DecryptionError, match="no key was given"):
+        deserialize(backend.uri("m.tensors"), "cpu", lazy_load=True, **backend.options)["w"]
 
 
 def test_damaged_ciphertext_is_told_from_a_wrong_key(backend: TensorBackend,

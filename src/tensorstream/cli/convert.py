@@ -94,6 +94,8 @@ def _encryption(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from ..conversion.api import convert
+    from ..tensorizer.crypto import DecryptionError
+    from ..uri import redact_text
     from ._run import EXIT_OK, PROG
 
     options = storage_options(args)
@@ -119,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
                          durable=args.durable, progress=progress, src_options=src_options,
                          dst_options=dst_options, **options)
         ok = True
+    except DecryptionError as exc:
+        if encryption is not None or "no key was given" not in str(exc):
+            raise
+        # The library's advice names Python arguments; here they are flags.
+        raise DecryptionError(f"{redact_text(args.src)} is encrypted and no key was given: "
+                              "pass --keyfile URI or --passphrase-env NAME") from None
     finally:
         if bars is not None:
             if shown[0] >= 0:

@@ -28,13 +28,21 @@ class TensorHashMismatchError(IntegrityError, HashMismatchError):
     """``verify_hash=True`` found a tensor whose bytes do not match its stored hash."""
 
 
-def translate(exc: BaseException, where: str, *, decrypted: bool = False) -> BaseException | None:
+def translate(exc: BaseException, where: str, *, decrypted: bool = False,
+              keyed: bool = True) -> BaseException | None:
     """``exc`` as the tensorstream error to raise instead (chain ``exc`` as its
     cause), or ``None`` to raise ``exc`` itself. Any URI in ``exc``'s message is
     redacted first, since the chain prints it. ``decrypted``: other tensors of the
-    file were decrypted with the same key (a failure is then damage, not the key)."""
+    file were decrypted with the same key (a failure is then damage, not the key);
+    ``keyed``: the load was given decryption parameters at all."""
     if isinstance(exc, TensorstreamError):
         return None
+    if isinstance(exc, CryptographyError) and not keyed:
+        _scrub(exc)
+        return DecryptionError(
+            f"{where} is encrypted and no key was given: pass encryption=Encryption(keyfile=URI "
+            "| passphrase=... | key=...) (tensorstream.tensorizer.Encryption; vLLM's "
+            "encryption_keyfile is a keyfile) or tensorizer's DecryptionParams")
     mapped = _translate_foreign(exc, where, decrypted)
     if mapped is not None:
         _scrub(exc)

@@ -308,7 +308,8 @@ class StreamTensorDeserializer(TensorDeserializer):
                 return checked.malformed(f"{type(exc).__name__}: {exc}")
             return None
         return translate(exc, redact_text(str(getattr(checked, "name", "the file"))),
-                         decrypted=self._ts_decrypted)
+                         decrypted=self._ts_decrypted,
+                         keyed=getattr(self, "_encryption", None) is not None)
 
 
 class _CheckedHeader(_TensorHeaderDeserializer):

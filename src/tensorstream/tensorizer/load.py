@@ -369,7 +369,7 @@ def deserialize(
             max_tensor_bytes=allowance,
         )
     except BaseException as exc:
-        mapped = translate(exc, where)
+        mapped = translate(exc, where, keyed=encryption is not None)
         if shared is not None and isinstance(stream, MemorySource):
             # The exchange first (no other collective may run beside it); then every
             # rank learns that this one failed to build its tensors.
@@ -505,7 +505,8 @@ def load_into_module(
                     _assign(module, key, deserializer[name])
                     loaded += 1
         except BaseException as exc:
-            mapped = translate(exc, where)
+            mapped = translate(exc, where,
+                               keyed=getattr(deserializer, "_encryption", None) is not None)
             if mapped is not None:
                 raise mapped from exc
             raise
