@@ -22,10 +22,13 @@ from typing import Any
 
 from .errors import InsufficientMemoryError
 
-__all__ = ["available_bytes", "check_fits", "cpu_available_bytes", "cuda_available_bytes",
-           "read_buffer", "size_text"]
+__all__ = ["SMALL_CLAIM", "available_bytes", "check_fits", "cpu_available_bytes",
+           "cuda_available_bytes", "read_buffer", "size_text"]
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Claims below this are not compared with the memory available (a lazy load checks
+#: each access: reading /proc and the cgroup for every small tensor would cost more).
+SMALL_CLAIM = 64 << 20
 #: A cgroup limit at or above this is "no limit" (v1 writes 2**63 rounded to pages).
 _NO_LIMIT = 1 << 62
 
@@ -142,7 +145,7 @@ def check_fits(claimed: int, device: Any, limit: int | None, where: str, *, coun
     ``hint`` replaces the advice (where ``max_tensor_bytes`` is not an option)."""
     given = limit is not None
     if limit is None:
-        if not claimed:
+        if claimed < SMALL_CLAIM:  # cannot exhaust memory by itself; the probe costs ~0.2 ms
             return
         limit = available_bytes(device)
         if limit is None:  # unknown: never refuse on a guess

@@ -28,7 +28,7 @@ from ..distributed.group import Group, resolve_group
 from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
-from ..headroom import check_fits
+from ..headroom import SMALL_CLAIM, check_fits
 from ..readahead.arena import Arena
 from ..uri import ParsedURI, redact
 from . import _local
@@ -181,7 +181,7 @@ class SafetensorsFile:
         """``t``'s memory, uninitialized (pinned for a GPU); a tensor larger than the
         host memory available is refused first (torch's allocator raised a bare
         ``RuntimeError``, or the process was killed once the pages were touched)."""
-        if t.nbytes >= _CHECKED_TENSOR:  # (a small one cannot exhaust memory by itself)
+        if t.nbytes >= SMALL_CLAIM or self.max_tensor_bytes is not None:
             check_fits(t.nbytes, torch.device("cpu"), self.max_tensor_bytes, self.where,
                        count=1, detail=f" (tensor {t.name!r})",
                        hint=None if self.max_tensor_bytes is not None else _SLICE_HINT)
@@ -198,8 +198,6 @@ class SafetensorsFile:
         return out
 
 
-#: Tensors from this size up are checked against the memory available before allocation.
-_CHECKED_TENSOR = 64 << 20
 _SLICE_HINT = ("If the file is right, free memory, or read the tensor in parts "
                "(tensorstream.safetensors.open(...).get_slice(name)[...])")
 

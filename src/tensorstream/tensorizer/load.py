@@ -292,7 +292,8 @@ def deserialize(
     raises :class:`~tensorstream.errors.InsufficientMemoryError` (a
     ``MemoryError``) naming the file and both figures. ``max_tensor_bytes``
     (bytes, or a size like ``"64GiB"``) replaces that figure with an
-    allowance of your own. A lazy load checks each access.
+    allowance of your own. A lazy load checks each access (of 64 MiB or more,
+    unless ``max_tensor_bytes`` is given).
 
     >>> with deserialize("/models/m.tensors", device="cpu") as sd:  # doctest: +SKIP
     ...     print(sd["lm_head.weight"].shape)
