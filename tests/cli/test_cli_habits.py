@@ -412,6 +412,15 @@ def test_ls_lists_buckets_and_human_sizes(tmp_path: Path, moto_s3: Any) -> None:
     (tmp_path / "d" / "m.bin").write_bytes(b"x" * 1536)
     r = cli("ls", "-lh", str(tmp_path / "d"))
     assert r.returncode == 0 and r.stdout.rstrip().endswith("1.50 KiB m.bin")
+    # aws s3 ls --summarize: the count and total of the objects listed (not under PRE lines)
+    (tmp_path / "d" / "sub").mkdir()
+    (tmp_path / "d" / "sub" / "n.bin").write_bytes(b"y" * 512)
+    r = cli("ls", "--summarize", str(tmp_path / "d"))
+    assert r.stdout.splitlines()[-2:] == ["Total Objects: 1", "   Total Size: 1536"]
+    r = cli("ls", "-rh", "--summarize", str(tmp_path / "d"))
+    assert r.stdout.splitlines()[-2:] == ["Total Objects: 2", "   Total Size: 2.00 KiB"]
+    r = cli("ls", "-r", "--json", "--summarize", str(tmp_path / "d"))
+    assert json.loads(r.stdout.splitlines()[-1]) == {"total_objects": 2, "total_size": 2048}
     # a bucket that does not exist is named as such, not "no objects"
     r = cli("--endpoint-url", moto_s3.endpoint_url, "ls", "s3://no-such-bucket-here/x/", env=env)
     assert r.returncode == 1 and "no such bucket 'no-such-bucket-here'" in r.stderr, r.stderr

@@ -27,6 +27,7 @@ examples:
   tensorstream ls -lr s3://models/llama/    # every object below, with sizes and dates
   tensorstream ls 's3://models/*/config.json'  # wildcards: '*' (also across '/'), '?'
   tensorstream ls -lh /models/llama           # human sizes
+  tensorstream ls -rh --summarize s3://models/llama/   # and the total, as aws s3 ls
   tensorstream ls --json s3://models/llama/   # one JSON object per line, names exact
   tensorstream ls redis://localhost:6379/llama/"""
 
@@ -48,6 +49,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="one JSON object per line: key, size, etag, mtime (or prefix)")
     p.add_argument("--raw", dest="wildcards", action="store_false",
                    help="take '*' and '?' in URI literally (no wildcard matching)")
+    p.add_argument("--summarize", action="store_true",
+                   help="end with the number and total size of the objects listed (as aws s3 ls)")
     add_storage_options(p)
     p.set_defaults(handler=run)
 
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         recursive = args.recursive or pattern is not None  # '*' matches across '/'
         async with get_provider(uri, **options) as provider:
             seen_dirs: set[str] = set()
-            count = 0
+            count = listed = total = 0
             missing: NotFoundError | None = None
             try:
                 async for info in provider.list(prefix):
@@ -133,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
                             else:
                                 print(f"{pad}PRE {escape(d)}" if args.long else escape(d))
                         continue
+                    listed += 1
+                    total += info.size
                     print(_json(info, rel) if args.json else _line(
                         info, rel, args.long, args.human_readable))
             except NotFoundError as exc:  # a bucket that does not exist says so
@@ -143,6 +148,12 @@ def run(args: argparse.Namespace) -> int:
                             else f"no object matches {redact_text(args.uri)}" if pattern
                             else f"no objects at {redact_text(args.uri)}")
                 return 1
+            if args.summarize:  # the objects shown (not those under a PRE line), as aws counts
+                if args.json:
+                    print(json.dumps({"total_objects": listed, "total_size": total}))
+                else:
+                    size = human_size(total) if args.human_readable else f"{total}"
+                    print(f"\nTotal Objects: {listed}\n   Total Size: {size}")
         return 0
 
     return run_async(go)
