@@ -132,3 +132,13 @@ def test_a_server_echoing_the_password_has_it_masked(
     shown = " | ".join(f"{e} {e!r}" for e in chain)
     assert PASSWORD not in shown
     assert "***" in str(info.value)
+
+
+def test_a_scan_whose_cursor_comes_back_is_a_protocol_error(
+        serve: Callable[[dict[str, Reply]], str]) -> None:
+    # Was a loop until the idle timeout, piling up the repeated keys meanwhile.
+    url = serve({"type": b"+none\r\n", "hgetall": b"*0\r\n", "strlen": b":0\r\n",
+                 "scan": b"*2\r\n$1\r\n7\r\n*1\r\n" + _bulk(b"k:t:0")})
+    with pytest.raises(ProtocolError, match="SCAN loops"), \
+            tensorstream.open(url, retries=1, timeout_idle=2) as f:
+        f.read()

@@ -36,6 +36,7 @@ from ...errors import (
     InvalidRangeError,
     NotFoundError,
     ObjectChangedError,
+    ProtocolError,
     TensorstreamError,
 )
 from ...readahead._memcopy import copy_into
@@ -282,7 +283,22 @@ class RedisProvider(Provider):
     async def scan(self, match: str) -> builtins.list[bytes]:
         """Every key matching the glob ``match`` (SCAN on every primary; never KEYS)."""
         async def run() -> list[bytes]:
-            return [k async for k in self.client().scan_iter(match=match, count=1000)]
+            client = self.client()
+            if self.cluster:  # (one cursor per node: redis-py walks them)
+                return [k async for k in client.scan_iter(match=match, count=1000)]
+            keys: list[bytes] = []
+            cursor, given = 0, set()
+            while True:
+                cursor, batch = await client.scan(cursor=cursor, match=match, count=1000)
+                keys.extend(batch)
+                if not cursor:
+                    return keys
+                if cursor in given:
+                    # A server answering the same cursor forever: scanning on would never
+                    # end, and the keys it repeats would pile up in memory meanwhile.
+                    raise ProtocolError(f"Redis SCAN loops: cursor {cursor} came back while "
+                                        f"listing {match!r}")
+                given.add(cursor)
 
         return await self._guard(run)
 
