@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,6 +176,25 @@ def test_four_ranks_and_collective_failures(targets: dict[str, Target],
         assert r.value["solo"]["digests"] == expected
         assert not r.value["solo"]["stats"]["path"].startswith("group"), r.value["solo"]
         assert r.value["after-failure"]["digests"] == expected  # the group still works
+
+
+@pytest.mark.timeout(120)
+def test_a_file_larger_than_memory_is_refused_by_every_rank_before_allocating(
+        model: tuple[bytes, dict[str, str]], tmp_path: Path) -> None:
+    """A group load holds the whole file: a 1 TiB object (sparse here; a server's
+    Content-Length alike) was torch's bare RuntimeError from the allocator."""
+    path = tmp_path / "huge.tensors"
+    with open(path, "wb") as f:
+        f.write(model[0])
+        f.truncate(1 << 40)
+    results = run_ranks(steps, 2, [{"label": "huge", "uri": str(path)}], timeout=90)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:
+        failed = r.value["huge"]
+        assert "DistributedLoadError" in failed["types"], failed
+        assert failed["failed_ranks"] == [0, 1], failed
+        assert failed["error"].count("InsufficientMemoryError") == 2, failed
+        assert "huge.tensors" in failed["error"] and "without group=" in failed["error"]
 
 
 @pytest.mark.slow

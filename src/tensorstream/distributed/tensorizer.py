@@ -22,6 +22,7 @@ import torch
 
 from ..api import open as ts_open
 from ..file import StreamReader
+from ..headroom import check_fits
 from ..tensorizer.hook import StreamTensorDeserializer
 from ..uri import ParsedURI
 from .exchange import agree, broadcast_shares, read_share
@@ -153,6 +154,11 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
         agree_s = lap()
         assert reader is not None
         try:
+            # The whole object is held here (its size: the server's word): more than the
+            # memory available was torch's bare RuntimeError (or a kill once touched).
+            check_fits(reader.size, torch.device("cpu"), None, where, count=len(spans),
+                       detail=" (the whole file: a group load holds it in memory)",
+                       hint="If the file is right, load it without group= (each rank reads it)")
             whole = torch.empty(reader.size, dtype=torch.uint8)
             pieces = [Piece(a, whole[a:b]) for a, b in spans]
             shares = [merge(share, whole) for share in split(pieces, group.size)]
