@@ -36,7 +36,7 @@ from typing import Any
 import tenacity
 
 from ... import _loop
-from ...errors import IntegrityError, TensorstreamError
+from ...errors import IntegrityError, ProtocolError, TensorstreamError
 from ..base import Writer
 
 __all__ = ["MIN_PART_SIZE", "S3Writer"]
@@ -278,7 +278,10 @@ class S3Writer(Writer):
             _loop.abort_at_exit(self)  # still open at interpreter exit: abort the upload
         if self._upload_id is None:
             # Shielded so a cancellation here still lets abort() learn the id.
-            self._upload_id = str((await asyncio.shield(self._create))["UploadId"])
+            upload_id = (await asyncio.shield(self._create)).get("UploadId")
+            if not upload_id:  # botocore leaves out what the XML lacks: was KeyError 'UploadId'
+                raise self._malformed("CreateMultipartUpload without an UploadId")
+            self._upload_id = str(upload_id)
 
     async def _put_part(self, number: int, data: bytes | memoryview, md5: bytes) -> None:
         kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
@@ -292,6 +295,10 @@ class S3Writer(Writer):
         self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
+    def _malformed(self, what: str) -> ProtocolError:
+        return ProtocolError(f"S3 answered {what}", service="s3",
+                             path=f"{self._bucket}/{self._key}")
+
     async def _publish(self, op: str, **kwargs: Any) -> dict[str, Any]:
         """Send the request that makes the object appear, as a task that runs to
         its answer whoever stops waiting (S3 finishes a request it received;
@@ -321,6 +328,8 @@ class S3Writer(Writer):
 
     def _part_entry(self, number: int, resp: dict[str, Any]) -> dict[str, Any]:
         """The part as complete_multipart_upload lists it (with its CRC32 when sent)."""
+        if not resp.get("ETag"):  # CompleteMultipartUpload must name it: was KeyError 'ETag'
+            raise self._malformed(f"UploadPart {number} without an ETag")
         part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
         if self._checksum and resp.get("ChecksumCRC32"):
             part["ChecksumCRC32"] = resp["ChecksumCRC32"]

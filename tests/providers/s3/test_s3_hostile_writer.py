@@ -1,0 +1,62 @@
+"""A hostile S3 endpoint's answers to a multipart upload (a raw server on
+loopback): a CreateMultipartUpload with no UploadId, an UploadPart with no
+ETag. Each is a ProtocolError naming what was missing (was a bare KeyError,
+shown as just ``'UploadId'``/``'ETag'``), and a started upload is aborted."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+import tensorstream
+from reliability_helpers import RawHTTPServer
+from tensorstream.errors import ProtocolError
+
+pytestmark = pytest.mark.usefixtures("isolated_env")
+
+MiB = 1 << 20
+CREATED = (b'<?xml version="1.0"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>'
+           b'<UploadId>U1</UploadId></InitiateMultipartUploadResult>')
+
+
+def _answer(status: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return (f"HTTP/1.1 {status}\r\n{lines}Content-Length: {len(body)}\r\nConnection: close"
+            "\r\n\r\n").encode() + body
+
+
+def _server(*, create: bytes, part_etag: bool) -> Callable[[str, dict[str, str], int], bytes]:
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "POST":
+            return _answer("200 OK", {}, create)
+        if method == "PUT":
+            return _answer("200 OK", {"ETag": '"0123"'} if part_etag else {})
+        return _answer("204 No Content", {})  # the abort
+    return respond
+
+
+def _write(respond: Callable[[str, dict[str, str], int], bytes]) -> list[str]:
+    with RawHTTPServer(respond) as server:
+        options = {"s3_endpoint": f"http://127.0.0.1:{server.port}",
+                   "s3_access_key_id": "AKIAEXAMPLE", "s3_secret_access_key": "x" * 40,
+                   "s3_region": "us-east-1", "retries": 1, "part_size": 5 * MiB}
+        with pytest.raises(ProtocolError) as info, \
+                tensorstream.open("s3://b/k", "wb", **options) as f:
+            f.write(os.urandom(11 * MiB))
+        assert "S3 answered" in str(info.value), info.value
+        return [f"{method} {info.value!s}" for method, _ in server.requests]
+
+
+def test_a_create_without_an_upload_id_is_a_protocol_error() -> None:
+    sent = _write(_server(create=CREATED.replace(b"<UploadId>U1</UploadId>", b""),
+                          part_etag=True))
+    assert "without an UploadId" in sent[-1]
+    assert not any(s.startswith("PUT") for s in sent)  # no part went to an unnamed upload
+
+
+def test_a_part_without_an_etag_is_a_protocol_error_and_the_upload_is_aborted() -> None:
+    sent = _write(_server(create=CREATED, part_etag=False))
+    assert "without an ETag" in sent[-1]
+    assert any(s.startswith("DELETE") for s in sent)  # AbortMultipartUpload
