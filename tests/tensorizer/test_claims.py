@@ -127,3 +127,22 @@ def test_a_meta_tensor_of_a_dtype_numpy_lacks_is_named_not_called_damaged(tmp_pa
     assert "bf16meta.tensors" in text and "torch.bfloat16" in text and "filter_func" in text
     with tensorstream.deserialize(str(path), device="cpu", filter_func=lambda n: n != "a") as d:
         assert d["b"].tolist() == [1.0, 1.0]
+
+
+def test_a_meta_shape_past_int64_is_a_damaged_file(tmp_path: Path) -> None:
+    # (2**32-1) x (2**32-1) float32: tensorizer's numpy.prod wrapped around to a negative
+    # size and failed an assert ("not a whole tensorizer file: AssertionError: ")
+    import struct
+
+    path = tmp_path / "shape.tensors"
+    ser = TensorSerializer(str(path))
+    ser.write_state_dict({"a": torch.empty(5, 7, device="meta"), "b": torch.ones(3)})
+    ser.close()
+    data = path.read_bytes()
+    dims = struct.pack("<II", 5, 7)
+    assert data.count(dims) == 2  # the index and the tensor's header
+    path.write_bytes(data.replace(dims, struct.pack("<II", 2**32 - 1, 2**32 - 1)))
+    for mode in ({}, {"lazy_load": True}):
+        with pytest.raises(errors.MalformedFileError, match=r"shape \(4294967295, 4294967295\)"):
+            with tensorstream.deserialize(str(path), device="cpu", **mode) as d:
+                d["a"]

@@ -34,7 +34,13 @@ def claimed_bytes(entry: Any, name: str) -> int:
     except (TypeError, ValueError):
         raise MalformedFileError(f"{name} is not a whole tensorizer file: its index gives "
                                  f"tensor {entry.name} the unknown dtype {entry.dtype!r}") from None
-    return itemsize * math.prod(int(d) for d in entry.shape)
+    claimed = itemsize * math.prod(int(d) for d in entry.shape)
+    if claimed >= 1 << 63:  # no tensor holds that; tensorizer's int64 numpy.prod wraps around
+        raise MalformedFileError(
+            f"{name} is not a whole tensorizer file: its index gives meta tensor {entry.name} "
+            f"shape {tuple(entry.shape)} x {entry.dtype}, {claimed} bytes, more than any "
+            "tensor can hold (2**63)")
+    return claimed
 
 
 def check_claims(entries: Iterable[Any], device: Any, limit: int | None, name: str) -> None:
