@@ -81,3 +81,21 @@ def test_a_listing_entry_that_is_not_a_size_or_date_names_its_key(size: str,
     with pytest.raises(ProtocolError, match=r"key 'weights\.bin'") as info:
         _list(_listing(("weights.bin", size, modified)))
     assert len(str(info.value)) < 300
+
+
+def test_ls_of_the_buckets_when_one_has_no_name_says_so(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Was a bare KeyError: the CLI printed just "error: 'Name'".
+    body = (b"<ListAllMyBucketsResult><Buckets><Bucket><CreationDate>2026-01-01T00:00:00Z"
+            b"</CreationDate></Bucket></Buckets></ListAllMyBucketsResult>")
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        return (f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                ).encode() + body
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with RawHTTPServer(respond) as server:
+        code = main(["ls", "s3://", "--endpoint-url", f"http://127.0.0.1:{server.port}"])
+    assert code != 0
+    assert "a bucket without a name" in capsys.readouterr().err

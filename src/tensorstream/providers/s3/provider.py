@@ -549,7 +549,11 @@ class S3Provider(Provider):
     async def list_buckets(self) -> builtins.list[tuple[str, Any]]:
         """``[(bucket name, creation time)]`` the credentials can see (``tensorstream ls s3://``)."""
         resp = await self._call("list_buckets", "")
-        return [(b["Name"], b.get("CreationDate")) for b in resp.get("Buckets", ())]
+        buckets = resp.get("Buckets", ())
+        if not all(b.get("Name") for b in buckets):  # (botocore leaves out what the XML lacks)
+            raise ProtocolError("the ListBuckets answer lists a bucket without a name",
+                                service="s3", path="")
+        return [(b["Name"], b.get("CreationDate")) for b in buckets]
 
     async def delete(self, path: str) -> None:
         bucket, key = _split(path)
