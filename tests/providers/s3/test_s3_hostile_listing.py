@@ -21,11 +21,14 @@ MODIFIED = "2026-01-01T00:00:00.000Z"
 Respond = Callable[[str, dict[str, str], int], bytes]
 
 
-def _listing(*contents: tuple[str, str, str], token: str | None = None) -> Respond:
-    items = "".join(f"<Contents><Key>{k}</Key><Size>{s}</Size><ETag>&quot;e&quot;</ETag>"
-                    f"<LastModified>{m}</LastModified></Contents>" for k, s, m in contents)
-    more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{token}</NextContinuationToken>" \
-        if token else "<IsTruncated>false</IsTruncated>"
+def _listing(*contents: tuple[str, str, str], token: str | None = None,
+             truncated: bool | None = None) -> Respond:
+    items = "".join(f"<Contents>{f'<Key>{k}</Key>' if k else ''}<Size>{s}</Size><ETag>&quot;e"
+                    f"&quot;</ETag><LastModified>{m}</LastModified></Contents>"
+                    for k, s, m in contents)
+    more = f"<IsTruncated>{'true' if truncated or token else 'false'}</IsTruncated>"
+    if token:
+        more += f"<NextContinuationToken>{token}</NextContinuationToken>"
     body = ('<?xml version="1.0"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/'
             f'2006-03-01/"><Name>b</Name>{more}{items}</ListBucketResult>').encode()
 
@@ -99,3 +102,15 @@ def test_ls_of_the_buckets_when_one_has_no_name_says_so(
         code = main(["ls", "s3://", "--endpoint-url", f"http://127.0.0.1:{server.port}"])
     assert code != 0
     assert "a bucket without a name" in capsys.readouterr().err
+
+
+def test_a_truncated_listing_without_a_continuation_token_is_refused() -> None:
+    # Was the end of the listing: a part of it passed off as all of it.
+    with pytest.raises(ProtocolError, match="truncated but gives no continuation token"):
+        _list(_listing(("a", "1", MODIFIED), truncated=True))
+
+
+def test_a_listing_entry_without_a_key_is_refused() -> None:
+    # Was listed as the key "" (the prefix itself, "b/"), of the size given.
+    with pytest.raises(ProtocolError, match="without a key"):
+        _list(_listing(("", "1", MODIFIED)))

@@ -516,8 +516,14 @@ class S3Provider(Provider):
                     mtime=obj.get("LastModified"),
                 )
             token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
+            if not page.get("IsTruncated"):
                 break
+            if not token:
+                # Ending here would pass a part of the listing off as all of it (and
+                # sync --delete would remove what the rest holds).
+                raise ProtocolError("the listing is truncated but gives no continuation "
+                                    "token to list the rest", service="s3",
+                                    path=redact(prefix))
             if token in tokens:
                 # A server answering the same page forever: listing on would never end.
                 raise ProtocolError("the listing loops: the server gave a continuation token "
@@ -620,7 +626,10 @@ def parse_list_page(body: bytes, prefix: str) -> dict[str, Any]:
     for node in root:
         if node.tag.rpartition("}")[2] != "Contents":
             continue
-        key = text(node, "Key") or ""
+        key = text(node, "Key")
+        if not key:  # (it was listed as the key "": the prefix itself)
+            raise ProtocolError("the ListObjectsV2 answer lists an object without a key",
+                                service="s3", path=redact(prefix))
         key = unquote_plus(key) if encoded else key
         modified = text(node, "LastModified")
         given = text(node, "Size") or "0"
