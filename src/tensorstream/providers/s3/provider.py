@@ -86,6 +86,9 @@ install_secret_filter()  # botocore DEBUG logs carry session tokens
 
 _WRITE_MEMORY = 128 << 20
 #: A ListObjectsV2 page (1000 keys of up to 1 KiB) fits well inside this.
+# Real S3 may give a few empty truncated pages (deleted keys it skips); a run
+# this long, each with a fresh token, is a server that would list forever.
+_LIST_EMPTY_PAGES = 1000
 _LIST_BODY_LIMIT = 8 << 20  # bound on bytes in in-flight upload parts
 _CHECKSUM_MODES = ("when_supported", "when_required")
 
@@ -499,9 +502,11 @@ class S3Provider(Provider):
                 return client.list_objects_v2(**args)
 
         tokens: set[str] = set()
+        empty = 0  # consecutive truncated pages without an entry
         while True:
             page = await in_thread(next_page)
-            for obj in page.get("Contents", ()):
+            contents = page.get("Contents", ())
+            for obj in contents:
                 size = int(obj["Size"])
                 if size < 0:
                     key = str(obj["Key"])[:100]
@@ -528,6 +533,12 @@ class S3Provider(Provider):
                 # A server answering the same page forever: listing on would never end.
                 raise ProtocolError("the listing loops: the server gave a continuation token "
                                     "it had given before", service="s3", path=redact(prefix))
+            empty = 0 if contents else empty + 1
+            if empty >= _LIST_EMPTY_PAGES:
+                raise ProtocolError(f"the listing gave {empty} truncated "
+                                    "pages in a row without an entry, each with a new "
+                                    "continuation token; it would never end", service="s3",
+                                    path=redact(prefix))
             tokens.add(token)
             args["ContinuationToken"] = token
 
