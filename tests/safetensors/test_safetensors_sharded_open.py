@@ -152,3 +152,19 @@ def test_http_shard_without_the_query_is_refused(signed_server: HTTPTestServer,
     with pytest.raises(PermissionDeniedError):
         ts_st.load(signed_server.url("q/s%200.safetensors"), retries=1)
     assert ts_st.load(signed_server.url("q/s%200.safetensors") + f"?sig={SIG}").keys() == {"a"}
+
+
+@pytest.mark.parametrize("entry", [ts_st.open, ts_st.load], ids=["open", "load"])
+def test_an_index_naming_too_many_shards_is_refused_before_any_is_opened(
+        entry: Any, http_server: HTTPTestServer, http_reset: None, tmp_path: Path,
+        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was: every shard opened (a request each) before failing on one that is missing.
+    monkeypatch.setattr("tensorstream.safetensors.sources.MAX_SHARDS", 20)
+    backend = _backend("http", request, tmp_path)
+    shards = {f"t{i}": f"s{i // 2}.safetensors" for i in range(42)}  # 21 distinct shards
+    backend.put("ckpt/model.safetensors.index.json", json.dumps({"weight_map": shards}).encode())
+    with pytest.raises(MalformedFileError,
+                       match=r"model\.safetensors\.index\.json: .*21 distinct shard.*the 20"):
+        entry(backend.uri("ckpt/model.safetensors.index.json"), **backend.options)
+    assert not any(".safetensors" in r.path and "index" not in r.path
+                   for r in http_server.requests)

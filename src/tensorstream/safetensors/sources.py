@@ -32,6 +32,9 @@ __all__ = ["INDEX_SUFFIX", "Checkpoint", "Index", "Source", "from_index", "is_fo
 INDEX_SUFFIX = ".safetensors.index.json"
 #: An index is JSON of names; anything this large is not one.
 MAX_INDEX_SIZE = 100_000_000
+#: Distinct shards an index may name: real checkpoints have tens to a few hundred;
+#: a hostile index naming 100k would have every one opened (or probed) first.
+MAX_SHARDS = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +126,10 @@ def load_index(uri: str | ParsedURI, options: dict[str, Any]) -> Index:
         raise MalformedFileError(f"{where}: no weight_map object mapping tensor names to shards")
     for shard in weight_map.values():
         _check_shard_name(shard, where)
+    shards = len(set(weight_map.values()))
+    if shards > MAX_SHARDS:
+        raise MalformedFileError(f"{where}: the weight_map names {shards} distinct shard files, "
+                                 f"more than the {MAX_SHARDS} any checkpoint has")
     meta = doc.get("metadata")
     return Index(weight_map, meta if isinstance(meta, dict) else None, where, len(raw))
 
