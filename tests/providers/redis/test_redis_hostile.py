@@ -5,6 +5,8 @@ never an empty read, a bare TypeError/OverflowError or a MemoryError."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import os
 import socketserver
 import threading
@@ -13,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import tensorstream
-from tensorstream.errors import ProtocolError
+from tensorstream.errors import IntegrityError, ProtocolError
 
 pytestmark = [pytest.mark.usefixtures("isolated_env"),
               pytest.mark.filterwarnings("ignore:Server/proxy")]
@@ -142,3 +144,27 @@ def test_a_scan_whose_cursor_comes_back_is_a_protocol_error(
     with pytest.raises(ProtocolError, match="SCAN loops"), \
             tensorstream.open(url, retries=1, timeout_idle=2) as f:
         f.read()
+
+
+@pytest.mark.parametrize("length", [b"$3\r\nabc\r\n", b"$0\r\n\r\n", b"+1e3\r\n"],
+                         ids=["abc", "empty", "float"])
+def test_a_staged_chunk_strlen_that_is_no_integer_is_a_length_mismatch(
+        serve: Callable[[dict[str, Reply]], str], length: bytes) -> None:
+    # Was a bare ValueError from int(); now the error a wrong length gives: nothing published.
+    # The chunk is staged and read back in a transaction (MULTI, SET, GET, EXEC): honestly.
+    staged = {"multi": b"+OK\r\n", "set": b"+QUEUED\r\n", "get": b"+QUEUED\r\n",
+              "exec": b"*2\r\n+OK\r\n" + _bulk(DATA)}
+    url = serve({**staged, "type": b"+none\r\n", "persist": b":1\r\n", "strlen": length})
+
+    async def write() -> None:
+        provider = tensorstream.get_provider(url, retries=1)
+        try:
+            writer = provider.open_writer(url.rsplit("/", 1)[-1])
+            size = writer.part_size_for(len(DATA), len(DATA))
+            assert size is not None
+            await writer.write_part(0, memoryview(DATA), md5=b"")
+            await writer.commit_parts(1, sha256=hashlib.sha256(DATA).hexdigest())
+        finally:
+            await provider.close()
+    with pytest.raises(IntegrityError, match="does not have the length written"):
+        asyncio.run(asyncio.wait_for(write(), 10))

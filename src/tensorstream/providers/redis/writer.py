@@ -272,7 +272,8 @@ class RedisWriter(Writer):
             raise ObjectChangedError(
                 f"staged chunks of {self._path!r} vanished before commit (expired or deleted)"
             )
-        if check_lengths and [int(n) for n in lengths] != [self._lengths[k] for k in self._keys]:
+        if check_lengths and [_length(n) for n in lengths] != [self._lengths[k]
+                                                               for k in self._keys]:
             raise IntegrityError(
                 f"verification failed: a staged chunk of {self._path!r} does not have the "
                 "length written; nothing was published")
@@ -337,3 +338,14 @@ def _settled(inflight: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any
         if not task.cancelled():
             task.exception()
     return done
+
+
+def _length(reply: Any) -> int | None:
+    """A ``STRLEN`` reply as a length; None for one that is no integer (a lying
+    server's ``b"abc"``): the length check then fails, as for a wrong length."""
+    if isinstance(reply, int):
+        return reply
+    try:
+        return int(reply)
+    except (TypeError, ValueError):
+        return None
