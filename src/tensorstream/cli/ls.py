@@ -15,7 +15,7 @@ from typing import Any
 from ..api import get_provider
 from ..copy.wildcards import wildcard
 from ..errors import NotFoundError
-from ..providers.base import ObjectInfo
+from ..providers.base import ObjectInfo, display_listing
 from ..uri import ParsedURI, parse_uri, redact_text
 from .options import add_storage_options
 from .output import escape, human_size
@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     pattern = wildcard(uri) if args.wildcards else None
 
     async def go() -> int:
+        display_listing.set(True)  # (this task only) shown: a lying entry may be skipped
         prefix, base = list_base(args.uri, uri) if pattern is None else (
             pattern.prefix, pattern.base)
         recursive = args.recursive or pattern is not None  # '*' matches across '/'

@@ -43,8 +43,15 @@ __all__ = [
     "Writer",
     "check_range",
     "current_deadline",
+    "display_listing",
     "report_progress",
 ]
+
+#: True while a listing is only shown (``tensorstream ls``): a provider may then skip an
+#: entry its server lies about, with a warning naming it. Elsewhere (``cp -r``, ``sync
+#: --delete``) a listing without that entry would pass a part off as the whole: it fails.
+display_listing: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tensorstream_display_listing", default=False)
 
 #: ``read_range`` checks the object's size before allocating more than this many bytes.
 CHECKED_READ_RANGE = 64 << 20

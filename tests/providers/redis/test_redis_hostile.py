@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import socketserver
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 import tensorstream
+from tensorstream.cli.main import main
 from tensorstream.errors import IntegrityError, ProtocolError
 
 pytestmark = [pytest.mark.usefixtures("isolated_env"),
@@ -168,3 +171,49 @@ def test_a_staged_chunk_strlen_that_is_no_integer_is_a_length_mismatch(
             await provider.close()
     with pytest.raises(IntegrityError, match="does not have the length written"):
         asyncio.run(asyncio.wait_for(write(), 10))
+
+
+def test_ls_skips_a_key_with_a_bogus_strlen_naming_it_and_lists_the_rest(
+        serve: Callable[[dict[str, Reply]], str], caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Was: the one bad key failed the whole `ls redis://...` with a ProtocolError.
+    def strlen(args: list[bytes]) -> bytes:
+        return b":-5\r\n" if args[1] == b"bad" else b":1000\r\n"
+    keys = [b"bad", b"good", b"more"]
+    url = serve({"type": b"+string\r\n", "strlen": strlen,
+                 "scan": b"*2\r\n$1\r\n0\r\n*3\r\n" + b"".join(_bulk(k) for k in keys)})
+    with caplog.at_level(logging.WARNING, logger="tensorstream.redis"):
+        code = main(["ls", url.rsplit("/", 1)[0] + "/"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "good" in out and "more" in out and "bad" not in out
+    assert any("'bad'" in r.getMessage() and "-5" in r.getMessage() for r in caplog.records)
+
+
+def test_ls_skips_a_broken_tensorizer_group_with_a_warning_naming_it(
+        serve: Callable[[dict[str, Reply]], str], caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Was skipped with a debug log only: an object missing from `ls` without a word.
+    def type_(args: list[bytes]) -> bytes:
+        return b"+none\r\n" if args[1] == b"m" else b"+string\r\n"
+    keys = [b"m:header:0", b"m:data:500", b"good"]  # m's bytes 10-499 are missing
+    url = serve({"type": type_, "strlen": b":10\r\n",
+                 "scan": b"*2\r\n$1\r\n0\r\n*3\r\n" + b"".join(_bulk(k) for k in keys)})
+    with caplog.at_level(logging.WARNING, logger="tensorstream.redis"):
+        code = main(["ls", url.rsplit("/", 1)[0] + "/"])
+    out = capsys.readouterr().out
+    assert code == 0 and [line.split()[-1] for line in out.splitlines()] == ["good"]
+    assert any(r.levelno == logging.WARNING and "'m'" in r.getMessage() for r in caplog.records)
+
+
+def test_sync_delete_from_a_listing_with_a_bogus_strlen_fails_and_deletes_nothing(
+        serve: Callable[[dict[str, Reply]], str], tmp_path: Path) -> None:
+    # Only `ls` skips the lying key: a sync listing without it would delete its copy.
+    def strlen(args: list[bytes]) -> bytes:
+        return b":-5\r\n" if args[1] == b"bad" else b":1000\r\n"
+    url = serve({"type": b"+string\r\n", "strlen": strlen,
+                 "scan": b"*2\r\n$1\r\n0\r\n*2\r\n" + _bulk(b"bad") + _bulk(b"good")})
+    (tmp_path / "bad").write_bytes(b"kept")
+    code = main(["sync", "--delete", url.rsplit("/", 1)[0] + "/", str(tmp_path)])
+    assert code != 0
+    assert (tmp_path / "bad").read_bytes() == b"kept"

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...errors import ProtocolError
+from ..base import display_listing
 from .layout import (
     Layout,
     chunk_offset,
@@ -31,6 +32,12 @@ _HEADER = b":header:0"
 
 def _name(key: bytes) -> str:
     return key.decode("utf-8", "surrogateescape")
+
+
+def _skip(key: bytes, exc: ProtocolError) -> None:
+    # One lying entry must not hide the rest of what `ls` shows; it is named, and
+    # reading it still fails loudly.
+    log.warning("skipping %r in the listing: %s", _name(key), exc)
 
 
 async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
@@ -71,10 +78,16 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
         try:
             lay = tensorizer_layout(_name(h), [(k, sizes[k]) for k in members])
         except ProtocolError as exc:
-            log.debug("skipping %r in list: %s", h, exc)
+            _skip(h, exc)
             continue
         if lay is not None and lay.path.startswith(prefix):
             found.append(lay)
-    found.extend(string_layout(_name(k), sizes[k]) for k in strings)
+    for k in strings:
+        try:
+            found.append(string_layout(_name(k), sizes[k]))
+        except ProtocolError as exc:
+            if not display_listing.get():
+                raise
+            _skip(k, exc)
     found.sort(key=lambda lay: lay.path)
     return found
