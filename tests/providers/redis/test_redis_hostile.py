@@ -217,3 +217,17 @@ def test_sync_delete_from_a_listing_with_a_bogus_strlen_fails_and_deletes_nothin
     code = main(["sync", "--delete", url.rsplit("/", 1)[0] + "/", str(tmp_path)])
     assert code != 0
     assert (tmp_path / "bad").read_bytes() == b"kept"
+
+
+def test_sync_delete_from_a_listing_with_a_broken_tensorizer_group_deletes_nothing(
+        serve: Callable[[dict[str, Reply]], str], tmp_path: Path) -> None:
+    # Was skipped (a debug log) in every listing: sync --delete removed the group's copy.
+    def type_(args: list[bytes]) -> bytes:
+        return b"+none\r\n" if args[1] == b"m" else b"+string\r\n"
+    keys = [b"m:header:0", b"m:data:500", b"good"]  # m's bytes 10-499 are missing
+    url = serve({"type": type_, "strlen": b":10\r\n",
+                 "scan": b"*2\r\n$1\r\n0\r\n*3\r\n" + b"".join(_bulk(k) for k in keys)})
+    (tmp_path / "m").write_bytes(b"kept")
+    code = main(["sync", "--delete", url.rsplit("/", 1)[0] + "/", str(tmp_path)])
+    assert code != 0
+    assert (tmp_path / "m").read_bytes() == b"kept"

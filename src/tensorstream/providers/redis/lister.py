@@ -78,6 +78,8 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
         try:
             lay = tensorizer_layout(_name(h), [(k, sizes[k]) for k in members])
         except ProtocolError as exc:
+            if not display_listing.get():
+                raise
             _skip(h, exc)
             continue
         if lay is not None and lay.path.startswith(prefix):
