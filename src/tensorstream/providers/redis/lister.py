@@ -54,8 +54,12 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
                              strict=True):
         try:
             manifests[k] = parse_manifest(_name(k), fields)
-        except ProtocolError:
-            continue
+        except ProtocolError as exc:
+            if b"tensorstream" not in fields:
+                continue  # a hash of the user's own, not an object
+            if not display_listing.get():
+                raise  # a damaged manifest: left out, sync --delete would remove its copy
+            _skip(k, exc)
     found = [lay for k, lay in manifests.items() if k in keys]
     loose = sorted(k for k in chunky if k.rsplit(b":", 2)[0] not in manifests)
 
