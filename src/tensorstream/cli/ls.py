@@ -122,10 +122,10 @@ def run(args: argparse.Namespace) -> int:
             missing: NotFoundError | None = None
             try:
                 async for info in provider.list(prefix):
-                    if not info.path.startswith(base) or (
-                            pattern is not None and not pattern.matches(info.path)):
+                    rel = (pattern.relative(info.path) if pattern is not None
+                           else info.path[len(base):] if info.path.startswith(base) else None)
+                    if rel is None:
                         continue
-                    rel = info.path[len(base):]
                     count += 1
                     if not recursive and "/" in rel:
                         d = rel.split("/", 1)[0] + "/"

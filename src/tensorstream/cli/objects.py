@@ -231,8 +231,7 @@ def run_rm(args: argparse.Namespace) -> int:
         async with get_provider(uri, **storage_options(args)) as provider:
             if pattern is not None:
                 targets = [i.path async for i in provider.list(pattern.prefix)
-                           if i.path.startswith(pattern.base) and pattern.matches(i.path)
-                           and rules.wants(i.path[len(pattern.base):])]
+                           if (rel := pattern.relative(i.path)) is not None and rules.wants(rel)]
                 if not targets:
                     raise NotFoundError(f"no object matches {redact_text(args.uri)}"
                                         + (" and the --exclude/--include rules" if rules else ""))

@@ -266,8 +266,8 @@ class Planner:
         by_key: dict[str, ObjectInfo] = {}
         try:
             async for info in src.list(pattern.prefix):
-                rel = relative_key(info.path, pattern.base)
-                if rel is not None and pattern.matches(info.path):
+                rel = pattern.relative(info.path)
+                if rel is not None:
                     by_key[rel] = info
         except NotFoundError as exc:
             if "NoSuchBucket" in str(exc):

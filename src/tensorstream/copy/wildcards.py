@@ -32,16 +32,17 @@ _BUCKETED = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs"})
 
 @dataclasses.dataclass(frozen=True)
 class Wildcard:
-    """A source pattern: list :attr:`prefix`, keep paths :meth:`matches`
-    accepts, and name each relative to :attr:`base` (empty or ending in ``/``)."""
+    """A source pattern: list :attr:`prefix`, keep the paths :meth:`relative`
+    names (relative to :attr:`base`, empty or ending in ``/``)."""
 
     pattern: str
     prefix: str
     base: str
 
-    def matches(self, path: str) -> bool:
-        """Whether ``path`` matches the whole pattern."""
-        return match(self.pattern, path)
+    def relative(self, path: str) -> str | None:
+        """``path``'s name relative to :attr:`base` if it matches, else None (a
+        match starts with :attr:`base`: the pattern does, up to its first wildcard)."""
+        return path[len(self.base):] if match(self.pattern, path) else None
 
 
 def wildcard(uri: ParsedURI) -> Wildcard | None:
