@@ -1,4 +1,4 @@
-"""Keep secrets out of third-party DEBUG logs.
+"""Keep secrets out of third-party DEBUG logs, and out of what a server echoes.
 
 botocore logs canonical requests and request headers at DEBUG, including
 ``X-Amz-Security-Token`` and the ``Authorization`` signature. A filter on
@@ -13,7 +13,27 @@ import re
 from .errors import ExternalError, TensorstreamError
 from .uri import redact_text
 
-__all__ = ["install_secret_filter", "mask_secrets", "scrub_chain"]
+__all__ = ["install_secret_filter", "mask_secrets", "scrub_chain", "withhold", "withhold_args"]
+
+#: Shorter secrets are not masked: masking every "a" of a one-letter password hides the text.
+_MIN_SECRET = 4
+
+
+def withhold(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every known secret in it (a password, a secret key, a
+    session token that a server echoed back) masked as ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= _MIN_SECRET:
+            text = text.replace(secret, "***")
+    return text
+
+
+def withhold_args(exc: BaseException, secrets: tuple[str, ...]) -> None:
+    """Mask ``secrets`` in ``exc``'s string arguments in place: it stays chained
+    as the cause of the error raised instead, and tracebacks print it."""
+    if secrets:
+        exc.args = tuple(withhold(a, secrets) if isinstance(a, str) else a for a in exc.args)
+
 
 _PATTERNS = [
     # header dumps: 'X-Amz-Security-Token': b'...'  /  x-amz-security-token:...

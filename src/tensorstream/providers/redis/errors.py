@@ -7,6 +7,7 @@ import ssl
 
 from redis import exceptions as rex
 
+from ..._log_redaction import withhold, withhold_args
 from ...errors import (
     ConnectionFailedError,
     PermissionDeniedError,
@@ -44,14 +45,6 @@ def _tls_verification_failed(exc: BaseException) -> bool:
     return False
 
 
-def withhold(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with each secret (of at least 4 characters) masked as ``***``."""
-    for secret in secrets:
-        if len(secret) >= 4:  # masking every "a" of a one-letter password hides the text
-            text = text.replace(secret, "***")
-    return text
-
-
 def map_redis_error(exc: BaseException, *, who: str = "",
                     secrets: tuple[str, ...] = ()) -> TensorstreamError:
     """Map a redis-py / socket error to a tensorstream error (temporary where retrying helps).
@@ -64,8 +57,7 @@ def map_redis_error(exc: BaseException, *, who: str = "",
     """
     if isinstance(exc, TensorstreamError):
         return exc
-    if secrets:  # a server echoing the password (WRONGPASS <it>): masked in the cause too
-        exc.args = tuple(withhold(a, secrets) if isinstance(a, str) else a for a in exc.args)
+    withhold_args(exc, secrets)  # a server echoing the password (WRONGPASS <it>)
     text = withhold(redact_text(str(exc)), secrets) or type(exc).__name__
     auth = (rex.AuthenticationError, rex.AuthenticationWrongNumberOfArgsError)
     if isinstance(exc, auth) or text.startswith(("NOAUTH", "WRONGPASS")):

@@ -13,6 +13,7 @@ from xml.etree import ElementTree
 
 import botocore.exceptions as bce
 
+from ..._log_redaction import withhold, withhold_args
 from ...errors import (
     ConfigurationError,
     ConnectionFailedError,
@@ -61,10 +62,7 @@ class ErrorContext:
 
     def withhold(self, text: str) -> str:
         """``text`` with every secret of :attr:`secrets` in it masked."""
-        for secret in self.secrets:
-            if secret and len(secret) >= 4:  # a one-letter "secret" would mask all text
-                text = text.replace(secret, "***")
-        return text
+        return withhold(text, self.secrets)
 
     def withhold_in(self, exc: BaseException) -> None:
         """Mask the secrets in a botocore error in place (its message and the
@@ -72,7 +70,7 @@ class ErrorContext:
         cause, and a server may have echoed a secret into it."""
         if not self.secrets:
             return
-        exc.args = tuple(self.withhold(a) if isinstance(a, str) else a for a in exc.args)
+        withhold_args(exc, self.secrets)
         error = (getattr(exc, "response", None) or {}).get("Error")
         if isinstance(error, dict):
             for name, value in error.items():
