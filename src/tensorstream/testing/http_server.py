@@ -55,7 +55,7 @@ class HTTPFaults:
     rate_limit: int | None = None
     #: Close the connection after this many body bytes ...
     drop_after: int | None = None
-    #: ... on this many responses (``None``: every response).
+    #: ... on this many responses longer than that (``None``: every one).
     drop_times: int | None = None
     #: Statuses answered, in order, before normal service resumes, e.g. ``[503, 503]``.
     status_script: list[int] = dataclasses.field(default_factory=list)
@@ -436,15 +436,18 @@ class HTTPTestServer:
             f.stalled += 1
             await asyncio.sleep(f.stall_after_headers)
         limit = len(body)
-        drop = faulty and f.drop_after is not None and (
+        # Only a body longer than drop_after is cut, and only a cut spends one of
+        # drop_times and counts in ``dropped`` (as on the proxies): a short answer
+        # before the big read must not use up ``times=1``.
+        drop = faulty and f.drop_after is not None and f.drop_after < len(body) and (
             f.drop_times is None or f.dropped < f.drop_times)
         if drop:
             f.dropped += 1
-            limit = min(limit, f.drop_after or 0)
+            limit = f.drop_after or 0
         try:
             await self._write_body(resp, memoryview(body)[:limit], faulty,
                                    request.match_info.get("key", ""))
-            if drop and limit < len(body):
+            if drop:
                 # Cut the connection mid-body: the client sees a short read.
                 if request.transport is not None:
                     request.transport.close()
