@@ -22,6 +22,9 @@ __all__ = ["Group", "GroupArg", "resolve_group"]
 #: What ``group=`` accepts.
 GroupArg = Any  # a torch.distributed ProcessGroup, "auto" or None
 
+#: The longest ``group_timeout`` taken: ten years, far below what overflows.
+_MAX_TIMEOUT_S = 10 * 365 * 24 * 3600
+
 
 @dataclasses.dataclass(frozen=True)
 class Group:
@@ -59,7 +62,17 @@ def _timeout(value: float | datetime.timedelta | None) -> datetime.timedelta | N
         raise ConfigurationError(f"group_timeout={value!r} is not a number of seconds")
     if not seconds > 0:
         raise ConfigurationError(f"group_timeout must be > 0 seconds, got {value!r}")
+    # torch waits take whole milliseconds in a C++ int64; timedelta stops at 10**9 days
+    if not seconds <= _MAX_TIMEOUT_S:
+        raise ConfigurationError(
+            f"group_timeout={value!r} is too large (at most {_MAX_TIMEOUT_S} seconds); leave "
+            "it out (None) to wait as long as the group's own timeout")
     return datetime.timedelta(seconds=seconds)
+
+
+def _non_member(group: object) -> bool:
+    marker = getattr(getattr(dist, "GroupMember", None), "NON_GROUP_MEMBER", None)
+    return marker is not None and type(group) is type(marker) and group == marker
 
 
 def resolve_group(group: GroupArg, timeout: float | datetime.timedelta | None = None) -> Group | None:
@@ -80,6 +93,12 @@ def resolve_group(group: GroupArg, timeout: float | datetime.timedelta | None = 
         if not available:
             return None  # no distributed run: a load of its own
         pg = dist.group.WORLD
+    elif _non_member(group):
+        # what dist.new_group(ranks) returns in a process that is not in ``ranks``
+        raise ConfigurationError(
+            "group= is GroupMember.NON_GROUP_MEMBER: this process is not a member of the "
+            "group (dist.new_group returns it to the ranks it leaves out); pass group=None "
+            "for a load of its own, or a group this process is in")
     elif isinstance(group, dist.ProcessGroup):
         if not available:
             raise ConfigurationError("group= was given but torch.distributed is not initialised")
