@@ -241,6 +241,33 @@ def test_replace_between_reads_raises_object_changed(tensorstream_backend):
     assert read_all(b, "k") == new  # a fresh open sees the new version
 
 
+@pytest.mark.parametrize("bad", [
+    lambda f: f.latency(-1),
+    lambda f: f.latency(float("nan")),
+    lambda f: f.latency(float("inf")),  # used to hang every request
+    lambda f: f.latency("soon"),
+    lambda f: f.rate_limit(0.5),  # truncated to 0: no cap at all
+    lambda f: f.rate_limit(0),
+    lambda f: f.drop_after(-5),
+    lambda f: f.drop_after(10, times=0),
+    lambda f: f.drop_after(10, times=-1),
+    lambda f: f.status_script([99]),
+    lambda f: f.status_script([1000]),
+    lambda f: f.status_script(["503"]),
+    lambda f: f.status_script(503),
+    lambda f: f.status_script([503], retry_after=-1),
+], ids=["neg-latency", "nan-latency", "inf-latency", "str-latency", "fraction-rate", "zero-rate",
+        "neg-drop", "zero-times", "neg-times", "status-99", "status-1000", "str-status",
+        "not-a-list", "neg-retry-after"])
+def test_a_bad_fault_value_is_refused_by_name(tensorstream_http, bad):
+    from tensorstream.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"faults\.(latency|rate_limit|drop_after|status_script)"):
+        bad(tensorstream_http.faults)
+    raw = tensorstream_http.faults.raw  # nothing was half-applied
+    assert (raw.latency, raw.rate_limit, raw.drop_after, raw.status_script) == (0.0, None, None, [])
+
+
 def test_faults_chain_and_reset(tensorstream_backend):
     b = tensorstream_backend
     f = b.faults.latency(5).drop_after(1)

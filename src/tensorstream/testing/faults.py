@@ -10,8 +10,11 @@ Import them from :mod:`tensorstream.testing.backends`, which re-exports
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .backends import HTTPBackend, RedisBackend, S3Backend
@@ -24,6 +27,44 @@ FAULT_NAMES = ("latency", "rate_limit", "drop_after", "status_script", "ignore_r
 
 class UnsupportedFault(NotImplementedError):
     """A fault that makes no sense for a backend (e.g. an HTTP status on Redis)."""
+
+
+def _seconds(fault: str, value: Any) -> float:
+    """A finite, non-negative number of seconds (a negative or NaN one used to be
+    taken as "no delay", an infinite one hung every request)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds < 0:
+        raise ConfigurationError(f"faults.{fault}: {value!r} is not a number of seconds "
+                                 "(finite, 0 or more)")
+    return seconds
+
+
+def _count(fault: str, value: Any, *, least: int) -> int:
+    """A whole number >= ``least`` (a fraction would be truncated, e.g. a rate of 0.5
+    to 0, which meant no cap at all)."""
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole:
+        raise ConfigurationError(f"faults.{fault}: {value!r} is not a whole number")
+    if value < least:
+        raise ConfigurationError(f"faults.{fault}: {value!r} is less than {least}")
+    return int(value)
+
+
+def _statuses(statuses: Any) -> list[int]:
+    """HTTP error/redirect statuses to script (2xx entries mean "then succeed")."""
+    if isinstance(statuses, (int, str, bytes)) or not hasattr(statuses, "__iter__"):
+        raise ConfigurationError(f"faults.status_script takes a list of statuses, e.g. "
+                                 f"[503, 503, 200], not {statuses!r}")
+    out = []
+    for status in statuses:
+        if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
+            raise ConfigurationError(f"faults.status_script: {status!r} is not an HTTP status "
+                                     "from 200 to 599")
+        out.append(status)
+    return out
 
 
 # ------------------------------------------------------------------ faults
@@ -67,28 +108,35 @@ class Faults:
                 self.on_unsupported(msg)
             raise UnsupportedFault(msg)
 
+    # Values are checked before the fault applies: a bad one raises
+    # ConfigurationError (a ValueError) naming the fault, never a silent no-op.
     def latency(self, seconds: float) -> Faults:
+        seconds = _seconds("latency", seconds)
         self._check("latency")
-        self._latency(float(seconds))
+        self._latency(seconds)
         return self
 
     def rate_limit(self, bytes_per_second: int) -> Faults:
-        if bytes_per_second <= 0:
-            raise ValueError("rate_limit needs a positive bytes_per_second")
+        bps = _count("rate_limit", bytes_per_second, least=1)
         self._check("rate_limit")
-        self._rate_limit(int(bytes_per_second))
+        self._rate_limit(bps)
         return self
 
     def drop_after(self, n_bytes: int, *, times: int | None = None) -> Faults:
+        n = _count("drop_after", n_bytes, least=0)
+        times = None if times is None else _count("drop_after(times=)", times, least=1)
         self._check("drop_after")
-        self._drop_after(int(n_bytes), times)
+        self._drop_after(n, times)
         return self
 
     def status_script(self, statuses: list[int], *, retry_after: float | None = None) -> Faults:
         """Answer the next ``len(statuses)`` requests with these statuses (then serve
         normally); a trailing 2xx entry just means "then succeed"."""
+        script = _statuses(statuses)
+        if retry_after is not None:
+            retry_after = _seconds("status_script(retry_after=)", retry_after)
         self._check("status_script")
-        self._status_script([int(s) for s in statuses if not 200 <= int(s) < 300], retry_after)
+        self._status_script([s for s in script if not 200 <= s < 300], retry_after)
         return self
 
     def ignore_range(self) -> Faults:
