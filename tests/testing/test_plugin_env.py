@@ -161,6 +161,40 @@ def test_unknown_marker_argument_is_an_error(pytester):
     result.stdout.fnmatch_lines(["*tensorstream_redis takes acl_user, env, password, tls, not pasword*"])
 
 
+def test_settings_that_would_be_ignored_are_errors(pytester):
+    # Each of these used to run the test against the default server (no TLS, auth on).
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.tensorstream_s3(False)
+        def test_positional(tensorstream_s3):
+            pass
+
+        @pytest.mark.parametrize("tensorstream_http", [True], indirect=True)
+        def test_not_a_dict(tensorstream_http):
+            pass
+
+        @pytest.mark.tensorstream_http(tls="yes")
+        def test_not_a_bool(tensorstream_http):
+            pass
+
+        @pytest.mark.parametrize("tensorstream_http", [{"tls": True}], indirect=True)
+        def test_a_dict_still_works(tensorstream_http):
+            assert tensorstream_http.ca_bundle
+
+        def test_backend_still_works(tensorstream_backend):
+            pass
+    """)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(errors=3, passed=4)
+    result.stdout.fnmatch_lines([
+        "*tensorstream_s3 takes keyword arguments only (auth, env), not False*",
+        "*indirect parametrisation of tensorstream_http takes a dict of env, tls, token, not True*",
+        "*tensorstream_http(tls=...) takes True or False, not 'yes'*",
+    ])
+
+
 # -- every fault, and async tests -------------------------------------------------------
 
 

@@ -126,18 +126,35 @@ def _closing(backend: Backend, monkeypatch: pytest.MonkeyPatch, env: bool) -> It
         backend.close()
 
 
+#: Settings that are switches: a string such as ``"no"`` would be taken as true.
+_BOOL_ARGS = ("auth", "tls", "env")
+
+
 def _settings(request: pytest.FixtureRequest, mark: str) -> dict[str, Any]:
-    """The marker's keywords, then indirect parametrisation's dict (which wins)."""
+    """The marker's keywords, then indirect parametrisation's dict (which wins).
+
+    Anything else is refused rather than ignored: a positional marker argument
+    (``tensorstream_s3(False)``) or a non-dict parameter used to leave the
+    default server in place, so the test silently ran against the wrong one."""
+    names = ", ".join(sorted(_MARK_ARGS[mark]))
     kwargs: dict[str, Any] = {}
     marker = request.node.get_closest_marker(mark)
     if marker is not None:
+        if marker.args:
+            raise TypeError(f"{mark} takes keyword arguments only ({names}), not "
+                            f"{', '.join(map(repr, marker.args))}: e.g. {mark}(tls=True)")
         kwargs.update(marker.kwargs)
-    if isinstance(getattr(request, "param", None), dict):
+    if hasattr(request, "param"):
+        if not isinstance(request.param, dict):
+            raise TypeError(f"indirect parametrisation of {mark} takes a dict of {names}, "
+                            f"not {request.param!r}: e.g. [{{'tls': True}}]")
         kwargs.update(request.param)
     unknown = set(kwargs) - _MARK_ARGS[mark]
     if unknown:
-        raise TypeError(f"{mark} takes {', '.join(sorted(_MARK_ARGS[mark]))}, "
-                        f"not {', '.join(sorted(unknown))}")
+        raise TypeError(f"{mark} takes {names}, not {', '.join(sorted(unknown))}")
+    for name in _BOOL_ARGS:
+        if name in kwargs and not isinstance(kwargs[name], bool):
+            raise TypeError(f"{mark}({name}=...) takes True or False, not {kwargs[name]!r}")
     return kwargs
 
 
