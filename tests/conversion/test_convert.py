@@ -399,6 +399,14 @@ def test_what_tensorizer_cannot_hold_is_refused_first(tmp_path: Path, name: str,
     assert _clean(tmp_path) == ["m.safetensors"]
 
 
+def test_a_checkpoint_without_tensors_is_refused_first(tmp_path: Path) -> None:
+    # tensorizer 2.12 writes a file holding no tensor, but cannot read it back
+    st_torch.save_file({}, str(tmp_path / "m.safetensors"))
+    with pytest.raises(UnsupportedDtypeError, match="holds no tensor"):
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    assert _clean(tmp_path) == ["m.safetensors"]
+
+
 def test_dtype_safetensors_cannot_hold_is_refused(tmp_path: Path) -> None:
     tensorstream.serialize({"ok": torch.ones(2), "z": torch.ones(2, dtype=torch.complex128)},
                            str(tmp_path / "m.tensors"))
@@ -474,6 +482,12 @@ def test_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot hold metadata"):
         tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "x.tensors"),
                              metadata={"a": "b"})
+    tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    for bad in ([("a", "b")], {"a": 1}):  # a list was a bare AttributeError
+        with pytest.raises(ConfigurationError, match="metadata must map strings"):
+            tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "x.safetensors"),
+                                 metadata=bad)  # type: ignore[arg-type]
+    os.unlink(tmp_path / "m.tensors")
     with pytest.raises(FileNotFoundError, match="destination directory"):
         tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "no" / "x.tensors"))
     with pytest.raises(FileNotFoundError):

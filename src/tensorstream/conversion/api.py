@@ -193,7 +193,8 @@ def convert(
         if target == TENSORIZER:
             raise ConfigurationError("metadata= is for a safetensors destination; tensorizer "
                                      "files cannot hold metadata")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        if not isinstance(metadata, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise ConfigurationError("safetensors metadata must map strings to strings")
     if dst_parsed.is_local:
         directory = os.path.dirname(dst_parsed.path) or "."

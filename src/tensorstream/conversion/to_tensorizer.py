@@ -47,7 +47,8 @@ from ..uri import ParsedURI
 from ._local import local_target
 from .errors import UnsupportedDtypeError
 
-__all__ = ["BATCH_BYTES", "Shard", "empty_round_trips", "plan_shards", "write_tensorizer"]
+__all__ = ["BATCH_BYTES", "Shard", "empty_round_trips", "no_tensors_round_trip", "plan_shards",
+           "write_tensorizer"]
 
 #: Tensors handed to tensorizer at a time (by bytes; a larger tensor alone).
 BATCH_BYTES = 64 << 20
@@ -88,6 +89,20 @@ def empty_round_trips(dtype: torch.dtype, encrypted: bool) -> bool:
         decryption = DecryptionParams.from_key(key.key) if key is not None else None
         with TensorDeserializer(buf, device="cpu", encryption=decryption) as back:
             return bool(back["empty"].shape == (0,) and back["empty"].dtype == dtype)
+    except Exception:
+        return False
+
+
+@functools.cache
+def no_tensors_round_trip() -> bool:
+    """Whether this tensorizer reads back a file holding no tensor (2.12 refuses it:
+    "Tensor index in the file is empty"), asked of tensorizer itself, once."""
+    buf = _KeptOpen()
+    try:
+        TensorSerializer(buf).close()
+        buf.seek(0)
+        with TensorDeserializer(buf, device="cpu") as back:
+            return len(back) == 0
     except Exception:
         return False
 
@@ -133,6 +148,11 @@ def plan_shards(sources: list[Source], options: Mapping[str, Any],
                 seen[t.name] = f.where
                 _check(t, f.where, encrypted)
             shards.append(Shard(source, f.where, tensors, f.header.metadata))
+    if not seen and not no_tensors_round_trip():
+        where = shards[0].where + (f" (and {len(shards) - 1} more shards)" if shards[1:] else "")
+        raise UnsupportedDtypeError(
+            f"{where}: the checkpoint holds no tensor, and tensorizer {tensorizer_version} "
+            "cannot read back a file holding none; there is nothing to convert")
     return shards
 
 
