@@ -415,6 +415,15 @@ def test_dtype_safetensors_cannot_hold_is_refused(tmp_path: Path) -> None:
     assert _clean(tmp_path) == ["m.tensors"]
 
 
+def test_a_tensor_named_like_the_metadata_key_is_refused(tmp_path: Path) -> None:
+    # was written as the header's "__metadata__": a file neither safetensors nor we could load
+    tensorstream.serialize({"ok": torch.ones(2), "__metadata__": torch.ones(2)},
+                           str(tmp_path / "m.tensors"))
+    with pytest.raises(UnsupportedDtypeError, match=r"'__metadata__'.*reserves"):
+        tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "m.safetensors"))
+    assert _clean(tmp_path) == ["m.tensors"]
+
+
 def test_truncated_sources_raise_and_write_nothing(store: Store, tmp_path: Path) -> None:
     want = {"a": torch.randn(300, 40), "b": torch.randn(300, 40)}
     blob = st_bytes(want)

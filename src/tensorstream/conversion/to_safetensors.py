@@ -89,6 +89,10 @@ def plan(deserializer: Any, where: str) -> list[Planned]:
             raise UnsupportedDtypeError(
                 f"{where}: tensor {entry.name!r} was written from the meta device (shape "
                 f"{list(entry.shape)}, no data); safetensors has no way to store it")
+        if name == "__metadata__":  # the header's metadata key: the file would not load
+            raise UnsupportedDtypeError(
+                f"{where}: tensor {entry.name!r} would be named '__metadata__', which "
+                "safetensors reserves for the file's metadata; rename the tensor")
         if name in names:
             raise MalformedFileError(
                 f"{where}: tensors {names[name]!r} and {entry.name!r} would both be named "
