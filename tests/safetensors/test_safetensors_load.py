@@ -265,6 +265,9 @@ def test_save_rejects_what_safetensors_cannot_hold(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigurationError, match="metadata"):
         ts_st.save({"a": torch.ones(1)}, tmp_path / "x.safetensors", metadata={"a": 1})
+    with pytest.raises(ConfigurationError, match="metadata"):  # was a bare AttributeError
+        ts_st.save({"a": torch.ones(1)}, tmp_path / "x.safetensors",
+                   metadata=[("a", "b")])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="dtype"):
         ts_st.save({"a": torch.ones(1, dtype=torch.complex128)}, tmp_path / "x.safetensors")
     assert not (tmp_path / "x.safetensors").exists()

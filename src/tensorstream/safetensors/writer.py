@@ -45,8 +45,8 @@ def save(
     >>> tensorstream.safetensors.save(model.state_dict(), "s3://b/model.safetensors")  # doctest: +SKIP
     """
     _check_byteorder()
-    if metadata is not None and not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    if metadata is not None and (not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
         raise ConfigurationError("safetensors metadata must map strings to strings")
     entries = []
     for name in sorted(tensors):
