@@ -44,7 +44,8 @@ def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
         return {"digests": {k: digest(v) for k, v in tensors.items()}, "stats": stats}
     if kind == "module":
         module = torch.nn.Module()
-        for name, shape in step["shapes"].items():
+        shapes = step["shapes"][rank] if isinstance(step["shapes"], list) else step["shapes"]
+        for name, shape in shapes.items():
             owner = module
             *path, leaf = name.split(".")
             for part in path:

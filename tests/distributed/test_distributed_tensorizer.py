@@ -116,6 +116,10 @@ def test_two_ranks_http_s3_redis(targets: dict[str, Target], model: tuple[bytes,
     todo = [t.step() for t in targets.values()] + [
         {"label": "sharded", "uri": sharded_uri},
         {"label": "module", "kind": "module", "uri": targets["redis"].uri, "shapes": shapes},
+        # rank 1's module lacks a tensor: it refused while rank 0 went on (and would wait
+        # at its next collective); every rank raises now
+        {"label": "module-differs", "kind": "module", "uri": str(plain),
+         "shapes": [shapes, {k: v for k, v in shapes.items() if k != sorted(shapes)[0]}]},
         # decryption, hashes and filter_func behave as in a load of its own
         {"label": "encrypted", "uri": str(encrypted),
          "kwargs": {"encryption": key, "verify_hash": True}},
@@ -128,6 +132,9 @@ def test_two_ranks_http_s3_redis(targets: dict[str, Target], model: tuple[bytes,
         assert r.value["sharded"]["digests"] == shard_digests[r.rank], r.value["sharded"]
         assert r.value["module"]["digests"] == expected
         assert r.value["module"]["loaded"] == len(expected)
+        differs = r.value["module-differs"]
+        assert "DistributedLoadError" in differs["types"] and differs["failed_ranks"] == [1]
+        assert "ModuleMismatchError" in differs["error"], differs
         assert r.value["encrypted"]["digests"] == expected  # a local file, decrypted, verified
         wrong = r.value["wrong-key"]
         assert "DistributedLoadError" in wrong["types"] and wrong["failed_ranks"] == [0, 1]

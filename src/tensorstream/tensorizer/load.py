@@ -493,11 +493,20 @@ def load_into_module(
         unexpected = [k for k in in_file if k not in slots and not k.endswith(VLLM_MARKER)]
         mismatched = [(k, tuple(slots[k].shape), shape) for k, (_, shape) in in_file.items()
                       if k in slots and tuple(slots[k].shape) != shape]
+        refused = None
         if strict and (missing or unexpected or mismatched):
-            raise ModuleMismatchError(
+            refused = ModuleMismatchError(
                 _mismatch_message(where, missing, unexpected, mismatched),
                 missing_keys=missing, unexpected_keys=unexpected, mismatched_keys=mismatched,
             )
+        shared = _module_group(uri, kwargs)
+        if shared is not None:
+            # The group's load succeeded, but the modules may differ between ranks: one
+            # rank refusing its module while the others go on would leave them waiting at
+            # their next collective. Every rank raises, and no module is filled.
+            agree(shared, f"loading {where} into the module", refused)
+        elif refused is not None:
+            raise refused
         bad = {k for k, _, _ in mismatched}
         loaded = 0
         try:
@@ -525,6 +534,16 @@ def load_into_module(
             "(architecture, quantization, filter_func)."
         )
     return ModuleLoadResult(loaded, missing, unexpected, mismatched, stats)
+
+
+def _module_group(uri: Any, kwargs: Mapping[str, Any]) -> Group | None:
+    """The group :func:`deserialize` shares this load with (``group=``), or None."""
+    if isinstance(uri, StreamReader) or kwargs.get("group") is None:
+        return None
+    raw = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
+    if isinstance(raw, str) and is_sharded(raw):
+        return None
+    return resolve_group(kwargs["group"], kwargs.get("group_timeout"))
 
 
 def _mismatch_message(
