@@ -399,6 +399,20 @@ def test_what_tensorizer_cannot_hold_is_refused_first(tmp_path: Path, name: str,
     assert _clean(tmp_path) == ["m.safetensors"]
 
 
+def test_a_destination_that_is_a_directory_is_refused_first(tmp_path: Path) -> None:
+    # dst/ names dst/m.tensors; that one is a directory: overwrite=True converted everything,
+    # then failed renaming onto it with a bare IsADirectoryError
+    st_torch.save_file({"w": torch.ones(2)}, str(tmp_path / "m.safetensors"))
+    (tmp_path / "out" / "m.tensors").mkdir(parents=True)
+    for overwrite in (False, True):
+        with pytest.raises(tensorstream.errors.TensorstreamError,
+                           match="destination is a directory"):
+            tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "out") + "/",
+                                 overwrite=overwrite)
+    assert os.listdir(tmp_path / "out") == ["m.tensors"]
+    assert os.listdir(tmp_path / "out" / "m.tensors") == []
+
+
 def test_a_checkpoint_without_tensors_is_refused_first(tmp_path: Path) -> None:
     # tensorizer 2.12 writes a file holding no tensor, but cannot read it back
     st_torch.save_file({}, str(tmp_path / "m.safetensors"))

@@ -18,6 +18,7 @@ from .. import _loop
 from ..api import get_provider
 from ..api import open as ts_open
 from ..errors import ConfigurationError, NotFoundError, UnsupportedOperationError
+from ..providers.local.provider import _check_destination as check_local_destination
 from ..uri import ParsedURI, parse_uri
 from .errors import DestinationExistsError
 
@@ -113,6 +114,10 @@ async def _check_writable(dst: ParsedURI, options: Mapping[str, Any], overwrite:
             raise UnsupportedOperationError(
                 f"{dst.redacted()}: {getattr(provider, 'service', dst.scheme)} destinations "
                 "cannot be written; convert to a local path, s3:// or redis://")
+        if dst.scheme == "file":
+            # a directory (or a FIFO, a device) cannot be replaced: refused now, not after
+            # the whole conversion ran (--overwrite would not help)
+            check_local_destination(dst.path)
         if overwrite:
             return
         if dst.scheme == "file":
