@@ -399,6 +399,17 @@ def test_what_tensorizer_cannot_hold_is_refused_first(tmp_path: Path, name: str,
     assert _clean(tmp_path) == ["m.safetensors"]
 
 
+def test_state_dict_names_with_dots_are_kept(tmp_path: Path) -> None:
+    # a leading "." was stripped from every name (meant for write_module's ".weight"):
+    # ".lead" came back as "lead", and "..x" as "x"
+    names = [".lead", "..x", "trail.", "a..b", "a.b", "é", "[0]", " "]
+    want = {n: torch.full((2,), float(i)) for i, n in enumerate(names)}
+    st_torch.save_file(want, str(tmp_path / "m.safetensors"))
+    tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "back.safetensors"))
+    assert_same(st_torch.load_file(str(tmp_path / "back.safetensors")), want)
+
+
 def test_a_destination_that_is_a_directory_is_refused_first(tmp_path: Path) -> None:
     # dst/ names dst/m.tensors; that one is a directory: overwrite=True converted everything,
     # then failed renaming onto it with a bare IsADirectoryError

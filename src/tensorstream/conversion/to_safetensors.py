@@ -72,8 +72,11 @@ def plan(deserializer: Any, where: str) -> list[Planned]:
     names: dict[str, str] = {}
     for entry in index_entries(deserializer):
         # write_module names a top-level module's own tensors ".weight"; a state dict
-        # (what safetensors holds) names them "weight".
-        name = entry.name.lstrip(".")
+        # (what safetensors holds) names them "weight". A state dict's own names are kept
+        # as they are (".lead" stays ".lead").
+        name = entry.name
+        if entry.kind != "state_dict" and name.startswith("."):
+            name = name[1:]
         dtype = torch_dtype_of(entry.dtype)
         if dtype is None or dtype not in SAFETENSORS_NAMES:
             known = ", ".join(sorted(str(d).removeprefix("torch.") for d in SAFETENSORS_NAMES))
