@@ -25,6 +25,7 @@ from tensorstream.tensorizer.load import (
     DecryptionError,
     Encryption,
     MetaTensorError,
+    ModuleMismatchError,
     QuantizationWarning,
     TensorHashMismatchError,
     deserialize,
@@ -440,6 +441,17 @@ def test_load_into_module_names_tensors_left_on_meta(tmp_path: Path) -> None:
     with pytest.raises(MetaTensorError, match=r"head\.bias") as info:
         load_into_module(empty, tmp_path / "partial-module.tensors", "cpu")
     assert isinstance(info.value, ValueError)
+
+
+def test_a_state_dict_name_with_a_leading_dot_does_not_fill_a_module(tmp_path: Path) -> None:
+    # every leading "." was stripped (meant for write_module's top-level ".weight"), so the
+    # state-dict tensor "..w" filled the parameter "w"
+    serialize({"..w": torch.ones(2)}, tmp_path / "m.tensors")
+    module = torch.nn.Module()
+    module.w = torch.nn.Parameter(torch.zeros(2))
+    with pytest.raises(ModuleMismatchError, match=r"missing from the file \(1\): w;.*\.\.w"):
+        load_into_module(module, tmp_path / "m.tensors", "cpu")
+    assert torch.equal(module.w, torch.zeros(2))
 
 
 def test_quantized_module_warns(tmp_path: Path) -> None:

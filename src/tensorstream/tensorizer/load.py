@@ -486,8 +486,10 @@ def load_into_module(
     slots: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
     slots.update(module.named_buffers(remove_duplicate=False))
     with deserialize(uri, device, **kwargs) as deserializer:
-        # write_module names a top-level module's own tensors ".name"
-        in_file = {name.lstrip("."): (name, shape) for name, _, shape in tensor_entries(deserializer)
+        # write_module names a top-level module's own tensors ".name" (one dot, dropped);
+        # a state dict's names are its keys, kept as they are
+        in_file = {name[1:] if kind != "state_dict" and name.startswith(".") else name:
+                   (name, shape) for name, kind, shape in tensor_entries(deserializer)
                    if name in deserializer}
         missing = [k for k in expected if k not in in_file and not k.endswith(VLLM_MARKER)]
         unexpected = [k for k in in_file if k not in slots and not k.endswith(VLLM_MARKER)]
