@@ -521,6 +521,16 @@ def test_usage_errors(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError, match="metadata must map strings"):
             tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "x.safetensors"),
                                  metadata=bad)  # type: ignore[arg-type]
+    (tmp_path / "x.safetensors").write_bytes(b"precious")
+    for kwargs in ({"overwrite": "no"}, {"durable": "no"}, {"progress": 5},
+                   {"src_options": [1]}, {"dst_options": "part_size=1"}):
+        # overwrite="no" replaced the destination; the others were bare TypeErrors
+        name = next(iter(kwargs))
+        with pytest.raises(ConfigurationError, match=f"{name}= takes"):
+            tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "x.safetensors"),
+                                 **kwargs)  # type: ignore[arg-type]
+    assert (tmp_path / "x.safetensors").read_bytes() == b"precious"
+    os.unlink(tmp_path / "x.safetensors")
     os.unlink(tmp_path / "m.tensors")
     with pytest.raises(FileNotFoundError, match="destination directory"):
         tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "no" / "x.tensors"))

@@ -186,6 +186,8 @@ def convert(
     ConvertResult(src='s3://b/llama/model.safetensors.index.json', ...)
     """
     started = time.perf_counter()
+    _check_arguments(overwrite=overwrite, durable=durable, progress=progress,
+                     src_options=src_options, dst_options=dst_options)
     sopts = {**options, **(src_options or {})}
     dopts = {**options, **(dst_options or {})}
     src_parsed, dst_parsed = parse_uri(src), parse_uri(dst)
@@ -216,6 +218,24 @@ def convert(
                         durable, progress, result)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _check_arguments(*, overwrite: Any, durable: Any, progress: Any, src_options: Any,
+                     dst_options: Any) -> None:
+    """Refuse arguments of the wrong kind before anything is read: ``overwrite="no"`` is
+    truthy, and would replace the destination."""
+    for name, flag in (("overwrite", overwrite), ("durable", durable)):
+        if not isinstance(flag, bool):
+            raise ConfigurationError(f"{name}= takes True or False, not {flag!r:.40}")
+    if progress is not None and not callable(progress):
+        raise ConfigurationError(
+            "progress= takes a function called with (done_bytes, total_bytes), not "
+            f"{type(progress).__name__}")
+    for name, given in (("src_options", src_options), ("dst_options", dst_options)):
+        if given is not None and not isinstance(given, Mapping):
+            raise ConfigurationError(
+                f"{name}= takes a mapping of options (as tensorstream.open takes), not "
+                f"{type(given).__name__}")
 
 
 class _Progress:
