@@ -117,3 +117,53 @@ def test_plugin_import_is_cheap(module):
             "'redis', 'fakeredis', 'trustme', 'torch', 's3fs') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_servers_die_with_a_killed_test_run(tmp_path):
+    # A CI job timeout or the OOM killer ends pytest with no teardown: moto and
+    # redis-server (child processes) used to live on, holding their ports.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tensorstream.testing.redis_server import redis_available
+
+    if not redis_available():
+        pytest.skip("needs Debian's redis-server")
+    ports_file = tmp_path / "ports.json"
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    (tmp_path / "test_hang.py").write_text(f"""
+import json, time
+
+def test_hang(tensorstream_s3, tensorstream_redis):
+    ports = {{"moto": tensorstream_s3.server.port, "redis-server": tensorstream_redis.port}}
+    with open({str(ports_file)!r} + ".tmp", "w") as f:
+        json.dump(ports, f)
+    import os
+    os.replace({str(ports_file)!r} + ".tmp", {str(ports_file)!r})
+    time.sleep(300)
+""")
+    import tensorstream
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(tensorstream.__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "-p", "no:randomly", "test_hang.py"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not ports_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "inner run did not start"
+            time.sleep(0.1)
+        ports = json.loads(ports_file.read_text())
+        assert not any(_refused(p) for p in ports.values())  # both serving
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not all(_refused(p) for p in ports.values()):
+        time.sleep(0.1)
+    alive = [name for name, port in ports.items() if not _refused(port)]
+    assert not alive, f"{alive} still listening after the test run was killed"

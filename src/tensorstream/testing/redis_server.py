@@ -16,10 +16,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from types import TracebackType
 from typing import Any
+
+from . import watchdog
 
 __all__ = ["RedisCluster", "RedisServer", "RedisUnavailable", "free_port", "redis_available"]
 
@@ -56,8 +59,13 @@ class _Process:
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.log = os.path.join(workdir, name + ".log")
+        # Through the watchdog: if this process is killed (no teardown runs), the
+        # server dies with it instead of outliving the test run. Its own session,
+        # so stop() kills both at once. Run by path (it needs only the standard
+        # library): the child finds it whatever its sys.path and working directory.
         self.proc = subprocess.Popen(
-            ["redis-server", conf], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            [sys.executable, watchdog.__file__, "redis-server", conf],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
         )
 
@@ -72,15 +80,25 @@ class _Process:
             return ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        # Closing the watchdog's stdin makes it kill the server, reap it and exit.
+        # (Killing both at once would leave the server a zombie under an init that
+        # does not reap, as in many containers.) SIGKILL to the group if it hangs.
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                self.proc.stdin.close()
+            except OSError:  # pragma: no cover - the pipe is already broken
                 pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def _wait_ready(proc: _Process, make_client: Any) -> None:

@@ -77,7 +77,9 @@ class MotoS3Server:
             args += ["--certfile", cert, "--keyfile", key]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
         env.update(isolated_s3_env(self._tmp.name))
-        self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, env=env)
+        # stdin: a pipe only this process writes to; the child exits when it closes,
+        # so a test run killed without teardown leaves no moto server behind.
+        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         try:
             info = self._read_ready_line()
         except BaseException:
@@ -114,8 +116,9 @@ class MotoS3Server:
             except subprocess.TimeoutExpired:  # pragma: no cover
                 proc.kill()
                 proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -279,10 +282,10 @@ def _serve(argv: list[str]) -> None:  # pragma: no cover - runs in the child
         settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # from now on every request is checked
     sys.stdout.write(json.dumps({"port": port, **keys}) + "\n")
     sys.stdout.flush()
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
+    try:  # until the parent closes our stdin, on purpose or by dying
+        while os.read(0, 4096):
+            pass
+    except (KeyboardInterrupt, OSError):
         pass
 
 
