@@ -18,6 +18,13 @@ def test_a_timeout_too_large_for_torch_is_a_configuration_error(timeout: object)
         resolve_group(None, timeout)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("timeout", [0.0005, 1e-9, datetime.timedelta(microseconds=999)])
+def test_a_timeout_under_a_millisecond_is_refused(timeout: object) -> None:
+    # torch rounded it to 0 ms, which it takes as no limit: a dead rank was waited for forever
+    with pytest.raises(ConfigurationError, match="under a millisecond"):
+        resolve_group(None, timeout)  # type: ignore[arg-type]
+
+
 def test_a_long_timeout_is_kept() -> None:
     # group=None: the timeout is still checked, nothing else happens
     assert resolve_group(None, 365 * 24 * 3600.0) is None

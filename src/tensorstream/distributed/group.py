@@ -62,6 +62,12 @@ def _timeout(value: float | datetime.timedelta | None) -> datetime.timedelta | N
         raise ConfigurationError(f"group_timeout={value!r} is not a number of seconds")
     if not seconds > 0:
         raise ConfigurationError(f"group_timeout must be > 0 seconds, got {value!r}")
+    # torch waits take whole milliseconds, and 0 ms means no limit at all: a timeout
+    # under 1 ms would wait forever for a dead rank
+    if seconds < 0.001:
+        raise ConfigurationError(
+            f"group_timeout={value!r} is under a millisecond: torch waits in whole "
+            "milliseconds and takes 0 as no limit; pass at least 0.001 seconds")
     # torch waits take whole milliseconds in a C++ int64; timedelta stops at 10**9 days
     if not seconds <= _MAX_TIMEOUT_S:
         raise ConfigurationError(
