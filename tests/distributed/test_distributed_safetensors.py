@@ -137,3 +137,33 @@ def test_ranks_share_safetensors_loads(targets: dict[str, Target], files: dict[s
         assert "DistributedLoadError" in failed["types"], failed
         assert failed["failed_ranks"] == [world - 1], failed
         assert "NotFoundError" in failed["error"]
+
+
+@pytest.mark.timeout(120)
+def test_more_than_memory_or_the_allowance_is_refused_by_every_rank(tmp_path: Any) -> None:
+    """Every wanted tensor is allocated in host memory before the exchange: a header
+    claiming 512 GiB (a sparse file here) was the allocator's bare RuntimeError, and
+    max_tensor_bytes= was ignored with group=."""
+    n = 1 << 39
+    body = json.dumps({"big": {"dtype": "F32", "shape": [n // 4],
+                               "data_offsets": [0, n]}}).encode()
+    huge = tmp_path / "huge.safetensors"
+    with open(huge, "wb") as f:
+        f.write(len(body).to_bytes(8, "little") + body)
+        f.truncate(8 + len(body) + n)
+    small = tmp_path / "small.safetensors"
+    st_torch.save_file({"w": torch.ones(64)}, str(small))
+    results = run_ranks(steps, 2, [
+        {"label": "huge", "kind": "safetensors", "uri": str(huge)},
+        {"label": "allowance", "kind": "safetensors", "uri": str(small),
+         "kwargs": {"max_tensor_bytes": 100}},
+        {"label": "iter-huge", "kind": "iter", "uri": str(huge)},
+    ], timeout=90)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:
+        for label in ("huge", "allowance", "iter-huge"):
+            failed = r.value[label]
+            assert "DistributedLoadError" in failed.get("types", []), (label, failed)
+            assert failed["failed_ranks"] == [0, 1], failed
+            assert failed["error"].count("InsufficientMemoryError") == 2, failed
+        assert "max_tensor_bytes=100" in r.value["allowance"]["error"]

@@ -397,7 +397,8 @@ def load(
         {"max_tensor_bytes": max_tensor_bytes})["max_tensor_bytes"]
     shared = resolve_group(group, group_timeout)
     if shared is not None:
-        return dict(_shared(uri, device, dtype, filter, num_readers, shared, options))
+        return dict(_shared(uri, device, dtype, filter, num_readers, shared, options,
+                            allowance))
     dev, readers = _check(device, num_readers)
     options = {"readahead": _READAHEAD, **options}
     wanted = _wanted(filter)
@@ -437,7 +438,8 @@ def load(
 
 def _shared(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
             dtype: torch.dtype | None, filter: Filter, num_readers: int | None, group: Any,
-            options: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+            options: dict[str, Any], allowance: int | None = None,
+            ) -> Iterator[tuple[str, torch.Tensor]]:
     early: BaseException | None = None
     dev = torch.device("cpu")
     try:
@@ -445,7 +447,7 @@ def _shared(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
     except Exception as exc:
         early = exc  # told to the group at its first step: every rank raises
     wanted = _wanted(filter)
-    return _load_shared(uri, options, wanted, dev, dtype, group, early)
+    return _load_shared(uri, options, wanted, dev, dtype, group, early, allowance)
 
 
 # -- a load shared by a torch.distributed group (group=) -----------------------------
@@ -462,11 +464,15 @@ class _File:
     """One opened source: its header, the wanted tensors (allocated) and their pieces."""
 
     def __init__(self, source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
-                 pin: bool) -> None:
+                 pin: bool, allowance: int | None) -> None:
         self.file = SafetensorsFile(source.uri, options, exact=True)
         try:
             self.infos: list[TensorInfo] = sorted(self.file.select(wanted, source.names),
                                                   key=lambda t: t.begin)
+            # every wanted tensor is allocated in host memory now (as a load of its own
+            # allocates them): more than there is was the allocator's bare RuntimeError
+            check_fits(sum(t.nbytes for t in self.infos), torch.device("cpu"), allowance,
+                       self.file.where, count=len(self.infos))
             self.tensors = [torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.file.where),
                                         pin_memory=pin) for t in self.infos]
         except BaseException:
@@ -482,7 +488,8 @@ class _File:
 
 def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any],
                  wanted: Callable[[str], bool], device: torch.device, dtype: torch.dtype | None,
-                 group: Group, early: BaseException | None) -> Iterator[tuple[str, torch.Tensor]]:
+                 group: Group, early: BaseException | None, allowance: int | None = None,
+                 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Read the tensors of ``uri`` once for the whole group; yields ``(name,
     tensor)`` on ``device`` (file order, shard by shard) once every rank has them.
 
@@ -496,7 +503,8 @@ def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any
         if error is None:
             try:
                 for source in _needed(resolve(uri, options), wanted):
-                    files.append(_File(source, options, wanted, device.type == "cuda"))
+                    files.append(_File(source, options, wanted, device.type == "cuda",
+                                       allowance))
                 names: set[str] = set()
                 for f in files:
                     for t in f.infos:
