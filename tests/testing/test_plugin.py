@@ -179,6 +179,25 @@ def test_a_short_answer_does_not_use_up_a_drop(tensorstream_backend):
         assert any(r.startswith("bytes=200000-") for r in ranges), ranges
 
 
+def test_drop_times_one_cuts_one_of_concurrent_bodies(tensorstream_backend):
+    # Four ranged reads at once (paced so their bodies overlap): times=1 is one cut,
+    # not one per body in flight.
+    import asyncio
+
+    b = tensorstream_backend
+    data = blob(4 * MiB)
+    b.put("k", data)
+    b.faults.drop_after(100_000, times=1).rate_limit(4 * MiB)
+
+    async def read_quarters() -> list[bytes]:
+        return await asyncio.gather(*(
+            tensorstream.read_range(b.uri("k"), i * MiB, (i + 1) * MiB, **b.options)
+            for i in range(4)))
+
+    assert b"".join(asyncio.run(read_quarters())) == data
+    assert b.faults.dropped == 1
+
+
 def test_drop_on_every_response_is_an_error_never_short(tensorstream_backend):
     b = tensorstream_backend
     b.put("k", blob(MiB))

@@ -279,7 +279,7 @@ class HTTPProxyFaults:
     rate_limit: int | None = None
     #: Close the connection after this many body bytes ...
     drop_after: int | None = None
-    #: ... on this many responses (``None``: every response).
+    #: ... on this many responses longer than that (``None``: every one).
     drop_times: int | None = None
     #: Statuses answered (without forwarding), in order, before normal service resumes.
     status_script: list[int] = dataclasses.field(default_factory=list)
@@ -450,9 +450,14 @@ class HTTPFaultProxy:
             await resp.prepare(request)
             if request.method == "HEAD":
                 return resp
-            dropping = affected and f.drop_after is not None and (
-                f.drop_times is None or f.dropped < f.drop_times)
-            limit = f.drop_after if dropping and f.drop_after is not None else None
+            # The drop is taken (and counted) before the body starts, so that with
+            # drop_times concurrent responses cannot all be cut: times=1 is one cut.
+            dropping = (affected and f.drop_after is not None and length is not None
+                        and length > f.drop_after
+                        and (f.drop_times is None or f.dropped < f.drop_times))
+            if dropping:
+                f.dropped += 1
+            limit = f.drop_after if dropping else None
             rate = f.rate_limit if affected else None
             sent = 0
             while True:
@@ -468,8 +473,7 @@ class HTTPFaultProxy:
                 sent += len(data)
                 if rate:
                     await asyncio.sleep(len(data) / rate)
-            if limit is not None and (length or 0) > sent:
-                f.dropped += 1
+            if limit is not None:
                 if request.transport is not None:  # the client sees a short body
                     request.transport.close()
                 return resp
