@@ -84,6 +84,13 @@ def test_passphrase_from_the_environment_is_never_printed(tmp_path: Path) -> Non
     assert p.returncode == 2 and "UNSET_VAR_X" in p.stderr
 
 
+def _package_root() -> str:
+    """The folder holding the tensorstream under test (a relative PYTHONPATH breaks in cwd=)."""
+    import tensorstream
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(tensorstream.__file__)))
+
+
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     st_torch.save_file(WANT, str(tmp_path / "m.safetensors"))
     p = cli(str(tmp_path / "m.safetensors"), str(tmp_path / "same.safetensors"))
@@ -92,6 +99,13 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert p.returncode == 2 and "not allowed with" in p.stderr
     p = cli(str(tmp_path / "m.safetensors"))
     assert p.returncode == 2
+    # "-" is stdin/stdout for cp; convert wrote a file named "-" in the current directory
+    for argv in ((str(tmp_path / "m.safetensors"), "-"), ("-", str(tmp_path / "x.tensors"))):
+        p = subprocess.run([sys.executable, "-m", "tensorstream", "convert", *argv],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": _package_root()})
+        assert p.returncode == 2 and "not stdin or stdout" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]
 
 
 def test_s3_to_s3_with_storage_flags(moto_s3: Any, isolated_env: Path, tmp_path: Path) -> None:

@@ -98,6 +98,13 @@ def run(args: argparse.Namespace) -> int:
     from ..uri import redact_text
     from ._run import EXIT_OK, PROG
 
+    if "-" in (args.src, args.dst):
+        from ..errors import ConfigurationError
+
+        # cp's "-" is stdin/stdout; here it was a file named "-" in the current directory
+        raise ConfigurationError(
+            "convert reads and writes named objects, not stdin or stdout ('-'): the formats "
+            "are read and written out of order; name a file (./- for one named '-')")
     options = storage_options(args)
     src_options, dst_options = side_options(args, "src"), side_options(args, "dst")
     encryption = _encryption(args)
