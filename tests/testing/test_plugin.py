@@ -59,6 +59,18 @@ def test_backend_api_roundtrip(tensorstream_backend):
     assert isinstance(b.options, dict) and b.options is not b.options  # a fresh copy each time
 
 
+@pytest.mark.parametrize("key", ["dir/a b+c \u00fc.bin", "x%41y.bin", "q?v=1&w#frag.bin"],
+                         ids=["space-plus-unicode", "percent", "query-fragment"])
+def test_uri_of_any_key_reads_that_key(tensorstream_backend, key):
+    # uri() used to paste the key in raw: an HTTP URL with a space was refused,
+    # and %41 / ? / # were read as URL syntax (another key, a query, a fragment).
+    b = tensorstream_backend
+    b.put(key.replace("%41", "A").split("?")[0].split("#")[0], b"another object")
+    b.put(key, b"the right object")
+    assert read_all(b, key) == b"the right object"
+    assert b.get(key) == b"the right object"
+
+
 def test_each_test_gets_a_fresh_namespace(tensorstream_backend, request):
     # The same key in another test's namespace must not be visible here.
     b = tensorstream_backend

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from .faults import FAULT_NAMES as FAULT_NAMES  # re-exported: defined here before faults.py
 from .faults import (
@@ -210,7 +211,9 @@ class HTTPBackend(Backend):
         return f"{self.prefix}/{key.lstrip('/')}"
 
     def uri(self, key: str) -> str:
-        return str(self.server.url(self.key(key)))
+        # Percent-encoded: a space, '%', '?' or '#' in a key is part of the key,
+        # not of the URL's syntax (the server decodes the path back to the key).
+        return str(self.server.url(quote(self.key(key), safe="/")))
 
     @property
     def options(self) -> dict[str, Any]:
@@ -281,7 +284,8 @@ class RedisBackend(Backend):
 
     def uri(self, key: str) -> str:
         scheme = "rediss" if self.tls else "redis"
-        return f"{scheme}://127.0.0.1:{self.proxy.port}/{self.key(key)}"
+        # Percent-encoded: tensorstream decodes a Redis URI's path to the key.
+        return f"{scheme}://127.0.0.1:{self.proxy.port}/{quote(self.key(key), safe='/')}"
 
     @property
     def options(self) -> dict[str, Any]:
