@@ -254,6 +254,27 @@ def test_ignore_range_is_caught(tensorstream_backend):
         asyncio.run(read())
 
 
+def test_s3_ignore_range_answers_with_the_requested_object(tensorstream_s3):
+    # With signatures on, the proxy answers an ignored Range with the whole object
+    # itself; for a key with '%' it used to decode the path twice and send another
+    # object's bytes (x%41y.bin -> xAy.bin). A client that accepts a 200 took them.
+    import boto3
+    from botocore.config import Config
+
+    b = tensorstream_s3
+    b.put("x%41y.bin", b"R" * 1000)
+    b.put("xAy.bin", b"W" * 1000)
+    b.faults.ignore_range()
+    o = b.options
+    client = boto3.client("s3", endpoint_url=o["s3_endpoint"], region_name=o["s3_region"],
+                          aws_access_key_id=o["s3_access_key_id"],
+                          aws_secret_access_key=o["s3_secret_access_key"],
+                          config=Config(s3={"addressing_style": "path"}))
+    answer = client.get_object(Bucket=b.bucket, Key="x%41y.bin", Range="bytes=0-9")
+    assert answer["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert answer["Body"].read() == b"R" * 1000
+
+
 def test_replace_between_reads_raises_object_changed(tensorstream_backend):
     b = tensorstream_backend
     old, new = blob(MiB), blob(MiB, seed=1)
