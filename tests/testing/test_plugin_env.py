@@ -141,6 +141,18 @@ def test_redis_over_tls(tensorstream_redis):
         assert f.read() == data
 
 
+@pytest.mark.tensorstream_redis(tls=True)
+def test_replacement_under_redis_tls_is_refused_not_silently_skipped(tensorstream_redis):
+    # The proxy spots a read by its command bytes, which TLS encrypts: the object
+    # used to be never replaced, so a test of "replaced between reads" saw no change.
+    from tensorstream.testing.backends import UnsupportedFault
+
+    assert not tensorstream_redis.faults.supports("replace_between_reads")
+    with pytest.raises(UnsupportedFault, match="encrypted"):
+        tensorstream_redis.faults.replace_between_reads("m.bin", b"new")
+    assert tensorstream_redis.faults.supports("drop_after")
+
+
 def test_unsecured_redis_needs_no_credentials(tensorstream_redis):
     tensorstream_redis.put("m.bin", b"open")
     assert tensorstream_redis.options == {} and "REDIS_PASSWORD" not in tensorstream_redis.env

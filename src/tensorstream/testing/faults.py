@@ -99,11 +99,16 @@ class Faults:
         """Whether ``fault`` (a method name above) can be injected on this backend."""
         if fault not in FAULT_NAMES:
             raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULT_NAMES)}")
-        return fault not in self.unsupported
+        return self._why_unsupported(fault) is None
+
+    def _why_unsupported(self, fault: str) -> str | None:
+        """Why ``fault`` cannot be injected here, or ``None`` when it can."""
+        return self.unsupported.get(fault)
 
     def _check(self, fault: str) -> None:
-        if fault in self.unsupported:
-            msg = f"{self.backend} backend: {fault} does not apply ({self.unsupported[fault]})"
+        why = self._why_unsupported(fault)
+        if why is not None:
+            msg = f"{self.backend} backend: {fault} does not apply ({why})"
             if self.on_unsupported is not None:
                 self.on_unsupported(msg)
             raise UnsupportedFault(msg)
@@ -249,6 +254,13 @@ class _RedisProxyFaults(Faults):
     def __init__(self, backend: RedisBackend) -> None:
         super().__init__("redis", backend.proxy.faults)
         self._b = backend
+
+    def _why_unsupported(self, fault: str) -> str | None:
+        if fault == "replace_between_reads" and self._b.tls:
+            # It spots a read by the command bytes going through the proxy; under TLS
+            # they are encrypted, so the object would silently never be replaced.
+            return "the TCP proxy sees only encrypted bytes with tls=True"
+        return super()._why_unsupported(fault)
 
     def _replace_between_reads(self, key: str, data: bytes) -> None:
         # A "read" is a burst of client bytes with GETRANGE on one of the object's chunk keys.
