@@ -430,6 +430,12 @@ def test_a_checkpoint_without_tensors_is_refused_first(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedDtypeError, match="holds no tensor"):
         tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
     assert _clean(tmp_path) == ["m.safetensors"]
+    # an index naming no shard: was a bare IndexError
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    with pytest.raises(UnsupportedDtypeError, match=r"index\.json: the checkpoint holds no"):
+        tensorstream.convert(str(tmp_path / "model.safetensors.index.json"),
+                             str(tmp_path / "m.tensors"))
+    assert _clean(tmp_path) == ["m.safetensors", "model.safetensors.index.json"]
 
 
 def test_dtype_safetensors_cannot_hold_is_refused(tmp_path: Path) -> None:

@@ -257,7 +257,7 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
     from ..tensorizer.crypto import as_encryption
     from .to_tensorizer import plan_shards, write_tensorizer
 
-    shards = plan_shards(resolve(src, sopts), sopts, encryption is not None)
+    shards = plan_shards(resolve(src, sopts), sopts, encryption is not None, src.redacted())
     total = sum(t.nbytes for s in shards for t in s.tensors)
     params = as_encryption(encryption, dopts)
     result.tensors = write_tensorizer(shards, sopts, dst, dopts, params, overwrite, durable,

@@ -133,7 +133,7 @@ def _check(t: TensorInfo, where: str, encrypted: bool) -> None:
 
 
 def plan_shards(sources: list[Source], options: Mapping[str, Any],
-                encrypted: bool) -> list[Shard]:
+                encrypted: bool, where: str = "the checkpoint") -> list[Shard]:
     """Every source's header read and validated, before anything is written. Each is
     closed again (a checkpoint can have hundreds of shards: one open at a time)."""
     shards: list[Shard] = []
@@ -149,7 +149,10 @@ def plan_shards(sources: list[Source], options: Mapping[str, Any],
                 _check(t, f.where, encrypted)
             shards.append(Shard(source, f.where, tensors, f.header.metadata))
     if not seen and not no_tensors_round_trip():
-        where = shards[0].where + (f" (and {len(shards) - 1} more shards)" if shards[1:] else "")
+        # an index whose weight_map is empty names no shard at all
+        if shards:
+            where = shards[0].where + (f" (and {len(shards) - 1} more shards)"
+                                       if shards[1:] else "")
         raise UnsupportedDtypeError(
             f"{where}: the checkpoint holds no tensor, and tensorizer {tensorizer_version} "
             "cannot read back a file holding none; there is nothing to convert")
