@@ -200,6 +200,10 @@ def test_folder_source_and_folder_destination_on_s3(request: pytest.FixtureReque
     result = tensorstream.convert(s3.uri("ckpt/"), s3.uri("out/"), **s3.options)
     assert result.dst == s3.uri("out/model.tensors")
     assert_same(tensorizer_read(s3.get("out/model.tensors")), want)
+    # the prefix without its "/" is no object: the error says how to name the prefix
+    with pytest.raises(tensorstream.errors.NotFoundError,
+                       match=re.escape(f"end it with '/': {s3.uri('ckpt')}/")):
+        tensorstream.convert(s3.uri("ckpt"), s3.uri("out/"), **s3.options)
 
 
 def test_a_hugging_face_cache_snapshot_folder(tmp_path: Path) -> None:

@@ -70,7 +70,17 @@ def source_format(src: str | os.PathLike[str] | ParsedURI, options: Mapping[str,
     parsed = parse_uri(src)
     if _path(parsed).endswith(".json") or _is_folder(parsed):
         return SAFETENSORS
-    with ts_open(parsed, "rb", **options) as f:
+    try:
+        f = ts_open(parsed, "rb", **options)
+    except NotFoundError as exc:
+        base = posixpath.basename(_path(parsed))
+        if parsed.scheme in ("file", "http", "https") or base.endswith(
+                (".safetensors", ".tensors", ".json")):
+            raise
+        # "s3://b/llama": a prefix is named with its trailing "/" (as for cp -r)
+        raise NotFoundError(f"{exc}; to convert the checkpoint in a folder or prefix, end it "
+                            f"with '/': {parsed.redacted()}/") from exc
+    with f:
         head = bytearray(min(f.size, len(TENSORIZER_MAGIC)))
         if head:
             f.read_ranges([(0, head)])
