@@ -112,6 +112,17 @@ def test_http_tls_and_token(tensorstream_http):
         tensorstream.open(b.uri("x"), **no_token)
 
 
+@pytest.mark.tensorstream_http(token=True)
+def test_request_reprs_hide_the_token(tensorstream_http):
+    # A failed assertion on backend.requests printed the bearer token to the CI log.
+    b = tensorstream_http
+    b.put("k", b"x")
+    assert read_all(b, "k") == b"x"
+    assert b.requests[-1].headers["Authorization"] == f"Bearer {b.token}"  # still checkable
+    assert b.token not in repr(b.requests) and "Authorization': '***'" in repr(b.requests)
+    assert b.token not in str(b.requests[-1])
+
+
 @pytest.mark.parametrize("tensorstream_http", [{"token": "fixed-token"}], indirect=True)
 def test_http_indirect_parametrisation(tensorstream_http):
     assert tensorstream_http.options == {"token": "fixed-token"}

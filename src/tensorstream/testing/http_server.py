@@ -38,6 +38,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .proxy import request_repr
+
 __all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
 
 
@@ -119,6 +121,8 @@ class RequestRecord:
     path: str
     headers: Mapping[str, str]
     status: int
+
+    __repr__ = request_repr  # credential headers as ***
 
 
 def _stored(data: bytes, mtime: float | None = None) -> StoredObject:

@@ -303,6 +303,21 @@ class HTTPProxyFaults:
         _reset_fields(self)
 
 
+#: Request headers whose values are credentials (``***`` in a request's repr).
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie",
+                             "x-amz-security-token", "x-api-key"})
+
+
+def request_repr(record: Any) -> str:
+    """``Name(method=..., path=..., headers=..., status=...)`` with credential
+    headers as ``***``: a failed assertion or a print of ``backend.requests``
+    must not put the test's token or password in the CI log. ``headers`` itself
+    keeps them, for tests that check what was sent."""
+    headers = {k: "***" if k.lower() in _SECRET_HEADERS else v for k, v in record.headers.items()}
+    return (f"{type(record).__name__}(method={record.method!r}, path={record.path!r}, "
+            f"headers={headers!r}, status={record.status!r})")
+
+
 @dataclasses.dataclass(frozen=True)
 class ProxyRequest:
     """One request as the proxy saw it and the status the client got."""
@@ -311,6 +326,8 @@ class ProxyRequest:
     path: str
     headers: Mapping[str, str]
     status: int
+
+    __repr__ = request_repr
 
 
 #: S3-style error codes for scripted statuses (S3 clients parse the XML body).
