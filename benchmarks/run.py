@@ -45,6 +45,8 @@ UNITS = {
     "gb": 1e9,
 }
 LINKS = ["loopback", "paced", "bucket", "ttfb", "moto", "local"]
+#: Links run only when named (``benchmarks.servers``: shapes not to be tuned to).
+EXTRA_LINKS = ["store", "step", "shared", "limited"]
 SHAPES = list(model.SHAPES)
 SCENARIOS = ["load", "copy", "startup", "raw"]
 BACKENDS = ["local", "http", "s3", "redis"]
@@ -58,12 +60,14 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * UNITS[match.group(2).lower()])
 
 
-def _csv(choices: list[str]) -> Any:
+def _csv(choices: list[str], extra: tuple[str, ...] = ()) -> Any:
+    """Comma-separated ``choices`` (``all``: every one), or ``extra`` ones named."""
     def parse(text: str) -> list[str]:
         items = choices if text == "all" else [t.strip() for t in text.split(",") if t.strip()]
-        bad = set(items) - set(choices)
+        bad = set(items) - set(choices) - set(extra)
         if bad:
-            raise argparse.ArgumentTypeError(f"unknown {sorted(bad)}; choose from {choices}")
+            raise argparse.ArgumentTypeError(f"unknown {sorted(bad)}; choose from "
+                                             f"{choices + list(extra)}")
         return items
 
     return parse
@@ -80,7 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     p.add_argument("--size", type=parse_size, default=None, help="model size (default 1GiB; quick 256MiB)")
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3; quick 1)")
-    p.add_argument("--links", "--link", type=_csv(LINKS), default=None, help=f"{','.join(LINKS)} or all")
+    p.add_argument("--links", "--link", type=_csv(LINKS, tuple(EXTRA_LINKS)), default=None,
+                   help=f"{','.join(LINKS)} or all; also {','.join(EXTRA_LINKS)} (never in all)")
     p.add_argument("--shapes", "--shape", type=_csv(SHAPES), default=None, help=f"{','.join(SHAPES)} or all")
     p.add_argument(
         "--scenarios",
@@ -111,7 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--copy-size", type=parse_size, default=None, help="the one-object copy (default --size)")
     p.add_argument("--folder", type=_folder, default=None, help="folder copy COUNTxSIZE (default 100x4MiB)")
     p.add_argument(
-        "--copy-links", type=_csv(LINKS), default=None, help="links for copies (default loopback,paced)"
+        "--copy-links", type=_csv(LINKS, tuple(EXTRA_LINKS)), default=None,
+        help="links for copies (default loopback,paced)",
     )
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", type=Path, default=None, help="write rows here")
@@ -403,7 +409,7 @@ def run_link(
             servers.start_link(link, root, tmp, rate=args.cap, burst=args.burst, ttfb=args.ttfb_s)
         )
         url = srv.url
-        if link in ("paced", "bucket", "ttfb"):
+        if link in ("paced", "bucket", "ttfb", *EXTRA_LINKS) and link != "limited":
             shape = next(iter(manifests))
             rate = servers.measure_one_connection(f"{url}/{BUCKET}/{shape}/{KEY}", 32 << 20)
             notes.append(f"{link} ({srv.note}): one connection read 32 MiB at {rate / 1e6:.1f} MB/s")

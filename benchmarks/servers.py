@@ -17,6 +17,23 @@ ignored, and ``ListObjectsV2`` of ``/bucket?list-type=2&prefix=...``):
   (uniform, seeded) before its first byte, then is unlimited (sendfile).
 * ``moto``: moto's S3 server (correct, slow: small objects only).
 
+Links the matrix does not run by default (``--links store,step,shared,limited``):
+shapes an independent harness may use, to check that nothing was tuned to the
+five above.
+
+* ``store``: an object store's shape: every request waits 20-50 ms before its
+  first byte (as ``ttfb``) and every connection is then paced at ``rate``
+  (as ``paced``).
+* ``step``: a link whose speed changes while a load runs: each connection's
+  rate alternates every 0.5 s between ``rate`` / 4 and ``rate`` x 2 (one
+  clock for all connections), written in 256 KiB chunks with sleeps.
+* ``shared``: one cap for all connections together (``rate`` x 16 bytes/s in
+  all, a shared token bucket), none per connection: more connections add
+  nothing.
+* ``limited``: at most 8 requests in flight; any beyond get S3's ``503
+  SlowDown`` at once (as S3 answers a prefix that is asked too much), the
+  rest are paced at ``rate`` per connection (256 KiB chunks with sleeps).
+
 Plus Debian's ``redis-server`` (no persistence). Static servers run as their
 own process: ``python -m benchmarks.servers static ROOT PORT --mode MODE ...``.
 """
@@ -301,11 +318,35 @@ def start_link(
     if link == "ttfb":
         s = start_static(root, "ttfb", ttfb=ttfb)
         return _Link([s], s.url, f"{ttfb[0] * 1e3:g}-{ttfb[1] * 1e3:g} ms before the first byte, unlimited")
+    if link == "store":
+        s = start_static(root, "store", rate=rate, ttfb=ttfb)
+        return _Link([s], s.url, f"{ttfb[0] * 1e3:g}-{ttfb[1] * 1e3:g} ms before the first byte, "
+                     f"then {rate / 1e6:g} MB/s per connection")
+    if link == "step":
+        s = start_static(root, "step", rate=rate)
+        return _Link([s], s.url, f"per connection {rate / 4e6:g} and {rate * 2 / 1e6:g} MB/s, "
+                     f"alternating every {_STEP_PERIOD:g} s")
+    if link == "shared":
+        s = start_static(root, "shared", rate=rate)
+        return _Link([s], s.url, f"{rate * _SHARED_CONNECTIONS / 1e6:g} MB/s for all connections "
+                     "together, none per connection")
+    if link == "limited":
+        s = start_static(root, "limited", rate=rate)
+        return _Link([s], s.url, f"{_LIMITED_IN_FLIGHT} requests in flight at most (503 SlowDown "
+                     f"beyond), each paced at {rate / 1e6:g} MB/s")
     raise ValueError(f"unknown link {link!r}")
 
 
 # -- the static server (child process) ------------------------------------------
 _CHUNK = 256 << 10
+#: ``step``: seconds between rate changes.
+_STEP_PERIOD = 0.5
+#: ``shared``: the cap for all connections, in multiples of ``rate``.
+_SHARED_CONNECTIONS = 16
+#: ``limited``: requests in flight before 503 SlowDown.
+_LIMITED_IN_FLIGHT = 8
+_SLOW_DOWN = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
+              "<Message>Please reduce your request rate.</Message></Error>")
 
 
 def _etag(st: os.stat_result, style: str) -> str:
@@ -375,7 +416,8 @@ def _static_main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.servers static")
     p.add_argument("root")
     p.add_argument("port", type=int)
-    p.add_argument("--mode", choices=["plain", "paced", "bucket", "ttfb"], default="plain")
+    p.add_argument("--mode", choices=["plain", "paced", "bucket", "ttfb", "store", "step", "shared",
+                                      "limited"], default="plain")
     p.add_argument("--rate", type=int, default=0)
     p.add_argument("--burst", type=int, default=0)
     p.add_argument("--ttfb", default="0.02,0.05")
@@ -388,10 +430,25 @@ def _static_main(argv: list[str]) -> None:
     lo, hi = (float(x) for x in a.ttfb.split(","))
     rng = random.Random(0)
     buckets: dict[int, list[float]] = {}  # id(transport) -> [tokens, last refill]
+    in_flight = [0]
 
     def take(key: int, want: int) -> float:
         """Seconds to wait before sending ``want`` bytes on connection ``key``."""
         now = time.monotonic()
+        if a.mode == "step":  # no burst: the rate of the current period, per connection
+            fast = int(now / _STEP_PERIOD) % 2
+            rate = a.rate * 2 if fast else a.rate / 4
+            state = buckets.setdefault(key, [now, now])  # [next free time, -]
+            state[0] = max(state[0], now) + want / rate
+            return max(0.0, state[0] - want / rate - now)
+        if a.mode == "shared":  # one bucket for every connection, a small burst
+            key = 0
+            rate = a.rate * _SHARED_CONNECTIONS
+            state = buckets.setdefault(key, [float(_CHUNK), now])
+            tokens = min(float(_CHUNK), state[0] + (now - state[1]) * rate)
+            state[1] = now
+            state[0] = tokens - want
+            return 0.0 if state[0] >= 0 else -state[0] / rate
         state = buckets.setdefault(key, [float(a.burst), now])
         tokens = min(float(a.burst), state[0] + (now - state[1]) * a.rate)
         state[1] = now
@@ -442,8 +499,19 @@ def _static_main(argv: list[str]) -> None:
         return resp
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if a.mode != "limited":
+            return await answer(request)
+        if in_flight[0] >= _LIMITED_IN_FLIGHT:
+            return web.Response(status=503, text=_SLOW_DOWN, content_type="application/xml")
+        in_flight[0] += 1
+        try:
+            return await answer(request)
+        finally:
+            in_flight[0] -= 1
+
+    async def answer(request: web.Request) -> web.StreamResponse:
         arrived = time.time()
-        if a.mode == "ttfb":
+        if a.mode in ("ttfb", "store"):
             await asyncio.sleep(rng.uniform(lo, hi))
         if reqlog is not None:  # wall clock: compared with the client's
             reqlog.write(f"{arrived:.6f} {time.time():.6f} {request.method} {request.path} "
@@ -456,7 +524,7 @@ def _static_main(argv: list[str]) -> None:
                 return web.Response(status=200)
             xml = _list_xml(base, parts[0], request.query, a.etag)
             return web.Response(text=xml, content_type="application/xml")
-        if a.mode == "paced":
+        if a.mode in ("paced", "store"):
             sock = request.transport.get_extra_info("socket") if request.transport else None
             if sock is not None:
                 # Set on every request: cheap, and covers every accepted connection.
@@ -464,7 +532,8 @@ def _static_main(argv: list[str]) -> None:
         path = (base / request.match_info["tail"]).resolve()
         if base not in path.parents or not path.is_file():
             raise web.HTTPNotFound()
-        if a.mode == "bucket" or a.etag == "nginx":
+        if a.mode in ("bucket", "step", "shared", "limited") or a.etag == "nginx":
+            # (limited: the body is sent inside the handler, so it counts as in flight)
             return await shaped(request, path)
         return web.FileResponse(path, chunk_size=1 << 20)
 
