@@ -212,11 +212,15 @@ class ConnectionFailedError(TransientError, ConnectionError):
 
 
 class ServiceUnavailableError(TransientError):
-    """The service asked us to slow down or failed (429, 5xx, SlowDown)."""
+    """The service asked us to slow down or failed (429, 5xx, SlowDown).
+
+    ``adapting``: a throttle while the service answered other requests, so the
+    client's width is adapting to it (the retry layer is more patient)."""
 
     def __init__(self, message: str, *, retry_after: float | None = None, **context: str) -> None:
         super().__init__(message, **context)
         self.retry_after = retry_after
+        self.adapting = False
 
 
 class IncompleteReadError(TransientError):

@@ -62,11 +62,39 @@ class Metrics:
     resumed_bytes: int = 0
 
 
+#: What a throttle costs of the attempts while the service answers other
+#: requests (``ServiceUnavailableError.adapting``): the data plane is narrowing
+#: to what the service takes (``providers/_http/throttle.py``), so a request may
+#: be throttled several times before the width settles.
+ADAPTING_COST = 0.1
+
+
+def _adapting(exc: BaseException | None) -> bool:
+    return isinstance(exc, ServiceUnavailableError) and exc.adapting
+
+
+class _AttemptBudget(tenacity.stop.stop_base):
+    """Tenacity stop (one per call): ``attempts`` failures, an adapting throttle
+    counting :data:`ADAPTING_COST` of one."""
+
+    def __init__(self, attempts: int) -> None:
+        self._attempts = attempts
+        self._spent = 0.0
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        self._spent += ADAPTING_COST if _adapting(exc) else 1.0
+        return self._spent >= self._attempts - 1e-9
+
+
 class _RetryAfterWait(tenacity.wait.wait_base):
-    """Tenacity wait: the server's Retry-After if given, else jittered exponential."""
+    """Tenacity wait: the server's Retry-After if given; for an adapting throttle
+    a jitter of at most a quarter of ``initial`` (the gate holds the retry until
+    the narrower width has room); else jittered exponential."""
 
     def __init__(self, initial: float, maximum: float) -> None:
         self._fallback = tenacity.wait_random_exponential(multiplier=initial, max=maximum)
+        self._adapting = tenacity.wait_random(0, min(maximum, initial / 4))
         self._max = maximum
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
@@ -76,6 +104,8 @@ class _RetryAfterWait(tenacity.wait.wait_base):
         if (isinstance(exc, ServiceUnavailableError) and isinstance(retry_after, int | float)
                 and math.isfinite(retry_after)):
             return float(min(max(retry_after, 0.0), self._max))
+        if _adapting(exc):
+            return float(self._adapting(retry_state))
         return float(self._fallback(retry_state))
 
 
@@ -117,7 +147,7 @@ class PolicyProvider(Provider):
     # -- machinery ----------------------------------------------------------
     def _retrying(self, cls: Any = tenacity.AsyncRetrying) -> Any:
         r = self.config.retry
-        stop: Any = tenacity.stop_after_attempt(r.attempts)
+        stop: Any = _AttemptBudget(r.attempts)
         if self.config.timeouts.total is not None:
             stop = stop | tenacity.stop_after_delay(self.config.timeouts.total)
         return cls(

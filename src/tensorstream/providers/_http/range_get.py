@@ -67,6 +67,7 @@ from ...errors import (
     IncompleteReadError,
     InvalidRangeError,
     ProtocolError,
+    ServiceUnavailableError,
     StorageTimeoutError,
     TensorstreamError,
 )
@@ -98,6 +99,7 @@ from .headers import (
 )
 from .receiver import ReceiveError, receiver, shares_receiving
 from .threads import in_thread  # re-exported: the async side lives there
+from .throttle import Slot, gate
 
 __all__ = [
     "Answer", "Cancel", "Cancelled", "ConnectionPool", "RangeBody", "RedirectPolicy", "TLSSettings",
@@ -277,6 +279,29 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
                         path=redact_path(path))
 
 
+def _enter(url: URL, *, service: str, path: str, cancel: Cancel | None) -> Slot:
+    """A slot in the origin's :class:`~.throttle.Gate` (waits while it is full)."""
+    deadline = current_deadline()
+    cancel = cancel if cancel is not None else getattr(current, "cancel", None)
+    slot = gate(_key(url)).enter(
+        deadline.at if deadline is not None else None,
+        (lambda: cancel.cancelled) if cancel is not None else None)
+    if slot is None:
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled("the caller was cancelled", service=service, path=redact_path(path))
+        raise _total_deadline_error(0, service=service, path=path)
+    return slot
+
+
+def _adapting(exc: TensorstreamError, url: URL) -> TensorstreamError:
+    """Mark a throttle while other requests to the origin are in flight (the
+    caller still holds its slot): the width is adapting (:mod:`.throttle`), so
+    the retry layer is more patient with it."""
+    if isinstance(exc, ServiceUnavailableError) and gate(_key(url)).shared():
+        exc.adapting = True
+    return exc
+
+
 def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str],
             timeouts: Timeouts, *, path: str, service: str = "http",
             redirects: RedirectPolicy | None = None, cancel: Cancel | None = None,
@@ -284,6 +309,8 @@ def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, s
     """A small request (``HEAD``, a one-byte probe, a listing): the whole answer,
     its body capped at ``body_limit`` bytes; the connection is reused when the
     body was read to its end."""
+    slot = _enter(URL(url, encoded=True), service=service, path=path, cancel=cancel)
+    status: int | None = None
     try:
         conn, resp, view, final = _send(pool, url, method, headers, timeouts, service=service,
                                         path=path, redirects=redirects, cancel=cancel)
@@ -292,6 +319,7 @@ def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, s
         except BaseException:
             conn.close()
             raise
+        status = resp.status
         complete = resp.isclosed()
         if complete and not resp.will_close:
             pool.release(_key(final), conn)
@@ -302,6 +330,8 @@ def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, s
         raise
     except (OSError, http.client.HTTPException) as exc:
         raise exception_error(exc, path=path, received=0, service=service) from exc
+    finally:
+        slot.leave(status)
 
 
 class RangeBody:
@@ -316,7 +346,7 @@ class RangeBody:
     def __init__(self, pool: ConnectionPool, key: _Key, conn: http.client.HTTPConnection,
                  resp: http.client.HTTPResponse, *, start: int, end: int, served: Pin | None,
                  service: str, path: str, idle: float | None = None,
-                 confirm: Callable[[], None] | None = None) -> None:
+                 confirm: Callable[[], None] | None = None, slot: Slot | None = None) -> None:
         self.position = start
         self.end = end
         #: The version the answer reported (ETag, Last-Modified, total size).
@@ -344,6 +374,9 @@ class RangeBody:
         self._reading = False
         self._reader = 0  # the reading thread's ident
         self._close_asked = False
+        # The request's place in its origin's gate: held until the body is read or dropped.
+        self._slot = slot
+        self._status = resp.status
 
     def readinto(self, buffer: memoryview) -> int:
         """Fill ``buffer`` with the next ``len(buffer)`` bytes of the body."""
@@ -509,7 +542,12 @@ class RangeBody:
         if conn is not None and conn.sock is not None:
             conn.sock.settimeout(deadline.wait_bound())
 
+    def _leave(self) -> None:
+        if self._slot is not None:
+            self._slot.leave(self._status)
+
     def _finish(self) -> None:
+        self._leave()
         self._set_lowat(1)  # the next request's status line must not wait for the mark
         conn, self._conn = self._conn, None
         assert conn is not None
@@ -591,6 +629,7 @@ class RangeBody:
                         sock.shutdown(socket.SHUT_RDWR)
                 return
             conn, self._conn = self._conn, None
+        self._leave()
         if conn is not None:
             conn.close()
 
@@ -635,9 +674,13 @@ def open_range(
             **conditional_headers(pin)}
     mapper = on_status or _default_status
     served: Pin | None = None
+    origin = URL(url, encoded=True)
+    slot: Slot | None = _enter(origin, service=service, path=where, cancel=cancel)
+    status: int | None = None
     try:
         conn, resp, view, final = _send(pool, url, "GET", base, timeouts, service=service,
                                         path=where, redirects=redirects, cancel=cancel)
+        status = resp.status
         try:
             served = check_ranged_response(resp.status, view, first=offset, last=last,
                                            pin=pin, path=where, service=service,
@@ -645,14 +688,16 @@ def open_range(
             after = None
             if pin is not None and needs_confirmation(pin, served):
                 after = _confirmation(pin, confirm, service=service, path=where)
-            return RangeBody(pool, _key(final), conn, resp, start=offset, end=end,
+            body = RangeBody(pool, _key(final), conn, resp, start=offset, end=end,
                              served=served, service=service, path=where,
-                             idle=timeouts.idle, confirm=after)
+                             idle=timeouts.idle, confirm=after, slot=slot)
+            slot = None  # the body's now
+            return body
         except BaseException:
             conn.close()  # never reuse a connection after an error
             raise
     except TensorstreamError as exc:
-        note_served(exc, served)
+        note_served(_adapting(exc, origin), served)
         raise
     except (OSError, http.client.HTTPException) as exc:
         deadline = current_deadline()
@@ -660,6 +705,9 @@ def open_range(
             raise _total_deadline_error(0, service=service, path=where) from exc
         err = exception_error(exc, path=where, received=0, service=service)
         raise note_served(err, served) from exc
+    finally:
+        if slot is not None:
+            slot.leave(status)
 
 
 def _confirmation(pin: Pin, confirm: Confirm | None, *, service: str,
@@ -704,19 +752,27 @@ def open_whole(
     """
     where = path if path is not None else (URL(url, encoded=True).raw_path_qs or "/")
     base = {**headers, "Accept-Encoding": "identity", "Range": "bytes=0-"}
+    origin = URL(url, encoded=True)
+    slot: Slot | None = _enter(origin, service=service, path=where, cancel=cancel)
+    assert slot is not None
     try:
         conn, resp, view, final = _send(pool, url, "GET", base, timeouts, service=service,
                                         path=where, redirects=redirects, cancel=cancel)
     except TensorstreamError:
+        slot.leave(None)
         raise
     except (OSError, http.client.HTTPException) as exc:
+        slot.leave(None)
         deadline = current_deadline()
         if deadline is not None and deadline.expired():
             raise _total_deadline_error(0, service=service, path=where) from exc
         raise exception_error(exc, path=where, received=0, service=service) from exc
+    except BaseException:
+        slot.leave(None)
+        raise
     try:
         if resp.status == 429 or resp.status >= 500:  # temporary: retried like a HEAD's
-            raise (on_status or _default_status)(resp, where)
+            raise _adapting((on_status or _default_status)(resp, where), origin)
         cr = parse_content_range(view.get("Content-Range"))
         length = view.get("Content-Length")
         served = served_version(view, cr.total if cr is not None else None)
@@ -727,8 +783,12 @@ def open_whole(
             conn.close()
             return None
         body = RangeBody(pool, _key(final), conn, resp, start=0, end=cr.total, served=served,
-                         service=service, path=where, idle=timeouts.idle)
+                         service=service, path=where, idle=timeouts.idle, slot=slot)
+        slot = None  # the body's now
     except BaseException:
         conn.close()  # never reuse a connection after an error
         raise
+    finally:
+        if slot is not None:
+            slot.leave(resp.status)
     return view, body

@@ -1,0 +1,151 @@
+"""How many requests an origin takes at once, learnt from its throttling.
+
+Why: object stores and HTTP servers answer a client that asks too much at
+once with ``503`` (S3's ``SlowDown``) or ``429``; a proxy or server with a
+per-client connection limit does the same. A load keeps tens of ranged GETs
+in flight, so with a fixed width every retry lands on the same full server
+and the load fails after its retries (or crawls, as fixed-width peers do).
+
+Each origin (scheme, host, port) has one :class:`Gate` in the process, shared
+by every provider and front door of the HTTP(S) data plane. It counts the
+requests in flight (a request holds its slot until its body is read or
+dropped) and, once the origin throttles, limits them the way TCP limits its
+window (additive increase, multiplicative decrease):
+
+* a throttled answer (``429``, ``503``) to a request sent since the last cut,
+  while other requests were in flight, cuts the limit to :data:`DECREASE`
+  times the requests then in flight (at least one). Answers to requests sent
+  before that cut do not cut again: they tell of a width already given up. A
+  request throttled alone says nothing of the width (an outage, another
+  client) and cuts nothing;
+* every other answer adds ``1 / limit`` (about one more request per
+  ``limit`` answers), so a limit lifted by the server is found again; after
+  :data:`FORGET` seconds without a cut the limit is dropped (a long-lived
+  process is not held narrow by one busy minute long ago);
+* a request waits for a free slot before it is sent (bounded by its
+  operation's deadline, and by its caller's cancellation).
+
+An origin that never throttles is never limited. :meth:`Gate.shared` tells the
+retry layer whether other requests to the origin were in flight when one was
+throttled: the throttle is then about the width, which is adapting, and the
+request is retried with more patience (:mod:`tensorstream.layers.stack`); a
+throttle of a request alone is the service failing, retried as any other.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["DECREASE", "FORGET", "THROTTLE_STATUSES", "Gate", "Slot", "gate"]
+
+#: Statuses that ask the client to send less (S3 SlowDown is a 503).
+THROTTLE_STATUSES = frozenset({429, 503})
+#: A throttle cuts the limit to this share of the requests in flight.
+DECREASE = 0.7
+#: The limit is dropped once it grows past this (the origin stopped throttling) ...
+_CEILING = 4096.0
+#: ... or this many seconds after the last cut.
+FORGET = 10.0
+#: How often a waiting request re-checks its deadline and cancellation (seconds).
+_POLL = 0.1
+
+Key = tuple[str, str, int]
+
+
+class Slot:
+    """One request's place in its origin's :class:`Gate`; :meth:`leave` once
+    (later calls do nothing) with the answer's status (``None``: no answer)."""
+
+    __slots__ = ("_epoch", "_gate", "_lock")
+
+    def __init__(self, gate: Gate, epoch: int) -> None:
+        self._gate: Gate | None = gate
+        self._epoch = epoch
+        self._lock = threading.Lock()
+
+    def leave(self, status: int | None) -> None:
+        with self._lock:
+            gate, self._gate = self._gate, None
+        if gate is not None:
+            gate._leave(self._epoch, status)
+
+
+class Gate:
+    """The requests in flight to one origin, and the limit its throttling set
+    (``None``: not limited)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.in_flight = 0
+        self.limit: float | None = None
+        self.cuts = 0  # throttles that cut the limit (tests, metrics)
+        self._epoch = 0  # bumped by every cut
+        self._cut_at = 0.0  # monotonic time of the last cut
+
+    def enter(self, deadline: float | None = None,
+              cancelled: Callable[[], bool] | None = None) -> Slot | None:
+        """A slot once the limit allows one more request; ``None`` when the
+        ``deadline`` (monotonic) passed or ``cancelled()`` said so first."""
+        with self._cond:
+            while self._limited() and self.in_flight >= max(1, int(self.limit or 1)):
+                wait = _POLL
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                    wait = min(wait, left)
+                if cancelled is not None and cancelled():
+                    return None
+                self._cond.wait(wait)
+            self.in_flight += 1
+            return Slot(self, self._epoch)
+
+    def _limited(self) -> bool:
+        if self.limit is not None and time.monotonic() - self._cut_at > FORGET:
+            self.limit = None
+        return self.limit is not None
+
+    def shared(self) -> bool:
+        """Whether other requests are in flight beside the caller's (which holds
+        its slot still)."""
+        with self._cond:
+            return self.in_flight > 1
+
+    def _leave(self, epoch: int, status: int | None) -> None:
+        with self._cond:
+            if status in THROTTLE_STATUSES:
+                # Sent at the current width, beside others: the width is too wide.
+                if epoch == self._epoch and self.in_flight > 1:
+                    self.limit = max(1.0, self.in_flight * DECREASE)
+                    self._epoch += 1
+                    self.cuts += 1
+                    self._cut_at = time.monotonic()
+            elif status is not None and self._limited():
+                assert self.limit is not None
+                self.limit += 1.0 / self.limit
+                if self.limit > _CEILING:
+                    self.limit = None
+            self.in_flight -= 1
+            self._cond.notify_all()
+
+
+_gates: dict[Key, Gate] = {}
+_lock = threading.Lock()
+_pid = os.getpid()
+
+
+def gate(key: Key) -> Gate:
+    """The process's gate of origin ``key`` (a forked child starts afresh: the
+    parent's requests in flight are not its own)."""
+    global _pid
+    with _lock:
+        if _pid != os.getpid():
+            _gates.clear()
+            _pid = os.getpid()
+        found = _gates.get(key)
+        if found is None:
+            found = _gates[key] = Gate()
+        return found
