@@ -50,18 +50,18 @@ class TestLiesAboutReceived(ProviderConformance):
 '''
 
 
-def _run(pytester: pytest.Pytester,
-         monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
+def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *,
+         project: str = _PROJECT, ini: str = "asyncio_mode = auto\n",
+         ) -> dict[str, dict[str, str]]:
     """``{class: {test: outcome}}`` of one run of the suite on every provider
     (in a subprocess: the deadline tests need their own event loops)."""
     # The tensorstream under test, wherever it was imported from.
     src = str(Path(tensorstream.__file__).resolve().parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [src, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
-    pytester.makeini("[pytest]\nasyncio_mode = auto\n"
-                     "asyncio_default_fixture_loop_scope = function\n")
+    pytester.makeini("[pytest]\n" + ini + "asyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(mem_providers=Path(__file__).with_name("mem_providers.py").read_text())
-    pytester.makepyfile(test_suite=_PROJECT)
+    pytester.makepyfile(test_suite=project)
     # Native tracebacks: pytest's own formatter has crashed (INTERNALERROR) on a
     # traceback entry without a line number, which ended the run early.
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
@@ -106,3 +106,15 @@ def test_the_suite_passes_a_provider_that_keeps_the_contract_and_fails_broken_on
         "test_a_stall_is_cut_at_the_idle_timeout[blocking]"}
     assert failed("TestLiesAboutReceived") == {
         "test_broken_body_reports_received_and_is_resumed"}
+
+
+def test_the_suite_runs_under_pytest_asyncios_default_strict_mode(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A provider author who runs the suite as docs/providers.md shows, without
+    # asyncio_mode = auto, used to get every async test failing ("async def
+    # functions are not natively supported") for a provider that keeps the contract.
+    project = _PROJECT.split("class TestIgnoresPin")[0]
+    results = _run(pytester, monkeypatch, project=project, ini="")["TestKeepsTheContract"]
+    assert "FAILED" not in results.values() and "ERROR" not in results.values(), results
+    assert results["test_stat_reports_size"] == "PASSED"
+    assert results["test_object_replaced_between_reads_is_never_mixed"] == "PASSED"

@@ -170,11 +170,13 @@ class ProviderConformance:
                         "object: a replacement of the same size cannot be detected")
 
     # -- stat ---------------------------------------------------------------
+    @pytest.mark.asyncio  # runs under pytest-asyncio's default strict mode too
     async def test_stat_reports_size(self, target: ConformanceTarget, stored: tuple[str, bytes]) -> None:
         uri, data = stored
         info = await tensorstream.stat(uri, **target.options)
         assert info.size == len(data)
 
+    @pytest.mark.asyncio
     async def test_missing_object_raises_file_not_found(self, target: ConformanceTarget) -> None:
         uri = target.uri(_key("missing"))
         with pytest.raises(FileNotFoundError):
@@ -188,6 +190,7 @@ class ProviderConformance:
     @pytest.mark.parametrize(
         "where", ["start", "middle", "end", "whole", "one_byte_at_end"]
     )
+    @pytest.mark.asyncio
     async def test_read_range(
         self, target: ConformanceTarget, stored: tuple[str, bytes], where: str
     ) -> None:
@@ -203,10 +206,12 @@ class ProviderConformance:
         got = await tensorstream.read_range(uri, start, end, **self._opts(target))
         _same(got, data[start:end])
 
+    @pytest.mark.asyncio
     async def test_empty_range(self, target: ConformanceTarget, stored: tuple[str, bytes]) -> None:
         uri, _ = stored
         assert await tensorstream.read_range(uri, 10, 10, **target.options) == b""
 
+    @pytest.mark.asyncio
     async def test_range_past_end_raises(
         self, target: ConformanceTarget, stored: tuple[str, bytes]
     ) -> None:
@@ -216,6 +221,7 @@ class ProviderConformance:
         with pytest.raises(ValueError):
             await tensorstream.read_range(uri, 5, 2, **target.options)
 
+    @pytest.mark.asyncio
     async def test_readinto_fills_exactly(
         self, target: ConformanceTarget, stored: tuple[str, bytes]
     ) -> None:
@@ -434,6 +440,7 @@ class ProviderConformance:
             assert f.read() == b""
 
     # -- list / delete --------------------------------------------------------
+    @pytest.mark.asyncio
     async def test_list_and_delete(self, target: ConformanceTarget, caps: Capabilities) -> None:
         if not (caps.list and caps.delete):
             pytest.skip("provider cannot list and delete")
@@ -452,6 +459,7 @@ class ProviderConformance:
                 await provider.stat(victim)
 
     # -- capabilities ------------------------------------------------------------
+    @pytest.mark.asyncio
     async def test_capabilities_are_honest(
         self, target: ConformanceTarget, stored: tuple[str, bytes], caps: Capabilities
     ) -> None:
@@ -492,6 +500,7 @@ class ProviderConformance:
                     await p.delete(path)
 
     # -- options ------------------------------------------------------------------
+    @pytest.mark.asyncio
     async def test_options_are_validated(
         self, target: ConformanceTarget, stored: tuple[str, bytes]
     ) -> None:
@@ -506,6 +515,7 @@ class ProviderConformance:
                 await tensorstream.stat(uri, **{**target.options, **bad})
 
     # -- pinning ------------------------------------------------------------------
+    @pytest.mark.asyncio
     async def test_object_replaced_between_reads_is_never_mixed(
         self, target: ConformanceTarget, caps: Capabilities
     ) -> None:
@@ -559,6 +569,7 @@ class ProviderConformance:
         _same(head, _PAYLOAD[:1000])
         _same(tail, _PAYLOAD[len(_PAYLOAD) // 2 :], "a read returned bytes of two versions: they")
 
+    @pytest.mark.asyncio
     async def test_object_replaced_mid_body_is_never_mixed(
         self, target: ConformanceTarget, faults: Any
     ) -> None:
@@ -585,6 +596,7 @@ class ProviderConformance:
             pytest.fail("the object was replaced under the read, which returned without error")
 
     # -- the resume contract -------------------------------------------------------
+    @pytest.mark.asyncio
     async def test_broken_body_reports_received_and_is_resumed(
         self, target: ConformanceTarget, stored: tuple[str, bytes], faults: Any
     ) -> None:
