@@ -46,7 +46,7 @@ UNITS = {
 }
 LINKS = ["loopback", "paced", "bucket", "ttfb", "moto", "local"]
 #: Links run only when named (``benchmarks.servers``: shapes not to be tuned to).
-EXTRA_LINKS = ["store", "step", "shared", "limited"]
+EXTRA_LINKS = ["store", "step", "shared", "limited", "tls"]
 SHAPES = list(model.SHAPES)
 SCENARIOS = ["load", "copy", "startup", "raw"]
 BACKENDS = ["local", "http", "s3", "redis"]
@@ -401,6 +401,7 @@ def run_link(
     copies = blobs if ("copy" in scenarios or "startup" in scenarios) and link != "local" else None
     files = _serve_tree(root, manifests, copies)
     url = None
+    link_env: dict[str, str] = {}
     redis_port = None
     if args.list or args.stopped:  # the plan only: no servers, no runs
         url = None if link == "local" else "http://127.0.0.1:0"
@@ -409,7 +410,8 @@ def run_link(
             servers.start_link(link, root, tmp, rate=args.cap, burst=args.burst, ttfb=args.ttfb_s)
         )
         url = srv.url
-        if link in ("paced", "bucket", "ttfb", *EXTRA_LINKS) and link != "limited":
+        link_env = srv.env
+        if link in ("paced", "bucket", "ttfb", *EXTRA_LINKS) and link not in ("limited", "tls"):
             shape = next(iter(manifests))
             rate = servers.measure_one_connection(f"{url}/{BUCKET}/{shape}/{KEY}", 32 << 20)
             notes.append(f"{link} ({srv.note}): one connection read 32 MiB at {rate / 1e6:.1f} MB/s")
@@ -451,7 +453,7 @@ def run_link(
         if hit and not c.skip:
             c.skip, c.alias_of = f"excluded from this run (--exclude '{hit}')", None
     resolve_aliases(plan)
-    env = child_env(tmp / "home")
+    env = {**child_env(tmp / "home"), **link_env}
     runs: list[list[dict[str, Any]]] = [[] for _ in plan]
     if args.list:
         for c in plan:

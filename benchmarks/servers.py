@@ -30,6 +30,10 @@ five above.
 * ``shared``: one cap for all connections together (``rate`` x 16 bytes/s in
   all, a shared token bucket), none per connection: more connections add
   nothing.
+* ``tls``: the ``loopback`` link over HTTPS (nginx, TLS 1.2/1.3, a certificate
+  for 127.0.0.1 from a throwaway CA whose certificate contenders trust through
+  ``SSL_CERT_FILE``, ``CURL_CA_BUNDLE`` and ``AWS_CA_BUNDLE``): real object
+  stores are HTTPS, and decrypting is work the other links never ask for.
 * ``limited``: at most 8 requests in flight; any beyond get S3's ``503
   SlowDown`` at once (as S3 answers a prefix that is asked too much), the
   rest are paced at ``rate`` per connection (256 KiB chunks with sleeps).
@@ -165,7 +169,8 @@ http {{
     keepalive_timeout 120s;
     etag on;
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{ssl};
+        {certs}
         root {root};
         location / {{ }}
         # bucket-level S3 requests (ListObjectsV2, HEAD bucket): the static helper answers
@@ -175,12 +180,25 @@ http {{
 """
 
 
-def start_nginx(root: Path, work: Path, workers: int | None = None, bucket_ops: str | None = None) -> Server:
+def start_nginx(root: Path, work: Path, workers: int | None = None, bucket_ops: str | None = None,
+                tls: bool = False) -> Server:
     """nginx serving ``root`` on a free port (unlimited: the loopback link); bucket-level
-    requests are proxied to ``bucket_ops`` (a static server's URL) when given."""
+    requests are proxied to ``bucket_ops`` (a static server's URL) when given. ``tls``:
+    HTTPS with a certificate for 127.0.0.1 from a throwaway CA (trustme), whose
+    certificate is ``work / "ca.pem"``."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    certs = ""
+    if tls:
+        import trustme
+
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        ca.cert_pem.write_to_path(str(work / "ca.pem"))
+        cert.private_key_and_cert_chain_pem.write_to_path(str(work / "server.pem"))
+        certs = (f"ssl_certificate {work}/server.pem; ssl_certificate_key {work}/server.pem; "
+                 "ssl_protocols TLSv1.2 TLSv1.3;")
     conf = work / "nginx.conf"
     conf.write_text(
         _NGINX_CONF.format(
@@ -190,9 +208,14 @@ def start_nginx(root: Path, work: Path, workers: int | None = None, bucket_ops: 
             port=port,
             root=root,
             bucket_ops=f"proxy_pass {bucket_ops};" if bucket_ops else "return 404;",
+            ssl=" ssl" if tls else "",
+            certs=certs,
         )
     )
-    return Server("nginx", [nginx, "-e", str(work / "error.log"), "-c", str(conf)], port)
+    srv = Server("nginx", [nginx, "-e", str(work / "error.log"), "-c", str(conf)], port)
+    if tls:
+        srv.url = f"https://127.0.0.1:{port}"
+    return srv
 
 
 def start_static(
@@ -270,10 +293,13 @@ def measure_one_connection(url: str, nbytes: int = 16 << 20) -> float:
 class _Link:
     """A link's servers as one context manager (nginx also needs its listing helper)."""
 
-    def __init__(self, servers: list[Server], url: str, note: str = "") -> None:
+    def __init__(self, servers: list[Server], url: str, note: str = "",
+                 env: Mapping[str, str] | None = None) -> None:
         self.servers = servers
         self.url = url
         self.note = note
+        #: What a client needs in its environment to use the link (trust for ``tls``).
+        self.env = dict(env or {})
 
     def stop(self) -> None:
         for s in reversed(self.servers):
@@ -318,6 +344,17 @@ def start_link(
     if link == "ttfb":
         s = start_static(root, "ttfb", ttfb=ttfb)
         return _Link([s], s.url, f"{ttfb[0] * 1e3:g}-{ttfb[1] * 1e3:g} ms before the first byte, unlimited")
+    if link == "tls":
+        helper = start_static(root, "plain", etag="nginx")
+        try:
+            nginx = start_nginx(root, work / "nginx-tls", bucket_ops=helper.url, tls=True)
+        except BaseException:
+            helper.stop()
+            raise
+        ca = str(work / "nginx-tls" / "ca.pem")
+        return _Link([helper, nginx], nginx.url, "nginx over HTTPS (TLS 1.2/1.3), unlimited",
+                     env={"SSL_CERT_FILE": ca, "CURL_CA_BUNDLE": ca, "AWS_CA_BUNDLE": ca,
+                          "REQUESTS_CA_BUNDLE": ca})
     if link == "store":
         s = start_static(root, "store", rate=rate, ttfb=ttfb)
         return _Link([s], s.url, f"{ttfb[0] * 1e3:g}-{ttfb[1] * 1e3:g} ms before the first byte, "
