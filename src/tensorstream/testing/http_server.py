@@ -38,7 +38,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .proxy import request_repr
+from .proxy import _SHUTDOWN_TIMEOUT, cancel_pending, request_repr
 
 __all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
 
@@ -179,7 +179,11 @@ class HTTPTestServer:
         async def serve() -> None:
             app = web.Application()
             app.router.add_route("*", "/{key:.*}", self._handle)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            # A short graceful shutdown: stop() waits 10 s for cleanup, and aiohttp's
+            # default 60 s left stalled handlers pending when the loop closed (an
+            # "Event loop is closed" unraisable per handler: a failure under -W error).
+            runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                   shutdown_timeout=_SHUTDOWN_TIMEOUT)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_ctx, reuse_address=True)
             await site.start()
@@ -210,10 +214,10 @@ class HTTPTestServer:
         """Stop serving and remove temporary certificates (idempotent)."""
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None and thread.is_alive():
-            if self._runner is not None:
-                fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop)
+            steps = [self._runner.cleanup] if self._runner is not None else []
+            for step in [*steps, cancel_pending]:
                 try:
-                    fut.result(10)
+                    asyncio.run_coroutine_threadsafe(step(), loop).result(10)
                 except Exception:
                     pass
             loop.call_soon_threadsafe(loop.stop)

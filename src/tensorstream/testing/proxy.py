@@ -32,6 +32,8 @@ from typing import Any
 __all__ = ["HTTPFaultProxy", "HTTPProxyFaults", "ProxyRequest", "TCPFaultProxy", "TCPFaults"]
 
 _CHUNK = 64 << 10
+#: Seconds a stopping server lets requests in flight finish before cancelling them.
+_SHUTDOWN_TIMEOUT = 2.0
 #: ``hook(method, path)`` run before a request is forwarded (HTTP proxy).
 RequestHook = Callable[[str, str], Awaitable[None]]
 #: ``hook(data)`` run before client bytes are forwarded upstream (TCP proxy).
@@ -43,6 +45,18 @@ def _reset_fields(obj: Any) -> None:
         default = (field.default_factory() if field.default_factory is not dataclasses.MISSING
                    else field.default)
         setattr(obj, field.name, default)
+
+
+async def cancel_pending() -> None:
+    """Cancel every other task of the running loop and wait for them: a handler
+    still stalled or paced when a server stops would otherwise be destroyed
+    pending when its loop closes ("Task was destroyed but it is pending",
+    "Event loop is closed" unraisables that fail a ``-W error`` run)."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=5)
 
 
 def _chunk_for(rate: int | None) -> int:
@@ -85,9 +99,11 @@ class _LoopThread:
     def stop(self, teardown: Callable[[], Coroutine[Any, Any, None]] | None) -> None:
         loop, thread = self.loop, self._thread
         if loop is not None and thread is not None and thread.is_alive():
-            if teardown is not None:
+            for step in (teardown, cancel_pending):
+                if step is None:
+                    continue
                 try:
-                    asyncio.run_coroutine_threadsafe(teardown(), loop).result(10)
+                    asyncio.run_coroutine_threadsafe(step(), loop).result(10)
                 except Exception:
                     pass
             loop.call_soon_threadsafe(loop.stop)
@@ -373,7 +389,9 @@ class HTTPFaultProxy:
         async def setup() -> None:
             app = web.Application(client_max_size=1 << 30)
             app.router.add_route("*", "/{tail:.*}", self._handle)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            # Short graceful shutdown (see http_server): no handler left pending at close.
+            self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                         shutdown_timeout=_SHUTDOWN_TIMEOUT)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0, reuse_address=True)
             await site.start()
