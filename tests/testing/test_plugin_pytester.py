@@ -101,6 +101,23 @@ def test_real_redis_can_be_required(pytester):
     result.stdout.fnmatch_lines(["*requires Debian's redis-server*"])
 
 
+def test_real_redis_without_redis_server_says_what_to_install(pytester, monkeypatch, tmp_path):
+    # It used to end in a traceback through the plugin's internals.
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no redis-server, no redis-cli
+    pytester.makepyfile(test_real="""
+        def test_x(tensorstream_redis):
+            pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--tensorstream-redis=real")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*needs Debian's redis-server and redis-cli on PATH*"
+                                 "apt-get install redis-server*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+    result.stdout.no_fnmatch_line("*redis_server.py:*")
+
+
 def test_markers_and_options_are_registered(pytester):
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["*tensorstream_real_redis*", "*tensorstream_http(tls=False*"])

@@ -221,7 +221,17 @@ def tensorstream_redis(
                         pytrace=False)
     require_real = (request.node.get_closest_marker(REAL_REDIS_MARK) is not None
                     or request.config.getoption("--tensorstream-require-real-redis"))
-    backend = tensorstream_servers.redis(**kwargs)
+    from .redis_server import RedisUnavailable
+
+    try:
+        backend = tensorstream_servers.redis(**kwargs)
+    except RedisUnavailable:
+        # --tensorstream-redis=real without redis-server: say so and how to fix it,
+        # without a traceback through the plugin's internals.
+        pytest.fail("--tensorstream-redis=real (or --tensorstream-require-real-redis) needs "
+                    "Debian's redis-server and redis-cli on PATH, which has neither: "
+                    "apt-get install redis-server, or drop the option to use fakeredis",
+                    pytrace=False)
     if require_real and backend.kind != "redis-server":
         backend.close()
         pytest.fail("this test requires Debian's redis-server (tensorstream_real_redis), but "
