@@ -162,3 +162,25 @@ def test_a_copy_narrows_to_what_a_throttling_server_takes(
     # and retry.
     assert server.throttled < 60
     assert server.most <= 2
+
+
+def test_a_body_dropped_unread_gives_its_slot_back(server: ThrottlingServer) -> None:
+    import gc
+
+    from tensorstream.config import Timeouts
+    from tensorstream.providers._http import range_get, throttle
+
+    pool = range_get.ConnectionPool()
+    gate = throttle.gate(("http", "127.0.0.1", server.port))
+    body = range_get.open_range(pool, f"{server.url}/b/blob.bin", 0, 1 << 20, {}, None,
+                                Timeouts())
+    assert gate.in_flight == 1
+    del body  # neither read to its end nor closed
+    gc.collect()
+    assert gate.in_flight == 0
+    finished = range_get.open_range(pool, f"{server.url}/b/blob.bin", 0, 1000, {}, None,
+                                    Timeouts())
+    buf = bytearray(1000)
+    finished.readinto(memoryview(buf))
+    assert gate.in_flight == 0 and bytes(buf) == server.objects["/b/blob.bin"][:1000]
+    pool.close()

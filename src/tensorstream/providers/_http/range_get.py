@@ -52,6 +52,7 @@ import contextlib
 import dataclasses
 import fcntl
 import http.client
+import io
 import socket
 import ssl
 import struct
@@ -117,6 +118,9 @@ _SLICE = 1 << 20
 _LOWAT = 256 << 10
 #: What ``http.client``'s buffered socket file may hold beyond the socket.
 _FILE_BUFFER = 64 << 10
+#: A TLS body is read from its TLS object directly once one ``readinto1`` of more
+#: than this was made: the buffered file (far smaller) is empty then.
+_TLS_DIRECT_AFTER = 256 << 10
 #: At most this many bytes of an error body are read (S3 XML errors are small).
 _ERROR_BODY_LIMIT = 64 << 10
 
@@ -279,6 +283,19 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
                         path=redact_path(path))
 
 
+def _tls_reader(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
+                ) -> Callable[[int, memoryview], int] | None:
+    """The TLS object's own ``read(n, buffer)`` for a direct body of a TLS
+    connection whose socket file holds no byte of it (after a ``readinto1`` larger
+    than its buffer), else ``None`` (plain sockets, or an ``ssl`` module without
+    it: the socket file is read as before)."""
+    sock = conn.sock
+    if not isinstance(sock, ssl.SSLSocket) or type(resp.fp) is not io.BufferedReader:
+        return None
+    read = getattr(getattr(sock, "_sslobj", None), "read", None)
+    return read if callable(read) else None
+
+
 def _enter(url: URL, *, service: str, path: str, cancel: Cancel | None) -> Slot:
     """A slot in the origin's :class:`~.throttle.Gate` (waits while it is full)."""
     deadline = current_deadline()
@@ -376,6 +393,8 @@ class RangeBody:
         self._close_asked = False
         # The request's place in its origin's gate: held until the body is read or dropped.
         self._slot = slot
+        # A TLS body's reads, once the socket file holds none of it (_tls_reader).
+        self._tls_read: Callable[[int, memoryview], int] | None = None
         self._status = resp.status
 
     def readinto(self, buffer: memoryview) -> int:
@@ -439,6 +458,7 @@ class RangeBody:
                 if received < want:
                     raise self._ended(received, want)
             index = at = 0  # the buffer being filled, and where in it
+            tls = self._tls_read
             while received < want:
                 buffer = buffers[index]
                 if at == len(buffer):
@@ -447,11 +467,18 @@ class RangeBody:
                 if timed:
                     assert deadline is not None
                     self._bound(deadline, received)
-                if self._direct:
+                if tls is not None:
+                    # One TLS record (16 KiB at most) per call: the socket file's
+                    # three Python layers above this cost more than the decryption.
+                    n = tls(len(buffer) - at, buffer[at:])
+                elif self._direct:
                     # The file object may hold up to a buffer of the body already:
                     # the socket owes at least the rest, never ask it for more.
                     self._set_lowat(max(1, min(_LOWAT, want - received - _FILE_BUFFER)))
+                    asked = len(buffer) - at
                     n = resp.fp.readinto1(buffer[at:])
+                    if asked > _TLS_DIRECT_AFTER and conn is not None:
+                        tls = self._tls_read = _tls_reader(conn, resp)
                 else:
                     n = resp.readinto(buffer[at : at + min(_SLICE, len(buffer) - at)])
                 if not n:
@@ -545,6 +572,12 @@ class RangeBody:
     def _leave(self) -> None:
         if self._slot is not None:
             self._slot.leave(self._status)
+
+    def __del__(self) -> None:
+        # A body dropped unread and unclosed must not hold its origin's slot for ever.
+        slot = getattr(self, "_slot", None)
+        if slot is not None:
+            slot.leave(None)
 
     def _finish(self) -> None:
         self._leave()
