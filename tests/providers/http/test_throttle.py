@@ -141,3 +141,17 @@ def test_gates_are_per_origin_and_a_forked_child_starts_afresh() -> None:
     assert os.read(r, 1) == b"1"
     os.waitpid(pid, 0)
     s.leave(200)
+
+
+def test_a_wait_for_a_slot_ends_after_max_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A thread holding one body open must never wait on itself for ever.
+    gate = Gate()
+    held = [gate.enter() for _ in range(2)]
+    held[0].leave(503)  # limit 1.4, one in flight: full
+    monkeypatch.setattr(throttle, "MAX_WAIT", 0.3)
+    began = time.monotonic()
+    extra = gate.enter()
+    assert extra is not None and 0.25 < time.monotonic() - began < 2
+    assert gate.in_flight == 2
+    extra.leave(206)
+    held[1].leave(206)  # type: ignore[union-attr]

@@ -23,7 +23,10 @@ window (additive increase, multiplicative decrease):
   :data:`FORGET` seconds without a cut the limit is dropped (a long-lived
   process is not held narrow by one busy minute long ago);
 * a request waits for a free slot before it is sent (bounded by its
-  operation's deadline, and by its caller's cancellation).
+  operation's deadline, and by its caller's cancellation), for
+  :data:`MAX_WAIT` seconds at most: then it is sent anyway (the limit is a
+  pace, never a lock: a thread that holds one body open while it waits for
+  another request must not wait on itself).
 
 An origin that never throttles is never limited. :meth:`Gate.shared` tells the
 retry layer whether other requests to the origin were in flight when one was
@@ -39,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["DECREASE", "FORGET", "THROTTLE_STATUSES", "Gate", "Slot", "gate"]
+__all__ = ["DECREASE", "FORGET", "MAX_WAIT", "THROTTLE_STATUSES", "Gate", "Slot", "gate"]
 
 #: Statuses that ask the client to send less (S3 SlowDown is a 503).
 THROTTLE_STATUSES = frozenset({429, 503})
@@ -49,6 +52,8 @@ DECREASE = 0.7
 _CEILING = 4096.0
 #: ... or this many seconds after the last cut.
 FORGET = 10.0
+#: The longest a request waits for a slot before it is sent anyway (seconds).
+MAX_WAIT = 2.0
 #: How often a waiting request re-checks its deadline and cancellation (seconds).
 _POLL = 0.1
 
@@ -87,10 +92,14 @@ class Gate:
 
     def enter(self, deadline: float | None = None,
               cancelled: Callable[[], bool] | None = None) -> Slot | None:
-        """A slot once the limit allows one more request; ``None`` when the
-        ``deadline`` (monotonic) passed or ``cancelled()`` said so first."""
+        """A slot once the limit allows one more request (or :data:`MAX_WAIT`
+        passed); ``None`` when the ``deadline`` (monotonic) passed or
+        ``cancelled()`` said so first."""
         with self._cond:
+            until = time.monotonic() + MAX_WAIT
             while self._limited() and self.in_flight >= max(1, int(self.limit or 1)):
+                if time.monotonic() >= until:
+                    break
                 wait = _POLL
                 if deadline is not None:
                     left = deadline - time.monotonic()
