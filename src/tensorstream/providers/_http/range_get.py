@@ -787,41 +787,40 @@ def open_whole(
     base = {**headers, "Accept-Encoding": "identity", "Range": "bytes=0-"}
     origin = URL(url, encoded=True)
     slot: Slot | None = _enter(origin, service=service, path=where, cancel=cancel)
-    assert slot is not None
+    status: int | None = None
     try:
-        conn, resp, view, final = _send(pool, url, "GET", base, timeouts, service=service,
-                                        path=where, redirects=redirects, cancel=cancel)
-    except TensorstreamError:
-        slot.leave(None)
-        raise
-    except (OSError, http.client.HTTPException) as exc:
-        slot.leave(None)
-        deadline = current_deadline()
-        if deadline is not None and deadline.expired():
-            raise _total_deadline_error(0, service=service, path=where) from exc
-        raise exception_error(exc, path=where, received=0, service=service) from exc
-    except BaseException:
-        slot.leave(None)
-        raise
-    try:
-        if resp.status == 429 or resp.status >= 500:  # temporary: retried like a HEAD's
-            raise _adapting((on_status or _default_status)(resp, where), origin)
-        cr = parse_content_range(view.get("Content-Range"))
-        length = view.get("Content-Length")
-        served = served_version(view, cr.total if cr is not None else None)
-        if (resp.status != 206 or body_refusal(view) is not None or cr is None
-                or cr.total is None or cr.total == 0 or (cr.first, cr.last) != (0, cr.total - 1)
-                or (length is not None and length.strip() != str(cr.total))
-                or served.etag is None):
-            conn.close()
-            return None
-        body = RangeBody(pool, _key(final), conn, resp, start=0, end=cr.total, served=served,
-                         service=service, path=where, idle=timeouts.idle, slot=slot)
-        slot = None  # the body's now
-    except BaseException:
-        conn.close()  # never reuse a connection after an error
-        raise
+        try:
+            conn, resp, view, final = _send(pool, url, "GET", base, timeouts, service=service,
+                                            path=where, redirects=redirects, cancel=cancel)
+        except TensorstreamError:
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            deadline = current_deadline()
+            if deadline is not None and deadline.expired():
+                raise _total_deadline_error(0, service=service, path=where) from exc
+            raise exception_error(exc, path=where, received=0, service=service) from exc
+        status = resp.status
+        try:
+            if resp.status == 429 or resp.status >= 500:  # temporary: retried like a HEAD's
+                raise _adapting((on_status or _default_status)(resp, where), origin)
+            cr = parse_content_range(view.get("Content-Range"))
+            length = view.get("Content-Length")
+            served = served_version(view, cr.total if cr is not None else None)
+            if (resp.status != 206 or body_refusal(view) is not None or cr is None
+                    or cr.total is None or cr.total == 0
+                    or (cr.first, cr.last) != (0, cr.total - 1)
+                    or (length is not None and length.strip() != str(cr.total))
+                    or served.etag is None):
+                conn.close()
+                return None
+            body = RangeBody(pool, _key(final), conn, resp, start=0, end=cr.total,
+                             served=served, service=service, path=where, idle=timeouts.idle,
+                             slot=slot)
+            slot = None  # the body's now
+        except BaseException:
+            conn.close()  # never reuse a connection after an error
+            raise
     finally:
         if slot is not None:
-            slot.leave(resp.status)
+            slot.leave(status)
     return view, body
