@@ -61,3 +61,25 @@ def test_a_model_over_tls_loads_exactly(https_server: HTTPTestServer, tmp_path: 
     url = _put(https_server, tensorizer_bytes(state, tmp_path))
     loaded = tensorstream.deserialize(url, device="cpu", ca_bundle=https_server.ca_bundle_path)
     assert set(loaded) == set(state) and all(same_bytes(loaded[k], state[k]) for k in state)
+
+
+@pytest.mark.parametrize("first", [1 << 20, (256 << 10) + 1])
+def test_tls_body_tail_arriving_late_is_read(https_server: HTTPTestServer, first: int) -> None:
+    # A paced body: the reader catches up and waits on the socket for the tail.
+    # The wait must never ask the kernel for more bytes than the body still owes
+    # (a receive low-water mark left from an earlier read hung it until the timeout).
+    size = (1 << 20) + first + (100 << 10)
+    url = _put(https_server, DATA[:size])
+    https_server.faults.rate_limit = 8 << 20
+    pool = range_get.ConnectionPool(range_get.TLSSettings(ca_bundle=str(https_server.ca_bundle_path)))
+    from tensorstream.config import Timeouts
+
+    body = range_get.open_range(pool, url, 0, size, {}, None, Timeouts(idle=3.0))
+    got = bytearray()
+    for n in (first, size - first):
+        buf = bytearray(n)
+        body.readinto(memoryview(buf))
+        got += buf
+    assert body._tls_read is not None  # the direct path was taken
+    assert bytes(got) == DATA[:size]
+    pool.close()

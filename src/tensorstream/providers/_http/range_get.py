@@ -116,7 +116,8 @@ _SLICE = 1 << 20
 #: (thousands of times a second, each taking the GIL), which is what starves
 #: a reader with dozens of connections in flight.
 _LOWAT = 256 << 10
-#: What ``http.client``'s buffered socket file may hold beyond the socket.
+#: What ``http.client``'s buffered socket file (or a TLS object: one record)
+#: may hold of a body beyond what the socket still has to receive.
 _FILE_BUFFER = 64 << 10
 #: A TLS body is read from its TLS object directly once one ``readinto1`` of more
 #: than this was made: the buffered file (far smaller) is empty then.
@@ -467,14 +468,16 @@ class RangeBody:
                 if timed:
                     assert deadline is not None
                     self._bound(deadline, received)
+                if self._direct:
+                    # The file object (or the TLS object: one record) may hold up to
+                    # a buffer of the body already: the socket owes at least the
+                    # rest, never ask it for more (nor keep a mark from a larger read).
+                    self._set_lowat(max(1, min(_LOWAT, want - received - _FILE_BUFFER)))
                 if tls is not None:
                     # One TLS record (16 KiB at most) per call: the socket file's
                     # three Python layers above this cost more than the decryption.
                     n = tls(len(buffer) - at, buffer[at:])
                 elif self._direct:
-                    # The file object may hold up to a buffer of the body already:
-                    # the socket owes at least the rest, never ask it for more.
-                    self._set_lowat(max(1, min(_LOWAT, want - received - _FILE_BUFFER)))
                     asked = len(buffer) - at
                     n = resp.fp.readinto1(buffer[at:])
                     if asked > _TLS_DIRECT_AFTER and conn is not None:
