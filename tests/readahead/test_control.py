@@ -9,9 +9,11 @@ from __future__ import annotations
 from tensorstream.readahead.control import (
     CALM_INTERVALS,
     FIRST_LOOK,
+    FIRST_SURE,
     HOLD,
     INTERVAL,
     STREAM_RETRY,
+    SURE,
     Controller,
     Mode,
 )
@@ -72,8 +74,45 @@ def test_a_reader_that_keeps_up_gets_its_whole_first_interval() -> None:
     assert not run.ctl.tick(INTERVAL * 1.01 + span)
 
 
+def test_the_first_look_takes_a_wait_short_of_sure_as_a_paced_link() -> None:
+    # A paced server's first chunk and the socket's buffer arrive at once: the first
+    # look measures less wait than the link imposes, so FIRST_SURE, not SURE, decides it.
+    waited = (FIRST_SURE + SURE) / 2
+    run = Run(can_stream=True, base=4, max_width=32)
+    span = FIRST_LOOK * 1.1
+    run.ctl.observe(int(25 * MB * span), waited * span)
+    assert run.ctl.tick(span)  # early, and at once
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+    # The same wait later in a load is a moderate one: it must show twice.
+    later = Run(can_stream=True, base=4, max_width=32)
+    assert not later.interval(200 * MB, 0.0)
+    assert not later.interval(25 * MB, waited)
+    assert later.interval(25 * MB, waited) and later.ctl.mode is Mode.RANGED
+    assert later.ctl.width < 32  # not SURE: a measured step, not the ceiling
+
+
+def test_the_first_interval_starts_at_the_first_read_and_skips_first_bytes() -> None:
+    # Made at open(); the header parsed; 0.5 s later the first read: that time is not
+    # the link's. A stream's wait for its first byte (0.2 s) is not either.
+    run = Run(can_stream=True, base=4, max_width=32)
+    run.ctl.begin(0.5)
+    run.ctl.exclude(0.2)
+    span = FIRST_LOOK * 1.1
+    run.ctl.observe(int(25 * MB * span), 0.9 * span)
+    assert run.ctl.tick(0.7 + span)  # judged on its own span: starved
+    assert run.ctl.mode is Mode.RANGED
+    assert 20 * MB < run.ctl.last_rate < 30 * MB
+    # begin() only moves the start of a first interval that saw nothing yet.
+    again = Run(can_stream=True, base=4, max_width=32)
+    again.ctl.observe(1, 0.0)
+    again.ctl.begin(5.0)
+    again.ctl.tick(INTERVAL * 1.01)
+    assert again.ctl.last_rate > 0  # the interval closed at INTERVAL: its start stayed at 0
+
+
 def test_a_try_that_does_not_pay_is_undone_then_retried_narrower_after_a_hold() -> None:
     run = Run(can_stream=True, base=4, max_width=32)
+    assert not run.interval(200 * MB, 0.0)  # (the first interval has rules of its own)
     assert not run.interval(200 * MB, 0.7)  # starved (a moderate wait must show twice)
     assert run.interval(200 * MB, 0.7)  # but the server is the limit
     assert run.ctl.width == 5  # 1.25 / (1 - 0.7), rounded up

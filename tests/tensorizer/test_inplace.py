@@ -222,7 +222,11 @@ def test_small_tensors_share_requests_and_land_in_place(http_server: HTTPTestSer
         stats = _reader_stats(d)
     total = sum(t.numel() * t.element_size() for t in state.values())
     assert len(http_server.requests_for(key, "GET")) < 64 / 2, stats  # not one per tensor
-    assert sum(s["copied_bytes"] for s in stats) < 64 << 10, stats  # headers only
+    # Headers only, and at most one part per change of mode: a reader that leaves
+    # its stream inside a read receives the part holding the stream's end into a
+    # buffer when that part reaches past the read.
+    switches = sum(s["changes"] for s in stats)
+    assert sum(s["copied_bytes"] for s in stats) < (64 << 10) + switches * options["part_size"], stats
     assert sum(s["direct_bytes"] for s in stats) >= total, stats
     assert max(s["readahead_peak"] for s in stats) <= 4 * options["part_size"], stats
 

@@ -16,8 +16,10 @@ while it runs:
 reader consumed and how long it sat waiting for bytes that had not arrived.
 Every ``interval`` it decides:
 
-(the first interval closes after ``FIRST_LOOK`` when the reader waited
-nearly all of it: a paced link is recognised in tens of milliseconds.)
+(the first interval starts at the reader's first read and closes after
+``FIRST_LOOK`` when the reader waited most of it, ``FIRST_SURE``: a paced
+link is recognised in tens of milliseconds; a stream's wait for its first
+byte counts neither as waiting nor as time.)
 
 * the reader *starved* (it waited for a good share of the interval): try
   more connections, as many more as the share it waited says the link
@@ -75,7 +77,7 @@ class Mode(enum.Enum):
 #: Seconds of load per decision (and at least one decision per this much).
 INTERVAL = 0.12
 #: The load's first interval may close this early when the reader waited
-#: most of it (``SURE``): on a paced link a whole interval on one connection
+#: most of it (``FIRST_SURE``): on a paced link a whole interval on one connection
 #: is a fifth of a 256 MiB load; a reader that keeps up (loopback) never
 #: waits that much, so it still gets its full first interval.
 FIRST_LOOK = 0.04
@@ -85,6 +87,11 @@ STARVED = 0.25
 STREAM_STARVED = 0.5
 #: The reader waited at least this share: the link is surely the limit.
 SURE = 0.8
+#: ``SURE`` in the load's first interval. The first look underrates the wait
+#: (a paced server's first chunk and the socket's buffer arrive at once, so
+#: the reader's first pieces find bytes waiting), while a reader that keeps
+#: up waits a small share from the start (docs/benchmarks.md, session 15).
+FIRST_SURE = 0.6
 #: The reader waited at most this share: the reader, not the link, was the limit.
 CALM = 0.05
 #: Calm intervals in a row (while reading wide) before trying the stream again.
@@ -149,6 +156,7 @@ class Controller:
         self.history: list[Sample] = []  # the last decisions (statistics, bounded)
         self._start = now
         self._first = True  # the load's first interval (it may close at FIRST_LOOK)
+        self._sure = FIRST_SURE  # SURE for the interval being decided
         self._bytes = 0
         self._wait = 0.0
         self._dirty = False  # the interval saw bytes from before the last change
@@ -175,6 +183,20 @@ class Controller:
         """One ranged request's body arrived at ``rate`` bytes/s (any thread)."""
         old = self._conn_rate
         self._conn_rate = rate if old is None else 0.8 * old + 0.2 * rate
+
+    def begin(self, now: float) -> None:
+        """The reader's first read starts: the load's first interval starts
+        here, not when the controller was made (opening the file and parsing
+        its header were neither reading nor waiting for the link)."""
+        if self._first and self._bytes == 0 and self._wait == 0.0:
+            self._start = max(self._start, now)
+
+    def exclude(self, seconds: float) -> None:
+        """``seconds`` of this interval were a stream's request waiting for its
+        first byte: paid once per stream, neither the reader's work nor a
+        sign that the link is the limit, so the interval closes as if they
+        had not passed."""
+        self._start += max(0.0, seconds)
 
     def note_first_byte(self, seconds: float) -> None:
         """A request waited ``seconds`` for its first byte (any thread)."""
@@ -205,8 +227,9 @@ class Controller:
         if self.fixed:
             return False
         if span < INTERVAL and not (self._first and span >= FIRST_LOOK
-                                    and self._wait >= SURE * span):
+                                    and self._wait >= FIRST_SURE * span):
             return False
+        self._sure = FIRST_SURE if self._first else SURE
         self._first = False
         rate = self._bytes / span
         waited = min(1.0, self._wait / span)
@@ -295,7 +318,7 @@ class Controller:
         a slow link starves it steadily)."""
         if self._first_byte is not None and self._first_byte >= SLOW_FIRST_BYTE:
             return 3
-        return 1 if waited >= SURE else 2
+        return 1 if waited >= self._sure else 2
 
     def _wider(self, waited: float) -> int:
         """The width to try when the reader starved for ``waited`` of the time.
@@ -312,7 +335,7 @@ class Controller:
         # could take (its own share is then mostly wake-ups and a busy
         # machine's run queue): go to the ceiling, the try will tell.
         slow_answers = self._first_byte is not None and self._first_byte >= SLOW_FIRST_BYTE
-        want = (self.max_width if waited >= SURE and not slow_answers
+        want = (self.max_width if waited >= self._sure and not slow_answers
                 else math.ceil(now * 1.25 / max(1.0 - waited, 0.02)))
         if slow_answers and self.mode is Mode.STREAM:
             # A server slow to answer each request may be doing a lot of work

@@ -252,6 +252,7 @@ class Prefetcher(Fetching, Planning):
         stream = self._stream
         assert stream is not None
         got = 0
+        self._ctl.begin(time.perf_counter())
         while got < len(view) and self._ctl.mode is Mode.STREAM:
             if self._ctl.last_rate:
                 size = int(self._ctl.last_rate * INTERVAL)
@@ -266,6 +267,7 @@ class Prefetcher(Fetching, Planning):
             n = stream.read(pos + got, piece, sequential=sequential or got > 0, first=first)
             if stream.open_seconds > opening:
                 self._ctl.note_first_byte(stream.open_seconds - opening)
+                self._ctl.exclude(stream.open_seconds - opening)
             wall = time.perf_counter() - wall - (stream.open_seconds - opening)
             if stream.short is not None:
                 # Off the CPU (in the run queue too) in proportion to the share of

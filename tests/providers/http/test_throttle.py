@@ -1,6 +1,8 @@
 """The per-origin gate of the HTTP(S) data plane (providers/_http/throttle.py):
 additive increase, multiplicative decrease on a throttle of a request sent at
-the current width, waits bounded by deadlines and cancellation."""
+the current width, a quick return to just below the width last throttled at,
+waits bounded by deadlines and cancellation, waiting requests let in in order
+with a throttled thread's retry first."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import time
 import pytest
 
 from tensorstream.providers._http import throttle
-from tensorstream.providers._http.throttle import DECREASE, Gate
+from tensorstream.providers._http.throttle import DECREASE, RECOVER, Gate
 
 
 def test_an_origin_that_never_throttles_is_never_limited() -> None:
@@ -65,18 +67,89 @@ def test_the_limit_is_forgotten_some_time_after_the_last_cut(
         s.leave(206)  # type: ignore[union-attr]
 
 
-def test_answers_widen_the_limit_by_one_per_width() -> None:
+def _answer(gate: Gate, n: int, status: int = 200) -> None:
+    for _ in range(n):
+        s = gate.enter()
+        assert s is not None
+        s.leave(status)
+
+
+def test_answers_return_quickly_below_the_ceiling_then_widen_by_one_per_width() -> None:
     gate = Gate()
     first = [gate.enter() for _ in range(10)]
     first[0].leave(503)  # type: ignore[union-attr]
     for s in first[1:]:
         s.leave(None)  # no answer (a reset): the limit does not move
-    assert gate.limit == pytest.approx(7.0)
-    for _ in range(7):
-        s = gate.enter()
+    assert gate.limit == pytest.approx(7.0) and gate.ceiling == 10
+    _answer(gate, 1)
+    assert gate.limit == pytest.approx(7.0 + RECOVER)
+    _answer(gate, 3)  # 7 + 4 x 0.5 = 9: one below the width throttled at, no further
+    assert gate.limit == pytest.approx(9.0)
+    _answer(gate, 9)  # then one more request per limit's worth of answers
+    assert 9.9 < (gate.limit or 0) < 10.1
+
+
+def test_a_throttle_at_the_ceiling_again_cuts_to_just_below_it() -> None:
+    gate = Gate()
+    first = [gate.enter() for _ in range(10)]
+    first[0].leave(503)  # type: ignore[union-attr]
+    for s in first[1:]:
+        s.leave(206)  # type: ignore[union-attr]
+    _answer(gate, 30)
+    assert (gate.limit or 0) > 10  # grown back past the ceiling
+    at = [gate.enter(deadline=time.monotonic() + 1) for _ in range(10)]
+    at[0].leave(503)  # type: ignore[union-attr]  # the same width failed again
+    assert gate.limit == pytest.approx(9.0) and gate.ceiling == 10 and gate.cuts == 2
+    for s in at[1:]:
+        s.leave(206)  # type: ignore[union-attr]
+    # A throttle below the ceiling: the server takes less than it did, cut deep.
+    below = [gate.enter(deadline=time.monotonic() + 1) for _ in range(6)]
+    below[0].leave(503)  # type: ignore[union-attr]
+    assert gate.limit == pytest.approx(6 * DECREASE) and gate.ceiling == 6
+    for s in below[1:]:
+        s.leave(206)  # type: ignore[union-attr]
+
+
+def test_waiting_requests_go_in_order_and_a_throttled_threads_retry_first() -> None:
+    gate = Gate()
+    held = [gate.enter() for _ in range(2)]
+    held[0].leave(503)  # type: ignore[union-attr]  # limit 1.4: one at a time
+    order: list[str] = []
+    retry_ready = threading.Event()
+    go_retry = threading.Event()
+
+    def waiter(name: str) -> None:
+        s = gate.enter(deadline=time.monotonic() + 5)
         assert s is not None
-        s.leave(200)
-    assert 7.9 < (gate.limit or 0) < 8.1
+        order.append(name)
+        time.sleep(0.2)  # the others queue meanwhile
+        s.leave(None)  # (no answer: the limit stays at one)
+
+    def retrier() -> None:
+        s = gate.enter(deadline=time.monotonic() + 5)  # first in the queue
+        assert s is not None
+        order.append("first try")
+        s.leave(503)  # throttled: this thread's next request goes first
+        retry_ready.set()
+        go_retry.wait(5)
+        waiter("retry")
+
+    threads = [threading.Thread(target=waiter, args=(f"w{i}",)) for i in range(3)]
+    r = threading.Thread(target=retrier)
+    r.start()
+    time.sleep(0.05)
+    for t in threads:
+        t.start()
+        time.sleep(0.05)  # queue in a known order
+    held[1].leave(None)  # type: ignore[union-attr]  # a slot frees: the queue moves
+    assert retry_ready.wait(5)
+    time.sleep(0.05)  # w0 holds the slot now, w1 and w2 wait
+    go_retry.set()
+    time.sleep(0.05)  # the retry joins the queue last, and goes first
+    for t in [*threads, r]:
+        t.join(5)
+    assert order[0] == "first try" and order[1] == "w0"
+    assert order.index("retry") < order.index("w1") < order.index("w2")
 
 
 def test_a_full_gate_holds_a_request_until_one_leaves() -> None:

@@ -18,10 +18,22 @@ window (additive increase, multiplicative decrease):
   before that cut do not cut again: they tell of a width already given up. A
   request throttled alone says nothing of the width (an outage, another
   client) and cuts nothing;
+* the width a cut was made at is remembered (its *ceiling*): a throttle at
+  that width again or wider (the limit grew back into it) cuts only to one
+  request below it, and after a deeper cut each answer adds ``1/2`` until
+  the limit is one below the ceiling again (the way TCP CUBIC returns to
+  the window it last lost at). A server whose width is fixed is then used
+  nearly whole instead of 0.7-1 of it on a sawtooth; a throttle below the
+  ceiling (the width the server takes shrank) cuts deep as before;
 * every other answer adds ``1 / limit`` (about one more request per
   ``limit`` answers), so a limit lifted by the server is found again; after
   :data:`FORGET` seconds without a cut the limit is dropped (a long-lived
   process is not held narrow by one busy minute long ago);
+* requests waiting for a slot are let in in the order they came, except
+  that a thread whose last request was throttled goes first: its request is
+  the retry of one the load already waited on (read-ahead is launched in
+  reading order), so letting it queue behind read-ahead for later bytes
+  would stall the reader;
 * a request waits for a free slot before it is sent (bounded by its
   operation's deadline, and by its caller's cancellation), for
   :data:`MAX_WAIT` seconds at most: then it is sent anyway (the limit is a
@@ -37,23 +49,28 @@ throttle of a request alone is the service failing, retried as any other.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["DECREASE", "FORGET", "MAX_WAIT", "THROTTLE_STATUSES", "Gate", "Slot", "gate"]
+__all__ = ["DECREASE", "FORGET", "MAX_WAIT", "RECOVER", "THROTTLE_STATUSES", "Gate", "Slot", "gate"]
 
 #: Statuses that ask the client to send less (S3 SlowDown is a 503).
 THROTTLE_STATUSES = frozenset({429, 503})
 #: A throttle cuts the limit to this share of the requests in flight.
 DECREASE = 0.7
+#: Below one request under the ceiling, each answer adds this much to the limit.
+RECOVER = 0.5
 #: The limit is dropped once it grows past this (the origin stopped throttling) ...
-_CEILING = 4096.0
+_UNLIMITED = 4096.0
 #: ... or this many seconds after the last cut.
 FORGET = 10.0
 #: The longest a request waits for a slot before it is sent anyway (seconds).
 MAX_WAIT = 2.0
+#: Threads remembered as owed a first place (a bound: threads come and go).
+_OWED_MAX = 1024
 #: How often a waiting request re-checks its deadline and cancellation (seconds).
 _POLL = 0.1
 
@@ -64,18 +81,19 @@ class Slot:
     """One request's place in its origin's :class:`Gate`; :meth:`leave` once
     (later calls do nothing) with the answer's status (``None``: no answer)."""
 
-    __slots__ = ("_epoch", "_gate", "_lock")
+    __slots__ = ("_epoch", "_gate", "_lock", "_thread")
 
-    def __init__(self, gate: Gate, epoch: int) -> None:
+    def __init__(self, gate: Gate, epoch: int, thread: int) -> None:
         self._gate: Gate | None = gate
         self._epoch = epoch
+        self._thread = thread  # the thread that asked (its retry goes first)
         self._lock = threading.Lock()
 
     def leave(self, status: int | None) -> None:
         with self._lock:
             gate, self._gate = self._gate, None
         if gate is not None:
-            gate._leave(self._epoch, status)
+            gate._leave(self._epoch, status, self._thread)
 
 
 class Gate:
@@ -86,35 +104,52 @@ class Gate:
         self._cond = threading.Condition()
         self.in_flight = 0
         self.limit: float | None = None
+        #: The requests in flight at the last cut (``None`` with no limit).
+        self.ceiling: int | None = None
         self.cuts = 0  # throttles that cut the limit (tests, metrics)
         self._epoch = 0  # bumped by every cut
         self._cut_at = 0.0  # monotonic time of the last cut
+        self._queue: collections.deque[object] = collections.deque()  # waiting requests
+        self._owed: set[int] = set()  # threads whose last request was throttled
 
     def enter(self, deadline: float | None = None,
               cancelled: Callable[[], bool] | None = None) -> Slot | None:
         """A slot once the limit allows one more request (or :data:`MAX_WAIT`
         passed); ``None`` when the ``deadline`` (monotonic) passed or
         ``cancelled()`` said so first."""
+        thread = threading.get_ident()
+        ticket = object()
         with self._cond:
-            until = time.monotonic() + MAX_WAIT
-            while self._limited() and self.in_flight >= max(1, int(self.limit or 1)):
-                if time.monotonic() >= until:
-                    break
-                wait = _POLL
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
+            if thread in self._owed:
+                self._owed.discard(thread)
+                self._queue.appendleft(ticket)
+            else:
+                self._queue.append(ticket)
+            try:
+                until = time.monotonic() + MAX_WAIT
+                while self._limited() and (self.in_flight >= max(1, int(self.limit or 1))
+                                           or self._queue[0] is not ticket):
+                    if time.monotonic() >= until:
+                        break
+                    wait = _POLL
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return None
+                        wait = min(wait, left)
+                    if cancelled is not None and cancelled():
                         return None
-                    wait = min(wait, left)
-                if cancelled is not None and cancelled():
-                    return None
-                self._cond.wait(wait)
+                    self._cond.wait(wait)
+            finally:
+                self._queue.remove(ticket)
+                self._cond.notify_all()  # the next in line may go
             self.in_flight += 1
-            return Slot(self, self._epoch)
+            return Slot(self, self._epoch, thread)
 
     def _limited(self) -> bool:
         if self.limit is not None and time.monotonic() - self._cut_at > FORGET:
-            self.limit = None
+            self.limit = self.ceiling = None
+            self._owed.clear()
         return self.limit is not None
 
     def shared(self) -> bool:
@@ -123,20 +158,28 @@ class Gate:
         with self._cond:
             return self.in_flight > 1
 
-    def _leave(self, epoch: int, status: int | None) -> None:
+    def _leave(self, epoch: int, status: int | None, thread: int) -> None:
         with self._cond:
             if status in THROTTLE_STATUSES:
+                if len(self._owed) < _OWED_MAX:
+                    self._owed.add(thread)
                 # Sent at the current width, beside others: the width is too wide.
                 if epoch == self._epoch and self.in_flight > 1:
-                    self.limit = max(1.0, self.in_flight * DECREASE)
+                    width = self.in_flight
+                    if self.ceiling is not None and width >= self.ceiling:
+                        self.limit = float(width - 1)  # the ceiling held: stay just below it
+                    else:
+                        self.limit = max(1.0, width * DECREASE)
+                    self.ceiling = width
                     self._epoch += 1
                     self.cuts += 1
                     self._cut_at = time.monotonic()
             elif status is not None and self._limited():
                 assert self.limit is not None
-                self.limit += 1.0 / self.limit
-                if self.limit > _CEILING:
-                    self.limit = None
+                below = (self.ceiling or 0) - 1 - self.limit
+                self.limit += min(RECOVER, below) if below > 0 else 1.0 / self.limit
+                if self.limit > _UNLIMITED:
+                    self.limit = self.ceiling = None
             self.in_flight -= 1
             self._cond.notify_all()
 
