@@ -285,3 +285,23 @@ def test_one_large_read_changes_course_inside_itself(http_server: HTTPTestServer
     assert 0 < stats["streamed_bytes"] < len(data)
     assert stats["direct_bytes"] == len(data) and stats["copied_bytes"] == 0, stats
     assert elapsed < 0.5 * len(data) / (2 * MiB), (elapsed, stats)
+
+
+def test_a_ranged_read_keeps_widening_inside_itself(http_server: HTTPTestServer) -> None:
+    """One large read that starts ranged at a narrow width is not held to it:
+    the controller looks every interval while the read waits, and widens the
+    rest of that same read (a one-tensor model is one read, and the first
+    look's width was kept for all of it: 5 connections on a paced link)."""
+    url, data = _put(http_server, 24 * MiB)
+    http_server.faults.key = url.rsplit("/", 1)[1]
+    http_server.faults.rate_limit = 1 * MiB  # per response: 4 connections would take 6 s
+    with tensorstream.open(url, part_size=256 << 10, concurrency=16, stream_reads=False) as f:
+        buf = bytearray(len(data))
+        started = time.perf_counter()
+        assert f.readinto(buf) == len(data)
+        elapsed = time.perf_counter() - started
+        stats = f.read_stats()
+    assert bytes(buf) == data
+    assert stats["phase"] == "ranged" and stats["peak_in_flight"] >= 8, stats
+    assert stats["direct_bytes"] == len(data) and stats["copied_bytes"] == 0, stats
+    assert elapsed < 0.6 * len(data) / (4 * MiB), (elapsed, stats)

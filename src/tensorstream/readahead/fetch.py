@@ -170,7 +170,15 @@ class Fetching:
             if launch:
                 self._start_tasks(launch)
 
-    def _wait(self, seg: Segment) -> None:
-        while not seg.event.wait(1.0):
+    def _wait(self, seg: Segment, timeout: float | None = None) -> bool:
+        """Wait until ``seg`` is done; with ``timeout``, at most that many seconds
+        (then False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+            if seg.event.wait(step):
+                return True
             if _loop.is_shut_down():
                 raise RuntimeError("tensorstream's I/O thread has stopped")
+            if deadline is not None and time.monotonic() >= deadline:
+                return False

@@ -309,10 +309,12 @@ class Prefetcher(Fetching, Planning):
                 p = seg_end
             return min(p, end)
 
-    def _tick(self, *, between_reads: bool = True) -> None:
+    def _tick(self, *, between_reads: bool = True, keep: frozenset[int] = frozenset()) -> None:
         """Let the controller close its interval; apply a new mode or width.
         Inside a read (``between_reads=False``) nothing is planned ahead: the
-        rest of that read is planned by the ranged path, straight into it."""
+        rest of that read is planned by the ranged path, straight into it.
+        ``keep``: the starts of segments a read waits for (a switch to the
+        stream drops the others not yet requested)."""
         ctl = self._ctl
         before = ctl.mode
         if not ctl.tick(time.perf_counter()):
@@ -329,7 +331,7 @@ class Prefetcher(Fetching, Planning):
             self._note_width()
             if ctl.mode is Mode.STREAM:  # drop read-ahead not yet requested
                 for start, seg in list(self._segments.items()):
-                    if not seg.launched:
+                    if not seg.launched and start not in keep:
                         del self._segments[start]
                         self._remove_planned(seg)
                 spare = self._free[2:]  # and spare buffers: the stream needs none
@@ -375,8 +377,7 @@ class Prefetcher(Fetching, Planning):
             populate(view)  # fault the pages in while other threads receive into them
         started = time.perf_counter()
         try:
-            for seg in needed:
-                self._wait(seg)
+            told, told_wait = self._wait_needed(needed, pos, end, steady)
         finally:
             # Never leave a request writing into the caller's buffer.
             for seg in needed:
@@ -405,11 +406,38 @@ class Prefetcher(Fetching, Planning):
                     continue  # read ahead straight into this very buffer
                 copy_into(dst, src)
                 copied += len(src)
-        self._ctl.observe(len(view), waited, steady=steady)
+        self._ctl.observe(len(view) - told, max(0.0, waited - told_wait), steady=steady)
         with self._lock:
             self._copied_bytes += copied
             self._direct_bytes += len(view) - copied
             self._evict(pos, end, sequential)
+
+    def _wait_needed(self, needed: list[Segment], pos: int, end: int,
+                     steady: bool) -> tuple[int, float]:
+        """Wait for the segments of the read ``[pos, end)``. A read that outlasts
+        the controller's interval (one large tensor is one read) tells it, every
+        interval, the bytes that landed and the time waited meanwhile, and takes
+        its decisions at once: a width chosen as the read began is not kept for
+        the whole of it. Returns the bytes and seconds told."""
+        def landed() -> int:
+            return sum(min(end, s.end) - max(pos, s.start) for s in needed if s.event.is_set())
+
+        keep = frozenset(seg.start for seg in needed)
+        told, told_wait = 0, 0.0
+        last, before = time.perf_counter(), landed()
+        for seg in needed:
+            while True:
+                done = self._wait(seg, max(0.0, last + INTERVAL - time.perf_counter()))
+                now = time.perf_counter()
+                if now - last >= INTERVAL:
+                    got = landed()
+                    self._ctl.observe(got - before, now - last, steady=steady)
+                    told, told_wait = told + got - before, told_wait + now - last
+                    last, before = now, got
+                    self._tick(between_reads=False, keep=keep)
+                if done:
+                    break
+        return told, told_wait
 
     def _copy_received(self, pos: int, view: memoryview, steady: bool) -> bool:
         """Serve a read that lies inside one segment already received (tensor
