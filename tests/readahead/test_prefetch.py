@@ -305,3 +305,17 @@ def test_a_ranged_read_keeps_widening_inside_itself(http_server: HTTPTestServer)
     assert stats["phase"] == "ranged" and stats["peak_in_flight"] >= 8, stats
     assert stats["direct_bytes"] == len(data) and stats["copied_bytes"] == 0, stats
     assert elapsed < 0.6 * len(data) / (4 * MiB), (elapsed, stats)
+
+
+def test_a_read_stalled_on_a_request_says_which_in_the_debug_log(
+        http_server: HTTPTestServer, caplog: pytest.LogCaptureFixture) -> None:
+    url, data = _put(http_server, 2 * MiB)
+    http_server.faults.key = url.rsplit("/", 1)[1]
+    http_server.faults.latency = 1.3  # every request's answer
+    caplog.set_level("DEBUG", logger="tensorstream.readahead")
+    with tensorstream.open(url, part_size=1 * MiB, concurrency=4, stream_reads=False) as f:
+        buf = bytearray(len(data))
+        assert f.readinto(buf) == len(data)
+    assert bytes(buf) == data
+    stalls = [r.getMessage() for r in caplog.records if "a read waits" in r.getMessage()]
+    assert stalls and "for bytes [0, " in stalls[0], caplog.text

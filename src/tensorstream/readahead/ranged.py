@@ -70,6 +70,8 @@ _BASE_WIDTH = 4
 #: smallest, doubling each piece), so the controller can change its mind
 #: inside one large read, and early.
 _STREAM_PIECE = (256 << 10, 4 << 20)
+#: A read that waits this long (seconds) for one request says so in the debug log.
+_LONG_WAIT = 1.0
 #: The largest read :meth:`Prefetcher.read_held` serves (tensor headers, small tensors).
 _HELD_READ = 64 << 10
 
@@ -426,9 +428,16 @@ class Prefetcher(Fetching, Planning):
         told, told_wait = 0, 0.0
         last, before = time.perf_counter(), landed()
         for seg in needed:
+            since, told_long = time.perf_counter(), False
             while True:
                 done = self._wait(seg, max(0.0, last + INTERVAL - time.perf_counter()))
                 now = time.perf_counter()
+                if not done and not told_long and now - since >= _LONG_WAIT:
+                    told_long = True  # (a stalled request: which one, for --debug)
+                    log.debug("read-ahead of %s: a read waits %.1f s for bytes [%d, %d) "
+                              "(requested: %s; %d of %d requests in flight)", self._ctl.name,
+                              now - since, seg.start, seg.end, seg.launched, self._in_flight,
+                              self._active)
                 if now - last >= INTERVAL:
                     got = landed()
                     self._ctl.observe(got - before, now - last, steady=steady)
