@@ -15,6 +15,7 @@ from tensorstream.readahead.control import (
     STREAM_RETRY,
     SURE,
     Controller,
+    LoadProgress,
     Mode,
 )
 
@@ -232,3 +233,54 @@ def test_a_stream_slow_to_answer_leaves_only_when_it_starves_steadily_and_tries_
     assert not far.interval(20 * MB, 0.95)
     assert far.interval(20 * MB, 0.95)  # three in a row
     assert (far.ctl.mode, far.ctl.width) == (Mode.RANGED, 4)
+
+
+def test_a_try_of_one_of_several_readers_is_judged_by_the_whole_load() -> None:
+    """Two readers of one load on one link: reader A goes wide while B ramps
+    up beside it and takes the server's attention. A's own rate falls (18
+    MB/s), the load's rises: A keeps its connections (judged alone, it went
+    back to one stream for the rest of its half of the file: a 2 s load
+    instead of 1 s on the benchmark's bursting link)."""
+    load = LoadProgress()
+    load.join()
+    load.join()
+    a = Run(can_stream=True, base=4, max_width=32, load=load)
+    b = Controller(can_stream=True, base=4, max_width=32, now=0.0, load=load)
+
+    def both(rate_a: float, rate_b: float, waited_a: float) -> bool:
+        b.observe(int(rate_b * INTERVAL), 0.0)
+        return a.interval(rate_a, waited_a)
+
+    assert both(123 * MB, 68 * MB, 0.9)  # A starved: wide
+    assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
+    assert not both(0, 100 * MB, 0.95)  # (the interval right after a change)
+    assert not both(81 * MB, 445 * MB, 0.7)
+    assert not both(18 * MB, 866 * MB, 0.97)  # A alone: worse; the load: 4.7x
+    assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
+    assert a.ctl.history[-1].reason == "kept"
+    # One reader (or a reader whose siblings closed): judged by its own rate.
+    alone = LoadProgress()
+    alone.join()
+    solo = Run(can_stream=True, base=4, max_width=32, load=alone)
+    assert solo.interval(123 * MB, 0.9)
+    solo.settle(0, 0.95)
+    assert not solo.interval(81 * MB, 0.7)
+    assert solo.interval(18 * MB, 0.97)
+    assert solo.ctl.mode is Mode.STREAM and "did not beat" in solo.ctl.reason
+
+
+def test_inside_a_ranged_read_a_try_is_not_undone_to_the_stream() -> None:
+    """A read served by ranged requests cannot switch to the stream before it
+    ends: undone there, a one-tensor load's rest went on at the base width."""
+    run = Run(can_stream=True, base=4, max_width=32)
+    assert run.interval(200 * MB, 0.9)
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+    run.settle(0, 0.95)
+    for _ in range(4):  # no gain, inside one read: the try stays
+        run.ctl.observe(int(100 * MB * INTERVAL), 0.3 * INTERVAL)
+        run.now += INTERVAL
+        assert not run.ctl.tick(run.now, may_stream=False)
+        assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+    assert not run.interval(100 * MB, 0.3)  # between reads: its second chance
+    assert run.interval(100 * MB, 0.3)  # and undone
+    assert run.ctl.mode is Mode.STREAM

@@ -39,6 +39,13 @@ byte counts neither as waiting nor as time.)
   back if the rate fell;
 * else keep what works.
 
+A load read by several readers at once (tensorizer's parallel readers: one
+controller each) shares one link and one server: one reader's rate falls
+when another's rises. There a try is judged by the rate of the whole load
+(:class:`LoadProgress`), not of the reader that made it: judged by its own,
+a reader that went wide while another ramped up beside it went back to one
+stream for the rest of its share of the file.
+
 So a link that starts slow and speeds up, slows, or bursts is followed, and
 no judgement is final. The controller is pure logic (time comes in as an
 argument), so its rules are tested without a network.
@@ -50,8 +57,9 @@ import dataclasses
 import enum
 import logging
 import math
+import threading
 
-__all__ = ["Controller", "Mode", "Sample"]
+__all__ = ["Controller", "LoadProgress", "Mode", "Sample"]
 
 log = logging.getLogger("tensorstream.readahead")
 #: Below DEBUG: every measured interval is logged at this level.
@@ -121,11 +129,33 @@ class Sample:
     reason: str
 
 
+class LoadProgress:
+    """The bytes consumed by every reader of one load, and how many read:
+    shared by their controllers (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.consumed = 0
+        self.readers = 0
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            self.consumed += nbytes
+
+    def join(self) -> None:
+        with self._lock:
+            self.readers += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.readers = max(0, self.readers - 1)
+
+
 @dataclasses.dataclass
 class _Try:
     mode: Mode
     width: int
-    rate: float  # the rate before the try
+    rate: float  # the rate before the try (the load's, while other readers read too)
     wider: bool
     chances: int = 2  # intervals it may take to show the gain
 
@@ -135,11 +165,14 @@ class Controller:
 
     ``can_stream``: the provider has range streams (else always ranged);
     ``base``: connections when a stream first goes wide (and the starting
-    width without streams); ``max_width``: the ceiling (``concurrency``).
+    width without streams); ``max_width``: the ceiling (``concurrency``);
+    ``load``: the progress of the load this reader is one of (its tries are
+    judged by the load's rate while other readers read too).
     """
 
     def __init__(self, *, can_stream: bool, base: int, max_width: int, now: float,
-                 fixed_width: int | None = None, name: str = "", part: int = 0) -> None:
+                 fixed_width: int | None = None, name: str = "", part: int = 0,
+                 load: LoadProgress | None = None) -> None:
         self.name = name  # what is read, for the log (redacted by the caller)
         self.part = part  # bytes of one ranged request (0: unknown)
         self.max_width = max(1, max_width)
@@ -155,6 +188,8 @@ class Controller:
         self.peak_rate = 0.0  # and the most in any interval
         self.history: list[Sample] = []  # the last decisions (statistics, bounded)
         self._start = now
+        self._load = load
+        self._load_mark = load.consumed if load is not None else 0
         self._first = True  # the load's first interval (it may close at FIRST_LOOK)
         self._sure = FIRST_SURE  # SURE for the interval being decided
         self._bytes = 0
@@ -176,6 +211,8 @@ class Controller:
         interval then says nothing about the current one)."""
         self._bytes += nbytes
         self._wait += waited
+        if self._load is not None:
+            self._load.add(nbytes)
         if not steady:
             self._dirty = True
 
@@ -221,8 +258,11 @@ class Controller:
         return per_request * self.max_width >= 2 * rate
 
     # -- decisions -----------------------------------------------------------------------
-    def tick(self, now: float) -> bool:
-        """Close the interval if it is due; return whether mode or width changed."""
+    def tick(self, now: float, *, may_stream: bool = True) -> bool:
+        """Close the interval if it is due; return whether mode or width changed.
+        ``may_stream=False``: the reader is inside a read that ranged requests
+        serve (it cannot switch to the stream before the read ends): a change
+        to the stream waits for a later interval."""
         span = now - self._start
         if self.fixed:
             return False
@@ -235,6 +275,13 @@ class Controller:
         waited = min(1.0, self._wait / span)
         dirty = self._dirty
         self._start, self._bytes, self._wait, self._dirty = now, 0, 0.0, False
+        load = self._load
+        judged = rate  # what a try is judged by: the load's rate while others read too
+        if load is not None:
+            consumed = load.consumed
+            if load.readers > 1:
+                judged = (consumed - self._load_mark) / span
+            self._load_mark = consumed
         if dirty or rate <= 0:
             return False
         self.last_rate = rate
@@ -242,16 +289,19 @@ class Controller:
         if log.isEnabledFor(TRACE):
             log.log(TRACE, "read-ahead of %s: %s x%d delivered %.0f MB/s, waited %.0f%%",
                     self.name, self.mode.value, self.width, rate / 1e6, waited * 100)
-        return self._decide(now, rate, waited)
+        return self._decide(now, rate, waited, judged, may_stream)
 
-    def _decide(self, now: float, rate: float, waited: float) -> bool:
+    def _decide(self, now: float, rate: float, waited: float, judged: float,
+                may_stream: bool = True) -> bool:
         trial = self._trial
         if trial is not None:  # judge the last change
             if trial.wider:  # a small step can only show a small gain: half of it will do
                 gain = min(GAIN, 1 + 0.5 * (self.width / max(trial.width, 1) - 1))
-                kept = rate >= trial.rate * gain
+                kept = judged >= trial.rate * gain
             else:
-                kept = rate >= trial.rate * KEEP
+                kept = judged >= trial.rate * KEEP
+            if not kept and trial.mode is Mode.STREAM and not may_stream:
+                return False  # judged again between reads
             if not kept and trial.chances > 1:
                 # New connections may still be ramping up (connects, first
                 # bytes, a busy server): one more interval before undoing.
@@ -265,7 +315,7 @@ class Controller:
                 self._hold_until[trial.wider] = now + hold
                 self._hold[trial.wider] = min(MAX_HOLD, hold * 2)
                 return self._set(trial.mode, trial.width, rate, waited,
-                                 f"back: {rate / 1e6:.0f} MB/s did not beat "
+                                 f"back: {judged / 1e6:.0f} MB/s did not beat "
                                  f"{trial.rate / 1e6:.0f} MB/s")
             self._hold[trial.wider] = HOLD
             if trial.wider and trial.mode is Mode.STREAM:
@@ -292,18 +342,18 @@ class Controller:
             mode, width = Mode.RANGED, self._wider(waited)
             if (mode, width) == (self.mode, self.width):
                 return False
-            self._trial = _Try(self.mode, self.width, rate, wider=True)
+            self._trial = _Try(self.mode, self.width, judged, wider=True)
             return self._set(mode, width, rate, waited,
                              f"starved {waited:.0%} at {rate / 1e6:.0f} MB/s")
         self._starved = 0
         one = self._conn_rate
         # The stream is one connection: worth a try only if one delivers the rate.
-        if (waited <= CALM and self.mode is Mode.RANGED and self.can_stream
+        if (waited <= CALM and self.mode is Mode.RANGED and self.can_stream and may_stream
                 and (one is None or one >= rate * KEEP)):
             self._calm += 1
             if self._calm >= CALM_INTERVALS and now >= self._hold_until[False]:
                 self._calm = 0
-                self._trial = _Try(self.mode, self.width, rate, wider=False, chances=1)
+                self._trial = _Try(self.mode, self.width, judged, wider=False, chances=1)
                 return self._set(Mode.STREAM, 1, rate, waited,
                                  f"reader-bound at {rate / 1e6:.0f} MB/s: try the stream")
         else:

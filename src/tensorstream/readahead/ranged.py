@@ -150,7 +150,8 @@ class Prefetcher(Fetching, Planning):
         self._ctl = Controller(can_stream=can_stream, base=base, max_width=self._max,
                                now=time.perf_counter(),
                                fixed_width=base if self._window == 0 and not can_stream else None,
-                               name=redact_text(path), part=self._seg)
+                               name=redact_text(path), part=self._seg,
+                               load=self.budget.progress)
         self._stream_fresh = True  # the next streamed read opens a request
         self._first_pieces = 0  # streamed pieces before the first measurement (they grow)
         self._streamed_to: int | None = None  # where the stream's last bytes ended
@@ -319,7 +320,7 @@ class Prefetcher(Fetching, Planning):
         stream drops the others not yet requested)."""
         ctl = self._ctl
         before = ctl.mode
-        if not ctl.tick(time.perf_counter()):
+        if not ctl.tick(time.perf_counter(), may_stream=not keep):
             return
         if before is Mode.STREAM and ctl.mode is not Mode.STREAM and self._stream is not None:
             self._stream.close()

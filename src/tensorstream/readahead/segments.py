@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from ..providers._http.connections import Cancel
+from .control import LoadProgress
 
 __all__ = ["Announced", "ReadaheadBudget", "Segment", "address"]
 
@@ -29,14 +30,18 @@ class ReadaheadBudget:
         self.peak = 0
         self.readers = 0
         self._lock = threading.Lock()
+        #: The same readers' progress, by which their read-ahead controllers judge.
+        self.progress = LoadProgress()
 
     def join(self) -> None:
         with self._lock:
             self.readers += 1
+        self.progress.join()
 
     def leave(self) -> None:
         with self._lock:
             self.readers = max(0, self.readers - 1)
+        self.progress.leave()
 
     def take(self, nbytes: int, mine: int, *, force: bool = False) -> bool:
         """Reserve ``nbytes`` for a reader already holding ``mine``; ``force``:
