@@ -267,6 +267,17 @@ def test_one_tensorizer_reader_also_cuts_requests_at_tensors(
     assert stats["direct_bytes"] > 0.9 * size, stats
 
 
+def _one_read(url: str, size: int, **options: Any) -> tuple[bytes, float, dict[str, Any]]:
+    """Read the whole object with one ``readinto``; return (bytes, seconds, read_stats)."""
+    with tensorstream.open(url, **options) as f:
+        buf = bytearray(size)
+        started = time.perf_counter()
+        assert f.readinto(buf) == size
+        elapsed = time.perf_counter() - started
+        stats = f.read_stats()
+    return bytes(buf), elapsed, stats
+
+
 def test_one_large_read_changes_course_inside_itself(http_server: HTTPTestServer) -> None:
     """A multi-GiB tensor is one read: a slow link is noticed inside it, and
     the rest of it is fetched by parallel ranges straight into the caller's
@@ -274,13 +285,8 @@ def test_one_large_read_changes_course_inside_itself(http_server: HTTPTestServer
     url, data = _put(http_server, 12 * MiB)
     http_server.faults.key = url.rsplit("/", 1)[1]
     http_server.faults.rate_limit = 2 * MiB  # one connection would take 6 s
-    with tensorstream.open(url, part_size=256 << 10, concurrency=16) as f:
-        buf = bytearray(len(data))
-        started = time.perf_counter()
-        assert f.readinto(buf) == len(data)
-        elapsed = time.perf_counter() - started
-        stats = f.read_stats()
-    assert bytes(buf) == data
+    got, elapsed, stats = _one_read(url, len(data), part_size=256 << 10, concurrency=16)
+    assert got == data
     assert stats["phase"] == "ranged" and stats["peak_active"] >= 8, stats
     assert 0 < stats["streamed_bytes"] < len(data)
     assert stats["direct_bytes"] == len(data) and stats["copied_bytes"] == 0, stats
@@ -295,13 +301,9 @@ def test_a_ranged_read_keeps_widening_inside_itself(http_server: HTTPTestServer)
     url, data = _put(http_server, 24 * MiB)
     http_server.faults.key = url.rsplit("/", 1)[1]
     http_server.faults.rate_limit = 1 * MiB  # per response: 4 connections would take 6 s
-    with tensorstream.open(url, part_size=256 << 10, concurrency=16, stream_reads=False) as f:
-        buf = bytearray(len(data))
-        started = time.perf_counter()
-        assert f.readinto(buf) == len(data)
-        elapsed = time.perf_counter() - started
-        stats = f.read_stats()
-    assert bytes(buf) == data
+    got, elapsed, stats = _one_read(url, len(data), part_size=256 << 10, concurrency=16,
+                                    stream_reads=False)
+    assert got == data
     assert stats["phase"] == "ranged" and stats["peak_in_flight"] >= 8, stats
     assert stats["direct_bytes"] == len(data) and stats["copied_bytes"] == 0, stats
     assert elapsed < 0.6 * len(data) / (4 * MiB), (elapsed, stats)
