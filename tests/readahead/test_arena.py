@@ -1,12 +1,15 @@
 """tensorstream.readahead.arena: a load's tensors in one mapping, each with a storage of
-its own; huge pages advised only where free blocks cover them, given up when they come
-dear; the memory outlives the arena object until the last tensor goes."""
+its own, small ones packed; huge pages advised only where free blocks cover them, each
+faulted in once by one thread, given up when they come dear; the memory outlives the
+arena object until the last tensor goes."""
 
 from __future__ import annotations
 
 import gc
 import itertools
+import random
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -99,14 +102,14 @@ def test_the_memory_lives_until_the_last_tensor_goes(cheap: None) -> None:
     assert not _vmflags(ptr)  # unmapped with the last tensor
 
 
-@pytest.mark.parametrize("sizes", [[1000, 2000], [1 * MiB] * 8, [3 * MiB] + [1 * MiB] * 4])
-def test_small_loads_and_small_tensors_are_plain_torch_empty(sizes: list[int]) -> None:
-    # below MIN_ARENA, or most bytes in tensors under a huge page: no mapping (nor huge pages)
+@pytest.mark.parametrize("sizes", [[1000, 2000], [1 * MiB] * 3, [3 * MiB + 1]])
+def test_small_loads_are_plain_torch_empty(sizes: list[int]) -> None:
+    # below MIN_ARENA in all: no mapping (nor huge pages)
     memory = arena.Arena(sizes, huge=True)
     assert not memory.huge
     assert [t.numel() for t in memory.tensors] == sizes
     assert "hg" not in _vmflags(memory.tensors[0].data_ptr())
-    memory.populate(memory.tensors[0].numpy().data.cast("B"))  # a no-op, never raises
+    assert memory.populate(memory.tensors[0].numpy().data.cast("B")) is False  # a no-op
 
 
 @linux_thp
@@ -165,11 +168,118 @@ def test_huge_pages_need_free_blocks_for_twice_the_bytes(monkeypatch: pytest.Mon
 
 
 @linux_thp
-def test_only_tensors_of_a_huge_page_or_more_are_advised(cheap: None) -> None:
-    # Small tensors packed together would share huge pages between the filling threads.
-    big, small = arena.Arena([5 * MiB, 1 * MiB, 1 * MiB], huge=True).tensors[:2]
-    assert "hg" in _vmflags(big.data_ptr())
-    assert "hg" not in _vmflags(small.data_ptr() + MiB // 2)
+def test_small_tensors_are_packed_on_huge_pages(cheap: None) -> None:
+    memory = arena.Arena([1 * MiB] * 8 + [100, 5 * MiB], huge=True)
+    assert memory.huge
+    small, big = memory.tensors[:8], memory.tensors[9]
+    assert all("hg" in _vmflags(t.data_ptr()) for t in [*small, big])
+    # packed as torch.empty aligns them; the big one starts on a huge page
+    assert [b.data_ptr() - a.data_ptr() for a, b in itertools.pairwise(small)] == [MiB] * 7
+    assert big.data_ptr() % (2 * MiB) == 0
+    assert all(memory.populate(t.numpy().data.cast("B")) for t in memory.tensors if t.numel())
+    assert _anon_huge_kib(small[0].data_ptr()) >= 8 * 1024  # the small ones' 4 huge pages
+
+
+@linux_thp
+def test_the_last_tensors_huge_page_lies_inside_the_mapping(cheap: None) -> None:
+    # The mapping ends mid huge page; its data starts wherever mmap put it, aligned up:
+    # faulting in the whole last page must stay inside the mapping (else ENOMEM, and
+    # huge pages given up), wherever mmap put it (so: many mappings).
+    for _ in range(12):
+        memory = arena.Arena([1 * MiB, 5 * MiB + 4096], huge=True)
+        assert memory.populate(memory.tensors[1].numpy().data.cast("B")) is True
+        assert memory.huge
+
+
+def _anon_huge_kib(address: int) -> int:
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "AnonHugePages:":
+                return int(line.split()[1])
+    return 0
+
+
+@linux_thp
+def test_each_huge_page_is_faulted_in_once_by_one_thread(cheap: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neighbouring small tensors share huge pages: threads filling them in any order
+    # fault each page in once, and each piece's pages are all there when populate returns.
+    sizes = [300 * 1024 + 64 * i for i in range(40)]  # ~12 MiB: 6-7 huge pages, shared
+    memory = arena.Arena(sizes, huge=True)
+    assert memory.huge
+    faulted: list[tuple[int, int]] = []
+    real = arena.Arena._populate
+
+    def recording(self: arena.Arena, addr: int, nbytes: int) -> None:
+        faulted.append((addr, nbytes))
+        real(self, addr, nbytes)
+
+    monkeypatch.setattr(arena.Arena, "_populate", recording)
+    views = [t.numpy().data.cast("B") for t in memory.tensors]
+    start = threading.Barrier(4)
+    answers: list[bool] = []
+
+    def fill(order: list[int]) -> None:
+        start.wait()
+        for i in order:
+            answers.append(memory.populate(views[i]))
+            views[i][:] = bytes([i]) * len(views[i])
+
+    orders = [list(range(40)), list(range(39, -1, -1)), list(range(0, 40, 2)) + list(range(1, 40, 2)),
+              random.Random(7).sample(range(40), 40)]
+    threads = [threading.Thread(target=fill, args=(o,)) for o in orders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [True] * 160
+    pages = sorted(faulted)
+    assert all(a % (2 * MiB) == 0 and n % (2 * MiB) == 0 for a, n in pages)
+    assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(pages))  # no page twice
+    first = memory.tensors[0].data_ptr() // (2 * MiB)
+    last = (memory.tensors[-1].data_ptr() + sizes[-1] - 1) // (2 * MiB)
+    # every page once: the first when the mapping was made, the rest by the threads
+    assert pages[0][0] == (first + 1) * 2 * MiB
+    assert sum(n for _, n in pages) == (last - first) * 2 * MiB
+    assert [int(t[0]) for t in memory.tensors] == list(range(40))
+
+
+@linux_thp
+def test_a_piece_waits_for_the_page_another_thread_is_faulting_in(cheap: None) -> None:
+    memory = arena.Arena([1 * MiB] * 8, huge=True)
+    assert memory.huge
+    view = memory.tensors[3].numpy().data.cast("B")  # in the mapping's second huge page
+    with memory._cond:
+        memory._pages[1] = arena._TAKEN  # as another thread does while it faults it in
+    answer: list[bool] = []
+    waiter = threading.Thread(target=lambda: answer.append(memory.populate(view)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not answer
+    with memory._cond:
+        memory._pages[1] = arena._DONE
+        memory._cond.notify_all()
+    waiter.join(5)
+    assert answer == [True]
+
+
+@linux_thp
+def test_populate_says_whether_the_pages_are_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
+    memory = arena.Arena([16 * MiB], huge=True)
+    view = memory.tensors[0].numpy().data.cast("B")
+    assert memory.populate(view[:4 * MiB]) is True
+    assert memory.populate(view[:4 * MiB]) is True  # already in: nothing to do
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", -1)
+    assert memory.populate(view[4 * MiB: 8 * MiB]) is False  # given up on the way
+    assert memory.populate(view[8 * MiB:]) is False  # 4 KiB pages: the read faults them
+    assert arena.Arena([16 * MiB], huge=False).populate(view[:MiB]) is False
 
 
 @linux_thp

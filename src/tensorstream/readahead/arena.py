@@ -7,11 +7,13 @@ file (it is in the page cache). With 4 KiB pages that is one fault per page
 faults and the kernel zeroes whole huge pages at memory speed (~0.35 ms per
 4 MiB). Tensors of a few MiB or less never get huge pages from the general
 allocator (they are not 2 MiB aligned), so the tensors of the load are carved
-out of one private anonymous mapping, and the whole huge pages of each tensor
-of 2 MiB or more are advised ``MADV_HUGEPAGE`` (the Run:ai streamer gets huge
-pages from numpy, which advises every large array). Smaller tensors stay on
-4 KiB pages: packed together, they would share huge pages between threads;
-a load mostly of them gets no mapping at all.
+out of one private anonymous mapping advised ``MADV_HUGEPAGE`` (the Run:ai
+streamer reads into one numpy array, which numpy advises the same way), small
+tensors packed together. Threads filling neighbouring tensors share huge
+pages: each huge page is faulted in by the first thread whose piece touches
+it, and a thread whose piece touches a page another thread is faulting in
+waits for it (two threads writing into one untouched huge page would each
+zero one, one of them in vain).
 
 Two catches, both handled here. With ``defrag`` set to ``madvise`` (the usual
 default) a fault in an advised region that finds no free 2 MiB block compacts
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import threading
 import time
 from collections.abc import Sequence
 
@@ -68,6 +71,9 @@ DEAR_NS_PER_MIB = 1_000_000
 #: Populated bytes before the average decides.
 _AVERAGE_AFTER = 16 << 20
 _BUDDYINFO = "/proc/buddyinfo"
+# A huge page of the mapping: untouched, being faulted in by a thread, faulted in (or
+# left to the read once huge pages were given up).
+_UNTOUCHED, _TAKEN, _DONE = 0, 1, 2
 
 # libc's madvise as the read-ahead has it (the process's own symbols: no
 # `ldconfig -p` child process at import); None off Linux.
@@ -134,6 +140,8 @@ class Arena:
         self.huge = False
         self._base = self._length = 0
         self._spent = self._spanned = 0  # time (ns) and bytes of huge pages populated
+        self._pages = bytearray()  # per huge page of the mapping: _UNTOUCHED, _TAKEN or _DONE
+        self._cond = threading.Condition()
         self.tensors = self._mapped(offsets, sizes, end, huge) or [
             torch.empty(n, dtype=torch.uint8) for n in sizes]
 
@@ -143,29 +151,23 @@ class Arena:
         else None. Without huge pages the mapping is dropped: each tensor is a
         ``torch.empty`` as before (one mapping on 4 KiB pages measured no faster
         here, and up to 0.05 s of CPU slower per 512 MiB of small tensors)."""
-        # Only the tensors of a huge page or more get them: each is read by whole
-        # chunks, so one thread faults each of its huge pages. Smaller tensors, packed,
-        # would share huge pages between threads, which then fault (zero) one each.
-        big = [(o, n) for o, n in zip(offsets, sizes, strict=True) if n >= _HUGE]
         if end < MIN_ARENA or _madvise is None or huge is False:
-            return None
-        if sum(n for _, n in big) * 2 < end:  # mostly small tensors: little to gain
             return None
         if huge is None and not huge_pages_free(end):
             return None
-        # A private anonymous mapping (a shared one is shmem: no anonymous huge pages),
-        # one huge page longer so that its data can start on a 2 MiB boundary.
-        region = mmap.mmap(-1, end + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        # A private anonymous mapping (a shared one is shmem: no anonymous huge pages) of
+        # whole huge pages, one more so that its data can start on a 2 MiB boundary.
+        self._length = -(-end // _HUGE) * _HUGE
+        region = mmap.mmap(-1, self._length + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         whole = memoryview(region)
         skip = -ctypes.addressof(ctypes.c_char.from_buffer(whole)) % _HUGE
         self._base = ctypes.addressof(ctypes.c_char.from_buffer(whole)) + skip
-        self._length = -(-end // _HUGE) * _HUGE
-        self.huge = all(_madvise(self._base + o, n // _HUGE * _HUGE, _MADV_HUGEPAGE) == 0
-                        for o, n in big)
+        self._pages = bytearray(self._length // _HUGE)
+        self.huge = _madvise(self._base, self._length, _MADV_HUGEPAGE) == 0
         if self.huge:
             # One huge page first, before any thread takes a chunk: where they are dear
             # the load then pays for one (~4.5 ms here), not one per thread.
-            self._populate(self._base + big[0][0], _HUGE)
+            self._fault_in(self._base, self._base + _HUGE)
         if not self.huge:  # an error (a kernel without THP), or dear huge pages
             whole.release()
             region.close()
@@ -177,9 +179,11 @@ class Arena:
                 if n else torch.empty(0, dtype=torch.uint8)
                 for o, n in zip(offsets, sizes, strict=True)]
 
-    def populate(self, view: memoryview) -> None:
+    def populate(self, view: memoryview) -> bool:
         """Fault in ``view`` (a piece of :attr:`tensors`) before a read lands in it,
         and give up huge pages for the rest of the mapping if they came dear.
+        Returns whether all of ``view``'s pages are present now (False: not on
+        huge pages, or given up meanwhile; the caller's read faults them).
 
         Why: on a virtual machine that hands free memory back to its host, a
         huge page costs the host's faults of all its 4 KiB pages once its block
@@ -194,8 +198,35 @@ class Arena:
         cost nothing here.)
         """
         if not self.huge or not view.nbytes:
-            return
-        self._populate(ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes)
+            return False
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        return self._fault_in(addr, addr + view.nbytes)
+
+    def _fault_in(self, lo: int, hi: int) -> bool:
+        """Fault in the huge pages under ``[lo, hi)`` that no thread has taken yet
+        (runs of neighbours, one call each), then wait for those that other
+        threads are faulting in. Returns :attr:`huge` afterwards."""
+        first = max(0, (lo - self._base) // _HUGE)
+        last = min(len(self._pages), -(-(hi - self._base) // _HUGE))
+        with self._cond:
+            mine = [p for p in range(first, last) if self._pages[p] == _UNTOUCHED]
+            for p in mine:
+                self._pages[p] = _TAKEN
+        try:
+            for begin, count in _runs(mine):
+                if self.huge:  # (given up meanwhile: the read faults 4 KiB pages)
+                    self._populate(self._base + begin * _HUGE, count * _HUGE)
+                with self._cond:
+                    self._pages[begin:begin + count] = bytes([_DONE]) * count
+                    self._cond.notify_all()
+        finally:  # (an interrupted fault-in leaves no page taken: no thread waits forever)
+            with self._cond:
+                for p in mine:
+                    self._pages[p] = _DONE
+                self._cond.notify_all()
+                while _TAKEN in self._pages[first:last]:
+                    self._cond.wait()
+        return self.huge
 
     def _populate(self, addr: int, nbytes: int) -> None:
         # The huge pages the piece touches: at most what this call can fault in.
@@ -217,3 +248,14 @@ class Arena:
                 and self._spent > SLOW_NS_PER_MIB * self._spanned / (1 << 20))):
             self.huge = False
             _madvise(self._base, self._length, _MADV_NOHUGEPAGE)
+
+
+def _runs(pages: list[int]) -> list[tuple[int, int]]:
+    """``(first, count)`` of each run of consecutive numbers in sorted ``pages``."""
+    runs: list[tuple[int, int]] = []
+    for p in pages:
+        if runs and runs[-1][0] + runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((p, 1))
+    return runs

@@ -29,7 +29,7 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                allocate: Callable[[TensorInfo], torch.Tensor],
                view: Callable[[torch.Tensor], memoryview],
                emit: Callable[[TensorInfo, torch.Tensor], None], *, upfront: bool = False,
-               before_read: Callable[[memoryview], None] | None = None) -> None:
+               before_read: Callable[[memoryview], object] | None = None) -> None:
     """Read ``tensors`` (file order) of the local file behind ``reader`` on
     ``nworkers`` threads (the caller's among them) and ``emit`` each in file
     order once it is complete. ``allocate`` makes a tensor's memory, ``view``
