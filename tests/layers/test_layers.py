@@ -192,6 +192,78 @@ def test_a_retry_after_that_is_no_number_waits_the_backoff(
     assert _BusyProvider.calls == 2 and time.monotonic() - started < 2
 
 
+class _ScriptedProvider(_BusyProvider):
+    """Each read takes the next error of ``script`` (None: it succeeds)."""
+
+    schemes = ("scripted",)
+    script: list[BaseException | None] = []
+
+    def readinto_blocking(self, path: str, offset: int, buffer: memoryview, *,
+                          pin: Pin | None = None) -> int:
+        type(self).calls += 1
+        failure = type(self).script.pop(0) if type(self).script else None
+        if failure is not None:
+            raise failure
+        buffer[:] = b"y" * len(buffer)
+        return len(buffer)
+
+
+def _scripted_read(path_kind: str, script: list[BaseException | None],
+                   **options: Any) -> tuple[bytearray, Any, float]:
+    tensorstream.register("scripted", _ScriptedProvider, replace=True)
+    _ScriptedProvider.calls, _ScriptedProvider.script = 0, list(script)
+    buf = bytearray(10)
+    metrics: Any = None
+
+    async def read() -> None:
+        nonlocal metrics
+        async with tensorstream.get_provider("scripted://host/obj", **options) as p:
+            metrics = p.metrics
+            if path_kind == "async":
+                await p.readinto("obj", 0, memoryview(buf))
+            else:
+                await asyncio.to_thread(p.readinto_blocking, "obj", 0, memoryview(buf))
+
+    started = time.monotonic()
+    try:
+        asyncio.run(read())
+    finally:
+        elapsed = time.monotonic() - started
+    return buf, metrics, elapsed
+
+
+@pytest.mark.parametrize("path_kind", ["async", "blocking"])
+def test_a_first_attempt_that_fails_is_retried_as_the_loop_would(path_kind: str) -> None:
+    # The first attempt runs outside the retry loop; its temporary failure must still
+    # be waited on (the server's Retry-After), counted and retried.
+    busy = errors.ServiceUnavailableError("busy", retry_after=0.4)
+    buf, metrics, elapsed = _scripted_read(path_kind, [busy], backoff_max=5)
+    assert buf == b"y" * 10
+    assert _ScriptedProvider.calls == 2
+    assert elapsed >= 0.4
+    assert metrics.retries == 1
+    assert metrics.requests == 4  # the stat before, two reads, the stat after (no pins)
+
+
+@pytest.mark.parametrize("path_kind", ["async", "blocking"])
+def test_a_first_attempt_that_fails_for_good_is_not_retried(path_kind: str) -> None:
+    with pytest.raises(errors.NotFoundError) as info:
+        _scripted_read(path_kind, [errors.NotFoundError("gone")])
+    assert _ScriptedProvider.calls == 1
+    assert info.value.operation == "read" and info.value.service == "busy"  # context added
+
+
+@pytest.mark.parametrize("path_kind", ["async", "blocking"])
+def test_every_attempt_failing_ends_in_retries_exhausted(path_kind: str) -> None:
+    busy = [errors.ServiceUnavailableError("busy", retry_after=0.0) for _ in range(3)]
+    with pytest.raises(errors.RetriesExhaustedError, match="3 attempts"):
+        _scripted_read(path_kind, busy, retries=3, backoff_max=0.01)
+    assert _ScriptedProvider.calls == 3
+    with pytest.raises(errors.ServiceUnavailableError):  # one attempt: no retry at all
+        _scripted_read(path_kind, busy[:1], retries=1)
+    assert _ScriptedProvider.calls == 1
+
+
 async def test_progress_reports_keep_a_long_read_alive() -> None:
     """The idle watchdog measures silence, not the length of a read."""
     async def slow_but_alive() -> int:

@@ -171,16 +171,32 @@ class PolicyProvider(Provider):
         )
 
     async def _call(self, operation: str, path: str, fn: Callable[[], Awaitable[T]]) -> T:
-        attempts = 0
+        """Run ``fn`` under the policy: deadlines, retries of temporary errors with
+        backoff, error context. The first attempt runs outside the retry loop (nearly
+        every call succeeds at once, and building a loop per call cost more than a
+        local read itself); its temporary failure enters the loop as its first
+        attempt, judged and waited on exactly as if the loop had run it."""
         timeouts = self.config.timeouts
         at = _timeout.operation_deadline(timeouts)
+        shown = redact_text(path)
+        attempts = 1
         try:
+            try:
+                self.metrics.requests += 1
+                return await _timeout.run_async(fn, timeouts, at, service=self.service, path=shown)
+            except Exception as exc:  # (the loop's own test: anything temporary is retried)
+                if not _is_temporary(exc):
+                    raise
+                first: Exception | None = exc
             async for attempt in self._retrying():
                 with attempt:
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
                     attempts += 1
                     self.metrics.requests += 1
                     return await _timeout.run_async(fn, timeouts, at, service=self.service,
-                                                    path=redact_text(path))
+                                                    path=shown)
         except TensorstreamError as exc:
             final = self._final_error(exc, operation, path, attempts)
             if final is exc:
@@ -190,16 +206,27 @@ class PolicyProvider(Provider):
 
     def _call_blocking(self, operation: str, path: str, fn: Callable[[], T]) -> T:
         """:meth:`_call` for blocking operations (worker threads): same policy."""
-        attempts = 0
         timeouts = self.config.timeouts
         at = _timeout.operation_deadline(timeouts)
+        shown = redact_text(path)
+        attempts = 1
         try:
+            try:
+                self.metrics.requests += 1
+                return _timeout.run_blocking(fn, timeouts, at, service=self.service, path=shown)
+            except Exception as exc:  # (the loop's own test: anything temporary is retried)
+                if not _is_temporary(exc):
+                    raise
+                first: Exception | None = exc
             for attempt in self._retrying(tenacity.Retrying):
                 with attempt:
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
                     attempts += 1
                     self.metrics.requests += 1
                     return _timeout.run_blocking(fn, timeouts, at, service=self.service,
-                                                 path=redact_text(path))
+                                                 path=shown)
         except TensorstreamError as exc:
             final = self._final_error(exc, operation, path, attempts)
             if final is exc:
