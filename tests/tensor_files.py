@@ -61,13 +61,13 @@ def disk_fails_at(monkeypatch: pytest.MonkeyPatch, module: ModuleType, nth: int)
     calls = [0]
     real = module._pread_exact
 
-    def failing(fd: int, p: str, offset: int, buffer: memoryview, etag: Any, **kw: Any) -> int:
+    def failing(fd: int, p: str, offset: int, buffer: memoryview, etag: Any) -> int:
         with lock:
             calls[0] += 1
             n = calls[0]
         if n == nth:
-            real(fd, p, offset, buffer[: len(buffer) // 2], etag, **kw)
+            real(fd, p, offset, buffer[: len(buffer) // 2], etag)
             raise OSError(5, "Input/output error")
-        return int(real(fd, p, offset, buffer, etag, **kw))
+        return int(real(fd, p, offset, buffer, etag))
 
     monkeypatch.setattr(module, "_pread_exact", failing)

@@ -283,6 +283,19 @@ def test_populate_says_whether_the_pages_are_in(monkeypatch: pytest.MonkeyPatch)
 
 
 @linux_thp
+def test_a_piece_faulted_in_is_marked_for_the_read(cheap: None) -> None:
+    # ...so that the read's own fault-in pass (readahead._prefault.populate) skips it.
+    from tensorstream.readahead import _prefault
+
+    memory = arena.Arena([16 * MiB], huge=True)
+    view = memory.tensors[0].numpy().data.cast("B")
+    assert memory.populate(view[4 * MiB: 8 * MiB])
+    start = memory.tensors[0].data_ptr() + 4 * MiB
+    assert _prefault._present.span == (start, start + 4 * MiB)
+    _prefault.populate(view[:100])  # (consumes the mark)
+
+
+@linux_thp
 def test_huge_pages_dear_on_average_are_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)  # no one piece is dear
     monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import mmap
 import random
 import resource
 import sys
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -128,3 +130,40 @@ def test_copy_into_makes_no_garbage_per_length() -> None:
     assert garbage < 16, garbage
     last = (1 << 20) + 4096 * 63 + 3
     assert dst[:last] == src[:last]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="MADV_POPULATE_WRITE is Linux-only")
+def test_a_piece_marked_present_is_not_populated_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The arena faults its huge pages in and marks the piece; the read's own pass over
+    # the same piece (next populate, same thread) is skipped, once; anything else is not.
+    if not _prefault._supported:
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
+    calls: list[int] = []
+    real = _prefault._madvise
+    assert real is not None
+
+    def counting(addr: int, n: int, advice: int) -> int:
+        calls.append(n)
+        return int(real(addr, n, advice))
+
+    monkeypatch.setattr(_prefault, "_madvise", counting)
+    mem = mmap.mmap(-1, 8 << 20)
+    view = memoryview(mem)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
+    _prefault.mark_present(addr, addr + (8 << 20))
+    _prefault.populate(view[1 << 20: 5 << 20], piece=4 << 20)  # inside the span: skipped
+    assert calls == []
+    _prefault.populate(view[1 << 20: 5 << 20], piece=4 << 20)  # the mark was one-shot
+    assert calls == [4 << 20]
+    _prefault.mark_present(addr, addr + (2 << 20))
+    _prefault.populate(view[1 << 20: 5 << 20], piece=4 << 20)  # not inside: populated
+    assert calls == [4 << 20, 4 << 20]
+    marked: list[object] = []
+    thread = threading.Thread(target=lambda: marked.append(getattr(_prefault._present, "span", None)))
+    _prefault.mark_present(addr, addr + (8 << 20))
+    thread.start()
+    thread.join()
+    assert marked == [None]  # per thread
+    _prefault.populate(view[:100])  # (consumes this thread's mark)
+    view.release()
+    mem.close()

@@ -6,7 +6,9 @@ thread waiting for a read has nothing else to do, so it asks the kernel to
 populate the pages (``MADV_POPULATE_WRITE``, Linux 5.14+) while other threads
 receive into them: the faults move off the receiving threads onto an idle
 core. The call never changes the buffer's contents (pages already present are
-left alone); where it is unsupported it is skipped.
+left alone); where it is unsupported it is skipped. A piece the read-ahead
+arena has just faulted in, on huge pages, is skipped too (:func:`mark_present`):
+a second pass would only walk its page tables again.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import ctypes
 import mmap
 import sys
+import threading
 
-__all__ = ["populate"]
+__all__ = ["mark_present", "populate"]
 
 _MADV_POPULATE_WRITE = 23
 #: Smaller buffers are not worth a system call.
@@ -40,6 +43,15 @@ if sys.platform == "linux":
         _madvise = None
 
 _supported = _madvise is not None
+#: Per thread: the span ``(address, end)`` whose pages it has just faulted in.
+_present = threading.local()
+
+
+def mark_present(address: int, end: int) -> None:
+    """This thread has just faulted in the pages of ``[address, end)``: its next
+    :func:`populate` of a buffer inside the span returns at once. (One-shot; a
+    stale mark only costs the faults the read then takes itself.)"""
+    _present.span = (address, end)
 
 
 def populate(view: memoryview, *, piece: int = _CHUNK) -> None:
@@ -51,6 +63,9 @@ def populate(view: memoryview, *, piece: int = _CHUNK) -> None:
     passes a ``piece`` as large as the buffer: one call.)
     """
     global _supported
+    span = getattr(_present, "span", None)
+    if span is not None:
+        _present.span = None  # one-shot
     if not _supported or view.readonly or view.nbytes < _MIN_BYTES:
         return
     n = view.nbytes
@@ -60,6 +75,8 @@ def populate(view: memoryview, *, piece: int = _CHUNK) -> None:
         # collections (hundreds of tensors of distinct sizes: a third of a load).
         addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
     except (TypeError, ValueError, BufferError):  # e.g. not contiguous: not worth it
+        return
+    if span is not None and span[0] <= addr and addr + n <= span[1]:
         return
     page = mmap.PAGESIZE
     start = -(-addr // page) * page

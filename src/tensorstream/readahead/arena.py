@@ -200,7 +200,10 @@ class Arena:
         if not self.huge or not view.nbytes:
             return False
         addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
-        return self._fault_in(addr, addr + view.nbytes)
+        present = self._fault_in(addr, addr + view.nbytes)
+        if present:  # the read's own fault-in pass (_prefault.populate) is skipped
+            _prefault.mark_present(addr, addr + view.nbytes)
+        return present
 
     def _fault_in(self, lo: int, hi: int) -> bool:
         """Fault in the huge pages under ``[lo, hi)`` that no thread has taken yet

@@ -119,9 +119,9 @@ class LocalRun(inplace.Run):
         self._threads: list[Any] = []
 
     def read_at(self, offset: int, buf: memoryview) -> None:
-        faulted = self._memory.populate(buf)
+        self._memory.populate(buf)
         try:
-            _pread_exact(self._fd, self._checked.name, offset, buf, None, faulted=faulted)
+            _pread_exact(self._fd, self._checked.name, offset, buf, None)
         except InvalidRangeError as exc:  # the file shrank (in place) since it was opened
             raise self._checked.malformed(
                 f"the object ended before offset {offset + len(buf)} (truncated while "

@@ -149,25 +149,3 @@ async def test_a_commit_stopped_after_its_rename_is_removed_by_the_abort(
         await commit
     await w.abort()
     assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize("faulted", [False, True])
-def test_a_read_faults_pages_in_unless_the_caller_did(tmp_path: Path, faulted: bool,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # The tensorizer loader's arena faults huge pages in itself: a second pass over them
-    # (one more system call walking every page) is skipped; the bytes are the same.
-    from tensorstream.providers.local import provider
-
-    data = os.urandom(3 << 20)
-    p = tmp_path / "x.bin"
-    p.write_bytes(data)
-    calls: list[int] = []
-    monkeypatch.setattr(provider, "populate", lambda view, piece: calls.append(view.nbytes))
-    buf = memoryview(bytearray(2 << 20))
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        assert provider._pread_exact(fd, str(p), 4096, buf, None, faulted=faulted) == 2 << 20
-    finally:
-        os.close(fd)
-    assert bytes(buf) == data[4096:4096 + (2 << 20)]
-    assert calls == ([] if faulted else [2 << 20])

@@ -92,10 +92,8 @@ def _check_version(fd: int, path: str, etag: str) -> os.stat_result:
     return st
 
 
-def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str | None,
-                 *, faulted: bool = False) -> int:
-    """Fill ``buffer`` from ``offset`` or raise; never returns zero-filled bytes.
-    ``faulted``: the caller has faulted the buffer's pages in already."""
+def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
+    """Fill ``buffer`` from ``offset`` or raise; never returns zero-filled bytes."""
     want = len(buffer)
     st = _check_version(fd, path, etag) if etag is not None else os.fstat(fd)
     if offset < 0 or offset + want > st.st_size:
@@ -105,8 +103,7 @@ def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str 
         )
     # Fresh tensor memory: fault its pages in with one system call per piece instead of
     # one trap per page inside the copy (less CPU for the same work; never changes bytes).
-    if not faulted:
-        populate(buffer, piece=want)
+    populate(buffer, piece=want)
     done = 0
     while done < want:
         n = os.preadv(fd, [buffer[done:]], offset + done)
