@@ -30,9 +30,11 @@ def get_provider(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> Pol
     cls = resolve_provider_class(parsed.scheme)
     common, rest = split_options(options)
     # An option another service understands is ignored (one option dict can serve a cp between
-    # two backends); anything else is a typo and is rejected.
-    known = COMMON_OPTIONS | known_option_names() | cls.option_names
-    unknown = sorted(set(rest) - known)
+    # two backends); anything else is a typo and is rejected. (Every service's option names
+    # are only looked up for an option this one does not take: that imports their config
+    # modules, ~8 ms, inside the first load of a process.)
+    foreign = set(rest) - COMMON_OPTIONS - cls.option_names
+    unknown = sorted(foreign - known_option_names()) if foreign else []
     if unknown:
         accepted = cls.option_names | COMMON_OPTIONS
         named = ", ".join(f"{name}{option_hint(name, accepted)}" for name in unknown)

@@ -60,6 +60,21 @@ def test_an_option_of_another_service_is_ignored_a_typo_is_refused(tmp_path: Any
         tensorstream.get_provider(str(tmp_path), s3_regoin="eu-west-1")
 
 
+def test_opening_a_local_file_imports_no_other_services_config(tmp_path: Any) -> None:
+    # Other services' option names are only looked up for an option this one does not take:
+    # a local load pays no S3/HTTP/Redis/fsspec config imports (~8 ms) inside its clock.
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"abc")
+    code = ("import sys, tensorstream\n"
+            f"with tensorstream.open({str(path)!r}, readahead=1 << 20) as f: assert f.read() == b'abc'\n"
+            "print(sorted(m for m in sys.modules if m.startswith('tensorstream.providers.')"
+            " and m.endswith('.config')))\n"
+            f"with tensorstream.open({str(path)!r}, s3_region='eu-west-1') as f: f.read()\n"
+            "print('tensorstream.providers.s3.config' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"]
+
+
 def test_third_party_options_and_describer_come_from_the_class(toy_scheme: str) -> None:
     registry.resolve_provider_class(toy_scheme)
     assert "toy_colour" in registry.known_option_names()
