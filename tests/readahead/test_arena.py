@@ -26,9 +26,10 @@ linux_thp = pytest.mark.skipif(
     reason="transparent huge pages are off or not Linux")
 
 
-def _vmflags(address: int) -> set[str]:
-    """The VmFlags of the mapping holding ``address`` (``hg``: MADV_HUGEPAGE, ``nh``: NOHUGEPAGE)."""
-    flags: set[str] = set()
+def _smaps_field(address: int, field: str) -> list[str]:
+    """The values of ``field`` (``VmFlags:``, ``AnonHugePages:``...) in /proc/self/smaps
+    for the mapping holding ``address``; [] when no mapping holds it."""
+    values: list[str] = []
     inside = False
     with open("/proc/self/smaps") as f:
         for line in f:
@@ -36,9 +37,14 @@ def _vmflags(address: int) -> set[str]:
             if "-" in head and not head.endswith(":"):
                 lo, hi = (int(x, 16) for x in head.split("-"))
                 inside = lo <= address < hi
-            elif inside and head == "VmFlags:":
-                flags = set(line.split()[1:])
-    return flags
+            elif inside and head == field:
+                values = line.split()[1:]
+    return values
+
+
+def _vmflags(address: int) -> set[str]:
+    """The VmFlags of the mapping holding ``address`` (``hg``: MADV_HUGEPAGE, ``nh``: NOHUGEPAGE)."""
+    return set(_smaps_field(address, "VmFlags:"))
 
 
 @pytest.fixture
@@ -192,16 +198,7 @@ def test_the_last_tensors_huge_page_lies_inside_the_mapping(cheap: None) -> None
 
 
 def _anon_huge_kib(address: int) -> int:
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and head == "AnonHugePages:":
-                return int(line.split()[1])
-    return 0
+    return int((_smaps_field(address, "AnonHugePages:") or ["0"])[0])
 
 
 @linux_thp
