@@ -219,7 +219,7 @@ class StreamReader(io.RawIOBase):
             if size is None or size < 0:
                 size = max(0, self._info.size - self._pos)
             buf = read_buffer(min(size, max(0, self._info.size - self._pos)),
-                              self._uri.redacted())
+                              self._uri.redacted)
             n = self._readinto(buf)
         del buf[n:]
         return bytes(buf)

@@ -17,6 +17,7 @@ torch's caching allocator holds unused. ``None`` when it cannot be known
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,9 +167,10 @@ def check_fits(claimed: int, device: Any, limit: int | None, where: str, *, coun
 _CHECKED_BUFFER = 256 << 20
 
 
-def read_buffer(nbytes: int, where: str) -> bytearray:
+def read_buffer(nbytes: int, where: str | Callable[[], str]) -> bytearray:
     """A zeroed buffer for a read of ``nbytes`` (``where``: the object read, named in
-    the error), or :class:`~tensorstream.errors.InsufficientMemoryError`: the size
+    the error, or a function giving it: only called for the error), or
+    :class:`~tensorstream.errors.InsufficientMemoryError`: the size
     comes from a server (a ``Content-Length`` of 10**18 made ``read()`` raise a
     bare ``MemoryError``, or, within what the kernel overcommits, get the process
     killed while filling it)."""
@@ -179,6 +181,8 @@ def read_buffer(nbytes: int, where: str) -> bytearray:
         except MemoryError:
             limit = cpu_available_bytes()
     room = f"the {size_text(limit)} of memory available" if limit is not None else "the memory"
+    if callable(where):
+        where = where()
     raise InsufficientMemoryError(
         f"{where}: reading {size_text(nbytes)} at once needs more than {room}; read it in "
         "parts (read(n)) or copy it to a file (tensorstream cp)", claimed=nbytes,

@@ -306,6 +306,30 @@ def test_small_reads_that_arrived_are_served_from_the_stream_exactly(
     assert len(served) > len(_header_pattern(len(data))) // 2  # the fast path did serve
 
 
+def test_held_reads_ask_the_socket_once_per_stretch_that_arrived(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes known to have arrived stay arrived: small reads inside them ask the
+    kernel nothing (a FIONREAD per tensor header was a tenth of a small-tensor load)."""
+    from tensorstream.providers._http import range_get
+
+    served = _count_held(monkeypatch)
+    asked: list[int] = []
+    ioctl = range_get.fcntl.ioctl
+
+    def counted(fd: int, request: int, arg: bytes) -> bytes:
+        asked.append(request)
+        return ioctl(fd, request, arg)
+
+    monkeypatch.setattr(range_get.fcntl, "ioctl", counted)
+    _, url, data = _put(http_server, 4 * MiB)
+    with tensorstream.open(url) as f:
+        got = bytearray()
+        for n in _header_pattern(len(data)):
+            got += f.read(n)
+    assert bytes(got) == data
+    assert len(served) > 20 and len(asked) < len(served) // 2
+
+
 def test_held_reads_across_a_cut_stream_are_resumed_exactly(
         http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
     served = _count_held(monkeypatch)

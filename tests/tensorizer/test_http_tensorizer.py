@@ -70,3 +70,27 @@ def test_tensorizer_load_survives_a_dropped_body(
     http_server.faults.drop_times = 2
     _load_and_compare(http_server.url(key), state, backoff_initial=0.01)
     assert http_server.faults.dropped == 2
+
+
+@pytest.mark.parametrize("num_readers", [1, 2])
+def test_hundreds_of_tiny_tensors_load_without_waiting_on_the_socket(
+        num_readers: int, http_server: HTTPTestServer, tmp_path: Path) -> None:
+    """Tensor headers and tiny tensors are read from bytes that have arrived, after
+    reads that left the socket's low-water mark high: none of them may wait for
+    bytes the body will never send (a poll before the receive waits for the mark)."""
+    import time
+
+    state = {f"layer.{i}.w": torch.full((256 + i % 7,), float(i)) for i in range(400)}
+    path = tmp_path / "tiny.tensors"
+    serializer = tensorizer.TensorSerializer(str(path))
+    serializer.write_state_dict(state)
+    serializer.close()
+    key = f"tiny-{uuid.uuid4().hex[:8]}.tensors"
+    http_server.put(key, path.read_bytes())
+    began = time.monotonic()
+    with tensorstream.deserialize(http_server.url(key), device="cpu", num_readers=num_readers,
+                                  timeout_idle=3) as loaded:
+        assert sorted(loaded) == sorted(state)
+        for name, want in state.items():
+            assert torch.equal(loaded[name], want), name
+    assert time.monotonic() - began < 2.5

@@ -53,6 +53,9 @@ class CheckedSource(io.RawIOBase):
         self._headers: dict[int, int] = {}
         #: every tensor of the whole index (filtered out or not), by its header's offset
         self._entries: dict[int, Any] = {}
+        # The inner file's position, kept here (None: ask it): every read asks for
+        # it, and an OS file answers each tell() with a system call.
+        self._pos: int | None = None
 
     @classmethod
     def wrap(cls, source: Any) -> Any:
@@ -166,8 +169,15 @@ class CheckedSource(io.RawIOBase):
                 f"a read of {n} bytes at offset {pos} runs past the end "
                 "(truncated, or a length field is damaged)", expected=pos + n)
 
+    def _tell(self) -> int:
+        pos = self._pos
+        if pos is None:
+            pos = self._pos = int(self.inner.tell())
+        return pos
+
     def read(self, size: int | None = -1) -> bytes:
-        pos = self.inner.tell()
+        pos = self._tell()
+        self._pos = None  # unknown until this read has ended well
         if size is None or size < 0:
             size = max(0, self.size - pos)
         self._check(pos, size)
@@ -179,6 +189,7 @@ class CheckedSource(io.RawIOBase):
         if len(data) != size:
             raise self.malformed(f"only {len(data)} of {size} bytes at offset {pos}",
                                  expected=pos + size)
+        self._pos = pos + size
         if want is not None and size == _HEADER_LEN.size:
             claimed = _HEADER_LEN.unpack(data)[0]
             if claimed != want:  # tensorizer would allocate `claimed` bytes next
@@ -189,10 +200,12 @@ class CheckedSource(io.RawIOBase):
 
     def readinto(self, b: Any) -> int:
         view = memoryview(b).cast("B")
-        pos = self.inner.tell()
+        pos = self._tell()
+        self._pos = None  # unknown until this read has ended well
         self._check(pos, len(view))
         if inplace.received(self, pos, view):  # a local load's threads filled it
             self.inner.seek(pos + len(view))
+            self._pos = pos + len(view)
             return len(view)
         inplace.before_read(self, pos, len(view))
         done = 0
@@ -203,19 +216,22 @@ class CheckedSource(io.RawIOBase):
                     f"the object ended at offset {pos + done}, {len(view) - done} bytes "
                     "short (truncated while loading?)", expected=pos + len(view))
             done += n
+        self._pos = pos + done
         return done
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         target = offset if whence == io.SEEK_SET else None
         if whence == io.SEEK_CUR:
-            target = self.inner.tell() + offset
+            target = self._tell() + offset
         if target is not None and not 0 <= target <= self.size:
             raise self.malformed(f"a seek to offset {target} lies outside the object",
                                  expected=target)
-        return int(self.inner.seek(offset, whence))
+        self._pos = None
+        pos = self._pos = int(self.inner.seek(offset, whence))
+        return pos
 
     def tell(self) -> int:
-        return int(self.inner.tell())
+        return self._tell()
 
     def readable(self) -> bool:
         return True
@@ -237,5 +253,7 @@ class CheckedSource(io.RawIOBase):
         return bool(self.inner.closed)
 
     def __getattr__(self, name: str) -> Any:
-        # capabilities, bytes_read... of the wrapped reader
+        # capabilities, bytes_read... of the wrapped reader; its own read1 and the
+        # like move it without this object seeing: ask it for its position again.
+        self.__dict__["_pos"] = None
         return getattr(self.__dict__["inner"], name)

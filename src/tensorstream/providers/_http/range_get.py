@@ -119,6 +119,8 @@ _LOWAT = 256 << 10
 #: What ``http.client``'s buffered socket file (or a TLS object: one record)
 #: may hold of a body beyond what the socket still has to receive.
 _FILE_BUFFER = 64 << 10
+#: The buffer of ``http.client``'s socket file (``socket.makefile``'s default).
+_SOCKET_FILE_BUFFER = io.DEFAULT_BUFFER_SIZE
 #: A TLS body is read from its TLS object directly once one ``readinto1`` of more
 #: than this was made: the buffered file (far smaller) is empty then.
 _TLS_DIRECT_AFTER = 256 << 10
@@ -385,6 +387,9 @@ class RangeBody:
         # http.client's parser in slices (a cut forgets at most one slice).
         self._direct = not resp.chunked and resp.headers.get("Content-Length") is not None
         self._lowat = 1  # the socket's SO_RCVLOWAT (1: the kernel's default)
+        # Where the body is known to have arrived up to (in the socket file's buffer
+        # or the socket), from the last FIONREAD: held reads inside it ask no more.
+        self._arrived = start
         # A close from another thread while a read runs shuts the socket down
         # (the read ends at once, with an error) and the reading thread closes
         # it: closing it under the read would free its descriptor for reuse.
@@ -619,12 +624,21 @@ class RangeBody:
         if (sock is None or not self._direct or self._confirm is not None
                 or want > self.end - self.position or type(sock) is not socket.socket):
             return False
-        try:
-            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))
-        except (OSError, ValueError):
-            return False
-        if queued[0] < max(want, self._lowat):
-            return False
+        # The socket file serves what it holds, then receives the rest; a socket with
+        # a timeout polls first, and poll waits for the low-water mark whatever the
+        # receive asks for. With this many bytes queued nothing waits.
+        need = max(want, self._lowat)
+        # Bytes known to have arrived stay arrived (in the socket, or taken by the
+        # socket file: at most its buffer): one FIONREAD serves the next reads.
+        if self._arrived - self.position < need + _SOCKET_FILE_BUFFER:
+            try:
+                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD,
+                                                        b"\0" * 4))[0]
+            except (OSError, ValueError):
+                return False
+            if queued < need:
+                return False
+            self._arrived = max(self._arrived, self.position + queued)
         try:
             n = self._resp.fp.readinto(buffer)
         except BaseException:
