@@ -12,6 +12,7 @@ shows how fast Python itself can go on a cell (docs/benchmarks.md, "Session
 
 from __future__ import annotations
 
+import errno
 import http.client
 import mmap
 import os
@@ -44,11 +45,43 @@ def _list(conn: http.client.HTTPConnection, bucket: str, prefix: str) -> list[tu
             return keys
 
 
+def _open_temp(path: str) -> tuple[int, bool]:
+    """A new temp file, ``O_DIRECT`` where the filesystem has it (tmpfs: ``EINVAL``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    direct = getattr(os, "O_DIRECT", 0)
+    if direct:
+        try:
+            return os.open(path, flags | direct, 0o644), True
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+    return os.open(path, flags, 0o644), False
+
+
+def _receive(resp: http.client.HTTPResponse, size: int, tmp: str, buf: memoryview) -> None:
+    """The body into ``tmp``: whole pages ``O_DIRECT``, an unaligned tail through the
+    page cache (a second, ordinary descriptor), then ``fsync``."""
+    fd, direct = _open_temp(tmp)
+    try:
+        pos = 0
+        while pos < size:
+            n = resp.readinto(buf[: min(_CHUNK, size - pos)])
+            if not n:
+                raise SystemExit(f"{tmp}: the body ended early")
+            if direct and n % 4096:
+                os.close(fd)
+                fd, direct = os.open(tmp, os.O_WRONLY), False
+            os.pwrite(fd, buf[:n], pos)
+            pos += n
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _copy(url: urllib.parse.SplitResult, bucket: str, prefix: str, dest: str,
           todo: list[tuple[str, int]], lock: threading.Lock) -> None:
     conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port)
     buf = memoryview(mmap.mmap(-1, _CHUNK, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
-    direct = getattr(os, "O_DIRECT", 0)
     while True:
         with lock:
             if not todo:
@@ -59,26 +92,10 @@ def _copy(url: urllib.parse.SplitResult, bucket: str, prefix: str, dest: str,
         resp = conn.getresponse()
         if resp.status != 200:
             raise SystemExit(f"{key}: HTTP {resp.status}")
-        if "/" in name:
-            os.makedirs(os.path.join(dest, os.path.dirname(name)), exist_ok=True)
-        tmp = os.path.join(dest, os.path.dirname(name), f".{os.path.basename(name)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | direct, 0o644)
-        try:
-            pos = 0
-            while pos < size:
-                n = resp.readinto(buf[: min(_CHUNK, size - pos)])
-                if not n:
-                    raise SystemExit(f"{key}: the body ended early")
-                if n % 4096 and direct:  # the unaligned tail: through the page cache
-                    os.close(fd)
-                    fd = os.open(tmp, os.O_WRONLY)
-                    direct = 0
-                os.pwrite(fd, buf[:n], pos)
-                pos += n
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            direct = getattr(os, "O_DIRECT", 0)
+        folder = os.path.join(dest, os.path.dirname(name))
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".{os.path.basename(name)}.tmp")
+        _receive(resp, size, tmp, buf)
         os.rename(tmp, os.path.join(dest, name))
 
 
