@@ -9,7 +9,9 @@
   large object); while the link, not the CPU, is the limit the copy widens
   up to four times that, and narrows back when it is not
   (:mod:`tensorstream.copy.width`). Parts are fetched on the data plane's worker threads
-  (:mod:`tensorstream.copy.receive`). A local destination
+  (:mod:`tensorstream.copy.receive`); objects of one part from HTTP(S) or S3
+  into local files are each run start to end by one of those threads, with
+  no event-loop hop per object (:mod:`tensorstream.copy.lane`). A local destination
   (:mod:`tensorstream.copy.local`) receives each part straight into its
   temp file: the bytes go from the socket through a 1 MiB chunk buffer into
   the file (``pwrite``), with writeback started as each part completes so
@@ -46,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
@@ -53,16 +56,17 @@ from typing import Any, Protocol
 from .. import _loop
 from ..api import get_provider
 from ..layers.stack import PolicyProvider
-from ..providers._http.threads import prestart
+from ..providers._http.threads import MAX_THREADS, prestart
 from ..providers.base import Pin
 from ..uri import ParsedURI, redact_text
+from .lane import ThreadSlots, run_lane, takes
 from .local import Listings, copy_to_local
 from .plan import Job, Planner
 from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
 from .sinks import BufferPool, PartBuffer
 from .tasks import cancel_and_wait, gather_or_cancel
-from .width import START, Width
+from .width import START, WIDEST, Width
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -190,9 +194,14 @@ class _Copier(Planner):
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
         self._pools = {part_size: self.pool}
         self.width: Width | None = None  # while run() runs
+        self.lane_objects = ThreadSlots(jobs)
+        self.lane_reads = ThreadSlots(concurrency)
         self.providers: dict[tuple[str, str, str], PolicyProvider] = {}
         self.listings = Listings()
         self.result = result if result is not None else CopyResult()
+        #: Held while the result or the progress listener is told of an object:
+        #: lane threads end objects beside the event loop.
+        self.events = threading.RLock()
 
     # -- providers -----------------------------------------------------------
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
@@ -212,8 +221,9 @@ class _Copier(Planner):
         return self._pools[part_size]
 
     def outcome(self, outcome: FileOutcome) -> None:
-        self.result.outcomes.append(outcome)
-        notify(self.progress, "file_done", outcome)
+        with self.events:  # lane threads record outcomes too
+            self.result.outcomes.append(outcome)
+            notify(self.progress, "file_done", outcome)
 
     async def close(self) -> None:
         for p in self.providers.values():
@@ -243,6 +253,18 @@ class _Copier(Planner):
         if all(j.src.capabilities.range_streams for j in jobs):
             self._start = min(self.concurrency, START)
         self.read_slots = asyncio.Semaphore(self._start)
+        # Objects of one part run start to end on lane threads (:mod:`.lane`),
+        # within slots of their own that the width moves with the others.
+        lane_jobs = [j for j in jobs if takes(self, j)]
+        taken = {id(j) for j in lane_jobs}
+        others = [j for j in jobs if id(j) not in taken]
+        self.lane_objects = ThreadSlots(self.jobs)
+        self.lane_reads = ThreadSlots(self._start)
+        # As many threads as the widest copy has objects in flight, leaving
+        # the data plane threads for the other objects' parts.
+        widest = self.jobs + max(0, min(WIDEST * self.concurrency, MAX_THREADS)
+                                 - self.concurrency)
+        threads = min(widest, MAX_THREADS - _KEEP_THREADS)
 
         async def one(job: Job) -> None:
             async with self.job_slots:
@@ -250,7 +272,9 @@ class _Copier(Planner):
 
         follow = asyncio.create_task(self._follow_the_link())
         try:
-            await asyncio.gather(*(one(j) for j in jobs))
+            await asyncio.gather(run_lane(self, lane_jobs, self.lane_objects, self.lane_reads,
+                                          threads),
+                                 *(one(j) for j in others))
         finally:
             await cancel_and_wait([follow])
 
@@ -258,39 +282,44 @@ class _Copier(Planner):
         """Widen while the link, not the CPU, is the limit, and narrow back when
         it is not (:class:`~tensorstream.copy.width.Width`: up to ``WIDEST x
         concurrency`` parts and objects in flight)."""
-        self.width = Width([self.job_slots, self.read_slots], self.concurrency,
-                           start=(self.read_slots, self._start))
+        self.width = Width([self.job_slots, self.read_slots, self.lane_objects, self.lane_reads],
+                           self.concurrency,
+                           start=([self.read_slots, self.lane_reads], self._start))
         await self.width.follow()
 
-    async def copy_one(self, job: Job) -> None:
+    def begin(self, job: Job) -> tuple[FileOutcome, float]:
+        """An object's copy starts (on the loop or a lane thread): its outcome,
+        failed until it has ended well, and when it started."""
         if self.progress:
-            self.progress.file_started(job.label, job.info.size)
-        ok = False
-        t0 = time.perf_counter()
-        out = FileOutcome(job.label, job.dst_label, job.info.size, "failed")
-        try:
-            if job.local is not None:
-                resumed = await copy_to_local(self, job)
+            with self.events:
+                self.progress.file_started(job.label, job.info.size)
+        return FileOutcome(job.label, job.dst_label, job.info.size, "failed"), time.perf_counter()
+
+    def ended(self, job: Job, out: FileOutcome, t0: float, exc: BaseException | None, *,
+              resumed: int = 0, interrupted: bool = False) -> None:
+        """Record how an object's copy ended: ``exc`` None when copied;
+        ``interrupted`` (or an ``exc`` that is not an ``Exception``) when the
+        copy was cancelled or stopped; otherwise failed with ``exc``."""
+        ok = exc is None
+        with self.events:
+            if ok:
+                self.result.files += 1
+                self.result.bytes += job.info.size
+                self.result.resumed_bytes += resumed
+                # "Verified" means compared with the source's bytes or a checksum
+                # the source stored. Parts kept from an earlier run were only
+                # compared with that run's journal (a file anyone can edit), so
+                # they are not.
+                verified = self.verify and (resumed == 0 or job.source_checked)
+                if not verified:
+                    self.result.verified = False
+                out.status, out.resumed_bytes, out.verified = "copied", resumed, verified
+            elif interrupted or not isinstance(exc, Exception):
+                out.status = "interrupted"
             else:
-                resumed = await copy_to_writer(self, job)
-            ok = True
-            self.result.files += 1
-            self.result.bytes += job.info.size
-            self.result.resumed_bytes += resumed
-            # "Verified" means compared with the source's bytes or a checksum the
-            # source stored. Parts kept from an earlier run were only compared with
-            # that run's journal (a file anyone can edit), so they are not.
-            verified = self.verify and (resumed == 0 or job.source_checked)
-            if not verified:
-                self.result.verified = False
-            out.status, out.resumed_bytes, out.verified = "copied", resumed, verified
-        except Exception as exc:  # one object's failure is reported, not fatal
-            self.error(f"{job.label} -> {job.dst_label}", exc)
-            out.error = self.result.errors[-1]
-        except BaseException:
-            out.status = "interrupted"
-            raise
-        finally:
+                assert exc is not None
+                self.error(f"{job.label} -> {job.dst_label}", exc)
+                out.error = self.result.errors[-1]
             out.published = job.published and not ok
             if job.kept is not None:
                 out.kept, out.kept_bytes = job.kept
@@ -298,6 +327,21 @@ class _Copier(Planner):
             if self.progress:
                 self.progress.file_finished(job.label, ok)
             self.outcome(out)
+
+    async def copy_one(self, job: Job) -> None:
+        out, t0 = self.begin(job)
+        try:
+            if job.local is not None:
+                resumed = await copy_to_local(self, job)
+            else:
+                resumed = await copy_to_writer(self, job)
+        except Exception as exc:  # one object's failure is reported, not fatal
+            self.ended(job, out, t0, exc)
+        except BaseException as exc:
+            self.ended(job, out, t0, exc)
+            raise
+        else:
+            self.ended(job, out, t0, None, resumed=resumed)
 
     async def _run_parts(self, todo: Iterable[int],
                          run: Callable[[int], Coroutine[Any, Any, None]]) -> None:
@@ -356,6 +400,10 @@ class _Copier(Planner):
                 await fn(index, buf, end - start)
 
         await gather_or_cancel(one(i) for i in todo)
+
+#: Data plane threads the lane leaves to the copy's other objects.
+_KEEP_THREADS = 16
+
 
 def spare_buffers(concurrency: int) -> int:
     """Part buffers beyond ``concurrency``: memory is (concurrency + spare) x part size."""

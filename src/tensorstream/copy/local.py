@@ -18,7 +18,9 @@ An object of one part (a folder of small files) does all three in **one**
 hop when nothing needs the event loop in between: each hop is a wake-up of
 the loop and of a thread, which on a busy 2-core machine costs more than
 the syscalls themselves (measured: 100 x 4 MiB went from four hops per
-object to one).
+object to one). From a ranged-stream source (HTTP(S), S3) such objects skip
+the event loop altogether: the lane's threads (:mod:`.lane`) run each start
+to end with the same steps (:class:`LocalCopy`).
 
 Every destination directory is listed once per copy (:class:`Listings`), not
 once per object: the listing finds temp files of earlier runs (space they
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from .engine import _Copier
     from .plan import Job
 
-__all__ = ["Listings", "check_free_space", "copy_to_local"]
+__all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "one_hop"]
 
 T = TypeVar("T")
 
@@ -133,30 +135,41 @@ def _open_target_dir(root: str, subdirs: list[str]) -> int:
         os.close(root_fd)
 
 
-async def copy_to_local(c: _Copier, job: Job) -> int:
-    """Copy ``job`` into its local destination; returns the bytes resumed from an
-    earlier run. Raises on failure, leaving nothing under the destination's name
-    (a ``--resume`` copy that was cut off keeps its hidden partial file)."""
-    assert job.local is not None
-    root, path_parts = job.local
-    name = path_parts[-1]
-    size = job.info.size
-    parts = plan_parts(size, c.part_size)
-    progress = c.progress
-    pin = Pin.of(job.info)
-    loop = asyncio.get_running_loop()
-    stored = stored_sha256(job.info)
-    # Nothing needs the event loop between receiving and publishing an object of
-    # one part (unless it resumes, or a stored checksum must be compared first).
-    one_hop = len(parts) == 1 and not c.resume and stored is None
-    sink: LocalPartFile | None = None
-    dir_fd: int | None = None
+class LocalCopy:
+    """One object's copy into its local destination, in steps that the event
+    loop (:func:`copy_to_local`) and the lane (:mod:`.lane`, a thread that runs
+    objects of one part start to end) share.
 
-    def receive(index: int) -> bool:
-        # In a worker thread: the part's bytes go from the socket (or the
-        # source file) through this thread's chunk buffer into the temp file.
+    :meth:`prepare` (in a worker thread) opens the destination directory,
+    checks the space and creates the temp file; for an object of one part
+    (:attr:`one_hop`) it also receives the part and, when the answer named
+    the source's version, publishes it. :meth:`finish` (on the event loop)
+    does the rest. :meth:`fail` discards the temp file (keeping it for
+    ``--resume`` when the copy was cut off) and :meth:`close` the directory."""
+
+    def __init__(self, c: _Copier, job: Job, loop: asyncio.AbstractEventLoop) -> None:
+        assert job.local is not None
+        self.c, self.job, self.loop = c, job, loop
+        self.root, self.path_parts = job.local
+        self.name = self.path_parts[-1]
+        self.size = job.info.size
+        self.parts = plan_parts(self.size, c.part_size)
+        self.pin = Pin.of(job.info)
+        self.stored = stored_sha256(job.info)
+        #: Nothing needs the event loop between receiving and publishing an
+        #: object of one part (unless it resumes, or a stored checksum must be
+        #: compared first).
+        self.one_hop = one_hop(c, job)
+        self.sink: LocalPartFile | None = None
+        self.dir_fd: int | None = None
+
+    def receive(self, index: int) -> bool:
+        """In a worker thread: the part's bytes go from the socket (or the source
+        file) through a chunk buffer into the temp file. Returns whether every
+        byte is known to be of the pinned version."""
+        sink, job, progress = self.sink, self.job, self.c.progress
         assert sink is not None
-        start, end = parts[index]
+        start, end = self.parts[index]
         hasher = hashlib.sha256() if sink.resume else None
         with sink.writing() as write:
             def deliver(offset: int, view: memoryview) -> None:
@@ -168,44 +181,45 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
                     # so a slow link moves the bar before a whole part is in.
                     progress.advance(job.label, len(view))
 
-            pinned = receive_part(job.src, job.src_path, start, end, pin, deliver, loop)
+            pinned = receive_part(job.src, job.src_path, start, end, self.pin, deliver,
+                                  self.loop)
         sink.part_written(index, start, end - start,
                           hasher.hexdigest() if hasher is not None else None)
         return pinned
 
-    def prepare(received: Callable[[], None] | None = None) -> tuple[int, bool | None]:
-        """Directory, space, temp file; with ``one_hop`` the part and the publish
-        too, calling ``received()`` in between. Returns (bytes resumed, whether
-        the part was pinned or None)."""
-        nonlocal sink, dir_fd
-        dir_fd = _open_target_dir(root, path_parts[:-1])
-        listing = c.listings.names((root, tuple(path_parts[:-1])), dir_fd)
+    def prepare(self, received: Callable[[], None] | None = None) -> tuple[int, bool | None]:
+        """Directory, space, temp file; with :attr:`one_hop` the part and the
+        publish too, calling ``received()`` in between. Returns (bytes resumed,
+        whether the part was pinned or None)."""
+        c, job, name = self.c, self.job, self.name
+        self.dir_fd = dir_fd = _open_target_dir(self.root, self.path_parts[:-1])
+        listing = c.listings.names((self.root, tuple(self.path_parts[:-1])), dir_fd)
         if name in listing and stat.S_ISDIR(
                 os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
             # before a byte is read: the rename at the end could not replace it
             raise IsADirectoryError(errno.EISDIR, f"{job.dst_label} is a directory; a file "
                                     "cannot take its place")
-        check_free_space(dir_fd, name, size, job.dst_label, listing)
-        target = LocalPartFile(dir_fd, name, size=size, part_size=c.part_size,
+        check_free_space(dir_fd, name, self.size, job.dst_label, listing)
+        target = LocalPartFile(dir_fd, name, size=self.size, part_size=c.part_size,
                                source=job.label, etag=job.info.etag, resume=c.resume,
                                durable=c.durable, direct=c.direct,
                                existing=listing)
         resumed = target.open()
-        sink = target  # only a temp file this run opened (and locked) is ever aborted
-        if not one_hop or not parts:
+        self.sink = target  # only a temp file this run opened (and locked) is ever aborted
+        if not self.one_hop or not self.parts:
             return resumed, None
-        pinned = receive(0)
+        pinned = self.receive(0)
         if received is not None:
             received()
         if pinned:
-            sink.publish()
+            self.sink.publish()
         return resumed, pinned
 
-    try:
-        if one_hop:
-            resumed, pinned = await _received_in_slot(c.read_slots, loop, prepare)
-        else:
-            resumed, pinned = await in_thread(prepare)
+    async def finish(self, resumed: int, pinned: bool | None) -> int:
+        """After :meth:`prepare`: the parts still missing, the checks, the
+        publish. Returns the bytes resumed from an earlier run."""
+        c, job, sink, parts = self.c, self.job, self.sink, self.parts
+        progress = c.progress
         assert sink is not None
         if pinned:
             return 0  # received, tied to the source's version and published in one hop
@@ -218,11 +232,10 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
 
         async def part(index: int) -> None:
             nonlocal unconfirmed
-            if not await in_thread(lambda: receive(index)):
+            if not await in_thread(lambda: self.receive(index)):
                 unconfirmed = True
 
         async def check_earlier(index: int, buf: PartBuffer, length: int) -> None:
-            assert sink is not None
             try:
                 await asyncio.to_thread(sink.verify_part, index, earlier[index], buf)
             except BaseException:
@@ -241,27 +254,56 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
         if c.verify and earlier:
             notify(progress, "phase", job.label, "verifying")
             await c._each_part(sorted(earlier), parts, check_earlier)
-        if stored is not None:
+        if self.stored is not None:
             # The source keeps a checksum of its bytes (a Redis manifest): the
             # one comparison that also covers damage at the source, and parts
             # taken from an earlier run.
             notify(progress, "phase", job.label, "verifying")
-            if await in_thread(sink.sha256) != stored:
+            if await in_thread(sink.sha256) != self.stored:
                 raise IntegrityError(STORED_MISMATCH)
             job.source_checked = True
         await in_thread(sink.publish)
         return resumed
+
+    def fail(self, exc: BaseException) -> None:
+        """Discard the temp file: kept (for ``--resume``) only when the copy was
+        interrupted or cut off; a verification failure or a changed source
+        starts over."""
+        sink, job, parts = self.sink, self.job, self.parts
+        if sink is None:
+            return
+        keep = isinstance(exc, RESUMABLE)
+        sink.abort(keep_for_resume=keep)
+        if keep and sink.resume:
+            kept = sum(parts[i][1] - parts[i][0] for i in sink.done)
+            job.kept = (os.path.join(os.path.dirname(job.dst_path), sink.base_partial()), kept)
+
+    def close(self) -> None:
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
+
+
+def one_hop(c: _Copier, job: Job) -> bool:
+    """Whether ``job`` is received and published in one step of a worker thread:
+    one part, to a local file, no ``--resume`` and no stored checksum to compare."""
+    return (job.local is not None and 0 < job.info.size <= c.part_size and not c.resume
+            and stored_sha256(job.info) is None)
+
+
+async def copy_to_local(c: _Copier, job: Job) -> int:
+    """Copy ``job`` into its local destination; returns the bytes resumed from an
+    earlier run. Raises on failure, leaving nothing under the destination's name
+    (a ``--resume`` copy that was cut off keeps its hidden partial file)."""
+    op = LocalCopy(c, job, asyncio.get_running_loop())
+    try:
+        if op.one_hop:
+            resumed, pinned = await _received_in_slot(c.read_slots, op.loop, op.prepare)
+        else:
+            resumed, pinned = await in_thread(op.prepare)
+        return await op.finish(resumed, pinned)
     except BaseException as exc:
-        if sink is not None:
-            # Keep the partial file (for --resume) only when interrupted or cut
-            # off; a verification failure or a changed source starts over.
-            keep = isinstance(exc, RESUMABLE)
-            sink.abort(keep_for_resume=keep)
-            if keep and sink.resume:
-                kept = sum(parts[i][1] - parts[i][0] for i in sink.done)
-                job.kept = (os.path.join(os.path.dirname(job.dst_path), sink.base_partial()),
-                            kept)
+        op.fail(exc)
         raise
     finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
+        op.close()

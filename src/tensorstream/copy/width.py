@@ -43,13 +43,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..providers._http import receiver
 from ..providers._http.threads import MAX_THREADS, prestart
 from .tasks import cancel_and_wait
 
 __all__ = ["BUSY", "ENOUGH", "LOOK", "START", "WAITING", "WIDEST", "CPUSample", "Sample",
-           "Width", "link_bound", "ready_share"]
+           "Slot", "Width", "link_bound", "ready_share"]
 
 log = logging.getLogger("tensorstream.copy")
 
@@ -123,6 +124,14 @@ def ready_share(before: Sample, now: Sample) -> float | None:
     return (now.ready - before.ready) / asked if asked >= ENOUGH else None
 
 
+class Slot(Protocol):
+    """What :class:`Width` moves: ``asyncio.Semaphore``'s names."""
+
+    def locked(self) -> bool: ...
+    def release(self) -> None: ...
+    async def acquire(self) -> Any: ...
+
+
 class Width:
     """The width of one copy: extra permits of its slots (``asyncio.Semaphore``\\s
     that together bound the parts and objects in flight), added and taken back.
@@ -131,20 +140,24 @@ class Width:
     each back (a task waits for it the way an object does, so nothing in
     flight is stopped) and holds it until the copy widens again or ends.
 
-    ``start``: the slot that bounds the parts in flight, made with ``width``
-    permits (fewer than ``base``): the copy starts that narrow, and its first
-    widening gives that slot the rest of ``base``."""
+    ``start``: the slots that bound the parts in flight (one, or a sequence
+    of them), made with ``width`` permits (fewer than ``base``): the copy
+    starts that narrow, and its first widening gives those slots the rest of
+    ``base``. A slot is an ``asyncio.Semaphore`` or anything with its
+    ``locked``, ``release`` and ``acquire`` (the lane's
+    :class:`~tensorstream.copy.lane.ThreadSlots`)."""
 
-    def __init__(self, slots: Sequence[asyncio.Semaphore], base: int,
+    def __init__(self, slots: Sequence[Slot], base: int,
                  widest: int = WIDEST,
-                 start: tuple[asyncio.Semaphore, int] | None = None) -> None:
+                 start: tuple[Slot | Sequence[Slot], int] | None = None) -> None:
         self.slots = list(slots)
         self.base = base
         self.cap = max(base, min(widest * base, MAX_THREADS))
         self.width = base
-        self._short: asyncio.Semaphore | None = None
+        self._short: list[Slot] | None = None
         if start is not None and start[1] < base:
-            self._short, self.width = start
+            short, self.width = start
+            self._short = list(short) if isinstance(short, Sequence) else [short]
         self.most = self.width  # the widest it went (statistics, tests)
         self._held: list[asyncio.Task[None]] = []
 
@@ -158,7 +171,8 @@ class Width:
         if self._short is not None:
             step = self.base - self.width
             for _ in range(step):
-                self._short.release()
+                for s in self._short:
+                    s.release()
             self._short, self.width = None, self.base
             self.most = max(self.most, self.width)
             prestart(self.width)
@@ -186,7 +200,7 @@ class Width:
         return step
 
     async def _take(self) -> None:
-        taken: list[asyncio.Semaphore] = []
+        taken: list[Slot] = []
         try:
             for s in self.slots:  # in the order objects take them: no deadlock
                 await s.acquire()
