@@ -164,9 +164,10 @@ def _temp_files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
 
 
+@pytest.mark.parametrize("part_size", ["256K", "8M"])  # many parts; one (the lane's)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_cp_killed_mid_copy_leaves_nothing_partial_and_rerun_is_verified(
-        http_server: HTTPTestServer, tmp_path: Path, sig: int) -> None:
+        http_server: HTTPTestServer, tmp_path: Path, sig: int, part_size: str) -> None:
     data = os.urandom(3 << 20)
     key = unique()
     http_server.put(key, data)
@@ -175,7 +176,7 @@ def test_cp_killed_mid_copy_leaves_nothing_partial_and_rerun_is_verified(
     dst_dir = tmp_path / "out"
     dst_dir.mkdir()
     dst = dst_dir / "model.bin"
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "cp", "--quiet", "--part-size", "256K",
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "cp", "--quiet", "--part-size", part_size,
                              "--concurrency", "2", http_server.url(key), str(dst)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
