@@ -106,7 +106,9 @@ class ProgressListener(Protocol):
     "verifying")`` when a destination is being read back (then
     ``verified(name, nbytes)`` as it is), and ``file_done(outcome)`` with the
     :class:`FileOutcome` of every object, copied, failed, skipped or
-    interrupted. ``advance`` may be called from worker threads.
+    interrupted. ``advance`` may be called from worker threads, at any time;
+    the other methods may be called from worker threads too (objects copied
+    by the lane, :mod:`tensorstream.copy.lane`), but never two at once.
     """
 
     def start(self, files: int, total_bytes: int) -> None: ...
