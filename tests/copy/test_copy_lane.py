@@ -229,3 +229,31 @@ def test_the_width_moves_lane_slots_with_the_others() -> None:
         await w.close()
 
     asyncio.run(main())
+
+
+def test_the_lane_over_https_and_moto_s3(tmp_path: Path, https_server: Any,
+                                         moto_s3: Any) -> None:
+    # TLS sockets (their decrypted bytes buffered where epoll cannot see
+    # them) and S3's signed GETs of a listed prefix, through the lane.
+    data = {f"{i}.bin": os.urandom(20 * KiB + 997 * i) for i in range(9)}
+    prefix = f"lanetls-{os.urandom(4).hex()}"
+    for name, blob in data.items():
+        https_server.put(f"{prefix}/{name}", blob)
+    out = tmp_path / "https"
+    result = copy([https_server.url(f"{prefix}/{n}") for n in sorted(data)], f"{out}/",
+                  part_size=64 * KiB, concurrency=3, ca_bundle=https_server.ca_bundle_path)
+    assert result.ok and result.verified and result.files == 9, result.errors
+    for name, blob in data.items():
+        assert (out / name).read_bytes() == blob
+
+    bucket = f"lane-{os.urandom(3).hex()}"
+    moto_s3.create_bucket(bucket)
+    for name, blob in data.items():
+        moto_s3.put(bucket, f"{prefix}/{name}", blob)
+    out = tmp_path / "s3"
+    result = copy(f"s3://{bucket}/{prefix}/", f"{out}/", recursive=True, part_size=64 * KiB,
+                  concurrency=3, **moto_s3.options())
+    assert result.ok and result.verified and result.files == 9, result.errors
+    for name, blob in data.items():
+        assert (out / name).read_bytes() == blob
+    assert sorted(p.name for p in out.iterdir()) == sorted(data)
