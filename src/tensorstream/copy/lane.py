@@ -146,8 +146,7 @@ class _Lane:
             resumed, pinned = op.prepare(received)
         except BaseException as exc:
             received()
-            op.fail(exc)
-            op.close()
+            op.abandon(exc)
             cancelled = current.cancel is not None and current.cancel.cancelled
             c.ended(job, out, t0, exc, interrupted=cancelled)
             if not isinstance(exc, Exception):
@@ -170,17 +169,13 @@ class _Lane:
             op, resumed, out, t0 = item
             job = op.job
             try:
-                resumed = await op.finish(resumed, False)
+                resumed = await op.complete(resumed, False)
             except Exception as exc:
-                op.fail(exc)
                 self.c.ended(job, out, t0, exc)
                 continue
             except BaseException as exc:
-                op.fail(exc)
                 self.c.ended(job, out, t0, exc, interrupted=True)
                 raise
-            finally:
-                op.close()
             self.c.ended(job, out, t0, None, resumed=resumed)
 
 
@@ -231,6 +226,5 @@ async def run_lane(c: _Copier, jobs: list[Job], objects: ThreadSlots, reads: Thr
             item = lane.handed_back.get_nowait()
             if item is not None:
                 op, _, out, t0 = item
-                op.fail(asyncio.CancelledError())
-                op.close()
+                op.abandon(asyncio.CancelledError())
                 c.ended(op.job, out, t0, asyncio.CancelledError(), interrupted=True)

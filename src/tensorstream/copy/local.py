@@ -283,6 +283,23 @@ class LocalCopy:
             os.close(self.dir_fd)
             self.dir_fd = None
 
+    def abandon(self, exc: BaseException) -> None:
+        """The copy ended with ``exc``: :meth:`fail`, then :meth:`close`."""
+        try:
+            self.fail(exc)
+        finally:
+            self.close()
+
+    async def complete(self, resumed: int, pinned: bool | None) -> int:
+        """:meth:`finish`, abandoning the copy if it raises; closes either way."""
+        try:
+            return await self.finish(resumed, pinned)
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+        finally:
+            self.close()
+
 
 def one_hop(c: _Copier, job: Job) -> bool:
     """Whether ``job`` is received and published in one step of a worker thread:
@@ -301,9 +318,7 @@ async def copy_to_local(c: _Copier, job: Job) -> int:
             resumed, pinned = await _received_in_slot(c.read_slots, op.loop, op.prepare)
         else:
             resumed, pinned = await in_thread(op.prepare)
-        return await op.finish(resumed, pinned)
     except BaseException as exc:
-        op.fail(exc)
+        op.abandon(exc)
         raise
-    finally:
-        op.close()
+    return await op.complete(resumed, pinned)
