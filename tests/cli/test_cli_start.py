@@ -74,6 +74,20 @@ def test_cp_starts_no_child_process(moto_s3: MotoS3Server, tmp_path: Path,
     assert {p.name: p.read_bytes() for p in dst.iterdir()} == data
 
 
+def test_cp_that_never_fails_imports_no_retry_loop(moto_s3: MotoS3Server, tmp_path: Path,
+                                                  folder: tuple[str, dict[str, bytes]]) -> None:
+    # Every call's first attempt runs outside the retry loop, so tenacity is only
+    # imported once a call has failed.
+    src, data = folder
+    dst = tmp_path / "out"
+    result = _run_cp(moto_s3, tmp_path, "-r", src, f"{dst}/")
+    modules = result["modules"]
+    assert isinstance(modules, list) and "tensorstream.copy.engine" in modules
+    assert not [m for m in modules if m == "tenacity" or m.startswith("tenacity.")]
+    assert "tensorstream.layers.retrying" not in modules
+    assert {p.name: p.read_bytes() for p in dst.iterdir()} == data
+
+
 # A process entry point as the console script runs it, with an object that says
 # when the interpreter finalises it and an atexit handler that says it ran.
 _ENTRY = r"""

@@ -3,7 +3,7 @@
 :class:`PolicyProvider` adds, to every backend alike:
 
 * **context** -- service, operation and (redacted) path on every error;
-* **retry** -- jittered exponential backoff (tenacity) on errors marked
+* **retry** -- jittered exponential backoff (tenacity, :mod:`.retrying`) on errors marked
   ``temporary`` only, honouring ``Retry-After``; never on 4xx-like errors;
 * **resume** -- a body broken after ``k`` bytes continues at ``offset + k``
   instead of starting over;
@@ -25,11 +25,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
-
-import tenacity
 
 from .. import _loop
 from .._log_redaction import scrub_chain
@@ -37,7 +34,6 @@ from ..config import CommonConfig
 from ..errors import (
     RetriesExhaustedError,
     RetriesExhaustedTimeoutError,
-    ServiceUnavailableError,
     TensorstreamError,
     UnsupportedOperationError,
 )
@@ -60,53 +56,6 @@ class Metrics:
     bytes_read: int = 0
     retries: int = 0
     resumed_bytes: int = 0
-
-
-#: What a throttle costs of the attempts while the service answers other
-#: requests (``ServiceUnavailableError.adapting``): the data plane is narrowing
-#: to what the service takes (``providers/_http/throttle.py``), so a request may
-#: be throttled several times before the width settles.
-ADAPTING_COST = 0.1
-
-
-def _adapting(exc: BaseException | None) -> bool:
-    return isinstance(exc, ServiceUnavailableError) and exc.adapting
-
-
-class _AttemptBudget(tenacity.stop.stop_base):
-    """Tenacity stop (one per call): ``attempts`` failures, an adapting throttle
-    counting :data:`ADAPTING_COST` of one."""
-
-    def __init__(self, attempts: int) -> None:
-        self._attempts = attempts
-        self._spent = 0.0
-
-    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
-        self._spent += ADAPTING_COST if _adapting(exc) else 1.0
-        return self._spent >= self._attempts - 1e-9
-
-
-class _RetryAfterWait(tenacity.wait.wait_base):
-    """Tenacity wait: the server's Retry-After if given; for an adapting throttle
-    a jitter of at most a quarter of ``initial`` (the gate holds the retry until
-    the narrower width has room); else jittered exponential."""
-
-    def __init__(self, initial: float, maximum: float) -> None:
-        self._fallback = tenacity.wait_random_exponential(multiplier=initial, max=maximum)
-        self._adapting = tenacity.wait_random(0, min(maximum, initial / 4))
-        self._max = maximum
-
-    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
-        retry_after = getattr(exc, "retry_after", None)
-        # Only a finite number is a wait (a provider's NaN would reach time.sleep).
-        if (isinstance(exc, ServiceUnavailableError) and isinstance(retry_after, int | float)
-                and math.isfinite(retry_after)):
-            return float(min(max(retry_after, 0.0), self._max))
-        if _adapting(exc):
-            return float(self._adapting(retry_state))
-        return float(self._fallback(retry_state))
 
 
 def _is_temporary(exc: BaseException) -> bool:
@@ -145,20 +94,15 @@ class PolicyProvider(Provider):
         raise TypeError("PolicyProvider wraps a provider; use tensorstream.get_provider")
 
     # -- machinery ----------------------------------------------------------
-    def _retrying(self, cls: Any = tenacity.AsyncRetrying) -> Any:
-        r = self.config.retry
-        stop: Any = _AttemptBudget(r.attempts)
-        if self.config.timeouts.total is not None:
-            stop = stop | tenacity.stop_after_delay(self.config.timeouts.total)
-        return cls(
-            stop=stop,
-            wait=_RetryAfterWait(r.backoff_initial, r.backoff_max),
-            retry=tenacity.retry_if_exception(_is_temporary),
-            reraise=True,
-            before_sleep=self._log_retry,
-        )
+    def _retrying(self, blocking: bool = False) -> Any:
+        # Imported here: only a call that failed once gets this far (tenacity's
+        # import is not paid by a process whose requests all succeed).
+        from .retrying import retrying
 
-    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        return retrying(self.config.retry, self.config.timeouts.total, retry_if=_is_temporary,
+                        before_sleep=self._log_retry, blocking=blocking)
+
+    def _log_retry(self, state: Any) -> None:
         self.metrics.retries += 1
         exc = state.outcome.exception() if state.outcome else None
         sleep = state.next_action.sleep if state.next_action else 0.0
@@ -218,7 +162,7 @@ class PolicyProvider(Provider):
                 if not _is_temporary(exc):
                     raise
                 first: Exception | None = exc
-            for attempt in self._retrying(tenacity.Retrying):
+            for attempt in self._retrying(blocking=True):
                 with attempt:
                     if first is not None:
                         failed, first = first, None

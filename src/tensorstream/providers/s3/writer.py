@@ -33,8 +33,6 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import tenacity
-
 from ... import _loop
 from ...errors import IntegrityError, ProtocolError, TensorstreamError
 from ..base import Writer
@@ -374,6 +372,8 @@ class S3Writer(Writer):
                 upload_id = None
         if upload_id is None:
             return
+        import tenacity  # (here: only an aborted upload needs it)
+
         try:
             # Idempotent, and what keeps storage from filling with orphaned parts:
             # retried on temporary errors (a connection the cancelled parts broke).
