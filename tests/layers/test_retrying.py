@@ -36,7 +36,7 @@ def _run(failures: list[BaseException], *, attempts: int = 3) -> tuple[int, Base
                 calls += 1
                 if failures:
                     raise failures.pop(0)
-    except BaseException as exc:  # noqa: BLE001 - the loop re-raises the last error
+    except BaseException as exc:  # (the loop re-raises the last error)
         return calls, exc
     return calls, None
 
