@@ -4,7 +4,9 @@ Imports happen before the clock starts; the clock covers open -> last tensor
 materialised (load) or first request -> last byte in memory/on disk (raw, copy).
 Verification (checksums) runs after the clock stops. Prints one JSON line:
 ``seconds``, ``bytes``, ``checksum``, ``baseline_rss_mib`` (after imports),
-``peak_rss_mib`` (``getrusage`` high-water mark) and ``note``.
+``peak_rss_mib`` (``getrusage`` high-water mark), ``minor_faults`` (page faults
+inside the clock: how the memory the run filled was faulted in -- 4 KiB pages,
+huge pages, or memory the process had already) and ``note``.
 
 Secrets never travel in argv: S3 keys come from ``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` in the environment.
@@ -376,9 +378,11 @@ def main(argv: list[str]) -> int:
         import torch  # noqa: F401
     run = KINDS[spec["kind"]](spec)  # imports and clients: before the clock
     baseline = _rss_mib()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     nbytes, check, note = run()
     seconds = time.perf_counter() - start
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     checksum = check()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {
@@ -387,6 +391,7 @@ def main(argv: list[str]) -> int:
         "checksum": checksum,
         "baseline_rss_mib": round(baseline, 1),
         "peak_rss_mib": round(peak, 1),
+        "minor_faults": faults,
         "note": note,
     }
     print("BENCH-RESULT " + json.dumps(out), flush=True)

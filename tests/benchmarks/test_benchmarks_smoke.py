@@ -153,12 +153,19 @@ def test_matrix_run_reports_verified_rows(tmp_path: Path) -> None:
     skipped = [r for r in rows if r["status"] == "skipped"]
     assert all(r["note"] for r in skipped)
     assert any("excluded" in r["note"] for r in skipped)
+    # workers count the page faults inside their clock (how their memory was faulted
+    # in); external tools have none
+    workers = [r for r in ran if r["scenario"] == "load"]
+    assert workers and all(isinstance(r["minor_faults_median"], int) and r["minor_faults_median"] > 0
+                           for r in workers)
+    assert all(r["minor_faults_median"] is None for r in ran if r["scenario"] == "copy")
     # each cell has tensorstream's time and ratios against the peers' best
     load = next(c for c in data["cells"] if c["scenario"] == "load")
     assert load["tensorstream"]["seconds"] and load["peers"]["tensorizer"]["ratio"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = md.read_text()
     assert "| link | shape | backend |" in text and "vs best peer" in text
+    assert "| peak RSS MiB | page faults | verified |" in text
     assert data["header"]["machine"]["cpus"] >= 1 and data["header"]["commit"]
 
 
