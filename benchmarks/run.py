@@ -4,7 +4,8 @@ Every cell of links x model shapes x scenarios runs in one invocation. The
 harness starts its own servers on free loopback ports (and always stops them,
 also on Ctrl-C), generates the synthetic models and copy objects (cached),
 warms the page cache, runs every contender in a fresh process -- contenders of
-a cell alternate and the cell's first contender rotates every round -- verifies
+a cell alternate and the cell's first contender rotates every round and from
+cell to cell -- verifies
 every result, and writes JSON, Markdown and one PNG plot per scenario. See
 ``docs/benchmarks.md`` and ``--help``.
 """
@@ -542,20 +543,22 @@ def resolve_aliases(plan: list[Contender]) -> None:
 
 def round_order(plan: list[Contender], rnd: int) -> list[int]:
     """Indices of ``plan`` in the order round ``rnd`` runs them: contenders
-    alternate within each cell, the cell's starting contender rotates each
-    round, and odd rounds run backwards (A B C, A C B, C A B, ...), so whatever
-    the first run after another cell pays (its memory being freed, caches) is
-    spread over every contender instead of always landing on one, and no
-    contender always runs right after the same other one (measured: a ``cp``
-    right after s5cmd's took 3.2 s, the next one 2.0 s, 4 fixed-order rounds)."""
+    alternate within each cell; the cell's first contender rotates with the
+    round *and* from cell to cell (so a one-round matrix does not start every
+    cell with the same contender), and odd rounds run the rest backwards (A B C,
+    B A C, C A B, A C B, ...), so whatever the first run after another cell
+    pays (its memory being freed, caches) is spread over every contender
+    instead of always landing on one, and no contender always runs right after
+    the same other one (measured: a ``cp`` right after s5cmd's took 3.2 s, the
+    next one 2.0 s, 4 fixed-order rounds)."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, c in enumerate(plan):
         groups.setdefault(c.cell, []).append(i)
     order: list[int] = []
-    for members in groups.values():
-        k = rnd % len(members)
+    for cell_no, members in enumerate(groups.values()):
+        k = (rnd + cell_no) % len(members)
         turn = members[k:] + members[:k]
-        order += turn[::-1] if rnd % 2 else turn
+        order += [turn[0], *turn[:0:-1]] if rnd % 2 else turn
     return order
 
 

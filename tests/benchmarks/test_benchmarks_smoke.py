@@ -177,8 +177,18 @@ def test_rounds_alternate_and_rotate_the_first_contender_of_each_cell() -> None:
         Contender("load", "http", n, [], "", "worker", shape="small") for n in "XY"
     ]
     names = [[plan[i].name for i in round_order(plan, r)] for r in range(4)]
-    # rotated each round, odd rounds backwards: no one always follows the same other
-    assert names == [list("ABCXY"), list("ACBXY"), list("CABXY"), list("CBAXY")]
+    # the first rotates with the round and from cell to cell; odd rounds run the
+    # rest backwards: no one always follows the same other
+    assert names == [list("ABCYX"), list("BACXY"), list("CABYX"), list("ACBXY")]
+    for cell in ("ABC", "XY"):
+        firsts = [next(n for n in row if n in cell) for row in names]
+        assert set(firsts) == set(cell)  # every contender of a cell goes first in turn
+        followers = {(row[i], row[i + 1]) for row in names for i in range(len(row) - 1)
+                     if row[i] in cell and row[i + 1] in cell}
+        assert len(followers) == len(cell) * (len(cell) - 1)  # every neighbour, both ways
+    # one round: cells do not all start with the same contender
+    many = [Contender("load", "http", n, [], "", "worker", shape=s) for s in "abc" for n in "TU"]
+    assert [many[i].name for i in round_order(many, 0)][::2] == ["T", "U", "T"]
 
 
 def test_summary_ratios_use_each_peer_familys_best_and_report_misses() -> None:
