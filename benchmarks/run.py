@@ -3,7 +3,8 @@
 Every cell of links x model shapes x scenarios runs in one invocation. The
 harness starts its own servers on free loopback ports (and always stops them,
 also on Ctrl-C), generates the synthetic models and copy objects (cached),
-warms the page cache, runs every contender in a fresh process -- contenders of
+warms the page cache, runs each link's first contender once untimed, runs every
+contender in a fresh process -- contenders of
 a cell alternate and the cell's first contender rotates every round and from
 cell to cell -- verifies
 every result, and writes JSON, Markdown and one PNG plot per scenario. See
@@ -134,6 +135,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="minutes: start no run after this; what did not run is reported as not run (0: no limit)",
     )
     p.add_argument("--settle", type=float, default=0.5, help="max seconds to wait for an idle CPU per run")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed runs of each link's first contender before its first round (default 1)")
     p.add_argument(
         "--baseline",
         metavar="SRC",
@@ -357,6 +360,26 @@ def _settle(timeout: float) -> None:
         pass
 
 
+def _warm_up(plan: list[Contender], env: dict[str, str], args: argparse.Namespace) -> None:
+    """Run the link's first runnable contender ``--warmup`` times and discard the
+    results: the first runs after a link's servers start and its files are read
+    into the page cache were slow for every contender (session 22: the first
+    cell's loads 1.4-2.4x their later times), and without this they fell on
+    whichever contender the first cell ran first."""
+    first = next((c for c in plan if not c.skip and not c.alias_of), None)
+    if first is None:
+        return
+    for _ in range(args.warmup):
+        if time.monotonic() > args.stop_at:
+            return
+        _settle(timeout=min(args.settle, 0.5) if args.quick else args.settle)
+        res = run_once(first, env, args.timeout)
+        secs = f"{res['seconds']:.3f}s" if res.get("seconds") else res.get("error", "")
+        where = f"{first.scenario}/{first.link}/{first.shape}/{first.backend}"
+        print(f"[warm-up {time.strftime('%H:%M:%S')}] {where} {first.name}: {secs} (discarded)",
+              flush=True)
+
+
 def _link_files(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -461,6 +484,7 @@ def run_link(
             state = f"skipped: {c.skip}" if c.skip else (f"= {c.alias_of}" if c.alias_of else "runs")
             print(f"{'/'.join(c.cell)} {c.name}: {state}")
         return []
+    _warm_up(plan, env, args)
     for rnd in range(args.rounds):
         for i in round_order(plan, rnd):
             c = plan[i]

@@ -147,6 +147,9 @@ def test_matrix_run_reports_verified_rows(tmp_path: Path) -> None:
     # every measured row is verified against the generator's checksums
     assert ran and all(r["verified"] for r in ran), [r for r in ran if not r["verified"]]
     assert all(r["seconds_min"] <= r["seconds_median"] <= r["seconds_max"] for r in ran)
+    # the link's warm-up run is printed and discarded: every row has its one round
+    assert "(discarded)" in proc.stdout and proc.stdout.index("[warm-up") < proc.stdout.index("[r1")
+    assert all(r["rounds"] == 1 for r in ran)
     # the peers ran too, not just tensorstream
     assert any(r["family"] == "tensorizer" for r in ran)
     # a skipped contender carries its reason; the excluded ones are listed, not dropped
