@@ -363,9 +363,9 @@ def _settle(timeout: float) -> None:
 def _warm_up(plan: list[Contender], env: dict[str, str], args: argparse.Namespace) -> None:
     """Run the link's first runnable contender ``--warmup`` times and discard the
     results: the first runs after a link's servers start and its files are read
-    into the page cache were slow for every contender (session 22: the first
-    cell's loads 1.4-2.4x their later times), and without this they fell on
-    whichever contender the first cell ran first."""
+    into the page cache were slow for every contender (docs/benchmarks.md,
+    "Session 22"), and without this they fell on whichever contender the first
+    cell ran first."""
     first = next((c for c in plan if not c.skip and not c.alias_of), None)
     if first is None:
         return
