@@ -1,5 +1,6 @@
 """The retry loop of :class:`~tensorstream.layers.stack.PolicyProvider`: tenacity's,
-with the attempt budget and the waits that the policy layer defines.
+with the attempt budget and the waits that the policy layer defines (the S3
+writer's abort of an upload runs in it too, with a short budget of its own).
 
 Imported only when a call failed once: nearly every call succeeds at its first
 attempt, which runs outside any loop, so a process whose requests all succeed

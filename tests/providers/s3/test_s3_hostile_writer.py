@@ -60,3 +60,21 @@ def test_a_part_without_an_etag_is_a_protocol_error_and_the_upload_is_aborted() 
     sent = _write(_server(create=CREATED, part_etag=False))
     assert "without an ETag" in sent[-1]
     assert any(s.startswith("DELETE") for s in sent)  # AbortMultipartUpload
+
+
+def test_an_abort_answered_busy_is_retried_until_the_upload_is_gone() -> None:
+    # The abort is what keeps orphaned parts from filling the bucket: a 503 on it
+    # (a connection the cancelled parts broke, a busy service) is retried.
+    deletes: list[int] = []
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "DELETE":
+            deletes.append(attempt)
+            if len(deletes) == 1:
+                return _answer("503 Service Unavailable", {"Retry-After": "0"},
+                               b"<Error><Code>SlowDown</Code></Error>")
+        return _server(create=CREATED, part_etag=False)(method, headers, attempt)
+
+    sent = _write(respond)
+    assert [s.split()[0] for s in sent].count("DELETE") == 2
+    assert len(deletes) == 2

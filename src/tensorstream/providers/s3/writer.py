@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ... import _loop
+from ...config import RetryConfig
 from ...errors import IntegrityError, ProtocolError, TensorstreamError
 from ..base import Writer
 
@@ -46,7 +47,9 @@ _MAX_PART_SIZE = 5 << 30
 _GROW_EVERY = 1000  # double the part size every 1000 parts: 10,000 parts reach > 5 TiB
 
 
-_ABORT_ATTEMPTS = 3
+#: The abort's own retries (3 attempts, short waits: it runs while a failed
+#: copy is being cleaned up).
+_ABORT_RETRY = RetryConfig(attempts=3, backoff_initial=0.05, backoff_max=1.0)
 _MAX_PARTS = 10_000
 _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})(?:-(\d+))?"?$')
 
@@ -372,18 +375,16 @@ class S3Writer(Writer):
                 upload_id = None
         if upload_id is None:
             return
-        import tenacity  # (here: only an aborted upload needs it)
+        from ...layers.retrying import retrying  # (here: only an aborted upload needs it)
 
         try:
             # Idempotent, and what keeps storage from filling with orphaned parts:
-            # retried on temporary errors (a connection the cancelled parts broke).
-            async for attempt in tenacity.AsyncRetrying(
-                stop=tenacity.stop_after_attempt(_ABORT_ATTEMPTS),
-                wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
-                retry=tenacity.retry_if_exception(
-                    lambda e: isinstance(e, TensorstreamError) and e.temporary),
-                reraise=True,
-            ):
+            # retried on temporary errors (a connection the cancelled parts broke),
+            # by the policy layer's loop with a short budget of its own.
+            async for attempt in retrying(
+                    _ABORT_RETRY, None,
+                    retry_if=lambda e: isinstance(e, TensorstreamError) and e.temporary,
+                    before_sleep=lambda state: None):
                 with attempt:
                     await self._call("abort_multipart_upload", Bucket=self._bucket,
                                      Key=self._key, UploadId=upload_id)
