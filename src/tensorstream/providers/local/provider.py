@@ -11,7 +11,7 @@ import os
 import secrets
 import stat as stat_mod
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
@@ -94,7 +94,15 @@ def _check_version(fd: int, path: str, etag: str) -> os.stat_result:
 
 def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
     """Fill ``buffer`` from ``offset`` or raise; never returns zero-filled bytes."""
-    want = len(buffer)
+    return _preadv_exact(fd, path, offset, [buffer], etag)
+
+
+def _preadv_exact(fd: int, path: str, offset: int, buffers: Sequence[memoryview],
+                  etag: str | None) -> int:
+    """Fill ``buffers``, in order, with the file's consecutive bytes from ``offset``
+    (one ``preadv`` for all of them, more only where the kernel returns less) or
+    raise; never returns zero-filled bytes. Returns the bytes read."""
+    want = sum(b.nbytes for b in buffers)
     st = _check_version(fd, path, etag) if etag is not None else os.fstat(fd)
     if offset < 0 or offset + want > st.st_size:
         raise InvalidRangeError(
@@ -103,16 +111,24 @@ def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str 
         )
     # Fresh tensor memory: fault its pages in with one system call per piece instead of
     # one trap per page inside the copy (less CPU for the same work; never changes bytes).
-    populate(buffer, piece=want)
+    for b in buffers:
+        populate(b, piece=b.nbytes)
+    # (bytes, whatever a buffer's format: the loop below slices them by bytes)
+    pending = [b if b.format == "B" and b.ndim == 1 else b.cast("B") for b in buffers if b.nbytes]
     done = 0
     while done < want:
-        n = os.preadv(fd, [buffer[done:]], offset + done)
+        n = os.preadv(fd, pending, offset + done)
         if n == 0:  # the file shrank under us
             raise ObjectChangedError(
                 f"file truncated while reading at byte {offset + done}: {path}",
                 service="file",
             )
         done += n
+        while pending and n >= pending[0].nbytes:  # drop the buffers now full
+            n -= pending[0].nbytes
+            pending.pop(0)
+        if n:
+            pending[0] = pending[0][n:]
     if etag is not None:
         _check_version(fd, path, etag)
     return done
