@@ -303,3 +303,21 @@ def test_huge_pages_dear_on_average_are_given_up(monkeypatch: pytest.MonkeyPatch
     assert memory.huge
     memory.populate(view[8 * MiB: 16 * MiB])  # 16 MiB: the average decides
     assert not memory.huge
+
+
+@linux_thp
+def test_memory_outside_the_mapping_is_left_alone(cheap: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # A gathered read's scratch (the header between two tensors) is not the arena's:
+    # populate says no and touches none of the mapping's pages.
+    memory = arena.Arena([5 * MiB, 100], huge=True)
+    assert memory.huge
+    faulted: list[int] = []
+    monkeypatch.setattr(arena.Arena, "_populate",
+                        lambda self, addr, nbytes: faulted.append(addr))
+    for scratch in (bytearray(300), bytearray(4 * MiB)):
+        assert memory.populate(memoryview(scratch)) is False
+    assert faulted == []
+    assert memory.huge
+    assert memory.populate(memory.tensors[0].numpy().data.cast("B")) is True
+    assert faulted  # its own memory still is faulted in

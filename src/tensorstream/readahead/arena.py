@@ -200,6 +200,8 @@ class Arena:
         if not self.huge or not view.nbytes:
             return False
         addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        if not self._base <= addr <= addr + view.nbytes <= self._base + self._length:
+            return False  # not this mapping's memory (a gathered read's scratch)
         present = self._fault_in(addr, addr + view.nbytes)
         if present:  # the read's own fault-in pass (_prefault.populate) is skipped
             _prefault.mark_present(addr, addr + view.nbytes)
