@@ -55,19 +55,29 @@ def same_bytes(a: Any, b: Any) -> bool:
 
 
 def disk_fails_at(monkeypatch: pytest.MonkeyPatch, module: ModuleType, nth: int) -> None:
-    """``module._pread_exact``'s ``nth`` call lands half its buffer, then fails with EIO
-    (the disk failing mid-chunk); every other call reads normally."""
+    """The ``nth`` read of ``module`` (its ``_preadv_exact``, or its ``_pread_exact``)
+    lands half its bytes, then fails with EIO (the disk failing mid-chunk); every
+    other call reads normally."""
     lock = threading.Lock()
     calls = [0]
-    real = module._pread_exact
+    vectored = hasattr(module, "_preadv_exact")
+    real = module._preadv_exact if vectored else module._pread_exact
 
-    def failing(fd: int, p: str, offset: int, buffer: memoryview, etag: Any) -> int:
+    def failing(fd: int, p: str, offset: int, buffers: Any, etag: Any) -> int:
         with lock:
             calls[0] += 1
             n = calls[0]
         if n == nth:
-            real(fd, p, offset, buffer[: len(buffer) // 2], etag)
+            if vectored:
+                half = sum(b.nbytes for b in buffers) // 2
+                for b in buffers:  # the first half of the chunk's bytes land
+                    take = min(half, b.nbytes)
+                    if take:
+                        real(fd, p, offset, [b[:take]], etag)
+                    offset, half = offset + b.nbytes, half - take
+            else:
+                real(fd, p, offset, buffers[: len(buffers) // 2], etag)
             raise OSError(5, "Input/output error")
-        return int(real(fd, p, offset, buffer, etag))
+        return int(real(fd, p, offset, buffers, etag))
 
-    monkeypatch.setattr(module, "_pread_exact", failing)
+    monkeypatch.setattr(module, "_preadv_exact" if vectored else "_pread_exact", failing)

@@ -86,14 +86,16 @@ class _Spy:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.lock = threading.Lock()
-        self.chunks: list[tuple[int, int, int]] = []  # (thread, offset, bytes)
+        self.chunks: list[tuple[int, int, int]] = []  # (thread, offset, bytes read)
+        self.reads: list[tuple[int, list[int]]] = []  # (offset, each buffer's bytes)
         self.received: list[int] = []
         real_read, real_received = local.LocalRun.read_at, local.LocalRun.received
 
-        def read_at(run: Any, offset: int, buf: memoryview) -> None:
+        def read_at(run: Any, offset: int, buffers: Any) -> None:
             with self.lock:
-                self.chunks.append((threading.get_ident(), offset, buf.nbytes))
-            real_read(run, offset, buf)
+                self.chunks.append((threading.get_ident(), offset, sum(b.nbytes for b in buffers)))
+                self.reads.append((offset, [b.nbytes for b in buffers]))
+            real_read(run, offset, buffers)
 
         def received(run: Any, pos: int, view: memoryview) -> bool:
             hit = real_received(run, pos, view)
@@ -126,9 +128,62 @@ def test_every_dtype_is_byte_identical_to_tensorizers_own_load(
     spans = _data_spans(model)
     # every tensor's data came from the chunk reads, none from tensorizer's own readinto
     assert sorted(spy.received) == sorted(spans)
-    assert sum(n for _, _, n in spy.chunks) == sum(spans.values())
+    # each data byte was read once; the reads past it are the headers between gathered tensors
+    assert _data_bytes_read(spy, spans) == sum(spans.values())
     assert max(n for _, _, n in spy.chunks) <= CHUNK
     assert _local_threads() == []  # the helper threads have returned
+
+
+def _data_bytes_read(spy: _Spy, spans: dict[int, int]) -> int:
+    """Bytes of the chunk reads that lie in tensor data (each read is one file range)."""
+    total = 0
+    for _, offset, n in spy.chunks:
+        for begin, size in spans.items():
+            total += max(0, min(offset + n, begin + size) - max(offset, begin))
+    return total
+
+
+def test_small_neighbouring_tensors_are_read_together(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # 60 tensors of 40-400 bytes: a chunk of 1000 gathers a few at a time, with the
+    # header between two of them read into scratch, never into a tensor.
+    g = torch.Generator().manual_seed(9)
+    state = {f"t{i:02d}": torch.randint(-9, 9, (10 + (i * 7) % 90,), generator=g,
+                                        dtype=torch.int32) for i in range(60)}
+    path = _write(tmp_path / "small.tensors", state)
+    spy = _Spy(monkeypatch)
+    with tensorstream.deserialize(path, device="cpu", num_readers=2) as got:
+        assert isinstance(got, local.LocalTensorDeserializer)
+        for name, t in state.items():
+            assert same_bytes(got[name], t), name
+    spans = _data_spans(path)
+    assert _data_bytes_read(spy, spans) == sum(spans.values())
+    assert len(spy.reads) < len(spans) // 2  # gathered: far fewer reads than tensors
+    gathered = [sizes for _, sizes in spy.reads if len(sizes) > 1]
+    assert gathered and all(len(sizes) % 2 for sizes in gathered)  # tensor, header, tensor ...
+    assert all(sum(sizes) <= CHUNK for _, sizes in spy.reads)
+    for offset, sizes in spy.reads:  # the buffers of a read: data spans and the gaps between
+        pos = offset
+        for k, n in enumerate(sizes):
+            assert (pos in spans and spans[pos] == n) == (k % 2 == 0), (offset, sizes)
+            pos += n
+
+
+def test_a_tensor_of_a_chunk_or_more_is_never_gathered(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    state = {"a": torch.arange(50, dtype=torch.int32), "big": torch.arange(300, dtype=torch.int32),
+             "b": torch.arange(60, dtype=torch.int32), "c": torch.arange(70, dtype=torch.int32)}
+    path = _write(tmp_path / "mixed.tensors", state)
+    spy = _Spy(monkeypatch)
+    with tensorstream.deserialize(path, device="cpu") as got:
+        for name, t in state.items():
+            assert same_bytes(got[name], t), name
+    spans = _data_spans(path)
+    big = next(o for o, n in spans.items() if n == 1200)
+    for offset, sizes in spy.reads:
+        if offset <= big < offset + sum(sizes):
+            assert len(sizes) == 1  # read on its own, in pieces of a chunk
+    assert any(len(sizes) == 3 for _, sizes in spy.reads)  # b and c, with c's header between
 
 
 @pytest.mark.skipif(arena._madvise is None or not arena._thp_enabled(),

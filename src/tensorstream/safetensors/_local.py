@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -55,12 +55,13 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                 emit(t, tensor)
 
     def work(r: StreamReader) -> None:
-        def read_at(offset: int, buf: memoryview) -> None:
-            if before_read is not None:
-                before_read(buf)
+        def read_at(offset: int, buffers: Sequence[memoryview]) -> None:
             r.seek(offset)
-            if r.readinto(buf) != len(buf):  # pragma: no cover - the reader raises first
-                raise MalformedFileError(f"{r.name} is truncated at offset {offset}")
+            for buf in buffers:  # (one: this fill does not gather)
+                if before_read is not None:
+                    before_read(buf)
+                if r.readinto(buf) != len(buf):  # pragma: no cover - the reader raises first
+                    raise MalformedFileError(f"{r.name} is truncated at offset {offset}")
 
         try:
             plan.read_chunks(read_at, emit_ready)

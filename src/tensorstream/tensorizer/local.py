@@ -8,8 +8,9 @@ data is read by :mod:`tensorstream.readahead.localfill` (shared with the
 safetensors loader): every tensor is mapped before the threads start (one
 mapping, on huge pages where they are free and cheap: :mod:`..readahead.arena`), its
 span cut into 4 MiB chunks that up to ``num_readers`` threads (never more
-than the process's CPUs) take in file order, each chunk's pages populated
-with one ``MADV_POPULATE_WRITE`` and read with ``preadv`` on the descriptor
+than the process's CPUs) take in file order (neighbouring tensors smaller
+than a chunk gathered into one), each chunk's pages populated with one
+``MADV_POPULATE_WRITE`` and read with one ``preadv`` on the descriptor
 tensorizer opened (a file replaced by rename meanwhile is not mixed in).
 
 Everything else stays tensorizer's: its one reader thread parses each
@@ -33,14 +34,14 @@ from __future__ import annotations
 import bisect
 import ctypes
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
 
 import torch
 from tensorizer.utils import get_device
 
 from ..errors import InvalidRangeError
-from ..providers.local.provider import _pread_exact, open_regular
+from ..providers.local.provider import _preadv_exact, open_regular
 from ..readahead import arena
 from ..readahead.localfill import ChunkFill, workers
 from ..uri import ParsedURI, parse_uri
@@ -112,20 +113,23 @@ class LocalRun(inplace.Run):
         # pages where free (readahead.arena: a third of the faulting CPU).
         self._memory = arena.Arena([n for _, n in spans])
         self.fill: ChunkFill[torch.Tensor] = ChunkFill(
-            spans, self._memory.tensors.__getitem__, lambda t: t.numpy().data.cast("B"), upfront=True)
+            spans, self._memory.tensors.__getitem__, lambda t: t.numpy().data.cast("B"), upfront=True,
+            gather=True)
         self._claims = {int(e.offset): self.fill.out[i] for i, e in enumerate(entries)}
         self._addresses = [t.data_ptr() for t in self.fill.out.values()]
         self.nworkers = nworkers
         self._threads: list[Any] = []
 
-    def read_at(self, offset: int, buf: memoryview) -> None:
-        self._memory.populate(buf)
+    def read_at(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        for buf in buffers:  # (a gathered chunk's scratch lies outside the arena: skipped)
+            self._memory.populate(buf)
         try:
-            _pread_exact(self._fd, self._checked.name, offset, buf, None)
+            _preadv_exact(self._fd, self._checked.name, offset, buffers, None)
         except InvalidRangeError as exc:  # the file shrank (in place) since it was opened
+            end = offset + sum(b.nbytes for b in buffers)
             raise self._checked.malformed(
-                f"the object ended before offset {offset + len(buf)} (truncated while "
-                "loading?)", expected=offset + len(buf)) from exc
+                f"the object ended before offset {end} (truncated while loading?)",
+                expected=end) from exc
 
     def start(self) -> None:
         """Start the helper threads (tensorizer's reader thread is one more filler)."""
