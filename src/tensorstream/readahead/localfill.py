@@ -14,10 +14,9 @@ provider's ``_preadv_exact``).
 A fill that *gathers* (the tensorizer loader's) reads a run of neighbouring
 tensors smaller than a chunk as one chunk: one ``preadv`` into all of their
 buffers (the few bytes between them, tensorizer's next header, land in a
-scratch buffer) instead of one read per tensor. A model of hundreds of
-~1 MiB tensors spent a fifth of its fill CPU on the per-read system calls
-and the hand-offs of the interpreter lock around each (docs/benchmarks.md,
-session 23).
+scratch buffer) instead of one read per tensor: each read costs system
+calls and hand-offs of the interpreter lock, which add up over hundreds of
+small tensors (measured in docs/benchmarks.md, "Session 23").
 
 Shared by the safetensors loader (``safetensors/_local.py``: threads that
 emit each tensor once complete) and the tensorizer loader
