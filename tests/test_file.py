@@ -88,3 +88,54 @@ def test_a_writer_cannot_read(tmp_path: Path) -> None:
                 call()
         w.write(b"def")
     assert (tmp_path / "w.bin").read_bytes() == b"abcdef"
+
+
+def test_a_strided_buffer_is_refused_and_the_reader_still_reads(reader: Any) -> None:
+    import numpy
+
+    reader.read(3)
+    for strided in (memoryview(bytearray(10))[::2], numpy.zeros((4, 4), numpy.uint8)[:, ::2]):
+        with pytest.raises(TypeError, match="contiguous"):
+            reader.readinto(strided)
+        with pytest.raises(TypeError, match="contiguous"):
+            reader.read_ranges([(0, strided)])
+    # Over HTTP the refused buffer reached the socket and killed the reader's stream:
+    # every later read raised "read from a closed or finished range body".
+    assert reader.tell() == 3 and reader.read() == DATA[3:]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_an_interrupted_read_leaves_the_reader_usable(
+    http_server: HTTPTestServer, http_reset: None, sequential: bool
+) -> None:
+    """An exception raised in the middle of a read (Ctrl-C in a notebook) fails
+    that read only; the next reads are exact."""
+    import os
+    import signal
+
+    data = os.urandom(1 << 20)
+    http_server.put("file-api/interrupted.bin", data)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        http_server.faults.rate_limit = 512 << 10
+        with tensorstream.open(http_server.url("file-api/interrupted.bin"),
+                               sequential=sequential) as f:
+            assert f.read(1000) == data[:1000]
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(_Interrupted):
+                f.read()
+            http_server.faults.rate_limit = None
+            assert f.tell() == 1000 and f.read() == data[1000:]
+            f.seek(0)
+            assert f.read() == data
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

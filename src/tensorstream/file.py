@@ -48,6 +48,8 @@ def _as_byte_view(b: Any) -> memoryview:
     view = memoryview(b)
     if view.readonly:
         raise TypeError("readinto() needs a writable buffer")
+    if not view.c_contiguous:  # as io's files: a strided view is refused, never half-filled
+        raise TypeError("readinto() needs a C-contiguous buffer")
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view

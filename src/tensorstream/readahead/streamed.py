@@ -119,6 +119,11 @@ class SequentialStream:
             got = min(getattr(exc, "received", 0) or 0, len(view))
             log.debug("stream broke after %d bytes (%s)", got, type(exc).__name__)
             return got
+        except BaseException:
+            # Anything else (an interrupt, a buffer the socket refused) left the
+            # body at an unknown position, closed: the next read opens a new one.
+            self.close()
+            raise
         finally:
             if helper is not None:  # never touch the caller's buffer after returning
                 concurrent.futures.wait([helper])
