@@ -413,6 +413,9 @@ def test_a_key_with_a_control_character_is_refused_unshown(env: dict[str, str],
     ("http://", "no host"), ("http://[::1", "Invalid IPv6 URL"), ("http://a:99999", "Port out of"),
     ("ftp://127.0.0.1", "not http or https"), ("http://u:pw-canary@:9", "no host"),
     ("http://a:b", "Port could not be cast"),
+    # botocore's host check failed inside the credential chain: "credential chain failed"
+    ("not a url", "refuses the host name 'not a url'"), ("http://minio_1:9000", "'minio_1'"),
+    ("http://u:pw-canary@bad host:9", "refuses the host name"),
 ])
 @pytest.mark.parametrize("where", ["option", "env"])
 def test_an_endpoint_botocore_cannot_use_is_refused_naming_its_source(

@@ -135,6 +135,14 @@ def _check_endpoint(endpoint: Sourced[str]) -> None:
         _ = parts.port  # ValueError when out of range or not a number
         problem = ("the scheme is not http or https" if parts.scheme not in ("http", "https")
                    else "it has no host" if not parts.hostname else None)
+        if problem is None:
+            # botocore's own test: a host name it refuses (a space, an underscore) failed
+            # inside the credential chain, reported as a credentials problem.
+            from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+            if not (is_valid_endpoint_url(endpoint.value)
+                    or is_valid_ipv6_endpoint_url(endpoint.value)):
+                problem = f"botocore refuses the host name {parts.hostname!r}"
     except ValueError as exc:
         problem = str(exc)
     if problem is not None:
