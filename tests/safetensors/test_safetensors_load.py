@@ -270,6 +270,17 @@ def test_save_rejects_what_safetensors_cannot_hold(tmp_path: Path) -> None:
                    metadata=[("a", "b")])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="dtype"):
         ts_st.save({"a": torch.ones(1, dtype=torch.complex128)}, tmp_path / "x.safetensors")
+    # A lone surrogate was written (JSON escapes it) into a file no loader reads back.
+    with pytest.raises(ConfigurationError, match="lone surrogate"):
+        ts_st.save({"\ud800": torch.ones(1)}, tmp_path / "x.safetensors")
+    with pytest.raises(ConfigurationError, match="lone surrogate"):
+        ts_st.save({"a": torch.ones(1)}, tmp_path / "x.safetensors", metadata={"k": "\udc00"})
+    # Bare TypeErrors from sorting the names, or from indexing a list.
+    with pytest.raises(ConfigurationError, match="invalid tensor name 1"):
+        ts_st.save({1: torch.ones(1), "a": torch.ones(1)},  # type: ignore[dict-item]
+                   tmp_path / "x.safetensors")
+    with pytest.raises(ConfigurationError, match="must map names to tensors"):
+        ts_st.save([torch.ones(1)], tmp_path / "x.safetensors")  # type: ignore[arg-type]
     assert not (tmp_path / "x.safetensors").exists()
 
 
@@ -350,6 +361,21 @@ def test_index_cannot_point_outside_its_folder(tmp_path: Path, shard: Any,
 
 
 # -- devices ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["gpu", "", "cuda:x"])
+def test_a_device_torch_does_not_know_is_a_configuration_error(tmp_path: Path,
+                                                               device: str) -> None:
+    """As the tensorizer loaders say it; torch's bare RuntimeError named no option."""
+    from tensorstream.errors import ConfigurationError
+
+    path = tmp_path / "d.safetensors"
+    ts_st.save({"a": torch.ones(2)}, path)
+    calls = [lambda: ts_st.load(path, device), lambda: ts_st.open(path, device),
+             lambda: list(ts_st.iter_tensors(path, device))]
+    for call in calls:
+        with pytest.raises(ConfigurationError, match=f"device={device!r} is not a torch device"):
+            call()
 
 
 @pytest.mark.cuda

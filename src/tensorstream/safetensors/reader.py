@@ -89,7 +89,11 @@ def _wanted(filter: Filter) -> Callable[[str], bool]:
 
 
 def _device(device: str | torch.device | None) -> torch.device:
-    dev = torch.device(device if device is not None else "cpu")
+    try:
+        dev = torch.device(device if device is not None else "cpu")
+    except (RuntimeError, TypeError, ValueError) as exc:  # torch's bare error names no option
+        raise ConfigurationError(f"device={device!r} is not a torch device; "
+                                 "use 'cpu', 'cuda' or 'cuda:N'") from exc
     if dev.type == "cuda":
         # Said before anything is read (torch would fail at the first pinned allocation).
         if not torch.cuda.is_available():

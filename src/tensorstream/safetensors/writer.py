@@ -27,6 +27,16 @@ def _dtype_name(name: str, t: torch.Tensor) -> str:
                                  "cannot hold") from None
 
 
+def _check_unicode(text: str, what: str) -> None:
+    """Refuse a lone surrogate (``"\\ud800"``): JSON would escape it, and the file
+    would be one that neither safetensors nor tensorstream loads."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"{what} {text!r} is not valid Unicode (a lone surrogate); "
+                                 "safetensors cannot store it") from None
+
+
 def save(
     tensors: Mapping[str, torch.Tensor],
     uri: str | os.PathLike[str] | ParsedURI,
@@ -45,14 +55,20 @@ def save(
     >>> tensorstream.safetensors.save(model.state_dict(), "s3://b/model.safetensors")  # doctest: +SKIP
     """
     _check_byteorder()
+    if not isinstance(tensors, Mapping):
+        raise ConfigurationError(f"tensors must map names to tensors, got {type(tensors).__name__}")
     if metadata is not None and (not isinstance(metadata, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
         raise ConfigurationError("safetensors metadata must map strings to strings")
+    for text in (*(metadata or ()), *(metadata or {}).values()):
+        _check_unicode(text, "metadata")
+    for name in tensors:  # before sorting them: a name that is no string cannot be ordered
+        if not isinstance(name, str) or name == "__metadata__":
+            raise ConfigurationError(f"invalid tensor name {name!r}")
+        _check_unicode(name, "tensor name")
     entries = []
     for name in sorted(tensors):
         t = tensors[name]
-        if not isinstance(name, str) or name == "__metadata__":
-            raise ConfigurationError(f"invalid tensor name {name!r}")
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
             raise ConfigurationError(f"{name!r} is not a dense tensor")
         if t.device.type == "meta":
