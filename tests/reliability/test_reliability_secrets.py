@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
@@ -100,6 +101,8 @@ def test_http_canary_never_leaks(http_server: HTTPTestServer, debug_logs: Any,
     got, exc, f = _read(base, **opts)
     assert exc is None and got == DATA
     seen = [_exposures(None, f, f._provider, f._provider.inner, tensorstream.uri.parse_uri(base))]
+    # What stat() reports: its path is the URL's path and query (the repr showed the signature).
+    seen += [repr(f.info), str(f.info), repr(asyncio.run(tensorstream.stat(base, **opts)))]
     # Failures: 404, then 503 until the attempts run out (retry logs, chained errors).
     for status in (404, 503):
         http_server.faults.status_script = [status] * 3

@@ -68,6 +68,11 @@ class ObjectInfo:
     version: str | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
+    def __repr__(self) -> str:
+        # An HTTP path holds the URL's query: a presigned URL's signature must not be shown.
+        return (f"ObjectInfo(path={redact_text(self.path)!r}, size={self.size!r}, "
+                f"etag={self.etag!r}, mtime={self.mtime!r}, version={self.version!r})")
+
 
 @dataclasses.dataclass(frozen=True)
 class Pin:
