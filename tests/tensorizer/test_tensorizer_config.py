@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -143,3 +144,32 @@ def test_encryption_from_config_uses_stream_options(tmp_path: Path) -> None:
     assert (tmp_path / "fresh.key").stat().st_size == 32
     with cfg.deserialize("cpu") as sd:
         assert torch.equal(sd["w"], torch.ones(2))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"tensorizer_uri": "https://h/m.tensors?X-Amz-Signature=canary-sig"},
+    {"tensorizer_uri": "https://u:canary-pw@h/m.tensors"},
+    {"tensorizer_dir": "redis://:canary-pw@h/k"},
+    {"tensorizer_dir": "s3://b/d", "s3_endpoint": "http://u:canary-pw@h"},
+    {"tensorizer_dir": "s3://b/d", "deserialization_kwargs": {"encryption": b"canary-key" * 4}},
+    {"tensorizer_dir": "s3://b/d", "serialization_kwargs": {"encryption": b"canary-key" * 4}},
+    {"tensorizer_dir": "s3://b/d", "deserialization_kwargs": {"passphrase": "canary-pass"}},
+])
+def test_a_config_holding_a_secret_anywhere_is_masked_and_refuses_to_pickle(
+        kwargs: dict[str, Any]) -> None:
+    """Raw key bytes in ``*_kwargs`` were shown by repr(); they, a URI's password and a
+    presigned signature were pickled (the docs: a config holding a secret refuses)."""
+    cfg = TensorizerConfig(**kwargs)
+    assert "canary" not in repr(cfg) and "canary" not in str(cfg)
+    with pytest.raises(TypeError, match="secrets"):
+        pickle.dumps(cfg)
+
+
+def test_a_config_whose_encryption_names_a_key_file_still_pickles() -> None:
+    from tensorstream.tensorizer.crypto import Encryption
+
+    cfg = TensorizerConfig(tensorizer_dir="s3://b/d",
+                           deserialization_kwargs={"encryption": Encryption(keyfile="s3://b/k")})
+    assert "s3://b/k" in repr(cfg)
+    back = pickle.loads(pickle.dumps(cfg))
+    assert back.deserializer_options()["encryption"].keyfile == "s3://b/k"

@@ -43,10 +43,21 @@ def _is_secret_name(name: str) -> bool:
     return any(w in name.lower() for w in _SECRET_WORDS) and name != "s3_access_key_id"
 
 
+def _holds_secret(name: str, value: Any) -> bool:
+    """Whether a ``*_kwargs`` entry is a secret: a secret-named value, or an
+    ``encryption`` that is key material (32 key bytes, tensorizer's params; an
+    ``Encryption`` naming a key file is not, and shows and pickles itself)."""
+    if not value:
+        return False
+    if name == "encryption":
+        return getattr(value, "keyfile", None) is None
+    return _is_secret_name(name)
+
+
 def _masked_mapping(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if d is None:
         return None
-    return {k: (mask(str(v)) if _is_secret_name(k) and v else v) for k, v in d.items()}
+    return {k: (mask(str(v)) if _holds_secret(k, v) else v) for k, v in d.items()}
 
 
 @dataclasses.dataclass(repr=False)
@@ -119,14 +130,20 @@ class TensorizerConfig:
     __str__ = __repr__
 
     def __reduce__(self) -> Any:
+        kwargs = (self.stream_kwargs, self.deserialization_kwargs, self.serialization_kwargs)
         if self.s3_secret_access_key or any(
-            _is_secret_name(k) and v for k, v in (self.stream_kwargs or {}).items()
+            _holds_secret(k, v) for d in kwargs for k, v in (d or {}).items()
+        ) or any(  # a URI's password or presigned signature
+            isinstance(v, str) and redact(v) != v
+            for v in (self.tensorizer_uri, self.tensorizer_dir, self.encryption_keyfile,
+                      self.s3_endpoint)
         ):
             raise TypeError(
                 "refusing to pickle a TensorizerConfig holding secrets; pass them through "
                 "the environment (S3_SECRET_ACCESS_KEY) in the receiving process instead"
             )
-        return (_rebuild, (dataclasses.asdict(self),))
+        # Not dataclasses.asdict: it turned an Encryption in *_kwargs into a plain dict.
+        return (_rebuild, ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},))
 
     # -- derived settings ------------------------------------------------------
     @property
