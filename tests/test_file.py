@@ -139,3 +139,19 @@ def test_an_interrupted_read_leaves_the_reader_usable(
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_closed_file_answers_only_closed(tmp_path: Path) -> None:
+    """As io's files: after close() every method but ``closed`` raises ValueError (readable,
+    seekable, writable, and a writer's tell and flush answered as if it were open)."""
+    writer = tensorstream.open(str(tmp_path / "w.bin"), "wb")
+    writer.write(b"abc")
+    writer.close()
+    reader = tensorstream.open(str(tmp_path / "w.bin"))
+    reader.close()
+    for f in (writer, reader):
+        assert f.closed
+        for call in (f.readable, f.seekable, f.writable, f.tell, f.flush):
+            with pytest.raises(ValueError, match="closed file"):
+                call()
+        f.close()  # a second close is a no-op

@@ -151,13 +151,17 @@ class StreamReader(io.RawIOBase):
         raise TypeError("StreamReader cannot be pickled; pass the URI and reopen it instead")
 
     # -- io.RawIOBase ---------------------------------------------------------
+    # As io's files, a closed file answers nothing but ``closed`` (ValueError).
     def readable(self) -> bool:
+        self._check_closed()
         return True
 
     def seekable(self) -> bool:
+        self._check_closed()
         return True
 
     def writable(self) -> bool:
+        self._check_closed()
         return False
 
     def tell(self) -> int:
@@ -424,16 +428,21 @@ class StreamWriter(io.RawIOBase):
     def __reduce__(self) -> Any:
         raise TypeError("StreamWriter cannot be pickled")
 
+    # As io's files, a closed file answers nothing but ``closed`` (ValueError).
     def writable(self) -> bool:
+        self._check_closed()
         return True
 
     def readable(self) -> bool:
+        self._check_closed()
         return False
 
     def seekable(self) -> bool:
+        self._check_closed()
         return False
 
     def tell(self) -> int:
+        self._check_closed()
         return self._written
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
@@ -463,6 +472,11 @@ class StreamWriter(io.RawIOBase):
 
     def flush(self) -> None:
         """No-op for durability: the object only appears on ``close()``."""
+        self._check_closed()
+
+    def _check_closed(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
 
     def close(self) -> None:
         """Publish the object atomically (commit) and release the provider."""
