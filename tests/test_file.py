@@ -155,3 +155,35 @@ def test_a_closed_file_answers_only_closed(tmp_path: Path) -> None:
             with pytest.raises(ValueError, match="closed file"):
                 call()
         f.close()  # a second close is a no-op
+
+
+def test_positions_given_to_a_reader_are_integers(reader: Any) -> None:
+    """As seek(): read_ranges' offsets went out as "bytes=1.5-2.5" (S3: "the server ignored
+    the Range header", HTTP: "the object changed", Redis: a ProtocolError), and a float
+    readahead end made every later read raise TypeError."""
+    import numpy
+
+    from tensorstream.errors import InvalidRangeError
+
+    for bad in (1.5, "1"):
+        with pytest.raises(TypeError):
+            reader.read_ranges([(bad, bytearray(2))])
+        with pytest.raises(TypeError):
+            reader.set_readahead_end(bad)
+        with pytest.raises(TypeError):
+            reader.expect(bad, bytearray(2))
+        with pytest.raises(TypeError):
+            reader.set_read_boundaries([0, bad])
+        with pytest.raises(TypeError):
+            reader.fork(end=bad)
+    with pytest.raises(InvalidRangeError, match="negative offset -5"):
+        reader.read_ranges([(-5, bytearray(2))])
+    for call in (lambda: reader.set_readahead_end(-1), lambda: reader.fork(end=-1),
+                 lambda: reader.expect(-1, bytearray(2))):
+        with pytest.raises(ValueError, match="negative"):
+            call()
+    buf = bytearray(4)
+    reader.read_ranges([(numpy.int64(3), buf)])
+    assert buf == DATA[3:7]
+    reader.set_readahead_end(numpy.int64(100))
+    assert reader.read() == DATA  # nothing above left the reader unusable

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from . import _loop
-from .errors import UnsupportedOperationError
+from .errors import InvalidRangeError, UnsupportedOperationError
 from .headroom import read_buffer
 from .layers import timeout as _timeout
 from .layers.stack import PolicyProvider
@@ -53,6 +53,15 @@ def _as_byte_view(b: Any) -> memoryview:
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
+
+
+def _position(value: Any, what: str) -> int:
+    """A byte position given to a reader: an integer (anything with ``__index__``,
+    else TypeError, as ``seek``), never negative (ValueError)."""
+    pos = operator.index(value)
+    if pos < 0:
+        raise ValueError(f"negative {what} {pos}")
+    return pos
 
 
 class StreamReader(io.RawIOBase):
@@ -286,6 +295,7 @@ class StreamReader(io.RawIOBase):
         its own way to fetch them.
         """
         self._check_closed()
+        end = None if end is None else _position(end, "end")
         # Forks share the read-ahead memory budget: ``readahead`` bounds the load.
         fork = StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end,
                             budget=self._prefetch.budget)
@@ -326,6 +336,7 @@ class StreamReader(io.RawIOBase):
         received into each in turn). A hint: reads are exact either way. ``buffer`` must not be
         used until that read returns, and is the caller's once it did (nothing is received
         into what a read returned); expected ranges must not overlap."""
+        offset = _position(offset, "offset")
         with self._lock:
             self._check_closed()
             if not self._inline:  # local reads have no read-ahead
@@ -338,7 +349,13 @@ class StreamReader(io.RawIOBase):
         straight into its buffer, pinned to the version seen at open; a range
         past the end raises :class:`~tensorstream.errors.InvalidRangeError`."""
         self._check_closed()
-        todo = [(offset, _as_byte_view(b)) for offset, b in ranges]
+        # An offset of 1.5 went out as "bytes=1.5-2.5" (a ProtocolError, or a 416 taken for
+        # a changed object); an integer is checked here, once, as seek() checks its own.
+        todo = [(operator.index(offset), _as_byte_view(b)) for offset, b in ranges]
+        for offset, _view in todo:
+            if offset < 0:  # as every provider says it (some said "past the end")
+                raise InvalidRangeError(f"negative offset {offset}", operation="read_ranges",
+                                        path=self.name)
         todo = [(offset, view) for offset, view in todo if len(view)]
         path, pin = self._uri.path, self._pin
         if not self._inline and _loop.in_loop_thread():
@@ -377,8 +394,9 @@ class StreamReader(io.RawIOBase):
         default, boundaries closer together than ``part_size`` are merged, so
         small tensors share requests); for a caller that announces a buffer
         per stretch (:meth:`expect`)."""
+        checked = sorted({_position(offset, "boundary") for offset in offsets})
         with self._lock:
-            self._boundaries = sorted(set(offsets))
+            self._boundaries = checked
             self._exact = exact
             self._prefetch.set_boundaries(self._boundaries, exact=exact)
 
@@ -387,6 +405,7 @@ class StreamReader(io.RawIOBase):
         as :meth:`fork`'s ``end`` does: for a reader that is done at ``end``
         (tensorizer's first reader, whose share of the file ends there). A
         hint: reads past it still work."""
+        end = None if end is None else _position(end, "end")
         with self._lock:
             self._check_closed()
             self._limit = end
