@@ -206,6 +206,22 @@ def test_open_get_tensor_and_slices(backend: Backend,
             f.get_tensor("nope")
 
 
+def test_a_bool_index_is_refused_not_read_as_a_row(tmp_path: Path) -> None:
+    """torch takes ``t[True]`` as a mask (a new dimension); ``get_slice(...)[True]`` read
+    row 1 (``operator.index(True)``): other bytes than asked, silently."""
+    import numpy
+
+    path = tmp_path / "b.safetensors"
+    x = torch.arange(60, dtype=torch.float32).reshape(3, 4, 5)
+    ts_st.save({"x": x}, path)
+    with ts_st.open(path) as f:
+        s = f.get_slice("x")
+        for key in (True, False, (0, True), numpy.bool_(True), torch.tensor(True)):
+            with pytest.raises(TypeError, match="bool"):
+                s[key]
+        assert s[1, numpy.int64(2)].equal(x[1, 2])  # integers of any kind still index
+
+
 def test_get_slice_reads_only_the_rows_asked_for(
         http_server: Any, http_reset: None, model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file

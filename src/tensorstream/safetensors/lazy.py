@@ -260,6 +260,11 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, i
                 step = 1
             out.append(((start, stop, step), False))
             continue
+        if isinstance(k, bool) or str(getattr(k, "dtype", "")) in ("bool", "torch.bool"):
+            # torch (and safetensors) take a bool as a mask (a new dimension), never as
+            # 0 or 1: operator.index(True) read row 1 instead.
+            raise TypeError(f"unsupported index {k!r}: a bool is a mask in torch, not a "
+                            "position; use integers, slices or ...")
         try:
             i = operator.index(k)
         except TypeError:
