@@ -581,6 +581,18 @@ def test_what_tensorizer_cannot_write_is_named_and_writes_nothing(tmp_path: Path
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("obj", [
+    {"a": torch.ones(2), "b": {"c": torch.eye(2).to_sparse()}},
+    [torch.ones(1), torch.eye(2).to_sparse_csr()],
+], ids=["nested-sparse-coo", "sparse-csr-in-a-list"])
+def test_a_sparse_tensor_is_named_and_writes_nothing(tmp_path: Path, obj: Any) -> None:
+    # tensorizer raised torch's bare RuntimeError "unsupported memory format option Contiguous".
+    with pytest.raises(errors.TensorstreamError, match=r"tensor '(b\.c|1)' is not dense") as info:
+        serialize(obj, tmp_path / "m.tensors")
+    assert isinstance(info.value, TypeError)
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_empty_tensor_tensorizer_cannot_encrypt_is_named_and_writes_nothing(
         tmp_path: Path) -> None:
     with pytest.raises(errors.TensorstreamError, match="tensorizer cannot write") as info:

@@ -600,6 +600,22 @@ def _has_tensor(obj: Any) -> bool:
     return False
 
 
+def _not_dense(obj: Any, name: str = "") -> str | None:
+    """The name of the first tensor in ``obj`` that is not dense (sparse, mkldnn), or None."""
+    if isinstance(obj, torch.Tensor):
+        return name if obj.layout != torch.strided else None
+    if isinstance(obj, torch.nn.Module):
+        named = itertools.chain(obj.named_parameters(), obj.named_buffers())
+        return next((n for n, t in named if t.layout != torch.strided), None)
+    items = (obj.items() if isinstance(obj, Mapping)
+             else enumerate(obj) if isinstance(obj, list | tuple) else ())
+    for key, value in items:
+        found = _not_dense(value, f"{name}.{key}" if name else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def _check_serializable(obj: Any) -> None:
     """Refuse, before anything is written, what would make no readable file."""
     if not isinstance(obj, torch.nn.Module | Mapping | list | tuple):
@@ -609,6 +625,11 @@ def _check_serializable(obj: Any) -> None:
         raise InvalidArgumentError(
             f"serialize() was given a {type(obj).__name__} without any tensor: tensorizer "
             "cannot read a file without tensors, so none is written")
+    # tensorizer's own error is torch's "unsupported memory format option Contiguous".
+    if (sparse := _not_dense(obj)) is not None:
+        raise InvalidArgumentError(
+            f"serialize(): tensor {sparse!r} is not dense (sparse?); tensorizer writes dense "
+            "tensors only: convert it with .to_dense() first")
 
 
 def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
