@@ -373,3 +373,25 @@ def test_a_file_or_directory_in_the_way_is_named(tmp_path: Path) -> None:
     assert f"{tmp_path / 'dst' / 'a.bin'} is a directory; a file cannot take its place" \
            in result.errors[0]
     assert sorted(p.name for p in (tmp_path / "dst").iterdir()) == ["a.bin"]
+
+
+def test_a_local_name_that_is_not_utf8_is_refused_for_s3_and_the_rest_copied(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """A file name that is not UTF-8 cannot be an S3 key: the first request that encoded it
+    raised UnicodeEncodeError and failed the whole copy (nothing copied, the name unsaid)."""
+    from fixtures_s3 import S3_BUCKET
+
+    prefix = f"utf8-{secrets.token_hex(4)}"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.bin").write_bytes(b"fine")
+    bad = os.path.join(os.fsencode(src), b"bad\xffname")
+    with open(bad, "wb") as f:
+        f.write(b"latin-1 name")
+    result = copy_tree(str(src), f"s3://{S3_BUCKET}/{prefix}/", **moto_s3.options())
+    assert result.files == 1 and len(result.errors) == 1, result.errors
+    assert "bad\\udcffname" in repr(result.errors[0]) and "not valid UTF-8" in result.errors[0]
+    assert moto_s3.get(S3_BUCKET, f"{prefix}/ok.bin") == b"fine"
+    result = copy(str(src / "ok.bin"), f"s3://{S3_BUCKET}/{prefix}/x" + os.fsdecode(b"\xff"),
+                  **moto_s3.options())
+    assert result.files == 0 and "not valid UTF-8" in result.errors[0]

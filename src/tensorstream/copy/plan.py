@@ -69,6 +69,15 @@ def names_no_object(uri: ParsedURI) -> bool:
     return not path or (uri.scheme in ("s3", "s3a") and "/" not in path)
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a file name that is not is held as surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _inside(path: str, directory: str) -> bool:
     """Whether ``path`` is ``directory`` itself or below it (symlinks resolved); a
     directory onto itself is refused per file (same object), so only below counts."""
@@ -142,6 +151,13 @@ class Planner:
                     base = dst_uri.path.rstrip("/")
                     target = (f"{base}/{rel}" if base else rel) if into_dir else dst_uri.path
                     job = Job(src, src_uri, info.path, info, dst, dst_uri, target, None)
+                    if dst_uri.scheme in ("s3", "s3a") and not _utf8(target):
+                        # A local name that is not UTF-8 (kept by Python as surrogates)
+                        # cannot be an S3 key: refused here, by name, not by the first
+                        # request that encodes it (which failed the whole copy).
+                        self.error(job.label, f"refused: {job.dst_label} is not valid "
+                                   "UTF-8, and S3 keys must be")
+                        continue
                 if self._same_object(job):
                     self.error(job.label, "refused: source and destination are the same object")
                     continue
