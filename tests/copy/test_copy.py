@@ -395,3 +395,27 @@ def test_a_local_name_that_is_not_utf8_is_refused_for_s3_and_the_rest_copied(
     result = copy(str(src / "ok.bin"), f"s3://{S3_BUCKET}/{prefix}/x" + os.fsdecode(b"\xff"),
                   **moto_s3.options())
     assert result.files == 0 and "not valid UTF-8" in result.errors[0]
+
+
+def test_a_bare_bucket_source_gets_an_error_that_says_what_to_do(tmp_path: Path,
+                                                                 moto_s3: Any) -> None:
+    """``cp s3://bucket DST``, ``cp -r`` of an empty or missing bucket: each said only
+    ``S3 paths are bucket/key, got 'bucket'`` (the fallback stat of a bare bucket)."""
+    from fixtures_s3 import S3_BUCKET
+
+    empty = f"empty-{secrets.token_hex(4)}"
+    moto_s3.create_bucket(empty)
+    try:
+        result = copy_tree(f"s3://{empty}", str(tmp_path / "a"), **moto_s3.options())
+        assert result.errors == [f"s3://{empty}: nothing to copy at s3://{empty} (the bucket "
+                                 "is empty)"]
+    finally:
+        moto_s3.client.delete_bucket(Bucket=empty)
+    missing = f"missing-{secrets.token_hex(4)}"
+    result = copy_tree(f"s3://{missing}", str(tmp_path / "b"), **moto_s3.options())
+    assert len(result.errors) == 1 and f"no such bucket '{missing}'" in result.errors[0]
+    result = copy(f"s3://{S3_BUCKET}", str(tmp_path / "c") + "/", **moto_s3.options())
+    assert result.errors == [f"s3://{S3_BUCKET}: s3://{S3_BUCKET} is a bucket, not an object; "
+                             "add -r (--recursive) to copy the objects in it"]
+    assert not any("bucket/key" in e for e in result.errors)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()

@@ -263,9 +263,13 @@ class Planner:
                 rel = relative_key(info.path, base)
                 if rel is not None:  # outside the prefix (e.g. "data-evil/"): not ours
                     by_key[rel] = info
-        except NotFoundError:
-            pass
+        except NotFoundError as exc:
+            if "NoSuchBucket" in str(exc):
+                raise  # said as it is, not as the stat below failing on a bare bucket
         if not by_key:
+            if uri.scheme in ("s3", "s3a") and names_no_object(uri):
+                raise NotFoundError(f"nothing to copy at {redact_text(raw)} (the bucket "
+                                    "is empty)")
             try:  # "cp -r" of a single object copies that object
                 info = await src.stat(uri.path)
             except NotFoundError:
@@ -314,6 +318,14 @@ class Planner:
         if uri.scheme == "file" and os.path.isdir(uri.path):
             raise NotFoundError(f"{uri.path} is a directory; add -r (--recursive) to copy "
                                 "the files in it")
+        if uri.scheme in ("s3", "s3a") and names_no_object(uri):
+            # A bare bucket is no object: stat said only "S3 paths are bucket/key".
+            if await self._what_is_under(src, uri.path) == "no bucket":
+                raise NotFoundError(f"bucket {uri.path.strip('/')!r} does not exist "
+                                    "('tensorstream ls s3://' lists the buckets these "
+                                    "credentials see)")
+            raise NotFoundError(f"{redact_text(raw)} is a bucket, not an object; add -r "
+                                "(--recursive) to copy the objects in it")
         try:
             return name, await src.stat(uri.path)
         except NotFoundError:
