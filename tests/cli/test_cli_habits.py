@@ -100,6 +100,38 @@ def test_dash_is_stdout_and_stdin(tmp_path: Path) -> None:
     assert r.stdout.decode() == f"copy: - -> {tmp_path / 'b.bin'}\n"
 
 
+def test_dash_from_stdin_keeps_the_output_modes_and_makes_the_directories(
+        tmp_path: Path) -> None:
+    """``cp - DST``: ``--json`` ended without the summary object every ``cp --json`` ends
+    with (none at all on failure), ``--json``/``--quiet --dryrun`` printed a plain text line,
+    and a DST under missing directories failed where ``cp FILE DST`` makes them."""
+    def run(*argv: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "tensorstream", "cp", *argv], input=b"abc",
+                              capture_output=True, timeout=60)
+
+    r = run("-", str(tmp_path / "new" / "dir" / "b.bin"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "new" / "dir" / "b.bin").read_bytes() == b"abc"
+    r = run("--json", "-", str(tmp_path / "c.bin"))
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and [d["op"] for d in lines] == ["copy", "summary"]
+    assert lines[0]["status"] == "copied" and lines[1]["files"] == 1 and lines[1]["bytes"] == 3
+    r = run("--json", "--dryrun", "-", str(tmp_path / "d.bin"))
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and [d["status"] for d in lines[:1]] == ["dryrun"]
+    assert lines[1]["op"] == "summary" and lines[1]["files"] == 0
+    r = run("--quiet", "--dryrun", "-", str(tmp_path / "d.bin"))
+    assert r.returncode == 0 and r.stdout == b"" and r.stderr == b""
+    assert not (tmp_path / "d.bin").exists()
+    (tmp_path / "file").write_bytes(b"in the way")
+    r = run("--json", "-", str(tmp_path / "file" / "e.bin"))
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 1 and lines[0]["status"] == "failed"
+    assert lines[1]["op"] == "summary" and len(lines[1]["errors"]) == 1
+    assert "cannot be made: a file is in its way" in r.stderr.decode()
+    assert (tmp_path / "file").read_bytes() == b"in the way"
+
+
 def test_copy_onto_itself_is_refused(tmp_path: Path, moto_s3: Any) -> None:
     (tmp_path / "a.bin").write_bytes(b"original")
     before = os.stat(tmp_path / "a.bin").st_mtime_ns

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import time
 from typing import Any
 
 from ..api import get_provider
@@ -187,31 +188,73 @@ def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
             "://" in dest and names_no_object(parse_uri(dest))):
         print_error(f"'cp - DST' needs DST to name the object, not a directory: {dest}")
         return EXIT_USAGE
+    text = not (args.quiet or args.json or args.only_show_errors)
     if args.dryrun:
-        print(f"(dryrun) copy: - -> {escape(redact_text(dest))}")
+        if text:
+            print(f"(dryrun) copy: - -> {escape(redact_text(dest))}")
+        _stream_json(args, dest, "dryrun", 0, 0.0)
         return 0
 
     async def go() -> int:
         uri = parse_uri(dest)
         total = 0
         read = getattr(sys.stdin.buffer, "read1", sys.stdin.buffer.read)  # what is there
-        async with get_provider(uri, **dst_options) as provider:
-            async with provider.open_writer(uri.path) as writer:
-                while True:
-                    chunk = await asyncio.to_thread(read, _CHUNK)
-                    if not chunk:
-                        break
-                    await writer.write(chunk)
-                    total += len(chunk)
-        if not (args.quiet or args.json or args.only_show_errors):
+        t0 = time.perf_counter()
+        try:
+            if uri.scheme == "file":
+                # As for 'cp SRC DST': missing directories above a local DST are made.
+                _make_parent(uri.path)
+            async with get_provider(uri, **dst_options) as provider:
+                async with provider.open_writer(uri.path) as writer:
+                    while True:
+                        chunk = await asyncio.to_thread(read, _CHUNK)
+                        if not chunk:
+                            break
+                        await writer.write(chunk)
+                        total += len(chunk)
+        except Exception as exc:
+            _stream_json(args, dest, "failed", 0, time.perf_counter() - t0,
+                         error=f"- -> {redact_text(dest)}: {exc}")
+            raise
+        if text:
             print(f"copy: - -> {escape(redact_text(dest))}", flush=True)
             print(f"copied 1 file ({human_size(total)}) from stdin", file=sys.stderr)
-        if args.json:
-            print(json.dumps({"op": "copy", "src": "-", "dst": redact_text(dest), "size": total,
-                              "status": "copied", "verified": False}), flush=True)
+        _stream_json(args, dest, "copied", total, time.perf_counter() - t0)
         return 0
 
     return run_async(go, lambda: "nothing was written to the destination")
+
+
+def _make_parent(path: str) -> None:
+    """Make the directories above a local ``cp - DST``, naming a file in their way."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise OSError(exc.errno, f"the destination directory {parent} cannot be made: a "
+                      "file is in its way") from None
+
+
+def _stream_json(args: argparse.Namespace, dest: str, status: str, size: int, seconds: float,
+                 error: str | None = None) -> None:
+    """``--json`` of ``cp - DST``: the object's line, then the summary object every
+    ``cp --json`` ends with (dryrun and failure included)."""
+    if not args.json:
+        return
+    from ..copy.engine import CopyResult
+    from .output import human_size
+
+    copied = status == "copied"
+    line: dict[str, Any] = {"op": "copy", "src": "-", "dst": redact_text(dest), "size": size,
+                            "status": status, "verified": False, "seconds": round(seconds, 6)}
+    if error is not None:
+        line["error"] = redact_text(error)
+    result = CopyResult(files=int(copied), bytes=size, seconds=seconds, verified=False,
+                        errors=[line["error"]] if error is not None else [])
+    summary = {"copied": f"copied 1 file ({human_size(size)}) from stdin",
+               "dryrun": "(dryrun) would copy 1 file", "failed": "1 failed"}[status]
+    for obj in (line, {"op": "summary", **result.to_dict(), "summary": summary}):
+        print(json.dumps(obj, sort_keys=True), flush=True)
 
 
 def run_rm(args: argparse.Namespace) -> int:
