@@ -132,6 +132,42 @@ def test_dash_from_stdin_keeps_the_output_modes_and_makes_the_directories(
     assert (tmp_path / "file").read_bytes() == b"in the way"
 
 
+def test_cp_onto_a_device_or_fifo_writes_into_it_and_keeps_it(tmp_path: Path) -> None:
+    """``cp SRC /dev/null`` (as aws s3 cp): the bytes go into the device or FIFO in order;
+    the rename of a temp file replaced the node itself (/dev/null, as root)."""
+    import stat
+    import threading
+
+    data = os.urandom(3_000_000)
+    (tmp_path / "a.bin").write_bytes(data)
+    (tmp_path / "null").symlink_to("/dev/null")
+    r = cli("cp", "--part-size", "1M", str(tmp_path / "a.bin"), str(tmp_path / "null"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"copy: {tmp_path / 'a.bin'} -> {tmp_path / 'null'}\n"
+    assert os.readlink(tmp_path / "null") == "/dev/null"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = cli("cp", str(tmp_path / "a.bin"), str(fifo))  # nobody reads: said, not a hang
+    assert r.returncode == 1 and "is a FIFO: no reader" in r.stderr
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        for _ in range(100):  # the reader's open has to come first
+            r = cli("cp", "--json", str(tmp_path / "a.bin"), str(fifo))
+            if r.returncode == 0:
+                break
+    finally:
+        if not got:
+            with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+                pass  # let a reader still waiting go
+        reader.join(10)
+    assert r.returncode == 0, r.stderr
+    assert got == [data] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [d["op"] for d in lines] == ["copy", "summary"] and lines[1]["bytes"] == len(data)
+
+
 def test_copy_onto_itself_is_refused(tmp_path: Path, moto_s3: Any) -> None:
     (tmp_path / "a.bin").write_bytes(b"original")
     before = os.stat(tmp_path / "a.bin").st_mtime_ns

@@ -419,3 +419,27 @@ def test_a_bare_bucket_source_gets_an_error_that_says_what_to_do(tmp_path: Path,
                              "add -r (--recursive) to copy the objects in it"]
     assert not any("bucket/key" in e for e in result.errors)
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_device_or_fifo_at_the_destination_is_never_replaced(tmp_path: Path) -> None:
+    """The temp file's rename replaced whatever node had the destination's name: ``cp x
+    /dev/null`` as root left /dev/null a regular file, a FIFO a reader waited on vanished."""
+    import stat
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.bin").write_bytes(b"a")
+    (tmp_path / "src" / "b.bin").write_bytes(b"b")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "null").symlink_to("/dev/null")
+    for target in ("fifo", "null"):
+        result = copy(str(tmp_path / "src" / "a.bin"), str(tmp_path / target))
+        assert result.files == 0 and len(result.errors) == 1
+        assert "never replaces" in result.errors[0] and "cp SRC - >" in result.errors[0]
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+    assert os.readlink(tmp_path / "null") == "/dev/null"
+    (tmp_path / "dst").mkdir()
+    os.mkfifo(tmp_path / "dst" / "a.bin")
+    result = copy_tree(str(tmp_path / "src"), str(tmp_path / "dst"))
+    assert result.files == 1 and len(result.errors) == 1 and "a FIFO" in result.errors[0]
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "dst" / "a.bin").st_mode)
+    assert (tmp_path / "dst" / "b.bin").read_bytes() == b"b"

@@ -241,6 +241,9 @@ def run(args: argparse.Namespace) -> int:
         from .objects import copy_stream
         return copy_stream(args, sources, dest, {**options, **src_options},
                            {**options, **dst_options})
+    if (into := _into_special_file(args, sources, dest)) is not None:
+        from .objects import copy_into_special
+        return copy_into_special(args, sources[0], into, {**options, **src_options})
     rules = Rules(getattr(args, "rules", None) or [])
     if (refused := unmatchable_rule(rules.rules, "SRC")) is not None:
         print_error(refused)  # what it was meant to leave out would be copied
@@ -295,6 +298,25 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_PARTIAL if done else EXIT_FAILED
 
     return run_async(go, lambda: _interrupted(result))
+
+
+def _into_special_file(args: argparse.Namespace, sources: list[str], dest: str) -> str | None:
+    """The local path of DST when one object is copied onto a device, FIFO or socket
+    (``cp s3://b/k /dev/null``): written into, like aws s3 cp, never replaced."""
+    from ..copy.plan import special_file
+    from ..copy.wildcards import wildcard
+
+    if args.sync or args.recursive or len(sources) != 1 or dest.endswith("/"):
+        return None
+    try:
+        uri, src = parse_uri(dest), parse_uri(sources[0])
+    except TensorstreamError:
+        return None  # said by the copy
+    if uri.scheme != "file" or special_file(uri.path) is None:
+        return None
+    if args.wildcards and wildcard(src) is not None:
+        return None  # several objects: refused per object by the copy
+    return uri.path
 
 
 def _wildcard_source(sources: list[str]) -> str | None:

@@ -130,24 +130,27 @@ def parse_range(text: str, size: int) -> tuple[int, int]:
     return start, end
 
 
-async def _to_stdout(uri_text: str, options: dict[str, Any], byte_range: str | None) -> int:
+async def _to_stdout(uri_text: str, options: dict[str, Any], byte_range: str | None,
+                     out: Any = None, what: str = "standard output") -> int:
+    """Write the object (or ``byte_range`` of it) to ``out`` (stdout) in order, every
+    read pinned to the version first seen; returns the bytes written."""
     uri = parse_uri(uri_text)
+    out = sys.stdout.buffer if out is None else out
     async with get_provider(uri, **options) as provider:
         info = await provider.stat(uri.path)
         start, end = (0, info.size) if not byte_range else parse_range(byte_range, info.size)
         buf = bytearray(min(_CHUNK, max(end - start, 1)))
-        out = sys.stdout.buffer
         pos = start
         while pos < end:
             view = memoryview(buf)[: min(len(buf), end - pos)]
             await provider.readinto(uri.path, pos, view, pin=Pin.of(info))
-            _write_all(out, view)
+            _write_all(out, view, what)
             pos += len(view)
         out.flush()
-    return 0
+    return end - start if byte_range else info.size
 
 
-def _write_all(out: Any, view: memoryview) -> None:
+def _write_all(out: Any, view: memoryview, what: str = "standard output") -> None:
     """Write all of ``view``: a raw write that takes part of it (a file size limit
     reached, RLIMIT_FSIZE) returns a short count, and the next write raises, so
     the rest is never dropped while the command exits 0."""
@@ -157,9 +160,9 @@ def _write_all(out: Any, view: memoryview) -> None:
         except BrokenPipeError:
             raise  # the reader left: a quiet exit (see main)
         except OSError as exc:
-            raise OSError(exc.errno, f"writing standard output: {exc.strerror}") from exc
+            raise OSError(exc.errno, f"writing {what}: {exc.strerror}") from exc
         if not n:  # None: a non-blocking stdout that took nothing
-            raise OSError(errno.EAGAIN, "writing standard output: it took no bytes")
+            raise OSError(errno.EAGAIN, f"writing {what}: it took no bytes")
         view = view[n:]
 
 
@@ -167,7 +170,12 @@ def run_cat(args: argparse.Namespace) -> int:
     from ._run import run_async
 
     options = storage_options(args)
-    return run_async(lambda: _to_stdout(args.uri, options, args.byte_range))
+
+    async def go() -> int:
+        await _to_stdout(args.uri, options, args.byte_range)
+        return 0
+
+    return run_async(go)
 
 
 def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
@@ -181,7 +189,11 @@ def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
                     "reads stdin into DST (no -r, one SRC)")
         return EXIT_USAGE
     if dest == "-":
-        return run_async(lambda: _to_stdout(sources[0], src_options, None))
+        async def out() -> int:
+            await _to_stdout(sources[0], src_options, None)
+            return 0
+
+        return run_async(out)
     from ..copy.plan import names_no_object
 
     if dest.endswith("/") or os.path.isdir(dest) or (
@@ -225,6 +237,71 @@ def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
     return run_async(go, lambda: "nothing was written to the destination")
 
 
+def copy_into_special(args: argparse.Namespace, source: str, dest: str,
+                      src_options: dict[str, Any]) -> int:
+    """``cp SRC DST`` where DST is a device, FIFO or socket (``/dev/null``): its bytes
+    are written into it in order, as ``cat SRC > DST`` would; a rename would have
+    replaced the node itself (``/dev/null``, as root)."""
+    from ._run import run_async
+    from .output import escape, human_size
+
+    src_uri = parse_uri(source)
+    label = src_uri.path if src_uri.scheme == "file" else redact_text(source)
+    # Nothing of ours is printed into the bytes when DST is our stdout (/dev/stdout).
+    to_stdout = _is_stdout(dest)
+    text = not (args.quiet or args.json or args.only_show_errors)
+    line = f"copy: {escape(label)} -> {escape(dest)}"
+
+    def report(status: str, size: int, seconds: float, error: str | None = None) -> None:
+        if not to_stdout:
+            _stream_json(args, dest, status, size, seconds, error=error, src=label)
+
+    if args.dryrun:
+        if text and not to_stdout:
+            print(f"(dryrun) {line}")
+        report("dryrun", 0, 0.0)
+        return 0
+
+    async def go() -> int:
+        t0, size = time.perf_counter(), 0
+        try:
+            # O_NONBLOCK: a FIFO without a reader is an error now, not a wait that
+            # Ctrl-C cannot end (the open would block a worker thread).
+            fd = os.open(dest, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.set_blocking(fd, True)
+                with open(fd, "wb", buffering=0, closefd=False) as out:
+                    size = await _to_stdout(source, src_options, None, out, what=dest)
+            finally:
+                os.close(fd)
+        except Exception as exc:
+            report("failed", 0, time.perf_counter() - t0, f"{label} -> {dest}: {exc}")
+            if isinstance(exc, OSError) and exc.errno == errno.ENXIO:
+                from ..copy.plan import special_file
+
+                kind = special_file(dest)
+                why = "no reader" if kind == "a FIFO" else "it cannot be opened as a file"
+                raise OSError(exc.errno, f"{dest} is {kind}: {why}") from None
+            raise
+        if text:
+            if not to_stdout:
+                print(line, flush=True)
+            print(f"copied 1 file ({human_size(size)}) into {escape(dest)}", file=sys.stderr)
+        report("copied", size, time.perf_counter() - t0)
+        return 0
+
+    return run_async(go)
+
+
+def _is_stdout(path: str) -> bool:
+    """Whether ``path`` is the file our standard output writes to."""
+    try:
+        there, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (there.st_dev, there.st_ino) == (out.st_dev, out.st_ino)
+
+
 def _make_parent(path: str) -> None:
     """Make the directories above a local ``cp - DST``, naming a file in their way."""
     parent = os.path.dirname(os.path.abspath(path))
@@ -236,22 +313,24 @@ def _make_parent(path: str) -> None:
 
 
 def _stream_json(args: argparse.Namespace, dest: str, status: str, size: int, seconds: float,
-                 error: str | None = None) -> None:
-    """``--json`` of ``cp - DST``: the object's line, then the summary object every
-    ``cp --json`` ends with (dryrun and failure included)."""
+                 error: str | None = None, src: str = "-") -> None:
+    """``--json`` of ``cp - DST`` (and of a copy into a device): the object's line, then
+    the summary object every ``cp --json`` ends with (dryrun and failure included)."""
     if not args.json:
         return
     from ..copy.engine import CopyResult
     from .output import human_size
 
     copied = status == "copied"
-    line: dict[str, Any] = {"op": "copy", "src": "-", "dst": redact_text(dest), "size": size,
-                            "status": status, "verified": False, "seconds": round(seconds, 6)}
+    line: dict[str, Any] = {"op": "copy", "src": redact_text(src), "dst": redact_text(dest),
+                            "size": size, "status": status, "verified": False,
+                            "seconds": round(seconds, 6)}
     if error is not None:
         line["error"] = redact_text(error)
     result = CopyResult(files=int(copied), bytes=size, seconds=seconds, verified=False,
                         errors=[line["error"]] if error is not None else [])
-    summary = {"copied": f"copied 1 file ({human_size(size)}) from stdin",
+    whence = "from stdin" if src == "-" else f"into {dest}"
+    summary = {"copied": f"copied 1 file ({human_size(size)}) {whence}",
                "dryrun": "(dryrun) would copy 1 file", "failed": "1 failed"}[status]
     for obj in (line, {"op": "summary", **result.to_dict(), "summary": summary}):
         print(json.dumps(obj, sort_keys=True), flush=True)

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import os
 import posixpath
+import stat
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, TensorstreamError
@@ -27,7 +28,7 @@ from .wildcards import Wildcard, wildcard
 if TYPE_CHECKING:
     from .engine import CopyResult
 
-__all__ = ["Job", "Planner", "names_no_object"]
+__all__ = ["Job", "Planner", "names_no_object", "special_file"]
 
 
 @dataclasses.dataclass
@@ -76,6 +77,19 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def special_file(path: str) -> str | None:
+    """What ``path`` is (symlinks followed) when it is a device, FIFO or socket, else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -147,6 +161,13 @@ class Planner:
                     parts = rel.split("/") if into_dir else [os.path.basename(dst_uri.path)]
                     target = os.path.join(root, *parts)
                     job = Job(src, src_uri, info.path, info, dst, dst_uri, target, (root, parts))
+                    if (kind := special_file(target)) is not None:
+                        # The temp file's rename would replace the node itself: /dev/null
+                        # (as root), a FIFO a reader waits on, /dev/stdout's link.
+                        self.error(job.label, f"refused: {target} is {kind}, which cp never "
+                                   "replaces (it publishes whole files by rename); to write "
+                                   f"into it: tensorstream cp SRC - > {target}")
+                        continue
                 else:
                     base = dst_uri.path.rstrip("/")
                     target = (f"{base}/{rel}" if base else rel) if into_dir else dst_uri.path
