@@ -377,8 +377,9 @@ def test_a_file_or_directory_in_the_way_is_named(tmp_path: Path) -> None:
 
 def test_a_local_name_that_is_not_utf8_is_refused_for_s3_and_the_rest_copied(
         tmp_path: Path, moto_s3: Any) -> None:
-    """A file name that is not UTF-8 cannot be an S3 key: the first request that encoded it
-    raised UnicodeEncodeError and failed the whole copy (nothing copied, the name unsaid)."""
+    """A file name that is not UTF-8 cannot be an S3 key. One that sorted first failed the
+    whole copy with a bare UnicodeEncodeError (nothing copied, the name unsaid): the bucket's
+    check lists under the first target before the uploads refuse such keys one by one."""
     from fixtures_s3 import S3_BUCKET
 
     prefix = f"utf8-{secrets.token_hex(4)}"
@@ -390,11 +391,11 @@ def test_a_local_name_that_is_not_utf8_is_refused_for_s3_and_the_rest_copied(
         f.write(b"latin-1 name")
     result = copy_tree(str(src), f"s3://{S3_BUCKET}/{prefix}/", **moto_s3.options())
     assert result.files == 1 and len(result.errors) == 1, result.errors
-    assert "bad\\udcffname" in repr(result.errors[0]) and "not valid UTF-8" in result.errors[0]
+    assert "bad\\udcffname" in repr(result.errors[0]) and "S3 keys are UTF-8" in result.errors[0]
     assert moto_s3.get(S3_BUCKET, f"{prefix}/ok.bin") == b"fine"
     result = copy(str(src / "ok.bin"), f"s3://{S3_BUCKET}/{prefix}/x" + os.fsdecode(b"\xff"),
                   **moto_s3.options())
-    assert result.files == 0 and "not valid UTF-8" in result.errors[0]
+    assert result.files == 0 and "S3 keys are UTF-8" in result.errors[0]
 
 
 def test_a_bare_bucket_source_gets_an_error_that_says_what_to_do(tmp_path: Path,

@@ -174,10 +174,10 @@ class Planner:
                     job = Job(src, src_uri, info.path, info, dst, dst_uri, target, None)
                     if dst_uri.scheme in ("s3", "s3a") and not _utf8(target):
                         # A local name that is not UTF-8 (kept by Python as surrogates)
-                        # cannot be an S3 key: refused here, by name, not by the first
-                        # request that encodes it (which failed the whole copy).
-                        self.error(job.label, f"refused: {job.dst_label} is not valid "
-                                   "UTF-8, and S3 keys must be")
+                        # cannot be an S3 key: refused here, by name; the bucket's check
+                        # below lists under the first target and failed the whole copy.
+                        self.error(job.label, f"refused: S3 keys are UTF-8, {job.dst_label} "
+                                   "is not (a file name in another encoding?)")
                         continue
                 if self._same_object(job):
                     self.error(job.label, "refused: source and destination are the same object")
