@@ -444,3 +444,25 @@ def test_a_device_or_fifo_at_the_destination_is_never_replaced(tmp_path: Path) -
     assert result.files == 1 and len(result.errors) == 1 and "a FIFO" in result.errors[0]
     assert stat.S_ISFIFO(os.lstat(tmp_path / "dst" / "a.bin").st_mode)
     assert (tmp_path / "dst" / "b.bin").read_bytes() == b"b"
+
+
+def test_a_prefix_with_a_folder_marker_without_recursive_says_to_add_r(tmp_path: Path,
+                                                                       moto_s3: Any) -> None:
+    """``cp s3://b/dir/ out/`` copied the S3 console's empty ``dir/`` marker as an empty file
+    ``out/dir`` and exited 0; without the marker the same command said to add -r."""
+    from fixtures_s3 import S3_BUCKET
+
+    prefix = f"mark-{secrets.token_hex(4)}"
+    moto_s3.put(S3_BUCKET, f"{prefix}/dir/", b"")
+    moto_s3.put(S3_BUCKET, f"{prefix}/dir/x.bin", b"x")
+    moto_s3.put(S3_BUCKET, f"{prefix}/nomark/y.bin", b"y")
+    for name in ("dir", "nomark"):
+        src = f"s3://{S3_BUCKET}/{prefix}/{name}/"
+        result = copy(src, str(tmp_path / "out") + "/", **moto_s3.options())
+        assert result.files == 0 and result.errors == [
+            f"{src}: {src} is a prefix, not an object; add -r (--recursive) to copy the "
+            "objects under it"]
+    assert not (tmp_path / "out").exists()
+    result = copy_tree(f"s3://{S3_BUCKET}/{prefix}/dir/", str(tmp_path / "r"),
+                       **moto_s3.options())
+    assert result.ok and (tmp_path / "r" / "x.bin").read_bytes() == b"x"

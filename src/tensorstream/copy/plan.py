@@ -347,6 +347,12 @@ class Planner:
                                     "credentials see)")
             raise NotFoundError(f"{redact_text(raw)} is a bucket, not an object; add -r "
                                 "(--recursive) to copy the objects in it")
+        if uri.scheme != "file" and uri.path.endswith("/") and (
+                await self._what_is_under(src, uri.path) == "objects"):
+            # A folder marker ("dir/", as the S3 console makes) was copied as an empty
+            # file named "dir"; without the marker the same command said to add -r.
+            raise NotFoundError(f"{redact_text(raw)} is a prefix, not an object; add -r "
+                                "(--recursive) to copy the objects under it")
         try:
             return name, await src.stat(uri.path)
         except NotFoundError:
