@@ -73,6 +73,29 @@ def test_secrets_redacted_everywhere() -> None:
     assert b"hunter2" not in pickle.dumps(parse_uri(uri))
 
 
+
+@pytest.mark.parametrize("name", ["auth", "private_token", "access_key", "secret_key",
+                                  "refresh_token", "id_token", "session_token",
+                                  "client_secret", "jwt", "passwd", "pwd", "Auth"])
+def test_other_common_token_parameters_are_redacted(name: str) -> None:
+    """``?auth=`` (Firebase), ``?private_token=`` (GitLab) and other common names for a
+    token in a URL were shown as given by ``cp``'s lines and errors."""
+    uri = f"https://h/p?{name}=CANARY-t0k&ok=1"
+    assert "CANARY" not in redact(uri) and "ok=1" in redact(uri)
+    assert "CANARY" not in redact_text(f"http stat /p?{name}=CANARY-t0k: HTTP 404")
+    assert "CANARY" not in repr(parse_uri(uri))
+
+
+def test_redacting_a_message_keeps_its_separators() -> None:
+    """The ':' after a URI in ``URI: why`` was taken for the end of the secret and
+    redacted with it (``...?X-Amz-Signature=*** http stat /k?X-Amz-Signature=*** HTTP 403``)."""
+    text = "http://h/k?X-Amz-Signature=s1g: http stat /k?sig=s2g: HTTP 403: refused"
+    assert redact_text(text) == ("http://h/k?X-Amz-Signature=***: http stat /k?sig=***: "
+                                 "HTTP 403: refused")
+    assert redact_text("http://h/k?token=a:b: x") == "http://h/k?token=***: x"
+    assert redact_text("see /k?token=a:b:c here") == "see /k?token=*** here"
+
+
 @pytest.mark.parametrize("uri", ["s3://AKIACANARYID:s3cr3t@bkt/k", "s3a://AKIACANARYID:s3cr3t@b/k",
                                  "s3://AKIACANARYID@bkt/k"])
 def test_s3_userinfo_is_hidden_whole(uri: str) -> None:

@@ -49,6 +49,19 @@ SECRET_QUERY_PARAMS = frozenset(
         "x-goog-signature",
         "x-goog-credential",
         "AWSAccessKeyId",
+        # Other common names for a token or password in a URL (Firebase's ``auth``,
+        # GitLab's ``private_token``, OAuth's, ...): shown in cp's output and errors.
+        "auth",
+        "access_key",
+        "secret_key",
+        "private_token",
+        "refresh_token",
+        "id_token",
+        "session_token",
+        "client_secret",
+        "jwt",
+        "passwd",
+        "pwd",
         "sv",
         "se",
         "sp",
@@ -216,15 +229,24 @@ _URI_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 _SECRET_PARAM_IN_TEXT = re.compile(
     r"([?&;])("
     + "|".join(re.escape(p) for p in sorted(SECRET_QUERY_PARAMS - _SECRET_PARAM_EXCEPTIONS))
-    + r")=([^&\s'\"#]*)",
+    # A ':' (or ':s') that ends the value before a space or the end is the message's
+    # "URI: why", not the secret's: it stays (it was redacted with the value).
+    + r")=([^&\s'\"#]*?)(?=:*(?:[&\s'\"#]|$))",
     re.IGNORECASE,
 )
+
+
+def _redact_found(match: re.Match[str]) -> str:
+    """A URI found in free text, redacted; a ':' ending it is the text's, kept."""
+    found = match.group(0)
+    uri = found.rstrip(":")
+    return redact(uri, cautious=True) + found[len(uri):]
 
 
 def redact_text(text: str) -> str:
     """Redact every URI inside free text (log lines, messages), and secret
     query parameters even where they follow a bare ``/path?``."""
-    text = _URI_IN_TEXT.sub(lambda m: redact(m.group(0), cautious=True), text)
+    text = _URI_IN_TEXT.sub(_redact_found, text)
     return _SECRET_PARAM_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}={_REDACTED}", text)
 
 
