@@ -466,3 +466,21 @@ def test_a_prefix_with_a_folder_marker_without_recursive_says_to_add_r(tmp_path:
     result = copy_tree(f"s3://{S3_BUCKET}/{prefix}/dir/", str(tmp_path / "r"),
                        **moto_s3.options())
     assert result.ok and (tmp_path / "r" / "x.bin").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("bad", [{"part_size": 1.5}, {"part_size": float("nan")},
+                                 {"part_size": "8M"}, {"jobs": 1.5}, {"concurrency": True}])
+def test_a_count_or_size_that_is_not_a_whole_number_is_refused_by_name(
+        tmp_path: Path, bad: dict[str, Any]) -> None:
+    """``part_size=1.5`` failed each object with "'float' object cannot be interpreted as
+    an integer" (``result.ok`` False, no exception); ``jobs=1.5`` was taken as it came."""
+    (tmp_path / "a.bin").write_bytes(b"a" * 100)
+    name, = bad
+    with pytest.raises(ValueError, match=f"{name} must be a whole number"):
+        copy(str(tmp_path / "a.bin"), str(tmp_path / "b.bin"), **bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin"]
+    import numpy as np
+
+    result = copy(str(tmp_path / "a.bin"), str(tmp_path / "c.bin"), part_size=np.int64(64),
+                  jobs=np.int32(2))
+    assert result.ok and (tmp_path / "c.bin").read_bytes() == b"a" * 100

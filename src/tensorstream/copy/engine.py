@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -165,6 +166,8 @@ class _Copier(Planner):
                  follow_symlinks: bool = True, result: CopyResult | None = None,
                  durable: bool = True, direct: bool | None = None,
                  wildcards: bool = True) -> None:
+        concurrency, part_size, jobs = (_whole(n, v) for n, v in (
+            ("concurrency", concurrency), ("part_size", part_size), ("jobs", jobs)))
         if concurrency < 1 or part_size < 1 or jobs < 1:
             raise ValueError("concurrency, part_size and jobs must be >= 1")
         if part_size > MAX_PART_SIZE:
@@ -402,6 +405,18 @@ class _Copier(Planner):
                 await fn(index, buf, end - start)
 
         await gather_or_cancel(one(i) for i in todo)
+
+def _whole(name: str, value: Any) -> int:
+    """``value`` as an int (numpy's too); a float, bool or string is refused by name: a
+    part size of 1.5 failed each object with "'float' object cannot be interpreted as an
+    integer", and 1.5 jobs were taken as they came."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+
 
 #: Data plane threads the lane leaves to the copy's other objects.
 _KEEP_THREADS = 16
