@@ -484,3 +484,12 @@ def test_a_count_or_size_that_is_not_a_whole_number_is_refused_by_name(
     result = copy(str(tmp_path / "a.bin"), str(tmp_path / "c.bin"), part_size=np.int64(64),
                   jobs=np.int32(2))
     assert result.ok and (tmp_path / "c.bin").read_bytes() == b"a" * 100
+
+
+def test_a_missing_local_source_with_recursive_says_it_is_not_there(tmp_path: Path) -> None:
+    """``cp -r /typo dst`` said ``nothing to copy at /typo``, as for an empty prefix."""
+    for source in (tmp_path / "missing", f"{tmp_path / 'missing'}/"):
+        result = copy_tree(str(source), str(tmp_path / "dst"))
+        assert len(result.errors) == 1
+        assert f"no such file or directory: {tmp_path / 'missing'}" in result.errors[0]
+    assert not (tmp_path / "dst").exists()

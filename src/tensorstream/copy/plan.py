@@ -294,6 +294,9 @@ class Planner:
             try:  # "cp -r" of a single object copies that object
                 info = await src.stat(uri.path)
             except NotFoundError:
+                if uri.scheme == "file" and not os.path.lexists(uri.path):
+                    # A typo in a local path is no "nothing to copy": say it is not there.
+                    raise NotFoundError(f"no such file or directory: {uri.path}") from None
                 raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None
             return [(posixpath.basename(uri.path.rstrip("/")), info)]
         return self._planned(by_key, uri, base, local_dst)
