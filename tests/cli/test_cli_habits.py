@@ -184,6 +184,22 @@ def test_copy_onto_itself_is_refused(tmp_path: Path, moto_s3: Any) -> None:
     assert r.returncode == 1 and "same object" in r.stderr
 
 
+def test_a_local_file_onto_itself_is_refused_whatever_the_side_options(tmp_path: Path) -> None:
+    """``--src-endpoint-url``/``--dst-region`` (a script's fixed flags) made ``cp a a`` two
+    endpoints' objects: the local file was rewritten from itself (a new inode, its hard links
+    cut off). A local file has no endpoint."""
+    (tmp_path / "a.bin").write_bytes(b"original")
+    os.link(tmp_path / "a.bin", tmp_path / "hard.bin")
+    before = os.stat(tmp_path / "a.bin")
+    for flags in (["--src-endpoint-url", "http://127.0.0.1:1"], ["--dst-region", "eu-west-1"]):
+        for dest in (str(tmp_path / "a.bin"), str(tmp_path) + "/", str(tmp_path / "hard.bin")):
+            r = cli("cp", *flags, str(tmp_path / "a.bin"), dest)
+            assert r.returncode == 1 and "same object" in r.stderr, r.stderr
+    after = os.stat(tmp_path / "a.bin")
+    assert (after.st_ino, after.st_mtime_ns, after.st_nlink) == (
+        before.st_ino, before.st_mtime_ns, 2)
+
+
 def test_directory_or_prefix_without_r_says_add_r(tmp_path: Path, moto_s3: Any) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_bytes(b"x")

@@ -200,10 +200,10 @@ class Planner:
 
     def _same_object(self, job: Job) -> bool:
         """Whether ``job`` would copy an object onto itself (refused: it would be rewritten)."""
-        if self.side_options["src"] != self.side_options["dst"]:
-            return False  # one name, two endpoints
         if (job.src_uri.scheme, job.src_uri.netloc) != (job.dst_uri.scheme, job.dst_uri.netloc):
             return False
+        if job.local is None and self.side_options["src"] != self.side_options["dst"]:
+            return False  # one name, two endpoints (a local file has no endpoint)
         if job.local is not None:
             try:
                 return os.path.samefile(job.src_path, job.dst_path)
