@@ -200,6 +200,22 @@ def test_a_local_file_onto_itself_is_refused_whatever_the_side_options(tmp_path:
         before.st_ino, before.st_mtime_ns, 2)
 
 
+def test_sync_delete_from_an_http_url_deletes_nothing_and_says_why(tmp_path: Path) -> None:
+    """A URL names one object: ``sync --delete`` copies it and deletes nothing, saying why
+    (as for one S3 object), instead of failing with "http does not support list"."""
+    from tensorstream.testing.http_server import HTTPTestServer
+
+    (tmp_path / "dst").mkdir()
+    (tmp_path / "dst" / "keep.bin").write_bytes(b"k")
+    with HTTPTestServer() as server:
+        server.put("d/m.bin", b"m")
+        r = cli("sync", "--delete", server.url("d/m.bin"), str(tmp_path / "dst"))
+    assert r.returncode == 3, r.stderr
+    assert "is not a directory or prefix with objects under it, so nothing is deleted" \
+        in r.stderr and "does not support list" not in r.stderr
+    assert sorted(p.name for p in (tmp_path / "dst").iterdir()) == ["keep.bin", "m.bin"]
+
+
 def test_directory_or_prefix_without_r_says_add_r(tmp_path: Path, moto_s3: Any) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_bytes(b"x")

@@ -493,3 +493,19 @@ def test_a_missing_local_source_with_recursive_says_it_is_not_there(tmp_path: Pa
         assert len(result.errors) == 1
         assert f"no such file or directory: {tmp_path / 'missing'}" in result.errors[0]
     assert not (tmp_path / "dst").exists()
+
+
+def test_recursive_copy_of_an_http_url_copies_the_object_it_names(
+        tmp_path: Path, http_server: Any, http_reset: None) -> None:
+    """``cp -r URL`` failed with "http does not support list", where ``cp -r`` of one S3
+    object copies it; a URL ending in '/' names no object: said, not an index page saved."""
+    key = f"{secrets.token_hex(4)}/m.bin"
+    http_server.put(key, b"m" * 100)
+    result = copy_tree(http_server.url(key), str(tmp_path / "out"), **http_server.options)
+    assert result.ok, result.errors
+    assert (tmp_path / "out" / "m.bin").read_bytes() == b"m" * 100
+    result = copy_tree(http_server.url(key.split("/")[0] + "/"), str(tmp_path / "o2"),
+                       **http_server.options)
+    assert len(result.errors) == 1 and "http has no listing" in result.errors[0]
+    assert "does not support list" not in result.errors[0]
+    assert not (tmp_path / "o2").exists()

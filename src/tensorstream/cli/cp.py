@@ -381,6 +381,8 @@ async def _keys(provider: Any, uri: Any, follow_symlinks: bool) -> dict[str, str
             return {}
         files, _ = walk_local(uri.path, follow_symlinks=follow_symlinks)
         return dict(files)
+    if not provider.capabilities.list:
+        return {}  # HTTP(S): one object, nothing under it (--delete says so, deletes nothing)
     base = uri.path.rstrip("/") + "/"
     if base == "/":
         base = ""

@@ -273,6 +273,13 @@ class Planner:
             return await self._matching(src, uri, raw, pattern, local_dst)
         if not recursive:
             return [await self._single(src, uri, raw)]
+        if uri.scheme != "file" and not src.capabilities.list:
+            # HTTP(S): nothing to list, so "cp -r URL" copies the object it names, as
+            # "cp -r" of one S3 object does (it failed with "does not support list").
+            if uri.path.endswith("/"):
+                raise NotFoundError(f"{uri.scheme} has no listing, so -r cannot copy what "
+                                    "is under it; name each object")
+            return [await self._single(src, uri, raw)]
         if uri.scheme == "file" and os.path.isdir(uri.path):
             return await self._walk_local(src, uri)
         base = uri.path.rstrip("/") + "/"
