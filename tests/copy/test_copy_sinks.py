@@ -237,3 +237,51 @@ def test_temp_names_fit_a_directory_entry(name: str) -> None:
     if len(os.fsencode(name)) <= 224:
         assert stem == f".{name}.tensorstream-"
     assert temp_stem(name + "z") != stem
+
+
+def test_publishing_never_sets_the_process_umask(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each publish read the umask with ``os.umask(0); os.umask(u)``: for that moment the
+    whole process had umask 0 (another thread's new files and directories world-writable),
+    and two publishing at once could leave it at 0 for good. The copies still get the
+    mode a new file gets (0666 less the umask)."""
+    import tensorstream
+
+    old = os.umask(0o027)
+    try:
+        set_to: list[int] = []
+        real = os.umask
+
+        def spy(mask: int) -> int:
+            set_to.append(mask)
+            return real(mask)
+
+        monkeypatch.setattr(os, "umask", spy)
+        src = tmp_path / "src"
+        src.mkdir()
+        for i in range(8):
+            (src / f"f{i}.bin").write_bytes(os.urandom(70_000 if i % 2 else 10))
+        result = copy(str(src), str(tmp_path / "dst"), recursive=True, part_size=32 << 10)
+        assert result.ok, result.errors
+        with tensorstream.open(str(tmp_path / "w.bin"), "wb") as f:  # the local writer
+            f.write(b"w")
+        monkeypatch.undo()
+        assert 0 not in set_to
+        if os.path.exists("/proc/self/status"):
+            assert set_to == []  # read, never set
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "dst").iterdir()}
+        assert set(modes.values()) == {0o640}, modes
+        assert (tmp_path / "w.bin").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_the_umask_is_read_as_set(tmp_path: Path) -> None:
+    from tensorstream._umask import current_umask, new_file_mode
+
+    old = os.umask(0o037)
+    try:
+        assert current_umask() == 0o037 and new_file_mode() == 0o640
+        assert os.umask(0o037) == 0o037  # left as it was
+    finally:
+        os.umask(old)

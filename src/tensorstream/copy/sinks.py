@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, overload
 
+from .._umask import new_file_mode
 from ..errors import IntegrityError
 from ..providers.base import Writer
 from .direct import ALIGN, PositionalWrites, open_direct
@@ -535,9 +536,7 @@ class LocalPartFile:
             if got != self.size:
                 raise IntegrityError(
                     f"verification failed: the file has {got} bytes, the source {self.size}")
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)
+            os.fchmod(fd, new_file_mode())
             if self.durable:
                 os.fsync(fd)
         self._close_fd()

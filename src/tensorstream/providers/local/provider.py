@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 from ... import _loop
+from ..._umask import new_file_mode
 from ...errors import (
     InvalidRangeError,
     NotFoundError,
@@ -418,9 +419,7 @@ class _AtomicFileWriter(Writer):
         if self._fd is None:
             self._open()
         assert self._fd is not None and self._tmp is not None
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(self._fd, 0o666 & ~umask)
+        os.fchmod(self._fd, new_file_mode())
         os.fsync(self._fd)
         st = os.fstat(self._fd)
         os.close(self._fd)
