@@ -13,7 +13,10 @@ Shapes (:data:`SHAPES`), each filled up to the requested size:
 * ``llama``: a Llama-like layer stack (embedding, q/k/v/o, gate/up/down, norms), fp16,
 * ``small``: hundreds of 0.25-2 MiB tensors, fp16 and fp32 mixed,
 * ``huge``: one tensor of the whole size,
-* ``mixed``: 0.5-32 MiB tensors cycling through fp32, bf16, fp16 and int8.
+* ``mixed``: 0.5-32 MiB tensors cycling through fp32, bf16, fp16 and int8,
+* ``many`` (run only when named, :data:`EXTRA_SHAPES`): thousands of 16-256 KiB
+  fp16 tensors (a mixture of experts' small projections, quantisation scales),
+  short names: tensorizer reserves 256 KiB for its index, ~4000 such entries.
 
 Checksums: :func:`tensor_checksum` hashes ``name``, dtype, shape and the CRC32 of
 each tensor's bytes in name order; :func:`bytes_checksum` is the CRC32 of a byte
@@ -34,7 +37,8 @@ from typing import Any
 
 MiB = 1 << 20
 GiB = 1 << 30
-__all__ = ["SHAPES", "bytes_checksum", "ensure_blobs", "ensure_model", "file_checksum", "tensor_checksum"]
+__all__ = ["EXTRA_SHAPES", "SHAPES", "bytes_checksum", "ensure_blobs", "ensure_model", "file_checksum",
+           "tensor_checksum"]
 
 Spec = list[tuple[str, tuple[int, ...], str]]  # (name, shape, dtype name)
 DTYPE_SIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
@@ -118,13 +122,22 @@ def _mixed(size: int) -> Spec:
     return _fill(size, lambda i: sizes[i % len(sizes)], lambda i: dtypes[i % len(dtypes)], "mixed")
 
 
+def _many(size: int) -> Spec:
+    rng = random.Random(3)
+    return _fill(size, lambda i: rng.randrange(16 << 10, (256 << 10) + 1, 16 << 10),
+                 lambda i: "float16", "m")
+
+
 SHAPES: dict[str, Callable[[int], Spec]] = {
     "large": _large,
     "llama": _llama,
     "small": _small,
     "huge": _huge,
     "mixed": _mixed,
+    "many": _many,
 }
+#: Shapes run only when named (never in ``all``).
+EXTRA_SHAPES = ["many"]
 
 
 def tensor_checksum(items: Iterable[tuple[str, Any]]) -> str:

@@ -49,7 +49,7 @@ UNITS = {
 LINKS = ["loopback", "paced", "bucket", "ttfb", "moto", "local"]
 #: Links run only when named (``benchmarks.servers``: shapes not to be tuned to).
 EXTRA_LINKS = ["store", "step", "shared", "limited", "tls"]
-SHAPES = list(model.SHAPES)
+SHAPES = [s for s in model.SHAPES if s not in model.EXTRA_SHAPES]
 SCENARIOS = ["load", "copy", "startup", "raw"]
 BACKENDS = ["local", "http", "s3", "redis"]
 
@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3; quick 1)")
     p.add_argument("--links", "--link", type=_csv(LINKS, tuple(EXTRA_LINKS)), default=None,
                    help=f"{','.join(LINKS)} or all; also {','.join(EXTRA_LINKS)} (never in all)")
-    p.add_argument("--shapes", "--shape", type=_csv(SHAPES), default=None, help=f"{','.join(SHAPES)} or all")
+    p.add_argument("--shapes", "--shape", type=_csv(SHAPES, tuple(model.EXTRA_SHAPES)), default=None,
+                   help=f"{','.join(SHAPES)} or all; also {','.join(model.EXTRA_SHAPES)} (never in all)")
     p.add_argument(
         "--scenarios",
         "--scenario",

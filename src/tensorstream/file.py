@@ -43,6 +43,16 @@ _WRITE_BUFFER = 8 << 20
 #: What ``read1(-1)`` returns at most (a buffered file's one raw read).
 READ1_DEFAULT = 1 << 20
 
+#: Reads at most this long (tensor headers, small tensors) are served from a
+#: buffer that one read of bytes already arrived fills (:data:`SMALL_FILL`):
+#: a copy each instead of a trip through every layer down to the socket each,
+#: which is what loads of thousands of small tensors spent their time on
+#: (docs/benchmarks.md, "Session 24"). Larger reads go to their memory directly.
+SMALL_READ = 64 << 10
+#: Bytes one fill of that buffer asks for; filled only with bytes that have
+#: arrived (never waits), else the read goes its usual way.
+SMALL_FILL = 256 << 10
+
 
 def _as_byte_view(b: Any) -> memoryview:
     view = memoryview(b)
@@ -107,6 +117,9 @@ class StreamReader(io.RawIOBase):
         # Local files: read in the caller's thread, straight into its buffer.
         self._inline = provider.read_hints.inline
         self._pin = Pin.of(info)
+        # Bytes [_small_at, _small_end) of the object, read ahead of small reads.
+        self._small: memoryview | None = None
+        self._small_at = self._small_end = 0
         self._prefetch = Prefetcher(
             provider,
             uri.path,
@@ -214,17 +227,50 @@ class StreamReader(io.RawIOBase):
                 "StreamReader.readinto was called from tensorstream's own I/O thread; "
                 "use the async provider API there"
             )
-        if not self._inline and self._prefetch.read_held(self._pos, view[:want]):
-            self._pos += want  # arrived already: no wait, so no deadline to set
+        done = self._from_small(view, want)
+        if done == want:
             return want
+        view, rest = view[done:], want - done
+        if not self._inline:
+            if rest <= SMALL_READ and self._fill_small(rest):
+                return done + self._from_small(view, rest)
+            if self._prefetch.read_held(self._pos, view[:rest]):
+                self._pos += rest  # arrived already: no wait, so no deadline to set
+                return want
         with _timeout.operation(self._provider.config.timeouts):  # one read, one deadline
             if self._inline:
-                self._provider.readinto_blocking(self._uri.path, self._pos, view[:want],
+                self._provider.readinto_blocking(self._uri.path, self._pos, view[:rest],
                                                  pin=self._pin)
             else:
-                self._prefetch.readinto(self._pos, view[:want])
-        self._pos += want
+                self._prefetch.readinto(self._pos, view[:rest])
+        self._pos += rest
         return want
+
+    def _from_small(self, view: memoryview, want: int) -> int:
+        """Copy what the small-read buffer holds of the next ``want`` bytes
+        into ``view`` (from its start); returns how many."""
+        pos, small = self._pos, self._small
+        if small is None or not self._small_at <= pos < self._small_end:
+            return 0
+        n = min(want, self._small_end - pos)
+        at = pos - self._small_at
+        view[:n] = small[at : at + n]
+        self._pos = pos + n
+        return n
+
+    def _fill_small(self, want: int) -> bool:
+        """Fill the small-read buffer from the current position with the bytes
+        that have arrived already (at most :data:`SMALL_FILL`); False when
+        those would be no more than ``want`` (nothing changed then)."""
+        size = min(SMALL_FILL, self._info.size - self._pos, self._prefetch.held(self._pos))
+        if size <= want:
+            return False
+        if self._small is None:
+            self._small = memoryview(bytearray(SMALL_FILL))
+        if not self._prefetch.read_held(self._pos, self._small[:size]):
+            return False
+        self._small_at, self._small_end = self._pos, self._pos + size
+        return True
 
     def read(self, size: int | None = -1) -> bytes:
         if size is not None:
@@ -277,6 +323,7 @@ class StreamReader(io.RawIOBase):
         if self.closed:
             return
         self._prefetch.close()
+        self._small = None
         try:
             if (self._owns_provider and self._pid == _loop.loop_pid()
                     and not _loop.is_shut_down()):

@@ -303,13 +303,14 @@ def test_small_reads_that_arrived_are_served_from_the_stream_exactly(
         f.seek(len(data) - 5)
         assert f.read(10) == data[-5:]
     assert bytes(got) == data
-    assert len(served) > len(_header_pattern(len(data))) // 2  # the fast path did serve
+    assert sum(served) > len(data) // 2  # the fast path served most bytes
 
 
 def test_held_reads_ask_the_socket_once_per_stretch_that_arrived(
         http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bytes known to have arrived stay arrived: small reads inside them ask the
-    kernel nothing (a FIONREAD per tensor header was a tenth of a small-tensor load)."""
+    kernel nothing (a FIONREAD per tensor header was a tenth of a small-tensor load);
+    the reader's small-read buffer asks once per fill."""
     from tensorstream.providers._http import range_get
 
     served = _count_held(monkeypatch)
@@ -322,12 +323,13 @@ def test_held_reads_ask_the_socket_once_per_stretch_that_arrived(
 
     monkeypatch.setattr(range_get.fcntl, "ioctl", counted)
     _, url, data = _put(http_server, 4 * MiB)
+    reads = _header_pattern(len(data))
     with tensorstream.open(url) as f:
         got = bytearray()
-        for n in _header_pattern(len(data)):
+        for n in reads:
             got += f.read(n)
     assert bytes(got) == data
-    assert len(served) > 20 and len(asked) < len(served) // 2
+    assert sum(served) > len(data) // 2 and len(asked) < len(reads) // 10
 
 
 def test_held_reads_across_a_cut_stream_are_resumed_exactly(

@@ -437,6 +437,12 @@ class _CountedBody:
         self._policy.metrics.bytes_read += len(buffer)
         return True
 
+    def held(self) -> int:
+        """Bytes :meth:`read_held` could serve now (0 where the provider's body
+        cannot tell or never serves them)."""
+        held = getattr(self._body, "held", None)
+        return 0 if held is None else int(held())
+
     def available(self) -> int | None:
         """Bytes that have arrived and can be read without waiting, where the
         provider's body can tell (``None``: it cannot)."""

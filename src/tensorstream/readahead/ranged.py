@@ -72,8 +72,10 @@ _BASE_WIDTH = 4
 _STREAM_PIECE = (256 << 10, 4 << 20)
 #: A read that waits this long (seconds) for one request says so in the debug log.
 _LONG_WAIT = 1.0
-#: The largest read :meth:`Prefetcher.read_held` serves (tensor headers, small tensors).
-_HELD_READ = 64 << 10
+#: The largest read :meth:`Prefetcher.read_held` serves (tensor headers, small
+#: tensors, and :class:`~tensorstream.file.StreamReader`'s fills of its buffer
+#: for small reads).
+_HELD_READ = 256 << 10
 
 
 class Prefetcher(Fetching, Planning):
@@ -230,6 +232,15 @@ class Prefetcher(Fetching, Planning):
                 self._dests.handed_back(pos, pos + n)
         self._tick()
         return True
+
+    def held(self, pos: int) -> int:
+        """Bytes at ``pos`` that :meth:`read_held` could serve now, as far as the
+        stream can tell (0 where it would refuse any)."""
+        stream = self._stream
+        if (stream is None or pos != self._last_end or self._ctl.mode is not Mode.STREAM
+                or self._segments):
+            return 0
+        return min(_HELD_READ, stream.held(pos))
 
     def _readinto(self, pos: int, view: memoryview) -> None:
         sequential = self._last_end is None or pos == self._last_end

@@ -146,6 +146,18 @@ class SequentialStream:
         self._run += 1
         return True
 
+    def held(self, pos: int) -> int:
+        """Bytes at ``pos`` that :meth:`read_held` could serve now (0: none, no
+        stream there, or a body that cannot tell)."""
+        body = self._body
+        if body is None or body.position != pos:
+            return 0
+        held = getattr(body, "held", None)
+        try:
+            return int(held()) if held is not None else 0
+        except Exception:  # (a broken body: the usual read meets it)
+            return 0
+
     def count(self, sequential: bool) -> None:
         """A read served another way (bytes already fetched) still counts
         toward a run of sequential reads."""

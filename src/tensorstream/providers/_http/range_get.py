@@ -121,6 +121,9 @@ _LOWAT = 256 << 10
 _FILE_BUFFER = 64 << 10
 #: The buffer of ``http.client``'s socket file (``socket.makefile``'s default).
 _SOCKET_FILE_BUFFER = io.DEFAULT_BUFFER_SIZE
+#: :meth:`RangeBody.held` asks the socket again when fewer bytes than this are
+#: known to have arrived (a small-read buffer's fill, :data:`tensorstream.file.SMALL_FILL`).
+_HELD_ASK = 256 << 10
 #: A TLS body is read from its TLS object directly once one ``readinto1`` of more
 #: than this was made: the buffered file (far smaller) is empty then.
 _TLS_DIRECT_AFTER = 256 << 10
@@ -651,6 +654,26 @@ class RangeBody:
         if self.position == self.end:
             self._finish()
         return True
+
+    def held(self) -> int:
+        """Bytes of the body :meth:`read_held` could serve now, as far as the socket
+        tells (0: none, or a body it never serves: TLS, confirmed after each read)."""
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if (sock is None or not self._direct or self._confirm is not None
+                or type(sock) is not socket.socket):
+            return 0
+        if self._arrived - self.position < _HELD_ASK + _SOCKET_FILE_BUFFER:
+            try:
+                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD,
+                                                        b"\0" * 4))[0]
+            except (OSError, ValueError):
+                return 0
+            self._arrived = max(self._arrived, self.position + queued)
+        # What _read_held serves without asking the socket again: the socket file may
+        # hold part of what arrived, and the socket must hold its low-water mark.
+        have = min(self._arrived, self.end) - self.position - _SOCKET_FILE_BUFFER
+        return have if have >= self._lowat else 0
 
     def available(self) -> int:
         """Bytes of the body that have arrived and wait in the socket (0 when
