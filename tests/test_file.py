@@ -278,3 +278,37 @@ def test_reads_across_and_back_into_the_small_read_buffer_are_exact(
                 assert k == min(n, max(0, len(data) - pos))
                 assert bytes(buf[:k]) == data[pos : pos + k]
                 assert f.tell() == pos + k
+
+
+def test_an_interrupt_inside_a_small_read_fill_leaves_the_reader_usable(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception raised while the small-read buffer is filled (a signal
+    handler's) reaches the caller, and the next reads are exact."""
+    import os
+
+    from tensorstream.providers._http.range_get import RangeBody
+
+    data = os.urandom(1 << 20)
+    http_server.put("file-api/interrupted-fill.bin", data)
+    held = RangeBody.read_held
+    calls = [0]
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupted(self: RangeBody, buffer: memoryview) -> bool:
+        calls[0] += 1
+        if calls[0] == 3:
+            held(self, buffer[: len(buffer) // 2])  # half of it received, then the signal
+            raise Interrupted
+        return held(self, buffer)
+
+    monkeypatch.setattr(RangeBody, "read_held", interrupted)
+    with tensorstream.open(http_server.url("file-api/interrupted-fill.bin")) as f:
+        got = bytearray()
+        with pytest.raises(Interrupted):
+            while len(got) < len(data):
+                got += f.read(100)
+        pos = f.tell()
+        assert pos == len(got) and bytes(got) == data[:pos]
+        assert f.read() == data[pos:]

@@ -227,22 +227,27 @@ class StreamReader(io.RawIOBase):
                 "StreamReader.readinto was called from tensorstream's own I/O thread; "
                 "use the async provider API there"
             )
+        start = self._pos
         done = self._from_small(view, want)
         if done == want:
             return want
         view, rest = view[done:], want - done
-        if not self._inline:
-            if rest <= SMALL_READ and self._fill_small(rest):
-                return done + self._from_small(view, rest)
-            if self._prefetch.read_held(self._pos, view[:rest]):
-                self._pos += rest  # arrived already: no wait, so no deadline to set
-                return want
-        with _timeout.operation(self._provider.config.timeouts):  # one read, one deadline
-            if self._inline:
-                self._provider.readinto_blocking(self._uri.path, self._pos, view[:rest],
-                                                 pin=self._pin)
-            else:
-                self._prefetch.readinto(self._pos, view[:rest])
+        try:
+            if not self._inline:
+                if rest <= SMALL_READ and self._fill_small(rest):
+                    return done + self._from_small(view, rest)
+                if self._prefetch.read_held(self._pos, view[:rest]):
+                    self._pos += rest  # arrived already: no wait, so no deadline to set
+                    return want
+            with _timeout.operation(self._provider.config.timeouts):  # one read, one deadline
+                if self._inline:
+                    self._provider.readinto_blocking(self._uri.path, self._pos, view[:rest],
+                                                     pin=self._pin)
+                else:
+                    self._prefetch.readinto(self._pos, view[:rest])
+        except BaseException:
+            self._pos = start  # a read that failed moved nothing (its first bytes included)
+            raise
         self._pos += rest
         return want
 
@@ -267,6 +272,9 @@ class StreamReader(io.RawIOBase):
             return False
         if self._small is None:
             self._small = memoryview(bytearray(SMALL_FILL))
+        # What it held is gone from here on, whatever happens: a fill cut short
+        # (an interrupt) leaves bytes of two stretches in it.
+        self._small_at = self._small_end = 0
         if not self._prefetch.read_held(self._pos, self._small[:size]):
             return False
         self._small_at, self._small_end = self._pos, self._pos + size

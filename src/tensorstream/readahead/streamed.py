@@ -18,6 +18,7 @@ the load and switches between this stream and parallel ranged read-ahead
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import logging
 import time
 
@@ -139,10 +140,16 @@ class SequentialStream:
         try:
             if held is None or not held(view):
                 return False
-        except Exception as exc:  # the usual path meets it again, under the retry policy
+        except (OSError, TensorstreamError, http.client.HTTPException) as exc:
+            # The usual path meets it again, under the retry policy.
             log.debug("stream broke on a held read (%s)", type(exc).__name__)
             self.close()
             return False
+        except BaseException:
+            # Anything else (an interrupt) is the caller's; the body's position is
+            # unknown, so the next read opens a new one.
+            self.close()
+            raise
         self._run += 1
         return True
 
