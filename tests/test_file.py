@@ -312,3 +312,25 @@ def test_an_interrupt_inside_a_small_read_fill_leaves_the_reader_usable(
         pos = f.tell()
         assert pos == len(got) and bytes(got) == data[:pos]
         assert f.read() == data[pos:]
+
+
+def test_a_fill_stops_before_a_large_tensor_read_in_place(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read boundaries (a loader's tensors) bound the fills: the bytes of a stretch
+    as long as a fill (a large tensor's data) are never copied through the buffer."""
+    import os
+
+    from tensorstream.file import SMALL_FILL
+
+    served = _count_held_reads(monkeypatch)
+    data = os.urandom(3 << 20)
+    http_server.put("file-api/bounded-fill.bin", data)
+    big = (1000, 1000 + 2 * SMALL_FILL)  # a large tensor's data
+    with tensorstream.open(http_server.url("file-api/bounded-fill.bin")) as f:
+        f.set_read_boundaries([0, *big])
+        head = b"".join(f.read(100) for _ in range(10))  # headers before it
+        assert served and all(n <= big[0] for n in served)
+        buf = bytearray(big[1] - big[0])
+        assert f.readinto(buf) == len(buf)
+        rest = f.read()
+    assert head + bytes(buf) + rest == data

@@ -16,6 +16,7 @@ error, or garbage-collected without ``close()``.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import io
 import logging
 import operator
@@ -267,7 +268,11 @@ class StreamReader(io.RawIOBase):
         """Fill the small-read buffer from the current position with the bytes
         that have arrived already (at most :data:`SMALL_FILL`); False when
         those would be no more than ``want`` (nothing changed then)."""
-        size = min(SMALL_FILL, self._info.size - self._pos, self._prefetch.held(self._pos))
+        pos = self._pos
+        size = self._fill_end(pos, min(pos + SMALL_FILL, self._info.size)) - pos
+        if size <= want:  # (asks nothing of the socket: a header before a large tensor)
+            return False
+        size = min(size, self._prefetch.held(pos))
         if size <= want:
             return False
         if self._small is None:
@@ -279,6 +284,20 @@ class StreamReader(io.RawIOBase):
             return False
         self._small_at, self._small_end = self._pos, self._pos + size
         return True
+
+    def _fill_end(self, pos: int, end: int) -> int:
+        """Where a fill of ``[pos, end)`` stops: before the first stretch between two
+        read boundaries (:meth:`set_read_boundaries`) as long as a fill, a large
+        tensor's data, which its own read receives in place (copied from here it
+        cost more than the reads a fill saves)."""
+        bounds = self._boundaries
+        i = bisect.bisect_right(bounds, pos)
+        while i < len(bounds) and bounds[i] < end:
+            after = bounds[i + 1] if i + 1 < len(bounds) else self._info.size
+            if after - bounds[i] >= SMALL_FILL:
+                return bounds[i]
+            i += 1
+        return end
 
     def read(self, size: int | None = -1) -> bytes:
         if size is not None:
