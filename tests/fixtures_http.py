@@ -59,3 +59,21 @@ def http_reset() -> Iterator[None]:
     _reset_all()
     yield
     _reset_all()
+
+
+def count_held_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the HTTP body reads served from bytes that had arrived
+    (``RangeBody.read_held``: tensor headers, the small-read buffer's fills)."""
+    from tensorstream.providers._http.range_get import RangeBody
+
+    served: list[int] = []
+    held = RangeBody.read_held
+
+    def counted(self: RangeBody, buffer: memoryview) -> bool:
+        ok = held(self, buffer)
+        if ok:
+            served.append(len(buffer))
+        return ok
+
+    monkeypatch.setattr(RangeBody, "read_held", counted)
+    return served

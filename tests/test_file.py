@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import tensorstream
+from fixtures_http import count_held_reads
 from tensorstream.testing.http_server import HTTPTestServer
 
 DATA = bytes(range(256)) * 64 + b"line1\nline2\n\nend"
@@ -191,31 +192,13 @@ def test_positions_given_to_a_reader_are_integers(reader: Any) -> None:
 
 # -- the small-read buffer (file.SMALL_READ, file.SMALL_FILL) -------------------------
 
-def _count_held_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the reads served from bytes that had arrived (the HTTP body's
-    ``read_held``): what the small-read buffer's fills go through."""
-    from tensorstream.providers._http.range_get import RangeBody
-
-    served: list[int] = []
-    held = RangeBody.read_held
-
-    def counted(self: RangeBody, buffer: memoryview) -> bool:
-        ok = held(self, buffer)
-        if ok:
-            served.append(len(buffer))
-        return ok
-
-    monkeypatch.setattr(RangeBody, "read_held", counted)
-    return served
-
-
 def test_small_reads_share_fills_of_arrived_bytes(http_server: HTTPTestServer,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Thousands of tensor-header-sized reads go through a few fills of the
     reader's buffer, not a trip down to the socket each, and stay exact."""
     import os
 
-    served = _count_held_reads(monkeypatch)
+    served = count_held_reads(monkeypatch)
     data = os.urandom((1 << 20) + 333)
     http_server.put("file-api/small-reads.bin", data)
     sizes = [8, 130, 17, 1, 64, 200, 3] * 300
@@ -322,7 +305,7 @@ def test_a_fill_stops_before_a_large_tensor_read_in_place(
 
     from tensorstream.file import SMALL_FILL
 
-    served = _count_held_reads(monkeypatch)
+    served = count_held_reads(monkeypatch)
     data = os.urandom(3 << 20)
     http_server.put("file-api/bounded-fill.bin", data)
     big = (1000, 1000 + 2 * SMALL_FILL)  # a large tensor's data

@@ -23,7 +23,7 @@ from typing import Any
 
 from .errors import InvalidURIError
 
-__all__ = ["ParsedURI", "SECRET_QUERY_PARAMS", "parse_uri", "redact", "redact_text"]
+__all__ = ["ParsedURI", "SECRET_QUERY_PARAMS", "is_utf8", "parse_uri", "redact", "redact_text"]
 
 ACCEPTED_FORMS = (
     "a local path or file:///path, http(s)://host/path, s3://bucket/key, "
@@ -248,6 +248,16 @@ def redact_text(text: str) -> str:
     query parameters even where they follow a bare ``/path?``."""
     text = _URI_IN_TEXT.sub(_redact_found, text)
     return _SECRET_PARAM_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}={_REDACTED}", text)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: a lone surrogate (a file name in another
+    encoding, ``"\\ud800"`` in JSON) names no S3 key, URL or safetensors entry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refused(uri: str) -> str:

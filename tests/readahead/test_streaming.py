@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import tensorstream
+from fixtures_http import count_held_reads
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import FAST, unique
 from tensorstream import _loop, errors
@@ -257,23 +258,6 @@ def test_a_stream_tells_how_much_of_a_read_had_not_arrived(http_server: HTTPTest
         _loop.run_sync(provider.close())
 
 
-def _count_held(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the small reads served from bytes that had arrived (``read_held``)."""
-    from tensorstream.providers._http.range_get import RangeBody
-
-    served: list[int] = []
-    held = RangeBody.read_held
-
-    def counted(self: RangeBody, buffer: memoryview) -> bool:
-        ok = held(self, buffer)
-        if ok:
-            served.append(len(buffer))
-        return ok
-
-    monkeypatch.setattr(RangeBody, "read_held", counted)
-    return served
-
-
 def _header_pattern(size: int) -> list[int]:
     """A tensorizer-like run of reads: two small header reads, then data."""
     out, at, i = [], 0, 0
@@ -287,7 +271,7 @@ def _header_pattern(size: int) -> list[int]:
 
 def test_small_reads_that_arrived_are_served_from_the_stream_exactly(
         http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    served = _count_held(monkeypatch)
+    served = count_held_reads(monkeypatch)
     key, url, data = _put(http_server, 2 * MiB + 77)
     buf = bytearray(64 << 10)
     with tensorstream.open(url) as f:
@@ -313,7 +297,7 @@ def test_held_reads_ask_the_socket_once_per_stretch_that_arrived(
     the reader's small-read buffer asks once per fill."""
     from tensorstream.providers._http import range_get
 
-    served = _count_held(monkeypatch)
+    served = count_held_reads(monkeypatch)
     asked: list[int] = []
     ioctl = range_get.fcntl.ioctl
 
@@ -334,7 +318,7 @@ def test_held_reads_ask_the_socket_once_per_stretch_that_arrived(
 
 def test_held_reads_across_a_cut_stream_are_resumed_exactly(
         http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    served = _count_held(monkeypatch)
+    served = count_held_reads(monkeypatch)
     key, url, data = _put(http_server, 1 * MiB)
     http_server.faults.key = key
     http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1
@@ -350,7 +334,7 @@ def test_held_reads_across_a_cut_stream_are_resumed_exactly(
 def test_held_reads_of_an_object_replaced_under_a_cut_stream_are_never_mixed(
         http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch,
         ignore_if_match: bool) -> None:
-    served = _count_held(monkeypatch)
+    served = count_held_reads(monkeypatch)
     key, url, data = _put(http_server, 1 * MiB)
     http_server.faults.key = key
     http_server.faults.drop_after, http_server.faults.drop_times = 300_000, 1

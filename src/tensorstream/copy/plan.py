@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NotFoundError, TensorstreamError
 from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo
-from ..uri import ParsedURI, parse_uri, redact_text
+from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .select import FileOutcome, Rules, unchanged, walk_local
 from .sinks import temp_stem
@@ -68,15 +68,6 @@ def names_no_object(uri: ParsedURI) -> bool:
     database (``redis://host:6379``, which wrote the key ``""``) or an S3 bucket."""
     path = uri.path.strip("/")
     return not path or (uri.scheme in ("s3", "s3a") and "/" not in path)
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (a file name that is not is held as surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def special_file(path: str) -> str | None:
@@ -172,7 +163,7 @@ class Planner:
                     base = dst_uri.path.rstrip("/")
                     target = (f"{base}/{rel}" if base else rel) if into_dir else dst_uri.path
                     job = Job(src, src_uri, info.path, info, dst, dst_uri, target, None)
-                    if dst_uri.scheme in ("s3", "s3a") and not _utf8(target):
+                    if dst_uri.scheme in ("s3", "s3a") and not is_utf8(target):
                         # A local name that is not UTF-8 (kept by Python as surrogates)
                         # cannot be an S3 key: refused here, by name; the bucket's check
                         # below lists under the first target and failed the whole copy.

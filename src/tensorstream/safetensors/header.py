@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import MalformedFileError
+from ..uri import is_utf8
 
 __all__ = ["DTYPE_SIZES", "MAX_HEADER_SIZE", "Header", "TensorInfo", "encode_header",
            "header_from_prefix", "header_length", "parse_header"]
@@ -99,10 +100,8 @@ def header_from_prefix(first: bytes, size: int, where: str,
 def _utf8(text: str) -> None:
     """Refuse a string JSON can escape but UTF-8 cannot hold (a lone surrogate, ``"\\ud800"``),
     as safetensors does: a tensor name like that cannot be printed, logged or written out."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"the string {text!r} is not valid Unicode (a lone surrogate)") from None
+    if not is_utf8(text):
+        raise ValueError(f"the string {text!r} is not valid Unicode (a lone surrogate)")
 
 
 #: Stands for the tensor's name in the message of an entry checked before its name is known.

@@ -24,7 +24,7 @@ from .. import _loop
 from ..api import get_provider
 from ..api import open as ts_open
 from ..errors import MalformedFileError, NotFoundError, UnsupportedOperationError
-from ..uri import ParsedURI, parse_uri
+from ..uri import ParsedURI, is_utf8, parse_uri
 
 __all__ = ["INDEX_SUFFIX", "Checkpoint", "Index", "Source", "from_index", "is_folder",
            "load_index", "resolve", "resolve_checkpoint"]
@@ -67,19 +67,10 @@ def _sibling(parsed: ParsedURI, name: str) -> str:
 def _check_shard_name(name: Any, where: str) -> str:
     if (not isinstance(name, str) or not name or name.startswith(("/", "\\"))
             or "\\" in name or "://" in name or "?" in name or "#" in name or "\0" in name
-            or not _encodable(name)
+            or not is_utf8(name)
             or any(part in ("", ".", "..") for part in name.split("/"))):
         raise MalformedFileError(f"{where}: shard name {name!r} is not a file name next to the index")
     return name
-
-
-def _encodable(name: str) -> bool:
-    """A lone surrogate (``"\\ud800"`` in the JSON) names no file and no URL."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import torch
 
 from ..api import open as ts_open
 from ..errors import ConfigurationError
-from ..uri import ParsedURI
+from ..uri import ParsedURI, is_utf8
 from .header import encode_header
 from .reader import _DTYPES, _check_byteorder, byte_view
 
@@ -30,11 +30,9 @@ def _dtype_name(name: str, t: torch.Tensor) -> str:
 def _check_unicode(text: str, what: str) -> None:
     """Refuse a lone surrogate (``"\\ud800"``): JSON would escape it, and the file
     would be one that neither safetensors nor tensorstream loads."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    if not is_utf8(text):
         raise ConfigurationError(f"{what} {text!r} is not valid Unicode (a lone surrogate); "
-                                 "safetensors cannot store it") from None
+                                 "safetensors cannot store it")
 
 
 def save(

@@ -289,6 +289,14 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
                         path=redact_path(path))
 
 
+def _queued(sock: socket.socket) -> int | None:
+    """Bytes waiting in ``sock``'s receive queue (``FIONREAD``), or None if it cannot tell."""
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0])
+    except (OSError, ValueError):
+        return None
+
+
 def _tls_reader(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
                 ) -> Callable[[int, memoryview], int] | None:
     """The TLS object's own ``read(n, buffer)`` for a direct body of a TLS
@@ -621,11 +629,9 @@ class RangeBody:
             self._release()
 
     def _read_held(self, buffer: memoryview) -> bool:
-        conn = self._conn
         want = len(buffer)
-        sock = conn.sock if conn is not None else None
-        if (sock is None or not self._direct or self._confirm is not None
-                or want > self.end - self.position or type(sock) is not socket.socket):
+        sock = self._holding_socket()
+        if sock is None or want > self.end - self.position:
             return False
         # The socket file serves what it holds, then receives the rest; a socket with
         # a timeout polls first, and poll waits for the low-water mark whatever the
@@ -634,12 +640,8 @@ class RangeBody:
         # Bytes known to have arrived stay arrived (in the socket, or taken by the
         # socket file: at most its buffer): one FIONREAD serves the next reads.
         if self._arrived - self.position < need + _SOCKET_FILE_BUFFER:
-            try:
-                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD,
-                                                        b"\0" * 4))[0]
-            except (OSError, ValueError):
-                return False
-            if queued < need:
+            queued = _queued(sock)
+            if queued is None or queued < need:
                 return False
             self._arrived = max(self._arrived, self.position + queued)
         try:
@@ -658,16 +660,12 @@ class RangeBody:
     def held(self) -> int:
         """Bytes of the body :meth:`read_held` could serve now, as far as the socket
         tells (0: none, or a body it never serves: TLS, confirmed after each read)."""
-        conn = self._conn
-        sock = conn.sock if conn is not None else None
-        if (sock is None or not self._direct or self._confirm is not None
-                or type(sock) is not socket.socket):
+        sock = self._holding_socket()
+        if sock is None:
             return 0
         if self._arrived - self.position < _HELD_ASK + _SOCKET_FILE_BUFFER:
-            try:
-                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD,
-                                                        b"\0" * 4))[0]
-            except (OSError, ValueError):
+            queued = _queued(sock)
+            if queued is None:
                 return 0
             self._arrived = max(self._arrived, self.position + queued)
         # What _read_held serves without asking the socket again: the socket file may
@@ -681,13 +679,18 @@ class RangeBody:
         for the link or the link for its reader."""
         conn = self._conn
         sock = conn.sock if conn is not None else None
-        if sock is None:
-            return 0
-        try:
-            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))
-        except (OSError, ValueError):
-            return 0
-        return min(int(queued[0]), self.end - self.position)
+        queued = _queued(sock) if sock is not None else None
+        return 0 if queued is None else min(queued, self.end - self.position)
+
+    def _holding_socket(self) -> socket.socket | None:
+        """The socket held reads take bytes from, or None where they serve none: a
+        TLS body (queued bytes are not plaintext bytes) or one confirmed after each read."""
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if (sock is None or not self._direct or self._confirm is not None
+                or type(sock) is not socket.socket):
+            return None
+        return sock
 
     def close(self) -> None:
         """Drop the rest of the body (the connection is closed, not reused).

@@ -52,7 +52,7 @@ from ...errors import (
     ProtocolError,
     TensorstreamError,
 )
-from ...uri import redact
+from ...uri import is_utf8, redact
 from .._http.headers import exception_error, parse_decimal, parse_http_date
 from .._http.range_get import (
     Answer,
@@ -97,12 +97,9 @@ def _split(path: str) -> tuple[str, str]:
     bucket, _, key = path.partition("/")
     if not bucket or not key:
         raise InvalidURIError(f"S3 paths are bucket/key, got {path!r}")
-    if not key.isascii():
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:  # a local file name that is not UTF-8 (surrogate escapes)
-            raise InvalidURIError(f"S3 keys are UTF-8, {key!r} is not (a file name in "
-                                  "another encoding?)") from None
+    if not key.isascii() and not is_utf8(key):  # a local file name in another encoding
+        raise InvalidURIError(f"S3 keys are UTF-8, {key!r} is not (a file name in "
+                              "another encoding?)")
     return bucket, key
 
 
