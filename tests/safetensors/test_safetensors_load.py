@@ -439,20 +439,32 @@ def test_filtered_load_opens_only_the_shards_it_needs(tmp_path: Path,
 def test_each_tensor_is_read_straight_into_its_memory(
         backend: Backend, model_file: tuple[bytes, dict[str, Any]],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """One readinto of the whole span per tensor, into the returned tensor's own memory."""
+    """One read of the whole span per tensor, into the returned tensor's own memory
+    (a local file's: one buffer of a gathered ``preadv``)."""
     import numpy as np
+
+    from tensorstream.providers.local import provider as local
 
     blob, _ = model_file
     backend.put("model.safetensors", blob)
     targets: list[tuple[int, int]] = []
-    real = tensorstream.StreamReader.readinto
+    real, real_local = tensorstream.StreamReader.readinto, local._preadv_exact
 
-    def spy(self: Any, b: Any) -> int:
+    def target(b: Any) -> None:
         view = memoryview(b)
         targets.append((np.frombuffer(view, dtype=np.uint8).ctypes.data, view.nbytes))
+
+    def spy(self: Any, b: Any) -> int:
+        target(b)
         return real(self, b)
 
+    def spy_local(fd: int, path: str, offset: int, buffers: Any, etag: Any) -> int:
+        for b in buffers:
+            target(b)
+        return real_local(fd, path, offset, buffers, etag)
+
     monkeypatch.setattr(tensorstream.StreamReader, "readinto", spy)
+    monkeypatch.setattr(local, "_preadv_exact", spy_local)
     got = ts_st.load(backend.uri("model.safetensors"), **backend.options)
     for name, t in got.items():
         if t.numel():

@@ -83,21 +83,22 @@ def test_local_reads_use_several_threads(model: tuple[Path, dict[str, Any]], sma
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    import tensorstream
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    from tensorstream.providers.local import provider as local
+
     threads: set[int] = set()
-    real = tensorstream.StreamReader.readinto
+    real = local._preadv_exact
     barrier = threading.Barrier(2, timeout=5)
 
-    def spy(self: Any, b: Any) -> int:
+    def spy(fd: int, p: str, offset: int, buffers: Any, etag: Any) -> int:
         me = threading.get_ident()
-        if memoryview(b).nbytes <= small_chunks and me not in threads:
+        if sum(b.nbytes for b in buffers) <= small_chunks and me not in threads:
             threads.add(me)
             barrier.wait()  # two threads read chunks at the same time (else: broken)
-        return real(self, b)
+        return int(real(fd, p, offset, buffers, etag))
 
-    monkeypatch.setattr(tensorstream.StreamReader, "readinto", spy)
+    monkeypatch.setattr(local, "_preadv_exact", spy)
     path, want = model
     got = ts_st.load(path, num_readers=2)
     assert len(threads) == 2
@@ -156,28 +157,29 @@ def test_cpu_tensors_are_mapped_before_the_threads_read(model: tuple[Path, dict[
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # Mapping memory waits for the other threads' MADV_POPULATE_WRITE calls: every CPU
     # tensor of a load is allocated first (readahead.arena), before any read.
-    import tensorstream
     from tensorstream.safetensors import reader
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    from tensorstream.providers.local import provider as local
+
     events: list[str] = []
-    real_arena, real_read = reader.Arena, tensorstream.StreamReader.readinto
+    real_arena, real_read = reader.Arena, local._preadv_exact
 
     def mapping(sizes: Any, **kwargs: Any) -> Any:
         events.append("map")
         return real_arena(sizes, **kwargs)
 
-    def read(self: Any, b: Any) -> int:
-        if memoryview(b).nbytes <= small_chunks:  # a chunk (not the header)
+    def read(fd: int, p: str, offset: int, buffers: Any, etag: Any) -> int:
+        if offset > 8:  # a chunk (not the header)
             events.append("read")
-        return real_read(self, b)
+        return int(real_read(fd, p, offset, buffers, etag))
 
     monkeypatch.setattr(reader, "Arena", mapping)
-    monkeypatch.setattr(tensorstream.StreamReader, "readinto", read)
+    monkeypatch.setattr(local, "_preadv_exact", read)
     path, want = model
     got = ts_st.load(path, num_readers=readers)
     assert all(same_bytes(got[n], want[n]) for n in want)
-    assert events[0] == "map" and events.count("map") == 1
+    assert events[0] == "map" and events.count("map") == 1 and "read" in events
 
 
 def test_tensors_in_one_mapping_are_separate_and_can_be_saved_again(
@@ -211,22 +213,108 @@ def test_iter_tensors_maps_tensors_as_it_goes(model: tuple[Path, dict[str, Any]]
                                               small_chunks: int,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # A consumer of iter_tensors may free each tensor: nothing is mapped far ahead.
-    import tensorstream
     from tensorstream.safetensors.reader import SafetensorsFile
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    from tensorstream.providers.local import provider as local
+
     events: list[str] = []
-    real_alloc, real_read = SafetensorsFile.allocate, tensorstream.StreamReader.readinto
+    real_alloc, real_read = SafetensorsFile.allocate, local._preadv_exact
     monkeypatch.setattr(SafetensorsFile, "allocate", lambda self, t, *, pin=False: (
         events.append("alloc"), real_alloc(self, t, pin=pin))[1])
 
-    def read(self: Any, b: Any) -> int:
-        if memoryview(b).nbytes <= small_chunks:
+    def read(fd: int, p: str, offset: int, buffers: Any, etag: Any) -> int:
+        if offset > 8:  # a chunk (not the header)
             events.append("read")
-        return real_read(self, b)
+        return int(real_read(fd, p, offset, buffers, etag))
 
-    monkeypatch.setattr(tensorstream.StreamReader, "readinto", read)
+    monkeypatch.setattr(local, "_preadv_exact", read)
     path, want = model
     got = dict(ts_st.iter_tensors(path))
     assert all(same_bytes(got[n], want[n]) for n in want)
     assert 0 < events.index("read") < len(want)
+
+
+def _many(tmp_path: Path, count: int = 600) -> tuple[Path, dict[str, Any]]:
+    want = {f"t{i}": torch.full((100 + i % 7,), float(i)) for i in range(count)}
+    path = tmp_path / "many.safetensors"
+    st_torch.save_file(want, str(path))
+    return path, want
+
+
+@pytest.mark.parametrize("how", ["load", "iter_tensors"])
+def test_small_tensors_are_gathered_into_few_reads(tmp_path: Path, how: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # One read through the reader's layers per tensor cost more than the copy for
+    # thousands of small tensors: neighbours share one preadv (at most 256 buffers).
+    from tensorstream.providers.local import provider as local
+
+    path, want = _many(tmp_path)
+    calls: list[int] = []
+    real = local._preadv_exact
+
+    def spy(fd: int, p: str, offset: int, buffers: Any, etag: Any) -> int:
+        calls.append(len(buffers))
+        return int(real(fd, p, offset, buffers, etag))
+
+    monkeypatch.setattr(local, "_preadv_exact", spy)
+    got = ts_st.load(path) if how == "load" else dict(ts_st.iter_tensors(path))
+    assert all(same_bytes(got[n], want[n]) for n in want)
+    assert len(calls) <= 1 + -(-len(want) // 255), calls  # the header, then gathered chunks
+
+
+def test_options_keep_every_read_in_the_readers_layers(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A deadline (or any option beyond the read-ahead's) is the reader's: its reads
+    # go through the layers that keep it, one per tensor as before.
+    import tensorstream
+
+    path, want = _many(tmp_path, 50)
+    reads = [0]
+    real = tensorstream.StreamReader.readinto
+
+    def spy(self: Any, b: Any) -> int:
+        reads[0] += 1
+        return real(self, b)
+
+    monkeypatch.setattr(tensorstream.StreamReader, "readinto", spy)
+    got = ts_st.load(path, timeout_total=60)
+    assert all(same_bytes(got[n], want[n]) for n in want)
+    assert reads[0] >= len(want)
+
+
+@pytest.mark.parametrize("how", ["load", "iter_tensors"])
+def test_a_file_changed_in_place_while_loading_raises(
+        model: tuple[Path, dict[str, Any]], small_chunks: int, how: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The descriptor holds the version the header was read from: a write in place
+    # after the load began is caught by the fstat around every gathered read.
+    from tensorstream.errors import ObjectChangedError
+    from tensorstream.providers.local import provider as local
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    path, want = model
+    calls = [0]
+    real = local._preadv_exact
+
+    def spy(fd: int, p: str, offset: int, buffers: Any, etag: Any) -> int:
+        calls[0] += 1
+        if calls[0] == 3:  # the header's read, a chunk, then this one
+            st = path.stat()
+            last = path.read_bytes()[-1:]
+            with open(path, "r+b") as f:  # the same byte, written again in place
+                f.seek(st.st_size - 1)
+                f.write(last)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return int(real(fd, p, offset, buffers, etag))
+
+    monkeypatch.setattr(local, "_preadv_exact", spy)
+    got: list[tuple[str, Any]] = []
+    with pytest.raises(ObjectChangedError, match="changed while it was being read"):
+        if how == "load":
+            got.extend(ts_st.load(path, num_readers=2).items())
+        else:
+            got.extend(ts_st.iter_tensors(path))
+    assert how == "iter_tensors" or not got
+    for name, t in got:  # whatever was handed out is complete
+        assert same_bytes(t, want[name]), name

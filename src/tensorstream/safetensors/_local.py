@@ -2,8 +2,11 @@
 
 The chunks, their order and the threads' bounds are
 :mod:`tensorstream.readahead.localfill`'s (shared with the tensorizer loader).
-Here: each thread reads through its own fork of the file's reader, and
-tensors are handed to ``emit`` in file order, each once all of its chunks
+Here: each thread reads through its own fork of the file's reader or, for a
+plain local file, all of them through one pinned descriptor
+(:class:`~tensorstream.providers.local.provider.PinnedFile`) with neighbouring
+tensors smaller than a chunk gathered into one read; tensors are handed to
+``emit`` in file order, each once all of its chunks
 have landed; after a failed read no tensor that it touched is handed out,
 the other threads stop at their next chunk, and the first error is raised
 once every thread has returned (nothing writes into a tensor afterwards).
@@ -19,7 +22,7 @@ import torch
 
 from ..errors import MalformedFileError
 from ..file import StreamReader
-from ..readahead.localfill import CHUNK, MAX_WORKERS, ChunkFill, workers
+from ..readahead.localfill import CHUNK, MAX_WORKERS, ChunkFill, ReadAt, workers
 from .header import TensorInfo
 
 __all__ = ["CHUNK", "MAX_WORKERS", "fill_local", "workers"]
@@ -29,7 +32,8 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                allocate: Callable[[TensorInfo], torch.Tensor],
                view: Callable[[torch.Tensor], memoryview],
                emit: Callable[[TensorInfo, torch.Tensor], None], *, upfront: bool = False,
-               before_read: Callable[[memoryview], object] | None = None) -> None:
+               before_read: Callable[[memoryview], object] | None = None,
+               read_at: ReadAt | None = None) -> None:
     """Read ``tensors`` (file order) of the local file behind ``reader`` on
     ``nworkers`` threads (the caller's among them) and ``emit`` each in file
     order once it is complete. ``allocate`` makes a tensor's memory, ``view``
@@ -38,9 +42,12 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
     until it is read into; not for pinned memory, resident at once, nor for a
     consumer that frees tensors as they come), else each when its first chunk
     is handed out. ``before_read(buf)``: called before each chunk's read into
-    ``buf`` (the arena's adaptive fault-in, :meth:`.readahead.arena.Arena.populate`)."""
+    ``buf`` (the arena's adaptive fault-in, :meth:`.readahead.arena.Arena.populate`).
+    ``read_at``: reads gathered chunks for every thread (a
+    :class:`~tensorstream.providers.local.provider.PinnedFile`'s), instead of
+    one ``readinto`` per tensor through forks of ``reader``."""
     plan = ChunkFill([(t.begin, t.nbytes) for t in tensors], lambda i: allocate(tensors[i]),
-                     view, upfront=upfront and nworkers > 1)
+                     view, upfront=upfront and nworkers > 1, gather=read_at is not None)
     emit_lock = threading.Lock()
     emitted = 0  # tensors handed out, in file order (under emit_lock)
 
@@ -54,8 +61,16 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                 t, emitted = tensors[emitted], emitted + 1
                 emit(t, tensor)
 
-    def work(r: StreamReader) -> None:
-        def read_at(offset: int, buffers: Sequence[memoryview]) -> None:
+    def gathered(offset: int, buffers: Sequence[memoryview]) -> None:
+        assert read_at is not None
+        if before_read is not None:
+            for buf in buffers:  # (a gap's scratch is no tensor's: the arena skips it)
+                before_read(buf)
+        read_at(offset, buffers)
+
+    def work(r: StreamReader | None) -> None:
+        def one_by_one(offset: int, buffers: Sequence[memoryview]) -> None:
+            assert r is not None
             r.seek(offset)
             for buf in buffers:  # (one: this fill does not gather)
                 if before_read is not None:
@@ -64,23 +79,26 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                     raise MalformedFileError(f"{r.name} is truncated at offset {offset}")
 
         try:
-            plan.read_chunks(read_at, emit_ready)
+            plan.read_chunks(one_by_one if r is not None else gathered, emit_ready)
             emit_ready()  # 0-byte tensors after the last chunk
         except BaseException as exc:
             plan.fail(exc)
             raise
 
-    forks = [reader.fork() for _ in range(max(0, nworkers - 1))]
+    mine: StreamReader | None = reader if read_at is None else None
+    forks: list[StreamReader | None] = (
+        [reader.fork() for _ in range(max(0, nworkers - 1))] if read_at is None
+        else [None] * max(0, nworkers - 1))
     try:
         if not forks:
-            work(reader)
+            work(mine)
             return
         with concurrent.futures.ThreadPoolExecutor(len(forks),
                                                    thread_name_prefix="tensorstream-local") as pool:
             futures = [pool.submit(work, r) for r in forks]
             first: BaseException | None = None
             try:
-                work(reader)
+                work(mine)
             except BaseException as exc:
                 first = exc
             for fut in futures:  # every thread has returned before anything is raised
@@ -92,4 +110,5 @@ def fill_local(reader: StreamReader, tensors: list[TensorInfo], nworkers: int,
                 raise first
     finally:
         for r in forks:
-            r.close()
+            if r is not None:
+                r.close()

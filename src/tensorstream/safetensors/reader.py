@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import os
 import sys
 import threading
@@ -29,8 +30,9 @@ from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
 from ..headroom import SMALL_CLAIM, check_fits
+from ..providers.local.provider import PinnedFile
 from ..readahead.arena import Arena
-from ..uri import ParsedURI, redact
+from ..uri import ParsedURI, parse_uri, redact
 from . import _local
 from ._local import fill_local
 from .header import Header, TensorInfo, header_from_prefix
@@ -284,9 +286,13 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
                 out = memory.tensors[at[t.name]]
                 return out.view(torch_dtype(t.dtype, f.where)).reshape(t.shape)
 
-            fill_local(reader, tensors, _local.workers(num_readers, sum(t.nbytes for t in tensors)),
-                       allocate, byte_view, lambda t, out: emit(t.name, _finish(out, device, dtype)),
-                       upfront=keep_all, before_read=memory.populate)
+            with _pinned(source, options, reader) as pinned:
+                fill_local(reader, tensors,
+                           _local.workers(num_readers, sum(t.nbytes for t in tensors)),
+                           allocate, byte_view,
+                           lambda t, out: emit(t.name, _finish(out, device, dtype)),
+                           upfront=keep_all, before_read=memory.populate,
+                           read_at=pinned.read_at if pinned is not None else None)
             return
         if ordered:
             num_readers = 1
@@ -335,6 +341,26 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         finally:
             for r in forks:
                 r.close()
+
+
+#: Options that change nothing about how a local file is read.
+_PLAIN_OPTIONS = frozenset({"readahead"})
+
+
+@contextlib.contextmanager
+def _pinned(source: Source, options: dict[str, Any], reader: StreamReader
+            ) -> Iterator[PinnedFile | None]:
+    """The version ``reader`` opened of a plain local file (no options beyond
+    :data:`_PLAIN_OPTIONS`), held open for gathered reads; None otherwise
+    (options such as ``timeouts`` or test faults keep every read in the reader's
+    layers). Why: one read through the layers per tensor cost more than the
+    copy for thousands of small tensors (docs/benchmarks.md, "Session 25")."""
+    parsed = parse_uri(source.uri)
+    if parsed.scheme != "file" or not set(options) <= _PLAIN_OPTIONS or reader.etag is None:
+        yield None
+        return
+    with PinnedFile(parsed.path, reader.etag) as pinned:
+        yield pinned
 
 
 def _needed(sources: list[Source], wanted: Callable[[str], bool]) -> list[Source]:

@@ -27,7 +27,8 @@ from ...errors import (
 from ...readahead._prefault import populate
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
-__all__ = ["LocalProvider", "fsync_path", "map_local_error", "open_regular", "temp_path_for"]
+__all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error", "open_regular",
+           "temp_path_for"]
 
 
 def _etag(st: os.stat_result) -> str:
@@ -133,6 +134,42 @@ def _preadv_exact(fd: int, path: str, offset: int, buffers: Sequence[memoryview]
     if etag is not None:
         _check_version(fd, path, etag)
     return done
+
+
+class PinnedFile:
+    """One version of a local file (``etag``: :meth:`LocalProvider.stat`'s) held open
+    for positional reads, from any number of threads, each read gathered into many
+    buffers (:func:`_preadv_exact`: one ``preadv`` for neighbouring tensors).
+
+    For loaders that fill a file's tensors in chunks (``readahead.localfill``):
+    one read per chunk instead of one trip through the reader's layers per tensor.
+    A file replaced by rename meanwhile is not mixed in (the descriptor holds the
+    inode); one changed in place is caught by the ``fstat`` around every read
+    (:class:`~tensorstream.errors.ObjectChangedError`); a read past the end raises
+    :class:`~tensorstream.errors.InvalidRangeError`."""
+
+    def __init__(self, path: str, etag: str) -> None:
+        self.path = path
+        self.etag = etag
+        self._fd = LocalProvider._open_checked(path, etag)
+
+    def read_at(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        """Fill ``buffers``, in order, with the file's bytes from ``offset``, or raise."""
+        _preadv_exact(self._fd, self.path, offset, buffers, self.etag)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    def __enter__(self) -> PinnedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PinnedFile({self.path!r})"
 
 
 #: Bytes per worker-thread hop of an async read (progress is reported between).
