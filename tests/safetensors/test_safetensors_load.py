@@ -394,6 +394,40 @@ def test_a_device_torch_does_not_know_is_a_configuration_error(tmp_path: Path,
             call()
 
 
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("filter", "a", r"filter='a' is one string; pass a collection of names \(filter=\['a'\]\)"),
+    ("filter", b"a", "is one string"),
+    ("filter", 5, "filter must be a predicate on tensor names or a collection of names, got int"),
+    ("dtype", "float16", "dtype='float16' is not a floating-point torch.dtype"),
+    ("dtype", torch.int32, "dtype=torch.int32 is not a floating-point torch.dtype"),
+    ("dtype", torch.bool, "dtype=torch.bool is not"),
+    ("num_readers", "two", "num_readers must be an integer"),
+    ("num_readers", 2.5, "num_readers must be an integer"),
+    ("num_readers", True, "num_readers must be an integer"),
+])
+def test_arguments_that_make_no_sense_are_refused_before_reading(
+        tmp_path: Path, option: str, value: Any, message: str) -> None:
+    """filter="a" loaded nothing (a string is a collection of its characters);
+    dtype="float16" failed after every byte was read, with torch's "Invalid device
+    string"; dtype=torch.int32 turned the float weights into integers; num_readers
+    of 2.5 or True was taken as is, "two" a bare TypeError. Each is now a
+    ConfigurationError naming it, before the file is opened."""
+    from tensorstream.errors import ConfigurationError
+
+    path = tmp_path / "a.safetensors"
+    ts_st.save({"a": torch.ones(2), "b": torch.ones(3)}, path)
+    calls = [lambda **kw: ts_st.load(path, **kw),
+             lambda **kw: ts_st.load(tmp_path / "missing.safetensors", **kw)]
+    if option != "num_readers":  # (iter_tensors takes none)
+        calls += [lambda **kw: list(ts_st.iter_tensors(path, **kw)),
+                  lambda **kw: list(ts_st.iter_tensors(tmp_path / "missing.safetensors", **kw))]
+    for call in calls:
+        with pytest.raises(ConfigurationError, match=message):
+            call(**{option: value})
+    # what makes sense still loads
+    assert set(ts_st.load(path, filter=["a"], dtype=torch.float16, num_readers="2")) == {"a"}
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])

@@ -68,7 +68,7 @@ def iter_tensors(
     if shared is not None:
         yield from _shared(uri, device, dtype, filter, None, shared, options)
         return
-    dev, _ = _check(device, 1)
+    dev, _ = _check(device, 1, dtype)
     wanted = _wanted(filter)
     sources = _needed(resolve(uri, options), wanted)
     if not sources:

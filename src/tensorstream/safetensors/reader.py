@@ -86,7 +86,15 @@ def _wanted(filter: Filter) -> Callable[[str], bool]:
         return lambda name: True
     if callable(filter):
         return filter
-    names = frozenset(filter)
+    if isinstance(filter, (str, bytes)):
+        # A string is a collection of its characters: filter="lm_head.weight" loaded nothing.
+        raise ConfigurationError(f"filter={filter!r} is one string; pass a collection of "
+                                 f"names (filter=[{filter!r}]) or a predicate on names")
+    try:
+        names = frozenset(filter)
+    except TypeError:
+        raise ConfigurationError(f"filter must be a predicate on tensor names or a collection "
+                                 f"of names, got {type(filter).__name__}") from None
     return names.__contains__
 
 
@@ -368,11 +376,20 @@ def _needed(sources: list[Source], wanted: Callable[[str], bool]) -> list[Source
     return [s for s in sources if s.names is None or any(wanted(n) for n in s.names)]
 
 
-def _check(device: str | torch.device | None, num_readers: int | None) -> tuple[torch.device, int]:
+def _check(device: str | torch.device | None, num_readers: int | None,
+           dtype: torch.dtype | None = None) -> tuple[torch.device, int]:
+    """The device and reader count (0: the default), checked before anything is read."""
     dev = _device(device)
-    if num_readers is not None and num_readers < 1:
-        raise ConfigurationError(f"num_readers must be >= 1, got {num_readers}")
-    return dev, num_readers or 0
+    # A string, a float or a bool was taken as is (num_readers="2": a bare TypeError later).
+    readers: int | None = validate_options({"num_readers": num_readers})["num_readers"]
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        # A dtype that is no torch.dtype failed after every byte was read (dtype="float16":
+        # torch's "Invalid device string"); an integer or bool dtype turned every
+        # floating-point weight into integers (transformers refuses one too).
+        raise ConfigurationError(f"dtype={dtype!r} is not a floating-point torch.dtype; dtype "
+                                 "casts the floating-point tensors (torch.float16, "
+                                 "torch.bfloat16...), others keep theirs")
+    return dev, readers or 0
 
 
 def load(
@@ -394,9 +411,10 @@ def load(
     tensor from the shard the index names) or a folder/prefix ending in ``/``
     holding one. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``: each tensor
     lands in pinned host memory and is copied once to the device while the
-    next one is read. ``dtype``: cast floating-point tensors to it (others
-    keep theirs). ``filter``: a predicate on names, or a collection of names
-    to load; the other tensors are not read. ``num_readers``: parallel
+    next one is read. ``dtype``: a floating-point ``torch.dtype`` to cast
+    floating-point tensors to (others keep theirs). ``filter``: a predicate on
+    names, or a collection of names to load (not one string); the other tensors
+    are not read. ``num_readers``: parallel
     readers per file (default :data:`DEFAULT_NUM_READERS`; 1 for Redis, whose
     one server thread answers every request; for a local file, threads
     filling it chunk by chunk, default up to 4 and at most one per CPU this
@@ -429,7 +447,7 @@ def load(
     if shared is not None:
         return dict(_shared(uri, device, dtype, filter, num_readers, shared, options,
                             allowance))
-    dev, readers = _check(device, num_readers)
+    dev, readers = _check(device, num_readers, dtype)
     options = {"readahead": _READAHEAD, **options}
     wanted = _wanted(filter)
     sources = _needed(resolve(uri, options), wanted)
@@ -472,11 +490,12 @@ def _shared(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
             ) -> Iterator[tuple[str, torch.Tensor]]:
     early: BaseException | None = None
     dev = torch.device("cpu")
+    wanted: Callable[[str], bool] = _wanted(None)
     try:
-        dev, _ = _check(device, num_readers)
+        dev, _ = _check(device, num_readers, dtype)
+        wanted = _wanted(filter)
     except Exception as exc:
         early = exc  # told to the group at its first step: every rank raises
-    wanted = _wanted(filter)
     return _load_shared(uri, options, wanted, dev, dtype, group, early, allowance)
 
 
