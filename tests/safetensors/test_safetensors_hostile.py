@@ -269,3 +269,30 @@ def test_fuzzed_bytes_load_exactly_or_raise(flips: list[tuple[int, int]],
             info = f.info(name)
             raw = bytes(blob[info.begin:info.end])
             assert t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() == raw
+
+
+# -- shard names from an index that name no file ---------------------------------
+
+
+@pytest.mark.parametrize("shard", ["s1.safetensors/x.safetensors", "s" * 300 + ".safetensors",
+                                   "loop.safetensors", "x/" * 2100 + "s1.safetensors"])
+def test_an_index_shard_naming_no_file_is_not_found(tmp_path: Path, shard: str) -> None:
+    """A shard name the index allows (next to it) that no file can have: through a
+    file, longer than a name, a symbolic link loop, a path past PATH_MAX. Each was
+    a bare ``OSError`` (ENOTDIR, ENAMETOOLONG, ELOOP) from ``load``, ``iter_tensors``,
+    ``open(...).get_tensor`` and ``tensorstream.open``; now a ``NotFoundError``
+    naming the path and why."""
+    from tensorstream.errors import NotFoundError
+
+    st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "s1.safetensors"))
+    (tmp_path / "loop.safetensors").symlink_to("loop.safetensors")
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": shard}}))
+    calls = [lambda: ts_st.load(index), lambda: list(ts_st.iter_tensors(index)),
+             lambda: ts_st.open(index).get_tensor("a"),
+             lambda: tensorstream.open(tmp_path / shard, "rb"),
+             lambda: ts_st.load(tmp_path / shard)]
+    for call in calls:
+        with pytest.raises(NotFoundError, match="no such file") as info:
+            call()
+        assert shard[-40:] in str(info.value)
