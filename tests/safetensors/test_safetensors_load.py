@@ -185,6 +185,45 @@ def _served_bytes(server: Any, key: str) -> int:
     return total
 
 
+def test_close_while_another_thread_reads_waits_for_its_read(tmp_path: Path) -> None:
+    """``close()`` closed the shard's reader under a ``get_tensor``/``get_slice`` in
+    progress in another thread: it raised a bare ``OSError`` (EBADF), and the
+    descriptor's number could name another file by its next read. The read in
+    progress now ends with its exact bytes; reads after ``close`` raise ``ValueError``."""
+    import threading
+    import time
+
+    path = tmp_path / "big.safetensors"
+    x = torch.arange(16 << 20, dtype=torch.int32)  # 64 MiB: many reads of the reader's
+    st_torch.save_file({"x": x}, str(path))
+    reads: list[Callable[[Any], Any]] = [lambda f: f.get_tensor("x"),
+                                         lambda f: f.get_slice("x")[1:]]
+    for read, want in zip(reads, (x, x[1:]), strict=True):
+        for delay in (0, 0.001, 0.003, 0.01, 0.03):
+            f = ts_st.open(path)
+            f.keys()
+            out: dict[str, Any] = {}
+
+            def run(f: Any = f, read: Any = read, out: dict[str, Any] = out) -> None:
+                try:
+                    out["tensor"] = read(f)
+                except BaseException as exc:  # (judged below)
+                    out["error"] = exc
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            time.sleep(delay)
+            f.close()
+            thread.join()
+            if "error" in out:  # close came first
+                assert isinstance(out["error"], ValueError), repr(out["error"])
+                assert "is closed" in str(out["error"])
+            else:
+                assert torch.equal(out["tensor"], want)
+            with pytest.raises(ValueError, match="is closed"):
+                read(f)
+
+
 def test_open_get_tensor_and_slices(backend: Backend,
                                     model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file

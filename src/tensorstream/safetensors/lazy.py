@@ -11,10 +11,12 @@ and close together).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import os
 import threading
+from collections.abc import Iterator
 from itertools import product
 from typing import Any
 
@@ -114,9 +116,7 @@ class SafeOpen:
     def get_tensor(self, name: str) -> torch.Tensor:
         """Read tensor ``name`` whole (one ``readinto`` of its span)."""
         t = self.info(name)
-        i = self._index(name)
-        f = self._file(i)
-        with self._locks[i]:
+        with self._reading(self._index(name)) as f:
             out = f.read_tensor(t, f.reader, pin=self._device.type == "cuda")
         return _finish(out, self._device, None)
 
@@ -125,12 +125,17 @@ class SafeOpen:
         return SafeSlice(self, self.info(name))
 
     def close(self) -> None:
+        """Close every shard, once the reads in progress (other threads') have ended."""
         with self._open_lock:
             self._closed = True
             files, self._files = self._files, [None] * len(self._files)
-        for f in files:
+        for lock, f in zip(self._locks, files, strict=True):
             if f is not None:
-                f.close()
+                # A read in another thread holds the shard's lock: closing under it
+                # raised a bare OSError (EBADF) there, and its descriptor's number
+                # could be another file's by the next read.
+                with lock:
+                    f.close()
 
     def __enter__(self) -> SafeOpen:
         return self
@@ -168,10 +173,17 @@ class SafeOpen:
                     self._files[i] = f
         return f
 
-    def _read(self, name: str, ranges: list[tuple[int, memoryview]]) -> None:
-        i = self._index(name)
+    @contextlib.contextmanager
+    def _reading(self, i: int) -> Iterator[SafetensorsFile]:
+        """Shard ``i``, held for one read (close waits for it); closed: ``ValueError``."""
         f = self._file(i)
         with self._locks[i]:
+            if self._closed:
+                raise ValueError(f"{self.name} is closed")
+            yield f
+
+    def _read(self, name: str, ranges: list[tuple[int, memoryview]]) -> None:
+        with self._reading(self._index(name)) as f:
             f.reader.read_ranges(ranges)
 
 
