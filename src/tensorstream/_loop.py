@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import select
+import selectors
 import threading
 import weakref
 from collections.abc import Coroutine
@@ -103,6 +105,25 @@ def _stop_at_exit() -> None:
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
+
+
+def _unshare_selector(loop: asyncio.AbstractEventLoop | None) -> None:
+    """Point a loop inherited through ``fork()`` at an epoll instance of the
+    child's own. The epoll instance is shared with the parent: a child closing
+    the parent's transports (the garbage collector at its exit: redis-py
+    closes its connections) removed the parent's sockets from the parent's
+    loop, whose reads then waited for an answer that never came."""
+    selector: Any = getattr(loop, "_selector", None)  # asyncio's selector event loops
+    epoll: Any = getattr(selectors, "EpollSelector", None)  # Linux only
+    if epoll is not None and isinstance(selector, epoll):
+        fresh = select.epoll()
+        try:
+            os.dup2(fresh.fileno(), selector.fileno(), inheritable=False)
+        finally:
+            fresh.close()
+
+
+os.register_at_fork(after_in_child=lambda: _unshare_selector(_loop))
 
 
 def is_shut_down() -> bool:

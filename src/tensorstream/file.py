@@ -20,6 +20,7 @@ import bisect
 import io
 import logging
 import operator
+import os
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -496,6 +497,11 @@ class StreamWriter(io.RawIOBase):
 
     ``close()`` publishes the object; leaving a ``with`` block by an exception,
     calling :meth:`abort`, or dropping the file without closing it discards it.
+
+    A writer belongs to the process that opened it. After ``os.fork()`` the
+    child's copy cannot write or publish (:class:`UnsupportedOperationError`);
+    its ``abort()``, a ``with`` block left by an exception, or dropping it only
+    let go of the copy: the parent's object is neither published nor discarded.
     """
 
     def __init__(self, provider: PolicyProvider, uri: ParsedURI, writer: Writer) -> None:
@@ -506,6 +512,7 @@ class StreamWriter(io.RawIOBase):
         self._pending = bytearray()
         self._written = 0
         self._aborted = False
+        self._pid = os.getpid()
 
     @property
     def name(self) -> str:
@@ -547,6 +554,7 @@ class StreamWriter(io.RawIOBase):
     def write(self, b: Any) -> int:
         if self.closed:
             raise ValueError("write to closed file")
+        self._check_process("write")
         view = memoryview(b).cast("B")
         self._pending += view
         self._written += len(view)
@@ -571,10 +579,32 @@ class StreamWriter(io.RawIOBase):
         if self.closed:
             raise ValueError("I/O operation on closed file")
 
+    def _inherited(self) -> bool:
+        """True in a child forked after the open: the temp file, upload or staged
+        chunks, and the provider's connections, are the parent's. Used from
+        here they published a half-written object, or deleted the parent's."""
+        return self._pid != os.getpid()
+
+    def _check_process(self, what: str) -> None:
+        if self._inherited():
+            raise UnsupportedOperationError(
+                f"cannot {what} {self.name}: its writer was opened by process {self._pid} "
+                f"and this is process {os.getpid()}, forked after the open; the object is "
+                "the opener's to write and publish (open a writer of its own here)")
+
+    def _let_go(self) -> None:
+        """Drop a forked child's copy without touching the parent's object."""
+        self._aborted = True
+        self._pending = bytearray()
+        io.RawIOBase.close(self)
+
     def close(self) -> None:
         """Publish the object atomically (commit) and release the provider."""
         if self.closed:
             return
+        if self._inherited():
+            self._let_go()
+            self._check_process("publish")
         try:
             if not self._aborted:
                 self._flush_pending()
@@ -589,6 +619,9 @@ class StreamWriter(io.RawIOBase):
     def abort(self) -> None:
         """Discard everything written; the destination is left untouched."""
         if self._aborted:
+            return
+        if self._inherited():
+            self._let_go()
             return
         self._aborted = True
         self._pending = bytearray()
@@ -617,7 +650,9 @@ class StreamWriter(io.RawIOBase):
 
     def __del__(self) -> None:
         # Never publish a half-written object from the garbage collector.
-        if not self.closed and not self._aborted:
+        if self._inherited():
+            self._aborted = True  # the parent's object: nothing to discard from here
+        elif not self.closed and not self._aborted:
             try:
                 log.warning("%s dropped without close(); discarding it", self.name)
                 self.abort()

@@ -1,0 +1,139 @@
+"""Reliability: the write path under hostile use (adversarial review of writes).
+
+``tensorstream.open(uri, "wb")`` promises an atomic object: every byte written
+by the process that opened it, published by its ``close()``, or nothing. These
+tests attack that promise where the caller's own process does something odd
+(``os.fork()`` with a writer open), against real servers on loopback (local
+disk, moto's S3 server, Debian's ``redis-server``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures_s3 import S3_BUCKET
+from reliability_helpers import run_python, unique
+from tensorstream.testing.redis_server import RedisServer
+from tensorstream.testing.s3_server import MotoS3Server
+
+pytestmark = [pytest.mark.usefixtures("isolated_env"), pytest.mark.timeout(180)]
+
+
+def _local(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return str(tmp_path / unique("fork")), {}
+
+
+def _s3(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    server: MotoS3Server = request.getfixturevalue("moto_s3_public")
+    return f"s3://{S3_BUCKET}/{unique('fork')}", server.options()
+
+
+def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url(unique("fork")), {}
+
+
+BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], tuple[str, dict[str, Any]]]] = {
+    "local": _local, "s3": _s3, "redis": _redis,
+}
+
+# The parent has bytes out (a temp file, parts uploading, chunks staged), forks
+# three children that each misuse the inherited writer, then finishes its write.
+_FORK_CODE = r"""
+import json, os, sys
+import tensorstream
+
+uri, opts = sys.argv[1], json.loads(sys.argv[2])
+A, B = b"a" * (9 << 20), b"b" * (3 << 20)
+
+def visible():
+    try:
+        return tensorstream.open(uri, **opts).size
+    except FileNotFoundError:
+        return None
+
+def child(act, exit=os._exit):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = {}
+        try:
+            act(out)
+        except BaseException as exc:
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        os.write(w, json.dumps(out).encode())
+        exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    got = json.loads(os.read(r, 1 << 16) or b"{}")
+    got["visible"] = visible()
+    return got
+
+def attempt(out, name, fn):
+    try:
+        fn()
+        out[name] = "ok"
+    except Exception as exc:
+        out[name] = type(exc).__name__
+
+f = tensorstream.open(uri, "wb", **opts)
+f.write(A)
+f._flush_pending()  # the parent's bytes are out: temp file, parts, staged chunks
+
+def write_then_close(out):
+    attempt(out, "write", lambda: (f.write(b"c" * (9 << 20)), f._flush_pending()))
+    attempt(out, "close", f.close)
+
+def abort(out):
+    attempt(out, "abort", f.abort)
+
+def leave_with_block(out):
+    # A child that runs on through the parent's `with` block, left by an
+    # exception (an abort), then exits normally with a loop of its own running
+    # (its exit aborts the writers still open).
+    tensorstream.open(tensorstream.__file__).close()
+    try:
+        with f:
+            raise RuntimeError("the child is done")
+    except RuntimeError:
+        out["left"] = True
+
+results = {"close": child(write_then_close), "abort": child(abort),
+           "exit": child(leave_with_block, exit=sys.exit)}
+f.write(B)
+f.close()
+with tensorstream.open(uri, **opts) as r:
+    data = r.read()
+results["final"] = [len(data), data == A + B]
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_forked_child_never_publishes_or_discards_the_parents_writer(
+        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """``os.fork()`` with a writer open: the child's ``close()`` published the
+    parent's object half-written (local: the parent's temp file renamed under the
+    parent, whose ``close`` then failed; S3: a ``PutObject`` of the bytes buffered
+    so far), and its ``abort``/exit deleted the parent's staged Redis chunks.
+    Now a writer is its opener's: in a child, ``write``/``close`` raise
+    ``UnsupportedOperationError`` and ``abort`` (or leaving a ``with`` block)
+    only lets go of the child's copy; the parent publishes exactly its bytes."""
+    uri, opts = BACKENDS[backend](tmp_path, request)
+    proc = run_python(_FORK_CODE, timeout=150, args=[uri, json.dumps(opts)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["close"] == {"write": "UnsupportedOperationError",
+                            "close": "UnsupportedOperationError", "visible": None}, out
+    assert out["abort"] == {"abort": "ok", "visible": None}, out
+    assert out["exit"] == {"left": True, "visible": None}, out
+    assert out["final"] == [(12 << 20), True], out
+    if backend == "s3":
+        server: MotoS3Server = request.getfixturevalue("moto_s3_public")
+        key = uri.split("/", 3)[3]
+        uploads = server.client.list_multipart_uploads(Bucket=S3_BUCKET, Prefix=key)
+        assert not uploads.get("Uploads"), "a multipart upload was left behind"
