@@ -161,3 +161,17 @@ def test_iter_tensors_and_open_refuse_one_tensor_larger_than_memory(tmp_path: Pa
             f.get_tensor("a")
         assert f.get_slice("a")[:3].tolist() == [0, 0, 0]  # a part of it still reads
         assert f.get_tensor("b").tolist() == [0, 0, 0, 0]
+
+
+def test_a_slice_larger_than_memory_is_refused_before_allocating(tmp_path: Path) -> None:
+    """``get_slice(name)[::2]`` (or ``[1:]``) of a 1 TiB tensor allocated what it reads with
+    torch's allocator: a bare ``RuntimeError``, or the process killed once the pages were
+    touched. It is refused first, naming the file and the tensor; a small part still reads."""
+    path = _sparse_file(tmp_path / "huge.safetensors", 1 << 40)
+    with tensorstream.safetensors.open(path) as f:
+        for key in (slice(None, None, 2), slice(1, None)):
+            with pytest.raises(tensorstream.errors.InsufficientMemoryError,
+                               match="a slice of tensor 'a'") as info:
+                f.get_slice("a")[key]
+            assert "huge.safetensors" in str(info.value) and "fewer rows" in str(info.value)
+        assert f.get_slice("a")[5:8].tolist() == [0, 0, 0]

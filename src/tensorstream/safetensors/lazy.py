@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import MalformedFileError
+from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
 from .header import DTYPE_SIZES, TensorInfo
 from .reader import SafetensorsFile, _device, _finish, byte_view, torch_dtype
@@ -229,7 +230,7 @@ class SafeSlice:
         pieces = math.prod(counts[:k])
         gap = (shape[k] - span_k) * strides[k] * size
         if pieces == 1 or (pieces <= _MAX_PIECES and gap >= _GAP):
-            buf = torch.empty([*counts[:k], span_k, *shape[k + 1:]], dtype=dtype)
+            buf = self._buffer([*counts[:k], span_k, *shape[k + 1:]], dtype)
             view = byte_view(buf)
             ranges = []
             for j, idx in enumerate(product(*(range(*s) for s, _ in sel[:k]))):
@@ -240,11 +241,22 @@ class SafeSlice:
         else:  # read the rows of dimension 0 that the selection spans
             (lo0, _, step0), _ = sel[0]
             rows = (counts[0] - 1) * step0 + 1
-            buf = torch.empty([rows, *shape[1:]], dtype=dtype)
+            buf = self._buffer([rows, *shape[1:]], dtype)
             owner._read(info.name, [(info.begin + lo0 * strides[0] * size, byte_view(buf))])
             local = [slice(0, rows, step0)] + [slice(*s) for s, _ in sel[1:]]
         part = buf[tuple(local)].contiguous().reshape(out_shape)
         return _finish(part, owner._device, None)
+
+    def _buffer(self, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """Memory for the bytes a slice reads; more than the host has available is
+        refused first (torch's allocator raised a bare ``RuntimeError`` for
+        ``[::2]`` of a 1 TiB tensor, or the pages were touched until the process died)."""
+        nbytes = math.prod(shape) * DTYPE_SIZES[self._info.dtype]
+        if nbytes >= SMALL_CLAIM:
+            check_fits(nbytes, torch.device("cpu"), None, self._owner.name, count=1,
+                       detail=f" (a slice of tensor {self._info.name!r} reads that much)",
+                       hint="If the file is right, free memory, or read fewer rows at a time")
+        return torch.empty(shape, dtype=dtype)
 
 
 def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, int], bool]]:
