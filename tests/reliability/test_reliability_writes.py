@@ -9,14 +9,18 @@ disk, moto's S3 server, Debian's ``redis-server``)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+import tensorstream
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import run_python, unique
+from tensorstream import errors
 from tensorstream.testing.redis_server import RedisServer
 from tensorstream.testing.s3_server import MotoS3Server
 
@@ -137,3 +141,23 @@ def test_a_forked_child_never_publishes_or_discards_the_parents_writer(
         key = uri.split("/", 3)[3]
         uploads = server.client.list_multipart_uploads(Bucket=S3_BUCKET, Prefix=key)
         assert not uploads.get("Uploads"), "a multipart upload was left behind"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_serialize_never_replaces_a_fifo_or_a_directory_at_a_local_destination(
+        tmp_path: Path, kind: str) -> None:
+    """``tensorstream.serialize`` to a local path renamed its temp file over a FIFO
+    (the node was gone, replaced by a regular file), and onto a directory failed
+    only after every tensor was written, with a bare ``IsADirectoryError``. As the
+    local writer: refused by name before anything is written, left as it was."""
+    (tmp_path / "out").mkdir()
+    dest = tmp_path / "out" / "model.tensors"
+    if kind == "fifo":
+        os.mkfifo(dest)
+    else:
+        dest.mkdir()
+    with pytest.raises(errors.TensorstreamError,
+                       match="not a regular file" if kind == "fifo" else "is a directory"):
+        tensorstream.serialize({"w": torch.arange(8.0)}, str(dest))
+    assert (dest.is_fifo() if kind == "fifo" else dest.is_dir())
+    assert os.listdir(tmp_path / "out") == ["model.tensors"], "a temp file was left behind"

@@ -37,6 +37,7 @@ from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
 from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamError
 from ..file import StreamReader
+from ..providers.local.provider import _check_destination as check_local_destination
 from ..providers.local.provider import fsync_path, temp_path_for
 from ..readahead.localfill import workers
 from ..uri import ParsedURI, parse_uri, redact
@@ -695,11 +696,15 @@ def serialize(
         directory = os.path.dirname(parsed.path) or "."
         if not os.path.isdir(directory):
             raise NotFoundError(f"destination directory does not exist: {directory}")
+        # As the local writer: a directory is refused before anything is written (its
+        # rename failed last, a bare IsADirectoryError), a FIFO or device never replaced.
+        check_local_destination(parsed.path)
         tmp = temp_path_for(parsed.path)
         try:
             _write_tensors(obj, tmp, params)
             os.chmod(tmp, 0o644)
             fsync_path(tmp)
+            check_local_destination(parsed.path)  # one may have appeared meanwhile
             os.replace(tmp, parsed.path)
             fsync_path(directory, directory=True)
         except BaseException:
