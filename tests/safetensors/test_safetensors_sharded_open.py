@@ -5,6 +5,7 @@ HTTP(S) index keeps its query string (tokens, signatures) for the shard URIs."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,22 @@ def test_open_folder_of_files_without_index(tmp_path: Path) -> None:
     st_torch.save_file({"a": torch.ones(1)}, str(tmp_path / "three.safetensors"))
     with pytest.raises(MalformedFileError, match="'a' is in more than one file"):
         ts_st.open(tmp_path)
+
+
+@pytest.mark.parametrize("num_readers", [1, 3])
+def test_a_tensor_in_two_files_of_a_folder_names_both(tmp_path: Path, num_readers: int) -> None:
+    """A folder without an index whose files both hold ``a``: ``load`` and
+    ``iter_tensors`` said "tensor 'a' is in more than one file" and named no file
+    (``open`` named only the folder); each names both files now."""
+    st_torch.save_file({"a": torch.ones(3), "b": torch.ones(1)}, str(tmp_path / "one.safetensors"))
+    st_torch.save_file({"a": torch.ones(1)}, str(tmp_path / "two.safetensors"))
+    calls = [lambda: ts_st.load(tmp_path, num_readers=num_readers),
+             lambda: list(ts_st.iter_tensors(tmp_path)), lambda: ts_st.open(tmp_path)]
+    for call in calls:
+        with pytest.raises(MalformedFileError, match="'a' is in more than one file") as info:
+            call()
+        assert re.search(r"one\.safetensors and .*two\.safetensors|two\.safetensors and "
+                         r".*one\.safetensors", str(info.value)), str(info.value)
 
 
 def test_open_sharded_shard_lacking_a_tensor(tmp_path: Path) -> None:

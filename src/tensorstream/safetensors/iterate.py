@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import os
 import queue
 import threading
@@ -75,14 +76,15 @@ def iter_tensors(
         return
     ready: queue.Queue[Any] = queue.Queue(maxsize=_ITER_AHEAD)
     stop = threading.Event()
-    names: set[str] = set()
+    held_by: dict[str, str] = {}  # tensor name -> the (redacted) file it came from
     lock = threading.Lock()
 
-    def emit(name: str, t: torch.Tensor) -> None:
+    def emit(where: str, name: str, t: torch.Tensor) -> None:
         with lock:
-            if name in names:
-                raise MalformedFileError(f"tensor {name!r} is in more than one file")
-            names.add(name)
+            if name in held_by:
+                raise MalformedFileError(f"tensor {name!r} is in more than one file: "
+                                         f"{held_by[name]} and {where}")
+            held_by[name] = where
         while not stop.is_set():
             with contextlib.suppress(queue.Full):
                 ready.put((name, t), timeout=0.1)
@@ -91,8 +93,8 @@ def iter_tensors(
 
     def produce(source: Source) -> None:
         try:
-            _read_file(source, options, wanted, dev, dtype, 0, emit, early=dev.type == "cpu",
-                       ordered=True)
+            _read_file(source, options, wanted, dev, dtype, 0, functools.partial(emit, source.where),
+                       early=dev.type == "cpu", ordered=True)
         except _Stopped:
             return
         except BaseException as exc:

@@ -64,7 +64,8 @@ class SafeOpen:
                     for t in self._file(i).header.tensors:
                         if t.name in self._shard_of:
                             raise MalformedFileError(
-                                f"tensor {t.name!r} is in more than one file of {self._name}")
+                                f"tensor {t.name!r} is in more than one file of {self._name}: "
+                                f"{sources[self._shard_of[t.name]].where} and {sources[i].where}")
                         self._shard_of[t.name] = i
             except BaseException:
                 self.close()

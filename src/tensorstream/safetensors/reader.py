@@ -452,25 +452,31 @@ def load(
     wanted = _wanted(filter)
     sources = _needed(resolve(uri, options), wanted)
     out: dict[str, torch.Tensor] = {}
+    held_by: dict[str, str] = {}  # tensor name -> the (redacted) file it came from
     lock = threading.Lock()
 
-    def emit(name: str, t: torch.Tensor) -> None:
-        with lock:
-            if name in out:
-                raise MalformedFileError(f"tensor {name!r} is in more than one file")
-            out[name] = t
+    def emitter(source: Source) -> Callable[[str, torch.Tensor], None]:
+        def emit(name: str, t: torch.Tensor) -> None:
+            with lock:
+                if name in out:
+                    raise MalformedFileError(f"tensor {name!r} is in more than one file: "
+                                             f"{held_by[name]} and {source.where}")
+                out[name] = t
+                held_by[name] = source.where
+        return emit
 
     # On the CPU every tensor lives to the end: allocating the next ones early lets
     # read-ahead land in them (no read-ahead buffers). Pinned staging for a GPU is not.
     early = dev.type == "cpu"
     if len(sources) <= 1:
         for source in sources:
-            _read_file(source, options, wanted, dev, dtype, readers, emit, early=early,
-                       fits=True, max_tensor_bytes=allowance)
+            _read_file(source, options, wanted, dev, dtype, readers, emitter(source),
+                       early=early, fits=True, max_tensor_bytes=allowance)
     else:
         with concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES, len(sources))) as pool:
-            futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers, emit,
-                                   early=early, fits=True, max_tensor_bytes=allowance)
+            futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers,
+                                   emitter(s), early=early, fits=True,
+                                   max_tensor_bytes=allowance)
                        for s in sources]
             try:
                 for fut in futures:
@@ -554,12 +560,13 @@ def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any
                 for source in _needed(resolve(uri, options), wanted):
                     files.append(_File(source, options, wanted, device.type == "cuda",
                                        allowance))
-                names: set[str] = set()
+                held_by: dict[str, str] = {}
                 for f in files:
                     for t in f.infos:
-                        if t.name in names:
-                            raise MalformedFileError(f"tensor {t.name!r} is in more than one file")
-                        names.add(t.name)
+                        if t.name in held_by:
+                            raise MalformedFileError(f"tensor {t.name!r} is in more than one "
+                                                     f"file: {held_by[t.name]} and {f.file.where}")
+                        held_by[t.name] = f.file.where
             except Exception as exc:
                 error = exc
         agree(group, f"opening {where}", error,
