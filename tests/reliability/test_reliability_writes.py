@@ -161,3 +161,39 @@ def test_serialize_never_replaces_a_fifo_or_a_directory_at_a_local_destination(
         tensorstream.serialize({"w": torch.arange(8.0)}, str(dest))
     assert (dest.is_fifo() if kind == "fifo" else dest.is_dir())
     assert os.listdir(tmp_path / "out") == ["model.tensors"], "a temp file was left behind"
+
+
+_UMASK_CODE = r"""
+import json, os, sys
+import torch
+import tensorstream
+import tensorstream.safetensors
+
+d = sys.argv[1]
+os.umask(0o077)  # private files (this fresh interpreter only)
+sd = {"w": torch.arange(8.0)}
+modes = {}
+with tensorstream.open(os.path.join(d, "raw.bin"), "wb") as f:
+    f.write(b"weights")
+tensorstream.serialize(sd, os.path.join(d, "model.tensors"))
+tensorstream.safetensors.save(sd, os.path.join(d, "model.safetensors"))
+tensorstream.convert(os.path.join(d, "model.tensors"), os.path.join(d, "conv.safetensors"))
+tensorstream.convert(os.path.join(d, "model.safetensors"), os.path.join(d, "conv.tensors"))
+for name in sorted(os.listdir(d)):
+    modes[name] = oct(os.stat(os.path.join(d, name)).st_mode & 0o777)
+print(json.dumps(modes))
+"""
+
+
+def test_local_serialize_and_convert_keep_the_umask(tmp_path: Path) -> None:
+    """Under umask 077, ``open(path, "wb")`` and ``safetensors.save`` made 0600 files,
+    but ``serialize`` and ``convert`` to a local path chmod-ed theirs to 0644: a
+    model meant to be private was readable by every user. Every local write now
+    gives 0666 less the umask."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = run_python(_UMASK_CODE, timeout=120, args=[str(out_dir)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    modes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert modes == dict.fromkeys(["conv.safetensors", "conv.tensors", "model.safetensors",
+                                   "model.tensors", "raw.bin"], "0o600"), modes

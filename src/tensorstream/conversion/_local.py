@@ -6,6 +6,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from .._umask import new_file_mode
 from ..providers.local.provider import fsync_path, temp_path_for
 from .errors import DestinationExistsError
 
@@ -14,13 +15,14 @@ __all__ = ["local_target"]
 
 @contextlib.contextmanager
 def local_target(path: str, overwrite: bool, durable: bool = True) -> Iterator[str]:
-    """Yield a temporary path next to ``path``; on success it becomes ``path`` (mode 0644;
+    """Yield a temporary path next to ``path``; on success it becomes ``path`` (0666 less the
+    umask, as every local write;
     on disk before it is renamed when ``durable``), on any failure (Ctrl-C included) it is
     removed."""
     tmp = temp_path_for(path)
     try:
         yield tmp
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, new_file_mode())
         if durable:
             fsync_path(tmp)
         if overwrite:

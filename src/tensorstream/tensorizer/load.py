@@ -28,6 +28,7 @@ import torch
 from tensorizer import TensorDeserializer, TensorSerializer
 
 from .. import _loop
+from .._umask import new_file_mode
 from ..api import get_provider
 from ..api import open as ts_open
 from ..config import validate_options
@@ -702,7 +703,7 @@ def serialize(
         tmp = temp_path_for(parsed.path)
         try:
             _write_tensors(obj, tmp, params)
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, new_file_mode())  # as every local write: 0666 less the umask
             fsync_path(tmp)
             check_local_destination(parsed.path)  # one may have appeared meanwhile
             os.replace(tmp, parsed.path)
