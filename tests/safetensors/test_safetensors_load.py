@@ -550,3 +550,19 @@ def test_cuda_without_cuda_is_a_clear_error_before_reading(tmp_path: Path) -> No
 
     with pytest.raises(ConfigurationError, match="CUDA is not available"):
         ts_st.load(tmp_path / "not-even-there.safetensors", device="cuda")
+
+
+def test_save_writes_the_values_of_conjugate_and_negative_views(tmp_path: Path) -> None:
+    """``x.conj()`` and a negative view are lazy: their memory holds ``x``'s bytes and
+    a bit says how to read them. ``save`` raised torch's bare ``RuntimeError`` (a
+    dtype view of such a tensor) half-way through the write; it writes their values
+    (``safetensors.torch`` writes the memory: the unconjugated numbers)."""
+    x = torch.tensor([1 + 2j, 3 - 4j, -5 + 0.5j], dtype=torch.complex64)
+    y = torch.tensor([1.0, -2.0, 3.5])
+    tensors = {"conj": x.conj(), "neg": y._neg_view(), "conj_strided": x.conj()[::2]}
+    assert tensors["conj"].is_conj() and tensors["neg"].is_neg()
+    dest = tmp_path / "views.safetensors"
+    ts_st.save(tensors, dest)
+    back = ts_st.load(dest)
+    for name, t in tensors.items():
+        assert torch.equal(back[name], t.resolve_conj().resolve_neg()), name

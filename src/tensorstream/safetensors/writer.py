@@ -78,5 +78,8 @@ def save(
         for name, *_ in entries:
             t = tensors[name].detach()
             host = t.to("cpu").contiguous() if t.device.type != "cpu" else t.contiguous()
+            # A conjugate or negative view's memory holds the unconjugated numbers (and
+            # has no byte view): its values are what is saved (no copy for others).
+            host = host.resolve_conj().resolve_neg()
             if host.numel():
                 out.write(byte_view(host))
