@@ -131,8 +131,12 @@ class ParsedURI:
         if self.scheme == "s3":
             return f"s3://{path}"
         if self.scheme in ("redis", "rediss"):
+            # The user info as given (netloc holds none: a checkpoint's shards were opened
+            # without the password), and the key escaped as parse_uri unescapes it (a
+            # prefix given as c%23k or c%252Fk became c#k, refused, or c/k: another key).
+            netloc = urllib.parse.urlsplit(self.raw).netloc if self.raw else self.netloc
             q = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
-            return f"{self.scheme}://{self.netloc}/{path}{q}"
+            return f"{self.scheme}://{netloc}/{urllib.parse.quote(path, safe='/')}{q}"
         return f"{self.scheme}://{path}"
 
 

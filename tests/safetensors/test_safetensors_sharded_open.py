@@ -185,3 +185,36 @@ def test_an_index_naming_too_many_shards_is_refused_before_any_is_opened(
         entry(backend.uri("ckpt/model.safetensors.index.json"), **backend.options)
     assert not any(".safetensors" in r.path and "index" not in r.path
                    for r in http_server.requests)
+
+
+def test_redis_checkpoint_shards_keep_the_password_and_their_exact_keys(
+        redis_auth_server: Any, isolated_env: None) -> None:
+    """The shards of a checkpoint on Redis (index or folder) are opened with the index
+    URI's user and password, at exactly the keys named: they were opened with no
+    password (``PermissionDeniedError``), and a key with ``%``, ``#`` or ``?`` (given
+    escaped) was put back unescaped: ``c%252Fk/`` read ``c/k/...`` (another key, a
+    decoy here), ``c%23k/`` was refused; so was a shard named ``s%41`` read as ``sA``."""
+    import secrets
+    import urllib.parse
+
+    from fixtures_redis import ACL_PASSWORD, ACL_USER, REDIS_PASSWORD
+
+    srv = redis_auth_server
+    real, decoy = st_torch.save({"a": torch.ones(3)}), st_torch.save({"a": torch.zeros(3)})
+    for folder in ["plain", "c%2Fk", "c#k", "c?k", "c k%"]:
+        folder += secrets.token_hex(3)
+        srv.put(f"{folder}/s%41.safetensors", real)
+        srv.put(f"{folder}/sA.safetensors", decoy)  # what s%41 unescaped names
+        if urllib.parse.unquote(folder) != folder:  # the key c%2Fk unescaped names
+            srv.put(urllib.parse.unquote(folder) + "/s%41.safetensors", decoy)
+        index = json.dumps({"weight_map": {"a": "s%41.safetensors"}}).encode()
+        srv.put(f"{folder}/model.safetensors.index.json", index)
+        escaped = urllib.parse.quote(folder, safe="")
+        for key in (f"{escaped}/model.safetensors.index.json", f"{escaped}/"):
+            for auth in ({"password": REDIS_PASSWORD}, {"user": ACL_USER, "password": ACL_PASSWORD}):
+                uri = srv.url(key, **auth)
+                assert ts_st.load(uri)["a"].equal(torch.ones(3)), (folder, key)
+                assert dict(ts_st.iter_tensors(uri))["a"].equal(torch.ones(3))
+                with ts_st.open(uri) as f:
+                    assert f.get_tensor("a").equal(torch.ones(3))
+                    assert all(auth["password"] not in s for s in f.shards)
