@@ -566,3 +566,20 @@ def test_save_writes_the_values_of_conjugate_and_negative_views(tmp_path: Path) 
     back = ts_st.load(dest)
     for name, t in tensors.items():
         assert torch.equal(back[name], t.resolve_conj().resolve_neg()), name
+
+
+def test_save_refuses_a_header_no_loader_reads(tmp_path: Path) -> None:
+    """A header over safetensors' 100,000,000-byte limit (much metadata, or very
+    many long names) was written, into a file that ``load`` and ``safetensors.torch``
+    both refuse; ``save`` now refuses it by size and limit, before opening the
+    destination, which keeps its old bytes."""
+    from tensorstream.errors import ConfigurationError
+
+    dest = tmp_path / "m.safetensors"
+    ts_st.save({"a": torch.ones(2)}, dest)
+    old = dest.read_bytes()
+    big = {"notes": "v" * ts_st.MAX_HEADER_SIZE}
+    with pytest.raises(ConfigurationError, match=r"header of \d+ bytes.*100000000"):
+        ts_st.save({"a": torch.zeros(2)}, dest, metadata=big)
+    assert dest.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from ..errors import MalformedFileError
+from ..errors import ConfigurationError, MalformedFileError
 from ..uri import is_utf8
 
 __all__ = ["DTYPE_SIZES", "MAX_HEADER_SIZE", "Header", "TensorInfo", "encode_header",
@@ -283,4 +283,9 @@ def encode_header(entries: Sequence[tuple[str, str, Sequence[int], int]],
         offset += nbytes
     body = json.dumps(doc, separators=(",", ":")).encode()
     body += b" " * (-(8 + len(body)) % 8)
+    if len(body) > MAX_HEADER_SIZE:  # a file every safetensors reader refuses
+        raise ConfigurationError(
+            f"the safetensors header of {len(body)} bytes ({len(entries)} tensors) is over the "
+            f"{MAX_HEADER_SIZE}-byte limit safetensors readers enforce: save less metadata, "
+            "or split the tensors into shards")
     return struct.pack("<Q", len(body)) + body
