@@ -13,6 +13,7 @@ naming the (redacted) file, before a single tensor byte is allocated or read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import struct
@@ -62,8 +63,14 @@ class Header:
     metadata: dict[str, str] | None
     data_start: int
 
-    def by_name(self) -> dict[str, TensorInfo]:
+    @functools.cached_property
+    def _by_name(self) -> dict[str, TensorInfo]:
         return {t.name: t for t in self.tensors}
+
+    def by_name(self) -> dict[str, TensorInfo]:
+        """Tensor name -> its entry (built once: ``open(...).get_tensor`` asks per tensor,
+        and a dict per call made reading every tensor of a file quadratic)."""
+        return self._by_name
 
 
 def header_length(prefix: bytes, size: int, where: str) -> int:
