@@ -11,7 +11,7 @@ from .errors import ConfigurationError
 from .layers.stack import PolicyProvider
 from .providers.base import BodyStream, ObjectInfo
 from .providers.registry import known_option_names, resolve_provider_class
-from .uri import ParsedURI, parse_uri
+from .uri import ParsedURI, check_file_destination, parse_uri
 
 if TYPE_CHECKING:  # the file objects (and their read-ahead) load on first open()
     from .file import StreamReader, StreamWriter
@@ -97,6 +97,8 @@ def open(  # mirrors builtins.open on purpose
     parsed = parse_uri(uri)
     if mode not in ("rb", "wb", "r", "w"):
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
+    if mode in ("wb", "w"):
+        check_file_destination(parsed)
     provider = get_provider(parsed, **options)
     if mode in ("rb", "r"):
         first: BodyStream | None = None

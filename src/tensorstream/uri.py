@@ -23,7 +23,8 @@ from typing import Any
 
 from .errors import InvalidURIError
 
-__all__ = ["ParsedURI", "SECRET_QUERY_PARAMS", "is_utf8", "parse_uri", "redact", "redact_text"]
+__all__ = ["ParsedURI", "SECRET_QUERY_PARAMS", "check_file_destination", "is_utf8", "parse_uri",
+           "redact", "redact_text"]
 
 ACCEPTED_FORMS = (
     "a local path or file:///path, http(s)://host/path, s3://bucket/key, "
@@ -294,6 +295,15 @@ def _parse_port(parts: urllib.parse.SplitResult, raw: str) -> int | None:
         return parts.port
     except ValueError as exc:
         raise InvalidURIError(f"invalid port in {_refused(raw)!r}; expected {ACCEPTED_FORMS}") from exc
+
+
+def check_file_destination(parsed: ParsedURI) -> None:
+    """Refuse a local destination given as a directory (``dir/``, ``dir/.``): its
+    path is made absolute, which drops the slash, and a file was written under
+    the directory's name; ``builtins.open`` raises ``IsADirectoryError`` there."""
+    if parsed.is_local and parsed.raw and os.path.basename(parsed.raw) in ("", ".", ".."):
+        raise InvalidURIError(f"{parsed.redacted()!r} names a directory, not a file to write: "
+                              "give the file's name")
 
 
 def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import tensorstream
+import tensorstream.safetensors
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import run_python, unique
 from tensorstream import errors
@@ -50,6 +51,7 @@ BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], tuple[str, dict[str,
 _FORK_CODE = r"""
 import json, os, sys
 import tensorstream
+import tensorstream.safetensors
 
 uri, opts = sys.argv[1], json.loads(sys.argv[2])
 A, B = b"a" * (9 << 20), b"b" * (3 << 20)
@@ -168,6 +170,7 @@ import json, os, sys
 import torch
 import tensorstream
 import tensorstream.safetensors
+import tensorstream.safetensors
 
 d = sys.argv[1]
 os.umask(0o077)  # private files (this fresh interpreter only)
@@ -197,3 +200,31 @@ def test_local_serialize_and_convert_keep_the_umask(tmp_path: Path) -> None:
     modes = json.loads(proc.stdout.strip().splitlines()[-1])
     assert modes == dict.fromkeys(["conv.safetensors", "conv.tensors", "model.safetensors",
                                    "model.tensors", "raw.bin"], "0o600"), modes
+
+
+def _write_bytes(uri: str) -> None:
+    with tensorstream.open(uri, "wb") as f:
+        f.write(b"weights")
+
+
+_WRITERS: dict[str, Callable[[str], object]] = {
+    "open": _write_bytes,
+    "safetensors.save": lambda uri: tensorstream.safetensors.save({"w": torch.ones(2)}, uri),
+    "serialize": lambda uri: tensorstream.serialize({"w": torch.ones(2)}, uri),
+}
+
+
+@pytest.mark.parametrize("how", list(_WRITERS))
+@pytest.mark.parametrize("form", ["{d}/newname/", "file://{d}/newname/", "{d}/newname/."])
+def test_a_local_destination_that_names_a_directory_is_refused(
+        tmp_path: Path, how: str, form: str) -> None:
+    """``open("dir/newname/", "wb")`` (and ``save``, ``serialize``) wrote a *file*
+    named ``newname``: the path was made absolute, which drops the slash. A path
+    ending in ``/`` (or ``/.``) names a directory, as ``builtins.open`` says
+    (``IsADirectoryError``): it is refused by name and nothing is created."""
+    out = tmp_path / "out"
+    out.mkdir()
+    uri = form.format(d=out)
+    with pytest.raises(errors.TensorstreamError, match="names a directory"):
+        _WRITERS[how](uri)
+    assert os.listdir(out) == []

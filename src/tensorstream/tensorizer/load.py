@@ -41,7 +41,7 @@ from ..file import StreamReader
 from ..providers.local.provider import _check_destination as check_local_destination
 from ..providers.local.provider import fsync_path, temp_path_for
 from ..readahead.localfill import workers
-from ..uri import ParsedURI, parse_uri, redact
+from ..uri import ParsedURI, check_file_destination, parse_uri, redact
 from .crypto import (
     Encryption,
     as_decryption,
@@ -690,6 +690,7 @@ def serialize(
     raw = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
     target = shard_uri(raw, rank=rank, world_size=world_size) if isinstance(raw, str) else raw
     parsed = parse_uri(target)
+    check_file_destination(parsed)
     _check_options(parsed, options)
     _check_serializable(obj)
     params = as_encryption(encryption, options)
