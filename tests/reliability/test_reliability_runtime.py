@@ -190,6 +190,39 @@ def test_abandoned_half_read_streams_do_not_hang_or_leak_fds(http_server: HTTPTe
     assert grown <= 5, f"file descriptors grew by {grown} after 100 abandoned streams"
 
 
+def test_repeated_loads_over_http_leave_no_descriptor_behind(
+        http_server: HTTPTestServer) -> None:
+    """Every thread that read over HTTP kept the descriptor of its
+    ``/proc/thread-self/schedstat`` (read-ahead's clock) open after it ended: each
+    ``safetensors.load`` of a checkpoint left five, until the process ran out."""
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    folder = unique("fdleak")
+    index = {"weight_map": {}}
+    for shard in range(3):
+        name = f"s{shard}.safetensors"
+        tensors = {f"w{shard}.{i}": torch.full((256, 256), float(i)) for i in range(4)}
+        http_server.put(f"{folder}/{name}", st_torch.save(tensors))
+        index["weight_map"].update(dict.fromkeys(tensors, name))
+    http_server.put(f"{folder}/model.safetensors.index.json", json.dumps(index).encode())
+    url = http_server.url(f"{folder}/model.safetensors.index.json")
+
+    def churn(n: int) -> None:
+        for _ in range(n):
+            assert len(tensorstream.safetensors.load(url)) == 12
+            assert sum(1 for _ in tensorstream.safetensors.iter_tensors(url)) == 12
+        gc.collect()
+
+    churn(2)  # warm-up: loop thread, pools, imports
+    time.sleep(0.2)
+    before = open_fds()
+    churn(20)
+    time.sleep(0.5)
+    gc.collect()
+    grown = open_fds() - before
+    assert grown <= 5, f"file descriptors grew by {grown} after 20 loads and 20 iterations"
+
+
 async def test_abandoned_half_read_async_reads_do_not_leak_fds(
         http_server: HTTPTestServer) -> None:
     big = os.urandom(1 << 20)

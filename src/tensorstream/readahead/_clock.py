@@ -23,14 +23,33 @@ __all__ = ["busy_seconds"]
 _local = threading.local()
 
 
-def _schedstat() -> float | None:
-    fd = getattr(_local, "fd", None)
-    if fd is None:
+class _Schedstat:
+    """This thread's ``schedstat`` descriptor, closed with the thread's locals when it
+    ends: held as a bare number, every thread that ever read left one open (five per
+    load of a checkpoint over HTTP, until the process ran out of descriptors)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
         try:
-            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         except OSError:
-            fd = -1
-        _local.fd = fd
+            self.fd = -1
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            try:
+                os.close(fd)
+            except OSError:  # pragma: no cover - interpreter teardown
+                pass
+
+
+def _schedstat() -> float | None:
+    held = getattr(_local, "schedstat", None)
+    if held is None:
+        held = _local.schedstat = _Schedstat()
+    fd = held.fd
     if fd < 0:
         return None
     try:
