@@ -581,6 +581,21 @@ def test_what_tensorizer_cannot_write_is_named_and_writes_nothing(tmp_path: Path
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("obj", [{"": torch.ones(2), "w": torch.ones(1)},
+                                 {"x" * 65536: torch.ones(1)}, {"é" * 32768: torch.ones(1)},
+                                 {"a": {"x" * 65536: torch.ones(1)}}],
+                         ids=["an-empty-name", "a-name-over-64-KiB", "a-name-over-64-KiB-in-utf8",
+                              "a-nested-name-over-64-KiB"])
+def test_a_name_tensorizer_cannot_hold_is_named_and_writes_nothing(
+        tmp_path: Path, obj: Any) -> None:
+    # "" wrote a file that neither deserialize nor tensorizer reads ("Invalid empty tensor
+    # path"); a name over 65535 UTF-8 bytes raised a bare struct.error from tensorizer.
+    with pytest.raises(errors.TensorstreamError, match="serialize") as info:
+        serialize(obj, tmp_path / "m.tensors")
+    assert isinstance(info.value, TypeError)
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("obj", [
     {"a": torch.ones(2), "b": {"c": torch.eye(2).to_sparse()}},
     [torch.ones(1), torch.eye(2).to_sparse_csr()],

@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import os
 import shutil
+import struct
 import tempfile
 import time
 import warnings
@@ -618,6 +619,10 @@ def _not_dense(obj: Any, name: str = "") -> str | None:
     return None
 
 
+#: tensorizer stores a tensor's name with a 2-byte length.
+_MAX_NAME = 0xFFFF
+
+
 def _check_serializable(obj: Any) -> None:
     """Refuse, before anything is written, what would make no readable file."""
     if not isinstance(obj, torch.nn.Module | Mapping | list | tuple):
@@ -627,6 +632,18 @@ def _check_serializable(obj: Any) -> None:
         raise InvalidArgumentError(
             f"serialize() was given a {type(obj).__name__} without any tensor: tensorizer "
             "cannot read a file without tensors, so none is written")
+    for key, value in obj.items() if isinstance(obj, Mapping) else ():
+        # tensorizer wrote a tensor named "" into a file its reader refuses ("Invalid empty
+        # tensor path"), and a name over its 2-byte length field was a bare struct.error.
+        if key == "" and isinstance(value, torch.Tensor):
+            raise InvalidArgumentError(
+                "serialize(): a tensor named '' (an empty name) makes a file tensorizer "
+                "cannot read back: give it a name")
+        size = len(key.encode("utf-8", "surrogatepass")) if isinstance(key, str) else 0
+        if size > _MAX_NAME:
+            raise InvalidArgumentError(
+                f"serialize(): tensor name {key[:40]!r}... is {size} bytes in UTF-8; "
+                f"tensorizer holds names of at most {_MAX_NAME} bytes")
     # tensorizer's own error is torch's "unsupported memory format option Contiguous".
     if (sparse := _not_dense(obj)) is not None:
         raise InvalidArgumentError(
@@ -642,7 +659,7 @@ def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
                 serializer.write_module(obj)
             else:
                 serializer.write_state_dict(obj)
-        except (TypeError, ValueError, IndexError) as exc:
+        except (TypeError, ValueError, IndexError, struct.error) as exc:
             # A value or key tensorizer cannot write ({"b": 5}, {1: t}), or a tensor it cannot
             # write with these settings (an empty one, encrypted): ours to name.
             with contextlib.suppress(Exception):
