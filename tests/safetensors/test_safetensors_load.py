@@ -286,6 +286,26 @@ def test_a_bool_index_is_refused_not_read_as_a_row(tmp_path: Path) -> None:
         assert s[1, numpy.int64(2)].equal(x[1, 2])  # integers of any kind still index
 
 
+def test_a_torch_uint8_index_is_refused_not_read_as_a_row(tmp_path: Path) -> None:
+    """torch, and ``safe_open``'s slices, take a ``torch.uint8`` tensor as a mask (``x[None]``
+    for 1, an empty selection for 0), as a bool; ``get_slice(...)[tensor(1, dtype=uint8)]``
+    read row 1, ``[tensor(0, dtype=uint8)]`` row 0: other bytes than safe_open gives."""
+    import numpy
+
+    path = tmp_path / "u.safetensors"
+    x = torch.arange(60, dtype=torch.float32).reshape(3, 4, 5)
+    ts_st.save({"x": x}, path)
+    with ts_st.open(path) as f:
+        s = f.get_slice("x")
+        for key in (torch.tensor(1, dtype=torch.uint8), torch.tensor(0, dtype=torch.uint8),
+                    (0, torch.tensor(2, dtype=torch.uint8))):
+            with pytest.raises(TypeError, match=r"torch\.uint8 tensor is a mask"):
+                s[key]
+        # a numpy uint8 and other integer tensors are positions, in torch as here
+        assert s[numpy.uint8(1)].equal(x[1])
+        assert s[torch.tensor(2, dtype=torch.int8), torch.tensor(1)].equal(x[2, 1])
+
+
 def test_get_slice_reads_only_the_rows_asked_for(
         http_server: Any, http_reset: None, model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file
