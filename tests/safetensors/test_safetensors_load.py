@@ -287,7 +287,7 @@ def test_a_bool_index_is_refused_not_read_as_a_row(tmp_path: Path) -> None:
 
 
 def test_a_torch_uint8_index_is_refused_not_read_as_a_row(tmp_path: Path) -> None:
-    """torch, and ``safe_open``'s slices, take a ``torch.uint8`` tensor as a mask (``x[None]``
+    """torch, and ``safe_open``'s slices, take a ``uint8`` tensor (or numpy array) as a mask (``x[None]``
     for 1, an empty selection for 0), as a bool; ``get_slice(...)[tensor(1, dtype=uint8)]``
     read row 1, ``[tensor(0, dtype=uint8)]`` row 0: other bytes than safe_open gives."""
     import numpy
@@ -298,11 +298,12 @@ def test_a_torch_uint8_index_is_refused_not_read_as_a_row(tmp_path: Path) -> Non
     with ts_st.open(path) as f:
         s = f.get_slice("x")
         for key in (torch.tensor(1, dtype=torch.uint8), torch.tensor(0, dtype=torch.uint8),
-                    (0, torch.tensor(2, dtype=torch.uint8))):
-            with pytest.raises(TypeError, match=r"torch\.uint8 tensor is a mask"):
+                    (0, torch.tensor(2, dtype=torch.uint8)), numpy.array(1, dtype=numpy.uint8)):
+            with pytest.raises(TypeError, match=r"uint8 tensor or array is a mask"):
                 s[key]
-        # a numpy uint8 and other integer tensors are positions, in torch as here
+        # a numpy uint8 scalar and other integer tensors or arrays are positions, in torch too
         assert s[numpy.uint8(1)].equal(x[1])
+        assert s[numpy.array(2)].equal(x[2])
         assert s[torch.tensor(2, dtype=torch.int8), torch.tensor(1)].equal(x[2, 1])
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from itertools import product
 from typing import Any
 
+import numpy
 import torch
 
 from ..errors import MalformedFileError
@@ -290,10 +291,12 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, i
             # 0 or 1: operator.index(True) read row 1 instead.
             raise TypeError(f"unsupported index {k!r}: a bool is a mask in torch, not a "
                             "position; use integers, slices or ...")
-        if isinstance(k, torch.Tensor) and k.dtype == torch.uint8:
-            # So is a torch.uint8 tensor (torch's old mask type): tensor(1, dtype=uint8)
-            # read row 1 where torch and safetensors give x[None].
-            raise TypeError(f"unsupported index {k!r}: a torch.uint8 tensor is a mask in "
+        if isinstance(k, (torch.Tensor, numpy.ndarray)) and str(k.dtype) in ("uint8",
+                                                                            "torch.uint8"):
+            # So is a uint8 tensor or array (torch's old mask type): tensor(1, dtype=uint8)
+            # read row 1 where torch and safetensors give x[None]. (A numpy uint8 scalar is
+            # an integer to torch too.)
+            raise TypeError(f"unsupported index {k!r}: a uint8 tensor or array is a mask in "
                             "torch, not a position; use integers, slices or ...")
         try:
             i = operator.index(k)
