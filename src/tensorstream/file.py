@@ -502,6 +502,9 @@ class StreamWriter(io.RawIOBase):
     child's copy cannot write or publish (:class:`UnsupportedOperationError`);
     its ``abort()``, a ``with`` block left by an exception, or dropping it only
     let go of the copy: the parent's object is neither published nor discarded.
+
+    Safe to share between threads, as ``builtins.open(..., "wb")`` is: each
+    ``write`` call's bytes land together, in the order the calls took the lock.
     """
 
     def __init__(self, provider: PolicyProvider, uri: ParsedURI, writer: Writer) -> None:
@@ -513,6 +516,9 @@ class StreamWriter(io.RawIOBase):
         self._written = 0
         self._aborted = False
         self._pid = os.getpid()
+        # One write, flush, close or abort at a time: two flushes in the provider at
+        # once interleaved their bytes (S3 parts, Redis chunks filled from both).
+        self._lock = threading.RLock()
 
     @property
     def name(self) -> str:
@@ -552,15 +558,16 @@ class StreamWriter(io.RawIOBase):
         raise UnsupportedOperationError("not readable: open the URI with mode 'rb' to read")
 
     def write(self, b: Any) -> int:
-        if self.closed:
-            raise ValueError("write to closed file")
-        self._check_process("write")
-        view = memoryview(b).cast("B")
-        self._pending += view
-        self._written += len(view)
-        if len(self._pending) >= _WRITE_BUFFER:
-            self._flush_pending()
-        return len(view)
+        self._check_process("write")  # (before the lock: a parent's thread may hold it)
+        with self._lock:
+            if self.closed:
+                raise ValueError("write to closed file")
+            view = memoryview(b).cast("B")
+            self._pending += view
+            self._written += len(view)
+            if len(self._pending) >= _WRITE_BUFFER:
+                self._flush_pending()
+            return len(view)
 
     def _flush_pending(self) -> None:
         if self._pending:
@@ -605,16 +612,19 @@ class StreamWriter(io.RawIOBase):
         if self._inherited():
             self._let_go()
             self._check_process("publish")
-        try:
-            if not self._aborted:
-                self._flush_pending()
-                _loop.run_sync(self._writer.commit())
-        except BaseException:
-            if not self._aborted:
-                self.abort()
-            raise
-        finally:
-            self._release()
+        with self._lock:
+            if self.closed:  # closed by another thread meanwhile
+                return
+            try:
+                if not self._aborted:
+                    self._flush_pending()
+                    _loop.run_sync(self._writer.commit())
+            except BaseException:
+                if not self._aborted:
+                    self.abort()
+                raise
+            finally:
+                self._release()
 
     def abort(self) -> None:
         """Discard everything written; the destination is left untouched."""
@@ -623,12 +633,15 @@ class StreamWriter(io.RawIOBase):
         if self._inherited():
             self._let_go()
             return
-        self._aborted = True
-        self._pending = bytearray()
-        try:
-            _loop.run_sync(self._writer.abort())
-        finally:
-            self._release()
+        with self._lock:
+            if self._aborted:
+                return
+            self._aborted = True
+            self._pending = bytearray()
+            try:
+                _loop.run_sync(self._writer.abort())
+            finally:
+                self._release()
 
     def _release(self) -> None:
         if not self.closed:
