@@ -92,7 +92,7 @@ def open(  # mirrors builtins.open on purpose
     >>> with tensorstream.open("s3://bucket/model.tensors", sequential=True) as f:  # doctest: +SKIP
     ...     deserializer = TensorDeserializer(f, device="cuda")
     """
-    from .file import StreamReader, StreamWriter
+    from .file import StreamReader
 
     parsed = parse_uri(uri)
     if mode not in ("rb", "wb", "r", "w"):
@@ -114,9 +114,25 @@ def open(  # mirrors builtins.open on purpose
             _loop.run_sync(provider.close())
             raise
         return StreamReader(provider, parsed, info, first=first)
+    return _writer(provider, parsed)
+
+
+def _writer(provider: PolicyProvider, parsed: ParsedURI, **writer_options: Any) -> StreamWriter:
+    """``open(..., "wb")`` on ``provider``; ``writer_options`` go to its ``open_writer``
+    (``mode=0o600``: a local file readable by its owner only, for secrets)."""
+    from .file import StreamWriter
+
     try:
-        writer = provider.open_writer(parsed.path)
+        writer = provider.open_writer(parsed.path, **writer_options)
     except BaseException:
         _loop.run_sync(provider.close())
         raise
     return StreamWriter(provider, parsed, writer)
+
+
+def open_secret(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> StreamWriter:
+    """``open(uri, "wb")`` for a secret (a key file): a local file is created
+    readable by its owner only (0600), whatever the umask."""
+    parsed = parse_uri(uri)
+    check_file_destination(parsed)
+    return _writer(get_provider(parsed, **options), parsed, mode=0o600)

@@ -266,3 +266,25 @@ def test_concurrent_writes_from_threads_each_land_whole(
         assert piece.count(piece[0]) == block, f"a write was split at byte {pos}"
         seen.add(piece[0])
     assert seen == {t * 16 + i for t in range(4) for i in range(8)}
+
+
+def test_a_new_key_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """A key file that ``serialize`` (``Encryption(keyfile=...)`` that does not exist
+    yet) or ``generate_keyfile`` writes was 0644 under the usual umask 022: every
+    local user could read the key that encrypts the model. It is 0600 now, as
+    ``ssh-keygen`` writes private keys; the model file keeps 0666 less the umask."""
+    from tensorstream._umask import current_umask
+    from tensorstream.tensorizer import Encryption, generate_keyfile
+
+    out = tmp_path / "out"
+    out.mkdir()
+    sd = {"w": torch.arange(4.0)}
+    tensorstream.serialize(sd, str(out / "m.tensors"),
+                           encryption=Encryption(keyfile=str(out / "new.key")))
+    generate_keyfile(str(out / "gen.key"))
+    assert (out / "new.key").stat().st_mode & 0o777 == 0o600
+    assert (out / "gen.key").stat().st_mode & 0o777 == 0o600
+    assert (out / "m.tensors").stat().st_mode & 0o777 == 0o666 & ~current_umask()
+    back = tensorstream.deserialize(str(out / "m.tensors"),
+                                    encryption=Encryption(keyfile=str(out / "new.key")))
+    assert torch.equal(back["w"], sd["w"])

@@ -130,10 +130,11 @@ def read_key(uri: str, **options: Any) -> bytes:
 
 
 def write_key(uri: str, key: bytes, **options: Any) -> None:
-    """Store ``key`` at ``uri`` atomically."""
-    from ..api import open as ts_open
+    """Store ``key`` at ``uri`` atomically; a local key file is 0600 (the umask's
+    usual 0644 let every local user read the key)."""
+    from ..api import open_secret
 
-    with ts_open(uri, "wb", **options) as f:
+    with open_secret(uri, **options) as f:
         f.write(key)
 
 

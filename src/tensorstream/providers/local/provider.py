@@ -348,7 +348,8 @@ class LocalProvider(Provider):
         return out
 
     def open_writer(self, path: str, **kwargs: Any) -> Writer:
-        return _AtomicFileWriter(path)
+        """``mode``: the published file's permissions (default 0666 less the umask)."""
+        return _AtomicFileWriter(path, mode=kwargs.get("mode"))
 
     async def delete(self, path: str) -> None:
         def run() -> None:
@@ -406,8 +407,9 @@ class _AtomicFileWriter(Writer):
     removed again (while the destination is still our file), and never
     reported as a success."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, mode: int | None = None) -> None:
         self.path = path
+        self._mode = mode
         self._tmp: str | None = None
         self._fd: int | None = None
         self._done = False
@@ -467,7 +469,7 @@ class _AtomicFileWriter(Writer):
         if self._fd is None:
             self._open()
         assert self._fd is not None and self._tmp is not None
-        os.fchmod(self._fd, new_file_mode())
+        os.fchmod(self._fd, new_file_mode() if self._mode is None else self._mode)
         os.fsync(self._fd)
         st = os.fstat(self._fd)
         os.close(self._fd)
