@@ -179,12 +179,13 @@ def test_a_tensorizer_load_streams_one_request_per_reader(
     import torch
 
     from tensor_files import random_state, tensorizer_bytes
+    from tensorstream.tensorizer.hook import reader_count
 
     sd = random_state(5, 8, (512, 512))
     key = f"stream-{os.urandom(4).hex()}"
     http_server.put(key, tensorizer_bytes(sd, tmp_path))
     with tensorstream.deserialize(http_server.url(key), device="cpu", num_readers=2) as d:
-        assert d._num_readers == 2
+        assert reader_count(d) == 2  # (a whole load: two fetcher threads, one parser)
         for name, tensor in sd.items():
             assert torch.equal(d[name], tensor)
     # The first reader streams the index and its half, the fork streams the other half.

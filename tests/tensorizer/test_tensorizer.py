@@ -21,6 +21,7 @@ from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, T
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
+from tensorstream.tensorizer.hook import forks
 from tensorstream.tensorizer.load import (
     DecryptionError,
     Encryption,
@@ -35,6 +36,7 @@ from tensorstream.tensorizer.load import (
     serialize,
 )
 from tensorstream.tensorizer.local import LocalTensorDeserializer
+from tensorstream.tensorizer.remote import RemoteTensorDeserializer
 
 # Cheap Argon2id settings: the tests check wiring, not key-stretching strength.
 FAST_KDF = {"opslimit": EncryptionParams.OpsLimit.MIN, "memlimit": EncryptionParams.MemLimit.MIN}
@@ -239,6 +241,17 @@ def test_num_readers_really_run_in_parallel(
         return fork
 
     monkeypatch.setattr(tensorstream.StreamReader, "fork", counting_fork)
+    fetchers: set[str] = set()
+    real_readinto = tensorstream.StreamReader.readinto
+
+    def readinto(self: tensorstream.StreamReader, b: Any) -> int:
+        name = threading.current_thread().name
+        if name.startswith("tensorstream-fetch-share-"):
+            with lock:
+                fetchers.add(name)
+        return real_readinto(self, b)
+
+    monkeypatch.setattr(tensorstream.StreamReader, "readinto", readinto)
     with deserialize(backend.uri("m.tensors"), "cpu", num_readers=4, **backend.options) as sd:
         assert_same(sd, state(model))
         if backend.name == "local" and not backend.options:
@@ -246,6 +259,15 @@ def test_num_readers_really_run_in_parallel(
             # descriptor (tests/tensorizer/test_tensorizer_local.py); tensorizer runs one reader.
             assert isinstance(sd, LocalTensorDeserializer) and sd._num_readers == 1
             assert isinstance(sd._file.inner, io.BufferedReader) and not threads
+            return
+        if isinstance(sd, RemoteTensorDeserializer):
+            # A whole remote load onto the CPU: four fetcher threads read the file (the
+            # opened stream and three forks), tensorizer's one reader thread parses.
+            assert sd._num_readers == 1 and sd._ts_fetchers == 4
+            # (one share per fetcher, at most one per block of the file: this model has few)
+            assert 2 <= len(fetchers) == len(forks(sd)) + 1 <= 4, fetchers
+            assert peak[0] >= 2, "forked readers were open at the same time"
+            assert open_forks[0] == 0, "every fork was closed"
             return
         assert sd._num_readers == 4
         assert sd._reopen is not None, "tensorizer can reopen the source: no silent 1 reader"

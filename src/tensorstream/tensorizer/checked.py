@@ -185,7 +185,13 @@ class CheckedSource(io.RawIOBase):
         want = self._headers.get(pos)
         if want is not None and size == _HEADER_LEN.size:
             inplace.arm(self, pos)  # the next tensor tensorizer allocates is this one
-        data = self.inner.read(size)
+        if inplace.detached(self):  # other threads read the stream: never move it
+            buf = bytearray(size)
+            if size and not inplace.received(self, pos, memoryview(buf)):
+                self.inner.read_ranges([(pos, buf)])
+            data = bytes(buf)
+        else:
+            data = self.inner.read(size)
         if len(data) != size:
             raise self.malformed(f"only {len(data)} of {size} bytes at offset {pos}",
                                  expected=pos + size)
@@ -203,8 +209,14 @@ class CheckedSource(io.RawIOBase):
         pos = self._tell()
         self._pos = None  # unknown until this read has ended well
         self._check(pos, len(view))
-        if inplace.received(self, pos, view):  # a local load's threads filled it
-            self.inner.seek(pos + len(view))
+        if inplace.received(self, pos, view):  # other threads filled it
+            if not inplace.detached(self):
+                self.inner.seek(pos + len(view))
+            self._pos = pos + len(view)
+            return len(view)
+        if inplace.detached(self):  # other threads read the stream: never move it
+            if len(view):
+                self.inner.read_ranges([(pos, view)])
             self._pos = pos + len(view)
             return len(view)
         inplace.before_read(self, pos, len(view))
@@ -226,6 +238,14 @@ class CheckedSource(io.RawIOBase):
         if target is not None and not 0 <= target <= self.size:
             raise self.malformed(f"a seek to offset {target} lies outside the object",
                                  expected=target)
+        if inplace.detached(self):  # other threads read the stream: only this position moves
+            if whence == io.SEEK_END:
+                target = self.size + offset
+            if target is None or not 0 <= target <= self.size:
+                raise self.malformed(f"a seek to offset {target} lies outside the object",
+                                     expected=target)
+            self._pos = target
+            return target
         self._pos = None
         pos = self._pos = int(self.inner.seek(offset, whence))
         return pos

@@ -361,7 +361,8 @@ def read_boundaries(deserializer: TensorDeserializer) -> list[int]:
 
 def reader_count(deserializer: TensorDeserializer) -> int:
     """How many parallel readers tensorizer settled on (after its fallbacks), or
-    the threads that filled a local load's tensors (``tensorizer/local.py``)."""
+    the threads that filled a local load's tensors (``tensorizer/local.py``) or
+    fetched a remote one (``tensorizer/remote.py``)."""
     return int(getattr(deserializer, "_ts_threads", 0) or deserializer._num_readers)
 
 

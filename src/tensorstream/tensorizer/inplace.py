@@ -55,7 +55,7 @@ import torch
 from ..file import StreamReader
 
 __all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "arm", "before_read",
-           "copy_thread", "plan", "received", "running", "with_globals"]
+           "copy_thread", "detached", "plan", "received", "running", "with_globals"]
 
 #: Tensors at least this large get memory of their own before they are read
 #: (requests spanning several are scattered into each); smaller ones (norms,
@@ -150,6 +150,12 @@ class Run:
         never here; a local load's threads fill its tensors (``tensorizer/local.py``)."""
         return False
 
+    def detached(self) -> bool:
+        """Whether other threads read the stream (``tensorizer/remote.py``): the
+        reader thread then moves only its own position and reads what
+        :meth:`received` does not serve by position-free ranged reads."""
+        return False
+
 
 def _run_for(checked: Any) -> Run | None:
     run: Run | None = getattr(_local, "run", None)
@@ -169,6 +175,12 @@ def received(checked: Any, pos: int, view: memoryview) -> bool:
     """Called by ``CheckedSource.readinto``: True if ``view`` already holds the bytes."""
     run = _run_for(checked)
     return run is not None and run.received(pos, view)
+
+
+def detached(checked: Any) -> bool:
+    """Called by ``CheckedSource``: whether its stream is read by other threads."""
+    run = _run_for(checked)
+    return run is not None and run.detached()
 
 
 def arm(checked: Any, header: int) -> None:

@@ -57,7 +57,8 @@ from .hook import (
     tensor_entries,
     tensor_names,
 )
-from .local import LocalTensorDeserializer, fast_path, open_local
+from .local import LocalTensorDeserializer, fast_path, on_cpu, open_local
+from .remote import RemoteTensorDeserializer
 from .sharding import is_sharded, shard_uri
 from .stats import LoadStats, collect
 from .stats import log as load_log
@@ -361,7 +362,12 @@ def deserialize(
             " (default)" if num_readers is None else "",
         )
         record = _LoadRecord(where, stream, started, lazy_load)
-        deserializer = (LocalTensorDeserializer if fast else StreamTensorDeserializer)(
+        fetched = (isinstance(stream, StreamReader) and not stream.read_hints.inline
+                   and not lazy_load
+                   and filter_func is None and decryption is None and shared is None
+                   and on_cpu(device))  # threads fetch, tensorizer parses (remote.py)
+        deserializer = (LocalTensorDeserializer if fast else RemoteTensorDeserializer if fetched
+                        else StreamTensorDeserializer)(
             stream,
             device=device,
             filter_func=filter_func,

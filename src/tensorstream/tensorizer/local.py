@@ -49,7 +49,7 @@ from . import inplace
 from .checked import CheckedSource
 from .hook import StreamTensorDeserializer, checked_copy_thread
 
-__all__ = ["LocalRun", "LocalTensorDeserializer", "fast_path", "open_local"]
+__all__ = ["LocalRun", "LocalTensorDeserializer", "fast_path", "on_cpu", "open_local"]
 
 
 def open_local(target: str | ParsedURI, options: Mapping[str, Any]) -> BinaryIO | None:
@@ -87,6 +87,11 @@ def fast_path(stream: Any, device: str | torch.device | None) -> bool:
         stream.fileno()
     except (AttributeError, OSError, ValueError):
         return False
+    return on_cpu(device)
+
+
+def on_cpu(device: str | torch.device | None) -> bool:
+    """Whether a load onto ``device`` (None: tensorizer's default) lands on the CPU."""
     resolved = get_device() if device is None else torch.device(device)
     return resolved.type == "cpu"
 
