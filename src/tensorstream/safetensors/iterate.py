@@ -53,7 +53,10 @@ def iter_tensors(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, tensor)`` as each tensor lands, while the next ones are read.
 
-    Same sources and arguments as :func:`load`. Tensors of one file come in
+    Same sources and arguments as :func:`load`, less ``num_readers`` (each
+    file is read in order by one reader; a local one's chunks by up to 4
+    threads) and ``max_tensor_bytes`` (tensors are allocated as they come,
+    not claimed up front). Tensors of one file come in
     file order; the shards of a checkpoint are read concurrently and their
     tensors interleave. At most a few tensors are read ahead of the consumer
     (memory stays bounded); closing the generator early stops the reads.

@@ -3,9 +3,9 @@
 * ``.../model.safetensors`` (anything else that is an object): one file;
 * ``.../model.safetensors.index.json``: the shards its ``weight_map`` names,
   each next to the index, each tensor taken from the shard the index names;
-* a folder or prefix (a local directory, or a URI ending in ``/``, or a name
-  that is not an object): its ``*.safetensors.index.json`` if it holds one,
-  else every ``*.safetensors`` directly inside it.
+* a folder or prefix (a local directory, or a URI ending in ``/``): its
+  ``*.safetensors.index.json`` if it holds one, else every ``*.safetensors``
+  directly inside it.
 
 An index is hostile input too: shard names that leave the index's folder
 (``..``, absolute paths, URIs) are refused.
