@@ -44,6 +44,7 @@ from the read of its bytes, before tensorizer hands the tensor out.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import threading
 import types
@@ -54,7 +55,7 @@ import torch
 
 from ..file import StreamReader
 
-__all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "arm", "before_read",
+__all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "address", "arm", "before_read",
            "copy_thread", "detached", "plan", "received", "running", "with_globals"]
 
 #: Tensors at least this large get memory of their own before they are read
@@ -155,6 +156,15 @@ class Run:
         reader thread then moves only its own position and reads what
         :meth:`received` does not serve by position-free ranged reads."""
         return False
+
+
+def address(view: memoryview) -> int | None:
+    """Where ``view``'s bytes start (None: read-only, empty or not contiguous): how a
+    run tells the memory it armed from a buffer tensorizer allocated itself."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(view))
+    except (TypeError, ValueError, BufferError):
+        return None
 
 
 def _run_for(checked: Any) -> Run | None:

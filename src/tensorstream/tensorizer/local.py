@@ -32,7 +32,6 @@ group loads keep tensorizer's own readers (:func:`fast_path`).
 from __future__ import annotations
 
 import bisect
-import ctypes
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
@@ -95,12 +94,6 @@ def on_cpu(device: str | torch.device | None) -> bool:
     resolved = get_device() if device is None else torch.device(device)
     return resolved.type == "cpu"
 
-
-def _address(view: memoryview) -> int | None:
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(view))
-    except (TypeError, ValueError, BufferError):  # read-only, empty, not contiguous
-        return None
 
 
 class LocalRun(inplace.Run):
@@ -167,7 +160,7 @@ class LocalRun(inplace.Run):
         lo = pos - self._begins[i]
         if lo + view.nbytes > int(self._entries[i].data_length):
             return False
-        if _address(view) != self._addresses[i] + lo:
+        if inplace.address(view) != self._addresses[i] + lo:
             return False
         self.fill.complete(i, self.read_at)
         return True

@@ -32,7 +32,6 @@ path of :mod:`.inplace`.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import dataclasses
 import functools
 import threading
@@ -61,6 +60,8 @@ def applies(entries: Sequence[Any]) -> bool:
 
 #: The most bytes of one read of a stretch between blocks.
 STRETCH = 4 << 20
+#: Bytes of stretches between blocks one fetcher reads ahead of tensorizer's parsing, at most.
+_MAX_HELD = 64 << 20
 
 
 @dataclasses.dataclass
@@ -242,7 +243,7 @@ class RemoteRun(inplace.Run):
         if i < 0 or not n or pos + n > self._pieces[-1].end:
             return False
         p = self._pieces[i]
-        if pos == p.start and p.memory is not None and _address(view) == self._addresses[p.start]:
+        if pos == p.start and p.memory is not None and inplace.address(view) == self._addresses[p.start]:
             self._landed(p)  # tensorizer's armed allocation: the block itself
             return True
         done = 0
@@ -262,17 +263,6 @@ class RemoteRun(inplace.Run):
                     self._cond.notify_all()
             i += 1
         return True
-
-
-#: Bytes of stretches between blocks one fetcher reads ahead of tensorizer's parsing, at most.
-_MAX_HELD = 64 << 20
-
-
-def _address(view: memoryview) -> int | None:
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(view))
-    except (TypeError, ValueError, BufferError):  # read-only, empty, not contiguous
-        return None
 
 
 class RemoteTensorDeserializer(StreamTensorDeserializer):
