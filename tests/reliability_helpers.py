@@ -141,6 +141,34 @@ class CompleteErrorProxy(HTTPFaultProxy):
         return await super()._handle(request)
 
 
+class PartErrorProxy(HTTPFaultProxy):
+    """An S3 proxy that answers the first ``fail`` ``UploadPart`` requests with
+    ``status`` (without forwarding them; ``None``: every one) and forwards the rest."""
+
+    def __init__(self, upstream: str, *, fail: int | None, status: int = 500) -> None:
+        super().__init__(upstream)
+        self.fail, self.status = fail, status
+        self.failed = 0
+        self.parts = 0
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        if request.method == "PUT" and "partNumber=" in request.query_string:
+            self.parts += 1
+            if self.fail is None or self.failed < self.fail:
+                self.failed += 1  # (before any await: parts arrive concurrently)
+                await request.read()
+                self._record(request, self.status)
+                return web.Response(status=self.status, body=_PART_ERROR,
+                                    headers={"Content-Type": "application/xml"})
+        return await super()._handle(request)
+
+
+_PART_ERROR = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code>"
+               b"<Message>We encountered an internal error. Please try again.</Message></Error>")
+
+
 class RawHTTPServer:
     """A hand-written HTTP/1.1 server on loopback for answers aiohttp's server will
     not produce: bodies delimited only by closing the connection (no

@@ -16,6 +16,7 @@ from reliability_helpers import (
     FAST,
     CompleteErrorProxy,
     OnRetryLog,
+    PartErrorProxy,
     free_port,
     leaked,
     unique,
@@ -183,3 +184,60 @@ def test_s3_complete_answered_200_with_error_document_is_a_failure(
     assert "commit" in str(info.value) or "complete" in str(info.value).lower()
     assert not moto_s3.exists(S3_BUCKET, key)
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+@pytest.mark.parametrize("how", ["open", "cp"])
+def test_s3_upload_parts_are_sent_again_after_a_temporary_error(
+        moto_s3_public: MotoS3Server, tmp_path: Any, how: str) -> None:
+    # A part is idempotent: a 500 (S3's "InternalError, please try again") on two of
+    # them is retried under the policy, and the object is whole. Before, one failed
+    # part failed the whole upload.
+    moto_s3 = moto_s3_public
+    key = unique()
+    blob = os.urandom((5 << 20) * 3 + 1000)  # three 5 MiB parts + a tail: multipart
+    with PartErrorProxy(moto_s3.endpoint_url, fail=2) as proxy:
+        opts = moto_s3.options(s3_endpoint=proxy.url)
+        if how == "open":
+            with tensorstream.open(f"s3://{S3_BUCKET}/{key}", "wb", part_size=5 << 20, **FAST,
+                                   **opts) as f:
+                f.write(blob)
+        else:
+            src = tmp_path / "blob.bin"
+            src.write_bytes(blob)
+            from tensorstream.copy import copy
+
+            copy(str(src), f"s3://{S3_BUCKET}/{key}", part_size=5 << 20, **FAST, **opts)
+        assert proxy.failed == 2 and proxy.parts >= 6
+    assert moto_s3.get(S3_BUCKET, key) == blob
+
+
+def test_s3_upload_parts_that_keep_failing_fail_the_write_and_abort_it(
+        moto_s3_public: MotoS3Server) -> None:
+    moto_s3 = moto_s3_public
+    key = unique()
+    blob = os.urandom((5 << 20) * 2 + 1000)
+    with PartErrorProxy(moto_s3.endpoint_url, fail=None, status=503) as proxy:
+        opts = moto_s3.options(s3_endpoint=proxy.url)
+        f = tensorstream.open(f"s3://{S3_BUCKET}/{key}", "wb", part_size=5 << 20, retries=3,
+                              **FAST, **opts)
+        f.write(blob)
+        with pytest.raises(errors.TensorstreamError):
+            f.close()
+        assert proxy.failed >= 3  # each part's attempts, then given up
+    assert not moto_s3.exists(S3_BUCKET, key)
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+def test_s3_upload_parts_are_not_retried_on_a_permanent_error(
+        moto_s3_public: MotoS3Server) -> None:
+    moto_s3 = moto_s3_public
+    key = unique()
+    with PartErrorProxy(moto_s3.endpoint_url, fail=None, status=403) as proxy:
+        opts = moto_s3.options(s3_endpoint=proxy.url)
+        f = tensorstream.open(f"s3://{S3_BUCKET}/{key}", "wb", part_size=5 << 20, **FAST,
+                              **opts)
+        f.write(os.urandom((5 << 20) + 10))
+        with pytest.raises(errors.TensorstreamError):
+            f.close()
+        assert proxy.failed == proxy.parts >= 1  # each part sent once: a refusal is final
+    assert not moto_s3.exists(S3_BUCKET, key)

@@ -588,6 +588,7 @@ class S3Provider(Provider):
             part_size=part_size,
             max_in_flight=max(1, min(x.concurrency, _WRITE_MEMORY // part_size)),
             checksum=self.checksum == "when_supported",
+            retry=self.config.retry,
         )
 
     async def close(self) -> None:

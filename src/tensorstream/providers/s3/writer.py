@@ -105,8 +105,11 @@ class S3Writer(Writer):
         part_size: int,
         max_in_flight: int,
         checksum: bool,
+        retry: RetryConfig | None = None,
     ) -> None:
         self._call = call
+        #: Attempts of each UploadPart (None: one): a part is idempotent, sent again whole.
+        self._retry = retry
         self._bucket = bucket
         self._key = key
         self._part_size = max(part_size, MIN_PART_SIZE)
@@ -284,13 +287,49 @@ class S3Writer(Writer):
                 raise self._malformed("CreateMultipartUpload without an UploadId")
             self._upload_id = str(upload_id)
 
+    async def _upload(self, number: int, body: Callable[[], Any], **kwargs: Any) -> dict[str, Any]:
+        """One UploadPart, sent again on a temporary error (a 5xx, a throttle, a dropped
+        connection) up to the retry policy's attempts: a part is idempotent (the last
+        upload of a part number is the one completed), and ``body()`` gives its bytes
+        from the start each time."""
+        if self._checksum:
+            kwargs["ChecksumAlgorithm"] = "CRC32"
+
+        async def once() -> dict[str, Any]:
+            return await self._call("upload_part", Bucket=self._bucket, Key=self._key,
+                                    UploadId=self._upload_id, PartNumber=number, Body=body(),
+                                    **kwargs)
+
+        if self._retry is None or self._retry.attempts <= 1:
+            return await once()
+        try:
+            return await once()
+        except TensorstreamError as exc:  # (nearly every part goes at once: no loop built)
+            if not exc.temporary:
+                raise
+            first: TensorstreamError | None = exc
+        from ...layers.retrying import retrying
+
+        def again(state: Any) -> None:
+            log.debug("part %d of %s/%s: %s; sent again", number, self._bucket, self._key,
+                      state.outcome.exception() if state.outcome else None)
+
+        # The first failure enters the loop as its first attempt (waited on as the loop's own).
+        async for attempt in retrying(
+                self._retry, None,
+                retry_if=lambda e: isinstance(e, TensorstreamError) and e.temporary,
+                before_sleep=again):
+            with attempt:
+                if first is not None:
+                    failed, first = first, None
+                    raise failed
+                return await once()
+        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
     async def _put_part(self, number: int, data: bytes | memoryview, md5: bytes) -> None:
-        kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
-        resp = await self._call(
-            "upload_part", Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
-            PartNumber=number, Body=data if isinstance(data, bytes) else _ViewFile(memoryview(data)),
-            ContentMD5=base64.b64encode(md5).decode(), **kwargs,
-        )
+        resp = await self._upload(
+            number, lambda: data if isinstance(data, bytes) else _ViewFile(memoryview(data)),
+            ContentMD5=base64.b64encode(md5).decode())
         self._check_etag(resp.get("ETag"), md5.hex(), None, f"part {number}")
         self._parts[number] = self._part_entry(number, resp)
         self._md5s[number] = md5
@@ -349,11 +388,7 @@ class S3Writer(Writer):
     async def _upload_part(self, number: int, body: bytearray) -> None:
         assert self._slots is not None
         try:
-            kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
-            resp = await self._call(
-                "upload_part", Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
-                PartNumber=number, Body=body, **kwargs,
-            )
+            resp = await self._upload(number, lambda: body)
             self._parts[number] = self._part_entry(number, resp)
         except Exception as exc:
             if self._error is None:
