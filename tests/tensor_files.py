@@ -18,10 +18,12 @@ def random_state(seed: int, count: int, shape: tuple[int, ...]) -> dict[str, tor
     return {f"w{i}": torch.randn(*shape, generator=gen) for i in range(count)}
 
 
-def tensorizer_bytes(state: dict[str, torch.Tensor], folder: object) -> bytes:
-    """``state`` serialized by tensorizer itself (through a file in ``folder``)."""
+def tensorizer_bytes(state: dict[str, torch.Tensor], folder: object,
+                     encryption: Any = None) -> bytes:
+    """``state`` serialized by tensorizer itself (through a file in ``folder``),
+    encrypted with ``encryption`` (tensorizer ``EncryptionParams``) if given."""
     path = Path(str(folder)) / "state.tensors"
-    ser = TensorSerializer(str(path))
+    ser = TensorSerializer(str(path), encryption=encryption)
     ser.write_state_dict(state)
     ser.close()
     return path.read_bytes()

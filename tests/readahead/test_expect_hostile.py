@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,11 +17,7 @@ MiB = 1 << 20
 OPTIONS: dict[str, Any] = dict(part_size=256 << 10, readahead=2 * MiB, concurrency=8)
 
 
-@pytest.fixture(autouse=True)
-def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
-    http_server.faults.reset()
-    yield
-    http_server.faults.reset()
+pytestmark = pytest.mark.usefixtures("http_reset")  # well-behaved servers, empty logs
 
 
 def _put(server: HTTPTestServer, size: int, *, paced: bool = True) -> tuple[str, bytes]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,7 @@ SIZES = [3 * MiB + 5, 100, 300 << 10, 4099, MiB + 7, 2 * MiB, 70 << 10, 700 << 1
          (256 << 10) - 1, 256 << 10, 5 * MiB + 3]
 
 
-@pytest.fixture(autouse=True)
-def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
-    http_server.faults.reset()
-    yield
-    http_server.faults.reset()
+pytestmark = pytest.mark.usefixtures("http_reset")  # well-behaved servers, empty logs
 
 
 def _state(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -9,16 +9,16 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from tensorizer import EncryptionParams, TensorSerializer
+from tensorizer import EncryptionParams
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
+from tensor_files import tensorizer_bytes
 from tensorstream import errors
 from tensorstream.tensorizer import inplace, remote
 from tensorstream.tensorizer.hook import StreamTensorDeserializer
@@ -30,11 +30,7 @@ MiB = 1 << 20
 OPTIONS: dict[str, Any] = dict(part_size=256 << 10, readahead=2 * MiB, concurrency=8)
 
 
-@pytest.fixture(autouse=True)
-def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
-    http_server.faults.reset()
-    yield
-    http_server.faults.reset()
+pytestmark = pytest.mark.usefixtures("http_reset")  # well-behaved servers, empty logs
 
 
 def _state(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -55,14 +51,6 @@ def _state(seed: int = 0) -> dict[str, torch.Tensor]:
     for i in range(40):
         out[f"mid{i}"] = torch.randn(20 + i, 1024, generator=gen).to(torch.float16)
     return out
-
-
-def _bytes(state: dict[str, torch.Tensor], folder: Path, encryption: Any = None) -> bytes:
-    path = folder / f"m-{os.urandom(4).hex()}.tensors"
-    ser = TensorSerializer(str(path), encryption=encryption)
-    ser.write_state_dict(state)
-    ser.close()
-    return path.read_bytes()
 
 
 def _serve(server: HTTPTestServer, data: bytes, *, rate: int | None = None) -> str:
@@ -91,7 +79,7 @@ def _fetch_threads() -> list[str]:
 def test_bytes_exact_for_every_fetcher_count(http_server: HTTPTestServer, tmp_path: Path,
                                              readers: int, rate: int | None) -> None:
     state = _state()
-    url = _serve(http_server, _bytes(state, tmp_path), rate=rate)
+    url = _serve(http_server, tensorizer_bytes(state, tmp_path), rate=rate)
     with tensorstream.deserialize(url, device="cpu", num_readers=readers, **OPTIONS) as d:
         assert isinstance(d, RemoteTensorDeserializer) and d._num_readers == 1
         _same(d, state)
@@ -105,7 +93,7 @@ def test_bytes_exact_for_every_fetcher_count(http_server: HTTPTestServer, tmp_pa
 def test_bytes_exact_over_s3_and_redis(name: str, request: pytest.FixtureRequest,
                                        tmp_path: Path) -> None:
     state = _state(1)
-    data = _bytes(state, tmp_path)
+    data = tensorizer_bytes(state, tmp_path)
     if name == "s3":
         s3 = request.getfixturevalue("moto_s3")
         request.getfixturevalue("isolated_env")
@@ -124,7 +112,7 @@ def test_the_parsing_thread_never_reads_the_stream(http_server: HTTPTestServer,
                                                    tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     state = _state(2)
-    url = _serve(http_server, _bytes(state, tmp_path))
+    url = _serve(http_server, tensorizer_bytes(state, tmp_path))
     readers: set[str] = set()
     real = tensorstream.StreamReader.readinto
 
@@ -154,7 +142,7 @@ def test_stretches_wait_for_the_parser_when_too_many_are_held(
 
     monkeypatch.setattr(remote.RemoteRun, "received", spy)
     state = _state(3)
-    url = _serve(http_server, _bytes(state, tmp_path))
+    url = _serve(http_server, tensorizer_bytes(state, tmp_path))
     with tensorstream.deserialize(url, device="cpu", num_readers=1, **OPTIONS) as d:
         _same(d, state)
     # at most one stretch over the limit (the one read after the parser caught up)
@@ -171,7 +159,7 @@ def test_a_later_share_holding_its_limit_never_stops_the_earlier_one(
     gen = torch.Generator().manual_seed(7)
     state = {f"tiny{i}": torch.randint(0, 256, (500,), dtype=torch.uint8, generator=gen)
              for i in range(400)}  # stretches only: no tensor has a block
-    url = _serve(http_server, _bytes(state, tmp_path), rate=2 * MiB)
+    url = _serve(http_server, tensorizer_bytes(state, tmp_path), rate=2 * MiB)
     with tensorstream.deserialize(url, device="cpu", num_readers=2, **OPTIONS) as d:
         _same(d, state)
     assert not _fetch_threads()
@@ -181,7 +169,7 @@ def test_a_later_share_holding_its_limit_never_stops_the_earlier_one(
 def test_a_failure_mid_load_hands_out_nothing_and_stops_every_fetcher(
         http_server: HTTPTestServer, tmp_path: Path, readers: int) -> None:
     state = _state(4)
-    url = _serve(http_server, _bytes(state, tmp_path), rate=8 * MiB)
+    url = _serve(http_server, tensorizer_bytes(state, tmp_path), rate=8 * MiB)
     # The object changes after a few requests: every later ranged GET is refused
     # (pinned to the version opened), in the middle of the fetch.
     http_server.faults.replace_after_requests = 4
@@ -193,7 +181,7 @@ def test_a_failure_mid_load_hands_out_nothing_and_stops_every_fetcher(
 def test_hashes_are_checked_on_bytes_served_from_memory(http_server: HTTPTestServer,
                                                         tmp_path: Path) -> None:
     state = _state(5)
-    data = bytearray(_bytes(state, tmp_path))
+    data = bytearray(tensorizer_bytes(state, tmp_path))
     t = state["tiny50"].numpy().tobytes()  # a tiny tensor: in a stretch or a tail
     at = bytes(data).index(t)
     data[at] ^= 0xFF
@@ -205,7 +193,7 @@ def test_hashes_are_checked_on_bytes_served_from_memory(http_server: HTTPTestSer
 def test_only_whole_plain_loads_onto_the_cpu_are_fetched(http_server: HTTPTestServer,
                                                          tmp_path: Path) -> None:
     state = _state(6)
-    url = _serve(http_server, _bytes(state, tmp_path))
+    url = _serve(http_server, tensorizer_bytes(state, tmp_path))
     with tensorstream.deserialize(url, device="cpu", lazy_load=True, **OPTIONS) as d:
         assert type(d) is StreamTensorDeserializer
         assert torch.equal(d["big"], state["big"])
@@ -215,7 +203,7 @@ def test_only_whole_plain_loads_onto_the_cpu_are_fetched(http_server: HTTPTestSe
         assert sorted(d) == sorted(n for n in state if n.startswith("mid"))
     params = EncryptionParams.random()
     del state["empty"]  # (tensorizer cannot write an encrypted empty tensor)
-    secret = _serve(http_server, _bytes(state, tmp_path, params))
+    secret = _serve(http_server, tensorizer_bytes(state, tmp_path, params))
     with tensorstream.deserialize(secret, device="cpu", encryption=Encryption(key=params.key),
                                   **OPTIONS) as d:
         assert type(d) is StreamTensorDeserializer

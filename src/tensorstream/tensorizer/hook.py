@@ -333,6 +333,37 @@ class _CheckedHeader(_TensorHeaderDeserializer):
         return header
 
 
+class FilledTensorDeserializer(StreamTensorDeserializer):
+    """A :class:`StreamTensorDeserializer` whose tensors other threads fill while
+    tensorizer's one reader thread parses: a run (an :class:`.inplace.Run` with
+    ``start``/``stop``: ``tensorizer/local.py``'s, ``tensorizer/remote.py``'s) is
+    armed for that thread while :meth:`_filled` loads."""
+
+    _ts_run: Any = None
+
+    def _filled(self, run: Any, keys: Any, verify_hash: bool | None) -> Any:
+        """tensorizer's load of ``keys`` with ``run``'s threads filling the tensors;
+        every thread has returned when this ends, however it ends."""
+        self._ts_run = run
+        run.start()
+        try:
+            yield from super()._bulk_load_uncached(keys, verify_hash)
+        finally:
+            run.stop()
+            self._ts_run = None
+
+    def _copy_thread(self, thread_idx: int, halt: Any, barrier: Any, verify_hash: bool,
+                     tensor_items: Any, transfer_out_queue: Any) -> None:
+        run = self._ts_run
+        if run is None:
+            super()._copy_thread(thread_idx, halt, barrier, verify_hash, tensor_items,
+                                 transfer_out_queue)
+            return
+        copy = functools.partial(inplace.copy_thread(checked_copy_thread()), self)
+        with inplace.running(run):
+            copy(thread_idx, halt, barrier, verify_hash, tensor_items, transfer_out_queue)
+
+
 def checked_copy_thread() -> Callable[..., Any]:
     """A copy of tensorizer's ``_copy_thread`` that parses tensor headers with
     :class:`_CheckedHeader` (its module's globals copied now: nothing is patched)."""

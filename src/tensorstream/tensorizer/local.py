@@ -32,7 +32,6 @@ group loads keep tensorizer's own readers (:func:`fast_path`).
 from __future__ import annotations
 
 import bisect
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
 
@@ -46,7 +45,7 @@ from ..readahead.localfill import ChunkFill, workers
 from ..uri import ParsedURI, parse_uri
 from . import inplace
 from .checked import CheckedSource
-from .hook import StreamTensorDeserializer, checked_copy_thread
+from .hook import FilledTensorDeserializer
 
 __all__ = ["LocalRun", "LocalTensorDeserializer", "fast_path", "on_cpu", "open_local"]
 
@@ -166,7 +165,7 @@ class LocalRun(inplace.Run):
         return True
 
 
-class LocalTensorDeserializer(StreamTensorDeserializer):
+class LocalTensorDeserializer(FilledTensorDeserializer):
     """A :class:`StreamTensorDeserializer` of a plain local file onto the CPU whose
     tensors are filled by :class:`LocalRun`'s threads; tensorizer runs one reader
     thread (it parses, verifies, decrypts and builds; the threads read).
@@ -178,7 +177,6 @@ class LocalTensorDeserializer(StreamTensorDeserializer):
     def __init__(self, file_obj: Any, *args: Any, num_readers: int | None = None,
                  **kwargs: Any) -> None:
         self._ts_requested = num_readers or 0
-        self._ts_run: LocalRun | None = None
         self._ts_threads = 1
         super().__init__(file_obj, *args, num_readers=1, **kwargs)
 
@@ -195,21 +193,5 @@ class LocalTensorDeserializer(StreamTensorDeserializer):
         nbytes = sum(int(e.data_length) for e in entries)
         run = LocalRun(checked, entries, workers(self._ts_requested, nbytes))
         self._ts_threads = max(self._ts_threads, run.nworkers)
-        self._ts_run = run
-        run.start()
-        try:
-            yield from super()._bulk_load_uncached(keys, verify_hash)
-        finally:
-            run.stop()
-            self._ts_run = None
+        yield from self._filled(run, keys, verify_hash)
 
-    def _copy_thread(self, thread_idx: int, halt: Any, barrier: Any, verify_hash: bool,
-                     tensor_items: Any, transfer_out_queue: Any) -> None:
-        run = self._ts_run
-        if run is None:
-            super()._copy_thread(thread_idx, halt, barrier, verify_hash, tensor_items,
-                                 transfer_out_queue)
-            return
-        copy = functools.partial(inplace.copy_thread(checked_copy_thread()), self)
-        with inplace.running(run):
-            copy(thread_idx, halt, barrier, verify_hash, tensor_items, transfer_out_queue)

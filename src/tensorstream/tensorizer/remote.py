@@ -3,9 +3,8 @@
 Why: tensorizer's reader thread reads each tensor's header (two reads) and its
 data (one read) in turn, each read a trip through the reader's layers, and it
 receives the bytes itself: for thousands of small tensors that thread, not the
-link, is the limit (docs/benchmarks.md, "Session 25": 3805 tensors of 16-256
-KiB took 1.35 s over loopback HTTP against 0.74 s for tensorizer's own curl
-stream, whose bytes arrive in another process).
+link, is the limit (measured in docs/benchmarks.md, "Session 25"; tensorizer's
+own curl stream receives in another process).
 
 Here the file is cut as the in-place path cuts it (:func:`.inplace.plan`: a
 block per tensor of at least 64 KiB, its data followed by the next header and
@@ -33,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -43,7 +41,7 @@ import torch
 from ..file import StreamReader
 from . import inplace
 from .checked import CheckedSource
-from .hook import StreamTensorDeserializer, checked_copy_thread
+from .hook import FilledTensorDeserializer
 
 __all__ = ["STRETCH", "RemoteRun", "RemoteTensorDeserializer", "applies", "pieces", "shares"]
 
@@ -160,13 +158,16 @@ class RemoteRun(inplace.Run):
             self._threads.append(t)
 
     def stop(self) -> None:
-        """No more reads; every fetcher has returned (nothing writes afterwards)."""
+        """No more reads; every fetcher has returned (nothing writes afterwards) and
+        the forks are closed."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
         for t in self._threads:
             t.join()
         self._threads = []
+        for fork in self.forks:
+            fork.close()
 
     def _fetch_share(self, reader: StreamReader, share: range, k: int) -> None:
         try:
@@ -265,7 +266,7 @@ class RemoteRun(inplace.Run):
         return True
 
 
-class RemoteTensorDeserializer(StreamTensorDeserializer):
+class RemoteTensorDeserializer(FilledTensorDeserializer):
     """A :class:`StreamTensorDeserializer` of a remote object loaded whole onto the
     CPU whose tensors are fetched by :class:`RemoteRun`'s threads; tensorizer runs
     one reader thread (it parses, verifies and builds; the threads fetch).
@@ -279,7 +280,6 @@ class RemoteTensorDeserializer(StreamTensorDeserializer):
     def __init__(self, file_obj: Any, *args: Any, num_readers: int | None = None,
                  **kwargs: Any) -> None:
         self._ts_fetchers = max(1, num_readers or 1)
-        self._ts_run: RemoteRun | None = None
         super().__init__(file_obj, *args, num_readers=1, **kwargs)
 
     def _bulk_load_uncached(self, keys: Any, verify_hash: bool | None = None) -> Any:
@@ -295,23 +295,5 @@ class RemoteTensorDeserializer(StreamTensorDeserializer):
         # Kept beside tensorizer's forks so a load's statistics sum every reader's.
         self.__dict__.setdefault("_ts_forks", []).extend(run.forks)
         self._ts_threads = max(getattr(self, "_ts_threads", 0), len(run.forks) + 1)
-        self._ts_run = run
-        run.start()
-        try:
-            yield from super()._bulk_load_uncached(keys, verify_hash)
-        finally:
-            run.stop()
-            self._ts_run = None
-            for fork in run.forks:
-                fork.close()
+        yield from self._filled(run, keys, verify_hash)
 
-    def _copy_thread(self, thread_idx: int, halt: Any, barrier: Any, verify_hash: bool,
-                     tensor_items: Any, transfer_out_queue: Any) -> None:
-        run = self._ts_run
-        if run is None:
-            super()._copy_thread(thread_idx, halt, barrier, verify_hash, tensor_items,
-                                 transfer_out_queue)
-            return
-        copy = functools.partial(inplace.copy_thread(checked_copy_thread()), self)
-        with inplace.running(run):
-            copy(thread_idx, halt, barrier, verify_hash, tensor_items, transfer_out_queue)
