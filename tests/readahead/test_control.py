@@ -11,6 +11,7 @@ from tensorstream.readahead.control import (
     FIRST_LOOK,
     FIRST_SURE,
     HOLD,
+    IDLE_BYTES,
     INTERVAL,
     STREAM_RETRY,
     SURE,
@@ -105,7 +106,7 @@ def test_the_first_interval_starts_at_the_first_read_and_skips_first_bytes() -> 
     assert 20 * MB < run.ctl.last_rate < 30 * MB
     # begin() only moves the start of a first interval that saw nothing yet.
     again = Run(can_stream=True, base=4, max_width=32)
-    again.ctl.observe(1, 0.0)
+    again.ctl.observe(2 * IDLE_BYTES, 0.0)
     again.ctl.begin(5.0)
     again.ctl.tick(INTERVAL * 1.01)
     assert again.ctl.last_rate > 0  # the interval closed at INTERVAL: its start stayed at 0
@@ -267,6 +268,63 @@ def test_a_try_of_one_of_several_readers_is_judged_by_the_whole_load() -> None:
     assert not solo.interval(81 * MB, 0.7)
     assert solo.interval(18 * MB, 0.97)
     assert solo.ctl.mode is Mode.STREAM and "did not beat" in solo.ctl.reason
+
+
+def test_a_try_that_paid_for_its_reader_is_kept_when_the_load_looked_faster_before() -> None:
+    """Two fetchers of one load: B went wide first and, when A tries, is
+    emptying its read-ahead (the load's rate then is B's burst, 830 MB/s).
+    A's own rate quadruples (88 -> 360 MB/s) while the load's falls back to
+    what the link gives: A keeps its connections (judged by the load alone it
+    went back to 4 and read the rest of its half at 100 MB/s). A try that
+    paid for neither is still undone."""
+    load = LoadProgress()
+    load.join()
+    load.join()
+    a = Run(can_stream=True, base=4, max_width=32, load=load)
+    b = Controller(can_stream=True, base=4, max_width=32, now=0.0, load=load)
+
+    def both(rate_a: float, rate_b: float, waited_a: float) -> bool:
+        b.observe(int(rate_b * INTERVAL), 0.0)
+        return a.interval(rate_a, waited_a)
+
+    assert both(88 * MB, 742 * MB, 0.87)  # A starved: wide; the load: 830 MB/s
+    assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
+    assert not both(0, 300 * MB, 0.9)  # (the interval right after a change)
+    assert not both(360 * MB, 130 * MB, 0.44)  # A: 4x; the load: 490 MB/s
+    assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
+    assert a.ctl.history[-1].reason == "kept"
+    # Neither A's rate nor the load's grew: undone, and the reason says both.
+    c = Run(can_stream=True, base=4, max_width=32, load=load)
+    d = Controller(can_stream=True, base=4, max_width=32, now=0.0, load=load)
+
+    def again(rate_c: float, rate_d: float, waited_c: float) -> bool:
+        d.observe(int(rate_d * INTERVAL), 0.0)
+        return c.interval(rate_c, waited_c)
+
+    assert again(88 * MB, 400 * MB, 0.87)
+    again(0, 400 * MB, 0.9)
+    assert not again(90 * MB, 400 * MB, 0.87)  # (one more chance to ramp up)
+    assert again(90 * MB, 400 * MB, 0.87)
+    assert c.ctl.mode is Mode.STREAM
+    assert "did not beat 88 MB/s (the load: 490 against 488 MB/s)" in c.ctl.reason
+
+
+def test_an_idle_first_interval_keeps_the_first_look_for_the_first_reads() -> None:
+    """A fetcher read a header, then sat while its load was planned: that
+    interval (little read, no wait) is no look at the link. The next one,
+    starved 63% of the time on a paced link, gets the first look's rule
+    (FIRST_SURE, not SURE twice in a row) and goes to the ceiling at once."""
+    run = Run(can_stream=True, base=4, max_width=32)
+    run.ctl.observe(IDLE_BYTES // 4, 0.0)
+    run.now += 1.5 * INTERVAL
+    assert not run.ctl.tick(run.now) and not run.ctl.history
+    assert run.interval(25 * MB, 0.63)
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+    # Without the idle interval before, a wait of 63% after the first look must show twice.
+    later = Run(can_stream=True, base=4, max_width=32)
+    assert not later.interval(200 * MB, 0.0)
+    assert not later.interval(25 * MB, 0.63)
+    assert later.interval(25 * MB, 0.63) and later.ctl.width < 32
 
 
 def test_inside_a_ranged_read_a_try_is_not_undone_to_the_stream() -> None:

@@ -39,12 +39,15 @@ byte counts neither as waiting nor as time.)
   back if the rate fell;
 * else keep what works.
 
-A load read by several readers at once (tensorizer's parallel readers: one
-controller each) shares one link and one server: one reader's rate falls
-when another's rises. There a try is judged by the rate of the whole load
-(:class:`LoadProgress`), not of the reader that made it: judged by its own,
-a reader that went wide while another ramped up beside it went back to one
-stream for the rest of its share of the file.
+A load read by several readers at once (tensorizer's parallel readers, the
+fetcher threads of a remote load: one controller each) shares one link and
+one server: one reader's rate falls when another's rises, and the load's
+rate moves with the other readers' read-ahead. There a try is kept when it
+paid either for the reader that made it or for the whole load
+(:class:`LoadProgress`): judged by its own rate alone, a reader that went
+wide while another ramped up beside it went back to one stream; judged by
+the load's alone, a reader whose own rate quadrupled went back because the
+other had just emptied its read-ahead.
 
 So a link that starts slow and speeds up, slows, or bursts is followed, and
 no judgement is final. The controller is pure logic (time comes in as an
@@ -102,6 +105,8 @@ SURE = 0.8
 FIRST_SURE = 0.6
 #: The reader waited at most this share: the reader, not the link, was the limit.
 CALM = 0.05
+#: A first interval that consumed less than this without waiting was idle.
+IDLE_BYTES = 1 << 20
 #: Calm intervals in a row (while reading wide) before trying the stream again.
 CALM_INTERVALS = 4
 #: A wider try is kept when the delivered rate grew by this factor.
@@ -155,7 +160,8 @@ class LoadProgress:
 class _Try:
     mode: Mode
     width: int
-    rate: float  # the rate before the try (the load's, while other readers read too)
+    rate: float  # the reader's own rate before the try
+    load_rate: float | None  # and the load's, while other readers read too
     wider: bool
     chances: int = 2  # intervals it may take to show the gain
 
@@ -166,8 +172,8 @@ class Controller:
     ``can_stream``: the provider has range streams (else always ranged);
     ``base``: connections when a stream first goes wide (and the starting
     width without streams); ``max_width``: the ceiling (``concurrency``);
-    ``load``: the progress of the load this reader is one of (its tries are
-    judged by the load's rate while other readers read too).
+    ``load``: the progress of the load this reader is one of (while other
+    readers read too, its tries are also judged by the load's rate).
     """
 
     def __init__(self, *, can_stream: bool, base: int, max_width: int, now: float,
@@ -269,6 +275,12 @@ class Controller:
         if span < INTERVAL and not (self._first and span >= FIRST_LOOK
                                     and self._wait >= FIRST_SURE * span):
             return False
+        if self._first and self._bytes < IDLE_BYTES and self._wait < CALM * span:
+            # The reader sat idle (its caller still planning or parsing after
+            # the first read): that says nothing about the link, and the
+            # first look is kept for when it reads.
+            self._start, self._bytes, self._wait, self._dirty = now, 0, 0.0, False
+            return False
         self._sure = FIRST_SURE if self._first else SURE
         self._first = False
         rate = self._bytes / span
@@ -276,11 +288,11 @@ class Controller:
         dirty = self._dirty
         self._start, self._bytes, self._wait, self._dirty = now, 0, 0.0, False
         load = self._load
-        judged = rate  # what a try is judged by: the load's rate while others read too
+        load_rate = None  # the load's rate while other readers read too
         if load is not None:
             consumed = load.consumed
             if load.readers > 1:
-                judged = (consumed - self._load_mark) / span
+                load_rate = (consumed - self._load_mark) / span
             self._load_mark = consumed
         if dirty or rate <= 0:
             return False
@@ -289,17 +301,23 @@ class Controller:
         if log.isEnabledFor(TRACE):
             log.log(TRACE, "read-ahead of %s: %s x%d delivered %.0f MB/s, waited %.0f%%",
                     self.name, self.mode.value, self.width, rate / 1e6, waited * 100)
-        return self._decide(now, rate, waited, judged, may_stream)
+        return self._decide(now, rate, waited, load_rate, may_stream)
 
-    def _decide(self, now: float, rate: float, waited: float, judged: float,
+    def _decide(self, now: float, rate: float, waited: float, load_rate: float | None,
                 may_stream: bool = True) -> bool:
         trial = self._trial
         if trial is not None:  # judge the last change
-            if trial.wider:  # a small step can only show a small gain: half of it will do
-                gain = min(GAIN, 1 + 0.5 * (self.width / max(trial.width, 1) - 1))
-                kept = judged >= trial.rate * gain
-            else:
-                kept = judged >= trial.rate * KEEP
+            # (A small wider step can only show a small gain: half of it will do.)
+            factor = (min(GAIN, 1 + 0.5 * (self.width / max(trial.width, 1) - 1))
+                      if trial.wider else KEEP)
+            # Kept when it paid for the reader or for the load: with several
+            # readers on one link and one CPU, one reader's rate falls when
+            # another ramps up, and the load's rate moves with the other
+            # readers' read-ahead (a share whose own rate quadrupled went
+            # back when judged by the load alone).
+            kept = rate >= trial.rate * factor or (
+                trial.load_rate is not None and load_rate is not None
+                and load_rate >= trial.load_rate * factor)
             if not kept and trial.mode is Mode.STREAM and not may_stream:
                 return False  # judged again between reads
             if not kept and trial.chances > 1:
@@ -314,9 +332,11 @@ class Controller:
                 hold = self._hold[trial.wider]
                 self._hold_until[trial.wider] = now + hold
                 self._hold[trial.wider] = min(MAX_HOLD, hold * 2)
-                return self._set(trial.mode, trial.width, rate, waited,
-                                 f"back: {judged / 1e6:.0f} MB/s did not beat "
-                                 f"{trial.rate / 1e6:.0f} MB/s")
+                why = f"back: {rate / 1e6:.0f} MB/s did not beat {trial.rate / 1e6:.0f} MB/s"
+                if trial.load_rate is not None and load_rate is not None:
+                    why += (f" (the load: {load_rate / 1e6:.0f} against "
+                            f"{trial.load_rate / 1e6:.0f} MB/s)")
+                return self._set(trial.mode, trial.width, rate, waited, why)
             self._hold[trial.wider] = HOLD
             if trial.wider and trial.mode is Mode.STREAM:
                 # The stream just starved: try it again only once the link has
@@ -342,7 +362,7 @@ class Controller:
             mode, width = Mode.RANGED, self._wider(waited)
             if (mode, width) == (self.mode, self.width):
                 return False
-            self._trial = _Try(self.mode, self.width, judged, wider=True)
+            self._trial = _Try(self.mode, self.width, rate, load_rate, wider=True)
             return self._set(mode, width, rate, waited,
                              f"starved {waited:.0%} at {rate / 1e6:.0f} MB/s")
         self._starved = 0
@@ -353,7 +373,8 @@ class Controller:
             self._calm += 1
             if self._calm >= CALM_INTERVALS and now >= self._hold_until[False]:
                 self._calm = 0
-                self._trial = _Try(self.mode, self.width, judged, wider=False, chances=1)
+                self._trial = _Try(self.mode, self.width, rate, load_rate, wider=False,
+                                   chances=1)
                 return self._set(Mode.STREAM, 1, rate, waited,
                                  f"reader-bound at {rate / 1e6:.0f} MB/s: try the stream")
         else:
