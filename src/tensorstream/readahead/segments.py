@@ -8,6 +8,7 @@ import asyncio
 import bisect
 import concurrent.futures
 import ctypes
+import itertools
 import threading
 from typing import Any
 
@@ -65,8 +66,20 @@ def address(view: memoryview) -> int:
 
 
 class Segment:
-    __slots__ = ("bound", "buffer", "cancel", "direct", "end", "error", "event", "launched", "parts",
-                 "start", "task")
+    __slots__ = (
+        "_offsets",
+        "bound",
+        "buffer",
+        "cancel",
+        "direct",
+        "end",
+        "error",
+        "event",
+        "launched",
+        "parts",
+        "start",
+        "task",
+    )
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
@@ -75,6 +88,7 @@ class Segment:
         # ... or, bound to several announced buffers in a row, the slices of them it
         # fills in turn (one request received into each; ``buffer`` stays None)
         self.parts: list[memoryview] | None = None
+        self._offsets: list[int] | None = None  # where each of ``parts`` starts in the file
         self.direct = False  # the buffer is a slice of a caller's buffer
         self.bound = False  # ... one the caller announced (expect): read-ahead into it
         self.launched = False
@@ -90,12 +104,19 @@ class Segment:
         if self.parts is None:
             assert self.buffer is not None
             return [(lo, self.buffer[lo - self.start : hi - self.start])]
-        out, at = [], self.start
-        for part in self.parts:
-            p_lo, p_hi = max(lo, at), min(hi, at + len(part))
+        parts, offsets = self.parts, self._offsets
+        if offsets is None or len(offsets) != len(parts) + 1:
+            # (a segment spans tens of small tensors and is read one tensor at a time)
+            offsets = self._offsets = list(itertools.accumulate(map(len, parts),
+                                                                initial=self.start))
+        out = []
+        i = max(0, bisect.bisect_right(offsets, lo) - 1)
+        while i < len(parts) and offsets[i] < hi:
+            at = offsets[i]
+            p_lo, p_hi = max(lo, at), min(hi, offsets[i + 1])
             if p_lo < p_hi:
-                out.append((p_lo, part[p_lo - at : p_hi - at]))
-            at += len(part)
+                out.append((p_lo, parts[i][p_lo - at : p_hi - at]))
+            i += 1
         return out
 
 
@@ -173,8 +194,9 @@ class Announced:
 
     def drop_before(self, lo: int) -> None:
         """Forget buffers that end at or before ``lo`` (the reader moved past them)."""
-        if self._items and self._items[0][1] <= lo:
-            self._items = [d for d in self._items if d[1] > lo]
+        items = self._items
+        if items and items[0][1] <= lo:  # (sorted and disjoint: the ends are sorted too)
+            del items[: bisect.bisect_right(items, lo, key=lambda d: d[1])]
 
     def clear(self) -> None:
         self._items.clear()

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .._gcpause import paused
 from ..api import open as ts_open
 from ..config import validate_options
 from ..distributed.exchange import agree, broadcast_shares, read_share
@@ -468,23 +469,25 @@ def load(
     # On the CPU every tensor lives to the end: allocating the next ones early lets
     # read-ahead land in them (no read-ahead buffers). Pinned staging for a GPU is not.
     early = dev.type == "cpu"
-    if len(sources) <= 1:
-        for source in sources:
-            _read_file(source, options, wanted, dev, dtype, readers, emitter(source),
-                       early=early, fits=True, max_tensor_bytes=allowance)
-    else:
-        with concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES, len(sources))) as pool:
-            futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers,
-                                   emitter(s), early=early, fits=True,
-                                   max_tensor_bytes=allowance)
-                       for s in sources]
-            try:
-                for fut in futures:
-                    fut.result()
-            except BaseException:
-                for fut in futures:
-                    fut.cancel()
-                raise
+    with paused():
+        if len(sources) <= 1:
+            for source in sources:
+                _read_file(source, options, wanted, dev, dtype, readers, emitter(source),
+                           early=early, fits=True, max_tensor_bytes=allowance)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(min(MAX_CONCURRENT_FILES,
+                                                           len(sources))) as pool:
+                futures = [pool.submit(_read_file, s, options, wanted, dev, dtype, readers,
+                                       emitter(s), early=early, fits=True,
+                                       max_tensor_bytes=allowance)
+                           for s in sources]
+                try:
+                    for fut in futures:
+                        fut.result()
+                except BaseException:
+                    for fut in futures:
+                        fut.cancel()
+                    raise
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     return out

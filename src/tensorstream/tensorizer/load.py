@@ -29,6 +29,7 @@ import torch
 from tensorizer import TensorDeserializer, TensorSerializer
 
 from .. import _loop
+from .._gcpause import paused
 from .._umask import new_file_mode
 from ..api import get_provider
 from ..api import open as ts_open
@@ -366,18 +367,19 @@ def deserialize(
                    and not lazy_load
                    and filter_func is None and decryption is None and shared is None
                    and on_cpu(device))  # threads fetch, tensorizer parses (remote.py)
-        deserializer = (LocalTensorDeserializer if fast else RemoteTensorDeserializer if fetched
-                        else StreamTensorDeserializer)(
-            stream,
-            device=device,
-            filter_func=filter_func,
-            dtype=dtype,
-            lazy_load=lazy_load,
-            num_readers=num_readers if fast else readers,
-            verify_hash=verify_hash,
-            encryption=decryption,
-            max_tensor_bytes=allowance,
-        )
+        with paused():  # (an eager load builds every tensor here)
+            deserializer = (LocalTensorDeserializer if fast else RemoteTensorDeserializer
+                            if fetched else StreamTensorDeserializer)(
+                stream,
+                device=device,
+                filter_func=filter_func,
+                dtype=dtype,
+                lazy_load=lazy_load,
+                num_readers=num_readers if fast else readers,
+                verify_hash=verify_hash,
+                encryption=decryption,
+                max_tensor_bytes=allowance,
+            )
     except BaseException as exc:
         mapped = translate(exc, where, keyed=encryption is not None)
         if shared is not None and isinstance(stream, MemorySource):

@@ -77,9 +77,10 @@ class _Piece:
     share: int = 0  # the fetcher that reads it
 
 
-def pieces(entries: Sequence[Any]) -> list[_Piece]:
-    """The blocks of :func:`.inplace.plan` and the stretches between them, covering
-    ``entries`` back to back from the first header to the last tensor's end."""
+def pieces(entries: Sequence[Any], blocks: Sequence[inplace.Block] | None = None) -> list[_Piece]:
+    """The blocks of :func:`.inplace.plan` (``blocks``, when planned already) and the
+    stretches between them, covering ``entries`` back to back from the first
+    header to the last tensor's end."""
     out: list[_Piece] = []
 
     def stretch(start: int, end: int) -> None:
@@ -87,7 +88,7 @@ def pieces(entries: Sequence[Any]) -> list[_Piece]:
             out.append(_Piece(lo, min(end, lo + STRETCH)))
 
     at = int(entries[0].offset)
-    for b in inplace.plan(entries):
+    for b in inplace.plan(entries) if blocks is None else blocks:
         stretch(at, b.start)
         memory = torch.empty(b.end - b.start, dtype=torch.uint8)
         out.append(_Piece(b.start, b.end, memory, memory.numpy().data.cast("B")))
@@ -123,9 +124,10 @@ class RemoteRun(inplace.Run):
                  fetchers: int) -> None:
         super().__init__([], checked._headers)
         self._checked = checked
-        self._pieces = pieces(entries)
+        blocks = inplace.plan(entries)
+        self._pieces = pieces(entries, blocks)
         self._starts = [p.start for p in self._pieces]
-        for b in inplace.plan(entries):  # (the plan again: its headers and tensor sizes)
+        for b in blocks:
             if b.nbytes:
                 piece = self._pieces[bisect.bisect_right(self._starts, b.start) - 1]
                 assert piece.memory is not None and piece.start == b.start
@@ -225,6 +227,8 @@ class RemoteRun(inplace.Run):
         return True
 
     def _landed(self, p: _Piece) -> None:
+        if p.landed and self.error is None:  # (set under the lock once its bytes are in)
+            return
         with self._cond:
             while not p.landed:
                 if self.error is not None:
