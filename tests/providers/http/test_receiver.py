@@ -39,7 +39,55 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     b.close()
 
 
+@pytest.fixture
+def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected TCP pair on loopback (the kernel tunes TCP's buffers, not a
+    socketpair's)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    a.settimeout(5.0)
+    yield a, b
+    a.close()
+    b.close()
+
+
 # -- the Receiver on its own ---------------------------------------------------------------
+def test_a_connection_gets_a_receive_window_of_its_own(
+        tcp_pair: tuple[socket.socket, socket.socket]) -> None:
+    """A body long enough to wake the thread by its low-water mark gives its
+    connection a receive buffer of at least WINDOW (the kernel had sized it by
+    the bytes per round trip: a few hundred KiB next door, and a paced sender
+    stopped for a third of its time); the body is received whole."""
+    a, b = tcp_pair
+    before = a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    assert before < receiver_mod.WINDOW  # (else this test shows nothing)
+    body = os.urandom(4 << 20)
+    sender = threading.Thread(target=b.sendall, args=(body,))
+    sender.start()
+    view = memoryview(bytearray(len(body)))
+    assert Receiver().receive(a, view) == len(body)
+    sender.join()
+    assert view == body
+    assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= receiver_mod.WINDOW
+    assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1  # restored
+
+
+def test_a_buffer_the_caller_sized_is_left_alone(
+        tcp_pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = tcp_pair
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 96 << 10)  # (locks the kernel's tuning)
+    sized = a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    body = os.urandom(2 << 20)
+    sender = threading.Thread(target=b.sendall, args=(body,))
+    sender.start()
+    view = memoryview(bytearray(len(body)))
+    assert Receiver().receive(a, view) == len(body)
+    sender.join()
+    assert view == body
+    assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == sized
+
+
 def test_fills_the_view_from_many_sockets_at_once() -> None:
     r = Receiver()
     pairs = [socket.socketpair() for _ in range(24)]

@@ -58,6 +58,8 @@ __all__ = [
 
 #: Wake for a connection once per this many bytes at most (its ``SO_RCVLOWAT``).
 LOWAT = 256 << 10
+#: A connection's receive window at least (:func:`_widen`).
+WINDOW = 2 << 20
 #: Bytes a connection carries before its receives count in :attr:`Receiver.ready`:
 #: a new connection's first bytes trickle in (TCP's window is still growing)
 #: whatever the link, and on loopback they looked like a slow link.
@@ -108,6 +110,24 @@ class _Transfer:
 
 def _lowat(left: int) -> int:
     return max(1, min(LOWAT, left - _MARGIN))
+
+
+def _widen(sock: socket.socket) -> None:
+    """Give ``sock`` a receive buffer of :data:`WINDOW` bytes or more, still tuned
+    by the kernel (best effort).
+
+    Why: the kernel sizes a connection's buffer from the bytes it carries per
+    round trip, tiny next door (a server on loopback or in the same zone), so
+    a paced connection's window stays a few hundred KiB, and the sender stops
+    whenever this thread is late by that much (``rwnd_limited`` a third of
+    the time on the benchmark's paced link, in docs/benchmarks.md). Raising
+    the low-water mark grows the buffer without locking it (``SO_RCVBUF``
+    would lock it, at most ``net.core.rmem_max``, 208 KiB by default, and
+    turn the kernel's tuning off); the caller then sets the mark it wants.
+    """
+    with contextlib.suppress(OSError):
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < WINDOW:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, WINDOW)
 
 
 class Receiver:
@@ -170,6 +190,7 @@ class Receiver:
                 return want
             t.lowat = _lowat(want - t.pos)
             if t.lowat > 1:
+                _widen(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, t.lowat)
             with self._lock:
                 self._transfers[t.fd] = t
