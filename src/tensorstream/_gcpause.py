@@ -1,4 +1,7 @@
-"""The cyclic garbage collector paused while a load builds its tensors.
+"""The cyclic garbage collector paused while a load builds its tensors (or
+botocore builds an S3 client: parsing its model and endpoint rules makes
+hundreds of thousands of objects, and the collections they set off walked
+torch's whole heap).
 
 Why: a load of thousands of tensors allocates tens of thousands of objects
 that all live on (the tensors, their storages, the state dict), so Python's

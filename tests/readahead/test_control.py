@@ -6,6 +6,8 @@ never judged."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tensorstream.readahead.control import (
     CALM_INTERVALS,
     FIRST_LOOK,
@@ -236,6 +238,19 @@ def test_a_stream_slow_to_answer_leaves_only_when_it_starves_steadily_and_tries_
     assert (far.ctl.mode, far.ctl.width) == (Mode.RANGED, 4)
 
 
+def _beside(load: LoadProgress) -> tuple[Run, Callable[[float, float, float], bool]]:
+    """Reader A (a :class:`Run`) and a sibling B of the same load; the function
+    feeds one interval: B's rate (never waiting), then A's rate and wait."""
+    a = Run(can_stream=True, base=4, max_width=32, load=load)
+    b = Controller(can_stream=True, base=4, max_width=32, now=0.0, load=load)
+
+    def both(rate_a: float, rate_b: float, waited_a: float) -> bool:
+        b.observe(int(rate_b * INTERVAL), 0.0)
+        return a.interval(rate_a, waited_a)
+
+    return a, both
+
+
 def test_a_try_of_one_of_several_readers_is_judged_by_the_whole_load() -> None:
     """Two readers of one load on one link: reader A goes wide while B ramps
     up beside it and takes the server's attention. A's own rate falls (18
@@ -245,13 +260,7 @@ def test_a_try_of_one_of_several_readers_is_judged_by_the_whole_load() -> None:
     load = LoadProgress()
     load.join()
     load.join()
-    a = Run(can_stream=True, base=4, max_width=32, load=load)
-    b = Controller(can_stream=True, base=4, max_width=32, now=0.0, load=load)
-
-    def both(rate_a: float, rate_b: float, waited_a: float) -> bool:
-        b.observe(int(rate_b * INTERVAL), 0.0)
-        return a.interval(rate_a, waited_a)
-
+    a, both = _beside(load)
     assert both(123 * MB, 68 * MB, 0.9)  # A starved: wide
     assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
     assert not both(0, 100 * MB, 0.95)  # (the interval right after a change)
@@ -280,13 +289,7 @@ def test_a_try_that_paid_for_its_reader_is_kept_when_the_load_looked_faster_befo
     load = LoadProgress()
     load.join()
     load.join()
-    a = Run(can_stream=True, base=4, max_width=32, load=load)
-    b = Controller(can_stream=True, base=4, max_width=32, now=0.0, load=load)
-
-    def both(rate_a: float, rate_b: float, waited_a: float) -> bool:
-        b.observe(int(rate_b * INTERVAL), 0.0)
-        return a.interval(rate_a, waited_a)
-
+    a, both = _beside(load)
     assert both(88 * MB, 742 * MB, 0.87)  # A starved: wide; the load: 830 MB/s
     assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
     assert not both(0, 300 * MB, 0.9)  # (the interval right after a change)
@@ -294,13 +297,7 @@ def test_a_try_that_paid_for_its_reader_is_kept_when_the_load_looked_faster_befo
     assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
     assert a.ctl.history[-1].reason == "kept"
     # Neither A's rate nor the load's grew: undone, and the reason says both.
-    c = Run(can_stream=True, base=4, max_width=32, load=load)
-    d = Controller(can_stream=True, base=4, max_width=32, now=0.0, load=load)
-
-    def again(rate_c: float, rate_d: float, waited_c: float) -> bool:
-        d.observe(int(rate_d * INTERVAL), 0.0)
-        return c.interval(rate_c, waited_c)
-
+    c, again = _beside(load)
     assert again(88 * MB, 400 * MB, 0.87)
     again(0, 400 * MB, 0.9)
     assert not again(90 * MB, 400 * MB, 0.87)  # (one more chance to ramp up)

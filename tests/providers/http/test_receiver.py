@@ -52,6 +52,17 @@ def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     b.close()
 
 
+def _receive_exactly(a: socket.socket, b: socket.socket, n: int) -> None:
+    """``n`` random bytes sent from ``b`` arrive whole and exact at ``a`` through a Receiver."""
+    body = os.urandom(n)
+    sender = threading.Thread(target=b.sendall, args=(body,))
+    sender.start()
+    view = memoryview(bytearray(n))
+    assert Receiver().receive(a, view) == n
+    sender.join()
+    assert view == body
+
+
 # -- the Receiver on its own ---------------------------------------------------------------
 def test_a_connection_gets_a_receive_window_of_its_own(
         tcp_pair: tuple[socket.socket, socket.socket]) -> None:
@@ -62,13 +73,7 @@ def test_a_connection_gets_a_receive_window_of_its_own(
     a, b = tcp_pair
     before = a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
     assert before < receiver_mod.WINDOW  # (else this test shows nothing)
-    body = os.urandom(4 << 20)
-    sender = threading.Thread(target=b.sendall, args=(body,))
-    sender.start()
-    view = memoryview(bytearray(len(body)))
-    assert Receiver().receive(a, view) == len(body)
-    sender.join()
-    assert view == body
+    _receive_exactly(a, b, 4 << 20)
     assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= receiver_mod.WINDOW
     assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1  # restored
 
@@ -78,13 +83,7 @@ def test_a_buffer_the_caller_sized_is_left_alone(
     a, b = tcp_pair
     a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 96 << 10)  # (locks the kernel's tuning)
     sized = a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-    body = os.urandom(2 << 20)
-    sender = threading.Thread(target=b.sendall, args=(body,))
-    sender.start()
-    view = memoryview(bytearray(len(body)))
-    assert Receiver().receive(a, view) == len(body)
-    sender.join()
-    assert view == body
+    _receive_exactly(a, b, 2 << 20)
     assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == sized
 
 

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote, unquote_plus, urlencode
 from xml.etree import ElementTree
 
+from ..._gcpause import paused
 from ..._log_redaction import install_secret_filter
 from ...config import CommonConfig, split_options
 from ...errors import (
@@ -75,7 +76,7 @@ from .config import (
     resolve_s3_credentials,
 )
 from .errors import ErrorContext, map_s3_error, map_s3_http_error, map_session_error
-from .session import gc_paused, shared_data_loader
+from .session import shared_data_loader
 from .signing import PathStyle, SignedGets, StaticCredentials, path_style
 from .writer import S3Writer
 
@@ -241,7 +242,7 @@ class S3Provider(Provider):
         cfg_kwargs, kwargs = self._client_options()
         kwargs["config"] = AioConfig(**cfg_kwargs)
         stack = contextlib.AsyncExitStack()
-        with gc_paused():
+        with paused():  # (botocore's S3 model: _gcpause)
             client = await stack.enter_async_context(session.create_client("s3", **kwargs))
         self._stack = stack
         return client
@@ -363,7 +364,7 @@ class S3Provider(Provider):
             if cfg_kwargs["signature_version"] is None:
                 cfg_kwargs["signature_version"] = "s3v4"  # presign with SigV4, never SigV2
             kwargs["config"] = Config(**cfg_kwargs)
-            with gc_paused():
+            with paused():
                 client = session.create_client("s3", **kwargs)
             if not self.insecure and not self.ca_bundle:
                 # botocore's own trust store (AWS_CA_BUNDLE / profile / certifi)
