@@ -324,6 +324,47 @@ def test_an_idle_first_interval_keeps_the_first_look_for_the_first_reads() -> No
     assert later.interval(25 * MB, 0.63) and later.ctl.width < 32
 
 
+def test_a_pause_between_reads_starts_the_first_look_again() -> None:
+    """A fetcher read a load's header (1.4 MB: 3,805 tensors' metadata, so not
+    an idle interval), then sat ~0.1 s while the load was planned. Its first
+    look covered the pause (19% waited, as if the link kept up) and the stream
+    stayed on a paced link for three more intervals. A read after a pause that
+    is most of the look starts the look again: judged on the reads after it."""
+    run = Run(can_stream=True, base=4, max_width=32)
+    run.ctl.begin(0.0)
+    run.ctl.observe(int(1.4 * MB), 0.02)  # the header: little waiting
+    assert not run.ctl.tick(0.02)  # (too early to judge)
+    run.ctl.begin(0.12)  # the first data read, after the planning
+    span = FIRST_LOOK * 1.1
+    run.ctl.observe(int(25 * MB * span), 0.9 * span)
+    assert run.ctl.tick(0.12 + span)  # judged on its own span: starved at once
+    assert (run.ctl.mode, run.ctl.width) == (Mode.RANGED, 32)
+    assert 20 * MB < run.ctl.last_rate < 30 * MB
+    # Without the pause the same bytes are one look: not starved enough to leave.
+    kept = Run(can_stream=True, base=4, max_width=32)
+    kept.ctl.begin(0.0)
+    kept.ctl.observe(int(1.4 * MB), 0.02)
+    assert not kept.ctl.tick(0.02)
+    kept.ctl.begin(0.03)  # a short gap (tensorizer parsing between reads)
+    kept.ctl.observe(int(25 * MB * 0.1), 0.01)
+    assert not kept.ctl.tick(0.13)
+    assert kept.ctl.mode is Mode.STREAM
+    assert abs(kept.ctl.last_rate - 3.9 * MB / 0.13) < 1  # the header's bytes counted too
+
+
+def test_a_pause_after_the_first_look_is_the_reader_s_own_time() -> None:
+    """After the first look a pause between reads is what the reader spends
+    (the reader is the limit): it stays in the interval, never restarts it."""
+    run = Run(can_stream=True, base=4, max_width=32)
+    assert not run.interval(200 * MB, 0.0)  # the first look: the reader keeps up
+    run.ctl.observe(int(5 * MB), 0.0)
+    run.ctl.begin(run.now + 0.1)  # a long pause, then a read
+    run.ctl.observe(int(5 * MB), 0.0)
+    run.now += INTERVAL
+    run.ctl.tick(run.now)
+    assert run.ctl.last_rate == 10 * MB / INTERVAL  # both reads counted, over the whole span
+
+
 def test_inside_a_ranged_read_a_try_is_not_undone_to_the_stream() -> None:
     """A read served by ranged requests cannot switch to the stream before it
     ends: undone there, a one-tensor load's rest went on at the base width."""

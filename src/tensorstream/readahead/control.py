@@ -208,6 +208,7 @@ class Controller:
         self._starved = 0  # starved intervals in a row
         self._conn_rate: float | None = None  # what one ranged request's body delivers
         self._first_byte: float | None = None  # seconds a request waits for its first byte
+        self._read_end: float | None = None  # the last tick: a read (or a piece of one) ended
         self._failed: int | None = None  # the width of the last wider try that did not pay
 
     # -- input -----------------------------------------------------------------------
@@ -228,11 +229,22 @@ class Controller:
         self._conn_rate = rate if old is None else 0.8 * old + 0.2 * rate
 
     def begin(self, now: float) -> None:
-        """The reader's first read starts: the load's first interval starts
-        here, not when the controller was made (opening the file and parsing
-        its header were neither reading nor waiting for the link)."""
-        if self._first and self._bytes == 0 and self._wait == 0.0:
+        """A read starts. The load's first interval starts at the first one,
+        not when the controller was made (opening the file and parsing its
+        header were neither reading nor waiting for the link), and again at
+        one that comes after the reader stopped reading for most of the
+        first look: a fetcher that read a large header (the metadata of a
+        model with thousands of tensors) and then sat while the load was
+        planned measured its caller, not the link (docs/benchmarks.md,
+        session 27)."""
+        if not self._first:
+            return
+        if self._bytes == 0 and self._wait == 0.0:
             self._start = max(self._start, now)
+        elif self._read_end is not None:
+            pause = now - self._read_end
+            if pause >= FIRST_LOOK and pause >= 0.5 * (now - self._start):
+                self._start, self._bytes, self._wait, self._dirty = now, 0, 0.0, False
 
     def exclude(self, seconds: float) -> None:
         """``seconds`` of this interval were a stream's request waiting for its
@@ -270,6 +282,7 @@ class Controller:
         serve (it cannot switch to the stream before the read ends): a change
         to the stream waits for a later interval."""
         span = now - self._start
+        self._read_end = now
         if self.fixed:
             return False
         if span < INTERVAL and not (self._first and span >= FIRST_LOOK

@@ -222,6 +222,7 @@ class Prefetcher(Fetching, Planning):
                 or not stream.read_held(pos, view)):
             return False
         n = len(view)
+        self._ctl.begin(time.perf_counter())
         self._ctl.observe(n, 0.0)
         self._stream_fresh = False
         self._streamed_to = self._last_end = pos + n
@@ -243,6 +244,7 @@ class Prefetcher(Fetching, Planning):
         return min(_HELD_READ, stream.held(pos))
 
     def _readinto(self, pos: int, view: memoryview) -> None:
+        self._ctl.begin(time.perf_counter())
         sequential = self._last_end is None or pos == self._last_end
         if self._ctl.mode is Mode.STREAM and self._stream is not None:
             # Read-ahead left from a ranged stretch is used up first.
@@ -266,7 +268,6 @@ class Prefetcher(Fetching, Planning):
         stream = self._stream
         assert stream is not None
         got = 0
-        self._ctl.begin(time.perf_counter())
         while got < len(view) and self._ctl.mode is Mode.STREAM:
             if self._ctl.last_rate:
                 size = int(self._ctl.last_rate * INTERVAL)
