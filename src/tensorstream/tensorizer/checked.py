@@ -181,13 +181,15 @@ class CheckedSource(io.RawIOBase):
         if size is None or size < 0:
             size = max(0, self.size - pos)
         self._check(pos, size)
-        inplace.before_read(self, pos, size)
+        run = inplace.run_for(self)
+        if run is not None:
+            run.before_read(self.inner, pos, size)
         want = self._headers.get(pos)
-        if want is not None and size == _HEADER_LEN.size:
-            inplace.arm(self, pos)  # the next tensor tensorizer allocates is this one
-        if inplace.detached(self):  # other threads read the stream: never move it
+        if want is not None and size == _HEADER_LEN.size and run is not None:
+            run.arm(pos)  # the next tensor tensorizer allocates is this one
+        if run is not None and run.detached():  # other threads read the stream: never move it
             buf = bytearray(size)
-            if size and not inplace.received(self, pos, memoryview(buf)):
+            if size and not run.received(pos, memoryview(buf)):
                 self.inner.read_ranges([(pos, buf)])
             data = bytes(buf)
         else:
@@ -209,17 +211,20 @@ class CheckedSource(io.RawIOBase):
         pos = self._tell()
         self._pos = None  # unknown until this read has ended well
         self._check(pos, len(view))
-        if inplace.received(self, pos, view):  # other threads filled it
-            if not inplace.detached(self):
+        run = inplace.run_for(self)
+        detached = run is not None and run.detached()
+        if run is not None and run.received(pos, view):  # other threads filled it
+            if not detached:
                 self.inner.seek(pos + len(view))
             self._pos = pos + len(view)
             return len(view)
-        if inplace.detached(self):  # other threads read the stream: never move it
+        if detached:  # other threads read the stream: never move it
             if len(view):
                 self.inner.read_ranges([(pos, view)])
             self._pos = pos + len(view)
             return len(view)
-        inplace.before_read(self, pos, len(view))
+        if run is not None:
+            run.before_read(self.inner, pos, len(view))
         done = 0
         while done < len(view):  # a plain file may return less at a time (2 GiB)
             n = self.inner.readinto(view[done:])
@@ -238,7 +243,8 @@ class CheckedSource(io.RawIOBase):
         if target is not None and not 0 <= target <= self.size:
             raise self.malformed(f"a seek to offset {target} lies outside the object",
                                  expected=target)
-        if inplace.detached(self):  # other threads read the stream: only this position moves
+        run = inplace.run_for(self)
+        if run is not None and run.detached():  # other threads read the stream: only this position moves
             if whence == io.SEEK_END:
                 target = self.size + offset
             if target is None or not 0 <= target <= self.size:

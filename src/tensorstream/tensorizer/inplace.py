@@ -55,8 +55,8 @@ import torch
 
 from ..file import StreamReader
 
-__all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "address", "arm", "before_read",
-           "copy_thread", "detached", "plan", "received", "running", "with_globals"]
+__all__ = ["MAX_TAIL", "MIN_INPLACE", "TORCH", "Block", "Run", "address", "copy_thread", "plan",
+           "run_for", "running", "with_globals"]
 
 #: Tensors at least this large get memory of their own before they are read
 #: (requests spanning several are scattered into each); smaller ones (norms,
@@ -167,37 +167,14 @@ def address(view: memoryview) -> int | None:
         return None
 
 
-def _run_for(checked: Any) -> Run | None:
+def run_for(checked: Any) -> Run | None:
+    """The in-place run of ``checked`` (a ``CheckedSource``) on this thread: None
+    for another load's file, or no in-place load on this thread. Looked up once
+    per read (tensorizer reads each tensor in three: a hot path)."""
     run: Run | None = getattr(_local, "run", None)
     if run is None or run.headers is not getattr(checked, "_headers", None):
-        return None  # another load's file, or no in-place load on this thread
+        return None
     return run
-
-
-def before_read(checked: Any, pos: int, nbytes: int) -> None:
-    """Called by ``CheckedSource`` before each read of ``nbytes`` at ``pos``."""
-    run = _run_for(checked)
-    if run is not None:
-        run.before_read(checked.inner, pos, nbytes)
-
-
-def received(checked: Any, pos: int, view: memoryview) -> bool:
-    """Called by ``CheckedSource.readinto``: True if ``view`` already holds the bytes."""
-    run = _run_for(checked)
-    return run is not None and run.received(pos, view)
-
-
-def detached(checked: Any) -> bool:
-    """Called by ``CheckedSource``: whether its stream is read by other threads."""
-    run = _run_for(checked)
-    return run is not None and run.detached()
-
-
-def arm(checked: Any, header: int) -> None:
-    """Called by ``CheckedSource`` when tensorizer starts reading a tensor header."""
-    run = _run_for(checked)
-    if run is not None:
-        run.arm(header)
 
 
 class _Torch(types.ModuleType):
