@@ -251,6 +251,39 @@ def _beside(load: LoadProgress) -> tuple[Run, Callable[[float, float, float], bo
     return a, both
 
 
+def test_a_stream_that_lags_its_load_leaves_at_the_first_starved_interval() -> None:
+    """The first share of a many-tensor load over a bursting link kept its
+    stream (24 MB/s, waiting 30-56% of each interval: never half the time
+    twice in a row) while the other share read ahead at 500 MB/s; the load
+    waited for it (2.0 s instead of 1.4 s). A stream that waits a quarter of
+    the time while the load consumes four times its rate or more holds the
+    load back: it goes to the ceiling at once."""
+    load = LoadProgress()
+    load.join()
+    load.join()
+    a, both = _beside(load)
+    assert not both(200 * MB, 200 * MB, 0.0)  # (the first look: both keep up)
+    assert both(24 * MB, 500 * MB, 0.42)  # A lags the load 21x and waited: wide at once
+    assert (a.ctl.mode, a.ctl.width) == (Mode.RANGED, 32)
+    assert "the load:" in a.ctl.reason
+    # Neighbours: the same wait beside a sibling that is no faster keeps the stream
+    # until it shows twice (a hiccup); and a lagging stream that never waits is
+    # reader-bound: more connections would not help it.
+    for rate_b, waited, leaves in ((24 * MB, 0.42, False), (500 * MB, 0.1, False)):
+        load = LoadProgress()
+        load.join()
+        load.join()
+        c, again = _beside(load)
+        assert not again(200 * MB, 200 * MB, 0.0)
+        assert again(24 * MB, rate_b, waited) is leaves
+        assert c.ctl.mode is Mode.STREAM
+    # Alone (no sibling), the stream's own rules hold: half the time, twice.
+    alone = Run(can_stream=True, base=4, max_width=32)
+    assert not alone.interval(200 * MB, 0.0)
+    assert not alone.interval(24 * MB, 0.42)
+    assert alone.ctl.mode is Mode.STREAM
+
+
 def test_a_try_of_one_of_several_readers_is_judged_by_the_whole_load() -> None:
     """Two readers of one load on one link: reader A goes wide while B ramps
     up beside it and takes the server's attention. A's own rate falls (18

@@ -121,6 +121,9 @@ MAX_HOLD = 8.0
 SLOW_FIRST_BYTE = 0.1
 #: Seconds after a stream starved before it is tried again.
 STREAM_RETRY = 2.0
+#: A stream is a load's laggard when the load (its other readers reading
+#: ahead) consumed at least this many times its rate.
+LAGGARD = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,23 +364,30 @@ class Controller:
                 return False  # (a wider try that still starves widens further)
         # Leaving the stream costs copies: it takes a longer wait, twice in a
         # row unless most of the time (a busy server or machine hiccups; a
-        # paced link does not).
-        starved = STREAM_STARVED if self.mode is Mode.STREAM else STARVED
+        # paced link does not). Not for a load's laggard: a stream that waits
+        # while the load's other readers, reading ahead, consume many times its
+        # rate holds the whole load back (it ends with its slowest share).
+        lagging = (self.mode is Mode.STREAM and load_rate is not None
+                   and load_rate >= LAGGARD * rate)
+        starved = STREAM_STARVED if self.mode is Mode.STREAM and not lagging else STARVED
         if waited >= starved:
             self._calm = 0
             self._starved += 1
             if now < self._hold_until[True]:
                 return False
-            if self.mode is Mode.STREAM and self._starved < self._patience(waited):
+            if (self.mode is Mode.STREAM and not lagging
+                    and self._starved < self._patience(waited)):
                 return False
             if self.mode is Mode.STREAM and not self._ranged_can_pay(rate, waited):
                 return False
-            mode, width = Mode.RANGED, self._wider(waited)
+            mode, width = Mode.RANGED, self.max_width if lagging else self._wider(waited)
             if (mode, width) == (self.mode, self.width):
                 return False
             self._trial = _Try(self.mode, self.width, rate, load_rate, wider=True)
-            return self._set(mode, width, rate, waited,
-                             f"starved {waited:.0%} at {rate / 1e6:.0f} MB/s")
+            why = f"starved {waited:.0%} at {rate / 1e6:.0f} MB/s"
+            if lagging and load_rate is not None:
+                why += f" (the load: {load_rate / 1e6:.0f} MB/s)"
+            return self._set(mode, width, rate, waited, why)
         self._starved = 0
         one = self._conn_rate
         # The stream is one connection: worth a try only if one delivers the rate.
