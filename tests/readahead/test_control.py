@@ -238,6 +238,26 @@ def test_a_stream_slow_to_answer_leaves_only_when_it_starves_steadily_and_tries_
     assert (far.ctl.mode, far.ctl.width) == (Mode.RANGED, 4)
 
 
+def test_a_stream_that_waits_half_the_time_on_average_leaves_after_two_intervals() -> None:
+    """A stream's wait is an estimate, noisy around half the time on a paced
+    link (bursting, then 25 MB/s per connection: 51%, 44%, 56%, 57%, 64%...):
+    two intervals that waited half the time on average count as two starved
+    ones, not only two that each did."""
+    run = Run(can_stream=True, base=4, max_width=32)
+    assert not run.interval(200 * MB, 0.0)  # (the first look)
+    assert not run.interval(25 * MB, 0.44)
+    assert run.interval(25 * MB, 0.56)  # 50% on average: leaves
+    assert run.ctl.mode is Mode.RANGED
+    # Neighbours: 45% on average stays; so does a pair with one calm interval
+    # (a burst), whatever the other's wait.
+    for waits in ((0.40, 0.50), (0.2, 0.79)):
+        stays = Run(can_stream=True, base=4, max_width=32)
+        assert not stays.interval(200 * MB, 0.0)
+        for w in waits:
+            assert not stays.interval(25 * MB, w)
+        assert stays.ctl.mode is Mode.STREAM
+
+
 def _beside(load: LoadProgress) -> tuple[Run, Callable[[float, float, float], bool]]:
     """Reader A (a :class:`Run`) and a sibling B of the same load; the function
     feeds one interval: B's rate (never waiting), then A's rate and wait."""

@@ -209,6 +209,7 @@ class Controller:
         self._hold = {True: HOLD, False: HOLD}
         self._calm = 0
         self._starved = 0  # starved intervals in a row
+        self._last_waited: float | None = None  # the stream's last judged interval
         self._conn_rate: float | None = None  # what one ranged request's body delivers
         self._first_byte: float | None = None  # seconds a request waits for its first byte
         self._read_end: float | None = None  # the last tick: a read (or a piece of one) ended
@@ -367,12 +368,19 @@ class Controller:
         # paced link does not). Not for a load's laggard: a stream that waits
         # while the load's other readers, reading ahead, consume many times its
         # rate holds the whole load back (it ends with its slowest share).
-        lagging = (self.mode is Mode.STREAM and load_rate is not None
-                   and load_rate >= LAGGARD * rate)
-        starved = STREAM_STARVED if self.mode is Mode.STREAM and not lagging else STARVED
-        if waited >= starved:
+        stream = self.mode is Mode.STREAM
+        lagging = stream and load_rate is not None and load_rate >= LAGGARD * rate
+        # A stream's wait is an estimate (the share of each read that had not
+        # arrived), noisy around half the time on a paced link: two intervals
+        # that waited half the time on average are two starved ones.
+        last = self._last_waited
+        even = (stream and not lagging and last is not None and min(last, waited) >= STARVED
+                and last + waited >= 2 * STREAM_STARVED)
+        self._last_waited = waited if stream else None
+        starved = STREAM_STARVED if stream and not lagging else STARVED
+        if waited >= starved or even:
             self._calm = 0
-            self._starved += 1
+            self._starved = max(self._starved + 1, 2) if even else self._starved + 1
             if now < self._hold_until[True]:
                 return False
             if (self.mode is Mode.STREAM and not lagging
