@@ -383,10 +383,9 @@ class Controller:
             self._starved = max(self._starved + 1, 2) if even else self._starved + 1
             if now < self._hold_until[True]:
                 return False
-            if (self.mode is Mode.STREAM and not lagging
-                    and self._starved < self._patience(waited)):
+            if stream and not lagging and self._starved < self._patience(waited):
                 return False
-            if self.mode is Mode.STREAM and not self._ranged_can_pay(rate, waited):
+            if stream and not self._ranged_can_pay(rate, waited):
                 return False
             mode, width = Mode.RANGED, self.max_width if lagging else self._wider(waited)
             if (mode, width) == (self.mode, self.width):

@@ -244,7 +244,7 @@ class CheckedSource(io.RawIOBase):
             raise self.malformed(f"a seek to offset {target} lies outside the object",
                                  expected=target)
         run = inplace.run_for(self)
-        if run is not None and run.detached():  # other threads read the stream: only this position moves
+        if run is not None and run.detached():  # other threads read the stream: only ours moves
             if whence == io.SEEK_END:
                 target = self.size + offset
             if target is None or not 0 <= target <= self.size:

@@ -28,7 +28,8 @@ How, without changing what tensorizer does:
 * :class:`Run` allocates blocks ahead of the reader (twice ``readahead``,
   plus two ``part_size``, past every read) and announces them; when tensorizer reads a
   tensor's header (:class:`~tensorstream.tensorizer.checked.CheckedSource`
-  calls :func:`arm`), that tensor's memory is armed for the reader thread.
+  calls :meth:`Run.arm` on the run :func:`run_for` finds), that tensor's memory is armed
+  for the reader thread.
 * tensorizer's ``_copy_thread`` runs as a copy (:func:`copy_thread`) whose
   global ``torch`` is :data:`TORCH`: its ``torch.empty`` of exactly the armed
   tensor's bytes returns that memory; every other call is torch's own. The
