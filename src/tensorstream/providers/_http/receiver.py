@@ -120,10 +120,9 @@ def _widen(sock: socket.socket) -> None:
     round trip, tiny next door (a server on loopback or in the same zone), so
     a paced connection's window stays a few hundred KiB, and the sender stops
     whenever this thread is late by that much (docs/benchmarks.md, "Session
-    26"). Raising
-    the low-water mark grows the buffer without locking it (``SO_RCVBUF``
-    would lock it, at most ``net.core.rmem_max``, 208 KiB by default, and
-    turn the kernel's tuning off); the caller then sets the mark it wants.
+    26"). Raising the low-water mark grows the buffer without locking it
+    (``SO_RCVBUF`` would lock it, at most ``net.core.rmem_max``, and turn the
+    kernel's tuning off); the caller then sets the mark it wants.
     """
     with contextlib.suppress(OSError):
         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < WINDOW:
