@@ -213,6 +213,53 @@ def test_forks_share_one_read_ahead_budget(http_server: HTTPTestServer) -> None:
     assert stats[0]["readahead_peak"] <= budget + 2 * 2 * part, stats
 
 
+def test_a_retired_fetch_pool_is_freed_only_after_its_threads_exit() -> None:
+    """Freed while its workers were still exiting, an executor crashed CPython
+    3.11 (the weak references it walked changed under it): a closed reader's
+    pool is held until every one of its threads has ended."""
+    import concurrent.futures
+    import gc
+    import weakref
+
+    from tensorstream.readahead.ranged import _retire
+
+    release = threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    busy = pool.submit(release.wait)  # a fetch still running when the reader closes
+    workers = list(pool._threads)
+    freed: list[list[bool]] = []
+    weakref.finalize(pool, lambda: freed.append([t.is_alive() for t in workers]))
+    try:
+        _retire(pool)
+        del pool
+        gc.collect()
+        assert not freed  # held while its worker runs
+    finally:
+        release.set()
+    assert busy.result(timeout=10) is True
+    deadline = time.monotonic() + 10
+    while not freed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert freed == [[False] * len(workers)]
+
+
+def test_a_remote_reader_left_open_does_not_hold_up_the_interpreters_exit(
+        http_server: HTTPTestServer) -> None:
+    """Closed by its finaliser while the interpreter ends, a reader cannot start
+    the thread that retires its fetch pool (Python 3.11 waited for it for ever)."""
+    import subprocess
+    import sys
+
+    url, _ = _put(http_server, 2 * MiB)
+    code = ("import sys, tensorstream\n"
+            "f = tensorstream.open(sys.argv[1], part_size=256 << 10, stream_reads=False)\n"
+            "f.read(1 << 20)\n"
+            "print('done', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+
+
 def test_without_read_ahead_reads_at_boundaries_land_straight_in_the_callers_buffer(
         http_server: HTTPTestServer) -> None:
     url, data = _put(http_server, 12 * MiB + 300)

@@ -42,6 +42,7 @@ import concurrent.futures
 import contextlib
 import logging
 import mmap
+import sys
 import threading
 import time
 from typing import Any
@@ -76,6 +77,20 @@ _LONG_WAIT = 1.0
 #: tensors, and :class:`~tensorstream.file.StreamReader`'s fills of its buffer
 #: for small reads).
 _HELD_READ = 256 << 10
+
+
+def _retire(pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    """Shut ``pool`` down without waiting for its fetches, and let it go only once
+    its threads have exited: a thread that joins them holds it. (An executor
+    freed while its workers were still exiting crashed CPython 3.11 in
+    ``PyObject_ClearWeakRefs``: the list of weak references it walked changed
+    under it, as the exiting workers dropped theirs.)"""
+    pool.shutdown(wait=False, cancel_futures=True)
+    if sys.is_finalizing():
+        return  # no thread can start now (Python 3.11 waits for it for ever)
+    with contextlib.suppress(RuntimeError):  # (3.12: "can't create new thread at shutdown")
+        threading.Thread(target=pool.shutdown, name="tensorstream-fetch-retire",
+                         daemon=True).start()
 
 
 class Prefetcher(Fetching, Planning):
@@ -525,7 +540,7 @@ class Prefetcher(Fetching, Planning):
         for t in tasks:
             self._cancel(t)
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            _retire(self._pool)
         # A fetch still receiving into the caller's memory (an announced buffer)
         # must have stopped before close returns: that memory is the caller's again.
         for seg in segments:
