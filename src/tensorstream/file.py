@@ -387,7 +387,8 @@ class StreamReader(io.RawIOBase):
         (``stream``: one request received in place; ``ranged``: ranged
         requests on ``active`` connections), the ``reason`` for it and the
         ``history`` of decisions; ``peak_active`` connections,
-        ``readahead_peak`` bytes of read-ahead memory; the ``streams`` opened.
+        ``readahead_peak`` bytes of read-ahead memory (``readahead_held``: now);
+        the ``streams`` opened.
         Local files are read inline, without the read-ahead: their counters
         stay at 0. The decisions are also logged at DEBUG on
         ``tensorstream.readahead``."""

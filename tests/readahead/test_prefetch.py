@@ -213,6 +213,58 @@ def test_forks_share_one_read_ahead_budget(http_server: HTTPTestServer) -> None:
     assert stats[0]["readahead_peak"] <= budget + 2 * 2 * part, stats
 
 
+def test_read_ahead_memory_goes_back_to_the_system_once_a_reader_reached_its_end(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load's reader finishes its share while tensorizer still builds tensors
+    (with the collector paused): its read-ahead buffers are unmapped then, not
+    when the load closes it (they were ~40 MiB of a paced load's peak RSS)."""
+    import gc
+    import mmap
+    import types
+    import weakref
+
+    from tensorstream.readahead import ranged
+
+    live: dict[int, int] = {}
+
+    def tracked(*args: Any, **kwargs: Any) -> mmap.mmap:
+        """The read-ahead's own mappings, counted while alive (a subclass of
+        mmap.mmap crashes in its deallocation on Python 3.11)."""
+        region = mmap.mmap(*args, **kwargs)
+        key = id(region)
+        live[key] = len(region)
+        weakref.finalize(region, live.pop, key, None)
+        return region
+
+    monkeypatch.setattr(ranged, "mmap", types.SimpleNamespace(
+        mmap=tracked, MAP_PRIVATE=mmap.MAP_PRIVATE, MAP_ANONYMOUS=mmap.MAP_ANONYMOUS))
+    url, data = _put(http_server, 12 * MiB)
+    http_server.faults.key = url.rsplit("/", 1)[1]
+    http_server.faults.rate_limit = 4 * MiB  # wide: many buffers in flight
+    enabled = gc.isenabled()
+    gc.disable()  # as during a load (tensorstream._gcpause)
+    try:
+        with tensorstream.open(url, part_size=256 << 10, concurrency=16,
+                               stream_reads=False) as f:
+            fork = f.fork(end=8 * MiB)
+            fork.seek(2 * MiB)
+            got = _read_all(fork, 6 * MiB)
+            stats = fork.read_stats()
+            # (a fetch thread lets its segment go just after handing it over)
+            deadline = time.monotonic() + 2
+            while sum(live.values()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            held = sum(live.values())
+            fork.close()
+    finally:
+        if enabled:
+            gc.enable()
+    assert got == data[2 * MiB: 8 * MiB]
+    assert stats["readahead_peak"] >= 4 * (256 << 10), stats  # it did read ahead
+    assert stats["readahead_held"] == 0, stats
+    assert held == 0, f"{held} bytes of read-ahead still mapped after the last read"
+
+
 def test_a_retired_fetch_pool_is_freed_only_after_its_threads_exit() -> None:
     """Freed while its workers were still exiting, an executor crashed CPython
     3.11 (the weak references it walked changed under it): a closed reader's

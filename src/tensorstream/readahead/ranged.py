@@ -183,7 +183,8 @@ class Prefetcher(Fetching, Planning):
         ``phase`` (:class:`Mode` value: ``stream`` or ``ranged``), ``active``
         connections and ``readahead`` bytes planned past each read; ``peak_active``
         and ``peak_in_flight``; ``readahead_peak``, the most bytes of read-ahead
-        buffers held at once by this reader and its forks together; ``streams``
+        buffers held at once by this reader and its forks together, and
+        ``readahead_held``, those this reader holds now; ``streams``
         opened; ``changes`` of mode or width and the ``reason`` for the current
         one; ``rate`` and ``peak_rate``, the MB/s delivered to the reader in the
         last and the best measured interval; ``history``, the last decisions as
@@ -197,7 +198,7 @@ class Prefetcher(Fetching, Planning):
                 "peak_in_flight": self._peak_in_flight,
                 "streams": self._stream.opened if self._stream is not None else 0,
                 "changes": self._ctl.changes, "reason": self._ctl.reason,
-                "readahead_peak": self.budget.peak,
+                "readahead_peak": self.budget.peak, "readahead_held": self._held,
                 "rate": round(self._ctl.last_rate / 1e6, 1),
                 "peak_rate": round(self._ctl.peak_rate / 1e6, 1),
                 "history": [(h.mode.value, h.width, round(h.rate / 1e6, 1), round(h.waited, 2),
@@ -480,11 +481,12 @@ class Prefetcher(Fetching, Planning):
         """Serve a read that lies inside one segment already received (tensor
         headers, small tensors: most reads of a wide load) with one copy and no
         planning: the segment stays until the reader moves past it, and only
-        this thread evicts. Returns whether it did."""
+        this thread evicts. Returns whether it did (never for the read that
+        reaches the read-ahead's end: that one evicts, so nothing stays held)."""
         start, seg_end = self._segment_at(pos)
         end = pos + len(view)
         seg = self._segments.get(start)
-        if (seg is None or seg.end != seg_end or end > seg_end or seg.direct
+        if (seg is None or seg.end != seg_end or end > seg_end or end >= self._limit or seg.direct
                 or not seg.event.is_set() or seg.error is not None or seg.buffer is None):
             return False
         copy_into(view, seg.buffer[pos - start : end - start])
@@ -656,6 +658,13 @@ class Prefetcher(Fetching, Planning):
         lo = end if sequential else pos - self._seg
         hi = end + self._reach() + self._seg
         self._dests.drop_before(lo)
+        # Planned up to where the read-ahead ends: no new segment will want a
+        # spare buffer, so they go back to the system now, not at close (a load's
+        # readers finish their shares while tensorizer still builds tensors).
+        planned_out = self._frontier is not None and self._frontier[1] >= self._limit
+        if planned_out and self._free:
+            self._give(len(self._free) * self._seg)
+            self._free.clear()
         for start in list(self._segments):
             seg = self._segments[start]
             if seg.end > lo and start < hi:
@@ -680,7 +689,8 @@ class Prefetcher(Fetching, Planning):
                 self._remove_planned(seg)
             elif seg.event.is_set():
                 del self._segments[start]
-                if seg.error is None and len(self._free) < max(2, self._active):
+                if (seg.error is None and not planned_out
+                        and len(self._free) < max(2, self._active)):
                     self._free.append(seg.buffer.obj)  # type: ignore[union-attr, arg-type]
                 else:
                     self._give(self._seg)
@@ -693,6 +703,10 @@ class Prefetcher(Fetching, Planning):
         """Book one finished request; return what to launch next (called with no lock)."""
         with self._lock:
             self._in_flight -= 1
+            # Its future's done-callback holds it: a cycle (segment, future, callback)
+            # that kept every dropped buffer mapped until a collection, and loads
+            # pause the collector (tensorstream._gcpause).
+            seg.task = None
             if self._closed:
                 return []
             return self._next_launches()

@@ -234,6 +234,9 @@ class Receiver:
                 return
             t.done = True
             t.error = error
+            # The caller's buffers are theirs again: not kept by a finished transfer
+            # (the receiving thread holds its last one until the next wake-up).
+            t.views = []
         with self._lock:
             if self._transfers.get(t.fd) is t:
                 del self._transfers[t.fd]
