@@ -47,16 +47,11 @@ def _vmflags(address: int) -> set[str]:
     return set(_smaps_field(address, "VmFlags:"))
 
 
-def _every_piece_dear(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every piece costs far more than 4 KiB pages would have, past any slack."""
-    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", -10**12)
-    monkeypatch.setattr(arena, "SLACK_NS", 0)
-
-
 @pytest.fixture
 def cheap(monkeypatch: pytest.MonkeyPatch) -> None:
     """Huge pages are never found dear (what they cost here depends on the host)."""
-    monkeypatch.setattr(arena, "SLACK_NS", 10**15)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
 
 
 @linux_thp
@@ -125,7 +120,8 @@ def test_small_loads_are_plain_torch_empty(sizes: list[int]) -> None:
 
 @linux_thp
 def test_huge_pages_are_advised_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arena, "SLACK_NS", 10**15)  # never given up here
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)  # never given up here
     huge = arena.Arena([8 * MiB], huge=True)
     small = arena.Arena([8 * MiB], huge=False)
     assert huge.huge and "hg" in _vmflags(huge.tensors[0].data_ptr())
@@ -134,12 +130,13 @@ def test_huge_pages_are_advised_only_when_asked(monkeypatch: pytest.MonkeyPatch)
 
 @linux_thp
 def test_dear_huge_pages_are_given_up_for_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arena, "SLACK_NS", 10**15)  # nothing is dear
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)  # nothing is dear
     memory = arena.Arena([16 * MiB], huge=True)
     view = memory.tensors[0].numpy().data.cast("B")
     memory.populate(view[: 4 * MiB])
     assert memory.huge
-    _every_piece_dear(monkeypatch)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", -1)  # every piece is dear
     memory.populate(view[4 * MiB: 8 * MiB])
     assert not memory.huge
     assert "nh" in _vmflags(memory.tensors[0].data_ptr() + 12 * MiB)
@@ -149,7 +146,7 @@ def test_dear_huge_pages_are_given_up_for_the_rest(monkeypatch: pytest.MonkeyPat
 
 @linux_thp
 def test_where_the_first_huge_page_is_dear_tensors_are_plain(monkeypatch: pytest.MonkeyPatch) -> None:
-    _every_piece_dear(monkeypatch)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", -1)
     memory = arena.Arena([16 * MiB, 1000], huge=True)
     assert not memory.huge  # tried on the first huge page, before any thread reads
     assert not memory._length  # the mapping was dropped: each tensor a torch.empty
@@ -270,12 +267,13 @@ def test_a_piece_waits_for_the_page_another_thread_is_faulting_in(cheap: None) -
 
 @linux_thp
 def test_populate_says_whether_the_pages_are_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arena, "SLACK_NS", 10**15)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
     memory = arena.Arena([16 * MiB], huge=True)
     view = memory.tensors[0].numpy().data.cast("B")
     assert memory.populate(view[:4 * MiB]) is True
     assert memory.populate(view[:4 * MiB]) is True  # already in: nothing to do
-    _every_piece_dear(monkeypatch)
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", -1)
     assert memory.populate(view[4 * MiB: 8 * MiB]) is False  # given up on the way
     assert memory.populate(view[8 * MiB:]) is False  # 4 KiB pages: the read faults them
     assert arena.Arena([16 * MiB], huge=False).populate(view[:MiB]) is False
@@ -294,61 +292,16 @@ def test_a_piece_faulted_in_is_marked_for_the_read(cheap: None) -> None:
     _prefault.populate(view[:100])  # (consumes the mark)
 
 
-class _Clock:
-    """The arena's clock: each populate call (two readings) takes ``cost`` ns."""
-
-    def __init__(self) -> None:
-        self.now = self.cost = 0
-        self._ending = False
-
-    def monotonic_ns(self) -> int:
-        if self._ending:
-            self.now += self.cost
-        self._ending = not self._ending
-        return self.now
-
-
 @linux_thp
-def test_dear_huge_pages_among_cheap_ones_are_kept_and_a_run_of_them_is_not(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """SLACK_NS 12 ms, 4 KiB pages 0.35 ms/MiB: a dear 4 MiB piece (3 ms/MiB)
-    costs 10.6 ms over them; cheap ones save up at most the slack."""
-    monkeypatch.setattr(arena, "SLACK_NS", 12_000_000)
-    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 350_000)
-    clock = _Clock()
-    monkeypatch.setattr(arena, "time", clock)
-    cheap, dear = 100_000, 3_000_000  # ns per MiB
-    clock.cost = cheap * 2  # the first huge page, when the mapping is made
-    memory = arena.Arena([128 * MiB], huge=True)
+def test_huge_pages_dear_on_average_are_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)  # no one piece is dear
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
+    memory = arena.Arena([40 * MiB], huge=True)
     view = memory.tensors[0].numpy().data.cast("B")
-    at = 2 * MiB
-
-    def piece(ns_per_mib: int) -> bool:
-        nonlocal at
-        clock.cost = ns_per_mib * 4
-        memory.populate(view[at: at + 4 * MiB])
-        at += 4 * MiB
-        return memory.huge
-
-    assert piece(dear)  # one dear piece, first thing: within the slack
-    assert all(piece(cheap) for _ in range(20))  # 80 MiB: saved up to the slack, no more
-    assert piece(dear) and piece(dear)  # -12 + 10.6 + 10.6 = 9.2 ms over
-    assert not piece(dear)  # 19.8 ms: the rest of the mapping on 4 KiB pages
-    assert "nh" in _vmflags(memory.tensors[0].data_ptr() + 120 * MiB)
-
-
-@linux_thp
-def test_huge_pages_all_dear_are_given_up_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arena, "SLACK_NS", 12_000_000)
-    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 350_000)
-    clock = _Clock()
-    monkeypatch.setattr(arena, "time", clock)
-    clock.cost = 3_000_000 * 2  # the first huge page: dear, within the slack (5.3 ms over)
-    memory = arena.Arena([64 * MiB], huge=True)
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", -1)  # but all of them on average
+    memory.populate(view[2 * MiB: 8 * MiB])  # 8 MiB so far: too few to judge
     assert memory.huge
-    view = memory.tensors[0].numpy().data.cast("B")
-    clock.cost = 3_000_000 * 4
-    assert memory.populate(view[2 * MiB: 6 * MiB]) is False  # 15.9 ms over: given up
+    memory.populate(view[8 * MiB: 16 * MiB])  # 16 MiB: the average decides
     assert not memory.huge
 
 

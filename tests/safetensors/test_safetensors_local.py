@@ -191,7 +191,8 @@ def test_tensors_in_one_mapping_are_separate_and_can_be_saved_again(
     if arena._madvise is None or not arena._thp_enabled():
         pytest.skip("no transparent huge pages")
     monkeypatch.setattr(arena, "huge_pages_free", lambda nbytes: True)
-    monkeypatch.setattr(arena, "SLACK_NS", 10**15)  # their cost depends on the host
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)  # their cost depends on the host
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
     want = {**_tensors(), "huge.page": torch.arange(3 << 18, dtype=torch.float32) % 251}
     path = tmp_path / "big.safetensors"
     st_torch.save_file(want, str(path))

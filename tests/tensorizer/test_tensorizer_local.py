@@ -193,7 +193,8 @@ def test_tensors_live_in_one_mapping_each_with_its_own_storage(
     # readahead.arena: where huge pages are free and cheap the fast path fills one
     # mapping, yet every tensor is a storage of its own, as tensorizer's own load hands out.
     monkeypatch.setattr(arena, "huge_pages_free", lambda nbytes: True)
-    monkeypatch.setattr(arena, "SLACK_NS", 10**15)  # their cost depends on the host
+    monkeypatch.setattr(arena, "DEAR_NS_PER_MIB", 10**12)  # their cost depends on the host
+    monkeypatch.setattr(arena, "SLOW_NS_PER_MIB", 10**12)
     state = {**STATE, "huge.page": torch.arange(3 << 18, dtype=torch.float32) % 251}
     path = _write(tmp_path / "big.tensors", state)
     with tensorstream.deserialize(path, device="cpu") as got:

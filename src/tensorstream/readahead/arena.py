@@ -24,13 +24,10 @@ memory first, which stalled loads for 0.65-1.34 s on a fragmented machine
 back to the host (virtio-balloon free page reporting: every free block of
 2 MiB or more, two seconds after it was freed) pays the host's faults for
 each such huge page: ~9 ms per 4 MiB, far dearer than 4 KiB pages (taken from
-smaller free blocks, never handed back), while a block freed moments ago is
-cheap: most huge pages of a load are cheap, a few dear. The first huge page
-is timed before any thread reads, and :meth:`Arena.populate` keeps measuring
-as the load goes: once huge pages have cost more than 4 KiB pages would have
-by :data:`SLACK_NS` (less what cheap ones saved, up to as much again), they
-are given up for the rest of the mapping (already at the first: no mapping,
-each tensor a ``torch.empty`` as before).
+smaller free blocks, never handed back). The first huge page is timed before
+any thread reads (dear: no mapping, each tensor a ``torch.empty`` as before),
+and :meth:`Arena.populate` keeps measuring as the load goes and gives huge
+pages up for the rest of the mapping once they come dear.
 
 Each tensor gets a storage of its own over its slice of the mapping (so
 ``safetensors.torch.save_file``, ``torch.save`` of one tensor and storage
@@ -52,7 +49,7 @@ import torch
 
 from . import _prefault
 
-__all__ = ["ALIGN", "MIN_ARENA", "SLACK_NS", "SLOW_NS_PER_MIB", "Arena", "huge_pages_free"]
+__all__ = ["ALIGN", "DEAR_NS_PER_MIB", "MIN_ARENA", "SLOW_NS_PER_MIB", "Arena", "huge_pages_free"]
 
 #: Alignment of each tensor in the mapping (``torch.empty``'s on the CPU).
 ALIGN = 64
@@ -63,16 +60,16 @@ _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
 _MADV_NOHUGEPAGE = 15
 _MADV_POPULATE_WRITE = 23
-#: What faulting in a MiB on 4 KiB pages costs here (~0.32 ms; cheap huge
-#: pages ~0.09-0.2, dear ones 1-3): what huge pages are measured against.
+#: Time per MiB populated, on average, above which huge pages are given
+#: up: what 4 KiB pages cost here (~0.32 ms per MiB; cheap huge pages ~0.09-0.2,
+#: dear ones 1.2-2.5), so huge pages are kept only while they are the cheaper.
 SLOW_NS_PER_MIB = 350_000
-#: Wall time huge pages may cost over what 4 KiB pages would have before they
-#: are given up, and what cheap ones may save up against later dear ones (no
-#: more: a load whose recently freed blocks run out pays dear pages for at
-#: most twice this). Dear ones come here and there among cheap ones (a piece
-#: in 10-50 on this VM): giving up at the first dear piece left most loads on
-#: 4 KiB pages.
-SLACK_NS = 12_000_000
+#: The same for one piece: a dear huge page gives them up at once, where one
+#: piece's cost alone (a busy machine: 0.4-0.65 ms per MiB seen for cheap ones)
+#: would not.
+DEAR_NS_PER_MIB = 1_000_000
+#: Populated bytes before the average decides.
+_AVERAGE_AFTER = 16 << 20
 _BUDDYINFO = "/proc/buddyinfo"
 # A huge page of the mapping: untouched, being faulted in by a thread, faulted in (or
 # left to the read once huge pages were given up).
@@ -143,7 +140,6 @@ class Arena:
         self.huge = False
         self._base = self._length = 0
         self._spent = self._spanned = 0  # time (ns) and bytes of huge pages populated
-        self._over = 0.0  # ns they cost over 4 KiB pages (negative: saved, at most SLACK_NS)
         self._pages = bytearray()  # per huge page of the mapping: _UNTOUCHED, _TAKEN or _DONE
         self._cond = threading.Condition()
         self.tensors = self._mapped(offsets, sizes, end, huge) or [
@@ -169,8 +165,8 @@ class Arena:
         self._pages = bytearray(self._length // _HUGE)
         self.huge = _madvise(self._base, self._length, _MADV_HUGEPAGE) == 0
         if self.huge:
-            # One huge page first, before any thread takes a chunk (a fault that fails,
-            # or one dearer than the slack, drops the mapping at once).
+            # One huge page first, before any thread takes a chunk: where they are dear
+            # the load then pays for one (~4.5 ms here), not one per thread.
             self._fault_in(self._base, self._base + _HUGE)
         if not self.huge:  # an error (a kernel without THP), or dear huge pages
             whole.release()
@@ -193,14 +189,13 @@ class Arena:
         huge page costs the host's faults of all its 4 KiB pages once its block
         has been handed back (here ~9 ms of thread CPU per 4 MiB, and more in
         wall time, against 1.3 ms on 4 KiB pages and 0.35 ms on huge pages
-        freed moments ago, which are handed out first). The cost is measured in
-        wall time (the host's part of it is not the guest's CPU time) per huge
-        page the pieces span; once huge pages have cost more than 4 KiB pages
-        would have (:data:`SLOW_NS_PER_MIB`) by :data:`SLACK_NS` (less what
-        cheap ones saved, at most that much again), the not yet faulted rest
-        of the mapping goes back to 4 KiB pages. The first huge page is tried
-        when the mapping is made, so where they are all dear a load pays for
-        a few. (Pages already present cost nothing here.)
+        freed moments ago, which are handed out first). The cost is measured in wall time (the host's part of
+        it is not the guest's CPU time) per huge page the piece spans; above
+        :data:`DEAR_NS_PER_MIB` for one piece, or :data:`SLOW_NS_PER_MIB` on
+        average, the not yet faulted rest of the mapping goes back to 4 KiB
+        pages. The first huge page is tried when the mapping is made, so where
+        they are all dear a load pays for that one. (Pages already present
+        cost nothing here.)
         """
         if not self.huge or not view.nbytes:
             return False
@@ -249,13 +244,13 @@ class Arena:
         began = time.monotonic_ns()
         ok = _madvise(addr, nbytes, _MADV_POPULATE_WRITE) == 0
         spent = time.monotonic_ns() - began
-        # What they cost over 4 KiB pages, savings counted up to the slack. (Threads
-        # race on this sum; a lost update only shifts it a little.)
-        over = self._over + spent - SLOW_NS_PER_MIB * spanned / (1 << 20)
-        self._over = max(-SLACK_NS, over)
+        # (Threads race on these sums; a lost update only shifts the average a little.)
         self._spent += spent
         self._spanned += spanned
-        if not ok or over > SLACK_NS:
+        mib = spanned / (1 << 20)
+        if (not ok or spent > DEAR_NS_PER_MIB * mib or (
+                self._spanned >= _AVERAGE_AFTER
+                and self._spent > SLOW_NS_PER_MIB * self._spanned / (1 << 20))):
             self.huge = False
             _madvise(self._base, self._length, _MADV_NOHUGEPAGE)
 
