@@ -365,9 +365,7 @@ class Prefetcher(Fetching, Planning):
                     if not seg.launched and start not in keep:
                         del self._segments[start]
                         self._remove_planned(seg)
-                spare = self._free[2:]  # and spare buffers: the stream needs none
-                del self._free[2:]
-                self._give(len(spare) * self._seg)
+                self._drop_spares(keep=2)  # and spare buffers: the stream needs none
             elif between_reads and self._last_end is not None:
                 self._plan_ahead(self._last_end, set())
             launch = self._next_launches()
@@ -662,9 +660,8 @@ class Prefetcher(Fetching, Planning):
         # spare buffer, so they go back to the system now, not at close (a load's
         # readers finish their shares while tensorizer still builds tensors).
         planned_out = self._frontier is not None and self._frontier[1] >= self._limit
-        if planned_out and self._free:
-            self._give(len(self._free) * self._seg)
-            self._free.clear()
+        if planned_out:
+            self._drop_spares(keep=0)
         for start in list(self._segments):
             seg = self._segments[start]
             if seg.end > lo and start < hi:
@@ -698,6 +695,13 @@ class Prefetcher(Fetching, Planning):
                 del self._segments[start]
                 self._cancel(seg.task)
                 self._give(self._seg)  # garbage once the request ends
+
+    def _drop_spares(self, *, keep: int) -> None:
+        """Give spare buffers beyond ``keep`` back (under the lock): dropped, each is
+        unmapped once nothing refers to it."""
+        spare = self._free[keep:]
+        del self._free[keep:]
+        self._give(len(spare) * self._seg)
 
     def _finished(self, seg: Segment) -> list[Segment]:
         """Book one finished request; return what to launch next (called with no lock)."""
