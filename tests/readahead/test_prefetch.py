@@ -295,6 +295,28 @@ def test_a_retired_fetch_pool_is_freed_only_after_its_threads_exit() -> None:
     assert freed == [[False] * len(workers)]
 
 
+def test_closing_a_reader_ends_its_fetch_threads_while_the_reader_is_still_held(
+        http_server: HTTPTestServer) -> None:
+    """``close`` retires the reader's pool of fetch threads (``_retire``): they
+    end at once, not when the reader is garbage-collected (a reader kept in a
+    list or a traceback held its idle threads for the life of the process)."""
+    url, data = _put(http_server, 4 * MiB)
+    f = tensorstream.open(url, part_size=256 << 10, concurrency=8, stream_reads=False)
+    try:
+        assert f.read(2 * MiB) == data[: 2 * MiB]
+        pool = f._prefetch._pool
+        assert pool is not None
+        workers = list(pool._threads)
+        assert workers  # the reads ran on them
+    finally:
+        f.close()
+    deadline = time.monotonic() + 10
+    while any(t.is_alive() for t in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not [t.name for t in workers if t.is_alive()]
+    assert f.closed  # (still held here, on purpose)
+
+
 def test_a_remote_reader_left_open_does_not_hold_up_the_interpreters_exit(
         http_server: HTTPTestServer) -> None:
     """Closed by its finaliser while the interpreter ends, a reader cannot start
