@@ -38,7 +38,12 @@ window (additive increase, multiplicative decrease):
   operation's deadline, and by its caller's cancellation), for
   :data:`MAX_WAIT` seconds at most: then it is sent anyway (the limit is a
   pace, never a lock: a thread that holds one body open while it waits for
-  another request must not wait on itself).
+  another request must not wait on itself);
+* a slot that comes free wakes only the request first in line, and only when
+  the limit lets it go (it then wakes the next, if the limit lets that one go
+  too). Waking every waiter on every answer cost a load on a server taking 8
+  requests at once, with 64 of its requests waiting, ~60k context switches and
+  twice the CPU of the same load unthrottled (docs/benchmarks.md, session 29).
 
 An origin that never throttles is never limited. :meth:`Gate.shared` tells the
 retry layer whether other requests to the origin were in flight when one was
@@ -101,7 +106,7 @@ class Gate:
     (``None``: not limited)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self.in_flight = 0
         self.limit: float | None = None
         #: The requests in flight at the last cut (``None`` with no limit).
@@ -109,7 +114,8 @@ class Gate:
         self.cuts = 0  # throttles that cut the limit (tests, metrics)
         self._epoch = 0  # bumped by every cut
         self._cut_at = 0.0  # monotonic time of the last cut
-        self._queue: collections.deque[object] = collections.deque()  # waiting requests
+        #: Waiting requests, first in line first: each one's own condition.
+        self._queue: collections.deque[threading.Condition] = collections.deque()
         self._owed: set[int] = set()  # threads whose last request was throttled
 
     def enter(self, deadline: float | None = None,
@@ -118,8 +124,13 @@ class Gate:
         passed); ``None`` when the ``deadline`` (monotonic) passed or
         ``cancelled()`` said so first."""
         thread = threading.get_ident()
-        ticket = object()
-        with self._cond:
+        with self._lock:
+            if not self._queue and not self._limited():
+                self.in_flight += 1  # the usual case: no limit, nobody waiting
+                return Slot(self, self._epoch, thread)
+            # Each waiter sleeps on a condition of its own (over the gate's lock):
+            # a slot that comes free wakes the one first in line, not all of them.
+            ticket = threading.Condition(self._lock)
             if thread in self._owed:
                 self._owed.discard(thread)
                 self._queue.appendleft(ticket)
@@ -127,24 +138,35 @@ class Gate:
                 self._queue.append(ticket)
             try:
                 until = time.monotonic() + MAX_WAIT
-                while self._limited() and (self.in_flight >= max(1, int(self.limit or 1))
-                                           or self._queue[0] is not ticket):
-                    if time.monotonic() >= until:
+                while self._limited() and (not self._room() or self._queue[0] is not ticket):
+                    now = time.monotonic()
+                    if now >= until:
                         break
-                    wait = _POLL
+                    wait = min(_POLL, until - now)
                     if deadline is not None:
-                        left = deadline - time.monotonic()
+                        left = deadline - now
                         if left <= 0:
                             return None
                         wait = min(wait, left)
                     if cancelled is not None and cancelled():
                         return None
-                    self._cond.wait(wait)
+                    ticket.wait(wait)
             finally:
                 self._queue.remove(ticket)
-                self._cond.notify_all()  # the next in line may go
+                self._wake_first()  # it may go now (this one left the line, or went)
             self.in_flight += 1
+            self._wake_first()  # the limit may let the next one go too
             return Slot(self, self._epoch, thread)
+
+    def _room(self) -> bool:
+        """Whether the limit lets one more request go now (under the lock)."""
+        return self.limit is None or self.in_flight < max(1, int(self.limit))
+
+    def _wake_first(self) -> None:
+        """Wake the request first in line if it may go (under the lock): the
+        limit has room, or there is no limit any more."""
+        if self._queue and (self._room() or not self._limited()):
+            self._queue[0].notify()
 
     def _limited(self) -> bool:
         if self.limit is not None and time.monotonic() - self._cut_at > FORGET:
@@ -155,11 +177,11 @@ class Gate:
     def shared(self) -> bool:
         """Whether other requests are in flight beside the caller's (which holds
         its slot still)."""
-        with self._cond:
+        with self._lock:
             return self.in_flight > 1
 
     def _leave(self, epoch: int, status: int | None, thread: int) -> None:
-        with self._cond:
+        with self._lock:
             if status in THROTTLE_STATUSES:
                 if len(self._owed) < _OWED_MAX:
                     self._owed.add(thread)
@@ -181,7 +203,7 @@ class Gate:
                 if self.limit > _UNLIMITED:
                     self.limit = self.ceiling = None
             self.in_flight -= 1
-            self._cond.notify_all()
+            self._wake_first()
 
 
 _gates: dict[Key, Gate] = {}
