@@ -3,7 +3,8 @@
 Every cell of links x model shapes x scenarios runs in one invocation. The
 harness starts its own servers on free loopback ports (and always stops them,
 also on Ctrl-C), generates the synthetic models and copy objects (cached),
-warms the page cache, runs each link's first contender once untimed, runs every
+warms the page cache (and each run's files again right before it), runs each
+link's first contender once untimed, runs every
 contender in a fresh process -- contenders of
 a cell alternate and the cell's first contender rotates every round and from
 cell to cell -- verifies
@@ -52,6 +53,9 @@ EXTRA_LINKS = ["store", "step", "shared", "limited", "tls"]
 SHAPES = [s for s in model.SHAPES if s not in model.EXTRA_SHAPES]
 SCENARIOS = ["load", "copy", "startup", "raw"]
 BACKENDS = ["local", "http", "s3", "redis"]
+
+#: The group of served files the copy and start-up cells read.
+COPY_FILES = "copy objects"
 
 
 def parse_size(text: str) -> int:
@@ -325,9 +329,12 @@ def _child(*args: str) -> Any:
 
 
 def _warm(paths: list[Path]) -> None:
+    """Read ``paths`` into the page cache (one reused buffer: a file already there
+    costs its copy only, ~0.05 s per 512 MiB)."""
+    buf = bytearray(8 << 20)
     for p in paths:
         with open(p, "rb", buffering=0) as f:
-            while f.read(64 << 20):
+            while f.readinto(buf):
                 pass
 
 
@@ -389,23 +396,34 @@ def _link_files(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _serve_tree(root: Path, manifests: dict[str, dict[str, Any]], blobs: dict[str, Any] | None) -> list[Path]:
-    """Hard-link the models and copy objects under ``root/bench``; return the files."""
-    files = []
+def _serve_tree(root: Path, manifests: dict[str, dict[str, Any]],
+                blobs: dict[str, Any] | None) -> dict[str, list[Path]]:
+    """Hard-link the models and copy objects under ``root/bench``; return the files,
+    by what reads them: each shape's model files under its name, the copy objects
+    under ``COPY_FILES``."""
+    files: dict[str, list[Path]] = {}
     for shape, m in manifests.items():
         for name in (KEY, "model.safetensors"):
             src = Path(m["dir"]) / name
             _link_files(src, root / BUCKET / shape / name)
-            files.append(src)
+            files.setdefault(shape, []).append(src)
     if blobs:
         bdir = Path(blobs["dir"])
+        copied = files.setdefault(COPY_FILES, [])
         for name in (blobs["object"]["name"], blobs["one_mib"]["name"]):
             _link_files(bdir / name, root / BUCKET / name)
-            files.append(bdir / name)
+            copied.append(bdir / name)
         for name in blobs["folder"]["files"]:
             _link_files(bdir / "folder" / name, root / BUCKET / blobs["folder"]["name"] / name)
-            files.append(bdir / "folder" / name)
+            copied.append(bdir / "folder" / name)
     return files
+
+
+def _read_by(c: Contender, files: dict[str, list[Path]]) -> list[Path]:
+    """The files ``c``'s run reads (its shape's model files, or the copy objects)."""
+    if c.scenario in ("copy", "startup"):
+        return files.get(COPY_FILES, [])
+    return files.get(c.shape, [])
 
 
 def run_link(
@@ -457,7 +475,7 @@ def run_link(
                 if problem:
                     notes.append(problem)
     if not (args.list or args.stopped):
-        _warm(files)
+        _warm([f for group in files.values() for f in group])
     setup = Setup(
         link=link,
         manifests=manifests,
@@ -494,6 +512,10 @@ def run_link(
             if time.monotonic() > args.stop_at:
                 args.stopped = True
                 break
+            # This run's files are read again first: a kernel that reclaims pages idle for
+            # a minute (DAMON here: 60 s) had let rounds after the first find them on disk,
+            # whichever contender came first (docs/benchmarks.md, session 29).
+            _warm(_read_by(c, files))
             _settle(timeout=min(args.settle, 0.5) if args.quick else args.settle)
             res = run_once(c, env, args.timeout)
             runs[i].append(res)

@@ -194,6 +194,36 @@ def test_rounds_alternate_and_rotate_the_first_contender_of_each_cell() -> None:
     assert [many[i].name for i in round_order(many, 0)][::2] == ["T", "U", "T"]
 
 
+def test_each_run_reads_again_the_files_its_contender_reads(tmp_path: Path) -> None:
+    """A kernel that reclaims file pages idle for a minute let a cell's later rounds find
+    its model on disk: each run warms its own files first, grouped by what reads them."""
+    from benchmarks.contenders import Contender
+    from benchmarks.run import COPY_FILES, _read_by, _serve_tree
+
+    models = {}
+    for shape in ("llama", "small"):
+        d = tmp_path / "models" / shape
+        d.mkdir(parents=True)
+        for name in ("model.tensors", "model.safetensors"):
+            (d / name).write_bytes(shape.encode())
+        models[shape] = {"dir": str(d)}
+    bdir = tmp_path / "blobs"
+    (bdir / "folder").mkdir(parents=True)
+    for name in ("object.bin", "one.bin", "folder/0.bin"):
+        (bdir / name).write_bytes(b"x")
+    blobs = {"dir": str(bdir), "object": {"name": "object.bin"}, "one_mib": {"name": "one.bin"},
+             "folder": {"name": "folder", "files": ["0.bin"]}}
+    files = _serve_tree(tmp_path / "root", models, blobs)
+    assert set(files) == {"llama", "small", COPY_FILES}
+    load = Contender("load", "http", "ts", [], "", "worker", shape="small")
+    assert _read_by(load, files) == [Path(models["small"]["dir"]) / "model.tensors",
+                                     Path(models["small"]["dir"]) / "model.safetensors"]
+    for scenario, shape in (("copy", "folder"), ("startup", "cp 1 MiB")):
+        c = Contender(scenario, "s3->local", "ts", [], "", "file", shape=shape)
+        assert _read_by(c, files) == [bdir / "object.bin", bdir / "one.bin", bdir / "folder" / "0.bin"]
+    assert (tmp_path / "root" / "bench" / "small" / "model.tensors").read_bytes() == b"small"
+
+
 def test_summary_ratios_use_each_peer_familys_best_and_report_misses() -> None:
     from benchmarks.report import aggregate, summarize
 
