@@ -41,9 +41,8 @@ window (additive increase, multiplicative decrease):
   another request must not wait on itself);
 * a slot that comes free wakes only the request first in line, and only when
   the limit lets it go (it then wakes the next, if the limit lets that one go
-  too). Waking every waiter on every answer cost a load on a server taking 8
-  requests at once, with 64 of its requests waiting, ~60k context switches and
-  twice the CPU of the same load unthrottled (docs/benchmarks.md, session 29).
+  too); waking every waiter on every answer made a throttled load spend its
+  CPU handing the lock around (docs/benchmarks.md, session 29).
 
 An origin that never throttles is never limited. :meth:`Gate.shared` tells the
 retry layer whether other requests to the origin were in flight when one was
@@ -151,12 +150,11 @@ class Gate:
                     if cancelled is not None and cancelled():
                         return None
                     ticket.wait(wait)
+                self.in_flight += 1
+                return Slot(self, self._epoch, thread)
             finally:
                 self._queue.remove(ticket)
-                self._wake_first()  # it may go now (this one left the line, or went)
-            self.in_flight += 1
-            self._wake_first()  # the limit may let the next one go too
-            return Slot(self, self._epoch, thread)
+                self._wake_first()  # the next in line may go (this one went, or gave up)
 
     def _room(self) -> bool:
         """Whether the limit lets one more request go now (under the lock)."""
