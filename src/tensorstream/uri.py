@@ -137,7 +137,10 @@ class ParsedURI:
             # prefix given as c%23k or c%252Fk became c#k, refused, or c/k: another key).
             netloc = urllib.parse.urlsplit(self.raw).netloc if self.raw else self.netloc
             q = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
-            return f"{self.scheme}://{netloc}/{urllib.parse.quote(path, safe='/')}{q}"
+            # A key that is not UTF-8 (listed as surrogates) is escaped byte by byte,
+            # as parse_uri unescapes it: it named no URI and failed the whole copy.
+            key = urllib.parse.quote(path.encode("utf-8", "surrogateescape"), safe="/")
+            return f"{self.scheme}://{netloc}/{key}{q}"
         return f"{self.scheme}://{path}"
 
 
@@ -415,7 +418,8 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
         return ParsedURI(
             scheme=scheme,
             netloc=parts.netloc.rpartition("@")[2],
-            path=urllib.parse.unquote(parts.path.lstrip("/")),
+            # %FF names the byte 0xFF (Redis keys are bytes), not U+FFFD: another key.
+            path=urllib.parse.unquote(parts.path.lstrip("/"), errors="surrogateescape"),
             username=username or None,
             password=password or None,
             host=parts.hostname,

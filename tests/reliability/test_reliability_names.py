@@ -129,3 +129,40 @@ def test_a_local_name_that_is_not_utf8_is_refused_as_an_s3_key(moto_s3: MotoS3Se
     assert moto_s3.open_multipart_uploads(S3_BUCKET, prefix) == []
     with pytest.raises(errors.InvalidURIError, match="S3 keys are UTF-8"):
         _read(f"s3://{S3_BUCKET}/{prefix}/" + os.fsdecode(b"\xff.bin"), **_s3(moto_s3))
+
+
+def test_a_redis_key_that_is_not_utf8_is_listed_copied_and_read_by_its_bytes(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Redis keys are bytes: one that is not UTF-8 (``p/\\xffbad``) made ``ls`` and ``cp -r``
+    of its whole prefix fail with a bare UnicodeEncodeError, nothing copied; ``%FF`` in a
+    URI named ``\\xef\\xbf\\xbd`` (U+FFFD), another key. Now it is listed, copied to a
+    file with the same bytes and to Redis (a manifest, read back), and ``%FF`` names it."""
+    from tensorstream.copy.engine import copy
+
+    prefix = unique("nonutf8")
+    with redis_server.client() as c:
+        c.set(f"{prefix}/".encode() + b"\xffbad", b"latin")
+        c.set(f"{prefix}/".encode() + b"\xef\xbf\xbdbad", b"the neighbour U+FFFD")
+        c.set(f"{prefix}/ok", b"ok")
+    assert _read(redis_server.url(f"{prefix}/%FFbad")) == b"latin"
+    listed = tensorstream._loop.run_sync(_list(redis_server.url(f"{prefix}/")))
+    assert sorted(listed) == sorted([f"{prefix}/ok", f"{prefix}/\udcffbad", f"{prefix}/\ufffdbad"])
+
+    result = copy(redis_server.url(f"{prefix}/"), str(tmp_path / "out"), recursive=True)
+    assert result.ok and result.files == 3, result.errors
+    assert (tmp_path / "out" / os.fsdecode(b"\xffbad")).read_bytes() == b"latin"
+    assert (tmp_path / "out" / "ok").read_bytes() == b"ok"
+
+    result = copy(str(tmp_path / "out"), redis_server.url(f"{prefix}-copy/"), recursive=True)
+    assert result.ok and result.files == 3, result.errors
+    assert _read(redis_server.url(f"{prefix}-copy/%FFbad")) == b"latin"
+    assert _read(redis_server.url(f"{prefix}-copy/%EF%BF%BDbad")) == b"the neighbour U+FFFD"
+
+
+async def _list(uri: str) -> list[str]:
+    from tensorstream.api import get_provider
+    from tensorstream.uri import parse_uri
+
+    parsed = parse_uri(uri)
+    async with get_provider(parsed) as provider:
+        return [info.path async for info in provider.list(parsed.path)]

@@ -51,6 +51,12 @@ def escape_glob(text: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
+def _key(name: str) -> bytes:
+    # Paths come from listings decoded with surrogateescape: a key that is not
+    # UTF-8 must name the same bytes again, not fail the whole listing.
+    return name.encode("utf-8", "surrogateescape")
+
+
 def chunk_key(path: str, generation: str, offset: int) -> str:
     """Name of the chunk of ``path``'s ``generation`` starting at ``offset``."""
     return f"{path}:{generation}:{offset}"
@@ -98,7 +104,7 @@ class Layout:
             while pos < end:
                 start = pos - pos % cs
                 n = min(end, start + cs) - pos
-                out.append((chunk_key(self.path, self.generation, start).encode(), pos - start, n))
+                out.append((_key(chunk_key(self.path, self.generation, start)), pos - start, n))
                 pos += n
             return out
         starts = [s for _, s in self.keys]
@@ -118,7 +124,7 @@ class Layout:
         one at a time: memory stays flat whatever the manifest says."""
         if self.kind == "manifest":
             for start in range(0, self.size, self.chunk_size):
-                yield chunk_key(self.path, self.generation, start).encode()
+                yield _key(chunk_key(self.path, self.generation, start))
             return
         yield from (k for k, _ in self.keys)
         yield from self.empty_keys
@@ -208,5 +214,5 @@ def checked_strlen(path: str, key: bytes, size: object) -> int:
 
 def string_layout(path: str, size: int) -> Layout:
     """A plain string value as a one-chunk object (no ETag: Redis keeps no version)."""
-    key = path.encode()
+    key = _key(path)
     return Layout("string", path, checked_strlen(path, key, size), None, keys=((key, 0),))
