@@ -1,4 +1,5 @@
-"""walk_local: a local source tree deeper than Python's recursion limit is walked."""
+"""walk_local: a local source tree deeper than Python's recursion limit is walked; links
+to directories are followed, loops reported."""
 
 from __future__ import annotations
 
@@ -16,3 +17,19 @@ def test_a_tree_deeper_than_the_recursion_limit_is_walked_in_order(tmp_path: Pat
     deep_key = "/".join(["d"] * DEPTH + ["bottom.bin"])
     assert [key for key, _ in files] == ["a.bin", deep_key, "z.bin"]  # depth first, by name
     assert skipped == []
+
+
+def test_a_second_link_to_a_directory_is_walked_and_only_a_loop_is_refused(tmp_path: Path) -> None:
+    """`latest -> v2` beside the real `v2/`: both are walked (as cp -rL copies them). The
+    real `v2` was reported as "symbolic link loop (directory already copied)" and left out
+    (exit 3), because `latest` sorted first and claimed the directory."""
+    src = tmp_path / "src"
+    (src / "v2").mkdir(parents=True)
+    (src / "v2" / "weights").write_bytes(b"w")
+    (src / "latest").symlink_to("v2")
+    (src / "v2" / "self").symlink_to("../v2")  # a loop: a link to a directory it is in
+    (src / "top").symlink_to(".")  # a loop to the top itself
+    files, skipped = walk_local(str(src))
+    assert [key for key, _ in files] == ["latest/weights", "v2/weights"]
+    assert sorted(key for key, _ in skipped) == ["latest/self", "top", "v2/self"]
+    assert all("loop" in why for _, why in skipped)

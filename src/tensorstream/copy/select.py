@@ -100,33 +100,40 @@ def walk_local(root: str, *, follow_symlinks: bool = True
     """``([(relative key, path)], [(relative key, why skipped)])`` under ``root``, sorted."""
     files: list[tuple[str, str]] = []
     skipped: list[tuple[str, str]] = []
-    seen_dirs: set[tuple[int, int]] = set()
+    # The directories being walked, from the top down: a link to one of them is a loop.
+    # Not every directory seen: a second link to a directory (`latest -> v2`) is copied
+    # again under its own name, as cp -rL does; it was reported as a loop, and the real
+    # `v2` was left out when `latest` sorted first.
+    walking: set[tuple[int, int]] = set()
 
-    def enter(directory: str, rel: str) -> list[str] | None:
-        """The sorted names in ``directory``, or None (reported) when it is not to be read."""
+    def enter(directory: str, rel: str) -> tuple[list[str], tuple[int, int]] | None:
+        """The sorted names in ``directory`` and its identity, or None (reported) when it is
+        not to be read."""
         try:
             st = os.stat(directory)
             names = sorted(os.listdir(directory))
         except OSError as exc:
             skipped.append((rel or ".", f"cannot read directory: {exc.strerror}"))
             return None
-        if (st.st_dev, st.st_ino) in seen_dirs:
-            skipped.append((rel, "symbolic link loop (directory already copied)"))
+        ident = (st.st_dev, st.st_ino)
+        if ident in walking:
+            skipped.append((rel, "symbolic link loop (a link to a directory it is in)"))
             return None
-        seen_dirs.add((st.st_dev, st.st_ino))
-        return names
+        walking.add(ident)
+        return names, ident
 
     # Depth first with a stack of our own, not recursion: a tree deeper than Python's
     # recursion limit (~1000 levels) is walked, not a RecursionError.
     top = root.rstrip("/") or "/"
     first = enter(top, "")
-    frames: list[tuple[str, str, Iterator[str]]] = [] if first is None else [
-        (top, "", iter(first))]
+    frames: list[tuple[str, str, Iterator[str], tuple[int, int]]] = [] if first is None else [
+        (top, "", iter(first[0]), first[1])]
     while frames:
-        directory, rel, names = frames[-1]
+        directory, rel, names, ident = frames[-1]
         name = next(names, None)
         if name is None:
             frames.pop()
+            walking.discard(ident)
             continue
         path = os.path.join(directory, name)
         key = f"{rel}/{name}" if rel else name
@@ -149,7 +156,7 @@ def walk_local(root: str, *, follow_symlinks: bool = True
         if stat_mod.S_ISDIR(st.st_mode):
             inner = enter(path, key)
             if inner is not None:
-                frames.append((path, key, iter(inner)))
+                frames.append((path, key, iter(inner[0]), inner[1]))
         elif stat_mod.S_ISREG(st.st_mode):
             files.append((key, path))
         else:
