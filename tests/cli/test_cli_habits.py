@@ -454,6 +454,21 @@ def test_quiet_and_only_show_errors(tmp_path: Path) -> None:
     assert r.stderr.startswith("tensorstream: error: ") and r.stderr.count("\n") == 1
 
 
+def test_quiet_still_says_what_made_the_status_partial(tmp_path: Path) -> None:
+    """`--quiet` with a broken symlink in SRC exited 3 and printed nothing at all: the
+    skip that made the copy partial is said (a link left out by choice is not)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.bin").write_bytes(b"ok")
+    (src / "gone.bin").symlink_to("nowhere")
+    (src / "link.bin").symlink_to("ok.bin")
+    r = cli("cp", "-r", "--quiet", str(src), str(tmp_path / "out"))
+    assert r.returncode == 3 and r.stdout == ""
+    assert r.stderr == f"tensorstream: skipped {src / 'gone.bin'}: broken symbolic link\n"
+    r = cli("cp", "-r", "--quiet", "--no-follow-symlinks", str(src), str(tmp_path / "out2"))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")  # links left out by choice
+
+
 def test_closed_pipe_exits_zero(tmp_path: Path) -> None:
     (tmp_path / "big").write_bytes(os.urandom(20 << 20))
     cmd = (f"set -o pipefail; {sys.executable} -m tensorstream cat {tmp_path / 'big'} "

@@ -126,8 +126,10 @@ class Reporter:
         if self.mode == "text":
             self._write(text, self.out)
 
-    def warning(self, text: str) -> None:
-        if self.mode in ("text", "errors", "json"):
+    def warning(self, text: str, *, problem: bool = False) -> None:
+        """``tensorstream: text`` on stderr; ``problem`` (it makes the exit status non-zero:
+        a broken symlink skipped) is said in ``--quiet`` mode too, as errors are."""
+        if self.mode in ("text", "errors", "json") or problem:
             self._write(f"tensorstream: {escape(redact_text(text))}", self.err)
 
     def error(self, text: str) -> None:
@@ -191,7 +193,7 @@ class Reporter:
         elif kind == "skipped":
             if o.error:
                 self.problems += 1
-            self.warning(f"skipped {o.src}: {o.reason}")
+            self.warning(f"skipped {o.src}: {o.reason}", problem=o.error is not None)
         elif kind == "failed":
             self.problems += 1
             self.error(o.error or f"{o.src} -> {o.dst}: failed")
