@@ -370,6 +370,20 @@ KINDS: dict[str, Callable[[dict[str, Any]], Callable[[], tuple[int, Callable[[],
 }
 
 
+def _cuda_ready(device: str | None) -> Callable[[], None]:
+    """For a load onto a CUDA device: the context made before the clock starts (the
+    first CUDA call of a process takes it, ~0.2-1 s, which no loader should be timed
+    for), and what stops the clock only once every copy a loader queued has landed
+    (a loader may return with asynchronous copies in flight). A no-op elsewhere."""
+    if not device or not str(device).startswith("cuda"):
+        return lambda: None
+    import torch
+
+    torch.empty(1, device=device)
+    torch.cuda.synchronize(device)
+    return lambda: torch.cuda.synchronize(device)
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     if spec["kind"].endswith("-load"):
@@ -377,10 +391,12 @@ def main(argv: list[str]) -> int:
         # a loader that imports it lazily must not pay torch's import inside its clock.
         import torch  # noqa: F401
     run = KINDS[spec["kind"]](spec)  # imports and clients: before the clock
+    sync = _cuda_ready(spec.get("device"))
     baseline = _rss_mib()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     nbytes, check, note = run()
+    sync()
     seconds = time.perf_counter() - start
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     checksum = check()

@@ -286,3 +286,26 @@ def test_children_get_bytecode_like_an_installed_package(tmp_path: Path,
     (tree / "pkg" / "mod.py").write_text("X = 1\n")
     run.compile_trees([str(tree)])
     assert list((tree / "pkg" / "__pycache__").glob("mod.*.pyc"))
+
+
+def test_worker_clock_waits_for_cuda_copies_and_makes_the_context_first() -> None:
+    """A load onto CUDA is timed from a made context to the last landed copy; on the
+    CPU the worker touches no CUDA at all (the CPU-only CI machine has none)."""
+    import torch
+    from benchmarks.worker import _cuda_ready
+
+    for device in (None, "cpu"):
+        sync = _cuda_ready(device)
+        sync()  # a no-op
+    if not torch.cuda.is_available():
+        return
+    calls: list[object] = []
+    real = torch.cuda.synchronize
+    try:
+        torch.cuda.synchronize = lambda d=None: calls.append(d) or real(d)  # type: ignore[assignment]
+        sync = _cuda_ready("cuda")
+        assert calls == ["cuda"] and torch.cuda.is_initialized()
+        sync()
+        assert calls == ["cuda", "cuda"]
+    finally:
+        torch.cuda.synchronize = real  # type: ignore[assignment]
