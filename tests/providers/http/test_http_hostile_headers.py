@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import traceback
 from collections.abc import Callable
 
 import pytest
@@ -101,6 +102,23 @@ def test_a_redirect_to_a_port_out_of_range_is_a_protocol_error(location: str) ->
     with pytest.raises(ProtocolError, match="malformed Location") as info:
         _read(respond)
     assert location not in str(info.value)  # a Location is never echoed
+
+
+
+@pytest.mark.parametrize("sep", [" ", "\x01", "\x7f"], ids=["space", "ctrl-a", "del"])
+def test_a_redirect_echoing_the_authorization_is_refused_without_the_token(sep: str) -> None:
+    # Was ProtocolError("HTTP client error (InvalidURL: URL can't contain control
+    # characters. '/next?echo=Bearer <token>' ...)"): http.client quotes the URL, and
+    # a same-origin Location may echo the Authorization header that was sent.
+    token = "tok-echoed-in-location-4f1d"
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        echoed = headers.get("authorization", "").replace(" ", sep)
+        return _answer("302 Found", {"Location": f"/next?echo={echoed}", "Content-Length": "0"})
+    with RawHTTPServer(respond) as server, \
+            pytest.raises(ProtocolError, match="malformed Location") as info:
+        tensorstream.open(server.url("m.bin"), retries=1, token=token)
+    assert token not in "".join(traceback.format_exception(info.value))
 
 
 HUGE = "999999999999999999"  # 18 digits: a size, of 888 PiB

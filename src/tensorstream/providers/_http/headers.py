@@ -407,12 +407,20 @@ def origin(url: URL) -> tuple[str, str, int | None]:
     return (url.scheme, (url.host or "").lower(), url.explicit_port or url.port)
 
 
+#: What http.client refuses in a URL (CVE-2019-9740): spaces and control characters.
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
+
+
 def redirect_step(url: URL, location: str, *, path: str) -> tuple[URL, bool]:
     """The redirect target of ``Location`` relative to ``url``, and whether it
     keeps the origin (if not, credential headers must be dropped)."""
     try:
         target = url.join(URL(location, encoded=True))
         target.host, target.port  # noqa: B018  (yarl parses these lazily: port 99999 raises)
+        if _URL_FORBIDDEN.search(str(target)):
+            # http.client refuses it (InvalidURL) quoting the whole URL, and a Location
+            # can echo what was sent (an Authorization header, "Bearer <token>")
+            raise ValueError("a space or control character in the Location")
     except (ValueError, TypeError):
         # never echo it: a Location is often a presigned URL
         raise ProtocolError("the server redirected to a malformed Location",
