@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import traceback
 
 from .errors import ExternalError, TensorstreamError
 from .uri import redact_text
@@ -114,10 +115,35 @@ def scrub_chain(exc: BaseException) -> BaseException:
     return clean(exc, 0) or exc
 
 
+#: Loggers whose exceptions may quote what a credential source printed (botocore
+#: logs a failed refresh of a ``credential_process``'s keys as a WARNING with its
+#: traceback): the traceback is kept, the messages are withheld.
+_CREDENTIAL_LOGGERS = ("botocore.credentials", "aiobotocore.credentials", "botocore.tokens",
+                       "aiobotocore.tokens")
+
+
+def _exception_text(record: logging.LogRecord) -> str:
+    """The record's traceback, safe to print (see :class:`SecretFilter`)."""
+    assert record.exc_info is not None
+    kind, exc, tb = record.exc_info
+    if record.name.startswith(_CREDENTIAL_LOGGERS):
+        name = f"{kind.__module__}.{kind.__qualname__}" if kind else "exception"
+        return ("Traceback (most recent call last):\n" + "".join(traceback.format_tb(tb))
+                + f"{name}: (message withheld: it may quote what a credential source printed)")
+    return _mask("".join(traceback.format_exception(kind, exc, tb)).rstrip("\n"))
+
+
 class SecretFilter(logging.Filter):
-    """Render the record once and mask credentials in it."""
+    """Render the record once and mask credentials in it, its traceback too
+    (as ``exc_text``, which formatters print instead of formatting ``exc_info``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            try:
+                text = _exception_text(record)
+            except Exception:  # pragma: no cover - an exception that cannot be printed
+                text = "(traceback withheld)"
+            record.exc_text, record.exc_info = text, None
         try:
             message = record.getMessage()
         except Exception:  # pragma: no cover - malformed third-party record

@@ -4,8 +4,11 @@ credentials, describe_credentials, and TLS."""
 
 from __future__ import annotations
 
+import json
+import logging
 import traceback
 import warnings
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +242,54 @@ async def test_an_aws_config_botocore_cannot_use_is_a_configuration_error_withou
     with pytest.raises(errors.ConfigurationError) as info:
         await tensorstream.stat(uri, s3_endpoint=moto_s3.endpoint_url, retries=1)
     assert BAD_SECRET not in _everything_said(info.value)
+
+
+
+async def test_a_credential_refresh_that_fails_is_a_configuration_error_without_secrets(
+        sources: Sources, moto_s3: MotoS3Server, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Was botocore's CredentialRetrievalError, raw (no path, exit status 1), quoting
+    # what the credential_process printed, on every path (stat, list, cp); and
+    # botocore.credentials' WARNING about it carried the same text in its traceback.
+    # The first run's keys expire inside botocore's refresh window; the second run fails.
+    ran = tmp_path / "ran"
+    expiry = (datetime.now(timezone.utc) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    keys = json.dumps({"Version": 1, "AccessKeyId": moto_s3.access_key_id,
+                       "SecretAccessKey": moto_s3.secret_access_key, "Expiration": expiry})
+    script = tmp_path / "credentials.sh"
+    script.write_text(f"#!/bin/sh\nif [ -e {ran} ]; then echo {BAD_SECRET} >&2; exit 3; fi\n"
+                      f"touch {ran}\necho '{keys}'\n")
+    script.chmod(0o755)
+    sources.aws_config.write_text(f"[default]\ncredential_process = {script}\n")
+    caplog.set_level(logging.DEBUG)
+    uri = f"s3://{S3_BUCKET}/"
+
+    async def listing() -> None:
+        async with tensorstream.get_provider(uri, s3_endpoint=moto_s3.endpoint_url,
+                                             retries=1) as provider:
+            [_ async for _ in provider.list(S3_BUCKET + "/")]
+
+    for attempt in (lambda: tensorstream.stat(uri + "x", s3_endpoint=moto_s3.endpoint_url,
+                                              retries=1), listing):
+        ran.unlink(missing_ok=True)
+        with pytest.raises(errors.ConfigurationError, match="'custom-process' failed") as info:
+            await attempt()
+        assert BAD_SECRET not in _everything_said(info.value)
+    assert "CredentialRetrievalError: (message withheld" in caplog.text  # traceback kept
+    assert BAD_SECRET not in caplog.text
+
+
+
+async def test_an_sso_profile_without_a_token_says_to_log_in(sources: Sources,
+                                                             moto_s3: MotoS3Server) -> None:
+    # Was botocore's SSOTokenLoadError, raw: no path, no profile, exit status 1.
+    sources.aws_config.write_text("[profile work]\nsso_start_url = https://sso.invalid/start\n"
+                                  "sso_region = us-east-1\nsso_account_id = 1\n"
+                                  "sso_role_name = r\n")
+    with pytest.raises(errors.ConfigurationError, match="aws sso login --profile work") as info:
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url,
+                                s3_profile="work", retries=1)
+    assert "profile 'work'" in str(info.value)
 
 
 async def test_missing_credentials_list_every_place_and_no_secret(

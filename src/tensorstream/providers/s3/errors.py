@@ -32,7 +32,8 @@ from ...errors import (
 from ...uri import redact, redact_text
 from .._http.headers import parse_retry_after, plain_text_answer
 
-__all__ = ["ErrorContext", "map_s3_error", "map_s3_http_error", "map_session_error"]
+__all__ = ["ErrorContext", "from_credential_chain", "map_s3_error", "map_s3_http_error",
+           "map_session_error"]
 
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload", "NoSuchVersion", "404"}
 _DENIED = {
@@ -161,6 +162,25 @@ def _aiohttp_errors() -> _AiohttpErrors:
 _PARSER_MODULES = ("botocore.", "aiobotocore.", "aiohttp.", "xml.", "dateutil.")
 
 
+#: Where botocore resolves and refreshes credentials (and SSO tokens).
+_CREDENTIAL_MODULES = ("botocore.credentials", "aiobotocore.credentials", "botocore.tokens",
+                       "aiobotocore.tokens")
+
+
+def from_credential_chain(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while botocore resolved or refreshed credentials
+    (a ``credential_process`` run again, an SSO token, an assume-role call): it is
+    mapped by :func:`map_session_error`, which withholds what a process printed."""
+    if isinstance(exc, TensorstreamError):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith(_CREDENTIAL_MODULES):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _raised_in(exc: BaseException, modules: tuple[str, ...]) -> bool:
     """Whether the innermost frame of ``exc``'s traceback is in one of ``modules``."""
     tb = exc.__traceback__
@@ -259,6 +279,11 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
         return ConfigurationError(
             f"AWS profile {profile!r} ({profile_source}) is not defined in the ~/.aws files")
     where = f"AWS profile {profile or 'default'!r} ({files})"
+    if isinstance(exc, (bce.SSOTokenLoadError, bce.UnauthorizedSSOTokenError)):
+        _withhold(exc)
+        return ConfigurationError(
+            f"{where}: its SSO token is missing or expired; run "
+            f"'aws sso login --profile {profile or 'default'}'")
     if isinstance(exc, _SAFE_SETUP_ERRORS):
         # Its own message names files and profiles; what it was raised from may quote the
         # file (a UnicodeDecodeError holds all its bytes).

@@ -75,7 +75,13 @@ from .config import (
     chain_source,
     resolve_s3_credentials,
 )
-from .errors import ErrorContext, map_s3_error, map_s3_http_error, map_session_error
+from .errors import (
+    ErrorContext,
+    from_credential_chain,
+    map_s3_error,
+    map_s3_http_error,
+    map_session_error,
+)
 from .session import shared_data_loader
 from .signing import PathStyle, SignedGets, StaticCredentials, path_style
 from .writer import S3Writer
@@ -293,7 +299,14 @@ class S3Provider(Provider):
         try:
             yield
         except Exception as exc:
-            mapped = map_s3_error(exc, self._ctx(path), received=received)
+            if from_credential_chain(exc):
+                # A refresh failed (credential_process, SSO, assume-role): its error
+                # may quote what the process printed; mapped as at start-up.
+                creds = self.credentials
+                mapped = self._session_error(exc, creds.profile.value if creds.profile
+                                             else None)
+            else:
+                mapped = map_s3_error(exc, self._ctx(path), received=received)
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -306,10 +319,10 @@ class S3Provider(Provider):
         """:meth:`stat` (one signed HEAD) in the calling thread."""
         bucket, key = _split(path)
         client, pool = self._reads_state()
-        with self._mapped_errors(path):
+        with self._mapped_errors(path):  # signing may refresh the credentials
             url = self._gets.object_url(client, bucket, key)
-        signed = self._gets.signed_headers(self._sync_creds, client, url,
-                                           {"Accept-Encoding": "identity"}, method="HEAD")
+            signed = self._gets.signed_headers(self._sync_creds, client, url,
+                                               {"Accept-Encoding": "identity"}, method="HEAD")
         try:
             answer = request(pool, url, "HEAD", signed, self.config.timeouts, path=path,
                              service="s3", cancel=cancel)
@@ -429,10 +442,10 @@ class S3Provider(Provider):
               cancel: Cancel | None) -> RangeBody:
         bucket, key = _split(path)
         client, pool = self._reads_state()
-        with self._mapped_errors(path):
+        with self._mapped_errors(path):  # signing may refresh the credentials
             url = self._gets.object_url(client, bucket, key)
-        signed = self._gets.signed_headers(self._sync_creds, client, url,
-                                           {"Accept-Encoding": "identity"})
+            signed = self._gets.signed_headers(self._sync_creds, client, url,
+                                               {"Accept-Encoding": "identity"})
         ctx = self._ctx(path)
 
         def on_status(resp: Any, _where: str) -> Any:
@@ -454,10 +467,10 @@ class S3Provider(Provider):
         the ``HEAD`` (ask :meth:`stat`). Saves a load one round trip."""
         bucket, key = _split(path)
         client, pool = self._reads_state()
-        with self._mapped_errors(path):
+        with self._mapped_errors(path):  # signing may refresh the credentials
             url = self._gets.object_url(client, bucket, key)
-        signed = self._gets.signed_headers(self._sync_creds, client, url,
-                                           {"Accept-Encoding": "identity"})
+            signed = self._gets.signed_headers(self._sync_creds, client, url,
+                                               {"Accept-Encoding": "identity"})
         ctx = self._ctx(path)
 
         def on_status(resp: Any, _where: str) -> Any:
