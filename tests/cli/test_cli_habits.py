@@ -355,6 +355,28 @@ def test_a_pattern_that_can_never_match_is_a_usage_error(tmp_path: Path) -> None
     assert (src / "secret.key").read_bytes() == b"k"
 
 
+def test_a_pattern_naming_a_directory_is_a_usage_error_that_says_what_to_write(
+        tmp_path: Path) -> None:
+    """``--exclude keep/`` matches no key (keys name objects; 'keep/*' is what matches): `rm -r`
+    deleted everything under keep/, `sync --delete` the destination's keep/, exit 0."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "keep").mkdir(parents=True)
+    (src / "keep" / "a.bin").write_bytes(b"a")
+    (src / "b.bin").write_bytes(b"b")
+    (dst / "keep").mkdir(parents=True)
+    (dst / "keep" / "mine.bin").write_bytes(b"mine")
+    for argv in (["rm", "-r", "--exclude", "keep/", str(src)],
+                 ["sync", "--delete", "--exclude", "keep/", str(tmp_path / "empty"), str(dst)],
+                 ["cp", "-r", "--include", "*/", str(src), str(tmp_path / "out")]):
+        r = cli(*argv)
+        assert r.returncode == 2, r.stderr
+        assert "matches no key" in r.stderr and "/*'" in r.stderr
+    assert (src / "keep" / "a.bin").read_bytes() == b"a"
+    assert (dst / "keep" / "mine.bin").read_bytes() == b"mine"
+    r = cli("rm", "-r", "--dryrun", "--exclude", "keep/*", str(src))
+    assert r.returncode == 0 and "keep" not in r.stdout and "b.bin" in r.stdout, r.stderr
+
+
 def test_cp_r_resume_skips_files_already_complete(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()

@@ -158,11 +158,17 @@ class Rule(argparse.Action):
 
 def unmatchable_rule(rules: list[tuple[str, str]], where: str) -> str | None:
     """The error for the first --exclude/--include pattern that can match no key (empty,
-    or starting with '/': keys are relative to ``where``), else None."""
+    or starting with '/': keys are relative to ``where``; ending with '/': keys name
+    objects, never a directory), else None."""
     for kind, pattern in rules:
         if not pattern or pattern.startswith("/"):
             return (f"--{kind} {pattern!r} matches no key: patterns match keys relative to "
                     f"{where} (e.g. 'sub/*.bin'), never empty, never starting with '/'")
+        if pattern.endswith("/"):
+            # `rm -r --exclude keep/` deleted everything under keep/, `sync --delete
+            # --exclude cache/` the destination's cache/: the pattern matched nothing.
+            return (f"--{kind} {pattern!r} matches no key: keys name objects, never a "
+                    f"directory; write {pattern + '*'!r} for every key under it")
     return None
 
 
