@@ -193,6 +193,45 @@ async def test_half_pair_in_aws_credentials_file_is_an_error(sources: Sources, m
         tensorstream.describe_credentials(f"s3://{S3_BUCKET}/x")
 
 
+
+HALF_PAIRS = {  # which file, its text, the profile, the half it sets
+    "credentials, key id only": ("credentials", "[default]\naws_access_key_id = {key}\n", None,
+                                 "aws_access_key_id"),
+    "credentials, secret only": ("credentials", "[default]\naws_secret_access_key = {secret}\n",
+                                 None, "aws_secret_access_key"),
+    "config, key id only": ("config", "[profile work]\naws_access_key_id = {key}\n", "work",
+                            "aws_access_key_id"),
+    "config, secret only": ("config", "[profile work]\naws_secret_access_key = {secret}\n",
+                            "work", "aws_secret_access_key"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HALF_PAIRS))
+async def test_half_pair_in_an_aws_file_names_the_file_profile_and_both_halves(
+        sources: Sources, moto_s3: MotoS3Server, case: str) -> None:
+    # Was, for a key id only, "half of an S3 key pair in shared-credentials-file:
+    # aws_secret_access_key is missing" (no file, no profile); for a secret only,
+    # nothing: botocore skips the profile, so "no S3 credentials found" (or, on a
+    # cloud machine, the instance's role).
+    which, text, profile, present = HALF_PAIRS[case]
+    path = sources.aws_credentials if which == "credentials" else sources.aws_config
+    path.write_text(text.format(key=moto_s3.access_key_id, secret=BAD_SECRET))
+    options: dict[str, Any] = {"s3_endpoint": moto_s3.endpoint_url, "retries": 1}
+    if profile:
+        options["s3_profile"] = profile
+    uri = f"s3://{S3_BUCKET}/x"
+    for attempt in (lambda: tensorstream.open(uri, **options),
+                    lambda: tensorstream.describe_credentials(uri, **options)):
+        with pytest.raises(errors.ConfigurationError) as info:
+            attempt()
+        message = str(info.value)
+        assert f"{path} [profile {profile or 'default'}] sets {present} but not" in message
+        assert "aws_access_key_id" in message and "aws_secret_access_key" in message
+        assert BAD_SECRET not in _everything_said(info.value)
+    with pytest.raises(errors.ConfigurationError, match=r"\[profile"):
+        await tensorstream.stat(uri, **options)
+
+
 def _everything_said(exc: BaseException) -> str:
     """Every message, attribute and traceback line of ``exc`` and its whole chain."""
     parts = ["".join(traceback.format_exception(exc))]

@@ -40,6 +40,8 @@ __all__ = [
     "S3Credentials",
     "normalize_endpoint",
     "aws_files",
+    "half_pair_in_aws_files",
+    "no_credentials_error",
     "resolve_botocore_chain",
     "resolve_s3_credentials",
 ]
@@ -312,6 +314,43 @@ def _aws_file(env: Mapping[str, str], which: str) -> str:
     return env.get(var) or f"~/.aws/{which}"
 
 
+def half_pair_in_aws_files(profile: str | None,
+                           env: Mapping[str, str] | None = None) -> ConfigurationError | None:
+    """The error for a profile of the ~/.aws files that sets ``aws_secret_access_key``
+    without ``aws_access_key_id`` (botocore skips such a profile without a word and goes
+    on to instance metadata), else ``None``. The files are named, never quoted."""
+    from botocore.configloader import load_config, raw_config_parse
+
+    env = os.environ if env is None else env
+    name = profile or "default"
+    for which in ("credentials", "config"):
+        path = _aws_file(env, which)
+        try:
+            if which == "credentials":
+                section = raw_config_parse(path).get(name) or {}
+            else:
+                section = load_config(path).get("profiles", {}).get(name) or {}
+        except Exception:  # absent or unparsable: botocore reported (or skipped) it already
+            continue
+        if section.get("aws_secret_access_key") and not section.get("aws_access_key_id"):
+            return ConfigurationError(
+                f"{path} [profile {name}] sets aws_secret_access_key but not "
+                "aws_access_key_id; an S3 key pair must come whole from one source "
+                "(set both, or neither)")
+    return None
+
+
+def no_credentials_error(creds: S3Credentials) -> TensorstreamError:
+    """What to raise when botocore's chain found no keys: a half pair in the ~/.aws
+    files it skipped, else :class:`MissingCredentialsError` naming every place."""
+    from ...errors import MissingCredentialsError
+
+    half = half_pair_in_aws_files(creds.profile.value if creds.profile else None)
+    if half is not None:
+        return half
+    return MissingCredentialsError("no S3 credentials found", looked_in=list(creds.looked_in))
+
+
 def aws_files(env: Mapping[str, str]) -> str:
     """The AWS config and credentials files botocore reads, for messages."""
     return f"{_aws_file(env, 'config')}, {_aws_file(env, 'credentials')}"
@@ -431,6 +470,9 @@ def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> Credenti
         notes.append("anonymous=True: requests are unsigned")
     elif creds.uses_botocore_chain:
         found = resolve_botocore_chain(creds)
+        if found is None and (half := half_pair_in_aws_files(
+                creds.profile.value if creds.profile else None)) is not None:
+            raise half
         if found is None:
             looked = creds.looked_in
             notes.append("no S3 credentials found; set anonymous=True for public buckets")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import sys
 from typing import Any
 from xml.etree import ElementTree
@@ -278,6 +279,8 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
     if isinstance(exc, bce.ProfileNotFound):
         return ConfigurationError(
             f"AWS profile {profile!r} ({profile_source}) is not defined in the ~/.aws files")
+    if isinstance(exc, bce.PartialCredentialsError):
+        return _half_pair(exc, profile)
     where = f"AWS profile {profile or 'default'!r} ({files})"
     if isinstance(exc, (bce.SSOTokenLoadError, bce.UnauthorizedSSOTokenError)):
         _withhold(exc)
@@ -301,6 +304,26 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
     return ConfigurationError(
         f"{where}: {source} failed ({type(exc).__name__}; what it printed is withheld, "
         "it may hold secrets: run it by hand to see why)")
+
+
+#: botocore's credential providers that read a file, and which file.
+_PROVIDER_FILES = {"shared-credentials-file": "credentials", "config-file": "config"}
+
+
+def _half_pair(exc: bce.PartialCredentialsError, profile: str | None) -> ConfigurationError:
+    """A key pair botocore found half of: the file, the profile and both halves named."""
+    provider = str(exc.kwargs.get("provider") or "")
+    missing = str(exc.kwargs.get("cred_var") or "")
+    which = _PROVIDER_FILES.get(provider)
+    if which:  # the file botocore read (config.py's rule; not imported: a cycle)
+        var = "AWS_SHARED_CREDENTIALS_FILE" if which == "credentials" else "AWS_CONFIG_FILE"
+        where = f"{os.environ.get(var) or f'~/.aws/{which}'} [profile {profile or 'default'}]"
+    else:
+        where = f"botocore's {provider!r} credentials"
+    have = {"aws_secret_access_key": "aws_access_key_id",
+            "AWS_SECRET_ACCESS_KEY": "AWS_ACCESS_KEY_ID"}.get(missing, "the other half")
+    return ConfigurationError(f"{where} sets {have} but not {missing}; an S3 key pair must "
+                              "come whole from one source (set both, or neither)")
 
 
 def _withhold(exc: BaseException) -> None:

@@ -49,7 +49,6 @@ from ...errors import (
     InsecureTLSWarning,
     InvalidRangeError,
     InvalidURIError,
-    MissingCredentialsError,
     ProtocolError,
     TensorstreamError,
 )
@@ -73,6 +72,7 @@ from .config import (
     S3Credentials,
     aws_files,
     chain_source,
+    no_credentials_error,
     resolve_s3_credentials,
 )
 from .errors import (
@@ -237,8 +237,7 @@ class S3Provider(Provider):
             if creds.uses_botocore_chain:
                 found = await session.get_credentials()
                 if found is None:
-                    raise MissingCredentialsError("no S3 credentials found",
-                                                  looked_in=list(creds.looked_in))
+                    raise no_credentials_error(creds)
                 self._key_source = chain_source(getattr(found, "method", None), profile)
         except Exception as exc:
             mapped = self._session_error(exc, profile)
@@ -369,8 +368,7 @@ class S3Provider(Provider):
             else:  # botocore's chain (refreshable credentials refresh themselves)
                 self._sync_creds = session.get_credentials()
                 if self._sync_creds is None:
-                    raise MissingCredentialsError("no S3 credentials found",
-                                                  looked_in=list(creds.looked_in))
+                    raise no_credentials_error(creds)
                 self._key_source = chain_source(getattr(self._sync_creds, "method", None),
                                                 profile)
             cfg_kwargs, kwargs = self._client_options()
