@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -174,12 +175,13 @@ class RawHTTPServer:
     not produce: bodies delimited only by closing the connection (no
     ``Content-Length``, no chunking), lying ``Content-Range`` headers.
 
-    ``respond(method, headers, attempt) -> bytes`` returns the raw response; the
-    connection is closed after it (``Connection: close``). ``attempt`` counts
+    ``respond(method, headers, attempt)`` returns the raw response (bytes, or an
+    iterable of bytes to send and floats, seconds to pause: a trickle, which may be
+    endless); the connection is closed after it (``Connection: close``). ``attempt`` counts
     requests from 0. ``requests`` records ``(method, headers)``.
     """
 
-    def __init__(self, respond: Callable[[str, dict[str, str], int], bytes]) -> None:
+    def __init__(self, respond: Callable[[str, dict[str, str], int], Any]) -> None:
         import socketserver
         import threading
 
@@ -205,8 +207,13 @@ class RawHTTPServer:
                 with outer._lock:
                     attempt = len(outer.requests)
                     outer.requests.append((method, headers))
+                answer = outer.respond(method, headers, attempt)
                 try:
-                    self.request.sendall(outer.respond(method, headers, attempt))
+                    for piece in [answer] if isinstance(answer, bytes) else answer:
+                        if isinstance(piece, bytes):
+                            self.request.sendall(piece)
+                        else:  # a pause, in seconds (a server that trickles)
+                            time.sleep(piece)
                     self.request.shutdown(socket.SHUT_WR)  # orderly FIN: looks like a clean end
                 except OSError:
                     pass

@@ -7,15 +7,18 @@ read, never a bare ValueError/OverflowError."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 import tensorstream
 from reliability_helpers import RawHTTPServer
-from tensorstream.errors import InsufficientMemoryError, ProtocolError
+from tensorstream.errors import InsufficientMemoryError, ProtocolError, StorageTimeoutError
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -144,3 +147,51 @@ def test_read_of_an_object_claiming_more_than_memory_holds_is_refused() -> None:
 def test_read_range_past_memory_is_refused() -> None:
     with RawHTTPServer(_huge_object) as server, pytest.raises(InsufficientMemoryError):
         asyncio.run(tensorstream.read_range(server.url("m.bin"), 0, int(HUGE), retries=1))
+
+
+def _slow_head(method: str, headers: dict[str, str], attempt: int) -> Any:
+    """HEAD answers at once; a GET's status line arrives, then a header one byte
+    every 20 ms, without end (each byte well inside ``timeout_idle``)."""
+    if method == "HEAD":
+        return _answer("200 OK", {"Content-Length": str(len(DATA)), "ETag": '"v"'})
+
+    def pieces() -> Iterator[bytes | float]:
+        yield b"HTTP/1.1 206 Partial Content\r\nX-Pad: "
+        while True:
+            yield b"a"
+            yield 0.02
+    return pieces()
+
+
+_DOORS: dict[str, Callable[[str], Any]] = {
+    "open": lambda url: tensorstream.open(url, retries=1, timeout_idle=10,
+                                          timeout_total=1).read(),
+    "sequential": lambda url: tensorstream.open(url, sequential=True, retries=1,
+                                                timeout_idle=10, timeout_total=1).read(),
+    "read_range": lambda url: asyncio.run(tensorstream.read_range(
+        url, 0, len(DATA), retries=1, timeout_idle=10, timeout_total=1)),
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("door", list(_DOORS))
+def test_headers_that_trickle_cannot_hold_a_read_past_timeout_total(door: str) -> None:
+    # Was a hang: http.client reads the head with the socket timeout on each
+    # receive, so a byte every 20 ms kept it going past timeout_total, for ever.
+    with RawHTTPServer(_slow_head) as server:
+        t0 = time.monotonic()
+        with pytest.raises(StorageTimeoutError, match="timeout_total"):
+            _DOORS[door](server.url("m.bin"))
+        assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.timeout(30)
+def test_endless_100_continue_answers_are_a_protocol_error() -> None:
+    # Was a hang without timeout_total: http.client skips any number of
+    # "100 Continue" heads, each arriving well inside timeout_idle.
+    def respond(method: str, headers: dict[str, str], attempt: int) -> Any:
+        if method == "HEAD":
+            return _answer("200 OK", {"Content-Length": str(len(DATA)), "ETag": '"v"'})
+        return itertools.repeat(b"HTTP/1.1 100 Continue\r\n\r\n" * 1000)
+    with pytest.raises(ProtocolError, match="status line and headers"):
+        _read(respond)

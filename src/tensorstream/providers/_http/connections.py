@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ...config import Timeouts
 from ...errors import TensorstreamError
+from .answer_head import HeadedResponse
 
 __all__ = ["Cancel", "Cancelled", "ConnectionPool", "RedirectPolicy", "TLSSettings", "current"]
 
@@ -92,6 +93,8 @@ class ConnectionPool:
                                                context=self._context())
         else:
             conn = http.client.HTTPConnection(host, port, timeout=timeouts.connect)
+        # Its answers' heads are read under the operation's deadline, and capped.
+        conn.response_class = HeadedResponse
         try:
             conn.connect()  # TCP (+ TLS handshake) under the connect timeout
         except BaseException:
