@@ -63,6 +63,7 @@ from ..uri import ParsedURI, redact_text
 from .lane import ThreadSlots, run_lane, takes
 from .local import Listings, copy_to_local
 from .plan import Job, Planner
+from .receive import CHUNK
 from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
 from .sinks import BufferPool, PartBuffer
@@ -300,6 +301,27 @@ class _Copier(Planner):
                 self.progress.file_started(job.label, job.info.size)
         return FileOutcome(job.label, job.dst_label, job.info.size, "failed"), time.perf_counter()
 
+    def _one_version(self, job: Job) -> bool:
+        """Whether the copy's bytes are known to come from one version of the source.
+
+        A source that names no version (no ETag, no Last-Modified: a Redis string, an
+        HTTP server sending neither) read in several requests could be replaced with
+        as many bytes between them, and the copy would mix the two unseen: the size,
+        all there is to compare after the copy, stays the same. Such a copy is not
+        reported verified, and a note says why. (Called with ``self.events`` held.)
+        """
+        if job.source_checked or job.info.size == 0 or Pin.of(job.info).validated:
+            return True
+        # One request (one answer, one version): a part of an HTTP(S)/S3 stream,
+        # or one chunk of a provider read chunk by chunk.
+        one_read = self.part_size if job.src.capabilities.range_streams else CHUNK
+        if job.info.size <= one_read:
+            return True
+        self.result.notes.append(
+            f"{job.label} names no version (no ETag or Last-Modified), so a change between "
+            "its reads could not be seen: the copy is not reported verified")
+        return False
+
     def ended(self, job: Job, out: FileOutcome, t0: float, exc: BaseException | None, *,
               resumed: int = 0, interrupted: bool = False) -> None:
         """Record how an object's copy ended: ``exc`` None when copied;
@@ -315,7 +337,8 @@ class _Copier(Planner):
                 # the source stored. Parts kept from an earlier run were only
                 # compared with that run's journal (a file anyone can edit), so
                 # they are not.
-                verified = self.verify and (resumed == 0 or job.source_checked)
+                verified = self.verify and (resumed == 0 or job.source_checked) and (
+                    self._one_version(job))
                 if not verified:
                     self.result.verified = False
                 out.status, out.resumed_bytes, out.verified = "copied", resumed, verified
