@@ -14,7 +14,8 @@ import traceback
 from .errors import ExternalError, TensorstreamError
 from .uri import redact_text
 
-__all__ = ["install_secret_filter", "mask_secrets", "scrub_chain", "withhold", "withhold_args"]
+__all__ = ["install_secret_filter", "mask_secrets", "register_secret", "scrub_chain", "withhold",
+           "withhold_args"]
 
 #: Shorter secrets are not masked: masking every "a" of a one-letter password hides the text.
 _MIN_SECRET = 4
@@ -45,9 +46,37 @@ _PATTERNS = [
 ]
 
 
+#: Secrets in use in this process (see :func:`register_secret`), newest last.
+_REGISTERED: dict[str, None] = {}
+#: The most remembered: the oldest are forgotten first.
+_MAX_REGISTERED = 256
+#: Shorter values are not remembered: masking a common word everywhere hides text.
+_MIN_REGISTERED = 8
+
+
+def register_secret(value: str) -> None:
+    """Remember ``value`` (a password, secret key, token, ``Authorization`` value) so
+    that third-party log records and error chains mask it wherever it turns up: a
+    server or a client library may echo what it was sent (redis-py logs the error
+    reply to ``AUTH``, which a proxy may have filled with the password)."""
+    values = [value]
+    scheme, _, rest = value.partition(" ")
+    if scheme.lower() in ("bearer", "basic") and rest:
+        values.append(rest)  # the token (or base64 user:password) alone
+    for v in values:
+        if len(v) >= _MIN_REGISTERED and v not in _REGISTERED:
+            _REGISTERED[v] = None
+            while len(_REGISTERED) > _MAX_REGISTERED:
+                del _REGISTERED[next(iter(_REGISTERED))]
+    install_secret_filter()
+
+
 def _mask(text: str) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + "***", text)
+    if _REGISTERED:
+        # longest first: a value that contains another is masked whole
+        text = withhold(text, tuple(sorted(_REGISTERED, key=len, reverse=True)))
     return redact_text(text)
 
 
@@ -155,7 +184,7 @@ class SecretFilter(logging.Filter):
 
 
 _installed = False
-_LOGGERS = ("botocore", "aiobotocore", "s3fs", "urllib3", "aiohttp.client")
+_LOGGERS = ("botocore", "aiobotocore", "s3fs", "urllib3", "aiohttp", "redis", "asyncio", "fsspec")
 
 
 def install_secret_filter() -> None:

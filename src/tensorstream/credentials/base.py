@@ -19,12 +19,19 @@ def mask(secret: str | None) -> str:
 class Sourced(Generic[T]):
     """A credential/config value tagged with its source, e.g. ``"env AWS_REGION"``.
 
-    ``secret=True`` values are masked in ``repr``/``str`` and never pickled.
+    ``secret=True`` values are masked in ``repr``/``str``, never pickled, and
+    masked in third-party log records and error chains (``register_secret``).
     """
 
     value: T
     source: str
     secret: bool = False
+
+    def __post_init__(self) -> None:
+        if self.secret and isinstance(self.value, str):
+            from .._log_redaction import register_secret
+
+            register_secret(self.value)  # masked wherever a library logs or echoes it
 
     def __repr__(self) -> str:
         shown = mask(str(self.value)) if self.secret else repr(self.value)

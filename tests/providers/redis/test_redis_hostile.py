@@ -125,10 +125,14 @@ PASSWORD = "hunter2-Tr0ub4dor"
     {"getrange": f"-ERR you sent {PASSWORD}\r\n".encode()},
 ], ids=["auth", "getrange"])
 def test_a_server_echoing_the_password_has_it_masked(
-        serve: Callable[[dict[str, Reply]], str], lies: dict[str, Reply]) -> None:
+        serve: Callable[[dict[str, Reply]], str], lies: dict[str, Reply],
+        caplog: pytest.LogCaptureFixture) -> None:
     url = serve(lies).replace("redis://", f"redis://:{PASSWORD}@")
+    caplog.set_level(logging.DEBUG)
     with pytest.raises(tensorstream.errors.TensorstreamError) as info:
         _read(url)
+    # redis-py's DEBUG log of the error reply had it (its message, not tensorstream's)
+    assert PASSWORD not in caplog.text
     chain: list[BaseException] = []
     exc: BaseException | None = info.value
     while exc is not None and len(chain) < 10:
