@@ -61,6 +61,22 @@ def test_hugging_face_snapshot_is_copied_through_its_symlinks(tmp_path: Path) ->
     assert r.stderr.startswith("copied 3 files (")
 
 
+def test_ls_of_a_hugging_face_snapshot_shows_what_cp_copies(tmp_path: Path) -> None:
+    """Every file of a snapshot is a link into blobs/, and `ls` listed regular files only:
+    "no objects at ..." (exit 1) for the folder `cp -r` copies three files from."""
+    snap = hf_snapshot(tmp_path / "hub")
+    r = cli("ls", "-r", str(snap))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    r = cli("ls", "--json", str(snap) + "/")
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x.get("key") or x.get("prefix") for x in lines] == [
+        "config.json", "model.safetensors", "sub/"]
+    assert lines[1]["size"] == (snap / "model.safetensors").stat().st_size
+    r = cli("ls", "-l", str(snap / "config.json"))
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["6", "config.json"], r.stderr
+
+
 def test_no_follow_symlinks_reports_every_skipped_entry(tmp_path: Path) -> None:
     snap = hf_snapshot(tmp_path / "hub")
     (snap / "real.txt").write_bytes(b"real")

@@ -7,14 +7,18 @@ prints as ``\x1b[2J`` / ``\n``); ``--json`` prints each name exactly.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..api import get_provider
+from ..copy.select import walk_local
 from ..copy.wildcards import wildcard
-from ..errors import NotFoundError
+from ..errors import NotFoundError, TensorstreamError
 from ..providers.base import ObjectInfo, display_listing
 from ..uri import ParsedURI, parse_uri, redact_text
 from .options import add_storage_options
@@ -100,6 +104,30 @@ async def _buckets(args: argparse.Namespace, options: dict[str, Any]) -> int:
     return 0
 
 
+async def _listing(provider: Any, uri: ParsedURI, prefix: str) -> AsyncIterator[ObjectInfo]:
+    """The objects under ``prefix``; a local directory as ``cp -r`` sees it: symbolic
+    links followed (the provider lists regular files only, so a Hugging Face snapshot,
+    all links into ``blobs/``, was "no objects" while ``cp -r`` copied every file)."""
+    if uri.scheme != "file" or not os.path.isdir(prefix):
+        listed = False
+        async for info in provider.list(prefix):
+            listed = listed or info.path == prefix
+            yield info
+        if uri.scheme == "file" and not listed and os.path.islink(prefix) and (
+                os.path.isfile(prefix)):
+            yield await provider.stat(prefix)  # `ls snapshot/config.json`, a link to a blob
+        return
+    files, _ = await asyncio.to_thread(walk_local, prefix)  # skipped entries: cp reports them
+    top = prefix.rstrip("/") + "/"
+    for key, path in files:
+        try:
+            info = await provider.stat(path)
+        except (TensorstreamError, OSError):
+            continue  # gone since the walk
+        # Named by where it is in the tree (a link's own name), not where it points.
+        yield dataclasses.replace(info, path=top + key)
+
+
 def run(args: argparse.Namespace) -> int:
     from ._run import print_error, run_async
     from .options import storage_options
@@ -121,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             count = listed = total = 0
             missing: NotFoundError | None = None
             try:
-                async for info in provider.list(prefix):
+                async for info in _listing(provider, uri, prefix):
                     rel = (pattern.relative(info.path) if pattern is not None
                            else info.path[len(base):] if info.path.startswith(base) else None)
                     if rel is None:
