@@ -108,6 +108,9 @@ def test_missing_password_is_permission_error(redis_auth_server: RedisServer,
     with pytest.raises(PermissionError) as info:
         tensorstream.open(redis_auth_server.url("auth/none"))
     assert isinstance(info.value, errors.PermissionDeniedError)
+    # It said "... as the default user, no password: NOAUTH ...", not where it looked.
+    assert ("no password (looked in: option redis_password, URI userinfo, env REDIS_PASSWORD, "
+            "env REDISCLI_AUTH)") in str(info.value)
 
 
 @pytest.mark.parametrize("how", ["uri", "option", "env", "acl"])

@@ -37,6 +37,9 @@ ENV_USERNAME = "REDIS_USERNAME"
 ENV_PASSWORD = "REDIS_PASSWORD"
 #: redis-cli's password variable (``redis-cli`` reads it instead of ``-a``).
 ENV_CLI_PASSWORD = "REDISCLI_AUTH"
+#: Where a password is looked for, in order (for error messages).
+PASSWORD_LOOKED_IN = ("option redis_password", "URI userinfo", f"env {ENV_PASSWORD}",
+                      f"env {ENV_CLI_PASSWORD}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,11 +63,14 @@ class RedisCredentials:
         """The password, for masking where a server echoes it (never shown)."""
         return (self.password.value,) if self.password else ()
 
-    def describe(self) -> str:
-        """``user 'x' (from ...), password from ...`` -- safe for error messages."""
+    def describe(self, *, looked_in: bool = False) -> str:
+        """``user 'x' (from ...), password from ...`` -- safe for error messages;
+        ``looked_in``: without a password, also where one was looked for."""
         user = (f"user {self.username.value!r} (from {self.username.source})"
                 if self.username else "the default user")
         pw = f"password from {self.password.source}" if self.password else "no password"
+        if looked_in and not self.password:
+            pw += f" (looked in: {', '.join(PASSWORD_LOOKED_IN)})"
         return f"{user}, {pw}"
 
 

@@ -235,7 +235,7 @@ class RedisProvider(Provider):
                 return result
             return await fn()
         except REDIS_ERRORS as exc:
-            raise map_redis_error(exc, who=self._creds.describe(),
+            raise map_redis_error(exc, who=self._creds.describe(looked_in=True),
                                   secrets=self._creds.secrets()) from exc
 
     async def _first_tls_call(self, fn: Callable[[], Awaitable[T]]) -> T:
@@ -310,7 +310,7 @@ class RedisProvider(Provider):
         )
         for reply in (kind, fields, length):
             if isinstance(reply, Exception) and not str(reply).startswith("WRONGTYPE"):
-                raise map_redis_error(reply, who=self._creds.describe(),
+                raise map_redis_error(reply, who=self._creds.describe(looked_in=True),
                                       secrets=self._creds.secrets()) from reply
         if isinstance(kind, bytes):
             kind = kind.decode()
@@ -417,7 +417,8 @@ class RedisProvider(Provider):
             return 0
         if self._blocking is None:
             self._blocking = BlockingRedisReader(self._client_kwargs(blocking=True), self.db,
-                                                 self._creds.describe(), self._creds.secrets())
+                                                 self._creds.describe(looked_in=True),
+                                                 self._creds.secrets())
         return self._blocking.readinto(layout, offset, buffer)
 
     def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
