@@ -154,11 +154,17 @@ def test_encryption_from_config_uses_stream_options(tmp_path: Path) -> None:
     {"tensorizer_dir": "s3://b/d", "deserialization_kwargs": {"encryption": b"canary-key" * 4}},
     {"tensorizer_dir": "s3://b/d", "serialization_kwargs": {"encryption": b"canary-key" * 4}},
     {"tensorizer_dir": "s3://b/d", "deserialization_kwargs": {"passphrase": "canary-pass"}},
+    {"tensorizer_dir": "https://h/d", "stream_kwargs": {"headers": {"X-Api-Key": "canary-k"}}},
+    {"tensorizer_dir": "https://h/d",
+     "stream_kwargs": {"headers": {"Authorization": "Bearer canary-t"}}},
+    {"tensorizer_dir": "ftp:///d", "stream_kwargs": {"storage_options": {"password": "canary"}}},
 ])
 def test_a_config_holding_a_secret_anywhere_is_masked_and_refuses_to_pickle(
         kwargs: dict[str, Any]) -> None:
     """Raw key bytes in ``*_kwargs`` were shown by repr(); they, a URI's password and a
-    presigned signature were pickled (the docs: a config holding a secret refuses)."""
+    presigned signature were pickled (the docs: a config holding a secret refuses).
+    So were HTTP header values (credentials: an API key, an Authorization) and a
+    secret nested in fsspec's ``storage_options``."""
     cfg = TensorizerConfig(**kwargs)
     assert "canary" not in repr(cfg) and "canary" not in str(cfg)
     with pytest.raises(TypeError, match="secrets"):

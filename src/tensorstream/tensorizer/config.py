@@ -51,13 +51,25 @@ def _holds_secret(name: str, value: Any) -> bool:
         return False
     if name == "encryption":
         return getattr(value, "keyfile", None) is None
+    if name == "headers":  # every value: HTTP's extra headers are credentials (an API key)
+        return True
+    if isinstance(value, Mapping):  # fsspec's storage_options={"password": ...}
+        return any(_holds_secret(str(k), v) for k, v in value.items())
     return _is_secret_name(name)
 
 
 def _masked_mapping(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if d is None:
         return None
-    return {k: (mask(str(v)) if _holds_secret(k, v) else v) for k, v in d.items()}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if k == "headers" and isinstance(v, Mapping):
+            out[k] = {name: mask(str(value)) for name, value in v.items()}
+        elif isinstance(v, Mapping):
+            out[k] = _masked_mapping(v)
+        else:
+            out[k] = mask(str(v)) if _holds_secret(k, v) else v
+    return out
 
 
 @dataclasses.dataclass(repr=False)
