@@ -1,7 +1,8 @@
 """S3 faults injected by a small reverse proxy in front of moto: a body cut
 mid-way is resumed, a 200 whose body is an ``<Error>`` on complete fails the
-write and aborts the upload, and a complete whose answer is still on its way
-when the writer is aborted is removed again."""
+write and aborts the upload, a complete whose answer is still on its way
+when the writer is aborted is removed again, and one S3 applied whose answer
+was lost (a 5xx, a timeout) is the success it was."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from yarl import URL
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from tensorstream import errors
+from tensorstream.copy.engine import copy_async
 from tensorstream.providers.s3.writer import MIN_PART_SIZE
 from tensorstream.testing.s3_server import MotoS3Server
 
@@ -41,6 +44,9 @@ class Proxy:
         self.complete_done = asyncio.Event()
         #: ... and so does the answer to a PutObject of this path.
         self.match_put: str | None = None
+        #: Set: a CompleteMultipartUpload is carried out by moto, and its answer
+        #: lost: replaced by this status, or (0) never sent (the client times out).
+        self.lose_complete_answer: int | None = None
         self.seen: list[str] = []
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -54,13 +60,21 @@ class Proxy:
             )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         async with aiohttp.ClientSession(auto_decompress=False) as session, session.request(
-            request.method, self.upstream + request.path_qs, headers=headers, data=body,
+            # raw_path: the query as signed (path_qs re-encodes it: SignatureDoesNotMatch)
+            request.method, URL(self.upstream + request.raw_path, encoded=True), headers=headers,
+            data=body,
             allow_redirects=False,
         ) as up:
             payload = await up.read()
             out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP}
         publishes = (request.method == "POST" and "uploadId=" in request.query_string) or (
             request.method == "PUT" and request.path == self.match_put)
+        if self.lose_complete_answer is not None and publishes:
+            if not self.lose_complete_answer:
+                await asyncio.sleep(3600)
+            return web.Response(status=self.lose_complete_answer, content_type="application/xml",
+                                text="<Error><Code>InternalError</Code><Message>lost"
+                                     "</Message></Error>")
         if self.hold_complete_answer is not None and publishes:
             self.complete_done.set()
             await self.hold_complete_answer.wait()
@@ -167,4 +181,53 @@ async def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_
             await commit
         await writer.abort()
     assert not moto_s3.exists(S3_BUCKET, key)
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+@pytest.mark.parametrize("answer", [500, 0], ids=["answered-500", "timed-out"])
+@pytest.mark.parametrize("path", ["write", "cp"])
+async def test_a_complete_applied_whose_answer_was_lost_is_a_success(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, tmp_path: Path, answer: int, path: str
+) -> None:
+    """S3 carried out CompleteMultipartUpload, and its answer was lost (a 5xx from
+    a proxy in front, a timeout). The writer reported a failure ("nothing was
+    published", cp: failed) while the object had been replaced by the new one.
+    The object is looked at: it holds this upload (its ETag is the one these
+    parts make), so the write succeeded."""
+    p, endpoint = proxy
+    key = f"faults/lost-{uuid.uuid4().hex[:8]}"
+    moto_s3.put(S3_BUCKET, key, b"previous version")
+    data = os.urandom(11 * MiB)
+    p.lose_complete_answer = answer
+    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB, timeout_idle=1)
+    if path == "write":
+        async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+            writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+            await writer.write(data)
+            await writer.commit()
+    else:
+        src = tmp_path / "src.bin"
+        src.write_bytes(data)
+        result = await copy_async(str(src), f"s3://{S3_BUCKET}/{key}", **opts)
+        assert result.errors == [] and result.verified and result.outcomes[0].status == "copied"
+    assert moto_s3.get(S3_BUCKET, key) == data
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+async def test_a_complete_that_failed_before_s3_applied_it_keeps_the_previous_version(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server
+) -> None:
+    """The neighbour: the object is looked at, holds the previous version, so the
+    error stands and the upload is aborted."""
+    p, endpoint = proxy
+    p.error_on_complete = True
+    key = f"faults/not-applied-{uuid.uuid4().hex[:8]}"
+    moto_s3.put(S3_BUCKET, key, b"previous version")
+    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+        await writer.write(os.urandom(11 * MiB))
+        with pytest.raises(errors.ServiceUnavailableError, match="InternalError"):
+            await writer.commit()
+    assert moto_s3.get(S3_BUCKET, key) == b"previous version"
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []

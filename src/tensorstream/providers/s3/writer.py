@@ -175,10 +175,7 @@ class S3Writer(Writer):
                     raise self._error
                 parts = [self._parts[n] for n in range(1, self._part_number + 1)]
                 # botocore turns a 200 whose body is an <Error> into a ClientError here.
-                await self._publish(
-                    "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
-                    UploadId=self._upload_id, MultipartUpload={"Parts": parts},
-                )
+                await self._complete(parts)
             self._state = "committed"
         except BaseException:
             await self.abort()
@@ -239,16 +236,49 @@ class S3Writer(Writer):
                     raise IntegrityError(
                         f"{len(self._parts)} of {count} parts were uploaded; nothing was published")
                 parts = [self._parts[n] for n in range(1, count + 1)]
-                resp = await self._publish(
-                    "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
-                    UploadId=self._upload_id, MultipartUpload={"Parts": parts},
-                )
+                resp = await self._complete(parts)
                 whole = hashlib.md5(b"".join(self._md5s[n] for n in range(1, count + 1)))
                 await self._check_published(resp.get("ETag"), whole.hexdigest(), count)
             self._state = "committed"
         except BaseException:
             await self.abort()
             raise
+
+    async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """``CompleteMultipartUpload``. S3 applies a request it received even when
+        its answer is lost (a timeout, a dropped connection, a 5xx from a proxy
+        in front): on an error, the object is looked at once. If its ETag is the
+        one these parts make (the MD5 of their MD5s, ``-N``), the upload was
+        completed and the write succeeded; reporting a failure then (as before)
+        told the caller nothing was published while the previous version had
+        been replaced. Otherwise the error stands and the upload is aborted."""
+        try:
+            return await self._publish(
+                "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
+                UploadId=self._upload_id, MultipartUpload={"Parts": parts},
+            )
+        except TensorstreamError as exc:
+            etag = await self._completed_anyway(parts)
+            if etag is None:
+                raise
+            log.info("CompleteMultipartUpload of %s/%s failed (%s), but the object holds "
+                     "this upload (ETag %s): it was applied", self._bucket, self._key,
+                     type(exc).__name__, etag)
+            return {"ETag": etag}
+
+    async def _completed_anyway(self, parts: list[dict[str, Any]]) -> str | None:
+        """The object's ETag if it is the one ``parts`` completed make, else None
+        (also where it cannot be told: a part's ETag that is no MD5, SSE-KMS)."""
+        digests = [_etag_md5(part["ETag"]) for part in parts]
+        if self._state != "open" or any(d is None or d[1] is not None for d in digests):
+            return None
+        want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
+        try:
+            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
+        except TensorstreamError:
+            return None
+        etag = head.get("ETag")
+        return str(etag) if _etag_md5(etag) == (want, len(parts)) else None
 
     async def _check_published(self, etag: object, want: str, count: int | None) -> None:
         """The object's ETag once published. S3 itself refuses bytes that do not
