@@ -195,3 +195,23 @@ def test_endless_100_continue_answers_are_a_protocol_error() -> None:
         return itertools.repeat(b"HTTP/1.1 100 Continue\r\n\r\n" * 1000)
     with pytest.raises(ProtocolError, match="status line and headers"):
         _read(respond)
+
+
+@pytest.mark.parametrize("interim", ["103 Early Hints\r\nLink: </m.json>; rel=preload",
+                                     "102 Processing", "103 Early Hints\r\n\r\nHTTP/1.1 100 Continue"],
+                         ids=["103", "102", "103-then-100"])
+@pytest.mark.parametrize("sequential", [False, True], ids=["open", "sequential"])
+def test_informational_answers_before_the_answer_are_skipped(interim: str,
+                                                             sequential: bool) -> None:
+    # RFC 9110 15.2: a client must parse 1xx answers it did not ask for. Every
+    # read failed with "unexpected HTTP 103 Early Hints" (http.client skips 100 only).
+    inner = _server(head={"Content-Length": str(len(DATA)), "ETag": '"v"'})
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        return f"HTTP/1.1 {interim}\r\n\r\n".encode("latin-1") + inner(method, headers, attempt)
+    with RawHTTPServer(respond) as server, \
+            tensorstream.open(server.url("m.bin"), sequential=sequential, retries=1) as f:
+        assert f.read() == DATA
+    with RawHTTPServer(respond) as server:
+        assert asyncio.run(tensorstream.read_range(server.url("m.bin"), 10, 20,
+                                                   retries=1)) == DATA[10:20]

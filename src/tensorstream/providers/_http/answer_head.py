@@ -10,6 +10,9 @@ head through :class:`_HeadReader`: before each receive the total deadline is
 checked and the socket's timeout cut to what is left of it, and the head may
 take at most :data:`HEAD_LIMIT` bytes. Once the head is read the reader steps
 aside: the body is received as before (its own receive loop bounds it).
+Informational answers other than ``100`` (``103 Early Hints``, ``102
+Processing``) are skipped as ``100`` is, under the same bounds: ``http.client``
+took them for the final answer.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class _HeadFile:
 class HeadedResponse(http.client.HTTPResponse):
     """An ``HTTPResponse`` whose head is read under the running operation's
     total deadline and :data:`HEAD_LIMIT` (set as a connection's
-    ``response_class``)."""
+    ``response_class``), informational answers before it skipped."""
 
     def __init__(self, sock: socket.socket, debuglevel: int = 0, method: str | None = None,
                  url: str | None = None) -> None:
@@ -88,3 +91,28 @@ class HeadedResponse(http.client.HTTPResponse):
             raw = getattr(self.fp, "raw", None)
             if isinstance(raw, _HeadReader):
                 raw.in_head = False
+
+    def _read_status(self) -> tuple[str, int, str]:
+        # RFC 9110 15.2: a client must parse any number of 1xx answers before the
+        # final one and may ignore them. http.client skips only "100 Continue":
+        # a "103 Early Hints" (CDNs send them) or "102 Processing" was taken for
+        # the answer. Their heads count towards HEAD_LIMIT. ("101 Switching
+        # Protocols" is an answer: nothing here asks to switch.)
+        while True:
+            version, status, reason = super()._read_status()  # type: ignore[misc]
+            if not (102 <= status < 200):
+                return version, status, reason
+            _skip_header_lines(self.fp)
+
+
+def _skip_header_lines(fp: Any) -> None:
+    """Read an informational answer's header lines, as ``http.client`` reads
+    a final answer's (the same limits on a line and on their number)."""
+    for _ in range(http.client._MAXHEADERS + 1):  # type: ignore[attr-defined]
+        line = fp.readline(http.client._MAXLINE + 1)  # type: ignore[attr-defined]
+        if len(line) > http.client._MAXLINE:  # type: ignore[attr-defined]
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            return
+    raise http.client.HTTPException(
+        f"got more than {http.client._MAXHEADERS} headers")  # type: ignore[attr-defined]
