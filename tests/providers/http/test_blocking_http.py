@@ -184,8 +184,8 @@ def test_interrupted_read_never_leaks_bytes_into_the_next(http_server: HTTPTestS
     calls = {"n": 0}
     real = pool.acquire
 
-    def acquire(key: Any, timeouts: Timeouts) -> Any:
-        conn, reused = real(key, timeouts)
+    def acquire(key: Any, timeouts: Timeouts, **kwargs: Any) -> Any:
+        conn, reused = real(key, timeouts, **kwargs)
         orig = conn.getresponse
 
         def getresponse() -> Any:

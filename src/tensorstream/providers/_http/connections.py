@@ -77,14 +77,16 @@ class ConnectionPool:
                 self._ssl = self.tls.context()
             return self._ssl
 
-    def acquire(self, key: _Key, timeouts: Timeouts) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection to ``key`` (``reused=True``) or a new, connected one."""
+    def acquire(self, key: _Key, timeouts: Timeouts, *, fresh: bool = False
+                ) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection to ``key`` (``reused=True``) or, when there is none
+        or ``fresh`` is asked, a new, connected one."""
         with self._lock:
             if self._pid != os.getpid():  # sockets shared with the parent: never use
                 self._idle.clear()
                 self._pid = os.getpid()
             idle = self._idle.get(key)
-            if idle:
+            if idle and not fresh:
                 return idle.pop(), True
         scheme, host, port = key
         conn: http.client.HTTPConnection

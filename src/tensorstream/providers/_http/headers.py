@@ -236,7 +236,8 @@ def exception_error(exc: BaseException, *, path: str, received: int = 0,
     if isinstance(exc, TensorstreamError):
         return exc
     where = {"service": service, "path": redact_path(path)}
-    what = f"{type(exc).__name__}: {redact_text(str(exc))}"
+    # Cut: http.client quotes a bad status line whole (up to 64 KiB of a body).
+    what = f"{type(exc).__name__}: {_cut(redact_text(str(exc)))}"
     if isinstance(exc, ssl.SSLError) and plain_text_answer(exc):
         err: TensorstreamError = ConnectionFailedError(
             f"the server answered in plain text, not TLS ({what}): use http:// instead of "
@@ -318,6 +319,11 @@ def body_refusal(headers: _Headers) -> str | None:
     if repeated:
         return f"{', '.join(repeated)} given twice with different values"
     return None
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _shown(value: str | None, limit: int = 80) -> str:

@@ -42,8 +42,8 @@ past it.
 
 No retries here: :mod:`tensorstream.layers.stack` retries and resumes. The only
 repeat is urllib3's classic one: a *reused* keep-alive connection that the
-server closed while idle is replaced by a fresh one, once, before any byte of
-the answer arrived.
+server closed while idle (or that held bytes its last answer left) is replaced
+by a new one, once, before any byte of the answer arrived.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
     cancel = cancel if cancel is not None else getattr(current, "cancel", None)
     deadline = current_deadline()
     timed = deadline is not None and deadline.at is not None
-    for _ in range(2):
+    for attempt in range(2):
         if timed:
             assert deadline is not None
             if deadline.expired():
@@ -216,7 +216,9 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
             timeouts = dataclasses.replace(timeouts, connect=max(0.001, min(
                 timeouts.connect, left)))
         try:
-            conn, reused = pool.acquire(key, timeouts)
+            # The repeat takes a new connection: the other idle ones were most
+            # likely closed by the same server (its keep-alive timeout) as well.
+            conn, reused = pool.acquire(key, timeouts, fresh=attempt > 0)
         except TimeoutError as exc:
             if timed and deadline is not None and deadline.expired():
                 raise _total_deadline_error(0, service=service, path=path) from exc
@@ -234,11 +236,14 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
                 conn.sock.settimeout(deadline.wait_bound())
             conn.request(method, target, headers=headers)
             return conn, conn.getresponse()
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+        except (http.client.BadStatusLine, ConnectionResetError, BrokenPipeError):
             conn.close()
             if not reused or (cancel is not None and cancel.cancelled):
                 raise
-            # The server closed this keep-alive connection while it sat idle.
+            # The server closed this keep-alive connection while it sat idle
+            # (RemoteDisconnected is a BadStatusLine), or what came first was no
+            # status line: bytes its previous answer left (a CRLF after a body, a
+            # body sent with a HEAD answer).
         except BaseException:
             conn.close()
             raise
