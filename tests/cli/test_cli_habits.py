@@ -482,6 +482,28 @@ def test_json_is_one_object_per_file_then_a_summary(tmp_path: Path) -> None:
     assert lines[-1]["files"] == 2 and len(lines[-1]["errors"]) == 1
 
 
+def test_json_has_a_failed_line_for_each_object_refused_while_planning(tmp_path: Path) -> None:
+    """Objects refused before their copy (unsafe names, onto itself) were only in the summary's
+    `errors`: a reader of the per-object lines saw 1 copied and no failure, exit 3."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.bin").write_bytes(b"ok")
+    (src / "back\\slash").write_bytes(b"b")
+    (src / "new\nline").write_bytes(b"n")
+    r = cli("cp", "-r", "--json", str(src), str(tmp_path / "dst"))
+    assert r.returncode == 3, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    failed = sorted(x["src"] for x in lines if x.get("status") == "failed")
+    assert failed == [str(src / "back\\slash"), str(src / "new\nline")]
+    assert [x["status"] for x in lines if x["op"] == "copy"].count("copied") == 1
+    assert lines[-1]["op"] == "summary" and len(lines[-1]["errors"]) == 2
+    assert lines[-1]["summary"].endswith("; 2 failed")
+    r = cli("cp", "--json", str(src / "ok.bin"), str(src) + "/")  # onto itself
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert r.returncode == 1 and [x["status"] for x in lines[:-1]] == ["failed"]
+    assert "same object" in lines[0]["error"] and lines[-1]["summary"] == "1 failed"
+
+
 def test_quiet_and_only_show_errors(tmp_path: Path) -> None:
     (tmp_path / "a").write_bytes(b"a")
     r = cli("cp", "--quiet", str(tmp_path / "a"), str(tmp_path / "b"))

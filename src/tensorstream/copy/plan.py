@@ -115,6 +115,15 @@ class Planner:
     def outcome(self, outcome: FileOutcome) -> None:
         raise NotImplementedError
 
+    def refuse(self, src: str, dst: str, size: int, why: BaseException | str, *,
+               what: str | None = None) -> None:
+        """An object left out while planning: an error (about ``what``, default ``src``)
+        and its outcome (a ``failed`` line in ``--json``, as for an object whose copy
+        failed; it had none, so a reader of the lines saw fewer failures than the
+        summary counted)."""
+        self.error(what or src, why)
+        self.outcome(FileOutcome(src, dst, size, "failed", error=self.result.errors[-1]))
+
     # -- planning ------------------------------------------------------------
     async def plan(self, sources: list[str], dest: str, recursive: bool) -> list[Job]:
         dst_uri = parse_uri(dest)
@@ -145,7 +154,8 @@ class Planner:
                 try:
                     safe_relative_key(rel)
                 except UnsafeKeyError as exc:
-                    self.error(redact_text(source), f"refused: {exc}")
+                    self.refuse(redact_text(src_uri.with_path(info.path)), "", info.size,
+                                f"refused: {exc}")
                     continue
                 if local:
                     root = dst_uri.path if into_dir else os.path.dirname(dst_uri.path)
@@ -155,7 +165,8 @@ class Planner:
                     if (kind := special_file(target)) is not None:
                         # The temp file's rename would replace the node itself: /dev/null
                         # (as root), a FIFO a reader waits on, /dev/stdout's link.
-                        self.error(job.label, f"refused: {target} is {kind}, which cp never "
+                        self.refuse(job.label, job.dst_label, info.size,
+                                    f"refused: {target} is {kind}, which cp never "
                                    "replaces (it publishes whole files by rename); to write "
                                    f"into it: tensorstream cp SRC - > {target}")
                         continue
@@ -167,16 +178,18 @@ class Planner:
                         # A local name that is not UTF-8 (kept by Python as surrogates)
                         # cannot be an S3 key: refused here, by name; the bucket's check
                         # below lists under the first target and failed the whole copy.
-                        self.error(job.label, f"refused: S3 keys are UTF-8, {job.dst_label} "
-                                   "is not (a file name in another encoding?)")
+                        self.refuse(job.label, job.dst_label, info.size,
+                                    f"refused: S3 keys are UTF-8, {job.dst_label} "
+                                    "is not (a file name in another encoding?)")
                         continue
                 if self._same_object(job):
-                    self.error(job.label, "refused: source and destination are the same object")
+                    self.refuse(job.label, job.dst_label, info.size,
+                                "refused: source and destination are the same object")
                     continue
                 if target in seen:
                     if seen[target] != job.label:  # the same object twice (two patterns): once
-                        self.error(job.label,
-                                   f"another source also maps to {job.dst_label}; skipped")
+                        self.refuse(job.label, job.dst_label, info.size,
+                                    f"another source also maps to {job.dst_label}; skipped")
                     continue
                 seen[target] = job.label
                 jobs.append(job)
@@ -214,9 +227,10 @@ class Planner:
             where = self.side_options["dst"].get("s3_endpoint") or self.options.get("s3_endpoint")
             at = f" at {where}" if where else ""
             for job in jobs:
-                self.error(f"{job.label} -> {job.dst_label}",
-                           f"bucket {bucket!r} does not exist{at} (create it first; "
-                           "'tensorstream ls s3://' lists the buckets these credentials see)")
+                self.refuse(job.label, job.dst_label, job.info.size,
+                            f"bucket {bucket!r} does not exist{at} (create it first; "
+                            "'tensorstream ls s3://' lists the buckets these credentials see)",
+                            what=f"{job.label} -> {job.dst_label}")
             return []
         finally:
             aclose = getattr(listing, "aclose", None)
@@ -324,11 +338,12 @@ class Planner:
         plan = plan_keys(list(by_key), filesystem=local_dst)
         label = redact_text(uri.with_path(base))
         for key, reason in plan.refused:
-            self.error(f"{label}{key}", f"refused: {reason}")
+            self.refuse(f"{label}{key}", "", by_key[key].size, f"refused: {reason}")
         for key, reason in plan.skipped:
             if by_key[key].size:  # bytes a filesystem has no name for: not left out quietly
-                self.error(f"{label}{key}", f"skipped: a {reason} holding {by_key[key].size} "
-                           "bytes (keys ending in '/' are not copied)")
+                self.refuse(f"{label}{key}", "", by_key[key].size,
+                            f"skipped: a {reason} holding {by_key[key].size} bytes (keys "
+                            "ending in '/' are not copied)")
             else:
                 self.result.skipped.append(f"{label}{key}: {reason}")
         return [(rel, by_key[key]) for key, rel in plan.copy]
