@@ -185,6 +185,11 @@ def _headers(name: str, value: Any) -> Mapping[str, str]:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"{name} must be a mapping of header name to value")
     for key, item in value.items():
+        if isinstance(key, str) and ":" in key:
+            # "X-Api-Key: <key>" given as the name: its value is a secret, never shown
+            raise ConfigurationError(f"{name}: invalid header name {_shown(key.split(':')[0])}"
+                                     "... (with a ':'; the rest is not shown): pass the name "
+                                     "alone, and the value as its value")
         if not isinstance(key, str) or not _HEADER_NAME.match(key):
             raise ConfigurationError(f"{name}: invalid header name {_shown(key)}")
         if not isinstance(item, str) or any(c in item for c in "\r\n\x00"):

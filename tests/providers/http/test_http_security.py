@@ -6,6 +6,7 @@ import logging
 import os
 import pickle
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,34 @@ async def test_a_refusal_says_which_credentials_were_sent_or_where_it_looked(
         await tensorstream.read_range(url, 0, 10)
     assert "sent the Authorization from env TENSORSTREAM_HTTP_TOKEN" in str(info.value)
     assert wrong not in f"{info.value} {info.value!r}"
+
+
+
+CANARY = "canary-unsendable-4e2a"
+
+
+@pytest.mark.parametrize("how", ["env newline", "token beyond Latin-1", "header beyond Latin-1",
+                                 "header name with its value"])
+async def test_a_credential_http_cannot_send_is_refused_unshown(
+        http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    # Were a bare ValueError("Invalid header value b'Bearer <token>\\n'") for the
+    # variable (the token option was checked, the variable not), a UnicodeEncodeError
+    # holding 'Bearer <token>' whole, and "invalid header name 'X-Api-Key: <key>'".
+    _, url = _put(http_server)
+    options: dict[str, object] = {}
+    if how == "env newline":
+        monkeypatch.setenv("TENSORSTREAM_HTTP_TOKEN", CANARY + "\n")
+    elif how == "token beyond Latin-1":
+        options["token"] = CANARY + "\u2603"
+    elif how == "header beyond Latin-1":
+        options["headers"] = {"X-Api-Key": CANARY + "\u2603"}
+    else:
+        options["headers"] = {f"X-Api-Key: {CANARY}": "x"}
+    with pytest.raises(errors.ConfigurationError) as info:
+        await tensorstream.stat(url, retries=1, **options)
+    said = "".join(traceback.format_exception(info.value)) + repr(info.value.args)
+    assert CANARY not in said
+    assert ("TENSORSTREAM_HTTP_TOKEN" in said if how == "env newline" else True)
 
 
 def _basic(login: str, password: str) -> str:

@@ -142,6 +142,23 @@ def _netrc_authorization(host: str | None, env: Mapping[str, str]) -> Sourced[st
                    f"{path} [machine {host}]", secret=True)
 
 
+def _check_header_value(value: Sourced[str]) -> None:
+    """A value http.client can send: it refused one with a line break quoting it
+    (``Invalid header value b'Bearer <token>\\n'``) and one beyond Latin-1 with a
+    ``UnicodeEncodeError`` holding it whole. The value is never shown."""
+    problem = None
+    if any(c in value.value for c in "\r\n\x00"):
+        problem = "a line break or a NUL character"
+    else:
+        try:
+            value.value.encode("latin-1")
+        except UnicodeEncodeError:
+            problem = "a character beyond Latin-1 (HTTP header values are Latin-1)"
+    if problem is not None:
+        raise ConfigurationError(f"the header value from {value.source} holds {problem}; "
+                                 "the value is not shown")
+
+
 def resolve_http_credentials(
     uri: Any = None,
     *,
@@ -185,6 +202,9 @@ def resolve_http_credentials(
         authorization = Sourced(f"Bearer {env[TOKEN_ENV]}", f"env {TOKEN_ENV}", secret=True)
     if authorization is None:
         authorization = _netrc_authorization(getattr(uri, "host", None), env)
+    for sent in (authorization, *(v for _, v in extra)):
+        if sent is not None:
+            _check_header_value(sent)
 
     ca: Sourced[str] | None = None
     if ca_bundle is not None:
