@@ -499,6 +499,21 @@ def test_a_key_with_a_control_character_is_refused_unshown(env: dict[str, str],
     assert "AKIACANARY" not in text and "s3cr3t" not in text
 
 
+@pytest.mark.parametrize("which", ["s3_session_token", "s3_access_key_id"])
+async def test_a_key_id_or_token_beyond_ascii_is_refused_unshown(
+        isolated_env: Path, moto_s3_public: MotoS3Server, which: str) -> None:
+    # Was http.client's UnicodeEncodeError holding the whole header value: the token,
+    # or 'AWS4-HMAC-SHA256 Credential=<key id>/...' with the signature.
+    options: dict[str, Any] = {"s3_endpoint": moto_s3_public.endpoint_url, "retries": 1,
+                               "s3_access_key_id": "AKIACANARY0123456789",
+                               "s3_secret_access_key": "s3cr3t-canary",
+                               "s3_session_token": "tok-canary"}
+    options[which] += "\u2603"
+    with pytest.raises(errors.ConfigurationError, match="not ASCII") as info:
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", **options)
+    assert "canary" not in _everything_said(info.value).lower()
+
+
 @pytest.mark.parametrize(("endpoint", "problem"), [
     ("http://", "no host"), ("http://[::1", "Invalid IPv6 URL"), ("http://a:99999", "Port out of"),
     ("ftp://127.0.0.1", "not http or https"), ("http://u:pw-canary@:9", "no host"),

@@ -291,6 +291,12 @@ def resolve_s3_credentials(
             # ("Invalid header value ...") would print the key id and signature
             raise ConfigurationError(f"{part.source} contains a control character (a newline?); "
                                      "the value is not shown")
+    for part in (pair[0] if pair else None, token):
+        # The key id (in Authorization) and the token (X-Amz-Security-Token) are sent as
+        # headers: http.client's UnicodeEncodeError would hold the whole header value.
+        if part is not None and not str(part.value).isascii():
+            raise ConfigurationError(f"{part.source} contains a character that is not ASCII "
+                                     "(AWS key ids and tokens are ASCII); the value is not shown")
     endpoint = _resolve_endpoint(options, env, cfg, cfg_path)
     if endpoint is not None:
         _check_endpoint(endpoint)
