@@ -200,6 +200,32 @@ def test_progress_to_redis_ends_at_100_without_a_read_back(tmp_path: Path,
     assert "copied 3 files (18.0 MiB) in " in shown
 
 
+def test_json_ends_with_a_summary_object_when_interrupted(tmp_path: Path, http_server: Any,
+                                                          http_reset: None) -> None:
+    """`cp --json` interrupted printed the object's line and no summary object: a reader of
+    the lines could not tell the command had ended, nor what it had done."""
+    key = "slow/json.bin"
+    http_server.put(key, os.urandom(4 << 20))
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 512 << 10
+    dst = tmp_path / "out" / "model.bin"
+    dst.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", "--json", "--part-size",
+                             "256K", "--concurrency", "2", http_server.url(key), str(dst)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: any(dst.parent.iterdir()))
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert [x["status"] for x in lines[:-1]] == ["interrupted"]
+    summary = lines[-1]
+    assert summary["op"] == "summary" and summary["interrupted"] is True
+    assert summary["files"] == 0 and summary["verified"] is False
+    assert "no partial object was left behind" in summary["summary"]
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset: None,
                                    sig: signal.Signals, code: int) -> None:

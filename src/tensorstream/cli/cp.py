@@ -297,7 +297,17 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         return EXIT_PARTIAL if done else EXIT_FAILED
 
-    return run_async(go, lambda: _interrupted(result))
+    def interrupted() -> str:
+        said = _interrupted(result)
+        if mode == "json":
+            # The lines' reader gets its summary object on an interrupt too (it got
+            # none: the last line was an object's, with no sign the command had ended).
+            reporter.json({"op": "summary", **result.to_dict(), "interrupted": True,
+                           "verified": result.verified and result.files > 0 and args.verify,
+                           "summary": f"interrupted; {said}"})
+        return said
+
+    return run_async(go, interrupted)
 
 
 def _into_special_file(args: argparse.Namespace, sources: list[str], dest: str) -> str | None:
