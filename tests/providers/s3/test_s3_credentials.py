@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import traceback
 import warnings
 from datetime import datetime, timedelta, timezone
@@ -230,6 +231,29 @@ async def test_half_pair_in_an_aws_file_names_the_file_profile_and_both_halves(
         assert BAD_SECRET not in _everything_said(info.value)
     with pytest.raises(errors.ConfigurationError, match=r"\[profile"):
         await tensorstream.stat(uri, **options)
+
+
+
+@pytest.mark.parametrize("how", ["directory", "dangling link", "no read permission"])
+async def test_an_aws_file_that_cannot_be_read_is_named(
+        sources: Sources, moto_s3: MotoS3Server, how: str) -> None:
+    # botocore skips a credentials file it cannot read (configparser ignores the
+    # OSError): it said "no S3 credentials found", as if the file were not there.
+    path = sources.aws_credentials
+    if how == "directory":
+        path.mkdir()
+    elif how == "dangling link":
+        path.symlink_to(path.parent / "gone")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root reads any file")
+        path.write_text(f"[default]\naws_access_key_id = {BAD_KEY}\n"
+                        f"aws_secret_access_key = {BAD_SECRET}\n")
+        path.chmod(0)
+    with pytest.raises(errors.ConfigurationError, match="cannot read the AWS credentials") as info:
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url,
+                                retries=1)
+    assert str(path) in str(info.value)
 
 
 def _everything_said(exc: BaseException) -> str:

@@ -323,14 +323,23 @@ def _aws_file(env: Mapping[str, str], which: str) -> str:
 def half_pair_in_aws_files(profile: str | None,
                            env: Mapping[str, str] | None = None) -> ConfigurationError | None:
     """The error for a profile of the ~/.aws files that sets ``aws_secret_access_key``
-    without ``aws_access_key_id`` (botocore skips such a profile without a word and goes
-    on to instance metadata), else ``None``. The files are named, never quoted."""
+    without ``aws_access_key_id``, or for one of those files that exists but cannot be
+    read (botocore skips both without a word and goes on to instance metadata), else
+    ``None``. The files are named, never quoted."""
     from botocore.configloader import load_config, raw_config_parse
 
     env = os.environ if env is None else env
     name = profile or "default"
     for which in ("credentials", "config"):
         path = _aws_file(env, which)
+        full = os.path.expanduser(os.path.expandvars(path))
+        if os.path.lexists(full) and not (os.path.isfile(full) and os.access(full, os.R_OK)):
+            # botocore skips a file it cannot read (configparser ignores the OSError)
+            why = ("not a regular file" if os.path.exists(full) and not os.path.isfile(full)
+                   else "permission denied" if os.path.exists(full) else "a dangling link")
+            return ConfigurationError(
+                f"cannot read the AWS {which} file {path} ({why}), where profile {name!r} "
+                "would be found")
         try:
             if which == "credentials":
                 section = raw_config_parse(path).get(name) or {}
