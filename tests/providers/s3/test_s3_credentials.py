@@ -545,6 +545,8 @@ async def test_a_key_id_or_token_beyond_ascii_is_refused_unshown(
     # botocore's host check failed inside the credential chain: "credential chain failed"
     ("not a url", "refuses the host name 'not a url'"), ("http://minio_1:9000", "'minio_1'"),
     ("http://u:pw-canary@bad host:9", "refuses the host name"),
+    # botocore's EndpointResolutionError, raw, quoted it whole (password, query token)
+    ("http://u:pw-canary@h:9?x=1", "has a query"), ("http://h:9/p?pw-canary", "has a query"),
 ])
 @pytest.mark.parametrize("where", ["option", "env"])
 def test_an_endpoint_botocore_cannot_use_is_refused_naming_its_source(

@@ -136,7 +136,10 @@ def _check_endpoint(endpoint: Sourced[str]) -> None:
         parts = urlsplit(endpoint.value)
         _ = parts.port  # ValueError when out of range or not a number
         problem = ("the scheme is not http or https" if parts.scheme not in ("http", "https")
-                   else "it has no host" if not parts.hostname else None)
+                   else "it has no host" if not parts.hostname
+                   # botocore: "Custom endpoint `<it, whole>` was not a valid URI"
+                   else "it has a query ('?'): it is scheme://host[:port][/path]"
+                   if parts.query or endpoint.value.endswith("?") else None)
         if problem is None:
             # botocore's own test: a host name it refuses (a space, an underscore) failed
             # inside the credential chain, reported as a credentials problem.
@@ -148,7 +151,10 @@ def _check_endpoint(endpoint: Sourced[str]) -> None:
     except ValueError as exc:
         problem = str(exc)
     if problem is not None:
-        raise ConfigurationError(f"{endpoint.source} {redact(endpoint.value)!r} is not an S3 "
+        shown = redact(endpoint.value)
+        if "?" in shown:  # a query is never shown: its secret need not have a known name
+            shown = shown.split("?", 1)[0] + "?..."
+        raise ConfigurationError(f"{endpoint.source} {shown!r} is not an S3 "
                                  f"endpoint URL: {problem}")
 
 
