@@ -215,3 +215,25 @@ def test_informational_answers_before_the_answer_are_skipped(interim: str,
     with RawHTTPServer(respond) as server:
         assert asyncio.run(tensorstream.read_range(server.url("m.bin"), 10, 20,
                                                    retries=1)) == DATA[10:20]
+
+
+def test_an_object_without_validators_is_read_with_a_warning_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Neither ETag nor Last-Modified: a replacement by an object of the same size
+    # between two requests of a read cannot be told apart, and the reads said
+    # nothing of it (docs promised "never a mix of versions").
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "HEAD":
+            return _answer("200 OK", {"Content-Length": str(len(DATA))})
+        first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+        a, b = int(first), int(last) if last else len(DATA) - 1
+        return _answer("206 Partial Content", {
+            "Content-Length": str(b - a + 1), "Content-Range": f"bytes {a}-{b}/{len(DATA)}"},
+            DATA[a:b + 1])
+    with RawHTTPServer(respond) as server, caplog.at_level("WARNING", "tensorstream.http"):
+        for _ in range(3):
+            with tensorstream.open(server.url("m.bin?X-Sig=s3cr3t"), retries=1) as f:
+                assert f.read() == DATA
+    said = [r.getMessage() for r in caplog.records if "neither ETag nor Last-Modified" in r.getMessage()]
+    assert len(said) == 1
+    assert "/m.bin" in said[0] and "s3cr3t" not in said[0]

@@ -37,6 +37,7 @@ from ...errors import (
     PermissionDeniedError,
     ProtocolError,
 )
+from ...uri import redact_text
 from .._http.headers import (
     exception_error,
     parse_content_range,
@@ -63,6 +64,8 @@ from .config import LOOKED_IN, OPTIONS, HTTPCredentials, resolve_http_credential
 __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 
 log = logging.getLogger("tensorstream.http")
+#: Objects already warned of as having no validator (one warning per process).
+_WARNED_UNVERSIONED: set[str] = set()
 
 MAX_REDIRECTS = 5
 from ...errors import InsecureTLSWarning  # noqa: E402  (re-exported for compatibility)
@@ -185,7 +188,21 @@ class HTTPProvider(Provider):
             if info is None:
                 probe = {**_IDENTITY, "Range": "bytes=0-0"}
                 info = self._info_from_probe(self._request("GET", path, probe, cancel), path)
+        if info.etag is None and info.mtime is None:
+            self._warn_unversioned(path)
         return info
+
+    def _warn_unversioned(self, path: str) -> None:
+        """Say once per object and process that its reads are checked by size only."""
+        where = f"{self._origin}{_redact_path(path.partition('?')[0])}"
+        if where in _WARNED_UNVERSIONED:
+            return
+        _WARNED_UNVERSIONED.add(where)
+        log.warning(
+            "%s: the server sends neither ETag nor Last-Modified, so a read can tell a "
+            "replaced object only by its size: one replaced by an object of the same size "
+            "while it is read may be read as a mix of both (nginx, Apache, S3 and CDNs send "
+            "ETags)", redact_text(where))
 
     @staticmethod
     def _info(resp: Answer, path: str, size: int) -> ObjectInfo:
