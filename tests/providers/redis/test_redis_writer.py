@@ -240,3 +240,70 @@ def test_a_commit_whose_writer_was_aborted_while_it_waited_never_publishes(
     assert _left(redis_server, key) == []
     with pytest.raises(tensorstream.errors.NotFoundError):
         tensorstream.open(redis_server.url(key)).close()
+
+
+class _LoseAnswer:
+    """The first client burst that ``matches`` goes to the server, and its answer
+    is lost: the connection's replies are held, then every connection through
+    the proxy is cut (as a dropped link does) and service resumes."""
+
+    def __init__(self, proxy: TCPFaultProxy, matches: Any) -> None:
+        self.proxy, self.matches, self.done = proxy, matches, False
+
+    async def __call__(self, data: bytes) -> None:
+        if self.done or not self.matches(data):
+            return
+        self.done = True
+        self.proxy.faults.stall = True
+
+        def cut() -> None:
+            time.sleep(0.3)  # the command reached the server and ran
+            self.proxy.cut_all()
+            self.proxy.faults.stall = False
+
+        threading.Thread(target=cut, daemon=True).start()
+
+
+def _keys_of(redis_server: RedisServer, key: str) -> tuple[list[bytes], list[bytes]]:
+    """(persistent keys, keys with a TTL) named ``key`` or ``key:...``."""
+    with redis_server.client() as c:
+        keys = [k for k in _left(redis_server, key) if k == key.encode() or
+                k.startswith(key.encode() + b":")]
+        return ([k for k in keys if c.ttl(k) == -1], [k for k in keys if c.ttl(k) != -1])
+
+
+def test_a_publish_whose_answer_was_lost_is_the_success_it_was(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """Redis ran the publish, and its answer was lost (the connection dropped).
+    The write failed, and its abort removed the new manifest: neither version
+    was left (a read named chunks of two generations), and the chunks of both
+    stayed for ever (made persistent). The manifest is looked at: it is this
+    writer's, so the write succeeded, and the previous generation is dropped."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    _first_version(redis_server, key)
+    proxy.faults.on_client_data = _LoseAnswer(proxy, lambda d: b"unpack(ARGV)" in d)
+    data = os.urandom(5 * CS)
+    with tensorstream.open(f"redis://127.0.0.1:{proxy.port}/{key}", "wb",
+                           redis_chunk_size=CS) as f:
+        f.write(data)
+    assert proxy.faults.on_client_data.done
+    assert tensorstream.open(redis_server.url(key)).read() == data
+    persistent, expiring = _keys_of(redis_server, key)
+    assert len(persistent) == 1 + 5 and expiring == []  # the manifest and its chunks only
+
+
+def test_a_commit_whose_answer_was_lost_before_the_publish_keeps_the_previous_version(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """The neighbour: the answer lost is the one to the commit's first step
+    (the chunks made persistent), so nothing was published: the write fails,
+    the previous version stays, and the new chunks are removed."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    first = _first_version(redis_server, key)
+    proxy.faults.on_client_data = _LoseAnswer(proxy, lambda d: b"PERSIST" in d)
+    with pytest.raises(tensorstream.errors.ConnectionFailedError), \
+            tensorstream.open(f"redis://127.0.0.1:{proxy.port}/{key}", "wb",
+                              redis_chunk_size=CS) as f:
+        f.write(os.urandom(5 * CS))
+    assert tensorstream.open(redis_server.url(key)).read() == first
+    persistent, expiring = _keys_of(redis_server, key)
+    assert len(persistent) == 1 + 3 and expiring == []

@@ -5,7 +5,9 @@
    nothing behind for long.
 2. On commit the chunks are made persistent, then one Lua script replaces
    the manifest hash at ``K`` (a single key: atomic on a cluster too) and
-   returns the previous generation.
+   returns the previous generation. A publish whose answer is lost may have
+   run: the manifest is looked at, and if it holds this generation the write
+   succeeded (the previous one is known from a look taken with the ``PERSIST``).
 3. The previous generation's chunks are deleted. A reader pinned to it then
    gets :class:`~tensorstream.errors.ObjectChangedError`, never a mix.
 
@@ -41,7 +43,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ...errors import IntegrityError, ObjectChangedError
+from ...errors import IntegrityError, ObjectChangedError, TensorstreamError
 from ..base import Writer
 from .layout import chunk_key, manifest_fields
 
@@ -67,6 +69,18 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return old
 """
+
+#: The manifest's generation, size and chunk size at ``KEYS[1]`` (nil: no manifest).
+_MANIFEST = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
+  return redis.call('HMGET', KEYS[1], 'generation', 'size', 'chunk_size')
+end
+return false
+"""
+
+#: Looks taken at whether a publish whose answer was lost was applied (a temporary
+#: error each: the drop that lost the answer may have broken other pooled connections).
+_LOOKS = 3
 
 #: Delete ``KEYS[1]`` only while it is still the manifest of generation ``ARGV[1]``.
 DELETE_IF_GENERATION = """
@@ -101,6 +115,9 @@ class RedisWriter(Writer):
         self._inflight: set[asyncio.Future[Any]] = set()
         #: The commit's persist-and-publish, once started (abort undoes it).
         self._publish_job: asyncio.Future[Any] | None = None
+        #: The manifest the publish replaces, as read just before it: what is
+        #: dropped when the publish's own answer (which names it) was lost.
+        self._replacing: Any = None
 
     def __repr__(self) -> str:
         return f"<RedisWriter {self._path!r} generation={self._gen} {self._state}>"
@@ -263,10 +280,14 @@ class RedisWriter(Writer):
         """Make every chunk persistent (and check its length), then publish the
         manifest; returns the previous generation. Not started, and not
         published, once an abort began."""
+        key = self._path.encode("utf-8", "surrogateescape")
         ops: list[tuple[str, tuple[Any, ...]]] = [("persist", (k,)) for k in self._keys]
         if check_lengths:
             ops += [("strlen", (k,)) for k in self._keys]
+        # Last, the manifest this publish replaces (see _replacing), in the same round trip.
+        ops.append(("eval", (_MANIFEST, 1, key)))
         answers = await self._p.pipeline(ops)
+        self._replacing, answers = answers[-1], answers[:-1]
         persisted, lengths = answers[: len(self._keys)], answers[len(self._keys):]
         if not all(persisted):
             raise ObjectChangedError(
@@ -280,12 +301,39 @@ class RedisWriter(Writer):
         if self._state != "publishing":  # aborted while the chunks were made persistent
             raise ValueError(f"the Redis writer of {self._path!r} was aborted during its "
                              "commit; nothing is published")
-        key = self._path.encode("utf-8", "surrogateescape")
 
         async def publish() -> Any:
             return await self._p.client().eval(_PUBLISH, 1, key, *args)
 
-        return await self._p._guard(publish)
+        try:
+            return await self._p._guard(publish)
+        except TensorstreamError as exc:
+            # Redis runs a command it received: a reply lost on the way back (a
+            # dropped connection, a timeout) may follow a publish that happened.
+            # Reported as a failure, the abort then removed the new manifest:
+            # neither version left, both generations' chunks kept for ever.
+            if not exc.temporary or not await self._published_anyway(key):
+                raise
+            log.info("the publish of %r lost its answer (%s) but was applied",
+                     self._path, type(exc).__name__)
+            return self._replacing
+
+    async def _published_anyway(self, key: bytes) -> bool:
+        """Whether the manifest at ``key`` is this writer's generation (looked at
+        a few times: the connection that lost the answer may not be the only
+        one that broke)."""
+        async def look() -> Any:
+            return await self._p.client().eval(_MANIFEST, 1, key)
+
+        for _ in range(_LOOKS):
+            try:
+                now = await self._p._guard(look)
+            except TensorstreamError as exc:
+                if exc.temporary:
+                    continue
+                return False
+            return bool(now) and now[0] is not None and now[0].decode() == self._gen
+        return False
 
     async def _drop_old(self, old: Any) -> None:
         if not old or old[0] is None or old[0].decode() == self._gen:
@@ -326,8 +374,9 @@ class RedisWriter(Writer):
             return await self._p.client().eval(DELETE_IF_GENERATION, 1, key, self._gen)
 
         self._p._layouts.pop(self._path, None)
-        if await self._p._guard(drop) and not job.cancelled() and job.exception() is None:
-            await self._drop_old(job.result())
+        if await self._p._guard(drop):
+            answered = not job.cancelled() and job.exception() is None
+            await self._drop_old(job.result() if answered else self._replacing)
 
 
 def _settled(inflight: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
