@@ -59,6 +59,40 @@ def test_a_write_not_yet_published_is_not_an_object(redis_server: RedisServer) -
         assert f.read() == data
 
 
+def test_a_write_not_yet_published_is_not_listed(redis_server: RedisServer) -> None:
+    """The listing's side of the test above: the staged chunks of a first write
+    to a name, in progress or left by a writer that died, were listed (``ls``,
+    and copied by ``cp -r``/``sync``) as one string object per chunk. They are
+    left out until the manifest names them; an object beside them still is listed."""
+    _write(redis_server.url("lsu/beside"), b"x" * 10)
+
+    async def names() -> list[str]:
+        async with tensorstream.get_provider(redis_server.url("lsu/")) as p:
+            return [o.path async for o in p.list("lsu/")]
+
+    with tensorstream.open(redis_server.url("lsu/unpublished"), "wb", redis_chunk_size=CS) as w:
+        w.write(os.urandom(8 << 20))  # a full write buffer: sent as chunks
+        with redis_server.client() as c:
+            assert len(list(c.scan_iter(match="lsu/unpublished:*", count=1000))) > 100
+        assert asyncio.run(names()) == ["lsu/beside"]
+    assert asyncio.run(names()) == ["lsu/beside", "lsu/unpublished"]
+
+
+def test_tensorizer_keys_with_an_expiry_are_still_listed(redis_server: RedisServer) -> None:
+    """The neighbour: tensorizer's own keys with an expiry (not named like a
+    staged chunk) stay one object in the listing."""
+    redis_server.put_tensorizer_layout("lsx/tz", os.urandom(3 * CS + 7), piece=CS)
+    with redis_server.client() as c:
+        for k in c.scan_iter(match="lsx/tz:*"):
+            c.pexpire(k, 600_000)
+
+    async def names() -> list[str]:
+        async with tensorstream.get_provider(redis_server.url("lsx/")) as p:
+            return [o.path async for o in p.list("lsx/")]
+
+    assert asyncio.run(names()) == ["lsx/tz"]
+
+
 def test_tensorizer_keys_with_an_expiry_are_still_an_object(redis_server: RedisServer) -> None:
     data = os.urandom(3 * CS + 7)
     redis_server.put_tensorizer_layout("lay/tz-expiring", data, piece=CS)

@@ -1,8 +1,8 @@
 """Listing: turn the keys under a prefix into objects (manifests, tensorizer prefixes, strings).
 
 One ``SCAN`` (glob characters in the prefix escaped) and pipelined
-``TYPE``/``HGETALL``/``STRLEN``; chunk keys of a manifest are never listed
-as objects of their own.
+``TYPE``/``HGETALL``/``STRLEN``; chunk keys of a manifest, and chunks a
+write staged and has not published, are never listed as objects of their own.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from .layout import (
     Layout,
     chunk_offset,
     escape_glob,
+    is_staged_chunk,
     parse_manifest,
     string_layout,
     tensorizer_layout,
@@ -62,6 +63,16 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
             _skip(k, exc)
     found = [lay for k, lay in manifests.items() if k in keys]
     loose = sorted(k for k in chunky if k.rsplit(b":", 2)[0] not in manifests)
+    # A chunk a writer staged (K:<generation>:<offset> with its staging expiry) is no
+    # object until a manifest names it, as stat has it: a write in progress, or one
+    # that died, was listed (and copied by cp -r/sync) as one object per chunk.
+    staged = [k for k in loose if is_staged_chunk(_name(k.rsplit(b":", 2)[0]), k)]
+    if staged:
+        ttls = await p.pipeline([("pttl", (k,)) for k in staged])
+        hidden = {k for k, ttl in zip(staged, ttls, strict=True)
+                  if isinstance(ttl, int) and ttl >= 0}
+        loose = [k for k in loose if k not in hidden]
+        keys -= hidden
 
     # tensorizer's to_redis prefixes are recognised by their P:header:0 key.
     heads = sorted((k[: -len(_HEADER)] for k in loose if k.endswith(_HEADER)), key=len,
