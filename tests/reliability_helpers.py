@@ -2,11 +2,13 @@
 
 Canary secrets, a listener that never accepts, a child-process runner, an
 S3 proxy that answers ``CompleteMultipartUpload`` with ``200`` + ``<Error>``,
-and a log handler that runs a callback when the retry layer logs an attempt.
+a log handler that runs a callback when the retry layer logs an attempt, and a
+file size limit that fails writes as a full disk does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -15,7 +17,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -349,3 +351,21 @@ class MismatchedTLSServer:
 
     def close(self) -> None:
         self.sock.close()
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """Files of this process may not grow past ``limit`` bytes (``RLIMIT_FSIZE``):
+    a write past it fails with ``EFBIG``, as a full disk fails one with ``ENOSPC``
+    (the same bare ``OSError`` without a file name; no mount needed)."""
+    import resource
+    import signal
+
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an error, not a kill
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, handler)

@@ -3,9 +3,13 @@ tensorstream-written objects read by tensorizer's own ``redis://`` loader."""
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 import tensorstream
+from reliability_helpers import file_size_limit
 from tensorstream.testing.redis_server import RedisServer
 
 torch = pytest.importorskip("torch")
@@ -109,3 +113,28 @@ def test_deserialize_defaults_to_one_reader_and_blocking_reads(
         assert f.capabilities.blocking_reads and f.read_hints.serial_server
         assert f.read() == data
         assert f.read_stats()["direct_bytes"] > 0
+
+
+def test_serialize_out_of_local_room_names_its_temporary_copy(
+        redis_server: RedisServer, tmp_path: object) -> None:
+    """serialize() to a remote URI first makes the whole file in a local temporary
+    directory (tensorizer seeks). A full disk there was a bare "[Errno 28] No
+    space left on device" while the user wrote to Redis: which disk? It names
+    the temporary file and says to set TMPDIR. Nothing is published, nothing left."""
+    from tensorstream.tensorizer import serialize
+
+    sd = {"w": torch.randn(512, 1024)}  # 2 MiB
+    with file_size_limit(1 << 20), pytest.raises(OSError) as info:
+        serialize(sd, redis_server.url("ser/no-room"))
+    assert info.value.errno == errno.EFBIG, info.value
+    assert "TMPDIR" in str(info.value) and "redis://" in str(info.value)
+    assert str(info.value.filename).endswith("model.tensors")
+    assert not os.path.exists(os.path.dirname(str(info.value.filename)))  # removed
+    with redis_server.client() as c:
+        assert list(c.scan_iter(match="ser/no-room*")) == []
+    # A local destination: named itself (its temporary file is beside it).
+    dst = f"{tmp_path}/model.tensors"
+    with file_size_limit(1 << 20), pytest.raises(OSError) as info:
+        serialize(sd, dst)
+    assert info.value.errno == errno.EFBIG and info.value.filename == dst, info.value
+    assert os.listdir(str(tmp_path)) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 import tensorstream
+from reliability_helpers import file_size_limit
 from tensorstream import errors
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
 
@@ -49,6 +51,19 @@ def test_failed_write_leaves_no_temp_file(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), tensorstream.open(dst, "wb") as w:
         w.write(b"x" * 100)
         raise RuntimeError("fail")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_names_the_destination_and_publishes_nothing(tmp_path: Path) -> None:
+    """A write the disk has no room for (here: past RLIMIT_FSIZE, EFBIG; ENOSPC
+    alike) was a bare "[Errno 28] No space left on device": which file, which
+    disk? It names the destination now, keeps its errno, and nothing is left."""
+    dst = tmp_path / "out.bin"
+    with file_size_limit(1 << 20), pytest.raises(OSError) as info, \
+            tensorstream.open(dst, "wb") as w:
+        w.write(os.urandom(3 << 20))
+    assert info.value.errno == errno.EFBIG and info.value.filename == str(dst), info.value
+    assert "nothing was published" in str(info.value)
     assert list(tmp_path.iterdir()) == []
 
 

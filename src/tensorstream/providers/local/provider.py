@@ -11,7 +11,7 @@ import os
 import secrets
 import stat as stat_mod
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
@@ -397,6 +397,19 @@ def _check_destination(path: str) -> None:
         raise TensorstreamError(f"destination is not a regular file: {path}", service="file")
 
 
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """An ``OSError`` of a write without a file name (``ENOSPC``, ``EFBIG``,
+    ``EDQUOT``, ``EIO``: a bare "No space left on device") names ``path``, the
+    destination being written (its temporary file is beside it, on its disk)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, f"{exc.strerror}; nothing was published", path) from exc
+
+
 class _AtomicFileWriter(Writer):
     """Write to a 0600 temp file beside the destination; fsync + rename on commit.
 
@@ -441,9 +454,10 @@ class _AtomicFileWriter(Writer):
             self._open()
         assert self._fd is not None
         view = memoryview(data).cast("B")
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        with _naming(self.path):
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
 
     async def _in_thread(self, fn: Callable[[], None]) -> None:
         """``fn()`` in a thread, which runs to its end whoever stops waiting;
@@ -470,7 +484,8 @@ class _AtomicFileWriter(Writer):
             self._open()
         assert self._fd is not None and self._tmp is not None
         os.fchmod(self._fd, new_file_mode() if self._mode is None else self._mode)
-        os.fsync(self._fd)
+        with _naming(self.path):  # (a full disk may only show here, on NFS say)
+            os.fsync(self._fd)
         st = os.fstat(self._fd)
         os.close(self._fd)
         self._fd = None
