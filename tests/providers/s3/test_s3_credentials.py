@@ -538,6 +538,20 @@ async def test_a_key_id_or_token_beyond_ascii_is_refused_unshown(
     assert "canary" not in _everything_said(info.value).lower()
 
 
+async def test_a_token_from_a_profile_that_http_cannot_send_is_refused_unshown(
+        sources: Sources, moto_s3: MotoS3Server) -> None:
+    # botocore's chain is not checked like the variables: http.client's
+    # UnicodeEncodeError came out raw, holding the whole token in its args.
+    sources.aws_credentials.write_text(
+        f"[default]\naws_access_key_id = {moto_s3.access_key_id}\n"
+        f"aws_secret_access_key = {moto_s3.secret_access_key}\n"
+        "aws_session_token = tok-canary\u2603\n", encoding="utf-8")
+    with pytest.raises(errors.ConfigurationError, match="cannot be sent") as info:
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url,
+                                retries=1)
+    assert "canary" not in _everything_said(info.value) + repr(info.value.args)
+
+
 @pytest.mark.parametrize(("endpoint", "problem"), [
     ("http://", "no host"), ("http://[::1", "Invalid IPv6 URL"), ("http://a:99999", "Port out of"),
     ("ftp://127.0.0.1", "not http or https"), ("http://u:pw-canary@:9", "no host"),

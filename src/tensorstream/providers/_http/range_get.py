@@ -65,6 +65,7 @@ from yarl import URL
 
 from ...config import Timeouts
 from ...errors import (
+    ConfigurationError,
     IncompleteReadError,
     InvalidRangeError,
     ProtocolError,
@@ -244,6 +245,16 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
             # (RemoteDisconnected is a BadStatusLine), or what came first was no
             # status line: bytes its previous answer left (a CRLF after a body, a
             # body sent with a HEAD answer).
+        except (UnicodeEncodeError, ValueError) as exc:
+            conn.close()
+            if isinstance(exc, UnicodeEncodeError) or str(exc).startswith("Invalid header"):
+                # http.client's error holds the whole header value: a token, a key id
+                # (from a source resolved without this check, e.g. botocore's chain)
+                raise ConfigurationError(
+                    "a request header value cannot be sent (a line break, or a character "
+                    "beyond Latin-1): check the credentials; the value is not shown",
+                    service=service, path=redact_path(path)) from None
+            raise
         except BaseException:
             conn.close()
             raise
