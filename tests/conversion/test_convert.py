@@ -4,6 +4,7 @@ tensorizer's own TensorDeserializer and safetensors' load; bounded memory; hosti
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gc
 import io
 import json
@@ -20,6 +21,7 @@ import pytest
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
+from reliability_helpers import file_size_limit
 from tensorstream.conversion import DestinationExistsError, UnsupportedDtypeError
 from tensorstream.errors import (
     ConfigurationError,
@@ -568,3 +570,27 @@ def test_a_shard_replaced_after_its_header_was_checked(tmp_path: Path,
     with pytest.raises(ObjectChangedError, match="changed while converting"):
         tensorstream.convert(str(src), str(tmp_path / "m.tensors"))
     assert _clean(tmp_path) == ["m.safetensors"]
+
+
+@pytest.mark.parametrize("where", ["local", "redis"])
+def test_a_conversion_out_of_local_room_names_the_file(request: pytest.FixtureRequest,
+                                                       tmp_path: Path, where: str) -> None:
+    """Out of room while writing (EFBIG past RLIMIT_FSIZE, as ENOSPC on a full disk):
+    was a bare "[Errno 28] No space left on device". A local destination is
+    named; a remote one is made whole in a local temporary directory first, and
+    that file is named with a hint to set TMPDIR. Nothing is published."""
+    src = tmp_path / "m.safetensors"
+    st_torch.save_file({"w": torch.randn(512, 1024)}, str(src))  # 2 MiB
+    (tmp_path / "out").mkdir()
+    store = _store(where, request, tmp_path / "out")
+    dst = store.uri("m.tensors")
+    with file_size_limit(1 << 20), pytest.raises(OSError) as info:
+        tensorstream.convert(str(src), dst)
+    assert info.value.errno == errno.EFBIG, info.value
+    if where == "local":
+        assert info.value.filename == dst
+        assert os.listdir(tmp_path / "out" / "store") == []
+    else:
+        assert "TMPDIR" in str(info.value) and str(info.value.filename).endswith("model.tensors")
+        assert not os.path.exists(os.path.dirname(str(info.value.filename)))
+    assert not store.exists("m.tensors")

@@ -40,6 +40,7 @@ from tensorizer.serialization import TensorType
 
 from ..api import open as ts_open
 from ..errors import MalformedFileError, ObjectChangedError
+from ..providers.local.provider import naming_write_errors, temp_copy_hint
 from ..safetensors.header import TensorInfo
 from ..safetensors.reader import SafetensorsFile, torch_dtype
 from ..safetensors.sources import Source
@@ -229,11 +230,12 @@ def write_tensorizer(shards: list[Shard], src_options: Mapping[str, Any], dst: P
                      durable: bool, progress: Callable[[int], None]) -> int:
     """Write every tensor of ``shards`` to ``dst``; returns the number of tensors."""
     if dst.is_local:
-        with local_target(dst.path, overwrite, durable) as tmp:
+        with local_target(dst.path, overwrite, durable) as tmp, naming_write_errors(dst.path):
             return _serialize(shards, src_options, tmp, encryption, progress)
     with tempfile.TemporaryDirectory(prefix="tensorstream-convert-") as tmpdir:
         tmp = os.path.join(tmpdir, "model.tensors")
-        count = _serialize(shards, src_options, tmp, encryption, progress)
+        with naming_write_errors(tmp, temp_copy_hint("convert", dst)):
+            count = _serialize(shards, src_options, tmp, encryption, progress)
         with open(tmp, "rb") as src, ts_open(dst, "wb", **dst_options) as out:
             shutil.copyfileobj(src, out, _COPY_CHUNK)
     return count

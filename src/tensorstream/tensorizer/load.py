@@ -41,7 +41,12 @@ from ..distributed.tensorizer import fetch as fetch_shared
 from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamError
 from ..file import StreamReader
 from ..providers.local.provider import _check_destination as check_local_destination
-from ..providers.local.provider import fsync_path, temp_path_for
+from ..providers.local.provider import (
+    fsync_path,
+    naming_write_errors,
+    temp_copy_hint,
+    temp_path_for,
+)
 from ..readahead.localfill import workers
 from ..uri import ParsedURI, check_file_destination, parse_uri, redact
 from .crypto import (
@@ -659,21 +664,7 @@ def _check_serializable(obj: Any) -> None:
             "tensors only: convert it with .to_dense() first")
 
 
-def _write_tensors(obj: Any, path: str, encryption: Any, *, name: str | None = None,
-                   hint: str = "") -> None:
-    """Write ``obj`` to the local file ``path``; an ``OSError`` without a file name
-    (a full disk: a bare "No space left on device") names ``name`` (else ``path``),
-    and ``hint``."""
-    try:
-        _write_tensors_to(obj, path, encryption)
-    except OSError as exc:
-        if exc.filename is not None or exc.errno is None or isinstance(exc, TensorstreamError):
-            raise
-        raise OSError(exc.errno, f"{exc.strerror}{hint}; nothing was published",
-                      name or path) from exc
-
-
-def _write_tensors_to(obj: Any, path: str, encryption: Any) -> None:
+def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
     with open(path, "wb+") as f:
         serializer = TensorSerializer(f, encryption=encryption)
         try:
@@ -742,7 +733,8 @@ def serialize(
         check_local_destination(parsed.path)
         tmp = temp_path_for(parsed.path)
         try:
-            _write_tensors(obj, tmp, params, name=parsed.path)  # (tmp is beside it)
+            with naming_write_errors(parsed.path):  # (tmp is beside it)
+                _write_tensors(obj, tmp, params)
             os.chmod(tmp, new_file_mode())  # as every local write: 0666 less the umask
             fsync_path(tmp)
             check_local_destination(parsed.path)  # one may have appeared meanwhile
@@ -756,9 +748,8 @@ def serialize(
     with tempfile.TemporaryDirectory(prefix="tensorstream-serialize-") as tmpdir:
         tmp = os.path.join(tmpdir, "model.tensors")
         # tensorizer seeks in what it writes: the whole file is made here first.
-        _write_tensors(obj, tmp, params, hint=(
-            f" (the local copy serialize() makes before sending {parsed.redacted()}: "
-            "set TMPDIR to a disk with room for the whole file)"))
+        with naming_write_errors(tmp, temp_copy_hint("serialize()", parsed)):
+            _write_tensors(obj, tmp, params)
         with open(tmp, "rb") as src, ts_open(parsed, "wb", **options) as dst:
             shutil.copyfileobj(src, dst, _COPY_CHUNK)
     return str(target)

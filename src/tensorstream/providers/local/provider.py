@@ -27,8 +27,8 @@ from ...errors import (
 from ...readahead._prefault import populate
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
-__all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error", "open_regular",
-           "temp_path_for"]
+__all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error", "naming_write_errors",
+           "open_regular", "temp_copy_hint", "temp_path_for"]
 
 
 def _etag(st: os.stat_result) -> str:
@@ -398,16 +398,25 @@ def _check_destination(path: str) -> None:
 
 
 @contextlib.contextmanager
-def _naming(path: str) -> Iterator[None]:
+def naming_write_errors(path: str, hint: str = "") -> Iterator[None]:
     """An ``OSError`` of a write without a file name (``ENOSPC``, ``EFBIG``,
-    ``EDQUOT``, ``EIO``: a bare "No space left on device") names ``path``, the
-    destination being written (its temporary file is beside it, on its disk)."""
+    ``EDQUOT``, ``EIO``: a bare "No space left on device") names ``path`` (the
+    destination, whose temporary file is beside it, or a temporary copy),
+    with ``hint`` after the reason."""
     try:
         yield
     except OSError as exc:
-        if exc.filename is not None or exc.errno is None:
+        if exc.filename is not None or exc.errno is None or isinstance(exc, TensorstreamError):
             raise
-        raise OSError(exc.errno, f"{exc.strerror}; nothing was published", path) from exc
+        raise OSError(exc.errno, f"{exc.strerror}{hint}; nothing was published", path) from exc
+
+
+def temp_copy_hint(who: str, destination: Any) -> str:
+    """What :func:`naming_write_errors` adds for the local temporary copy ``who``
+    makes of a whole file before sending it to a remote ``destination``
+    (tensorizer seeks in what it writes)."""
+    return (f" (the local copy {who} makes before sending {destination.redacted()}: set "
+            "TMPDIR to a disk with room for the whole file)")
 
 
 class _AtomicFileWriter(Writer):
@@ -454,7 +463,7 @@ class _AtomicFileWriter(Writer):
             self._open()
         assert self._fd is not None
         view = memoryview(data).cast("B")
-        with _naming(self.path):
+        with naming_write_errors(self.path):
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
@@ -484,7 +493,7 @@ class _AtomicFileWriter(Writer):
             self._open()
         assert self._fd is not None and self._tmp is not None
         os.fchmod(self._fd, new_file_mode() if self._mode is None else self._mode)
-        with _naming(self.path):  # (a full disk may only show here, on NFS say)
+        with naming_write_errors(self.path):  # (a full disk may only show here, on NFS say)
             os.fsync(self._fd)
         st = os.fstat(self._fd)
         os.close(self._fd)
