@@ -58,3 +58,66 @@ def test_a_status_line_of_kilobytes_is_quoted_short() -> None:
             pytest.raises(ProtocolError, match="BadStatusLine") as info:
         tensorstream.open(server.url("m.bin"), retries=1)
     assert len(str(info.value)) < 500
+
+
+def test_a_second_answer_after_each_answer_is_never_taken_for_the_next() -> None:
+    # The leftover answer was read as the next request's: "Content-Range 'bytes
+    # 0-65535/...' does not match", or "the server ignored the Range header (200
+    # instead of 206)" for the HEAD's, blaming the wrong thing and failing the read.
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        answer = _keep_alive_answer(method, headers)
+        return answer + answer
+    with RawHTTPServer(respond) as server:
+        assert _read_in_pieces(server.url("m.bin")) == DATA
+
+
+class _OneAnswerPerConnection:
+    """Keeps each connection open after its first answer (keep-alive) and closes
+    it, unanswered, when a second request arrives on it: a connection that looked
+    alive in the pool dies under the request (the server's keep-alive timeout
+    passing just then)."""
+
+    def __init__(self) -> None:
+        import socketserver
+        import threading
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                served = 0
+                data = b""
+                while True:
+                    while b"\r\n\r\n" not in data:
+                        chunk = self.request.recv(65536)
+                        if not chunk:
+                            return
+                        data += chunk
+                    head, _, data = data.partition(b"\r\n\r\n")
+                    if served:
+                        return  # closed, unanswered
+                    lines = head.decode("latin-1").split("\r\n")
+                    headers = {k.strip().lower(): v.strip()
+                               for k, _, v in (line.partition(":") for line in lines[1:])}
+                    self.request.sendall(_keep_alive_answer(lines[0].split(" ")[0], headers))
+                    served += 1
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_pooled_connections_that_die_under_the_request_are_replaced() -> None:
+    # Was AssertionError("unreachable"): the one repeat of a request sent on a
+    # reused connection took the next idle connection, dead too, and gave up.
+    server = _OneAnswerPerConnection()
+    try:
+        assert _read_in_pieces(f"http://127.0.0.1:{server.port}/m.bin") == DATA
+    finally:
+        server.close()

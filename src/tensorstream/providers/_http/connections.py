@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import http.client
 import os
+import select
 import socket
 import ssl
 import threading
@@ -81,13 +82,18 @@ class ConnectionPool:
                 ) -> tuple[http.client.HTTPConnection, bool]:
         """An idle connection to ``key`` (``reused=True``) or, when there is none
         or ``fresh`` is asked, a new, connected one."""
-        with self._lock:
-            if self._pid != os.getpid():  # sockets shared with the parent: never use
-                self._idle.clear()
-                self._pid = os.getpid()
-            idle = self._idle.get(key)
-            if idle and not fresh:
-                return idle.pop(), True
+        while not fresh:
+            with self._lock:
+                if self._pid != os.getpid():  # sockets shared with the parent: never use
+                    self._idle.clear()
+                    self._pid = os.getpid()
+                idle = self._idle.get(key)
+                if not idle:
+                    break
+                pooled = idle.pop()
+            if not _stale(pooled):
+                return pooled, True
+            pooled.close()
         scheme, host, port = key
         conn: http.client.HTTPConnection
         if scheme == "https":
@@ -130,6 +136,22 @@ class ConnectionPool:
             for conn in conns:
                 conn.close()
 
+
+
+def _stale(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection has something to read: the server closed it
+    (its keep-alive timeout), or bytes its last answer left (a CRLF after a body,
+    a second answer). Either way the next answer read from it would not be the
+    next request's (urllib3 checks the same before reusing a connection)."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        poller = select.poll()  # (select.select refuses descriptors past 1023)
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 class Cancelled(TensorstreamError):
