@@ -2,7 +2,7 @@
 mid-way is resumed, a 200 whose body is an ``<Error>`` on complete fails the
 write and aborts the upload, a complete whose answer is still on its way
 when the writer is aborted is removed again, and one S3 applied whose answer
-was lost (a 5xx, a timeout) is the success it was."""
+was lost (a 5xx, a timeout) is the success it was, and so is such a PutObject."""
 
 from __future__ import annotations
 
@@ -186,18 +186,21 @@ async def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_
 
 @pytest.mark.parametrize("answer", [500, 0], ids=["answered-500", "timed-out"])
 @pytest.mark.parametrize("path", ["write", "cp"])
-async def test_a_complete_applied_whose_answer_was_lost_is_a_success(
-    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, tmp_path: Path, answer: int, path: str
+@pytest.mark.parametrize("size", [11 * MiB, 1000], ids=["multipart", "one-put"])
+async def test_a_publish_applied_whose_answer_was_lost_is_a_success(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, tmp_path: Path, answer: int, path: str,
+    size: int,
 ) -> None:
-    """S3 carried out CompleteMultipartUpload, and its answer was lost (a 5xx from
-    a proxy in front, a timeout). The writer reported a failure ("nothing was
-    published", cp: failed) while the object had been replaced by the new one.
-    The object is looked at: it holds this upload (its ETag is the one these
-    parts make), so the write succeeded."""
+    """S3 carried out CompleteMultipartUpload (or the one PutObject of a small
+    object), and its answer was lost (a 5xx from a proxy in front, a timeout).
+    The writer reported a failure ("nothing was published", cp: failed) while
+    the object had been replaced by the new one. The object is looked at: it
+    holds this write (its ETag is the one these bytes make), so it succeeded."""
     p, endpoint = proxy
     key = f"faults/lost-{uuid.uuid4().hex[:8]}"
     moto_s3.put(S3_BUCKET, key, b"previous version")
-    data = os.urandom(11 * MiB)
+    data = os.urandom(size)
+    p.match_put = f"/{S3_BUCKET}/{key}" if size < MIN_PART_SIZE else None
     p.lose_complete_answer = answer
     opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB, timeout_idle=1)
     if path == "write":

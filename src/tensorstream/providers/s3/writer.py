@@ -165,7 +165,7 @@ class S3Writer(Writer):
         try:
             if self._create is None:
                 body, self._buf = bytes(self._buf), bytearray()
-                await self._publish("put_object", Bucket=self._bucket, Key=self._key, Body=body)
+                await self._put(body)
             else:
                 if self._buf:
                     part, self._buf = self._buf, bytearray()
@@ -228,8 +228,7 @@ class S3Writer(Writer):
             if self._create is None:
                 body, md5 = self._only if self._only is not None else (b"", hashlib.md5().digest())
                 self._only = None
-                resp = await self._publish("put_object", Bucket=self._bucket, Key=self._key,
-                                           Body=body, ContentMD5=base64.b64encode(md5).decode())
+                resp = await self._put(body, md5)
                 await self._check_published(resp.get("ETag"), md5.hex(), None)
             else:
                 if sorted(self._parts) != list(range(1, count + 1)):
@@ -243,6 +242,18 @@ class S3Writer(Writer):
         except BaseException:
             await self.abort()
             raise
+
+    async def _put(self, body: bytes, md5: bytes | None = None) -> dict[str, Any]:
+        """The one ``PutObject`` of a small object (with its ``Content-MD5`` where
+        the caller has it); an answer lost after S3 applied it, as for
+        :meth:`_complete` (the object's ETag is then the MD5 of ``body``)."""
+        kwargs = {"ContentMD5": base64.b64encode(md5).decode()} if md5 is not None else {}
+        try:
+            return await self._publish("put_object", Bucket=self._bucket, Key=self._key,
+                                       Body=body, **kwargs)
+        except TensorstreamError as exc:
+            want = (md5 if md5 is not None else hashlib.md5(body).digest()).hex()
+            return await self._published_anyway(exc, "PutObject", want, None)
 
     async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """``CompleteMultipartUpload``. S3 applies a request it received even when
@@ -258,27 +269,27 @@ class S3Writer(Writer):
                 UploadId=self._upload_id, MultipartUpload={"Parts": parts},
             )
         except TensorstreamError as exc:
-            etag = await self._completed_anyway(parts)
-            if etag is None:
-                raise
-            log.info("CompleteMultipartUpload of %s/%s failed (%s), but the object holds "
-                     "this upload (ETag %s): it was applied", self._bucket, self._key,
-                     type(exc).__name__, etag)
-            return {"ETag": etag}
+            digests = [_etag_md5(part["ETag"]) for part in parts]
+            if any(d is None or d[1] is not None for d in digests):
+                raise  # a part's ETag that is no MD5 (SSE-KMS): the object cannot tell
+            want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
+            return await self._published_anyway(exc, "CompleteMultipartUpload", want, len(parts))
 
-    async def _completed_anyway(self, parts: list[dict[str, Any]]) -> str | None:
-        """The object's ETag if it is the one ``parts`` completed make, else None
-        (also where it cannot be told: a part's ETag that is no MD5, SSE-KMS)."""
-        digests = [_etag_md5(part["ETag"]) for part in parts]
-        if self._state != "open" or any(d is None or d[1] is not None for d in digests):
-            return None
-        want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
+    async def _published_anyway(self, exc: TensorstreamError, op: str, want: str,
+                                count: int | None) -> dict[str, Any]:
+        """``op`` failed with ``exc``: the object's ETag as its answer if it is
+        the one this write makes (``want``, ``-count``), else ``exc`` raised."""
+        if self._state != "open":
+            raise exc
         try:
-            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
+            etag = (await self._call("head_object", Bucket=self._bucket, Key=self._key)).get("ETag")
         except TensorstreamError:
-            return None
-        etag = head.get("ETag")
-        return str(etag) if _etag_md5(etag) == (want, len(parts)) else None
+            etag = None  # (the write's own error is the one to report)
+        if etag is None or _etag_md5(etag) != (want, count):
+            raise exc
+        log.info("%s of %s/%s failed (%s), but the object holds this write (ETag %s): it "
+                 "was applied", op, self._bucket, self._key, type(exc).__name__, etag)
+        return {"ETag": str(etag)}
 
     async def _check_published(self, etag: object, want: str, count: int | None) -> None:
         """The object's ETag once published. S3 itself refuses bytes that do not
