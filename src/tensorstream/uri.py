@@ -303,10 +303,17 @@ def _parse_port(parts: urllib.parse.SplitResult, raw: str) -> int | None:
 def check_file_destination(parsed: ParsedURI) -> None:
     """Refuse a local destination given as a directory (``dir/``, ``dir/.``): its
     path is made absolute, which drops the slash, and a file was written under
-    the directory's name; ``builtins.open`` raises ``IsADirectoryError`` there."""
+    the directory's name; ``builtins.open`` raises ``IsADirectoryError`` there.
+    And a remote one given as a folder (``s3://b/dir/``, ``redis://host/``): an
+    object was written under the key ``dir/`` (which listings and ``cp -r`` take
+    for a folder), or under the empty Redis key."""
     if parsed.is_local and parsed.raw and os.path.basename(parsed.raw) in ("", ".", ".."):
         raise InvalidURIError(f"{parsed.redacted()!r} names a directory, not a file to write: "
                               "give the file's name")
+    if (not parsed.is_local and parsed.scheme not in ("http", "https")
+            and (not parsed.path or parsed.path.endswith("/"))):
+        raise InvalidURIError(f"{parsed.redacted()!r} names a folder, not an object to write: "
+                              "give the object's name")
 
 
 def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:

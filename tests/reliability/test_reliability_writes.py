@@ -203,15 +203,16 @@ def test_local_serialize_and_convert_keep_the_umask(tmp_path: Path) -> None:
                                    "model.tensors", "raw.bin"], "0o600"), modes
 
 
-def _write_bytes(uri: str) -> None:
-    with tensorstream.open(uri, "wb") as f:
+def _write_bytes(uri: str, **opts: Any) -> None:
+    with tensorstream.open(uri, "wb", **opts) as f:
         f.write(b"weights")
 
 
-_WRITERS: dict[str, Callable[[str], object]] = {
+_WRITERS: dict[str, Callable[..., object]] = {
     "open": _write_bytes,
-    "safetensors.save": lambda uri: tensorstream.safetensors.save({"w": torch.ones(2)}, uri),
-    "serialize": lambda uri: tensorstream.serialize({"w": torch.ones(2)}, uri),
+    "safetensors.save": lambda uri, **o: tensorstream.safetensors.save({"w": torch.ones(2)}, uri,
+                                                                        **o),
+    "serialize": lambda uri, **o: tensorstream.serialize({"w": torch.ones(2)}, uri, **o),
 }
 
 
@@ -229,6 +230,31 @@ def test_a_local_destination_that_names_a_directory_is_refused(
     with pytest.raises(errors.TensorstreamError, match="names a directory"):
         _WRITERS[how](uri)
     assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("how", list(_WRITERS))
+@pytest.mark.parametrize("form", ["s3-folder", "redis-folder", "redis-no-key"])
+def test_a_remote_destination_that_names_a_folder_is_refused(
+        request: pytest.FixtureRequest, how: str, form: str) -> None:
+    """``open("s3://b/dir/", "wb")`` (and ``save``, ``serialize``) wrote an object
+    under the key ``dir/``, which listings and ``cp -r`` take for a folder;
+    ``redis://host/`` wrote one under the empty key. Refused by name, as a local
+    directory is; nothing is created."""
+    if form == "s3-folder":
+        s3: MotoS3Server = request.getfixturevalue("moto_s3_public")
+        prefix = unique("folder")
+        uri, opts = f"s3://{S3_BUCKET}/{prefix}/", s3.options()
+    else:
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        prefix = unique("folder") if form == "redis-folder" else ""
+        uri, opts = redis.url(f"{prefix}/" if prefix else ""), {}
+    with pytest.raises(errors.InvalidURIError, match="names a folder"):
+        _WRITERS[how](uri, **opts)
+    if form == "s3-folder":
+        assert not s3.exists(S3_BUCKET, f"{prefix}/")
+    else:
+        with redis.client() as c:
+            assert c.exists(f"{prefix}/" if prefix else "") == 0
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
