@@ -307,3 +307,29 @@ def test_a_commit_whose_answer_was_lost_before_the_publish_keeps_the_previous_ve
     assert tensorstream.open(redis_server.url(key)).read() == first
     persistent, expiring = _keys_of(redis_server, key)
     assert len(persistent) == 1 + 3 and expiring == []
+
+
+def test_the_previous_generation_is_deleted_when_a_connection_drops_first(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """The publish succeeded; the connection then drops as the previous
+    generation's chunks are deleted (before the DEL reached Redis). They were
+    left with a warning, persistent, for ever: a whole model's worth of memory.
+    The delete is sent again on a fresh connection."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    _first_version(redis_server, key)
+    cut = {"done": False}
+
+    async def drop_first_delete(data: bytes) -> None:
+        if not cut["done"] and _is_delete(data):
+            cut["done"] = True
+            raise ConnectionResetError("the link dropped")  # the burst is never forwarded
+
+    proxy.faults.on_client_data = drop_first_delete
+    data = os.urandom(5 * CS)
+    with tensorstream.open(f"redis://127.0.0.1:{proxy.port}/{key}", "wb",
+                           redis_chunk_size=CS) as f:
+        f.write(data)
+    assert cut["done"]
+    assert tensorstream.open(redis_server.url(key)).read() == data
+    persistent, expiring = _keys_of(redis_server, key)
+    assert len(persistent) == 1 + 5 and expiring == []  # no chunk of the previous one left

@@ -338,13 +338,21 @@ class RedisWriter(Writer):
     async def _drop_old(self, old: Any) -> None:
         if not old or old[0] is None or old[0].decode() == self._gen:
             return
-        try:
-            gen, size, cs = old[0].decode(), int(old[1]), int(old[2])
-            keys = [chunk_key(self._path, gen, s).encode("utf-8", "surrogateescape")
-                    for s in range(0, size, cs)]
-            await asyncio.shield(self._p.delete_keys(keys))
-        except Exception as exc:  # the new object is published; old chunks are garbage
-            log.warning("could not delete the previous generation of %r: %s", self._path, exc)
+        for look in range(1, _LOOKS + 1):
+            try:
+                gen, size, cs = old[0].decode(), int(old[1]), int(old[2])
+                keys = [chunk_key(self._path, gen, s).encode("utf-8", "surrogateescape")
+                        for s in range(0, size, cs)]
+                await asyncio.shield(self._p.delete_keys(keys))
+                return
+            except Exception as exc:  # the new object is published; old chunks are garbage
+                # ... that never expire (persistent): sent again on a temporary error
+                # (a dropped connection), idempotent.
+                if look < _LOOKS and isinstance(exc, TensorstreamError) and exc.temporary:
+                    continue
+                log.warning("could not delete the previous generation of %r: %s",
+                            self._path, exc)
+                return
 
     async def abort(self) -> None:
         if self._state in ("committed", "aborted"):
