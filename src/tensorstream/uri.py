@@ -231,24 +231,30 @@ def redact(uri: str, *, cautious: bool = False) -> str:
     return f"{scheme}://{path}?{_redact_query(query)}{hsep}{fragment}"
 
 
-_URI_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+#: A URI in free text: its scheme starts at the first letter of a run of scheme characters.
+#: Matched from the run's start only (the lookbehind), its leading digits/``+.-`` kept in
+#: group 1: tried at every letter, a long run with no ``://`` (a hostile tensor name in a
+#: message) was scanned again from each one, quadratic (minutes for 160 KB).
+_URI_IN_TEXT = re.compile(r"(?<![a-zA-Z0-9+.-])([0-9+.-]*)([a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+)")
 
 
 _SECRET_PARAM_IN_TEXT = re.compile(
     r"([?&;])("
     + "|".join(re.escape(p) for p in sorted(SECRET_QUERY_PARAMS - _SECRET_PARAM_EXCEPTIONS))
     # A ':' (or ':s') that ends the value before a space or the end is the message's
-    # "URI: why", not the secret's: it stays (it was redacted with the value).
-    + r")=([^&\s'\"#]*?)(?=:*(?:[&\s'\"#]|$))",
+    # "URI: why", not the secret's: it stays (it was redacted with the value). The value
+    # is its colons-free runs joined by colons, matched greedily: a lazy value with a
+    # lookahead for the trailing colons rescanned a run of them at each step (quadratic).
+    + r")=([^&\s'\"#:]*(?::+[^&\s'\"#:]+)*)",
     re.IGNORECASE,
 )
 
 
 def _redact_found(match: re.Match[str]) -> str:
     """A URI found in free text, redacted; a ':' ending it is the text's, kept."""
-    found = match.group(0)
+    lead, found = match.group(1, 2)
     uri = found.rstrip(":")
-    return redact(uri, cautious=True) + found[len(uri):]
+    return lead + redact(uri, cautious=True) + found[len(uri):]
 
 
 def redact_text(text: str) -> str:
