@@ -51,6 +51,9 @@ HOSTILE = {
     "shape too big for span": _file({"a": _entry(shape=[3])}, b"\0" * 8),
     "shape too small for span": _file({"a": _entry(shape=[1])}, b"\0" * 8),
     "huge shape": _file({"a": _entry(shape=[2**62, 2**62])}, b"\0" * 8),
+    # Empty, but torch cannot count the other dimensions (it raised TypeError/RuntimeError).
+    "empty with a dim past int64": _file({"a": _entry(shape=[2**63, 0], offsets=[0, 0])}),
+    "empty with dims overflowing": _file({"a": _entry(shape=[2**62, 4, 0], offsets=[0, 0])}),
     "offsets reversed": _file({"a": _entry(offsets=[8, 0])}, b"\0" * 8),
     "offsets past data": _file({"a": _entry(shape=[4], offsets=[0, 16])}, b"\0" * 8),
     "offsets huge": _file({"a": _entry(offsets=[2**70, 2**70 + 8])}, b"\0" * 8),
@@ -150,10 +153,12 @@ def test_a_header_length_shortened_into_its_padding_is_refused(tmp_path: Path) -
 def test_empty_tensors_at_the_edges_still_load(tmp_path: Path) -> None:
     path = tmp_path / "edges.safetensors"
     path.write_bytes(_file({"z0": _entry(shape=[0], offsets=[0, 0]), "a": _entry(),
-                            "z1": _entry(shape=[3, 0], offsets=[8, 8])},
+                            "z1": _entry(shape=[3, 0], offsets=[8, 8]),
+                            "z2": _entry(shape=[2**31, 2**31, 0], offsets=[8, 8])},
                            struct.pack("<2f", 1.5, 2.5)))
     got = ts_st.load(path)
     assert got["a"].tolist() == [1.5, 2.5] and got["z1"].shape == (3, 0)
+    assert got["z2"].shape == (2**31, 2**31, 0)  # large, but countable: still an empty tensor
     assert st_torch.load_file(str(path)).keys() == got.keys()
 
 

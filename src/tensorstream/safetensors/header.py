@@ -111,6 +111,9 @@ def _utf8(text: str) -> None:
         raise ValueError(f"the string {text!r} is not valid Unicode (a lone surrogate)")
 
 
+#: The most elements a shape may count (torch's sizes are int64).
+_MAX_ELEMENTS = 2**63 - 1
+
 #: Stands for the tensor's name in the message of an entry checked before its name is known.
 _NAME = "\x00name\x00"
 
@@ -269,6 +272,15 @@ def _entry(name: str, entry: Any, data_start: int, data_size: int,
             if count * DTYPE_SIZES[dtype] > span:
                 break
     else:
+        # An empty tensor fills any 0-byte span, but torch still needs its element count
+        # without the zeros to fit an int64 (``[2**63, 0]`` made torch raise a bare TypeError,
+        # ``[2**62, 4, 0]`` a RuntimeError); safetensors refuses such a shape too.
+        for d in shape:
+            count *= d or 1
+            if count > _MAX_ELEMENTS:
+                raise MalformedFileError(
+                    f"{where}: tensor {name} has a shape {shape} whose dimensions overflow "
+                    "a 64-bit element count")
         count = 0
     if count * DTYPE_SIZES[dtype] != span:
         raise MalformedFileError(
