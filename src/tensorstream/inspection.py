@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import MalformedFileError
 from .file import StreamReader
-from .safetensors.header import header_from_prefix
+from .safetensors.header import header_from_prefix, shown
 from .safetensors.sources import Checkpoint, Source, from_index, is_folder, resolve_checkpoint
 from .uri import ParsedURI, parse_uri
 
@@ -208,7 +208,7 @@ def _checkpoint(ckpt: Checkpoint, uri: str, options: dict[str, Any],
     for source, (found, _, _, _) in zip(ckpt.sources, results, strict=True):
         for t in found:
             if t.name in seen:
-                raise MalformedFileError(f"tensor {t.name!r} is in more than one file: "
+                raise MalformedFileError(f"tensor {shown(t.name)} is in more than one file: "
                                          f"{seen[t.name]} and {source.where}")
             seen[t.name] = source.where
         tensors += found

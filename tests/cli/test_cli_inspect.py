@@ -130,3 +130,15 @@ def test_missing_file_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture[st
     for needle in ("--json", "--endpoint-url", "--token", "examples:"):
         assert needle in out
 
+
+
+def test_a_header_value_of_megabytes_is_one_short_error_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 2 MB dtype: the error was the whole value, and redacting it took hours (no output)."""
+    body = json.dumps({"a": {"dtype": "x" * 2_000_000, "shape": [2],
+                             "data_offsets": [0, 8]}}).encode()
+    path = tmp_path / "dtype.safetensors"
+    path.write_bytes(struct.pack("<Q", len(body)) + body + bytes(8))
+    code, out, err = run(capsys, "inspect", str(path))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "dtype.safetensors" in err and "unsupported dtype 'xxx" in err and len(err) < 1000

@@ -301,3 +301,42 @@ def test_an_index_shard_naming_no_file_is_not_found(tmp_path: Path, shard: str) 
         with pytest.raises(NotFoundError, match="no such file") as info:
             call()
         assert shard[-40:] in str(info.value)
+
+
+# -- values of megabytes in a header: the message shows them cut short ----------
+
+_BIG = "x" * 2_000_000
+HUGE_VALUES = {
+    "name": _file({_BIG: _entry("F128")}, b"\0" * 8),
+    "dtype": _file({"a": _entry(_BIG)}, b"\0" * 8),
+    "shape": _file({"a": _entry(shape=[-1] * 500_000)}, b"\0" * 8),
+    "offsets": _file({"a": _entry(offsets=[0] * 500_000)}, b"\0" * 8),
+    "duplicate name": _file(None, raw=b'{"' + _BIG.encode() + b'":1,"' + _BIG.encode() + b'":1}'),
+    "overlapping names": _file({_BIG: _entry(), _BIG + "y": _entry()}, b"\0" * 8),
+    "lone surrogate": _file(None, raw=b'{"__metadata__":{"a":"' + b"x" * 2_000_000
+                            + b'\\udfff"}}'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUGE_VALUES))
+def test_a_huge_value_in_a_header_is_shown_cut_short(case: str, tmp_path: Path) -> None:
+    """A hostile header's name, dtype or shape (up to the 100 MB header limit) was repeated
+    whole in the error, in each log line and in the CLI's one-line error (a 20 MB line)."""
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(HUGE_VALUES[case])
+    for attempt in (lambda: ts_st.load(path), lambda: tensorstream.inspect(path)):
+        with pytest.raises(MalformedFileError) as info:
+            attempt()
+        assert "big.safetensors" in str(info.value) and len(str(info.value)) < 1000
+
+
+def test_names_from_an_index_are_shown_cut_short(tmp_path: Path) -> None:
+    st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "s1.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    for weight_map in ({"a": "s1.safetensors", _BIG: "s1.safetensors"},  # a name not there
+                       {"a": "../" + _BIG}):  # a shard name leaving the folder
+        index.write_text(json.dumps({"weight_map": weight_map}))
+        for attempt in (lambda: ts_st.load(index), lambda: ts_st.open(index).get_tensor(_BIG)):
+            with pytest.raises(MalformedFileError) as info:
+                attempt()
+            assert len(str(info.value)) < 1000

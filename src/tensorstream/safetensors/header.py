@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import re
+import reprlib
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -24,7 +25,7 @@ from ..errors import ConfigurationError, MalformedFileError
 from ..uri import is_utf8
 
 __all__ = ["DTYPE_SIZES", "MAX_HEADER_SIZE", "Header", "TensorInfo", "encode_header",
-           "header_from_prefix", "header_length", "parse_header"]
+           "header_from_prefix", "header_length", "parse_header", "shown"]
 
 #: safetensors' own limit (``MAX_HEADER_SIZE`` in the Rust crate): 100 MB of JSON.
 MAX_HEADER_SIZE = 100_000_000
@@ -108,7 +109,19 @@ def _utf8(text: str) -> None:
     """Refuse a string JSON can escape but UTF-8 cannot hold (a lone surrogate, ``"\\ud800"``),
     as safetensors does: a tensor name like that cannot be printed, logged or written out."""
     if not is_utf8(text):
-        raise ValueError(f"the string {text!r} is not valid Unicode (a lone surrogate)")
+        raise ValueError(f"the string {shown(text)} is not valid Unicode (a lone surrogate)")
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 160, 160, 80
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = 16
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short (``'xx...xx'``, ``[1, 2, ...]``) for a message: a hostile
+    header's name, dtype or shape can be megabytes, and a message, a log line and the
+    CLI's error repeat it whole (a 20 MB dtype made a 20 MB error line)."""
+    return _SHOWN.repr(value)
 
 
 #: The most elements a shape may count (torch's sizes are int64).
@@ -135,7 +148,7 @@ class _Refused:
 
     def raise_for(self, name: str) -> NoReturn:
         err = self.error
-        raise MalformedFileError(err.message.replace(_NAME, repr(name)),
+        raise MalformedFileError(err.message.replace(_NAME, shown(name)),
                                  expected_size=err.expected_size, actual_size=err.actual_size)
 
 
@@ -163,7 +176,7 @@ def _hook(data_start: int, data_size: int, where: str,
             seen: set[str] = set()
             for key, _ in pairs:
                 if key in seen:
-                    raise ValueError(f"duplicate key {key!r}")
+                    raise ValueError(f"duplicate key {shown(key)}")
                 seen.add(key)
         if surrogates:
             for key in out:
@@ -214,7 +227,7 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
         if isinstance(entry, _Refused):
             entry.raise_for(name)
         dtype, shape, begin, end = (entry if isinstance(entry, _Checked)
-                                    else _entry(repr(name), entry, data_start, data_size, where))
+                                    else _entry(shown(name), entry, data_start, data_size, where))
         tensors.append(TensorInfo(name, dtype, shape, data_start + begin, data_start + end))
     tensors.sort(key=lambda t: (t.begin, t.end))
     # The tensors must tile the data exactly, as safetensors checks: a gap or trailing
@@ -224,11 +237,11 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
     for t in tensors:
         if t.begin < last_end:
             raise MalformedFileError(
-                f"{where}: tensor {t.name!r} [{t.begin - data_start}, {t.end - data_start}) "
-                f"overlaps {last_name!r}")
+                f"{where}: tensor {shown(t.name)} [{t.begin - data_start}, {t.end - data_start}) "
+                f"overlaps {shown(last_name)}")
         if t.begin > last_end:
             raise MalformedFileError(
-                f"{where}: tensor {t.name!r} starts at data offset {t.begin - data_start}, "
+                f"{where}: tensor {shown(t.name)} starts at data offset {t.begin - data_start}, "
                 f"after a gap of {t.begin - last_end} bytes (the tensors must fill the data)")
         last_end, last_name = t.end, t.name
     if last_end != size:
@@ -241,7 +254,7 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
 def _entry(name: str, entry: Any, data_start: int, data_size: int,
            where: str) -> tuple[str, tuple[int, ...], int, int]:
     """``(dtype, shape, begin, end)`` of a checked entry (offsets relative to the
-    data); ``name`` is how messages show the tensor (its ``repr``)."""
+    data); ``name`` is how messages show the tensor (:func:`shown`)."""
     if not isinstance(entry, dict):
         raise MalformedFileError(f"{where}: entry {name} is not an object")
     # Other fields are ignored, as safetensors does.
@@ -250,13 +263,13 @@ def _entry(name: str, entry: Any, data_start: int, data_size: int,
         raise MalformedFileError(f"{where}: entry {name} lacks {', '.join(sorted(missing))}")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
-        raise MalformedFileError(f"{where}: tensor {name} has unsupported dtype {dtype!r}; "
+        raise MalformedFileError(f"{where}: tensor {name} has unsupported dtype {shown(dtype)}; "
                                  f"known: {', '.join(DTYPE_SIZES)}")
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
-        raise MalformedFileError(f"{where}: tensor {name} has an invalid shape {shape!r}")
+        raise MalformedFileError(f"{where}: tensor {name} has an invalid shape {shown(shape)}")
     if (not isinstance(offsets, list) or len(offsets) != 2
             or not all(type(o) is int for o in offsets) or not 0 <= offsets[0] <= offsets[1]):
-        raise MalformedFileError(f"{where}: tensor {name} has invalid data_offsets {offsets!r}")
+        raise MalformedFileError(f"{where}: tensor {name} has invalid data_offsets {shown(offsets)}")
     begin, end = offsets
     if end > data_size:
         raise MalformedFileError(
@@ -279,12 +292,12 @@ def _entry(name: str, entry: Any, data_start: int, data_size: int,
             count *= d or 1
             if count > _MAX_ELEMENTS:
                 raise MalformedFileError(
-                    f"{where}: tensor {name} has a shape {shape} whose dimensions overflow "
+                    f"{where}: tensor {name} has a shape {shown(shape)} whose dimensions overflow "
                     "a 64-bit element count")
         count = 0
     if count * DTYPE_SIZES[dtype] != span:
         raise MalformedFileError(
-            f"{where}: tensor {name} of shape {shape} x {dtype} does not fill its "
+            f"{where}: tensor {name} of shape {shown(shape)} x {dtype} does not fill its "
             f"{span}-byte span")
     return dtype, tuple(shape), begin, end
 

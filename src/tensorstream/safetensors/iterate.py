@@ -21,6 +21,7 @@ import torch
 from ..distributed.group import resolve_group
 from ..errors import MalformedFileError
 from ..uri import ParsedURI
+from .header import shown
 from .reader import (
     MAX_CONCURRENT_FILES,
     Filter,
@@ -85,7 +86,7 @@ def iter_tensors(
     def emit(where: str, name: str, t: torch.Tensor) -> None:
         with lock:
             if name in held_by:
-                raise MalformedFileError(f"tensor {name!r} is in more than one file: "
+                raise MalformedFileError(f"tensor {shown(name)} is in more than one file: "
                                          f"{held_by[name]} and {where}")
             held_by[name] = where
         while not stop.is_set():

@@ -26,7 +26,7 @@ import torch
 from ..errors import MalformedFileError
 from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
-from .header import DTYPE_SIZES, TensorInfo
+from .header import DTYPE_SIZES, TensorInfo, shown
 from .reader import SafetensorsFile, _device, _finish, byte_view, torch_dtype
 from .sources import resolve
 
@@ -65,7 +65,7 @@ class SafeOpen:
                     for t in self._file(i).header.tensors:
                         if t.name in self._shard_of:
                             raise MalformedFileError(
-                                f"tensor {t.name!r} is in more than one file of {self._name}: "
+                                f"tensor {shown(t.name)} is in more than one file of {self._name}: "
                                 f"{sources[self._shard_of[t.name]].where} and {sources[i].where}")
                         self._shard_of[t.name] = i
             except BaseException:
@@ -112,7 +112,7 @@ class SafeOpen:
         f = self._file(self._index(name))
         t = f.header.by_name().get(name)
         if t is None:
-            raise MalformedFileError(f"{f.where} lacks tensor {name!r}, which the index "
+            raise MalformedFileError(f"{f.where} lacks tensor {shown(name)}, which the index "
                                      "puts there")
         return t
 

@@ -36,7 +36,7 @@ from ..readahead.arena import Arena
 from ..uri import ParsedURI, parse_uri, redact
 from . import _local
 from ._local import fill_local
-from .header import Header, TensorInfo, header_from_prefix
+from .header import Header, TensorInfo, header_from_prefix, shown
 from .sources import Source, resolve
 
 __all__ = ["DEFAULT_NUM_READERS", "Filter", "load", "torch_dtype"]
@@ -180,7 +180,7 @@ class SafetensorsFile:
             if missing:
                 raise MalformedFileError(
                     f"{self.where} lacks {len(missing)} tensor(s) that the index puts there: "
-                    f"{', '.join(missing[:10])}")
+                    f"{', '.join(shown(n) for n in missing[:10])}")
         for t in tensors:  # fail on an unknown dtype before reading anything
             torch_dtype(t.dtype, self.where)
         return tensors
@@ -460,7 +460,7 @@ def load(
         def emit(name: str, t: torch.Tensor) -> None:
             with lock:
                 if name in out:
-                    raise MalformedFileError(f"tensor {name!r} is in more than one file: "
+                    raise MalformedFileError(f"tensor {shown(name)} is in more than one file: "
                                              f"{held_by[name]} and {source.where}")
                 out[name] = t
                 held_by[name] = source.where
@@ -567,7 +567,7 @@ def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any
                 for f in files:
                     for t in f.infos:
                         if t.name in held_by:
-                            raise MalformedFileError(f"tensor {t.name!r} is in more than one "
+                            raise MalformedFileError(f"tensor {shown(t.name)} is in more than one "
                                                      f"file: {held_by[t.name]} and {f.file.where}")
                         held_by[t.name] = f.file.where
             except Exception as exc:

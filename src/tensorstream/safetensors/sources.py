@@ -25,6 +25,7 @@ from ..api import get_provider
 from ..api import open as ts_open
 from ..errors import MalformedFileError, NotFoundError, UnsupportedOperationError
 from ..uri import ParsedURI, is_utf8, parse_uri
+from .header import shown
 
 __all__ = ["INDEX_SUFFIX", "Checkpoint", "Index", "Source", "from_index", "is_folder",
            "load_index", "resolve", "resolve_checkpoint"]
@@ -69,7 +70,7 @@ def _check_shard_name(name: Any, where: str) -> str:
             or "\\" in name or "://" in name or "?" in name or "#" in name or "\0" in name
             or not is_utf8(name)
             or any(part in ("", ".", "..") for part in name.split("/"))):
-        raise MalformedFileError(f"{where}: shard name {name!r} is not a file name next to the index")
+        raise MalformedFileError(f"{where}: shard name {shown(name)} is not a file name next to the index")
     return name
 
 
