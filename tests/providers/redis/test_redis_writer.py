@@ -333,3 +333,32 @@ def test_the_previous_generation_is_deleted_when_a_connection_drops_first(
     assert tensorstream.open(redis_server.url(key)).read() == data
     persistent, expiring = _keys_of(redis_server, key)
     assert len(persistent) == 1 + 5 and expiring == []  # no chunk of the previous one left
+
+
+def test_a_failed_commit_removes_its_persistent_chunks_when_a_connection_drops_first(
+        redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
+    """The commit made the chunks persistent, then its publish failed (the link
+    dropped before it reached Redis), and the abort's delete of the chunks met a
+    dropped connection too: they were left, persistent, for ever. The abort's
+    clean-up is sent again; the previous version is whole."""
+    key = f"wr-{secrets.token_hex(4)}/m"
+    first = _first_version(redis_server, key)
+    dropped: list[str] = []
+
+    async def drop(data: bytes) -> None:
+        if "publish" not in dropped and b"unpack(ARGV)" in data:
+            dropped.append("publish")
+            raise ConnectionResetError("the link dropped")
+        if "publish" in dropped and "delete" not in dropped and _is_delete(data):
+            dropped.append("delete")
+            raise ConnectionResetError("the link dropped")
+
+    proxy.faults.on_client_data = drop
+    with pytest.raises(tensorstream.errors.ConnectionFailedError), \
+            tensorstream.open(f"redis://127.0.0.1:{proxy.port}/{key}", "wb",
+                              redis_chunk_size=CS) as f:
+        f.write(os.urandom(5 * CS))
+    assert dropped == ["publish", "delete"]
+    assert tensorstream.open(redis_server.url(key)).read() == first
+    persistent, expiring = _keys_of(redis_server, key)
+    assert len(persistent) == 1 + 3 and expiring == []

@@ -363,11 +363,19 @@ class RedisWriter(Writer):
         # clean-up must come after, or a chunk lands once it is done.
         await asyncio.gather(*self._inflight, return_exceptions=True)
         self._tasks = set()
-        try:
-            await self._unpublish()
-            await self._p.delete_keys(self._keys)
-        except Exception as exc:  # chunks still expire after STAGING_TTL_MS
-            log.warning("could not remove staged chunks of %r: %s", self._path, exc)
+        for look in range(1, _LOOKS + 1):
+            try:
+                await self._unpublish()
+                await self._p.delete_keys(self._keys)
+                return
+            except Exception as exc:
+                # Staged chunks expire after STAGING_TTL_MS, but a commit that failed
+                # after making them persistent left them for ever: sent again on a
+                # temporary error (a dropped connection); both steps are idempotent.
+                if look < _LOOKS and isinstance(exc, TensorstreamError) and exc.temporary:
+                    continue
+                log.warning("could not remove staged chunks of %r: %s", self._path, exc)
+                return
 
     async def _unpublish(self) -> None:
         """Remove the manifest a commit racing this abort published, if it did
