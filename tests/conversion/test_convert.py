@@ -479,6 +479,20 @@ def test_truncated_sources_raise_and_write_nothing(store: Store, tmp_path: Path)
     assert not store.exists("cut2.safetensors")
 
 
+@pytest.mark.parametrize("start", [b"|TZX|", b"\x00TZR|", b"", b"PK\x03\x04"])
+def test_a_source_of_neither_format_is_called_malformed(tmp_path: Path, start: bytes) -> None:
+    """A tensorizer file whose magic is damaged (or anything else that is neither format)
+    was taken for safetensors, and refused with a ConfigurationError (exit 2) telling to
+    name the destination *.tensors: the source is the problem, and its error says so."""
+    tensorstream.serialize({"a": torch.ones(4)}, str(tmp_path / "m.tensors"))
+    whole = (tmp_path / "m.tensors").read_bytes()
+    (tmp_path / "m.tensors").write_bytes(start + whole[len(start):] if start else b"")
+    for dst in ("m.safetensors", "m2.tensors"):
+        with pytest.raises(MalformedFileError, match=r"m\.tensors.*not a tensorizer file either"):
+            tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / dst))
+    assert _clean(tmp_path) == ["m.tensors"]
+
+
 @pytest.mark.parametrize("direction", ["to_tensorizer", "to_safetensors"])
 def test_interrupted_conversion_leaves_nothing(store: Store, tmp_path: Path,
                                               direction: str) -> None:

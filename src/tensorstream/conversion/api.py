@@ -17,8 +17,9 @@ from typing import Any
 from .. import _loop
 from ..api import get_provider
 from ..api import open as ts_open
-from ..errors import ConfigurationError, NotFoundError, UnsupportedOperationError
+from ..errors import ConfigurationError, MalformedFileError, NotFoundError, UnsupportedOperationError
 from ..providers.local.provider import _check_destination as check_local_destination
+from ..safetensors.header import header_length
 from ..uri import ParsedURI, parse_uri
 from .errors import DestinationExistsError
 
@@ -81,10 +82,22 @@ def source_format(src: str | os.PathLike[str] | ParsedURI, options: Mapping[str,
         raise NotFoundError(f"{exc}; to convert the checkpoint in a folder or prefix, end it "
                             f"with '/': {parsed.redacted()}/") from exc
     with f:
-        head = bytearray(min(f.size, len(TENSORIZER_MAGIC)))
+        head = bytearray(min(f.size, 8))
         if head:
             f.read_ranges([(0, head)])
-    return TENSORIZER if bytes(head) == TENSORIZER_MAGIC else SAFETENSORS
+        size, where = f.size, f.name
+    if bytes(head[:len(TENSORIZER_MAGIC)]) == TENSORIZER_MAGIC:
+        return TENSORIZER
+    # Neither format's start (a damaged magic, not a model at all): said here, or a source
+    # named *.tensors was taken for safetensors and refused for the destination's name.
+    try:
+        header_length(bytes(head), size, where)
+    except MalformedFileError as exc:
+        raise MalformedFileError(
+            f"{exc.message}; not a tensorizer file either (it does not start with "
+            f"{TENSORIZER_MAGIC!r})", expected_size=exc.expected_size,
+            actual_size=exc.actual_size) from None
+    return SAFETENSORS
 
 
 def _stem(parsed: ParsedURI) -> str:
