@@ -164,7 +164,7 @@ def _safetensors(f: _File, names: frozenset[str] | None
     if names is not None and len(tensors) < len(names):
         missing = sorted(names - {t.name for t in tensors})
         raise MalformedFileError(f"{f.where} lacks {len(missing)} tensor(s) that the index puts "
-                                 f"there: {', '.join(missing[:10])}")
+                                 f"there: {', '.join(shown(n) for n in missing[:10])}")
     return ([ModelTensor(t.name, t.dtype, t.shape, t.nbytes, t.begin, f.where) for t in tensors],
             header.metadata)
 

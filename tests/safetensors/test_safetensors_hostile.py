@@ -336,7 +336,8 @@ def test_names_from_an_index_are_shown_cut_short(tmp_path: Path) -> None:
     for weight_map in ({"a": "s1.safetensors", _BIG: "s1.safetensors"},  # a name not there
                        {"a": "../" + _BIG}):  # a shard name leaving the folder
         index.write_text(json.dumps({"weight_map": weight_map}))
-        for attempt in (lambda: ts_st.load(index), lambda: ts_st.open(index).get_tensor(_BIG)):
+        for attempt in (lambda: ts_st.load(index), lambda: ts_st.open(index).get_tensor(_BIG),
+                        lambda: tensorstream.inspect(index)):
             with pytest.raises(MalformedFileError) as info:
                 attempt()
             assert len(str(info.value)) < 1000
