@@ -47,6 +47,10 @@ class Proxy:
         #: Set: a CompleteMultipartUpload is carried out by moto, and its answer
         #: lost: replaced by this status, or (0) never sent (the client times out).
         self.lose_complete_answer: int | None = None
+        #: Set: a CompleteMultipartUpload is answered 500, and carried out by moto
+        #: only when the writer aborts the upload (after it looked at the object).
+        self.complete_late = False
+        self.held_complete: tuple[str, dict[str, str], bytes] | None = None
         self.seen: list[str] = []
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -59,6 +63,20 @@ class Proxy:
                      "<Message>We encountered an internal error.</Message></Error>",
             )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        is_complete = request.method == "POST" and "uploadId=" in request.query_string
+        if self.complete_late and is_complete:
+            # Answered 500 now; moto gets it just before the writer's abort.
+            self.held_complete = (request.raw_path, headers, body)
+            return web.Response(status=500, content_type="application/xml",
+                                text="<Error><Code>InternalError</Code></Error>")
+        if self.held_complete is not None and request.method == "DELETE" \
+                and "uploadId=" in request.query_string:
+            raw_path, held_headers, held_body = self.held_complete
+            self.held_complete = None
+            async with aiohttp.ClientSession(auto_decompress=False) as session, session.request(
+                    "POST", URL(self.upstream + raw_path, encoded=True), headers=held_headers,
+                    data=held_body) as late:
+                assert late.status == 200, await late.text()
         async with aiohttp.ClientSession(auto_decompress=False) as session, session.request(
             # raw_path: the query as signed (path_qs re-encodes it: SignatureDoesNotMatch)
             request.method, URL(self.upstream + request.raw_path, encoded=True), headers=headers,
@@ -233,4 +251,27 @@ async def test_a_complete_that_failed_before_s3_applied_it_keeps_the_previous_ve
         with pytest.raises(errors.ServiceUnavailableError, match="InternalError"):
             await writer.commit()
     assert moto_s3.get(S3_BUCKET, key) == b"previous version"
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+async def test_a_complete_applied_after_the_writer_looked_is_removed_by_its_abort(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server
+) -> None:
+    """The complete's answer was lost, the object still held the previous version
+    when it was looked at, and S3 applied the complete only then: the abort found
+    no upload (NoSuchUpload) and warned that a lifecycle rule would remove it,
+    while the write reported as failed was published. The object now holds this
+    upload, so the abort removes it, as it removes a publish that raced it."""
+    p, endpoint = proxy
+    p.complete_late = True
+    key = f"faults/late-{uuid.uuid4().hex[:8]}"
+    moto_s3.put(S3_BUCKET, key, b"previous version")
+    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+        await writer.write(os.urandom(11 * MiB))
+        with pytest.raises(errors.ServiceUnavailableError):
+            await writer.commit()
+    assert p.held_complete is None  # moto carried it out before the abort
+    assert not moto_s3.exists(S3_BUCKET, key)  # not the failed write's bytes
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []

@@ -35,7 +35,7 @@ from typing import Any
 
 from ... import _loop
 from ...config import RetryConfig
-from ...errors import IntegrityError, ProtocolError, TensorstreamError
+from ...errors import IntegrityError, NotFoundError, ProtocolError, TensorstreamError
 from ..base import Writer
 
 __all__ = ["MIN_PART_SIZE", "S3Writer"]
@@ -464,7 +464,34 @@ class S3Writer(Writer):
                 with attempt:
                     await self._call("abort_multipart_upload", Bucket=self._bucket,
                                      Key=self._key, UploadId=upload_id)
+        except NotFoundError:
+            # No such upload: completed after all (a CompleteMultipartUpload whose
+            # answer was lost, applied after the object was looked at) or aborted
+            # by someone else. Was a warning that a lifecycle rule would remove it.
+            await self._unpublish_completed()
         except TensorstreamError as exc:
             log.warning("could not abort multipart upload %s of %s/%s: %s (a bucket lifecycle "
                         "rule for incomplete uploads removes it)", upload_id, self._bucket,
                         self._key, exc)
+
+    async def _unpublish_completed(self) -> None:
+        """The upload is gone: if its complete was sent and the object holds it
+        (its ETag is the one the parts make), it was published while this write
+        failed, and is removed again (as a publish that raced an abort is)."""
+        parts = [self._parts[n] for n in sorted(self._parts)]
+        digests = [_etag_md5(part["ETag"]) for part in parts]
+        if self._publish_job is None or not parts or any(
+                d is None or d[1] is not None for d in digests):
+            return
+        want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
+        try:
+            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
+            if _etag_md5(head.get("ETag")) != (want, len(parts)):
+                return
+            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+        except TensorstreamError as exc:
+            log.warning("%s/%s may hold the upload of a write that failed (its complete was "
+                        "applied late): %s", self._bucket, self._key, exc)
+            return
+        log.warning("%s/%s: the upload of a write that failed was completed late (its answer "
+                    "was lost); removed again", self._bucket, self._key)
