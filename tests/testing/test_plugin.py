@@ -340,3 +340,30 @@ def test_faults_chain_and_reset(tensorstream_backend):
     b.put("k", b"fine")
     data, took = timed_read(b, "k")
     assert data == b"fine" and took < 5
+
+
+def test_a_fault_set_as_an_attribute_is_refused(tensorstream_backend):
+    # ``faults.latency = 0.5`` used to shadow the method and inject nothing; a
+    # backend-specific setting (``faults.gzip``) belongs on ``faults.raw``.
+    f = tensorstream_backend.faults
+    with pytest.raises(AttributeError, match=r"faults\.latency is a method: call faults\.latency\("):
+        f.latency = 0.5
+    with pytest.raises(AttributeError, match=r"faults\.drop_times is not a fault"):
+        f.drop_times = 1
+    assert callable(f.latency)
+    f.on_unsupported = f.on_unsupported  # the plugin's own hook stays settable
+
+
+@pytest.mark.parametrize("fixture, name, hint", [
+    ("tensorstream_http", "wrong_content_rnage", r"did you mean wrong_content_range"),
+    ("tensorstream_s3", "use_rst", r"use_rst is a fault of tensorstream_redis \(TCPFaults\)"),
+    ("tensorstream_redis", "gzip", r"gzip is a fault of tensorstream_http \(HTTPFaults\)"),
+    ("tensorstream_redis", "status_script", r"status_script is a fault of tensorstream_http"),
+])
+def test_a_misspelt_or_foreign_raw_fault_is_refused(request, fixture, name, hint):
+    # A raw setting that does not exist (misspelt, or another backend's) was stored
+    # as a new attribute and silently injected nothing: the test passed untested.
+    raw = request.getfixturevalue(fixture).faults.raw
+    with pytest.raises(AttributeError, match=hint):
+        setattr(raw, name, True)
+    assert not hasattr(raw, name)

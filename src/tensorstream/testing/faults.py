@@ -95,6 +95,22 @@ class Faults:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.backend}>"
 
+    #: The only attributes a test may set (the rest are methods or read-only).
+    _SETTABLE: ClassVar[frozenset[str]] = frozenset({"backend", "_f", "_b", "on_unsupported"})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``faults.latency = 0.5`` used to shadow the method and inject nothing;
+        # ``faults.gzip = True`` (a setting of faults.raw) was stored and ignored.
+        if name not in self._SETTABLE:
+            if name in FAULT_NAMES:
+                raise AttributeError(f"faults.{name} is a method: call faults.{name}(...), "
+                                     f"e.g. faults.latency(0.5)")
+            raise AttributeError(f"faults.{name} is not a fault of the common API "
+                                 f"({', '.join(FAULT_NAMES)}); a backend's own settings are "
+                                 f"on faults.raw (here {type(self._f).__name__}), "
+                                 f"e.g. faults.raw.{name} = ...")
+        super().__setattr__(name, value)
+
     def supports(self, fault: str) -> bool:
         """Whether ``fault`` (a method name above) can be injected on this backend."""
         if fault not in FAULT_NAMES:

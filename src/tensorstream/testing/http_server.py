@@ -34,19 +34,21 @@ import time
 from collections.abc import Mapping
 from email.utils import formatdate, parsedate_to_datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
-from .proxy import _SHUTDOWN_TIMEOUT, cancel_pending, request_repr
+from .proxy import _SHUTDOWN_TIMEOUT, KnownFields, cancel_pending, request_repr
 
 __all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
 
 
 @dataclasses.dataclass
-class HTTPFaults:
+class HTTPFaults(KnownFields):
     """Misbehaviours the server applies to requests (thread-safe enough for tests:
     set attributes before the client runs)."""
+
+    fixture: ClassVar[str] = "tensorstream_http"
 
     #: Only requests for this key are affected (``None``: every key).
     key: str | None = None

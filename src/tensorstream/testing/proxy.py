@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import difflib
 import socket
 import struct
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["HTTPFaultProxy", "HTTPProxyFaults", "ProxyRequest", "TCPFaultProxy", "TCPFaults"]
 
@@ -38,6 +39,45 @@ _SHUTDOWN_TIMEOUT = 2.0
 RequestHook = Callable[[str, str], Awaitable[None]]
 #: ``hook(data)`` run before client bytes are forwarded upstream (TCP proxy).
 DataHook = Callable[[bytes], Awaitable[None]]
+
+
+class KnownFields:
+    """Base of the fault settings dataclasses: setting a name that is not one of
+    the class's fields raises :class:`AttributeError` saying what was meant.
+
+    Without it ``faults.raw.wrong_content_rnage = True`` (misspelt) or
+    ``tensorstream_s3.faults.raw.use_rst = True`` (a Redis proxy's setting) was
+    stored as a new attribute, injected nothing, and the test passed untested."""
+
+    #: The fixture whose ``faults.raw`` this class is (named in the error).
+    fixture: ClassVar[str] = ""
+    _kinds: ClassVar[list[type[KnownFields]]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        KnownFields._kinds.append(cls)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _settings(type(self)):
+            raise AttributeError(unknown_setting(type(self), name))
+        super().__setattr__(name, value)
+
+
+def _settings(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def unknown_setting(cls: type[KnownFields], name: str) -> str:
+    """Why ``name`` is no setting of ``cls``: another backend's, or a likely misspelling."""
+    fields = _settings(cls)
+    owners = sorted(f"{k.fixture} ({k.__name__})" for k in KnownFields._kinds
+                    if k is not cls and name in _settings(k))
+    where = f"{cls.__name__}" + (f" of {cls.fixture}" if cls.fixture else "")
+    if owners:
+        return f"{name} is a fault of {', '.join(owners)}, not of {where}"
+    close = difflib.get_close_matches(name, fields, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"{where} has no setting {name!r}: {hint}its settings are {', '.join(fields)}"
 
 
 def _reset_fields(obj: Any) -> None:
@@ -115,8 +155,10 @@ class _LoopThread:
 
 # --------------------------------------------------------------------------- TCP
 @dataclasses.dataclass
-class TCPFaults:
+class TCPFaults(KnownFields):
     """What :class:`TCPFaultProxy` does to traffic. Downstream = upstream -> client."""
+
+    fixture: ClassVar[str] = "tensorstream_redis"
 
     #: Seconds to wait before forwarding each burst of client bytes (adds per-request latency).
     latency: float = 0.0
@@ -284,8 +326,10 @@ class TCPFaultProxy:
 
 # -------------------------------------------------------------------------- HTTP
 @dataclasses.dataclass
-class HTTPProxyFaults:
+class HTTPProxyFaults(KnownFields):
     """What :class:`HTTPFaultProxy` does to requests and responses."""
+
+    fixture: ClassVar[str] = "tensorstream_s3"
 
     #: Only requests whose path starts with this are affected (``None``: all).
     path_prefix: str | None = None
