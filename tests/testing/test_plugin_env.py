@@ -62,6 +62,34 @@ def test_env_is_undone_after_the_test():
 # -- S3 signature checks --------------------------------------------------------------
 
 
+def test_home_and_aws_files_are_fresh_for_each_test(pytester):
+    # HOME and the empty AWS files were one directory for the whole session: a
+    # ~/.netrc or credentials file one test wrote reached every later test (the
+    # netrc's password was sent to the next test's HTTP server).
+    pytester.makepyfile("""
+        import os, pathlib
+        import tensorstream
+
+        def test_a_writes_home(tensorstream_http):
+            home = pathlib.Path.home()
+            (home / ".netrc").write_text("machine 127.0.0.1 login bob password hunter2\\n")
+            with open(os.environ["AWS_SHARED_CREDENTIALS_FILE"], "w") as f:
+                f.write("[default]\\naws_access_key_id=LEAK\\naws_secret_access_key=LEAK\\n")
+
+        def test_b_sees_none_of_it(tensorstream_http, tensorstream_s3):
+            assert not (pathlib.Path.home() / ".netrc").exists()
+            assert pathlib.Path(os.environ["AWS_SHARED_CREDENTIALS_FILE"]).read_text() == ""
+            tensorstream_http.put("k", b"x")
+            with tensorstream.open(tensorstream_http.uri("k"), **tensorstream_http.options) as f:
+                assert f.read() == b"x"
+            sent = {h.lower() for h in tensorstream_http.requests[-1].headers}
+            assert "authorization" not in sent
+    """)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+
+
 def test_s3_checks_signatures_by_default(tensorstream_s3):
     tensorstream_s3.put("m.bin", b"data")
     assert tensorstream_s3.auth

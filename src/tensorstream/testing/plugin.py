@@ -101,7 +101,22 @@ def tensorstream_servers(
         servers.close()
 
 
-def _isolate(monkeypatch: pytest.MonkeyPatch, servers: BackendServers) -> None:
+@pytest.fixture
+def _tensorstream_home(tensorstream_servers: BackendServers) -> Iterator[str]:
+    """An empty ``HOME`` (holding the empty AWS config file) for one test, removed
+    after it. One directory for the session let a ``~/.netrc`` or credentials file
+    that a test wrote reach every later test."""
+    import shutil
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="home-", dir=tensorstream_servers.sandbox)
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _isolate(monkeypatch: pytest.MonkeyPatch, home: str) -> None:
     """No real credentials or endpoints in, nothing out: ``AWS_*``/``S3_*``/``REDIS_*``,
     ``TENSORSTREAM_HTTP_TOKEN``, ``NETRC`` and ``REDISCLI_AUTH`` removed, AWS config files empty, ``HOME``
     an empty directory, no instance metadata, and no proxy from the environment for
@@ -111,7 +126,7 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, servers: BackendServers) -> None:
     for name in list(os.environ):
         if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES:
             monkeypatch.delenv(name, raising=False)
-    for name, value in isolated_s3_env(servers.sandbox).items():
+    for name, value in isolated_s3_env(home).items():
         monkeypatch.setenv(name, value)
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")
@@ -161,7 +176,7 @@ def _settings(request: pytest.FixtureRequest, mark: str) -> dict[str, Any]:
 @pytest.fixture
 def tensorstream_s3(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
+    request: pytest.FixtureRequest, _tensorstream_home: str,
 ) -> Iterator[S3Backend]:
     """A fresh bucket on moto's S3 server, reached through a fault proxy.
 
@@ -175,14 +190,14 @@ def tensorstream_s3(
     """
     kwargs = _settings(request, S3_MARK)
     env = bool(kwargs.pop("env", False))
-    _isolate(monkeypatch, tensorstream_servers)
+    _isolate(monkeypatch, _tensorstream_home)
     yield from _closing(tensorstream_servers.s3(**kwargs), monkeypatch, env)
 
 
 @pytest.fixture
 def tensorstream_http(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
+    request: pytest.FixtureRequest, _tensorstream_home: str,
 ) -> Iterator[HTTPBackend]:
     """A key prefix on an aiohttp object server with Range and ETag support.
 
@@ -191,14 +206,14 @@ def tensorstream_http(
     """
     kwargs = _settings(request, HTTP_MARK)
     env = bool(kwargs.pop("env", False))
-    _isolate(monkeypatch, tensorstream_servers)
+    _isolate(monkeypatch, _tensorstream_home)
     yield from _closing(tensorstream_servers.http(**kwargs), monkeypatch, env)
 
 
 @pytest.fixture
 def tensorstream_redis(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
+    request: pytest.FixtureRequest, _tensorstream_home: str,
 ) -> Iterator[RedisBackend]:
     """A key prefix on Redis (``.kind``: ``"redis-server"`` or ``"fakeredis"``),
     reached through a TCP fault proxy.
@@ -237,7 +252,7 @@ def tensorstream_redis(
         pytest.fail("this test requires Debian's redis-server (tensorstream_real_redis), but "
                     "redis-server is not installed or --tensorstream-redis=fake was given",
                     pytrace=False)
-    _isolate(monkeypatch, tensorstream_servers)
+    _isolate(monkeypatch, _tensorstream_home)
     yield from _closing(backend, monkeypatch, env)
 
 
