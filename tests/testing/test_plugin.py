@@ -305,6 +305,20 @@ def test_replace_between_reads_raises_object_changed(tensorstream_backend):
     assert read_all(b, "k") == new  # a fresh open sees the new version
 
 
+@pytest.mark.parametrize("other", ["k:v2", "k:"])
+def test_replace_between_reads_counts_reads_of_its_key_only(tensorstream_backend, other):
+    # On Redis, reads of "k:v2" (whose chunk keys start with k's "<prefix>/k:")
+    # counted as reads of "k": "k" was replaced before anyone had read it.
+    b = tensorstream_backend
+    b.put("k", b"old" * 1000)
+    b.put(other, b"other" * 1000)
+    b.faults.replace_between_reads("k", b"new" * 1000)
+    for _ in range(3):
+        assert read_all(b, other) == b"other" * 1000
+    assert b.get("k") == b"old" * 1000
+    assert read_all(b, "k") == b"old" * 1000
+
+
 @pytest.mark.parametrize("bad", [
     lambda f: f.latency(-1),
     lambda f: f.latency(float("nan")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -279,12 +280,16 @@ class _RedisProxyFaults(Faults):
         return super()._why_unsupported(fault)
 
     def _replace_between_reads(self, key: str, data: bytes) -> None:
-        # A "read" is a burst of client bytes with GETRANGE on one of the object's chunk keys.
-        needle = (self._b.key(key) + ":").encode()
+        # A "read" is a burst of client bytes with GETRANGE on one of the object's chunk
+        # keys, a whole RESP argument "<path>:<generation>:<offset>". A bare "<path>:"
+        # substring also matched the chunks of "<path>:v2", so reading another key
+        # replaced this one before its first read.
+        path = self._b.key(key).encode("utf-8", "surrogateescape")
+        chunk_arg = re.compile(rb"\r\n" + re.escape(path) + rb":[0-9a-f]{16}:\d+\r\n")
         replace_once = _ReplaceOnce(lambda: self._b.put(key, data))
 
         async def hook(chunk: bytes) -> None:
-            if b"GETRANGE" in chunk.upper() and needle in chunk:
+            if b"GETRANGE" in chunk.upper() and chunk_arg.search(chunk):
                 await replace_once.on_read()
 
         self._f.on_client_data = hook
