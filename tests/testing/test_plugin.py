@@ -381,3 +381,12 @@ def test_a_misspelt_or_foreign_raw_fault_is_refused(request, fixture, name, hint
     with pytest.raises(AttributeError, match=hint):
         setattr(raw, name, True)
     assert not hasattr(raw, name)
+
+
+def test_a_misspelt_fault_name_is_named_with_the_closest_one(tensorstream_backend):
+    # pytest printed only "'_S3ProxyFaults' object has no attribute 'lantency'",
+    # an internal class name and no hint (Python's own suggestion is not in str()).
+    with pytest.raises(AttributeError, match=r"faults\.lantency: no such fault; did you mean latency\?"):
+        tensorstream_backend.faults.lantency(1)
+    with pytest.raises(AttributeError, match=r"has no setting 'gzp'"):
+        tensorstream_backend.faults.raw.gzp  # noqa: B018

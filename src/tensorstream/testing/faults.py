@@ -10,6 +10,7 @@ Import them from :mod:`tensorstream.testing.backends`, which re-exports
 from __future__ import annotations
 
 import asyncio
+import difflib
 import math
 import re
 from collections.abc import Callable
@@ -98,6 +99,18 @@ class Faults:
 
     #: The only attributes a test may set (the rest are methods or read-only).
     _SETTABLE: ClassVar[frozenset[str]] = frozenset({"backend", "_f", "_b", "on_unsupported"})
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for a name that is not there (``faults.lantency(1)``): pytest
+        # printed the internal class's name and no hint.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        public = [n for n in dir(type(self)) if not n.startswith("_")]
+        close = difflib.get_close_matches(name, public, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise AttributeError(f"faults.{name}: no such fault; {hint}the common faults are "
+                             f"{', '.join(FAULT_NAMES)}; a backend's own settings are on "
+                             f"faults.raw (here {type(self._f).__name__})")
 
     def __setattr__(self, name: str, value: Any) -> None:
         # ``faults.latency = 0.5`` used to shadow the method and inject nothing;

@@ -57,6 +57,12 @@ class KnownFields:
         super().__init_subclass__(**kwargs)
         KnownFields._kinds.append(cls)
 
+    def __getattr__(self, name: str) -> Any:
+        # Only called for a name that is not there: say what was meant.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(unknown_setting(type(self), name))
+
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in _settings(type(self)):
             raise AttributeError(unknown_setting(type(self), name))
