@@ -107,3 +107,49 @@ def test_service_configs_import_no_client_library() -> None:
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class _Half(Provider):
+    """A third-party provider that forgot its required methods."""
+
+    service = "half"
+
+
+@pytest.mark.parametrize("scheme", ["", "my://", "9fs", "my fs", 3])
+def test_a_scheme_that_no_uri_can_have_is_refused(scheme: Any) -> None:
+    with pytest.raises(errors.ConfigurationError, match=r"URI scheme.*registered: .*s3"):
+        registry.register(scheme, _Toy)
+    assert scheme not in registry._registry
+
+
+def test_a_class_missing_required_methods_is_refused_when_registered() -> None:
+    # Accepted before, it failed at the first open as "'NoneType' object has no attribute
+    # 'service'" (the abstract from_uri's empty body returned None).
+    with pytest.raises(TypeError, match=r"from_uri, readinto, stat; registered: .*s3"):
+        registry.register("halftest", _Half)
+    with pytest.raises(TypeError, match="not a tensorstream Provider subclass"):
+        registry.register("halftest", object)  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigurationError, match="'module:Class'"):
+        registry.register("halftest", "os.path")
+    assert "halftest" not in registry._registry
+
+
+def test_a_duplicate_scheme_names_what_is_registered() -> None:
+    with pytest.raises(errors.ConfigurationError, match=r"replace=True.*registered: .*https"):
+        registry.register("s3", _Toy)
+
+
+def test_a_provider_that_fails_to_import_names_itself_and_the_registered_schemes(
+        tmp_path: Any) -> None:
+    # an entry point's value is stored as this string and imported the same way, when first used
+    registry.register("brokentest", "no_such_module_ts:Provider")
+    registry.register("wrongattr", "tensorstream.uri:NoSuchProvider")
+    try:
+        with pytest.raises(ImportError, match=r"'no_such_module_ts:Provider' for scheme "
+                           r"'brokentest' failed to import .*registered: .*s3"):
+            tensorstream.open("brokentest://bucket/key")
+        with pytest.raises(errors.ConfigurationError, match="has no 'NoSuchProvider'"):
+            tensorstream.open("wrongattr://bucket/key")
+    finally:
+        registry._registry.pop("brokentest", None)
+        registry._registry.pop("wrongattr", None)

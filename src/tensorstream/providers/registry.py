@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import UnknownSchemeError
+from ..errors import ConfigurationError, UnknownSchemeError
 from .base import Provider
 
 __all__ = [
@@ -58,12 +59,52 @@ _entry_points_loaded = False
 _replaced: set[str] = set()  # built-in schemes a caller registered over
 
 
+#: RFC 3986's scheme: what parse_uri can ever hand to a provider ("s3://" or "" never is).
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
+#: ``"package.module:Class"``, the form of an entry point's value.
+_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _registered() -> str:
+    return ", ".join(registered_schemes())
+
+
+def _check_class(cls: Any, what: str) -> type[Provider]:
+    """``cls`` if it is a concrete Provider subclass, else a TypeError naming what is wrong:
+    an abstract one was accepted and its inherited empty ``from_uri`` returned None, which
+    failed at the first open as "'NoneType' object has no attribute 'service'"."""
+    if not (isinstance(cls, type) and issubclass(cls, Provider)):
+        raise TypeError(f"{what} is not a tensorstream Provider subclass "
+                        f"(got {cls!r}); registered: {_registered()}")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        raise TypeError(f"{what} does not implement the required method(s) "
+                        f"{', '.join(missing)}; registered: {_registered()}")
+    return cls
+
+
 def register(scheme: str, provider: type[Provider] | str, *, replace: bool = False) -> None:
-    """Register ``provider`` (a class or ``"module:Class"``) for ``scheme``."""
+    """Register ``provider`` (a class or ``"module:Class"``) for ``scheme``.
+
+    The scheme and the class are checked here (a string target when first used);
+    a :class:`ConfigurationError` or ``TypeError`` names the problem and the
+    schemes registered."""
+    if not isinstance(scheme, str) or not _SCHEME.match(scheme.lower()):
+        raise ConfigurationError(
+            f"scheme must be a URI scheme such as 'myfs' (a letter, then letters, digits, "
+            f"'+', '-' or '.'; no '://'), got {scheme!r}; registered: {_registered()}")
     scheme = scheme.lower()
+    if isinstance(provider, str):
+        if not _TARGET.match(provider):
+            raise ConfigurationError(
+                f"provider for {scheme!r} must be a Provider subclass or a 'module:Class' "
+                f"string, got {provider!r}")
+    else:
+        _check_class(provider, f"provider for {scheme!r}")
     if scheme in _registry and not replace and _registry[scheme] != provider:
-        raise ValueError(
-            f"scheme {scheme!r} is already registered to {_registry[scheme]!r}; pass replace=True"
+        raise ConfigurationError(
+            f"scheme {scheme!r} is already registered to {_registry[scheme]!r}; pass "
+            f"replace=True to replace it (registered: {_registered()})"
         )
     if scheme in _BUILTIN and provider != _BUILTIN[scheme].provider:
         _replaced.add(scheme)
@@ -90,13 +131,27 @@ def registered_schemes() -> list[str]:
     return sorted(_registry)
 
 
-def _import(target: str) -> type[Provider]:
-    module_name, _, attr = target.partition(":")
-    module = importlib.import_module(module_name)
-    cls = getattr(module, attr)
-    if not (isinstance(cls, type) and issubclass(cls, Provider)):
-        raise TypeError(f"{target} is not a tensorstream Provider subclass")
-    return cls
+def _import(target: str, scheme: str | None = None) -> type[Provider]:
+    module_name, colon, attr = target.partition(":")
+    builtin = scheme is None or (scheme in _BUILTIN and scheme not in _replaced)
+    what = f"provider {target!r} for scheme {scheme!r}"
+    if not builtin and not (colon and _TARGET.match(target)):
+        # an entry point's value without ':Class' looked up the attribute '' of the module
+        raise ConfigurationError(f"{what} is not a 'module:Class' target; "
+                                 f"registered: {_registered()}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if builtin:  # a missing optional dependency: its own message says what to install
+            raise
+        raise ImportError(f"{what} failed to import ({type(exc).__name__}: {exc}); "
+                          f"registered: {_registered()}", name=exc.name) from exc
+    try:
+        cls = getattr(module, attr)
+    except AttributeError:
+        raise ConfigurationError(f"{what}: module {module_name!r} has no {attr!r}; "
+                                 f"registered: {_registered()}") from None
+    return _check_class(cls, what)
 
 
 def resolve_provider_class(scheme: str) -> type[Provider]:
@@ -114,7 +169,7 @@ def resolve_provider_class(scheme: str) -> type[Provider]:
             "(plus any protocol fsspec knows)"
         )
     if isinstance(entry, str):
-        cls = _import(entry)
+        cls = _import(entry, scheme)
         _registry[scheme] = cls
         return cls
     return entry
