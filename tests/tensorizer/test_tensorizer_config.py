@@ -179,3 +179,40 @@ def test_a_config_whose_encryption_names_a_key_file_still_pickles() -> None:
     assert "s3://b/k" in repr(cfg)
     back = pickle.loads(pickle.dumps(cfg))
     assert back.deserializer_options()["encryption"].keyfile == "s3://b/k"
+
+
+@pytest.mark.parametrize("uri", ["/m-%03d-%03d.tensors", "/r%03d/m-%03d.tensors"])
+def test_a_name_with_two_rank_templates_is_refused(tmp_path: Path, uri: str) -> None:
+    # Only the first was filled in: rank 2 read "/r002/m-%03d.tensors", a file no rank wrote
+    for rank, world_size in ((2, 4), (0, 1), (None, None)):
+        with pytest.raises(errors.ConfigurationError, match="holds 2 rank templates"):
+            shard_uri(uri, rank=rank, world_size=world_size)
+    with pytest.raises(errors.ConfigurationError, match="holds 2 rank templates"):
+        serialize({"w": torch.ones(2)}, str(tmp_path) + uri, rank=0, world_size=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_escaped_percent_is_printf_s_not_a_template() -> None:
+    # "%%03d" is the text "%03d" (printf, and vLLM's uri % rank): it was read as '%' plus a
+    # template, and rank 2 of 4 read "m-%002.t"
+    assert not is_sharded("/m-%%03d.t")
+    with pytest.raises(errors.ConfigurationError, match="no rank template"):
+        shard_uri("/m-%%03d.t", rank=2, world_size=4)
+    assert shard_uri("/m-%%03d.t") == "/m-%%03d.t"  # no template: the name as given
+    assert shard_uri("/100%%-m-%03d.t", rank=2, world_size=4) == "/100%-m-002.t"
+    assert shard_uri("/m-%%%03d.t", rank=2, world_size=4) == "/m-%002.t"
+
+
+@pytest.mark.parametrize("placeholder", ["%d", "%s", "%3d"])
+def test_a_placeholder_that_is_not_filled_is_named(placeholder: str) -> None:
+    with pytest.raises(errors.ConfigurationError,
+                       match=f"'{placeholder}' is not one: only a zero-padded %0Nd"):
+        shard_uri(f"/m-{placeholder}.t", rank=1, world_size=2)
+
+
+@pytest.mark.parametrize("world_size", ["2", 0, -1, 2.0, True, None])
+def test_a_tensor_parallel_size_that_is_no_size_is_refused(world_size: Any) -> None:
+    # "2" was a bare TypeError from '>'; 0 and -1 passed as if they were 1
+    cfg = TensorizerConfig(tensorizer_uri="/m-%03d.tensors")
+    with pytest.raises(errors.ConfigurationError, match="tensor parallel size must be an integer"):
+        cfg.verify_with_parallel_config(world_size)

@@ -170,6 +170,10 @@ class TensorizerConfig:
 
     def verify_with_parallel_config(self, world_size: int) -> None:
         """Raise unless a world size above 1 comes with a rank template (vLLM's check)."""
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            # "2" was a bare TypeError from '>', and 0 or -1 passed as if it were 1
+            raise ConfigurationError(
+                f"tensor parallel size must be an integer >= 1, got {world_size!r}")
         if world_size > 1 and not self.is_sharded:
             raise ConfigurationError(
                 f"tensor parallel size is {world_size} but tensorizer_uri has no rank template; "

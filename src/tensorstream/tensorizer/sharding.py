@@ -13,15 +13,22 @@ from ..uri import redact
 
 __all__ = ["is_sharded", "resolve_rank", "shard_uri"]
 
-# A zero-padded printf integer, as vLLM detects it ("%03d", "%04d").
-_TEMPLATE = re.compile(r"%0(\d+)d")
+# A zero-padded printf integer, as vLLM detects it ("%03d", "%04d"), or an escaped '%'
+# ("%%", printf's, as vLLM's ``uri % rank`` reads it): "%%03d" is the text "%03d", no template.
+_TOKEN = re.compile(r"%%|%0(\d+)d")
+#: A printf placeholder that is not a template tensorstream fills ("%d", "%s", "%3d").
+_OTHER_PLACEHOLDER = re.compile(r"(?<!%)(?:%%)*(%[-+ #]?\d*[ds])")
 #: The widest template filled in: "%0999999999d" made a name of a billion digits (1 GB).
 MAX_TEMPLATE_WIDTH = 32
 
 
+def _templates(uri: str) -> list[re.Match[str]]:
+    return [m for m in _TOKEN.finditer(uri) if m.group(1) is not None]
+
+
 def is_sharded(uri: str) -> bool:
     """True when ``uri`` holds a rank template such as ``%03d``."""
-    return isinstance(uri, str) and _TEMPLATE.search(uri) is not None
+    return isinstance(uri, str) and bool(_templates(uri))
 
 
 def _distributed() -> tuple[int, int] | None:
@@ -67,17 +74,27 @@ def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = Non
     if not templated and rank is None and world_size is None and _distributed() is None:
         return uri
     r, ws = resolve_rank(rank, world_size)
-    found = _TEMPLATE.search(uri)
-    width = found.group(1).lstrip("0") if found is not None else ""
+    found = _templates(uri)
+    if len(found) > 1:
+        # the second was left in the name: rank 2 of "b/%03d/m-%03d" read "b/002/m-%03d"
+        raise ConfigurationError(
+            f"{redact(uri)[:200]!r} holds {len(found)} rank templates; use exactly one, "
+            "e.g. 'model-rank-%03d.tensors'")
+    width = found[0].group(1).lstrip("0") if found else ""
     if len(width) > 2 or (width and int(width) > MAX_TEMPLATE_WIDTH):
         raise ConfigurationError(
             f"the rank template %0{width[:12]}d in {redact(uri)[:200]!r} is wider than "
             f"{MAX_TEMPLATE_WIDTH} digits; use a zero-padded width like %03d")
     if templated:
-        return _TEMPLATE.sub(lambda m: m.group(0) % r, uri, count=1)
+        # printf's reading, as vLLM's: the template gets the rank and "%%" is one '%'
+        # ("%%03d" was read as '%' and a template: rank 2 named "%002", not "%03d")
+        return _TOKEN.sub(lambda m: m.group(0) % r if m.group(1) is not None else "%", uri)
     if ws > 1:
+        other = _OTHER_PLACEHOLDER.search(uri)
+        hint = (f" ({other.group(1)!r} is not one: only a zero-padded %0Nd is filled in)"
+                if other else "")
         raise ConfigurationError(
-            f"world size is {ws} but {redact(uri)!r} has no rank template; every rank "
+            f"world size is {ws} but {redact(uri)!r} has no rank template{hint}; every rank "
             "would use the same file. Put a zero-padded template in the name, e.g. "
             "'model-rank-%03d.tensors', and tensorstream fills in each rank."
         )
