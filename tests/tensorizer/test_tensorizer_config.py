@@ -216,3 +216,51 @@ def test_a_tensor_parallel_size_that_is_no_size_is_refused(world_size: Any) -> N
     cfg = TensorizerConfig(tensorizer_uri="/m-%03d.tensors")
     with pytest.raises(errors.ConfigurationError, match="tensor parallel size must be an integer"):
         cfg.verify_with_parallel_config(world_size)
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("tensorizer_uri", 123, "tensorizer_uri must be a URI or a path"),
+    ("tensorizer_dir", 5, "tensorizer_dir must be a URI or a path"),
+    ("encryption_keyfile", 3, "encryption_keyfile must be a URI or a path"),
+    ("s3_secret_access_key", 123, "s3_secret_access_key must be a string"),
+    ("s3_endpoint", b"http://x", "s3_endpoint must be a string"),
+    ("stream_kwargs", [("timeout_idle", 1)], "stream_kwargs must be a mapping"),
+])
+def test_a_field_of_the_wrong_type_is_refused_when_the_config_is_made(
+        field: str, value: Any, match: str) -> None:
+    # an int URI was a bare TypeError, an int dir an AttributeError; the others failed
+    # only when the stream opened
+    kwargs = {"tensorizer_uri": "s3://b/m.tensors", field: value}
+    if field == "tensorizer_dir":
+        kwargs.pop("tensorizer_uri")
+    with pytest.raises(errors.ConfigurationError, match=match):
+        TensorizerConfig(**kwargs)
+
+
+def test_a_path_object_is_taken_for_every_location_field(tmp_path: Path) -> None:
+    cfg = TensorizerConfig(tensorizer_dir=tmp_path, encryption_keyfile=tmp_path / "k")
+    assert cfg.tensorizer_uri == f"{tmp_path}/model.tensors"
+    assert cfg.encryption_keyfile == str(tmp_path / "k")
+
+
+def test_an_option_given_twice_with_different_values_is_refused(tmp_path: Path) -> None:
+    # The field lost to stream_kwargs without a word; stream_kwargs against
+    # deserialization_kwargs was "got multiple values for keyword argument"
+    with pytest.raises(errors.ConfigurationError, match="s3_endpoint is given twice"):
+        TensorizerConfig(tensorizer_uri="s3://b/m", s3_endpoint="http://a:1",
+                         stream_kwargs={"s3_endpoint": "http://b:1"})
+    with pytest.raises(errors.ConfigurationError,
+                       match=r"timeout_idle is given twice.*deserialization_kwargs"):
+        TensorizerConfig(tensorizer_uri="s3://b/m", stream_kwargs={"timeout_idle": 4},
+                         deserialization_kwargs={"timeout_idle": 3})
+    with pytest.raises(errors.ConfigurationError, match="s3_secret_access_key is given twice") \
+            as info:
+        TensorizerConfig(tensorizer_uri="s3://b/m", s3_secret_access_key="SECRET1",
+                         stream_kwargs={"s3_secret_access_key": "SECRET2"})
+    assert "SECRET" not in str(info.value)
+    # the same value twice is no conflict; an option given to the call overrides
+    uri = str(tmp_path / "m.tensors")
+    serialize({"w": torch.arange(3.0)}, uri)
+    cfg = TensorizerConfig(tensorizer_uri=uri, stream_kwargs={"timeout_idle": 4},
+                           deserialization_kwargs={"timeout_idle": 4})
+    assert torch.equal(cfg.deserialize("cpu", timeout_idle=5)["w"], torch.arange(3.0))

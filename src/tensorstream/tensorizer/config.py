@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..config import validate_options
+from ..config import _text, validate_options
 from ..credentials.base import mask
 from ..errors import ConfigurationError
 from ..uri import redact
@@ -102,8 +102,21 @@ class TensorizerConfig:
     serialization_kwargs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.tensorizer_uri is not None and not isinstance(self.tensorizer_uri, str):
-            self.tensorizer_uri = os.fspath(self.tensorizer_uri)
+        # Checked here, where the config is made, not at the first load: an int URI was a
+        # bare TypeError, a pathlib.Path tensorizer_dir an AttributeError, and a non-string
+        # key or keyfile failed only when the stream opened.
+        self.tensorizer_uri = _path_or_uri("tensorizer_uri", self.tensorizer_uri)
+        self.tensorizer_dir = _path_or_uri("tensorizer_dir", self.tensorizer_dir)
+        self.encryption_keyfile = _path_or_uri("encryption_keyfile", self.encryption_keyfile)
+        for name in ENV_FALLBACKS:
+            if getattr(self, name) is not None:
+                _text(name, getattr(self, name))
+        for name in ("stream_kwargs", "deserialization_kwargs", "serialization_kwargs"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigurationError(
+                    f"{name} must be a mapping of option name to value, got "
+                    f"{type(value).__name__}")
         if self.tensorizer_uri:
             self.tensorizer_dir = self.tensorizer_uri.rsplit("/", 1)[0] if "/" in \
                 self.tensorizer_uri else ""
@@ -123,6 +136,27 @@ class TensorizerConfig:
         self.stream_kwargs = validate_options(dict(self.stream_kwargs or {}))
         self.deserialization_kwargs = validate_options(dict(self.deserialization_kwargs or {}))
         self.serialization_kwargs = dict(self.serialization_kwargs or {})
+        self._refuse_conflicts()
+
+    def _refuse_conflicts(self) -> None:
+        """One option given two different values: the ``s3_*`` field and ``stream_kwargs``
+        (``stream_kwargs`` silently won), or ``stream_kwargs`` and the ``*_kwargs`` of the
+        call it goes with (a bare "got multiple values for keyword argument")."""
+        stream = self.stream_kwargs or {}
+        for name in ENV_FALLBACKS:
+            given = getattr(self, name)
+            if given is not None and name in stream and stream[name] != given:
+                # the values are not shown: one may be a secret
+                raise ConfigurationError(
+                    f"{name} is given twice with different values: as the field and in "
+                    "stream_kwargs; give it once")
+        for kwargs in ("deserialization_kwargs", "serialization_kwargs"):
+            other = getattr(self, kwargs) or {}
+            for name in sorted(other.keys() & stream.keys()):
+                if other[name] != stream[name]:
+                    raise ConfigurationError(
+                        f"{name} is given twice with different values: in stream_kwargs and "
+                        f"in {kwargs}; give it once")
 
     # -- presentation: secrets never shown or pickled -------------------------
     def __repr__(self) -> str:
@@ -234,8 +268,10 @@ class TensorizerConfig:
         """:func:`tensorstream.deserialize` with these settings."""
         from .load import deserialize
 
-        kw = {**self.deserializer_options(), **overrides}
-        return deserialize(self.uri_for(rank, world_size), device, **kw, **self.stream_options())
+        # one dict, the call's overrides last: an option given here and in stream_kwargs
+        # was a TypeError ("got multiple values for keyword argument")
+        kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
+        return deserialize(self.uri_for(rank, world_size), device, **kw)
 
     def load_into_module(
         self,
@@ -249,10 +285,8 @@ class TensorizerConfig:
         """:func:`tensorstream.load_into_module` with these settings."""
         from .load import load_into_module
 
-        kw = {**self.deserializer_options(), **overrides}
-        return load_into_module(
-            module, self.uri_for(rank, world_size), device, **kw, **self.stream_options()
-        )
+        kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
+        return load_into_module(module, self.uri_for(rank, world_size), device, **kw)
 
     def serialize(
         self, obj: Any, *, rank: int | None = None, world_size: int | None = None
@@ -260,10 +294,8 @@ class TensorizerConfig:
         """:func:`tensorstream.serialize` ``obj`` to this rank's URI; returns the URI."""
         from .load import serialize
 
-        return serialize(
-            obj, self.uri_for(rank, world_size), **self.serializer_options(),
-            **self.stream_options(),
-        )
+        kw = {**self.stream_options(), **self.serializer_options()}
+        return serialize(obj, self.uri_for(rank, world_size), **kw)
 
     # -- command line ------------------------------------------------------------
     @staticmethod
@@ -294,6 +326,18 @@ class TensorizerConfig:
         """Build from parsed flags (any attribute named like a field is used)."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+
+
+def _path_or_uri(name: str, value: Any) -> str | None:
+    """``value`` as a string: a URI, a path or a ``PathLike``; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"{name} must be a URI or a path (str or os.PathLike), got {type(value).__name__}")
+    return _text(name, value)
 
 
 def _rebuild(state: dict[str, Any]) -> TensorizerConfig:
