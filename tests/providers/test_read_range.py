@@ -40,9 +40,13 @@ async def test_a_huge_range_past_the_end_raises_without_allocating_it(uri: str, 
     assert "sig-canary" not in said and "cred-canary" not in said
 
 
-@pytest.mark.parametrize(("start", "end"), [(1.5, 3), ("0", "3"), (None, 3), (0, None)])
+@pytest.mark.parametrize(("start", "end"), [(1.5, 3), ("0", "3"), (None, 3), (0, None),
+                                            (True, 3), (0, False)])
 async def test_positions_are_integers(uri: str, start: Any, end: Any) -> None:
-    with pytest.raises(TypeError):
+    # the error names the argument ("'float' object cannot be interpreted as an integer"
+    # said neither which nor what), and True is no byte 1
+    name = "start" if not isinstance(start, int) or isinstance(start, bool) else "end"
+    with pytest.raises(TypeError, match=f"{name} must be an integer byte offset, got"):
         await tensorstream.read_range(uri, start, end)
 
 

@@ -298,6 +298,18 @@ class BodyStream(Protocol):
         ...
 
 
+def _byte_offset(name: str, value: Any) -> int:
+    """``value`` as an int, or a TypeError naming the argument: ``operator.index`` alone said
+    "'float' object cannot be interpreted as an integer", and took ``True`` for byte 1."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer byte offset, got bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer byte offset, got "
+                        f"{type(value).__name__} {repr(value)[:40]}") from None
+
+
 def check_range(size: int, start: int, end: int) -> None:
     """Raise :class:`InvalidRangeError` unless ``0 <= start <= end <= size``."""
     if start < 0 or end < start:
@@ -479,7 +491,7 @@ class Provider(abc.ABC):
     async def read_range(self, path: str, start: int, end: int, *,
                          pin: Pin | None = None) -> bytes:
         """Bytes ``[start, end)``; end is exclusive. Raises if past the end."""
-        start, end = operator.index(start), operator.index(end)
+        start, end = _byte_offset("start", start), _byte_offset("end", end)
         if start < 0 or end < start:
             raise InvalidRangeError(f"invalid range [{start}, {end})", path=redact_text(path))
         if end - start > CHECKED_READ_RANGE:
