@@ -582,3 +582,17 @@ def test_an_endpoint_botocore_cannot_use_is_refused_naming_its_source(
 def test_a_usable_endpoint_is_kept(endpoint: str) -> None:
     creds = resolve_s3_credentials({"s3_endpoint": endpoint}, env={})
     assert creds.endpoint is not None
+
+
+@pytest.mark.parametrize("given", [{"s3_access_key_id": "AKIDCANARY", "s3_secret_access_key": "SK"},
+                                   {"s3_profile": "dev"}])
+def test_anonymous_with_explicit_credentials_is_a_contradiction(
+        sources: Sources, given: dict[str, str]) -> None:
+    # The keys (or profile) were dropped without a word and requests went unsigned
+    with pytest.raises(errors.ConfigurationError, match=r"anonymous=True .* contradict") as info:
+        tensorstream.get_provider(f"s3://{S3_BUCKET}/k", anonymous=True, **given)
+    assert "AKIDCANARY" not in str(info.value)
+    # keys from the environment are still overridden by anonymous=True, as before
+    sources.good("s3_env")
+    creds = resolve_s3_credentials({"anonymous": True}, env=dict(os.environ))
+    assert creds.anonymous and creds.access_key_id is None

@@ -251,6 +251,13 @@ def resolve_s3_credentials(
         token = Sourced(t, "option s3_session_token", secret=True)
     if (p := _opt(options, "s3_profile")) is not None:
         profile = Sourced(p, "option s3_profile")
+    if anonymous and (pair is not None or profile is not None):
+        # The credentials given were dropped without a word and requests went unsigned
+        # (a private bucket then answered 403). Variables stay overridable by anonymous=True.
+        given = "s3_access_key_id/s3_secret_access_key" if pair is not None else "s3_profile"
+        raise ConfigurationError(
+            f"options anonymous=True (unsigned requests) and {given} (signed ones) "
+            "contradict each other; give one")
 
     # 2. vLLM / tensorizer variables, 3. standard AWS variables
     if pair is None and profile is None:
