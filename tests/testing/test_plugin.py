@@ -71,6 +71,17 @@ def test_uri_of_any_key_reads_that_key(tensorstream_backend, key):
     assert b.get(key) == b"the right object"
 
 
+@pytest.mark.parametrize("key", ["new\nline.bin", "cr\rlf\n.bin"], ids=["newline", "cr-lf"])
+def test_uri_of_a_key_with_a_line_break_reads_that_key(tensorstream_backend, key):
+    # The HTTP server's route was "/{key:.*}": "." stops at a newline, so put/get
+    # worked but the uri() of such a key was a 404 (S3 and Redis keys may hold one too).
+    b = tensorstream_backend
+    if b.name == "s3":
+        pytest.skip("moto's own router answers 404 to a key with a line break")
+    b.put(key, b"the right object")
+    assert read_all(b, key) == b"the right object"
+
+
 def test_each_test_gets_a_fresh_namespace(tensorstream_backend, request):
     # The same key in another test's namespace must not be visible here.
     b = tensorstream_backend

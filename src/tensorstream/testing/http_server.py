@@ -180,7 +180,8 @@ class HTTPTestServer:
 
         async def serve() -> None:
             app = web.Application()
-            app.router.add_route("*", "/{key:.*}", self._handle)
+            # [\s\S], not ".": a key may hold a line break ("." stopped there: a 404).
+            app.router.add_route("*", r"/{key:[\s\S]*}", self._handle)
             # A short graceful shutdown: stop() waits 10 s for cleanup, and aiohttp's
             # default 60 s left stalled handlers pending when the loop closed (an
             # "Event loop is closed" unraisable per handler: a failure under -W error).
