@@ -153,3 +153,32 @@ def test_a_provider_that_fails_to_import_names_itself_and_the_registered_schemes
     finally:
         registry._registry.pop("brokentest", None)
         registry._registry.pop("wrongattr", None)
+
+
+def _distribution(root: Any, name: str, entry_points: str) -> None:
+    info = root / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\n{entry_points}\n")
+
+
+def test_a_scheme_two_installed_packages_claim_is_refused_naming_both(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The one listed first on sys.path served it, without a word about the other
+    _distribution(tmp_path, "tsplugin_a", "twicefs = plugin_a.provider:AProvider")
+    _distribution(tmp_path, "tsplugin_b", "twicefs = plugin_b.provider:BProvider\n"
+                  "oncefs = plugin_b.provider:OnceProvider")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    monkeypatch.setattr(registry, "_ambiguous", {})
+    with pytest.raises(errors.ConfigurationError,
+                       match=r"'twicefs' is claimed by more than one .*plugin_a.provider:"
+                             r"AProvider, plugin_b.provider:BProvider.*replace=True"):
+        tensorstream.open("twicefs://bucket/key")
+    # the other entry point of the package is served as before (its import fails here)
+    with pytest.raises(ImportError, match=r"'plugin_b.provider:OnceProvider' for scheme 'oncefs'"):
+        tensorstream.open("oncefs://bucket/key")
+    # a choice made in code settles it
+    registry.register("twicefs", _Toy)
+    assert registry.resolve_provider_class("twicefs") is _Toy

@@ -57,6 +57,7 @@ _FSSPEC_FALLBACK = Service("tensorstream.providers.fsspec:FsspecProvider",
 _registry: dict[str, type[Provider] | str] = {k: v.provider for k, v in _BUILTIN.items()}
 _entry_points_loaded = False
 _replaced: set[str] = set()  # built-in schemes a caller registered over
+_ambiguous: dict[str, list[str]] = {}  # schemes two installed entry points claim
 
 
 #: RFC 3986's scheme: what parse_uri can ever hand to a provider ("s3://" or "" never is).
@@ -120,9 +121,18 @@ def _load_entry_points() -> None:
     # for a scheme that is not registered already (entry points never replace one).
     from importlib.metadata import entry_points
 
+    offered: dict[str, set[str]] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name.lower() not in _registry:
-            _registry[ep.name.lower()] = ep.value
+        offered.setdefault(ep.name.lower(), set()).add(ep.value)
+    for name, values in offered.items():
+        if name in _registry:
+            continue
+        if len(values) > 1:
+            # two installed packages claim the scheme: which one served it depended on
+            # the order of sys.path; refused when the scheme is used
+            _ambiguous[name] = sorted(values)
+        else:
+            _registry[name] = values.pop()
 
 
 def registered_schemes() -> list[str]:
@@ -161,6 +171,12 @@ def resolve_provider_class(scheme: str) -> type[Provider]:
     if entry is None:
         _load_entry_points()
         entry = _registry.get(scheme)
+    if entry is None and scheme in _ambiguous:
+        raise ConfigurationError(
+            f"scheme {scheme!r} is claimed by more than one installed '{ENTRY_POINT_GROUP}' "
+            f"entry point ({', '.join(_ambiguous[scheme])}); uninstall one, or choose with "
+            f"tensorstream.register({scheme!r}, 'module:Class', replace=True) "
+            f"(registered: {_registered()})")
     if entry is None:
         if _fsspec_knows(scheme):
             return _import(_FSSPEC_FALLBACK.provider)
