@@ -637,3 +637,24 @@ def test_an_empty_tensor_tensorizer_cannot_encrypt_is_named_and_writes_nothing(
                   encryption=b"k" * 32)
     assert isinstance(info.value, TypeError)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(("given", "meant"), [("lazy_lod", "lazy_load"),
+                                              ("num_reader", "num_readers"),
+                                              ("verfy_hash", "verify_hash")])
+def test_a_misspelt_argument_names_the_one_meant(tmp_path: Path, given: str, meant: str) -> None:
+    # It reached open() as a storage option: "unknown option(s) lazy_lod for file; it accepts
+    # backoff_initial, ..." listed only storage options and guessed nothing
+    uri = str(tmp_path / "m.tensors")
+    tensorstream.serialize({"w": torch.ones(2)}, uri)
+    with pytest.raises(errors.ConfigurationError,
+                       match=f"unknown argument {given} \\(did you mean {meant}\\?\\) for "
+                             "tensorstream.deserialize"):
+        tensorstream.deserialize(uri, "cpu", **{given: True})
+    with pytest.raises(errors.ConfigurationError,
+                       match=r"encrypton \(did you mean encryption\?\) for tensorstream.serialize"):
+        tensorstream.serialize({"w": torch.ones(2)}, str(tmp_path / "n.tensors"), encrypton=None)
+    assert not (tmp_path / "n.tensors").exists()
+    # a storage option's near spelling is still answered by open(), with its guess
+    with pytest.raises(errors.ConfigurationError, match=r"timeout_idl \(did you mean timeout_idle"):
+        tensorstream.deserialize(uri, "cpu", timeout_idl=1)

@@ -33,7 +33,7 @@ from .._gcpause import paused
 from .._umask import new_file_mode
 from ..api import get_provider
 from ..api import open as ts_open
-from ..config import validate_options
+from ..config import COMMON_OPTIONS, VALIDATORS, option_hint, validate_options
 from ..distributed.exchange import agree
 from ..distributed.group import Group, resolve_group
 from ..distributed.memory import MemorySource
@@ -244,6 +244,27 @@ class _LoadRecord:
             load_log.debug("%s reader %d: %s", self.where, i, decision)
 
 
+def _refuse_misspelt_arguments(options: Mapping[str, Any], front: Callable[..., Any]) -> None:
+    """A ``ConfigurationError`` for an option that is a near spelling of one of ``front``'s
+    own arguments (``lazy_lod``): it reached ``open`` as a storage option, whose error
+    listed the storage options and guessed nothing."""
+    unknown = set(options) - COMMON_OPTIONS - VALIDATORS.keys()
+    if not unknown:
+        return
+    import inspect
+
+    from ..providers.registry import known_option_names
+
+    own = {n for n, p in inspect.signature(front).parameters.items()
+           if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    for name in sorted(unknown - known_option_names()):
+        hint = option_hint(name, own)
+        if hint:
+            raise ConfigurationError(
+                f"unknown argument {name}{hint} for tensorstream.{front.__name__}; it takes "
+                f"{', '.join(sorted(own))} and the options of tensorstream.open")
+
+
 def deserialize(
     uri: str | os.PathLike[str] | ParsedURI | StreamReader,
     device: str | torch.device | None = None,
@@ -309,6 +330,7 @@ def deserialize(
     ...     print(sd["lm_head.weight"].shape)
     """
     started = time.perf_counter()
+    _refuse_misspelt_arguments(options, deserialize)
     checked = validate_options({"num_readers": num_readers, "verify_hash": verify_hash,
                                 "lazy_load": lazy_load, "max_tensor_bytes": max_tensor_bytes})
     num_readers, verify_hash, lazy_load = (
@@ -717,6 +739,7 @@ def serialize(
     >>> serialize(model, "s3://bucket/model-rank-%03d.tensors", rank=0)  # doctest: +SKIP
     's3://bucket/model-rank-000.tensors'
     """
+    _refuse_misspelt_arguments(options, serialize)
     raw = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
     target = shard_uri(raw, rank=rank, world_size=world_size) if isinstance(raw, str) else raw
     parsed = parse_uri(target)
