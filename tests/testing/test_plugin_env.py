@@ -4,6 +4,8 @@ an async test (issue 18)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import tensorstream
@@ -260,3 +262,18 @@ def test_missing_credentials_names_where_it_looked(tensorstream_s3):
     tensorstream_s3.put("m.bin", b"x")
     with pytest.raises(MissingCredentialsError):
         serving_code_load(tensorstream_s3.uri("m.bin"))
+
+
+@pytest.mark.tensorstream_s3(env=True)
+def test_env_mode_survives_a_second_backend_fixture(tensorstream_s3, tensorstream_http):
+    # The second fixture isolated the environment again and removed AWS_* that the
+    # first one's env=True had just set: the loader found no credentials.
+    tensorstream_s3.put("m.bin", b"weights")
+    assert serving_code_load(tensorstream_s3.uri("m.bin")) == b"weights"
+
+
+@pytest.mark.tensorstream_redis(env=True)
+def test_redis_env_mode_survives_a_second_backend_fixture(tensorstream_redis, tensorstream_s3):
+    tensorstream_redis.put("m.bin", b"weights")
+    assert serving_code_load(tensorstream_redis.uri("m.bin")) == b"weights"
+    assert os.environ["REDIS_URL"] == tensorstream_redis.env["REDIS_URL"]

@@ -101,8 +101,16 @@ def tensorstream_servers(
         servers.close()
 
 
+class _Sandbox:
+    """One test's empty ``HOME``, and whether the environment is isolated yet."""
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+        self.isolated = False
+
+
 @pytest.fixture
-def _tensorstream_home(tensorstream_servers: BackendServers) -> Iterator[str]:
+def _tensorstream_home(tensorstream_servers: BackendServers) -> Iterator[_Sandbox]:
     """An empty ``HOME`` (holding the empty AWS config file) for one test, removed
     after it. One directory for the session let a ``~/.netrc`` or credentials file
     that a test wrote reach every later test."""
@@ -111,22 +119,27 @@ def _tensorstream_home(tensorstream_servers: BackendServers) -> Iterator[str]:
 
     home = tempfile.mkdtemp(prefix="home-", dir=tensorstream_servers.sandbox)
     try:
-        yield home
+        yield _Sandbox(home)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _isolate(monkeypatch: pytest.MonkeyPatch, home: str) -> None:
+def _isolate(monkeypatch: pytest.MonkeyPatch, sandbox: _Sandbox) -> None:
     """No real credentials or endpoints in, nothing out: ``AWS_*``/``S3_*``/``REDIS_*``,
     ``TENSORSTREAM_HTTP_TOKEN``, ``NETRC`` and ``REDISCLI_AUTH`` removed, AWS config files empty, ``HOME``
     an empty directory, no instance metadata, and no proxy from the environment for
     loopback traffic."""
     from .s3_server import isolated_s3_env
 
+    # Once per test: a second backend fixture isolating again removed the variables
+    # the first one's env=True (or the test) had just set.
+    if sandbox.isolated:
+        return
+    sandbox.isolated = True
     for name in list(os.environ):
         if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES:
             monkeypatch.delenv(name, raising=False)
-    for name, value in isolated_s3_env(home).items():
+    for name, value in isolated_s3_env(sandbox.home).items():
         monkeypatch.setenv(name, value)
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")
@@ -176,7 +189,7 @@ def _settings(request: pytest.FixtureRequest, mark: str) -> dict[str, Any]:
 @pytest.fixture
 def tensorstream_s3(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest, _tensorstream_home: str,
+    request: pytest.FixtureRequest, _tensorstream_home: _Sandbox,
 ) -> Iterator[S3Backend]:
     """A fresh bucket on moto's S3 server, reached through a fault proxy.
 
@@ -197,7 +210,7 @@ def tensorstream_s3(
 @pytest.fixture
 def tensorstream_http(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest, _tensorstream_home: str,
+    request: pytest.FixtureRequest, _tensorstream_home: _Sandbox,
 ) -> Iterator[HTTPBackend]:
     """A key prefix on an aiohttp object server with Range and ETag support.
 
@@ -213,7 +226,7 @@ def tensorstream_http(
 @pytest.fixture
 def tensorstream_redis(
     tensorstream_servers: BackendServers, monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest, _tensorstream_home: str,
+    request: pytest.FixtureRequest, _tensorstream_home: _Sandbox,
 ) -> Iterator[RedisBackend]:
     """A key prefix on Redis (``.kind``: ``"redis-server"`` or ``"fakeredis"``),
     reached through a TCP fault proxy.
