@@ -261,3 +261,14 @@ def test_a_size_that_is_not_one_names_the_option_and_the_form(bad: str) -> None:
     with pytest.raises(errors.ConfigurationError, match="part_size must be") as info:
         split_options({"part_size": bad})
     assert "8MiB" in str(info.value) or "integer" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["maybe", 2, None, "sequential"])
+def test_sequential_is_a_flag(tmp_path: Any, bad: Any) -> None:
+    # any truthy value was taken: "false" asked for one GET of every byte
+    (tmp_path / "o.bin").write_bytes(b"0123456789")
+    for good in ("false", "no", 0, "true", True):
+        with tensorstream.open(tmp_path / "o.bin", sequential=good) as f:
+            assert f.read() == b"0123456789"
+    with pytest.raises(errors.ConfigurationError, match="sequential must be true or false"):
+        tensorstream.open(tmp_path / "o.bin", sequential=bad)

@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import _loop
-from .config import COMMON_OPTIONS, option_hint, split_options
+from .config import COMMON_OPTIONS, _flag, option_hint, split_options
 from .errors import ConfigurationError
 from .layers.stack import PolicyProvider
 from .providers.base import BodyStream, ObjectInfo
@@ -97,6 +97,8 @@ def open(  # mirrors builtins.open on purpose
     parsed = parse_uri(uri)
     if mode not in ("rb", "wb", "r", "w"):
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
+    # sequential="false" was truthy: one GET of every byte for a reader of a few ranges
+    sequential = _flag("sequential", sequential)
     if mode in ("wb", "w"):
         check_file_destination(parsed)
     provider = get_provider(parsed, **options)
