@@ -131,6 +131,24 @@ def test_s3_client_and_extra_buckets(tensorstream_s3):
     assert {other, tensorstream_s3.bucket} <= names
 
 
+def test_s3_versioned_buckets_are_removed_after_the_test(tensorstream_servers):
+    # Only current objects were deleted: a bucket with versioning on kept its old
+    # versions, could not be deleted (silently), and a later test's
+    # create_bucket("same-name") got that bucket with another test's objects.
+    backend = tensorstream_servers.s3()
+    client = backend.client
+    named = backend.create_bucket("ts-versioned-named")
+    for bucket in (backend.bucket, named):
+        client.put_bucket_versioning(Bucket=bucket,
+                                     VersioningConfiguration={"Status": "Enabled"})
+        for body in (b"v1", b"v2"):
+            client.put_object(Bucket=bucket, Key="m", Body=body)
+        client.delete_object(Bucket=bucket, Key="m")  # a delete marker too
+    backend.close()
+    names = {b["Name"] for b in client.list_buckets()["Buckets"]}
+    assert not {backend.bucket, named} & names
+
+
 # -- Redis with a password, an ACL user, TLS ----------------------------------------------
 
 

@@ -184,6 +184,14 @@ class S3Backend(Backend):
                     keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
                     if keys:
                         client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+                # Then every version and delete marker: with versioning on, the deletes
+                # above only add markers, and the bucket (not empty) used to outlive the
+                # test, handing its objects to a later create_bucket of the same name.
+                for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
+                    versions = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                                for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+                    if versions:
+                        client.delete_objects(Bucket=bucket, Delete={"Objects": versions})
                 for up in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
                     client.abort_multipart_upload(Bucket=bucket, Key=up["Key"],
                                                   UploadId=up["UploadId"])
