@@ -19,8 +19,9 @@ from tensorstream.tensorizer.sharding import is_sharded, shard_uri
 def test_dir_and_uri_derivation() -> None:
     cfg = TensorizerConfig(tensorizer_dir="s3://bucket/opt-125m/")
     assert cfg.tensorizer_uri == "s3://bucket/opt-125m/model.tensors"
-    cfg = TensorizerConfig(tensorizer_uri="s3://bucket/x/model-rank-%03d.tensors",
-                           tensorizer_dir="ignored")
+    with pytest.warns(UserWarning, match="'ignored' is not the directory of tensorizer_uri"):
+        cfg = TensorizerConfig(tensorizer_uri="s3://bucket/x/model-rank-%03d.tensors",
+                               tensorizer_dir="ignored")
     assert cfg.tensorizer_dir == "s3://bucket/x" and cfg.is_sharded
     redis = TensorizerConfig(tensorizer_uri="redis://:pw@localhost:6379/model.tensors?db=2")
     assert "pw" not in repr(redis)
@@ -264,3 +265,18 @@ def test_an_option_given_twice_with_different_values_is_refused(tmp_path: Path) 
     cfg = TensorizerConfig(tensorizer_uri=uri, stream_kwargs={"timeout_idle": 4},
                            deserialization_kwargs={"timeout_idle": 4})
     assert torch.equal(cfg.deserialize("cpu", timeout_idle=5)["w"], torch.arange(3.0))
+
+
+def test_a_dir_that_is_not_the_uri_s_directory_is_said() -> None:
+    # the dir was replaced by the URI's without a word (vLLM warns and takes the URI's)
+    with pytest.warns(UserWarning, match="is not the directory of tensorizer_uri"):
+        cfg = TensorizerConfig(tensorizer_uri="s3://b/x/model.tensors", tensorizer_dir="s3://b/y")
+    assert cfg.tensorizer_dir == "s3://b/x"
+    # the same directory (as a rebuilt or unpickled config gives it) says nothing
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = TensorizerConfig(tensorizer_uri="s3://b/x/m.tensors", tensorizer_dir="s3://b/x/")
+        assert cfg.tensorizer_dir == "s3://b/x"
+        assert pickle.loads(pickle.dumps(cfg)).tensorizer_uri == "s3://b/x/m.tensors"

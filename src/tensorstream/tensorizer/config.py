@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -118,8 +119,15 @@ class TensorizerConfig:
                     f"{name} must be a mapping of option name to value, got "
                     f"{type(value).__name__}")
         if self.tensorizer_uri:
-            self.tensorizer_dir = self.tensorizer_uri.rsplit("/", 1)[0] if "/" in \
-                self.tensorizer_uri else ""
+            derived = self.tensorizer_uri.rsplit("/", 1)[0] if "/" in self.tensorizer_uri else ""
+            if self.tensorizer_dir and self.tensorizer_dir.rstrip("/") != derived.rstrip("/"):
+                # The given dir was replaced by the URI's without a word. vLLM takes the URI's
+                # too (its configs carry both), and says so: a warning, not an error.
+                warnings.warn(
+                    f"tensorizer_dir {redact(self.tensorizer_dir)!r} is not the directory of "
+                    f"tensorizer_uri {redact(self.tensorizer_uri)!r}; the URI's is used",
+                    UserWarning, stacklevel=3)
+            self.tensorizer_dir = derived
         elif self.tensorizer_dir:
             self.tensorizer_uri = f"{self.tensorizer_dir.rstrip('/')}/model.tensors"
         else:
