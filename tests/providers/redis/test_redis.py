@@ -215,3 +215,17 @@ def test_a_broken_blocking_read_names_the_generation_it_came_from(
     finally:
         _loop.run_sync(p.close())
 
+
+
+@pytest.mark.parametrize(("query", "match"), [
+    ("db=99999999999999", "db in the URI must be an integer >= 0 and <= 65536"),
+    ("db=%C2%B2", "db in the URI must be an integer"),  # '²' passed str.isdigit()
+    ("cluster=maybe", "cluster in the URI must be true or false"),
+])
+def test_the_uri_s_options_are_checked_like_the_options(query: str, match: str) -> None:
+    # ?db=99999999999999 failed only at the server's SELECT; ?cluster=maybe meant False
+    with pytest.raises(errors.ConfigurationError, match=match):
+        tensorstream.get_provider(f"redis://127.0.0.1:1/k?{query}")
+    fine = tensorstream.get_provider("redis://127.0.0.1:1/k?db=3&cluster=no")
+    assert "db=3" in repr(fine)
+    _loop.run_sync(fine.close())

@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry as BlockingRetry
 
 from ... import _loop
-from ...config import CommonConfig, split_options
+from ...config import VALIDATORS, CommonConfig, _flag, split_options
 from ...errors import (
     ConfigurationError,
     ConnectionFailedError,
@@ -149,14 +149,16 @@ class RedisProvider(Provider):
             raise ConfigurationError(f"unknown Redis option(s): {', '.join(sorted(unknown))}")
         db = options.get("redis_db")
         if db is None:
-            db = parsed.query.get("db", 0)
+            # the option's bounds and flags hold for the URI's too: ?db=99999999999999 failed
+            # only at the server's SELECT, and ?cluster=maybe meant False
+            db = VALIDATORS["redis_db"]("db in the URI", parsed.query.get("db", 0))
         try:
             db = int(str(db))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"redis_db must be an integer, got {db!r}") from exc
         cluster = options.get("redis_cluster")
         if cluster is None:
-            cluster = parsed.query.get("cluster", "")
+            cluster = _flag("cluster in the URI", parsed.query.get("cluster") or False)
         creds = resolve_redis_credentials(
             parsed, username=options.get("redis_username"), password=options.get("redis_password")
         )
