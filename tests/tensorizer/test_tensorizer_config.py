@@ -280,3 +280,12 @@ def test_a_dir_that_is_not_the_uri_s_directory_is_said() -> None:
         cfg = TensorizerConfig(tensorizer_uri="s3://b/x/m.tensors", tensorizer_dir="s3://b/x/")
         assert cfg.tensorizer_dir == "s3://b/x"
         assert pickle.loads(pickle.dumps(cfg)).tensorizer_uri == "s3://b/x/m.tensors"
+
+
+@pytest.mark.parametrize("kwargs", ["serialization_kwargs", "deserialization_kwargs"])
+def test_a_keyfile_and_an_encryption_in_the_kwargs_contradict(tmp_path: Path, kwargs: str) -> None:
+    # serialization_kwargs={"encryption": None} replaced the keyfile's: tensors written in clear
+    with pytest.raises(errors.ConfigurationError, match=f"encryption_keyfile and {kwargs}"):
+        TensorizerConfig(tensorizer_uri=str(tmp_path / "m.tensors"),
+                         encryption_keyfile=str(tmp_path / "k"), **{kwargs: {"encryption": None}})
+    assert list(tmp_path.iterdir()) == []

@@ -160,6 +160,12 @@ class TensorizerConfig:
                     "stream_kwargs; give it once")
         for kwargs in ("deserialization_kwargs", "serialization_kwargs"):
             other = getattr(self, kwargs) or {}
+            if self.encryption_keyfile and "encryption" in other:
+                # the kwargs' encryption replaced the keyfile's without a word: with
+                # encryption=None, serialize wrote the tensors unencrypted
+                raise ConfigurationError(
+                    f"encryption_keyfile and {kwargs}['encryption'] both say how to "
+                    "encrypt; give one")
             for name in sorted(other.keys() & stream.keys()):
                 if other[name] != stream[name]:
                     raise ConfigurationError(
