@@ -113,7 +113,9 @@ async def proxy(moto_s3: MotoS3Server, isolated_env: Path) -> AsyncIterator[tupl
     p = Proxy(moto_s3.endpoint_url)
     app = web.Application(client_max_size=64 * MiB)
     app.router.add_route("*", "/{tail:.*}", p.handle)
-    runner = web.AppRunner(app)
+    # A handler that holds a lost answer sleeps for ever: cleanup cancels it after a
+    # second, not after aiohttp's default 60 s (a minute per such test).
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
