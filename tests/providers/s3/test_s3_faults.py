@@ -237,6 +237,19 @@ async def test_a_publish_applied_whose_answer_was_lost_is_a_success(
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
 
 
+async def _commit_fails_over_a_previous_version(moto_s3: MotoS3Server, endpoint: str, key: str,
+                                                 match: str | None = None) -> None:
+    """``key`` holds a previous version; an 11 MiB multipart write through the
+    proxy at ``endpoint`` must fail its commit with ServiceUnavailableError."""
+    moto_s3.put(S3_BUCKET, key, b"previous version")
+    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+        await writer.write(os.urandom(11 * MiB))
+        with pytest.raises(errors.ServiceUnavailableError, match=match):
+            await writer.commit()
+
+
 async def test_a_complete_that_failed_before_s3_applied_it_keeps_the_previous_version(
     proxy: tuple[Proxy, str], moto_s3: MotoS3Server
 ) -> None:
@@ -245,13 +258,7 @@ async def test_a_complete_that_failed_before_s3_applied_it_keeps_the_previous_ve
     p, endpoint = proxy
     p.error_on_complete = True
     key = f"faults/not-applied-{uuid.uuid4().hex[:8]}"
-    moto_s3.put(S3_BUCKET, key, b"previous version")
-    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
-    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
-        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
-        await writer.write(os.urandom(11 * MiB))
-        with pytest.raises(errors.ServiceUnavailableError, match="InternalError"):
-            await writer.commit()
+    await _commit_fails_over_a_previous_version(moto_s3, endpoint, key, match="InternalError")
     assert moto_s3.get(S3_BUCKET, key) == b"previous version"
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
 
@@ -267,13 +274,7 @@ async def test_a_complete_applied_after_the_writer_looked_is_removed_by_its_abor
     p, endpoint = proxy
     p.complete_late = True
     key = f"faults/late-{uuid.uuid4().hex[:8]}"
-    moto_s3.put(S3_BUCKET, key, b"previous version")
-    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
-    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
-        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
-        await writer.write(os.urandom(11 * MiB))
-        with pytest.raises(errors.ServiceUnavailableError):
-            await writer.commit()
+    await _commit_fails_over_a_previous_version(moto_s3, endpoint, key)
     assert p.held_complete is None  # moto carried it out before the abort
     assert not moto_s3.exists(S3_BUCKET, key)  # not the failed write's bytes
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
