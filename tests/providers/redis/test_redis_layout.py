@@ -103,6 +103,55 @@ def test_tensorizer_keys_with_an_expiry_are_still_an_object(redis_server: RedisS
         assert f.read() == data
 
 
+def test_chunks_whose_manifest_is_gone_are_no_object(redis_server: RedisServer) -> None:
+    """A manifest evicted (maxmemory-policy allkeys-lru) or removed by a delete cut
+    short leaves persistent chunks ``K:<generation>:<offset>``. They were read as a
+    tensorizer prefix: with the last chunk gone too, ``read()`` returned the object
+    short, without an error, and ``ls`` listed every chunk as an object."""
+    data = os.urandom(5 * CS + 100)
+    _write(redis_server.url("orph/obj"), data)
+    _write(redis_server.url("orph/beside"), b"x" * 10)
+    with redis_server.client() as c:
+        gen = c.hget("orph/obj", "generation").decode()
+        c.delete("orph/obj", f"orph/obj:{gen}:{5 * CS}")  # the manifest and the last chunk
+    with pytest.raises(errors.NotFoundError, match=r"5 chunk.* no manifest naming them"):
+        tensorstream.open(redis_server.url("orph/obj")).close()
+
+    async def names() -> list[str]:
+        async with tensorstream.get_provider(redis_server.url("orph/")) as p:
+            return [o.path async for o in p.list("orph/")]
+
+    assert asyncio.run(names()) == ["orph/beside"]
+
+    async def rm() -> None:
+        async with tensorstream.get_provider(redis_server.url("orph/")) as p:
+            await p.delete("orph/obj")  # what is left of it, under its name
+            with pytest.raises(errors.NotFoundError):
+                await p.delete("orph/obj")
+
+    asyncio.run(rm())
+    with redis_server.client() as c:
+        assert sorted(c.scan_iter(match="orph/obj*")) == []
+
+
+def test_a_tensorizer_tensor_named_like_a_generation_is_still_read(
+        redis_server: RedisServer) -> None:
+    """The neighbour: a to_redis prefix (its ``:header:0`` there) whose tensor is
+    named with 16 hex digits stays one object, read and listed."""
+    head, body = os.urandom(100), os.urandom(2 * CS)
+    with redis_server.client() as c:
+        c.set("tzhex/m:header:0", head)
+        c.set(f"tzhex/m:0123456789abcdef:{len(head)}", body)
+    with tensorstream.open(redis_server.url("tzhex/m")) as f:
+        assert f.read() == head + body
+
+    async def names() -> list[str]:
+        async with tensorstream.get_provider(redis_server.url("tzhex/")) as p:
+            return [o.path async for o in p.list("tzhex/")]
+
+    assert asyncio.run(names()) == ["tzhex/m"]
+
+
 def test_aborted_write_leaves_nothing(redis_server: RedisServer) -> None:
     with pytest.raises(RuntimeError):
         with tensorstream.open(redis_server.url("lay/aborted"), "wb", redis_chunk_size=CS) as w:

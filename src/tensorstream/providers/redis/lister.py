@@ -35,6 +35,11 @@ def _name(key: bytes) -> str:
     return key.decode("utf-8", "surrogateescape")
 
 
+def _owner(chunk: bytes) -> bytes:
+    """The object key of a chunk key ``K:<generation>:<offset>``."""
+    return chunk.rsplit(b":", 2)[0]
+
+
 def _skip(key: bytes, exc: ProtocolError) -> None:
     # One lying entry must not hide the rest of what `ls` shows; it is named, and
     # reading it still fails loudly.
@@ -66,11 +71,19 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
     # A chunk a writer staged (K:<generation>:<offset> with its staging expiry) is no
     # object until a manifest names it, as stat has it: a write in progress, or one
     # that died, was listed (and copied by cp -r/sync) as one object per chunk.
-    staged = [k for k in loose if is_staged_chunk(_name(k.rsplit(b":", 2)[0]), k)]
+    staged = [k for k in loose if is_staged_chunk(_name(_owner(k)), k)]
     if staged:
         ttls = await p.pipeline([("pttl", (k,)) for k in staged])
-        hidden = {k for k, ttl in zip(staged, ttls, strict=True)
-                  if isinstance(ttl, int) and ttl >= 0}
+        # Persistent ones are no object either, unless they are tensors of a tensorizer
+        # prefix (its P:header:0 beside them): they outlived their manifest (evicted,
+        # or a delete or commit cut short), and stat finds no object there.
+        orphans = {k for k, ttl in zip(staged, ttls, strict=True)
+                   if not (isinstance(ttl, int) and ttl >= 0) and _owner(k) + _HEADER not in keys}
+        for owner in sorted({_owner(k) for k in orphans}):
+            log.warning("not listing chunks of %r: no manifest names them (evicted by "
+                        "maxmemory-policy, or a write or delete was interrupted)", _name(owner))
+        hidden = orphans | {k for k, ttl in zip(staged, ttls, strict=True)
+                            if isinstance(ttl, int) and ttl >= 0}
         loose = [k for k in loose if k not in hidden]
         keys -= hidden
 

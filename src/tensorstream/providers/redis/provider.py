@@ -328,19 +328,41 @@ class RedisProvider(Provider):
         return layout
 
     async def _resolve_tensorizer(self, path: str) -> Layout:
+        layout, leftover = await self._scan_tensorizer(path)
+        if layout is None:
+            why = ""
+            if leftover:
+                why = (f"; {len(leftover)} chunk(s) of a tensorstream object remain under "
+                       f"{path!r}:<generation>:<offset> with no manifest naming them (evicted "
+                       "by maxmemory-policy, or a delete or commit was interrupted): "
+                       "'tensorstream rm' removes them")
+            raise NotFoundError(f"no such Redis object: {path!r}{why}")
+        return layout
+
+    async def _scan_tensorizer(self, path: str) -> tuple[Layout | None, builtins.list[bytes]]:
+        """The tensorizer prefix at ``path`` (or ``None``), and the persistent chunks
+        of a tensorstream object whose manifest is gone (never part of it)."""
         keys = await self.scan(escape_glob(path) + ":*")
         answers = await self.pipeline([("strlen", (k,)) for k in keys]
                                       + [("pttl", (k,)) for k in keys])
         sizes, ttls = answers[: len(keys)], answers[len(keys):]
-        # A chunk a writer staged (``K:<generation>:<offset>`` with its staging
-        # expiry) belongs to no object until a manifest names it: an unpublished
-        # write, or one whose abort left it to expire, is never an object.
-        sized = [(k, n) for k, n, ttl in zip(keys, sizes, ttls, strict=True)
-                 if not (ttl >= 0 and is_staged_chunk(path, k))]
-        layout = tensorizer_layout(path, sized)
-        if layout is None:
-            raise NotFoundError(f"no such Redis object: {path!r}")
-        return layout
+        # tensorizer's to_redis always writes K:header:0; a tensor of its own may be
+        # named like a generation (16 hex digits), a tensorstream chunk only then.
+        tensorizer = key_bytes(path) + b":header:0" in keys
+        sized, leftover = [], []
+        for k, n, ttl in zip(keys, sizes, ttls, strict=True):
+            if is_staged_chunk(path, k) and (ttl >= 0 or not tensorizer):
+                # A chunk a writer staged (with its staging expiry) belongs to no
+                # object until a manifest names it: an unpublished write, or one whose
+                # abort left it to expire. A persistent one outlived its manifest
+                # (evicted, or a delete or commit cut short): only the manifest knew
+                # the object's size, and the chunks left, read as a stream, were a
+                # shorter object whenever its last chunks were gone too.
+                if ttl < 0:
+                    leftover.append(k)
+                continue
+            sized.append((k, n))
+        return tensorizer_layout(path, sized), leftover
 
     def _remember(self, layout: Layout) -> None:
         self._layouts.pop(layout.path, None)
@@ -434,7 +456,17 @@ class RedisProvider(Provider):
         return RedisWriter(self, path, chunk_size=self.chunk_size)
 
     async def delete(self, path: str) -> None:
-        layout = await self.resolve(path)
+        try:
+            layout = await self.resolve(path)
+        except NotFoundError:
+            # The chunks a manifest that is gone left behind (never an object):
+            # removed with the name they were written under, else nothing could.
+            _, leftover = await self._scan_tensorizer(path)
+            if not leftover:
+                raise
+            self._layouts.pop(path, None)
+            await self.delete_keys(leftover)
+            return
         self._layouts.pop(path, None)
         if layout.kind == "manifest":
             # Drop the manifest first (readers then see "not found", never a partial object).
