@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -320,3 +322,30 @@ def test_cluster_chunks_fan_out_over_all_nodes(redis_cluster: RedisCluster) -> N
         assert len(list(c.scan_iter(match="fanout/model:*"))) == 3
     with tensorstream.open(uri) as f:
         assert f.read() == data[: 3 * CS]
+
+
+async def test_a_provider_keeps_one_client_per_loop(redis_server: RedisServer) -> None:
+    """A read from a worker thread hops to the I/O loop; the client of the caller's
+    loop was then replaced, dropped unclosed (its connections leaked), and made
+    again on the next hop back."""
+    redis_server.put("loops/k", b"x" * 100)
+    async with tensorstream.get_provider(redis_server.url("loops/k")) as p:
+        inner = p.inner
+        first = inner.client()
+        await asyncio.to_thread(inner.readinto_blocking, "loops/k", 0, memoryview(bytearray(10)))
+        assert inner.client() is first
+        assert len(inner._clients) == 2  # the I/O loop's too
+
+
+def test_a_copy_between_cluster_keys_closes_its_clients(redis_cluster: RedisCluster) -> None:
+    """The user-visible side: ``cp`` from a cluster printed "Unclosed RedisCluster
+    client" (and "Unclosed ClusterNode object") at exit, one per hop between loops."""
+    data = os.urandom(200 * CS)  # read by several read-ahead workers
+    _write(redis_cluster.url("closing/model"), data)
+    out = subprocess.run([sys.executable, "-m", "tensorstream", "cp",
+                          redis_cluster.url("closing/model"), redis_cluster.url("closing/copy")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Unclosed" not in out.stderr, out.stderr
+    with tensorstream.open(redis_cluster.url("closing/copy")) as f:
+        assert f.read() == data

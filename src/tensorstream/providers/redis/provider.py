@@ -16,6 +16,7 @@ import asyncio
 import builtins
 import itertools
 import logging
+import os
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
@@ -77,6 +78,8 @@ _MIN_CHUNK, _MAX_CHUNK = 1 << 10, 512 << 20
 #: does not serialise on one socket.
 _BATCHES_IN_FLIGHT = 4
 _LAYOUT_CACHE = 256
+#: How long ``close`` waits for a client of another (running) loop to close.
+_CLOSE_ELSEWHERE_S = 5.0
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -129,8 +132,11 @@ class RedisProvider(Provider):
         self._config = config or split_options({})[0]
         self._tls_files = (ca_bundle, client_cert, client_key)
         self._insecure = bool(insecure)
-        self._client: Any = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        #: One client per event loop: reads hop between the caller's loop and the I/O
+        #: loop (``readinto_blocking``), and a client (its connections, a cluster's
+        #: slot map) belongs to the loop it was made on.
+        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._clients_pid = os.getpid()  # (a forked child's copies belong to no loop of its own)
         self._blocking: BlockingRedisReader | None = None
         self._layouts: dict[str, Layout] = {}
         if self._insecure and tls:
@@ -219,14 +225,19 @@ class RedisProvider(Provider):
     def client(self) -> Any:
         """The redis.asyncio client for the running loop (created on first use)."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
+        if self._clients_pid != os.getpid():
+            self._clients, self._clients_pid = {}, os.getpid()
+        client = self._clients.get(loop)
+        if client is None:
+            # (one replaced on each hop between loops was dropped unclosed: its pooled
+            # connections leaked, a cluster's printed "Unclosed RedisCluster client"
+            # at the end of a cp, and every hop paid a new cluster's slot discovery)
+            for gone in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[gone]
             kw = self._client_kwargs()
-            if self.cluster:
-                self._client = RedisCluster(**kw)
-            else:
-                self._client = aredis.Redis(db=self.db, **kw)
-            self._client_loop = loop
-        return self._client
+            client = RedisCluster(**kw) if self.cluster else aredis.Redis(db=self.db, **kw)
+            self._clients[loop] = client
+        return client
 
     async def _guard(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run one Redis interaction, mapping its errors (the only mapping point)."""
@@ -277,9 +288,18 @@ class RedisProvider(Provider):
         blocking, self._blocking = self._blocking, None
         if blocking is not None:
             blocking.close()
-        client, self._client = self._client, None
-        if client is not None and self._client_loop is asyncio.get_running_loop():
-            await client.aclose()
+        clients, self._clients = self._clients, {}
+        here = asyncio.get_running_loop()
+        forked = self._clients_pid != os.getpid()
+        for loop, client in clients.items():
+            if loop is here and not forked:
+                await client.aclose()
+            elif loop.is_running() and not forked:  # closed on its own loop (the I/O loop's, say)
+                done = asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
+                except REDIS_ERRORS:  # (a timeout included)
+                    log.debug("closing a Redis client on another loop failed", exc_info=True)
 
     # -- layout ---------------------------------------------------------------
     async def scan(self, match: str) -> builtins.list[bytes]:
