@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,43 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     assert "m.tensors: 100%" in shown.decode(errors="replace")
     p = cli(str(tmp_path / "m.safetensors"), str(tmp_path / "m2.tensors"))  # stderr a pipe
     assert p.returncode == 0 and "%" not in p.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_signal_mid_conversion_leaves_nothing(
+        tmp_path: Path, http_server: Any, http_reset: None, moto_s3: Any, isolated_env: Path,
+        sig: signal.Signals, remote: bool) -> None:
+    """SIGTERM (what `kill`, systemd and Kubernetes send) ended the process at once: the
+    temporary file beside a local destination, the local copy in TMPDIR and the open S3
+    multipart upload of a remote one stayed behind, and the status was -15. It is now
+    cleaned up as Ctrl-C is, and the status is 128 + the signal."""
+    key = f"slow-convert/{sig.name}-{remote}.safetensors"
+    http_server.put(key, st_torch.save({f"w{i}": torch.randn(64, 1024) for i in range(8)}))
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 256 << 10  # 2 MiB: ~8 s
+    tmp = tmp_path / "tmpdir"
+    out = tmp_path / "out"
+    tmp.mkdir()
+    out.mkdir()
+    opts = moto_s3.options()
+    dst = f"s3://{S3_BUCKET}/cli-signal/{sig.name}.tensors" if remote else str(out / "m.tensors")
+    started = (lambda: any(tmp.iterdir())) if remote else (lambda: any(out.iterdir()))
+    env = {**os.environ, "TMPDIR": str(tmp), "AWS_ACCESS_KEY_ID": opts["s3_access_key_id"],
+           "AWS_SECRET_ACCESS_KEY": opts["s3_secret_access_key"]}
+    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "convert", "--endpoint-url",
+                             opts["s3_endpoint"], http_server.url(key), dst],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not started():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert f"interrupted by {sig.name}" in err and "Traceback" not in err
+    assert list(out.iterdir()) == [] and list(tmp.iterdir()) == []
+    if remote:
+        assert not moto_s3.exists(S3_BUCKET, f"cli-signal/{sig.name}.tensors")
+        assert moto_s3.open_multipart_uploads(S3_BUCKET, "cli-signal/") == []

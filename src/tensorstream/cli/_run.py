@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from types import FrameType
 
 from ..uri import redact_text
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "PROG", "print_error",
-           "run_async"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "PROG", "Terminated",
+           "print_error", "run_async", "sigterm_interrupts"]
 
 PROG = "tensorstream"
 #: 0 all done; 1 failed (nothing done, or one object); 2 usage or configuration;
@@ -24,6 +26,40 @@ def print_error(message: str) -> None:
 
     text = " ".join(escape(cli_terms(redact_text(message))).split())  # always one line
     print(f"{PROG}: error: {text}", file=sys.stderr)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread of a synchronous command as Ctrl-C raises
+    :class:`KeyboardInterrupt`; ``signum`` gives the exit status (128 + it)."""
+
+    signum = int(signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread.
+
+    Its default action ends the process at once: no ``finally`` runs, so a
+    synchronous command (``convert``) left its temporary files and an open
+    multipart upload behind. Raised as an interrupt, the cleanup Ctrl-C gets
+    runs. A second SIGTERM during that cleanup ends the process as before.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    restore = signal.SIG_DFL if previous is None else previous  # None: set outside Python
+
+    def raise_terminated(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, restore)
+        raise Terminated
+
+    try:
+        signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:  # not the main thread (a test calling main() from a worker thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, restore)
 
 
 def run_async(fn: Callable[[], Awaitable[int]],

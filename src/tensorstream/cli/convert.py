@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from ..conversion.api import convert
     from ..tensorizer.crypto import DecryptionError
     from ..uri import redact_text
-    from ._run import EXIT_OK, PROG
+    from ._run import EXIT_OK, PROG, sigterm_interrupts
 
     if "-" in (args.src, args.dst):
         from ..errors import ConfigurationError
@@ -124,9 +124,10 @@ def run(args: argparse.Namespace) -> int:
 
     ok = False
     try:
-        result = convert(args.src, args.dst, encryption=encryption, overwrite=args.overwrite,
-                         durable=args.durable, progress=progress, src_options=src_options,
-                         dst_options=dst_options, **options)
+        with sigterm_interrupts():  # cleaned up as for Ctrl-C: nothing is left at DST
+            result = convert(args.src, args.dst, encryption=encryption,
+                             overwrite=args.overwrite, durable=args.durable, progress=progress,
+                             src_options=src_options, dst_options=dst_options, **options)
         ok = True
     except DecryptionError as exc:
         if encryption is not None or "no key was given" not in str(exc):

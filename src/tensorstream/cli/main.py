@@ -87,9 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.handler(args))
-    except KeyboardInterrupt:
-        print_error("interrupted")
-        return 128 + int(signal.SIGINT)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in a synchronous command
+        signum = getattr(exc, "signum", int(signal.SIGINT))
+        print_error(f"interrupted by {signal.Signals(signum).name}")
+        return 128 + signum
     except BrokenPipeError:
         # `tensorstream cat ... | head`: the reader went away, which is how it
         # says it has enough. Exit 0 (pipefail stays happy) and point stdout at
