@@ -150,3 +150,29 @@ def test_password_never_survives_redaction(scheme: str, secret: str) -> None:
     except errors.InvalidURIError:
         return
     assert f":{secret}@" not in repr(parsed)
+
+
+@pytest.mark.parametrize("uri", [
+    "redis://loader:p@ss:w/rd@127.0.0.1:6379/k",
+    "redis://loader:WRONGp@ss:w/rd%41#?&xy@127.0.0.1:6379/k",
+    "rediss://:p@ss:x/y@cache/k?db=1",
+    "https://user:p@ss:w/rd@host/path",
+])
+def test_a_password_with_an_at_sign_and_a_slash_is_refused_unseen(uri: str) -> None:
+    """A password holding '@' and then '/' unescaped ended at that '/': the URI was
+    refused as "invalid port in 'redis://loader:***@ss:w/rd@127.0.0.1...'", the
+    password's tail in the message."""
+    with pytest.raises(errors.InvalidURIError, match="percent-encode '/'") as info:
+        parse_uri(uri)
+    for shown in (str(info.value), redact(uri, cautious=True), redact_text(f"got {uri} here")):
+        assert not any(tail in shown for tail in ("@ss", "w/rd", "x/y", "xy")), shown
+
+
+@pytest.mark.parametrize("uri,host,key", [
+    ("redis://u:p@[::1]:6379/k", "::1", "k"),
+    ("redis://:pw@host/a@b", "host", "a@b"),
+    ("redis://u:pw@host:6379/key:with@at/x", "host", "key:with@at/x"),
+])
+def test_an_at_sign_in_a_key_is_still_the_key(uri: str, host: str, key: str) -> None:
+    parsed = parse_uri(uri)
+    assert (parsed.host, parsed.key) == (host, key)

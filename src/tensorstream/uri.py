@@ -164,18 +164,23 @@ def _authority_end(rest: str, *, cautious: bool = False) -> int:
     Normally at the first ``/``. A password with an unescaped ``/``
     (``user:pa/ss@host``) would end it early and show the password's tail as
     the "path", so when the text before that ``/`` looks like ``user:...``
-    (a ``:`` not followed by a port) and an ``@`` follows before any ``?`` or
-    ``#`` (anywhere, when ``cautious``), the authority runs to that ``@``'s
-    host part instead.
+    (a ``:`` not followed by a port), or holds an ``@`` followed by no
+    ``host[:port]`` (``user:p@ss:w/rd@host``), and an ``@`` follows before any
+    ``?`` or ``#`` (anywhere, when ``cautious``), the authority runs to that
+    ``@``'s host part instead.
     """
     slash = rest.find("/")
     if slash < 0:
         return len(rest)
     head = rest[:slash]
     if "@" in head:
-        return slash
-    _user, colon, port = head.partition(":")
-    if colon and not port.isdigit():
+        # ``user:p@ss:w/rd@host``: what follows the '@' before the '/' is no host[:port],
+        # so the password runs on (it ended at that '/', its tail shown as a "port").
+        password_runs_on = not _is_host_port(head.rpartition("@")[2])
+    else:
+        _user, colon, port = head.partition(":")
+        password_runs_on = bool(colon) and not port.isdigit()
+    if password_runs_on:
         stop = len(rest)
         if not cautious:
             stop = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=stop)
@@ -184,6 +189,15 @@ def _authority_end(rest: str, *, cautious: bool = False) -> int:
             nxt = rest.find("/", at)
             return len(rest) if nxt < 0 else nxt
     return slash
+
+
+def _is_host_port(text: str) -> bool:
+    """Whether ``text`` can be an authority's ``host[:port]`` (``[v6]`` included)."""
+    if text.startswith("["):
+        _host, bracket, port = text.partition("]")
+        return bool(bracket) and (not port or (port[0] == ":" and port[1:].isdigit()))
+    _host, _colon, port = text.partition(":")
+    return not port or port.isdigit()
 
 
 def _redact_userinfo(scheme: str, rest: str, *, cautious: bool = False) -> str:
