@@ -566,6 +566,37 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert os.path.exists(tmp_path / "m.safetensors")
 
 
+@pytest.mark.parametrize("fmt", ["safetensors", "tensorizer"])
+@pytest.mark.parametrize("spelling", ["./model", "abs", "file://abs", "sub/../model",
+                                      "linked/model"])
+def test_the_source_under_another_spelling_is_not_a_destination(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, spelling: str) -> None:
+    """Only the same text was refused: ``convert --overwrite model ./model`` (a file named
+    without a suffix) replaced the source with its conversion; without --overwrite the
+    error's advice was to pass it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path)
+    want = {"w": torch.randn(4, 4)}
+    if fmt == "safetensors":
+        st_torch.save_file(want, "model")
+    else:
+        tensorstream.serialize(want, "model")
+    before = (tmp_path / "model").read_bytes()
+    dst = {"abs": str(tmp_path / "model"),
+           "file://abs": (tmp_path / "model").as_uri()}.get(spelling, spelling)
+    for overwrite in (False, True):
+        with pytest.raises(ConfigurationError, match="source and destination are the same"):
+            tensorstream.convert("model", dst, overwrite=overwrite)
+    assert (tmp_path / "model").read_bytes() == before
+    assert _clean(tmp_path) == ["linked", "model", "sub"]
+    # a symlink at the destination is replaced, not followed: the source stays as it is
+    (tmp_path / "link").symlink_to(tmp_path / "model")
+    tensorstream.convert("model", "link", overwrite=True)
+    assert not (tmp_path / "link").is_symlink()
+    assert (tmp_path / "model").read_bytes() == before
+
+
 def test_a_shard_replaced_after_its_header_was_checked(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from tensorstream.conversion import to_tensorizer

@@ -129,6 +129,19 @@ def _destination(src: ParsedURI, dst: ParsedURI, target: str) -> ParsedURI:
     return dst
 
 
+def _same_object(src: ParsedURI, dst: ParsedURI) -> bool:
+    """Whether writing ``dst`` would replace ``src``: the same text, or for local files the
+    same file under another spelling (``./m``, ``file:///abs/m``, ``sub/../m``, a linked
+    folder; the conversion would replace the source with its conversion). The last part of
+    ``dst`` is not followed: a symlink there is replaced, not written through."""
+    if dst.redacted() == src.redacted():
+        return True
+    if src.scheme != "file" or dst.scheme != "file":
+        return False
+    folder, name = os.path.split(dst.path)
+    return os.path.realpath(src.path) == os.path.join(os.path.realpath(folder), name)
+
+
 async def _check_writable(dst: ParsedURI, options: Mapping[str, Any], overwrite: bool) -> None:
     """Refuse a destination that cannot be written, or exists (unless ``overwrite``), before
     anything is read: a conversion is not wasted on a read-only backend."""
@@ -217,7 +230,7 @@ def convert(
     fmt = source_format(src_parsed, sopts)
     target = TENSORIZER if fmt == SAFETENSORS else SAFETENSORS
     dst_parsed = _destination(src_parsed, dst_parsed, target)
-    if dst_parsed.redacted() == src_parsed.redacted():
+    if _same_object(src_parsed, dst_parsed):
         raise ConfigurationError(f"source and destination are the same: {dst_parsed.redacted()}")
     if metadata is not None:
         if target == TENSORIZER:
