@@ -59,8 +59,16 @@ def _wait(group: Group, what: str, start: Callable[[], Any]) -> None:
 
 
 def _describe(error: BaseException) -> str:
-    text = redact_text(f"{type(error).__name__}: {error}")
-    return text.encode()[:_MESSAGE].decode("utf-8", "ignore")
+    """The first bytes of ``error``'s redacted text, as UTF-8. It runs before this
+    rank joins the status collective, so it must not raise: a lone surrogate (a
+    file name that is not UTF-8) was a UnicodeEncodeError here, and the peers
+    waited in the collective this rank never joined."""
+    try:
+        text = redact_text(f"{type(error).__name__}: {error}")
+    except Exception:  # an exception whose __str__ fails
+        text = f"{type(error).__name__} (its message could not be read)"
+    data = text.encode("utf-8", "backslashreplace")[:_MESSAGE]
+    return data.decode("utf-8", "ignore")
 
 
 def agree(group: Group, what: str, error: BaseException | None, fingerprint: int = 0) -> None:

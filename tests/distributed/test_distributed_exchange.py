@@ -1,0 +1,58 @@
+"""The status collective every rank joins: a rank's error text is packed for it
+without raising, so a failure on one rank fails every rank and the group goes on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from dist_scenarios import digest, steps
+
+from tensor_files import tensorizer_bytes
+from tensorstream.distributed.exchange import _MESSAGE, _describe
+from tensorstream.errors import NotFoundError
+from tensorstream.testing.distributed import run_ranks
+
+st_torch = pytest.importorskip("safetensors.torch")
+
+
+def test_an_error_text_that_is_not_utf8_is_described_without_raising() -> None:
+    # a file name that is not UTF-8 reaches Python as a lone surrogate
+    text = _describe(NotFoundError("no such file: /models/\udcff" + "x" * 1000))
+    assert text.startswith("NotFoundError: no such file: /models/\\udcff")
+    assert len(text.encode()) <= _MESSAGE  # what the collective carries
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_failing_on_a_name_that_is_not_utf8_fails_every_rank(tmp_path: Path) -> None:
+    """Rank 1 asks for a missing file whose name is not UTF-8: packing its error
+    raised UnicodeEncodeError on rank 1 alone, before the status collective, so
+    rank 1 went on to its next load while rank 0 waited in a collective that rank
+    1's next load then answered. Every rank raises DistributedLoadError naming
+    rank 1's NotFoundError now, and the group still loads afterwards."""
+    state = {"w": torch.arange(1000.0), "b": torch.ones(3, dtype=torch.bfloat16)}
+    expected = {k: digest(v) for k, v in state.items()}
+    good = tmp_path / "m.tensors"
+    good.write_bytes(tensorizer_bytes(state, tmp_path))
+    good_st = tmp_path / "m.safetensors"
+    good_st.write_bytes(st_torch.save(state))
+    bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/\xff-missing")
+    options = {"group_timeout": 20}
+    todo = [
+        {"label": "tensorizer", "uri": [str(good), bad + ".tensors"], "kwargs": options},
+        {"label": "safetensors", "kind": "safetensors", "kwargs": options,
+         "uri": [str(good_st), bad + ".safetensors"]},
+        {"label": "after", "uri": str(good), "kwargs": options},
+    ]
+    results = run_ranks(steps, 2, todo, timeout=90)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:
+        for label in ("tensorizer", "safetensors"):
+            failed = r.value[label]
+            assert "DistributedLoadError" in failed.get("types", []), (r.rank, failed)
+            assert failed["failed_ranks"] == [1], (r.rank, failed)
+            assert "rank 1: NotFoundError" in failed["error"], (r.rank, failed)
+            assert failed["seconds"] < 15, (r.rank, failed)
+        assert r.value["after"].get("digests") == expected, (r.rank, r.value["after"])
