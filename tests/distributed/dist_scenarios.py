@@ -30,7 +30,8 @@ def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
     import tensorstream
 
     uri = step["uri"][rank] if isinstance(step["uri"], list) else step["uri"]
-    kwargs = dict(step.get("kwargs", {}))
+    kwargs = dict(step["kwargs"][rank] if isinstance(step.get("kwargs"), list)
+                  else step.get("kwargs", {}))
     if kwargs.get("filter_func") == "only_layer1":
         kwargs["filter_func"] = only_layer1
     kwargs.update(step.get("options", {}))

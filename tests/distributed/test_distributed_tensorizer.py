@@ -238,3 +238,37 @@ def test_two_ranks_nccl_to_cuda(targets: dict[str, Target],
     assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
     _check_loaded(results, "cuda", expected)
     _check_one_copy(http, 2)
+
+
+@pytest.mark.timeout(120)
+def test_a_key_file_one_rank_cannot_read_fails_every_rank(
+        model: tuple[bytes, dict[str, str]], tmp_path: Path) -> None:
+    """Rank 1's key file is missing (a node without it, another rank's credentials):
+    reading it raised NotFoundError on rank 1 alone, before the group's first
+    collective, so rank 1 went on to its next load and rank 0's first collective
+    was answered by that load's ("the ranks do not see the same object", then a
+    broken group). Every rank raises DistributedLoadError naming rank 1's error
+    now, and the group still loads afterwards."""
+    from tensorstream.tensorizer import Encryption
+
+    key = bytes(range(32))
+    (tmp_path / "good.key").write_bytes(key)
+    encrypted = tmp_path / "encrypted.tensors"
+    tensorstream.serialize(_state(), encrypted, encryption=key)
+    plain = tmp_path / "plain.tensors"
+    plain.write_bytes(model[0])
+    todo = [
+        {"label": "key", "uri": str(encrypted),
+         "kwargs": [{"encryption": Encryption(keyfile=str(tmp_path / "good.key"))},
+                    {"encryption": Encryption(keyfile=str(tmp_path / "missing.key"))}]},
+        {"label": "after", "uri": str(plain)},
+    ]
+    results = run_ranks(steps, 2, todo, timeout=90, group_timeout=20)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:
+        failed = r.value["key"]
+        assert "DistributedLoadError" in failed.get("types", []), (r.rank, failed)
+        assert failed["failed_ranks"] == [1], (r.rank, failed)
+        assert "rank 1: NotFoundError" in failed["error"], failed
+        assert "missing.key" in failed["error"], failed
+        assert r.value["after"].get("digests") == model[1], (r.rank, r.value["after"])

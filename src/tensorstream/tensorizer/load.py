@@ -366,8 +366,21 @@ def deserialize(
         if shared is None:
             raise
         early = exc  # told to the group at its first step: every rank raises
+    decryption = None
+    if shared is not None and early is None:
+        # A key file is read here, on each rank (a missing file, another rank's
+        # credentials): raised on this rank alone, it left the others waiting in a
+        # collective this rank never joined (or matched with its next load's).
+        try:
+            decryption = as_decryption(encryption, options)
+        except Exception as exc:
+            mapped = translate(exc, where, keyed=encryption is not None)
+            if mapped is not None:
+                mapped.__cause__ = exc
+            early = mapped or exc
     try:
-        decryption = as_decryption(encryption, options) if early is None else None
+        if shared is None:
+            decryption = as_decryption(encryption, options)
         if shared is not None:
             assert target is not None
             stream = fetch_shared(target, shared, options, where, encryption=decryption,
