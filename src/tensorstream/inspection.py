@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import math
 import os
 from typing import Any
 
@@ -103,13 +104,50 @@ class ModelInfo:
             "uri": self.uri, "format": self.format, "size": self.size,
             "files": [{"uri": u, "size": s} for u, s in self.files],
             "encrypted": self.encrypted, "version": self.version,
-            "metadata": self.metadata, "index_metadata": self.index_metadata,
+            "metadata": self.metadata, "index_metadata": _json_ready(self.index_metadata),
             "tensors": [t.to_dict() for t in self.tensors],
             "totals": {"tensors": len(self.tensors), "bytes": self.total_bytes,
                        "dtypes": {d: {"tensors": c, "bytes": b}
                                   for d, (c, b) in self.dtypes().items()}},
             "bytes_read": self.bytes_read,
         }
+
+
+def _json_ready(value: Any) -> Any:
+    """``value`` (parsed JSON) with each float JSON cannot hold written as the text Python's
+    ``json`` writes for it (``"NaN"``, ``"Infinity"``, ``"-Infinity"``): it reads ``NaN``
+    and ``Infinity`` (not JSON) and ``1e999`` (JSON, too large for a float) into floats
+    that ``json.dumps`` would print as they are, which no strict JSON parser reads.
+    Walked without recursion: an index nests as deep as the parser allows."""
+    if not _non_finite(value):
+        return value
+    root = [value]
+    todo: list[tuple[Any, Any]] = [(root, 0)]
+    while todo:
+        parent, key = todo.pop()
+        item = parent[key]
+        if isinstance(item, dict):
+            parent[key] = item = dict(item)  # copies: the ModelInfo keeps what the file says
+            todo += [(item, k) for k in item]
+        elif isinstance(item, list):
+            parent[key] = item = list(item)
+            todo += [(item, i) for i in range(len(item))]
+        elif isinstance(item, float) and not math.isfinite(item):
+            parent[key] = "NaN" if math.isnan(item) else "Infinity" if item > 0 else "-Infinity"
+    return root[0]
+
+
+def _non_finite(value: Any) -> bool:
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo += item.values()
+        elif isinstance(item, list):
+            todo += item
+        elif isinstance(item, float) and not math.isfinite(item):
+            return True
+    return False
 
 
 class _File:

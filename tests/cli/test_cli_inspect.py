@@ -142,3 +142,27 @@ def test_a_header_value_of_megabytes_is_one_short_error_line(
     code, out, err = run(capsys, "inspect", str(path))
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "dtype.safetensors" in err and "unsupported dtype 'xxx" in err and len(err) < 1000
+
+
+@pytest.mark.parametrize(("text", "value"), [("NaN", "NaN"), ("1e999", "Infinity"),
+                                             ("-Infinity", "-Infinity")])
+def test_json_is_valid_json_for_non_finite_index_metadata(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, value: str) -> None:
+    """Python's json reads NaN and Infinity (not JSON) and 1e999 (JSON, too large for a float)
+    into floats that json.dumps writes as NaN / Infinity: `inspect --json` of such an index
+    printed a document no strict JSON parser (jq, JavaScript) reads."""
+    st_torch.save_file({"w": torch.ones(2)}, str(tmp_path / "s.safetensors"))
+    meta = f'{{"total_size": {text}, "nested": [1.5, {{"x": {text}}}]}}'
+    (tmp_path / "model.safetensors.index.json").write_text(
+        f'{{"metadata": {meta}, "weight_map": {{"w": "s.safetensors"}}}}')
+    code, out, err = run(capsys, "inspect", "--json", str(tmp_path) + "/")
+    assert code == 0, err
+
+    def strict(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    doc = json.loads(out, parse_constant=strict)
+    assert doc["index_metadata"] == {"total_size": value, "nested": [1.5, {"x": value}]}
+    code, out, _ = run(capsys, "inspect", str(tmp_path) + "/")
+    assert code == 0 and "index metadata: total_size=" in out
+
