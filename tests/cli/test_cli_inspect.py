@@ -166,3 +166,20 @@ def test_json_is_valid_json_for_non_finite_index_metadata(
     code, out, _ = run(capsys, "inspect", str(tmp_path) + "/")
     assert code == 0 and "index metadata: total_size=" in out
 
+
+def test_a_long_name_pads_no_other_row(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Every row was padded to the longest name: one 100,000-character name among 2,000
+    tensors (a 232 KB file) printed 200 MB. Columns are at most 60 characters wide; a
+    longer cell is printed whole and pushes only its own row."""
+    long = "L" * 100_000
+    tensors = {f"t{i}": torch.ones(1) for i in range(2000)}
+    tensors[long] = torch.ones(1)
+    st_torch.save_file(tensors, str(tmp_path / "m.safetensors"))
+    code, out, err = run(capsys, "inspect", str(tmp_path / "m.safetensors"))
+    assert code == 0, err
+    assert len(out) < 100_000 + 2001 * 100
+    lines = out.splitlines()
+    assert any(line.startswith(long + "  F32") for line in lines)
+    rows = [line for line in lines if line.startswith("t")]
+    assert len(rows) == 2000 and len({line.index("F32") for line in rows}) == 1

@@ -41,8 +41,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=run)
 
 
+#: The widest a column is padded to: a longer cell (a hostile 100,000-character name) is
+#: printed whole and pushes only its own row (every row padded to it made 200 MB of output).
+MAX_COLUMN = 60
+
+
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    widths = [min(MAX_COLUMN, max(len(r[i]) for r in rows)) for i in range(len(rows[0]))]
     out = []
     for r in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w)
