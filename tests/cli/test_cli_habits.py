@@ -332,6 +332,37 @@ def test_sync_delete_keeps_what_a_source_entry_skipped_for_a_problem_has_at_dst(
     assert sorted(p.name for p in dst.iterdir()) == ["a.bin", "link.bin", "target.bin"]
 
 
+def test_sync_delete_refuses_a_source_inside_its_destination(tmp_path: Path,
+                                                            moto_s3: Any) -> None:
+    """``sync --delete models/llama models/``: SRC's own objects are under DST but not
+    "under SRC" as DST's keys go (``llama/w.bin``), so --delete deleted the source itself
+    (exit 0). Refused before anything is copied, as rclone refuses overlapping remotes; a
+    prefix that only starts with the same letters (``p`` and ``p2/``) is no overlap."""
+    models = tmp_path / "models"
+    (models / "llama").mkdir(parents=True)
+    (models / "llama" / "w.bin").write_bytes(b"w")
+    (models / "other.bin").write_bytes(b"o")
+    env = s3_env(moto_s3, tmp_path)
+    s3 = ["--endpoint-url", moto_s3.endpoint_url]
+    for key in ("ovl/p/sub/a", "ovl/p/b", "ovl/p2/c"):
+        moto_s3.put(S3_BUCKET, key, b"x")
+    for src, dst in [(models / "llama", models), (models, models),
+                     (models / "llama", models / ".." / "models"),
+                     (f"s3://{S3_BUCKET}/ovl/p/sub/", f"s3://{S3_BUCKET}/ovl/p"),
+                     (f"s3://{S3_BUCKET}/ovl/p/sub", f"s3://{S3_BUCKET}/")]:
+        for dryrun in ([], ["--dryrun"]):
+            r = cli(*s3, "sync", "--delete", *dryrun, str(src), str(dst), env=env)
+            assert r.returncode == 2, r.stderr
+            assert "it would delete the source itself" in r.stderr and r.stdout == ""
+    assert files_under(models) == {"llama/w.bin": b"w", "other.bin": b"o"}
+    assert all(moto_s3.exists(S3_BUCKET, k) for k in ("ovl/p/sub/a", "ovl/p/b", "ovl/p2/c"))
+    r = cli(*s3, "sync", "--delete", f"s3://{S3_BUCKET}/ovl/p2/", f"s3://{S3_BUCKET}/ovl/p",
+            env=env)
+    assert r.returncode == 0, r.stderr
+    assert moto_s3.exists(S3_BUCKET, "ovl/p2/c") and moto_s3.exists(S3_BUCKET, "ovl/p/c")
+    assert not moto_s3.exists(S3_BUCKET, "ovl/p/b")  # DST's own extraneous object: deleted
+
+
 def test_a_destination_naming_a_database_or_bucket_gets_the_name(
         tmp_path: Path, redis_server: Any, moto_s3: Any) -> None:
     """``cp FILE redis://host:port`` (no key) wrote the Redis key ``""``; like ``s3://bucket``

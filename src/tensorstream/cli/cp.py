@@ -260,6 +260,14 @@ def run(args: argparse.Namespace) -> int:
         print_error(f"--delete with the wildcard source {refused} is refused: name a "
                     "directory or prefix (select with --exclude/--include), or add --raw")
         return EXIT_USAGE
+    if args.sync and getattr(args, "delete", False) and _source_within(
+            sources[0], dest, src_options, dst_options):
+        # Every object of SRC is under DST but not "under SRC" as DST's keys go:
+        # --delete deleted SRC itself (rclone refuses overlapping remotes too).
+        print_error(f"--delete with {redact_text(sources[0])} inside {redact_text(dest)} is "
+                    "refused: it would delete the source itself; sync into a directory or "
+                    "prefix that does not hold SRC")
+        return EXIT_USAGE
 
     async def go() -> int:
         try:
@@ -327,6 +335,24 @@ def _into_special_file(args: argparse.Namespace, sources: list[str], dest: str) 
     if args.wildcards and wildcard(src) is not None:
         return None  # several objects: refused per object by the copy
     return uri.path
+
+
+def _source_within(source: str, dest: str, src_options: dict[str, Any],
+                   dst_options: dict[str, Any]) -> bool:
+    """Whether SRC is DST or lies under it, on the same storage (symlinks resolved)."""
+    try:
+        src, dst = parse_uri(source), parse_uri(dest)
+    except TensorstreamError:
+        return False  # said by the copy
+    if (src.scheme, src.netloc) != (dst.scheme, dst.netloc):
+        return False
+    if src.scheme == "file":
+        top, below = os.path.realpath(dst.path), os.path.realpath(src.path)
+        return os.path.commonpath([top, below]) == top
+    if src_options != dst_options:
+        return False  # one name on two endpoints: two places
+    top, below = dst.path.strip("/"), src.path.strip("/")
+    return not top or below == top or below.startswith(top + "/")
 
 
 def _wildcard_source(sources: list[str]) -> str | None:
