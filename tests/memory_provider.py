@@ -25,6 +25,12 @@ class MemProvider(Provider):
     corrupt_writes: ClassVar[bool] = False
     #: Refuse every delete (a destination the copy cannot remove).
     refuse_deletes: ClassVar[bool] = False
+    #: A listing breaks off with "not found" after this many entries (a later page
+    #: answered 404, by a gateway or a bucket deleted mid-listing); None: never.
+    list_fails_after: ClassVar[int | None] = None
+    #: ... only from the listing after this many whole ones (the copy's listing
+    #: whole, ``sync --delete``'s own broken off).
+    whole_lists_first: ClassVar[int] = 0
 
     @classmethod
     def from_uri(cls, uri: Any, **options: Any) -> MemProvider:
@@ -44,7 +50,11 @@ class MemProvider(Provider):
         return len(buffer)
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
-        for path in sorted(p for p in self.store if p.startswith(prefix)):
+        fails_after = None if MemProvider.whole_lists_first else self.list_fails_after
+        MemProvider.whole_lists_first = max(0, MemProvider.whole_lists_first - 1)
+        for n, path in enumerate(sorted(p for p in self.store if p.startswith(prefix))):
+            if fails_after is not None and n >= fails_after:
+                raise NotFoundError(f"the next page of {prefix!r} answered 404")
             yield await self.stat(path)
 
     def open_writer(self, path: str, **kwargs: Any) -> Writer:

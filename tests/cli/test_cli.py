@@ -130,6 +130,33 @@ def test_cp_recursive_with_traversal_keys_exits_one(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["dst", "good"]
 
 
+@pytest.mark.parametrize("whole_first", [0, 1])
+def test_sync_delete_after_a_listing_that_broke_off_deletes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], whole_first: int) -> None:
+    """A source listing that ends in "not found" after its first entries (a later page
+    answered 404) was taken for the whole of SRC, by the copy (exit 0) and by --delete,
+    which deleted the copies of the objects it had not reached. Now it is an error
+    whether the copy's listing or --delete's own broke off, and nothing is deleted."""
+    from memory_provider import MemProvider
+    from tensorstream import register
+
+    register("memtest", MemProvider, replace=True)
+    MemProvider.store.update({f"lb/p/{k}": k.encode() for k in "abcd"})
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    for name in ("a", "b", "c", "d", "old"):
+        (dst / name).write_bytes(name.encode())
+    MemProvider.list_fails_after, MemProvider.whole_lists_first = 2, whole_first
+    try:
+        code, out, err = run(capsys, "sync", "--delete", "--json", "memtest://lb/p/", str(dst))
+    finally:
+        MemProvider.list_fails_after, MemProvider.whole_lists_first = None, 0
+    assert code in (1, 3), err
+    assert '"op": "delete"' not in out and "answered 404" in err
+    assert sorted(p.name for p in dst.iterdir()) == ["a", "b", "c", "d", "old"]
+    assert last_json(out)["errors"]
+
+
 def test_http_source_with_token(tmp_path: Path, http_token_server: Any, http_reset: None,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     data = os.urandom(500_000)

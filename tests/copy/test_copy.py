@@ -216,6 +216,20 @@ def test_verification_failure_removes_destination() -> None:
         dst.get("m.bin")
 
 
+def test_a_listing_that_broke_off_is_an_error_not_the_whole_source(tmp_path: Path) -> None:
+    """"Not found" after the first entries of a listing (a 404 for a later page) is no
+    empty prefix: the entries so far were copied as if they were all of SRC, ok."""
+    src = _mem()
+    for key in ("p/a", "p/b", "p/c"):
+        src.put(key, key.encode())
+    MemProvider.list_fails_after = 2
+    try:
+        result = copy_tree(src.uri("p/"), str(tmp_path / "out"))
+    finally:
+        MemProvider.list_fails_after = None
+    assert not result.ok and "answered 404" in result.errors[0], result.errors
+
+
 def test_a_destination_that_fails_verification_and_cannot_be_removed_is_reported() -> None:
     """A copy read back wrong whose destination then cannot be deleted must not
     say it was removed: the bad object is still there, and the report says so."""

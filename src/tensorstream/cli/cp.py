@@ -377,20 +377,30 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
     # An entry skipped for a problem (a broken symlink, an unreadable directory)
     # is in SRC but not in its listing: its copy at DST is not extraneous.
     if result.errors or any(o.status == "skipped" and o.error for o in result.outcomes):
-        reporter.warning("--delete skipped: the source was not read completely, so nothing "
-                         "is deleted")
+        # (Said as it is: a copy that failed, a missing destination bucket, were called
+        # "the source was not read completely".)
+        reporter.warning("--delete skipped: not all of the source was read and copied (see "
+                         "the errors), so nothing is deleted")
         return
     src_uri, dst_uri = parse_uri(source), parse_uri(dest)
     async with get_provider(src_uri, **src_options) as src, \
             get_provider(dst_uri, **dst_options) as dst:
-        wanted = set(await _keys(src, src_uri, args.follow_symlinks))
+        try:
+            # Listed again (the copy's listing is not kept), and as strictly: a listing
+            # that broke off, or an entry skipped for a problem since the copy's, would
+            # have the objects it left out deleted at DST.
+            wanted = set(await _keys(src, src_uri, args.follow_symlinks, whole=True))
+            there = await _keys(dst, dst_uri, False)
+        except (TensorstreamError, OSError) as exc:
+            result.errors.append(f"--delete skipped: a listing failed, so nothing is deleted "
+                                 f"({redact_text(str(exc) or type(exc).__name__)})")
+            return
         if not wanted:
             # SRC named one object (it was copied): nothing under DST is "under SRC",
             # so every object there, the one just copied too, would be deleted.
             result.errors.append(f"--delete skipped: {redact_text(source)} is not a directory "
                                  "or prefix with objects under it, so nothing is deleted")
             return
-        there = await _keys(dst, dst_uri, False)
         for key, path in sorted(there.items()):
             if key in wanted or not rules.wants(key):
                 continue
@@ -406,8 +416,10 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
                 reporter.deleted(uri, dryrun=False)
 
 
-async def _keys(provider: Any, uri: Any, follow_symlinks: bool) -> dict[str, str]:
-    """``{key relative to uri: provider path}`` of every object under ``uri``."""
+async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *,
+                whole: bool = False) -> dict[str, str]:
+    """``{key relative to uri: provider path}`` of every object under ``uri``; with
+    ``whole``, an entry of a local tree skipped for a problem (not by choice) raises."""
     from ..copy.keys import relative_key
     from ..copy.select import walk_local
     from ..errors import NotFoundError
@@ -415,7 +427,11 @@ async def _keys(provider: Any, uri: Any, follow_symlinks: bool) -> dict[str, str
     if uri.scheme == "file":
         if not os.path.isdir(uri.path):
             return {}
-        files, _ = walk_local(uri.path, follow_symlinks=follow_symlinks)
+        files, skipped = walk_local(uri.path, follow_symlinks=follow_symlinks)
+        problems = [f"{key}: {why}" for key, why in skipped
+                    if not why.endswith("(--no-follow-symlinks)")]
+        if whole and problems:
+            raise OSError(f"{uri.path} was not read completely: {problems[0]}")
         return dict(files)
     if not provider.capabilities.list:
         return {}  # HTTP(S): one object, nothing under it (--delete says so, deletes nothing)
@@ -423,11 +439,14 @@ async def _keys(provider: Any, uri: Any, follow_symlinks: bool) -> dict[str, str
     if base == "/":
         base = ""
     out: dict[str, str] = {}
+    listed = False
     try:
         async for info in provider.list(base):
+            listed = True
             rel = relative_key(info.path, base)
             if rel is not None:
                 out[rel] = info.path
     except NotFoundError:
-        pass
+        if listed:
+            raise  # broke off after its first entries: not all of what is there
     return out

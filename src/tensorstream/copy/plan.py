@@ -291,13 +291,17 @@ class Planner:
         by_key: dict[str, ObjectInfo] = {}
         if base == "/" and uri.scheme != "file":
             base = ""  # the whole bucket / database
+        listed = False
         try:
             async for info in src.list(base if uri.scheme != "file" else uri.path):
+                listed = True
                 rel = relative_key(info.path, base)
                 if rel is not None:  # outside the prefix (e.g. "data-evil/"): not ours
                     by_key[rel] = info
         except NotFoundError as exc:
-            if "NoSuchBucket" in str(exc):
+            if "NoSuchBucket" in str(exc) or listed:
+                # A listing that broke off after its first entries (a 404 for a later
+                # page) is no empty prefix: what it had would pass for all of SRC.
                 raise  # said as it is, not as the stat below failing on a bare bucket
         if not by_key:
             if uri.scheme in ("s3", "s3a") and names_no_object(uri):
@@ -320,14 +324,16 @@ class Planner:
             raise NotFoundError(f"{redact_text(raw)}: this storage cannot be listed, so a "
                                 "wildcard cannot be matched (name the object)")
         by_key: dict[str, ObjectInfo] = {}
+        listed = False
         try:
             async for info in src.list(pattern.prefix):
+                listed = True
                 rel = pattern.relative(info.path)
                 if rel is not None:
                     by_key[rel] = info
         except NotFoundError as exc:
-            if "NoSuchBucket" in str(exc):
-                raise
+            if "NoSuchBucket" in str(exc) or listed:
+                raise  # a listing that broke off is not all of the matches
         if not by_key:
             raise NotFoundError(f"no object matches {redact_text(raw)}")
         return self._planned(by_key, uri, pattern.base, local_dst)
