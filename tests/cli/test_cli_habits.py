@@ -292,6 +292,30 @@ def test_sync_copies_only_what_differs_and_deletes_on_request(tmp_path: Path,
     assert r.stdout.splitlines() == ["c.bin", "sub/b.bin"]
 
 
+def test_sync_delete_that_fails_says_so_in_json_without_the_password(
+        tmp_path: Path, redis_server: Any) -> None:
+    """A delete refused by the destination: the ``--json`` line's ``error`` carried the
+    destination URI with its password in the clear, and the summary said ``"errors": []``
+    beside exit status 3."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("a.bin", "z.bin"):
+        (src / name).write_bytes(name.encode())
+    assert cli("sync", str(src), redis_server.url("sync-nodel/")).returncode == 0
+    (src / "z.bin").unlink()
+    with redis_server.client() as admin:  # may read and write, may not delete
+        admin.execute_command("ACL", "SETUSER", "nodel", "on", ">nodel-S3CRET", "~*", "&*",
+                              "+@all", "-del", "-unlink", "-eval", "-evalsha")
+    r = cli("sync", "--delete", "--json", str(src),
+            redis_server.url("sync-nodel/", user="nodel", password="nodel-S3CRET"))
+    assert r.returncode == 3, r.stderr
+    assert "nodel-S3CRET" not in r.stdout + r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    failed = [x for x in lines if x["op"] == "delete"]
+    assert [x["status"] for x in failed] == ["failed"] and "***" in failed[0]["error"]
+    assert lines[-1]["op"] == "summary" and lines[-1]["errors"] == [failed[0]["error"]]
+
+
 def test_sync_delete_from_one_object_deletes_nothing(tmp_path: Path, moto_s3: Any) -> None:
     """SRC naming one object has no keys "under" it: --delete took every object under DST
     for extraneous and deleted them all, the object it had just copied included."""

@@ -411,7 +411,10 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
             try:
                 await dst.delete(path)
             except Exception as exc:
-                reporter.deleted(uri, dryrun=False, error=f"delete {uri}: {exc}")
+                # In the summary's "errors" too (a --json reader saw "errors": [] and
+                # exit status 3); redacted, as the line's own "error" now is.
+                result.errors.append(redact_text(f"delete {uri}: {exc}"))
+                reporter.deleted(uri, dryrun=False, error=result.errors[-1])
             else:
                 reporter.deleted(uri, dryrun=False)
 

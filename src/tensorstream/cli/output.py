@@ -203,7 +203,7 @@ class Reporter:
         status = "failed" if error else ("dryrun" if dryrun else "deleted")
         self.counts[f"delete-{status}"] = self.counts.get(f"delete-{status}", 0) + 1
         self.json({"op": "delete", "uri": redact_text(uri), "status": status,
-                   **({"error": error} if error else {})})
+                   **({"error": redact_text(error)} if error else {})})
         if error:
             self.problems += 1
             self.error(error)
