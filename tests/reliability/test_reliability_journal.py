@@ -187,3 +187,96 @@ def test_a_resumed_copy_never_touches_the_partial_file_a_live_run_holds(
             in proc.stderr
         assert partial.read_bytes() == DATA[:PART] + bytes(len(DATA) - PART)
     assert not (dst_dir / "m").exists()
+
+
+@pytest.mark.parametrize("cmd", [["cp"], ["sync"]])
+def test_a_copy_without_resume_leaves_the_partial_file_a_live_run_holds(
+        tmp_path: Path, cmd: list[str]) -> None:
+    """``cp``/``sync`` without --resume discard what an interrupted --resume run left, but
+    they removed a *live* run's partial file and journal too: that run's final rename then
+    found nothing, or, once a third --resume run had started a partial under the name,
+    published its half-written file (zeros where parts were missing). A held partial is
+    now left to the run holding it; this copy still publishes its own."""
+    import fcntl
+
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    (src_dir / "m").write_bytes(DATA)
+    dst_dir = tmp_path / "dst"
+    dst_dir.mkdir()
+    partial = dst_dir / ".m.tensorstream-partial.tmp"
+    partial.write_bytes(DATA[:PART] + bytes(len(DATA) - PART))
+    journal = dst_dir / ".m.tensorstream-journal.tmp"
+    journal.write_text(json.dumps({"parts": {"0": SHA0}}))
+    source = str(src_dir / "m") if cmd == ["cp"] else str(src_dir)
+    with open(partial, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.run([sys.executable, "-c", CLI, *cmd, "--quiet", source,
+                               str(dst_dir) + "/"], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert partial.read_bytes() == DATA[:PART] + bytes(len(DATA) - PART)
+        assert json.loads(journal.read_text()) == {"parts": {"0": SHA0}}
+    assert (dst_dir / "m").read_bytes() == DATA
+    # Not held: an earlier run's leftovers are discarded as before.
+    proc = subprocess.run([sys.executable, "-c", CLI, "cp", "--quiet", str(src_dir / "m"),
+                           str(dst_dir) + "/"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in dst_dir.iterdir()) == ["m"]
+
+
+def test_a_weak_etag_never_lets_a_resumed_copy_splice_two_versions(tmp_path: Path) -> None:
+    """A weak ETag (``W/"v1"``) says "equivalent", not "the same bytes": a server may keep
+    it while the bytes change. A journal of such a source matched the new version, its
+    old parts were kept and the copy published old bytes spliced with new ones. Such a
+    source now starts over, as a source without an ETag does."""
+    from reliability_helpers import RawHTTPServer
+
+    new = bytes(reversed(DATA))
+    size = len(new)
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        validators = 'ETag: W/"v1"\r\nLast-Modified: Tue, 01 Dec 2026 08:00:00 GMT\r\n'
+        if method == "HEAD":
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n{validators}"
+            return (head + "Accept-Ranges: bytes\r\nConnection: close\r\n\r\n").encode()
+        first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+        a, b = int(first), min(int(last) if last else size - 1, size - 1)
+        head = (f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{size}\r\n"
+                f"Content-Length: {b - a + 1}\r\n{validators}Connection: close\r\n\r\n")
+        return head.encode() + new[a:b + 1]
+
+    dst = tmp_path / "m.bin"
+    with RawHTTPServer(respond) as server:
+        url = server.url("m.bin")
+        # What a run interrupted on the earlier version left: its first part and journal.
+        (tmp_path / ".m.bin.tensorstream-partial.tmp").write_bytes(
+            DATA[:PART] + bytes(size - PART))
+        identity = {"v": 1, "source": url, "size": size, "etag": 'W/"v1"', "part_size": PART}
+        (tmp_path / ".m.bin.tensorstream-journal.tmp").write_text(
+            json.dumps({"identity": identity, "parts": {"0": SHA0}}))
+        result = copy(url, str(dst), part_size=PART, resume=True)
+    assert result.ok, result.errors
+    assert result.resumed_bytes == 0
+    assert dst.read_bytes() == new
+
+
+def test_a_partial_file_hard_linked_to_a_file_outside_is_never_written_through(
+        http_server: HTTPTestServer, tmp_path: Path) -> None:
+    """The partial file's name is a hard link to a file outside the destination, beside a
+    journal that fits the source (O_NOFOLLOW stops symlinks, not hard links): the resumed
+    copy wrote the source's missing parts into that file and published it under the
+    destination's name, still linked outside. Now such a partial is not resumed: only its
+    name is removed and the copy starts over in a fresh file."""
+    dst_dir = tmp_path / "dst"
+    dst_dir.mkdir()
+    dst = dst_dir / "m.bin"
+    url = _seed(http_server, dst, {"0": SHA0})
+    partial = dst_dir / ".m.bin.tensorstream-partial.tmp"
+    outside = tmp_path / "precious.db"
+    before = partial.read_bytes()
+    partial.rename(outside)
+    os.link(outside, partial)
+    result = copy(url, str(dst), part_size=PART, resume=True)
+    assert result.ok, result.errors
+    assert result.resumed_bytes == 0 and dst.read_bytes() == DATA
+    assert outside.read_bytes() == before and os.stat(outside).st_nlink == 1

@@ -282,7 +282,10 @@ class LocalPartFile:
         self.part_size = part_size
         self.identity = {"v": JOURNAL_VERSION, "source": source, "size": size,
                          "etag": etag, "part_size": part_size}
-        self.resume = resume and etag is not None
+        # A weak ETag (W/"...") names equivalent content, not the same bytes: parts
+        # kept under one could be spliced with another version's (no resume, as
+        # without an ETag).
+        self.resume = resume and etag is not None and not etag.strip().startswith("W/")
         #: fsync before the rename (and the directory after): the object is on
         #: the disk when it appears. Without, it appears as soon as it is whole
         #: in the page cache (readers still never see a part of it).
@@ -314,9 +317,7 @@ class LocalPartFile:
             if not self.done:  # starting over: a fresh file, whatever had the name
                 self._remove_unless_live(self.tmp)
         else:
-            for leftover in (self.base_partial(), self.journal):
-                if self.existing is None or leftover in self.existing:
-                    self._discard_leftover(leftover, strict=False)
+            self._discard_earlier_partial()
         self._remove_stale_temps()
         # O_NONBLOCK: a FIFO planted under the name must fail the checks below,
         # not block the copy (in a thread no signal can stop) until a writer comes.
@@ -324,8 +325,12 @@ class LocalPartFile:
         flags |= 0 if self.done else os.O_CREAT | os.O_EXCL
         fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EEXIST, f"{self.tmp} is not a regular file (remove it)")
+            if st.st_nlink != 1:  # linked since the journal was read (see _load_journal)
+                raise OSError(errno.EEXIST, f"{self.tmp} has another name (a hard link), so "
+                              "it is not a partial file of tensorstream (remove it)")
             os.set_blocking(fd, True)
             # The lock marks the temp file as owned by a live run (see _remove_stale_temps).
             _lock_or_busy(fd, self.tmp)
@@ -372,6 +377,33 @@ class LocalPartFile:
             finally:
                 os.close(fd)
 
+    def _discard_earlier_partial(self) -> None:
+        """Without ``--resume``: remove the partial file and journal an earlier
+        ``--resume`` run left for this name, unless a live run holds the partial
+        (its lock). That run's files were removed under it, and a third run could
+        then create a new partial under the name, which the live run's rename
+        published half-written (zeros where its parts were still missing)."""
+        partial = self.base_partial()
+        held: int | None = None
+        if self.existing is None or partial in self.existing:
+            try:
+                held = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                               | getattr(os, "O_CLOEXEC", 0), dir_fd=self.dir_fd)
+            except OSError:
+                held = None  # absent, or a symlink: removed below, never followed
+        try:
+            if held is not None and stat.S_ISREG(os.fstat(held).st_mode):
+                try:  # held while the names go: no run can take them over in between
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return  # a live --resume run's: left to it
+            for leftover in (partial, self.journal):
+                if self.existing is None or leftover in self.existing:
+                    self._discard_leftover(leftover, strict=False)
+        finally:
+            if held is not None:
+                os.close(held)
+
     def base_partial(self) -> str:
         return f"{temp_stem(self.name)}partial.tmp"
 
@@ -386,7 +418,10 @@ class LocalPartFile:
             st = os.stat(self.tmp, dir_fd=self.dir_fd, follow_symlinks=False)
         except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." nested deep
             return {}
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            # A second name for the file (a hard link planted beside a journal that
+            # fits): resuming would write the source into a file outside the
+            # destination. Only the name is removed when starting over.
             return {}
         if not isinstance(data, dict) or data.get("identity") != self.identity:
             return {}  # the source changed (or other settings): start over
@@ -542,7 +577,8 @@ class LocalPartFile:
         self._close_fd()
         os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         self._published = True
-        self._unlink(self.journal)
+        if self.resume:  # else the journal, if any, is a live --resume run's
+            self._unlink(self.journal)
         if self.durable:
             directory_sync.sync(self.dir_fd)
 
@@ -570,8 +606,9 @@ class LocalPartFile:
             return
         self._close_fd()
         self._unlink(self.tmp)
-        self._unlink(self.journal)
-        self._unlink(self.journal[: -len(".tmp")] + ".new.tmp")
+        if self.resume:
+            self._unlink(self.journal)
+            self._unlink(self.journal[: -len(".tmp")] + ".new.tmp")
 
 
 class SequentialSink:
