@@ -387,6 +387,23 @@ def test_sync_delete_refuses_a_source_inside_its_destination(tmp_path: Path,
     assert not moto_s3.exists(S3_BUCKET, "ovl/p/b")  # DST's own extraneous object: deleted
 
 
+def test_a_prefix_is_never_copied_into_a_prefix_under_it(tmp_path: Path, moto_s3: Any) -> None:
+    """``sync s3://b/q/ s3://b/q/bk/`` copied q/bk/x to q/bk/bk/x, and each run went a level
+    deeper (a local directory into itself was refused already). Refused the same way; a
+    sibling prefix that only starts with the same letters is copied."""
+    env = s3_env(moto_s3, tmp_path)
+    s3 = ["--endpoint-url", moto_s3.endpoint_url]
+    for key in ("nest/a", "nest/bk/x"):
+        moto_s3.put(S3_BUCKET, key, b"x")
+    for cmd in (["sync"], ["cp", "-r"]):
+        r = cli(*s3, *cmd, f"s3://{S3_BUCKET}/nest/", f"s3://{S3_BUCKET}/nest/bk/", env=env)
+        assert r.returncode == 1 and "cannot copy a prefix into itself" in r.stderr, r.stderr
+    assert not moto_s3.exists(S3_BUCKET, "nest/bk/a")
+    assert not moto_s3.exists(S3_BUCKET, "nest/bk/bk/x")
+    r = cli(*s3, "sync", f"s3://{S3_BUCKET}/nest/", f"s3://{S3_BUCKET}/nest2/", env=env)
+    assert r.returncode == 0 and moto_s3.exists(S3_BUCKET, "nest2/bk/x"), r.stderr
+
+
 def test_a_destination_naming_a_database_or_bucket_gets_the_name(
         tmp_path: Path, redis_server: Any, moto_s3: Any) -> None:
     """``cp FILE redis://host:port`` (no key) wrote the Redis key ``""``; like ``s3://bucket``

@@ -143,6 +143,12 @@ class Planner:
                 self.error(redact_text(source), f"refused: cannot copy a directory into itself "
                                    f"({dst_uri.path} is inside {src_uri.path})")
                 continue
+            if recursive and not local and self._below(dst_uri, src_uri):
+                # The same, on a remote store: each sync copied the last run's copies
+                # again, a level deeper (q/bk/x -> q/bk/bk/x -> q/bk/bk/bk/x).
+                self.error(redact_text(source), "refused: cannot copy a prefix into itself "
+                           f"({redact_text(dest)} is under {redact_text(source)})")
+                continue
             try:
                 pairs = await self._list_source(src, src_uri, source, recursive, local)
             except (TensorstreamError, OSError) as exc:
@@ -201,6 +207,15 @@ class Planner:
             for job in jobs:
                 self._note_stale_partial(job)
         return jobs
+
+    def _below(self, dst: ParsedURI, src: ParsedURI) -> bool:
+        """Whether a remote ``dst`` lies under the prefix ``src`` on the same storage."""
+        if (src.scheme, src.netloc) != (dst.scheme, dst.netloc) or (
+                self.side_options["src"] != self.side_options["dst"]) or (
+                self._pattern(src) is not None):
+            return False  # two endpoints, or a pattern (what it matches is its own affair)
+        top, below = src.path.strip("/"), dst.path.strip("/")
+        return below != top and (not top or below.startswith(top + "/"))
 
     def _same_object(self, job: Job) -> bool:
         """Whether ``job`` would copy an object onto itself (refused: it would be rewritten)."""
