@@ -639,3 +639,17 @@ def test_a_conversion_out_of_local_room_names_the_file(request: pytest.FixtureRe
         assert "TMPDIR" in str(info.value) and str(info.value.filename).endswith("model.tensors")
         assert not os.path.exists(os.path.dirname(str(info.value.filename)))
     assert not store.exists("m.tensors")
+
+
+def test_a_safetensors_destination_out_of_local_room_names_the_file(tmp_path: Path) -> None:
+    """The other direction said only "[Errno 28] No space left on device" (EFBIG here):
+    neither the file nor that nothing was published."""
+    src = tmp_path / "m.tensors"
+    tensorstream.serialize({"w": torch.randn(512, 1024)}, str(src))  # 2 MiB
+    (tmp_path / "out").mkdir()
+    dst = str(tmp_path / "out" / "m.safetensors")
+    with file_size_limit(1 << 20), pytest.raises(OSError) as info:
+        tensorstream.convert(str(src), dst)
+    assert info.value.errno == errno.EFBIG, info.value
+    assert info.value.filename == dst and "nothing was published" in str(info.value)
+    assert os.listdir(tmp_path / "out") == []

@@ -22,6 +22,7 @@ import torch
 
 from ..api import open as ts_open
 from ..errors import MalformedFileError
+from ..providers.local.provider import naming_write_errors
 from ..safetensors.header import encode_header
 from ..safetensors.reader import byte_view
 from ..safetensors.writer import _NAMES as SAFETENSORS_NAMES
@@ -163,7 +164,8 @@ def write_safetensors(deserializer: Any, planned: list[Planned], where: str, dst
     if dst.is_local:
         # A plain file beside the destination: each tensor written from its own memory
         # (the tensorstream writer would copy it into its buffer first).
-        with local_target(dst.path, overwrite, durable) as tmp, open(tmp, "wb") as out:
+        with (local_target(dst.path, overwrite, durable) as tmp, naming_write_errors(dst.path),
+              open(tmp, "wb") as out):
             out.write(header)
             _stream(out, deserializer, planned, where, progress, 1 << 62)
         return
