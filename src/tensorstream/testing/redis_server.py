@@ -123,15 +123,19 @@ class RedisServer:
     ``password`` sets ``requirepass`` (the default user); ``acl_users`` maps
     extra user names to passwords (full access to all keys); ``tls=True``
     serves TLS only (trustme CA in :attr:`ca_file`), with ``tls_auth_clients``
-    ``"no"``, ``"optional"`` or ``"yes"`` (client certificates from :attr:`ca`).
+    ``"no"``, ``"optional"`` or ``"yes"`` (client certificates from :attr:`ca`);
+    the server's certificate names ``tls_cert_names`` (give others to test a
+    host name mismatch: the server still listens on 127.0.0.1).
     """
 
     def __init__(self, *, password: str | None = None, acl_users: dict[str, str] | None = None,
-                 tls: bool = False, tls_auth_clients: str = "no") -> None:
+                 tls: bool = False, tls_auth_clients: str = "no",
+                 tls_cert_names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> None:
         self.password = password
         self.acl_users = dict(acl_users or {})
         self.tls = tls
         self.tls_auth_clients = tls_auth_clients
+        self.tls_cert_names = tuple(tls_cert_names)
         self.host = "127.0.0.1"
         self.port = 0
         self.ca: Any = None
@@ -175,7 +179,7 @@ class RedisServer:
 
         assert self._dir is not None
         self.ca = trustme.CA()
-        cert = self.ca.issue_cert("localhost", "127.0.0.1")
+        cert = self.ca.issue_cert(*self.tls_cert_names)
         self.ca_file = os.path.join(self._dir, "ca.pem")
         self.ca.cert_pem.write_to_path(self.ca_file)
         cert_file, key_file = os.path.join(self._dir, "cert.pem"), os.path.join(self._dir, "key.pem")
@@ -230,7 +234,9 @@ class RedisServer:
         kw: dict[str, Any] = {"host": self.host, "port": self.port, "password": self.password,
                               "socket_timeout": 10, "socket_connect_timeout": 5}
         if self.tls:
-            kw.update(ssl=True, ssl_ca_certs=self.ca_file)
+            # (the admin client connects to 127.0.0.1 whatever the certificate names)
+            kw.update(ssl=True, ssl_ca_certs=self.ca_file,
+                      ssl_check_hostname=self.host in self.tls_cert_names)
             if self._admin_cert:
                 kw.update(ssl_certfile=self._admin_cert[0], ssl_keyfile=self._admin_cert[1])
         kw.update(kwargs)

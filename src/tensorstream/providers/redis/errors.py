@@ -28,6 +28,8 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
 )
 
+#: OpenSSL's "Hostname mismatch" / "IP address mismatch, certificate is not valid for ...".
+_NAME_MISMATCH = ("mismatch", "doesn't match", "not valid for")
 _TLS_MARKERS = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "Hostname mismatch",
                 "hostname mismatch", "doesn't match")
 
@@ -69,10 +71,12 @@ def map_redis_error(exc: BaseException, *, who: str = "",
     if isinstance(exc, (rex.TimeoutError, asyncio.TimeoutError, TimeoutError)):
         return StorageTimeoutError(f"Redis did not answer in time: {text}")
     if _tls_verification_failed(exc):
-        err = ConnectionFailedError(
-            f"TLS certificate verification failed: {text}; pass ca_bundle=<file> to trust a "
-            "private CA (insecure=True disables verification)"
-        )
+        # A CA already trusted does not help a certificate issued for another name.
+        hint = ("the certificate names another host: connect by a name it holds"
+                if any(m in text for m in _NAME_MISMATCH)
+                else "pass ca_bundle=<file> to trust a private CA")
+        err = ConnectionFailedError(f"TLS certificate verification failed: {text}; {hint} "
+                                    "(insecure=True disables verification)")
         err.temporary = False  # a wrong certificate does not fix itself
         return err
     if isinstance(exc, rex.OutOfMemoryError):
