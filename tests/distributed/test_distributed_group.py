@@ -1,11 +1,15 @@
-"""resolve_group: what ``group=`` and ``group_timeout=`` accept, without starting ranks."""
+"""What ``group=`` and ``group_timeout=`` accept (resolve_group, and deserialize
+around it), without starting ranks."""
 
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+import tensorstream
 from tensorstream.distributed.group import resolve_group
 from tensorstream.errors import ConfigurationError
 
@@ -34,3 +38,24 @@ def test_a_subgroup_this_process_is_not_in_says_so() -> None:
     # dist.new_group(ranks) hands GroupMember.NON_GROUP_MEMBER to the ranks it leaves out
     with pytest.raises(ConfigurationError, match="not a member of the group"):
         resolve_group(dist.GroupMember.NON_GROUP_MEMBER)
+
+
+@pytest.mark.parametrize("kwargs", [{"group": "autp"}, {"group": 5},
+                                    {"group": "auto", "group_timeout": -1}])
+def test_group_arguments_are_checked_with_a_rank_template_too(tmp_path: Path,
+                                                              kwargs: dict[str, Any]) -> None:
+    # a template names each rank's own file (the group is not used), but a misspelt group=,
+    # or a negative group_timeout, passed without a word and the rank's file was read
+    with pytest.raises(ConfigurationError, match="group"):
+        tensorstream.deserialize(str(tmp_path / "m-%03d.tensors"), device="cpu", rank=0,
+                                 world_size=2, **kwargs)
+
+
+@pytest.mark.parametrize(("rank", "world_size"), [(3, 2), (-1, 2), (True, 2), (0, 0)])
+def test_rank_and_world_size_are_checked_with_group_too(tmp_path: Path, rank: Any,
+                                                        world_size: Any) -> None:
+    # with group= an untemplated URI is one file for the group: rank/world_size are not
+    # used, but rank=3 of world_size=2 passed without a word
+    with pytest.raises(ConfigurationError, match="rank"):
+        tensorstream.deserialize(str(tmp_path / "m.tensors"), device="cpu", group="auto",
+                                 rank=rank, world_size=world_size)

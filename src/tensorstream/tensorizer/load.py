@@ -65,7 +65,7 @@ from .hook import (
 )
 from .local import LocalTensorDeserializer, fast_path, on_cpu, open_local
 from .remote import RemoteTensorDeserializer
-from .sharding import is_sharded, shard_uri
+from .sharding import is_sharded, resolve_rank, shard_uri
 from .stats import LoadStats, collect
 from .stats import log as load_log
 
@@ -354,7 +354,15 @@ def deserialize(
         # group of one: no "every rank reads the same file" error); a templated
         # URI names a file per rank, which each rank reads itself.
         sharded = isinstance(raw, str) and is_sharded(raw)
-        shared = None if sharded else resolve_group(group, group_timeout)
+        # Checked with a template too: group="autp", group=5 or group_timeout=-1 passed
+        # without a word there (the group is not used: each rank reads its own file).
+        shared = resolve_group(group, group_timeout)
+        if sharded:
+            shared = None
+        elif group is not None and (rank is not None or world_size is not None):
+            # Not used with group= (the group's ranks share one file), but still checked:
+            # rank=3, world_size=2 passed without a word.
+            resolve_rank(rank, world_size)
         target = (shard_uri(raw, rank=rank, world_size=world_size)
                   if isinstance(raw, str) and (sharded or group is None) else raw)
         where = redact(str(target))
