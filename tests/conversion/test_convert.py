@@ -597,6 +597,18 @@ def test_the_source_under_another_spelling_is_not_a_destination(
     assert (tmp_path / "model").read_bytes() == before
 
 
+@pytest.mark.parametrize("metadata", [{"k": "\ud800"}, {"\udc80": "v"}])
+def test_metadata_that_is_not_unicode_is_refused_first(tmp_path: Path,
+                                                       metadata: dict[str, str]) -> None:
+    """A lone surrogate in metadata= was written (JSON escapes it) into a file that neither
+    safetensors nor tensorstream loads; tensorstream.safetensors.save refused it already."""
+    tensorstream.serialize({"w": torch.ones(2)}, str(tmp_path / "m.tensors"))
+    with pytest.raises(ConfigurationError, match="not valid Unicode"):
+        tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "m.safetensors"),
+                             metadata=metadata)
+    assert _clean(tmp_path) == ["m.tensors"]
+
+
 def test_a_shard_replaced_after_its_header_was_checked(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from tensorstream.conversion import to_tensorizer

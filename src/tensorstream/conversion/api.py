@@ -20,7 +20,7 @@ from ..api import open as ts_open
 from ..errors import ConfigurationError, MalformedFileError, NotFoundError, UnsupportedOperationError
 from ..providers.local.provider import _check_destination as check_local_destination
 from ..safetensors.header import header_length
-from ..uri import ParsedURI, parse_uri
+from ..uri import ParsedURI, is_utf8, parse_uri
 from .errors import DestinationExistsError
 
 __all__ = ["ConvertResult", "convert", "source_format"]
@@ -239,6 +239,10 @@ def convert(
         if not isinstance(metadata, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise ConfigurationError("safetensors metadata must map strings to strings")
+        for text in (*metadata, *metadata.values()):
+            if not is_utf8(text):  # JSON would escape it, into a file no reader loads
+                raise ConfigurationError(f"metadata {text!r:.80} is not valid Unicode (a lone "
+                                         "surrogate); safetensors cannot store it")
     if dst_parsed.is_local:
         directory = os.path.dirname(dst_parsed.path) or "."
         if not os.path.isdir(directory):
