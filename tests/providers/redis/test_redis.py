@@ -160,6 +160,16 @@ def test_tls_untrusted_certificate_refused(redis_tls_server: RedisServer,
     assert not info.value.temporary  # not retried: a bad certificate does not heal
 
 
+def test_plain_text_to_a_tls_port_says_use_rediss(redis_tls_server: RedisServer,
+                                                  isolated_env: object) -> None:
+    """The mirror of rediss:// to a plain-text port: redis:// to a TLS-only port was
+    "Connection reset by peer", retried as a server restart would be."""
+    uri = redis_tls_server.url("tls/x").replace("rediss://", "redis://")
+    with pytest.raises(errors.ConnectionFailedError, match=r"speaks TLS.*use rediss://") as info:
+        tensorstream.open(uri, retries=3)
+    assert not info.value.temporary
+
+
 def test_tls_ca_bundle_accepted_and_insecure_warns(redis_tls_server: RedisServer) -> None:
     srv = redis_tls_server
     assert _roundtrip(srv.url("tls/ok"), ca_bundle=srv.ca_file) == b"secret weights"

@@ -18,7 +18,8 @@ from ...errors import (
 )
 from ...uri import redact_text
 
-__all__ = ["map_redis_error", "plain_text_instead_of_tls", "REDIS_ERRORS"]
+__all__ = ["closed_by_server", "map_redis_error", "plain_text_instead_of_tls", "REDIS_ERRORS",
+           "tls_instead_of_plain_text"]
 
 #: Exceptions :func:`map_redis_error` understands (what providers catch).
 REDIS_ERRORS: tuple[type[BaseException], ...] = (
@@ -106,3 +107,38 @@ async def plain_text_instead_of_tls(host: str, port: int, timeout: float = 2.0) 
         return False
     finally:
         writer.close()
+
+
+def closed_by_server(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server dropping the connection (a reset, or end of
+    stream): not a refused connect or a timeout, which a TLS probe cannot explain."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (ConnectionRefusedError, TimeoutError, rex.TimeoutError)):
+            return False
+        if isinstance(cur, (ConnectionResetError, BrokenPipeError)) or (
+                isinstance(cur, rex.ConnectionError) and "closed by server" in str(cur)):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+async def tls_instead_of_plain_text(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (certificate not checked:
+    this only tells which protocol the port speaks; nothing is sent over it)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=ctx), timeout)
+    except (OSError, ssl.SSLError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), timeout)
+    except (OSError, ssl.SSLError, asyncio.TimeoutError):
+        pass
+    return True

@@ -55,7 +55,13 @@ from ..base import (
 )
 from .blocking import BlockingRedisReader, batches, check_reply
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
-from .errors import REDIS_ERRORS, map_redis_error, plain_text_instead_of_tls
+from .errors import (
+    REDIS_ERRORS,
+    closed_by_server,
+    map_redis_error,
+    plain_text_instead_of_tls,
+    tls_instead_of_plain_text,
+)
 from .layout import (
     Layout,
     escape_glob,
@@ -127,6 +133,7 @@ class RedisProvider(Provider):
             raise ConfigurationError("Redis Cluster has only database 0; drop db/redis_db")
         self.host, self.port, self.tls, self.db, self.cluster = host, port, tls, db, cluster
         self._tls_answered = False  # set once a TLS call got an answer
+        self._answered = False  # set once a plain-text call got one
         self.chunk_size = chunk_size
         self._creds = credentials or RedisCredentials()
         self._config = config or split_options({})[0]
@@ -246,10 +253,21 @@ class RedisProvider(Provider):
                 result = await self._first_tls_call(fn)
                 self._tls_answered = True
                 return result
-            return await fn()
+            result = await fn()
+            self._answered = True
+            return result
         except REDIS_ERRORS as exc:
-            raise map_redis_error(exc, who=self._creds.describe(looked_in=True),
-                                  secrets=self._creds.secrets()) from exc
+            err = map_redis_error(exc, who=self._creds.describe(looked_in=True),
+                                  secrets=self._creds.secrets())
+            if (not self.tls and not self._answered and closed_by_server(exc)
+                    and await tls_instead_of_plain_text(self.host, self.port)):
+                # A TLS-only port drops a plain-text client at its first bytes: "connection
+                # reset by peer", retried as if the server were restarting.
+                err = ConnectionFailedError(
+                    f"{self.host}:{self.port} speaks TLS, not plain-text Redis: use rediss:// "
+                    "instead of redis:// (with ca_bundle=<file> if its CA is private)")
+                err.temporary = False
+            raise err from exc
 
     async def _first_tls_call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """The first call over rediss://: when it has no answer after a second, check
