@@ -609,6 +609,27 @@ def test_metadata_that_is_not_unicode_is_refused_first(tmp_path: Path,
     assert _clean(tmp_path) == ["m.tensors"]
 
 
+def test_long_hostile_names_make_short_messages(tmp_path: Path) -> None:
+    """A tensor name is up to 64 KiB and a metadata key up to the 100 MB header: the errors
+    and the note repeated them whole (a 5 MB key made a 5 MB note), where inspect's and the
+    loaders' messages cut them (``shown``)."""
+    name = "n" * 60_000
+    st_torch.save_file({name: torch.ones([1] * 65)}, str(tmp_path / "dims.safetensors"))
+    with pytest.raises(UnsupportedDtypeError, match="65 dimensions") as info:
+        tensorstream.convert(str(tmp_path / "dims.safetensors"), str(tmp_path / "d.tensors"))
+    assert len(str(info.value)) < 500
+    for shard in ("a", "b"):
+        st_torch.save_file({name: torch.ones(1)}, str(tmp_path / f"{shard}.safetensors"))
+    os.unlink(tmp_path / "dims.safetensors")  # the folder: the two shards
+    with pytest.raises(MalformedFileError, match="is in both") as info2:
+        tensorstream.convert(str(tmp_path) + "/", str(tmp_path / "dup.tensors"))
+    assert len(str(info2.value)) < 500
+    st_torch.save_file({"w": torch.ones(1)}, str(tmp_path / "meta.safetensors"),
+                       metadata={"k" * 1_000_000: "v", "note": "x"})
+    result = tensorstream.convert(str(tmp_path / "meta.safetensors"), str(tmp_path / "m.tensors"))
+    assert len(result.notes[0]) < 500 and "'note'" in result.notes[0]
+
+
 def test_a_shard_replaced_after_its_header_was_checked(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from tensorstream.conversion import to_tensorizer

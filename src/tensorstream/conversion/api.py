@@ -19,7 +19,7 @@ from ..api import get_provider
 from ..api import open as ts_open
 from ..errors import ConfigurationError, MalformedFileError, NotFoundError, UnsupportedOperationError
 from ..providers.local.provider import _check_destination as check_local_destination
-from ..safetensors.header import header_length
+from ..safetensors.header import header_length, shown
 from ..uri import ParsedURI, is_utf8, parse_uri
 from .errors import DestinationExistsError
 
@@ -308,7 +308,8 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
                    if (k, v) != ("format", "pt")})
     if keys:
         result.notes.append(
-            f"safetensors metadata ({', '.join(keys)}) was not kept: tensorizer files "
+            f"safetensors metadata ({', '.join(shown(k) for k in keys)}) was not kept: "
+            "tensorizer files "
             "cannot hold metadata")
 
 

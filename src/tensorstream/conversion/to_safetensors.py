@@ -23,7 +23,7 @@ import torch
 from ..api import open as ts_open
 from ..errors import MalformedFileError
 from ..providers.local.provider import naming_write_errors
-from ..safetensors.header import encode_header
+from ..safetensors.header import encode_header, shown
 from ..safetensors.reader import byte_view
 from ..safetensors.writer import _NAMES as SAFETENSORS_NAMES
 from ..tensorizer.crypto import DecryptionError
@@ -82,7 +82,7 @@ def plan(deserializer: Any, where: str) -> list[Planned]:
         if dtype is None or dtype not in SAFETENSORS_NAMES:
             known = ", ".join(sorted(str(d).removeprefix("torch.") for d in SAFETENSORS_NAMES))
             raise UnsupportedDtypeError(
-                f"{where}: tensor {entry.name!r} has dtype "
+                f"{where}: tensor {shown(entry.name)} has dtype "
                 f"{str(dtype).removeprefix('torch.') if dtype else _shown(entry.dtype)}, which "
                 f"safetensors cannot hold (it holds: {known})")
         numel = 1
@@ -91,16 +91,16 @@ def plan(deserializer: Any, where: str) -> list[Planned]:
         nbytes = numel * dtype.itemsize
         if numel and entry.data_length == 0:
             raise UnsupportedDtypeError(
-                f"{where}: tensor {entry.name!r} was written from the meta device (shape "
+                f"{where}: tensor {shown(entry.name)} was written from the meta device (shape "
                 f"{list(entry.shape)}, no data); safetensors has no way to store it")
         if name == "__metadata__":  # the header's metadata key: the file would not load
             raise UnsupportedDtypeError(
-                f"{where}: tensor {entry.name!r} would be named '__metadata__', which "
+                f"{where}: tensor {shown(entry.name)} would be named '__metadata__', which "
                 "safetensors reserves for the file's metadata; rename the tensor")
         if name in names:
             raise MalformedFileError(
-                f"{where}: tensors {names[name]!r} and {entry.name!r} would both be named "
-                f"{name!r} in safetensors")
+                f"{where}: tensors {shown(names[name])} and {shown(entry.name)} would both be named "
+                f"{shown(name)} in safetensors")
         names[name] = entry.name
         out.append(Planned(entry, name, dtype, nbytes))
     return out
@@ -143,7 +143,7 @@ def _stream(out: Any, deserializer: Any, planned: list[Planned], where: str,
                 t = loaded.pop(p.entry.key).detach()
                 if t.dtype != p.dtype or tuple(t.shape) != p.entry.shape:
                     raise MalformedFileError(
-                        f"{where}: tensor {p.entry.name!r} loaded as {t.dtype} "
+                        f"{where}: tensor {shown(p.entry.name)} loaded as {t.dtype} "
                         f"{list(t.shape)}, its index says {p.dtype} {list(p.entry.shape)}")
                 if p.nbytes:
                     view = byte_view(t.contiguous())

@@ -41,7 +41,7 @@ from tensorizer.serialization import TensorType
 from ..api import open as ts_open
 from ..errors import MalformedFileError, ObjectChangedError
 from ..providers.local.provider import naming_write_errors, temp_copy_hint
-from ..safetensors.header import TensorInfo
+from ..safetensors.header import TensorInfo, shown
 from ..safetensors.reader import SafetensorsFile, torch_dtype
 from ..safetensors.sources import Source
 from ..uri import ParsedURI
@@ -122,13 +122,13 @@ def _check(t: TensorInfo, where: str, encrypted: bool) -> None:
             "bytes of UTF-8); rename the tensor or leave it out of the checkpoint")
     if len(t.shape) > _MAX_DIMS:
         raise UnsupportedDtypeError(
-            f"{where}: tensor {t.name!r} has {len(t.shape)} dimensions; tensorizer holds at "
+            f"{where}: tensor {shown(t.name)} has {len(t.shape)} dimensions; tensorizer holds at "
             f"most {_MAX_DIMS}")
     if 0 in t.shape and not empty_round_trips(dtype, encrypted):
         why = ("cannot encrypt an empty tensor" if encrypted and empty_round_trips(dtype, False)
                else f"cannot read back a file holding an empty {dtype} tensor")
         raise UnsupportedDtypeError(
-            f"{where}: tensor {t.name!r} is empty (shape {list(t.shape)}, {t.dtype}) and "
+            f"{where}: tensor {shown(t.name)} is empty (shape {list(t.shape)}, {t.dtype}) and "
             f"tensorizer {tensorizer_version} {why}; leave the tensor out of the checkpoint"
             + ("" if not encrypted else " or convert without encryption"))
 
@@ -145,7 +145,7 @@ def plan_shards(sources: list[Source], options: Mapping[str, Any],
             for t in tensors:
                 if t.name in seen:
                     raise MalformedFileError(
-                        f"tensor {t.name!r} is in both {seen[t.name]} and {f.where}")
+                        f"tensor {shown(t.name)} is in both {seen[t.name]} and {f.where}")
                 seen[t.name] = f.where
                 _check(t, f.where, encrypted)
             shards.append(Shard(source, f.where, tensors, f.header.metadata))
