@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +315,36 @@ def test_sync_delete_that_fails_says_so_in_json_without_the_password(
     failed = [x for x in lines if x["op"] == "delete"]
     assert [x["status"] for x in failed] == ["failed"] and "***" in failed[0]["error"]
     assert lines[-1]["op"] == "summary" and lines[-1]["errors"] == [failed[0]["error"]]
+
+
+def test_sync_copies_a_same_size_update_dated_before_the_last_copy(tmp_path: Path) -> None:
+    """A local copy kept the time it was written, and sync took "a destination at least as
+    new as its source" for unchanged: an update of the same size (model weights of one
+    architecture always are) dated before that copy was made (a server clock behind ours,
+    HTTP's and S3's whole seconds, a file moved into place with its old date) was never
+    copied. The copy now carries its source's date, as aws s3 cp and rclone set it."""
+    from tensorstream.testing.http_server import HTTPTestServer
+
+    now = time.time()
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"A" * 1000)
+    os.utime(src / "w.bin", (now - 3600, now - 3600))
+    with HTTPTestServer() as server:
+        server.put("d/h.bin", b"A" * 1000, mtime=now - 3600)
+        for source in (str(src), server.url("d/h.bin")):
+            assert cli("sync", source, str(dst)).stdout.startswith("copy: ")
+            assert cli("sync", source, str(dst)).stderr.strip() == "1 already there and unchanged"
+        assert {int(os.stat(p).st_mtime) for p in dst.iterdir()} == {int(now - 3600)}
+        new = tmp_path / "new.bin"  # written earlier, moved into place now
+        new.write_bytes(b"B" * 1000)
+        os.utime(new, (now - 1800, now - 1800))
+        os.replace(new, src / "w.bin")
+        server.put("d/h.bin", b"B" * 1000, mtime=now - 1800)
+        for source in (str(src), server.url("d/h.bin")):
+            r = cli("sync", source, str(dst))
+            assert r.returncode == 0 and r.stdout.startswith("copy: "), r.stderr
+    assert files_under(dst) == {"w.bin": b"B" * 1000, "h.bin": b"B" * 1000}
 
 
 def test_sync_delete_from_one_object_deletes_nothing(tmp_path: Path, moto_s3: Any) -> None:

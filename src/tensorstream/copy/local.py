@@ -38,11 +38,12 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Collection
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import IntegrityError
 from ..providers._http.threads import in_thread
-from ..providers.base import Pin
+from ..providers.base import ObjectInfo, Pin
 from .checks import RESUMABLE, STORED_MISMATCH, stored_sha256
 from .keys import open_dir_under
 from .receive import receive_part
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from .engine import _Copier
     from .plan import Job
 
-__all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "one_hop"]
+__all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "mtime_ns", "one_hop"]
 
 T = TypeVar("T")
 
@@ -203,7 +204,7 @@ class LocalCopy:
         target = LocalPartFile(dir_fd, name, size=self.size, part_size=c.part_size,
                                source=job.label, etag=job.info.etag, resume=c.resume,
                                durable=c.durable, direct=c.direct,
-                               existing=listing)
+                               existing=listing, mtime_ns=mtime_ns(job.info))
         resumed = target.open()
         self.sink = target  # only a temp file this run opened (and locked) is ever aborted
         if not self.one_hop or not self.parts:
@@ -299,6 +300,24 @@ class LocalCopy:
             raise
         finally:
             self.close()
+
+
+def mtime_ns(info: ObjectInfo) -> int | None:
+    """The source's modification time in ns since the epoch (exact to its
+    microsecond), for the local copy to carry, as ``aws s3 cp`` and rclone do:
+    ``sync`` then compares the source's date with the one it had at the copy.
+    With the copy's own time, a same-size update dated before that time (a
+    source clock behind this machine's, S3's and HTTP's whole seconds, an upload
+    begun before the copy) was taken as "unchanged" for ever."""
+    when = info.mtime
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return (when - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def one_hop(c: _Copier, job: Job) -> bool:

@@ -12,7 +12,8 @@
   is a link into ``blobs/``, is copied as the files it shows.
 * :func:`unchanged`: whether a destination object already holds the source's
   bytes, as ``aws s3 sync`` decides it (size, then ETag when both sides are
-  of the same kind and have one, then modification time).
+  of the same kind and have one, then modification time: a local copy carries
+  its source's).
 * :class:`FileOutcome`: what happened to one object, for per-file output.
 """
 
@@ -169,7 +170,8 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bo
 
     Different sizes: changed. Same kind of store and both ETags known: the
     ETags decide. Otherwise a destination at least as new as the source is
-    taken as a copy of it (a copy is always written after its source was).
+    taken as a copy of it (a local copy carries its source's modification time;
+    a remote one was written after its source was).
     """
     if dst is None or dst.size != src.size:
         return False

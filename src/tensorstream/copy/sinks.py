@@ -272,8 +272,12 @@ class LocalPartFile:
 
     def __init__(self, dir_fd: int, name: str, *, size: int, part_size: int,
                  source: str, etag: str | None, resume: bool, durable: bool = True,
-                 direct: bool = True, existing: Collection[str] | None = None) -> None:
+                 direct: bool = True, existing: Collection[str] | None = None,
+                 mtime_ns: int | None = None) -> None:
         self.dir_fd = dir_fd
+        #: The source's modification time (ns since the epoch), given to the file
+        #: before it is published; None: the file keeps the time it was written.
+        self.mtime_ns = mtime_ns
         #: The directory's names when the copy began (``None``: list it): where
         #: temp files of earlier runs are looked for.
         self.existing = existing
@@ -572,6 +576,10 @@ class LocalPartFile:
                 raise IntegrityError(
                     f"verification failed: the file has {got} bytes, the source {self.size}")
             os.fchmod(fd, new_file_mode())
+            if self.mtime_ns is not None:
+                with contextlib.suppress(OSError, OverflowError, ValueError):
+                    # (a date the filesystem cannot hold: the file keeps its own)
+                    os.utime(fd, ns=(self.mtime_ns, self.mtime_ns))
             if self.durable:
                 os.fsync(fd)
         self._close_fd()
