@@ -101,6 +101,20 @@ class _Process:
                 pass
 
 
+def conf_arg(value: str) -> str:
+    """``value`` as one argument of a redis.conf line: a password or user name
+    with a space, ``"`` or ``#`` split the line (redis-server exited at start)."""
+    out = []
+    for ch in value:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def _wait_ready(proc: _Process, make_client: Any) -> None:
     deadline = time.monotonic() + _START_TIMEOUT
     last: Exception | None = None
@@ -168,9 +182,9 @@ class RedisServer:
         else:
             config["port"] = str(self.port)
         if self.password:
-            config["requirepass"] = self.password
+            config["requirepass"] = conf_arg(self.password)
         for user, pw in self.acl_users.items():
-            config[f"user {user}"] = f"on >{pw} ~* &* +@all"
+            config[f"user {conf_arg(user)}"] = f"on {conf_arg('>' + pw)} ~* &* +@all"
         self._proc = _Process(config, self._dir, "redis")
         _wait_ready(self._proc, self.client)
 

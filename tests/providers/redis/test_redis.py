@@ -93,6 +93,21 @@ def test_redis_clis_password_variable_comes_after_ours(
         tensorstream.open(srv.url("auth/env"))
 
 
+def test_passwords_and_user_names_with_special_characters(isolated_env: object) -> None:
+    """Percent-encoded in the URI, or given as options, and never shown. (The test
+    server could not start with such a password: its config line split at the space.)"""
+    pw, user, user_pw = 'p@ss:w/rd%41#?& "x"\\', "us:er@x/%", "a b#c"
+    with RedisServer(password=pw, acl_users={user: user_pw}) as srv:
+        assert _roundtrip(srv.url("special/d", password=pw)) == b"secret weights"
+        assert _roundtrip(srv.url("special/u", user=user, password=user_pw)) == b"secret weights"
+        assert _roundtrip(srv.url("special/o"), redis_username=user,
+                          redis_password=user_pw) == b"secret weights"
+        with pytest.raises(errors.PermissionDeniedError) as info:
+            tensorstream.open(srv.url("special/d", password=pw + "x"))
+        shown = str(info.value) + repr(info.value.__cause__)
+        assert "w/rd" not in shown and "rd%2541" not in shown
+
+
 def test_acl_user(redis_auth_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     srv = redis_auth_server
     uri = srv.url("auth/acl", user=ACL_USER, password=ACL_PASSWORD)
