@@ -289,3 +289,28 @@ def test_a_keyfile_and_an_encryption_in_the_kwargs_contradict(tmp_path: Path, kw
         TensorizerConfig(tensorizer_uri=str(tmp_path / "m.tensors"),
                          encryption_keyfile=str(tmp_path / "k"), **{kwargs: {"encryption": None}})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_rank_under_a_launcher_or_with_a_world_size_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchrun before init_process_group: every process took rank 0 and read rank 0's
+    # file (a tensor-parallel shard: same shapes on every rank, nothing noticed) or wrote
+    # over it; world_size=4 without rank= alike
+    template = str(tmp_path / "m-%03d.tensors")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(errors.ConfigurationError, match=r"RANK=2, WORLD_SIZE=4.*pass rank="):
+        shard_uri(template)
+    with pytest.raises(errors.ConfigurationError, match="no rank"):
+        tensorstream.deserialize(template, device="cpu")
+    with pytest.raises(errors.ConfigurationError, match="no rank"):
+        serialize({"w": torch.ones(2)}, template)
+    assert list(tmp_path.iterdir()) == []
+    assert shard_uri(template, rank=2) == str(tmp_path / "m-002.tensors")  # told: as before
+    assert shard_uri("/m.tensors") == "/m.tensors"  # no template: a load of its own
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert shard_uri(template) == str(tmp_path / "m-000.tensors")
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(errors.ConfigurationError, match="no rank: world_size is 4"):
+        shard_uri(template, world_size=4)
+    assert shard_uri(template, world_size=1) == str(tmp_path / "m-000.tensors")

@@ -6,6 +6,7 @@ the rank of the process (``model-rank-000.tensors``, ``-001``, ...).
 
 from __future__ import annotations
 
+import os
 import re
 
 from ..errors import ConfigurationError
@@ -41,14 +42,40 @@ def _distributed() -> tuple[int, int] | None:
     return None
 
 
+def _launched() -> tuple[str, str] | None:
+    """``(RANK, WORLD_SIZE)`` a launcher (torchrun) set for several processes, else None."""
+    size = os.environ.get("WORLD_SIZE", "").strip()
+    if not size.isdigit() or int(size) <= 1:
+        return None
+    return os.environ.get("RANK", "?").strip()[:20], size[:20]
+
+
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """``(rank, world_size)`` from the arguments, else ``torch.distributed``, else (0, 1)."""
+    """``(rank, world_size)`` from the arguments, else ``torch.distributed``, else (0, 1).
+
+    Without ``rank`` and without an initialised ``torch.distributed``, a
+    ``world_size`` above 1, or a launcher's ``WORLD_SIZE`` above 1 (torchrun
+    before ``init_process_group``), is a :class:`ConfigurationError`: every
+    process would take rank 0.
+    """
     for name, value in (("rank", rank), ("world_size", world_size)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             # a float rank was truncated into another rank's file name; "1" was a bare TypeError
             raise ConfigurationError(f"{name} must be an integer, got {type(value).__name__} "
                                      f"{value!r}")
     dist = _distributed()
+    if rank is None and dist is None:
+        launched = _launched()
+        if launched is not None or (world_size is not None and world_size > 1):
+            # rank 0 was taken: under torchrun before init_process_group every process
+            # read rank 0's file (same shapes: nothing noticed) or wrote over it
+            why = (f"a launcher started {launched[1]} processes (RANK={launched[0]}, "
+                   f"WORLD_SIZE={launched[1]})" if launched is not None
+                   else f"world_size is {world_size}")
+            raise ConfigurationError(
+                f"no rank: {why}, but rank= was not passed and torch.distributed is not "
+                "initialised, so every process would take rank 0; pass rank= (and "
+                "world_size=), or call torch.distributed.init_process_group() first")
     if rank is None:
         rank = dist[0] if dist else 0
     if world_size is None:
