@@ -232,6 +232,20 @@ def test_missing_object(tmp_path: Path) -> None:
         tensorstream.inspect(tmp_path / "nope.safetensors")
 
 
+def test_a_prefix_named_without_its_slash_says_to_add_it(redis_server: Any,
+                                                          tmp_path: Path) -> None:
+    """``inspect s3://b/llama`` (a prefix) said only "no such object", where ``convert``
+    says to end a prefix with '/'."""
+    redis_server.put("insp-prefix/model.safetensors", _st_bytes({"x": torch.ones(3)}, tmp_path))
+    with pytest.raises(NotFoundError, match="end it with '/'") as exc:
+        tensorstream.inspect(redis_server.url("insp-prefix"))
+    assert str(exc.value).endswith(redis_server.url("insp-prefix/"))
+    assert len(tensorstream.inspect(redis_server.url("insp-prefix/")).tensors) == 1
+    with pytest.raises(NotFoundError) as exc:  # a file's name: no hint
+        tensorstream.inspect(redis_server.url("insp-prefix/none.safetensors"))
+    assert "end it with" not in str(exc.value)
+
+
 def test_model_info_is_public() -> None:
     assert tensorstream.ModelInfo is ModelInfo
 

@@ -21,10 +21,17 @@ import math
 import os
 from typing import Any
 
-from .errors import MalformedFileError
+from .errors import MalformedFileError, NotFoundError
 from .file import StreamReader
 from .safetensors.header import header_from_prefix, shown
-from .safetensors.sources import Checkpoint, Source, from_index, is_folder, resolve_checkpoint
+from .safetensors.sources import (
+    Checkpoint,
+    Source,
+    from_index,
+    is_folder,
+    resolve_checkpoint,
+    with_prefix_hint,
+)
 from .uri import ParsedURI, parse_uri
 
 __all__ = ["ModelInfo", "ModelTensor", "inspect"]
@@ -280,7 +287,13 @@ def inspect(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> ModelInf
     shown = parsed.redacted()
     if is_folder(parsed):
         return _checkpoint(resolve_checkpoint(parsed, options), shown, options)
-    f = _File(parsed.raw or str(uri), options)
+    try:
+        f = _File(parsed.raw or str(uri), options)
+    except NotFoundError as exc:  # "s3://b/llama": a prefix is named with its "/"
+        hinted = with_prefix_hint(exc, parsed, "inspect")
+        if hinted is exc:
+            raise
+        raise hinted from exc
     try:
         kind = f.kind()
         if kind == "tensorizer":

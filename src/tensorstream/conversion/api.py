@@ -20,6 +20,7 @@ from ..api import open as ts_open
 from ..errors import ConfigurationError, MalformedFileError, NotFoundError, UnsupportedOperationError
 from ..providers.local.provider import _check_destination as check_local_destination
 from ..safetensors.header import header_length, shown
+from ..safetensors.sources import with_prefix_hint
 from ..uri import ParsedURI, is_utf8, parse_uri
 from .errors import DestinationExistsError
 
@@ -74,13 +75,10 @@ def source_format(src: str | os.PathLike[str] | ParsedURI, options: Mapping[str,
     try:
         f = ts_open(parsed, "rb", **options)
     except NotFoundError as exc:
-        base = posixpath.basename(_path(parsed))
-        if parsed.scheme in ("file", "http", "https") or base.endswith(
-                (".safetensors", ".tensors", ".json")):
+        hinted = with_prefix_hint(exc, parsed, "convert")
+        if hinted is exc:
             raise
-        # "s3://b/llama": a prefix is named with its trailing "/" (as for cp -r)
-        raise NotFoundError(f"{exc}; to convert the checkpoint in a folder or prefix, end it "
-                            f"with '/': {parsed.redacted()}/") from exc
+        raise hinted from exc
     with f:
         head = bytearray(min(f.size, 8))
         if head:

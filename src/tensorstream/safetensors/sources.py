@@ -28,7 +28,7 @@ from ..uri import ParsedURI, is_utf8, parse_uri
 from .header import shown
 
 __all__ = ["INDEX_SUFFIX", "Checkpoint", "Index", "Source", "from_index", "is_folder",
-           "load_index", "resolve", "resolve_checkpoint"]
+           "load_index", "resolve", "resolve_checkpoint", "with_prefix_hint"]
 
 INDEX_SUFFIX = ".safetensors.index.json"
 #: An index is JSON of names; anything this large is not one.
@@ -177,6 +177,20 @@ def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
         uri = parsed.with_path(p)
         out.append(Source(uri, parse_uri(uri).redacted()))
     return Checkpoint(out)
+
+
+def with_prefix_hint(exc: NotFoundError, parsed: ParsedURI, verb: str) -> NotFoundError:
+    """``exc`` (``parsed`` opened as an object, not found), saying to end the URI with '/'
+    where it may name a prefix: ``s3://b/llama`` (as for ``cp -r``). Not for a local path
+    (a folder is seen as one), HTTP (which cannot list) or a model file's name."""
+    path = parsed.path.partition("?")[0] if parsed.scheme in ("http", "https") else parsed.path
+    if parsed.scheme in ("file", "http", "https") or posixpath.basename(path).endswith(
+            (".safetensors", ".tensors", ".json")):
+        return exc
+    hinted = NotFoundError(f"{exc}; to {verb} the checkpoint in a folder or prefix, end it "
+                           f"with '/': {parsed.redacted()}/")
+    hinted.__cause__ = exc
+    return hinted
 
 
 def resolve(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any]) -> list[Source]:
