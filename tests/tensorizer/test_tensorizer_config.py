@@ -61,12 +61,42 @@ def test_env_fallbacks_reach_stream_options(isolated_env: Path,
     assert cfg.stream_options() == {
         "timeout_idle": 5,
         "s3_access_key_id": "arg-id",  # explicit beats the environment
-        "s3_secret_access_key": "env-secret",
-        "s3_endpoint": "http://127.0.0.1:1",
-    }
+        "s3_secret_access_key": "env-secret",  # the pair's other half (vLLM's fallback)
+    }  # S3_ENDPOINT_URL: read by the S3 provider, at its level below the options
+    described = str(tensorstream.describe_credentials("s3://b/m.tensors", **cfg.stream_options()))
+    assert "http://127.0.0.1:1" in described and "env-secret" not in described
     assert "env-secret" not in repr(cfg)
     # No secret held by the config itself: it pickles (and re-reads env in the child).
     assert pickle.loads(pickle.dumps(cfg)).stream_options() == cfg.stream_options()
+
+
+def test_the_s3_variables_stay_below_the_options(isolated_env: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                moto_s3_public: Any) -> None:
+    """Copied into the options, S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY outranked what the
+    options said: stream_kwargs anonymous=True was "contradicting" keys nobody gave as
+    options, and a local model's options were never empty (no local fast path)."""
+    from fixtures_s3 import S3_BUCKET
+    from tensorstream.tensorizer.local import LocalTensorDeserializer
+
+    monkeypatch.setenv("S3_ACCESS_KEY_ID", "env-id")
+    monkeypatch.setenv("S3_SECRET_ACCESS_KEY", "env-secret")
+    moto_s3_public.client.put_object(Bucket=S3_BUCKET, Key="public.tensors", Body=b"|TZR|...",
+                                     ACL="public-read")
+    public = TensorizerConfig(tensorizer_uri=f"s3://{S3_BUCKET}/public.tensors",
+                              s3_endpoint=moto_s3_public.endpoint_url,
+                              stream_kwargs={"anonymous": True})
+    assert public.stream_options() == {"anonymous": True,
+                                       "s3_endpoint": moto_s3_public.endpoint_url}
+    with public.open_stream() as f:
+        assert f.read(5) == b"|TZR|"
+    profile = TensorizerConfig(tensorizer_uri="s3://b/m", stream_kwargs={"s3_profile": "p"})
+    assert profile.stream_options() == {"s3_profile": "p"}  # the profile is not outranked
+    local = isolated_env / "m.tensors"
+    serialize({"w": torch.arange(3.0)}, local)
+    with TensorizerConfig(tensorizer_uri=str(local)).deserialize("cpu") as sd:
+        assert isinstance(sd, LocalTensorDeserializer)
+        assert torch.equal(sd["w"], torch.arange(3.0))
 
 
 def test_config_load_and_serialize_local(tmp_path: Path) -> None:
@@ -236,6 +266,21 @@ def test_a_field_of_the_wrong_type_is_refused_when_the_config_is_made(
         kwargs.pop("tensorizer_uri")
     with pytest.raises(errors.ConfigurationError, match=match):
         TensorizerConfig(**kwargs)
+
+
+@pytest.mark.parametrize("keyfile", ["", "  "])
+def test_an_empty_keyfile_is_refused_never_taken_for_no_encryption(tmp_path: Path,
+                                                                   keyfile: str) -> None:
+    # encryption_keyfile="" (--encryption-keyfile "$KEYFILE", the variable unset) meant no
+    # encryption: serialize wrote the tensors in the clear without a word
+    with pytest.raises(errors.ConfigurationError, match="encryption_keyfile is empty"):
+        TensorizerConfig(tensorizer_uri=str(tmp_path / "m.tensors"), encryption_keyfile=keyfile)
+    parser = TensorizerConfig.add_cli_args(argparse.ArgumentParser())
+    args = parser.parse_args(["--tensorizer-uri", str(tmp_path / "m.tensors"),
+                              "--encryption-keyfile", keyfile])
+    with pytest.raises(errors.ConfigurationError, match="encryption_keyfile is empty"):
+        TensorizerConfig.from_cli_args(args)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_path_object_is_taken_for_every_location_field(tmp_path: Path) -> None:

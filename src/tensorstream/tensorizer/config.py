@@ -3,8 +3,8 @@
 Field and flag names match vLLM's ``TensorizerConfig`` so a vLLM user's
 settings carry over. Unlike vLLM, the ``S3_ACCESS_KEY_ID`` /
 ``S3_SECRET_ACCESS_KEY`` / ``S3_ENDPOINT_URL`` fallbacks really reach the
-stream (as the ``s3_*`` options of :func:`tensorstream.open`), and any
-tensorstream URI works, ``redis://`` included.
+stream (read by the S3 provider at their level of its order, below the
+options), and any tensorstream URI works, ``redis://`` included.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..config import _text, validate_options
 from ..credentials.base import mask
 from ..errors import ConfigurationError
 from ..uri import redact
+from ._secrets import holds_secret as _holds_secret
 from .sharding import is_sharded, shard_uri
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,26 +38,7 @@ ENV_FALLBACKS = {
     "s3_secret_access_key": "S3_SECRET_ACCESS_KEY",
     "s3_endpoint": "S3_ENDPOINT_URL",
 }
-_SECRET_WORDS = ("secret", "password", "token", "key", "passphrase")
-
-
-def _is_secret_name(name: str) -> bool:
-    return any(w in name.lower() for w in _SECRET_WORDS) and name != "s3_access_key_id"
-
-
-def _holds_secret(name: str, value: Any) -> bool:
-    """Whether a ``*_kwargs`` entry is a secret: a secret-named value, or an
-    ``encryption`` that is key material (32 key bytes, tensorizer's params; an
-    ``Encryption`` naming a key file is not, and shows and pickles itself)."""
-    if not value:
-        return False
-    if name == "encryption":
-        return getattr(value, "keyfile", None) is None
-    if name == "headers":  # every value: HTTP's extra headers are credentials (an API key)
-        return True
-    if isinstance(value, Mapping):  # fsspec's storage_options={"password": ...}
-        return any(_holds_secret(str(k), v) for k, v in value.items())
-    return _is_secret_name(name)
+_KEY_PAIR = ("s3_access_key_id", "s3_secret_access_key")
 
 
 def _masked_mapping(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -109,6 +91,12 @@ class TensorizerConfig:
         self.tensorizer_uri = _path_or_uri("tensorizer_uri", self.tensorizer_uri)
         self.tensorizer_dir = _path_or_uri("tensorizer_dir", self.tensorizer_dir)
         self.encryption_keyfile = _path_or_uri("encryption_keyfile", self.encryption_keyfile)
+        if self.encryption_keyfile is not None and not self.encryption_keyfile.strip():
+            # taken for "no encryption": serialize wrote the tensors in the clear
+            # (--encryption-keyfile "$KEYFILE" with the variable unset)
+            raise ConfigurationError(
+                "encryption_keyfile is empty: give the key file's path or URI, or leave it "
+                "out (None) to write and read the tensors unencrypted")
         for name in ENV_FALLBACKS:
             if getattr(self, name) is not None:
                 _text(name, getattr(self, name))
@@ -230,12 +218,23 @@ class TensorizerConfig:
 
     def stream_options(self) -> dict[str, Any]:
         """Options for :func:`tensorstream.open`: ``stream_kwargs`` plus the ``s3_*``
-        fields, each falling back to its environment variable (vLLM's names)."""
+        fields given. Their variables (``S3_ACCESS_KEY_ID``, ``S3_SECRET_ACCESS_KEY``,
+        ``S3_ENDPOINT_URL``) are read by the S3 provider, at their own level of its order
+        (below options, above ``AWS_*``); only the half of a key pair given as a field
+        takes its other half from its variable (vLLM's fallback, field by field)."""
         opts = dict(self.stream_kwargs or {})
-        for name, env in ENV_FALLBACKS.items():
-            value = getattr(self, name) or os.environ.get(env) or None
-            if value is not None:
-                opts.setdefault(name, value)
+        given = {name: getattr(self, name) for name in ENV_FALLBACKS if getattr(self, name)}
+        # Copied into the options, the variables outranked what the options say: with
+        # stream_kwargs anonymous=True they were "contradicting" keys, an s3_profile lost
+        # to them, an error blamed options never given, and a local model's options
+        # were never empty (no local fast path).
+        if sum(name in given or name in opts for name in _KEY_PAIR) == 1:
+            for name in _KEY_PAIR:
+                value = os.environ.get(ENV_FALLBACKS[name])
+                if name not in given and name not in opts and value:
+                    given[name] = value
+        for name, value in given.items():
+            opts.setdefault(name, value)
         return opts
 
     def deserializer_options(self) -> dict[str, Any]:
