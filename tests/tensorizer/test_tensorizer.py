@@ -375,6 +375,56 @@ def test_keyfile_written_and_read_through_tensorstream(tmp_path: Path) -> None:
         deserialize(tmp_path / "m.tensors", "cpu", encryption=Encryption(keyfile=str(tmp_path / "bad.key")))
 
 
+def test_ranks_creating_one_key_file_at_once_all_write_readable_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks serializing at once with a key file that did not exist yet each created it
+    with a key of its own; the last one written stayed, and the other ranks' shards were
+    published encrypted with keys nobody had (30 of 40 in a probe of 10 x 4 ranks)."""
+    import threading
+
+    from tensorstream.tensorizer import TensorizerConfig
+    from tensorstream.tensorizer import load as load_module
+
+    keyfile = tmp_path / "m.key"
+    cfg = TensorizerConfig(tensorizer_uri=str(tmp_path / "m-rank-%03d.tensors"),
+                           encryption_keyfile=str(keyfile))
+    # Deterministic: while rank 0 writes its tensors, rank 1 creates the key file anew
+    # (its own missing-file branch), as a rank that found no key file a moment earlier does.
+    real = load_module._write_tensors
+    other = []
+
+    def rank_1_meanwhile(obj: Any, path: str, params: Any) -> None:
+        real(obj, path, params)
+        if not other:
+            other.append(generate_keyfile(str(keyfile)))
+
+    monkeypatch.setattr(load_module, "_write_tensors", rank_1_meanwhile)
+    cfg.serialize({"w": torch.zeros(5)}, rank=0, world_size=2)
+    monkeypatch.undo()
+    assert other, "the key file was replaced while rank 0 wrote"
+    with cfg.deserialize("cpu", rank=0, world_size=2) as sd:
+        assert torch.equal(sd["w"], torch.zeros(5))
+
+    # And for real: four ranks at once, in threads, with a fresh key file each round.
+    for round_ in range(3):
+        cfg = TensorizerConfig(tensorizer_uri=str(tmp_path / f"r{round_}-%03d.tensors"),
+                               encryption_keyfile=str(tmp_path / f"r{round_}.key"))
+        barrier = threading.Barrier(4)
+
+        def rank(r: int, cfg: TensorizerConfig = cfg, barrier: Any = barrier) -> None:
+            barrier.wait()
+            cfg.serialize({"w": torch.full((100,), float(r))}, rank=r, world_size=4)
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in range(4):
+            with cfg.deserialize("cpu", rank=r, world_size=4) as sd:
+                assert torch.equal(sd["w"], torch.full((100,), float(r)))
+
+
 def test_encryption_spec_validation_and_secrecy() -> None:
     with pytest.raises(errors.ConfigurationError, match="exactly one"):
         Encryption()

@@ -13,7 +13,7 @@ from typing import Any
 
 from tensorizer import DecryptionParams, EncryptionParams
 
-from ..errors import ConfigurationError, NotFoundError
+from ..errors import ConfigurationError, NotFoundError, ObjectChangedError
 from ..uri import redact
 from .foreign import DecryptionError, TensorHashMismatchError
 
@@ -29,6 +29,8 @@ __all__ = [
 
 #: Length of a tensorizer (XSalsa20-Poly1305) key.
 KEY_BYTES = 32
+#: Reads of a key file that is replaced while it is read.
+_READ_TRIES = 3
 
 
 
@@ -120,13 +122,20 @@ def read_key(uri: str, **options: Any) -> bytes:
     """The binary key stored at ``uri`` (checked to be 32 bytes)."""
     from ..api import open as ts_open
 
-    with ts_open(uri, "rb", **options) as f:
-        if f.size != KEY_BYTES:
-            raise ConfigurationError(
-                f"key file {redact(uri)!r} holds {f.size} bytes; a tensorizer key is "
-                f"{KEY_BYTES} raw bytes (write one with tensorstream.generate_keyfile)"
-            )
-        return f.read()
+    for attempt in range(_READ_TRIES):
+        try:
+            with ts_open(uri, "rb", **options) as f:
+                if f.size != KEY_BYTES:
+                    raise ConfigurationError(
+                        f"key file {redact(uri)!r} holds {f.size} bytes; a tensorizer key is "
+                        f"{KEY_BYTES} raw bytes (write one with tensorstream.generate_keyfile)"
+                    )
+                return f.read()
+        except ObjectChangedError:
+            # replaced while read (another rank creating it): the new one, read whole
+            if attempt == _READ_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def write_key(uri: str, key: bytes, **options: Any) -> None:
@@ -142,6 +151,15 @@ def generate_keyfile(uri: str, **options: Any) -> Encryption:
     """Write a new random key to ``uri`` and return ``Encryption(keyfile=uri)``."""
     write_key(uri, EncryptionParams.random().key, **options)
     return Encryption(keyfile=uri, keyfile_options=options or None)
+
+
+def current_key(value: Any, options: Mapping[str, Any]) -> bytes | None:
+    """The key the key file of ``value`` (the ``encryption=`` of a save) holds now;
+    ``None`` when ``value`` names no key file."""
+    enc = _coerce(value)
+    if not isinstance(enc, Encryption) or enc.keyfile is None:
+        return None
+    return read_key(enc.keyfile, **enc._keyfile_opts(options))
 
 
 def _coerce(value: Any) -> Encryption | EncryptionParams | DecryptionParams | None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 import torch
-from tensorizer import TensorDeserializer, TensorSerializer
+from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
 
 from .. import _loop
 from .._gcpause import paused
@@ -53,6 +53,7 @@ from .crypto import (
     Encryption,
     as_decryption,
     as_encryption,
+    current_key,
     generate_keyfile,
 )
 from .foreign import DecryptionError, TensorHashMismatchError, translate
@@ -732,6 +733,28 @@ def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
         serializer.close()
 
 
+#: How often a key file that changed while the tensors were written is taken again.
+_KEY_TRIES = 3
+
+
+def _write_keyed(obj: Any, path: str, params: Any, encryption: Any,
+                 options: Mapping[str, Any]) -> None:
+    """:func:`_write_tensors`; encrypted with a key file, the key file is read again once
+    the tensors are written, and while it holds another key they are written again with
+    that one. Ranks serializing at once with a key file that did not exist each created
+    it with a key of their own: the last one written stayed, and every other rank's file
+    was encrypted with a key nobody has (published, unreadable)."""
+    for _ in range(_KEY_TRIES):
+        _write_tensors(obj, path, params)
+        now = current_key(encryption, options)
+        if now is None or now == params.key:
+            return
+        params = EncryptionParams(now)
+    raise ConfigurationError(
+        f"the key file held another key each of the {_KEY_TRIES} times the tensors were "
+        "written with it; nothing was published (is something rewriting it?)")
+
+
 def _check_options(parsed: ParsedURI, options: Mapping[str, Any]) -> None:
     provider = get_provider(parsed, **options)  # validates option names
     _loop.run_sync(provider.close())
@@ -778,7 +801,7 @@ def serialize(
         tmp = temp_path_for(parsed.path)
         try:
             with naming_write_errors(parsed.path):  # (tmp is beside it)
-                _write_tensors(obj, tmp, params)
+                _write_keyed(obj, tmp, params, encryption, options)
             os.chmod(tmp, new_file_mode())  # as every local write: 0666 less the umask
             fsync_path(tmp)
             check_local_destination(parsed.path)  # one may have appeared meanwhile
@@ -793,7 +816,7 @@ def serialize(
         tmp = os.path.join(tmpdir, "model.tensors")
         # tensorizer seeks in what it writes: the whole file is made here first.
         with naming_write_errors(tmp, temp_copy_hint("serialize()", parsed)):
-            _write_tensors(obj, tmp, params)
+            _write_keyed(obj, tmp, params, encryption, options)
         with open(tmp, "rb") as src, ts_open(parsed, "wb", **options) as dst:
             shutil.copyfileobj(src, dst, _COPY_CHUNK)
     return str(target)
