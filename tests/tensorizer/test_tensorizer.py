@@ -425,6 +425,31 @@ def test_ranks_creating_one_key_file_at_once_all_write_readable_files(
                 assert torch.equal(sd["w"], torch.full((100,), float(r)))
 
 
+def test_an_encryption_naming_a_key_file_pickles_whole_or_not_at_all() -> None:
+    """Unpickled, it lost its keyfile_options (the key file was read with other options)
+    and a presigned key file URL came back with '***' for its signature."""
+    enc = Encryption(keyfile="s3://b/m.key", keyfile_options={"timeout_idle": 5})
+    back = pickle.loads(pickle.dumps(enc))
+    assert (back.keyfile, back.keyfile_options) == ("s3://b/m.key", {"timeout_idle": 5})
+    for secret in (Encryption(keyfile="https://h/k?X-Amz-Signature=canary-sig"),
+                   Encryption(keyfile="s3://b/k", keyfile_options={"s3_secret_access_key": "c"})):
+        with pytest.raises(TypeError, match="refusing to pickle"):
+            pickle.dumps(secret)
+
+
+def test_a_key_that_is_no_bytes_or_a_key_for_a_plain_file_is_said(tmp_path: Path) -> None:
+    """A 32-character str key was taken: a load said "wrong key", a save raised
+    tensorizer's bare TypeError. A key given for a file that is not encrypted said
+    "wrong key or passphrase" first."""
+    with pytest.raises(errors.ConfigurationError, match="key must be 32 bytes"):
+        Encryption(key="k" * 32)  # type: ignore[arg-type]
+    plain = tmp_path / "plain.tensors"
+    serialize({"w": torch.ones(3)}, plain)
+    for mode in ({}, {"lazy_load": True}):
+        with pytest.raises(DecryptionError, match="is not encrypted, but a key was given"):
+            deserialize(plain, "cpu", encryption=bytes(32), **mode)
+
+
 def test_encryption_spec_validation_and_secrecy() -> None:
     with pytest.raises(errors.ConfigurationError, match="exactly one"):
         Encryption()

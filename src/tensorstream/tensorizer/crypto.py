@@ -15,6 +15,7 @@ from tensorizer import DecryptionParams, EncryptionParams
 
 from ..errors import ConfigurationError, NotFoundError, ObjectChangedError
 from ..uri import redact
+from ._secrets import holds_secret
 from .foreign import DecryptionError, TensorHashMismatchError
 
 __all__ = [
@@ -73,8 +74,14 @@ class Encryption:
             )
         if self.passphrase is not None and not self.passphrase:
             raise ConfigurationError("Encryption passphrase must not be empty")
-        if self.key is not None and len(self.key) != KEY_BYTES:
-            raise ConfigurationError(f"Encryption key must be {KEY_BYTES} bytes")
+        if self.key is not None and (not isinstance(self.key, bytes | bytearray)
+                                     or len(self.key) != KEY_BYTES):
+            # (a 32-character str was taken: a load said "wrong key", a save raised
+            # tensorizer's TypeError; the value is not shown)
+            raise ConfigurationError(
+                f"Encryption key must be {KEY_BYTES} bytes, got {type(self.key).__name__}"
+                + (f" of length {len(self.key)}" if isinstance(self.key, bytes | bytearray)
+                   else "") + "; a passphrase is Encryption(passphrase=...)")
 
     def __repr__(self) -> str:
         if self.keyfile is not None:
@@ -86,7 +93,14 @@ class Encryption:
     def __reduce__(self) -> Any:
         if self.keyfile is None:
             raise TypeError("refusing to pickle an Encryption holding a key or passphrase")
-        return (Encryption, (redact(self.keyfile),))
+        if redact(self.keyfile) != self.keyfile or any(
+                holds_secret(str(k), v) for k, v in (self.keyfile_options or {}).items()):
+            # It came back with the URI's password or signature as "***" and without its
+            # keyfile_options: a key file read with other credentials, or not at all.
+            raise TypeError(
+                "refusing to pickle an Encryption whose key file URI or keyfile_options hold "
+                "a secret; give the receiving process its credentials through the environment")
+        return (_rebuild, (self.keyfile, self.keyfile_options))
 
     def _keyfile_opts(self, options: Mapping[str, Any]) -> dict[str, Any]:
         return dict(self.keyfile_options if self.keyfile_options is not None else options)
@@ -116,6 +130,10 @@ class Encryption:
             return DecryptionParams.from_key(self.key)
         assert self.keyfile is not None
         return DecryptionParams.from_key(read_key(self.keyfile, **self._keyfile_opts(options)))
+
+
+def _rebuild(keyfile: str, keyfile_options: Mapping[str, Any] | None) -> Encryption:
+    return Encryption(keyfile=keyfile, keyfile_options=keyfile_options)
 
 
 def read_key(uri: str, **options: Any) -> bytes:

@@ -41,7 +41,7 @@ from ..uri import redact_text
 from . import inplace
 from .checked import _PARSE_ERRORS, CheckedSource
 from .claims import check_claims
-from .foreign import translate
+from .foreign import DecryptionError, translate
 
 __all__ = [
     "MAGIC",
@@ -96,6 +96,15 @@ def _in_parser(exc: BaseException) -> bool:
 _OPAQUE_META = re.compile(r"data type '<V\d+\\x00(torch\.\w+)' not understood")
 
 
+def _plain_file_keyed(deserializer: TensorDeserializer, exc: BaseException) -> bool:
+    """Whether tensorizer's constructor refused decryption parameters for a file that is
+    not encrypted: one without the encrypted flag, or of a version before encryption."""
+    if not getattr(deserializer, "_encrypted", False):
+        return False
+    return (getattr(deserializer, "_has_crypt_info", None) is False
+            or isinstance(exc.__cause__, _tz._FileHeader.InvalidVersionError))
+
+
 class StreamTensorDeserializer(TensorDeserializer):
     """A ``TensorDeserializer`` that checks the file against its own index and
     reopens a ``StreamReader`` with ``fork()``.
@@ -122,6 +131,14 @@ class StreamTensorDeserializer(TensorDeserializer):
             kwargs["filter_func"] = _from_user(kwargs["filter_func"])
         try:
             super().__init__(source, *args, **kwargs)
+        except CryptographyError as exc:
+            if not _plain_file_keyed(self, exc):
+                raise
+            # translate() led with "wrong key or passphrase"
+            raise DecryptionError(
+                f"{redact_text(str(getattr(source, 'name', 'the file')))} is not encrypted, "
+                "but a key was given (encryption=...): load it without one, or check that "
+                "it is the file you meant") from exc
         except _PARSE_ERRORS as exc:
             if isinstance(exc, TensorstreamError | CryptographyError) or getattr(
                     exc, "_tensorstream_user", False):
