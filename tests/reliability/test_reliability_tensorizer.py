@@ -9,6 +9,7 @@ raises. Damaged files raise one error, :class:`tensorstream.errors.MalformedFile
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from collections.abc import Callable
@@ -238,8 +239,10 @@ def test_any_damage_gives_the_exact_tensors_or_a_tensorstream_error(
 
 
 def test_every_byte_of_an_encrypted_tensor_header_damaged(tmp_path: Path) -> None:
-    """Each byte of an encrypted file's first tensor header set to 0xEE: the exact tensors
-    or one tensorstream error (an unknown crypt-info chunk type was a bare KeyError)."""
+    """Each byte of an encrypted file's first tensor header set to 0xEE, and with its low
+    bit flipped: the exact tensors or one tensorstream error (an unknown crypt-info chunk
+    type was a bare KeyError; a nonce count flipped to 0 was tensorizer's UnboundLocalError
+    "crypto", raised by its _stream_decrypt's finally over the ValueError saying why)."""
     from tensorizer import DecryptionParams, TensorDeserializer
 
     key = bytes(range(32))
@@ -250,9 +253,9 @@ def test_every_byte_of_an_encrypted_tensor_header_damaged(tmp_path: Path) -> Non
                             encryption=DecryptionParams.from_key(key)) as d:
         first = min(d._metadata.values(), key=lambda e: e.offset)
     kinds = set()
-    for at in range(first.offset, first.data_offset):
+    for at, flip in itertools.product(range(first.offset, first.data_offset), (False, True)):
         data = bytearray(whole)
-        data[at] = 0xEE if data[at] != 0xEE else 0x11
+        data[at] = data[at] ^ 0x01 if flip else 0xEE if data[at] != 0xEE else 0x11
         path.write_bytes(bytes(data))
         try:
             got = _load(str(path), MODES[0], encryption=key)

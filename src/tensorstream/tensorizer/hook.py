@@ -96,6 +96,17 @@ def _in_parser(exc: BaseException) -> bool:
 _OPAQUE_META = re.compile(r"data type '<V\d+\\x00(torch\.\w+)' not understood")
 
 
+def _masked_by_decrypt(exc: BaseException) -> bool:
+    """An ``UnboundLocalError`` of tensorizer's ``_stream_decrypt`` hiding the error
+    (its ``__context__``) that stopped the decryption before it began."""
+    if not isinstance(exc, UnboundLocalError) or exc.__context__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "_stream_decrypt"
+
+
 def _plain_file_keyed(deserializer: TensorDeserializer, exc: BaseException) -> bool:
     """Whether tensorizer's constructor refused decryption parameters for a file that is
     not encrypted: one without the encrypted flag, or of a version before encryption."""
@@ -319,6 +330,13 @@ class StreamTensorDeserializer(TensorDeserializer):
         if isinstance(exc, TensorstreamError) or getattr(exc, "_tensorstream_user", False):
             return None
         checked = self._file
+        if _masked_by_decrypt(exc) and isinstance(checked, CheckedSource):
+            # tensorizer 2.12's _stream_decrypt ends in "finally: del crypto", which raises
+            # this when its decryption could not even start (a damaged crypt-info header:
+            # "Number of nonces provided (0) does not match..."); that error is the one
+            inner = exc.__context__
+            return checked.malformed(f"the encryption header of a tensor does not parse "
+                                     f"({type(inner).__name__}: {inner})")
         if (isinstance(exc, _PARSE_ERRORS) and not isinstance(exc, CryptographyError)
                 and _in_parser(exc)):
             if isinstance(checked, CheckedSource):
