@@ -440,7 +440,7 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
         username = urllib.parse.unquote(parts.username) if parts.username else None
         password = urllib.parse.unquote(parts.password) if parts.password is not None else None
         if username is not None and password is None:
-            # redis://secret@host: the lone userinfo is a password (redis-py convention)
+            # redis://secret@host: the lone userinfo is a password (redis-cli's convention)
             username, password = None, username
         return ParsedURI(
             scheme=scheme,
