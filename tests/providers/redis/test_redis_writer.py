@@ -362,3 +362,24 @@ def test_a_failed_commit_removes_its_persistent_chunks_when_a_connection_drops_f
     assert tensorstream.open(redis_server.url(key)).read() == first
     persistent, expiring = _keys_of(redis_server, key)
     assert len(persistent) == 1 + 3 and expiring == []
+
+
+def test_a_write_larger_than_a_volatile_lru_redis_holds_says_evicted() -> None:
+    """Chunks being written carry an expiry, so volatile-* policies evict them
+    first: a write bigger than the free memory lost its own chunks and failed with
+    "vanished before commit (expired or deleted)", a 24 h expiry that cannot have
+    run out. It names maxmemory now; the previous version is untouched."""
+    with RedisServer() as srv, srv.client() as c:
+        _write_to(srv.url("evicted/m"), b"v1" * 1000)
+        used = int(c.info("memory")["used_memory"])
+        c.config_set("maxmemory", str(used + (4 << 20)))
+        c.config_set("maxmemory-policy", "volatile-lru")
+        with pytest.raises(tensorstream.errors.ObjectChangedError, match="maxmemory"):
+            _write_to(srv.url("evicted/m"), os.urandom(8 << 20), retries=1)
+        with tensorstream.open(srv.url("evicted/m")) as f:
+            assert f.read() == b"v1" * 1000
+
+
+def _write_to(uri: str, data: bytes, **options: Any) -> None:
+    with tensorstream.open(uri, "wb", redis_chunk_size=64 << 10, **options) as f:
+        f.write(data)

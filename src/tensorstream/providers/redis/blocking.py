@@ -57,8 +57,9 @@ def check_reply(layout: Layout, key: bytes, n: int, data: bytes) -> None:
     if len(data) != n:
         # A chunk of the pinned generation is gone: overwritten or deleted.
         raise ObjectChangedError(
-            f"Redis key {key.decode(errors='replace')!r} changed or disappeared while "
-            f"{layout.path!r} was being read (expected {n} bytes, got {len(data)})"
+            f"Redis key {key.decode(errors='replace')!r} changed or disappeared (evicted at "
+            f"maxmemory, expired, deleted or overwritten) while {layout.path!r} was being "
+            f"read (expected {n} bytes, got {len(data)})"
         )
 
 

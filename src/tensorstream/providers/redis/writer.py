@@ -291,7 +291,9 @@ class RedisWriter(Writer):
         persisted, lengths = answers[: len(self._keys)], answers[len(self._keys):]
         if not all(persisted):
             raise ObjectChangedError(
-                f"staged chunks of {self._path!r} vanished before commit (expired or deleted)"
+                f"staged chunks of {self._path!r} vanished before commit: evicted (Redis is at "
+                "maxmemory, and chunks being written carry an expiry, which volatile-* "
+                "policies evict first), expired or deleted; nothing was published"
             )
         if check_lengths and [_length(n) for n in lengths] != [self._lengths[k]
                                                                for k in self._keys]:
