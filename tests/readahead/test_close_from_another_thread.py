@@ -53,3 +53,44 @@ def test_a_read_ends_when_another_thread_closes_the_reader(http_server: HTTPTest
         assert out[0] == data
     else:  # a file's error for a closed file, never an internal one
         assert isinstance(out[0], (OSError, ValueError)), repr(out[0])
+
+
+def test_reads_of_threads_sharing_a_reader_end_when_it_is_closed(
+        http_server: HTTPTestServer) -> None:
+    """Two threads stream 1 MiB reads from one reader while a third closes it: each
+    read ends (exact bytes or ValueError). One could wait for ever for its page
+    fault-in helper, which the close had cancelled before any thread ran it."""
+    key = f"close-shared-{os.urandom(4).hex()}"
+    data = os.urandom(32 * MiB)
+    http_server.put(key, data)
+    try:
+        for trial in range(30):
+            f = tensorstream.open(http_server.url(key))
+            errors: list[BaseException] = []
+
+            def work(f: object = f, errors: list[BaseException] = errors) -> None:
+                try:
+                    while True:
+                        pos = f.tell()  # type: ignore[attr-defined]
+                        got = f.read(MiB)  # type: ignore[attr-defined]
+                        if not got:
+                            return
+                        # Another thread may read between tell and read: the bytes are
+                        # somewhere in the object, whole.
+                        assert data.find(got, pos) >= 0
+                except ValueError:
+                    return  # the reader was closed
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=work) for _ in range(2)]
+            for t in threads:
+                t.start()
+            time.sleep(0.002 * (trial % 10))
+            f.close()
+            for t in threads:
+                t.join(10)
+            assert not any(t.is_alive() for t in threads), f"a read hung (trial {trial})"
+            assert not errors, errors
+    finally:
+        http_server.delete(key)

@@ -18,6 +18,7 @@ the load and switches between this stream and parallel ranged read-ahead
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import http.client
 import logging
 import time
@@ -39,6 +40,14 @@ _RUN_TO_STREAM = 2
 _MEASURED_READ = 64 << 10
 #: Reads at least this large get their pages faulted in by a helper thread.
 _HELPED_READ = 1 << 20
+
+
+def _finished(helper: concurrent.futures.Future[None]) -> None:
+    """Wait until ``helper`` has run or will never run. (``concurrent.futures.wait``
+    waited for ever on a helper that the pool's ``shutdown(cancel_futures=True)``
+    cancelled -- a close from another thread -- as it is never notified of that.)"""
+    with contextlib.suppress(concurrent.futures.CancelledError):
+        helper.exception()
 
 
 class SequentialStream:
@@ -127,7 +136,7 @@ class SequentialStream:
             raise
         finally:
             if helper is not None:  # never touch the caller's buffer after returning
-                concurrent.futures.wait([helper])
+                _finished(helper)
 
     def read_held(self, pos: int, view: memoryview) -> bool:
         """Receive ``view`` at ``pos`` from the open stream only if those bytes
