@@ -22,6 +22,7 @@ import logging
 import operator
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -76,6 +77,13 @@ def _position(value: Any, what: str) -> int:
     return pos
 
 
+def _adopt_open_readers() -> None:
+    """In a forked child: every reader open at the fork becomes the child's own."""
+    budgets: dict[int, ReadaheadBudget] = {}
+    for reader in list(_open_readers):
+        reader._adopt(budgets)
+
+
 class StreamReader(io.RawIOBase):
     """Seekable, read-only binary file over a provider.
 
@@ -86,6 +94,11 @@ class StreamReader(io.RawIOBase):
     Create with :func:`tensorstream.open`. ``fork()`` returns an independent
     reader of the same object version (shared connection pool), which is how
     parallel readers are fed.
+
+    After ``os.fork()`` (``multiprocessing``'s fork start method) a reader the
+    parent had open reads in the child too, from where the parent was, on
+    connections of the child's own; the parent's reads are untouched. Closing
+    it in the child leaves the parent's connections alone.
     """
 
     def __init__(
@@ -111,8 +124,7 @@ class StreamReader(io.RawIOBase):
         # The position and the read-ahead engine are one thread's at a time.
         self._lock = threading.RLock()
         self._on_close = on_close
-        self._pid = _loop.loop_pid()
-        cfg = provider.config.transfer
+        self._pid = os.getpid()  # the process that opened it (see _adopt)
         self._limit = limit
         self._boundaries: list[int] = []
         self._exact = False  # every boundary kept (set_read_boundaries)
@@ -122,18 +134,51 @@ class StreamReader(io.RawIOBase):
         # Bytes [_small_at, _small_end) of the object, read ahead of small reads.
         self._small: memoryview | None = None
         self._small_at = self._small_end = 0
-        self._prefetch = Prefetcher(
-            provider,
-            uri.path,
-            info.size,
+        self._prefetch = self._new_prefetcher(budget, first)
+        _open_readers.add(self)
+
+    def _new_prefetcher(self, budget: ReadaheadBudget | None,
+                        first: BodyStream | None = None) -> Prefetcher:
+        cfg = self._provider.config.transfer
+        return Prefetcher(
+            self._provider,
+            self._uri.path,
+            self._info.size,
             self._pin,
             segment=cfg.part_size,
             window=cfg.readahead,
             concurrency=cfg.concurrency,
-            limit=limit,
+            limit=self._limit,
             budget=budget,
             first=first,
         )
+
+    def _adopt(self, budgets: dict[int, ReadaheadBudget]) -> None:
+        """Make this reader the forked child's own (called in the child, by
+        ``os.register_at_fork``; ``budgets``: fresh read-ahead budgets by the
+        parent's, so forks of one reader still share one).
+
+        The read-ahead left by the parent is dropped unused, never closed: its
+        stream's socket is the parent's too (a read here took the parent's bytes,
+        so the parent then read bytes of another offset as its own), its
+        requests in flight will never finish here (their threads are the
+        parent's: a read waiting for one hung) and its pool believes it has
+        idle workers. A fresh one reads from the position the parent had
+        reached, over the provider's connections of this process (its pools
+        start afresh after a fork); the bytes of the small-read buffer are
+        still the object's and are kept. Locks another thread of the parent
+        held at the fork would never be released here: they are new too."""
+        self._lock = threading.RLock()
+        self._fork_lock = threading.Lock()
+        if self.closed:
+            return
+        old = self._prefetch.budget
+        budget = budgets.get(id(old))
+        if budget is None:
+            budget = budgets[id(old)] = ReadaheadBudget(old.limit)
+        self._prefetch = self._new_prefetcher(budget)
+        if self._boundaries:
+            self._prefetch.set_boundaries(self._boundaries, exact=self._exact)
 
     # -- identity -------------------------------------------------------------
     @property
@@ -353,7 +398,8 @@ class StreamReader(io.RawIOBase):
         self._prefetch.close()
         self._small = None
         try:
-            if (self._owns_provider and self._pid == _loop.loop_pid()
+            # In a forked child the provider's connections and loop are the parent's.
+            if (self._owns_provider and self._pid == os.getpid()
                     and not _loop.is_shut_down()):
                 _loop.run_sync(self._provider.close())
         finally:
@@ -672,3 +718,8 @@ class StreamWriter(io.RawIOBase):
                 self.abort()
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
+
+
+#: Readers open in this process (weak: a dropped reader leaves by itself).
+_open_readers: weakref.WeakSet[StreamReader] = weakref.WeakSet()
+os.register_at_fork(after_in_child=_adopt_open_readers)

@@ -331,6 +331,76 @@ print(json.dumps({"parent": parent_digest, "child": child, "status": status}))
         assert out["child"]["inherited_error"]
 
 
+_FORK_CODE = r"""
+import json, os, sys, time
+import tensorstream
+url, opts = sys.argv[1], json.loads(sys.argv[2])
+data = open(sys.argv[3], "rb").read()
+MiB = 1 << 20
+f = tensorstream.open(url, **opts)
+assert f.read(4096) == data[:4096]      # the stream is open, or read-ahead in flight
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    out = {}
+    try:
+        out["next"] = f.read(MiB) == data[4096:4096 + MiB]
+        f.seek(0)
+        out["all"] = f.read() == data
+        f.close()
+    except BaseException as exc:
+        out["error"] = repr(exc)
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+deadline = time.monotonic() + 30
+while not os.waitpid(pid, os.WNOHANG)[0]:
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        break
+    time.sleep(0.05)
+child = json.loads(os.read(r, 1 << 16) or b'{"hung": true}')
+parent = {"next": f.read(MiB) == data[4096:4096 + MiB]}
+f.seek(0)
+parent["all"] = f.read() == data
+print(json.dumps({"child": child, "parent": parent}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["stream", "ranged", "redis"])
+def test_a_reader_open_across_fork_reads_exactly_in_the_child_and_the_parent(
+        http_server: HTTPTestServer, tmp_path: Path, kind: str) -> None:
+    """A reader open at ``os.fork()`` read by both processes: each gets its own exact
+    bytes. The child's read took the parent's stream's bytes (the parent then read
+    bytes of another offset as its own, silently), or waited for ever for read-ahead
+    the parent's threads had in flight (Redis, HTTP ranged)."""
+    data = os.urandom(8 << 20)
+    src = tmp_path / "data.bin"
+    src.write_bytes(data)
+    opts: dict[str, Any] = {"part_size": 1 << 20}
+    if kind == "redis":
+        if not redis_available():
+            pytest.skip("redis-server not installed")
+        server = RedisServer().start()
+        key = unique()
+        server.put(key, data)
+        url = server.url(key)
+    else:
+        server = None
+        key, url = _put(http_server, data)
+        opts["stream_reads"] = kind == "stream"
+    try:
+        proc = run_python(_FORK_CODE, timeout=80, args=[url, json.dumps(opts), str(src)])
+    finally:
+        if server is not None:
+            server.stop()
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"child": {"next": True, "all": True},
+                   "parent": {"next": True, "all": True}}, out
+
+
 # -- 18. a large read keeps peak RSS bounded ----------------------------------------------
 _RSS_CODE = r"""
 import json, os, resource, sys
