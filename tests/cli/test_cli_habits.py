@@ -347,6 +347,35 @@ def test_sync_copies_a_same_size_update_dated_before_the_last_copy(tmp_path: Pat
     assert files_under(dst) == {"w.bin": b"B" * 1000, "h.bin": b"B" * 1000}
 
 
+def test_an_interrupted_sync_says_to_run_the_same_sync(tmp_path: Path, moto_s3: Any) -> None:
+    """SIGTERM after some objects of a sync: the message said "(--resume skips them next
+    time)", a flag sync refuses ("unrecognized arguments: --resume"). It says sync does."""
+    import signal
+
+    from tensorstream.testing.proxy import HTTPFaultProxy
+
+    for i in range(4):
+        moto_s3.put(S3_BUCKET, f"intr/f{i}.bin", os.urandom(1 << 20))
+    dst = tmp_path / "dst"
+    with HTTPFaultProxy(moto_s3.endpoint_url) as proxy:
+        proxy.faults.rate_limit = 1 << 20  # about a second per object
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorstream", "sync", "--jobs", "1", "--concurrency", "1",
+             "--endpoint-url", proxy.url, f"s3://{S3_BUCKET}/intr/", str(dst)],
+            env=s3_env(moto_s3, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        deadline = time.monotonic() + 60
+        # Two published: the first one's outcome is surely counted (one object at a time).
+        while not (dst.exists() and sum(not n.startswith(".") for n in os.listdir(dst)) >= 2):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "were copied completely before that (sync skips them next time)" in err
+    assert "--resume" not in err
+
+
 def test_sync_delete_from_one_object_deletes_nothing(tmp_path: Path, moto_s3: Any) -> None:
     """SRC naming one object has no keys "under" it: --delete took every object under DST
     for extraneous and deleted them all, the object it had just copied included."""

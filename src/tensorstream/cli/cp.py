@@ -201,8 +201,9 @@ def _mode(args: argparse.Namespace) -> str:
     return "text"
 
 
-def _interrupted(result: CopyResult) -> str:
-    """What an interrupted copy left behind, and how to continue."""
+def _interrupted(result: CopyResult, *, sync: bool = False) -> str:
+    """What an interrupted copy left behind, and how to continue (``sync`` has no
+    ``--resume``: it told its users to add a flag it refuses)."""
     said: list[str] = []
     for o in result.outcomes:
         if o.kept and o.kept_bytes:
@@ -216,7 +217,8 @@ def _interrupted(result: CopyResult) -> str:
                         "interrupted: run the copy again to check it")
     copied = sum(1 for o in result.outcomes if o.status == "copied")
     if copied:
-        said.append(f"{copied} object(s) were copied completely before that (--resume skips "
+        again = "sync skips" if sync else "--resume skips"
+        said.append(f"{copied} object(s) were copied completely before that ({again} "
                     "them next time)")
     if not any(o.kept or o.published for o in result.outcomes):
         said.append("no partial object was left behind")
@@ -306,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_PARTIAL if done else EXIT_FAILED
 
     def interrupted() -> str:
-        said = _interrupted(result)
+        said = _interrupted(result, sync=args.sync)
         if mode == "json":
             # The lines' reader gets its summary object on an interrupt too (it got
             # none: the last line was an object's, with no sign the command had ended).
