@@ -43,6 +43,12 @@ def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
             tensors = {k: sd[k] for k in sd}
             stats = sd.stats.as_dict()
         return {"digests": {k: digest(v) for k, v in tensors.items()}, "stats": stats}
+    if kind == "config":  # vLLM-style: TensorizerConfig(...).deserialize(group=)
+        from tensorstream.tensorizer import TensorizerConfig
+
+        config = TensorizerConfig(tensorizer_uri=uri)
+        with config.deserialize(device, group=group, **kwargs) as sd:
+            return {"digests": {k: digest(sd[k]) for k in sd}, "stats": sd.stats.as_dict()}
     if kind == "module":
         module = torch.nn.Module()
         shapes = step["shapes"][rank] if isinstance(step["shapes"], list) else step["shapes"]

@@ -272,3 +272,28 @@ def test_a_key_file_one_rank_cannot_read_fails_every_rank(
         assert "rank 1: NotFoundError" in failed["error"], failed
         assert "missing.key" in failed["error"], failed
         assert r.value["after"].get("digests") == model[1], (r.rank, r.value["after"])
+
+
+@pytest.mark.timeout(120)
+def test_a_tensorizer_config_shares_a_load_with_group(
+        model: tuple[bytes, dict[str, str]], tmp_path: Path) -> None:
+    """TensorizerConfig(...).deserialize(device, group="auto") (vLLM's settings, one file
+    for the group) was refused on every rank: the config filled the rank template itself
+    and said "world size is 2 but ... has no rank template". It is a group load now; a
+    templated config still gives each rank its own file."""
+    plain = tmp_path / "plain.tensors"
+    plain.write_bytes(model[0])
+    shard_digests = []
+    for r in range(2):
+        state = {"w": torch.full((10,), float(r))}
+        (tmp_path / f"shard-{r:03d}.tensors").write_bytes(tensorizer_bytes(state, tmp_path))
+        shard_digests.append({k: digest(v) for k, v in state.items()})
+    todo = [{"label": "config", "kind": "config", "uri": str(plain)},
+            {"label": "sharded", "kind": "config", "uri": str(tmp_path / "shard-%03d.tensors")}]
+    results = run_ranks(steps, 2, todo, timeout=90, group_timeout=20)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:
+        got = r.value["config"]
+        assert got.get("digests") == model[1], (r.rank, got)
+        assert got["stats"]["path"] == "group", got["stats"]
+        assert r.value["sharded"].get("digests") == shard_digests[r.rank], r.value["sharded"]

@@ -199,6 +199,10 @@ class TensorizerConfig:
         """True when ``tensorizer_uri`` holds a rank template such as ``%03d``."""
         return is_sharded(self.tensorizer_uri or "")
 
+    def _uri(self) -> str:
+        assert self.tensorizer_uri is not None  # __post_init__ requires one
+        return self.tensorizer_uri
+
     def uri_for(self, rank: int | None = None, world_size: int | None = None) -> str:
         """``tensorizer_uri`` with the rank template filled in."""
         assert self.tensorizer_uri is not None
@@ -284,7 +288,9 @@ class TensorizerConfig:
         # one dict, the call's overrides last: an option given here and in stream_kwargs
         # was a TypeError ("got multiple values for keyword argument")
         kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
-        return deserialize(self.uri_for(rank, world_size), device, **kw)
+        # deserialize() fills the rank template: with group= an untemplated URI is one file
+        # for the group (uri_for() refused it: "world size is 2 but ... no rank template")
+        return deserialize(self._uri(), device, rank=rank, world_size=world_size, **kw)
 
     def load_into_module(
         self,
@@ -299,7 +305,8 @@ class TensorizerConfig:
         from .load import load_into_module
 
         kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
-        return load_into_module(module, self.uri_for(rank, world_size), device, **kw)
+        return load_into_module(module, self._uri(), device, rank=rank, world_size=world_size,
+                                **kw)
 
     def serialize(
         self, obj: Any, *, rank: int | None = None, world_size: int | None = None
