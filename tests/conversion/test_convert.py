@@ -630,6 +630,28 @@ def test_long_hostile_names_make_short_messages(tmp_path: Path) -> None:
     assert len(result.notes[0]) < 500 and "'note'" in result.notes[0]
 
 
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EOPNOTSUPP])
+def test_a_filesystem_without_hard_links_still_gets_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    """A new local destination is published with link(2) (no-clobber); FAT/exFAT and some
+    network mounts have no hard links (EPERM / EOPNOTSUPP), and the whole conversion
+    failed at its very end. It falls back to a check and a rename there."""
+    want = {"w": torch.randn(4)}
+    st_torch.save_file(want, str(tmp_path / "m.safetensors"))
+
+    def no_links(src: Any, dst: Any, *a: Any, **kw: Any) -> None:
+        raise OSError(code, os.strerror(code), src, None, dst)
+
+    monkeypatch.setattr(os, "link", no_links)
+    tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    assert_same(tensorizer_read((tmp_path / "m.tensors").read_bytes()), want)
+    tensorstream.convert(str(tmp_path / "m.tensors"), str(tmp_path / "back.safetensors"))
+    assert_same(st_torch.load_file(str(tmp_path / "back.safetensors")), want)
+    with pytest.raises(DestinationExistsError):  # still no clobbering
+        tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
+    assert _clean(tmp_path) == ["back.safetensors", "m.safetensors", "m.tensors"]
+
+
 def test_a_shard_replaced_after_its_header_was_checked(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from tensorstream.conversion import to_tensorizer

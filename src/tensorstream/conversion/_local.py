@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 
@@ -28,14 +29,32 @@ def local_target(path: str, overwrite: bool, durable: bool = True) -> Iterator[s
         if overwrite:
             os.replace(tmp, path)
         else:
-            try:  # link(2) fails if the name exists: no-clobber without a race
-                os.link(tmp, path)
-            except FileExistsError:
-                raise DestinationExistsError(
-                    f"{path} appeared while converting; pass --overwrite (overwrite=True) to "
-                    "replace it") from None
+            _publish_new(tmp, path)
         if durable:
             fsync_path(os.path.dirname(path) or ".", directory=True)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+#: link(2) on a filesystem without hard links (FAT, exFAT, some network mounts).
+_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+
+
+def _publish_new(tmp: str, path: str) -> None:
+    """``tmp`` becomes ``path``, which must not exist: link(2) fails if the name exists
+    (no-clobber without a race). Where the filesystem has no hard links, a check and a
+    rename (the window between them is the only race left)."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        if not os.path.lexists(path):
+            os.replace(tmp, path)
+            return
+    raise DestinationExistsError(
+        f"{path} appeared while converting; pass --overwrite (overwrite=True) to replace it")
