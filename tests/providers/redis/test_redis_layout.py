@@ -174,6 +174,21 @@ def test_pinned_reader_sees_change_not_mix(redis_server: RedisServer) -> None:
             f.read()
 
 
+def test_a_plain_string_replaced_by_an_object_of_its_size_is_a_change(
+        redis_server: RedisServer) -> None:
+    """A plain string has no version, so a read of one is pinned by its size only;
+    replaced mid-read by a tensorstream object of the same size, the read went on
+    in the new object's bytes (a mix). A manifest always has an ETag: a pin without
+    one that meets a manifest is a change."""
+    uri = redis_server.url("lay/str-then-obj")
+    redis_server.put("lay/str-then-obj", b"A" * (4 * CS))
+    with tensorstream.open(uri, retries=1, readahead=0, part_size=CS) as f:
+        assert f.read(10) == b"A" * 10
+        _write(uri, b"B" * (4 * CS))
+        with pytest.raises(errors.ObjectChangedError):
+            f.read()
+
+
 def test_chunk_deleted_mid_read_is_an_error(redis_server: RedisServer) -> None:
     uri = redis_server.url("lay/holed")
     _write(uri, os.urandom(4 * CS))

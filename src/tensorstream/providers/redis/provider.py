@@ -415,11 +415,13 @@ class RedisProvider(Provider):
     async def readinto(
         self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
     ) -> int:
-        etag = pin.etag if pin is not None else None
         layout = self._layouts.get(path)
         if layout is None or not _still_valid(layout, pin):
             layout = await self.resolve(path)
-            if etag is not None and layout.etag != etag:
+            # Every manifest has an ETag: a version pinned without one (a plain string,
+            # a tensorizer prefix) that is now a manifest was replaced, whatever its size
+            # (read on, a plain string's first bytes were followed by the new object's).
+            if pin is not None and layout_version(layout).etag != pin.etag:
                 raise ObjectChangedError(f"Redis object {path!r} was replaced while being read")
         _check_size(layout, pin)
         want = _checked_length(layout, offset, buffer)
