@@ -450,6 +450,31 @@ def test_a_key_that_is_no_bytes_or_a_key_for_a_plain_file_is_said(tmp_path: Path
             deserialize(plain, "cpu", encryption=bytes(32), **mode)
 
 
+def test_a_key_file_on_another_host_gets_none_of_the_model_host_s_credentials(
+        http_token_server: Any, http_server: Any, http_reset: None, tmp_path: Path) -> None:
+    """The model's options went to any key file: an HTTP model's token and headers were
+    sent to the key file's host. On the model's host (S3: any bucket) they still apply;
+    keyfile_options still say what to send anywhere."""
+    key = bytes(range(32))
+    serialize({"w": torch.ones(4)}, tmp_path / "m.tensors", encryption=key)
+    http_token_server.put("m.tensors", (tmp_path / "m.tensors").read_bytes())
+    http_token_server.put("m.key", key)
+    http_server.put("m.key", key)
+    opts = {**http_token_server.options, "headers": {"X-Api-Key": "canary-api-key"}}
+    for keyfile in (Encryption(keyfile=http_server.url("m.key")),
+                    Encryption(keyfile=http_token_server.url("m.key"))):
+        with deserialize(http_token_server.url("m.tensors"), "cpu", encryption=keyfile,
+                         **opts) as sd:
+            assert torch.equal(sd["w"], torch.ones(4))
+    seen = [r.headers for r in http_server.requests]
+    assert seen and not any("Authorization" in h or "X-Api-Key" in h for h in seen)
+    http_server.clear_log()
+    given = Encryption(keyfile=http_server.url("m.key"), keyfile_options={"headers": {"X-K": "v"}})
+    with deserialize(http_token_server.url("m.tensors"), "cpu", encryption=given, **opts):
+        pass
+    assert all(r.headers.get("X-K") == "v" for r in http_server.requests)
+
+
 def test_encryption_spec_validation_and_secrecy() -> None:
     with pytest.raises(errors.ConfigurationError, match="exactly one"):
         Encryption()

@@ -297,7 +297,7 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
 
     shards = plan_shards(resolve(src, sopts), sopts, encryption is not None, src.redacted())
     total = sum(t.nbytes for s in shards for t in s.tensors)
-    params = as_encryption(encryption, dopts)
+    params = as_encryption(encryption, dopts, dst)
     result.tensors = write_tensorizer(shards, sopts, dst, dopts, params, overwrite, durable,
                                       _Progress(total, progress))
     result.bytes = total

@@ -102,11 +102,22 @@ class Encryption:
                 "a secret; give the receiving process its credentials through the environment")
         return (_rebuild, (self.keyfile, self.keyfile_options))
 
-    def _keyfile_opts(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self.keyfile_options if self.keyfile_options is not None else options)
+    def _keyfile_opts(self, options: Mapping[str, Any], model: Any = None) -> dict[str, Any]:
+        """The options the key file is read (or written) with: ``keyfile_options``, else
+        the model's when the key file is on the model's service (S3: any bucket;
+        HTTP(S), Redis: the same host and port), else none. The model's options went to
+        any key file: an HTTP model's token and headers were sent to the key file's host."""
+        if self.keyfile_options is not None:
+            return dict(self.keyfile_options)
+        if model is not None and self.keyfile is not None and not _same_service(
+                self.keyfile, model):
+            return {}
+        return dict(options)
 
-    def encryption_params(self, options: Mapping[str, Any]) -> EncryptionParams:
-        """tensorizer ``EncryptionParams`` for writing; may create the key file."""
+    def encryption_params(self, options: Mapping[str, Any],
+                          model: Any = None) -> EncryptionParams:
+        """tensorizer ``EncryptionParams`` for writing to ``model`` (a URI) with
+        ``options``; may create the key file."""
         if self.passphrase is not None:
             return EncryptionParams.from_string(
                 self.passphrase, opslimit=self.opslimit, memlimit=self.memlimit
@@ -114,7 +125,7 @@ class Encryption:
         if self.key is not None:
             return EncryptionParams(self.key)
         assert self.keyfile is not None
-        opts = self._keyfile_opts(options)
+        opts = self._keyfile_opts(options, model)
         try:
             return EncryptionParams(read_key(self.keyfile, **opts))
         except NotFoundError:
@@ -122,14 +133,16 @@ class Encryption:
             write_key(self.keyfile, params.key, **opts)
             return params
 
-    def decryption_params(self, options: Mapping[str, Any]) -> DecryptionParams:
-        """tensorizer ``DecryptionParams`` for reading."""
+    def decryption_params(self, options: Mapping[str, Any],
+                          model: Any = None) -> DecryptionParams:
+        """tensorizer ``DecryptionParams`` for reading ``model`` (a URI) with ``options``."""
         if self.passphrase is not None:
             return DecryptionParams.from_string(self.passphrase)
         if self.key is not None:
             return DecryptionParams.from_key(self.key)
         assert self.keyfile is not None
-        return DecryptionParams.from_key(read_key(self.keyfile, **self._keyfile_opts(options)))
+        return DecryptionParams.from_key(
+            read_key(self.keyfile, **self._keyfile_opts(options, model)))
 
 
 def _rebuild(keyfile: str, keyfile_options: Mapping[str, Any] | None) -> Encryption:
@@ -171,13 +184,33 @@ def generate_keyfile(uri: str, **options: Any) -> Encryption:
     return Encryption(keyfile=uri, keyfile_options=options or None)
 
 
-def current_key(value: Any, options: Mapping[str, Any]) -> bytes | None:
-    """The key the key file of ``value`` (the ``encryption=`` of a save) holds now;
-    ``None`` when ``value`` names no key file."""
+def current_key(value: Any, options: Mapping[str, Any], model: Any = None) -> bytes | None:
+    """The key the key file of ``value`` (the ``encryption=`` of a save to ``model``)
+    holds now; ``None`` when ``value`` names no key file."""
     enc = _coerce(value)
     if not isinstance(enc, Encryption) or enc.keyfile is None:
         return None
-    return read_key(enc.keyfile, **enc._keyfile_opts(options))
+    return read_key(enc.keyfile, **enc._keyfile_opts(options, model))
+
+
+def _same_service(keyfile: str, model: Any) -> bool:
+    """Whether ``keyfile`` is read from the service ``model`` is (so its options apply)."""
+    from ..uri import parse_uri
+
+    try:
+        k, m = parse_uri(keyfile), parse_uri(model)
+    except Exception:  # an unparsable key file URI fails where it is opened
+        return True
+    if k.scheme != m.scheme:
+        return False
+    if k.scheme in ("s3", "file"):  # S3 options name an endpoint and an account, not a bucket
+        return True
+    default = _DEFAULT_PORTS.get(k.scheme)
+    return ((k.host or "").lower() == (m.host or "").lower()
+            and (k.port or default) == (m.port or default))
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443, "redis": 6379, "rediss": 6379}
 
 
 def _coerce(value: Any) -> Encryption | EncryptionParams | DecryptionParams | None:
@@ -193,21 +226,23 @@ def _coerce(value: Any) -> Encryption | EncryptionParams | DecryptionParams | No
     )
 
 
-def as_decryption(value: Any, options: Mapping[str, Any]) -> DecryptionParams | None:
-    """Turn the ``encryption=`` argument of a load into ``DecryptionParams``."""
+def as_decryption(value: Any, options: Mapping[str, Any],
+                  model: Any = None) -> DecryptionParams | None:
+    """Turn the ``encryption=`` argument of a load of ``model`` into ``DecryptionParams``."""
     enc = _coerce(value)
     if enc is None or isinstance(enc, DecryptionParams):
         return enc
     if isinstance(enc, EncryptionParams):
         return DecryptionParams.from_key(enc.key)
-    return enc.decryption_params(options)
+    return enc.decryption_params(options, model)
 
 
-def as_encryption(value: Any, options: Mapping[str, Any]) -> EncryptionParams | None:
-    """Turn the ``encryption=`` argument of a save into ``EncryptionParams``."""
+def as_encryption(value: Any, options: Mapping[str, Any],
+                  model: Any = None) -> EncryptionParams | None:
+    """Turn the ``encryption=`` argument of a save to ``model`` into ``EncryptionParams``."""
     enc = _coerce(value)
     if enc is None or isinstance(enc, EncryptionParams):
         return enc
     if isinstance(enc, DecryptionParams):
         raise ConfigurationError("serialize needs EncryptionParams, not DecryptionParams")
-    return enc.encryption_params(options)
+    return enc.encryption_params(options, model)

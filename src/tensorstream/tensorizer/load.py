@@ -381,7 +381,7 @@ def deserialize(
         # credentials): raised on this rank alone, it left the others waiting in a
         # collective this rank never joined (or matched with its next load's).
         try:
-            decryption = as_decryption(encryption, options)
+            decryption = as_decryption(encryption, options, target)
         except Exception as exc:
             mapped = translate(exc, where, keyed=encryption is not None)
             if mapped is not None:
@@ -389,7 +389,7 @@ def deserialize(
             early = mapped or exc
     try:
         if shared is None:
-            decryption = as_decryption(encryption, options)
+            decryption = as_decryption(encryption, options, target)
         if shared is not None:
             assert target is not None
             stream = fetch_shared(target, shared, options, where, encryption=decryption,
@@ -738,7 +738,7 @@ _KEY_TRIES = 3
 
 
 def _write_keyed(obj: Any, path: str, params: Any, encryption: Any,
-                 options: Mapping[str, Any]) -> None:
+                 options: Mapping[str, Any], model: ParsedURI) -> None:
     """:func:`_write_tensors`; encrypted with a key file, the key file is read again once
     the tensors are written, and while it holds another key they are written again with
     that one. Ranks serializing at once with a key file that did not exist each created
@@ -746,7 +746,7 @@ def _write_keyed(obj: Any, path: str, params: Any, encryption: Any,
     was encrypted with a key nobody has (published, unreadable)."""
     for _ in range(_KEY_TRIES):
         _write_tensors(obj, path, params)
-        now = current_key(encryption, options)
+        now = current_key(encryption, options, model)
         if now is None or now == params.key:
             return
         params = EncryptionParams(now)
@@ -790,7 +790,7 @@ def serialize(
     check_file_destination(parsed)
     _check_options(parsed, options)
     _check_serializable(obj)
-    params = as_encryption(encryption, options)
+    params = as_encryption(encryption, options, parsed)
     if parsed.is_local:
         directory = os.path.dirname(parsed.path) or "."
         if not os.path.isdir(directory):
@@ -801,7 +801,7 @@ def serialize(
         tmp = temp_path_for(parsed.path)
         try:
             with naming_write_errors(parsed.path):  # (tmp is beside it)
-                _write_keyed(obj, tmp, params, encryption, options)
+                _write_keyed(obj, tmp, params, encryption, options, parsed)
             os.chmod(tmp, new_file_mode())  # as every local write: 0666 less the umask
             fsync_path(tmp)
             check_local_destination(parsed.path)  # one may have appeared meanwhile
@@ -816,7 +816,7 @@ def serialize(
         tmp = os.path.join(tmpdir, "model.tensors")
         # tensorizer seeks in what it writes: the whole file is made here first.
         with naming_write_errors(tmp, temp_copy_hint("serialize()", parsed)):
-            _write_keyed(obj, tmp, params, encryption, options)
+            _write_keyed(obj, tmp, params, encryption, options, parsed)
         with open(tmp, "rb") as src, ts_open(parsed, "wb", **options) as dst:
             shutil.copyfileobj(src, dst, _COPY_CHUNK)
     return str(target)
