@@ -157,6 +157,18 @@ def test_wrong_password_is_typed_and_never_shown(
         pickle.dumps(provider.inner)
 
 
+def test_a_server_at_maxclients_says_which_knobs_there_are(isolated_env: object) -> None:
+    """'Redis connection failed: max number of clients reached' named no way out."""
+    with RedisServer() as srv, srv.client() as admin:
+        srv.put("full/k", b"x" * 100)
+        admin.config_set("maxclients", "1")  # this admin connection is the one
+        with pytest.raises(errors.RetriesExhaustedError) as info:
+            tensorstream.open(srv.url("full/k"), retries=2, backoff_initial=0.01)
+        last = info.value.last_error
+        assert isinstance(last, errors.ConnectionFailedError) and last.temporary
+        assert "maxclients" in str(last) and "--concurrency" in str(last)
+
+
 def test_unreachable_server_is_temporary_connection_error(isolated_env: object) -> None:
     from tensorstream.testing.redis_server import free_port
 

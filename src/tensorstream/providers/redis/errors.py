@@ -85,6 +85,12 @@ def map_redis_error(exc: BaseException, *, who: str = "",
     if isinstance(exc, (rex.BusyLoadingError, rex.TryAgainError, rex.ClusterDownError,
                         rex.ReadOnlyError)):
         return ServiceUnavailableError(f"Redis is temporarily unavailable: {text}")
+    if "max number of clients reached" in text:
+        # Still temporary (other clients may leave), but a retry of the same width mostly
+        # meets the same limit: say which knobs there are.
+        return ConnectionFailedError(
+            f"Redis refused a new connection: {text} (the server's maxclients); open fewer at "
+            "once (concurrency=N, or --concurrency/--jobs for cp) or raise maxclients")
     if isinstance(exc, (rex.ConnectionError, rex.RedisClusterException, OSError)):
         return ConnectionFailedError(f"Redis connection failed: {text}")
     if isinstance(exc, rex.ResponseError):
