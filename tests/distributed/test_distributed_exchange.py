@@ -56,3 +56,30 @@ def test_a_rank_failing_on_a_name_that_is_not_utf8_fails_every_rank(tmp_path: Pa
             assert "rank 1: NotFoundError" in failed["error"], (r.rank, failed)
             assert failed["seconds"] < 15, (r.rank, failed)
         assert r.value["after"].get("digests") == expected, (r.rank, r.value["after"])
+
+
+@pytest.mark.timeout(120)
+def test_local_copies_on_each_machine_are_named_as_the_cause(tmp_path: Path) -> None:
+    """Ranks on two machines, each with its own byte-identical copy of the model on its
+    local disk (two paths here): the copies are two versions (inode, mtime) and the load
+    is refused, as it must be, but the message only said the ranks "do not see the same
+    object"; it now says why local copies differ and to load them with group=None."""
+    state = {"w": torch.arange(1000.0)}
+    data, sdata = tensorizer_bytes(state, tmp_path), st_torch.save(state)
+    for r in range(2):
+        (tmp_path / f"node{r}.tensors").write_bytes(data)
+        (tmp_path / f"node{r}.safetensors").write_bytes(sdata)
+    todo = [
+        {"label": "tensorizer", "uri": [str(tmp_path / f"node{r}.tensors") for r in range(2)]},
+        {"label": "safetensors", "kind": "safetensors",
+         "uri": [str(tmp_path / f"node{r}.safetensors") for r in range(2)]},
+    ]
+    results = run_ranks(steps, 2, todo, timeout=90, group_timeout=20)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:
+        for label in ("tensorizer", "safetensors"):
+            failed = r.value[label]
+            assert "DistributedLoadError" in failed.get("types", []), (r.rank, failed)
+            assert "do not see the same object" in failed["error"], failed
+            assert "copies on several machines" in failed["error"], failed
+            assert "group=None" in failed["error"], failed

@@ -24,11 +24,11 @@ import torch.distributed as dist
 
 from ..errors import DistributedLoadError
 from ..file import StreamReader
-from ..uri import redact_text
+from ..uri import parse_uri, redact_text
 from .group import Group
 from .plan import Piece
 
-__all__ = ["DEFAULT_CHUNK", "agree", "broadcast_shares", "read_share"]
+__all__ = ["DEFAULT_CHUNK", "agree", "broadcast_shares", "is_local", "read_share"]
 
 #: Bytes moved by one broadcast at most: bounds staging memory (NCCL: on the GPU).
 DEFAULT_CHUNK = 64 << 20
@@ -71,10 +71,12 @@ def _describe(error: BaseException) -> str:
     return data.decode("utf-8", "ignore")
 
 
-def agree(group: Group, what: str, error: BaseException | None, fingerprint: int = 0) -> None:
+def agree(group: Group, what: str, error: BaseException | None, fingerprint: int = 0, *,
+          local: bool = False) -> None:
     """Raise :class:`DistributedLoadError` on every rank if any rank passed an
     ``error``, or if the ranks' ``fingerprint`` s differ; return on all ranks
-    otherwise. ``what`` names the step (for the message)."""
+    otherwise. ``what`` names the step (for the message); ``local``: the object
+    is a local file (its version is per machine: say so if the prints differ)."""
     status = torch.zeros(_STATUS.size + _MESSAGE, dtype=torch.uint8)
     message = _describe(error).encode() if error is not None else b""
     packed = _STATUS.pack(1 if error is not None else 0, fingerprint) + message
@@ -100,7 +102,18 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
         raise DistributedLoadError(
             f"{what}: the ranks of the group do not see the same object (size, version, "
             "tensor index or filter_func differ between ranks); a shared load needs the "
-            "same URI, the same object version and the same arguments on every rank")
+            "same URI, the same object version and the same arguments on every rank"
+            + (" (a local file's version is its inode and mtime: copies on several machines "
+               "differ even when their bytes do not; load them with group=None, each rank "
+               "from its own disk)" if local else ""))
+
+
+def is_local(target: Any) -> bool:
+    """Whether ``target`` (a URI or path) names a local file."""
+    try:
+        return parse_uri(target).is_local
+    except Exception:  # not ours to refuse here: the open says what is wrong
+        return False
 
 
 def read_share(reader: StreamReader, pieces: list[Piece]) -> None:

@@ -25,7 +25,7 @@ from ..file import StreamReader
 from ..headroom import check_fits
 from ..tensorizer.hook import StreamTensorDeserializer
 from ..uri import ParsedURI
-from .exchange import agree, broadcast_shares, read_share
+from .exchange import agree, broadcast_shares, is_local, read_share
 from .group import Group
 from .memory import Arrival, MemorySource, PositionedFile
 from .plan import Piece, fingerprint, merge, split
@@ -150,7 +150,7 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
             except Exception as exc:
                 error = exc
         plan_s = lap()
-        agree(group, f"opening {where}", error, fp)
+        agree(group, f"opening {where}", error, fp, local=is_local(target))
         agree_s = lap()
         assert reader is not None
         try:

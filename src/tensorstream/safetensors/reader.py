@@ -25,7 +25,7 @@ import torch
 from .._gcpause import paused
 from ..api import open as ts_open
 from ..config import validate_options
-from ..distributed.exchange import agree, broadcast_shares, read_share
+from ..distributed.exchange import agree, broadcast_shares, is_local, read_share
 from ..distributed.group import Group, resolve_group
 from ..distributed.plan import Piece, fingerprint, split
 from ..errors import ConfigurationError, MalformedFileError
@@ -573,7 +573,8 @@ def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any
             except Exception as exc:
                 error = exc
         agree(group, f"opening {where}", error,
-              fingerprint(*(f.describe() for f in files)) if error is None else 0)
+              fingerprint(*(f.describe() for f in files)) if error is None else 0,
+              local=is_local(uri))
         plans = [split(f.pieces, group.size) for f in files]
         error = None
         try:
