@@ -29,6 +29,26 @@ def test_dir_and_uri_derivation() -> None:
         TensorizerConfig()
 
 
+def test_vllm_s_lora_dir_names_the_adapter_file(tmp_path: Path) -> None:
+    # a vLLM config's keys (model_loader_extra_config) were a TypeError:
+    # "unexpected keyword argument 'lora_dir'"
+    cfg = TensorizerConfig(lora_dir=str(tmp_path / "lora"))
+    assert cfg.tensorizer_uri == str(tmp_path / "lora" / "adapter_model.tensors")
+    (tmp_path / "lora").mkdir()
+    cfg.serialize({"lora_A": torch.ones(2, 3)})
+    with cfg.deserialize("cpu") as sd:
+        assert torch.equal(sd["lora_A"], torch.ones(2, 3))
+    assert pickle.loads(pickle.dumps(cfg)).tensorizer_uri == cfg.tensorizer_uri
+    with_uri = TensorizerConfig(tensorizer_uri="s3://b/m.tensors", lora_dir="s3://b/lora")
+    assert (with_uri.tensorizer_uri, with_uri.lora_dir) == ("s3://b/m.tensors", "s3://b/lora")
+    with pytest.raises(errors.ConfigurationError, match="tensorizer_dir and lora_dir"):
+        TensorizerConfig(tensorizer_dir="s3://b/d", lora_dir="s3://b/lora")
+    secret = TensorizerConfig(lora_dir="https://u:canary-pw@h/lora")
+    assert "canary-pw" not in repr(secret)
+    with pytest.raises(TypeError, match="secrets"):
+        pickle.dumps(secret)
+
+
 def test_cli_flags_match_vllm() -> None:
     parser = TensorizerConfig.add_cli_args(argparse.ArgumentParser())
     args = parser.parse_args([

@@ -59,7 +59,8 @@ def _masked_mapping(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
 class TensorizerConfig:
     """vLLM-compatible tensorizer settings.
 
-    ``tensorizer_dir`` alone means ``<dir>/model.tensors``; given
+    ``tensorizer_dir`` alone means ``<dir>/model.tensors``, ``lora_dir`` alone
+    ``<lora_dir>/adapter_model.tensors`` (a LoRA adapter's file); given
     ``tensorizer_uri``, ``tensorizer_dir`` is derived from it (vLLM's rules).
     ``stream_kwargs`` are extra :func:`tensorstream.open` options,
     ``deserialization_kwargs`` extra :func:`tensorstream.deserialize`
@@ -80,6 +81,7 @@ class TensorizerConfig:
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     s3_endpoint: str | None = None
+    lora_dir: str | None = None
     stream_kwargs: dict[str, Any] | None = None
     deserialization_kwargs: dict[str, Any] | None = None
     serialization_kwargs: dict[str, Any] | None = None
@@ -90,6 +92,9 @@ class TensorizerConfig:
         # key or keyfile failed only when the stream opened.
         self.tensorizer_uri = _path_or_uri("tensorizer_uri", self.tensorizer_uri)
         self.tensorizer_dir = _path_or_uri("tensorizer_dir", self.tensorizer_dir)
+        # vLLM's field (TypeError "unexpected keyword argument 'lora_dir'" for a vLLM
+        # config's keys): the directory of a LoRA adapter's adapter_model.tensors
+        self.lora_dir = _path_or_uri("lora_dir", self.lora_dir)
         self.encryption_keyfile = _path_or_uri("encryption_keyfile", self.encryption_keyfile)
         if self.encryption_keyfile is not None and not self.encryption_keyfile.strip():
             # taken for "no encryption": serialize wrote the tensors in the clear
@@ -116,12 +121,20 @@ class TensorizerConfig:
                     f"tensorizer_uri {redact(self.tensorizer_uri)!r}; the URI's is used",
                     UserWarning, stacklevel=3)
             self.tensorizer_dir = derived
+        elif self.tensorizer_dir and self.lora_dir:
+            raise ConfigurationError(
+                "tensorizer_dir and lora_dir each name the file to use (<dir>/model.tensors, "
+                "<lora_dir>/adapter_model.tensors): give one, or tensorizer_uri")
         elif self.tensorizer_dir:
             self.tensorizer_uri = f"{self.tensorizer_dir.rstrip('/')}/model.tensors"
+        elif self.lora_dir:
+            self.tensorizer_uri = f"{self.lora_dir.rstrip('/')}/adapter_model.tensors"
+            self.tensorizer_dir = self.lora_dir.rstrip("/")
         else:
             raise ConfigurationError(
-                "TensorizerConfig needs tensorizer_uri (e.g. s3://bucket/model.tensors) "
-                "or tensorizer_dir (the file is then <dir>/model.tensors)"
+                "TensorizerConfig needs tensorizer_uri (e.g. s3://bucket/model.tensors), "
+                "tensorizer_dir (the file is then <dir>/model.tensors) or lora_dir "
+                "(<lora_dir>/adapter_model.tensors)"
             )
         # Checked here, where the config is made, not at the first load.
         checked = validate_options({"num_readers": self.num_readers,
@@ -168,7 +181,7 @@ class TensorizerConfig:
             if f.name == "s3_secret_access_key":
                 v = mask(v) if v else None
             elif f.name in ("tensorizer_uri", "tensorizer_dir", "encryption_keyfile",
-                            "s3_endpoint") and isinstance(v, str):
+                            "s3_endpoint", "lora_dir") and isinstance(v, str):
                 v = redact(v)
             elif isinstance(v, dict):
                 v = _masked_mapping(v)
@@ -184,7 +197,7 @@ class TensorizerConfig:
         ) or any(  # a URI's password or presigned signature
             isinstance(v, str) and redact(v) != v
             for v in (self.tensorizer_uri, self.tensorizer_dir, self.encryption_keyfile,
-                      self.s3_endpoint)
+                      self.s3_endpoint, self.lora_dir)
         ):
             raise TypeError(
                 "refusing to pickle a TensorizerConfig holding secrets; pass them through "
