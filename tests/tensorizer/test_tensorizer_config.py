@@ -49,6 +49,22 @@ def test_vllm_s_lora_dir_names_the_adapter_file(tmp_path: Path) -> None:
         pickle.dumps(secret)
 
 
+def test_a_device_in_the_deserialization_kwargs_is_the_default_device(tmp_path: Path) -> None:
+    # vLLM hands deserialization_kwargs to TensorDeserializer, so they may hold its device;
+    # here that was "deserialize() got multiple values for argument 'device'"
+    uri = str(tmp_path / "m.tensors")
+    serialize({"w": torch.ones(3)}, uri)
+    cfg = TensorizerConfig(tensorizer_uri=uri, deserialization_kwargs={"device": "cpu"})
+    with cfg.deserialize() as sd:
+        assert sd["w"].device.type == "cpu"
+    with pytest.raises(errors.ConfigurationError, match="not a torch device"):
+        cfg.deserialize("no-such-device")  # the call's device wins
+    module = torch.nn.Module()
+    module.register_buffer("w", torch.zeros(3))
+    cfg.load_into_module(module)
+    assert torch.equal(module.w, torch.ones(3))
+
+
 def test_cli_flags_match_vllm() -> None:
     parser = TensorizerConfig.add_cli_args(argparse.ArgumentParser())
     args = parser.parse_args([

@@ -301,6 +301,7 @@ class TensorizerConfig:
         # one dict, the call's overrides last: an option given here and in stream_kwargs
         # was a TypeError ("got multiple values for keyword argument")
         kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
+        device = _device(device, kw)
         # deserialize() fills the rank template: with group= an untemplated URI is one file
         # for the group (uri_for() refused it: "world size is 2 but ... no rank template")
         return deserialize(self._uri(), device, rank=rank, world_size=world_size, **kw)
@@ -318,6 +319,7 @@ class TensorizerConfig:
         from .load import load_into_module
 
         kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
+        device = _device(device, kw)
         return load_into_module(module, self._uri(), device, rank=rank, world_size=world_size,
                                 **kw)
 
@@ -371,6 +373,14 @@ def _path_or_uri(name: str, value: Any) -> str | None:
         raise ConfigurationError(
             f"{name} must be a URI or a path (str or os.PathLike), got {type(value).__name__}")
     return _text(name, value)
+
+
+def _device(device: Any, kw: dict[str, Any]) -> Any:
+    """The call's ``device``, else ``deserialization_kwargs``' (taken out of ``kw``): vLLM
+    passes its deserialization_kwargs to TensorDeserializer, whose ``device`` they may hold;
+    here that was a TypeError ("got multiple values for argument 'device'")."""
+    given = kw.pop("device", None)
+    return given if device is None else device
 
 
 def _rebuild(state: dict[str, Any]) -> TensorizerConfig:
