@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import os
 import select
 import selectors
 import threading
 import weakref
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ._log_redaction import scrub_chain
 from .errors import TensorstreamError
@@ -156,11 +157,58 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
             "tensorstream's synchronous API was called from its own I/O thread; "
             "use the async API (await tensorstream.read_range/stat/get_provider) instead"
         )
-    future = asyncio.run_coroutine_threadsafe(coro, get_loop())
+    loop = get_loop()
+    call = _Call(coro)
+    future: concurrent.futures.Future[Any] | None = None
     try:
-        return future.result(timeout)
+        future = asyncio.run_coroutine_threadsafe(call.run(), loop)
+        return cast("T", future.result(timeout))
     except BaseException as exc:
-        future.cancel()
+        if future is not None:
+            future.cancel()
+        # An interrupt (KeyboardInterrupt, a signal handler's exception; also one
+        # that lands while the call is being handed to the loop) or the timeout left
+        # the coroutine running there: it wrote into the caller's buffers after this
+        # call had raised (read_ranges). A call that raised has stopped.
+        call.stop(loop)
         if isinstance(exc, TensorstreamError):
             scrub_chain(exc)  # also errors that did not pass a provider (see errors.py)
         raise
+
+
+class _Call:
+    """A coroutine run for :func:`run_sync`, which can tell whether it started."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self._coro = coro
+        self._lock = threading.Lock()
+        self._task: asyncio.Task[Any] | None = None  # set once it runs
+        self._abandoned = False
+        self._done = threading.Event()
+
+    async def run(self) -> Any:
+        with self._lock:
+            if self._abandoned:  # the caller gave up before the loop got to it
+                raise asyncio.CancelledError
+            self._task = asyncio.current_task()
+        try:
+            return await self._coro
+        finally:
+            self._done.set()
+
+    def stop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Cancel the call and return once its coroutine has ended, or never
+        will start (it is then closed here)."""
+        with self._lock:
+            self._abandoned = True
+            task = self._task
+        if self._done.is_set():  # (an error of its own: it has ended)
+            return
+        if task is None:
+            self._coro.close()
+            return
+        loop.call_soon_threadsafe(task.cancel)  # (ended already: a no-op)
+        # (A second interrupt ends this wait; a stopped loop never finishes it.)
+        while not self._done.wait(0.1):
+            if not loop.is_running():
+                return
