@@ -317,3 +317,54 @@ def test_a_fill_stops_before_a_large_tensor_read_in_place(
         assert f.readinto(buf) == len(buf)
         rest = f.read()
     assert head + bytes(buf) + rest == data
+
+
+def test_closing_a_local_reader_waits_for_reads_of_other_threads(tmp_path: Path) -> None:
+    """A local reader closed while other threads read (``readinto`` and ``read_ranges``):
+    each read returns its exact bytes or raises ValueError, as a closed file. The close
+    closed the descriptors under the reads: a bare ``OSError`` (EBADF), or the bytes of
+    whatever file reused the number."""
+    import os
+    import threading
+    import time
+
+    data = os.urandom(16 << 20)
+    path = tmp_path / "big.bin"
+    path.write_bytes(data)
+    for trial in range(20):
+        f = tensorstream.open(str(path))
+        errors: list[BaseException] = []
+
+        def by_readinto(f: Any = f, errors: list[BaseException] = errors) -> None:
+            try:
+                while True:
+                    pos = f.tell()
+                    got = f.read(1 << 20)
+                    if not got:
+                        return
+                    assert data.find(got, pos) >= 0
+            except ValueError:
+                return
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        def by_ranges(f: Any = f, errors: list[BaseException] = errors) -> None:
+            buf = bytearray(1 << 20)
+            try:
+                for i in range(16):
+                    f.read_ranges([(i << 20, buf)])
+                    assert buf == data[i << 20 : (i + 1) << 20]
+            except ValueError:
+                return
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=t) for t in (by_readinto, by_readinto, by_ranges)]
+        for t in threads:
+            t.start()
+        time.sleep(0.001 * (trial % 5))
+        f.close()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, f"trial {trial}: {errors!r}"

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import io
 import logging
 import operator
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -130,6 +131,10 @@ class StreamReader(io.RawIOBase):
         self._exact = False  # every boundary kept (set_read_boundaries)
         # Local files: read in the caller's thread, straight into its buffer.
         self._inline = provider.read_hints.inline
+        # Inline reads in progress: close waits for them (it closes their descriptors).
+        self._reads = 0
+        self._reads_done = threading.Condition(threading.Lock())
+        self._closing = False
         self._pin = Pin.of(info)
         # Bytes [_small_at, _small_end) of the object, read ahead of small reads.
         self._small: memoryview | None = None
@@ -170,6 +175,8 @@ class StreamReader(io.RawIOBase):
         held at the fork would never be released here: they are new too."""
         self._lock = threading.RLock()
         self._fork_lock = threading.Lock()
+        self._reads_done = threading.Condition(threading.Lock())
+        self._reads = 0
         if self.closed:
             return
         old = self._prefetch.budget
@@ -288,8 +295,9 @@ class StreamReader(io.RawIOBase):
                     return want
             with _timeout.operation(self._provider.config.timeouts):  # one read, one deadline
                 if self._inline:
-                    self._provider.readinto_blocking(self._uri.path, self._pos, view[:rest],
-                                                     pin=self._pin)
+                    with self._reading():
+                        self._provider.readinto_blocking(self._uri.path, self._pos, view[:rest],
+                                                         pin=self._pin)
                 else:
                     self._prefetch.readinto(self._pos, view[:rest])
         except BaseException:
@@ -395,6 +403,13 @@ class StreamReader(io.RawIOBase):
     def close(self) -> None:
         if self.closed:
             return
+        if self._inline:
+            # Another thread's local read uses the provider's descriptors: closed under
+            # it, the read failed with EBADF, or read another file that took the number.
+            with self._reads_done:
+                self._closing = True
+                while self._reads:
+                    self._reads_done.wait()
         self._prefetch.close()
         self._small = None
         try:
@@ -502,8 +517,9 @@ class StreamReader(io.RawIOBase):
 
         with _timeout.operation(self._provider.config.timeouts):  # one call, one deadline
             if self._inline:
-                for offset, view in todo:
-                    self._provider.readinto_blocking(path, offset, view, pin=pin)
+                with self._reading():
+                    for offset, view in todo:
+                        self._provider.readinto_blocking(path, offset, view, pin=pin)
             else:
                 _loop.run_sync(every())
 
@@ -537,6 +553,22 @@ class StreamReader(io.RawIOBase):
     def _check_closed(self) -> None:
         if self.closed:
             raise ValueError("I/O operation on closed file")
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One inline read in progress (:meth:`close` waits for it to end); a
+        reader closing or closed raises ValueError, as a closed file."""
+        with self._reads_done:
+            if self._closing:
+                raise ValueError("I/O operation on closed file")
+            self._reads += 1
+        try:
+            yield
+        finally:
+            with self._reads_done:
+                self._reads -= 1
+                if not self._reads:
+                    self._reads_done.notify_all()
 
 
 class StreamWriter(io.RawIOBase):
