@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import tensorstream
+from tensorstream.copy import copy
 from tensorstream.testing.proxy import TCPFaultProxy
 from tensorstream.testing.redis_server import RedisServer
 
@@ -383,3 +384,26 @@ def test_a_write_larger_than_a_volatile_lru_redis_holds_says_evicted() -> None:
 def _write_to(uri: str, data: bytes, **options: Any) -> None:
     with tensorstream.open(uri, "wb", redis_chunk_size=64 << 10, **options) as f:
         f.write(data)
+
+
+@pytest.mark.parametrize("how", ["write", "cp"])
+def test_a_chunk_over_proto_max_bulk_len_names_the_limit(how: str, tmp_path: Any) -> None:
+    """Redis drops the connection of a client sending a value longer than its
+    proto-max-bulk-len: a write with the default 4 MiB chunks to a server set to
+    1 MiB failed with "Connection reset by peer". It names the limit now."""
+    with RedisServer() as srv, srv.client() as c:
+        c.config_set("proto-max-bulk-len", str(1 << 20))
+        if how == "write":
+            with pytest.raises(tensorstream.errors.ConfigurationError,
+                               match=r"proto-max-bulk-len.*redis_chunk_size=1048576"):
+                with tensorstream.open(srv.url("bulk/m"), "wb") as f:
+                    f.write(os.urandom(5 << 20))
+        else:
+            src = tmp_path / "m"
+            src.write_bytes(os.urandom(5 << 20))
+            result = copy(str(src), srv.url("bulk/m"))
+            assert not result.ok and "proto-max-bulk-len" in result.errors[0], result.errors
+        assert _keys_of(srv, "bulk/m") == ([], [])
+        # ... and the advice works
+        with tensorstream.open(srv.url("bulk/m"), "wb", redis_chunk_size=1 << 20) as f:
+            f.write(b"x" * (3 << 20))

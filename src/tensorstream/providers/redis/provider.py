@@ -319,6 +319,18 @@ class RedisProvider(Provider):
                 except REDIS_ERRORS:  # (a timeout included)
                     log.debug("closing a Redis client on another loop failed", exc_info=True)
 
+    async def bulk_limit(self) -> int | None:
+        """The server's ``proto-max-bulk-len`` (the longest value it takes), or ``None``
+        where ``CONFIG GET`` is refused, renamed or answered oddly."""
+        try:
+            reply = await self.client().config_get("proto-max-bulk-len")
+        except REDIS_ERRORS:
+            return None
+        try:
+            return int(reply["proto-max-bulk-len"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
     # -- layout ---------------------------------------------------------------
     async def scan(self, match: str) -> builtins.list[bytes]:
         """Every key matching the glob ``match`` (SCAN on every primary; never KEYS)."""

@@ -43,7 +43,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ...errors import IntegrityError, ObjectChangedError, TensorstreamError
+from redis import exceptions as rex
+
+from ...errors import ConfigurationError, IntegrityError, ObjectChangedError, TensorstreamError
 from ..base import Writer
 from .layout import chunk_key, manifest_fields
 
@@ -158,7 +160,8 @@ class RedisWriter(Writer):
         p = self._p
 
         async def put() -> None:
-            await p.client().set(key, chunk, px=STAGING_TTL_MS)
+            await self._within_bulk_limit(len(chunk), lambda: p.client().set(
+                key, chunk, px=STAGING_TTL_MS))
 
         self._tasks.add(self._send(put))
 
@@ -197,7 +200,7 @@ class RedisWriter(Writer):
                     pipe = p.client().pipeline(transaction=True)
                     pipe.set(key, chunk, px=STAGING_TTL_MS)
                     pipe.get(key)
-                    return (await pipe.execute())[1]
+                    return (await self._within_bulk_limit(len(chunk), pipe.execute))[1]
 
                 # One server: a few chunks in flight keep it busy; more would only
                 # hold more replies (each a copy of its chunk) in memory. Shielded:
@@ -216,6 +219,21 @@ class RedisWriter(Writer):
             # would land after the clean-up. The caller aborts once they stopped.
             self._failed(exc)
             raise
+
+    async def _within_bulk_limit(self, size: int, send: Callable[[], Awaitable[Any]]) -> Any:
+        """``await send()`` (a chunk's ``SET``). A value longer than the server's
+        ``proto-max-bulk-len`` makes it drop the connection: that alone read
+        "Connection reset by peer", retried in vain; the limit is named instead."""
+        try:
+            return await send()
+        except (rex.ConnectionError, OSError) as exc:
+            limit = await self._p.bulk_limit()
+            if limit is None or size <= limit:
+                raise
+            raise ConfigurationError(
+                f"Redis takes values of at most {limit} bytes (its proto-max-bulk-len) and "
+                f"a chunk of {self._path!r} has {size}: pass redis_chunk_size={limit} or "
+                "less, or raise proto-max-bulk-len") from exc
 
     def _failed(self, exc: BaseException) -> BaseException:
         if self._failure is None and not isinstance(exc, asyncio.CancelledError):
