@@ -78,3 +78,32 @@ def test_a_local_writer_open_at_exit_leaves_no_temp_file(tmp_path: Path) -> None
     """, timeout=60)
     assert "WRITING" in out.stdout, out.stderr
     assert sorted(p.name for p in folder.iterdir()) == []
+
+
+def test_a_read_cut_short_by_the_exit_says_so(redis_server: object) -> None:
+    """Daemon threads still reading (Redis: read-ahead on worker threads) when the
+    interpreter exits: the process exits promptly, and a read that cannot go on says
+    the interpreter is exiting. It said "reader was closed" of a reader nobody closed."""
+    from tensorstream.testing.redis_server import RedisServer
+
+    assert isinstance(redis_server, RedisServer)
+    key = unique()
+    redis_server.put(key, b"\x5a" * (32 << 20))
+    code = r"""
+import sys, threading, time
+import tensorstream
+def read():
+    f = tensorstream.open(sys.argv[1])
+    while True:
+        f.seek(0)
+        while f.read(1 << 20):
+            pass
+for _ in range(2):
+    threading.Thread(target=read, daemon=True).start()
+time.sleep(0.5)
+print("exiting", flush=True)
+"""
+    for _ in range(3):
+        proc = run_python(code, timeout=60, args=[redis_server.url(key)])
+        assert proc.returncode == 0 and proc.stdout.strip() == "exiting", proc.stderr
+        assert "reader was closed" not in proc.stderr, proc.stderr

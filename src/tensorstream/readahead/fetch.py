@@ -49,8 +49,10 @@ class Fetching:
             for seg in segments:
                 try:
                     future = self._pool.submit(self._fetch_blocking, seg)
-                except RuntimeError:  # pool shut down: the reader was closed
-                    seg.error = OSError("reader was closed")
+                except RuntimeError:  # pool shut down: the reader was closed, or the exit's
+                    seg.error = OSError(  # (concurrent.futures refuses work once it began)
+                        "reader was closed" if self._closed else
+                        "tensorstream's read-ahead has stopped: the interpreter is exiting")
                     seg.event.set()
                     continue
                 seg.task = future
