@@ -475,6 +475,17 @@ def test_a_key_file_on_another_host_gets_none_of_the_model_host_s_credentials(
     assert all(r.headers.get("X-K") == "v" for r in http_server.requests)
 
 
+def test_a_key_file_on_s3_beside_a_local_model_is_read_with_the_s3_options(
+        moto_s3: Any, tmp_path: Path) -> None:
+    # (vLLM's TensorizerConfig: a local model, --encryption-keyfile s3://..., --s3-* flags)
+    key = bytes(range(32))
+    serialize({"w": torch.ones(4)}, tmp_path / "m.tensors", encryption=key)
+    moto_s3.put(S3_BUCKET, "local-model.key", key)
+    enc = Encryption(keyfile=f"s3://{S3_BUCKET}/local-model.key")
+    with deserialize(tmp_path / "m.tensors", "cpu", encryption=enc, **moto_s3.options()) as sd:
+        assert torch.equal(sd["w"], torch.ones(4))
+
+
 def test_encryption_spec_validation_and_secrecy() -> None:
     with pytest.raises(errors.ConfigurationError, match="exactly one"):
         Encryption()

@@ -105,13 +105,17 @@ class Encryption:
     def _keyfile_opts(self, options: Mapping[str, Any], model: Any = None) -> dict[str, Any]:
         """The options the key file is read (or written) with: ``keyfile_options``, else
         the model's when the key file is on the model's service (S3: any bucket;
-        HTTP(S), Redis: the same host and port), else none. The model's options went to
-        any key file: an HTTP model's token and headers were sent to the key file's host."""
+        HTTP(S), Redis: the same host and port), else the model's less those of its service.
+        The model's options went to any key file: an HTTP model's token and headers were
+        sent to the key file's host."""
         if self.keyfile_options is not None:
             return dict(self.keyfile_options)
         if model is not None and self.keyfile is not None and not _same_service(
                 self.keyfile, model):
-            return {}
+            # less the model service's own options (its token, headers, password); the
+            # rest may be for the key file's (s3_* beside a local model, vLLM's config)
+            own = _service_options(model)
+            return {k: v for k, v in options.items() if k not in own}
         return dict(options)
 
     def encryption_params(self, options: Mapping[str, Any],
@@ -211,6 +215,29 @@ def _same_service(keyfile: str, model: Any) -> bool:
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "redis": 6379, "rediss": 6379}
+
+
+def _service_options(model: Any) -> frozenset[str]:
+    """The option names the service of ``model`` (a URI) takes (none known: every name)."""
+    from ..providers.registry import _config_module, resolve_provider_class
+    from ..uri import parse_uri
+
+    try:
+        scheme = parse_uri(model).scheme
+        module = _config_module(scheme)
+        if module is not None:
+            return frozenset(module.OPTIONS)
+        return frozenset(resolve_provider_class(scheme).option_names)
+    except Exception:  # a provider that does not load: send the key file nothing
+        return _EVERY_NAME
+
+
+class _Every(frozenset[str]):
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERY_NAME = _Every()
 
 
 def _coerce(value: Any) -> Encryption | EncryptionParams | DecryptionParams | None:
