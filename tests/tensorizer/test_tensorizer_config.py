@@ -83,6 +83,9 @@ def test_cli_flags_match_vllm() -> None:
     assert "sekrit-canary" not in repr(cfg) and "sekrit-canary" not in str(cfg)
     with pytest.raises(TypeError, match="secrets"):
         pickle.dumps(cfg)
+    # vLLM's --vllm-tensorized (older command lines) was "unrecognized arguments"
+    flagged = parser.parse_args(["--tensorizer-uri", "/m", "--vllm-tensorized"])
+    assert TensorizerConfig.from_cli_args(flagged).vllm_tensorized is True
     defaults = TensorizerConfig.from_cli_args(parser.parse_args(["--tensorizer-uri", "/m"]))
     assert defaults.verify_hash is None and defaults.num_readers is None
 

@@ -346,6 +346,10 @@ class TensorizerConfig:
                        help="check every tensor against the hash stored in the file")
         g.add_argument("--encryption-keyfile", default=None,
                        help="URI of the binary key file used to decrypt (or encrypt) tensors")
+        # vLLM's flag until it detected vLLM files itself: its command lines still carry it
+        g.add_argument("--vllm-tensorized", action="store_true", default=None,
+                       help="accepted for vLLM's command lines; a vLLM-serialized file is "
+                            "detected (is_vllm_tensorized)")
         g.add_argument("--num-readers", type=int, default=None,
                        help="parallel readers (default: tensorstream's)")
         g.add_argument("--s3-access-key-id", default=None,
