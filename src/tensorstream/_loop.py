@@ -170,7 +170,7 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         # that lands while the call is being handed to the loop) or the timeout left
         # the coroutine running there: it wrote into the caller's buffers after this
         # call had raised (read_ranges). A call that raised has stopped.
-        call.stop(loop)
+        call.stop(loop, cancel=future is None)
         if isinstance(exc, TensorstreamError):
             scrub_chain(exc)  # also errors that did not pass a provider (see errors.py)
         raise
@@ -196,9 +196,11 @@ class _Call:
         finally:
             self._done.set()
 
-    def stop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Cancel the call and return once its coroutine has ended, or never
-        will start (it is then closed here)."""
+    def stop(self, loop: asyncio.AbstractEventLoop, *, cancel: bool) -> None:
+        """Return once the coroutine has ended, or never will start (it is then
+        closed here); ``cancel``: cancel it first (its future, which does, was
+        never made). Never a second cancel: that cut short the clean-up of the
+        first (a request's wait for its thread to stop receiving)."""
         with self._lock:
             self._abandoned = True
             task = self._task
@@ -207,7 +209,8 @@ class _Call:
         if task is None:
             self._coro.close()
             return
-        loop.call_soon_threadsafe(task.cancel)  # (ended already: a no-op)
+        if cancel:
+            loop.call_soon_threadsafe(task.cancel)  # (ended already: a no-op)
         # (A second interrupt ends this wait; a stopped loop never finishes it.)
         while not self._done.wait(0.1):
             if not loop.is_running():

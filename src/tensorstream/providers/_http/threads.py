@@ -67,8 +67,14 @@ async def in_thread(fn: Callable[[], T]) -> T:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
         cancel.cancel()
-        with contextlib.suppress(BaseException):
-            await future
+        # Until the thread has stopped, however often this is cancelled meanwhile (a
+        # gather cancels its children, and their caller may cancel them again: the
+        # second cancel ended this wait while the thread still received into the buffer).
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([future])
+        if not future.cancelled():
+            future.exception()  # (retrieved: the cancel is this call's outcome)
         raise
 
 
