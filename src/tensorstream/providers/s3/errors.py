@@ -33,7 +33,7 @@ from ...errors import (
 from ...uri import redact, redact_text
 from .._http.headers import parse_retry_after, plain_text_answer
 
-__all__ = ["ErrorContext", "from_credential_chain", "map_s3_error", "map_s3_http_error",
+__all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
            "map_session_error"]
 
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload", "NoSuchVersion", "404"}
@@ -49,6 +49,18 @@ _BUSY = {
     "503", "500", "502", "504", "429",
 }
 _BAD_NAME = {"InvalidBucketName", "KeyTooLongError"}
+#: S3's answers to a request sent to (or signed for) a region the bucket is not in.
+_WRONG_REGION = {"PermanentRedirect", "TemporaryRedirect", "AuthorizationHeaderMalformed",
+                 "IllegalLocationConstraintException"}
+
+
+class WrongRegionError(ConfigurationError):
+    """The bucket is in another region than the one requests were signed for;
+    :attr:`region` is the bucket's region where S3 named it (else ``""``)."""
+
+    def __init__(self, message: str, region: str = "") -> None:
+        super().__init__(message)
+        self.region = region
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +73,8 @@ class ErrorContext:
     #: The secret key and session token in use: a server's error message that
     #: echoes one (a hostile or broken endpoint) has it masked.
     secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    #: The region requests were signed for ("" when not known).
+    region: str = ""
 
     def withhold(self, text: str) -> str:
         """``text`` with every secret of :attr:`secrets` in it masked."""
@@ -205,6 +219,9 @@ def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamEr
     detail = f"{label}: {text}" if text and text != label else label
     keys = {code, str(status)}
 
+    wrong_region = _wrong_region(code, status, error, meta, ctx)
+    if wrong_region is not None:
+        return wrong_region
     if code == "NoSuchBucket":
         bucket = ctx.path.split("/", 1)[0]
         named = f" {bucket!r}" if bucket else ""
@@ -230,6 +247,44 @@ def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamEr
     return TensorstreamError(f"S3 request failed ({detail})")
 
 
+def _wrong_region(code: str, status: Any, error: dict[str, Any], meta: dict[str, Any],
+                  ctx: ErrorContext) -> WrongRegionError | None:
+    """The error for a bucket in another region than the one requests were signed
+    for (a 301 ``PermanentRedirect``, a 400 ``AuthorizationHeaderMalformed``, or a
+    HEAD's bare 301/400 with ``x-amz-bucket-region``), naming the bucket's region
+    and how to set it; else ``None``. The provider's reads follow the region once
+    (as boto3 does); this error is what stands when that is not possible."""
+    headers = {str(k).lower(): v for k, v in (meta.get("HTTPHeaders") or {}).items()}
+    region = str(headers.get("x-amz-bucket-region") or error.get("Region") or "").strip()
+    if not region.replace("-", "").isalnum() or len(region) > 40:  # only a region name is quoted
+        region = ""
+    if code not in _WRONG_REGION and not (region and status in (301, 307, 400)
+                                          and code in ("", str(status))):
+        return None
+    if region and region == ctx.region:
+        if code not in ("PermanentRedirect", "TemporaryRedirect", "301", "307"):
+            return None  # not about the region (a 400 of an SSE-C HEAD, say)
+        return WrongRegionError(
+            f"bucket {ctx.path.split('/', 1)[0]!r} is in region {region!r} and requests are "
+            f"signed for it, but {redact(ctx.endpoint)} answers {code or status} (it serves "
+            "another region): set the endpoint to that region's (s3_endpoint, "
+            "AWS_ENDPOINT_URL_S3), or unset it")
+    if not region and code == "AuthorizationHeaderMalformed":
+        return None  # malformed for another reason than the region (it names none)
+    bucket = ctx.path.split("/", 1)[0]
+    named = f"bucket {bucket!r}" if bucket else "the bucket"
+    signed = f" requests were signed for {ctx.region!r};" if ctx.region else ""
+    if region:
+        return WrongRegionError(
+            f"{named} is in region {region!r}, not the one configured:{signed} set "
+            f"s3_region={region!r} (or AWS_REGION={region}) ({code or status} from "
+            f"{redact(ctx.endpoint)})", region)
+    return WrongRegionError(
+        f"{named} is in another region than the one configured:{signed} set s3_region "
+        f"(or AWS_REGION) to the bucket's region ({code or status} from "
+        f"{redact(ctx.endpoint)})")
+
+
 def _retry_after(meta: dict[str, Any]) -> float | None:
     # The HTTP provider's parser: finite non-negative seconds or an HTTP date.
     return parse_retry_after((meta.get("HTTPHeaders") or {}).get("retry-after"))
@@ -240,7 +295,7 @@ def map_s3_http_error(status: int, headers: Any, body: bytes, ctx: ErrorContext)
     its XML error body (``Code``/``Message``) goes through the same table as
     botocore's ``ClientError``. Nothing else of the body (which may echo the
     string to sign) reaches a message."""
-    code = message = ""
+    code = message = region = ""
     if body:
         try:
             root = ElementTree.fromstring(body)
@@ -249,12 +304,16 @@ def map_s3_http_error(status: int, headers: Any, body: bytes, ctx: ErrorContext)
         if root is not None:
             code = (root.findtext("Code") or "").strip()
             message = (root.findtext("Message") or "").strip()
+            region = (root.findtext("Region") or "").strip()
     retry_after = headers.get("Retry-After") if headers is not None else None
+    bucket_region = headers.get("x-amz-bucket-region") if headers is not None else None
     response: dict[str, Any] = {
-        "Error": {"Code": code or str(status), "Message": redact_text(message)},
+        "Error": {"Code": code or str(status), "Message": redact_text(message),
+                  "Region": region},
         "ResponseMetadata": {
             "HTTPStatusCode": status,
-            "HTTPHeaders": {"retry-after": retry_after} if retry_after else {},
+            "HTTPHeaders": {k: v for k, v in (("retry-after", retry_after),
+                                              ("x-amz-bucket-region", bucket_region)) if v},
         },
     }
     return _map_client_error(bce.ClientError(response, "GetObject"), ctx)  # type: ignore[arg-type]

@@ -30,14 +30,15 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import logging
 import os
 import ssl
 import threading
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote_plus, urlencode
 from xml.etree import ElementTree
 
@@ -77,6 +78,7 @@ from .config import (
 )
 from .errors import (
     ErrorContext,
+    WrongRegionError,
     from_credential_chain,
     map_s3_error,
     map_s3_http_error,
@@ -87,6 +89,8 @@ from .signing import PathStyle, SignedGets, StaticCredentials, path_style
 from .writer import S3Writer
 
 __all__ = ["S3Provider"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("tensorstream.s3")
 install_secret_filter()  # botocore DEBUG logs carry session tokens
@@ -162,6 +166,10 @@ class S3Provider(Provider):
         self._sync_creds: Any = None
         self._default_ca: str | None = None
         self._light: PathStyle | bool | None = None  # None: not decided yet
+        #: Buckets S3 said are in another region than the configured one, and the
+        #: clients signing for those regions.
+        self._bucket_regions: dict[str, str] = {}
+        self._region_clients: dict[str, Any] = {}
 
     @classmethod
     def from_uri(cls, uri: Any, *, config: CommonConfig | None = None, **options: Any) -> S3Provider:
@@ -192,7 +200,19 @@ class S3Provider(Provider):
     def _ctx(self, path: str) -> ErrorContext:
         endpoint = self.credentials.endpoint.value if self.credentials.endpoint else "AWS S3"
         return ErrorContext(path=path, credential_source=self._key_source, endpoint=endpoint,
-                            secrets=self._secrets())
+                            secrets=self._secrets(), region=self._signing_region(path))
+
+    def _signing_region(self, path: str) -> str:
+        """The region reads of ``path`` are signed for, as far as known without
+        building a client."""
+        if (region := self._bucket_regions.get(path.partition("/")[0])) is not None:
+            return region
+        if isinstance(self._light, PathStyle):
+            return self._light.region
+        client = self._sync_client
+        if client is not None:
+            return str(client.meta.region_name or "")
+        return self.credentials.region.value if self.credentials.region else ""
 
     def _secrets(self) -> tuple[str, ...]:
         """The secret key and session token in use (to mask in server messages)."""
@@ -316,8 +336,11 @@ class S3Provider(Provider):
 
     def stat_blocking(self, path: str, cancel: Cancel | None = None) -> ObjectInfo:
         """:meth:`stat` (one signed HEAD) in the calling thread."""
+        return self._in_bucket_region(path, lambda: self._stat_once(path, cancel))
+
+    def _stat_once(self, path: str, cancel: Cancel | None) -> ObjectInfo:
         bucket, key = _split(path)
-        client, pool = self._reads_state()
+        client, pool = self._reads_for(bucket)
         with self._mapped_errors(path):  # signing may refresh the credentials
             url = self._gets.object_url(client, bucket, key)
             signed = self._gets.signed_headers(self._sync_creds, client, url,
@@ -346,8 +369,9 @@ class S3Provider(Provider):
             path, offset, offset + len(buffer), pin, None).readinto(buffer))
 
     # -- the blocking path ----------------------------------------------------------
-    def _create_sync_client(self) -> Any:
-        """A synchronous botocore client used only to presign (no requests)."""
+    def _create_sync_client(self, region: str | None = None) -> Any:
+        """A synchronous botocore client used only to presign (no requests), for
+        ``region`` (else the configured one)."""
         import botocore.exceptions
         import botocore.session
         from botocore.config import Config
@@ -372,6 +396,8 @@ class S3Provider(Provider):
                 self._key_source = chain_source(getattr(self._sync_creds, "method", None),
                                                 profile)
             cfg_kwargs, kwargs = self._client_options()
+            if region is not None:
+                kwargs["region_name"] = region
             if cfg_kwargs["signature_version"] is None:
                 cfg_kwargs["signature_version"] = "s3v4"  # presign with SigV4, never SigV2
             kwargs["config"] = Config(**cfg_kwargs)
@@ -423,6 +449,38 @@ class S3Provider(Provider):
                 self._sync_client = self._create_sync_client()
             return self._sync_client, self._pool_locked()
 
+    def _reads_for(self, bucket: str) -> tuple[Any, ConnectionPool]:
+        """:meth:`_reads_state` for ``bucket``: signed for the region S3 said it is in."""
+        client, pool = self._reads_state()
+        region = self._bucket_regions.get(bucket)
+        if region is None:
+            return client, pool
+        if isinstance(client, PathStyle):
+            return dataclasses.replace(client, region=region), pool
+        with self._sync_lock:
+            other = self._region_clients.get(region)
+            if other is None:
+                other = self._region_clients[region] = self._create_sync_client(region)
+        return other, pool
+
+    def _in_bucket_region(self, path: str, call: Callable[[], _T]) -> _T:
+        """``call()``, sent once more in the bucket's region when S3 answers that the
+        bucket is in another one (a 301 ``PermanentRedirect``, a 400
+        ``AuthorizationHeaderMalformed``): boto3 follows such an answer, and a
+        bucket outside the configured region (``us-east-1`` by default) was an
+        error before. Remembered per bucket; writes and deletes go through
+        botocore, whose own redirector follows it."""
+        try:
+            return call()
+        except WrongRegionError as exc:
+            bucket = path.partition("/")[0]
+            if not exc.region or self._bucket_regions.get(bucket) == exc.region:
+                raise
+            log.info("S3 bucket %r is in region %s: its reads are signed for it", bucket,
+                     exc.region)
+            self._bucket_regions[bucket] = exc.region
+        return call()
+
     def _pool_locked(self) -> ConnectionPool:
         if self._pool is None:
             tls = TLSSettings(ca_bundle=str(self.ca_bundle) if self.ca_bundle
@@ -438,8 +496,13 @@ class S3Provider(Provider):
 
     def _open(self, path: str, start: int, end: int, pin: Pin | None,
               cancel: Cancel | None) -> RangeBody:
+        return self._in_bucket_region(path, lambda: self._open_once(path, start, end, pin,
+                                                                    cancel))
+
+    def _open_once(self, path: str, start: int, end: int, pin: Pin | None,
+                   cancel: Cancel | None) -> RangeBody:
         bucket, key = _split(path)
-        client, pool = self._reads_state()
+        client, pool = self._reads_for(bucket)
         with self._mapped_errors(path):  # signing may refresh the credentials
             url = self._gets.object_url(client, bucket, key)
             signed = self._gets.signed_headers(self._sync_creds, client, url,
@@ -463,8 +526,11 @@ class S3Provider(Provider):
         """What :meth:`stat` reports and the body of every byte, from one signed
         GET (``Range: bytes=0-``); ``None`` when that answer cannot stand in for
         the ``HEAD`` (ask :meth:`stat`). Saves a load one round trip."""
+        return self._in_bucket_region(path, lambda: self._open_whole_once(path))
+
+    def _open_whole_once(self, path: str) -> tuple[ObjectInfo, RangeBody] | None:
         bucket, key = _split(path)
-        client, pool = self._reads_state()
+        client, pool = self._reads_for(bucket)
         with self._mapped_errors(path):  # signing may refresh the credentials
             url = self._gets.object_url(client, bucket, key)
             signed = self._gets.signed_headers(self._sync_creds, client, url,
@@ -501,14 +567,17 @@ class S3Provider(Provider):
         # botocore client (never aiobotocore: a cp -r builds one client and
         # never loads aiohttp). Pages follow the continuation token (botocore's
         # paginator would first scan its data directories: ~0.1 s of CPU).
-        client, pool = await in_thread(self._reads_state)
         args = {"Bucket": bucket, "Prefix": key_prefix}
 
-        def next_page() -> Any:
+        def page_once() -> Any:
+            client, pool = self._reads_for(bucket)
             if isinstance(client, PathStyle):
                 return self._list_page(client, pool, prefix, args)
             with self._mapped_errors(prefix):
                 return client.list_objects_v2(**args)
+
+        def next_page() -> Any:
+            return self._in_bucket_region(prefix, page_once)
 
         tokens: set[str] = set()
         empty = 0  # consecutive truncated pages without an entry
@@ -607,6 +676,7 @@ class S3Provider(Provider):
         with self._sync_lock:
             pool, self._pool = self._pool, None
             self._sync_client = None
+            self._region_clients.clear()
             self._gets.clear()
         if pool is not None:
             pool.close()

@@ -66,8 +66,8 @@ class SignedGets:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._urls: dict[tuple[str, str], str] = {}
-        self._signatures: dict[tuple[str, str, str, str | None],
+        self._urls: dict[tuple[str, str, str], str] = {}
+        self._signatures: dict[tuple[str, str, str, str, str | None],
                                tuple[dict[str, str], float]] = {}
 
     def object_url(self, client: Any, bucket: str, key: str) -> str:
@@ -75,8 +75,9 @@ class SignedGets:
         path style, key quoting), without any signature (so no secret in it).
 
         ``client`` is a botocore client, or a :class:`PathStyle` endpoint."""
+        where = (bucket, key, _region(client))  # a bucket's region may be learnt later
         with self._lock:
-            url = self._urls.get((bucket, key))
+            url = self._urls.get(where)
         if url is not None:
             return url
         if isinstance(client, PathStyle):
@@ -88,7 +89,7 @@ class SignedGets:
         with self._lock:
             if len(self._urls) >= _URL_CACHE:
                 self._urls.clear()
-            self._urls[(bucket, key)] = url
+            self._urls[where] = url
         return url
 
     def signed_headers(self, creds: Any, client: Any, url: str,
@@ -107,13 +108,13 @@ class SignedGets:
         if creds is None:
             return headers
         frozen = creds.get_frozen_credentials()
-        key = (method, url, frozen.access_key, frozen.token)
+        region = _region(client)
+        key = (method, url, region, frozen.access_key, frozen.token)
         now = time.monotonic()
         with self._lock:
             hit = self._signatures.get(key)
         if hit is None or now - hit[1] > _SIGNATURE_REUSE:
             request = AWSRequest(method=method, url=url, headers={})
-            region = client.region if isinstance(client, PathStyle) else client.meta.region_name
             S3SigV4Auth(frozen, "s3", region).add_auth(request)
             hit = (dict(request.headers.items()), now)
             with self._lock:
@@ -126,3 +127,8 @@ class SignedGets:
         with self._lock:
             self._urls.clear()
             self._signatures.clear()
+
+
+def _region(client: Any) -> str:
+    """The region ``client`` (a botocore client or a :class:`PathStyle`) signs for."""
+    return str(client.region if isinstance(client, PathStyle) else client.meta.region_name)
