@@ -17,6 +17,7 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
         if name.startswith(("AWS_", "S3_", "REDIS_", "REDISCLI_", "TENSORSTREAM_")) or name in (
             "SSL_CERT_FILE",
             "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
             "NETRC",
         ):
             monkeypatch.delenv(name, raising=False)

@@ -230,6 +230,56 @@ async def test_connection_refused_is_a_connection_error() -> None:
     assert isinstance(info.value.last_error, ConnectionError)
 
 
+async def test_a_failed_connection_says_the_proxy_from_the_environment_is_not_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # requests, curl and aiohttp (trust_env) send through HTTPS_PROXY; tensorstream
+    # connects directly, and a user behind a proxy saw only a timeout or a refusal.
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/x"
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", "http://user:proxy-pw-canary@proxy.invalid:3128")
+    with pytest.raises(ConnectionError) as info:
+        await tensorstream.stat(url, retries=1)
+    message = str(info.value)
+    assert "http_proxy names a proxy, but tensorstream does not use proxies" in message
+    assert "canary" not in message and "proxy.invalid" not in message
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")  # bypassed: no note
+    with pytest.raises(ConnectionError) as info:
+        await tensorstream.stat(url, retries=1)
+    assert "proxies" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["modèle v2.bin", "日本語/model.bin", "two  spaces.bin"])
+async def test_a_path_with_spaces_or_beyond_ascii_is_sent_percent_encoded(
+        http_server: HTTPTestServer, name: str) -> None:
+    # http.client cannot send them: a space was a ProtocolError quoting the URL, a
+    # character beyond ASCII a ConfigurationError blaming the credentials.
+    key = f"{uuid.uuid4().hex[:8]}-{name}"
+    http_server.put(key, DATA)
+    query = "?X-Amz-Signature=sig%2Fx&b=%7E"  # around them, every byte kept
+    url = http_server.url(key) + query
+    assert (await tensorstream.stat(url)).size == len(DATA)
+    assert await tensorstream.read_range(url, 5, 100) == DATA[5:100]
+    with tensorstream.open(url) as f:
+        assert f.read() == DATA
+    assert all(r.path.endswith(query) for r in http_server.requests_for(key))
+
+
+async def test_a_redirect_to_a_location_beyond_ascii_is_followed(
+        http_server: HTTPTestServer) -> None:
+    key = f"{uuid.uuid4().hex[:8]}.bin"
+    http_server.put(f"modèles/{key}", DATA)
+    with HTTPTestServer() as front:  # Location: <base>/modèles/<key>
+        front.faults.redirect_to = f"{http_server.base_url}/modèles"
+        got = await tensorstream.read_range(f"{front.base_url}/{key}", 0, 100)
+    assert got == DATA[:100]
+
+
 async def test_rate_limit_fault_slows_the_transfer(http_server: HTTPTestServer) -> None:
     _, url = _put(http_server)
     http_server.faults.rate_limit = 1 << 20  # 1 MiB/s

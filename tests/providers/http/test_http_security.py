@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
+import subprocess
 import time
 import traceback
 import uuid
@@ -227,6 +229,18 @@ async def test_ca_bundle_option_and_env(https_server: HTTPTestServer,
     assert (await tensorstream.stat(url)).size == len(DATA)
 
 
+async def test_ca_bundle_from_curl_ca_bundle(https_server: HTTPTestServer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # requests and curl users have CURL_CA_BUNDLE set for their private CA: it was
+    # ignored, and the read failed on an untrusted certificate.
+    _, url = _put(https_server)
+    monkeypatch.setenv("CURL_CA_BUNDLE", str(https_server.ca_bundle_path))
+    assert (await tensorstream.stat(url)).size == len(DATA)
+    env = {"REQUESTS_CA_BUNDLE": __file__, "CURL_CA_BUNDLE": "/no/such/file"}
+    got = resolve_http_credentials(None, env=env).ca_bundle  # requests' order
+    assert got is not None and got.source == "env REQUESTS_CA_BUNDLE"
+
+
 async def test_insecure_works_and_warns(https_server: HTTPTestServer,
                                         caplog: pytest.LogCaptureFixture) -> None:
     _, url = _put(https_server)
@@ -246,6 +260,57 @@ async def test_client_certificate(mtls_server: HTTPTestServer) -> None:
     with pytest.raises(ConnectionError):
         await tensorstream.stat(url, ca_bundle=mtls_server.ca_bundle_path, retries=1)
     assert (await tensorstream.stat(url, **mtls_server.options)).size == len(DATA)
+
+
+def test_a_client_certificate_that_cannot_be_loaded_is_a_clear_error(
+        mtls_server: HTTPTestServer, tmp_path: Path) -> None:
+    # Was "TLS failed (SSLError: [SSL] PEM lib ...); for a private CA pass ca_bundle=",
+    # naming no file; an encrypted key made OpenSSL prompt on the terminal.
+    _, url = _put(mtls_server)
+    cert, key = mtls_server.client_cert_path, mtls_server.client_key_path
+    assert cert is not None and key is not None
+    encrypted = tmp_path / "encrypted.key"
+    from cryptography.hazmat.primitives import serialization
+
+    pem = serialization.load_pem_private_key(Path(key).read_bytes(), password=None)
+    encrypted.write_bytes(pem.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"pass-phrase")))
+    ca = mtls_server.ca_bundle_path
+    for opts, named in [({"client_cert": cert}, "client_key="),  # the key is in another file
+                        ({"client_cert": cert, "client_key": str(encrypted)}, "encrypted"),
+                        ({"client_cert": key, "client_key": key}, str(key))]:
+        t0 = time.monotonic()
+        with pytest.raises(errors.ConfigurationError, match="client certificate") as info:
+            tensorstream.open(url, ca_bundle=ca, retries=3, **opts).close()
+        assert named in str(info.value) and time.monotonic() - t0 < 2
+
+
+def test_a_ca_bundle_that_is_not_pem_names_the_file(https_server: HTTPTestServer,
+                                                    tmp_path: Path) -> None:
+    _, url = _put(https_server)
+    bundle = tmp_path / "bundle.crt"
+    bundle.write_text("not a certificate\n")
+    with pytest.raises(errors.ConfigurationError, match="cannot load the CA bundle") as info:
+        tensorstream.open(url, ca_bundle=str(bundle), retries=3).close()
+    assert str(bundle) in str(info.value)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_a_ca_directory_is_trusted(https_server: HTTPTestServer, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # ca_bundle= and REQUESTS_CA_BUNDLE take a directory (as requests' verify= does);
+    # it was passed to OpenSSL as a file and every read failed.
+    _, url = _put(https_server)
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    shutil.copy(str(https_server.ca_bundle_path), certs / "ca.pem")
+    subprocess.run(["openssl", "rehash", str(certs)], check=True, capture_output=True)
+    with tensorstream.open(url, ca_bundle=str(certs)) as f:
+        assert f.read() == DATA
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certs))
+    with tensorstream.open(url) as f:
+        assert f.read(10) == DATA[:10]
 
 
 # -- redirects -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 
 from ...config import Timeouts
-from ...errors import TensorstreamError
+from ...errors import ConfigurationError, TensorstreamError
 from .answer_head import HeadedResponse
 
 __all__ = ["Cancel", "Cancelled", "ConnectionPool", "RedirectPolicy", "TLSSettings", "current"]
@@ -37,13 +37,46 @@ class TLSSettings:
     client_key: str | None = None
 
     def context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=self.ca_bundle)
+        """The client context. A CA bundle or client certificate that cannot be
+        loaded is a :class:`ConfigurationError` naming the file: OpenSSL's own
+        error named none, and was answered with the advice to pass a CA bundle."""
+        ca = self.ca_bundle
+        try:
+            if ca is not None and os.path.isdir(ca):
+                # a directory of hashed certificates (``openssl rehash``), as
+                # requests' verify=<dir> and SSL_CERT_DIR take; cafile= refuses it
+                ctx = ssl.create_default_context(capath=ca)
+            else:
+                ctx = ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigurationError(
+                f"cannot load the CA bundle {ca} ({_reason(exc)}): it must be a PEM file "
+                "of CA certificates, or a directory of them hashed by 'openssl rehash'"
+            ) from None
         if self.client_cert is not None:
-            ctx.load_cert_chain(self.client_cert, self.client_key)
+            try:
+                # A password callback, or OpenSSL prompts on the terminal for the
+                # pass phrase of an encrypted key (a service would hang there).
+                ctx.load_cert_chain(self.client_cert, self.client_key, password=_no_password)
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                key = f" and key {self.client_key}" if self.client_key else ""
+                raise ConfigurationError(
+                    f"cannot load the client certificate {self.client_cert}{key} "
+                    f"({_reason(exc)}): both must be PEM files, the key not encrypted; "
+                    "pass client_key= when the key is not in the certificate file"
+                ) from None
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
+
+
+def _no_password() -> str:
+    raise ValueError("the client key is encrypted (tensorstream takes no pass phrase)")
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,12 +7,14 @@ Kept free of I/O so they can be fuzzed and unit-tested on their own.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.client
 import ipaddress
 import re
 import ssl
 import time
+import urllib.parse
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -49,6 +51,7 @@ __all__ = [
     "served_version",
     "redact_path",
     "redirect_step",
+    "wire_target",
     "refuse_metadata_target",
     "status_error",
     "etags_match",
@@ -415,11 +418,39 @@ def origin(url: URL) -> tuple[str, str, int | None]:
 
 #: What http.client refuses in a URL (CVE-2019-9740): spaces and control characters.
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
+#: What a request target cannot carry as it is: http.client refuses a space or a
+#: control character and cannot encode a character beyond ASCII.
+_UNSENDABLE = re.compile(r"[^\x21-\x7e]")
+_SENDABLE = "".join(chr(c) for c in range(0x21, 0x7F))
+
+
+def wire_target(target: str) -> str:
+    """``target`` (``/path?query``) as a request line carries it: spaces, control
+    characters and characters beyond ASCII percent-encoded (UTF-8), as requests,
+    aiohttp and browsers send them; everything else byte for byte, so a presigned
+    URL's ``%2F`` stays ``%2F`` and its signature still matches.
+
+    >>> wire_target("/models/modèle v2.bin?X-Amz-Signature=a%2Fb")
+    '/models/mod%C3%A8le%20v2.bin?X-Amz-Signature=a%2Fb'
+    """
+    if _UNSENDABLE.search(target) is None:
+        return target
+    return urllib.parse.quote(target, safe=_SENDABLE, errors="surrogateescape")
 
 
 def redirect_step(url: URL, location: str, *, path: str) -> tuple[URL, bool]:
     """The redirect target of ``Location`` relative to ``url``, and whether it
     keeps the origin (if not, credential headers must be dropped)."""
+    if not location.isascii() and _URL_FORBIDDEN.search(location) is None:
+        # A file name beyond ASCII (servers send UTF-8 raw): encoded as requests and
+        # browsers do (spaces and control characters stay refused, below); its host
+        # (an IDN name) is left to http.client and the resolver.
+        with contextlib.suppress(UnicodeError):  # http.client read the UTF-8 as Latin-1
+            location = location.encode("latin-1").decode("utf-8")
+        parts = urllib.parse.urlsplit(location)
+        location = urllib.parse.urlunsplit(parts._replace(
+            path=wire_target(parts.path), query=wire_target(parts.query),
+            fragment=""))
     try:
         target = url.join(URL(location, encoded=True))
         target.host, target.port  # noqa: B018  (yarl parses these lazily: port 99999 raises)

@@ -7,7 +7,7 @@ Precedence (first match wins; the resolved object records the source)::
                     the host's entry in ~/.netrc (or $NETRC; basic auth, as curl
                     --netrc, requests and aiohttp read it)
     CA bundle       ca_bundle=...  >  env SSL_CERT_FILE  >  env REQUESTS_CA_BUNDLE
-                    >  the system trust store
+                    >  env CURL_CA_BUNDLE  >  the system trust store
     client cert     client_cert=... (+ client_key=...)
     insecure        insecure=True only (never from the environment)
 
@@ -44,6 +44,7 @@ __all__ = [
     "HTTPCredentials",
     "TOKEN_ENV",
     "netrc_path",
+    "proxy_note",
     "resolve_http_credentials",
 ]
 
@@ -54,7 +55,9 @@ OPTIONS = frozenset({
 
 #: Environment variable holding a bearer token for HTTP(S) sources.
 TOKEN_ENV = "TENSORSTREAM_HTTP_TOKEN"
-CA_BUNDLE_ENVS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+#: Variables naming a CA bundle, first set wins: OpenSSL's, then the ones requests
+#: reads (in its order), which users of requests and curl already have set.
+CA_BUNDLE_ENVS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,6 +245,43 @@ def resolve_http_credentials(
         client_key=key,
         insecure=insecure,
     )
+
+
+def proxy_note(origin: str, env: Mapping[str, str] | None = None) -> str | None:
+    """What a failed connection to ``origin`` adds when the environment names a
+    proxy for it (``HTTPS_PROXY``/``https_proxy``, ``HTTP_PROXY``, ``ALL_PROXY``,
+    not bypassed by ``NO_PROXY``), else ``None``. tensorstream connects directly;
+    requests, curl and aiohttp (``trust_env``) use the proxy, so a user behind one
+    would otherwise see only a timeout. The proxy's URL (it may hold a password)
+    is never shown.
+
+    >>> proxy_note("https://models.example.com", {"HTTPS_PROXY": "http://proxy:3128"})
+    'HTTPS_PROXY names a proxy, but tensorstream does not use proxies: it \
+connects to models.example.com directly, so it needs a direct route to it'
+    >>> proxy_note("https://models.example.com", {"HTTPS_PROXY": "http://proxy:3128",
+    ...                                           "NO_PROXY": ".example.com"}) is None
+    True
+    """
+    import urllib.parse
+    import urllib.request  # only on this error path
+
+    env = os.environ if env is None else env
+    scheme, _, rest = origin.partition("://")
+    host = urllib.parse.urlsplit(f"//{rest}").hostname or ""
+    found: dict[str, list[str]] = {}
+    for name, value in env.items():  # as urllib.request.getproxies_environment reads them
+        lname = name.lower()
+        if value and lname.endswith("_proxy"):
+            found.setdefault(lname[:-len("_proxy")], []).append(name)
+    names = found.get(scheme.lower()) or found.get("all")
+    if not names:
+        return None
+    no_proxy = next((env[n] for n in ("no_proxy", "NO_PROXY") if env.get(n)), "")
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # (no stub)
+    if no_proxy and bypass(host, {"no": no_proxy}):
+        return None
+    return (f"{'/'.join(sorted(names))} names a proxy, but tensorstream does not use "
+            f"proxies: it connects to {host} directly, so it needs a direct route to it")
 
 
 def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:

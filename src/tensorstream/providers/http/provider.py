@@ -33,9 +33,11 @@ from typing import Any, ClassVar
 from ...config import CommonConfig, split_options
 from ...errors import (
     ConfigurationError,
+    ConnectionFailedError,
     InvalidRangeError,
     PermissionDeniedError,
     ProtocolError,
+    StorageTimeoutError,
 )
 from ...uri import redact_text
 from .._http.headers import (
@@ -45,6 +47,7 @@ from .._http.headers import (
     parse_http_date,
     redact_path,
     status_error,
+    wire_target,
 )
 from .._http.range_get import (
     Answer,
@@ -59,7 +62,7 @@ from .._http.range_get import (
     request,
 )
 from ..base import Capabilities, ObjectInfo, Pin, Provider
-from .config import LOOKED_IN, OPTIONS, HTTPCredentials, resolve_http_credentials
+from .config import LOOKED_IN, OPTIONS, HTTPCredentials, proxy_note, resolve_http_credentials
 
 __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 
@@ -153,9 +156,16 @@ class HTTPProvider(Provider):
 
     @contextlib.contextmanager
     def _naming_credentials(self) -> Iterator[None]:
-        """A refusal (401/403) says which credentials were sent, or where none were found."""
+        """A refusal (401/403) says which credentials were sent, or where none were
+        found; a failed connection says when the environment names a proxy."""
         try:
             yield
+        except (ConnectionFailedError, StorageTimeoutError) as exc:
+            note = proxy_note(self._origin) if not getattr(exc, "received", 0) else None
+            if note is not None and note not in exc.message:
+                exc.message = f"{exc.message}; {note}"
+                exc.args = (exc.message,)
+            raise
         except PermissionDeniedError as exc:
             auth = self._creds.authorization
             if auth is not None:
@@ -170,7 +180,7 @@ class HTTPProvider(Provider):
     def _request(self, method: str, path: str, headers: dict[str, str],
                  cancel: Cancel | None = None) -> Answer:
         try:
-            return request(self._blocking_pool(), self._origin + path, method, headers,
+            return request(self._blocking_pool(), self._origin + wire_target(path), method, headers,
                            self._config.timeouts, path=path, redirects=self._redirects(),
                            cancel=cancel)
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
@@ -269,7 +279,7 @@ class HTTPProvider(Provider):
         ``HEAD`` (ask :meth:`stat`). Saves a load one round trip."""
         try:
             with self._naming_credentials():
-                got = open_whole(self._blocking_pool(), self._origin + path, _IDENTITY,
+                got = open_whole(self._blocking_pool(), self._origin + wire_target(path), _IDENTITY,
                                  self._config.timeouts, path=path, redirects=self._redirects())
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
             raise exception_error(exc, path=path) from exc
@@ -287,7 +297,7 @@ class HTTPProvider(Provider):
         try:
             with self._naming_credentials():
                 return open_range(
-                    self._blocking_pool(), self._origin + path, start, end, _IDENTITY, pin,
+                    self._blocking_pool(), self._origin + wire_target(path), start, end, _IDENTITY, pin,
                     self._config.timeouts, path=path, redirects=self._redirects(),
                     cancel=cancel, confirm=confirm)
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
