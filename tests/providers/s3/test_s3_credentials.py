@@ -596,3 +596,47 @@ def test_anonymous_with_explicit_credentials_is_a_contradiction(
     sources.good("s3_env")
     creds = resolve_s3_credentials({"anonymous": True}, env=dict(os.environ))
     assert creds.anonymous and creds.access_key_id is None
+
+
+def test_a_role_profile_whose_sts_cannot_be_reached_fails_once_naming_it(
+        isolated_env: Path, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile with role_arn/source_profile where STS does not answer: one clear
+    error naming the profile and the endpoint (before: 'cannot reach  ', retried
+    5 times over botocore's own STS retries, 41 s without network)."""
+    import socket
+    import time
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        sts = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    config = isolated_env / "role-config"
+    config.write_text(
+        "[profile src]\naws_access_key_id = AKIAEXAMPLEEXAMPLE12\n"
+        "aws_secret_access_key = secret\n"
+        "[profile role]\nrole_arn = arn:aws:iam::123456789012:role/r\n"
+        "source_profile = src\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts)
+    options = {"s3_endpoint": moto_s3.endpoint_url, "s3_region": "us-east-1",
+               "s3_profile": "role", "backoff_initial": 0.01}
+    started = time.monotonic()
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        tensorstream.open(f"s3://{S3_BUCKET}/k", **options).read()
+    assert not isinstance(info.value, errors.RetriesExhaustedError)
+    assert "profile 'role'" in str(info.value) and f"cannot reach {sts}" in str(info.value)
+    assert time.monotonic() - started < 30
+
+
+def test_a_role_profile_without_a_region_for_sts_says_to_set_one(
+        isolated_env: Path, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = isolated_env / "role-config"
+    config.write_text(
+        "[profile src]\naws_access_key_id = AKIAEXAMPLEEXAMPLE12\n"
+        "aws_secret_access_key = secret\n"
+        "[profile role]\nrole_arn = arn:aws:iam::123456789012:role/r\nsource_profile = src\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:9")
+    with pytest.raises(errors.ConfigurationError, match=r"needs a region .*set region in the "
+                                                        r"profile"):
+        tensorstream.open(f"s3://{S3_BUCKET}/k", s3_endpoint=moto_s3.endpoint_url,
+                          s3_region="us-east-1", s3_profile="role").read()

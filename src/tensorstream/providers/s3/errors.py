@@ -352,6 +352,22 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
         exc.__cause__ = exc.__context__ = None
         _keep_only(exc, {"path", "profile", "source_profile", "visited_profiles", "error_msg"})
         return ConfigurationError(f"{where}: {redact_text(str(exc))}")
+    if isinstance(exc, (bce.ConnectionError, bce.ReadTimeoutError, bce.HTTPClientError)):
+        # An endpoint the chain fetches keys from (STS for a role_arn, SSO, container or
+        # instance metadata) that does not answer. botocore's client for it has retried
+        # already: retrying that again, 5 times over, took 41 s to say "cannot reach  ".
+        url = getattr(exc, "kwargs", {}).get("endpoint_url")
+        err = ConnectionFailedError(
+            f"{where}: botocore's credential chain cannot reach "
+            f"{redact(str(url)) if url else 'the endpoint it fetches keys from'} "
+            f"({type(exc).__name__}; STS for role_arn/source_profile, SSO, container or "
+            "instance metadata)")
+        err.temporary = False
+        return err
+    if isinstance(exc, bce.NoRegionError):
+        return ConfigurationError(
+            f"{where}: botocore's credential chain needs a region (for STS): set region in "
+            "the profile, or AWS_DEFAULT_REGION")
     if isinstance(exc, bce.BotoCoreError):
         mapped = map_s3_error(exc, ErrorContext("", "", ""))
         if mapped is not exc:
