@@ -194,3 +194,22 @@ def test_a_signal_mid_conversion_leaves_nothing(
     if remote:
         assert not moto_s3.exists(S3_BUCKET, f"cli-signal/{sig.name}.tensors")
         assert moto_s3.open_multipart_uploads(S3_BUCKET, "cli-signal/") == []
+
+
+def test_a_damaged_source_fails_and_writes_nothing_unless_no_verify_hash(tmp_path: Path) -> None:
+    want = {"a": torch.arange(4096, dtype=torch.float32)}
+    st_torch.save_file(want, str(tmp_path / "m.safetensors"))
+    assert cli("-q", str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors")).returncode == 0
+    blob = bytearray((tmp_path / "m.tensors").read_bytes())
+    blob[blob.find(want["a"].numpy().tobytes()) + 100] ^= 0x01
+    (tmp_path / "bad.tensors").write_bytes(bytes(blob))
+    p = cli(str(tmp_path / "bad.tensors"), str(tmp_path / "out.safetensors"))
+    assert p.returncode == 1 and "verify_hash failed" in p.stderr and "'a'" in p.stderr, p.stderr
+    assert "--no-verify-hash converts it" in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "out.safetensors").exists()
+    p = cli("--no-verify-hash", str(tmp_path / "bad.tensors"), str(tmp_path / "out.safetensors"))
+    assert p.returncode == 0, p.stderr  # the damage converted, as asked
+    assert not same(st_torch.load_file(str(tmp_path / "out.safetensors")), want)
+    p = cli(str(tmp_path / "m.tensors"), str(tmp_path / "ok.safetensors"))
+    assert p.returncode == 0, p.stderr
+    assert same(st_torch.load_file(str(tmp_path / "ok.safetensors")), want)

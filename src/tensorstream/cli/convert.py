@@ -70,6 +70,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                      help="take a passphrase from environment variable NAME (Argon2id; the "
                           "salt is stored in the file)")
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    p.add_argument("--no-verify-hash", dest="verify_hash", action="store_false", default=None,
+                   help="do not check a tensorizer SRC's tensors against their stored hashes "
+                        "(checked by default: a damaged byte fails the conversion and nothing "
+                        "is written)")
     add_no_fsync_option(p, target="a local DST")
     add_output_options(p, json_help="print the result as one JSON object")
     add_storage_options(p)
@@ -94,7 +98,7 @@ def _encryption(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from ..conversion.api import convert
-    from ..tensorizer.crypto import DecryptionError
+    from ..tensorizer.crypto import DecryptionError, TensorHashMismatchError
     from ..uri import redact_text
     from ._run import EXIT_OK, PROG, sigterm_interrupts
 
@@ -127,8 +131,12 @@ def run(args: argparse.Namespace) -> int:
         with sigterm_interrupts():  # cleaned up as for Ctrl-C: nothing is left at DST
             result = convert(args.src, args.dst, encryption=encryption,
                              overwrite=args.overwrite, durable=args.durable, progress=progress,
+                             verify_hash=args.verify_hash,
                              src_options=src_options, dst_options=dst_options, **options)
         ok = True
+    except TensorHashMismatchError as exc:
+        raise TensorHashMismatchError(f"{exc}: SRC is damaged and nothing was written "
+                                      "(--no-verify-hash converts it as it is)") from None
     except DecryptionError as exc:
         if encryption is not None or "no key was given" not in str(exc):
             raise

@@ -176,6 +176,7 @@ def convert(
     durable: bool = True,
     metadata: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    verify_hash: bool | None = None,
     src_options: Mapping[str, Any] | None = None,
     dst_options: Mapping[str, Any] | None = None,
     **options: Any,
@@ -206,6 +207,13 @@ def convert(
     ``transformers`` expects); a tensorizer file cannot hold metadata, so a
     safetensors source's is dropped and said in ``result.notes``.
     ``progress(done_bytes, total_bytes)`` is called after each tensor.
+    Every tensor of a tensorizer source is checked against the hashes stored
+    with it before it is written: a damaged byte raises
+    :class:`~tensorstream.tensorizer.TensorHashMismatchError` and nothing is
+    published (the hashes do not survive in a safetensors file, so a damage
+    converted could never be found again). ``verify_hash=False`` skips the
+    check (tensorizer's own default); ``True`` insists on it, and is refused
+    for a safetensors source, which holds no hashes.
     ``options`` apply to both sides (as for :func:`tensorstream.open`);
     ``src_options``/``dst_options`` override them for one side.
 
@@ -220,13 +228,16 @@ def convert(
     ConvertResult(src='s3://b/llama/model.safetensors.index.json', ...)
     """
     started = time.perf_counter()
-    _check_arguments(overwrite=overwrite, durable=durable, progress=progress,
-                     src_options=src_options, dst_options=dst_options)
+    _check_arguments(overwrite=overwrite, durable=durable, verify_hash=verify_hash,
+                     progress=progress, src_options=src_options, dst_options=dst_options)
     sopts = {**options, **(src_options or {})}
     dopts = {**options, **(dst_options or {})}
     src_parsed, dst_parsed = parse_uri(src), parse_uri(dst)
     fmt = source_format(src_parsed, sopts)
     target = TENSORIZER if fmt == SAFETENSORS else SAFETENSORS
+    if verify_hash is True and fmt == SAFETENSORS:
+        raise ConfigurationError("verify_hash= checks a tensorizer source's stored hashes; a "
+                                 "safetensors source has none (tensorizer hashes what it writes)")
     dst_parsed = _destination(src_parsed, dst_parsed, target)
     if _same_object(src_parsed, dst_parsed):
         raise ConfigurationError(f"source and destination are the same: {dst_parsed.redacted()}")
@@ -253,17 +264,18 @@ def convert(
                        progress, result)
     else:
         _to_safetensors(src_parsed, dst_parsed, sopts, dopts, encryption, metadata, overwrite,
-                        durable, progress, result)
+                        durable, progress, result, verify_hash=verify_hash is not False)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _check_arguments(*, overwrite: Any, durable: Any, progress: Any, src_options: Any,
-                     dst_options: Any) -> None:
+def _check_arguments(*, overwrite: Any, durable: Any, verify_hash: Any, progress: Any,
+                     src_options: Any, dst_options: Any) -> None:
     """Refuse arguments of the wrong kind before anything is read: ``overwrite="no"`` is
     truthy, and would replace the destination."""
-    for name, flag in (("overwrite", overwrite), ("durable", durable)):
-        if not isinstance(flag, bool):
+    for name, flag in (("overwrite", overwrite), ("durable", durable),
+                       ("verify_hash", verify_hash)):
+        if not isinstance(flag, bool) and not (name == "verify_hash" and flag is None):
             raise ConfigurationError(f"{name}= takes True or False, not {flag!r:.40}")
     if progress is not None and not callable(progress):
         raise ConfigurationError(
@@ -314,14 +326,14 @@ def _to_tensorizer(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts:
 def _to_safetensors(src: ParsedURI, dst: ParsedURI, sopts: dict[str, Any], dopts: dict[str, Any],
                     encryption: Any, metadata: Mapping[str, str] | None, overwrite: bool,
                     durable: bool, progress: Callable[[int, int], None] | None,
-                    result: ConvertResult) -> None:
+                    result: ConvertResult, *, verify_hash: bool = False) -> None:
     from ..tensorizer.load import deserialize
     from .to_safetensors import plan, write_safetensors
 
     where = src.redacted()
     # One reader, tensors loaded a batch at a time (lazy_load): memory stays bounded.
     with deserialize(src, "cpu", lazy_load=True, num_readers=1, encryption=encryption,
-                     **sopts) as deserializer:
+                     verify_hash=verify_hash, **sopts) as deserializer:
         planned = plan(deserializer, where)
         total = sum(p.nbytes for p in planned)
         write_safetensors(deserializer, planned, where, dst, dopts,
