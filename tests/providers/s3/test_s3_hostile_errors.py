@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import traceback
+from typing import Any
 
 import pytest
 
 import tensorstream
 from reliability_helpers import RawHTTPServer
 from tensorstream.cli.main import main
-from tensorstream.errors import PermissionDeniedError, TensorstreamError
+from tensorstream.errors import ConfigurationError, PermissionDeniedError, TensorstreamError
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -92,3 +93,35 @@ def test_a_botocore_refusal_that_echoes_the_secrets_masks_them_in_the_chain() ->
         asyncio.run(go())
     assert info.value.__cause__ is not None  # the chain is kept, masked
     _assert_masked(_shown(info.value))
+
+
+def _bare_400_on_head(code: str, message: str) -> Any:
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "HEAD":  # S3 gives a HEAD's error no body
+            return b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+        return (f"HTTP/1.1 400 Bad Request\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n").encode() + body
+    return respond
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_an_expired_session_token_names_the_source_of_the_keys_not_a_bare_400(
+        sequential: bool) -> None:
+    """S3 answers a HEAD with an expired token with a bare 400: the error said
+    "S3 rejected the request (400)". A GET of byte 0 gets its reason."""
+    respond = _bare_400_on_head("ExpiredToken", "The provided token has expired.")
+    with RawHTTPServer(respond) as server, pytest.raises(PermissionDeniedError) as info:
+        tensorstream.open("s3://b/k.bin", sequential=sequential, **_options(server)).read()
+    assert "ExpiredToken" in str(info.value)
+    assert "option s3_access_key_id/s3_secret_access_key" in str(info.value)
+    _assert_masked(_shown(info.value) + "***")
+
+
+def test_an_sse_c_object_read_without_its_key_says_so_not_a_bare_400() -> None:
+    respond = _bare_400_on_head(
+        "InvalidRequest", "The object was stored using a form of Server Side Encryption. "
+        "The correct parameters must be provided to retrieve the object.")
+    with RawHTTPServer(respond) as server, pytest.raises(ConfigurationError,
+                                                         match="Server Side Encryption"):
+        tensorstream.open("s3://b/k.bin", **_options(server)).read()

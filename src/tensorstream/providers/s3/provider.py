@@ -353,8 +353,33 @@ class S3Provider(Provider):
         except ssl.SSLError as exc:
             raise exception_error(exc, path=path, service="s3") from exc
         if answer.status != 200:
-            raise map_s3_http_error(answer.status, answer.headers, answer.body, self._ctx(path))
+            err = map_s3_http_error(answer.status, answer.headers, answer.body, self._ctx(path))
+            if answer.status == 400 and not answer.body and not isinstance(err,
+                                                                          WrongRegionError):
+                err = self._reason_for_400(client, pool, url, path, cancel) or err
+            raise err
         return _head_info(path, answer)
+
+    def _reason_for_400(self, client: Any, pool: ConnectionPool, url: str, path: str,
+                        cancel: Cancel | None) -> TensorstreamError | None:
+        """The error S3 gives a GET of byte 0, for a HEAD answered with a bare 400.
+
+        S3 answers a HEAD without a body: an expired session token, an SSE-C object
+        read without its key and a malformed request were all "S3 rejected the
+        request (400)", the source of the keys unnamed. The GET's XML ``Code`` says
+        which (``None``: it says nothing more either)."""
+        try:
+            with self._mapped_errors(path):
+                signed = self._gets.signed_headers(
+                    self._sync_creds, client, url,
+                    {"Accept-Encoding": "identity", "Range": "bytes=0-0"})
+            answer = request(pool, url, "GET", signed, self.config.timeouts, path=path,
+                             service="s3", cancel=cancel)
+        except (TensorstreamError, OSError):
+            return None
+        if answer.status < 400 or not answer.body:
+            return None
+        return map_s3_http_error(answer.status, answer.headers, answer.body, self._ctx(path))
 
     async def readinto(
         self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
