@@ -339,6 +339,24 @@ async def test_https_to_http_downgrade_drops_credentials(
     assert all("Authorization" not in r.headers for r in http_server.requests_for(key))
 
 
+async def test_a_refusal_after_credentials_were_dropped_at_a_redirect_says_so(
+        http_server: HTTPTestServer) -> None:
+    # http://host -> https://host (nginx's "return 301 https://...") leaves the origin, so
+    # the token is dropped; the 401 said "sent the Authorization from argument token".
+    with HTTPTestServer(token="other-origin-token", tls=True) as secured:
+        key, _ = _put(secured)
+        http_server.faults.redirect_to = secured.base_url
+        opts = {"token": HTTP_TEST_TOKEN, "ca_bundle": secured.ca_bundle_path, "retries": 1}
+        for call in (tensorstream.stat(http_server.url(key), **opts),  # HEAD
+                     tensorstream.read_range(http_server.url(key), 0, 10, **opts)):  # GET
+            with pytest.raises(PermissionError) as info:
+                await call
+            message = str(info.value)
+            assert "redirect to another origin" in message
+            assert "was sent to the first origin only" in message
+            assert "sent the Authorization" not in message and HTTP_TEST_TOKEN not in message
+
+
 async def test_same_origin_redirect_keeps_credentials(
         http_token_server: HTTPTestServer) -> None:
     key = f"old-{uuid.uuid4().hex[:8]}"

@@ -37,6 +37,8 @@ from ...uri import redact, redact_text
 from ..base import Pin
 
 __all__ = [
+    "CREDENTIALS_DROPPED",
+    "DROPPED_NOTE",
     "REDIRECT_STATUSES",
     "LIST_HEADERS",
     "ContentRange",
@@ -204,6 +206,13 @@ def redact_path(path: str) -> str:
     return redact("http://h" + path)[len("http://h") :]
 
 
+#: Set (True) on an answer's headers when credentials were dropped on the way to it.
+CREDENTIALS_DROPPED = "credentials_dropped"
+#: What a refusal after such a redirect says (the provider then names no source as sent).
+DROPPED_NOTE = ("after a redirect to another origin (scheme, host or port), where "
+                "credentials are never sent")
+
+
 def status_error(status: int, reason: str, headers: _Headers, *, path: str,
                  service: str = "http") -> TensorstreamError:
     """The tensorstream error for an HTTP status that is not the expected answer."""
@@ -212,6 +221,10 @@ def status_error(status: int, reason: str, headers: _Headers, *, path: str,
     if status in (404, 410):
         return NotFoundError(f"{msg}: no such object", **where)
     if status in (401, 403):
+        if getattr(headers, CREDENTIALS_DROPPED, False):
+            msg += (f": access refused {DROPPED_NOTE}; pass the URL the server redirects to, "
+                    "with the credentials for it")
+            return PermissionDeniedError(msg, **where)
         return PermissionDeniedError(f"{msg}: access refused", **where)
     if status == 412:
         return ObjectChangedError(f"{msg}: the object changed (the pinned read's precondition "

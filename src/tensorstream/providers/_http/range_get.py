@@ -83,6 +83,7 @@ from .connections import (
     current,
 )
 from .headers import (
+    CREDENTIALS_DROPPED,
     LIST_HEADERS,
     REDIRECT_STATUSES,
     body_refusal,
@@ -283,6 +284,7 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
     current = URL(url, encoded=True)
     creds = dict(redirects.credentials) if redirects is not None else {}
     hops = redirects.max_redirects if redirects is not None else 0
+    dropped = False  # credentials were dropped at a hop to another origin
     for _ in range(hops + 1):
         conn, resp = _exchange(pool, current, method, {**headers, **creds}, timeouts,
                                service=service, path=path, cancel=cancel)
@@ -293,6 +295,7 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
                 conn.close()  # never drain a body we do not want
                 target, same_origin = redirect_step(current, location, path=path)
                 if not same_origin:
+                    dropped = dropped or bool(creds)
                     creds = {}  # never forward credentials to another origin (or to http)
                 _check_redirect(target, redirects, path)
                 current = target
@@ -300,6 +303,11 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
         except BaseException:
             conn.close()  # never reuse a connection after an error
             raise
+        if dropped and resp.status in (401, 403):
+            # A refusal's error must not say the credentials were sent (both header
+            # objects: the status is mapped from either, see status_error).
+            for message in (view, resp.headers):
+                setattr(message, CREDENTIALS_DROPPED, True)
         return conn, resp, view, current
     raise ProtocolError(f"more than {hops} redirects", service=service,
                         path=redact_path(path))

@@ -41,6 +41,7 @@ from ...errors import (
 )
 from ...uri import redact_text
 from .._http.headers import (
+    DROPPED_NOTE,
     exception_error,
     parse_content_range,
     parse_decimal,
@@ -168,7 +169,9 @@ class HTTPProvider(Provider):
             raise
         except PermissionDeniedError as exc:
             auth = self._creds.authorization
-            if auth is not None:
+            if auth is not None and DROPPED_NOTE in exc.message:
+                note = f"the Authorization from {auth.source} was sent to the first origin only"
+            elif auth is not None:
                 note = f"sent the Authorization from {auth.source}"
             else:
                 note = f"sent no Authorization (looked in: {', '.join(LOOKED_IN)})"
