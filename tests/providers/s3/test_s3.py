@@ -209,3 +209,15 @@ def test_provider_repr_and_pickle_hide_secrets(s3: MotoS3Server) -> None:
     assert "option s3_access_key_id/s3_secret_access_key" in text
     with pytest.raises(TypeError):
         pickle.dumps(provider.inner)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_a_version_id_in_the_uri_that_is_no_key_says_versions_are_not_read(
+        moto_s3: MotoS3Server, isolated_env: Path, sequential: bool) -> None:
+    """s3fs reads s3://b/k?versionId=v as a version of k; here it is the key
+    'k?versionId=v' (aws-cli's rule), and that key being absent says why."""
+    moto_s3.put(S3_BUCKET, "versioned.bin", b"now")
+    with pytest.raises(errors.NotFoundError, match=r"'\?versionId=' included .*version.* not "
+                                            r"supported"):
+        tensorstream.open(f"s3://{S3_BUCKET}/versioned.bin?versionId=3HL4kqtJlcpXroDTDmJ",
+                          sequential=sequential, **moto_s3.options()).read()

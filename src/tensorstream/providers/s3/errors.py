@@ -227,7 +227,12 @@ def _map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamEr
         named = f" {bucket!r}" if bucket else ""
         return NotFoundError(f"no such bucket{named} at {redact(ctx.endpoint)} ({detail})")
     if keys & _NOT_FOUND:
-        return NotFoundError(f"no such object ({detail})")
+        # s3fs and pyarrow read s3://b/k?versionId=v as version v of k; here the key is
+        # every character after the bucket (aws-cli's rule), and that key is absent.
+        version = ("; the key is every character after the bucket, '?versionId=' included "
+                   "(reading an object version by URI is not supported)"
+                   if "?versionid=" in ctx.path.lower() else "")
+        return NotFoundError(f"no such object ({detail}){version}")
     if keys & _DENIED:
         return PermissionDeniedError(
             f"S3 refused the request ({detail}); credentials from {ctx.credential_source}, "
