@@ -13,6 +13,7 @@ import pytest
 
 import tensorstream
 from fixtures_http import count_held_reads
+from reader_threads import close_under_readers, read_until_closed
 from tensorstream.testing.http_server import HTTPTestServer
 
 DATA = bytes(range(256)) * 64 + b"line1\nline2\n\nend"
@@ -325,8 +326,6 @@ def test_closing_a_local_reader_waits_for_reads_of_other_threads(tmp_path: Path)
     closed the descriptors under the reads: a bare ``OSError`` (EBADF), or the bytes of
     whatever file reused the number."""
     import os
-    import threading
-    import time
 
     data = os.urandom(16 << 20)
     path = tmp_path / "big.bin"
@@ -336,17 +335,7 @@ def test_closing_a_local_reader_waits_for_reads_of_other_threads(tmp_path: Path)
         errors: list[BaseException] = []
 
         def by_readinto(f: Any = f, errors: list[BaseException] = errors) -> None:
-            try:
-                while True:
-                    pos = f.tell()
-                    got = f.read(1 << 20)
-                    if not got:
-                        return
-                    assert data.find(got, pos) >= 0
-            except ValueError:
-                return
-            except BaseException as exc:  # reported below
-                errors.append(exc)
+            read_until_closed(f, data, errors, 1 << 20)
 
         def by_ranges(f: Any = f, errors: list[BaseException] = errors) -> None:
             buf = bytearray(1 << 20)
@@ -359,12 +348,5 @@ def test_closing_a_local_reader_waits_for_reads_of_other_threads(tmp_path: Path)
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=t) for t in (by_readinto, by_readinto, by_ranges)]
-        for t in threads:
-            t.start()
-        time.sleep(0.001 * (trial % 5))
-        f.close()
-        for t in threads:
-            t.join(10)
-        assert not any(t.is_alive() for t in threads)
+        close_under_readers(f, [by_readinto, by_readinto, by_ranges], 0.001 * (trial % 5))
         assert not errors, f"trial {trial}: {errors!r}"

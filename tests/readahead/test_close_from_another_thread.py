@@ -11,6 +11,7 @@ import time
 import pytest
 
 import tensorstream
+from reader_threads import close_under_readers, read_until_closed
 from tensorstream.testing.http_server import HTTPTestServer
 
 MiB = 1 << 20
@@ -69,28 +70,9 @@ def test_reads_of_threads_sharing_a_reader_end_when_it_is_closed(
             errors: list[BaseException] = []
 
             def work(f: object = f, errors: list[BaseException] = errors) -> None:
-                try:
-                    while True:
-                        pos = f.tell()  # type: ignore[attr-defined]
-                        got = f.read(MiB)  # type: ignore[attr-defined]
-                        if not got:
-                            return
-                        # Another thread may read between tell and read: the bytes are
-                        # somewhere in the object, whole.
-                        assert data.find(got, pos) >= 0
-                except ValueError:
-                    return  # the reader was closed
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
+                read_until_closed(f, data, errors, MiB)
 
-            threads = [threading.Thread(target=work) for _ in range(2)]
-            for t in threads:
-                t.start()
-            time.sleep(0.002 * (trial % 10))
-            f.close()
-            for t in threads:
-                t.join(10)
-            assert not any(t.is_alive() for t in threads), f"a read hung (trial {trial})"
+            close_under_readers(f, [work, work], 0.002 * (trial % 10), f"(trial {trial})")
             assert not errors, errors
     finally:
         http_server.delete(key)
