@@ -184,11 +184,16 @@ class ChunkFill(Generic[T]):
 
     def take_ready(self, i: int) -> T | None:
         """Span ``i``'s destination if it is complete (and nothing failed), removed
-        from ``ready``."""
+        from ``ready`` and from ``out``: the fill keeps no reference to what it
+        handed out (``iter_tensors`` held every tensor of a file to its end, though
+        its consumer freed each one)."""
         with self._cond:
             if self.error is not None:
                 return None
-            return self.ready.pop(i, None)
+            out = self.ready.pop(i, None)
+            if out is not None:
+                self.out.pop(i, None)
+            return out
 
     def _read(self, item: _Chunk, read_at: ReadAt) -> None:
         spans, offset, buffers = item
