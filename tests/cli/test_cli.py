@@ -253,7 +253,8 @@ def test_json_ends_with_a_summary_object_when_interrupted(tmp_path: Path, http_s
     assert "no partial object was left behind" in summary["summary"]
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                           (signal.SIGHUP, 129)])
 def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset: None,
                                    sig: signal.Signals, code: int) -> None:
     data = os.urandom(4 << 20)
@@ -304,6 +305,35 @@ def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset:
     summary = last_json(r.stdout)
     assert summary["verified"] is False and summary["bytes"] == len(data)
     assert 0 < summary["resumed_bytes"] < len(data)
+    assert dst.read_bytes() == data
+    assert [p.name for p in dst.parent.iterdir()] == ["model.bin"]
+
+
+def test_a_hangup_is_ignored_under_nohup(tmp_path: Path, http_server: Any,
+                                          http_reset: None) -> None:
+    """SIGHUP (the terminal or SSH session closed) is cleaned up like SIGTERM
+    (above), but a copy started with SIGHUP ignored, as ``nohup`` starts it, must
+    outlive its terminal: it finishes and publishes the whole object."""
+    data = os.urandom(2 << 20)
+    key = "slow/nohup.bin"
+    http_server.put(key, data)
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 512 << 10  # ~2 s at 2 parts in flight
+    dst = tmp_path / "out" / "model.bin"
+    dst.parent.mkdir()
+
+    def nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", "-q", "--part-size",
+                             "256K", "--concurrency", "2", http_server.url(key), str(dst)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=nohup)
+    _wait_for(lambda: any(dst.parent.iterdir()))
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
     assert dst.read_bytes() == data
     assert [p.name for p in dst.parent.iterdir()] == ["model.bin"]
 

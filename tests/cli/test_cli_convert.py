@@ -156,7 +156,7 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     assert p.returncode == 0 and "%" not in p.stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("remote", [False, True])
 def test_a_signal_mid_conversion_leaves_nothing(
         tmp_path: Path, http_server: Any, http_reset: None, moto_s3: Any, isolated_env: Path,
@@ -164,7 +164,8 @@ def test_a_signal_mid_conversion_leaves_nothing(
     """SIGTERM (what `kill`, systemd and Kubernetes send) ended the process at once: the
     temporary file beside a local destination, the local copy in TMPDIR and the open S3
     multipart upload of a remote one stayed behind, and the status was -15. It is now
-    cleaned up as Ctrl-C is, and the status is 128 + the signal."""
+    cleaned up as Ctrl-C is, and the status is 128 + the signal; SIGHUP (the terminal
+    or SSH session closed) too."""
     key = f"slow-convert/{sig.name}-{remote}.safetensors"
     http_server.put(key, st_torch.save({f"w{i}": torch.randn(64, 1024) for i in range(8)}))
     http_server.faults.key = key

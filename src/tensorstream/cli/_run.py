@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType
+from typing import Any
 
 from ..uri import redact_text
 
@@ -18,6 +19,10 @@ PROG = "tensorstream"
 #: 0 all done; 1 failed (nothing done, or one object); 2 usage or configuration;
 #: 3 partial: some objects done, others failed or were skipped for a problem.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+#: Signals whose default action would end the process with no cleanup: a
+#: command catches them as it catches Ctrl-C (SIGHUP: the terminal or SSH
+#: session went away). One the caller set to be ignored (``nohup``) stays ignored.
+_ENDING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def print_error(message: str) -> None:
@@ -25,46 +30,66 @@ def print_error(message: str) -> None:
     from .output import cli_terms, escape
 
     text = " ".join(escape(cli_terms(redact_text(message))).split())  # always one line
-    print(f"{PROG}: error: {text}", file=sys.stderr)
+    try:
+        print(f"{PROG}: error: {text}", file=sys.stderr)
+    except (OSError, ValueError):  # stderr is gone (a hung-up terminal, a closed pipe)
+        pass
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread of a synchronous command as Ctrl-C raises
-    :class:`KeyboardInterrupt`; ``signum`` gives the exit status (128 + it)."""
+    """SIGTERM or SIGHUP, raised in the main thread of a synchronous command as
+    Ctrl-C raises :class:`KeyboardInterrupt`; ``signum`` gives the exit status
+    (128 + it)."""
 
-    signum = int(signal.SIGTERM)
+    def __init__(self, signum: int = int(signal.SIGTERM)) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+def _caught(sig: signal.Signals) -> bool:
+    """Whether the command should catch ``sig``: not when it is ignored (``nohup``
+    sets SIGHUP so, and the command must then outlive its terminal)."""
+    return signal.getsignal(sig) is not signal.SIG_IGN
 
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread.
+    """While the block runs, SIGTERM and SIGHUP raise :class:`Terminated` in the
+    main thread.
 
-    Its default action ends the process at once: no ``finally`` runs, so a
+    Their default action ends the process at once: no ``finally`` runs, so a
     synchronous command (``convert``) left its temporary files and an open
     multipart upload behind. Raised as an interrupt, the cleanup Ctrl-C gets
-    runs. A second SIGTERM during that cleanup ends the process as before.
+    runs. A second such signal during that cleanup ends the process as before.
     """
-    previous = signal.getsignal(signal.SIGTERM)
-    restore = signal.SIG_DFL if previous is None else previous  # None: set outside Python
+    restore: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int] = {}
 
     def raise_terminated(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, restore)
-        raise Terminated
+        for sig, previous in restore.items():
+            signal.signal(sig, previous)
+        raise Terminated(signum)
 
     try:
-        signal.signal(signal.SIGTERM, raise_terminated)
+        for sig in _ENDING:
+            if _caught(sig):
+                previous = signal.getsignal(sig)
+                # None: a handler set outside Python; the default is the nearest.
+                restore[sig] = signal.SIG_DFL if previous is None else previous
+                signal.signal(sig, raise_terminated)
     except ValueError:  # not the main thread (a test calling main() from a worker thread)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, restore)
+        for sig, previous in restore.items():
+            signal.signal(sig, previous)
 
 
 def run_async(fn: Callable[[], Awaitable[int]],
               interrupted: Callable[[], str] | None = None) -> int:
-    """Run ``fn()`` on a fresh loop; SIGINT/SIGTERM cancel it so cleanup runs.
+    """Run ``fn()`` on a fresh loop; SIGINT, SIGTERM and SIGHUP cancel it so cleanup runs
+    (one set to be ignored, as ``nohup`` sets SIGHUP, stays ignored).
 
     Cancellation unwinds the copy engine: temp files are removed (or kept for
     ``--resume``), multipart uploads aborted, then the exit status is 128 +
@@ -83,7 +108,9 @@ def run_async(fn: Callable[[], Awaitable[int]],
             task.cancel()
 
         installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, *_ENDING):
+            if not _caught(sig):
+                continue
             try:
                 loop.add_signal_handler(sig, on_signal, int(sig))
                 installed.append(sig)

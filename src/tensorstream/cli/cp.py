@@ -45,7 +45,7 @@ pinned to the version the copy started from (If-Match and its ETag; the
 source's validators are compared again where an answer named none), a local
 file's size is checked before it is published, a remote destination is read
 back and compared with checksums taken as the bytes arrived. The destination
-appears whole or not at all, also when interrupted (Ctrl-C, SIGTERM).
+appears whole or not at all, also when interrupted (Ctrl-C, SIGTERM, SIGHUP).
 
 With one SRC, DST names the new object, unless DST ends with '/' or is an
 existing directory: then the object keeps its name inside DST. With several
@@ -92,7 +92,7 @@ examples:
 exit status: 0 everything copied (and verified); 1 failed (nothing copied);
 2 usage or configuration error; 3 partial: some objects copied, others failed
 or were skipped for a problem (broken symlink...); 130/143 interrupted by
-SIGINT/SIGTERM (the message says what was kept and how to continue)."""
+SIGINT/SIGTERM/SIGHUP (the message says what was kept and how to continue)."""
 
 SYNC_EPILOG = """\
 examples:

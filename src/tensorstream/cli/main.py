@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.handler(args))
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in a synchronous command
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP in a synchronous command
         signum = getattr(exc, "signum", int(signal.SIGINT))
         print_error(f"interrupted by {signal.Signals(signum).name}")
         return 128 + signum
