@@ -32,6 +32,7 @@ from ...credentials.base import Sourced, mask
 from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
 from ...errors import ConfigurationError, TensorstreamError
 from ...uri import ParsedURI
+from .profile import ADDRESSING_STYLES, ProfileConfig, ignore_configured_endpoints, read_profile_config
 
 __all__ = [
     "OPTIONS",
@@ -60,7 +61,6 @@ S3_CREDENTIAL_OPTIONS = frozenset(
         "anonymous",
     }
 )
-ADDRESSING_STYLES = ("path", "virtual", "auto")
 CHAIN_REST = "botocore chain (web identity, container, instance metadata)"
 
 #: Every option the S3 service accepts.
@@ -80,6 +80,9 @@ class S3Credentials:
     addressing_style: Sourced[str] | None = None
     profile: Sourced[str] | None = None
     anonymous: bool = False
+    #: Whether the endpoints of the AWS variables and the config file are ignored
+    #: (``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``), and who said so; ``None``: nobody did.
+    ignore_configured_endpoints: Sourced[bool] | None = None
     #: Every place searched for a key pair, in order (for error messages).
     looked_in: tuple[str, ...] = ()
 
@@ -270,8 +273,9 @@ def resolve_s3_credentials(
                      "env AWS_ACCESS_KEY_ID", "env AWS_SECRET_ACCESS_KEY")
         if pair is not None and (t := _env(env, "AWS_SESSION_TOKEN")) is not None:
             token = Sourced(t, "env AWS_SESSION_TOKEN", secret=True)
-        if pair is None and (p := _env(env, "AWS_PROFILE")) is not None:
-            profile = Sourced(p, "env AWS_PROFILE")
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):  # botocore reads both
+            if pair is None and profile is None and (p := _env(env, name)) is not None:
+                profile = Sourced(p, f"env {name}")
 
     # 4. s3cmd config (keys only when nothing above chose keys or a profile;
     #    its endpoint still applies below the variables)
@@ -310,11 +314,14 @@ def resolve_s3_credentials(
         if part is not None and not str(part.value).isascii():
             raise ConfigurationError(f"{part.source} contains a character that is not ASCII "
                                      "(AWS key ids and tokens are ASCII); the value is not shown")
-    endpoint = _resolve_endpoint(options, env, cfg, cfg_path)
+    aws_config = read_profile_config(profile, env)
+    ignore = ignore_configured_endpoints(env, aws_config)
+    endpoint = _resolve_endpoint(options, env, cfg, cfg_path, aws_config,
+                                 ignore is not None and ignore.value)
     if endpoint is not None:
         _check_endpoint(endpoint)
     region = _resolve_region(options, env)
-    style = _resolve_style(options, cfg, cfg_path, endpoint)
+    style = _resolve_style(options, cfg, cfg_path, endpoint, aws_config)
     return S3Credentials(
         access_key_id=None if anonymous or pair is None else pair[0],
         secret_access_key=None if anonymous or pair is None else pair[1],
@@ -324,6 +331,7 @@ def resolve_s3_credentials(
         addressing_style=style,
         profile=profile,
         anonymous=anonymous,
+        ignore_configured_endpoints=ignore,
         looked_in=tuple(looked),
     )
 
@@ -385,11 +393,17 @@ def aws_files(env: Mapping[str, str]) -> str:
 
 
 def _resolve_endpoint(
-    options: Mapping[str, Any], env: Mapping[str, str], cfg: dict[str, str], cfg_path: str
+    options: Mapping[str, Any], env: Mapping[str, str], cfg: dict[str, str], cfg_path: str,
+    aws_config: ProfileConfig, ignore_configured: bool,
 ) -> Sourced[str] | None:
+    """The endpoint by the order of docs/s3.md. ``ignore_configured`` drops the AWS SDK's
+    own settings (its variables, the config file), as botocore does; the option, vLLM's
+    ``S3_ENDPOINT_URL`` and s3cmd's ``host_base`` are not the SDK's and still apply."""
     if (v := _opt(options, "s3_endpoint")) is not None:
         return Sourced(normalize_endpoint(v), "option s3_endpoint")
-    for name in ("S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+    names = ("S3_ENDPOINT_URL",) if ignore_configured else (
+        "S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # botocore's order
+    for name in names:
         if (v := _env(env, name)) is not None:
             return Sourced(normalize_endpoint(v), f"env {name}")
     if (host := cfg.get("host_base")) is not None:
@@ -397,7 +411,11 @@ def _resolve_endpoint(
             https = _truthy(cfg.get("use_https", "true"))
             host = f"{'https' if https else 'http'}://{host}"
         return Sourced(normalize_endpoint(host), f"s3cmd config {cfg_path} host_base")
-    return None  # botocore: endpoint_url in ~/.aws/config, else AWS
+    if not ignore_configured and (found := aws_config.endpoint()) is not None:
+        # Resolved here, not left to botocore, so that messages name it and the
+        # defaults of a custom endpoint apply (path style, as boto3 takes for one).
+        return Sourced(normalize_endpoint(found.value), found.source)
+    return None  # AWS
 
 
 def _resolve_region(options: Mapping[str, Any], env: Mapping[str, str]) -> Sourced[str] | None:
@@ -410,7 +428,8 @@ def _resolve_region(options: Mapping[str, Any], env: Mapping[str, str]) -> Sourc
 
 
 def _resolve_style(
-    options: Mapping[str, Any], cfg: dict[str, str], cfg_path: str, endpoint: Sourced[str] | None
+    options: Mapping[str, Any], cfg: dict[str, str], cfg_path: str, endpoint: Sourced[str] | None,
+    aws_config: ProfileConfig,
 ) -> Sourced[str]:
     if (v := _opt(options, "s3_addressing_style")) is not None:
         if v not in ADDRESSING_STYLES:
@@ -421,6 +440,9 @@ def _resolve_style(
     if (endpoint is not None and endpoint.source.startswith("s3cmd")
             and "%(bucket)s" in cfg.get("host_bucket", "")):
         return Sourced("virtual", f"s3cmd config {cfg_path} host_bucket")
+    if (style := aws_config.addressing_style()) is not None:
+        # boto3 honours it; passing our default to botocore's client overrode it
+        return style
     if endpoint is not None:
         # S3-compatible servers (MinIO, Ceph, moto, ...) all accept path style.
         return Sourced("path", "default for a custom endpoint")
@@ -483,6 +505,13 @@ def botocore_region(creds: S3Credentials) -> Sourced[str] | None:
     return Sourced(str(region), f"{_aws_file(os.environ, 'config')} [profile {profile or 'default'}]")
 
 
+def _no_endpoint_source(creds: S3Credentials) -> str:
+    ignore = creds.ignore_configured_endpoints
+    if ignore is not None and ignore.value:
+        return f"AWS (configured endpoint URLs ignored: {ignore.source})"
+    return "AWS (no endpoint configured)"
+
+
 def masked_key_id(value: str) -> str:
     """An access key id shown like the AWS CLI does: only its last 4 characters."""
     return "***" + value[-4:] if len(value) >= 16 else mask(value)
@@ -513,7 +542,7 @@ def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> Credenti
         report_line("session_token", token),
         report_line("endpoint", creds.endpoint)
         if creds.endpoint
-        else ReportLine("endpoint", "<AWS default>", "botocore (endpoint_url in ~/.aws/config, else AWS)"),
+        else ReportLine("endpoint", "<AWS default>", _no_endpoint_source(creds)),
         report_line("region", region)
         if region
         else ReportLine("region", "<unset>", "botocore default (us-east-1)"),

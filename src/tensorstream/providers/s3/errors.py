@@ -341,8 +341,15 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
     if isinstance(exc, TensorstreamError) or not isinstance(exc, Exception):
         return exc
     if isinstance(exc, bce.ProfileNotFound):
+        # botocore also reads AWS_PROFILE where the keys came from elsewhere (``profile``
+        # is then None): the name is the one botocore looked for.
+        name = profile or str(exc.kwargs.get("profile") or "")
+        if not profile_source:
+            named_by = [v for v in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+                        if os.environ.get(v) == name]
+            profile_source = f"env {named_by[0]}" if named_by else "botocore"
         return ConfigurationError(
-            f"AWS profile {profile!r} ({profile_source}) is not defined in the ~/.aws files")
+            f"AWS profile {name!r} ({profile_source}) is not defined in {files}")
     if isinstance(exc, bce.PartialCredentialsError):
         return _half_pair(exc, profile)
     where = f"AWS profile {profile or 'default'!r} ({files})"

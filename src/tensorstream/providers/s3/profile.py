@@ -1,0 +1,151 @@
+"""What a profile of the AWS config file says about S3 (level 5 of docs/s3.md), read as
+botocore reads it, so that tensorstream's own choices (a default addressing style, an
+endpoint from a variable) do not override what boto3 would honour:
+
+- ``endpoint_url`` of the profile, and of its ``services`` section's ``s3`` sub-section
+  (which wins over the profile's);
+- ``s3 = addressing_style = path|virtual|auto``;
+- ``ignore_configured_endpoint_urls`` (or ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``), under
+  which botocore ignores the endpoints of the AWS variables and of the config file.
+
+Only read when the file exists (botocore's parser is imported then, and only then).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...credentials.base import Sourced
+from ...errors import ConfigurationError
+
+__all__ = ["ProfileConfig", "config_profile_name", "ignore_configured_endpoints",
+           "read_profile_config"]
+
+ADDRESSING_STYLES = ("path", "virtual", "auto")
+IGNORE_VARIABLE = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
+
+
+def config_file(env: Mapping[str, str]) -> str:
+    """The AWS config file as the user named it (for messages)."""
+    return env.get("AWS_CONFIG_FILE") or "~/.aws/config"
+
+
+def config_profile_name(profile: str | None, env: Mapping[str, str]) -> str:
+    """The profile botocore takes its configuration from: ``profile`` (chosen for the
+    keys), else the one a variable names (botocore reads it for its configuration even
+    where the keys came from variables), else ``default``."""
+    return profile or env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileConfig:
+    """One profile of the AWS config file: its settings and its ``services`` section."""
+
+    name: str
+    path: str
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    services: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def where(self, setting: str) -> str:
+        """A source, e.g. ``~/.aws/config [profile default] endpoint_url``."""
+        return f"{self.path} [profile {self.name}] {setting}"
+
+    def endpoint(self) -> Sourced[str] | None:
+        """botocore's order: the services section's ``s3`` endpoint, then the profile's."""
+        s3 = self.services.get("s3")
+        if isinstance(s3, Mapping) and s3.get("endpoint_url"):
+            section = self.values.get("services")
+            return Sourced(str(s3["endpoint_url"]),
+                           f"{self.path} [services {section}] s3.endpoint_url")
+        if isinstance(self.values.get("endpoint_url"), str) and self.values["endpoint_url"]:
+            return Sourced(self.values["endpoint_url"], self.where("endpoint_url"))
+        return None
+
+    def addressing_style(self) -> Sourced[str] | None:
+        s3 = self.values.get("s3")
+        style = s3.get("addressing_style") if isinstance(s3, Mapping) else None
+        if not style:
+            return None
+        if style not in ADDRESSING_STYLES:
+            raise ConfigurationError(
+                f"{self.where('s3.addressing_style')} must be one of "
+                f"{', '.join(ADDRESSING_STYLES)}, got {style!r}")
+        return Sourced(str(style), self.where("s3.addressing_style"))
+
+
+def _named_by(profile: Sourced[str] | None, env: Mapping[str, str]) -> str | None:
+    """Who named the profile botocore configures itself from (``None``: nobody)."""
+    if profile is not None:
+        return profile.source
+    return next((f"env {v}" for v in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE") if env.get(v)), None)
+
+
+def _full(path: str) -> str:
+    return os.path.expanduser(os.path.expandvars(path))
+
+
+def _defined_in_credentials(name: str, env: Mapping[str, str]) -> bool:
+    """Whether the credentials file has profile ``name`` (or cannot be read: botocore's
+    own error, mapped where it is raised, says so better)."""
+    from botocore.configloader import raw_config_parse
+
+    path = _full(env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials")
+    if not os.path.isfile(path):
+        return False
+    try:
+        return name in raw_config_parse(path)
+    except Exception:
+        return True
+
+
+def read_profile_config(profile: Sourced[str] | None, env: Mapping[str, str]) -> ProfileConfig:
+    """The profile botocore would configure itself from (empty when the file is absent,
+    unreadable or unparsable: botocore reports those itself, mapped where it does).
+
+    A profile a variable or option names that neither file defines is a
+    :class:`ConfigurationError` (boto3 refuses it too; reads that needed no botocore
+    client went on without it)."""
+    name = config_profile_name(profile.value if profile else None, env)
+    path = config_file(env)
+    full = _full(path)
+    named_by = _named_by(profile, env)
+    loaded: dict[str, Any] = {}
+    if os.path.isfile(full):
+        from botocore.configloader import load_config
+
+        try:
+            loaded = load_config(full)
+        except Exception:
+            return ProfileConfig(name, path)
+    if named_by is not None and name != "default" and name not in loaded.get("profiles", {}) \
+            and not _defined_in_credentials(name, env):
+        credentials = env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials"
+        raise ConfigurationError(
+            f"AWS profile {name!r} ({named_by}) is not defined in {path}, {credentials}")
+    values = loaded.get("profiles", {}).get(name) or {}
+    services: Mapping[str, Any] = {}
+    if (section := values.get("services")) is not None:
+        services = loaded.get("services", {}).get(section)
+        if not services:
+            # botocore: InvalidConfigError when it creates the client
+            raise ConfigurationError(
+                f"{path} [profile {name}] names services section {section!r}, which the "
+                "file does not define")
+    return ProfileConfig(name, path, values, services)
+
+
+def ignore_configured_endpoints(env: Mapping[str, str],
+                                profile: ProfileConfig) -> Sourced[bool] | None:
+    """Whether botocore ignores configured endpoints (the variable, when set, wins over the
+    profile's ``ignore_configured_endpoint_urls``; only ``true`` in any case is true, as
+    botocore reads it), with its source; ``None`` when neither says."""
+    if IGNORE_VARIABLE in env:
+        return Sourced(env[IGNORE_VARIABLE].lower() == "true", f"env {IGNORE_VARIABLE}")
+    value = profile.values.get("ignore_configured_endpoint_urls")
+    if value is None:
+        return None
+    return Sourced(str(value).strip().lower() == "true",
+                   profile.where("ignore_configured_endpoint_urls"))

@@ -1,0 +1,178 @@
+"""What a profile of the AWS config file says about S3 (providers/s3/profile.py): its
+``s3 = addressing_style``, its ``endpoint_url`` and its ``services`` section's, and
+``ignore_configured_endpoint_urls``, honoured as boto3 honours them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from tensorstream import errors
+from tensorstream.providers.s3.config import resolve_s3_credentials
+from tensorstream.providers.s3.provider import S3Provider
+from tensorstream.testing.s3_server import MotoS3Server
+
+
+@pytest.fixture
+def aws_config(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = isolated_env / "aws-config"
+    path.write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(path))
+    return path
+
+
+def _urls(options: dict[str, Any]) -> tuple[str, str]:
+    """The object URL tensorstream reads and the one boto3 builds, for the same setup."""
+    import boto3
+
+    provider = S3Provider.from_uri(f"s3://{S3_BUCKET}/k", **options)
+    client, _pool = provider._reads_state()
+    ours = provider._gets.object_url(client, S3_BUCKET, "k")
+    theirs = boto3.session.Session().client("s3").generate_presigned_url(  # a fresh config
+        "get_object", Params={"Bucket": S3_BUCKET, "Key": "k"}).split("?", 1)[0]
+    return ours, theirs
+
+
+#: AWS config file, variables: what boto3 honours (each URL checked against boto3's).
+BOTO3_SETUPS = {
+    "profile style over our path default": (
+        "[default]\ns3 =\n  addressing_style = virtual\n",
+        {"AWS_ENDPOINT_URL_S3": "http://localhost:9000"}),
+    "profile endpoint and style": (
+        "[default]\nendpoint_url = http://store.example:9000\ns3 =\n  addressing_style = virtual\n",
+        {}),
+    "profile endpoint, path for a custom endpoint": (
+        "[default]\nendpoint_url = http://store.example:9000\n", {}),
+    "named profile": (
+        "[default]\ns3 =\n  addressing_style = path\n[profile p]\n"
+        "endpoint_url = http://p.example\ns3 =\n  addressing_style = virtual\n",
+        {"AWS_PROFILE": "p"}),
+    "services section beats the profile's endpoint": (
+        "[default]\nendpoint_url = http://profile.example\nservices = m\n"
+        "[services m]\ns3 =\n  endpoint_url = http://services.example:9000\n", {}),
+    "AWS_ENDPOINT_URL beats the services section": (
+        "[default]\nservices = m\n[services m]\ns3 =\n  endpoint_url = http://services.example\n",
+        {"AWS_ENDPOINT_URL": "http://global.example:1"}),
+    "AWS_ENDPOINT_URL_S3 beats AWS_ENDPOINT_URL": (
+        "", {"AWS_ENDPOINT_URL": "http://global.example:1",
+             "AWS_ENDPOINT_URL_S3": "http://s3.example:2"}),
+    "ignored by variable": (
+        "[default]\nendpoint_url = http://profile.example\n",
+        {"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "TRUE", "AWS_ENDPOINT_URL_S3": "http://s3.example"}),
+    "ignored by the profile": (
+        "[default]\nignore_configured_endpoint_urls = true\nendpoint_url = http://profile.example\n",
+        {"AWS_ENDPOINT_URL": "http://global.example"}),
+    "the variable's false beats the profile's true": (
+        "[default]\nignore_configured_endpoint_urls = true\n",
+        {"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "false", "AWS_ENDPOINT_URL": "http://g.example"}),
+    "only 'true' ignores (botocore's reading)": (
+        "[default]\nignore_configured_endpoint_urls = 1\nendpoint_url = http://profile.example\n",
+        {}),
+}
+
+
+@pytest.mark.parametrize("setup", BOTO3_SETUPS)
+def test_the_object_url_is_the_one_boto3_builds(aws_config: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 setup: str) -> None:
+    config, env = BOTO3_SETUPS[setup]
+    aws_config.write_text(config)
+    for name, value in {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEEXAMPLE00", "AWS_SECRET_ACCESS_KEY": "s",
+                        "AWS_REGION": "us-east-1", **env}.items():
+        monkeypatch.setenv(name, value)
+    ours, theirs = _urls({})
+    assert ours == theirs
+
+
+async def test_a_read_goes_to_the_endpoint_of_the_services_section_and_errors_name_it(
+        aws_config: Path, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    moto_s3.put(S3_BUCKET, "profile-config", b"from the services section")
+    aws_config.write_text(f"[profile m]\nservices = local\n[services local]\n"
+                          f"s3 =\n  endpoint_url = {moto_s3.endpoint_url}\n"
+                          "  addressing_style = virtual\n")  # not this profile's: ignored
+    monkeypatch.setenv("AWS_PROFILE", "m")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", moto_s3.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", moto_s3.secret_access_key)
+    data = await tensorstream.read_range(f"s3://{S3_BUCKET}/profile-config", 0, 25)
+    assert data == b"from the services section"
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/profile-config")
+    assert report.source_of("endpoint") == f"{aws_config} [services local] s3.endpoint_url"
+    assert report.source_of("addressing_style") == "default for a custom endpoint"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-0123")
+    with pytest.raises(errors.PermissionDeniedError, match=moto_s3.endpoint_url):
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/profile-config", 0, 1)
+
+
+def test_which_setting_wins(aws_config: Path) -> None:
+    aws_config.write_text("[default]\nendpoint_url = http://profile.example\n"
+                          "s3 =\n  addressing_style = virtual\n")
+    env = {"AWS_CONFIG_FILE": str(aws_config)}
+    creds = resolve_s3_credentials({}, env=env)
+    assert creds.endpoint is not None and creds.endpoint.value == "http://profile.example"
+    assert creds.addressing_style is not None
+    assert creds.addressing_style.source == f"{aws_config} [profile default] s3.addressing_style"
+    # the option beats the profile; tensorstream's own endpoints beat it, ignored or not
+    opt = resolve_s3_credentials({"s3_addressing_style": "path"}, env=env)
+    assert opt.addressing_style is not None and opt.addressing_style.value == "path"
+    ignored = {**env, "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true",
+               "AWS_ENDPOINT_URL": "http://aws.example"}
+    assert resolve_s3_credentials({}, env=ignored).endpoint is None
+    for options, extra, source in (({"s3_endpoint": "http://o.example"}, {}, "option s3_endpoint"),
+                                   ({}, {"S3_ENDPOINT_URL": "http://v.example"},
+                                    "env S3_ENDPOINT_URL")):
+        kept = resolve_s3_credentials(options, env={**ignored, **extra}).endpoint
+        assert kept is not None and kept.source == source
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", anonymous=True)
+    assert report.source_of("endpoint") == f"{aws_config} [profile default] endpoint_url"
+
+
+@pytest.mark.parametrize(("config", "match"), [
+    ("[default]\ns3 =\n  addressing_style = pathstyle\n",
+     r"\[profile default\] s3.addressing_style must be one of path, virtual, auto"),
+    ("[default]\nservices = nowhere\n", "names services section 'nowhere'"),
+    ("[default]\nendpoint_url = ftp://store.example\n", r"\[profile default\] endpoint_url"),
+])
+def test_a_profile_setting_botocore_cannot_use_names_the_file(aws_config: Path, config: str,
+                                                              match: str) -> None:
+    aws_config.write_text(config)
+    with pytest.raises(errors.ConfigurationError, match=match) as info:
+        resolve_s3_credentials({}, env={"AWS_CONFIG_FILE": str(aws_config)})
+    assert str(aws_config) in str(info.value)
+
+
+async def test_a_missing_profile_named_by_a_variable_is_named_where_keys_came_from_elsewhere(
+        aws_config: Path, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore configures itself from AWS_PROFILE even when the keys are vLLM's variables
+    (as boto3 does, it refuses a profile that is not there): the error said
+    "AWS profile None () is not defined"."""
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    monkeypatch.setenv("S3_ACCESS_KEY_ID", moto_s3.access_key_id)
+    monkeypatch.setenv("S3_SECRET_ACCESS_KEY", moto_s3.secret_access_key)
+    monkeypatch.setenv("S3_ENDPOINT_URL", moto_s3.endpoint_url)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    aws_config.write_text("[default]\nregion = us-east-1\n")  # botocore reads the file
+    with pytest.raises(errors.ConfigurationError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1)
+    assert (f"AWS profile 'nope' (env AWS_PROFILE) is not defined in {aws_config}"
+            in str(info.value))
+    assert moto_s3.secret_access_key not in str(info.value)
+
+
+def test_aws_default_profile_is_the_profile_named(aws_config: Path, isolated_env: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore takes AWS_DEFAULT_PROFILE's keys; the report named profile 'default'."""
+    credentials = isolated_env / "aws-credentials"
+    credentials.write_text("[p]\naws_access_key_id = AKIAEXAMPLEEXAMPLE42\n"
+                           "aws_secret_access_key = s\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_DEFAULT_PROFILE", "p")
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k")
+    assert report.source_of("profile") == "env AWS_DEFAULT_PROFILE"
+    assert report.source_of("access_key_id") == f"{credentials} [profile p]"
+    aws_config.write_text("[profile q]\n")
+    monkeypatch.setenv("AWS_PROFILE", "q")  # AWS_PROFILE is the one named when both are
+    profile = resolve_s3_credentials({}).profile
+    assert profile is not None and (profile.value, profile.source) == ("q", "env AWS_PROFILE")
