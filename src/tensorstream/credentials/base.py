@@ -5,9 +5,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Generic, TypeVar
 
-__all__ = ["Sourced", "mask"]
+__all__ = ["SECRET_WORDS", "Sourced", "is_secret_name", "mask"]
 
 T = TypeVar("T")
+
+#: Words that make an option or field name hold a secret, wherever it is (``s3_secret_access_key``,
+#: ``redis_password``, ``token``, ``api_key``, ``credentials``, ``auth``, ``passphrase``...).
+#: The one list: describe_credentials and the tensorizer settings both classify by it.
+SECRET_WORDS = ("secret", "password", "passphrase", "token", "key", "credential", "auth")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a value named ``name`` is a secret, by :data:`SECRET_WORDS` (any case)."""
+    lowered = name.lower()
+    return any(w in lowered for w in SECRET_WORDS)
 
 
 def mask(secret: str | None) -> str:

@@ -20,12 +20,10 @@ from typing import Any
 
 from ..providers.registry import credential_describer
 from ..uri import ParsedURI, parse_uri
-from .base import mask
+from .base import is_secret_name, mask
 from .report import CredentialReport, ReportLine
 
 __all__ = ["CredentialReport", "ReportLine", "describe_credentials", "describe_generic"]
-
-_SECRET_WORDS = ("secret", "password", "token", "key", "credential", "auth")
 
 
 def describe_credentials(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> CredentialReport:
@@ -49,7 +47,7 @@ def _show(name: str, value: Any) -> str:
     if isinstance(value, dict):
         inner = ", ".join(f"{k!r}: {_show(str(k), v)}" for k, v in value.items())
         return "{" + inner + "}"
-    if any(w in name.lower() for w in _SECRET_WORDS):
+    if is_secret_name(name):
         return mask(str(value))
     return repr(value)
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["holds_secret"]
+from ..credentials.base import is_secret_name
 
-_SECRET_WORDS = ("secret", "password", "token", "key", "passphrase")
+__all__ = ["holds_secret"]
 
 
 def _is_secret_name(name: str) -> bool:
-    return any(w in name.lower() for w in _SECRET_WORDS) and name != "s3_access_key_id"
+    # An access key id is shown, as the AWS CLI shows it (it is no secret alone).
+    return is_secret_name(name) and name != "s3_access_key_id"
 
 
 def holds_secret(name: str, value: Any) -> bool:
