@@ -157,6 +157,23 @@ def test_sync_delete_after_a_listing_that_broke_off_deletes_nothing(
     assert last_json(out)["errors"]
 
 
+def test_an_overlong_url_is_clipped_in_error_lines(tmp_path: Path, http_server: Any,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A 6,000-character URL that fails was printed whole, twice in `cp`'s line
+    (source and message): each long word of an error line is now clipped in the
+    middle, keeping its start (scheme, host) and end (the name); --json keeps it whole."""
+    url = http_server.url("missing/" + "k" * 6000 + "-end.bin")
+    for argv in (["cp", url, str(tmp_path / "x.bin")], ["cat", url], ["stat", url]):
+        code, _, err = run(capsys, *argv)
+        assert code != 0, argv
+        lines = err.splitlines()
+        assert lines and all(len(x) < 1500 for x in lines), (argv, [len(x) for x in lines])
+        assert "..." in err and "-end.bin" in err and "/missing/kkk" in err, (argv, err)
+    code, out, _ = run(capsys, "cp", "--json", url, str(tmp_path / "x.bin"))
+    assert code != 0 and url in out  # machine-readable output is not clipped
+    assert not (tmp_path / "x.bin").exists()
+
+
 def test_http_source_with_token(tmp_path: Path, http_token_server: Any, http_reset: None,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     data = os.urandom(500_000)

@@ -10,8 +10,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from ..uri import redact_text
-
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "PROG", "Terminated",
            "print_error", "run_async", "sigterm_interrupts"]
 
@@ -27,9 +25,9 @@ _ENDING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasat
 
 def print_error(message: str) -> None:
     """Print ``message`` as one redacted, escaped line on stderr, prefixed with the program name."""
-    from .output import cli_terms, escape
+    from .output import error_line
 
-    text = " ".join(escape(cli_terms(redact_text(message))).split())  # always one line
+    text = error_line(message)
     try:
         print(f"{PROG}: error: {text}", file=sys.stderr)
     except (OSError, ValueError):  # stderr is gone (a hung-up terminal, a closed pipe)

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from ..copy.select import FileOutcome
 from ..uri import redact_text
 
-__all__ = ["Reporter", "cli_terms", "escape", "human_rate", "human_size", "quiet_if_closed"]
+__all__ = ["Reporter", "cli_terms", "error_line", "escape", "human_rate", "human_size", "quiet_if_closed"]
 
 #: Library advice in errors (``ca_bundle=<PEM path>``) said as the flag a CLI user types.
 _CLI_TERMS = [
@@ -58,6 +58,25 @@ def escape(text: str) -> str:
         else:
             out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
     return "".join(out)
+
+
+#: A word of an error line longer than this is shown clipped in the middle
+#: (a 20 kB URL or key named twice made a 40 kB line).
+_LONGEST_WORD = 300
+
+
+def _clipped(word: str) -> str:
+    if len(word) <= _LONGEST_WORD:
+        return word
+    head, tail = word[:160], word[-100:]
+    return f"{head}...[{len(word) - len(head) - len(tail):,} characters]...{tail}"
+
+
+def error_line(text: str) -> str:
+    """An error or warning for the terminal: secrets redacted, unprintable characters
+    escaped, on one line, each overlong word (a URL, a key) clipped in the middle.
+    ``--json`` output keeps the whole text."""
+    return " ".join(_clipped(w) for w in escape(cli_terms(redact_text(text))).split())
 
 
 def human_size(n: float) -> str:
@@ -136,8 +155,7 @@ class Reporter:
         if text in self.printed_errors:
             return
         self.printed_errors.add(text)
-        one_line = " ".join(escape(cli_terms(redact_text(text))).split())
-        self._write(f"tensorstream: error: {one_line}", self.err)
+        self._write(f"tensorstream: error: {error_line(text)}", self.err)
 
     def json(self, obj: dict[str, Any]) -> None:
         if self.mode == "json":
