@@ -342,6 +342,10 @@ def run_rm(args: argparse.Namespace) -> int:
     from .output import Reporter
 
     uri = parse_uri(args.uri)
+    if args.recursive and uri.scheme == "file" and os.path.realpath(uri.path or ".") == "/":
+        # GNU rm's --preserve-root: every file on the machine is never what was meant.
+        raise argparse.ArgumentTypeError(f"refusing to delete every file under / "
+                                         f"({args.uri!r} is the root directory)")
     rules = Rules(getattr(args, "rules", None) or [])
     if (refused := unmatchable_rule(rules.rules, "URI")) is not None:
         raise argparse.ArgumentTypeError(refused)  # it would delete what it was to keep
