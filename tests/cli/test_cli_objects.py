@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -19,4 +20,17 @@ def test_rm_r_of_the_root_directory_is_refused() -> None:
         r = cli("rm", "-r", "--dryrun", target)
         assert r.returncode == 2, (target, r.stderr[-300:])
         assert r.stdout == "" and "refusing" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cat_range_that_is_empty_or_backwards_is_a_usage_error(tmp_path: Path) -> None:
+    f = tmp_path / "ten.bin"
+    f.write_bytes(b"0123456789")
+    for bad in ("3-2", "-0"):  # no bytes at all: HTTP answers 416, not an empty 206
+        r = cli("cat", "--range", bad, str(f))
+        assert r.returncode == 2 and r.stdout == "", (bad, r.stderr)
+        assert "--range" in r.stderr
+    for good, want in (("3-3", "3"), ("0-0", "0"), ("9-", "9"), ("-10", "0123456789"),
+                       ("-99", "0123456789"), ("8-99", "89")):
+        r = cli("cat", "--range", good, str(f))
+        assert (r.returncode, r.stdout) == (0, want), (good, r.stderr)
 

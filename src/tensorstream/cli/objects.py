@@ -121,9 +121,16 @@ def parse_range(text: str, size: int) -> tuple[int, int]:
     if not m or (not m.group(1) and not m.group(2)):
         raise argparse.ArgumentTypeError(f"--range must be A-B, A- or -N, got {text!r}")
     a, b = m.group(1), m.group(2)
+    # A range of no bytes is a mistake, not an empty answer (HTTP refuses both: 416).
     if not a:
+        if not int(b):
+            raise argparse.ArgumentTypeError(f"--range {text} asks for no bytes (-N: the last "
+                                             "N bytes, N at least 1)")
         return max(0, size - int(b)), size
     start = int(a)
+    if b and int(b) < start:
+        raise argparse.ArgumentTypeError(f"--range {text} ends before it starts (A-B takes "
+                                         "bytes A to B inclusive, B >= A)")
     end = min(size, int(b) + 1) if b else size
     if (start >= size and size > 0) or end < start:
         raise argparse.ArgumentTypeError(f"--range {text} is outside the {size}-byte object")
