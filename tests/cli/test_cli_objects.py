@@ -3,6 +3,7 @@ ranges, ``--json`` for every outcome; the real CLI in a subprocess."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,15 @@ def test_cat_range_that_is_empty_or_backwards_is_a_usage_error(tmp_path: Path) -
         r = cli("cat", "--range", good, str(f))
         assert (r.returncode, r.stdout) == (0, want), (good, r.stderr)
 
+
+def test_rm_json_reports_a_failed_delete_of_one_object(tmp_path: Path) -> None:
+    # As rm -r --json does for each object that fails: one line saying so, on stdout.
+    r = cli("rm", "--json", str(tmp_path / "missing.bin"))
+    assert r.returncode == 1 and "no such file" in r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(lines) == 1 and lines[0]["op"] == "delete" and lines[0]["status"] == "failed"
+    assert lines[0]["uri"] == str(tmp_path / "missing.bin") and "no such file" in lines[0]["error"]
+    (tmp_path / "there.bin").write_bytes(b"x")
+    r = cli("rm", "--json", str(tmp_path / "there.bin"))
+    assert r.returncode == 0 and [json.loads(line) for line in r.stdout.splitlines()] == [
+        {"op": "delete", "status": "deleted", "uri": str(tmp_path / "there.bin")}]

@@ -370,10 +370,18 @@ def run_rm(args: argparse.Namespace) -> int:
                                         + (" and the --exclude/--include rules" if rules else ""))
                 return await _delete_each(provider, uri, targets, args.dryrun, reporter)
             if not args.recursive:
-                if args.dryrun:
-                    await provider.stat(uri.path)  # NotFoundError if absent
-                else:
-                    await provider.delete(uri.path)
+                try:
+                    if args.dryrun:
+                        await provider.stat(uri.path)  # NotFoundError if absent
+                    else:
+                        await provider.delete(uri.path)
+                except (OSError, ValueError) as exc:
+                    # --json says so on stdout too, as for each object of rm -r; the
+                    # one error line on stderr is main's.
+                    reporter.json({"op": "delete", "uri": redact_text(args.uri),
+                                   "status": "failed",
+                                   "error": redact_text(f"delete {args.uri}: {exc}")})
+                    raise
                 reporter.deleted(args.uri, dryrun=args.dryrun)
                 return 0
             base = uri.path.rstrip("/") + "/"
