@@ -176,3 +176,33 @@ def test_aws_default_profile_is_the_profile_named(aws_config: Path, isolated_env
     monkeypatch.setenv("AWS_PROFILE", "q")  # AWS_PROFILE is the one named when both are
     profile = resolve_s3_credentials({}).profile
     assert profile is not None and (profile.value, profile.source) == ("q", "env AWS_PROFILE")
+
+
+@pytest.mark.parametrize("where", ["env", "profile"])
+async def test_a_ca_bundle_from_the_aws_configuration_is_used_and_named_when_unusable(
+        aws_config: Path, moto_s3_tls: MotoS3Server, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path, where: str) -> None:
+    """AWS_CA_BUNDLE / the profile's ca_bundle: "cannot load the CA bundle /x" did not say
+    which setting named /x."""
+    moto_s3_tls.put(S3_BUCKET, "tls-object", b"verified")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", moto_s3_tls.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", moto_s3_tls.secret_access_key)
+    junk = tmp_path / "not-a-pem"
+    junk.write_text("no certificate here\n")
+
+    def configure(ca: str) -> None:
+        line = f"ca_bundle = {ca}\n" if where == "profile" else ""
+        aws_config.write_text(f"[default]\nendpoint_url = {moto_s3_tls.endpoint_url}\n{line}")
+        if where == "env":
+            monkeypatch.setenv("AWS_CA_BUNDLE", ca)
+
+    assert moto_s3_tls.ca_bundle_path is not None
+    configure(moto_s3_tls.ca_bundle_path)
+    assert await tensorstream.read_range(f"s3://{S3_BUCKET}/tls-object", 0, 8) == b"verified"
+    for ca in (str(junk), str(tmp_path / "absent.pem")):
+        configure(ca)
+        with pytest.raises(errors.ConfigurationError) as info:
+            await tensorstream.read_range(f"s3://{S3_BUCKET}/tls-object", 0, 8)
+        named = "env AWS_CA_BUNDLE" if where == "env" else f"{aws_config} [profile default] ca_bundle"
+        assert f"cannot load the CA bundle {ca}" in str(info.value)
+        assert f"(set by {named})" in str(info.value)

@@ -84,6 +84,7 @@ from .errors import (
     map_s3_http_error,
     map_session_error,
 )
+from .profile import config_file, config_profile_name
 from .session import shared_data_loader
 from .signing import PathStyle, SignedGets, StaticCredentials, path_style
 from .writer import S3Writer
@@ -112,6 +113,14 @@ def _split(path: str) -> tuple[str, str]:
         raise InvalidURIError(f"S3 keys are UTF-8, {key!r} is not (a file name in "
                               "another encoding?)")
     return bucket, key
+
+
+def _ca_source(path: str, profile: str | None) -> str:
+    """Where botocore's configuration set the CA bundle ``path``, for messages."""
+    if os.environ.get("AWS_CA_BUNDLE") == path:
+        return "env AWS_CA_BUNDLE"
+    name = config_profile_name(profile, os.environ)
+    return f"{config_file(os.environ)} [profile {name}] ca_bundle"
 
 
 def _default_region() -> str | None:
@@ -165,6 +174,7 @@ class S3Provider(Provider):
         self._gets = SignedGets()  # object URLs and reusable signatures (blocking path)
         self._sync_creds: Any = None
         self._default_ca: str | None = None
+        self._default_ca_source: str | None = None  # where botocore's configuration set it
         self._light: PathStyle | bool | None = None  # None: not decided yet
         #: Buckets S3 said are in another region than the configured one, and the
         #: clients signing for those regions.
@@ -430,7 +440,9 @@ class S3Provider(Provider):
                 client = session.create_client("s3", **kwargs)
             if not self.insecure and not self.ca_bundle:
                 # botocore's own trust store (AWS_CA_BUNDLE / profile / certifi)
-                self._default_ca = session.get_config_variable("ca_bundle") or _certifi()
+                configured = session.get_config_variable("ca_bundle")
+                self._default_ca = configured or _certifi()
+                self._default_ca_source = _ca_source(configured, profile) if configured else None
         except Exception as exc:
             mapped = self._session_error(exc, profile)
             if mapped is exc:
@@ -510,6 +522,11 @@ class S3Provider(Provider):
         if self._pool is None:
             tls = TLSSettings(ca_bundle=str(self.ca_bundle) if self.ca_bundle
                               else self._default_ca, insecure=self.insecure)
+            if self._default_ca_source is not None and not self.ca_bundle:
+                try:  # loaded once more here, so that the error names where it was set
+                    tls.context()
+                except ConfigurationError as exc:
+                    raise ConfigurationError(f"{exc} (set by {self._default_ca_source})") from None
             self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4)
         return self._pool
 
