@@ -206,3 +206,18 @@ async def test_a_ca_bundle_from_the_aws_configuration_is_used_and_named_when_unu
         named = "env AWS_CA_BUNDLE" if where == "env" else f"{aws_config} [profile default] ca_bundle"
         assert f"cannot load the CA bundle {ca}" in str(info.value)
         assert f"(set by {named})" in str(info.value)
+
+
+@pytest.mark.parametrize("where", ["S3_ENDPOINT_URL", "profile"])
+def test_the_report_masks_a_password_in_the_endpoint(aws_config: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     where: str) -> None:
+    """describe_credentials printed ``http://user:<password>@host`` whole."""
+    endpoint = "http://user:canary-pw@store.example:9000"
+    if where == "profile":
+        aws_config.write_text(f"[default]\nendpoint_url = {endpoint}\n")
+    else:
+        monkeypatch.setenv(where, endpoint)
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", anonymous=True)
+    assert "canary-pw" not in str(report) and "canary-pw" not in repr(report.as_dict())
+    assert "user:***@store.example:9000" in str(report)

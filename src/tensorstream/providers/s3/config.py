@@ -31,7 +31,7 @@ from typing import Any
 from ...credentials.base import Sourced, mask
 from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
 from ...errors import ConfigurationError, TensorstreamError
-from ...uri import ParsedURI
+from ...uri import ParsedURI, redact
 from .profile import ADDRESSING_STYLES, ProfileConfig, ignore_configured_endpoints, read_profile_config
 
 __all__ = [
@@ -132,8 +132,6 @@ def _check_endpoint(endpoint: Sourced[str]) -> None:
     (botocore said 'Invalid IPv6 URL' or 'Port out of range', or, for one with no host,
     failed inside the credential chain)."""
     from urllib.parse import urlsplit
-
-    from ...uri import redact
 
     try:
         parts = urlsplit(endpoint.value)
@@ -540,7 +538,7 @@ def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> Credenti
         report_line("access_key_id", key, shown=masked_key_id(str(key.value)) if key else None),
         report_line("secret_access_key", secret),
         report_line("session_token", token),
-        report_line("endpoint", creds.endpoint)
+        report_line("endpoint", creds.endpoint, shown=redact(creds.endpoint.value))
         if creds.endpoint
         else ReportLine("endpoint", "<AWS default>", _no_endpoint_source(creds)),
         report_line("region", region)
