@@ -168,6 +168,26 @@ def test_unknown_fields_are_ignored_like_safetensors(tmp_path: Path) -> None:
     assert ts_st.load(path)["a"].tolist() == [1.5, 2.5]
 
 
+
+def test_a_null_metadata_is_no_metadata_like_safetensors(tmp_path: Path) -> None:
+    """safetensors reads ``"__metadata__": null`` as no metadata; it was refused here
+    ("__metadata__ must map strings to strings"). Its neighbours stay refused."""
+    import safetensors
+
+    path = tmp_path / "null.safetensors"
+    path.write_bytes(_file({"__metadata__": None, "a": _entry()}, struct.pack("<2f", 1.5, 2.5)))
+    assert ts_st.load(path)["a"].tolist() == st_torch.load_file(str(path))["a"].tolist()
+    with ts_st.open(path) as f, safetensors.safe_open(str(path), "pt") as ref:
+        assert f.metadata() is None and ref.metadata() is None
+    assert tensorstream.inspect(path).metadata is None
+    for meta in (0, "", [], False):
+        path.write_bytes(_file({"__metadata__": meta, "a": _entry()}, b"\0" * 8))
+        with pytest.raises(MalformedFileError, match="__metadata__ must map strings"):
+            ts_st.load(path)
+        with pytest.raises(Exception):  # noqa: B017 - any error from the reference
+            st_torch.load_file(str(path))
+
+
 def test_a_header_of_many_small_entries_is_parsed_in_bounded_memory() -> None:
     """safetensors accepts a header up to 100 MB; one of small entries took ~14 times its
     size while parsed (~1.5 GB at 100 MB, and 22 s of CPU): dicts of lists, then as much

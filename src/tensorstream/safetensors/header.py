@@ -211,6 +211,9 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
     if not isinstance(doc, dict):
         raise MalformedFileError(f"{where}: the header is not a JSON object")
     metadata: dict[str, str] | None = None
+    # ``null`` is no metadata, as safetensors reads it (an optional field).
+    if doc.get("__metadata__", _ABSENT) is None:
+        del doc["__metadata__"]
     if "__metadata__" in doc:
         meta = doc.pop("__metadata__")
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
