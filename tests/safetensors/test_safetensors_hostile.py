@@ -323,6 +323,24 @@ def test_an_index_shard_naming_no_file_is_not_found(tmp_path: Path, shard: str) 
         assert shard[-40:] in str(info.value)
 
 
+
+def test_an_index_naming_a_tensor_in_two_shards_is_refused(tmp_path: Path) -> None:
+    """``"a"`` given twice in a weight_map, each time with another shard: the last one was
+    taken silently (json's rule), so which copy loaded depended on the file's key order.
+    Given twice with the same shard it is one answer, and loads."""
+    st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "s1.safetensors"))
+    st_torch.save_file({"a": torch.zeros(2)}, str(tmp_path / "s2.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"weight_map": {"a": "s1.safetensors", "a": "s2.safetensors"}}')
+    for call in (ts_st.load, lambda p: list(ts_st.iter_tensors(p)), ts_st.open,
+                 tensorstream.inspect, lambda p: ts_st.load(p.parent)):
+        with pytest.raises(MalformedFileError, match=r"model\.safetensors\.index\.json.*'a'.*"
+                           r"'s1\.safetensors'.*'s2\.safetensors'"):
+            call(index)
+    index.write_text('{"weight_map": {"a": "s1.safetensors", "a": "s1.safetensors"}}')
+    assert ts_st.load(index)["a"].tolist() == [1.0, 1.0]
+
+
 # -- values of megabytes in a header: the message shows them cut short ----------
 
 _BIG = "x" * 2_000_000

@@ -110,7 +110,11 @@ def load_index(uri: str | ParsedURI, options: dict[str, Any]) -> Index:
             raise MalformedFileError(f"{where}: {f.size} bytes is too large for an index")
         raw = f.read()
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_one_value_per_key)
+    except _TwoValues as exc:
+        key, first, second = exc.args
+        raise MalformedFileError(f"{where}: {shown(key)} is given twice, with {shown(first)} "
+                                 f"and {shown(second)}: which one is meant is unknowable") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise MalformedFileError(f"{where}: not a JSON index ({exc})") from None
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
@@ -124,6 +128,21 @@ def load_index(uri: str | ParsedURI, options: dict[str, Any]) -> Index:
                                  f"more than the {MAX_SHARDS} any checkpoint has")
     meta = doc.get("metadata")
     return Index(weight_map, meta if isinstance(meta, dict) else None, where, len(raw))
+
+
+class _TwoValues(ValueError):
+    """A key given twice in one object with two values: ``(key, first, second)``."""
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An index's objects, refusing a key given twice with two values: json keeps the
+    last, so a weight_map naming a tensor's shard twice loaded whichever came last."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out and out[key] != value:
+            raise _TwoValues(key, out[key], value)
+        out[key] = value
+    return out
 
 
 def from_index(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
