@@ -24,8 +24,8 @@ from ..api import open as ts_open
 from ..errors import MalformedFileError
 from ..providers.local.provider import naming_write_errors
 from ..safetensors.header import encode_header, shown
-from ..safetensors.reader import byte_view
-from ..safetensors.writer import _NAMES as SAFETENSORS_NAMES
+from ..safetensors.reader import PACKED, byte_view
+from ..safetensors.writer import _NAMES
 from ..tensorizer.crypto import DecryptionError
 from ..tensorizer.hook import CryptographyError, IndexEntry, forget, index_entries
 from ..uri import ParsedURI
@@ -33,6 +33,10 @@ from ._local import local_target
 from .errors import UnsupportedDtypeError
 
 __all__ = ["BATCH_BYTES", "Planned", "plan", "write_safetensors"]
+
+#: The dtypes a converted file may hold: not the packed ones (F4), whose header shape
+#: is not the tensor's (safetensors.save does that, not this plan).
+SAFETENSORS_NAMES = {d: n for d, n in _NAMES.items() if n not in PACKED}
 
 #: Tensors loaded from the tensorizer file at a time (by bytes; a larger tensor alone).
 BATCH_BYTES = 64 << 20

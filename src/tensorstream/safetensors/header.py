@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from ..errors import ConfigurationError, MalformedFileError
 from ..uri import is_utf8
 
-__all__ = ["DTYPE_SIZES", "MAX_HEADER_SIZE", "Header", "TensorInfo", "encode_header",
+__all__ = ["DTYPE_BITS", "DTYPE_SIZES", "MAX_HEADER_SIZE", "Header", "TensorInfo", "encode_header",
            "header_from_prefix", "header_length", "parse_header", "shown"]
 
 #: safetensors' own limit (``MAX_HEADER_SIZE`` in the Rust crate): 100 MB of JSON.
@@ -39,6 +39,10 @@ DTYPE_SIZES: dict[str, int] = {
     "BOOL": 1, "C64": 8,
     "F8_E4M3": 1, "F8_E4M3FNUZ": 1, "F8_E5M2": 1, "F8_E5M2FNUZ": 1, "F8_E8M0": 1,
 }
+
+#: Bits per element of every dtype tensorstream reads: those of :data:`DTYPE_SIZES`, and
+#: F4 (FP4 E2M1), two to a byte, that safetensors reads as torch's ``float4_e2m1fn_x2``.
+DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_SIZES.items()}, "F4": 4}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # a header may list a million of them
@@ -265,9 +269,9 @@ def _entry(name: str, entry: Any, data_start: int, data_size: int,
     if missing:
         raise MalformedFileError(f"{where}: entry {name} lacks {', '.join(sorted(missing))}")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise MalformedFileError(f"{where}: tensor {name} has unsupported dtype {shown(dtype)}; "
-                                 f"known: {', '.join(DTYPE_SIZES)}")
+                                 f"known: {', '.join(DTYPE_BITS)}")
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
         raise MalformedFileError(f"{where}: tensor {name} has an invalid shape {shown(shape)}")
     if (not isinstance(offsets, list) or len(offsets) != 2
@@ -279,13 +283,14 @@ def _entry(name: str, entry: Any, data_start: int, data_size: int,
             f"{where} is truncated or corrupt: tensor {name} ends at data offset {end}, "
             f"the object holds {data_size} bytes of data",
             expected_size=data_start + end, actual_size=data_start + data_size)
-    span = end - begin
+    span, bits = end - begin, DTYPE_BITS[dtype]
     # Multiply with an early exit: a hostile shape must not make a huge integer.
+    # (In bits: an F4 tensor of an odd element count ends inside a byte, and fills no span.)
     count = 1
     if 0 not in shape:
         for d in shape:
             count *= d
-            if count * DTYPE_SIZES[dtype] > span:
+            if count * bits > 8 * span:
                 break
     else:
         # An empty tensor fills any 0-byte span, but torch still needs its element count
@@ -298,7 +303,7 @@ def _entry(name: str, entry: Any, data_start: int, data_size: int,
                     f"{where}: tensor {name} has a shape {shown(shape)} whose dimensions overflow "
                     "a 64-bit element count")
         count = 0
-    if count * DTYPE_SIZES[dtype] != span:
+    if count * bits != 8 * span:
         raise MalformedFileError(
             f"{where}: tensor {name} of shape {shown(shape)} x {dtype} does not fill its "
             f"{span}-byte span")

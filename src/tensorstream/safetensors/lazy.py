@@ -23,11 +23,11 @@ from typing import Any
 import numpy
 import torch
 
-from ..errors import MalformedFileError
+from ..errors import MalformedFileError, UnsupportedOperationError
 from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
-from .header import DTYPE_SIZES, TensorInfo, shown
-from .reader import SafetensorsFile, _device, _finish, byte_view, torch_dtype
+from .header import TensorInfo, shown
+from .reader import PACKED, SafetensorsFile, _device, _finish, byte_view, torch_dtype, torch_shape
 from .sources import resolve
 
 __all__ = ["SafeOpen", "SafeSlice", "open"]
@@ -216,6 +216,17 @@ class SafeSlice:
         shape = info.shape
         sel = _normalize(key, shape)
         dtype = torch_dtype(info.dtype, owner.name)
+        if info.dtype in PACKED:
+            # Elements packed into torch's (F4: pairs) are read whole along the last dimension;
+            # the other dimensions slice as usual (safe_open's slice of F4 raised RuntimeError).
+            (lo, hi, step), is_int = sel[-1]
+            if is_int or (lo, hi, step) != (0, shape[-1], 1):
+                raise UnsupportedOperationError(
+                    f"{owner.name}: tensor {shown(info.name)} is {info.dtype}, which torch holds "
+                    f"{PACKED[info.dtype]} to an element: select all of its last dimension "
+                    "(slice the others), or read it whole with get_tensor")
+            shape = torch_shape(info, owner.name)
+            sel = [*sel[:-1], ((0, shape[-1], 1), False)]
         counts = [len(range(*s)) for s, _ in sel]
         out_shape = [c for c, (_, is_int) in zip(counts, sel, strict=True) if not is_int]
         if 0 in counts:
@@ -224,7 +235,7 @@ class SafeSlice:
         if all(full):
             return owner.get_tensor(info.name).reshape(out_shape)
         k = max(i for i, f in enumerate(full) if not f)
-        size = DTYPE_SIZES[info.dtype]
+        size = dtype.itemsize
         strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
         (lo, _, step_k), _ = sel[k]
         span_k = (counts[k] - 1) * step_k + 1
@@ -246,14 +257,17 @@ class SafeSlice:
             buf = self._buffer([rows, *shape[1:]], dtype)
             owner._read(info.name, [(info.begin + lo0 * strides[0] * size, byte_view(buf))])
             local = [slice(0, rows, step0)] + [slice(*s) for s, _ in sel[1:]]
-        part = buf[tuple(local)].contiguous().reshape(out_shape)
+        if info.dtype in PACKED:  # torch copies no float4 (``copy_`` is not implemented)
+            part = buf.view(torch.uint8)[tuple(local)].contiguous().reshape(out_shape).view(dtype)
+        else:
+            part = buf[tuple(local)].contiguous().reshape(out_shape)
         return _finish(part, owner._device, None)
 
     def _buffer(self, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
         """Memory for the bytes a slice reads; more than the host has available is
         refused first (torch's allocator raised a bare ``RuntimeError`` for
         ``[::2]`` of a 1 TiB tensor, or the pages were touched until the process died)."""
-        nbytes = math.prod(shape) * DTYPE_SIZES[self._info.dtype]
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes >= SMALL_CLAIM:
             check_fits(nbytes, torch.device("cpu"), None, self._owner.name, count=1,
                        detail=f" (a slice of tensor {self._info.name!r} reads that much)",

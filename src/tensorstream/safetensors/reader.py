@@ -39,7 +39,7 @@ from ._local import fill_local
 from .header import Header, TensorInfo, header_from_prefix, shown
 from .sources import Source, resolve
 
-__all__ = ["DEFAULT_NUM_READERS", "Filter", "load", "torch_dtype"]
+__all__ = ["DEFAULT_NUM_READERS", "PACKED", "Filter", "load", "torch_dtype", "torch_shape"]
 
 #: Parallel readers per file for :func:`load`: contiguous stretches of the file,
 #: each on its own fork of the reader (shared connections and read-ahead budget).
@@ -64,7 +64,12 @@ _DTYPES: dict[str, str] = {
     "BOOL": "bool", "C64": "complex64",
     "F8_E4M3": "float8_e4m3fn", "F8_E4M3FNUZ": "float8_e4m3fnuz",
     "F8_E5M2": "float8_e5m2", "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu",
+    "F4": "float4_e2m1fn_x2",
 }
+
+#: Dtypes torch holds several elements to one of its own (as safetensors maps them):
+#: F4 in pairs, ``float4_e2m1fn_x2``, whose last dimension is half the file's.
+PACKED: dict[str, int] = {"F4": 2}
 
 
 def torch_dtype(name: str, where: str = "") -> torch.dtype:
@@ -75,6 +80,20 @@ def torch_dtype(name: str, where: str = "") -> torch.dtype:
         raise MalformedFileError(f"{where}: dtype {name} is not supported by torch "
                                  f"{torch.__version__}")
     return dtype
+
+
+def torch_shape(t: TensorInfo, where: str = "") -> tuple[int, ...]:
+    """The shape of ``t`` in torch: the file's, less a packed dtype's pairing (an F4
+    ``[4096, 2048]`` is a ``float4_e2m1fn_x2`` ``[4096, 1024]``, as safetensors loads it)."""
+    per = PACKED.get(t.dtype)
+    if per is None:
+        return t.shape
+    if not t.shape or t.shape[-1] % per:
+        raise MalformedFileError(
+            f"{where}: tensor {shown(t.name)} is {t.dtype} of shape {list(t.shape)}: torch holds "
+            f"{t.dtype} {per} to an element ({_DTYPES[t.dtype]}), so its last dimension must be "
+            f"a multiple of {per}")
+    return (*t.shape[:-1], t.shape[-1] // per)
 
 
 def _check_byteorder() -> None:
@@ -181,8 +200,9 @@ class SafetensorsFile:
                 raise MalformedFileError(
                     f"{self.where} lacks {len(missing)} tensor(s) that the index puts there: "
                     f"{', '.join(shown(n) for n in missing[:10])}")
-        for t in tensors:  # fail on an unknown dtype before reading anything
+        for t in tensors:  # fail on an unknown dtype or shape before reading anything
             torch_dtype(t.dtype, self.where)
+            torch_shape(t, self.where)
         return tensors
 
     def read_tensor(self, t: TensorInfo, reader: StreamReader, *, pin: bool = False) -> torch.Tensor:
@@ -200,7 +220,8 @@ class SafetensorsFile:
             check_fits(t.nbytes, torch.device("cpu"), self.max_tensor_bytes, self.where,
                        count=1, detail=f" (tensor {t.name!r})",
                        hint=None if self.max_tensor_bytes is not None else _SLICE_HINT)
-        return torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.where), pin_memory=pin)
+        return torch.empty(torch_shape(t, self.where), dtype=torch_dtype(t.dtype, self.where),
+                           pin_memory=pin)
 
     def fill(self, t: TensorInfo, reader: StreamReader, out: torch.Tensor) -> torch.Tensor:
         """Fill ``out`` (from :meth:`allocate`) with one ``readinto`` of ``t``'s span."""
@@ -217,11 +238,17 @@ _SLICE_HINT = ("If the file is right, free memory, or read the tensor in parts "
                "(tensorstream.safetensors.open(...).get_slice(name)[...])")
 
 
+_PACKED_TORCH = frozenset(d for d in (getattr(torch, _DTYPES[n], None) for n in PACKED)
+                          if isinstance(d, torch.dtype))
+
+
 def _finish(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
     if device.type != "cpu":
         # From pinned memory: the copy overlaps the next tensor's read.
         t = t.to(device, non_blocking=True)
-    if dtype is not None and t.dtype.is_floating_point and t.dtype != dtype:
+    # (a packed dtype, F4's float4_e2m1fn_x2, has no cast: it is kept, as integers are)
+    if (dtype is not None and t.dtype.is_floating_point and t.dtype != dtype
+            and t.dtype not in _PACKED_TORCH):
         t = t.to(dtype)
     return t
 
@@ -293,7 +320,7 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
                 # load keeps every tensor: one mapping, on huge pages where free and cheap
                 # (readahead.arena), each tensor a storage of its own inside it.
                 out = memory.tensors[at[t.name]]
-                return out.view(torch_dtype(t.dtype, f.where)).reshape(t.shape)
+                return out.view(torch_dtype(t.dtype, f.where)).reshape(torch_shape(t, f.where))
 
             with _pinned(source, options, reader) as pinned:
                 fill_local(reader, tensors,
@@ -383,7 +410,8 @@ def _check(device: str | torch.device | None, num_readers: int | None,
     dev = _device(device)
     # A string, a float or a bool was taken as is (num_readers="2": a bare TypeError later).
     readers: int | None = validate_options({"num_readers": num_readers})["num_readers"]
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point
+                                  and dtype not in _PACKED_TORCH):
         # A dtype that is no torch.dtype failed after every byte was read (dtype="float16":
         # torch's "Invalid device string"); an integer or bool dtype turned every
         # floating-point weight into integers (transformers refuses one too).
@@ -531,7 +559,8 @@ class _File:
             # allocates them): more than there is was the allocator's bare RuntimeError
             check_fits(sum(t.nbytes for t in self.infos), torch.device("cpu"), allowance,
                        self.file.where, count=len(self.infos))
-            self.tensors = [torch.empty(t.shape, dtype=torch_dtype(t.dtype, self.file.where),
+            self.tensors = [torch.empty(torch_shape(t, self.file.where),
+                                        dtype=torch_dtype(t.dtype, self.file.where),
                                         pin_memory=pin) for t in self.infos]
         except BaseException:
             self.file.close()

@@ -12,7 +12,7 @@ from ..api import open as ts_open
 from ..errors import ConfigurationError
 from ..uri import ParsedURI, is_utf8
 from .header import encode_header
-from .reader import _DTYPES, _check_byteorder, byte_view
+from .reader import _DTYPES, PACKED, _check_byteorder, byte_view
 
 __all__ = ["save"]
 
@@ -25,6 +25,18 @@ def _dtype_name(name: str, t: torch.Tensor) -> str:
     except KeyError:
         raise ConfigurationError(f"tensor {name!r} has dtype {t.dtype}, which safetensors "
                                  "cannot hold") from None
+
+
+def _file_shape(name: str, dtype: str, t: torch.Tensor) -> tuple[int, ...]:
+    """The shape the header gives: a packed dtype's elements counted one by one (a
+    ``float4_e2m1fn_x2`` ``[n, k]`` is F4 ``[n, 2k]``, as safetensors writes it)."""
+    per = PACKED.get(dtype)
+    if per is None:
+        return tuple(t.shape)
+    if t.dim() == 0:
+        raise ConfigurationError(f"tensor {name!r} is a 0-dim {t.dtype}: safetensors holds "
+                                 f"{dtype} along a last dimension; reshape it to (1,)")
+    return (*t.shape[:-1], t.shape[-1] * per)
 
 
 def _check_unicode(text: str, what: str) -> None:
@@ -71,7 +83,8 @@ def save(
             raise ConfigurationError(f"{name!r} is not a dense tensor")
         if t.device.type == "meta":
             raise ConfigurationError(f"{name!r} is on the meta device: it has no data to save")
-        entries.append((name, _dtype_name(name, t), tuple(t.shape), t.numel() * t.element_size()))
+        dtype = _dtype_name(name, t)
+        entries.append((name, dtype, _file_shape(name, dtype, t), t.numel() * t.element_size()))
     header = encode_header(entries, metadata)
     with ts_open(uri, "wb", **options) as out:
         out.write(header)
