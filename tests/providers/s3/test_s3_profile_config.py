@@ -221,3 +221,29 @@ def test_the_report_masks_a_password_in_the_endpoint(aws_config: Path,
     report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", anonymous=True)
     assert "canary-pw" not in str(report) and "canary-pw" not in repr(report.as_dict())
     assert "user:***@store.example:9000" in str(report)
+
+
+@pytest.mark.parametrize("file", ["config", "credentials"])
+async def test_keys_from_a_credential_process_are_named_by_profile_and_file(
+        aws_config: Path, isolated_env: Path, moto_s3: MotoS3Server,
+        monkeypatch: pytest.MonkeyPatch, file: str) -> None:
+    """A key the server rejects was said to come from "botocore custom-process": which
+    profile's, in which file, was left to guess."""
+    import sys
+
+    script = isolated_env / "keys.py"
+    script.write_text("import json\nprint(json.dumps({'Version': 1, "
+                      "'AccessKeyId': 'AKIAREJECTEDREJECTED', 'SecretAccessKey': 'wrong-0123'}))\n")
+    setting = f"credential_process = {sys.executable} {script}\n"
+    credentials = isolated_env / "aws-credentials"
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_PROFILE", "proc")
+    aws_config.write_text(f"[profile proc]\nendpoint_url = {moto_s3.endpoint_url}\n"
+                          + (setting if file == "config" else ""))
+    credentials.write_text("[proc]\n" + (setting if file == "credentials" else ""))
+    named = f"{aws_config if file == 'config' else credentials} [profile proc] credential_process"
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k")
+    assert report.source_of("access_key_id") == f"{named} (botocore custom-process)"
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/k", 0, 1)
+    assert named in str(info.value) and "wrong-0123" not in str(info.value)

@@ -32,7 +32,13 @@ from ...credentials.base import Sourced, mask
 from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
 from ...errors import ConfigurationError, TensorstreamError
 from ...uri import ParsedURI, redact
-from .profile import ADDRESSING_STYLES, ProfileConfig, ignore_configured_endpoints, read_profile_config
+from .profile import (
+    ADDRESSING_STYLES,
+    ProfileConfig,
+    ignore_configured_endpoints,
+    profile_setting_file,
+    read_profile_config,
+)
 
 __all__ = [
     "OPTIONS",
@@ -455,7 +461,20 @@ def chain_source(method: str | None, profile: str | None, env: Mapping[str, str]
         return f"{_aws_file(env, 'credentials')} [profile {name}]"
     if method == "config-file":
         return f"{_aws_file(env, 'config')} [profile {name}]"
+    if method == "assume-role-with-web-identity" and env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return "env AWS_ROLE_ARN/AWS_WEB_IDENTITY_TOKEN_FILE (botocore assume-role-with-web-identity)"
+    if method == "sso":
+        return f"{_aws_file(env, 'config')} [profile {name}] (botocore sso)"
+    if (setting := _PROFILE_METHODS.get(method or "")) is not None:
+        # "botocore custom-process" named neither the profile nor the file of a rejected key
+        return f"{profile_setting_file(name, setting, env)} [profile {name}] {setting} " \
+               f"(botocore {method})"
     return f"botocore {method or 'credential chain'}"
+
+
+#: botocore's credential providers driven by one setting of a profile, and that setting.
+_PROFILE_METHODS = {"custom-process": "credential_process", "assume-role": "role_arn",
+                    "assume-role-with-web-identity": "web_identity_token_file"}
 
 
 def resolve_botocore_chain(

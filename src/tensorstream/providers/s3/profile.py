@@ -21,8 +21,8 @@ from typing import Any
 from ...credentials.base import Sourced
 from ...errors import ConfigurationError
 
-__all__ = ["ProfileConfig", "config_profile_name", "ignore_configured_endpoints",
-           "read_profile_config"]
+__all__ = ["ProfileConfig", "config_file", "config_profile_name", "ignore_configured_endpoints",
+           "profile_setting_file", "read_profile_config"]
 
 ADDRESSING_STYLES = ("path", "virtual", "auto")
 IGNORE_VARIABLE = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
@@ -135,6 +135,20 @@ def read_profile_config(profile: Sourced[str] | None, env: Mapping[str, str]) ->
                 f"{path} [profile {name}] names services section {section!r}, which the "
                 "file does not define")
     return ProfileConfig(name, path, values, services)
+
+
+def profile_setting_file(name: str, setting: str, env: Mapping[str, str]) -> str:
+    """The file (config or credentials, as the user named it) whose profile ``name`` holds
+    ``setting`` (botocore merges the two); the config file when neither does."""
+    from botocore.configloader import raw_config_parse
+
+    credentials = env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials"
+    try:
+        if setting in (raw_config_parse(_full(credentials)).get(name) or {}):
+            return credentials
+    except Exception:  # absent or unparsable: not there
+        pass
+    return config_file(env)
 
 
 def ignore_configured_endpoints(env: Mapping[str, str],
