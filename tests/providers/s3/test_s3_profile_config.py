@@ -134,6 +134,9 @@ def test_which_setting_wins(aws_config: Path) -> None:
      r"\[profile default\] s3.addressing_style must be one of path, virtual, auto"),
     ("[default]\nservices = nowhere\n", "names services section 'nowhere'"),
     ("[default]\nendpoint_url = ftp://store.example\n", r"\[profile default\] endpoint_url"),
+    # botocore: an AttributeError in its credential chain, "what it printed is withheld"
+    ("[default]\nservices = m\n[services m]\ns3 = http://store.example\n",
+     r"\[services m\] s3 is a value; it must be a sub-section"),
 ])
 def test_a_profile_setting_botocore_cannot_use_names_the_file(aws_config: Path, config: str,
                                                               match: str) -> None:
@@ -247,3 +250,35 @@ async def test_keys_from_a_credential_process_are_named_by_profile_and_file(
     with pytest.raises(errors.PermissionDeniedError) as info:
         await tensorstream.read_range(f"s3://{S3_BUCKET}/k", 0, 1)
     assert named in str(info.value) and "wrong-0123" not in str(info.value)
+
+
+@pytest.mark.parametrize(("options", "env", "named"), [
+    ({"s3_region": "eu west 1"}, {}, "option s3_region 'eu west 1'"),
+    ({}, {"AWS_REGION": "us-east-1 "}, "env AWS_REGION 'us-east-1 '"),
+    ({}, {"AWS_DEFAULT_REGION": "eu/west"}, "env AWS_DEFAULT_REGION 'eu/west'"),
+])
+async def test_a_region_that_is_no_region_name_is_refused_naming_its_source(
+        aws_config: Path, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch,
+        options: dict[str, Any], env: dict[str, str], named: str) -> None:
+    """botocore's InvalidRegionError became "S3 sent a malformed answer"; reads that built
+    no botocore client (static keys, an http endpoint) signed for it."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    opts = {**moto_s3.options(), **options}
+    if not options:
+        del opts["s3_region"]
+    with pytest.raises(errors.ConfigurationError, match="is not a region name") as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/k", 0, 1, **opts)
+    assert named in str(info.value)
+
+
+async def test_a_profile_region_that_is_no_region_name_names_the_profile(
+        aws_config: Path, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    aws_config.write_text("[profile r]\nregion = eu west 1\n")
+    monkeypatch.setenv("AWS_PROFILE", "r")
+    opts = moto_s3.options()
+    del opts["s3_region"]
+    with pytest.raises(errors.ConfigurationError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/k", 0, 1, **opts)
+    assert "AWS profile 'r'" in str(info.value) and str(aws_config) in str(info.value)
+    assert "region 'eu west 1' is not a region name" in str(info.value)

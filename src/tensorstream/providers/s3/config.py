@@ -25,6 +25,7 @@ from __future__ import annotations
 import configparser
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -422,13 +423,23 @@ def _resolve_endpoint(
     return None  # AWS
 
 
+#: A region name is a host label (botocore's rule, checked when it builds a client).
+_REGION = re.compile(r"(?![0-9]+$)(?!-)[a-zA-Z0-9-]{1,63}(?<!-)")
+
+
 def _resolve_region(options: Mapping[str, Any], env: Mapping[str, str]) -> Sourced[str] | None:
+    found: Sourced[str] | None = None
     if (v := _opt(options, "s3_region")) is not None:
-        return Sourced(v, "option s3_region")
+        found = Sourced(v, "option s3_region")
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-        if (v := _env(env, name)) is not None:
-            return Sourced(v, f"env {name}")
-    return None  # botocore: region in ~/.aws/config, else us-east-1
+        if found is None and (v := _env(env, name)) is not None:
+            found = Sourced(v, f"env {name}")
+    if found is not None and not _REGION.fullmatch(found.value):
+        # botocore's InvalidRegionError was "S3 sent a malformed answer", and reads that
+        # built no botocore client signed for it
+        raise ConfigurationError(f"{found.source} {found.value!r} is not a region name "
+                                 "(letters, digits and '-', e.g. us-east-1)")
+    return found  # else botocore: region in ~/.aws/config, else us-east-1
 
 
 def _resolve_style(

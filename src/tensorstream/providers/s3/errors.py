@@ -32,6 +32,7 @@ from ...errors import (
 )
 from ...uri import redact, redact_text
 from .._http.headers import parse_retry_after, plain_text_answer
+from .profile import config_profile_name
 
 __all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
            "map_session_error"]
@@ -352,7 +353,8 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
             f"AWS profile {name!r} ({profile_source}) is not defined in {files}")
     if isinstance(exc, bce.PartialCredentialsError):
         return _half_pair(exc, profile)
-    where = f"AWS profile {profile or 'default'!r} ({files})"
+    # botocore configures itself from AWS_PROFILE where the keys came from elsewhere
+    where = f"AWS profile {profile or config_profile_name(None, os.environ)!r} ({files})"
     if isinstance(exc, (bce.SSOTokenLoadError, bce.UnauthorizedSSOTokenError)):
         _withhold(exc)
         return ConfigurationError(
@@ -376,6 +378,10 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
             "instance metadata)")
         err.temporary = False
         return err
+    if isinstance(exc, bce.InvalidRegionError):  # the profile's (variables are checked before)
+        return ConfigurationError(
+            f"{where}: region {exc.kwargs.get('region_name')!r} is not a region name (letters, "
+            "digits and '-', e.g. us-east-1)")
     if isinstance(exc, bce.NoRegionError):
         return ConfigurationError(
             f"{where}: botocore's credential chain needs a region (for STS): set region in "

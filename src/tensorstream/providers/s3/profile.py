@@ -56,6 +56,11 @@ class ProfileConfig:
     def endpoint(self) -> Sourced[str] | None:
         """botocore's order: the services section's ``s3`` endpoint, then the profile's."""
         s3 = self.services.get("s3")
+        if s3 is not None and not isinstance(s3, Mapping):
+            # botocore failed with an AttributeError inside its credential chain
+            raise ConfigurationError(
+                f"{self.path} [services {self.values.get('services')}] s3 is a value; it must "
+                "be a sub-section: 's3 =' then indented lines such as 'endpoint_url = ...'")
         if isinstance(s3, Mapping) and s3.get("endpoint_url"):
             section = self.values.get("services")
             return Sourced(str(s3["endpoint_url"]),
