@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import errno
 import json
 import os
@@ -20,6 +21,8 @@ from ..uri import ParsedURI, parse_uri, redact_text
 from .options import Rule, add_storage_options, storage_options, unmatchable_rule
 
 _CHUNK = 8 << 20
+#: Deletes of ``rm -r`` / ``rm PATTERN`` in flight at once (aws s3 rm runs 10).
+_DELETES_IN_FLIGHT = 16
 
 
 def _sub(sub: Any, common: argparse.ArgumentParser, name: str, help_: str, usage: str,
@@ -397,22 +400,45 @@ def run_rm(args: argparse.Namespace) -> int:
 
 async def _delete_each(provider: Any, uri: ParsedURI, targets: list[str], dryrun: bool,
                        reporter: Any) -> int:
-    """Delete (or with ``dryrun`` only name) every path; the exit status."""
+    """Delete (or with ``dryrun`` only name) every path; the exit status.
+
+    Up to :data:`_DELETES_IN_FLIGHT` deletes run at once (one after the other, a
+    delete's round trips, two for S3, made 10,000 keys take minutes); each is
+    reported in the listing's order as it is confirmed. Interrupted, the deletes
+    in flight are cancelled: what was printed was deleted.
+    """
     from ._run import EXIT_FAILED, EXIT_PARTIAL
 
+    if dryrun:
+        for path in targets:
+            reporter.deleted(uri.with_path(path), dryrun=True)
+        return 0
     failed = 0
-    for path in targets:
+    pending: collections.deque[tuple[str, asyncio.Task[None]]] = collections.deque()
+
+    async def report_first() -> None:
+        nonlocal failed
+        path, task = pending.popleft()
         target = uri.with_path(path)
-        if dryrun:
-            reporter.deleted(target, dryrun=True)
-            continue
         try:
-            await provider.delete(path)
+            await task
         except (OSError, ValueError) as exc:
             failed += 1
             reporter.deleted(target, dryrun=False, error=f"delete {target}: {exc}")
         else:
             reporter.deleted(target, dryrun=False)
+
+    try:
+        for path in targets:
+            pending.append((path, asyncio.ensure_future(provider.delete(path))))
+            if len(pending) >= _DELETES_IN_FLIGHT:
+                await report_first()
+        while pending:
+            await report_first()
+    finally:
+        for _, task in pending:  # interrupted, or an error that is not a failed delete
+            task.cancel()
+        await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
     if not failed:
         return 0
     return EXIT_PARTIAL if failed < len(targets) else EXIT_FAILED
