@@ -93,3 +93,15 @@ def test_rm_r_deletes_several_objects_at_once_and_reports_them_in_order(
     listed = moto_s3.client.list_objects_v2(Bucket=S3_BUCKET, Prefix="rmwide")
     assert [o["Key"] for o in listed.get("Contents", [])] == ["rmwide-kept.bin"]
 
+
+def test_rm_r_of_a_whole_redis_database_deletes_what_ls_r_lists(redis_server: Any) -> None:
+    db = redis_server.url("", db=11)  # a database of this test's own
+    for key in ("a/x.bin", "b.bin"):
+        r = cli("cp", "-q", "-", redis_server.url(key, db=11), input="x")
+        assert r.returncode == 0, r.stderr
+    assert cli("ls", "-r", db).stdout.splitlines() == ["a/x.bin", "b.bin"]
+    r = cli("rm", "-r", db)  # it said "no objects under" what ls -r had just listed
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"delete: {redis_server.url(k, db=11)}"
+                                     for k in ("a/x.bin", "b.bin")]
+    assert cli("ls", "-r", db).returncode == 1

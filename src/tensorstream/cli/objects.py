@@ -387,7 +387,9 @@ def run_rm(args: argparse.Namespace) -> int:
                     raise
                 reporter.deleted(args.uri, dryrun=args.dryrun)
                 return 0
-            base = uri.path.rstrip("/") + "/"
+            # (no path: a Redis database's every key, as ls -r lists them; it was "/",
+            # which no key starts with, so rm -r said there were no objects)
+            base = uri.path.rstrip("/") + "/" if uri.path.strip("/") else ""
             targets = [i.path async for i in provider.list(base)
                        if i.path.startswith(base) and rules.wants(i.path[len(base):])]
             if not targets:
