@@ -127,6 +127,13 @@ def test_which_setting_wins(aws_config: Path) -> None:
         assert kept is not None and kept.source == source
     report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", anonymous=True)
     assert report.source_of("endpoint") == f"{aws_config} [profile default] endpoint_url"
+    # ~/.s3cfg's endpoint is addressed as s3cmd's host_bucket says, not as the AWS profile
+    s3cfg = aws_config.parent / "s3cfg"
+    s3cfg.write_text("[default]\nhost_base = minio.example:9000\nhost_bucket = minio.example:9000\n")
+    creds = resolve_s3_credentials({"s3_config_path": str(s3cfg)}, env=env)
+    assert creds.addressing_style is not None
+    assert creds.addressing_style.source == f"s3cmd config {s3cfg} host_bucket"
+    assert creds.addressing_style.value == "path"
 
 
 @pytest.mark.parametrize(("config", "match"), [
@@ -282,3 +289,13 @@ async def test_a_profile_region_that_is_no_region_name_names_the_profile(
         await tensorstream.read_range(f"s3://{S3_BUCKET}/k", 0, 1, **opts)
     assert "AWS profile 'r'" in str(info.value) and str(aws_config) in str(info.value)
     assert "region 'eu west 1' is not a region name" in str(info.value)
+
+
+def test_the_report_says_configured_endpoints_are_ignored(aws_config: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    aws_config.write_text("[default]\nendpoint_url = http://profile.example\n")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3.example")
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", anonymous=True)
+    assert report.source_of("endpoint") == (
+        "AWS (configured endpoint URLs ignored: env AWS_IGNORE_CONFIGURED_ENDPOINT_URLS)")

@@ -452,10 +452,13 @@ def _resolve_style(
                 f"s3_addressing_style must be one of {', '.join(ADDRESSING_STYLES)}, got {v!r}"
             )
         return Sourced(v, "option s3_addressing_style")
-    if (endpoint is not None and endpoint.source.startswith("s3cmd")
-            and "%(bucket)s" in cfg.get("host_bucket", "")):
-        return Sourced("virtual", f"s3cmd config {cfg_path} host_bucket")
-    if (style := aws_config.addressing_style()) is not None:
+    if endpoint is not None and endpoint.source.startswith("s3cmd"):
+        # s3cmd's own file says how to address its endpoint, not the AWS profile's
+        if "%(bucket)s" in cfg.get("host_bucket", ""):
+            return Sourced("virtual", f"s3cmd config {cfg_path} host_bucket")
+        if cfg.get("host_bucket"):
+            return Sourced("path", f"s3cmd config {cfg_path} host_bucket")
+    elif (style := aws_config.addressing_style()) is not None:
         # boto3 honours it; passing our default to botocore's client overrode it
         return style
     if endpoint is not None:
