@@ -299,3 +299,25 @@ def test_the_report_says_configured_endpoints_are_ignored(aws_config: Path,
     report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", anonymous=True)
     assert report.source_of("endpoint") == (
         "AWS (configured endpoint URLs ignored: env AWS_IGNORE_CONFIGURED_ENDPOINT_URLS)")
+
+
+async def test_a_named_profile_is_not_sent_to_the_endpoint_of_the_s3cmd_file(
+        aws_config: Path, isolated_env: Path, moto_s3: MotoS3Server,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """AWS_PROFILE=p skipped ~/.s3cfg's keys but took its host_base: p's keys were signed
+    for, and sent to, another store's endpoint (boto3 would use p's own)."""
+    moto_s3.put(S3_BUCKET, "named-profile", b"profile p")
+    credentials = isolated_env / "aws-credentials"
+    credentials.write_text(f"[p]\naws_access_key_id = {moto_s3.access_key_id}\n"
+                           f"aws_secret_access_key = {moto_s3.secret_access_key}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    aws_config.write_text(f"[profile p]\nendpoint_url = {moto_s3.endpoint_url}\n")
+    s3cfg = isolated_env / "home" / ".s3cfg"
+    s3cfg.write_text("[default]\nhost_base = 127.0.0.1:1\nuse_https = False\n")
+    monkeypatch.setenv("AWS_PROFILE", "p")
+    assert await tensorstream.read_range(f"s3://{S3_BUCKET}/named-profile", 0, 9) == b"profile p"
+    report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/named-profile")
+    assert report.source_of("endpoint") == f"{aws_config} [profile p] endpoint_url"
+    # given by name, the s3cmd file's endpoint still applies (its keys do not)
+    explicit = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", s3_config_path=str(s3cfg))
+    assert explicit.source_of("endpoint") == f"s3cmd config {s3cfg} host_base"

@@ -288,7 +288,9 @@ def resolve_s3_credentials(
     explicit_cfg = cfg_path is not None
     cfg_path = os.path.expanduser(cfg_path or "~/.s3cfg")
     cfg: dict[str, str] = {}
-    if explicit_cfg or os.path.isfile(cfg_path):
+    # A named profile is the user's AWS setup: the implicit ~/.s3cfg (another tool's, often
+    # another store's) gave its endpoint to that profile's keys.
+    if explicit_cfg or (profile is None and os.path.isfile(cfg_path)):
         cfg = _read_s3cfg(cfg_path)
     if pair is None and profile is None:
         looked.append(f"s3cmd config {cfg_path}" + ("" if cfg else " (absent)"))
