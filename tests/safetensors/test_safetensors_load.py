@@ -677,6 +677,23 @@ def test_save_writes_the_values_of_conjugate_and_negative_views(tmp_path: Path) 
         assert torch.equal(back[name], t.resolve_conj().resolve_neg()), name
 
 
+
+def test_save_writes_one_element_tensors_with_any_stride(tmp_path: Path) -> None:
+    """torch calls ``w[:, 0][0:1]`` contiguous (a dimension of one has any stride), as it
+    does the one-element slices ``get_slice`` returns; ``save`` raised torch's bare
+    ``RuntimeError`` ("stride(-1) must be 1 to view Float as Byte") where
+    ``safetensors.torch.save_file`` writes them."""
+    w = torch.arange(20, dtype=torch.float32).reshape(4, 5)
+    tensors = {"row": w[:, 0][0:1], "cell": w.t()[2:3, 0:1], "plain": w[1:2, 3:4]}
+    assert all(t.is_contiguous() and t.numel() == 1 for t in tensors.values())
+    assert tensors["row"].stride() == (5,) and tensors["cell"].stride() == (1, 5)
+    dest = tmp_path / "one.safetensors"
+    ts_st.save(tensors, dest)
+    back = st_torch.load_file(str(dest))
+    for name, t in tensors.items():
+        assert torch.equal(back[name], t), name
+
+
 def test_save_refuses_a_header_no_loader_reads(tmp_path: Path) -> None:
     """A header over safetensors' 100,000,000-byte limit (much metadata, or very
     many long names) was written, into a file that ``load`` and ``safetensors.torch``

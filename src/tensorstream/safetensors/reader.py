@@ -141,7 +141,10 @@ def _device(device: str | torch.device | None) -> torch.device:
 
 def byte_view(t: torch.Tensor) -> memoryview:
     """A writable byte view of a contiguous tensor's memory (any dtype, 0-dim included)."""
-    array: Any = t.reshape(-1).view(torch.uint8).numpy()
+    # Flattened by as_strided, not reshape: torch calls a tensor of one element contiguous
+    # whatever its strides (``w[:, 0][0:1]``: stride 5), and reshape kept that stride,
+    # which a dtype view refuses (save raised a bare RuntimeError).
+    array: Any = t.as_strided((t.numel(),), (1,)).view(torch.uint8).numpy()
     return memoryview(array).cast("B")
 
 
