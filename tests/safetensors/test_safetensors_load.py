@@ -270,6 +270,28 @@ def test_open_get_tensor_and_slices(backend: Backend,
             f.get_tensor("nope")
 
 
+
+def test_open_takes_safe_opens_framework_argument(tmp_path: Path) -> None:
+    """Code written for ``safe_open(path, framework="pt")`` got "unknown option(s)
+    framework for file", and ``safe_open(path, "pt")`` moved over as is got
+    "device='pt' is not a torch device"; torch's framework is taken, others say why not."""
+    from tensorstream.errors import ConfigurationError
+
+    path = tmp_path / "m.safetensors"
+    st_torch.save_file({"a": torch.arange(3)}, str(path))
+    for framework in ("pt", "torch"):
+        with ts_st.open(path, framework=framework) as f:
+            assert f.get_tensor("a").tolist() == [0, 1, 2]
+    with ts_st.open(path, "cpu", framework="pt") as f:
+        assert f.keys() == ["a"]
+    with pytest.raises(ConfigurationError, match=r"framework='np'.*torch tensors"):
+        ts_st.open(path, framework="np")
+    for positional in ("pt", "numpy"):
+        with pytest.raises(ConfigurationError, match=f"device='{positional}' is a safetensors "
+                           "framework.*device second"):
+            ts_st.open(path, positional)
+
+
 def test_a_bool_index_is_refused_not_read_as_a_row(tmp_path: Path) -> None:
     """torch takes ``t[True]`` as a mask (a new dimension); ``get_slice(...)[True]`` read
     row 1 (``operator.index(True)``): other bytes than asked, silently."""

@@ -23,7 +23,7 @@ from typing import Any
 import numpy
 import torch
 
-from ..errors import MalformedFileError, UnsupportedOperationError
+from ..errors import ConfigurationError, MalformedFileError, UnsupportedOperationError
 from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
 from .header import TensorInfo, shown
@@ -323,8 +323,14 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, i
     return out
 
 
-def open(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device = "cpu",
-         **options: Any) -> SafeOpen:  # mirrors safetensors.safe_open on purpose
+#: ``safe_open``'s framework names: torch's are taken, the others say what to do.
+_TORCH_FRAMEWORKS = frozenset({"pt", "torch", "pytorch"})
+_FRAMEWORKS = _TORCH_FRAMEWORKS | {"np", "numpy", "tf", "tensorflow", "flax", "jax", "mlx",
+                                   "paddle"}
+
+
+def open(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device = "cpu", *,
+         framework: str = "pt", **options: Any) -> SafeOpen:  # mirrors safetensors.safe_open
     """Open a safetensors object, or a sharded checkpoint, lazily, like ``safetensors.safe_open``.
 
     ``uri``: a ``.safetensors`` object, a ``model.safetensors.index.json`` or a
@@ -332,9 +338,21 @@ def open(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device = "
     reads the header only (of a checkpoint: its index; each shard's header is
     read when a tensor of it is first asked for). ``keys()``, ``metadata()``,
     ``get_tensor(name)`` and ``get_slice(name)[...]`` read what they need, from
-    the shard the index names. ``options`` as for :func:`tensorstream.open`.
+    the shard the index names. ``framework``: ``"pt"`` (torch tensors: the only one),
+    for code written for ``safe_open(path, framework="pt")``. ``options`` as for
+    :func:`tensorstream.open`.
 
     >>> with tensorstream.safetensors.open("s3://b/model.safetensors") as f:  # doctest: +SKIP
     ...     w = f.get_slice("lm_head.weight")[:1024]
     """
+    # safe_open(path, "pt") moved over as is made "pt" the device: torch's error named no
+    # framework, and framework="pt" was an unknown option of the backend.
+    if isinstance(device, str) and device.lower() in _FRAMEWORKS:
+        raise ConfigurationError(
+            f"device={device!r} is a safetensors framework, not a device: "
+            "tensorstream.safetensors.open(uri, device='cpu') takes the device second "
+            "(safe_open takes the framework second) and returns torch tensors")
+    if not isinstance(framework, str) or framework.lower() not in _TORCH_FRAMEWORKS:
+        raise ConfigurationError(f"framework={framework!r}: tensorstream.safetensors.open "
+                                 "returns torch tensors (framework='pt')")
     return SafeOpen(uri, device, options)
