@@ -105,3 +105,27 @@ def test_rm_r_of_a_whole_redis_database_deletes_what_ls_r_lists(redis_server: An
     assert r.stdout.splitlines() == [f"delete: {redis_server.url(k, db=11)}"
                                      for k in ("a/x.bin", "b.bin")]
     assert cli("ls", "-r", db).returncode == 1
+
+
+def test_rm_r_of_an_object_deletes_it_and_only_it(tmp_path: Path, moto_s3: Any) -> None:
+    # GNU rm -r FILE deletes FILE; tensorstream said "no objects under" it (exit 1).
+    f = tmp_path / "model.bin"
+    f.write_bytes(b"x")
+    (tmp_path / "model.bin2").write_bytes(b"x")
+    r = cli("rm", "-r", str(f))
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"delete: {f}"], r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin2"]
+    r = cli("rm", "-r", "--exclude", "*.bin2", str(tmp_path / "model.bin2"))
+    assert r.returncode == 1 and (tmp_path / "model.bin2").exists()  # excluded: kept
+    # S3: the object NAME and what is under NAME/, never NAME-other (a prefix match).
+    for key in ("rmr/p", "rmr/p/x.bin", "rmr/px.bin"):
+        moto_s3.put(S3_BUCKET, key, b"x")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    r = cli("rm", "-r", *ep, f"s3://{S3_BUCKET}/rmr/p", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"delete: s3://{S3_BUCKET}/rmr/p",
+                                     f"delete: s3://{S3_BUCKET}/rmr/p/x.bin"]
+    listed = moto_s3.client.list_objects_v2(Bucket=S3_BUCKET, Prefix="rmr/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == ["rmr/px.bin"]
+    r = cli("rm", "-r", *ep, "--dryrun", f"s3://{S3_BUCKET}/rmr/", env=env)
+    assert r.stdout.splitlines() == [f"(dryrun) delete: s3://{S3_BUCKET}/rmr/px.bin"]

@@ -392,6 +392,17 @@ def run_rm(args: argparse.Namespace) -> int:
             base = uri.path.rstrip("/") + "/" if uri.path.strip("/") else ""
             targets = [i.path async for i in provider.list(base)
                        if i.path.startswith(base) and rules.wants(i.path[len(base):])]
+            if base and not uri.path.endswith("/"):
+                # `rm -r NAME` of an object (a file) deletes it too, as GNU rm -r
+                # does; only NAME itself, never NAME2 (aws s3 rm's prefix match).
+                exact = base[:-1]
+                try:
+                    await provider.stat(exact)
+                except (OSError, ValueError):
+                    pass  # no object by that name (a directory, a bare bucket)
+                else:
+                    if rules.wants(exact.rsplit("/", 1)[-1]):
+                        targets.insert(0, exact)
             if not targets:
                 raise NotFoundError(f"no objects under {redact_text(args.uri)}"
                                     + (" match the --exclude/--include rules" if rules else ""))
