@@ -45,3 +45,20 @@ def test_an_access_key_id_is_still_shown_by_the_tensorizer_settings() -> None:
     config = TensorizerConfig(tensorizer_uri="s3://b/m",
                               stream_kwargs={"s3_access_key_id": "AKIAEXAMPLE"})
     assert "AKIAEXAMPLE" in repr(config)
+
+
+def test_a_mapping_under_a_secret_name_is_masked_whole(isolated_env: Path) -> None:
+    """Both users recursed into it and checked only the inner names: ``auth={"user": ...,
+    "pw": ...}`` and ``credentials={"u": ...}`` were shown in clear."""
+    report = tensorstream.describe_credentials(
+        "memory://bucket/x", storage_options={"auth": {"user": "u", "pw": "canary-1"},
+                                              "client_kwargs": {"region": "r1"}})
+    assert "canary-1" not in str(report) and "'region': 'r1'" in str(report)
+    config = TensorizerConfig(tensorizer_uri="s3://b/m", stream_kwargs={
+        "credentials": {"u": "canary-2"}, "storage_options": {"password": "canary-3",
+                                                               "region": "r2"}})
+    assert "canary-2" not in repr(config) and "canary-3" not in repr(config)
+    assert "'region': 'r2'" in repr(config)
+    with pytest.raises(TypeError, match="refusing to pickle"):
+        pickle.dumps(TensorizerConfig(tensorizer_uri="s3://b/m",
+                                      stream_kwargs={"credentials": {"u": "canary-2"}}))

@@ -43,12 +43,13 @@ def describe_credentials(uri: str | os.PathLike[str] | ParsedURI, **options: Any
 
 
 def _show(name: str, value: Any) -> str:
-    """``value`` for display: masked when its name looks secret, recursively in mappings."""
+    """``value`` for display: masked when its name looks secret (a mapping under such a
+    name whole: ``auth={"user": ..., "pw": ...}``), recursively in other mappings."""
+    if is_secret_name(name):
+        return mask(str(value))
     if isinstance(value, dict):
         inner = ", ".join(f"{k!r}: {_show(str(k), v)}" for k, v in value.items())
         return "{" + inner + "}"
-    if is_secret_name(name):
-        return mask(str(value))
     return repr(value)
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 from ..credentials.base import is_secret_name
 
-__all__ = ["holds_secret"]
+__all__ = ["holds_secret", "secret_name"]
 
 
-def _is_secret_name(name: str) -> bool:
+def secret_name(name: str) -> bool:
+    """Whether an option named ``name`` holds a secret (every value under it, for a mapping)."""
     # An access key id is shown, as the AWS CLI shows it (it is no secret alone).
     return is_secret_name(name) and name != "s3_access_key_id"
 
@@ -28,5 +29,5 @@ def holds_secret(name: str, value: Any) -> bool:
     if name == "headers":  # every value: HTTP's extra headers are credentials (an API key)
         return True
     if isinstance(value, Mapping):  # fsspec's storage_options={"password": ...}
-        return any(holds_secret(str(k), v) for k, v in value.items())
-    return _is_secret_name(name)
+        return secret_name(name) or any(holds_secret(str(k), v) for k, v in value.items())
+    return secret_name(name)

@@ -21,6 +21,7 @@ from ..credentials.base import mask
 from ..errors import ConfigurationError
 from ..uri import redact
 from ._secrets import holds_secret as _holds_secret
+from ._secrets import secret_name as _secret_name
 from .sharding import is_sharded, shard_uri
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,7 +47,8 @@ def _masked_mapping(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {}
     for k, v in d.items():
-        if k == "headers" and isinstance(v, Mapping):
+        if isinstance(v, Mapping) and (k == "headers" or _secret_name(k)):
+            # every value: HTTP's headers, credentials={"u": ..., "p": ...}
             out[k] = {name: mask(str(value)) for name, value in v.items()}
         elif isinstance(v, Mapping):
             out[k] = _masked_mapping(v)
