@@ -321,3 +321,15 @@ async def test_a_named_profile_is_not_sent_to_the_endpoint_of_the_s3cmd_file(
     # given by name, the s3cmd file's endpoint still applies (its keys do not)
     explicit = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k", s3_config_path=str(s3cfg))
     assert explicit.source_of("endpoint") == f"s3cmd config {s3cfg} host_base"
+
+
+def test_the_region_botocore_takes_is_named_by_the_profile_it_takes_it_from(
+        aws_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys from variables and AWS_PROFILE=p: botocore signs for p's region; the report
+    said it came from '[profile default]'."""
+    aws_config.write_text("[default]\nregion = us-west-1\n[profile p]\nregion = eu-north-1\n")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEEXAMPLE00")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_PROFILE", "p")
+    region = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k").as_dict()["region"]
+    assert region == {"value": "eu-north-1", "source": f"{aws_config} [profile p] region"}

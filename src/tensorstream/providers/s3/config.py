@@ -36,6 +36,7 @@ from ...uri import ParsedURI, redact
 from .profile import (
     ADDRESSING_STYLES,
     ProfileConfig,
+    config_profile_name,
     ignore_configured_endpoints,
     profile_setting_file,
     read_profile_config,
@@ -535,7 +536,9 @@ def botocore_region(creds: S3Credentials) -> Sourced[str] | None:
         return None
     if not region:
         return None
-    return Sourced(str(region), f"{_aws_file(os.environ, 'config')} [profile {profile or 'default'}]")
+    # botocore reads AWS_PROFILE's section even where the keys came from variables
+    name = config_profile_name(profile, os.environ)
+    return Sourced(str(region), f"{_aws_file(os.environ, 'config')} [profile {name}] region")
 
 
 def _no_endpoint_source(creds: S3Credentials) -> str:
