@@ -61,6 +61,35 @@ def test_env_is_undone_after_the_test():
     assert not any(n.startswith(("AWS_ENDPOINT", "S3_", "REDIS_")) for n in os.environ)
 
 
+def test_isolation_does_not_outlive_the_test(pytester, monkeypatch):
+    # The plugin's boto3 client came from boto3.client(), which makes boto3's
+    # process-wide default session inside the test's isolated environment: a later
+    # test's own boto3.client() then had the empty AWS config cached, not its own.
+    import tensorstream
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(tensorstream.__file__)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile(test_after="""
+        import boto3
+
+        def test_uses_s3(tensorstream_s3):
+            tensorstream_s3.put("a", b"x")
+            assert tensorstream_s3.get("a") == b"x"
+
+        def test_later_boto3_reads_its_own_config(tmp_path, monkeypatch):
+            config = tmp_path / "config"
+            config.write_text("[default]\\nregion = eu-west-3\\n")
+            monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+            for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+                monkeypatch.delenv(name, raising=False)
+            assert boto3.DEFAULT_SESSION is None
+            assert boto3.client("s3").meta.region_name == "eu-west-3"
+    """)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+
+
 # -- S3 signature checks --------------------------------------------------------------
 
 

@@ -159,7 +159,10 @@ class MotoS3Server:
             import boto3
             from botocore.config import Config
 
-            self._client = boto3.client(
+            # A session of its own: boto3.client() makes boto3's process-wide default
+            # session, which then kept the AWS config of the moment (under the plugin,
+            # a test's isolated, empty one) for every later boto3.client() of the run.
+            self._client = boto3.session.Session().client(
                 "s3",
                 endpoint_url=self.endpoint_url,
                 aws_access_key_id=self.access_key_id,
