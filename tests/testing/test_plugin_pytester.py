@@ -214,3 +214,56 @@ def test_a_request_still_stalled_at_the_end_leaves_a_clean_exit(pytester, monkey
     output = "\n".join(result.outlines + result.errlines)
     assert result.ret == 0, output
     assert "Event loop is closed" not in output and "destroyed but it is pending" not in output
+
+
+def test_a_failing_fault_hook_fails_the_test(pytester):
+    # A test's hook on faults.raw runs on the proxy's loop: an assertion in it (or a
+    # typo) failed one request or connection, the client's retry hid it and the test
+    # passed. Raising ConnectionError stays the way to cut a connection on purpose.
+    pytester.makepyfile("""
+        import tensorstream
+
+        def read(b):
+            b.put("m", b"x" * 1000)
+            with tensorstream.open(b.uri("m"), backoff_initial=0.01, **b.options) as f:
+                return f.read()
+
+        def hook_raising_once(exc):
+            calls = []
+
+            async def hook(*args):
+                calls.append(args)
+                if len(calls) == 2:
+                    raise exc
+            return hook
+
+        def test_s3_hook_fails(tensorstream_s3):
+            tensorstream_s3.faults.raw.before_forward = hook_raising_once(
+                AssertionError("the hook's own check failed"))
+            assert read(tensorstream_s3) == b"x" * 1000
+
+        def test_redis_hook_fails(tensorstream_redis):
+            tensorstream_redis.faults.raw.on_client_data = hook_raising_once(
+                KeyError("typo in the hook"))
+            assert read(tensorstream_redis) == b"x" * 1000
+
+        def test_redis_hook_cuts_on_purpose(tensorstream_redis):
+            tensorstream_redis.faults.raw.on_client_data = hook_raising_once(
+                ConnectionResetError("cut on purpose"))
+            assert read(tensorstream_redis) == b"x" * 1000
+            assert tensorstream_redis.faults.hook_errors == []
+
+        def test_next_test_starts_clean(tensorstream_s3, tensorstream_redis):
+            assert tensorstream_s3.faults.hook_errors == []
+            assert tensorstream_redis.faults.hook_errors == []
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-rE")
+    result.assert_outcomes(passed=4, errors=2)
+    result.stdout.fnmatch_lines([
+        "*a fault hook on s3's faults.raw raised 1 time(s) during the test; the first: "
+        "AssertionError(*the hook's own check failed*",
+        "*a fault hook on redis's faults.raw raised 1 time(s) during the test; the first: "
+        "KeyError('typo in the hook')",
+        "ERROR *::test_s3_hook_fails - *",
+        "ERROR *::test_redis_hook_fails - *",
+    ])

@@ -203,6 +203,13 @@ class Faults:
         return int(self._f.dropped)
 
     @property
+    def hook_errors(self) -> list[BaseException]:
+        """What a hook on :attr:`raw` (S3's ``before_forward``, Redis's ``on_client_data``)
+        raised other than ``ConnectionError``; the pytest plugin fails the test with
+        the first at its teardown."""
+        return list(getattr(self._f, "hook_errors", []))
+
+    @property
     def pending_statuses(self) -> list[int]:
         """Scripted statuses not yet served (empty once the script has played out)."""
         return list(getattr(self._f, "status_script", []))

@@ -151,7 +151,14 @@ def _closing(backend: Backend, monkeypatch: pytest.MonkeyPatch, env: bool) -> It
             backend.apply_env(monkeypatch)
         yield backend
     finally:
+        errors = backend.faults.hook_errors
         backend.close()
+    if errors:
+        # A hook runs on the proxy's loop: what it raised only failed that request or
+        # connection, which the client's retry hid. It fails the test here instead.
+        raise AssertionError(f"a fault hook on {backend.name}'s faults.raw raised "
+                             f"{len(errors)} time(s) during the test; the first: "
+                             f"{errors[0]!r}") from errors[0]
 
 
 #: Settings that are switches: a string such as ``"no"`` would be taken as true.

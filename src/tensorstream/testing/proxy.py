@@ -105,6 +105,20 @@ async def cancel_pending() -> None:
         await asyncio.wait(tasks, timeout=5)
 
 
+async def _run_hook(errors: list[BaseException], call: Awaitable[None]) -> None:
+    """Await a test's hook, keeping what it raised in ``errors`` unless it is a
+    ``ConnectionError`` (the way a hook cuts a connection on purpose). The proxy's
+    loop only logged a failed hook (an assertion in it, a typo) and the client's
+    retry hid it: the test passed."""
+    try:
+        await call
+    except ConnectionError:
+        raise
+    except Exception as exc:
+        errors.append(exc)
+        raise
+
+
 def _chunk_for(rate: int | None) -> int:
     # Small writes when rate-capped, so pacing is smooth (about 20 steps a second).
     return _CHUNK if not rate else max(1, min(_CHUNK, rate // 20))
@@ -180,7 +194,9 @@ class TCPFaults(KnownFields):
     refuse: int = 0
     #: Hold downstream bytes (the connection stays open but silent) while true.
     stall: bool = False
-    #: Called with each burst of client bytes before it is forwarded.
+    #: Called with each burst of client bytes before it is forwarded. Raising
+    #: ``ConnectionError`` cuts the connection (the burst is not forwarded); any other
+    #: exception is a failed hook, kept in ``hook_errors``.
     on_client_data: DataHook | None = None
 
     # counters (managed by the proxy)
@@ -189,6 +205,9 @@ class TCPFaults(KnownFields):
     refused: int = 0
     bytes_down: int = 0
     bytes_up: int = 0
+    #: What ``on_client_data`` raised other than ``ConnectionError`` (the pytest
+    #: plugin fails the test with them at its teardown).
+    hook_errors: list[BaseException] = dataclasses.field(default_factory=list)
 
     def reset(self) -> None:
         """Back to a transparent proxy, counters at zero."""
@@ -297,7 +316,7 @@ class TCPFaultProxy:
         while data := await creader.read(_CHUNK):
             f = self.faults
             if f.on_client_data is not None:
-                await f.on_client_data(data)
+                await _run_hook(f.hook_errors, f.on_client_data(data))
             if f.latency:
                 await asyncio.sleep(f.latency)
             f.bytes_up += len(data)
@@ -357,12 +376,17 @@ class HTTPProxyFaults(KnownFields):
     #: With ``ignore_range`` the signed ``Range`` then stays, and the proxy answers
     #: 200 with these bytes itself (the upstream's other headers kept).
     whole_body: Callable[[str], bytes] | None = None
-    #: Awaited before each affected request is forwarded (after latency and the status script).
+    #: Awaited before each affected request is forwarded (after latency and the status
+    #: script). Raising ``ConnectionError`` fails the request; any other exception is a
+    #: failed hook, kept in ``hook_errors`` (the request fails too).
     before_forward: RequestHook | None = None
 
     # counters (managed by the proxy)
     dropped: int = 0
     scripted: int = 0
+    #: What ``before_forward`` raised other than ``ConnectionError`` (the pytest plugin
+    #: fails the test with them at its teardown).
+    hook_errors: list[BaseException] = dataclasses.field(default_factory=list)
 
     def reset(self) -> None:
         """Back to a transparent proxy, counters at zero."""
@@ -504,7 +528,7 @@ class HTTPFaultProxy:
             f.scripted += 1
             return self._scripted(request, status)
         if affected and f.before_forward is not None:
-            await f.before_forward(request.method, request.path)
+            await _run_hook(f.hook_errors, f.before_forward(request.method, request.path))
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         # Keep the client's Host: SigV4 signs it, so the upstream must see the same one.
         headers["Host"] = request.host
