@@ -263,6 +263,24 @@ def test_status_script_is_observed_by_the_client(tensorstream_backend):
     assert b.faults.pending_statuses == [503]
 
 
+@pytest.mark.parametrize(("seconds", "header"), [(0, "0"), (2, "2"), (2.0, "2"), (0.25, "0.25")])
+def test_retry_after_is_sent_as_delta_seconds(tensorstream_backend, seconds, header):
+    # status_script(retry_after=2) sent "Retry-After: 2.0", which is no HTTP
+    # delta-seconds: urllib3 (requests) raised InvalidHeader instead of retrying.
+    import urllib3
+
+    b = tensorstream_backend
+    b.put("k", b"served")
+    url = f"{b.proxy.url}/{b.bucket}/k" if b.name == "s3" else b.uri("k")
+    b.faults.status_script([503], retry_after=seconds)
+    first = urllib3.PoolManager().request("GET", url, retries=False)
+    assert (first.status, first.headers["Retry-After"]) == (503, header)
+    if seconds == 0 and b.name == "http":  # an unmodified urllib3 client waits and retries
+        b.faults.status_script([503], retry_after=seconds)
+        retry = urllib3.Retry(1, status_forcelist=[503], respect_retry_after_header=True)
+        assert urllib3.PoolManager().request("GET", url, retries=retry).data == b"served"
+
+
 def test_ignore_range_is_caught(tensorstream_backend):
     b = tensorstream_backend
     b.put("k", blob(100_000))

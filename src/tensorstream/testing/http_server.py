@@ -38,7 +38,13 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 
-from .proxy import _SHUTDOWN_TIMEOUT, KnownFields, cancel_pending, request_repr
+from .proxy import (
+    _SHUTDOWN_TIMEOUT,
+    KnownFields,
+    cancel_pending,
+    request_repr,
+    retry_after_header,
+)
 
 __all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
 
@@ -371,7 +377,8 @@ class HTTPTestServer:
                                 {"Location": f.redirect_to.rstrip("/") + request.path_qs})
         if faulty and f.status_script:
             status = f.status_script.pop(0)
-            extra = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
+            extra = ({"Retry-After": retry_after_header(f.retry_after)}
+                     if f.retry_after is not None else {})
             return self._simple(request, status, extra)
         if not self._authorized(request):
             if self.query is not None and self.token is None and self.basic_auth is None:

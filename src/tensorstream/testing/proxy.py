@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import difflib
+import math
 import socket
 import struct
 import threading
@@ -103,6 +104,17 @@ async def cancel_pending() -> None:
         task.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=5)
+
+
+def retry_after_header(seconds: float) -> str:
+    """``Retry-After``'s value for ``seconds``: a whole number as HTTP's delta-seconds
+    (``2``; ``2.0`` made urllib3, hence requests, raise ``InvalidHeader``). A fraction,
+    for quick tests, or a value that is no number at all, for tests of a client's
+    handling of odd headers, is sent as given."""
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) \
+            and math.isfinite(seconds) and float(seconds).is_integer():
+        return str(int(seconds))
+    return str(seconds)
 
 
 async def _run_hook(errors: list[BaseException], call: Awaitable[None]) -> None:
@@ -594,7 +606,7 @@ class HTTPFaultProxy:
 
         headers = {}
         if self.faults.retry_after is not None:
-            headers["Retry-After"] = str(self.faults.retry_after)
+            headers["Retry-After"] = retry_after_header(self.faults.retry_after)
         body = b""
         if status >= 400 and request.method != "HEAD":
             code = _S3_CODES.get(status, "InternalError")
