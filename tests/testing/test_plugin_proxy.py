@@ -89,6 +89,25 @@ def test_tcp_drop_after_closes_with_fin(tcp):
     assert tcp.faults.dropped == 1
 
 
+def test_tcp_drop_after_counts_from_when_it_was_set(tcp):
+    # A connection older than the fault (a loader's pooled one, warmed earlier in the
+    # test or by an earlier test) counted its earlier bytes: it was cut at once, or
+    # after whatever read was under way (64 KiB here), never after drop_after bytes.
+    with socket.create_connection(("127.0.0.1", tcp.port), timeout=10) as s:
+        def answer(n: int) -> bytes:
+            s.sendall(b"%d\n" % n)
+            got = bytearray()
+            while len(got) < n and (chunk := s.recv(65536)):
+                got += chunk
+            return bytes(got)
+
+        assert answer(300_000) == expected(300_000)
+        tcp.faults.drop_after, tcp.faults.drop_times = 100_000, 1
+        assert answer(300_000) == expected(100_000)
+    assert tcp.faults.dropped == 1
+    assert ask(tcp.port, 300_000) == expected(300_000)  # times=1: the next one is whole
+
+
 def test_tcp_drop_with_reset(tcp):
     tcp.faults.drop_after = 1000
     tcp.faults.use_rst = True

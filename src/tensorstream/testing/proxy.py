@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import difflib
+import itertools
 import math
 import socket
 import struct
@@ -220,10 +221,30 @@ class TCPFaults(KnownFields):
     #: What ``on_client_data`` raised other than ``ConnectionError`` (the pytest
     #: plugin fails the test with them at its teardown).
     hook_errors: list[BaseException] = dataclasses.field(default_factory=list)
+    #: Which setting of ``drop_after`` is in force (changed by each assignment).
+    _drop_epoch: ClassVar[int] = 0
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "drop_after":
+            # Each setting of drop_after is a new fault: connections count their bytes
+            # from here (see TCPFaultProxy._pump_down).
+            object.__setattr__(self, "_drop_epoch", next(_drop_epochs))
 
     def reset(self) -> None:
         """Back to a transparent proxy, counters at zero."""
         _reset_fields(self)
+
+    def _drop_left(self, count: int) -> int | None:
+        """Bytes a connection that has sent ``count`` since the fault may still send
+        before it is cut, or ``None`` when no cut applies."""
+        if self.drop_after is None or (self.drop_times is not None
+                                       and self.dropped >= self.drop_times):
+            return None
+        return self.drop_after - count
+
+
+_drop_epochs = itertools.count()
 
 
 def _abort(writer: asyncio.StreamWriter, rst: bool) -> None:
@@ -337,26 +358,43 @@ class TCPFaultProxy:
 
     async def _pump_down(self, ureader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> bool:
         """Forward upstream bytes; True when the connection was cut on purpose."""
-        sent = 0
+        # drop_after counts the bytes sent since it was set: a connection older than
+        # the fault (a client's pooled one) counted its earlier answers too and was cut
+        # at once, or after whatever read was under way, not after drop_after bytes.
+        f = self.faults
+        sent, epoch = 0, f._drop_epoch
+
+        def left() -> int | None:
+            nonlocal sent, epoch
+            if self.faults._drop_epoch != epoch:
+                sent, epoch = 0, self.faults._drop_epoch
+            return self.faults._drop_left(sent)
+
         while True:
             f = self.faults
             size = _chunk_for(f.rate_limit)
-            dropping = f.drop_after is not None and (f.drop_times is None or f.dropped < f.drop_times)
-            if dropping:
-                assert f.drop_after is not None
-                size = min(size, f.drop_after - sent)
-                if size <= 0:
+            allowed = left()
+            if allowed is not None:
+                if allowed <= 0:
                     f.dropped += 1
                     return True
+                size = min(size, allowed)
             data = await ureader.read(size)
             if not data:
                 return False
+            allowed = left()  # the fault may have been set while the read waited
+            cut = allowed is not None and len(data) > allowed
+            if cut:
+                data = data[:allowed]
             while self.faults.stall:
                 await asyncio.sleep(0.01)
             cwriter.write(data)
             await cwriter.drain()
             sent += len(data)
             f.bytes_down += len(data)
+            if cut:
+                f.dropped += 1
+                return True
             if f.rate_limit:
                 await asyncio.sleep(len(data) / f.rate_limit)
 
