@@ -138,7 +138,9 @@ def test_plugin_import_is_cheap(module):
 
 def test_servers_die_with_a_killed_test_run(tmp_path):
     # A CI job timeout or the OOM killer ends pytest with no teardown: moto and
-    # redis-server (child processes) used to live on, holding their ports.
+    # redis-server (child processes) used to live on, holding their ports. Their
+    # temporary directories (redis.conf with a password, TLS keys) were left in the
+    # system's temp dir for good; they are in pytest's basetemp, which pytest prunes.
     import os
     import signal
     import subprocess
@@ -153,8 +155,11 @@ def test_servers_die_with_a_killed_test_run(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     (tmp_path / "test_hang.py").write_text(f"""
 import json, time
+import pytest
 
-def test_hang(tensorstream_s3, tensorstream_redis):
+@pytest.mark.tensorstream_http(tls=True)
+@pytest.mark.tensorstream_redis(password=True)
+def test_hang(tensorstream_s3, tensorstream_redis, tensorstream_http):
     ports = {{"moto": tensorstream_s3.server.port, "redis-server": tensorstream_redis.port}}
     with open({str(ports_file)!r} + ".tmp", "w") as f:
         json.dump(ports, f)
@@ -165,7 +170,10 @@ def test_hang(tensorstream_s3, tensorstream_redis):
     import tensorstream
 
     src = os.path.dirname(os.path.dirname(os.path.abspath(tensorstream.__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+           "TMPDIR": str(temp)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "-p", "no:randomly", "test_hang.py"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -184,6 +192,7 @@ def test_hang(tensorstream_s3, tensorstream_redis):
         time.sleep(0.1)
     alive = [name for name, port in ports.items() if not _refused(port)]
     assert not alive, f"{alive} still listening after the test run was killed"
+    assert [p.name for p in temp.iterdir() if p.name.startswith("tensorstream-")] == []
 
 
 def test_a_request_still_stalled_at_the_end_leaves_a_clean_exit(pytester, monkeypatch):

@@ -378,7 +378,10 @@ class BackendServers:
         if redis not in ("auto", "real", "fake"):
             raise ValueError("redis must be 'auto', 'real' or 'fake'")
         self.redis_mode = redis
-        #: An empty directory for isolated ``HOME``/AWS config files (the plugin sets it).
+        #: An empty directory for isolated ``HOME``/AWS config files, and for the servers'
+        #: temporary files (the plugin sets it to one in pytest's basetemp: a run killed
+        #: without teardown left them in the system's temp dir for good, a password in
+        #: redis.conf included; pytest prunes old basetemps).
         self.sandbox: str = ""
         self._lock = threading.Lock()
         self._s3: dict[bool, tuple[Any, HTTPFaultProxy]] = {}
@@ -387,13 +390,17 @@ class BackendServers:
         self._redis_secured: dict[tuple[Any, ...], tuple[Any, TCPFaultProxy]] = {}
         self._closers: list[Callable[[], None]] = []
 
+    @property
+    def _tmp_dir(self) -> str | None:
+        return self.sandbox or None
+
     def s3(self, *, auth: bool = True) -> S3Backend:
         """``auth=False``: a server that does not check signatures (any key works)."""
         with self._lock:
             if auth not in self._s3:
                 from .s3_server import MotoS3Server
 
-                server = MotoS3Server(auth=auth).start()
+                server = MotoS3Server(auth=auth, tmp_dir=self._tmp_dir).start()
                 self._closers.append(server.stop)
                 proxy = HTTPFaultProxy(server.endpoint_url).start()
                 self._closers.append(proxy.stop)
@@ -409,7 +416,7 @@ class BackendServers:
                 from .http_server import HTTPTestServer
 
                 tok = "tstok-" + secrets.token_hex(8) if token is True else (token or None)
-                server = HTTPTestServer(tls=tls, token=tok).start()
+                server = HTTPTestServer(tls=tls, token=tok, tmp_dir=self._tmp_dir).start()
                 self._closers.append(server.stop)
                 self._http[key] = server
         return HTTPBackend(server)
@@ -454,7 +461,8 @@ class BackendServers:
             name, pw = (acl_user, "tsacl-" + secrets.token_hex(8)) if isinstance(acl_user, str) \
                 else tuple(acl_user)
             users[str(name)] = str(pw)
-        server = RedisServer(password=password or None, acl_users=users, tls=tls).start()
+        server = RedisServer(password=password or None, acl_users=users, tls=tls,
+                             tmp_dir=self._tmp_dir).start()
         self._closers.append(server.stop)
         proxy = TCPFaultProxy(server.host, server.port).start()
         self._closers.append(proxy.stop)
@@ -464,7 +472,7 @@ class BackendServers:
         from .redis_server import RedisServer, redis_available
 
         if self.redis_mode == "real" or (self.redis_mode == "auto" and redis_available()):
-            server = RedisServer().start()
+            server = RedisServer(tmp_dir=self._tmp_dir).start()
             self._closers.append(server.stop)
             kind, host, port = "redis-server", server.host, server.port
         else:

@@ -148,12 +148,14 @@ class HTTPTestServer:
     ``tls``: serve HTTPS with a certificate from a throwaway ``trustme`` CA whose
     PEM is at :attr:`ca_bundle_path`; ``require_client_cert`` also demands a
     client certificate (:attr:`client_cert_path`, :attr:`client_key_path`).
+    ``tmp_dir``: where the certificates' temporary directory goes (default: the system's).
     """
 
     def __init__(self, *, token: str | None = None, basic_auth: tuple[str, str] | None = None,
                  tls: bool = False, require_client_cert: bool = False,
-                 query: Mapping[str, str] | None = None) -> None:
+                 query: Mapping[str, str] | None = None, tmp_dir: str | None = None) -> None:
         self.token = token
+        self.tmp_dir = tmp_dir
         self.query = dict(query) if query else None
         self.basic_auth = basic_auth
         self.tls = tls or require_client_cert
@@ -250,7 +252,7 @@ class HTTPTestServer:
 
         ca = trustme.CA()
         cert = ca.issue_cert("127.0.0.1", "localhost")
-        self._tmpdir = tempfile.mkdtemp(prefix="tensorstream-http-tls-")
+        self._tmpdir = tempfile.mkdtemp(prefix="tensorstream-http-tls-", dir=self.tmp_dir)
         self.ca_bundle_path = os.path.join(self._tmpdir, "ca.pem")
         ca.cert_pem.write_to_path(self.ca_bundle_path)
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

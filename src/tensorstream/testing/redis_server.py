@@ -139,13 +139,16 @@ class RedisServer:
     serves TLS only (trustme CA in :attr:`ca_file`), with ``tls_auth_clients``
     ``"no"``, ``"optional"`` or ``"yes"`` (client certificates from :attr:`ca`);
     the server's certificate names ``tls_cert_names`` (give others to test a
-    host name mismatch: the server still listens on 127.0.0.1).
+    host name mismatch: the server still listens on 127.0.0.1). ``tmp_dir``: where
+    its temporary directory goes (default: the system's).
     """
 
     def __init__(self, *, password: str | None = None, acl_users: dict[str, str] | None = None,
                  tls: bool = False, tls_auth_clients: str = "no",
-                 tls_cert_names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> None:
+                 tls_cert_names: tuple[str, ...] = ("localhost", "127.0.0.1"),
+                 tmp_dir: str | None = None) -> None:
         self.password = password
+        self.tmp_dir = tmp_dir
         self.acl_users = dict(acl_users or {})
         self.tls = tls
         self.tls_auth_clients = tls_auth_clients
@@ -163,7 +166,7 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         """Start the server and wait until it answers PING."""
-        self._dir = tempfile.mkdtemp(prefix="tensorstream-redis-")
+        self._dir = tempfile.mkdtemp(prefix="tensorstream-redis-", dir=self.tmp_dir)
         try:
             self._start()
         except BaseException:

@@ -44,10 +44,13 @@ class MotoS3Server:
     ``tls=True`` serves HTTPS with a certificate from a throwaway trustme CA
     whose PEM is at :attr:`ca_bundle_path`. ``auth=True`` makes the server
     check SigV4 signatures against one IAM user (see the module docstring).
+    ``tmp_dir``: where its temporary directory goes (default: the system's).
     """
 
-    def __init__(self, *, tls: bool = False, auth: bool = True, region: str = "us-east-1") -> None:
+    def __init__(self, *, tls: bool = False, auth: bool = True, region: str = "us-east-1",
+                 tmp_dir: str | None = None) -> None:
         self.tls = tls
+        self.tmp_dir = tmp_dir
         self.auth = auth
         self.region = region
         self.port = 0
@@ -67,7 +70,7 @@ class MotoS3Server:
         """Start the child process and wait until it answers."""
         if self._proc is not None:
             return self
-        self._tmp = tempfile.TemporaryDirectory(prefix="tensorstream-moto-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="tensorstream-moto-", dir=self.tmp_dir)
         args = [sys.executable, "-m", "tensorstream.testing.s3_server", "--region", self.region]
         if self.auth:
             args.append("--auth")
