@@ -333,3 +333,13 @@ def test_the_region_botocore_takes_is_named_by_the_profile_it_takes_it_from(
     monkeypatch.setenv("AWS_PROFILE", "p")
     region = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/k").as_dict()["region"]
     assert region == {"value": "eu-north-1", "source": f"{aws_config} [profile p] region"}
+
+
+def test_a_profile_section_without_its_prefix_in_the_config_file_says_so(
+        aws_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[p]`` in the config file is no profile to botocore (``[profile p]`` is): the
+    error says which to write."""
+    aws_config.write_text("[p]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_PROFILE", "p")
+    with pytest.raises(errors.ConfigurationError, match=r"its section is \[profile p\], not \[p\]"):
+        resolve_s3_credentials({})

@@ -129,7 +129,9 @@ def read_profile_config(profile: Sourced[str] | None, env: Mapping[str, str]) ->
             and not _defined_in_credentials(name, env):
         credentials = env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials"
         raise ConfigurationError(
-            f"AWS profile {name!r} ({named_by}) is not defined in {path}, {credentials}")
+            f"AWS profile {name!r} ({named_by}) is not defined in {path}, {credentials}"
+            + (f" (in {path} its section is [profile {name}], not [{name}])"
+               if name in loaded else ""))
     values = loaded.get("profiles", {}).get(name) or {}
     services: Mapping[str, Any] = {}
     if (section := values.get("services")) is not None:
