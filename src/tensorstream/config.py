@@ -168,6 +168,17 @@ def _text(name: str, value: Any) -> str:
     return value
 
 
+def _proxy(name: str, value: Any) -> str | bool:
+    """An ``http://`` proxy URL, or ``False`` for none (the URL may hold a password:
+    never shown; :mod:`.providers._http.proxies` checks the rest)."""
+    if value is False:
+        return False
+    text = _text(name, value)
+    if not text.strip():
+        raise ConfigurationError(f"{name} must be an http:// proxy URL, or False for no proxy")
+    return text
+
+
 def _local_path(name: str, value: Any) -> str:
     """A path that exists and is a regular file (or a directory, for CA paths):
     a FIFO or a device would block or stream forever when read."""
@@ -287,6 +298,7 @@ VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "redis_username": _text,
     "redis_password": _text,
     "ca_bundle": _local_path,
+    "proxy": _proxy,
     "client_cert": _local_path,
     "client_key": _local_path,
     "s3_config_path": _local_path,
@@ -359,6 +371,7 @@ _FAMILIAR_OPTIONS: dict[str, str | tuple[str, ...]] = {
     "anon": "anonymous", "skip_signature": "anonymous",
     "verify": ("ca_bundle", "insecure"), "ssl_ca_certs": "ca_bundle", "cafile": "ca_bundle",
     "verify_ssl": "insecure", "ssl": "insecure", "allow_invalid_certificates": "insecure",
+    "proxies": "proxy", "proxy_url": "proxy", "https_proxy": "proxy", "http_proxy": "proxy",
     "cert": "client_cert", "ssl_certfile": "client_cert", "ssl_keyfile": "client_key",
     "username": "redis_username", "password": "redis_password", "db": "redis_db",
     "cluster": "redis_cluster", "bearer_token": "token",

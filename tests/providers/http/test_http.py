@@ -230,30 +230,6 @@ async def test_connection_refused_is_a_connection_error() -> None:
     assert isinstance(info.value.last_error, ConnectionError)
 
 
-async def test_a_failed_connection_says_the_proxy_from_the_environment_is_not_used(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # requests, curl and aiohttp (trust_env) send through HTTPS_PROXY; tensorstream
-    # connects directly, and a user behind a proxy saw only a timeout or a refusal.
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/x"
-    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("http_proxy", "http://user:proxy-pw-canary@proxy.invalid:3128")
-    with pytest.raises(ConnectionError) as info:
-        await tensorstream.stat(url, retries=1)
-    message = str(info.value)
-    assert "http_proxy names a proxy, but tensorstream does not use proxies" in message
-    assert "canary" not in message and "proxy.invalid" not in message
-    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")  # bypassed: no note
-    with pytest.raises(ConnectionError) as info:
-        await tensorstream.stat(url, retries=1)
-    assert "proxies" not in str(info.value)
-
-
 @pytest.mark.parametrize("name", ["modèle v2.bin", "日本語/model.bin", "two  spaces.bin"])
 async def test_a_path_with_spaces_or_beyond_ascii_is_sent_percent_encoded(
         http_server: HTTPTestServer, name: str) -> None:

@@ -1,6 +1,13 @@
 """Connections of the HTTP(S) data plane: trust settings, redirect rules, the
 keep-alive pool, and the cancel handle that stops a blocking request from
-another thread (see :mod:`.range_get`)."""
+another thread (see :mod:`.range_get`).
+
+Through a proxy (:mod:`.proxies`), an https origin's connection is a
+``CONNECT`` tunnel (``http.client``'s ``set_tunnel``; TLS to the origin inside
+it, verified as without a proxy) and an http origin's sends its requests in
+absolute form (:class:`ForwardingConnection`). Either is pooled under the
+origin's key like a direct one, so reuse is unchanged; the choice is made once
+per new connection, and nothing is done per request without a proxy."""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import contextlib
 import dataclasses
 import http.client
 import os
+import re
 import select
 import socket
 import ssl
@@ -15,10 +23,12 @@ import threading
 from collections.abc import Mapping
 
 from ...config import Timeouts
-from ...errors import ConfigurationError, TensorstreamError
+from ...errors import ConfigurationError, ConnectionFailedError, TensorstreamError
 from .answer_head import HeadedResponse
+from .proxies import NO_PROXIES, Proxy, ProxySettings, refusal_hint
 
-__all__ = ["Cancel", "Cancelled", "ConnectionPool", "RedirectPolicy", "TLSSettings", "current"]
+__all__ = ["Cancel", "Cancelled", "ConnectionPool", "ForwardingConnection", "ProxyRefused",
+           "RedirectPolicy", "TLSSettings", "current"]
 
 _MAX_REDIRECTS = 5
 Key = tuple[str, str, int]
@@ -93,9 +103,11 @@ class RedirectPolicy:
 class ConnectionPool:
     """Thread-safe keep-alive connections, at most ``max_idle`` idle per origin."""
 
-    def __init__(self, tls: TLSSettings | None = None, *, max_idle: int = 16) -> None:
+    def __init__(self, tls: TLSSettings | None = None, *, max_idle: int = 16,
+                 proxies: ProxySettings = NO_PROXIES) -> None:
         self.tls = tls or TLSSettings()
         self.max_idle = max_idle
+        self.proxies = proxies
         self._lock = threading.Lock()
         self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
         self._ssl: ssl.SSLContext | None = None
@@ -103,7 +115,15 @@ class ConnectionPool:
         self.created = 0  # connections opened (tests and metrics)
 
     def __repr__(self) -> str:
-        return f"ConnectionPool({self.tls!r}, max_idle={self.max_idle})"
+        proxies = f", proxies={self.proxies!r}" if self.proxies else ""
+        return f"ConnectionPool({self.tls!r}, max_idle={self.max_idle}{proxies})"
+
+    def describe(self, key: _Key) -> str:
+        """``host:port`` of ``key``, and the proxy its connections go through (for
+        errors: no credentials)."""
+        proxy = self.proxies.for_origin(*key) if self.proxies else None
+        through = f" through the proxy {proxy.label}" if proxy else ""
+        return f"{key[1]}:{key[2]}{through}"
 
     def _context(self) -> ssl.SSLContext:
         with self._lock:
@@ -128,16 +148,25 @@ class ConnectionPool:
                 return pooled, True
             pooled.close()
         scheme, host, port = key
+        proxy = self.proxies.for_origin(scheme, host, port) if self.proxies else None
         conn: http.client.HTTPConnection
-        if scheme == "https":
+        if proxy is not None:
+            conn = self._through(proxy, key, timeouts)
+        elif scheme == "https":
             conn = http.client.HTTPSConnection(host, port, timeout=timeouts.connect,
                                                context=self._context())
         else:
             conn = http.client.HTTPConnection(host, port, timeout=timeouts.connect)
-        # Its answers' heads are read under the operation's deadline, and capped.
+        # Its answers' heads are read under the operation's deadline, and capped
+        # (a CONNECT's answer too: http.client reads it with response_class).
         conn.response_class = HeadedResponse
         try:
-            conn.connect()  # TCP (+ TLS handshake) under the connect timeout
+            conn.connect()  # TCP (+ CONNECT) (+ TLS handshake) under the connect timeout
+        except OSError as exc:
+            conn.close()
+            if proxy is not None and not isinstance(exc, (TimeoutError, ssl.SSLError)):
+                raise ProxyRefused.of(exc, proxy, host, port) from None
+            raise
         except BaseException:
             conn.close()
             raise
@@ -146,6 +175,17 @@ class ConnectionPool:
         with self._lock:
             self.created += 1
         return conn, False
+
+    def _through(self, proxy: Proxy, key: _Key, timeouts: Timeouts) -> http.client.HTTPConnection:
+        """A connection to ``key``'s origin through ``proxy`` (not connected yet)."""
+        scheme, host, port = key
+        proxy.check()
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=timeouts.connect,
+                                               context=self._context())
+            conn.set_tunnel(host, port, headers=proxy.headers())
+            return conn
+        return ForwardingConnection(proxy, host, port, timeout=timeouts.connect)
 
     def release(self, key: _Key, conn: http.client.HTTPConnection) -> None:
         """Return a connection whose last response was read to its end."""
@@ -169,6 +209,65 @@ class ConnectionPool:
             for conn in conns:
                 conn.close()
 
+
+
+class ForwardingConnection(http.client.HTTPConnection):
+    """A connection to an ``http://`` origin through a proxy: each request is
+    sent to the proxy in absolute form (``GET http://origin/path``), with the
+    origin's ``Host`` and the proxy's credentials (``Proxy-Authorization``)."""
+
+    def __init__(self, proxy: Proxy, host: str, port: int, *, timeout: float | None) -> None:
+        super().__init__(proxy.host, proxy.port, timeout=timeout)
+        self.proxy = proxy
+        # http.client derives Host from an absolute URL's authority, as it would
+        # from a direct connection (the port only when not the default).
+        authority = f"[{host}]" if ":" in host else host
+        self._prefix = f"http://{authority}" + (f":{port}" if port != 80 else "")
+        self._proxy_headers = proxy.headers()
+
+    def putrequest(self, method: str, url: str, skip_host: bool = False,
+                   skip_accept_encoding: bool = False) -> None:
+        super().putrequest(method, self._prefix + url, skip_host=skip_host,
+                           skip_accept_encoding=skip_accept_encoding)
+        for name, value in self._proxy_headers.items():
+            self.putheader(name, value)
+
+
+#: http.client's message for a CONNECT answered with another status than 200.
+_TUNNEL_FAILED = re.compile(r"Tunnel connection failed: (\d{3})\b ?(.*)")
+
+
+class ProxyRefused(OSError):
+    """A proxy refused a tunnel or a request, or could not be reached
+    (:meth:`error` makes the tensorstream error of it, in context)."""
+
+    def __init__(self, message: str, *, temporary: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.temporary = temporary
+
+    @classmethod
+    def of(cls, exc: OSError, proxy: Proxy, host: str, port: int) -> ProxyRefused:
+        """From ``http.client``'s error connecting through ``proxy`` to ``host:port``."""
+        found = _TUNNEL_FAILED.match(str(exc))
+        if found is None:  # the proxy is not reachable, or broke the tunnel
+            return cls(f"cannot connect to {host}:{port} through the proxy {proxy.label}: "
+                       f"{type(exc).__name__}: {exc}", temporary=True)
+        return cls.refusal(proxy, host, port, int(found.group(1)), found.group(2),
+                           what="the tunnel (CONNECT)")
+
+    @classmethod
+    def refusal(cls, proxy: Proxy, host: str, port: int, status: int, reason: str, *,
+                what: str) -> ProxyRefused:
+        """The proxy answered ``status`` to a CONNECT or a forwarded request:
+        not the origin's answer, so never retried as one."""
+        return cls(f"the proxy {proxy.label} refused {what} to {host}:{port}: {status} "
+                   f"{reason.strip()}{refusal_hint(status, proxy)}", temporary=False)
+
+    def error(self, *, service: str, path: str) -> TensorstreamError:
+        err = ConnectionFailedError(self.message, service=service, path=path)
+        err.temporary = self.temporary
+        return err
 
 
 def _stale(conn: http.client.HTTPConnection) -> bool:

@@ -78,6 +78,8 @@ from .connections import (
     Cancel,
     Cancelled,
     ConnectionPool,
+    ForwardingConnection,
+    ProxyRefused,
     RedirectPolicy,
     TLSSettings,
     current,
@@ -225,8 +227,10 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
             if timed and deadline is not None and deadline.expired():
                 raise _total_deadline_error(0, service=service, path=path) from exc
             raise StorageTimeoutError(
-                f"connect timeout ({timeouts.connect:g} s) to {key[1]}:{key[2]}",
+                f"connect timeout ({timeouts.connect:g} s) to {pool.describe(key)}",
                 service=service, path=redact_path(path)) from exc
+        except ProxyRefused as exc:
+            raise exc.error(service=service, path=redact_path(path)) from None
         try:
             if cancel is not None:
                 cancel.attach(conn)
@@ -289,6 +293,12 @@ def _send(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str
         conn, resp = _exchange(pool, current, method, {**headers, **creds}, timeouts,
                                service=service, path=path, cancel=cancel)
         try:
+            if resp.status == 407 and isinstance(conn, ForwardingConnection):
+                # The proxy's answer, not the origin's: say so, never retry it as one.
+                _, host, port = _key(current)
+                raise ProxyRefused.refusal(conn.proxy, host, port, 407, resp.reason,
+                                           what="the request").error(
+                    service=service, path=redact_path(path))
             view = _HeaderView(resp.headers)
             location = view.get("Location")
             if redirects is not None and resp.status in REDIRECT_STATUSES and location:

@@ -44,13 +44,13 @@ __all__ = [
     "HTTPCredentials",
     "TOKEN_ENV",
     "netrc_path",
-    "proxy_note",
     "resolve_http_credentials",
 ]
 
 #: Every option the HTTP(S) service accepts (credentials, headers, TLS, redirects).
 OPTIONS = frozenset({
     "headers", "token", "ca_bundle", "insecure", "client_cert", "client_key", "allow_private_redirects",
+    "proxy",
 })
 
 #: Environment variable holding a bearer token for HTTP(S) sources.
@@ -245,43 +245,6 @@ def resolve_http_credentials(
         client_key=key,
         insecure=insecure,
     )
-
-
-def proxy_note(origin: str, env: Mapping[str, str] | None = None) -> str | None:
-    """What a failed connection to ``origin`` adds when the environment names a
-    proxy for it (``HTTPS_PROXY``/``https_proxy``, ``HTTP_PROXY``, ``ALL_PROXY``,
-    not bypassed by ``NO_PROXY``), else ``None``. tensorstream connects directly;
-    requests, curl and aiohttp (``trust_env``) use the proxy, so a user behind one
-    would otherwise see only a timeout. The proxy's URL (it may hold a password)
-    is never shown.
-
-    >>> proxy_note("https://models.example.com", {"HTTPS_PROXY": "http://proxy:3128"})
-    'HTTPS_PROXY names a proxy, but tensorstream does not use proxies: it \
-connects to models.example.com directly, so it needs a direct route to it'
-    >>> proxy_note("https://models.example.com", {"HTTPS_PROXY": "http://proxy:3128",
-    ...                                           "NO_PROXY": ".example.com"}) is None
-    True
-    """
-    import urllib.parse
-    import urllib.request  # only on this error path
-
-    env = os.environ if env is None else env
-    scheme, _, rest = origin.partition("://")
-    host = urllib.parse.urlsplit(f"//{rest}").hostname or ""
-    found: dict[str, list[str]] = {}
-    for name, value in env.items():  # as urllib.request.getproxies_environment reads them
-        lname = name.lower()
-        if value and lname.endswith("_proxy"):
-            found.setdefault(lname[:-len("_proxy")], []).append(name)
-    names = found.get(scheme.lower()) or found.get("all")
-    if not names:
-        return None
-    no_proxy = next((env[n] for n in ("no_proxy", "NO_PROXY") if env.get(n)), "")
-    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # (no stub)
-    if no_proxy and bypass(host, {"no": no_proxy}):
-        return None
-    return (f"{'/'.join(sorted(names))} names a proxy, but tensorstream does not use "
-            f"proxies: it connects to {host} directly, so it needs a direct route to it")
 
 
 def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:

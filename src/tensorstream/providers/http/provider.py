@@ -33,11 +33,9 @@ from typing import Any, ClassVar
 from ...config import CommonConfig, split_options
 from ...errors import (
     ConfigurationError,
-    ConnectionFailedError,
     InvalidRangeError,
     PermissionDeniedError,
     ProtocolError,
-    StorageTimeoutError,
 )
 from ...uri import redact_text
 from .._http.headers import (
@@ -50,6 +48,7 @@ from .._http.headers import (
     status_error,
     wire_target,
 )
+from .._http.proxies import ProxySettings, resolve_proxies
 from .._http.range_get import (
     Answer,
     Cancel,
@@ -63,7 +62,7 @@ from .._http.range_get import (
     request,
 )
 from ..base import Capabilities, ObjectInfo, Pin, Provider
-from .config import LOOKED_IN, OPTIONS, HTTPCredentials, proxy_note, resolve_http_credentials
+from .config import LOOKED_IN, OPTIONS, HTTPCredentials, resolve_http_credentials
 
 __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 
@@ -101,8 +100,11 @@ class HTTPProvider(Provider):
         config: CommonConfig | None = None,
         credentials: HTTPCredentials | None = None,
         allow_private_redirects: bool = False,
+        proxies: ProxySettings | None = None,
     ) -> None:
         self._origin = origin.rstrip("/")
+        #: The proxies of its requests (``proxy=`` option, else the environment's).
+        self._proxies = proxies if proxies is not None else resolve_proxies()
         self._config = config or split_options({})[0]
         self._creds = credentials or HTTPCredentials()
         self._allow_private = bool(allow_private_redirects)
@@ -121,9 +123,10 @@ class HTTPProvider(Provider):
         if unknown:
             raise ConfigurationError(f"unknown HTTP option(s): {', '.join(sorted(unknown))}")
         allow_private = options.pop("allow_private_redirects", False)
+        proxies = resolve_proxies(options.pop("proxy", None))
         creds = resolve_http_credentials(uri, **options)
         return cls(f"{uri.scheme}://{uri.netloc}", config=config, credentials=creds,
-                   allow_private_redirects=allow_private)
+                   allow_private_redirects=allow_private, proxies=proxies)
 
     def __repr__(self) -> str:
         return f"HTTPProvider({self._origin!r}, credentials={self._creds!r})"
@@ -142,7 +145,8 @@ class HTTPProvider(Provider):
                     client_cert=c.client_cert.value if c.client_cert else None,
                     client_key=c.client_key.value if c.client_key else None,
                 )
-                self._pool = ConnectionPool(tls, max_idle=self._config.transfer.concurrency + 4)
+                self._pool = ConnectionPool(tls, max_idle=self._config.transfer.concurrency + 4,
+                                            proxies=self._proxies)
             return self._pool
 
     async def close(self) -> None:
@@ -158,15 +162,9 @@ class HTTPProvider(Provider):
     @contextlib.contextmanager
     def _naming_credentials(self) -> Iterator[None]:
         """A refusal (401/403) says which credentials were sent, or where none were
-        found; a failed connection says when the environment names a proxy."""
+        found."""
         try:
             yield
-        except (ConnectionFailedError, StorageTimeoutError) as exc:
-            note = proxy_note(self._origin) if not getattr(exc, "received", 0) else None
-            if note is not None and note not in exc.message:
-                exc.message = f"{exc.message}; {note}"
-                exc.args = (exc.message,)
-            raise
         except PermissionDeniedError as exc:
             auth = self._creds.authorization
             if auth is not None and DROPPED_NOTE in exc.message:

@@ -72,7 +72,7 @@ S3_CREDENTIAL_OPTIONS = frozenset(
 CHAIN_REST = "botocore chain (web identity, container, instance metadata)"
 
 #: Every option the S3 service accepts.
-OPTIONS = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure"})
+OPTIONS = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure", "proxy"})
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

@@ -32,6 +32,7 @@ from ...errors import (
 )
 from ...uri import redact, redact_text
 from .._http.headers import parse_retry_after, plain_text_answer
+from .._http.proxies import refusal_hint
 from .profile import config_profile_name
 
 __all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
@@ -76,6 +77,8 @@ class ErrorContext:
     secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
     #: The region requests were signed for ("" when not known).
     region: str = ""
+    #: The proxy requests to the endpoint go through (``Proxy``), or ``None``.
+    proxy: Any = None
 
     def withhold(self, text: str) -> str:
         """``text`` with every secret of :attr:`secrets` in it masked."""
@@ -106,6 +109,8 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         return exc
     ctx.withhold_in(exc)
     aio = _aiohttp_errors()
+    if ctx.proxy is not None and (proxied := _proxy_error(exc, ctx)) is not None:
+        return proxied
     if isinstance(exc, bce.ClientError):
         return _map_client_error(exc, ctx)
     if isinstance(exc, bce.PartialCredentialsError):
@@ -156,6 +161,31 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
             f"cannot reach {redact(ctx.endpoint)} ({type(exc).__name__})"
         )
     return exc
+
+
+def _proxy_error(exc: BaseException, ctx: ErrorContext) -> TensorstreamError | None:
+    """botocore's or aiohttp's error for the proxy's answer (a 407 to a forwarded
+    request, a refused CONNECT) or for an unreachable proxy, naming the proxy: a
+    refusal is not the endpoint failing, and is not retried."""
+    status: Any = None
+    if isinstance(exc, bce.ClientError):
+        status = (exc.response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status != 407:
+            return None
+    elif isinstance(exc, bce.ProxyConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        status = getattr(cause, "status", None)  # aiohttp's ClientHttpProxyError
+    elif type(exc).__name__ == "ClientHttpProxyError":
+        status = getattr(exc, "status", None)
+    else:
+        return None
+    if not isinstance(status, int):
+        return ConnectionFailedError(f"cannot reach {redact(ctx.endpoint)} through the proxy "
+                                     f"{ctx.proxy.label} ({type(exc).__name__})")
+    err = ConnectionFailedError(f"the proxy {ctx.proxy.label} refused the request to "
+                                f"{redact(ctx.endpoint)}: {status}{refusal_hint(status, ctx.proxy)}")
+    err.temporary = False
+    return err
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,6 +55,7 @@ from ...errors import (
 )
 from ...uri import is_utf8, redact
 from .._http.headers import exception_error, parse_decimal, parse_http_date
+from .._http.proxies import ProxySettings, resolve_proxies
 from .._http.range_get import (
     Answer,
     Cancel,
@@ -103,6 +104,8 @@ _WRITE_MEMORY = 128 << 20
 _LIST_EMPTY_PAGES = 1000
 _LIST_BODY_LIMIT = 8 << 20  # bound on bytes in in-flight upload parts
 _CHECKSUM_MODES = ("when_supported", "when_required")
+#: Where botocore sends requests without an endpoint (its proxy decision is made for it).
+_AWS_ENDPOINT = "https://s3.amazonaws.com"
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -152,6 +155,7 @@ class S3Provider(Provider):
         checksum: str = "when_supported",
         ca_bundle: str | None = None,
         insecure: bool = False,
+        proxies: ProxySettings | None = None,
     ) -> None:
         if checksum not in _CHECKSUM_MODES:
             raise ConfigurationError(
@@ -162,6 +166,10 @@ class S3Provider(Provider):
         self.checksum = checksum
         self.ca_bundle = ca_bundle
         self.insecure = insecure
+        #: The proxies of every request: its reads' and botocore's alike.
+        self.proxies = proxies if proxies is not None else resolve_proxies()
+        self._endpoint_proxy = self.proxies.for_url(
+            credentials.endpoint.value if credentials.endpoint else _AWS_ENDPOINT)
         self._client: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -197,6 +205,7 @@ class S3Provider(Provider):
             checksum=str(options.get("s3_checksum") or "when_supported"),
             ca_bundle=options.get("ca_bundle"),
             insecure=insecure,
+            proxies=resolve_proxies(options.get("proxy")),
         )
 
     def __repr__(self) -> str:
@@ -210,7 +219,8 @@ class S3Provider(Provider):
     def _ctx(self, path: str) -> ErrorContext:
         endpoint = self.credentials.endpoint.value if self.credentials.endpoint else "AWS S3"
         return ErrorContext(path=path, credential_source=self._key_source, endpoint=endpoint,
-                            secrets=self._secrets(), region=self._signing_region(path))
+                            secrets=self._secrets(), region=self._signing_region(path),
+                            proxy=self._endpoint_proxy)
 
     def _signing_region(self, path: str) -> str:
         """The region reads of ``path`` are signed for, as far as known without
@@ -310,6 +320,10 @@ class S3Provider(Provider):
             kwargs["aws_secret_access_key"] = creds.secret_access_key.value
             if creds.session_token:
                 kwargs["aws_session_token"] = creds.session_token.value
+        # botocore's own decision (the environment, its NO_PROXY without CIDR) is
+        # replaced by the data plane's, so listings and writes take the reads' route.
+        cfg["proxies"] = self.proxies.botocore_proxies(
+            creds.endpoint.value if creds.endpoint else _AWS_ENDPOINT)
         if self.insecure:
             kwargs["verify"] = False
         elif self.ca_bundle:
@@ -527,7 +541,8 @@ class S3Provider(Provider):
                     tls.context()
                 except ConfigurationError as exc:
                     raise ConfigurationError(f"{exc} (set by {self._default_ca_source})") from None
-            self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4)
+            self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4,
+                                        proxies=self.proxies)
         return self._pool
 
     def open_range_blocking(
