@@ -144,6 +144,7 @@ def test_which_setting_wins(aws_config: Path) -> None:
     # botocore: an AttributeError in its credential chain, "what it printed is withheld"
     ("[default]\nservices = m\n[services m]\ns3 = http://store.example\n",
      r"\[services m\] s3 is a value; it must be a sub-section"),
+    ("[default]\ns3 = path\n", r"\[profile default\] s3 is a value; it must be a sub-section"),
 ])
 def test_a_profile_setting_botocore_cannot_use_names_the_file(aws_config: Path, config: str,
                                                               match: str) -> None:

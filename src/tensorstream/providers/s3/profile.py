@@ -133,6 +133,11 @@ def read_profile_config(profile: Sourced[str] | None, env: Mapping[str, str]) ->
             + (f" (in {path} its section is [profile {name}], not [{name}])"
                if name in loaded else ""))
     values = loaded.get("profiles", {}).get(name) or {}
+    if values.get("s3") is not None and not isinstance(values["s3"], Mapping):
+        # botocore: "AttributeError: 'str' object has no attribute 'get'" building any client
+        raise ConfigurationError(
+            f"{path} [profile {name}] s3 is a value; it must be a sub-section: 's3 =' then "
+            "indented lines such as 'addressing_style = path'")
     services: Mapping[str, Any] = {}
     if (section := values.get("services")) is not None:
         services = loaded.get("services", {}).get(section)
