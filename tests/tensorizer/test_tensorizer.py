@@ -686,6 +686,26 @@ def test_load_to_cuda(backend: TensorBackend, device: str, tmp_path: Path) -> No
         assert torch.equal(empty.eval()(ids.to(device)).cpu(), model(ids))
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+def test_a_filter_func_that_selects_no_tensor_is_said_not_a_damaged_file(
+        backend: TensorBackend, tmp_path: Path, lazy: bool) -> None:
+    # tensorizer itself fails with "max_workers must be greater than 0"; this said
+    # "... is not a whole tensorizer file" (MalformedFileError) of a sound file.
+    backend.put("m.tensors", _tensorizer_bytes(make_model(), tmp_path / "src.tensors"))
+    for selects_nothing in (lambda n: False, lambda n: None, lambda n: ""):
+        with pytest.raises(errors.ConfigurationError,
+                           match=r"filter_func selected none of the \d+ tensors in .*m\.tensors"
+                           ) as info:
+            deserialize(backend.uri("m.tensors"), "cpu", filter_func=selects_nothing,
+                        lazy_load=lazy, **backend.options)
+        assert isinstance(info.value, ValueError)  # what tensorizer's own error is
+        assert not isinstance(info.value, errors.MalformedFileError)
+    # a filter that selects one tensor still loads it
+    with deserialize(backend.uri("m.tensors"), "cpu", filter_func=lambda n: n == "head.bias",
+                     lazy_load=lazy, **backend.options) as sd:
+        assert list(sd) == ["head.bias"]
+
+
 @pytest.mark.parametrize("bad", [5, "w0", ["head.weight"]])
 def test_a_filter_func_that_is_not_a_function_is_a_configuration_error(
         tmp_path: Path, bad: Any) -> None:

@@ -35,7 +35,7 @@ from tensorizer.serialization import (
 )
 
 from ..distributed.memory import MemorySource
-from ..errors import LoadError, TensorstreamError
+from ..errors import ConfigurationError, LoadError, TensorstreamError
 from ..file import StreamReader
 from ..uri import redact_text
 from . import inplace
@@ -65,19 +65,24 @@ __all__ = [
 ]
 
 
-def _from_user(fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
-    """``fn`` with its exceptions marked, so they are never taken for a damaged file."""
-    if fn is None:
-        return None
+class _UserFilter:
+    """The caller's ``filter_func`` with its exceptions marked, so they are never taken
+    for a damaged file; counts the names it was asked about and the ones it chose."""
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.asked = 0
+        self.chosen = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            verdict = self.fn(*args, **kwargs)
         except BaseException as exc:
             exc._tensorstream_user = True  # type: ignore[attr-defined]
             raise
-
-    return call
+        self.asked += 1
+        self.chosen += bool(verdict)  # tensorizer takes any truthy value
+        return verdict
 
 
 def _in_parser(exc: BaseException) -> bool:
@@ -138,8 +143,9 @@ class StreamTensorDeserializer(TensorDeserializer):
             # grid that knows no tensor and fetch the first tensors into read-ahead
             # buffers (_prepare lifts this once the index is known).
             file_obj.set_readahead_end(0)
-        if "filter_func" in kwargs:
-            kwargs["filter_func"] = _from_user(kwargs["filter_func"])
+        chooser = None
+        if kwargs.get("filter_func") is not None:
+            kwargs["filter_func"] = chooser = _UserFilter(kwargs["filter_func"])
         try:
             super().__init__(source, *args, **kwargs)
         except CryptographyError as exc:
@@ -154,6 +160,13 @@ class StreamTensorDeserializer(TensorDeserializer):
             if isinstance(exc, TensorstreamError | CryptographyError) or getattr(
                     exc, "_tensorstream_user", False):
                 raise
+            if chooser is not None and chooser.asked and not chooser.chosen:
+                # tensorizer 2.12 then fails with "max_workers must be greater than 0",
+                # which is no damage in the file.
+                raise ConfigurationError(
+                    f"filter_func selected none of the {chooser.asked} tensors in "
+                    f"{redact_text(str(getattr(source, 'name', 'the file')))}: nothing to "
+                    "load (it returned a false value for every name)") from exc
             opaque = _OPAQUE_META.search(str(exc)) if isinstance(exc, TypeError) else None
             if opaque is not None:
                 # tensorizer sizes a meta tensor with numpy.dtype(its whole dtype string),
