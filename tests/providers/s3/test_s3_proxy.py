@@ -124,3 +124,26 @@ def test_cp_from_s3_goes_through_the_proxy(moto_s3: MotoS3Server, proxy: Forward
     assert (tmp_path / "out.bin").read_bytes() == DATA
     assert any(e.method == "GET" and key in e.target for e in proxy.log)
     assert PASSWORD not in capsys.readouterr().err
+
+
+def test_botocores_own_listing_goes_through_the_proxy_and_a_407_says_so(
+        moto_s3_tls: MotoS3Server, proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CA from AWS_CA_BUNDLE (botocore's trust store): listings take botocore's
+    # own client (urllib3, its CONNECT), not the data plane. Its 407 was "cannot
+    # reach ... (ProxyConnectionError)", temporary, naming no status.
+    options = moto_s3_tls.options()
+    monkeypatch.setenv("AWS_CA_BUNDLE", options.pop("ca_bundle"))
+    prefix = f"botolist-{uuid.uuid4().hex[:8]}/"
+    moto_s3_tls.put(S3_BUCKET, f"{prefix}a.bin", b"a" * 100)
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url_with(USER, PASSWORD))
+    assert _listed(f"s3://{S3_BUCKET}/{prefix}", **options) == [f"{S3_BUCKET}/{prefix}a.bin"]
+    assert proxy.log and {e.method for e in proxy.log} == {"CONNECT"}
+    proxy.clear_log()
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url_with(USER, "wrong-pw-canary-6"))
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        _listed(f"s3://{S3_BUCKET}/{prefix}", **options, retries=3, backoff_initial=0.01)
+    said = "".join(traceback.format_exception(info.value)) + repr(info.value)
+    assert f"the proxy 127.0.0.1:{proxy.port} (from HTTPS_PROXY) refused" in said
+    assert "407" in said and "wrong-pw-canary-6" not in said and USER not in said
+    assert not info.value.temporary
+    assert len(proxy.log) == 1

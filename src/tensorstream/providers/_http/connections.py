@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import http.client
 import os
-import re
 import select
 import socket
 import ssl
@@ -25,7 +24,7 @@ from collections.abc import Mapping
 from ...config import Timeouts
 from ...errors import ConfigurationError, ConnectionFailedError, TensorstreamError
 from .answer_head import HeadedResponse
-from .proxies import NO_PROXIES, Proxy, ProxySettings, refusal_hint
+from .proxies import NO_PROXIES, Proxy, ProxySettings, refusal_hint, tunnel_refusal
 
 __all__ = ["Cancel", "Cancelled", "ConnectionPool", "ForwardingConnection", "ProxyRefused",
            "RedirectPolicy", "TLSSettings", "current"]
@@ -233,10 +232,6 @@ class ForwardingConnection(http.client.HTTPConnection):
             self.putheader(name, value)
 
 
-#: http.client's message for a CONNECT answered with another status than 200.
-_TUNNEL_FAILED = re.compile(r"Tunnel connection failed: (\d{3})\b ?(.*)")
-
-
 class ProxyRefused(OSError):
     """A proxy refused a tunnel or a request, or could not be reached
     (:meth:`error` makes the tensorstream error of it, in context)."""
@@ -249,12 +244,11 @@ class ProxyRefused(OSError):
     @classmethod
     def of(cls, exc: OSError, proxy: Proxy, host: str, port: int) -> ProxyRefused:
         """From ``http.client``'s error connecting through ``proxy`` to ``host:port``."""
-        found = _TUNNEL_FAILED.match(str(exc))
-        if found is None:  # the proxy is not reachable, or broke the tunnel
+        refused = tunnel_refusal(exc)
+        if refused is None:  # the proxy is not reachable, or broke the tunnel
             return cls(f"cannot connect to {host}:{port} through the proxy {proxy.label}: "
                        f"{type(exc).__name__}: {exc}", temporary=True)
-        return cls.refusal(proxy, host, port, int(found.group(1)), found.group(2),
-                           what="the tunnel (CONNECT)")
+        return cls.refusal(proxy, host, port, *refused, what="the tunnel (CONNECT)")
 
     @classmethod
     def refusal(cls, proxy: Proxy, host: str, port: int, status: int, reason: str, *,

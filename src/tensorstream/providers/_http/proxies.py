@@ -37,6 +37,7 @@ import base64
 import dataclasses
 import ipaddress
 import os
+import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -44,7 +45,8 @@ from typing import Any
 from ..._log_redaction import register_secret
 from ...errors import ConfigurationError
 
-__all__ = ["NO_PROXIES", "Proxy", "ProxySettings", "refusal_hint", "resolve_proxies"]
+__all__ = ["NO_PROXIES", "Proxy", "ProxySettings", "refusal_hint", "resolve_proxies",
+           "tunnel_refusal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +142,27 @@ _HINTS = {
     503: "the proxy could not reach the destination",
     504: "the proxy timed out reaching the destination",
 }
+
+
+#: http.client's message for a CONNECT answered with another status than 200
+#: (urllib3, and so botocore, quote it in their own errors).
+_TUNNEL_FAILED = re.compile(r"Tunnel connection failed: (\d{3})\b ?([^'\")]*)")
+
+
+def tunnel_refusal(exc: BaseException | None) -> tuple[int, str] | None:
+    """``(status, reason)`` of the refused CONNECT that ``exc`` or an exception
+    chained to it reports (http.client's message, aiohttp's ``status``), else ``None``."""
+    for _ in range(8):
+        if exc is None:
+            return None
+        found = _TUNNEL_FAILED.search(str(exc))
+        if found is not None:
+            return int(found.group(1)), found.group(2).strip()
+        status = getattr(exc, "status", None)
+        if type(exc).__name__ == "ClientHttpProxyError" and isinstance(status, int):
+            return status, str(getattr(exc, "message", "") or "")
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def refusal_hint(status: int, proxy: Proxy | None) -> str:

@@ -32,7 +32,7 @@ from ...errors import (
 )
 from ...uri import redact, redact_text
 from .._http.headers import parse_retry_after, plain_text_answer
-from .._http.proxies import refusal_hint
+from .._http.proxies import refusal_hint, tunnel_refusal
 from .profile import config_profile_name
 
 __all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
@@ -172,11 +172,10 @@ def _proxy_error(exc: BaseException, ctx: ErrorContext) -> TensorstreamError | N
         status = (exc.response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
         if status != 407:
             return None
-    elif isinstance(exc, bce.ProxyConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        status = getattr(cause, "status", None)  # aiohttp's ClientHttpProxyError
-    elif type(exc).__name__ == "ClientHttpProxyError":
-        status = getattr(exc, "status", None)
+    elif isinstance(exc, bce.ProxyConnectionError) or type(exc).__name__ == "ClientHttpProxyError":
+        # aiohttp's error carries the CONNECT's status; urllib3's quotes http.client's
+        refused = tunnel_refusal(exc)
+        status = refused[0] if refused is not None else None
     else:
         return None
     if not isinstance(status, int):
