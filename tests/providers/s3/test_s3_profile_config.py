@@ -51,6 +51,9 @@ BOTO3_SETUPS = {
         "[default]\ns3 =\n  addressing_style = path\n[profile p]\n"
         "endpoint_url = http://p.example\ns3 =\n  addressing_style = virtual\n",
         {"AWS_PROFILE": "p"}),
+    "keys from variables: botocore's profile variable order": (
+        "[profile a]\nendpoint_url = http://a.example\n[profile b]\nendpoint_url = http://b.example\n",
+        {"AWS_PROFILE": "a", "AWS_DEFAULT_PROFILE": "b"}),
     "services section beats the profile's endpoint": (
         "[default]\nendpoint_url = http://profile.example\nservices = m\n"
         "[services m]\ns3 =\n  endpoint_url = http://services.example:9000\n", {}),
@@ -184,9 +187,9 @@ def test_aws_default_profile_is_the_profile_named(aws_config: Path, isolated_env
     assert report.source_of("profile") == "env AWS_DEFAULT_PROFILE"
     assert report.source_of("access_key_id") == f"{credentials} [profile p]"
     aws_config.write_text("[profile q]\n")
-    monkeypatch.setenv("AWS_PROFILE", "q")  # AWS_PROFILE is the one named when both are
+    monkeypatch.setenv("AWS_PROFILE", "q")  # both set: botocore takes AWS_DEFAULT_PROFILE
     profile = resolve_s3_credentials({}).profile
-    assert profile is not None and (profile.value, profile.source) == ("q", "env AWS_PROFILE")
+    assert profile is not None and (profile.value, profile.source) == ("p", "env AWS_DEFAULT_PROFILE")
 
 
 @pytest.mark.parametrize("where", ["env", "profile"])

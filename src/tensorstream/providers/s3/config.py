@@ -279,7 +279,7 @@ def resolve_s3_credentials(
                      "env AWS_ACCESS_KEY_ID", "env AWS_SECRET_ACCESS_KEY")
         if pair is not None and (t := _env(env, "AWS_SESSION_TOKEN")) is not None:
             token = Sourced(t, "env AWS_SESSION_TOKEN", secret=True)
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):  # botocore reads both
+        for name in ("AWS_DEFAULT_PROFILE", "AWS_PROFILE"):  # both, in botocore's order
             if pair is None and profile is None and (p := _env(env, name)) is not None:
                 profile = Sourced(p, f"env {name}")
 

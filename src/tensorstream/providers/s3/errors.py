@@ -375,7 +375,7 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
         # is then None): the name is the one botocore looked for.
         name = profile or str(exc.kwargs.get("profile") or "")
         if not profile_source:
-            named_by = [v for v in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+            named_by = [v for v in ("AWS_DEFAULT_PROFILE", "AWS_PROFILE")
                         if os.environ.get(v) == name]
             profile_source = f"env {named_by[0]}" if named_by else "botocore"
         return ConfigurationError(

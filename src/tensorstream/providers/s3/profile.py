@@ -35,9 +35,10 @@ def config_file(env: Mapping[str, str]) -> str:
 
 def config_profile_name(profile: str | None, env: Mapping[str, str]) -> str:
     """The profile botocore takes its configuration from: ``profile`` (chosen for the
-    keys), else the one a variable names (botocore reads it for its configuration even
-    where the keys came from variables), else ``default``."""
-    return profile or env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    keys, and passed to botocore), else the one a variable names, in botocore's order
+    (it reads it for its configuration even where the keys came from variables), else
+    ``default``."""
+    return profile or env.get("AWS_DEFAULT_PROFILE") or env.get("AWS_PROFILE") or "default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ def _named_by(profile: Sourced[str] | None, env: Mapping[str, str]) -> str | Non
     """Who named the profile botocore configures itself from (``None``: nobody)."""
     if profile is not None:
         return profile.source
-    return next((f"env {v}" for v in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE") if env.get(v)), None)
+    return next((f"env {v}" for v in ("AWS_DEFAULT_PROFILE", "AWS_PROFILE") if env.get(v)), None)
 
 
 def _full(path: str) -> str:
