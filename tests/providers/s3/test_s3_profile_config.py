@@ -347,3 +347,12 @@ def test_a_profile_section_without_its_prefix_in_the_config_file_says_so(
     monkeypatch.setenv("AWS_PROFILE", "p")
     with pytest.raises(errors.ConfigurationError, match=r"its section is \[profile p\], not \[p\]"):
         resolve_s3_credentials({})
+
+
+def test_the_profile_read_does_not_show_its_keys(aws_config: Path) -> None:
+    from tensorstream.providers.s3.profile import read_profile_config
+
+    aws_config.write_text("[default]\naws_access_key_id = AKIAEXAMPLEEXAMPLE00\n"
+                          "aws_secret_access_key = canary-secret\n")
+    read = read_profile_config(None, {"AWS_CONFIG_FILE": str(aws_config)})
+    assert "canary-secret" not in repr(read) and "canary-secret" not in str(read)

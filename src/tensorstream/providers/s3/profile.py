@@ -8,7 +8,7 @@ endpoint from a variable) do not override what boto3 would honour:
 - ``ignore_configured_endpoint_urls`` (or ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``), under
   which botocore ignores the endpoints of the AWS variables and of the config file.
 
-Only read when the file exists (botocore's parser is imported then, and only then).
+botocore's parser is imported only when the file exists or a profile is named.
 """
 
 from __future__ import annotations
@@ -43,12 +43,13 @@ def config_profile_name(profile: str | None, env: Mapping[str, str]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ProfileConfig:
-    """One profile of the AWS config file: its settings and its ``services`` section."""
+    """One profile of the AWS config file: its settings and its ``services`` section
+    (never shown: a profile may hold ``aws_secret_access_key``)."""
 
     name: str
     path: str
-    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    services: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    services: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def where(self, setting: str) -> str:
         """A source, e.g. ``~/.aws/config [profile default] endpoint_url``."""
