@@ -179,9 +179,13 @@ class ForwardProxy:
             return
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
+        self._writers.add(uwriter)  # aborted at stop, like the client's side
         try:
-            await asyncio.gather(_pump(reader, uwriter), _pump(ureader, writer))
+            # return_exceptions: a pump cancelled at stop leaves no unretrieved error
+            await asyncio.gather(_pump(reader, uwriter), _pump(ureader, writer),
+                                 return_exceptions=True)
         finally:
+            self._writers.discard(uwriter)
             uwriter.close()
 
     async def _forward(self, method: str, target: str, headers: dict[str, str],
