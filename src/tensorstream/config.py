@@ -174,6 +174,8 @@ def _proxy(name: str, value: Any) -> str | bool:
     if value is False:
         return False
     text = _text(name, value)
+    if text.strip().lower() in ("0", "false", "no", "off"):  # a config file's or CLI's False
+        return False
     if not text.strip():
         raise ConfigurationError(f"{name} must be an http:// proxy URL, or False for no proxy")
     return text

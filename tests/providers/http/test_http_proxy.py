@@ -114,12 +114,14 @@ def test_no_proxy_bypasses_the_proxy(server: HTTPTestServer, proxy: ForwardProxy
     assert bool(proxy.log) is not bypassed
 
 
+@pytest.mark.parametrize("off", [False, "false", "off"])  # "false": a config file's or argv's
 def test_proxy_false_ignores_the_environment(server: HTTPTestServer, proxy: ForwardProxy,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             off: object) -> None:
     url = _put(server)
     for name in ("HTTP_PROXY", "https_proxy", "ALL_PROXY"):
         monkeypatch.setenv(name, proxy.url_with(USER, PASSWORD))
-    assert _read(url, **server.options, proxy=False) == DATA
+    assert _read(url, **server.options, proxy=off) == DATA
     assert proxy.log == []
 
 
