@@ -194,6 +194,7 @@ def test_cuda_without_cuda_is_one_clear_error_before_any_request(
     with pytest.raises(DeviceUnavailableError, match=r"CUDA is not available.*device='cpu'") as info:
         deserialize(uri, "cuda")
     assert isinstance(info.value, errors.ConfigurationError) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, RuntimeError)  # what tensorizer raises, and its users catch
     assert http_server.requests == []
     with pytest.raises(DeviceUnavailableError):
         load_into_module(_meta(), uri, "cuda:0")
@@ -201,8 +202,10 @@ def test_cuda_without_cuda_is_one_clear_error_before_any_request(
 
 def test_unknown_device_names_the_option(tmp_path: Path) -> None:
     serialize(_model(), tmp_path / "m.tensors")
-    with pytest.raises(errors.ConfigurationError, match="device='gpu0'"):
+    with pytest.raises(errors.ConfigurationError, match="device='gpu0'") as info:
         deserialize(tmp_path / "m.tensors", "gpu0")
+    # torch.device("gpu0") is a RuntimeError, tensorizer's TensorDeserializer's too
+    assert isinstance(info.value, RuntimeError)
 
 
 def test_torch_failures_become_load_errors_naming_the_file(
@@ -242,6 +245,11 @@ def test_wrong_arguments_are_named(tmp_path: Path) -> None:
     serialize(_model(), tmp_path / "m.tensors")
     with pytest.raises(errors.ConfigurationError, match="dtype='half-ish' is not a torch dtype"):
         deserialize(tmp_path / "m.tensors", "cpu", dtype="half-ish")
+    for wrong_kind in (5, object(), torch.float16.itemsize):
+        # tensorizer raises TypeError for a dtype that is no dtype: still one here
+        with pytest.raises(InvalidArgumentError, match="is not a torch dtype") as info:
+            deserialize(tmp_path / "m.tensors", "cpu", dtype=wrong_kind)
+        assert isinstance(info.value, errors.ConfigurationError)
     with deserialize(tmp_path / "m.tensors", "cpu", dtype="float16") as sd:  # a name works
         assert sd["embed.weight"].dtype == torch.float16
     with pytest.raises(InvalidArgumentError, match="not int") as info:

@@ -25,6 +25,7 @@ from tensorstream.tensorizer.hook import forks
 from tensorstream.tensorizer.load import (
     DecryptionError,
     Encryption,
+    InvalidArgumentError,
     MetaTensorError,
     ModuleMismatchError,
     QuantizationWarning,
@@ -711,8 +712,10 @@ def test_a_filter_func_that_is_not_a_function_is_a_configuration_error(
         tmp_path: Path, bad: Any) -> None:
     dst = tmp_path / "m.tensors"
     serialize(make_model(), dst)
-    with pytest.raises(errors.ConfigurationError, match="filter_func must be a function"):
+    with pytest.raises(errors.ConfigurationError, match="filter_func must be a function") as info:
         deserialize(dst, "cpu", filter_func=bad)
+    # tensorizer's TensorDeserializer raises TypeError here: what its users catch
+    assert isinstance(info.value, InvalidArgumentError) and isinstance(info.value, TypeError)
 
 
 @pytest.mark.parametrize("obj", [{}, {"a": {}}, {"a": 5}, torch.nn.Sequential(), [], ()],

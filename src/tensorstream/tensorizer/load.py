@@ -130,13 +130,21 @@ class ModuleMismatchError(MetaTensorError):
         self.mismatched_keys = mismatched_keys
 
 
-class DeviceUnavailableError(ConfigurationError):
-    """The requested device does not exist here (e.g. ``cuda`` without CUDA)."""
+class DeviceUnavailableError(ConfigurationError, RuntimeError):
+    """The requested device does not exist here (``cuda`` without CUDA, a name torch
+    does not know). Also a ``RuntimeError``: what tensorizer's ``TensorDeserializer``
+    (and ``torch.device``) raise for the same call, and its users catch."""
 
 
 class InvalidArgumentError(TensorstreamError, TypeError):
     """An argument of the wrong kind (``serialize(42, ...)``, a module that is not
     an ``nn.Module``); the message names the argument and what it takes."""
+
+
+class _WrongKindOption(InvalidArgumentError, ConfigurationError):
+    """A ``deserialize`` argument of the wrong kind (``filter_func=5``, ``dtype=5``):
+    the ``TypeError`` tensorizer's ``TensorDeserializer`` raises for it, and the
+    ``ConfigurationError`` tensorstream raised before."""
 
 
 class QuantizationWarning(UserWarning):
@@ -169,7 +177,7 @@ def _check_device(device: str | torch.device | None) -> torch.device | None:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
-        raise ConfigurationError(
+        raise DeviceUnavailableError(
             f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'"
         ) from exc
     if dev.type == "cuda":
@@ -197,7 +205,7 @@ def _check_dtype(dtype: Any) -> torch.dtype | None:
         found = getattr(torch, dtype.removeprefix("torch."), None)
         if isinstance(found, torch.dtype):
             return found
-    raise ConfigurationError(
+    raise (ConfigurationError if isinstance(dtype, str) else _WrongKindOption)(
         f"dtype={dtype!r} is not a torch dtype; use e.g. torch.float16 or 'bfloat16'"
     )
 
@@ -338,7 +346,7 @@ def deserialize(
         checked["num_readers"], checked["verify_hash"], checked["lazy_load"])
     allowance: int | None = checked["max_tensor_bytes"]
     if filter_func is not None and not callable(filter_func):
-        raise ConfigurationError(
+        raise _WrongKindOption(
             f"filter_func must be a function of a tensor name returning True to load it, "
             f"not {type(filter_func).__name__}")
     stream: StreamReader | BinaryIO | MemorySource | None = None
