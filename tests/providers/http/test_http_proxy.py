@@ -11,6 +11,7 @@ import socket
 import traceback
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +220,57 @@ def test_an_unusable_proxy_in_the_environment_fails_only_the_requests_it_would_c
     assert PASSWORD not in said
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert _read(url) == DATA
+
+
+def test_an_ipv6_origin_is_bracketed_in_the_connect_line(tmp_path: Path) -> None:
+    # Python before 3.12 wrote 'CONNECT ::1:PORT', which proxies refuse; the TLS name
+    # and the Host header must stay as without a proxy.
+    import http.server
+    import ssl
+    import threading
+
+    import trustme
+
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+        probe.close()
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    ca = trustme.CA()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            body = f"host={self.headers['Host']}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    server = Server(("::1", 0), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("::1").configure_cert(context)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    try:
+        with ForwardProxy() as proxy:
+            pool = range_get.ConnectionPool(range_get.TLSSettings(ca_bundle=str(tmp_path / "ca.pem")),
+                                            proxies=resolve_proxies(proxy.url))
+            answer = range_get.request(pool, f"https://[::1]:{port}/x", "GET", {}, Timeouts(),
+                                       path="/x")
+            pool.close()
+        assert (answer.status, answer.body) == (200, f"host=[::1]:{port}".encode())
+        assert [(e.method, e.target) for e in proxy.log] == [("CONNECT", f"[::1]:{port}")]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -18,8 +18,10 @@ import os
 import select
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 from ...config import Timeouts
 from ...errors import ConfigurationError, ConnectionFailedError, TensorstreamError
@@ -180,8 +182,8 @@ class ConnectionPool:
         scheme, host, port = key
         proxy.check()
         if scheme == "https":
-            conn = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=timeouts.connect,
-                                               context=self._context())
+            conn = _TunnelConnection(proxy.host, proxy.port, timeout=timeouts.connect,
+                                     context=self._context())
             conn.set_tunnel(host, port, headers=proxy.headers())
             return conn
         return ForwardingConnection(proxy, host, port, timeout=timeouts.connect)
@@ -208,6 +210,25 @@ class ConnectionPool:
             for conn in conns:
                 conn.close()
 
+
+
+class _TunnelConnection(http.client.HTTPSConnection):
+    """An https connection through a ``CONNECT`` tunnel. Python before 3.12 writes
+    an IPv6 address unbracketed in the CONNECT line (``CONNECT ::1:443``, which
+    proxies refuse); it is bracketed there only, never in the TLS server name or
+    the ``Host`` header (which bracket it themselves)."""
+
+    def _tunnel(self) -> None:
+        this: Any = self  # (http.client's private tunnel attributes have no stubs)
+        host = this._tunnel_host
+        if sys.version_info >= (3, 12) or ":" not in host or host.startswith("["):
+            super()._tunnel()  # type: ignore[misc]
+            return
+        this._tunnel_host = f"[{host}]"
+        try:
+            super()._tunnel()  # type: ignore[misc]
+        finally:
+            this._tunnel_host = host
 
 
 class ForwardingConnection(http.client.HTTPConnection):
