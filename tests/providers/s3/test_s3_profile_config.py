@@ -356,3 +356,21 @@ def test_the_profile_read_does_not_show_its_keys(aws_config: Path) -> None:
                           "aws_secret_access_key = canary-secret\n")
     read = read_profile_config(None, {"AWS_CONFIG_FILE": str(aws_config)})
     assert "canary-secret" not in repr(read) and "canary-secret" not in str(read)
+
+
+@pytest.mark.parametrize("endpoint", ["light", "aws"])
+async def test_aws_profile_default_without_a_default_profile_is_refused_on_every_path(
+        aws_config: Path, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch,
+        endpoint: str) -> None:
+    """boto3 refuses AWS_PROFILE=default when no file defines it; reads that built a botocore
+    client did too, and the others went on (an http endpoint with static keys)."""
+    monkeypatch.setenv("AWS_PROFILE", "default")
+    opts = moto_s3.options() if endpoint == "light" else {
+        "s3_access_key_id": "AKIAEXAMPLEEXAMPLE00", "s3_secret_access_key": "s"}
+    with pytest.raises(errors.ConfigurationError,
+                       match="AWS profile 'default' \\(env AWS_PROFILE\\) is not defined"):
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/k", 0, 1, **opts)
+    aws_config.write_text("[default]\n")  # defined (empty): fine
+    if endpoint == "light":
+        with pytest.raises(errors.NotFoundError):
+            await tensorstream.read_range(f"s3://{S3_BUCKET}/absent", 0, 1, **opts)

@@ -127,7 +127,8 @@ def read_profile_config(profile: Sourced[str] | None, env: Mapping[str, str]) ->
             loaded = load_config(full)
         except Exception:
             return ProfileConfig(name, path)
-    if named_by is not None and name != "default" and name not in loaded.get("profiles", {}) \
+    # botocore refuses a named profile it cannot find, 'default' too (unnamed, it is optional)
+    if named_by is not None and name not in loaded.get("profiles", {}) \
             and not _defined_in_credentials(name, env):
         credentials = env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials"
         raise ConfigurationError(
