@@ -3,6 +3,6 @@ fault injection and the provider conformance suite.
 
 Submodules: ``http_server`` (aiohttp, well-behaved and misbehaving),
 ``s3_server`` (moto), ``redis_server`` (Debian's redis-server, TLS,
-cluster), ``conformance`` (one suite for every provider), ``plugin``
-(the pytest plugin).
+cluster), ``forward_proxy`` (a CONNECT/forwarding HTTP proxy),
+``conformance`` (one suite for every provider), ``plugin`` (the pytest plugin).
 """

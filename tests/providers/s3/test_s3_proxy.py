@@ -94,6 +94,20 @@ def test_botocore_and_the_data_plane_take_one_route(
     assert ({"PUT", "GET"} <= methods) if through else not methods, methods
 
 
+def test_proxy_false_keeps_botocore_off_the_environments_proxy(
+        moto_s3: MotoS3Server, proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, proxy.url_with(USER, PASSWORD))
+    options = moto_s3.options(proxy=False)
+    prefix = f"direct-{uuid.uuid4().hex[:8]}/"
+    with tensorstream.open(f"s3://{S3_BUCKET}/{prefix}a.bin", "wb", **options) as w:
+        w.write(DATA[:MiB])
+    with tensorstream.open(f"s3://{S3_BUCKET}/{prefix}a.bin", "rb", **options) as r:
+        assert r.read() == DATA[:MiB]
+    assert _listed(f"s3://{S3_BUCKET}/{prefix}", **options) == [f"{S3_BUCKET}/{prefix}a.bin"]
+    assert proxy.log == []
+
+
 def test_a_407_to_a_write_names_the_proxy_never_the_password(
         s3: MotoS3Server, proxy: ForwardProxy) -> None:
     key = f"refused-{uuid.uuid4().hex[:8]}.bin"
