@@ -75,9 +75,11 @@ class Faults:
     next requests; :meth:`reset` (automatic between tests) restores good service.
 
     * ``latency(s)`` -- every request waits ``s`` seconds first;
-    * ``rate_limit(bps)`` -- each connection/response body is paced to ``bps`` bytes/s;
-    * ``drop_after(n, times=None)`` -- bodies/connections are cut after ``n`` bytes
-      (on the next ``times`` of them; ``None``: all);
+    * ``rate_limit(bps)`` -- what the server sends (each response body, each Redis
+      connection's answers) is paced to ``bps`` bytes/s; uploads are not;
+    * ``drop_after(n, times=None)`` -- response bodies/connections are cut after the
+      server sent ``n`` bytes, on the next ``times`` of them (``None``: all); uploads
+      are not cut;
     * ``status_script([503, 503])`` -- the next requests get these statuses (HTTP, S3);
     * ``ignore_range()`` -- ranged GETs are answered 200 with the whole body (HTTP, S3);
     * ``replace_between_reads(key, data)`` -- the object is replaced after its first read.
