@@ -284,6 +284,40 @@ def test_settings_that_would_be_ignored_are_errors(pytester):
     ])
 
 
+def test_a_credential_setting_of_the_wrong_type_says_what_it_takes(pytester):
+    # password=123 failed deep in the server's start ("'int' object is not iterable"),
+    # acl_user with three items as "too many values to unpack", and token=123 made a
+    # server whose options tensorstream then refused, at the test's first read.
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.tensorstream_http(token=123)
+        def test_token(tensorstream_http):
+            pass
+
+        @pytest.mark.tensorstream_redis(password=123)
+        def test_password(tensorstream_redis):
+            pass
+
+        @pytest.mark.tensorstream_redis(acl_user=("u", "p", "x"))
+        def test_acl_user(tensorstream_redis):
+            pass
+
+        @pytest.mark.tensorstream_redis(acl_user=["loader", "pw"])
+        def test_a_pair_as_a_list_still_works(tensorstream_redis):
+            assert (tensorstream_redis.username, tensorstream_redis.password) == ("loader", "pw")
+    """)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(errors=3, passed=1)
+    result.stdout.fnmatch_lines([
+        "*tensorstream_http(token=...) takes True, False or a string, not 123*",
+        "*tensorstream_redis(password=...) takes True, False or a string, not 123*",
+        "*tensorstream_redis(acl_user=...) takes True, False, a user name or a (name, password) "
+        "pair of strings, not ('u', 'p', 'x')*",
+    ])
+
+
 # -- every fault, and async tests -------------------------------------------------------
 
 

@@ -163,6 +163,8 @@ def _closing(backend: Backend, monkeypatch: pytest.MonkeyPatch, env: bool) -> It
 
 #: Settings that are switches: a string such as ``"no"`` would be taken as true.
 _BOOL_ARGS = ("auth", "tls", "env")
+#: Settings that take ``True`` (made up), ``False``/``None`` (none) or the string itself.
+_SECRET_ARGS = ("token", "password")
 
 
 def _settings(request: pytest.FixtureRequest, mark: str) -> dict[str, Any]:
@@ -190,6 +192,18 @@ def _settings(request: pytest.FixtureRequest, mark: str) -> dict[str, Any]:
     for name in _BOOL_ARGS:
         if name in kwargs and not isinstance(kwargs[name], bool):
             raise TypeError(f"{mark}({name}=...) takes True or False, not {kwargs[name]!r}")
+    # Checked here, not where the server starts: password=123 failed there as "'int'
+    # object is not iterable", token=123 only at the test's first read.
+    for name in _SECRET_ARGS:
+        if name in kwargs and not isinstance(kwargs[name], (bool, str, type(None))):
+            raise TypeError(f"{mark}({name}=...) takes True, False or a string, "
+                            f"not {kwargs[name]!r}")
+    user = kwargs.get("acl_user")
+    pair = (isinstance(user, (tuple, list)) and len(user) == 2
+            and all(isinstance(x, str) for x in user))
+    if not (pair or isinstance(user, (bool, str, type(None)))):
+        raise TypeError(f"{mark}(acl_user=...) takes True, False, a user name or a "
+                        f"(name, password) pair of strings, not {user!r}")
     return kwargs
 
 
