@@ -165,7 +165,11 @@ class RedisServer:
         return f"<RedisServer {self.host}:{self.port} tls={self.tls}>"
 
     def start(self) -> RedisServer:
-        """Start the server and wait until it answers PING."""
+        """Start the server and wait until it answers PING (idempotent); returns ``self``."""
+        if self._proc is not None:
+            # A second server over the first left the first, its port and its directory
+            # out of stop()'s reach: they outlived the with-block.
+            return self
         self._dir = tempfile.mkdtemp(prefix="tensorstream-redis-", dir=self.tmp_dir)
         try:
             self._start()
@@ -301,6 +305,9 @@ class RedisCluster:
         return f"<RedisCluster {self.host}:{self.ports}>"
 
     def start(self) -> RedisCluster:
+        """Start the nodes and join them into a cluster (idempotent); returns ``self``."""
+        if self._procs:
+            return self
         self._dir = tempfile.mkdtemp(prefix="tensorstream-rcluster-")
         try:
             self._start()
@@ -313,6 +320,7 @@ class RedisCluster:
         assert self._dir is not None
         import redis
 
+        self.ports = []
         for i in range(self.nodes):
             port, bus = free_port(), free_port()
             self.ports.append(port)
@@ -323,12 +331,15 @@ class RedisCluster:
             self._procs.append(proc)
             _wait_ready(proc, lambda p=port: redis.Redis(host=self.host, port=p))
         addrs = [f"{self.host}:{p}" for p in self.ports]
-        subprocess.run(
+        done = subprocess.run(
             ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0",
              "--cluster-yes"],
-            check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, timeout=60,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, timeout=60,
         )
+        if done.returncode != 0:  # (CalledProcessError kept what redis-cli said to itself)
+            said = done.stdout.decode(errors="replace").strip()[-2000:]
+            raise RuntimeError(f"redis-cli --cluster create exited {done.returncode}:\n{said}")
         deadline = time.monotonic() + _START_TIMEOUT
         while time.monotonic() < deadline:
             ok = 0
