@@ -9,6 +9,15 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite talks to servers on loopback only, and tensorstream now honours
+    HTTPS_PROXY & co.: a proxy set on a developer's or CI runner's machine would
+    carry (and break) those requests, in this process and the CLI's children."""
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy"):
+            del os.environ[name]
+
+
 @pytest.fixture
 def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """Environment with no real credentials/endpoints: AWS/S3/Redis/HTTP and proxy
