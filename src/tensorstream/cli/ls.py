@@ -11,11 +11,13 @@ import asyncio
 import dataclasses
 import json
 import os
+import stat as stat_mod
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ..api import get_provider
+from ..copy.keys import is_temp_name
 from ..copy.select import walk_local
 from ..copy.wildcards import wildcard
 from ..errors import NotFoundError, TensorstreamError
@@ -104,10 +106,44 @@ async def _buckets(args: argparse.Namespace, options: dict[str, Any]) -> int:
     return 0
 
 
-async def _listing(provider: Any, uri: ParsedURI, prefix: str) -> AsyncIterator[ObjectInfo]:
+def _one_level(top: str) -> list[tuple[str, bool]]:
+    """``[(name, is a directory)]`` of what ``ls`` (no ``-r``) shows in the local
+    directory ``top``, sorted: regular files and directories, symbolic links
+    followed as ``cp -r`` follows them; tensorstream's temp files, broken links and
+    special files left out. Nothing below ``top`` is read."""
+    out = []
+    for name in sorted(os.listdir(top)):
+        if is_temp_name(name):
+            continue
+        try:
+            st = os.stat(os.path.join(top, name))
+        except OSError:
+            continue  # a broken link, or gone since the listing
+        if stat_mod.S_ISDIR(st.st_mode) or stat_mod.S_ISREG(st.st_mode):
+            out.append((name, stat_mod.S_ISDIR(st.st_mode)))
+    return out
+
+
+async def _listing(provider: Any, uri: ParsedURI, prefix: str,
+                   recursive: bool = True) -> AsyncIterator[ObjectInfo]:
     """The objects under ``prefix``; a local directory as ``cp -r`` sees it: symbolic
     links followed (the provider lists regular files only, so a Hugging Face snapshot,
-    all links into ``blobs/``, was "no objects" while ``cp -r`` copied every file)."""
+    all links into ``blobs/``, was "no objects" while ``cp -r`` copied every file).
+    Not ``recursive``, a local directory's subdirectories come as ``name/`` entries
+    (size 0), unread: the whole tree was walked first (``ls /``: every file of the
+    machine before the first line)."""
+    if uri.scheme == "file" and not recursive and os.path.isdir(prefix):
+        top = prefix.rstrip("/") + "/"
+        for name, is_dir in await asyncio.to_thread(_one_level, prefix):
+            if is_dir:
+                yield ObjectInfo(path=top + name + "/", size=0)
+                continue
+            try:
+                info = await provider.stat(top + name)
+            except (TensorstreamError, OSError):
+                continue  # gone since the listing
+            yield dataclasses.replace(info, path=top + name)
+        return
     if uri.scheme != "file" or not os.path.isdir(prefix):
         listed = False
         async for info in provider.list(prefix):
@@ -149,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             count = listed = total = 0
             missing: NotFoundError | None = None
             try:
-                async for info in _listing(provider, uri, prefix):
+                async for info in _listing(provider, uri, prefix, recursive):
                     rel = (pattern.relative(info.path) if pattern is not None
                            else info.path[len(base):] if info.path.startswith(base) else None)
                     if rel is None:
