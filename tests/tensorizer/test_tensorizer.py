@@ -687,6 +687,32 @@ def test_load_to_cuda(backend: TensorBackend, device: str, tmp_path: Path) -> No
         assert torch.equal(empty.eval()(ids.to(device)).cpu(), model(ids))
 
 
+def test_tensorizer_s_no_op_arguments_are_taken_as_tensorizer_takes_them(
+        backend: TensorBackend, tmp_path: Path) -> None:
+    # TensorDeserializer keeps plaid_mode and plaid_mode_buffers "for backwards
+    # compatibility; has no effect": a call (or vLLM deserialization_kwargs) written for it
+    # was refused here as "unknown option(s) plaid_mode for s3".
+    from tensorstream.tensorizer import TensorizerConfig
+
+    model = make_model()
+    backend.put("m.tensors", _tensorizer_bytes(model, tmp_path / "src.tensors"))
+    uri = backend.uri("m.tensors")
+    with deserialize(uri, "cpu", plaid_mode=True, plaid_mode_buffers=4,
+                     **backend.options) as sd:
+        assert_same(sd, state(model))
+    with torch.device("meta"):
+        empty = TinyNet()
+    load_into_module(empty, uri, "cpu", plaid_mode=False, **backend.options)
+    assert torch.equal(empty.head.weight, model.head.weight)
+    cfg = TensorizerConfig(tensorizer_uri=uri, stream_kwargs=backend.options,
+                           deserialization_kwargs={"plaid_mode": True})
+    with cfg.deserialize("cpu") as sd:
+        assert_same(sd, state(model))
+    # a misspelling of them is still refused
+    with pytest.raises(errors.ConfigurationError, match="plaid_mod"):
+        deserialize(uri, "cpu", plaid_mod=True, **backend.options)
+
+
 @pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
 def test_a_filter_func_that_selects_no_tensor_is_said_not_a_damaged_file(
         backend: TensorBackend, tmp_path: Path, lazy: bool) -> None:

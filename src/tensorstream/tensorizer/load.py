@@ -253,6 +253,12 @@ class _LoadRecord:
             load_log.debug("%s reader %d: %s", self.where, i, decision)
 
 
+#: Arguments tensorizer's ``TensorDeserializer`` still takes, "left for backwards
+#: compatibility; has no effect": calls (and vLLM ``deserialization_kwargs``) written for
+#: it pass them, and they are taken here the same way.
+_TENSORIZER_NO_OPS = ("plaid_mode", "plaid_mode_buffers")
+
+
 def _refuse_misspelt_arguments(options: Mapping[str, Any], front: Callable[..., Any]) -> None:
     """A ``ConfigurationError`` for an option that is a near spelling of one of ``front``'s
     own arguments (``lazy_lod``): it reached ``open`` as a storage option, whose error
@@ -339,6 +345,8 @@ def deserialize(
     ...     print(sd["lm_head.weight"].shape)
     """
     started = time.perf_counter()
+    for name in _TENSORIZER_NO_OPS:
+        options.pop(name, None)
     _refuse_misspelt_arguments(options, deserialize)
     checked = validate_options({"num_readers": num_readers, "verify_hash": verify_hash,
                                 "lazy_load": lazy_load, "max_tensor_bytes": max_tensor_bytes})
