@@ -276,3 +276,36 @@ def test_a_failing_fault_hook_fails_the_test(pytester):
         "ERROR *::test_s3_hook_fails - *",
         "ERROR *::test_redis_hook_fails - *",
     ])
+
+
+def test_a_missing_test_extra_says_what_to_install(pytester, monkeypatch):
+    # Without moto[server] the S3 fixture said only "moto S3 server exited during
+    # start-up"; without fakeredis (and no redis-server) the Redis one named fakeredis
+    # but not how to get it. Both are tensorstream's test extra. A package that raises
+    # ModuleNotFoundError on import, first on the path, stands for the missing one.
+    import os
+
+    import tensorstream
+
+    missing = pytester.mkdir("missing")
+    for name in ("moto", "fakeredis"):
+        (missing / name).mkdir()
+        (missing / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError({f'No module named {name!r}'!r}, name={name!r})\n")
+    src = os.path.dirname(os.path.dirname(os.path.abspath(tensorstream.__file__)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(missing), src, os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile(test_extra="""
+        def test_s3(tensorstream_s3):
+            pass
+
+        def test_redis(tensorstream_redis):
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
+                                           "--tensorstream-redis=fake")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*moto S3 server exited during start-up*pip install 'tensorstream[[]test]'*",
+        "*fakeredis*pip install 'tensorstream[[]test]'*",
+    ])

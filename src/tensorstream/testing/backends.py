@@ -486,7 +486,9 @@ class BackendServers:
             from fakeredis import TcpFakeServer
         except ImportError as exc:  # older fakeredis
             raise RuntimeError("fakeredis >= 2.26 (TcpFakeServer) is needed when redis-server "
-                               "is not installed") from exc
+                               "is not installed or --tensorstream-redis=fake is given: "
+                               "pip install 'tensorstream[test]', or apt-get install "
+                               "redis-server") from exc
         server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")
         server.daemon_threads = True
         thread = threading.Thread(target=server.serve_forever, name="tensorstream-fakeredis",

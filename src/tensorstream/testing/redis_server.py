@@ -50,7 +50,7 @@ class _Process:
 
     def __init__(self, config: dict[str, str], workdir: str, name: str) -> None:
         if not redis_available():
-            raise RedisUnavailable("redis-server/redis-cli not found on PATH (apt install redis)")
+            raise RedisUnavailable("redis-server/redis-cli not found on PATH (apt-get install redis-server)")
         conf = os.path.join(workdir, f"{name}.conf")
         lines = [f"{k} {v}" for k, v in config.items()]
         lines += ["bind 127.0.0.1", "save \"\"", "appendonly no", f"dir {workdir}",

@@ -36,6 +36,9 @@ from typing import Any
 __all__ = ["MotoS3Server", "isolated_s3_env"]
 
 _START_TIMEOUT = 60.0
+#: What a failed start adds: the usual cause is moto's server extra not installed.
+_INSTALL_HINT = ("its stderr, above, says why; a missing module means tensorstream's test "
+                 "extra is not installed: pip install 'tensorstream[test]' (moto[server])")
 
 
 class MotoS3Server:
@@ -100,12 +103,12 @@ class MotoS3Server:
         while not line.endswith(b"\n"):
             left = deadline - time.monotonic()
             if left <= 0 or self._proc.poll() is not None:
-                raise RuntimeError("moto S3 server did not start (see its stderr above)")
+                raise RuntimeError(f"moto S3 server did not start ({_INSTALL_HINT})")
             ready, _, _ = select.select([self._proc.stdout], [], [], left)
             if ready:
                 chunk = os.read(self._proc.stdout.fileno(), 4096)
                 if not chunk:
-                    raise RuntimeError("moto S3 server exited during start-up")
+                    raise RuntimeError(f"moto S3 server exited during start-up ({_INSTALL_HINT})")
                 line += chunk
         return dict(json.loads(line))
 
