@@ -175,3 +175,36 @@ def test_a_slice_larger_than_memory_is_refused_before_allocating(tmp_path: Path)
                 f.get_slice("a")[key]
             assert "huge.safetensors" in str(info.value) and "fewer rows" in str(info.value)
         assert f.get_slice("a")[5:8].tolist() == [0, 0, 0]
+
+
+_PEAK = """
+import sys, torch, tensorstream.safetensors as ts
+def status(key):  # VmHWM, not ru_maxrss: that keeps the parent's RSS across fork and exec
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith(key)) >> 10
+base = status("VmRSS")
+got = ts.load(sys.argv[1], dtype=torch.float16, **eval(sys.argv[2]))
+assert all(t.dtype == torch.float16 for t in got.values())
+print(status("VmHWM") - base)
+"""
+
+
+@pytest.mark.parametrize("options", ["{}", "{'timeout_total': 100}"])
+def test_a_cast_local_load_holds_the_cast_tensors_not_the_file_too(tmp_path: Path,
+                                                                   options: str) -> None:
+    """``load(local, dtype=torch.float16)`` of float32 weights mapped every float32 tensor
+    first (one mapping for the whole file) and kept it to the end: peak RSS was the file
+    plus its cast (774 MiB over the imports for 512 MiB of float32, 256 MiB of result).
+    Each float32 tensor is now read into a mapping of its own, unmapped once it is cast:
+    the result plus a few tensors (with ``torch.empty`` the allocator kept up to 100 MiB
+    more of them here)."""
+    import subprocess
+    import sys
+
+    g = torch.Generator().manual_seed(2)
+    path = tmp_path / "f32.safetensors"
+    st_torch.save_file({f"w{i}": torch.randn(1024, 1024, generator=g) for i in range(48)},
+                       str(path))  # 192 MiB of float32, 96 MiB once cast
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(path), options], check=True,
+                         capture_output=True, text=True).stdout
+    assert int(out) < 150, out  # 107-112 MiB; was 292: 192 MiB mapped + 96 MiB cast
