@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,82 @@ def test_waiting_renames_share_one_fsync(tmp_path: Path,
     assert group._dirs == {}  # nothing kept for a directory nobody waits on
     for fd in fds:
         os.close(fd)
+
+
+def _until(check: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def test_a_late_waiter_never_forgets_a_newer_fsync_in_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # B waits on A's fsync and wakes late: meanwhile C's fsync covered B and
+    # the directory was forgotten, and D began one anew. B then forgot the
+    # directory again, D's fsync and all: E started a second fsync of it while
+    # D's ran (two at once, what the group commit is there to avoid; the
+    # folder copy test saw its fsyncs overlap and failed now and then).
+    group = DirectorySync()
+    late = threading.Event()
+    woken = threading.Event()
+
+    class LateWake(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            got = super().wait(timeout)
+            if threading.current_thread().name == "B" and not woken.is_set():
+                woken.set()  # (any wait may return late: here B's, on purpose)
+                self.release()
+                assert late.wait(10)
+                self.acquire()
+            return got
+
+    group._cond = LateWake()
+    gates: dict[str, threading.Event] = {"A": threading.Event(), "D": threading.Event()}
+    running: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        me = threading.current_thread().name
+        if running:
+            overlaps.append((*running, me))
+        running.append(me)
+        if me in gates:
+            assert gates[me].wait(10)
+        real_fsync(fd)
+        running.remove(me)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    fd = _dir_fd(tmp_path)
+    threads: dict[str, threading.Thread] = {}
+
+    def start(name: str) -> None:
+        threads[name] = threading.Thread(target=group.sync, args=(fd,), name=name)
+        threads[name].start()
+
+    start("A")
+    _until(lambda: running == ["A"])
+    start("B")
+    _until(lambda: sum(s[0] for s in group._dirs.values()) == 2)  # B holds a ticket
+    gates["A"].set()
+    threads["A"].join(10)
+    assert woken.wait(10)  # B is awake but not yet back in the loop
+    start("C")
+    threads["C"].join(10)  # C's fsync covered B's ticket too
+    start("D")
+    _until(lambda: running == ["D"])
+    late.set()
+    threads["B"].join(10)
+    start("E")
+    _until(lambda: "E" in running or any(s[0] == 2 for s in group._dirs.values()))
+    gates["D"].set()
+    for t in threads.values():
+        t.join(10)
+    os.close(fd)
+    assert overlaps == []
+    assert group._dirs == {}
 
 
 def test_each_copied_object_is_covered_by_a_later_directory_fsync(

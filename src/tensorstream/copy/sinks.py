@@ -219,8 +219,13 @@ class DirectorySync:
                     state[2] = 0
                     state[1] = max(state[1], covers)
                     self._cond.notify_all()
-            if state[1] == state[0] and not state[2]:
-                self._dirs.pop(key, None)  # nobody waits on it: forget the directory
+            if state[1] == state[0] and not state[2] and self._dirs.get(key) is state:
+                # Nobody waits on it: forget the directory. Only this state: a
+                # thread waking late (its ticket covered by a later fsync, the
+                # directory forgotten and taken up anew meanwhile) removed a
+                # newer one, fsync in progress and all, and the next thread
+                # started a second fsync of the directory beside it.
+                del self._dirs[key]
 
 
 #: One per process: an fsync covers renames of every copy into that directory.
