@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -176,3 +177,33 @@ def test_a_password_with_an_at_sign_and_a_slash_is_refused_unseen(uri: str) -> N
 def test_an_at_sign_in_a_key_is_still_the_key(uri: str, host: str, key: str) -> None:
     parsed = parse_uri(uri)
     assert (parsed.host, parsed.key) == (host, key)
+
+
+@pytest.mark.parametrize("uri", ["file://localhost/tmp/x", "file://LocalHost/tmp/x",
+                                 "file://127.0.0.1/tmp/x"])
+def test_file_uri_of_this_machine_as_curl_takes_it(uri: str) -> None:
+    assert parse_uri(uri).path == "/tmp/x"
+
+
+def test_file_uri_escapes_are_bytes_of_the_name(tmp_path: Path) -> None:
+    # %FF%FE named the file "\ufffd\ufffd" (another file, or a copy published
+    # under a name nobody asked for); curl reads the bytes 0xFF 0xFE.
+    name = os.fsdecode(b"w\xff\xfe.bin")
+    (tmp_path / name).write_bytes(b"weights")
+    parsed = parse_uri(f"file://{tmp_path}/w%FF%FE.bin")
+    assert os.fsencode(parsed.path) == os.fsencode(str(tmp_path)) + b"/w\xff\xfe.bin"
+    assert open(parsed.path, "rb").read() == b"weights"
+    assert parse_uri(f"file://{tmp_path}/%C3%A9%20x").path == f"{tmp_path}/\u00e9 x"
+
+
+def test_file_uri_with_a_nul_byte_is_refused() -> None:
+    # It was a bare ValueError("embedded null byte") from the first system call.
+    with pytest.raises(errors.InvalidURIError, match="%00"):
+        parse_uri("file:///tmp/a%00b")
+
+
+def test_a_path_ending_in_a_space_is_refused_saying_how_to_name_it(tmp_path: Path) -> None:
+    (tmp_path / "model ").write_bytes(b"w")
+    with pytest.raises(errors.InvalidURIError, match="%20"):
+        parse_uri(f"{tmp_path}/model ")
+    assert open(parse_uri(f"file://{tmp_path}/model%20").path, "rb").read() == b"w"

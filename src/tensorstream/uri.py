@@ -350,6 +350,12 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
         uri = os.fspath(uri)
     if not isinstance(uri, str):
         raise InvalidURIError(f"expected a URI string or path, got {type(uri).__name__}")
+    if uri and uri.strip() and uri.strip() != uri and "\x00" not in uri:
+        # Refused (a pasted URI's stray space); a file whose name has one is said how to name.
+        raise InvalidURIError(
+            f"URI {_refused(uri)!r} starts or ends with whitespace; a local file whose name "
+            "does is named by a file:///absolute/path URI with it percent-encoded (%20 for a "
+            "space, %0A for a newline)")
     if not uri or uri.strip() != uri or "\x00" in uri:
         raise InvalidURIError(f"empty or malformed URI {_refused(uri)!r}; expected {ACCEPTED_FORMS}")
     match = _SCHEME_RE.match(uri)
@@ -379,7 +385,8 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
         raise InvalidURIError(f"malformed URI {_refused(uri)!r}; expected {ACCEPTED_FORMS}") from exc
 
     if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
+        # As curl: no host, or this machine's (localhost in any case, 127.0.0.1).
+        if parts.netloc.lower() not in ("", "localhost", "127.0.0.1"):
             raise InvalidURIError(
                 f"file URIs must be file:///absolute/path, got {_refused(uri)!r}"
             )
@@ -389,9 +396,13 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
                 f"file URIs take no query or fragment, got {_refused(uri)!r}; percent-encode "
                 "'?' (%3F) and '#' (%23) in file names, or pass the plain path"
             )
-        path = urllib.parse.unquote(parts.path)
+        # %XX are bytes of the name: %FF is the byte 0xFF (surrogate-escaped, as
+        # os.fsdecode has it), not U+FFFD, which named another file.
+        path = urllib.parse.unquote(parts.path, errors="surrogateescape")
         if not path:
             raise InvalidURIError(f"file URI without a path: {_refused(uri)!r}")
+        if "\x00" in path:  # no file name holds one: a bare "embedded null byte" later
+            raise InvalidURIError(f"file URI with %00 (a NUL byte) in its path: {_refused(uri)!r}")
         return ParsedURI(scheme="file", netloc="", path=os.path.abspath(path), raw=uri)
 
     if scheme in ("http", "https"):
