@@ -556,3 +556,20 @@ def test_parts_are_received_by_the_shared_receiver_and_resume_exactly(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.bin"]
     gets = http_server.requests_for(key, "GET")
     assert len(gets) == (3 if cut is None else 3 + 2 * 2)  # 2 cut parts: a resume + the rest
+
+
+@pytest.mark.parametrize("spelling", ["path", "file-uri"])
+def test_a_local_file_named_with_a_question_mark_keeps_its_name(tmp_path: Path,
+                                                                spelling: str) -> None:
+    # The destination's name was cut at the '?' (as for an HTTP URL's query):
+    # "cp 'd/q?m' out/" wrote out/q, over a neighbour of that name.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "q?m").write_bytes(b"the file q?m")
+    (src / "q").write_bytes(b"the file q")
+    given = f"{src}/q?m" if spelling == "path" else f"file://{src}/q%3Fm"
+    out = tmp_path / "out"
+    result = copy(given, f"{out}/")
+    assert result.ok, result.errors
+    assert sorted(p.name for p in out.iterdir()) == ["q?m"]
+    assert (out / "q?m").read_bytes() == b"the file q?m"

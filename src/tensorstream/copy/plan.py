@@ -372,7 +372,9 @@ class Planner:
     async def _single(self, src: PolicyProvider, uri: ParsedURI, raw: str
                       ) -> tuple[str, ObjectInfo]:
         """The one object a source without -r names; a directory or prefix says to add -r."""
-        name = posixpath.basename(uri.path.split("?", 1)[0].rstrip("/")) or "index"
+        # Only an HTTP(S) path carries a query; a file (or key) named "q?m" is "q?m", not "q".
+        path = uri.path.split("?", 1)[0] if uri.scheme in ("http", "https") else uri.path
+        name = posixpath.basename(path.rstrip("/")) or "index"
         if uri.scheme == "file" and os.path.isdir(uri.path):
             raise NotFoundError(f"{uri.path} is a directory; add -r (--recursive) to copy "
                                 "the files in it")
