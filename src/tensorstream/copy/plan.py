@@ -328,6 +328,8 @@ class Planner:
                 if uri.scheme == "file" and not os.path.lexists(uri.path):
                     # A typo in a local path is no "nothing to copy": say it is not there.
                     raise NotFoundError(f"no such file or directory: {uri.path}") from None
+                if uri.scheme == "file":
+                    raise  # it is there, and the error says why it is no file (a FIFO, /proc)
                 raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None
             return [(posixpath.basename(uri.path.rstrip("/")), info)]
         return self._planned(by_key, uri, base, local_dst)

@@ -164,3 +164,26 @@ async def test_a_commit_stopped_after_its_rename_is_removed_by_the_abort(
         await commit
     await w.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
+def test_a_proc_file_whose_size_says_zero_is_refused(tmp_path: Path) -> None:
+    # /proc/self/status says 0 bytes and has some: open() read b"", and cp
+    # published an empty copy and reported it copied.
+    from tensorstream.copy.engine import copy
+
+    proc = "/proc/self/status"
+    assert os.stat(proc).st_size == 0
+    with pytest.raises(errors.NotFoundError, match="size is not known"):
+        tensorstream.open(proc)
+    for dst in (f"{tmp_path}/status", f"{tmp_path}/tree/"):
+        result = copy(proc, dst, recursive=dst.endswith("/"))
+        assert not result.ok and result.files == 0
+        assert "size is not known" in str(result.errors[0])
+    assert list(tmp_path.iterdir()) == []
+    # A file that really is empty is still one.
+    (tmp_path / "empty").write_bytes(b"")
+    with tensorstream.open(tmp_path / "empty") as f:
+        assert f.read() == b""
+    result = copy(str(tmp_path / "empty"), str(tmp_path / "copy"))
+    assert result.ok and (tmp_path / "copy").read_bytes() == b""

@@ -88,6 +88,29 @@ def open_regular(path: str) -> int:
     return fd
 
 
+def _refuse_unsized(path: str) -> None:
+    """Raise if the regular file ``path``, whose size says 0 bytes, has some: a
+    /proc file (``/proc/self/status``, ``/proc/cpuinfo``) is made up as it is
+    read, so its size is 0. Read by that size, it was an empty file: an empty
+    copy reported copied, an empty read. Whether ``cp`` would read it to its
+    end, here every read is by the size."""
+    try:
+        fd = open_regular(path)
+    except (OSError, TensorstreamError):
+        return  # not readable (or no longer a file): the read says so
+    try:
+        has_bytes = bool(os.pread(fd, 1, 0))
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    if has_bytes:
+        raise NotFoundError(
+            f"its size is not known: {path} says 0 bytes but has some (a file the kernel "
+            "makes up as it is read, such as one under /proc); copy it to a regular file "
+            "first (cat)", service="file")
+
+
 def _info(path: str, st: os.stat_result) -> ObjectInfo:
     return ObjectInfo(
         path=path,
@@ -233,6 +256,8 @@ class LocalProvider(Provider):
                 raise map_local_error(exc, path) from exc
             if not stat_mod.S_ISREG(st.st_mode):
                 raise NotFoundError(f"not a regular file: {path}", service="file")
+            if st.st_size == 0:
+                _refuse_unsized(path)
             return _info(path, st)
 
         return await asyncio.to_thread(run)
