@@ -573,3 +573,25 @@ def test_a_local_file_named_with_a_question_mark_keeps_its_name(tmp_path: Path,
     assert result.ok, result.errors
     assert sorted(p.name for p in out.iterdir()) == ["q?m"]
     assert (out / "q?m").read_bytes() == b"the file q?m"
+
+
+def test_a_local_copy_takes_its_sources_permissions_less_the_umask(tmp_path: Path) -> None:
+    # As cp, rsync and shutil.copy: a private source (0600) was copied 0644,
+    # readable by every user. One part and many, one file and a folder.
+    src = tmp_path / "src"
+    src.mkdir()
+    modes = {"private.bin": 0o600, "group.bin": 0o640, "run.sh": 0o755, "ro.bin": 0o444}
+    for i, (name, mode) in enumerate(modes.items()):
+        (src / name).write_bytes(os.urandom(10 + i * 50_000))
+        (src / name).chmod(mode)
+    old = os.umask(0o022)
+    try:
+        result = copy(f"{src}/", f"{tmp_path}/tree/", recursive=True, part_size=32 << 10)
+        assert result.ok, result.errors
+        assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "tree").iterdir()} == modes
+        os.umask(0o077)
+        result = copy(str(src / "group.bin"), str(tmp_path / "one.bin"))
+        assert result.ok, result.errors
+        assert (tmp_path / "one.bin").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)

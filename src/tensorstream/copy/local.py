@@ -41,6 +41,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TypeVar
 
+from .._umask import current_umask
 from ..errors import IntegrityError
 from ..providers._http.threads import in_thread
 from ..providers.base import ObjectInfo, Pin
@@ -54,7 +55,8 @@ if TYPE_CHECKING:
     from .engine import _Copier
     from .plan import Job
 
-__all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "mtime_ns", "one_hop"]
+__all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "copied_mode", "mtime_ns",
+           "one_hop"]
 
 T = TypeVar("T")
 
@@ -204,7 +206,8 @@ class LocalCopy:
         target = LocalPartFile(dir_fd, name, size=self.size, part_size=c.part_size,
                                source=job.label, etag=job.info.etag, resume=c.resume,
                                durable=c.durable, direct=c.direct,
-                               existing=listing, mtime_ns=mtime_ns(job.info))
+                               existing=listing, mtime_ns=mtime_ns(job.info),
+                               mode=copied_mode(job.info))
         resumed = target.open()
         self.sink = target  # only a temp file this run opened (and locked) is ever aborted
         if not self.one_hop or not self.parts:
@@ -300,6 +303,17 @@ class LocalCopy:
             raise
         finally:
             self.close()
+
+
+def copied_mode(info: ObjectInfo) -> int | None:
+    """The permissions of a local source's copy: its own less the umask, as ``cp``
+    (and ``rsync``, ``shutil.copy``) give it. A private file (0600) was copied
+    0644, readable by every user; a source without permissions (not a local
+    file) gets None: 0666 less the umask."""
+    mode = (info.extra or {}).get("mode")
+    if not isinstance(mode, int) or isinstance(mode, bool):
+        return None
+    return mode & 0o777 & ~current_umask()
 
 
 def mtime_ns(info: ObjectInfo) -> int | None:

@@ -278,8 +278,10 @@ class LocalPartFile:
     def __init__(self, dir_fd: int, name: str, *, size: int, part_size: int,
                  source: str, etag: str | None, resume: bool, durable: bool = True,
                  direct: bool = True, existing: Collection[str] | None = None,
-                 mtime_ns: int | None = None) -> None:
+                 mtime_ns: int | None = None, mode: int | None = None) -> None:
         self.dir_fd = dir_fd
+        #: The published file's permissions (None: 0666 less the umask).
+        self.mode = mode
         #: The source's modification time (ns since the epoch), given to the file
         #: before it is published; None: the file keeps the time it was written.
         self.mtime_ns = mtime_ns
@@ -580,7 +582,7 @@ class LocalPartFile:
             if got != self.size:
                 raise IntegrityError(
                     f"verification failed: the file has {got} bytes, the source {self.size}")
-            os.fchmod(fd, new_file_mode())
+            os.fchmod(fd, new_file_mode() if self.mode is None else self.mode)
             if self.mtime_ns is not None:
                 with contextlib.suppress(OSError, OverflowError, ValueError):
                     # (a date the filesystem cannot hold: the file keeps its own)

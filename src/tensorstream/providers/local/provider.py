@@ -117,6 +117,8 @@ def _info(path: str, st: os.stat_result) -> ObjectInfo:
         size=st.st_size,
         etag=_etag(st),
         mtime=datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
+        # Permission bits, for a local copy to take as cp does (``extra["mode"]``).
+        extra={"mode": stat_mod.S_IMODE(st.st_mode) & 0o777},
     )
 
 
