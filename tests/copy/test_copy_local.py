@@ -595,3 +595,17 @@ def test_a_local_copy_takes_its_sources_permissions_less_the_umask(tmp_path: Pat
         assert (tmp_path / "one.bin").stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(old)
+
+
+def test_a_filesystem_that_reports_no_size_is_not_full(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # ramfs reports 0 blocks of 0 free (it grows as it is written; `mount -t
+    # ramfs`): every copy into it was refused "not enough space ... 0 free".
+    real = os.statvfs
+    ramfs = os.statvfs_result((4096, 4096, 0, 0, 0, 0, 0, 0, 4096, 255))
+    monkeypatch.setattr(os, "statvfs", lambda p: ramfs if isinstance(p, int) else real(p))
+    data = os.urandom(3 * PART + 5)
+    (tmp_path / "src.bin").write_bytes(data)
+    result = copy(str(tmp_path / "src.bin"), str(tmp_path / "out/dst.bin"), part_size=PART)
+    assert result.ok, result.errors
+    assert (tmp_path / "out/dst.bin").read_bytes() == data

@@ -86,6 +86,11 @@ def check_free_space(dir_fd: int, name: str, size: int, label: str,
     planned or written (a source may claim any size: a HEAD saying 10**18 bytes).
     Space already held by a partial file from an earlier run counts as free."""
     st = os.statvfs(dir_fd)
+    if st.f_blocks == 0:
+        # The filesystem reports no size (ramfs, which grows as it is written;
+        # /proc): 0 free is no measure. Every copy into ramfs was refused with
+        # "not enough space"; what the writes meet (ENOSPC) is said as it comes.
+        return
     free = st.f_bavail * st.f_frsize
     if size <= free:
         return  # the common case: no need to look for earlier partial files
