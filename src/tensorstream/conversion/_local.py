@@ -33,8 +33,11 @@ def local_target(path: str, overwrite: bool, durable: bool = True) -> Iterator[s
         if durable:
             fsync_path(os.path.dirname(path) or ".", directory=True)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        # (a name never created is not unlinked: on a read-only filesystem that
+        # failed too, EROFS, and took the place of the error being raised)
+        if os.path.lexists(tmp):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 #: link(2) on a filesystem without hard links (FAT, exFAT, some network mounts).

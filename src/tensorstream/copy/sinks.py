@@ -334,7 +334,15 @@ class LocalPartFile:
         # not block the copy (in a thread no signal can stop) until a writer comes.
         flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW | os.O_NONBLOCK
         flags |= 0 if self.done else os.O_CREAT | os.O_EXCL
-        fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
+        try:
+            fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
+        except OSError as exc:
+            if self.done or exc.errno in (errno.EEXIST, errno.ELOOP):
+                raise
+            # Said of the destination: the temp file's name alone ("Read-only file
+            # system: '.x.tensorstream-3f2a.tmp'") was a file nobody asked for.
+            raise OSError(exc.errno, f"cannot create {self.name!r} in its directory: "
+                          f"{exc.strerror}") from exc
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

@@ -824,8 +824,11 @@ def serialize(
             os.replace(tmp, parsed.path)
             fsync_path(directory, directory=True)
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            # (a name never created is not unlinked: on a read-only filesystem that
+            # failed too, EROFS, and took the place of the error being raised)
+            if os.path.lexists(tmp):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
         return str(target)
     with tempfile.TemporaryDirectory(prefix="tensorstream-serialize-") as tmpdir:

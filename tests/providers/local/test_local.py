@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +189,49 @@ def test_a_proc_file_whose_size_says_zero_is_refused(tmp_path: Path) -> None:
         assert f.read() == b""
     result = copy(str(tmp_path / "empty"), str(tmp_path / "copy"))
     assert result.ok and (tmp_path / "copy").read_bytes() == b""
+
+
+@pytest.fixture
+def readonly_dir(tmp_path: Path) -> Iterator[Path]:
+    """A read-only filesystem (a tmpfs mounted ro: needs root)."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_read_only_filesystem_is_said_of_the_destination(readonly_dir: Path,
+                                                           tmp_path: Path) -> None:
+    # The writer's abort unlinked a temp file it never created, which on a
+    # read-only filesystem fails too (EROFS, not ENOENT): that error took the
+    # place of the real one, naming '.x.tensorstream-....tmp'. serialize and
+    # convert did the same; cp named the temp file.
+    import torch
+
+    from tensorstream.copy.engine import copy
+
+    dst = readonly_dir / "x.bin"
+    with pytest.raises(OSError) as info:
+        with tensorstream.open(dst, "wb") as w:
+            w.write(b"weights")
+    assert info.value.errno == errno.EROFS and info.value.filename == str(dst), info.value
+    sd = {"w": torch.arange(4.0)}
+    tensorstream.safetensors.save(sd, tmp_path / "m.safetensors")
+    for write in (lambda: tensorstream.serialize(sd, str(readonly_dir / "m.tensors")),
+                  lambda: tensorstream.convert(str(tmp_path / "m.safetensors"),
+                                               str(readonly_dir / "m.tensors"))):
+        with pytest.raises(OSError) as info:
+            write()
+        # the first error, not one raised while cleaning up after it
+        assert info.value.errno == errno.EROFS and info.value.__context__ is None, info.value
+    (tmp_path / "src.bin").write_bytes(b"weights")
+    result = copy(str(tmp_path / "src.bin"), str(dst))
+    assert not result.ok
+    assert "cannot create 'x.bin'" in result.errors[0] and ".tmp" not in result.errors[0]
+    assert list(readonly_dir.iterdir()) == []

@@ -475,12 +475,21 @@ class _AtomicFileWriter(Writer):
             raise NotFoundError(f"destination directory does not exist: {directory}",
                                 service="file")
         _check_destination(self.path)
-        self._tmp = temp_path_for(self.path)
+        tmp = temp_path_for(self.path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         try:
-            self._fd = os.open(self._tmp, flags, 0o600)
+            # _tmp only once it exists: the abort removes it, and unlinking a name
+            # never created failed on a read-only filesystem (EROFS, not ENOENT),
+            # an error that took the place of this one.
+            self._fd = os.open(tmp, flags, 0o600)
+            self._tmp = tmp
         except OSError as exc:
-            raise map_local_error(exc, self._tmp) from exc
+            # Named by the destination, not by a temp file nobody asked for
+            # (a read-only filesystem, a directory the user may not write).
+            mapped = map_local_error(exc, self.path)
+            if mapped is exc and exc.errno not in (errno.EEXIST, errno.ELOOP):
+                mapped = OSError(exc.errno, f"cannot create it: {exc.strerror}", self.path)
+            raise mapped from exc
         _loop.abort_at_exit(self)  # still open at interpreter exit: remove the temp file
 
     def _write_sync(self, data: bytes | bytearray | memoryview) -> None:
