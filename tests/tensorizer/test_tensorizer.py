@@ -394,8 +394,8 @@ def test_ranks_creating_one_key_file_at_once_all_write_readable_files(
     real = load_module._write_tensors
     other = []
 
-    def rank_1_meanwhile(obj: Any, path: str, params: Any) -> None:
-        real(obj, path, params)
+    def rank_1_meanwhile(obj: Any, path: str, params: Any, *rest: Any) -> None:
+        real(obj, path, params, *rest)
         if not other:
             other.append(generate_keyfile(str(keyfile)))
 
@@ -742,6 +742,37 @@ def test_a_filter_func_that_is_not_a_function_is_a_configuration_error(
         deserialize(dst, "cpu", filter_func=bad)
     # tensorizer's TensorDeserializer raises TypeError here: what its users catch
     assert isinstance(info.value, InvalidArgumentError) and isinstance(info.value, TypeError)
+
+
+def test_serialize_takes_write_module_s_include_non_persistent_buffers(
+        backend: TensorBackend, tmp_path: Path) -> None:
+    # TensorSerializer.write_module(m, include_non_persistent_buffers=False) had no
+    # equivalent: serialize() refused it as "unknown option(s) ... for s3".
+    if not backend.writable:
+        pytest.skip("a read-only backend")
+    model = make_model()
+    model.register_buffer("rope", torch.arange(6.0), persistent=False)
+    for include in (True, False):
+        theirs = TensorSerializer(str(tmp_path / f"theirs-{include}.tensors"))
+        theirs.write_module(model, include_non_persistent_buffers=include)
+        theirs.close()
+        uri = serialize(model, backend.uri(f"m-{include}.tensors"),
+                        include_non_persistent_buffers=include, **backend.options)
+        with TensorDeserializer(str(tmp_path / f"theirs-{include}.tensors"),
+                                device="cpu") as expected, \
+                deserialize(uri, "cpu", **backend.options) as sd:
+            assert list(sd) == list(expected)
+            assert (".rope" in sd) is include
+            for name in expected:
+                assert torch.equal(sd[name], expected[name]), name
+    with pytest.raises(errors.ConfigurationError, match="include_non_persistent_buffers"):
+        serialize(state(model), backend.uri("sd.tensors"),
+                  include_non_persistent_buffers=False, **backend.options)
+    only_scratch = torch.nn.Module()
+    only_scratch.register_buffer("scratch", torch.ones(2), persistent=False)
+    with pytest.raises(InvalidArgumentError, match="only tensors are non-persistent"):
+        serialize(only_scratch, backend.uri("none.tensors"),
+                  include_non_persistent_buffers=False, **backend.options)
 
 
 @pytest.mark.parametrize("obj", [{}, {"a": {}}, {"a": 5}, torch.nn.Sequential(), [], ()],

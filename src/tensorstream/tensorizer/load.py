@@ -33,7 +33,7 @@ from .._gcpause import paused
 from .._umask import new_file_mode
 from ..api import get_provider
 from ..api import open as ts_open
-from ..config import COMMON_OPTIONS, VALIDATORS, option_hint, validate_options
+from ..config import COMMON_OPTIONS, VALIDATORS, _flag, option_hint, validate_options
 from ..distributed.exchange import agree
 from ..distributed.group import Group, resolve_group
 from ..distributed.memory import MemorySource
@@ -724,12 +724,12 @@ def _check_serializable(obj: Any) -> None:
             "tensors only: convert it with .to_dense() first")
 
 
-def _write_tensors(obj: Any, path: str, encryption: Any) -> None:
+def _write_tensors(obj: Any, path: str, encryption: Any, non_persistent: bool = True) -> None:
     with open(path, "wb+") as f:
         serializer = TensorSerializer(f, encryption=encryption)
         try:
             if isinstance(obj, torch.nn.Module):
-                serializer.write_module(obj)
+                serializer.write_module(obj, include_non_persistent_buffers=non_persistent)
             else:
                 serializer.write_state_dict(obj)
         except (TypeError, ValueError, IndexError, struct.error) as exc:
@@ -754,14 +754,14 @@ _KEY_TRIES = 3
 
 
 def _write_keyed(obj: Any, path: str, params: Any, encryption: Any,
-                 options: Mapping[str, Any], model: ParsedURI) -> None:
+                 options: Mapping[str, Any], model: ParsedURI, non_persistent: bool) -> None:
     """:func:`_write_tensors`; encrypted with a key file, the key file is read again once
     the tensors are written, and while it holds another key they are written again with
     that one. Ranks serializing at once with a key file that did not exist each created
     it with a key of their own: the last one written stayed, and every other rank's file
     was encrypted with a key nobody has (published, unreadable)."""
     for _ in range(_KEY_TRIES):
-        _write_tensors(obj, path, params)
+        _write_tensors(obj, path, params, non_persistent)
         now = current_key(encryption, options, model)
         if now is None or now == params.key:
             return
@@ -783,6 +783,7 @@ def serialize(
     encryption: Any = None,
     rank: int | None = None,
     world_size: int | None = None,
+    include_non_persistent_buffers: bool = True,
     **options: Any,
 ) -> str:
     """Write ``obj`` (an ``nn.Module`` or a nested state dict) as a tensorizer file.
@@ -794,7 +795,9 @@ def serialize(
     are removed on success and failure. ``encryption`` is an
     :class:`Encryption` (a key file that does not exist yet gets a new random
     key), 32 key bytes or tensorizer ``EncryptionParams``. Returns the URI
-    written (rank template filled in).
+    written (rank template filled in). ``include_non_persistent_buffers``: as
+    tensorizer's ``write_module`` (a module's ``persistent=False`` buffers are
+    written unless it is False; a state dict holds none).
 
     >>> serialize(model, "s3://bucket/model-rank-%03d.tensors", rank=0)  # doctest: +SKIP
     's3://bucket/model-rank-000.tensors'
@@ -805,7 +808,19 @@ def serialize(
     parsed = parse_uri(target)
     check_file_destination(parsed)
     _check_options(parsed, options)
+    non_persistent = _flag("include_non_persistent_buffers", include_non_persistent_buffers)
+    if not non_persistent and not isinstance(obj, torch.nn.Module):
+        raise ConfigurationError(
+            "include_non_persistent_buffers=False leaves out a module's persistent=False "
+            f"buffers; serialize() was given a {type(obj).__name__}, which holds none: "
+            "leave it out, or pass the module")
     _check_serializable(obj)
+    if (not non_persistent and isinstance(obj, torch.nn.Module)
+            and not _has_tensor(obj.state_dict())):
+        raise InvalidArgumentError(
+            "serialize() was given a module whose only tensors are non-persistent buffers, "
+            "with include_non_persistent_buffers=False: tensorizer cannot read a file without "
+            "tensors, so none is written")
     params = as_encryption(encryption, options, parsed)
     if parsed.is_local:
         directory = os.path.dirname(parsed.path) or "."
@@ -817,7 +832,7 @@ def serialize(
         tmp = temp_path_for(parsed.path)
         try:
             with naming_write_errors(parsed.path):  # (tmp is beside it)
-                _write_keyed(obj, tmp, params, encryption, options, parsed)
+                _write_keyed(obj, tmp, params, encryption, options, parsed, non_persistent)
             os.chmod(tmp, new_file_mode())  # as every local write: 0666 less the umask
             fsync_path(tmp)
             check_local_destination(parsed.path)  # one may have appeared meanwhile
@@ -835,7 +850,7 @@ def serialize(
         tmp = os.path.join(tmpdir, "model.tensors")
         # tensorizer seeks in what it writes: the whole file is made here first.
         with naming_write_errors(tmp, temp_copy_hint("serialize()", parsed)):
-            _write_keyed(obj, tmp, params, encryption, options, parsed)
+            _write_keyed(obj, tmp, params, encryption, options, parsed, non_persistent)
         with open(tmp, "rb") as src, ts_open(parsed, "wb", **options) as dst:
             shutil.copyfileobj(src, dst, _COPY_CHUNK)
     return str(target)
