@@ -6,6 +6,20 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from tensorstream.testing.proxy import HTTPFaultProxy
+from tensorstream.testing.s3_server import isolated_s3_env
+
+S3_BUCKET = "tensorstream-tests"
+
+
+def s3_env(server: Any, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "aws").mkdir(exist_ok=True)
+    env = {**os.environ, **isolated_s3_env(tmp_path / "aws")}
+    env.update(AWS_ACCESS_KEY_ID=server.access_key_id,
+               AWS_SECRET_ACCESS_KEY=server.secret_access_key, AWS_DEFAULT_REGION=server.region)
+    return env
 
 
 def test_ls_of_a_directory_without_r_reads_only_that_directory(tmp_path: Path) -> None:
@@ -35,3 +49,27 @@ def test_ls_of_a_directory_without_r_reads_only_that_directory(tmp_path: Path) -
     r = subprocess.run([sys.executable, "-m", "tensorstream", "ls", str(d / "empty")],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "no objects at" in r.stderr
+
+
+def test_ls_of_an_s3_prefix_without_r_lists_one_level_by_delimiter(tmp_path: Path,
+                                                                    moto_s3: Any) -> None:
+    # Every key below was listed to print each deeper prefix once: a prefix of a
+    # million keys took minutes before its first line. aws s3 ls asks with Delimiter=/.
+    for key in ("lvl/a.bin", "lvl/sp ace/x.bin", "lvl/sp ace/y/z.bin", "lvl/p+q/r.bin",
+                "lvl/m/", "lvl/m/n.bin", "lvl/zz.bin", "lvl2/no.bin"):
+        moto_s3.put(S3_BUCKET, key, b"" if key.endswith("/") else b"0123456789")
+    with HTTPFaultProxy(moto_s3.endpoint_url) as proxy:
+        r = subprocess.run([sys.executable, "-m", "tensorstream", "ls", "-l", "--endpoint-url",
+                            proxy.url, f"s3://{S3_BUCKET}/lvl/"], capture_output=True,
+                           text=True, timeout=60, env=s3_env(moto_s3, tmp_path))
+        lists = [q.path for q in proxy.requests if q.method == "GET" and "list-type" in q.path]
+    assert r.returncode == 0, r.stderr
+    assert [line.split(None, 2)[-1] if "PRE" not in line else line.split(None, 1)[1]
+            for line in r.stdout.splitlines()] == [
+        "10 a.bin", "m/", "p+q/", "sp ace/", "10 zz.bin"]
+    assert lists and all("delimiter=%2F" in q for q in lists)
+    r = subprocess.run([sys.executable, "-m", "tensorstream", "ls", "-r", "--endpoint-url",
+                        moto_s3.endpoint_url, f"s3://{S3_BUCKET}/lvl/"], capture_output=True,
+                       text=True, timeout=60, env=s3_env(moto_s3, tmp_path))
+    assert r.stdout.splitlines() == ["a.bin", "m/n.bin", "p+q/r.bin", "sp ace/x.bin",
+                                     "sp ace/y/z.bin", "zz.bin"]

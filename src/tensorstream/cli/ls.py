@@ -144,6 +144,13 @@ async def _listing(provider: Any, uri: ParsedURI, prefix: str,
                 continue  # gone since the listing
             yield dataclasses.replace(info, path=top + name)
         return
+    if not recursive and uri.scheme != "file" and hasattr(
+            getattr(provider, "inner", provider), "list_level"):
+        # S3: one level (Delimiter=/), as aws s3 ls asks; listing every key below
+        # took minutes before the first line under a prefix of a million keys.
+        async for info in provider.list_level(prefix):
+            yield info
+        return
     if uri.scheme != "file" or not os.path.isdir(prefix):
         listed = False
         async for info in provider.list(prefix):

@@ -323,9 +323,18 @@ class PolicyProvider(Provider):
             raise self._unsupported("list", "list")
         return self._list(prefix)
 
-    async def _list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+    def list_level(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        """One level under ``prefix``, for a provider that lists by delimiter (S3's
+        ``list_level``): its objects, and each deeper prefix once (a path ending in
+        ``/``). Others raise :class:`UnsupportedOperationError`; :meth:`list` them."""
+        level = getattr(self.inner, "list_level", None)
+        if not self.capabilities.list or level is None:
+            raise self._unsupported("list_level", "list")
+        return self._list(prefix, level)
+
+    async def _list(self, prefix: str, lister: Any = None) -> AsyncIterator[ObjectInfo]:
         try:
-            async for info in self.inner.list(prefix):
+            async for info in (lister or self.inner.list)(prefix):
                 yield info
         except TensorstreamError as exc:
             self._add_context(exc, "list", prefix)

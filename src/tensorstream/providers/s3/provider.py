@@ -616,6 +616,17 @@ class S3Provider(Provider):
 
         Directory-marker keys (ending in ``/``) are skipped.
         """
+        async for info in self._list(prefix, None):
+            yield info
+
+    async def list_level(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+        """One level under ``bucket/prefix``, in key order, as ``aws s3 ls`` lists it
+        (``Delimiter=/``): the objects there, and each deeper prefix once as an entry
+        whose path ends in ``/`` (size 0) -- not every key below it."""
+        async for info in self._list(prefix, "/"):
+            yield info
+
+    async def _list(self, prefix: str, delimiter: str | None) -> AsyncIterator[ObjectInfo]:
         bucket, _, key_prefix = prefix.partition("/")
         if not bucket:
             raise InvalidURIError(f"S3 list prefixes are bucket[/prefix], got {prefix!r}")
@@ -625,6 +636,8 @@ class S3Provider(Provider):
         # never loads aiohttp). Pages follow the continuation token (botocore's
         # paginator would first scan its data directories: ~0.1 s of CPU).
         args = {"Bucket": bucket, "Prefix": key_prefix}
+        if delimiter:
+            args["Delimiter"] = delimiter
 
         def page_once() -> Any:
             client, pool = self._reads_for(bucket)
@@ -641,7 +654,14 @@ class S3Provider(Provider):
         while True:
             page = await in_thread(next_page)
             contents = page.get("Contents", ())
-            for obj in contents:
+            # (a page's deeper prefixes, merged into its keys' order; pages come in order)
+            below = [{"Key": str(p["Prefix"]), "Size": 0, "Prefix": True}
+                     for p in page.get("CommonPrefixes") or () if p.get("Prefix")]
+            for obj in sorted([*contents, *below], key=lambda o: str(o["Key"])) if below \
+                    else contents:
+                if obj.get("Prefix"):
+                    yield ObjectInfo(path=f"{bucket}/{obj['Key']}", size=0)
+                    continue
                 size = int(obj["Size"])
                 if size < 0:
                     key = str(obj["Key"])[:100]
@@ -668,7 +688,7 @@ class S3Provider(Provider):
                 # A server answering the same page forever: listing on would never end.
                 raise ProtocolError("the listing loops: the server gave a continuation token "
                                     "it had given before", service="s3", path=redact(prefix))
-            empty = 0 if contents else empty + 1
+            empty = 0 if contents or below else empty + 1
             if empty >= _LIST_EMPTY_PAGES:
                 raise ProtocolError(f"the listing gave {empty} truncated "
                                     "pages in a row without an entry, each with a new "
@@ -682,6 +702,8 @@ class S3Provider(Provider):
         """One ``ListObjectsV2`` page as botocore would return it (the fields
         :meth:`list` reads), by a signed GET on the data plane."""
         query = {"list-type": "2", "prefix": args["Prefix"], "encoding-type": "url"}
+        if "Delimiter" in args:
+            query["delimiter"] = args["Delimiter"]
         if "ContinuationToken" in args:
             query["continuation-token"] = args["ContinuationToken"]
         url = (f"{light.endpoint}/{quote(args['Bucket'], safe='')}?"
@@ -793,7 +815,11 @@ def parse_list_page(body: bytes, prefix: str) -> dict[str, Any]:
                                 path=redact(prefix)) from None
         contents.append({"Key": key, "Size": size, "ETag": text(node, "ETag"),
                          "LastModified": mtime})
-    return {"Contents": contents,
+    prefixes = []
+    for node in root:
+        if node.tag.rpartition("}")[2] == "CommonPrefixes" and (name := text(node, "Prefix")):
+            prefixes.append({"Prefix": unquote_plus(name) if encoded else name})
+    return {"Contents": contents, "CommonPrefixes": prefixes,
             "IsTruncated": (text(root, "IsTruncated") or "").lower() == "true",
             "NextContinuationToken": text(root, "NextContinuationToken")}
 
