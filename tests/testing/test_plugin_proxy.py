@@ -108,6 +108,16 @@ def test_tcp_drop_after_counts_from_when_it_was_set(tcp):
     assert ask(tcp.port, 300_000) == expected(300_000)  # times=1: the next one is whole
 
 
+def test_tcp_an_answer_of_exactly_drop_after_bytes_is_not_cut(tcp):
+    # docs/testing.md: only a connection longer than drop_after is cut and counted.
+    # One that had sent exactly drop_after bytes was cut (and counted) at once, so
+    # times=1 was spent on it and the long answer after it went through whole.
+    tcp.faults.drop_after, tcp.faults.drop_times = 1000, 1
+    assert ask(tcp.port, 1000) == expected(1000)
+    assert ask(tcp.port, 50_000) == expected(1000)
+    assert tcp.faults.dropped == 1
+
+
 def test_tcp_drop_with_reset(tcp):
     tcp.faults.drop_after = 1000
     tcp.faults.use_rst = True

@@ -375,17 +375,17 @@ class TCPFaultProxy:
             size = _chunk_for(f.rate_limit)
             allowed = left()
             if allowed is not None:
-                if allowed <= 0:
-                    f.dropped += 1
-                    return True
-                size = min(size, allowed)
+                # At the limit, wait for one byte more: only a connection longer than
+                # drop_after is cut and counted (one of exactly that length was cut at
+                # once, spending times=1 on it).
+                size = max(1, min(size, allowed))
             data = await ureader.read(size)
             if not data:
                 return False
             allowed = left()  # the fault may have been set while the read waited
             cut = allowed is not None and len(data) > allowed
-            if cut:
-                data = data[:allowed]
+            if allowed is not None and cut:
+                data = data[:max(0, allowed)]
             while self.faults.stall:
                 await asyncio.sleep(0.01)
             cwriter.write(data)
