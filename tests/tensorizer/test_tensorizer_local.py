@@ -357,6 +357,47 @@ def test_a_file_replaced_by_rename_is_not_mixed_in(model: Path, tmp_path: Path) 
     assert all(same_bytes(rest[k], STATE[k]) for k in STATE)
 
 
+def _other_version(tmp_path: Path) -> bytes:
+    """A file of the same tensors (so of the same layout and size), other values."""
+    other = {k: (~v.view(torch.uint8)).view(v.dtype) if v.element_size() == 1 else v + 1
+             for k, v in STATE.items()}
+    return _write(tmp_path / "other.tensors", other).read_bytes()
+
+
+def test_a_file_rewritten_in_place_while_loading_lazily_raises_never_mixes(
+        model: Path, tmp_path: Path) -> None:
+    # Nothing compared the file with itself: a lazy load read its first tensors
+    # from one version and the rest from the other (same size, same layout).
+    other = _other_version(tmp_path)
+    with tensorstream.deserialize(model, device="cpu", lazy_load=True) as sd:
+        assert same_bytes(sd["d.float32"], STATE["d.float32"])
+        with open(model, "r+b") as f:  # in place: same inode, same size
+            f.write(other)
+        with pytest.raises(errors.ObjectChangedError, match="changed while"):
+            for k in STATE:
+                sd[k].clone()
+
+
+def test_a_file_rewritten_in_place_while_loading_raises_never_mixes(
+        model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The threads' chunk reads (preadv) checked nothing either: an eager load
+    # handed out tensors of both versions. Rewritten after the first chunk.
+    other = _other_version(tmp_path)
+    real, calls = os.preadv, []
+
+    def preadv(fd: int, buffers: Any, offset: int, *flags: int) -> int:
+        calls.append(offset)
+        if len(calls) == 2:
+            with open(model, "r+b") as f:
+                f.write(other)
+        return real(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with pytest.raises(errors.ObjectChangedError, match="changed while"):
+        tensorstream.deserialize(model, device="cpu", num_readers=2)
+    assert len(calls) >= 2 and _local_threads() == []
+
+
 def test_load_into_module_takes_the_fast_path(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     spy = _Spy(monkeypatch)

@@ -15,8 +15,9 @@ from typing import Any
 import numpy
 from tensorizer.serialization import OPAQUE_DTYPE_SEP, _TensorHeaderDeserializer
 
-from ..errors import MalformedFileError
+from ..errors import MalformedFileError, ObjectChangedError
 from ..file import StreamReader
+from ..providers.local.provider import _etag
 from ..uri import redact_text
 from . import inplace
 
@@ -56,6 +57,10 @@ class CheckedSource(io.RawIOBase):
         # The inner file's position, kept here (None: ask it): every read asks for
         # it, and an OS file answers each tell() with a system call.
         self._pos: int | None = None
+        #: A plain OS file's version (the local provider's ETag of it) when it was
+        #: wrapped: every read checks it after (:meth:`unchanged`). None: the inner
+        #: reader pins its own version (a StreamReader) or has none (BytesIO).
+        self.identity: str | None = None
 
     @classmethod
     def wrap(cls, source: Any) -> Any:
@@ -63,8 +68,10 @@ class CheckedSource(io.RawIOBase):
         if isinstance(source, StreamReader):
             return cls(source, source.size, source.name)
         name = redact_text(str(getattr(source, "name", "<file>")))
+        identity = None
         try:
-            size = os.fstat(source.fileno()).st_size
+            st = os.fstat(source.fileno())
+            size, identity = st.st_size, _etag(st)
         except (AttributeError, OSError, io.UnsupportedOperation):
             try:  # another seekable file object (BytesIO...)
                 pos = source.tell()
@@ -72,14 +79,26 @@ class CheckedSource(io.RawIOBase):
                 source.seek(pos)
             except (AttributeError, OSError, io.UnsupportedOperation):
                 return source
-        return cls(source, int(size), name)
+        out = cls(source, int(size), name)
+        out.identity = identity
+        return out
 
     def child(self, inner: Any) -> CheckedSource:
         """The same checks for a reopened reader of the same object."""
         out = CheckedSource(inner, self.size, self.name)
         out._headers = self._headers
         out._entries = self._entries
+        out.identity = self.identity
         return out
+
+    def unchanged(self) -> None:
+        """Raise :class:`ObjectChangedError` if the plain OS file read here is no
+        longer the version it was when wrapped. A local file rewritten in place
+        while tensorizer read it (its headers, its tensors on a GPU or lazily)
+        loaded tensors from both versions: nothing compared the file with itself."""
+        if self.identity is not None and _etag(os.fstat(self.inner.fileno())) != self.identity:
+            raise ObjectChangedError(f"file changed while it was being read: {self.name}",
+                                     service="file")
 
     def malformed(self, reason: str, *, expected: int | None = None) -> MalformedFileError:
         return MalformedFileError(
@@ -194,6 +213,7 @@ class CheckedSource(io.RawIOBase):
             data = bytes(buf)
         else:
             data = self.inner.read(size)
+        self.unchanged()  # (a short read of a file changed meanwhile: said as a change)
         if len(data) != size:
             raise self.malformed(f"only {len(data)} of {size} bytes at offset {pos}",
                                  expected=pos + size)
@@ -229,10 +249,12 @@ class CheckedSource(io.RawIOBase):
         while done < len(view):  # a plain file may return less at a time (2 GiB)
             n = self.inner.readinto(view[done:])
             if not n:
+                self.unchanged()
                 raise self.malformed(
                     f"the object ended at offset {pos + done}, {len(view) - done} bytes "
                     "short (truncated while loading?)", expected=pos + len(view))
             done += n
+        self.unchanged()
         self._pos = pos + done
         return done
 

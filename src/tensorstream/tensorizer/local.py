@@ -121,7 +121,10 @@ class LocalRun(inplace.Run):
         for buf in buffers:  # (a gathered chunk's scratch lies outside the arena: skipped)
             self._memory.populate(buf)
         try:
-            _preadv_exact(self._fd, self._checked.name, offset, buffers, None)
+            # Checked against the version tensorizer's headers came from, before and
+            # after: a file rewritten in place mid-load mixed the two versions.
+            _preadv_exact(self._fd, self._checked.name, offset, buffers,
+                          self._checked.identity)
         except InvalidRangeError as exc:  # the file shrank (in place) since it was opened
             end = offset + sum(b.nbytes for b in buffers)
             raise self._checked.malformed(
