@@ -775,6 +775,25 @@ def test_serialize_takes_write_module_s_include_non_persistent_buffers(
                   include_non_persistent_buffers=False, **backend.options)
 
 
+def test_serialize_takes_tensorserializer_s_limit_cpu_concurrency(tmp_path: Path) -> None:
+    # TensorSerializer(f, limit_cpu_concurrency=n) had no equivalent: serialize() refused
+    # it as "unknown option(s) limit_cpu_concurrency for file".
+    model = make_model()
+    theirs = TensorSerializer(str(tmp_path / "theirs.tensors"), limit_cpu_concurrency=1)
+    theirs.write_module(model)
+    theirs.close()
+    serialize(model, tmp_path / "ours.tensors", limit_cpu_concurrency=1)
+    assert (tmp_path / "ours.tensors").read_bytes() == (tmp_path / "theirs.tensors").read_bytes()
+    # tensorizer's TypeError and ValueError, before anything is written
+    with pytest.raises(InvalidArgumentError, match="limit_cpu_concurrency") as info:
+        serialize(model, tmp_path / "x.tensors", limit_cpu_concurrency=1.5)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, errors.ConfigurationError)
+    for bad in (0, -1):
+        with pytest.raises(errors.ConfigurationError, match="limit_cpu_concurrency"):
+            serialize(model, tmp_path / "x.tensors", limit_cpu_concurrency=bad)
+    assert not (tmp_path / "x.tensors").exists()
+
+
 @pytest.mark.parametrize("obj", [{}, {"a": {}}, {"a": 5}, torch.nn.Sequential(), [], ()],
                          ids=["empty", "nested-empty", "no-tensor", "empty-module", "list", "tuple"])
 def test_nothing_to_serialize_writes_nothing(tmp_path: Path, obj: Any) -> None:

@@ -724,9 +724,10 @@ def _check_serializable(obj: Any) -> None:
             "tensors only: convert it with .to_dense() first")
 
 
-def _write_tensors(obj: Any, path: str, encryption: Any, non_persistent: bool = True) -> None:
+def _write_tensors(obj: Any, path: str, encryption: Any, non_persistent: bool = True,
+                   cpu_limit: int | None = None) -> None:
     with open(path, "wb+") as f:
-        serializer = TensorSerializer(f, encryption=encryption)
+        serializer = TensorSerializer(f, encryption=encryption, limit_cpu_concurrency=cpu_limit)
         try:
             if isinstance(obj, torch.nn.Module):
                 serializer.write_module(obj, include_non_persistent_buffers=non_persistent)
@@ -754,14 +755,15 @@ _KEY_TRIES = 3
 
 
 def _write_keyed(obj: Any, path: str, params: Any, encryption: Any,
-                 options: Mapping[str, Any], model: ParsedURI, non_persistent: bool) -> None:
+                 options: Mapping[str, Any], model: ParsedURI, non_persistent: bool,
+                 cpu_limit: int | None) -> None:
     """:func:`_write_tensors`; encrypted with a key file, the key file is read again once
     the tensors are written, and while it holds another key they are written again with
     that one. Ranks serializing at once with a key file that did not exist each created
     it with a key of their own: the last one written stayed, and every other rank's file
     was encrypted with a key nobody has (published, unreadable)."""
     for _ in range(_KEY_TRIES):
-        _write_tensors(obj, path, params, non_persistent)
+        _write_tensors(obj, path, params, non_persistent, cpu_limit)
         now = current_key(encryption, options, model)
         if now is None or now == params.key:
             return
@@ -769,6 +771,22 @@ def _write_keyed(obj: Any, path: str, params: Any, encryption: Any,
     raise ConfigurationError(
         f"the key file held another key each of the {_KEY_TRIES} times the tensors were "
         "written with it; nothing was published (is something rewriting it?)")
+
+
+def _check_cpu_limit(limit: Any) -> int | None:
+    """``limit_cpu_concurrency``, checked before anything is written (tensorizer raises
+    the same TypeError/ValueError only once the destination is open)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise _WrongKindOption(
+            f"limit_cpu_concurrency must be a whole number of threads or None, not "
+            f"{type(limit).__name__}")
+    if limit < 1:
+        raise ConfigurationError(
+            f"limit_cpu_concurrency must be at least 1 (or None: one thread per CPU), "
+            f"got {limit}")
+    return limit
 
 
 def _check_options(parsed: ParsedURI, options: Mapping[str, Any]) -> None:
@@ -784,6 +802,7 @@ def serialize(
     rank: int | None = None,
     world_size: int | None = None,
     include_non_persistent_buffers: bool = True,
+    limit_cpu_concurrency: int | None = None,
     **options: Any,
 ) -> str:
     """Write ``obj`` (an ``nn.Module`` or a nested state dict) as a tensorizer file.
@@ -797,7 +816,8 @@ def serialize(
     key), 32 key bytes or tensorizer ``EncryptionParams``. Returns the URI
     written (rank template filled in). ``include_non_persistent_buffers``: as
     tensorizer's ``write_module`` (a module's ``persistent=False`` buffers are
-    written unless it is False; a state dict holds none).
+    written unless it is False; a state dict holds none). ``limit_cpu_concurrency``:
+    as ``TensorSerializer``'s (at most that many threads write; default: one per CPU).
 
     >>> serialize(model, "s3://bucket/model-rank-%03d.tensors", rank=0)  # doctest: +SKIP
     's3://bucket/model-rank-000.tensors'
@@ -814,6 +834,7 @@ def serialize(
             "include_non_persistent_buffers=False leaves out a module's persistent=False "
             f"buffers; serialize() was given a {type(obj).__name__}, which holds none: "
             "leave it out, or pass the module")
+    cpu_limit = _check_cpu_limit(limit_cpu_concurrency)
     _check_serializable(obj)
     if (not non_persistent and isinstance(obj, torch.nn.Module)
             and not _has_tensor(obj.state_dict())):
@@ -832,7 +853,8 @@ def serialize(
         tmp = temp_path_for(parsed.path)
         try:
             with naming_write_errors(parsed.path):  # (tmp is beside it)
-                _write_keyed(obj, tmp, params, encryption, options, parsed, non_persistent)
+                _write_keyed(obj, tmp, params, encryption, options, parsed, non_persistent,
+                             cpu_limit)
             os.chmod(tmp, new_file_mode())  # as every local write: 0666 less the umask
             fsync_path(tmp)
             check_local_destination(parsed.path)  # one may have appeared meanwhile
@@ -850,7 +872,8 @@ def serialize(
         tmp = os.path.join(tmpdir, "model.tensors")
         # tensorizer seeks in what it writes: the whole file is made here first.
         with naming_write_errors(tmp, temp_copy_hint("serialize()", parsed)):
-            _write_keyed(obj, tmp, params, encryption, options, parsed, non_persistent)
+            _write_keyed(obj, tmp, params, encryption, options, parsed, non_persistent,
+                         cpu_limit)
         with open(tmp, "rb") as src, ts_open(parsed, "wb", **options) as dst:
             shutil.copyfileobj(src, dst, _COPY_CHUNK)
     return str(target)
