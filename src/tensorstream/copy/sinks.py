@@ -34,8 +34,8 @@ from typing import Any, overload
 from .._umask import new_file_mode
 from ..errors import IntegrityError
 from ..providers.base import Writer
+from ..providers.local.provider import temp_stem
 from .direct import ALIGN, PositionalWrites, open_direct
-from .keys import NAME_MAX
 
 __all__ = ["BufferPool", "DirectorySync", "LocalPartFile", "PartBuffer", "Parts", "SequentialSink",
            "digest", "directory_sync", "plan_parts", "temp_stem"]
@@ -49,24 +49,7 @@ PartBuffer = mmap.mmap
 def new_buffer(size: int) -> PartBuffer:
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
-_MARK = ".tensorstream-"
-#: The longest ending a temp file adds to its stem (``0123456789ab.tmp``).
-_LONGEST_END = 16
 
-
-def temp_stem(name: str) -> str:
-    """The start of every temp file name of ``name``'s copy: ``.NAME.tensorstream-``,
-    or for a name too long for that (a key of 225-255 bytes, which the
-    destination takes) ``.NAM~<sha256 of the name>.tensorstream-``."""
-    stem = f".{name}{_MARK}"
-    if len(os.fsencode(stem)) + _LONGEST_END <= NAME_MAX:
-        return stem
-    mark = f"~{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}{_MARK}"
-    room = NAME_MAX - _LONGEST_END - len(mark) - 1
-    head = os.fsencode(name)[:room].decode("utf-8", "ignore")  # whole characters
-    while len(os.fsencode(head)) > room:  # surrogate-escaped bytes: one more cut
-        head = head[:-1]
-    return f".{head}{mark}"
 JOURNAL_VERSION = 1
 _CHECKPOINT_SECONDS = 1.0
 

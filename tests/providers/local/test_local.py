@@ -235,3 +235,30 @@ def test_a_read_only_filesystem_is_said_of_the_destination(readonly_dir: Path,
     assert not result.ok
     assert "cannot create 'x.bin'" in result.errors[0] and ".tmp" not in result.errors[0]
     assert list(readonly_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["w" * 255, "w" * 226, "\u00e9" * 127, "w" * 250 + ".bin"])
+def test_local_writes_take_any_name_the_filesystem_takes(tmp_path: Path, name: str) -> None:
+    # The temp file beside the destination was named ".NAME.tensorstream-XXXX.tmp",
+    # too long for a name of 225-255 bytes: open(path, "wb"), safetensors.save,
+    # serialize and convert failed ("the name is too long") where cp succeeded.
+    import torch
+
+    assert len(os.fsencode(name)) <= 255
+    dst = tmp_path / "out" / name
+    dst.parent.mkdir()
+    with tensorstream.open(dst, "wb") as w:
+        w.write(b"weights")
+    assert dst.read_bytes() == b"weights"
+    sd = {"w": torch.arange(4.0)}
+    tensorstream.safetensors.save(sd, dst)
+    assert torch.equal(tensorstream.safetensors.load(dst)["w"], sd["w"])
+    tensorstream.serialize(sd, dst)
+    assert torch.equal(tensorstream.deserialize(dst)["w"], sd["w"])
+    tensorstream.convert(dst, tmp_path / "m.safetensors")
+    tensorstream.convert(tmp_path / "m.safetensors", dst, overwrite=True)
+    assert torch.equal(tensorstream.deserialize(dst)["w"], sd["w"])
+    with pytest.raises(RuntimeError), tensorstream.open(dst, "wb") as w:
+        w.write(b"partial")
+        raise RuntimeError("fail")
+    assert os.listdir(dst.parent) == [name]  # no temp file left, the file as it was

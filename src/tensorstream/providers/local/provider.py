@@ -7,6 +7,7 @@ import asyncio
 import builtins
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import stat as stat_mod
@@ -27,8 +28,8 @@ from ...errors import (
 from ...readahead._prefault import populate
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
-__all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error", "naming_write_errors",
-           "open_regular", "temp_copy_hint", "temp_path_for"]
+__all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error",
+           "naming_write_errors", "open_regular", "temp_copy_hint", "temp_path_for", "temp_stem"]
 
 
 def _etag(st: os.stat_result) -> str:
@@ -404,10 +405,34 @@ def fsync_path(path: str, *, directory: bool = False) -> None:
         os.close(fd)
 
 
+#: The longest name a file may have (bytes; NAME_MAX on Linux, macOS and Windows).
+_NAME_MAX = 255
+#: The longest ending a temp file adds to its stem (``0123456789ab.tmp``).
+_LONGEST_END = 16
+
+
+def temp_stem(name: str) -> str:
+    """The start of every temp file name of ``name``'s copy: ``.NAME.tensorstream-``,
+    or for a name too long for that (225-255 bytes, which the destination takes)
+    ``.NAM~<sha256 of the name>.tensorstream-``."""
+    stem = f".{name}{_TEMP_MARK}"
+    if len(os.fsencode(stem)) + _LONGEST_END <= _NAME_MAX:
+        return stem
+    mark = f"~{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}{_TEMP_MARK}"
+    room = _NAME_MAX - _LONGEST_END - len(mark) - 1
+    head = os.fsencode(name)[:room].decode("utf-8", "ignore")  # whole characters
+    while len(os.fsencode(head)) > room:  # surrogate-escaped bytes: one more cut
+        head = head[:-1]
+    return f".{head}{mark}"
+
+
 def temp_path_for(path: str) -> str:
-    """A unique temporary name next to ``path`` (same directory, same filesystem)."""
+    """A unique temporary name next to ``path`` (same directory, same filesystem).
+    Short enough for any name ``path`` may have: ``.NAME.tensorstream-XXXX.tmp`` of a
+    225-255-byte name was too long, and open(path, "wb"), serialize, convert and
+    safetensors.save failed on a name cp takes (:func:`temp_stem`)."""
     d, name = os.path.split(path)
-    return os.path.join(d, f".{name}{_TEMP_MARK}{secrets.token_hex(6)}.tmp")
+    return os.path.join(d, f"{temp_stem(name)}{secrets.token_hex(6)}.tmp")
 
 
 def _check_destination(path: str) -> None:
