@@ -252,6 +252,34 @@ def test_status_script_is_retried_then_served(tensorstream_backend):
     assert b.requests[2].status in (200, 206)
 
 
+def test_a_2xx_in_the_status_script_serves_that_request(tensorstream_backend):
+    # status_script([200, 503]) means "serve the first request, fail the second";
+    # the 2xx entries were dropped from the script, so the first request got the 503.
+    import urllib3
+
+    b = tensorstream_backend
+    b.put("k", b"served")
+    url = f"{b.proxy.url}/{b.bucket}/k" if b.name == "s3" else b.uri("k")
+    headers = {}
+    if b.name == "s3":  # the proxy answers scripted statuses itself; moto wants a signature
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        signed = AWSRequest(method="GET", url=url)
+        o = b.options
+        S3SigV4Auth(Credentials(o["s3_access_key_id"], o["s3_secret_access_key"]), "s3",
+                    o["s3_region"]).add_auth(signed)
+        headers = dict(signed.headers.items())
+    b.faults.status_script([200, 503, 200, 500])
+    assert b.faults.pending_statuses == [200, 503, 200, 500]
+    pool = urllib3.PoolManager()
+    got = [pool.request("GET", url, headers=headers, retries=False) for _ in range(5)]
+    assert [r.status for r in got] == [200, 503, 200, 500, 200]
+    assert [r.data for r in got][::2] == [b"served"] * 3
+    assert b.faults.pending_statuses == []
+
+
 def test_status_script_is_observed_by_the_client(tensorstream_backend):
     b = tensorstream_backend
     b.put("k", blob(1000))

@@ -168,12 +168,17 @@ class Faults:
 
     def status_script(self, statuses: list[int], *, retry_after: float | None = None) -> Faults:
         """Answer the next ``len(statuses)`` requests with these statuses (then serve
-        normally); a trailing 2xx entry just means "then succeed"."""
+        normally); a 2xx entry serves its request normally (``[200, 503]``: the second
+        request fails), a trailing one just means "then succeed"."""
         script = _statuses(statuses)
+        # Only trailing 2xx entries go: dropping them all made [200, 503] fail the
+        # first request instead of the second.
+        while script and 200 <= script[-1] < 300:
+            script.pop()
         if retry_after is not None:
             retry_after = _seconds("status_script(retry_after=)", retry_after)
         self._check("status_script")
-        self._status_script([s for s in script if not 200 <= s < 300], retry_after)
+        self._status_script(script, retry_after)
         return self
 
     def ignore_range(self) -> Faults:

@@ -67,7 +67,8 @@ class HTTPFaults(KnownFields):
     drop_after: int | None = None
     #: ... on this many responses longer than that (``None``: every one).
     drop_times: int | None = None
-    #: Statuses answered, in order, before normal service resumes, e.g. ``[503, 503]``.
+    #: Statuses answered, in order, before normal service resumes, e.g. ``[503, 503]``
+    #: (a 2xx entry: that request is served normally).
     status_script: list[int] = dataclasses.field(default_factory=list)
     #: ``Retry-After`` seconds sent with scripted statuses.
     retry_after: float | None = None
@@ -377,8 +378,7 @@ class HTTPTestServer:
         if faulty and f.redirect_to:
             return self._simple(request, 307,
                                 {"Location": f.redirect_to.rstrip("/") + request.path_qs})
-        if faulty and f.status_script:
-            status = f.status_script.pop(0)
+        if faulty and f.status_script and not 200 <= (status := f.status_script.pop(0)) < 300:
             extra = ({"Retry-After": retry_after_header(f.retry_after)}
                      if f.retry_after is not None else {})
             return self._simple(request, status, extra)

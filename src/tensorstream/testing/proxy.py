@@ -416,7 +416,8 @@ class HTTPProxyFaults(KnownFields):
     drop_after: int | None = None
     #: ... on this many responses longer than that (``None``: every one).
     drop_times: int | None = None
-    #: Statuses answered (without forwarding), in order, before normal service resumes.
+    #: Statuses answered (without forwarding), in order, before normal service resumes
+    #: (a 2xx entry: that request is forwarded).
     status_script: list[int] = dataclasses.field(default_factory=list)
     #: ``Retry-After`` seconds sent with scripted statuses.
     retry_after: float | None = None
@@ -573,8 +574,7 @@ class HTTPFaultProxy:
         body = await request.read()
         if affected and f.latency:
             await asyncio.sleep(f.latency)
-        if affected and f.status_script:
-            status = f.status_script.pop(0)
+        if affected and f.status_script and not 200 <= (status := f.status_script.pop(0)) < 300:
             f.scripted += 1
             return self._scripted(request, status)
         if affected and f.before_forward is not None:
