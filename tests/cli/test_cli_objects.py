@@ -129,3 +129,22 @@ def test_rm_r_of_an_object_deletes_it_and_only_it(tmp_path: Path, moto_s3: Any) 
     assert [o["Key"] for o in listed.get("Contents", [])] == ["rmr/px.bin"]
     r = cli("rm", "-r", *ep, "--dryrun", f"s3://{S3_BUCKET}/rmr/", env=env)
     assert r.stdout.splitlines() == [f"(dryrun) delete: s3://{S3_BUCKET}/rmr/px.bin"]
+
+
+def test_rm_of_a_prefix_or_directory_without_r_says_add_r_and_deletes_nothing(
+        tmp_path: Path, moto_s3: Any) -> None:
+    # It said "no such object (404)" for a prefix, as if nothing were there.
+    moto_s3.put(S3_BUCKET, "rmpre/a.bin", b"x")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    for uri in (f"s3://{S3_BUCKET}/rmpre/", f"s3://{S3_BUCKET}/rmpre"):
+        r = cli("rm", *ep, uri, env=env)
+        assert r.returncode == 1 and r.stdout == "", r.stdout
+        assert f"{uri} is a prefix, not an object; add -r" in r.stderr, r.stderr
+    r = cli("rm", *ep, f"s3://{S3_BUCKET}/rmpre/nothing", env=env)
+    assert r.returncode == 1 and "no such object" in r.stderr and "add -r" not in r.stderr
+    assert moto_s3.client.get_object(Bucket=S3_BUCKET, Key="rmpre/a.bin")["Body"].read() == b"x"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x")
+    r = cli("rm", str(tmp_path / "d"))
+    assert r.returncode == 1 and "is a directory" in r.stderr and "add -r" in r.stderr
+    assert (tmp_path / "d" / "f").exists()

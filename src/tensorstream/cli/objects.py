@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import errno
 import json
 import os
@@ -379,12 +380,19 @@ def run_rm(args: argparse.Namespace) -> int:
                     else:
                         await provider.delete(uri.path)
                 except (OSError, ValueError) as exc:
+                    # (only for "not there": a refused delete of an object that also
+                    # has objects under NAME/ is refused, not a prefix)
+                    hint = await _add_r_hint(provider, uri, args.uri) if isinstance(
+                        exc, FileNotFoundError) else None
+                    err = exc if hint is None else NotFoundError(hint)
                     # --json says so on stdout too, as for each object of rm -r; the
                     # one error line on stderr is main's.
                     reporter.json({"op": "delete", "uri": redact_text(args.uri),
                                    "status": "failed",
-                                   "error": redact_text(f"delete {args.uri}: {exc}")})
-                    raise
+                                   "error": redact_text(f"delete {args.uri}: {err}")})
+                    if err is exc:
+                        raise
+                    raise err from None
                 reporter.deleted(args.uri, dryrun=args.dryrun)
                 return 0
             # (no path: a Redis database's every key, as ls -r lists them; it was "/",
@@ -409,6 +417,25 @@ def run_rm(args: argparse.Namespace) -> int:
             return await _delete_each(provider, uri, targets, args.dryrun, reporter)
 
     return run_async(go)
+
+
+async def _add_r_hint(provider: Any, uri: ParsedURI, raw: str) -> str | None:
+    """What to say when ``rm NAME`` (no ``-r``) found no object NAME but a directory
+    or a prefix with objects under it ("no such object (404)" read as if nothing
+    were there); None otherwise."""
+    if uri.scheme == "file":
+        return (f"{uri.path} is a directory; add -r (--recursive) to delete the files in it"
+                if os.path.isdir(uri.path) else None)
+    base = uri.path.rstrip("/") + "/"
+    try:
+        async with contextlib.aclosing(provider.list(base)) as listing:  # the first is enough
+            async for info in listing:
+                if info.path.startswith(base):
+                    return (f"{redact_text(raw)} is a prefix, not an object; add -r "
+                            "(--recursive) to delete the objects under it")
+    except (OSError, ValueError):
+        pass  # no listing (HTTP), or it failed: the delete's own error stands
+    return None
 
 
 async def _delete_each(provider: Any, uri: ParsedURI, targets: list[str], dryrun: bool,
