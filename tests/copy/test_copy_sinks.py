@@ -362,3 +362,114 @@ def test_the_umask_is_read_as_set(tmp_path: Path) -> None:
         assert os.umask(0o037) == 0o037  # left as it was
     finally:
         os.umask(old)
+
+
+# -- two runs copying to one name at once (``tensorstream sync`` twice, a cron job
+# and a person, every node of a cluster staging one model on a shared volume) --
+
+def _run_file(dir_fd: int, name: str, size: int, **kw: object) -> sinks.LocalPartFile:
+    """One run's temp file for ``name``, as a copy makes it (the directory listed at open)."""
+    args: dict = dict(size=size, part_size=1 << 20, source="src", etag='"e1"', resume=False,
+                      durable=False, direct=False)
+    args.update(kw)
+    return sinks.LocalPartFile(dir_fd, name, **args)
+
+
+def _fill(part: sinks.LocalPartFile, data: bytes) -> None:
+    part.open()
+    with part.writing() as write:
+        write(0, memoryview(data))
+
+
+def test_a_run_publishing_is_never_taken_for_a_dead_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lock on a temp file was let go before its rename: another run starting
+    # in between found the file unlocked, took it for a SIGKILLed run's and
+    # removed it, and the rename failed ('No such file or directory: .m.bin.
+    # tensorstream-<hex>.tmp -> m.bin'; 1 in 40 of 4-8 'sync' runs at once).
+    # Here the second run starts exactly there.
+    dir_fd = _dir_fd(tmp_path)
+    try:
+        a, b = _run_file(dir_fd, "m.bin", 5), _run_file(dir_fd, "m.bin", 5)
+        _fill(a, b"first")
+        real = os.replace
+        started: list[bool] = []
+
+        def rename_after_another_run_starts(*args: object, **kw: object) -> None:
+            if not started:
+                started.append(True)
+                _fill(b, b"other")  # its scan for a dead run's temp files runs here
+            real(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "replace", rename_after_another_run_starts)
+        a.publish()
+        assert started and (tmp_path / "m.bin").read_bytes() == b"first"
+        b.publish()
+        assert (tmp_path / "m.bin").read_bytes() == b"other"
+        assert os.listdir(tmp_path) == ["m.bin"]  # nothing left behind
+    finally:
+        os.close(dir_fd)
+
+
+def test_a_new_temp_file_removed_before_its_lock_is_made_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Between creating its temp file and locking it, a run's file looks like a
+    # dead run's to another run's scan, which removes it. The run wrote into
+    # a file without a name and failed at the rename ('No such file or
+    # directory', or 'has another name (a hard link)' as its link count was 0);
+    # now it sees that the name is gone and takes a new one.
+    dir_fd = _dir_fd(tmp_path)
+    try:
+        a, b = _run_file(dir_fd, "m.bin", 5), _run_file(dir_fd, "m.bin", 5)
+        real = sinks.fcntl.flock
+        scans: list[str] = []
+
+        def lock_after_another_run_scans(fd: int, op: int) -> None:
+            if not scans:
+                scans.append(sorted(os.listdir(tmp_path))[0])
+                b.open()  # another run starts: its scan removes a's unlocked file
+            real(fd, op)
+
+        monkeypatch.setattr(sinks.fcntl, "flock", lock_after_another_run_scans)
+        first = a.tmp
+        _fill(a, b"first")
+        a.publish()
+        assert (tmp_path / "m.bin").read_bytes() == b"first"
+        assert scans == [first] and a.tmp != first  # removed, and made again
+        with b.writing() as write:
+            write(0, memoryview(b"other"))
+        b.publish()
+        assert (tmp_path / "m.bin").read_bytes() == b"other"
+        assert os.listdir(tmp_path) == ["m.bin"]
+    finally:
+        os.close(dir_fd)
+
+
+def test_a_failed_resumable_copy_removes_only_its_own_partial_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A --resume copy that failed (not interrupted) closed its partial file and
+    # then removed the fixed name: a run starting in between made a new partial
+    # file under that name, which the first run then removed under it.
+    dir_fd = _dir_fd(tmp_path)
+    try:
+        a, b = (_run_file(dir_fd, "m.bin", 5, resume=True) for _ in range(2))
+        _fill(a, b"first")
+        real = os.unlink
+        refused: list[OSError] = []
+
+        def unlink_after_another_run_starts(*args: object, **kw: object) -> None:
+            if not refused and str(args[0]).endswith("partial.tmp"):
+                with pytest.raises(OSError, match="is in use") as info:
+                    b.open()  # the partial file is still the failing run's
+                refused.append(info.value)
+            real(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "unlink", unlink_after_another_run_starts)
+        a.abort(keep_for_resume=False)
+        monkeypatch.undo()
+        assert refused and os.listdir(tmp_path) == []
+        _fill(b, b"other")  # once it is gone, the next run starts over
+        b.publish()
+        assert os.listdir(tmp_path) == ["m.bin"]
+    finally:
+        os.close(dir_fd)

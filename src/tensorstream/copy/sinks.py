@@ -52,6 +52,11 @@ def new_buffer(size: int) -> PartBuffer:
 
 JOURNAL_VERSION = 1
 _CHECKPOINT_SECONDS = 1.0
+#: How long a new temp file's lock is waited for (another run's scan holds
+#: it only while it checks and removes the name), and how many fresh names
+#: are tried when such a scan removed the file first.
+_SCAN_WAIT = 2.0
+_CREATE_TRIES = 5
 
 
 def digest(data: memoryview | bytes) -> str:
@@ -240,13 +245,41 @@ def _valid_parts(parts: object, size: int, part_size: int) -> dict[int, str]:
     return out
 
 
-def _lock_or_busy(fd: int, name: str) -> None:
-    """Take the lock that marks ``fd`` as a live run's temp file, or say another run has it."""
+def _busy(name: str) -> OSError:
+    return OSError(errno.EBUSY, f"{name} is in use: another tensorstream copy to this "
+                   "destination is running")
+
+
+def _lock_or_busy(fd: int, name: str, *, wait: float = 0.0) -> None:
+    """Take the lock that marks ``fd`` as a live run's temp file, or say another run has it.
+
+    ``wait``: seconds to keep trying (a file this run has just created, which
+    another run's scan for stale temp files may hold for a moment)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise _busy(name) from None
+            time.sleep(0.005)
+
+
+def _still_named(fd: int, dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in ``dir_fd`` is still the file open as ``fd``.
+
+    A lock is taken on a file, a removal is of a name: a run that got the lock
+    on a temp file it opened by name may only remove the name (or write to the
+    file) once it knows its run published or removed neither in between. Every
+    run changes a temp file's name only while it holds the file's lock, so the
+    answer stays true while the lock is held."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise OSError(errno.EBUSY, f"{name} is in use: another tensorstream copy to this "
-                      "destination is running") from None
+        named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    st = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
 
 
 class LocalPartFile:
@@ -316,32 +349,47 @@ class LocalPartFile:
         # O_NONBLOCK: a FIFO planted under the name must fail the checks below,
         # not block the copy (in a thread no signal can stop) until a writer comes.
         flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW | os.O_NONBLOCK
-        flags |= 0 if self.done else os.O_CREAT | os.O_EXCL
-        try:
-            fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
-        except OSError as exc:
-            if self.done or exc.errno in (errno.EEXIST, errno.ELOOP):
+        created = not self.done
+        flags |= os.O_CREAT | os.O_EXCL if created else 0
+        for attempt in range(_CREATE_TRIES):
+            try:
+                fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
+            except FileExistsError:
+                if not self.resume:
+                    raise
+                raise _busy(self.tmp) from None  # made since it was removed: another live run's
+            except OSError as exc:
+                if self.done or exc.errno == errno.ELOOP:
+                    raise
+                # Said of the destination: the temp file's name alone ("Read-only file
+                # system: '.x.tensorstream-3f2a.tmp'") was a file nobody asked for.
+                raise OSError(exc.errno, f"cannot create {self.name!r} in its directory: "
+                              f"{exc.strerror}") from exc
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError(errno.EEXIST, f"{self.tmp} is not a regular file (remove it)")
+                os.set_blocking(fd, True)
+                # The lock marks the temp file as owned by a live run (see
+                # _remove_stale_temps). Between the create and the lock, another
+                # run's scan may take the file for a dead run's and remove it.
+                _lock_or_busy(fd, self.tmp, wait=_SCAN_WAIT if created else 0.0)
+                if not _still_named(fd, self.dir_fd, self.tmp):
+                    if not created or attempt == _CREATE_TRIES - 1:
+                        raise _busy(self.tmp)  # a live run has replaced the file since
+                    os.close(fd)  # removed as a dead run's: made again
+                    if not self.resume:
+                        self.tmp = temp_stem(self.name) + f"{secrets.token_hex(6)}.tmp"
+                    continue
+                if os.fstat(fd).st_nlink != 1:  # linked since the journal was read
+                    raise OSError(errno.EEXIST, f"{self.tmp} has another name (a hard link), "
+                                  "so it is not a partial file of tensorstream (remove it)")
+                os.ftruncate(fd, self.size)
+            except BaseException:
+                os.close(fd)
+                if not self.resume:
+                    self._unlink(self.tmp)
                 raise
-            # Said of the destination: the temp file's name alone ("Read-only file
-            # system: '.x.tensorstream-3f2a.tmp'") was a file nobody asked for.
-            raise OSError(exc.errno, f"cannot create {self.name!r} in its directory: "
-                          f"{exc.strerror}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(errno.EEXIST, f"{self.tmp} is not a regular file (remove it)")
-            if st.st_nlink != 1:  # linked since the journal was read (see _load_journal)
-                raise OSError(errno.EEXIST, f"{self.tmp} has another name (a hard link), so "
-                              "it is not a partial file of tensorstream (remove it)")
-            os.set_blocking(fd, True)
-            # The lock marks the temp file as owned by a live run (see _remove_stale_temps).
-            _lock_or_busy(fd, self.tmp)
-            os.ftruncate(fd, self.size)
-        except BaseException:
-            os.close(fd)
-            if not self.resume:
-                self._unlink(self.tmp)
-            raise
+            break
         self._fd = fd
         self.writes = PositionalWrites(
             fd, open_direct(self.dir_fd, self.tmp, fd) if self.direct else None)
@@ -372,6 +420,8 @@ class LocalPartFile:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     continue  # not a temp file of ours (a FIFO, a directory): left alone
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if not _still_named(fd, self.dir_fd, entry):
+                    continue  # its run published it (or removed it) since we opened it
             except OSError:
                 continue  # a live run owns it
             else:
@@ -399,6 +449,8 @@ class LocalPartFile:
                     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     return  # a live --resume run's: left to it
+                if not _still_named(held, self.dir_fd, partial):
+                    return  # published since it was opened, or a new live run's
             for leftover in (partial, self.journal):
                 if self.existing is None or leftover in self.existing:
                     self._discard_leftover(leftover, strict=False)
@@ -448,6 +500,8 @@ class LocalPartFile:
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
                 _lock_or_busy(fd, name)
+                if not _still_named(fd, self.dir_fd, name):
+                    raise _busy(name)  # published or replaced by a live run since it was opened
             self._discard_leftover(name)
         finally:
             os.close(fd)
@@ -580,11 +634,13 @@ class LocalPartFile:
                     os.utime(fd, ns=(self.mtime_ns, self.mtime_ns))
             if self.durable:
                 os.fsync(fd)
+            # Renamed while the descriptor (and so the lock) is held: once it is
+            # let go, another run's scan takes the temp file for a dead run's.
+            os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            self._published = True
+            if self.resume:  # else the journal, if any, is a live --resume run's
+                self._unlink(self.journal)
         self._close_fd()
-        os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-        self._published = True
-        if self.resume:  # else the journal, if any, is a live --resume run's
-            self._unlink(self.journal)
         if self.durable:
             directory_sync.sync(self.dir_fd)
 
@@ -610,11 +666,13 @@ class LocalPartFile:
                 self.maybe_checkpoint(force=True)
             self._close_fd()
             return
-        self._close_fd()
+        # The names go while the lock is held: once it is let go, the fixed
+        # names of --resume may be a new run's by the time they are removed.
         self._unlink(self.tmp)
         if self.resume:
             self._unlink(self.journal)
             self._unlink(self.journal[: -len(".tmp")] + ".new.tmp")
+        self._close_fd()
 
 
 class SequentialSink:
