@@ -413,12 +413,23 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
             try:
                 await dst.delete(path)
             except Exception as exc:
+                if _gone(exc, dst_uri.scheme, path):
+                    # Gone since the listing: deleted by another run (two `sync --delete`
+                    # at once), which is what was asked; as S3's delete of no key.
+                    reporter.deleted(uri, dryrun=False)
+                    continue
                 # In the summary's "errors" too (a --json reader saw "errors": [] and
                 # exit status 3); redacted, as the line's own "error" now is.
                 result.errors.append(redact_text(f"delete {uri}: {exc}"))
                 reporter.deleted(uri, dryrun=False, error=result.errors[-1])
             else:
                 reporter.deleted(uri, dryrun=False)
+
+
+def _gone(exc: BaseException, scheme: str, path: str) -> bool:
+    """Whether a local delete failed only because nothing has the name any more
+    (not for a directory in the way, which the local provider also calls not found)."""
+    return isinstance(exc, FileNotFoundError) and scheme == "file" and not os.path.lexists(path)
 
 
 async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *,
