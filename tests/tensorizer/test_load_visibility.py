@@ -258,3 +258,22 @@ def test_wrong_arguments_are_named(tmp_path: Path) -> None:
     assert not (tmp_path / "x.tensors").exists()
     with pytest.raises(InvalidArgumentError, match="not dict"):
         load_into_module({"a": 1}, tmp_path / "m.tensors")  # type: ignore[arg-type]
+
+
+def test_an_open_file_object_is_told_where_it_can_go(tmp_path: Path) -> None:
+    # TensorDeserializer reads any binary file object; deserialize() said only "expected
+    # a URI string or path, got BufferedReader" (a ValueError, for an argument of the
+    # wrong kind).
+    import io
+
+    serialize(_model(), tmp_path / "m.tensors")
+    with open(tmp_path / "m.tensors", "rb") as f:
+        for source in (f, io.BytesIO(b"x")):
+            for front in (lambda s: deserialize(s, "cpu"),
+                          lambda s: load_into_module(_meta(), s, "cpu")):
+                with pytest.raises(InvalidArgumentError,
+                                   match=r"not a (BufferedReader|BytesIO).*TensorDeserializer"
+                                   ) as info:
+                    front(source)
+                assert isinstance(info.value, TypeError)
+                assert isinstance(info.value, errors.InvalidURIError)  # as it was

@@ -38,7 +38,13 @@ from ..distributed.exchange import agree
 from ..distributed.group import Group, resolve_group
 from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
-from ..errors import ConfigurationError, LoadError, NotFoundError, TensorstreamError
+from ..errors import (
+    ConfigurationError,
+    InvalidURIError,
+    LoadError,
+    NotFoundError,
+    TensorstreamError,
+)
 from ..file import StreamReader
 from ..providers.local.provider import _check_destination as check_local_destination
 from ..providers.local.provider import (
@@ -145,6 +151,11 @@ class _WrongKindOption(InvalidArgumentError, ConfigurationError):
     """A ``deserialize`` argument of the wrong kind (``filter_func=5``, ``dtype=5``):
     the ``TypeError`` tensorizer's ``TensorDeserializer`` raises for it, and the
     ``ConfigurationError`` tensorstream raised before."""
+
+
+class _WrongKindSource(InvalidArgumentError, InvalidURIError):
+    """A source ``deserialize`` does not read (an open file object): the ``TypeError``
+    of an argument of the wrong kind, and the ``InvalidURIError`` it raised before."""
 
 
 class QuantizationWarning(UserWarning):
@@ -357,6 +368,13 @@ def deserialize(
         raise _WrongKindOption(
             f"filter_func must be a function of a tensor name returning True to load it, "
             f"not {type(filter_func).__name__}")
+    if not isinstance(uri, str | os.PathLike | ParsedURI | StreamReader):
+        hint = (": give an open file object to tensorizer's TensorDeserializer itself (it "
+                "reads it with one reader), or pass its path or URI here"
+                if hasattr(uri, "read") else "")
+        raise _WrongKindSource(
+            f"deserialize() reads a URI, a path or a reader from tensorstream.open(), not a "
+            f"{type(uri).__name__}{hint}")
     stream: StreamReader | BinaryIO | MemorySource | None = None
     shared: Group | None = None
     if isinstance(uri, StreamReader):
