@@ -609,3 +609,24 @@ def test_a_filesystem_that_reports_no_size_is_not_full(tmp_path: Path,
     result = copy(str(tmp_path / "src.bin"), str(tmp_path / "out/dst.bin"), part_size=PART)
     assert result.ok, result.errors
     assert (tmp_path / "out/dst.bin").read_bytes() == data
+
+
+def test_a_folder_of_many_files_copies_under_a_low_open_file_limit(tmp_path: Path) -> None:
+    # The local provider kept every source file it had read open until the copy
+    # ended: cp -r of a folder failed with "Too many open files" past the limit
+    # (about 1000 files under the common 1024). Now at most a few stay open.
+    import resource
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(400):
+        (src / f"f{i:03d}").write_bytes(i.to_bytes(2, "big") * 50)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    now = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 64
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, now + 200), hard))
+    try:
+        result = copy(f"{src}/", f"{tmp_path}/dst/", recursive=True)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.ok and result.files == 400, result.errors[:3]
+    assert (tmp_path / "dst/f399").read_bytes() == (399).to_bytes(2, "big") * 50

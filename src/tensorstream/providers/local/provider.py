@@ -12,6 +12,7 @@ import os
 import secrets
 import stat as stat_mod
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar
@@ -211,6 +212,8 @@ class PinnedFile:
 
 #: Bytes per worker-thread hop of an async read (progress is reported between).
 _ASYNC_PIECE = 64 << 20
+#: Descriptors of pinned files a provider keeps open that no read is using.
+_IDLE_FDS = 64
 
 
 def _pinned_etag(path: str, pin: Pin | None) -> str | None:
@@ -245,7 +248,8 @@ class LocalProvider(Provider):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._fds: dict[tuple[str, str], int] = {}
+        #: (path, etag) -> [descriptor, reads using it], least recently used first.
+        self._fds: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
@@ -286,24 +290,52 @@ class LocalProvider(Provider):
         return self._readinto_sync(path, offset, buffer, _pinned_etag(path, pin))
 
     def _pinned_fd(self, path: str, etag: str) -> int:
-        """An open descriptor of the version ``etag`` of ``path``, kept for the
-        provider's lifetime: a reader's many small reads (tensor headers) cost
-        one ``preadv`` each, not an open/fstat/close. A file replaced by rename
-        keeps being read from the pinned inode (one consistent version); one
-        changed in place is caught by the ``fstat`` around every read."""
+        """An open descriptor of the version ``etag`` of ``path``, for one read
+        (hand it back with :meth:`_unpin_fd`), kept open afterwards: a reader's
+        many small reads (tensor headers) cost one ``preadv`` each, not an
+        open/fstat/close. A file replaced by rename keeps being read from the
+        pinned inode (one consistent version); one changed in place is caught
+        by the ``fstat`` around every read.
+
+        At most :data:`_IDLE_FDS` descriptors no read is using are kept
+        (the least recently used are closed): every one was kept for the
+        provider's lifetime, and ``cp -r`` of a folder of many files held one
+        per file until it ended ("Too many open files" after ~1000 under the
+        common limit of 1024)."""
+        key = (path, etag)
         with self._lock:
             if self._pid != os.getpid():  # descriptors are shared with the parent: drop
-                self._fds = {}
+                self._fds = OrderedDict()
                 self._pid = os.getpid()
-            fd = self._fds.get((path, etag))
-        if fd is not None:
-            return fd
+            entry = self._fds.get(key)
+            if entry is not None:
+                entry[1] += 1
+                self._fds.move_to_end(key)
+                return entry[0]
         fd = self._open_checked(path, etag)
         with self._lock:
-            other = self._fds.setdefault((path, etag), fd)
-        if other != fd:  # another thread opened it first
+            entry = self._fds.get(key)
+            if entry is None:
+                self._fds[key] = [fd, 1]
+                spare = None
+            else:  # another thread opened it first
+                entry[1] += 1
+                spare, fd = fd, entry[0]
+        if spare is not None:
+            os.close(spare)
+        return fd
+
+    def _unpin_fd(self, path: str, etag: str) -> None:
+        """One read of :meth:`_pinned_fd`'s descriptor is over; close the least
+        recently used descriptors no read is using, beyond the limit."""
+        with self._lock:
+            entry = self._fds.get((path, etag))
+            if entry is not None:
+                entry[1] -= 1
+            idle = [k for k, (_, users) in self._fds.items() if not users]
+            closing = [self._fds.pop(k)[0] for k in idle[: max(0, len(idle) - _IDLE_FDS)]]
+        for fd in closing:
             os.close(fd)
-        return other
 
     @staticmethod
     def _open_checked(path: str, etag: str | None) -> int:
@@ -323,14 +355,18 @@ class LocalProvider(Provider):
                 return _pread_exact(fd, path, offset, buffer, None)
             finally:
                 os.close(fd)
-        return _pread_exact(self._pinned_fd(path, etag), path, offset, buffer, etag)
+        fd = self._pinned_fd(path, etag)
+        try:
+            return _pread_exact(fd, path, offset, buffer, etag)
+        finally:
+            self._unpin_fd(path, etag)
 
     async def close(self) -> None:
         with self._lock:
-            fds, self._fds = self._fds, {}
+            fds, self._fds = self._fds, OrderedDict()
             owned = self._pid == os.getpid()
         if owned:
-            for fd in fds.values():
+            for fd, _ in fds.values():
                 os.close(fd)
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
