@@ -456,7 +456,7 @@ class Planner:
 
         found = await asyncio.gather(*(one(k, p) for k, p in files))
         out = [f for f in found if f is not None]
-        if not out and not skipped:
+        if not out and not skipped and not files:  # (files that failed are reported above)
             raise NotFoundError(f"nothing to copy at {uri.path} (empty directory)")
         return out
 

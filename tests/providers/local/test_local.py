@@ -183,6 +183,11 @@ def test_a_proc_file_whose_size_says_zero_is_refused(tmp_path: Path) -> None:
         assert not result.ok and result.files == 0
         assert "size is not known" in str(result.errors[0])
     assert list(tmp_path.iterdir()) == []
+    folder = "/proc/sys/kernel/random/"  # a folder of such files: each one said, no more
+    if os.path.isdir(folder):
+        result = copy(folder, f"{tmp_path}/tree/", recursive=True)
+        assert not result.ok and result.files == 0 and result.errors
+        assert all("size is not known" in e for e in result.errors), result.errors
     # A file that really is empty is still one.
     (tmp_path / "empty").write_bytes(b"")
     with tensorstream.open(tmp_path / "empty") as f:
