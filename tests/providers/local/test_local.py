@@ -267,3 +267,26 @@ def test_local_writes_take_any_name_the_filesystem_takes(tmp_path: Path, name: s
         w.write(b"partial")
         raise RuntimeError("fail")
     assert os.listdir(dst.parent) == [name]  # no temp file left, the file as it was
+
+
+def test_a_writer_is_not_taken_for_a_dead_run_by_a_copy_to_its_name(tmp_path: Path) -> None:
+    """``cp``/``sync`` removes the temp files of its destination name that no live
+    process holds locked (a killed run's). The local writer's temp file was not locked:
+    a copy to the name while ``open(path, "wb")`` (serialize, convert, safetensors'
+    save) wrote it removed it, and the writer's close failed with 'No such file or
+    directory: .../.a.bin.tensorstream-<hex>.tmp'. Now the later of the two wins whole."""
+    from tensorstream.copy.engine import copy
+
+    (tmp_path / "src.bin").write_bytes(b"copied")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    f = tensorstream.open(str(dst / "a.bin"), "wb")
+    f.write(b"w" * (16 << 20))  # past the buffer: the temp file exists
+    f.flush()
+    assert len(os.listdir(dst)) == 1
+    result = copy(str(tmp_path / "src.bin"), str(dst / "a.bin"))
+    assert result.ok, result.errors
+    assert (dst / "a.bin").read_bytes() == b"copied"
+    f.close()
+    assert (dst / "a.bin").read_bytes() == b"w" * (16 << 20)
+    assert os.listdir(dst) == ["a.bin"]

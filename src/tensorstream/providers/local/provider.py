@@ -7,11 +7,13 @@ import asyncio
 import builtins
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import secrets
 import stat as stat_mod
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -432,6 +434,27 @@ def _is_temp_name(name: str) -> bool:
     return name.startswith(".") and _TEMP_MARK in name and name.endswith(".tmp")
 
 
+def _lock_if_named(fd: int, path: str) -> bool:
+    """Lock the new temp file ``fd`` (the mark of a live writer) and say whether
+    ``path`` still names it (another process's scan for dead temp files may have
+    removed it before the lock; one may hold it for a moment: waited for)."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    st = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
+
+
 def fsync_path(path: str, *, directory: bool = False) -> None:
     """Flush ``path`` (a file, or a directory's entries with ``directory``) to disk."""
     fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
@@ -536,21 +559,31 @@ class _AtomicFileWriter(Writer):
             raise NotFoundError(f"destination directory does not exist: {directory}",
                                 service="file")
         _check_destination(self.path)
-        tmp = temp_path_for(self.path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        try:
-            # _tmp only once it exists: the abort removes it, and unlinking a name
-            # never created failed on a read-only filesystem (EROFS, not ENOENT),
-            # an error that took the place of this one.
-            self._fd = os.open(tmp, flags, 0o600)
-            self._tmp = tmp
-        except OSError as exc:
-            # Named by the destination, not by a temp file nobody asked for
-            # (a read-only filesystem, a directory the user may not write).
-            mapped = map_local_error(exc, self.path)
-            if mapped is exc and exc.errno not in (errno.EEXIST, errno.ELOOP):
-                mapped = OSError(exc.errno, f"cannot create it: {exc.strerror}", self.path)
-            raise mapped from exc
+        for _ in range(5):
+            tmp = temp_path_for(self.path)
+            try:
+                # _tmp only once it exists: the abort removes it, and unlinking a name
+                # never created failed on a read-only filesystem (EROFS, not ENOENT),
+                # an error that took the place of this one.
+                self._fd = os.open(tmp, flags, 0o600)
+            except OSError as exc:
+                # Named by the destination, not by a temp file nobody asked for
+                # (a read-only filesystem, a directory the user may not write).
+                mapped = map_local_error(exc, self.path)
+                if mapped is exc and exc.errno not in (errno.EEXIST, errno.ELOOP):
+                    mapped = OSError(exc.errno, f"cannot create it: {exc.strerror}", self.path)
+                raise mapped from exc
+            # Locked, as cp's temp files are: a cp or sync into the same directory
+            # removes the unlocked ones as a killed run's. One whose scan came
+            # between the create and the lock removed it: made again.
+            if _lock_if_named(self._fd, tmp):
+                self._tmp = tmp
+                break
+            os.close(self._fd)
+            self._fd = None
+        else:
+            raise OSError(errno.EBUSY, "another process keeps removing its temp file", self.path)
         _loop.abort_at_exit(self)  # still open at interpreter exit: remove the temp file
 
     def _write_sync(self, data: bytes | bytearray | memoryview) -> None:
@@ -593,11 +626,11 @@ class _AtomicFileWriter(Writer):
         with naming_write_errors(self.path):  # (a full disk may only show here, on NFS say)
             os.fsync(self._fd)
         st = os.fstat(self._fd)
+        _check_destination(self.path)  # a FIFO or device may have appeared meanwhile
+        os.replace(self._tmp, self.path)  # before the lock goes with the descriptor
+        self._published = (st.st_dev, st.st_ino)
         os.close(self._fd)
         self._fd = None
-        _check_destination(self.path)  # a FIFO or device may have appeared meanwhile
-        os.replace(self._tmp, self.path)
-        self._published = (st.st_dev, st.st_ino)
         self._tmp = None
         self._done = True
         try:
