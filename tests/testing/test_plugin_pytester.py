@@ -309,3 +309,25 @@ def test_a_missing_test_extra_says_what_to_install(pytester, monkeypatch):
         "*moto S3 server exited during start-up*pip install 'tensorstream[[]test]'*",
         "*fakeredis*pip install 'tensorstream[[]test]'*",
     ])
+
+
+def test_the_library_is_not_assertion_rewritten_but_its_test_helpers_are(pytester):
+    """pytest rewrites every package of a distribution with a ``pytest11`` entry
+    point: all of tensorstream was recompiled through ``ast`` in every test run
+    of a project that installs it, and the library's imports on first use in
+    worker threads could then meet CPython 3.11's ``SystemError: AST constructor
+    recursion depth mismatch``. Only ``tensorstream.testing`` is rewritten now."""
+    pytester.makepyfile(test_rewrite="""
+        import sys
+
+        def rewritten(name):
+            __import__(name)
+            return type(sys.modules[name].__loader__).__name__ == "AssertionRewritingHook"
+
+        def test_loaders():
+            assert not rewritten("tensorstream.copy.engine")
+            assert not rewritten("tensorstream.safetensors.reader")
+            assert rewritten("tensorstream.testing.conformance")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)

@@ -30,6 +30,7 @@ runs that do not use it.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,33 @@ _MARK_ARGS = {
 _ENV_PREFIXES = ("AWS_", "S3_", "REDIS_")
 #: Single variables that carry credentials to an HTTP server (HOME's ~/.netrc is sandboxed too).
 _ENV_NAMES = ("TENSORSTREAM_HTTP_TOKEN", "NETRC", "REDISCLI_AUTH")
+
+
+def _rewrite_only_the_test_helpers() -> None:
+    """Take the library out of pytest's assertion rewriting; keep ``tensorstream.testing``.
+
+    pytest rewrites every package of a distribution that declares a ``pytest11``
+    entry point, so with this plugin installed it recompiled all of tensorstream
+    through ``ast`` on import in every test run, also a project's that never
+    uses the fixtures. The library imports some modules on first use in worker
+    threads, and two threads using ``ast`` at once can raise ``SystemError: AST
+    constructor recursion depth mismatch`` on CPython 3.11 (gh-106905): a test
+    failed now and then for it. The library's own asserts need no rewriting;
+    the conformance checks in ``tensorstream.testing`` keep pytest's messages.
+    Best effort: pytest keeps the marks in a private set."""
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        if type(finder).__name__ != "AssertionRewritingHook" or not isinstance(marked, set):
+            continue
+        if "tensorstream" in marked:
+            marked.discard("tensorstream")
+            marked.add(__name__.rpartition(".")[0])  # tensorstream.testing
+            cache = getattr(finder, "_marked_for_rewrite_cache", None)
+            if isinstance(cache, dict):
+                cache.clear()
+
+
+_rewrite_only_the_test_helpers()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
