@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from signals import signals_as_from_a_terminal
 from tensorstream.cli.main import main
 
 CANARY = "sk-canary-5c1d-never-print"
@@ -285,7 +286,8 @@ def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset:
             "--concurrency", "2", http_server.url(key), str(dst)]
 
     # 1. Without --resume: interrupted -> no destination, no temp files at all.
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=signals_as_from_a_terminal)
     _wait_for(lambda: any(dst.parent.iterdir()))
     time.sleep(0.5)
     proc.send_signal(sig)
@@ -297,7 +299,8 @@ def test_kill_mid_copy_then_resume(tmp_path: Path, http_server: Any, http_reset:
 
     # 2. With --resume: interrupted -> still no destination; a hidden partial + journal stay.
     proc = subprocess.Popen([*args, "--resume"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=signals_as_from_a_terminal)
     journal = dst.parent / ".model.bin.tensorstream-journal.tmp"
     _wait_for(journal.exists)
     time.sleep(0.3)

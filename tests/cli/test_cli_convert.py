@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fixtures_s3 import S3_BUCKET
+from signals import signals_as_from_a_terminal
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
@@ -181,7 +182,8 @@ def test_a_signal_mid_conversion_leaves_nothing(
            "AWS_SECRET_ACCESS_KEY": opts["s3_secret_access_key"]}
     proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "convert", "--endpoint-url",
                              opts["s3_endpoint"], http_server.url(key), dst],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=signals_as_from_a_terminal)
     deadline = time.monotonic() + 60
     while not started():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

@@ -19,7 +19,7 @@ PROG = "tensorstream"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 #: Signals whose default action would end the process with no cleanup: a
 #: command catches them as it catches Ctrl-C (SIGHUP: the terminal or SSH
-#: session went away). One the caller set to be ignored (``nohup``) stays ignored.
+#: session went away). SIGHUP set to be ignored (``nohup``) stays ignored.
 _ENDING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
@@ -45,9 +45,11 @@ class Terminated(KeyboardInterrupt):
 
 
 def _caught(sig: signal.Signals) -> bool:
-    """Whether the command should catch ``sig``: not when it is ignored (``nohup``
-    sets SIGHUP so, and the command must then outlive its terminal)."""
-    return signal.getsignal(sig) is not signal.SIG_IGN
+    """Whether the command should catch ``sig``: always, but for a SIGHUP that is
+    ignored (``nohup`` sets it so, and the command must then outlive its
+    terminal). SIGINT and SIGTERM are caught even where a shell started the
+    command with them ignored (a background job of a script), as before."""
+    return sig != getattr(signal, "SIGHUP", None) or signal.getsignal(sig) is not signal.SIG_IGN
 
 
 @contextlib.contextmanager
