@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tensorstream.testing.s3_server import isolated_s3_env
+from cli_env import s3_env
 
 S3_BUCKET = "tensorstream-tests"
 
@@ -20,14 +20,6 @@ def cli(*argv: str, env: dict[str, str] | None = None, **kw: Any
         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
                           text=True, timeout=120, env=env, **kw)
-
-
-def s3_env(server: Any, tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "aws").mkdir(exist_ok=True)
-    env = {**os.environ, **isolated_s3_env(tmp_path / "aws")}
-    env.update(AWS_ACCESS_KEY_ID=server.access_key_id,
-               AWS_SECRET_ACCESS_KEY=server.secret_access_key, AWS_DEFAULT_REGION=server.region)
-    return env
 
 
 def hf_snapshot(root: Path) -> Path:

@@ -8,18 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli_env import s3_env
 from tensorstream.testing.proxy import HTTPFaultProxy
-from tensorstream.testing.s3_server import isolated_s3_env
 
 S3_BUCKET = "tensorstream-tests"
-
-
-def s3_env(server: Any, tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "aws").mkdir(exist_ok=True)
-    env = {**os.environ, **isolated_s3_env(tmp_path / "aws")}
-    env.update(AWS_ACCESS_KEY_ID=server.access_key_id,
-               AWS_SECRET_ACCESS_KEY=server.secret_access_key, AWS_DEFAULT_REGION=server.region)
-    return env
 
 
 def test_ls_of_a_directory_without_r_reads_only_that_directory(tmp_path: Path) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from cli_env import s3_env
 from tensorstream.testing.proxy import HTTPFaultProxy
-from tensorstream.testing.s3_server import isolated_s3_env
 
 S3_BUCKET = "tensorstream-tests"
 
@@ -20,14 +19,6 @@ S3_BUCKET = "tensorstream-tests"
 def cli(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
                           text=True, timeout=120, **kw)
-
-
-def s3_env(server: Any, tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "aws").mkdir(exist_ok=True)
-    env = {**os.environ, **isolated_s3_env(tmp_path / "aws")}
-    env.update(AWS_ACCESS_KEY_ID=server.access_key_id,
-               AWS_SECRET_ACCESS_KEY=server.secret_access_key, AWS_DEFAULT_REGION=server.region)
-    return env
 
 
 def test_rm_r_of_the_root_directory_is_refused() -> None:

@@ -1,0 +1,19 @@
+"""The environment for a CLI child that talks to the test S3 server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tensorstream.testing.s3_server import isolated_s3_env
+
+
+def s3_env(server: Any, tmp_path: Path) -> dict[str, str]:
+    """This process's environment with the AWS files isolated under ``tmp_path``
+    and ``server``'s keys and region."""
+    (tmp_path / "aws").mkdir(exist_ok=True)
+    env = {**os.environ, **isolated_s3_env(tmp_path / "aws")}
+    env.update(AWS_ACCESS_KEY_ID=server.access_key_id,
+               AWS_SECRET_ACCESS_KEY=server.secret_access_key, AWS_DEFAULT_REGION=server.region)
+    return env
