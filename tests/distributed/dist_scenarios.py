@@ -22,11 +22,11 @@ def only_layer1(name: str) -> bool:
     return name.startswith("layer1")
 
 
-def _group(kind: Any, solo: Any) -> Any:
-    return solo if kind == "solo" else kind
+def _group(kind: Any, groups: dict[str, Any]) -> Any:
+    return groups.get(kind, kind) if isinstance(kind, str) else kind
 
 
-def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
+def _run(step: dict[str, Any], rank: int, groups: dict[str, Any]) -> dict[str, Any]:
     import tensorstream
 
     uri = step["uri"][rank] if isinstance(step["uri"], list) else step["uri"]
@@ -35,7 +35,7 @@ def _run(step: dict[str, Any], rank: int, solo: Any) -> dict[str, Any]:
     if kwargs.get("filter_func") == "only_layer1":
         kwargs["filter_func"] = only_layer1
     kwargs.update(step.get("options", {}))
-    group = _group(step.get("group", "auto"), solo)
+    group = _group(step.get("group", "auto"), groups)
     kind = step.get("kind", "deserialize")
     device = step.get("device", "cpu").replace("{rank}", str(rank))
     if kind == "deserialize":
@@ -77,12 +77,18 @@ def steps(rank: int, world: int, todo: list[dict[str, Any]]) -> dict[str, Any]:
     """Run each step; record its result or the error it raised (and when)."""
     import torch.distributed as dist
 
-    solos = [dist.new_group([r]) for r in range(world)]  # every rank creates every group
+    # every rank creates every group, in the same order
+    solos = [dist.new_group([r]) for r in range(world)]
+    # "pair": tensor-parallel groups of two ([0, 1], [2, 3], ...), as vLLM's TP groups
+    pairs = [dist.new_group([r, r + 1]) for r in range(0, world - 1, 2)]
+    groups = {"solo": solos[rank]}
+    if rank // 2 < len(pairs):
+        groups["pair"] = pairs[rank // 2]
     out: dict[str, Any] = {}
     for step in todo:
         started = time.monotonic()
         try:
-            out[step["label"]] = _run(step, rank, solos[rank])
+            out[step["label"]] = _run(step, rank, groups)
         except Exception as exc:
             out[step["label"]] = {"error": f"{type(exc).__name__}: {exc}",
                                   "types": [c.__name__ for c in type(exc).__mro__],
@@ -117,4 +123,4 @@ def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: st
                 module.broadcast_shares = dying
             else:
                 module.read_share = broken
-    return _run(step, rank, None)
+    return _run(step, rank, {})

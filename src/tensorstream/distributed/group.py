@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigurationError
 
-__all__ = ["Group", "GroupArg", "resolve_group"]
+__all__ = ["Group", "GroupArg", "resolve_group", "template_rank"]
 
 #: What ``group=`` accepts.
 GroupArg = Any  # a torch.distributed ProcessGroup, "auto" or None
@@ -81,14 +81,8 @@ def _non_member(group: object) -> bool:
     return marker is not None and type(group) is type(marker) and group == marker
 
 
-def resolve_group(group: GroupArg, timeout: float | datetime.timedelta | None = None) -> Group | None:
-    """The group a load is shared with, or ``None`` for a load of its own.
-
-    ``group``: a ``torch.distributed`` process group, ``"auto"`` (the default
-    group when one is initialised) or ``None``. A group of one is ``None``.
-    ``timeout`` (seconds) bounds each collective wait; default: the group's.
-    """
-    limit = _timeout(timeout)
+def _process_group(group: GroupArg) -> Any:
+    """The process group ``group=`` names (checked), or ``None`` for none."""
     if group is None:
         return None
     available = dist.is_available() and dist.is_initialized()
@@ -98,24 +92,61 @@ def resolve_group(group: GroupArg, timeout: float | datetime.timedelta | None = 
                 f"group={group!r}: pass a torch.distributed process group, 'auto' or None")
         if not available:
             return None  # no distributed run: a load of its own
-        pg = dist.group.WORLD
-    elif _non_member(group):
+        return dist.group.WORLD
+    if _non_member(group):
         # what dist.new_group(ranks) returns in a process that is not in ``ranks``
         raise ConfigurationError(
             "group= is GroupMember.NON_GROUP_MEMBER: this process is not a member of the "
             "group (dist.new_group returns it to the ranks it leaves out); pass group=None "
             "for a load of its own, or a group this process is in")
-    elif isinstance(group, dist.ProcessGroup):
+    if isinstance(group, dist.ProcessGroup):
         if not available:
             raise ConfigurationError("group= was given but torch.distributed is not initialised")
-        pg = group
-    else:
-        raise ConfigurationError(
-            f"group= takes a torch.distributed ProcessGroup, 'auto' or None, "
-            f"not {type(group).__name__}")
+        if dist.get_rank(group) < 0:
+            raise ConfigurationError("this process is not a member of the group passed as group=")
+        return group
+    raise ConfigurationError(
+        f"group= takes a torch.distributed ProcessGroup, 'auto' or None, "
+        f"not {type(group).__name__}")
+
+
+def template_rank(group: GroupArg, rank: int | None,
+                  world_size: int | None) -> tuple[int | None, int | None]:
+    """The ``(rank, world_size)`` that fill a rank template loaded with ``group=``.
+
+    A process group passed as ``group=`` (a tensor-parallel group of a serving
+    engine) names the shard: this process's rank in it and its size, as vLLM
+    fills ``model-rank-%03d.tensors`` with the tensor-parallel rank, not the
+    global one. ``rank``/``world_size`` that contradict it are refused. With
+    ``"auto"`` or ``None`` they are returned as given (the global rank fills
+    the template when they are ``None``).
+    """
+    if group is None or isinstance(group, str):
+        return rank, world_size
+    pg = _process_group(group)
+    mine, size = int(dist.get_rank(pg)), int(dist.get_world_size(pg))
+    for name, given, own in (("rank", rank, mine), ("world_size", world_size, size)):
+        if given is not None and given != own:
+            raise ConfigurationError(
+                f"{name}={given!r} contradicts group=: this process is rank {mine} of {size} "
+                "in the group passed, and that rank fills the rank template (as vLLM fills "
+                "it with the tensor-parallel rank); leave rank= and world_size= out, or "
+                "pass group=None to fill it with them")
+    return mine, size
+
+
+def resolve_group(group: GroupArg, timeout: float | datetime.timedelta | None = None) -> Group | None:
+    """The group a load is shared with, or ``None`` for a load of its own.
+
+    ``group``: a ``torch.distributed`` process group, ``"auto"`` (the default
+    group when one is initialised) or ``None``. A group of one is ``None``.
+    ``timeout`` (seconds) bounds each collective wait; default: the group's.
+    """
+    limit = _timeout(timeout)
+    pg = _process_group(group)
+    if pg is None:
+        return None
     rank = dist.get_rank(pg)
-    if rank < 0:
-        raise ConfigurationError("this process is not a member of the group passed as group=")
     size = dist.get_world_size(pg)
     if size == 1:
         return None

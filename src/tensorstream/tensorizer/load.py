@@ -35,7 +35,7 @@ from ..api import get_provider
 from ..api import open as ts_open
 from ..config import COMMON_OPTIONS, VALIDATORS, _flag, option_hint, validate_options
 from ..distributed.exchange import agree
-from ..distributed.group import Group, resolve_group
+from ..distributed.group import Group, resolve_group, template_rank
 from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
 from ..errors import (
@@ -339,8 +339,9 @@ def deserialize(
     any rank raises :class:`~tensorstream.errors.DistributedLoadError` on
     every rank. ``group_timeout`` (seconds) bounds each collective wait
     (default: the group's timeout). A rank template reads each rank's own
-    file (no exchange); ``None`` or a group of one is a load of its own. See
-    docs/distributed.md.
+    file (no exchange), filled with the rank in a process group passed as
+    ``group`` (vLLM's tensor-parallel rank); ``None`` or a group of one is a
+    load of its own. See docs/distributed.md.
 
     Before allocating, the bytes the tensors to load claim (a *meta* tensor,
     stored without data and loaded as zeros, claims its whole shape) are
@@ -394,6 +395,9 @@ def deserialize(
         shared = resolve_group(group, group_timeout)
         if sharded:
             shared = None
+            # the shard of this rank in the group passed (vLLM: the tensor-parallel
+            # rank); the global rank named shard 2 for rank 0 of the group [2, 3]
+            rank, world_size = template_rank(group, rank, world_size)
         elif group is not None and (rank is not None or world_size is not None):
             # Not used with group= (the group's ranks share one file), but still checked:
             # rank=3, world_size=2 passed without a word.
