@@ -15,6 +15,7 @@ from ..copy.engine import (
     copy_async,
     spare_buffers,
 )
+from ..copy.places import same_store
 from ..copy.receive import CHUNK
 from ..copy.select import Rules
 from ..copy.width import WIDEST
@@ -263,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
                     "directory or prefix (select with --exclude/--include), or add --raw")
         return EXIT_USAGE
     if args.sync and getattr(args, "delete", False) and _source_within(
-            sources[0], dest, src_options, dst_options):
+            sources[0], dest, {**options, **src_options}, {**options, **dst_options}):
         # Every object of SRC is under DST but not "under SRC" as DST's keys go:
         # --delete deleted SRC itself (rclone refuses overlapping remotes too).
         print_error(f"--delete with {redact_text(sources[0])} inside {redact_text(dest)} is "
@@ -341,18 +342,17 @@ def _into_special_file(args: argparse.Namespace, sources: list[str], dest: str) 
 
 def _source_within(source: str, dest: str, src_options: dict[str, Any],
                    dst_options: dict[str, Any]) -> bool:
-    """Whether SRC is DST or lies under it, on the same storage (symlinks resolved)."""
+    """Whether SRC is DST or lies under it, on the same storage (symlinks resolved);
+    side options that name no other store (a profile per side) leave it there."""
     try:
         src, dst = parse_uri(source), parse_uri(dest)
     except TensorstreamError:
         return False  # said by the copy
-    if (src.scheme, src.netloc) != (dst.scheme, dst.netloc):
-        return False
+    if not same_store(src, dst, src_options, dst_options):
+        return False  # one name on two endpoints: two places
     if src.scheme == "file":
         top, below = os.path.realpath(dst.path), os.path.realpath(src.path)
         return os.path.commonpath([top, below]) == top
-    if src_options != dst_options:
-        return False  # one name on two endpoints: two places
     top, below = dst.path.strip("/"), src.path.strip("/")
     return not top or below == top or below.startswith(top + "/")
 

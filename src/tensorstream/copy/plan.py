@@ -21,6 +21,7 @@ from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
+from .places import same_store
 from .select import FileOutcome, Rules, unchanged, walk_local
 from .sinks import temp_stem
 from .wildcards import Wildcard, wildcard
@@ -210,19 +211,21 @@ class Planner:
 
     def _below(self, dst: ParsedURI, src: ParsedURI) -> bool:
         """Whether a remote ``dst`` lies under the prefix ``src`` on the same storage."""
-        if (src.scheme, src.netloc) != (dst.scheme, dst.netloc) or (
-                self.side_options["src"] != self.side_options["dst"]) or (
-                self._pattern(src) is not None):
-            return False  # two endpoints, or a pattern (what it matches is its own affair)
+        if not self._one_store(src, dst) or self._pattern(src) is not None:
+            return False  # two stores, or a pattern (what it matches is its own affair)
         top, below = src.path.strip("/"), dst.path.strip("/")
         return below != top and (not top or below.startswith(top + "/"))
 
+    def _one_store(self, src: ParsedURI, dst: ParsedURI) -> bool:
+        """Whether ``src`` and ``dst`` are on one store, whatever side options name no
+        other (a profile or region per side, the same endpoint twice): :mod:`.places`."""
+        return same_store(src, dst, {**self.options, **self.side_options["src"]},
+                          {**self.options, **self.side_options["dst"]})
+
     def _same_object(self, job: Job) -> bool:
         """Whether ``job`` would copy an object onto itself (refused: it would be rewritten)."""
-        if (job.src_uri.scheme, job.src_uri.netloc) != (job.dst_uri.scheme, job.dst_uri.netloc):
-            return False
-        if job.local is None and self.side_options["src"] != self.side_options["dst"]:
-            return False  # one name, two endpoints (a local file has no endpoint)
+        if not self._one_store(job.src_uri, job.dst_uri):
+            return False  # one name on two endpoints (a local file has none)
         if job.local is not None:
             try:
                 return os.path.samefile(job.src_path, job.dst_path)

@@ -1,0 +1,49 @@
+"""Whether the two sides of a copy are one store.
+
+``--src-*``/``--dst-*`` options (``src_options``/``dst_options``) let each side
+have its own endpoint and credentials, but most of them name no other store: a
+profile per side (a read-only and a read-write key of one account), a region, a
+CA bundle, a password, or the very endpoint the other side uses. Taken for two
+stores, ``cp s3://b/k s3://b/k`` rewrote the object from itself and ``sync
+--delete`` of a prefix into the prefix above it deleted the source. What places
+an object is its scheme, its host or bucket, and for S3 the endpoint the options
+resolve to (a profile's ``endpoint_url`` and the environment included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import TensorstreamError
+from ..uri import ParsedURI
+
+__all__ = ["same_store"]
+
+#: Schemes whose URI's host and port name the server (options only say how to reach it).
+_HOSTED = frozenset({"redis", "rediss", "http", "https"})
+
+
+def same_store(src: ParsedURI, dst: ParsedURI, src_options: Mapping[str, Any],
+               dst_options: Mapping[str, Any]) -> bool:
+    """Whether ``src`` and ``dst`` (with each side's whole options) are on one store."""
+    if (src.scheme, src.netloc) != (dst.scheme, dst.netloc):
+        return False
+    if src.scheme == "file" or src_options == dst_options or src.scheme in _HOSTED:
+        return True
+    if src.scheme in ("s3", "s3a"):
+        return _s3_endpoint(src_options) == _s3_endpoint(dst_options)
+    return False  # another fsspec store: its options may well name another one
+
+
+def _s3_endpoint(options: Mapping[str, Any]) -> str | TensorstreamError | None:
+    """The endpoint an S3 provider made from ``options`` would send requests to (None:
+    AWS, where a bucket's name is global); a configuration error is no endpoint, and
+    never equal to another (the copy reports it)."""
+    from ..providers.s3.config import normalize_endpoint, resolve_s3_credentials
+
+    try:
+        endpoint = resolve_s3_credentials(options).endpoint
+    except TensorstreamError as exc:
+        return exc
+    return None if endpoint is None else normalize_endpoint(endpoint.value)
