@@ -8,13 +8,52 @@ file object that feeds ``tensorizer.TensorDeserializer``; ``tensorstream cp``.
 ...     ...
 """
 
+import sys as _sys
 
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
-from . import errors
-from .providers.base import BodyStream, Capabilities, ObjectInfo, Provider, Writer
-from .uri import ParsedURI, parse_uri, redact
+def _launched_as_command() -> bool:
+    """Whether this process is the ``tensorstream`` command: ``sys.argv[0]`` is
+    its console script, or runpy is importing this package for ``python -m
+    tensorstream`` (``sys.argv[0]`` is ``-m`` until then). A program of one's
+    own importing the library is not."""
+    argv0 = _sys.argv[0] if _sys.argv else ""
+    if argv0 == "-m":
+        args = getattr(_sys, "orig_argv", [])
+        for i, arg in enumerate(args[1:], 1):
+            if arg.startswith("-m"):
+                return (arg[2:] or "".join(args[i + 1:i + 2])) == "tensorstream"
+        return False
+    return argv0.replace("\\", "/").rpartition("/")[2].removesuffix(".exe") == "tensorstream"
+
+
+def _exit_interrupted(signum: int = 2, frame: object = None) -> None:
+    """The command's SIGINT handler while it starts: its one line for Ctrl-C,
+    then ``SystemExit(130)``.
+
+    Start-up imports for a good part of a second, before the command line's own
+    handling (:func:`tensorstream.cli.main.main`, which puts Python's handler
+    back) is imported; a ``KeyboardInterrupt`` there ended the command with a
+    traceback. Nothing is imported here: a second Ctrl-C finds nothing to interrupt."""
+    try:
+        _sys.stderr.write("tensorstream: error: interrupted by SIGINT\n")
+        _sys.stderr.flush()
+    except (OSError, ValueError):  # no stderr (a closed terminal)
+        pass
+    raise SystemExit(130)
+
+
+if _launched_as_command():  # before any import below: Ctrl-C during them is handled
+    import _signal  # (the C module: ``signal`` would first import enum)
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # not ignored
+        _signal.signal(_signal.SIGINT, _exit_interrupted)
+
+from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
+from typing import Any as _Any  # noqa: E402
+
+from . import errors  # noqa: E402
+from .providers.base import BodyStream, Capabilities, ObjectInfo, Provider, Writer  # noqa: E402
+from .uri import ParsedURI, parse_uri, redact  # noqa: E402
 
 __version__ = "0.1.0"
 

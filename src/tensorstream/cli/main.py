@@ -76,16 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorstream`` console script; returns the exit status."""
-    parser = build_parser()
+    debug = False
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or usage error (2)
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    debug = bool(getattr(args, "debug", False))
-    if debug:
-        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
-                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
+        _handle_sigint_here()
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse: --help (0) or usage error (2)
+            return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+        debug = bool(getattr(args, "debug", False))
+        if debug:
+            logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
+                                format="%(asctime)s %(name)s %(levelname)s %(message)s")
         return int(args.handler(args))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP in a synchronous command
         signum = getattr(exc, "signum", int(signal.SIGINT))
@@ -104,6 +106,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(redact_text(traceback.format_exc()), file=sys.stderr, end="")
         print_error(str(exc) or type(exc).__name__)
         return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
+
+
+def _handle_sigint_here() -> None:
+    """Ctrl-C is a ``KeyboardInterrupt`` again (caught by :func:`main`, or a
+    command's own handling) instead of the start-up exit the package set
+    (``tensorstream._exit_interrupted``) while the command line was imported."""
+    from .. import _exit_interrupted
+
+    try:
+        if signal.getsignal(signal.SIGINT) is _exit_interrupted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread (a test calling main() from a worker)
+        pass
 
 
 def entry() -> NoReturn:

@@ -1,0 +1,154 @@
+"""Ctrl-C while a ``tensorstream`` process is still starting (importing).
+
+Each test starts a real interpreter the way a user's shell does (the console
+script, ``python -m tensorstream``), with SIGINT as a terminal leaves it
+(:mod:`signals`), and delivers a real SIGINT. The moments are made exact by a
+``sitecustomize`` that sends the process SIGINT as a chosen module starts
+importing; a sweep of timed signals from the parent covers the moments between.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from signals import signals_as_from_a_terminal
+
+_SRC = str(Path(__file__).resolve().parents[2] / "src")
+#: What pip writes as the ``tensorstream`` console script.
+_CONSOLE_SCRIPT = """\
+import sys
+from tensorstream.cli import entry
+if __name__ == '__main__':
+    sys.argv[0] = sys.argv[0].removesuffix('.exe')
+    sys.exit(entry())
+"""
+#: Sends SIGINT to the process when the module named by TS_TEST_SIGINT_AT starts importing.
+_SITECUSTOMIZE = """\
+import os, signal, sys
+
+class _InterruptAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ.get("TS_TEST_SIGINT_AT"):
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, _InterruptAt())
+"""
+_CLEAN = "tensorstream: error: interrupted by SIGINT"
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> dict[str, object]:
+    """The console script, and an environment with the signalling sitecustomize."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    script = tmp_path / "bin" / "tensorstream"
+    script.parent.mkdir()
+    script.write_text(_CONSOLE_SCRIPT)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), _SRC, env.get("PYTHONPATH", "")])
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.bin").write_bytes(b"a" * 100)
+    return {"script": str(script), "env": env, "listed": str(tmp_path / "data")}
+
+
+def _run(argv: list[str], env: dict[str, str], at: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(env)
+    if at is not None:
+        env["TS_TEST_SIGINT_AT"] = at
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                          check=False, preexec_fn=signals_as_from_a_terminal)
+
+
+#: Modules first imported at successive moments of a start: inside ``import
+#: tensorstream`` (the package the console script imports first), then the
+#: command line, its parser, a command's own imports once it runs.
+_MOMENTS = ["tensorstream.errors", "tensorstream.providers.base", "tensorstream.uri",
+            "tensorstream.cli", "tensorstream.cli.main", "argparse", "tensorstream.cli.options",
+            "tensorstream.api", "tensorstream.copy.engine"]
+
+
+@pytest.mark.parametrize("at", _MOMENTS)
+def test_ctrl_c_while_the_console_script_starts_is_the_clean_interrupt(
+        launch: dict[str, object], at: str) -> None:
+    proc = _run([sys.executable, str(launch["script"]), "ls", str(launch["listed"])],
+                launch["env"], at)  # type: ignore[arg-type]
+    assert proc.stderr.splitlines() == [_CLEAN], proc.stderr
+    assert proc.returncode == 130
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("at", ["tensorstream.errors", "tensorstream.uri", "tensorstream.__main__",
+                                "tensorstream.cli.main"])
+def test_ctrl_c_while_python_m_tensorstream_starts_is_the_clean_interrupt(
+        launch: dict[str, object], at: str) -> None:
+    proc = _run([sys.executable, "-m", "tensorstream", "ls", str(launch["listed"])],
+                launch["env"], at)  # type: ignore[arg-type]
+    assert proc.stderr.splitlines() == [_CLEAN], proc.stderr
+    assert proc.returncode == 130
+
+
+def test_without_ctrl_c_the_runs_are_unchanged(launch: dict[str, object]) -> None:
+    env: dict[str, str] = launch["env"]  # type: ignore[assignment]
+    for argv in ([sys.executable, str(launch["script"])], [sys.executable, "-m", "tensorstream"]):
+        proc = _run([*argv, "ls", str(launch["listed"])], env, None)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["a.bin"]
+
+
+def test_a_program_importing_the_library_still_gets_its_keyboardinterrupt(
+        launch: dict[str, object], tmp_path: Path) -> None:
+    # Only the command line turns Ctrl-C into its one line: a program of one's
+    # own (here named prog.py) sees KeyboardInterrupt as from any import.
+    prog = tmp_path / "prog.py"
+    prog.write_text("try:\n    import tensorstream\nexcept KeyboardInterrupt:\n"
+                    "    print('caught')\n")
+    proc = _run([sys.executable, str(prog)], launch["env"], "tensorstream.errors")  # type: ignore[arg-type]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "caught"
+    assert _CLEAN not in proc.stderr
+
+
+def test_importing_the_library_leaves_sigint_alone(launch: dict[str, object]) -> None:
+    code = ("import signal, sys, tensorstream, tensorstream.cli.main\n"
+            "sys.exit(signal.getsignal(signal.SIGINT) is not signal.default_int_handler)")
+    proc = _run([sys.executable, "-c", code], launch["env"], None)  # type: ignore[arg-type]
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_ctrl_c_at_any_moment_of_the_first_second_never_shows_a_traceback(
+        launch: dict[str, object]) -> None:
+    # A real terminal's timing: SIGINT from outside after 0-0.9 s. Each run ends
+    # in the clean interrupt or a finished listing, or, for a signal before any
+    # of tensorstream's code runs, as the interpreter's start goes then (killed
+    # by SIGINT with nothing printed, its own "Failed to import the site module"
+    # or "Failed checking if argv[0] is an import path entry"): never a
+    # traceback through tensorstream.
+    env: dict[str, str] = launch["env"]  # type: ignore[assignment]
+    outcomes = set()
+    for delay in (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.9):
+        child = subprocess.Popen([sys.executable, str(launch["script"]), "ls",
+                                  str(launch["listed"])], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env,
+                                 preexec_fn=signals_as_from_a_terminal)
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+        if child.returncode == 130:
+            assert err.splitlines() == [_CLEAN], (delay, err)
+        else:  # finished, or the interpreter's own start before any of tensorstream's code
+            assert child.returncode in (0, 1, -signal.SIGINT), (delay, child.returncode, err)
+            assert f"{os.sep}tensorstream{os.sep}" not in err, (delay, err)
+            if child.returncode == 0:
+                assert out.split() == ["a.bin"], (delay, out, err)
+        outcomes.add(child.returncode)
+    assert outcomes  # (which ones depends on the machine's speed)
