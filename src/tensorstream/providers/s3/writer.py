@@ -1,8 +1,11 @@
 """Atomic S3 writes: one PUT for small objects, a concurrent multipart upload for
 large ones, aborted on any failure or cancellation (no orphaned parts).
 
-Memory is bounded: at most ``max_in_flight`` parts are uploading while one more
-fills. The object appears only when ``CompleteMultipartUpload`` (or the single
+Memory is bounded: parts of at most ``max_in_flight`` x the first part's size
+are uploading while one more fills. A streaming write's parts grow (see
+:mod:`.parts`); a grown part counts as that many first parts, but at least a
+quarter of ``max_in_flight`` parts always go at once (a lone part would go at
+one connection's speed). The object appears only when ``CompleteMultipartUpload`` (or the single
 PUT) succeeds.
 
 Parts in any order (``cp``): :meth:`S3Writer.write_part` uploads part ``i`` as
@@ -35,22 +38,32 @@ from typing import Any
 
 from ... import _loop
 from ...config import RetryConfig
-from ...errors import IntegrityError, NotFoundError, ProtocolError, TensorstreamError
+from ...errors import (
+    IntegrityError,
+    NotFoundError,
+    ProtocolError,
+    TensorstreamError,
+    UnsupportedOperationError,
+)
 from ..base import Writer
+from .parts import (
+    GROW_EVERY,
+    MAX_PARTS,
+    MIN_PART_SIZE,
+    check_object_size,
+    known_size_part,
+    streaming_part_size,
+)
 
 __all__ = ["MIN_PART_SIZE", "S3Writer"]
 
 log = logging.getLogger("tensorstream.s3")
 
-MIN_PART_SIZE = 5 << 20  # S3's minimum for every part but the last
-_MAX_PART_SIZE = 5 << 30
-_GROW_EVERY = 1000  # double the part size every 1000 parts: 10,000 parts reach > 5 TiB
 
 
 #: The abort's own retries (3 attempts, short waits: it runs while a failed
 #: copy is being cleaned up).
 _ABORT_RETRY = RetryConfig(attempts=3, backoff_initial=0.05, backoff_max=1.0)
-_MAX_PARTS = 10_000
 _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})(?:-(\d+))?"?$')
 
 
@@ -96,6 +109,11 @@ class S3Writer(Writer):
     """Writer for one S3 object. ``call(op, **kwargs)`` runs a client operation
     and raises tensorstream errors (the provider maps them)."""
 
+    #: Parts per upload (S3's limit), and parts between doublings of a streaming
+    #: write's part size: tests lower them to reach both with a few parts.
+    max_parts: int = MAX_PARTS
+    grow_every: int = GROW_EVERY
+
     def __init__(
         self,
         call: Callable[..., Awaitable[dict[str, Any]]],
@@ -117,6 +135,7 @@ class S3Writer(Writer):
         self._checksum = checksum
         self._buf = bytearray()
         self._part_number = 0
+        self._sent = 0  # bytes of the parts started
         self._upload_id: str | None = None
         self._create: asyncio.Task[dict[str, Any]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -135,7 +154,13 @@ class S3Writer(Writer):
         return f"S3Writer({self._bucket}/{self._key}, parts={self._part_number}, {self._state})"
 
     def _next_part_size(self) -> int:
-        return min(self._part_size << ((self._part_number) // _GROW_EVERY), _MAX_PART_SIZE)
+        return streaming_part_size(self._part_number, self._part_size, self.grow_every)
+
+    def _weight(self, size: int) -> int:
+        """Slots a part of ``size`` bytes takes: one per first-part size, but
+        never so many that fewer than a quarter of the slots' parts go at once."""
+        quarter = max(1, self._max_in_flight // 4)
+        return max(1, min(size // self._part_size, self._max_in_flight // quarter))
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -194,8 +219,9 @@ class S3Writer(Writer):
 
     # -- parts in any order ------------------------------------------------------
     def part_size_for(self, total: int, wanted: int) -> int | None:
-        # S3: at least 5 MiB (all parts but the last), at most 10,000 parts.
-        return max(wanted, MIN_PART_SIZE, -(-total // _MAX_PARTS))
+        # S3: at least 5 MiB (all parts but the last), at most 10,000 parts, 5 TiB.
+        check_object_size(total, f"{self._bucket}/{self._key}")
+        return known_size_part(total, wanted, self.max_parts)
 
     async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
         if self._state != "open" and self._error is not None:
@@ -419,14 +445,25 @@ class S3Writer(Writer):
     async def _start_part(self, body: bytearray) -> None:
         if self._error is not None:
             raise self._error
+        if self._part_number >= self.max_parts:
+            # S3 would refuse part 10,001 -- after the hours the first 10,000 took.
+            raise UnsupportedOperationError(
+                f"{self._sent + len(body)} bytes written are more than S3's "
+                f"{self.max_parts} parts hold (S3 stores at most 5 TiB in one object); "
+                "split it into several objects (shards)",
+                service="s3", path=f"{self._bucket}/{self._key}")
+        self._sent += len(body)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._max_in_flight)
         await self._ensure_upload()
-        await self._slots.acquire()
+        weight = self._weight(len(body))
+        for _ in range(weight):  # (the only task that acquires: no deadlock)
+            await self._slots.acquire()
         self._part_number += 1
-        self._tasks.append(asyncio.ensure_future(self._upload_part(self._part_number, body)))
+        self._tasks.append(asyncio.ensure_future(
+            self._upload_part(self._part_number, body, weight)))
 
-    async def _upload_part(self, number: int, body: bytearray) -> None:
+    async def _upload_part(self, number: int, body: bytearray, weight: int) -> None:
         assert self._slots is not None
         try:
             resp = await self._upload(number, lambda: body)
@@ -435,7 +472,8 @@ class S3Writer(Writer):
             if self._error is None:
                 self._error = exc
         finally:
-            self._slots.release()
+            for _ in range(weight):
+                self._slots.release()
 
     async def _abort_remote(self) -> None:
         if await self._unpublish():
