@@ -49,7 +49,8 @@ examples:
   LLAMA_PASS=... tensorstream convert --passphrase-env LLAMA_PASS ./llama/ ./llama.tensors
 
 exit status: 0 converted; 1 failed (nothing written at DST); 2 usage or
-configuration error; 130/143 interrupted (temporary files removed)."""
+configuration error; 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP
+(temporary files removed)."""
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

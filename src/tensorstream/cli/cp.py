@@ -92,7 +92,7 @@ examples:
 
 exit status: 0 everything copied (and verified); 1 failed (nothing copied);
 2 usage or configuration error; 3 partial: some objects copied, others failed
-or were skipped for a problem (broken symlink...); 130/143 interrupted by
+or were skipped for a problem (broken symlink...); 130/143/129 interrupted by
 SIGINT/SIGTERM/SIGHUP (the message says what was kept and how to continue)."""
 
 SYNC_EPILOG = """\
@@ -101,7 +101,7 @@ examples:
   tensorstream sync --delete --dryrun ./llama s3://models/llama/
   tensorstream sync --exclude '*.pt' s3://models/llama/ redis://cache:6379/llama/
 
-exit status: as cp (0 done, 1 failed, 2 usage, 3 partial, 130/143 interrupted)."""
+exit status: as cp (0 done, 1 failed, 2 usage, 3 partial, 130/143/129 interrupted)."""
 
 
 def part_size(text: str) -> int:

@@ -50,7 +50,8 @@ Storage options go before or after the command. Run 'tensorstream COMMAND
 --help' for a command's options.
 
 exit status: 0 done, 1 failed, 2 usage or configuration error, 3 partial
-(some objects done, others failed), 130/143 interrupted."""
+(some objects done, others failed), 130/143/129 interrupted by
+SIGINT/SIGTERM/SIGHUP."""
 
 
 def build_parser() -> argparse.ArgumentParser:
