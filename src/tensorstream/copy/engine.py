@@ -62,6 +62,7 @@ from ..providers.base import Pin
 from ..uri import ParsedURI, redact_text
 from .lane import ThreadSlots, run_lane, takes
 from .local import Listings, copy_to_local
+from .places import connection
 from .plan import Job, Planner
 from .receive import CHUNK
 from .remote import copy_to_writer
@@ -202,7 +203,7 @@ class _Copier(Planner):
         self.width: Width | None = None  # while run() runs
         self.lane_objects = ThreadSlots(jobs)
         self.lane_reads = ThreadSlots(concurrency)
-        self.providers: dict[tuple[str, str, str], PolicyProvider] = {}
+        self.providers: dict[tuple[str, tuple[Any, ...]], PolicyProvider] = {}
         self.listings = Listings()
         self.result = result if result is not None else CopyResult()
         #: Held while the result or the progress listener is told of an object:
@@ -213,7 +214,7 @@ class _Copier(Planner):
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
         """One provider per (side, location): each side may have its own endpoint/credentials."""
         extra = self.side_options[side]
-        key = (side if extra else "", uri.scheme, uri.netloc)
+        key = (side if extra else "", connection(uri))
         if key not in self.providers:
             self.providers[key] = get_provider(uri, **{**self.options, **extra})
         return self.providers[key]

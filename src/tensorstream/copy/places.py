@@ -18,10 +18,20 @@ from typing import Any
 from ..errors import TensorstreamError
 from ..uri import ParsedURI
 
-__all__ = ["same_store"]
+__all__ = ["connection", "same_store"]
 
 #: Schemes whose URI's host and port name the server (options only say how to reach it).
 _HOSTED = frozenset({"redis", "rediss", "http", "https"})
+_REDIS = frozenset({"redis", "rediss"})
+
+
+def connection(uri: ParsedURI) -> tuple[Any, ...]:
+    """What of ``uri`` configures the provider made from it: the host, the user and
+    password of its userinfo and, for Redis, its query (``?db=2``, ``?cluster=``).
+    Sources sharing one provider by host alone were read from the first one's
+    database with the first one's user (``redis://h/b?db=2`` copied database 1's ``b``)."""
+    query = tuple(sorted(uri.query.items())) if uri.scheme in _REDIS else ()
+    return (uri.scheme, uri.netloc, uri.username, uri.password, query)
 
 
 def same_store(src: ParsedURI, dst: ParsedURI, src_options: Mapping[str, Any],
@@ -29,6 +39,8 @@ def same_store(src: ParsedURI, dst: ParsedURI, src_options: Mapping[str, Any],
     """Whether ``src`` and ``dst`` (with each side's whole options) are on one store."""
     if (src.scheme, src.netloc) != (dst.scheme, dst.netloc):
         return False
+    if src.scheme in _REDIS and _redis_db(src, src_options) != _redis_db(dst, dst_options):
+        return False  # one server, two databases
     if src.scheme == "file" or src_options == dst_options or src.scheme in _HOSTED:
         return True
     if src.scheme in ("s3", "s3a"):
@@ -47,3 +59,9 @@ def _s3_endpoint(options: Mapping[str, Any]) -> str | TensorstreamError | None:
     except TensorstreamError as exc:
         return exc
     return None if endpoint is None else normalize_endpoint(endpoint.value)
+
+
+def _redis_db(uri: ParsedURI, options: Mapping[str, Any]) -> str:
+    """The database a Redis URI with ``options`` names (the option over the URI's query)."""
+    db = options.get("redis_db")
+    return str(uri.query.get("db", 0) if db is None else db).lstrip("0") or "0"

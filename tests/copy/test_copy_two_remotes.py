@@ -1,0 +1,68 @@
+"""Copies between remote stores whose URIs differ only in what configures the connection:
+a Redis database (``?db=N``) and the user of a URI (``redis://user:pw@host``). Real
+redis-server on loopback; the engine in-process, as ``tensorstream.copy`` is called."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from tensorstream.copy.engine import copy
+
+
+def _key() -> str:
+    return f"cp2r-{secrets.token_hex(4)}"
+
+
+def test_sources_in_two_redis_databases_are_each_read_from_their_own(
+        tmp_path: Path, redis_server: Any) -> None:
+    """Every source on one host shared the provider made first (one per host and port): the
+    object of ``?db=2`` was read from database 1 and copied as if it were the one asked for."""
+    key = _key()
+    for db in (1, 2):
+        with redis_server.client(db=db) as c:
+            c.set(f"{key}/a.bin", f"a of database {db}".encode())
+            c.set(f"{key}/b.bin", f"b of database {db}".encode())
+    got = tmp_path / "out"
+    r = copy([redis_server.url(f"{key}/a.bin", db=1), redis_server.url(f"{key}/b.bin", db=2)],
+             str(got) + "/")
+    assert r.ok, r.errors
+    assert (got / "a.bin").read_bytes() == b"a of database 1"
+    assert (got / "b.bin").read_bytes() == b"b of database 2"
+
+
+def test_one_key_from_one_redis_database_into_another(redis_server: Any) -> None:
+    """``cp redis://h/k?db=1 redis://h/k`` copies database 1's object into database 0: it
+    was refused as "the same object" (one key, one host), or read from database 0."""
+    key = f"{_key()}/m.bin"
+    with redis_server.client(db=1) as c:
+        c.set(key, b"from database 1")
+    r = copy(redis_server.url(key, db=1), redis_server.url(key))
+    assert r.ok, r.errors
+    from tensorstream import open as ts_open
+    with ts_open(redis_server.url(key)) as f:
+        assert f.read() == b"from database 1"
+    r = copy(redis_server.url(key, db=1), redis_server.url(key, db=1))
+    assert not r.ok and "same object" in r.errors[0]  # the neighbour: still refused
+
+
+def test_each_side_is_sent_its_own_redis_user(redis_server: Any) -> None:
+    """``cp redis://reader:pw@h/src/k redis://writer:pw@h/dst/k``: both sides were sent the
+    destination's user (the provider was shared by host and port), so a reader allowed only
+    ``src/*`` and a writer allowed only ``dst/*`` failed with NOPERM."""
+    key = _key()
+    reader, writer = f"reader-{key}", f"writer-{key}"
+    with redis_server.client() as c:
+        c.execute_command("ACL", "SETUSER", reader, "on", ">rpw", f"~{key}/src/*", "+@all")
+        c.execute_command("ACL", "SETUSER", writer, "on", ">wpw", f"~{key}/dst/*", "+@all")
+        c.set(f"{key}/src/m.bin", b"weights")
+    try:
+        r = copy(redis_server.url(f"{key}/src/m.bin", user=reader, password="rpw"),
+                 redis_server.url(f"{key}/dst/m.bin", user=writer, password="wpw"))
+        assert r.ok, r.errors
+        with redis_server.client() as c:
+            assert c.exists(f"{key}/dst/m.bin")
+    finally:
+        with redis_server.client() as c:
+            c.execute_command("ACL", "DELUSER", reader, writer)
