@@ -630,3 +630,31 @@ def test_a_folder_of_many_files_copies_under_a_low_open_file_limit(tmp_path: Pat
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert result.ok and result.files == 400, result.errors[:3]
     assert (tmp_path / "dst/f399").read_bytes() == (399).to_bytes(2, "big") * 50
+
+
+def test_a_local_source_rewritten_with_its_mtime_put_back_is_not_published(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rsync -t / cp -p rewrite in place and put the old mtime back: same mtime,
+    # size and inode, so the copy published the first parts of one version and
+    # the rest of the other. The change time moved: the copy fails, publishes nothing.
+    src = tmp_path / "src.bin"
+    data = os.urandom(8 * PART)
+    src.write_bytes(data)
+    st = src.stat()
+    real_preadv, calls = os.preadv, []
+
+    def preadv(fd: int, buffers: Any, offset: int, *a: int) -> int:
+        calls.append(offset)
+        if len(calls) == 3:
+            time.sleep(0.05)  # (the file clock is coarse)
+            with open(src, "r+b") as f:
+                f.write(bytes(len(data)))
+            os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return real_preadv(fd, buffers, offset, *a)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = copy(str(src), f"{out}/", part_size=PART, concurrency=1)
+    assert not result.ok and "changed" in result.errors[0], result.errors
+    assert _names(out) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +397,37 @@ def test_a_file_rewritten_in_place_while_loading_raises_never_mixes(
     with pytest.raises(errors.ObjectChangedError, match="changed while"):
         tensorstream.deserialize(model, device="cpu", num_readers=2)
     assert len(calls) >= 2 and _local_threads() == []
+
+
+def _put_back_mtime(path: Path, data: bytes) -> None:
+    """Rewrite ``path`` in place with ``data`` and put its old mtime back, as
+    ``rsync -t``/``cp -p``/``tar -x`` do (after a pause: the file clock is coarse)."""
+    st = path.stat()
+    time.sleep(0.05)
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_rewrite_that_put_the_old_mtime_back_raises_never_mixes(
+        model: Path, tmp_path: Path) -> None:
+    # The version was mtime, size and inode, all three the same after such a
+    # rewrite: the load handed out tensors of both files.
+    other = _other_version(tmp_path)
+    with tensorstream.deserialize(model, device="cpu", lazy_load=True) as sd:
+        assert same_bytes(sd["d.float32"], STATE["d.float32"])
+        _put_back_mtime(model, other)
+        with pytest.raises(errors.ObjectChangedError, match="rsync -t"):
+            for k in STATE:
+                sd[k].clone()
+
+
+def test_a_chmod_while_loading_is_not_a_change(model: Path) -> None:
+    with tensorstream.deserialize(model, device="cpu", lazy_load=True) as sd:
+        assert same_bytes(sd["d.float32"], STATE["d.float32"])
+        time.sleep(0.05)
+        model.chmod(0o600)  # the change time moves, the bytes do not
+        assert all(same_bytes(sd[k], STATE[k]) for k in STATE)
 
 
 def test_load_into_module_takes_the_fast_path(tmp_path: Path,

@@ -17,7 +17,7 @@ from tensorizer.serialization import OPAQUE_DTYPE_SEP, _TensorHeaderDeserializer
 
 from ..errors import MalformedFileError, ObjectChangedError
 from ..file import StreamReader
-from ..providers.local.provider import _etag
+from ..providers.local.provider import _etag, version_change
 from ..uri import redact_text
 from . import inplace
 
@@ -96,9 +96,12 @@ class CheckedSource(io.RawIOBase):
         longer the version it was when wrapped. A local file rewritten in place
         while tensorizer read it (its headers, its tensors on a GPU or lazily)
         loaded tensors from both versions: nothing compared the file with itself."""
-        if self.identity is not None and _etag(os.fstat(self.inner.fileno())) != self.identity:
-            raise ObjectChangedError(f"file changed while it was being read: {self.name}",
-                                     service="file")
+        if self.identity is None:
+            return
+        why = version_change(os.fstat(self.inner.fileno()), self.identity)
+        if why is not None:
+            raise ObjectChangedError(f"file changed while it was being read: {self.name} "
+                                     f"({why}); load it again", service="file")
 
     def malformed(self, reason: str, *, expected: int | None = None) -> MalformedFileError:
         return MalformedFileError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,21 @@ def test_a_writer_is_not_taken_for_a_dead_run_by_a_copy_to_its_name(tmp_path: Pa
     f.close()
     assert (dst / "a.bin").read_bytes() == b"w" * (16 << 20)
     assert os.listdir(dst) == ["a.bin"]
+
+
+def test_a_rewrite_that_put_the_old_mtime_back_is_never_mixed(tmp_path: Path) -> None:
+    # rsync -t / cp -p: same mtime, size and inode; the second read returned the
+    # new file's bytes after the first one's old ones.
+    p = tmp_path / "m.bin"
+    data = os.urandom(1 << 20)
+    p.write_bytes(data)
+    with tensorstream.open(p, retries=1) as f:
+        assert f.read(1000) == data[:1000]
+        st = p.stat()
+        time.sleep(0.05)  # (the file clock is coarse)
+        with open(p, "r+b") as w:
+            w.write(bytes(len(data)))
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+        f.seek(500_000)
+        with pytest.raises(errors.ObjectChangedError, match="change time"):
+            f.read(1000)

@@ -14,6 +14,7 @@ import secrets
 import stat as stat_mod
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -32,11 +33,46 @@ from ...readahead._prefault import populate
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
 
 __all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error",
-           "naming_write_errors", "open_regular", "temp_copy_hint", "temp_path_for", "temp_stem"]
+           "naming_write_errors", "open_regular", "temp_copy_hint", "temp_path_for", "temp_stem",
+           "version_change"]
 
 
 def _etag(st: os.stat_result) -> str:
-    return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
+    """A file's version: mtime, size, inode, change time and a print of its metadata.
+
+    mtime alone is not enough: ``rsync -t``, ``cp -p`` and ``tar -x`` rewrite a
+    file in place and then put its old mtime back (``utime``). The change time
+    (``ctime``) and the inode cannot be set by a user, so a rewrite shows there.
+    """
+    return (f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}-{st.st_ctime_ns:x}"
+            f"-{_metadata_print(st):x}")
+
+
+def _metadata_print(st: os.stat_result) -> int:
+    return zlib.crc32(f"{st.st_mode}:{st.st_uid}:{st.st_gid}:{st.st_nlink}".encode())
+
+
+def version_change(st: os.stat_result, etag: str) -> str | None:
+    """Why the file whose ``fstat`` is ``st`` is no longer version ``etag``
+    (:func:`_etag`'s), or None when it still is.
+
+    The change time also moves on a change of metadata alone (chmod, chown, a
+    hard link made or removed, the name renamed over or unlinked while open).
+    Such a change shows in the mode, owner or link count, and is not a new
+    version: a chmod mid-load does not fail it. One that shows nowhere else
+    (chmod to the same mode, an xattr or ACL set) cannot be told from a rewrite
+    whose mtime was put back, and counts as a change (the safe side).
+    """
+    now = _etag(st)
+    if now == etag:
+        return None
+    mine, pinned = now.split("-"), etag.split("-")
+    if mine[:3] != pinned[:3] or len(pinned) != len(mine):
+        return "its modification time, size or inode changed"
+    if mine[4] != pinned[4]:
+        return None  # (metadata only: mode, owner or link count changed with the ctime)
+    return ("its change time moved while its modification time and size stayed: rewritten "
+            "in place with its old mtime put back, as rsync -t, cp -p and tar -x do")
 
 
 def map_local_error(exc: OSError, path: str) -> TensorstreamError | OSError:
@@ -128,9 +164,10 @@ def _info(path: str, st: os.stat_result) -> ObjectInfo:
 
 def _check_version(fd: int, path: str, etag: str) -> os.stat_result:
     st = os.fstat(fd)
-    if _etag(st) != etag:
-        raise ObjectChangedError(f"file changed while it was being read: {path}",
-                                 service="file")
+    why = version_change(st, etag)
+    if why is not None:
+        raise ObjectChangedError(f"file changed while it was being read: {path} ({why}); "
+                                 "read it again", service="file")
     return st
 
 
