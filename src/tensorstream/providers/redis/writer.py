@@ -45,8 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as rex
 
-from ...errors import ConfigurationError, IntegrityError, ObjectChangedError, TensorstreamError
+from ...errors import (
+    ConfigurationError,
+    IntegrityError,
+    ObjectChangedError,
+    TensorstreamError,
+    UnsupportedOperationError,
+)
 from ..base import Writer
+from . import layout
 from .layout import chunk_key, manifest_fields
 
 if TYPE_CHECKING:
@@ -154,6 +161,7 @@ class RedisWriter(Writer):
                 t.result()
         if self._state != "open":  # aborted while this write waited for a slot
             raise ValueError(f"write to a {self._state} Redis writer")
+        self._check_fits(self._size + len(chunk))
         key = chunk_key(self._path, self._gen, self._size).encode("utf-8", "surrogateescape")
         self._keys.append(key)
         self._size += len(chunk)
@@ -169,6 +177,7 @@ class RedisWriter(Writer):
     wants_sha256 = True
 
     def part_size_for(self, total: int, wanted: int) -> int | None:
+        self._check_fits(total)
         self._part_size = self._cs * max(1, wanted // self._cs)  # whole chunks
         return self._part_size
 
@@ -219,6 +228,23 @@ class RedisWriter(Writer):
             # would land after the clean-up. The caller aborts once they stopped.
             self._failed(exc)
             raise
+
+    def _check_fits(self, size: int) -> None:
+        """Refuse, before more is staged, an object that readers would refuse:
+        more than :data:`.layout.MAX_CHUNKS` chunks or :data:`.layout.MAX_OBJECT_SIZE`
+        bytes (was: staged and published, then every read failed)."""
+        if size > layout.MAX_OBJECT_SIZE:
+            raise UnsupportedOperationError(
+                f"{size} bytes is more than tensorstream stores in one Redis object "
+                f"({layout.MAX_OBJECT_SIZE} bytes); split it into several objects (shards)",
+                service="redis", path=self._path)
+        if -(-size // self._cs) > layout.MAX_CHUNKS:
+            need = -(-size // layout.MAX_CHUNKS)
+            raise ConfigurationError(
+                f"{size} bytes in chunks of {self._cs} is more than {layout.MAX_CHUNKS} "
+                f"chunks, the most a Redis object may have: pass a redis_chunk_size of at "
+                f"least {need} (the object's size / {layout.MAX_CHUNKS})",
+                service="redis", path=self._path)
 
     async def _within_bulk_limit(self, size: int, send: Callable[[], Awaitable[Any]]) -> Any:
         """``await send()`` (a chunk's ``SET``). A value longer than the server's
