@@ -30,7 +30,8 @@ def test_a_rank_template_is_filled_with_the_rank_in_the_group_passed(tmp_path: P
     rank: ranks 2 and 3 asked for shard-002/-003 (NotFoundError), where vLLM fills it with
     the tensor-parallel rank. The rank in the group passed fills it now; the default
     group ("auto") still means the global rank, and rank=/world_size= that contradict
-    the group are refused rather than silently preferred."""
+    the group are refused rather than silently preferred. A rank without its file fails
+    every rank of the group."""
     shards = _shards(tmp_path, 2)
     template = str(tmp_path / "shard-%03d.tensors")
     shapes = {"w": [10], "b": [3]}
@@ -43,6 +44,7 @@ def test_a_rank_template_is_filled_with_the_rank_in_the_group_passed(tmp_path: P
         {"label": "solo", "uri": template, "group": "solo"},
         # the default group: the global rank (4 ranks, 2 files: ranks 2 and 3 find none)
         {"label": "world", "uri": template, "group": "auto"},
+        {"label": "after", "uri": template, "group": "pair"},  # the group still works
         {"label": "tp-same-rank", "uri": template, "group": "pair",
          "kwargs": [{"rank": r % 2, "world_size": 2} for r in range(4)]},
         {"label": "tp-other-rank", "uri": template, "group": "pair",
@@ -58,14 +60,52 @@ def test_a_rank_template_is_filled_with_the_rank_in_the_group_passed(tmp_path: P
             assert r.value[label].get("digests") == mine, (r.rank, label, r.value[label])
         assert r.value["tp-module"].get("digests") == mine, (r.rank, r.value["tp-module"])
         assert r.value["solo"].get("digests") == shards[0], (r.rank, r.value["solo"])
+        # 4 ranks, files for 2: ranks 0 and 1 returned their tensors and went on to
+        # their next collective while 2 and 3 raised; every rank raises now
         world = r.value["world"]
-        if r.rank < 2:
-            assert world.get("digests") == shards[r.rank], (r.rank, world)
-        else:
-            assert "NotFoundError" in world["types"], (r.rank, world)
-            assert f"shard-{r.rank:03d}.tensors" in world["error"], world
+        assert "DistributedLoadError" in world.get("types", []), (r.rank, world)
+        assert world["failed_ranks"] == [2, 3], world
+        assert "shard-002.tensors" in world["error"] and "shard-003.tensors" in world["error"]
+        assert "NotFoundError" in world["error"] and "4-rank group" in world["error"], world
+        assert r.value["after"].get("digests") == mine, (r.rank, r.value["after"])
         for label, said in (("tp-other-rank", f"rank={1 - r.rank % 2}"),
                             ("tp-other-size", "world_size=4")):
+            got = r.value[label]  # every rank's ConfigurationError, raised on every rank
+            assert "DistributedLoadError" in got.get("types", []), (r.rank, label, got)
+            assert got["failed_ranks"] == [0, 1], (r.rank, label, got)
+            assert "ConfigurationError" in got["error"] and said in got["error"], got
+            assert f"rank {r.rank % 2} of 2" in got["error"], got
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -> None:
+    """With group= and a rank template each rank reads its own file, and a failure was
+    that rank's alone: rank 1 raised (its shard missing, its module another shape, its
+    rank= contradicting the group) while rank 0 returned and went on to its next
+    collective, waiting there for the group's whole timeout (30 min for gloo). Every
+    rank raises DistributedLoadError naming rank 1's error now, and the group still
+    loads afterwards."""
+    shards = _shards(tmp_path, 2)
+    template = str(tmp_path / "shard-%03d.tensors")
+    shapes = {"w": [10], "b": [3]}
+    todo = [
+        {"label": "missing", "uri": [template, str(tmp_path / "shard-%03d.absent")]},
+        {"label": "module-differs", "kind": "module", "uri": template,
+         "shapes": [shapes, {"w": [11], "b": [3]}]},
+        {"label": "wrong-size", "uri": template, "group": "pair",
+         "kwargs": [{}, {"world_size": 3}]},
+        {"label": "lazy", "uri": template, "kwargs": {"lazy_load": True}},
+        {"label": "after", "uri": template},
+    ]
+    results = run_ranks(steps, 2, todo, timeout=90, group_timeout=20)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    for r in results:
+        for label, said in (("missing", "NotFoundError"), ("module-differs", "ModuleMismatch"),
+                            ("wrong-size", "world_size=3")):
             got = r.value[label]
-            assert "ConfigurationError" in got.get("types", []), (r.rank, label, got)
-            assert said in got["error"] and f"rank {r.rank % 2} of 2" in got["error"], got
+            assert "DistributedLoadError" in got.get("types", []), (r.rank, label, got)
+            assert got["failed_ranks"] == [1], (r.rank, label, got)
+            assert "rank 1: " in got["error"] and said in got["error"], (r.rank, label, got)
+            assert got["seconds"] < 15, got
+        assert r.value["lazy"].get("digests") == shards[r.rank], (r.rank, r.value["lazy"])
+        assert r.value["after"].get("digests") == shards[r.rank], (r.rank, r.value["after"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -28,7 +28,9 @@ from ..uri import parse_uri, redact_text
 from .group import Group
 from .plan import Piece
 
-__all__ = ["DEFAULT_CHUNK", "agree", "broadcast_shares", "is_local", "read_share"]
+__all__ = ["DEFAULT_CHUNK", "agree", "agreed", "broadcast_shares", "is_local", "read_share"]
+
+_T = TypeVar("_T")
 
 #: Bytes moved by one broadcast at most: bounds staging memory (NCCL: on the GPU).
 DEFAULT_CHUNK = 64 << 20
@@ -106,6 +108,27 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
             + (" (a local file's version is its inode and mtime: copies on several machines "
                "differ even when their bytes do not; load them with group=None, each rank "
                "from its own disk)" if local else ""))
+
+
+def agreed(group: Group, what: str, step: Callable[[], _T], undo: Callable[[_T], Any]) -> _T:
+    """Run ``step`` (this rank's own part: nothing shared) and agree on it: a
+    failure on any rank raises :class:`DistributedLoadError` on every rank
+    (``undo`` drops what ``step`` returned on the ranks where it succeeded).
+
+    A rank that raised alone went on to the caller's next collective while
+    its peers waited in theirs, for the group's whole timeout.
+    """
+    try:
+        result = step()
+    except Exception as exc:
+        agree(group, what, exc)
+        raise  # (agree raised already)
+    try:
+        agree(group, what, None)
+    except BaseException:
+        undo(result)
+        raise
+    return result
 
 
 def is_local(target: Any) -> bool:

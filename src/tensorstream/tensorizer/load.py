@@ -34,7 +34,7 @@ from .._umask import new_file_mode
 from ..api import get_provider
 from ..api import open as ts_open
 from ..config import COMMON_OPTIONS, VALIDATORS, _flag, option_hint, validate_options
-from ..distributed.exchange import agree
+from ..distributed.exchange import agree, agreed
 from ..distributed.group import Group, resolve_group, template_rank
 from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
@@ -340,8 +340,9 @@ def deserialize(
     every rank. ``group_timeout`` (seconds) bounds each collective wait
     (default: the group's timeout). A rank template reads each rank's own
     file (no exchange), filled with the rank in a process group passed as
-    ``group`` (vLLM's tensor-parallel rank); ``None`` or a group of one is a
-    load of its own. See docs/distributed.md.
+    ``group`` (vLLM's tensor-parallel rank); a failure on any rank raises on
+    every rank there too. ``None`` or a group of one is a load of its own.
+    See docs/distributed.md.
 
     Before allocating, the bytes the tensors to load claim (a *meta* tensor,
     stored without data and loaded as zeros, claims its whole shape) are
@@ -391,12 +392,24 @@ def deserialize(
         # URI names a file per rank, which each rank reads itself.
         sharded = isinstance(raw, str) and is_sharded(raw)
         # Checked with a template too: group="autp", group=5 or group_timeout=-1 passed
-        # without a word there (the group is not used: each rank reads its own file).
+        # without a word there.
         shared = resolve_group(group, group_timeout)
-        if sharded:
-            shared = None
-            # the shard of this rank in the group passed (vLLM: the tensor-parallel
-            # rank); the global rank named shard 2 for rank 0 of the group [2, 3]
+        if sharded and shared is not None:
+            # Each rank loads its own file, filled with its rank in the group passed
+            # (vLLM: the tensor-parallel rank; the global rank named shard 2 for rank 0
+            # of the group [2, 3]), and the group agrees: a rank whose shard was missing
+            # raised alone while the others went on to their next collective and waited.
+            def own() -> TensorDeserializer:
+                mine, size = template_rank(group, rank, world_size)
+                return deserialize(raw, device, num_readers=num_readers,
+                                   verify_hash=verify_hash, encryption=encryption,
+                                   filter_func=filter_func, dtype=dtype, lazy_load=lazy_load,
+                                   rank=mine, world_size=size,
+                                   max_tensor_bytes=max_tensor_bytes, **options)
+
+            return agreed(shared, f"loading {redact(str(raw))} (a rank template: one file per "
+                          f"rank of the {shared.size}-rank group)", own, _close)
+        if sharded:  # a group of one, or none
             rank, world_size = template_rank(group, rank, world_size)
         elif group is not None and (rank is not None or world_size is not None):
             # Not used with group= (the group's ranks share one file), but still checked:
@@ -496,6 +509,11 @@ def deserialize(
     if not lazy_load:
         record.loaded(deserializer)
     return deserializer
+
+
+def _close(deserializer: TensorDeserializer) -> None:
+    with contextlib.suppress(Exception):
+        deserializer.close()
 
 
 def _size_of(stream: Any) -> int | str:
@@ -640,9 +658,7 @@ def _module_group(uri: Any, kwargs: Mapping[str, Any]) -> Group | None:
     """The group :func:`deserialize` shares this load with (``group=``), or None."""
     if isinstance(uri, StreamReader) or kwargs.get("group") is None:
         return None
-    raw = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
-    if isinstance(raw, str) and is_sharded(raw):
-        return None
+    # a rank template too: a rank whose module differs raised alone, its peers went on
     return resolve_group(kwargs["group"], kwargs.get("group_timeout"))
 
 
