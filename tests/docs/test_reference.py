@@ -258,3 +258,57 @@ def test_every_help_names_the_interrupted_statuses_the_docs_do() -> None:
         if "interrupted" in text:
             assert f"{statuses} interrupted" in text, f"tensorstream {command} --help: {text[-300:]}"
     assert " 130/143 " not in " ".join(CLI_MD.read_text().split())
+
+
+def _documented_call(page: str, name: str) -> str:
+    """The first ``name(...)`` in backticks on docs/``page``, with its lines joined."""
+    text = " ".join((ROOT / "docs" / page).read_text().split())
+    m = re.search(rf"`{re.escape(name)}\((.*?)\)`", text)
+    assert m, f"docs/{page} no longer shows {name}(...)"
+    return m.group(1)
+
+
+def _real_call(fn: object) -> str:
+    import inspect
+
+    parts, star = [], False
+    for p in inspect.signature(fn).parameters.values():  # type: ignore[arg-type]
+        if p.kind is p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        if p.kind is p.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        elif p.default is p.empty:
+            parts.append(p.name)
+        else:
+            parts.append(f"{p.name}={p.default!r}".replace("'", '"'))
+    return ", ".join(parts)
+
+
+def _signatures() -> list[tuple[str, str, object]]:
+    import tensorstream
+    from tensorstream import safetensors
+
+    return [("load-a-model.md", "deserialize", tensorstream.deserialize),
+            ("safetensors.md", "load", safetensors.load),
+            ("safetensors.md", "iter_tensors", safetensors.iter_tensors),
+            ("safetensors.md", "open", safetensors.open),
+            ("safetensors.md", "save", safetensors.save)]
+
+
+@pytest.mark.parametrize(("page", "name", "fn"), _signatures(), ids=lambda v: getattr(v, "__name__", v))
+def test_documented_signatures_are_the_code_s(page: str, name: str, fn: object) -> None:
+    assert _documented_call(page, name) == _real_call(fn)
+
+
+@pytest.mark.parametrize(("page", "name", "fn"), _signatures()[:3], ids=lambda v: getattr(v, "__name__", v))
+def test_every_argument_has_a_row(page: str, name: str, fn: object) -> None:
+    import inspect
+
+    text = (ROOT / "docs" / page).read_text()
+    rows = {n for line in text.splitlines() if line.startswith("| `")
+            for n in re.findall(r"`(\*{0,2}\w+)`", line.split("|")[1])}
+    params = {("**" if p.kind is p.VAR_KEYWORD else "") + p.name
+              for p in inspect.signature(fn).parameters.values()}  # type: ignore[arg-type]
+    missing = sorted(params - rows - {"uri"} if name == "deserialize" else params - rows)
+    assert not missing, f"docs/{page}: arguments of {name} without a row: {missing}"
