@@ -18,6 +18,9 @@ own chain, run by the provider (asynchronously, with refresh) or by
 
 A key pair is taken whole from one source; half of a pair is an error that
 names both halves. A session token belongs to the pair of its own source.
+``~/.s3cfg``'s endpoint travels only with its keys, and they with it (below
+``s3_endpoint`` and ``S3_ENDPOINT_URL``): keys from elsewhere were sent to
+another tool's store.
 """
 
 from __future__ import annotations
@@ -324,8 +327,14 @@ def resolve_s3_credentials(
                                      "(AWS key ids and tokens are ASCII); the value is not shown")
     aws_config = read_profile_config(profile, env)
     ignore = ignore_configured_endpoints(env, aws_config)
-    endpoint = _resolve_endpoint(options, env, cfg, cfg_path, aws_config,
-                                 ignore is not None and ignore.value)
+    # The file's endpoint travels with the file's keys (as s3cmd and tensorizer pair them):
+    # keys from anywhere else were sent to another tool's store. A file named by
+    # s3_config_path that holds no keys is the user's choice of endpoint for any keys.
+    cfg_keys = pair is not None and pair[0].source.startswith("s3cmd config")
+    cfg_has_pair = "access_key" in cfg or "secret_key" in cfg
+    cfg_endpoint = "keys" if cfg_keys else "any" if explicit_cfg and not cfg_has_pair else None
+    endpoint = _resolve_endpoint(options, env, cfg if cfg_endpoint else {}, cfg_path, aws_config,
+                                 ignore is not None and ignore.value, cfg_endpoint == "keys")
     if endpoint is not None:
         _check_endpoint(endpoint)
     region = _resolve_region(options, env)
@@ -402,28 +411,40 @@ def aws_files(env: Mapping[str, str]) -> str:
 
 def _resolve_endpoint(
     options: Mapping[str, Any], env: Mapping[str, str], cfg: dict[str, str], cfg_path: str,
-    aws_config: ProfileConfig, ignore_configured: bool,
+    aws_config: ProfileConfig, ignore_configured: bool, cfg_keys: bool = False,
 ) -> Sourced[str] | None:
-    """The endpoint by the order of docs/s3.md. ``ignore_configured`` drops the AWS SDK's
-    own settings (its variables, the config file), as botocore does; the option, vLLM's
-    ``S3_ENDPOINT_URL`` and s3cmd's ``host_base`` are not the SDK's and still apply."""
+    """The endpoint by the order of docs/s3.md. ``cfg`` is the s3cmd file when its
+    endpoint may be used (else empty); ``cfg_keys``: the keys are its own, and its
+    ``host_base`` then beats the AWS SDK's variables (s3cmd's and tensorizer's pairing).
+    ``ignore_configured`` drops the AWS SDK's own settings (its variables, the config
+    file), as botocore does; the option, vLLM's ``S3_ENDPOINT_URL`` and s3cmd's
+    ``host_base`` are not the SDK's and still apply."""
     if (v := _opt(options, "s3_endpoint")) is not None:
         return Sourced(normalize_endpoint(v), "option s3_endpoint")
-    names = ("S3_ENDPOINT_URL",) if ignore_configured else (
-        "S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # botocore's order
-    for name in names:
+    if (v := _env(env, "S3_ENDPOINT_URL")) is not None:
+        return Sourced(normalize_endpoint(v), "env S3_ENDPOINT_URL")
+    if cfg_keys and (found := _cfg_endpoint(cfg, cfg_path)) is not None:
+        return found
+    names = () if ignore_configured else ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    for name in names:  # botocore's order
         if (v := _env(env, name)) is not None:
             return Sourced(normalize_endpoint(v), f"env {name}")
-    if (host := cfg.get("host_base")) is not None:
-        if "://" not in host:
-            https = _truthy(cfg.get("use_https", "true"))
-            host = f"{'https' if https else 'http'}://{host}"
-        return Sourced(normalize_endpoint(host), f"s3cmd config {cfg_path} host_base")
+    if (found := _cfg_endpoint(cfg, cfg_path)) is not None:
+        return found
     if not ignore_configured and (found := aws_config.endpoint()) is not None:
         # Resolved here, not left to botocore, so that messages name it and the
         # defaults of a custom endpoint apply (path style, as boto3 takes for one).
         return Sourced(normalize_endpoint(found.value), found.source)
     return None  # AWS
+
+
+def _cfg_endpoint(cfg: dict[str, str], cfg_path: str) -> Sourced[str] | None:
+    if (host := cfg.get("host_base")) is None:
+        return None
+    if "://" not in host:
+        https = _truthy(cfg.get("use_https", "true"))
+        host = f"{'https' if https else 'http'}://{host}"
+    return Sourced(normalize_endpoint(host), f"s3cmd config {cfg_path} host_base")
 
 
 #: A region name is a host label (botocore's rule, checked when it builds a client).
