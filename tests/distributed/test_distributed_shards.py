@@ -95,6 +95,10 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
         {"label": "wrong-size", "uri": template, "group": "pair",
          "kwargs": [{}, {"world_size": 3}]},
         {"label": "lazy", "uri": template, "kwargs": {"lazy_load": True}},
+        # a name that is wrong on every rank is each rank's ConfigurationError, as without
+        # a group (it was a DistributedLoadError, no longer a ValueError)
+        {"label": "two-templates", "uri": str(tmp_path / "r%03d" / "shard-%03d.tensors")},
+        {"label": "too-wide", "uri": str(tmp_path / "shard-%099d.tensors")},
         {"label": "after", "uri": template},
     ]
     results = run_ranks(steps, 2, todo, timeout=90, group_timeout=20)
@@ -107,5 +111,9 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
             assert got["failed_ranks"] == [1], (r.rank, label, got)
             assert "rank 1: " in got["error"] and said in got["error"], (r.rank, label, got)
             assert got["seconds"] < 15, got
+        for label in ("two-templates", "too-wide"):
+            got = r.value[label]
+            assert got.get("types", [])[0] == "ConfigurationError", (r.rank, label, got)
+            assert "ValueError" in got["types"], got
         assert r.value["lazy"].get("digests") == shards[r.rank], (r.rank, r.value["lazy"])
         assert r.value["after"].get("digests") == shards[r.rank], (r.rank, r.value["after"])

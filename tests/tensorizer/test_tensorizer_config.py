@@ -273,8 +273,10 @@ def test_an_escaped_percent_is_printf_s_not_a_template() -> None:
     assert shard_uri("/m-%%%03d.t", rank=2, world_size=4) == "/m-%002.t"
 
 
-@pytest.mark.parametrize("placeholder", ["%d", "%s", "%3d"])
+@pytest.mark.parametrize("placeholder", ["%d", "%s", "%3d", "%i", "%05i", "{rank}", "{}",
+                                         "{rank:03d}", "{:03d}"])
 def test_a_placeholder_that_is_not_filled_is_named(placeholder: str) -> None:
+    # "{rank}" (str.format's) and "%i" were "has no rank template" with no word on why
     with pytest.raises(errors.ConfigurationError,
                        match=f"'{placeholder}' is not one: only a zero-padded %0Nd"):
         shard_uri(f"/m-{placeholder}.t", rank=1, world_size=2)

@@ -72,7 +72,7 @@ from .hook import (
 )
 from .local import LocalTensorDeserializer, fast_path, on_cpu, open_local
 from .remote import RemoteTensorDeserializer
-from .sharding import is_sharded, resolve_rank, shard_uri
+from .sharding import check_template, is_sharded, resolve_rank, shard_uri
 from .stats import LoadStats, collect
 from .stats import log as load_log
 
@@ -395,6 +395,7 @@ def deserialize(
         # without a word there.
         shared = resolve_group(group, group_timeout)
         if sharded and shared is not None:
+            check_template(str(raw))  # the same on every rank: its own error, not the group's
             # Each rank loads its own file, filled with its rank in the group passed
             # (vLLM: the tensor-parallel rank; the global rank named shard 2 for rank 0
             # of the group [2, 3]), and the group agrees: a rank whose shard was missing

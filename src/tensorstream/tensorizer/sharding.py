@@ -12,13 +12,14 @@ import re
 from ..errors import ConfigurationError
 from ..uri import redact
 
-__all__ = ["is_sharded", "resolve_rank", "shard_uri"]
+__all__ = ["check_template", "is_sharded", "resolve_rank", "shard_uri"]
 
 # A zero-padded printf integer, as vLLM detects it ("%03d", "%04d"), or an escaped '%'
 # ("%%", printf's, as vLLM's ``uri % rank`` reads it): "%%03d" is the text "%03d", no template.
 _TOKEN = re.compile(r"%%|%0(\d+)d")
-#: A printf placeholder that is not a template tensorstream fills ("%d", "%s", "%3d").
-_OTHER_PLACEHOLDER = re.compile(r"(?<!%)(?:%%)*(%[-+ #]?\d*[ds])")
+#: A placeholder that is not a template tensorstream fills: printf's ("%d", "%s", "%3d",
+#: "%05i") or str.format's ("{rank}", "{}", "{rank:03d}").
+_OTHER_PLACEHOLDER = re.compile(r"(?<!%)(?:%%)*(%[-+ #]?\d*[dis])|(\{\w*(?::[^{}]*)?\})")
 #: The widest template filled in: "%0999999999d" made a name of a billion digits (1 GB).
 MAX_TEMPLATE_WIDTH = 32
 
@@ -85,6 +86,22 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return rank, world_size
 
 
+def check_template(uri: str) -> None:
+    """Raise :class:`ConfigurationError` if ``uri`` holds more than one rank
+    template, or one wider than :data:`MAX_TEMPLATE_WIDTH` digits."""
+    found = _templates(uri)
+    if len(found) > 1:
+        # the second was left in the name: rank 2 of "b/%03d/m-%03d" read "b/002/m-%03d"
+        raise ConfigurationError(
+            f"{redact(uri)[:200]!r} holds {len(found)} rank templates; use exactly one, "
+            "e.g. 'model-rank-%03d.tensors'")
+    width = found[0].group(1).lstrip("0") if found else ""
+    if len(width) > 2 or (width and int(width) > MAX_TEMPLATE_WIDTH):
+        raise ConfigurationError(
+            f"the rank template %0{width[:12]}d in {redact(uri)[:200]!r} is wider than "
+            f"{MAX_TEMPLATE_WIDTH} digits; use a zero-padded width like %03d")
+
+
 def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = None) -> str:
     """The URI of this rank's shard.
 
@@ -101,25 +118,15 @@ def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = Non
     if not templated and rank is None and world_size is None and _distributed() is None:
         return uri
     r, ws = resolve_rank(rank, world_size)
-    found = _templates(uri)
-    if len(found) > 1:
-        # the second was left in the name: rank 2 of "b/%03d/m-%03d" read "b/002/m-%03d"
-        raise ConfigurationError(
-            f"{redact(uri)[:200]!r} holds {len(found)} rank templates; use exactly one, "
-            "e.g. 'model-rank-%03d.tensors'")
-    width = found[0].group(1).lstrip("0") if found else ""
-    if len(width) > 2 or (width and int(width) > MAX_TEMPLATE_WIDTH):
-        raise ConfigurationError(
-            f"the rank template %0{width[:12]}d in {redact(uri)[:200]!r} is wider than "
-            f"{MAX_TEMPLATE_WIDTH} digits; use a zero-padded width like %03d")
+    check_template(uri)
     if templated:
         # printf's reading, as vLLM's: the template gets the rank and "%%" is one '%'
         # ("%%03d" was read as '%' and a template: rank 2 named "%002", not "%03d")
         return _TOKEN.sub(lambda m: m.group(0) % r if m.group(1) is not None else "%", uri)
     if ws > 1:
         other = _OTHER_PLACEHOLDER.search(uri)
-        hint = (f" ({other.group(1)!r} is not one: only a zero-padded %0Nd is filled in)"
-                if other else "")
+        hint = (f" ({(other.group(1) or other.group(2))!r} is not one: only a zero-padded "
+                "%0Nd is filled in)" if other else "")
         raise ConfigurationError(
             f"world size is {ws} but {redact(uri)!r} has no rank template{hint}; every rank "
             "would use the same file. Put a zero-padded template in the name, e.g. "
