@@ -99,7 +99,8 @@ def steps(rank: int, world: int, todo: list[dict[str, Any]]) -> dict[str, Any]:
 
 def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: str) -> Any:
     """Rank ``victim`` exits (``how="exit"``) or stops answering (``"hang"``)
-    while reading its share; the other ranks run ``step``."""
+    while reading its share (``"exit-own"``/``"hang-own"``: while opening its own
+    file, a rank template's); the other ranks run ``step``."""
     import importlib
 
     if rank == victim:
@@ -123,4 +124,8 @@ def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: st
                 module.broadcast_shares = dying
             else:
                 module.read_share = broken
+        if how in ("exit-own", "hang-own"):  # while opening its own file (a rank template)
+            load = importlib.import_module("tensorstream.tensorizer.load")
+            load.open_local = broken  # type: ignore[attr-defined]
+            how = how.split("-")[0]
     return _run(step, rank, {})

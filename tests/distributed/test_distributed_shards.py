@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dist_scenarios import digest, steps
+from dist_scenarios import break_rank, digest, steps
 
 from tensor_files import tensorizer_bytes
 from tensorstream.testing.distributed import run_ranks
@@ -117,3 +117,21 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
             assert "ValueError" in got["types"], got
         assert r.value["lazy"].get("digests") == shards[r.rank], (r.rank, r.value["lazy"])
         assert r.value["after"].get("digests") == shards[r.rank], (r.rank, r.value["after"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["exit-own", "hang-own"])
+def test_a_rank_that_dies_or_hangs_loading_its_shard_fails_the_others_in_bounded_time(
+        tmp_path: Path, how: str) -> None:
+    """Rank 1 exits (os._exit) or stops answering while it opens its own shard: rank 0,
+    done with its own, raises DistributedLoadError (gloo sees the closed connection at
+    once; a silent rank trips group_timeout=3) instead of waiting forever."""
+    _shards(tmp_path, 2)
+    step = {"label": "tp", "uri": str(tmp_path / "shard-%03d.tensors"),
+            "kwargs": {"group_timeout": 3.0}}
+    results = run_ranks(break_rank, 2, step, 1, how, timeout=60)
+    assert results[0].raised("DistributedLoadError"), (results[0].error, results[0].traceback)
+    assert "shard-%03d.tensors" in (results[0].error or ""), results[0].error
+    assert results[0].seconds < 9, results[0].seconds
+    assert not results[0].hung and not results[1].hung
