@@ -3,7 +3,9 @@
 Each flag maps to one option name in :func:`tensorstream.providers.registry.known_option_names`,
 so ``--s3-endpoint URL`` means exactly ``tensorstream.open(..., s3_endpoint=URL)``.
 The names users already type in ``aws s3`` work too (``--endpoint-url``,
-``--profile``, ``--region``, ``--no-sign-request``, ``--no-verify-ssl``).
+``--profile``, ``--region``, ``--no-sign-request``, ``--no-verify-ssl``), and
+curl's and wget's ``--proxy URL`` / ``--no-proxy`` (the ``proxy`` option: a URL, or
+``False``).
 Flags not given are not passed, so the library's environment variables and
 config files (``S3_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.s3cfg``...) still apply.
 
@@ -51,11 +53,17 @@ FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--redis-password",), "redis_password", str,
      "Redis password (prefer REDIS_PASSWORD: argv is visible to others)"),
     (("--redis-cluster",), "redis_cluster", bool, "connect to a Redis Cluster"),
+    (("--proxy",), "proxy", str,
+     "HTTP proxy for every HTTP(S) and S3 request: http://[user:password@]host:port "
+     "(default: HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY; prefer them for a password: "
+     "argv is visible to others)"),
     (("--timeout-connect",), "timeout_connect", float, "connect timeout, seconds (default 10)"),
     (("--timeout-idle",), "timeout_idle", float,
      "max seconds without receiving a byte (default 30)"),
     (("--retries",), "retries", int, "attempts per request, including the first (default 5)"),
 ]
+
+_METAVARS = {"proxy": "URL"}
 
 #: Flags that also exist as ``--src-NAME`` / ``--dst-NAME`` on cp and sync.
 SIDE_FLAGS: list[tuple[str, str, Any]] = [
@@ -79,7 +87,12 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
                                default=argparse.SUPPRESS, help=help_)
         else:
             group.add_argument(*flags, dest=f"opt_{dest}", type=typ, default=argparse.SUPPRESS,
-                               metavar=dest.split("_", 1)[-1].upper(), help=help_)
+                               metavar=_METAVARS.get(dest, dest.split("_", 1)[-1].upper()),
+                               help=help_)
+        if dest == "proxy":  # wget's --no-proxy (curl: --noproxy '*'); after --proxy in --help
+            group.add_argument("--no-proxy", dest="opt_no_proxy", action="store_true",
+                               default=argparse.SUPPRESS,
+                               help="connect directly, whatever HTTPS_PROXY & co. say")
     group.add_argument("--header", dest="opt_headers", action="append",
                        default=argparse.SUPPRESS, metavar="'NAME: VALUE'",
                        help="extra HTTP header (repeatable)")
@@ -103,6 +116,19 @@ def add_side_options(parser: argparse.ArgumentParser) -> None:
         f"--src-NAME / --dst-NAME for NAME in: {names} (e.g. --src-endpoint-url "
         "http://a:9000 --dst-profile prod)", 76, initial_indent="  ", subsequent_indent="  ",
         break_on_hyphens=False))
+
+
+def _proxy(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """``--proxy URL`` or ``--no-proxy`` into the ``proxy`` option (the URL is never echoed:
+    it may hold a password)."""
+    given = out.get("proxy")
+    if getattr(args, "opt_no_proxy", False):
+        if given is not None:
+            raise ConfigurationError("--proxy and --no-proxy contradict each other; give one")
+        out["proxy"] = False
+    elif given is not None and not given.strip():
+        raise ConfigurationError(
+            "--proxy needs a URL, http://[user:password@]host:port; --no-proxy for none")
 
 
 def _check(options: dict[str, Any], flag: str) -> dict[str, Any]:
@@ -133,6 +159,7 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
                     "given is not shown")
             parsed[name.strip()] = value.strip()
         out["headers"] = parsed
+    _proxy(args, out)
     return _check(out, "--endpoint-url")
 
 
