@@ -114,3 +114,56 @@ def test_one_bucket_name_on_two_endpoints_is_two_places(tmp_path: Path, moto_s3:
         assert not other.exists(S3_BUCKET, "twin/p/sub/m.bin")  # DST's own, extraneous there
         assert moto_s3.get(S3_BUCKET, "twin/p/sub/m.bin") == data  # the source: untouched
         assert moto_s3.get(S3_BUCKET, "twin/p/keep.bin") == b"k"
+
+
+@pytest.mark.parametrize("to", ["s3", "redis"])
+def test_sigterm_mid_copy_between_remotes_leaves_the_old_object_and_no_upload(
+        tmp_path: Path, moto_s3: Any, redis_server: Any, http_server: Any, http_reset: None,
+        to: str) -> None:
+    """Killed (SIGTERM) once parts of the new object are at the destination (an S3
+    multipart upload open, Redis chunks staged), the copy aborts them: the object under the
+    final name is still the old one, no upload is left open and no chunk is left behind."""
+    import signal
+    import time
+
+    from signals import signals_as_from_a_terminal
+
+    env = s3_env(moto_s3, tmp_path)
+    key = f"term-{to}/m.bin"
+    http_server.put(key, os.urandom(12 << 20))
+    http_server.faults.key = key
+    http_server.faults.rate_limit = 2 << 20  # 6 s per 12 MiB stream: killed part way
+    old = b"the old object"
+    if to == "s3":
+        moto_s3.put(S3_BUCKET, key, old)
+        dst = f"s3://{S3_BUCKET}/{key}"
+
+        def staged() -> bool:
+            return bool(moto_s3.open_multipart_uploads(S3_BUCKET, key))
+    else:
+        redis_server.put(key, old)
+        dst = redis_server.url(key)
+
+        def staged() -> bool:
+            with redis_server.client() as c:
+                return len(c.keys(f"{key}*")) > 1
+    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "--endpoint-url",
+                             moto_s3.endpoint_url, "cp", "--part-size", "5M", "--concurrency",
+                             "2", http_server.url(key), dst], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=signals_as_from_a_terminal)
+    deadline = time.monotonic() + 60
+    while not staged():
+        assert time.monotonic() < deadline and proc.poll() is None, "nothing was staged"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "no partial object was left behind" in err
+    if to == "s3":
+        assert moto_s3.get(S3_BUCKET, key) == old
+        assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+    else:
+        assert redis_server.get(key) == old
+        with redis_server.client() as c:
+            assert c.keys(f"{key}*") == [key.encode()]

@@ -4,11 +4,17 @@ redis-server on loopback; the engine in-process, as ``tensorstream.copy`` is cal
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tensorstream.copy.engine import copy
+
+MiB = 1 << 20
+S3_BUCKET = "tensorstream-tests"
 
 
 def _key() -> str:
@@ -66,3 +72,34 @@ def test_each_side_is_sent_its_own_redis_user(redis_server: Any) -> None:
     finally:
         with redis_server.client() as c:
             c.execute_command("ACL", "DELUSER", reader, writer)
+
+
+@pytest.mark.parametrize("to", ["s3", "redis"])
+def test_a_source_replaced_mid_copy_publishes_nothing_at_a_remote_destination(
+        tensorstream_backend: Any, moto_s3: Any, redis_server: Any, to: str) -> None:
+    """Each source backend (S3, HTTP, Redis) replaced after its first read, copied into S3
+    and Redis one part at a time: the copy fails saying the source changed, the old object
+    at the destination stays, and no multipart upload or staged chunk is left."""
+    b = tensorstream_backend
+    size = 12 * MiB
+    b.put("m.bin", os.urandom(size))
+    b.faults.replace_between_reads("m.bin", os.urandom(size))
+    key = f"{_key()}/m.bin"
+    old = b"the old object"
+    if to == "s3":
+        moto_s3.put(S3_BUCKET, key, old)
+        dst, dst_options = f"s3://{S3_BUCKET}/{key}", moto_s3.options()
+    else:
+        redis_server.put(key, old)
+        dst, dst_options = redis_server.url(key), {}
+    r = copy(b.uri("m.bin"), dst, src_options=b.options, dst_options=dst_options,
+             concurrency=1, part_size=5 * MiB)
+    assert not r.ok and r.files == 0
+    assert "changed" in r.errors[0], r.errors
+    if to == "s3":
+        assert moto_s3.get(S3_BUCKET, key) == old
+        assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+    else:
+        assert redis_server.get(key) == old
+        with redis_server.client() as c:
+            assert c.keys(f"{key}*") == [key.encode()]
