@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import re
 import stat as stat_mod
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -165,17 +166,32 @@ def walk_local(root: str, *, follow_symlinks: bool = True
     return files, skipped
 
 
+#: An S3 ETag that is an MD5 (``-N``: of the MD5s of N parts).
+_MD5_ETAG = re.compile(r'^"?[0-9a-fA-F]{32}(?:-(\d+))?"?$')
+
+
+def _layout(etag: str) -> int | None:
+    """The parts an S3 ETag was made of (0: one ``PutObject``), None if it is no MD5."""
+    m = _MD5_ETAG.match(etag)
+    return None if m is None else int(m.group(1) or 0)
+
+
 def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bool:
     """True when ``dst`` already holds ``src``'s bytes, judged like ``aws s3 sync``.
 
-    Different sizes: changed. Same kind of store and both ETags known: the
-    ETags decide. Otherwise a destination at least as new as the source is
-    taken as a copy of it (a local copy carries its source's modification time;
+    Different sizes: changed. Same kind of store and both ETags known and
+    comparable: the ETags decide. S3 ETags of two part layouts (one ``PutObject``
+    and parts, or parts of two sizes: ``MD5`` vs ``MD5-of-MD5s-N``) differ for
+    the same bytes, and ``cp`` writes its own parts, so a copy of an object
+    uploaded otherwise was taken as changed and copied again on every ``sync``:
+    such ETags say nothing. Otherwise a destination at least as new as the source
+    is taken as a copy of it (a local copy carries its source's modification time;
     a remote one was written after its source was).
     """
     if dst is None or dst.size != src.size:
         return False
-    if same_kind and src.etag and dst.etag:
+    if same_kind and src.etag and dst.etag and (
+            src.etag == dst.etag or _layout(src.etag) == _layout(dst.etag) is not None):
         return src.etag == dst.etag
     if src.mtime is not None and dst.mtime is not None:
         return dst.mtime >= src.mtime
