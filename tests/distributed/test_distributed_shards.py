@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from dist_scenarios import break_rank, digest, steps
+from safetensors.torch import save_file
 
 from tensor_files import tensorizer_bytes
 from tensorstream.testing.distributed import run_ranks
@@ -35,7 +36,17 @@ def test_a_rank_template_is_filled_with_the_rank_in_the_group_passed(tmp_path: P
     shards = _shards(tmp_path, 2)
     template = str(tmp_path / "shard-%03d.tensors")
     shapes = {"w": [10], "b": [3]}
+    # one file shared within each pair (no template): the broadcasts of group [2, 3]
+    # come from global ranks 2 and 3
+    gen = torch.Generator().manual_seed(7)
+    whole = {f"t{i}": torch.randn(n, generator=gen) for i, n in enumerate([300_000, 5, 70_000])}
+    (tmp_path / "whole.tensors").write_bytes(tensorizer_bytes(whole, tmp_path))
+    save_file(whole, str(tmp_path / "whole.safetensors"))
+    whole_digests = {k: digest(v) for k, v in whole.items()}
     todo = [
+        {"label": "pair-tensorizer", "uri": str(tmp_path / "whole.tensors"), "group": "pair"},
+        {"label": "pair-safetensors", "kind": "safetensors", "group": "pair",
+         "uri": str(tmp_path / "whole.safetensors")},
         {"label": "tp", "uri": template, "group": "pair"},
         {"label": "tp-module", "kind": "module", "uri": template, "group": "pair",
          "shapes": shapes},
@@ -56,6 +67,8 @@ def test_a_rank_template_is_filled_with_the_rank_in_the_group_passed(tmp_path: P
     assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
     for r in results:
         mine = shards[r.rank % 2]
+        for label in ("pair-tensorizer", "pair-safetensors"):
+            assert r.value[label].get("digests") == whole_digests, (r.rank, label, r.value[label])
         for label in ("tp", "tp-config", "tp-same-rank"):
             assert r.value[label].get("digests") == mine, (r.rank, label, r.value[label])
         assert r.value["tp-module"].get("digests") == mine, (r.rank, r.value["tp-module"])
