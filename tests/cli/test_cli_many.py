@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 from cli_env import s3_env
 from fixtures_s3 import S3_BUCKET
+
+pytestmark = pytest.mark.slow
 
 COUNT = 5000
 MiB = 1 << 20
