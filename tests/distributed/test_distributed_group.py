@@ -59,3 +59,33 @@ def test_rank_and_world_size_are_checked_with_group_too(tmp_path: Path, rank: An
     with pytest.raises(ConfigurationError, match="rank"):
         tensorstream.deserialize(str(tmp_path / "m.tensors"), device="cpu", group="auto",
                                  rank=rank, world_size=world_size)
+
+
+def test_auto_under_a_launcher_before_init_says_each_process_reads_the_whole_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        ) -> None:
+    # torchrun started 4 processes and the load ran before init_process_group: group="auto"
+    # quietly became a load of its own in each, and storage served 4 copies
+    import torch
+
+    from tensor_files import tensorizer_bytes
+
+    assert not dist.is_initialized()
+    path = tmp_path / "m.tensors"
+    path.write_bytes(tensorizer_bytes({"w": torch.ones(3)}, tmp_path))
+    monkeypatch.setattr("tensorstream.distributed.group._warned_unset", False)  # once a process
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "1")
+    with caplog.at_level("WARNING", logger="tensorstream.distributed"), \
+            tensorstream.deserialize(str(path), device="cpu", group="auto") as sd:
+        assert sd["w"].tolist() == [1.0, 1.0, 1.0]
+    said = [r.getMessage() for r in caplog.records if r.name == "tensorstream.distributed"]
+    assert len(said) == 1 and "WORLD_SIZE=4" in said[0], said
+    assert "init_process_group" in said[0] and "whole file" in said[0], said
+    caplog.clear()
+    monkeypatch.setattr("tensorstream.distributed.group._warned_unset", False)
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process: nothing to say
+    with caplog.at_level("WARNING", logger="tensorstream.distributed"), \
+            tensorstream.deserialize(str(path), device="cpu", group="auto"):
+        pass
+    assert not [r for r in caplog.records if r.name == "tensorstream.distributed"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
+import os
 from typing import Any
 
 import torch
@@ -21,6 +23,10 @@ __all__ = ["Group", "GroupArg", "resolve_group", "template_rank"]
 
 #: What ``group=`` accepts.
 GroupArg = Any  # a torch.distributed ProcessGroup, "auto" or None
+
+log = logging.getLogger("tensorstream.distributed")
+#: Whether the warning of group="auto" before init_process_group was logged (once a process).
+_warned_unset = False
 
 #: The longest ``group_timeout`` taken: ten years, far below what overflows.
 _MAX_TIMEOUT_S = 10 * 365 * 24 * 3600
@@ -91,6 +97,7 @@ def _process_group(group: GroupArg) -> Any:
             raise ConfigurationError(
                 f"group={group!r}: pass a torch.distributed process group, 'auto' or None")
         if not available:
+            _warn_launched()
             return None  # no distributed run: a load of its own
         return dist.group.WORLD
     if _non_member(group):
@@ -108,6 +115,21 @@ def _process_group(group: GroupArg) -> Any:
     raise ConfigurationError(
         f"group= takes a torch.distributed ProcessGroup, 'auto' or None, "
         f"not {type(group).__name__}")
+
+
+def _warn_launched() -> None:
+    """Say (once) that group="auto" shares nothing under a launcher before
+    ``init_process_group``: every process then pulls the whole file."""
+    global _warned_unset
+    size = os.environ.get("WORLD_SIZE", "").strip()
+    if _warned_unset or not size.isdigit() or int(size) <= 1:
+        return
+    _warned_unset = True
+    log.warning(
+        "group='auto' but torch.distributed is not initialised while a launcher started "
+        "%s processes (WORLD_SIZE=%s): each process reads the whole file on its own; call "
+        "torch.distributed.init_process_group() before loading to read it once per group",
+        size[:20], size[:20])
 
 
 def template_rank(group: GroupArg, rank: int | None,
