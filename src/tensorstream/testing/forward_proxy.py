@@ -29,10 +29,9 @@ import base64
 import contextlib
 import dataclasses
 import threading
-from types import TracebackType
 from urllib.parse import urlsplit
 
-from .proxy import _LoopThread
+from .proxy import _StreamServer
 
 __all__ = ["ForwardProxy", "ProxyLogEntry"]
 
@@ -54,11 +53,13 @@ class ProxyLogEntry:
     connection: int
 
 
-class ForwardProxy:
+class ForwardProxy(_StreamServer):
     """An HTTP proxy on ``127.0.0.1`` (free port): CONNECT tunnels and forwarding."""
 
+    _thread_name = "tensorstream-forward-proxy"
+
     def __init__(self, *, user: str | None = None, password: str | None = None) -> None:
-        self.port = 0
+        super().__init__()
         self.user = user
         self.password = password
         #: Answer every CONNECT with this status (e.g. 403, 502) instead of tunnelling.
@@ -66,9 +67,6 @@ class ForwardProxy:
         self.log: list[ProxyLogEntry] = []
         self.connections = 0
         self._lock = threading.Lock()
-        self._lt = _LoopThread("tensorstream-forward-proxy")
-        self._server: asyncio.base_events.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
 
     def __repr__(self) -> str:
         return f"ForwardProxy(127.0.0.1:{self.port})"
@@ -81,34 +79,6 @@ class ForwardProxy:
     def url_with(self, user: str, password: str) -> str:
         """The proxy URL carrying ``user:password``."""
         return f"http://{user}:{password}@127.0.0.1:{self.port}"
-
-    def start(self) -> ForwardProxy:
-        if self._lt.loop is not None:
-            return self
-
-        async def setup() -> None:
-            self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-            self.port = self._server.sockets[0].getsockname()[1]
-
-        self._lt.start(setup)
-        return self
-
-    def stop(self) -> None:
-        async def teardown() -> None:
-            if self._server is not None:
-                self._server.close()
-            for w in list(self._writers):
-                w.transport.abort()
-
-        self._lt.stop(teardown)
-        self._server = None
-
-    def __enter__(self) -> ForwardProxy:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def clear_log(self) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ import struct
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 __all__ = ["HTTPFaultProxy", "HTTPProxyFaults", "ProxyRequest", "TCPFaultProxy", "TCPFaults"]
 
@@ -186,6 +186,63 @@ class _LoopThread:
         self.loop = self._thread = None
 
 
+_S = TypeVar("_S", bound="_StreamServer")
+
+
+class _StreamServer:
+    """A listener on ``127.0.0.1`` (``asyncio.start_server``) served by its own
+    :class:`_LoopThread`: the start, stop and ``with`` plumbing the stream-level
+    proxies share (:class:`TCPFaultProxy`, :class:`~.forward_proxy.ForwardProxy`).
+
+    A subclass names its thread, serves each connection in :meth:`_accept`, keeps
+    the writers to cut at stop in ``_writers``, and says how to cut one (:meth:`_abort`)."""
+
+    _thread_name: ClassVar[str]
+
+    def __init__(self, *, port: int = 0) -> None:
+        self.port = port
+        self._lt = _LoopThread(self._thread_name)
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def start(self: _S) -> _S:
+        """Start listening (idempotent); returns ``self``."""
+        if self._lt.loop is not None:
+            return self
+
+        async def setup() -> None:
+            self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+            self.port = self._server.sockets[0].getsockname()[1]
+
+        self._lt.start(setup)
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection (idempotent)."""
+        async def teardown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for w in list(self._writers):
+                self._abort(w)
+
+        self._lt.stop(teardown)
+        self._server = None
+
+    def __enter__(self: _S) -> _S:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _abort(self, writer: asyncio.StreamWriter) -> None:
+        """Cut ``writer``'s connection at :meth:`stop`."""
+        writer.transport.abort()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
 # --------------------------------------------------------------------------- TCP
 @dataclasses.dataclass
 class TCPFaults(KnownFields):
@@ -260,50 +317,22 @@ def _abort(writer: asyncio.StreamWriter, rst: bool) -> None:
         writer.close()
 
 
-class TCPFaultProxy:
+class TCPFaultProxy(_StreamServer):
     """A TCP proxy on ``127.0.0.1`` (free port) to ``host:port`` that can delay,
     cap, stall, cut or reset connections (see :class:`TCPFaults`)."""
 
+    _thread_name = "tensorstream-tcp-proxy"
+
     def __init__(self, host: str, port: int, *, listen_port: int = 0) -> None:
+        super().__init__(port=listen_port)
         self.upstream = (host, port)
-        self.port = listen_port
         self.faults = TCPFaults()
-        self._lt = _LoopThread("tensorstream-tcp-proxy")
-        self._server: asyncio.base_events.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
 
     def __repr__(self) -> str:
         return f"TCPFaultProxy(127.0.0.1:{self.port} -> {self.upstream[0]}:{self.upstream[1]})"
 
-    def start(self) -> TCPFaultProxy:
-        """Start listening (idempotent); returns ``self``."""
-        if self._lt.loop is not None:
-            return self
-
-        async def setup() -> None:
-            self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-            self.port = self._server.sockets[0].getsockname()[1]
-
-        self._lt.start(setup)
-        return self
-
-    def stop(self) -> None:
-        """Close the listener and every connection (idempotent)."""
-        async def teardown() -> None:
-            if self._server is not None:
-                self._server.close()
-            for w in list(self._writers):
-                _abort(w, rst=True)
-
-        self._lt.stop(teardown)
-        self._server = None
-
-    def __enter__(self) -> TCPFaultProxy:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
+    def _abort(self, writer: asyncio.StreamWriter) -> None:
+        _abort(writer, rst=True)
 
     def cut_all(self, *, rst: bool = True) -> None:
         """Cut every open connection now (a reset by default)."""
