@@ -158,6 +158,15 @@ def test_the_proxy_password_is_never_printed(http_server: HTTPTestServer, proxy:
             assert secret not in r.stderr + r.stdout
 
 
+def test_an_https_proxy_is_a_usage_error_that_says_what_to_write(
+        http_server: HTTPTestServer) -> None:
+    r = cli("stat", "--proxy", "https://someone:tls-pw-canary-40@proxy.example:3128",
+            _put(http_server))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "http://proxy.example:3128 with the same user and password" in r.stderr, r.stderr
+    assert "tls-pw-canary-40" not in r.stderr and "someone" not in r.stderr
+
+
 def test_help_documents_both_flags() -> None:
     r = cli("cp", "--help")
     assert r.returncode == 0

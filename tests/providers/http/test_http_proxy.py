@@ -207,6 +207,35 @@ def test_an_unsupported_proxy_is_a_configuration_error(value: object) -> None:
     assert "proxy" in str(info.value)
 
 
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_an_https_proxy_is_refused_with_what_to_write_instead(
+        http_server: HTTPTestServer, proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch,
+        how: str) -> None:
+    # TLS to the proxy itself (and TLS inside it to an https origin) is not what
+    # the data plane's http.client connections can do; most proxies given as
+    # https:// take plain HTTP on that port, which is what the message says to write.
+    url = _put(http_server)
+    given = f"https://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}"
+    options: dict[str, object] = {}
+    if how == "option":
+        options["proxy"] = given
+    else:
+        monkeypatch.setenv("HTTP_PROXY", given)
+    with pytest.raises(errors.ConfigurationError) as info:
+        _read(url, **options)
+    said = _everything_said(info.value)
+    source = "argument proxy" if how == "option" else "HTTP_PROXY"
+    assert f"{source} is an https:// proxy (TLS to the proxy)" in said
+    # what to write instead
+    assert f"http://127.0.0.1:{proxy.port} with the same user and password" in said
+    assert "CONNECT tunnel" in said and "stunnel" in said
+    assert PASSWORD not in said and USER not in said
+    assert proxy.log == []
+    # and written as the message says, the same proxy carries the read
+    assert _read(url, proxy=proxy.url_with(USER, PASSWORD)) == DATA
+    assert {e.target for e in proxy.log} == {url}
+
+
 def test_an_unusable_proxy_in_the_environment_fails_only_the_requests_it_would_carry(
         http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # ALL_PROXY=socks5://... is often set for other tools: a request NO_PROXY exempts

@@ -17,9 +17,11 @@ for their endpoint as ``Config(proxies=...)`` so both agree.
 * ``proxy=False``: no proxy, whatever the environment says.
 
 Only ``http://`` proxies are supported (https targets go through a ``CONNECT``
-tunnel, TLS to the origin inside it). Credentials in the proxy URL are sent as
-``Proxy-Authorization: Basic``; they never appear in a ``repr`` or a message:
-a proxy is shown as ``host:port`` and the variable (or option) it came from.
+tunnel, TLS to the origin inside it); an ``https://`` one is refused with the
+``http://`` URL to write instead (:func:`_https_refusal` says why). Credentials
+in the proxy URL are sent as ``Proxy-Authorization: Basic``; they never appear
+in a ``repr`` or a message: a proxy is shown as ``host:port`` and the variable
+(or option) it came from.
 
 >>> settings = resolve_proxies(None, env={"HTTPS_PROXY": "http://u:pw@proxy:3128",
 ...                                      "NO_PROXY": "internal.example,10.0.0.0/8"})
@@ -83,8 +85,9 @@ class Proxy:
         """Raise the :class:`ConfigurationError` of an unusable proxy."""
         if self.problem is not None:
             raise ConfigurationError(
-                f"{self.problem}; set NO_PROXY for this host, or pass proxy=False (no proxy) "
-                "or proxy='http://host:port'")
+                f"{self.problem}; or set NO_PROXY for this host, or pass proxy=False (no "
+                "proxy) or proxy='http://host:port' (on the command line: --no-proxy, "
+                "--proxy URL)")
 
     def headers(self) -> dict[str, str]:
         """Headers every request through it carries (a CONNECT's, or a forwarded request's)."""
@@ -233,6 +236,8 @@ def _parse(url: str, source: str) -> Proxy:
     scheme = text.partition("://")[0].lower()
     if host is None:
         raise ConfigurationError(f"the proxy from {source} is not a URL (its value is not shown)")
+    if scheme == "https":
+        raise ConfigurationError(_https_refusal(source, host, port, parts.username is not None))
     if scheme != "http":
         raise ConfigurationError(
             f"{source} is a {scheme}:// proxy: tensorstream supports http:// "
@@ -252,6 +257,23 @@ def _parse(url: str, source: str) -> Proxy:
         for secret in (authorization, password, user):
             register_secret(secret)
     return Proxy(host.lower(), port or 80, source, authorization, text)
+
+
+def _https_refusal(source: str, host: str, port: int | None, credentials: bool) -> str:
+    """Why an ``https://`` proxy is refused, and the URL to write instead (no credentials).
+
+    TLS to the proxy means TLS inside TLS to an https origin, which the data
+    plane's ``http.client`` connections cannot do (``set_tunnel`` speaks CONNECT
+    over plain TCP) without hand-written TLS-in-TLS; botocore and aiohttp could,
+    but the reads must take the listings' and writes' route."""
+    where = f"[{host}]" if ":" in host else host
+    where += f":{port}" if port else ":PORT"
+    return (f"{source} is an https:// proxy (TLS to the proxy), which tensorstream cannot use: "
+            "most proxies take plain HTTP on that port (https targets stay encrypted end to end "
+            f"inside its CONNECT tunnel), so write it as http://{where}"
+            f"{' with the same user and password' if credentials else ''}; for a proxy that "
+            "takes TLS only, run a local TLS forwarder to it (e.g. stunnel) and give "
+            "http://127.0.0.1:PORT of that")
 
 
 def _bypassed(host: str, port: int, entries: tuple[str, ...]) -> bool:
