@@ -139,3 +139,49 @@ def test_sync_between_s3_stores_skips_a_copy_whose_etag_has_another_part_layout(
     assert unchanged(info(md5, 0), info(parts3, 1), same_kind=True)
     assert not unchanged(info(md5, 2), info(parts3, 1), same_kind=True)
     assert unchanged(info('"' + "e" * 32 + '-2"', 0), info(parts3, 1), same_kind=True)
+
+
+def _write_only_key(server: Any, bucket: str) -> dict[str, Any]:
+    """Options with the keys of a new IAM user that may only put objects into ``bucket``
+    (an upload-only key: no ListBucket, no GetObject)."""
+    import json
+
+    import boto3
+
+    iam = boto3.session.Session().client(
+        "iam", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key_id,
+        aws_secret_access_key=server.secret_access_key, region_name=server.region)
+    user = f"writer-{secrets.token_hex(4)}"
+    iam.create_user(UserName=user)
+    # Every object action but reads on the bucket's objects, nothing on the bucket itself
+    # (no listing). AWS covers the multipart calls by s3:PutObject; moto names them apart.
+    iam.put_user_policy(UserName=user, PolicyName="put-only", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": f"arn:aws:s3:::{bucket}/*"},
+            {"Effect": "Deny", "Action": "s3:GetObject",
+             "Resource": f"arn:aws:s3:::{bucket}/*"}]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    return server.options(s3_access_key_id=key["AccessKeyId"],
+                          s3_secret_access_key=key["SecretAccessKey"])
+
+
+def test_a_destination_key_that_may_only_put_objects_is_enough_for_cp(moto_s3: Any) -> None:
+    """``cp SRC s3://drop/in/`` with an upload-only destination key (s3:PutObject, as a drop
+    bucket hands out) failed as a whole, ``copy()`` raising PermissionDeniedError: the check
+    that the bucket exists lists it, which such a key may not. ``aws s3 cp`` needs no more
+    than PutObject; a listing refused now leaves the check to the upload itself."""
+    drop = f"drop-{secrets.token_hex(4)}"
+    moto_s3.create_bucket(drop)
+    base = _key()
+    small, large = os.urandom(1000), os.urandom(7 * MiB)  # one PUT; a multipart upload
+    moto_s3.put(S3_BUCKET, f"{base}/s.bin", small)
+    moto_s3.put(S3_BUCKET, f"{base}/l.bin", large)
+    r = copy(f"s3://{S3_BUCKET}/{base}/", f"s3://{drop}/in/", recursive=True,
+             src_options=moto_s3.options(), dst_options=_write_only_key(moto_s3, drop),
+             part_size=5 * MiB)
+    assert r.ok and r.files == 2, r.errors
+    assert moto_s3.get(drop, "in/s.bin") == small and moto_s3.get(drop, "in/l.bin") == large
+    # The neighbour: a key that may list still learns of a missing bucket before a byte is read.
+    r = copy(f"s3://{S3_BUCKET}/{base}/s.bin", "s3://no-such-drop-bucket/in/",
+             **moto_s3.options())
+    assert not r.ok and "does not exist" in r.errors[0]

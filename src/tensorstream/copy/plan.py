@@ -16,7 +16,7 @@ import posixpath
 import stat
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotFoundError, TensorstreamError
+from ..errors import NotFoundError, PermissionDeniedError, TensorstreamError
 from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
@@ -234,7 +234,8 @@ class Planner:
         return job.src_path == job.dst_path
 
     async def _check_bucket(self, dst: PolicyProvider, jobs: list[Job]) -> list[Job]:
-        """Look for the destination bucket once, before reading anything."""
+        """Look for the destination bucket once, before reading anything (where the
+        destination's key may list it)."""
         bucket = jobs[0].dst_path.split("/", 1)[0]
         listing = dst.list(jobs[0].dst_path).__aiter__()
         try:
@@ -250,6 +251,10 @@ class Planner:
                             "'tensorstream ls s3://' lists the buckets these credentials see)",
                             what=f"{job.label} -> {job.dst_label}")
             return []
+        except PermissionDeniedError:
+            # An upload-only key (s3:PutObject, as a drop bucket hands out) may not list:
+            # all of the copy failed here, where aws s3 cp needs no more than the uploads.
+            pass  # each upload says itself whether the bucket is there
         finally:
             aclose = getattr(listing, "aclose", None)
             if aclose is not None:
