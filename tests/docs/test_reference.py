@@ -337,3 +337,17 @@ def test_every_test_the_docs_cite_exists() -> None:
     missing = sorted(n for n in cited - defined - files
                      if not (n.endswith("_") and any(d.startswith(n) for d in defined)))
     assert not missing, f"the docs cite tests that do not exist: {missing}"
+
+
+def test_every_option_is_documented() -> None:
+    # Every keyword a provider accepts: the shared ones in providers.md, each backend's own on
+    # providers.md or its backend page.
+    from tensorstream.config import COMMON_OPTIONS
+    from tensorstream.providers.registry import known_option_names
+
+    shared = PROVIDERS_MD.read_text()
+    pages = shared + "".join((ROOT / "docs" / f"{n}.md").read_text() for n in ("http", "s3", "redis"))
+    missing = sorted(n for n in COMMON_OPTIONS if f"`{n}`" not in shared)
+    assert not missing, f"shared options docs/providers.md does not document: {missing}"
+    missing = sorted(n for n in known_option_names() if f"`{n}" not in pages)
+    assert not missing, f"provider options no page documents: {missing}"
