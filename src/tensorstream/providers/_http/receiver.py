@@ -327,6 +327,8 @@ _receiver: Receiver | None = None
 _receiver_pid = 0
 _receiver_lock = threading.Lock()
 _local = threading.local()
+#: The receiver waits with epoll (Linux); elsewhere nothing shares it.
+_EPOLL = hasattr(select, "epoll")
 #: Whether threads outside :func:`shared_receiving` share the receiver too
 #: (the tests run the blocking data plane's suite both ways).
 SHARED_DEFAULT = False
@@ -370,6 +372,9 @@ def shared_receiving() -> Iterator[None]:
 
 
 def shares_receiving() -> bool:
-    """Whether this thread is inside :func:`shared_receiving`."""
+    """Whether this thread is inside :func:`shared_receiving` on a platform with epoll
+    (without it, macOS and the BSDs, every body is received by its own reading thread)."""
+    if not _EPOLL:
+        return False
     on = getattr(_local, "on", None)
     return SHARED_DEFAULT if on is None else bool(on)
