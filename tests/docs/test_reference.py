@@ -40,6 +40,7 @@ OTHER_TOOLS = {
     "--if-size-differ": "s5cmd's, beside cp --resume",
     "--ignore-existing": "rclone's, beside cp --resume",
     "--preserve-root": "GNU rm's, which rm -r / follows",
+    "--noproxy": "curl's, beside --no-proxy",
     "--sources": "python -m benchmarks.cp_memory's option",
     "--dests": "python -m benchmarks.cp_memory's option",
     "--sizes": "python -m benchmarks.cp_memory's option",
