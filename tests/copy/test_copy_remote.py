@@ -263,3 +263,24 @@ def test_a_redis_chunk_in_flight_when_another_part_fails_lands_before_the_clean_
         tensorstream.open(redis_server.url(key)).close()
     with redis_server.client() as c:
         assert not c.scan(match=f"{key}*", count=10_000)[1]
+
+
+def test_a_pool_of_larger_parts_is_released_when_no_object_uses_it() -> None:
+    # Objects over 10,000 parts of --part-size take larger parts, each size its
+    # own pool of part buffers; kept to the end of the copy, each held its
+    # buffers (40 x 10 MiB for a 100 GiB object) while the next object made more.
+    import gc
+    import weakref
+
+    from tensorstream.copy.engine import _Copier
+
+    c = _Copier(concurrency=4, part_size=8 << 20, verify=True, resume=False, jobs=2,
+                progress=None, options={})
+    assert c.pool_for(8 << 20) is c.pool  # the default pool stays
+    big = c.pool_for(11 << 20)
+    assert c.pool_for(11 << 20) is big  # shared while in use
+    gone = weakref.ref(big)
+    del big
+    gc.collect()
+    assert gone() is None
+    assert c.pool_for(8 << 20) is c.pool

@@ -51,6 +51,7 @@ import logging
 import operator
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -199,7 +200,11 @@ class _Copier(Planner):
         self.read_slots = asyncio.Semaphore(concurrency)
         self.job_slots = asyncio.Semaphore(jobs)
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
-        self._pools = {part_size: self.pool}
+        #: Pools of other part sizes (S3 objects over 10,000 parts of ``part_size``),
+        #: shared while an object uses one and released after: kept, each held its
+        #: buffers (40 x 10 MiB for a 100 GiB object) to the end of the copy.
+        self._pools: weakref.WeakValueDictionary[int, BufferPool] = weakref.WeakValueDictionary(
+            {part_size: self.pool})
         self.width: Width | None = None  # while run() runs
         self.lane_objects = ThreadSlots(jobs)
         self.lane_reads = ThreadSlots(concurrency)
@@ -222,10 +227,11 @@ class _Copier(Planner):
     def pool_for(self, part_size: int) -> BufferPool:
         """The part buffers for parts of ``part_size`` (a destination may need
         larger parts than asked: S3 takes at most 10,000 per object)."""
-        if part_size not in self._pools:
+        pool = self._pools.get(part_size)
+        if pool is None:
             count = self.concurrency + spare_buffers(self.concurrency)
-            self._pools[part_size] = BufferPool(count, part_size)
-        return self._pools[part_size]
+            pool = self._pools[part_size] = BufferPool(count, part_size)
+        return pool
 
     def outcome(self, outcome: FileOutcome) -> None:
         with self.events:  # lane threads record outcomes too
