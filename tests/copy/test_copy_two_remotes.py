@@ -185,3 +185,39 @@ def test_a_destination_key_that_may_only_put_objects_is_enough_for_cp(moto_s3: A
     r = copy(f"s3://{S3_BUCKET}/{base}/s.bin", "s3://no-such-drop-bucket/in/",
              **moto_s3.options())
     assert not r.ok and "does not exist" in r.errors[0]
+
+
+def test_one_store_is_told_by_the_endpoint_the_options_resolve_to(
+        isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``cp``/``sync`` take for one store (a same-object copy and ``sync --delete`` of
+    SRC inside DST refused): a profile's ``endpoint_url`` in ~/.aws/config counts as the
+    endpoint it names; a region or a key pair per side names no other store; one Redis
+    server's two databases are two."""
+    from tensorstream.copy.places import same_store
+    from tensorstream.uri import parse_uri
+
+    config = isolated_env / "aws-config"
+    config.write_text("".join(f"[profile {name}]\nendpoint_url = http://127.0.0.1:{port}\n"
+                              for name, port in (("here", 1111), ("there", 2222),
+                                                 ("alias", 1111))))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    s3, other = parse_uri("s3://b/p/"), parse_uri("s3://c/p/")
+    keys = {"s3_access_key_id": "AKIDEXAMPLE", "s3_secret_access_key": "x"}
+    cases = [
+        (s3, s3, {"s3_profile": "here"}, {"s3_profile": "there"}, False),
+        (s3, s3, {"s3_profile": "here"}, {"s3_profile": "alias"}, True),
+        (s3, s3, {"s3_profile": "here"}, {"s3_endpoint": "http://127.0.0.1:1111/"}, True),
+        (s3, s3, {}, {"s3_profile": "here"}, False),  # AWS and another endpoint
+        (s3, s3, {"s3_region": "eu-west-1"}, keys, True),  # AWS both: bucket names are global
+        (s3, other, {}, {}, False),
+    ]
+    redis = parse_uri("redis://127.0.0.1:6379/k")
+    cases += [
+        (redis, parse_uri("redis://127.0.0.1:6379/k?db=0"), {}, {"redis_password": "p"}, True),
+        (redis, parse_uri("redis://127.0.0.1:6379/k?db=1"), {}, {}, False),
+        (redis, redis, {}, {"redis_db": 1}, False),
+        (redis, parse_uri("redis://127.0.0.1:6380/k"), {}, {}, False),
+    ]
+    for src, dst, src_options, dst_options, same in cases:
+        assert same_store(src, dst, src_options, dst_options) is same, (
+            src, dst, src_options, dst_options)
