@@ -296,6 +296,7 @@ VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "s3_endpoint": _text,
     "s3_region": _text,
     "s3_profile": _text,
+    "s3_credential_process_timeout": _positive_seconds,
     "s3_addressing_style": _choice("path", "virtual", "auto"),
     "redis_username": _text,
     "redis_password": _text,

@@ -36,6 +36,7 @@ from ...credentials.base import Sourced, mask
 from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
 from ...errors import ConfigurationError, TensorstreamError
 from ...uri import ParsedURI, redact
+from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT, bound_credential_process
 from .profile import (
     ADDRESSING_STYLES,
     ProfileConfig,
@@ -69,6 +70,7 @@ S3_CREDENTIAL_OPTIONS = frozenset(
         "s3_addressing_style",
         "s3_config_path",
         "s3_profile",
+        "s3_credential_process_timeout",
         "anonymous",
     }
 )
@@ -516,11 +518,12 @@ _PROFILE_METHODS = {"custom-process": "credential_process", "assume-role": "role
 
 
 def resolve_botocore_chain(
-    creds: S3Credentials,
+    creds: S3Credentials, process_timeout: float = DEFAULT_CREDENTIAL_PROCESS_TIMEOUT,
 ) -> tuple[Sourced[str], Sourced[str], Sourced[str] | None] | None:
     """Run botocore's chain synchronously (level 5). ``None`` if it finds nothing.
 
-    May contact instance metadata unless ``AWS_EC2_METADATA_DISABLED=true``.
+    May contact instance metadata unless ``AWS_EC2_METADATA_DISABLED=true``; a
+    ``credential_process`` is stopped after ``process_timeout`` seconds.
     """
     import botocore.exceptions
     import botocore.session
@@ -528,6 +531,7 @@ def resolve_botocore_chain(
     profile = creds.profile.value if creds.profile else None
     session = botocore.session.Session(profile=profile)
     try:
+        bound_credential_process(session, process_timeout)
         found = session.get_credentials()
     except Exception as exc:
         from .errors import map_session_error  # botocore's exceptions: only on this path
@@ -569,6 +573,12 @@ def _no_endpoint_source(creds: S3Credentials) -> str:
     return "AWS (no endpoint configured)"
 
 
+def process_timeout(options: Mapping[str, Any]) -> float:
+    """The option ``s3_credential_process_timeout`` (validated before), else the default."""
+    value = options.get("s3_credential_process_timeout")
+    return DEFAULT_CREDENTIAL_PROCESS_TIMEOUT if value is None else float(value)
+
+
 def masked_key_id(value: str) -> str:
     """An access key id shown like the AWS CLI does: only its last 4 characters."""
     return "***" + value[-4:] if len(value) >= 16 else mask(value)
@@ -583,7 +593,7 @@ def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> Credenti
     if creds.anonymous:
         notes.append("anonymous=True: requests are unsigned")
     elif creds.uses_botocore_chain:
-        found = resolve_botocore_chain(creds)
+        found = resolve_botocore_chain(creds, process_timeout(options))
         if found is None and (half := half_pair_in_aws_files(
                 creds.profile.value if creds.profile else None)) is not None:
             raise half

@@ -75,6 +75,7 @@ from .config import (
     aws_files,
     chain_source,
     no_credentials_error,
+    process_timeout,
     resolve_s3_credentials,
 )
 from .errors import (
@@ -85,6 +86,7 @@ from .errors import (
     map_s3_http_error,
     map_session_error,
 )
+from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT, bound_credential_process
 from .profile import config_file, config_profile_name
 from .session import shared_data_loader
 from .signing import PathStyle, SignedGets, StaticCredentials, path_style
@@ -156,6 +158,7 @@ class S3Provider(Provider):
         ca_bundle: str | None = None,
         insecure: bool = False,
         proxies: ProxySettings | None = None,
+        process_timeout: float = DEFAULT_CREDENTIAL_PROCESS_TIMEOUT,
     ) -> None:
         if checksum not in _CHECKSUM_MODES:
             raise ConfigurationError(
@@ -166,6 +169,8 @@ class S3Provider(Provider):
         self.checksum = checksum
         self.ca_bundle = ca_bundle
         self.insecure = insecure
+        #: Seconds a profile's credential_process may run before it is stopped.
+        self.process_timeout = process_timeout
         #: The proxies of every request: its reads' and botocore's alike.
         self.proxies = proxies if proxies is not None else resolve_proxies()
         self._endpoint_proxy = self.proxies.for_url(
@@ -206,6 +211,7 @@ class S3Provider(Provider):
             ca_bundle=options.get("ca_bundle"),
             insecure=insecure,
             proxies=resolve_proxies(options.get("proxy")),
+            process_timeout=process_timeout(options),
         )
 
     def __repr__(self) -> str:
@@ -275,6 +281,7 @@ class S3Provider(Provider):
             session = AioSession(profile=profile)
             session.register_component("data_loader", shared_data_loader(session))
             if creds.uses_botocore_chain:
+                bound_credential_process(session, self.process_timeout)
                 found = await session.get_credentials()
                 if found is None:
                     raise no_credentials_error(creds)
@@ -439,6 +446,7 @@ class S3Provider(Provider):
                     creds.access_key_id.value, creds.secret_access_key.value,
                     creds.session_token.value if creds.session_token else None)
             else:  # botocore's chain (refreshable credentials refresh themselves)
+                bound_credential_process(session, self.process_timeout)
                 self._sync_creds = session.get_credentials()
                 if self._sync_creds is None:
                     raise no_credentials_error(creds)

@@ -1,0 +1,126 @@
+"""A profile's ``credential_process`` that never exits: botocore waits for it forever
+(``communicate()`` without a timeout), so a load, a listing or ``describe_credentials``
+hung. Now it is stopped after ``s3_credential_process_timeout`` seconds (default 60, the
+AWS SDK for Go v2's), the process is killed, and the error names the profile, the file
+and the setting, never what the process printed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from tensorstream import errors
+from tensorstream.testing.s3_server import MotoS3Server
+
+CANARY = "canary-PROCESS-secret-0123456789"
+LIMIT = 1.0
+
+
+def _everything_said(exc: BaseException) -> str:
+    parts = ["".join(traceback.format_exception(exc))]
+    node: BaseException | None = exc
+    while node is not None:
+        parts += [repr(node), str(node), repr(vars(node))]
+        node = node.__cause__ or node.__context__
+    return "\n".join(parts)
+
+
+def _hanging_process(tmp_path: Path, config: Path, *, use_exec: bool) -> Path:
+    """A credential_process that prints half its JSON (with a secret), records its pid,
+    then waits forever (``exec``: as itself; else in a grandchild holding its pipes)."""
+    pids = tmp_path / "pids"
+    script = tmp_path / "credentials.sh"
+    # the grandchild's pid goes to another file: the test ends it (it is not tensorstream's)
+    wait = "exec sleep 600" if use_exec else f"sleep 600 &\necho $! >> {pids}.grandchild\nwait"
+    script.write_text(f"#!/bin/sh\necho $$ >> {pids}\n"
+                      f"echo '{{\"Version\": 1, \"SecretAccessKey\": \"{CANARY}\",'\n{wait}\n")
+    script.chmod(0o755)
+    config.write_text(f"[profile slow]\ncredential_process = {script}\n")
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture
+def grandchildren(tmp_path: Path) -> Iterator[None]:
+    """Ends the scripts' own children (tensorstream kills the process it started)."""
+    yield
+    found = tmp_path / "pids.grandchild"
+    for pid in found.read_text().split() if found.exists() else ():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+@pytest.fixture
+def aws_config(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = isolated_env / "aws-config"
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(path))
+    return path
+
+
+def _paths(moto_s3: MotoS3Server) -> dict[str, Callable[[], Awaitable[Any]]]:
+    uri = f"s3://{S3_BUCKET}/key"
+    opts = {"s3_endpoint": moto_s3.endpoint_url, "s3_profile": "slow", "retries": 3,
+            "s3_credential_process_timeout": LIMIT}
+
+    async def stat() -> Any:  # the blocking data plane's signing client
+        return await tensorstream.stat(uri, **opts)
+
+    async def listing() -> Any:  # aiobotocore's client
+        async with tensorstream.get_provider(uri, **opts) as provider:
+            return [_ async for _ in provider.list(S3_BUCKET + "/")]
+
+    async def describe() -> Any:  # botocore's chain, run synchronously
+        return tensorstream.describe_credentials(uri, **opts)
+
+    def read() -> Any:
+        with tensorstream.open(uri, **opts) as f:
+            return f.read()
+
+    async def sync_open() -> Any:
+        return read()
+
+    return {"stat": stat, "list": listing, "describe": describe, "open": sync_open}
+
+
+@pytest.mark.parametrize("path", ["stat", "list", "describe", "open"])
+@pytest.mark.parametrize("use_exec", [True, False], ids=["exec", "grandchild"])
+async def test_a_credential_process_that_never_exits_is_stopped_and_named(
+        grandchildren: None, aws_config: Path, moto_s3: MotoS3Server, tmp_path: Path, path: str,
+        use_exec: bool) -> None:
+    pids = _hanging_process(tmp_path, aws_config, use_exec=use_exec)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        await _paths(moto_s3)[path]()
+    elapsed = time.monotonic() - started
+    assert isinstance(info.value, errors.StorageTimeoutError)
+    message = str(info.value)
+    for said in ("profile 'slow'", str(aws_config), "credential_process",
+                 "s3_credential_process_timeout", "1 s"):
+        assert said in message, said
+    assert CANARY not in _everything_said(info.value)
+    # run once (not retried as a temporary error), and killed
+    started_pids = [int(p) for p in pids.read_text().split()]
+    assert len(started_pids) == 1 and elapsed < 10 * LIMIT, (started_pids, elapsed)
+    assert _gone(started_pids[0])
+
+
+def test_the_timeout_option_is_validated(aws_config: Path) -> None:
+    with pytest.raises(errors.ConfigurationError, match="s3_credential_process_timeout"):
+        tensorstream.open(f"s3://{S3_BUCKET}/k", s3_credential_process_timeout=0)
