@@ -352,3 +352,50 @@ def test_every_option_is_documented() -> None:
     assert not missing, f"shared options docs/providers.md does not document: {missing}"
     missing = sorted(n for n in known_option_names() if f"`{n}" not in pages)
     assert not missing, f"provider options no page documents: {missing}"
+
+
+def _command_lines(text: str) -> list[str]:
+    """The ``tensorstream ...`` commands of ``text`` (``$ `` prompts, pipes, ``#`` comments
+    and ``\\`` continuations taken off)."""
+    out = []
+    for line in re.sub(r"\\\n\s*", " ", text).splitlines():
+        line = line.strip().removeprefix("$ ")
+        if line.startswith("tensorstream "):
+            out.append(line.split(" | ")[0])
+    return out
+
+
+def _parses(command: str) -> str | None:
+    """None if the parser takes ``command``, else what it said."""
+    import contextlib
+    import io
+    import shlex
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            build_parser().parse_args(shlex.split(command, comments=True)[1:])
+    except SystemExit:
+        return err.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def test_every_example_in_help_parses() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = [c for p in (parser, *sub.choices.values()) for c in _command_lines(p.epilog or "")]
+    assert len(commands) > 20
+    bad = {c: why for c in commands if (why := _parses(c))}
+    assert not bad, f"--help examples the parser refuses: {bad}"
+
+
+def test_every_command_line_example_parses() -> None:
+    # Examples the pages cannot run (placeholder hosts, transcripts) are still parsed: a
+    # renamed flag, or one given to a command that does not take it, fails here.
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    commands = [(p.name, c) for p in pages
+                for _lang, body in re.findall(r"```(sh|console|bash)\n(.*?)```", p.read_text(), re.S)
+                for c in _command_lines(body)]
+    assert len(commands) > 40
+    bad = {f"{page}: {c}": why for page, c in commands if (why := _parses(c))}
+    assert not bad, f"command-line examples the parser refuses: {bad}"
