@@ -21,7 +21,7 @@ from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
-from .places import same_store
+from .places import connection, same_store
 from .select import FileOutcome, Rules, unchanged, walk_local
 from .sinks import temp_stem
 from .wildcards import Wildcard, wildcard
@@ -106,6 +106,8 @@ class Planner:
     #: ``*``/``?`` in a listable source's key make it a pattern (s5cmd's, :mod:`.wildcards`).
     wildcards: bool
     result: CopyResult
+    #: Whether two connections (:func:`.places.connection`) are one store, as decided.
+    stores: dict[tuple[tuple[Any, ...], tuple[Any, ...]], bool]
 
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
         raise NotImplementedError
@@ -219,8 +221,11 @@ class Planner:
     def _one_store(self, src: ParsedURI, dst: ParsedURI) -> bool:
         """Whether ``src`` and ``dst`` are on one store, whatever side options name no
         other (a profile or region per side, the same endpoint twice): :mod:`.places`."""
-        return same_store(src, dst, {**self.options, **self.side_options["src"]},
-                          {**self.options, **self.side_options["dst"]})
+        key = (connection(src), connection(dst))
+        if key not in self.stores:  # once per pair: resolving an S3 endpoint reads files
+            self.stores[key] = same_store(src, dst, {**self.options, **self.side_options["src"]},
+                                          {**self.options, **self.side_options["dst"]})
+        return self.stores[key]
 
     def _same_object(self, job: Job) -> bool:
         """Whether ``job`` would copy an object onto itself (refused: it would be rewritten)."""
