@@ -1,8 +1,10 @@
 """Offsets past 2**31 and 2**32 bytes through every front door, on a sparse
 5 GiB file (no disk: only three 1 MiB marks hold data): a local path, the same
 file over HTTP and as an S3 object (nginx answering path-style ranged GETs and
-HEADs), read with ``open``/``read_range``/``stat`` and ``tensorstream cat
---range``. Only a few MiB are read, near the big offsets."""
+HEADs), and as a Redis manifest of 1 MiB chunks of which only those near the
+marks are stored (a real redis-server; chunk keys past 2**32), read with
+``open``/``read_range``/``stat`` and ``tensorstream cat --range``. Only a few
+MiB are read, near the big offsets."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,8 @@ from typing import Any
 import pytest
 
 import tensorstream
+from tensorstream.providers.redis.layout import chunk_key, manifest_fields
+from tensorstream.testing.redis_server import RedisServer
 
 MiB = 1 << 20
 SIZE = (5 << 30) + 3  # odd: the last part is short
@@ -113,3 +118,17 @@ def test_http_past_four_gib(nginx: str) -> None:
 
 def test_s3_past_four_gib(nginx: str, isolated_env: Path) -> None:
     _check_front_doors("s3://b/big.bin", _s3(nginx))
+
+
+def test_redis_chunks_past_four_gib(redis_server: RedisServer) -> None:
+    gen = "0123456789abcdef"
+    with redis_server.client() as c:
+        c.hset("big", mapping=manifest_fields(size=SIZE, chunk_size=MiB, generation=gen,
+                                              checksum="sha256:" + "0" * 64, mtime=time.time()))
+        chunks = {at - at % MiB + k * MiB for at in MARKS for k in (-1, 0, 1, 2)}
+        for start in sorted(chunks):
+            if 0 <= start < SIZE:
+                c.set(chunk_key("big", gen, start), expected(start, min(start + MiB, SIZE)))
+    _check_front_doors(redis_server.url("big"), {})
+    assert _cat(redis_server.url("big"), f"{(1 << 32) - 2}-{(1 << 32) + 1}") == \
+        expected((1 << 32) - 2, (1 << 32) + 2)
