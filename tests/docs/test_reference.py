@@ -399,3 +399,12 @@ def test_every_command_line_example_parses() -> None:
     assert len(commands) > 40
     bad = {f"{page}: {c}": why for page, c in commands if (why := _parses(c))}
     assert not bad, f"command-line examples the parser refuses: {bad}"
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    import tensorstream
+
+    api = (ROOT / "docs" / "api.md").read_text()
+    missing = [n for n in tensorstream.__all__
+               if n != "__version__" and not re.search(rf"(?<![\w.]){n}\b|\.{n}\b", api)]
+    assert not missing, f"tensorstream.__all__ names docs/api.md leaves out: {missing}"
