@@ -167,3 +167,26 @@ def test_sigterm_mid_copy_between_remotes_leaves_the_old_object_and_no_upload(
         assert redis_server.get(key) == old
         with redis_server.client() as c:
             assert c.keys(f"{key}*") == [key.encode()]
+
+
+def test_sync_and_cp_into_a_folder_of_another_redis_database(redis_server: Any) -> None:
+    """``sync SRC redis://h/b?db=2`` failed before anything was read ("Redis db must be a
+    number, got '.../b?db=2/'"): sync made DST a folder by adding '/' after the query.
+    ``cp OBJ 'redis://h/d/?db=2'`` wrote the folder's own key ``d/`` (refused: "names a
+    folder") instead of ``d/m.bin``: a '/' before the query was not seen."""
+    key = f"dbs-{os.getpid()}"
+    with redis_server.client(db=1) as c:
+        c.set(f"{key}/a/m.bin", b"weights")
+    for dst in (f"{key}/b", f"{key}/c/"):
+        r = cli("sync", redis_server.url(f"{key}/a/", db=1), redis_server.url(dst, db=2))
+        assert r.returncode == 0, r.stderr
+        assert "copied 1 file" in r.stderr
+        r = cli("sync", redis_server.url(f"{key}/a/", db=1), redis_server.url(dst, db=2))
+        assert r.returncode == 0 and "1 already there and unchanged" in r.stderr, r.stderr
+    r = cli("cp", redis_server.url(f"{key}/a/m.bin", db=1), redis_server.url(f"{key}/d/", db=2))
+    assert r.returncode == 0, r.stderr
+    with redis_server.client(db=2) as c:
+        assert sorted(k for k in c.keys(f"{key}/*") if b":" not in k) == [
+            f"{key}/{d}/m.bin".encode() for d in "bcd"]
+    with redis_server.client(db=0) as c:
+        assert c.keys(f"{key}/*") == []  # nothing went to database 0

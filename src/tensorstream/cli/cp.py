@@ -256,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     bars = make_progress(args.progress and mode in ("text", "json"))
     reporter = Reporter(mode, verb="copy", dryrun=args.dryrun, bars=bars)
     if args.sync:
-        dest = dest if dest.endswith("/") else dest + "/"
+        dest = _as_folder(dest)
     if args.sync and getattr(args, "delete", False) and args.wildcards and (
             refused := _wildcard_source(sources)) is not None:
         # What is "not under SRC" is ill-defined for a pattern: nothing is deleted on a guess.
@@ -319,6 +319,16 @@ def run(args: argparse.Namespace) -> int:
         return said
 
     return run_async(go, interrupted)
+
+
+def _as_folder(dest: str) -> str:
+    """DST as the folder ``sync`` copies into: a '/' after its path, which in a Redis URI
+    comes before the query (``redis://h/b?db=2`` became ``b?db=2/``: "Redis db must be a
+    number"). Anywhere else a '?' is part of the name (an S3 key, a file)."""
+    if dest.lower().startswith(("redis://", "rediss://")) and "?" in dest:
+        path, _, query = dest.partition("?")  # a '?' in a Redis key is written %3F
+        return f"{path.rstrip('/')}/?{query}"
+    return dest if dest.endswith("/") else dest + "/"
 
 
 def _into_special_file(args: argparse.Namespace, sources: list[str], dest: str) -> str | None:

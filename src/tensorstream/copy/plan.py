@@ -132,7 +132,9 @@ class Planner:
         dst_uri = parse_uri(dest)
         dst = self.provider(dst_uri, "dst")
         local = dst_uri.scheme == "file"
+        # (a Redis URI's '/' comes before its query: redis://h/d/?db=2 is a folder)
         into_dir = len(sources) > 1 or recursive or dest.endswith("/") or (
+            not local and dst_uri.path.endswith("/")) or (
             os.path.isdir(dst_uri.path) if local else names_no_object(dst_uri)) or (
             any(self._pattern(parse_uri(s)) is not None for s in sources))
         jobs: list[Job] = []
