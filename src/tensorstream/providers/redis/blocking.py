@@ -11,15 +11,17 @@ the I/O loop).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
 
-from ...errors import IncompleteReadError, ObjectChangedError, ProtocolError
+from ...errors import IncompleteReadError, ObjectChangedError, ProtocolError, TensorstreamError
 from ...readahead._memcopy import copy_into
 from ..base import Pin
 from .errors import REDIS_ERRORS, map_redis_error
 from .layout import Layout
+from .width import NONE_FREE, RETRY_IDLE, Width, no_connection_error, refused
 
 __all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches", "check_reply"]
 
@@ -67,7 +69,11 @@ class BlockingRedisReader:
     """A thread-safe synchronous client for ranged reads of one database."""
 
     def __init__(self, client_kwargs: dict[str, Any], db: int, who: str,
-                 secrets: tuple[str, ...] = ()) -> None:
+                 secrets: tuple[str, ...] = (), *, width: Width | None = None,
+                 drop_idle: Callable[[], None] | None = None) -> None:
+        self._width = width or Width()
+        #: closes the idle connections of every client of the provider
+        self._drop_idle = drop_idle or self.drop_idle
         self._kwargs = client_kwargs
         self._db = db
         self._who = who
@@ -83,7 +89,31 @@ class BlockingRedisReader:
 
     def readinto(self, layout: Layout, offset: int, buffer: memoryview) -> int:
         """Fill ``buffer`` from ``offset`` of ``layout`` or raise (``received`` set
-        on a temporary failure after whole pipelines arrived)."""
+        on a temporary failure after whole pipelines arrived), within the width
+        the server allows (:mod:`.width`)."""
+        idle_dropped = False
+        while True:
+            with self._width.slot_blocking():
+                try:
+                    return self._readinto(layout, offset, buffer)
+                except TensorstreamError as err:
+                    if not refused(err):
+                        raise
+                    step = self._width.refused(idle_dropped=idle_dropped)
+                    if step == NONE_FREE:
+                        raise no_connection_error() from err
+            if step == RETRY_IDLE:
+                self._drop_idle()
+                idle_dropped = True
+
+    def drop_idle(self) -> None:
+        """Close this client's idle connections."""
+        with self._lock:
+            client = self._client
+        if client is not None:
+            client.connection_pool.disconnect(inuse_connections=False)
+
+    def _readinto(self, layout: Layout, offset: int, buffer: memoryview) -> int:
         received = 0
         client = self._get()
         try:

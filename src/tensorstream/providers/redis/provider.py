@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import itertools
 import logging
 import os
@@ -71,6 +72,7 @@ from .layout import (
     tensorizer_layout,
 )
 from .lister import list_objects
+from .width import NONE_FREE, RETRY_IDLE, Width, no_connection_error, refused
 from .writer import DELETE_IF_GENERATION, RedisWriter
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "InsecureTLSWarning", "RedisProvider"]
@@ -145,6 +147,9 @@ class RedisProvider(Provider):
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._clients_pid = os.getpid()  # (a forked child's copies belong to no loop of its own)
         self._blocking: BlockingRedisReader | None = None
+        #: how many interactions run at once (both clients): narrowed by a server
+        #: refusing connections for its maxclients
+        self._width = Width()
         self._layouts: dict[str, Layout] = {}
         if self._insecure and tls:
             msg = (f"TLS certificate verification is disabled (insecure=True) for "
@@ -247,7 +252,48 @@ class RedisProvider(Provider):
         return client
 
     async def _guard(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run one Redis interaction, mapping its errors (the only mapping point)."""
+        """Run one Redis interaction, mapping its errors (the only mapping point),
+        within the width the server allows (:mod:`.width`): one it refused for its
+        maxclients runs again once a connection of this provider is free."""
+        idle_dropped = False
+        while True:
+            async with self._width.slot():
+                try:
+                    return await self._guard_once(fn)
+                except TensorstreamError as err:
+                    if not refused(err):
+                        raise
+                    step = self._width.refused(idle_dropped=idle_dropped)
+                    if step == NONE_FREE:
+                        raise no_connection_error() from err
+            if step == RETRY_IDLE:
+                await self._drop_idle()
+                idle_dropped = True
+
+    async def _drop_idle(self) -> None:
+        """Close this provider's idle connections (both clients', every loop's):
+        held for nothing, they may be the connections the server has no more of."""
+        if self._blocking is not None:
+            self._blocking.drop_idle()
+        here = asyncio.get_running_loop()
+        for loop, client in list(self._clients.items()):
+            pool = getattr(client, "connection_pool", None)  # (a cluster's are per node)
+            if pool is None:
+                continue
+            if loop is here:
+                await pool.disconnect(inuse_connections=False)
+            elif loop.is_running():
+                done = asyncio.run_coroutine_threadsafe(
+                    pool.disconnect(inuse_connections=False), loop)
+                with contextlib.suppress(*REDIS_ERRORS):
+                    await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
+
+    def _drop_idle_blocking(self) -> None:
+        """:meth:`_drop_idle` from a blocking reader's thread (on the I/O loop)."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            _loop.run_sync(self._drop_idle())
+
+    async def _guard_once(self, fn: Callable[[], Awaitable[T]]) -> T:
         try:
             if self.tls and not self._tls_answered:
                 result = await self._first_tls_call(fn)
@@ -494,7 +540,8 @@ class RedisProvider(Provider):
         if self._blocking is None:
             self._blocking = BlockingRedisReader(self._client_kwargs(blocking=True), self.db,
                                                  self._creds.describe(looked_in=True),
-                                                 self._creds.secrets())
+                                                 self._creds.secrets(), width=self._width,
+                                                 drop_idle=self._drop_idle_blocking)
         return self._blocking.readinto(layout, offset, buffer)
 
     def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:

@@ -55,6 +55,7 @@ from ...errors import (
 from ..base import Writer
 from . import layout
 from .layout import chunk_key, manifest_fields
+from .width import refused
 
 if TYPE_CHECKING:
     from .provider import RedisProvider
@@ -253,6 +254,8 @@ class RedisWriter(Writer):
         try:
             return await send()
         except (rex.ConnectionError, OSError) as exc:
+            if refused(exc):  # (maxclients: the chunk never reached the server)
+                raise
             limit = await self._p.bulk_limit()
             if limit is None or size <= limit:
                 raise

@@ -1,0 +1,117 @@
+"""How many Redis interactions a provider runs at once: as many as asked for,
+until the server refuses a connection for its ``maxclients``.
+
+A server with few free connections answers a new one with "max number of
+clients reached" and closes it: the command never ran. ``cp`` opened up to
+~16 connections and failed there, while a load (a few) worked. A refusal while
+other interactions of this provider hold connections narrows the width to
+those (they are what the server allows) and the refused interaction waits for
+one of them, then runs again; one refused while no other runs lets go of the
+provider's idle connections (held for nothing, they may be what is missing)
+once, and then fails with a clear error.
+
+The width is shared by the asyncio client and the blocking readers' client
+(one server counts both), so it is guarded by a thread lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+from ...errors import ConnectionFailedError
+
+__all__ = ["NARROWED", "NONE_FREE", "RETRY_IDLE", "Width", "no_connection_error", "refused"]
+
+#: What a refused interaction does next (:meth:`Width.refused`).
+NARROWED, RETRY_IDLE, NONE_FREE = "narrowed", "retry-idle", "none-free"
+
+_MAX_CLIENTS = "max number of clients reached"
+#: (seconds) the first and longest pause of an asyncio wait for a free slot
+_POLL_FIRST, _POLL_MOST = 0.001, 0.05
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it chains) is the server refusing a new
+    connection for its ``maxclients``."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if _MAX_CLIENTS in str(cur):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def no_connection_error() -> ConnectionFailedError:
+    """The error of an interaction refused when no other held a connection."""
+    return ConnectionFailedError(
+        f"Redis refused every connection: {_MAX_CLIENTS} (all of the server's maxclients "
+        "are taken by other clients); try again once some leave, or raise maxclients "
+        "(CONFIG SET maxclients N)")
+
+
+class Width:
+    """The number of interactions running (each holding one connection) and,
+    once the server refused one, the most that may run at once."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0
+        #: None: not limited (the client's own pool size applies)
+        self.limit: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Width(running={self._running}, limit={self.limit})"
+
+    def _enter(self) -> bool:
+        with self._cond:
+            if self.limit is not None and self._running >= self.limit:
+                return False
+            self._running += 1
+            return True
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def slot_blocking(self) -> Iterator[None]:
+        """Hold one slot (waiting in this thread for one to be free)."""
+        with self._cond:
+            while self.limit is not None and self._running >= self.limit:
+                self._cond.wait()
+            self._running += 1
+        try:
+            yield
+        finally:
+            self._leave()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one slot (polling while none is free: a thread lock cannot be
+        awaited, and the wait only happens against a server that is full)."""
+        pause = _POLL_FIRST
+        while not self._enter():
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_MOST)
+        try:
+            yield
+        finally:
+            self._leave()
+
+    def refused(self, *, idle_dropped: bool) -> str:
+        """Called by an interaction the server refused, while it holds its slot:
+        :data:`NARROWED` (others hold connections: the width is now theirs; run
+        again), :data:`RETRY_IDLE` (none do: let go of idle connections and run
+        again) or :data:`NONE_FREE` (that was done already: fail)."""
+        with self._cond:
+            others = self._running - 1
+            if others >= 1:
+                self.limit = others if self.limit is None else min(self.limit, others)
+                return NARROWED
+        return NONE_FREE if idle_dropped else RETRY_IDLE
