@@ -52,14 +52,17 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
     "LINKS",
     "Server",
     "bench_aws_env",
+    "PortTaken",
     "free_port",
+    "owns_port",
+    "serve_on_a_free_port",
     "start_link",
     "start_moto",
     "start_nginx",
@@ -89,6 +92,74 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: Ports a server start tries: one free when picked may be taken by another
+#: process before the server binds it.
+_PORT_ATTEMPTS = 5
+
+
+class PortTaken(RuntimeError):
+    """Another process took the port between its pick and the server's bind."""
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on TCP ``port`` (from /proc/net)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "0A":  # LISTEN
+                found.add(cols[9])
+    return found
+
+
+def _holds(pid: int, inodes: set[str]) -> bool:
+    """Whether process ``pid`` or one of its children holds one of the sockets."""
+    pids = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                pids += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for fd in os.listdir(f"/proc/{p}/fd"):
+                link = os.readlink(f"/proc/{p}/fd/{fd}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def owns_port(pid: int, port: int) -> bool:
+    """Whether ``pid`` (or a child) is what listens on ``port``; True where /proc
+    cannot tell (another system)."""
+    if not os.path.isdir("/proc/net"):
+        return True
+    inodes = _listening_inodes(port)
+    return bool(inodes) and _holds(pid, inodes)
+
+
+def serve_on_a_free_port(name: str, argv_for: Callable[[int], Sequence[str]],
+                         **popen: object) -> Server:
+    """A :class:`Server` named ``name`` running ``argv_for(port)`` on a free port,
+    started again on another while a port is taken before the bind (bounded)."""
+    last: PortTaken | None = None
+    for _ in range(_PORT_ATTEMPTS):
+        port = free_port()
+        try:
+            return Server(name, argv_for(port), port, **popen)
+        except PortTaken as exc:
+            last = exc
+    raise RuntimeError(f"{name} found no free port in {_PORT_ATTEMPTS} tries: {last}")
+
+
 class Server:
     """A child process serving on ``port``; ``stop()`` is idempotent and always kills."""
 
@@ -115,12 +186,23 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
+                said = self.log_tail()
+                if "address already in use" in said.lower():
+                    raise PortTaken(f"{self.name} on {self.port}: {said[-300:]}")
+                raise RuntimeError(f"{self.name} exited early:\n{said}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
+                    pass
             except OSError:
                 time.sleep(0.05)
+                continue
+            # (what answers may be another process that took the port first: this
+            # server then exits, or retries its bind, as nginx does for 2.5 s)
+            if owns_port(self.proc.pid, self.port):
+                return
+            time.sleep(0.05)
+        if not owns_port(self.proc.pid, self.port) and _listening_inodes(self.port):
+            raise PortTaken(f"another process listens on {self.port}")
         raise RuntimeError(f"{self.name} did not listen on {self.port} in {timeout}s")
 
     def log_tail(self) -> str:
@@ -188,7 +270,6 @@ def start_nginx(root: Path, work: Path, workers: int | None = None, bucket_ops: 
     certificate is ``work / "ca.pem"``."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     work.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     certs = ""
     if tls:
         import trustme
@@ -200,21 +281,25 @@ def start_nginx(root: Path, work: Path, workers: int | None = None, bucket_ops: 
         certs = (f"ssl_certificate {work}/server.pem; ssl_certificate_key {work}/server.pem; "
                  "ssl_protocols TLSv1.2 TLSv1.3;")
     conf = work / "nginx.conf"
-    conf.write_text(
-        _NGINX_CONF.format(
-            user="user root;" if os.geteuid() == 0 else "",
-            workers=workers or os.cpu_count() or 1,
-            work=work,
-            port=port,
-            root=root,
-            bucket_ops=f"proxy_pass {bucket_ops};" if bucket_ops else "return 404;",
-            ssl=" ssl" if tls else "",
-            certs=certs,
+
+    def argv(port: int) -> list[str]:
+        conf.write_text(
+            _NGINX_CONF.format(
+                user="user root;" if os.geteuid() == 0 else "",
+                workers=workers or os.cpu_count() or 1,
+                work=work,
+                port=port,
+                root=root,
+                bucket_ops=f"proxy_pass {bucket_ops};" if bucket_ops else "return 404;",
+                ssl=" ssl" if tls else "",
+                certs=certs,
+            )
         )
-    )
-    srv = Server("nginx", [nginx, "-e", str(work / "error.log"), "-c", str(conf)], port)
+        return [nginx, "-e", str(work / "error.log"), "-c", str(conf)]
+
+    srv = serve_on_a_free_port("nginx", argv)
     if tls:
-        srv.url = f"https://127.0.0.1:{port}"
+        srv.url = f"https://127.0.0.1:{srv.port}"
     return srv
 
 
@@ -231,13 +316,16 @@ def start_static(
     """The aiohttp static server in ``mode`` (plain, paced, bucket, ttfb) on a free port.
     ``request_log``: append one line per request (arrival and answer times, method,
     path, Range) to this file."""
-    port = free_port()
-    argv = [sys.executable, "-m", "benchmarks.servers", "static", str(root), str(port), "--mode", mode]
-    argv += ["--rate", str(rate), "--burst", str(burst), "--etag", etag]
-    argv += ["--ttfb", f"{ttfb[0]},{ttfb[1]}"]
-    if request_log is not None:
-        argv += ["--request-log", str(request_log)]
-    return Server(mode, argv, port, cwd=str(Path(__file__).resolve().parent.parent))
+    def argv(port: int) -> list[str]:
+        out = [sys.executable, "-m", "benchmarks.servers", "static", str(root), str(port),
+               "--mode", mode]
+        out += ["--rate", str(rate), "--burst", str(burst), "--etag", etag]
+        out += ["--ttfb", f"{ttfb[0]},{ttfb[1]}"]
+        if request_log is not None:
+            out += ["--request-log", str(request_log)]
+        return out
+
+    return serve_on_a_free_port(mode, argv, cwd=str(Path(__file__).resolve().parent.parent))
 
 
 def start_paced(root: Path, rate: int) -> Server:
@@ -248,8 +336,7 @@ def start_paced(root: Path, rate: int) -> Server:
 def start_redis(work: Path) -> Server:
     """Debian's redis-server, no persistence, on a free port."""
     work.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    argv = [
+    return serve_on_a_free_port("redis", lambda port: [
         shutil.which("redis-server") or "/usr/bin/redis-server",
         "--port",
         str(port),
@@ -267,16 +354,14 @@ def start_redis(work: Path) -> Server:
         "2gb",
         "--client-output-buffer-limit",
         "normal 0 0 0",
-    ]
-    return Server("redis", argv, port)
+    ])
 
 
 def start_moto() -> Server:
     """moto's S3 server (correct but slow: small objects only)."""
-    port = free_port()
     exe = Path(sys.executable).with_name("moto_server")
-    argv = [str(exe), "-H", "127.0.0.1", "-p", str(port)]
-    return Server("moto", argv, port)
+    return serve_on_a_free_port("moto", lambda port: [str(exe), "-H", "127.0.0.1", "-p",
+                                                      str(port)])
 
 
 def measure_one_connection(url: str, nbytes: int = 16 << 20) -> float:

@@ -6,6 +6,7 @@ complete with exact bytes, where a fixed width failed after its retries."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,6 @@ import torch
 from aiohttp import web
 
 import tensorstream
-from reliability_helpers import free_port
 from tensor_files import random_state, same_bytes, tensorizer_bytes
 from tensorstream.copy.engine import copy
 
@@ -40,7 +40,11 @@ class ThrottlingServer:
         self.in_flight = 0
         self.most = 0  # the most requests served at once
         self.throttled = 0
-        self.port = free_port()
+        # Bound here and served as it is (SockSite): a port picked free and bound later
+        # by the server could be taken by another process in between.
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = int(self._sock.getsockname()[1])
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -89,7 +93,7 @@ class ThrottlingServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._loop.run_until_complete(web.SockSite(runner, self._sock).start())
         self._runner = runner
         self._started.set()
         self._loop.run_forever()

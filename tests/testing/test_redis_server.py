@@ -42,3 +42,76 @@ def test_a_cluster_that_cannot_form_says_why_and_leaves_nothing():
     with pytest.raises(RuntimeError, match=r"redis-cli --cluster create exited 1:\n\S"):
         cluster.start()
     assert cluster.ports and not _listening(cluster.ports[0])
+
+
+class _Taker:
+    """Takes the ports ``free_port`` hands out first (as another process may, between
+    the pick and redis-server's bind): a real listener, or a real other redis-server."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, first: int) -> None:
+        from tensorstream.testing import redis_server
+
+        self.real = redis_server.free_port
+        self.taken: list[int] = []
+        self.first = first
+        self.sockets: list[socket.socket] = []
+        monkeypatch.setattr(redis_server, "free_port", self.pick)
+
+    def pick(self) -> int:
+        port = self.real()
+        if len(self.taken) < self.first:
+            s = socket.socket()
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            self.sockets.append(s)
+            self.taken.append(port)
+        return port
+
+    def close(self) -> None:
+        for s in self.sockets:
+            s.close()
+
+
+@pytest.mark.parametrize("kind", [RedisServer, RedisCluster])
+def test_a_port_taken_before_the_bind_is_replaced_by_another(
+        kind: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The port was picked free, then redis-server started on it: taken meanwhile,
+    # the server exited ("Address already in use") and the fixture failed.
+    taker = _Taker(monkeypatch, first=2)
+    try:
+        with kind() as server:
+            with server.client() as client:
+                client.set("k", b"v")
+                assert client.get("k") == b"v"
+            assert server.port not in taker.taken
+    finally:
+        taker.close()
+
+
+def test_a_port_taken_by_another_redis_server_is_not_mistaken_for_ours(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another redis-server that answers PING on the port is not this one.
+    from tensorstream.testing import redis_server
+
+    with RedisServer() as other:
+        real, handed = redis_server.free_port, []
+
+        def pick() -> int:
+            handed.append(other.port if not handed else real())
+            return handed[-1]
+
+        monkeypatch.setattr(redis_server, "free_port", pick)
+        with RedisServer(password="pw-1") as mine:
+            assert mine.port != other.port and len(handed) >= 2
+            with mine.client() as client:
+                assert client.ping()
+
+
+def test_a_port_taken_every_time_gives_up_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    taker = _Taker(monkeypatch, first=100)
+    try:
+        with pytest.raises(RuntimeError, match="no free port in 5 tries"):
+            RedisServer().start()
+        assert len(taker.taken) == 5
+    finally:
+        taker.close()

@@ -27,6 +27,9 @@ from . import watchdog
 __all__ = ["RedisCluster", "RedisServer", "RedisUnavailable", "free_port", "redis_available"]
 
 _START_TIMEOUT = 15.0
+#: Ports tried before start-up gives up: a port free when picked can be taken by
+#: another process before redis-server binds it.
+_PORT_ATTEMPTS = 5
 
 
 class RedisUnavailable(RuntimeError):
@@ -59,6 +62,8 @@ class _Process:
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.log = os.path.join(workdir, name + ".log")
+        self.conf = conf
+        self.workdir = workdir
         # Through the watchdog: if this process is killed (no teardown runs), the
         # server dies with it instead of outliving the test run. Its own session,
         # so stop() kills both at once. Run by path (it needs only the standard
@@ -78,6 +83,15 @@ class _Process:
                 return f.read()[-2000:]
         except OSError:
             return ""
+
+    def discard(self) -> None:
+        """Stop it and remove its files (start-up tries another port)."""
+        self.stop()
+        for path in (self.conf, self.log):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def stop(self) -> None:
         # Closing the watchdog's stdin makes it kill the server, reap it and exit.
@@ -115,20 +129,55 @@ def conf_arg(value: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+class _PortTaken(RuntimeError):
+    """Another process took the port between its pick and redis-server's bind."""
+
+
+#: What redis-server logs when its port is taken (then it exits).
+_BIND_FAILED = ("Address already in use", "Failed listening on port")
+
+
 def _wait_ready(proc: _Process, make_client: Any) -> None:
+    """Wait until ``proc`` answers PING; :class:`_PortTaken` if its port was taken."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     deadline = time.monotonic() + _START_TIMEOUT
     last: Exception | None = None
     while time.monotonic() < deadline:
+        said = proc.log_tail()
+        if any(m in said for m in _BIND_FAILED):  # (it exits next)
+            raise _PortTaken(said)
         if not proc.alive():
             raise RuntimeError(f"redis-server exited at start:\n{proc.log_tail()}")
         try:
-            with make_client() as c:
+            # (short waits, no retries: whatever took the port may accept and never answer)
+            with make_client(socket_timeout=1, socket_connect_timeout=1,
+                             retry=Retry(NoBackoff(), 0)) as c:
                 c.ping()
+                # (whoever took the port may be a redis-server too: ours works in its dir)
+                served = c.config_get("dir").get("dir")
+            if os.path.realpath(str(served)) != os.path.realpath(proc.workdir):
+                raise _PortTaken(f"another redis-server answers there (dir {served})")
             return
+        except _PortTaken:
+            raise
         except Exception as exc:  # polling until it answers
             last = exc
             time.sleep(0.05)
     raise RuntimeError(f"redis-server did not start: {last}\n{proc.log_tail()}")
+
+
+def _on_a_free_port(start: Any) -> _Process:
+    """``start(attempt)`` (which picks its ports, starts and waits), again with new
+    ports while another process took one first; at most :data:`_PORT_ATTEMPTS`."""
+    for attempt in range(_PORT_ATTEMPTS):
+        try:
+            return start(attempt)  # type: ignore[no-any-return]
+        except _PortTaken as exc:
+            last = exc
+    raise RuntimeError(f"redis-server found no free port in {_PORT_ATTEMPTS} tries; the "
+                       f"last one: {last}")
 
 
 class RedisServer:
@@ -180,20 +229,29 @@ class RedisServer:
 
     def _start(self) -> None:
         assert self._dir is not None
-        self.port = free_port()
-        config: dict[str, str] = {}
+        base: dict[str, str] = {}
         if self.tls:
-            config.update(self._tls_config())
-            config["port"] = "0"
-            config["tls-port"] = str(self.port)
-        else:
-            config["port"] = str(self.port)
+            base.update(self._tls_config())
+            base["port"] = "0"
         if self.password:
-            config["requirepass"] = conf_arg(self.password)
+            base["requirepass"] = conf_arg(self.password)
         for user, pw in self.acl_users.items():
-            config[f"user {conf_arg(user)}"] = f"on {conf_arg('>' + pw)} ~* &* +@all"
-        self._proc = _Process(config, self._dir, "redis")
-        _wait_ready(self._proc, self.client)
+            base[f"user {conf_arg(user)}"] = f"on {conf_arg('>' + pw)} ~* &* +@all"
+
+        def start(attempt: int) -> _Process:
+            assert self._dir is not None
+            self.port = free_port()
+            config = {**base, ("tls-port" if self.tls else "port"): str(self.port)}
+            proc = self._proc = _Process(config, self._dir, "redis")
+            try:
+                _wait_ready(proc, self.client)
+            except BaseException:
+                proc.discard()
+                self._proc = None
+                raise
+            return proc
+
+        self._proc = _on_a_free_port(start)
 
     def _tls_config(self) -> dict[str, str]:
         import trustme
@@ -322,14 +380,22 @@ class RedisCluster:
 
         self.ports = []
         for i in range(self.nodes):
-            port, bus = free_port(), free_port()
-            self.ports.append(port)
-            config = {"port": str(port), "cluster-enabled": "yes", "cluster-port": str(bus),
-                      "cluster-config-file": os.path.join(self._dir, f"nodes-{i}.conf"),
-                      "cluster-node-timeout": "5000"}
-            proc = _Process(config, self._dir, f"node{i}")
-            self._procs.append(proc)
-            _wait_ready(proc, lambda p=port: redis.Redis(host=self.host, port=p))
+            def start(attempt: int, i: int = i) -> _Process:
+                assert self._dir is not None
+                port, bus = free_port(), free_port()
+                config = {"port": str(port), "cluster-enabled": "yes", "cluster-port": str(bus),
+                          "cluster-config-file": os.path.join(self._dir, f"nodes-{i}-{attempt}.conf"),
+                          "cluster-node-timeout": "5000"}
+                proc = _Process(config, self._dir, f"node{i}")
+                try:
+                    _wait_ready(proc, lambda **kw: redis.Redis(host=self.host, port=port, **kw))
+                except BaseException:
+                    proc.discard()
+                    raise
+                self.ports.append(port)
+                return proc
+
+            self._procs.append(_on_a_free_port(start))
         addrs = [f"{self.host}:{p}" for p in self.ports]
         done = subprocess.run(
             ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0",
