@@ -99,7 +99,6 @@ class ForwardProxy(_StreamServer):
         with self._lock:
             self.connections += 1
             number = self.connections
-        self._writers.add(writer)
         upstreams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
         try:
             while True:
@@ -135,7 +134,6 @@ class ForwardProxy(_StreamServer):
         finally:
             for _, uw in upstreams.values():
                 uw.close()
-            self._writers.discard(writer)
             writer.close()
 
     async def _tunnel(self, target: str, reader: asyncio.StreamReader,

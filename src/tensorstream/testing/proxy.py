@@ -187,6 +187,8 @@ class _LoopThread:
 
 
 _S = TypeVar("_S", bound="_StreamServer")
+#: Loop steps allowed from an accepted socket to its connection_made (asyncio takes 2-3).
+_SETUP_STEPS = 5
 
 
 class _StreamServer:
@@ -194,8 +196,9 @@ class _StreamServer:
     :class:`_LoopThread`: the start, stop and ``with`` plumbing the stream-level
     proxies share (:class:`TCPFaultProxy`, :class:`~.forward_proxy.ForwardProxy`).
 
-    A subclass names its thread, serves each connection in :meth:`_accept`, keeps
-    the writers to cut at stop in ``_writers``, and says how to cut one (:meth:`_abort`)."""
+    A subclass names its thread, serves each connection in :meth:`_accept`, adds
+    the writers of connections it opens to ``_writers`` (cut at stop; each
+    client's is there from its first moment), and says how to cut one (:meth:`_abort`)."""
 
     _thread_name: ClassVar[str]
 
@@ -211,7 +214,7 @@ class _StreamServer:
             return self
 
         async def setup() -> None:
-            self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+            self._server = await asyncio.start_server(self._connected, "127.0.0.1", self.port)
             self.port = self._server.sockets[0].getsockname()[1]
 
         self._lt.start(setup)
@@ -220,6 +223,12 @@ class _StreamServer:
     def stop(self) -> None:
         """Close the listener and every connection (idempotent)."""
         async def teardown() -> None:
+            # A connection already accepted is set up over a few loop steps (an
+            # accept task, then connection_made). Closed before that, the listener
+            # makes asyncio drop it unclosed (its transport cannot attach to a
+            # closed server), the client left waiting: let them reach _connected.
+            for _ in range(_SETUP_STEPS):
+                await asyncio.sleep(0)
             if self._server is not None:
                 self._server.close()
             for w in list(self._writers):
@@ -238,6 +247,20 @@ class _StreamServer:
     def _abort(self, writer: asyncio.StreamWriter) -> None:
         """Cut ``writer``'s connection at :meth:`stop`."""
         writer.transport.abort()
+
+    def _connected(self, reader: asyncio.StreamReader,
+                   writer: asyncio.StreamWriter) -> Coroutine[Any, Any, None]:
+        """``start_server``'s callback, called as the connection is made, before its
+        task starts: a connection whose task ``stop()`` cancels before its first
+        step is still known, and cut (it stayed open, its client waiting)."""
+        self._writers.add(writer)
+        return self._serve(reader, writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._accept(reader, writer)
+        finally:
+            self._writers.discard(writer)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
@@ -359,7 +382,7 @@ class TCPFaultProxy(_StreamServer):
         except OSError:
             _abort(cwriter, rst=True)
             return
-        self._writers.update((cwriter, uwriter))
+        self._writers.add(uwriter)
         up = asyncio.ensure_future(self._pump_up(creader, uwriter))
         down = asyncio.ensure_future(self._pump_down(ureader, cwriter))
         try:
@@ -371,7 +394,6 @@ class TCPFaultProxy(_StreamServer):
             cut = down.done() and not down.cancelled() and down.exception() is None and down.result()
             _abort(cwriter, rst=bool(cut) and self.faults.use_rst)
             _abort(uwriter, rst=False)
-            self._writers.discard(cwriter)
             self._writers.discard(uwriter)
 
     async def _pump_up(self, creader: asyncio.StreamReader, uwriter: asyncio.StreamWriter) -> None:
