@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         description="Serialize a synthetic model with tensorizer, serve it over HTTP on loopback, "
                     "and load it through tensorstream and through tensorizer's own stream.",
     )
-    parser.add_argument("--size-mib", type=int, default=256, help="model size (default 256)")
+    parser.add_argument("--size-mib", type=int, default=256,
+                        help="model size, rounded down to whole layers of 24 MiB "
+                             "(default 256: 240 MiB)")
     parser.add_argument("--path", help="keep the .tensors file here (default: a temporary file)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--rounds", type=int, default=2,
