@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +285,55 @@ def test_a_pool_of_larger_parts_is_released_when_no_object_uses_it() -> None:
     gc.collect()
     assert gone() is None
     assert c.pool_for(8 << 20) is c.pool
+
+
+def _change_mid_copy(monkeypatch: pytest.MonkeyPatch, src: Path, change: Any) -> None:
+    """``change(src)`` once, during the copy's second read of it."""
+    real, calls = os.preadv, []
+
+    def preadv(fd: int, buffers: Any, offset: int, *a: int) -> int:
+        calls.append(offset)
+        if len(calls) == 2:
+            time.sleep(0.05)  # (the file clock is coarse)
+            change(src)
+        return real(fd, buffers, offset, *a)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+
+
+def test_a_chmod_of_a_local_source_mid_copy_is_not_a_change(
+        tmp_path: Path, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The source's change time moves on a chmod: its version (checked again after
+    # the copy) said "changed", although no byte had.
+    import tensorstream
+
+    data = os.urandom(6 * MiB)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    _change_mid_copy(monkeypatch, src, lambda p: p.chmod(0o600))
+    key = f"cpr-{secrets.token_hex(4)}/m.bin"
+    result = copy(str(src), redis_server.url(key), part_size=2 * MiB, concurrency=1)
+    assert result.ok, result.errors
+    with tensorstream.open(redis_server.url(key)) as f:
+        assert f.read() == data
+
+
+def test_a_local_source_rewritten_with_its_mtime_put_back_is_not_published_remotely(
+        tmp_path: Path, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(6 * MiB)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    st = src.stat()
+
+    def rewrite(p: Path) -> None:
+        with open(p, "r+b") as f:
+            f.write(bytes(len(data)))
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    _change_mid_copy(monkeypatch, src, rewrite)
+    key = f"cpr-{secrets.token_hex(4)}/m.bin"
+    result = copy(str(src), redis_server.url(key), part_size=2 * MiB, concurrency=1)
+    assert not result.ok and "changed" in result.errors[0], result.errors
+    assert redis_server.get(key) is None
+    with redis_server.client() as c:
+        assert not list(c.scan_iter(match=f"{key}*"))
