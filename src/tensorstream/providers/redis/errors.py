@@ -7,6 +7,7 @@ import ssl
 
 from redis import exceptions as rex
 
+from ..._client_cert import client_cert_advice
 from ..._log_redaction import withhold, withhold_args
 from ...errors import (
     ConnectionFailedError,
@@ -79,6 +80,10 @@ def map_redis_error(exc: BaseException, *, who: str = "",
         err = ConnectionFailedError(f"TLS certificate verification failed: {text}; {hint} "
                                     "(insecure=True disables verification)")
         err.temporary = False  # a wrong certificate does not fix itself
+        return err
+    if (advice := client_cert_advice(exc)) is not None:  # tls-auth-clients yes
+        err = ConnectionFailedError(f"Redis TLS handshake failed: {text}; {advice}")
+        err.temporary = False  # nor does a missing client certificate
         return err
     if isinstance(exc, rex.OutOfMemoryError):
         return ServiceUnavailableError(f"Redis is out of memory (maxmemory): {text}")

@@ -1,0 +1,51 @@
+"""What a server's TLS alert says about the client certificate, in words a user can act on.
+
+A server that requires a client certificate (nginx's ``ssl_verify_client``, redis-server's
+``tls-auth-clients yes``, Go servers such as MinIO) ends the handshake with an alert when
+it gets none, or one it does not trust. OpenSSL reports only the alert's name
+(``[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required``), and the
+error went on to advise a CA bundle, which is about the *server's* certificate.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CLIENT_CERT_OPTIONS", "client_cert_advice"]
+
+#: How every protocol with client certificates takes one.
+CLIENT_CERT_OPTIONS = ("client_cert=<PEM file> (and client_key=<PEM file> when the key is "
+                       "not in the certificate file)")
+
+#: OpenSSL's words (lower case) for TLS 1.3's "no certificate" alert (TLS 1.2 servers
+#: send handshake_failure).
+_REQUIRED = "alert certificate required"
+#: Alerts a server sends about the certificate it got.
+_REFUSED = ("alert bad certificate", "alert unknown ca", "alert certificate unknown",
+            "alert certificate expired", "alert certificate revoked",
+            "alert unsupported certificate", "alert access denied")
+_HANDSHAKE = "alert handshake failure"
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts, seen = [], set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        parts.append(str(node))
+        node = node.__cause__ or node.__context__
+    return " ".join(parts)
+
+
+def client_cert_advice(exc: BaseException, how: str = CLIENT_CERT_OPTIONS) -> str | None:
+    """The advice for a TLS alert about the client certificate in ``exc`` (or its
+    chain), saying how to give one (``how``); ``None`` when it is not such an alert."""
+    text = _chain_text(exc).lower()
+    if _REQUIRED in text:
+        return f"the server requires a TLS client certificate and got none: pass {how}"
+    if any(alert in text for alert in _REFUSED):
+        return ("the server refused the TLS client certificate (none given, or one it does "
+                f"not trust, expired, or for another use): pass one issued by a CA the server "
+                f"trusts with {how}")
+    if _HANDSHAKE in text:
+        return ("the server ended the TLS handshake: it may require a client certificate "
+                f"(pass {how}), or share no TLS version or cipher with this client")
+    return None

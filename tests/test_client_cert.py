@@ -1,0 +1,119 @@
+"""A server that requires a TLS client certificate: the error says so and names the
+options that supply one (was OpenSSL's alert name, then advice to pass a CA bundle).
+
+Real servers that send the alerts: ``openssl s_server -Verify 1`` for HTTPS (as nginx,
+Go servers and MinIO do) and redis-server with ``tls-auth-clients yes``; certificates
+from trustme.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tensorstream
+from tensorstream import errors
+from tensorstream.testing.redis_server import RedisServer
+
+REQUIRED = "the server requires a TLS client certificate and got none: pass client_cert="
+REFUSED = "the server refused the TLS client certificate"
+
+
+class OpenSSLServer:
+    """``openssl s_server`` on 127.0.0.1 requiring a client certificate of its CA."""
+
+    def __init__(self, directory: Path) -> None:
+        import trustme
+
+        self.ca = trustme.CA()
+        self.ca_file = str(directory / "ca.pem")
+        self.ca.cert_pem.write_to_path(self.ca_file)
+        server = self.ca.issue_cert("127.0.0.1", "localhost")
+        self.cert_file = str(directory / "server.pem")
+        server.private_key_and_cert_chain_pem.write_to_path(self.cert_file)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            ["openssl", "s_server", "-accept", f"127.0.0.1:{self.port}", "-cert",
+             self.cert_file, "-CAfile", self.ca_file, "-Verify", "1", "-verify_return_error",
+             "-www", "-quiet"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("openssl s_server did not start") from None
+                time.sleep(0.05)
+
+    def url(self, path: str = "x") -> str:
+        return f"https://127.0.0.1:{self.port}/{path}"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def openssl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenSSLServer]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    server = OpenSSLServer(tmp_path_factory.mktemp("openssl-mtls"))
+    yield server
+    server.stop()
+
+
+def _foreign_cert(directory: Path) -> tuple[str, str]:
+    """A client certificate from a CA the server does not trust."""
+    import trustme
+
+    issued = trustme.CA().issue_cert("client")
+    cert, key = directory / "foreign.pem", directory / "foreign.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    return str(cert), str(key)
+
+
+async def test_https_without_a_client_certificate_says_the_server_requires_one(
+        isolated_env: Path, openssl_server: OpenSSLServer) -> None:
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        await tensorstream.read_range(openssl_server.url(), 0, 1, retries=3,
+                                      ca_bundle=openssl_server.ca_file)
+    assert REQUIRED in str(info.value) and "client_key=" in str(info.value)
+    assert "ca_bundle" not in str(info.value)  # the server's certificate was fine
+    assert not info.value.temporary
+
+
+def test_https_with_a_client_certificate_it_does_not_trust_says_it_was_refused(
+        isolated_env: Path, openssl_server: OpenSSLServer, tmp_path: Path) -> None:
+    cert, key = _foreign_cert(tmp_path)
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        with tensorstream.open(openssl_server.url(), retries=1, ca_bundle=openssl_server.ca_file,
+                               client_cert=cert, client_key=key) as f:
+            f.read()
+    assert REFUSED in str(info.value) and "client_cert=" in str(info.value)
+
+
+async def test_redis_without_a_client_certificate_says_the_server_requires_one(
+        isolated_env: Path, redis_mtls_server: RedisServer, tmp_path: Path) -> None:
+    srv = redis_mtls_server
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        await tensorstream.read_range(srv.url("mtls/none"), 0, 1, ca_bundle=srv.ca_file,
+                                      retries=3)
+    assert REQUIRED in str(info.value)
+    assert not info.value.temporary
+    cert, key = _foreign_cert(tmp_path)
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        await tensorstream.read_range(srv.url("mtls/none"), 0, 1, ca_bundle=srv.ca_file,
+                                      client_cert=cert, client_key=key, retries=1)
+    assert REFUSED in str(info.value)
