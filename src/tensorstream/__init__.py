@@ -72,7 +72,7 @@ _LAZY = {
     "describe_credentials": "tensorstream.credentials.describe",
     "deserialize": "tensorstream.tensorizer.load",
     "load_into_module": "tensorstream.tensorizer.load",
-    "serialize": "tensorstream.tensorizer.load",
+    "serialize": "tensorstream.tensorizer.save",
     "TensorizerConfig": "tensorstream.tensorizer.config",
     "convert": "tensorstream.conversion.api",
     "inspect": "tensorstream.inspection",
@@ -108,7 +108,8 @@ if _TYPE_CHECKING:  # pragma: no cover
     from .inspection import ModelInfo, inspect
     from .providers.registry import register, registered_schemes
     from .tensorizer.config import TensorizerConfig
-    from .tensorizer.load import deserialize, load_into_module, serialize
+    from .tensorizer.load import deserialize, load_into_module
+    from .tensorizer.save import serialize
 
 __all__ = [
     "BodyStream",

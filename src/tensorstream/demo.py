@@ -131,9 +131,9 @@ def run(size_mib: int, device: str, path: str | None, rounds: int) -> int:
     import torch  # noqa: F401  (fail early and clearly if torch is missing)
     from tensorizer import TensorSerializer
 
-    from .tensorizer.load import _check_device
+    from .tensorizer.arguments import check_device
 
-    _check_device(device)  # a clear error before minutes of work
+    check_device(device)  # a clear error before minutes of work
     state_dict = build_state_dict(size_mib)
     with contextlib.ExitStack() as stack:
         file = stack.enter_context(_file_for(path))

@@ -24,6 +24,7 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     # The API reference really comes from the docstrings.
     for anchor in ("tensorstream.tensorizer.load.deserialize",
                    "tensorstream.tensorizer.load.load_into_module",
+                   "tensorstream.tensorizer.save.serialize",
                    "tensorstream.tensorizer.stats.LoadStats", "tensorstream.api.open",
                    "tensorstream.errors.TensorstreamError",
                    "tensorstream.testing.backends.Backend.apply_env",

@@ -384,14 +384,14 @@ def test_ranks_creating_one_key_file_at_once_all_write_readable_files(
     import threading
 
     from tensorstream.tensorizer import TensorizerConfig
-    from tensorstream.tensorizer import load as load_module
+    from tensorstream.tensorizer import save as save_module
 
     keyfile = tmp_path / "m.key"
     cfg = TensorizerConfig(tensorizer_uri=str(tmp_path / "m-rank-%03d.tensors"),
                            encryption_keyfile=str(keyfile))
     # Deterministic: while rank 0 writes its tensors, rank 1 creates the key file anew
     # (its own missing-file branch), as a rank that found no key file a moment earlier does.
-    real = load_module._write_tensors
+    real = save_module._write_tensors
     other = []
 
     def rank_1_meanwhile(obj: Any, path: str, params: Any, *rest: Any) -> None:
@@ -399,7 +399,7 @@ def test_ranks_creating_one_key_file_at_once_all_write_readable_files(
         if not other:
             other.append(generate_keyfile(str(keyfile)))
 
-    monkeypatch.setattr(load_module, "_write_tensors", rank_1_meanwhile)
+    monkeypatch.setattr(save_module, "_write_tensors", rank_1_meanwhile)
     cfg.serialize({"w": torch.zeros(5)}, rank=0, world_size=2)
     monkeypatch.undo()
     assert other, "the key file was replaced while rank 0 wrote"

@@ -10,23 +10,25 @@ from typing import TYPE_CHECKING
 from .._compat import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .arguments import (
+        DeviceUnavailableError,
+        InvalidArgumentError,
+        MetaTensorError,
+        ModuleMismatchError,
+        QuantizationWarning,
+    )
     from .config import TensorizerConfig
     from .crypto import DecryptionError, Encryption, TensorHashMismatchError, generate_keyfile
     from .load import (
         DEFAULT_LOCAL_NUM_READERS,
         DEFAULT_NUM_READERS,
-        DeviceUnavailableError,
-        InvalidArgumentError,
         LoadError,
-        MetaTensorError,
-        ModuleLoadResult,
-        ModuleMismatchError,
-        QuantizationWarning,
         deserialize,
         is_vllm_tensorized,
         load_into_module,
-        serialize,
     )
+    from .module import ModuleLoadResult
+    from .save import serialize
     from .sharding import is_sharded, shard_uri
     from .stats import LoadStats
 
@@ -34,15 +36,15 @@ _WHERE = {
     "DEFAULT_LOCAL_NUM_READERS": "load",
     "DEFAULT_NUM_READERS": "load",
     "DecryptionError": "crypto",
-    "DeviceUnavailableError": "load",
+    "DeviceUnavailableError": "arguments",
     "Encryption": "crypto",
-    "InvalidArgumentError": "load",
+    "InvalidArgumentError": "arguments",
     "LoadError": "load",
     "LoadStats": "stats",
-    "MetaTensorError": "load",
-    "ModuleLoadResult": "load",
-    "ModuleMismatchError": "load",
-    "QuantizationWarning": "load",
+    "MetaTensorError": "arguments",
+    "ModuleLoadResult": "module",
+    "ModuleMismatchError": "arguments",
+    "QuantizationWarning": "arguments",
     "TensorHashMismatchError": "crypto",
     "TensorizerConfig": "config",
     "deserialize": "load",
@@ -50,7 +52,7 @@ _WHERE = {
     "is_sharded": "sharding",
     "is_vllm_tensorized": "load",
     "load_into_module": "load",
-    "serialize": "load",
+    "serialize": "save",
     "shard_uri": "sharding",
 }
 
