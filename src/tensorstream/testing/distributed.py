@@ -56,15 +56,7 @@ class RankResult:
         return name in self.error_types
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, folder: str,
+def _entry(rank: int, fn: Callable[..., Any], world_size: int, folder: str,
            timeout: float, backend: str, args: tuple[Any, ...]) -> None:  # pragma: no cover
     import torch.distributed as dist
 
@@ -72,7 +64,10 @@ def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, folder
         import torch
 
         torch.cuda.set_device(rank)  # one GPU per rank
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    # The ranks meet through a file of the run's own folder, not a TCP port picked
+    # free before rank 0 bound it (another process could take it in between).
+    store = os.path.join(folder, "rendezvous")
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank,
                             world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout))
     out = RankResult(rank)
@@ -104,8 +99,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="tensorstream-ranks-") as folder:
-        ctx = mp.spawn(_entry, args=(fn, world_size, _free_port(), folder, group_timeout, backend,
-                                 args),
+        ctx = mp.spawn(_entry, args=(fn, world_size, folder, group_timeout, backend, args),
                        nprocs=world_size, join=False)
         deadline = time.monotonic() + timeout
         for proc in ctx.processes:
