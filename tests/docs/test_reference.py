@@ -408,3 +408,23 @@ def test_every_public_name_is_in_the_api_reference() -> None:
     missing = [n for n in tensorstream.__all__
                if n != "__version__" and not re.search(rf"(?<![\w.]){n}\b|\.{n}\b", api)]
     assert not missing, f"tensorstream.__all__ names docs/api.md leaves out: {missing}"
+
+
+def test_the_backend_pages_state_the_code_s_defaults() -> None:
+    from tensorstream.providers.redis import provider as redis
+    from tensorstream.providers.s3 import process
+
+    mib, kib = 1 << 20, 1 << 10
+    redis_md = " ".join((ROOT / "docs" / "redis.md").read_text().split())
+    assert (f"chunk size for writes (default {redis.DEFAULT_CHUNK_SIZE // mib} MiB, "
+            f"{redis._MIN_CHUNK // kib} KiB..{redis._MAX_CHUNK // mib} MiB") in redis_md
+    s3_md = (ROOT / "docs" / "s3.md").read_text()
+    timeout = f"{process.DEFAULT_CREDENTIAL_PROCESS_TIMEOUT:g}"
+    assert f"| `s3_credential_process_timeout` | `{timeout}` |" in s3_md
+    assert f"`s3_credential_process_timeout` seconds (default {timeout}," in " ".join(s3_md.split())
+    import inspect
+
+    from tensorstream.providers.s3.provider import S3Provider
+
+    checksum = inspect.signature(S3Provider.__init__).parameters["checksum"].default
+    assert f"| `s3_checksum` | `{checksum}` |" in s3_md
