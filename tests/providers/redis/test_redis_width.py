@@ -84,12 +84,15 @@ def test_cp_out_of_redis_uses_the_connections_the_server_has_free(
     assert (tmp_path / "out.bin").read_bytes() == DATA
 
 
-def test_a_load_with_few_free_connections_still_works(server: RedisServer) -> None:
-    with tensorstream.open(server.url("m.bin"), "wb") as w:
-        w.write(DATA)
-    crowd = Crowd(server, 2)
+@pytest.mark.parametrize("free", [1, 2])
+def test_a_read_and_a_streamed_write_with_few_free_connections_work(
+        server: RedisServer, free: int) -> None:
+    crowd = Crowd(server, free)
     try:
-        with tensorstream.open(server.url("m.bin")) as f:
+        with tensorstream.open(server.url("m.bin"), "wb", redis_chunk_size=1 << 20) as w:
+            for at in range(0, len(DATA), 3 << 20):  # many chunks in flight
+                w.write(DATA[at : at + (3 << 20)])
+        with tensorstream.open(server.url("m.bin"), concurrency=8) as f:
             assert f.read() == DATA
     finally:
         crowd.close()
