@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -305,12 +306,14 @@ def test_options_keep_every_read_in_the_readers_layers(tmp_path: Path,
     assert reads[0] >= len(want)
 
 
+@pytest.mark.parametrize("mtime_shift", [10**9, 0])
 @pytest.mark.parametrize("how", ["load", "iter_tensors"])
 def test_a_file_changed_in_place_while_loading_raises(
-        model: tuple[Path, dict[str, Any]], small_chunks: int, how: str,
+        model: tuple[Path, dict[str, Any]], small_chunks: int, how: str, mtime_shift: int,
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The descriptor holds the version the header was read from: a write in place
-    # after the load began is caught by the fstat around every gathered read.
+    # after the load began is caught by the fstat around every gathered read, also
+    # one that put the old mtime back (mtime_shift 0: rsync -t, cp -p), by its ctime.
     from tensorstream.errors import ObjectChangedError
     from tensorstream.providers.local import provider as local
 
@@ -324,10 +327,11 @@ def test_a_file_changed_in_place_while_loading_raises(
         if calls[0] == 3:  # the header's read, a chunk, then this one
             st = path.stat()
             last = path.read_bytes()[-1:]
+            time.sleep(0.05)  # (the file clock is coarse)
             with open(path, "r+b") as f:  # the same byte, written again in place
                 f.seek(st.st_size - 1)
                 f.write(last)
-            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + mtime_shift))
         return int(real(fd, p, offset, buffers, etag))
 
     monkeypatch.setattr(local, "_preadv_exact", spy)
