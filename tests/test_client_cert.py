@@ -117,3 +117,43 @@ async def test_redis_without_a_client_certificate_says_the_server_requires_one(
         await tensorstream.read_range(srv.url("mtls/none"), 0, 1, ca_bundle=srv.ca_file,
                                       client_cert=cert, client_key=key, retries=1)
     assert REFUSED in str(info.value)
+
+
+def _encrypted_key(key_file: str, directory: Path) -> str:
+    """``key_file`` re-written under a pass phrase (``openssl pkey -aes256``)."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), None)
+    encrypted = directory / "encrypted.key"
+    encrypted.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"pass phrase")))
+    return str(encrypted)
+
+
+async def test_redis_client_certificate_that_cannot_be_loaded_is_said_so_like_https(
+        isolated_env: Path, redis_mtls_server: RedisServer, tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """A key that is encrypted, of another certificate, or a file that is no PEM: the
+    ConfigurationError HTTPS gives, at once. Redis asked OpenSSL's pass phrase prompt on
+    the terminal (a service waits there), retried the rest as connection failures."""
+    srv = redis_mtls_server
+    cert, key = srv.issue_client_cert("loaded")
+    _, other_key = _foreign_cert(tmp_path)
+    not_pem = tmp_path / "notes.txt"
+    not_pem.write_text("token=hunter2-not-a-certificate\n")
+    cases = [(cert, _encrypted_key(key, tmp_path), "encrypted"),
+             (cert, other_key, "KEY_VALUES_MISMATCH"), (str(not_pem), None, "PEM")]
+    for client_cert, client_key, why in cases:
+        options = {"client_cert": client_cert, **({"client_key": client_key} if client_key else {})}
+        with pytest.raises(errors.ConfigurationError) as info:
+            await tensorstream.read_range(srv.url("mtls/k"), 0, 1, ca_bundle=srv.ca_file,
+                                          retries=3, **options)
+        message = str(info.value)
+        assert f"cannot load the client certificate {client_cert}" in message, message
+        assert why in message and "hunter2" not in message
+        assert "pass phrase" not in capfd.readouterr().err  # OpenSSL's prompt never shown
+    # the loadable pair still connects (the refusal is about the files, not the server)
+    with pytest.raises(errors.NotFoundError):
+        await tensorstream.read_range(srv.url("mtls/absent"), 0, 1, ca_bundle=srv.ca_file,
+                                      client_cert=cert, client_key=key)

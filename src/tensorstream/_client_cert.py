@@ -9,7 +9,11 @@ error went on to advise a CA bundle, which is about the *server's* certificate.
 
 from __future__ import annotations
 
-__all__ = ["CLIENT_CERT_OPTIONS", "client_cert_advice"]
+import ssl
+
+from .errors import ConfigurationError
+
+__all__ = ["CLIENT_CERT_OPTIONS", "client_cert_advice", "load_client_cert"]
 
 #: How every protocol with client certificates takes one.
 CLIENT_CERT_OPTIONS = ("client_cert=<PEM file> (and client_key=<PEM file> when the key is "
@@ -49,3 +53,26 @@ def client_cert_advice(exc: BaseException, how: str = CLIENT_CERT_OPTIONS) -> st
         return ("the server ended the TLS handshake: it may require a client certificate "
                 f"(pass {how}), or share no TLS version or cipher with this client")
     return None
+
+
+def load_client_cert(ctx: ssl.SSLContext, cert: str, key: str | None) -> None:
+    """Load the client certificate ``cert`` (and its key ``key``) into ``ctx``, or
+    raise the :class:`ConfigurationError` that names both files and what is wrong.
+
+    Every protocol loads through here, so an encrypted key, a key of another
+    certificate or a file that is no PEM reads the same (Redis retried them as
+    connection failures). The pass phrase callback refuses: without one OpenSSL
+    prompts on the terminal, and a service waits there."""
+    try:
+        ctx.load_cert_chain(cert, key, password=_no_password)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        with_key = f" and key {key}" if key else ""
+        raise ConfigurationError(
+            f"cannot load the client certificate {cert}{with_key} "
+            f"({type(exc).__name__}: {exc}): both must be PEM files, the key not encrypted; "
+            "pass client_key= when the key is not in the certificate file"
+        ) from None
+
+
+def _no_password() -> str:
+    raise ValueError("the client key is encrypted (tensorstream takes no pass phrase)")

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ..._client_cert import load_client_cert
 from ...config import Timeouts
 from ...errors import ConfigurationError, ConnectionFailedError, TensorstreamError
 from .answer_head import HeadedResponse
@@ -65,25 +66,11 @@ class TLSSettings:
                 "of CA certificates, or a directory of them hashed by 'openssl rehash'"
             ) from None
         if self.client_cert is not None:
-            try:
-                # A password callback, or OpenSSL prompts on the terminal for the
-                # pass phrase of an encrypted key (a service would hang there).
-                ctx.load_cert_chain(self.client_cert, self.client_key, password=_no_password)
-            except (ssl.SSLError, OSError, ValueError) as exc:
-                key = f" and key {self.client_key}" if self.client_key else ""
-                raise ConfigurationError(
-                    f"cannot load the client certificate {self.client_cert}{key} "
-                    f"({_reason(exc)}): both must be PEM files, the key not encrypted; "
-                    "pass client_key= when the key is not in the certificate file"
-                ) from None
+            load_client_cert(ctx, self.client_cert, self.client_key)
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
-
-
-def _no_password() -> str:
-    raise ValueError("the client key is encrypted (tensorstream takes no pass phrase)")
 
 
 def _reason(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import logging
 import os
+import ssl
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
@@ -29,6 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry as BlockingRetry
 
 from ... import _loop
+from ..._client_cert import load_client_cert
 from ...config import VALIDATORS, CommonConfig, _flag, split_options
 from ...errors import (
     ConfigurationError,
@@ -139,6 +141,9 @@ class RedisProvider(Provider):
         self.chunk_size = chunk_size
         self._creds = credentials or RedisCredentials()
         self._config = config or split_options({})[0]
+        if tls and client_cert is not None:  # (redis-py loads it on each connect: a bad
+            # pair was retried as a connection failure, an encrypted key prompted)
+            load_client_cert(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), client_cert, client_key)
         self._tls_files = (ca_bundle, client_cert, client_key)
         self._insecure = bool(insecure)
         #: One client per event loop: reads hop between the caller's loop and the I/O
