@@ -428,3 +428,20 @@ def test_the_backend_pages_state_the_code_s_defaults() -> None:
 
     checksum = inspect.signature(S3Provider.__init__).parameters["checksum"].default
     assert f"| `s3_checksum` | `{checksum}` |" in s3_md
+
+
+def test_the_overview_s_source_tree_names_files_that_exist() -> None:
+    text = (ROOT / "docs" / "index.md").read_text()
+    tree = re.search(r"```text\nsrc/tensorstream/\n(.*?)```", text, re.S)
+    assert tree, "docs/index.md no longer draws src/tensorstream/"
+    missing = []
+    for line in tree.group(1).splitlines():
+        folder = re.match(r"\s+(\w+)/\s", line)
+        where = SRC / folder.group(1) if folder else SRC
+        for name in re.findall(r"(?<![\w/])(\w+\.py)\b", line):
+            if not (where / name).exists():
+                missing.append(f"{where.relative_to(SRC.parent)}/{name}")
+        for sub in re.findall(r"(?<![\w.])(\w+)/(?=\s)", line)[1 if folder else 0:]:
+            if not (where / sub).is_dir():
+                missing.append(f"{where.relative_to(SRC.parent)}/{sub}/")
+    assert not missing, f"docs/index.md's source tree names what is not there: {missing}"
