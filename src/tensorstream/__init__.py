@@ -16,7 +16,8 @@ def _launched_as_command() -> bool:
     its console script, or runpy is importing this package for ``python -m
     tensorstream`` (``sys.argv[0]`` is ``-m`` until then). A program of one's
     own importing the library is not."""
-    argv0 = _sys.argv[0] if _sys.argv else ""
+    argv = getattr(_sys, "argv", None)  # (an embedding interpreter may have none)
+    argv0 = argv[0] if argv else ""
     if argv0 == "-m":
         args = getattr(_sys, "orig_argv", [])
         for i, arg in enumerate(args[1:], 1):
@@ -46,7 +47,10 @@ if _launched_as_command():  # before any import below: Ctrl-C during them is han
     import _signal  # (the C module: ``signal`` would first import enum)
 
     if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # not ignored
-        _signal.signal(_signal.SIGINT, _exit_interrupted)
+        try:
+            _signal.signal(_signal.SIGINT, _exit_interrupted)
+        except ValueError:  # imported off the main thread: only that one may set it
+            pass
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
 from typing import Any as _Any  # noqa: E402

@@ -125,6 +125,23 @@ def test_importing_the_library_leaves_sigint_alone(launch: dict[str, object]) ->
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_package_imports_off_the_main_thread_and_without_argv(
+        launch: dict[str, object]) -> None:
+    # A program run as ``tensorstream`` (a frozen or wrapped command) importing the
+    # package from a worker thread, and an embedding with no sys.argv: the start-up
+    # handler cannot be (or need not be) set there; ``import tensorstream`` raised
+    # ValueError ("signal only works in main thread") and AttributeError.
+    in_a_thread = ("import sys, threading\nsys.argv[0] = '/usr/bin/tensorstream'\nfailed = []\n"
+                   "def load():\n    try:\n        import tensorstream\n"
+                   "    except BaseException as exc:\n        failed.append(repr(exc))\n"
+                   "t = threading.Thread(target=load)\nt.start()\nt.join()\n"
+                   "print(failed or 'imported')\n")
+    no_argv = "import sys\ndel sys.argv\nimport tensorstream\nprint('imported')\n"
+    for code in (in_a_thread, no_argv):
+        proc = _run([sys.executable, "-c", code], launch["env"], None)  # type: ignore[arg-type]
+        assert proc.stdout.strip() == "imported", proc.stdout + proc.stderr
+
+
 def test_ctrl_c_at_any_moment_of_the_first_second_never_shows_a_traceback(
         launch: dict[str, object]) -> None:
     # A real terminal's timing: SIGINT from outside after 0-0.9 s. Each run ends
