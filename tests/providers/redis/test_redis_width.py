@@ -121,3 +121,17 @@ def test_no_free_connection_at_all_is_a_clear_error(
     assert took < 60
     assert not (tmp_path / "out.bin").exists()
     assert server.get("new.bin") is None
+
+
+def test_a_narrowed_width_grows_again_after_interactions_that_went_well() -> None:
+    # Narrowed once for good, a long-lived provider (a model server) kept one
+    # connection after a moment the server was full.
+    from tensorstream.providers.redis.width import _GROW_AFTER, NARROWED, Width
+
+    width = Width()
+    with width.slot_blocking(), width.slot_blocking(), width.slot_blocking():
+        assert width.refused(idle_dropped=False) == NARROWED
+    assert width.limit == 2
+    for _ in range(_GROW_AFTER):
+        width.went_well()
+    assert width.limit == 3

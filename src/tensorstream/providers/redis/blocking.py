@@ -95,7 +95,9 @@ class BlockingRedisReader:
         while True:
             with self._width.slot_blocking():
                 try:
-                    return self._readinto(layout, offset, buffer)
+                    n = self._readinto(layout, offset, buffer)
+                    self._width.went_well()
+                    return n
                 except TensorstreamError as err:
                     if not refused(err):
                         raise

@@ -264,7 +264,9 @@ class RedisProvider(Provider):
         while True:
             async with self._width.slot():
                 try:
-                    return await self._guard_once(fn)
+                    result = await self._guard_once(fn)
+                    self._width.went_well()
+                    return result
                 except TensorstreamError as err:
                     if not refused(err):
                         raise

@@ -8,7 +8,9 @@ other interactions of this provider hold connections narrows the width to
 those (they are what the server allows) and the refused interaction waits for
 one of them, then runs again; one refused while no other runs lets go of the
 provider's idle connections (held for nothing, they may be what is missing)
-once, and then fails with a clear error.
+once, and then fails with a clear error. A narrowed width grows again by one
+every :data:`_GROW_AFTER` interactions that went well, so a long-lived provider
+does not keep one connection for good after a moment the server was full.
 
 The width is shared by the asyncio client and the blocking readers' client
 (one server counts both), so it is guarded by a thread lock.
@@ -31,6 +33,9 @@ NARROWED, RETRY_IDLE, NONE_FREE = "narrowed", "retry-idle", "none-free"
 _MAX_CLIENTS = "max number of clients reached"
 #: (seconds) the first and longest pause of an asyncio wait for a free slot
 _POLL_FIRST, _POLL_MOST = 0.001, 0.05
+#: A narrowed width grows by one after this many interactions that went well (the
+#: other clients may have left; one refused try costs nothing: its command never ran).
+_GROW_AFTER = 64
 
 
 def refused(exc: BaseException) -> bool:
@@ -63,6 +68,7 @@ class Width:
         self._running = 0
         #: None: not limited (the client's own pool size applies)
         self.limit: int | None = None
+        self._went_well = 0  # interactions that went well since the width last changed
 
     def __repr__(self) -> str:
         return f"Width(running={self._running}, limit={self.limit})"
@@ -104,6 +110,20 @@ class Width:
         finally:
             self._leave()
 
+    def went_well(self) -> None:
+        """Count an interaction that had its connection: a narrowed width grows by
+        one every :data:`_GROW_AFTER` of them."""
+        if self.limit is None:
+            return
+        with self._cond:
+            if self.limit is None:
+                return
+            self._went_well += 1
+            if self._went_well >= _GROW_AFTER:
+                self._went_well = 0
+                self.limit += 1
+                self._cond.notify_all()
+
     def refused(self, *, idle_dropped: bool) -> str:
         """Called by an interaction the server refused, while it holds its slot:
         :data:`NARROWED` (others hold connections: the width is now theirs; run
@@ -113,5 +133,6 @@ class Width:
             others = self._running - 1
             if others >= 1:
                 self.limit = others if self.limit is None else min(self.limit, others)
+                self._went_well = 0
                 return NARROWED
         return NONE_FREE if idle_dropped else RETRY_IDLE
