@@ -136,3 +136,26 @@ def test_cp_of_a_known_size_takes_larger_parts_to_stay_under_the_part_limit(
     assert not result.errors, result.errors
     assert s3.get(S3_BUCKET, "parts/cp.bin") == data
     assert _part_count(s3, "parts/cp.bin") == 2
+
+
+def test_a_stream_past_five_tib_within_the_part_limit_fails_before_the_part_that_crosses_it(
+        s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 10,000 growing parts hold 9 TiB, S3 one object 5 TiB: a stream of 6 TiB sent every
+    # part and was refused only by CompleteMultipartUpload (EntityTooLarge), hours later.
+    monkeypatch.setattr(S3Writer, "max_object_size", 12 * MiB)  # S3's 5 TiB, lowered
+    data = os.urandom(12 * MiB)
+    fits = f"s3://{S3_BUCKET}/limit/fits"
+    with tensorstream.open(fits, "wb", **s3.options(part_size=5 * MiB)) as w:
+        w.write(data)
+    assert s3.get(S3_BUCKET, "limit/fits") == data
+
+    over = f"s3://{S3_BUCKET}/limit/over"
+    sent: list[int] = []
+    with pytest.raises(UnsupportedOperationError, match="more than S3 stores in one object") \
+            as info, tensorstream.open(over, "wb", **s3.options(part_size=5 * MiB)) as w:
+        for _ in range(4):  # the third 5 MiB part would cross the limit
+            w.write(data[:5 * MiB])
+            sent.append(5)
+    assert "shards" in str(info.value) and sum(sent) <= 15
+    assert not s3.exists(S3_BUCKET, "limit/over")
+    assert s3.open_multipart_uploads(S3_BUCKET, "limit/") == []

@@ -48,6 +48,7 @@ from ...errors import (
 from ..base import Writer
 from .parts import (
     GROW_EVERY,
+    MAX_OBJECT_SIZE,
     MAX_PARTS,
     MIN_PART_SIZE,
     check_object_size,
@@ -113,6 +114,8 @@ class S3Writer(Writer):
     #: write's part size: tests lower them to reach both with a few parts.
     max_parts: int = MAX_PARTS
     grow_every: int = GROW_EVERY
+    #: Bytes S3 stores in one object (a test lowers it too).
+    max_object_size: int = MAX_OBJECT_SIZE
 
     def __init__(
         self,
@@ -452,6 +455,13 @@ class S3Writer(Writer):
                 f"{self.max_parts} parts hold (S3 stores at most 5 TiB in one object); "
                 "split it into several objects (shards)",
                 service="s3", path=f"{self._bucket}/{self._key}")
+        if self._sent + len(body) > self.max_object_size:
+            # 10,000 grown parts hold 9 TiB: CompleteMultipartUpload would refuse
+            # (EntityTooLarge) after every part was sent.
+            raise UnsupportedOperationError(
+                f"{self._sent + len(body)} bytes written are more than S3 stores in one "
+                f"object ({self.max_object_size} bytes, 5 TiB); split it into several "
+                "objects (shards)", service="s3", path=f"{self._bucket}/{self._key}")
         self._sent += len(body)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._max_in_flight)
