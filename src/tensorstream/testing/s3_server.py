@@ -51,8 +51,12 @@ class MotoS3Server:
     """
 
     def __init__(self, *, tls: bool = False, auth: bool = True, region: str = "us-east-1",
-                 tmp_dir: str | None = None) -> None:
-        self.tls = tls
+                 tmp_dir: str | None = None, require_client_cert: bool = False) -> None:
+        self.tls = tls or require_client_cert
+        self.require_client_cert = require_client_cert
+        #: A client certificate and key of the server's CA (``require_client_cert``).
+        self.client_cert_path: str | None = None
+        self.client_key_path: str | None = None
         self.tmp_dir = tmp_dir
         self.auth = auth
         self.region = region
@@ -78,9 +82,12 @@ class MotoS3Server:
         if self.auth:
             args.append("--auth")
         if self.tls:
-            cert, key, ca = _make_certificate(Path(self._tmp.name))
+            cert, key, ca, client = _make_certificate(Path(self._tmp.name))
             self.ca_bundle_path = ca
             args += ["--certfile", cert, "--keyfile", key]
+            if self.require_client_cert:
+                self.client_cert_path, self.client_key_path = client
+                args += ["--client-ca", ca]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
         env.update(isolated_s3_env(self._tmp.name))
         # stdin: a pipe only this process writes to; the child exits when it closes,
@@ -154,6 +161,8 @@ class MotoS3Server:
         }
         if self.ca_bundle_path:
             opts["ca_bundle"] = self.ca_bundle_path
+        if self.client_cert_path:
+            opts.update(client_cert=self.client_cert_path, client_key=self.client_key_path)
         opts.update(extra)
         return opts
 
@@ -175,7 +184,9 @@ class MotoS3Server:
                 aws_secret_access_key=self.secret_access_key,
                 region_name=self.region,
                 verify=self.ca_bundle_path if self.tls else True,
-                config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 2}),
+                config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 2},
+                              client_cert=(self.client_cert_path, self.client_key_path)
+                              if self.client_cert_path else None),
             )
         return self._client
 
@@ -224,7 +235,8 @@ def isolated_s3_env(directory: str | os.PathLike[str]) -> dict[str, str]:
     }
 
 
-def _make_certificate(directory: Path) -> tuple[str, str, str]:
+def _make_certificate(directory: Path) -> tuple[str, str, str, tuple[str, str]]:
+    """Server certificate, key, CA, and a client certificate and key of that CA."""
     import trustme
 
     ca = trustme.CA()
@@ -235,7 +247,11 @@ def _make_certificate(directory: Path) -> tuple[str, str, str]:
     for extra in cert.cert_chain_pems[1:]:
         extra.write_to_path(str(cert_path), append=True)
     ca.cert_pem.write_to_path(str(ca_path))
-    return str(cert_path), str(key_path), str(ca_path)
+    client = ca.issue_cert("tensorstream-client")
+    client_cert, client_key = directory / "client.pem", directory / "client.key"
+    client.cert_chain_pems[0].write_to_path(str(client_cert))
+    client.private_key_pem.write_to_path(str(client_key))
+    return str(cert_path), str(key_path), str(ca_path), (str(client_cert), str(client_key))
 
 
 # -- the child process ---------------------------------------------------------
@@ -263,6 +279,7 @@ def _serve(argv: list[str]) -> None:  # pragma: no cover - runs in the child
     parser.add_argument("--auth", action="store_true")
     parser.add_argument("--certfile")
     parser.add_argument("--keyfile")
+    parser.add_argument("--client-ca")
     args = parser.parse_args(argv)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on stderr
 
@@ -270,6 +287,9 @@ def _serve(argv: list[str]) -> None:  # pragma: no cover - runs in the child
     if args.certfile:
         ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ssl_context.load_cert_chain(args.certfile, args.keyfile)
+        if args.client_ca:  # mutual TLS: a client certificate of this CA is required
+            ssl_context.load_verify_locations(args.client_ca)
+            ssl_context.verify_mode = ssl.CERT_REQUIRED
 
     class _Server(ThreadedMotoServer):
         # moto's own entry point, plus werkzeug's ssl_context for HTTPS.

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from yarl import URL
 
-from ..._client_cert import CLIENT_CERT_OPTIONS, client_cert_advice
+from ..._client_cert import client_cert_advice
 from ...errors import (
     ConfigurationError,
     ConnectionFailedError,
@@ -243,9 +243,6 @@ def status_error(status: int, reason: str, headers: _Headers, *, path: str,
     return ProtocolError(f"unexpected {msg}", **where)
 
 
-_S3_NO_CLIENT_CERT = "a client certificate, which tensorstream's S3 provider cannot send yet"
-
-
 def exception_error(exc: BaseException, *, path: str, received: int = 0,
                     service: str = "http") -> TensorstreamError:
     """The tensorstream error for a transport exception (http.client, ssl, OS).
@@ -265,8 +262,7 @@ def exception_error(exc: BaseException, *, path: str, received: int = 0,
         err.temporary = False
         return err
     if isinstance(exc, ssl.SSLError):
-        advice = client_cert_advice(exc, _S3_NO_CLIENT_CERT if service == "s3"
-                                    else CLIENT_CERT_OPTIONS)
+        advice = client_cert_advice(exc)
         err = ConnectionFailedError(
             f"TLS failed ({what}); " + (advice or "for a private CA pass ca_bundle=<PEM path> "
                                         "(insecure=True skips verification)"), **where)

@@ -77,7 +77,8 @@ S3_CREDENTIAL_OPTIONS = frozenset(
 CHAIN_REST = "botocore chain (web identity, container, instance metadata)"
 
 #: Every option the S3 service accepts.
-OPTIONS = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure", "proxy"})
+OPTIONS = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecure", "proxy",
+                                             "client_cert", "client_key"})
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

@@ -138,6 +138,10 @@ def _default_region() -> str | None:
     return None if os.path.lexists(os.path.expanduser(config)) else "us-east-1"
 
 
+def _path(value: Any) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
 class S3Provider(Provider):
     """Objects in S3 or an S3-compatible store, addressed as ``bucket/key``."""
 
@@ -159,7 +163,11 @@ class S3Provider(Provider):
         insecure: bool = False,
         proxies: ProxySettings | None = None,
         process_timeout: float = DEFAULT_CREDENTIAL_PROCESS_TIMEOUT,
+        client_cert: str | None = None,
+        client_key: str | None = None,
     ) -> None:
+        if client_key is not None and client_cert is None:
+            raise ConfigurationError("client_key needs client_cert")
         if checksum not in _CHECKSUM_MODES:
             raise ConfigurationError(
                 f"s3_checksum must be one of {', '.join(_CHECKSUM_MODES)}, got {checksum!r}"
@@ -169,6 +177,8 @@ class S3Provider(Provider):
         self.checksum = checksum
         self.ca_bundle = ca_bundle
         self.insecure = insecure
+        #: The client certificate (and key) of mutual TLS, for reads and botocore alike.
+        self.client_cert, self.client_key = client_cert, client_key
         #: Seconds a profile's credential_process may run before it is stopped.
         self.process_timeout = process_timeout
         #: The proxies of every request: its reads' and botocore's alike.
@@ -212,6 +222,8 @@ class S3Provider(Provider):
             insecure=insecure,
             proxies=resolve_proxies(options.get("proxy")),
             process_timeout=process_timeout(options),
+            client_cert=_path(options.get("client_cert")),
+            client_key=_path(options.get("client_key")),
         )
 
     def __repr__(self) -> str:
@@ -335,6 +347,9 @@ class S3Provider(Provider):
             kwargs["verify"] = False
         elif self.ca_bundle:
             kwargs["verify"] = str(self.ca_bundle)
+        if self.client_cert is not None:
+            cfg["client_cert"] = ((self.client_cert, self.client_key) if self.client_key
+                                  else self.client_cert)
         return cfg, kwargs
 
     async def _call(self, op: str, path: str, **kwargs: Any) -> Any:
@@ -543,7 +558,8 @@ class S3Provider(Provider):
     def _pool_locked(self) -> ConnectionPool:
         if self._pool is None:
             tls = TLSSettings(ca_bundle=str(self.ca_bundle) if self.ca_bundle
-                              else self._default_ca, insecure=self.insecure)
+                              else self._default_ca, insecure=self.insecure,
+                              client_cert=self.client_cert, client_key=self.client_key)
             if self._default_ca_source is not None and not self.ca_bundle:
                 try:  # loaded once more here, so that the error names where it was set
                     tls.context()
