@@ -190,3 +190,20 @@ def test_sync_and_cp_into_a_folder_of_another_redis_database(redis_server: Any) 
             f"{key}/{d}/m.bin".encode() for d in "bcd"]
     with redis_server.client(db=0) as c:
         assert c.keys(f"{key}/*") == []  # nothing went to database 0
+
+
+def test_one_endpoint_spelled_two_ways_never_sync_deletes_the_source(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """Host names are case-insensitive: ``--dst-endpoint-url http://LOCALHOST:port`` is the
+    server of ``--endpoint-url http://localhost:port``, but the two spellings were taken for
+    two stores and ``sync --delete s3://b/p/sub/ s3://b/p/`` deleted its own source."""
+    env = s3_env(moto_s3, tmp_path)
+    port = moto_s3.endpoint_url.rsplit(":", 1)[1]
+    for key in ("spelled/p/sub/a", "spelled/p/b"):
+        moto_s3.put(S3_BUCKET, key, b"x")
+    r = cli("--endpoint-url", f"http://localhost:{port}", "sync", "--delete",
+            "--dst-endpoint-url", f"http://LOCALHOST:{port}",
+            f"s3://{S3_BUCKET}/spelled/p/sub/", f"s3://{S3_BUCKET}/spelled/p/", env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "it would delete the source itself" in r.stderr
+    assert moto_s3.exists(S3_BUCKET, "spelled/p/sub/a") and moto_s3.exists(S3_BUCKET, "spelled/p/b")

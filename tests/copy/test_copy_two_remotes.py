@@ -207,6 +207,11 @@ def test_one_store_is_told_by_the_endpoint_the_options_resolve_to(
         (s3, s3, {"s3_profile": "here"}, {"s3_profile": "there"}, False),
         (s3, s3, {"s3_profile": "here"}, {"s3_profile": "alias"}, True),
         (s3, s3, {"s3_profile": "here"}, {"s3_endpoint": "http://127.0.0.1:1111/"}, True),
+        # one server however spelled: host case, the scheme's default port
+        (s3, s3, {"s3_endpoint": "https://MinIO.example"},
+         {"s3_endpoint": "https://minio.example:443/"}, True),
+        (s3, s3, {"s3_endpoint": "http://minio.example"},
+         {"s3_endpoint": "http://minio.example:443"}, False),
         (s3, s3, {}, {"s3_profile": "here"}, False),  # AWS and another endpoint
         (s3, s3, {"s3_region": "eu-west-1"}, keys, True),  # AWS both: bucket names are global
         (s3, other, {}, {}, False),

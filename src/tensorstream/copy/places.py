@@ -58,7 +58,29 @@ def _s3_endpoint(options: Mapping[str, Any]) -> str | TensorstreamError | None:
         endpoint = resolve_s3_credentials(options).endpoint
     except TensorstreamError as exc:
         return exc
-    return None if endpoint is None else normalize_endpoint(endpoint.value)
+    return None if endpoint is None else _server(normalize_endpoint(endpoint.value))
+
+
+#: The port a URL without one reaches.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _server(url: str) -> str:
+    """``url`` as one spelling of its server: host names are case-insensitive and a
+    scheme's default port may be written or not (``https://MinIO.example`` and
+    ``https://minio.example:443/`` were two stores: ``sync --delete`` of a prefix
+    into the one above deleted its own source)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:  # (refused where the provider is made)
+        return url
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
 
 
 def _redis_db(uri: ParsedURI, options: Mapping[str, Any]) -> str:
