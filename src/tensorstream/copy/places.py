@@ -6,8 +6,9 @@ profile per side (a read-only and a read-write key of one account), a region, a
 CA bundle, a password, or the very endpoint the other side uses. Taken for two
 stores, ``cp s3://b/k s3://b/k`` rewrote the object from itself and ``sync
 --delete`` of a prefix into the prefix above it deleted the source. What places
-an object is its scheme, its host or bucket, and for S3 the endpoint the options
-resolve to (a profile's ``endpoint_url`` and the environment included).
+an object is its scheme, its server or bucket, and for S3 the endpoint the options
+resolve to (a profile's ``endpoint_url`` and the environment included). A server
+written two ways (``127.0.0.1`` and ``localhost``, ``:80`` or not) is one: :mod:`.servers`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..errors import TensorstreamError
 from ..uri import ParsedURI
+from .servers import Server, endpoint_server, same_server, server
 
 __all__ = ["connection", "same_store"]
 
@@ -37,50 +39,46 @@ def connection(uri: ParsedURI) -> tuple[Any, ...]:
 def same_store(src: ParsedURI, dst: ParsedURI, src_options: Mapping[str, Any],
                dst_options: Mapping[str, Any]) -> bool:
     """Whether ``src`` and ``dst`` (with each side's whole options) are on one store."""
-    if (src.scheme, src.netloc) != (dst.scheme, dst.netloc):
+    if src.scheme != dst.scheme:
         return False
-    if src.scheme in _REDIS and _redis_db(src, src_options) != _redis_db(dst, dst_options):
-        return False  # one server, two databases
-    if src.scheme == "file" or src_options == dst_options or src.scheme in _HOSTED:
+    if src.scheme in _HOSTED:
+        if not same_server(_uri_server(src), _uri_server(dst)):
+            return False
+        # one server, two databases
+        return src.scheme not in _REDIS or _redis_db(src, src_options) == _redis_db(
+            dst, dst_options)
+    if src.netloc != dst.netloc:
+        return False
+    if src.scheme == "file" or src_options == dst_options:
         return True
     if src.scheme in ("s3", "s3a"):
-        return _s3_endpoint(src_options) == _s3_endpoint(dst_options)
+        here, there = _s3_endpoint(src_options), _s3_endpoint(dst_options)
+        if here is None or there is None:
+            return here is there  # AWS both (a bucket's name is global), or AWS and another
+        return (isinstance(here, Server) and isinstance(there, Server)
+                and same_server(here, there))
     return False  # another fsspec store: its options may well name another one
 
 
-def _s3_endpoint(options: Mapping[str, Any]) -> str | TensorstreamError | None:
+def _uri_server(uri: ParsedURI) -> Server:
+    """The server an HTTP(S) or Redis URI names."""
+    return server(uri.scheme, uri.host or "", uri.port)
+
+
+def _s3_endpoint(options: Mapping[str, Any]) -> Server | TensorstreamError | None:
     """The endpoint an S3 provider made from ``options`` would send requests to (None:
-    AWS, where a bucket's name is global); a configuration error is no endpoint, and
-    never equal to another (the copy reports it)."""
+    AWS, where a bucket's name is global); a configuration error, or an endpoint that
+    names no server, is never one with another (the copy reports it)."""
     from ..providers.s3.config import normalize_endpoint, resolve_s3_credentials
 
     try:
         endpoint = resolve_s3_credentials(options).endpoint
     except TensorstreamError as exc:
         return exc
-    return None if endpoint is None else _server(normalize_endpoint(endpoint.value))
-
-
-#: The port a URL without one reaches.
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _server(url: str) -> str:
-    """``url`` as one spelling of its server: host names are case-insensitive and a
-    scheme's default port may be written or not (``https://MinIO.example`` and
-    ``https://minio.example:443/`` were two stores: ``sync --delete`` of a prefix
-    into the one above deleted its own source)."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        port = parts.port or _DEFAULT_PORTS.get(scheme)
-    except ValueError:  # (refused where the provider is made)
-        return url
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
+    if endpoint is None:
+        return None
+    found = endpoint_server(normalize_endpoint(endpoint.value))
+    return TensorstreamError("no server") if found is None else found
 
 
 def _redis_db(uri: ParsedURI, options: Mapping[str, Any]) -> str:
