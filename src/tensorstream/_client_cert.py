@@ -2,9 +2,10 @@
 
 A server that requires a client certificate (redis-server's ``tls-auth-clients yes``, Go
 servers such as MinIO, ``openssl s_server -Verify``; nginx instead answers 400) ends the
-handshake with an alert when it gets none, or one it does not trust. OpenSSL reports only the alert's name
-(``[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required``), and the
-error went on to advise a CA bundle, which is about the *server's* certificate.
+handshake with an alert when it gets none, or one it does not trust. OpenSSL reports only
+the alert's name (``[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate
+required``), and the error went on to advise a CA bundle, which is about the *server's*
+certificate.
 """
 
 from __future__ import annotations
