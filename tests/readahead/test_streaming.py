@@ -296,17 +296,17 @@ def test_held_reads_ask_the_socket_once_per_stretch_that_arrived(
     """Bytes known to have arrived stay arrived: small reads inside them ask the
     kernel nothing (a FIONREAD per tensor header was a tenth of a small-tensor load);
     the reader's small-read buffer asks once per fill."""
-    from tensorstream.providers._http import range_get
+    import fcntl
 
     served = count_held_reads(monkeypatch)
     asked: list[int] = []
-    ioctl = range_get.fcntl.ioctl
+    ioctl = fcntl.ioctl
 
     def counted(fd: int, request: int, arg: bytes) -> bytes:
         asked.append(request)
         return ioctl(fd, request, arg)
 
-    monkeypatch.setattr(range_get.fcntl, "ioctl", counted)
+    monkeypatch.setattr(fcntl, "ioctl", counted)
     _, url, data = _put(http_server, 4 * MiB)
     reads = _header_pattern(len(data))
     with tensorstream.open(url) as f:

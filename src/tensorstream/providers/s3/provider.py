@@ -54,6 +54,7 @@ from ...errors import (
     TensorstreamError,
 )
 from ...uri import is_utf8, redact
+from .._http.exchange import read_error_body
 from .._http.headers import exception_error, parse_decimal, parse_http_date
 from .._http.proxies import ProxySettings, resolve_proxies
 from .._http.range_get import (
@@ -65,7 +66,6 @@ from .._http.range_get import (
     in_thread,
     open_range,
     open_whole,
-    read_error_body,
     request,
 )
 from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer
