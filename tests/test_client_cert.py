@@ -1,9 +1,10 @@
 """A server that requires a TLS client certificate: the error says so and names the
 options that supply one (was OpenSSL's alert name, then advice to pass a CA bundle).
 
-Real servers that send the alerts: ``openssl s_server -Verify 1`` for HTTPS (as nginx,
-Go servers and MinIO do) and redis-server with ``tls-auth-clients yes``; certificates
-from trustme.
+Real servers that send the alerts: ``openssl s_server -Verify 1 -verify_return_error`` for
+HTTPS and S3 (as Go servers such as MinIO do; nginx answers 400 instead) and redis-server
+with ``tls-auth-clients yes``; certificates from trustme. moto's server (Python's ``ssl``)
+proves S3 sends a client certificate, but may close without the alert.
 """
 
 from __future__ import annotations
