@@ -124,3 +124,32 @@ async def test_a_credential_process_that_never_exits_is_stopped_and_named(
 def test_the_timeout_option_is_validated(aws_config: Path) -> None:
     with pytest.raises(errors.ConfigurationError, match="s3_credential_process_timeout"):
         tensorstream.open(f"s3://{S3_BUCKET}/k", s3_credential_process_timeout=0)
+
+
+@pytest.mark.parametrize("path", ["stat", "list", "describe"])
+async def test_a_source_profiles_credential_process_that_never_exits_is_stopped_too(
+        aws_config: Path, moto_s3: MotoS3Server, tmp_path: Path, path: str) -> None:
+    # A role profile whose keys come from its source_profile's credential_process (the
+    # usual SSO/vault setup): botocore's role provider builds that process provider
+    # itself, and it waited for the process forever.
+    pids = tmp_path / "pids"
+    script = tmp_path / "credentials.sh"
+    script.write_text(f"#!/bin/sh\necho $$ >> {pids}\n"
+                      f"echo '{{\"Version\": 1, \"SecretAccessKey\": \"{CANARY}\",'\n"
+                      "exec sleep 30\n")
+    script.chmod(0o755)
+    aws_config.write_text("[profile slow]\nrole_arn = arn:aws:iam::123456789012:role/reader\n"
+                          "source_profile = base\n"
+                          f"[profile base]\ncredential_process = {script}\n")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        await _paths(moto_s3)[path]()
+    elapsed = time.monotonic() - started
+    message = str(info.value)
+    for said in ("profile 'base'", str(aws_config), "credential_process",
+                 "s3_credential_process_timeout"):
+        assert said in message, (said, message)
+    assert CANARY not in _everything_said(info.value)
+    started_pids = [int(p) for p in pids.read_text().split()]
+    assert len(started_pids) == 1 and elapsed < 10 * LIMIT, (started_pids, elapsed)
+    assert _gone(started_pids[0])

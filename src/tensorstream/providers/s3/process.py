@@ -114,3 +114,24 @@ def bound_credential_process(session: Any, timeout: float) -> None:
         popen = (_apopen if is_async else _popen)(timeout, profile)
         resolver.providers[index] = type(provider)(
             profile_name=profile, load_config=lambda: session.full_config, popen=popen)
+    for provider in resolver.providers:
+        _bound_source_profiles(provider, session, timeout)
+
+
+def _bound_source_profiles(provider: Any, session: Any, timeout: float) -> None:
+    """The same limit for a role's ``source_profile`` whose keys come from its own
+    ``credential_process``: botocore's role provider builds that process provider
+    itself (``ProfileProviderBuilder``), without a ``popen``, and it waited forever."""
+    builder: Any = getattr(provider, "_profile_provider_builder", None)
+    make = getattr(builder, "_create_process_provider", None)
+    if make is None:
+        return
+    kind = type(make(profile_name="default"))  # (botocore's or aiobotocore's class)
+    is_async = asyncio.iscoroutinefunction(kind.load)
+
+    def create(profile_name: str) -> Any:
+        popen = (_apopen if is_async else _popen)(timeout, profile_name)
+        return kind(profile_name=profile_name, load_config=lambda: session.full_config,
+                    popen=popen)
+
+    builder._create_process_provider = create
