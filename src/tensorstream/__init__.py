@@ -70,7 +70,7 @@ _LAZY = {
     "read_range": "tensorstream.api",
     "stat": "tensorstream.api",
     "StreamReader": "tensorstream.file",
-    "StreamWriter": "tensorstream.file",
+    "StreamWriter": "tensorstream.stream_writer",
     "register": "tensorstream.providers.registry",
     "registered_schemes": "tensorstream.providers.registry",
     "describe_credentials": "tensorstream.credentials.describe",
@@ -108,9 +108,10 @@ if _TYPE_CHECKING:  # pragma: no cover
     from .api import get_provider, open, read_range, stat
     from .conversion.api import convert
     from .credentials.describe import describe_credentials
-    from .file import StreamReader, StreamWriter
+    from .file import StreamReader
     from .inspection import ModelInfo, inspect
     from .providers.registry import register, registered_schemes
+    from .stream_writer import StreamWriter
     from .tensorizer.config import TensorizerConfig
     from .tensorizer.load import deserialize, load_into_module
     from .tensorizer.save import serialize

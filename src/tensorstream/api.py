@@ -14,7 +14,8 @@ from .providers.registry import known_option_names, resolve_provider_class
 from .uri import ParsedURI, check_file_destination, parse_uri
 
 if TYPE_CHECKING:  # the file objects (and their read-ahead) load on first open()
-    from .file import StreamReader, StreamWriter
+    from .file import StreamReader
+    from .stream_writer import StreamWriter
 
 __all__ = ["get_provider", "open", "read_range", "stat"]
 
@@ -122,7 +123,7 @@ def open(  # mirrors builtins.open on purpose
 def _writer(provider: PolicyProvider, parsed: ParsedURI, **writer_options: Any) -> StreamWriter:
     """``open(..., "wb")`` on ``provider``; ``writer_options`` go to its ``open_writer``
     (``mode=0o600``: a local file readable by its owner only, for secrets)."""
-    from .file import StreamWriter
+    from .stream_writer import StreamWriter
 
     try:
         writer = provider.open_writer(parsed.path, **writer_options)
