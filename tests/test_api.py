@@ -234,6 +234,28 @@ sys.exit(os.waitstatus_to_exitcode(status))
     assert proc.returncode == 0
 
 
+def test_a_writer_does_not_import_the_read_side(tmp_path: Any) -> None:
+    """``open(uri, "wb")`` imports the writer, not the reader and its read-ahead (tens of
+    milliseconds of a short-lived process that only writes)."""
+    import os
+    import subprocess
+    import sys
+
+    p = tmp_path / "x"
+    code = f"""
+import sys, tensorstream
+with tensorstream.open({str(p)!r}, "wb") as f:
+    f.write(b"abc")
+loaded = [m for m in ("tensorstream.file", "tensorstream.readahead.ranged") if m in sys.modules]
+assert not loaded, loaded
+with tensorstream.open({str(p)!r}) as f:
+    assert f.read() == b"abc"
+"""
+    proc = subprocess.run([sys.executable, "-c", code], timeout=60, env=os.environ.copy(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 async def _agen() -> AsyncIterator[int]:  # keeps the AsyncIterator import used in typing
     yield 1
 

@@ -93,8 +93,6 @@ def open(  # mirrors builtins.open on purpose
     >>> with tensorstream.open("s3://bucket/model.tensors", sequential=True) as f:  # doctest: +SKIP
     ...     deserializer = TensorDeserializer(f, device="cuda")
     """
-    from .file import StreamReader
-
     parsed = parse_uri(uri)
     if mode not in ("rb", "wb", "r", "w"):
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
@@ -104,6 +102,8 @@ def open(  # mirrors builtins.open on purpose
         check_file_destination(parsed)
     provider = get_provider(parsed, **options)
     if mode in ("rb", "r"):
+        from .file import StreamReader  # (and the read-ahead: not for a writer)
+
         first: BodyStream | None = None
         try:
             # Asked for: one GET from byte 0 gives the size, the validators and
