@@ -206,3 +206,24 @@ async def test_s3_takes_a_client_certificate_for_reads_listings_and_writes(
     cert, key = _foreign_cert(tmp_path)
     with pytest.raises(errors.ConnectionFailedError):
         await tensorstream.read_range(uri, 0, 4, **srv.options(client_cert=cert, client_key=key))
+
+
+async def test_s3_client_certificate_that_cannot_be_loaded_is_said_so_at_once(
+        isolated_env: Path, moto_s3_mtls: MotoS3Server, tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """botocore loads the pair itself (a write's PutObject): an encrypted key made OpenSSL
+    prompt for a pass phrase on the terminal at each attempt, then "cannot reach" the
+    endpoint; a key of another certificate was a retried connection error."""
+    srv = moto_s3_mtls
+    opts = srv.options()
+    cert, key = opts["client_cert"], opts["client_key"]
+    _, other_key = _foreign_cert(tmp_path)
+    uri = f"s3://{S3_BUCKET}/mtls"
+    for bad_key, why in ((_encrypted_key(key, tmp_path), "encrypted"),
+                         (other_key, "KEY_VALUES_MISMATCH")):
+        with pytest.raises(errors.ConfigurationError) as info, \
+                tensorstream.open(uri + "-w", "wb", **{**opts, "client_key": bad_key}) as f:
+            f.write(b"one PutObject, sent by botocore")
+        assert f"cannot load the client certificate {cert}" in str(info.value)
+        assert why in str(info.value)
+        assert "pass phrase" not in capfd.readouterr().err

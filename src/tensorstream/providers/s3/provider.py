@@ -42,6 +42,7 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote_plus, urlencode
 from xml.etree import ElementTree
 
+from ..._client_cert import load_client_cert
 from ..._gcpause import paused
 from ..._log_redaction import install_secret_filter
 from ...config import CommonConfig, split_options
@@ -168,6 +169,9 @@ class S3Provider(Provider):
     ) -> None:
         if client_key is not None and client_cert is None:
             raise ConfigurationError("client_key needs client_cert")
+        if client_cert is not None:  # (botocore loads it itself: an encrypted key
+            # prompted on the terminal, a mismatched one was a retried "cannot reach")
+            load_client_cert(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), client_cert, client_key)
         if checksum not in _CHECKSUM_MODES:
             raise ConfigurationError(
                 f"s3_checksum must be one of {', '.join(_CHECKSUM_MODES)}, got {checksum!r}"
