@@ -1,4 +1,4 @@
-"""A durable local destination's last steps (``copy/sinks.py``): the group
+"""A durable local destination's last steps (``copy/sinks.py``, ``copy/part_file.py``): the group
 commit of directory fsyncs, and what a crash can leave behind.
 
 The guarantee checked: an object reported copied has its bytes fsynced before
@@ -9,6 +9,7 @@ file under a final name.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorstream.copy import sinks
+from tensorstream.copy import part_file, sinks
 from tensorstream.copy.engine import copy
 from tensorstream.copy.sinks import DirectorySync
 
@@ -367,15 +368,15 @@ def test_the_umask_is_read_as_set(tmp_path: Path) -> None:
 # -- two runs copying to one name at once (``tensorstream sync`` twice, a cron job
 # and a person, every node of a cluster staging one model on a shared volume) --
 
-def _run_file(dir_fd: int, name: str, size: int, **kw: object) -> sinks.LocalPartFile:
+def _run_file(dir_fd: int, name: str, size: int, **kw: object) -> part_file.LocalPartFile:
     """One run's temp file for ``name``, as a copy makes it (the directory listed at open)."""
     args: dict = dict(size=size, part_size=1 << 20, source="src", etag='"e1"', resume=False,
                       durable=False, direct=False)
     args.update(kw)
-    return sinks.LocalPartFile(dir_fd, name, **args)
+    return part_file.LocalPartFile(dir_fd, name, **args)
 
 
-def _fill(part: sinks.LocalPartFile, data: bytes) -> None:
+def _fill(part: part_file.LocalPartFile, data: bytes) -> None:
     part.open()
     with part.writing() as write:
         write(0, memoryview(data))
@@ -421,7 +422,7 @@ def test_a_new_temp_file_removed_before_its_lock_is_made_again(
     dir_fd = _dir_fd(tmp_path)
     try:
         a, b = _run_file(dir_fd, "m.bin", 5), _run_file(dir_fd, "m.bin", 5)
-        real = sinks.fcntl.flock
+        real = fcntl.flock
         scans: list[str] = []
 
         def lock_after_another_run_scans(fd: int, op: int) -> None:
@@ -430,7 +431,7 @@ def test_a_new_temp_file_removed_before_its_lock_is_made_again(
                 b.open()  # another run starts: its scan removes a's unlocked file
             real(fd, op)
 
-        monkeypatch.setattr(sinks.fcntl, "flock", lock_after_another_run_scans)
+        monkeypatch.setattr(fcntl, "flock", lock_after_another_run_scans)
         first = a.tmp
         _fill(a, b"first")
         a.publish()

@@ -47,9 +47,10 @@ from ..providers._http.threads import in_thread
 from ..providers.base import ObjectInfo, Pin
 from .checks import RESUMABLE, STORED_MISMATCH, stored_sha256
 from .keys import open_dir_under
+from .part_file import LocalPartFile
 from .receive import receive_part
 from .select import notify
-from .sinks import LocalPartFile, PartBuffer, plan_parts, temp_stem
+from .sinks import PartBuffer, plan_parts, temp_stem
 
 if TYPE_CHECKING:
     from .engine import _Copier
