@@ -301,10 +301,10 @@ def _change_mid_copy(monkeypatch: pytest.MonkeyPatch, src: Path, change: Any) ->
     monkeypatch.setattr(os, "preadv", preadv)
 
 
-def test_a_chmod_of_a_local_source_mid_copy_is_not_a_change(
+def test_a_chmod_of_a_local_source_mid_copy_publishes_nothing(
         tmp_path: Path, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The source's change time moves on a chmod: its version (checked again after
-    # the copy) said "changed", although no byte had.
+    # A chmod mid-copy cannot be told from cp -p's rewrite in place (the mode and the
+    # old mtime put back): the copy fails and publishes nothing; copied again, it is whole.
     import tensorstream
 
     data = os.urandom(6 * MiB)
@@ -313,7 +313,13 @@ def test_a_chmod_of_a_local_source_mid_copy_is_not_a_change(
     _change_mid_copy(monkeypatch, src, lambda p: p.chmod(0o600))
     key = f"cpr-{secrets.token_hex(4)}/m.bin"
     result = copy(str(src), redis_server.url(key), part_size=2 * MiB, concurrency=1)
-    assert result.ok, result.errors
+    assert not result.ok and "chmod" in result.errors[0], result.errors
+    assert redis_server.get(key) is None
+    with redis_server.client() as c:
+        assert not list(c.scan_iter(match=f"{key}*"))
+    monkeypatch.undo()
+    again = copy(str(src), redis_server.url(key), part_size=2 * MiB, concurrency=1)
+    assert again.ok, again.errors
     with tensorstream.open(redis_server.url(key)) as f:
         assert f.read() == data
 

@@ -38,30 +38,33 @@ __all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error",
 
 
 def _etag(st: os.stat_result) -> str:
-    """A file's version: mtime, size, inode, change time and a print of its metadata.
+    """A file's version: mtime, size, inode, change time, a print of its mode and
+    owner, and its link count.
 
     mtime alone is not enough: ``rsync -t``, ``cp -p`` and ``tar -x`` rewrite a
     file in place and then put its old mtime back (``utime``). The change time
     (``ctime``) and the inode cannot be set by a user, so a rewrite shows there.
     """
     return (f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}-{st.st_ctime_ns:x}"
-            f"-{_metadata_print(st):x}")
+            f"-{_owner_print(st):x}-{st.st_nlink:x}")
 
 
-def _metadata_print(st: os.stat_result) -> int:
-    return zlib.crc32(f"{st.st_mode}:{st.st_uid}:{st.st_gid}:{st.st_nlink}".encode())
+def _owner_print(st: os.stat_result) -> int:
+    return zlib.crc32(f"{st.st_mode}:{st.st_uid}:{st.st_gid}".encode())
 
 
 def version_change(st: os.stat_result, etag: str) -> str | None:
     """Why the file whose ``fstat`` is ``st`` is no longer version ``etag``
     (:func:`_etag`'s), or None when it still is.
 
-    The change time also moves on a change of metadata alone (chmod, chown, a
-    hard link made or removed, the name renamed over or unlinked while open).
-    Such a change shows in the mode, owner or link count, and is not a new
-    version: a chmod mid-load does not fail it. One that shows nowhere else
-    (chmod to the same mode, an xattr or ACL set) cannot be told from a rewrite
-    whose mtime was put back, and counts as a change (the safe side).
+    The change time also moves on a change of metadata alone. A hard link made
+    or removed (the name renamed over or unlinked while the file is open) shows
+    in the link count and leaves the bytes alone: not a new version. A change
+    of mode or owner is one: ``cp -p`` and ``rsync -pt`` rewrite a file in place,
+    then put back its mode and its old mtime, and the bytes read before and
+    after cannot be told to be of one version (a chmod mid-load fails the load;
+    loading again reads one version). The change time moving alone (chmod to the
+    same mode, an xattr or ACL set) cannot be told from such a rewrite either.
     """
     now = _etag(st)
     if now == etag:
@@ -70,7 +73,11 @@ def version_change(st: os.stat_result, etag: str) -> str | None:
     if mine[:3] != pinned[:3] or len(pinned) != len(mine):
         return "its modification time, size or inode changed"
     if mine[4] != pinned[4]:
-        return None  # (metadata only: mode, owner or link count changed with the ctime)
+        return ("its change time, mode or owner moved while its modification time and size "
+                "stayed: rewritten in place and its metadata put back (cp -p, rsync -pt), or "
+                "chmod/chown while it was read")
+    if mine[5] != pinned[5]:
+        return None  # (a link made or removed: the same bytes under fewer or more names)
     return ("its change time moved while its modification time and size stayed: rewritten "
             "in place with its old mtime put back, as rsync -t, cp -p and tar -x do")
 
