@@ -21,11 +21,15 @@ pytestmark = pytest.mark.slow
 
 COUNT = 5000
 MiB = 1 << 20
+# VmHWM (KiB), not ru_maxrss: that keeps the forking parent's RSS across fork and exec
+# (a whole test run's pytest is hundreds of MiB).
 _CHILD = """
 import atexit, resource, runpy, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-atexit.register(lambda: print("MAXRSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                              file=sys.stderr))
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+atexit.register(lambda: print("MAXRSS", hwm(), file=sys.stderr))
 sys.argv = ["tensorstream", *sys.argv[1:]]
 runpy.run_module("tensorstream", run_name="__main__", alter_sys=True)
 """

@@ -174,3 +174,30 @@ def test_a_narrow_start_gives_the_parts_slot_the_rest_of_base() -> None:
         await w.close()
 
     asyncio.run(main())
+
+
+def test_the_width_stays_within_the_open_file_limit() -> None:
+    w = Width([asyncio.Semaphore(8)], 8, widest=4, most=20)
+    assert w.cap == 20  # not 32: each part in flight holds descriptors
+    assert Width([asyncio.Semaphore(8)], 8, widest=4, most=3).cap == 8  # never below base
+    assert Width([asyncio.Semaphore(8)], 8, widest=4).cap == 32
+
+
+def test_descriptor_room_is_what_the_soft_limit_leaves() -> None:
+    import subprocess
+    import sys
+
+    # In a child (the limit is the process's): under ulimit -n 256, with what is open now.
+    code = """
+import resource, os
+from tensorstream.copy.width import FDS_PER_PART, descriptor_room
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+room = descriptor_room()
+assert room is not None and 1 <= room <= (256 - len(os.listdir("/proc/self/fd"))) // FDS_PER_PART
+assert room * FDS_PER_PART >= 256 - 100, room
+held = [os.open("/dev/null", os.O_RDONLY) for _ in range(250 - len(os.listdir("/proc/self/fd")))]
+assert descriptor_room() == 1  # nothing left: one at a time, never none
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=os.environ.copy())
+    assert done.returncode == 0, done.stderr

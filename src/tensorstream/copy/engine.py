@@ -70,7 +70,7 @@ from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
 from .sinks import BufferPool, PartBuffer
 from .tasks import cancel_and_wait, gather_or_cancel
-from .width import START, WIDEST, Width
+from .width import START, WIDEST, Width, descriptor_room
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -206,6 +206,8 @@ class _Copier(Planner):
         self._pools: weakref.WeakValueDictionary[int, BufferPool] = weakref.WeakValueDictionary(
             {part_size: self.pool})
         self.width: Width | None = None  # while run() runs
+        #: The widest the open-file limit allows (:func:`.width.descriptor_room`), once run.
+        self._most: int | None = None
         self.lane_objects = ThreadSlots(jobs)
         self.lane_reads = ThreadSlots(concurrency)
         self.providers: dict[tuple[str, tuple[Any, ...]], PolicyProvider] = {}
@@ -258,6 +260,11 @@ class _Copier(Planner):
             return
         if self.progress:
             self.progress.start(len(jobs), sum(j.info.size for j in jobs))
+        # Within the open-file limit: every part and object in flight holds descriptors.
+        self._most = descriptor_room()
+        if self._most is not None:
+            self.concurrency = min(self.concurrency, self._most)
+            self.jobs = min(self.jobs, self._most)
         self.job_slots = asyncio.Semaphore(self.jobs)
         # Parts start START wide; the width gives the rest of concurrency when
         # the receiving thread finds the link is the limit. Sources it does not
@@ -298,7 +305,8 @@ class _Copier(Planner):
         concurrency`` parts and objects in flight)."""
         self.width = Width([self.job_slots, self.read_slots, self.lane_objects, self.lane_reads],
                            self.concurrency,
-                           start=([self.read_slots, self.lane_reads], self._start))
+                           start=([self.read_slots, self.lane_reads], self._start),
+                           most=self._most)
         await self.width.follow()
 
     def begin(self, job: Job) -> tuple[FileOutcome, float]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -49,8 +50,8 @@ from ..providers._http import receiver
 from ..providers._http.threads import MAX_THREADS, prestart
 from .tasks import cancel_and_wait
 
-__all__ = ["BUSY", "ENOUGH", "LOOK", "START", "WAITING", "WIDEST", "CPUSample", "Sample",
-           "Slot", "Width", "link_bound", "ready_share"]
+__all__ = ["BUSY", "ENOUGH", "FDS_PER_PART", "LOOK", "START", "WAITING", "WIDEST", "CPUSample",
+           "Sample", "Slot", "Width", "descriptor_room", "link_bound", "ready_share"]
 
 log = logging.getLogger("tensorstream.copy")
 
@@ -67,6 +68,12 @@ ENOUGH = 1 << 20
 WIDEST = 4
 #: Parts in flight when a copy starts (at most ``concurrency``).
 START = 8
+#: Descriptors one part or object in flight may hold at once (the socket, an idle
+#: pooled connection, the destination's directory, temp file and its ``O_DIRECT``
+#: twin): the width stays within what the open-file limit leaves.
+FDS_PER_PART = 5
+#: Descriptors left for everything else (listings, the event loop, logging, the caller's).
+_FD_RESERVE = 32
 #: The old, idle-machine rule (:func:`link_bound`): under this share of one
 #: core the process is waiting on something, ...
 _LINK_BOUND = 0.5
@@ -124,6 +131,24 @@ def ready_share(before: Sample, now: Sample) -> float | None:
     return (now.ready - before.ready) / asked if asked >= ENOUGH else None
 
 
+def descriptor_room() -> int | None:
+    """How many parts this process's open-file limit (``RLIMIT_NOFILE``'s soft
+    limit, less the descriptors open now and a reserve) leaves room for, at
+    :data:`FDS_PER_PART` each, at least one; None where it cannot tell or there
+    is no limit. (Under ``ulimit -n 256`` a wide copy of many objects failed
+    with "Too many open files".)"""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        open_now = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError, ValueError):
+        return None
+    return max(1, (soft - open_now - _FD_RESERVE) // FDS_PER_PART)
+
+
 class Slot(Protocol):
     """What :class:`Width` moves: ``asyncio.Semaphore``'s names."""
 
@@ -149,10 +174,13 @@ class Width:
 
     def __init__(self, slots: Sequence[Slot], base: int,
                  widest: int = WIDEST,
-                 start: tuple[Slot | Sequence[Slot], int] | None = None) -> None:
+                 start: tuple[Slot | Sequence[Slot], int] | None = None,
+                 most: int | None = None) -> None:
         self.slots = list(slots)
         self.base = base
         self.cap = max(base, min(widest * base, MAX_THREADS))
+        if most is not None:  # (the open-file limit: :func:`descriptor_room`)
+            self.cap = max(base, min(self.cap, most))
         self.width = base
         self._short: list[Slot] | None = None
         if start is not None and start[1] < base:
