@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from cli_env import s3_env
-
-S3_BUCKET = "tensorstream-tests"
+from fixtures_s3 import S3_BUCKET
+from remote_destination import assert_left_as_it_was
 
 
 def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -160,13 +160,7 @@ def test_sigterm_mid_copy_between_remotes_leaves_the_old_object_and_no_upload(
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "no partial object was left behind" in err
-    if to == "s3":
-        assert moto_s3.get(S3_BUCKET, key) == old
-        assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
-    else:
-        assert redis_server.get(key) == old
-        with redis_server.client() as c:
-            assert c.keys(f"{key}*") == [key.encode()]
+    assert_left_as_it_was(to, key, old, moto_s3, redis_server)
 
 
 def test_sync_and_cp_into_a_folder_of_another_redis_database(redis_server: Any) -> None:

@@ -301,6 +301,13 @@ def _change_mid_copy(monkeypatch: pytest.MonkeyPatch, src: Path, change: Any) ->
     monkeypatch.setattr(os, "preadv", preadv)
 
 
+def _nothing_published(redis_server: Any, key: str) -> None:
+    """No object under ``key`` and no chunk staged beside it."""
+    assert redis_server.get(key) is None
+    with redis_server.client() as c:
+        assert not list(c.scan_iter(match=f"{key}*"))
+
+
 def test_a_chmod_of_a_local_source_mid_copy_publishes_nothing(
         tmp_path: Path, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # A chmod mid-copy cannot be told from cp -p's rewrite in place (the mode and the
@@ -314,9 +321,7 @@ def test_a_chmod_of_a_local_source_mid_copy_publishes_nothing(
     key = f"cpr-{secrets.token_hex(4)}/m.bin"
     result = copy(str(src), redis_server.url(key), part_size=2 * MiB, concurrency=1)
     assert not result.ok and "chmod" in result.errors[0], result.errors
-    assert redis_server.get(key) is None
-    with redis_server.client() as c:
-        assert not list(c.scan_iter(match=f"{key}*"))
+    _nothing_published(redis_server, key)
     monkeypatch.undo()
     again = copy(str(src), redis_server.url(key), part_size=2 * MiB, concurrency=1)
     assert again.ok, again.errors
@@ -340,6 +345,4 @@ def test_a_local_source_rewritten_with_its_mtime_put_back_is_not_published_remot
     key = f"cpr-{secrets.token_hex(4)}/m.bin"
     result = copy(str(src), redis_server.url(key), part_size=2 * MiB, concurrency=1)
     assert not result.ok and "changed" in result.errors[0], result.errors
-    assert redis_server.get(key) is None
-    with redis_server.client() as c:
-        assert not list(c.scan_iter(match=f"{key}*"))
+    _nothing_published(redis_server, key)

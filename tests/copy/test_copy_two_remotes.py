@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from fixtures_s3 import S3_BUCKET
+from remote_destination import assert_left_as_it_was
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
-S3_BUCKET = "tensorstream-tests"
 
 
 def _key() -> str:
@@ -96,13 +97,7 @@ def test_a_source_replaced_mid_copy_publishes_nothing_at_a_remote_destination(
              concurrency=1, part_size=5 * MiB)
     assert not r.ok and r.files == 0
     assert "changed" in r.errors[0], r.errors
-    if to == "s3":
-        assert moto_s3.get(S3_BUCKET, key) == old
-        assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
-    else:
-        assert redis_server.get(key) == old
-        with redis_server.client() as c:
-            assert c.keys(f"{key}*") == [key.encode()]
+    assert_left_as_it_was(to, key, old, moto_s3, redis_server)
 
 
 def test_sync_between_s3_stores_skips_a_copy_whose_etag_has_another_part_layout(

@@ -21,7 +21,7 @@ from ...readahead._memcopy import copy_into
 from ..base import Pin
 from .errors import REDIS_ERRORS, map_redis_error
 from .layout import Layout
-from .width import NONE_FREE, RETRY_IDLE, Width, no_connection_error, refused
+from .width import RETRY_IDLE, Width
 
 __all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches", "check_reply"]
 
@@ -99,11 +99,7 @@ class BlockingRedisReader:
                     self._width.went_well()
                     return n
                 except TensorstreamError as err:
-                    if not refused(err):
-                        raise
-                    step = self._width.refused(idle_dropped=idle_dropped)
-                    if step == NONE_FREE:
-                        raise no_connection_error() from err
+                    step = self._width.after_failure(err, idle_dropped=idle_dropped)
             if step == RETRY_IDLE:
                 self._drop_idle()
                 idle_dropped = True

@@ -74,7 +74,7 @@ from .layout import (
     tensorizer_layout,
 )
 from .lister import list_objects
-from .width import NONE_FREE, RETRY_IDLE, Width, no_connection_error, refused
+from .width import RETRY_IDLE, Width
 from .writer import DELETE_IF_GENERATION, RedisWriter
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "InsecureTLSWarning", "RedisProvider"]
@@ -268,11 +268,7 @@ class RedisProvider(Provider):
                     self._width.went_well()
                     return result
                 except TensorstreamError as err:
-                    if not refused(err):
-                        raise
-                    step = self._width.refused(idle_dropped=idle_dropped)
-                    if step == NONE_FREE:
-                        raise no_connection_error() from err
+                    step = self._width.after_failure(err, idle_dropped=idle_dropped)
             if step == RETRY_IDLE:
                 await self._drop_idle()
                 idle_dropped = True

@@ -136,3 +136,16 @@ class Width:
                 self._went_well = 0
                 return NARROWED
         return NONE_FREE if idle_dropped else RETRY_IDLE
+
+    def after_failure(self, err: BaseException, *, idle_dropped: bool) -> str:
+        """What an interaction that failed with ``err`` does next, while it holds its
+        slot: raise ``err`` (any other failure), raise :func:`no_connection_error`
+        (refused with none free), or run again (:data:`NARROWED`, :data:`RETRY_IDLE`:
+        let go of idle connections first). The one decision of the blocking and
+        the asyncio clients."""
+        if not refused(err):
+            raise err
+        step = self.refused(idle_dropped=idle_dropped)
+        if step == NONE_FREE:
+            raise no_connection_error() from err
+        return step
