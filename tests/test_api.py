@@ -23,6 +23,27 @@ def test_all_is_exact_and_importable() -> None:
     public = {n for n in dir(tensorstream) if not n.startswith("_")}
     modules = {n for n in public if inspect.ismodule(getattr(tensorstream, n))}
     assert public - modules <= set(tensorstream.__all__)
+    assert set(tensorstream.__all__) <= set(dir(tensorstream))
+
+
+def test_importing_the_package_loads_only_its_errors() -> None:
+    """``import tensorstream`` is what every program and every ``tensorstream cp`` pays
+    first: the rest (dataclasses, pathlib, the providers' base, URIs) comes on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys; before = set(sys.modules); import tensorstream\n"
+            "new = set(sys.modules) - before\n"
+            "print(sorted(m for m in new if m.startswith('tensorstream')))\n"
+            "print(sorted(m for m in ('dataclasses', 'inspect', 'pathlib', 'asyncio', 'threading',\n"
+            "                          'datetime', 'urllib.parse') if m in new))\n"
+            "assert tensorstream.parse_uri('s3://b/k').bucket == 'b'\n"
+            "assert tensorstream.Provider.__module__ == 'tensorstream.providers.base'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    ours, heavy = out.stdout.splitlines()
+    assert ours == "['tensorstream', 'tensorstream.errors']"
+    assert heavy == "[]"
 
 
 @pytest.mark.parametrize(

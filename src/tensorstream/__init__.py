@@ -56,15 +56,22 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
 from typing import Any as _Any  # noqa: E402
 
 from . import errors  # noqa: E402
-from .providers.base import BodyStream, Capabilities, ObjectInfo, Provider, Writer  # noqa: E402
-from .uri import ParsedURI, parse_uri, redact  # noqa: E402
 
 __version__ = "0.1.0"
 
-# Front doors are imported on first use: ``import tensorstream`` stays cheap
-# (no asyncio loop machinery, tenacity, read-ahead, entry points; no torch,
-# tensorizer or botocore), which a short-lived ``tensorstream cp`` pays for.
+# Everything but ``errors`` is imported on first use: ``import tensorstream``
+# stays cheap (no dataclasses, asyncio loop machinery, tenacity, read-ahead,
+# entry points; no torch, tensorizer or botocore), and a program or a
+# short-lived ``tensorstream cp`` pays only for what it reaches.
 _LAZY = {
+    "BodyStream": "tensorstream.providers.base",
+    "Capabilities": "tensorstream.providers.base",
+    "ObjectInfo": "tensorstream.providers.base",
+    "Provider": "tensorstream.providers.base",
+    "Writer": "tensorstream.providers.base",
+    "ParsedURI": "tensorstream.uri",
+    "parse_uri": "tensorstream.uri",
+    "redact": "tensorstream.uri",
     "get_provider": "tensorstream.api",
     "open": "tensorstream.api",
     "read_range": "tensorstream.api",
@@ -86,6 +93,10 @@ _LAZY = {
 
 #: Subpackages reached as attributes (``tensorstream.safetensors.load(...)``), imported on first use.
 _LAZY_MODULES = {"safetensors"}
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _LAZY_MODULES)
 
 
 def __getattr__(name: str) -> _Any:
@@ -110,11 +121,13 @@ if _TYPE_CHECKING:  # pragma: no cover
     from .credentials.describe import describe_credentials
     from .file import StreamReader
     from .inspection import ModelInfo, inspect
+    from .providers.base import BodyStream, Capabilities, ObjectInfo, Provider, Writer
     from .providers.registry import register, registered_schemes
     from .stream_writer import StreamWriter
     from .tensorizer.config import TensorizerConfig
     from .tensorizer.load import deserialize, load_into_module
     from .tensorizer.save import serialize
+    from .uri import ParsedURI, parse_uri, redact
 
 __all__ = [
     "BodyStream",
