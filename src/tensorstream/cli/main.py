@@ -17,7 +17,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .. import __version__
 from ..errors import ConfigurationError, InvalidURIError, UnknownSchemeError
@@ -26,7 +26,7 @@ from . import convert, cp, inspect_model, ls, objects
 from ._run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, print_error
 from .options import add_storage_options
 
-__all__ = ["build_parser", "entry", "main"]
+__all__ = ["build_parser", "entry", "main", "parse_command_line"]
 
 _USAGE_ERRORS = (ConfigurationError, InvalidURIError, UnknownSchemeError, argparse.ArgumentTypeError)
 
@@ -54,7 +54,42 @@ exit status: 0 done, 1 failed, 2 usage or configuration error, 3 partial
 SIGINT/SIGTERM/SIGHUP."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The commands, each with the module that adds its parser.
+COMMANDS = {"cp": cp.add_parser, "sync": cp.add_parser, "convert": convert.add_parser,
+            "ls": ls.add_parser, "stat": objects.add_parsers, "cat": objects.add_parsers,
+            "rm": objects.add_parsers, "inspect": inspect_model.add_parser}
+
+
+class _StandIn:
+    """What a command's builder gets for a command the line does not name: every
+    call (``add_argument``, ``set_defaults``, an argument group's) is dropped."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+
+class _OnlyOne:
+    """``add_subparsers()``'s object, building only ``wanted``'s parser in full; every
+    other command gets a stand-in of the same name and help (the choices and the
+    command list in usage errors stay the same) that takes whatever follows it and
+    marks the parse as needing the whole tree."""
+
+    def __init__(self, sub: Any, wanted: str) -> None:
+        self._sub, self._wanted = sub, wanted
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name == self._wanted:
+            return self._sub.add_parser(name, **kwargs)
+        stand_in = self._sub.add_parser(name, help=kwargs.get("help"), add_help=False)
+        stand_in.add_argument("rest", nargs=argparse.REMAINDER)
+        stand_in.set_defaults(stand_in=True)
+        return _StandIn()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command`` (one of :data:`COMMANDS`), only that
+    command's options are built: every command's ~40 options take a short command's
+    start-up more time than its first request."""
     parser = argparse.ArgumentParser(
         prog=PROG, description=DESCRIPTION, epilog=EPILOG,
         usage=f"{PROG} [storage options] COMMAND [options] ...",
@@ -67,12 +102,37 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (parser, common):  # before or after the command
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks and DEBUG logs (secrets stay redacted)")
-    cp.add_parser(sub, common)
-    convert.add_parser(sub, common)
-    ls.add_parser(sub, common)
-    objects.add_parsers(sub, common)
-    inspect_model.add_parser(sub, common)
+    builders = sub if command is None else _OnlyOne(sub, command)
+    for add in dict.fromkeys(COMMANDS.values()):  # each module once, in this order
+        add(builders, common)
     return parser
+
+
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The first word of ``argv`` that names a command; ``None`` (build every command)
+    when there is none or help is asked for (``-h``, ``--help`` or an abbreviation)."""
+    named = None
+    for word in argv:
+        if word == "-h" or (len(word) > 3 and "--help".startswith(word)):
+            return None
+        if named is None and word in COMMANDS:
+            named = word
+    return named
+
+
+def parse_command_line(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed as :func:`build_parser`'s whole tree parses it (the same
+    namespace, the same usage errors), building only the command it names when it can."""
+    command = _named_command(argv)
+    if command is None:
+        return build_parser().parse_args(argv)
+    parser = build_parser(command)
+    args, extras = parser.parse_known_args(argv)
+    if getattr(args, "stand_in", False):  # an option's value was that word: `--profile cp ls`
+        return build_parser().parse_args(argv)
+    if extras:  # argparse's own message
+        parser.parse_args(argv)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,9 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = False
     try:
         _handle_sigint_here()
-        parser = build_parser()
         try:
-            args = parser.parse_args(argv)
+            args = parse_command_line(sys.argv[1:] if argv is None else list(argv))
         except SystemExit as exc:  # argparse: --help (0) or usage error (2)
             return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
         debug = bool(getattr(args, "debug", False))
