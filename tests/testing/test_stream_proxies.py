@@ -1,5 +1,5 @@
 """The start/stop plumbing ``TCPFaultProxy`` and ``ForwardProxy`` share
-(``tensorstream.testing.proxy._StreamServer``), on real sockets."""
+(``tensorstream.testing.loop_thread._StreamServer``), on real sockets."""
 
 from __future__ import annotations
 

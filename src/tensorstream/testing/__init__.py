@@ -3,6 +3,7 @@ fault injection and the provider conformance suite.
 
 Submodules: ``http_server`` (aiohttp, well-behaved and misbehaving),
 ``s3_server`` (moto), ``redis_server`` (Debian's redis-server, TLS,
-cluster), ``forward_proxy`` (a CONNECT/forwarding HTTP proxy),
+cluster), ``proxy`` (fault-injecting proxies: ``tcp_proxy``, ``http_proxy``),
+``forward_proxy`` (a CONNECT/forwarding HTTP proxy),
 ``conformance`` (one suite for every provider), ``plugin`` (the pytest plugin).
 """

@@ -33,7 +33,8 @@ from .faults import (
     _RedisProxyFaults,
     _S3ProxyFaults,
 )
-from .proxy import HTTPFaultProxy, TCPFaultProxy
+from .http_proxy import HTTPFaultProxy
+from .tcp_proxy import TCPFaultProxy
 
 __all__ = [
     "Backend",

@@ -31,7 +31,7 @@ import dataclasses
 import threading
 from urllib.parse import urlsplit
 
-from .proxy import _StreamServer
+from .loop_thread import _StreamServer
 
 __all__ = ["ForwardProxy", "ProxyLogEntry"]
 

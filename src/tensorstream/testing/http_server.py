@@ -38,13 +38,9 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 
-from .proxy import (
-    _SHUTDOWN_TIMEOUT,
-    KnownFields,
-    cancel_pending,
-    request_repr,
-    retry_after_header,
-)
+from .fault_settings import KnownFields
+from .http_headers import request_repr, retry_after_header
+from .loop_thread import _SHUTDOWN_TIMEOUT, cancel_pending
 
 __all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
 
