@@ -8,6 +8,7 @@ even with a threshold of one allocation."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 import tensorstream
+from reliability_helpers import run_python
 from tensor_files import tensorizer_bytes
 from tensorstream import _gcpause
 from tensorstream import safetensors as ts_safetensors
@@ -147,3 +149,54 @@ def test_safetensors_load_runs_no_collection_while_it_builds_the_tensors(
     _same(sd, state)
     assert seen < 1000, seen
     assert gc.isenabled()
+
+
+_FORK_DURING_LOAD = r"""
+import gc, json, os, sys, threading, time
+import tensorstream.safetensors as ts_safetensors
+from tensorstream import _gcpause
+url, local, enabled = sys.argv[1], sys.argv[2], sys.argv[3] == "on"
+(gc.enable if enabled else gc.disable)()
+loaded = []
+t = threading.Thread(target=lambda: loaded.append(len(ts_safetensors.load(url, "cpu"))))
+t.start()
+deadline = time.monotonic() + 30
+while not _gcpause._holders and time.monotonic() < deadline:  # until the load has paused it
+    time.sleep(0.001)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:  # the load's thread is the parent's: it does not exist here
+    out = {"at_start": gc.isenabled()}
+    out["tensors"] = len(ts_safetensors.load(local, "cpu"))
+    out["after_own_load"] = gc.isenabled()
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+child = json.loads(os.read(r, 1 << 16) or b"{}")
+t.join(60)
+print(json.dumps({"child": child, "parent": gc.isenabled(), "loaded": loaded}))
+"""
+
+
+@pytest.mark.parametrize("collector", ["on", "off"])
+def test_a_child_forked_during_a_load_collects_garbage(tmp_path: Path, collector: str) -> None:
+    """A process forked (``multiprocessing``'s fork, a DataLoader's workers) while
+    another thread loads: the child's collector runs as the parent's did before
+    the load, and after the child's own loads too (one the program turned off
+    stays off). It stayed disabled for the child's life (the parent's load, which
+    would have resumed it, does not go on there)."""
+    state = _state(40)
+    path = tmp_path / "m.safetensors"
+    save_file(state, str(path))
+    data = path.read_bytes()
+    with HTTPTestServer() as server:
+        server.put("slow.safetensors", data)
+        server.faults.rate_limit = max(1, len(data) // 2)  # the load takes ~2 s
+        proc = run_python(_FORK_DURING_LOAD, timeout=90,
+                          args=[server.url("slow.safetensors"), str(path), collector])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    on = collector == "on"
+    assert out == {"child": {"at_start": on, "tensors": 40, "after_own_load": on},
+                   "parent": on, "loaded": [40]}, out
