@@ -223,9 +223,10 @@ def test_read_ahead_memory_goes_back_to_the_system_once_a_reader_reached_its_end
     import types
     import weakref
 
-    from tensorstream.readahead import ranged
+    from tensorstream.readahead import launch
 
     live: dict[int, int] = {}
+    made: list[int] = []
 
     def tracked(*args: Any, **kwargs: Any) -> mmap.mmap:
         """The read-ahead's own mappings, counted while alive (a subclass of
@@ -233,10 +234,11 @@ def test_read_ahead_memory_goes_back_to_the_system_once_a_reader_reached_its_end
         region = mmap.mmap(*args, **kwargs)
         key = id(region)
         live[key] = len(region)
+        made.append(len(region))
         weakref.finalize(region, live.pop, key, None)
         return region
 
-    monkeypatch.setattr(ranged, "mmap", types.SimpleNamespace(
+    monkeypatch.setattr(launch, "mmap", types.SimpleNamespace(
         mmap=tracked, MAP_PRIVATE=mmap.MAP_PRIVATE, MAP_ANONYMOUS=mmap.MAP_ANONYMOUS))
     url, data = _put(http_server, 12 * MiB)
     http_server.faults.key = url.rsplit("/", 1)[1]
@@ -260,6 +262,7 @@ def test_read_ahead_memory_goes_back_to_the_system_once_a_reader_reached_its_end
         if enabled:
             gc.enable()
     assert got == data[2 * MiB: 8 * MiB]
+    assert made, "the read-ahead's mappings were not tracked (mmap patched in the wrong module?)"
     assert stats["readahead_peak"] >= 4 * (256 << 10), stats  # it did read ahead
     assert stats["readahead_held"] == 0, stats
     assert held == 0, f"{held} bytes of read-ahead still mapped after the last read"

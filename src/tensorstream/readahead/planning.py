@@ -1,4 +1,5 @@
-"""Where the read-ahead engine's requests fall: the segment grid, and planning
+"""Where the read-ahead engine's requests fall: the segment grid (restarted at
+the caller's boundaries, cut at its limit), the segments of a read, and planning
 segments ahead of a reader. :class:`Planning` is a base of
 :class:`~tensorstream.readahead.ranged.Prefetcher`, which owns the state these
 methods use (under its lock)."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import threading
 
 from .segments import Announced, Segment
 
@@ -30,6 +32,8 @@ class Planning:
     _dests: Announced
     _segments: dict[int, Segment]
     _ahead: collections.deque[Segment]
+    _urgent: collections.deque[Segment]
+    _lock: threading.Lock
     #: (a read's end, where planning after it stopped, the bytes of it that
     #: counted against the lead): see :meth:`_plan_ahead`.
     _frontier: tuple[int, int, int] | None = None
@@ -94,3 +98,73 @@ class Planning:
     def _replan(self) -> None:
         """The next planning walks from the read's end again."""
         self._frontier = None
+
+    def _plan(self, pos: int, end: int, view: memoryview) -> list[Segment]:
+        out = []
+        p = pos
+        while p < end:
+            start, seg_end = self._segment_at(p)
+            p = seg_end
+            inside = pos <= start and seg_end <= end
+            seg = self._segments.get(start)
+            if seg is not None and seg.end != seg_end:
+                seg = None  # planned on another grid (before set_boundaries): ignore it
+            if seg is not None and not seg.launched and inside:
+                # Planned but not requested yet: fetch it straight into the caller's buffer.
+                del self._segments[start]
+                self._remove_planned(seg)
+                seg = None
+            if seg is None:
+                seg = Segment(start, seg_end)
+                if inside:
+                    seg.buffer, seg.direct = view[start - pos : seg_end - pos], True
+                else:
+                    self._segments[start] = seg
+                self._urgent.append(seg)
+            elif not seg.launched:
+                self._remove_planned(seg)
+                self._urgent.append(seg)
+            out.append(seg)
+        return out
+
+    def _remove_planned(self, seg: Segment) -> None:
+        for queue in (self._ahead, self._urgent):
+            try:
+                queue.remove(seg)
+                return
+            except ValueError:
+                continue
+
+    def set_boundaries(self, offsets: list[int], *, exact: bool = False) -> None:
+        """Offsets where the caller's reads start and end (e.g. each tensor's
+        data). The segment grid restarts at those that open or close at least
+        a segment's worth of bytes, so a large tensor covers whole segments
+        (received straight into its buffer when read before they were
+        requested), while small tensors and their headers still share one
+        request per segment. ``exact``: restart at every offset (the caller
+        announces a buffer for each stretch, :meth:`expect`, and a segment
+        must not straddle two of them to be received in place)."""
+        cuts = sorted({o for o in offsets if 0 < o < self._size})
+        edges = [0, *cuts, self._size]
+        kept = cuts if exact else [
+            o for i, o in enumerate(cuts)
+            if edges[i + 1] - edges[i] >= self._seg or edges[i + 2] - o >= self._seg]
+        with self._lock:
+            self._bounds = kept
+            self._replan()
+            for start, seg in list(self._segments.items()):
+                if not seg.launched:
+                    del self._segments[start]
+                    self._remove_planned(seg)
+
+    def set_limit(self, end: int | None) -> None:
+        """Plan no read-ahead past ``end`` (``None``: the end of the object);
+        reads past it still work. Planned segments past it are dropped."""
+        with self._lock:
+            self._limit = self._size if end is None else max(0, min(self._size, end))
+            self._replan()
+            for start, seg in list(self._segments.items()):
+                if not seg.launched and start >= self._limit:
+                    del self._segments[start]
+                    self._remove_planned(seg)
+

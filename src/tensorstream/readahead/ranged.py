@@ -29,14 +29,16 @@ plus the requests in flight. A failed segment raises only if it is read;
 every request of a read has finished (or failed) before that read returns or
 raises, so nothing ever writes into a caller's buffer after the call.
 
-The budget and the segments are in :mod:`.segments`; the grid and planning
-ahead in :mod:`.planning`; the I/O side (worker threads whose bodies the
-shared receiver takes, or I/O-loop tasks) in :mod:`.fetch`.
+The budget and the segments are in :mod:`.segments`; the grid, planning a
+read's segments and those ahead in :mod:`.planning`; requesting planned
+segments into memory and dropping those the reader passed in :mod:`.launch`;
+the I/O side (worker threads whose bodies the shared receiver takes, or
+I/O-loop tasks) in :mod:`.fetch`; the reads of :attr:`Mode.STREAM` in
+:mod:`.stream_reads`.
 """
 
 from __future__ import annotations
 
-import bisect
 import collections
 import concurrent.futures
 import contextlib
@@ -50,13 +52,14 @@ from typing import Any
 from ..layers.stack import PolicyProvider
 from ..providers.base import BodyStream, Pin
 from ..uri import redact_text
-from ._clock import busy_seconds
 from ._memcopy import copy_into
 from ._prefault import populate
 from .control import INTERVAL, Controller, Mode
 from .fetch import Fetching
-from .planning import SMALL_SEGMENT, Planning
+from .launch import Launching
+from .planning import SMALL_SEGMENT
 from .segments import Announced, ReadaheadBudget, Segment, address
+from .stream_reads import StreamReads
 from .streamed import SequentialStream
 
 __all__ = ["Mode", "Prefetcher", "ReadaheadBudget"]
@@ -66,17 +69,8 @@ log = logging.getLogger("tensorstream.readahead")
 #: Connections of a reader that reads by ranges on a link not yet measured
 #: (and of random-access reads beside a stream).
 _BASE_WIDTH = 4
-#: A streamed read is received in pieces of about one measuring interval of
-#: the last delivered rate (within these bounds; before any measurement the
-#: smallest, doubling each piece), so the controller can change its mind
-#: inside one large read, and early.
-_STREAM_PIECE = (256 << 10, 4 << 20)
 #: A read that waits this long (seconds) for one request says so in the debug log.
 _LONG_WAIT = 1.0
-#: The largest read :meth:`Prefetcher.read_held` serves (tensor headers, small
-#: tensors, and :class:`~tensorstream.file.StreamReader`'s fills of its buffer
-#: for small reads).
-_HELD_READ = 256 << 10
 
 
 def _retire(pool: concurrent.futures.ThreadPoolExecutor) -> None:
@@ -93,7 +87,7 @@ def _retire(pool: concurrent.futures.ThreadPoolExecutor) -> None:
                          daemon=True).start()
 
 
-class Prefetcher(Fetching, Planning):
+class Prefetcher(StreamReads, Launching, Fetching):
     """Read-ahead engine of one reader. Call :meth:`readinto` from one thread."""
 
     def __init__(
@@ -227,38 +221,6 @@ class Prefetcher(Fetching, Planning):
             with self._lock:
                 self._dests.handed_back(pos, pos + len(view))
 
-    def read_held(self, pos: int, view: memoryview) -> bool:
-        """Serve a small sequential read from the reader's own stream if its
-        bytes have arrived (tensor headers: two of a tensor's three reads), with
-        no planning, no lock unless buffers are announced, and no timing (it
-        waited for nothing); ``False``: nothing was read, use :meth:`readinto`."""
-        stream = self._stream
-        if (stream is None or len(view) > _HELD_READ or pos != self._last_end
-                or self._ctl.mode is not Mode.STREAM or self._segments
-                or not stream.read_held(pos, view)):
-            return False
-        n = len(view)
-        self._ctl.begin(time.perf_counter())
-        self._ctl.observe(n, 0.0)
-        self._stream_fresh = False
-        self._streamed_to = self._last_end = pos + n
-        self._direct_bytes += n  # (statistics: a torn count is harmless, as in _copy_received)
-        self._streamed_bytes += n
-        if self._dests:
-            with self._lock:
-                self._dests.handed_back(pos, pos + n)
-        self._tick()
-        return True
-
-    def held(self, pos: int) -> int:
-        """Bytes at ``pos`` that :meth:`read_held` could serve now, as far as the
-        stream can tell (0 where it would refuse any)."""
-        stream = self._stream
-        if (stream is None or pos != self._last_end or self._ctl.mode is not Mode.STREAM
-                or self._segments):
-            return 0
-        return min(_HELD_READ, stream.held(pos))
-
     def _readinto(self, pos: int, view: memoryview) -> None:
         self._ctl.begin(time.perf_counter())
         sequential = self._last_end is None or pos == self._last_end
@@ -277,56 +239,6 @@ class Prefetcher(Fetching, Planning):
             self._read_ranges(pos, view, sequential)
         self._last_end = pos + len(view)
         self._tick()
-
-    def _stream_read(self, pos: int, view: memoryview, sequential: bool) -> int:
-        """Stream as much of ``view`` as the stream serves, piece by piece,
-        measuring how long the reader waited for the link; returns the count."""
-        stream = self._stream
-        assert stream is not None
-        got = 0
-        while got < len(view) and self._ctl.mode is Mode.STREAM:
-            if self._ctl.last_rate:
-                size = int(self._ctl.last_rate * INTERVAL)
-            else:  # nothing measured yet: start small, so the first look comes early
-                size = _STREAM_PIECE[0] << min(4, self._first_pieces)
-                self._first_pieces += 1
-            size = max(_STREAM_PIECE[0], min(_STREAM_PIECE[1], size))
-            piece = view[got : got + size]
-            first, self._stream_fresh = self._stream_fresh, False
-            wall, cpu, busy = time.perf_counter(), time.thread_time(), busy_seconds()
-            opening = stream.open_seconds
-            n = stream.read(pos + got, piece, sequential=sequential or got > 0, first=first)
-            if stream.open_seconds > opening:
-                self._ctl.note_first_byte(stream.open_seconds - opening)
-                self._ctl.exclude(stream.open_seconds - opening)
-            wall = time.perf_counter() - wall - (stream.open_seconds - opening)
-            if stream.short is not None:
-                # Off the CPU (in the run queue too) in proportion to the share of
-                # the read that had not arrived: a paced link leaves the socket
-                # empty however busy the machine; a fast one fills it while the
-                # reader waits for a CPU.
-                waited = max(0.0, wall - (time.thread_time() - cpu)) * stream.short
-            else:
-                # Wall time this thread neither ran nor waited for a CPU.
-                waited = max(0.0, wall - (busy_seconds() - busy))
-            self._ctl.observe(n, waited)
-            got += n
-            self._streamed_to = pos + got
-            with self._lock:
-                self._direct_bytes += n
-                self._streamed_bytes += n
-            if stream.broke:  # resume exactly where the body broke, under the retry policy
-                rest = view[got:]  # (the rest of this read: one request, not one per piece)
-                self._provider.readinto_blocking(self._path, pos + got, rest, pin=self._pin)
-                got += len(rest)
-                self._streamed_to = pos + got
-                with self._lock:
-                    self._direct_bytes += len(rest)
-                continue
-            if n < len(piece):
-                break  # not a run of reads: ranged requests serve the rest
-            self._tick(between_reads=False)
-        return got
 
     def _held_until(self, pos: int, end: int) -> int:
         """The end of the launched read-ahead covering ``pos`` onwards (``pos``: none)."""
@@ -370,20 +282,6 @@ class Prefetcher(Fetching, Planning):
                 self._plan_ahead(self._last_end, set())
             launch = self._next_launches()
         self._launch(launch)
-
-    def _regrid_at_stream_end(self) -> None:
-        """Restart the segment grid where the stream stopped: ranged read-ahead
-        then starts there, instead of fetching again the bytes before it in the
-        segment holding that position (which could not be received in place:
-        they are the caller's already)."""
-        at, self._streamed_to = self._streamed_to, None
-        if at is None or not 0 < at < self._size:
-            return
-        with self._lock:
-            i = bisect.bisect_left(self._bounds, at)
-            if i == len(self._bounds) or self._bounds[i] != at:
-                self._bounds.insert(i, at)
-                self._replan()
 
     def _note_width(self) -> None:
         if self._ctl.mode is Mode.RANGED:
@@ -492,17 +390,6 @@ class Prefetcher(Fetching, Planning):
         self._copied_bytes += len(view)  # (statistics: a torn read is harmless)
         return True
 
-    def _take(self, nbytes: int, *, force: bool) -> bool:
-        if not self.budget.take(nbytes, self._held, force=force):
-            return False
-        self._held += nbytes
-        return True
-
-    def _give(self, nbytes: int) -> None:
-        nbytes = min(nbytes, self._held)
-        self._held -= nbytes
-        self.budget.give(nbytes)
-
     def close(self) -> None:
         """Cancel outstanding read-ahead and drop its buffers."""
         if self._closed:
@@ -547,170 +434,3 @@ class Prefetcher(Fetching, Planning):
             if seg.launched and (seg.bound or seg.direct):
                 with contextlib.suppress(RuntimeError):  # the I/O thread stopped: nothing runs
                     self._wait(seg)
-
-    # -- planning (under the lock) -------------------------------------------------
-    def _plan(self, pos: int, end: int, view: memoryview) -> list[Segment]:
-        out = []
-        p = pos
-        while p < end:
-            start, seg_end = self._segment_at(p)
-            p = seg_end
-            inside = pos <= start and seg_end <= end
-            seg = self._segments.get(start)
-            if seg is not None and seg.end != seg_end:
-                seg = None  # planned on another grid (before set_boundaries): ignore it
-            if seg is not None and not seg.launched and inside:
-                # Planned but not requested yet: fetch it straight into the caller's buffer.
-                del self._segments[start]
-                self._remove_planned(seg)
-                seg = None
-            if seg is None:
-                seg = Segment(start, seg_end)
-                if inside:
-                    seg.buffer, seg.direct = view[start - pos : seg_end - pos], True
-                else:
-                    self._segments[start] = seg
-                self._urgent.append(seg)
-            elif not seg.launched:
-                self._remove_planned(seg)
-                self._urgent.append(seg)
-            out.append(seg)
-        return out
-
-    def _remove_planned(self, seg: Segment) -> None:
-        for queue in (self._ahead, self._urgent):
-            try:
-                queue.remove(seg)
-                return
-            except ValueError:
-                continue
-
-    def set_boundaries(self, offsets: list[int], *, exact: bool = False) -> None:
-        """Offsets where the caller's reads start and end (e.g. each tensor's
-        data). The segment grid restarts at those that open or close at least
-        a segment's worth of bytes, so a large tensor covers whole segments
-        (received straight into its buffer when read before they were
-        requested), while small tensors and their headers still share one
-        request per segment. ``exact``: restart at every offset (the caller
-        announces a buffer for each stretch, :meth:`expect`, and a segment
-        must not straddle two of them to be received in place)."""
-        cuts = sorted({o for o in offsets if 0 < o < self._size})
-        edges = [0, *cuts, self._size]
-        kept = cuts if exact else [
-            o for i, o in enumerate(cuts)
-            if edges[i + 1] - edges[i] >= self._seg or edges[i + 2] - o >= self._seg]
-        with self._lock:
-            self._bounds = kept
-            self._replan()
-            for start, seg in list(self._segments.items()):
-                if not seg.launched:
-                    del self._segments[start]
-                    self._remove_planned(seg)
-
-    def set_limit(self, end: int | None) -> None:
-        """Plan no read-ahead past ``end`` (``None``: the end of the object);
-        reads past it still work. Planned segments past it are dropped."""
-        with self._lock:
-            self._limit = self._size if end is None else max(0, min(self._size, end))
-            self._replan()
-            for start, seg in list(self._segments.items()):
-                if not seg.launched and start >= self._limit:
-                    del self._segments[start]
-                    self._remove_planned(seg)
-
-    def _next_launches(self) -> list[Segment]:
-        """Segments to request now: urgent ones first, up to ``active`` in flight."""
-        out: list[Segment] = []
-        while self._in_flight < self._active and (self._urgent or self._ahead):
-            urgent = bool(self._urgent)
-            seg = (self._urgent or self._ahead)[0]
-            if seg.buffer is None and seg.parts is None and self._dests:
-                # Bound when requested (the caller may announce its buffer after planning).
-                dest = self._dests.inside(seg.start, seg.end)
-                if dest is not None:  # received in the caller's buffer: no read-ahead memory
-                    seg.buffer, seg.direct, seg.bound = dest, True, True
-                elif self._scatter:  # several small ones in a row: one request into each
-                    seg.parts = self._dests.spanning(seg.start, seg.end)
-                    seg.direct = seg.bound = seg.parts is not None
-            if seg.buffer is None and seg.parts is None:
-                if self._free:
-                    buf = self._free.pop()
-                elif self._take(self._seg, force=urgent):
-                    # Its own mapping: returned to the system when dropped (a malloc'd
-                    # buffer of this size stays in the heap, ~30 MiB of RSS on a paced
-                    # load), and fresh pages come zeroed without a memset. Private: a
-                    # shared anonymous map is shmem, dearer to fault in per page.
-                    buf = mmap.mmap(-1, self._seg + self._rider,  # (see _segment_at)
-                                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-                else:
-                    break  # read-ahead memory is spent: wait for the reader to consume
-                seg.buffer = memoryview(buf)[: seg.end - seg.start]
-            (self._urgent if urgent else self._ahead).popleft()
-            seg.launched = True
-            self._in_flight += 1
-            out.append(seg)
-        self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
-        return out
-
-    def _evict(self, pos: int, end: int, sequential: bool) -> None:
-        lo = end if sequential else pos - self._seg
-        hi = end + self._reach() + self._seg
-        self._dests.drop_before(lo)
-        # Planned up to where the read-ahead ends: no new segment will want a
-        # spare buffer, so they go back to the system now, not at close (a load's
-        # readers finish their shares while tensorizer still builds tensors).
-        planned_out = self._frontier is not None and self._frontier[1] >= self._limit
-        if planned_out:
-            self._drop_spares(keep=0)
-        for start in list(self._segments):
-            seg = self._segments[start]
-            if seg.end > lo and start < hi:
-                continue
-            if seg.end > lo:
-                self._replan()  # (dropped ahead of the reader: plan it again)
-            if seg.bound:  # the caller's memory: nothing to recycle or give back
-                if not seg.launched:
-                    del self._segments[start]
-                    self._remove_planned(seg)
-                elif seg.event.is_set():
-                    del self._segments[start]
-                elif seg.end <= lo and seg.task is not None:
-                    del self._segments[start]
-                    self._cancel(seg.task)
-                    seg.cancel.cancel()  # stop receiving into memory the reader moved past
-                    self._abandoned = [a for a in self._abandoned if not a.event.is_set()]
-                    self._abandoned.append(seg)
-                continue
-            if not seg.launched:
-                del self._segments[start]
-                self._remove_planned(seg)
-            elif seg.event.is_set():
-                del self._segments[start]
-                if (seg.error is None and not planned_out
-                        and len(self._free) < max(2, self._active)):
-                    self._free.append(seg.buffer.obj)  # type: ignore[union-attr, arg-type]
-                else:
-                    self._give(self._seg)
-            elif seg.end <= lo and seg.task is not None:
-                del self._segments[start]
-                self._cancel(seg.task)
-                self._give(self._seg)  # garbage once the request ends
-
-    def _drop_spares(self, *, keep: int) -> None:
-        """Give spare buffers beyond ``keep`` back (under the lock): dropped, each is
-        unmapped once nothing refers to it."""
-        spare = self._free[keep:]
-        del self._free[keep:]
-        self._give(len(spare) * self._seg)
-
-    def _finished(self, seg: Segment) -> list[Segment]:
-        """Book one finished request; return what to launch next (called with no lock)."""
-        with self._lock:
-            self._in_flight -= 1
-            # Its future's done-callback holds it: a cycle (segment, future, callback)
-            # that kept every dropped buffer mapped until a collection, and loads
-            # pause the collector (tensorstream._gcpause).
-            seg.task = None
-            if self._closed:
-                return []
-            return self._next_launches()
