@@ -129,3 +129,18 @@ def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: st
             load.open_local = broken  # type: ignore[attr-defined]
             how = how.split("-")[0]
     return _run(step, rank, {})
+
+
+def bound_devices(rank: int, world: int) -> list[str]:
+    """The collective device of a group bound to a CUDA device as
+    ``init_process_group(device_id=...)`` binds it (set here, as torch sets it: a gloo
+    rank has no GPU to bind), and of a subgroup of it."""
+    import torch.distributed as dist
+
+    from tensorstream.distributed.group import collective_device
+
+    sub = dist.new_group(list(range(world)))
+    dist.group.WORLD.bound_device_id = torch.device("cuda", 1 + rank)
+    got = [str(collective_device(dist.group.WORLD)), str(collective_device(sub))]
+    sub.bound_device_id = torch.device("cuda", 5)
+    return [*got, str(collective_device(sub))]

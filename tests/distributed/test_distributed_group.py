@@ -89,3 +89,19 @@ def test_auto_under_a_launcher_before_init_says_each_process_reads_the_whole_fil
             tensorstream.deserialize(str(path), device="cpu", group="auto"):
         pass
     assert not [r for r in caplog.records if r.name == "tensorstream.distributed"]
+
+
+@pytest.mark.timeout(120)
+def test_an_nccl_group_bound_to_a_device_stages_on_that_device() -> None:
+    """Ranks that bind their group with init_process_group(device_id=cuda:N) and never
+    call torch.cuda.set_device had every staging buffer on the current device, cuda:0,
+    on every rank of the node (NCCL fails or hangs on a GPU two ranks share). The bound
+    device is taken now, as torch's own barrier takes it; a subgroup inherits it."""
+    from dist_scenarios import bound_devices
+
+    from tensorstream.testing.distributed import run_ranks
+
+    results = run_ranks(bound_devices, 2, timeout=90)
+    assert all(r.ok for r in results), [(r.rank, r.error) for r in results]
+    assert [r.value for r in results] == [["cuda:1", "cuda:1", "cuda:5"],
+                                          ["cuda:2", "cuda:2", "cuda:5"]]

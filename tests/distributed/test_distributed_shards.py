@@ -72,7 +72,10 @@ def test_a_rank_template_is_filled_with_the_rank_in_the_group_passed(tmp_path: P
         for label in ("tp", "tp-config", "tp-same-rank"):
             assert r.value[label].get("digests") == mine, (r.rank, label, r.value[label])
         assert r.value["tp-module"].get("digests") == mine, (r.rank, r.value["tp-module"])
-        assert r.value["solo"].get("digests") == shards[0], (r.rank, r.value["solo"])
+        # a group of one is a world of one, and shard-001 exists: it loaded shard-000 alone
+        solo = r.value["solo"]
+        assert solo.get("types", [None])[0] == "ConfigurationError", (r.rank, solo)
+        assert "shard-001.tensors' exists, but 1 rank loads" in solo["error"], solo
         # 4 ranks, files for 2: ranks 0 and 1 returned their tensors and went on to
         # their next collective while 2 and 3 raised; every rank raises now
         world = r.value["world"]
@@ -100,9 +103,13 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
     loads afterwards."""
     shards = _shards(tmp_path, 2)
     template = str(tmp_path / "shard-%03d.tensors")
+    (tmp_path / "three").mkdir()
+    _shards(tmp_path / "three", 3)
     shapes = {"w": [10], "b": [3]}
     todo = [
         {"label": "missing", "uri": [template, str(tmp_path / "shard-%03d.absent")]},
+        # 3 shards, 2 ranks: shard-002 was never loaded, without a word
+        {"label": "more-shards", "uri": str(tmp_path / "three" / "shard-%03d.tensors")},
         {"label": "module-differs", "kind": "module", "uri": template,
          "shapes": [shapes, {"w": [11], "b": [3]}]},
         {"label": "wrong-size", "uri": template, "group": "pair",
@@ -124,6 +131,10 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
             assert got["failed_ranks"] == [1], (r.rank, label, got)
             assert "rank 1: " in got["error"] and said in got["error"], (r.rank, label, got)
             assert got["seconds"] < 15, got
+        more = r.value["more-shards"]
+        assert "DistributedLoadError" in more.get("types", []), (r.rank, more)
+        assert more["failed_ranks"] == [0, 1], more
+        assert "shard-002.tensors' exists, but 2 ranks load" in more["error"], more
         for label in ("two-templates", "too-wide"):
             got = r.value[label]
             assert got.get("types", [])[0] == "ConfigurationError", (r.rank, label, got)

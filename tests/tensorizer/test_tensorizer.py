@@ -666,6 +666,35 @@ def test_two_rank_sharded_roundtrip(tmp_path: Path) -> None:
         serialize(shards[0], tmp_path / "model.tensors", rank=1, world_size=2)
 
 
+def test_a_rank_template_with_more_shards_than_ranks_is_refused(
+        backend: TensorBackend, tmp_path: Path) -> None:
+    """A model saved as 3 shards loaded by 2 ranks: ranks 0 and 1 loaded shards 000 and 001
+    and shard 002's weights were lost without a word (a single process loading the
+    template took shard 000 alone). The load is refused now, naming the shard no rank
+    loads and both counts; as many ranks as shards load as before."""
+    for rank in range(3):
+        backend.put(f"m-rank-{rank:03d}.tensors", _tensorizer_bytes(
+            {"w": torch.full((4,), float(rank))}, tmp_path / f"src{rank}.tensors"))
+    template = backend.uri("m-rank-%03d.tensors")
+    for rank in range(2):
+        with pytest.raises(errors.ConfigurationError) as caught:
+            deserialize(template, "cpu", rank=rank, world_size=2, **backend.options)
+        said = str(caught.value)
+        assert "m-rank-002.tensors" in said and "2 ranks" in said, said
+        assert "tensor_parallel_size" in said and "at least 3" in said, said
+    with pytest.raises(errors.ConfigurationError, match=r"m-rank-001\.tensors"):
+        deserialize(template, "cpu", **backend.options)  # one process: a world of one
+    for rank in range(3):  # as many ranks as shards
+        with deserialize(template, "cpu", rank=rank, world_size=3, **backend.options) as sd:
+            assert torch.equal(sd["w"], torch.full((4,), float(rank)))
+    # rank= alone does not say how many ranks there are: loaded as before
+    with deserialize(template, "cpu", rank=1, **backend.options) as sd:
+        assert torch.equal(sd["w"], torch.full((4,), 1.0))
+    # a shard's own name (no template) is one file, on purpose
+    with deserialize(backend.uri("m-rank-000.tensors"), "cpu", **backend.options) as sd:
+        assert torch.equal(sd["w"], torch.zeros(4))
+
+
 # -- devices ----------------------------------------------------------------------------------
 
 

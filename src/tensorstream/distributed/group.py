@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigurationError
 
-__all__ = ["Group", "GroupArg", "resolve_group", "template_rank"]
+__all__ = ["Group", "GroupArg", "collective_device", "resolve_group", "template_rank"]
 
 #: What ``group=`` accepts.
 GroupArg = Any  # a torch.distributed ProcessGroup, "auto" or None
@@ -40,7 +40,8 @@ class Group:
     rank: int
     size: int
     backend: str
-    #: Where collective buffers live: ``cpu`` for gloo, the current CUDA device for NCCL.
+    #: Where collective buffers live: ``cpu`` for gloo; for NCCL the CUDA device the group is
+    #: bound to (``init_process_group(device_id=)``), else the current one.
     device: torch.device
     #: Bounds every collective wait (``None``: the group's own timeout).
     timeout: datetime.timedelta | None
@@ -178,5 +179,19 @@ def resolve_group(group: GroupArg, timeout: float | datetime.timedelta | None = 
     else:
         if not torch.cuda.is_available():
             raise ConfigurationError(f"group backend {backend} needs CUDA, which is not available")
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = collective_device(pg)
     return Group(pg, rank, size, backend, device, limit)
+
+
+def collective_device(pg: Any) -> torch.device:
+    """The CUDA device an NCCL group's collectives run on for this rank, as torch's
+    own ``barrier`` picks it: the device the group is bound to
+    (``init_process_group(device_id=...)``, inherited by ``new_group``), else the
+    current device (``torch.cuda.set_device``). A rank that bound its group to
+    ``cuda:1`` without ``set_device`` staged on ``cuda:0``, as every other rank of
+    the node did (NCCL then fails or hangs on a GPU shared by two ranks)."""
+    for owner in (pg, dist.group.WORLD if dist.is_initialized() else None):
+        bound = getattr(owner, "bound_device_id", None)
+        if bound is not None and bound.type == "cuda":
+            return torch.device("cuda", bound.index)
+    return torch.device("cuda", torch.cuda.current_device())

@@ -67,7 +67,13 @@ from .module import (
 )
 from .remote import RemoteTensorDeserializer
 from .save import serialize
-from .sharding import check_template, is_sharded, resolve_rank, shard_uri
+from .sharding import (
+    check_template,
+    is_sharded,
+    refuse_unloaded_shards,
+    resolve_rank,
+    shard_uri,
+)
 from .stats import LoadStats, collect
 from .stats import log as load_log
 
@@ -278,6 +284,9 @@ def deserialize(
             resolve_rank(rank, world_size)
         target = (shard_uri(raw, rank=rank, world_size=world_size)
                   if isinstance(raw, str) and (sharded or group is None) else raw)
+        if sharded:
+            # after shard_uri: its checks of rank= and world_size= come first
+            refuse_unloaded_shards(str(raw), rank, world_size, options)
         where = redact(str(target))
     early: BaseException | None = None
     try:

@@ -6,13 +6,18 @@ the rank of the process (``model-rank-000.tensors``, ``-001``, ...).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ConfigurationError
 from ..uri import redact
 
-__all__ = ["check_template", "is_sharded", "resolve_rank", "shard_uri"]
+__all__ = ["check_template", "is_sharded", "refuse_unloaded_shards", "resolve_rank", "shard_uri"]
+
+log = logging.getLogger("tensorstream.load")
 
 # A zero-padded printf integer, as vLLM detects it ("%03d", "%04d"), or an escaped '%'
 # ("%%", printf's, as vLLM's ``uri % rank`` reads it): "%%03d" is the text "%03d", no template.
@@ -102,6 +107,69 @@ def check_template(uri: str) -> None:
             f"{MAX_TEMPLATE_WIDTH} digits; use a zero-padded width like %03d")
 
 
+def _fill(uri: str, rank: int) -> str:
+    # printf's reading, as vLLM's: the template gets the rank and "%%" is one '%'
+    return _TOKEN.sub(lambda m: m.group(0) % rank if m.group(1) is not None else "%", uri)
+
+
+def _exists(uri: str, options: Mapping[str, Any]) -> bool | None:
+    """Whether an object is at ``uri``; ``None`` when that cannot be told (a store
+    that refuses the stat: S3 answers 403 for a missing key without ListBucket)."""
+    from ..uri import parse_uri
+
+    parsed = parse_uri(uri)
+    if parsed.scheme == "file" and not options:
+        return os.path.exists(parsed.path)
+    from .. import _loop
+    from ..api import stat
+
+    try:
+        _loop.run_sync(stat(parsed, **options))
+    except FileNotFoundError:
+        return False
+    except Exception as exc:  # the load itself says what is wrong with the store
+        log.debug("could not tell whether %s exists: %s", redact(uri), type(exc).__name__)
+        return None
+    return True
+
+
+def refuse_unloaded_shards(uri: str, rank: int | None, world_size: int | None,
+                           options: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigurationError` when the rank template ``uri`` names a
+    shard past the last rank: the model has more shards than ranks load, and the
+    weights of the shards no rank loads would be missing without a word.
+
+    ``rank``/``world_size`` are what the load was given; the world size is
+    that, else ``torch.distributed``'s, else 1 for a process given no rank (a
+    rank alone does not say how many ranks there are: nothing is checked).
+    One ``stat`` of the shard numbered ``world_size``.
+    """
+    if world_size is None:
+        dist = _distributed()
+        if dist is not None:
+            world_size = dist[1]
+        elif rank is None:
+            world_size = 1
+        else:
+            return
+    extra = _fill(uri, world_size)
+    if not _exists(extra, options):
+        return
+
+    def name(r: int) -> str:
+        return redact(_fill(uri, r)).rsplit("/", 1)[-1]
+
+    loaded = name(0) if world_size == 1 else f"{name(0)} to {name(world_size - 1)}"
+    ranks = "1 rank loads" if world_size == 1 else f"{world_size} ranks load"
+    raise ConfigurationError(
+        f"{redact(extra)!r} exists, but {ranks} {redact(uri)!r}: the model was saved as "
+        f"at least {world_size + 1} shards, and "
+        f"only {loaded} would be loaded, the weights of the others lost. Load it with as many "
+        "ranks as it has shards (vLLM: tensor_parallel_size; here: world_size=), or delete "
+        "shards left by an earlier save with more ranks; to read one shard on its own, give "
+        "its file name instead of the template.")
+
+
 def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = None) -> str:
     """The URI of this rank's shard.
 
@@ -122,7 +190,7 @@ def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = Non
     if templated:
         # printf's reading, as vLLM's: the template gets the rank and "%%" is one '%'
         # ("%%03d" was read as '%' and a template: rank 2 named "%002", not "%03d")
-        return _TOKEN.sub(lambda m: m.group(0) % r if m.group(1) is not None else "%", uri)
+        return _fill(uri, r)
     if ws > 1:
         other = _OTHER_PLACEHOLDER.search(uri)
         hint = (f" ({(other.group(1) or other.group(2))!r} is not one: only a zero-padded "
