@@ -10,7 +10,7 @@ from .config import COMMON_OPTIONS, _flag, option_hint, split_options
 from .errors import ConfigurationError
 from .layers.stack import PolicyProvider
 from .providers.base import BodyStream, ObjectInfo
-from .providers.registry import known_option_names, resolve_provider_class
+from .providers.registry import resolve_provider_class, unknown_option_names
 from .uri import ParsedURI, check_file_destination, parse_uri
 
 if TYPE_CHECKING:  # the file objects (and their read-ahead) load on first open()
@@ -31,11 +31,11 @@ def get_provider(uri: str | os.PathLike[str] | ParsedURI, **options: Any) -> Pol
     cls = resolve_provider_class(parsed.scheme)
     common, rest = split_options(options)
     # An option another service understands is ignored (one option dict can serve a cp between
-    # two backends); anything else is a typo and is rejected. (Every service's option names
-    # are only looked up for an option this one does not take: that imports their config
-    # modules, ~8 ms, inside the first load of a process.)
+    # two backends); anything else is a typo and is rejected. (Other services' option names
+    # are looked up only for an option this one does not take: importing their config
+    # modules is a noticeable part of a short command's start-up.)
     foreign = set(rest) - COMMON_OPTIONS - cls.option_names
-    unknown = sorted(foreign - known_option_names()) if foreign else []
+    unknown = sorted(unknown_option_names(foreign)) if foreign else []
     if unknown:
         accepted = cls.option_names | COMMON_OPTIONS
         named = ", ".join(f"{name}{option_hint(name, accepted)}" for name in unknown)

@@ -88,6 +88,21 @@ def test_cp_that_never_fails_imports_no_retry_loop(moto_s3: MotoS3Server, tmp_pa
     assert {p.name: p.read_bytes() for p in dst.iterdir()} == data
 
 
+def test_cp_from_s3_imports_no_other_service_config(moto_s3: MotoS3Server, tmp_path: Path,
+                                                   folder: tuple[str, dict[str, bytes]]) -> None:
+    # The local destination is handed the S3 options too: they are looked up in the S3
+    # config (loaded, and their prefix says so), not in every service's.
+    src, data = folder
+    dst = tmp_path / "out"
+    result = _run_cp(moto_s3, tmp_path, "-r", src, f"{dst}/")
+    modules = result["modules"]
+    assert isinstance(modules, list) and "tensorstream.providers.s3.config" in modules
+    others = ("tensorstream.providers.http.config", "tensorstream.providers.redis.config",
+              "tensorstream.providers.fsspec.config", "tensorstream.credentials.report")
+    assert [m for m in others if m in modules] == []
+    assert {p.name: p.read_bytes() for p in dst.iterdir()} == data
+
+
 # A process entry point as the console script runs it, with an object that says
 # when the interpreter finalises it and an atexit handler that says it ran.
 _ENTRY = r"""

@@ -54,6 +54,26 @@ def test_known_options_come_from_the_service_configs() -> None:
     assert "s3_region" in known and "redis_password" in known and "token" in known
 
 
+@pytest.mark.parametrize("names", [
+    set(), {"s3_region"}, {"redis_password"}, {"ca_bundle", "proxy"}, {"storage_options"},
+    {"s3_regoin"}, {"s3_endpoint", "nope", "storage_options", "redis_db"}, {"toy_colour", "x"},
+    {"s3_", "redis_", "http_"},
+])
+def test_unknown_option_names_as_the_whole_list_says(names: set[str], toy_scheme: str) -> None:
+    registry.resolve_provider_class(toy_scheme)
+    assert registry.unknown_option_names(names) == names - registry.known_option_names()
+
+
+def test_a_prefixed_name_is_looked_up_in_its_own_service_first() -> None:
+    code = ("import sys; import tensorstream.providers.registry as r\n"
+            "assert r.unknown_option_names({'s3_region', 'redis_db'}) == set()\n"
+            "print(sorted(m for m in sys.modules if m.startswith('tensorstream.providers.')"
+            " and m.endswith('.config')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("['tensorstream.providers.redis.config', "
+                                  "'tensorstream.providers.s3.config']")
+
+
 def test_an_option_of_another_service_is_ignored_a_typo_is_refused(tmp_path: Any) -> None:
     tensorstream.get_provider(str(tmp_path), redis_password="x", s3_region="eu-west-1")
     with pytest.raises(errors.ConfigurationError, match="s3_regoin"):

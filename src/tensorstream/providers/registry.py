@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import ConfigurationError, UnknownSchemeError
@@ -22,6 +23,7 @@ __all__ = [
     "Service",
     "credential_describer",
     "known_option_names",
+    "unknown_option_names",
     "register",
     "registered_schemes",
     "resolve_provider_class",
@@ -219,6 +221,29 @@ def known_option_names() -> frozenset[str]:
         if isinstance(entry, type):
             names |= entry.option_names
     return frozenset(names)
+
+
+def unknown_option_names(names: Iterable[str]) -> set[str]:
+    """Those of ``names`` that no service accepts (:func:`known_option_names`), looking
+    first where it costs nothing (loaded providers, config modules already imported),
+    then in the config module of the service a name is prefixed with (``s3_``,
+    ``redis_``): one options dict serves both sides of a ``cp``. The other config
+    modules are imported only while a name is still unaccounted for."""
+    left = set(names)
+    for entry in _registry.values():
+        if isinstance(entry, type):
+            left -= entry.option_names
+    configs = [s.config for s in (*_BUILTIN.values(), _FSSPEC_FALLBACK) if s.config is not None]
+
+    def cost(config: str) -> tuple[bool, bool]:  # imported already; a service's own prefix
+        service = config.rsplit(".", 2)[-2]  # tensorstream.providers.<service>.config
+        return config not in sys.modules, not any(n.startswith(f"{service}_") for n in left)
+
+    for config in sorted(dict.fromkeys(configs), key=cost):
+        if not left:
+            break
+        left -= importlib.import_module(config).OPTIONS
+    return left
 
 
 def credential_describer(scheme: str) -> Callable[[Any, dict[str, Any]], Any] | None:

@@ -30,10 +30,9 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...credentials.base import Sourced, mask
-from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
 from ...errors import ConfigurationError, TensorstreamError
 from ...uri import ParsedURI, redact
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT, bound_credential_process
@@ -45,6 +44,9 @@ from .profile import (
     profile_setting_file,
     read_profile_config,
 )
+
+if TYPE_CHECKING:
+    from ...credentials.report import CredentialReport
 
 __all__ = [
     "OPTIONS",
@@ -587,6 +589,8 @@ def masked_key_id(value: str) -> str:
 
 def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
     """Report for ``s3://``: the precedence order of :mod:`tensorstream.providers.s3.config`."""
+    from ...credentials.report import CredentialReport, ReportLine, report_line, tls_notes
+
     creds = resolve_s3_credentials(options)
     notes: list[str] = []
     key, secret, token = creds.access_key_id, creds.secret_access_key, creds.session_token
