@@ -128,7 +128,7 @@ def _empty_pages_then(last: Respond) -> Respond:
 def test_a_listing_of_empty_pages_with_fresh_tokens_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Was listed forever: every token new, so the repeated-token check never fired.
-    monkeypatch.setattr("tensorstream.providers.s3.provider._LIST_EMPTY_PAGES", 5)
+    monkeypatch.setattr("tensorstream.providers.s3.lister._LIST_EMPTY_PAGES", 5)
     with pytest.raises(ProtocolError, match=r"s3 list b/: .*5 truncated pages in a row"):
         _list(_empty_pages_then(_listing(("a", "1", MODIFIED))))
 
@@ -136,13 +136,13 @@ def test_a_listing_of_empty_pages_with_fresh_tokens_is_refused(
 def test_a_few_empty_truncated_pages_are_listed_through(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Real S3 may answer empty truncated pages: below the cap they are followed.
-    monkeypatch.setattr("tensorstream.providers.s3.provider._LIST_EMPTY_PAGES", 6)
+    monkeypatch.setattr("tensorstream.providers.s3.lister._LIST_EMPTY_PAGES", 6)
     assert _list(_empty_pages_then(_listing(("a", "1", MODIFIED)))) == [("b/a", 1)]
 
 
 def test_the_count_of_empty_pages_starts_again_after_an_entry(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tensorstream.providers.s3.provider._LIST_EMPTY_PAGES", 3)
+    monkeypatch.setattr("tensorstream.providers.s3.lister._LIST_EMPTY_PAGES", 3)
 
     def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
         if attempt == 5:  # after 2 empty, 1 entry, 2 empty pages

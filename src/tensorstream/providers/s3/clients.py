@@ -1,0 +1,420 @@
+"""The S3 provider's clients: what a request needs before it is sent.
+
+:class:`S3Clients` (the base of :class:`~tensorstream.providers.s3.provider.S3Provider`)
+builds and holds them: the aiobotocore client of writes, deletes and ``ListBuckets``
+(built on first use, one per event loop); the plain botocore client that only
+resolves URLs and signs reads (none at all where static keys, a path-style
+endpoint and a known region suffice: :class:`~.signing.PathStyle`); the clients
+signing for buckets S3 said are in another region; and the reads' connection
+pool. It also maps what goes wrong on the way (building a session, refreshing
+credentials, botocore errors) to tensorstream errors, with the context of the
+credentials and endpoint in use (:class:`~.errors.ErrorContext`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from ..._gcpause import paused
+from ..._log_redaction import install_secret_filter
+from ...config import CommonConfig
+from ...errors import ConfigurationError
+from .._http.proxies import ProxySettings
+from .._http.range_get import ConnectionPool, TLSSettings
+from .config import S3Credentials, aws_files, chain_source, no_credentials_error
+from .errors import (
+    ErrorContext,
+    WrongRegionError,
+    from_credential_chain,
+    map_s3_error,
+    map_session_error,
+)
+from .process import bound_credential_process
+from .profile import config_file, config_profile_name
+from .session import shared_data_loader
+from .signing import PathStyle, SignedGets, StaticCredentials, path_style
+
+__all__ = ["S3Clients"]
+
+_T = TypeVar("_T")
+
+log = logging.getLogger("tensorstream.s3")
+install_secret_filter()  # botocore DEBUG logs carry session tokens
+
+#: Where botocore sends requests without an endpoint (its proxy decision is made for it).
+_AWS_ENDPOINT = "https://s3.amazonaws.com"
+
+
+def _ca_source(path: str, profile: str | None) -> str:
+    """Where botocore's configuration set the CA bundle ``path``, for messages."""
+    if os.environ.get("AWS_CA_BUNDLE") == path:
+        return "env AWS_CA_BUNDLE"
+    name = config_profile_name(profile, os.environ)
+    return f"{config_file(os.environ)} [profile {name}] ca_bundle"
+
+
+def _default_region() -> str | None:
+    """The region botocore would sign with when none is set, known without
+    importing it: ``us-east-1`` when there is no AWS config file at all (the
+    variables were already looked at). With a config file, ``None``: botocore
+    reads it (a region, an endpoint or an addressing style may be there).
+    Building a botocore client to find out costs ~0.1-0.3 s per process."""
+    config = os.environ.get("AWS_CONFIG_FILE") or os.path.join("~", ".aws", "config")
+    return None if os.path.lexists(os.path.expanduser(config)) else "us-east-1"
+
+
+class S3Clients:
+    """The clients, credentials in use and connection pool of one S3 provider.
+
+    Built lazily and thread-safely; :meth:`close` drops them all. The arguments
+    are :class:`~tensorstream.providers.s3.provider.S3Provider`'s, checked there.
+    """
+
+    def __init__(
+        self,
+        credentials: S3Credentials,
+        config: CommonConfig,
+        *,
+        checksum: str,
+        ca_bundle: str | None,
+        insecure: bool,
+        proxies: ProxySettings,
+        process_timeout: float,
+        client_cert: str | None,
+        client_key: str | None,
+    ) -> None:
+        self.credentials = credentials
+        self.config = config
+        self.checksum = checksum
+        self.ca_bundle = ca_bundle
+        self.insecure = insecure
+        #: The client certificate (and key) of mutual TLS, for reads and botocore alike.
+        self.client_cert, self.client_key = client_cert, client_key
+        #: Seconds a profile's credential_process may run before it is stopped.
+        self.process_timeout = process_timeout
+        #: The proxies of every request: its reads' and botocore's alike.
+        self.proxies = proxies
+        self._endpoint_proxy = self.proxies.for_url(
+            credentials.endpoint.value if credentials.endpoint else _AWS_ENDPOINT)
+        self._client: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+        self._key_source = credentials.key_source
+        # The blocking path: a sync botocore client (signing only) and a pool.
+        self._sync_lock = threading.Lock()
+        self._sync_client: Any = None
+        self._pool: ConnectionPool | None = None
+        self._gets = SignedGets()  # object URLs and reusable signatures (blocking path)
+        self._sync_creds: Any = None
+        self._default_ca: str | None = None
+        self._default_ca_source: str | None = None  # where botocore's configuration set it
+        self._light: PathStyle | bool | None = None  # None: not decided yet
+        #: Buckets S3 said are in another region than the configured one, and the
+        #: clients signing for those regions.
+        self._bucket_regions: dict[str, str] = {}
+        self._region_clients: dict[str, Any] = {}
+
+    # -- the client -------------------------------------------------------------
+    def _ctx(self, path: str) -> ErrorContext:
+        endpoint = self.credentials.endpoint.value if self.credentials.endpoint else "AWS S3"
+        return ErrorContext(path=path, credential_source=self._key_source, endpoint=endpoint,
+                            secrets=self._secrets(), region=self._signing_region(path),
+                            proxy=self._endpoint_proxy)
+
+    def _signing_region(self, path: str) -> str:
+        """The region reads of ``path`` are signed for, as far as known without
+        building a client."""
+        if (region := self._bucket_regions.get(path.partition("/")[0])) is not None:
+            return region
+        if isinstance(self._light, PathStyle):
+            return self._light.region
+        client = self._sync_client
+        if client is not None:
+            return str(client.meta.region_name or "")
+        return self.credentials.region.value if self.credentials.region else ""
+
+    def _secrets(self) -> tuple[str, ...]:
+        """The secret key and session token in use (to mask in server messages)."""
+        creds = self.credentials
+        found = [s.value for s in (creds.secret_access_key, creds.session_token) if s]
+        if self._sync_creds is not None:  # botocore's chain: the keys it found
+            try:
+                frozen = self._sync_creds.get_frozen_credentials()
+                found += [s for s in (frozen.secret_key, frozen.token) if s]
+            except Exception:  # a refresh failing here must not hide the error being mapped
+                pass
+        return tuple(dict.fromkeys(found))
+
+    async def _get_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._loop is loop:
+            return self._client
+        if self._loop is not loop:
+            # A client belongs to the loop that made it (e.g. after fork): start over.
+            self._loop, self._lock, self._client, self._stack = loop, asyncio.Lock(), None, None
+        assert self._lock is not None
+        async with self._lock:
+            if self._client is None:
+                self._client = await self._create_client()
+        return self._client
+
+    def _session_error(self, exc: Exception, profile: str | None) -> BaseException:
+        """Map an error from building a botocore session/client (async or sync alike)."""
+        creds = self.credentials
+        return map_session_error(exc, profile, aws_files(os.environ),
+                                 creds.profile.source if creds.profile else "")
+
+    async def _create_client(self) -> Any:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import AioSession
+
+        creds = self.credentials
+        profile = creds.profile.value if creds.profile else None
+        try:
+            session = AioSession(profile=profile)
+            session.register_component("data_loader", shared_data_loader(session))
+            if creds.uses_botocore_chain:
+                bound_credential_process(session, self.process_timeout)
+                found = await session.get_credentials()
+                if found is None:
+                    raise no_credentials_error(creds)
+                self._key_source = chain_source(getattr(found, "method", None), profile)
+        except Exception as exc:
+            mapped = self._session_error(exc, profile)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        cfg_kwargs, kwargs = self._client_options()
+        kwargs["config"] = AioConfig(**cfg_kwargs)
+        stack = contextlib.AsyncExitStack()
+        with paused():  # (botocore's S3 model: _gcpause)
+            client = await stack.enter_async_context(session.create_client("s3", **kwargs))
+        self._stack = stack
+        return client
+
+    def _client_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Config and ``create_client`` arguments shared by the async client and
+        the blocking path's signing client."""
+        import botocore
+
+        creds = self.credentials
+        t, x = self.config.timeouts, self.config.transfer
+        cfg: dict[str, Any] = dict(
+            connect_timeout=t.connect,
+            read_timeout=t.idle,
+            max_pool_connections=x.concurrency,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            s3={"addressing_style": creds.addressing_style.value if creds.addressing_style
+                else "auto"},
+            signature_version=botocore.UNSIGNED if creds.anonymous else None,
+            request_checksum_calculation=self.checksum,
+            response_checksum_validation=self.checksum,
+        )
+        kwargs: dict[str, Any] = {}
+        if creds.endpoint:
+            kwargs["endpoint_url"] = creds.endpoint.value
+        if creds.region:
+            kwargs["region_name"] = creds.region.value
+        if creds.access_key_id and creds.secret_access_key:
+            kwargs["aws_access_key_id"] = creds.access_key_id.value
+            kwargs["aws_secret_access_key"] = creds.secret_access_key.value
+            if creds.session_token:
+                kwargs["aws_session_token"] = creds.session_token.value
+        # botocore's own decision (the environment, its NO_PROXY without CIDR) is
+        # replaced by the data plane's, so listings and writes take the reads' route.
+        cfg["proxies"] = self.proxies.botocore_proxies(
+            creds.endpoint.value if creds.endpoint else _AWS_ENDPOINT)
+        if self.insecure:
+            kwargs["verify"] = False
+        elif self.ca_bundle:
+            kwargs["verify"] = str(self.ca_bundle)
+        if self.client_cert is not None:
+            cfg["client_cert"] = ((self.client_cert, self.client_key) if self.client_key
+                                  else self.client_cert)
+        return cfg, kwargs
+
+    async def _call(self, op: str, path: str, **kwargs: Any) -> Any:
+        client = await self._get_client()
+        with self._mapped_errors(path):
+            return await getattr(client, op)(**kwargs)
+
+    @contextlib.contextmanager
+    def _mapped_errors(self, path: str, received: int = 0) -> Iterator[None]:
+        """Raise botocore/aiohttp errors of the block as tensorstream errors
+        (``received`` bytes of a broken body were valid)."""
+        try:
+            yield
+        except Exception as exc:
+            if from_credential_chain(exc):
+                # A refresh failed (credential_process, SSO, assume-role): its error
+                # may quote what the process printed; mapped as at start-up.
+                creds = self.credentials
+                mapped = self._session_error(exc, creds.profile.value if creds.profile
+                                             else None)
+            else:
+                mapped = map_s3_error(exc, self._ctx(path), received=received)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+    # -- the blocking path ----------------------------------------------------------
+    def _create_sync_client(self, region: str | None = None) -> Any:
+        """A synchronous botocore client used only to presign (no requests), for
+        ``region`` (else the configured one)."""
+        import botocore.exceptions
+        import botocore.session
+        from botocore.config import Config
+
+        creds = self.credentials
+        profile = creds.profile.value if creds.profile else None
+        try:
+            session = botocore.session.Session(profile=profile)
+            session.register_component("data_loader", shared_data_loader(session))
+            if creds.anonymous:
+                self._sync_creds = None
+            elif creds.access_key_id and creds.secret_access_key:
+                from botocore.credentials import Credentials
+
+                self._sync_creds = Credentials(
+                    creds.access_key_id.value, creds.secret_access_key.value,
+                    creds.session_token.value if creds.session_token else None)
+            else:  # botocore's chain (refreshable credentials refresh themselves)
+                bound_credential_process(session, self.process_timeout)
+                self._sync_creds = session.get_credentials()
+                if self._sync_creds is None:
+                    raise no_credentials_error(creds)
+                self._key_source = chain_source(getattr(self._sync_creds, "method", None),
+                                                profile)
+            cfg_kwargs, kwargs = self._client_options()
+            if region is not None:
+                kwargs["region_name"] = region
+            if cfg_kwargs["signature_version"] is None:
+                cfg_kwargs["signature_version"] = "s3v4"  # presign with SigV4, never SigV2
+            kwargs["config"] = Config(**cfg_kwargs)
+            with paused():
+                client = session.create_client("s3", **kwargs)
+            if not self.insecure and not self.ca_bundle:
+                # botocore's own trust store (AWS_CA_BUNDLE / profile / certifi)
+                configured = session.get_config_variable("ca_bundle")
+                self._default_ca = configured or _certifi()
+                self._default_ca_source = _ca_source(configured, profile) if configured else None
+        except Exception as exc:
+            mapped = self._session_error(exc, profile)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return client
+
+    def _light_addressing(self) -> PathStyle | None:
+        """Reads without a botocore client, where nothing else is needed: static
+        keys (or anonymous), a custom endpoint addressed path-style, a known region,
+        and a trust store that does not come from botocore's configuration."""
+        creds = self.credentials
+        static = creds.anonymous or (creds.access_key_id is not None
+                                     and creds.secret_access_key is not None)
+        if not static or creds.profile is not None:
+            return None
+        endpoint = creds.endpoint.value if creds.endpoint else None
+        if endpoint and endpoint.startswith("https:") and not (self.ca_bundle or self.insecure):
+            return None  # botocore's trust store (AWS_CA_BUNDLE, profile, certifi) applies
+        light = path_style(endpoint, creds.addressing_style.value if creds.addressing_style
+                           else None, creds.region.value if creds.region else _default_region())
+        if light is not None and not creds.anonymous:
+            assert creds.access_key_id is not None and creds.secret_access_key is not None
+            self._sync_creds = StaticCredentials(
+                creds.access_key_id.value, creds.secret_access_key.value,
+                creds.session_token.value if creds.session_token else None)
+        return light
+
+    def _reads_state(self) -> tuple[Any, ConnectionPool]:
+        """What reads need: a botocore client (or a :class:`PathStyle`) and the pool."""
+        with self._sync_lock:
+            if self._light is None and self._sync_client is None:
+                self._light = self._light_addressing() or False
+            if self._light:
+                return self._light, self._pool_locked()
+        return self._blocking_state()
+
+    def _blocking_state(self) -> tuple[Any, ConnectionPool]:
+        with self._sync_lock:
+            if self._sync_client is None:
+                self._sync_client = self._create_sync_client()
+            return self._sync_client, self._pool_locked()
+
+    def _reads_for(self, bucket: str) -> tuple[Any, ConnectionPool]:
+        """:meth:`_reads_state` for ``bucket``: signed for the region S3 said it is in."""
+        client, pool = self._reads_state()
+        region = self._bucket_regions.get(bucket)
+        if region is None:
+            return client, pool
+        if isinstance(client, PathStyle):
+            return dataclasses.replace(client, region=region), pool
+        with self._sync_lock:
+            other = self._region_clients.get(region)
+            if other is None:
+                other = self._region_clients[region] = self._create_sync_client(region)
+        return other, pool
+
+    def _in_bucket_region(self, path: str, call: Callable[[], _T]) -> _T:
+        """``call()``, sent once more in the bucket's region when S3 answers that the
+        bucket is in another one (a 301 ``PermanentRedirect``, a 400
+        ``AuthorizationHeaderMalformed``): boto3 follows such an answer, and a
+        bucket outside the configured region (``us-east-1`` by default) was an
+        error before. Remembered per bucket; writes and deletes go through
+        botocore, whose own redirector follows it."""
+        try:
+            return call()
+        except WrongRegionError as exc:
+            bucket = path.partition("/")[0]
+            if not exc.region or self._bucket_regions.get(bucket) == exc.region:
+                raise
+            log.info("S3 bucket %r is in region %s: its reads are signed for it", bucket,
+                     exc.region)
+            self._bucket_regions[bucket] = exc.region
+        return call()
+
+    def _pool_locked(self) -> ConnectionPool:
+        if self._pool is None:
+            tls = TLSSettings(ca_bundle=str(self.ca_bundle) if self.ca_bundle
+                              else self._default_ca, insecure=self.insecure,
+                              client_cert=self.client_cert, client_key=self.client_key)
+            if self._default_ca_source is not None and not self.ca_bundle:
+                try:  # loaded once more here, so that the error names where it was set
+                    tls.context()
+                except ConfigurationError as exc:
+                    raise ConfigurationError(f"{exc} (set by {self._default_ca_source})") from None
+            self._pool = ConnectionPool(tls, max_idle=self.config.transfer.concurrency + 4,
+                                        proxies=self.proxies)
+        return self._pool
+
+    async def close(self) -> None:
+        """Drop the clients and close the pool (the provider can be used again)."""
+        with self._sync_lock:
+            pool, self._pool = self._pool, None
+            self._sync_client = None
+            self._region_clients.clear()
+            self._gets.clear()
+        if pool is not None:
+            pool.close()
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None and self._loop is asyncio.get_running_loop():
+            try:
+                await stack.aclose()
+            except Exception as exc:
+                log.debug("closing the S3 client failed: %s", type(exc).__name__)
+
+
+def _certifi() -> str | None:
+    try:
+        from botocore.httpsession import get_cert_path
+    except ImportError:  # pragma: no cover - very old botocore
+        return None
+    path = get_cert_path(True)
+    return path if isinstance(path, str) else None

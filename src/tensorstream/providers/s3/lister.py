@@ -1,0 +1,179 @@
+"""Listing S3: ``ListObjectsV2`` pages, followed to the end, as :class:`ObjectInfo`.
+
+Pages are fetched on a worker thread: where reads need no botocore client, one
+signed GET each on the data plane (:func:`parse_list_page` reads its XML);
+otherwise the reads' botocore client (never aiobotocore: a cp -r builds one
+client and never loads aiohttp). A listing that would never end or would pass a
+part off as the whole (a truncated page without a token, a token given twice,
+endless empty pages) is a :class:`~tensorstream.errors.ProtocolError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, unquote_plus, urlencode
+from xml.etree import ElementTree
+
+from ...errors import InvalidURIError, ProtocolError
+from ...uri import redact
+from .._http.headers import parse_decimal
+from .._http.range_get import ConnectionPool, in_thread, request
+from ..base import ObjectInfo
+from .clients import S3Clients
+from .errors import map_s3_http_error
+from .signing import PathStyle
+
+__all__ = ["list_objects", "parse_list_page"]
+
+# Real S3 may give a few empty truncated pages (deleted keys it skips); a run
+# this long, each with a fresh token, is a server that would list forever.
+_LIST_EMPTY_PAGES = 1000
+#: A ListObjectsV2 page (1000 keys of up to 1 KiB) fits well inside this.
+_LIST_BODY_LIMIT = 8 << 20
+
+
+async def list_objects(s3: S3Clients, prefix: str,
+                       delimiter: str | None) -> AsyncIterator[ObjectInfo]:
+    """The objects under ``bucket/prefix`` in key order (:meth:`S3Provider.list
+    <tensorstream.providers.s3.provider.S3Provider.list>`); with a ``delimiter``,
+    each deeper prefix once, as an entry whose path ends in it."""
+    bucket, _, key_prefix = prefix.partition("/")
+    if not bucket:
+        raise InvalidURIError(f"S3 list prefixes are bucket[/prefix], got {prefix!r}")
+    # Pages follow the continuation token (botocore's paginator would first
+    # scan its data directories: ~0.1 s of CPU).
+    args = {"Bucket": bucket, "Prefix": key_prefix}
+    if delimiter:
+        args["Delimiter"] = delimiter
+
+    def page_once() -> Any:
+        client, pool = s3._reads_for(bucket)
+        if isinstance(client, PathStyle):
+            return _list_page(s3, client, pool, prefix, args)
+        with s3._mapped_errors(prefix):
+            return client.list_objects_v2(**args)
+
+    def next_page() -> Any:
+        return s3._in_bucket_region(prefix, page_once)
+
+    tokens: set[str] = set()
+    empty = 0  # consecutive truncated pages without an entry
+    while True:
+        page = await in_thread(next_page)
+        contents = page.get("Contents", ())
+        # (a page's deeper prefixes, merged into its keys' order; pages come in order)
+        below = [{"Key": str(p["Prefix"]), "Size": 0, "Prefix": True}
+                 for p in page.get("CommonPrefixes") or () if p.get("Prefix")]
+        for obj in sorted([*contents, *below], key=lambda o: str(o["Key"])) if below \
+                else contents:
+            if obj.get("Prefix"):
+                yield ObjectInfo(path=f"{bucket}/{obj['Key']}", size=0)
+                continue
+            size = int(obj["Size"])
+            if size < 0:
+                key = str(obj["Key"])[:100]
+                raise ProtocolError(f"the listing gives key {key!r} a negative size ({size})",
+                                    service="s3", path=redact(prefix))
+            if obj["Key"].endswith("/") and not size:
+                continue  # a folder marker; one holding bytes is listed (cp reports it)
+            yield ObjectInfo(
+                path=f"{bucket}/{obj['Key']}",
+                size=size,
+                etag=obj.get("ETag"),
+                mtime=obj.get("LastModified"),
+            )
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated"):
+            break
+        if not token:
+            # Ending here would pass a part of the listing off as all of it (and
+            # sync --delete would remove what the rest holds).
+            raise ProtocolError("the listing is truncated but gives no continuation "
+                                "token to list the rest", service="s3",
+                                path=redact(prefix))
+        if token in tokens:
+            # A server answering the same page forever: listing on would never end.
+            raise ProtocolError("the listing loops: the server gave a continuation token "
+                                "it had given before", service="s3", path=redact(prefix))
+        empty = 0 if contents or below else empty + 1
+        if empty >= _LIST_EMPTY_PAGES:
+            raise ProtocolError(f"the listing gave {empty} truncated "
+                                "pages in a row without an entry, each with a new "
+                                "continuation token; it would never end", service="s3",
+                                path=redact(prefix))
+        tokens.add(token)
+        args["ContinuationToken"] = token
+
+
+def _list_page(s3: S3Clients, light: PathStyle, pool: ConnectionPool, prefix: str,
+               args: dict[str, str]) -> dict[str, Any]:
+    """One ``ListObjectsV2`` page as botocore would return it (the fields
+    :func:`list_objects` reads), by a signed GET on the data plane."""
+    query = {"list-type": "2", "prefix": args["Prefix"], "encoding-type": "url"}
+    if "Delimiter" in args:
+        query["delimiter"] = args["Delimiter"]
+    if "ContinuationToken" in args:
+        query["continuation-token"] = args["ContinuationToken"]
+    url = (f"{light.endpoint}/{quote(args['Bucket'], safe='')}?"
+           + urlencode(sorted(query.items()), quote_via=quote, safe="-_.~"))
+    signed = s3._gets.signed_headers(s3._sync_creds, light, url,
+                                     {"Accept-Encoding": "identity"})
+    answer = request(pool, url, "GET", signed, s3.config.timeouts, path=prefix,
+                     service="s3", body_limit=_LIST_BODY_LIMIT)
+    if answer.status != 200:
+        raise map_s3_http_error(answer.status, answer.headers, answer.body,
+                                s3._ctx(prefix))
+    if not answer.complete:
+        raise ProtocolError(f"a ListObjectsV2 page larger than {_LIST_BODY_LIMIT} bytes",
+                            service="s3", path=redact(prefix))
+    return parse_list_page(answer.body, prefix)
+
+
+def parse_list_page(body: bytes, prefix: str) -> dict[str, Any]:
+    """The fields of a ``ListObjectsV2`` answer that :func:`list_objects` uses,
+    shaped as botocore returns them (keys URL-decoded, dates parsed)."""
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError as exc:
+        raise ProtocolError("unreadable ListObjectsV2 answer", service="s3",
+                            path=redact(prefix)) from exc
+
+    def text(node: Any, name: str) -> str | None:
+        for child in node:
+            if child.tag.rpartition("}")[2] == name:
+                return str(child.text or "")
+        return None
+
+    encoded = text(root, "EncodingType") == "url"
+    contents = []
+    for node in root:
+        if node.tag.rpartition("}")[2] != "Contents":
+            continue
+        key = text(node, "Key")
+        if not key:  # (it was listed as the key "": the prefix itself)
+            raise ProtocolError("the ListObjectsV2 answer lists an object without a key",
+                                service="s3", path=redact(prefix))
+        key = unquote_plus(key) if encoded else key
+        modified = text(node, "LastModified")
+        given = text(node, "Size") or "0"
+        size = parse_decimal(given)
+        if size is None:
+            raise ProtocolError(f"the ListObjectsV2 answer gives key {key[:100]!r} the size "
+                                f"{given[:40]!r}", service="s3", path=redact(prefix))
+        try:
+            mtime = datetime.fromisoformat(modified.replace("Z", "+00:00")) if modified else None
+        except ValueError:
+            raise ProtocolError(f"the ListObjectsV2 answer gives key {key[:100]!r} the date "
+                                f"{(modified or '')[:40]!r}", service="s3",
+                                path=redact(prefix)) from None
+        contents.append({"Key": key, "Size": size, "ETag": text(node, "ETag"),
+                         "LastModified": mtime})
+    prefixes = []
+    for node in root:
+        if node.tag.rpartition("}")[2] == "CommonPrefixes" and (name := text(node, "Prefix")):
+            prefixes.append({"Prefix": unquote_plus(name) if encoded else name})
+    return {"Contents": contents, "CommonPrefixes": prefixes,
+            "IsTruncated": (text(root, "IsTruncated") or "").lower() == "true",
+            "NextContinuationToken": text(root, "NextContinuationToken")}
