@@ -4,6 +4,7 @@ the async path, connection reuse only after a clean body, TLS, redirects."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -16,7 +17,9 @@ from typing import Any
 
 import pytest
 
+import tensorstream
 from fixtures_http import HTTP_TEST_TOKEN
+from reliability_helpers import RawHTTPServer, raw_object_responder
 from tensorstream import errors
 from tensorstream.config import Timeouts, split_options
 from tensorstream.providers._http.range_get import ConnectionPool, open_range
@@ -309,3 +312,70 @@ def test_threads_really_overlap(http_server: HTTPTestServer) -> None:
     elapsed = time.monotonic() - t0
     assert got == [DATA[i << 20 : (i + 1) << 20] for i in range(3)]
     assert peak[0] == 3 and elapsed < 0.6  # serial would take ~0.75 s
+
+
+
+# -- a slow link is not a stall -------------------------------------------------------------
+@pytest.mark.parametrize("door", ["open-streamed", "open-ranged", "read_range"])
+@pytest.mark.parametrize("backend", ["http", "s3"])
+def test_a_steady_slow_body_is_not_an_idle_timeout(request: pytest.FixtureRequest, backend: str,
+                                                   door: str) -> None:
+    """``timeout_idle`` is time without a byte: a body arriving steadily (15 kB every
+    50 ms) but slower than the receive's low-water mark (256 KiB) fills in that time
+    reads whole (HTTP and S3 share the data plane). It was cut at every
+    ``timeout_idle`` as a stall ("timed out after 0 bytes"), and a read of 1 GiB at
+    8 kB/s failed under the default 30 s."""
+    store = request.getfixturevalue(f"tensorstream_{backend}")
+    data = os.urandom(600_000)
+    key = f"slow-{uuid.uuid4().hex[:10]}.bin"
+    store.put(key, data)
+    store.faults.rate_limit(300_000)
+    uri = store.uri(key)
+    options: dict[str, Any] = {**store.options, "timeout_idle": 0.3, "retries": 1}
+    if door == "read_range":
+        got = asyncio.run(tensorstream.read_range(uri, 0, len(data), **options))
+    else:
+        with tensorstream.open(uri, stream_reads=door == "open-streamed", **options) as f:
+            got = f.read()
+    assert got == data
+
+
+@pytest.mark.parametrize("door", ["open-streamed", "open-ranged", "read_range"])
+def test_a_body_that_stops_below_the_low_water_mark_is_a_stall_resumed_where_it_stopped(
+        door: str) -> None:
+    """The neighbour: a body that comes in small pieces and stops for good 100 kB in
+    (below the 256 KiB mark) is still a stall within about ``timeout_idle``, and the
+    bytes that came count: the retry asks from byte 100,000 on (it asked from 0 again,
+    each time, and the read failed)."""
+    data = os.urandom(600_000)
+    whole = raw_object_responder(data)
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> Any:
+        answer = whole(method, headers, attempt)
+        if method == "GET":  # with its length: a body that can be resumed exactly,
+            head, _, body = answer.partition(b"\r\n\r\n")
+            # (and kept alive, as far as the client knows: its socket stays its own)
+            head = head.replace(b"\r\nConnection: close", b"")
+            head += f"\r\nContent-Length: {len(body)}".encode()
+            if headers.get("range", "").startswith("bytes=0-"):
+                pieces: list[Any] = [head + b"\r\n\r\n"]
+                for at in range(0, 100_000, 10_000):  # 100 kB in 0.2 s, then silence
+                    pieces += [body[at:at + 10_000], 0.02]
+                return [*pieces, 5.0]
+            return head + b"\r\n\r\n" + body
+        return answer
+
+    options: dict[str, Any] = {"timeout_idle": 0.3, "retries": 2, "backoff_initial": 0.01}
+    with RawHTTPServer(respond) as server:
+        started = time.monotonic()
+        if door == "read_range":
+            got = asyncio.run(tensorstream.read_range(server.url("o"), 0, len(data), **options))
+        else:
+            with tensorstream.open(server.url("o"), stream_reads=door == "open-streamed",
+                                   **options) as f:
+                got = f.read()
+        elapsed = time.monotonic() - started
+    assert got == data
+    assert elapsed < 2.5
+    ranges = [h.get("range") for m, h in server.requests if m == "GET"]
+    assert ranges[-1] == f"bytes=100000-{len(data) - 1}", ranges

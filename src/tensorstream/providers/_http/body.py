@@ -8,6 +8,8 @@ import contextlib
 import fcntl
 import http.client
 import io
+import math
+import select
 import socket
 import ssl
 import struct
@@ -202,6 +204,7 @@ class RangeBody:
                     n = tls(len(buffer) - at, buffer[at:])
                 elif self._direct:
                     asked = len(buffer) - at
+                    self._await_arrivals()
                     n = resp.fp.readinto1(buffer[at:])
                     if asked > _TLS_DIRECT_AFTER and conn is not None:
                         tls = self._tls_read = _tls_reader(conn, resp)
@@ -277,6 +280,29 @@ class RangeBody:
         return IncompleteReadError(f"body ended after {received} of {want} bytes",
                                    received=received, service=self._service,
                                    path=redact_path(self._path))
+
+    def _await_arrivals(self) -> None:
+        """Wait for the low-water mark as the receive would, but treat bytes that
+        arrived below it as arrivals: past the idle bound, queued bytes drop the mark
+        to 1 (the receive takes them), none is the stall (``TimeoutError``).
+
+        The receive's own wait (``poll`` honours ``SO_RCVLOWAT``) took a body slower
+        than the mark fills in ``timeout_idle`` for a stall, and its timeout leaves
+        the socket file unusable, so the check is made before it."""
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if self._lowat <= 1 or sock is None:
+            return
+        bound = sock.gettimeout()
+        if bound is None or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            return
+        waiter = select.poll()
+        waiter.register(sock, select.POLLIN)
+        if waiter.poll(max(1, math.ceil(bound * 1000))):
+            return  # the mark is reached, or the peer closed or failed
+        if not _queued(sock):
+            raise TimeoutError("timed out")  # nothing arrived for the idle bound
+        self._set_lowat(1)
 
     def _set_lowat(self, nbytes: int) -> None:
         # Never above what this call still wants: poll() waits for the mark.

@@ -223,6 +223,16 @@ class Receiver:
             now = time.monotonic()
             idle_over = idle is not None and now - t.last >= idle
             total_over = deadline is not None and deadline.expired()
+            if idle_over and not total_over and t.lowat > 1:
+                # Bytes queued below the low-water mark arrived too: a body slower
+                # than the mark fills in ``idle`` is no stall (it was cut as one).
+                # Take them (a non-blocking receive ignores the mark).
+                before = t.pos
+                self._pump(t)
+                if t.event.is_set():
+                    return
+                if t.pos > before:
+                    continue
             if idle_over or total_over:
                 self._finish(t, TimeoutError("timed out"))
                 return
