@@ -9,12 +9,15 @@ proves S3 sends a client certificate, but may close without the alert.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,3 +230,49 @@ async def test_s3_client_certificate_that_cannot_be_loaded_is_said_so_at_once(
         assert f"cannot load the client certificate {cert}" in str(info.value)
         assert why in str(info.value)
         assert "pass phrase" not in capfd.readouterr().err
+
+
+def _cli(*argv: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_the_cli_takes_a_client_certificate_on_every_command(
+        isolated_env: Path, moto_s3_mtls: MotoS3Server, openssl_server: OpenSSLServer,
+        tmp_path: Path) -> None:
+    """client_cert=/client_key= had no flag: a CLI user could not reach a server that
+    requires a client certificate, and the error told them to pass client_cert=. The
+    flags (curl's --cert too) work on every command, per side on cp/sync, and errors
+    name them."""
+    srv = moto_s3_mtls
+    opts = srv.options()
+    env = {"AWS_ACCESS_KEY_ID": opts["s3_access_key_id"],
+           "AWS_SECRET_ACCESS_KEY": opts["s3_secret_access_key"], "AWS_REGION": opts["s3_region"]}
+    where = ["--endpoint-url", opts["s3_endpoint"], "--ca-bundle", opts["ca_bundle"]]
+    tls = ["--client-cert", opts["client_cert"], "--client-key", opts["client_key"]]
+    uri = f"s3://{S3_BUCKET}/mtls"
+    r = _cli("cat", *where, *tls, uri, env=env)
+    assert r.returncode == 0 and r.stdout == "over mutual TLS", r.stderr
+    r = _cli(*where, "--cert", opts["client_cert"], "--client-key", opts["client_key"], "stat",
+             uri, env=env)  # before the command, and curl's name
+    assert r.returncode == 0 and "15" in r.stdout, r.stderr
+    r = _cli("ls", *where, *tls, f"s3://{S3_BUCKET}/", env=env)
+    assert r.returncode == 0 and "mtls" in r.stdout, r.stderr
+    r = _cli("cp", *where, *tls, uri, str(tmp_path / "got"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "got").read_bytes() == b"over mutual TLS"
+    # one side only: a local source, the destination over mutual TLS
+    r = _cli("cp", *where, "--dst-client-cert", opts["client_cert"], "--dst-client-key",
+             opts["client_key"], str(tmp_path / "got"), f"s3://{S3_BUCKET}/from-cli", env=env)
+    assert r.returncode == 0, r.stderr
+    assert srv.get(S3_BUCKET, "from-cli") == b"over mutual TLS"
+    r = _cli("rm", *where, *tls, f"s3://{S3_BUCKET}/from-cli", env=env)
+    assert r.returncode == 0, r.stderr
+    r = _cli("credentials", *where, *tls, uri, env=env)
+    assert r.returncode == 0, r.stderr
+    # without one: the error names the flags, not the library's options
+    r = _cli("cat", "--retries", "1", "--ca-bundle", openssl_server.ca_file, openssl_server.url())
+    assert r.returncode == 1
+    assert "requires a TLS client certificate" in r.stderr, r.stderr
+    assert "--client-cert FILE" in r.stderr and "--client-key FILE" in r.stderr, r.stderr
+    assert "client_cert=" not in r.stderr and "client_key=" not in r.stderr, r.stderr

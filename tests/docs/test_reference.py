@@ -41,6 +41,7 @@ OTHER_TOOLS = {
     "--ignore-existing": "rclone's, beside cp --resume",
     "--preserve-root": "GNU rm's, which rm -r / follows",
     "--noproxy": "curl's, beside --no-proxy",
+    "--key": "curl's, beside --client-key",
     "--sources": "python -m benchmarks.cp_memory's option",
     "--dests": "python -m benchmarks.cp_memory's option",
     "--sizes": "python -m benchmarks.cp_memory's option",

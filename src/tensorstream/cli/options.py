@@ -41,6 +41,8 @@ FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--s3-secret-access-key",), "s3_secret_access_key", str,
      "S3 secret key (prefer AWS_SECRET_ACCESS_KEY: argv is visible to others)"),
     (("--s3-session-token",), "s3_session_token", str, "S3 session token"),
+    (("--s3-credential-process-timeout",), "s3_credential_process_timeout", float,
+     "seconds a profile's credential_process may run before it is stopped (default 60)"),
     (("--s3-addressing-style",), "s3_addressing_style", str, "path | virtual | auto"),
     (("--no-sign-request", "--anonymous"), "anonymous", bool,
      "unsigned S3 requests (public buckets)"),
@@ -48,6 +50,12 @@ FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
      "PEM file of CA certificates to trust (HTTPS, S3, rediss)"),
     (("--no-verify-ssl", "--insecure"), "insecure", bool,
      "do NOT verify TLS certificates (warns)"),
+    (("--client-cert", "--cert"), "client_cert", str,
+     "TLS client certificate, PEM, for servers that require one (HTTPS, S3, rediss; "
+     "curl's --cert)"),
+    (("--client-key",), "client_key", str,
+     "the client certificate's private key, PEM, not encrypted (when it is not in the "
+     "--client-cert file; curl's --key)"),
     (("--token",), "token", str, "HTTP bearer token"),
     (("--redis-username",), "redis_username", str, "Redis ACL user name"),
     (("--redis-password",), "redis_password", str,
@@ -63,7 +71,8 @@ FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--retries",), "retries", int, "attempts per request, including the first (default 5)"),
 ]
 
-_METAVARS = {"proxy": "URL"}
+_METAVARS = {"proxy": "URL", "client_cert": "PEM", "client_key": "PEM",
+             "s3_credential_process_timeout": "SECONDS"}
 
 #: Flags that also exist as ``--src-NAME`` / ``--dst-NAME`` on cp and sync.
 SIDE_FLAGS: list[tuple[str, str, Any]] = [
@@ -73,6 +82,8 @@ SIDE_FLAGS: list[tuple[str, str, Any]] = [
     ("no-sign-request", "anonymous", bool),
     ("ca-bundle", "ca_bundle", str),
     ("no-verify-ssl", "insecure", bool),
+    ("client-cert", "client_cert", str),
+    ("client-key", "client_key", str),
     ("token", "token", str),
     ("redis-password", "redis_password", str),
 ]

@@ -23,6 +23,11 @@ __all__ = ["Reporter", "cli_terms", "error_line", "escape", "human_rate", "human
 _CLI_TERMS = [
     (re.compile(r"\bca_bundle=<[^>]*>"), "--ca-bundle FILE"),
     (re.compile(r"\binsecure=True\b"), "--no-verify-ssl"),
+    (re.compile(r"\bclient_cert=<[^>]*>"), "--client-cert FILE"),
+    (re.compile(r"\bclient_key=<[^>]*>"), "--client-key FILE"),
+    (re.compile(r"\bclient_key=(?=\s)"), "--client-key FILE"),
+    (re.compile(r"\bthe option s3_credential_process_timeout\b"),
+     "--s3-credential-process-timeout SECONDS"),
     (re.compile(r"\bs3_endpoint\b"), "--endpoint-url"),
     (re.compile(r"\(--endpoint-url\) "), ""),
 ]

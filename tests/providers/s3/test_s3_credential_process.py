@@ -153,3 +153,29 @@ async def test_a_source_profiles_credential_process_that_never_exits_is_stopped_
     started_pids = [int(p) for p in pids.read_text().split()]
     assert len(started_pids) == 1 and elapsed < 10 * LIMIT, (started_pids, elapsed)
     assert _gone(started_pids[0])
+
+
+@pytest.mark.parametrize("command", ["credentials", "ls", "cat"])
+def test_the_cli_takes_the_credential_process_timeout(
+        aws_config: Path, moto_s3: MotoS3Server, tmp_path: Path, command: str) -> None:
+    """s3_credential_process_timeout had no flag: a CLI user waited the default minute,
+    and the error told them of an option the CLI did not take. The flag bounds it on
+    every command, and the error names it."""
+    import subprocess
+    import sys
+
+    pids = _hanging_process(tmp_path, aws_config, use_exec=True)
+    target = f"s3://{S3_BUCKET}/" + ("" if command == "ls" else "key")
+    started = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "tensorstream", command, "--s3-credential-process-timeout", "1",
+         "--profile", "slow", "--endpoint-url", moto_s3.endpoint_url, target],
+        capture_output=True, text=True, timeout=60, env={**os.environ,
+                                                          "AWS_CONFIG_FILE": str(aws_config)})
+    elapsed = time.monotonic() - started
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "did not finish within 1 s" in r.stderr, r.stderr
+    assert "--s3-credential-process-timeout SECONDS" in r.stderr, r.stderr
+    assert "s3_credential_process_timeout" not in r.stderr and CANARY not in r.stderr
+    assert elapsed < 30, elapsed
+    assert all(_gone(int(p)) for p in pids.read_text().split())
