@@ -158,6 +158,11 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                        help="report the copy unverified and skip the checks that cost requests "
                             "or reads (a remote destination's read-back, earlier --resume parts); "
                             "answers stay pinned to one version of the source")
+    speed.add_argument("--no-server-side-copy", dest="server_side_copy", action="store_false",
+                       help="between two places of one S3 store reached with one key pair, "
+                            "copy the bytes through this machine instead of having S3 copy "
+                            "each object itself (CopyObject/UploadPartCopy, as aws s3 cp, "
+                            "s5cmd and rclone do)")
     add_no_fsync_option(speed, target="a local destination", moment="the copy")
     direct = speed.add_mutually_exclusive_group()
     direct.add_argument("--no-direct", dest="direct", action="store_const", const=False,
@@ -281,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
                 src_options=src_options,
                 dst_options=dst_options, include=rules, skip_unchanged=args.sync,
                 dryrun=args.dryrun, follow_symlinks=args.follow_symlinks,
-                wildcards=args.wildcards, result=result, **options)
+                wildcards=args.wildcards, server_side_copy=args.server_side_copy,
+                result=result, **options)
             if args.sync and getattr(args, "delete", False):
                 await _delete_extraneous(args, sources[0], dest, rules, result, reporter,
                                          {**options, **src_options}, {**options, **dst_options})

@@ -210,7 +210,11 @@ class Reporter:
         if kind == "copied":
             resumed = f" (resumed: {human_size(o.resumed_bytes)} were there)" \
                 if o.resumed_bytes else ""
-            self.line(f"{self.verb}: {src} -> {dst}{resumed}")
+            how = ""
+            if o.server_side:  # (said how it was checked: nothing but the size, or the ETag)
+                how = (f" (copied by S3, {o.verified_by} compared)" if o.verified_by
+                       else " (copied by S3, not verified: only its size compared)")
+            self.line(f"{self.verb}: {src} -> {dst}{resumed}{how}")
         elif kind == "dryrun":
             self.line(f"(dryrun) {self.verb}: {src} -> {dst}")
         elif kind == "skipped":

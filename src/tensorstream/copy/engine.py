@@ -68,6 +68,8 @@ from .plan import Job, Planner
 from .receive import CHUNK
 from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
+from .server_side import copy_on_server
+from .server_side import takes as takes_on_server
 from .sinks import BufferPool, PartBuffer
 from .tasks import cancel_and_wait, gather_or_cancel
 from .width import START, WIDEST, Width, descriptor_room
@@ -102,6 +104,8 @@ DEFAULT_JOBS = DEFAULT_CONCURRENCY
 #: and Redis destinations (a part size past the address space failed inside
 #: mmap with "Python int too large to convert to C ssize_t").
 MAX_PART_SIZE = 5 << 30
+#: The largest object stored in one piece that one S3 ``CopyObject`` copies (S3's limit).
+COPY_CUTOFF = 5 << 30
 
 class ProgressListener(Protocol):
     """Receives progress events (the CLI's tqdm bars implement this).
@@ -168,7 +172,8 @@ class _Copier(Planner):
                  skip_unchanged: bool = False, dryrun: bool = False,
                  follow_symlinks: bool = True, result: CopyResult | None = None,
                  durable: bool = True, direct: bool | None = None,
-                 wildcards: bool = True) -> None:
+                 wildcards: bool = True, server_side_copy: bool = True,
+                 copy_cutoff: int = COPY_CUTOFF) -> None:
         concurrency, part_size, jobs = (_whole(n, v) for n, v in (
             ("concurrency", concurrency), ("part_size", part_size), ("jobs", jobs)))
         if concurrency < 1 or part_size < 1 or jobs < 1:
@@ -193,6 +198,14 @@ class _Copier(Planner):
         self.dryrun = dryrun
         self.follow_symlinks = follow_symlinks
         self.wildcards = wildcards
+        #: Copies within one S3 store made by S3 itself (:mod:`.server_side`), until the
+        #: server says it cannot; objects stored in one piece above the cutoff go in parts.
+        self.server_side_copy = server_side_copy
+        self.server_copy_unsupported = False
+        self.copy_cutoff = _whole("copy_cutoff", copy_cutoff)
+        if not 0 <= self.copy_cutoff <= COPY_CUTOFF:
+            raise ValueError(f"copy_cutoff must be 0 to {COPY_CUTOFF} bytes (5 GiB, S3's "
+                             f"largest CopyObject), got {copy_cutoff}")
         # Reads in flight are capped at ``concurrency``; a few spare buffers let
         # new reads start while finished parts are still being written. The
         # copy remakes both slots when it starts, once its sources are known
@@ -355,6 +368,9 @@ class _Copier(Planner):
                 # they are not.
                 verified = self.verify and (resumed == 0 or job.source_checked) and (
                     self._one_version(job))
+                if job.server_side:  # compared by what S3 says of the copy, or not at all
+                    verified = job.checked_by is not None
+                    out.server_side, out.verified_by = True, job.checked_by
                 if not verified:
                     self.result.verified = False
                 out.status, out.resumed_bytes, out.verified = "copied", resumed, verified
@@ -377,6 +393,8 @@ class _Copier(Planner):
         try:
             if job.local is not None:
                 resumed = await copy_to_local(self, job)
+            elif takes_on_server(self, job) and await copy_on_server(self, job):
+                resumed = 0
             else:
                 resumed = await copy_to_writer(self, job)
         except Exception as exc:  # one object's failure is reported, not fatal
@@ -486,6 +504,8 @@ async def copy_async(
     dryrun: bool = False,
     follow_symlinks: bool = True,
     wildcards: bool = True,
+    server_side_copy: bool = True,
+    copy_cutoff: int = COPY_CUTOFF,
     result: CopyResult | None = None,
     **options: Any,
 ) -> CopyResult:
@@ -508,7 +528,11 @@ async def copy_async(
     skipped). A ``*`` or ``?`` in the key of a source that can be listed (S3,
     Redis) makes it a pattern, as in s5cmd (:mod:`tensorstream.copy.wildcards`):
     every matching object is copied, named from the last ``/`` before the
-    first wildcard; ``wildcards=False`` takes such keys literally. Pass
+    first wildcard; ``wildcards=False`` takes such keys literally. Between two places
+    of one S3 store reached with one key pair, S3 copies each object itself
+    (:mod:`tensorstream.copy.server_side`; ``server_side_copy=False``: the bytes go
+    through this machine); ``copy_cutoff`` is the largest object stored in one piece
+    that one ``CopyObject`` copies (default and most: 5 GiB). Pass
     ``result`` to have it filled in place, so a caller still
     sees what happened when the copy is cancelled.
 
@@ -524,7 +548,8 @@ async def copy_async(
                      src_options=src_options, dst_options=dst_options, rules=include,
                      skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
                      follow_symlinks=follow_symlinks, result=result, durable=durable,
-                     direct=direct, wildcards=wildcards)
+                     direct=direct, wildcards=wildcards,
+                     server_side_copy=server_side_copy, copy_cutoff=copy_cutoff)
     t0 = time.perf_counter()
     if not dryrun:
         # The part threads start while the sources are listed, not one by one

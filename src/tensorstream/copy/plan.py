@@ -51,6 +51,10 @@ class Job:
     kept: tuple[str, int] | None = None
     #: The whole result was compared with a checksum the source stored.
     source_checked: bool = False
+    #: Copied by the S3 server itself (:mod:`.server_side`), and what of the copy was
+    #: compared with the source (None: only its size).
+    server_side: bool = False
+    checked_by: str | None = None
 
     @property
     def label(self) -> str:

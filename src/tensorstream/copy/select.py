@@ -42,6 +42,7 @@ class FileOutcome:
     ``published`` is True when a remote destination was committed and is
     still there although the copy did not succeed: it stopped before its
     read-back verification finished, or failed it and could not remove it.
+    ``server_side``: S3 copied it itself (no byte through this machine).
     """
 
     src: str
@@ -56,6 +57,10 @@ class FileOutcome:
     kept_bytes: int = 0
     published: bool = False
     seconds: float = 0.0
+    #: Copied by the S3 server itself; ``verified_by``: what of the copy was compared
+    #: with the source (``"ETag"``), None when nothing was.
+    server_side: bool = False
+    verified_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The fields that say something (no empty ``dst``, no zero counts)."""

@@ -1,0 +1,66 @@
+"""``cp``/``sync`` between two places of one S3 store: copied by S3 itself.
+
+Where the source and the destination are one S3 store (:mod:`.places`) reached with one
+key pair, each object is copied on the server
+(:mod:`tensorstream.providers.s3.server_copy`: ``CopyObject``, ``UploadPartCopy``), as
+``aws s3 cp``, s5cmd and rclone do: no byte of it goes through this machine. Otherwise,
+with ``server_side_copy=False`` (``--no-server-side-copy``), or where the server answers
+that it cannot (``501 NotImplemented``: said once in the log), the copy streams the bytes
+as it does between any two stores (:mod:`.remote`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..uri import redact_text
+
+if TYPE_CHECKING:
+    from .engine import _Copier
+    from .plan import Job
+
+__all__ = ["copy_on_server", "takes"]
+
+log = logging.getLogger("tensorstream.copy")
+
+
+def takes(c: _Copier, job: Job) -> bool:
+    """Whether ``job`` is copied on the server."""
+    if not c.server_side_copy or c.server_copy_unsupported or job.local is not None:
+        return False
+    if job.src_uri.scheme != "s3" or job.dst_uri.scheme != "s3":
+        return False
+    from ..providers.s3.provider import S3Provider
+    from ..providers.s3.server_copy import same_credentials
+
+    src, dst = getattr(job.src, "inner", None), getattr(job.dst, "inner", None)
+    return (isinstance(src, S3Provider) and isinstance(dst, S3Provider)
+            and same_credentials(src, dst) and c._one_store(job.src_uri, job.dst_uri))
+
+
+async def copy_on_server(c: _Copier, job: Job) -> bool:
+    """Copy ``job`` on the server; False (nothing copied, nothing left) where the
+    server does not copy objects itself: the caller streams it then."""
+    from ..providers.s3.server_copy import ServerCopyUnsupported, server_copy
+
+    progress = c.progress
+
+    def advance(n: int) -> None:
+        if progress is not None:
+            progress.advance(job.label, n)
+
+    try:
+        copied = await server_copy(job.src, job.src_path, job.info, job.dst, job.dst_path,
+                                   cutoff=c.copy_cutoff, part_size=c.part_size,
+                                   concurrency=c.concurrency, check=c.verify, advance=advance)
+    except ServerCopyUnsupported as exc:
+        if not c.server_copy_unsupported:
+            c.server_copy_unsupported = True
+            log.warning("%s: %s; copying through this machine instead", job.dst_label,
+                        redact_text(str(exc)))
+        return False
+    job.published = True
+    job.server_side = True
+    job.checked_by = copied.verified_by if c.verify else None
+    return True

@@ -1,0 +1,345 @@
+"""Copies within one S3 store made by S3 itself: no byte goes through this machine.
+
+``aws s3 cp``, s5cmd and rclone copy ``s3://a/k`` to ``s3://b/k`` on one endpoint with
+``CopyObject`` (up to 5 GiB) or a multipart upload of ``UploadPartCopy`` parts
+(``x-amz-copy-source-range``); :func:`server_copy` does the same, with the checks
+tensorstream's copies make:
+
+* **One version.** The source is looked at first (``HEAD`` with ``If-Match``: the ETag
+  the listing saw) and every copy request names that ETag
+  (``x-amz-copy-source-if-match``): a source replaced meanwhile fails with
+  ``PreconditionFailed`` (:class:`~tensorstream.errors.ObjectChangedError`).
+* **Compared, where S3 makes it possible.** A source stored in one piece (its ETag the
+  MD5 of its bytes) gets one ``CopyObject``, whose copy has the same MD5. A source
+  uploaded in parts is copied part for part in its own layout (each part's range from
+  ``HEAD ?partNumber=N``), so the copy's ETag (the MD5 of the parts' MD5s, ``-N``) is the
+  source's: it is computed from the parts' ETags before anything is published, and
+  compared again after. A server that ignores the condition (moto) is caught by these
+  comparisons, never published as a mix. Where the ETags cannot be equal (SSE-KMS, a
+  source in one piece larger than the cutoff, a layout S3 does not tell), only the size
+  is compared, and the copy is said to be not verified.
+* **Nothing left behind.** A multipart copy that fails is aborted; a published copy
+  that fails its comparison is deleted again (as the streamed writer does).
+* **Metadata** as ``aws s3 cp``: ``CopyObject`` copies it (``MetadataDirective`` COPY); a
+  multipart copy sends the source's Content-Type, Cache-Control, Content-Disposition,
+  Content-Encoding, Content-Language, Expires and user metadata with the upload.
+
+A server that answers ``501``/``NotImplemented`` raises :class:`ServerCopyUnsupported`
+(the caller falls back to a streamed copy). Access refused is said for the side it is
+about: the source was read by the ``HEAD`` first, so a refused copy request is the
+destination's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import (
+    IntegrityError,
+    NotFoundError,
+    ObjectChangedError,
+    PermissionDeniedError,
+    TensorstreamError,
+    UnsupportedOperationError,
+)
+from ..base import ObjectInfo
+from .parts import MAX_PARTS, known_size_part
+from .writer import _etag_md5
+
+__all__ = ["COPY_CUTOFF", "Copied", "ServerCopyUnsupported", "same_credentials", "server_copy"]
+
+#: The largest object one ``CopyObject`` copies (S3's limit, and rclone's cut-off).
+COPY_CUTOFF = 5 << 30
+#: Source part lookups (``HEAD ?partNumber``) in flight at once.
+_LOOKUPS = 16
+_KMS = frozenset({"aws:kms", "aws:kms:dsse"})
+#: What ``aws s3 cp`` carries over to a multipart copy (HeadObject name, upload argument).
+_CARRIED = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncoding",
+            "ContentLanguage", "Expires", "Metadata")
+
+
+class ServerCopyUnsupported(UnsupportedOperationError):
+    """The server does not copy objects itself (``501 NotImplemented``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Copied:
+    """How a server-side copy ended: ``verified_by`` says what was compared with the
+    source (None: only the size, so it is not verified); ``parts`` is 0 for one
+    ``CopyObject``."""
+
+    verified_by: str | None
+    parts: int = 0
+
+
+def same_credentials(a: Any, b: Any) -> bool:
+    """Whether two S3 providers sign with the same credentials (a copy request reads
+    the source with the destination's: another key pair per side may not read it)."""
+    ca, cb = getattr(a, "credentials", None), getattr(b, "credentials", None)
+    if ca is None or cb is None or ca.anonymous or cb.anonymous:
+        return False
+
+    def key(c: Any) -> tuple[Any, ...]:
+        return tuple(f.value if f is not None else None for f in (
+            c.access_key_id, c.secret_access_key, c.session_token, c.profile))
+
+    return key(ca) == key(cb)
+
+
+def _split(path: str) -> tuple[str, str]:
+    bucket, _, key = path.partition("/")
+    return bucket, key
+
+
+def _not_implemented(exc: BaseException) -> bool:
+    """Whether a mapped S3 error is the server saying it has no such operation."""
+    cause = exc.__cause__
+    response = getattr(cause, "response", None) or {}
+    code = str((response.get("Error") or {}).get("Code") or "")
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return code in ("NotImplemented", "XNotImplemented", "501") or status == 501
+
+
+class _Calls:
+    """S3 requests through a policy-wrapped S3 provider: its retries, deadlines and
+    error context, with ``501`` turned into :class:`ServerCopyUnsupported` first (it
+    would otherwise be retried as a temporary 5xx)."""
+
+    def __init__(self, provider: Any) -> None:
+        self.policy = provider
+        self.s3 = provider.inner
+
+    async def __call__(self, op: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        async def once() -> dict[str, Any]:
+            try:
+                return dict(await self.s3._call(op, path, **kwargs))
+            except TensorstreamError as exc:
+                if _not_implemented(exc):
+                    raise ServerCopyUnsupported(
+                        f"the server does not support {op} (NotImplemented)") from exc
+                raise
+
+        result: dict[str, Any] = await self.policy._call(op, path, once)
+        return result
+
+
+async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_path: str, *,
+                      cutoff: int = COPY_CUTOFF, part_size: int, concurrency: int,
+                      check: bool = True,
+                      advance: Callable[[int], None] | None = None) -> Copied:
+    """Copy ``src_path`` (as listed: ``info``) to ``dst_path`` on the server; ``src`` and
+    ``dst`` are policy-wrapped S3 providers of one store and one key pair (the request
+    goes through ``dst``). ``cutoff``: the largest object stored in one piece that one
+    ``CopyObject`` copies (a larger one goes in ``part_size`` parts). ``check``: look at
+    the copy's size after it is published. ``advance(n)``: ``n`` more bytes are copied."""
+    call = _Calls(dst)
+    head = await _head_source(call, src_path, info)
+    etag = str(head.get("ETag") or "")
+    size = int(head.get("ContentLength", info.size))
+    if size != info.size:
+        raise ObjectChangedError(f"the source is {size} bytes now, {info.size} when listed")
+    if head.get("SSECustomerAlgorithm"):
+        # The copy would need the customer's key for both sides: the streamed copy says why.
+        raise ServerCopyUnsupported("the source is encrypted with a customer key (SSE-C)")
+    md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in _KMS else None
+    if md5 is not None and md5[1] is None and size <= cutoff:
+        copied = await _copy_object(call, src_path, dst_path, etag, md5[0])
+        if advance is not None:
+            advance(size)
+    else:
+        copied = await _copy_parts(call, src_path, dst_path, etag, md5, size, head,
+                                   part_size=part_size, concurrency=concurrency,
+                                   advance=advance)
+    if check:
+        await _check_size(call, dst_path, size)
+    return copied
+
+
+async def _head_source(call: _Calls, src_path: str, info: ObjectInfo) -> dict[str, Any]:
+    bucket, key = _split(src_path)
+    pinned = {"IfMatch": info.etag} if info.etag else {}
+    try:
+        return await call("head_object", src_path, Bucket=bucket, Key=key, **pinned)
+    except PermissionDeniedError as exc:
+        raise PermissionDeniedError(f"reading the source was refused: {exc.message}") from exc
+
+
+def _refused_writing(exc: PermissionDeniedError) -> PermissionDeniedError:
+    # The HEAD of the source (s3:GetObject) went through with the same key pair.
+    return PermissionDeniedError(
+        f"writing the destination was refused (the source could be read with the same "
+        f"credentials): {exc.message}")
+
+
+async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
+                       md5: str) -> Copied:
+    """One ``CopyObject`` of a source stored in one piece: its copy's ETag is its MD5."""
+    bucket, key = _split(dst_path)
+    source = dict(zip(("Bucket", "Key"), _split(src_path), strict=True))
+    try:
+        resp = await call("copy_object", dst_path, Bucket=bucket, Key=key, CopySource=source,
+                          CopySourceIfMatch=etag)
+    except PermissionDeniedError as exc:
+        raise _refused_writing(exc) from exc
+    got = (resp.get("CopyObjectResult") or {}).get("ETag")
+    if resp.get("ServerSideEncryption") in _KMS or _etag_md5(got) is None:
+        return Copied(None)  # the destination's own encryption: its ETag is no MD5
+    if _etag_md5(got) != (md5, None):
+        await _remove(call, dst_path)
+        raise ObjectChangedError(
+            f"the copy's ETag {got} is not the source's {etag}: the source changed while it "
+            "was copied (or the server copied other bytes); the copy was removed")
+    return Copied("ETag")
+
+
+async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
+                      md5: tuple[str, int | None] | None, size: int, head: dict[str, Any], *,
+                      part_size: int, concurrency: int,
+                      advance: Callable[[int], None] | None) -> Copied:
+    """A multipart upload of ``UploadPartCopy`` parts: the source's own layout where S3
+    tells it (the copy's ETag is then the source's), else ``part_size`` parts."""
+    layout = None
+    if md5 is not None and md5[1] is not None:
+        layout = await _source_layout(call, src_path, etag, md5[1], size)
+    own = layout is None
+    if layout is None:
+        step = known_size_part(size, part_size, MAX_PARTS)
+        layout = [(at, min(at + step, size)) for at in range(0, size, step)] or [(0, 0)]
+    bucket, key = _split(dst_path)
+    carried = {name: head[name] for name in _CARRIED if head.get(name)}
+    try:
+        upload = await call("create_multipart_upload", dst_path, Bucket=bucket, Key=key,
+                            **carried)
+    except PermissionDeniedError as exc:
+        raise _refused_writing(exc) from exc
+    upload_id = str(upload.get("UploadId") or "")
+    if not upload_id:
+        raise IntegrityError("S3 answered CreateMultipartUpload without an UploadId")
+    source = dict(zip(("Bucket", "Key"), _split(src_path), strict=True))
+    etags: dict[int, str] = {}
+    slots = asyncio.Semaphore(max(1, concurrency))
+
+    async def part(number: int, start: int, end: int) -> None:
+        async with slots:
+            extra = {"CopySourceRange": f"bytes={start}-{end - 1}"} if end > start else {}
+            resp = await call("upload_part_copy", dst_path, Bucket=bucket, Key=key,
+                              UploadId=upload_id, PartNumber=number, CopySource=source,
+                              CopySourceIfMatch=etag, **extra)
+        got = (resp.get("CopyPartResult") or {}).get("ETag")
+        if not got:
+            raise IntegrityError(f"S3 answered UploadPartCopy {number} without an ETag")
+        etags[number] = str(got)
+        if advance is not None:
+            advance(end - start)
+
+    try:
+        try:
+            await _all(part(n, s, e) for n, (s, e) in enumerate(layout, 1))
+        except PermissionDeniedError as exc:
+            raise _refused_writing(exc) from exc
+        parts = [{"PartNumber": n, "ETag": etags[n]} for n in range(1, len(layout) + 1)]
+        compared = not own and md5 is not None and all(_etag_md5(p["ETag"]) for p in parts)
+        if compared:
+            assert md5 is not None
+            made = hashlib.md5(b"".join(bytes.fromhex(_etag_md5(p["ETag"])[0])  # type: ignore[index]
+                                        for p in parts)).hexdigest()
+            if (made, len(parts)) != md5:
+                raise ObjectChangedError(
+                    f"the copied parts make the ETag \"{made}-{len(parts)}\", the source's is "
+                    f"{etag}: the source changed while it was copied (or the server copied "
+                    "other bytes); nothing was published")
+        else:  # still the version the parts were pinned to
+            await _head_source(call, src_path, ObjectInfo(path=src_path, size=size, etag=etag))
+        done = await call("complete_multipart_upload", dst_path, Bucket=bucket, Key=key,
+                          UploadId=upload_id, MultipartUpload={"Parts": parts})
+    except BaseException:
+        await asyncio.shield(_abort(call, dst_path, upload_id))
+        raise
+    if compared and _etag_md5(done.get("ETag")) not in (None, md5):
+        await _remove(call, dst_path)
+        raise IntegrityError(f"the copy's ETag {done.get('ETag')} is not the source's {etag}; "
+                             "the copy was removed")
+    return Copied("ETag" if compared else None, len(parts))
+
+
+async def _source_layout(call: _Calls, src_path: str, etag: str, count: int,
+                         size: int) -> list[tuple[int, int]] | None:
+    """The byte range of each of the source's ``count`` parts (``HEAD ?partNumber=N``,
+    pinned to ``etag``); None where the server does not say (the copy then uses its
+    own layout and cannot compare ETags)."""
+    if not 1 <= count <= MAX_PARTS:
+        return None
+    bucket, key = _split(src_path)
+    slots = asyncio.Semaphore(_LOOKUPS)
+
+    async def one(number: int) -> tuple[int, int] | None:
+        async with slots:
+            resp = await call("head_object", src_path, Bucket=bucket, Key=key,
+                              PartNumber=number, IfMatch=etag)
+        return _range(str(resp.get("ContentRange") or ""), size)
+
+    try:
+        ranges = await _all(one(n) for n in range(1, count + 1))
+    except (ObjectChangedError, PermissionDeniedError, NotFoundError, ServerCopyUnsupported):
+        raise
+    except TensorstreamError:
+        return None  # (a server that takes no partNumber)
+    if any(r is None for r in ranges):
+        return None
+    found = [r for r in ranges if r is not None]
+    ends = [0] + [end for _start, end in found]
+    if [start for start, _end in found] != ends[:-1] or ends[-1] != size:
+        return None  # not a layout of this object's bytes
+    return found
+
+
+def _range(text: str, size: int) -> tuple[int, int] | None:
+    """``(start, end)`` of ``bytes A-B/SIZE`` (None if it is not that, for ``size``)."""
+    unit, _, rest = text.partition(" ")
+    span, _, total = rest.partition("/")
+    first, _, last = span.partition("-")
+    if unit != "bytes" or total != str(size) or not (first.isdigit() and last.isdigit()):
+        return None
+    return int(first), int(last) + 1
+
+
+async def _all(coros: Any) -> list[Any]:
+    """Run ``coros`` concurrently; the first failure cancels the rest and is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _abort(call: _Calls, dst_path: str, upload_id: str) -> None:
+    bucket, key = _split(dst_path)
+    try:
+        await call("abort_multipart_upload", dst_path, Bucket=bucket, Key=key,
+                   UploadId=upload_id)
+    except TensorstreamError:
+        pass  # the copy's own error is the one to report (a lifecycle rule removes parts)
+
+
+async def _remove(call: _Calls, dst_path: str) -> None:
+    bucket, key = _split(dst_path)
+    try:
+        await call("delete_object", dst_path, Bucket=bucket, Key=key)
+    except TensorstreamError:
+        pass
+
+
+async def _check_size(call: _Calls, dst_path: str, size: int) -> None:
+    bucket, key = _split(dst_path)
+    got = int((await call("head_object", dst_path, Bucket=bucket, Key=key))
+              .get("ContentLength", -1))
+    if got != size:
+        await _remove(call, dst_path)
+        raise IntegrityError(f"the copy is {got} bytes, the source {size}; the copy was removed")

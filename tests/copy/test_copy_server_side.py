@@ -1,0 +1,253 @@
+"""``cp``/``sync`` within one S3 store: S3 copies the objects itself (CopyObject,
+UploadPartCopy), no byte through this machine. moto's server on loopback behind the
+package's fault proxy, which records every request; the engine in-process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from typing import Any
+
+import pytest
+
+from tensorstream.copy.engine import copy
+
+MiB = 1 << 20
+
+
+def _source_reads(backend: Any, key: str) -> list[Any]:
+    """GETs of ``key``'s bytes that went through the proxy (this machine)."""
+    path = f"/{backend.bucket}/{key}"
+    return [r for r in backend.requests if r.method == "GET" and r.path == path]
+
+
+def _put_in_parts(backend: Any, key: str, parts: list[bytes], **extra: Any) -> str:
+    """Upload ``parts`` as a multipart object (as aws s3 cp, s5cmd, rclone do); its ETag."""
+    c = backend.client
+    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key, **extra)["UploadId"]
+    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
+                                                    UploadId=upload, PartNumber=n,
+                                                    Body=body)["ETag"]}
+            for n, body in enumerate(parts, 1)]
+    return str(c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
+                                           MultipartUpload={"Parts": done})["ETag"])
+
+
+def _head(backend: Any, key: str) -> dict[str, Any]:
+    return dict(backend.client.head_object(Bucket=backend.bucket, Key=key))
+
+
+def test_an_object_is_copied_by_s3_with_its_metadata_and_compared(tensorstream_s3: Any) -> None:
+    """``cp s3://b/a s3://b/c`` on one endpoint downloaded every byte and uploaded it again;
+    now one CopyObject (no GET of the source), its metadata kept as aws s3 cp keeps it, the
+    copy's ETag compared with the source's (verified, and said how)."""
+    b = tensorstream_s3
+    data = os.urandom(3 * MiB)
+    b.client.put_object(Bucket=b.bucket, Key="src/m.bin", Body=data, ContentType="x-model/w",
+                        Metadata={"sha": "abc"})
+    b.proxy.clear_log()
+    r = copy(b.uri("src/m.bin"), b.uri("dst/m.bin"), **b.options)
+    assert r.ok and r.files == 1 and r.verified, r.errors
+    (out,) = r.outcomes
+    assert out.server_side and out.verified and out.verified_by == "ETag"
+    assert b.get("dst/m.bin") == data
+    head = _head(b, "dst/m.bin")
+    assert head["ContentType"] == "x-model/w" and head["Metadata"] == {"sha": "abc"}
+    assert _source_reads(b, "src/m.bin") == []
+    assert [q.method for q in b.requests if q.path == f"/{b.bucket}/dst/m.bin"] == ["PUT", "HEAD"]
+
+
+def test_a_multipart_source_is_copied_in_its_own_parts_so_its_etag_is_compared(
+        tensorstream_s3: Any) -> None:
+    """An object uploaded in parts gets UploadPartCopy parts of the same byte ranges, so the
+    copy's ETag (MD5 of the parts' MD5s) is the source's; checked before it is published.
+    Its Content-Type and metadata go with the upload; no multipart upload is left."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1000)]
+    etag = _put_in_parts(b, "src/big.bin", parts, ContentType="x-model/w",
+                         Metadata={"k": "v"})
+    b.proxy.clear_log()
+    r = copy(b.uri("src/big.bin"), b.uri("dst/big.bin"), part_size=8 * MiB, **b.options)
+    assert r.ok and r.verified, r.errors
+    assert r.outcomes[0].server_side and r.outcomes[0].verified_by == "ETag"
+    head = _head(b, "dst/big.bin")
+    assert head["ETag"] == etag and head["ContentLength"] == len(b"".join(parts))
+    assert head["ContentType"] == "x-model/w" and head["Metadata"] == {"k": "v"}
+    assert b.get("dst/big.bin") == b"".join(parts)
+    assert _source_reads(b, "src/big.bin") == []
+    assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+def test_an_object_in_one_piece_above_the_cutoff_goes_in_parts_and_is_not_called_verified(
+        tensorstream_s3: Any) -> None:
+    """``copy_cutoff`` (5 GiB, S3's largest CopyObject) lowered: an object stored in one
+    piece is copied in ``part_size`` parts. Its copy's ETag (``-3``) cannot equal the
+    source's MD5, so only the size was compared: the copy is not reported verified."""
+    b = tensorstream_s3
+    data = os.urandom(12 * MiB)
+    b.put("src/one.bin", data)
+    b.proxy.clear_log()
+    r = copy(b.uri("src/one.bin"), b.uri("dst/one.bin"), copy_cutoff=5 * MiB,
+             part_size=5 * MiB, **b.options)
+    assert r.ok and r.files == 1, r.errors
+    (out,) = r.outcomes
+    assert out.server_side and not out.verified and out.verified_by is None
+    assert not r.verified
+    assert _head(b, "dst/one.bin")["ETag"].endswith('-3"')
+    assert b.get("dst/one.bin") == data
+    assert _source_reads(b, "src/one.bin") == []
+    # The neighbour: at the cutoff itself, one CopyObject (compared).
+    r = copy(b.uri("src/one.bin"), b.uri("dst/two.bin"), copy_cutoff=12 * MiB, **b.options)
+    assert r.ok and r.verified and r.outcomes[0].verified_by == "ETag", r.errors
+    with pytest.raises(ValueError, match="copy_cutoff"):
+        copy(b.uri("src/one.bin"), b.uri("dst/x.bin"), copy_cutoff=(5 << 30) + 1, **b.options)
+
+
+def test_folders_wildcards_and_sync_are_copied_on_the_server(tensorstream_s3: Any) -> None:
+    """cp -r, a wildcard source and sync all copy on the server; a second sync finds
+    the copies unchanged (their ETags are the sources')."""
+    b = tensorstream_s3
+    files = {"m/a.bin": os.urandom(1000), "m/sub/b.bin": os.urandom(2000), "m/c.txt": b"c"}
+    for key, data in files.items():
+        b.put(key, data)
+    _put_in_parts(b, "m/p.bin", [os.urandom(5 * MiB), b"tail"])
+    b.proxy.clear_log()
+    r = copy(b.uri("m/"), b.uri("r/"), recursive=True, **b.options)
+    assert r.ok and r.files == 4 and r.verified, r.errors
+    assert all(o.server_side for o in r.outcomes)
+    r = copy(b.uri("m/*.bin"), b.uri("w/"), **b.options)
+    assert r.ok and sorted(o.dst for o in r.outcomes) == [
+        b.uri("w/a.bin"), b.uri("w/p.bin"), b.uri("w/sub/b.bin")], r.errors
+    runs = []
+    for _ in range(2):
+        r = copy(b.uri("m/"), b.uri("s/"), recursive=True, skip_unchanged=True, **b.options)
+        assert r.ok, r.errors
+        runs.append(sorted((o.status, o.server_side) for o in r.outcomes))
+    assert runs == [[("copied", True)] * 4, [("skipped", False)] * 4]
+    for key, data in files.items():
+        assert b.get(key.replace("m/", "s/", 1)) == data
+    assert not [q for q in b.requests if q.method == "GET" and "/m/" in q.path]
+
+
+def test_no_server_side_copy_streams_the_bytes(tensorstream_s3: Any) -> None:
+    """``server_side_copy=False`` (``--no-server-side-copy``): the copy goes through this
+    machine as before (the source is read)."""
+    b = tensorstream_s3
+    data = os.urandom(1000)
+    b.put("src/m.bin", data)
+    b.proxy.clear_log()
+    r = copy(b.uri("src/m.bin"), b.uri("dst/m.bin"), server_side_copy=False, **b.options)
+    assert r.ok and r.verified and not r.outcomes[0].server_side, r.errors
+    assert _source_reads(b, "src/m.bin")
+    assert b.get("dst/m.bin") == data
+
+
+@pytest.mark.parametrize("how", ["one CopyObject", "in parts"])
+def test_a_source_replaced_mid_copy_is_an_error_never_a_mixed_object(
+        tensorstream_s3: Any, how: str) -> None:
+    """The source replaced while S3 copies it (moto ignores x-amz-copy-source-if-match,
+    which real S3 answers with 412): in parts, the parts' ETags do not make the source's,
+    the upload is aborted and the old destination stays; in one CopyObject, the copy's ETag
+    is not the source's and the copy is removed. Either way the copy fails, saying why."""
+    b = tensorstream_s3
+    dst_key = f"dst/{secrets.token_hex(4)}.bin"
+    if how == "in parts":
+        _put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
+        b.put(dst_key, b"the old object")
+    else:
+        b.put("src/m.bin", os.urandom(1000))
+    puts = []
+
+    async def replace_source(method: str, path: str) -> None:
+        if method == "PUT" and path == f"/{b.bucket}/{dst_key}":
+            puts.append(path)
+            if len(puts) == (2 if how == "in parts" else 1):
+                import asyncio
+                await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: b.put("src/m.bin", os.urandom(5 * MiB + 1)))
+
+    b.faults.raw.before_forward = replace_source
+    r = copy(b.uri("src/m.bin"), b.uri(dst_key), concurrency=1, **b.options)
+    assert not r.ok and r.files == 0
+    assert "changed" in r.errors[0], r.errors
+    if how == "in parts":
+        assert b.get(dst_key) == b"the old object"
+        assert b.server.open_multipart_uploads(b.bucket) == []
+    else:
+        assert not b.server.exists(b.bucket, dst_key)
+
+
+def _user(server: Any, bucket: str, deny: str, prefix: str) -> dict[str, Any]:
+    """Options with the keys of a new IAM user allowed everything but ``deny`` (an S3
+    action) on ``prefix`` of ``bucket``."""
+    import boto3
+
+    iam = boto3.session.Session().client(
+        "iam", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key_id,
+        aws_secret_access_key=server.secret_access_key, region_name=server.region)
+    user = f"u-{secrets.token_hex(4)}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+            {"Effect": "Deny", "Action": deny,
+             "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"}]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    return {"s3_access_key_id": key["AccessKeyId"],
+            "s3_secret_access_key": key["SecretAccessKey"]}
+
+
+@pytest.mark.parametrize("side", ["source", "destination"])
+def test_access_denied_names_the_side_it_is_about(tensorstream_s3: Any, side: str) -> None:
+    """A key that may not read the source, or not write the destination: the error says
+    which (S3 answers a refused copy with a bare AccessDenied); nothing is left behind.
+    moto checks neither for a HEAD or a copy (only for GET and PutObject), so the proxy
+    answers as S3 does: 403 to the source's HEAD (no body), AccessDenied to the copy."""
+    b = tensorstream_s3
+    b.put("src/a.bin", os.urandom(1000))
+    b.faults.raw.path_prefix = f"/{b.bucket}/{'src/a.bin' if side == 'source' else 'dst/'}"
+    b.faults.raw.status_script = [403]
+    r = copy(b.uri("src/"), b.uri("dst/"), recursive=True, **b.options)
+    assert not r.ok and r.files == 0
+    said = "reading the source was refused" if side == "source" else (
+        "writing the destination was refused")
+    assert said in r.errors[0] and "S3 refused the request" in r.errors[0], r.errors
+    assert not b.server.exists(b.bucket, "dst/a.bin")
+    assert b.server.open_multipart_uploads(b.bucket) == []
+    if side == "destination":
+        assert "AccessDenied" in r.errors[0]
+
+
+def test_a_server_without_copies_gets_the_streamed_copy(
+        tensorstream_s3: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A store that answers 501 NotImplemented to a copy request: the object is copied
+    through this machine instead (one log line), not failed, and later objects go
+    straight to the streamed copy."""
+    b = tensorstream_s3
+    files = {"src/a.bin": os.urandom(1000), "src/b.bin": os.urandom(2000)}
+    for key, data in files.items():
+        b.put(key, data)
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
+    b.faults.raw.status_script = [501]  # the first request to dst/: the copy
+    with caplog.at_level(logging.WARNING, logger="tensorstream.copy"):
+        r = copy(b.uri("src/"), b.uri("dst/"), recursive=True, jobs=1, **b.options)
+    assert r.ok and r.files == 2 and r.verified, r.errors
+    assert not any(o.server_side for o in r.outcomes)
+    lines = [rec for rec in caplog.records if "through this machine" in rec.getMessage()]
+    assert len(lines) == 1, caplog.records
+    for key, data in files.items():
+        assert b.get(key.replace("src/", "dst/")) == data
+
+
+def test_another_key_pair_per_side_streams_the_copy(tensorstream_s3: Any) -> None:
+    """One endpoint, another key pair for the destination: a copy request would read the
+    source with the destination's key, which may not read it; streamed, as before."""
+    b = tensorstream_s3
+    b.put("src/a.bin", b"a")
+    keys = _user(b.server, b.bucket, "s3:DeleteBucket", "nothing/")
+    r = copy(b.uri("src/a.bin"), b.uri("dst/a.bin"), src_options=b.options,
+             dst_options={**b.options, **keys})
+    assert r.ok and not r.outcomes[0].server_side, r.errors
+    assert b.get("dst/a.bin") == b"a"
