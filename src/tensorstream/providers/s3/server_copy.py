@@ -145,6 +145,8 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     if head.get("SSECustomerAlgorithm"):
         # The copy would need the customer's key for both sides: the streamed copy says why.
         raise ServerCopyUnsupported("the source is encrypted with a customer key (SSE-C)")
+    if not etag:  # (every S3 answer names one; a copy that pins nothing is not ours)
+        raise ServerCopyUnsupported("the source's HEAD names no ETag to pin the copy to")
     md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in _KMS else None
     if md5 is not None and md5[1] is None and size <= cutoff:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0])

@@ -1,0 +1,39 @@
+"""``tensorstream cp`` within one S3 store: the real CLI in a subprocess against moto.
+Each copied line says S3 copied it and what was compared; ``--no-server-side-copy``
+streams the bytes as before (and its lines say nothing of S3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cli_env import s3_env
+
+S3_BUCKET = "tensorstream-tests"
+
+
+def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_cp_says_s3_copied_it_and_the_flag_turns_it_off(tmp_path: Path, moto_s3: Any) -> None:
+    env = s3_env(moto_s3, tmp_path)
+    moto_s3.put(S3_BUCKET, "srvcp/src/a.bin", b"a" * 1000)
+    src, dst = f"s3://{S3_BUCKET}/srvcp/src/", f"s3://{S3_BUCKET}/srvcp/dst/"
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "-r", "--no-progress", src, dst,
+            env=env)
+    assert r.returncode == 0, r.stderr
+    assert "(copied by S3, ETag compared)" in r.stdout, r.stdout
+    assert ", verified" in r.stderr
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "-r", "--json",
+            "--no-server-side-copy", src, f"s3://{S3_BUCKET}/srvcp/streamed/", env=env)
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout.splitlines()[0])
+    assert line["status"] == "copied" and line["verified"] and "server_side" not in line
+    assert moto_s3.get(S3_BUCKET, "srvcp/streamed/a.bin") == b"a" * 1000
+    r = cli("cp", "--help", env=env)
+    assert "--no-server-side-copy" in r.stdout
