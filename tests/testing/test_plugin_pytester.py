@@ -328,6 +328,8 @@ def test_the_library_is_not_assertion_rewritten_but_its_test_helpers_are(pyteste
             assert not rewritten("tensorstream.copy.engine")
             assert not rewritten("tensorstream.safetensors.reader")
             assert rewritten("tensorstream.testing.conformance")
+            for group in ("base", "reads", "operations", "layers"):  # where its asserts are
+                assert rewritten(f"tensorstream.testing.conformance_{group}")
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
