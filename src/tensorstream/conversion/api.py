@@ -18,7 +18,7 @@ from .. import _loop
 from ..api import get_provider
 from ..api import open as ts_open
 from ..errors import ConfigurationError, MalformedFileError, NotFoundError, UnsupportedOperationError
-from ..providers.local.provider import _check_destination as check_local_destination
+from ..providers.local.writer import check_destination as check_local_destination
 from ..safetensors.header import header_length, shown
 from ..safetensors.sources import with_prefix_hint
 from ..uri import ParsedURI, is_utf8, parse_uri

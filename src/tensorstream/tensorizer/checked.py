@@ -17,7 +17,7 @@ from tensorizer.serialization import OPAQUE_DTYPE_SEP, _TensorHeaderDeserializer
 
 from ..errors import MalformedFileError, ObjectChangedError
 from ..file import StreamReader
-from ..providers.local.provider import _etag, version_change
+from ..providers.local.version import _etag, version_change
 from ..uri import redact_text
 from . import inplace
 

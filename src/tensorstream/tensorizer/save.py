@@ -21,13 +21,13 @@ from ..api import get_provider
 from ..api import open as ts_open
 from ..config import _flag
 from ..errors import ConfigurationError, NotFoundError, TensorstreamError
-from ..providers.local.provider import _check_destination as check_local_destination
 from ..providers.local.provider import (
     fsync_path,
     naming_write_errors,
     temp_copy_hint,
     temp_path_for,
 )
+from ..providers.local.writer import check_destination as check_local_destination
 from ..uri import ParsedURI, check_file_destination, parse_uri
 from .arguments import InvalidArgumentError, check_cpu_limit, refuse_misspelt_arguments
 from .crypto import as_encryption, current_key

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from tensorstream import errors
-from tensorstream.providers.local import provider
+from tensorstream.providers.local import version
 from tensorstream.providers.local.provider import PinnedFile
 
 DATA = bytes(range(256)) * 40  # 10240 bytes
 
 
 def _etag(path: Path) -> str:
-    return provider._etag(os.stat(path))
+    return version._etag(os.stat(path))
 
 
 @pytest.fixture

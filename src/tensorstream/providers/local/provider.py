@@ -1,106 +1,42 @@
 """Local-disk provider: positional reads straight into the caller's buffer,
-atomic writes (temp file in the destination directory, fsync, rename)."""
+atomic writes (temp file in the destination directory, fsync, rename).
+
+Reads (this module) open every file through :func:`open_regular` and read it
+with one ``preadv`` per buffer list, pinned to a version (:mod:`.version`);
+writes are :mod:`.writer`'s, listings :mod:`.lister`'s, and the mapping of
+``OSError`` to tensorstream errors :mod:`.errors`'.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import contextlib
 import errno
-import fcntl
-import hashlib
 import os
-import secrets
 import stat as stat_mod
 import threading
-import time
-import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from datetime import datetime, timezone
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
-from ... import _loop
-from ..._umask import new_file_mode
 from ...errors import (
     InvalidRangeError,
     NotFoundError,
     ObjectChangedError,
-    PermissionDeniedError,
     TensorstreamError,
 )
 from ...readahead._prefault import populate
 from ..base import Capabilities, ObjectInfo, Pin, Provider, ReadHints, Writer, report_progress
+from .errors import map_local_error
+from .lister import list_files
+from .temp_names import temp_path_for, temp_stem
+from .version import check_version, object_info, version_change
+from .writer import AtomicFileWriter, fsync_path, naming_write_errors, temp_copy_hint
 
+# (map_local_error, fsync_path, naming_write_errors, temp_copy_hint, temp_path_for,
+# temp_stem and version_change live in the modules named above; imported from here too.)
 __all__ = ["LocalProvider", "PinnedFile", "fsync_path", "map_local_error",
            "naming_write_errors", "open_regular", "temp_copy_hint", "temp_path_for", "temp_stem",
            "version_change"]
-
-
-def _etag(st: os.stat_result) -> str:
-    """A file's version: mtime, size, inode, change time, a print of its mode and
-    owner, and its link count.
-
-    mtime alone is not enough: ``rsync -t``, ``cp -p`` and ``tar -x`` rewrite a
-    file in place and then put its old mtime back (``utime``). The change time
-    (``ctime``) and the inode cannot be set by a user, so a rewrite shows there.
-    """
-    return (f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}-{st.st_ctime_ns:x}"
-            f"-{_owner_print(st):x}-{st.st_nlink:x}")
-
-
-def _owner_print(st: os.stat_result) -> int:
-    return zlib.crc32(f"{st.st_mode}:{st.st_uid}:{st.st_gid}".encode())
-
-
-def version_change(st: os.stat_result, etag: str) -> str | None:
-    """Why the file whose ``fstat`` is ``st`` is no longer version ``etag``
-    (:func:`_etag`'s), or None when it still is.
-
-    The change time also moves on a change of metadata alone. A hard link made
-    or removed (the name renamed over or unlinked while the file is open) shows
-    in the link count and leaves the bytes alone: not a new version. A change
-    of mode or owner is one: ``cp -p`` and ``rsync -pt`` rewrite a file in place,
-    then put back its mode and its old mtime, and the bytes read before and
-    after cannot be told to be of one version (a chmod mid-load fails the load;
-    loading again reads one version). The change time moving alone (chmod to the
-    same mode, an xattr or ACL set) cannot be told from such a rewrite either.
-    """
-    now = _etag(st)
-    if now == etag:
-        return None
-    mine, pinned = now.split("-"), etag.split("-")
-    if mine[:3] != pinned[:3] or len(pinned) != len(mine):
-        return "its modification time, size or inode changed"
-    if mine[4] != pinned[4]:
-        return ("its change time, mode or owner moved while its modification time and size "
-                "stayed: rewritten in place and its metadata put back (cp -p, rsync -pt), or "
-                "chmod/chown while it was read")
-    if mine[5] != pinned[5]:
-        return None  # (a link made or removed: the same bytes under fewer or more names)
-    return ("its change time moved while its modification time and size stayed: rewritten "
-            "in place with its old mtime put back, as rsync -t, cp -p and tar -x do")
-
-
-def map_local_error(exc: OSError, path: str) -> TensorstreamError | OSError:
-    if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
-        return NotFoundError(f"no such file: {path}", service="file")
-    if isinstance(exc, PermissionError):
-        return PermissionDeniedError(f"permission denied: {path}", service="file")
-    if exc.errno == errno.EISDIR or isinstance(exc, IsADirectoryError):
-        return NotFoundError(f"is a directory, not an object: {path}", service="file")
-    if exc.errno in _NAMES_NO_FILE:
-        # A path no file can have (a shard name from an index: "s.safetensors/x", 300
-        # characters, a symlink loop) was a bare OSError, not a tensorstream error.
-        return NotFoundError(f"no such file ({_NAMES_NO_FILE[exc.errno]}): {path}",
-                             service="file")
-    return exc
-
-
-#: errnos of a path that names no file, and what each means.
-_NAMES_NO_FILE = {errno.ENOTDIR: "a part of the path is not a directory",
-                  errno.ENAMETOOLONG: "the name is too long",
-                  errno.ELOOP: "too many levels of symbolic links"}
 
 
 def open_regular(path: str) -> int:
@@ -158,26 +94,6 @@ def _refuse_unsized(path: str) -> None:
             "first (cat)", service="file")
 
 
-def _info(path: str, st: os.stat_result) -> ObjectInfo:
-    return ObjectInfo(
-        path=path,
-        size=st.st_size,
-        etag=_etag(st),
-        mtime=datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
-        # Permission bits, for a local copy to take as cp does (``extra["mode"]``).
-        extra={"mode": stat_mod.S_IMODE(st.st_mode) & 0o777},
-    )
-
-
-def _check_version(fd: int, path: str, etag: str) -> os.stat_result:
-    st = os.fstat(fd)
-    why = version_change(st, etag)
-    if why is not None:
-        raise ObjectChangedError(f"file changed while it was being read: {path} ({why}); "
-                                 "read it again", service="file")
-    return st
-
-
 def _pread_exact(fd: int, path: str, offset: int, buffer: memoryview, etag: str | None) -> int:
     """Fill ``buffer`` from ``offset`` or raise; never returns zero-filled bytes."""
     return _preadv_exact(fd, path, offset, [buffer], etag)
@@ -189,7 +105,7 @@ def _preadv_exact(fd: int, path: str, offset: int, buffers: Sequence[memoryview]
     (one ``preadv`` for all of them, more only where the kernel returns less) or
     raise; never returns zero-filled bytes. Returns the bytes read."""
     want = sum(b.nbytes for b in buffers)
-    st = _check_version(fd, path, etag) if etag is not None else os.fstat(fd)
+    st = check_version(fd, path, etag) if etag is not None else os.fstat(fd)
     if offset < 0 or offset + want > st.st_size:
         raise InvalidRangeError(
             f"range [{offset}, {offset + want}) is past the end of a "
@@ -216,7 +132,7 @@ def _preadv_exact(fd: int, path: str, offset: int, buffers: Sequence[memoryview]
         if n:
             pending[0] = pending[0][n:]
     if etag is not None:
-        _check_version(fd, path, etag)
+        check_version(fd, path, etag)
     return done
 
 
@@ -311,7 +227,7 @@ class LocalProvider(Provider):
                 raise NotFoundError(f"not a regular file: {path}", service="file")
             if st.st_size == 0:
                 _refuse_unsized(path)
-            return _info(path, st)
+            return object_info(path, st)
 
         return await asyncio.to_thread(run)
 
@@ -388,7 +304,7 @@ class LocalProvider(Provider):
         fd = open_regular(path)
         if etag is not None:
             try:
-                _check_version(fd, path, etag)
+                check_version(fd, path, etag)
             except BaseException:
                 os.close(fd)
                 raise
@@ -416,50 +332,12 @@ class LocalProvider(Provider):
                 os.close(fd)
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
-        for info in await asyncio.to_thread(self._list_sync, prefix):
+        for info in await asyncio.to_thread(list_files, prefix):
             yield info
-
-    def _list_sync(self, prefix: str) -> builtins.list[ObjectInfo]:
-        if os.path.isdir(prefix):
-            root, name_prefix = prefix, ""
-        else:
-            root, name_prefix = os.path.split(prefix)
-        out: list[ObjectInfo] = []
-        if not os.path.isdir(root):
-            return out
-        # Depth first with a stack of our own (a tree deeper than the recursion limit is
-        # listed, not a RecursionError); "dir/na" walks only dir's entries named na*, not
-        # all of dir (for "/nonexistent" that was the whole file system).
-        pending = [(root, True)]
-        while pending:
-            directory, top = pending.pop()
-            try:
-                with os.scandir(directory) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-            except OSError:
-                continue
-            subdirs: builtins.list[tuple[str, bool]] = []
-            for entry in entries:
-                if top and not entry.name.startswith(name_prefix):
-                    continue
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        subdirs.append((entry.path, False))
-                        continue
-                    if _is_temp_name(entry.name):
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat_mod.S_ISREG(st.st_mode):
-                    out.append(_info(entry.path, st))
-            pending.extend(reversed(subdirs))
-        out.sort(key=lambda i: i.path)
-        return out
 
     def open_writer(self, path: str, **kwargs: Any) -> Writer:
         """``mode``: the published file's permissions (default 0666 less the umask)."""
-        return _AtomicFileWriter(path, mode=kwargs.get("mode"))
+        return AtomicFileWriter(path, mode=kwargs.get("mode"))
 
     async def delete(self, path: str) -> None:
         def run() -> None:
@@ -470,270 +348,3 @@ class LocalProvider(Provider):
 
         await asyncio.to_thread(run)
 
-
-_TEMP_MARK = ".tensorstream-"
-
-
-def _is_temp_name(name: str) -> bool:
-    return name.startswith(".") and _TEMP_MARK in name and name.endswith(".tmp")
-
-
-def _lock_if_named(fd: int, path: str) -> bool:
-    """Lock the new temp file ``fd`` (the mark of a live writer) and say whether
-    ``path`` still names it (another process's scan for dead temp files may have
-    removed it before the lock; one may hold it for a moment: waited for)."""
-    deadline = time.monotonic() + 2.0
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-    try:
-        named = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    st = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
-
-
-def fsync_path(path: str, *, directory: bool = False) -> None:
-    """Flush ``path`` (a file, or a directory's entries with ``directory``) to disk."""
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-#: The longest name a file may have (bytes; NAME_MAX on Linux, macOS and Windows).
-_NAME_MAX = 255
-#: The longest ending a temp file adds to its stem (``0123456789ab.tmp``).
-_LONGEST_END = 16
-
-
-def temp_stem(name: str) -> str:
-    """The start of every temp file name of ``name``'s copy: ``.NAME.tensorstream-``,
-    or for a name too long for that (225-255 bytes, which the destination takes)
-    ``.NAM~<sha256 of the name>.tensorstream-``."""
-    stem = f".{name}{_TEMP_MARK}"
-    if len(os.fsencode(stem)) + _LONGEST_END <= _NAME_MAX:
-        return stem
-    mark = f"~{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}{_TEMP_MARK}"
-    room = _NAME_MAX - _LONGEST_END - len(mark) - 1
-    head = os.fsencode(name)[:room].decode("utf-8", "ignore")  # whole characters
-    while len(os.fsencode(head)) > room:  # surrogate-escaped bytes: one more cut
-        head = head[:-1]
-    return f".{head}{mark}"
-
-
-def temp_path_for(path: str) -> str:
-    """A unique temporary name next to ``path`` (same directory, same filesystem).
-    Short enough for any name ``path`` may have: ``.NAME.tensorstream-XXXX.tmp`` of a
-    225-255-byte name was too long, and open(path, "wb"), serialize, convert and
-    safetensors.save failed on a name cp takes (:func:`temp_stem`)."""
-    d, name = os.path.split(path)
-    return os.path.join(d, f"{temp_stem(name)}{secrets.token_hex(6)}.tmp")
-
-
-def _check_destination(path: str) -> None:
-    """Refuse to replace anything but a regular file (or a symlink, which is
-    replaced, not followed): renaming over a directory fails late, and over a
-    FIFO or a device node it would replace the node."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat_mod.S_ISDIR(st.st_mode):
-        raise TensorstreamError(f"destination is a directory: {path}", service="file")
-    if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISLNK(st.st_mode)):
-        raise TensorstreamError(f"destination is not a regular file: {path}", service="file")
-
-
-@contextlib.contextmanager
-def naming_write_errors(path: str, hint: str = "") -> Iterator[None]:
-    """An ``OSError`` of a write without a file name (``ENOSPC``, ``EFBIG``,
-    ``EDQUOT``, ``EIO``: a bare "No space left on device") names ``path`` (the
-    destination, whose temporary file is beside it, or a temporary copy),
-    with ``hint`` after the reason."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is not None or exc.errno is None or isinstance(exc, TensorstreamError):
-            raise
-        raise OSError(exc.errno, f"{exc.strerror}{hint}; nothing was published", path) from exc
-
-
-def temp_copy_hint(who: str, destination: Any) -> str:
-    """What :func:`naming_write_errors` adds for the local temporary copy ``who``
-    makes of a whole file before sending it to a remote ``destination``
-    (tensorizer seeks in what it writes)."""
-    return (f" (the local copy {who} makes before sending {destination.redacted()}: set "
-            "TMPDIR to a disk with room for the whole file)")
-
-
-class _AtomicFileWriter(Writer):
-    """Write to a 0600 temp file beside the destination; fsync + rename on commit.
-
-    Abort is final: a write or commit runs in a thread that cannot be stopped,
-    so :meth:`abort` waits for it before it closes the descriptor (closed under
-    the thread, its number could be reused and receive the thread's writes)
-    and removes the temp file; a commit whose rename happened meanwhile is
-    removed again (while the destination is still our file), and never
-    reported as a success."""
-
-    def __init__(self, path: str, *, mode: int | None = None) -> None:
-        self.path = path
-        self._mode = mode
-        self._tmp: str | None = None
-        self._fd: int | None = None
-        self._done = False
-        #: The thread's work in flight; the abort, once begun; a commit the
-        #: caller was told of; the published file's (st_dev, st_ino).
-        self._busy: asyncio.Future[None] | None = None
-        self._aborting: asyncio.Future[None] | None = None
-        self._committed = False
-        self._published: tuple[int, int] | None = None
-
-    def _open(self) -> None:
-        directory = os.path.dirname(self.path) or "."
-        if not os.path.isdir(directory):
-            raise NotFoundError(f"destination directory does not exist: {directory}",
-                                service="file")
-        _check_destination(self.path)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        for _ in range(5):
-            tmp = temp_path_for(self.path)
-            try:
-                # _tmp only once it exists: the abort removes it, and unlinking a name
-                # never created failed on a read-only filesystem (EROFS, not ENOENT),
-                # an error that took the place of this one.
-                self._fd = os.open(tmp, flags, 0o600)
-            except OSError as exc:
-                # Named by the destination, not by a temp file nobody asked for
-                # (a read-only filesystem, a directory the user may not write).
-                mapped = map_local_error(exc, self.path)
-                if mapped is exc and exc.errno not in (errno.EEXIST, errno.ELOOP):
-                    mapped = OSError(exc.errno, f"cannot create it: {exc.strerror}", self.path)
-                raise mapped from exc
-            # Locked, as cp's temp files are: a cp or sync into the same directory
-            # removes the unlocked ones as a killed run's. One whose scan came
-            # between the create and the lock removed it: made again.
-            if _lock_if_named(self._fd, tmp):
-                self._tmp = tmp
-                break
-            os.close(self._fd)
-            self._fd = None
-        else:
-            raise OSError(errno.EBUSY, "another process keeps removing its temp file", self.path)
-        _loop.abort_at_exit(self)  # still open at interpreter exit: remove the temp file
-
-    def _write_sync(self, data: bytes | bytearray | memoryview) -> None:
-        if self._done:
-            raise ValueError("write after commit/abort")
-        if self._fd is None:
-            self._open()
-        assert self._fd is not None
-        view = memoryview(data).cast("B")
-        with naming_write_errors(self.path):
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
-
-    async def _in_thread(self, fn: Callable[[], None]) -> None:
-        """``fn()`` in a thread, which runs to its end whoever stops waiting;
-        :meth:`abort` waits for it."""
-        if self._aborting is not None:
-            raise ValueError("write to an aborted local writer")
-        busy = self._busy = asyncio.ensure_future(asyncio.to_thread(fn))
-        busy.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
-        await asyncio.shield(busy)
-        if self._aborting is not None:  # aborted meanwhile: the abort undoes it
-            raise ValueError("the local writer was aborted")
-
-    async def write(self, data: bytes | bytearray | memoryview) -> None:
-        try:
-            await self._in_thread(lambda: self._write_sync(data))
-        except BaseException:
-            await self.abort()
-            raise
-
-    def _commit_sync(self) -> None:
-        if self._done:
-            return
-        if self._fd is None:
-            self._open()
-        assert self._fd is not None and self._tmp is not None
-        os.fchmod(self._fd, new_file_mode() if self._mode is None else self._mode)
-        with naming_write_errors(self.path):  # (a full disk may only show here, on NFS say)
-            os.fsync(self._fd)
-        st = os.fstat(self._fd)
-        _check_destination(self.path)  # a FIFO or device may have appeared meanwhile
-        os.replace(self._tmp, self.path)  # before the lock goes with the descriptor
-        self._published = (st.st_dev, st.st_ino)
-        os.close(self._fd)
-        self._fd = None
-        self._tmp = None
-        self._done = True
-        try:
-            dfd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
-
-    async def commit(self) -> None:
-        if self._committed:
-            return
-        try:
-            await self._in_thread(self._commit_sync)
-        except BaseException:
-            await self.abort()
-            raise
-        self._committed = True
-
-    def _abort_sync(self) -> None:
-        self._done = True
-        if self._published is not None:
-            self._unpublish()
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            finally:
-                self._fd = None
-        if self._tmp is not None:
-            try:
-                os.unlink(self._tmp)
-            except FileNotFoundError:
-                pass
-            self._tmp = None
-
-    async def abort(self) -> None:
-        if self._committed:
-            return
-        if self._aborting is None:
-            self._aborting = asyncio.ensure_future(self._abort())
-        await asyncio.shield(self._aborting)  # cleanup finishes even if we are cancelled
-
-    async def _abort(self) -> None:
-        if self._busy is not None:
-            await asyncio.gather(self._busy, return_exceptions=True)
-        # Here, not in a thread: at interpreter exit no new thread may start.
-        self._abort_sync()
-
-    def _unpublish(self) -> None:
-        """Remove a file a commit racing the abort published, if it still is ours."""
-        ours, self._published = self._published, None
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-        except OSError:
-            return
-        if ours == (st.st_dev, st.st_ino):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
