@@ -52,6 +52,35 @@ def test_redis(uri: str, user: str | None, password: str | None, key: str, db: s
         assert password not in u.redacted()
 
 
+@pytest.mark.parametrize("uri", ["redis://h:6379/0", "redis://:pw@h/15", "rediss://h/2/",
+                                 "redis://h/007"])
+def test_a_redis_path_that_redis_py_reads_as_the_database_is_refused(uri: str) -> None:
+    """redis-py's from_url and redis-cli -u read redis://host:6379/0 as database 0;
+    tensorstream read the key "0" (of database 0): "database 15" read or wrote key 15.
+    Refused, naming both spellings; ?db= or %3N say which is meant."""
+    with pytest.raises(errors.InvalidURIError) as info:
+        parse_uri(uri)
+    said = str(info.value)
+    n = uri.rstrip("/").rsplit("/", 1)[1]
+    assert f"the path /{n} is the database number for redis-py" in said, said
+    assert f"/KEY?db={n}" in said and f"/{n}?db=0" in said and "pw" not in said, said
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(("uri", "key", "db"), [
+    ("redis://h/0?db=0", "0", "0"), ("redis://h/15?db=3", "15", "3"), ("redis://h/%30", "0", None),
+    ("redis://h/0/model.tensors", "0/model.tensors", None), ("redis://h/v0", "v0", None),
+    ("redis://h/?db=15", "", "15"), ("redis://h/", "", None)])
+def test_a_redis_key_made_of_digits_is_said_unambiguously(uri: str, key: str,
+                                                          db: str | None) -> None:
+    u = parse_uri(uri)
+    assert (u.key, u.query.get("db")) == (key, db)
+    # a copy names such a key in a URI of its own: it parses back to that key
+    for name in ("0", "42/", "0/x", "1a"):
+        again = parse_uri(u.with_path(name))
+        assert (again.key, again.query.get("db")) == (name, db), u.with_path(name)
+
+
 @pytest.mark.parametrize(
     "bad", ["", "s3://", "s3:/bucket/key", "http://", "redis://:pw@/k", "redis://h/k?db=x",
             "redis://h/k?db=1&db=2", "redis://h/k?db=1&cluster=1&db=1",

@@ -140,8 +140,30 @@ class ParsedURI:
             # A key that is not UTF-8 (listed as surrogates) is escaped byte by byte,
             # as parse_uri unescapes it: it named no URI and failed the whole copy.
             key = urllib.parse.quote(path.encode("utf-8", "surrogateescape"), safe="/")
+            if "db" not in self.query and _DATABASE_PATH.fullmatch("/" + key):
+                key = f"%3{key[0]}{key[1:]}"  # the key "0", not database 0 (parse_uri)
             return f"{self.scheme}://{netloc}/{key}{q}"
         return f"{self.scheme}://{path}"
+
+
+#: A path redis-py's ``Redis.from_url`` (and ``redis-cli -u``) reads as the database number.
+_DATABASE_PATH = re.compile(r"/(\d+)/?")
+
+
+def _refuse_database_path(path: str, query: dict[str, str], uri: str) -> None:
+    """``redis://host:6379/0``: redis-py and redis-cli mean database 0, tensorstream
+    read the key ``0`` (of database 0: a load or copy "into database 2" used key ``2``
+    of database 0). Refused unless ``?db=`` says which database the key is in."""
+    m = _DATABASE_PATH.fullmatch(path)
+    if m is None or "db" in query:
+        return
+    n = m.group(1)
+    base = redact(uri).split("?", 1)[0].rstrip("/").rsplit("/", 1)[0]
+    raise InvalidURIError(
+        f"{redact(uri)!r}: the path /{n} is the database number for redis-py's from_url and "
+        f"redis-cli -u, but the key for tensorstream, which takes the database as ?db=; "
+        f"write {base}/KEY?db={n} (or {base}/?db={n} for the whole database) for "
+        f"database {n}, or {base}/{n}?db=0 (or /%3{n[0]}{n[1:]}) for the key {n!r}")
 
 
 def _redact_query(query: str) -> str:
@@ -448,6 +470,7 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
             )
         if "db" in query and not query["db"].isdigit():
             raise InvalidURIError(f"Redis db must be a number, got {_refused(uri)!r}")
+        _refuse_database_path(parts.path, query, uri)
         username = urllib.parse.unquote(parts.username) if parts.username else None
         password = urllib.parse.unquote(parts.password) if parts.password is not None else None
         if username is not None and password is None:

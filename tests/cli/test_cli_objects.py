@@ -139,3 +139,36 @@ def test_rm_of_a_prefix_or_directory_without_r_says_add_r_and_deletes_nothing(
     r = cli("rm", str(tmp_path / "d"))
     assert r.returncode == 1 and "is a directory" in r.stderr and "add -r" in r.stderr
     assert (tmp_path / "d" / "f").exists()
+
+
+def test_a_redis_path_of_digits_is_a_database_for_redis_py_and_refused_here(
+        redis_server: Any, tmp_path: Path) -> None:
+    """redis://host:6379/4711 is database 4711 to redis-py's from_url and redis-cli -u:
+    tensorstream read and wrote the key "4711" of database 0 instead. Refused, naming both
+    spellings; a key made of digits still copies (its URIs spell it unambiguously)."""
+    r = cli("cp", "-", redis_server.url("4711"), input="x")
+    assert r.returncode == 2, r.stderr
+    assert "the path /4711 is the database number for redis-py" in r.stderr, r.stderr
+    with redis_server.client() as c:
+        assert not c.exists("4711")
+    assert cli("ls", redis_server.url("4712/")).returncode == 2
+    # the key itself, said either way
+    r = cli("cp", "-", redis_server.url("4711?db=0"), input="written as 4711?db=0")
+    assert r.returncode == 0, r.stderr
+    r = cli("cat", redis_server.url("%34711"))  # %34 is "4"
+    assert r.returncode == 0 and r.stdout == "written as 4711?db=0", r.stderr
+    # a folder whose file is named with digits only, copied to the root of database 0
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "4713").write_bytes(b"digits")
+    try:
+        r = cli("cp", "-r", str(tmp_path / "up") + "/", redis_server.url(""))
+        assert r.returncode == 0, r.stderr
+        with redis_server.client() as c:
+            assert c.exists("4713")
+        r = cli("cp", "-r", "--exclude", "*", "--include", "4713", redis_server.url(""),
+                str(tmp_path / "down") + "/")
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "down" / "4713").read_bytes() == b"digits"
+    finally:
+        with redis_server.client() as c:
+            c.delete("4711", "4713")
