@@ -251,3 +251,53 @@ def test_another_key_pair_per_side_streams_the_copy(tensorstream_s3: Any) -> Non
              dst_options={**b.options, **keys})
     assert r.ok and not r.outcomes[0].server_side, r.errors
     assert b.get("dst/a.bin") == b"a"
+
+
+def test_a_copy_that_takes_longer_than_the_idle_timeout_is_not_cut(
+        tensorstream_s3: Any) -> None:
+    """S3 answers a long copy (seconds per GiB) with its status at once and whitespace while
+    it copies: bytes arrive, slowly, for longer than ``timeout_idle``. The copy requests ran
+    under the policy layer's idle watchdog, which only hears of bytes a read reports, so a
+    large CopyObject was cut as "idle" (and retried, and cut again). Here the answers trickle
+    in at 100 B/s for ~2.5 s with ``timeout_idle=1``: botocore's own read timeout (bytes
+    within 1 s) is what applies."""
+    b = tensorstream_s3
+    data = os.urandom(1000)
+    b.put("src/slow.bin", data)
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
+    b.faults.raw.rate_limit = 100
+    r = copy(b.uri("src/slow.bin"), b.uri("dst/slow.bin"), **{**b.options, "timeout_idle": 1})
+    assert r.ok and r.outcomes[0].server_side, r.errors
+    assert b.get("dst/slow.bin") == data
+
+
+def test_a_copy_request_answered_503_is_sent_again(tensorstream_s3: Any) -> None:
+    """SlowDown (503) on a copy request is temporary: sent again under the retry policy
+    (the neighbour of 501, which is not retried but streamed)."""
+    b = tensorstream_s3
+    b.put("src/a.bin", b"a" * 100)
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
+    b.faults.raw.status_script = [503]
+    r = copy(b.uri("src/a.bin"), b.uri("dst/a.bin"), **b.options)
+    assert r.ok and r.outcomes[0].server_side and r.verified, r.errors
+    assert b.faults.raw.scripted == 1
+    assert [q.status for q in b.requests if q.path == f"/{b.bucket}/dst/a.bin"] == [
+        503, 200, 200]  # the copy, again, and the HEAD of the copy
+
+
+def test_a_completed_copy_whose_answer_was_lost_is_a_copy(tensorstream_s3: Any) -> None:
+    """CompleteMultipartUpload applied, its answer cut: a temporary error, so it is sent
+    again (moto answers a repeated complete of the same parts with 200), and the copy is
+    one copy, compared, with no upload left behind."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), b"end"]
+    _put_in_parts(b, "src/m.bin", parts)
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
+    # moto's answers: UploadPartCopy 220 bytes, CreateMultipartUpload 280, Complete 323
+    b.faults.raw.drop_after = 300
+    b.faults.raw.drop_times = 1
+    r = copy(b.uri("src/m.bin"), b.uri("dst/m.bin"), **b.options)
+    assert b.faults.raw.dropped == 1
+    assert r.ok and r.outcomes[0].verified_by == "ETag", r.errors
+    assert b.get("dst/m.bin") == b"".join(parts)
+    assert b.server.open_multipart_uploads(b.bucket) == []

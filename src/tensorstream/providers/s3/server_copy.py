@@ -38,6 +38,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+from ..._log_redaction import scrub_chain
 from ...errors import (
     IntegrityError,
     NotFoundError,
@@ -46,6 +47,7 @@ from ...errors import (
     TensorstreamError,
     UnsupportedOperationError,
 )
+from ...uri import redact_text
 from ..base import ObjectInfo
 from .parts import MAX_PARTS, known_size_part
 from .writer import _etag_md5
@@ -105,26 +107,52 @@ def _not_implemented(exc: BaseException) -> bool:
 
 
 class _Calls:
-    """S3 requests through a policy-wrapped S3 provider: its retries, deadlines and
-    error context, with ``501`` turned into :class:`ServerCopyUnsupported` first (it
-    would otherwise be retried as a temporary 5xx)."""
+    """S3 requests of a policy-wrapped S3 provider, with its retry policy (temporary
+    errors sent again) and error context, ``501`` turned into
+    :class:`ServerCopyUnsupported` first (not retried as a temporary 5xx).
+
+    Not under the layer's idle watchdog: S3 answers a long copy (seconds per GiB) at
+    once and sends whitespace while it copies, bytes no read reports to the watchdog,
+    which cut it as idle; botocore's read timeout (``timeout_idle`` between bytes)
+    applies instead."""
 
     def __init__(self, provider: Any) -> None:
-        self.policy = provider
         self.s3 = provider.inner
+        self.config = provider.config
+
+    async def _once(self, op: str, path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return dict(await self.s3._call(op, path, **kwargs))
+        except TensorstreamError as exc:
+            if _not_implemented(exc):
+                raise ServerCopyUnsupported(
+                    f"the server does not support {op} (NotImplemented)") from exc
+            raise
 
     async def __call__(self, op: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        async def once() -> dict[str, Any]:
+        try:
             try:
-                return dict(await self.s3._call(op, path, **kwargs))
-            except TensorstreamError as exc:
-                if _not_implemented(exc):
-                    raise ServerCopyUnsupported(
-                        f"the server does not support {op} (NotImplemented)") from exc
-                raise
+                return await self._once(op, path, kwargs)
+            except TensorstreamError as exc:  # (nearly every request succeeds: no loop built)
+                if not exc.temporary or self.config.retry.attempts <= 1:
+                    raise
+                first: TensorstreamError | None = exc
+            from ...layers.retrying import retrying
 
-        result: dict[str, Any] = await self.policy._call(op, path, once)
-        return result
+            async for attempt in retrying(
+                    self.config.retry, self.config.timeouts.total,
+                    retry_if=lambda e: isinstance(e, TensorstreamError) and e.temporary,
+                    before_sleep=lambda state: None):
+                with attempt:
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
+                    return await self._once(op, path, kwargs)
+        except TensorstreamError as exc:
+            exc.with_context(service="s3", operation=op, path=redact_text(path))
+            scrub_chain(exc)  # (third-party causes hold request URLs and headers)
+            raise
+        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
 
 
 async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_path: str, *,
