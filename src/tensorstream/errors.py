@@ -235,13 +235,21 @@ class IncompleteReadError(TransientError):
 
 
 class StorageTimeoutError(TensorstreamError, TimeoutError):
-    """A connect or idle (time-between-bytes) timeout expired."""
+    """A connect, idle (time-between-bytes) or total timeout expired.
+
+    ``timeout`` says which (``"connect"``, ``"idle"``, ``"total"``; ``None`` when
+    not known): the retry layer then adds the option, its value and what to
+    raise it to (:func:`tensorstream.layers.timeout.advise`)."""
 
     temporary = True
+    #: Whether that advice is in the message already.
+    advised = False
 
-    def __init__(self, message: str, *, received: int = 0, **context: str) -> None:
+    def __init__(self, message: str, *, received: int = 0, timeout: str | None = None,
+                 **context: str) -> None:
         super().__init__(message, **context)
         self.received = received
+        self.timeout = timeout
 
 
 class RetriesExhaustedError(TensorstreamError, OSError):

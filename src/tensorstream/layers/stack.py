@@ -34,6 +34,7 @@ from ..config import CommonConfig
 from ..errors import (
     RetriesExhaustedError,
     RetriesExhaustedTimeoutError,
+    StorageTimeoutError,
     TensorstreamError,
     UnsupportedOperationError,
 )
@@ -199,6 +200,8 @@ class PolicyProvider(Provider):
 
     def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
         exc.with_context(service=self.service, operation=operation, path=redact_text(path))
+        if isinstance(exc, StorageTimeoutError):
+            _timeout.advise(exc, self.config.timeouts)
         # Every provider error leaves through here: strip secrets from its chain
         # (third-party causes hold request URLs and Authorization headers).
         scrub_chain(exc)

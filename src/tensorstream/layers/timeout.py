@@ -38,6 +38,7 @@ from ..providers.base import _DEADLINE, Deadline, current_deadline
 
 __all__ = [
     "IDLE_GRACE",
+    "advise",
     "deadline_error",
     "operation",
     "operation_deadline",
@@ -77,6 +78,38 @@ def operation(timeouts: Timeouts) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+#: Each timeout's option, the command line's flag for it (``None``: none) and what
+#: ran out, for :func:`advise`.
+_KNOBS = {
+    "connect": ("timeout_connect", "--timeout-connect", "passed without a connection",
+                "a server this far or this busy"),
+    "idle": ("timeout_idle", "--timeout-idle", "passed without a byte", "a server this slow"),
+    "total": ("timeout_total", None, "passed", "an operation this long"),
+}
+
+
+def advise(exc: StorageTimeoutError, timeouts: Timeouts) -> None:
+    """Add to ``exc``'s message which timeout ran out, its value and what to
+    raise it to (twice the value), once: "timed out after 0 bytes" named no option.
+
+    >>> err = StorageTimeoutError("timed out after 0 bytes", timeout="idle")
+    >>> advise(err, Timeouts(idle=0.5)); err.message  # doctest: +NORMALIZE_WHITESPACE
+    'timed out after 0 bytes: timeout_idle=0.5 s passed without a byte (for a server this
+    slow raise it, e.g. timeout_idle=1 or --timeout-idle 1)'
+    """
+    knob = _KNOBS.get(exc.timeout or "")
+    if knob is None or exc.advised:
+        return
+    option, flag, what, who = knob
+    value = getattr(timeouts, option.removeprefix("timeout_"))
+    if value is None:  # (a total deadline of an outer operation: not this config's)
+        return
+    more = f"{value * 2:.3g}"
+    how = f"{option}={more}" + (f" or {flag} {more}" if flag else "")
+    exc.message += f": {option}={value:g} s {what} (for {who} raise it, e.g. {how})"
+    exc.advised = True
+
+
 def _where(service: str | None, path: str | None) -> dict[str, str]:
     return {k: v for k, v in (("service", service), ("path", path)) if v is not None}
 
@@ -84,16 +117,22 @@ def _where(service: str | None, path: str | None) -> dict[str, str]:
 def deadline_error(total: float | None, *, received: int = 0,
                    service: str | None = None, path: str | None = None) -> StorageTimeoutError:
     """The final error of an operation whose total deadline passed."""
-    what = f"{total:g} s" if total is not None else "its deadline"
-    err = StorageTimeoutError(f"the operation ran past timeout_total ({what})",
-                              received=received, **_where(service, path))
+    err = StorageTimeoutError("the operation ran past its total deadline", received=received,
+                              timeout="total", **_where(service, path))
     err.temporary = False  # the whole budget is spent: retrying cannot help
+    if total is None:
+        err.message += " (timeout_total)"
+    else:
+        advise(err, Timeouts(total=total))
     return err
 
 
-def _idle_error(idle: float, *, service: str | None, path: str | None) -> StorageTimeoutError:
-    return StorageTimeoutError(f"no data for {idle:g} s (timeout_idle)", received=0,
-                               **_where(service, path))
+def _idle_error(timeouts: Timeouts, *, service: str | None, path: str | None
+                ) -> StorageTimeoutError:
+    err = StorageTimeoutError("nothing arrived", received=0, timeout="idle",
+                              **_where(service, path))
+    advise(err, timeouts)
+    return err
 
 
 async def run_async(fn: Callable[[], Awaitable[T]], timeouts: Timeouts, at: float | None, *,
@@ -143,8 +182,7 @@ async def _watched(fn: Callable[[], Awaitable[T]], task: asyncio.Task[object],
             raise  # not ours, or cancelled from outside as well
         if fired[0] == "total":
             raise deadline_error(timeouts.total, service=service, path=path) from None
-        assert idle is not None
-        raise _idle_error(idle, service=service, path=path) from None
+        raise _idle_error(timeouts, service=service, path=path) from None
     finally:
         for h in handle:
             h.cancel()

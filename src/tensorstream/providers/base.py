@@ -250,7 +250,7 @@ class Deadline:
         where = {k: v for k, v in (("service", service), ("path", redact_text(path or "")))
                  if v}
         err = StorageTimeoutError(f"the operation ran past timeout_total after {received} bytes",
-                                  received=received, **where)
+                                  received=received, timeout="total", **where)
         err.temporary = False
         return err
 

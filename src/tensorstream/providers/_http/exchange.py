@@ -147,8 +147,8 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
             if timed and deadline is not None and deadline.expired():
                 raise total_deadline_error(0, service=service, path=path) from exc
             raise StorageTimeoutError(
-                f"connect timeout ({timeouts.connect:g} s) to {pool.describe(key)}",
-                service=service, path=redact_path(path)) from exc
+                f"connect timeout to {pool.describe(key)}",
+                timeout="connect", service=service, path=redact_path(path)) from exc
         except ProxyRefused as exc:
             raise exc.error(service=service, path=redact_path(path)) from None
         try:

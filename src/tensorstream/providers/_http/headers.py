@@ -270,7 +270,7 @@ def exception_error(exc: BaseException, *, path: str, received: int = 0,
         return err
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError and socket.timeout alias it
         return StorageTimeoutError(f"timed out after {received} bytes", received=received,
-                                   **where)
+                                   timeout="idle", **where)
     if received and isinstance(exc, (http.client.IncompleteRead, OSError)):
         return IncompleteReadError(f"body broken after {received} bytes ({what})",
                                    received=received, **where)

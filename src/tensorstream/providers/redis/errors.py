@@ -71,7 +71,9 @@ def map_redis_error(exc: BaseException, *, who: str = "",
     if isinstance(exc, (rex.NoPermissionError, rex.AuthorizationError)):
         return PermissionDeniedError(f"Redis refused the command for {who}: {text}")
     if isinstance(exc, (rex.TimeoutError, asyncio.TimeoutError, TimeoutError)):
-        return StorageTimeoutError(f"Redis did not answer in time: {text}")
+        # redis-py says which: "Timeout connecting to server", "Timeout reading from ..."
+        which = "connect" if "connecting" in text.lower() else "idle"
+        return StorageTimeoutError(f"Redis did not answer in time: {text}", timeout=which)
     if _tls_verification_failed(exc):
         # A CA already trusted does not help a certificate issued for another name.
         hint = ("the certificate names another host: connect by a name it holds"

@@ -136,10 +136,11 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         err.temporary = False  # retrying cannot fix a certificate
         return err
     if isinstance(exc, bce.ConnectTimeoutError):
-        return StorageTimeoutError(f"connect timeout to {redact(ctx.endpoint)}")
+        return StorageTimeoutError(f"connect timeout to {redact(ctx.endpoint)}",
+                                   timeout="connect")
     if isinstance(exc, (bce.ReadTimeoutError, asyncio.TimeoutError, *aio.timeout)):
         return StorageTimeoutError(
-            f"no data from {redact(ctx.endpoint)} within the idle timeout", received=received
+            f"no data from {redact(ctx.endpoint)}", received=received, timeout="idle"
         )
     if isinstance(exc, (bce.ResponseStreamingError, bce.IncompleteReadError,
                         *aio.payload)) or (
