@@ -14,33 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import itertools
 import logging
-import os
-import ssl
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, ClassVar, TypeVar
-
-import redis.asyncio as aredis
-from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
-from redis.retry import Retry as BlockingRetry
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from typing import Any, ClassVar
 
 from ... import _loop
-from ..._client_cert import load_client_cert
-from ...config import VALIDATORS, CommonConfig, _flag, split_options
+from ...config import VALIDATORS, CommonConfig, _flag
 from ...errors import (
     ConfigurationError,
-    ConnectionFailedError,
     IncompleteReadError,
     InsecureTLSWarning,
     InvalidRangeError,
     NotFoundError,
     ObjectChangedError,
-    ProtocolError,
     TensorstreamError,
 )
 from ...readahead._memcopy import copy_into
@@ -58,38 +46,19 @@ from ..base import (
 )
 from .blocking import BlockingRedisReader, batches, check_reply
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
-from .errors import (
-    REDIS_ERRORS,
-    closed_by_server,
-    map_redis_error,
-    plain_text_instead_of_tls,
-    tls_instead_of_plain_text,
-)
-from .layout import (
-    Layout,
-    escape_glob,
-    is_staged_chunk,
-    parse_manifest,
-    string_layout,
-    tensorizer_layout,
-)
+from .connection import BATCHES_IN_FLIGHT, RedisConnection
+from .layout import Layout
 from .lister import list_objects
-from .width import RETRY_IDLE, Width
+from .lookup import key_bytes, look_up, scan_tensorizer
 from .writer import DELETE_IF_GENERATION, RedisWriter
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "InsecureTLSWarning", "RedisProvider"]
 
 log = logging.getLogger("tensorstream.redis")
-T = TypeVar("T")
 
 DEFAULT_CHUNK_SIZE = 4 << 20
 _MIN_CHUNK, _MAX_CHUNK = 1 << 10, 512 << 20
-#: A readinto's pipelines (``batches``) run a few at a time, so one huge read
-#: does not serialise on one socket.
-_BATCHES_IN_FLIGHT = 4
 _LAYOUT_CACHE = 256
-#: How long ``close`` waits for a client of another (running) loop to close.
-_CLOSE_ELSEWHERE_S = 5.0
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -97,12 +66,7 @@ def _as_bool(value: Any) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
 
 
-def key_bytes(path: str) -> bytes:
-    """Redis key for an object path (UTF-8; undecodable bytes round-trip)."""
-    return path.encode("utf-8", "surrogateescape")
-
-
-class RedisProvider(Provider):
+class RedisProvider(RedisConnection, Provider):
     """Objects in one Redis database or cluster. Paths are key names."""
 
     schemes = ("redis", "rediss")
@@ -135,26 +99,10 @@ class RedisProvider(Provider):
             )
         if cluster and db:
             raise ConfigurationError("Redis Cluster has only database 0; drop db/redis_db")
-        self.host, self.port, self.tls, self.db, self.cluster = host, port, tls, db, cluster
-        self._tls_answered = False  # set once a TLS call got an answer
-        self._answered = False  # set once a plain-text call got one
+        super().__init__(host, port, tls=tls, db=db, cluster=cluster, credentials=credentials,
+                         config=config, ca_bundle=ca_bundle, insecure=insecure,
+                         client_cert=client_cert, client_key=client_key)
         self.chunk_size = chunk_size
-        self._creds = credentials or RedisCredentials()
-        self._config = config or split_options({})[0]
-        if tls and client_cert is not None:  # (redis-py loads it on each connect: a bad
-            # pair was retried as a connection failure, an encrypted key prompted)
-            load_client_cert(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), client_cert, client_key)
-        self._tls_files = (ca_bundle, client_cert, client_key)
-        self._insecure = bool(insecure)
-        #: One client per event loop: reads hop between the caller's loop and the I/O
-        #: loop (``readinto_blocking``), and a client (its connections, a cluster's
-        #: slot map) belongs to the loop it was made on.
-        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
-        self._clients_pid = os.getpid()  # (a forked child's copies belong to no loop of its own)
-        self._blocking: BlockingRedisReader | None = None
-        #: how many interactions run at once (both clients): narrowed by a server
-        #: refusing connections for its maxclients
-        self._width = Width()
         self._layouts: dict[str, Layout] = {}
         if self._insecure and tls:
             msg = (f"TLS certificate verification is disabled (insecure=True) for "
@@ -207,261 +155,12 @@ class RedisProvider(Provider):
 
     def __reduce__(self) -> Any:
         raise TypeError("RedisProvider holds credentials and cannot be pickled")
-
-    # -- connection -----------------------------------------------------------
-    def _client_kwargs(self, *, blocking: bool = False) -> dict[str, Any]:
-        """Connection settings for an asyncio client, or a blocking one with ``blocking``."""
-        t = self._config.timeouts
-        # Each client flavour takes its own Retry class (redis-py >= 8.2 warns otherwise).
-        no_retries = BlockingRetry(NoBackoff(), 0) if blocking else AsyncRetry(NoBackoff(), 0)
-        kw: dict[str, Any] = {
-            "host": self.host,
-            "port": self.port,
-            "username": self._creds.username.value if self._creds.username else None,
-            "password": self._creds.password.value if self._creds.password else None,
-            "socket_connect_timeout": t.connect,
-            "socket_timeout": t.idle,
-            # Retries live in tensorstream's policy layer only.
-            "retry": no_retries,
-            # Every concurrent read may pipeline _BATCHES_IN_FLIGHT batches at once;
-            # the pool must never run dry ("Too many connections" is not retried).
-            "max_connections": self._config.transfer.concurrency * _BATCHES_IN_FLIGHT + 8,
-        }
-        if self.tls:
-            ca, cert, key = self._tls_files
-            kw.update(
-                ssl=True,
-                ssl_ca_certs=ca,
-                ssl_certfile=cert,
-                ssl_keyfile=key,
-                ssl_cert_reqs="none" if self._insecure else "required",
-                ssl_check_hostname=not self._insecure,
-            )
-        return kw
-
-    def client(self) -> Any:
-        """The redis.asyncio client for the running loop (created on first use)."""
-        loop = asyncio.get_running_loop()
-        if self._clients_pid != os.getpid():
-            self._clients, self._clients_pid = {}, os.getpid()
-        client = self._clients.get(loop)
-        if client is None:
-            # (one replaced on each hop between loops was dropped unclosed: its pooled
-            # connections leaked, a cluster's printed "Unclosed RedisCluster client"
-            # at the end of a cp, and every hop paid a new cluster's slot discovery)
-            for gone in [lp for lp in self._clients if lp.is_closed()]:
-                del self._clients[gone]
-            kw = self._client_kwargs()
-            client = RedisCluster(**kw) if self.cluster else aredis.Redis(db=self.db, **kw)
-            self._clients[loop] = client
-        return client
-
-    async def _guard(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run one Redis interaction, mapping its errors (the only mapping point),
-        within the width the server allows (:mod:`.width`): one it refused for its
-        maxclients runs again once a connection of this provider is free."""
-        idle_dropped = False
-        while True:
-            async with self._width.slot():
-                try:
-                    result = await self._guard_once(fn)
-                    self._width.went_well()
-                    return result
-                except TensorstreamError as err:
-                    step = self._width.after_failure(err, idle_dropped=idle_dropped)
-            if step == RETRY_IDLE:
-                await self._drop_idle()
-                idle_dropped = True
-
-    async def _drop_idle(self) -> None:
-        """Close this provider's idle connections (both clients', every loop's):
-        held for nothing, they may be the connections the server has no more of."""
-        if self._blocking is not None:
-            self._blocking.drop_idle()
-        here = asyncio.get_running_loop()
-        for loop, client in list(self._clients.items()):
-            pool = getattr(client, "connection_pool", None)  # (a cluster's are per node)
-            if pool is None:
-                continue
-            if loop is here:
-                await pool.disconnect(inuse_connections=False)
-            elif loop.is_running():
-                done = asyncio.run_coroutine_threadsafe(
-                    pool.disconnect(inuse_connections=False), loop)
-                with contextlib.suppress(*REDIS_ERRORS):
-                    await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
-
-    def _drop_idle_blocking(self) -> None:
-        """:meth:`_drop_idle` from a blocking reader's thread (on the I/O loop)."""
-        with contextlib.suppress(*REDIS_ERRORS):
-            _loop.run_sync(self._drop_idle())
-
-    async def _guard_once(self, fn: Callable[[], Awaitable[T]]) -> T:
-        try:
-            if self.tls and not self._tls_answered:
-                result = await self._first_tls_call(fn)
-                self._tls_answered = True
-                return result
-            result = await fn()
-            self._answered = True
-            return result
-        except REDIS_ERRORS as exc:
-            err = map_redis_error(exc, who=self._creds.describe(looked_in=True),
-                                  secrets=self._creds.secrets())
-            if (not self.tls and not self._answered and closed_by_server(exc)
-                    and await tls_instead_of_plain_text(self.host, self.port)):
-                # A TLS-only port drops a plain-text client at its first bytes: "connection
-                # reset by peer", retried as if the server were restarting.
-                err = ConnectionFailedError(
-                    f"{self.host}:{self.port} speaks TLS, not plain-text Redis: use rediss:// "
-                    "instead of redis:// (with ca_bundle=<file> if its CA is private)")
-                err.temporary = False
-            raise err from exc
-
-    async def _first_tls_call(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """The first call over rediss://: when it has no answer after a second, check
-        whether the port speaks plain-text Redis (a TLS client there waits for a
-        handshake reply that never comes, until its connect timeout, five times)."""
-        call = asyncio.ensure_future(fn())
-        try:
-            done, _ = await asyncio.wait({call}, timeout=1.0)
-            if not done and await plain_text_instead_of_tls(self.host, self.port):
-                err = ConnectionFailedError(
-                    f"{self.host}:{self.port} speaks plain-text Redis, not TLS: use redis:// "
-                    "instead of rediss://")
-                err.temporary = False  # retrying the handshake cannot help
-                raise err
-            return await call
-        finally:
-            if not call.done():
-                call.cancel()
-                await asyncio.gather(call, return_exceptions=True)
-
-    async def pipeline(self, calls: builtins.list[tuple[str, tuple[Any, ...]]],
-                       raise_on_error: bool = True) -> builtins.list[Any]:
-        """Run ``[(command_method, args), ...]`` in one non-transactional pipeline."""
-        if not calls:
-            return []
-
-        async def run() -> list[Any]:
-            pipe = self.client().pipeline(transaction=False)
-            for name, args in calls:
-                getattr(pipe, name)(*args)
-            return list(await pipe.execute(raise_on_error=raise_on_error))
-
-        return await self._guard(run)
-
-    async def close(self) -> None:
-        blocking, self._blocking = self._blocking, None
-        if blocking is not None:
-            blocking.close()
-        clients, self._clients = self._clients, {}
-        here = asyncio.get_running_loop()
-        forked = self._clients_pid != os.getpid()
-        for loop, client in clients.items():
-            if loop is here and not forked:
-                await client.aclose()
-            elif loop.is_running() and not forked:  # closed on its own loop (the I/O loop's, say)
-                done = asyncio.run_coroutine_threadsafe(client.aclose(), loop)
-                try:
-                    await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
-                except REDIS_ERRORS:  # (a timeout included)
-                    log.debug("closing a Redis client on another loop failed", exc_info=True)
-
-    async def bulk_limit(self) -> int | None:
-        """The server's ``proto-max-bulk-len`` (the longest value it takes), or ``None``
-        where ``CONFIG GET`` is refused, renamed or answered oddly."""
-        try:
-            reply = await self.client().config_get("proto-max-bulk-len")
-        except REDIS_ERRORS:
-            return None
-        try:
-            return int(reply["proto-max-bulk-len"])
-        except (KeyError, TypeError, ValueError):
-            return None
-
     # -- layout ---------------------------------------------------------------
-    async def scan(self, match: str) -> builtins.list[bytes]:
-        """Every key matching the glob ``match`` (SCAN on every primary; never KEYS)."""
-        async def run() -> list[bytes]:
-            client = self.client()
-            if self.cluster:  # (one cursor per node: redis-py walks them)
-                return [k async for k in client.scan_iter(match=match, count=1000)]
-            keys: list[bytes] = []
-            cursor, given = 0, set()
-            while True:
-                cursor, batch = await client.scan(cursor=cursor, match=match, count=1000)
-                keys.extend(batch)
-                if not cursor:
-                    return keys
-                if cursor in given:
-                    # A server answering the same cursor forever: scanning on would never
-                    # end, and the keys it repeats would pile up in memory meanwhile.
-                    raise ProtocolError(f"Redis SCAN loops: cursor {cursor} came back while "
-                                        f"listing {match!r}")
-                given.add(cursor)
-
-        return await self._guard(run)
-
     async def resolve(self, path: str) -> Layout:
         """Find the object at ``path``: manifest, plain string or tensorizer prefix."""
-        key = key_bytes(path)
-        kind, fields, length = await self.pipeline(
-            [("type", (key,)), ("hgetall", (key,)), ("strlen", (key,))], raise_on_error=False
-        )
-        for reply in (kind, fields, length):
-            if isinstance(reply, Exception) and not str(reply).startswith("WRONGTYPE"):
-                raise map_redis_error(reply, who=self._creds.describe(looked_in=True),
-                                      secrets=self._creds.secrets()) from reply
-        if isinstance(kind, bytes):
-            kind = kind.decode()
-        if kind == "hash" and isinstance(fields, dict) and fields:
-            layout = parse_manifest(path, fields)
-        elif kind == "string" and isinstance(length, int):
-            layout = string_layout(path, length)
-        elif kind in ("none", None) or (kind == "hash" and not fields):
-            layout = await self._resolve_tensorizer(path)
-        else:
-            raise NotFoundError(f"key {path!r} holds a Redis {kind}, not an object")
+        layout = await look_up(self, path)
         self._remember(layout)
         return layout
-
-    async def _resolve_tensorizer(self, path: str) -> Layout:
-        layout, leftover = await self._scan_tensorizer(path)
-        if layout is None:
-            why = ""
-            if leftover:
-                why = (f"; {len(leftover)} chunk(s) of a tensorstream object remain under "
-                       f"{path!r}:<generation>:<offset> with no manifest naming them (evicted "
-                       "by maxmemory-policy, or a delete or commit was interrupted): "
-                       "'tensorstream rm' removes them")
-            raise NotFoundError(f"no such Redis object: {path!r}{why}")
-        return layout
-
-    async def _scan_tensorizer(self, path: str) -> tuple[Layout | None, builtins.list[bytes]]:
-        """The tensorizer prefix at ``path`` (or ``None``), and the persistent chunks
-        of a tensorstream object whose manifest is gone (never part of it)."""
-        keys = await self.scan(escape_glob(path) + ":*")
-        answers = await self.pipeline([("strlen", (k,)) for k in keys]
-                                      + [("pttl", (k,)) for k in keys])
-        sizes, ttls = answers[: len(keys)], answers[len(keys):]
-        # tensorizer's to_redis always writes K:header:0; a tensor of its own may be
-        # named like a generation (16 hex digits), a tensorstream chunk only then.
-        tensorizer = key_bytes(path) + b":header:0" in keys
-        sized, leftover = [], []
-        for k, n, ttl in zip(keys, sizes, ttls, strict=True):
-            if is_staged_chunk(path, k) and (ttl >= 0 or not tensorizer):
-                # A chunk a writer staged (with its staging expiry) belongs to no
-                # object until a manifest names it: an unpublished write, or one whose
-                # abort left it to expire. A persistent one outlived its manifest
-                # (evicted, or a delete or commit cut short): only the manifest knew
-                # the object's size, and the chunks left, read as a stream, were a
-                # shorter object whenever its last chunks were gone too.
-                if ttl < 0:
-                    leftover.append(k)
-                continue
-            sized.append((k, n))
-        return tensorizer_layout(path, sized), leftover
 
     def _remember(self, layout: Layout) -> None:
         self._layouts.pop(layout.path, None)
@@ -490,7 +189,7 @@ class RedisProvider(Provider):
             return 0
         planned = batches(layout, offset, want)
         done = [False] * len(planned)
-        sem = asyncio.Semaphore(_BATCHES_IN_FLIGHT)
+        sem = asyncio.Semaphore(BATCHES_IN_FLIGHT)
 
         async def fetch(i: int) -> None:
             async with sem:
@@ -563,7 +262,7 @@ class RedisProvider(Provider):
         except NotFoundError:
             # The chunks a manifest that is gone left behind (never an object):
             # removed with the name they were written under, else nothing could.
-            _, leftover = await self._scan_tensorizer(path)
+            _, leftover = await scan_tensorizer(self, path)
             if not leftover:
                 raise
             self._layouts.pop(path, None)
