@@ -11,20 +11,47 @@ file object that feeds ``tensorizer.TensorDeserializer``; ``tensorstream cp``.
 import sys as _sys
 
 
+def _started_with(args: list[str]) -> tuple[str, str]:
+    """How the interpreter's command line ``args`` (``sys.orig_argv``) runs a program:
+    ``("module", name)`` for ``-m name`` (after options, grouped or not: ``-Im name``,
+    ``-Imname``, ``-X dev -m name``), ``("code", "")`` for ``-c``, ``("script", path)``,
+    or ``("", "")`` (interactive)."""
+    i = 1
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return ("script", args[i + 1]) if i + 1 < len(args) else ("", "")
+        if arg == "-" or not arg.startswith("-"):
+            return "script", arg
+        if arg.startswith("--"):  # --check-hash-based-pycs MODE; the others take none
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        for j in range(1, len(arg)):
+            rest = arg[j + 1:]
+            if arg[j] == "m":
+                return "module", rest or (args[i + 1] if i + 1 < len(args) else "")
+            if arg[j] == "c":
+                return "code", ""
+            if arg[j] in "XW":  # takes a value: the rest of the group, else the next word
+                i += 0 if rest else 1
+                break
+        i += 1
+    return "", ""
+
+
 def _launched_as_command() -> bool:
     """Whether this process is the ``tensorstream`` command: ``sys.argv[0]`` is
-    its console script, or runpy is importing this package for ``python -m
-    tensorstream`` (``sys.argv[0]`` is ``-m`` until then). A program of one's
-    own importing the library is not."""
+    its console script, or runpy is importing this package for ``python [options]
+    -m tensorstream`` (``sys.argv[0]`` is ``-m`` until then). A program of one's
+    own importing the library is not, nor a ``multiprocessing`` child of the
+    command (it is handed the parent's ``sys.argv``; its interpreter runs ``-c``)."""
     argv = getattr(_sys, "argv", None)  # (an embedding interpreter may have none)
     argv0 = argv[0] if argv else ""
+    started = _started_with(list(getattr(_sys, "orig_argv", None) or []))
     if argv0 == "-m":
-        args = getattr(_sys, "orig_argv", [])
-        for i, arg in enumerate(args[1:], 1):
-            if arg.startswith("-m"):
-                return (arg[2:] or "".join(args[i + 1:i + 2])) == "tensorstream"
-        return False
-    return argv0.replace("\\", "/").rpartition("/")[2].removesuffix(".exe") == "tensorstream"
+        return started == ("module", "tensorstream")
+    named = argv0.replace("\\", "/").rpartition("/")[2].removesuffix(".exe") == "tensorstream"
+    return named and started[0] != "code"
 
 
 def _exit_interrupted(signum: int = 2, frame: object = None) -> None:

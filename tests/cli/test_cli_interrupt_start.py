@@ -169,3 +169,71 @@ def test_ctrl_c_at_any_moment_of_the_first_second_never_shows_a_traceback(
                 assert out.split() == ["a.bin"], (delay, out, err)
         outcomes.add(child.returncode)
     assert outcomes  # (which ones depends on the machine's speed)
+
+
+@pytest.mark.parametrize("flags", [["-Bm"], ["-B", "-m"], ["-sBm"], ["-X", "utf8", "-m"],
+                                   ["-Xutf8", "-Bm"], ["-W", "default", "-m"]])
+def test_python_options_before_m_tensorstream_still_make_the_command(
+        launch: dict[str, object], flags: list[str]) -> None:
+    """python -Im tensorstream (isolated mode, options grouped with -m) was not taken for
+    the command: Ctrl-C while it started ended it with a traceback."""
+    proc = _run([sys.executable, *flags, "tensorstream", "ls", str(launch["listed"])],
+                launch["env"], "tensorstream.cli.main")  # type: ignore[arg-type]
+    assert proc.stderr.splitlines() == [_CLEAN], proc.stderr
+    assert proc.returncode == 130
+
+
+@pytest.mark.parametrize("orig", [["-Im", "tensorstream"], ["-Imtensorstream"], ["-I", "-m", "tensorstream"],
+                                  ["-IX", "dev", "-m", "tensorstream"], ["-I", "-m", "tensorstream.demo"],
+                                  ["-I", "-c", "pass", "-m", "tensorstream"],
+                                  ["-X", "-m", "-m", "json"]])
+def test_how_runpy_starts_the_package_under_options(launch: dict[str, object],
+                                                    orig: list[str]) -> None:
+    # What runpy shows the package while it imports it for python [options] -m NAME:
+    # sys.argv[0] is "-m", sys.orig_argv the interpreter's own command line. (-I itself
+    # ignores PYTHONPATH, so this checkout cannot be started under it here.)
+    code = ("import signal, sys\n"
+            f"sys.argv, sys.orig_argv = ['-m'], [sys.executable, *{orig!r}]\n"
+            "import tensorstream\n"
+            "print(signal.getsignal(signal.SIGINT) is tensorstream._exit_interrupted)\n")
+    proc = _run([sys.executable, "-c", code], launch["env"], None)  # type: ignore[arg-type]
+    want = "tensorstream" in orig[-1] and "tensorstream." not in orig[-1] and "-c" not in orig
+    assert proc.stdout.strip() == str(want), (orig, proc.stdout, proc.stderr)
+
+
+def test_python_isolated_mode_is_the_command_where_it_can_be_started(tmp_path: Path) -> None:
+    # -I ignores PYTHONPATH: only an installed tensorstream starts this way, and only
+    # this checkout's is tested
+    where = subprocess.run([sys.executable, "-I", "-c", "import tensorstream; "
+                            "print(tensorstream.__file__)"], capture_output=True, text=True)
+    if not where.stdout.startswith(_SRC):
+        pytest.skip(f"python -I imports another tensorstream: {where.stdout.strip()}")
+    (tmp_path / "d").mkdir()
+    proc = _run([sys.executable, "-Im", "tensorstream", "ls", str(tmp_path)], dict(os.environ),
+                None)
+    assert proc.returncode == 0 and proc.stdout.split() == ["d"], proc.stderr
+
+
+def test_a_child_process_of_the_command_gets_pythons_sigint_handler(
+        launch: dict[str, object], tmp_path: Path) -> None:
+    """A multiprocessing (spawn) child of the console script (a demo's server, a pool)
+    is handed the parent's sys.argv, so it took itself for the command and installed
+    the start-up handler: Ctrl-C there printed the command's line and exit 130 instead
+    of the KeyboardInterrupt its own code expects."""
+    parent = tmp_path / "bin" / "tensorstream"  # the console script's name
+    parent.write_text(
+        "import multiprocessing, signal, sys\n"
+        "def report(q):\n"
+        "    import tensorstream\n"
+        "    q.put(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n"
+        "if __name__ == '__main__':\n"
+        "    import tensorstream\n"
+        "    mine = signal.getsignal(signal.SIGINT) is tensorstream._exit_interrupted\n"
+        "    ctx = multiprocessing.get_context('spawn')\n"
+        "    q = ctx.Queue()\n"
+        "    p = ctx.Process(target=report, args=(q,))\n"
+        "    p.start()\n"
+        "    print(mine, q.get(timeout=60))\n"
+        "    p.join()\n")
+    proc = _run([sys.executable, str(parent)], launch["env"], None)  # type: ignore[arg-type]
+    assert proc.stdout.split() == ["True", "True"], proc.stdout + proc.stderr
