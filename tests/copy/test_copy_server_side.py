@@ -286,9 +286,10 @@ def test_a_copy_request_answered_503_is_sent_again(tensorstream_s3: Any) -> None
 
 
 def test_a_completed_copy_whose_answer_was_lost_is_a_copy(tensorstream_s3: Any) -> None:
-    """CompleteMultipartUpload applied, its answer cut: a temporary error, so it is sent
-    again (moto answers a repeated complete of the same parts with 200), and the copy is
-    one copy, compared, with no upload left behind."""
+    """CompleteMultipartUpload applied, its answer cut: it is sent once (as the writer sends
+    it), and the copy was reported failed ("cannot reach") while it was published. The
+    destination holding the source's ETag says the complete was applied: one copy,
+    compared, no upload left behind."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), b"end"]
     _put_in_parts(b, "src/m.bin", parts)

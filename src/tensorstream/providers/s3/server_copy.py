@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,8 @@ from .parts import MAX_PARTS, known_size_part
 from .writer import _etag_md5
 
 __all__ = ["COPY_CUTOFF", "Copied", "ServerCopyUnsupported", "same_credentials", "server_copy"]
+
+log = logging.getLogger("tensorstream.s3")
 
 #: The largest object one ``CopyObject`` copies (S3's limit, and rclone's cut-off).
 COPY_CUTOFF = 5 << 30
@@ -129,12 +132,16 @@ class _Calls:
                     f"the server does not support {op} (NotImplemented)") from exc
             raise
 
-    async def __call__(self, op: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    async def __call__(self, op: str, path: str, *, once: bool = False,
+                       **kwargs: Any) -> dict[str, Any]:
+        """``op`` (a botocore operation) with ``kwargs``, sent again on a temporary error
+        unless ``once`` (what creates an upload or publishes is sent once, as the
+        writer sends it: an answer lost after S3 applied it is looked at instead)."""
         try:
             try:
                 return await self._once(op, path, kwargs)
             except TensorstreamError as exc:  # (nearly every request succeeds: no loop built)
-                if not exc.temporary or self.config.retry.attempts <= 1:
+                if once or not exc.temporary or self.config.retry.attempts <= 1:
                     raise
                 first: TensorstreamError | None = exc
             from ...layers.retrying import retrying
@@ -191,7 +198,7 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
 
 async def _head_source(call: _Calls, src_path: str, info: ObjectInfo) -> dict[str, Any]:
     bucket, key = _split(src_path)
-    pinned = {"IfMatch": info.etag} if info.etag else {}
+    pinned: dict[str, Any] = {"IfMatch": info.etag} if info.etag else {}
     try:
         return await call("head_object", src_path, Bucket=bucket, Key=key, **pinned)
     except PermissionDeniedError as exc:
@@ -242,8 +249,8 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
     bucket, key = _split(dst_path)
     carried = {name: head[name] for name in _CARRIED if head.get(name)}
     try:
-        upload = await call("create_multipart_upload", dst_path, Bucket=bucket, Key=key,
-                            **carried)
+        upload = await call("create_multipart_upload", dst_path, once=True, Bucket=bucket,
+                            Key=key, **carried)
     except PermissionDeniedError as exc:
         raise _refused_writing(exc) from exc
     upload_id = str(upload.get("UploadId") or "")
@@ -255,7 +262,8 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
 
     async def part(number: int, start: int, end: int) -> None:
         async with slots:
-            extra = {"CopySourceRange": f"bytes={start}-{end - 1}"} if end > start else {}
+            extra: dict[str, Any] = (
+                {"CopySourceRange": f"bytes={start}-{end - 1}"} if end > start else {})
             resp = await call("upload_part_copy", dst_path, Bucket=bucket, Key=key,
                               UploadId=upload_id, PartNumber=number, CopySource=source,
                               CopySourceIfMatch=etag, **extra)
@@ -284,8 +292,13 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
                     "other bytes); nothing was published")
         else:  # still the version the parts were pinned to
             await _head_source(call, src_path, ObjectInfo(path=src_path, size=size, etag=etag))
-        done = await call("complete_multipart_upload", dst_path, Bucket=bucket, Key=key,
-                          UploadId=upload_id, MultipartUpload={"Parts": parts})
+        try:
+            done = await call("complete_multipart_upload", dst_path, once=True, Bucket=bucket,
+                              Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
+        except TensorstreamError as exc:
+            # Applied, its answer lost (a timeout, a cut connection)? The copy holding the
+            # source's ETag says so; otherwise the error stands and the upload is aborted.
+            done = await _published_anyway(call, dst_path, md5 if compared else None, exc)
     except BaseException:
         await asyncio.shield(_abort(call, dst_path, upload_id))
         raise
@@ -294,6 +307,24 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         raise IntegrityError(f"the copy's ETag {done.get('ETag')} is not the source's {etag}; "
                              "the copy was removed")
     return Copied("ETag" if compared else None, len(parts))
+
+
+async def _published_anyway(call: _Calls, dst_path: str,
+                            md5: tuple[str, int | None] | None,
+                            error: TensorstreamError) -> dict[str, Any]:
+    """The destination's HEAD if it holds the ETag ``md5`` (the completed copy), else
+    ``error`` (the complete's) is raised."""
+    bucket, key = _split(dst_path)
+    if md5 is not None:
+        try:
+            head = await call("head_object", dst_path, Bucket=bucket, Key=key)
+        except TensorstreamError:
+            head = {}
+        if _etag_md5(head.get("ETag")) == md5:
+            log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
+                     "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))
+            return head
+    raise error
 
 
 async def _source_layout(call: _Calls, src_path: str, etag: str, count: int,
