@@ -110,7 +110,7 @@ def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: st
             time.sleep(10)  # far past the others' group_timeout
             os._exit(0)
 
-        for name in ("tensorstream.distributed.tensorizer", "tensorstream.safetensors.reader"):
+        for name in ("tensorstream.distributed.tensorizer", "tensorstream.safetensors.group_load"):
             module = importlib.import_module(name)
             if how == "exit-in-exchange":  # dies once the exchange has begun
                 real = module.broadcast_shares

@@ -23,8 +23,8 @@ import torch
 from ..api import open as ts_open
 from ..errors import MalformedFileError
 from ..providers.local.provider import naming_write_errors
+from ..safetensors.dtypes import PACKED, byte_view
 from ..safetensors.header import encode_header, shown
-from ..safetensors.reader import PACKED, byte_view
 from ..safetensors.writer import _NAMES
 from ..tensorizer.crypto import DecryptionError
 from ..tensorizer.hook import CryptographyError, IndexEntry, forget, index_entries

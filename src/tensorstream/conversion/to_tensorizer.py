@@ -41,8 +41,9 @@ from tensorizer.serialization import TensorType
 from ..api import open as ts_open
 from ..errors import MalformedFileError, ObjectChangedError
 from ..providers.local.provider import naming_write_errors, temp_copy_hint
+from ..safetensors.dtypes import torch_dtype
 from ..safetensors.header import TensorInfo, shown
-from ..safetensors.reader import SafetensorsFile, torch_dtype
+from ..safetensors.opened_file import SafetensorsFile
 from ..safetensors.sources import Source
 from ..uri import ParsedURI
 from ._local import local_target

@@ -21,17 +21,11 @@ import torch
 from ..distributed.group import resolve_group
 from ..errors import MalformedFileError
 from ..uri import ParsedURI
+from .arguments import Filter, _check, _needed, _wanted
+from .group_load import _shared
 from .header import shown
-from .reader import (
-    MAX_CONCURRENT_FILES,
-    Filter,
-    _check,
-    _needed,
-    _read_file,
-    _shared,
-    _wanted,
-)
-from .sources import Source, resolve
+from .reader import _read_file
+from .sources import MAX_CONCURRENT_FILES, Source, resolve
 
 __all__ = ["iter_tensors"]
 

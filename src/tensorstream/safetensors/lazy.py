@@ -26,8 +26,10 @@ import torch
 from ..errors import ConfigurationError, MalformedFileError, UnsupportedOperationError
 from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
+from .arguments import _device
+from .dtypes import PACKED, _finish, byte_view, torch_dtype, torch_shape
 from .header import TensorInfo, shown
-from .reader import PACKED, SafetensorsFile, _device, _finish, byte_view, torch_dtype, torch_shape
+from .opened_file import SafetensorsFile
 from .sources import resolve
 
 __all__ = ["SafeOpen", "SafeSlice", "open"]

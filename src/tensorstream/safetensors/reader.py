@@ -7,6 +7,12 @@ final memory (pinned host memory when it goes to a GPU) and filled by the
 reader's ``readinto`` of its whole span, which the read-ahead engine fans out
 into concurrent ranged requests landing straight in the tensor. Read
 boundaries at every tensor keep requests from straddling two tensors.
+
+One open file (its header, a tensor's allocation and fill) is
+:class:`~.opened_file.SafetensorsFile`; dtypes and casts are in :mod:`.dtypes`,
+the checks of ``filter``, ``device``, ``num_readers`` and ``dtype`` in
+:mod:`.arguments`, and a load shared by a ``torch.distributed`` group in
+:mod:`.group_load`. This module reads the files and is :func:`load`.
 """
 
 from __future__ import annotations
@@ -16,235 +22,39 @@ import concurrent.futures
 import contextlib
 import mmap
 import os
-import sys
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from .._gcpause import paused
-from ..api import open as ts_open
 from ..config import validate_options
-from ..distributed.exchange import agree, broadcast_shares, is_local, read_share
-from ..distributed.group import Group, resolve_group
-from ..distributed.plan import Piece, fingerprint, split
-from ..errors import ConfigurationError, MalformedFileError
+from ..distributed.group import resolve_group
+from ..errors import MalformedFileError
 from ..file import StreamReader
-from ..headroom import SMALL_CLAIM, check_fits
+from ..headroom import check_fits
 from ..providers.local.provider import PinnedFile
 from ..readahead.arena import Arena
-from ..uri import ParsedURI, parse_uri, redact
+from ..uri import ParsedURI, parse_uri
 from . import _local
 from ._local import fill_local
-from .header import Header, TensorInfo, header_from_prefix, shown
-from .sources import Source, resolve
+from .arguments import Filter, _check, _needed, _wanted
+from .dtypes import PACKED, _casts, _finish, byte_view, torch_dtype, torch_shape
+from .group_load import _shared
+from .header import TensorInfo, shown
+from .opened_file import SafetensorsFile
+from .sources import MAX_CONCURRENT_FILES, Source, resolve
 
 __all__ = ["DEFAULT_NUM_READERS", "PACKED", "Filter", "load", "torch_dtype", "torch_shape"]
 
 #: Parallel readers per file for :func:`load`: contiguous stretches of the file,
 #: each on its own fork of the reader (shared connections and read-ahead budget).
 DEFAULT_NUM_READERS = 2
-#: Shards of a checkpoint read at the same time.
-MAX_CONCURRENT_FILES = 4
-#: The first read: the length and, almost always, the whole header.
-_FIRST_READ = 1 << 20
-#: The first read of a group load's header (each rank reads it: kept small).
-_EXACT_FIRST_READ = 64 << 10
 #: Read-ahead memory of one file's readers when the caller sets no ``readahead``: twice
 #: the common default, measured on a 25 MB/s-per-connection link with 170 tensors (512 MiB):
 #: 2.05 s at 64 MiB, 1.25 s at 128 MiB (many 2-5 MiB tensors keep more requests in flight).
 _READAHEAD = 128 << 20
-
-Filter = Callable[[str], bool] | Collection[str] | None
-
-_DTYPES: dict[str, str] = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
-    "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
-    "BOOL": "bool", "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E4M3FNUZ": "float8_e4m3fnuz",
-    "F8_E5M2": "float8_e5m2", "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu",
-    "F4": "float4_e2m1fn_x2",
-}
-
-#: Dtypes torch holds several elements to one of its own (as safetensors maps them):
-#: F4 in pairs, ``float4_e2m1fn_x2``, whose last dimension is half the file's.
-PACKED: dict[str, int] = {"F4": 2}
-
-
-def torch_dtype(name: str, where: str = "") -> torch.dtype:
-    """The torch dtype of a safetensors dtype name; a clear error if this torch lacks it."""
-    attr = _DTYPES.get(name)
-    dtype = getattr(torch, attr, None) if attr else None
-    if not isinstance(dtype, torch.dtype):
-        raise MalformedFileError(f"{where}: dtype {name} is not supported by torch "
-                                 f"{torch.__version__}")
-    return dtype
-
-
-def torch_shape(t: TensorInfo, where: str = "") -> tuple[int, ...]:
-    """The shape of ``t`` in torch: the file's, less a packed dtype's pairing (an F4
-    ``[4096, 2048]`` is a ``float4_e2m1fn_x2`` ``[4096, 1024]``, as safetensors loads it)."""
-    per = PACKED.get(t.dtype)
-    if per is None:
-        return t.shape
-    if not t.shape or t.shape[-1] % per:
-        raise MalformedFileError(
-            f"{where}: tensor {shown(t.name)} is {t.dtype} of shape {list(t.shape)}: torch holds "
-            f"{t.dtype} {per} to an element ({_DTYPES[t.dtype]}), so its last dimension must be "
-            f"a multiple of {per}")
-    return (*t.shape[:-1], t.shape[-1] // per)
-
-
-def _check_byteorder() -> None:
-    if sys.byteorder != "little":  # pragma: no cover - no big-endian CI
-        raise NotImplementedError("safetensors are little-endian; this host is big-endian")
-
-
-def _wanted(filter: Filter) -> Callable[[str], bool]:
-    if filter is None:
-        return lambda name: True
-    if callable(filter):
-        return filter
-    if isinstance(filter, (str, bytes)):
-        # A string is a collection of its characters: filter="lm_head.weight" loaded nothing.
-        raise ConfigurationError(f"filter={filter!r} is one string; pass a collection of "
-                                 f"names (filter=[{filter!r}]) or a predicate on names")
-    try:
-        names = frozenset(filter)
-    except TypeError:
-        raise ConfigurationError(f"filter must be a predicate on tensor names or a collection "
-                                 f"of names, got {type(filter).__name__}") from None
-    return names.__contains__
-
-
-def _device(device: str | torch.device | None) -> torch.device:
-    try:
-        dev = torch.device(device if device is not None else "cpu")
-    except (RuntimeError, TypeError, ValueError) as exc:  # torch's bare error names no option
-        raise ConfigurationError(f"device={device!r} is not a torch device; "
-                                 "use 'cpu', 'cuda' or 'cuda:N'") from exc
-    if dev.type == "cuda":
-        # Said before anything is read (torch would fail at the first pinned allocation).
-        if not torch.cuda.is_available():
-            why = ("this torch was built without CUDA" if torch.version.cuda is None
-                   else "no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)")
-            raise ConfigurationError(f"device={str(device)!r} was requested but CUDA is not "
-                                     f"available: {why}; use device='cpu'")
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-        if dev.index >= torch.cuda.device_count():
-            raise ConfigurationError(f"device={str(device)!r} was requested but only "
-                                     f"{torch.cuda.device_count()} CUDA device(s) are visible")
-    return dev
-
-
-def byte_view(t: torch.Tensor) -> memoryview:
-    """A writable byte view of a contiguous tensor's memory (any dtype, 0-dim included)."""
-    # Flattened by as_strided, not reshape: torch calls a tensor of one element contiguous
-    # whatever its strides (``w[:, 0][0:1]``: stride 5), and reshape kept that stride,
-    # which a dtype view refuses (save raised a bare RuntimeError).
-    array: Any = t.as_strided((t.numel(),), (1,)).view(torch.uint8).numpy()
-    return memoryview(array).cast("B")
-
-
-class SafetensorsFile:
-    """One open safetensors object: its validated header and its reader."""
-
-    def __init__(self, uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any], *,
-                 exact: bool = False) -> None:
-        _check_byteorder()
-        self.reader: StreamReader = ts_open(uri, "rb", **options)
-        try:
-            self.where = self.reader.name
-            self.header = self._read_header(exact)
-        except BaseException:
-            self.reader.close()
-            raise
-
-    def _read_header(self, exact: bool) -> Header:
-        """The validated header. ``exact``: with one small ranged read (64 KiB;
-        more only for a larger header) instead of the read-ahead engine, for a
-        group load whose ranks each read the header but must pull no tensor
-        bytes twice."""
-        size = self.reader.size
-        first = bytearray(min(size, _EXACT_FIRST_READ if exact else _FIRST_READ))
-        if exact:
-            self.reader.read_ranges([(0, first)])
-        else:
-            # A fork, so the main reader's read-ahead starts cleanly at the data.
-            with self.reader.fork(end=len(first)) as head:
-                head.readinto(first)
-        return header_from_prefix(bytes(first), size, self.where, self.read_at)
-
-    def read_at(self, offset: int, nbytes: int) -> bytes:
-        """``nbytes`` at ``offset``: one ranged read beside the sequential ones."""
-        buf = bytearray(nbytes)
-        self.reader.read_ranges([(offset, buf)])
-        return bytes(buf)
-
-    def close(self) -> None:
-        self.reader.close()
-
-    def __enter__(self) -> SafetensorsFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def select(self, wanted: Callable[[str], bool], names: frozenset[str] | None) -> list[TensorInfo]:
-        """The tensors to read, in file order; ``names``: those an index takes from here."""
-        tensors = [t for t in self.header.tensors
-                   if (names is None or t.name in names) and wanted(t.name)]
-        if names is not None:
-            present = {t.name for t in tensors}
-            missing = sorted(n for n in names if n not in present and wanted(n))
-            if missing:
-                raise MalformedFileError(
-                    f"{self.where} lacks {len(missing)} tensor(s) that the index puts there: "
-                    f"{', '.join(shown(n) for n in missing[:10])}")
-        for t in tensors:  # fail on an unknown dtype or shape before reading anything
-            torch_dtype(t.dtype, self.where)
-            torch_shape(t, self.where)
-        return tensors
-
-    def read_tensor(self, t: TensorInfo, reader: StreamReader, *, pin: bool = False) -> torch.Tensor:
-        """Allocate ``t`` in host memory and fill it with one ``readinto`` of its span."""
-        return self.fill(t, reader, self.allocate(t, pin=pin))
-
-    #: The allowance of the load that opened the file (``max_tensor_bytes``), if any.
-    max_tensor_bytes: int | None = None
-
-    def allocate(self, t: TensorInfo, *, pin: bool = False) -> torch.Tensor:
-        """``t``'s memory, uninitialized (pinned for a GPU); a tensor larger than the
-        host memory available is refused first (torch's allocator raised a bare
-        ``RuntimeError``, or the process was killed once the pages were touched)."""
-        if t.nbytes >= SMALL_CLAIM or self.max_tensor_bytes is not None:
-            check_fits(t.nbytes, torch.device("cpu"), self.max_tensor_bytes, self.where,
-                       count=1, detail=f" (tensor {t.name!r})",
-                       hint=None if self.max_tensor_bytes is not None else _SLICE_HINT)
-        return torch.empty(torch_shape(t, self.where), dtype=torch_dtype(t.dtype, self.where),
-                           pin_memory=pin)
-
-    def fill(self, t: TensorInfo, reader: StreamReader, out: torch.Tensor) -> torch.Tensor:
-        """Fill ``out`` (from :meth:`allocate`) with one ``readinto`` of ``t``'s span."""
-        if t.nbytes:
-            reader.seek(t.begin)
-            view = byte_view(out)
-            got = reader.readinto(view)
-            if got != len(view):  # pragma: no cover - the reader raises first
-                raise MalformedFileError(f"{self.where} is truncated in tensor {t.name!r}")
-        return out
-
-
-_SLICE_HINT = ("If the file is right, free memory, or read the tensor in parts "
-               "(tensorstream.safetensors.open(...).get_slice(name)[...])")
-
-
-_PACKED_TORCH = frozenset(d for d in (getattr(torch, _DTYPES[n], None) for n in PACKED)
-                          if isinstance(d, torch.dtype))
-
 
 #: Tensors read to be cast that get a mapping of their own (smaller: ``torch.empty``).
 _OWN_MAPPING = 1 << 20
@@ -258,22 +68,6 @@ def _own_mapping(t: TensorInfo, where: str) -> torch.Tensor:
     region = mmap.mmap(-1, t.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     raw = torch.frombuffer(region, dtype=torch.uint8)  # holds the mapping while it lives
     return raw.view(torch_dtype(t.dtype, where)).reshape(torch_shape(t, where))
-
-
-def _casts(have: torch.dtype, dtype: torch.dtype | None) -> bool:
-    """Whether ``dtype=`` casts a tensor of dtype ``have``: floating-point ones only (a
-    packed dtype, F4's float4_e2m1fn_x2, has no cast: it is kept, as integers are)."""
-    return (dtype is not None and have.is_floating_point and have != dtype
-            and have not in _PACKED_TORCH)
-
-
-def _finish(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
-    if device.type != "cpu":
-        # From pinned memory: the copy overlaps the next tensor's read.
-        t = t.to(device, non_blocking=True)
-    if dtype is not None and _casts(t.dtype, dtype):
-        t = t.to(dtype)
-    return t
 
 
 def _split(tensors: list[TensorInfo], parts: int) -> list[list[TensorInfo]]:
@@ -427,28 +221,6 @@ def _pinned(source: Source, options: dict[str, Any], reader: StreamReader
         yield pinned
 
 
-def _needed(sources: list[Source], wanted: Callable[[str], bool]) -> list[Source]:
-    """The shards an index says hold at least one wanted tensor (others are not opened)."""
-    return [s for s in sources if s.names is None or any(wanted(n) for n in s.names)]
-
-
-def _check(device: str | torch.device | None, num_readers: int | None,
-           dtype: torch.dtype | None = None) -> tuple[torch.device, int]:
-    """The device and reader count (0: the default), checked before anything is read."""
-    dev = _device(device)
-    # A string, a float or a bool was taken as is (num_readers="2": a bare TypeError later).
-    readers: int | None = validate_options({"num_readers": num_readers})["num_readers"]
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point
-                                  and dtype not in _PACKED_TORCH):
-        # A dtype that is no torch.dtype failed after every byte was read (dtype="float16":
-        # torch's "Invalid device string"); an integer or bool dtype turned every
-        # floating-point weight into integers (transformers refuses one too).
-        raise ConfigurationError(f"dtype={dtype!r} is not a floating-point torch.dtype; dtype "
-                                 "casts the floating-point tensors (torch.float16, "
-                                 "torch.bfloat16...), others keep theirs")
-    return dev, readers or 0
-
-
 def load(
     uri: str | os.PathLike[str] | ParsedURI,
     device: str | torch.device = "cpu",
@@ -547,120 +319,3 @@ def load(
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     return out
-
-
-def _shared(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
-            dtype: torch.dtype | None, filter: Filter, num_readers: int | None, group: Any,
-            options: dict[str, Any], allowance: int | None = None,
-            ) -> Iterator[tuple[str, torch.Tensor]]:
-    early: BaseException | None = None
-    dev = torch.device("cpu")
-    wanted: Callable[[str], bool] = _wanted(None)
-    try:
-        dev, _ = _check(device, num_readers, dtype)
-        wanted = _wanted(filter)
-    except Exception as exc:
-        early = exc  # told to the group at its first step: every rank raises
-    return _load_shared(uri, options, wanted, dev, dtype, group, early, allowance)
-
-
-# -- a load shared by a torch.distributed group (group=) -----------------------------
-# Every rank resolves the same sources, reads each header with one small exact
-# read, allocates every wanted tensor in host memory (pinned for a GPU) and plans
-# the same shares of each file (distributed.plan.split over the tensors' spans).
-# Each rank reads its shares straight into the tensors' memory; the shares are
-# broadcast from and into that memory (gloo) or through the staging buffer
-# (NCCL); every rank then moves the complete tensors to its device. Nothing is
-# handed out until every rank has succeeded.
-
-
-class _File:
-    """One opened source: its header, the wanted tensors (allocated) and their pieces."""
-
-    def __init__(self, source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
-                 pin: bool, allowance: int | None) -> None:
-        self.file = SafetensorsFile(source.uri, options, exact=True)
-        try:
-            self.infos: list[TensorInfo] = sorted(self.file.select(wanted, source.names),
-                                                  key=lambda t: t.begin)
-            # every wanted tensor is allocated in host memory now (as a load of its own
-            # allocates them): more than there is was the allocator's bare RuntimeError
-            check_fits(sum(t.nbytes for t in self.infos), torch.device("cpu"), allowance,
-                       self.file.where, count=len(self.infos))
-            self.tensors = [torch.empty(torch_shape(t, self.file.where),
-                                        dtype=torch_dtype(t.dtype, self.file.where),
-                                        pin_memory=pin) for t in self.infos]
-        except BaseException:
-            self.file.close()
-            raise
-        self.pieces = [Piece(t.begin, out.reshape(-1).view(torch.uint8))
-                       for t, out in zip(self.infos, self.tensors, strict=True) if t.nbytes]
-
-    def describe(self) -> tuple[Any, ...]:
-        reader = self.file.reader
-        return (reader.size, reader.etag, [(t.name, t.dtype, t.begin, t.end) for t in self.infos])
-
-
-def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any],
-                 wanted: Callable[[str], bool], device: torch.device, dtype: torch.dtype | None,
-                 group: Group, early: BaseException | None, allowance: int | None = None,
-                 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Read the tensors of ``uri`` once for the whole group; yields ``(name,
-    tensor)`` on ``device`` (file order, shard by shard) once every rank has them.
-
-    ``early``: this rank's failure before the load (a bad device...), told to
-    the group at its first step.
-    """
-    where = redact(str(uri))
-    files: list[_File] = []
-    try:
-        error = early
-        if error is None:
-            try:
-                for source in _needed(resolve(uri, options), wanted):
-                    files.append(_File(source, options, wanted, device.type == "cuda",
-                                       allowance))
-                held_by: dict[str, str] = {}
-                for f in files:
-                    for t in f.infos:
-                        if t.name in held_by:
-                            raise MalformedFileError(f"tensor {shown(t.name)} is in more than one "
-                                                     f"file: {held_by[t.name]} and {f.file.where}")
-                        held_by[t.name] = f.file.where
-            except Exception as exc:
-                error = exc
-        agree(group, f"opening {where}", error,
-              fingerprint(*(f.describe() for f in files)) if error is None else 0,
-              local=is_local(uri))
-        plans = [split(f.pieces, group.size) for f in files]
-        error = None
-        try:
-            mine = [(f, plan[group.rank]) for f, plan in zip(files, plans, strict=True)]
-            if len(mine) <= 1:
-                for f, share in mine:
-                    read_share(f.file.reader, share)
-            else:
-                with concurrent.futures.ThreadPoolExecutor(
-                        min(MAX_CONCURRENT_FILES, len(mine))) as pool:
-                    for fut in [pool.submit(read_share, f.file.reader, share) for f, share in mine]:
-                        fut.result()
-        except Exception as exc:
-            error = exc
-        agree(group, f"reading {where}", error)
-        for f, plan in zip(files, plans, strict=True):
-            broadcast_shares(group, plan, f"exchanging {f.file.where}")
-        out: list[tuple[str, torch.Tensor]] = []
-        error = None
-        try:
-            for f in files:
-                for t, tensor in zip(f.infos, f.tensors, strict=True):
-                    out.append((t.name, _finish(tensor, device, dtype)))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-        except Exception as exc:
-            error = exc
-        agree(group, f"loading {where}", error)
-    finally:
-        for f in files:
-            f.file.close()
-    yield from out

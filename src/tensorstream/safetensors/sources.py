@@ -30,6 +30,9 @@ from .header import shown
 __all__ = ["INDEX_SUFFIX", "Checkpoint", "Index", "Source", "from_index", "is_folder",
            "load_index", "resolve", "resolve_checkpoint", "with_prefix_hint"]
 
+#: Shards of a checkpoint read at the same time.
+MAX_CONCURRENT_FILES = 4
+
 INDEX_SUFFIX = ".safetensors.index.json"
 #: An index is JSON of names; anything this large is not one.
 MAX_INDEX_SIZE = 100_000_000

@@ -11,8 +11,8 @@ import torch
 from ..api import open as ts_open
 from ..errors import ConfigurationError
 from ..uri import ParsedURI, is_utf8
+from .dtypes import _DTYPES, PACKED, _check_byteorder, byte_view
 from .header import encode_header
-from .reader import _DTYPES, PACKED, _check_byteorder, byte_view
 
 __all__ = ["save"]
 
