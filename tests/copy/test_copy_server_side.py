@@ -302,3 +302,38 @@ def test_a_completed_copy_whose_answer_was_lost_is_a_copy(tensorstream_s3: Any) 
     assert r.ok and r.outcomes[0].verified_by == "ETag", r.errors
     assert b.get("dst/m.bin") == b"".join(parts)
     assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+def test_a_multipart_copy_cancelled_midway_is_aborted(tensorstream_s3: Any) -> None:
+    """Ctrl-C (the copy's task cancelled) while S3 copies the parts: the multipart upload
+    is aborted (shielded from the cancellation), nothing is published, the outcome says
+    interrupted."""
+    import asyncio
+    import threading
+
+    from tensorstream.copy.engine import CopyResult, copy_async
+
+    b = tensorstream_s3
+    _put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
+    copying = threading.Event()
+
+    async def hold_part_copies(method: str, path: str) -> None:
+        if method == "PUT" and path == f"/{b.bucket}/dst/m.bin":
+            copying.set()
+            await asyncio.sleep(1.0)
+
+    b.faults.raw.before_forward = hold_part_copies
+    result = CopyResult()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(copy_async(b.uri("src/m.bin"), b.uri("dst/m.bin"),
+                                                result=result, **b.options))
+        assert await asyncio.to_thread(copying.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert [o.status for o in result.outcomes] == ["interrupted"]
+    assert b.server.open_multipart_uploads(b.bucket) == []
+    assert not b.server.exists(b.bucket, "dst/m.bin")
