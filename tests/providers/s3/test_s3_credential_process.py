@@ -119,6 +119,26 @@ async def test_a_credential_process_that_never_exits_is_stopped_and_named(
     started_pids = [int(p) for p in pids.read_text().split()]
     assert len(started_pids) == 1 and elapsed < 10 * LIMIT, (started_pids, elapsed)
     assert _gone(started_pids[0])
+    if not use_exec:
+        # the script's own child (a sleep: the program a wrapper script runs) was left
+        # running, holding the pipes, for as long as it liked
+        grandchild = int((tmp_path / "pids.grandchild").read_text())
+        assert _dead_soon(grandchild), f"the credential_process's child {grandchild} still runs"
+
+
+def _dead_soon(pid: int, within: float = 5.0) -> bool:
+    """Gone, or a zombie (killed; its reaping is up to whoever adopted it)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except FileNotFoundError:
+            state = "gone" if _gone(pid) else "?"
+        if state in ("gone", "Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def test_the_timeout_option_is_validated(aws_config: Path) -> None:

@@ -15,8 +15,11 @@ constructor argument for this; the chain keeps its order).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import signal
 import subprocess
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -40,12 +43,41 @@ def _timeout_error(profile: str, timeout: float) -> StorageTimeoutError:
     return err
 
 
+#: Processes started and not yet stopped or reaped: their groups are killed at exit
+#: (a Ctrl-C no longer reaches them from the terminal: they lead a session of their own).
+_RUNNING: weakref.WeakSet[_BoundedPopen] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc in list(_RUNNING):
+        proc.kill_group()
+
+
 class _BoundedPopen(subprocess.Popen):  # type: ignore[type-arg]
-    """``communicate()`` waits at most ``limit`` seconds, then kills the child."""
+    """``communicate()`` waits at most ``limit`` seconds, then kills the child and
+    every process it started (a wrapper script's program holding its pipes ran on):
+    the child leads a session and process group of its own, which is killed whole.
+    (Its standard input stays the terminal, so a prompt read from it still works.)"""
 
     def __init__(self, limit: float, profile: str, *args: Any, **kwargs: Any) -> None:
         self._limit, self._profile = limit, profile
+        if os.name == "posix":
+            kwargs.setdefault("start_new_session", True)
         super().__init__(*args, **kwargs)
+        _RUNNING.add(self)
+
+    def kill_group(self) -> None:
+        """SIGKILL the child's process group (the child alone where there is none)."""
+        if self.returncode is not None:
+            return  # reaped: its pid (the group's id) may name another process by now
+        try:
+            if os.name == "posix":
+                os.killpg(self.pid, signal.SIGKILL)  # the group outlives its leader
+            else:  # pragma: no cover - no process groups
+                self.kill()
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group is gone already
 
     def communicate(self, input: Any = None, timeout: float | None = None) -> Any:  # noqa: A002
         try:
@@ -60,11 +92,11 @@ class _BoundedPopen(subprocess.Popen):  # type: ignore[type-arg]
         raise _timeout_error(self._profile, self._limit)
 
     def stop(self) -> None:
-        """Kill the child and reap it. Its pipes are closed, not drained: a grandchild
-        may hold them open."""
-        if self.poll() is None:
-            self.kill()
-            self.wait()
+        """Kill the child and its process group, and reap it. Its pipes are closed,
+        not drained."""
+        self.kill_group()  # its children too, even once it has exited itself
+        self.wait()
+        _RUNNING.discard(self)
         for pipe in (self.stdin, self.stdout, self.stderr):
             if pipe is not None:
                 pipe.close()
@@ -85,7 +117,7 @@ class _AsyncProcess:
         try:
             return await asyncio.to_thread(self._proc.communicate, input)
         except asyncio.CancelledError:
-            self._proc.kill()  # the thread's communicate() then returns
+            self._proc.kill_group()  # the thread's communicate() then returns
             raise
 
 
