@@ -3,6 +3,7 @@ reset, refuse) and the HTTP proxy (status script, ignored Range, cut body)."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import socket
 import socketserver
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -222,3 +224,71 @@ def test_http_proxy_path_prefix_limits_faults(hproxy, origin):
     hproxy.faults.status_script = [503]
     assert get(hproxy.url + "/other")[2] == b"x"
     assert hproxy.faults.status_script == [503]
+
+
+class _Chunked(BaseHTTPRequestHandler):
+    """Answers ``/N`` with N bytes in a chunked body (no Content-Length)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        n = int(self.path.strip("/"))
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        body = expected(n)
+        for i in range(0, n, 4096):
+            piece = body[i:i + 4096]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def chunked_origin() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Chunked)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_proxy_drop_after_cuts_a_chunked_body(chunked_origin: str) -> None:
+    # A body without Content-Length was never cut: the fault was set, the test passed
+    # its bytes whole, and nothing said the fault had not happened.
+    with HTTPFaultProxy(chunked_origin) as proxy:
+        proxy.faults.drop_after, proxy.faults.drop_times = 5000, 1
+        with pytest.raises(http.client.IncompleteRead) as info:
+            get(proxy.url + "/20000")
+        assert len(info.value.partial) == 5000
+        assert proxy.faults.dropped == 1
+        assert get(proxy.url + "/20000")[2] == expected(20000)  # times=1: once
+
+
+@pytest.mark.parametrize("n", [0, 4999, 5000])
+def test_http_proxy_a_chunked_body_within_drop_after_is_whole_and_not_counted(
+        chunked_origin: str, n: int) -> None:
+    with HTTPFaultProxy(chunked_origin) as proxy:
+        proxy.faults.drop_after, proxy.faults.drop_times = 5000, 1
+        assert get(proxy.url + f"/{n}")[2] == expected(n)
+        assert proxy.faults.dropped == 0
+        with pytest.raises(http.client.IncompleteRead):  # the one cut is still there
+            get(proxy.url + "/5001")
+        assert proxy.faults.dropped == 1
+
+
+def test_a_proxy_whose_start_hangs_raises_instead_of_serving_port_0() -> None:
+    from tensorstream.testing.loop_thread import _LoopThread
+
+    async def never() -> None:
+        await asyncio.sleep(3600)
+
+    lt = _LoopThread("hanging-proxy")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"did not start within 0\.2 s"):
+        lt.start(never, timeout=0.2)
+    assert time.monotonic() - t0 < 5
+    assert lt.loop is None and not any(t.name == "hanging-proxy" for t in threading.enumerate())

@@ -228,8 +228,10 @@ class HTTPFaultProxy:
                 return resp
             # The drop is taken (and counted) before the body starts, so that with
             # drop_times concurrent responses cannot all be cut: times=1 is one cut.
-            dropping = (affected and f.drop_after is not None and length is not None
-                        and length > f.drop_after
+            # A body of unknown length (chunked) is taken too, and given back below
+            # if it ends within drop_after bytes.
+            dropping = (affected and f.drop_after is not None
+                        and (length is None or length > f.drop_after)
                         and (f.drop_times is None or f.dropped < f.drop_times))
             if dropping:
                 f.dropped += 1
@@ -250,9 +252,12 @@ class HTTPFaultProxy:
                 if rate:
                     await asyncio.sleep(len(data) / rate)
             if limit is not None:
-                if request.transport is not None:  # the client sees a short body
-                    request.transport.close()
-                return resp
+                if length is None and (sent < limit or not await read(1)):
+                    f.dropped -= 1  # a chunked body that fit: nothing to cut
+                else:
+                    if request.transport is not None:  # the client sees a short body
+                        request.transport.close()
+                    return resp
             await resp.write_eof()
             return resp
 

@@ -42,7 +42,8 @@ class _LoopThread:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self, setup: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def start(self, setup: Callable[[], Coroutine[Any, Any, None]],
+              timeout: float = 30.0) -> None:
         loop = asyncio.new_event_loop()
         ready = threading.Event()
         failure: list[BaseException] = []
@@ -61,7 +62,17 @@ class _LoopThread:
         self.loop = loop
         self._thread = threading.Thread(target=run, name=self.name, daemon=True)
         self._thread.start()
-        ready.wait(30)
+        if not ready.wait(timeout):  # never a server on port 0 handed to a test
+            def cancel_setup() -> None:
+                for task in asyncio.all_tasks(loop):
+                    task.cancel()
+
+            loop.call_soon_threadsafe(cancel_setup)
+            self._thread.join(10)
+            if not loop.is_running():
+                loop.close()
+            self.loop = self._thread = None
+            raise RuntimeError(f"{self.name} did not start within {timeout:g} s")
         if failure:
             self.stop(None)
             raise RuntimeError(f"{self.name} failed to start: {failure[0]!r}") from failure[0]
