@@ -211,9 +211,9 @@ class Reporter:
             resumed = f" (resumed: {human_size(o.resumed_bytes)} were there)" \
                 if o.resumed_bytes else ""
             how = ""
-            if o.server_side:  # (said how it was checked: nothing but the size, or the ETag)
+            if o.server_side:  # (said how it was checked, or that it was not)
                 how = (f" (copied by S3, {o.verified_by} compared)" if o.verified_by
-                       else " (copied by S3, not verified: only its size compared)")
+                       else " (copied by S3, not verified)")
             self.line(f"{self.verb}: {src} -> {dst}{resumed}{how}")
         elif kind == "dryrun":
             self.line(f"(dryrun) {self.verb}: {src} -> {dst}")

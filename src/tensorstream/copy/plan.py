@@ -52,7 +52,7 @@ class Job:
     #: The whole result was compared with a checksum the source stored.
     source_checked: bool = False
     #: Copied by the S3 server itself (:mod:`.server_side`), and what of the copy was
-    #: compared with the source (None: only its size).
+    #: compared with the source (None: nothing that vouches for its bytes).
     server_side: bool = False
     checked_by: str | None = None
 
