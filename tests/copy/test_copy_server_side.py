@@ -337,3 +337,18 @@ def test_a_multipart_copy_cancelled_midway_is_aborted(tensorstream_s3: Any) -> N
     assert [o.status for o in result.outcomes] == ["interrupted"]
     assert b.server.open_multipart_uploads(b.bucket) == []
     assert not b.server.exists(b.bucket, "dst/m.bin")
+
+
+def test_an_sse_kms_source_is_one_copy_object_not_called_verified(tensorstream_s3: Any) -> None:
+    """Under SSE-KMS an ETag is no MD5: the object still gets one CopyObject (it went in
+    parts of the copy's own layout), and only its size could be compared, so it is not
+    reported verified (its line says so)."""
+    b = tensorstream_s3
+    data = os.urandom(1000)
+    b.client.put_object(Bucket=b.bucket, Key="src/k.bin", Body=data, ServerSideEncryption="aws:kms")
+    b.proxy.clear_log()
+    r = copy(b.uri("src/k.bin"), b.uri("dst/k.bin"), **b.options)
+    assert r.ok and r.files == 1 and not r.verified, r.errors
+    assert r.outcomes[0].server_side and r.outcomes[0].verified_by is None
+    assert [q.method for q in b.requests if q.path == f"/{b.bucket}/dst/k.bin"] == ["PUT", "HEAD"]
+    assert b.get("dst/k.bin") == data

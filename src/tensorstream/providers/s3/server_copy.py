@@ -15,9 +15,9 @@ tensorstream's copies make:
   ``HEAD ?partNumber=N``), so the copy's ETag (the MD5 of the parts' MD5s, ``-N``) is the
   source's: it is computed from the parts' ETags before anything is published, and
   compared again after. A server that ignores the condition (moto) is caught by these
-  comparisons, never published as a mix. Where the ETags cannot be equal (SSE-KMS, a
-  source in one piece larger than the cutoff, a layout S3 does not tell), only the size
-  is compared, and the copy is said to be not verified.
+  comparisons, never published as a mix. Where the ETags cannot be equal (SSE-KMS: one
+  ``CopyObject`` then; a source in one piece larger than the cutoff; a layout S3 does not
+  tell), only the size is compared, and the copy is said to be not verified.
 * **Nothing left behind.** A multipart copy that fails is aborted; a published copy
   that fails its comparison is deleted again (as the streamed writer does).
 * **Metadata** as ``aws s3 cp``: ``CopyObject`` copies it (``MetadataDirective`` COPY); a
@@ -182,9 +182,10 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
         raise ServerCopyUnsupported("the source is encrypted with a customer key (SSE-C)")
     if not etag:  # (every S3 answer names one; a copy that pins nothing is not ours)
         raise ServerCopyUnsupported("the source's HEAD names no ETag to pin the copy to")
+    # The ETag as an MD5 (of the bytes, or of the parts' MD5s, -N); under SSE-KMS it is not.
     md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in _KMS else None
-    if md5 is not None and md5[1] is None and size <= cutoff:
-        copied = await _copy_object(call, src_path, dst_path, etag, md5[0])
+    if size <= cutoff and (md5 is None or md5[1] is None):
+        copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None)
         if advance is not None:
             advance(size)
     else:
@@ -213,8 +214,9 @@ def _refused_writing(exc: PermissionDeniedError) -> PermissionDeniedError:
 
 
 async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
-                       md5: str) -> Copied:
-    """One ``CopyObject`` of a source stored in one piece: its copy's ETag is its MD5."""
+                       md5: str | None) -> Copied:
+    """One ``CopyObject``: of a source stored in one piece, its copy's ETag is its MD5
+    (``md5``; None: the source's ETag is no MD5, nothing to compare)."""
     bucket, key = _split(dst_path)
     source = dict(zip(("Bucket", "Key"), _split(src_path), strict=True))
     try:
@@ -223,7 +225,7 @@ async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
     except PermissionDeniedError as exc:
         raise _refused_writing(exc) from exc
     got = (resp.get("CopyObjectResult") or {}).get("ETag")
-    if resp.get("ServerSideEncryption") in _KMS or _etag_md5(got) is None:
+    if md5 is None or resp.get("ServerSideEncryption") in _KMS or _etag_md5(got) is None:
         return Copied(None)  # the destination's own encryption: its ETag is no MD5
     if _etag_md5(got) != (md5, None):
         await _remove(call, dst_path)
