@@ -29,6 +29,10 @@ def test_cp_says_s3_copied_it_and_the_flag_turns_it_off(tmp_path: Path, moto_s3:
     assert r.returncode == 0, r.stderr
     assert "(copied by S3, ETag compared)" in r.stdout, r.stdout
     assert ", verified" in r.stderr
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "-r", "--json", src,
+            f"s3://{S3_BUCKET}/srvcp/json/", env=env)
+    line = json.loads(r.stdout.splitlines()[0])
+    assert line["server_side"] is True and line["verified_by"] == "ETag" and line["verified"]
     r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "-r", "--no-progress", "--no-verify",
             src, f"s3://{S3_BUCKET}/srvcp/unverified/", env=env)
     assert r.returncode == 0, r.stderr
