@@ -276,3 +276,126 @@ def test_the_cli_takes_a_client_certificate_on_every_command(
     assert "requires a TLS client certificate" in r.stderr, r.stderr
     assert "--client-cert FILE" in r.stderr and "--client-key FILE" in r.stderr, r.stderr
     assert "client_cert=" not in r.stderr and "client_key=" not in r.stderr, r.stderr
+
+
+_NGINX_MTLS = """\
+{user}
+worker_processes 1;
+daemon off;
+master_process on;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/body;
+    proxy_temp_path {work}/proxy;
+    fastcgi_temp_path {work}/fastcgi;
+    uwsgi_temp_path {work}/uwsgi;
+    scgi_temp_path {work}/scgi;
+    etag on;
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {work}/server.pem;
+        ssl_certificate_key {work}/server.pem;
+        ssl_client_certificate {work}/ca.pem;
+        ssl_verify_client on;
+        root {root};
+    }}
+}}
+"""
+
+
+class NginxMTLS:
+    """nginx with ``ssl_verify_client on`` (trustme certificates), serving ``root``."""
+
+    def __init__(self, directory: Path) -> None:
+        import trustme
+
+        from benchmarks import servers
+
+        self.root, work = directory / "root", directory / "work"
+        (self.root / "b").mkdir(parents=True)
+        (self.root / "b" / "k").write_bytes(b"over mutual TLS, nginx")
+        work.mkdir()
+        ca = trustme.CA()
+        self.ca_file = str(work / "ca.pem")
+        ca.cert_pem.write_to_path(self.ca_file)
+        ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+            str(work / "server.pem"))
+        client = ca.issue_cert("client")
+        self.cert, self.key = str(work / "client.pem"), str(work / "client.key")
+        client.cert_chain_pems[0].write_to_path(self.cert)
+        client.private_key_pem.write_to_path(self.key)
+        conf = work / "nginx.conf"
+
+        def argv(port: int) -> list[str]:
+            conf.write_text(_NGINX_MTLS.format(
+                user="user root;" if os.geteuid() == 0 else "", work=work, port=port,
+                root=self.root))
+            return [shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(work / "error.log"),
+                    "-c", str(conf)]
+
+        self.server = servers.serve_on_a_free_port("nginx", argv)
+        self.url = f"https://127.0.0.1:{self.server.port}"
+
+
+@pytest.fixture(scope="module")
+def nginx_mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxMTLS]:
+    if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
+        pytest.skip("needs nginx")
+    srv = NginxMTLS(tmp_path_factory.mktemp("nginx-mtls"))
+    yield srv
+    srv.server.stop()
+
+
+def test_nginx_answering_400_for_a_missing_client_certificate_says_so(
+        isolated_env: Path, nginx_mtls: NginxMTLS, tmp_path: Path) -> None:
+    """nginx (ssl_verify_client on) does not end the handshake: it answers 400 "No
+    required SSL certificate was sent" (or "The SSL certificate error"). That read as
+    "HTTP 400 Bad Request: the server rejected the request". It says what the alerts
+    say now, names the options (the CLI's flags), and the right pair reads."""
+    srv = nginx_mtls
+    url = srv.url + "/b/k"
+    with pytest.raises(errors.ConfigurationError) as info:
+        with tensorstream.open(url, ca_bundle=srv.ca_file, retries=1) as f:
+            f.read()
+    message = str(info.value)
+    assert "HTTP 400" in message and REQUIRED in message and "client_key=" in message, message
+    assert "No required SSL certificate was sent" in message, message
+    cert, key = _foreign_cert(tmp_path)
+    with pytest.raises(errors.ConfigurationError) as info:
+        with tensorstream.open(url, ca_bundle=srv.ca_file, retries=1, client_cert=cert,
+                               client_key=key) as f:
+            f.read()
+    assert REFUSED in str(info.value), str(info.value)
+    with tensorstream.open(url, ca_bundle=srv.ca_file, client_cert=srv.cert,
+                           client_key=srv.key) as f:
+        assert f.read() == b"over mutual TLS, nginx"
+    # plain HTTP to its TLS port: nginx answers that with a 400 of its own
+    with pytest.raises(errors.ConfigurationError) as info:
+        with tensorstream.open(url.replace("https://", "http://"), retries=1) as f:
+            f.read()
+    assert "use https:// instead of http://" in str(info.value), str(info.value)
+    # the command line names its flags
+    r = _cli("cat", "--retries", "1", "--ca-bundle", srv.ca_file, url)
+    assert r.returncode == 2 and "--client-cert FILE" in r.stderr, r.stderr  # a setting
+    assert "client_cert=" not in r.stderr, r.stderr
+
+
+def test_s3_through_nginx_answering_400_names_the_client_certificate(
+        isolated_env: Path, nginx_mtls: NginxMTLS) -> None:
+    # S3's HEAD answer has no body to quote: nginx's own 400 (its Server header, no S3
+    # error code) is said to be what nginx answers for a missing client certificate
+    srv = nginx_mtls
+    opts = {"s3_endpoint": srv.url, "s3_access_key_id": "AKIAEXAMPLEEXAMPLE00",
+            "s3_secret_access_key": "x" * 40, "s3_region": "us-east-1",
+            "ca_bundle": srv.ca_file, "retries": 1}
+    with pytest.raises(errors.ConfigurationError) as info:
+        with tensorstream.open("s3://b/k", **opts) as f:
+            f.read()
+    message = str(info.value)
+    assert "nginx" in message and "client certificate" in message, message
+    assert "client_cert=" in message, message
+    with tensorstream.open("s3://b/k", client_cert=srv.cert, client_key=srv.key, **opts) as f:
+        assert f.read() == b"over mutual TLS, nginx"

@@ -1,8 +1,9 @@
 """What a server's TLS alert says about the client certificate, in words a user can act on.
 
 A server that requires a client certificate (redis-server's ``tls-auth-clients yes``, Go
-servers such as MinIO, ``openssl s_server -Verify``; nginx instead answers 400) ends the
-handshake with an alert when it gets none, or one it does not trust. OpenSSL reports only
+servers such as MinIO, ``openssl s_server -Verify``) ends the handshake with an alert
+when it gets none, or one it does not trust; nginx instead answers 400 with a page that
+says so (:func:`client_cert_answer`). OpenSSL reports only
 the alert's name (``[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate
 required``), and the error went on to advise a CA bundle, which is about the *server's*
 certificate.
@@ -14,7 +15,8 @@ import ssl
 
 from .errors import ConfigurationError
 
-__all__ = ["CLIENT_CERT_OPTIONS", "client_cert_advice", "load_client_cert"]
+__all__ = ["CLIENT_CERT_OPTIONS", "NGINX_NO_CERTIFICATE", "client_cert_advice", "client_cert_answer",
+           "load_client_cert"]
 
 #: How every protocol with client certificates takes one.
 CLIENT_CERT_OPTIONS = ("client_cert=<PEM file> (and client_key=<PEM file> when the key is "
@@ -40,16 +42,40 @@ def _chain_text(exc: BaseException) -> str:
     return " ".join(parts)
 
 
+def _required(how: str) -> str:
+    return f"the server requires a TLS client certificate and got none: pass {how}"
+
+
+def _refused(how: str) -> str:
+    return ("the server refused the TLS client certificate (none given, or one it does "
+            f"not trust, expired, or for another use): pass one issued by a CA the server "
+            f"trusts with {how}")
+
+
+#: What nginx (``ssl_verify_client on``) answers with a 400 instead of an alert.
+NGINX_NO_CERTIFICATE = "No required SSL certificate was sent"
+_NGINX_BAD_CERTIFICATE = "The SSL certificate error"
+
+
+def client_cert_answer(body: bytes, how: str = CLIENT_CERT_OPTIONS) -> str | None:
+    """The advice for a 400 answer whose body is nginx's about the client
+    certificate (it answers instead of ending the handshake); ``None`` otherwise."""
+    text = body[:4096].decode("latin-1").lower()
+    if NGINX_NO_CERTIFICATE.lower() in text:
+        return f"{_required(how)} (nginx: '{NGINX_NO_CERTIFICATE}')"
+    if _NGINX_BAD_CERTIFICATE.lower() in text:
+        return f"{_refused(how)} (nginx: '{_NGINX_BAD_CERTIFICATE}')"
+    return None
+
+
 def client_cert_advice(exc: BaseException, how: str = CLIENT_CERT_OPTIONS) -> str | None:
     """The advice for a TLS alert about the client certificate in ``exc`` (or its
     chain), saying how to give one (``how``); ``None`` when it is not such an alert."""
     text = _chain_text(exc).lower()
     if _REQUIRED in text:
-        return f"the server requires a TLS client certificate and got none: pass {how}"
+        return _required(how)
     if any(alert in text for alert in _REFUSED):
-        return ("the server refused the TLS client certificate (none given, or one it does "
-                f"not trust, expired, or for another use): pass one issued by a CA the server "
-                f"trusts with {how}")
+        return _refused(how)
     if _HANDSHAKE in text:
         return ("the server ended the TLS handshake: it may require a client certificate "
                 f"(pass {how}), or share no TLS version or cipher with this client")

@@ -97,7 +97,9 @@ def origin_key(url: URL) -> OriginKey:
 
 
 def default_status(resp: http.client.HTTPResponse, path: str) -> TensorstreamError:
-    return status_error(resp.status, resp.reason, resp.headers, path=path)
+    # a 400's page may be nginx's about a client certificate: read (a bounded start) for it
+    body = read_error_body(resp) if resp.status == 400 else b""
+    return status_error(resp.status, resp.reason, resp.headers, path=path, body=body)
 
 
 def read_error_body(resp: http.client.HTTPResponse) -> bytes:

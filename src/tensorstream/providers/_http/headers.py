@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from yarl import URL
 
-from ..._client_cert import client_cert_advice
+from ..._client_cert import client_cert_advice, client_cert_answer
 from ...errors import (
     ConfigurationError,
     ConnectionFailedError,
@@ -214,11 +214,29 @@ DROPPED_NOTE = ("after a redirect to another origin (scheme, host or port), wher
                 "credentials are never sent")
 
 
+#: nginx's 400 page for a plain HTTP request to its TLS port.
+_NGINX_PLAIN_TO_TLS = "The plain HTTP request was sent to HTTPS port"
+
+
+def bad_request_advice(body: bytes) -> str | None:
+    """What a 400 page of nginx's own says to do (a client certificate it requires,
+    plain HTTP to its TLS port), or ``None``. Only its fixed phrases are matched: no
+    other text of a body reaches a message."""
+    advice = client_cert_answer(body)
+    if advice is None and _NGINX_PLAIN_TO_TLS.lower() in body[:4096].decode("latin-1").lower():
+        advice = (f"the port speaks TLS (nginx: '{_NGINX_PLAIN_TO_TLS}'): use https:// "
+                  "instead of http://")
+    return advice
+
+
 def status_error(status: int, reason: str, headers: _Headers, *, path: str,
-                 service: str = "http") -> TensorstreamError:
-    """The tensorstream error for an HTTP status that is not the expected answer."""
+                 service: str = "http", body: bytes = b"") -> TensorstreamError:
+    """The tensorstream error for an HTTP status that is not the expected answer
+    (``body``: the start of the answer's body, for the advice of nginx's 400 pages)."""
     where = {"service": service, "path": redact_path(path)}
     msg = f"HTTP {status} {reason or ''}".rstrip()
+    if status == 400 and (advice := bad_request_advice(body)) is not None:
+        return ConfigurationError(f"{msg}: {advice}", **where)
     if status in (404, 410):
         return NotFoundError(f"{msg}: no such object", **where)
     if status in (401, 403):

@@ -252,7 +252,7 @@ class HTTPProvider(Provider):
                 return self._info(resp, path, size)
             raise ProtocolError("cannot tell the object's size (no Content-Length)",
                                 service="http", path=_redact_path(path))
-        raise status_error(resp.status, resp.reason, resp.headers, path=path)
+        raise status_error(resp.status, resp.reason, resp.headers, path=path, body=resp.body)
 
     # -- read -----------------------------------------------------------------
     async def readinto(

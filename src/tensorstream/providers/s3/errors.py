@@ -14,6 +14,7 @@ from xml.etree import ElementTree
 
 import botocore.exceptions as bce
 
+from ..._client_cert import CLIENT_CERT_OPTIONS, NGINX_NO_CERTIFICATE
 from ..._log_redaction import withhold, withhold_args
 from ...errors import (
     ConfigurationError,
@@ -31,7 +32,7 @@ from ...errors import (
     TensorstreamError,
 )
 from ...uri import redact, redact_text
-from .._http.headers import parse_retry_after, plain_text_answer
+from .._http.headers import bad_request_advice, parse_retry_after, plain_text_answer
 from .._http.proxies import refusal_hint, tunnel_refusal
 from .profile import config_profile_name
 
@@ -352,7 +353,26 @@ def map_s3_http_error(status: int, headers: Any, body: bytes, ctx: ErrorContext)
                                               ("x-amz-bucket-region", bucket_region)) if v},
         },
     }
+    if status == 400 and not code:  # no S3 error: a 400 of the server in front (nginx)
+        advice = _nginx_400(headers, body, ctx)
+        if advice is not None:
+            return ConfigurationError(f"S3 rejected the request (400): {advice}")
     return _map_client_error(bce.ClientError(response, "GetObject"), ctx)  # type: ignore[arg-type]
+
+
+def _nginx_400(headers: Any, body: bytes, ctx: ErrorContext) -> str | None:
+    """What nginx's own 400 (no S3 error code) means: its page says it (a GET); a
+    HEAD's has no page, so a bare 400 from nginx over TLS is said to be what nginx
+    answers for a missing client certificate, the usual cause."""
+    advice = bad_request_advice(body)
+    if advice is not None or body:
+        return advice
+    server = str(headers.get("Server") or "") if headers is not None else ""
+    if server.lower().startswith("nginx") and ctx.endpoint.lower().startswith("https://"):
+        return (f"nginx answers a bare 400 like this ('{NGINX_NO_CERTIFICATE}') when it "
+                f"requires a TLS client certificate and got none: if it does, pass "
+                f"{CLIENT_CERT_OPTIONS}")
+    return None
 
 
 #: botocore errors of setting up a session whose messages name only files and profiles.
