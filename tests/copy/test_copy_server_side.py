@@ -352,3 +352,18 @@ def test_an_sse_kms_source_is_one_copy_object_not_called_verified(tensorstream_s
     assert r.outcomes[0].server_side and r.outcomes[0].verified_by is None
     assert [q.method for q in b.requests if q.path == f"/{b.bucket}/dst/k.bin"] == ["PUT", "HEAD"]
     assert b.get("dst/k.bin") == data
+
+
+def test_s3s_precondition_failed_on_the_copy_source_is_a_changed_source(
+        tensorstream_s3: Any) -> None:
+    """Real S3 answers a copy whose source no longer has the listed ETag with 412
+    PreconditionFailed (moto ignores x-amz-copy-source-if-match; the proxy answers as S3
+    does): the object fails as changed, not retried, nothing written."""
+    b = tensorstream_s3
+    b.put("src/a.bin", b"a" * 100)
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
+    b.faults.raw.status_script = [412]
+    r = copy(b.uri("src/a.bin"), b.uri("dst/a.bin"), **b.options)
+    assert not r.ok and "changed" in r.errors[0] and "PreconditionFailed" in r.errors[0], r.errors
+    assert [q.status for q in b.requests if q.path == f"/{b.bucket}/dst/a.bin"] == [412]
+    assert not b.server.exists(b.bucket, "dst/a.bin")
