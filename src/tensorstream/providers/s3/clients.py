@@ -28,7 +28,8 @@ from ...config import CommonConfig
 from ...errors import ConfigurationError
 from .._http.proxies import ProxySettings
 from .._http.range_get import ConnectionPool, TLSSettings
-from .config import S3Credentials, aws_files, chain_source, no_credentials_error
+from .chain import chain_source
+from .config import S3Credentials, no_credentials_error
 from .errors import (
     ErrorContext,
     WrongRegionError,
@@ -37,7 +38,7 @@ from .errors import (
     map_session_error,
 )
 from .process import bound_credential_process
-from .profile import config_file, config_profile_name
+from .profile import aws_files, config_file, config_profile_name
 from .session import shared_data_loader
 from .signing import PathStyle, SignedGets, StaticCredentials, path_style
 

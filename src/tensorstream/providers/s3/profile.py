@@ -21,8 +21,8 @@ from typing import Any
 from ...credentials.base import Sourced
 from ...errors import ConfigurationError
 
-__all__ = ["ProfileConfig", "config_file", "config_profile_name", "ignore_configured_endpoints",
-           "profile_setting_file", "read_profile_config"]
+__all__ = ["ProfileConfig", "aws_file", "aws_files", "config_file", "config_profile_name",
+           "ignore_configured_endpoints", "profile_setting_file", "read_profile_config"]
 
 ADDRESSING_STYLES = ("path", "virtual", "auto")
 IGNORE_VARIABLE = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
@@ -30,7 +30,7 @@ IGNORE_VARIABLE = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
 
 def config_file(env: Mapping[str, str]) -> str:
     """The AWS config file as the user named it (for messages)."""
-    return env.get("AWS_CONFIG_FILE") or "~/.aws/config"
+    return aws_file(env, "config")
 
 
 def config_profile_name(profile: str | None, env: Mapping[str, str]) -> str:
@@ -178,3 +178,14 @@ def ignore_configured_endpoints(env: Mapping[str, str],
         return None
     return Sourced(str(value).strip().lower() == "true",
                    profile.where("ignore_configured_endpoint_urls"))
+
+
+def aws_file(env: Mapping[str, str], which: str) -> str:
+    """The AWS ``credentials`` or ``config`` file botocore reads, for messages."""
+    var = "AWS_SHARED_CREDENTIALS_FILE" if which == "credentials" else "AWS_CONFIG_FILE"
+    return env.get(var) or f"~/.aws/{which}"
+
+
+def aws_files(env: Mapping[str, str]) -> str:
+    """The AWS config and credentials files botocore reads, for messages."""
+    return f"{aws_file(env, 'config')}, {aws_file(env, 'credentials')}"
