@@ -89,6 +89,9 @@ class RedisConnection:
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._clients_pid = os.getpid()  # (a forked child's copies belong to no loop of its own)
         self._blocking: BlockingRedisReader | None = None
+        #: reads the read-ahead's workers wait for on the I/O loop (:meth:`close` stops them)
+        self._reading: set[asyncio.Task[Any]] = set()
+        self._reads_stopped = False  # close() cancelled some of them
         #: how many interactions run at once (both clients): narrowed by a server
         #: refusing connections for its maxclients
         self._width = Width()
@@ -237,11 +240,12 @@ class RedisConnection:
         return await self._guard(run)
 
     async def close(self) -> None:
+        here = asyncio.get_running_loop()
+        await self._stop_reads(here)
         blocking, self._blocking = self._blocking, None
         if blocking is not None:
             blocking.close()
         clients, self._clients = self._clients, {}
-        here = asyncio.get_running_loop()
         forked = self._clients_pid != os.getpid()
         for loop, client in clients.items():
             if loop is here and not forked:
@@ -252,6 +256,25 @@ class RedisConnection:
                     await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
                 except REDIS_ERRORS:  # (a timeout included)
                     log.debug("closing a Redis client on another loop failed", exc_info=True)
+
+    async def _stop_reads(self, here: asyncio.AbstractEventLoop) -> None:
+        """Cancel the reads in :attr:`_reading` and wait for those on this loop to end,
+        before the clients close: they went on until the server answered (a paused
+        server held the read-ahead's workers, and the exit waiting for them), and a
+        read whose connection was closed mid handshake waited out the idle timeout
+        for an answer to a command redis-py had not sent."""
+        if self._clients_pid != os.getpid():
+            return  # (the parent's, on a loop that does not run here)
+        reading = [t for t in self._reading if t is not asyncio.current_task() and not t.done()]
+        self._reads_stopped = self._reads_stopped or bool(reading)
+        for task in reading:
+            if task.get_loop() is here:
+                task.cancel()
+            elif task.get_loop().is_running():
+                task.get_loop().call_soon_threadsafe(task.cancel)
+        mine = [t for t in reading if t.get_loop() is here]
+        if mine:
+            await asyncio.wait(mine, timeout=_CLOSE_ELSEWHERE_S)
 
     async def bulk_limit(self) -> int | None:
         """The server's ``proto-max-bulk-len`` (the longest value it takes), or ``None``

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import concurrent.futures
 import itertools
 import logging
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable
 from typing import Any, ClassVar
 
 from ... import _loop
@@ -233,8 +234,7 @@ class RedisProvider(RedisConnection, Provider):
                 or (deadline is not None and deadline.at is not None)):
             # On the I/O loop, where a total deadline can cut a read short (redis-py's
             # blocking reads only bound each receive: a trickle would never end).
-            return _loop.run_sync(_bounded(self.readinto(path, offset, buffer, pin=pin),
-                                           deadline, path))
+            return self._on_loop(self.readinto(path, offset, buffer, pin=pin), deadline, path)
         _check_size(layout, pin)
         want = _checked_length(layout, offset, buffer)
         if want == 0:
@@ -245,6 +245,26 @@ class RedisProvider(RedisConnection, Provider):
                                                  self._creds.secrets(), width=self._width,
                                                  drop_idle=self._drop_idle_blocking)
         return self._blocking.readinto(layout, offset, buffer)
+
+    def _on_loop(self, read: Coroutine[Any, Any, int], deadline: Deadline | None,
+                 path: str) -> int:
+        """``read`` run on the I/O loop for a worker of the read-ahead, where
+        :meth:`close` (its reader's close) stops it (see ``_stop_reads``)."""
+        async def tracked() -> int:
+            task = asyncio.current_task()
+            assert task is not None
+            self._reading.add(task)
+            try:
+                return await _bounded(read, deadline, path)
+            finally:
+                self._reading.discard(task)
+
+        try:
+            return _loop.run_sync(tracked())
+        except concurrent.futures.CancelledError:
+            if not self._reads_stopped:
+                raise
+            raise OSError("reader was closed") from None  # (never retried)
 
     def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
         return self._list(prefix)
