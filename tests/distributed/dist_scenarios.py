@@ -84,16 +84,31 @@ def steps(rank: int, world: int, todo: list[dict[str, Any]]) -> dict[str, Any]:
     groups = {"solo": solos[rank]}
     if rank // 2 < len(pairs):
         groups["pair"] = pairs[rank // 2]
+    import logging
+
+    class Warnings(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.said: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.said.append(record.getMessage())
+
     out: dict[str, Any] = {}
     for step in todo:
         started = time.monotonic()
+        warnings = Warnings()
+        logging.getLogger("tensorstream").addHandler(warnings)
         try:
             out[step["label"]] = _run(step, rank, groups)
         except Exception as exc:
             out[step["label"]] = {"error": f"{type(exc).__name__}: {exc}",
                                   "types": [c.__name__ for c in type(exc).__mro__],
                                   "failed_ranks": getattr(exc, "failed_ranks", None)}
+        finally:
+            logging.getLogger("tensorstream").removeHandler(warnings)
         out[step["label"]]["seconds"] = time.monotonic() - started
+        out[step["label"]]["warnings"] = warnings.said
     return out
 
 

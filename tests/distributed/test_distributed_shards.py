@@ -110,6 +110,10 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
         {"label": "missing", "uri": [template, str(tmp_path / "shard-%03d.absent")]},
         # 3 shards, 2 ranks: shard-002 was never loaded, without a word
         {"label": "more-shards", "uri": str(tmp_path / "three" / "shard-%03d.tensors")},
+        # both ranks told rank=0 of 2: shard-001 loaded by no rank, without a word
+        {"label": "same-shard", "uri": template, "kwargs": {"rank": 0, "world_size": 2}},
+        # each its own (the default group's rank): nothing to say
+        {"label": "own-shards", "uri": template, "kwargs": {"world_size": 2}},
         {"label": "module-differs", "kind": "module", "uri": template,
          "shapes": [shapes, {"w": [11], "b": [3]}]},
         {"label": "wrong-size", "uri": template, "group": "pair",
@@ -131,6 +135,12 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
             assert got["failed_ranks"] == [1], (r.rank, label, got)
             assert "rank 1: " in got["error"] and said in got["error"], (r.rank, label, got)
             assert got["seconds"] < 15, got
+        same = r.value["same-shard"]
+        assert same.get("digests") == shards[0], (r.rank, same)
+        assert any("shard-001.tensors" in w and "no rank" in w and "ranks 0 and 1" in w
+                   and "shard-000.tensors" in w for w in same["warnings"]), same["warnings"]
+        own = r.value["own-shards"]
+        assert own.get("digests") == shards[r.rank] and not own["warnings"], (r.rank, own)
         more = r.value["more-shards"]
         assert "DistributedLoadError" in more.get("types", []), (r.rank, more)
         assert more["failed_ranks"] == [0, 1], more

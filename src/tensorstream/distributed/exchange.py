@@ -28,7 +28,8 @@ from ..uri import parse_uri, redact_text
 from .group import Group
 from .plan import Piece
 
-__all__ = ["DEFAULT_CHUNK", "agree", "agreed", "broadcast_shares", "is_local", "read_share"]
+__all__ = ["DEFAULT_CHUNK", "agree", "agreed", "broadcast_shares", "gather_pair", "is_local",
+           "read_share"]
 
 _T = TypeVar("_T")
 
@@ -108,6 +109,14 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
             + (" (a local file's version is its inode and mtime: copies on several machines "
                "differ even when their bytes do not; load them with group=None, each rank "
                "from its own disk)" if local else ""))
+
+
+def gather_pair(group: Group, what: str, mine: tuple[int, int]) -> list[tuple[int, int]]:
+    """Every rank's ``mine`` (two integers), in rank order."""
+    tensor = torch.tensor(mine, dtype=torch.int64).to(group.device)
+    gathered = [torch.empty_like(tensor) for _ in range(group.size)]
+    _wait(group, what, lambda: dist.all_gather(gathered, tensor, group=group.pg, async_op=True))
+    return [(int(t[0]), int(t[1])) for t in (g.cpu() for g in gathered)]
 
 
 def agreed(group: Group, what: str, step: Callable[[], _T], undo: Callable[[_T], Any]) -> _T:

@@ -26,7 +26,7 @@ from tensorizer import TensorDeserializer
 from .._gcpause import paused
 from ..api import open as ts_open
 from ..config import validate_options
-from ..distributed.exchange import agree, agreed
+from ..distributed.exchange import agree, agreed, gather_pair
 from ..distributed.group import Group, resolve_group, template_rank
 from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
@@ -73,6 +73,7 @@ from .sharding import (
     refuse_unloaded_shards,
     resolve_rank,
     shard_uri,
+    warn_unloaded_in_group,
 )
 from .stats import LoadStats, collect
 from .stats import log as load_log
@@ -266,16 +267,26 @@ def deserialize(
             # (vLLM: the tensor-parallel rank; the global rank named shard 2 for rank 0
             # of the group [2, 3]), and the group agrees: a rank whose shard was missing
             # raised alone while the others went on to their next collective and waited.
+            filled: list[tuple[int, int]] = []
+
             def own() -> TensorDeserializer:
                 mine, size = template_rank(group, rank, world_size)
+                filled.append(resolve_rank(mine, size))  # the shard it loads, of how many
                 return deserialize(raw, device, num_readers=num_readers,
                                    verify_hash=verify_hash, encryption=encryption,
                                    filter_func=filter_func, dtype=dtype, lazy_load=lazy_load,
                                    rank=mine, world_size=size,
                                    max_tensor_bytes=max_tensor_bytes, **options)
 
-            return agreed(shared, f"loading {redact(str(raw))} (a rank template: one file per "
-                          f"rank of the {shared.size}-rank group)", own, _close)
+            what = (f"loading {redact(str(raw))} (a rank template: one file per rank of the "
+                    f"{shared.size}-rank group)")
+            loaded = agreed(shared, what, own, _close)
+            try:  # every rank loaded its file: which ones, between them?
+                warn_unloaded_in_group(str(raw), gather_pair(shared, what, filled[0]))
+            except BaseException:
+                _close(loaded)
+                raise
+            return loaded
         if sharded:  # a group of one, or none
             rank, world_size = template_rank(group, rank, world_size)
         elif group is not None and (rank is not None or world_size is not None):

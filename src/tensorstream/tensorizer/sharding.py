@@ -15,7 +15,8 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..uri import redact
 
-__all__ = ["check_template", "is_sharded", "refuse_unloaded_shards", "resolve_rank", "shard_uri"]
+__all__ = ["check_template", "is_sharded", "refuse_unloaded_shards", "resolve_rank", "shard_uri",
+           "warn_unloaded_in_group"]
 
 log = logging.getLogger("tensorstream.load")
 
@@ -168,6 +169,41 @@ def refuse_unloaded_shards(uri: str, rank: int | None, world_size: int | None,
         "ranks as it has shards (vLLM: tensor_parallel_size; here: world_size=), or delete "
         "shards left by an earlier save with more ranks; to read one shard on its own, give "
         "its file name instead of the template.")
+
+
+def warn_unloaded_in_group(uri: str, loaded: list[tuple[int, int]]) -> None:
+    """Warn when the ranks of a group, each loading ``(shard number, world size)``
+    of the rank template ``uri``, all name one world size the group can fill, yet
+    leave a shard of it to no rank while loading another twice (``rank=`` passed
+    alike on two ranks): the group as a whole lacks that shard's weights.
+
+    Ranks filling in the same number are not a mistake in themselves (the
+    tensor-parallel rank of two pipeline stages): nothing is said then."""
+    sizes = {size for _, size in loaded}
+    if len(sizes) != 1:
+        return
+    size = sizes.pop()
+    if len(loaded) < size:
+        return
+    missing = sorted(set(range(size)) - {number for number, _ in loaded})
+    if not missing:
+        return
+    twice: dict[int, list[int]] = {}
+    for r, (number, _) in enumerate(loaded):
+        twice.setdefault(number, []).append(r)
+    def listed(ranks: list[int]) -> str:
+        return ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+    doubled = "; ".join(
+        f"ranks {listed(ranks)} each loaded "
+        f"{redact(_fill(uri, number)).rsplit('/', 1)[-1]}"
+        for number, ranks in sorted(twice.items()) if len(ranks) > 1)
+    names = ", ".join(redact(_fill(uri, n)).rsplit("/", 1)[-1] for n in missing[:5])
+    log.warning(
+        "%s of the %d-shard model %s loaded by no rank of the %d-rank group (%s): each "
+        "rank fills the template with its own rank= (here the same on several ranks); "
+        "leave rank= out to take each rank's own, or pass a process group as group=",
+        names, size, redact(uri), len(loaded), doubled)
 
 
 def shard_uri(uri: str, *, rank: int | None = None, world_size: int | None = None) -> str:
