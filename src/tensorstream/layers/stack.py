@@ -4,7 +4,8 @@
 
 * **context** -- service, operation and (redacted) path on every error;
 * **retry** -- jittered exponential backoff (tenacity, :mod:`.retrying`) on errors marked
-  ``temporary`` only, honouring ``Retry-After``; never on 4xx-like errors;
+  ``temporary`` only, honouring ``Retry-After``; never on 4xx-like errors; listings are
+  listed again (:mod:`.listing`);
 * **resume** -- a body broken after ``k`` bytes continues at ``offset + k``
   instead of starting over;
 * **timeouts** -- total and idle deadlines inside every attempt
@@ -336,8 +337,19 @@ class PolicyProvider(Provider):
         return self._list(prefix, level)
 
     async def _list(self, prefix: str, lister: Any = None) -> AsyncIterator[ObjectInfo]:
+        from .listing import retried_listing  # (its module: stack.py is long enough)
+
+        def final(exc: TensorstreamError, attempts: int) -> TensorstreamError:
+            return self._final_error(exc, "list", prefix, attempts)
+
+        def on_retry(exc: TensorstreamError) -> None:
+            self.metrics.retries += 1
+            log.debug("%s: listing %s failed (%s); listing again", self.service,
+                      redact_text(prefix), redact_text(f"{type(exc).__name__}: {exc}"))
+
         try:
-            async for info in (lister or self.inner.list)(prefix):
+            async for info in retried_listing(lambda: (lister or self.inner.list)(prefix),
+                                              self.config.retry, final=final, on_retry=on_retry):
                 yield info
         except TensorstreamError as exc:
             self._add_context(exc, "list", prefix)

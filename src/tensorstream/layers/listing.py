@@ -1,0 +1,92 @@
+"""Listings retried as reads are (:meth:`PolicyProvider.list
+<tensorstream.layers.stack.PolicyProvider.list>`).
+
+A listing is a series of requests (S3 ``ListObjectsV2`` pages, Redis ``SCAN``s)
+made inside the provider's iterator, out of the retry layer's reach: one page
+that stalled or was throttled failed the whole ``ls``, ``cp -r`` or ``sync``.
+Listing is idempotent, so a listing that fails with a temporary error is listed
+again from the start with backoff, under the same attempt budget as a read
+(counted again from each new entry), and the entries already given are skipped:
+each entry comes once. Providers list in a stable order (S3 and Redis by key,
+local folders sorted); the skipped entries are checked to end with the one given
+last, and a listing that changed meanwhile ends with the error that stopped it
+rather than give an entry twice or miss one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import AsyncIterator, Callable
+
+from ..config import RetryConfig
+from ..errors import ServiceUnavailableError, TensorstreamError
+from ..providers.base import ObjectInfo
+
+__all__ = ["retried_listing"]
+
+
+def _wait(exc: TensorstreamError, failed: int, policy: RetryConfig) -> float:
+    """The server's ``Retry-After``, else a jittered exponential backoff."""
+    after = getattr(exc, "retry_after", None)
+    if isinstance(exc, ServiceUnavailableError) and isinstance(after, int | float) \
+            and math.isfinite(after):
+        return float(min(max(after, 0.0), policy.backoff_max))
+    return random.uniform(0, min(policy.backoff_max, policy.backoff_initial * 2 ** (failed - 1)))
+
+
+async def retried_listing(
+        start: Callable[[], AsyncIterator[ObjectInfo]], policy: RetryConfig, *,
+        final: Callable[[TensorstreamError, int], TensorstreamError],
+        on_retry: Callable[[TensorstreamError], None] = lambda exc: None,
+) -> AsyncIterator[ObjectInfo]:
+    """The entries of ``start()``, listed again after a temporary error.
+
+    ``final(exc, attempts)`` is the error raised once retrying stops (the retry
+    layer's, naming the attempts); ``on_retry(exc)`` is told of each retry."""
+    given = 0  # entries given to the caller
+    last: str | None = None
+    failed = 0  # attempts failed since the last new entry
+    pending: TensorstreamError | None = None  # the error that made this a listing again
+    while True:
+        skip = given
+        try:
+            listing = start()
+            try:
+                async for info in listing:
+                    if skip:
+                        skip -= 1
+                        if skip == 0 and info.path != last:
+                            skip = -1  # the listing changed
+                            break
+                        continue
+                    yield info
+                    given, last, failed = given + 1, info.path, 0
+            finally:  # (a provider's generator left midway: its requests end now)
+                close = getattr(listing, "aclose", None)
+                if close is not None:
+                    await close()
+        except TensorstreamError as exc:
+            if not exc.temporary:
+                raise
+            failed += 1
+            if failed >= policy.attempts:
+                _raise(final(exc, failed), exc)
+            pending = exc
+            on_retry(exc)
+            await asyncio.sleep(_wait(exc, failed, policy))
+            continue
+        if skip and pending is not None:
+            # Fewer entries, or others, than were given before: listing on could
+            # give an entry twice or miss one.
+            pending.message += ("; asked again, the listing had changed (the entries given "
+                                "before are not its first ones now): list again")
+            _raise(final(pending, failed), pending)
+        return
+
+
+def _raise(err: TensorstreamError, cause: TensorstreamError) -> None:
+    if err is cause:
+        raise err
+    raise err from cause
