@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ..._gcpause import paused
-from ..._log_redaction import install_secret_filter
+from ..._log_redaction import install_secret_filter, register_secret
 from ...config import CommonConfig
 from ...errors import ConfigurationError
 from .._http.proxies import ProxySettings
@@ -115,6 +115,9 @@ class S3Clients:
         self._pool: ConnectionPool | None = None
         self._gets = SignedGets()  # object URLs and reusable signatures (blocking path)
         self._sync_creds: Any = None
+        #: botocore's chain's credentials of the aiobotocore client (writes, deletes,
+        #: bucket listings), whose keys are masked like the blocking path's
+        self._chain_creds: Any = None
         self._default_ca: str | None = None
         self._default_ca_source: str | None = None  # where botocore's configuration set it
         self._light: PathStyle | bool | None = None  # None: not decided yet
@@ -146,13 +149,19 @@ class S3Clients:
         """The secret key and session token in use (to mask in server messages)."""
         creds = self.credentials
         found = [s.value for s in (creds.secret_access_key, creds.session_token) if s]
-        if self._sync_creds is not None:  # botocore's chain: the keys it found
-            try:
-                frozen = self._sync_creds.get_frozen_credentials()
-                found += [s for s in (frozen.secret_key, frozen.token) if s]
-            except Exception:  # a refresh failing here must not hide the error being mapped
-                pass
+        # botocore's chain: the keys it found, for either client (only the blocking
+        # path's were masked: a delete's error quoted an echoed session token)
+        for chain in (self._sync_creds, self._chain_creds):
+            found += _held_keys(chain)
         return tuple(dict.fromkeys(found))
+
+    def _note_sent(self, **_: Any) -> None:
+        """botocore's ``before-send``: the keys a request was just signed with
+        (a refresh may have changed them) are masked in every log record from
+        here on, botocore's DEBUG dump of an error body that echoes them too.
+        Returns ``None``: an answer here would stand in for the server's."""
+        for secret in self._secrets():
+            register_secret(secret)
 
     async def _get_client(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -188,6 +197,8 @@ class S3Clients:
                 if found is None:
                     raise no_credentials_error(creds)
                 self._key_source = chain_source(getattr(found, "method", None), profile)
+                self._chain_creds = found
+            session.register("before-send.s3", self._note_sent)
         except Exception as exc:
             mapped = self._session_error(exc, profile)
             if mapped is exc:
@@ -278,6 +289,7 @@ class S3Clients:
         try:
             session = botocore.session.Session(profile=profile)
             session.register_component("data_loader", shared_data_loader(session))
+            session.register("before-send.s3", self._note_sent)
             if creds.anonymous:
                 self._sync_creds = None
             elif creds.access_key_id and creds.secret_access_key:
@@ -410,6 +422,20 @@ class S3Clients:
                 await stack.aclose()
             except Exception as exc:
                 log.debug("closing the S3 client failed: %s", type(exc).__name__)
+
+
+def _held_keys(creds: Any) -> list[str]:
+    """The secret key and session token botocore credentials hold now, read
+    without refreshing them (a refresh runs a process or a request, and
+    aiobotocore's refreshable credentials only refresh when awaited)."""
+    if creds is None:
+        return []
+    if hasattr(creds, "_frozen_credentials"):  # refreshable: the keys last fetched
+        creds = creds._frozen_credentials
+        if creds is None:  # none fetched yet (deferred)
+            return []
+    return [s for s in (getattr(creds, "secret_key", None), getattr(creds, "token", None))
+            if isinstance(s, str) and s]
 
 
 def _certifi() -> str | None:
