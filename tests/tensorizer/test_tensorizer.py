@@ -695,6 +695,29 @@ def test_a_rank_template_with_more_shards_than_ranks_is_refused(
         assert torch.equal(sd["w"], torch.zeros(4))
 
 
+
+def test_saving_fewer_shards_over_more_says_the_stale_ones_are_left(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A model saved by 3 ranks, then again by 2: shard 002 stayed, and the load of the
+    new model is refused (more shards than ranks). Rank 0's save says so at once."""
+    template = str(tmp_path / "m-rank-%03d.tensors")
+    for rank in range(3):
+        serialize({"w": torch.zeros(2)}, template, rank=rank, world_size=3)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    for rank in (1, 0):  # the warning comes from rank 0 alone
+        caplog.clear()
+        serialize({"w": torch.ones(2)}, template, rank=rank, world_size=2)
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert bool(said) == (rank == 0), said
+    assert "m-rank-002.tensors is left from an earlier save with more ranks" in said[0], said
+    assert "delete it" in said[0], said
+    with pytest.raises(errors.ConfigurationError, match="m-rank-002"):
+        deserialize(template, "cpu", rank=0, world_size=2)
+    (tmp_path / "m-rank-002.tensors").unlink()
+    with deserialize(template, "cpu", rank=0, world_size=2) as sd:
+        assert torch.equal(sd["w"], torch.ones(2))
+
+
 # -- devices ----------------------------------------------------------------------------------
 
 

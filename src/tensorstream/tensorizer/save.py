@@ -31,7 +31,7 @@ from ..providers.local.writer import check_destination as check_local_destinatio
 from ..uri import ParsedURI, check_file_destination, parse_uri
 from .arguments import InvalidArgumentError, check_cpu_limit, refuse_misspelt_arguments
 from .crypto import as_encryption, current_key
-from .sharding import shard_uri
+from .sharding import is_sharded, shard_uri, warn_stale_shards
 
 __all__ = ["serialize"]
 
@@ -226,7 +226,7 @@ def serialize(
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
             raise
-        return str(target)
+        return _written(raw, target, rank, world_size, options)
     with tempfile.TemporaryDirectory(prefix="tensorstream-serialize-") as tmpdir:
         tmp = os.path.join(tmpdir, "model.tensors")
         # tensorizer seeks in what it writes: the whole file is made here first.
@@ -235,4 +235,13 @@ def serialize(
                          cpu_limit)
         with open(tmp, "rb") as src, ts_open(parsed, "wb", **options) as dst:
             shutil.copyfileobj(src, dst, _COPY_CHUNK)
+    return _written(raw, target, rank, world_size, options)
+
+
+def _written(raw: Any, target: Any, rank: int | None, world_size: int | None,
+             options: Mapping[str, Any]) -> str:
+    """``target`` as a string, once rank 0 of a rank template has looked for a
+    shard left from an earlier save with more ranks (a load would refuse it)."""
+    if isinstance(raw, str) and is_sharded(raw):
+        warn_stale_shards(raw, rank, world_size, options)
     return str(target)

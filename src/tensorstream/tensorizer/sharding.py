@@ -15,8 +15,8 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..uri import redact
 
-__all__ = ["check_template", "is_sharded", "refuse_unloaded_shards", "resolve_rank", "shard_uri",
-           "warn_unloaded_in_group"]
+__all__ = ["check_template", "extra_shard", "is_sharded", "refuse_unloaded_shards", "resolve_rank",
+           "shard_uri", "warn_stale_shards", "warn_unloaded_in_group"]
 
 log = logging.getLogger("tensorstream.load")
 
@@ -134,6 +134,45 @@ def _exists(uri: str, options: Mapping[str, Any]) -> bool | None:
     return True
 
 
+def _known_world_size(rank: int | None, world_size: int | None) -> int | None:
+    """The world size a load or save was given, else ``torch.distributed``'s, else
+    1 for a process given no rank; ``None`` when a rank alone gives no count."""
+    if world_size is not None:
+        return world_size
+    dist = _distributed()
+    if dist is not None:
+        return dist[1]
+    return 1 if rank is None else None
+
+
+def extra_shard(uri: str, rank: int | None, world_size: int | None,
+                options: Mapping[str, Any]) -> tuple[str, int] | None:
+    """``(URI, world size)`` of the shard of the rank template ``uri`` numbered
+    like the world size (past the last rank) when it exists, else ``None``.
+    One ``stat``; nothing when the world size is not known (``rank=`` alone)."""
+    size = _known_world_size(rank, world_size)
+    if size is None:
+        return None
+    extra = _fill(uri, size)
+    return (extra, size) if _exists(extra, options) else None
+
+
+def warn_stale_shards(uri: str, rank: int | None, world_size: int | None,
+                      options: Mapping[str, Any]) -> None:
+    """After rank 0 saved its shard of ``uri`` (``rank``/``world_size`` as the save
+    was given them): warn when a shard past the last rank is left from an
+    earlier save with more ranks (a load refuses it)."""
+    if resolve_rank(rank, world_size)[0] != 0:
+        return
+    found = extra_shard(uri, rank, world_size, options)
+    if found is not None:
+        log.warning(
+            "%s is left from an earlier save with more ranks than these %d: a load of %s "
+            "by %d rank(s) is refused while it is there (the model would look like more "
+            "shards than ranks); delete it and any shard numbered after it",
+            redact(found[0]), found[1], redact(uri), found[1])
+
+
 def refuse_unloaded_shards(uri: str, rank: int | None, world_size: int | None,
                            options: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigurationError` when the rank template ``uri`` names a
@@ -145,17 +184,10 @@ def refuse_unloaded_shards(uri: str, rank: int | None, world_size: int | None,
     rank alone does not say how many ranks there are: nothing is checked).
     One ``stat`` of the shard numbered ``world_size``.
     """
-    if world_size is None:
-        dist = _distributed()
-        if dist is not None:
-            world_size = dist[1]
-        elif rank is None:
-            world_size = 1
-        else:
-            return
-    extra = _fill(uri, world_size)
-    if not _exists(extra, options):
+    found = extra_shard(uri, rank, world_size, options)
+    if found is None:
         return
+    extra, world_size = found
 
     def name(r: int) -> str:
         return redact(_fill(uri, r)).rsplit("/", 1)[-1]
