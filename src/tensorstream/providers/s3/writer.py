@@ -98,6 +98,10 @@ class _ViewFile(io.RawIOBase):
         return self._pos
 
 
+#: Server-side encryption under which S3's ETag is not the MD5 of the bytes.
+_KMS = frozenset({"aws:kms", "aws:kms:dsse"})
+
+
 def _etag_md5(etag: object) -> tuple[str, int | None] | None:
     """``(md5 hex, part count or None)`` of an ETag that has the MD5 shape."""
     m = _MD5_ETAG.match(str(etag or ""))
@@ -143,6 +147,8 @@ class S3Writer(Writer):
         self._create: asyncio.Task[dict[str, Any]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._parts: dict[int, dict[str, Any]] = {}
+        #: What S3 answered names no encryption under which its ETags are not MD5s.
+        self._etags_are_md5 = True
         self._slots: asyncio.Semaphore | None = None
         self._error: BaseException | None = None
         self._abort_task: asyncio.Task[None] | None = None
@@ -258,7 +264,7 @@ class S3Writer(Writer):
                 body, md5 = self._only if self._only is not None else (b"", hashlib.md5().digest())
                 self._only = None
                 resp = await self._put(body, md5)
-                await self._check_published(resp.get("ETag"), md5.hex(), None)
+                await self._check_published(resp, md5.hex(), None)
             else:
                 if sorted(self._parts) != list(range(1, count + 1)):
                     raise IntegrityError(
@@ -266,7 +272,7 @@ class S3Writer(Writer):
                 parts = [self._parts[n] for n in range(1, count + 1)]
                 resp = await self._complete(parts)
                 whole = hashlib.md5(b"".join(self._md5s[n] for n in range(1, count + 1)))
-                await self._check_published(resp.get("ETag"), whole.hexdigest(), count)
+                await self._check_published(resp, whole.hexdigest(), count)
             self._state = "committed"
         except BaseException:
             await self.abort()
@@ -320,23 +326,30 @@ class S3Writer(Writer):
                  "was applied", op, self._bucket, self._key, type(exc).__name__, etag)
         return {"ETag": str(etag)}
 
-    async def _check_published(self, etag: object, want: str, count: int | None) -> None:
+    async def _check_published(self, resp: dict[str, Any], want: str, count: int | None) -> None:
         """The object's ETag once published. S3 itself refuses bytes that do not
         match their Content-MD5, so a mismatch here means a service that does
         not check it: the object is removed again."""
         try:
-            self._check_etag(etag, want, count, "object", then="it was removed")
+            self._check_etag(resp, want, count, "object", then="it was removed")
         except IntegrityError:
             self._state = "committed"  # nothing left to abort: it is published
             with contextlib.suppress(Exception):
                 await self._call("delete_object", Bucket=self._bucket, Key=self._key)
             raise
 
-    def _check_etag(self, etag: object, want: str, count: int | None, what: str, *,
+    def _check_etag(self, resp: dict[str, Any], want: str, count: int | None, what: str, *,
                     then: str = "nothing was published") -> None:
-        """Compare an ETag S3 answered with the MD5 we took of the source's bytes,
-        where it has the MD5 shape (under SSE-KMS/SSE-C it has not: Content-MD5,
-        which S3 checks itself, is then what vouches for the bytes)."""
+        """Compare the ETag S3 answered with the MD5 we took of the source's bytes,
+        where it is one. Under SSE-KMS and SSE-C it is not, though it has the shape
+        (32 hex digits): the answer says so (``x-amz-server-side-encryption:
+        aws:kms``, a customer key's algorithm), and Content-MD5, which S3 checks
+        itself, is then what vouches for the bytes."""
+        if resp.get("ServerSideEncryption") in _KMS or resp.get("SSECustomerAlgorithm"):
+            self._etags_are_md5 = False  # (a CompleteMultipartUpload's answer names no SSE-C)
+        if not self._etags_are_md5:
+            return
+        etag = resp.get("ETag")
         got = _etag_md5(etag)
         if got is not None and (got[0] != want or got[1] != count):
             raise IntegrityError(
@@ -400,7 +413,7 @@ class S3Writer(Writer):
         resp = await self._upload(
             number, lambda: data if isinstance(data, bytes) else _ViewFile(memoryview(data)),
             ContentMD5=base64.b64encode(md5).decode())
-        self._check_etag(resp.get("ETag"), md5.hex(), None, f"part {number}")
+        self._check_etag(resp, md5.hex(), None, f"part {number}")
         self._parts[number] = self._part_entry(number, resp)
         self._md5s[number] = md5
 
