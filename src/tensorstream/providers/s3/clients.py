@@ -49,6 +49,9 @@ _T = TypeVar("_T")
 log = logging.getLogger("tensorstream.s3")
 install_secret_filter()  # botocore DEBUG logs carry session tokens
 
+#: How long ``close`` waits for the client of a loop running in another thread to close.
+_CLOSE_ELSEWHERE_S = 5.0
+
 #: Where botocore sends requests without an endpoint (its proxy decision is made for it).
 _AWS_ENDPOINT = "https://s3.amazonaws.com"
 
@@ -108,6 +111,7 @@ class S3Clients:
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
+        self._client_pid = os.getpid()  # (a forked child's copy is the parent's client)
         self._key_source = credentials.key_source
         # The blocking path: a sync botocore client (signing only) and a pool.
         self._sync_lock = threading.Lock()
@@ -169,7 +173,13 @@ class S3Clients:
             return self._client
         if self._loop is not loop:
             # A client belongs to the loop that made it (e.g. after fork): start over.
+            old = (self._stack, self._loop, self._client_pid)
             self._loop, self._lock, self._client, self._stack = loop, asyncio.Lock(), None, None
+            self._client_pid = os.getpid()
+            if old[1] is not None and old[1].is_closed():
+                # (one of a finished asyncio.run was dropped unclosed; one of a loop that
+                # still runs may be in use there)
+                await self._close_client(*old)
         assert self._lock is not None
         async with self._lock:
             if self._client is None:
@@ -417,11 +427,25 @@ class S3Clients:
         if pool is not None:
             pool.close()
         stack, self._stack, self._client = self._stack, None, None
-        if stack is not None and self._loop is asyncio.get_running_loop():
-            try:
+        await self._close_client(stack, self._loop, self._client_pid)
+
+    @staticmethod
+    async def _close_client(stack: contextlib.AsyncExitStack | None,
+                            loop: asyncio.AbstractEventLoop | None, pid: int) -> None:
+        """Close an aiobotocore client made on ``loop``: there when that loop runs in
+        another thread (the sync API's I/O loop, say), else here (aiohttp then only
+        marks a closed loop's connections closed). It was dropped unclosed when
+        closed from another loop: "Unclosed client session", connections left open."""
+        if stack is None or pid != os.getpid():
+            return  # a forked child: its connections are the parent's
+        try:
+            if loop is None or loop is asyncio.get_running_loop() or not loop.is_running():
                 await stack.aclose()
-            except Exception as exc:
-                log.debug("closing the S3 client failed: %s", type(exc).__name__)
+            else:
+                done = asyncio.run_coroutine_threadsafe(stack.aclose(), loop)
+                await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
+        except Exception as exc:
+            log.debug("closing the S3 client failed: %s", type(exc).__name__)
 
 
 def _held_keys(creds: Any) -> list[str]:
