@@ -302,7 +302,9 @@ def run(args: argparse.Namespace) -> int:
             reporter.warning(note)
         verified = result.verified and args.verify and not args.dryrun
         summary = reporter.summary(seconds=result.seconds, verified=verified,
-                                   resumed_bytes=result.resumed_bytes, extra_errors=extra)
+                                   resumed_bytes=result.resumed_bytes,
+                                   server_side_bytes=result.server_side_bytes,
+                                   extra_errors=extra)
         if mode == "json":
             reporter.json({"op": "summary", **result.to_dict(), "summary": summary})
         else:

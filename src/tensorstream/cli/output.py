@@ -239,16 +239,21 @@ class Reporter:
 
     # -- the end ----------------------------------------------------------------
     def summary(self, *, seconds: float, verified: bool, resumed_bytes: int = 0,
-                extra_errors: int = 0) -> str:
-        """One line saying only what happened: ``copied 3 files (1.20 GiB) in ...``."""
+                server_side_bytes: int = 0, extra_errors: int = 0) -> str:
+        """One line saying only what happened: ``copied 3 files (1.20 GiB) in ...``.
+        The rate is of the bytes that went through this machine: not those kept from
+        an earlier run (``resumed_bytes``) nor those S3 copied itself."""
         c = self.counts
         parts = []
         if c.get("copied"):
             moved = c.get("bytes", 0)
-            rate = human_rate(moved - resumed_bytes, seconds)
+            rate = human_rate(moved - resumed_bytes - server_side_bytes, seconds)
             done = f"copied {_plural(c['copied'], 'file')} ({human_size(moved)})"
             took = f"{seconds:.2f}" if seconds < 10 else f"{seconds:.0f}"
             done += f" in {took} s" + (f", {rate}" if rate else "")
+            if server_side_bytes:
+                done += (", all copied by S3" if server_side_bytes >= moved else
+                         f", {human_size(server_side_bytes)} of it copied by S3")
             if verified:
                 done += ", verified"
             parts.append(done)

@@ -134,6 +134,8 @@ class CopyResult:
     seconds: float = 0.0
     verified: bool = True
     resumed_bytes: int = 0
+    #: Bytes of ``bytes`` that S3 copied itself (server-side): none crossed this machine.
+    server_side_bytes: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
     #: Things the user should know that are neither errors nor skips.
@@ -147,8 +149,9 @@ class CopyResult:
 
     @property
     def gbps(self) -> float:
-        """Throughput in GB/s (10^9 bytes per second) of the bytes transferred."""
-        moved = self.bytes - self.resumed_bytes
+        """Throughput in GB/s (10^9 bytes per second) of the bytes transferred through
+        this machine (not those kept from an earlier run, nor those S3 copied itself)."""
+        moved = self.bytes - self.resumed_bytes - self.server_side_bytes
         return moved / self.seconds / 1e9 if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,6 +162,7 @@ class CopyResult:
             "gbps": round(self.gbps, 6),
             "verified": self.verified,
             "resumed_bytes": self.resumed_bytes,
+            "server_side_bytes": self.server_side_bytes,
             "errors": list(self.errors),
             "skipped": list(self.skipped),
         }
@@ -370,6 +374,7 @@ class _Copier(Planner):
                     self._one_version(job))
                 if job.server_side:  # compared by what S3 says of the copy, or not at all
                     verified = job.checked_by is not None
+                    self.result.server_side_bytes += job.info.size
                     out.server_side, out.verified_by = True, job.checked_by
                 if not verified:
                     self.result.verified = False
