@@ -5,12 +5,28 @@ the listing and the copy. moto's server on loopback behind the package's fault p
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
+import secrets
+import threading
 from typing import Any
 
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
+
+
+def _put_in_parts(backend: Any, key: str, parts: list[bytes]) -> str:
+    """Upload ``parts`` as a multipart object (as aws s3 cp, s5cmd, rclone do); its ETag."""
+    c = backend.client
+    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key)["UploadId"]
+    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
+                                                    UploadId=upload, PartNumber=n,
+                                                    Body=body)["ETag"]}
+            for n, body in enumerate(parts, 1)]
+    return str(c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
+                                           MultipartUpload={"Parts": done})["ETag"])
 
 
 def test_bytes_s3_copied_are_no_throughput_of_this_machine(tensorstream_s3: Any) -> None:
@@ -26,3 +42,86 @@ def test_bytes_s3_copied_are_no_throughput_of_this_machine(tensorstream_s3: Any)
     assert r.to_dict()["server_side_bytes"] == MiB and r.to_dict()["gbps"] == 0.0
     r = copy(b.uri("src/a.bin"), b.uri("dst/b.bin"), server_side_copy=False, **b.options)
     assert r.ok and r.server_side_bytes == 0 and r.gbps > 0, r.errors
+
+
+class _KMSFront:
+    """A reverse proxy to moto answering a multipart copy as S3 does into a bucket whose
+    default encryption is SSE-KMS (moto answers as if unencrypted): the encryption header
+    on CreateMultipartUpload, UploadPartCopy and CompleteMultipartUpload, and each
+    part's ETag 32 hex digits that are no MD5 (mapped back to moto's when completed)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.real: dict[bytes, bytes] = {}  # a part ETag answered -> moto's own
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _forward(self, request: Any) -> Any:
+        from aiohttp import ClientSession, web
+        from yarl import URL
+
+        body = await request.read()
+        for fake, real in self.real.items():  # a CompleteMultipartUpload lists the parts
+            body = body.replace(fake, real)
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() not in ("content-length", "transfer-encoding")}
+        async with ClientSession(auto_decompress=False) as session, session.request(
+                request.method, URL(self.upstream + request.raw_path, encoded=True),
+                headers=headers, data=body or None, allow_redirects=False) as up:
+            answer = await up.read()
+            out = {k: v for k, v in up.headers.items() if k.lower() not in (
+                "content-length", "transfer-encoding", "connection", "content-encoding")}
+            length = up.content_length
+        multipart = "uploads" in request.query or "uploadId" in request.query
+        if multipart and up.status == 200 and request.method in ("PUT", "POST"):
+            out["x-amz-server-side-encryption"] = "aws:kms"
+            match = re.search(rb"<ETag>(&quot;|\")?([0-9a-f]{32})", answer)
+            if match is not None and "x-amz-copy-source" in request.headers:
+                fake = secrets.token_hex(16).encode()
+                self.real[fake] = match.group(2)
+                answer = answer.replace(match.group(2), fake)
+        resp = web.StreamResponse(status=up.status, headers=out)
+        resp.content_length = length if request.method == "HEAD" else len(answer)
+        await resp.prepare(request)
+        if request.method != "HEAD":
+            await resp.write(answer)
+        return resp
+
+    def __enter__(self) -> str:
+        from aiohttp import web
+
+        self.thread.start()
+
+        async def start() -> str:
+            app = web.Application(client_max_size=64 * MiB)
+            app.router.add_route("*", "/{tail:.*}", self._forward)
+            self.runner = web.AppRunner(app)
+            await self.runner.setup()
+            await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+            return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+        return asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_a_multipart_copy_into_an_sse_kms_bucket_is_kept_not_taken_for_changed(
+        tensorstream_s3: Any) -> None:
+    """Into a bucket whose default encryption is SSE-KMS, S3 answers UploadPartCopy with
+    part ETags of 32 hex digits that are no MD5s: the parts' ETags were compared with the
+    source's as if they were, so every multipart copy there failed ("the source changed
+    while it was copied"). The encryption S3 names is heeded (as for one CopyObject): the
+    copy is made, only its size compared, and it is not reported verified."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), b"end"]
+    _put_in_parts(b, "src/p.bin", parts)
+    with _KMSFront(b.proxy.url) as endpoint:
+        r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), **{**b.options, "s3_endpoint": endpoint})
+    assert r.ok and r.files == 1, r.errors
+    (out,) = r.outcomes
+    assert out.server_side and not out.verified and out.verified_by is None
+    assert b.get("dst/p.bin") == b"".join(parts)
+    assert b.server.open_multipart_uploads(b.bucket) == []

@@ -260,6 +260,9 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         raise IntegrityError("S3 answered CreateMultipartUpload without an UploadId")
     source = dict(zip(("Bucket", "Key"), _split(src_path), strict=True))
     etags: dict[int, str] = {}
+    # The copy encrypted with KMS (the bucket's default): its parts' ETags look like MD5s
+    # but are not, so they cannot make the source's (as for one CopyObject's ETag).
+    encrypted = [upload.get("ServerSideEncryption") in _KMS]
     slots = asyncio.Semaphore(max(1, concurrency))
 
     async def part(number: int, start: int, end: int) -> None:
@@ -273,6 +276,8 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         if not got:
             raise IntegrityError(f"S3 answered UploadPartCopy {number} without an ETag")
         etags[number] = str(got)
+        if resp.get("ServerSideEncryption") in _KMS:
+            encrypted[0] = True
         if advance is not None:
             advance(end - start)
 
@@ -282,7 +287,8 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         except PermissionDeniedError as exc:
             raise _refused_writing(exc) from exc
         parts = [{"PartNumber": n, "ETag": etags[n]} for n in range(1, len(layout) + 1)]
-        compared = not own and md5 is not None and all(_etag_md5(p["ETag"]) for p in parts)
+        compared = (not own and md5 is not None and not encrypted[0]
+                    and all(_etag_md5(p["ETag"]) for p in parts))
         if compared:
             assert md5 is not None
             made = hashlib.md5(b"".join(bytes.fromhex(_etag_md5(p["ETag"])[0])  # type: ignore[index]
