@@ -8,7 +8,14 @@ file object that feeds ``tensorizer.TensorDeserializer``; ``tensorstream cp``.
 ...     ...
 """
 
+import _signal  # (the C module: ``signal`` would first import enum)
 import sys as _sys
+
+# SIGINT is held back while this module decides whether it is the command and sets
+# the command's handler: one that comes meanwhile is delivered after, to the handler
+# that is then in place (it was a traceback through this module).
+_hold = getattr(_signal, "pthread_sigmask", None)  # (not on Windows)
+_held = _hold(_signal.SIG_BLOCK, {_signal.SIGINT}) if _hold is not None else None
 
 
 def _started_with(args: list[str]) -> tuple[str, str]:
@@ -70,14 +77,16 @@ def _exit_interrupted(signum: int = 2, frame: object = None) -> None:
     raise SystemExit(130)
 
 
-if _launched_as_command():  # before any import below: Ctrl-C during them is handled
-    import _signal  # (the C module: ``signal`` would first import enum)
-
-    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # not ignored
+try:
+    # Before any import below: Ctrl-C during them is handled (unless it is ignored).
+    if _launched_as_command() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
         try:
             _signal.signal(_signal.SIGINT, _exit_interrupted)
         except ValueError:  # imported off the main thread: only that one may set it
             pass
+finally:
+    if _hold is not None and _held is not None:
+        _hold(_signal.SIG_SETMASK, _held)
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
 from typing import Any as _Any  # noqa: E402

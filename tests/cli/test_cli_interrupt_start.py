@@ -41,6 +41,18 @@ class _InterruptAt:
         return None
 
 sys.meta_path.insert(0, _InterruptAt())
+
+if os.environ.get("TS_TEST_SIGINT_DECIDING"):  # once tensorstream/__init__ has its decider
+    def _tracer(frame, event, arg):
+        if not frame.f_code.co_filename.endswith(os.path.join("tensorstream", "__init__.py")):
+            return None
+        if event == "line" and "_launched_as_command" in frame.f_globals:
+            sys.settrace(None)
+            frame.f_trace = None
+            os.kill(os.getpid(), signal.SIGINT)
+        return _tracer
+
+    sys.settrace(_tracer)
 """
 _CLEAN = "tensorstream: error: interrupted by SIGINT"
 
@@ -95,6 +107,26 @@ def test_ctrl_c_while_python_m_tensorstream_starts_is_the_clean_interrupt(
                 launch["env"], at)  # type: ignore[arg-type]
     assert proc.stderr.splitlines() == [_CLEAN], proc.stderr
     assert proc.returncode == 130
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks here")
+def test_ctrl_c_while_the_package_decides_it_is_the_command_is_the_clean_interrupt(
+        launch: dict[str, object]) -> None:
+    # The moment between the package's first line and the command's handler (deciding
+    # from sys.argv whether this is the command): a Ctrl-C there was a traceback through
+    # tensorstream/__init__.py. It is held back until the handler is in place.
+    env = {**launch["env"], "TS_TEST_SIGINT_DECIDING": "1"}  # type: ignore[dict-item]
+    proc = _run([sys.executable, str(launch["script"]), "ls", str(launch["listed"])], env, None)
+    assert proc.stderr.splitlines() == [_CLEAN], proc.stderr
+    assert proc.returncode == 130
+
+
+def test_a_library_import_still_gets_a_ctrl_c_that_came_while_it_decided(
+        launch: dict[str, object]) -> None:
+    env = {**launch["env"], "TS_TEST_SIGINT_DECIDING": "1"}  # type: ignore[dict-item]
+    proc = _run([sys.executable, "-c", "import tensorstream; print('not interrupted')"], env, None)
+    assert "KeyboardInterrupt" in proc.stderr and "not interrupted" not in proc.stdout
+    assert proc.returncode == -signal.SIGINT
 
 
 def test_without_ctrl_c_the_runs_are_unchanged(launch: dict[str, object]) -> None:
