@@ -20,6 +20,7 @@ import socket
 import ssl
 import sys
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -101,6 +102,15 @@ class ConnectionPool:
         self._ssl: ssl.SSLContext | None = None
         self._pid = os.getpid()
         self.created = 0  # connections opened (tests and metrics)
+        _pools.add(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the idle connections' sockets are the parent's (never
+        used here), and the lock may have been held by a thread of the parent,
+        which does not exist here: a new one."""
+        self._lock = threading.Lock()
+        self._idle = {}
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         proxies = f", proxies={self.proxies!r}" if self.proxies else ""
@@ -196,6 +206,18 @@ class ConnectionPool:
         for conns in idle.values():
             for conn in conns:
                 conn.close()
+
+
+#: Every pool of this process (weak), made the child's own after a fork.
+_pools: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
+
+
+def _forget_inherited_pools() -> None:
+    for pool in list(_pools):
+        pool._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_pools)
 
 
 

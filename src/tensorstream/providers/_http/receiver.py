@@ -344,6 +344,14 @@ _EPOLL = hasattr(select, "epoll")
 SHARED_DEFAULT = False
 
 
+def _after_fork_in_child() -> None:
+    global _receiver_lock
+    _receiver_lock = threading.Lock()  # a thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def arrivals() -> tuple[int, int]:
     """(:attr:`Receiver.asked`, :attr:`Receiver.ready`) of the process's
     receiver; (0, 0) before it starts (asking never starts it)."""

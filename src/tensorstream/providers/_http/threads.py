@@ -143,6 +143,18 @@ _starting = [0]
 _starting_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held these locks at the fork (it does not
+    exist here, nor do the threads it was starting): new ones. The executor
+    itself is replaced on first use (:func:`_threads`)."""
+    global _executor_lock, _starting_lock
+    _executor_lock, _starting_lock = threading.Lock(), threading.Lock()
+    _starting[0] = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _can_add(pool: concurrent.futures.ThreadPoolExecutor) -> bool:
     """Whether this Python's executor has the worker :func:`_add_thread` starts
     (3.10-3.13: ``_worker(executor_reference, work_queue, initializer, initargs)``)."""

@@ -209,6 +209,18 @@ _lock = threading.Lock()
 _pid = os.getpid()
 
 
+def _after_fork_in_child() -> None:
+    """The parent's gates count its requests, and a thread of the parent may have
+    held the lock at the fork (it does not exist here): both start afresh."""
+    global _lock, _pid
+    _lock = threading.Lock()
+    _gates.clear()
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def gate(key: Key) -> Gate:
     """The process's gate of origin ``key`` (a forked child starts afresh: the
     parent's requests in flight are not its own)."""

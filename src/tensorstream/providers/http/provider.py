@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import ssl
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -75,6 +77,18 @@ from ...errors import InsecureTLSWarning  # noqa: E402  (re-exported for compati
 
 _IDENTITY = {"Accept-Encoding": "identity"}
 
+#: Every provider of this process (weak): a forked child gives each a new lock for
+#: its pool (a thread of the parent, which does not exist there, may have held it).
+_providers: weakref.WeakSet[HTTPProvider] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for provider in list(_providers):
+        provider._pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def _redact_path(path: str) -> str:
     return redact_path(path)
@@ -110,6 +124,7 @@ class HTTPProvider(Provider):
         self._allow_private = bool(allow_private_redirects)
         self._pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
+        _providers.add(self)
         if self._creds.insecure:
             msg = (f"TLS certificate verification is disabled (insecure=True) for "
                    f"{self._origin}; anyone on the path can read or alter the data")
