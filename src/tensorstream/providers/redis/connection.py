@@ -30,6 +30,7 @@ from ... import _loop
 from ..._client_cert import load_client_cert
 from ...config import CommonConfig, split_options
 from ...errors import ConnectionFailedError, ProtocolError, TensorstreamError
+from .arrivals import idle_timed
 from .blocking import BlockingRedisReader
 from .config import RedisCredentials
 from .errors import (
@@ -140,7 +141,12 @@ class RedisConnection:
             for gone in [lp for lp in self._clients if lp.is_closed()]:
                 del self._clients[gone]
             kw = self._client_kwargs()
-            client = RedisCluster(**kw) if self.cluster else aredis.Redis(db=self.db, **kw)
+            if self.cluster:
+                client = RedisCluster(**kw)
+            else:
+                client = aredis.Redis(db=self.db, **kw)
+                pool = client.connection_pool  # (plain or TLS: the class redis-py chose)
+                pool.connection_class = idle_timed(pool.connection_class)
             self._clients[loop] = client
         return client
 
