@@ -12,6 +12,8 @@ import secrets
 import threading
 from typing import Any
 
+import pytest
+
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
@@ -125,3 +127,27 @@ def test_a_multipart_copy_into_an_sse_kms_bucket_is_kept_not_taken_for_changed(
     assert out.server_side and not out.verified and out.verified_by is None
     assert b.get("dst/p.bin") == b"".join(parts)
     assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+@pytest.mark.parametrize("storage_class", ["GLACIER", "DEEP_ARCHIVE"])
+def test_an_archived_source_is_named_not_the_destination(tensorstream_s3: Any,
+                                                         storage_class: str) -> None:
+    """A source in Glacier (not restored): S3 refuses the copy with a 403
+    (ObjectNotInActiveTierError), and the error said "writing the destination was
+    refused", sending the user to the destination's permissions. The HEAD says the
+    storage class, so the error now names the source and what to do; nothing is written.
+    Once restored, it is copied by S3 as any other."""
+    b = tensorstream_s3
+    b.client.put_object(Bucket=b.bucket, Key="src/g.bin", Body=b"g" * 100,
+                        StorageClass=storage_class)
+    r = copy(b.uri("src/g.bin"), b.uri("dst/g.bin"), **b.options)
+    assert not r.ok and r.files == 0
+    (error,) = r.errors
+    assert "destination" not in error.split(": ", 1)[1], error
+    assert f"the source is archived (storage class {storage_class})" in error, error
+    assert "restore" in error, error
+    assert not b.server.exists(b.bucket, "dst/g.bin")
+    b.client.restore_object(Bucket=b.bucket, Key="src/g.bin", RestoreRequest={"Days": 1})
+    r = copy(b.uri("src/g.bin"), b.uri("dst/g.bin"), **b.options)
+    assert r.ok and r.outcomes[0].server_side, r.errors
+    assert b.get("dst/g.bin") == b"g" * 100

@@ -27,7 +27,8 @@ tensorstream's copies make:
 A server that answers ``501``/``NotImplemented`` raises :class:`ServerCopyUnsupported`
 (the caller falls back to a streamed copy). Access refused is said for the side it is
 about: the source was read by the ``HEAD`` first, so a refused copy request is the
-destination's.
+destination's; a source archived in Glacier and not restored (S3 refuses its copy with a
+403 too) is said to be, from its ``HEAD``, before anything is sent.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ COPY_CUTOFF = 5 << 30
 #: Source part lookups (``HEAD ?partNumber``) in flight at once.
 _LOOKUPS = 16
 _KMS = frozenset({"aws:kms", "aws:kms:dsse"})
+#: Storage classes whose objects S3 copies only once restored.
+_ARCHIVES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 #: What ``aws s3 cp`` carries over to a multipart copy (HeadObject name, upload argument).
 _CARRIED = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncoding",
             "ContentLanguage", "Expires", "Metadata")
@@ -182,6 +185,12 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
         raise ServerCopyUnsupported("the source is encrypted with a customer key (SSE-C)")
     if not etag:  # (every S3 answer names one; a copy that pins nothing is not ours)
         raise ServerCopyUnsupported("the source's HEAD names no ETag to pin the copy to")
+    if (archived := _archived(head)) is not None:
+        # S3 refuses the copy with a bare 403 (ObjectNotInActiveTierError), which read as
+        # the destination's; aws s3 cp skips such objects with the same advice.
+        raise PermissionDeniedError(
+            f"the source is archived (storage class {archived}) and not restored: S3 copies "
+            "it only once restored (aws s3api restore-object), then copy it again")
     # The ETag as an MD5 (of the bytes, or of the parts' MD5s, -N); under SSE-KMS it is not.
     md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in _KMS else None
     if size <= cutoff and (md5 is None or md5[1] is None):
@@ -195,6 +204,18 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     if check:
         await _check_size(call, dst_path, size)
     return copied
+
+
+def _archived(head: dict[str, Any]) -> str | None:
+    """The archive a source's HEAD says it is in and not restored from (its storage
+    class, or Intelligent-Tiering's archive tier), else None."""
+    restored = 'ongoing-request="false"' in str(head.get("Restore") or "").replace(" ", "")
+    storage = str(head.get("StorageClass") or "")
+    if storage in _ARCHIVES and not restored:
+        return storage
+    if head.get("ArchiveStatus") and not restored:  # (INTELLIGENT_TIERING's archive tiers)
+        return f"{storage or 'INTELLIGENT_TIERING'}, {head['ArchiveStatus']}"
+    return None
 
 
 async def _head_source(call: _Calls, src_path: str, info: ObjectInfo) -> dict[str, Any]:
