@@ -1,4 +1,4 @@
-"""A process forked while another thread was inside the HTTP data plane (a load in
+"""A process forked while another thread was inside the HTTP(S)/S3 data plane (a load in
 the background when ``multiprocessing``, a DataLoader or vLLM forks its workers):
 the child has only the forking thread, so a lock another thread held at the fork
 is held there for ever. The child's first read through an inherited reader, or a
@@ -11,17 +11,21 @@ import os
 
 import pytest
 
+from fixtures_s3 import S3_BUCKET
 from reliability_helpers import run_python
 from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.s3_server import MotoS3Server
 
 _CODE = r"""
 import json, os, sys, threading, time
 import tensorstream
 from tensorstream.providers._http import receiver, threads, throttle
-url, which = sys.argv[1], sys.argv[2]
-f = tensorstream.open(url, part_size=256 << 10)
+url, which, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+f = tensorstream.open(url, part_size=256 << 10, **opts)
 data = f.read()
 locks = {
+    "s3 signing": lambda: f._provider.inner._sync_lock,         # the S3 signing client
+    "s3 signatures": lambda: f._provider.inner._gets._lock,     # ... and its signatures
     "pool": lambda: f._provider.inner._pool._lock,           # the reader's connections
     "provider": lambda: f._provider.inner._pool_lock,        # ... and how they are made
     "throttle": lambda: throttle._lock,                      # every origin's gate
@@ -43,10 +47,11 @@ if pid == 0:
     try:
         f.seek(0)
         out["inherited"] = f.read() == data
-        with tensorstream.open(url) as g:
+        with tensorstream.open(url, **opts) as g:
             out["fresh"] = g.read() == data
         import asyncio
-        out["async"] = asyncio.run(tensorstream.read_range(url, 0, 1000)) == data[:1000]
+        read = tensorstream.read_range(url, 0, 1000, **opts)
+        out["async"] = asyncio.run(read) == data[:1000]
     except BaseException as exc:
         out["error"] = repr(exc)
     os.write(w, json.dumps(out).encode())
@@ -69,7 +74,19 @@ def test_a_child_forked_while_another_thread_held_a_lock_reads(
         http_server: HTTPTestServer, which: str) -> None:
     key = f"fork-lock-{os.urandom(4).hex()}"
     http_server.put(key, os.urandom(2 << 20))
-    proc = run_python(_CODE, timeout=60, args=[http_server.url(key), which])
+    _check(http_server.url(key), which, {})
+
+
+@pytest.mark.parametrize("which", ["s3 signing", "s3 signatures", "pool"])
+def test_a_child_forked_while_another_thread_held_an_s3_lock_reads(
+        moto_s3: MotoS3Server, which: str) -> None:
+    key = f"fork-lock-{os.urandom(4).hex()}"
+    moto_s3.put(S3_BUCKET, key, os.urandom(1 << 20))
+    _check(f"s3://{S3_BUCKET}/{key}", which, moto_s3.options())
+
+
+def _check(url: str, which: str, opts: dict[str, str]) -> None:
+    proc = run_python(_CODE, timeout=60, args=[url, which, json.dumps(opts)])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"inherited": True, "fresh": True, "async": True}, out

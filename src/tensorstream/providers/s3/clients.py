@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -118,6 +119,7 @@ class S3Clients:
         self._sync_client: Any = None
         self._pool: ConnectionPool | None = None
         self._gets = SignedGets()  # object URLs and reusable signatures (blocking path)
+        _all_clients.add(self)
         self._sync_creds: Any = None
         #: botocore's chain's credentials of the aiobotocore client (writes, deletes,
         #: bucket listings), whose keys are masked like the blocking path's
@@ -469,3 +471,17 @@ def _certifi() -> str | None:
         return None
     path = get_cert_path(True)
     return path if isinstance(path, str) else None
+
+
+#: Every provider's clients in this process (weak): a forked child gives each new
+#: locks (a thread of the parent, which does not exist there, may have held them).
+_all_clients: weakref.WeakSet[S3Clients] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for clients in list(_all_clients):
+        clients._sync_lock = threading.Lock()
+        clients._gets = SignedGets()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
