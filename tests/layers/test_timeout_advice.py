@@ -106,3 +106,37 @@ def test_the_command_line_says_which_flag_to_raise(request: pytest.FixtureReques
          "--retries", "1"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 1
     assert "timeout_idle=0.3 s" in proc.stderr and "--timeout-idle 0.6" in proc.stderr, proc.stderr
+
+
+def _client_sockets(port: int) -> list[Any]:
+    """This process's open TCP sockets to ``port`` (the client's side only)."""
+    import psutil
+
+    return [c for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == port]
+
+
+@pytest.mark.parametrize("kind", ["http", "s3", "redis"])
+def test_stalled_reads_leave_no_socket_or_thread_behind(request: pytest.FixtureRequest,
+                                                         kind: str) -> None:
+    """After each timed-out read (``open().read`` and ``read_range``, three rounds), no
+    connection to the stalled server stays open in the client (it was dropped, never
+    pooled) and no thread is left per failed read."""
+    import threading
+    from urllib.parse import urlsplit
+
+    store, key = _stalled(request, kind)
+    options = {**store.options, "timeout_idle": 0.2, "retries": 1, **FAST}
+    where = options.get("s3_endpoint") or store.uri(key)
+    port = urlsplit(where).port
+    assert port
+    threads = None
+    for _ in range(3):
+        with pytest.raises(TimeoutError), tensorstream.open(store.uri(key), **options) as f:
+            f.read()
+        with pytest.raises(TimeoutError):
+            asyncio.run(tensorstream.read_range(store.uri(key), 0, 1000, **options))
+        assert _client_sockets(port) == []
+        count = threading.active_count()
+        assert threads is None or count <= threads, (threads, count)
+        threads = count
