@@ -11,12 +11,6 @@ file object that feeds ``tensorizer.TensorDeserializer``; ``tensorstream cp``.
 import _signal  # (the C module: ``signal`` would first import enum)
 import sys as _sys
 
-# SIGINT is held back while this module decides whether it is the command and sets
-# the command's handler: one that comes meanwhile is delivered after, to the handler
-# that is then in place (it was a traceback through this module).
-_hold = getattr(_signal, "pthread_sigmask", None)  # (not on Windows)
-_held = _hold(_signal.SIG_BLOCK, {_signal.SIGINT}) if _hold is not None else None
-
 
 def _started_with(args: list[str]) -> tuple[str, str]:
     """How the interpreter's command line ``args`` (``sys.orig_argv``) runs a program:
@@ -77,7 +71,16 @@ def _exit_interrupted(signum: int = 2, frame: object = None) -> None:
     raise SystemExit(130)
 
 
+# SIGINT is held back while this module decides whether it is the command and sets
+# the command's handler: one that comes meanwhile is delivered after, to the handler
+# that is then in place (it was a traceback through this module). The mask is read
+# before it is changed, and changed inside the try: an exception at any line between
+# (a program's own signal handler raising) cannot leave SIGINT blocked for good.
+_hold = getattr(_signal, "pthread_sigmask", None)  # (not on Windows)
+_held = _hold(_signal.SIG_BLOCK, ()) if _hold is not None else None
 try:
+    if _hold is not None:
+        _hold(_signal.SIG_BLOCK, {_signal.SIGINT})
     # Before any import below: Ctrl-C during them is handled (unless it is ignored).
     if _launched_as_command() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
         try:

@@ -31,7 +31,7 @@ if __name__ == '__main__':
 """
 #: Sends SIGINT to the process when the module named by TS_TEST_SIGINT_AT starts importing.
 _SITECUSTOMIZE = """\
-import os, signal, sys
+import linecache, os, signal, sys
 
 class _InterruptAt:
     def find_spec(self, name, path=None, target=None):
@@ -42,11 +42,13 @@ class _InterruptAt:
 
 sys.meta_path.insert(0, _InterruptAt())
 
-if os.environ.get("TS_TEST_SIGINT_DECIDING"):  # once tensorstream/__init__ has its decider
+if os.environ.get("TS_TEST_SIGINT_DECIDING"):  # as tensorstream/__init__ decides
     def _tracer(frame, event, arg):
-        if not frame.f_code.co_filename.endswith(os.path.join("tensorstream", "__init__.py")):
+        name = frame.f_code.co_filename
+        if not name.endswith(os.path.join("tensorstream", "__init__.py")):
             return None
-        if event == "line" and "_launched_as_command" in frame.f_globals:
+        line = linecache.getline(name, frame.f_lineno)
+        if event == "line" and line.startswith("    if _launched_as_command()"):
             sys.settrace(None)
             frame.f_trace = None
             os.kill(os.getpid(), signal.SIGINT)
@@ -269,3 +271,49 @@ def test_a_child_process_of_the_command_gets_pythons_sigint_handler(
         "    p.join()\n")
     proc = _run([sys.executable, str(parent)], launch["env"], None)  # type: ignore[arg-type]
     assert proc.stdout.split() == ["True", "True"], proc.stdout + proc.stderr
+
+
+#: A program whose own SIGALRM handler raises (pytest-timeout's, a deadline of
+#: one's own) at the first line of tensorstream/__init__.py that starts with AT,
+#: once SIGINT is held back.
+_ALARM_WHILE_HELD = """\
+import linecache, os, signal, sys
+
+def _alarm(signum, frame):
+    raise TimeoutError("deadline")
+
+signal.signal(signal.SIGALRM, _alarm)
+
+def _tracer(frame, event, arg):
+    name = frame.f_code.co_filename
+    if not name.endswith(os.path.join("tensorstream", "__init__.py")):
+        return None
+    if event == "line" and linecache.getline(name, frame.f_lineno).startswith(AT):
+        sys.settrace(None)
+        frame.f_trace = None
+        os.kill(os.getpid(), signal.SIGALRM)
+    return _tracer
+
+sys.settrace(_tracer)
+try:
+    import tensorstream
+except TimeoutError:
+    print("timed out")
+blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+print("SIGINT blocked" if blocked else "SIGINT deliverable")
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks here")
+@pytest.mark.parametrize("at", ["def _started_with", "def _launched_as_command",
+                                "def _exit_interrupted", "try:", "    if _launched_as_command()"])
+def test_an_exception_while_sigint_is_held_back_leaves_it_deliverable(
+        launch: dict[str, object], tmp_path: Path, at: str) -> None:
+    # An exception from a program's own signal handler at a line while the package held
+    # SIGINT back, before the try that restores it: SIGINT stayed blocked in the main
+    # thread for the rest of the process (Ctrl-C did nothing).
+    prog = tmp_path / "prog.py"
+    prog.write_text(f"AT = {at!r}\n" + _ALARM_WHILE_HELD)
+    proc = _run([sys.executable, str(prog)], launch["env"], None)  # type: ignore[arg-type]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["timed out", "SIGINT deliverable"], proc.stdout
