@@ -14,6 +14,7 @@ import pytest
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import run_python
 from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.redis_server import RedisServer
 from tensorstream.testing.s3_server import MotoS3Server
 
 _CODE = r"""
@@ -24,6 +25,7 @@ url, which, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 f = tensorstream.open(url, part_size=256 << 10, **opts)
 data = f.read()
 locks = {
+    "redis width": lambda: f._provider.inner._width._cond,   # interactions running at once
     "s3 signing": lambda: f._provider.inner._sync_lock,         # the S3 signing client
     "s3 signatures": lambda: f._provider.inner._gets._lock,     # ... and its signatures
     "pool": lambda: f._provider.inner._pool._lock,           # the reader's connections
@@ -83,6 +85,14 @@ def test_a_child_forked_while_another_thread_held_an_s3_lock_reads(
     key = f"fork-lock-{os.urandom(4).hex()}"
     moto_s3.put(S3_BUCKET, key, os.urandom(1 << 20))
     _check(f"s3://{S3_BUCKET}/{key}", which, moto_s3.options())
+
+
+@pytest.mark.parametrize("which", ["redis width"])
+def test_a_child_forked_while_another_thread_held_a_redis_lock_reads(
+        redis_server: RedisServer, which: str) -> None:
+    key = f"fork-lock-{os.urandom(4).hex()}"
+    redis_server.put(key, os.urandom(1 << 20))
+    _check(redis_server.url(key), which, {})
 
 
 def _check(url: str, which: str, opts: dict[str, str]) -> None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
+import weakref
 from collections.abc import AsyncIterator, Iterator
 
 from ...errors import ConnectionFailedError
@@ -66,12 +68,19 @@ class Width:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._running = 0
+        _widths.add(self)
         #: None: not limited (the client's own pool size applies)
         self.limit: int | None = None
         self._went_well = 0  # interactions that went well since the width last changed
 
     def __repr__(self) -> str:
         return f"Width(running={self._running}, limit={self.limit})"
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's interactions do not run here (they held
+        slots for ever), and a thread of the parent may have held the lock."""
+        self._cond = threading.Condition()
+        self._running = 0
 
     def _enter(self) -> bool:
         with self._cond:
@@ -149,3 +158,15 @@ class Width:
         if step == NONE_FREE:
             raise no_connection_error() from err
         return step
+
+
+#: Every width of this process (weak), made the forked child's own.
+_widths: weakref.WeakSet[Width] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for width in list(_widths):
+        width._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
