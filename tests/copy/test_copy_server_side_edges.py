@@ -151,3 +151,27 @@ def test_an_archived_source_is_named_not_the_destination(tensorstream_s3: Any,
     r = copy(b.uri("src/g.bin"), b.uri("dst/g.bin"), **b.options)
     assert r.ok and r.outcomes[0].server_side, r.errors
     assert b.get("dst/g.bin") == b"g" * 100
+
+
+def test_a_source_whose_head_s3_rejects_is_streamed_and_the_rest_copied_by_s3(
+        tensorstream_s3: Any) -> None:
+    """S3 answers the HEAD of an SSE-C object read without its key with a bare 400 (no
+    body: no reason). The copy failed with "S3 rejected the request (400)"; the streamed
+    copy's read says why (its GET has a body), or copies it where the HEAD alone was
+    refused. That object now goes the streamed way, and only it: the other objects of the
+    folder are still copied by S3 (a per-object reason never turns S3's copies off)."""
+    b = tensorstream_s3
+    files = {f"src/{name}.bin": os.urandom(1000) for name in "abc"}
+    for key, data in files.items():
+        b.put(key, data)
+    b.faults.raw.path_prefix = f"/{b.bucket}/src/b.bin"
+    # The server copy's HEAD of the source, and botocore's once more (after it looked for
+    # the bucket's region, as it does after a bare 400 to a HEAD).
+    b.faults.raw.status_script = [400, 400]
+    r = copy(b.uri("src/"), b.uri("dst/"), recursive=True, jobs=1, **b.options)
+    assert r.ok and r.files == 3, r.errors
+    assert b.faults.raw.scripted == 2
+    by_src = {o.src.rsplit("/", 1)[1]: o.server_side for o in r.outcomes}
+    assert by_src == {"a.bin": True, "b.bin": False, "c.bin": True}, r.outcomes
+    for key, data in files.items():
+        assert b.get(key.replace("src/", "dst/")) == data

@@ -55,7 +55,10 @@ async def copy_on_server(c: _Copier, job: Job) -> bool:
                                    cutoff=c.copy_cutoff, part_size=c.part_size,
                                    concurrency=c.concurrency, check=c.verify, advance=advance)
     except ServerCopyUnsupported as exc:
-        if not c.server_copy_unsupported:
+        if exc.this_object:  # (S3 still copies the others)
+            log.warning("%s: %s; copying it through this machine instead", job.label,
+                        redact_text(str(exc)))
+        elif not c.server_copy_unsupported:
             c.server_copy_unsupported = True
             log.warning("%s: %s; copying through this machine instead", job.dst_label,
                         redact_text(str(exc)))

@@ -42,7 +42,9 @@ from typing import Any
 
 from ..._log_redaction import scrub_chain
 from ...errors import (
+    ConfigurationError,
     IntegrityError,
+    MissingCredentialsError,
     NotFoundError,
     ObjectChangedError,
     PermissionDeniedError,
@@ -51,6 +53,7 @@ from ...errors import (
 )
 from ...uri import redact_text
 from ..base import ObjectInfo
+from .errors import WrongRegionError
 from .parts import MAX_PARTS, known_size_part
 from .writer import _etag_md5
 
@@ -71,7 +74,13 @@ _CARRIED = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncodin
 
 
 class ServerCopyUnsupported(UnsupportedOperationError):
-    """The server does not copy objects itself (``501 NotImplemented``)."""
+    """The server does not copy objects itself (``501 NotImplemented``), or, with
+    ``this_object``, not this one (nothing was sent to the destination): the caller
+    streams it, and only it."""
+
+    def __init__(self, message: str, *, this_object: bool = False) -> None:
+        super().__init__(message)
+        self.this_object = this_object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,16 +184,26 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     ``CopyObject`` copies (a larger one goes in ``part_size`` parts). ``check``: look at
     the copy's size after it is published. ``advance(n)``: ``n`` more bytes are copied."""
     call = _Calls(dst)
-    head = await _head_source(call, src_path, info)
+    try:
+        head = await _head_source(call, src_path, info)
+    except ConfigurationError as exc:
+        if isinstance(exc, WrongRegionError | MissingCredentialsError):
+            raise
+        # A HEAD's bare 400 says no reason (an SSE-C object read without its key is one):
+        # the streamed copy's read gets S3's reason in its body, or copies the object.
+        raise ServerCopyUnsupported(f"S3 gave no reason for refusing the source's HEAD "
+                                    f"({exc.message})", this_object=True) from exc
     etag = str(head.get("ETag") or "")
     size = int(head.get("ContentLength", info.size))
     if size != info.size:
         raise ObjectChangedError(f"the source is {size} bytes now, {info.size} when listed")
     if head.get("SSECustomerAlgorithm"):
         # The copy would need the customer's key for both sides: the streamed copy says why.
-        raise ServerCopyUnsupported("the source is encrypted with a customer key (SSE-C)")
+        raise ServerCopyUnsupported("the source is encrypted with a customer key (SSE-C)",
+                                    this_object=True)
     if not etag:  # (every S3 answer names one; a copy that pins nothing is not ours)
-        raise ServerCopyUnsupported("the source's HEAD names no ETag to pin the copy to")
+        raise ServerCopyUnsupported("the source's HEAD names no ETag to pin the copy to",
+                                    this_object=True)
     if (archived := _archived(head)) is not None:
         # S3 refuses the copy with a bare 403 (ObjectNotInActiveTierError), which read as
         # the destination's; aws s3 cp skips such objects with the same advice.
