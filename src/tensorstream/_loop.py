@@ -124,7 +124,14 @@ def _unshare_selector(loop: asyncio.AbstractEventLoop | None) -> None:
             fresh.close()
 
 
-os.register_at_fork(after_in_child=lambda: _unshare_selector(_loop))
+def _after_fork_in_child() -> None:
+    global _lock
+    _unshare_selector(_loop)
+    # A thread of the parent starting the loop may have held it (it does not exist here).
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def is_shut_down() -> bool:

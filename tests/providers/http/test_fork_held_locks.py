@@ -20,6 +20,7 @@ from tensorstream.testing.s3_server import MotoS3Server
 _CODE = r"""
 import json, os, sys, threading, time
 import tensorstream
+from tensorstream import _loop
 from tensorstream.providers._http import receiver, threads, throttle
 url, which, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 f = tensorstream.open(url, part_size=256 << 10, **opts)
@@ -33,6 +34,7 @@ locks = {
     "throttle": lambda: throttle._lock,                      # every origin's gate
     "receiver": lambda: receiver._receiver_lock,             # the receiving thread
     "threads": lambda: threads._executor_lock,               # async callers' threads
+    "loop": lambda: _loop._lock,                             # the I/O loop's start
 }
 lock = locks[which]()
 held, release = threading.Event(), threading.Event()
@@ -71,7 +73,7 @@ print(json.dumps(json.loads(os.read(r, 1 << 16) or b'{"hung": true}')))
 """
 
 
-@pytest.mark.parametrize("which", ["pool", "provider", "throttle", "receiver", "threads"])
+@pytest.mark.parametrize("which", ["pool", "provider", "throttle", "receiver", "threads", "loop"])
 def test_a_child_forked_while_another_thread_held_a_lock_reads(
         http_server: HTTPTestServer, which: str) -> None:
     key = f"fork-lock-{os.urandom(4).hex()}"
