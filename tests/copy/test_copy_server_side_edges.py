@@ -1,7 +1,9 @@
 """``cp``/``sync`` within one S3 store, the neighbours of :mod:`test_copy_server_side`:
-what the summary says of bytes that never crossed this machine, keys that must be
-encoded in ``x-amz-copy-source``, objects of 0 bytes, a source gone or replaced between
-the listing and the copy. moto's server on loopback behind the package's fault proxy."""
+what the summary says of bytes that never crossed this machine, a destination bucket
+encrypted with SSE-KMS, an archived source, a source whose HEAD S3 rejects, keys that must
+be encoded in ``x-amz-copy-source``, objects of 0 bytes, a source gone or replaced between
+the listing and the copy. moto's server on loopback behind the package's fault proxy (and a
+front answering as S3 does where moto does not)."""
 
 from __future__ import annotations
 
@@ -175,3 +177,72 @@ def test_a_source_whose_head_s3_rejects_is_streamed_and_the_rest_copied_by_s3(
     assert by_src == {"a.bin": True, "b.bin": False, "c.bin": True}, r.outcomes
     for key, data in files.items():
         assert b.get(key.replace("src/", "dst/")) == data
+
+
+@pytest.mark.parametrize("key", ["a b.bin", "ü/鍵.bin", "p%20q.bin", "p%q.bin", "a+b.bin",
+                                 "q?versionId=1.bin", "x#y.bin", "t~!*'().bin", "/lead.bin"])
+def test_keys_that_need_encoding_in_the_copy_source(tensorstream_s3: Any, key: str) -> None:
+    """``x-amz-copy-source`` is a URL-encoded ``bucket/key``: a space, ``%``, ``+``, ``?``,
+    ``#`` or non-ASCII left as is names another object (``+`` a space, ``%20`` a space,
+    ``?versionId=`` a version). Each is copied by S3 to the key it names, and nothing
+    else is written (``/lead.bin``: a key that starts with a slash, ``s3://b//lead.bin``)."""
+    b = tensorstream_s3
+    data = os.urandom(1000)
+    b.client.put_object(Bucket=b.bucket, Key=f"src/{key}", Body=data)
+    r = copy(b.uri(f"src/{key}"), b.uri(f"dst/{key}"), wildcards=False, **b.options)
+    assert r.ok and r.outcomes[0].server_side and r.verified, r.errors
+    assert b.client.get_object(Bucket=b.bucket, Key=f"dst/{key}")["Body"].read() == data
+    listed = b.client.list_objects_v2(Bucket=b.bucket).get("Contents", [])
+    assert sorted(o["Key"] for o in listed) == sorted([f"src/{key}", f"dst/{key}"])
+
+
+def test_a_key_that_needs_encoding_in_parts(tensorstream_s3: Any) -> None:
+    """The same for UploadPartCopy (each part names the source) of a multipart source."""
+    b = tensorstream_s3
+    key = "a b+c%d?é.bin"
+    parts = [os.urandom(5 * MiB), b"x"]
+    _put_in_parts(b, f"src/{key}", parts)
+    r = copy(b.uri(f"src/{key}"), b.uri(f"dst/{key}"), wildcards=False, **b.options)
+    assert r.ok and r.outcomes[0].server_side and r.verified, r.errors
+    assert b.client.get_object(Bucket=b.bucket, Key=f"dst/{key}")["Body"].read() == b"".join(
+        parts)
+
+
+def test_an_empty_object_is_copied_by_s3(tensorstream_s3: Any) -> None:
+    """0 bytes: one CopyObject (compared: the MD5 of nothing); with ``copy_cutoff=0`` too."""
+    b = tensorstream_s3
+    b.put("src/empty", b"")
+    for cutoff, name in ((5 << 30, "a"), (0, "b")):
+        r = copy(b.uri("src/empty"), b.uri(f"dst/{name}"), copy_cutoff=cutoff, **b.options)
+        assert r.ok and r.outcomes[0].server_side and r.verified, r.errors
+        assert b.get(f"dst/{name}") == b""
+
+
+@pytest.mark.parametrize("change", ["deleted", "replaced"])
+def test_a_source_gone_or_replaced_after_the_listing(tensorstream_s3: Any,
+                                                     change: str) -> None:
+    """Between the listing and the copy the source is deleted (the object fails: no such
+    object) or replaced (the HEAD pinned to the listed ETag fails: changed); nothing is
+    written for it, and the folder's other objects are copied."""
+    b = tensorstream_s3
+    b.put("src/a.bin", b"a" * 10)
+    b.put("src/b.bin", b"b" * 10)
+
+    async def change_source(method: str, path: str) -> None:
+        if method == "HEAD" and path == f"/{b.bucket}/src/a.bin":
+            b.faults.raw.before_forward = None
+
+            def act() -> None:
+                if change == "deleted":
+                    b.client.delete_object(Bucket=b.bucket, Key="src/a.bin")
+                else:
+                    b.put("src/a.bin", b"c" * 10)
+
+            await asyncio.get_running_loop().run_in_executor(None, act)
+
+    b.faults.raw.before_forward = change_source
+    r = copy(b.uri("src/"), b.uri("dst/"), recursive=True, **b.options)
+    assert r.files == 1 and len(r.errors) == 1
+    assert ("no such object" if change == "deleted" else "changed") in r.errors[0], r.errors
+    assert not b.server.exists(b.bucket, "dst/a.bin")
+    assert b.get("dst/b.bin") == b"b" * 10
