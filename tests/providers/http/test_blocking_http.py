@@ -317,7 +317,7 @@ def test_threads_really_overlap(http_server: HTTPTestServer) -> None:
 
 # -- a slow link is not a stall -------------------------------------------------------------
 @pytest.mark.parametrize("door", ["open-streamed", "open-ranged", "read_range"])
-@pytest.mark.parametrize("backend", ["http", "s3"])
+@pytest.mark.parametrize("backend", ["http", "https", "s3"])
 def test_a_steady_slow_body_is_not_an_idle_timeout(request: pytest.FixtureRequest, backend: str,
                                                    door: str) -> None:
     """``timeout_idle`` is time without a byte: a body arriving steadily (15 kB every
@@ -325,7 +325,11 @@ def test_a_steady_slow_body_is_not_an_idle_timeout(request: pytest.FixtureReques
     reads whole (HTTP and S3 share the data plane). It was cut at every
     ``timeout_idle`` as a stall ("timed out after 0 bytes"), and a read of 1 GiB at
     8 kB/s failed under the default 30 s."""
-    store = request.getfixturevalue(f"tensorstream_{backend}")
+    if backend == "https":  # (a TLS body is read from its TLS object once it is large)
+        store = request.getfixturevalue("tensorstream_servers").http(tls=True)
+        request.addfinalizer(store.faults.reset)
+    else:
+        store = request.getfixturevalue(f"tensorstream_{backend}")
     data = os.urandom(600_000)
     key = f"slow-{uuid.uuid4().hex[:10]}.bin"
     store.put(key, data)

@@ -201,7 +201,7 @@ class RangeBody:
                 if tls is not None:
                     # One TLS record (16 KiB at most) per call: the socket file's
                     # three Python layers above this cost more than the decryption.
-                    n = tls(len(buffer) - at, buffer[at:])
+                    n = self._read_record(tls, len(buffer) - at, buffer[at:], deadline)
                 elif self._direct:
                     asked = len(buffer) - at
                     self._await_arrivals()
@@ -280,6 +280,28 @@ class RangeBody:
         return IncompleteReadError(f"body ended after {received} of {want} bytes",
                                    received=received, service=self._service,
                                    path=redact_path(self._path))
+
+    def _read_record(self, tls: Callable[[int, memoryview], int], size: int, view: memoryview,
+                     deadline: Deadline | None) -> int:
+        """``tls(size, view)``, with bytes that arrived below the low-water mark
+        taken as arrivals (see :meth:`_await_arrivals`): a TLS object, unlike the
+        socket file, can be read again after its wait timed out, so the check is
+        made only then (nothing is added to the fast path, a call per record)."""
+        seen = 0
+        while True:
+            try:
+                return tls(size, view)
+            except TimeoutError:
+                conn = self._conn
+                sock = conn.sock if conn is not None else None
+                if sock is None or (self._lowat <= 1 and not seen) or (
+                        deadline is not None and deadline.expired()):
+                    raise
+                queued = _queued(sock)
+                if not queued or queued == seen:
+                    raise  # nothing came for the idle bound
+                seen = queued
+                self._set_lowat(1)
 
     def _await_arrivals(self) -> None:
         """Wait for the low-water mark as the receive would, but treat bytes that
