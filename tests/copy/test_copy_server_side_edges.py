@@ -1,9 +1,10 @@
 """``cp``/``sync`` within one S3 store, the neighbours of :mod:`test_copy_server_side`:
 what the summary says of bytes that never crossed this machine, a destination bucket
-encrypted with SSE-KMS, an archived source, a source whose HEAD S3 rejects, keys that must
-be encoded in ``x-amz-copy-source``, objects of 0 bytes, a source gone or replaced between
-the listing and the copy. moto's server on loopback behind the package's fault proxy (and a
-front answering as S3 does where moto does not)."""
+encrypted with SSE-KMS, an archived source, a source whose HEAD S3 rejects, a 200 whose
+body is an ``<Error>``, keys that must be encoded in ``x-amz-copy-source``, objects of 0
+bytes, a source gone or replaced between the listing and the copy. moto's server on
+loopback behind the package's fault proxy (and a front answering as S3 does where moto
+does not)."""
 
 from __future__ import annotations
 
@@ -48,17 +49,21 @@ def test_bytes_s3_copied_are_no_throughput_of_this_machine(tensorstream_s3: Any)
     assert r.ok and r.server_side_bytes == 0 and r.gbps > 0, r.errors
 
 
-class _KMSFront:
-    """A reverse proxy to moto answering a multipart copy as S3 does into a bucket whose
-    default encryption is SSE-KMS (moto answers as if unencrypted): the encryption header
-    on CreateMultipartUpload, UploadPartCopy and CompleteMultipartUpload, and each
-    part's ETag 32 hex digits that are no MD5 (mapped back to moto's when completed)."""
+class _Front:
+    """A reverse proxy to moto (on a loop thread) whose :meth:`answer` may change what
+    moto answered, as S3 answers where moto does not; part ETags it replaced (``real``:
+    answered -> moto's) are mapped back in the requests that list them."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self.real: dict[bytes, bytes] = {}  # a part ETag answered -> moto's own
+        self.real: dict[bytes, bytes] = {}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def answer(self, request: Any, status: int, headers: dict[str, str],
+               body: bytes) -> tuple[int, bytes]:
+        """The status and body sent for moto's (``headers`` changed in place)."""
+        return status, body
 
     async def _forward(self, request: Any) -> Any:
         from aiohttp import ClientSession, web
@@ -75,17 +80,12 @@ class _KMSFront:
             answer = await up.read()
             out = {k: v for k, v in up.headers.items() if k.lower() not in (
                 "content-length", "transfer-encoding", "connection", "content-encoding")}
-            length = up.content_length
-        multipart = "uploads" in request.query or "uploadId" in request.query
-        if multipart and up.status == 200 and request.method in ("PUT", "POST"):
-            out["x-amz-server-side-encryption"] = "aws:kms"
-            match = re.search(rb"<ETag>(&quot;|\")?([0-9a-f]{32})", answer)
-            if match is not None and "x-amz-copy-source" in request.headers:
-                fake = secrets.token_hex(16).encode()
-                self.real[fake] = match.group(2)
-                answer = answer.replace(match.group(2), fake)
-        resp = web.StreamResponse(status=up.status, headers=out)
-        resp.content_length = length if request.method == "HEAD" else len(answer)
+            status, length = up.status, up.content_length
+        if request.method != "HEAD":
+            status, answer = self.answer(request, status, out, answer)
+            length = len(answer)
+        resp = web.StreamResponse(status=status, headers=out)
+        resp.content_length = length
         await resp.prepare(request)
         if request.method != "HEAD":
             await resp.write(answer)
@@ -110,6 +110,25 @@ class _KMSFront:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+class _KMSFront(_Front):
+    """A multipart copy answered as S3 does into a bucket whose default encryption is
+    SSE-KMS (moto answers as if unencrypted): the encryption header on
+    CreateMultipartUpload, UploadPartCopy and CompleteMultipartUpload, and each part's
+    ETag 32 hex digits that are no MD5."""
+
+    def answer(self, request: Any, status: int, headers: dict[str, str],
+               body: bytes) -> tuple[int, bytes]:
+        multipart = "uploads" in request.query or "uploadId" in request.query
+        if multipart and status == 200 and request.method in ("PUT", "POST"):
+            headers["x-amz-server-side-encryption"] = "aws:kms"
+            match = re.search(rb"<ETag>(&quot;|\")?([0-9a-f]{32})", body)
+            if match is not None and "x-amz-copy-source" in request.headers:
+                fake = secrets.token_hex(16).encode()
+                self.real[fake] = match.group(2)
+                body = body.replace(match.group(2), fake)
+        return status, body
 
 
 def test_a_multipart_copy_into_an_sse_kms_bucket_is_kept_not_taken_for_changed(
@@ -246,3 +265,59 @@ def test_a_source_gone_or_replaced_after_the_listing(tensorstream_s3: Any,
     assert ("no such object" if change == "deleted" else "changed") in r.errors[0], r.errors
     assert not b.server.exists(b.bucket, "dst/a.bin")
     assert b.get("dst/b.bin") == b"b" * 10
+
+
+class _ErrorIn200Front(_Front):
+    """S3 answers a copy request ``200 OK`` at once and may end the body with an
+    ``<Error>`` (it failed while copying): the first answer to a request ``hit`` picks
+    (after moto applied it) is such a body."""
+
+    def __init__(self, upstream: str, hit: Any) -> None:
+        super().__init__(upstream)
+        self.hit, self.answered = hit, 0
+
+    def answer(self, request: Any, status: int, headers: dict[str, str],
+               body: bytes) -> tuple[int, bytes]:
+        if status == 200 and not self.answered and self.hit(request):
+            self.answered += 1
+            headers["Content-Type"] = "application/xml"
+            return 200, (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError'
+                         b"</Code><Message>We encountered an internal error. Please try "
+                         b"again.</Message></Error>")
+        return status, body
+
+
+@pytest.mark.parametrize("request_", ["CopyObject", "UploadPartCopy",
+                                      "CompleteMultipartUpload"])
+def test_a_200_whose_body_is_an_error_is_no_copy(tensorstream_s3: Any, request_: str) -> None:
+    """``200 OK`` with an ``<Error>`` body (S3 does this for CopyObject, UploadPartCopy and
+    CompleteMultipartUpload) is a failure, never taken for a copy: the request is sent again
+    (a temporary InternalError), or for a complete S3 applied, the copy holding the source's
+    ETag says so; the copy is exact and compared, no upload left."""
+    b = tensorstream_s3
+    if request_ == "CopyObject":
+        data = os.urandom(1000)
+        b.put("src/m.bin", data)
+    else:
+        parts = [os.urandom(5 * MiB), b"end"]
+        _put_in_parts(b, "src/m.bin", parts)
+        data = b"".join(parts)
+
+    def hit(request: Any) -> bool:
+        copying = request.method == "PUT" and "x-amz-copy-source" in request.headers
+        if request_ == "CopyObject":
+            return copying and "uploadId" not in request.query
+        if request_ == "UploadPartCopy":
+            return copying and "uploadId" in request.query
+        return request.method == "POST" and "uploadId" in request.query
+
+    with _ErrorIn200Front(b.proxy.url, hit) as endpoint:
+        front = {**b.options, "s3_endpoint": endpoint}
+        r = copy(b.uri("src/m.bin"), b.uri("dst/m.bin"), **front)
+    assert r.ok and r.outcomes[0].server_side and r.verified, r.errors
+    assert b.get("dst/m.bin") == data
+    assert b.server.open_multipart_uploads(b.bucket) == []
+    sent = [q.method for q in b.requests if q.path.startswith(f"/{b.bucket}/dst/m.bin")
+            and q.method in ("PUT", "POST")]
+    assert len(sent) == {"CopyObject": 2, "UploadPartCopy": 5,
+                         "CompleteMultipartUpload": 4}[request_], sent
