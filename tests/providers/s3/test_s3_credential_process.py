@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pty
+import select
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
@@ -119,7 +122,7 @@ async def test_a_credential_process_that_never_exits_is_stopped_and_named(
     started_pids = [int(p) for p in pids.read_text().split()]
     assert len(started_pids) == 1 and elapsed < 10 * LIMIT, (started_pids, elapsed)
     assert _gone(started_pids[0])
-    if not use_exec:
+    if not use_exec and not _has_terminal():  # (with one, the process stays in its group)
         # the script's own child (a sleep: the program a wrapper script runs) was left
         # running, holding the pipes, for as long as it liked
         grandchild = int((tmp_path / "pids.grandchild").read_text())
@@ -198,4 +201,84 @@ def test_the_cli_takes_the_credential_process_timeout(
     assert "--s3-credential-process-timeout SECONDS" in r.stderr, r.stderr
     assert "s3_credential_process_timeout" not in r.stderr and CANARY not in r.stderr
     assert elapsed < 30, elapsed
+    assert all(_gone(int(p)) for p in pids.read_text().split())
+
+
+def _has_terminal() -> bool:
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
+def _in_a_terminal(argv: list[str], env: dict[str, str], answer: bytes,
+                   within: float = 30.0) -> tuple[int, str]:
+    """``argv`` run with a pseudo-terminal as its controlling terminal (as from a shell),
+    typing ``answer`` at the first ``code:`` prompt; its exit status and what it showed."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execve(argv[0], argv, env)
+    shown, typed, deadline = b"", False, time.monotonic() + within
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([fd], [], [], 0.2)[0]:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+            if not typed and b"code:" in shown:
+                os.write(fd, answer)
+                typed = True
+    finally:
+        os.close(fd)
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+        status = os.waitpid(pid, 0)[1]
+    return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
+
+
+#: A credential_process asking for an MFA code on the terminal.
+_MFA_PROMPT = """#!/bin/sh
+printf 'MFA code: ' > /dev/tty || exit 3
+read code < /dev/tty
+printf '{"Version": 1, "AccessKeyId": "AKIA%s", "SecretAccessKey": "s"}' "$code"
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals here")
+def test_a_credential_process_prompting_on_the_terminal_gets_its_answer(
+        aws_config: Path, tmp_path: Path) -> None:
+    """An MFA prompt of the credential_process on /dev/tty (Python's getpass, `read <
+    /dev/tty`): botocore's run has the terminal, tensorstream's ran the process in a
+    session of its own, where /dev/tty does not open, and every credential failed."""
+    script = tmp_path / "mfa.sh"
+    script.write_text(_MFA_PROMPT)
+    script.chmod(0o755)
+    aws_config.write_text(f"[profile mfa]\ncredential_process = {script}\n")
+    env = {**os.environ, "AWS_CONFIG_FILE": str(aws_config)}
+    code, shown = _in_a_terminal(
+        [sys.executable, "-m", "tensorstream", "credentials", "--profile", "mfa",
+         "--endpoint-url", "http://127.0.0.1:9", f"s3://{S3_BUCKET}/key"], env, b"424242\n")
+    assert code == 0, shown
+    assert "MFA code: 424242" in shown, shown
+    assert "credential_process (botocore custom-process)" in shown, shown
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals here")
+def test_a_credential_process_under_a_terminal_is_still_stopped_at_its_timeout(
+        aws_config: Path, tmp_path: Path) -> None:
+    pids = _hanging_process(tmp_path, aws_config, use_exec=True)
+    env = {**os.environ, "AWS_CONFIG_FILE": str(aws_config)}
+    started = time.monotonic()
+    code, shown = _in_a_terminal(
+        [sys.executable, "-m", "tensorstream", "credentials", "--profile", "slow",
+         "--s3-credential-process-timeout", "1", "--endpoint-url", "http://127.0.0.1:9",
+         f"s3://{S3_BUCKET}/key"], env, b"")
+    assert code == 1 and "did not finish within 1 s" in shown, (code, shown)
+    assert time.monotonic() - started < 20
     assert all(_gone(int(p)) for p in pids.read_text().split())

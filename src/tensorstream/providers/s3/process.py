@@ -44,7 +44,7 @@ def _timeout_error(profile: str, timeout: float) -> StorageTimeoutError:
 
 
 #: Processes started and not yet stopped or reaped: their groups are killed at exit
-#: (a Ctrl-C no longer reaches them from the terminal: they lead a session of their own).
+#: (a Ctrl-C does not reach a session of their own from the terminal).
 _RUNNING: weakref.WeakSet[_BoundedPopen] = weakref.WeakSet()
 
 
@@ -54,27 +54,40 @@ def _stop_all() -> None:
         proc.kill_group()
 
 
+def _has_terminal() -> bool:
+    """Whether this process has a controlling terminal (``/dev/tty`` opens)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # ENXIO: none (a service, CI, nohup, a pipe)
+        return False
+    os.close(fd)
+    return True
+
+
 class _BoundedPopen(subprocess.Popen):  # type: ignore[type-arg]
-    """``communicate()`` waits at most ``limit`` seconds, then kills the child and
-    every process it started (a wrapper script's program holding its pipes ran on):
-    the child leads a session and process group of its own, which is killed whole.
-    (Its standard input stays the terminal, so a prompt read from it still works.)"""
+    """``communicate()`` waits at most ``limit`` seconds, then kills the child and,
+    without a terminal, every process it started (a wrapper script's program holding
+    its pipes ran on): the child leads a session and process group of its own, which
+    is killed whole. With a terminal it stays in ours: a prompt for an MFA code that
+    opens ``/dev/tty`` (Python's ``getpass``, ``read < /dev/tty``) needs it as its
+    controlling terminal, and Ctrl-C reaches the whole group from the terminal."""
 
     def __init__(self, limit: float, profile: str, *args: Any, **kwargs: Any) -> None:
         self._limit, self._profile = limit, profile
-        if os.name == "posix":
+        self._own_group = os.name == "posix" and not _has_terminal()
+        if self._own_group:
             kwargs.setdefault("start_new_session", True)
         super().__init__(*args, **kwargs)
         _RUNNING.add(self)
 
     def kill_group(self) -> None:
-        """SIGKILL the child's process group (the child alone where there is none)."""
+        """SIGKILL the child's process group, or the child alone where it has none."""
         if self.returncode is not None:
             return  # reaped: its pid (the group's id) may name another process by now
         try:
-            if os.name == "posix":
+            if self._own_group:
                 os.killpg(self.pid, signal.SIGKILL)  # the group outlives its leader
-            else:  # pragma: no cover - no process groups
+            else:
                 self.kill()
         except (ProcessLookupError, PermissionError):
             pass  # the whole group is gone already
