@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -90,6 +91,7 @@ class RedisConnection:
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._clients_pid = os.getpid()  # (a forked child's copies belong to no loop of its own)
         self._blocking: BlockingRedisReader | None = None
+        self._blocking_lock = threading.Lock()
         #: reads the read-ahead's workers wait for on the I/O loop (:meth:`close` stops them)
         self._reading: set[asyncio.Task[Any]] = set()
         self._reads_stopped = False  # close() cancelled some of them
@@ -185,6 +187,18 @@ class RedisConnection:
                 with contextlib.suppress(*REDIS_ERRORS):
                     await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
 
+    def _blocking_reader(self) -> BlockingRedisReader:
+        """The blocking path's reader (one per provider, made on first use). The
+        read-ahead's first reads ask at once: each made one, the last was kept, and
+        :meth:`close` left the others' reads running and their connections open."""
+        with self._blocking_lock:
+            if self._blocking is None:
+                self._blocking = BlockingRedisReader(
+                    self._client_kwargs(blocking=True), self.db,
+                    self._creds.describe(looked_in=True), self._creds.secrets(),
+                    width=self._width, drop_idle=self._drop_idle_blocking)
+            return self._blocking
+
     def _drop_idle_blocking(self) -> None:
         """:meth:`_drop_idle` from a blocking reader's thread (on the I/O loop)."""
         with contextlib.suppress(*REDIS_ERRORS):
@@ -248,7 +262,8 @@ class RedisConnection:
     async def close(self) -> None:
         here = asyncio.get_running_loop()
         await self._stop_reads(here)
-        blocking, self._blocking = self._blocking, None
+        with self._blocking_lock:
+            blocking, self._blocking = self._blocking, None
         if blocking is not None:
             blocking.close()
         clients, self._clients = self._clients, {}

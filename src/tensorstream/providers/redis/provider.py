@@ -45,7 +45,7 @@ from ..base import (
     current_deadline,
     report_progress,
 )
-from .blocking import BlockingRedisReader, batches, check_reply
+from .blocking import batches, check_reply
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .connection import BATCHES_IN_FLIGHT, RedisConnection
 from .layout import Layout
@@ -239,12 +239,7 @@ class RedisProvider(RedisConnection, Provider):
         want = _checked_length(layout, offset, buffer)
         if want == 0:
             return 0
-        if self._blocking is None:
-            self._blocking = BlockingRedisReader(self._client_kwargs(blocking=True), self.db,
-                                                 self._creds.describe(looked_in=True),
-                                                 self._creds.secrets(), width=self._width,
-                                                 drop_idle=self._drop_idle_blocking)
-        return self._blocking.readinto(layout, offset, buffer)
+        return self._blocking_reader().readinto(layout, offset, buffer)
 
     def _on_loop(self, read: Coroutine[Any, Any, int], deadline: Deadline | None,
                  path: str) -> int:
