@@ -68,6 +68,9 @@ FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--timeout-connect",), "timeout_connect", float, "connect timeout, seconds (default 10)"),
     (("--timeout-idle",), "timeout_idle", float,
      "max seconds without receiving a byte (default 30)"),
+    (("--timeout-total",), "timeout_total", float,
+     "max seconds for one read, its retries included (default none: a server trickling "
+     "bytes is never idle)"),
     (("--retries",), "retries", int, "attempts per request, including the first (default 5)"),
 ]
 

@@ -84,7 +84,7 @@ _KNOBS = {
     "connect": ("timeout_connect", "--timeout-connect", "passed without a connection",
                 "a server this far or this busy"),
     "idle": ("timeout_idle", "--timeout-idle", "passed without a byte", "a server this slow"),
-    "total": ("timeout_total", None, "passed", "an operation this long"),
+    "total": ("timeout_total", "--timeout-total", "passed", "an operation this long"),
 }
 
 
