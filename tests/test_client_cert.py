@@ -399,3 +399,33 @@ def test_s3_through_nginx_answering_400_names_the_client_certificate(
     assert "client_cert=" in message, message
     with tensorstream.open("s3://b/k", client_cert=srv.cert, client_key=srv.key, **opts) as f:
         assert f.read() == b"over mutual TLS, nginx"
+
+
+@pytest.mark.parametrize("uri", ["https://127.0.0.1:9/x", f"s3://{S3_BUCKET}/k",
+                                 "rediss://127.0.0.1:9/k"])
+@pytest.mark.parametrize("flag", ["--cert", "--client-cert", "--client-key"])
+def test_curls_cert_colon_password_form_never_shows_the_password(
+        isolated_env: Path, tmp_path: Path, uri: str, flag: str) -> None:
+    """curl's ``--cert FILE:PASSWORD`` (its pass phrase after a colon), typed as the
+    docs point to curl: the error said ``cannot use '/path/client.pem:PASSWORD'``,
+    the pass phrase on the terminal and in CI logs. The part after the colon is not
+    shown, and the error says what to do instead."""
+    cert = tmp_path / "client.pem"
+    cert.write_text("not read")
+    secret = "hunter2-PASSPHRASE"
+    given = ["--client-cert", str(cert)] if flag == "--client-key" else []
+    for value in (f"{cert}:{secret}", f"{tmp_path / 'missing.pem'}:{secret}"):
+        r = _cli("cat", *given, flag, value, uri)
+        assert r.returncode == 2, r.stderr
+        assert secret not in r.stderr and secret not in r.stdout, r.stderr
+        assert "not shown" in r.stderr and "pass phrase" in r.stderr, r.stderr
+
+
+def test_a_missing_certificate_file_with_a_colon_is_still_named_up_to_it() -> None:
+    with pytest.raises(errors.ConfigurationError) as info:
+        tensorstream.get_provider("https://127.0.0.1:9/x", client_cert="/no/such/dir/c.pem")
+    assert "/no/such/dir/c.pem" in str(info.value)  # no colon: the whole path, as before
+    with pytest.raises(errors.ConfigurationError) as info:
+        tensorstream.get_provider("https://127.0.0.1:9/x", client_key="/no/dir/k.pem:s3cr3t")
+    said = str(info.value)
+    assert "/no/dir/k.pem" in said and "s3cr3t" not in said, said

@@ -188,6 +188,14 @@ def _local_path(name: str, value: Any) -> str:
     try:
         st = os.stat(os.path.expanduser(path))
     except OSError as exc:
+        if name in ("client_cert", "client_key") and ":" in path:
+            # curl's --cert FILE:PASSWORD: what follows the colon is a pass phrase
+            head = path.partition(":")[0]
+            raise ConfigurationError(
+                f"{name}: cannot use {head!r}:... ({exc.strerror}; what follows the ':' is "
+                "not shown: if it is a pass phrase (curl's FILE:PASSWORD), none is taken: "
+                "give the file alone, with its key not encrypted (openssl pkey -in KEY "
+                "-out KEY.pem decrypts one)") from None
         raise ConfigurationError(f"{name}: cannot use {path!r} ({exc.strerror})") from None
     if not (stat.S_ISREG(st.st_mode) or (name == "ca_bundle" and stat.S_ISDIR(st.st_mode))):
         raise ConfigurationError(f"{name}: {path!r} is not a regular file")
