@@ -321,3 +321,60 @@ def test_a_200_whose_body_is_an_error_is_no_copy(tensorstream_s3: Any, request_:
             and q.method in ("PUT", "POST")]
     assert len(sent) == {"CopyObject": 2, "UploadPartCopy": 5,
                          "CompleteMultipartUpload": 4}[request_], sent
+
+
+class _KMSFrontFailingComplete(_KMSFront):
+    """:class:`_KMSFront` whose first CompleteMultipartUpload, applied by moto, is
+    answered ``500 InternalError``: its answer lost."""
+
+    failed = 0
+
+    def answer(self, request: Any, status: int, headers: dict[str, str],
+               body: bytes) -> tuple[int, bytes]:
+        status, body = super().answer(request, status, headers, body)
+        completing = request.method == "POST" and "uploadId" in request.query
+        if completing and status == 200 and not self.failed:
+            self.failed += 1
+            return 500, (b"<Error><Code>InternalError</Code><Message>We encountered an "
+                         b"internal error.</Message></Error>")
+        return status, body
+
+
+def test_an_applied_complete_whose_answer_was_lost_counts_where_etags_cannot_say(
+        tensorstream_s3: Any) -> None:
+    """A multipart copy whose ETags cannot be compared (here: into an SSE-KMS bucket), its
+    CompleteMultipartUpload applied but answered with an error: the copy was reported
+    failed while S3 had published it (only a copy holding the source's ETag was looked
+    for). The upload being gone (NoSuchUpload) and the object holding as many bytes in as
+    many parts now say it was applied: copied, not verified, nothing left behind."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), b"end"]
+    _put_in_parts(b, "src/p.bin", parts)
+    front = _KMSFrontFailingComplete(b.proxy.url)
+    with front as endpoint:
+        r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), **{**b.options, "s3_endpoint": endpoint})
+    assert front.failed == 1
+    assert r.ok and r.files == 1, r.errors
+    assert r.outcomes[0].server_side and not r.outcomes[0].verified
+    assert b.get("dst/p.bin") == b"".join(parts)
+    assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+def test_a_complete_that_failed_while_another_object_is_there_is_a_failure(
+        tensorstream_s3: Any) -> None:
+    """The neighbour: the complete failed and was not applied (the destination holds an
+    older object): the copy fails, the upload is aborted, the old object stays."""
+    b = tensorstream_s3
+    _put_in_parts(b, "src/p.bin", [os.urandom(5 * MiB), b"end"])
+    b.put("dst/p.bin", b"the old object")
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/p.bin"
+    # The destination's CreateMultipartUpload and two parts forwarded; its complete
+    # answered 500 by the proxy (not forwarded: not applied).
+    b.faults.raw.status_script = [200, 200, 200, 500]
+    with _KMSFront(b.proxy.url) as endpoint:
+        r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), concurrency=1,
+                 **{**b.options, "s3_endpoint": endpoint})
+    assert b.faults.raw.scripted == 1
+    assert not r.ok and r.files == 0 and "InternalError" in r.errors[0], r.errors
+    assert b.get("dst/p.bin") == b"the old object"
+    assert b.server.open_multipart_uploads(b.bucket) == []

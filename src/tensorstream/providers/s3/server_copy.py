@@ -346,7 +346,8 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         except TensorstreamError as exc:
             # Applied, its answer lost (a timeout, a cut connection)? The copy holding the
             # source's ETag says so; otherwise the error stands and the upload is aborted.
-            done = await _published_anyway(call, dst_path, md5 if compared else None, exc)
+            done = await _published_anyway(call, dst_path, md5 if compared else None,
+                                           upload_id, len(parts), size, exc)
     except BaseException:
         await asyncio.shield(_abort(call, dst_path, upload_id))
         raise
@@ -358,20 +359,35 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
 
 
 async def _published_anyway(call: _Calls, dst_path: str,
-                            md5: tuple[str, int | None] | None,
+                            md5: tuple[str, int | None] | None, upload_id: str,
+                            parts: int, size: int,
                             error: TensorstreamError) -> dict[str, Any]:
-    """The destination's HEAD if it holds the ETag ``md5`` (the completed copy), else
-    ``error`` (the complete's) is raised."""
+    """The destination's HEAD if the failed complete (``error``) was applied, else
+    ``error`` is raised. Applied: the object holds the ETag ``md5`` (the copy's); where
+    no ETag can say (``md5`` None), the upload is gone (``NoSuchUpload``) and the object
+    holds ``size`` bytes in ``parts`` parts."""
     bucket, key = _split(dst_path)
-    if md5 is not None:
+    if md5 is None:
+        gone = False
         try:
-            head = await call("head_object", dst_path, Bucket=bucket, Key=key)
+            await call("list_parts", dst_path, Bucket=bucket, Key=key, UploadId=upload_id,
+                       MaxParts=1)
+        except NotFoundError:
+            gone = True  # completed (or aborted by another)
         except TensorstreamError:
-            head = {}
-        if _etag_md5(head.get("ETag")) == md5:
-            log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
-                     "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))
-            return head
+            pass
+        if not gone:  # still open (not applied), or it cannot be told
+            raise error
+    try:
+        head = await call("head_object", dst_path, Bucket=bucket, Key=key)
+    except TensorstreamError:
+        head = {}
+    tag = str(head.get("ETag") or "").strip('"')
+    if (_etag_md5(tag) == md5) if md5 is not None else (
+            tag.endswith(f"-{parts}") and int(head.get("ContentLength", -1)) == size):
+        log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
+                 "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))
+        return head
     raise error
 
 
