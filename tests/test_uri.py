@@ -236,3 +236,23 @@ def test_a_path_ending_in_a_space_is_refused_saying_how_to_name_it(tmp_path: Pat
     with pytest.raises(errors.InvalidURIError, match="%20"):
         parse_uri(f"{tmp_path}/model ")
     assert open(parse_uri(f"file://{tmp_path}/model%20").path, "rb").read() == b"w"
+
+
+@pytest.mark.parametrize("uri", ["redis://h:7000/0?cluster=true", "rediss://h/5?cluster=1"])
+def test_a_redis_cluster_path_of_digits_is_refused_with_spellings_that_keep_the_cluster(
+        uri: str) -> None:
+    """The spellings the refusal offers are copied as they are: they dropped
+    ?cluster=true, and redis://h:7000/0?db=0 talked to one node of the cluster as a
+    plain server (MOVED for most keys)."""
+    with pytest.raises(errors.InvalidURIError) as info:
+        parse_uri(uri)
+    said = str(info.value)
+    cluster = uri.rsplit("cluster=", 1)[1]
+    n = uri.split("?")[0].rsplit("/", 1)[1]
+    for spelling in (f"/KEY?db={n}&cluster={cluster}", f"/{n}?db=0&cluster={cluster}",
+                     f"/?db={n}&cluster={cluster}"):
+        assert spelling in said, said
+    # and each one parses, naming the key it says it names
+    base = uri.split("?")[0].rsplit("/", 1)[0]
+    again = parse_uri(f"{base}/{n}?db=0&cluster={cluster}")
+    assert (again.key, again.query) == (n, {"db": "0", "cluster": cluster})

@@ -159,11 +159,13 @@ def _refuse_database_path(path: str, query: dict[str, str], uri: str) -> None:
         return
     n = m.group(1)
     base = redact(uri).split("?", 1)[0].rstrip("/").rsplit("/", 1)[0]
+    # the URI's other query options (cluster=) kept: the spellings are copied as they are
+    more = "".join(f"&{k}={v}" for k, v in query.items())
     raise InvalidURIError(
         f"{redact(uri)!r}: the path /{n} is the database number for redis-py's from_url and "
         f"redis-cli -u, but the key for tensorstream, which takes the database as ?db=; "
-        f"write {base}/KEY?db={n} (or {base}/?db={n} for the whole database) for "
-        f"database {n}, or {base}/{n}?db=0 (or /%3{n[0]}{n[1:]}) for the key {n!r}")
+        f"write {base}/KEY?db={n}{more} (or {base}/?db={n}{more} for the whole database) for "
+        f"database {n}, or {base}/{n}?db=0{more} (or /%3{n[0]}{n[1:]}) for the key {n!r}")
 
 
 def _redact_query(query: str) -> str:
