@@ -23,7 +23,8 @@ from typing import Any, TypeVar, cast
 from ._log_redaction import scrub_chain
 from .errors import TensorstreamError
 
-__all__ = ["abort_at_exit", "get_loop", "in_loop_thread", "run_sync"]
+__all__ = ["abort_at_exit", "after_main_returned", "get_loop", "in_loop_thread",
+           "main_thread_returned", "run_sync"]
 
 T = TypeVar("T")
 
@@ -180,7 +181,26 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         call.stop(loop, cancel=future is None)
         if isinstance(exc, TensorstreamError):
             scrub_chain(exc)  # also errors that did not pass a provider (see errors.py)
+        elif isinstance(exc, RuntimeError) and main_thread_returned():
+            raise RuntimeError(after_main_returned()) from exc
         raise
+
+
+def main_thread_returned() -> bool:
+    """Whether the main thread has returned and Python's exit has begun, while
+    this thread (not a daemon: Python waits for it) still runs."""
+    # (threading marks the exit's start before it stops the thread pools, which is
+    # before the main thread counts as stopped; the flag is private, hence the fallback)
+    return (bool(getattr(threading, "_SHUTTING_DOWN", False))
+            or not threading.main_thread().is_alive())
+
+
+def after_main_returned() -> str:
+    """Why work refused once the main thread returned failed, and what to do."""
+    return (f"tensorstream cannot start new work in thread {threading.current_thread().name!r}: "
+            "the main thread has returned, and once Python's exit begins its thread pools "
+            "(concurrent.futures) take no new tasks; have the main thread wait for this "
+            "thread (thread.join()) before it returns")
 
 
 class _Call:

@@ -9,12 +9,14 @@ writer's temporary file."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import run_python, unique
+from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.s3_server import MotoS3Server
 
 pytestmark = [pytest.mark.usefixtures("isolated_env"), pytest.mark.timeout(180)]
@@ -107,3 +109,42 @@ print("exiting", flush=True)
         proc = run_python(code, timeout=60, args=[redis_server.url(key)])
         assert proc.returncode == 0 and proc.stdout.strip() == "exiting", proc.stderr
         assert "reader was closed" not in proc.stderr, proc.stderr
+
+
+_AFTER_MAIN = r"""
+import sys, threading, time
+import tensorstream
+with tensorstream.open(sys.argv[1]) as f:  # the program used tensorstream already
+    f.read(10)
+def load():
+    try:
+        with tensorstream.open(sys.argv[1]) as f:
+            f.read()
+        print("loaded", flush=True)
+    except BaseException as exc:
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+threading.Thread(target=load, name="loader").start()  # not a daemon: Python waits for it
+"""
+
+
+@pytest.mark.parametrize("kind", ["local", "http"])
+def test_a_load_in_a_thread_the_main_thread_did_not_wait_for_says_to_join_it(
+        tmp_path: Path, http_server: HTTPTestServer, kind: str) -> None:
+    """A thread that loads while the main thread returns (Python waits for it at exit,
+    but its thread pools take no new work by then): the load fails with an error that
+    says why and what to do. It was a bare RuntimeError of concurrent.futures or
+    threading ("cannot schedule new futures after shutdown", "can't register atexit
+    after shutdown")."""
+    data = os.urandom(1 << 20)
+    if kind == "local":
+        (tmp_path / "m.bin").write_bytes(data)
+        url = str(tmp_path / "m.bin")
+    else:
+        key = unique()
+        http_server.put(key, data)
+        url = http_server.url(key)
+    proc = run_python(_AFTER_MAIN, timeout=60, args=[url])
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout.strip()
+    # (a load that starts before the main thread's exit begins simply succeeds)
+    assert said == "loaded" or ("main thread" in said and "join()" in said), said

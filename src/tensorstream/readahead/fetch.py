@@ -52,6 +52,7 @@ class Fetching:
                 except RuntimeError:  # pool shut down: the reader was closed, or the exit's
                     seg.error = OSError(  # (concurrent.futures refuses work once it began)
                         "reader was closed" if self._closed else
+                        _loop.after_main_returned() if _loop.main_thread_returned() else
                         "tensorstream's read-ahead has stopped: the interpreter is exiting")
                     seg.event.set()
                     continue
