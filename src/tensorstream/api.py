@@ -81,7 +81,9 @@ def open(  # mirrors builtins.open on purpose
     """Open the object at ``uri`` as a binary file.
 
     ``"rb"``: a seekable reader that ``tensorizer.TensorDeserializer`` accepts.
-    ``"wb"``: an atomic writer; the object appears on ``close()``.
+    ``"wb"``: an atomic writer; the object appears on ``close()``. To S3 it takes
+    ``content_type=``, ``cache_control=`` and ``metadata={"key": "value"}`` (user
+    metadata), checked by S3's rules (printable US-ASCII, 2 KB of user metadata).
 
     ``sequential=True`` (``"rb"``): the caller will read from byte 0 onward (a
     whole tensorizer load). Over HTTP(S) and S3 the open is then one ``GET`` of
@@ -98,8 +100,10 @@ def open(  # mirrors builtins.open on purpose
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
     # sequential="false" was truthy: one GET of every byte for a reader of a few ranges
     sequential = _flag("sequential", sequential)
+    writer_options: dict[str, Any] = {}
     if mode in ("wb", "w"):
         check_file_destination(parsed)
+        writer_options = _object_metadata(parsed, options)
     provider = get_provider(parsed, **options)
     if mode in ("rb", "r"):
         from .file import StreamReader  # (and the read-ahead: not for a writer)
@@ -117,7 +121,21 @@ def open(  # mirrors builtins.open on purpose
             _loop.run_sync(provider.close())
             raise
         return StreamReader(provider, parsed, info, first=first)
-    return _writer(provider, parsed)
+    return _writer(provider, parsed, **writer_options)
+
+
+def _object_metadata(parsed: ParsedURI, options: dict[str, Any]) -> dict[str, Any]:
+    """``open(..., "wb", content_type=, cache_control=, metadata=)``: taken out of
+    ``options`` as the S3 writer's ``metadata`` (nothing is guessed from the key, as
+    for ``aws s3 cp - s3://...``)."""
+    fields = {k: options.pop(k) for k in ("content_type", "cache_control", "metadata")
+              if k in options}
+    if not fields:
+        return {}
+    from .copy.metadata import stream_writer_options
+    from .providers.s3.metadata import MetadataOptions
+
+    return stream_writer_options(MetadataOptions(**fields), parsed.scheme)
 
 
 def _writer(provider: PolicyProvider, parsed: ParsedURI, **writer_options: Any) -> StreamWriter:

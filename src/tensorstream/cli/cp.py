@@ -19,8 +19,9 @@ from ..copy.places import same_store
 from ..copy.receive import CHUNK
 from ..copy.select import Rules
 from ..copy.width import WIDEST
-from ..errors import TensorstreamError
+from ..errors import ConfigurationError, TensorstreamError
 from ..uri import parse_uri, redact_text
+from .metadata_options import add_metadata_options, metadata_options
 from .options import (
     Rule,
     add_no_fsync_option,
@@ -177,6 +178,7 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
         p, json_help="one JSON object per file on stdout, then a summary object")
     out.add_argument("--only-show-errors", action="store_true",
                      help="print only errors and warnings (skipped entries)")
+    add_metadata_options(p)
     add_storage_options(p)
     add_side_options(p)
 
@@ -243,12 +245,17 @@ def run(args: argparse.Namespace) -> int:
         print_error("--concurrency and --jobs must be at least 1")
         return EXIT_USAGE
     *sources, dest = args.paths
+    try:
+        meta = metadata_options(args)
+    except ConfigurationError as exc:
+        print_error(str(exc))
+        return EXIT_USAGE
     options = storage_options(args)
     src_options, dst_options = side_options(args, "src"), side_options(args, "dst")
     if "-" in args.paths:
         from .objects import copy_stream
         return copy_stream(args, sources, dest, {**options, **src_options},
-                           {**options, **dst_options})
+                           {**options, **dst_options}, meta)
     if (into := _into_special_file(args, sources, dest)) is not None:
         from .objects import copy_into_special
         return copy_into_special(args, sources[0], into, {**options, **src_options})
@@ -287,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
                 dst_options=dst_options, include=rules, skip_unchanged=args.sync,
                 dryrun=args.dryrun, follow_symlinks=args.follow_symlinks,
                 wildcards=args.wildcards, server_side_copy=args.server_side_copy,
-                result=result, **options)
+                object_metadata=meta, result=result, **options)
             if args.sync and getattr(args, "delete", False):
                 await _delete_extraneous(args, sources[0], dest, rules, result, reporter,
                                          {**options, **src_options}, {**options, **dst_options})

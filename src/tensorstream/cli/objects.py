@@ -16,7 +16,7 @@ from typing import Any
 
 from ..api import get_provider
 from ..copy.wildcards import wildcard
-from ..errors import NotFoundError
+from ..errors import ConfigurationError, NotFoundError
 from ..providers.base import ObjectInfo, Pin
 from ..uri import ParsedURI, parse_uri, redact_text
 from .options import Rule, add_storage_options, storage_options, unmatchable_rule
@@ -190,7 +190,7 @@ def run_cat(args: argparse.Namespace) -> int:
 
 
 def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
-                src_options: dict[str, Any], dst_options: dict[str, Any]) -> int:
+                src_options: dict[str, Any], dst_options: dict[str, Any], meta: Any = None) -> int:
     """``cp SRC -`` (to stdout, like cat) and ``cp - DST`` (stdin into an atomic writer)."""
     from ._run import EXIT_USAGE, print_error, run_async
     from .output import escape, human_size
@@ -198,6 +198,12 @@ def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
     if len(sources) != 1 or args.recursive or (sources[0] == "-") == (dest == "-"):
         print_error("'-' copies one object: 'cp SRC -' writes it to stdout, 'cp - DST' "
                     "reads stdin into DST (no -r, one SRC)")
+        return EXIT_USAGE
+    from ..copy.metadata import stream_writer_options
+    try:
+        extra = stream_writer_options(meta, "stdout" if dest == "-" else parse_uri(dest).scheme)
+    except ConfigurationError as exc:
+        print_error(str(exc))
         return EXIT_USAGE
     if dest == "-":
         async def out() -> int:
@@ -228,7 +234,7 @@ def copy_stream(args: argparse.Namespace, sources: list[str], dest: str,
                 # As for 'cp SRC DST': missing directories above a local DST are made.
                 _make_parent(uri.path)
             async with get_provider(uri, **dst_options) as provider:
-                async with provider.open_writer(uri.path) as writer:
+                async with provider.open_writer(uri.path, **extra) as writer:
                     while True:
                         chunk = await asyncio.to_thread(read, _CHUNK)
                         if not chunk:

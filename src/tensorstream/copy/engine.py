@@ -177,7 +177,7 @@ class _Copier(Planner):
                  follow_symlinks: bool = True, result: CopyResult | None = None,
                  durable: bool = True, direct: bool | None = None,
                  wildcards: bool = True, server_side_copy: bool = True,
-                 copy_cutoff: int = COPY_CUTOFF) -> None:
+                 copy_cutoff: int = COPY_CUTOFF, object_metadata: Any = None) -> None:
         concurrency, part_size, jobs = (_whole(n, v) for n, v in (
             ("concurrency", concurrency), ("part_size", part_size), ("jobs", jobs)))
         if concurrency < 1 or part_size < 1 or jobs < 1:
@@ -206,6 +206,8 @@ class _Copier(Planner):
         #: server says it cannot; objects stored in one piece above the cutoff go in parts.
         self.server_side_copy = server_side_copy
         self.server_copy_unsupported = False
+        #: What S3 stores with each object (a MetadataOptions: :mod:`.metadata`).
+        self.object_metadata = object_metadata
         self.copy_cutoff = _whole("copy_cutoff", copy_cutoff)
         if not 0 <= self.copy_cutoff <= COPY_CUTOFF:
             raise ValueError(f"copy_cutoff must be 0 to {COPY_CUTOFF} bytes (5 GiB, S3's "
@@ -511,6 +513,7 @@ async def copy_async(
     wildcards: bool = True,
     server_side_copy: bool = True,
     copy_cutoff: int = COPY_CUTOFF,
+    object_metadata: Any = None,
     result: CopyResult | None = None,
     **options: Any,
 ) -> CopyResult:
@@ -539,7 +542,10 @@ async def copy_async(
     through this machine); ``copy_cutoff`` is the largest object stored in one piece
     that one ``CopyObject`` copies (default and most: 5 GiB). Pass
     ``result`` to have it filled in place, so a caller still
-    sees what happened when the copy is cancelled.
+    sees what happened when the copy is cancelled. ``object_metadata``
+    (:class:`~tensorstream.providers.s3.metadata.MetadataOptions`): what an S3
+    destination stores with each object (default: an S3 source's Content-Type and
+    user metadata, else the Content-Type guessed from the name, as ``aws s3 cp``).
 
     A local destination is on the disk (fsync) before it appears unless
     ``durable=False``; a durable one is written with ``O_DIRECT`` where its
@@ -548,13 +554,19 @@ async def copy_async(
     ``direct=True`` also for ``durable=False``).
     """
     srcs = [sources] if isinstance(sources, str) else list(sources)
+    if object_metadata is not None:
+        from ..uri import parse_uri
+        from .metadata import check_destination
+
+        check_destination(object_metadata, parse_uri(destination).scheme)
     copier = _Copier(concurrency=concurrency, part_size=part_size, verify=verify,
                      resume=resume, jobs=jobs, progress=progress, options=options,
                      src_options=src_options, dst_options=dst_options, rules=include,
                      skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
                      follow_symlinks=follow_symlinks, result=result, durable=durable,
                      direct=direct, wildcards=wildcards,
-                     server_side_copy=server_side_copy, copy_cutoff=copy_cutoff)
+                     server_side_copy=server_side_copy, copy_cutoff=copy_cutoff,
+                     object_metadata=object_metadata)
     t0 = time.perf_counter()
     if not dryrun:
         # The part threads start while the sources are listed, not one by one

@@ -35,6 +35,7 @@ from ..errors import IntegrityError, NotFoundError
 from ..providers._http.threads import in_thread
 from ..providers.base import Pin, Writer
 from .checks import STORED_MISMATCH, stored_sha256
+from .metadata import writer_options
 from .receive import receive_part
 from .select import notify
 from .sinks import BufferPool, PartBuffer, SequentialSink, digest, plan_parts
@@ -72,7 +73,7 @@ class InOrderHash:
 async def copy_to_writer(c: _Copier, job: Job) -> int:
     """Copy ``job`` to its remote destination (nothing appears unless whole and
     checked); returns 0 (remote copies do not resume)."""
-    writer = job.dst.open_writer(job.dst_path)
+    writer = job.dst.open_writer(job.dst_path, **await writer_options(c, job))
     part_size = writer.part_size_for(job.info.size, c.part_size)
     if part_size is None:
         return await _in_order(c, job, writer)

@@ -53,7 +53,9 @@ async def copy_on_server(c: _Copier, job: Job) -> bool:
     try:
         copied = await server_copy(job.src, job.src_path, job.info, job.dst, job.dst_path,
                                    cutoff=c.copy_cutoff, part_size=c.part_size,
-                                   concurrency=c.concurrency, check=c.verify, advance=advance)
+                                   concurrency=c.concurrency, check=c.verify, advance=advance,
+                                   metadata=(c.object_metadata.overrides()
+                                             if c.object_metadata is not None else None))
     except ServerCopyUnsupported as exc:
         if exc.this_object:  # (S3 still copies the others)
             log.warning("%s: %s; copying it through this machine instead", job.label,

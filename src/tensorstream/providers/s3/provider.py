@@ -64,6 +64,7 @@ from .clients import S3Clients
 from .config import OPTIONS, S3Credentials, process_timeout, resolve_s3_credentials
 from .errors import WrongRegionError, map_s3_http_error
 from .lister import list_objects
+from .metadata import carried_from_headers
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT
 from .writer import S3Writer
 
@@ -281,7 +282,7 @@ class S3Provider(S3Clients, Provider):
         return ObjectInfo(path=path, size=body.end, etag=h.get("ETag"),
                           mtime=parse_http_date(h.get("Last-Modified")),
                           version=h.get("x-amz-version-id"),
-                          extra={"content_type": h.get("Content-Type")}), body
+                          extra=_extra(h)), body
 
     # -- list / delete ------------------------------------------------------------
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
@@ -314,7 +315,10 @@ class S3Provider(S3Clients, Provider):
         await self._call("delete_object", path, Bucket=bucket, Key=key)
 
     # -- writes -------------------------------------------------------------------
-    def open_writer(self, path: str, **kwargs: Any) -> Writer:
+    def open_writer(self, path: str, *, metadata: dict[str, Any] | None = None,
+                    **kwargs: Any) -> Writer:
+        """An atomic writer of ``path``; ``metadata``: upload arguments stored with the
+        object (``ContentType``, ``CacheControl``, ``Metadata``, ...: see :mod:`.metadata`)."""
         bucket, key = _split(path)
         x = self.config.transfer
         part_size = max(x.part_size, 5 << 20)
@@ -328,6 +332,7 @@ class S3Provider(S3Clients, Provider):
             max_in_flight=max(1, min(x.concurrency, _WRITE_MEMORY // part_size)),
             checksum=self.checksum == "when_supported",
             retry=self.config.retry,
+            metadata=metadata,
         )
 
 
@@ -344,5 +349,12 @@ def _head_info(path: str, answer: Answer) -> ObjectInfo:
         etag=h.get("ETag"),
         mtime=parse_http_date(h.get("Last-Modified")),
         version=h.get("x-amz-version-id"),
-        extra={"content_type": h.get("Content-Type")},
+        extra=_extra(h),
     )
+
+
+def _extra(headers: Any) -> dict[str, Any]:
+    """``ObjectInfo.extra`` of a HEAD/GET answer: its Content-Type, and under
+    ``"s3_metadata"`` what a copy of the object carries (:mod:`.metadata`)."""
+    return {"content_type": headers.get("Content-Type"),
+            "s3_metadata": carried_from_headers(headers)}

@@ -22,7 +22,10 @@ tensorstream's copies make:
   that fails its comparison is deleted again (as the streamed writer does).
 * **Metadata** as ``aws s3 cp``: ``CopyObject`` copies it (``MetadataDirective`` COPY); a
   multipart copy sends the source's Content-Type, Cache-Control, Content-Disposition,
-  Content-Encoding, Content-Language, Expires and user metadata with the upload.
+  Content-Encoding, Content-Language, Expires and user metadata with the upload. Fields
+  the caller sets (``metadata``: ``--content-type``, ``--metadata``...) replace the
+  source's: ``CopyObject`` then sends ``REPLACE`` with the source's other fields, so
+  both ways store what a streamed copy does (:mod:`.metadata`).
 
 A server that answers ``501``/``NotImplemented`` raises :class:`ServerCopyUnsupported`
 (the caller falls back to a streamed copy). Access refused is said for the side it is
@@ -54,6 +57,7 @@ from ...errors import (
 from ...uri import redact_text
 from ..base import ObjectInfo
 from .errors import WrongRegionError
+from .metadata import carried_from_head
 from .parts import MAX_PARTS, known_size_part
 from .writer import _etag_md5
 
@@ -68,9 +72,6 @@ _LOOKUPS = 16
 _KMS = frozenset({"aws:kms", "aws:kms:dsse"})
 #: Storage classes whose objects S3 copies only once restored.
 _ARCHIVES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
-#: What ``aws s3 cp`` carries over to a multipart copy (HeadObject name, upload argument).
-_CARRIED = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncoding",
-            "ContentLanguage", "Expires", "Metadata")
 
 
 class ServerCopyUnsupported(UnsupportedOperationError):
@@ -176,13 +177,15 @@ class _Calls:
 
 async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_path: str, *,
                       cutoff: int = COPY_CUTOFF, part_size: int, concurrency: int,
-                      check: bool = True,
+                      check: bool = True, metadata: dict[str, Any] | None = None,
                       advance: Callable[[int], None] | None = None) -> Copied:
     """Copy ``src_path`` (as listed: ``info``) to ``dst_path`` on the server; ``src`` and
     ``dst`` are policy-wrapped S3 providers of one store and one key pair (the request
     goes through ``dst``). ``cutoff``: the largest object stored in one piece that one
     ``CopyObject`` copies (a larger one goes in ``part_size`` parts). ``check``: look at
-    the copy's size after it is published. ``advance(n)``: ``n`` more bytes are copied."""
+    the copy's size after it is published. ``metadata``: upload arguments that replace the
+    source's (``ContentType``, ``Metadata``, ...). ``advance(n)``: ``n`` more bytes are
+    copied."""
     call = _Calls(dst)
     try:
         head = await _head_source(call, src_path, info)
@@ -213,11 +216,13 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     # The ETag as an MD5 (of the bytes, or of the parts' MD5s, -N); under SSE-KMS it is not.
     md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in _KMS else None
     if size <= cutoff and (md5 is None or md5[1] is None):
-        copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None)
+        copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
+                                    _replaced(head, metadata))
         if advance is not None:
             advance(size)
     else:
-        copied = await _copy_parts(call, src_path, dst_path, etag, md5, size, head,
+        copied = await _copy_parts(call, src_path, dst_path, etag, md5, size,
+                                   {**carried_from_head(head), **(metadata or {})},
                                    part_size=part_size, concurrency=concurrency,
                                    advance=advance)
     if check:
@@ -253,15 +258,25 @@ def _refused_writing(exc: PermissionDeniedError) -> PermissionDeniedError:
         f"credentials): {exc.message}")
 
 
+def _replaced(head: dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """``CopyObject`` arguments for ``metadata`` set by the caller: none (S3 copies the
+    source's) or ``REPLACE`` with every field, the source's under the caller's."""
+    if not metadata:
+        return {}
+    fields = {k: v for k, v in {**carried_from_head(head), **metadata}.items() if v}
+    return {"MetadataDirective": "REPLACE", **fields}
+
+
 async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
-                       md5: str | None) -> Copied:
+                       md5: str | None, replaced: dict[str, Any]) -> Copied:
     """One ``CopyObject``: of a source stored in one piece, its copy's ETag is its MD5
-    (``md5``; None: the source's ETag is no MD5, nothing to compare)."""
+    (``md5``; None: the source's ETag is no MD5, nothing to compare). ``replaced``:
+    the metadata arguments when the caller set some (see :func:`_replaced`)."""
     bucket, key = _split(dst_path)
     source = dict(zip(("Bucket", "Key"), _split(src_path), strict=True))
     try:
         resp = await call("copy_object", dst_path, Bucket=bucket, Key=key, CopySource=source,
-                          CopySourceIfMatch=etag)
+                          CopySourceIfMatch=etag, **replaced)
     except PermissionDeniedError as exc:
         raise _refused_writing(exc) from exc
     got = (resp.get("CopyObjectResult") or {}).get("ETag")
@@ -276,11 +291,13 @@ async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
 
 
 async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
-                      md5: tuple[str, int | None] | None, size: int, head: dict[str, Any], *,
+                      md5: tuple[str, int | None] | None, size: int,
+                      carried: dict[str, Any], *,
                       part_size: int, concurrency: int,
                       advance: Callable[[int], None] | None) -> Copied:
     """A multipart upload of ``UploadPartCopy`` parts: the source's own layout where S3
-    tells it (the copy's ETag is then the source's), else ``part_size`` parts."""
+    tells it (the copy's ETag is then the source's), else ``part_size`` parts; the upload
+    is made with ``carried`` (the source's metadata, the caller's over it)."""
     layout = None
     if md5 is not None and md5[1] is not None:
         layout = await _source_layout(call, src_path, etag, md5[1], size)
@@ -289,7 +306,7 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         step = known_size_part(size, part_size, MAX_PARTS)
         layout = [(at, min(at + step, size)) for at in range(0, size, step)] or [(0, 0)]
     bucket, key = _split(dst_path)
-    carried = {name: head[name] for name in _CARRIED if head.get(name)}
+    carried = {k: v for k, v in carried.items() if v}
     try:
         upload = await call("create_multipart_upload", dst_path, once=True, Bucket=bucket,
                             Key=key, **carried)

@@ -131,8 +131,11 @@ class S3Writer(Writer):
         max_in_flight: int,
         checksum: bool,
         retry: RetryConfig | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self._call = call
+        #: Content-Type, user metadata, ... sent with the upload (:mod:`.metadata`).
+        self._metadata = dict(metadata or {})
         #: Attempts of each UploadPart (None: one): a part is idempotent, sent again whole.
         self._retry = retry
         self._bucket = bucket
@@ -282,7 +285,9 @@ class S3Writer(Writer):
         """The one ``PutObject`` of a small object (with its ``Content-MD5`` where
         the caller has it); an answer lost after S3 applied it, as for
         :meth:`_complete` (the object's ETag is then the MD5 of ``body``)."""
-        kwargs = {"ContentMD5": base64.b64encode(md5).decode()} if md5 is not None else {}
+        kwargs: dict[str, Any] = (
+            {"ContentMD5": base64.b64encode(md5).decode()} if md5 is not None else {})
+        kwargs.update(self._metadata)
         try:
             return await self._publish("put_object", Bucket=self._bucket, Key=self._key,
                                        Body=body, **kwargs)
@@ -359,6 +364,7 @@ class S3Writer(Writer):
     async def _ensure_upload(self) -> None:
         if self._create is None:
             kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
+            kwargs.update(self._metadata)
             self._create = asyncio.ensure_future(
                 self._call("create_multipart_upload", Bucket=self._bucket, Key=self._key, **kwargs)
             )

@@ -1,0 +1,50 @@
+"""What ``cp``/``sync`` stores with each S3 object it writes: the source's Content-Type
+and user metadata from S3, a Content-Type guessed from the name otherwise, the caller's
+fields over both (:mod:`tensorstream.providers.s3.metadata`, as ``aws s3 cp``). The
+streamed copy (:mod:`.remote`) and the server-side one (:mod:`.server_side`) store the
+same."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError
+from ..providers.s3.metadata import MetadataOptions
+
+if TYPE_CHECKING:
+    from .engine import _Copier
+    from .plan import Job
+
+__all__ = ["check_destination", "stream_writer_options", "writer_options"]
+
+
+def check_destination(options: MetadataOptions | None, scheme: str) -> None:
+    """Refuse fields set for a destination that is not S3 (they would be dropped)."""
+    if options is not None and options.overrides() and scheme != "s3":
+        raise ConfigurationError(
+            "--content-type, --cache-control and --metadata set what S3 stores with an "
+            f"object; the destination is {scheme or 'local'}, which keeps none of it")
+
+
+async def writer_options(c: _Copier, job: Job) -> dict[str, Any]:
+    """``open_writer`` options of ``job``'s destination: ``metadata`` for S3."""
+    if job.dst_uri.scheme != "s3":
+        return {}
+    options = c.object_metadata or MetadataOptions()
+    source: dict[str, Any] | None = None
+    if job.src_uri.scheme == "s3":
+        # A listing says nothing of an object's metadata: one HEAD (as aws s3 cp's
+        # multipart copies make). The reads are pinned to the listed version.
+        source = job.info.extra.get("s3_metadata")
+        if source is None:
+            source = (await job.src.stat(job.src_path)).extra.get("s3_metadata") or {}
+    return {"metadata": options.for_object(job.src_path, source)}
+
+
+def stream_writer_options(options: MetadataOptions | None, scheme: str) -> dict[str, Any]:
+    """``open_writer`` options for ``cp - DST`` (stdin: no name to guess a type from, as
+    with ``aws s3 cp -``); fields set for a destination that is not S3 are refused."""
+    check_destination(options, scheme)
+    if scheme != "s3":
+        return {}
+    return {"metadata": (options or MetadataOptions()).for_object("", None)}

@@ -1,0 +1,94 @@
+"""``tensorstream cp/sync --content-type/--cache-control/--metadata/--no-guess-mime-type``:
+the real CLI in a subprocess against moto on loopback, read back with HEAD."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli_env import s3_env
+
+S3_BUCKET = "tensorstream-tests"
+
+
+def cli(*argv: str, env: dict[str, str] | None = None,
+        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=120, env=env, input=stdin)
+
+
+def _head(server: Any, key: str) -> dict[str, Any]:
+    return dict(server.client.head_object(Bucket=S3_BUCKET, Key=key))
+
+
+@pytest.mark.parametrize("command", ["cp", "sync"])
+def test_flags_named_as_aws_s3_cp_set_what_s3_stores(
+        tmp_path: Path, moto_s3: Any, command: str) -> None:
+    env = s3_env(moto_s3, tmp_path)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    p = f"climeta-{secrets.token_hex(4)}"
+    args = ["-r"] if command == "cp" else []
+    r = cli("--endpoint-url", moto_s3.endpoint_url, command, *args, "--content-type",
+            "application/x-cfg", "--cache-control", "max-age=5", "--metadata", "a=1,B=2",
+            "--metadata", '{"c": "x,y"}', str(tmp_path / "m"), f"s3://{S3_BUCKET}/{p}/",
+            env=env)
+    assert r.returncode == 0, r.stderr
+    head = _head(moto_s3, f"{p}/config.json")
+    assert head["ContentType"] == "application/x-cfg" and head["CacheControl"] == "max-age=5"
+    assert head["Metadata"] == {"a": "1", "b": "2", "c": "x,y"}
+    # The neighbours: guessed by default, and not with --no-guess-mime-type.
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", str(tmp_path / "m" / "config.json"),
+            f"s3://{S3_BUCKET}/{p}/g.json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert _head(moto_s3, f"{p}/g.json")["ContentType"] == "application/json"
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "--no-guess-mime-type",
+            str(tmp_path / "m" / "config.json"), f"s3://{S3_BUCKET}/{p}/n.json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert _head(moto_s3, f"{p}/n.json")["ContentType"] == "binary/octet-stream"
+
+
+def test_stdin_into_s3_takes_the_flags(tmp_path: Path, moto_s3: Any) -> None:
+    env = s3_env(moto_s3, tmp_path)
+    key = f"climeta-{secrets.token_hex(4)}/s.json"
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "--metadata", "k=v", "-",
+            f"s3://{S3_BUCKET}/{key}", env=env, stdin="{}")
+    assert r.returncode == 0, r.stderr
+    head = _head(moto_s3, key)
+    assert head["Metadata"] == {"k": "v"} and head["ContentType"] == "binary/octet-stream"
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--metadata", "tok=s3cr\u00e9t-value", "printable US-ASCII"),
+    ("--metadata", "tok=line\nbreak-s3cret", "printable US-ASCII"),
+    ("--metadata", "bad key=s3cret", "cannot be an S3 metadata name"),
+    ("--metadata", "a=1,s3cret", "not KEY=VALUE"),
+    ("--metadata", "a=1,A=2", "given twice"),
+    ("--metadata", "big=" + "x" * 3000, "at most 2048 bytes"),
+    ("--content-type", "text/plain\r\nX-Evil: s3cret", "printable US-ASCII"),
+])
+def test_a_bad_value_is_a_usage_error_that_does_not_show_it(
+        tmp_path: Path, moto_s3: Any, flag: str, value: str, says: str) -> None:
+    env = s3_env(moto_s3, tmp_path)
+    (tmp_path / "a.json").write_text("{}")
+    key = f"climeta-{secrets.token_hex(4)}/a.json"
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", flag, value,
+            str(tmp_path / "a.json"), f"s3://{S3_BUCKET}/{key}", env=env)
+    assert r.returncode == 2, r.stderr
+    assert says in r.stderr and "s3cret" not in r.stderr, r.stderr
+    assert not moto_s3.exists(S3_BUCKET, key)
+
+
+def test_flags_for_a_local_destination_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{}")
+    r = cli("cp", "--content-type", "text/plain", str(tmp_path / "a.json"),
+            str(tmp_path / "b.json"))
+    assert r.returncode != 0 and "keeps none" in r.stderr, r.stderr
+    assert not (tmp_path / "b.json").exists()
+    r = cli("cp", "--metadata", "a=1", "-", str(tmp_path / "c.json"), stdin="x")
+    assert r.returncode == 2 and "keeps none" in r.stderr, r.stderr
