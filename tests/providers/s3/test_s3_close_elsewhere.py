@@ -110,3 +110,17 @@ def test_used_on_a_new_loop_after_its_loop_finished(
     _loop.run_sync(_write_and_delete(p))
     _loop.run_sync(p.close())
     assert unclosed() == []
+
+
+def test_used_from_two_running_loops_in_turn(
+        moto_s3: MotoS3Server, other_loop: asyncio.AbstractEventLoop,
+        unclosed: Callable[[], list[str]]) -> None:
+    # Each turn replaced the other loop's client, dropped unclosed (it may still have
+    # had requests in flight there) and made again on the next turn.
+    p = _provider(moto_s3)
+    for _ in range(2):
+        _on(other_loop, _write_and_delete(p))
+        _loop.run_sync(_write_and_delete(p))
+    assert unclosed() == []
+    asyncio.run(p.close())  # both closed, each on its own loop
+    assert unclosed() == []

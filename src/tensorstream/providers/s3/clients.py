@@ -108,11 +108,13 @@ class S3Clients:
         self.proxies = proxies
         self._endpoint_proxy = self.proxies.for_url(
             credentials.endpoint.value if credentials.endpoint else _AWS_ENDPOINT)
-        self._client: Any = None
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock: asyncio.Lock | None = None
-        self._client_pid = os.getpid()  # (a forked child's copy is the parent's client)
+        #: The aiobotocore client of each event loop (and what closes it): a client
+        #: belongs to the loop it was made on, and the sync API's I/O loop and a
+        #: program's own may both use one provider.
+        self._clients: dict[asyncio.AbstractEventLoop,
+                            tuple[Any, contextlib.AsyncExitStack]] = {}
+        self._client_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._clients_pid = os.getpid()  # (a forked child's copies are the parent's clients)
         self._key_source = credentials.key_source
         # The blocking path: a sync botocore client (signing only) and a pool.
         self._sync_lock = threading.Lock()
@@ -170,23 +172,23 @@ class S3Clients:
             register_secret(secret)
 
     async def _get_client(self) -> Any:
+        """The aiobotocore client of the running loop (made on first use). One made on
+        another loop was replaced, dropped unclosed, on each turn between two loops."""
         loop = asyncio.get_running_loop()
-        if self._client is not None and self._loop is loop:
-            return self._client
-        if self._loop is not loop:
-            # A client belongs to the loop that made it (e.g. after fork): start over.
-            old = (self._stack, self._loop, self._client_pid)
-            self._loop, self._lock, self._client, self._stack = loop, asyncio.Lock(), None, None
-            self._client_pid = os.getpid()
-            if old[1] is not None and old[1].is_closed():
-                # (one of a finished asyncio.run was dropped unclosed; one of a loop that
-                # still runs may be in use there)
-                await self._close_client(*old)
-        assert self._lock is not None
-        async with self._lock:
-            if self._client is None:
-                self._client = await self._create_client()
-        return self._client
+        made = self._clients.get(loop)
+        if made is not None and self._clients_pid == os.getpid():
+            return made[0]
+        if self._clients_pid != os.getpid():  # a forked child: the parent's, left alone
+            self._clients, self._client_locks, self._clients_pid = {}, {}, os.getpid()
+        for gone in [lp for lp in self._clients if lp.is_closed()]:
+            # (the client of a finished asyncio.run)
+            self._client_locks.pop(gone, None)
+            await self._close_client(self._clients.pop(gone)[1], gone, self._clients_pid)
+        async with self._client_locks.setdefault(loop, asyncio.Lock()):
+            made = self._clients.get(loop)
+            if made is None:
+                made = self._clients[loop] = await self._create_client()
+        return made[0]
 
     def _session_error(self, exc: Exception, profile: str | None) -> BaseException:
         """Map an error from building a botocore session/client (async or sync alike)."""
@@ -194,7 +196,7 @@ class S3Clients:
         return map_session_error(exc, profile, aws_files(os.environ),
                                  creds.profile.source if creds.profile else "")
 
-    async def _create_client(self) -> Any:
+    async def _create_client(self) -> tuple[Any, contextlib.AsyncExitStack]:
         from aiobotocore.config import AioConfig
         from aiobotocore.session import AioSession
 
@@ -221,8 +223,7 @@ class S3Clients:
         stack = contextlib.AsyncExitStack()
         with paused():  # (botocore's S3 model: _gcpause)
             client = await stack.enter_async_context(session.create_client("s3", **kwargs))
-        self._stack = stack
-        return client
+        return client, stack
 
     def _client_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Config and ``create_client`` arguments shared by the async client and
@@ -428,20 +429,21 @@ class S3Clients:
             self._gets.clear()
         if pool is not None:
             pool.close()
-        stack, self._stack, self._client = self._stack, None, None
-        await self._close_client(stack, self._loop, self._client_pid)
+        clients, self._clients, self._client_locks = self._clients, {}, {}
+        for loop, (_, stack) in clients.items():
+            await self._close_client(stack, loop, self._clients_pid)
 
     @staticmethod
-    async def _close_client(stack: contextlib.AsyncExitStack | None,
-                            loop: asyncio.AbstractEventLoop | None, pid: int) -> None:
+    async def _close_client(stack: contextlib.AsyncExitStack, loop: asyncio.AbstractEventLoop,
+                            pid: int) -> None:
         """Close an aiobotocore client made on ``loop``: there when that loop runs in
         another thread (the sync API's I/O loop, say), else here (aiohttp then only
         marks a closed loop's connections closed). It was dropped unclosed when
         closed from another loop: "Unclosed client session", connections left open."""
-        if stack is None or pid != os.getpid():
+        if pid != os.getpid():
             return  # a forked child: its connections are the parent's
         try:
-            if loop is None or loop is asyncio.get_running_loop() or not loop.is_running():
+            if loop is asyncio.get_running_loop() or not loop.is_running():
                 await stack.aclose()
             else:
                 done = asyncio.run_coroutine_threadsafe(stack.aclose(), loop)
