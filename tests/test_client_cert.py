@@ -429,3 +429,34 @@ def test_a_missing_certificate_file_with_a_colon_is_still_named_up_to_it() -> No
         tensorstream.get_provider("https://127.0.0.1:9/x", client_key="/no/dir/k.pem:s3cr3t")
     said = str(info.value)
     assert "/no/dir/k.pem" in said and "s3cr3t" not in said, said
+
+
+@pytest.mark.parametrize("uri", ["https://127.0.0.1:9/x", f"s3://{S3_BUCKET}/k",
+                                 "rediss://127.0.0.1:9/k"])
+def test_a_client_key_without_its_certificate_is_refused_at_once_naming_the_flags(
+        isolated_env: Path, tmp_path: Path, uri: str) -> None:
+    """--client-key without --client-cert: HTTPS and S3 said 'client_key needs
+    client_cert' (the library's names); rediss:// tried to connect, 5 times, then said
+    'certfile should be a valid filesystem path'. Refused at once, naming the flags."""
+    key = tmp_path / "key.pem"
+    key.write_text("not read")
+    with pytest.raises(errors.ConfigurationError, match="client_key needs client_cert"):
+        tensorstream.get_provider(uri, client_key=str(key))
+    started = time.monotonic()
+    r = _cli("cat", "--retries", "5", "--client-key", str(key), uri)
+    assert r.returncode == 2, r.stderr
+    assert "--client-key needs --client-cert" in r.stderr, r.stderr
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(("flag", "name"), [("--client-cert", "client_cert"),
+                                            ("--client-key", "client_key"),
+                                            ("--ca-bundle", "ca_bundle")])
+def test_a_tls_file_that_cannot_be_used_is_named_by_its_flag(
+        isolated_env: Path, tmp_path: Path, flag: str, name: str) -> None:
+    (tmp_path / "cert.pem").write_text("not read")
+    given = ["--client-cert", str(tmp_path / "cert.pem")] if flag == "--client-key" else []
+    r = _cli("cat", *given, flag, str(tmp_path / "missing.pem"), "https://127.0.0.1:9/x")
+    assert r.returncode == 2, r.stderr
+    assert f"error: {flag}: cannot use" in r.stderr, r.stderr
+    assert f"{name}:" not in r.stderr, r.stderr

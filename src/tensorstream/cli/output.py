@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..copy.select import FileOutcome
@@ -20,12 +21,15 @@ from ..uri import redact_text
 __all__ = ["Reporter", "cli_terms", "error_line", "escape", "human_rate", "human_size", "quiet_if_closed"]
 
 #: Library advice in errors (``ca_bundle=<PEM path>``) said as the flag a CLI user types.
-_CLI_TERMS = [
+_CLI_TERMS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (re.compile(r"\bca_bundle=<[^>]*>"), "--ca-bundle FILE"),
     (re.compile(r"\binsecure=True\b"), "--no-verify-ssl"),
     (re.compile(r"\bclient_cert=<[^>]*>"), "--client-cert FILE"),
     (re.compile(r"\bclient_key=<[^>]*>"), "--client-key FILE"),
     (re.compile(r"\bclient_key=(?=\s)"), "--client-key FILE"),
+    (re.compile(r"\bclient_key needs client_cert\b"), "--client-key needs --client-cert"),
+    (re.compile(r"^(client_cert|client_key|ca_bundle)(?=: )"),
+     lambda m: "--" + m.group(1).replace("_", "-")),
     (re.compile(r"\bthe option s3_credential_process_timeout\b"),
      "--s3-credential-process-timeout SECONDS"),
     (re.compile(r"\bs3_endpoint\b"), "--endpoint-url"),

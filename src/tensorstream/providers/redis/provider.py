@@ -94,6 +94,8 @@ class RedisProvider(RedisConnection, Provider):
         client_cert: str | None = None,
         client_key: str | None = None,
     ) -> None:
+        if client_key is not None and client_cert is None:  # as HTTP(S) and S3 say it
+            raise ConfigurationError("client_key needs client_cert")
         if not _MIN_CHUNK <= chunk_size <= _MAX_CHUNK:
             raise ConfigurationError(
                 f"redis_chunk_size must be between {_MIN_CHUNK} and {_MAX_CHUNK}, got {chunk_size}"
