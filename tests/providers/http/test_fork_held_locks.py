@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,7 @@ url, which, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 f = tensorstream.open(url, part_size=256 << 10, **opts)
 data = f.read()
 locks = {
+    "local": lambda: f._provider.inner._lock,                # a local file's descriptors
     "redis width": lambda: f._provider.inner._width._cond,   # interactions running at once
     "s3 signing": lambda: f._provider.inner._sync_lock,         # the S3 signing client
     "s3 signatures": lambda: f._provider.inner._gets._lock,     # ... and its signatures
@@ -95,6 +97,12 @@ def test_a_child_forked_while_another_thread_held_a_redis_lock_reads(
     key = f"fork-lock-{os.urandom(4).hex()}"
     redis_server.put(key, os.urandom(1 << 20))
     _check(redis_server.url(key), which, {})
+
+
+def test_a_child_forked_while_another_thread_held_a_local_lock_reads(tmp_path: Path) -> None:
+    path = tmp_path / "m.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    _check(str(path), "local", {})
 
 
 def _check(url: str, which: str, opts: dict[str, str]) -> None:

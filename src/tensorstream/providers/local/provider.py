@@ -14,6 +14,7 @@ import errno
 import os
 import stat as stat_mod
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
@@ -192,6 +193,19 @@ def _pinned_etag(path: str, pin: Pin | None) -> str | None:
     return pin.etag
 
 
+#: Every local provider of this process (weak): a forked child gives each a new lock
+#: (a thread of the parent, which does not exist there, may have held it).
+_providers: weakref.WeakSet[LocalProvider] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for provider in list(_providers):
+        provider._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class LocalProvider(Provider):
     """Files on local disk. Paths are absolute filesystem paths."""
 
@@ -213,6 +227,7 @@ class LocalProvider(Provider):
         #: (path, etag) -> [descriptor, reads using it], least recently used first.
         self._fds: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
         self._pid = os.getpid()
+        _providers.add(self)
 
     def __repr__(self) -> str:
         return "LocalProvider()"
