@@ -378,3 +378,26 @@ def test_a_complete_that_failed_while_another_object_is_there_is_a_failure(
     assert not r.ok and r.files == 0 and "InternalError" in r.errors[0], r.errors
     assert b.get("dst/p.bin") == b"the old object"
     assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+@pytest.mark.parametrize("parts", [1, 2], ids=["CopyObject", "UploadPartCopy"])
+def test_a_refused_copy_of_an_sse_kms_source_does_not_blame_only_the_destination(
+        tensorstream_s3: Any, parts: int) -> None:
+    """A source encrypted with SSE-KMS: its HEAD needs no KMS permission, its copy needs
+    kms:Decrypt on the source's key, so S3's AccessDenied to the copy may be the source's.
+    It said "writing the destination was refused (the source could be read with the same
+    credentials)"; it now names both possibilities."""
+    b = tensorstream_s3
+    body = os.urandom(5 * MiB + 10 if parts == 2 else 1000)
+    b.client.put_object(Bucket=b.bucket, Key="src/k.bin", Body=body,
+                        ServerSideEncryption="aws:kms")
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
+    # The CopyObject refused; or the CreateMultipartUpload let through, its part refused.
+    b.faults.raw.status_script = [403] if parts == 1 else [200, 403]
+    r = copy(b.uri("src/k.bin"), b.uri("dst/k.bin"), copy_cutoff=5 * MiB, **b.options)
+    assert not r.ok and r.files == 0
+    (error,) = r.errors
+    assert "the source could be read" not in error, error
+    assert "kms:Decrypt" in error and "s3:PutObject" in error and "AccessDenied" in error, error
+    assert not b.server.exists(b.bucket, "dst/k.bin")
+    assert b.server.open_multipart_uploads(b.bucket) == []

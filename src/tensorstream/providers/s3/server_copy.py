@@ -217,14 +217,16 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in _KMS else None
     if size <= cutoff and (md5 is None or md5[1] is None):
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
-                                    _replaced(head, metadata))
+                                    _replaced(head, metadata),
+                                    kms_source=head.get("ServerSideEncryption") in _KMS)
         if advance is not None:
             advance(size)
     else:
         copied = await _copy_parts(call, src_path, dst_path, etag, md5, size,
                                    {**carried_from_head(head), **(metadata or {})},
                                    part_size=part_size, concurrency=concurrency,
-                                   advance=advance)
+                                   advance=advance,
+                                   kms_source=head.get("ServerSideEncryption") in _KMS)
     if check:
         await _check_size(call, dst_path, size)
     return copied
@@ -251,7 +253,13 @@ async def _head_source(call: _Calls, src_path: str, info: ObjectInfo) -> dict[st
         raise PermissionDeniedError(f"reading the source was refused: {exc.message}") from exc
 
 
-def _refused_writing(exc: PermissionDeniedError) -> PermissionDeniedError:
+def _refused_writing(exc: PermissionDeniedError, *, kms_source: bool = False
+                     ) -> PermissionDeniedError:
+    if kms_source:  # (its HEAD needs no KMS permission; copying its bytes does)
+        return PermissionDeniedError(
+            f"the copy was refused: the key pair may lack kms:Decrypt on the source's KMS "
+            f"key (it is encrypted with SSE-KMS) or s3:PutObject on the destination: "
+            f"{exc.message}")
     # The HEAD of the source (s3:GetObject) went through with the same key pair.
     return PermissionDeniedError(
         f"writing the destination was refused (the source could be read with the same "
@@ -268,7 +276,8 @@ def _replaced(head: dict[str, Any], metadata: dict[str, Any] | None) -> dict[str
 
 
 async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
-                       md5: str | None, replaced: dict[str, Any]) -> Copied:
+                       md5: str | None, replaced: dict[str, Any], *,
+                       kms_source: bool = False) -> Copied:
     """One ``CopyObject``: of a source stored in one piece, its copy's ETag is its MD5
     (``md5``; None: the source's ETag is no MD5, nothing to compare). ``replaced``:
     the metadata arguments when the caller set some (see :func:`_replaced`)."""
@@ -278,7 +287,7 @@ async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
         resp = await call("copy_object", dst_path, Bucket=bucket, Key=key, CopySource=source,
                           CopySourceIfMatch=etag, **replaced)
     except PermissionDeniedError as exc:
-        raise _refused_writing(exc) from exc
+        raise _refused_writing(exc, kms_source=kms_source) from exc
     got = (resp.get("CopyObjectResult") or {}).get("ETag")
     if md5 is None or resp.get("ServerSideEncryption") in _KMS or _etag_md5(got) is None:
         return Copied(None)  # the destination's own encryption: its ETag is no MD5
@@ -294,10 +303,12 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
                       md5: tuple[str, int | None] | None, size: int,
                       carried: dict[str, Any], *,
                       part_size: int, concurrency: int,
-                      advance: Callable[[int], None] | None) -> Copied:
+                      advance: Callable[[int], None] | None,
+                      kms_source: bool = False) -> Copied:
     """A multipart upload of ``UploadPartCopy`` parts: the source's own layout where S3
     tells it (the copy's ETag is then the source's), else ``part_size`` parts; the upload
-    is made with ``carried`` (the source's metadata, the caller's over it)."""
+    is made with ``carried`` (the source's metadata, the caller's over it). ``kms_source``:
+    the source is encrypted with SSE-KMS (a refused part may be its key's)."""
     layout = None
     if md5 is not None and md5[1] is not None:
         layout = await _source_layout(call, src_path, etag, md5[1], size)
@@ -342,7 +353,7 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         try:
             await _all(part(n, s, e) for n, (s, e) in enumerate(layout, 1))
         except PermissionDeniedError as exc:
-            raise _refused_writing(exc) from exc
+            raise _refused_writing(exc, kms_source=kms_source) from exc
         parts = [{"PartNumber": n, "ETag": etags[n]} for n in range(1, len(layout) + 1)]
         compared = (not own and md5 is not None and not encrypted[0]
                     and all(_etag_md5(p["ETag"]) for p in parts))
