@@ -162,3 +162,16 @@ def test_open_for_writing_a_local_file_refuses_metadata(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="keeps none"):
         tensorstream.open(str(tmp_path / "a.json"), "wb", content_type="application/json")
     assert not (tmp_path / "a.json").exists()
+
+
+@pytest.mark.parametrize(("name", "want"), [("config.json", "application/json"),
+                                            ("model.safetensors", "binary/octet-stream")])
+def test_an_object_from_http_gets_the_type_of_its_name(
+        moto_s3: Any, http_server: Any, name: str, want: str) -> None:
+    """From HTTP(S) (a model hub): guessed from the name like a local file's, not taken
+    from the server's answer (servers send text/plain or octet-stream for either)."""
+    p = _prefix()
+    http_server.put(f"{p}/{name}", b"{}")
+    r = copy(http_server.url(f"{p}/{name}"), _uri(f"{p}/{name}"), dst_options=moto_s3.options())
+    assert r.ok, r.errors
+    assert _head(moto_s3, f"{p}/{name}")["ContentType"] == want
