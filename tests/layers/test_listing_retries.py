@@ -71,8 +71,10 @@ class PagedS3:
     """A loopback S3 listing ``a, b`` then ``c, d`` (two pages); the second page
     stalls on its first ``stall_times`` requests (``None``: always)."""
 
-    def __init__(self, stall_times: int | None, *, then_first: list[str] | None = None) -> None:
+    def __init__(self, stall_times: int | None, *, then_first: list[str] | None = None,
+                 trickle: bool = False) -> None:
         self.stall_times = stall_times
+        self.trickle = trickle  # the first page comes a byte every 0.1 s: never idle
         self.then_first = then_first  # the first page once the second one stalled
         self.second = 0
         self.lists = 0
@@ -100,6 +102,15 @@ class PagedS3:
                 await asyncio.sleep(3.0)
             return web.Response(text=self._page(["c", "d"], None), content_type="application/xml")
         first = self.then_first if self.then_first and self.second else ["a", "b"]
+        if self.trickle:
+            body = self._page(first, "t1").encode()
+            resp = web.StreamResponse(headers={"Content-Type": "application/xml",
+                                               "Content-Length": str(len(body))})
+            await resp.prepare(request)
+            for byte in body:
+                await resp.write(bytes([byte]))
+                await asyncio.sleep(0.1)
+            return resp
         return web.Response(text=self._page(first, "t1"), content_type="application/xml")
 
     def __enter__(self) -> PagedS3:
@@ -178,6 +189,18 @@ def test_a_listing_that_changed_before_it_was_asked_again_fails_instead_of_mixin
             asyncio.run(run())
     assert got == ["bkt/a", "bkt/b"]
     assert "timeout_idle=0.3 s" in str(info.value) and "had changed" in str(info.value)
+
+
+def test_a_trickling_listing_page_stops_at_timeout_total() -> None:
+    """A page sent a byte every 0.1 s is never idle: ``timeout_total`` bounds each
+    page's request (``ls --timeout-total``), as it bounds each read; it was not
+    applied to listings, and such an ``ls`` ran for as long as the server trickled."""
+    with PagedS3(stall_times=0, trickle=True) as server:
+        started = time.monotonic()
+        with pytest.raises(errors.StorageTimeoutError) as info:
+            _listed("s3://bkt/", **server.options, **FAST, timeout_total=1.0)
+        assert time.monotonic() - started < 3.0
+    assert "timeout_total=1 s" in str(info.value), str(info.value)
 
 
 # -- Redis --------------------------------------------------------------------------------

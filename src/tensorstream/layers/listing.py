@@ -20,9 +20,10 @@ import math
 import random
 from collections.abc import AsyncIterator, Callable
 
-from ..config import RetryConfig
+from ..config import RetryConfig, Timeouts
 from ..errors import ServiceUnavailableError, TensorstreamError
 from ..providers.base import ObjectInfo
+from .timeout import operation
 
 __all__ = ["retried_listing"]
 
@@ -37,11 +38,12 @@ def _wait(exc: TensorstreamError, failed: int, policy: RetryConfig) -> float:
 
 
 async def retried_listing(
-        start: Callable[[], AsyncIterator[ObjectInfo]], policy: RetryConfig, *,
-        final: Callable[[TensorstreamError, int], TensorstreamError],
+        start: Callable[[], AsyncIterator[ObjectInfo]], policy: RetryConfig, timeouts: Timeouts,
+        *, final: Callable[[TensorstreamError, int], TensorstreamError],
         on_retry: Callable[[TensorstreamError], None] = lambda exc: None,
 ) -> AsyncIterator[ObjectInfo]:
-    """The entries of ``start()``, listed again after a temporary error.
+    """The entries of ``start()``, listed again after a temporary error; each
+    step of the listing (a page's request) under ``timeouts.total``.
 
     ``final(exc, attempts)`` is the error raised once retrying stops (the retry
     layer's, naming the attempts); ``on_retry(exc)`` is told of each retry."""
@@ -54,7 +56,14 @@ async def retried_listing(
         try:
             listing = start()
             try:
-                async for info in listing:
+                while True:
+                    # (the deadline is set for this step only: never across a yield,
+                    # where it would reach the caller's own calls)
+                    with operation(timeouts):
+                        try:
+                            info = await anext(listing)
+                        except StopAsyncIteration:
+                            break
                     if skip:
                         skip -= 1
                         if skip == 0 and info.path != last:

@@ -349,7 +349,8 @@ class PolicyProvider(Provider):
 
         try:
             async for info in retried_listing(lambda: (lister or self.inner.list)(prefix),
-                                              self.config.retry, final=final, on_retry=on_retry):
+                                              self.config.retry, self.config.timeouts,
+                                              final=final, on_retry=on_retry):
                 yield info
         except TensorstreamError as exc:
             self._add_context(exc, "list", prefix)

@@ -268,6 +268,34 @@ def mark_adapting(exc: TensorstreamError, url: URL) -> TensorstreamError:
     return exc
 
 
+def _small_body(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, limit: int,
+                *, service: str, path: str) -> bytes:
+    """Up to ``limit`` bytes of ``resp``'s body, under the operation's total deadline
+    when it has one: a body trickled a byte at a time is never idle, and a listing
+    page sent so ran past ``timeout_total`` for as long as the server went on."""
+    deadline = current_deadline()
+    if deadline is None or deadline.at is None:
+        return resp.read(limit)
+    parts: list[bytes] = []
+    got = 0
+    while got < limit:
+        if deadline.expired():
+            raise total_deadline_error(got, service=service, path=path)
+        if conn.sock is not None:
+            conn.sock.settimeout(deadline.wait_bound())
+        try:
+            piece = resp.read1(limit - got)
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise total_deadline_error(got, service=service, path=path) from exc
+            raise
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts)
+
+
 def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, str],
             timeouts: Timeouts, *, path: str, service: str = "http",
             redirects: RedirectPolicy | None = None, cancel: Cancel | None = None,
@@ -281,7 +309,7 @@ def request(pool: ConnectionPool, url: str, method: str, headers: Mapping[str, s
         conn, resp, view, final = send_request(pool, url, method, headers, timeouts, service=service,
                                         path=path, redirects=redirects, cancel=cancel)
         try:
-            body = resp.read(body_limit)
+            body = _small_body(conn, resp, body_limit, service=service, path=path)
         except BaseException:
             conn.close()
             raise
