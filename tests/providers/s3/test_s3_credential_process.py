@@ -282,3 +282,51 @@ def test_a_credential_process_under_a_terminal_is_still_stopped_at_its_timeout(
     assert code == 1 and "did not finish within 1 s" in shown, (code, shown)
     assert time.monotonic() - started < 20
     assert all(_gone(int(p)) for p in pids.read_text().split())
+
+
+_FORK_WHILE_RUNNING = """\
+import os, sys, threading, time
+import tensorstream
+
+def describe():
+    try:
+        tensorstream.describe_credentials(URI, s3_profile="slow",
+                                          s3_credential_process_timeout=4)
+    except Exception as exc:
+        print("describe:", type(exc).__name__, flush=True)
+
+t = threading.Thread(target=describe)
+t.start()
+while not (os.path.exists(PIDS) and open(PIDS).read().strip()):
+    time.sleep(0.02)
+pid = int(open(PIDS).read().split()[0])
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # an ordinary exit: its atexit handlers run
+os.waitpid(child, 0)
+time.sleep(0.3)
+try:
+    state = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+except FileNotFoundError:  # killed, and reaped by the thread waiting for it
+    state = "X"
+print("after the fork's exit:", "gone" if state in "ZX" else "running", flush=True)
+t.join()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_exiting_leaves_the_parents_credential_process_alone(
+        aws_config: Path, tmp_path: Path) -> None:
+    """A child forked while a thread waits for a credential_process (a DataLoader or
+    multiprocessing worker, a daemon's fork) and exiting normally ran the atexit hook it
+    inherited and killed its parent's process: the parent's load failed at once."""
+    import subprocess
+
+    pids = _hanging_process(tmp_path, aws_config, use_exec=True)
+    script = f"URI = {f's3://{S3_BUCKET}/key'!r}\nPIDS = {str(pids)!r}\n" + _FORK_WHILE_RUNNING
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "AWS_CONFIG_FILE": str(aws_config)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["after the fork's exit: running",
+                                     "describe: StorageTimeoutError"], r.stdout
+    assert all(_gone(int(p)) for p in pids.read_text().split())

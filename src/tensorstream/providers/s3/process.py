@@ -54,6 +54,11 @@ def _stop_all() -> None:
         proc.kill_group()
 
 
+if hasattr(os, "register_at_fork"):
+    # A forked child's processes are its parent's: its exit (atexit) must not kill them.
+    os.register_at_fork(after_in_child=_RUNNING.clear)
+
+
 def _has_terminal() -> bool:
     """Whether this process has a controlling terminal (``/dev/tty`` opens)."""
     try:
