@@ -66,3 +66,14 @@ def test_raw_headers_give_what_a_copy_carries() -> None:
                                  "etag": '"e"', "expires": "Thu, 01 Jan 2031 00:00:00 GMT"}) == {
         "ContentType": "x/y", "Metadata": {"sha": "abc"},
         "Expires": "Thu, 01 Jan 2031 00:00:00 GMT"}
+
+
+def test_a_sources_metadata_s3_would_refuse_is_said_before_botocore_quotes_it() -> None:
+    """A store that hands back raw UTF-8 (read as Latin-1): botocore refused it quoting
+    the value; now refused naming the key, and --metadata given replaces it."""
+    source = {"Metadata": {"k": "caf\u00c3\u00a9"}}
+    with pytest.raises(ConfigurationError, match="source's user metadata") as caught:
+        MetadataOptions().for_object("m", source)
+    assert "caf" not in str(caught.value)
+    assert MetadataOptions(metadata={"k": "v"}).for_object("m", source) == {
+        "Metadata": {"k": "v"}}

@@ -184,6 +184,15 @@ class MetadataOptions:
         from ``name``), with the options' own fields over them."""
         if source is not None:
             out = dict(source)
+            if self.metadata is None and out.get("Metadata"):
+                # Another store may hand back what S3 takes not (raw UTF-8); botocore's own
+                # refusal would quote the value.
+                try:
+                    out["Metadata"] = validate_user_metadata(out["Metadata"])
+                except ConfigurationError as exc:
+                    raise ConfigurationError(
+                        f"the source's user metadata cannot be stored in S3: {exc.message}; "
+                        "set other metadata with --metadata") from None
         else:
             out = {}
             guessed = mimetypes.guess_type(name)[0] if self.guess_mime_type \
