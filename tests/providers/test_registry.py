@@ -202,3 +202,25 @@ def test_a_scheme_two_installed_packages_claim_is_refused_naming_both(
     # a choice made in code settles it
     registry.register("twicefs", _Toy)
     assert registry.resolve_provider_class("twicefs") is _Toy
+
+
+@pytest.fixture
+def toy_by_name() -> Any:
+    """The toy provider registered as 'module:Class' (as an entry point names it), not
+    imported yet; and a second third-party scheme whose module is missing."""
+    registry.register("toy", f"{__name__}:_Toy")
+    registry.register("gone", "no_such_module_of_tensorstream_tests:Provider")
+    yield "toy"
+    registry._registry.pop("toy", None)
+    registry._registry.pop("gone", None)
+
+
+def test_a_third_party_option_is_taken_before_its_provider_is_imported(
+        toy_by_name: str, tmp_path: Any) -> None:
+    """One options dict for a cp between a local folder and a third-party store: the
+    local side was resolved first and refused toy_colour as a typo, because the toy
+    provider's class (which names it) was not imported yet; the other order worked."""
+    tensorstream.get_provider(str(tmp_path), toy_colour="blue")
+    assert registry.unknown_option_names({"toy_colour", "toy_color"}) == {"toy_color"}
+    with pytest.raises(errors.ConfigurationError, match="toy_color"):
+        tensorstream.get_provider(str(tmp_path), toy_color="blue")

@@ -228,7 +228,8 @@ def unknown_option_names(names: Iterable[str]) -> set[str]:
     first where it costs nothing (loaded providers, config modules already imported),
     then in the config module of the service a name is prefixed with (``s3_``,
     ``redis_``): one options dict serves both sides of a ``cp``. The other config
-    modules are imported only while a name is still unaccounted for."""
+    modules, then the registered third-party providers not imported yet, are imported
+    only while a name is still unaccounted for."""
     left = set(names)
     for entry in _registry.values():
         if isinstance(entry, type):
@@ -243,6 +244,16 @@ def unknown_option_names(names: Iterable[str]) -> set[str]:
         if not left:
             break
         left -= importlib.import_module(config).OPTIONS
+    if left:  # third-party providers name their options on the class: import those left
+        _load_entry_points()
+        for scheme, entry in list(_registry.items()):
+            if not left:
+                break
+            if isinstance(entry, str) and (scheme not in _BUILTIN or scheme in _replaced):
+                try:
+                    left -= resolve_provider_class(scheme).option_names
+                except Exception:  # (a broken one says so when its scheme is used)
+                    continue
     return left
 
 
