@@ -50,7 +50,8 @@ OTHER_TOOLS = {
 #: Upper-case string constants in src/tensorstream that are not environment variables.
 NOT_VARIABLES = re.compile(
     r"CERTIFICATE_VERIFY_FAILED|WRONG_VERSION_NUMBER|DEFAULT_\w+|\w+_TENSORIZER_VERSION|F8_\w+"
-    r"|MAX_HEADER_SIZE|NON_GROUP_MEMBER|OPAQUE_DTYPE_SEP|O_\w+|TENSORIZER_MAGIC")
+    r"|MAX_HEADER_SIZE|NON_GROUP_MEMBER|OPAQUE_DTYPE_SEP|O_\w+|TENSORIZER_MAGIC"
+    r"|DEEP_ARCHIVE|INTELLIGENT_TIERING")  # (S3 storage classes)
 
 #: Read by name pattern, never as a literal: ``*_proxy`` (tensorstream/providers/_http/proxies.py).
 PATTERN_READ = {"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"}
