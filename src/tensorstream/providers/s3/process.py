@@ -62,7 +62,7 @@ if hasattr(os, "register_at_fork"):
 def _has_terminal() -> bool:
     """Whether this process has a controlling terminal (``/dev/tty`` opens)."""
     try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)  # (a serial line)
     except OSError:  # ENXIO: none (a service, CI, nohup, a pipe)
         return False
     os.close(fd)
