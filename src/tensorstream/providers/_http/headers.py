@@ -339,14 +339,19 @@ def _codings(value: str | None) -> list[str]:
     return [c.strip().lower() for c in (value or "").split(",") if c.strip()]
 
 
-def body_refusal(headers: _Headers) -> str | None:
+def body_refusal(headers: _Headers, *, stored_coding: bool = False) -> str | None:
     """Why an answer's body cannot be taken as the object's bytes as they
     arrive (``None``: it can): a content coding or a transfer coding other
     than ``chunked`` (neither is decoded here: ``http.client`` frames only a
     body whose transfer coding is exactly ``chunked``), or a header that
-    describes the body given twice with different values."""
+    describes the body given twice with different values.
+
+    ``stored_coding``: the service stores ``Content-Encoding`` as the object's
+    metadata and sends the bytes as stored (S3: an object uploaded with
+    ``Content-Encoding: gzip`` is its gzip bytes, what ``aws s3 cp`` copies), so
+    it is no reason to refuse; the body's framing is still checked."""
     content = [c for c in _codings(headers.get("Content-Encoding")) if c != "identity"]
-    if content:
+    if content and not stored_coding:
         return f"Content-Encoding {', '.join(content)}"
     transfer = (headers.get("Transfer-Encoding") or "").strip()
     if transfer.lower() not in ("", "chunked"):  # exactly what http.client un-chunks
@@ -409,7 +414,7 @@ def check_ranged_response(status: int, headers: _Headers, *, first: int, last: i
             f"of a {pin.size}-byte object: {size})", service=service, path=redact_path(path))
     if status != 206:
         raise on_status()
-    why = body_refusal(headers)
+    why = body_refusal(headers, stored_coding=service == "s3")
     if why is not None:
         raise refuse(f"refusing a ranged body: {why}")
     cr = parse_content_range(headers.get("Content-Range"))

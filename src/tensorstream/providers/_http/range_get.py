@@ -241,7 +241,8 @@ def open_whole(
             cr = parse_content_range(view.get("Content-Range"))
             length = view.get("Content-Length")
             served = served_version(view, cr.total if cr is not None else None)
-            if (resp.status != 206 or body_refusal(view) is not None or cr is None
+            if (resp.status != 206 or body_refusal(view, stored_coding=service == "s3") is not None
+                    or cr is None
                     or cr.total is None or cr.total == 0
                     or (cr.first, cr.last) != (0, cr.total - 1)
                     or (length is not None and length.strip() != str(cr.total))
