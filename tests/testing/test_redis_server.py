@@ -115,3 +115,19 @@ def test_a_port_taken_every_time_gives_up_with_a_reason(monkeypatch: pytest.Monk
         assert len(taker.taken) == 5
     finally:
         taker.close()
+
+
+@pytest.mark.parametrize("key", ["0", "12", "0/7", "k1"])
+def test_url_of_a_key_of_digits_names_that_key(key: str) -> None:
+    # url("0") was redis://host:port/0, which tensorstream refuses (redis-py reads the
+    # database number there): a test author's URI for the key "0" failed to parse.
+    import tensorstream
+
+    with RedisServer() as server:
+        uri = server.url(key)
+        with tensorstream.open(uri, "wb") as f:
+            f.write(b"digits")
+        with tensorstream.open(uri) as f:
+            assert f.read() == b"digits"
+        assert tensorstream.parse_uri(uri).path == key
+    assert tensorstream.parse_uri(server.url("7/")).path == "7/"  # a folder of digits too

@@ -12,6 +12,7 @@ never into argv. Always torn down: use them as context managers.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -180,6 +181,15 @@ def _on_a_free_port(start: Any) -> _Process:
                        f"last one: {last}")
 
 
+
+def _keyed(key: str, db: int | None) -> str:
+    """``key`` as a URI's path: a key of digits alone (``0``, ``12/``) is spelled
+    ``%30``/``%312/`` without ``?db=``, where redis-py would read the database number
+    (tensorstream refuses the plain spelling as ambiguous)."""
+    if db is None and re.fullmatch(r"\d+/?", key):
+        return f"%{ord(key[0]):02X}{key[1:]}"
+    return key
+
 class RedisServer:
     """One ``redis-server`` on a free loopback port.
 
@@ -304,7 +314,7 @@ class RedisServer:
 
             auth = f"{quote(user or '', safe='')}:{quote(password or '', safe='')}@"
         q = f"?db={db}" if db is not None else ""
-        return f"{scheme}://{auth}{self.host}:{self.port}/{key}{q}"
+        return f"{scheme}://{auth}{self.host}:{self.port}/{_keyed(key, db)}{q}"
 
     def client(self, **kwargs: Any) -> Any:
         """A synchronous ``redis.Redis`` with admin (default user) access."""
@@ -436,7 +446,7 @@ class RedisCluster:
 
     def url(self, key: str = "") -> str:
         """``redis://127.0.0.1:port/key?cluster=true`` (any node bootstraps the client)."""
-        return f"redis://{self.host}:{self.ports[0]}/{key}?cluster=true"
+        return f"redis://{self.host}:{self.ports[0]}/{_keyed(key, None)}?cluster=true"
 
     def client(self) -> Any:
         """A synchronous ``redis.cluster.RedisCluster``."""
