@@ -59,7 +59,7 @@ from ..base import ObjectInfo
 from .errors import WrongRegionError
 from .metadata import carried_from_head
 from .parts import MAX_PARTS, known_size_part
-from .writer import _etag_md5
+from .writer import KMS_ENCRYPTION, _etag_md5
 
 __all__ = ["COPY_CUTOFF", "Copied", "ServerCopyUnsupported", "same_credentials", "server_copy"]
 
@@ -69,7 +69,6 @@ log = logging.getLogger("tensorstream.s3")
 COPY_CUTOFF = 5 << 30
 #: Source part lookups (``HEAD ?partNumber``) in flight at once.
 _LOOKUPS = 16
-_KMS = frozenset({"aws:kms", "aws:kms:dsse"})
 #: Storage classes whose objects S3 copies only once restored.
 _ARCHIVES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 
@@ -214,11 +213,11 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
             f"the source is archived (storage class {archived}) and not restored: S3 copies "
             "it only once restored (aws s3api restore-object), then copy it again")
     # The ETag as an MD5 (of the bytes, or of the parts' MD5s, -N); under SSE-KMS it is not.
-    md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in _KMS else None
+    md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in KMS_ENCRYPTION else None
     if size <= cutoff and (md5 is None or md5[1] is None):
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
                                     _replaced(head, metadata),
-                                    kms_source=head.get("ServerSideEncryption") in _KMS)
+                                    kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
         if advance is not None:
             advance(size)
     else:
@@ -226,7 +225,7 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
                                    {**carried_from_head(head), **(metadata or {})},
                                    part_size=part_size, concurrency=concurrency,
                                    advance=advance,
-                                   kms_source=head.get("ServerSideEncryption") in _KMS)
+                                   kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
     if check:
         await _check_size(call, dst_path, size)
     return copied
@@ -289,7 +288,7 @@ async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
     except PermissionDeniedError as exc:
         raise _refused_writing(exc, kms_source=kms_source) from exc
     got = (resp.get("CopyObjectResult") or {}).get("ETag")
-    if md5 is None or resp.get("ServerSideEncryption") in _KMS or _etag_md5(got) is None:
+    if md5 is None or resp.get("ServerSideEncryption") in KMS_ENCRYPTION or _etag_md5(got) is None:
         return Copied(None)  # the destination's own encryption: its ETag is no MD5
     if _etag_md5(got) != (md5, None):
         await _remove(call, dst_path)
@@ -330,7 +329,7 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
     etags: dict[int, str] = {}
     # The copy encrypted with KMS (the bucket's default): its parts' ETags look like MD5s
     # but are not, so they cannot make the source's (as for one CopyObject's ETag).
-    encrypted = [upload.get("ServerSideEncryption") in _KMS]
+    encrypted = [upload.get("ServerSideEncryption") in KMS_ENCRYPTION]
     slots = asyncio.Semaphore(max(1, concurrency))
 
     async def part(number: int, start: int, end: int) -> None:
@@ -344,7 +343,7 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         if not got:
             raise IntegrityError(f"S3 answered UploadPartCopy {number} without an ETag")
         etags[number] = str(got)
-        if resp.get("ServerSideEncryption") in _KMS:
+        if resp.get("ServerSideEncryption") in KMS_ENCRYPTION:
             encrypted[0] = True
         if advance is not None:
             advance(end - start)

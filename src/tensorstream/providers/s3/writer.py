@@ -56,7 +56,7 @@ from .parts import (
     streaming_part_size,
 )
 
-__all__ = ["MIN_PART_SIZE", "S3Writer"]
+__all__ = ["KMS_ENCRYPTION", "MIN_PART_SIZE", "S3Writer"]
 
 log = logging.getLogger("tensorstream.s3")
 
@@ -98,8 +98,9 @@ class _ViewFile(io.RawIOBase):
         return self._pos
 
 
-#: Server-side encryption under which S3's ETag is not the MD5 of the bytes.
-_KMS = frozenset({"aws:kms", "aws:kms:dsse"})
+#: Server-side encryption (``x-amz-server-side-encryption``) under which S3's ETag
+#: is not the MD5 of the bytes.
+KMS_ENCRYPTION = frozenset({"aws:kms", "aws:kms:dsse"})
 
 
 def _etag_md5(etag: object) -> tuple[str, int | None] | None:
@@ -350,7 +351,7 @@ class S3Writer(Writer):
         (32 hex digits): the answer says so (``x-amz-server-side-encryption:
         aws:kms``, a customer key's algorithm), and Content-MD5, which S3 checks
         itself, is then what vouches for the bytes."""
-        if resp.get("ServerSideEncryption") in _KMS or resp.get("SSECustomerAlgorithm"):
+        if resp.get("ServerSideEncryption") in KMS_ENCRYPTION or resp.get("SSECustomerAlgorithm"):
             self._etags_are_md5 = False  # (a CompleteMultipartUpload's answer names no SSE-C)
         if not self._etags_are_md5:
             return
