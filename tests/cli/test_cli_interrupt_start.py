@@ -245,7 +245,7 @@ def test_python_isolated_mode_is_the_command_where_it_can_be_started(tmp_path: P
     (tmp_path / "d").mkdir()
     proc = _run([sys.executable, "-Im", "tensorstream", "ls", str(tmp_path)], dict(os.environ),
                 None)
-    assert proc.returncode == 0 and proc.stdout.split() == ["d"], proc.stderr
+    assert proc.returncode == 0 and proc.stdout.split() == ["d/"], proc.stderr
 
 
 def test_a_child_process_of_the_command_gets_pythons_sigint_handler(
