@@ -24,7 +24,7 @@ from typing import Any
 from .errors import InvalidURIError
 
 __all__ = ["ParsedURI", "SECRET_QUERY_PARAMS", "check_file_destination", "is_utf8", "parse_uri",
-           "redact", "redact_text"]
+           "redact", "redact_text", "redis_key_path"]
 
 ACCEPTED_FORMS = (
     "a local path or file:///path, http(s)://host/path, s3://bucket/key, "
@@ -140,14 +140,21 @@ class ParsedURI:
             # A key that is not UTF-8 (listed as surrogates) is escaped byte by byte,
             # as parse_uri unescapes it: it named no URI and failed the whole copy.
             key = urllib.parse.quote(path.encode("utf-8", "surrogateescape"), safe="/")
-            if "db" not in self.query and _DATABASE_PATH.fullmatch("/" + key):
-                key = f"%3{key[0]}{key[1:]}"  # the key "0", not database 0 (parse_uri)
-            return f"{self.scheme}://{netloc}/{key}{q}"
+            return f"{self.scheme}://{netloc}/{redis_key_path(key, db_given='db' in self.query)}{q}"
         return f"{self.scheme}://{path}"
 
 
 #: A path redis-py's ``Redis.from_url`` (and ``redis-cli -u``) reads as the database number.
 _DATABASE_PATH = re.compile(r"/(\d+)/?")
+
+
+def redis_key_path(key: str, *, db_given: bool) -> str:
+    """A Redis URI's path for the (escaped) ``key``: a key of digits alone (``0``,
+    ``12/``) without ``?db=`` is spelled ``%30``, ``%312/``, the key and not the
+    database number redis-py reads there (which :func:`parse_uri` refuses)."""
+    if not db_given and _DATABASE_PATH.fullmatch("/" + key):
+        return f"%3{key[0]}{key[1:]}"
+    return key
 
 
 def _refuse_database_path(path: str, query: dict[str, str], uri: str) -> None:

@@ -12,7 +12,6 @@ never into argv. Always torn down: use them as context managers.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import socket
@@ -23,6 +22,7 @@ import time
 from types import TracebackType
 from typing import Any
 
+from ..uri import redis_key_path
 from . import watchdog
 
 __all__ = ["RedisCluster", "RedisServer", "RedisUnavailable", "free_port", "redis_available"]
@@ -182,13 +182,6 @@ def _on_a_free_port(start: Any) -> _Process:
 
 
 
-def _keyed(key: str, db: int | None) -> str:
-    """``key`` as a URI's path: a key of digits alone (``0``, ``12/``) is spelled
-    ``%30``/``%312/`` without ``?db=``, where redis-py would read the database number
-    (tensorstream refuses the plain spelling as ambiguous)."""
-    if db is None and re.fullmatch(r"\d+/?", key):
-        return f"%{ord(key[0]):02X}{key[1:]}"
-    return key
 
 class RedisServer:
     """One ``redis-server`` on a free loopback port.
@@ -314,7 +307,8 @@ class RedisServer:
 
             auth = f"{quote(user or '', safe='')}:{quote(password or '', safe='')}@"
         q = f"?db={db}" if db is not None else ""
-        return f"{scheme}://{auth}{self.host}:{self.port}/{_keyed(key, db)}{q}"
+        path = redis_key_path(key, db_given=db is not None)
+        return f"{scheme}://{auth}{self.host}:{self.port}/{path}{q}"
 
     def client(self, **kwargs: Any) -> Any:
         """A synchronous ``redis.Redis`` with admin (default user) access."""
@@ -446,7 +440,8 @@ class RedisCluster:
 
     def url(self, key: str = "") -> str:
         """``redis://127.0.0.1:port/key?cluster=true`` (any node bootstraps the client)."""
-        return f"redis://{self.host}:{self.ports[0]}/{_keyed(key, None)}?cluster=true"
+        path = redis_key_path(key, db_given=False)
+        return f"redis://{self.host}:{self.ports[0]}/{path}?cluster=true"
 
     def client(self) -> Any:
         """A synchronous ``redis.cluster.RedisCluster``."""

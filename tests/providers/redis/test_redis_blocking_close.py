@@ -24,18 +24,10 @@ import pytest
 import tensorstream
 from tensorstream import _loop
 from tensorstream.providers.base import Pin
-from tensorstream.testing.redis_server import RedisServer, redis_available
+from tensorstream.testing.redis_server import RedisServer
 
 PROVIDERS, THREADS, ROUNDS = 12, 16, 2
 PAUSE_MS = 4000
-
-@pytest.fixture
-def private_redis() -> Iterator[RedisServer]:
-    """A server of its own: CLIENT PAUSE would stall every other test on a shared one."""
-    if not redis_available():
-        pytest.skip("redis-server not installed")
-    with RedisServer() as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -8,24 +8,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 import tensorstream
-from tensorstream.testing.redis_server import RedisServer, redis_available
+from tensorstream.testing.redis_server import RedisServer
 
 MiB = 1 << 20
 PAUSE_MS = 6000
 
-
-@pytest.fixture
-def private_redis() -> Iterator[RedisServer]:
-    """A server of its own: CLIENT PAUSE would stall every other test on a shared one."""
-    if not redis_available():
-        pytest.skip("redis-server not installed")
-    with RedisServer() as srv:
-        yield srv
 
 
 def _fetch_threads() -> list[threading.Thread]:
