@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import stat
@@ -72,6 +73,13 @@ class Listings:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._names: dict[tuple[str, tuple[str, ...]], frozenset[str]] = {}
+
+    @functools.cached_property
+    def umask(self) -> int:
+        """The process's umask, read once per copy: reading it costs six system
+        calls (``/proc/self/status``), each a hand-off of the interpreter lock
+        between the copy's threads, and every file of the copy gets the same."""
+        return current_umask()
 
     def names(self, key: tuple[str, tuple[str, ...]], dir_fd: int) -> frozenset[str]:
         with self._lock:  # listed under the lock: once, even when objects race to it
@@ -213,7 +221,7 @@ class LocalCopy:
                                source=job.label, etag=job.info.etag, resume=c.resume,
                                durable=c.durable, direct=c.direct,
                                existing=listing, mtime_ns=mtime_ns(job.info),
-                               mode=copied_mode(job.info))
+                               mode=copied_mode(job.info, c.listings.umask))
         resumed = target.open()
         self.sink = target  # only a temp file this run opened (and locked) is ever aborted
         if not self.one_hop or not self.parts:
@@ -311,15 +319,15 @@ class LocalCopy:
             self.close()
 
 
-def copied_mode(info: ObjectInfo) -> int | None:
-    """The permissions of a local source's copy: its own less the umask, as ``cp``
-    (and ``rsync``, ``shutil.copy``) give it. A private file (0600) was copied
-    0644, readable by every user; a source without permissions (not a local
-    file) gets None: 0666 less the umask."""
+def copied_mode(info: ObjectInfo, umask: int) -> int:
+    """The permissions of a copy: a local source's own less the umask, as ``cp``
+    (and ``rsync``, ``shutil.copy``) give it (a private file (0600) was copied
+    0644, readable by every user); 0666 less the umask for a source without
+    permissions (not a local file), as every new file gets."""
     mode = (info.extra or {}).get("mode")
     if not isinstance(mode, int) or isinstance(mode, bool):
-        return None
-    return mode & 0o777 & ~current_umask()
+        return 0o666 & ~umask
+    return mode & 0o777 & ~umask
 
 
 def mtime_ns(info: ObjectInfo) -> int | None:
