@@ -9,6 +9,7 @@ file size limit that fails writes as a full disk does.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import socket
@@ -87,6 +88,27 @@ class FullBacklogListener:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def wait_or_kill(pid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for the forked child ``pid``, then kill it: whether it ended
+    by itself. For scripts that fork (a child that hangs must not hang the test): they
+    take it as :data:`WAIT_OR_KILL`."""
+    import os
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.05)
+    return True
+
+
+#: :func:`wait_or_kill`'s source, to put in front of a script :func:`run_python` runs.
+WAIT_OR_KILL = inspect.getsource(wait_or_kill)
 
 
 def run_python(code: str, *, timeout: float = 60, env: dict[str, str] | None = None,

@@ -16,6 +16,15 @@ __all__ = ["current_umask", "new_file_mode"]
 _lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held the lock at the fork (it does not exist here)."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def current_umask() -> int:
     """The umask, from ``/proc/self/status`` where it is shown; elsewhere set and put
     back under a lock, through 077 (what another thread creates meanwhile is private)."""

@@ -18,6 +18,7 @@ import tensorstream
 from reliability_helpers import (
     FAST,
     SMALL_PARTS,
+    WAIT_OR_KILL,
     FullBacklogListener,
     open_fds,
     run_python,
@@ -379,8 +380,8 @@ print(json.dumps({"parent": parent_digest, "child": child, "status": status}))
         assert out["child"]["inherited_error"]
 
 
-_FORK_CODE = r"""
-import json, os, sys, time
+_FORK_CODE = WAIT_OR_KILL + r"""
+import json, os, sys
 import tensorstream
 url, opts = sys.argv[1], json.loads(sys.argv[2])
 data = open(sys.argv[3], "rb").read()
@@ -401,13 +402,7 @@ if pid == 0:
     os.write(w, json.dumps(out).encode())
     os._exit(0)
 os.close(w)
-deadline = time.monotonic() + 30
-while not os.waitpid(pid, os.WNOHANG)[0]:
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        break
-    time.sleep(0.05)
+wait_or_kill(pid, 30)
 child = json.loads(os.read(r, 1 << 16) or b'{"hung": true}')
 parent = {"next": f.read(MiB) == data[4096:4096 + MiB]}
 f.seek(0)

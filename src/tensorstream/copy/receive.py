@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import mmap
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +64,15 @@ CHUNK = 1 << 20
 _KEEP_FREE = 32
 _free: list[memoryview] = []
 _free_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held the lock at the fork (it does not exist here)."""
+    global _free_lock
+    _free_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 Deliver = Callable[[int, memoryview], None]
 

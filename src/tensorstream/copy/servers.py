@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import socket
 import threading
 from urllib.parse import urlsplit
@@ -40,6 +41,16 @@ _NO_VIRTUAL_HOSTS = frozenset({"redis"})
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _RESOLVED: dict[str, frozenset[_Address]] = {}
 _LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held the lock at the fork (it does not exist here);
+    the names it resolved still hold."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclasses.dataclass(frozen=True)

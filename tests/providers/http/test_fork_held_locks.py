@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from fixtures_s3 import S3_BUCKET
-from reliability_helpers import run_python
+from reliability_helpers import WAIT_OR_KILL, run_python
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.redis_server import RedisServer
 from tensorstream.testing.s3_server import MotoS3Server
 
-_CODE = r"""
-import json, os, sys, threading, time
+_CODE = WAIT_OR_KILL + r"""
+import json, os, sys, threading
 import tensorstream
 from tensorstream import _loop
 from tensorstream.providers._http import receiver, threads, throttle
@@ -63,13 +63,7 @@ if pid == 0:
     os.write(w, json.dumps(out).encode())
     os._exit(0)
 os.close(w)
-deadline = time.monotonic() + 20
-while not os.waitpid(pid, os.WNOHANG)[0]:
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        break
-    time.sleep(0.05)
+wait_or_kill(pid, 20)
 release.set()
 print(json.dumps(json.loads(os.read(r, 1 << 16) or b'{"hung": true}')))
 """

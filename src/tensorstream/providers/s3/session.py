@@ -13,6 +13,15 @@ _loader_lock = threading.Lock()
 _loaders: dict[tuple[int, str | None], Any] = {}
 
 
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held the lock at the fork (it does not exist here)."""
+    global _loader_lock
+    _loader_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def shared_data_loader(session: Any) -> Any:
     """botocore's data loader (service models, endpoint rules), one per process.
 
