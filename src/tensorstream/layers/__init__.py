@@ -2,7 +2,8 @@
 once, for every backend and every read path.
 
 * :mod:`.stack` -- :class:`PolicyProvider`, the composed stack: error context,
-  retry, resume, capability checks, metrics; it runs every attempt under
+  retry, resume, capability checks, metrics (the stream and the writer it hands
+  out: :mod:`.counted_body`, :mod:`.context_writer`); it runs every attempt under
 * :mod:`.timeout` -- total and idle deadlines enforced *inside* an attempt, and
 * :mod:`.pinning` -- every read of an object pinned to one version.
 """

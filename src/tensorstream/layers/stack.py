@@ -18,15 +18,15 @@
 * **metrics** -- bytes, requests, retries.
 
 The wrapper forwards every :class:`Provider` method explicitly (a test checks
-that nothing is silently inherited).
+that nothing is silently inherited). The range stream and the writer it hands out
+are in :mod:`.counted_body` and :mod:`.context_writer`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from .. import _loop
@@ -42,6 +42,8 @@ from ..errors import (
 from ..providers.base import BodyStream, ObjectInfo, Pin, Provider, Writer
 from ..uri import redact_text
 from . import timeout as _timeout
+from .context_writer import ContextWriter
+from .counted_body import CountedBody
 from .pinning import resume_pin
 
 __all__ = ["Metrics", "PolicyProvider"]
@@ -301,7 +303,7 @@ class PolicyProvider(Provider):
         pinned = _as_pin(pin, etag)
         body = self._call_blocking(
             "read", path, lambda: self.inner.open_range_blocking(path, start, end, pin=pinned))
-        return _CountedBody(body, self, path)
+        return CountedBody(body, self, path)
 
     def open_whole_blocking(self, path: str) -> tuple[ObjectInfo, BodyStream] | None:
         """The provider's size, validators and stream of every byte from one
@@ -314,7 +316,7 @@ class PolicyProvider(Provider):
         if got is None:
             return None
         info, body = got
-        return info, _CountedBody(body, self, path)
+        return info, CountedBody(body, self, path)
 
     async def read_range(
         self, path: str, start: int, end: int, *, pin: Pin | None = None,
@@ -360,7 +362,7 @@ class PolicyProvider(Provider):
         if not self.capabilities.write:
             raise self._unsupported("writes", "write")
         try:
-            return _ContextWriter(self.inner.open_writer(path, **kwargs), self, path)
+            return ContextWriter(self.inner.open_writer(path, **kwargs), self, path)
         except TensorstreamError as exc:
             self._add_context(exc, "write", path)
             raise
@@ -382,100 +384,6 @@ class PolicyProvider(Provider):
         if pin is not None:
             pin.check(Pin.of(info), service=self.service, path=path)
         return info
-
-
-class _CountedBody:
-    """A :class:`BodyStream` whose reads count in the metrics and whose errors
-    name the service, operation and path."""
-
-    def __init__(self, body: BodyStream, policy: PolicyProvider, path: str) -> None:
-        self._body = body
-        self._policy = policy
-        self._path = path
-
-    @property
-    def position(self) -> int:
-        return self._body.position
-
-    @property
-    def end(self) -> int:
-        return self._body.end
-
-    @property
-    def etag(self) -> str | None:
-        """The ETag the answer was served under, where the provider tells it."""
-        return getattr(self._body, "etag", None)
-
-    @property
-    def served(self) -> Pin | None:
-        """The version the answer reported (ETag, Last-Modified, total), where
-        the provider tells it: what lets a caller skip confirming the source
-        again after the read (``cp`` did a HEAD per object without it)."""
-        return getattr(self._body, "served", None)
-
-    def readinto(self, buffer: memoryview) -> int:
-        """The next ``len(buffer)`` bytes: one operation, bounded by the
-        deadlines (the provider checks them between receives)."""
-        return self._read(lambda: self._body.readinto(buffer))
-
-    def readinto_parts(self, buffers: Sequence[memoryview]) -> int:
-        """Fill each of ``buffers`` in turn: one operation (one receive where the
-        provider's body can scatter, else one read per buffer); ``received`` on
-        an error counts the valid bytes from the first buffer's start."""
-        scatter = getattr(self._body, "readinto_parts", None)
-        if scatter is not None:
-            return self._read(lambda: int(scatter(buffers)))
-
-        def each() -> int:
-            done = 0
-            for buffer in buffers:
-                try:
-                    done += self._body.readinto(buffer)
-                except TensorstreamError as exc:
-                    if hasattr(exc, "received"):
-                        exc.received = done + int(exc.received or 0)
-                    raise
-            return done
-
-        return self._read(each)
-
-    def _read(self, read: Callable[[], int]) -> int:
-        policy = self._policy
-        timeouts = policy.config.timeouts
-        try:
-            n = _timeout.run_blocking(read, timeouts,
-                                      _timeout.operation_deadline(timeouts),
-                                      service=policy.service, path=redact_text(self._path))
-        except TensorstreamError as exc:
-            self._policy._add_context(exc, "read", self._path)
-            raise
-        self._policy.metrics.bytes_read += n
-        return n
-
-    def read_held(self, buffer: memoryview) -> bool:
-        """Fill ``buffer`` only if its bytes have arrived (the provider's body
-        never waits then, so no deadline applies); ``False``: nothing was read
-        (the provider's body cannot tell, or the bytes have not arrived)."""
-        held = getattr(self._body, "read_held", None)
-        if held is None or not held(buffer):
-            return False
-        self._policy.metrics.bytes_read += len(buffer)
-        return True
-
-    def held(self) -> int:
-        """Bytes :meth:`read_held` could serve now (0 where the provider's body
-        cannot tell or never serves them)."""
-        held = getattr(self._body, "held", None)
-        return 0 if held is None else int(held())
-
-    def available(self) -> int | None:
-        """Bytes that have arrived and can be read without waiting, where the
-        provider's body can tell (``None``: it cannot)."""
-        available = getattr(self._body, "available", None)
-        return None if available is None else int(available())
-
-    def close(self) -> None:
-        self._body.close()
 
 
 class _Resume:
@@ -512,42 +420,3 @@ class _Resume:
             raise AssertionError(f"provider {self.owner.service} returned {n} of {len(view)} bytes")
         self.done = len(self.buffer)
         return self.done
-
-
-class _ContextWriter(Writer):
-    """Adds error context to a provider's writer; forwards everything."""
-
-    def __init__(self, inner: Writer, owner: PolicyProvider, path: str) -> None:
-        self.inner = inner
-        self.owner = owner
-        self.path = path
-
-    async def _wrap(self, op: str, aw: Awaitable[None]) -> None:
-        try:
-            await aw
-        except TensorstreamError as exc:
-            self.owner._add_context(exc, op, self.path)
-            raise
-
-    async def write(self, data: bytes | bytearray | memoryview) -> None:
-        await self._wrap("write", self.inner.write(data))
-
-    async def commit(self) -> None:
-        await self._wrap("commit", self.inner.commit())
-
-    def part_size_for(self, total: int, wanted: int) -> int | None:
-        return self.inner.part_size_for(total, wanted)
-
-    @property
-    def wants_sha256(self) -> bool:  # type: ignore[override]
-        return self.inner.wants_sha256
-
-    async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
-        await self._wrap("write", self.inner.write_part(index, data, md5=md5))
-
-    async def commit_parts(self, count: int, *, sha256: str | None = None) -> None:
-        await self._wrap("commit", self.inner.commit_parts(count, sha256=sha256))
-
-    async def abort(self) -> None:
-        # Abort must run even when the task is being cancelled.
-        await asyncio.shield(self._wrap("abort", self.inner.abort()))
