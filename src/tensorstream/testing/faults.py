@@ -254,6 +254,9 @@ class _HTTPServerFaults(Faults):
         self._f.key = self._b.key(key)
         self._f.replace_after_requests = 1
         self._f.replace_with = data
+        # Counted from now, as on S3 and Redis: the GETs made before (the server
+        # counts them all) had the next read replaced, and a second fault never fired.
+        self._f.gets, self._f.replaced = 0, False
 
 
 class _S3ProxyFaults(Faults):

@@ -390,7 +390,8 @@ class HTTPTestServer:
                 f.gets += 1
                 if (f.replace_after_requests is not None and not f.replaced
                         and f.gets > f.replace_after_requests):
-                    new = f.replace_with or bytes(b ^ 0xFF for b in obj.data)
+                    new = (f.replace_with if f.replace_with is not None  # b"" empties it
+                           else bytes(b ^ 0xFF for b in obj.data))
                     obj = self._objects[key] = _stored(new)
                     f.replaced = True
         if obj is None:
