@@ -150,3 +150,79 @@ def test_the_count_of_empty_pages_starts_again_after_an_entry(
         contents = (("a", "1", MODIFIED),) if attempt == 2 else ()
         return _listing(*contents, token=f"t{attempt}")(method, headers, attempt)
     assert _list(respond) == [("b/a", 1), ("b/z", 2)]
+
+
+# -- keys in S3's order: each key once, a listing that repeats itself ends ---------------
+def _pages(*pages: tuple[str, ...], bucket_pages_forever: bool = False) -> Respond:
+    """``pages[i]`` answers request ``i`` (each with a fresh token but the last; with
+    ``bucket_pages_forever`` the last page is answered again and again, fresh tokens)."""
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        i = min(attempt, len(pages) - 1)
+        more = bucket_pages_forever or attempt < len(pages) - 1
+        return _listing(*((k, "1", MODIFIED) for k in pages[i]),
+                        token=f"t{attempt}" if more else None)(method, headers, attempt)
+    return respond
+
+
+def test_a_listing_that_answers_the_same_page_with_fresh_tokens_ends_with_an_error() -> None:
+    # Was listed forever: each page gave 'a' and 'b' again (every token new, every page
+    # holding entries, so neither the repeated-token nor the empty-pages check fired).
+    found, error = _given_then_error(_pages(("a", "b"), bucket_pages_forever=True))
+    assert "not in S3's order" in str(error) and "'a'" in str(error), str(error)
+    assert found == ["b/a", "b/b"]
+
+
+def _given_then_error(respond: Respond) -> tuple[list[str], ProtocolError]:
+    """The paths listed before the listing failed, and its error."""
+    found: list[str] = []
+
+    async def go() -> None:
+        with RawHTTPServer(respond) as server:
+            provider = tensorstream.get_provider("s3://b/", **_options(server))
+            try:
+                async for info in provider.list("b/"):
+                    found.append(info.path)
+                    assert len(found) < 50, "listed on and on"
+            finally:
+                await provider.close()
+
+    with pytest.raises(ProtocolError) as info:
+        asyncio.run(asyncio.wait_for(go(), 10))
+    return found, info.value
+
+
+@pytest.mark.parametrize("pages", [
+    (("a", "c"), ("b", "d")),   # a later page starts before the last key given
+    (("a", "b"), ("b", "c")),   # a later page repeats the last key given
+    (("b", "a"),),              # out of order within a page
+    (("a", "a"),),              # a key twice within a page
+], ids=["later-page-goes-back", "later-page-repeats", "page-out-of-order", "page-repeats"])
+def test_a_key_out_of_order_or_given_again_is_refused_not_listed_twice(
+        pages: tuple[tuple[str, ...], ...]) -> None:
+    found, error = _given_then_error(_pages(*pages))
+    assert "not in S3's order" in str(error)
+    assert len(found) == len(set(found)) and found == sorted(found)
+
+
+def test_keys_in_order_across_pages_are_listed_each_once() -> None:
+    # The neighbour: ascending across pages (a/ prefix keys, '.' < '/', unicode) lists whole.
+    pages = (("a.txt", "a/b"), ("a/c", "z"), ("\u00e9",))
+    assert [p for p, _ in _list(_pages(*pages))] == [f"b/{k}" for k in
+                                                      ("a.txt", "a/b", "a/c", "z", "\u00e9")]
+
+
+def test_the_same_page_repeated_with_its_token_still_says_the_listing_loops() -> None:
+    # The token is checked before the page's entries are given: 'a' is not given twice.
+    found, error = _given_then_error(_listing(("a", "1", MODIFIED), token="same"))
+    assert "loops" in str(error) and found == ["b/a"]
+
+
+def test_a_directory_bucket_lists_its_keys_in_the_order_given() -> None:
+    # S3 Express One Zone lists a directory bucket in no order: not refused there.
+    bucket = "models--use1-az4--x-s3"
+
+    async def go() -> list[str]:
+        with RawHTTPServer(_pages(("b", "a"), ("c",))) as server:
+            async with tensorstream.get_provider(f"s3://{bucket}/", **_options(server)) as p:
+                return [info.path async for info in p.list(f"{bucket}/")]
+    assert asyncio.run(asyncio.wait_for(go(), 10)) == [f"{bucket}/{k}" for k in "bac"]

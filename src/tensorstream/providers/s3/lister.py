@@ -32,6 +32,8 @@ __all__ = ["list_objects", "parse_list_page"]
 _LIST_EMPTY_PAGES = 1000
 #: A ListObjectsV2 page (1000 keys of up to 1 KiB) fits well inside this.
 _LIST_BODY_LIMIT = 8 << 20
+#: How a directory bucket's name ends (S3 Express One Zone: its keys come unordered).
+_DIRECTORY_BUCKET = "--x-s3"
 
 
 async def list_objects(s3: S3Clients, prefix: str,
@@ -60,52 +62,74 @@ async def list_objects(s3: S3Clients, prefix: str,
 
     tokens: set[str] = set()
     empty = 0  # consecutive truncated pages without an entry
+    # S3 lists a general purpose bucket in UTF-8 byte order, which is str order: a key
+    # at or before the one given last is a page repeated or a listing that went back
+    # (it gave entries twice, or for ever with fresh tokens). A directory bucket
+    # (S3 Express One Zone) lists in no order.
+    last: str | None = None
+    ordered = not bucket.endswith(_DIRECTORY_BUCKET)
     while True:
         page = await in_thread(next_page)
         contents = page.get("Contents", ())
         # (a page's deeper prefixes, merged into its keys' order; pages come in order)
         below = [{"Key": str(p["Prefix"]), "Size": 0, "Prefix": True}
                  for p in page.get("CommonPrefixes") or () if p.get("Prefix")]
+        # (the next token is checked before this page's entries are given: a page
+        # answered again with its own token is not given twice)
+        token = page.get("NextContinuationToken")
+        truncated = bool(page.get("IsTruncated"))
+        if truncated:
+            _check_token(token, tokens, prefix)
+            empty = 0 if contents or below else empty + 1
+            if empty >= _LIST_EMPTY_PAGES:
+                raise ProtocolError(f"the listing gave {empty} truncated "
+                                    "pages in a row without an entry, each with a new "
+                                    "continuation token; it would never end", service="s3",
+                                    path=redact(prefix))
         for obj in sorted([*contents, *below], key=lambda o: str(o["Key"])) if below \
                 else contents:
+            key = str(obj["Key"])
+            if ordered:
+                if last is not None and key <= last:
+                    raise ProtocolError(
+                        f"the listing gives key {key[:100]!r} after {last[:100]!r}: not in "
+                        "S3's order (a page given again, or a listing that went back); "
+                        "listing on could give an object twice or never end",
+                        service="s3", path=redact(prefix))
+                last = key
             if obj.get("Prefix"):
-                yield ObjectInfo(path=f"{bucket}/{obj['Key']}", size=0)
+                yield ObjectInfo(path=f"{bucket}/{key}", size=0)
                 continue
             size = int(obj["Size"])
             if size < 0:
-                key = str(obj["Key"])[:100]
-                raise ProtocolError(f"the listing gives key {key!r} a negative size ({size})",
-                                    service="s3", path=redact(prefix))
-            if obj["Key"].endswith("/") and not size:
+                raise ProtocolError(f"the listing gives key {key[:100]!r} a negative size "
+                                    f"({size})", service="s3", path=redact(prefix))
+            if key.endswith("/") and not size:
                 continue  # a folder marker; one holding bytes is listed (cp reports it)
             yield ObjectInfo(
-                path=f"{bucket}/{obj['Key']}",
+                path=f"{bucket}/{key}",
                 size=size,
                 etag=obj.get("ETag"),
                 mtime=obj.get("LastModified"),
             )
-        token = page.get("NextContinuationToken")
-        if not page.get("IsTruncated"):
+        if not truncated:
             break
-        if not token:
-            # Ending here would pass a part of the listing off as all of it (and
-            # sync --delete would remove what the rest holds).
-            raise ProtocolError("the listing is truncated but gives no continuation "
-                                "token to list the rest", service="s3",
-                                path=redact(prefix))
-        if token in tokens:
-            # A server answering the same page forever: listing on would never end.
-            raise ProtocolError("the listing loops: the server gave a continuation token "
-                                "it had given before", service="s3", path=redact(prefix))
-        empty = 0 if contents or below else empty + 1
-        if empty >= _LIST_EMPTY_PAGES:
-            raise ProtocolError(f"the listing gave {empty} truncated "
-                                "pages in a row without an entry, each with a new "
-                                "continuation token; it would never end", service="s3",
-                                path=redact(prefix))
+        assert token is not None  # (_check_token)
         tokens.add(token)
         args["ContinuationToken"] = token
 
+
+def _check_token(token: str | None, tokens: set[str], prefix: str) -> None:
+    """Refuse a truncated page's ``token`` that could not list the rest."""
+    if not token:
+        # Ending here would pass a part of the listing off as all of it (and
+        # sync --delete would remove what the rest holds).
+        raise ProtocolError("the listing is truncated but gives no continuation "
+                            "token to list the rest", service="s3", path=redact(prefix))
+    if token in tokens:
+        # A server answering the same page forever: listing on would never end.
+        raise ProtocolError("the listing loops: the server gave a continuation token "
+                            "it had given before", service="s3", path=redact(prefix))
 
 def _list_page(s3: S3Clients, light: PathStyle, pool: ConnectionPool, prefix: str,
                args: dict[str, str]) -> dict[str, Any]:
