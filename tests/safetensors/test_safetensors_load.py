@@ -564,6 +564,40 @@ def test_a_device_torch_does_not_know_is_a_configuration_error(tmp_path: Path,
             call()
 
 
+def _unusable_devices() -> list[str]:
+    """Device types torch names but cannot allocate on here (no MPS/XLA/XPU build)."""
+    out = []
+    for name in ("mps", "xla", "xpu"):
+        try:
+            torch.empty(0, device=name)
+        except Exception:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("device", _unusable_devices())
+def test_a_device_this_torch_cannot_use_is_refused_before_reading(
+        http_server: Any, http_reset: None, device: str) -> None:
+    """``device="mps"`` on a machine without MPS (a name torch knows, a backend it lacks)
+    raised torch's bare ``RuntimeError``/``NotImplementedError`` from every loader, after
+    the header was read; it is a ``ConfigurationError`` naming the device, before any
+    request, as ``"cuda"`` without CUDA is."""
+    from tensorstream.errors import ConfigurationError
+
+    http_server.put("dev.safetensors", st_torch.save({"a": torch.ones(2)}))
+    uri = http_server.url("dev.safetensors")
+    http_server.clear_log()
+    opts = http_server.options
+    calls = [lambda: ts_st.load(uri, device, **opts), lambda: ts_st.open(uri, device, **opts),
+             lambda: list(ts_st.iter_tensors(uri, device, **opts))]
+    for call in calls:
+        with pytest.raises(ConfigurationError,
+                           match=f"device='{device}' was requested but this torch cannot use it"):
+            call()
+    assert http_server.requests == []
+    assert ts_st.load(uri, "meta", **opts)["a"].is_meta  # the meta device is no such device
+
+
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("filter", "a", r"filter='a' is one string; pass a collection of names \(filter=\['a'\]\)"),
     ("filter", b"a", "is one string"),

@@ -200,6 +200,39 @@ def test_cuda_without_cuda_is_one_clear_error_before_any_request(
         load_into_module(_meta(), uri, "cuda:0")
 
 
+def _unusable_devices() -> list[str]:
+    """Device types torch names but cannot allocate on here (no MPS/XLA/XPU build)."""
+    out = []
+    for name in ("mps", "xla", "xpu"):
+        try:
+            torch.empty(0, device=name)
+        except Exception:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("device", _unusable_devices())
+def test_a_device_this_torch_cannot_use_is_one_clear_error_before_any_request(
+    tmp_path: Path, served: Any, http_server: HTTPTestServer, device: str,
+) -> None:
+    """``device="mps"`` on a machine without MPS (a name torch knows, a backend it lacks)
+    was a ``LoadError`` ("failed in builtins: RuntimeError: PyTorch is not linked with
+    support for mps devices") once the file was being read; it is a
+    ``DeviceUnavailableError`` before any request, as ``"cuda"`` without CUDA is."""
+    serialize(_model(), tmp_path / "m.tensors")
+    uri = served("m.tensors", tmp_path / "m.tensors")
+    http_server.clear_log()
+    for call in (lambda: deserialize(uri, device), lambda: deserialize(uri, device, lazy_load=True),
+                 lambda: load_into_module(_meta(), uri, device),
+                 lambda: deserialize(tmp_path / "m.tensors", device)):
+        with pytest.raises(DeviceUnavailableError,
+                           match=f"device='{device}' was requested but this torch cannot use it"):
+            call()
+    assert http_server.requests == []
+    with deserialize(uri, "meta") as sd:  # the meta device is no such device
+        assert all(t.is_meta for t in sd.values())
+
+
 def test_unknown_device_names_the_option(tmp_path: Path) -> None:
     serialize(_model(), tmp_path / "m.tensors")
     with pytest.raises(errors.ConfigurationError, match="device='gpu0'") as info:

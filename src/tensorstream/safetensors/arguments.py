@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection
 
 import torch
 
+from .._devices import unusable, unusable_message
 from ..config import validate_options
 from ..errors import ConfigurationError
 from .dtypes import _PACKED_TORCH
@@ -53,6 +54,9 @@ def _device(device: str | torch.device | None) -> torch.device:
         if dev.index >= torch.cuda.device_count():
             raise ConfigurationError(f"device={str(device)!r} was requested but only "
                                      f"{torch.cuda.device_count()} CUDA device(s) are visible")
+    lacking = unusable(dev)
+    if lacking is not None:  # said before the header is read, not at the first tensor
+        raise ConfigurationError(unusable_message(device, lacking))
     return dev
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from .._devices import unusable, unusable_message
 from ..config import COMMON_OPTIONS, VALIDATORS, option_hint
 from ..errors import ConfigurationError, InvalidURIError, TensorstreamError
 
@@ -101,6 +102,9 @@ def check_device(device: str | torch.device | None) -> torch.device | None:
                 f"device={str(device)!r} was requested but only {count} CUDA device(s) "
                 f"are visible (cuda:0..cuda:{count - 1})"
             )
+    lacking = unusable(dev)
+    if lacking is not None:  # said before any request, not as a LoadError at the first tensor
+        raise DeviceUnavailableError(unusable_message(device, lacking))
     return dev
 
 
