@@ -22,7 +22,7 @@ from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .places import connection, same_store
-from .select import FileOutcome, Rules, unchanged, walk_local
+from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
 from .sinks import temp_stem
 from .wildcards import Wildcard, wildcard
 
@@ -283,7 +283,18 @@ class Planner:
                 except (TensorstreamError, OSError):
                     return job  # absent (or unreadable: the copy reports it)
             same_kind = job.src_uri.scheme == job.dst_uri.scheme == "s3"
-            if not unchanged(job.info, there, same_kind=same_kind):
+            info = job.info
+            if source_encryption_decides(info, there, same_kind=same_kind):
+                # Listed, not HEADed: only a HEAD says whether its ETag is an MD5 (one
+                # more request, for an object whose ETag differs from its copy's).
+                async with slots:
+                    try:
+                        head = await job.src.stat(job.src_path)
+                    except (TensorstreamError, OSError):
+                        return job  # the copy reports it
+                if head.etag == info.etag and head.size == info.size:
+                    info = head
+            if not unchanged(info, there, same_kind=same_kind):
                 return job
             self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",
                                      reason="unchanged"))

@@ -12,8 +12,8 @@
   is a link into ``blobs/``, is copied as the files it shows.
 * :func:`unchanged`: whether a destination object already holds the source's
   bytes, as ``aws s3 sync`` decides it (size, then ETag when both sides are
-  of the same kind and have one, then modification time: a local copy carries
-  its source's).
+  of the same kind and have MD5s of one layout, then modification time: a local
+  copy carries its source's).
 * :class:`FileOutcome`: what happened to one object, for per-file output.
 """
 
@@ -30,7 +30,8 @@ from typing import Any
 from ..providers.base import ObjectInfo
 from .keys import is_temp_name
 
-__all__ = ["FileOutcome", "Rules", "notify", "unchanged", "walk_local"]
+__all__ = ["FileOutcome", "Rules", "notify", "source_encryption_decides", "unchanged",
+           "walk_local"]
 
 @dataclasses.dataclass
 class FileOutcome:
@@ -181,6 +182,17 @@ def _layout(etag: str) -> int | None:
     return None if m is None else int(m.group(1) or 0)
 
 
+def _encrypted(info: ObjectInfo) -> bool:
+    """Whether a HEAD said ``info``'s ETag is no MD5 of its bytes (SSE-KMS, DSSE, SSE-C)."""
+    return info.extra.get("etag_not_md5") is True
+
+
+def _comparable(src: ObjectInfo, dst: ObjectInfo) -> bool:
+    """Whether the two ETags are of one part layout (or equal): MD5s that can decide."""
+    return bool(src.etag and dst.etag) and (
+        src.etag == dst.etag or _layout(src.etag or "") == _layout(dst.etag or "") is not None)
+
+
 def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bool:
     """True when ``dst`` already holds ``src``'s bytes, judged like ``aws s3 sync``.
 
@@ -189,15 +201,29 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bo
     and parts, or parts of two sizes: ``MD5`` vs ``MD5-of-MD5s-N``) differ for
     the same bytes, and ``cp`` writes its own parts, so a copy of an object
     uploaded otherwise was taken as changed and copied again on every ``sync``:
-    such ETags say nothing. Otherwise a destination at least as new as the source
-    is taken as a copy of it (a local copy carries its source's modification time;
-    a remote one was written after its source was).
+    such ETags say nothing. Nor do they where either object is encrypted with
+    SSE-KMS, DSSE-KMS or SSE-C (its HEAD says so): S3's ETag there is no MD5, and
+    two copies of the same bytes never had the same one. Otherwise a destination
+    at least as new as the source is taken as a copy of it (a local copy carries
+    its source's modification time; a remote one was written after its source was).
     """
     if dst is None or dst.size != src.size:
         return False
-    if same_kind and src.etag and dst.etag and (
-            src.etag == dst.etag or _layout(src.etag) == _layout(dst.etag) is not None):
-        return src.etag == dst.etag
+    if same_kind and _comparable(src, dst):
+        if src.etag == dst.etag:
+            return True
+        if not (_encrypted(src) or _encrypted(dst)):
+            return False
     if src.mtime is not None and dst.mtime is not None:
         return dst.mtime >= src.mtime
     return True
+
+
+def source_encryption_decides(src: ObjectInfo, dst: ObjectInfo | None, *,
+                              same_kind: bool) -> bool:
+    """Whether :func:`unchanged` would call ``dst`` changed by its ETag alone while the
+    source's encryption is unknown (an entry of a listing, which does not say it): a
+    HEAD of the source tells whether its ETag is an MD5 at all."""
+    return (same_kind and dst is not None and dst.size == src.size and _comparable(src, dst)
+            and src.etag != dst.etag and not _encrypted(dst)
+            and "etag_not_md5" not in src.extra)

@@ -66,7 +66,7 @@ from .errors import WrongRegionError, map_s3_http_error
 from .lister import list_objects
 from .metadata import carried_from_headers
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT
-from .writer import S3Writer
+from .writer import KMS_ENCRYPTION, S3Writer
 
 __all__ = ["S3Provider"]
 
@@ -354,7 +354,12 @@ def _head_info(path: str, answer: Answer) -> ObjectInfo:
 
 
 def _extra(headers: Any) -> dict[str, Any]:
-    """``ObjectInfo.extra`` of a HEAD/GET answer: its Content-Type, and under
-    ``"s3_metadata"`` what a copy of the object carries (:mod:`.metadata`)."""
+    """``ObjectInfo.extra`` of a HEAD/GET answer: its Content-Type, under
+    ``"s3_metadata"`` what a copy of the object carries (:mod:`.metadata`), and under
+    ``"etag_not_md5"`` whether the answer names an encryption under which the ETag is
+    no MD5 of the bytes (SSE-KMS, DSSE-KMS, SSE-C; a listing's entry cannot say)."""
     return {"content_type": headers.get("Content-Type"),
-            "s3_metadata": carried_from_headers(headers)}
+            "s3_metadata": carried_from_headers(headers),
+            "etag_not_md5": bool(
+                headers.get("x-amz-server-side-encryption") in KMS_ENCRYPTION
+                or headers.get("x-amz-server-side-encryption-customer-algorithm"))}
