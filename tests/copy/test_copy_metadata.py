@@ -175,3 +175,55 @@ def test_an_object_from_http_gets_the_type_of_its_name(
     r = copy(http_server.url(f"{p}/{name}"), _uri(f"{p}/{name}"), dst_options=moto_s3.options())
     assert r.ok, r.errors
     assert _head(moto_s3, f"{p}/{name}")["ContentType"] == want
+
+
+def _put_raw_utf8_metadata(server: Any, key: str, data: bytes) -> None:
+    """A source whose user metadata S3 would not take (raw UTF-8, as another store
+    hands it back): botocore's own check is lifted for this one upload."""
+    from botocore.handlers import validate_ascii_metadata
+
+    events = server.client.meta.events
+    events.unregister("before-parameter-build.s3.PutObject", validate_ascii_metadata)
+    try:
+        server.client.put_object(Bucket=S3_BUCKET, Key=key, Body=data,
+                                 Metadata={"token": "s3cr\u00e9t-value"})
+    finally:
+        events.register("before-parameter-build.s3.PutObject", validate_ascii_metadata)
+
+
+@pytest.mark.parametrize(("server_side", "size", "given"), [
+    (True, 11 * MiB, None),                       # S3's multipart copy carries it
+    (True, 100, MetadataOptions(content_type="a/b")),  # CopyObject with REPLACE
+    (False, 100, None),                           # streamed (fixed before)
+], ids=["server-side-parts", "server-side-replace", "streamed"])
+def test_a_sources_metadata_s3_would_refuse_is_named_not_quoted_on_both_paths(
+        moto_s3_public: Any, server_side: bool, size: int,
+        given: MetadataOptions | None) -> None:
+    """The server-side copy sent the source's metadata to botocore unchecked: its refusal
+    quoted the value ('Non ascii characters found in S3 metadata for key "token", value:
+    "s3crét-value"'); only the streamed copy named the key. Now both say the same, and
+    nothing is written."""
+    p = _prefix()
+    _put_raw_utf8_metadata(moto_s3_public, f"{p}/m", os.urandom(size))
+    r = copy(_uri(f"{p}/m"), _uri(f"{p}/d"), object_metadata=given, server_side_copy=server_side,
+             copy_cutoff=5 * MiB, part_size=5 * MiB, **moto_s3_public.options())
+    assert not r.ok and len(r.errors) == 1
+    assert "source's user metadata cannot be stored in S3" in r.errors[0], r.errors
+    assert "metadata key 'token'" in r.errors[0] and "t-value" not in r.errors[0]
+    listed = moto_s3_public.client.list_objects_v2(Bucket=S3_BUCKET, Prefix=f"{p}/d")
+    assert listed.get("KeyCount") == 0
+
+
+@pytest.mark.parametrize("server_side", [True, False], ids=["server-side", "streamed"])
+def test_metadata_given_over_a_source_s3_would_refuse_is_copied(
+        moto_s3_public: Any, server_side: bool) -> None:
+    # The neighbour: --metadata replaces the source's as a whole, so nothing is refused.
+    p = _prefix()
+    data = os.urandom(11 * MiB)
+    _put_raw_utf8_metadata(moto_s3_public, f"{p}/m", data)
+    r = copy(_uri(f"{p}/m"), _uri(f"{p}/d"), object_metadata=MetadataOptions(metadata={"k": "v"}),
+             server_side_copy=server_side, copy_cutoff=5 * MiB, part_size=5 * MiB,
+             **moto_s3_public.options())
+    assert r.ok, r.errors
+    assert moto_s3_public.get(S3_BUCKET, f"{p}/d") == data
+    assert _head(moto_s3_public, f"{p}/d")["Metadata"] == {"k": "v"}

@@ -32,7 +32,7 @@ from typing import Any
 from ...errors import ConfigurationError
 
 __all__ = ["CARRIED", "MetadataOptions", "carried_from_head", "carried_from_headers",
-           "parse_metadata_args", "validate_user_metadata"]
+           "checked_carried", "parse_metadata_args", "validate_user_metadata"]
 
 #: What a copy carries from an S3 source (HeadObject answer names = upload arguments).
 CARRIED = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncoding",
@@ -127,6 +127,22 @@ def carried_from_head(head: Mapping[str, Any]) -> dict[str, Any]:
     return {name: head[name] for name in CARRIED if head.get(name)}
 
 
+def checked_carried(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` carried from an S3 source (any the caller set over them), with their
+    user metadata checked by S3's rules: another store may hand back what S3 takes not
+    (raw UTF-8), and botocore's own refusal would quote the value. The streamed and the
+    server-side copy both send what this returns."""
+    out = dict(fields)
+    if out.get("Metadata"):
+        try:
+            out["Metadata"] = validate_user_metadata(out["Metadata"])
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"the source's user metadata cannot be stored in S3: {exc.message}; "
+                "set other metadata with --metadata") from None
+    return out
+
+
 def carried_from_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     """The fields a copy carries, from a raw HEAD/GET answer's headers."""
     out: dict[str, Any] = {}
@@ -183,16 +199,7 @@ class MetadataOptions:
         the fields carried from an S3 source (None: not from S3, the type is guessed
         from ``name``), with the options' own fields over them."""
         if source is not None:
-            out = dict(source)
-            if self.metadata is None and out.get("Metadata"):
-                # Another store may hand back what S3 takes not (raw UTF-8); botocore's own
-                # refusal would quote the value.
-                try:
-                    out["Metadata"] = validate_user_metadata(out["Metadata"])
-                except ConfigurationError as exc:
-                    raise ConfigurationError(
-                        f"the source's user metadata cannot be stored in S3: {exc.message}; "
-                        "set other metadata with --metadata") from None
+            out = dict(source) if self.metadata is not None else checked_carried(source)
         else:
             out = {}
             guessed = mimetypes.guess_type(name)[0] if self.guess_mime_type \

@@ -57,7 +57,7 @@ from ...errors import (
 from ...uri import redact_text
 from ..base import ObjectInfo
 from .errors import WrongRegionError
-from .metadata import carried_from_head
+from .metadata import carried_from_head, checked_carried
 from .parts import MAX_PARTS, known_size_part
 from .writer import KMS_ENCRYPTION, _etag_md5
 
@@ -222,7 +222,8 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
             advance(size)
     else:
         copied = await _copy_parts(call, src_path, dst_path, etag, md5, size,
-                                   {**carried_from_head(head), **(metadata or {})},
+                                   checked_carried({**carried_from_head(head),
+                                                    **(metadata or {})}),
                                    part_size=part_size, concurrency=concurrency,
                                    advance=advance,
                                    kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
@@ -270,7 +271,8 @@ def _replaced(head: dict[str, Any], metadata: dict[str, Any] | None) -> dict[str
     source's) or ``REPLACE`` with every field, the source's under the caller's."""
     if not metadata:
         return {}
-    fields = {k: v for k, v in {**carried_from_head(head), **metadata}.items() if v}
+    fields = {k: v for k, v in checked_carried({**carried_from_head(head), **metadata}).items()
+              if v}
     return {"MetadataDirective": "REPLACE", **fields}
 
 
