@@ -9,6 +9,8 @@ import contextlib
 import tensorstream
 from tensorstream.errors import InvalidRangeError, ObjectChangedError
 
+pytest_plugins = ["pytester"]
+
 OLD, NEW = b"old!" * 1000, b"new!" * 1000
 
 
@@ -64,3 +66,45 @@ def test_replace_between_reads_with_empty_bytes_empties_the_object(tensorstream_
     assert b.get("k") == b""
     with tensorstream.open(b.uri("k"), **b.options) as f:
         assert f.read() == b""
+
+
+def test_a_request_still_in_flight_when_its_test_ends_does_not_reach_the_next(pytester):
+    # A request the client gave up on (a timeout test's, under latency or a stall) went
+    # on in the session's server once its test had ended: it took the next test's
+    # scripted status, drop or hook, and showed up in that test's ``requests``.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_stale="""
+        import socket, time
+        import pytest
+
+        SENT = {}
+
+        def gives_up_on_a_slow_request(b):
+            b.faults.latency(3)
+            port = b.proxy.port if b.name == "s3" else b.server.port
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"HEAD /stale HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\\r\\n")
+                time.sleep(0.5)  # the server has it, and waits
+            SENT[b.name] = time.monotonic()
+
+        def starts_clean(b):
+            b.faults.status_script([403])
+            time.sleep(max(0.0, SENT[b.name] + 3.5 - time.monotonic()))  # past that latency
+            assert b.faults.pending_statuses == [403]
+            assert b.requests == []
+
+        def test_s3_a(tensorstream_s3):
+            gives_up_on_a_slow_request(tensorstream_s3)
+
+        def test_s3_b(tensorstream_s3):
+            starts_clean(tensorstream_s3)
+
+        def test_http_a(tensorstream_http):
+            gives_up_on_a_slow_request(tensorstream_http)
+
+        def test_http_b(tensorstream_http):
+            starts_clean(tensorstream_http)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+                                           "-W", "error")
+    result.assert_outcomes(passed=4)

@@ -176,6 +176,7 @@ class S3Backend(Backend):
             raise KeyError(key) from exc
 
     def close(self) -> None:
+        self.proxy.cancel_requests()  # before the reset: none goes on under the next test's faults
         super().close()
         self.proxy.clear_log()
         client = self.server.client
@@ -250,6 +251,7 @@ class HTTPBackend(Backend):
         return bytes(self.server.get(self.key(key)))
 
     def close(self) -> None:
+        self.server.cancel_requests()  # before the reset, as on S3
         super().close()
         self.server.clear_log()
         for k in self._keys:

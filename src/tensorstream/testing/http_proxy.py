@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from .fault_settings import KnownFields, _chunk_for, _reset_fields, _run_hook
 from .http_headers import request_repr, retry_after_header
+from .in_flight import InFlight
 from .loop_thread import _SHUTDOWN_TIMEOUT, _LoopThread
 
 __all__ = ["HTTPFaultProxy", "HTTPProxyFaults", "ProxyRequest"]
@@ -114,6 +115,7 @@ class HTTPFaultProxy:
         self._lt = _LoopThread("tensorstream-http-proxy")
         self._runner: Any = None
         self._session: Any = None
+        self._in_flight = InFlight()
 
     def __repr__(self) -> str:
         return f"HTTPFaultProxy({self.url} -> {self.upstream})"
@@ -177,12 +179,21 @@ class HTTPFaultProxy:
         with self._lock:
             self._log.clear()
 
+    def cancel_requests(self) -> None:
+        """End the requests being answered now (see :meth:`HTTPTestServer.cancel_requests
+        <tensorstream.testing.http_server.HTTPTestServer.cancel_requests>`)."""
+        self._in_flight.cancel()
+
     def _record(self, request: Any, status: int) -> None:
         with self._lock:
             self._log.append(ProxyRequest(request.method, request.path_qs,
                                           dict(request.headers), status))
 
     async def _handle(self, request: Any) -> Any:
+        with self._in_flight.track():
+            return await self._answer(request)
+
+    async def _answer(self, request: Any) -> Any:
         from aiohttp import web
         from yarl import URL
 

@@ -40,6 +40,7 @@ from aiohttp import web
 
 from .fault_settings import KnownFields
 from .http_headers import request_repr, retry_after_header
+from .in_flight import InFlight
 from .loop_thread import _SHUTDOWN_TIMEOUT, cancel_pending
 
 __all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
@@ -172,6 +173,7 @@ class HTTPTestServer:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._tmpdir: str | None = None
+        self._in_flight = InFlight()
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> HTTPTestServer:
@@ -325,6 +327,12 @@ class HTTPTestServer:
             self._log.clear()
             self._sent.clear()
 
+    def cancel_requests(self) -> None:
+        """End the requests being answered now (their clients see the connection
+        closed): the plugin does so when a test ends, so that one its client gave up
+        on cannot go on under the next test's faults."""
+        self._in_flight.cancel()
+
     def bytes_sent(self, key: str | None = None, settle: float = 2.0) -> int:
         """Body bytes written to clients since the log was cleared: for ``key``, or all.
 
@@ -366,6 +374,10 @@ class HTTPTestServer:
         return web.Response(status=status, headers=headers)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        with self._in_flight.track():
+            return await self._answer(request)
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         key = request.match_info["key"]
         f = self.faults
         faulty = f.key is None or f.key == key
