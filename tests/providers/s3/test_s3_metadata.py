@@ -22,7 +22,10 @@ def test_the_forms_of_aws_and_s5cmd_make_one_mapping() -> None:
 
 
 @pytest.mark.parametrize("args", [["a"], ["=v"], ["a=1,"], ["{not json"], ['{"a": 1}'],
-                                  ['["a"]'], ["a=1", "A=2"]])
+                                  ['["a"]'], ["a=1", "A=2"], ["a=1,a=2"],
+                                  # (the JSON form kept the last of a name given twice)
+                                  ['{"a": "1", "a": "2"}'], ['{"a": "1", "A": "2"}'],
+                                  ['{"a": {"b": "c"}}']])
 def test_malformed_metadata_arguments_are_refused(args: list[str]) -> None:
     with pytest.raises(ConfigurationError, match="--metadata"):
         parse_metadata_args(args)

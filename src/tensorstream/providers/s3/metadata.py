@@ -90,20 +90,26 @@ def validate_user_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object's members in order, a name given twice included."""
+
+
 def parse_metadata_args(args: Iterable[str]) -> dict[str, str]:
     """``--metadata`` arguments (each ``KEY=VALUE[,KEY=VALUE...]`` or a JSON object, as
     ``aws s3 cp`` takes them; given several times, as s5cmd) as one mapping."""
     out: dict[str, str] = {}
     for arg in args:
+        pairs: list[tuple[str, Any]]
         if arg.lstrip().startswith("{"):
             try:
-                doc = json.loads(arg)
+                # (as pairs: a dict would keep the last of a name given twice, unsaid)
+                doc = json.loads(arg, object_pairs_hook=_Pairs)
             except ValueError as exc:
                 raise ConfigurationError(f"--metadata: not a JSON object: {exc}") from None
-            if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+            if not isinstance(doc, _Pairs) or not all(isinstance(v, str) for _, v in doc):
                 raise ConfigurationError('--metadata: the JSON form maps names to strings: '
                                          '{"name": "value"}')
-            pairs = list(doc.items())
+            pairs = doc
         else:
             pairs = []
             for item in arg.split(","):
