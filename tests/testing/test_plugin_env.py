@@ -90,6 +90,41 @@ def test_isolation_does_not_outlive_the_test(pytester, monkeypatch):
     result.assert_outcomes(passed=2)
 
 
+def test_plain_boto3_in_env_mode_gets_each_tests_keys(pytester, monkeypatch):
+    # boto3.client() takes boto3's process-wide default session, which keeps the
+    # credentials it first found: a loader written so got the keys of the session made
+    # before the tests (the developer's own, sent to the test server) or by the first
+    # test (another server's), and failed with InvalidAccessKeyId.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAOUTSIDECANARY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "outside-secret")
+    pytester.makepyfile(test_boto3_env="""
+        import boto3
+        import pytest
+
+        boto3.client("s3", region_name="us-east-1")  # the default session, with the outside keys
+
+        def load(bucket, key):  # unmodified serving code
+            return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+
+        @pytest.mark.tensorstream_s3(auth=False, env=True)
+        def test_a_open_server(tensorstream_s3):
+            tensorstream_s3.put("m", b"a")
+            assert load(tensorstream_s3.bucket, "m") == b"a"
+            assert "AKIAOUTSIDECANARY" not in tensorstream_s3.requests[-1].headers["Authorization"]
+
+        @pytest.mark.tensorstream_s3(env=True)
+        def test_b_signed_server(tensorstream_s3):
+            tensorstream_s3.put("m", b"b")
+            assert load(tensorstream_s3.bucket, "m") == b"b"
+
+        def test_c_after_them_the_outside_session_is_back():
+            assert boto3.DEFAULT_SESSION.get_credentials().access_key == "AKIAOUTSIDECANARY"
+    """)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+
+
 # -- S3 signature checks --------------------------------------------------------------
 
 

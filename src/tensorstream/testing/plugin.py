@@ -146,10 +146,31 @@ def _tensorstream_home(tensorstream_servers: BackendServers) -> Iterator[_Sandbo
     import tempfile
 
     home = tempfile.mkdtemp(prefix="home-", dir=tensorstream_servers.sandbox)
+    outside = _take_boto3_default_session()
     try:
         yield _Sandbox(home)
     finally:
+        boto3: Any = sys.modules.get("boto3")
+        if boto3 is not None:
+            boto3.DEFAULT_SESSION = outside
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _take_boto3_default_session() -> Any:
+    """Set boto3's process-wide default session aside for one test; returns it.
+
+    ``boto3.client()`` uses that session, which keeps the credentials it first
+    found: serving code written so (the environment mode) used the keys of a
+    session made before the test (the developer's own, sent to the test server)
+    or by an earlier test (another server's). The test makes its own in its
+    isolated environment; the one set aside is put back after it (``None`` too:
+    the test's must not reach later tests)."""
+    boto3: Any = sys.modules.get("boto3")  # not imported here: it costs a second and may be absent
+    if boto3 is None:
+        return None
+    outside = boto3.DEFAULT_SESSION
+    boto3.DEFAULT_SESSION = None
+    return outside
 
 
 def _isolate(monkeypatch: pytest.MonkeyPatch, sandbox: _Sandbox) -> None:
