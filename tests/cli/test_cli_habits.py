@@ -191,6 +191,17 @@ def test_copy_onto_itself_is_refused(tmp_path: Path, moto_s3: Any) -> None:
     uri = f"s3://{S3_BUCKET}/self/x.bin"
     r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", uri, uri, env=env)
     assert r.returncode == 1 and "same object" in r.stderr
+    assert "--metadata" in r.stderr  # how to change its metadata in place
+    # With fields given it is aws s3 cp's in-place change (CopyObject onto itself, REPLACE).
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", uri, uri, "--content-type",
+            "text/x-new", "--metadata", "k=v", env=env)
+    assert r.returncode == 0 and "copied by S3" in r.stdout + r.stderr, r.stderr
+    head = moto_s3.client.head_object(Bucket=S3_BUCKET, Key="self/x.bin")
+    assert head["ContentType"] == "text/x-new" and head["Metadata"] == {"k": "v"}
+    assert moto_s3.get(S3_BUCKET, "self/x.bin") == b"x"
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "--no-server-side-copy", uri, uri,
+            "--content-type", "text/y", env=env)
+    assert r.returncode == 1 and "--no-server-side-copy" in r.stderr, r.stderr
 
 
 def test_a_local_file_onto_itself_is_refused_whatever_the_side_options(tmp_path: Path) -> None:

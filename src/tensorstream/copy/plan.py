@@ -23,6 +23,7 @@ from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .places import connection, same_store
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
+from .server_side import takes as takes_on_server
 from .sinks import temp_stem
 from .wildcards import Wildcard, wildcard
 
@@ -55,6 +56,9 @@ class Job:
     #: compared with the source (None: nothing that vouches for its bytes).
     server_side: bool = False
     checked_by: str | None = None
+    #: An S3 object onto itself with metadata given: S3 copies it onto itself with the
+    #: new metadata (``aws s3 cp --metadata-directive REPLACE``), never through here.
+    in_place: bool = False
 
     @property
     def label(self) -> str:
@@ -112,6 +116,10 @@ class Planner:
     result: CopyResult
     #: Whether two connections (:func:`.places.connection`) are one store, as decided.
     stores: dict[tuple[tuple[Any, ...], tuple[Any, ...]], bool]
+    #: What S3 stores with each object (a MetadataOptions: :mod:`.metadata`), or None.
+    object_metadata: Any
+    server_side_copy: bool
+    server_copy_unsupported: bool
 
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
         raise NotImplementedError
@@ -198,9 +206,11 @@ class Planner:
                                     "is not (a file name in another encoding?)")
                         continue
                 if self._same_object(job):
-                    self.refuse(job.label, job.dst_label, info.size,
-                                "refused: source and destination are the same object")
-                    continue
+                    why = self._not_in_place(job)
+                    if why is not None:
+                        self.refuse(job.label, job.dst_label, info.size, why)
+                        continue
+                    job.in_place = True
                 if target in seen:
                     if seen[target] != job.label:  # the same object twice (two patterns): once
                         self.refuse(job.label, job.dst_label, info.size,
@@ -243,6 +253,25 @@ class Planner:
             except OSError:
                 return os.path.abspath(job.src_path) == os.path.abspath(job.dst_path)
         return job.src_path == job.dst_path
+
+    def _not_in_place(self, job: Job) -> str | None:
+        """Why ``job``, an object onto itself, is refused; None where S3 changes its
+        metadata in place (an S3 object, fields given, a copy by S3 possible)."""
+        same = "refused: source and destination are the same object"
+        if job.local is not None or job.dst_uri.scheme != "s3":
+            return same
+        given = self.object_metadata is not None and self.object_metadata.overrides()
+        if not given:
+            return (f"{same} (to change its metadata in place, as aws s3 cp "
+                    "--metadata-directive REPLACE does, give --content-type, --cache-control "
+                    "or --metadata)")
+        place = "refused: changing an object's metadata in place is a copy by S3 onto itself"
+        if not self.server_side_copy:
+            return f"{place}, which --no-server-side-copy (server_side_copy=False) turns off"
+        if not takes_on_server(self, job):
+            return (f"{place}, made with one key pair: the source's and the destination's "
+                    "differ here (give the same credentials to both sides)")
+        return None
 
     async def _check_bucket(self, dst: PolicyProvider, jobs: list[Job]) -> list[Job]:
         """Look for the destination bucket once, before reading anything (where the

@@ -6,7 +6,8 @@ key pair, each object is copied on the server
 ``aws s3 cp``, s5cmd and rclone do: no byte of it goes through this machine. Otherwise,
 with ``server_side_copy=False`` (``--no-server-side-copy``), or where the server answers
 that it cannot (``501 NotImplemented``: said once in the log), the copy streams the bytes
-as it does between any two stores (:mod:`.remote`).
+as it does between any two stores (:mod:`.remote`). An object onto itself with new
+metadata (``Job.in_place``) is copied by S3 or not at all.
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..errors import UnsupportedOperationError
 from ..uri import redact_text
 
 if TYPE_CHECKING:
     from .engine import _Copier
-    from .plan import Job
+    from .plan import Job, Planner
 
 __all__ = ["copy_on_server", "takes"]
 
 log = logging.getLogger("tensorstream.copy")
 
 
-def takes(c: _Copier, job: Job) -> bool:
+def takes(c: Planner, job: Job) -> bool:
     """Whether ``job`` is copied on the server."""
     if not c.server_side_copy or c.server_copy_unsupported or job.local is not None:
         return False
@@ -55,8 +57,14 @@ async def copy_on_server(c: _Copier, job: Job) -> bool:
                                    cutoff=c.copy_cutoff, part_size=c.part_size,
                                    concurrency=c.concurrency, check=c.verify, advance=advance,
                                    metadata=(c.object_metadata.overrides()
-                                             if c.object_metadata is not None else None))
+                                             if c.object_metadata is not None else None),
+                                   in_place=job.in_place)
     except ServerCopyUnsupported as exc:
+        if job.in_place:  # (streamed onto itself, it would be read and rewritten whole)
+            raise UnsupportedOperationError(
+                f"its metadata cannot be changed in place: {exc}; that is a copy by S3 "
+                "onto itself, which is not made through this machine instead: nothing was "
+                "changed") from exc
         if exc.this_object:  # (S3 still copies the others)
             log.warning("%s: %s; copying it through this machine instead", job.label,
                         redact_text(str(exc)))

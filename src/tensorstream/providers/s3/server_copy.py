@@ -131,9 +131,11 @@ class _Calls:
     which cut it as idle; botocore's read timeout (``timeout_idle`` between bytes)
     applies instead."""
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, *, in_place: bool = False) -> None:
         self.s3 = provider.inner
         self.config = provider.config
+        #: The copy is the source itself (new metadata, in place): never deleted.
+        self.in_place = in_place
 
     async def _once(self, op: str, path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -177,15 +179,18 @@ class _Calls:
 async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_path: str, *,
                       cutoff: int = COPY_CUTOFF, part_size: int, concurrency: int,
                       check: bool = True, metadata: dict[str, Any] | None = None,
-                      advance: Callable[[int], None] | None = None) -> Copied:
+                      advance: Callable[[int], None] | None = None,
+                      in_place: bool = False) -> Copied:
     """Copy ``src_path`` (as listed: ``info``) to ``dst_path`` on the server; ``src`` and
     ``dst`` are policy-wrapped S3 providers of one store and one key pair (the request
     goes through ``dst``). ``cutoff``: the largest object stored in one piece that one
     ``CopyObject`` copies (a larger one goes in ``part_size`` parts). ``check``: look at
     the copy's size after it is published. ``metadata``: upload arguments that replace the
     source's (``ContentType``, ``Metadata``, ...). ``advance(n)``: ``n`` more bytes are
-    copied."""
-    call = _Calls(dst)
+    copied. ``in_place``: ``dst_path`` is ``src_path`` (its metadata changed: S3 takes
+    such a copy only with ``metadata``); a copy that fails a check after it is published
+    is then left as S3 made it, never deleted (it is the only one)."""
+    call = _Calls(dst, in_place=in_place)
     try:
         head = await _head_source(call, src_path, info)
     except ConfigurationError as exc:
@@ -293,10 +298,10 @@ async def _copy_object(call: _Calls, src_path: str, dst_path: str, etag: str,
     if md5 is None or resp.get("ServerSideEncryption") in KMS_ENCRYPTION or _etag_md5(got) is None:
         return Copied(None)  # the destination's own encryption: its ETag is no MD5
     if _etag_md5(got) != (md5, None):
-        await _remove(call, dst_path)
+        then = await _remove(call, dst_path)
         raise ObjectChangedError(
             f"the copy's ETag {got} is not the source's {etag}: the source changed while it "
-            "was copied (or the server copied other bytes); the copy was removed")
+            f"was copied (or the server copied other bytes); {then}")
     return Copied("ETag")
 
 
@@ -381,9 +386,9 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         await asyncio.shield(_abort(call, dst_path, upload_id))
         raise
     if compared and _etag_md5(done.get("ETag")) not in (None, md5):
-        await _remove(call, dst_path)
+        then = await _remove(call, dst_path)
         raise IntegrityError(f"the copy's ETag {done.get('ETag')} is not the source's {etag}; "
-                             "the copy was removed")
+                             f"{then}")
     return Copied("ETag" if compared else None, len(parts))
 
 
@@ -482,12 +487,16 @@ async def _abort(call: _Calls, dst_path: str, upload_id: str) -> None:
         pass  # the copy's own error is the one to report (a lifecycle rule removes parts)
 
 
-async def _remove(call: _Calls, dst_path: str) -> None:
+async def _remove(call: _Calls, dst_path: str) -> str:
+    """Delete a published copy that failed a check; what became of it, for the error."""
+    if call.in_place:
+        return "it is the object itself (changed in place), left as S3 made it"
     bucket, key = _split(dst_path)
     try:
         await call("delete_object", dst_path, Bucket=bucket, Key=key)
     except TensorstreamError:
         pass
+    return "the copy was removed"
 
 
 async def _check_size(call: _Calls, dst_path: str, size: int) -> None:
@@ -495,5 +504,5 @@ async def _check_size(call: _Calls, dst_path: str, size: int) -> None:
     got = int((await call("head_object", dst_path, Bucket=bucket, Key=key))
               .get("ContentLength", -1))
     if got != size:
-        await _remove(call, dst_path)
-        raise IntegrityError(f"the copy is {got} bytes, the source {size}; the copy was removed")
+        then = await _remove(call, dst_path)
+        raise IntegrityError(f"the copy is {got} bytes, the source {size}; {then}")

@@ -1,0 +1,145 @@
+"""``cp s3://b/k s3://b/k --content-type/--cache-control/--metadata``: an object's
+metadata changed in place, as ``aws s3 cp --metadata-directive REPLACE`` changes it (a
+copy by S3 onto itself), and a clear error where that cannot be done. moto's server
+behind the package's fault proxy, which records every request."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from s3_encrypting_front import EncryptingFront
+from tensorstream.copy.engine import copy
+from tensorstream.providers.s3.metadata import MetadataOptions
+
+MiB = 1 << 20
+
+
+def _put_in_parts(backend: Any, key: str, parts: list[bytes]) -> str:
+    c = backend.client
+    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key,
+                                       ContentType="x-model/old", CacheControl="no-cache",
+                                       Metadata={"old": "1"})["UploadId"]
+    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
+                                                    UploadId=upload, PartNumber=n,
+                                                    Body=body)["ETag"]}
+            for n, body in enumerate(parts, 1)]
+    return str(c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
+                                           MultipartUpload={"Parts": done})["ETag"])
+
+
+def _head(backend: Any, key: str) -> dict[str, Any]:
+    return dict(backend.client.head_object(Bucket=backend.bucket, Key=key))
+
+
+def _writes(backend: Any, key: str) -> list[Any]:
+    return [q for q in backend.requests if q.method in ("PUT", "POST")
+            and q.path == f"/{backend.bucket}/{key}"]
+
+
+def test_metadata_is_changed_in_place_by_one_copy_object(tensorstream_s3: Any) -> None:
+    """``cp s3://b/k s3://b/k --content-type T --metadata k=v`` was refused ("source and
+    destination are the same object"): aws s3 cp makes it a CopyObject onto itself with
+    REPLACE. Now the same: the fields given replace the object's, the others are kept,
+    the bytes never leave S3 and are the same after."""
+    b = tensorstream_s3
+    data = os.urandom(1000)
+    b.client.put_object(Bucket=b.bucket, Key="m/k.json", Body=data, ContentType="text/plain",
+                        CacheControl="max-age=60", Metadata={"old": "1"})
+    etag = _head(b, "m/k.json")["ETag"]
+    b.proxy.clear_log()
+    r = copy(b.uri("m/k.json"), b.uri("m/k.json"), **b.options,
+             object_metadata=MetadataOptions(content_type="application/json",
+                                             metadata={"sha": "abc"}))
+    assert r.ok and r.files == 1 and r.outcomes[0].server_side, r.errors
+    assert r.outcomes[0].verified_by == "ETag"
+    head = _head(b, "m/k.json")
+    assert head["ContentType"] == "application/json" and head["Metadata"] == {"sha": "abc"}
+    assert head["CacheControl"] == "max-age=60" and head["ETag"] == etag
+    assert b.get("m/k.json") == data
+    (put,) = _writes(b, "m/k.json")
+    assert [q for q in b.requests if q.method == "GET" and q.path.endswith("/m/k.json")] == []
+    assert put.method == "PUT"
+
+
+def test_a_multipart_object_is_changed_in_place_in_its_own_parts(tensorstream_s3: Any) -> None:
+    """An object uploaded in parts: copied onto itself part for part (its ETag, the copy's,
+    compared before it is published), the new metadata on the upload; no upload left."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), b"end"]
+    etag = _put_in_parts(b, "m/big.bin", parts)
+    r = copy(b.uri("m/big.bin"), b.uri("m/big.bin"), **b.options,
+             object_metadata=MetadataOptions(cache_control="max-age=3600"))
+    assert r.ok and r.outcomes[0].server_side and r.outcomes[0].verified_by == "ETag", r.errors
+    head = _head(b, "m/big.bin")
+    assert head["CacheControl"] == "max-age=3600" and head["ContentType"] == "x-model/old"
+    assert head["Metadata"] == {"old": "1"} and head["ETag"] == etag
+    assert b.get("m/big.bin") == b"".join(parts)
+    assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+def test_a_prefix_is_changed_in_place(tensorstream_s3: Any) -> None:
+    """``cp -r s3://b/p/ s3://b/p/ --metadata k=v`` (aws's recursive REPLACE): every object."""
+    b = tensorstream_s3
+    for name in ("a.bin", "sub/b.bin"):
+        b.put(f"p/{name}", name.encode())
+    r = copy(b.uri("p/"), b.uri("p/"), recursive=True, **b.options,
+             object_metadata=MetadataOptions(metadata={"team": "ml"}))
+    assert r.ok and r.files == 2, r.errors
+    for name in ("a.bin", "sub/b.bin"):
+        assert _head(b, f"p/{name}")["Metadata"] == {"team": "ml"}
+        assert b.get(f"p/{name}") == name.encode()
+
+
+def test_without_metadata_an_object_onto_itself_is_still_refused(tensorstream_s3: Any) -> None:
+    """No field given: nothing would change (S3 refuses such a copy too): still refused,
+    and the error says how to change the metadata in place."""
+    b = tensorstream_s3
+    b.put("m/k.bin", b"k")
+    b.proxy.clear_log()
+    r = copy(b.uri("m/k.bin"), b.uri("m/k.bin"), **b.options)
+    assert not r.ok and "same object" in r.errors[0], r.errors
+    assert "--metadata" in r.errors[0] and "--content-type" in r.errors[0], r.errors
+    assert _writes(b, "m/k.bin") == []
+
+
+@pytest.mark.tensorstream_s3(auth=False)  # (the SSE-C front maps ETags back: no signature)
+@pytest.mark.parametrize("how", ["no server-side copy", "another key pair",
+                                 "not implemented", "SSE-C"])
+def test_where_s3_cannot_copy_onto_itself_a_clear_error_and_the_object_untouched(
+        tensorstream_s3: Any, how: str) -> None:
+    """The change is a copy by S3 onto itself; where there is none (--no-server-side-copy,
+    a key pair per side, a store answering 501, a source encrypted with a customer key) the
+    object is never streamed onto itself: an error says why and what to do, nothing is
+    written."""
+    b = tensorstream_s3
+    data = os.urandom(1000)
+    b.client.put_object(Bucket=b.bucket, Key="m/k.bin", Body=data, ContentType="x/old")
+    kwargs: dict[str, Any] = dict(b.options)
+    if how == "no server-side copy":
+        kwargs["server_side_copy"] = False
+    elif how == "another key pair":
+        kwargs = {"src_options": b.options,
+                  "dst_options": {**b.options, "s3_session_token": "another"}}
+    elif how == "not implemented":
+        b.faults.raw.path_prefix = f"/{b.bucket}/m/k.bin"
+        b.faults.raw.status_script = [200, 200, 501]  # planning's HEAD, the copy's, the copy
+    front = EncryptingFront(b.proxy.url, {"x-amz-server-side-encryption-customer-algorithm":
+                                          "AES256"}, prefix=f"/{b.bucket}/m/k.bin")
+    if how == "SSE-C":
+        kwargs["s3_endpoint"] = front.__enter__().url
+    b.proxy.clear_log()
+    try:
+        r = copy(b.uri("m/k.bin"), b.uri("m/k.bin"), **kwargs,
+                 object_metadata=MetadataOptions(content_type="x/new"))
+    finally:
+        if how == "SSE-C":
+            front.__exit__()
+    assert not r.ok and r.files == 0, r.errors
+    assert "in place" in r.errors[0], r.errors
+    said = {"no server-side copy": "--no-server-side-copy", "another key pair": "key pair",
+            "not implemented": "NotImplemented", "SSE-C": "SSE-C"}[how]
+    assert said in r.errors[0], r.errors
+    assert _head(b, "m/k.bin")["ContentType"] == "x/old" and b.get("m/k.bin") == data
