@@ -173,22 +173,18 @@ def test_a_page_that_always_stalls_fails_after_the_retries_naming_timeout_idle()
     assert "timeout_idle=0.3 s" in str(info.value) and "3 attempts" in str(info.value)
 
 
-def test_a_listing_that_changed_before_it_was_asked_again_fails_instead_of_mixing() -> None:
+def test_a_listing_that_changed_before_it_was_asked_again_goes_on_after_the_last_entry(
+        ) -> None:
     """The neighbour: the first page, listed again, no longer ends with the entry given
-    last (``b`` was deleted, ``b2`` added): the listing fails with the stall that
-    stopped it, and gives neither ``b2`` nor ``c`` (an entry missed or given twice)."""
+    last (``b`` was deleted, ``b2`` added). S3 lists by key, so the listing goes on
+    after ``b`` (asked with ``start-after``; this server lists from the start whatever it
+    is asked, and the entries up to ``b`` are skipped by their order): ``b2``, ``c`` and
+    ``d`` come once each, nothing is given twice, nothing after ``b`` is missed. (It
+    failed, counting the entries skipped: a retry could only go on from an unchanged
+    listing.)"""
     with PagedS3(stall_times=1, then_first=["a", "b2"]) as server:
-        got: list[str] = []
-
-        async def run() -> None:
-            async with tensorstream.get_provider("s3://bkt/", **server.options, **FAST) as p:
-                async for info in p.list("bkt/"):
-                    got.append(info.path)
-
-        with pytest.raises(errors.StorageTimeoutError) as info:
-            asyncio.run(run())
-    assert got == ["bkt/a", "bkt/b"]
-    assert "timeout_idle=0.3 s" in str(info.value) and "had changed" in str(info.value)
+        listed = _listed("s3://bkt/", **server.options, **FAST)
+    assert listed == ["bkt/a", "bkt/b", "bkt/b2", "bkt/c", "bkt/d"]
 
 
 def test_a_trickling_listing_page_stops_at_timeout_total() -> None:
@@ -219,3 +215,106 @@ def test_a_redis_listing_that_stalls_once_is_asked_again(tensorstream_redis: Bac
     finally:
         timer.cancel()
     assert [p.rpartition("/")[2] for p in listed] == [k.rpartition("/")[2] for k in keys]
+
+
+# -- a long listing throttled now and then: resumed where it stopped -----------------------
+class SortedS3(PagedS3):
+    """A loopback S3 of ``keys`` listed two entries a page (``continuation-token``,
+    ``start-after``, ``delimiter`` as S3 takes them: a ``start-after`` of a deeper prefix
+    gives that prefix again); every ``fail_every``-th listing request is a 503."""
+
+    def __init__(self, keys: list[str], fail_every: int) -> None:
+        super().__init__(stall_times=0)
+        self.keys, self.fail_every = sorted(keys), fail_every
+        self.asked: list[dict[str, str]] = []
+
+    def _entries(self, prefix: str, delimiter: str, after: str, skip_below: bool) -> list[str]:
+        out: list[str] = []
+        for key in self.keys:
+            if not key.startswith(prefix) or key <= after:
+                continue
+            rest = key[len(prefix):]
+            entry = prefix + rest[:rest.index(delimiter) + 1] if delimiter and \
+                delimiter in rest else key
+            if skip_below and after.endswith("/") and entry == after:
+                continue  # (a page's token: the keys of the prefix it gave are done)
+            if not out or out[-1] != entry:
+                out.append(entry)
+        return out
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        q = dict(request.query)
+        if q.get("list-type") != "2":
+            return web.Response(status=404)
+        self.asked.append(q)
+        if len(self.asked) % self.fail_every == 0:
+            return web.Response(status=503, text="<Error><Code>SlowDown</Code></Error>")
+        token = q.get("continuation-token")
+        entries = self._entries(q.get("prefix", ""), q.get("delimiter", ""),
+                                token if token is not None else q.get("start-after", ""),
+                                skip_below=token is not None)
+        page, more = entries[:2], len(entries) > 2
+        items = "".join(
+            f"<CommonPrefixes><Prefix>{e}</Prefix></CommonPrefixes>" if e.endswith("/") else
+            f"<Contents><Key>{e}</Key><Size>3</Size><LastModified>2026-01-01T00:00:00.000Z"
+            f"</LastModified><ETag>\"e\"</ETag></Contents>" for e in page)
+        tail = (f"<IsTruncated>true</IsTruncated><NextContinuationToken>{page[-1]}"
+                "</NextContinuationToken>" if more else "<IsTruncated>false</IsTruncated>")
+        return web.Response(text=f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult>'
+                                 f"<Name>bkt</Name>{tail}{items}</ListBucketResult>",
+                            content_type="application/xml")
+
+
+KEYS = [f"k{i:02d}" for i in range(24)]
+
+
+def test_a_long_listing_throttled_every_few_pages_lists_whole_resuming_where_it_stopped(
+        ) -> None:
+    """A listing was asked again from its first page after each failure: with one page in
+    four throttled (503 SlowDown), no retry got past the pages given before, and a
+    listing of more than three pages failed after ``retries`` (boto3's paginator, which
+    retries each page, lists it whole). Now the listing resumes after the last key given
+    (``start-after``): every key once, each page asked about once more per failure."""
+    with SortedS3(KEYS, fail_every=4) as server:
+        listed = _listed("s3://bkt/", **server.options, **FAST, retries=3)
+        asked = server.asked
+    assert listed == [f"bkt/{k}" for k in KEYS]
+    failures = len(asked) // 4
+    assert len(asked) <= len(KEYS) // 2 + failures + 1
+    resumed = [q for q in asked if "start-after" in q]  # (each a first page, no token)
+    assert resumed and all("continuation-token" not in q for q in resumed)
+    assert all(q["start-after"] < "k23" for q in resumed)
+
+
+def test_a_resumed_level_listing_gives_a_deeper_prefix_once(tmp_path: Any) -> None:
+    """The neighbour, by delimiter (``ls``): resumed after a deeper prefix, which S3 gives
+    again for ``start-after`` of it, each entry still comes once, in order."""
+    keys = ["a/1", "a/2", "b", "c/x", "c/y", "d", "e/z", "f", "g", "h/1", "i"]
+    with SortedS3(keys, fail_every=3) as server:
+        async def run() -> list[str]:
+            async with tensorstream.get_provider("s3://bkt/", **server.options, **FAST,
+                                                 retries=3) as p:
+                return [info.path async for info in p.list_level("bkt/")]
+        listed = asyncio.run(run())
+    assert listed == [f"bkt/{e}" for e in ["a/", "b", "c/", "d", "e/", "f", "g", "h/", "i"]]
+
+
+def test_s3_lists_after_a_key_as_a_resumed_listing_asks(tensorstream_s3: Backend) -> None:
+    """What a resumed listing asks of S3 (moto): ``start_after`` a key gives the keys
+    after it, by delimiter too (a deeper prefix named there comes again, and is then
+    skipped by the retry layer)."""
+    folder, _ = _stored(tensorstream_s3, 4)
+    tensorstream_s3.put(f"{folder}/k1x/deep", b"abc")
+    uri = tensorstream_s3.uri(folder + "/")
+    bucket = tensorstream.parse_uri(uri).path.partition("/")[0]
+
+    async def run() -> tuple[list[str], list[str]]:
+        async with tensorstream.get_provider(uri, **tensorstream_s3.options) as p:
+            base = f"{bucket}/{folder}/"
+            flat = [i.path async for i in p.inner.list(base, start_after=base + "k1")]
+            level = [i.path async for i in p.inner.list_level(base, start_after=base + "k1x/")]
+            return flat, level
+    flat, level = asyncio.run(run())
+    base = f"{bucket}/{folder}/"
+    assert flat == [base + k for k in ("k1x/deep", "k2", "k3")]
+    assert level[-2:] == [base + "k2", base + "k3"] and base + "k1" not in level

@@ -5,12 +5,18 @@ A listing is a series of requests (S3 ``ListObjectsV2`` pages, Redis ``SCAN``s)
 made inside the provider's iterator, out of the retry layer's reach: one page
 that stalled or was throttled failed the whole ``ls``, ``cp -r`` or ``sync``.
 Listing is idempotent, so a listing that fails with a temporary error is listed
-again from the start with backoff, under the same attempt budget as a read
-(counted again from each new entry), and the entries already given are skipped:
-each entry comes once. Providers list in a stable order (S3 and Redis by key,
-local folders sorted); the skipped entries are checked to end with the one given
-last, and a listing that changed meanwhile ends with the error that stopped it
-rather than give an entry twice or miss one.
+again with backoff, under the same attempt budget as a read (counted again from
+each new entry): each entry comes once. A provider that can start a listing after
+a key (``resumes_listing``: S3's ``StartAfter``) is asked for the entries after
+the one given last, so a long listing throttled now and then goes on where it
+stopped (asked from its start, no retry got past the pages given before); the
+entries up to it that come anyway are skipped by their order (a deeper prefix S3
+gives again, a server that ignores ``StartAfter``), so an entry added or deleted
+before it meanwhile changes nothing given. Another provider is listed
+from the start and the entries already given are skipped. Providers list in a
+stable order (S3 and Redis by key, local folders sorted); the skipped entries are
+checked to end with the one given last, and a listing that changed meanwhile ends
+with the error that stopped it rather than give an entry twice or miss one.
 """
 
 from __future__ import annotations
@@ -38,23 +44,27 @@ def _wait(exc: TensorstreamError, failed: int, policy: RetryConfig) -> float:
 
 
 async def retried_listing(
-        start: Callable[[], AsyncIterator[ObjectInfo]], policy: RetryConfig, timeouts: Timeouts,
-        *, final: Callable[[TensorstreamError, int], TensorstreamError],
+        start: Callable[[str | None], AsyncIterator[ObjectInfo]], policy: RetryConfig,
+        timeouts: Timeouts, *, final: Callable[[TensorstreamError, int], TensorstreamError],
         on_retry: Callable[[TensorstreamError], None] = lambda exc: None,
+        resumes: bool = False,
 ) -> AsyncIterator[ObjectInfo]:
-    """The entries of ``start()``, listed again after a temporary error; each
+    """The entries of ``start(None)``, listed again after a temporary error; each
     step of the listing (a page's request) under ``timeouts.total``.
 
-    ``final(exc, attempts)`` is the error raised once retrying stops (the retry
-    layer's, naming the attempts); ``on_retry(exc)`` is told of each retry."""
+    ``resumes``: ``start(path)`` lists the entries after ``path`` (else only
+    ``start(None)`` is called). ``final(exc, attempts)`` is the error raised once
+    retrying stops (the retry layer's, naming the attempts); ``on_retry(exc)`` is
+    told of each retry."""
     given = 0  # entries given to the caller
     last: str | None = None
     failed = 0  # attempts failed since the last new entry
     pending: TensorstreamError | None = None  # the error that made this a listing again
     while True:
-        skip = given
+        after = last if resumes else None  # (None: from the start, skipping `given`)
+        skip = 0 if after is not None else given
         try:
-            listing = start()
+            listing = start(after)
             try:
                 while True:
                     # (the deadline is set for this step only: never across a yield,
@@ -64,6 +74,10 @@ async def retried_listing(
                             info = await anext(listing)
                         except StopAsyncIteration:
                             break
+                    if after is not None and info.path <= after:
+                        # Given before: a deeper prefix given last (S3 gives it again),
+                        # or a server that lists from the start whatever was asked.
+                        continue
                     if skip:
                         skip -= 1
                         if skip == 0 and info.path != last:

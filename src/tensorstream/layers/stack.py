@@ -349,10 +349,16 @@ class PolicyProvider(Provider):
             log.debug("%s: listing %s failed (%s); listing again", self.service,
                       redact_text(prefix), redact_text(f"{type(exc).__name__}: {exc}"))
 
+        resumes = getattr(self.inner, "resumes_listing", False) is True
+
+        def start(after: str | None) -> AsyncIterator[ObjectInfo]:
+            list_: Any = lister or self.inner.list  # (start_after: resumes_listing's)
+            return list_(prefix, start_after=after) if after is not None else list_(prefix)
+
         try:
-            async for info in retried_listing(lambda: (lister or self.inner.list)(prefix),
-                                              self.config.retry, self.config.timeouts,
-                                              final=final, on_retry=on_retry):
+            async for info in retried_listing(start, self.config.retry, self.config.timeouts,
+                                              final=final, on_retry=on_retry,
+                                              resumes=resumes):
                 yield info
         except TensorstreamError as exc:
             self._add_context(exc, "list", prefix)

@@ -36,11 +36,12 @@ _LIST_BODY_LIMIT = 8 << 20
 _DIRECTORY_BUCKET = "--x-s3"
 
 
-async def list_objects(s3: S3Clients, prefix: str,
-                       delimiter: str | None) -> AsyncIterator[ObjectInfo]:
+async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
+                       start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
     """The objects under ``bucket/prefix`` in key order (:meth:`S3Provider.list
     <tensorstream.providers.s3.provider.S3Provider.list>`); with a ``delimiter``,
-    each deeper prefix once, as an entry whose path ends in it."""
+    each deeper prefix once, as an entry whose path ends in it; with ``start_after``
+    (a ``bucket/key`` path), those after it."""
     bucket, _, key_prefix = prefix.partition("/")
     if not bucket:
         raise InvalidURIError(f"S3 list prefixes are bucket[/prefix], got {prefix!r}")
@@ -49,6 +50,11 @@ async def list_objects(s3: S3Clients, prefix: str,
     args = {"Bucket": bucket, "Prefix": key_prefix}
     if delimiter:
         args["Delimiter"] = delimiter
+    if start_after is not None:
+        after_bucket, _, after_key = start_after.partition("/")
+        if after_bucket != bucket:
+            raise InvalidURIError(f"start_after {start_after!r} is not in bucket {bucket!r}")
+        args["StartAfter"] = after_key
 
     def page_once() -> Any:
         client, pool = s3._reads_for(bucket)
@@ -117,6 +123,7 @@ async def list_objects(s3: S3Clients, prefix: str,
         assert token is not None  # (_check_token)
         tokens.add(token)
         args["ContinuationToken"] = token
+        args.pop("StartAfter", None)  # (the token says where the next page starts)
 
 
 def _check_token(token: str | None, tokens: set[str], prefix: str) -> None:
@@ -138,6 +145,8 @@ def _list_page(s3: S3Clients, light: PathStyle, pool: ConnectionPool, prefix: st
     query = {"list-type": "2", "prefix": args["Prefix"], "encoding-type": "url"}
     if "Delimiter" in args:
         query["delimiter"] = args["Delimiter"]
+    if "StartAfter" in args:
+        query["start-after"] = args["StartAfter"]
     if "ContinuationToken" in args:
         query["continuation-token"] = args["ContinuationToken"]
     url = (f"{light.endpoint}/{quote(args['Bucket'], safe='')}?"

@@ -285,19 +285,26 @@ class S3Provider(S3Clients, Provider):
                           extra=_extra(h)), body
 
     # -- list / delete ------------------------------------------------------------
-    async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
-        """Objects under ``bucket/prefix``, in key order (S3 lists in UTF-8 order).
+    #: ``list``/``list_level`` take ``start_after`` (a retried listing resumes there).
+    resumes_listing = True
+
+    async def list(self, prefix: str, *,  # type: ignore[override]
+                   start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
+        """Objects under ``bucket/prefix``, in key order (S3 lists in UTF-8 order);
+        ``start_after``: only those after that path (``StartAfter``).
 
         Directory-marker keys (ending in ``/``) are skipped.
         """
-        async for info in list_objects(self, prefix, None):
+        async for info in list_objects(self, prefix, None, start_after=start_after):
             yield info
 
-    async def list_level(self, prefix: str) -> AsyncIterator[ObjectInfo]:
+    async def list_level(self, prefix: str, *,
+                         start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
         """One level under ``bucket/prefix``, in key order, as ``aws s3 ls`` lists it
         (``Delimiter=/``): the objects there, and each deeper prefix once as an entry
-        whose path ends in ``/`` (size 0) -- not every key below it."""
-        async for info in list_objects(self, prefix, "/"):
+        whose path ends in ``/`` (size 0) -- not every key below it. ``start_after``:
+        as :meth:`list` (S3 gives a deeper prefix named there again)."""
+        async for info in list_objects(self, prefix, "/", start_after=start_after):
             yield info
 
     async def list_buckets(self) -> builtins.list[tuple[str, Any]]:
