@@ -45,6 +45,7 @@ OTHER_TOOLS = {
     "--sources": "python -m benchmarks.cp_memory's option",
     "--dests": "python -m benchmarks.cp_memory's option",
     "--sizes": "python -m benchmarks.cp_memory's option",
+    "--metadata-directive": "aws s3 cp's, beside an in-place cp --metadata",
 }
 
 #: Upper-case string constants in src/tensorstream that are not environment variables.
