@@ -211,7 +211,7 @@ def _headers(name: str, value: Any) -> Mapping[str, str]:
             raise ConfigurationError(f"{name}: invalid header name {_shown(key.split(':')[0])}"
                                      "... (with a ':'; the rest is not shown): pass the name "
                                      "alone, and the value as its value")
-        if not isinstance(key, str) or not _HEADER_NAME.match(key):
+        if not isinstance(key, str) or not _HEADER_NAME.fullmatch(key):
             raise ConfigurationError(f"{name}: invalid header name {_shown(key)}")
         if not isinstance(item, str) or any(c in item for c in "\r\n\x00"):
             # never echo the value: headers carry API keys
@@ -230,7 +230,7 @@ def _choice(*allowed: str) -> Callable[[str, Any], str]:
     return check
 
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # (fullmatch: '$' passes "\n")
 _MAX_COUNT = 1 << 16
 _MAX_SIZE = 1 << 50  # 1 PiB: beyond any object store's object or part
 

@@ -154,6 +154,10 @@ def test_open_for_writing_takes_content_type_and_metadata(moto_s3: Any) -> None:
     assert _head(moto_s3, key)["ContentType"] == "binary/octet-stream"
     with pytest.raises(ConfigurationError, match="US-ASCII"):
         tensorstream.open(_uri(key), "wb", metadata={"k": "caf\u00e9"}, **moto_s3.options())
+    # (a value read from a file, its line break kept: it passed, and the upload failed
+    # as "cannot reach http://127.0.0.1:...: HTTPClientError", retried)
+    with pytest.raises(ConfigurationError, match="US-ASCII"):
+        tensorstream.open(_uri(key), "wb", metadata={"sha": "abc\n"}, **moto_s3.options())
 
 
 def test_open_for_writing_a_local_file_refuses_metadata(tmp_path: Path) -> None:

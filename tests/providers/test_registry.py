@@ -135,7 +135,7 @@ class _Half(Provider):
     service = "half"
 
 
-@pytest.mark.parametrize("scheme", ["", "my://", "9fs", "my fs", 3])
+@pytest.mark.parametrize("scheme", ["", "my://", "9fs", "my fs", 3, "myfs\n"])
 def test_a_scheme_that_no_uri_can_have_is_refused(scheme: Any) -> None:
     with pytest.raises(errors.ConfigurationError, match=r"URI scheme.*registered: .*s3"):
         registry.register(scheme, _Toy)

@@ -63,9 +63,9 @@ _ambiguous: dict[str, list[str]] = {}  # schemes two installed entry points clai
 
 
 #: RFC 3986's scheme: what parse_uri can ever hand to a provider ("s3://" or "" never is).
-_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")  # (fullmatch: '$' would pass a final "\n")
 #: ``"package.module:Class"``, the form of an entry point's value.
-_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 def _registered() -> str:
@@ -92,13 +92,13 @@ def register(scheme: str, provider: type[Provider] | str, *, replace: bool = Fal
     The scheme and the class are checked here (a string target when first used);
     a :class:`ConfigurationError` or ``TypeError`` names the problem and the
     schemes registered."""
-    if not isinstance(scheme, str) or not _SCHEME.match(scheme.lower()):
+    if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme.lower()):
         raise ConfigurationError(
             f"scheme must be a URI scheme such as 'myfs' (a letter, then letters, digits, "
             f"'+', '-' or '.'; no '://'), got {scheme!r}; registered: {_registered()}")
     scheme = scheme.lower()
     if isinstance(provider, str):
-        if not _TARGET.match(provider):
+        if not _TARGET.fullmatch(provider):
             raise ConfigurationError(
                 f"provider for {scheme!r} must be a Provider subclass or a 'module:Class' "
                 f"string, got {provider!r}")
@@ -147,7 +147,7 @@ def _import(target: str, scheme: str | None = None) -> type[Provider]:
     module_name, colon, attr = target.partition(":")
     builtin = scheme is None or (scheme in _BUILTIN and scheme not in _replaced)
     what = f"provider {target!r} for scheme {scheme!r}"
-    if not builtin and not (colon and _TARGET.match(target)):
+    if not builtin and not (colon and _TARGET.fullmatch(target)):
         # an entry point's value without ':Class' looked up the attribute '' of the module
         raise ConfigurationError(f"{what} is not a 'module:Class' target; "
                                  f"registered: {_registered()}")

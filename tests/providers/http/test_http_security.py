@@ -86,7 +86,7 @@ CANARY = "canary-unsendable-4e2a"
 
 
 @pytest.mark.parametrize("how", ["env newline", "token beyond Latin-1", "header beyond Latin-1",
-                                 "header name with its value"])
+                                 "header name with its value", "header name ending a line"])
 async def test_a_credential_http_cannot_send_is_refused_unshown(
         http_server: HTTPTestServer, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     # Were a bare ValueError("Invalid header value b'Bearer <token>\\n'") for the
@@ -100,6 +100,8 @@ async def test_a_credential_http_cannot_send_is_refused_unshown(
         options["token"] = CANARY + "\u2603"
     elif how == "header beyond Latin-1":
         options["headers"] = {"X-Api-Key": CANARY + "\u2603"}
+    elif how == "header name ending a line":  # ('$' matched before the line break)
+        options["headers"] = {"X-Api-Key\n": CANARY}
     else:
         options["headers"] = {f"X-Api-Key: {CANARY}": "x"}
     with pytest.raises(errors.ConfigurationError) as info:

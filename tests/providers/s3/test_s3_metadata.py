@@ -39,7 +39,9 @@ def test_user_metadata_up_to_s3s_limit_and_not_a_byte_more() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"k": "caf\u00e9"}, {"k": "a\tb"}, {"k": "a\x7f"},
-                                 {"k y": "v"}, {"": "v"}, {"k:": "v"}, {"k": 1}])
+                                 {"k y": "v"}, {"": "v"}, {"k:": "v"}, {"k": 1},
+                                 # (a line break at the end passed: '$' matches before it)
+                                 {"k": "caf\n"}, {"k\n": "v"}])
 def test_values_and_keys_s3_does_not_take_are_refused_without_showing_the_value(
         bad: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError) as caught:
@@ -47,9 +49,16 @@ def test_values_and_keys_s3_does_not_take_are_refused_without_showing_the_value(
     assert "caf" not in str(caught.value)
 
 
-def test_content_type_with_a_line_break_is_refused() -> None:
+@pytest.mark.parametrize("value", ["text/plain\r\nX-Injected: 1", "text/plain\n"])
+def test_content_type_with_a_line_break_is_refused(value: str) -> None:
+    # One at the end passed the check, and the upload failed as "cannot reach
+    # http://127.0.0.1:...: HTTPClientError" (http.client refused the header), retried.
     with pytest.raises(ConfigurationError, match="US-ASCII"):
-        MetadataOptions(content_type="text/plain\r\nX-Injected: 1")
+        MetadataOptions(content_type=value)
+    with pytest.raises(ConfigurationError, match="US-ASCII"):
+        MetadataOptions(cache_control=value)
+    with pytest.raises(ConfigurationError):
+        parse_metadata_args(["sha=" + value.rpartition("/")[2]])
 
 
 def test_fields_given_go_over_the_sources_and_empty_metadata_clears_it() -> None:

@@ -45,14 +45,15 @@ _META = "x-amz-meta-"
 #: S3: user metadata (keys and values, bytes) at most 2 KB; a request header at most 8 KB.
 USER_METADATA_MAX = 2048
 HEADER_MAX = 8192
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
-_VALUE = re.compile(r"^[\x20-\x7e]*$")  # printable US-ASCII (and space)
+# (fullmatch, never match: '$' also matches before a line break at the end)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110)
+_VALUE = re.compile(r"[\x20-\x7e]*")  # printable US-ASCII (and space)
 
 
 def _check_value(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise ConfigurationError(f"{what} must be a string, got {type(value).__name__}")
-    if not _VALUE.match(value):
+    if not _VALUE.fullmatch(value):
         bad = next(c for c in value if not "\x20" <= c <= "\x7e")
         raise ConfigurationError(
             f"{what} holds {bad!r}: S3 takes only printable US-ASCII here (no line breaks, "
@@ -73,7 +74,7 @@ def validate_user_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
                                  f"(got {type(metadata).__name__})")
     out: dict[str, str] = {}
     for key, value in metadata.items():
-        if not isinstance(key, str) or not _TOKEN.match(key):
+        if not isinstance(key, str) or not _TOKEN.fullmatch(key):
             raise ConfigurationError(
                 f"metadata key {key!r:.80} cannot be an S3 metadata name: use letters, digits "
                 "and - _ . (no spaces, no ':' or '=')")
