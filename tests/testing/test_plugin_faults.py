@@ -1,5 +1,5 @@
 """Fault semantics the same on every backend: when a fault starts counting, what
-it replaces with, and that nothing of one test's faults reaches the next."""
+it replaces with, and that nothing of one test's faults or objects reaches the next."""
 
 from __future__ import annotations
 
@@ -108,3 +108,52 @@ def test_a_request_still_in_flight_when_its_test_ends_does_not_reach_the_next(py
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-q",
                                            "-W", "error")
     result.assert_outcomes(passed=4)
+
+
+def test_what_a_test_wrote_outside_its_namespace_is_gone_in_the_next(pytester):
+    # Serving code in the environment mode writes where it likes (its own Redis key from
+    # REDIS_URL, its own bucket): that stayed on the session's servers, so the next test
+    # found the previous test's model, keys and buckets.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_leftovers="""
+        import os
+        import boto3, redis
+        import pytest
+        import tensorstream
+
+        def redis_uri(key):
+            return f"{os.environ['REDIS_URL'].rsplit('/', 1)[0]}/{key}"
+
+        @pytest.mark.tensorstream_redis(env=True)
+        def test_redis_a(tensorstream_redis):
+            with tensorstream.open(redis_uri("cache/model.bin"), "wb") as f:
+                f.write(b"from a")
+            redis.Redis.from_url(os.environ["REDIS_URL"]).set("plain", b"a")
+            redis.Redis.from_url(os.environ["REDIS_URL"], db=3).set("other-db", b"a")
+
+        @pytest.mark.tensorstream_redis(env=True)
+        def test_redis_b(tensorstream_redis):
+            with pytest.raises(FileNotFoundError):
+                tensorstream.open(redis_uri("cache/model.bin"))
+            assert redis.Redis.from_url(os.environ["REDIS_URL"]).keys() == []
+            assert redis.Redis.from_url(os.environ["REDIS_URL"], db=3).keys() == []
+
+        @pytest.mark.tensorstream_s3(env=True)
+        def test_s3_a(tensorstream_s3):
+            client = boto3.session.Session().client("s3")
+            client.create_bucket(Bucket="models")
+            client.put_object(Bucket="models", Key="m", Body=b"a")
+
+        @pytest.mark.tensorstream_s3(env=True)
+        def test_s3_b(tensorstream_s3):
+            client = boto3.session.Session().client("s3")
+            names = [b["Name"] for b in client.list_buckets()["Buckets"]]
+            assert names == [tensorstream_s3.bucket]
+            assert tensorstream_s3.create_bucket("models") == "models"
+            assert client.list_objects_v2(Bucket="models").get("Contents", []) == []
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-q")
+    result.assert_outcomes(passed=4)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+                                "--tensorstream-redis=fake", "-k", "redis")
+    result.assert_outcomes(passed=2, deselected=2)

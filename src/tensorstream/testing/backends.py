@@ -16,6 +16,7 @@ own bucket / key prefix and faults that are reset when it ends.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import secrets
@@ -34,6 +35,7 @@ from .faults import (
     _S3ProxyFaults,
 )
 from .http_proxy import HTTPFaultProxy
+from .leftovers import RedisKeys, s3_buckets
 from .tcp_proxy import TCPFaultProxy
 
 __all__ = [
@@ -120,6 +122,7 @@ class S3Backend(Backend):
         self.auth = bool(server.auth)
         self.bucket = _unique("ts-test-")
         self._buckets = [self.bucket]
+        self._before = s3_buckets(server.client)  # a bucket the test makes itself goes too
         server.create_bucket(self.bucket)
         self.faults = _S3ProxyFaults(self)
 
@@ -180,7 +183,10 @@ class S3Backend(Backend):
         super().close()
         self.proxy.clear_log()
         client = self.server.client
-        for bucket in self._buckets:
+        buckets = list(self._buckets)
+        with contextlib.suppress(Exception):  # best effort, as below
+            buckets += sorted(s3_buckets(client) - self._before - set(buckets))
+        for bucket in buckets:
             try:
                 for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
                     keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
@@ -286,6 +292,13 @@ class RedisBackend(Backend):
         #: admin access.
         self.client: Any = redis.Redis(host=host, port=port, socket_timeout=30,
                                        **(client_kwargs or {}))
+
+        def connect(db: int) -> Any:
+            return redis.Redis(host=host, port=port, db=db, socket_timeout=30,
+                               **(client_kwargs or {}))
+
+        # Keys the test adds anywhere (env-mode code writes its own) are deleted after it.
+        self._leftovers = RedisKeys(connect)
         self.faults = _RedisProxyFaults(self)
         self.faults.reset()
         self._lock = threading.Lock()
@@ -360,11 +373,7 @@ class RedisBackend(Backend):
     def close(self) -> None:
         super().close()
         try:
-            from ..providers.redis.layout import escape_glob
-
-            keys = list(self.client.scan_iter(match=escape_glob(self.prefix + "/") + "*", count=1000))
-            for i in range(0, len(keys), 1000):
-                self.client.delete(*keys[i : i + 1000])
+            self._leftovers.delete_new()  # the test's prefix, and what it wrote elsewhere
         finally:
             self.client.close()
 
