@@ -272,3 +272,44 @@ def test_sync_delete_from_a_listing_with_a_corrupt_manifest_deletes_nothing(
     code = main(["sync", "--delete", url.rsplit("/", 1)[0] + "/", str(tmp_path)])
     assert code != 0
     assert (tmp_path / "k").read_bytes() == b"kept"
+
+
+def test_a_batch_read_back_names_the_chunk_that_came_back_other(
+        serve: Callable[[dict[str, Reply]], str]) -> None:
+    # Small chunks are staged and read back in batches (one MULTI of SET/GET pairs):
+    # each reply is compared with its own chunk, and the one that differs is named.
+    data = os.urandom(8 << 10)
+    store: dict[bytes, bytes] = {}
+    queued: list[bytes | None] = []
+
+    def set_(args: list[bytes]) -> bytes:
+        store[args[1]] = args[2]
+        queued.append(None)
+        return b"+QUEUED\r\n"
+
+    def get(args: list[bytes]) -> bytes:
+        queued.append(args[1])
+        return b"+QUEUED\r\n"
+
+    def exec_(args: list[bytes]) -> bytes:
+        out = [b"+OK\r\n" if key is None else
+               _bulk(store[key][:-1] + bytes([store[key][-1] ^ 1]) if key.endswith(b":5120")
+                     else store[key])
+               for key in queued]
+        queued.clear()
+        return b"*%d\r\n%s" % (len(out), b"".join(out))
+
+    url = serve({"type": b"+none\r\n", "multi": b"+OK\r\n", "set": set_, "get": get,
+                 "exec": exec_})
+
+    async def write() -> None:
+        provider = tensorstream.get_provider(url, retries=1, redis_chunk_size=1 << 10)
+        try:
+            writer = provider.open_writer(url.rsplit("/", 1)[-1])
+            assert writer.part_size_for(len(data), len(data)) == len(data)
+            await writer.write_part(0, memoryview(data), md5=b"")
+        finally:
+            await provider.close()
+    with pytest.raises(IntegrityError, match=r"for bytes 5120-6143 of 'k'"):
+        asyncio.run(asyncio.wait_for(write(), 10))
+    assert len(store) == 8  # one batch

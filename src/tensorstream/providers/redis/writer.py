@@ -1,8 +1,10 @@
 """Atomic Redis writer: stage chunks of a new generation, publish the manifest, drop the old.
 
 1. Chunks ``K:<gen>:<offset>`` are ``SET`` with a staging TTL as they fill
-   (a few in flight), so memory stays bounded and a crashed writer leaves
-   nothing behind for long.
+   (a few pipelines in flight; chunks that fill while all are busy go
+   together in the next, up to :data:`BATCH_BYTES`), so memory stays bounded,
+   small chunks cost a round trip per batch rather than per chunk, and a
+   crashed writer leaves nothing behind for long.
 2. On commit the chunks are made persistent, then one Lua script replaces
    the manifest hash at ``K`` (a single key: atomic on a cluster too) and
    returns the previous generation. A publish whose answer is lost may have
@@ -12,15 +14,19 @@
    gets :class:`~tensorstream.errors.ObjectChangedError`, never a mix.
 
 Parts in any order (``cp``): :meth:`RedisWriter.write_part` stages a part's
-chunks at once, concurrently with other parts. Each chunk is written and
-read back in one transaction (``MULTI SET GET EXEC``) and compared with the
+chunks at once, concurrently with other parts. Its chunks are written and
+read back in batches of up to :data:`BATCH_BYTES`, each one round trip (a
+``MULTI`` of ``SET``/``GET`` pairs; on a cluster, whose keys of one batch
+live on several nodes, a pipeline: each node's connection runs them in
+order), and compared with the
 source's bytes still in hand, before anything is published: Redis has no
 digest of its own that is cheap (``redis.sha1hex`` in a script hashes ~100
 MB/s, blocking the server), and bytes damaged on the way in are only seen
 by looking at what the server holds. The chunks' keys carry a random
 generation nobody else knows, so nothing else writes them afterwards; the
 commit makes every chunk persistent and checks its length (``STRLEN``) in
-one pipeline, and publishes only if every one is there at the length
+pipelines of :data:`COMMIT_BATCH` chunks, and publishes only if every one
+is there at the length
 written (an evicted chunk is never published). The manifest records the
 sha256 of the source's bytes, which a whole read checks.
 
@@ -60,13 +66,21 @@ from .width import refused
 if TYPE_CHECKING:
     from .provider import RedisProvider
 
-__all__ = ["DELETE_IF_GENERATION", "STAGING_TTL_MS", "RedisWriter"]
+__all__ = ["BATCH_BYTES", "COMMIT_BATCH", "DELETE_IF_GENERATION", "STAGING_TTL_MS",
+           "RedisWriter"]
 
 log = logging.getLogger("tensorstream.redis")
 
 #: Unpublished chunks expire after this long if the writer dies.
 STAGING_TTL_MS = 24 * 3600 * 1000
 _WRITES_IN_FLIGHT = 4
+#: Chunks staged in one round trip: up to this many bytes (at least one chunk). With
+#: 1 KiB chunks, one SET (and its round trip) per chunk made a write of N chunks
+#: N round trips; the default 4 MiB chunks still go one per pipeline.
+BATCH_BYTES = 4 << 20
+#: Chunks made persistent (and their lengths checked) per pipeline at commit: one
+#: pipeline of every chunk held all their commands and replies at once.
+COMMIT_BATCH = 8192
 
 # Replace the manifest at KEYS[1] with the hash ARGV (field, value, ...);
 # return the previous generation, size and chunk size (or nil).
@@ -114,6 +128,9 @@ class RedisWriter(Writer):
         self._size = 0
         self._hash = hashlib.sha256()
         self._tasks: set[asyncio.Future[Any]] = set()
+        #: write(): chunks filled while every pipeline was busy (sent together)
+        self._pending: list[tuple[bytes, bytes]] = []
+        self._pending_bytes = 0
         self._keys: list[bytes] = []
         self._state = "open"  # open | publishing | committed | aborted
         #: write_part: each staged chunk's length, and the part size in use.
@@ -141,7 +158,8 @@ class RedisWriter(Writer):
         while len(self._buf) >= self._cs:
             chunk = bytes(self._buf[: self._cs])
             del self._buf[: self._cs]
-            await self._submit(chunk)
+            await self._stage(chunk)
+        await self._flush()  # the rest goes now too: a write's chunks are on their way
 
     def _send(self, fn: Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:
         """Start one Redis interaction as a task that runs to its answer, whoever
@@ -154,7 +172,27 @@ class RedisWriter(Writer):
         task.add_done_callback(_settled(self._inflight))
         return task
 
-    async def _submit(self, chunk: bytes) -> None:
+    async def _stage(self, chunk: bytes) -> None:
+        """Queue ``chunk``; send the queue at once while a pipeline is free, else
+        once it holds :data:`BATCH_BYTES` (then waiting for a free one)."""
+        self._check_fits(self._size + len(chunk))
+        key = chunk_key(self._path, self._gen, self._size).encode("utf-8", "surrogateescape")
+        self._keys.append(key)
+        self._size += len(chunk)
+        self._pending.append((key, chunk))
+        self._pending_bytes += len(chunk)
+        self._settle_done()
+        if len(self._tasks) < _WRITES_IN_FLIGHT or self._pending_bytes >= BATCH_BYTES:
+            await self._flush()
+
+    def _settle_done(self) -> None:
+        """Forget finished pipelines (a failed one raises its error here)."""
+        for t in [t for t in self._tasks if t.done()]:
+            self._tasks.discard(t)
+            t.result()
+
+    async def _flush(self) -> None:
+        """Send the queued chunks as one pipeline, once one of the few is free."""
         while len(self._tasks) >= _WRITES_IN_FLIGHT:
             done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -162,17 +200,19 @@ class RedisWriter(Writer):
                 t.result()
         if self._state != "open":  # aborted while this write waited for a slot
             raise ValueError(f"write to a {self._state} Redis writer")
-        self._check_fits(self._size + len(chunk))
-        key = chunk_key(self._path, self._gen, self._size).encode("utf-8", "surrogateescape")
-        self._keys.append(key)
-        self._size += len(chunk)
+        batch, self._pending, self._pending_bytes = self._pending, [], 0
+        if not batch:
+            return
         p = self._p
 
         async def put() -> None:
-            await self._within_bulk_limit(len(chunk), lambda: p.client().set(
-                key, chunk, px=STAGING_TTL_MS))
+            pipe = p.client().pipeline(transaction=False)
+            for key, chunk in batch:
+                pipe.set(key, chunk, px=STAGING_TTL_MS)
+            await pipe.execute()
 
-        self._tasks.add(self._send(put))
+        self._tasks.add(self._send(
+            lambda: self._within_bulk_limit(max(len(c) for _, c in batch), put)))
 
     # -- parts in any order ------------------------------------------------------
     wants_sha256 = True
@@ -193,37 +233,47 @@ class RedisWriter(Writer):
         p = self._p
         if self._slots is None:
             self._slots = asyncio.Semaphore(_WRITES_IN_FLIGHT)
+        step = self._cs * max(1, BATCH_BYTES // self._cs)  # whole chunks per round trip
         try:
-            for start in range(0, len(data), self._cs):
+            for first in range(0, len(data), step):
                 if self._failure is not None:
                     raise self._failure
-                chunk = data[start: start + self._cs]  # sent as it is (no copy)
-                key = chunk_key(self._path, self._gen, base + start).encode(
-                    "utf-8", "surrogateescape")
-                self._keys.append(key)
-                self._lengths[key] = len(chunk)
+                batch: list[tuple[bytes, memoryview, int]] = []
+                for start in range(first, min(first + step, len(data)), self._cs):
+                    chunk = data[start: start + self._cs]  # sent as it is (no copy)
+                    key = chunk_key(self._path, self._gen, base + start).encode(
+                        "utf-8", "surrogateescape")
+                    self._keys.append(key)
+                    self._lengths[key] = len(chunk)
+                    batch.append((key, chunk, base + start))
 
-                async def put(key: bytes = key, chunk: memoryview = chunk) -> Any:
+                async def put(batch: list[tuple[bytes, memoryview, int]] = batch) -> Any:
                     # Staged and read back in one round trip, while the source's
                     # bytes are still in hand: compared before anything is
                     # published (never a corrupt object visible, even briefly).
-                    pipe = p.client().pipeline(transaction=True)
-                    pipe.set(key, chunk, px=STAGING_TTL_MS)
-                    pipe.get(key)
-                    return (await self._within_bulk_limit(len(chunk), pipe.execute))[1]
+                    # A cluster's batch spans slots (no MULTI): its pipeline sends
+                    # each node its pairs on one connection, run in order.
+                    pipe = p.client().pipeline(transaction=not p.cluster)
+                    for key, chunk, _ in batch:
+                        pipe.set(key, chunk, px=STAGING_TTL_MS)
+                        pipe.get(key)
+                    replies = await self._within_bulk_limit(
+                        max(len(c) for _, c, _ in batch), pipe.execute)
+                    return replies[1::2]
 
-                # One server: a few chunks in flight keep it busy; more would only
-                # hold more replies (each a copy of its chunk) in memory. Shielded:
-                # a part stopped here leaves its chunk to finish (abort waits for it).
+                # One server: a few batches in flight keep it busy; more would only
+                # hold more replies (each a copy of its chunks) in memory. Shielded:
+                # a part stopped here leaves its batch to finish (abort waits for it).
                 async with self._slots:
                     if self._state != "open":
                         raise ValueError(f"write to a {self._state} Redis writer")
                     stored = await asyncio.shield(self._send(put))
-                if stored != chunk:
-                    raise self._failed(IntegrityError(
-                        f"verification failed: Redis holds other bytes than were sent for "
-                        f"bytes {base + start}-{base + start + len(chunk) - 1} of "
-                        f"{self._path!r}; nothing was published"))
+                for (_key, chunk, at), got in zip(batch, stored, strict=True):
+                    if got != chunk:
+                        raise self._failed(IntegrityError(
+                            f"verification failed: Redis holds other bytes than were sent "
+                            f"for bytes {at}-{at + len(chunk) - 1} of "
+                            f"{self._path!r}; nothing was published"))
         except BaseException as exc:
             # Not aborted here: other parts may still have chunks in flight, which
             # would land after the clean-up. The caller aborts once they stopped.
@@ -299,7 +349,8 @@ class RedisWriter(Writer):
             raise ValueError(f"commit of a {self._state} Redis writer")
         if self._buf:
             chunk, self._buf = bytes(self._buf), bytearray()
-            await self._submit(chunk)
+            await self._stage(chunk)
+        await self._flush()
         await self._drain()
         await self._publish(self._size, self._hash.hexdigest(), check_lengths=False)
 
@@ -328,25 +379,29 @@ class RedisWriter(Writer):
         manifest; returns the previous generation. Not started, and not
         published, once an abort began."""
         key = self._path.encode("utf-8", "surrogateescape")
-        ops: list[tuple[str, tuple[Any, ...]]] = [("persist", (k,)) for k in self._keys]
-        if check_lengths:
-            ops += [("strlen", (k,)) for k in self._keys]
-        # Last, the manifest this publish replaces (see _replacing), in the same round trip.
-        ops.append(("eval", (_MANIFEST, 1, key)))
-        answers = await self._p.pipeline(ops)
-        self._replacing, answers = answers[-1], answers[:-1]
-        persisted, lengths = answers[: len(self._keys)], answers[len(self._keys):]
-        if not all(persisted):
-            raise ObjectChangedError(
-                f"staged chunks of {self._path!r} vanished before commit: evicted (Redis is at "
-                "maxmemory, and chunks being written carry an expiry, which volatile-* "
-                "policies evict first), expired or deleted; nothing was published"
-            )
-        if check_lengths and [_length(n) for n in lengths] != [self._lengths[k]
-                                                               for k in self._keys]:
-            raise IntegrityError(
-                f"verification failed: a staged chunk of {self._path!r} does not have the "
-                "length written; nothing was published")
+        for first in range(0, len(self._keys), COMMIT_BATCH) or [0]:
+            keys = self._keys[first: first + COMMIT_BATCH]
+            ops: list[tuple[str, tuple[Any, ...]]] = [("persist", (k,)) for k in keys]
+            if check_lengths:
+                ops += [("strlen", (k,)) for k in keys]
+            last = first + COMMIT_BATCH >= len(self._keys)
+            if last:  # the manifest this publish replaces (see _replacing), in the same trip
+                ops.append(("eval", (_MANIFEST, 1, key)))
+            answers = await self._p.pipeline(ops)
+            if last:
+                self._replacing, answers = answers[-1], answers[:-1]
+            persisted, lengths = answers[: len(keys)], answers[len(keys):]
+            if not all(persisted):
+                raise ObjectChangedError(
+                    f"staged chunks of {self._path!r} vanished before commit: evicted (Redis is "
+                    "at maxmemory, and chunks being written carry an expiry, which volatile-* "
+                    "policies evict first), expired or deleted; nothing was published"
+                )
+            if check_lengths and [_length(n) for n in lengths] != [self._lengths[k]
+                                                                   for k in keys]:
+                raise IntegrityError(
+                    f"verification failed: a staged chunk of {self._path!r} does not have the "
+                    "length written; nothing was published")
         if self._state != "publishing":  # aborted while the chunks were made persistent
             raise ValueError(f"the Redis writer of {self._path!r} was aborted during its "
                              "commit; nothing is published")
@@ -408,6 +463,7 @@ class RedisWriter(Writer):
             return
         self._state = "aborted"  # from here on nothing new is sent (see _send)
         self._buf = bytearray()
+        self._pending, self._pending_bytes = [], 0
         # Waited for, never cancelled: each was sent, so the server runs it; the
         # clean-up must come after, or a chunk lands once it is done.
         await asyncio.gather(*self._inflight, return_exceptions=True)

@@ -1,0 +1,155 @@
+"""Objects of a few thousand 1 KiB chunks (the smallest ``redis_chunk_size``) are
+written and read in a bounded number of pipelined round trips, on one server and
+on a cluster, and keep every guarantee.
+
+Before, a write sent one ``SET`` per chunk and waited for it (four in flight):
+N chunks, N round trips; ``cp`` staged and read back each chunk in a ``MULTI``
+of its own. Round trips are counted by the real redis-server: ``INFO
+commandstats`` counts commands, and ``INFO stats``' ``total_reads_processed``
+(read events on client sockets) is at least one per round trip, so it bounds
+them from above. Never timed.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import tensorstream
+from tensorstream.copy import copy
+from tensorstream.errors import ObjectChangedError
+from tensorstream.testing.redis_server import RedisCluster, RedisServer
+
+CS = 1 << 10
+N = 3000
+DATA = os.urandom(N * CS - 17)  # the last chunk is shorter
+#: read events a round trip may cost: a 3 MB pipeline of 1 KiB values arrives in
+#: ~16 KiB reads (redis-server's PROTO_IOBUF_LEN), about 190 of them.
+ONE_READ_PER_CHUNK = N // 4
+
+
+class Servers:
+    """The nodes of a plain server or a cluster, and their counters."""
+
+    def __init__(self, url: object, ports: list[int], host: str = "127.0.0.1") -> None:
+        self.url = url
+        self.plain = len(ports) == 1
+        self._clients = [redis.Redis(host=host, port=p) for p in ports]
+
+    def counts(self) -> collections.Counter[str]:
+        total: collections.Counter[str] = collections.Counter()
+        for c in self._clients:
+            info = c.info("all")
+            for name, stats in info.items():
+                if name.startswith("cmdstat_"):
+                    total[name[len("cmdstat_"):]] += stats["calls"]
+            total["read events"] += info["total_reads_processed"]
+        return total
+
+    def close(self) -> None:
+        """Drop this module's keys (thousands: the shared servers' other tests
+        scan them) and the clients."""
+        for c in self._clients:
+            keys = list(c.scan_iter(match="small/*", count=10_000))
+            for key in keys:
+                c.delete(key)  # (one by one: a cluster node holds slots, not all keys)
+            c.close()
+
+
+@pytest.fixture(params=["plain", "cluster"])
+def servers(request: pytest.FixtureRequest) -> Iterator[Servers]:
+    if request.param == "plain":
+        srv: RedisServer = request.getfixturevalue("redis_server")
+        s = Servers(srv.url, [srv.port])
+    else:
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        s = Servers(cluster.url, cluster.ports)
+    yield s
+    s.close()
+
+
+def _delta(servers: Servers, before: collections.Counter[str]) -> collections.Counter[str]:
+    after = servers.counts()
+    after.subtract(before)
+    return collections.Counter({k: v for k, v in after.items()
+                                if v and k not in ("info", "hello", "client")})
+
+
+def _write(uri: str, data: bytes) -> None:
+    with tensorstream.open(uri, "wb", redis_chunk_size=CS) as f:
+        f.write(data)
+
+
+def test_a_write_of_small_chunks_takes_few_round_trips(servers: Servers) -> None:
+    key = f"small/w-{os.urandom(4).hex()}"
+    before = servers.counts()
+    _write(servers.url(key), DATA)  # type: ignore[operator]
+    used = _delta(servers, before)
+    assert used["set"] == N and used["persist"] == N, used
+    assert used["read events"] < ONE_READ_PER_CHUNK, used  # was N + 27
+    with tensorstream.open(servers.url(key)) as f:  # type: ignore[operator]
+        assert f.read() == DATA
+
+
+def test_a_copy_into_small_chunks_stages_and_reads_back_in_batches(
+        servers: Servers, tmp_path: Path) -> None:
+    src = tmp_path / "m"
+    src.write_bytes(DATA)
+    key = f"small/cp-{os.urandom(4).hex()}"
+    before = servers.counts()
+    result = copy(str(src), servers.url(key), redis_chunk_size=CS)  # type: ignore[operator]
+    assert result.ok, result.errors
+    used = _delta(servers, before)
+    assert used["set"] == used["get"] == used["strlen"] == N, used  # each chunk read back
+    assert used["read events"] < ONE_READ_PER_CHUNK, used  # was N + 25
+    # a MULTI per batch of up to 4 MiB on one server (was one per chunk); none on a cluster
+    assert 1 <= used["multi"] <= 3 if servers.plain else used["multi"] == 0, used
+    with tensorstream.open(servers.url(key)) as f:  # type: ignore[operator]
+        assert f.read() == DATA
+
+
+@pytest.mark.parametrize("start,length", [(0, len(DATA)), (517, 100_000), (CS, 5 * CS),
+                                          (len(DATA) - 3333, 3333), (1_500_001, 777_777)])
+def test_reads_of_small_chunks_take_few_round_trips(servers: Servers, start: int,
+                                                    length: int) -> None:
+    key = "small/r"
+    uri = servers.url(key)  # type: ignore[operator]
+    _write(uri, DATA)
+    before = servers.counts()
+    with tensorstream.open(uri) as f:
+        f.seek(start)
+        assert f.read(length) == DATA[start: start + length]
+    used = _delta(servers, before)
+    assert used["read events"] < 60, used
+
+
+def test_a_chunk_changed_mid_object_fails_the_read(redis_server: RedisServer) -> None:
+    """Chunks deep inside a batch: gone, shorter or longer than the manifest says."""
+    uri = redis_server.url("small/changed")
+    _write(uri, DATA)
+    gen = tensorstream.open(uri).info.etag
+    with redis_server.client() as c:
+        for offset, value in [(1234 * CS, None), (2000 * CS, b"x" * (CS - 1))]:
+            chunk = f"small/changed:{gen}:{offset}"
+            kept = c.get(chunk)
+            c.delete(chunk) if value is None else c.set(chunk, value)
+            with pytest.raises(ObjectChangedError, match=str(offset)):
+                with tensorstream.open(uri) as f:
+                    f.read()
+            with pytest.raises(ObjectChangedError, match=str(offset)):
+                _read(uri, offset - 10, 20)
+            c.set(chunk, kept)
+    with tensorstream.open(uri) as f:
+        assert f.read() == DATA
+    Servers(uri, [redis_server.port]).close()
+
+
+def _read(uri: str, start: int, length: int) -> bytes:
+    with tensorstream.open(uri) as f:
+        f.seek(start)
+        return f.read(length)
