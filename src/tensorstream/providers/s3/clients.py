@@ -197,14 +197,13 @@ class S3Clients:
                                  creds.profile.source if creds.profile else "")
 
     async def _create_client(self) -> tuple[Any, contextlib.AsyncExitStack]:
-        from aiobotocore.config import AioConfig
-        from aiobotocore.session import AioSession
-
         creds = self.credentials
         profile = creds.profile.value if creds.profile else None
         try:
-            session = AioSession(profile=profile)
-            session.register_component("data_loader", shared_data_loader(session))
+            # In a worker thread: the first client of a process imported aiobotocore
+            # and aiohttp (and built its TLS context) and parsed botocore's S3 model,
+            # ~1 s that blocked the shared event loop, and every read on it.
+            session = await asyncio.to_thread(_new_session, profile)
             if creds.uses_botocore_chain:
                 bound_credential_process(session, self.process_timeout)
                 found = await session.get_credentials()
@@ -218,6 +217,8 @@ class S3Clients:
             if mapped is exc:
                 raise
             raise mapped from exc
+        from aiobotocore.config import AioConfig  # (imported by _new_session)
+
         cfg_kwargs, kwargs = self._client_options()
         kwargs["config"] = AioConfig(**cfg_kwargs)
         stack = contextlib.AsyncExitStack()
@@ -450,6 +451,22 @@ class S3Clients:
                 await asyncio.wait_for(asyncio.wrap_future(done), _CLOSE_ELSEWHERE_S)
         except Exception as exc:
             log.debug("closing the S3 client failed: %s", type(exc).__name__)
+
+
+def _new_session(profile: str | None) -> Any:
+    """An aiobotocore session for ``profile`` with the process's data loader, its
+    S3 model loaded (off the event loop: see :meth:`S3Clients._create_client`).
+    Nothing here belongs to a loop: the credentials are looked up on it."""
+    import aiobotocore.config  # noqa: F401  (imports aiohttp: its TLS context too)
+    from aiobotocore.session import AioSession
+
+    session = AioSession(profile=profile)
+    session.register_component("data_loader", shared_data_loader(session))
+    warm = getattr(session, "warm_up_loader_caches", None)  # (not in older aiobotocore)
+    if warm is not None:
+        with paused():  # (botocore's S3 model: _gcpause)
+            warm("s3")
+    return session
 
 
 def _held_keys(creds: Any) -> list[str]:
