@@ -12,12 +12,13 @@ pinned to the ETag seen at open, so a replaced object raises
 here) is an atomic, sequential writer: the object appears when the file is
 closed normally and never when it is closed after an error, or
 garbage-collected without ``close()``.
+
+A reader's small-read buffer is in :mod:`tensorstream.small_reads`, its random
+access (:meth:`StreamReader.read_ranges`) in :mod:`tensorstream.range_reads`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import contextlib
 import io
 import logging
@@ -29,12 +30,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _loop
-from .errors import InvalidRangeError, UnsupportedOperationError
+from .errors import UnsupportedOperationError
 from .headroom import read_buffer
 from .layers import timeout as _timeout
 from .layers.stack import PolicyProvider
 from .providers.base import BodyStream, Capabilities, ObjectInfo, Pin, ReadHints
+from .range_reads import as_byte_view as _as_byte_view
+from .range_reads import read_ranges as _read_ranges
 from .readahead.ranged import Prefetcher, ReadaheadBudget
+from .small_reads import SMALL_FILL as SMALL_FILL  # (its old home: tests and docs name it here)
+from .small_reads import SMALL_READ, SmallReadBuffer
 from .stream_writer import StreamWriter
 from .uri import ParsedURI
 
@@ -44,28 +49,6 @@ log = logging.getLogger("tensorstream.file")
 
 #: What ``read1(-1)`` returns at most (a buffered file's one raw read).
 READ1_DEFAULT = 1 << 20
-
-#: Reads at most this long (tensor headers, small tensors) are served from a
-#: buffer that one read of bytes already arrived fills (:data:`SMALL_FILL`):
-#: a copy each instead of a trip through every layer down to the socket each,
-#: which is what loads of thousands of small tensors spent their time on
-#: (docs/benchmarks.md, "Session 24"). Larger reads go to their memory directly.
-SMALL_READ = 64 << 10
-#: Bytes one fill of that buffer asks for; filled only with bytes that have
-#: arrived (never waits), else the read goes its usual way.
-SMALL_FILL = 256 << 10
-
-
-def _as_byte_view(b: Any) -> memoryview:
-    view = memoryview(b)
-    if view.readonly:
-        raise TypeError("readinto() needs a writable buffer")
-    if not view.c_contiguous:  # as io's files: a strided view is refused, never half-filled
-        raise TypeError("readinto() needs a C-contiguous buffer")
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    return view
-
 
 def _position(value: Any, what: str) -> int:
     """A byte position given to a reader: an integer (anything with ``__index__``,
@@ -134,9 +117,8 @@ class StreamReader(io.RawIOBase):
         self._reads_done = threading.Condition(threading.Lock())
         self._closing = False
         self._pin = Pin.of(info)
-        # Bytes [_small_at, _small_end) of the object, read ahead of small reads.
-        self._small: memoryview | None = None
-        self._small_at = self._small_end = 0
+        # Bytes of the object read ahead of small reads (:mod:`tensorstream.small_reads`).
+        self._small = SmallReadBuffer()
         self._prefetch = self._new_prefetcher(budget, first)
         _open_readers.add(self)
 
@@ -286,7 +268,8 @@ class StreamReader(io.RawIOBase):
         view, rest = view[done:], want - done
         try:
             if not self._inline:
-                if rest <= SMALL_READ and self._fill_small(rest):
+                if rest <= SMALL_READ and self._small.fill(self._prefetch, self._pos, rest,
+                                                           self._info.size, self._boundaries):
                     return done + self._from_small(view, rest)
                 if self._prefetch.read_held(self._pos, view[:rest]):
                     self._pos += rest  # arrived already: no wait, so no deadline to set
@@ -307,49 +290,9 @@ class StreamReader(io.RawIOBase):
     def _from_small(self, view: memoryview, want: int) -> int:
         """Copy what the small-read buffer holds of the next ``want`` bytes
         into ``view`` (from its start); returns how many."""
-        pos, small = self._pos, self._small
-        if small is None or not self._small_at <= pos < self._small_end:
-            return 0
-        n = min(want, self._small_end - pos)
-        at = pos - self._small_at
-        view[:n] = small[at : at + n]
-        self._pos = pos + n
+        n = self._small.take(self._pos, view, want)
+        self._pos += n
         return n
-
-    def _fill_small(self, want: int) -> bool:
-        """Fill the small-read buffer from the current position with the bytes
-        that have arrived already (at most :data:`SMALL_FILL`); False when
-        those would be no more than ``want`` (nothing changed then)."""
-        pos = self._pos
-        size = self._fill_end(pos, min(pos + SMALL_FILL, self._info.size)) - pos
-        if size <= want:  # (asks nothing of the socket: a header before a large tensor)
-            return False
-        size = min(size, self._prefetch.held(pos))
-        if size <= want:
-            return False
-        if self._small is None:
-            self._small = memoryview(bytearray(SMALL_FILL))
-        # What it held is gone from here on, whatever happens: a fill cut short
-        # (an interrupt) leaves bytes of two stretches in it.
-        self._small_at = self._small_end = 0
-        if not self._prefetch.read_held(self._pos, self._small[:size]):
-            return False
-        self._small_at, self._small_end = self._pos, self._pos + size
-        return True
-
-    def _fill_end(self, pos: int, end: int) -> int:
-        """Where a fill of ``[pos, end)`` stops: before the first stretch between two
-        read boundaries (:meth:`set_read_boundaries`) as long as a fill, a large
-        tensor's data, which its own read receives in place (copied from here it
-        cost more than the reads a fill saves)."""
-        bounds = self._boundaries
-        i = bisect.bisect_right(bounds, pos)
-        while i < len(bounds) and bounds[i] < end:
-            after = bounds[i + 1] if i + 1 < len(bounds) else self._info.size
-            if after - bounds[i] >= SMALL_FILL:
-                return bounds[i]
-            i += 1
-        return end
 
     def read(self, size: int | None = -1) -> bytes:
         if size is not None:
@@ -409,7 +352,7 @@ class StreamReader(io.RawIOBase):
                 while self._reads:
                     self._reads_done.wait()
         self._prefetch.close()
-        self._small = None
+        self._small.release()
         try:
             # In a forked child the provider's connections and loop are the parent's.
             if (self._owns_provider and self._pid == os.getpid()
@@ -484,42 +427,8 @@ class StreamReader(io.RawIOBase):
         straight into its buffer, pinned to the version seen at open; a range
         past the end raises :class:`~tensorstream.errors.InvalidRangeError`."""
         self._check_closed()
-        # An offset of 1.5 went out as "bytes=1.5-2.5" (a ProtocolError, or a 416 taken for
-        # a changed object); an integer is checked here, once, as seek() checks its own.
-        todo = [(operator.index(offset), _as_byte_view(b)) for offset, b in ranges]
-        for offset, _view in todo:
-            if offset < 0:  # as every provider says it (some said "past the end")
-                raise InvalidRangeError(f"negative offset {offset}", operation="read_ranges",
-                                        path=self.name)
-        todo = [(offset, view) for offset, view in todo if len(view)]
-        path, pin = self._uri.path, self._pin
-        if not self._inline and _loop.in_loop_thread():
-            raise RuntimeError("StreamReader.read_ranges was called from tensorstream's own "
-                               "I/O thread; use the async provider API there")
-        limit = asyncio.Semaphore(max(1, self._provider.config.transfer.concurrency))
-
-        async def one(offset: int, view: memoryview) -> None:
-            async with limit:
-                await self._provider.readinto(path, offset, view, pin=pin)
-
-        async def every() -> None:
-            tasks = [asyncio.ensure_future(one(offset, view)) for offset, view in todo]
-            try:
-                await asyncio.gather(*tasks)
-            except BaseException:
-                # Nothing may write into a caller's buffer once this call has raised.
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
-
-        with _timeout.operation(self._provider.config.timeouts):  # one call, one deadline
-            if self._inline:
-                with self._reading():
-                    for offset, view in todo:
-                        self._provider.readinto_blocking(path, offset, view, pin=pin)
-            else:
-                _loop.run_sync(every())
+        _read_ranges(self._provider, self._uri.path, self._pin, ranges, name=self.name,
+                     inline=self._inline, reading=self._reading)
 
     def set_read_boundaries(self, offsets: Iterable[int], *, exact: bool = False) -> None:
         """Tell the read-ahead where the caller's reads will start and end
