@@ -1,41 +1,46 @@
 """Small pure helpers of the HTTP data plane (:mod:`.range_get`), shared
-by the HTTP and S3 providers: header parsing, the ranged-answer check,
-address checks, and the one status/exception -> tensorstream error mapping.
+by the HTTP and S3 providers: the check of a ranged answer (its status, range,
+framing and version), the validators a pinned read sends, and a header view.
 
-Kept free of I/O so they can be fuzzed and unit-tested on their own.
+Kept free of I/O so they can be fuzzed and unit-tested on their own. Every helper
+of the data plane is importable from here; the others live in
+:mod:`.header_values` (header parsing), :mod:`.status_errors` (the one
+status/exception -> tensorstream error mapping) and :mod:`.redirects` (redirect
+targets, address checks).
 """
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
-import http.client
-import ipaddress
-import re
-import ssl
-import time
-import urllib.parse
-from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from datetime import timezone
+from typing import Any
 
-from yarl import URL
-
-from ..._client_cert import client_cert_advice, client_cert_answer
-from ...errors import (
-    ConfigurationError,
-    ConnectionFailedError,
-    IncompleteReadError,
-    InvalidRangeError,
-    NotFoundError,
-    ObjectChangedError,
-    PermissionDeniedError,
-    ProtocolError,
-    ServiceUnavailableError,
-    StorageTimeoutError,
-    TensorstreamError,
-)
-from ...uri import redact, redact_text
+from ...errors import InvalidRangeError, ObjectChangedError, ProtocolError, TensorstreamError
 from ..base import Pin
+from .header_values import (
+    ContentRange,
+    Headers,
+    etags_match,
+    parse_content_range,
+    parse_decimal,
+    parse_http_date,
+    parse_retry_after,
+)
+from .redirects import (
+    REDIRECT_STATUSES,
+    is_metadata_address,
+    origin,
+    redirect_step,
+    refuse_metadata_target,
+    wire_target,
+)
+from .status_errors import (
+    CREDENTIALS_DROPPED,
+    DROPPED_NOTE,
+    exception_error,
+    redact_path,
+    status_error,
+)
 
 __all__ = [
     "CREDENTIALS_DROPPED",
@@ -66,130 +71,6 @@ __all__ = [
     "parse_retry_after",
 ]
 
-# ASCII digits only: ``\d`` and ``str.isdigit`` also take digits that ``int`` refuses
-# (``"\xb2"``, superscript two, is Latin-1: a header can carry it).
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:([0-9]+)-([0-9]+)|\*)/([0-9]+|\*)\s*$",
-                            re.IGNORECASE)
-_DECIMAL = re.compile(r"[0-9]{1,19}")
-
-
-def parse_decimal(value: str | None) -> int | None:
-    """A byte count or offset a server sent (``Content-Length``, a
-    ``Content-Range`` number): ASCII digits, at most 19 of them (2**63 has 19),
-    else ``None``. ``int()`` of thousands of digits raises ``ValueError``
-    (Python's digit limit) and would reach the caller bare.
-
-    >>> parse_decimal(" 42 "), parse_decimal("9" * 5000), parse_decimal("\\xb2")
-    (42, None, None)
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    return int(value) if _DECIMAL.fullmatch(value) else None
-
-
-class ContentRange(NamedTuple):
-    """A parsed ``Content-Range``; ``None`` where the header says ``*``."""
-
-    first: int | None
-    last: int | None
-    total: int | None
-
-
-def parse_content_range(value: str | None) -> ContentRange | None:
-    """Parse ``bytes first-last/total`` (or ``bytes */total``); ``None`` if malformed.
-
-    >>> parse_content_range("bytes 0-99/1000")
-    ContentRange(first=0, last=99, total=1000)
-    >>> parse_content_range("bytes */0")
-    ContentRange(first=None, last=None, total=0)
-    >>> parse_content_range("bytes 5-2/10") is None
-    True
-    """
-    if not value:
-        return None
-    m = _CONTENT_RANGE.match(value)
-    if m is None:
-        return None
-    given = [None if g == "*" else g for g in m.groups()]
-    numbers = [parse_decimal(g) for g in given]
-    if any(g is not None and n is None for g, n in zip(given, numbers, strict=True)):
-        return None  # a number too long to be a byte count
-    first, last, total = numbers
-    if first is not None and last is not None:
-        if last < first or (total is not None and last >= total):
-            return None
-    elif total is None:
-        return None  # "bytes */*" says nothing
-    return ContentRange(first, last, total)
-
-
-def parse_http_date(value: str | None) -> datetime | None:
-    """An HTTP date (``Last-Modified``) as an aware UTC datetime, or ``None``."""
-    if not value:
-        return None
-    try:
-        dt = email.utils.parsedate_to_datetime(value)
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        # In UTC, or a date at the edge of datetime's range (year 9999 at -2359)
-        # would overflow later, when a pinned read sends it back.
-        return dt.astimezone(timezone.utc)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:  # delta-seconds (fractions tolerated)
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return seconds if 0 <= seconds < float("inf") else None
-    when = parse_http_date(value)
-    if when is None:
-        return None
-    now = time.time() if now is None else now
-    return max(0.0, when.timestamp() - now)
-
-
-def _opaque(etag: str) -> str:
-    etag = etag.strip()
-    return etag[2:] if etag.startswith("W/") else etag
-
-
-def etags_match(a: str, b: str) -> bool:
-    """Weak comparison of two ETags (``W/"x"`` equals ``"x"``)."""
-    return _opaque(a) == _opaque(b)
-
-
-_METADATA_V6 = ipaddress.ip_address("fd00:ec2::254")
-
-
-def is_metadata_address(address: str) -> bool:
-    """True for link-local / cloud metadata addresses (169.254.0.0/16, fe80::/10,
-    fd00:ec2::254, and IPv4-mapped forms of them)."""
-    try:
-        ip = ipaddress.ip_address(address.strip("[]").split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_link_local or ip == _METADATA_V6
-
-
-# -- error mapping ----------------------------------------------------------------
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-
-
-#: Case-insensitive headers with ``.get(name)`` (the data plane's header view,
-#: or http.client's HTTPMessage).
-_Headers = Any
-
 
 class LowerHeaders(dict[str, str]):
     """Headers from a mapping (botocore's lower-cased ``HTTPHeaders``), looked
@@ -200,104 +81,6 @@ class LowerHeaders(dict[str, str]):
 
     def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
         return super().get(name.lower(), default)
-
-
-def redact_path(path: str) -> str:
-    """``/path?query`` with secret query parameters (presigned URLs) redacted."""
-    return redact("http://h" + path)[len("http://h") :]
-
-
-#: Set (True) on an answer's headers when credentials were dropped on the way to it.
-CREDENTIALS_DROPPED = "credentials_dropped"
-#: What a refusal after such a redirect says (the provider then names no source as sent).
-DROPPED_NOTE = ("after a redirect to another origin (scheme, host or port), where "
-                "credentials are never sent")
-
-
-#: nginx's 400 page for a plain HTTP request to its TLS port.
-_NGINX_PLAIN_TO_TLS = "The plain HTTP request was sent to HTTPS port"
-
-
-def bad_request_advice(body: bytes) -> str | None:
-    """What a 400 page of nginx's own says to do (a client certificate it requires,
-    plain HTTP to its TLS port), or ``None``. Only its fixed phrases are matched: no
-    other text of a body reaches a message."""
-    advice = client_cert_answer(body)
-    if advice is None and _NGINX_PLAIN_TO_TLS.lower() in body[:4096].decode("latin-1").lower():
-        advice = (f"the port speaks TLS (nginx: '{_NGINX_PLAIN_TO_TLS}'): use https:// "
-                  "instead of http://")
-    return advice
-
-
-def status_error(status: int, reason: str, headers: _Headers, *, path: str,
-                 service: str = "http", body: bytes = b"") -> TensorstreamError:
-    """The tensorstream error for an HTTP status that is not the expected answer
-    (``body``: the start of the answer's body, for the advice of nginx's 400 pages)."""
-    where = {"service": service, "path": redact_path(path)}
-    msg = f"HTTP {status} {reason or ''}".rstrip()
-    if status == 400 and (advice := bad_request_advice(body)) is not None:
-        return ConfigurationError(f"{msg}: {advice}", **where)
-    if status in (404, 410):
-        return NotFoundError(f"{msg}: no such object", **where)
-    if status in (401, 403):
-        if getattr(headers, CREDENTIALS_DROPPED, False):
-            msg += (f": access refused {DROPPED_NOTE}; pass the URL the server redirects to, "
-                    "with the credentials for it")
-            return PermissionDeniedError(msg, **where)
-        return PermissionDeniedError(f"{msg}: access refused", **where)
-    if status == 412:
-        return ObjectChangedError(f"{msg}: the object changed (the pinned read's precondition "
-                                  "failed)", **where)
-    if status == 416:
-        total = parse_content_range(headers.get("Content-Range"))
-        size = f" of a {total.total}-byte object" if total and total.total is not None else ""
-        return InvalidRangeError(f"{msg}: range past the end{size}", **where)
-    if status in (408, 429) or (500 <= status < 600 and status not in (501, 505)):
-        return ServiceUnavailableError(
-            msg, retry_after=parse_retry_after(headers.get("Retry-After")), **where
-        )
-    if 400 <= status < 500:
-        return ConfigurationError(f"{msg}: the server rejected the request", **where)
-    return ProtocolError(f"unexpected {msg}", **where)
-
-
-def exception_error(exc: BaseException, *, path: str, received: int = 0,
-                    service: str = "http") -> TensorstreamError:
-    """The tensorstream error for a transport exception (http.client, ssl, OS).
-
-    ``received`` body bytes already landed make a broken connection a
-    resumable :class:`IncompleteReadError`.
-    """
-    if isinstance(exc, TensorstreamError):
-        return exc
-    where = {"service": service, "path": redact_path(path)}
-    # Cut: http.client quotes a bad status line whole (up to 64 KiB of a body).
-    what = f"{type(exc).__name__}: {_cut(redact_text(str(exc)))}"
-    if isinstance(exc, ssl.SSLError) and plain_text_answer(exc):
-        err: TensorstreamError = ConnectionFailedError(
-            f"the server answered in plain text, not TLS ({what}): use http:// instead of "
-            "https://", **where)
-        err.temporary = False
-        return err
-    if isinstance(exc, ssl.SSLError):
-        advice = client_cert_advice(exc)
-        err = ConnectionFailedError(
-            f"TLS failed ({what}); " + (advice or "for a private CA pass ca_bundle=<PEM path> "
-                                        "(insecure=True skips verification)"), **where)
-        err.temporary = False  # an untrusted certificate does not fix itself
-        return err
-    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError and socket.timeout alias it
-        return StorageTimeoutError(f"timed out after {received} bytes", received=received,
-                                   timeout="idle", **where)
-    if received and isinstance(exc, (http.client.IncompleteRead, OSError)):
-        return IncompleteReadError(f"body broken after {received} bytes ({what})",
-                                   received=received, **where)
-    if isinstance(exc, http.client.IncompleteRead):
-        return IncompleteReadError(f"body broken ({what})", received=0, **where)
-    if isinstance(exc, OSError):
-        # includes http.client.RemoteDisconnected (a ConnectionResetError)
-        return ConnectionFailedError(f"connection failed ({what})", **where)
-    return ProtocolError(f"HTTP client error ({what})", **where)
 
 
 def note_served(exc: TensorstreamError, served: Pin | None) -> TensorstreamError:
@@ -339,7 +122,7 @@ def _codings(value: str | None) -> list[str]:
     return [c.strip().lower() for c in (value or "").split(",") if c.strip()]
 
 
-def body_refusal(headers: _Headers, *, stored_coding: bool = False) -> str | None:
+def body_refusal(headers: Headers, *, stored_coding: bool = False) -> str | None:
     """Why an answer's body cannot be taken as the object's bytes as they
     arrive (``None``: it can): a content coding or a transfer coding other
     than ``chunked`` (neither is decoded here: ``http.client`` frames only a
@@ -362,11 +145,6 @@ def body_refusal(headers: _Headers, *, stored_coding: bool = False) -> str | Non
     return None
 
 
-def _cut(text: str, limit: int = 200) -> str:
-    """``text`` cut to ``limit`` characters, saying how long it was."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
 def _shown(value: str | None, limit: int = 80) -> str:
     """A header value quoted in a message, cut to ``limit`` characters (a
     hostile server sends kilobytes of digits)."""
@@ -375,13 +153,13 @@ def _shown(value: str | None, limit: int = 80) -> str:
     return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
-def served_version(headers: _Headers, total: int | None) -> Pin:
+def served_version(headers: Headers, total: int | None) -> Pin:
     """The version an answer reports: its ETag, Last-Modified and total size."""
     return Pin(size=total, etag=headers.get("ETag"),
                mtime=parse_http_date(headers.get("Last-Modified")))
 
 
-def check_ranged_response(status: int, headers: _Headers, *, first: int, last: int,
+def check_ranged_response(status: int, headers: Headers, *, first: int, last: int,
                           pin: Pin | None, path: str, on_status: Any,
                           service: str = "http") -> Pin:
     """Raise unless the answer is exactly bytes ``first..last`` (inclusive) as a 206
@@ -446,88 +224,3 @@ def needs_confirmation(pin: Pin | None, served: Pin) -> bool:
     if pin.etag is not None and served.etag is not None:
         return False
     return not (pin.mtime is not None and served.mtime is not None)
-
-
-# -- redirects --------------------------------------------------------------------
-def origin(url: URL) -> tuple[str, str, int | None]:
-    """``(scheme, host, port)``: credentials never cross a change of it."""
-    return (url.scheme, (url.host or "").lower(), url.explicit_port or url.port)
-
-
-#: What http.client refuses in a URL (CVE-2019-9740): spaces and control characters.
-_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
-#: What a request target cannot carry as it is: http.client refuses a space or a
-#: control character and cannot encode a character beyond ASCII.
-_UNSENDABLE = re.compile(r"[^\x21-\x7e]")
-_SENDABLE = "".join(chr(c) for c in range(0x21, 0x7F))
-
-
-def wire_target(target: str) -> str:
-    """``target`` (``/path?query``) as a request line carries it: spaces, control
-    characters and characters beyond ASCII percent-encoded (UTF-8), as requests,
-    aiohttp and browsers send them; everything else byte for byte, so a presigned
-    URL's ``%2F`` stays ``%2F`` and its signature still matches.
-
-    >>> wire_target("/models/modèle v2.bin?X-Amz-Signature=a%2Fb")
-    '/models/mod%C3%A8le%20v2.bin?X-Amz-Signature=a%2Fb'
-    """
-    if _UNSENDABLE.search(target) is None:
-        return target
-    return urllib.parse.quote(target, safe=_SENDABLE, errors="surrogateescape")
-
-
-def redirect_step(url: URL, location: str, *, path: str) -> tuple[URL, bool]:
-    """The redirect target of ``Location`` relative to ``url``, and whether it
-    keeps the origin (if not, credential headers must be dropped)."""
-    if not location.isascii() and _URL_FORBIDDEN.search(location) is None:
-        # A file name beyond ASCII (servers send UTF-8 raw): encoded as requests and
-        # browsers do (spaces and control characters stay refused, below); its host
-        # (an IDN name) is left to http.client and the resolver.
-        with contextlib.suppress(UnicodeError):  # http.client read the UTF-8 as Latin-1
-            location = location.encode("latin-1").decode("utf-8")
-        parts = urllib.parse.urlsplit(location)
-        location = urllib.parse.urlunsplit(parts._replace(
-            path=wire_target(parts.path), query=wire_target(parts.query),
-            fragment=""))
-    try:
-        target = url.join(URL(location, encoded=True))
-        target.host, target.port  # noqa: B018  (yarl parses these lazily: port 99999 raises)
-        if _URL_FORBIDDEN.search(str(target)):
-            # http.client refuses it (InvalidURL) quoting the whole URL, and a Location
-            # can echo what was sent (an Authorization header, "Bearer <token>")
-            raise ValueError("a space or control character in the Location")
-    except (ValueError, TypeError):
-        # never echo it: a Location is often a presigned URL
-        raise ProtocolError("the server redirected to a malformed Location",
-                            service="http", path=redact_path(path)) from None
-    if target.scheme not in ("http", "https"):
-        raise ProtocolError(f"redirect to unsupported scheme {target.scheme!r}",
-                            service="http", path=redact_path(path))
-    return target, origin(target) == origin(url)
-
-
-def refuse_metadata_target(addresses: list[str], *, path: str) -> None:
-    """Refuse a redirect whose host or resolved addresses are link-local/metadata."""
-    if any(is_metadata_address(a) for a in addresses):
-        raise PermissionDeniedError(
-            "refusing to follow a redirect to a link-local/metadata address "
-            "(pass allow_private_redirects=True to allow it)",
-            service="http", path=redact_path(path))
-
-
-
-#: What OpenSSL says when the "TLS" server answered with plain text (an HTTP port).
-_PLAIN_TEXT_MARKERS = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure",
-                       "http request", "packet length too long")
-
-
-def plain_text_answer(exc: BaseException) -> bool:
-    """Whether a TLS error means the server spoke plain text (https:// to an http:// port)."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if any(m in str(cur) for m in _PLAIN_TEXT_MARKERS):
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False

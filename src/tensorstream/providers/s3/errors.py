@@ -32,8 +32,9 @@ from ...errors import (
     TensorstreamError,
 )
 from ...uri import redact, redact_text
-from .._http.headers import bad_request_advice, parse_retry_after, plain_text_answer
+from .._http.header_values import parse_retry_after
 from .._http.proxies import refusal_hint, tunnel_refusal
+from .._http.status_errors import bad_request_advice, plain_text_answer
 from .profile import config_profile_name
 
 __all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
