@@ -51,11 +51,10 @@ from .crypto import Encryption, as_decryption, generate_keyfile
 from .foreign import DecryptionError, TensorHashMismatchError, translate
 from .hook import (
     StreamTensorDeserializer,
-    forks,
-    reader_count,
     tensor_entries,
     tensor_names,
 )
+from .load_record import LoadRecord, size_of
 from .local import LocalTensorDeserializer, fast_path, on_cpu, open_local
 from .module import (
     ModuleLoadResult,
@@ -75,7 +74,7 @@ from .sharding import (
     shard_uri,
     warn_unloaded_in_group,
 )
-from .stats import LoadStats, collect
+from .stats import LoadStats
 from .stats import log as load_log
 
 __all__ = [
@@ -113,49 +112,6 @@ DEFAULT_NUM_READERS = 2
 DEFAULT_LOCAL_NUM_READERS = 2
 #: vLLM registers this (meta) parameter on models it serializes.
 VLLM_MARKER = "vllm_tensorized_marker"
-
-
-class _LoadRecord:
-    """The numbers of one load, turned into :class:`LoadStats` and one INFO line."""
-
-    def __init__(self, where: str, stream: Any, started: float, lazy: bool) -> None:
-        self.where = where
-        self.stream = stream
-        self.started = started
-        self.lazy = lazy
-        self.ended: float | None = None
-        self.logged = False
-        size = _size_of(stream)  # now: an eager load closes a plain file
-        self.size = size if isinstance(size, int) else None
-
-    def snapshot(self, deserializer: TensorDeserializer) -> LoadStats:
-        end = self.ended if self.ended is not None else time.perf_counter()
-        return collect(self.where, self.stream, forks(deserializer), seconds=end - self.started,
-                       readers=reader_count(deserializer), tensors=len(deserializer),
-                       file_size=self.size)
-
-    def loaded(self, deserializer: TensorDeserializer) -> None:
-        """The tensors are in memory (eager load): stop the clock, log the line."""
-        self.ended = time.perf_counter()
-        self._log(deserializer)
-
-    def finish(self, deserializer: TensorDeserializer) -> None:
-        if self.ended is None:
-            self.ended = time.perf_counter()
-        self._log(deserializer)
-
-    def _log(self, deserializer: TensorDeserializer) -> None:
-        if self.logged:
-            return
-        self.logged = True
-        try:
-            stats = self.snapshot(deserializer)
-        except Exception:  # statistics never fail a load
-            load_log.debug("no statistics for %s", self.where, exc_info=True)
-            return
-        load_log.info("%s", stats)
-        for i, decision in enumerate(stats.decisions):
-            load_log.debug("%s reader %d: %s", self.where, i, decision)
 
 
 def deserialize(
@@ -335,7 +291,7 @@ def deserialize(
         readers = _default_readers(stream) if num_readers is None else num_readers
         fast = fast_path(stream, device)  # threads fill a local file's tensors (local.py)
         load_log.debug(
-            "opened %s (%s bytes): %s, %d reader(s)%s", where, _size_of(stream),
+            "opened %s (%s bytes): %s, %d reader(s)%s", where, size_of(stream),
             "plain OS file, tensors filled in chunks by threads (up to)" if fast
             else "plain OS file" if not isinstance(stream, StreamReader | MemorySource)
             else f"read once by a group of {shared.size}" if shared is not None
@@ -343,7 +299,7 @@ def deserialize(
             workers(num_readers or 0, 1 << 62) if fast else readers,
             " (default)" if num_readers is None else "",
         )
-        record = _LoadRecord(where, stream, started, lazy_load)
+        record = LoadRecord(where, stream, started, lazy_load)
         fetched = (isinstance(stream, StreamReader) and not stream.read_hints.inline
                    and not lazy_load
                    and filter_func is None and decryption is None and shared is None
@@ -395,16 +351,6 @@ def deserialize(
 def _close(deserializer: TensorDeserializer) -> None:
     with contextlib.suppress(Exception):
         deserializer.close()
-
-
-def _size_of(stream: Any) -> int | str:
-    size = getattr(stream, "size", None)
-    if size is None:
-        try:
-            size = os.fstat(stream.fileno()).st_size
-        except (OSError, AttributeError, ValueError):
-            return "?"
-    return int(size)
 
 
 def is_vllm_tensorized(deserializer: TensorDeserializer) -> bool:
