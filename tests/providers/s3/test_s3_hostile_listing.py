@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -226,3 +227,51 @@ def test_a_directory_bucket_lists_its_keys_in_the_order_given() -> None:
             async with tensorstream.get_provider(f"s3://{bucket}/", **_options(server)) as p:
                 return [info.path async for info in p.list(f"{bucket}/")]
     assert asyncio.run(asyncio.wait_for(go(), 10)) == [f"{bucket}/{k}" for k in "bac"]
+
+
+def _ok(body: bytes) -> Respond:
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        return (f"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: "
+                f"{len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    return respond
+
+
+@pytest.mark.parametrize("body", [
+    b'<html xmlns="http://www.w3.org/1999/xhtml"><body><p>Sign in to the proxy</p></body></html>',
+    b"<ListAllMyBucketsResult><Buckets/></ListAllMyBucketsResult>",
+], ids=["xhtml-page", "another-answer"])
+@pytest.mark.parametrize("client", ["data-plane", "botocore"])
+def test_a_200_that_is_no_listing_is_refused_not_taken_for_an_empty_one(
+        body: bytes, client: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was an empty listing: `ls` printed nothing and exited 0, `sync --delete` from it
+    # would delete every object of the destination.
+    respond = _ok(body)
+    if client == "botocore":  # (keys from a profile: the listing goes through botocore)
+        shared = tmp_path / "credentials"
+        shared.write_text("[p]\naws_access_key_id = AKIAEXAMPLE\n"
+                          "aws_secret_access_key = wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY\n")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(shared))
+
+        async def go() -> list[str]:
+            with RawHTTPServer(respond) as server:
+                async with tensorstream.get_provider(
+                        "s3://b/", s3_endpoint=f"http://127.0.0.1:{server.port}",
+                        s3_profile="p", s3_region="us-east-1", retries=1) as p:
+                    return [i.path async for i in p.list("b/")]
+        with pytest.raises(ProtocolError, match="not a ListObjectsV2 answer") as info:
+            asyncio.run(asyncio.wait_for(go(), 20))
+    else:
+        with pytest.raises(ProtocolError, match="not a ListObjectsV2 answer") as info:
+            _list(respond)
+    assert "Sign in" not in str(info.value) and len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(("code", "error"), [
+    ("AccessDenied", tensorstream.errors.PermissionDeniedError),
+    ("InternalError", tensorstream.errors.ServiceUnavailableError),  # temporary: retried
+], ids=["AccessDenied", "InternalError"])
+def test_an_error_in_a_200_listing_is_s3s_error(code: str, error: type[Exception]) -> None:
+    # The neighbour: S3's own <Error> in a 200 (a gateway's) is the error it names.
+    body = f'<?xml version="1.0"?><Error><Code>{code}</Code><Message>m</Message></Error>'
+    with pytest.raises(error):
+        _list(_ok(body.encode()))

@@ -61,7 +61,12 @@ async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
         if isinstance(client, PathStyle):
             return _list_page(s3, client, pool, prefix, args)
         with s3._mapped_errors(prefix):
-            return client.list_objects_v2(**args)
+            page = client.list_objects_v2(**args)
+        if not any(field in page for field in _PAGE_FIELDS):
+            raise ProtocolError("a 200 OK that is not a ListObjectsV2 answer (none of its "
+                                "fields): a proxy or a gateway in front of S3? check the "
+                                "endpoint", service="s3", path=redact(prefix))
+        return page
 
     def next_page() -> Any:
         return s3._in_bucket_region(prefix, page_once)
@@ -138,6 +143,17 @@ def _check_token(token: str | None, tokens: set[str], prefix: str) -> None:
         raise ProtocolError("the listing loops: the server gave a continuation token "
                             "it had given before", service="s3", path=redact(prefix))
 
+
+class _ErrorAnswer(ProtocolError):
+    """A 200 OK whose body is S3's ``<Error>`` (a gateway's): the caller maps it."""
+
+
+#: What botocore parses out of a ListObjectsV2 answer: none of them, and the answer
+#: was another document (an ``<Error>``, a proxy's page), whose fields it drops.
+_PAGE_FIELDS = ("IsTruncated", "Name", "Prefix", "KeyCount", "MaxKeys", "Contents",
+                "CommonPrefixes")
+
+
 def _list_page(s3: S3Clients, light: PathStyle, pool: ConnectionPool, prefix: str,
                args: dict[str, str]) -> dict[str, Any]:
     """One ``ListObjectsV2`` page as botocore would return it (the fields
@@ -161,7 +177,11 @@ def _list_page(s3: S3Clients, light: PathStyle, pool: ConnectionPool, prefix: st
     if not answer.complete:
         raise ProtocolError(f"a ListObjectsV2 page larger than {_LIST_BODY_LIMIT} bytes",
                             service="s3", path=redact(prefix))
-    return parse_list_page(answer.body, prefix)
+    try:
+        return parse_list_page(answer.body, prefix)
+    except _ErrorAnswer:  # (S3's own refusal, as if it came with its status)
+        raise map_s3_http_error(answer.status, answer.headers, answer.body,
+                                s3._ctx(prefix)) from None
 
 
 def parse_list_page(body: bytes, prefix: str) -> dict[str, Any]:
@@ -172,6 +192,16 @@ def parse_list_page(body: bytes, prefix: str) -> dict[str, Any]:
     except ElementTree.ParseError as exc:
         raise ProtocolError("unreadable ListObjectsV2 answer", service="s3",
                             path=redact(prefix)) from exc
+    # Another document (S3's <Error>, a proxy's XHTML page) read as a page had no
+    # entries and no IsTruncated: an empty listing, which `sync --delete` acts on.
+    tag = root.tag.rpartition("}")[2]
+    if tag == "Error":
+        raise _ErrorAnswer("the answer is S3's <Error>", service="s3", path=redact(prefix))
+    if tag != "ListBucketResult":
+        raise ProtocolError(f"a 200 OK that is not a ListObjectsV2 answer (its root is "
+                            f"<{tag[:40]}>, not <ListBucketResult>): a proxy or a gateway "
+                            "in front of S3? check the endpoint", service="s3",
+                            path=redact(prefix))
 
     def text(node: Any, name: str) -> str | None:
         for child in node:
