@@ -205,7 +205,9 @@ class _Copier(Planner):
         #: Copies within one S3 store made by S3 itself (:mod:`.server_side`), until the
         #: server says it cannot; objects stored in one piece above the cutoff go in parts.
         self.server_side_copy = server_side_copy
-        self.server_copy_unsupported = False
+        #: The ways of copying (``CopyObject``, ``UploadPartCopy``; ``"all"``) the
+        #: destination's store answered ``501 NotImplemented`` to: streamed for the run.
+        self.server_copy_lacks: set[str] = set()
         #: What S3 stores with each object (a MetadataOptions: :mod:`.metadata`).
         self.object_metadata = object_metadata
         self.copy_cutoff = _whole("copy_cutoff", copy_cutoff)

@@ -119,7 +119,7 @@ class Planner:
     #: What S3 stores with each object (a MetadataOptions: :mod:`.metadata`), or None.
     object_metadata: Any
     server_side_copy: bool
-    server_copy_unsupported: bool
+    server_copy_lacks: set[str]
 
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
         raise NotImplementedError

@@ -6,7 +6,9 @@ key pair, each object is copied on the server
 ``aws s3 cp``, s5cmd and rclone do: no byte of it goes through this machine. Otherwise,
 with ``server_side_copy=False`` (``--no-server-side-copy``), or where the server answers
 that it cannot (``501 NotImplemented``: said once in the log), the copy streams the bytes
-as it does between any two stores (:mod:`.remote`). An object onto itself with new
+as it does between any two stores (:mod:`.remote`); a store that lacks one way of copying
+(``CopyObject`` for an object in one piece, ``UploadPartCopy`` for parts) loses only that
+one, for the rest of the run. An object onto itself with new
 metadata (``Job.in_place``) is copied by S3 or not at all.
 """
 
@@ -29,7 +31,7 @@ log = logging.getLogger("tensorstream.copy")
 
 def takes(c: Planner, job: Job) -> bool:
     """Whether ``job`` is copied on the server."""
-    if not c.server_side_copy or c.server_copy_unsupported or job.local is not None:
+    if not c.server_side_copy or "all" in c.server_copy_lacks or job.local is not None:
         return False
     if job.src_uri.scheme != "s3" or job.dst_uri.scheme != "s3":
         return False
@@ -58,7 +60,8 @@ async def copy_on_server(c: _Copier, job: Job) -> bool:
                                    concurrency=c.concurrency, check=c.verify, advance=advance,
                                    metadata=(c.object_metadata.overrides()
                                              if c.object_metadata is not None else None),
-                                   in_place=job.in_place)
+                                   in_place=job.in_place,
+                                   lacks=frozenset(c.server_copy_lacks))
     except ServerCopyUnsupported as exc:
         if job.in_place:  # (streamed onto itself, it would be read and rewritten whole)
             raise UnsupportedOperationError(
@@ -68,10 +71,13 @@ async def copy_on_server(c: _Copier, job: Job) -> bool:
         if exc.this_object:  # (S3 still copies the others)
             log.warning("%s: %s; copying it through this machine instead", job.label,
                         redact_text(str(exc)))
-        elif not c.server_copy_unsupported:
-            c.server_copy_unsupported = True
-            log.warning("%s: %s; copying through this machine instead", job.dst_label,
-                        redact_text(str(exc)))
+        elif (way := exc.way or "all") not in c.server_copy_lacks:
+            # Only that way is gone (a store may have CopyObject and no UploadPartCopy):
+            # said once, for the rest of the run.
+            c.server_copy_lacks.add(way)
+            them = "every object" if way == "all" else f"the objects that need {way}"
+            log.warning("%s: %s; copying %s through this machine instead", job.dst_label,
+                        redact_text(str(exc)), them)
         return False
     job.published = True
     job.server_side = True

@@ -73,14 +73,27 @@ _LOOKUPS = 16
 _ARCHIVES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 
 
+#: The ways S3 copies an object, by the operations each needs: a store may have one and
+#: not the other (``501 NotImplemented`` to one of them).
+ONE_PIECE, IN_PARTS = "CopyObject", "UploadPartCopy"
+_WAY = {"copy_object": ONE_PIECE, "create_multipart_upload": IN_PARTS,
+        "upload_part_copy": IN_PARTS, "complete_multipart_upload": IN_PARTS}
+#: Seconds a failed or cancelled multipart copy waits for its parts already sent, before it
+#: aborts the upload (S3 goes on with a part it has: one landing after the abort stays).
+_SETTLE = 30.0
+
+
 class ServerCopyUnsupported(UnsupportedOperationError):
     """The server does not copy objects itself (``501 NotImplemented``), or, with
     ``this_object``, not this one (nothing was sent to the destination): the caller
-    streams it, and only it."""
+    streams it, and only it. ``way``: the way of copying the server lacks
+    (:data:`ONE_PIECE`, :data:`IN_PARTS`; None: every way), for the objects that need it."""
 
-    def __init__(self, message: str, *, this_object: bool = False) -> None:
+    def __init__(self, message: str, *, this_object: bool = False,
+                 way: str | None = None) -> None:
         super().__init__(message)
         self.this_object = this_object
+        self.way = way
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +155,10 @@ class _Calls:
             return dict(await self.s3._call(op, path, **kwargs))
         except TensorstreamError as exc:
             if _not_implemented(exc):
+                way = _WAY.get(op)
                 raise ServerCopyUnsupported(
-                    f"the server does not support {op} (NotImplemented)") from exc
+                    f"the server does not support {way or op} (NotImplemented)",
+                    way=way) from exc
             raise
 
     async def __call__(self, op: str, path: str, *, once: bool = False,
@@ -180,7 +195,7 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
                       cutoff: int = COPY_CUTOFF, part_size: int, concurrency: int,
                       check: bool = True, metadata: dict[str, Any] | None = None,
                       advance: Callable[[int], None] | None = None,
-                      in_place: bool = False) -> Copied:
+                      in_place: bool = False, lacks: frozenset[str] = frozenset()) -> Copied:
     """Copy ``src_path`` (as listed: ``info``) to ``dst_path`` on the server; ``src`` and
     ``dst`` are policy-wrapped S3 providers of one store and one key pair (the request
     goes through ``dst``). ``cutoff``: the largest object stored in one piece that one
@@ -189,7 +204,9 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     source's (``ContentType``, ``Metadata``, ...). ``advance(n)``: ``n`` more bytes are
     copied. ``in_place``: ``dst_path`` is ``src_path`` (its metadata changed: S3 takes
     such a copy only with ``metadata``); a copy that fails a check after it is published
-    is then left as S3 made it, never deleted (it is the only one)."""
+    is then left as S3 made it, never deleted (it is the only one). ``lacks``: the ways
+    (:data:`ONE_PIECE`, :data:`IN_PARTS`) this store said it has not: an object that
+    needs one raises :class:`ServerCopyUnsupported` at once."""
     call = _Calls(dst, in_place=in_place)
     try:
         head = await _head_source(call, src_path, info)
@@ -219,7 +236,11 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
             "it only once restored (aws s3api restore-object), then copy it again")
     # The ETag as an MD5 (of the bytes, or of the parts' MD5s, -N); under SSE-KMS it is not.
     md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in KMS_ENCRYPTION else None
-    if size <= cutoff and (md5 is None or md5[1] is None):
+    way = ONE_PIECE if size <= cutoff and (md5 is None or md5[1] is None) else IN_PARTS
+    if way in lacks:
+        raise ServerCopyUnsupported(f"the server does not support {way} (NotImplemented)",
+                                    way=way)
+    if way == ONE_PIECE:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
                                     _replaced(head, metadata),
                                     kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
@@ -339,8 +360,12 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
     encrypted = [upload.get("ServerSideEncryption") in KMS_ENCRYPTION]
     slots = asyncio.Semaphore(max(1, concurrency))
 
+    stop = [False]  # a part failed: no other is sent
+
     async def part(number: int, start: int, end: int) -> None:
         async with slots:
+            if stop[0]:
+                return
             extra: dict[str, Any] = (
                 {"CopySourceRange": f"bytes={start}-{end - 1}"} if end > start else {})
             resp = await call("upload_part_copy", dst_path, Bucket=bucket, Key=key,
@@ -357,7 +382,8 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
 
     try:
         try:
-            await _all(part(n, s, e) for n, (s, e) in enumerate(layout, 1))
+            await _settled([asyncio.ensure_future(part(n, s, e))
+                             for n, (s, e) in enumerate(layout, 1)], stop)
         except PermissionDeniedError as exc:
             raise _refused_writing(exc, kms_source=kms_source) from exc
         parts = [{"PartNumber": n, "ETag": etags[n]} for n in range(1, len(layout) + 1)]
@@ -478,13 +504,52 @@ async def _all(coros: Any) -> list[Any]:
         raise
 
 
-async def _abort(call: _Calls, dst_path: str, upload_id: str) -> None:
-    bucket, key = _split(dst_path)
+async def _settled(tasks: list[asyncio.Future[None]], stop: list[bool]) -> None:
+    """Wait for every part; at the first failure, or a cancellation, ``stop`` is set (no
+    part not yet sent is sent) and the parts S3 already has are waited for (up to
+    :data:`_SETTLE` s) before the failure is raised: S3 goes on copying a part whose
+    request it has, cancelled or not here, and one that lands after the upload's abort is
+    left behind (AWS: "abort again")."""
     try:
-        await call("abort_multipart_upload", dst_path, Bucket=bucket, Key=key,
-                   UploadId=upload_id)
-    except TensorstreamError:
-        pass  # the copy's own error is the one to report (a lifecycle rule removes parts)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except asyncio.CancelledError:
+        stop[0] = True
+        await _drain(tasks)
+        raise
+    failed = [t for t in tasks if t in done and not t.cancelled() and t.exception()]
+    if failed:
+        stop[0] = True
+        await _drain(tasks)
+        raise failed[0].exception()  # type: ignore[misc]
+
+
+async def _drain(tasks: list[asyncio.Future[None]]) -> None:
+    """Wait for the parts still running (those sent to S3), then cancel what is left."""
+    pending = [t for t in tasks if not t.done()]
+    if pending:
+        _, late = await asyncio.wait(pending, timeout=_SETTLE)
+        for t in late:
+            t.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+    for t in tasks:  # (their errors are the first one's consequences: retrieved, not raised)
+        if t.done() and not t.cancelled():
+            t.exception()
+
+
+async def _abort(call: _Calls, dst_path: str, upload_id: str) -> None:
+    """Abort the upload, again while it is still listed (a part S3 was copying when the
+    abort came may land after it: AWS's advice is to abort again)."""
+    bucket, key = _split(dst_path)
+    for _ in range(3):
+        try:
+            await call("abort_multipart_upload", dst_path, Bucket=bucket, Key=key,
+                       UploadId=upload_id)
+            await call("list_parts", dst_path, Bucket=bucket, Key=key, UploadId=upload_id,
+                       MaxParts=1)
+        except TensorstreamError:
+            return  # gone (NoSuchUpload), or the copy's own error is the one to report
+    log.warning("%s: the multipart upload %s is still listed after three aborts (a lifecycle "
+                "rule for incomplete uploads removes it)", redact_text(dst_path), upload_id)
 
 
 async def _remove(call: _Calls, dst_path: str) -> str:
