@@ -451,6 +451,46 @@ def test_a_key_that_is_no_bytes_or_a_key_for_a_plain_file_is_said(tmp_path: Path
             deserialize(plain, "cpu", encryption=bytes(32), **mode)
 
 
+def test_an_encryption_of_the_wrong_kind_is_a_configuration_error(tmp_path: Path) -> None:
+    """``Encryption(passphrase=12345)`` was taken, then a load raised tensorizer's bare
+    ``TypeError`` ("Invalid source type") and a save another; ``opslimit="x"`` or
+    ``memlimit=0`` made a save a bare ``TypeError``/``ValueError``; ``encryption={"key": ...,
+    "extra": 1}`` a bare ``TypeError`` from the constructor. Each is a
+    ``ConfigurationError`` naming the field, before anything is read or written, and none
+    shows the passphrase or the key."""
+    secret = "hunter2-never-shown"
+    plain = tmp_path / "plain.tensors"
+    serialize({"w": torch.ones(3)}, plain)
+    out = tmp_path / "out.tensors"
+    bad: list[tuple[Any, str]] = [
+        (lambda: Encryption(passphrase=12345), "passphrase must be a str"),  # type: ignore[arg-type]
+        (lambda: Encryption(passphrase=secret, opslimit="x"), "opslimit must be"),  # type: ignore[arg-type]
+        (lambda: Encryption(passphrase=secret, memlimit=2.5), "memlimit must be"),  # type: ignore[arg-type]
+        (lambda: Encryption(passphrase=secret, opslimit=True), "opslimit must be"),
+        (lambda: Encryption(passphrase=secret, opslimit=0), "opslimit 0 is out of"),
+        (lambda: Encryption(passphrase=secret, memlimit=1), "memlimit 1 is out of"),
+        (lambda: {"key": bytes(range(32)), "extra": 1}, "unknown field extra"),
+        (lambda: {"passphrase": secret, "opslimt": 1}, "unknown field opslimt"),
+    ]
+    for make, message in bad:
+        for save in (False, True):
+            with pytest.raises(errors.ConfigurationError, match=message) as info:
+                if save:
+                    serialize({"w": torch.ones(3)}, out, encryption=make())
+                else:
+                    deserialize(plain, "cpu", encryption=make())
+            shown = "".join(str(e) + repr(e.args) for e in (info.value, info.value.__cause__,
+                                                           info.value.__context__) if e)
+            assert secret not in shown and bytes(range(32)).hex() not in shown, shown
+            assert not out.exists()
+    # bytes are a passphrase too (tensorizer takes them); the limits' presets are numbers
+    spec = Encryption(passphrase=secret.encode(), opslimit=EncryptionParams.OpsLimit.MIN,
+                      memlimit=EncryptionParams.MemLimit.MIN)
+    serialize({"w": torch.ones(3)}, out, encryption=spec)
+    with deserialize(out, "cpu", encryption=Encryption(passphrase=secret)) as sd:
+        assert torch.equal(sd["w"], torch.ones(3))
+
+
 def test_a_key_file_on_another_host_gets_none_of_the_model_host_s_credentials(
         http_token_server: Any, http_server: Any, http_reset: None, tmp_path: Path) -> None:
     """The model's options went to any key file: an HTTP model's token and headers were

@@ -72,8 +72,15 @@ class Encryption:
                 "Encryption needs exactly one of keyfile=, passphrase= or key= "
                 f"(got {', '.join(given) or 'none'})"
             )
+        if self.passphrase is not None and not isinstance(self.passphrase, str | bytes):
+            # (passphrase=12345 was taken; a load then raised tensorizer's bare TypeError)
+            raise ConfigurationError(f"Encryption passphrase must be a str (or bytes), got "
+                                     f"{type(self.passphrase).__name__}")
         if self.passphrase is not None and not self.passphrase:
             raise ConfigurationError("Encryption passphrase must not be empty")
+        for name, least in (("opslimit", EncryptionParams.OpsLimit.MIN),
+                            ("memlimit", EncryptionParams.MemLimit.MIN)):
+            _check_limit(name, getattr(self, name), least)
         if self.key is not None and (not isinstance(self.key, bytes | bytearray)
                                      or len(self.key) != KEY_BYTES):
             # (a 32-character str was taken: a load said "wrong key", a save raised
@@ -123,9 +130,13 @@ class Encryption:
         """tensorizer ``EncryptionParams`` for writing to ``model`` (a URI) with
         ``options``; may create the key file."""
         if self.passphrase is not None:
-            return EncryptionParams.from_string(
-                self.passphrase, opslimit=self.opslimit, memlimit=self.memlimit
-            )
+            try:
+                return EncryptionParams.from_string(
+                    self.passphrase, opslimit=self.opslimit, memlimit=self.memlimit
+                )
+            except ValueError as exc:  # over libsodium's maximum: its range, no secret
+                raise ConfigurationError(
+                    f"Encryption: {str(exc).replace(str(self.passphrase), '***')}") from None
         if self.key is not None:
             return EncryptionParams(self.key)
         assert self.keyfile is not None
@@ -147,6 +158,22 @@ class Encryption:
         assert self.keyfile is not None
         return DecryptionParams.from_key(
             read_key(self.keyfile, **self._keyfile_opts(options, model)))
+
+
+def _check_limit(name: str, value: Any, least: int) -> None:
+    """``opslimit``/``memlimit``: ``None`` or a whole number from libsodium's minimum (a
+    string, a float or a bool made a save fail with tensorizer's bare ``TypeError``, a
+    number under the minimum with its bare ``ValueError``)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(
+            f"Encryption {name} must be a whole number (e.g. EncryptionParams."
+            f"{'OpsLimit' if name == 'opslimit' else 'MemLimit'}.INTERACTIVE) or None, "
+            f"got {type(value).__name__}")
+    if value < least:
+        raise ConfigurationError(f"Encryption {name} {int(value)} is out of range: "
+                                 f"at least {int(least)}")
 
 
 def _rebuild(keyfile: str, keyfile_options: Mapping[str, Any] | None) -> Encryption:
@@ -246,6 +273,13 @@ def _coerce(value: Any) -> Encryption | EncryptionParams | DecryptionParams | No
     if isinstance(value, (bytes, bytearray)):
         return Encryption(key=bytes(value))
     if isinstance(value, Mapping):
+        known = {f.name for f in dataclasses.fields(Encryption)}
+        unknown = sorted(str(k) for k in value if k not in known)
+        if unknown:  # names only: the values may be a key or a passphrase
+            raise ConfigurationError(
+                f"encryption: unknown field{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(k[:60] for k in unknown)}; an Encryption takes "
+                f"{', '.join(sorted(known))}")
         return Encryption(**value)
     raise ConfigurationError(
         f"encryption must be an Encryption(keyfile=... | passphrase=... | key=...), a 32-byte key "
