@@ -41,7 +41,7 @@ from aiohttp import web
 from .fault_settings import KnownFields
 from .http_headers import request_repr, retry_after_header
 from .in_flight import InFlight
-from .loop_thread import _SHUTDOWN_TIMEOUT, cancel_pending
+from .loop_thread import _SHUTDOWN_TIMEOUT, _LoopThread
 
 __all__ = ["HTTPFaults", "HTTPTestServer", "RequestRecord", "StoredObject"]
 
@@ -169,8 +169,7 @@ class HTTPTestServer:
         self._writing: dict[str, int] = {}  # bodies being written, per key
         self._lock = threading.Lock()
         self._body_done = threading.Condition(self._lock)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._lt = _LoopThread("tensorstream-test-http")
         self._runner: web.AppRunner | None = None
         self._tmpdir: str | None = None
         self._in_flight = InFlight()
@@ -178,12 +177,9 @@ class HTTPTestServer:
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> HTTPTestServer:
         """Start serving (idempotent); returns ``self``."""
-        if self._thread is not None:
+        if self._lt.loop is not None:
             return self
         ssl_ctx = self._make_tls() if self.tls else None
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failure: list[BaseException] = []
 
         async def serve() -> None:
             app = web.Application()
@@ -200,41 +196,18 @@ class HTTPTestServer:
             self._runner = runner
             self.port = runner.addresses[0][1]
 
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(serve())
-            except BaseException as exc:  # report start-up failures to start()
-                failure.append(exc)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="tensorstream-test-http", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        if failure or not self.port:
-            self.stop()
-            raise RuntimeError(f"HTTP test server failed to start: {failure!r}")
+        try:
+            self._lt.start(serve)
+        except BaseException:
+            self.stop()  # (the certificates' folder)
+            raise
         return self
 
     def stop(self) -> None:
         """Stop serving and remove temporary certificates (idempotent)."""
-        loop, thread = self._loop, self._thread
-        if loop is not None and thread is not None and thread.is_alive():
-            steps = [self._runner.cleanup] if self._runner is not None else []
-            for step in [*steps, cancel_pending]:
-                try:
-                    asyncio.run_coroutine_threadsafe(step(), loop).result(10)
-                except Exception:
-                    pass
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
-        if loop is not None and not loop.is_running():
-            loop.close()
-        self._loop = self._thread = self._runner = None
+        runner = self._runner
+        self._lt.stop(runner.cleanup if runner is not None else None)
+        self._runner = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None

@@ -2,7 +2,8 @@
 under test may use tensorstream's sync or async API against them.
 
 :class:`_LoopThread` is the loop and its daemon thread (start, stop, with every
-task still pending cancelled at stop: :func:`cancel_pending`).
+task still pending cancelled at stop: :func:`cancel_pending`), under
+:class:`~.http_server.HTTPTestServer` and :class:`~.http_proxy.HTTPFaultProxy`.
 :class:`_StreamServer` adds a listener on ``127.0.0.1`` (``asyncio.start_server``)
 and the ``with`` plumbing: the base of :class:`~.tcp_proxy.TCPFaultProxy` and
 :class:`~.forward_proxy.ForwardProxy`.
@@ -35,7 +36,7 @@ async def cancel_pending() -> None:
 
 
 class _LoopThread:
-    """An event loop in a daemon thread that serves one proxy."""
+    """An event loop in a daemon thread that serves one test server or proxy."""
 
     def __init__(self, name: str) -> None:
         self.name = name
