@@ -158,18 +158,21 @@ def test_a_redis_path_of_digits_is_a_database_for_redis_py_and_refused_here(
     assert r.returncode == 0, r.stderr
     r = cli("cat", redis_server.url("%34711"))  # %34 is "4"
     assert r.returncode == 0 and r.stdout == "written as 4711?db=0", r.stderr
-    # a folder whose file is named with digits only, copied to the root of database 0
+    # a folder whose file is named with digits only, copied to the root of a database of
+    # this test's own (other tests leave keys at database 0's root, some broken on purpose)
     (tmp_path / "up").mkdir()
     (tmp_path / "up" / "4713").write_bytes(b"digits")
     try:
-        r = cli("cp", "-r", str(tmp_path / "up") + "/", redis_server.url(""))
+        r = cli("cp", "-r", str(tmp_path / "up") + "/", redis_server.url("", db=12))
         assert r.returncode == 0, r.stderr
-        with redis_server.client() as c:
+        with redis_server.client(db=12) as c:
             assert c.exists("4713")
-        r = cli("cp", "-r", "--exclude", "*", "--include", "4713", redis_server.url(""),
+        r = cli("cp", "-r", "--exclude", "*", "--include", "4713", redis_server.url("", db=12),
                 str(tmp_path / "down") + "/")
         assert r.returncode == 0, r.stderr
         assert (tmp_path / "down" / "4713").read_bytes() == b"digits"
     finally:
         with redis_server.client() as c:
-            c.delete("4711", "4713")
+            c.delete("4711")
+        with redis_server.client(db=12) as c:
+            c.delete("4713")
