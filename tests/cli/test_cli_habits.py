@@ -467,6 +467,40 @@ def test_a_prefix_is_never_copied_into_a_prefix_under_it(tmp_path: Path, moto_s3
     assert r.returncode == 0 and moto_s3.exists(S3_BUCKET, "nest2/bk/x"), r.stderr
 
 
+def test_a_copy_into_itself_says_what_to_do_and_runs_with_the_destination_left_out(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """``sync s3://b/p s3://b/p/bk`` (and a local directory into its own subdirectory) was
+    refused without saying what to do. It names the two ways out; the second, an --exclude
+    that leaves every key under DST out of SRC (rclone's rule for overlapping remotes), now
+    runs, and a second run finds everything copied (nothing a level deeper). An --include
+    after it could take keys under DST back: still refused."""
+    env = s3_env(moto_s3, tmp_path)
+    s3 = ["--endpoint-url", moto_s3.endpoint_url]
+    for key in ("self2/a", "self2/d/c", "self2/bk/x"):
+        moto_s3.put(S3_BUCKET, key, b"x")
+    local = tmp_path / "self2"
+    (local / "d").mkdir(parents=True)
+    (local / "bk").mkdir()
+    for key in ("a", "d/c", "bk/x"):
+        (local / key).write_bytes(b"x")
+    for src, dst in [(f"s3://{S3_BUCKET}/self2", f"s3://{S3_BUCKET}/self2/bk"),
+                     (str(local), str(local / "bk"))]:
+        for cmd in (["sync"], ["cp", "-r"]):
+            r = cli(*s3, *cmd, src, dst, env=env)
+            assert r.returncode == 1 and "into itself" in r.stderr, r.stderr
+            assert "outside" in r.stderr and "--exclude 'bk/*'" in r.stderr, r.stderr
+            r = cli(*s3, *cmd, "--exclude", "bk/*", "--include", "*.json", src, dst, env=env)
+            assert r.returncode == 1 and "into itself" in r.stderr, r.stderr
+        for run in range(2):
+            r = cli(*s3, "sync", "--exclude", "bk/*", src, dst, env=env)
+            assert r.returncode == 0, r.stderr
+            assert ("copied 2 files" if run == 0 else "2 already there") in r.stderr + r.stdout
+    assert moto_s3.exists(S3_BUCKET, "self2/bk/a") and moto_s3.exists(S3_BUCKET, "self2/bk/d/c")
+    assert not moto_s3.exists(S3_BUCKET, "self2/bk/bk/x")
+    assert sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file()) == [
+        "a", "bk/a", "bk/d/c", "bk/x", "d/c"]
+
+
 def test_a_destination_naming_a_database_or_bucket_gets_the_name(
         tmp_path: Path, redis_server: Any, moto_s3: Any) -> None:
     """``cp FILE redis://host:port`` (no key) wrote the Redis key ``""``; like ``s3://bucket``

@@ -66,6 +66,8 @@ def test_every_diagnosis_reads_as_documented(s3: MotoS3Server, tmp_path: Path) -
         "a prefix without `-r`": (["cp", *endpoint, "s3://bkt/p", "out/"],
                                   {"s3://b/p": "s3://bkt/p"}, 1),
         "object onto itself": (["cp", "models/llama/a.bin", "models/llama/a.bin"], {}, 1),
+        "a directory or prefix into one inside it": (
+            ["sync", *endpoint, "s3://bkt/p", "s3://bkt/p/bk"], {"s3://b/": "s3://bkt/"}, 1),
     }
     rows = _rows()
     assert set(rows) == set(cases), "docs/cli.md's Diagnoses rows and this test's cases differ"

@@ -1,4 +1,4 @@
-"""Whether the two sides of a copy are one store.
+"""Whether the two sides of a copy are one store, and whether DST lies inside SRC.
 
 ``--src-*``/``--dst-*`` options (``src_options``/``dst_options``) let each side
 have its own endpoint and credentials, but most of them name no other store: a
@@ -13,14 +13,19 @@ written two ways (``127.0.0.1`` and ``localhost``, ``:80`` or not) is one: :mod:
 
 from __future__ import annotations
 
+import fnmatch
+import glob
+import os
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import TensorstreamError
 from ..uri import ParsedURI
+from .select import Rules
 from .servers import Server, endpoint_server, same_server, server
 
-__all__ = ["connection", "same_store"]
+__all__ = ["connection", "inside", "left_out", "same_store", "way_out"]
 
 #: Schemes whose URI's host and port name the server (options only say how to reach it).
 _HOSTED = frozenset({"redis", "rediss", "http", "https"})
@@ -85,3 +90,33 @@ def _redis_db(uri: ParsedURI, options: Mapping[str, Any]) -> str:
     """The database a Redis URI with ``options`` names (the option over the URI's query)."""
     db = options.get("redis_db")
     return str(uri.query.get("db", 0) if db is None else db).lstrip("0") or "0"
+
+
+def inside(path: str, directory: str) -> str:
+    """``path`` relative to ``directory`` where it lies below it (symlinks resolved), else
+    ``""``; a directory onto itself is refused per file (same object), so only below counts."""
+    if not os.path.isdir(directory):
+        return ""
+    top, below = os.path.realpath(directory), os.path.realpath(path)
+    if below == top or os.path.commonpath([top, below]) != top:
+        return ""
+    return os.path.relpath(below, top).replace(os.sep, "/")
+
+
+def left_out(rules: Rules, rel: str) -> bool:
+    """Whether ``rules`` leave out every key under ``rel``/ (relative to SRC): an exclude
+    rule that matches all of them (``rel/*``) and no include rule after it, which might
+    take some back. Then a copy into ``rel`` never reads its own copies (rclone lets
+    overlapping remotes be synced on the same condition)."""
+    last_exclude = max((i for i, (kind, pattern) in enumerate(rules.rules)
+                        if kind == "exclude" and pattern.endswith("*")
+                        and fnmatch.fnmatchcase(rel + "/", pattern[:-1])), default=-1)
+    return last_exclude >= 0 and all(kind == "exclude" for kind, _ in
+                                      rules.rules[last_exclude + 1:])
+
+
+def way_out(rel: str) -> str:
+    """What to do instead of copying SRC into its own ``rel``."""
+    exclude = shlex.quote(glob.escape(rel) + "/*")
+    return ("each run would copy the last run's copies a level deeper: copy to a place "
+            f"outside SRC, or leave DST out of SRC with --exclude {exclude}")

@@ -21,7 +21,7 @@ from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
-from .places import connection, same_store
+from .places import connection, inside, left_out, same_store, way_out
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
 from .server_side import takes as takes_on_server
 from .sinks import temp_stem
@@ -92,15 +92,6 @@ def special_file(path: str) -> str | None:
     return None
 
 
-def _inside(path: str, directory: str) -> bool:
-    """Whether ``path`` is ``directory`` itself or below it (symlinks resolved); a
-    directory onto itself is refused per file (same object), so only below counts."""
-    if not os.path.isdir(directory):
-        return False
-    top, below = os.path.realpath(directory), os.path.realpath(path)
-    return below != top and os.path.commonpath([top, below]) == top
-
-
 class Planner:
     """The planning half of the copy engine (attributes set by the engine)."""
 
@@ -154,17 +145,19 @@ class Planner:
         for source in sources:
             src_uri = parse_uri(source)
             src = self.provider(src_uri, "src")
-            if recursive and local and src_uri.scheme == "file" and _inside(dst_uri.path,
-                                                                             src_uri.path):
+            if recursive and local and src_uri.scheme == "file" and (
+                    rel := inside(dst_uri.path, src_uri.path)) and not left_out(self.rules, rel):
                 # Each run would copy the copies of the last one, a level deeper.
                 self.error(redact_text(source), f"refused: cannot copy a directory into itself "
-                                   f"({dst_uri.path} is inside {src_uri.path})")
+                           f"({dst_uri.path} is inside {src_uri.path}); {way_out(rel)}")
                 continue
-            if recursive and not local and self._below(dst_uri, src_uri):
+            if recursive and not local and (rel := self._below(dst_uri, src_uri)) and (
+                    not left_out(self.rules, rel)):
                 # The same, on a remote store: each sync copied the last run's copies
                 # again, a level deeper (q/bk/x -> q/bk/bk/x -> q/bk/bk/bk/x).
                 self.error(redact_text(source), "refused: cannot copy a prefix into itself "
-                           f"({redact_text(dest)} is under {redact_text(source)})")
+                           f"({redact_text(dest)} is under {redact_text(source)}); "
+                           + way_out(rel))
                 continue
             try:
                 pairs = await self._list_source(src, src_uri, source, recursive, local)
@@ -227,12 +220,15 @@ class Planner:
                 self._note_stale_partial(job)
         return jobs
 
-    def _below(self, dst: ParsedURI, src: ParsedURI) -> bool:
-        """Whether a remote ``dst`` lies under the prefix ``src`` on the same storage."""
+    def _below(self, dst: ParsedURI, src: ParsedURI) -> str:
+        """A remote ``dst`` relative to the prefix ``src`` where it lies under it on the same
+        storage, else ``""``."""
         if not self._one_store(src, dst) or self._pattern(src) is not None:
-            return False  # two stores, or a pattern (what it matches is its own affair)
+            return ""  # two stores, or a pattern (what it matches is its own affair)
         top, below = src.path.strip("/"), dst.path.strip("/")
-        return below != top and (not top or below.startswith(top + "/"))
+        if below == top or not (not top or below.startswith(top + "/")):
+            return ""
+        return below[len(top) + 1:] if top else below
 
     def _one_store(self, src: ParsedURI, dst: ParsedURI) -> bool:
         """Whether ``src`` and ``dst`` are on one store, whatever side options name no
