@@ -98,7 +98,27 @@ def test_real_redis_can_be_required(pytester):
     """)
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--tensorstream-redis=fake")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*requires Debian's redis-server*"])
+    result.stdout.fnmatch_lines(["*requires Debian's redis-server*--tensorstream-redis=fake*"])
+
+
+def test_required_real_redis_without_redis_server_says_what_to_install(pytester, monkeypatch,
+                                                                         tmp_path):
+    # The marker's error said "redis-server is not installed or --tensorstream-redis=fake
+    # was given", not which, nor what to install.
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no redis-server, no redis-cli
+    pytester.makepyfile(test_real="""
+        import pytest
+
+        @pytest.mark.tensorstream_real_redis
+        def test_marked(tensorstream_redis):
+            pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*requires Debian's redis-server*not on PATH*"
+                                 "apt-get install redis-server*"])
 
 
 def test_real_redis_without_redis_server_says_what_to_install(pytester, monkeypatch, tmp_path):

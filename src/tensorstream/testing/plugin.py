@@ -332,9 +332,12 @@ def tensorstream_redis(
                     pytrace=False)
     if require_real and backend.kind != "redis-server":
         backend.close()
-        pytest.fail("this test requires Debian's redis-server (tensorstream_real_redis), but "
-                    "redis-server is not installed or --tensorstream-redis=fake was given",
-                    pytrace=False)
+        # Which of the two, and what to do about it: the message named both, and no fix.
+        why = ("--tensorstream-redis=fake was given: drop it"
+               if tensorstream_servers.redis_mode == "fake" else
+               "redis-server and redis-cli are not on PATH: apt-get install redis-server")
+        pytest.fail(f"this test requires Debian's redis-server (tensorstream_real_redis), "
+                    f"but {why}", pytrace=False)
     _isolate(monkeypatch, _tensorstream_home)
     yield from _closing(backend, monkeypatch, env)
 
