@@ -3,11 +3,12 @@
 A child forked while another thread of the program held one (a load or copy in
 the background when ``multiprocessing``, a DataLoader or vLLM forks its workers)
 has only the forking thread: the lock stays held there for ever, and the child's
-first call that takes it hangs. Each module renews its locks after a fork
-(``os.register_at_fork``); the sweep finds them all, so a new one cannot be
-missed. Then, each in such a child, the calls behind the four that were not
+first call that takes it hangs. Each module renews its locks, and those of its
+module-level objects, after a fork (``os.register_at_fork``); the sweep finds
+them all, so a new one cannot be missed. Then, each in such a child, the calls behind the four that were not
 renewed: S3's data loader (a new S3 client), cp/sync's endpoint check and part
-buffers, the umask where ``/proc`` does not show it (macOS).
+buffers, the umask where ``/proc`` does not show it (macOS), a durable copy's
+directory fsyncs.
 """
 
 from __future__ import annotations
@@ -33,10 +34,15 @@ for info in pkgutil.walk_packages(tensorstream.__path__, "tensorstream."):
         continue  # an optional dependency that is not installed
     for name, value in vars(module).items():
         if isinstance(value, KINDS):
-            held_at_fork[f"{info.name}.{name}"] = (module, name, value)
+            held_at_fork[f"{info.name}.{name}"] = (lambda m=module, n=name: getattr(m, n), value)
+        elif type(value).__module__.startswith("tensorstream") and hasattr(value, "__dict__"):
+            for attr, inner in vars(value).items():  # an object of the module's own
+                if isinstance(inner, KINDS):
+                    held_at_fork[f"{info.name}.{name}.{attr}"] = (
+                        lambda m=module, n=name, a=attr: getattr(getattr(m, n), a), inner)
 held, release = threading.Event(), threading.Event()
 def hold():  # another thread of the program, inside tensorstream at the fork
-    for lock in {id(lock): lock for _, _, lock in held_at_fork.values()}.values():
+    for lock in {id(lock): lock for _, lock in held_at_fork.values()}.values():
         lock.acquire()
     held.set()
     release.wait()
@@ -46,8 +52,8 @@ r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     stuck = []
-    for full, (module, name, _) in sorted(held_at_fork.items()):
-        lock = getattr(module, name)
+    for full, (now, _) in sorted(held_at_fork.items()):
+        lock = now()
         if lock.acquire(blocking=False):
             lock.release()
         else:
@@ -100,6 +106,14 @@ elif which == "umask":        # the umask, where /proc does not show it
             return real_open(path, *args, **kwargs)
         module.open = no_proc
         module.current_umask()
+elif which == "directory sync":  # a durable copy's fsync of the directory it renamed into
+    from tensorstream.copy import sinks as module
+    lock = module.directory_sync._cond
+    fd = os.open(os.getcwd(), os.O_RDONLY)
+    st = os.fstat(fd)  # (and a thread of the parent amid that directory's fsync at the fork)
+    module.directory_sync._dirs[(st.st_dev, st.st_ino)] = [1, 0, 1]
+    def call():
+        module.directory_sync.sync(fd)
 held, release = threading.Event(), threading.Event()
 def hold():
     with lock:
@@ -124,7 +138,8 @@ print(os.read(r, 1 << 16).decode() or '{"hung": true}')
 """
 
 
-@pytest.mark.parametrize("which", ["s3 session", "servers", "receive", "umask"])
+@pytest.mark.parametrize("which", ["s3 session", "servers", "receive", "umask",
+                                   "directory sync"])
 def test_a_child_forked_while_another_thread_held_the_lock_goes_on(which: str) -> None:
     proc = run_python(_CALL_IN_CHILD, timeout=60, args=[which])
     assert proc.returncode == 0, proc.stderr

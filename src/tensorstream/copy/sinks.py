@@ -155,8 +155,17 @@ class DirectorySync:
                 del self._dirs[key]
 
 
+    def _after_fork_in_child(self) -> None:
+        """A child has none of its parent's other threads: the lock one of them held
+        at the fork stays held, and the fsync one of them had in progress never ends
+        (the child's sync of that directory waited for it for ever). Both start afresh."""
+        self._cond = threading.Condition()
+        self._dirs = {}
+
+
 #: One per process: an fsync covers renames of every copy into that directory.
 directory_sync = DirectorySync()
+os.register_at_fork(after_in_child=directory_sync._after_fork_in_child)
 
 
 class SequentialSink:
