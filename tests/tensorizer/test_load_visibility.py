@@ -84,6 +84,33 @@ def test_load_into_module_fills_a_meta_module_from_either_kind_of_file(
     assert "scale" in dict(target.named_buffers())
 
 
+def test_a_load_that_fails_part_way_leaves_the_module_as_it_was_unless_lazy(
+    tmp_path: Path, served: Any,
+) -> None:
+    """A failure after some tensors were read (here the last tensor's hash) leaves an eager
+    load's module as it was: nothing goes into it before every tensor is in. A lazy load
+    puts each tensor in as it reads it (that is what keeps its memory low): the tensors read
+    before the failure are in, as docs/load-a-model.md says; the error names the file."""
+    model = _model(1)
+    serialize(model, tmp_path / "m.tensors")
+    data = bytearray((tmp_path / "m.tensors").read_bytes())
+    last = model.blocks[1].weight.detach().numpy().tobytes()
+    data[bytes(data).index(last) + 100] ^= 0x40
+    (tmp_path / "bad.tensors").write_bytes(bytes(data))
+    for uri in (tmp_path / "bad.tensors", served("bad.tensors", tmp_path / "bad.tensors")):
+        for kw in ({}, {"num_readers": 1}, {"filter_func": lambda name: True}):
+            target = _model(2)
+            before = {k: v.clone() for k, v in target.state_dict().items()}
+            with pytest.raises(errors.IntegrityError, match=r"bad\.tensors"):
+                load_into_module(target, uri, "cpu", verify_hash=True, **kw)
+            after = target.state_dict()
+            assert [k for k in before if not torch.equal(before[k], after[k])] == [], kw
+        target = _model(2)
+        with pytest.raises(errors.IntegrityError, match=r"bad\.tensors"):
+            load_into_module(target, uri, "cpu", verify_hash=True, lazy_load=True)
+        assert torch.equal(target.embed.weight, model.embed.weight)  # read before the failure
+
+
 def test_strict_names_every_missing_unexpected_and_mismatched_tensor(tmp_path: Path) -> None:
     sd = _model().state_dict()
     del sd["blocks.1.bias"]  # missing from the file
