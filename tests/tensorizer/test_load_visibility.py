@@ -268,6 +268,14 @@ def test_unknown_device_names_the_option(tmp_path: Path) -> None:
     assert isinstance(info.value, RuntimeError)
 
 
+def test_a_torch_failure_names_the_package_it_came_from(tmp_path: Path) -> None:
+    """torch raises builtin exceptions: a cast tensorizer cannot make said "loading ...
+    failed in builtins: RuntimeError: ..."; it names the package where it was raised."""
+    serialize(_model(), tmp_path / "m.tensors")
+    with pytest.raises(LoadError, match=r"m\.tensors failed in torch: RuntimeError: Only Tensors"):
+        deserialize(tmp_path / "m.tensors", "cpu", dtype=torch.int32)
+
+
 def test_torch_failures_become_load_errors_naming_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -85,7 +85,21 @@ def _translate_foreign(exc: BaseException, where: str, decrypted: bool) -> BaseE
     if isinstance(exc, RuntimeError | NotImplementedError | AssertionError):
         # torch's device/dtype errors and tensorizer's runtime checks.
         return LoadError(
-            f"loading {where} failed in {type(exc).__module__.split('.')[0]}: "
+            f"loading {where} failed in {_origin(exc)}: "
             f"{type(exc).__name__}: {redact_text(str(exc))}"
         )
     return None
+
+
+def _origin(exc: BaseException) -> str:
+    """The package ``exc`` was raised in: that of the innermost frame of its traceback
+    (torch raises builtin ``RuntimeError``s: the message said "failed in builtins"), else
+    that of its type, else "torch or tensorizer"."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    name = str(tb.tb_frame.f_globals.get("__name__") or "") if tb is not None else ""
+    if not name or name == "builtins":
+        name = type(exc).__module__
+    top = name.split(".")[0]
+    return top if top and top != "builtins" else "torch or tensorizer"
