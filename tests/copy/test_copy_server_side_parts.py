@@ -7,8 +7,11 @@ package's fault proxy, which records every request in the order moto answered it
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import os
+import re
+import threading
 import time
 from typing import Any
 
@@ -124,3 +127,139 @@ def test_a_failed_multipart_copy_waits_for_its_parts_in_flight_before_the_abort(
     assert not [q for q in log[aborts[0]:] if q[0] == "PUT"], log
     assert b.server.open_multipart_uploads(b.bucket) == []
     assert not b.server.exists(b.bucket, "dst/m.bin")
+
+
+class _CreateLostFront:
+    """A reverse proxy (in front of the fault proxy) whose first CreateMultipartUpload is
+    applied by moto and answered as if lost (``lost``: ``"500"``, or ``"cut"``: the
+    connection closed mid-answer); and, as S3 does where moto does not, each upload listed
+    with the time it was made (moto lists every one as made in 2010)."""
+
+    def __init__(self, upstream: str, lost: str) -> None:
+        self.upstream, self.lost = upstream, lost
+        self.made: dict[str, str] = {}  # upload id -> when it was made (ISO, ms)
+        self.lost_ids: list[str] = []
+        self.armed = False  # from now on, the first create's answer is lost
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _forward(self, request: Any) -> Any:
+        from aiohttp import ClientSession, web
+        from yarl import URL
+
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() not in ("content-length", "transfer-encoding")}
+        async with ClientSession(auto_decompress=False) as session, session.request(
+                request.method, URL(self.upstream + request.raw_path, encoded=True),
+                headers=headers, data=body or None, allow_redirects=False) as up:
+            answer = await up.read()
+            out = {k: v for k, v in up.headers.items() if k.lower() not in (
+                "content-length", "transfer-encoding", "connection", "content-encoding")}
+            status, length = up.status, up.content_length
+        if request.method == "POST" and "uploads" in request.query and status == 200:
+            upload = re.search(rb"<UploadId>(.*?)</UploadId>", answer)
+            assert upload is not None
+            now = datetime.datetime.now(datetime.timezone.utc)
+            self.made[upload.group(1).decode()] = now.isoformat(timespec="milliseconds")
+            if self.armed and not self.lost_ids:
+                self.lost_ids.append(upload.group(1).decode())
+                if self.lost == "500":
+                    return web.Response(status=500, content_type="application/xml", body=(
+                        b"<Error><Code>InternalError</Code><Message>We encountered an "
+                        b"internal error.</Message></Error>"))
+                resp = web.StreamResponse(status=200, headers=out)
+                resp.content_length = len(answer)
+                await resp.prepare(request)
+                await resp.write(answer[:50])
+                request.transport.close()
+                return resp
+        if request.method == "GET" and "uploads" in request.query and status == 200:
+            def when(m: re.Match[bytes]) -> bytes:
+                made = self.made.get(m.group(2).decode())
+                return m.group(0) if made is None else re.sub(
+                    rb"<Initiated>.*?</Initiated>",
+                    b"<Initiated>" + made.replace("+00:00", "Z").encode() + b"</Initiated>",
+                    m.group(0))
+            answer = re.sub(rb"<Upload>(.*?<UploadId>(.*?)</UploadId>.*?)</Upload>", when,
+                            answer, flags=re.S)
+        resp = web.StreamResponse(status=status, headers=out)
+        resp.content_length = length if request.method == "HEAD" else len(answer)
+        await resp.prepare(request)
+        if request.method != "HEAD":
+            await resp.write(answer)
+        return resp
+
+    def __enter__(self) -> str:
+        from aiohttp import web
+
+        self.thread.start()
+
+        async def start() -> str:
+            app = web.Application(client_max_size=64 * MiB)
+            app.router.add_route("*", "/{tail:.*}", self._forward)
+            self.runner = web.AppRunner(app)
+            await self.runner.setup()
+            await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+            return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+        return asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("stranger", ["old", "with a part", "in the same seconds"])
+@pytest.mark.parametrize("lost", ["500", "cut"])
+@pytest.mark.parametrize("how", ["by S3", "streamed"])
+def test_an_upload_whose_create_answer_was_lost_is_not_left_behind(
+        tensorstream_s3: Any, tmp_path: Any, how: str, lost: str, stranger: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """CreateMultipartUpload applied by S3, its answer lost: the copy never learnt the
+    upload's id, so nothing aborted it, and it stayed open, its parts billed, until a
+    lifecycle rule removed it. The upload of that key S3 made while the request was in
+    flight, with no part, is now aborted; another writer's is never: one made earlier, or
+    one with a part, is left and ours aborted; two in the same seconds without parts cannot
+    be told apart, and both are left (said in the log)."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), os.urandom(1000)]
+    if how == "by S3":
+        _put_in_parts(b, "src/m.bin", parts)
+        src = b.uri("src/m.bin")
+    else:
+        (tmp_path / "m.bin").write_bytes(b"".join(parts))
+        src = str(tmp_path / "m.bin")
+    key = "dst/m.bin"
+    front = _CreateLostFront(b.proxy.url, lost)
+    with front as endpoint:
+        options = {**b.options, "s3_endpoint": endpoint}
+        if stranger == "old":  # (moto's own time: 2010)
+            other = b.client.create_multipart_upload(Bucket=b.bucket, Key=key)["UploadId"]
+        else:
+            made = _client(b, endpoint).create_multipart_upload(Bucket=b.bucket, Key=key)
+            other = made["UploadId"]
+            if stranger == "with a part":
+                b.client.upload_part(Bucket=b.bucket, Key=key, UploadId=other, PartNumber=1,
+                                     Body=b"x")
+        front.armed = True
+        with caplog.at_level(logging.INFO, logger="tensorstream.s3"):
+            r = copy(src, b.uri(key), part_size=5 * MiB, **options)
+    assert not r.ok, r.errors
+    left = sorted(u["UploadId"] for u in
+                  b.client.list_multipart_uploads(Bucket=b.bucket).get("Uploads", []))
+    if stranger == "in the same seconds":
+        assert left == sorted([other, *front.lost_ids]), (r.errors, left)
+        assert any("none is aborted" in rec.getMessage() for rec in caplog.records)
+    else:
+        assert left == [other], (r.errors, left)
+        assert any("was lost" in rec.getMessage() for rec in caplog.records)
+
+
+def _client(backend: Any, endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name=backend.options["s3_region"],
+                        aws_access_key_id=backend.options["s3_access_key_id"],
+                        aws_secret_access_key=backend.options["s3_secret_access_key"])

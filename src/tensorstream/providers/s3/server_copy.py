@@ -40,6 +40,7 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +58,9 @@ from ...errors import (
 from ...uri import redact_text
 from ..base import ObjectInfo
 from .errors import WrongRegionError
+from .lost_upload import abort_lost_upload
 from .metadata import carried_from_head, checked_carried
+from .part_tasks import run_all, settled
 from .parts import MAX_PARTS, known_size_part
 from .writer import KMS_ENCRYPTION, _etag_md5
 
@@ -78,9 +81,6 @@ _ARCHIVES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 ONE_PIECE, IN_PARTS = "CopyObject", "UploadPartCopy"
 _WAY = {"copy_object": ONE_PIECE, "create_multipart_upload": IN_PARTS,
         "upload_part_copy": IN_PARTS, "complete_multipart_upload": IN_PARTS}
-#: Seconds a failed or cancelled multipart copy waits for its parts already sent, before it
-#: aborts the upload (S3 goes on with a part it has: one landing after the abort stays).
-_SETTLE = 30.0
 
 
 class ServerCopyUnsupported(UnsupportedOperationError):
@@ -345,11 +345,17 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
         layout = [(at, min(at + step, size)) for at in range(0, size, step)] or [(0, 0)]
     bucket, key = _split(dst_path)
     carried = {k: v for k, v in carried.items() if v}
+    sent = time.time()
     try:
         upload = await call("create_multipart_upload", dst_path, once=True, Bucket=bucket,
                             Key=key, **carried)
     except PermissionDeniedError as exc:
         raise _refused_writing(exc) from exc
+    except TensorstreamError as exc:
+        if exc.temporary:  # applied, its answer lost? (S3 would keep it open)
+            await asyncio.shield(abort_lost_upload(
+                lambda op, **kw: call(op, dst_path, **kw), bucket, key, sent))
+        raise
     upload_id = str(upload.get("UploadId") or "")
     if not upload_id:
         raise IntegrityError("S3 answered CreateMultipartUpload without an UploadId")
@@ -382,7 +388,7 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
 
     try:
         try:
-            await _settled([asyncio.ensure_future(part(n, s, e))
+            await settled([asyncio.ensure_future(part(n, s, e))
                              for n, (s, e) in enumerate(layout, 1)], stop)
         except PermissionDeniedError as exc:
             raise _refused_writing(exc, kms_source=kms_source) from exc
@@ -468,7 +474,7 @@ async def _source_layout(call: _Calls, src_path: str, etag: str, count: int,
         return _range(str(resp.get("ContentRange") or ""), size)
 
     try:
-        ranges = await _all(one(n) for n in range(1, count + 1))
+        ranges = await run_all(one(n) for n in range(1, count + 1))
     except (ObjectChangedError, PermissionDeniedError, NotFoundError, ServerCopyUnsupported):
         raise
     except TensorstreamError:
@@ -490,50 +496,6 @@ def _range(text: str, size: int) -> tuple[int, int] | None:
     if unit != "bytes" or total != str(size) or not (first.isdigit() and last.isdigit()):
         return None
     return int(first), int(last) + 1
-
-
-async def _all(coros: Any) -> list[Any]:
-    """Run ``coros`` concurrently; the first failure cancels the rest and is raised."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
-async def _settled(tasks: list[asyncio.Future[None]], stop: list[bool]) -> None:
-    """Wait for every part; at the first failure, or a cancellation, ``stop`` is set (no
-    part not yet sent is sent) and the parts S3 already has are waited for (up to
-    :data:`_SETTLE` s) before the failure is raised: S3 goes on copying a part whose
-    request it has, cancelled or not here, and one that lands after the upload's abort is
-    left behind (AWS: "abort again")."""
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    except asyncio.CancelledError:
-        stop[0] = True
-        await _drain(tasks)
-        raise
-    failed = [t for t in tasks if t in done and not t.cancelled() and t.exception()]
-    if failed:
-        stop[0] = True
-        await _drain(tasks)
-        raise failed[0].exception()  # type: ignore[misc]
-
-
-async def _drain(tasks: list[asyncio.Future[None]]) -> None:
-    """Wait for the parts still running (those sent to S3), then cancel what is left."""
-    pending = [t for t in tasks if not t.done()]
-    if pending:
-        _, late = await asyncio.wait(pending, timeout=_SETTLE)
-        for t in late:
-            t.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
-    for t in tasks:  # (their errors are the first one's consequences: retrieved, not raised)
-        if t.done() and not t.cancelled():
-            t.exception()
 
 
 async def _abort(call: _Calls, dst_path: str, upload_id: str) -> None:

@@ -33,6 +33,7 @@ import hashlib
 import io
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,6 +47,7 @@ from ...errors import (
     UnsupportedOperationError,
 )
 from ..base import Writer
+from .lost_upload import abort_lost_upload
 from .parts import (
     GROW_EVERY,
     MAX_OBJECT_SIZE,
@@ -149,6 +151,7 @@ class S3Writer(Writer):
         self._sent = 0  # bytes of the parts started
         self._upload_id: str | None = None
         self._create: asyncio.Task[dict[str, Any]] | None = None
+        self._create_sent = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._parts: dict[int, dict[str, Any]] = {}
         #: What S3 answered names no encryption under which its ETags are not MD5s.
@@ -366,6 +369,7 @@ class S3Writer(Writer):
         if self._create is None:
             kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
             kwargs.update(self._metadata)
+            self._create_sent = time.time()
             self._create = asyncio.ensure_future(
                 self._call("create_multipart_upload", Bucket=self._bucket, Key=self._key, **kwargs)
             )
@@ -515,6 +519,11 @@ class S3Writer(Writer):
         if upload_id is None and self._create is not None:
             try:
                 upload_id = str((await self._create)["UploadId"])
+            except TensorstreamError as exc:
+                if exc.temporary:  # applied, its answer lost? (S3 would keep it open)
+                    await abort_lost_upload(self._call, self._bucket, self._key,
+                                            self._create_sent)
+                upload_id = None
             except BaseException:
                 upload_id = None
         if upload_id is None:

@@ -1,0 +1,89 @@
+"""A multipart upload whose ``CreateMultipartUpload`` answer was lost.
+
+S3 may apply a ``CreateMultipartUpload`` and the answer never arrive (a cut connection, a
+timeout, a 500 after the fact): the upload is open, and the writer that asked never
+learnt its id, so nothing aborted it; it stayed, its parts billed, until a bucket
+lifecycle rule removed it. :func:`abort_lost_upload` looks for it and aborts it.
+
+An upload carries nothing of its own that a listing shows and the object would not keep
+(metadata, tags and the storage class all end up on the object), so it is told from
+another writer's by what a listing does show: the key, the time S3 initiated it (within
+the seconds the request was in flight, on S3's clock, read from the listing's ``Date``),
+and no part (the writer never had an id to send one with). Exactly one such upload is
+aborted; two (another writer of the same key in the same seconds) are left alone, said
+in the log. A key pair that may not list uploads (``s3:ListBucketMultipartUploads``)
+leaves it to a lifecycle rule, as before.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...errors import TensorstreamError
+
+__all__ = ["abort_lost_upload"]
+
+log = logging.getLogger("tensorstream.s3")
+
+#: Seconds added at both ends of the time the request was in flight: S3's ``Date`` is
+#: in whole seconds, and it stamps an upload when it handles the request.
+_SLACK = 2.0
+
+
+async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, key: str,
+                            sent_at: float) -> str | None:
+    """Abort the upload of ``key`` a ``CreateMultipartUpload`` sent at ``sent_at``
+    (``time.time()``) made if S3 applied it though its answer was lost; ``call(op,
+    **kwargs)`` sends one request. The id of the upload aborted, or None."""
+    try:
+        listing = dict(await call("list_multipart_uploads", Bucket=bucket, Prefix=key))
+    except TensorstreamError as exc:
+        log.info("%s/%s: could not list its multipart uploads to find one whose "
+                 "CreateMultipartUpload answer was lost: %s", bucket, key, exc)
+        return None
+    now = time.time()
+    skew = _skew(listing, now)
+    start, end = sent_at + skew - _SLACK, now + skew + _SLACK
+    made = [str(u.get("UploadId") or "") for u in listing.get("Uploads") or []
+            if u.get("Key") == key and _seconds(u.get("Initiated")) is not None
+            and start <= _seconds(u.get("Initiated")) <= end]  # type: ignore[operator]
+    try:
+        # This writer never had the id to send a part with: one with a part is another's.
+        mine = [upload_id for upload_id in made if not (await call(
+            "list_parts", Bucket=bucket, Key=key, UploadId=upload_id, MaxParts=1)).get("Parts")]
+        if len(mine) != 1:
+            if mine:
+                log.warning("%s/%s: %d multipart uploads without parts were started while "
+                            "this one's CreateMultipartUpload answer was lost; none is aborted "
+                            "(one is another writer's)", bucket, key, len(mine))
+            return None
+        upload_id = mine[0]
+        await call("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+    except TensorstreamError as exc:
+        log.info("%s/%s: could not abort the upload whose CreateMultipartUpload answer was "
+                 "lost: %s", bucket, key, exc)
+        return None
+    log.info("%s/%s: aborted the upload %s, whose CreateMultipartUpload answer was lost",
+             bucket, key, upload_id)
+    return upload_id
+
+
+def _skew(answer: dict[str, Any], now: float) -> float:
+    """S3's clock minus ours, from an answer's ``Date`` (0 where it has none)."""
+    headers = (answer.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
+    try:
+        said = email.utils.parsedate_to_datetime(str(headers.get("date")))
+    except (TypeError, ValueError):
+        return 0.0
+    return said.timestamp() - now if said.tzinfo is not None else 0.0
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+        return value.timestamp()
+    return None
