@@ -110,6 +110,31 @@ def test_a_request_still_in_flight_when_its_test_ends_does_not_reach_the_next(py
     result.assert_outcomes(passed=4)
 
 
+def test_a_redis_command_still_held_back_when_its_test_ends_is_never_run(pytester):
+    # The same on Redis: a command the TCP proxy held back under latency (its client
+    # gave up) was sent on to Redis during the next test, and wrote there.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_stale_redis="""
+        import socket, time
+
+        SENT = []
+
+        def test_a_gives_up_on_a_slow_command(tensorstream_redis):
+            tensorstream_redis.faults.latency(3)
+            with socket.create_connection(("127.0.0.1", tensorstream_redis.proxy.port)) as s:
+                s.sendall(b"*3\\r\\n$3\\r\\nSET\\r\\n$5\\r\\nstale\\r\\n$1\\r\\na\\r\\n")
+                time.sleep(0.5)  # the proxy has it, and waits
+            SENT.append(time.monotonic())
+
+        def test_b_starts_clean(tensorstream_redis):
+            time.sleep(max(0.0, SENT[0] + 3.5 - time.monotonic()))  # past that latency
+            assert tensorstream_redis.client.get("stale") is None
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+                                           "-W", "error")
+    result.assert_outcomes(passed=2)
+
+
 def test_what_a_test_wrote_outside_its_namespace_is_gone_in_the_next(pytester):
     # Serving code in the environment mode writes where it likes (its own Redis key from
     # REDIS_URL, its own bucket): that stayed on the session's servers, so the next test

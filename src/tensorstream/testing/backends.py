@@ -371,6 +371,7 @@ class RedisBackend(Backend):
         return b"".join(p or b"" for p in parts)
 
     def close(self) -> None:
+        self.proxy.cancel_requests()  # before the reset, as on S3
         super().close()
         try:
             self._leftovers.delete_new()  # the test's prefix, and what it wrote elsewhere

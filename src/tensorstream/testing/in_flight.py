@@ -4,8 +4,10 @@ The plugin's servers live for the whole session, one test after another. A
 request still waiting out ``latency`` or a stall when its test ended (the
 client gave up on it: a timeout test) went on afterwards, under the next
 test's faults: it took that test's scripted status, drop or hook, and showed
-up in its ``requests``. The HTTP test server and the HTTP fault proxy track
-their handlers here, and the backends cancel them when their test ends.
+up in its ``requests``; a Redis command held back by the TCP proxy ran during
+the next test. The HTTP test server, the HTTP fault proxy (their handlers) and
+the TCP fault proxy (a connection's held-back bytes) track that work here, and
+the backends cancel it when their test ends.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from .fault_settings import _CHUNK, KnownFields, _chunk_for, _reset_fields, _run_hook
+from .in_flight import InFlight
 from .loop_thread import _StreamServer
 
 __all__ = ["TCPFaultProxy", "TCPFaults"]
@@ -115,12 +116,19 @@ class TCPFaultProxy(_StreamServer):
         super().__init__(port=listen_port)
         self.upstream = (host, port)
         self.faults = TCPFaults()
+        self._in_flight = InFlight()
 
     def __repr__(self) -> str:
         return f"TCPFaultProxy(127.0.0.1:{self.port} -> {self.upstream[0]}:{self.upstream[1]})"
 
     def _abort(self, writer: asyncio.StreamWriter) -> None:
         _abort(writer, rst=True)
+
+    def cancel_requests(self) -> None:
+        """Cut the connections whose client bytes are held back now (under ``latency``
+        or in a hook), so they never reach the server: the plugin does so when a test
+        ends (a client that gave up had its command run during the next test)."""
+        self._in_flight.cancel()
 
     def cut_all(self, *, rst: bool = True) -> None:
         """Cut every open connection now (a reset by default)."""
@@ -164,10 +172,11 @@ class TCPFaultProxy(_StreamServer):
     async def _pump_up(self, creader: asyncio.StreamReader, uwriter: asyncio.StreamWriter) -> None:
         while data := await creader.read(_CHUNK):
             f = self.faults
-            if f.on_client_data is not None:
-                await _run_hook(f.hook_errors, f.on_client_data(data))
-            if f.latency:
-                await asyncio.sleep(f.latency)
+            with self._in_flight.track():  # held back: cancel_requests() cuts the connection
+                if f.on_client_data is not None:
+                    await _run_hook(f.hook_errors, f.on_client_data(data))
+                if f.latency:
+                    await asyncio.sleep(f.latency)
             f.bytes_up += len(data)
             uwriter.write(data)
             await uwriter.drain()
