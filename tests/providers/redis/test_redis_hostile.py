@@ -116,6 +116,18 @@ def test_a_getrange_answered_with_an_integer_is_a_protocol_error(
         _read(serve({"getrange": b":5\r\n"}))
 
 
+@pytest.mark.parametrize("reply", [b":5\r\n", b"*1\r\n$3\r\nabc\r\n",
+                                   b"*2\r\n$3\r\nabc\r\n:7\r\n"],
+                         ids=["integer", "one-of-two", "integer-inside"])
+def test_an_mget_of_chunks_answered_oddly_is_a_protocol_error(
+        serve: Callable[[dict[str, Reply]], str], reply: bytes) -> None:
+    # Whole small chunks are fetched with one MGET: its answer is checked as GETRANGE's is.
+    fields = [b"tensorstream", b"1", b"size", b"6", b"chunk_size", b"3", b"generation", b"g"]
+    manifest = b"*%d\r\n" % len(fields) + b"".join(_bulk(f) for f in fields)
+    with pytest.raises(ProtocolError, match=r"MGET|not bytes"):
+        _read(serve({"type": b"+hash\r\n", "hgetall": manifest, "mget": reply}))
+
+
 PASSWORD = "hunter2-Tr0ub4dor"
 
 

@@ -3,9 +3,9 @@ redis-py client (hiredis), no event loop.
 
 The read-ahead engine (:mod:`tensorstream.readahead.ranged`) runs several of these
 at once, one per segment; each pipelines ``GETRANGE`` per chunk of the
-segment. Replies arrive as ``bytes`` (redis-py), copied once into the
-caller's buffer. Cluster clients stay on the async path (the caller hops to
-the I/O loop).
+segment, or one ``MGET`` per run of small whole chunks (:func:`calls`).
+Replies arrive as ``bytes`` (redis-py), copied once into the caller's buffer.
+Cluster clients stay on the async path (the caller hops to the I/O loop).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from .errors import REDIS_ERRORS, map_redis_error
 from .layout import Layout
 from .width import RETRY_IDLE, Width
 
-__all__ = ["BATCH_BYTES", "BlockingRedisReader", "batches", "check_reply"]
+__all__ = ["BATCH_BYTES", "MGET_KEYS", "MGET_MAX_VALUE", "BlockingRedisReader", "batches",
+           "calls", "check_reply", "place"]
 
 #: A read is fetched as pipelines of at most this many bytes, so one huge
 #: read never buffers all of its replies at once.
@@ -33,21 +34,80 @@ BATCH_BYTES = 8 << 20
 #: megabytes, and each read is a trip through the parser.
 _READ_SIZE = 1 << 20
 
-Batch = list[tuple[bytes, int, int, int]]  # (key, start in key, length, position in buffer)
+#: Runs of whole keys of at most this many bytes are fetched with one ``MGET`` (of at
+#: most :data:`MGET_KEYS`) instead of a ``GETRANGE`` each: with 1 KiB chunks, packing,
+#: dispatching and parsing a command per chunk was most of a read's work. (An ``MGET``
+#: answers whole values: used where the value is small, and a longer one is an error.)
+MGET_MAX_VALUE = 64 << 10
+MGET_KEYS = 1024
+
+#: (key, start in key, length, position in buffer, the whole key's value)
+Entry = tuple[bytes, int, int, int, bool]
+Batch = list[Entry]
+#: A command of a pipeline: (redis-py method, its arguments, the entries it fetches)
+Call = tuple[str, tuple[Any, ...], list[Entry]]
 
 
 def batches(layout: Layout, offset: int, want: int) -> list[Batch]:
-    """``GETRANGE`` calls covering ``[offset, offset + want)``, grouped in pipelines."""
+    """The pieces covering ``[offset, offset + want)``, grouped in pipelines."""
     out: list[Batch] = [[]]
     pos, filled = 0, 0
-    for key, start, n in layout.segments(offset, want):
+    for key, start, n, whole in layout.segments(offset, want):
         if filled and filled + n > BATCH_BYTES:
             out.append([])
             filled = 0
-        out[-1].append((key, start, n, pos))
+        out[-1].append((key, start, n, pos, whole))
         pos += n
         filled += n
     return out
+
+
+def calls(batch: Batch, *, mget: bool) -> list[Call]:
+    """The commands fetching ``batch``: a ``GETRANGE`` per piece, but one ``MGET`` per
+    run of two or more small whole keys where ``mget`` (not on a cluster: the keys
+    of one ``MGET`` must share a hash slot, and chunk keys spread over all)."""
+    out: list[Call] = []
+    run: list[Entry] = []
+
+    def close_run() -> None:
+        if len(run) > 1:
+            out.append(("mget", tuple(e[0] for e in run), run[:]))
+        else:
+            out.extend(_getrange(e) for e in run)
+        run.clear()
+
+    for entry in batch:
+        if mget and entry[4] and entry[2] <= MGET_MAX_VALUE:
+            run.append(entry)
+            if len(run) == MGET_KEYS:
+                close_run()
+        else:
+            close_run()
+            out.append(_getrange(entry))
+    close_run()
+    return out
+
+
+def _getrange(entry: Entry) -> Call:
+    key, start, n, _, _ = entry
+    return ("getrange", (key, start, start + n - 1), [entry])
+
+
+def place(layout: Layout, call: Call, reply: Any, buffer: memoryview) -> None:
+    """Check the reply to one of :func:`calls`' commands and copy it into ``buffer``."""
+    name, _, entries = call
+    if name == "mget":
+        if not isinstance(reply, list) or len(reply) != len(entries):
+            raise ProtocolError(
+                f"Redis answered an MGET of {len(entries)} keys with "
+                f"{type(reply).__name__}, while {layout.path!r} was being read")
+        # (a key that is gone, or holds no string, is answered nil: as good as empty)
+        values = [b"" if v is None else v for v in reply]
+    else:
+        values = [reply]
+    for (key, _start, n, pos, _whole), data in zip(entries, values, strict=True):
+        check_reply(layout, key, n, data)
+        copy_into(buffer[pos : pos + n], data)
 
 
 def check_reply(layout: Layout, key: bytes, n: int, data: bytes) -> None:
@@ -117,12 +177,12 @@ class BlockingRedisReader:
         try:
             for batch in batches(layout, offset, len(buffer)):
                 pipe = client.pipeline(transaction=False)
-                for key, start, n, _ in batch:
-                    pipe.getrange(key, start, start + n - 1)
-                for (key, _start, n, pos), data in zip(batch, pipe.execute(), strict=True):
-                    check_reply(layout, key, n, data)
-                    copy_into(buffer[pos : pos + n], data)
-                received += sum(n for _, _, n, _ in batch)
+                planned = calls(batch, mget=True)  # (never a cluster here)
+                for name, args, _ in planned:
+                    getattr(pipe, name)(*args)
+                for call, data in zip(planned, pipe.execute(), strict=True):
+                    place(layout, call, data, buffer)
+                received += sum(e[2] for e in batch)
         except REDIS_ERRORS as exc:
             err = map_redis_error(exc, who=self._who, secrets=self._secrets)
             if err.temporary and received:

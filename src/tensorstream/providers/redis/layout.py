@@ -92,9 +92,10 @@ class Layout:
     #: tensorizer layout: zero-length keys (empty tensors), deleted with the object.
     empty_keys: tuple[bytes, ...] = ()
 
-    def segments(self, offset: int, length: int) -> list[tuple[bytes, int, int]]:
-        """``(key, start_in_key, length)`` covering ``[offset, offset + length)`` in order."""
-        out: list[tuple[bytes, int, int]] = []
+    def segments(self, offset: int, length: int) -> list[tuple[bytes, int, int, bool]]:
+        """``(key, start_in_key, length, whole)`` covering ``[offset, offset + length)``
+        in order; ``whole``: the segment is all of the key's value."""
+        out: list[tuple[bytes, int, int, bool]] = []
         end = offset + length
         if length <= 0:
             return out
@@ -104,7 +105,9 @@ class Layout:
             while pos < end:
                 start = pos - pos % cs
                 n = min(end, start + cs) - pos
-                out.append((_key(chunk_key(self.path, self.generation, start)), pos - start, n))
+                whole = pos == start and n == min(cs, self.size - start)
+                out.append((_key(chunk_key(self.path, self.generation, start)), pos - start, n,
+                            whole))
                 pos += n
             return out
         starts = [s for _, s in self.keys]
@@ -114,7 +117,7 @@ class Layout:
             key, start = self.keys[i]
             stop = self.keys[i + 1][1] if i + 1 < len(self.keys) else self.size
             n = min(end, stop) - pos
-            out.append((key, pos - start, n))
+            out.append((key, pos - start, n, pos == start and n == stop - start))
             pos += n
             i += 1
         return out

@@ -32,7 +32,6 @@ from ...errors import (
     ObjectChangedError,
     TensorstreamError,
 )
-from ...readahead._memcopy import copy_into
 from ...uri import ParsedURI
 from ..base import (
     Capabilities,
@@ -45,7 +44,7 @@ from ..base import (
     current_deadline,
     report_progress,
 )
-from .blocking import batches, check_reply
+from .blocking import Batch, batches, calls, place
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .connection import BATCHES_IN_FLIGHT, RedisConnection
 from .layout import Layout
@@ -207,7 +206,7 @@ class RedisProvider(RedisConnection, Provider):
             for ok, batch in zip(done, planned, strict=True):
                 if not ok:
                     break
-                received += sum(n for _, _, n, _ in batch)
+                received += sum(e[2] for e in batch)
             if exc.temporary and received:
                 broken = IncompleteReadError(
                     f"Redis read broken after {received} bytes: {exc.message}", received=received)
@@ -216,14 +215,11 @@ class RedisProvider(RedisConnection, Provider):
             raise
         return want
 
-    async def _fetch(self, layout: Layout, batch: list[tuple[bytes, int, int, int]],
-                     buffer: memoryview) -> None:
-        results = await self.pipeline(
-            [("getrange", (key, start, start + n - 1)) for key, start, n, _ in batch]
-        )
-        for (key, _start, n, pos), data in zip(batch, results, strict=True):
-            check_reply(layout, key, n, data)
-            copy_into(buffer[pos : pos + n], data)
+    async def _fetch(self, layout: Layout, batch: Batch, buffer: memoryview) -> None:
+        planned = calls(batch, mget=not self.cluster)
+        results = await self.pipeline([(name, args) for name, args, _ in planned])
+        for call, data in zip(planned, results, strict=True):
+            place(layout, call, data, buffer)
 
     def readinto_blocking(
         self, path: str, offset: int, buffer: memoryview, *, pin: Pin | None = None
