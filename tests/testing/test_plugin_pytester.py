@@ -353,3 +353,42 @@ def test_the_library_is_not_assertion_rewritten_but_its_test_helpers_are(pyteste
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
+
+
+def test_each_xdist_worker_has_its_own_servers(pytester, tmp_path):
+    # Under pytest-xdist every worker is a session of its own: its own servers on
+    # their own ports, its own sandbox HOME, all stopped when the run ends.
+    pytest.importorskip("xdist")
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    pytester.makepyfile(test_workers=f"""
+        import json, os
+        import pytest
+        import tensorstream
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_backend(tensorstream_backend, worker_id, i):
+            b = tensorstream_backend
+            b.put("m", b"x" * 1000)
+            with tensorstream.open(b.uri("m"), **b.options) as f:
+                assert f.read() == b"x" * 1000
+            port = b.proxy.port if hasattr(b, "proxy") else b.server.port
+            with open(os.path.join({str(seen)!r}, f"{{worker_id}}-{{b.name}}-{{i}}"), "w") as f:
+                json.dump({{"port": port, "home": os.environ["HOME"]}}, f)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+                                           "-n", "2")
+    result.assert_outcomes(passed=12)
+    ports: dict[str, set[int]] = {}
+    for path in seen.iterdir():
+        worker, name, _ = path.name.split("-")
+        info = json.loads(path.read_text())
+        assert f"popen-{worker}" in info["home"]
+        ports.setdefault(name, set()).add((worker, info["port"]))
+    for name, pairs in ports.items():
+        by_worker = {w: {p for w2, p in pairs if w2 == w} for w, _ in pairs}
+        assert all(len(p) == 1 for p in by_worker.values())  # one server per worker
+        if len(by_worker) == 2:  # (xdist decides where each test runs)
+            assert not set.intersection(*by_worker.values())  # and not the same one
+        for port in set.union(*by_worker.values()):
+            assert _refused(port), f"{name} server on port {port} still listening"
