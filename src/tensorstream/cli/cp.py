@@ -151,8 +151,9 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                             f"({DEFAULT_CONCURRENCY * CHUNK >> 20} MiB by default, up to "
                             f"{WIDEST} x that while a slow link has the copy widened), about 1.25 x "
                             "concurrency "
-                            f"x part size to S3/Redis ({default_mem >> 20} MiB by default, up to "
-                            "twice that while the destination is read back)")
+                            f"x part size to S3/Redis ({default_mem >> 20} MiB by default; an S3 "
+                            "object over 10,000 parts takes larger parts, fewer at once: at "
+                            "most that memory or 2 GiB)")
     speed.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                        help=f"objects copied at once (default {DEFAULT_JOBS})")
     speed.add_argument("--no-verify", dest="verify", action="store_false",

@@ -70,7 +70,7 @@ from .remote import copy_to_writer
 from .select import FileOutcome, Rules, notify
 from .server_side import copy_on_server
 from .server_side import takes as takes_on_server
-from .sinks import BufferPool, PartBuffer
+from .sinks import BufferPool, PartBuffer, pool_count
 from .tasks import cancel_and_wait, gather_or_cancel
 from .width import START, WIDEST, Width, descriptor_room
 
@@ -250,10 +250,12 @@ class _Copier(Planner):
 
     def pool_for(self, part_size: int) -> BufferPool:
         """The part buffers for parts of ``part_size`` (a destination may need
-        larger parts than asked: S3 takes at most 10,000 per object)."""
+        larger parts than asked: S3 takes at most 10,000 per object; fewer of those:
+        :func:`.sinks.pool_count`)."""
         pool = self._pools.get(part_size)
         if pool is None:
-            count = self.concurrency + spare_buffers(self.concurrency)
+            count = pool_count(self.concurrency + spare_buffers(self.concurrency), part_size,
+                               self.part_size)
             pool = self._pools[part_size] = BufferPool(count, part_size)
         return pool
 

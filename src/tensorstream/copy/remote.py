@@ -41,6 +41,8 @@ from .select import notify
 from .sinks import BufferPool, PartBuffer, SequentialSink, digest, plan_parts
 from .tasks import cancel_and_wait, gather_or_cancel
 
+MiB, GiB = 1 << 20, 1 << 30
+
 if TYPE_CHECKING:
     from .engine import _Copier
     from .plan import Job
@@ -122,6 +124,12 @@ async def _by_parts(c: _Copier, job: Job, writer: Writer, part_size: int) -> int
     size = job.info.size
     parts = plan_parts(size, part_size)
     pool = c.pool_for(part_size)
+    if pool.count < c.pool.count:
+        c.result.notes.append(
+            f"{job.dst_label}: {len(parts)} parts of {part_size / MiB:.0f} MiB (S3 takes at "
+            f"most 10,000), {pool.count} at once to bound their buffers at "
+            f"{pool.count * part_size / GiB:.1f} GiB (more: raise --concurrency or "
+            "--part-size)")
     pin = Pin.of(job.info)
     loop = asyncio.get_running_loop()
     progress = c.progress

@@ -20,7 +20,7 @@ from typing import Any, overload
 from ..providers.base import Writer
 from ..providers.local.provider import temp_stem
 
-__all__ = ["BufferPool", "DirectorySync", "PartBuffer", "Parts", "SequentialSink",
+__all__ = ["LARGE_PART_MEMORY", "BufferPool", "DirectorySync", "PartBuffer", "Parts", "SequentialSink",
            "digest", "directory_sync", "plan_parts", "temp_stem"]
 
 #: A part buffer: a private anonymous memory map. Unlike ``bytearray(n)``
@@ -74,6 +74,29 @@ def plan_parts(size: int, part_size: int) -> Parts:
     return Parts(size, part_size)
 
 
+#: The memory the buffers of parts larger than asked may take whatever the settings (S3
+#: takes at most 10,000 parts: a 5 TiB object's are 525 MiB).
+LARGE_PART_MEMORY = 2 << 30
+
+
+def pool_count(full: int, part_size: int, asked: int) -> int:
+    """Buffers for parts of ``part_size`` where ``full`` buffers of ``asked`` bytes (the
+    ``--part-size``) are the copy's pool: ``full`` of parts up to ``asked``; of larger
+    ones (an S3 object over 10,000 parts of ``asked``: 1/10,000 of its size) as many as fit
+    in the memory ``full`` parts of ``asked`` take, or :data:`LARGE_PART_MEMORY` if that
+    is more, and at least 2 (one filling while one is sent). Without it a 5 TiB object's
+    pool was 40 x 525 MiB = 21 GiB at the default settings.
+
+    >>> pool_count(40, 8 << 20, 8 << 20), pool_count(40, 62 << 20, 8 << 20)
+    (40, 33)
+    >>> pool_count(40, 525 << 20, 8 << 20), pool_count(40, 5 << 30, 8 << 20)
+    (3, 2)
+    """
+    if part_size <= asked:
+        return full
+    return max(2, min(full, max(full * asked, LARGE_PART_MEMORY) // part_size))
+
+
 class BufferPool:
     """At most ``count`` part buffers of ``size`` bytes, reused between parts.
 
@@ -83,6 +106,8 @@ class BufferPool:
 
     def __init__(self, count: int, size: int) -> None:
         self.size = size
+        #: Buffers at most (the parts of one pool in flight at once).
+        self.count = count
         self._count = count
         self._allocated = 0
         self._free: asyncio.Queue[PartBuffer] = asyncio.Queue()

@@ -164,6 +164,9 @@ class S3Writer(Writer):
         self._state = "open"
         #: write_part: the first part, held until a second one shows it is not the only.
         self._only: tuple[bytes, bytes] | None = None
+        #: The size given says there are several parts: none is held as maybe the only one
+        #: (a copy of it in memory, beside the caller's buffers: 525 MiB of a 5 TiB object).
+        self._several = False
         self._md5s: dict[int, bytes] = {}
 
     def __repr__(self) -> str:
@@ -237,13 +240,16 @@ class S3Writer(Writer):
     def part_size_for(self, total: int, wanted: int) -> int | None:
         # S3: at least 5 MiB (all parts but the last), at most 10,000 parts, 5 TiB.
         check_object_size(total, f"{self._bucket}/{self._key}")
-        return known_size_part(total, wanted, self.max_parts)
+        part = known_size_part(total, wanted, self.max_parts)
+        self._several = total > part  # (then the first part is not held: see write_part)
+        return part
 
     async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
         if self._state != "open" and self._error is not None:
             raise self._error  # parts run concurrently: the one that failed first says why
         self._check_open()
-        if index == 0 and not self._parts and self._create is None and self._only is None:
+        if (index == 0 and not self._several and not self._parts and self._create is None
+                and self._only is None):
             # Maybe the only part: kept for one PUT at commit (nothing appears
             # before then); a second part turns it into a multipart upload.
             self._only = (bytes(data), md5)
