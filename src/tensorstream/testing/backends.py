@@ -36,6 +36,7 @@ from .faults import (
 )
 from .http_proxy import HTTPFaultProxy
 from .leftovers import RedisKeys, s3_buckets
+from .session_redis import start_redis, start_secured_redis
 from .tcp_proxy import TCPFaultProxy
 
 __all__ = [
@@ -443,13 +444,14 @@ class BackendServers:
         if password is None and acl_user is None and not tls:
             with self._lock:
                 if self._redis is None:
-                    self._redis = self._start_redis()
+                    self._redis = start_redis(self.redis_mode, self._tmp_dir, self._closers)
             kind, host, port, proxy = self._redis
             return RedisBackend(kind, host, port, proxy)
         key = (password, acl_user if not isinstance(acl_user, list) else tuple(acl_user), bool(tls))
         with self._lock:
             if key not in self._redis_secured:
-                self._redis_secured[key] = self._start_secured_redis(password, acl_user, tls)
+                self._redis_secured[key] = start_secured_redis(password, acl_user, tls,
+                                                               self._tmp_dir, self._closers)
         server, proxy = self._redis_secured[key]
         user, user_pw = next(iter(server.acl_users.items()), (None, None))
         client_kwargs: dict[str, Any] = {"password": server.password}
@@ -460,62 +462,6 @@ class BackendServers:
             password=user_pw if user else server.password,
             ca_bundle=server.ca_file if server.tls else None, client_kwargs=client_kwargs,
         )
-
-    def _start_secured_redis(self, password: str | bool | None, acl_user: Any,
-                             tls: bool) -> tuple[Any, TCPFaultProxy]:
-        from .redis_server import RedisServer
-
-        if password is True:
-            password = "tspw-" + secrets.token_hex(8)
-        users: dict[str, str] = {}
-        if acl_user:
-            if acl_user is True:
-                acl_user = "tensorstream-test"
-            name, pw = (acl_user, "tsacl-" + secrets.token_hex(8)) if isinstance(acl_user, str) \
-                else tuple(acl_user)
-            users[str(name)] = str(pw)
-        server = RedisServer(password=password or None, acl_users=users, tls=tls,
-                             tmp_dir=self._tmp_dir).start()
-        self._closers.append(server.stop)
-        proxy = TCPFaultProxy(server.host, server.port).start()
-        self._closers.append(proxy.stop)
-        return server, proxy
-
-    def _start_redis(self) -> tuple[str, str, int, TCPFaultProxy]:
-        from .redis_server import RedisServer, redis_available
-
-        if self.redis_mode == "real" or (self.redis_mode == "auto" and redis_available()):
-            server = RedisServer(tmp_dir=self._tmp_dir).start()
-            self._closers.append(server.stop)
-            kind, host, port = "redis-server", server.host, server.port
-        else:
-            kind, host, port = "fakeredis", *self._start_fakeredis()
-        proxy = TCPFaultProxy(host, port).start()
-        self._closers.append(proxy.stop)
-        return kind, host, port, proxy
-
-    def _start_fakeredis(self) -> tuple[str, int]:
-        try:
-            from fakeredis import TcpFakeServer
-        except ImportError as exc:  # older fakeredis
-            raise RuntimeError("fakeredis >= 2.26 (TcpFakeServer) is needed when redis-server "
-                               "is not installed or --tensorstream-redis=fake is given: "
-                               "pip install 'tensorstream[test]', or apt-get install "
-                               "redis-server") from exc
-        server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, name="tensorstream-fakeredis",
-                                  daemon=True)
-        thread.start()
-
-        def stop() -> None:
-            server.shutdown()
-            server.server_close()
-            thread.join(10)
-
-        self._closers.append(stop)
-        host, port = server.server_address[:2]
-        return str(host if isinstance(host, str) else host.decode()), int(port)
 
     def close(self) -> None:
         """Stop every server that was started (in reverse order); never raises."""
