@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from ..config import Timeouts
 from ..errors import StorageTimeoutError
-from ..providers.base import _DEADLINE, Deadline, current_deadline
+from ..providers.deadline import _DEADLINE, Deadline, current_deadline
 
 __all__ = [
     "IDLE_GRACE",

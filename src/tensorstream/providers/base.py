@@ -9,6 +9,10 @@ Backends implement few methods: :meth:`Provider.stat`,
 :meth:`Provider.open_writer`, :meth:`Provider.delete`. Everything else
 (``read_range``, whole-object reads, retries, timeouts, resume, pinning,
 metrics) is derived once, above all backends.
+
+The version a read is pinned to (:class:`Pin`) is in :mod:`.pin`, the deadlines
+of the operation running now (:class:`Deadline`) in :mod:`.deadline`; both are
+importable from here.
 """
 
 from __future__ import annotations
@@ -17,20 +21,16 @@ import abc
 import contextvars
 import dataclasses
 import operator
-import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
-from ..errors import (
-    InvalidRangeError,
-    ObjectChangedError,
-    StorageTimeoutError,
-    UnsupportedOperationError,
-)
+from ..errors import InvalidRangeError, UnsupportedOperationError
 from ..headroom import read_buffer
 from ..uri import redact_text
+from .deadline import Deadline, current_deadline, report_progress
+from .pin import Pin
 
 __all__ = [
     "BodyStream",
@@ -72,87 +72,6 @@ class ObjectInfo:
         # An HTTP path holds the URL's query: a presigned URL's signature must not be shown.
         return (f"ObjectInfo(path={redact_text(self.path)!r}, size={self.size!r}, "
                 f"etag={self.etag!r}, mtime={self.mtime!r}, version={self.version!r})")
-
-
-@dataclasses.dataclass(frozen=True)
-class Pin:
-    """The version of an object that a read is pinned to (from a ``stat``).
-
-    Every answer of a pinned read must be of this version: same ETag where
-    the backend gives one, else same Last-Modified (``mtime``), and always
-    the same total ``size``. ``None`` fields are unknown and not compared.
-    """
-
-    size: int | None = None
-    etag: str | None = None
-    mtime: datetime | None = None
-
-    @classmethod
-    def of(cls, info: ObjectInfo) -> Pin:
-        """The pin of what :meth:`Provider.stat` reported."""
-        return cls(size=info.size, etag=info.etag, mtime=info.mtime)
-
-    @property
-    def validated(self) -> bool:
-        """Whether a change can be told apart from no change by more than the
-        size (an ETag or a Last-Modified is known)."""
-        return self.etag is not None or self.mtime is not None
-
-    def check(self, served: Pin, *, service: str | None = None,
-              path: str | None = None, confirming: bool = False) -> None:
-        """Raise :class:`ObjectChangedError` when ``served`` (what an answer or a
-        later ``stat`` reported) is not this version. Fields unknown on either
-        side are not compared, except with ``confirming``: ``served`` is then
-        the check that stands in for an answer that named no version, so one
-        that no longer reports the validator this pin holds (the ETag, or the
-        Last-Modified) cannot confirm it and is a change too.
-
-        A strong ETag known on both sides decides alone; a weak one (``W/``)
-        only says the two are equivalent, not byte for byte the same, so the
-        Last-Modified is compared as well where both sides know it. A weak and
-        a strong ETag of the same value are the same version only if both
-        sides' Last-Modified dates are known and equal."""
-        why = None
-        if self.size is not None and served.size is not None and served.size != self.size:
-            why = f"size {served.size}, was {self.size}"
-        elif self.etag is not None and served.etag is not None and (
-                _opaque(served.etag) != _opaque(self.etag)):
-            why = f"ETag {served.etag}, was {self.etag}"
-        elif (self.etag is not None and served.etag is not None
-              and not (_weak(self.etag) or _weak(served.etag))):
-            pass  # equal strong ETags: the same bytes, whatever the dates say
-        elif (self.mtime is not None and served.mtime is not None
-              and served.mtime != self.mtime):
-            why = f"Last-Modified {served.mtime:%Y-%m-%d %H:%M:%S}, was {self.mtime:%Y-%m-%d %H:%M:%S}"
-        elif (self.etag is not None and served.etag is not None
-              and _weak(self.etag) != _weak(served.etag)
-              and (self.mtime is None or served.mtime is None)):
-            # Strong comparison fails: a server honouring If-Match would have
-            # refused, so this is another representation unless the dates agree.
-            why = f"ETag {served.etag}, was {self.etag}, and no dates to compare"
-        elif confirming and not _comparable(self, served):
-            why = "the server no longer reports the validator it reported before"
-        if why is not None:
-            raise ObjectChangedError(f"the object changed while it was being read ({why})",
-                                     service=service, path=redact_text(path) if path else None)
-
-
-def _comparable(pin: Pin, served: Pin) -> bool:
-    """Whether ``served`` carries a validator ``pin`` can be compared with
-    (trivially so when ``pin`` holds none)."""
-    if pin.etag is None and pin.mtime is None:
-        return True
-    return ((pin.etag is not None and served.etag is not None)
-            or (pin.mtime is not None and served.mtime is not None))
-
-
-def _weak(etag: str) -> bool:
-    return etag.strip().startswith("W/")
-
-
-def _opaque(etag: str) -> str:
-    etag = etag.strip()
-    return etag[2:] if etag.startswith("W/") else etag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,73 +124,6 @@ class ReadHints:
     #: One server thread answers every request (Redis): parallel readers only
     #: queue behind each other there, so loaders default to one.
     serial_server: bool = False
-
-
-class Deadline:
-    """The deadlines of the operation running now (set by the timeout layer,
-    read by providers that can enforce them inside a request).
-
-    ``at`` is the ``time.monotonic()`` by which the whole operation must end
-    (``None``: no total deadline); ``idle`` bounds the wait for each next
-    byte. :meth:`progress` records that bytes arrived (the layer's idle
-    watchdog for async attempts reads :attr:`last`).
-    """
-
-    __slots__ = ("at", "idle", "last")
-
-    def __init__(self, at: float | None, idle: float | None) -> None:
-        self.at = at
-        self.idle = idle
-        self.last = time.monotonic()
-
-    def progress(self) -> None:
-        self.last = time.monotonic()
-
-    def remaining(self) -> float | None:
-        """Seconds left before the total deadline (``None``: no total deadline)."""
-        return None if self.at is None else self.at - time.monotonic()
-
-    def wait_bound(self) -> float | None:
-        """The longest a single receive may block now: the idle timeout, cut to
-        what is left of the total deadline (at least a millisecond)."""
-        left = self.remaining()
-        if left is None:
-            return self.idle
-        left = max(left, 0.001)
-        return left if self.idle is None else min(self.idle, left)
-
-    def expired(self) -> bool:
-        return self.at is not None and time.monotonic() >= self.at
-
-    def error(self, received: int = 0, *, service: str | None = None,
-              path: str | None = None) -> StorageTimeoutError:
-        """The final error of an operation whose total deadline passed
-        (``temporary=False``: the budget is spent, retrying cannot help)."""
-        where = {k: v for k, v in (("service", service), ("path", redact_text(path or "")))
-                 if v}
-        err = StorageTimeoutError(f"the operation ran past timeout_total after {received} bytes",
-                                  received=received, timeout="total", **where)
-        err.temporary = False
-        return err
-
-
-_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
-    "tensorstream_deadline", default=None)
-
-
-def current_deadline() -> Deadline | None:
-    """The deadlines of the operation running in this task or thread, if any."""
-    return _DEADLINE.get()
-
-
-def report_progress() -> None:
-    """Tell the timeout layer that bytes arrived (cheap; call once per chunk).
-
-    A provider whose single read may run longer than ``timeout_idle`` must
-    call it, or the layer takes the silence for a stall."""
-    deadline = _DEADLINE.get()
-    if deadline is not None:
-        deadline.last = time.monotonic()
 
 
 class BodyStream(Protocol):
