@@ -254,11 +254,11 @@ def run(args: argparse.Namespace) -> int:
     options = storage_options(args)
     src_options, dst_options = side_options(args, "src"), side_options(args, "dst")
     if "-" in args.paths:
-        from .objects import copy_stream
+        from .stream_copy import copy_stream
         return copy_stream(args, sources, dest, {**options, **src_options},
                            {**options, **dst_options}, meta)
     if (into := _into_special_file(args, sources, dest)) is not None:
-        from .objects import copy_into_special
+        from .stream_copy import copy_into_special
         return copy_into_special(args, sources[0], into, {**options, **src_options})
     rules = Rules(getattr(args, "rules", None) or [])
     if (refused := unmatchable_rule(rules.rules, "SRC")) is not None:
