@@ -427,8 +427,8 @@ class StreamReader(io.RawIOBase):
         straight into its buffer, pinned to the version seen at open; a range
         past the end raises :class:`~tensorstream.errors.InvalidRangeError`."""
         self._check_closed()
-        _read_ranges(self._provider, self._uri.path, self._pin, ranges, name=self.name,
-                     inline=self._inline, reading=self._reading)
+        _read_ranges(self._provider, self._uri, self._pin, ranges, inline=self._inline,
+                     reading=self._reading)
 
     def set_read_boundaries(self, offsets: Iterable[int], *, exact: bool = False) -> None:
         """Tell the read-ahead where the caller's reads will start and end

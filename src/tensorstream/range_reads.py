@@ -14,6 +14,7 @@ from .errors import InvalidRangeError
 from .layers import timeout as _timeout
 from .layers.stack import PolicyProvider
 from .providers.base import Pin
+from .uri import ParsedURI
 
 __all__ = ["as_byte_view", "read_ranges"]
 
@@ -30,20 +31,21 @@ def as_byte_view(b: Any) -> memoryview:
     return view
 
 
-def read_ranges(provider: PolicyProvider, path: str, pin: Pin, ranges: Iterable[tuple[int, Any]],
-                *, name: str, inline: bool,
+def read_ranges(provider: PolicyProvider, uri: ParsedURI, pin: Pin,
+                ranges: Iterable[tuple[int, Any]], *, inline: bool,
                 reading: Callable[[], AbstractContextManager[None]]) -> None:
-    """Fill each ``(offset, buffer)`` with the bytes of ``path`` at ``offset``, of the
+    """Fill each ``(offset, buffer)`` with the bytes of ``uri`` at ``offset``, of the
     version ``pin``: concurrently (``concurrency`` requests at most), or in the
-    caller's thread when ``inline`` (each under ``reading()``); ``name`` in errors."""
+    caller's thread when ``inline`` (each under ``reading()``)."""
     # An offset of 1.5 went out as "bytes=1.5-2.5" (a ProtocolError, or a 416 taken for
     # a changed object); an integer is checked here, once, as seek() checks its own.
     todo = [(operator.index(offset), as_byte_view(b)) for offset, b in ranges]
     for offset, _view in todo:
         if offset < 0:  # as every provider says it (some said "past the end")
             raise InvalidRangeError(f"negative offset {offset}", operation="read_ranges",
-                                    path=name)
+                                    path=uri.redacted())
     todo = [(offset, view) for offset, view in todo if len(view)]
+    path = uri.path
     if not inline and _loop.in_loop_thread():
         raise RuntimeError("StreamReader.read_ranges was called from tensorstream's own "
                            "I/O thread; use the async provider API there")
