@@ -476,14 +476,15 @@ def test_a_copy_into_itself_says_what_to_do_and_runs_with_the_destination_left_o
     after it could take keys under DST back: still refused."""
     env = s3_env(moto_s3, tmp_path)
     s3 = ["--endpoint-url", moto_s3.endpoint_url]
-    for key in ("self2/a", "self2/d/c", "self2/bk/x"):
-        moto_s3.put(S3_BUCKET, key, b"x")
+    top = f"into-{os.urandom(4).hex()}"  # a prefix of this test's own
+    for key in ("a", "d/c", "bk/x"):
+        moto_s3.put(S3_BUCKET, f"{top}/{key}", b"x")
     local = tmp_path / "self2"
     (local / "d").mkdir(parents=True)
     (local / "bk").mkdir()
     for key in ("a", "d/c", "bk/x"):
         (local / key).write_bytes(b"x")
-    for src, dst in [(f"s3://{S3_BUCKET}/self2", f"s3://{S3_BUCKET}/self2/bk"),
+    for src, dst in [(f"s3://{S3_BUCKET}/{top}", f"s3://{S3_BUCKET}/{top}/bk"),
                      (str(local), str(local / "bk"))]:
         for cmd in (["sync"], ["cp", "-r"]):
             r = cli(*s3, *cmd, src, dst, env=env)
@@ -495,8 +496,8 @@ def test_a_copy_into_itself_says_what_to_do_and_runs_with_the_destination_left_o
             r = cli(*s3, "sync", "--exclude", "bk/*", src, dst, env=env)
             assert r.returncode == 0, r.stderr
             assert ("copied 2 files" if run == 0 else "2 already there") in r.stderr + r.stdout
-    assert moto_s3.exists(S3_BUCKET, "self2/bk/a") and moto_s3.exists(S3_BUCKET, "self2/bk/d/c")
-    assert not moto_s3.exists(S3_BUCKET, "self2/bk/bk/x")
+    assert moto_s3.exists(S3_BUCKET, f"{top}/bk/a") and moto_s3.exists(S3_BUCKET, f"{top}/bk/d/c")
+    assert not moto_s3.exists(S3_BUCKET, f"{top}/bk/bk/x")
     assert sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file()) == [
         "a", "bk/a", "bk/d/c", "bk/x", "d/c"]
 
