@@ -160,3 +160,49 @@ def _read(uri: str, start: int, length: int) -> bytes:
     with tensorstream.open(uri) as f:
         f.seek(start)
         return f.read(length)
+
+
+@pytest.mark.parametrize("how", ["write", "parts"])
+def test_a_writer_keeps_no_record_per_chunk(redis_server: RedisServer, how: str) -> None:
+    """A writer kept every chunk's key (and, for parts, its length in a dict):
+    ~80-180 bytes a chunk, 3 GB for the 2**24 chunks a 1 KiB-chunk object may
+    have. What it allocates is measured with tracemalloc, by file, after the
+    commit (the writer still held)."""
+    import asyncio
+    import hashlib
+    import tracemalloc
+
+    from tensorstream.providers.redis import writer as writer_module
+
+    chunks = 10_000
+    data = os.urandom(chunks * CS)
+
+    async def run() -> int:
+        async with tensorstream.get_provider(redis_server.url(), redis_chunk_size=CS) as p:
+            tracemalloc.start()
+            try:
+                before = tracemalloc.take_snapshot()
+                w = p.open_writer(f"small/mem-{how}")
+                if how == "write":
+                    await w.write(data)
+                    await w.commit()
+                else:
+                    part = w.part_size_for(len(data), 1 << 20)
+                    assert part is not None
+                    view = memoryview(data)
+                    for i in range(-(-len(data) // part)):
+                        await w.write_part(i, view[i * part: (i + 1) * part], md5=b"")
+                    await w.commit_parts(-(-len(data) // part),
+                                         sha256=hashlib.sha256(data).hexdigest())
+                after = tracemalloc.take_snapshot()
+            finally:
+                tracemalloc.stop()
+            assert w is not None  # (held to here)
+        return sum(s.size_diff for s in after.compare_to(before, "filename")
+                   if s.traceback[0].filename == writer_module.__file__)
+
+    grown = asyncio.run(run())
+    assert grown < 200_000, grown  # was ~0.8 MB (write) and ~1.8 MB (parts)
+    with tensorstream.open(redis_server.url(f"small/mem-{how}")) as f:
+        assert f.read() == data
+    Servers(redis_server.url, [redis_server.port]).close()

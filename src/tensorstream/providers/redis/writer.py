@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as rex
@@ -131,10 +132,12 @@ class RedisWriter(Writer):
         #: write(): chunks filled while every pipeline was busy (sent together)
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
-        self._keys: list[bytes] = []
         self._state = "open"  # open | publishing | committed | aborted
-        #: write_part: each staged chunk's length, and the part size in use.
-        self._lengths: dict[bytes, int] = {}
+        #: write_part: the object's size, a byte per chunk (1: staged), the part size in
+        #: use. No key is kept: each is named by its offset (a list of every key, and a
+        #: dict of their lengths, held ~180 bytes a chunk: 3 GB at 2**24 chunks).
+        self._total = 0
+        self._staged: bytearray | None = None
         self._part_size: int | None = None
         self._slots: asyncio.Semaphore | None = None
         self._failure: BaseException | None = None
@@ -176,8 +179,7 @@ class RedisWriter(Writer):
         """Queue ``chunk``; send the queue at once while a pipeline is free, else
         once it holds :data:`BATCH_BYTES` (then waiting for a free one)."""
         self._check_fits(self._size + len(chunk))
-        key = chunk_key(self._path, self._gen, self._size).encode("utf-8", "surrogateescape")
-        self._keys.append(key)
+        key = self._key(self._size)
         self._size += len(chunk)
         self._pending.append((key, chunk))
         self._pending_bytes += len(chunk)
@@ -219,8 +221,30 @@ class RedisWriter(Writer):
 
     def part_size_for(self, total: int, wanted: int) -> int | None:
         self._check_fits(total)
+        self._total = total
+        self._staged = bytearray(-(-total // self._cs))
         self._part_size = self._cs * max(1, wanted // self._cs)  # whole chunks
         return self._part_size
+
+    def _key(self, offset: int) -> bytes:
+        return chunk_key(self._path, self._gen, offset).encode("utf-8", "surrogateescape")
+
+    def _chunk_length(self, offset: int) -> int:
+        """The length of the chunk at ``offset`` of an object of ``_total`` bytes."""
+        return min(self._cs, self._total - offset)
+
+    def _staged_offsets(self) -> Iterator[int]:
+        """Where every chunk sent (or about to be) starts: those of :meth:`write` in
+        order, or those :meth:`write_part` staged."""
+        if self._staged is None:
+            return iter(range(0, self._size, self._cs))
+        return (i * self._cs for i in itertools.compress(range(len(self._staged)),
+                                                         self._staged))
+
+    def _staged_count(self) -> int:
+        if self._staged is None:
+            return -(-self._size // self._cs)
+        return len(self._staged) - self._staged.count(0)
 
     async def write_part(self, index: int, data: memoryview, *, md5: bytes) -> None:
         if self._failure is not None:
@@ -230,6 +254,12 @@ class RedisWriter(Writer):
         if self._part_size is None:
             raise ValueError("part_size_for() first: it sets where each part starts")
         base = index * self._part_size
+        staged = self._staged
+        assert staged is not None  # (set with _part_size)
+        if index < 0 or base + len(data) > self._total or (
+                len(data) != min(self._part_size, self._total - base)):
+            raise ValueError(f"part {index} of {len(data)} bytes is not one part_size_for() "
+                             f"planned ({self._part_size}-byte parts of {self._total} bytes)")
         p = self._p
         if self._slots is None:
             self._slots = asyncio.Semaphore(_WRITES_IN_FLIGHT)
@@ -241,11 +271,8 @@ class RedisWriter(Writer):
                 batch: list[tuple[bytes, memoryview, int]] = []
                 for start in range(first, min(first + step, len(data)), self._cs):
                     chunk = data[start: start + self._cs]  # sent as it is (no copy)
-                    key = chunk_key(self._path, self._gen, base + start).encode(
-                        "utf-8", "surrogateescape")
-                    self._keys.append(key)
-                    self._lengths[key] = len(chunk)
-                    batch.append((key, chunk, base + start))
+                    staged[(base + start) // self._cs] = 1
+                    batch.append((self._key(base + start), chunk, base + start))
 
                 async def put(batch: list[tuple[bytes, memoryview, int]] = batch) -> Any:
                     # Staged and read back in one round trip, while the source's
@@ -326,12 +353,12 @@ class RedisWriter(Writer):
             raise ValueError(f"commit of a {self._state} Redis writer")
         if sha256 is None:
             raise ValueError("a Redis object's manifest needs the sha256 of its bytes")
-        size = sum(self._lengths.values())
-        expected = -(-size // self._cs) if size else 0
-        if len(self._lengths) != expected:
-            raise ObjectChangedError(f"{len(self._lengths)} of {expected} chunks of "
-                                     f"{self._path!r} were staged; nothing was published")
-        await self._publish(size, sha256, check_lengths=True)
+        if self._staged is None:
+            raise ValueError("part_size_for() first: it sets where each part starts")
+        if self._staged_count() != len(self._staged):
+            raise ObjectChangedError(f"{self._staged_count()} of {len(self._staged)} chunks "
+                                     f"of {self._path!r} were staged; nothing was published")
+        await self._publish(self._total, sha256, check_lengths=True)
 
     async def _drain(self) -> None:
         tasks, self._tasks = self._tasks, set()
@@ -379,12 +406,14 @@ class RedisWriter(Writer):
         manifest; returns the previous generation. Not started, and not
         published, once an abort began."""
         key = self._path.encode("utf-8", "surrogateescape")
-        for first in range(0, len(self._keys), COMMIT_BATCH) or [0]:
-            keys = self._keys[first: first + COMMIT_BATCH]
+        count, offsets = self._staged_count(), self._staged_offsets()
+        for first in range(0, count, COMMIT_BATCH) or [0]:
+            starts = list(itertools.islice(offsets, COMMIT_BATCH))
+            keys = [self._key(o) for o in starts]
             ops: list[tuple[str, tuple[Any, ...]]] = [("persist", (k,)) for k in keys]
             if check_lengths:
                 ops += [("strlen", (k,)) for k in keys]
-            last = first + COMMIT_BATCH >= len(self._keys)
+            last = first + COMMIT_BATCH >= count
             if last:  # the manifest this publish replaces (see _replacing), in the same trip
                 ops.append(("eval", (_MANIFEST, 1, key)))
             answers = await self._p.pipeline(ops)
@@ -397,8 +426,8 @@ class RedisWriter(Writer):
                     "at maxmemory, and chunks being written carry an expiry, which volatile-* "
                     "policies evict first), expired or deleted; nothing was published"
                 )
-            if check_lengths and [_length(n) for n in lengths] != [self._lengths[k]
-                                                                   for k in keys]:
+            if check_lengths and [_length(n) for n in lengths] != [self._chunk_length(o)
+                                                                   for o in starts]:
                 raise IntegrityError(
                     f"verification failed: a staged chunk of {self._path!r} does not have the "
                     "length written; nothing was published")
@@ -471,7 +500,7 @@ class RedisWriter(Writer):
         for look in range(1, _LOOKS + 1):
             try:
                 await self._unpublish()
-                await self._p.delete_keys(self._keys)
+                await self._p.delete_keys(self._key(o) for o in self._staged_offsets())
                 return
             except Exception as exc:
                 # Staged chunks expire after STAGING_TTL_MS, but a commit that failed
