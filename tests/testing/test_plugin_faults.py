@@ -182,3 +182,19 @@ def test_what_a_test_wrote_outside_its_namespace_is_gone_in_the_next(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-q",
                                 "--tensorstream-redis=fake", "-k", "redis")
     result.assert_outcomes(passed=2, deselected=2)
+
+
+def test_s3_drop_after_cuts_downloads_not_a_multipart_uploads_answers(tensorstream_s3):
+    # docs/testing.md: an upload is neither paced nor cut by the common faults. On S3 the
+    # small XML answers of a multipart upload (CreateMultipartUpload: ~280 bytes) were
+    # cut by drop_after(10), and the write failed ("cannot reach").
+    b = tensorstream_s3
+    data = bytes(range(256)) * (5 * 4096 + 1)  # just over 5 MiB: two parts of 5 MiB
+    b.faults.drop_after(10, times=1)
+    with tensorstream.open(b.uri("w"), "wb", part_size=5 << 20, **b.options) as f:
+        f.write(data)
+    assert b.get("w") == data
+    assert [r.method for r in b.requests].count("POST") == 2  # a multipart upload it was
+    assert b.faults.dropped == 0
+    assert read_once(b, "w", len(data)) == data  # a download is cut (and resumed)
+    assert b.faults.dropped == 1

@@ -266,6 +266,15 @@ class _S3ProxyFaults(Faults):
         super().__init__("s3", backend.proxy.faults)
         self._b = backend
 
+    # Downloads only, as docs/testing.md says: the proxy paced and cut every answer, so a
+    # multipart upload's XML answers were cut by drop_after(10) and the write failed.
+    # (faults.raw's settings alone still act on every answer.)
+    def _rate_limit(self, bps: int) -> None:
+        self._f.rate_limit, self._f.shaped_methods = bps, ("GET",)
+
+    def _drop_after(self, n: int, times: int | None) -> None:
+        self._f.drop_after, self._f.drop_times, self._f.shaped_methods = n, times, ("GET",)
+
     def _ignore_range(self) -> None:
         self._f.ignore_range = True
         if self._b.auth:

@@ -49,6 +49,10 @@ class HTTPProxyFaults(KnownFields):
     drop_after: int | None = None
     #: ... on this many responses longer than that (``None``: every one).
     drop_times: int | None = None
+    #: Only answers to these methods are paced and cut (``None``: every answer). The common
+    #: ``faults.rate_limit()``/``drop_after()`` of ``tensorstream_s3`` set ``("GET",)``: they
+    #: act on downloads only, not on an upload's answers (a multipart upload's XML).
+    shaped_methods: tuple[str, ...] | None = None
     #: Statuses answered (without forwarding), in order, before normal service resumes
     #: (a 2xx entry: that request is forwarded).
     status_script: list[int] = dataclasses.field(default_factory=list)
@@ -241,13 +245,14 @@ class HTTPFaultProxy:
             # drop_times concurrent responses cannot all be cut: times=1 is one cut.
             # A body of unknown length (chunked) is taken too, and given back below
             # if it ends within drop_after bytes.
-            dropping = (affected and f.drop_after is not None
+            shaped = affected and (f.shaped_methods is None or request.method in f.shaped_methods)
+            dropping = (shaped and f.drop_after is not None
                         and (length is None or length > f.drop_after)
                         and (f.drop_times is None or f.dropped < f.drop_times))
             if dropping:
                 f.dropped += 1
             limit = f.drop_after if dropping else None
-            rate = f.rate_limit if affected else None
+            rate = f.rate_limit if shaped else None
             sent = 0
             while True:
                 size = _chunk_for(rate)
