@@ -564,6 +564,53 @@ def test_a_device_torch_does_not_know_is_a_configuration_error(tmp_path: Path,
             call()
 
 
+@pytest.mark.parametrize("default", ["with-meta", "set-default-meta"])
+def test_a_load_under_a_default_device_reads_onto_the_device_asked(
+        http_server: Any, http_reset: None, tmp_path: Path, default: str) -> None:
+    """A model is built under ``with torch.device("meta"):`` (or after
+    ``torch.set_default_device``), and the weights are often loaded right there.
+    ``safetensors.torch.load_file`` and ``safe_open`` load onto the CPU as asked;
+    ``load``, ``open(...).get_tensor``/``get_slice`` raised torch's bare ``TypeError``
+    ("can't convert meta device type tensor to numpy"): their memory was allocated
+    on the default device. It is allocated on the CPU, whatever the default."""
+    gen = torch.Generator().manual_seed(7)
+    tensors = {"a": torch.randn(1000, generator=gen), "b": torch.arange(70000, dtype=torch.int32),
+               "c": torch.randn(3, 3, generator=gen).half(), "e": torch.zeros(0, 2)}
+    ts_st.save(tensors, tmp_path / "m.safetensors")
+    http_server.put("dflt.safetensors", (tmp_path / "m.safetensors").read_bytes())
+    for uri, opts in ((tmp_path / "m.safetensors", {}),
+                      (http_server.url("dflt.safetensors"), http_server.options)):
+        for name in ("load", "load cpu", "iter_tensors", "get_tensor", "get_slice"):
+            if default == "with-meta":
+                with torch.device("meta"):
+                    got = _read_all(name, uri, opts)
+            else:
+                torch.set_default_device("meta")
+                try:
+                    got = _read_all(name, uri, opts)
+                finally:
+                    torch.set_default_device(None)
+            want = {k: v[:2] if name == "get_slice" else v for k, v in tensors.items()}
+            assert set(got) == set(want), name
+            for k, t in got.items():
+                assert t.device.type == "cpu" and same_bytes(t, want[k]), (name, k)
+
+
+def _read_all(how: str, uri: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    """Every tensor of ``uri``, read ``how`` (the first two rows of each for get_slice)."""
+    if how == "load":
+        return ts_st.load(uri, **opts)
+    if how == "load cpu":
+        return ts_st.load(uri, "cpu", num_readers=1, **opts)
+    if how == "iter_tensors":
+        return dict(ts_st.iter_tensors(uri, **opts))
+    with ts_st.open(uri, **opts) as f:
+        names = f.keys()
+        if how == "get_tensor":
+            return {k: f.get_tensor(k) for k in names}
+        return {k: f.get_slice(k)[:2] for k in names}
+
+
 def _unusable_devices() -> list[str]:
     """Device types torch names but cannot allocate on here (no MPS/XLA/XPU build)."""
     out = []

@@ -227,6 +227,41 @@ def test_cuda_without_cuda_is_one_clear_error_before_any_request(
         load_into_module(_meta(), uri, "cuda:0")
 
 
+@pytest.mark.parametrize("default", ["with-meta", "set-default-meta"])
+def test_a_load_under_a_default_device_reads_onto_the_device_asked(
+    tmp_path: Path, served: Any, default: str,
+) -> None:
+    """A model is built under ``with torch.device("meta"):`` (or after
+    ``torch.set_default_device``), and the weights are often loaded right there.
+    tensorizer's own ``TensorDeserializer(path, device="cpu")`` loads onto the CPU;
+    ``deserialize`` of a local file (eager or lazy) and of a remote one (eager) said the
+    file was damaged ("not a whole tensorizer file: TypeError: can't convert meta device
+    type tensor to numpy"): its memory was allocated on the default device."""
+    model = _model(3)
+    want = model.state_dict()
+    serialize(want, tmp_path / "m.tensors")
+    uri = served("m.tensors", tmp_path / "m.tensors")
+    for source in (tmp_path / "m.tensors", uri):
+        for kw in ({}, {"lazy_load": True}, {"num_readers": 1}, {"verify_hash": True}):
+            if default == "with-meta":
+                with torch.device("meta"), deserialize(source, "cpu", **kw) as sd:
+                    got = dict(sd)
+            else:
+                torch.set_default_device("meta")
+                try:
+                    with deserialize(source, "cpu", **kw) as sd:
+                        got = dict(sd)
+                finally:
+                    torch.set_default_device(None)
+            assert set(got) == set(want), kw
+            for k, t in got.items():
+                assert t.device.type == "cpu" and torch.equal(t, want[k]), (source, kw, k)
+        target = _meta()
+        with torch.device("meta"):
+            load_into_module(target, source, "cpu")
+        assert torch.equal(target.embed.weight, model.embed.weight)
+
+
 def _unusable_devices() -> list[str]:
     """Device types torch names but cannot allocate on here (no MPS/XLA/XPU build)."""
     out = []

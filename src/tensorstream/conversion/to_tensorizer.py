@@ -85,7 +85,7 @@ def empty_round_trips(dtype: torch.dtype, encrypted: bool) -> bool:
     key = EncryptionParams.random() if encrypted else None
     try:
         serializer = TensorSerializer(buf, encryption=key)
-        serializer.write_tensor(0, "empty", TensorType.STATE_DICT, torch.empty(0, dtype=dtype))
+        serializer.write_tensor(0, "empty", TensorType.STATE_DICT, torch.empty(0, dtype=dtype, device="cpu"))
         serializer.close()
         buf.seek(0)
         decryption = DecryptionParams.from_key(key.key) if key is not None else None

@@ -80,7 +80,7 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
     ``error``, or if the ranks' ``fingerprint`` s differ; return on all ranks
     otherwise. ``what`` names the step (for the message); ``local``: the object
     is a local file (its version is per machine: say so if the prints differ)."""
-    status = torch.zeros(_STATUS.size + _MESSAGE, dtype=torch.uint8)
+    status = torch.zeros(_STATUS.size + _MESSAGE, dtype=torch.uint8, device="cpu")
     message = _describe(error).encode() if error is not None else b""
     packed = _STATUS.pack(1 if error is not None else 0, fingerprint) + message
     status[: len(packed)] = torch.frombuffer(bytearray(packed), dtype=torch.uint8)
@@ -113,7 +113,7 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
 
 def gather_pair(group: Group, what: str, mine: tuple[int, int]) -> list[tuple[int, int]]:
     """Every rank's ``mine`` (two integers), in rank order."""
-    tensor = torch.tensor(mine, dtype=torch.int64).to(group.device)
+    tensor = torch.tensor(mine, dtype=torch.int64, device="cpu").to(group.device)
     gathered = [torch.empty_like(tensor) for _ in range(group.size)]
     _wait(group, what, lambda: dist.all_gather(gathered, tensor, group=group.pg, async_op=True))
     return [(int(t[0]), int(t[1])) for t in (g.cpu() for g in gathered)]

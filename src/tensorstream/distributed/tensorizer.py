@@ -159,7 +159,7 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
             check_fits(reader.size, torch.device("cpu"), None, where, count=len(spans),
                        detail=" (the whole file: a group load holds it in memory)",
                        hint="If the file is right, load it without group= (each rank reads it)")
-            whole = torch.empty(reader.size, dtype=torch.uint8)
+            whole = torch.empty(reader.size, dtype=torch.uint8, device="cpu")
             pieces = [Piece(a, whole[a:b]) for a, b in spans]
             shares = [merge(share, whole) for share in split(pieces, group.size)]
             read_share(reader, _skip_known(shares[group.rank], whole, known))

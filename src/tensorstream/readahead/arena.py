@@ -143,7 +143,7 @@ class Arena:
         self._pages = bytearray()  # per huge page of the mapping: _UNTOUCHED, _TAKEN or _DONE
         self._cond = threading.Condition()
         self.tensors = self._mapped(offsets, sizes, end, huge) or [
-            torch.empty(n, dtype=torch.uint8) for n in sizes]
+            torch.empty(n, dtype=torch.uint8, device="cpu") for n in sizes]
 
     def _mapped(self, offsets: list[int], sizes: Sequence[int], end: int,
                 huge: bool | None) -> list[torch.Tensor] | None:
@@ -176,7 +176,7 @@ class Arena:
         # Each frombuffer holds its slice's export of the mapping: it stays mapped
         # until the last tensor goes.
         return [torch.frombuffer(whole[skip + o: skip + o + n], dtype=torch.uint8)
-                if n else torch.empty(0, dtype=torch.uint8)
+                if n else torch.empty(0, dtype=torch.uint8, device="cpu")
                 for o, n in zip(offsets, sizes, strict=True)]
 
     def populate(self, view: memoryview) -> bool:

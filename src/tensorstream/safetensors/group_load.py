@@ -65,7 +65,7 @@ class _File:
                        self.file.where, count=len(self.infos))
             self.tensors = [torch.empty(torch_shape(t, self.file.where),
                                         dtype=torch_dtype(t.dtype, self.file.where),
-                                        pin_memory=pin) for t in self.infos]
+                                        device="cpu", pin_memory=pin) for t in self.infos]
         except BaseException:
             self.file.close()
             raise

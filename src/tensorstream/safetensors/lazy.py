@@ -232,7 +232,7 @@ class SafeSlice:
         counts = [len(range(*s)) for s, _ in sel]
         out_shape = [c for c, (_, is_int) in zip(counts, sel, strict=True) if not is_int]
         if 0 in counts:
-            return _finish(torch.empty(out_shape, dtype=dtype), owner._device, None)
+            return _finish(torch.empty(out_shape, dtype=dtype, device="cpu"), owner._device, None)
         full = [s == (0, d, 1) for (s, _), d in zip(sel, shape, strict=True)]
         if all(full):
             return owner.get_tensor(info.name).reshape(out_shape)
@@ -274,7 +274,7 @@ class SafeSlice:
             check_fits(nbytes, torch.device("cpu"), None, self._owner.name, count=1,
                        detail=f" (a slice of tensor {self._info.name!r} reads that much)",
                        hint="If the file is right, free memory, or read fewer rows at a time")
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype, device="cpu")
 
 
 def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, int], bool]]:

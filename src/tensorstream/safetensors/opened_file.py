@@ -103,7 +103,7 @@ class SafetensorsFile:
                        count=1, detail=f" (tensor {t.name!r})",
                        hint=None if self.max_tensor_bytes is not None else _SLICE_HINT)
         return torch.empty(torch_shape(t, self.where), dtype=torch_dtype(t.dtype, self.where),
-                           pin_memory=pin)
+                           device="cpu", pin_memory=pin)
 
     def fill(self, t: TensorInfo, reader: StreamReader, out: torch.Tensor) -> torch.Tensor:
         """Fill ``out`` (from :meth:`allocate`) with one ``readinto`` of ``t``'s span."""

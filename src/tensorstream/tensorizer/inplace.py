@@ -138,7 +138,7 @@ class Run:
         while self._next < len(self.blocks) and self.blocks[self._next].start < upto:
             b = self.blocks[self._next]
             self._next += 1
-            memory = torch.empty(b.end - b.start, dtype=torch.uint8)
+            memory = torch.empty(b.end - b.start, dtype=torch.uint8, device="cpu")
             reader.expect(b.start, memory.numpy())
             if b.nbytes:
                 self._claims[b.header] = memory[: b.nbytes]

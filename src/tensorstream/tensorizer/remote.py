@@ -90,7 +90,7 @@ def pieces(entries: Sequence[Any], blocks: Sequence[inplace.Block] | None = None
     at = int(entries[0].offset)
     for b in inplace.plan(entries) if blocks is None else blocks:
         stretch(at, b.start)
-        memory = torch.empty(b.end - b.start, dtype=torch.uint8)
+        memory = torch.empty(b.end - b.start, dtype=torch.uint8, device="cpu")
         out.append(_Piece(b.start, b.end, memory, memory.numpy().data.cast("B")))
         at = b.end
     stretch(at, int(entries[-1].data_offset) + int(entries[-1].data_length))
