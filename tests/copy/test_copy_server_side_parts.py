@@ -263,3 +263,36 @@ def _client(backend: Any, endpoint: str) -> Any:
     return boto3.client("s3", endpoint_url=endpoint, region_name=backend.options["s3_region"],
                         aws_access_key_id=backend.options["s3_access_key_id"],
                         aws_secret_access_key=backend.options["s3_secret_access_key"])
+
+
+def test_ctrl_c_while_s3_creates_the_upload_of_a_copy_leaves_none(tensorstream_s3: Any) -> None:
+    """Ctrl-C (the copy's task cancelled) while the CreateMultipartUpload of a copy by S3
+    was on its way: S3 made the upload, the copy never learnt its id, and it stayed open.
+    The request's answer is now waited for (shielded, as the streamed writer's is) and
+    the upload aborted."""
+    from tensorstream.copy.engine import CopyResult, copy_async
+
+    b = tensorstream_s3
+    _put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), b"end"])
+    creating = threading.Event()
+
+    async def hold_the_create(method: str, path: str) -> None:
+        if method == "POST" and path == f"/{b.bucket}/dst/m.bin":
+            creating.set()
+            await asyncio.sleep(1.0)
+
+    b.faults.raw.before_forward = hold_the_create
+    result = CopyResult()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(copy_async(b.uri("src/m.bin"), b.uri("dst/m.bin"),
+                                                result=result, **b.options))
+        assert await asyncio.to_thread(creating.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    time.sleep(1.5)  # for a request S3 had to be answered, whatever the copy did
+    assert [o.status for o in result.outcomes] == ["interrupted"]
+    assert b.server.open_multipart_uploads(b.bucket) == []

@@ -60,7 +60,7 @@ from ..base import ObjectInfo
 from .errors import WrongRegionError
 from .lost_upload import abort_lost_upload
 from .metadata import carried_from_head, checked_carried
-from .part_tasks import run_all, settled
+from .part_tasks import SETTLE, run_all, settled
 from .parts import MAX_PARTS, known_size_part
 from .writer import KMS_ENCRYPTION, _etag_md5
 
@@ -346,9 +346,15 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
     bucket, key = _split(dst_path)
     carried = {k: v for k, v in carried.items() if v}
     sent = time.time()
+    # Shielded: a cancellation (Ctrl-C) while S3 makes the upload still learns its id, to
+    # abort it (S3 goes on with a request it has).
+    create = asyncio.ensure_future(call("create_multipart_upload", dst_path, once=True,
+                                        Bucket=bucket, Key=key, **carried))
     try:
-        upload = await call("create_multipart_upload", dst_path, once=True, Bucket=bucket,
-                            Key=key, **carried)
+        upload = await asyncio.shield(create)
+    except asyncio.CancelledError:
+        await asyncio.shield(_abort_created(call, dst_path, create))
+        raise
     except PermissionDeniedError as exc:
         raise _refused_writing(exc) from exc
     except TensorstreamError as exc:
@@ -496,6 +502,19 @@ def _range(text: str, size: int) -> tuple[int, int] | None:
     if unit != "bytes" or total != str(size) or not (first.isdigit() and last.isdigit()):
         return None
     return int(first), int(last) + 1
+
+
+async def _abort_created(call: _Calls, dst_path: str,
+                         create: asyncio.Future[dict[str, Any]]) -> None:
+    """Abort the upload ``create`` makes, once it is answered (up to :data:`SETTLE` s)."""
+    try:
+        made = await asyncio.wait_for(asyncio.shield(create), SETTLE)
+    except BaseException:  # (failed, or not answered in time: a lifecycle rule's then)
+        if create.done() and not create.cancelled():
+            create.exception()
+        return
+    if made.get("UploadId"):
+        await _abort(call, dst_path, str(made["UploadId"]))
 
 
 async def _abort(call: _Calls, dst_path: str, upload_id: str) -> None:
