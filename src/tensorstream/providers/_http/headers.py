@@ -135,7 +135,11 @@ def body_refusal(headers: Headers, *, stored_coding: bool = False) -> str | None
     it is no reason to refuse; the body's framing is still checked."""
     content = [c for c in _codings(headers.get("Content-Encoding")) if c != "identity"]
     if content and not stored_coding:
-        return f"Content-Encoding {', '.join(content)}"
+        # (a .gz file served with its coding: Apache's AddEncoding, nginx's gzip_static)
+        return (f"Content-Encoding {', '.join(content)} though asked for "
+                "Accept-Encoding: identity (only the bytes as the server stores them are "
+                "read); have the server send the file without a Content-Encoding (a .gz as "
+                "application/gzip), or read it from where it is stored (S3 sends stored bytes)")
     transfer = (headers.get("Transfer-Encoding") or "").strip()
     if transfer.lower() not in ("", "chunked"):  # exactly what http.client un-chunks
         return f"Transfer-Encoding {transfer}"
