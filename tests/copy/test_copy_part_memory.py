@@ -86,3 +86,34 @@ def test_an_object_of_larger_parts_sends_fewer_at_once_and_says_so(
     assert 1 <= now["peak"] <= 2, now
     (note,) = r.notes
     assert "6 parts of 10 MiB" in note and "2 at once" in note and "--concurrency" in note
+
+
+def test_objects_of_larger_parts_are_copied_one_at_a_time(
+        tensorstream_s3: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each such object's buffers are bounded, and so is their sum: two of them (parts of
+    10 and 9 MiB, two pools of 2) were copied at once with ``--jobs 2``, 4 parts in
+    flight; now one after the other, 2 at most. Objects of ordinary parts go on beside."""
+    monkeypatch.setattr(S3Writer, "max_parts", 6)
+    monkeypatch.setattr(sinks, "LARGE_PART_MEMORY", 0)
+    b = tensorstream_s3
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {"a.bin": os.urandom(60 * MiB), "b.bin": os.urandom(54 * MiB), "c.bin": b"c"}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    now = {"in": 0, "peak": 0}
+
+    async def count_uploads(method: str, path: str) -> None:
+        if method == "PUT" and not path.endswith("c.bin"):
+            now["in"] += 1
+            now["peak"] = max(now["peak"], now["in"])
+            await asyncio.sleep(0.3)
+            now["in"] -= 1
+
+    b.faults.raw.before_forward = count_uploads
+    r = copy(str(src), b.uri("d/"), recursive=True, part_size=5 * MiB, concurrency=4, jobs=3,
+             **b.options)
+    assert r.ok and r.files == 3, r.errors
+    for name, data in files.items():
+        assert b.get(f"d/{name}") == data
+    assert 1 <= now["peak"] <= 2, now

@@ -220,6 +220,9 @@ class _Copier(Planner):
         # (parts from a receiving source start START wide: see the width).
         self.read_slots = asyncio.Semaphore(concurrency)
         self.job_slots = asyncio.Semaphore(jobs)
+        #: Objects whose parts are larger than part_size (S3's 10,000 parts) go one at a
+        #: time: each one's buffers are bounded (:func:`.sinks.pool_count`), not their sum.
+        self.large_parts = asyncio.Semaphore(1)
         self.pool = BufferPool(concurrency + spare_buffers(concurrency), part_size)
         #: Pools of other part sizes (S3 objects over 10,000 parts of ``part_size``),
         #: shared while an object uses one and released after: kept, each held its

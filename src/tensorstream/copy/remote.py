@@ -79,6 +79,9 @@ async def copy_to_writer(c: _Copier, job: Job) -> int:
     part_size = writer.part_size_for(job.info.size, c.part_size)
     if part_size is None:
         return await _in_order(c, job, writer)
+    if part_size > c.part_size:  # (their pools, each up to 2 GiB, one at a time)
+        async with c.large_parts:
+            return await _by_parts(c, job, writer, part_size)
     return await _by_parts(c, job, writer, part_size)
 
 
