@@ -38,6 +38,7 @@ class Servers:
 
     def __init__(self, url: object, ports: list[int], host: str = "127.0.0.1") -> None:
         self.url = url
+        self.ports = ports
         self.plain = len(ports) == 1
         self._clients = [redis.Redis(host=host, port=p) for p in ports]
 
@@ -206,3 +207,30 @@ def test_a_writer_keeps_no_record_per_chunk(redis_server: RedisServer, how: str)
     with tensorstream.open(redis_server.url(f"small/mem-{how}")) as f:
         assert f.read() == data
     Servers(redis_server.url, [redis_server.port]).close()
+
+
+def test_replacing_and_deleting_small_chunks_take_few_commands(servers: Servers) -> None:
+    """The previous generation's chunks (dropped by a write over it) and a deleted
+    object's go in one DEL per 1000 keys on one server (was a DEL per chunk);
+    a cluster's keys of one DEL must share a slot: a DEL each there."""
+    import asyncio
+
+    uri = servers.url("small/del")  # type: ignore[operator]
+    _write(uri, DATA)
+    before = servers.counts()
+    _write(uri, DATA[::-1])
+    with tensorstream.open(uri) as f:
+        assert f.read() == DATA[::-1]
+
+    async def delete() -> None:
+        async with tensorstream.get_provider(uri) as p:
+            await p.delete("small/del")
+
+    asyncio.run(delete())
+    used = _delta(servers, before)
+    # (+2: the publish's and the delete's scripts each DEL the manifest)
+    assert used["del"] == 2 + (2 * -(-N // 1000) if servers.plain else 2 * N), used
+    with pytest.raises(tensorstream.errors.NotFoundError):
+        tensorstream.open(uri).close()
+    with redis.Redis(host="127.0.0.1", port=servers.ports[0]) as c:
+        assert not [k for k in c.scan_iter(match="small/del*") if servers.plain]

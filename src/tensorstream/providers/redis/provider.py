@@ -296,11 +296,17 @@ class RedisProvider(RedisConnection, Provider):
         await self.delete_keys(layout.chunk_keys())
 
     async def delete_keys(self, keys: Iterable[bytes]) -> None:
-        """Delete ``keys`` (pipelined one by one: they may live on different cluster
-        slots), 1000 at a time: ``keys`` may be a generator, never held whole."""
+        """Delete ``keys``, 10,000 a round trip: ``keys`` may be a generator, never
+        held whole. One ``DEL`` per 1000 keys on one server (a ``DEL`` per key was
+        most of the work with small chunks); one per key on a cluster, where the
+        keys of one ``DEL`` must share a hash slot."""
         it = iter(keys)
-        while batch := builtins.list(itertools.islice(it, 1000)):
-            await self.pipeline([("delete", (k,)) for k in batch])
+        while batch := builtins.list(itertools.islice(it, 10_000)):
+            if self.cluster:
+                await self.pipeline([("delete", (k,)) for k in batch])
+            else:
+                await self.pipeline([("delete", tuple(batch[i: i + 1000]))
+                                     for i in range(0, len(batch), 1000)])
 
 
 def _checked_length(layout: Layout, offset: int, buffer: memoryview) -> int:

@@ -474,8 +474,8 @@ class RedisWriter(Writer):
         for look in range(1, _LOOKS + 1):
             try:
                 gen, size, cs = old[0].decode(), int(old[1]), int(old[2])
-                keys = [chunk_key(self._path, gen, s).encode("utf-8", "surrogateescape")
-                        for s in range(0, size, cs)]
+                keys = (chunk_key(self._path, gen, s).encode("utf-8", "surrogateescape")
+                        for s in range(0, size, cs))  # (generated: never all at once)
                 await asyncio.shield(self._p.delete_keys(keys))
                 return
             except Exception as exc:  # the new object is published; old chunks are garbage
