@@ -275,3 +275,38 @@ def test_an_error_in_a_200_listing_is_s3s_error(code: str, error: type[Exception
     body = f'<?xml version="1.0"?><Error><Code>{code}</Code><Message>m</Message></Error>'
     with pytest.raises(error):
         _list(_ok(body.encode()))
+
+
+@pytest.mark.parametrize("body", [
+    b'<html xmlns="http://www.w3.org/1999/xhtml"><body><p>Sign in to the proxy</p></body></html>',
+    b"<ListBucketResult><Name>b</Name></ListBucketResult>",
+], ids=["xhtml-page", "another-answer"])
+def test_ls_of_the_buckets_from_a_200_that_is_no_bucket_list_says_so(
+        body: bytes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Was no bucket at all: `ls s3://` printed nothing and exited 0.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with RawHTTPServer(_ok(body)) as server:
+        code = main(["ls", "s3://", "--endpoint-url", f"http://127.0.0.1:{server.port}"])
+    err = capsys.readouterr().err
+    assert code != 0 and "not a ListBuckets answer" in err and "Sign in" not in err
+
+
+@pytest.mark.parametrize("body", [
+    b'<ListAllMyBucketsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Owner>'
+    b"<ID>x</ID></Owner><Buckets></Buckets></ListAllMyBucketsResult>",
+    b"<ListAllMyBucketsResult><Buckets/></ListAllMyBucketsResult>",
+    b"<ListAllMyBucketsResult><Owner><ID>x</ID></Owner></ListAllMyBucketsResult>",
+], ids=["s3", "no-owner", "no-buckets-element"])
+def test_ls_of_no_buckets_at_all_lists_nothing(
+        body: bytes, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The neighbour: an account without a bucket is no error.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with RawHTTPServer(_ok(body)) as server:
+        code = main(["ls", "s3://", "--endpoint-url", f"http://127.0.0.1:{server.port}"])
+    out = capsys.readouterr()
+    assert code == 0 and out.out == "", out.err

@@ -310,6 +310,11 @@ class S3Provider(S3Clients, Provider):
     async def list_buckets(self) -> builtins.list[tuple[str, Any]]:
         """``[(bucket name, creation time)]`` the credentials can see (``tensorstream ls s3://``)."""
         resp = await self._call("list_buckets", "")
+        if "Buckets" not in resp and "Owner" not in resp:
+            # (botocore reads any other document, a proxy's page, as no bucket at all)
+            raise ProtocolError("a 200 OK that is not a ListBuckets answer (no <Buckets>): "
+                                "a proxy or a gateway in front of S3? check the endpoint",
+                                service="s3", path="")
         buckets = resp.get("Buckets", ())
         if not all(b.get("Name") for b in buckets):  # (botocore leaves out what the XML lacks)
             raise ProtocolError("the ListBuckets answer lists a bucket without a name",
