@@ -522,6 +522,50 @@ def test_sharded_checkpoint_from_its_folder(name: str, request: pytest.FixtureRe
     assert all(same_bytes(got[n], t) for n, t in tensors.items())
 
 
+@pytest.mark.parametrize("name", ["local", "s3"])
+def test_a_folder_missing_a_numbered_shard_is_not_loaded_in_part(
+        name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A folder without an index whose shards are numbered ``-0000N-of-0000M`` (a download or
+    copy cut short) loaded the shards it held and returned without the others' tensors:
+    every door (``load``, ``iter_tensors``, ``open``, ``inspect``). It is a
+    ``NotFoundError`` naming the missing shards. Complete sets and other names load."""
+    from tensorstream.errors import NotFoundError
+
+    backend = _backend(name, request, tmp_path)
+    one, two = {"a": torch.ones(2)}, {"b": torch.zeros(3)}
+    backend.put("cut/model-00001-of-00003.safetensors", st_torch.save(one))
+    backend.put("cut/model-00003-of-00003.safetensors", st_torch.save(two))
+    backend.put("cut/extra.safetensors", st_torch.save({"c": torch.ones(1)}))
+    folder = backend.uri("cut/")
+    calls = [lambda: ts_st.load(folder, **backend.options),
+             lambda: dict(ts_st.iter_tensors(folder, **backend.options)),
+             lambda: ts_st.open(folder, **backend.options).keys(),
+             lambda: tensorstream.inspect(folder, **backend.options)]
+    for call in calls:
+        with pytest.raises(NotFoundError, match=r"model-00002-of-00003\.safetensors") as info:
+            call()
+        assert "2 of the 3" in str(info.value)
+    backend.put("cut/model-00002-of-00003.safetensors", st_torch.save({"d": torch.ones(4)}))
+    assert sorted(ts_st.load(folder, **backend.options)) == ["a", "b", "c", "d"]
+
+
+def test_a_dangling_link_in_a_folder_is_a_missing_shard(tmp_path: Path) -> None:
+    """A Hugging Face cache snapshot is links into ``blobs/``; a link whose blob is gone
+    (an interrupted download, a cache clean-up) was left out of the folder's files, and
+    the load returned without its tensors. It is a shard that is not found."""
+    from tensorstream.errors import NotFoundError
+
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "blob1"))
+    (snap / "model.safetensors").symlink_to(tmp_path / "blob1")
+    (snap / "lm_head.safetensors").symlink_to(tmp_path / "blob-gone")
+    for call in (lambda: ts_st.load(snap), lambda: dict(ts_st.iter_tensors(snap)),
+                 lambda: ts_st.open(snap).keys(), lambda: tensorstream.inspect(snap)):
+        with pytest.raises(NotFoundError, match=r"lm_head\.safetensors"):
+            call()
+
+
 def test_index_naming_a_missing_tensor_fails(tmp_path: Path) -> None:
     st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "s1.safetensors"))
     index = {"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}}

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import posixpath
+import re
 import urllib.parse
 from typing import Any
 
@@ -167,9 +168,41 @@ async def _list(parsed: ParsedURI, prefix: str, options: dict[str, Any]) -> list
 
 def _local_children(folder: str) -> list[str]:
     # Symbolic links are followed (is_file): a Hugging Face cache snapshot is links into
-    # blobs/, which the provider's listing (regular files only) leaves out.
+    # blobs/, which the provider's listing (regular files only) leaves out. A link to
+    # nothing (its blob deleted, or never downloaded) is kept: opening it says it is not
+    # found, where leaving it out loaded the checkpoint without its tensors.
     with os.scandir(folder) as entries:
-        return [e.path for e in entries if not e.name.startswith(".") and e.is_file()]
+        return [e.path for e in entries if not e.name.startswith(".") and (
+            e.is_file() or (e.is_symlink() and not os.path.exists(e.path)))]
+
+
+#: A shard's name in a set of numbered shards: ``model-00001-of-00004.safetensors``.
+_NUMBERED = re.compile(r"(?P<stem>.*)-(?P<n>\d+)-of-(?P<total>\d+)\.safetensors")
+
+
+def _refuse_missing_shards(files: list[str], where: str) -> None:
+    """Raise :class:`NotFoundError` when ``files`` (a folder's, without an index) hold
+    some shards of a numbered set (``-0000N-of-0000M``) and not the others: a download
+    or a copy cut short loaded what it held, without the missing shards' tensors."""
+    sets: dict[tuple[str, str], set[int]] = {}
+    for path in files:
+        m = _NUMBERED.fullmatch(path.replace(os.sep, "/").rsplit("/", 1)[-1])
+        if m is not None:
+            sets.setdefault((m["stem"], m["total"]), set()).add(int(m["n"]))
+    for (stem, total), numbers in sorted(sets.items()):
+        width = len(total)
+        missing = sorted(set(range(1, int(total) + 1)) - numbers) if int(total) <= MAX_SHARDS \
+            else []
+        if not missing:
+            continue
+        names = [f"{stem}-{n:0{width}d}-of-{total}.safetensors" for n in missing[:5]]
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise NotFoundError(
+            f"{where} holds {len(numbers)} of the {int(total)} shards "
+            f"{shown(stem + '-*-of-' + total + '.safetensors')}, not "
+            f"{', '.join(shown(n) for n in names)}{more}. Copy the "
+            "missing shards (or the model.safetensors.index.json that names them), or name "
+            "the files to load")
 
 
 def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
@@ -194,6 +227,7 @@ def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
     if not files:
         raise NotFoundError(f"no model.safetensors.index.json or *.safetensors in "
                             f"{parsed.redacted()}")
+    _refuse_missing_shards(files, parsed.redacted())
     out = []
     for p in files:
         uri = parsed.with_path(p)
