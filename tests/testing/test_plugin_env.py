@@ -319,6 +319,38 @@ def test_settings_that_would_be_ignored_are_errors(pytester):
     ])
 
 
+def test_a_class_or_module_marker_combines_with_the_tests_own(pytester):
+    # Only the closest marker was read: a test's own tensorstream_http(token=True) in a
+    # class marked tls=True silently got a server without TLS, and a module's env=True
+    # was lost on a test marked auth=False (its loader then found no credentials).
+    pytester.makepyfile("""
+        import os
+        import pytest
+
+        pytestmark = pytest.mark.tensorstream_s3(env=True)
+
+        @pytest.mark.tensorstream_s3(auth=False)
+        def test_module_and_test(tensorstream_s3):
+            assert not tensorstream_s3.auth
+            assert os.environ["AWS_ENDPOINT_URL"] == tensorstream_s3.options["s3_endpoint"]
+
+        @pytest.mark.tensorstream_http(tls=True, token="outer")
+        class TestHTTPS:
+            @pytest.mark.tensorstream_http(token="inner")
+            def test_class_and_test(self, tensorstream_http):
+                assert tensorstream_http.ca_bundle  # the class's TLS
+                assert tensorstream_http.token == "inner"  # the test's own wins
+
+            @pytest.mark.tensorstream_http(tls=False)
+            def test_a_test_can_turn_it_off(self, tensorstream_http):
+                assert tensorstream_http.ca_bundle is None
+                assert tensorstream_http.token == "outer"
+    """)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+
+
 def test_a_credential_setting_of_the_wrong_type_says_what_it_takes(pytester):
     # password=123 failed deep in the server's start ("'int' object is not iterable"),
     # acl_user with three items as "too many values to unpack", and token=123 made a

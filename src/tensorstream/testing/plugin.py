@@ -217,15 +217,18 @@ _SECRET_ARGS = ("token", "password")
 
 
 def _settings(request: pytest.FixtureRequest, mark: str) -> dict[str, Any]:
-    """The marker's keywords, then indirect parametrisation's dict (which wins).
+    """The markers' keywords (module, class, test: the closest wins), then indirect
+    parametrisation's dict (which wins over them).
 
     Anything else is refused rather than ignored: a positional marker argument
     (``tensorstream_s3(False)``) or a non-dict parameter used to leave the
     default server in place, so the test silently ran against the wrong one."""
     names = ", ".join(sorted(_MARK_ARGS[mark]))
     kwargs: dict[str, Any] = {}
-    marker = request.node.get_closest_marker(mark)
-    if marker is not None:
+    # Every marker, the module's, then the class's, then the test's own (each overrides
+    # the one before): only the closest was read, so a test's own marker silently dropped
+    # its class's tls=True or its module's env=True.
+    for marker in reversed(list(request.node.iter_markers(mark))):
         if marker.args:
             raise TypeError(f"{mark} takes keyword arguments only ({names}), not "
                             f"{', '.join(map(repr, marker.args))}: e.g. {mark}(tls=True)")
