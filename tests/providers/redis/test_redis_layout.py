@@ -372,3 +372,17 @@ def test_a_copy_between_cluster_keys_closes_its_clients(redis_cluster: RedisClus
     assert "Unclosed" not in out.stderr, out.stderr
     with tensorstream.open(redis_cluster.url("closing/copy")) as f:
         assert f.read() == data
+
+
+def test_a_key_ending_in_a_line_break_is_not_a_tensorizer_piece(redis_server: RedisServer) -> None:
+    """``K:data:<offset>\\n`` is a key of its own, not the piece at that offset: its
+    bytes were taken into the object (a stray key mixed into the stream), and
+    its neighbours (a trailing space, a second line) are no piece either."""
+    data = os.urandom(2 * CS + 5)
+    redis_server.put_tensorizer_layout("lay/tz-nl", data, piece=CS)
+    with redis_server.client() as c:
+        c.set(f"lay/tz-nl:data:{len(data)}\n", b"stray bytes")
+        c.set(f"lay/tz-nl:data:{len(data)} ", b"stray bytes")
+        c.set(f"lay/tz-nl:data:{len(data)}\n7", b"stray bytes")
+    with tensorstream.open(redis_server.url("lay/tz-nl")) as f:
+        assert f.read() == data

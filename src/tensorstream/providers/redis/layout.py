@@ -42,7 +42,7 @@ MAX_CHUNKS = 1 << 24
 #: A manifest's mtime is seconds since the epoch in years 1 to 9999 (a datetime's).
 _MTIME_START, _MTIME_END = -62135596800.0, 253402300800.0
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
-_CHUNK_SUFFIX = re.compile(rb":(\d+)$")
+_CHUNK_SUFFIX = re.compile(rb":(\d+)\Z")  # (\Z: "$" also matches before a final line break)
 _GENERATION_CHUNK = re.compile(rb"[0-9a-f]{16}:\d+")
 
 
