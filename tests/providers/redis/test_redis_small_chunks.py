@@ -234,3 +234,28 @@ def test_replacing_and_deleting_small_chunks_take_few_commands(servers: Servers)
         tensorstream.open(uri).close()
     with redis.Redis(host="127.0.0.1", port=servers.ports[0]) as c:
         assert not [k for k in c.scan_iter(match="small/del*") if servers.plain]
+
+
+def test_writes_of_one_chunk_each_share_round_trips(redis_server: RedisServer) -> None:
+    """The asyncio writer fed a chunk per ``write`` (as a serializer writing small
+    tensors one by one does): each call waited for a free pipeline and sent its
+    chunk alone. Chunks now wait for a free pipeline together, and a pipeline
+    that ends sends them."""
+    import asyncio
+
+    servers = Servers(redis_server.url, [redis_server.port])
+    before = servers.counts()
+
+    async def run() -> None:
+        async with tensorstream.get_provider(redis_server.url(), redis_chunk_size=CS) as p:
+            w = p.open_writer("small/each")
+            for i in range(0, len(DATA), CS):
+                await w.write(DATA[i: i + CS])
+            await w.commit()
+
+    asyncio.run(run())
+    used = _delta(servers, before)
+    assert used["set"] == N and used["read events"] < ONE_READ_PER_CHUNK, used  # was N + 27
+    with tensorstream.open(redis_server.url("small/each")) as f:
+        assert f.read() == DATA
+    servers.close()

@@ -162,7 +162,8 @@ class RedisWriter(Writer):
             chunk = bytes(self._buf[: self._cs])
             del self._buf[: self._cs]
             await self._stage(chunk)
-        await self._flush()  # the rest goes now too: a write's chunks are on their way
+        if self._pending and self._running() < _WRITES_IN_FLIGHT:
+            self._send_pending()  # else the next pipeline to end sends them (_sent)
 
     def _send(self, fn: Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:
         """Start one Redis interaction as a task that runs to its answer, whoever
@@ -193,6 +194,9 @@ class RedisWriter(Writer):
             self._tasks.discard(t)
             t.result()
 
+    def _running(self) -> int:
+        return sum(1 for t in self._tasks if not t.done())
+
     async def _flush(self) -> None:
         """Send the queued chunks as one pipeline, once one of the few is free."""
         while len(self._tasks) >= _WRITES_IN_FLIGHT:
@@ -202,6 +206,15 @@ class RedisWriter(Writer):
                 t.result()
         if self._state != "open":  # aborted while this write waited for a slot
             raise ValueError(f"write to a {self._state} Redis writer")
+        self._send_pending()
+
+    def _sent(self, _task: asyncio.Future[Any]) -> None:
+        """A pipeline ended: chunks queued meanwhile go now (a writer fed a chunk per
+        :meth:`write` sent each alone, a round trip each)."""
+        if self._state == "open" and self._pending and self._running() < _WRITES_IN_FLIGHT:
+            self._send_pending()
+
+    def _send_pending(self) -> None:
         batch, self._pending, self._pending_bytes = self._pending, [], 0
         if not batch:
             return
@@ -213,8 +226,9 @@ class RedisWriter(Writer):
                 pipe.set(key, chunk, px=STAGING_TTL_MS)
             await pipe.execute()
 
-        self._tasks.add(self._send(
-            lambda: self._within_bulk_limit(max(len(c) for _, c in batch), put)))
+        task = self._send(lambda: self._within_bulk_limit(max(len(c) for _, c in batch), put))
+        self._tasks.add(task)
+        task.add_done_callback(self._sent)
 
     # -- parts in any order ------------------------------------------------------
     wants_sha256 = True
