@@ -296,3 +296,44 @@ def test_ctrl_c_while_s3_creates_the_upload_of_a_copy_leaves_none(tensorstream_s
     time.sleep(1.5)  # for a request S3 had to be answered, whatever the copy did
     assert [o.status for o in result.outcomes] == ["interrupted"]
     assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+class _FirstAbortLost(_CreateLostFront):
+    """A front whose first AbortMultipartUpload is answered 204 and never reaches moto,
+    as an abort is after which a part S3 was storing lands: the upload is still listed."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream, "500")
+        self.swallowed = 0
+
+    async def _forward(self, request: Any) -> Any:
+        from aiohttp import web
+
+        if request.method == "DELETE" and "uploadId" in request.query and not self.swallowed:
+            self.swallowed += 1
+            return web.Response(status=204)
+        return await super()._forward(request)
+
+
+@pytest.mark.parametrize("how", ["by S3", "streamed"])
+def test_an_upload_still_listed_after_its_abort_is_aborted_again(
+        tensorstream_s3: Any, tmp_path: Any, how: str) -> None:
+    """A failed multipart upload (a part refused) is aborted, then aborted again while
+    ListParts still finds it; it stayed open when the first abort did not take."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"]
+    if how == "by S3":
+        _put_in_parts(b, "src/m.bin", parts)
+        src = b.uri("src/m.bin")
+    else:
+        (tmp_path / "m.bin").write_bytes(b"".join(parts))
+        src = str(tmp_path / "m.bin")
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/m.bin"
+    b.faults.raw.status_script = [200, 403]  # CreateMultipartUpload, then the first part
+    front = _FirstAbortLost(b.proxy.url)
+    with front as endpoint:
+        r = copy(src, b.uri("dst/m.bin"), part_size=5 * MiB, concurrency=1,
+                 **{**b.options, "s3_endpoint": endpoint})
+    assert not r.ok, r.errors
+    assert front.swallowed == 1
+    assert b.server.open_multipart_uploads(b.bucket) == []

@@ -547,6 +547,7 @@ class S3Writer(Writer):
                 with attempt:
                     await self._call("abort_multipart_upload", Bucket=self._bucket,
                                      Key=self._key, UploadId=upload_id)
+            await self._abort_again(upload_id)
         except NotFoundError:
             # No such upload: completed after all (a CompleteMultipartUpload whose
             # answer was lost, applied after the object was looked at) or aborted
@@ -556,6 +557,17 @@ class S3Writer(Writer):
             log.warning("could not abort multipart upload %s of %s/%s: %s (a bucket lifecycle "
                         "rule for incomplete uploads removes it)", upload_id, self._bucket,
                         self._key, exc)
+
+    async def _abort_again(self, upload_id: str) -> None:
+        """Abort again while ``ListParts`` still finds the upload: a part S3 was storing
+        when the abort came may land after it (AWS's advice)."""
+        ids = {"Bucket": self._bucket, "Key": self._key, "UploadId": upload_id}
+        try:
+            for _ in range(2):
+                await self._call("list_parts", MaxParts=1, **ids)
+                await self._call("abort_multipart_upload", **ids)
+        except TensorstreamError:
+            pass  # gone (NoSuchUpload), or left to a lifecycle rule as before
 
     async def _unpublish_completed(self) -> None:
         """The upload is gone: if its complete was sent and the object holds it
