@@ -73,8 +73,11 @@ def test_an_abort_answered_busy_is_retried_until_the_upload_is_gone() -> None:
             if len(deletes) == 1:
                 return _answer("503 Service Unavailable", {"Retry-After": "0"},
                                b"<Error><Code>SlowDown</Code></Error>")
+        if method == "GET" and deletes:  # ListParts after the abort: the upload is gone
+            return _answer("404 Not Found", {}, b"<Error><Code>NoSuchUpload</Code></Error>")
         return _server(create=CREATED, part_etag=False)(method, headers, attempt)
 
     sent = _write(respond)
     assert [s.split()[0] for s in sent].count("DELETE") == 2
     assert len(deletes) == 2
+    assert [s.split()[0] for s in sent][-1] == "GET"  # looked at once, not aborted again
