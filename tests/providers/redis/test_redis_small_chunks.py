@@ -259,3 +259,20 @@ def test_writes_of_one_chunk_each_share_round_trips(redis_server: RedisServer) -
     with tensorstream.open(redis_server.url("small/each")) as f:
         assert f.read() == DATA
     servers.close()
+
+
+def test_a_tensorizer_layout_is_read_by_ranges(redis_server: RedisServer) -> None:
+    """Only tensorstream's own chunks (keys of a random generation nobody else
+    writes) are fetched whole with MGET: a to_redis key may be written over with
+    a value of any size (another model under the same prefix), and an MGET would
+    receive all of it before finding it too long. GETRANGE asks for what the
+    layout says, as before."""
+    data = DATA[: 64 * CS]
+    redis_server.put_tensorizer_layout("small/tz", data, piece=CS)
+    servers = Servers(redis_server.url, [redis_server.port])
+    before = servers.counts()
+    with tensorstream.open(redis_server.url("small/tz")) as f:
+        assert f.read() == data
+    used = _delta(servers, before)
+    assert used["mget"] == 0 and used["getrange"] >= 64, used  # (and the header key)
+    servers.close()

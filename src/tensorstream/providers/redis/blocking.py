@@ -64,8 +64,11 @@ def batches(layout: Layout, offset: int, want: int) -> list[Batch]:
 
 def calls(batch: Batch, *, mget: bool) -> list[Call]:
     """The commands fetching ``batch``: a ``GETRANGE`` per piece, but one ``MGET`` per
-    run of two or more small whole keys where ``mget`` (not on a cluster: the keys
-    of one ``MGET`` must share a hash slot, and chunk keys spread over all)."""
+    run of two or more small whole keys where ``mget``: a manifest's chunks (keys of
+    a random generation nobody else writes; a ``to_redis`` key may be written over
+    with a value of any size, which an ``MGET`` would receive whole), not on a
+    cluster (the keys of one ``MGET`` must share a hash slot; chunk keys spread over
+    all)."""
     out: list[Call] = []
     run: list[Entry] = []
 
@@ -177,7 +180,7 @@ class BlockingRedisReader:
         try:
             for batch in batches(layout, offset, len(buffer)):
                 pipe = client.pipeline(transaction=False)
-                planned = calls(batch, mget=True)  # (never a cluster here)
+                planned = calls(batch, mget=layout.kind == "manifest")  # (never a cluster)
                 for name, args, _ in planned:
                     getattr(pipe, name)(*args)
                 for call, data in zip(planned, pipe.execute(), strict=True):

@@ -216,7 +216,7 @@ class RedisProvider(RedisConnection, Provider):
         return want
 
     async def _fetch(self, layout: Layout, batch: Batch, buffer: memoryview) -> None:
-        planned = calls(batch, mget=not self.cluster)
+        planned = calls(batch, mget=not self.cluster and layout.kind == "manifest")
         results = await self.pipeline([(name, args) for name, args, _ in planned])
         for call, data in zip(planned, results, strict=True):
             place(layout, call, data, buffer)
