@@ -308,7 +308,7 @@ def test_a_missing_test_extra_says_what_to_install(pytester, monkeypatch):
     import tensorstream
 
     missing = pytester.mkdir("missing")
-    for name in ("moto", "fakeredis"):
+    for name in ("moto", "fakeredis", "trustme"):
         (missing / name).mkdir()
         (missing / name / "__init__.py").write_text(
             f"raise ModuleNotFoundError({f'No module named {name!r}'!r}, name={name!r})\n")
@@ -321,13 +321,20 @@ def test_a_missing_test_extra_says_what_to_install(pytester, monkeypatch):
 
         def test_redis(tensorstream_redis):
             pass
+
+        import pytest
+
+        @pytest.mark.tensorstream_http(tls=True)
+        def test_https(tensorstream_http):  # trustme makes its certificate
+            pass
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
                                            "--tensorstream-redis=fake")
-    result.assert_outcomes(errors=2)
+    result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines([
         "*moto S3 server exited during start-up*pip install 'tensorstream[[]test]'*",
         "*fakeredis*pip install 'tensorstream[[]test]'*",
+        "*needs trustme*pip install 'tensorstream[[]test]'*",
     ])
 
 

@@ -220,7 +220,9 @@ class HTTPTestServer:
         self.stop()
 
     def _make_tls(self) -> ssl.SSLContext:
-        import trustme  # test dependency
+        from .extras import trustme as _trustme
+
+        trustme = _trustme()
 
         ca = trustme.CA()
         cert = ca.issue_cert("127.0.0.1", "localhost")

@@ -257,8 +257,9 @@ class RedisServer:
         self._proc = _on_a_free_port(start)
 
     def _tls_config(self) -> dict[str, str]:
-        import trustme
+        from .extras import trustme as _trustme
 
+        trustme = _trustme()
         assert self._dir is not None
         self.ca = trustme.CA()
         cert = self.ca.issue_cert(*self.tls_cert_names)

@@ -237,8 +237,9 @@ def isolated_s3_env(directory: str | os.PathLike[str]) -> dict[str, str]:
 
 def _make_certificate(directory: Path) -> tuple[str, str, str, tuple[str, str]]:
     """Server certificate, key, CA, and a client certificate and key of that CA."""
-    import trustme
+    from .extras import trustme as _trustme
 
+    trustme = _trustme()
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert_path, key_path, ca_path = (directory / n for n in ("cert.pem", "key.pem", "ca.pem"))
