@@ -188,7 +188,7 @@ def test_a_redis_chunk_stored_wrong_is_caught_and_nothing_is_published(
     with pytest.raises(NotFoundError):
         tensorstream.open(redis_server.url(key)).close()
     with redis_server.client() as c:  # no staged chunk left behind either
-        assert not c.scan(match=f"{key}*", count=10_000)[1]
+        assert not list(c.scan_iter(match=f"{key}*", count=10_000))
 
 
 def test_a_redis_chunk_in_flight_when_another_part_fails_lands_before_the_clean_up(
@@ -263,7 +263,7 @@ def test_a_redis_chunk_in_flight_when_another_part_fails_lands_before_the_clean_
     with pytest.raises(NotFoundError):
         tensorstream.open(redis_server.url(key)).close()
     with redis_server.client() as c:
-        assert not c.scan(match=f"{key}*", count=10_000)[1]
+        assert not list(c.scan_iter(match=f"{key}*", count=10_000))
 
 
 def test_a_pool_of_larger_parts_is_released_when_no_object_uses_it() -> None:

@@ -374,7 +374,7 @@ def test_cp_verification_catches_a_byte_flipped_on_the_way_to_redis(
     assert proxy.flipped == 1, "the fault was not injected"
     assert rc != 0
     with redis_server.client() as c:
-        assert not c.scan(match=f"{key}*")[1], "a corrupt destination was left behind"
+        assert not list(c.scan_iter(match=f"{key}*")), "a corrupt destination was left behind"
     # Without the fault the same copy succeeds and is byte-exact.
     assert main(["cp", "--quiet", str(src), redis_server.url(key)]) == 0
     with tensorstream.open(redis_server.url(key)) as f:
