@@ -34,7 +34,7 @@ from .local import LocalCopy, one_hop
 from .tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    from .engine import _Copier
+    from .copier import _Copier
     from .plan import Job
     from .select import FileOutcome
 

@@ -54,7 +54,7 @@ from .select import notify
 from .sinks import PartBuffer, plan_parts, temp_stem
 
 if TYPE_CHECKING:
-    from .engine import _Copier
+    from .copier import _Copier
     from .plan import Job
 
 __all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "copied_mode", "mtime_ns",

@@ -12,7 +12,7 @@ from ..errors import ConfigurationError
 from ..providers.s3.metadata import MetadataOptions
 
 if TYPE_CHECKING:
-    from .engine import _Copier
+    from .copier import _Copier
     from .plan import Job
 
 __all__ = ["check_destination", "stream_writer_options", "writer_options"]

@@ -28,7 +28,7 @@ from .sinks import temp_stem
 from .wildcards import Wildcard, wildcard
 
 if TYPE_CHECKING:
-    from .engine import CopyResult
+    from .result import CopyResult
 
 __all__ = ["Job", "Planner", "names_no_object", "special_file"]
 

@@ -44,7 +44,7 @@ from .tasks import cancel_and_wait, gather_or_cancel
 MiB, GiB = 1 << 20, 1 << 30
 
 if TYPE_CHECKING:
-    from .engine import _Copier
+    from .copier import _Copier
     from .plan import Job
 
 __all__ = ["InOrderHash", "copy_to_writer"]

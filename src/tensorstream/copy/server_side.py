@@ -21,7 +21,7 @@ from ..errors import UnsupportedOperationError
 from ..uri import redact_text
 
 if TYPE_CHECKING:
-    from .engine import _Copier
+    from .copier import _Copier
     from .plan import Job, Planner
 
 __all__ = ["copy_on_server", "takes"]
