@@ -13,9 +13,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
-import json
 import os
-import re
 import secrets
 import stat
 import sys
@@ -27,11 +25,12 @@ from .._umask import new_file_mode
 from ..errors import IntegrityError
 from ..providers.local.provider import temp_stem
 from .direct import ALIGN, PositionalWrites, open_direct
+from .resume_journal import JOURNAL_VERSION, load_journal, write_journal
 from .sinks import PartBuffer, digest, directory_sync, plan_parts
+from .temp_names import busy, discard_leftover, lock_or_busy, still_named, unlink
 
 __all__ = ["JOURNAL_VERSION", "LocalPartFile"]
 
-JOURNAL_VERSION = 1
 _CHECKPOINT_SECONDS = 1.0
 #: How long a new temp file's lock is waited for (another run's scan holds
 #: it only while it checks and removes the name), and how many fresh names
@@ -78,66 +77,7 @@ def _read_exact(fd: int, view: memoryview, offset: int) -> None:
 
 
 
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _HASH_CHUNK = 4 << 20
-
-
-def _valid_parts(parts: object, size: int, part_size: int) -> dict[int, str]:
-    """The journal's completed parts if every entry makes sense, else none.
-
-    A journal is a file anyone may have edited (or a crash may have cut): part
-    numbers must be integers naming a part of this object and each digest a
-    sha256 in hex. One entry that is not means the journal is ignored
-    as a whole and the copy starts over, never a raw Python error."""
-    if not isinstance(parts, dict) or part_size < 1 or size < 0:
-        return {}
-    count = -(-size // part_size)
-    out: dict[int, str] = {}
-    for key, value in parts.items():
-        if not (isinstance(key, str) and key.isdigit() and len(key) <= 12):
-            return {}
-        index = int(key)
-        if index >= count or not (isinstance(value, str) and _SHA256_HEX.match(value)):
-            return {}
-        out[index] = value
-    return out
-
-
-def _busy(name: str) -> OSError:
-    return OSError(errno.EBUSY, f"{name} is in use: another tensorstream copy to this "
-                   "destination is running")
-
-
-def _lock_or_busy(fd: int, name: str, *, wait: float = 0.0) -> None:
-    """Take the lock that marks ``fd`` as a live run's temp file, or say another run has it.
-
-    ``wait``: seconds to keep trying (a file this run has just created, which
-    another run's scan for stale temp files may hold for a moment)."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise _busy(name) from None
-            time.sleep(0.005)
-
-
-def _still_named(fd: int, dir_fd: int, name: str) -> bool:
-    """Whether ``name`` in ``dir_fd`` is still the file open as ``fd``.
-
-    A lock is taken on a file, a removal is of a name: a run that got the lock
-    on a temp file it opened by name may only remove the name (or write to the
-    file) once it knows its run published or removed neither in between. Every
-    run changes a temp file's name only while it holds the file's lock, so the
-    answer stays true while the lock is held."""
-    try:
-        named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return False
-    st = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
 
 
 class LocalPartFile:
@@ -215,7 +155,7 @@ class LocalPartFile:
             except FileExistsError:
                 if not self.resume:
                     raise
-                raise _busy(self.tmp) from None  # made since it was removed: another live run's
+                raise busy(self.tmp) from None  # made since it was removed: another live run's
             except OSError as exc:
                 if self.done or exc.errno == errno.ELOOP:
                     raise
@@ -230,10 +170,10 @@ class LocalPartFile:
                 # The lock marks the temp file as owned by a live run (see
                 # _remove_stale_temps). Between the create and the lock, another
                 # run's scan may take the file for a dead run's and remove it.
-                _lock_or_busy(fd, self.tmp, wait=_SCAN_WAIT if created else 0.0)
-                if not _still_named(fd, self.dir_fd, self.tmp):
+                lock_or_busy(fd, self.tmp, wait=_SCAN_WAIT if created else 0.0)
+                if not still_named(fd, self.dir_fd, self.tmp):
                     if not created or attempt == _CREATE_TRIES - 1:
-                        raise _busy(self.tmp)  # a live run has replaced the file since
+                        raise busy(self.tmp)  # a live run has replaced the file since
                     os.close(fd)  # removed as a dead run's: made again
                     if not self.resume:
                         self.tmp = temp_stem(self.name) + f"{secrets.token_hex(6)}.tmp"
@@ -245,7 +185,7 @@ class LocalPartFile:
             except BaseException:
                 os.close(fd)
                 if not self.resume:
-                    self._unlink(self.tmp)
+                    unlink(self.dir_fd, self.tmp)
                 raise
             break
         self._fd = fd
@@ -278,12 +218,12 @@ class LocalPartFile:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     continue  # not a temp file of ours (a FIFO, a directory): left alone
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if not _still_named(fd, self.dir_fd, entry):
+                if not still_named(fd, self.dir_fd, entry):
                     continue  # its run published it (or removed it) since we opened it
             except OSError:
                 continue  # a live run owns it
             else:
-                self._unlink(entry)
+                unlink(self.dir_fd, entry)
             finally:
                 os.close(fd)
 
@@ -307,11 +247,11 @@ class LocalPartFile:
                     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     return  # a live --resume run's: left to it
-                if not _still_named(held, self.dir_fd, partial):
+                if not still_named(held, self.dir_fd, partial):
                     return  # published since it was opened, or a new live run's
             for leftover in (partial, self.journal):
                 if self.existing is None or leftover in self.existing:
-                    self._discard_leftover(leftover, strict=False)
+                    discard_leftover(self.dir_fd, leftover, strict=False)
         finally:
             if held is not None:
                 os.close(held)
@@ -320,30 +260,8 @@ class LocalPartFile:
         return f"{temp_stem(self.name)}partial.tmp"
 
     def _load_journal(self) -> dict[int, str]:
-        try:
-            fd = os.open(self.journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | getattr(os, "O_CLOEXEC", 0), dir_fd=self.dir_fd)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    return {}  # a FIFO or device under the journal's name: not a journal
-                data = json.loads(f.read(1 << 24))
-            st = os.stat(self.tmp, dir_fd=self.dir_fd, follow_symlinks=False)
-        except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." nested deep
-            return {}
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            # A second name for the file (a hard link planted beside a journal that
-            # fits): resuming would write the source into a file outside the
-            # destination. Only the name is removed when starting over.
-            return {}
-        if not isinstance(data, dict) or data.get("identity") != self.identity:
-            return {}  # the source changed (or other settings): start over
-        if st.st_size != self.size:
-            return {}
-        return _valid_parts(data.get("parts"), self.size, self.part_size)
-
-    def _unlink(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=self.dir_fd)
+        return load_journal(self.dir_fd, self.journal, self.tmp, self.identity, self.size,
+                            self.part_size)
 
     def _remove_unless_live(self, name: str) -> None:
         """Remove the file under ``name`` unless a live run holds it (an error then)."""
@@ -353,30 +271,16 @@ class LocalPartFile:
         except FileNotFoundError:
             return
         except OSError:  # a symlink (ELOOP) or something unreadable
-            self._discard_leftover(name)
+            discard_leftover(self.dir_fd, name)
             return
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                _lock_or_busy(fd, name)
-                if not _still_named(fd, self.dir_fd, name):
-                    raise _busy(name)  # published or replaced by a live run since it was opened
-            self._discard_leftover(name)
+                lock_or_busy(fd, name)
+                if not still_named(fd, self.dir_fd, name):
+                    raise busy(name)  # published or replaced by a live run since it was opened
+            discard_leftover(self.dir_fd, name)
         finally:
             os.close(fd)
-
-    def _discard_leftover(self, name: str, *, strict: bool = True) -> None:
-        """Remove what an earlier run left under one of this copy's fixed names
-        (a file, or a symlink or FIFO someone put there: never followed). A
-        directory cannot be ours: with ``strict`` it is an error naming it,
-        else it is left alone (this copy does not use the name)."""
-        try:
-            self._unlink(name)
-        except (IsADirectoryError, PermissionError) as exc:
-            if not stat.S_ISDIR(os.stat(name, dir_fd=self.dir_fd, follow_symlinks=False).st_mode):
-                raise
-            if strict:
-                raise OSError(errno.EISDIR, f"{name} in the destination is a directory, not a "
-                              "partial file of tensorstream (remove it)") from exc
 
     # -- writes (run in worker threads) ---------------------------------------
     @contextlib.contextmanager
@@ -436,21 +340,9 @@ class LocalPartFile:
                 parts = {str(k): v for k, v in sorted(self.done.items())}
             with self._using_fd() as fd:
                 os.fdatasync(fd)
-            self._write_journal(parts)
+            write_journal(self.dir_fd, self.journal, self.identity, parts)
         finally:
             self._checkpoint_lock.release()
-
-    def _write_journal(self, parts: dict[str, str]) -> None:
-        body = json.dumps({"identity": self.identity, "parts": parts})
-        new = self.journal[: -len(".tmp")] + ".new.tmp"
-        self._discard_leftover(new)  # a fresh file: never a FIFO (or link) left there
-        jfd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                      | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=self.dir_fd)
-        with os.fdopen(jfd, "wb") as f:
-            f.write(body.encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(new, self.journal, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
 
     def sha256(self) -> str:
         """sha256 of the whole temp file, read in order (to compare with a checksum
@@ -497,7 +389,7 @@ class LocalPartFile:
             os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
             self._published = True
             if self.resume:  # else the journal, if any, is a live --resume run's
-                self._unlink(self.journal)
+                unlink(self.dir_fd, self.journal)
         self._close_fd()
         if self.durable:
             directory_sync.sync(self.dir_fd)
@@ -526,8 +418,8 @@ class LocalPartFile:
             return
         # The names go while the lock is held: once it is let go, the fixed
         # names of --resume may be a new run's by the time they are removed.
-        self._unlink(self.tmp)
+        unlink(self.dir_fd, self.tmp)
         if self.resume:
-            self._unlink(self.journal)
-            self._unlink(self.journal[: -len(".tmp")] + ".new.tmp")
+            unlink(self.dir_fd, self.journal)
+            unlink(self.dir_fd, self.journal[: -len(".tmp")] + ".new.tmp")
         self._close_fd()
