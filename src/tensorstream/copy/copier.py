@@ -18,10 +18,11 @@ from ..layers.stack import PolicyProvider
 from ..providers._http.threads import MAX_THREADS
 from ..providers.base import Pin
 from ..uri import ParsedURI, redact_text
+from .job import Job
 from .lane import ThreadSlots, run_lane, takes
 from .local import Listings, copy_to_local
 from .places import connection
-from .plan import Job, Planner
+from .plan import Planner
 from .receive import CHUNK
 from .remote import copy_to_writer
 from .result import CopyResult, ProgressListener

@@ -35,7 +35,7 @@ from .tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from .copier import _Copier
-    from .plan import Job
+    from .job import Job
     from .select import FileOutcome
 
 __all__ = ["ThreadSlots", "run_lane", "takes"]

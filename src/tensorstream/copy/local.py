@@ -55,7 +55,7 @@ from .sinks import PartBuffer, plan_parts, temp_stem
 
 if TYPE_CHECKING:
     from .copier import _Copier
-    from .plan import Job
+    from .job import Job
 
 __all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "copied_mode", "mtime_ns",
            "one_hop"]

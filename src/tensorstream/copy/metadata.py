@@ -13,7 +13,7 @@ from ..providers.s3.metadata import MetadataOptions
 
 if TYPE_CHECKING:
     from .copier import _Copier
-    from .plan import Job
+    from .job import Job
 
 __all__ = ["check_destination", "stream_writer_options", "writer_options"]
 

@@ -10,7 +10,6 @@ what ``sync``/``--resume`` find unchanged. Each object becomes a :class:`Job`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import posixpath
 import stat
@@ -20,6 +19,7 @@ from ..errors import NotFoundError, PermissionDeniedError, TensorstreamError
 from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
+from .job import Job
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .places import connection, inside, left_out, same_store, way_out
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
@@ -31,45 +31,6 @@ if TYPE_CHECKING:
     from .result import CopyResult
 
 __all__ = ["Job", "Planner", "names_no_object", "special_file"]
-
-
-@dataclasses.dataclass
-class Job:
-    """One object to copy: where from, where to, and what became of it."""
-
-    src: PolicyProvider
-    src_uri: ParsedURI
-    src_path: str
-    info: ObjectInfo
-    dst: PolicyProvider
-    dst_uri: ParsedURI
-    #: Remote destination path, or (local root dir, key parts) for a local destination.
-    dst_path: str
-    local: tuple[str, list[str]] | None
-    #: Set once a remote destination is committed (it exists under its name).
-    published: bool = False
-    #: (hidden partial file, bytes in it) kept for --resume when the copy stopped.
-    kept: tuple[str, int] | None = None
-    #: The whole result was compared with a checksum the source stored.
-    source_checked: bool = False
-    #: Copied by the S3 server itself (:mod:`.server_side`), and what of the copy was
-    #: compared with the source (None: nothing that vouches for its bytes).
-    server_side: bool = False
-    checked_by: str | None = None
-    #: An S3 object onto itself with metadata given: S3 copies it onto itself with the
-    #: new metadata (``aws s3 cp --metadata-directive REPLACE``), never through here.
-    in_place: bool = False
-
-    @property
-    def label(self) -> str:
-        return redact_text(self.src_uri.with_path(self.src_path))
-
-    @property
-    def dst_label(self) -> str:
-        if self.local is not None:
-            return os.path.join(self.local[0], *self.local[1])
-        return redact_text(self.dst_uri.with_path(self.dst_path))
-
 
 
 def names_no_object(uri: ParsedURI) -> bool:

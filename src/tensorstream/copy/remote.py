@@ -45,7 +45,7 @@ MiB, GiB = 1 << 20, 1 << 30
 
 if TYPE_CHECKING:
     from .copier import _Copier
-    from .plan import Job
+    from .job import Job
 
 __all__ = ["InOrderHash", "copy_to_writer"]
 

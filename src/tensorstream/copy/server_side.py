@@ -22,7 +22,8 @@ from ..uri import redact_text
 
 if TYPE_CHECKING:
     from .copier import _Copier
-    from .plan import Job, Planner
+    from .job import Job
+    from .plan import Planner
 
 __all__ = ["copy_on_server", "takes"]
 
