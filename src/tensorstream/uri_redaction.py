@@ -1,0 +1,187 @@
+"""Secrets out of URIs and out of text holding URIs: :func:`redact` (one URI) and
+:func:`redact_text` (log lines, messages, errors). Userinfo passwords (the whole userinfo
+for S3, a lone user name for HTTP(S) and Redis), tokens and presigned query parameters
+become ``***``. Done on the raw text, before any URL parsing, so a password holding
+``?``, ``#`` or ``/`` is not taken for the query or path. :mod:`tensorstream.uri` names
+all of it too (its old home)."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+__all__ = ["SECRET_QUERY_PARAMS", "authority_end", "redact", "redact_text"]
+
+#: Query parameters whose values are credentials (compared case-insensitively).
+SECRET_QUERY_PARAMS = frozenset(
+    p.lower()
+    for p in (
+        "X-Amz-Signature",
+        "X-Amz-Credential",
+        "X-Amz-Security-Token",
+        "Signature",
+        "token",
+        "access_token",
+        "sig",
+        "password",
+        "secret",
+        "key",
+        "api_key",
+        "apikey",
+        "x-goog-signature",
+        "x-goog-credential",
+        "AWSAccessKeyId",
+        # Other common names for a token or password in a URL (Firebase's ``auth``,
+        # GitLab's ``private_token``, OAuth's, ...): shown in cp's output and errors.
+        "auth",
+        "access_key",
+        "secret_key",
+        "private_token",
+        "refresh_token",
+        "id_token",
+        "session_token",
+        "client_secret",
+        "jwt",
+        "passwd",
+        "pwd",
+        "sv",
+        "se",
+        "sp",
+    )
+)
+_SECRET_PARAM_EXCEPTIONS = frozenset({"sv", "se", "sp"})  # Azure SAS: 'sig' is the secret
+_REDACTED = "***"
+
+
+def _redact_query(query: str) -> str:
+    if not query:
+        return query
+    out = []
+    for part in query.split("&"):
+        name, sep, _value = part.partition("=")
+        lname = urllib.parse.unquote(name).lower()
+        if sep and lname in SECRET_QUERY_PARAMS and lname not in _SECRET_PARAM_EXCEPTIONS:
+            out.append(f"{name}={_REDACTED}")
+        else:
+            out.append(part)
+    return "&".join(out)
+
+
+def authority_end(rest: str, *, cautious: bool = False) -> int:
+    """Where the authority in ``rest`` (the text after ``://``) ends.
+
+    Normally at the first ``/``. A password with an unescaped ``/``
+    (``user:pa/ss@host``) would end it early and show the password's tail as
+    the "path", so when the text before that ``/`` looks like ``user:...``
+    (a ``:`` not followed by a port), or holds an ``@`` followed by no
+    ``host[:port]`` (``user:p@ss:w/rd@host``), and an ``@`` follows before any
+    ``?`` or ``#`` (anywhere, when ``cautious``), the authority runs to that
+    ``@``'s host part instead.
+    """
+    slash = rest.find("/")
+    if slash < 0:
+        return len(rest)
+    head = rest[:slash]
+    if "@" in head:
+        # ``user:p@ss:w/rd@host``: what follows the '@' before the '/' is no host[:port],
+        # so the password runs on (it ended at that '/', its tail shown as a "port").
+        password_runs_on = not _is_host_port(head.rpartition("@")[2])
+    else:
+        _user, colon, port = head.partition(":")
+        password_runs_on = bool(colon) and not port.isdigit()
+    if password_runs_on:
+        stop = len(rest)
+        if not cautious:
+            stop = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=stop)
+        at = rest.rfind("@", 0, stop)
+        if at >= 0:
+            nxt = rest.find("/", at)
+            return len(rest) if nxt < 0 else nxt
+    return slash
+
+
+def _is_host_port(text: str) -> bool:
+    """Whether ``text`` can be an authority's ``host[:port]`` (``[v6]`` included)."""
+    if text.startswith("["):
+        _host, bracket, port = text.partition("]")
+        return bool(bracket) and (not port or (port[0] == ":" and port[1:].isdigit()))
+    _host, _colon, port = text.partition(":")
+    return not port or port.isdigit()
+
+
+def _redact_userinfo(scheme: str, rest: str, *, cautious: bool = False) -> str:
+    """Redact the password in ``user:password@host...`` (``rest`` follows ``://``).
+
+    Done on the raw text, before any URL parsing: a password containing
+    ``?``, ``#`` or ``/`` would otherwise be mistaken for the query or path.
+    A lone user name is a secret too for HTTP(S) (``https://TOKEN@host/``:
+    tokens are passed that way) and Redis (``redis://secret@host``: the
+    password). An S3 bucket cannot contain ``@``: one there is userinfo, and
+    all of it is hidden (``s3://KEY_ID:SECRET@bucket``: the user is the key id).
+    ``cautious`` (URIs being refused) treats ``user:pa/ss@`` as userinfo for
+    every scheme.
+    """
+    if scheme in ("s3", "s3a", "file") and not cautious:
+        # the key may hold ':' and '@': the host ends at '/'
+        slash = rest.find("/")
+        authority = rest if slash < 0 else rest[:slash]
+    else:
+        authority = rest[:authority_end(rest, cautious=cautious)]
+    at = authority.rfind("@")
+    if at < 0:
+        return rest
+    userinfo, tail = authority[:at], rest[at:]
+    user, sep, _pw = userinfo.partition(":")
+    if sep and scheme not in ("s3", "s3a"):
+        return f"{user}:{_REDACTED}{tail}"
+    return f"{_REDACTED}{tail}"
+
+
+def redact(uri: str, *, cautious: bool = False) -> str:
+    """Return ``uri`` with passwords and secret query parameters replaced by ``***``.
+
+    ``cautious=True`` (for URIs being refused, which need not make sense)
+    also hides what only looks like userinfo.
+    """
+    if not isinstance(uri, str) or "://" not in uri:
+        return uri
+    scheme, _, rest = uri.partition("://")
+    rest = _redact_userinfo(scheme.lower(), rest, cautious=cautious)
+    path, qmark, query = rest.partition("?")
+    query, hsep, fragment = query.partition("#")
+    if not qmark:
+        return f"{scheme}://{rest}"
+    return f"{scheme}://{path}?{_redact_query(query)}{hsep}{fragment}"
+
+
+#: A URI in free text: its scheme starts at the first letter of a run of scheme characters.
+#: Matched from the run's start only (the lookbehind), its leading digits/``+.-`` kept in
+#: group 1: tried at every letter, a long run with no ``://`` (a hostile tensor name in a
+#: message) was scanned again from each one, quadratic (minutes for 160 KB).
+_URI_IN_TEXT = re.compile(r"(?<![a-zA-Z0-9+.-])([0-9+.-]*)([a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+)")
+
+
+_SECRET_PARAM_IN_TEXT = re.compile(
+    r"([?&;])("
+    + "|".join(re.escape(p) for p in sorted(SECRET_QUERY_PARAMS - _SECRET_PARAM_EXCEPTIONS))
+    # A ':' (or ':s') that ends the value before a space or the end is the message's
+    # "URI: why", not the secret's: it stays (it was redacted with the value). The value
+    # is its colons-free runs joined by colons, matched greedily: a lazy value with a
+    # lookahead for the trailing colons rescanned a run of them at each step (quadratic).
+    + r")=([^&\s'\"#:]*(?::+[^&\s'\"#:]+)*)",
+    re.IGNORECASE,
+)
+
+
+def _redact_found(match: re.Match[str]) -> str:
+    """A URI found in free text, redacted; a ':' ending it is the text's, kept."""
+    lead, found = match.group(1, 2)
+    uri = found.rstrip(":")
+    return lead + redact(uri, cautious=True) + found[len(uri):]
+
+
+def redact_text(text: str) -> str:
+    """Redact every URI inside free text (log lines, messages), and secret
+    query parameters even where they follow a bare ``/path?``."""
+    text = _URI_IN_TEXT.sub(_redact_found, text)
+    return _SECRET_PARAM_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}={_REDACTED}", text)
