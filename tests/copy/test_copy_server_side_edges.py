@@ -12,11 +12,11 @@ import asyncio
 import os
 import re
 import secrets
-import threading
 from typing import Any
 
 import pytest
 
+from s3_loop_front import LoopFront
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
@@ -49,16 +49,15 @@ def test_bytes_s3_copied_are_no_throughput_of_this_machine(tensorstream_s3: Any)
     assert r.ok and r.server_side_bytes == 0 and r.gbps > 0, r.errors
 
 
-class _Front:
+class _Front(LoopFront):
     """A reverse proxy to moto (on a loop thread) whose :meth:`answer` may change what
     moto answered, as S3 answers where moto does not; part ETags it replaced (``real``:
     answered -> moto's) are mapped back in the requests that list them."""
 
     def __init__(self, upstream: str) -> None:
+        super().__init__()
         self.upstream = upstream
         self.real: dict[bytes, bytes] = {}
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     def answer(self, request: Any, status: int, headers: dict[str, str],
                body: bytes) -> tuple[int, bytes]:
@@ -90,26 +89,6 @@ class _Front:
         if request.method != "HEAD":
             await resp.write(answer)
         return resp
-
-    def __enter__(self) -> str:
-        from aiohttp import web
-
-        self.thread.start()
-
-        async def start() -> str:
-            app = web.Application(client_max_size=64 * MiB)
-            app.router.add_route("*", "/{tail:.*}", self._forward)
-            self.runner = web.AppRunner(app)
-            await self.runner.setup()
-            await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-            return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
-
-        return asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 class _KMSFront(_Front):

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from s3_loop_front import LoopFront
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
@@ -135,19 +136,18 @@ def test_a_failed_multipart_copy_waits_for_its_parts_in_flight_before_the_abort(
     assert not b.server.exists(b.bucket, "dst/m.bin")
 
 
-class _CreateLostFront:
+class _CreateLostFront(LoopFront):
     """A reverse proxy (in front of the fault proxy) whose first CreateMultipartUpload is
     applied by moto and answered as if lost (``lost``: ``"500"``, or ``"cut"``: the
     connection closed mid-answer); and, as S3 does where moto does not, each upload listed
     with the time it was made (moto lists every one as made in 2010)."""
 
     def __init__(self, upstream: str, lost: str) -> None:
+        super().__init__()
         self.upstream, self.lost = upstream, lost
         self.made: dict[str, str] = {}  # upload id -> when it was made (ISO, ms)
         self.lost_ids: list[str] = []
         self.armed = False  # from now on, the first create's answer is lost
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     async def _forward(self, request: Any) -> Any:
         from aiohttp import ClientSession, web
@@ -195,26 +195,6 @@ class _CreateLostFront:
         if request.method != "HEAD":
             await resp.write(answer)
         return resp
-
-    def __enter__(self) -> str:
-        from aiohttp import web
-
-        self.thread.start()
-
-        async def start() -> str:
-            app = web.Application(client_max_size=64 * MiB)
-            app.router.add_route("*", "/{tail:.*}", self._forward)
-            self.runner = web.AppRunner(app)
-            await self.runner.setup()
-            await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-            return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
-
-        return asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.mark.parametrize("stranger", ["old", "with a part", "in the same seconds"])

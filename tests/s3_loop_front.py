@@ -1,0 +1,42 @@
+"""A reverse proxy's server on a loop thread of its own, for the tests' fronts to moto
+that answer as S3 does where moto does not (each front's ``_forward`` says how)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+MiB = 1 << 20
+
+
+class LoopFront:
+    """An aiohttp server on loopback, on its own loop thread, handing every request to
+    :meth:`_forward`; ``with front as url:`` serves at ``url`` until the block ends."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _forward(self, request: Any) -> Any:
+        raise NotImplementedError
+
+    def __enter__(self) -> str:
+        from aiohttp import web
+
+        self.thread.start()
+
+        async def start() -> str:
+            app = web.Application(client_max_size=64 * MiB)
+            app.router.add_route("*", "/{tail:.*}", self._forward)
+            self.runner = web.AppRunner(app)
+            await self.runner.setup()
+            await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+            return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+        return asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
