@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from s3_encrypting_front import EncryptingFront
+from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
 from tensorstream.providers.s3.metadata import MetadataOptions
 
@@ -18,16 +19,8 @@ MiB = 1 << 20
 
 
 def _put_in_parts(backend: Any, key: str, parts: list[bytes]) -> str:
-    c = backend.client
-    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key,
-                                       ContentType="x-model/old", CacheControl="no-cache",
-                                       Metadata={"old": "1"})["UploadId"]
-    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
-                                                    UploadId=upload, PartNumber=n,
-                                                    Body=body)["ETag"]}
-            for n, body in enumerate(parts, 1)]
-    return str(c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
-                                           MultipartUpload={"Parts": done})["ETag"])
+    return put_in_parts(backend, key, parts, ContentType="x-model/old",
+                        CacheControl="no-cache", Metadata={"old": "1"})
 
 
 def _head(backend: Any, key: str) -> dict[str, Any]:

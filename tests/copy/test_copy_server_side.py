@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
@@ -21,18 +22,6 @@ def _source_reads(backend: Any, key: str) -> list[Any]:
     """GETs of ``key``'s bytes that went through the proxy (this machine)."""
     path = f"/{backend.bucket}/{key}"
     return [r for r in backend.requests if r.method == "GET" and r.path == path]
-
-
-def _put_in_parts(backend: Any, key: str, parts: list[bytes], **extra: Any) -> str:
-    """Upload ``parts`` as a multipart object (as aws s3 cp, s5cmd, rclone do); its ETag."""
-    c = backend.client
-    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key, **extra)["UploadId"]
-    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
-                                                    UploadId=upload, PartNumber=n,
-                                                    Body=body)["ETag"]}
-            for n, body in enumerate(parts, 1)]
-    return str(c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
-                                           MultipartUpload={"Parts": done})["ETag"])
 
 
 def _head(backend: Any, key: str) -> dict[str, Any]:
@@ -66,7 +55,7 @@ def test_a_multipart_source_is_copied_in_its_own_parts_so_its_etag_is_compared(
     Its Content-Type and metadata go with the upload; no multipart upload is left."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1000)]
-    etag = _put_in_parts(b, "src/big.bin", parts, ContentType="x-model/w",
+    etag = put_in_parts(b, "src/big.bin", parts, ContentType="x-model/w",
                          Metadata={"k": "v"})
     b.proxy.clear_log()
     r = copy(b.uri("src/big.bin"), b.uri("dst/big.bin"), part_size=8 * MiB, **b.options)
@@ -112,7 +101,7 @@ def test_folders_wildcards_and_sync_are_copied_on_the_server(tensorstream_s3: An
     files = {"m/a.bin": os.urandom(1000), "m/sub/b.bin": os.urandom(2000), "m/c.txt": b"c"}
     for key, data in files.items():
         b.put(key, data)
-    _put_in_parts(b, "m/p.bin", [os.urandom(5 * MiB), b"tail"])
+    put_in_parts(b, "m/p.bin", [os.urandom(5 * MiB), b"tail"])
     b.proxy.clear_log()
     r = copy(b.uri("m/"), b.uri("r/"), recursive=True, **b.options)
     assert r.ok and r.files == 4 and r.verified, r.errors
@@ -154,7 +143,7 @@ def test_a_source_replaced_mid_copy_is_an_error_never_a_mixed_object(
     b = tensorstream_s3
     dst_key = f"dst/{secrets.token_hex(4)}.bin"
     if how == "in parts":
-        _put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
+        put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
         b.put(dst_key, b"the old object")
     else:
         b.put("src/m.bin", os.urandom(1000))
@@ -292,7 +281,7 @@ def test_a_completed_copy_whose_answer_was_lost_is_a_copy(tensorstream_s3: Any) 
     compared, no upload left behind."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), b"end"]
-    _put_in_parts(b, "src/m.bin", parts)
+    put_in_parts(b, "src/m.bin", parts)
     b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
     # moto's answers: UploadPartCopy 220 bytes, CreateMultipartUpload 280, Complete 323
     b.faults.raw.drop_after = 300
@@ -314,7 +303,7 @@ def test_a_multipart_copy_cancelled_midway_is_aborted(tensorstream_s3: Any) -> N
     from tensorstream.copy.engine import CopyResult, copy_async
 
     b = tensorstream_s3
-    _put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
+    put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
     copying = threading.Event()
 
     async def hold_part_copies(method: str, path: str) -> None:

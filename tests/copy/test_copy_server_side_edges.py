@@ -17,21 +17,10 @@ from typing import Any
 import pytest
 
 from s3_loop_front import LoopFront
+from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
-
-
-def _put_in_parts(backend: Any, key: str, parts: list[bytes]) -> str:
-    """Upload ``parts`` as a multipart object (as aws s3 cp, s5cmd, rclone do); its ETag."""
-    c = backend.client
-    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key)["UploadId"]
-    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
-                                                    UploadId=upload, PartNumber=n,
-                                                    Body=body)["ETag"]}
-            for n, body in enumerate(parts, 1)]
-    return str(c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
-                                           MultipartUpload={"Parts": done})["ETag"])
 
 
 def test_bytes_s3_copied_are_no_throughput_of_this_machine(tensorstream_s3: Any) -> None:
@@ -119,7 +108,7 @@ def test_a_multipart_copy_into_an_sse_kms_bucket_is_kept_not_taken_for_changed(
     copy is made, only its size compared, and it is not reported verified."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), b"end"]
-    _put_in_parts(b, "src/p.bin", parts)
+    put_in_parts(b, "src/p.bin", parts)
     with _KMSFront(b.proxy.url) as endpoint:
         r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), **{**b.options, "s3_endpoint": endpoint})
     assert r.ok and r.files == 1, r.errors
@@ -199,7 +188,7 @@ def test_a_key_that_needs_encoding_in_parts(tensorstream_s3: Any) -> None:
     b = tensorstream_s3
     key = "a b+c%d?é.bin"
     parts = [os.urandom(5 * MiB), b"x"]
-    _put_in_parts(b, f"src/{key}", parts)
+    put_in_parts(b, f"src/{key}", parts)
     r = copy(b.uri(f"src/{key}"), b.uri(f"dst/{key}"), wildcards=False, **b.options)
     assert r.ok and r.outcomes[0].server_side and r.verified, r.errors
     assert b.client.get_object(Bucket=b.bucket, Key=f"dst/{key}")["Body"].read() == b"".join(
@@ -279,7 +268,7 @@ def test_a_200_whose_body_is_an_error_is_no_copy(tensorstream_s3: Any, request_:
         b.put("src/m.bin", data)
     else:
         parts = [os.urandom(5 * MiB), b"end"]
-        _put_in_parts(b, "src/m.bin", parts)
+        put_in_parts(b, "src/m.bin", parts)
         data = b"".join(parts)
 
     def hit(request: Any) -> bool:
@@ -328,7 +317,7 @@ def test_an_applied_complete_whose_answer_was_lost_counts_where_etags_cannot_say
     many parts now say it was applied: copied, not verified, nothing left behind."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), b"end"]
-    _put_in_parts(b, "src/p.bin", parts)
+    put_in_parts(b, "src/p.bin", parts)
     front = _KMSFrontFailingComplete(b.proxy.url)
     with front as endpoint:
         r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), **{**b.options, "s3_endpoint": endpoint})
@@ -344,7 +333,7 @@ def test_a_complete_that_failed_while_another_object_is_there_is_a_failure(
     """The neighbour: the complete failed and was not applied (the destination holds an
     older object): the copy fails, the upload is aborted, the old object stays."""
     b = tensorstream_s3
-    _put_in_parts(b, "src/p.bin", [os.urandom(5 * MiB), b"end"])
+    put_in_parts(b, "src/p.bin", [os.urandom(5 * MiB), b"end"])
     b.put("dst/p.bin", b"the old object")
     b.faults.raw.path_prefix = f"/{b.bucket}/dst/p.bin"
     # The destination's CreateMultipartUpload and two parts forwarded; its complete

@@ -18,20 +18,10 @@ from typing import Any
 import pytest
 
 from s3_loop_front import LoopFront
+from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
-
-
-def _put_in_parts(backend: Any, key: str, parts: list[bytes]) -> None:
-    c = backend.client
-    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key)["UploadId"]
-    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
-                                                    UploadId=upload, PartNumber=n,
-                                                    Body=body)["ETag"]}
-            for n, body in enumerate(parts, 1)]
-    c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
-                                MultipartUpload={"Parts": done})
 
 
 def _copy_requests(backend: Any, key: str) -> list[Any]:
@@ -50,7 +40,7 @@ def test_a_store_without_upload_part_copy_still_copies_objects_in_one_piece(
     b = tensorstream_s3
     big = {f"src/m{i}.bin": [os.urandom(5 * MiB), os.urandom(1000)] for i in (1, 2)}
     for key, parts in big.items():
-        _put_in_parts(b, key, parts)
+        put_in_parts(b, key, parts)
     b.put("src/z-small.bin", b"small")
     b.faults.raw.path_prefix = f"/{b.bucket}/dst/m1.bin"
     b.faults.raw.status_script = [200, 501]  # CreateMultipartUpload, then UploadPartCopy
@@ -85,7 +75,7 @@ def test_a_store_without_copy_object_still_copies_objects_in_parts(
     b.put("src/a-small.bin", b"a")
     b.put("src/b-small.bin", b"b")
     parts = [os.urandom(5 * MiB), os.urandom(1000)]
-    _put_in_parts(b, "src/m.bin", parts)
+    put_in_parts(b, "src/m.bin", parts)
     b.faults.raw.path_prefix = f"/{b.bucket}/dst/a-small.bin"
     b.faults.raw.status_script = [501]
     b.proxy.clear_log()
@@ -110,7 +100,7 @@ def test_a_failed_multipart_copy_waits_for_its_parts_in_flight_before_the_abort(
     parts, waits for those in flight, then aborts: no part request is answered after the
     abort, and no upload is left."""
     b = tensorstream_s3
-    _put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1000)])
+    put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1000)])
     key = f"/{b.bucket}/dst/m.bin"
     b.faults.raw.path_prefix = key
     # CreateMultipartUpload, the first part (held a second), the second refused.
@@ -212,7 +202,7 @@ def test_an_upload_whose_create_answer_was_lost_is_not_left_behind(
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(1000)]
     if how == "by S3":
-        _put_in_parts(b, "src/m.bin", parts)
+        put_in_parts(b, "src/m.bin", parts)
         src = b.uri("src/m.bin")
     else:
         (tmp_path / "m.bin").write_bytes(b"".join(parts))
@@ -259,7 +249,7 @@ def test_ctrl_c_while_s3_creates_the_upload_of_a_copy_leaves_none(tensorstream_s
     from tensorstream.copy.engine import CopyResult, copy_async
 
     b = tensorstream_s3
-    _put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), b"end"])
+    put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), b"end"])
     creating = threading.Event()
 
     async def hold_the_create(method: str, path: str) -> None:
@@ -309,7 +299,7 @@ def test_an_upload_still_listed_after_its_abort_is_aborted_again(
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"]
     if how == "by S3":
-        _put_in_parts(b, "src/m.bin", parts)
+        put_in_parts(b, "src/m.bin", parts)
         src = b.uri("src/m.bin")
     else:
         (tmp_path / "m.bin").write_bytes(b"".join(parts))

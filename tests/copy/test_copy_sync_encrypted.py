@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from s3_encrypting_front import EncryptingFront
+from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
@@ -22,17 +23,6 @@ ENCRYPTIONS = [
     {"x-amz-server-side-encryption-customer-algorithm": "AES256"},
 ]
 IDS = ["SSE-KMS", "DSSE-KMS", "SSE-C"]
-
-
-def _put_in_parts(backend: Any, key: str, parts: list[bytes]) -> None:
-    c = backend.client
-    upload = c.create_multipart_upload(Bucket=backend.bucket, Key=key)["UploadId"]
-    done = [{"PartNumber": n, "ETag": c.upload_part(Bucket=backend.bucket, Key=key,
-                                                    UploadId=upload, PartNumber=n,
-                                                    Body=body)["ETag"]}
-            for n, body in enumerate(parts, 1)]
-    c.complete_multipart_upload(Bucket=backend.bucket, Key=key, UploadId=upload,
-                                MultipartUpload={"Parts": done})
 
 
 def _sync(src: str, dst: str, options: dict[str, Any]) -> dict[str, str]:
@@ -59,7 +49,7 @@ def test_a_second_sync_within_one_store_copies_nothing(
     (same size) is copied."""
     b = tensorstream_s3
     b.put("src/one.bin", os.urandom(1000))
-    _put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
+    put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
     prefix = {"dst": f"/{b.bucket}/dst/", "src": f"/{b.bucket}/src/", "both": "/"}[encrypted]
     with EncryptingFront(b.proxy.url, headers, prefix=prefix) as front:
         options = {**b.options, "s3_endpoint": front.url}
