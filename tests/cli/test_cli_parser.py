@@ -23,6 +23,10 @@ LINES = [
     "stat --json s3://a/b",
     "inspect --json x",
     "convert a b",
+    "credentials --json s3://a/",
+    "--profile prod credentials s3://a/",
+    "--profile credentials ls s3://x",
+    "credentials",
     "--debug cp a b",
     "cp --debug -q --no-verify a b c",
     # an option's value that is also a command's name
@@ -81,3 +85,17 @@ def test_only_the_named_command_is_built() -> None:
                 assert flags == {s for a in whole[name]._actions for s in a.option_strings}
             else:
                 assert not flags, (command, name)
+
+
+def test_every_command_is_in_the_table() -> None:
+    # `credentials` was missing from COMMANDS: its line built every command's parser
+    # (and a word "credentials" elsewhere on a line was not taken as the command).
+    assert list(COMMANDS) == list(_subparsers(build_parser()))
+    assert _subparsers(build_parser("credentials"))  # builds, the others stood in
+
+
+def test_credentials_builds_only_its_own_parser() -> None:
+    built = _subparsers(build_parser("credentials"))
+    with_options = [name for name, sub in built.items()
+                    if {s for a in sub._actions for s in a.option_strings}]
+    assert with_options == ["credentials"]

@@ -57,7 +57,8 @@ SIGINT/SIGTERM/SIGHUP."""
 #: The commands, each with the module that adds its parser.
 COMMANDS = {"cp": cp.add_parser, "sync": cp.add_parser, "convert": convert.add_parser,
             "ls": ls.add_parser, "stat": objects.add_parsers, "cat": objects.add_parsers,
-            "rm": objects.add_parsers, "inspect": inspect_model.add_parser}
+            "rm": objects.add_parsers, "credentials": objects.add_parsers,
+            "inspect": inspect_model.add_parser}
 
 
 class _StandIn:
