@@ -276,3 +276,31 @@ def test_a_tensorizer_layout_is_read_by_ranges(redis_server: RedisServer) -> Non
     used = _delta(servers, before)
     assert used["mget"] == 0 and used["getrange"] >= 64, used  # (and the header key)
     servers.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("old", [
+    # A corrupt manifest claiming 10**15 one-byte chunks: its keys were generated one
+    # by one and deleted 10,000 a round trip, for ever (listed, it was a MemoryError).
+    {"tensorstream": "1", "generation": "0123456789abcdef", "size": str(10**15),
+     "chunk_size": "1"},
+    # A hash of someone else's that names a generation: not a manifest, nothing of
+    # ours, so its keys were never this writer's to delete.
+    {"generation": "theirs", "size": "3", "chunk_size": "1"},
+], ids=["corrupt-manifest", "not-a-manifest"])
+def test_a_write_over_a_hash_that_is_no_sound_manifest_deletes_only_its_own(
+        redis_server: RedisServer, old: dict[str, str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    uri = redis_server.url("small/over")
+    with redis_server.client() as c:
+        c.hset("small/over", mapping=old)
+        theirs = {f"small/over:{old['generation']}:{i}".encode(): b"k" for i in range(3)}
+        c.mset(theirs)
+    _write(uri, DATA[: 10 * CS])
+    with tensorstream.open(uri) as f:
+        assert f.read() == DATA[: 10 * CS]
+    with redis_server.client() as c:
+        assert c.mget(list(theirs)) == [b"k"] * 3  # (the corrupt one's: left, with a word)
+    if "tensorstream" in old:
+        assert "previous generation" in caplog.text and "corrupt" in caplog.text
+    Servers(uri, [redis_server.port]).close()

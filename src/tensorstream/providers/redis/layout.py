@@ -18,7 +18,7 @@ import bisect
 import dataclasses
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from ...errors import ProtocolError
 
@@ -32,6 +32,7 @@ __all__ = [
     "is_staged_chunk",
     "manifest_fields",
     "parse_manifest",
+    "replaced_chunk_keys",
     "tensorizer_layout",
 ]
 
@@ -171,6 +172,24 @@ def parse_manifest(path: str, fields: Mapping[bytes, bytes]) -> Layout:
             f"{chunk_size} (at most {MAX_OBJECT_SIZE} bytes and {MAX_CHUNKS} chunks)")
     return Layout("manifest", path, size, generation, chunk_size=chunk_size,
                   generation=generation, checksum=checksum, mtime=mtime)
+
+
+def replaced_chunk_keys(path: str, old: Sequence[bytes | None]) -> Iterator[bytes]:
+    """The chunk keys of the manifest a publish replaced, from its ``generation``,
+    ``size``, ``chunk_size`` and ``tensorstream`` fields (``HMGET``), generated one
+    at a time. None for a hash that is no manifest of ours (someone else's keys);
+    :class:`ProtocolError` for numbers no manifest has (10**15 one-byte chunks were
+    deleted 10,000 a round trip, for ever), checked before any is given."""
+    gen, size, cs, version = (*old, None, None, None, None)[:4]
+    if gen is None or version != FORMAT_VERSION.encode():
+        return iter(())
+    try:
+        fields = {b"tensorstream": version, b"generation": gen, b"size": size or b"",
+                  b"chunk_size": cs or b""}
+        manifest = parse_manifest(path, fields)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{exc.message}; its chunks are left where they are") from None
+    return manifest.chunk_keys()
 
 
 def tensorizer_layout(path: str, sized_keys: list[tuple[bytes, int]]) -> Layout | None:

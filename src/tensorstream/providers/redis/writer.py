@@ -61,7 +61,7 @@ from ...errors import (
 )
 from ..base import Writer
 from . import layout
-from .layout import chunk_key, manifest_fields
+from .layout import chunk_key, manifest_fields, replaced_chunk_keys
 from .width import refused
 
 if TYPE_CHECKING:
@@ -84,21 +84,21 @@ BATCH_BYTES = 4 << 20
 COMMIT_BATCH = 8192
 
 # Replace the manifest at KEYS[1] with the hash ARGV (field, value, ...);
-# return the previous generation, size and chunk size (or nil).
+# return the previous generation, size, chunk size and format (or nil).
 _PUBLISH = """
 local old = false
 if redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
-  old = redis.call('HMGET', KEYS[1], 'generation', 'size', 'chunk_size')
+  old = redis.call('HMGET', KEYS[1], 'generation', 'size', 'chunk_size', 'tensorstream')
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return old
 """
 
-#: The manifest's generation, size and chunk size at ``KEYS[1]`` (nil: no manifest).
+#: The manifest's generation, size, chunk size and format at ``KEYS[1]`` (nil: no hash).
 _MANIFEST = """
 if redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
-  return redis.call('HMGET', KEYS[1], 'generation', 'size', 'chunk_size')
+  return redis.call('HMGET', KEYS[1], 'generation', 'size', 'chunk_size', 'tensorstream')
 end
 return false
 """
@@ -487,9 +487,7 @@ class RedisWriter(Writer):
             return
         for look in range(1, _LOOKS + 1):
             try:
-                gen, size, cs = old[0].decode(), int(old[1]), int(old[2])
-                keys = (chunk_key(self._path, gen, s).encode("utf-8", "surrogateescape")
-                        for s in range(0, size, cs))  # (generated: never all at once)
+                keys = replaced_chunk_keys(self._path, old)  # (generated: never all at once)
                 await asyncio.shield(self._p.delete_keys(keys))
                 return
             except Exception as exc:  # the new object is published; old chunks are garbage
