@@ -233,6 +233,55 @@ def test_an_upload_whose_create_answer_was_lost_is_not_left_behind(
         assert any("was lost" in rec.getMessage() for rec in caplog.records)
 
 
+class _StrangerWhileListing(_CreateLostFront):
+    """A front whose listing of uploads is slow (3 s): meanwhile, after the lost
+    CreateMultipartUpload's answer, another writer starts an upload of the same key."""
+
+    def __init__(self, upstream: str, lost: str, client: Any, bucket: str, key: str) -> None:
+        super().__init__(upstream, lost)
+        self.client, self.bucket, self.key = client, bucket, key
+        self.others: list[str] = []
+
+    async def _forward(self, request: Any) -> Any:
+        if request.method == "GET" and "uploads" in request.query and not self.others:
+            await asyncio.sleep(2.5)
+            made = await asyncio.to_thread(self.client.create_multipart_upload,
+                                           Bucket=self.bucket, Key=self.key)
+            self.others.append(made["UploadId"])
+            await asyncio.sleep(0.5)
+        return await super()._forward(request)
+
+
+@pytest.mark.parametrize("lost", ["500", "cut"])
+@pytest.mark.parametrize("how", ["by S3", "streamed"])
+def test_an_upload_another_writer_starts_after_the_lost_answer_is_never_aborted(
+        tensorstream_s3: Any, tmp_path: Any, how: str, lost: str) -> None:
+    """Only an upload made while the CreateMultipartUpload was in flight can be the lost
+    one: another writer's, started after its answer came (while the uploads were listed,
+    slowly), was counted too (the window ran to the listing's end): two without a part,
+    so neither was aborted, and where the lost create was never applied, the other
+    writer's alone was aborted under it."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), os.urandom(1000)]
+    if how == "by S3":
+        put_in_parts(b, "src/m.bin", parts)
+        src = b.uri("src/m.bin")
+    else:
+        (tmp_path / "m.bin").write_bytes(b"".join(parts))
+        src = str(tmp_path / "m.bin")
+    key = "dst/m.bin"
+    front = _StrangerWhileListing(b.proxy.url, lost, None, b.bucket, key)
+    with front as endpoint:
+        front.client = _client(b, endpoint)
+        front.armed = True
+        r = copy(src, b.uri(key), part_size=5 * MiB, **{**b.options, "s3_endpoint": endpoint})
+    assert not r.ok, r.errors
+    assert front.lost_ids and front.others
+    left = sorted(u["UploadId"] for u in
+                  b.client.list_multipart_uploads(Bucket=b.bucket).get("Uploads", []))
+    assert left == front.others, (r.errors, left, front.lost_ids)
+
+
 def _client(backend: Any, endpoint: str) -> Any:
     import boto3
 

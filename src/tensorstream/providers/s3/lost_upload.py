@@ -8,7 +8,7 @@ lifecycle rule removed it. :func:`abort_lost_upload` looks for it and aborts it.
 An upload carries nothing of its own that a listing shows and the object would not keep
 (metadata, tags and the storage class all end up on the object), so it is told from
 another writer's by what a listing does show: the key, the time S3 initiated it (within
-the seconds the request was in flight, on S3's clock, read from the listing's ``Date``),
+the seconds the request was in flight, until its failure, on S3's clock, read from the listing's ``Date``),
 and no part (the writer never had an id to send one with). Exactly one such upload is
 aborted; two (another writer of the same key in the same seconds) are left alone, said
 in the log. A key pair that may not list uploads (``s3:ListBucketMultipartUploads``)
@@ -36,10 +36,11 @@ _SLACK = 2.0
 
 
 async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, key: str,
-                            sent_at: float) -> str | None:
-    """Abort the upload of ``key`` a ``CreateMultipartUpload`` sent at ``sent_at``
-    (``time.time()``) made if S3 applied it though its answer was lost; ``call(op,
-    **kwargs)`` sends one request. The id of the upload aborted, or None."""
+                            sent_at: float, failed_at: float) -> str | None:
+    """Abort the upload of ``key`` a ``CreateMultipartUpload`` sent at ``sent_at`` and
+    failed at ``failed_at`` (``time.time()``) made if S3 applied it though its answer
+    was lost; ``call(op, **kwargs)`` sends one request. The id of the upload aborted,
+    or None."""
     try:
         listing = dict(await call("list_multipart_uploads", Bucket=bucket, Prefix=key))
     except TensorstreamError as exc:
@@ -48,7 +49,9 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
         return None
     now = time.time()
     skew = _skew(listing, now)
-    start, end = sent_at + skew - _SLACK, now + skew + _SLACK
+    # (not up to now: an upload another writer started after the failure, while the
+    # uploads were listed, say, is not the lost one)
+    start, end = sent_at + skew - _SLACK, failed_at + skew + _SLACK
     made = [str(u.get("UploadId") or "") for u in listing.get("Uploads") or []
             if u.get("Key") == key and _seconds(u.get("Initiated")) is not None
             and start <= _seconds(u.get("Initiated")) <= end]  # type: ignore[operator]

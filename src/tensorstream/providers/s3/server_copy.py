@@ -360,7 +360,7 @@ async def _copy_parts(call: _Calls, src_path: str, dst_path: str, etag: str,
     except TensorstreamError as exc:
         if exc.temporary:  # applied, its answer lost? (S3 would keep it open)
             await asyncio.shield(abort_lost_upload(
-                lambda op, **kw: call(op, dst_path, **kw), bucket, key, sent))
+                lambda op, **kw: call(op, dst_path, **kw), bucket, key, sent, time.time()))
         raise
     upload_id = str(upload.get("UploadId") or "")
     if not upload_id:

@@ -151,7 +151,7 @@ class S3Writer(Writer):
         self._sent = 0  # bytes of the parts started
         self._upload_id: str | None = None
         self._create: asyncio.Task[dict[str, Any]] | None = None
-        self._create_sent = 0.0
+        self._create_sent = self._create_answered = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._parts: dict[int, dict[str, Any]] = {}
         #: What S3 answered names no encryption under which its ETags are not MD5s.
@@ -379,6 +379,7 @@ class S3Writer(Writer):
             self._create = asyncio.ensure_future(
                 self._call("create_multipart_upload", Bucket=self._bucket, Key=self._key, **kwargs)
             )
+            self._create.add_done_callback(self._create_ended)
             _loop.abort_at_exit(self)  # still open at interpreter exit: abort the upload
         if self._upload_id is None:
             # Shielded so a cancellation here still lets abort() learn the id.
@@ -386,6 +387,9 @@ class S3Writer(Writer):
             if not upload_id:  # botocore leaves out what the XML lacks: was KeyError 'UploadId'
                 raise self._malformed("CreateMultipartUpload without an UploadId")
             self._upload_id = str(upload_id)
+
+    def _create_ended(self, _task: asyncio.Future[Any]) -> None:
+        self._create_answered = time.time()  # (a lost upload was made before this)
 
     async def _upload(self, number: int, body: Callable[[], Any], **kwargs: Any) -> dict[str, Any]:
         """One UploadPart, sent again on a temporary error (a 5xx, a throttle, a dropped
@@ -528,7 +532,8 @@ class S3Writer(Writer):
             except TensorstreamError as exc:
                 if exc.temporary:  # applied, its answer lost? (S3 would keep it open)
                     await abort_lost_upload(self._call, self._bucket, self._key,
-                                            self._create_sent)
+                                            self._create_sent,
+                                            self._create_answered or time.time())
                 upload_id = None
             except BaseException:
                 upload_id = None
