@@ -50,7 +50,8 @@ def test_redacting_a_message_keeps_its_separators() -> None:
 
 
 @pytest.mark.parametrize("text", ["x" * 500_000, "a1" * 250_000, "p?token=" + ":" * 500_000 + "x",
-                                  "9" * 500_000 + "http://u:CANARY@h/k"])
+                                  "9" * 500_000 + "http://u:CANARY@h/k",
+                                  "p?a=%" + "25" * 250_000, "?a=%3F" * 80_000])
 def test_redacting_a_long_message_takes_linear_time(text: str) -> None:
     """A hostile tensor name or dtype in an error (megabytes of it: a safetensors header may
     hold 100 MB) went through redact_text quadratically: minutes for 160 KB, so ``tensorstream
@@ -89,3 +90,54 @@ def test_password_never_survives_redaction(scheme: str, secret: str) -> None:
     except errors.InvalidURIError:
         return
     assert f":{secret}@" not in repr(parsed)
+
+
+@pytest.mark.parametrize("name", ["X-Api-Key", "x-api-key", "api-key", "API_KEY", "aws_session_token",
+                                  "AWS_SESSION_TOKEN", "Subscription-Key", "x-auth-token",
+                                  "continuation_secret", "X%2DApi%2DKey", "X-Amz-Security-Token",
+                                  "client_credentials"])
+def test_parameters_named_like_a_credential_are_redacted(name: str) -> None:
+    """``?X-Api-Key=``, ``?api-key=``, ``?aws_session_token=`` and other names holding a
+    credential word (token, secret, signature, password, credential, api key) were shown as
+    given when the name was not in the fixed list: in cp's lines, errors and reprs."""
+    uri = f"https://h/p?{name}=CANARY-t0k&ok=1"
+    assert "CANARY" not in redact(uri) and "ok=1" in redact(uri)
+    assert "CANARY" not in redact_text(f"http stat /p?{name}=CANARY-t0k: HTTP 404")
+    assert "CANARY" not in repr(parse_uri(uri))
+
+
+@pytest.mark.parametrize("name", ["ok", "versionId", "partNumber", "download", "sv", "se", "sp"])
+def test_ordinary_parameters_stay_shown(name: str) -> None:
+    assert redact(f"https://h/p?{name}=v1&sig=s") == f"https://h/p?{name}=v1&sig=***"
+
+
+@pytest.mark.parametrize("uri", ["https://h/p#access_token=CANARY-t0k&state=ok",
+                                 "https://h/p?a=1#access_token=CANARY-t0k&state=ok",
+                                 "https://h/p?a=1;sig=CANARY-t0k;state=ok",
+                                 "https://h/p?a=1&SIG=CANARY-t0k;state=ok"])
+def test_parameters_in_a_fragment_or_after_a_semicolon_are_redacted(uri: str) -> None:
+    """A token in the fragment (OAuth's ``#access_token=``) and a parameter after a ``;``
+    (the other query separator) were shown by ``redact`` and so by every repr."""
+    for shown in (redact(uri), redact_text(f"failed {uri}: 404"), repr(parse_uri(uri))):
+        assert "CANARY" not in shown and "state=ok" in shown
+
+
+@pytest.mark.parametrize("value", [
+    "https%3A%2F%2Fh2%2Fo%3FX-Amz-Signature%3DCANARY-s1g",       # a presigned URL, encoded
+    "https%253A%252F%252Fh2%252Fo%253Ftoken%253DCANARY-t0k",     # encoded twice
+    "https%3A%2F%2Fu%3ACANARY-pw%40h2%2Fo",                      # userinfo, encoded
+])
+def test_an_encoded_url_with_a_secret_inside_a_parameter_is_redacted(value: str) -> None:
+    """A URL passed in a parameter (``?next=https%3A...%3FX-Amz-Signature%3D...``, a redirect
+    target or a login page's) kept its secrets: they are percent-encoded there."""
+    uri = f"https://h/p?next={value}&ok=1"
+    for shown in (redact(uri), redact_text(f"http stat /p?next={value}&ok=1: HTTP 404"),
+                  redact_text(f"failed {uri}: 404"), repr(parse_uri(uri))):
+        assert "CANARY" not in shown and "ok=1" in shown
+
+
+def test_an_encoded_parameter_name_or_separator_is_redacted() -> None:
+    """``X%2DAmz%2DSignature=`` after a bare path, and ``x-amz-signature%3D...`` (the ``=``
+    encoded), were shown."""
+    assert "CANARY" not in redact_text("http stat /p?X%2DAmz%2DSignature=CANARY-s1g: HTTP 403")
+    assert "CANARY" not in redact("https://h/p?x-amz-signature%3DCANARY-s1g&ok=1")

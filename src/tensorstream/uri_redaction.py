@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Callable
 
-__all__ = ["SECRET_QUERY_PARAMS", "authority_end", "redact", "redact_text"]
+__all__ = ["SECRET_QUERY_PARAMS", "authority_end", "is_secret_param", "redact", "redact_text"]
 
 #: Query parameters whose values are credentials (compared case-insensitively).
 SECRET_QUERY_PARAMS = frozenset(
@@ -53,18 +54,63 @@ _SECRET_PARAM_EXCEPTIONS = frozenset({"sv", "se", "sp"})  # Azure SAS: 'sig' is 
 _REDACTED = "***"
 
 
-def _redact_query(query: str) -> str:
+#: Words that make any parameter's name a credential (its ``-``, ``_`` and ``.`` left out):
+#: ``aws_session_token``, ``X-Api-Key``, ``Subscription-Key``, ``client_credentials``...
+#: (the fixed list above missed every name it did not spell).
+_SECRET_NAME_WORDS = ("token", "secret", "signature", "password", "passwd", "passphrase",
+                      "credential", "apikey", "accesskey", "secretkey", "privatekey",
+                      "subscriptionkey", "authkey")
+_NAME_SEPARATORS = re.compile(r"[-_.\s]")
+#: How many times a parameter's value is percent-decoded looking for a secret inside.
+_MAX_DECODES = 4
+
+
+def is_secret_param(name: str) -> bool:
+    """Whether a query (or fragment) parameter named ``name`` holds a credential: a name
+    in :data:`SECRET_QUERY_PARAMS` or one holding a credential word, in any case,
+    percent-encoded or not."""
+    lname = urllib.parse.unquote(name).lower()
+    if lname in _SECRET_PARAM_EXCEPTIONS:
+        return False
+    squashed = _NAME_SEPARATORS.sub("", lname)
+    return lname in SECRET_QUERY_PARAMS or any(w in squashed for w in _SECRET_NAME_WORDS)
+
+
+def _encoded_secret(raw: str) -> bool:
+    """Whether ``raw``, percent-decoded (up to :data:`_MAX_DECODES` times), shows a
+    secret: a presigned URL or a ``name=value`` passed inside a parameter
+    (``?next=https%3A...%3FX-Amz-Signature%3D...``)."""
+    text = raw
+    for _ in range(_MAX_DECODES):
+        if "%" not in text:
+            return False
+        decoded = urllib.parse.unquote(text)
+        if decoded == text:
+            return False
+        probe = "?" + decoded  # a bare ``name=value`` is a parameter too
+        # (not decoding again inside: this loop does, at most _MAX_DECODES times in all)
+        if _redact_text(probe, decode=False) != probe:
+            return True
+        text = decoded
+    return False
+
+
+def _redact_param(part: str, decode: bool) -> str:
+    """One ``name=value`` of a query or fragment, its value hidden where it is a secret."""
+    name, sep, value = part.partition("=")
+    if sep and is_secret_param(name):
+        return f"{name}={_REDACTED}"
+    if decode and _encoded_secret(value if sep else part):
+        return f"{name}={_REDACTED}" if sep else _REDACTED
+    return part
+
+
+def _redact_query(query: str, decode: bool) -> str:
+    """A query's (or fragment's) parameters, split at ``&`` and ``;`` (both separate them)."""
     if not query:
         return query
-    out = []
-    for part in query.split("&"):
-        name, sep, _value = part.partition("=")
-        lname = urllib.parse.unquote(name).lower()
-        if sep and lname in SECRET_QUERY_PARAMS and lname not in _SECRET_PARAM_EXCEPTIONS:
-            out.append(f"{name}={_REDACTED}")
-        else:
-            out.append(part)
-    return "&".join(out)
+    pieces = re.split(r"([&;])", query)
+    return "".join(p if i % 2 else _redact_param(p, decode) for i, p in enumerate(pieces))
 
 
 def authority_end(rest: str, *, cautious: bool = False) -> int:
@@ -143,15 +189,19 @@ def redact(uri: str, *, cautious: bool = False) -> str:
     ``cautious=True`` (for URIs being refused, which need not make sense)
     also hides what only looks like userinfo.
     """
+    return _redact(uri, cautious=cautious, decode=True)
+
+
+def _redact(uri: str, *, cautious: bool, decode: bool) -> str:
     if not isinstance(uri, str) or "://" not in uri:
         return uri
     scheme, _, rest = uri.partition("://")
     rest = _redact_userinfo(scheme.lower(), rest, cautious=cautious)
+    # (a fragment holds parameters too: OAuth's ``#access_token=``)
+    rest, hsep, fragment = rest.partition("#")
     path, qmark, query = rest.partition("?")
-    query, hsep, fragment = query.partition("#")
-    if not qmark:
-        return f"{scheme}://{rest}"
-    return f"{scheme}://{path}?{_redact_query(query)}{hsep}{fragment}"
+    return (f"{scheme}://{path}{qmark}{_redact_query(query, decode)}"
+            f"{hsep}{_redact_query(fragment, decode)}")
 
 
 #: A URI in free text: its scheme starts at the first letter of a run of scheme characters.
@@ -161,27 +211,43 @@ def redact(uri: str, *, cautious: bool = False) -> str:
 _URI_IN_TEXT = re.compile(r"(?<![a-zA-Z0-9+.-])([0-9+.-]*)([a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+)")
 
 
-_SECRET_PARAM_IN_TEXT = re.compile(
-    r"([?&;])("
-    + "|".join(re.escape(p) for p in sorted(SECRET_QUERY_PARAMS - _SECRET_PARAM_EXCEPTIONS))
+#: A ``name=value`` after ``?``, ``&``, ``;`` or ``#`` in free text (a bare ``/path?...``).
+_PARAM_IN_TEXT = re.compile(
+    r"([?&;#])([^=&;?#\s'\"<>]+)="
     # A ':' (or ':s') that ends the value before a space or the end is the message's
     # "URI: why", not the secret's: it stays (it was redacted with the value). The value
     # is its colons-free runs joined by colons, matched greedily: a lazy value with a
     # lookahead for the trailing colons rescanned a run of them at each step (quadratic).
-    + r")=([^&\s'\"#:]*(?::+[^&\s'\"#:]+)*)",
-    re.IGNORECASE,
+    r"([^&;\s'\"#:]*(?::+[^&;\s'\"#:]+)*)"
 )
 
 
-def _redact_found(match: re.Match[str]) -> str:
-    """A URI found in free text, redacted; a ':' ending it is the text's, kept."""
-    lead, found = match.group(1, 2)
-    uri = found.rstrip(":")
-    return lead + redact(uri, cautious=True) + found[len(uri):]
+def _param_in_text(decode: bool) -> Callable[[re.Match[str]], str]:
+    def hide(match: re.Match[str]) -> str:
+        lead, name, value = match.group(1, 2, 3)
+        if is_secret_param(name) or (decode and _encoded_secret(value)):
+            return f"{lead}{name}={_REDACTED}"
+        return match.group(0)
+
+    return hide
+
+
+def _uri_in_text(decode: bool) -> Callable[[re.Match[str]], str]:
+    def hide(match: re.Match[str]) -> str:
+        """A URI found in free text, redacted; a ':' ending it is the text's, kept."""
+        lead, found = match.group(1, 2)
+        uri = found.rstrip(":")
+        return lead + _redact(uri, cautious=True, decode=decode) + found[len(uri):]
+
+    return hide
 
 
 def redact_text(text: str) -> str:
     """Redact every URI inside free text (log lines, messages), and secret
     query parameters even where they follow a bare ``/path?``."""
-    text = _URI_IN_TEXT.sub(_redact_found, text)
-    return _SECRET_PARAM_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}={_REDACTED}", text)
+    return _redact_text(text, decode=True)
+
+
+def _redact_text(text: str, *, decode: bool) -> str:
+    text = _URI_IN_TEXT.sub(_uri_in_text(decode), text)
+    return _PARAM_IN_TEXT.sub(_param_in_text(decode), text)
