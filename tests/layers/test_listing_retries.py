@@ -199,6 +199,69 @@ def test_a_trickling_listing_page_stops_at_timeout_total() -> None:
     assert "timeout_total=1 s" in str(info.value), str(info.value)
 
 
+# -- the waits between a failing listing's attempts count in timeout_total ---------------
+def test_a_listing_that_keeps_failing_stops_within_timeout_total(
+        tensorstream_s3: Backend) -> None:
+    """Every listing request answers 503 with ``Retry-After: 0.4``: the listing tries
+    at 0, 0.4 and 0.8 s, and stops there, its next wait ending past ``timeout_total=1``
+    (the waits were not counted: it waited 4 x 0.4 s and failed after 5 attempts,
+    with ``Retry-After: 10`` after 40 s whatever the total)."""
+    folder, _ = _stored(tensorstream_s3)
+    tensorstream_s3.faults.status_script([503] * 20, retry_after=0.4)
+    started = time.monotonic()
+    with pytest.raises(errors.RetriesExhaustedError) as info:
+        _listed(tensorstream_s3.uri(folder + "/"), **tensorstream_s3.options,
+                timeout_total=1.0, retries=5, backoff_max=10.0)
+    assert time.monotonic() - started < 1.0
+    message = str(info.value)
+    assert "3 attempts" in message and "timeout_total=1 s" in message, message
+    assert "--timeout-total 2" in message, message
+    assert len(tensorstream_s3.faults.pending_statuses) == 20 - 3
+
+
+def test_a_wait_longer_than_timeout_total_is_not_waited(tensorstream_s3: Backend) -> None:
+    folder, _ = _stored(tensorstream_s3)
+    tensorstream_s3.faults.status_script([503] * 5, retry_after=10.0)
+    started = time.monotonic()
+    with pytest.raises(errors.TensorstreamError) as info:
+        _listed(tensorstream_s3.uri(folder + "/"), **tensorstream_s3.options,
+                timeout_total=2.0, backoff_max=10.0)
+    assert time.monotonic() - started < 2.0
+    assert "listing again in 10 s would pass" in str(info.value), str(info.value)
+
+
+def test_a_listing_under_timeout_total_lists_whole(tensorstream_s3: Backend) -> None:
+    """Any S3 listing with ``timeout_total`` failed: "a ListObjectsV2 page larger than
+    8388608 bytes" (the page's body, read under the deadline, was read whole but its
+    answer left open, taken for a page cut at its limit)."""
+    folder, keys = _stored(tensorstream_s3, 5)
+    listed = _listed(tensorstream_s3.uri(folder + "/"), **tensorstream_s3.options,
+                     timeout_total=5.0)
+    assert [p.rpartition("/")[2] for p in listed] == [k.rpartition("/")[2] for k in keys]
+
+
+def test_a_listing_that_recovers_within_timeout_total_lists_whole(
+        tensorstream_s3: Backend) -> None:
+    folder, keys = _stored(tensorstream_s3)
+    tensorstream_s3.faults.status_script([503, 503], retry_after=0.3)
+    listed = _listed(tensorstream_s3.uri(folder + "/"), **tensorstream_s3.options,
+                     timeout_total=2.0)
+    assert [p.rpartition("/")[2] for p in listed] == [k.rpartition("/")[2] for k in keys]
+
+
+def test_ls_that_keeps_failing_stops_within_timeout_total(tensorstream_s3: Backend) -> None:
+    folder, _ = _stored(tensorstream_s3)
+    tensorstream_s3.faults.status_script([503] * 20, retry_after=3.0)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **tensorstream_s3.env}
+    argv = [sys.executable, "-m", "tensorstream", "ls", tensorstream_s3.uri(folder + "/"),
+            "--timeout-total", "2"]
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert time.monotonic() - started < 12.0  # (4 waits of 3 s before; a start-up is slow here)
+    assert "--timeout-total 4" in proc.stderr, proc.stderr
+
+
 # -- Redis --------------------------------------------------------------------------------
 def test_a_redis_listing_that_stalls_once_is_asked_again(tensorstream_redis: Backend) -> None:
     folder, keys = _stored(tensorstream_redis)

@@ -6,7 +6,9 @@ made inside the provider's iterator, out of the retry layer's reach: one page
 that stalled or was throttled failed the whole ``ls``, ``cp -r`` or ``sync``.
 Listing is idempotent, so a listing that fails with a temporary error is listed
 again with backoff, under the same attempt budget as a read (counted again from
-each new entry): each entry comes once. A provider that can start a listing after
+each new entry) and, as a read, within ``timeout_total`` of the step's start, its
+retries and their waits included (a wait that would end past it is not waited:
+the listing fails at once): each entry comes once. A provider that can start a listing after
 a key (``resumes_listing``: S3's ``StartAfter``) is asked for the entries after
 the one given last, so a long listing throttled now and then goes on where it
 stopped (asked from its start, no retry got past the pages given before); the
@@ -24,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 
 from ..config import RetryConfig, Timeouts
-from ..errors import ServiceUnavailableError, TensorstreamError
+from ..errors import ServiceUnavailableError, StorageTimeoutError, TensorstreamError
 from ..providers.base import ObjectInfo
-from .timeout import operation
+from .timeout import advise, operation, operation_deadline
 
 __all__ = ["retried_listing"]
 
@@ -50,7 +53,8 @@ async def retried_listing(
         resumes: bool = False,
 ) -> AsyncIterator[ObjectInfo]:
     """The entries of ``start(None)``, listed again after a temporary error; each
-    step of the listing (a page's request) under ``timeouts.total``.
+    step of the listing (to its next entry: a page's request, its retries and their
+    waits) under ``timeouts.total``.
 
     ``resumes``: ``start(path)`` lists the entries after ``path`` (else only
     ``start(None)`` is called). ``final(exc, attempts)`` is the error raised once
@@ -60,6 +64,7 @@ async def retried_listing(
     last: str | None = None
     failed = 0  # attempts failed since the last new entry
     pending: TensorstreamError | None = None  # the error that made this a listing again
+    step_at = operation_deadline(timeouts)  # this step's deadline: each retry's, each wait's
     while True:
         after = last if resumes else None  # (None: from the start, skipping `given`)
         skip = 0 if after is not None else given
@@ -69,7 +74,7 @@ async def retried_listing(
                 while True:
                     # (the deadline is set for this step only: never across a yield,
                     # where it would reach the caller's own calls)
-                    with operation(timeouts):
+                    with operation(timeouts, step_at):
                         try:
                             info = await anext(listing)
                         except StopAsyncIteration:
@@ -86,6 +91,7 @@ async def retried_listing(
                         continue
                     yield info
                     given, last, failed = given + 1, info.path, 0
+                    step_at = operation_deadline(timeouts)  # (the caller's time is not ours)
             finally:  # (a provider's generator left midway: its requests end now)
                 close = getattr(listing, "aclose", None)
                 if close is not None:
@@ -96,9 +102,12 @@ async def retried_listing(
             failed += 1
             if failed >= policy.attempts:
                 _raise(final(exc, failed), exc)
+            wait = _wait(exc, failed, policy)
+            if step_at is not None and time.monotonic() + wait >= step_at:
+                _raise(final(_past_total(exc, wait, timeouts), failed), exc)
             pending = exc
             on_retry(exc)
-            await asyncio.sleep(_wait(exc, failed, policy))
+            await asyncio.sleep(wait)
             continue
         if skip and pending is not None:
             # Fewer entries, or others, than were given before: listing on could
@@ -107,6 +116,16 @@ async def retried_listing(
                                 "before are not its first ones now): list again")
             _raise(final(pending, failed), pending)
         return
+
+
+def _past_total(exc: TensorstreamError, wait: float, timeouts: Timeouts) -> TensorstreamError:
+    """``exc``, saying that the wait before listing again would pass ``timeout_total``
+    (the timeout advice: which one, its value, what to raise it to)."""
+    note = StorageTimeoutError(f"{exc.message}; listing again in {wait:.3g} s would pass "
+                               "the total deadline", timeout="total")
+    advise(note, timeouts)
+    exc.message = note.message
+    return exc
 
 
 def _raise(err: TensorstreamError, cause: TensorstreamError) -> None:

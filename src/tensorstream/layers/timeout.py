@@ -65,13 +65,15 @@ def operation_deadline(timeouts: Timeouts) -> float | None:
 
 
 @contextlib.contextmanager
-def operation(timeouts: Timeouts) -> Iterator[None]:
+def operation(timeouts: Timeouts, at: float | None = None) -> Iterator[None]:
     """Make the calls inside one operation under ``timeout_total`` (e.g. one
-    read of a file object, served by a stream and then by ranged requests)."""
+    read of a file object, served by a stream and then by ranged requests);
+    ``at``: the operation's deadline when it began before (a retried step)."""
     if timeouts.total is None:
         yield
         return
-    token = _DEADLINE.set(Deadline(operation_deadline(timeouts), timeouts.idle))
+    token = _DEADLINE.set(Deadline(operation_deadline(timeouts) if at is None else at,
+                                   timeouts.idle))
     try:
         yield
     finally:

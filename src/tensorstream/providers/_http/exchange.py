@@ -293,6 +293,10 @@ def _small_body(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
             break
         parts.append(piece)
         got += len(piece)
+    if resp.length == 0:
+        # The whole Content-Length came; read1 leaves the answer open there (read
+        # closes it): a complete listing page looked cut at its limit.
+        resp.read()
     return b"".join(parts)
 
 
