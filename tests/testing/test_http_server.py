@@ -1,8 +1,13 @@
 """The HTTP test server's own accounting (``tensorstream.testing.http_server``)."""
 from __future__ import annotations
 
+import logging
+import socket
 import threading
+import time
 import urllib.request
+
+import pytest
 
 from tensorstream.testing.http_server import HTTPTestServer
 
@@ -50,3 +55,29 @@ def test_bytes_sent_gives_up_waiting_after_settle() -> None:
         assert started.wait(30)
         assert 0 < server.bytes_sent("acct/slow", settle=0.2) < len(body)
         t.join(30)
+
+
+@pytest.mark.parametrize("fault", ["latency", "stall_after_headers", "rate_limit"])
+def test_a_client_hanging_up_is_not_logged_as_a_server_error(
+        caplog: pytest.LogCaptureFixture, fault: str) -> None:
+    # A client that gave up waiting out a latency (or a stall, or a slow body) hangs
+    # up; the server's next write failed and aiohttp logged "Error handling request"
+    # with a ClientConnectionResetError traceback. Only the body's writes were covered.
+    with HTTPTestServer() as server:
+        server.put("acct/blob", b"x" * (256 << 10))
+        setattr(server.faults, fault, 64 << 10 if fault == "rate_limit" else 0.5)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"GET /acct/blob HTTP/1.1\r\nHost: x\r\n\r\n")
+            if fault == "latency":
+                time.sleep(0.1)
+            else:
+                assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        deadline = time.monotonic() + 10
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.8)  # (past the fault: the server's next write meets the hang-up)
+        noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert not noisy, [r.getMessage() for r in noisy]
+        setattr(server.faults, fault, 0 if fault != "rate_limit" else None)
+        with urllib.request.urlopen(server.url("acct/blob"), timeout=30) as r:
+            assert r.read() == b"x" * (256 << 10)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import logging
 import socket
 import socketserver
+import struct
 import threading
 import time
 import urllib.error
@@ -292,3 +294,34 @@ def test_a_proxy_whose_start_hangs_raises_instead_of_serving_port_0() -> None:
         lt.start(never, timeout=0.2)
     assert time.monotonic() - t0 < 5
     assert lt.loop is None and not any(t.name == "hanging-proxy" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("when", ["mid-body", "mid-body-rst", "before-headers"])
+def test_http_proxy_a_client_hanging_up_is_counted_not_logged(
+        hproxy: HTTPFaultProxy, caplog: pytest.LogCaptureFixture, when: str) -> None:
+    # A client that has seen enough (a loader that refused a header, a test's timeout)
+    # hangs up mid-answer; the proxy's next write failed and aiohttp logged "Error
+    # handling request" with a ClientConnectionResetError traceback, as if the proxy
+    # had failed.
+    if when == "before-headers":
+        hproxy.faults.latency = 0.5  # the client is gone before the answer starts
+    else:
+        hproxy.faults.rate_limit = 100_000  # 200 KB over ~2 s: the body is still going
+    with socket.create_connection(("127.0.0.1", hproxy.port), timeout=10) as s:
+        s.sendall(b"GET /obj HTTP/1.1\r\nHost: x\r\n\r\n")
+        if when == "before-headers":
+            time.sleep(0.1)
+        else:
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        if when == "mid-body-rst":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    deadline = time.monotonic() + 10
+    while hproxy.hung_up < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not noisy, [r.getMessage() for r in noisy]
+    assert hproxy.hung_up == 1
+    # The proxy serves the next client as before, and a whole answer is no hang-up.
+    hproxy.faults.reset()
+    assert get(hproxy.url + "/obj")[2] == expected(200_000)
+    assert hproxy.hung_up == 1

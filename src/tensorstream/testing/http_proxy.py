@@ -120,6 +120,9 @@ class HTTPFaultProxy:
         self._runner: Any = None
         self._session: Any = None
         self._in_flight = InFlight()
+        #: Answers whose client hung up before the end (a client that had seen enough
+        #: or gave up): counted, not logged, as a client may do so.
+        self.hung_up = 0
 
     def __repr__(self) -> str:
         return f"HTTPFaultProxy({self.url} -> {self.upstream})"
@@ -238,44 +241,60 @@ class HTTPFaultProxy:
             if length is not None:
                 resp.content_length = length
             self._record(request, status)
-            await resp.prepare(request)
-            if request.method == "HEAD":
+            try:
+                return await self._send(request, resp, read, length, affected)
+            except ConnectionResetError:
+                transport = request.transport
+                if transport is not None and not transport.is_closing():
+                    raise  # not the client's side: a real error
+                # The client hung up mid-answer (it had seen enough, or gave up): normal
+                # for a client, and aiohttp logged it as the proxy's error with a traceback.
+                with self._lock:
+                    self.hung_up += 1
                 return resp
-            # The drop is taken (and counted) before the body starts, so that with
-            # drop_times concurrent responses cannot all be cut: times=1 is one cut.
-            # A body of unknown length (chunked) is taken too, and given back below
-            # if it ends within drop_after bytes.
-            shaped = affected and (f.shaped_methods is None or request.method in f.shaped_methods)
-            dropping = (shaped and f.drop_after is not None
-                        and (length is None or length > f.drop_after)
-                        and (f.drop_times is None or f.dropped < f.drop_times))
-            if dropping:
-                f.dropped += 1
-            limit = f.drop_after if dropping else None
-            rate = f.rate_limit if shaped else None
-            sent = 0
-            while True:
-                size = _chunk_for(rate)
-                if limit is not None:
-                    size = min(size, limit - sent)
-                if size <= 0:
-                    break
-                data = await read(size)
-                if not data:
-                    break
-                await resp.write(data)
-                sent += len(data)
-                if rate:
-                    await asyncio.sleep(len(data) / rate)
-            if limit is not None:
-                if length is None and (sent < limit or not await read(1)):
-                    f.dropped -= 1  # a chunked body that fit: nothing to cut
-                else:
-                    if request.transport is not None:  # the client sees a short body
-                        request.transport.close()
-                    return resp
-            await resp.write_eof()
+
+    async def _send(self, request: Any, resp: Any, read: Callable[[int], Awaitable[bytes]],
+                    length: int | None, affected: bool) -> Any:
+        """Send the answer's headers and its body (paced or cut as the faults say)."""
+        f = self.faults
+        await resp.prepare(request)
+        if request.method == "HEAD":
             return resp
+        # The drop is taken (and counted) before the body starts, so that with
+        # drop_times concurrent responses cannot all be cut: times=1 is one cut.
+        # A body of unknown length (chunked) is taken too, and given back below
+        # if it ends within drop_after bytes.
+        shaped = affected and (f.shaped_methods is None or request.method in f.shaped_methods)
+        dropping = (shaped and f.drop_after is not None
+                    and (length is None or length > f.drop_after)
+                    and (f.drop_times is None or f.dropped < f.drop_times))
+        if dropping:
+            f.dropped += 1
+        limit = f.drop_after if dropping else None
+        rate = f.rate_limit if shaped else None
+        sent = 0
+        while True:
+            size = _chunk_for(rate)
+            if limit is not None:
+                size = min(size, limit - sent)
+            if size <= 0:
+                break
+            data = await read(size)
+            if not data:
+                break
+            await resp.write(data)
+            sent += len(data)
+            if rate:
+                await asyncio.sleep(len(data) / rate)
+        if limit is not None:
+            if length is None and (sent < limit or not await read(1)):
+                f.dropped -= 1  # a chunked body that fit: nothing to cut
+            else:
+                if request.transport is not None:  # the client sees a short body
+                    request.transport.close()
+                return resp
+        await resp.write_eof()
+        return resp
 
     def _scripted(self, request: Any, status: int) -> Any:
         from aiohttp import web

@@ -366,6 +366,17 @@ class HTTPTestServer:
         else:
             resp.content_length = len(body)
         self._record(request, status)
+        try:
+            return await self._send(request, resp, body, faulty)
+        except ConnectionResetError:
+            # The client hung up (it refused what it saw, or gave up waiting out a
+            # latency): not a server error, and aiohttp logged it as one with a traceback.
+            return resp
+
+    async def _send(self, request: web.Request, resp: web.StreamResponse, body: bytes,
+                    faulty: bool) -> web.StreamResponse:
+        """Send the answer's headers and its body (stalled, paced or cut as the faults say)."""
+        f = self.faults
         await resp.prepare(request)
         if request.method == "HEAD":
             return resp
@@ -382,17 +393,14 @@ class HTTPTestServer:
         if drop:
             f.dropped += 1
             limit = f.drop_after or 0
-        try:
-            await self._write_body(resp, memoryview(body)[:limit], faulty,
-                                   request.match_info.get("key", ""))
-            if drop:
-                # Cut the connection mid-body: the client sees a short read.
-                if request.transport is not None:
-                    request.transport.close()
-                return resp
-            await resp.write_eof()
-        except ConnectionResetError:
-            pass  # the client hung up (e.g. it refused what it saw): not a server error
+        await self._write_body(resp, memoryview(body)[:limit], faulty,
+                               request.match_info.get("key", ""))
+        if drop:
+            # Cut the connection mid-body: the client sees a short read.
+            if request.transport is not None:
+                request.transport.close()
+            return resp
+        await resp.write_eof()
         return resp
 
     async def _write_body(self, resp: web.StreamResponse, body: memoryview,
