@@ -381,3 +381,40 @@ def test_s3_lists_after_a_key_as_a_resumed_listing_asks(tensorstream_s3: Backend
     base = f"{bucket}/{folder}/"
     assert flat == [base + k for k in ("k1x/deep", "k2", "k3")]
     assert level[-2:] == [base + "k2", base + "k3"] and base + "k1" not in level
+
+
+class DirectoryBucketS3(SortedS3):
+    """A directory bucket (S3 Express One Zone) listed as S3 lists one: in no order (the
+    same each time) and without ``start-after`` (ignored: directory buckets have none);
+    its ``fail_on``-th listing request is a 503."""
+
+    def __init__(self, keys: list[str], fail_on: int) -> None:
+        super().__init__(keys, fail_every=10**6)
+        self.keys, self.fail_on = keys, fail_on  # (unsorted)
+
+    def _entries(self, prefix: str, delimiter: str, after: str, skip_below: bool) -> list[str]:
+        keys = [k for k in self.keys if k.startswith(prefix)]
+        if not skip_below:  # (no token: a start-after, which a directory bucket ignores)
+            return keys
+        return keys[keys.index(after) + 1:]  # (a token: the key given last)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if len(self.asked) + 1 == self.fail_on:
+            self.asked.append(dict(request.query))
+            return web.Response(status=503, text="<Error><Code>SlowDown</Code></Error>")
+        return await super()._handle(request)
+
+
+def test_a_directory_bucket_listing_retried_lists_every_key_once() -> None:
+    """A directory bucket lists in no order and has no ``StartAfter``: a listing retried
+    there was resumed with one (ignored) and every key sorting before the last one given
+    was skipped as if given: ``cp -r`` left them out, ``sync --delete`` from it would
+    delete them at the destination. It is listed again from its start there, the keys
+    given before skipped by their count."""
+    keys = ["m", "c", "x", "a", "q", "b", "z", "d"]
+    bucket = "models--use1-az4--x-s3"
+    with DirectoryBucketS3(keys, fail_on=3) as server:
+        listed = _listed(f"s3://{bucket}/", **server.options, **FAST, retries=3)
+        asked = server.asked
+    assert listed == [f"{bucket}/{k}" for k in keys]
+    assert not [q for q in asked if "start-after" in q]

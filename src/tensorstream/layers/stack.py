@@ -349,7 +349,11 @@ class PolicyProvider(Provider):
             log.debug("%s: listing %s failed (%s); listing again", self.service,
                       redact_text(prefix), redact_text(f"{type(exc).__name__}: {exc}"))
 
-        resumes = getattr(self.inner, "resumes_listing", False) is True
+        # (a provider may list some prefixes in no order, where StartAfter cannot resume:
+        # an S3 directory bucket; those are listed from the start again)
+        ordered = getattr(self.inner, "lists_in_order", None)
+        resumes = getattr(self.inner, "resumes_listing", False) is True and (
+            ordered is None or ordered(prefix) is True)
 
         def start(after: str | None) -> AsyncIterator[ObjectInfo]:
             list_: Any = lister or self.inner.list  # (start_after: resumes_listing's)

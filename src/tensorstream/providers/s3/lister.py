@@ -25,7 +25,7 @@ from .clients import S3Clients
 from .errors import map_s3_http_error
 from .signing import PathStyle
 
-__all__ = ["list_objects", "parse_list_page"]
+__all__ = ["is_directory_bucket", "list_objects", "parse_list_page"]
 
 # Real S3 may give a few empty truncated pages (deleted keys it skips); a run
 # this long, each with a fresh token, is a server that would list forever.
@@ -78,7 +78,7 @@ async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
     # (it gave entries twice, or for ever with fresh tokens). A directory bucket
     # (S3 Express One Zone) lists in no order.
     last: str | None = None
-    ordered = not bucket.endswith(_DIRECTORY_BUCKET)
+    ordered = not is_directory_bucket(bucket)
     while True:
         page = await in_thread(next_page)
         contents = page.get("Contents", ())
@@ -129,6 +129,11 @@ async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
         tokens.add(token)
         args["ContinuationToken"] = token
         args.pop("StartAfter", None)  # (the token says where the next page starts)
+
+
+def is_directory_bucket(bucket: str) -> bool:
+    """Whether ``bucket`` is a directory bucket (S3 Express One Zone), by its name."""
+    return bucket.endswith(_DIRECTORY_BUCKET)
 
 
 def _check_token(token: str | None, tokens: set[str], prefix: str) -> None:

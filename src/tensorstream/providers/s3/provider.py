@@ -63,7 +63,7 @@ from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer
 from .clients import S3Clients
 from .config import OPTIONS, S3Credentials, process_timeout, resolve_s3_credentials
 from .errors import WrongRegionError, map_s3_http_error
-from .lister import list_objects
+from .lister import is_directory_bucket, list_objects
 from .metadata import carried_from_headers
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT
 from .writer import KMS_ENCRYPTION, S3Writer
@@ -287,6 +287,12 @@ class S3Provider(S3Clients, Provider):
     # -- list / delete ------------------------------------------------------------
     #: ``list``/``list_level`` take ``start_after`` (a retried listing resumes there).
     resumes_listing = True
+
+    def lists_in_order(self, prefix: str) -> bool:
+        """Whether ``prefix`` is listed in key order, so ``start_after`` resumes its
+        listing: not in a directory bucket (S3 Express One Zone), which lists in no
+        order and has no ``StartAfter``."""
+        return not is_directory_bucket(prefix.partition("/")[0])
 
     async def list(self, prefix: str, *,  # type: ignore[override]
                    start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
