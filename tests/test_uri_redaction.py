@@ -51,7 +51,8 @@ def test_redacting_a_message_keeps_its_separators() -> None:
 
 @pytest.mark.parametrize("text", ["x" * 500_000, "a1" * 250_000, "p?token=" + ":" * 500_000 + "x",
                                   "9" * 500_000 + "http://u:CANARY@h/k",
-                                  "p?a=%" + "25" * 250_000, "?a=%3F" * 80_000])
+                                  "p?a=%" + "25" * 250_000, "?a=%3F" * 80_000,
+                                  "?a=http://x=&" * 10_000])
 def test_redacting_a_long_message_takes_linear_time(text: str) -> None:
     """A hostile tensor name or dtype in an error (megabytes of it: a safetensors header may
     hold 100 MB) went through redact_text quadratically: minutes for 160 KB, so ``tensorstream
@@ -112,12 +113,16 @@ def test_ordinary_parameters_stay_shown(name: str) -> None:
 
 
 @pytest.mark.parametrize("uri", ["https://h/p#access_token=CANARY-t0k&state=ok",
+                                 "https://h/p#x?sig=CANARY-t0k&state=ok",
+                                 "https://h/p?state=ok&next=https://h2/o?X-Amz-Signature=CANARY-s1g",
+                                 "https://h/p?state=ok&next=https://u:CANARY-pw@h2/o",
                                  "https://h/p?a=1#access_token=CANARY-t0k&state=ok",
                                  "https://h/p?a=1;sig=CANARY-t0k;state=ok",
                                  "https://h/p?a=1&SIG=CANARY-t0k;state=ok"])
 def test_parameters_in_a_fragment_or_after_a_semicolon_are_redacted(uri: str) -> None:
-    """A token in the fragment (OAuth's ``#access_token=``) and a parameter after a ``;``
-    (the other query separator) were shown by ``redact`` and so by every repr."""
+    """A token in the fragment (OAuth's ``#access_token=``), a parameter after a ``;``
+    (the other query separator) or a ``?`` in the fragment, and a URL with a secret given
+    unencoded as a parameter's value were shown by ``redact`` and so by every repr."""
     for shown in (redact(uri), redact_text(f"failed {uri}: 404"), repr(parse_uri(uri))):
         assert "CANARY" not in shown and "state=ok" in shown
 

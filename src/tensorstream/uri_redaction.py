@@ -63,6 +63,7 @@ _SECRET_NAME_WORDS = ("token", "secret", "signature", "password", "passwd", "pas
 _NAME_SEPARATORS = re.compile(r"[-_.\s]")
 #: How many times a parameter's value is percent-decoded looking for a secret inside.
 _MAX_DECODES = 4
+_MAY_HOLD_SECRET = re.compile(r"[=@]").search
 
 
 def is_secret_param(name: str) -> bool:
@@ -76,10 +77,16 @@ def is_secret_param(name: str) -> bool:
     return lname in SECRET_QUERY_PARAMS or any(w in squashed for w in _SECRET_NAME_WORDS)
 
 
-def _encoded_secret(raw: str) -> bool:
-    """Whether ``raw``, percent-decoded (up to :data:`_MAX_DECODES` times), shows a
-    secret: a presigned URL or a ``name=value`` passed inside a parameter
-    (``?next=https%3A...%3FX-Amz-Signature%3D...``)."""
+def _holds_secret(raw: str) -> bool:
+    """Whether ``raw`` (a parameter's value) holds a secret as it is or percent-decoded
+    (up to :data:`_MAX_DECODES` times): a URL with userinfo or a presigned query, or a
+    ``name=value``, passed inside a parameter (``?next=https://u:pw@h/``,
+    ``?next=https%3A...%3FX-Amz-Signature%3D...``)."""
+    # (a secret needs a '=' or an '@' around it: anything else is not probed)
+    if "://" in raw and _MAY_HOLD_SECRET(raw):
+        probe = "?" + raw
+        if _redact_text(probe, decode=False) != probe:
+            return True
     text = raw
     for _ in range(_MAX_DECODES):
         if "%" not in text:
@@ -89,7 +96,7 @@ def _encoded_secret(raw: str) -> bool:
             return False
         probe = "?" + decoded  # a bare ``name=value`` is a parameter too
         # (not decoding again inside: this loop does, at most _MAX_DECODES times in all)
-        if _redact_text(probe, decode=False) != probe:
+        if _MAY_HOLD_SECRET(decoded) and _redact_text(probe, decode=False) != probe:
             return True
         text = decoded
     return False
@@ -100,16 +107,17 @@ def _redact_param(part: str, decode: bool) -> str:
     name, sep, value = part.partition("=")
     if sep and is_secret_param(name):
         return f"{name}={_REDACTED}"
-    if decode and _encoded_secret(value if sep else part):
+    if decode and _holds_secret(value if sep else part):
         return f"{name}={_REDACTED}" if sep else _REDACTED
     return part
 
 
 def _redact_query(query: str, decode: bool) -> str:
-    """A query's (or fragment's) parameters, split at ``&`` and ``;`` (both separate them)."""
+    """A query's (or fragment's) parameters, split at ``&`` and ``;`` (both separate them),
+    and at a ``?`` (``#x?sig=``, ``?next=https://h/o?X-Amz-Signature=``: a URL in a value)."""
     if not query:
         return query
-    pieces = re.split(r"([&;])", query)
+    pieces = re.split(r"([&;?])", query)
     return "".join(p if i % 2 else _redact_param(p, decode) for i, p in enumerate(pieces))
 
 
@@ -225,11 +233,14 @@ _PARAM_IN_TEXT = re.compile(
 def _param_in_text(decode: bool) -> Callable[[re.Match[str]], str]:
     def hide(match: re.Match[str]) -> str:
         lead, name, value = match.group(1, 2, 3)
-        if is_secret_param(name) or (decode and _encoded_secret(value)):
+        if is_secret_param(name) or (decode and _holds_secret(value)):
             return f"{lead}{name}={_REDACTED}"
         return match.group(0)
 
     return hide
+
+
+_HIDE_PARAM = {True: _param_in_text(True), False: _param_in_text(False)}
 
 
 def _uri_in_text(decode: bool) -> Callable[[re.Match[str]], str]:
@@ -242,6 +253,9 @@ def _uri_in_text(decode: bool) -> Callable[[re.Match[str]], str]:
     return hide
 
 
+_HIDE_URI = {True: _uri_in_text(True), False: _uri_in_text(False)}
+
+
 def redact_text(text: str) -> str:
     """Redact every URI inside free text (log lines, messages), and secret
     query parameters even where they follow a bare ``/path?``."""
@@ -249,5 +263,5 @@ def redact_text(text: str) -> str:
 
 
 def _redact_text(text: str, *, decode: bool) -> str:
-    text = _URI_IN_TEXT.sub(_uri_in_text(decode), text)
-    return _PARAM_IN_TEXT.sub(_param_in_text(decode), text)
+    text = _URI_IN_TEXT.sub(_HIDE_URI[decode], text)
+    return _PARAM_IN_TEXT.sub(_HIDE_PARAM[decode], text)
