@@ -1,5 +1,7 @@
 """Atomic S3 writes: one PUT for small objects, a concurrent multipart upload for
-large ones, aborted on any failure or cancellation (no orphaned parts).
+large ones, aborted on any failure or cancellation (no orphaned parts): no part starts
+after a failure, and the parts already sent are waited for before the abort (S3 stores a
+part whose request it has, and one stored after the abort would be left behind).
 
 Memory is bounded: parts of at most ``max_in_flight`` x the first part's size
 are uploading while one more fills. A streaming write's parts grow (see
@@ -48,6 +50,7 @@ from ...errors import (
 )
 from ..base import Writer
 from .lost_upload import abort_lost_upload
+from .part_tasks import drain
 from .parts import (
     GROW_EVERY,
     MAX_OBJECT_SIZE,
@@ -153,6 +156,9 @@ class S3Writer(Writer):
         self._create: asyncio.Task[dict[str, Any]] | None = None
         self._create_sent = self._create_answered = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        #: write_part's uploads still running: each runs to its answer as a task, which an
+        #: abort waits for (a part S3 has lands whether its client hung up or not).
+        self._in_flight: set[asyncio.Future[None]] = set()
         self._parts: dict[int, dict[str, Any]] = {}
         #: What S3 answered names no encryption under which its ETags are not MD5s.
         self._etags_are_md5 = True
@@ -256,17 +262,25 @@ class S3Writer(Writer):
             return
         try:
             await self._ensure_upload()
+            parts = [self._part_task(index + 1, data, md5)]
             if self._only is not None:
                 first, self._only = self._only, None
-                await asyncio.gather(self._put_part(1, first[0], first[1]),
-                                     self._put_part(index + 1, data, md5))
-            else:
-                await self._put_part(index + 1, data, md5)
+                parts.append(self._part_task(1, first[0], first[1]))
+            # Shielded: a caller cancelled (another part failed, Ctrl-C) leaves the
+            # upload to its answer, and abort() waits for it before aborting.
+            await asyncio.shield(asyncio.gather(*parts))
         except BaseException as exc:
             if self._error is None and not isinstance(exc, asyncio.CancelledError):
                 self._error = exc
             await self.abort()
             raise
+
+    def _part_task(self, number: int, data: bytes | memoryview, md5: bytes
+                   ) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(self._put_part(number, data, md5))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+        return task
 
     async def commit_parts(self, count: int, *, sha256: str | None = None) -> None:
         if self._state == "committed":
@@ -409,8 +423,8 @@ class S3Writer(Writer):
         try:
             return await once()
         except TensorstreamError as exc:  # (nearly every part goes at once: no loop built)
-            if not exc.temporary:
-                raise
+            if not exc.temporary or self._state != "open":
+                raise  # (an aborted upload: a part sent now could land after the abort)
             first: TensorstreamError | None = exc
         from ...layers.retrying import retrying
 
@@ -421,7 +435,8 @@ class S3Writer(Writer):
         # The first failure enters the loop as its first attempt (waited on as the loop's own).
         async for attempt in retrying(
                 self._retry, None,
-                retry_if=lambda e: isinstance(e, TensorstreamError) and e.temporary,
+                retry_if=lambda e: (isinstance(e, TensorstreamError) and e.temporary
+                                    and self._state == "open"),
                 before_sleep=again):
             with attempt:
                 if first is not None:
@@ -522,9 +537,10 @@ class S3Writer(Writer):
     async def _abort_remote(self) -> None:
         if await self._unpublish():
             return  # the upload is complete: nothing is left of it to abort
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # No part starts now (the writer is aborted); those sent are waited for (up to
+        # part_tasks.SETTLE s), not cancelled: S3 stores a part whose request it has
+        # whether its client hung up or not, and one stored after the abort is left.
+        await drain([*self._tasks, *self._in_flight])
         upload_id = self._upload_id
         if upload_id is None and self._create is not None:
             try:

@@ -1,0 +1,106 @@
+"""A failed multipart upload (``cp``/``sync`` to S3, ``open(..., "wb")``) waits for its
+parts still in flight before it aborts: S3 goes on storing a part whose request it has,
+whether the client hung up or not, and one stored after the ``AbortMultipartUpload``
+is left behind, billed (AWS: abort again). moto's server behind the package's fault
+proxy, which records every request in the order moto answered it; the proxy holds one
+part a second after its body arrived, as S3 does a part it is still storing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tensorstream
+from tensorstream.copy.engine import copy
+from tensorstream.errors import TensorstreamError
+
+MiB = 1 << 20
+
+
+def _hold_one_part(b: Any) -> None:
+    """CreateMultipartUpload, then the first part (held a second), the second refused."""
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/m.bin"
+    b.faults.raw.status_script = [200, 200, 403]
+    held: list[str] = []
+
+    async def hold_the_first_part(method: str, path: str) -> None:
+        if method == "PUT" and not held:
+            held.append(path)
+            await asyncio.sleep(1.0)
+
+    b.faults.raw.before_forward = hold_the_first_part
+    b.proxy.clear_log()
+
+
+def _check_nothing_after_the_abort(b: Any) -> None:
+    time.sleep(1.5)  # for a request S3 had to be answered, whatever the writer did
+    key = f"/{b.bucket}/dst/m.bin"
+    log = [(q.method, q.path, q.status) for q in b.requests if q.path.split("?")[0] == key]
+    aborts = [i for i, (m, p, _) in enumerate(log) if m == "DELETE" and "uploadId" in p]
+    assert aborts, log
+    assert not [q for q in log[aborts[0]:] if q[0] == "PUT"], log
+    assert b.server.open_multipart_uploads(b.bucket) == []
+    assert not b.server.exists(b.bucket, "dst/m.bin")
+
+
+def test_a_failed_cp_upload_waits_for_its_parts_in_flight_before_the_abort(
+        tensorstream_s3: Any, tmp_path: Path) -> None:
+    """``cp`` of a local file in parts: one part refused while another was being stored
+    cancelled that one on this side and aborted at once; the part S3 had landed after the
+    abort. Now no part request is answered after the abort, and no upload is left."""
+    b = tensorstream_s3
+    src = tmp_path / "m.bin"
+    src.write_bytes(os.urandom(10 * MiB) + b"end")
+    _hold_one_part(b)
+    r = copy(str(src), b.uri("dst/m.bin"), part_size=5 * MiB, concurrency=3, **b.options)
+    assert not r.ok and r.errors, r
+    _check_nothing_after_the_abort(b)
+
+
+def test_a_failed_streamed_write_waits_for_its_parts_in_flight_before_the_abort(
+        tensorstream_s3: Any) -> None:
+    """``open(uri, "wb")``: the same, for parts of a write whose size is not known."""
+    b = tensorstream_s3
+    _hold_one_part(b)
+    with pytest.raises(TensorstreamError), tensorstream.open(
+            b.uri("dst/m.bin"), "wb", part_size=5 * MiB, concurrency=4, **b.options) as w:
+        for _ in range(4):
+            w.write(os.urandom(5 * MiB))
+            time.sleep(0.2)  # (each part on its way before the next one)
+    _check_nothing_after_the_abort(b)
+
+
+def test_a_part_that_fails_after_another_was_refused_is_not_sent_again(
+        tensorstream_s3: Any, tmp_path: Path) -> None:
+    """The neighbour: a part in flight whose answer is a temporary error (its connection
+    cut) after another part was refused is not sent again, nor is any part started: the
+    upload is being aborted (a part sent now would land on it, or after it)."""
+    b = tensorstream_s3
+    src = tmp_path / "m.bin"
+    src.write_bytes(os.urandom(10 * MiB) + b"end")
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/m.bin"
+    b.faults.raw.status_script = [200, 403]  # CreateMultipartUpload, the first part
+    seen: list[str] = []
+    cut: list[bool] = []
+
+    async def cut_the_next_part_late(method: str, path: str) -> None:
+        if method != "PUT":
+            return
+        seen.append("after the cut" if cut else "before")
+        if not cut:
+            await asyncio.sleep(1.0)
+            cut.append(True)
+            raise ConnectionResetError("cut by the test")
+
+    b.faults.raw.before_forward = cut_the_next_part_late
+    b.proxy.clear_log()
+    r = copy(str(src), b.uri("dst/m.bin"), part_size=5 * MiB, concurrency=3, **b.options)
+    assert not r.ok, r
+    time.sleep(1.5)
+    assert cut and "after the cut" not in seen, seen
+    _check_nothing_after_the_abort(b)
