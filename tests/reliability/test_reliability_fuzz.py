@@ -205,13 +205,14 @@ def test_key_mapper_never_leaves_the_destination(segments: list[str], lead: str,
                                                  trail: str) -> None:
     key = lead + "/".join(segments) + trail
     dest = "/dst"
-    try:
-        rel = safe_relative_key(key)
-    except UnsafeKeyError:
-        return
-    target = posixpath.normpath(posixpath.join(dest, rel))
-    assert target.startswith(dest + "/") and target != dest
-    assert posixpath.relpath(target, dest) == rel  # nothing was normalised away
+    for filesystem in (True, False):  # a remote destination's key joins its prefix as a path
+        try:
+            rel = safe_relative_key(key, filesystem=filesystem)
+        except UnsafeKeyError:
+            continue
+        target = posixpath.normpath(posixpath.join(dest, rel))
+        assert target.startswith(dest + "/") and target != dest
+        assert posixpath.relpath(target, dest) == rel  # nothing was normalised away
 
 
 @settings(max_examples=200, deadline=None)

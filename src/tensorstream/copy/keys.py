@@ -40,13 +40,16 @@ class UnsafeKeyError(ValueError):
     """A key cannot be mapped to a path inside the destination."""
 
 
-def safe_relative_key(key: str) -> str:
-    """Validate a key relative to the source prefix and return it unchanged.
+def safe_relative_key(key: str, *, filesystem: bool = True) -> str:
+    r"""Validate a key relative to the source prefix and return it unchanged.
 
-    Rejected: empty keys, absolute keys (``/x``), empty segments (``a//b``),
-    ``.`` and ``..`` segments, backslashes (a path separator elsewhere), NUL
-    and other control characters. Directory markers (``dir/``) are not
-    objects and are rejected too; :func:`plan_keys` reports them as skipped.
+    Rejected wherever the key lands, since it would name another place (a path
+    joins its segments, URL handling folds ``..``): empty keys, absolute keys
+    (``/x``), empty segments (``a//b``), ``.`` and ``..`` segments. Directory
+    markers (``dir/``) are not objects and are rejected too; :func:`plan_keys`
+    reports them as skipped. Into a filesystem (``filesystem=True``) also
+    backslashes (a path separator elsewhere), NUL and other control characters;
+    S3 and Redis keep such keys as they are (``filesystem=False``).
 
     >>> safe_relative_key("model/part-0.bin")
     'model/part-0.bin'
@@ -54,12 +57,14 @@ def safe_relative_key(key: str) -> str:
     Traceback (most recent call last):
     ...
     tensorstream.copy.keys.UnsafeKeyError: key '../etc/passwd' has a '..' segment
+    >>> safe_relative_key("win\\w.bin", filesystem=False)
+    'win\\w.bin'
     """
     if not key:
         raise UnsafeKeyError("empty key")
-    if any(ord(c) < 0x20 or c == "\x7f" for c in key):
+    if filesystem and any(ord(c) < 0x20 or c == "\x7f" for c in key):
         raise UnsafeKeyError(f"key {key!r} contains control characters")
-    if "\\" in key:
+    if filesystem and "\\" in key:
         raise UnsafeKeyError(f"key {key!r} contains a backslash")
     if key.startswith("/"):
         raise UnsafeKeyError(f"key {key!r} is absolute")
@@ -121,14 +126,14 @@ def plan_keys(keys: list[str], *, filesystem: bool) -> KeyPlan:
     for key in sorted(set(keys)):
         if key.endswith("/") and key.strip("/"):
             try:
-                safe_relative_key(key.rstrip("/"))
+                safe_relative_key(key.rstrip("/"), filesystem=filesystem)
             except UnsafeKeyError as exc:
                 plan.refused.append((key, str(exc)))
             else:
                 plan.skipped.append((key, "directory marker"))
             continue
         try:
-            safe.append((key, safe_relative_key(key)))
+            safe.append((key, safe_relative_key(key, filesystem=filesystem)))
         except UnsafeKeyError as exc:
             plan.refused.append((key, str(exc)))
     if filesystem:

@@ -125,14 +125,17 @@ class Planner:
             except (TensorstreamError, OSError) as exc:
                 self.error(redact_text(source), exc)
                 continue
+            one = not recursive and self._pattern(src_uri) is None
             for rel, info in pairs:
                 if not self.rules.wants(rel):
                     continue  # --exclude/--include: left out by choice, not reported
                 try:
-                    safe_relative_key(rel)
+                    if into_dir:  # else DST names it: the source's name does not matter
+                        safe_relative_key(rel, filesystem=local)
                 except UnsafeKeyError as exc:
+                    hint = "; name the destination (cp SRC DIR/NAME)" if one else ""
                     self.refuse(redact_text(src_uri.with_path(info.path)), "", info.size,
-                                f"refused: {exc}")
+                                f"refused: {exc}{hint}")
                     continue
                 if local:
                     root = dst_uri.path if into_dir else os.path.dirname(dst_uri.path)
