@@ -61,8 +61,8 @@ def _copy_from_paced(tmp_path: Path, count: int, *, concurrency: int) -> None:
     names = _objects(root, count, 2 * MiB)
     with servers.start_paced(root, 8_000_000) as srv:
         out = tmp_path / "out"
-        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=concurrency,
-                      jobs=concurrency)
+        # (no jobs given: objects widen with the parts; a number given is kept)
+        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=concurrency)
     assert result.ok and result.files == len(names), result.errors
     _check(out, root, names)
 
@@ -87,7 +87,7 @@ def test_an_unlimited_link_is_not_copied_wider(tmp_path: Path, widths: list[Widt
     names = _objects(root, 40, 2 * MiB)
     with servers.start_nginx(root, tmp_path / "nginx") as srv:
         out = tmp_path / "out"
-        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=2, jobs=2)
+        result = copy([f"{srv.url}/{n}" for n in names], f"{out}/", concurrency=2)
     assert result.ok and result.files == len(names), result.errors
     _check(out, root, names)
     assert len(widths) == 1 and widths[0].most <= 4
@@ -107,7 +107,7 @@ def test_a_link_that_speeds_up_is_followed(tmp_path: Path, widths: list[Width]) 
         out = tmp_path / "out"
         urls = [f"{paced.url}/{n}" for n in slow_names]
         urls += [f"{nginx.url}/{n}" for n in fast_names]
-        result = copy(urls, f"{out}/", concurrency=2, jobs=2)
+        result = copy(urls, f"{out}/", concurrency=2)
     assert result.ok and result.files == len(urls), result.errors
     _check(out, slow, slow_names)
     _check(out, fast, fast_names)

@@ -154,8 +154,9 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                             f"x part size to S3/Redis ({default_mem >> 20} MiB by default; an S3 "
                             "object over 10,000 parts takes larger parts, fewer at once: at "
                             "most that memory or 2 GiB)")
-    speed.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
-                       help=f"objects copied at once (default {DEFAULT_JOBS})")
+    speed.add_argument("--jobs", type=int, default=None, metavar="N",
+                       help=f"at most N objects copied at once (default {DEFAULT_JOBS}, and up "
+                            f"to {WIDEST} x that while a slow link has the copy widened)")
     speed.add_argument("--no-verify", dest="verify", action="store_false",
                        help="report the copy unverified and skip the checks that cost requests "
                             "or reads (a remote destination's read-back, earlier --resume parts); "
@@ -242,9 +243,10 @@ def run(args: argparse.Namespace) -> int:
         print_error(f"{name} needs a source and a destination; usage: "
                     + (SYNC_USAGE if args.sync else USAGE))
         return EXIT_USAGE
-    if args.concurrency < 1 or args.jobs < 1:
-        print_error("--concurrency and --jobs must be at least 1")
-        return EXIT_USAGE
+    for flag, value in (("--concurrency", args.concurrency), ("--jobs", args.jobs)):
+        if value is not None and value < 1:
+            print_error(f"{flag} must be at least 1 (got {value})")
+            return EXIT_USAGE
     *sources, dest = args.paths
     try:
         meta = metadata_options(args)

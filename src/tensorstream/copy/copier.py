@@ -52,7 +52,10 @@ class _Copier(Planner):
                  follow_symlinks: bool = True, result: CopyResult | None = None,
                  durable: bool = True, direct: bool | None = None,
                  wildcards: bool = True, server_side_copy: bool = True,
-                 copy_cutoff: int = COPY_CUTOFF, object_metadata: Any = None) -> None:
+                 copy_cutoff: int = COPY_CUTOFF, object_metadata: Any = None,
+                 jobs_widen: bool = False) -> None:
+        #: Objects in flight widen with the link (``jobs`` the default, not a number given).
+        self.jobs_widen = jobs_widen
         concurrency, part_size, jobs = (_whole(n, v) for n, v in (
             ("concurrency", concurrency), ("part_size", part_size), ("jobs", jobs)))
         if concurrency < 1 or part_size < 1 or jobs < 1:
@@ -184,8 +187,9 @@ class _Copier(Planner):
         self.lane_reads = ThreadSlots(self._start)
         # As many threads as the widest copy has objects in flight, leaving
         # the data plane threads for the other objects' parts.
-        widest = self.jobs + max(0, min(WIDEST * self.concurrency, MAX_THREADS)
-                                 - self.concurrency)
+        widest = self.jobs
+        if self.jobs_widen:
+            widest += max(0, min(WIDEST * self.concurrency, MAX_THREADS) - self.concurrency)
         threads = min(widest, MAX_THREADS - _KEEP_THREADS)
 
         async def one(job: Job) -> None:
@@ -203,8 +207,10 @@ class _Copier(Planner):
     async def _follow_the_link(self) -> None:
         """Widen while the link, not the CPU, is the limit, and narrow back when
         it is not (:class:`~tensorstream.copy.width.Width`: up to ``WIDEST x
-        concurrency`` parts and objects in flight)."""
-        self.width = Width([self.job_slots, self.read_slots, self.lane_objects, self.lane_reads],
+        concurrency`` parts and objects in flight; objects only when no ``jobs`` was
+        given: a number given is the most objects at once)."""
+        objects: list[Any] = [self.job_slots, self.lane_objects] if self.jobs_widen else []
+        self.width = Width([*objects, self.read_slots, self.lane_reads],
                            self.concurrency,
                            start=([self.read_slots, self.lane_reads], self._start),
                            most=self._most)

@@ -7,7 +7,8 @@
   ``concurrency`` parts are in flight across all objects being copied (up to
   ``jobs`` objects at once, so a folder of small objects is as wide as one
   large object); while the link, not the CPU, is the limit the copy widens
-  up to four times that, and narrows back when it is not
+  up to four times that (objects too when no ``jobs`` is given: a number
+  given is the most objects at once), and narrows back when it is not
   (:mod:`tensorstream.copy.width`). Parts are fetched on the data plane's worker threads
   (:mod:`tensorstream.copy.receive`); objects of one part from HTTP(S) or S3
   into local files are each run start to end by one of those threads, with
@@ -97,7 +98,7 @@ async def copy_async(
     resume: bool = False,
     durable: bool = True,
     direct: bool | None = None,
-    jobs: int = DEFAULT_JOBS,
+    jobs: int | None = None,
     progress: ProgressListener | None = None,
     src_options: dict[str, Any] | None = None,
     dst_options: dict[str, Any] | None = None,
@@ -120,6 +121,8 @@ async def copy_async(
     source prefix, like ``aws s3 cp --recursive``). ``options`` are storage
     options (``s3_endpoint=...``) passed to :func:`tensorstream.get_provider`.
     Failures of single objects are collected in :attr:`CopyResult.errors`.
+    ``jobs``: at most that many objects at once (default :data:`DEFAULT_JOBS`,
+    widened with the link up to four times that).
 
     ``src_options``/``dst_options`` add to ``options`` for one side only
     (two S3 endpoints). ``include`` (:class:`~tensorstream.copy.select.Rules`)
@@ -155,7 +158,8 @@ async def copy_async(
 
         check_destination(object_metadata, parse_uri(destination).scheme)
     copier = _Copier(concurrency=concurrency, part_size=part_size, verify=verify,
-                     resume=resume, jobs=jobs, progress=progress, options=options,
+                     resume=resume, jobs=DEFAULT_JOBS if jobs is None else jobs,
+                     jobs_widen=jobs is None, progress=progress, options=options,
                      src_options=src_options, dst_options=dst_options, rules=include,
                      skip_unchanged=skip_unchanged or resume, dryrun=dryrun,
                      follow_symlinks=follow_symlinks, result=result, durable=durable,
