@@ -50,23 +50,25 @@ async def retried_listing(
         start: Callable[[str | None], AsyncIterator[ObjectInfo]], policy: RetryConfig,
         timeouts: Timeouts, *, final: Callable[[TensorstreamError, int], TensorstreamError],
         on_retry: Callable[[TensorstreamError], None] = lambda exc: None,
-        resumes: bool = False,
+        resumes: bool | Callable[[], bool] = False,
 ) -> AsyncIterator[ObjectInfo]:
     """The entries of ``start(None)``, listed again after a temporary error; each
     step of the listing (to its next entry: a page's request, its retries and their
     waits) under ``timeouts.total``.
 
     ``resumes``: ``start(path)`` lists the entries after ``path`` (else only
-    ``start(None)`` is called). ``final(exc, attempts)`` is the error raised once
-    retrying stops (the retry layer's, naming the attempts); ``on_retry(exc)`` is
-    told of each retry."""
+    ``start(None)`` is called); a callable is asked before each try.
+    ``final(exc, attempts)`` is the error raised once retrying stops (the retry
+    layer's, naming the attempts); ``on_retry(exc)`` is told of each retry."""
     given = 0  # entries given to the caller
     last: str | None = None
     failed = 0  # attempts failed since the last new entry
     pending: TensorstreamError | None = None  # the error that made this a listing again
     step_at = operation_deadline(timeouts)  # this step's deadline: each retry's, each wait's
     while True:
-        after = last if resumes else None  # (None: from the start, skipping `given`)
+        # (None: from the start, skipping `given`; a callable is asked at each try: a
+        # listing found out of order cannot resume by key)
+        after = last if (resumes() if callable(resumes) else resumes) else None
         skip = 0 if after is not None else given
         try:
             listing = start(after)

@@ -350,10 +350,13 @@ class PolicyProvider(Provider):
                       redact_text(prefix), redact_text(f"{type(exc).__name__}: {exc}"))
 
         # (a provider may list some prefixes in no order, where StartAfter cannot resume:
-        # an S3 directory bucket; those are listed from the start again)
+        # an S3 directory bucket, a store found listing in an order of its own; those
+        # are listed from the start again: asked at each retry)
         ordered = getattr(self.inner, "lists_in_order", None)
-        resumes = getattr(self.inner, "resumes_listing", False) is True and (
-            ordered is None or ordered(prefix) is True)
+
+        def resumes() -> bool:
+            return getattr(self.inner, "resumes_listing", False) is True and (
+                ordered is None or ordered(prefix) is True)
 
         def start(after: str | None) -> AsyncIterator[ObjectInfo]:
             list_: Any = lister or self.inner.list  # (start_after: resumes_listing's)

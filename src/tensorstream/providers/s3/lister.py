@@ -10,6 +10,8 @@ endless empty pages) is a :class:`~tensorstream.errors.ProtocolError`.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -25,7 +27,7 @@ from .clients import S3Clients
 from .errors import map_s3_http_error
 from .signing import PathStyle
 
-__all__ = ["is_directory_bucket", "list_objects", "parse_list_page"]
+__all__ = ["is_directory_bucket", "list_objects", "lists_in_order", "parse_list_page"]
 
 # Real S3 may give a few empty truncated pages (deleted keys it skips); a run
 # this long, each with a fresh token, is a server that would list forever.
@@ -34,6 +36,8 @@ _LIST_EMPTY_PAGES = 1000
 _LIST_BODY_LIMIT = 8 << 20
 #: How a directory bucket's name ends (S3 Express One Zone: its keys come unordered).
 _DIRECTORY_BUCKET = "--x-s3"
+
+log = logging.getLogger("tensorstream.s3")
 
 
 async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
@@ -76,9 +80,11 @@ async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
     # S3 lists a general purpose bucket in UTF-8 byte order, which is str order: a key
     # at or before the one given last is a page repeated or a listing that went back
     # (it gave entries twice, or for ever with fresh tokens). A directory bucket
-    # (S3 Express One Zone) lists in no order.
+    # (S3 Express One Zone) lists in no order, and so do some S3-compatible stores
+    # (Storj's gateway: in the order of its encrypted names): a key out of order given
+    # by neither this page nor the one before is such a store's (see _OwnOrder).
     last: str | None = None
-    ordered = not is_directory_bucket(bucket)
+    order = _OwnOrder(s3, bucket, prefix)
     while True:
         page = await in_thread(next_page)
         contents = page.get("Contents", ())
@@ -97,17 +103,13 @@ async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
                                     "pages in a row without an entry, each with a new "
                                     "continuation token; it would never end", service="s3",
                                     path=redact(prefix))
-        for obj in sorted([*contents, *below], key=lambda o: str(o["Key"])) if below \
-                else contents:
+        entries = sorted([*contents, *below], key=lambda o: str(o["Key"])) if below \
+            else contents
+        order.page([str(obj["Key"]) for obj in entries])
+        for obj in entries:
             key = str(obj["Key"])
-            if ordered:
-                if last is not None and key <= last:
-                    raise ProtocolError(
-                        f"the listing gives key {key[:100]!r} after {last[:100]!r}: not in "
-                        "S3's order (a page given again, or a listing that went back); "
-                        "listing on could give an object twice or never end",
-                        service="s3", path=redact(prefix))
-                last = key
+            order.check(key, last)
+            last = key
             if obj.get("Prefix"):
                 yield ObjectInfo(path=f"{bucket}/{key}", size=0)
                 continue
@@ -129,6 +131,67 @@ async def list_objects(s3: S3Clients, prefix: str, delimiter: str | None, *,
         tokens.add(token)
         args["ContinuationToken"] = token
         args.pop("StartAfter", None)  # (the token says where the next page starts)
+
+
+class _OwnOrder:
+    """That no key of a listing is given twice and no page comes again, and whether
+    its keys come in S3's order.
+
+    A key that its page or the one before gave, or a page with the keys of one given
+    before (a fingerprint of each: a few bytes a page), is a page answered again or a
+    listing that went back: a ProtocolError before it is given. A key at or before the
+    one given last that neither gave is a store listing in an order of its own (a
+    directory bucket, Storj's gateway): listed on, and a retried listing of that
+    bucket starts again from its start (:func:`lists_in_order`)."""
+
+    def __init__(self, s3: object, bucket: str, prefix: str) -> None:
+        self._s3, self._bucket, self._prefix = s3, bucket, prefix
+        self.ordered = lists_in_order(s3, bucket)
+        self._before: frozenset[str] = frozenset()  # the previous page's keys
+        self._here: frozenset[str] = frozenset()
+        self._pages: set[int] = set()
+
+    def page(self, keys: list[str]) -> None:
+        """A page's keys, before any is given."""
+        self._before, self._here = self._here, frozenset(keys)
+        if len(self._here) != len(keys):
+            raise self._twice(next(k for k in keys if keys.count(k) > 1), "in its page")
+        if keys:
+            fingerprint = hash(self._here)
+            if fingerprint in self._pages:
+                raise ProtocolError(
+                    f"the listing gives a page it gave before again (keys {min(keys)[:100]!r} "
+                    f"to {max(keys)[:100]!r}), with a new continuation token: not in S3's "
+                    "order; listing on would never end", service="s3",
+                    path=redact(self._prefix))
+            self._pages.add(fingerprint)
+
+    def check(self, key: str, last: str | None) -> None:
+        """Refuse ``key``, about to be given after ``last``, if it was given before."""
+        if key in self._before:
+            raise self._twice(key, f"after {last[:100]!r}" if last is not None else "")
+        if self.ordered and last is not None and key <= last:
+            self.ordered = False
+            _own_order.setdefault(self._s3, set()).add(self._bucket)
+            log.info("s3://%s lists its keys in an order of its own, not S3's (%r after "
+                     "%r): a key given twice is still refused", self._bucket, key[:100],
+                     last[:100])
+
+    def _twice(self, key: str, where: str) -> ProtocolError:
+        return ProtocolError(
+            f"the listing gives key {key[:100]!r} again {where}: not in S3's order (a page "
+            "given again, or a listing that went back); listing on could give an object "
+            "twice or never end", service="s3", path=redact(self._prefix))
+
+
+#: The buckets each client found listed in an order of their own (see _OwnOrder).
+_own_order: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
+
+
+def lists_in_order(s3: object, bucket: str) -> bool:
+    """Whether ``bucket`` is listed in key order, so that ``StartAfter`` resumes its
+    listing: not a directory bucket, nor one found listed in an order of its own."""
+    return not is_directory_bucket(bucket) and bucket not in _own_order.get(s3, ())
 
 
 def is_directory_bucket(bucket: str) -> bool:

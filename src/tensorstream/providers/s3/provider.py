@@ -63,7 +63,7 @@ from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer
 from .clients import S3Clients
 from .config import OPTIONS, S3Credentials, process_timeout, resolve_s3_credentials
 from .errors import WrongRegionError, map_s3_http_error
-from .lister import is_directory_bucket, list_objects
+from .lister import list_objects, lists_in_order
 from .metadata import carried_from_headers
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT
 from .writer import KMS_ENCRYPTION, S3Writer
@@ -291,8 +291,9 @@ class S3Provider(S3Clients, Provider):
     def lists_in_order(self, prefix: str) -> bool:
         """Whether ``prefix`` is listed in key order, so ``start_after`` resumes its
         listing: not in a directory bucket (S3 Express One Zone), which lists in no
-        order and has no ``StartAfter``."""
-        return not is_directory_bucket(prefix.partition("/")[0])
+        order and has no ``StartAfter``, nor in a bucket found listed in an order of
+        its own (an S3-compatible store's)."""
+        return lists_in_order(self, prefix.partition("/")[0])
 
     async def list(self, prefix: str, *,  # type: ignore[override]
                    start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
