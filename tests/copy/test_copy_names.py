@@ -7,6 +7,8 @@ is called."""
 from __future__ import annotations
 
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +122,25 @@ def test_one_object_into_a_directory_by_a_name_no_file_has_says_to_name_it(
     assert not r.ok
     assert "'..' segment" in r.errors[0] and "name the destination" in r.errors[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_redis_key_named_like_a_chunk_is_copied_and_its_copy_not_deleted(
+        tmp_path: Path, redis_server: Any) -> None:
+    """``sync --delete redis://h/p/ out/`` with ``p/m`` (an object) and ``SET p/m:1``
+    beside it: ``p/m:1`` was taken for a chunk of ``p/m``, not copied, and its copy at
+    the destination deleted as extraneous."""
+    src = _prefix()
+    with ts_open(redis_server.url(f"{src}/m"), "wb") as w:
+        w.write(b"object")
+    with redis_server.client() as c:
+        c.set(f"{src}/m:1", b"a key of its own")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m:1").write_bytes(b"a key of its own")
+    r = subprocess.run([sys.executable, "-m", "tensorstream", "sync", "--delete",
+                        redis_server.url(f"{src}/"), f"{out}/"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "delete" not in r.stdout
+    assert (out / "m:1").read_bytes() == b"a key of its own"
+    assert (out / "m").read_bytes() == b"object"

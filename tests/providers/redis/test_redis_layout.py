@@ -386,3 +386,26 @@ def test_a_key_ending_in_a_line_break_is_not_a_tensorizer_piece(redis_server: Re
         c.set(f"lay/tz-nl:data:{len(data)}\n7", b"stray bytes")
     with tensorstream.open(redis_server.url("lay/tz-nl")) as f:
         assert f.read() == data
+
+
+def test_a_key_named_like_a_chunk_of_an_object_beside_it_is_listed(
+        redis_server: RedisServer) -> None:
+    """``SET m:1``, ``m:v2`` or ``m:1:2`` beside the object ``m`` are keys of their own:
+    any ``...:<digits>`` key whose name before a ``:`` was an object's was taken for one
+    of its chunks and left out of ``ls``, ``cp -r`` and ``sync`` (which then deleted its
+    copy at the destination). Only ``m:<16 hex digits>:<offset>`` is named as a chunk."""
+    _write(redis_server.url("chk/m"), os.urandom(CS + 1))
+    with redis_server.client() as c:
+        gen = c.hget("chk/m", "generation").decode()
+        for name in ("chk/m:1", "chk/m:v2:3", "chk/m:1:2", "chk/m:0123456789abcdeg:0"):
+            c.set(name, name.encode())
+        # a stale chunk of an older generation (a replace cut short) is still no object
+        c.set("chk/m:0123456789abcdef:0", b"old chunk")
+
+    async def names() -> list[str]:
+        async with tensorstream.get_provider(redis_server.url()) as p:
+            return [i.path async for i in p.list("chk/")]
+
+    assert asyncio.run(names()) == [
+        "chk/m", "chk/m:0123456789abcdeg:0", "chk/m:1", "chk/m:1:2", "chk/m:v2:3"]
+    assert f"chk/m:{gen}:0" not in asyncio.run(names())

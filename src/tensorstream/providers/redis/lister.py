@@ -67,7 +67,11 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
                 raise  # a damaged manifest: left out, sync --delete would remove its copy
             _skip(k, exc)
     found = [lay for k, lay in manifests.items() if k in keys]
-    loose = sorted(k for k in chunky if k.rsplit(b":", 2)[0] not in manifests)
+    # A chunk of a manifest is K:<generation>:<offset> (a stale one of an older generation
+    # too); any other K:... beside it (K:1, K:v2:3) is a key of its own, listed.
+    of_manifest = {k for k in chunky if _owner(k) in manifests
+                   and is_staged_chunk(_name(_owner(k)), k)}
+    loose = sorted(k for k in chunky if _owner(k) not in manifests)
     # A chunk a writer staged (K:<generation>:<offset> with its staging expiry) is no
     # object until a manifest names it, as stat has it: a write in progress, or one
     # that died, was listed (and copied by cp -r/sync) as one object per chunk.
@@ -99,7 +103,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
                 claimed.add(k)
                 break
     strings = sorted(k for k in keys if types.get(k) == b"string" and k not in claimed
-                     and not (k in chunky and k.rsplit(b":", 2)[0] in manifests))
+                     and k not in of_manifest)
     sized = [k for g in groups.values() for k in g] + strings
     sizes = dict(zip(sized, await p.pipeline([("strlen", (k,)) for k in sized]), strict=True))
     for h, members in groups.items():
