@@ -123,6 +123,9 @@ async def copy_async(
     Failures of single objects are collected in :attr:`CopyResult.errors`.
     ``jobs``: at most that many objects at once (default :data:`DEFAULT_JOBS`,
     widened with the link up to four times that).
+    ``verify=False`` is ``cp --no-verify`` (docs/cli.md, "Verification").
+    ``progress`` (:class:`~tensorstream.copy.result.ProgressListener`) is
+    told of each object and of its bytes as they land (the CLI's bars).
 
     ``src_options``/``dst_options`` add to ``options`` for one side only
     (two S3 endpoints). ``include`` (:class:`~tensorstream.copy.select.Rules`)
