@@ -25,6 +25,7 @@ from .places import connection, inside, left_out, same_store, way_out
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
 from .server_side import takes as takes_on_server
 from .sinks import temp_stem
+from .sync_dates import etag_says, in_its_second
 from .wildcards import Wildcard, wildcard
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class Planner:
     object_metadata: Any
     server_side_copy: bool
     server_copy_lacks: set[str]
+    part_size: int
 
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
         raise NotImplementedError
@@ -283,7 +285,16 @@ class Planner:
                         return job  # the copy reports it
                 if head.etag == info.etag and head.size == info.size:
                     info = head
-            if not unchanged(info, there, same_kind=same_kind):
+            if job.src_uri.scheme == "file" and info.size == there.size and in_its_second(
+                    info, there):
+                # A file dated within its copy's whole second: the dates cannot tell, the
+                # copy's ETag can (where it is an MD5); otherwise it is copied once more.
+                try:
+                    if not await etag_says(job.src_path, info, there, self.part_size):
+                        return job
+                except OSError:
+                    return job  # (the copy reports it)
+            elif not unchanged(info, there, same_kind=same_kind):
                 return job
             self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",
                                      reason="unchanged"))
