@@ -25,6 +25,7 @@ from ..uri import redact_text
 from . import convert, cp, inspect_model, ls, objects
 from ._run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, print_error
 from .options import add_storage_options
+from .usage_errors import Parser
 
 __all__ = ["build_parser", "entry", "main", "parse_command_line"]
 
@@ -91,7 +92,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``command`` (one of :data:`COMMANDS`), only that
     command's options are built: every command's ~40 options take a short command's
     start-up more time than its first request."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(  # (each command's parser is one too: argparse makes them of its class)
         prog=PROG, description=DESCRIPTION, epilog=EPILOG,
         usage=f"{PROG} [storage options] COMMAND [options] ...",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,7 +100,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_storage_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=PROG)
     sub.required = True
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     for p in (parser, common):  # before or after the command
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks and DEBUG logs (secrets stay redacted)")

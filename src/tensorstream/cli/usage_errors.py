@@ -1,0 +1,97 @@
+"""argparse's usage errors without the secrets they quote.
+
+argparse echoes what it could not take: ``unrecognized arguments: --tokn=<token>``,
+``ambiguous option: --s3-s=<secret> could match ...``, ``invalid choice:
+'http://u:<password>@h'`` (a storage option's value put before the command). The
+command line's parser (:class:`Parser`, which every command's parser inherits) prints
+such a message as every other error is printed (redacted, escaped, one line), with the
+value of every option that is secret (``--token``, ``--redis-password``, ``--header``...),
+unknown or ambiguous (a mistyped secret option) given on the command line withheld.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from .._log_redaction import withhold
+from ..credentials.base import is_secret_name
+from ._run import EXIT_USAGE
+from .output import error_line
+
+__all__ = ["Parser", "withhold_option_values"]
+
+#: Options whose values are credentials though their names say no secret word.
+_SECRET_OPTIONS = frozenset({"--header", "--proxy"})
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every option string of ``parser`` and of its commands' parsers, with its action."""
+    out: dict[str, argparse.Action] = {}
+    seen: set[int] = set()
+
+    def walk(p: argparse.ArgumentParser) -> None:
+        if id(p) in seen:
+            return
+        seen.add(id(p))
+        for action in p._actions:
+            for option in action.option_strings:
+                out.setdefault(option, action)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(parser)
+    return out
+
+
+def _withheld(name: str, options: dict[str, argparse.Action]) -> bool:
+    """Whether the value given to option ``name`` is kept out of a usage error: the
+    option is secret, or it names no one option (unknown, ambiguous: a mistyped one)."""
+    action = options.get(name)
+    if action is None and name.startswith("--") and len(name) > 2:  # argparse's abbreviations
+        matches = {id(a): a for o, a in options.items() if o.startswith(name)}
+        action = next(iter(matches.values())) if len(matches) == 1 else None
+    if action is None:
+        return True
+    if action.nargs == 0:  # a flag: what follows is no value of it
+        return False
+    return any(is_secret_name(o) or o in _SECRET_OPTIONS for o in action.option_strings)
+
+
+def withhold_option_values(message: str, argv: Sequence[str],
+                           options: dict[str, argparse.Action]) -> str:
+    """``message`` with the values ``argv`` gives to secret, unknown or ambiguous
+    options (``--token=<t>``, ``--tokn <t>``) shown as ``***``."""
+    separate: list[str] = []
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-":
+            continue
+        name, eq, _value = word.partition("=")
+        if not _withheld(name, options):
+            continue
+        if eq:
+            message = message.replace(word, f"{name}=***")
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            separate.append(argv[i + 1])
+    return withhold(message, tuple(sorted(separate, key=len, reverse=True)))
+
+
+class Parser(argparse.ArgumentParser):
+    """The command line's parser: its usage errors quote no secret (see the module)."""
+
+    _given: tuple[str, ...] = ()
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[Any, list[str]]:
+        self._given = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        message = withhold_option_values(message, self._given, _options(self))
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {error_line(message)}\n")
