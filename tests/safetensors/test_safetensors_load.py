@@ -549,6 +549,30 @@ def test_a_folder_missing_a_numbered_shard_is_not_loaded_in_part(
     assert sorted(ts_st.load(folder, **backend.options)) == ["a", "b", "c", "d"]
 
 
+def test_a_zero_based_set_of_shards_is_whole_when_it_holds_0_to_m_minus_1(
+        tmp_path: Path) -> None:
+    """Some tools number shards from 0 (``model-00000-of-00001.safetensors``): such a
+    complete set was refused since last session as missing ``-00001-of-00001`` (or the
+    last of several), though every shard is there. A set holding ``-00000-`` is counted
+    from 0; one missing a shard in it is still refused, naming it."""
+    from tensorstream.errors import NotFoundError
+
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "model-00000-of-00001.safetensors").write_bytes(st_torch.save({"a": torch.ones(2)}))
+    assert sorted(ts_st.load(str(single))) == ["a"]
+    several = tmp_path / "several"
+    several.mkdir()
+    for n in (0, 2):
+        (several / f"model-0000{n}-of-00003.safetensors").write_bytes(
+            st_torch.save({f"t{n}": torch.ones(1)}))
+    with pytest.raises(NotFoundError, match=r"model-00001-of-00003\.safetensors"):
+        ts_st.load(str(several))
+    (several / "model-00001-of-00003.safetensors").write_bytes(
+        st_torch.save({"t1": torch.ones(1)}))
+    assert sorted(ts_st.load(str(several))) == ["t0", "t1", "t2"]
+
+
 def test_a_dangling_link_in_a_folder_is_a_missing_shard(tmp_path: Path) -> None:
     """A Hugging Face cache snapshot is links into ``blobs/``; a link whose blob is gone
     (an interrupted download, a cache clean-up) was left out of the folder's files, and

@@ -182,8 +182,9 @@ _NUMBERED = re.compile(r"(?P<stem>.*)-(?P<n>\d+)-of-(?P<total>\d+)\.safetensors"
 
 def _refuse_missing_shards(files: list[str], where: str) -> None:
     """Raise :class:`NotFoundError` when ``files`` (a folder's, without an index) hold
-    some shards of a numbered set (``-0000N-of-0000M``) and not the others: a download
-    or a copy cut short loaded what it held, without the missing shards' tensors."""
+    some shards of a numbered set (``-0000N-of-0000M``, N from 1, or from 0 where a
+    ``-00000-`` is there) and not the others: a download or a copy cut short loaded
+    what it held, without the missing shards' tensors."""
     sets: dict[tuple[str, str], set[int]] = {}
     for path in files:
         m = _NUMBERED.fullmatch(path.replace(os.sep, "/").rsplit("/", 1)[-1])
@@ -191,8 +192,9 @@ def _refuse_missing_shards(files: list[str], where: str) -> None:
             sets.setdefault((m["stem"], m["total"]), set()).add(int(m["n"]))
     for (stem, total), numbers in sorted(sets.items()):
         width = len(total)
-        missing = sorted(set(range(1, int(total) + 1)) - numbers) if int(total) <= MAX_SHARDS \
-            else []
+        first = 0 if 0 in numbers else 1  # (some tools number shards from 0)
+        missing = sorted(set(range(first, int(total) + first)) - numbers) \
+            if int(total) <= MAX_SHARDS else []
         if not missing:
             continue
         names = [f"{stem}-{n:0{width}d}-of-{total}.safetensors" for n in missing[:5]]
