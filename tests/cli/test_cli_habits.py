@@ -473,7 +473,7 @@ def test_a_copy_into_itself_says_what_to_do_and_runs_with_the_destination_left_o
     refused without saying what to do. It names the two ways out; the second, an --exclude
     that leaves every key under DST out of SRC (rclone's rule for overlapping remotes), now
     runs, and a second run finds everything copied (nothing a level deeper). An --include
-    after it could take keys under DST back: still refused."""
+    after it that takes a copy under DST back (``bk/d/c`` by ``*c``): still refused."""
     env = s3_env(moto_s3, tmp_path)
     s3 = ["--endpoint-url", moto_s3.endpoint_url]
     top = f"into-{os.urandom(4).hex()}"  # a prefix of this test's own
@@ -490,8 +490,9 @@ def test_a_copy_into_itself_says_what_to_do_and_runs_with_the_destination_left_o
             r = cli(*s3, *cmd, src, dst, env=env)
             assert r.returncode == 1 and "into itself" in r.stderr, r.stderr
             assert "outside" in r.stderr and "--exclude 'bk/*'" in r.stderr, r.stderr
-            r = cli(*s3, *cmd, "--exclude", "bk/*", "--include", "*.json", src, dst, env=env)
+            r = cli(*s3, *cmd, "--exclude", "bk/*", "--include", "*c", src, dst, env=env)
             assert r.returncode == 1 and "into itself" in r.stderr, r.stderr
+            assert "its copy bk/d/c would be copied again" in r.stderr, r.stderr
         for run in range(2):
             r = cli(*s3, "sync", "--exclude", "bk/*", src, dst, env=env)
             assert r.returncode == 0, r.stderr

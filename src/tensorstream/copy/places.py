@@ -13,11 +13,10 @@ written two ways (``127.0.0.1`` and ``localhost``, ``:80`` or not) is one: :mod:
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import TensorstreamError
@@ -25,7 +24,7 @@ from ..uri import ParsedURI
 from .select import Rules
 from .servers import Server, endpoint_server, same_server, server
 
-__all__ = ["connection", "inside", "left_out", "same_store", "way_out"]
+__all__ = ["connection", "feeds_itself", "inside", "same_store", "way_out"]
 
 #: Schemes whose URI's host and port name the server (options only say how to reach it).
 _HOSTED = frozenset({"redis", "rediss", "http", "https"})
@@ -103,16 +102,21 @@ def inside(path: str, directory: str) -> str:
     return os.path.relpath(below, top).replace(os.sep, "/")
 
 
-def left_out(rules: Rules, rel: str) -> bool:
-    """Whether ``rules`` leave out every key under ``rel``/ (relative to SRC): an exclude
-    rule that matches all of them (``rel/*``) and no include rule after it, which might
-    take some back. Then a copy into ``rel`` never reads its own copies (rclone lets
-    overlapping remotes be synced on the same condition)."""
-    last_exclude = max((i for i, (kind, pattern) in enumerate(rules.rules)
-                        if kind == "exclude" and pattern.endswith("*")
-                        and fnmatch.fnmatchcase(rel + "/", pattern[:-1])), default=-1)
-    return last_exclude >= 0 and all(kind == "exclude" for kind, _ in
-                                      rules.rules[last_exclude + 1:])
+def feeds_itself(rules: Rules, rel: str, keys: Iterable[str]) -> str | None:
+    """The first of ``keys`` (SRC's keys, relative to it) that makes a copy into SRC's
+    own ``rel`` read what it writes, else ``None``: one selected now although it lies
+    under ``rel``/ (an earlier run's copy, copied a level deeper), or one whose copy
+    there (``rel/KEY``) ``rules`` would select on the next run. ``rules`` decide as
+    they do for every key (:meth:`Rules.wants`), so any rules that leave DST out of SRC
+    let the copy run (``rel/*``, ``rel/**``, ``rel*``, an ``--include`` of other keys
+    after them), as rclone lets overlapping remotes be synced on that condition."""
+    below = rel + "/"
+    for key in keys:
+        if not rules.wants(key):
+            continue
+        if key.startswith(below) or rules.wants(below + key):
+            return key
+    return None
 
 
 def way_out(rel: str) -> str:

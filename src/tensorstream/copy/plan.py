@@ -21,7 +21,7 @@ from ..providers.base import ObjectInfo
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
-from .places import connection, inside, left_out, same_store, way_out
+from .places import connection, feeds_itself, inside, same_store, way_out
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
 from .server_side import takes as takes_on_server
 from .sinks import temp_stem
@@ -108,24 +108,25 @@ class Planner:
         for source in sources:
             src_uri = parse_uri(source)
             src = self.provider(src_uri, "src")
-            if recursive and local and src_uri.scheme == "file" and (
-                    rel := inside(dst_uri.path, src_uri.path)) and not left_out(self.rules, rel):
-                # Each run would copy the copies of the last one, a level deeper.
-                self.error(redact_text(source), f"refused: cannot copy a directory into itself "
-                           f"({dst_uri.path} is inside {src_uri.path}); {way_out(rel)}")
-                continue
-            if recursive and not local and (rel := self._below(dst_uri, src_uri)) and (
-                    not left_out(self.rules, rel)):
-                # The same, on a remote store: each sync copied the last run's copies
-                # again, a level deeper (q/bk/x -> q/bk/bk/x -> q/bk/bk/bk/x).
-                self.error(redact_text(source), "refused: cannot copy a prefix into itself "
-                           f"({redact_text(dest)} is under {redact_text(source)}); "
-                           + way_out(rel))
-                continue
+            # DST inside SRC (realpaths: a link, './', '//'; on a remote store the same
+            # prefix): each run would copy the copies of the last one, a level deeper
+            # (q/bk/x -> q/bk/bk/x), unless the rules leave them out.
+            own = "" if not recursive else (
+                inside(dst_uri.path, src_uri.path) if local and src_uri.scheme == "file"
+                else "" if local else self._below(dst_uri, src_uri))
             try:
                 pairs = await self._list_source(src, src_uri, source, recursive, local)
             except (TensorstreamError, OSError) as exc:
                 self.error(redact_text(source), exc)
+                continue
+            if own and (key := feeds_itself(self.rules, own, (r for r, _ in pairs))):
+                what, where = (("a directory", f"{dst_uri.path} is inside {src_uri.path}")
+                               if local else ("a prefix", f"{redact_text(dest)} is under "
+                                              f"{redact_text(source)}"))
+                again = (f"{key} is under it" if key.startswith(own + "/")
+                         else f"its copy {own}/{key} would be copied again")
+                self.error(redact_text(source), f"refused: cannot copy {what} into itself "
+                           f"({where}: {redact_text(again)}); {way_out(own)}")
                 continue
             one = not recursive and self._pattern(src_uri) is None
             for rel, info in pairs:

@@ -1,0 +1,117 @@
+"""A copy into a place inside its own source (``cp -r src src/bk``, ``sync s3://b/p
+s3://b/p/bk``) is refused where it would read what it writes, and runs where the
+rules leave what it writes out of the source: decided by the rules themselves
+(:meth:`Rules.wants`), for every spelling of the two places."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures_s3 import S3_BUCKET
+from tensorstream.copy.engine import copy_tree
+from tensorstream.copy.select import Rules
+
+#: (rules, copied): every rule set that leaves SRC/bk/ out of SRC runs; the others are
+#: refused. (The check knew only 'bk/*' and 'bk/**', and refused any --include after.)
+CASES = [
+    ([], False),
+    ([("exclude", "bk/*")], True),
+    ([("exclude", "bk/**")], True),
+    ([("exclude", "bk*")], True),  # (refused before)
+    ([("exclude", "*")], True),  # nothing copied at all  (refused before)
+    ([("exclude", "bk/")], False),  # matches no key: a key is a file, 'bk/' none
+    ([("exclude", "bk")], False),
+    ([("exclude", "bk/*.bin")], False),  # the copy of d/c.txt is bk/d/c.txt
+    ([("exclude", "bk/*"), ("include", "d/*")], True),  # (refused before)
+    ([("exclude", "*"), ("include", "a.bin")], True),  # (refused before)
+    ([("exclude", "bk/*"), ("include", "*.txt")], False),  # takes bk/d/c.txt back
+    ([("exclude", "bk/*"), ("include", "*")], False),
+    ([("include", "bk/*"), ("exclude", "bk/*")], True),  # the last match decides
+]
+
+
+def _tree(top: Path) -> None:
+    (top / "d").mkdir(parents=True)
+    (top / "a.bin").write_bytes(b"a")
+    (top / "d" / "c.txt").write_bytes(b"c")
+
+
+def _files(top: Path) -> list[str]:
+    return sorted(str(p.relative_to(top)) for p in top.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("rules,copied", CASES)
+def test_the_rules_decide_whether_a_directory_is_copied_into_itself(
+        tmp_path: Path, rules: list[tuple[str, str]], copied: bool) -> None:
+    src = tmp_path / "src"
+    _tree(src)
+    before = _files(src)
+    for _ in range(2):  # a second run copies nothing a level deeper
+        result = copy_tree(str(src), str(src / "bk"), include=Rules(rules))
+        if not copied:
+            assert not result.ok and len(result.errors) == 1, result.errors
+            assert "cannot copy a directory into itself" in result.errors[0]
+            assert "--exclude 'bk/*'" in result.errors[0]
+            assert _files(src) == before
+            return
+        assert result.ok, result.errors
+    wanted = Rules(rules)
+    assert _files(src) == sorted(before + [f"bk/{k}" for k in before if wanted.wants(k)])
+
+
+@pytest.mark.parametrize("dest", ["{src}/bk/", "{src}/./bk", "{src}//bk", "{src}/d/../bk",
+                                  "{link}/bk", "{dlink}"])
+def test_every_spelling_of_a_destination_inside_is_seen(tmp_path: Path, dest: str) -> None:
+    src = tmp_path / "src"
+    _tree(src)
+    (src / "bk").mkdir()
+    (tmp_path / "link").symlink_to(src)
+    (tmp_path / "dlink").symlink_to(src / "bk")
+    target = dest.format(src=src, link=tmp_path / "link", dlink=tmp_path / "dlink")
+    result = copy_tree(str(src), target)
+    assert not result.ok and "into itself" in result.errors[0], result.errors
+    result = copy_tree(f"{src}/", target, include=Rules([("exclude", "bk/*")]))
+    assert result.ok, result.errors
+    assert _files(src) == ["a.bin", "bk/a.bin", "bk/d/c.txt", "d/c.txt"]
+
+
+def test_a_source_reached_through_a_link_or_dot_is_seen(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _tree(src)
+    (tmp_path / "link").symlink_to(src)
+    for source in (tmp_path / "link", f"{src}/.", f"{tmp_path}//src/"):
+        result = copy_tree(str(source), str(src / "bk"))
+        assert not result.ok and "into itself" in result.errors[0], result.errors
+    assert _files(src) == ["a.bin", "d/c.txt"]
+
+
+def test_an_earlier_copy_under_dst_is_named(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _tree(src)
+    (src / "bk").mkdir()
+    (src / "bk" / "old.bin").write_bytes(b"o")  # an earlier run's copy, say
+    result = copy_tree(str(src), str(src / "bk"),
+                       include=Rules([("exclude", "*"), ("include", "bk/*")]))
+    assert not result.ok and "bk/old.bin is under it" in result.errors[0], result.errors
+
+
+@pytest.mark.parametrize("rules,copied", [([("exclude", "bk*")], True),
+                                          ([("exclude", "bk/")], False),
+                                          ([("exclude", "bk/*"), ("include", "d/*")], True)])
+def test_the_rules_decide_for_a_prefix_too(moto_s3: Any, rules: list[tuple[str, str]],
+                                           copied: bool) -> None:
+    top = f"into-{os.urandom(4).hex()}"
+    for key in ("a.bin", "d/c.txt"):
+        moto_s3.put(S3_BUCKET, f"{top}/{key}", key.encode())
+    result = copy_tree(f"s3://{S3_BUCKET}/{top}/", f"s3://{S3_BUCKET}/{top}/bk/",
+                       include=Rules(rules), **moto_s3.options())
+    if copied:
+        assert result.ok, result.errors
+        assert moto_s3.get(S3_BUCKET, f"{top}/bk/a.bin") == b"a.bin"
+    else:
+        assert not result.ok and "cannot copy a prefix into itself" in result.errors[0]
+        assert not moto_s3.exists(S3_BUCKET, f"{top}/bk/a.bin")
