@@ -6,7 +6,8 @@
   reference (docs/api.md), and every argument of ``convert`` and ``copy_async`` is
   described where a user looks for it;
 * docs/index.md's source tree names every package and public module of src/tensorstream
-  (test_reference.py checks the other way: what it names exists);
+  (test_reference.py checks the other way: what it names exists), and its table of pages
+  every page of docs/;
 * the examples the pages cannot run (``<!-- skip: next ... -->``) still use no name that
   nothing defines: a copied example must not fail on a missing import.
 """
@@ -140,3 +141,11 @@ def test_the_undefined_name_check_sees_a_missing_import() -> None:
     assert _undefined("import torch.distributed as dist\ntorch.cuda.device_count()\n", "") == [
         "torch"]
     assert _undefined("x = torch.ones(1)\n", "import torch\n") == []
+
+
+def test_the_overview_s_page_table_names_every_page() -> None:
+    text = (DOCS / "index.md").read_text()
+    table = "\n".join(line for line in text.splitlines() if line.startswith("| ["))
+    linked = set(re.findall(r"\]\(([\w-]+\.md)\)", table))
+    pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+    assert not pages - linked, f"docs/index.md's table of pages leaves out {sorted(pages - linked)}"
