@@ -146,3 +146,24 @@ def test_an_encoded_parameter_name_or_separator_is_redacted() -> None:
     encoded), were shown."""
     assert "CANARY" not in redact_text("http stat /p?X%2DAmz%2DSignature=CANARY-s1g: HTTP 403")
     assert "CANARY" not in redact("https://h/p?x-amz-signature%3DCANARY-s1g&ok=1")
+
+
+@pytest.mark.parametrize("text", [
+    "GET /bkt/obj%3FX-Amz-Signature%3DCANARY-s1g HTTP/1.1",        # botocore's DEBUG line
+    "/bkt/obj%3fok%3D1%26x-api-key%3dCANARY-k3y: HTTP 403",
+    "/k%3Fa%3D1%3Bsig%3DCANARY-s1g%26ok%3D2",
+    "/k%23access_token%3DCANARY-t0k",
+    "/k%3FX%252DAmz%252DSignature%3DCANARY-s1g",
+])
+def test_a_percent_encoded_query_in_text_is_redacted(text: str) -> None:
+    """A query percent-encoded in a path (``%3F``, ``%26``, ``%3D``): botocore's DEBUG log of
+    ``s3://bkt/obj?X-Amz-Signature=...`` (a presigned URL's query pasted after an S3 key)
+    showed the signature."""
+    shown = redact_text(text)
+    assert "CANARY" not in shown
+    assert "ok%3D" not in text or ("ok%3D1" in shown or "ok%3D2" in shown)
+
+
+def test_a_percent_encoded_text_without_a_secret_is_left_alone() -> None:
+    for text in ("/bkt/a%3Fb%3Dc%26d%3De", "%26" * 50_000 + "a", "%3Fa" * 50_000, "/x%3D%3D%3D"):
+        assert redact_text(text) == text

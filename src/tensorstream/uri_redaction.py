@@ -242,6 +242,22 @@ def _param_in_text(decode: bool) -> Callable[[re.Match[str]], str]:
 
 _HIDE_PARAM = {True: _param_in_text(True), False: _param_in_text(False)}
 
+#: The same, percent-encoded in a path (``/bkt/obj%3FX-Amz-Signature%3D...``: botocore's DEBUG
+#: lines of an S3 key holding a query): an encoded ``?``, ``&``, ``;`` or ``#``, a name, an
+#: encoded ``=``, the value up to the next separator, plain or encoded. A name holds no
+#: encoded separator, so no two matches are tried over the same text (linear).
+_ENCODED_PARAM_IN_TEXT = re.compile(
+    r"(%(?:26|3[FfBb]|23))"
+    r"((?:[A-Za-z0-9_.~+-]|%(?!26|3[DdFfBb]|23)[0-9A-Fa-f]{2})+)"
+    r"(%3[Dd])"
+    r"((?:[^&;?\s'\"#%<>]|%(?!26|3[FfBb]|23))*)"
+)
+
+
+def _hide_encoded_param(match: re.Match[str]) -> str:
+    lead, name, equals = match.group(1, 2, 3)
+    return f"{lead}{name}{equals}{_REDACTED}" if is_secret_param(name) else match.group(0)
+
 
 def _uri_in_text(decode: bool) -> Callable[[re.Match[str]], str]:
     def hide(match: re.Match[str]) -> str:
@@ -264,4 +280,5 @@ def redact_text(text: str) -> str:
 
 def _redact_text(text: str, *, decode: bool) -> str:
     text = _URI_IN_TEXT.sub(_HIDE_URI[decode], text)
-    return _PARAM_IN_TEXT.sub(_HIDE_PARAM[decode], text)
+    text = _PARAM_IN_TEXT.sub(_HIDE_PARAM[decode], text)
+    return _ENCODED_PARAM_IN_TEXT.sub(_hide_encoded_param, text) if "%" in text else text

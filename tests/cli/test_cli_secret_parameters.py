@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_s3 import S3_BUCKET
 from tensorstream.cli.main import main
 from tensorstream.testing.http_server import HTTPTestServer
+from tensorstream.testing.s3_server import MotoS3Server
 
 SECRET = "CANARY-k3y-0f-th3-us3r"
 
@@ -38,4 +40,18 @@ def test_cp_never_shows_a_secret_query_parameter(
     out, err = capsys.readouterr()
     assert (tmp_path / "o").read_bytes() == b"x" * 1000
     assert "404" in err and "copy: http" in out
+    assert SECRET not in out + err + caplog.text
+
+
+def test_an_s3_key_holding_a_presigned_query_is_never_shown(
+        moto_s3: MotoS3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``s3://b/obj?X-Amz-Signature=<sig>`` (a presigned URL's query kept after an S3 key: the
+    key is all of it) was shown percent-encoded in botocore's DEBUG lines of the request."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", moto_s3.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", moto_s3.secret_access_key)
+    uri = f"s3://{S3_BUCKET}/obj?X-Amz-Signature={SECRET}&x-api-key={SECRET}"
+    assert main(["--debug", "--endpoint-url", moto_s3.endpoint_url, "stat", uri]) == 1
+    out, err = capsys.readouterr()
+    assert "obj%3F" in caplog.text  # botocore's DEBUG lines were seen
     assert SECRET not in out + err + caplog.text
