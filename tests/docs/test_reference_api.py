@@ -8,6 +8,7 @@
 * docs/index.md's source tree names every package and public module of src/tensorstream
   (test_reference.py checks the other way: what it names exists), and its table of pages
   every page of docs/;
+* every table of a page is one table (a line between two rows breaks it);
 * the examples the pages cannot run (``<!-- skip: next ... -->``) still use no name that
   nothing defines: a copied example must not fail on a missing import.
 """
@@ -149,3 +150,19 @@ def test_the_overview_s_page_table_names_every_page() -> None:
     linked = set(re.findall(r"\]\(([\w-]+\.md)\)", table))
     pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
     assert not pages - linked, f"docs/index.md's table of pages leaves out {sorted(pages - linked)}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_table_is_one_table(page: Path) -> None:
+    # A paragraph or a blank line inside a table ends it: the rows after it render as text
+    # full of pipes (providers.md's shared options lost six rows that way).
+    lines, inside = page.read_text().splitlines(), False
+    for i, line in enumerate(lines):
+        if re.match(r"\s*(`{3,}|~{3,})", line):
+            inside = not inside
+        if inside or not line.startswith("|") or (i and lines[i - 1].startswith("|")):
+            continue
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        assert re.match(r"\|\s*:?-{3,}", following), (
+            f"{page.name}:{i + 1}: table rows without a header row (a line between rows?): "
+            f"{line[:60]!r}")
