@@ -356,3 +356,22 @@ def test_s3s_precondition_failed_on_the_copy_source_is_a_changed_source(
     assert not r.ok and "changed" in r.errors[0] and "PreconditionFailed" in r.errors[0], r.errors
     assert [q.status for q in b.requests if q.path == f"/{b.bucket}/dst/a.bin"] == [412]
     assert not b.server.exists(b.bucket, "dst/a.bin")
+
+
+def test_a_copy_into_another_bucket_of_the_store_is_copied_by_s3(moto_s3: Any) -> None:
+    """``cp s3://a/k s3://b/k`` (and ``-r``) on one endpoint streamed every byte through
+    this machine: two buckets were taken for two stores. Now S3 copies them; the
+    neighbours, one object onto itself and a prefix into one under it, are still refused
+    only within one bucket."""
+    other = f"other-{secrets.token_hex(4)}"
+    moto_s3.create_bucket(other)
+    data = os.urandom(1000)
+    moto_s3.put("tensorstream-tests", "xb/m.bin", data)
+    moto_s3.put("tensorstream-tests", "xb/sub/n.bin", b"n")
+    r = copy("s3://tensorstream-tests/xb/m.bin", f"s3://{other}/xb/m.bin", **moto_s3.options())
+    assert r.ok and r.outcomes[0].server_side and r.verified, r.errors
+    assert moto_s3.get(other, "xb/m.bin") == data
+    r = copy("s3://tensorstream-tests/xb/", f"s3://{other}/xb/", recursive=True,
+             **moto_s3.options())
+    assert r.ok and r.files == 2 and all(o.server_side for o in r.outcomes), r.errors
+    assert moto_s3.get(other, "xb/sub/n.bin") == b"n"

@@ -209,7 +209,10 @@ def test_one_store_is_told_by_the_endpoint_the_options_resolve_to(
          {"s3_endpoint": "http://minio.example:443"}, False),
         (s3, s3, {}, {"s3_profile": "here"}, False),  # AWS and another endpoint
         (s3, s3, {"s3_region": "eu-west-1"}, keys, True),  # AWS both: bucket names are global
-        (s3, other, {}, {}, False),
+        # two buckets of one endpoint: one store (S3 copies between them); their objects
+        # are told apart by bucket and key, so neither is taken for the other
+        (s3, other, {}, {}, True),
+        (s3, other, {}, {"s3_profile": "here"}, False),
     ]
     redis = parse_uri("redis://127.0.0.1:6379/k")
     cases += [

@@ -7,7 +7,8 @@ CA bundle, a password, or the very endpoint the other side uses. Taken for two
 stores, ``cp s3://b/k s3://b/k`` rewrote the object from itself and ``sync
 --delete`` of a prefix into the prefix above it deleted the source. What places
 an object is its scheme, its server or bucket, and for S3 the endpoint the options
-resolve to (a profile's ``endpoint_url`` and the environment included). A server
+resolve to (a profile's ``endpoint_url`` and the environment included; its buckets
+are one store, which copies between them itself). A server
 written two ways (``127.0.0.1`` and ``localhost``, ``:80`` or not) is one: :mod:`.servers`.
 """
 
@@ -51,8 +52,9 @@ def same_store(src: ParsedURI, dst: ParsedURI, src_options: Mapping[str, Any],
         # one server, two databases
         return src.scheme not in _REDIS or _redis_db(src, src_options) == _redis_db(
             dst, dst_options)
-    if src.netloc != dst.netloc:
-        return False
+    if src.netloc != dst.netloc and src.scheme not in ("s3", "s3a"):
+        return False  # (an S3 URI's netloc is its bucket, and its path starts with it:
+        # two buckets of one endpoint are one store, which copies between them itself)
     if src.scheme == "file" or src_options == dst_options:
         return True
     if src.scheme in ("s3", "s3a"):
