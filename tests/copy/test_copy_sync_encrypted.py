@@ -140,3 +140,59 @@ def test_an_unencrypted_sync_heads_no_source(tensorstream_s3: Any) -> None:
     assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "skipped",
                                                               "two.bin": "copied"}
     assert f"/{b.bucket}/src/two.bin" in [q.path for q in b.requests if q.method == "HEAD"]
+
+
+def _source_heads(b: Any) -> list[str]:
+    return [q.path for q in b.requests if q.method == "HEAD" and "/src/" in q.path]
+
+
+def _encrypt_by_default(b: Any, algorithm: str) -> None:
+    b.server.client.put_bucket_encryption(Bucket=b.bucket, ServerSideEncryptionConfiguration={
+        "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": algorithm}}]})
+
+
+@pytest.mark.tensorstream_s3(auth=False)
+@pytest.mark.parametrize("headers", ENCRYPTIONS[:2], ids=IDS[:2])
+def test_a_sync_from_a_bucket_encrypted_by_default_heads_no_source(
+        tensorstream_s3: Any, headers: dict[str, str]) -> None:
+    """Sources in a bucket whose default encryption is SSE-KMS (DSSE-KMS), a plain
+    destination: every sync sent a HEAD per source object (its listed ETag differs from its
+    copy's, and only a HEAD said whether it is an MD5). The bucket's default encryption,
+    asked once, says it for the listing's objects: the dates decide, as they did once the
+    HEAD named the encryption, and no source is HEADed; a changed source is copied."""
+    b = tensorstream_s3
+    _encrypt_by_default(b, headers["x-amz-server-side-encryption"])
+    b.put("src/one.bin", os.urandom(1000))
+    put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
+    plain = b.create_bucket()
+    with EncryptingFront(b.proxy.url, headers, prefix=f"/{b.bucket}/src/") as front:
+        options = {**b.options, "s3_endpoint": front.url}
+        dst = f"s3://{plain}/dst/"
+        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
+                                                      "parts.bin": "copied"}
+        b.proxy.clear_log()
+        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
+                                                      "parts.bin": "skipped"}
+        assert _source_heads(b) == []
+        assert len([q for q in b.requests if q.path.endswith("?encryption")]) == 1
+        time.sleep(1.1)  # S3's dates are whole seconds
+        new = os.urandom(1000)
+        b.put("src/one.bin", new)
+        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
+                                                      "parts.bin": "skipped"}
+    assert b.server.client.get_object(Bucket=plain, Key="dst/one.bin")["Body"].read() == new
+
+
+def test_without_a_kms_default_a_copy_rewritten_since_is_still_told_by_its_etag(
+        tensorstream_s3: Any) -> None:
+    """The neighbour: a bucket encrypted by default with SSE-S3 (ETags are MD5s) keeps the
+    HEAD of a source whose ETag differs from its copy's: a copy rewritten since with other
+    bytes of the same size (newer than its source) is copied again."""
+    b = tensorstream_s3
+    _encrypt_by_default(b, "AES256")
+    b.put("src/one.bin", os.urandom(1000))
+    assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied"}
+    b.put("dst/one.bin", os.urandom(1000))
+    b.proxy.clear_log()
+    assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied"}
+    assert f"/{b.bucket}/src/one.bin" in _source_heads(b)

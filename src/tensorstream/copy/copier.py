@@ -115,6 +115,7 @@ class _Copier(Planner):
         self.providers: dict[tuple[str, tuple[Any, ...]], PolicyProvider] = {}
         self.listings = Listings()
         self.stores: dict[tuple[tuple[Any, ...], tuple[Any, ...]], bool] = {}
+        self.bucket_encryption: dict[tuple[int, str], asyncio.Future[str | None]] = {}
         self.result = result if result is not None else CopyResult()
         #: Held while the result or the progress listener is told of an object:
         #: lane threads end objects beside the event loop.

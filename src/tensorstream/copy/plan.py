@@ -10,6 +10,7 @@ what ``sync``/``--resume`` find unchanged. Each object becomes a :class:`Job`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import posixpath
 import stat
@@ -74,6 +75,8 @@ class Planner:
     server_side_copy: bool
     server_copy_lacks: set[str]
     part_size: int
+    #: (source provider, bucket) -> its default encryption, asked once (see _kms_by_default).
+    bucket_encryption: dict[tuple[int, str], asyncio.Future[str | None]]
 
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
         raise NotImplementedError
@@ -278,14 +281,18 @@ class Planner:
             info = job.info
             if source_encryption_decides(info, there, same_kind=same_kind):
                 # Listed, not HEADed: only a HEAD says whether its ETag is an MD5 (one
-                # more request, for an object whose ETag differs from its copy's).
-                async with slots:
-                    try:
-                        head = await job.src.stat(job.src_path)
-                    except (TensorstreamError, OSError):
-                        return job  # the copy reports it
-                if head.etag == info.etag and head.size == info.size:
-                    info = head
+                # more request, for an object whose ETag differs from its copy's), unless
+                # its bucket encrypts with KMS by default (asked once): then it is not.
+                if await self._kms_by_default(job):
+                    info = dataclasses.replace(info, extra={**info.extra, "etag_not_md5": True})
+                else:
+                    async with slots:
+                        try:
+                            head = await job.src.stat(job.src_path)
+                        except (TensorstreamError, OSError):
+                            return job  # the copy reports it
+                    if head.etag == info.etag and head.size == info.size:
+                        info = head
             if job.src_uri.scheme == "file" and info.size == there.size and in_its_second(
                     info, there):
                 # A file dated within its copy's whole second: the dates cannot tell, the
@@ -303,6 +310,23 @@ class Planner:
 
         kept = await asyncio.gather(*(check(j) for j in jobs))
         return [j for j in kept if j is not None]
+
+    async def _kms_by_default(self, job: Job) -> bool:
+        """Whether ``job``'s source bucket encrypts objects with SSE-KMS or DSSE-KMS by
+        default (GetBucketEncryption, once a bucket): its listed objects' ETags are taken
+        as no MD5s, as a HEAD would say of each (an object stored with another encryption
+        named is taken so too: the dates decide for it, as for aws s3 sync). False where
+        the bucket has no such default or may not be asked."""
+        from ..providers.s3.writer import KMS_ENCRYPTION
+
+        inner = getattr(job.src, "inner", None)
+        ask = getattr(inner, "default_encryption", None)
+        if job.src_uri.scheme != "s3" or ask is None:
+            return False
+        key = (id(inner), job.src_path.split("/", 1)[0])
+        if key not in self.bucket_encryption:
+            self.bucket_encryption[key] = asyncio.ensure_future(ask(key[1]))
+        return await asyncio.shield(self.bucket_encryption[key]) in KMS_ENCRYPTION
 
     def _note_stale_partial(self, job: Job) -> None:
         if job.local is None:

@@ -328,6 +328,21 @@ class S3Provider(S3Clients, Provider):
                                 service="s3", path="")
         return [(b["Name"], b.get("CreationDate")) for b in buckets]
 
+    async def default_encryption(self, bucket: str) -> str | None:
+        """The encryption ``bucket`` applies to an object stored without one named
+        (``GetBucketEncryption``'s ``SSEAlgorithm``: ``AES256``, ``aws:kms``, ...); None
+        where it has none or these credentials may not ask."""
+        try:
+            answer = await self._call("get_bucket_encryption", bucket, Bucket=bucket)
+        except TensorstreamError:
+            return None
+        config = answer.get("ServerSideEncryptionConfiguration") or {}
+        for rule in config.get("Rules") or []:
+            algorithm = (rule.get("ApplyServerSideEncryptionByDefault") or {}).get("SSEAlgorithm")
+            if algorithm:
+                return str(algorithm)
+        return None
+
     async def delete(self, path: str) -> None:
         bucket, key = _split(path)
         await self._call("head_object", path, Bucket=bucket, Key=key)  # NotFoundError if absent
