@@ -403,6 +403,7 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
                              src_options: dict[str, Any], dst_options: dict[str, Any]) -> None:
     """``sync --delete``: remove objects under DST whose key is not under SRC."""
     from ..api import get_provider
+    from ..providers.base import listing_keeps_damaged
 
     # An entry skipped for a problem (a broken symlink, an unreadable directory)
     # is in SRC but not in its listing: its copy at DST is not extraneous.
@@ -419,7 +420,12 @@ async def _delete_extraneous(args: argparse.Namespace, source: str, dest: str, r
             # Listed again (the copy's listing is not kept), and as strictly: a listing
             # that broke off, or an entry skipped for a problem since the copy's, would
             # have the objects it left out deleted at DST.
-            wanted = set(await _keys(src, src_uri, args.follow_symlinks, whole=True))
+            # (a damaged object at SRC is under SRC all the same: its copy is kept)
+            keeps = listing_keeps_damaged.set(True)
+            try:
+                wanted = set(await _keys(src, src_uri, args.follow_symlinks, whole=True))
+            finally:
+                listing_keeps_damaged.reset(keeps)
             there = await _keys(dst, dst_uri, False)
         except (TensorstreamError, OSError) as exc:
             result.errors.append(f"--delete skipped: a listing failed, so nothing is deleted "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, PermissionDeniedError, TensorstreamError
 from ..layers.stack import PolicyProvider
-from ..providers.base import ObjectInfo
+from ..providers.base import ObjectInfo, listing_keeps_damaged
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
@@ -117,11 +117,16 @@ class Planner:
             own = "" if not recursive else (
                 inside(dst_uri.path, src_uri.path) if local and src_uri.scheme == "file"
                 else "" if local else self._below(dst_uri, src_uri))
+            # A damaged object in a listing is an entry (failed below if selected), not
+            # the end of the listing: one the rules leave out is never looked at.
+            keeps = listing_keeps_damaged.set(True)
             try:
                 pairs = await self._list_source(src, src_uri, source, recursive, local)
             except (TensorstreamError, OSError) as exc:
                 self.error(redact_text(source), exc)
                 continue
+            finally:
+                listing_keeps_damaged.reset(keeps)
             if own and (key := feeds_itself(self.rules, own, (r for r, _ in pairs))):
                 what, where = (("a directory", f"{dst_uri.path} is inside {src_uri.path}")
                                if local else ("a prefix", f"{redact_text(dest)} is under "
@@ -135,6 +140,9 @@ class Planner:
             for rel, info in pairs:
                 if not self.rules.wants(rel):
                     continue  # --exclude/--include: left out by choice, not reported
+                if (damaged := info.extra.get("damaged")) is not None:
+                    self.refuse(redact_text(src_uri.with_path(info.path)), "", 0, damaged)
+                    continue
                 try:
                     if into_dir:  # else DST names it: the source's name does not matter
                         safe_relative_key(rel, filesystem=local)

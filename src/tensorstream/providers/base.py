@@ -44,6 +44,7 @@ __all__ = [
     "check_range",
     "current_deadline",
     "display_listing",
+    "listing_keeps_damaged",
     "report_progress",
 ]
 
@@ -52,6 +53,14 @@ __all__ = [
 #: --delete``) a listing without that entry would pass a part off as the whole: it fails.
 display_listing: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "tensorstream_display_listing", default=False)
+
+#: True while a listing's reader picks the entries it wants and fails the damaged ones it
+#: picked by name (``cp -r``/``sync``, by their rules): a provider then gives an entry it
+#: cannot make sense of (a damaged object) as ``ObjectInfo(path, 0, extra={"damaged":
+#: error})`` instead of failing the whole listing. Such an entry is still an entry:
+#: ``sync --delete`` keeps its copy.
+listing_keeps_damaged: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tensorstream_listing_keeps_damaged", default=False)
 
 #: ``read_range`` checks the object's size before allocating more than this many bytes.
 CHECKED_READ_RANGE = 64 << 20

@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...errors import ProtocolError
-from ..base import display_listing
+from ..base import display_listing, listing_keeps_damaged
 from .layout import (
     Layout,
     chunk_offset,
@@ -25,7 +25,7 @@ from .layout import (
 if TYPE_CHECKING:
     from .provider import RedisProvider
 
-__all__ = ["list_objects"]
+__all__ = ["Damaged", "list_objects"]
 
 log = logging.getLogger("tensorstream.redis")
 _HEADER = b":header:0"
@@ -46,8 +46,28 @@ def _skip(key: bytes, exc: ProtocolError) -> None:
     log.warning("skipping %r in the listing: %s", _name(key), exc)
 
 
-async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
-    """Every object whose path starts with ``prefix``, sorted by path."""
+class Damaged:
+    """An object whose keys make no sense (:data:`~..base.listing_keeps_damaged`)."""
+
+    def __init__(self, key: bytes, error: ProtocolError) -> None:
+        self.path, self.error = _name(key), error
+
+
+async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
+    """Every object whose path starts with ``prefix``, sorted by path; a damaged one
+    fails the listing, is left out with a warning (``display_listing``) or is given as
+    :class:`Damaged` (``listing_keeps_damaged``)."""
+    damaged: list[Damaged] = []
+
+    def refuse(key: bytes, exc: ProtocolError, mine: bool = True) -> None:
+        # (not ``mine``: a chunk's owner above the prefix, no entry of this listing)
+        if mine and listing_keeps_damaged.get():
+            damaged.append(Damaged(key, exc))
+        elif display_listing.get():
+            _skip(key, exc)
+        else:
+            raise exc  # a listing without it: sync --delete would remove its copy
+
     keys = set(await p.scan(escape_glob(prefix) + "*"))
     chunky = {k for k in keys if chunk_offset(k) is not None}
     # A tensorstream chunk K:<generation>:<offset> belongs to the manifest K.
@@ -63,9 +83,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
         except ProtocolError as exc:
             if b"tensorstream" not in fields:
                 continue  # a hash of the user's own, not an object
-            if not display_listing.get():
-                raise  # a damaged manifest: left out, sync --delete would remove its copy
-            _skip(k, exc)
+            refuse(k, exc, mine=k in keys)
     found = [lay for k, lay in manifests.items() if k in keys]
     # A chunk of a manifest is K:<generation>:<offset> (a stale one of an older generation
     # too); any other K:... beside it (K:1, K:v2:3) is a key of its own, listed.
@@ -110,9 +128,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
         try:
             lay = tensorizer_layout(_name(h), [(k, sizes[k]) for k in members])
         except ProtocolError as exc:
-            if not display_listing.get():
-                raise
-            _skip(h, exc)
+            refuse(h, exc, mine=_name(h).startswith(prefix))
             continue
         if lay is not None and lay.path.startswith(prefix):
             found.append(lay)
@@ -120,8 +136,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout]:
         try:
             found.append(string_layout(_name(k), sizes[k]))
         except ProtocolError as exc:
-            if not display_listing.get():
-                raise
-            _skip(k, exc)
-    found.sort(key=lambda lay: lay.path)
-    return found
+            refuse(k, exc)
+    every: list[Layout | Damaged] = [*found, *damaged]
+    every.sort(key=lambda lay: lay.path)
+    return every

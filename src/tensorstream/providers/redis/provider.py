@@ -48,7 +48,7 @@ from .blocking import Batch, batches, calls, place
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .connection import BATCHES_IN_FLIGHT, RedisConnection
 from .layout import Layout
-from .lister import list_objects
+from .lister import Damaged, list_objects
 from .lookup import key_bytes, look_up, scan_tensorizer
 from .writer import DELETE_IF_GENERATION, RedisWriter
 
@@ -264,7 +264,8 @@ class RedisProvider(RedisConnection, Provider):
 
     async def _list(self, prefix: str) -> AsyncIterator[ObjectInfo]:
         for layout in await list_objects(self, prefix):
-            yield _info(layout)
+            yield (ObjectInfo(layout.path, 0, extra={"damaged": layout.error})
+                   if isinstance(layout, Damaged) else _info(layout))
 
     def open_writer(self, path: str, **kwargs: Any) -> Writer:
         return RedisWriter(self, path, chunk_size=self.chunk_size)
