@@ -38,9 +38,11 @@ def withhold_args(exc: BaseException, secrets: tuple[str, ...]) -> None:
 
 
 _PATTERNS = [
-    # header dumps: 'X-Amz-Security-Token': b'...'  /  x-amz-security-token:...
-    re.compile(r"(?i)(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)([^'\"\s,}]+)"),
-    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*b?['\"]?)([^'\"}]+)"),
+    # header dumps: 'X-Amz-Security-Token': b'...'  /  x-amz-security-token:...  (a token is
+    # base64: it ends at a '&', ';' or ':', and what follows stays: ``?...Token=***&v=3: why``)
+    re.compile(r"(?i)(x-amz-security-token['\"]?\s*[:=]\s*(?:b?['\"])?)([^'\"\s,}&;:]+)"),
+    # (to the end of its line: 'Authorization: Bearer ...' took every line up to a quote)
+    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*(?:b?['\"])?)([^'\"}\r\n]+)"),
     re.compile(r"(?i)(signature=)([0-9a-f]{16,})"),
     re.compile(r"(?i)(aws_secret_access_key['\"]?\s*[:=]\s*['\"]?)([^'\"\s,}]+)"),
 ]
