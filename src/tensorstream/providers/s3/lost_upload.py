@@ -33,6 +33,8 @@ log = logging.getLogger("tensorstream.s3")
 #: Seconds added at both ends of the time the request was in flight: S3's ``Date`` is
 #: in whole seconds, and it stamps an upload when it handles the request.
 _SLACK = 2.0
+#: Pages of uploads of the key looked through (S3: 1000 a page).
+_PAGES = 10
 
 
 async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, key: str,
@@ -42,17 +44,21 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
     was lost; ``call(op, **kwargs)`` sends one request. The id of the upload aborted,
     or None."""
     try:
-        listing = dict(await call("list_multipart_uploads", Bucket=bucket, Prefix=key))
+        listing, uploads = await _uploads_of(call, bucket, key)
     except TensorstreamError as exc:
         log.info("%s/%s: could not list its multipart uploads to find one whose "
                  "CreateMultipartUpload answer was lost: %s", bucket, key, exc)
+        return None
+    if listing is None:
+        log.info("%s/%s: more than %d pages of multipart uploads of that key: the one whose "
+                 "CreateMultipartUpload answer was lost is left", bucket, key, _PAGES)
         return None
     now = time.time()
     skew = _skew(listing, now)
     # (not up to now: an upload another writer started after the failure, while the
     # uploads were listed, say, is not the lost one)
     start, end = sent_at + skew - _SLACK, failed_at + skew + _SLACK
-    made = [str(u.get("UploadId") or "") for u in listing.get("Uploads") or []
+    made = [str(u.get("UploadId") or "") for u in uploads
             if u.get("Key") == key and _seconds(u.get("Initiated")) is not None
             and start <= _seconds(u.get("Initiated")) <= end]  # type: ignore[operator]
     try:
@@ -74,6 +80,24 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
     log.info("%s/%s: aborted the upload %s, whose CreateMultipartUpload answer was lost",
              bucket, key, upload_id)
     return upload_id
+
+
+async def _uploads_of(call: Callable[..., Awaitable[Any]], bucket: str,
+                      key: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The last ``ListMultipartUploads`` answer and every upload of ``key`` (pages
+    followed: S3 gives 1000 a page, a key's uploads first, oldest first, so the lost
+    one, the newest, came on a later page of a key with many); no answer (None) past
+    :data:`_PAGES` pages, where another upload of the same seconds may be unseen."""
+    args: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
+    uploads: list[dict[str, Any]] = []
+    for _ in range(_PAGES):
+        listing = dict(await call("list_multipart_uploads", **args))
+        uploads += [u for u in listing.get("Uploads") or [] if u.get("Key") == key]
+        marker = (listing.get("NextKeyMarker"), listing.get("NextUploadIdMarker"))
+        if not listing.get("IsTruncated") or marker[0] != key or not marker[1]:
+            return listing, uploads  # (past the key's uploads, or no way on)
+        args.update(KeyMarker=marker[0], UploadIdMarker=marker[1])
+    return None, uploads
 
 
 def _skew(answer: dict[str, Any], now: float) -> float:
