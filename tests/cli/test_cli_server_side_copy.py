@@ -45,3 +45,26 @@ def test_cp_says_s3_copied_it_and_the_flag_turns_it_off(tmp_path: Path, moto_s3:
     assert moto_s3.get(S3_BUCKET, "srvcp/streamed/a.bin") == b"a" * 1000
     r = cli("cp", "--help", env=env)
     assert "--no-server-side-copy" in r.stdout
+
+
+def test_a_warning_naming_a_key_escapes_its_control_characters(
+        tmp_path: Path, tensorstream_s3: Any) -> None:
+    """A warning the copy logs (here: S3 refused the source's HEAD, so the object is
+    streamed instead) named the key as it is: an escape sequence in it reached the
+    terminal and a carriage return overwrote the line. It is escaped, as `cp`'s own
+    lines are."""
+    import os
+
+    b = tensorstream_s3
+    key = "src/e\x1b[2Jv\rforged.bin"
+    data = os.urandom(1000)
+    b.client.put_object(Bucket=b.bucket, Key=key, Body=data)
+    b.faults.raw.path_prefix = f"/{b.bucket}/src/e"
+    b.faults.raw.status_script = [400, 400]
+    env = {**os.environ, **b.env, "HOME": str(tmp_path)}
+    r = cli("cp", "-r", b.uri("src/"), b.uri("dst/"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert "copying it through this machine instead" in r.stderr
+    assert "\x1b" not in r.stderr + r.stdout and "\r" not in r.stderr + r.stdout
+    assert "e\\x1b[2Jv\\rforged.bin" in r.stderr
+    assert b.get(key.replace("src/", "dst/")) == data

@@ -137,6 +137,16 @@ def parse_command_line(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+class _EscapedFormatter(logging.Formatter):
+    """A log record's message with its unprintable characters escaped
+    (:func:`.output.escape`)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        from .output import escape
+
+        return escape(super().formatMessage(record))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorstream`` console script; returns the exit status."""
     debug = False
@@ -150,6 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
                                 format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        elif logging.lastResort is not None:
+            # Warnings reach stderr through logging's last resort (no handler is set):
+            # escaped, as every line for people is, a key named in one cannot repaint
+            # the terminal or forge a line.
+            logging.lastResort.setFormatter(_EscapedFormatter())
         return int(args.handler(args))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP in a synchronous command
         signum = getattr(exc, "signum", int(signal.SIGINT))
