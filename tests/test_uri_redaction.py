@@ -167,3 +167,21 @@ def test_a_percent_encoded_query_in_text_is_redacted(text: str) -> None:
 def test_a_percent_encoded_text_without_a_secret_is_left_alone() -> None:
     for text in ("/bkt/a%3Fb%3Dc%26d%3De", "%26" * 50_000 + "a", "%3Fa" * 50_000, "/x%3D%3D%3D"):
         assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("uri", ["https://h/app;jsessionid=CANARY-s1d/model.bin?ok=1",
+                                 "https://h/a;SIG=CANARY-s1g;v=1/b?ok=1",
+                                 "https://h/a;x-api-key=CANARY-k3y?ok=1",
+                                 "https://h/a;PHPSESSID=CANARY-s1d?ok=1"])
+def test_a_secret_parameter_in_the_path_is_redacted(uri: str) -> None:
+    """A path parameter (``/app;jsessionid=<session>/model.bin``: Java servers put the session
+    there) was shown by ``redact``, and so by every repr."""
+    for shown in (redact(uri), redact_text(f"failed {uri}: 404"), repr(parse_uri(uri))):
+        assert "CANARY" not in shown and "ok=1" in shown
+    assert redact("https://h/a;v=1/b;type=x") == "https://h/a;v=1/b;type=x"
+
+
+def test_a_value_holding_a_plain_question_mark_is_hidden_whole() -> None:
+    for uri in ("https://h/p?token=CANARY?tail-CANARY&ok=1", "https://h/p#sig=CANARY?tail-CANARY"):
+        for shown in (redact(uri), redact_text(f"failed {uri}: 404")):
+            assert "CANARY" not in shown

@@ -55,11 +55,11 @@ _REDACTED = "***"
 
 
 #: Words that make any parameter's name a credential (its ``-``, ``_`` and ``.`` left out):
-#: ``aws_session_token``, ``X-Api-Key``, ``Subscription-Key``, ``client_credentials``...
-#: (the fixed list above missed every name it did not spell).
+#: ``aws_session_token``, ``X-Api-Key``, ``Subscription-Key``, ``client_credentials``,
+#: ``jsessionid``, ``PHPSESSID``... (the fixed list above missed every name it did not spell).
 _SECRET_NAME_WORDS = ("token", "secret", "signature", "password", "passwd", "passphrase",
                       "credential", "apikey", "accesskey", "secretkey", "privatekey",
-                      "subscriptionkey", "authkey")
+                      "subscriptionkey", "authkey", "session", "sessid")
 _NAME_SEPARATORS = re.compile(r"[-_.\s]")
 #: How many times a parameter's value is percent-decoded looking for a secret inside.
 _MAX_DECODES = 4
@@ -112,12 +112,25 @@ def _redact_param(part: str, decode: bool) -> str:
     return part
 
 
+#: A path parameter: ``;name=value`` up to the next ``;`` or ``/``.
+_PATH_PARAM = re.compile(r";([^;/=]+)=([^;/]*)")
+
+
+def _hide_path_param(match: re.Match[str]) -> str:
+    return f";{match.group(1)}={_REDACTED}" if is_secret_param(match.group(1)) else match.group(0)
+
+
+#: What separates parameters: ``&``, ``;``, and a ``?`` that a ``name=`` follows (a value
+#: holding a plain ``?`` is still one value).
+_PARAM_SEPARATOR = re.compile(r"([&;]|\?(?=[^=&;?#]+=))")
+
+
 def _redact_query(query: str, decode: bool) -> str:
     """A query's (or fragment's) parameters, split at ``&`` and ``;`` (both separate them),
     and at a ``?`` (``#x?sig=``, ``?next=https://h/o?X-Amz-Signature=``: a URL in a value)."""
     if not query:
         return query
-    pieces = re.split(r"([&;?])", query)
+    pieces = _PARAM_SEPARATOR.split(query)
     return "".join(p if i % 2 else _redact_param(p, decode) for i, p in enumerate(pieces))
 
 
@@ -208,6 +221,8 @@ def _redact(uri: str, *, cautious: bool, decode: bool) -> str:
     # (a fragment holds parameters too: OAuth's ``#access_token=``)
     rest, hsep, fragment = rest.partition("#")
     path, qmark, query = rest.partition("?")
+    if ";" in path:  # path parameters (``/app;jsessionid=...``: Java servers' sessions)
+        path = _PATH_PARAM.sub(_hide_path_param, path)
     return (f"{scheme}://{path}{qmark}{_redact_query(query, decode)}"
             f"{hsep}{_redact_query(fragment, decode)}")
 
@@ -226,7 +241,8 @@ _PARAM_IN_TEXT = re.compile(
     # "URI: why", not the secret's: it stays (it was redacted with the value). The value
     # is its colons-free runs joined by colons, matched greedily: a lazy value with a
     # lookahead for the trailing colons rescanned a run of them at each step (quadratic).
-    r"([^&;\s'\"#:]*(?::+[^&;\s'\"#:]+)*)"
+    # A '?' that a ``name=`` follows starts the next parameter (``?next=https://h/o?sig=``).
+    r"((?:[^&;?\s'\"#:]|\?(?![^=&;?#\s'\"]+=))*(?::+(?:[^&;?\s'\"#:]|\?(?![^=&;?#\s'\"]+=))+)*)"
 )
 
 
