@@ -30,9 +30,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from ..config import RetryConfig, Timeouts
-from ..errors import ServiceUnavailableError, StorageTimeoutError, TensorstreamError
+from ..errors import ServiceUnavailableError, TensorstreamError
 from ..providers.base import ObjectInfo
-from .timeout import advise, operation, operation_deadline
+from .timeout import operation, operation_deadline, past_total
 
 __all__ = ["retried_listing"]
 
@@ -106,7 +106,8 @@ async def retried_listing(
                 _raise(final(exc, failed), exc)
             wait = _wait(exc, failed, policy)
             if step_at is not None and time.monotonic() + wait >= step_at:
-                _raise(final(_past_total(exc, wait, timeouts), failed), exc)
+                _raise(final(past_total(exc, wait, timeouts.total, "listing again"), failed),
+                       exc)
             pending = exc
             on_retry(exc)
             await asyncio.sleep(wait)
@@ -118,16 +119,6 @@ async def retried_listing(
                                 "before are not its first ones now): list again")
             _raise(final(pending, failed), pending)
         return
-
-
-def _past_total(exc: TensorstreamError, wait: float, timeouts: Timeouts) -> TensorstreamError:
-    """``exc``, saying that the wait before listing again would pass ``timeout_total``
-    (the timeout advice: which one, its value, what to raise it to)."""
-    note = StorageTimeoutError(f"{exc.message}; listing again in {wait:.3g} s would pass "
-                               "the total deadline", timeout="total")
-    advise(note, timeouts)
-    exc.message = note.message
-    return exc
 
 
 def _raise(err: TensorstreamError, cause: TensorstreamError) -> None:

@@ -10,13 +10,15 @@ never imports tenacity.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
 import tenacity
 
 from ..config import RetryConfig
-from ..errors import ServiceUnavailableError
+from ..errors import ServiceUnavailableError, TensorstreamError
+from .timeout import past_total
 
 __all__ = ["ADAPTING_COST", "retrying"]
 
@@ -67,17 +69,39 @@ class _RetryAfterWait(tenacity.wait.wait_base):
         return float(self._fallback(retry_state))
 
 
+class _BeforeDeadline(tenacity.stop.stop_base):
+    """Tenacity stop: the wait before the next attempt would end at or past ``at``
+    (``time.monotonic()``); the last error then says so (:func:`.timeout.past_total`).
+    (tenacity before 8.3 computes the wait after the stop: there only the attempts
+    themselves are cut at the deadline.)"""
+
+    def __init__(self, at: float, total: float | None) -> None:
+        self._at, self._total = at, total
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        wait = float(getattr(retry_state, "upcoming_sleep", 0.0) or 0.0)
+        if time.monotonic() + wait < self._at:
+            return False
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(exc, TensorstreamError):
+            past_total(exc, wait, self._total)
+        return True
+
+
 def retrying(policy: RetryConfig, total: float | None, *,
              retry_if: Callable[[BaseException], bool],
              before_sleep: Callable[[tenacity.RetryCallState], None],
-             blocking: bool = False) -> Any:
+             blocking: bool = False, at: float | None = None) -> Any:
     """A tenacity retry loop for one call (``tenacity.Retrying`` when ``blocking``,
     else ``AsyncRetrying``): ``policy.attempts`` attempts at most, within
-    ``total`` seconds when given, retrying the errors ``retry_if`` accepts and
+    ``total`` seconds when given and never waiting past ``at`` (the operation's
+    deadline, ``time.monotonic()``), retrying the errors ``retry_if`` accepts and
     re-raising the last one."""
     stop: Any = _AttemptBudget(policy.attempts)
     if total is not None:
         stop = stop | tenacity.stop_after_delay(total)
+    if at is not None:
+        stop = stop | _BeforeDeadline(at, total)
     cls = tenacity.Retrying if blocking else tenacity.AsyncRetrying
     return cls(
         stop=stop,

@@ -98,13 +98,13 @@ class PolicyProvider(Provider):
         raise TypeError("PolicyProvider wraps a provider; use tensorstream.get_provider")
 
     # -- machinery ----------------------------------------------------------
-    def _retrying(self, blocking: bool = False) -> Any:
+    def _retrying(self, blocking: bool = False, at: float | None = None) -> Any:
         # Imported here: only a call that failed once gets this far (tenacity's
         # import is not paid by a process whose requests all succeed).
         from .retrying import retrying
 
         return retrying(self.config.retry, self.config.timeouts.total, retry_if=_is_temporary,
-                        before_sleep=self._log_retry, blocking=blocking)
+                        before_sleep=self._log_retry, blocking=blocking, at=at)
 
     def _log_retry(self, state: Any) -> None:
         self.metrics.retries += 1
@@ -136,7 +136,7 @@ class PolicyProvider(Provider):
                 if not _is_temporary(exc):
                     raise
                 first: Exception | None = exc
-            async for attempt in self._retrying():
+            async for attempt in self._retrying(at=at):
                 with attempt:
                     if first is not None:
                         failed, first = first, None
@@ -166,7 +166,7 @@ class PolicyProvider(Provider):
                 if not _is_temporary(exc):
                     raise
                 first: Exception | None = exc
-            for attempt in self._retrying(blocking=True):
+            for attempt in self._retrying(blocking=True, at=at):
                 with attempt:
                     if first is not None:
                         failed, first = first, None

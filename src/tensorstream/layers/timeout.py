@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from ..config import Timeouts
-from ..errors import StorageTimeoutError
+from ..errors import StorageTimeoutError, TensorstreamError
 from ..providers.deadline import _DEADLINE, Deadline, current_deadline
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "deadline_error",
     "operation",
     "operation_deadline",
+    "past_total",
     "run_async",
     "run_blocking",
 ]
@@ -110,6 +111,18 @@ def advise(exc: StorageTimeoutError, timeouts: Timeouts) -> None:
     how = f"{option}={more}" + (f" or {flag} {more}" if flag else "")
     exc.message += f": {option}={value:g} s {what} (for {who} raise it, e.g. {how})"
     exc.advised = True
+
+
+def past_total(exc: TensorstreamError, wait: float, total: float | None,
+               again: str = "retrying") -> TensorstreamError:
+    """``exc``, its message saying that the wait before the next attempt (``again``
+    in ``wait`` s) would pass the total deadline, and what to raise it to: the
+    attempt is not made, and ``exc`` is the error the operation ends with."""
+    note = StorageTimeoutError(f"{exc.message}; {again} in {wait:.3g} s would pass the total "
+                               "deadline", timeout="total")
+    advise(note, Timeouts(total=total))
+    exc.message = note.message
+    return exc
 
 
 def _where(service: str | None, path: str | None) -> dict[str, str]:
