@@ -1,0 +1,156 @@
+"""The S3 requests of a copy S3 makes itself (:mod:`.server_copy`) and what it ends in.
+
+:class:`Calls` sends them with the provider's retry policy and error context, a
+``501`` turned into :class:`ServerCopyUnsupported` first (the caller then streams
+the copy); :class:`Copied` says what was compared. The steps both ways of copying
+take are here too: the source's pinned ``HEAD``, what a refused write says, and the
+removal of a published copy that failed a check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..._log_redaction import scrub_chain
+from ...errors import PermissionDeniedError, TensorstreamError, UnsupportedOperationError
+from ...uri import redact_text
+from ..base import ObjectInfo
+
+__all__ = ["IN_PARTS", "ONE_PIECE", "Calls", "Copied", "ServerCopyUnsupported", "head_source",
+           "refused_writing", "remove", "split"]
+
+#: The ways S3 copies an object, by the operations each needs: a store may have one and
+#: not the other (``501 NotImplemented`` to one of them).
+ONE_PIECE, IN_PARTS = "CopyObject", "UploadPartCopy"
+_WAY = {"copy_object": ONE_PIECE, "create_multipart_upload": IN_PARTS,
+        "upload_part_copy": IN_PARTS, "complete_multipart_upload": IN_PARTS}
+
+
+class ServerCopyUnsupported(UnsupportedOperationError):
+    """The server does not copy objects itself (``501 NotImplemented``), or, with
+    ``this_object``, not this one (nothing was sent to the destination): the caller
+    streams it, and only it. ``way``: the way of copying the server lacks
+    (:data:`ONE_PIECE`, :data:`IN_PARTS`; None: every way), for the objects that need it."""
+
+    def __init__(self, message: str, *, this_object: bool = False,
+                 way: str | None = None) -> None:
+        super().__init__(message)
+        self.this_object = this_object
+        self.way = way
+
+
+@dataclasses.dataclass(frozen=True)
+class Copied:
+    """How a server-side copy ended: ``verified_by`` says what was compared with the
+    source (None: only the size, so it is not verified); ``parts`` is 0 for one
+    ``CopyObject``."""
+
+    verified_by: str | None
+    parts: int = 0
+
+
+def split(path: str) -> tuple[str, str]:
+    """``bucket/key`` as ``(bucket, key)``."""
+    bucket, _, key = path.partition("/")
+    return bucket, key
+
+
+def _not_implemented(exc: BaseException) -> bool:
+    """Whether a mapped S3 error is the server saying it has no such operation."""
+    cause = exc.__cause__
+    response = getattr(cause, "response", None) or {}
+    code = str((response.get("Error") or {}).get("Code") or "")
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return code in ("NotImplemented", "XNotImplemented", "501") or status == 501
+
+
+class Calls:
+    """S3 requests of a policy-wrapped S3 provider, with its retry policy (temporary
+    errors sent again) and error context, ``501`` turned into
+    :class:`ServerCopyUnsupported` first (not retried as a temporary 5xx).
+
+    Not under the layer's idle watchdog: S3 answers a long copy (seconds per GiB) at
+    once and sends whitespace while it copies, bytes no read reports to the watchdog,
+    which cut it as idle; botocore's read timeout (``timeout_idle`` between bytes)
+    applies instead."""
+
+    def __init__(self, provider: Any, *, in_place: bool = False) -> None:
+        self.s3 = provider.inner
+        self.config = provider.config
+        #: The copy is the source itself (new metadata, in place): never deleted.
+        self.in_place = in_place
+
+    async def _once(self, op: str, path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return dict(await self.s3._call(op, path, **kwargs))
+        except TensorstreamError as exc:
+            if _not_implemented(exc):
+                way = _WAY.get(op)
+                raise ServerCopyUnsupported(
+                    f"the server does not support {way or op} (NotImplemented)",
+                    way=way) from exc
+            raise
+
+    async def __call__(self, op: str, path: str, *, once: bool = False,
+                       **kwargs: Any) -> dict[str, Any]:
+        """``op`` (a botocore operation) with ``kwargs``, sent again on a temporary error
+        unless ``once`` (what creates an upload or publishes is sent once, as the
+        writer sends it: an answer lost after S3 applied it is looked at instead)."""
+        try:
+            try:
+                return await self._once(op, path, kwargs)
+            except TensorstreamError as exc:  # (nearly every request succeeds: no loop built)
+                if once or not exc.temporary or self.config.retry.attempts <= 1:
+                    raise
+                first: TensorstreamError | None = exc
+            from ...layers.retrying import retrying
+
+            async for attempt in retrying(
+                    self.config.retry, self.config.timeouts.total,
+                    retry_if=lambda e: isinstance(e, TensorstreamError) and e.temporary,
+                    before_sleep=lambda state: None):
+                with attempt:
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
+                    return await self._once(op, path, kwargs)
+        except TensorstreamError as exc:
+            exc.with_context(service="s3", operation=op, path=redact_text(path))
+            scrub_chain(exc)  # (third-party causes hold request URLs and headers)
+            raise
+        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
+
+async def head_source(call: Calls, src_path: str, info: ObjectInfo) -> dict[str, Any]:
+    bucket, key = split(src_path)
+    pinned: dict[str, Any] = {"IfMatch": info.etag} if info.etag else {}
+    try:
+        return await call("head_object", src_path, Bucket=bucket, Key=key, **pinned)
+    except PermissionDeniedError as exc:
+        raise PermissionDeniedError(f"reading the source was refused: {exc.message}") from exc
+
+
+def refused_writing(exc: PermissionDeniedError, *, kms_source: bool = False
+                     ) -> PermissionDeniedError:
+    if kms_source:  # (its HEAD needs no KMS permission; copying its bytes does)
+        return PermissionDeniedError(
+            f"the copy was refused: the key pair may lack kms:Decrypt on the source's KMS "
+            f"key (it is encrypted with SSE-KMS) or s3:PutObject on the destination: "
+            f"{exc.message}")
+    # The HEAD of the source (s3:GetObject) went through with the same key pair.
+    return PermissionDeniedError(
+        f"writing the destination was refused (the source could be read with the same "
+        f"credentials): {exc.message}")
+
+
+async def remove(call: Calls, dst_path: str) -> str:
+    """Delete a published copy that failed a check; what became of it, for the error."""
+    if call.in_place:
+        return "it is the object itself (changed in place), left as S3 made it"
+    bucket, key = split(dst_path)
+    try:
+        await call("delete_object", dst_path, Bucket=bucket, Key=key)
+    except TensorstreamError:
+        pass
+    return "the copy was removed"
