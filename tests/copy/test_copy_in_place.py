@@ -136,3 +136,45 @@ def test_where_s3_cannot_copy_onto_itself_a_clear_error_and_the_object_untouched
             "not implemented": "NotImplemented", "SSE-C": "SSE-C"}[how]
     assert said in r.errors[0], r.errors
     assert _head(b, "m/k.bin")["ContentType"] == "x/old" and b.get("m/k.bin") == data
+
+
+@pytest.mark.parametrize("how", ["sync", "cp -r --resume"])
+def test_an_in_place_change_under_sync_or_resume_is_made_once(tensorstream_s3: Any,
+                                                               how: str) -> None:
+    """``sync``/``cp -r --resume`` of a prefix onto itself with ``--content-type`` (or
+    ``--metadata``): every object is its own copy, so every one was skipped as unchanged and
+    nothing was changed, without a word. Now an object onto itself is judged by the fields
+    given: one that does not hold them yet is changed in place, one that does is skipped
+    (the next run sends no copy)."""
+    b = tensorstream_s3
+    b.client.put_object(Bucket=b.bucket, Key="m/a.json", Body=b"{}", ContentType="text/plain",
+                        Metadata={"old": "1"})
+    b.client.put_object(Bucket=b.bucket, Key="m/b.json", Body=b"[]",
+                        ContentType="application/json", Metadata={"sha": "abc"})
+    kind = {"skip_unchanged": True} if how == "sync" else {"resume": True}
+    meta = MetadataOptions(content_type="application/json", metadata={"sha": "abc"})
+
+    def run() -> dict[str, str]:
+        r = copy(b.uri("m/"), b.uri("m/"), recursive=True, **kind, **b.options,
+                 object_metadata=meta)
+        assert r.ok, r.errors
+        return {o.src.rsplit("/", 1)[-1]: o.status for o in r.outcomes}
+
+    assert run() == {"a.json": "copied", "b.json": "skipped"}
+    head = _head(b, "m/a.json")
+    assert head["ContentType"] == "application/json" and head["Metadata"] == {"sha": "abc"}
+    assert b.get("m/a.json") == b"{}"
+    b.proxy.clear_log()
+    assert run() == {"a.json": "skipped", "b.json": "skipped"}
+    assert [q for q in b.requests if q.method in ("PUT", "POST")] == []
+
+
+def test_an_in_place_change_of_user_metadata_alone_is_judged_by_it(tensorstream_s3: Any) -> None:
+    """The neighbour: only ``--metadata`` given, the object's other fields differing from
+    nothing given: an object whose user metadata is other is changed, whatever its type."""
+    b = tensorstream_s3
+    b.client.put_object(Bucket=b.bucket, Key="m/a.bin", Body=b"a", Metadata={"sha": "old"})
+    r = copy(b.uri("m/"), b.uri("m/"), recursive=True, skip_unchanged=True, **b.options,
+             object_metadata=MetadataOptions(metadata={"sha": "new"}))
+    assert r.ok and [o.status for o in r.outcomes] == ["copied"], r.errors
+    assert _head(b, "m/a.bin")["Metadata"] == {"sha": "new"}

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
+from ..providers.base import ObjectInfo
 from ..providers.s3.metadata import MetadataOptions
 
 if TYPE_CHECKING:
     from .copier import _Copier
     from .job import Job
 
-__all__ = ["check_destination", "stream_writer_options", "writer_options"]
+__all__ = ["check_destination", "holds_fields", "stream_writer_options", "writer_options"]
 
 
 def check_destination(options: MetadataOptions | None, scheme: str) -> None:
@@ -24,6 +25,21 @@ def check_destination(options: MetadataOptions | None, scheme: str) -> None:
         raise ConfigurationError(
             "--content-type, --cache-control and --metadata set what S3 stores with an "
             f"object; the destination is {scheme or 'local'}, which keeps none of it")
+
+
+def holds_fields(info: ObjectInfo, fields: dict[str, Any]) -> bool:
+    """Whether the S3 object ``info`` (a HEAD's) already holds every field of ``fields``
+    (``MetadataOptions.overrides()``): its user metadata as a whole, as ``--metadata``
+    replaces it; keys compared in lower case, as S3 stores them."""
+    held = info.extra.get("s3_metadata") or {}
+    for name, value in fields.items():
+        if name == "Metadata":
+            lower = {str(k).lower(): v for k, v in value.items()}
+            if {str(k).lower(): v for k, v in (held.get("Metadata") or {}).items()} != lower:
+                return False
+        elif held.get(name) != value:
+            return False
+    return True
 
 
 async def writer_options(c: _Copier, job: Job) -> dict[str, Any]:

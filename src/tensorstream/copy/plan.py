@@ -22,6 +22,7 @@ from ..providers.base import ObjectInfo, listing_keeps_damaged
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
+from .metadata import holds_fields
 from .places import connection, feeds_itself, inside, same_store, way_out
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
 from .server_side import takes as takes_on_server
@@ -285,6 +286,15 @@ class Planner:
                     there = await job.dst.stat(job.dst_path)
                 except (TensorstreamError, OSError):
                     return job  # absent (or unreadable: the copy reports it)
+            if job.in_place:
+                # An object onto itself is always its own copy: what is asked is its
+                # metadata, so whether it holds the fields given decides (it was skipped
+                # as unchanged, and nothing changed).
+                if not holds_fields(there, self.object_metadata.overrides()):
+                    return job
+                self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",
+                                         reason="metadata already as given"))
+                return None
             same_kind = job.src_uri.scheme == job.dst_uri.scheme == "s3"
             info = job.info
             if source_encryption_decides(info, there, same_kind=same_kind):
