@@ -82,3 +82,17 @@ def test_ls_shows_the_rest_and_names_each_damaged_object(root: str) -> None:
     assert r.returncode == 0, r.stderr
     assert sorted(line.split()[-1] for line in r.stdout.splitlines()) == ["dir/good2", "good1"]
     assert "'tz'" in r.stderr and "'man'" in r.stderr, r.stderr
+
+
+def test_rm_r_leaves_out_what_the_rules_leave_out_and_fails_the_rest_by_name(
+        root: str, redis_server: Any) -> None:
+    # It failed whole as cp -r did: nothing deleted, --exclude or not.
+    r = cli("rm", "-r", "--exclude", "tz*", "--exclude", "man", "--exclude", "dir/*", root)
+    assert r.returncode == 0, r.stderr
+    with redis_server.client(db=DB) as c:
+        assert sorted(c.keys()) == [b"dir/good2", b"man", b"tz:data:500", b"tz:header:0"]
+    r = cli("rm", "-r", root)
+    assert r.returncode == 3, r.stderr  # dir/good2 deleted, the damaged two named
+    assert "'man'" in r.stderr and "'tz'" in r.stderr, r.stderr
+    with redis_server.client(db=DB) as c:
+        assert sorted(c.keys()) == [b"man", b"tz:data:500", b"tz:header:0"]

@@ -191,6 +191,7 @@ def run_cat(args: argparse.Namespace) -> int:
 
 def run_rm(args: argparse.Namespace) -> int:
     from ..copy.select import Rules
+    from ..providers.base import listing_keeps_damaged
     from ._run import run_async
     from .output import Reporter
 
@@ -207,6 +208,9 @@ def run_rm(args: argparse.Namespace) -> int:
     pattern = wildcard(uri) if args.wildcards else None
 
     async def go() -> int:
+        # A damaged object (Redis) is an entry: one the rules leave out is never looked
+        # at, one selected fails its delete by name (it failed the whole listing).
+        listing_keeps_damaged.set(True)  # (this task only)
         async with get_provider(uri, **storage_options(args)) as provider:
             if pattern is not None:
                 targets = [i.path async for i in provider.list(pattern.prefix)
