@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -103,4 +104,37 @@ def test_a_part_that_fails_after_another_was_refused_is_not_sent_again(
     assert not r.ok, r
     time.sleep(1.5)
     assert cut and "after the cut" not in seen, seen
+    _check_nothing_after_the_abort(b)
+
+
+def test_ctrl_c_waits_for_the_parts_in_flight_before_the_abort(tensorstream_s3: Any,
+                                                              tmp_path: Path) -> None:
+    """Ctrl-C (the copy's task cancelled) while a part is being stored: the same, the part
+    S3 has is waited for, then the upload aborted; none is left."""
+    from tensorstream.copy.engine import CopyResult, copy_async
+
+    b = tensorstream_s3
+    src = tmp_path / "m.bin"
+    src.write_bytes(os.urandom(10 * MiB) + b"end")
+    storing = threading.Event()
+
+    async def hold_a_part(method: str, path: str) -> None:
+        if method == "PUT" and path == f"/{b.bucket}/dst/m.bin" and not storing.is_set():
+            storing.set()
+            await asyncio.sleep(1.0)
+
+    b.faults.raw.before_forward = hold_a_part
+    b.proxy.clear_log()
+    result = CopyResult()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(copy_async(str(src), b.uri("dst/m.bin"), result=result,
+                                                part_size=5 * MiB, concurrency=3, **b.options))
+        assert await asyncio.to_thread(storing.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert [o.status for o in result.outcomes] == ["interrupted"]
     _check_nothing_after_the_abort(b)

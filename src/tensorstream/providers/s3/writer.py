@@ -262,6 +262,7 @@ class S3Writer(Writer):
             return
         try:
             await self._ensure_upload()
+            self._check_open()  # (aborted meanwhile: its parts in flight are being waited for)
             parts = [self._part_task(index + 1, data, md5)]
             if self._only is not None:
                 first, self._only = self._only, None
