@@ -70,3 +70,67 @@ def test_readme_torch_line_is_the_pin_ci_installs_first() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert f"pip install -q torch=={pinned.group(1)}" in ci
     assert "https://download.pytorch.org/whl/cpu" in readme
+
+
+def _closure(extras: tuple[str, ...]) -> set[str]:
+    """The distributions ``pip install 'tensorstream[extras]'`` installs (normalized names),
+    from the installed packages' metadata (markers evaluated for this interpreter)."""
+    from importlib.metadata import PackageNotFoundError
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    todo = [Requirement(r) for r in project["dependencies"]]
+    todo += [Requirement(r) for e in extras for r in project["optional-dependencies"][e]]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        if norm(req.name) in seen or norm(req.name) == "tensorstream":
+            continue
+        seen.add(norm(req.name))
+        try:
+            wanted = requires(req.name) or []
+        except PackageNotFoundError:
+            continue
+        for text in wanted:
+            sub = Requirement(text)
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in
+                                         ("", *sorted(req.extras))):
+                todo.append(sub)
+    return seen
+
+
+def test_what_the_tests_import_is_in_the_extras_tox_installs() -> None:
+    # tox.ini installs tensorstream[test,docs]: a module the tests import from elsewhere (the
+    # bench extra, a developer's venv) made 'tox' fail to collect them, or skip them unseen.
+    import ast
+    from importlib.metadata import packages_distributions
+
+    tests = ROOT / "tests"
+    local = {"tests", "tensorstream", "benchmarks", "conftest"} | {
+        p.stem for p in tests.rglob("*.py")}
+    imported: dict[str, str] = {}
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     and node.module else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in local:
+                    imported.setdefault(top, str(path.relative_to(ROOT)))
+    importorskip = re.compile(r'importorskip\("(\w+)')
+    for path in tests.rglob("*.py"):
+        for top in importorskip.findall(path.read_text()):
+            imported.setdefault(top, str(path.relative_to(ROOT)))
+    installed = _closure(("test", "docs"))
+    dists = packages_distributions()
+    optional = {"tomli",  # pytest's own dependency below Python 3.11
+                "xdist"}  # a test that tensorstream's plugin works under pytest-xdist, if used
+    missing = {
+        module: where for module, where in sorted(imported.items())
+        if module not in optional and module not in local
+        and not any(re.sub(r"[-_.]+", "-", d).lower() in installed for d in dists.get(module, []))
+    }
+    assert not missing, f"tests import what tensorstream[test,docs] does not install: {missing}"
