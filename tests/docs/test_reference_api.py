@@ -166,3 +166,15 @@ def test_every_table_is_one_table(page: Path) -> None:
         assert re.match(r"\|\s*:?-{3,}", following), (
             f"{page.name}:{i + 1}: table rows without a header row (a line between rows?): "
             f"{line[:60]!r}")
+
+
+def test_every_fixture_of_the_plugin_is_on_the_testing_page() -> None:
+    import tensorstream.testing.plugin as plugin
+
+    text = (DOCS / "testing.md").read_text()
+    fixtures = [name for name, obj in vars(plugin).items() if not name.startswith("_") and (
+        type(obj).__name__ == "FixtureFunctionDefinition"  # pytest >= 8.4
+        or hasattr(obj, "_fixture_function_marker"))]
+    assert fixtures, "no fixture found in tensorstream.testing.plugin"
+    missing = [n for n in fixtures if f"`{n}`" not in text]
+    assert not missing, f"docs/testing.md does not name the plugin's fixtures {missing}"
