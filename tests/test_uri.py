@@ -177,3 +177,14 @@ def test_a_redis_cluster_path_of_digits_is_refused_with_spellings_that_keep_the_
     base = uri.split("?")[0].rsplit("/", 1)[0]
     again = parse_uri(f"{base}/{n}?db=0&cluster={cluster}")
     assert (again.key, again.query) == (n, {"db": "0", "cluster": cluster})
+
+
+def test_whitespace_at_the_ends_of_a_uri() -> None:
+    """An S3 key may end in whitespace and S3 decodes no %20: that is its only spelling.
+    Elsewhere (and before any URI) it is a stray, refused with how to name such a file."""
+    assert parse_uri("s3://b/k ").key == "k "
+    assert parse_uri("S3://b/dir/k\t").key == "dir/k\t"
+    for stray in (" s3://b/k", "s3://b ", "/tmp/x ", "redis://h/k ",
+                  "http://h/k ", "file:///tmp/x "):
+        with pytest.raises(errors.InvalidURIError, match="whitespace"):
+            parse_uri(stray)

@@ -196,6 +196,10 @@ def check_file_destination(parsed: ParsedURI) -> None:
                               "give the object's name")
 
 
+#: An S3 URI as far as its key: what follows is the key, whatever it ends with.
+_S3_KEY = re.compile(r"s3a?://[^/\s]+/", re.IGNORECASE)
+
+
 def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
     """Parse a storage URI or local path.
 
@@ -210,13 +214,15 @@ def parse_uri(uri: str | os.PathLike[str] | ParsedURI) -> ParsedURI:
         uri = os.fspath(uri)
     if not isinstance(uri, str):
         raise InvalidURIError(f"expected a URI string or path, got {type(uri).__name__}")
-    if uri and uri.strip() and uri.strip() != uri and "\x00" not in uri:
+    # An S3 key may end in whitespace, and S3 decodes no %20: that is its only spelling.
+    key_end = _S3_KEY.match(uri) is not None
+    if uri and uri.strip() and uri.strip() != uri and "\x00" not in uri and not key_end:
         # Refused (a pasted URI's stray space); a file whose name has one is said how to name.
         raise InvalidURIError(
             f"URI {_refused(uri)!r} starts or ends with whitespace; a local file whose name "
             "does is named by a file:///absolute/path URI with it percent-encoded (%20 for a "
             "space, %0A for a newline)")
-    if not uri or uri.strip() != uri or "\x00" in uri:
+    if not uri or (uri.strip() != uri and not key_end) or "\x00" in uri:
         raise InvalidURIError(f"empty or malformed URI {_refused(uri)!r}; expected {ACCEPTED_FORMS}")
     match = _SCHEME_RE.match(uri)
     if match is None:

@@ -144,3 +144,20 @@ def test_a_redis_key_named_like_a_chunk_is_copied_and_its_copy_not_deleted(
     assert "delete" not in r.stdout
     assert (out / "m:1").read_bytes() == b"a key of its own"
     assert (out / "m").read_bytes() == b"object"
+
+
+@pytest.mark.parametrize("end", [" ", "\t", "  "])
+def test_an_s3_key_ending_in_whitespace_can_be_named(
+        tmp_path: Path, moto_s3: Any, end: str) -> None:
+    """``cat 's3://b/p/k '``, ``cp``, ``rm``: refused as "starts or ends with whitespace"
+    with advice for local files, while S3 decodes no ``%20``: such a key, which ``cp -r``
+    lists and copies, could not be named at all (aws s3 cp takes it)."""
+    src = _prefix()
+    moto_s3.put(S3_BUCKET, f"{src}/k{end}", b"spaced")
+    moto_s3.put(S3_BUCKET, f"{src}/k", b"plain")  # the neighbour, never taken instead
+    uri = f"s3://{S3_BUCKET}/{src}/k{end}"
+    with ts_open(uri, **moto_s3.options()) as f:
+        assert f.read() == b"spaced"
+    r = copy(uri, str(tmp_path / "got"), **moto_s3.options())
+    assert r.ok, r.errors
+    assert (tmp_path / "got").read_bytes() == b"spaced"

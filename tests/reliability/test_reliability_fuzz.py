@@ -164,7 +164,7 @@ def test_an_s3_key_is_kept_verbatim_or_the_uri_refused(key: str) -> None:
     try:
         parsed = parse_uri(text)
     except errors.InvalidURIError:
-        assert "\x00" in key or text.strip() != text
+        assert "\x00" in key  # (a key ending in whitespace is kept: it has no other spelling)
         return
     assert parsed.key == key and parsed.bucket == "bucket"
     assert parse_uri(parsed.with_path(parsed.path)).key == key
