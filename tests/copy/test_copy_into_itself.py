@@ -115,3 +115,36 @@ def test_the_rules_decide_for_a_prefix_too(moto_s3: Any, rules: list[tuple[str, 
     else:
         assert not result.ok and "cannot copy a prefix into itself" in result.errors[0]
         assert not moto_s3.exists(S3_BUCKET, f"{top}/bk/a.bin")
+
+
+def test_a_source_whose_link_leads_into_the_destination_is_refused(tmp_path: Path) -> None:
+    """``src/cache -> ../out`` and ``cp -r src out``: the walk follows the link into DST,
+    so each run copied the last run's copies again (out/cache/cache/...): refused, unless
+    the link is left out (--exclude, --no-follow-symlinks)."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    _tree(src)
+    out.mkdir()
+    (out / "old.bin").write_bytes(b"o")
+    (src / "cache").symlink_to(out)
+    result = copy_tree(str(src), str(out))
+    assert not result.ok and len(result.errors) == 1, result.errors
+    assert "cache/old.bin is in" in result.errors[0] and "symbolic link" in result.errors[0]
+    assert "--no-follow-symlinks" in result.errors[0] and "--exclude 'cache/*'" in result.errors[0]
+    assert _files(out) == ["old.bin"]
+    for options in ({"include": Rules([("exclude", "cache/*")])}, {"follow_symlinks": False}):
+        result = copy_tree(str(src), str(out), **options)  # type: ignore[arg-type]
+        assert result.ok, result.errors
+    assert _files(out) == ["a.bin", "d/c.txt", "old.bin"]
+
+
+def test_a_link_to_elsewhere_and_a_copy_into_the_parent_are_copied(tmp_path: Path) -> None:
+    # The neighbours: a link out of SRC that does not lead into DST, and SRC inside DST.
+    src, out, other = tmp_path / "top" / "src", tmp_path / "out", tmp_path / "other"
+    _tree(src)
+    other.mkdir()
+    (other / "x.bin").write_bytes(b"x")
+    (src / "ext").symlink_to(other)
+    assert copy_tree(str(src), str(out)).ok
+    assert _files(out) == ["a.bin", "d/c.txt", "ext/x.bin"]
+    result = copy_tree(str(src), str(tmp_path / "top"))
+    assert result.ok, result.errors

@@ -25,7 +25,7 @@ from ..uri import ParsedURI
 from .select import Rules
 from .servers import Server, endpoint_server, same_server, server
 
-__all__ = ["connection", "feeds_itself", "inside", "same_store", "way_out"]
+__all__ = ["connection", "feeds_itself", "inside", "leads_into", "same_store", "way_out"]
 
 #: Schemes whose URI's host and port name the server (options only say how to reach it).
 _HOSTED = frozenset({"redis", "rediss", "http", "https"})
@@ -117,6 +117,27 @@ def feeds_itself(rules: Rules, rel: str, keys: Iterable[str]) -> str | None:
         if not rules.wants(key):
             continue
         if key.startswith(below) or rules.wants(below + key):
+            return key
+    return None
+
+
+def leads_into(dst: str, src: str, files: Iterable[tuple[str, str]]) -> str | None:
+    """The first key of ``files`` (``(key, path)`` under the local directory ``src``)
+    whose directory is inside ``dst`` by a symbolic link (``src/cache -> ../out``, ``cp -r
+    src out``), else ``None``: each run would copy the last run's copies again, a level
+    deeper. ``None`` where DST is SRC or above it (a directory into its parent)."""
+    if not os.path.isdir(dst):
+        return None
+    top, into = os.path.realpath(src), os.path.realpath(dst)
+    if os.path.commonpath([top, into]) == into:
+        return None
+    found: dict[str, bool] = {}  # a realpath per directory, not per file
+    for key, path in files:
+        where = os.path.dirname(path)
+        if where not in found:
+            real = os.path.realpath(where)
+            found[where] = real == into or real.startswith(into.rstrip(os.sep) + os.sep)
+        if found[where]:
             return key
     return None
 

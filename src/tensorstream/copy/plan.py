@@ -23,7 +23,7 @@ from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
 from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
 from .metadata import holds_fields
-from .places import connection, feeds_itself, inside, same_store, way_out
+from .places import connection, feeds_itself, inside, leads_into, same_store, way_out
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
 from .server_side import takes as takes_on_server
 from .sinks import temp_stem
@@ -136,6 +136,14 @@ class Planner:
                          else f"its copy {own}/{key} would be copied again")
                 self.error(redact_text(source), f"refused: cannot copy {what} into itself "
                            f"({where}: {redact_text(again)}); {way_out(own)}")
+                continue
+            if recursive and local and src_uri.scheme == "file" and (key := leads_into(
+                    dst_uri.path, src_uri.path,
+                    ((r, i.path) for r, i in pairs if self.rules.wants(r)))):
+                self.error(redact_text(source), "refused: cannot copy a directory into itself "
+                           f"({redact_text(key)} is in {dst_uri.path} by a symbolic link); "
+                           + way_out(posixpath.dirname(key)).replace(
+                               "outside SRC", "outside SRC, pass --no-follow-symlinks"))
                 continue
             one = not recursive and self._pattern(src_uri) is None
             for rel, info in pairs:
