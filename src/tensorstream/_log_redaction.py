@@ -96,9 +96,12 @@ def _stand_in(exc: BaseException) -> ExternalError:
         text = str(exc)
     except Exception:  # pragma: no cover - a broken __str__
         text = "<unprintable>"
+    # Masked whole, then cut: a cut made first could fall inside a secret, whose head then
+    # matched nothing and was shown.
+    text = _mask(text)
     if len(text) > _MAX_MESSAGE:
         text = text[:_MAX_MESSAGE] + "..."
-    out = ExternalError(kind, _mask(text))
+    out = ExternalError(kind, text)
     out.__traceback__ = exc.__traceback__
     return out
 

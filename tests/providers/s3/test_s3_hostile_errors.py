@@ -125,3 +125,30 @@ def test_an_sse_c_object_read_without_its_key_says_so_not_a_bare_400() -> None:
     with RawHTTPServer(respond) as server, pytest.raises(ConfigurationError,
                                                          match="Server Side Encryption"):
         tensorstream.open("s3://b/k.bin", **_options(server)).read()
+
+
+@pytest.mark.parametrize("pad", [0, 9, 18, 27])
+def test_a_long_echo_cut_for_the_chain_leaves_no_part_of_a_secret(pad: int) -> None:
+    """A third-party error in the chain is cut to 2,000 characters, and was cut before its
+    secrets were masked: a secret the cut fell inside no longer matched, and its first
+    characters were shown. Here aiohttp quotes the body a HEAD was answered with (a HEAD
+    has none), echoing the secret 80 times. It is masked first, then cut."""
+    message = "p" * pad + " ".join([SECRET] * 80)
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        body = f"<Error><Code>AccessDenied</Code><Message>{message}</Message></Error>".encode()
+        return (f"HTTP/1.1 403 Forbidden\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n").encode() + body
+
+    async def go() -> None:
+        with RawHTTPServer(respond) as server:
+            provider = tensorstream.get_provider("s3://b/", **_options(server))
+            try:
+                await provider.delete("b/k.bin")  # (aiobotocore: aiohttp reads the HEAD)
+            finally:
+                await provider.close()
+    with pytest.raises(TensorstreamError) as info:
+        asyncio.run(go())
+    shown = _shown(info.value)
+    assert "Data after" in shown  # aiohttp's complaint, quoting the body, is in the chain
+    assert SECRET[:3] not in shown
