@@ -332,7 +332,8 @@ def test_a_missing_test_extra_says_what_to_install(pytester, monkeypatch):
                                            "--tensorstream-redis=fake")
     result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines([
-        "*moto S3 server exited during start-up*pip install 'tensorstream[[]test]'*",
+        "*moto S3 server did not start: ModuleNotFoundError: No module named 'moto'*"
+        "pip install 'tensorstream[[]test]'*",
         "*fakeredis*pip install 'tensorstream[[]test]'*",
         "*needs trustme*pip install 'tensorstream[[]test]'*",
     ])

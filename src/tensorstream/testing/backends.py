@@ -37,6 +37,7 @@ from .faults import (
 from .http_proxy import HTTPFaultProxy
 from .leftovers import RedisKeys, s3_buckets
 from .session_redis import start_redis, start_secured_redis
+from .start_once import ServerStartError, StartOnce
 from .tcp_proxy import TCPFaultProxy
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "HTTPBackend",
     "RedisBackend",
     "S3Backend",
+    "ServerStartError",
     "UnsupportedFault",
 ]
 
@@ -403,6 +405,8 @@ class BackendServers:
         self._redis: tuple[str, str, int, TCPFaultProxy] | None = None
         self._redis_secured: dict[tuple[Any, ...], tuple[Any, TCPFaultProxy]] = {}
         self._closers: list[Callable[[], None]] = []
+        #: Starts each server (under the lock); a failure sticks for the session.
+        self._start = StartOnce()
 
     @property
     def _tmp_dir(self) -> str | None:
@@ -410,29 +414,38 @@ class BackendServers:
 
     def s3(self, *, auth: bool = True) -> S3Backend:
         """``auth=False``: a server that does not check signatures (any key works)."""
+        def start() -> tuple[Any, HTTPFaultProxy]:
+            from .s3_server import MotoS3Server
+
+            server = MotoS3Server(auth=auth, tmp_dir=self._tmp_dir).start()
+            self._closers.append(server.stop)
+            proxy = HTTPFaultProxy(server.endpoint_url).start()
+            self._closers.append(proxy.stop)
+            return server, proxy
+
         with self._lock:
             if auth not in self._s3:
-                from .s3_server import MotoS3Server
-
-                server = MotoS3Server(auth=auth, tmp_dir=self._tmp_dir).start()
-                self._closers.append(server.stop)
-                proxy = HTTPFaultProxy(server.endpoint_url).start()
-                self._closers.append(proxy.stop)
-                self._s3[auth] = (server, proxy)
+                name = "the moto S3 server" + ("" if auth else " without signature checks")
+                self._s3[auth] = self._start(("s3", auth), name, start)
         return S3Backend(*self._s3[auth])
 
     def http(self, *, tls: bool = False, token: str | bool | None = None) -> HTTPBackend:
         """``token=True``: require a bearer token made up once per session."""
         key = (bool(tls), token or None)
+
+        def start() -> Any:
+            from .http_server import HTTPTestServer
+
+            tok = "tstok-" + secrets.token_hex(8) if token is True else (token or None)
+            server = HTTPTestServer(tls=tls, token=tok, tmp_dir=self._tmp_dir).start()
+            self._closers.append(server.stop)
+            return server
+
         with self._lock:
             server = self._http.get(key)
             if server is None:
-                from .http_server import HTTPTestServer
-
-                tok = "tstok-" + secrets.token_hex(8) if token is True else (token or None)
-                server = HTTPTestServer(tls=tls, token=tok, tmp_dir=self._tmp_dir).start()
-                self._closers.append(server.stop)
-                self._http[key] = server
+                name = "the HTTP test server" + (" with TLS" if tls else "")
+                server = self._http[key] = self._start(("http", *key), name, start)
         return HTTPBackend(server)
 
     def redis(self, *, password: str | bool | None = None, acl_user: Any = None,
@@ -444,14 +457,20 @@ class BackendServers:
         if password is None and acl_user is None and not tls:
             with self._lock:
                 if self._redis is None:
-                    self._redis = start_redis(self.redis_mode, self._tmp_dir, self._closers)
+                    self._redis = self._start(("redis",), "the session's Redis", lambda:
+                                              start_redis(self.redis_mode, self._tmp_dir,
+                                                          self._closers))
             kind, host, port, proxy = self._redis
             return RedisBackend(kind, host, port, proxy)
         key = (password, acl_user if not isinstance(acl_user, list) else tuple(acl_user), bool(tls))
         with self._lock:
             if key not in self._redis_secured:
-                self._redis_secured[key] = start_secured_redis(password, acl_user, tls,
-                                                               self._tmp_dir, self._closers)
+                self._redis_secured[key] = self._start(
+                    ("redis", *key), "the redis-server with " + ", ".join(
+                        n for n, v in (("a password", password), ("an ACL user", acl_user),
+                                       ("TLS", tls)) if v),
+                    lambda: start_secured_redis(password, acl_user, tls, self._tmp_dir,
+                                                self._closers))
         server, proxy = self._redis_secured[key]
         user, user_pw = next(iter(server.acl_users.items()), (None, None))
         client_kwargs: dict[str, Any] = {"password": server.password}
@@ -471,6 +490,7 @@ class BackendServers:
             self._s3.clear()
             self._http.clear()
             self._redis_secured.clear()
+            self._start.forget()
         for close in reversed(closers):
             try:
                 close()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -276,8 +276,9 @@ def tensorstream_s3(
     """
     kwargs = _settings(request, S3_MARK)
     env = bool(kwargs.pop("env", False))
+    backend = _started(lambda: tensorstream_servers.s3(**kwargs))
     _isolate(monkeypatch, _tensorstream_home)
-    yield from _closing(tensorstream_servers.s3(**kwargs), monkeypatch, env)
+    yield from _closing(backend, monkeypatch, env)
 
 
 @pytest.fixture
@@ -292,8 +293,9 @@ def tensorstream_http(
     """
     kwargs = _settings(request, HTTP_MARK)
     env = bool(kwargs.pop("env", False))
+    backend = _started(lambda: tensorstream_servers.http(**kwargs))
     _isolate(monkeypatch, _tensorstream_home)
-    yield from _closing(tensorstream_servers.http(**kwargs), monkeypatch, env)
+    yield from _closing(backend, monkeypatch, env)
 
 
 @pytest.fixture
@@ -322,17 +324,7 @@ def tensorstream_redis(
                         pytrace=False)
     require_real = (request.node.get_closest_marker(REAL_REDIS_MARK) is not None
                     or request.config.getoption("--tensorstream-require-real-redis"))
-    from .redis_server import RedisUnavailable
-
-    try:
-        backend = tensorstream_servers.redis(**kwargs)
-    except RedisUnavailable:
-        # --tensorstream-redis=real without redis-server: say so and how to fix it,
-        # without a traceback through the plugin's internals.
-        pytest.fail("--tensorstream-redis=real (or --tensorstream-require-real-redis) needs "
-                    "Debian's redis-server and redis-cli on PATH, which has neither: "
-                    "apt-get install redis-server, or drop the option to use fakeredis",
-                    pytrace=False)
+    backend = _started(lambda: tensorstream_servers.redis(**kwargs))
     if require_real and backend.kind != "redis-server":
         backend.close()
         # Which of the two, and what to do about it: the message named both, and no fix.
@@ -343,6 +335,27 @@ def tensorstream_redis(
                     f"but {why}", pytrace=False)
     _isolate(monkeypatch, _tensorstream_home)
     yield from _closing(backend, monkeypatch, env)
+
+
+def _started(backend: Callable[[], Any]) -> Any:
+    """``backend()``, or this test's one-line error when its server did not start
+    (now or earlier in the session: the failure sticks, see ``start_once``)."""
+    from .redis_server import RedisUnavailable
+    from .start_once import ServerStartError
+
+    try:
+        return backend()
+    except ServerStartError as exc:
+        failed = exc
+    # (Out of the except block: pytest would show the chain of causes, tracebacks and all.)
+    if isinstance(failed.cause, RedisUnavailable):
+        # --tensorstream-redis=real without redis-server: say so and how to fix it.
+        pytest.fail("--tensorstream-redis=real (or --tensorstream-require-real-redis) "
+                    "needs Debian's redis-server and redis-cli on PATH, which has "
+                    "neither: apt-get install redis-server, or drop the option to use "
+                    "fakeredis", pytrace=False)
+    # The cause in one line, without a traceback through the plugin's internals.
+    pytest.fail(str(failed), pytrace=False)
 
 
 @pytest.fixture(params=["s3", "http", "redis"])

@@ -37,8 +37,8 @@ __all__ = ["MotoS3Server", "isolated_s3_env"]
 
 _START_TIMEOUT = 60.0
 #: What a failed start adds: the usual cause is moto's server extra not installed.
-_INSTALL_HINT = ("its stderr, above, says why; a missing module means tensorstream's test "
-                 "extra is not installed: pip install 'tensorstream[test]' (moto[server])")
+_INSTALL_HINT = ("a missing module means tensorstream's test extra is not installed: "
+                 "pip install 'tensorstream[test]' (moto[server])")
 
 
 class MotoS3Server:
@@ -110,14 +110,19 @@ class MotoS3Server:
         while not line.endswith(b"\n"):
             left = deadline - time.monotonic()
             if left <= 0 or self._proc.poll() is not None:
-                raise RuntimeError(f"moto S3 server did not start ({_INSTALL_HINT})")
+                raise RuntimeError(f"moto S3 server did not start (its stderr, above, says "
+                                   f"why; {_INSTALL_HINT})")
             ready, _, _ = select.select([self._proc.stdout], [], [], left)
             if ready:
                 chunk = os.read(self._proc.stdout.fileno(), 4096)
                 if not chunk:
-                    raise RuntimeError(f"moto S3 server exited during start-up ({_INSTALL_HINT})")
+                    raise RuntimeError(f"moto S3 server exited during start-up (its stderr, "
+                                       f"above, says why; {_INSTALL_HINT})")
                 line += chunk
-        return dict(json.loads(line))
+        info = dict(json.loads(line))
+        if "error" in info:  # what the child failed on, so the error names it
+            raise RuntimeError(f"moto S3 server did not start: {info['error']} ({_INSTALL_HINT})")
+        return info
 
     def stop(self) -> None:
         """Stop the server and remove its temporary files. Idempotent."""
@@ -334,7 +339,14 @@ def _main() -> None:  # pragma: no cover - child
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    _serve(sys.argv[1:])
+    try:
+        _serve(sys.argv[1:])
+    except Exception as exc:
+        # On the ready line's place: the parent's error then names the cause (a missing
+        # module, a port) for every test, not only in the first one's captured stderr.
+        sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+        sys.stdout.flush()
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover
