@@ -74,6 +74,10 @@ def escape(text: str) -> str:
 _LONGEST_WORD = 300
 
 
+#: A word of an escaped line: all but its spaces (the only whitespace escape leaves).
+_WORD = re.compile(r"[^ ]+")
+
+
 def _clipped(word: str) -> str:
     if len(word) <= _LONGEST_WORD:
         return word
@@ -85,7 +89,9 @@ def error_line(text: str) -> str:
     """An error or warning for the terminal: secrets redacted, unprintable characters
     escaped, on one line, each overlong word (a URL, a key) clipped in the middle.
     ``--json`` output keeps the whole text."""
-    return " ".join(_clipped(w) for w in escape(cli_terms(redact_text(text))).split())
+    # (escaped, it holds no line break; its spaces are kept as they are: a key's run of
+    # spaces joined as one named another key)
+    return _WORD.sub(lambda m: _clipped(m.group()), escape(cli_terms(redact_text(text))))
 
 
 def human_size(n: float) -> str:
