@@ -126,8 +126,7 @@ def test_what_the_tests_import_is_in_the_extras_tox_installs() -> None:
             imported.setdefault(top, str(path.relative_to(ROOT)))
     installed = _closure(("test", "docs"))
     dists = packages_distributions()
-    optional = {"tomli",  # pytest's own dependency below Python 3.11
-                "xdist"}  # a test that tensorstream's plugin works under pytest-xdist, if used
+    optional = {"tomli"}  # pytest's own dependency below Python 3.11
     missing = {
         module: where for module, where in sorted(imported.items())
         if module not in optional and module not in local

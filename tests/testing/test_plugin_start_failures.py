@@ -123,3 +123,31 @@ def test_each_configuration_fails_or_starts_on_its_own(pytester, monkeypatch):
     result.assert_outcomes(errors=3)
     with open(tries) as f:
         assert f.read().split() == ["moto", "moto"]
+
+
+def test_under_xdist_each_worker_tries_once_and_says_so_once_per_test(pytester, monkeypatch):
+    # Each pytest-xdist worker is a session of its own: its own try, its own sticky
+    # failure; each test's error still comes once, naming the cause.
+    tries = _broken_servers(pytester, monkeypatch)
+    pytester.makepyfile(test_broken="""
+        import pytest
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_s3(tensorstream_s3, i):
+            pass
+
+        def test_http(tensorstream_http):
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
+                                           "-n", "2")
+    result.assert_outcomes(passed=1, errors=6)
+    with open(tries) as f:
+        started = f.read().split().count("moto")
+    assert 1 <= started <= 2  # at most once per worker
+    output = "\n".join(result.outlines)
+    first = sum(line.startswith("moto S3 server did not start: ModuleNotFoundError")
+                for line in result.outlines)
+    again = sum(line.startswith("the moto S3 server failed to start earlier in this session")
+                for line in result.outlines)
+    assert (first, again) == (started, 6 - started), output
