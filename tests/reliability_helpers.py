@@ -111,6 +111,50 @@ def wait_or_kill(pid: int, seconds: float) -> bool:
 WAIT_OR_KILL = inspect.getsource(wait_or_kill)
 
 
+def fork_while_held(locks: list[object], child: object, seconds: float = 20) -> dict[str, object]:
+    """Fork while another thread of the program holds every lock in ``locks`` (as a
+    load or copy in the background does when ``multiprocessing``, a DataLoader or
+    vLLM forks): ``child()``'s dict, run in the forked child, or ``{"error": ...}``
+    where it raised, ``{"hung": True}`` where it did not answer in ``seconds``
+    (killed then). For scripts run by :func:`run_python`: take it as
+    :data:`FORK_WHILE_HELD` (its annotations are builtins: they run there too)."""
+    import json
+    import os
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread of the program, inside tensorstream at the fork
+        for lock in locks:
+            lock.acquire()  # type: ignore[attr-defined]
+        held.set()
+        release.wait()
+        for lock in reversed(locks):
+            lock.release()  # type: ignore[attr-defined]
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            out = child()  # type: ignore[operator]
+        except BaseException as exc:
+            out = {"error": repr(exc)}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    wait_or_kill(pid, seconds)
+    release.set()
+    answer = os.read(r, 1 << 16)
+    os.close(r)
+    return dict(json.loads(answer or b'{"hung": true}'))
+
+
+#: :func:`fork_while_held`'s source and :data:`WAIT_OR_KILL`, for a script's head.
+FORK_WHILE_HELD = WAIT_OR_KILL + "\n\n" + inspect.getsource(fork_while_held)
+
+
 def run_python(code: str, *, timeout: float = 60, env: dict[str, str] | None = None,
                args: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (bounded by ``timeout``)."""

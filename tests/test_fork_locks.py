@@ -17,10 +17,10 @@ import json
 
 import pytest
 
-from reliability_helpers import WAIT_OR_KILL, run_python
+from reliability_helpers import FORK_WHILE_HELD, run_python
 
-_HOLD_AND_FORK = WAIT_OR_KILL + r"""
-import importlib, json, os, pkgutil, sys, threading
+_HOLD_AND_FORK = FORK_WHILE_HELD + r"""
+import importlib, json, pkgutil, threading
 import tensorstream
 KINDS = (type(threading.Lock()), type(threading.RLock()), threading.Condition,
          threading.Semaphore)
@@ -40,17 +40,7 @@ for info in pkgutil.walk_packages(tensorstream.__path__, "tensorstream."):
                 if isinstance(inner, KINDS):
                     held_at_fork[f"{info.name}.{name}.{attr}"] = (
                         lambda m=module, n=name, a=attr: getattr(getattr(m, n), a), inner)
-held, release = threading.Event(), threading.Event()
-def hold():  # another thread of the program, inside tensorstream at the fork
-    for lock in {id(lock): lock for _, lock in held_at_fork.values()}.values():
-        lock.acquire()
-    held.set()
-    release.wait()
-threading.Thread(target=hold, daemon=True).start()
-held.wait()
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
+def child():
     stuck = []
     for full, (now, _) in sorted(held_at_fork.items()):
         lock = now()
@@ -58,12 +48,9 @@ if pid == 0:
             lock.release()
         else:
             stuck.append(full)
-    os.write(w, json.dumps({"found": len(held_at_fork), "stuck": stuck}).encode())
-    os._exit(0)
-os.close(w)
-wait_or_kill(pid, 20)
-release.set()
-print(os.read(r, 1 << 16).decode() or '{"hung": true}')
+    return {"found": len(held_at_fork), "stuck": stuck}
+unique = {id(lock): lock for _, lock in held_at_fork.values()}
+print(json.dumps(fork_while_held(list(unique.values()), child)))
 """
 
 
@@ -75,7 +62,7 @@ def test_every_module_lock_is_new_in_a_child_forked_while_another_thread_held_it
     assert out["stuck"] == [], out
 
 
-_CALL_IN_CHILD = WAIT_OR_KILL + r"""
+_CALL_IN_CHILD = FORK_WHILE_HELD + r"""
 import json, os, sys, threading
 which = sys.argv[1]
 if which == "s3 session":     # the S3 provider's botocore data loader
@@ -114,27 +101,10 @@ elif which == "directory sync":  # a durable copy's fsync of the directory it re
     module.directory_sync._dirs[(st.st_dev, st.st_ino)] = [1, 0, 1]
     def call():
         module.directory_sync.sync(fd)
-held, release = threading.Event(), threading.Event()
-def hold():
-    with lock:
-        held.set()
-        release.wait()
-threading.Thread(target=hold, daemon=True).start()
-held.wait()
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    try:
-        call()
-        out = {"ok": True}
-    except BaseException as exc:
-        out = {"error": repr(exc)}
-    os.write(w, json.dumps(out).encode())
-    os._exit(0)
-os.close(w)
-wait_or_kill(pid, 20)
-release.set()
-print(os.read(r, 1 << 16).decode() or '{"hung": true}')
+def child():
+    call()
+    return {"ok": True}
+print(json.dumps(fork_while_held([lock], child)))
 """
 
 

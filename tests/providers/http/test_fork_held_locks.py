@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from fixtures_s3 import S3_BUCKET
-from reliability_helpers import WAIT_OR_KILL, run_python
+from reliability_helpers import FORK_WHILE_HELD, run_python
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.redis_server import RedisServer
 from tensorstream.testing.s3_server import MotoS3Server
 
-_CODE = WAIT_OR_KILL + r"""
+_CODE = FORK_WHILE_HELD + r"""
 import json, os, sys, threading
 import tensorstream
 from tensorstream import _loop
@@ -38,34 +38,17 @@ locks = {
     "threads": lambda: threads._executor_lock,               # async callers' threads
     "loop": lambda: _loop._lock,                             # the I/O loop's start
 }
-lock = locks[which]()
-held, release = threading.Event(), threading.Event()
-def hold():  # another thread of the program, inside tensorstream at the fork
-    with lock:
-        held.set()
-        release.wait()
-threading.Thread(target=hold, daemon=True).start()
-held.wait()
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
+def child():
     out = {}
-    try:
-        f.seek(0)
-        out["inherited"] = f.read() == data
-        with tensorstream.open(url, **opts) as g:
-            out["fresh"] = g.read() == data
-        import asyncio
-        read = tensorstream.read_range(url, 0, 1000, **opts)
-        out["async"] = asyncio.run(read) == data[:1000]
-    except BaseException as exc:
-        out["error"] = repr(exc)
-    os.write(w, json.dumps(out).encode())
-    os._exit(0)
-os.close(w)
-wait_or_kill(pid, 20)
-release.set()
-print(json.dumps(json.loads(os.read(r, 1 << 16) or b'{"hung": true}')))
+    f.seek(0)
+    out["inherited"] = f.read() == data
+    with tensorstream.open(url, **opts) as g:
+        out["fresh"] = g.read() == data
+    import asyncio
+    read = tensorstream.read_range(url, 0, 1000, **opts)
+    out["async"] = asyncio.run(read) == data[:1000]
+    return out
+print(json.dumps(fork_while_held([locks[which]()], child)))
 """
 
 
