@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fixtures_s3 import S3_BUCKET
+from tensorstream import errors
 from tensorstream import open as ts_open
 from tensorstream.copy.engine import copy
 
@@ -161,3 +162,25 @@ def test_an_s3_key_ending_in_whitespace_can_be_named(
     r = copy(uri, str(tmp_path / "got"), **moto_s3.options())
     assert r.ok, r.errors
     assert (tmp_path / "got").read_bytes() == b"spaced"
+
+
+def test_a_key_named_like_a_chunk_is_refused_into_redis_by_name(
+        moto_s3: Any, redis_server: Any) -> None:
+    """S3 -> Redis of ``m`` and ``m:0123456789abcdef:0``: the second was written, then
+    left out of every listing as a stale chunk of ``m`` (so S3 -> Redis -> S3 lost it
+    without a word). It is refused by name; ``m`` and ``m:1`` are copied."""
+    src, dst = _prefix(), _prefix()
+    chunky = "m:0123456789abcdef:0"
+    for name in ("m", "m:1", chunky):
+        moto_s3.put(S3_BUCKET, f"{src}/{name}", name.encode())
+    r = copy(f"s3://{S3_BUCKET}/{src}/", redis_server.url(f"{dst}/"), recursive=True,
+             **moto_s3.options())
+    assert not r.ok and len(r.errors) == 1 and chunky in r.errors[0], r.errors
+    assert "named like a chunk" in r.errors[0]
+    with redis_server.client() as c:
+        assert not c.exists(f"{dst}/{chunky}")
+    for name in ("m", "m:1"):
+        with ts_open(redis_server.url(f"{dst}/{name}")) as f:
+            assert f.read() == name.encode()
+    with pytest.raises(errors.InvalidURIError, match="named like a chunk"):
+        ts_open(redis_server.url(f"{dst}/x:{'ab' * 8}:7"), "wb")

@@ -31,6 +31,7 @@ __all__ = [
     "escape_glob",
     "is_staged_chunk",
     "manifest_fields",
+    "named_like_chunk",
     "parse_manifest",
     "replaced_chunk_keys",
     "tensorizer_layout",
@@ -45,6 +46,7 @@ _MTIME_START, _MTIME_END = -62135596800.0, 253402300800.0
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 _CHUNK_SUFFIX = re.compile(rb":(\d+)\Z")  # (\Z: "$" also matches before a final line break)
 _GENERATION_CHUNK = re.compile(rb"[0-9a-f]{16}:\d+")
+_NAMED_LIKE_CHUNK = re.compile(rb".:[0-9a-f]{16}:\d+\Z")
 
 
 def escape_glob(text: str) -> str:
@@ -68,6 +70,13 @@ def is_staged_chunk(path: str, key: bytes) -> bool:
     writer stages: ``path:<generation: 16 hex digits>:<offset>``."""
     prefix = path.encode("utf-8", "surrogateescape") + b":"
     return key.startswith(prefix) and _GENERATION_CHUNK.fullmatch(key[len(prefix):]) is not None
+
+
+def named_like_chunk(path: str) -> bool:
+    """Whether ``path`` is named as a chunk of the object before its last two ``:`` is
+    (``K:<16 hex digits>:<offset>``): beside that object a listing takes it for a stale
+    chunk and leaves it out, so no object is written under such a name."""
+    return _NAMED_LIKE_CHUNK.search(_key(path)) is not None
 
 
 def chunk_offset(key: bytes) -> int | None:

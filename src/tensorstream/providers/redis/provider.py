@@ -28,6 +28,7 @@ from ...errors import (
     IncompleteReadError,
     InsecureTLSWarning,
     InvalidRangeError,
+    InvalidURIError,
     NotFoundError,
     ObjectChangedError,
     TensorstreamError,
@@ -47,7 +48,7 @@ from ..base import (
 from .blocking import Batch, batches, calls, place
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .connection import BATCHES_IN_FLIGHT, RedisConnection
-from .layout import Layout
+from .layout import Layout, named_like_chunk
 from .lister import Damaged, list_objects
 from .lookup import key_bytes, look_up, scan_tensorizer
 from .writer import DELETE_IF_GENERATION, RedisWriter
@@ -268,6 +269,11 @@ class RedisProvider(RedisConnection, Provider):
                    if isinstance(layout, Damaged) else _info(layout))
 
     def open_writer(self, path: str, **kwargs: Any) -> Writer:
+        if named_like_chunk(path):
+            raise InvalidURIError(
+                f"Redis key {path!r} is named like a chunk of the object "
+                f"{path.rsplit(':', 2)[0]!r} (K:<16 hex digits>:<offset>), which listings "
+                "leave out beside that object: give it another name")
         return RedisWriter(self, path, chunk_size=self.chunk_size)
 
     async def delete(self, path: str) -> None:
