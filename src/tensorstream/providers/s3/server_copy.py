@@ -51,6 +51,7 @@ from ...errors import (
 )
 from ..base import ObjectInfo
 from .errors import WrongRegionError
+from .etags import KMS_ENCRYPTION, etag_md5
 from .metadata import carried_from_head, checked_carried
 from .server_copy_calls import (
     IN_PARTS,
@@ -64,7 +65,6 @@ from .server_copy_calls import (
     split,
 )
 from .server_copy_parts import copy_parts
-from .writer import KMS_ENCRYPTION, _etag_md5
 
 __all__ = ["COPY_CUTOFF", "Copied", "ServerCopyUnsupported", "same_credentials", "server_copy"]
 
@@ -132,7 +132,7 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
             f"the source is archived (storage class {archived}) and not restored: S3 copies "
             "it only once restored (aws s3api restore-object), then copy it again")
     # The ETag as an MD5 (of the bytes, or of the parts' MD5s, -N); under SSE-KMS it is not.
-    md5 = _etag_md5(etag) if head.get("ServerSideEncryption") not in KMS_ENCRYPTION else None
+    md5 = etag_md5(etag) if head.get("ServerSideEncryption") not in KMS_ENCRYPTION else None
     way = ONE_PIECE if size <= cutoff and (md5 is None or md5[1] is None) else IN_PARTS
     if way in lacks:
         raise ServerCopyUnsupported(f"the server does not support {way} (NotImplemented)",
@@ -191,9 +191,9 @@ async def _copy_object(call: Calls, src_path: str, dst_path: str, etag: str,
     except PermissionDeniedError as exc:
         raise refused_writing(exc, kms_source=kms_source) from exc
     got = (resp.get("CopyObjectResult") or {}).get("ETag")
-    if md5 is None or resp.get("ServerSideEncryption") in KMS_ENCRYPTION or _etag_md5(got) is None:
+    if md5 is None or resp.get("ServerSideEncryption") in KMS_ENCRYPTION or etag_md5(got) is None:
         return Copied(None)  # the destination's own encryption: its ETag is no MD5
-    if _etag_md5(got) != (md5, None):
+    if etag_md5(got) != (md5, None):
         then = await remove(call, dst_path)
         raise ObjectChangedError(
             f"the copy's ETag {got} is not the source's {etag}: the source changed while it "

@@ -26,6 +26,7 @@ from ...errors import (
 )
 from ...uri import redact_text
 from ..base import ObjectInfo
+from .etags import KMS_ENCRYPTION, etag_md5
 from .lost_upload import abort_lost_upload
 from .part_tasks import SETTLE, run_all, settled
 from .parts import MAX_PARTS, known_size_part
@@ -38,7 +39,6 @@ from .server_copy_calls import (
     remove,
     split,
 )
-from .writer import KMS_ENCRYPTION, _etag_md5
 
 __all__ = ["copy_parts"]
 
@@ -122,10 +122,10 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
             raise refused_writing(exc, kms_source=kms_source) from exc
         parts = [{"PartNumber": n, "ETag": etags[n]} for n in range(1, len(layout) + 1)]
         compared = (not own and md5 is not None and not encrypted[0]
-                    and all(_etag_md5(p["ETag"]) for p in parts))
+                    and all(etag_md5(p["ETag"]) for p in parts))
         if compared:
             assert md5 is not None
-            made = hashlib.md5(b"".join(bytes.fromhex(_etag_md5(p["ETag"])[0])  # type: ignore[index]
+            made = hashlib.md5(b"".join(bytes.fromhex(etag_md5(p["ETag"])[0])  # type: ignore[index]
                                         for p in parts)).hexdigest()
             if (made, len(parts)) != md5:
                 raise ObjectChangedError(
@@ -145,7 +145,7 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
     except BaseException:
         await asyncio.shield(_abort(call, dst_path, upload_id))
         raise
-    if compared and _etag_md5(done.get("ETag")) not in (None, md5):
+    if compared and etag_md5(done.get("ETag")) not in (None, md5):
         then = await remove(call, dst_path)
         raise IntegrityError(f"the copy's ETag {done.get('ETag')} is not the source's {etag}; "
                              f"{then}")
@@ -177,7 +177,7 @@ async def _published_anyway(call: Calls, dst_path: str,
     except TensorstreamError:
         head = {}
     tag = str(head.get("ETag") or "").strip('"')
-    if (_etag_md5(tag) == md5) if md5 is not None else (
+    if (etag_md5(tag) == md5) if md5 is not None else (
             tag.endswith(f"-{parts}") and int(head.get("ContentLength", -1)) == size):
         log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
                  "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))

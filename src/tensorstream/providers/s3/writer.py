@@ -24,17 +24,16 @@ Abort is final. The request that publishes (``PutObject``,
 request it received even when the client hangs up -- but runs to its answer
 as a task, which :meth:`S3Writer.abort` waits for: if it published, the abort
 removes the object again; a commit stopped meanwhile never reports success.
+The publish, its checks and its undoing are in :mod:`.publish`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import io
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -48,7 +47,7 @@ from ...errors import (
     TensorstreamError,
     UnsupportedOperationError,
 )
-from ..base import Writer
+from .etags import KMS_ENCRYPTION
 from .lost_upload import abort_lost_upload
 from .part_tasks import drain
 from .parts import (
@@ -60,17 +59,15 @@ from .parts import (
     known_size_part,
     streaming_part_size,
 )
+from .publish import Publishing
 
 __all__ = ["KMS_ENCRYPTION", "MIN_PART_SIZE", "S3Writer"]
 
 log = logging.getLogger("tensorstream.s3")
 
-
-
 #: The abort's own retries (3 attempts, short waits: it runs while a failed
 #: copy is being cleaned up).
 _ABORT_RETRY = RetryConfig(attempts=3, backoff_initial=0.05, backoff_max=1.0)
-_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})(?:-(\d+))?"?$')
 
 
 class _ViewFile(io.RawIOBase):
@@ -103,20 +100,7 @@ class _ViewFile(io.RawIOBase):
         return self._pos
 
 
-#: Server-side encryption (``x-amz-server-side-encryption``) under which S3's ETag
-#: is not the MD5 of the bytes.
-KMS_ENCRYPTION = frozenset({"aws:kms", "aws:kms:dsse"})
-
-
-def _etag_md5(etag: object) -> tuple[str, int | None] | None:
-    """``(md5 hex, part count or None)`` of an ETag that has the MD5 shape."""
-    m = _MD5_ETAG.match(str(etag or ""))
-    if m is None:
-        return None
-    return m.group(1).lower(), int(m.group(2)) if m.group(2) else None
-
-
-class S3Writer(Writer):
+class S3Writer(Publishing):
     """Writer for one S3 object. ``call(op, **kwargs)`` runs a client operation
     and raises tensorstream errors (the provider maps them)."""
 
@@ -186,10 +170,6 @@ class S3Writer(Writer):
         never so many that fewer than a quarter of the slots' parts go at once."""
         quarter = max(1, self._max_in_flight // 4)
         return max(1, min(size // self._part_size, self._max_in_flight // quarter))
-
-    def _check_open(self) -> None:
-        if self._state != "open":
-            raise ValueError(f"write to an S3 writer that is {self._state}")
 
     # -- Writer ---------------------------------------------------------------
     async def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -306,86 +286,6 @@ class S3Writer(Writer):
             await self.abort()
             raise
 
-    async def _put(self, body: bytes, md5: bytes | None = None) -> dict[str, Any]:
-        """The one ``PutObject`` of a small object (with its ``Content-MD5`` where
-        the caller has it); an answer lost after S3 applied it, as for
-        :meth:`_complete` (the object's ETag is then the MD5 of ``body``)."""
-        kwargs: dict[str, Any] = (
-            {"ContentMD5": base64.b64encode(md5).decode()} if md5 is not None else {})
-        kwargs.update(self._metadata)
-        try:
-            return await self._publish("put_object", Bucket=self._bucket, Key=self._key,
-                                       Body=body, **kwargs)
-        except TensorstreamError as exc:
-            want = (md5 if md5 is not None else hashlib.md5(body).digest()).hex()
-            return await self._published_anyway(exc, "PutObject", want, None)
-
-    async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """``CompleteMultipartUpload``. S3 applies a request it received even when
-        its answer is lost (a timeout, a dropped connection, a 5xx from a proxy
-        in front): on an error, the object is looked at once. If its ETag is the
-        one these parts make (the MD5 of their MD5s, ``-N``), the upload was
-        completed and the write succeeded; reporting a failure then (as before)
-        told the caller nothing was published while the previous version had
-        been replaced. Otherwise the error stands and the upload is aborted."""
-        try:
-            return await self._publish(
-                "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
-                UploadId=self._upload_id, MultipartUpload={"Parts": parts},
-            )
-        except TensorstreamError as exc:
-            digests = [_etag_md5(part["ETag"]) for part in parts]
-            if any(d is None or d[1] is not None for d in digests):
-                raise  # a part's ETag that is no MD5 (SSE-KMS): the object cannot tell
-            want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
-            return await self._published_anyway(exc, "CompleteMultipartUpload", want, len(parts))
-
-    async def _published_anyway(self, exc: TensorstreamError, op: str, want: str,
-                                count: int | None) -> dict[str, Any]:
-        """``op`` failed with ``exc``: the object's ETag as its answer if it is
-        the one this write makes (``want``, ``-count``), else ``exc`` raised."""
-        if self._state != "open":
-            raise exc
-        try:
-            etag = (await self._call("head_object", Bucket=self._bucket, Key=self._key)).get("ETag")
-        except TensorstreamError:
-            etag = None  # (the write's own error is the one to report)
-        if etag is None or _etag_md5(etag) != (want, count):
-            raise exc
-        log.info("%s of %s/%s failed (%s), but the object holds this write (ETag %s): it "
-                 "was applied", op, self._bucket, self._key, type(exc).__name__, etag)
-        return {"ETag": str(etag)}
-
-    async def _check_published(self, resp: dict[str, Any], want: str, count: int | None) -> None:
-        """The object's ETag once published. S3 itself refuses bytes that do not
-        match their Content-MD5, so a mismatch here means a service that does
-        not check it: the object is removed again."""
-        try:
-            self._check_etag(resp, want, count, "object", then="it was removed")
-        except IntegrityError:
-            self._state = "committed"  # nothing left to abort: it is published
-            with contextlib.suppress(Exception):
-                await self._call("delete_object", Bucket=self._bucket, Key=self._key)
-            raise
-
-    def _check_etag(self, resp: dict[str, Any], want: str, count: int | None, what: str, *,
-                    then: str = "nothing was published") -> None:
-        """Compare the ETag S3 answered with the MD5 we took of the source's bytes,
-        where it is one. Under SSE-KMS and SSE-C it is not, though it has the shape
-        (32 hex digits): the answer says so (``x-amz-server-side-encryption:
-        aws:kms``, a customer key's algorithm), and Content-MD5, which S3 checks
-        itself, is then what vouches for the bytes."""
-        if resp.get("ServerSideEncryption") in KMS_ENCRYPTION or resp.get("SSECustomerAlgorithm"):
-            self._etags_are_md5 = False  # (a CompleteMultipartUpload's answer names no SSE-C)
-        if not self._etags_are_md5:
-            return
-        etag = resp.get("ETag")
-        got = _etag_md5(etag)
-        if got is not None and (got[0] != want or got[1] != count):
-            raise IntegrityError(
-                f"verification failed: S3 answered ETag {etag} for the {what}, the bytes "
-                f"sent have MD5 {want}{f'-{count}' if count else ''}; {then}")
-
     async def _ensure_upload(self) -> None:
         if self._create is None:
             kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
@@ -458,33 +358,6 @@ class S3Writer(Writer):
     def _malformed(self, what: str) -> ProtocolError:
         return ProtocolError(f"S3 answered {what}", service="s3",
                              path=f"{self._bucket}/{self._key}")
-
-    async def _publish(self, op: str, **kwargs: Any) -> dict[str, Any]:
-        """Send the request that makes the object appear, as a task that runs to
-        its answer whoever stops waiting (S3 finishes a request it received;
-        :meth:`abort` waits for it and removes what it published)."""
-        self._check_open()
-        job = self._publish_job = asyncio.ensure_future(self._call(op, **kwargs))
-        job.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
-        resp = await asyncio.shield(job)
-        self._check_open()  # aborted while the answer was on its way: abort removes it
-        return resp
-
-    async def _unpublish(self) -> bool:
-        """Wait for a publishing request in flight; True if it published, and then
-        the object is removed again (the abort came first for the caller)."""
-        job = self._publish_job
-        if job is None:
-            return False
-        await asyncio.gather(job, return_exceptions=True)
-        if job.cancelled() or job.exception() is not None:
-            return False
-        try:
-            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
-        except TensorstreamError as exc:
-            log.warning("could not remove %s/%s, published while its writer was aborted: %s",
-                        self._bucket, self._key, exc)
-        return True
 
     def _part_entry(self, number: int, resp: dict[str, Any]) -> dict[str, Any]:
         """The part as complete_multipart_upload lists it (with its CRC32 when sent)."""
@@ -590,25 +463,3 @@ class S3Writer(Writer):
                 await self._call("abort_multipart_upload", **ids)
         except TensorstreamError:
             pass  # gone (NoSuchUpload), or left to a lifecycle rule as before
-
-    async def _unpublish_completed(self) -> None:
-        """The upload is gone: if its complete was sent and the object holds it
-        (its ETag is the one the parts make), it was published while this write
-        failed, and is removed again (as a publish that raced an abort is)."""
-        parts = [self._parts[n] for n in sorted(self._parts)]
-        digests = [_etag_md5(part["ETag"]) for part in parts]
-        if self._publish_job is None or not parts or any(
-                d is None or d[1] is not None for d in digests):
-            return
-        want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
-        try:
-            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
-            if _etag_md5(head.get("ETag")) != (want, len(parts)):
-                return
-            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
-        except TensorstreamError as exc:
-            log.warning("%s/%s may hold the upload of a write that failed (its complete was "
-                        "applied late): %s", self._bucket, self._key, exc)
-            return
-        log.warning("%s/%s: the upload of a write that failed was completed late (its answer "
-                    "was lost); removed again", self._bucket, self._key)

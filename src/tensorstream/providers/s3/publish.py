@@ -1,0 +1,184 @@
+"""An S3 write's publish: the request that makes the object appear, what its answer is
+compared with, and its undoing by an abort.
+
+The request that publishes (``PutObject``, ``CompleteMultipartUpload``) is not
+cancelled once sent -- S3 finishes a request it received even when the client hangs
+up -- but runs to its answer as a task, which an abort waits for: if it published,
+the abort removes the object again. An answer lost (a timeout, a dropped connection)
+after S3 applied the request is looked at: the object holding the ETag this write
+makes is the success it was. The ETag S3 answers is compared with the MD5s taken of
+the source's bytes where it is one (:mod:`.etags`).
+
+:class:`Publishing` is the base of :class:`~.writer.S3Writer`, which uploads the parts
+and sets the attributes declared here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...errors import IntegrityError, TensorstreamError
+from ..base import Writer
+from .etags import KMS_ENCRYPTION, etag_md5
+
+__all__ = ["Publishing"]
+
+log = logging.getLogger("tensorstream.s3")
+
+
+class Publishing(Writer):
+    """The publish of :class:`~.writer.S3Writer`: sent, checked, looked at when its
+    answer was lost, and undone by an abort."""
+
+    _call: Callable[..., Awaitable[dict[str, Any]]]
+    _bucket: str
+    _key: str
+    #: Content-Type, user metadata, ... sent with the upload (:mod:`.metadata`).
+    _metadata: dict[str, Any]
+    _state: str
+    _upload_id: str | None
+    #: The parts uploaded, as CompleteMultipartUpload lists them, by part number.
+    _parts: dict[int, dict[str, Any]]
+    #: What S3 answered names no encryption under which its ETags are not MD5s.
+    _etags_are_md5: bool
+    #: The request that publishes, once sent (see _publish).
+    _publish_job: asyncio.Future[dict[str, Any]] | None
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise ValueError(f"write to an S3 writer that is {self._state}")
+
+    async def _put(self, body: bytes, md5: bytes | None = None) -> dict[str, Any]:
+        """The one ``PutObject`` of a small object (with its ``Content-MD5`` where
+        the caller has it); an answer lost after S3 applied it, as for
+        :meth:`_complete` (the object's ETag is then the MD5 of ``body``)."""
+        kwargs: dict[str, Any] = (
+            {"ContentMD5": base64.b64encode(md5).decode()} if md5 is not None else {})
+        kwargs.update(self._metadata)
+        try:
+            return await self._publish("put_object", Bucket=self._bucket, Key=self._key,
+                                       Body=body, **kwargs)
+        except TensorstreamError as exc:
+            want = (md5 if md5 is not None else hashlib.md5(body).digest()).hex()
+            return await self._published_anyway(exc, "PutObject", want, None)
+
+    async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """``CompleteMultipartUpload``. S3 applies a request it received even when
+        its answer is lost (a timeout, a dropped connection, a 5xx from a proxy
+        in front): on an error, the object is looked at once. If its ETag is the
+        one these parts make (the MD5 of their MD5s, ``-N``), the upload was
+        completed and the write succeeded; reporting a failure then (as before)
+        told the caller nothing was published while the previous version had
+        been replaced. Otherwise the error stands and the upload is aborted."""
+        try:
+            return await self._publish(
+                "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
+                UploadId=self._upload_id, MultipartUpload={"Parts": parts},
+            )
+        except TensorstreamError as exc:
+            digests = [etag_md5(part["ETag"]) for part in parts]
+            if any(d is None or d[1] is not None for d in digests):
+                raise  # a part's ETag that is no MD5 (SSE-KMS): the object cannot tell
+            want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
+            return await self._published_anyway(exc, "CompleteMultipartUpload", want, len(parts))
+
+    async def _published_anyway(self, exc: TensorstreamError, op: str, want: str,
+                                count: int | None) -> dict[str, Any]:
+        """``op`` failed with ``exc``: the object's ETag as its answer if it is
+        the one this write makes (``want``, ``-count``), else ``exc`` raised."""
+        if self._state != "open":
+            raise exc
+        try:
+            etag = (await self._call("head_object", Bucket=self._bucket, Key=self._key)).get("ETag")
+        except TensorstreamError:
+            etag = None  # (the write's own error is the one to report)
+        if etag is None or etag_md5(etag) != (want, count):
+            raise exc
+        log.info("%s of %s/%s failed (%s), but the object holds this write (ETag %s): it "
+                 "was applied", op, self._bucket, self._key, type(exc).__name__, etag)
+        return {"ETag": str(etag)}
+
+    async def _check_published(self, resp: dict[str, Any], want: str, count: int | None) -> None:
+        """The object's ETag once published. S3 itself refuses bytes that do not
+        match their Content-MD5, so a mismatch here means a service that does
+        not check it: the object is removed again."""
+        try:
+            self._check_etag(resp, want, count, "object", then="it was removed")
+        except IntegrityError:
+            self._state = "committed"  # nothing left to abort: it is published
+            with contextlib.suppress(Exception):
+                await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+            raise
+
+    def _check_etag(self, resp: dict[str, Any], want: str, count: int | None, what: str, *,
+                    then: str = "nothing was published") -> None:
+        """Compare the ETag S3 answered with the MD5 we took of the source's bytes,
+        where it is one. Under SSE-KMS and SSE-C it is not, though it has the shape
+        (32 hex digits): the answer says so (``x-amz-server-side-encryption:
+        aws:kms``, a customer key's algorithm), and Content-MD5, which S3 checks
+        itself, is then what vouches for the bytes."""
+        if resp.get("ServerSideEncryption") in KMS_ENCRYPTION or resp.get("SSECustomerAlgorithm"):
+            self._etags_are_md5 = False  # (a CompleteMultipartUpload's answer names no SSE-C)
+        if not self._etags_are_md5:
+            return
+        etag = resp.get("ETag")
+        got = etag_md5(etag)
+        if got is not None and (got[0] != want or got[1] != count):
+            raise IntegrityError(
+                f"verification failed: S3 answered ETag {etag} for the {what}, the bytes "
+                f"sent have MD5 {want}{f'-{count}' if count else ''}; {then}")
+
+    async def _publish(self, op: str, **kwargs: Any) -> dict[str, Any]:
+        """Send the request that makes the object appear, as a task that runs to
+        its answer whoever stops waiting (S3 finishes a request it received;
+        :meth:`abort` waits for it and removes what it published)."""
+        self._check_open()
+        job = self._publish_job = asyncio.ensure_future(self._call(op, **kwargs))
+        job.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
+        resp = await asyncio.shield(job)
+        self._check_open()  # aborted while the answer was on its way: abort removes it
+        return resp
+
+    async def _unpublish(self) -> bool:
+        """Wait for a publishing request in flight; True if it published, and then
+        the object is removed again (the abort came first for the caller)."""
+        job = self._publish_job
+        if job is None:
+            return False
+        await asyncio.gather(job, return_exceptions=True)
+        if job.cancelled() or job.exception() is not None:
+            return False
+        try:
+            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+        except TensorstreamError as exc:
+            log.warning("could not remove %s/%s, published while its writer was aborted: %s",
+                        self._bucket, self._key, exc)
+        return True
+
+    async def _unpublish_completed(self) -> None:
+        """The upload is gone: if its complete was sent and the object holds it
+        (its ETag is the one the parts make), it was published while this write
+        failed, and is removed again (as a publish that raced an abort is)."""
+        parts = [self._parts[n] for n in sorted(self._parts)]
+        digests = [etag_md5(part["ETag"]) for part in parts]
+        if self._publish_job is None or not parts or any(
+                d is None or d[1] is not None for d in digests):
+            return
+        want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
+        try:
+            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
+            if etag_md5(head.get("ETag")) != (want, len(parts)):
+                return
+            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+        except TensorstreamError as exc:
+            log.warning("%s/%s may hold the upload of a write that failed (its complete was "
+                        "applied late): %s", self._bucket, self._key, exc)
+            return
+        log.warning("%s/%s: the upload of a write that failed was completed late (its answer "
+                    "was lost); removed again", self._bucket, self._key)
