@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 
 from tensor_files import one_per_dtype, same_bytes  # noqa: E402  (needs torch)
+from torch_devices import DEFAULTS, default_device, unusable_devices  # noqa: E402  (needs torch)
 
 tensorstream.register("memtest", MemProvider, replace=True)
 ts_st = tensorstream.safetensors
@@ -632,7 +633,7 @@ def test_a_device_torch_does_not_know_is_a_configuration_error(tmp_path: Path,
             call()
 
 
-@pytest.mark.parametrize("default", ["with-meta", "set-default-meta"])
+@pytest.mark.parametrize("default", DEFAULTS)
 def test_a_load_under_a_default_device_reads_onto_the_device_asked(
         http_server: Any, http_reset: None, tmp_path: Path, default: str) -> None:
     """A model is built under ``with torch.device("meta"):`` (or after
@@ -649,15 +650,8 @@ def test_a_load_under_a_default_device_reads_onto_the_device_asked(
     for uri, opts in ((tmp_path / "m.safetensors", {}),
                       (http_server.url("dflt.safetensors"), http_server.options)):
         for name in ("load", "load cpu", "iter_tensors", "get_tensor", "get_slice"):
-            if default == "with-meta":
-                with torch.device("meta"):
-                    got = _read_all(name, uri, opts)
-            else:
-                torch.set_default_device("meta")
-                try:
-                    got = _read_all(name, uri, opts)
-                finally:
-                    torch.set_default_device(None)
+            with default_device(default):
+                got = _read_all(name, uri, opts)
             want = {k: v[:2] if name == "get_slice" else v for k, v in tensors.items()}
             assert set(got) == set(want), name
             for k, t in got.items():
@@ -679,18 +673,7 @@ def _read_all(how: str, uri: Any, opts: dict[str, Any]) -> dict[str, Any]:
         return {k: f.get_slice(k)[:2] for k in names}
 
 
-def _unusable_devices() -> list[str]:
-    """Device types torch names but cannot allocate on here (no MPS/XLA/XPU build)."""
-    out = []
-    for name in ("mps", "xla", "xpu"):
-        try:
-            torch.empty(0, device=name)
-        except Exception:
-            out.append(name)
-    return out
-
-
-@pytest.mark.parametrize("device", _unusable_devices())
+@pytest.mark.parametrize("device", unusable_devices())
 def test_a_device_this_torch_cannot_use_is_refused_before_reading(
         http_server: Any, http_reset: None, device: str) -> None:
     """``device="mps"`` on a machine without MPS (a name torch knows, a backend it lacks)

@@ -24,6 +24,7 @@ from tensorstream.tensorizer import (
     serialize,
 )
 from tensorstream.testing.http_server import HTTPTestServer
+from torch_devices import DEFAULTS, default_device, unusable_devices
 
 
 class Net(torch.nn.Module):
@@ -227,7 +228,7 @@ def test_cuda_without_cuda_is_one_clear_error_before_any_request(
         load_into_module(_meta(), uri, "cuda:0")
 
 
-@pytest.mark.parametrize("default", ["with-meta", "set-default-meta"])
+@pytest.mark.parametrize("default", DEFAULTS)
 def test_a_load_under_a_default_device_reads_onto_the_device_asked(
     tmp_path: Path, served: Any, default: str,
 ) -> None:
@@ -243,16 +244,8 @@ def test_a_load_under_a_default_device_reads_onto_the_device_asked(
     uri = served("m.tensors", tmp_path / "m.tensors")
     for source in (tmp_path / "m.tensors", uri):
         for kw in ({}, {"lazy_load": True}, {"num_readers": 1}, {"verify_hash": True}):
-            if default == "with-meta":
-                with torch.device("meta"), deserialize(source, "cpu", **kw) as sd:
-                    got = dict(sd)
-            else:
-                torch.set_default_device("meta")
-                try:
-                    with deserialize(source, "cpu", **kw) as sd:
-                        got = dict(sd)
-                finally:
-                    torch.set_default_device(None)
+            with default_device(default), deserialize(source, "cpu", **kw) as sd:
+                got = dict(sd)
             assert set(got) == set(want), kw
             for k, t in got.items():
                 assert t.device.type == "cpu" and torch.equal(t, want[k]), (source, kw, k)
@@ -262,18 +255,7 @@ def test_a_load_under_a_default_device_reads_onto_the_device_asked(
         assert torch.equal(target.embed.weight, model.embed.weight)
 
 
-def _unusable_devices() -> list[str]:
-    """Device types torch names but cannot allocate on here (no MPS/XLA/XPU build)."""
-    out = []
-    for name in ("mps", "xla", "xpu"):
-        try:
-            torch.empty(0, device=name)
-        except Exception:
-            out.append(name)
-    return out
-
-
-@pytest.mark.parametrize("device", _unusable_devices())
+@pytest.mark.parametrize("device", unusable_devices())
 def test_a_device_this_torch_cannot_use_is_one_clear_error_before_any_request(
     tmp_path: Path, served: Any, http_server: HTTPTestServer, device: str,
 ) -> None:
