@@ -16,7 +16,12 @@ import pytest
 import tensorstream
 from fixtures_s3 import S3_BUCKET
 from memory_provider import MemProvider
-from tensorstream.errors import MalformedFileError
+from tensorstream.errors import (
+    ConfigurationError,
+    MalformedFileError,
+    NotFoundError,
+    UnsupportedOperationError,
+)
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
@@ -276,8 +281,6 @@ def test_open_takes_safe_opens_framework_argument(tmp_path: Path) -> None:
     """Code written for ``safe_open(path, framework="pt")`` got "unknown option(s)
     framework for file", and ``safe_open(path, "pt")`` moved over as is got
     "device='pt' is not a torch device"; torch's framework is taken, others say why not."""
-    from tensorstream.errors import ConfigurationError
-
     path = tmp_path / "m.safetensors"
     st_torch.save_file({"a": torch.arange(3)}, str(path))
     for framework in ("pt", "torch"):
@@ -366,8 +369,6 @@ def test_f4_loads_like_safetensors(backend: Backend, tmp_path: Path) -> None:
     with the last dimension halved; it was refused here ("unsupported dtype 'F4'")
     by load, iter_tensors, open and inspect. Rows slice; a part of the last dimension
     would split torch's pairs. save writes F4 as safetensors does (load_file reads it back)."""
-    from tensorstream.errors import UnsupportedOperationError
-
     fp4 = pytest.importorskip("torch").float4_e2m1fn_x2
     g = torch.Generator().manual_seed(5)
     packed = torch.randint(0, 256, (6, 8), generator=g, dtype=torch.uint8).view(fp4)
@@ -402,8 +403,6 @@ def test_f4_loads_like_safetensors(backend: Backend, tmp_path: Path) -> None:
 def test_f4_tensors_torch_cannot_hold_are_refused_naming_the_file(tmp_path: Path) -> None:
     """Headers safetensors refuses too: an odd last dimension (torch pairs F4 along it),
     an odd element count (it ends inside a byte), a 0-dim F4; and a 0-dim tensor to save."""
-    from tensorstream.errors import ConfigurationError
-
     def entry(shape: list[int], nbytes: int) -> bytes:
         header = json.dumps({"a": {"dtype": "F4", "shape": shape,
                                    "data_offsets": [0, nbytes]}}).encode()
@@ -448,8 +447,6 @@ def test_save_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_save_rejects_what_safetensors_cannot_hold(tmp_path: Path) -> None:
-    from tensorstream.errors import ConfigurationError
-
     with pytest.raises(ConfigurationError, match="metadata"):
         ts_st.save({"a": torch.ones(1)}, tmp_path / "x.safetensors", metadata={"a": 1})
     with pytest.raises(ConfigurationError, match="metadata"):  # was a bare AttributeError
@@ -530,8 +527,6 @@ def test_a_folder_missing_a_numbered_shard_is_not_loaded_in_part(
     copy cut short) loaded the shards it held and returned without the others' tensors:
     every door (``load``, ``iter_tensors``, ``open``, ``inspect``). It is a
     ``NotFoundError`` naming the missing shards. Complete sets and other names load."""
-    from tensorstream.errors import NotFoundError
-
     backend = _backend(name, request, tmp_path)
     one, two = {"a": torch.ones(2)}, {"b": torch.zeros(3)}
     backend.put("cut/model-00001-of-00003.safetensors", st_torch.save(one))
@@ -556,8 +551,6 @@ def test_a_zero_based_set_of_shards_is_whole_when_it_holds_0_to_m_minus_1(
     complete set was refused since last session as missing ``-00001-of-00001`` (or the
     last of several), though every shard is there. A set holding ``-00000-`` is counted
     from 0; one missing a shard in it is still refused, naming it."""
-    from tensorstream.errors import NotFoundError
-
     single = tmp_path / "single"
     single.mkdir()
     (single / "model-00000-of-00001.safetensors").write_bytes(st_torch.save({"a": torch.ones(2)}))
@@ -578,8 +571,6 @@ def test_a_dangling_link_in_a_folder_is_a_missing_shard(tmp_path: Path) -> None:
     """A Hugging Face cache snapshot is links into ``blobs/``; a link whose blob is gone
     (an interrupted download, a cache clean-up) was left out of the folder's files, and
     the load returned without its tensors. It is a shard that is not found."""
-    from tensorstream.errors import NotFoundError
-
     snap = tmp_path / "snapshot"
     snap.mkdir()
     st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "blob1"))
@@ -622,8 +613,6 @@ def test_index_cannot_point_outside_its_folder(tmp_path: Path, shard: Any,
 def test_a_device_torch_does_not_know_is_a_configuration_error(tmp_path: Path,
                                                                device: str) -> None:
     """As the tensorizer loaders say it; torch's bare RuntimeError named no option."""
-    from tensorstream.errors import ConfigurationError
-
     path = tmp_path / "d.safetensors"
     ts_st.save({"a": torch.ones(2)}, path)
     calls = [lambda: ts_st.load(path, device), lambda: ts_st.open(path, device),
@@ -680,8 +669,6 @@ def test_a_device_this_torch_cannot_use_is_refused_before_reading(
     raised torch's bare ``RuntimeError``/``NotImplementedError`` from every loader, after
     the header was read; it is a ``ConfigurationError`` naming the device, before any
     request, as ``"cuda"`` without CUDA is."""
-    from tensorstream.errors import ConfigurationError
-
     http_server.put("dev.safetensors", st_torch.save({"a": torch.ones(2)}))
     uri = http_server.url("dev.safetensors")
     http_server.clear_log()
@@ -714,8 +701,6 @@ def test_arguments_that_make_no_sense_are_refused_before_reading(
     string"; dtype=torch.int32 turned the float weights into integers; num_readers
     of 2.5 or True was taken as is, "two" a bare TypeError. Each is now a
     ConfigurationError naming it, before the file is opened."""
-    from tensorstream.errors import ConfigurationError
-
     path = tmp_path / "a.safetensors"
     ts_st.save({"a": torch.ones(2), "b": torch.ones(3)}, path)
     calls = [lambda **kw: ts_st.load(path, **kw),
@@ -809,8 +794,6 @@ def test_each_tensor_is_read_straight_into_its_memory(
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 def test_cuda_without_cuda_is_a_clear_error_before_reading(tmp_path: Path) -> None:
-    from tensorstream.errors import ConfigurationError
-
     with pytest.raises(ConfigurationError, match="CUDA is not available"):
         ts_st.load(tmp_path / "not-even-there.safetensors", device="cuda")
 
@@ -853,8 +836,6 @@ def test_save_refuses_a_header_no_loader_reads(tmp_path: Path) -> None:
     many long names) was written, into a file that ``load`` and ``safetensors.torch``
     both refuse; ``save`` now refuses it by size and limit, before opening the
     destination, which keeps its old bytes."""
-    from tensorstream.errors import ConfigurationError
-
     dest = tmp_path / "m.safetensors"
     ts_st.save({"a": torch.ones(2)}, dest)
     old = dest.read_bytes()
