@@ -15,6 +15,21 @@ def _quiet_ini(pytester):
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
 
 
+@pytest.fixture(autouse=True)
+def _providers_outlive_in_process_runs():
+    # An in-process run (pytester.runpytest) takes out of sys.modules, at its end, every
+    # module imported during it: a provider first imported there was imported anew by a
+    # later test, over a Provider class the registry no longer knew ("is not a
+    # tensorstream Provider subclass" in test_plugin_env, run after this file). Imported
+    # before the run, they stay.
+    import importlib
+
+    from tensorstream.providers.registry import _BUILTIN
+
+    for service in _BUILTIN.values():
+        importlib.import_module(service.provider.partition(":")[0])
+
+
 def _refused(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(2)
