@@ -171,11 +171,13 @@ def test_plugin_import_is_cheap(module):
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-def test_servers_die_with_a_killed_test_run(tmp_path):
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_servers_die_with_a_killed_test_run(tmp_path, xdist):
     # A CI job timeout or the OOM killer ends pytest with no teardown: moto and
     # redis-server (child processes) used to live on, holding their ports. Their
     # temporary directories (redis.conf with a password, TLS keys) were left in the
     # system's temp dir for good; they are in pytest's basetemp, which pytest prunes.
+    # Under pytest-xdist the killed one is the controller: its workers' servers go too.
     import os
     import signal
     import subprocess
@@ -210,7 +212,7 @@ def test_hang(tensorstream_s3, tensorstream_redis, tensorstream_http):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
            "TMPDIR": str(temp)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "-p", "no:randomly", "test_hang.py"], cwd=tmp_path, env=env,
+                             "-p", "no:randomly", *xdist, "test_hang.py"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
