@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .._log_redaction import withhold
-from ..credentials.base import is_secret_name
 from ._run import EXIT_USAGE
 from .output import error_line
 
@@ -58,6 +57,8 @@ def _withheld(name: str, options: dict[str, argparse.Action]) -> bool:
         return True
     if action.nargs == 0:  # a flag: what follows is no value of it
         return False
+    from ..credentials.base import is_secret_name  # (a usage error's path only)
+
     return any(is_secret_name(o) or o in _SECRET_OPTIONS for o in action.option_strings)
 
 

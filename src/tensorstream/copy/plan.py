@@ -27,7 +27,6 @@ from .places import connection, feeds_itself, inside, leads_into, same_store, wa
 from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
 from .server_side import takes as takes_on_server
 from .sinks import temp_stem
-from .sync_dates import etag_says, in_its_second
 from .wildcards import Wildcard, wildcard
 
 if TYPE_CHECKING:
@@ -319,6 +318,8 @@ class Planner:
                             return job  # the copy reports it
                     if head.etag == info.etag and head.size == info.size:
                         info = head
+            from .sync_dates import etag_says, in_its_second  # (sync's path only)
+
             if job.src_uri.scheme == "file" and info.size == there.size and in_its_second(
                     info, there):
                 # A file dated within its copy's whole second: the dates cannot tell, the
