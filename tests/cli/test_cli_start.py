@@ -196,3 +196,16 @@ def test_entry_imports_with_the_collector_paused_then_freezes(tmp_path: Path) ->
                             "print(gc.get_freeze_count(), gc.isenabled())"],
                            capture_output=True, text=True, env=env, timeout=120, check=True)
     assert plain.stdout.split() == ["0", "True"]
+
+
+def test_cp_imports_no_module_only_sync_or_a_usage_error_needs(
+        moto_s3: MotoS3Server, tmp_path: Path, folder: tuple[str, dict[str, bytes]]) -> None:
+    # The same-second date check is sync's, the secret option names a usage error's:
+    # imported at start, they were part of every cp's start-up.
+    src, data = folder
+    dst = tmp_path / "out"
+    result = _run_cp(moto_s3, tmp_path, "-r", src, f"{dst}/")
+    modules = result["modules"]
+    assert isinstance(modules, list) and "tensorstream.cli.usage_errors" in modules
+    assert "tensorstream.copy.sync_dates" not in modules
+    assert {p.name: p.read_bytes() for p in dst.iterdir()} == data
