@@ -1,13 +1,12 @@
 """The HTTP test server's own accounting (``tensorstream.testing.http_server``)."""
 from __future__ import annotations
 
-import logging
-import socket
 import threading
 import time
 import urllib.request
 
 import pytest
+from client_hang_up import hang_up, warnings_logged
 
 from tensorstream.testing.http_server import HTTPTestServer
 
@@ -66,18 +65,12 @@ def test_a_client_hanging_up_is_not_logged_as_a_server_error(
     with HTTPTestServer() as server:
         server.put("acct/blob", b"x" * (256 << 10))
         setattr(server.faults, fault, 64 << 10 if fault == "rate_limit" else 0.5)
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-            s.sendall(b"GET /acct/blob HTTP/1.1\r\nHost: x\r\n\r\n")
-            if fault == "latency":
-                time.sleep(0.1)
-            else:
-                assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        hang_up(server.port, "/acct/blob", after_headers=fault != "latency")
         deadline = time.monotonic() + 10
         while not server.requests and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.8)  # (past the fault: the server's next write meets the hang-up)
-        noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
-        assert not noisy, [r.getMessage() for r in noisy]
+        assert warnings_logged(caplog) == []
         setattr(server.faults, fault, 0 if fault != "rate_limit" else None)
         with urllib.request.urlopen(server.url("acct/blob"), timeout=30) as r:
             assert r.read() == b"x" * (256 << 10)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import logging
 import socket
 import socketserver
-import struct
 import threading
 import time
 import urllib.error
@@ -18,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from client_hang_up import hang_up, warnings_logged
 
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
@@ -307,19 +306,12 @@ def test_http_proxy_a_client_hanging_up_is_counted_not_logged(
         hproxy.faults.latency = 0.5  # the client is gone before the answer starts
     else:
         hproxy.faults.rate_limit = 100_000  # 200 KB over ~2 s: the body is still going
-    with socket.create_connection(("127.0.0.1", hproxy.port), timeout=10) as s:
-        s.sendall(b"GET /obj HTTP/1.1\r\nHost: x\r\n\r\n")
-        if when == "before-headers":
-            time.sleep(0.1)
-        else:
-            assert s.recv(4096).startswith(b"HTTP/1.1 200")
-        if when == "mid-body-rst":
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    hang_up(hproxy.port, "/obj", after_headers=when != "before-headers",
+            reset=when == "mid-body-rst")
     deadline = time.monotonic() + 10
     while hproxy.hung_up < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert not noisy, [r.getMessage() for r in noisy]
+    assert warnings_logged(caplog) == []
     assert hproxy.hung_up == 1
     # The proxy serves the next client as before, and a whole answer is no hang-up.
     hproxy.faults.reset()
