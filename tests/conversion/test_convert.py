@@ -597,6 +597,51 @@ def test_the_source_under_another_spelling_is_not_a_destination(
     assert (tmp_path / "model").read_bytes() == before
 
 
+def test_uris_that_differ_only_in_a_secret_are_different_objects(tmp_path: Path) -> None:
+    """Two names that differ only in a secret (``?token=A``/``?token=B``) were compared
+    redacted (``?token=***`` both) and refused as "the same"; they name two objects."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    root = f"/same-{secrets.token_hex(4)}"
+    want = {"w": torch.randn(4, 4)}
+    tensorstream.serialize(want, str(tmp_path / "m.tensors"))
+    blob = (tmp_path / "m.tensors").read_bytes()
+    fs.pipe_file(f"{root}/m?token=A", blob)
+    tensorstream.convert(f"memory://{root}/m?token=A", f"memory://{root}/m?token=B")
+    assert_same(st_torch.load(fs.cat_file(f"{root}/m?token=B")), want)
+    assert fs.cat_file(f"{root}/m?token=A") == blob
+    # the same name is still refused, secret and all; nothing is written
+    with pytest.raises(ConfigurationError, match="source and destination are the same") as info:
+        tensorstream.convert(f"memory://{root}/m?token=A", f"memory://{root}/m?token=A",
+                             overwrite=True)
+    assert "token=A" not in str(info.value) and "token=***" in str(info.value)
+    assert fs.cat_file(f"{root}/m?token=A") == blob
+
+
+def test_one_redis_key_under_other_credentials_is_the_same_object(
+        redis_auth_server: Any, tmp_path: Path) -> None:
+    """The credentials do not name the object: one Redis key reached as the default user
+    (``:pw@``), as ``default:pw@`` or as an ACL user is refused; no secret is shown (those
+    spellings were compared redacted, differed, and the key was replaced by its own
+    conversion under --overwrite)."""
+    from fixtures_redis import ACL_PASSWORD, ACL_USER, REDIS_PASSWORD
+
+    srv = redis_auth_server
+    key = f"same-{secrets.token_hex(4)}"
+    tensorstream.serialize({"w": torch.ones(3)}, str(tmp_path / "m.tensors"))
+    blob = (tmp_path / "m.tensors").read_bytes()
+    src = srv.url(key, password=REDIS_PASSWORD)
+    with tensorstream.open(src, "wb") as f:
+        f.write(blob)
+    for dst in (srv.url(key, user="default", password=REDIS_PASSWORD),
+                srv.url(key, user=ACL_USER, password=ACL_PASSWORD), src):
+        with pytest.raises(ConfigurationError,
+                           match="source and destination are the same") as info:
+            tensorstream.convert(src, dst, overwrite=True)
+        assert REDIS_PASSWORD not in str(info.value) and ACL_PASSWORD not in str(info.value)
+    assert tensorstream.open(src).read() == blob
+
+
 @pytest.mark.parametrize("metadata", [{"k": "\ud800"}, {"\udc80": "v"}])
 def test_metadata_that_is_not_unicode_is_refused_first(tmp_path: Path,
                                                        metadata: dict[str, str]) -> None:

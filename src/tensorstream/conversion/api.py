@@ -127,12 +127,24 @@ def _destination(src: ParsedURI, dst: ParsedURI, target: str) -> ParsedURI:
     return dst
 
 
+def _identity(parsed: ParsedURI) -> tuple[str, str, str, list[tuple[str, str]]]:
+    """What names ``parsed``'s object: never shown (secrets in it)."""
+    # netloc holds no user info for the dedicated backends (http, s3, redis), all of it
+    # for fsspec's, whose path keeps it too.
+    return parsed.scheme, parsed.netloc, parsed.path, sorted(parsed.query.items())
+
+
 def _same_object(src: ParsedURI, dst: ParsedURI) -> bool:
     """Whether writing ``dst`` would replace ``src``: the same text, or for local files the
     same file under another spelling (``./m``, ``file:///abs/m``, ``sub/../m``, a linked
     folder; the conversion would replace the source with its conversion). The last part of
-    ``dst`` is not followed: a symlink there is replaced, not written through."""
-    if dst.redacted() == src.redacted():
+    ``dst`` is not followed: a symlink there is replaced, not written through.
+
+    Compared as given, secrets included (``?token=A`` and ``?token=B`` may name two
+    objects, though both show as ``?token=***``), but without the user info of a dedicated
+    backend's URI: credentials pick who reads, not what (one Redis key as ``:pw@`` and as
+    ``user:pw@``). An fsspec URI is compared whole: its filesystem reads the path."""
+    if _identity(dst) == _identity(src):
         return True
     if src.scheme != "file" or dst.scheme != "file":
         return False
