@@ -4,10 +4,41 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["unusable", "unusable_message"]
+__all__ = ["parse", "shown", "unusable", "unusable_message"]
 
 #: Checked by the loaders themselves (CUDA with messages of its own), or always usable.
 _CHECKED = ("cpu", "meta", "cuda")
+
+
+_KINDS = "use 'cpu', 'cuda', 'cuda:N' or an index N (cuda:N)"
+
+
+def parse(device: object, error: type[Exception]) -> torch.device:
+    """``device`` as ``torch.device()`` takes it (a name, a ``torch.device``, an index),
+    or ``error`` saying what was wrong.
+
+    An index is the accelerator's device, as torch and tensorizer take it: ``0`` is
+    ``cuda:0`` on a CUDA machine. Without an accelerator, torch's "Cannot access
+    accelerator device" made ``device=0`` "not a torch device"; it is ``cuda:N`` here, so
+    the caller's CUDA check says what is missing, as for ``'cuda'``."""
+    if isinstance(device, bool):  # an int to Python; torch refuses it, and True is no index
+        raise error(f"device={device!r} is a bool, not a device; {_KINDS}")
+    if isinstance(device, int):
+        if device < 0:
+            raise error(f"device={device!r} is not a device index (an index is 0 or "
+                        f"more); {_KINDS}")
+        if not torch.accelerator.is_available():
+            return torch.device("cuda", device)
+    try:
+        return torch.device(device)  # type: ignore[call-overload]
+    except (RuntimeError, TypeError, ValueError) as exc:  # torch's bare error names no option
+        raise error(f"device={device!r} is not a torch device; {_KINDS}") from exc
+
+
+def shown(device: object) -> str:
+    """``device`` as a message quotes it: ``'cuda:1'`` for a name or a ``torch.device``,
+    ``0`` for an index (not ``'0'``, which is no device name)."""
+    return repr(device) if isinstance(device, int) else repr(str(device))
 
 
 def unusable(device: torch.device) -> str | None:
@@ -31,5 +62,5 @@ def unusable(device: torch.device) -> str | None:
 
 def unusable_message(given: object, why: str) -> str:
     """The message for a device :func:`unusable` refused (``given``: as the caller gave it)."""
-    return (f"device={str(given)!r} was requested but this torch cannot use it ({why}); "
+    return (f"device={shown(given)} was requested but this torch cannot use it ({why}); "
             "use device='cpu', or 'cuda' on a machine with a GPU")

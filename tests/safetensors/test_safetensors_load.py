@@ -717,7 +717,7 @@ def test_arguments_that_make_no_sense_are_refused_before_reading(
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", 0])
 def test_load_to_cuda(backend: Backend, device: str,
                       model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file
@@ -796,6 +796,65 @@ def test_each_tensor_is_read_straight_into_its_memory(
 def test_cuda_without_cuda_is_a_clear_error_before_reading(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="CUDA is not available"):
         ts_st.load(tmp_path / "not-even-there.safetensors", device="cuda")
+
+
+def _device_calls(path: Path, device: Any) -> list[Callable[[], Any]]:
+    return [lambda: ts_st.load(path, device), lambda: ts_st.open(path, device),
+            lambda: list(ts_st.iter_tensors(path, device)),
+            lambda: ts_st.load(path, device=device, filter=["a"])]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+@pytest.mark.parametrize(("device", "shown"), [(0, "0"), (1, "1"), ("cuda", "'cuda'"),
+                                               ("cuda:1", "'cuda:1'"),
+                                               (torch.device("cuda", 0), "'cuda:0'")])
+def test_an_index_is_a_cuda_device_refused_early_without_cuda(tmp_path: Path, device: Any,
+                                                             shown: str) -> None:
+    """``device=0`` (an index, as torch and tensorizer take it: cuda:0) said "device=0 is
+    not a torch device" (torch's "Cannot access accelerator device" without one); it is
+    told as ``'cuda'`` is: CUDA is not available, before anything is read."""
+    path = tmp_path / "d.safetensors"
+    ts_st.save({"a": torch.ones(2)}, path)
+    for call in _device_calls(path, device):
+        with pytest.raises(ConfigurationError,
+                           match=f"device={re.escape(shown)} was requested but CUDA is not "
+                                 "available.*device='cpu'"):
+            call()
+    for call in _device_calls(tmp_path / "missing.safetensors", device):  # nothing is read
+        with pytest.raises(ConfigurationError, match="CUDA is not available"):
+            call()
+
+
+@pytest.mark.parametrize(("device", "message"), [
+    (True, "device=True is a bool, not a device"),
+    (False, "device=False is a bool, not a device"),
+    (-1, r"device=-1 is not a device index \(an index is 0 or more\)"),
+    (1.0, "device=1.0 is not a torch device"),
+])
+def test_a_bool_or_a_negative_index_is_not_a_device(tmp_path: Path, device: Any,
+                                                    message: str) -> None:
+    """``True`` is an int to Python: it is no index (torch refuses it too). Each is said
+    with what to pass instead, before anything is read."""
+    path = tmp_path / "d.safetensors"
+    ts_st.save({"a": torch.ones(2)}, path)
+    for call in _device_calls(path, device):
+        with pytest.raises(ConfigurationError, match=message + ".*an index N"):
+            call()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", torch.device("cpu"), "meta"])
+def test_every_cpu_spelling_and_meta_load(tmp_path: Path, device: Any) -> None:
+    path = tmp_path / "d.safetensors"
+    want = {"a": torch.arange(6.0), "b": torch.ones(2, 3, dtype=torch.int8)}
+    ts_st.save(want, path)
+    kind = torch.device(device).type
+    got = ts_st.load(path, device)
+    assert set(got) == set(want) and all(t.device.type == kind for t in got.values())
+    if kind == "cpu":
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    with ts_st.open(path, device) as f:
+        assert f.get_tensor("b").device.type == kind
+    assert [t.device.type for _, t in ts_st.iter_tensors(path, device)] == [kind, kind]
 
 
 def test_save_writes_the_values_of_conjugate_and_negative_views(tmp_path: Path) -> None:

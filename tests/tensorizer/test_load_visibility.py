@@ -5,6 +5,7 @@ read-path lines, and torch/tensorizer failures as tensorstream errors (issue 18)
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,59 @@ def test_unknown_device_names_the_option(tmp_path: Path) -> None:
         deserialize(tmp_path / "m.tensors", "gpu0")
     # torch.device("gpu0") is a RuntimeError, tensorizer's TensorDeserializer's too
     assert isinstance(info.value, RuntimeError)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+@pytest.mark.parametrize(("device", "shown"), [(0, "0"), (1, "1"), ("cuda", "'cuda'"),
+                                               (torch.device("cuda", 1), "'cuda:1'")])
+def test_an_index_is_a_cuda_device_refused_before_any_request_without_cuda(
+    tmp_path: Path, served: Any, http_server: HTTPTestServer, device: Any, shown: str,
+) -> None:
+    """``device=0`` (cuda:0 to torch and to tensorizer's ``TensorDeserializer``) said
+    "device=0 is not a torch device" (torch's "Cannot access accelerator device" without
+    one); it is told as ``'cuda'`` is, before any request."""
+    serialize(_model(), tmp_path / "m.tensors")
+    uri = served("m.tensors", tmp_path / "m.tensors")
+    http_server.clear_log()
+    for call in (lambda: deserialize(uri, device), lambda: deserialize(uri, device, lazy_load=True),
+                 lambda: load_into_module(_meta(), uri, device),
+                 lambda: deserialize(tmp_path / "m.tensors", device=device)):
+        with pytest.raises(DeviceUnavailableError,
+                           match=f"device={re.escape(shown)} was requested but CUDA is not "
+                                 "available.*device='cpu'"):
+            call()
+    assert http_server.requests == []
+
+
+@pytest.mark.parametrize(("device", "message"), [
+    (True, "device=True is a bool, not a device"),
+    (False, "device=False is a bool, not a device"),
+    (-1, r"device=-1 is not a device index \(an index is 0 or more\)"),
+    (1.5, "device=1.5 is not a torch device"),
+])
+def test_a_bool_or_a_negative_index_is_not_a_device(tmp_path: Path, device: Any,
+                                                    message: str) -> None:
+    """``True`` is an int to Python but no index (torch refuses it too): each is said
+    with what to pass instead, as the ConfigurationError and RuntimeError it was."""
+    serialize(_model(), tmp_path / "m.tensors")
+    for call in (lambda: deserialize(tmp_path / "m.tensors", device),
+                 lambda: load_into_module(_meta(), tmp_path / "m.tensors", device)):
+        with pytest.raises(DeviceUnavailableError, match=message + ".*an index N") as info:
+            call()
+        assert isinstance(info.value, errors.ConfigurationError)
+        assert isinstance(info.value, RuntimeError)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", torch.device("cpu")])
+def test_every_cpu_spelling_loads(tmp_path: Path, device: Any) -> None:
+    model = _model(5)
+    serialize(model, tmp_path / "m.tensors")
+    with deserialize(tmp_path / "m.tensors", device) as sd:
+        assert all(t.device.type == "cpu" for t in sd.values())
+        assert torch.equal(sd["embed.weight"], model.embed.weight)
+    target = _meta()
+    load_into_module(target, tmp_path / "m.tensors", device)
+    assert torch.equal(target.blocks[1].weight, model.blocks[1].weight)
 
 
 def test_a_torch_failure_names_the_package_it_came_from(tmp_path: Path) -> None:

@@ -763,7 +763,7 @@ def test_saving_fewer_shards_over_more_says_the_stale_ones_are_left(
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", 0])
 def test_load_to_cuda(backend: TensorBackend, device: str, tmp_path: Path) -> None:
     model = make_model()
     backend.put("m.tensors", _tensorstream_bytes(model, tmp_path / "src.tensors"))

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from .._devices import unusable, unusable_message
+from .._devices import parse, shown, unusable, unusable_message
 from ..config import validate_options
 from ..errors import ConfigurationError
 from .dtypes import _PACKED_TORCH
@@ -36,23 +36,19 @@ def _wanted(filter: Filter) -> Callable[[str], bool]:
     return names.__contains__
 
 
-def _device(device: str | torch.device | None) -> torch.device:
-    try:
-        dev = torch.device(device if device is not None else "cpu")
-    except (RuntimeError, TypeError, ValueError) as exc:  # torch's bare error names no option
-        raise ConfigurationError(f"device={device!r} is not a torch device; "
-                                 "use 'cpu', 'cuda' or 'cuda:N'") from exc
+def _device(device: str | torch.device | int | None) -> torch.device:
+    dev = parse(device if device is not None else "cpu", ConfigurationError)
     if dev.type == "cuda":
         # Said before anything is read (torch would fail at the first pinned allocation).
         if not torch.cuda.is_available():
             why = ("this torch was built without CUDA" if torch.version.cuda is None
                    else "no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)")
-            raise ConfigurationError(f"device={str(device)!r} was requested but CUDA is not "
+            raise ConfigurationError(f"device={shown(device)} was requested but CUDA is not "
                                      f"available: {why}; use device='cpu'")
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         if dev.index >= torch.cuda.device_count():
-            raise ConfigurationError(f"device={str(device)!r} was requested but only "
+            raise ConfigurationError(f"device={shown(device)} was requested but only "
                                      f"{torch.cuda.device_count()} CUDA device(s) are visible")
     lacking = unusable(dev)
     if lacking is not None:  # said before the header is read, not at the first tensor
@@ -65,7 +61,7 @@ def _needed(sources: list[Source], wanted: Callable[[str], bool]) -> list[Source
     return [s for s in sources if s.names is None or any(wanted(n) for n in s.names)]
 
 
-def _check(device: str | torch.device | None, num_readers: int | None,
+def _check(device: str | torch.device | int | None, num_readers: int | None,
            dtype: torch.dtype | None = None) -> tuple[torch.device, int]:
     """The device and reader count (0: the default), checked before anything is read."""
     dev = _device(device)

@@ -25,7 +25,7 @@ from .sources import MAX_CONCURRENT_FILES, Source, resolve
 
 __all__: list[str] = []
 
-def _shared(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
+def _shared(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device | int,
             dtype: torch.dtype | None, filter: Filter, num_readers: int | None, group: Any,
             options: dict[str, Any], allowance: int | None = None,
             ) -> Iterator[tuple[str, torch.Tensor]]:

@@ -38,7 +38,7 @@ _DONE = object()
 
 def iter_tensors(
     uri: str | os.PathLike[str] | ParsedURI,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | int = "cpu",
     *,
     dtype: torch.dtype | None = None,
     filter: Filter = None,

@@ -44,7 +44,7 @@ class SafeOpen:
     """An open safetensors object or sharded checkpoint (see :func:`open`).
     Thread-safe; a context manager."""
 
-    def __init__(self, uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device,
+    def __init__(self, uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device | int,
                  options: dict[str, Any]) -> None:
         self._device = _device(device)
         self._options = options
@@ -331,7 +331,7 @@ _FRAMEWORKS = _TORCH_FRAMEWORKS | {"np", "numpy", "tf", "tensorflow", "flax", "j
                                    "paddle"}
 
 
-def open(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device = "cpu", *,
+def open(uri: str | os.PathLike[str] | ParsedURI, device: str | torch.device | int = "cpu", *,
          framework: str = "pt", **options: Any) -> SafeOpen:  # mirrors safetensors.safe_open
     """Open a safetensors object, or a sharded checkpoint, lazily, like ``safetensors.safe_open``.
 

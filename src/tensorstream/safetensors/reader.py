@@ -223,7 +223,7 @@ def _pinned(source: Source, options: dict[str, Any], reader: StreamReader
 
 def load(
     uri: str | os.PathLike[str] | ParsedURI,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | int = "cpu",
     *,
     dtype: torch.dtype | None = None,
     filter: Filter = None,
@@ -238,7 +238,7 @@ def load(
     ``uri``: a ``.safetensors`` object on any backend, a
     ``model.safetensors.index.json`` (its shards are read concurrently, each
     tensor from the shard the index names) or a folder/prefix ending in ``/``
-    holding one. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``: each tensor
+    holding one. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or an index N: each tensor
     lands in pinned host memory and is copied once to the device while the
     next one is read. ``dtype``: a floating-point ``torch.dtype`` to cast
     floating-point tensors to (others keep theirs). ``filter``: a predicate on

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._devices import unusable, unusable_message
+from .._devices import parse, shown, unusable, unusable_message
 from ..config import COMMON_OPTIONS, VALIDATORS, option_hint
 from ..errors import ConfigurationError, InvalidURIError, TensorstreamError
 
@@ -77,29 +77,24 @@ class QuantizationWarning(UserWarning):
     """Loading tensorizer weights into a quantized module may not work."""
 
 
-def check_device(device: str | torch.device | None) -> torch.device | None:
+def check_device(device: str | torch.device | int | None) -> torch.device | None:
     """The device, parsed; a clear error for a name torch does not know or a
     device this machine lacks (before any byte is read)."""
     if device is None:
         return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as exc:
-        raise DeviceUnavailableError(
-            f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'"
-        ) from exc
+    dev = parse(device, DeviceUnavailableError)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             why = ("this torch was built without CUDA" if torch.version.cuda is None
                    else "no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)")
             raise DeviceUnavailableError(
-                f"device={str(device)!r} was requested but CUDA is not available: {why}; "
+                f"device={shown(device)} was requested but CUDA is not available: {why}; "
                 "use device='cpu', or install a CUDA build of torch on a machine with a GPU"
             )
         count = torch.cuda.device_count()
         if dev.index is not None and dev.index >= count:
             raise DeviceUnavailableError(
-                f"device={str(device)!r} was requested but only {count} CUDA device(s) "
+                f"device={shown(device)} was requested but only {count} CUDA device(s) "
                 f"are visible (cuda:0..cuda:{count - 1})"
             )
     lacking = unusable(dev)

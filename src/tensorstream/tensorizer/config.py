@@ -291,7 +291,7 @@ class TensorizerConfig:
 
     def deserialize(
         self,
-        device: str | torch.device | None = None,
+        device: str | torch.device | int | None = None,
         *,
         rank: int | None = None,
         world_size: int | None = None,
@@ -311,7 +311,7 @@ class TensorizerConfig:
     def load_into_module(
         self,
         module: torch.nn.Module,
-        device: str | torch.device | None = None,
+        device: str | torch.device | int | None = None,
         *,
         rank: int | None = None,
         world_size: int | None = None,

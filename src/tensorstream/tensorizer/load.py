@@ -116,7 +116,7 @@ VLLM_MARKER = "vllm_tensorized_marker"
 
 def deserialize(
     uri: str | os.PathLike[str] | ParsedURI | StreamReader,
-    device: str | torch.device | None = None,
+    device: str | torch.device | int | None = None,
     *,
     num_readers: int | None = None,
     verify_hash: bool = False,
@@ -366,7 +366,7 @@ def is_vllm_tensorized(deserializer: TensorDeserializer) -> bool:
 def load_into_module(
     module: torch.nn.Module,
     uri: str | os.PathLike[str] | ParsedURI | StreamReader,
-    device: str | torch.device | None = None,
+    device: str | torch.device | int | None = None,
     *,
     strict: bool = True,
     **kwargs: Any,

@@ -72,7 +72,7 @@ def open_local(target: str | ParsedURI, options: Mapping[str, Any]) -> BinaryIO 
     return f
 
 
-def fast_path(stream: Any, device: str | torch.device | None) -> bool:
+def fast_path(stream: Any, device: str | torch.device | int | None) -> bool:
     """Whether a load of ``stream`` onto ``device`` (None: tensorizer's default)
     is filled by threads here: a plain local file (:func:`open_local`) onto the CPU.
     (CUDA loads read through tensorizer's pinned staging buffer: its own readers.)"""
@@ -88,7 +88,7 @@ def fast_path(stream: Any, device: str | torch.device | None) -> bool:
     return on_cpu(device)
 
 
-def on_cpu(device: str | torch.device | None) -> bool:
+def on_cpu(device: str | torch.device | int | None) -> bool:
     """Whether a load onto ``device`` (None: tensorizer's default) lands on the CPU."""
     resolved = get_device() if device is None else torch.device(device)
     return resolved.type == "cpu"
