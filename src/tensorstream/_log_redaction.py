@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import re
 import traceback
+from collections.abc import Iterable
 
 from .errors import ExternalError, TensorstreamError
 from .uri import redact_text
+from .uri_redaction import SECRET_API_PARAMS, SECRET_HEADERS
 
 __all__ = ["install_secret_filter", "mask_secrets", "register_secret", "scrub_chain", "withhold",
            "withhold_args"]
@@ -37,14 +39,30 @@ def withhold_args(exc: BaseException, secrets: tuple[str, ...]) -> None:
         exc.args = tuple(withhold(a, secrets) if isinstance(a, str) else a for a in exc.args)
 
 
+#: Secret headers whose values hold spaces (``Bearer ...``, ``a=1; b=2``): masked to the
+#: end of their line. The others' values are tokens (base64).
+_LINE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def _header_pattern(names: Iterable[str], value: str) -> re.Pattern[str]:
+    """A header dump's ``'Name': b'value'`` / ``name:value`` (canonical request) /
+    ``Name: value``, for any of ``names`` (longest first: one is another's head)."""
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?i)((?:{alternatives})['\"]?\s*[:=]\s*(?:b?['\"])?)({value})")
+
+
 _PATTERNS = [
-    # header dumps: 'X-Amz-Security-Token': b'...'  /  x-amz-security-token:...  (a token is
-    # base64: it ends at a '&', ';' or ':', and what follows stays: ``?...Token=***&v=3: why``)
-    re.compile(r"(?i)(x-amz-security-token['\"]?\s*[:=]\s*(?:b?['\"])?)([^'\"\s,}&;:]+)"),
+    # header dumps of SECRET_HEADERS (the one list). A token is base64: it ends at a '&',
+    # ';' or ':', and what follows stays (``?...Token=***&v=3: why``).
+    _header_pattern(SECRET_HEADERS - _LINE_HEADERS, r"[^'\"\s,}&;:]+"),
     # (to the end of its line: 'Authorization: Bearer ...' took every line up to a quote)
-    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*(?:b?['\"])?)([^'\"}\r\n]+)"),
+    _header_pattern(_LINE_HEADERS, r"[^'\"}\r\n]+"),
     re.compile(r"(?i)(signature=)([0-9a-f]{16,})"),
     re.compile(r"(?i)(aws_secret_access_key['\"]?\s*[:=]\s*['\"]?)([^'\"\s,}]+)"),
+    # botocore's parameters dump (a value as given may be any bytes: a quoted literal whole)
+    re.compile(r"((?:" + "|".join(sorted(SECRET_API_PARAMS, key=len, reverse=True))
+               + r")['\"]?\s*[:=]\s*)"
+               + r"(b?'(?:[^'\\\n]|\\.)*'|b?\"(?:[^\"\\\n]|\\.)*\"|[^'\"\s,}]+)"),
 ]
 
 

@@ -11,7 +11,23 @@ import re
 import urllib.parse
 from collections.abc import Callable
 
-__all__ = ["SECRET_QUERY_PARAMS", "authority_end", "is_secret_param", "redact", "redact_text"]
+__all__ = ["SECRET_API_PARAMS", "SECRET_HEADERS", "SECRET_QUERY_PARAMS", "authority_end",
+           "is_secret_param", "redact", "redact_text"]
+
+#: Request headers whose values are credentials (lower case), the one list: masked in
+#: third-party log lines and error texts (:mod:`tensorstream._log_redaction`) and in the
+#: test servers' request reprs. An SSE-C key is the object's key itself; its MD5 names it.
+SECRET_HEADERS = frozenset({
+    "authorization", "proxy-authorization", "cookie", "x-api-key", "x-amz-security-token",
+    "x-amz-server-side-encryption-customer-key",
+    "x-amz-server-side-encryption-customer-key-md5",
+    "x-amz-copy-source-server-side-encryption-customer-key",
+    "x-amz-copy-source-server-side-encryption-customer-key-md5",
+})
+#: The same secrets as botocore's API parameters, which it logs at DEBUG before it turns
+#: them into those headers (``'SSECustomerKey': '...'``).
+SECRET_API_PARAMS = frozenset({"SSECustomerKey", "SSECustomerKeyMD5", "CopySourceSSECustomerKey",
+                               "CopySourceSSECustomerKeyMD5"})
 
 #: Query parameters whose values are credentials (compared case-insensitively).
 SECRET_QUERY_PARAMS = frozenset(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..uri_redaction import SECRET_HEADERS
+
 __all__ = ["request_repr", "retry_after_header"]
 
 
@@ -21,9 +23,6 @@ def retry_after_header(seconds: float) -> str:
     return str(seconds)
 
 
-#: Request headers whose values are credentials (``***`` in a request's repr).
-_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie",
-                             "x-amz-security-token", "x-api-key"})
 
 
 def request_repr(record: Any) -> str:
@@ -31,6 +30,6 @@ def request_repr(record: Any) -> str:
     headers as ``***``: a failed assertion or a print of ``backend.requests``
     must not put the test's token or password in the CI log. ``headers`` itself
     keeps them, for tests that check what was sent."""
-    headers = {k: "***" if k.lower() in _SECRET_HEADERS else v for k, v in record.headers.items()}
+    headers = {k: "***" if k.lower() in SECRET_HEADERS else v for k, v in record.headers.items()}
     return (f"{type(record).__name__}(method={record.method!r}, path={record.path!r}, "
             f"headers={headers!r}, status={record.status!r})")
