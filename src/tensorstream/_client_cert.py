@@ -7,16 +7,21 @@ says so (:func:`client_cert_answer`). OpenSSL reports only
 the alert's name (``[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate
 required``), and the error went on to advise a CA bundle, which is about the *server's*
 certificate.
+
+The files every protocol's TLS loads are checked here too (:func:`ca_context`,
+:func:`load_client_cert`), so a CA bundle or client certificate that cannot be loaded
+reads the same on HTTP(S), S3 and Redis: a :class:`ConfigurationError` naming the file.
 """
 
 from __future__ import annotations
 
+import os
 import ssl
 
 from .errors import ConfigurationError
 
-__all__ = ["CLIENT_CERT_OPTIONS", "NGINX_NO_CERTIFICATE", "client_cert_advice", "client_cert_answer",
-           "load_client_cert"]
+__all__ = ["CLIENT_CERT_OPTIONS", "NGINX_NO_CERTIFICATE", "ca_context", "client_cert_advice",
+           "client_cert_answer", "load_client_cert"]
 
 #: How every protocol with client certificates takes one.
 CLIENT_CERT_OPTIONS = ("client_cert=<PEM file> (and client_key=<PEM file> when the key is "
@@ -80,6 +85,23 @@ def client_cert_advice(exc: BaseException, how: str = CLIENT_CERT_OPTIONS) -> st
         return ("the server ended the TLS handshake: it may require a client certificate "
                 f"(pass {how}), or share no TLS version or cipher with this client")
     return None
+
+
+def ca_context(ca: str | None) -> ssl.SSLContext:
+    """A default client context trusting ``ca`` (a PEM file of CA certificates, or a
+    directory of them hashed by ``openssl rehash``; ``None``: the system's), or the
+    :class:`ConfigurationError` naming it: OpenSSL's own error named no file, and
+    Redis, which loads it on each connect, retried it as a connection failure."""
+    try:
+        if ca is not None and os.path.isdir(ca):
+            # requests' verify=<dir> and SSL_CERT_DIR take one; cafile= refuses it
+            return ssl.create_default_context(capath=ca)
+        return ssl.create_default_context(cafile=ca)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigurationError(
+            f"cannot load the CA bundle {ca} ({type(exc).__name__}: {exc}): it must be a PEM "
+            "file of CA certificates, or a directory of them hashed by 'openssl rehash'"
+        ) from None
 
 
 def load_client_cert(ctx: ssl.SSLContext, cert: str, key: str | None) -> None:

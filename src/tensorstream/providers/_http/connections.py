@@ -24,9 +24,9 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from ..._client_cert import load_client_cert
+from ..._client_cert import ca_context, load_client_cert
 from ...config import Timeouts
-from ...errors import ConfigurationError, ConnectionFailedError, TensorstreamError
+from ...errors import ConnectionFailedError, TensorstreamError
 from .answer_head import HeadedResponse
 from .proxies import NO_PROXIES, Proxy, ProxySettings, refusal_hint, tunnel_refusal
 
@@ -53,29 +53,13 @@ class TLSSettings:
         """The client context. A CA bundle or client certificate that cannot be
         loaded is a :class:`ConfigurationError` naming the file: OpenSSL's own
         error named none, and was answered with the advice to pass a CA bundle."""
-        ca = self.ca_bundle
-        try:
-            if ca is not None and os.path.isdir(ca):
-                # a directory of hashed certificates (``openssl rehash``), as
-                # requests' verify=<dir> and SSL_CERT_DIR take; cafile= refuses it
-                ctx = ssl.create_default_context(capath=ca)
-            else:
-                ctx = ssl.create_default_context(cafile=ca)
-        except (ssl.SSLError, OSError) as exc:
-            raise ConfigurationError(
-                f"cannot load the CA bundle {ca} ({_reason(exc)}): it must be a PEM file "
-                "of CA certificates, or a directory of them hashed by 'openssl rehash'"
-            ) from None
+        ctx = ca_context(self.ca_bundle)
         if self.client_cert is not None:
             load_client_cert(ctx, self.client_cert, self.client_key)
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
-
-
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclasses.dataclass(frozen=True)

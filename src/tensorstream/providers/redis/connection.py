@@ -16,7 +16,6 @@ import builtins
 import contextlib
 import logging
 import os
-import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -28,9 +27,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry as BlockingRetry
 
 from ... import _loop
-from ..._client_cert import load_client_cert
+from ..._client_cert import ca_context, load_client_cert
 from ...config import CommonConfig, split_options
-from ...errors import ConnectionFailedError, ProtocolError, TensorstreamError
+from ...errors import ConfigurationError, ConnectionFailedError, ProtocolError, TensorstreamError
 from .arrivals import idle_timed
 from .blocking import BlockingRedisReader
 from .config import RedisCredentials
@@ -80,9 +79,16 @@ class RedisConnection:
         self._answered = False  # set once a plain-text call got one
         self._creds = credentials or RedisCredentials()
         self._config = config or split_options({})[0]
-        if tls and client_cert is not None:  # (redis-py loads it on each connect: a bad
-            # pair was retried as a connection failure, an encrypted key prompted)
-            load_client_cert(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), client_cert, client_key)
+        if tls:  # redis-py loads the files on each connect: a CA bundle that is no PEM
+            # or a bad pair was retried as a connection failure, an encrypted key prompted
+            ctx = ca_context(ca_bundle)
+            if client_cert is not None:
+                load_client_cert(ctx, client_cert, client_key)
+            if cluster and ca_bundle is not None and os.path.isdir(ca_bundle):
+                raise ConfigurationError(
+                    f"ca_bundle {ca_bundle} is a directory, and redis-py's cluster client "
+                    "takes only a PEM file: pass one (cat the directory's certificates "
+                    "into a file)")
         self._tls_files = (ca_bundle, client_cert, client_key)
         self._insecure = bool(insecure)
         #: One client per event loop: reads hop between the caller's loop and the I/O
@@ -120,9 +126,12 @@ class RedisConnection:
         }
         if self.tls:
             ca, cert, key = self._tls_files
+            if ca is not None and os.path.isdir(ca):  # (hashed by 'openssl rehash')
+                kw["ssl_ca_path"] = ca
+            else:
+                kw["ssl_ca_certs"] = ca
             kw.update(
                 ssl=True,
-                ssl_ca_certs=ca,
                 ssl_certfile=cert,
                 ssl_keyfile=key,
                 ssl_cert_reqs="none" if self._insecure else "required",
