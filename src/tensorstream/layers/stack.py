@@ -93,6 +93,9 @@ class PolicyProvider(Provider):
     def __repr__(self) -> str:
         return f"PolicyProvider({self.inner!r})"
 
+    def shown_path(self, path: str) -> str:
+        return self.inner.shown_path(path)
+
     @classmethod
     def from_uri(cls, uri: Any, **options: Any) -> Provider:  # pragma: no cover - not used
         raise TypeError("PolicyProvider wraps a provider; use tensorstream.get_provider")
@@ -126,7 +129,7 @@ class PolicyProvider(Provider):
         attempt, judged and waited on exactly as if the loop had run it."""
         timeouts = self.config.timeouts
         at = _timeout.operation_deadline(timeouts)
-        shown = redact_text(path)
+        shown = self.inner.shown_path(path)
         attempts = 1
         try:
             try:
@@ -156,7 +159,7 @@ class PolicyProvider(Provider):
         """:meth:`_call` for blocking operations (worker threads): same policy."""
         timeouts = self.config.timeouts
         at = _timeout.operation_deadline(timeouts)
-        shown = redact_text(path)
+        shown = self.inner.shown_path(path)
         attempts = 1
         try:
             try:
@@ -197,12 +200,13 @@ class PolicyProvider(Provider):
             last_error=exc,
             service=self.service,
             operation=operation,
-            path=exc.path or redact_text(path),
+            path=exc.path or self.inner.shown_path(path),
         )
         return final
 
     def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
-        exc.with_context(service=self.service, operation=operation, path=redact_text(path))
+        exc.with_context(service=self.service, operation=operation,
+                         path=self.inner.shown_path(path))
         if isinstance(exc, StorageTimeoutError):
             _timeout.advise(exc, self.config.timeouts)
         # Every provider error leaves through here: strip secrets from its chain
@@ -288,7 +292,7 @@ class PolicyProvider(Provider):
         the version the read started on."""
         if pin is not None:
             info = await self.stat(path)
-            pin.check(Pin.of(info), service=self.service, path=path)
+            pin.check(Pin.of(info), service=self.service, path=self.inner.shown_path(path))
 
     def open_range_blocking(
         self, path: str, start: int, end: int, *, pin: Pin | None = None,
@@ -347,7 +351,7 @@ class PolicyProvider(Provider):
         def on_retry(exc: TensorstreamError) -> None:
             self.metrics.retries += 1
             log.debug("%s: listing %s failed (%s); listing again", self.service,
-                      redact_text(prefix), redact_text(f"{type(exc).__name__}: {exc}"))
+                      self.inner.shown_path(prefix), redact_text(f"{type(exc).__name__}: {exc}"))
 
         # (a provider may list some prefixes in no order, where StartAfter cannot resume:
         # an S3 directory bucket, a store found listing in an order of its own; those
@@ -395,7 +399,7 @@ class PolicyProvider(Provider):
         if isinstance(pin, str):
             pin = Pin(etag=pin)
         if pin is not None:
-            pin.check(Pin.of(info), service=self.service, path=path)
+            pin.check(Pin.of(info), service=self.service, path=self.inner.shown_path(path))
         return info
 
 

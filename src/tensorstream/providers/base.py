@@ -262,6 +262,12 @@ class Provider(abc.ABC):
     def from_uri(cls, uri: Any, **options: Any) -> Provider:
         """Build a provider for the location of ``uri`` (a :class:`ParsedURI`)."""
 
+    def shown_path(self, path: str) -> str:
+        """``path`` as errors show it, secrets redacted. A provider whose paths carry
+        no scheme but may carry user info (fsspec's) shows its URI instead: only a
+        URI's user info is recognised as a secret."""
+        return redact_text(path)
+
     # -- required -----------------------------------------------------------
     @abc.abstractmethod
     async def stat(self, path: str) -> ObjectInfo:
@@ -312,7 +318,7 @@ class Provider(abc.ABC):
         if self.capabilities.range_streams:
             if offset < 0:
                 raise InvalidRangeError(f"negative offset {offset}", service=self.service,
-                                        path=redact_text(path))
+                                        path=self.shown_path(path))
             if not len(buffer):
                 return 0
             body = self.open_range_blocking(path, offset, offset + len(buffer), pin=pin)
@@ -354,7 +360,7 @@ class Provider(abc.ABC):
         """Bytes ``[start, end)``; end is exclusive. Raises if past the end."""
         start, end = _byte_offset("start", start), _byte_offset("end", end)
         if start < 0 or end < start:
-            raise InvalidRangeError(f"invalid range [{start}, {end})", path=redact_text(path))
+            raise InvalidRangeError(f"invalid range [{start}, {end})", path=self.shown_path(path))
         if end - start > CHECKED_READ_RANGE:
             # A large buffer is allocated only for bytes the object has: a range past its
             # end (a typo, a hostile length) raises here, not MemoryError or a swap storm.
@@ -364,8 +370,8 @@ class Provider(abc.ABC):
                 raise InvalidRangeError(
                     f"range [{start}, {end}) is past the end of a {size}-byte object",
                     service=getattr(self, "service", None), operation="read",
-                    path=redact_text(path))
-        buf = read_buffer(end - start, redact_text(path))
+                    path=self.shown_path(path))
+        buf = read_buffer(end - start, self.shown_path(path))
         if buf:
             await self.readinto(path, start, memoryview(buf), pin=pin)
         return bytes(buf)

@@ -30,7 +30,7 @@ from ...errors import (
     TensorstreamError,
 )
 from ...readahead._memcopy import copy_into
-from ...uri import redact_text
+from ...uri import redact, redact_text
 from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer, report_progress
 from .config import OPTIONS
 
@@ -40,13 +40,13 @@ __all__ = ["FsspecProvider"]
 _PIECE = 4 << 20
 
 
-def _map_error(exc: BaseException, path: str) -> BaseException:
+def _map_error(exc: BaseException, shown: str) -> BaseException:
     if isinstance(exc, TensorstreamError):
         return exc
     if isinstance(exc, FileNotFoundError):
-        return NotFoundError(f"not found: {path}", service="fsspec")
+        return NotFoundError(f"not found: {shown}", service="fsspec")
     if isinstance(exc, PermissionError):
-        return PermissionDeniedError(f"permission denied: {path}", service="fsspec")
+        return PermissionDeniedError(f"permission denied: {shown}", service="fsspec")
     return exc
 
 
@@ -108,6 +108,11 @@ class FsspecProvider(Provider):
     def __repr__(self) -> str:
         return f"FsspecProvider({self.protocol!r})"
 
+    def shown_path(self, path: str) -> str:
+        # The path is the URI without its scheme: ``u:pw@h/x`` is only seen to hold a
+        # password as ``memory://u:pw@h/x``.
+        return redact(f"{self.protocol}://{path}")
+
     @classmethod
     def from_uri(cls, uri: Any, **options: Any) -> FsspecProvider:
         options.pop("config", None)
@@ -117,15 +122,17 @@ class FsspecProvider(Provider):
         try:
             return await asyncio.to_thread(fn, *args)
         except BaseException as exc:
-            mapped = _map_error(exc, path)
+            mapped = _map_error(exc, self.shown_path(path))
             if mapped is exc:
                 raise
-            raise mapped from exc
+        # Raised outside the handler, nothing chained: fsspec's FileNotFoundError says
+        # only the path, unredacted (``/u:pw@h/x``, no scheme to recognise it by).
+        raise mapped
 
     async def stat(self, path: str) -> ObjectInfo:
         info = await self._run(path, self.fs.info, path)
         if info.get("type") == "directory":
-            raise NotFoundError(f"is a directory: {path}", service="fsspec")
+            raise NotFoundError(f"is a directory: {self.shown_path(path)}", service="fsspec")
         return ObjectInfo(path=path, size=int(info["size"]), etag=_etag(info))
 
     async def readinto(
@@ -147,7 +154,8 @@ class FsspecProvider(Provider):
                         f"range [{offset}, {end}) is past the end of a {info.size}-byte object",
                         service="fsspec")
                 raise ObjectChangedError(
-                    f"got {len(data)} bytes for a {len(piece)}-byte range: {path}",
+                    f"got {len(data)} bytes for a {len(piece)}-byte range: "
+                    f"{self.shown_path(path)}",
                     service="fsspec")
             copy_into(piece, data)
             done += len(piece)
