@@ -567,6 +567,40 @@ def test_a_zero_based_set_of_shards_is_whole_when_it_holds_0_to_m_minus_1(
     assert sorted(ts_st.load(str(several))) == ["t0", "t1", "t2"]
 
 
+@pytest.mark.parametrize(("total", "present", "missing", "from_0"), [
+    (2, [1], ["00002"], ["00000"]),  # numbered from 0, its -00000- missing (or from 1: -00002-)
+    (3, [1, 2], ["00003"], ["00000"]),  # from 1 missing the last (or from 0 the first)
+    (3, [2], ["00001", "00003"], ["00000", "00001"]),  # two missing, either way
+    (3, [2, 3], ["00001"], None),  # from 1 (it holds -00003-), missing the first
+    (4, [4], ["00001", "00002", "00003"], None),
+    (2, [0], ["00001"], None),  # from 0 (it holds -00000-), missing the last
+    (3, [0, 2], ["00001"], None),
+])
+def test_a_cut_set_of_shards_names_the_shards_it_lacks(
+        tmp_path: Path, total: int, present: list[int], missing: list[str],
+        from_0: list[str] | None) -> None:
+    """A set numbered from 0 missing its ``-00000-`` shard (``model-00001-of-00002`` alone)
+    was said to lack ``model-00002-of-00002``, a name no shard of it has. Where the names
+    left cannot tell a set numbered from 0 from one numbered from 1 (neither ``-00000-``
+    nor ``-0000M-of-0000M`` is there), both readings' missing shards are named; otherwise
+    the one reading's."""
+    for n in present:
+        (tmp_path / f"model-{n:05d}-of-{total:05d}.safetensors").write_bytes(
+            st_torch.save({f"t{n}": torch.ones(1)}))
+    with pytest.raises(NotFoundError) as info:
+        ts_st.load(str(tmp_path))
+    message = str(info.value)
+    assert f"holds {len(present)} of the {total} shards" in message
+    named = re.findall(r"model-(\d{5})-of-\d{5}\.safetensors", message)
+    head, _, alternative = message.partition("numbered from 0")
+    assert re.findall(r"model-(\d{5})-of-", head) == missing, message
+    if from_0 is None:
+        assert not alternative, message
+    else:
+        assert re.findall(r"model-(\d{5})-of-", alternative) == from_0, message
+    assert set(named) == set(missing) | set(from_0 or ()), message
+
+
 def test_a_dangling_link_in_a_folder_is_a_missing_shard(tmp_path: Path) -> None:
     """A Hugging Face cache snapshot is links into ``blobs/``; a link whose blob is gone
     (an interrupted download, a cache clean-up) was left out of the folder's files, and

@@ -191,20 +191,30 @@ def _refuse_missing_shards(files: list[str], where: str) -> None:
         if m is not None:
             sets.setdefault((m["stem"], m["total"]), set()).add(int(m["n"]))
     for (stem, total), numbers in sorted(sets.items()):
-        width = len(total)
-        first = 0 if 0 in numbers else 1  # (some tools number shards from 0)
-        missing = sorted(set(range(first, int(total) + first)) - numbers) \
-            if int(total) <= MAX_SHARDS else []
-        if not missing:
+        count = int(total)
+        if count > MAX_SHARDS:
             continue
-        names = [f"{stem}-{n:0{width}d}-of-{total}.safetensors" for n in missing[:5]]
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        # Numbered from 0 where -00000- is there, from 1 where -0000M-of-0000M is; with
+        # neither (a set from 0 without its first shard, one from 1 without its last),
+        # the names cannot tell: both readings' missing shards are named.
+        readings = [0] if 0 in numbers else [1] if count in numbers else [1, 0]
+        missing = [sorted(set(range(first, count + first)) - numbers) for first in readings]
+        if not missing[0]:
+            continue
+        names = [_listed(stem, total, m) for m in missing]
+        alternative = f" (or, if the set is numbered from 0, {names[1]})" if len(names) > 1 else ""
         raise NotFoundError(
-            f"{where} holds {len(numbers)} of the {int(total)} shards "
-            f"{shown(stem + '-*-of-' + total + '.safetensors')}, not "
-            f"{', '.join(shown(n) for n in names)}{more}. Copy the "
-            "missing shards (or the model.safetensors.index.json that names them), or name "
-            "the files to load")
+            f"{where} holds {len(numbers)} of the {count} shards "
+            f"{shown(stem + '-*-of-' + total + '.safetensors')}, not {names[0]}{alternative}. "
+            "Copy the missing shards (or the model.safetensors.index.json that names them), "
+            "or name the files to load")
+
+
+def _listed(stem: str, total: str, numbers: list[int]) -> str:
+    """The shards ``numbers`` of a set, named: the first five, then how many more."""
+    names = [shown(f"{stem}-{n:0{len(total)}d}-of-{total}.safetensors") for n in numbers[:5]]
+    more = f" and {len(numbers) - 5} more" if len(numbers) > 5 else ""
+    return ", ".join(names) + more
 
 
 def _from_folder(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
