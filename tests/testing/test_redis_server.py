@@ -131,3 +131,21 @@ def test_url_of_a_key_of_digits_names_that_key(key: str) -> None:
             assert f.read() == b"digits"
         assert tensorstream.parse_uri(uri).path == key
     assert tensorstream.parse_uri(server.url("7/")).path == "7/"  # a folder of digits too
+
+
+@pytest.mark.parametrize("kind", [RedisServer, RedisCluster])
+def test_files_go_under_tmp_dir(kind: type, tmp_path) -> None:
+    # RedisCluster took no tmp_dir: its nodes' files went to the system's temp dir,
+    # where a killed run left them for good (pytest prunes its own base temps).
+    with kind(tmp_dir=tmp_path) as server:
+        workdir = server._dir
+        assert workdir is not None and os.path.dirname(workdir) == str(tmp_path)
+        assert os.listdir(workdir)  # the nodes' (or the server's) files are there
+    assert not os.path.exists(workdir) and tmp_path.is_dir()
+
+
+def test_the_tests_servers_and_cluster_keep_their_files_in_pytests_base_temp(
+        redis_server, redis_cluster, tmp_path_factory) -> None:
+    base = str(tmp_path_factory.getbasetemp())
+    for server in (redis_server, redis_cluster):
+        assert server._dir is not None and server._dir.startswith(base + os.sep), server._dir

@@ -351,10 +351,16 @@ def store_tensorizer_layout(client: Any, key: str, data: bytes, piece: int) -> N
 
 
 class RedisCluster:
-    """A 3-primary Redis Cluster (no replicas) on free loopback ports."""
+    """A 3-primary Redis Cluster (no replicas) on free loopback ports.
 
-    def __init__(self, nodes: int = 3) -> None:
+    ``tmp_dir``: where its temporary directory (the nodes' configuration files) goes
+    (default: the system's), as :class:`RedisServer`'s: under pytest's ``tmp_path_factory``
+    a killed run's directory is pruned with its base temp instead of left for good.
+    """
+
+    def __init__(self, nodes: int = 3, *, tmp_dir: str | os.PathLike[str] | None = None) -> None:
         self.nodes = nodes
+        self.tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
         self.host = "127.0.0.1"
         self.ports: list[int] = []
         self._dir: str | None = None
@@ -371,7 +377,7 @@ class RedisCluster:
         """Start the nodes and join them into a cluster (idempotent); returns ``self``."""
         if self._procs:
             return self
-        self._dir = tempfile.mkdtemp(prefix="tensorstream-rcluster-")
+        self._dir = tempfile.mkdtemp(prefix="tensorstream-rcluster-", dir=self.tmp_dir)
         try:
             self._start()
         except BaseException:
