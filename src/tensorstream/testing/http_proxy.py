@@ -54,7 +54,8 @@ class HTTPProxyFaults(KnownFields):
     #: act on downloads only, not on an upload's answers (a multipart upload's XML).
     shaped_methods: tuple[str, ...] | None = None
     #: Statuses answered (without forwarding), in order, before normal service resumes
-    #: (a 2xx entry: that request is forwarded).
+    #: (a 2xx entry: that request is forwarded). Taken in the order requests arrive (their
+    #: headers), before their bodies are read and before ``latency``.
     status_script: list[int] = dataclasses.field(default_factory=list)
     #: ``Retry-After`` seconds sent with scripted statuses.
     retry_after: float | None = None
@@ -206,10 +207,14 @@ class HTTPFaultProxy:
 
         f = self.faults
         affected = f.path_prefix is None or request.path.startswith(f.path_prefix)
+        # The script's next status goes to the next request to *arrive* (its headers; this
+        # handler runs then), not to the next whose body is in: a large PUT sent first took
+        # the status of a small request sent after it.
+        status = f.status_script.pop(0) if affected and f.status_script else 200
         body = await request.read()
         if affected and f.latency:
             await asyncio.sleep(f.latency)
-        if affected and f.status_script and not 200 <= (status := f.status_script.pop(0)) < 300:
+        if not 200 <= status < 300:
             f.scripted += 1
             return self._scripted(request, status)
         if affected and f.before_forward is not None:
