@@ -196,3 +196,39 @@ def test_without_a_kms_default_a_copy_rewritten_since_is_still_told_by_its_etag(
     b.proxy.clear_log()
     assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied"}
     assert f"/{b.bucket}/src/one.bin" in _source_heads(b)
+
+
+@pytest.mark.tensorstream_s3(auth=False)
+@pytest.mark.parametrize("refusal", [403, 501], ids=["AccessDenied", "NotImplemented"])
+def test_a_refused_get_bucket_encryption_falls_back_to_a_head_per_source(
+        tensorstream_s3: Any, refusal: int) -> None:
+    """Credentials that may not ask a bucket's default encryption (403), or a store that
+    does not answer it (501): sync asks once a run, takes the refusal as "no default", and
+    a source whose ETag differs from its copy's is HEADed (none is, with the default
+    known). The second run still copies nothing, a changed source is still copied."""
+    b = tensorstream_s3
+    _encrypt_by_default(b, "aws:kms")
+    b.put("src/one.bin", os.urandom(1000))
+    put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
+    plain = b.create_bucket()
+    b.faults.raw.query = "encryption"
+    b.faults.raw.status_script = [refusal] * 20
+    with EncryptingFront(b.proxy.url, {"x-amz-server-side-encryption": "aws:kms"},
+                         prefix=f"/{b.bucket}/src/") as front:
+        options = {**b.options, "s3_endpoint": front.url}
+        dst = f"s3://{plain}/dst/"
+        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
+                                                      "parts.bin": "copied"}
+        b.proxy.clear_log()
+        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
+                                                      "parts.bin": "skipped"}
+        asked = [q.status for q in b.requests if q.path.endswith("?encryption")]
+        assert asked == [refusal]  # once a run, refused
+        # (parts.bin's copy kept its part layout, hence its ETag: nothing to HEAD for it)
+        assert _source_heads(b) == [f"/{b.bucket}/src/one.bin"]
+        time.sleep(1.1)  # S3's dates are whole seconds
+        new = os.urandom(1000)
+        b.put("src/one.bin", new)
+        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
+                                                      "parts.bin": "skipped"}
+    assert b.server.client.get_object(Bucket=plain, Key="dst/one.bin")["Body"].read() == new

@@ -103,3 +103,16 @@ def test_a_request_outside_path_prefix_takes_no_status(
     assert _send(port, signed("GET", "missing")) == 404  # /order/missing: forwarded
     assert proxy.faults.status_script == [503]
     assert _send(port, signed("GET", "k")) == 503
+
+
+def test_query_limits_the_script_to_requests_naming_that_parameter(
+        proxy: HTTPFaultProxy, signed: Callable[..., bytes]) -> None:
+    """``faults.query``: only a request whose query names it takes a scripted status
+    (``?encryption``: GetBucketEncryption); the others are forwarded and leave the script."""
+    proxy.faults.query = "encryption"
+    proxy.faults.status_script = [403]
+    port = int(proxy.url.rsplit(":", 1)[1])
+    assert _send(port, signed("GET", "k")) == 200
+    assert proxy.faults.status_script == [403]
+    assert _send(port, signed("GET", "k?encryption")) == 403
+    assert proxy.faults.scripted == 1

@@ -41,6 +41,9 @@ class HTTPProxyFaults(KnownFields):
 
     #: Only requests whose path starts with this are affected (``None``: all).
     path_prefix: str | None = None
+    #: ... and only those whose query names this parameter (``"encryption"``: S3's
+    #: ``GetBucketEncryption``, ``"uploadId"``: a multipart upload's requests; ``None``: all).
+    query: str | None = None
     #: Seconds to wait before forwarding a request.
     latency: float = 0.0
     #: Response body bytes per second, per response.
@@ -97,7 +100,7 @@ class ProxyRequest:
 #: S3-style error codes for scripted statuses (S3 clients parse the XML body).
 _S3_CODES = {400: "InvalidRequest", 403: "AccessDenied", 404: "NoSuchKey", 409: "Conflict",
              412: "PreconditionFailed", 429: "SlowDown", 500: "InternalError",
-             502: "BadGateway", 503: "SlowDown", 504: "GatewayTimeout"}
+             501: "NotImplemented", 502: "BadGateway", 503: "SlowDown", 504: "GatewayTimeout"}
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                          "te", "trailer", "transfer-encoding", "upgrade", "host",
                          "content-length", "expect"})
@@ -206,7 +209,8 @@ class HTTPFaultProxy:
         from yarl import URL
 
         f = self.faults
-        affected = f.path_prefix is None or request.path.startswith(f.path_prefix)
+        affected = (f.path_prefix is None or request.path.startswith(f.path_prefix)) \
+            and (f.query is None or f.query in request.query)
         # The script's next status goes to the next request to *arrive* (its headers; this
         # handler runs then), not to the next whose body is in: a large PUT sent first took
         # the status of a small request sent after it.
