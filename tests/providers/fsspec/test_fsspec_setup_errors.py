@@ -71,12 +71,12 @@ def test_a_refused_option_value_never_reaches_the_error() -> None:
 
 def test_a_filesystem_that_fails_to_start_prints_no_finalizer_traceback(
         tmp_path: Path) -> None:
-    """``cp FILE ftp://x/y``: FTPFileSystem's __init__ fails (no host), then its __del__
+    """``cp FILE ftp:///y``: FTPFileSystem's __init__ fails (no host), then its __del__
     raises AttributeError, which Python printed as 'Exception ignored in ...' and a
     traceback above the one-line refusal. Now the refusal is the only output."""
     src = tmp_path / "a.bin"
     src.write_bytes(b"a")
-    proc = subprocess.run([sys.executable, "-m", "tensorstream", "cp", str(src), "ftp://x/y"],
+    proc = subprocess.run([sys.executable, "-m", "tensorstream", "cp", str(src), "ftp:///y"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

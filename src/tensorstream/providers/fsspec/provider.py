@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ftplib
 import gc
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
@@ -23,6 +25,7 @@ import fsspec
 
 from ...errors import (
     ConfigurationError,
+    ConnectionFailedError,
     InvalidRangeError,
     NotFoundError,
     ObjectChangedError,
@@ -83,12 +86,25 @@ class FsspecProvider(Provider):
     capabilities: ClassVar[Capabilities] = Capabilities(write=True, list=True, delete=True)
     option_names = OPTIONS
 
-    def __init__(self, protocol: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, protocol: str, storage_options: dict[str, Any] | None = None,
+                 *, url: str | None = None) -> None:
         self.protocol = protocol
-        refused: ConfigurationError | None = None
+        #: The URL's authority, when the filesystem took its host from it (``ftp://``):
+        #: fsspec's paths then leave it out, the provider's keep it (see :meth:`_fs_path`).
+        self._authority: str | None = None
+        refused: TensorstreamError | None = None
+        shown = redact(url) if url else f"{protocol}://"
         with _quiet_fsspec_finalizers():
             try:
-                self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
+                cls = fsspec.get_filesystem_class(protocol)
+                # What the URL says (host, port, user, password: how fsspec.open reads
+                # ``ftp://u:pw@h:21/x``); storage_options given explicitly win.
+                from_url = cls._get_kwargs_from_urls(url) if url else {}
+                if from_url.get("host"):
+                    self._authority = urllib.parse.urlsplit(url or "").netloc
+                else:  # ftp:///x: no host is refused as missing, not a connection to ''
+                    from_url.pop("host", None)
+                self.fs = cls(**{**from_url, **(storage_options or {})})
             except ImportError as exc:  # the protocol's package is not installed
                 refused = ConfigurationError(
                     f"the {protocol}:// protocol needs a package that is not installed "
@@ -100,6 +116,18 @@ class FsspecProvider(Provider):
                 refused = ConfigurationError(
                     f"fsspec could not set up the {protocol}:// filesystem ({why}); pass "
                     f"what it needs as storage_options={{...}}", service="fsspec")
+            except OSError as exc:  # a filesystem that connects as it starts (ftp://)
+                refused = ConnectionFailedError(
+                    f"could not connect to {shown} ({type(exc).__name__}: "
+                    f"{redact_text(str(exc))})", service="fsspec")
+            except Exception as exc:  # a refused login (ftplib.error_perm), anything else
+                # A server's reply is shown; another message may quote option values.
+                why = type(exc).__name__
+                if isinstance(exc, ftplib.Error):
+                    why += f": {redact_text(str(exc))}"
+                refused = ConfigurationError(
+                    f"fsspec could not set up the {protocol}:// filesystem for {shown} "
+                    f"({why})", service="fsspec")
             if refused is not None:
                 gc.collect()  # a failed filesystem in a reference cycle: finalized here
         if refused is not None:
@@ -116,7 +144,17 @@ class FsspecProvider(Provider):
     @classmethod
     def from_uri(cls, uri: Any, **options: Any) -> FsspecProvider:
         options.pop("config", None)
-        return cls(uri.scheme, options.get("storage_options"))
+        return cls(uri.scheme, options.get("storage_options"), url=uri.raw or None)
+
+    def _fs_path(self, path: str) -> str:
+        """The filesystem's path for the provider's (the URI without its scheme)."""
+        return self.fs._strip_protocol(f"{self.protocol}://{path}")  # type: ignore[no-any-return]
+
+    def _provider_path(self, name: str) -> str:
+        """The provider's path for a name the filesystem listed."""
+        if self._authority is None:
+            return name
+        return self._authority + "/" + name.lstrip("/")
 
     async def _run(self, path: str, fn: Any, *args: Any) -> Any:
         try:
@@ -130,7 +168,7 @@ class FsspecProvider(Provider):
         raise mapped
 
     async def stat(self, path: str) -> ObjectInfo:
-        info = await self._run(path, self.fs.info, path)
+        info = await self._run(path, self.fs.info, self._fs_path(path))
         if info.get("type") == "directory":
             raise NotFoundError(f"is a directory: {self.shown_path(path)}", service="fsspec")
         return ObjectInfo(path=path, size=int(info["size"]), etag=_etag(info))
@@ -145,7 +183,8 @@ class FsspecProvider(Provider):
         while done < len(buffer):
             piece = buffer[done : done + _PIECE]
             start = offset + done
-            data = await self._run(path, self.fs.cat_file, path, start, start + len(piece))
+            data = await self._run(path, self.fs.cat_file, self._fs_path(path), start,
+                                   start + len(piece))
             if len(data) != len(piece):
                 info = await self.stat(path)
                 end = offset + len(buffer)
@@ -163,18 +202,19 @@ class FsspecProvider(Provider):
         return done
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
-        found = await self._run(prefix, self.fs.find, prefix, None, False, True)
+        found = await self._run(prefix, self.fs.find, self._fs_path(prefix), None, False, True)
         for name in sorted(found):
             info = found[name]
             if info.get("type") != "directory":
-                yield ObjectInfo(path=name, size=int(info.get("size") or 0), etag=_etag(info))
+                yield ObjectInfo(path=self._provider_path(name),
+                                 size=int(info.get("size") or 0), etag=_etag(info))
 
     def open_writer(self, path: str, **kwargs: Any) -> Writer:
         return _FsspecWriter(self, path)
 
     async def delete(self, path: str) -> None:
         await self.stat(path)
-        await self._run(path, self.fs.rm_file, path)
+        await self._run(path, self.fs.rm_file, self._fs_path(path))
 
 
 class _FsspecWriter(Writer):
@@ -201,7 +241,13 @@ class _FsspecWriter(Writer):
         fs = self.provider.fs
 
         def upload() -> None:
-            with fs.open(self.path, "wb") as out:
+            if self.provider._authority is not None:
+                # A server's file tree (ftp://): the folders are made, as an object
+                # store's keys need none. (Not for those: gcsfs would make a bucket.)
+                parent = fs._parent(self.provider._fs_path(self.path))
+                if parent not in ("", "/"):
+                    fs.makedirs(parent, exist_ok=True)
+            with fs.open(self.provider._fs_path(self.path), "wb") as out:
                 while chunk := self._spool.read(8 << 20):
                     out.write(chunk)
 
