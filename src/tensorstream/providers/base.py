@@ -21,6 +21,7 @@ import abc
 import contextvars
 import dataclasses
 import operator
+import re
 from collections.abc import AsyncIterator
 from datetime import datetime
 from types import TracebackType
@@ -66,6 +67,10 @@ listing_keeps_damaged: contextvars.ContextVar[bool] = contextvars.ContextVar(
 CHECKED_READ_RANGE = 64 << 20
 
 
+#: ``user:password@`` at the start of a path that has no scheme (an fsspec path).
+_USERINFO_PASSWORD = re.compile(r"\A([^/@:]*):[^/@]*@")
+
+
 @dataclasses.dataclass(frozen=True)
 class ObjectInfo:
     """What :meth:`Provider.stat` and :meth:`Provider.list` report about an object."""
@@ -79,7 +84,9 @@ class ObjectInfo:
 
     def __repr__(self) -> str:
         # An HTTP path holds the URL's query: a presigned URL's signature must not be shown.
-        return (f"ObjectInfo(path={redact_text(self.path)!r}, size={self.size!r}, "
+        # An fsspec path is its URI without the scheme, user info included (``u:pw@h/x``).
+        shown = _USERINFO_PASSWORD.sub(r"\1:***@", redact_text(self.path), count=1)
+        return (f"ObjectInfo(path={shown!r}, size={self.size!r}, "
                 f"etag={self.etag!r}, mtime={self.mtime!r}, version={self.version!r})")
 
 

@@ -61,7 +61,10 @@ def test_an_object_is_written_read_listed_and_deleted(ftp: tuple[str, Path]) -> 
 
     async def listing_and_delete() -> list[tuple[str, int]]:
         async with tensorstream.get_provider(f"{base}/d/") as p:
-            found = [(o.path, o.size) async for o in p.list(f"{base.split('://')[1]}/d/")]
+            infos = [o async for o in p.list(f"{base.split('://')[1]}/d/")]
+            # the listed name holds the user info: its repr masks the password
+            assert PASSWORD not in repr(infos) and "u:***@127.0.0.1" in repr(infos)
+            found = [(o.path, o.size) for o in infos]
             # a listed name is read and deleted as it is listed (the host kept)
             assert (await p.stat(found[1][0])).size == 1
             await p.delete(found[1][0])

@@ -94,3 +94,16 @@ def test_an_object_that_changed_while_read_is_named_redacted(base: str) -> None:
             f.read(100)
     assert SECRET not in _chain(info.value)
     assert "memory://u:***@" in str(info.value)
+
+
+def test_an_object_info_of_such_a_name_masks_the_password_in_its_repr(base: str) -> None:
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file(f"{base.split('://')[1]}/w", b"w")
+
+    async def stat() -> Any:
+        async with tensorstream.get_provider(f"{base}/w") as p:
+            return await p.stat(f"{base.split('://')[1]}/w")
+
+    info = _loop.run_sync(stat())
+    assert info.size == 1 and SECRET in info.path  # the name itself is the object's
+    assert SECRET not in repr(info) and "u:***@h-" in repr(info)
