@@ -97,6 +97,21 @@ def test_the_cli_copies_to_and_from_ftp(ftp: tuple[str, Path], tmp_path: Path) -
         assert proc.returncode == 0, proc.stderr
         assert PASSWORD not in proc.stdout + proc.stderr
     assert (root / "m.bin").read_bytes() == (tmp_path / "back.bin").read_bytes() == b"m" * 5000
+    # many files at once (cp -r, sync): one connection, its transfers one at a time; they
+    # failed in parallel on FTPFileSystem's one control connection
+    tree = tmp_path / "tree"
+    for i in range(6):
+        (tree / f"s{i % 2}").mkdir(parents=True, exist_ok=True)
+        (tree / f"s{i % 2}" / f"f{i}.bin").write_bytes(bytes([i]) * (1000 + i))
+    for args in (["cp", "-r", f"{tree}/", f"{base}/t/"], ["sync", f"{tree}/", f"{base}/u/"],
+                 ["cp", "-r", f"{base}/t/", f"{tmp_path}/back/"]):
+        proc = subprocess.run([sys.executable, "-m", "tensorstream", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    for copy in (root / "t", root / "u", tmp_path / "back"):
+        got = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+        assert got == {p.relative_to(tree): p.read_bytes() for p in tree.rglob("*")
+                       if p.is_file()}, copy
     proc = subprocess.run([sys.executable, "-m", "tensorstream", "ls", f"{base}/"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -17,6 +17,7 @@ import contextlib
 import ftplib
 import gc
 import sys
+import threading
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
@@ -92,6 +93,7 @@ class FsspecProvider(Provider):
         #: The URL's authority, when the filesystem took its host from it (``ftp://``):
         #: fsspec's paths then leave it out, the provider's keep it (see :meth:`_fs_path`).
         self._authority: str | None = None
+        self._lock: threading.Lock | None = None
         refused: TensorstreamError | None = None
         shown = redact(url) if url else f"{protocol}://"
         with _quiet_fsspec_finalizers():
@@ -104,7 +106,14 @@ class FsspecProvider(Provider):
                     self._authority = urllib.parse.urlsplit(url or "").netloc
                 else:  # ftp:///x: no host is refused as missing, not a connection to ''
                     from_url.pop("host", None)
-                self.fs = cls(**{**from_url, **(storage_options or {})})
+                kwargs = {**from_url, **(storage_options or {})}
+                if self._authority is not None:
+                    # One connection per provider, its calls one at a time (the lock in
+                    # _run): FTPFileSystem talks over one control connection, and parallel
+                    # transfers on it failed ('150 File status okay' taken for an error).
+                    # fsspec's instance cache would share it with the other side of a copy.
+                    kwargs["skip_instance_cache"] = True
+                self.fs = cls(**kwargs)
             except ImportError as exc:  # the protocol's package is not installed
                 refused = ConfigurationError(
                     f"the {protocol}:// protocol needs a package that is not installed "
@@ -128,6 +137,8 @@ class FsspecProvider(Provider):
                 refused = ConfigurationError(
                     f"fsspec could not set up the {protocol}:// filesystem for {shown} "
                     f"({why})", service="fsspec")
+            if refused is None and self._authority is not None:
+                self._lock = threading.Lock()
             if refused is not None:
                 gc.collect()  # a failed filesystem in a reference cycle: finalized here
         if refused is not None:
@@ -157,8 +168,16 @@ class FsspecProvider(Provider):
         return self._authority + "/" + name.lstrip("/")
 
     async def _run(self, path: str, fn: Any, *args: Any) -> Any:
+        lock = self._lock
+
+        def call() -> Any:
+            if lock is None:
+                return fn(*args)
+            with lock:
+                return fn(*args)
+
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await asyncio.to_thread(call)
         except BaseException as exc:
             mapped = _map_error(exc, self.shown_path(path))
             if mapped is exc:
