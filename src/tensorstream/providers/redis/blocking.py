@@ -11,7 +11,7 @@ Cluster clients stay on the async path (the caller hops to the I/O loop).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -48,18 +48,20 @@ Batch = list[Entry]
 Call = tuple[str, tuple[Any, ...], list[Entry]]
 
 
-def batches(layout: Layout, offset: int, want: int) -> list[Batch]:
-    """The pieces covering ``[offset, offset + want)``, grouped in pipelines."""
-    out: list[Batch] = [[]]
+def batches(layout: Layout, offset: int, want: int) -> Iterator[Batch]:
+    """The pieces covering ``[offset, offset + want)``, grouped in pipelines of at most
+    :data:`BATCH_BYTES` (or one piece), generated one batch at a time: built for a whole
+    read up front, a 1 GiB read of 1 KiB chunks held ~320 MB of entries."""
+    batch: Batch = []
     pos, filled = 0, 0
     for key, start, n, whole in layout.segments(offset, want):
         if filled and filled + n > BATCH_BYTES:
-            out.append([])
-            filled = 0
-        out[-1].append((key, start, n, pos, whole))
+            yield batch
+            batch, filled = [], 0
+        batch.append((key, start, n, pos, whole))
         pos += n
         filled += n
-    return out
+    yield batch
 
 
 def calls(batch: Batch, *, mget: bool) -> list[Call]:

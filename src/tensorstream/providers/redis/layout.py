@@ -102,13 +102,13 @@ class Layout:
     #: tensorizer layout: zero-length keys (empty tensors), deleted with the object.
     empty_keys: tuple[bytes, ...] = ()
 
-    def segments(self, offset: int, length: int) -> list[tuple[bytes, int, int, bool]]:
+    def segments(self, offset: int, length: int) -> Iterator[tuple[bytes, int, int, bool]]:
         """``(key, start_in_key, length, whole)`` covering ``[offset, offset + length)``
-        in order; ``whole``: the segment is all of the key's value."""
-        out: list[tuple[bytes, int, int, bool]] = []
+        in order; ``whole``: the segment is all of the key's value. Generated one at a
+        time: a 1 GiB read of 1 KiB chunks is a million segments."""
         end = offset + length
         if length <= 0:
-            return out
+            return
         if self.kind == "manifest":
             cs = self.chunk_size
             pos = offset
@@ -116,21 +116,18 @@ class Layout:
                 start = pos - pos % cs
                 n = min(end, start + cs) - pos
                 whole = pos == start and n == min(cs, self.size - start)
-                out.append((_key(chunk_key(self.path, self.generation, start)), pos - start, n,
-                            whole))
+                yield (_key(chunk_key(self.path, self.generation, start)), pos - start, n, whole)
                 pos += n
-            return out
-        starts = [s for _, s in self.keys]
-        i = bisect.bisect_right(starts, offset) - 1
+            return
+        i = bisect.bisect_right(self.keys, offset, key=lambda k: k[1]) - 1
         pos = offset
         while pos < end:
             key, start = self.keys[i]
             stop = self.keys[i + 1][1] if i + 1 < len(self.keys) else self.size
             n = min(end, stop) - pos
-            out.append((key, pos - start, n, pos == start and n == stop - start))
+            yield (key, pos - start, n, pos == start and n == stop - start)
             pos += n
             i += 1
-        return out
 
     def chunk_keys(self) -> Iterator[bytes]:
         """Every key holding this object's bytes (manifest key excluded), generated
