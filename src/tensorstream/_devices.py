@@ -27,7 +27,8 @@ def parse(device: object, error: type[Exception]) -> torch.device:
         if device < 0:
             raise error(f"device={device!r} is not a device index (an index is 0 or "
                         f"more); {_KINDS}")
-        if not torch.accelerator.is_available():
+        accelerator = getattr(torch, "accelerator", None)  # (torch 2.6 on; before, N was cuda:N)
+        if accelerator is None or not accelerator.is_available():
             return torch.device("cuda", device)
     try:
         return torch.device(device)  # type: ignore[call-overload]
