@@ -375,3 +375,36 @@ def test_a_copy_into_another_bucket_of_the_store_is_copied_by_s3(moto_s3: Any) -
              **moto_s3.options())
     assert r.ok and r.files == 2 and all(o.server_side for o in r.outcomes), r.errors
     assert moto_s3.get(other, "xb/sub/n.bin") == b"n"
+
+
+def test_a_multipart_copy_whose_abort_fails_says_the_upload_is_left(
+        tensorstream_s3: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A failed copy in parts whose abort S3 does not take (here: every abort's connection
+    cut): the upload was left without a word (a streamed upload's writer warned). Now the
+    same warning names the upload left for a lifecycle rule, as the writer's does."""
+    b = tensorstream_s3
+    dst_key = f"dst/{secrets.token_hex(4)}.bin"
+    put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
+    puts = []
+
+    async def replace_source_and_cut_aborts(method: str, path: str) -> None:
+        if method == "DELETE" and path == f"/{b.bucket}/{dst_key}":
+            raise ConnectionError("abort cut")
+        if method == "PUT" and path == f"/{b.bucket}/{dst_key}":
+            puts.append(path)
+            if len(puts) == 2:
+                import asyncio
+                await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: b.put("src/m.bin", os.urandom(5 * MiB + 1)))
+
+    b.faults.raw.before_forward = replace_source_and_cut_aborts
+    caplog.set_level(logging.WARNING, logger="tensorstream")
+    r = copy(b.uri("src/m.bin"), b.uri(dst_key), concurrency=1, **b.options)
+    assert not r.ok and "changed" in r.errors[0], r.errors
+    b.faults.raw.before_forward = None
+    left = [u["UploadId"] for u in b.server.client.list_multipart_uploads(
+        Bucket=b.bucket, Prefix=dst_key).get("Uploads", [])]
+    assert len(left) == 1
+    said = [m for m in caplog.messages if "could not abort multipart upload" in m]
+    assert len(said) == 1 and left[0] in said[0] and "lifecycle rule" in said[0], caplog.messages
+    b.server.client.abort_multipart_upload(Bucket=b.bucket, Key=dst_key, UploadId=left[0])

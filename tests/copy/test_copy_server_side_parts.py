@@ -393,14 +393,16 @@ class _FirstAbortLost(_CreateLostFront):
     """A front whose first AbortMultipartUpload is answered 204 and never reaches moto,
     as an abort is after which a part S3 was storing lands: the upload is still listed."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, lost: int = 1) -> None:
         super().__init__(upstream, "500")
         self.swallowed = 0
+        self.lost = lost
 
     async def _forward(self, request: Any) -> Any:
         from aiohttp import web
 
-        if request.method == "DELETE" and "uploadId" in request.query and not self.swallowed:
+        if request.method == "DELETE" and "uploadId" in request.query \
+                and self.swallowed < self.lost:
             self.swallowed += 1
             return web.Response(status=204)
         return await super()._forward(request)
@@ -428,3 +430,34 @@ def test_an_upload_still_listed_after_its_abort_is_aborted_again(
     assert not r.ok, r.errors
     assert front.swallowed == 1
     assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+@pytest.mark.parametrize("how", ["by S3", "streamed"])
+def test_an_upload_still_listed_after_every_abort_is_named_the_same_either_way(
+        tensorstream_s3: Any, tmp_path: Any, how: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Every abort answered but never applied: a streamed upload's writer sent three and
+    said nothing of the upload left; a copy by S3 warned. Both now abort three times
+    (one rule, :mod:`tensorstream.providers.s3.aborts`) and name the upload left."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"]
+    if how == "by S3":
+        put_in_parts(b, "src/m.bin", parts)
+        src = b.uri("src/m.bin")
+    else:
+        (tmp_path / "m.bin").write_bytes(b"".join(parts))
+        src = str(tmp_path / "m.bin")
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/m.bin"
+    b.faults.raw.status_script = [200, 403]  # CreateMultipartUpload, then the first part
+    caplog.set_level(logging.WARNING, logger="tensorstream")
+    front = _FirstAbortLost(b.proxy.url, lost=10)
+    with front as endpoint:
+        r = copy(src, b.uri("dst/m.bin"), part_size=5 * MiB, concurrency=1,
+                 **{**b.options, "s3_endpoint": endpoint})
+    assert not r.ok, r.errors
+    assert front.swallowed == 3
+    left = b.server.client.list_multipart_uploads(Bucket=b.bucket, Prefix="dst/m.bin")["Uploads"]
+    said = [m for m in caplog.messages if "still listed after 3 aborts" in m]
+    assert len(said) == 1 and left[0]["UploadId"] in said[0], caplog.messages
+    b.server.client.abort_multipart_upload(Bucket=b.bucket, Key="dst/m.bin",
+                                           UploadId=left[0]["UploadId"])

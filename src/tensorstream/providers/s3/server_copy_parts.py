@@ -26,6 +26,7 @@ from ...errors import (
 )
 from ...uri import redact_text
 from ..base import ObjectInfo
+from .aborts import abort_again, not_aborted
 from .etags import KMS_ENCRYPTION, etag_md5
 from .lost_upload import abort_lost_upload
 from .part_tasks import SETTLE, run_all, settled
@@ -240,16 +241,15 @@ async def _abort_created(call: Calls, dst_path: str,
 
 
 async def _abort(call: Calls, dst_path: str, upload_id: str) -> None:
-    """Abort the upload, again while it is still listed (a part S3 was copying when the
-    abort came may land after it: AWS's advice is to abort again)."""
+    """Abort the upload, and again while it is still listed (:func:`.aborts.abort_again`);
+    one not aborted is named in a warning, as the writer's is."""
     bucket, key = split(dst_path)
-    for _ in range(3):
-        try:
-            await call("abort_multipart_upload", dst_path, Bucket=bucket, Key=key,
-                       UploadId=upload_id)
-            await call("list_parts", dst_path, Bucket=bucket, Key=key, UploadId=upload_id,
-                       MaxParts=1)
-        except TensorstreamError:
-            return  # gone (NoSuchUpload), or the copy's own error is the one to report
-    log.warning("%s: the multipart upload %s is still listed after three aborts (a lifecycle "
-                "rule for incomplete uploads removes it)", redact_text(dst_path), upload_id)
+    try:
+        await call("abort_multipart_upload", dst_path, Bucket=bucket, Key=key,
+                   UploadId=upload_id)
+    except NotFoundError:
+        return  # gone: completed, or aborted by another
+    except TensorstreamError as exc:
+        not_aborted(bucket, key, upload_id, exc)
+        return
+    await abort_again(lambda op, **kw: call(op, dst_path, **kw), bucket, key, upload_id)

@@ -47,6 +47,7 @@ from ...errors import (
     TensorstreamError,
     UnsupportedOperationError,
 )
+from .aborts import abort_again, not_aborted
 from .etags import KMS_ENCRYPTION
 from .lost_upload import abort_lost_upload
 from .part_tasks import drain
@@ -442,24 +443,11 @@ class S3Writer(Publishing):
                 with attempt:
                     await self._call("abort_multipart_upload", Bucket=self._bucket,
                                      Key=self._key, UploadId=upload_id)
-            await self._abort_again(upload_id)
+            await abort_again(self._call, self._bucket, self._key, upload_id)
         except NotFoundError:
             # No such upload: completed after all (a CompleteMultipartUpload whose
             # answer was lost, applied after the object was looked at) or aborted
             # by someone else. Was a warning that a lifecycle rule would remove it.
             await self._unpublish_completed()
         except TensorstreamError as exc:
-            log.warning("could not abort multipart upload %s of %s/%s: %s (a bucket lifecycle "
-                        "rule for incomplete uploads removes it)", upload_id, self._bucket,
-                        self._key, exc)
-
-    async def _abort_again(self, upload_id: str) -> None:
-        """Abort again while ``ListParts`` still finds the upload: a part S3 was storing
-        when the abort came may land after it (AWS's advice)."""
-        ids = {"Bucket": self._bucket, "Key": self._key, "UploadId": upload_id}
-        try:
-            for _ in range(2):
-                await self._call("list_parts", MaxParts=1, **ids)
-                await self._call("abort_multipart_upload", **ids)
-        except TensorstreamError:
-            pass  # gone (NoSuchUpload), or left to a lifecycle rule as before
+            not_aborted(self._bucket, self._key, upload_id, exc)
