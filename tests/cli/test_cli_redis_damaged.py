@@ -84,15 +84,72 @@ def test_ls_shows_the_rest_and_names_each_damaged_object(root: str) -> None:
     assert "'tz'" in r.stderr and "'man'" in r.stderr, r.stderr
 
 
-def test_rm_r_leaves_out_what_the_rules_leave_out_and_fails_the_rest_by_name(
+def test_rm_r_leaves_out_what_the_rules_leave_out_and_deletes_the_damaged_ones(
         root: str, redis_server: Any) -> None:
-    # It failed whole as cp -r did: nothing deleted, --exclude or not.
+    # It failed whole as cp -r did: nothing deleted, --exclude or not. Then it failed the
+    # damaged two by name (exit 3), and nothing could delete them but redis-cli.
     r = cli("rm", "-r", "--exclude", "tz*", "--exclude", "man", "--exclude", "dir/*", root)
     assert r.returncode == 0, r.stderr
     with redis_server.client(db=DB) as c:
         assert sorted(c.keys()) == [b"dir/good2", b"man", b"tz:data:500", b"tz:header:0"]
     r = cli("rm", "-r", root)
-    assert r.returncode == 3, r.stderr  # dir/good2 deleted, the damaged two named
-    assert "'man'" in r.stderr and "'tz'" in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    assert sorted(line.split("?")[0].rsplit("/", 1)[-1] for line in r.stdout.splitlines()) == [
+        "good2", "man", "tz"]
+    assert "deleted the damaged object 'man'" in r.stderr, r.stderr
+    assert "deleted the damaged object 'tz'" in r.stderr, r.stderr
     with redis_server.client(db=DB) as c:
-        assert sorted(c.keys()) == [b"man", b"tz:data:500", b"tz:header:0"]
+        assert c.keys() == []
+
+
+GEN, OTHER_GEN = "0123456789abcdef", "fedcba9876543210"
+
+
+def test_rm_of_a_corrupt_manifest_deletes_it_and_its_chunks_only(
+        root: str, redis_server: Any) -> None:
+    """"corrupt tensorstream manifest at 'man'": rm failed at the lookup, and so did every
+    later write's look at what it replaces. Its manifest and its persistent chunks go;
+    a write's staged chunk (with its expiry) and the keys beside it stay."""
+    with redis_server.client(db=DB) as c:
+        c.set(f"man:{GEN}:0", b"c" * 1000)
+        c.set(f"man:{GEN}:1000", b"c" * 5)
+        c.set(f"man:{OTHER_GEN}:0", b"staged by a write in progress", px=600_000)
+        c.set("man:v:1", b"an object of its own")  # K:... not named like a chunk
+        c.set("man2", b"another object")
+        c.hset("mine", mapping={"owner": "the user"})  # a hash that is no manifest of ours
+    r = cli("rm", redis_server.url("man", db=DB))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("delete: " + redis_server.url("man", db=DB)), r.stdout
+    assert "deleted the damaged object 'man'" in r.stderr, r.stderr
+    assert "its manifest and 2 key(s)" in r.stderr, r.stderr
+    with redis_server.client(db=DB) as c:
+        assert sorted(c.keys("man*")) == [
+            b"man2", f"man:{OTHER_GEN}:0".encode(), b"man:v:1"]
+    r = cli("rm", redis_server.url("man", db=DB))  # gone: what rm says of any missing object
+    assert r.returncode != 0 and "no such" in r.stderr.lower(), r.stderr
+    r = cli("rm", redis_server.url("mine", db=DB))  # never ours to delete
+    assert r.returncode != 0 and "not a tensorstream manifest" in r.stderr, r.stderr
+    with redis_server.client(db=DB) as c:
+        assert c.hgetall("mine") == {b"owner": b"the user"}
+
+
+def test_rm_of_a_to_redis_prefix_with_a_gap_deletes_its_keys_only(
+        root: str, redis_server: Any) -> None:
+    with redis_server.client(db=DB) as c:
+        c.set("tz:notes", b"an object of its own")  # no offset: not a to_redis key
+        c.set("tz:sub:header:0", b"H")  # a to_redis prefix of its own under tz:
+        c.set("tz:sub:w:1", b"w")
+        c.set("tz2:header:0", b"H")  # a prefix beside it
+        c.hset("tz:m", mapping={"tensorstream": "1", "size": "3", "chunk_size": "1000",
+                                "generation": GEN, "mtime": "1.0"})  # a manifest under tz:
+        c.set(f"tz:m:{GEN}:0", b"abc")
+    r = cli("rm", redis_server.url("tz", db=DB))
+    assert r.returncode == 0, r.stderr
+    assert "deleted the damaged object 'tz' (keys under 'tz':* are not one contiguous" \
+        in r.stderr and ": 2 key(s)" in r.stderr, r.stderr
+    with redis_server.client(db=DB) as c:
+        assert sorted(c.keys("tz*")) == [
+            b"tz2:header:0", b"tz:m", f"tz:m:{GEN}:0".encode(), b"tz:notes",
+            b"tz:sub:header:0", b"tz:sub:w:1"]
+    r = cli("cat", redis_server.url("tz:m", db=DB))
+    assert r.returncode == 0 and r.stdout == "abc", r.stderr

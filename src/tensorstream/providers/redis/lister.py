@@ -8,6 +8,7 @@ write staged and has not published, are never listed as objects of their own.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ...errors import ProtocolError
@@ -47,10 +48,16 @@ def _skip(key: bytes, exc: ProtocolError) -> None:
 
 
 class Damaged:
-    """An object whose keys make no sense (:data:`~..base.listing_keeps_damaged`)."""
+    """An object whose keys make no sense (:data:`~..base.listing_keeps_damaged`).
 
-    def __init__(self, key: bytes, error: ProtocolError) -> None:
+    ``keys``: the keys that are its own by the rules this listing applies (a manifest
+    key and the chunks named for it, a ``to_redis`` prefix's keys, a string key), what a
+    delete removes; ``manifest``: the fields of its manifest key, if it has one."""
+
+    def __init__(self, key: bytes, error: ProtocolError, keys: Iterable[bytes] = (),
+                 manifest: Mapping[bytes, bytes] | None = None) -> None:
         self.path, self.error = _name(key), error
+        self.keys, self.manifest = [key, *keys] if manifest is not None else list(keys), manifest
 
 
 async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
@@ -59,10 +66,11 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
     :class:`Damaged` (``listing_keeps_damaged``)."""
     damaged: list[Damaged] = []
 
-    def refuse(key: bytes, exc: ProtocolError, mine: bool = True) -> None:
+    def refuse(key: bytes, exc: ProtocolError, mine: bool = True, keys: Iterable[bytes] = (),
+               manifest: Mapping[bytes, bytes] | None = None) -> None:
         # (not ``mine``: a chunk's owner above the prefix, no entry of this listing)
         if mine and listing_keeps_damaged.get():
-            damaged.append(Damaged(key, exc))
+            damaged.append(Damaged(key, exc, keys, manifest))
         elif display_listing.get():
             _skip(key, exc)
         else:
@@ -83,7 +91,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
         except ProtocolError as exc:
             if b"tensorstream" not in fields:
                 continue  # a hash of the user's own, not an object
-            refuse(k, exc, mine=k in keys)
+            refuse(k, exc, mine=k in keys, manifest=fields)
     found = [lay for k, lay in manifests.items() if k in keys]
     # A chunk of a manifest is K:<generation>:<offset> (a stale one of an older generation
     # too); any other K:... beside it (K:1, K:v2:3) is a key of its own, listed.
@@ -94,6 +102,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
     # object until a manifest names it, as stat has it: a write in progress, or one
     # that died, was listed (and copied by cp -r/sync) as one object per chunk.
     staged = [k for k in loose if is_staged_chunk(_name(_owner(k)), k)]
+    orphans: set[bytes] = set()
     if staged:
         ttls = await p.pipeline([("pttl", (k,)) for k in staged])
         # Persistent ones are no object either, unless they are tensors of a tensorizer
@@ -108,6 +117,9 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
                             if isinstance(ttl, int) and ttl >= 0}
         loose = [k for k in loose if k not in hidden]
         keys -= hidden
+    for d in damaged:  # a damaged manifest's own chunks: persistent, named for it
+        if d.manifest is not None:
+            d.keys += sorted(k for k in orphans if _owner(k) == d.keys[0])
 
     # tensorizer's to_redis prefixes are recognised by their P:header:0 key.
     heads = sorted((k[: -len(_HEADER)] for k in loose if k.endswith(_HEADER)), key=len,
@@ -128,7 +140,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
         try:
             lay = tensorizer_layout(_name(h), [(k, sizes[k]) for k in members])
         except ProtocolError as exc:
-            refuse(h, exc, mine=_name(h).startswith(prefix))
+            refuse(h, exc, mine=_name(h).startswith(prefix), keys=members)
             continue
         if lay is not None and lay.path.startswith(prefix):
             found.append(lay)
@@ -136,7 +148,7 @@ async def list_objects(p: RedisProvider, prefix: str) -> list[Layout | Damaged]:
         try:
             found.append(string_layout(_name(k), sizes[k]))
         except ProtocolError as exc:
-            refuse(k, exc)
+            refuse(k, exc, keys=(k,))
     every: list[Layout | Damaged] = [*found, *damaged]
     every.sort(key=lambda lay: lay.path)
     return every

@@ -17,6 +17,8 @@ from .layout import (
 
 __all__ = ["key_bytes", "look_up", "scan_tensorizer"]
 
+_HEADER = b":header:0"
+
 
 def key_bytes(path: str) -> bytes:
     """Redis key for an object path (UTF-8; undecodable bytes round-trip)."""
@@ -61,14 +63,26 @@ async def _resolve_tensorizer(conn: RedisConnection, path: str) -> Layout:
 
 async def scan_tensorizer(conn: RedisConnection, path: str) -> tuple[Layout | None, list[bytes]]:
     """The tensorizer prefix at ``path`` (or ``None``), and the persistent chunks
-    of a tensorstream object whose manifest is gone (never part of it)."""
+    of a tensorstream object whose manifest is gone (never part of it).
+
+    Its keys are told apart as a listing does (:mod:`.lister`): a prefix is one only
+    with its ``path:header:0`` (tensorizer's ``to_redis`` always writes it), and the
+    keys of another object under ``path:`` are not its own: a manifest and the chunks
+    named for it, a nested prefix with a header of its own."""
     keys = await conn.scan(escape_glob(path) + ":*")
     answers = await conn.pipeline([("strlen", (k,)) for k in keys]
-                                  + [("pttl", (k,)) for k in keys])
+                                  + [("pttl", (k,)) for k in keys], raise_on_error=False)
+    for reply in answers:
+        if isinstance(reply, Exception) and not str(reply).startswith("WRONGTYPE"):
+            raise map_redis_error(reply, who=conn._creds.describe(looked_in=True),
+                                  secrets=conn._creds.secrets()) from reply
     sizes, ttls = answers[: len(keys)], answers[len(keys):]
     # tensorizer's to_redis always writes K:header:0; a tensor of its own may be
     # named like a generation (16 hex digits), a tensorstream chunk only then.
-    tensorizer = key_bytes(path) + b":header:0" in keys
+    head = key_bytes(path)
+    tensorizer = head + _HEADER in keys
+    others = {k for k, n in zip(keys, sizes, strict=True) if isinstance(n, Exception)}
+    nested = [k[: -len(_HEADER)] for k in keys if k.endswith(_HEADER) and k != head + _HEADER]
     sized, leftover = [], []
     for k, n, ttl in zip(keys, sizes, ttls, strict=True):
         if is_staged_chunk(path, k) and (ttl >= 0 or not tensorizer):
@@ -78,8 +92,18 @@ async def scan_tensorizer(conn: RedisConnection, path: str) -> tuple[Layout | No
             # (evicted, or a delete or commit cut short): only the manifest knew
             # the object's size, and the chunks left, read as a stream, were a
             # shorter object whenever its last chunks were gone too.
-            if ttl < 0:
+            if isinstance(ttl, int) and ttl < 0:
                 leftover.append(k)
             continue
+        owner = k.rsplit(b":", 2)[0]
+        if (k in others or (owner in others and is_staged_chunk(_name(owner), k))
+                or any(k.startswith(h + b":") for h in nested)):
+            continue  # another object's key (a hash, a manifest's chunk, a nested prefix)
         sized.append((k, n))
+    if not tensorizer:
+        return None, leftover  # (keys K:... with no K:header:0 are objects of their own)
     return tensorizer_layout(path, sized), leftover
+
+
+def _name(key: bytes) -> str:
+    return key.decode("utf-8", "surrogateescape")

@@ -31,6 +31,7 @@ from ...errors import (
     InvalidURIError,
     NotFoundError,
     ObjectChangedError,
+    ProtocolError,
     TensorstreamError,
 )
 from ...uri import ParsedURI
@@ -48,6 +49,7 @@ from ..base import (
 from .blocking import BATCH_BYTES, Batch, batches, calls, place
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .connection import BATCHES_IN_FLIGHT, RedisConnection
+from .damaged import delete_damaged
 from .layout import Layout, named_like_chunk
 from .lister import Damaged, list_objects
 from .lookup import key_bytes, look_up, scan_tensorizer
@@ -285,6 +287,10 @@ class RedisProvider(RedisConnection, Provider):
     async def delete(self, path: str) -> None:
         try:
             layout = await self.resolve(path)
+        except ProtocolError as exc:
+            # damaged (no lookup makes sense of it): its own keys go, else nothing could
+            await delete_damaged(self, path, exc)
+            return
         except NotFoundError:
             # The chunks a manifest that is gone left behind (never an object):
             # removed with the name they were written under, else nothing could.
