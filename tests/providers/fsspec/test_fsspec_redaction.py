@@ -107,3 +107,20 @@ def test_an_object_info_of_such_a_name_masks_the_password_in_its_repr(base: str)
     info = _loop.run_sync(stat())
     assert info.size == 1 and SECRET in info.path  # the name itself is the object's
     assert SECRET not in repr(info) and "u:***@h-" in repr(info)
+
+
+@pytest.mark.parametrize("where", ["d", "f/g"], ids=["a folder", "under a file"])
+def test_a_write_fsspec_refuses_keeps_its_type_and_names_the_uri_redacted(
+        base: str, where: str) -> None:
+    """fsspec's own IsADirectoryError/FileExistsError said ``/u:pw@h/d`` as it was."""
+    fs = fsspec.filesystem("memory")
+    root = base.split("://")[1]
+    fs.pipe_file(f"{root}/f", b"f")
+    fs.mkdir(f"{root}/d")
+    with pytest.raises(OSError) as info:
+        with tensorstream.open(f"{base}/{where}", "wb") as f:
+            f.write(b"a")
+    assert isinstance(info.value, IsADirectoryError | FileExistsError)
+    assert SECRET not in _chain(info.value)
+    # the name fsspec gave: the folder, or the file in the way of one
+    assert f"memory://u:***@{base.split('@')[1]}/{where[0]}" in str(info.value)

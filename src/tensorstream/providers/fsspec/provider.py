@@ -44,13 +44,28 @@ __all__ = ["FsspecProvider"]
 _PIECE = 4 << 20
 
 
-def _map_error(exc: BaseException, shown: str) -> BaseException:
+def _map_error(exc: BaseException, shown: str, quoted: dict[str, str]) -> BaseException:
+    """``exc`` as tensorstream raises it. ``quoted``: the names fsspec may quote (the
+    object's path and its folders', as fsspec and the provider spell them), each with
+    the URI it shows instead."""
     if isinstance(exc, TensorstreamError):
         return exc
     if isinstance(exc, FileNotFoundError):
         return NotFoundError(f"not found: {shown}", service="fsspec")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(f"permission denied: {shown}", service="fsspec")
+    if isinstance(exc, OSError):
+        # IsADirectoryError('/u:pw@h/d'), FileExistsError of a folder that is a file: the
+        # same type, naming the URI redacted
+        text = str(exc)
+        named = next((uri for name, uri in quoted.items() if name in text), None)
+        if named is not None:
+            try:
+                if exc.errno is not None:
+                    return type(exc)(exc.errno, exc.strerror, named)
+                return type(exc)(named)
+            except Exception:  # a subclass built otherwise: a plain OSError
+                return OSError(exc.errno, exc.strerror or type(exc).__name__, named)
     return exc
 
 
@@ -161,6 +176,18 @@ class FsspecProvider(Provider):
         """The filesystem's path for the provider's (the URI without its scheme)."""
         return self.fs._strip_protocol(f"{self.protocol}://{path}")  # type: ignore[no-any-return]
 
+    def _quoted(self, path: str) -> dict[str, str]:
+        """The names an error of fsspec's may quote for ``path`` (longest first), each
+        mapped to its URI, redacted: the object's and its folders'."""
+        parts = path.rstrip("/").split("/")
+        out: dict[str, str] = {}
+        for end in range(len(parts), 0, -1):
+            name = "/".join(parts[:end])
+            for spelling in (self._fs_path(name), name):
+                if spelling.strip("/"):  # never '/' alone: it is in every message
+                    out.setdefault(spelling, self.shown_path(name))
+        return out
+
     def _provider_path(self, name: str) -> str:
         """The provider's path for a name the filesystem listed."""
         if self._authority is None:
@@ -179,11 +206,12 @@ class FsspecProvider(Provider):
         try:
             return await asyncio.to_thread(call)
         except BaseException as exc:
-            mapped = _map_error(exc, self.shown_path(path))
+            mapped = _map_error(exc, self.shown_path(path), self._quoted(path))
             if mapped is exc:
                 raise
-        # Raised outside the handler, nothing chained: fsspec's FileNotFoundError says
-        # only the path, unredacted (``/u:pw@h/x``, no scheme to recognise it by).
+        # Raised outside the handler, nothing chained: fsspec's FileNotFoundError (and
+        # IsADirectoryError...) says only the path, unredacted (``/u:pw@h/x``, no scheme
+        # to recognise it by).
         raise mapped
 
     async def stat(self, path: str) -> ObjectInfo:
