@@ -117,6 +117,13 @@ def test_rm_of_a_corrupt_manifest_deletes_it_and_its_chunks_only(
         c.set("man:v:1", b"an object of its own")  # K:... not named like a chunk
         c.set("man2", b"another object")
         c.hset("mine", mapping={"owner": "the user"})  # a hash that is no manifest of ours
+    r = cli("rm", "--dryrun", redis_server.url("man", db=DB))  # it failed at stat
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "(dryrun) delete: " + redis_server.url("man", db=DB), r.stdout
+    with redis_server.client(db=DB) as c:
+        assert c.exists("man", f"man:{GEN}:0") == 2
+    r = cli("rm", "--dryrun", redis_server.url("mine", db=DB))  # not ours: said so
+    assert r.returncode != 0 and "not a tensorstream manifest" in r.stderr, r.stderr
     r = cli("rm", redis_server.url("man", db=DB))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("delete: " + redis_server.url("man", db=DB)), r.stdout

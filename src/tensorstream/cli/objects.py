@@ -222,7 +222,7 @@ def run_rm(args: argparse.Namespace) -> int:
             if not args.recursive:
                 try:
                     if args.dryrun:
-                        await provider.stat(uri.path)  # NotFoundError if absent
+                        await _would_delete(provider, uri.path)  # NotFoundError if absent
                     else:
                         await provider.delete(uri.path)
                 except (OSError, ValueError) as exc:
@@ -263,6 +263,21 @@ def run_rm(args: argparse.Namespace) -> int:
             return await _delete_each(provider, uri, targets, args.dryrun, reporter)
 
     return run_async(go)
+
+
+async def _would_delete(provider: Any, path: str) -> None:
+    """Raise what ``rm PATH`` would fail with; return if it would delete. A damaged
+    object (Redis), which stat cannot make sense of, is deleted: the listing names it."""
+    from ..errors import ProtocolError
+
+    try:
+        await provider.stat(path)
+    except ProtocolError:
+        async with contextlib.aclosing(provider.list(path)) as listing:
+            async for info in listing:  # (listing_keeps_damaged: it is an entry)
+                if info.path == path and "damaged" in info.extra:
+                    return
+        raise
 
 
 async def _add_r_hint(provider: Any, uri: ParsedURI, raw: str) -> str | None:
