@@ -1,7 +1,8 @@
 """Planning a copy: which objects go where, decided before a byte is read.
 
-:class:`Planner` (a base of the copy engine) lists or stats every source,
-maps each object to its destination safely (:mod:`.keys`), applies
+:class:`Planner` (a base of the copy engine) takes what every source names
+(listed or stat'ed by its base, :class:`.listing.SourceLister`), maps each
+object to its destination safely (:mod:`.keys`), applies
 ``--exclude``/``--include``, refuses copies of an object onto itself and
 duplicate targets, looks for the destination bucket once, and leaves out
 what ``sync``/``--resume`` find unchanged. Each object becomes a :class:`Job`.
@@ -14,32 +15,22 @@ import dataclasses
 import os
 import posixpath
 import stat
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import NotFoundError, PermissionDeniedError, TensorstreamError
 from ..layers.stack import PolicyProvider
-from ..providers.base import ObjectInfo, listing_keeps_damaged
+from ..providers.base import listing_keeps_damaged
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
-from .keys import UnsafeKeyError, plan_keys, relative_key, safe_relative_key
+from .keys import UnsafeKeyError, safe_relative_key
+from .listing import SourceLister, names_no_object
 from .metadata import holds_fields
 from .places import connection, feeds_itself, inside, leads_into, same_store, way_out
-from .select import FileOutcome, Rules, source_encryption_decides, unchanged, walk_local
+from .select import FileOutcome, Rules, source_encryption_decides, unchanged
 from .server_side import takes as takes_on_server
 from .sinks import temp_stem
-from .wildcards import Wildcard, wildcard
-
-if TYPE_CHECKING:
-    from .result import CopyResult
 
 __all__ = ["Job", "Planner", "names_no_object", "special_file"]
-
-
-def names_no_object(uri: ParsedURI) -> bool:
-    """Whether a remote destination names no object, only where objects go: a Redis
-    database (``redis://host:6379``, which wrote the key ``""``) or an S3 bucket."""
-    path = uri.path.strip("/")
-    return not path or (uri.scheme in ("s3", "s3a") and "/" not in path)
 
 
 def special_file(path: str) -> str | None:
@@ -55,8 +46,9 @@ def special_file(path: str) -> str | None:
     return None
 
 
-class Planner:
-    """The planning half of the copy engine (attributes set by the engine)."""
+class Planner(SourceLister):
+    """The planning half of the copy engine (attributes set by the engine); what each
+    source names is listed by its base, :class:`.listing.SourceLister`."""
 
     side_options: dict[str, dict[str, Any]]
     options: dict[str, Any]
@@ -64,10 +56,6 @@ class Planner:
     skip_unchanged: bool
     resume: bool
     dryrun: bool
-    follow_symlinks: bool
-    #: ``*``/``?`` in a listable source's key make it a pattern (s5cmd's, :mod:`.wildcards`).
-    wildcards: bool
-    result: CopyResult
     #: Whether two connections (:func:`.places.connection`) are one store, as decided.
     stores: dict[tuple[tuple[Any, ...], tuple[Any, ...]], bool]
     #: What S3 stores with each object (a MetadataOptions: :mod:`.metadata`), or None.
@@ -80,21 +68,6 @@ class Planner:
 
     def provider(self, uri: ParsedURI, side: str = "src") -> PolicyProvider:
         raise NotImplementedError
-
-    def error(self, what: str, exc: BaseException | str) -> None:
-        raise NotImplementedError
-
-    def outcome(self, outcome: FileOutcome) -> None:
-        raise NotImplementedError
-
-    def refuse(self, src: str, dst: str, size: int, why: BaseException | str, *,
-               what: str | None = None) -> None:
-        """An object left out while planning: an error (about ``what``, default ``src``)
-        and its outcome (a ``failed`` line in ``--json``, as for an object whose copy
-        failed; it had none, so a reader of the lines saw fewer failures than the
-        summary counted)."""
-        self.error(what or src, why)
-        self.outcome(FileOutcome(src, dst, size, "failed", error=self.result.errors[-1]))
 
     # -- planning ------------------------------------------------------------
     async def plan(self, sources: list[str], dest: str, recursive: bool) -> list[Job]:
@@ -344,7 +317,7 @@ class Planner:
         as no MD5s, as a HEAD would say of each (an object stored with another encryption
         named is taken so too: the dates decide for it, as for aws s3 sync). False where
         the bucket has no such default or may not be asked."""
-        from ..providers.s3.writer import KMS_ENCRYPTION
+        from ..providers.s3.etags import KMS_ENCRYPTION
 
         inner = getattr(job.src, "inner", None)
         ask = getattr(inner, "default_encryption", None)
@@ -364,181 +337,3 @@ class Planner:
             self.result.notes.append(
                 f"{job.dst_label}: an interrupted --resume copy was left here; without "
                 "--resume it is discarded and the copy starts over")
-
-    def _pattern(self, uri: ParsedURI) -> Wildcard | None:
-        return wildcard(uri) if self.wildcards else None
-
-    async def _list_source(self, src: PolicyProvider, uri: ParsedURI, raw: str, recursive: bool,
-                           local_dst: bool) -> list[tuple[str, ObjectInfo]]:
-        pattern = self._pattern(uri)
-        if pattern is not None:
-            return await self._matching(src, uri, raw, pattern, local_dst)
-        if not recursive:
-            return [await self._single(src, uri, raw)]
-        if uri.scheme != "file" and not src.capabilities.list:
-            # HTTP(S): nothing to list, so "cp -r URL" copies the object it names, as
-            # "cp -r" of one S3 object does (it failed with "does not support list").
-            if uri.path.endswith("/"):
-                raise NotFoundError(f"{uri.scheme} has no listing, so -r cannot copy what "
-                                    "is under it; name each object")
-            return [await self._single(src, uri, raw)]
-        if uri.scheme == "file" and os.path.isdir(uri.path):
-            return await self._walk_local(src, uri)
-        base = uri.path.rstrip("/") + "/"
-        by_key: dict[str, ObjectInfo] = {}
-        if base == "/" and uri.scheme != "file":
-            base = ""  # the whole bucket / database
-        listed = False
-        try:
-            async for info in src.list(base if uri.scheme != "file" else uri.path):
-                listed = True
-                rel = relative_key(info.path, base)
-                if rel is not None:  # outside the prefix (e.g. "data-evil/"): not ours
-                    by_key[rel] = info
-        except NotFoundError as exc:
-            if "NoSuchBucket" in str(exc) or listed:
-                # A listing that broke off after its first entries (a 404 for a later
-                # page) is no empty prefix: what it had would pass for all of SRC.
-                raise  # said as it is, not as the stat below failing on a bare bucket
-        if not by_key:
-            if uri.scheme in ("s3", "s3a") and names_no_object(uri):
-                raise NotFoundError(f"nothing to copy at {redact_text(raw)} (the bucket "
-                                    "is empty)")
-            try:  # "cp -r" of a single object copies that object
-                info = await src.stat(uri.path)
-            except NotFoundError:
-                if uri.scheme == "file" and not os.path.lexists(uri.path):
-                    # A typo in a local path is no "nothing to copy": say it is not there.
-                    raise NotFoundError(f"no such file or directory: {uri.path}") from None
-                if uri.scheme == "file":
-                    raise  # it is there, and the error says why it is no file (a FIFO, /proc)
-                raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None
-            return [(posixpath.basename(uri.path.rstrip("/")), info)]
-        return self._planned(by_key, uri, base, local_dst)
-
-    async def _matching(self, src: PolicyProvider, uri: ParsedURI, raw: str, pattern: Wildcard,
-                        local_dst: bool) -> list[tuple[str, ObjectInfo]]:
-        """The objects a wildcard source matches, named from the pattern's base."""
-        if not src.capabilities.list:
-            raise NotFoundError(f"{redact_text(raw)}: this storage cannot be listed, so a "
-                                "wildcard cannot be matched (name the object)")
-        by_key: dict[str, ObjectInfo] = {}
-        listed = False
-        try:
-            async for info in src.list(pattern.prefix):
-                listed = True
-                rel = pattern.relative(info.path)
-                if rel is not None:
-                    by_key[rel] = info
-        except NotFoundError as exc:
-            if "NoSuchBucket" in str(exc) or listed:
-                raise  # a listing that broke off is not all of the matches
-        if not by_key:
-            raise NotFoundError(f"no object matches {redact_text(raw)}")
-        return self._planned(by_key, uri, pattern.base, local_dst)
-
-    def _planned(self, by_key: dict[str, ObjectInfo], uri: ParsedURI, base: str,
-                 local_dst: bool) -> list[tuple[str, ObjectInfo]]:
-        """Listed objects by their relative keys, unsafe and unnamable keys reported."""
-        plan = plan_keys(list(by_key), filesystem=local_dst)
-        label = redact_text(uri.with_path(base))
-        for key, reason in plan.refused:
-            self.refuse(f"{label}{key}", "", by_key[key].size, f"refused: {reason}")
-        for key, reason in plan.skipped:
-            if by_key[key].size:  # bytes a filesystem has no name for: not left out quietly
-                self.refuse(f"{label}{key}", "", by_key[key].size,
-                            f"skipped: a {reason} holding {by_key[key].size} bytes (keys "
-                            "ending in '/' are not copied)")
-            else:
-                self.result.skipped.append(f"{label}{key}: {reason}")
-        return [(rel, by_key[key]) for key, rel in plan.copy]
-
-    async def _single(self, src: PolicyProvider, uri: ParsedURI, raw: str
-                      ) -> tuple[str, ObjectInfo]:
-        """The one object a source without -r names; a directory or prefix says to add -r."""
-        # Only an HTTP(S) path carries a query; a file (or key) named "q?m" is "q?m", not "q".
-        path = uri.path.split("?", 1)[0] if uri.scheme in ("http", "https") else uri.path
-        name = posixpath.basename(path.rstrip("/")) or "index"
-        if uri.scheme == "file" and os.path.isdir(uri.path):
-            raise NotFoundError(f"{uri.path} is a directory; add -r (--recursive) to copy "
-                                "the files in it")
-        if uri.scheme in ("s3", "s3a") and names_no_object(uri):
-            # A bare bucket is no object: stat said only "S3 paths are bucket/key".
-            if await self._what_is_under(src, uri.path) == "no bucket":
-                raise NotFoundError(f"bucket {uri.path.strip('/')!r} does not exist "
-                                    "('tensorstream ls s3://' lists the buckets these "
-                                    "credentials see)")
-            raise NotFoundError(f"{redact_text(raw)} is a bucket, not an object; add -r "
-                                "(--recursive) to copy the objects in it")
-        if uri.scheme != "file" and uri.path.endswith("/") and (
-                await self._what_is_under(src, uri.path) == "objects"):
-            # A folder marker ("dir/", as the S3 console makes) was copied as an empty
-            # file named "dir"; without the marker the same command said to add -r.
-            raise NotFoundError(f"{redact_text(raw)} is a prefix, not an object; add -r "
-                                "(--recursive) to copy the objects under it")
-        try:
-            return name, await src.stat(uri.path)
-        except NotFoundError:
-            if uri.scheme == "file":
-                raise
-            under = await self._what_is_under(src, uri.path)
-            if under == "objects":
-                raise NotFoundError(
-                    f"{redact_text(raw)} is a prefix, not an object; add -r (--recursive) "
-                    "to copy the objects under it") from None
-            if under == "no bucket":
-                bucket = uri.path.split("/", 1)[0]
-                raise NotFoundError(
-                    f"bucket {bucket!r} does not exist ('tensorstream ls s3://' lists the "
-                    "buckets these credentials see)") from None
-            raise
-
-    @staticmethod
-    async def _what_is_under(src: PolicyProvider, path: str) -> str | None:
-        """``"objects"`` under ``path/``, ``"no bucket"``, or None (nothing we can see)."""
-        if not src.capabilities.list:
-            return None  # HTTP: no prefixes to see
-        listing: Any = None
-        try:
-            listing = src.list(path.rstrip("/") + "/").__aiter__()
-            await listing.__anext__()
-            return "objects"
-        except NotFoundError as exc:  # S3 names the missing bucket in a listing's answer
-            return "no bucket" if "NoSuchBucket" in str(exc) else None
-        except Exception:  # not a prefix we can see
-            return None
-        finally:
-            aclose = getattr(listing, "aclose", None)
-            if aclose is not None:
-                try:
-                    await aclose()
-                except Exception:
-                    pass
-
-    async def _walk_local(self, src: PolicyProvider, uri: ParsedURI
-                          ) -> list[tuple[str, ObjectInfo]]:
-        """A local directory, symbolic links followed unless --no-follow-symlinks."""
-        files, skipped = await asyncio.to_thread(walk_local, uri.path,
-                                                 follow_symlinks=self.follow_symlinks)
-        base = uri.path.rstrip("/") + "/"
-        for key, reason in skipped:
-            self.result.skipped.append(f"{base}{key}: {reason}")
-            by_choice = reason.endswith("(--no-follow-symlinks)")
-            self.outcome(FileOutcome(f"{base}{key}", "", 0, "skipped", reason=reason,
-                                     error=None if by_choice else reason))
-        slots = asyncio.Semaphore(16)
-
-        async def one(key: str, path: str) -> tuple[str, ObjectInfo] | None:
-            async with slots:
-                try:
-                    return key, await src.stat(path)
-                except (TensorstreamError, OSError) as exc:
-                    self.error(path, exc)
-                    return None
-
-        found = await asyncio.gather(*(one(k, p) for k, p in files))
-        out = [f for f in found if f is not None]
-        if not out and not skipped and not files:  # (files that failed are reported above)
-            raise NotFoundError(f"nothing to copy at {uri.path} (empty directory)")
-        return out
-
