@@ -208,4 +208,5 @@ def test_cp_imports_no_module_only_sync_or_a_usage_error_needs(
     modules = result["modules"]
     assert isinstance(modules, list) and "tensorstream.cli.usage_errors" in modules
     assert "tensorstream.copy.sync_dates" not in modules
+    assert "tensorstream.cli.sync_delete" not in modules  # (sync --delete's, imported there)
     assert {p.name: p.read_bytes() for p in dst.iterdir()} == data

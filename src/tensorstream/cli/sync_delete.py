@@ -1,0 +1,125 @@
+"""``tensorstream sync --delete``: remove the objects under DST that are not under SRC.
+
+Run after the copy, only where all of SRC was read and copied: SRC and DST are listed
+again, as strictly as the copy lists (a listing that broke off, or an entry of a local
+tree skipped for a problem, deletes nothing), and every key of DST that SRC lacks and
+the rules select is deleted (or, with ``--dryrun``, named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ..copy.result import CopyResult
+from ..copy.select import Rules
+from ..errors import TensorstreamError
+from ..uri import parse_uri, redact_text
+from .output import Reporter
+
+__all__ = ["delete_extraneous"]
+
+
+async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, rules: Rules,
+                            result: CopyResult, reporter: Reporter,
+                            src_options: dict[str, Any], dst_options: dict[str, Any]) -> None:
+    """``sync --delete``: remove objects under DST whose key is not under SRC."""
+    from ..api import get_provider
+    from ..providers.base import listing_keeps_damaged
+
+    # An entry skipped for a problem (a broken symlink, an unreadable directory)
+    # is in SRC but not in its listing: its copy at DST is not extraneous.
+    if result.errors or any(o.status == "skipped" and o.error for o in result.outcomes):
+        # (Said as it is: a copy that failed, a missing destination bucket, were called
+        # "the source was not read completely".)
+        reporter.warning("--delete skipped: not all of the source was read and copied (see "
+                         "the errors), so nothing is deleted")
+        return
+    src_uri, dst_uri = parse_uri(source), parse_uri(dest)
+    async with get_provider(src_uri, **src_options) as src, \
+            get_provider(dst_uri, **dst_options) as dst:
+        try:
+            # Listed again (the copy's listing is not kept), and as strictly: a listing
+            # that broke off, or an entry skipped for a problem since the copy's, would
+            # have the objects it left out deleted at DST.
+            # (a damaged object at SRC is under SRC all the same: its copy is kept)
+            keeps = listing_keeps_damaged.set(True)
+            try:
+                wanted = set(await _keys(src, src_uri, args.follow_symlinks, whole=True))
+            finally:
+                listing_keeps_damaged.reset(keeps)
+            there = await _keys(dst, dst_uri, False)
+        except (TensorstreamError, OSError) as exc:
+            result.errors.append(f"--delete skipped: a listing failed, so nothing is deleted "
+                                 f"({redact_text(str(exc) or type(exc).__name__)})")
+            return
+        if not wanted:
+            # SRC named one object (it was copied): nothing under DST is "under SRC",
+            # so every object there, the one just copied too, would be deleted.
+            result.errors.append(f"--delete skipped: {redact_text(source)} is not a directory "
+                                 "or prefix with objects under it, so nothing is deleted")
+            return
+        for key, path in sorted(there.items()):
+            if key in wanted or not rules.wants(key):
+                continue
+            uri = dst_uri.with_path(path)
+            if args.dryrun:
+                reporter.deleted(uri, dryrun=True)
+                continue
+            try:
+                await dst.delete(path)
+            except Exception as exc:
+                if _gone(exc, dst_uri.scheme, path):
+                    # Gone since the listing: deleted by another run (two `sync --delete`
+                    # at once), which is what was asked; as S3's delete of no key.
+                    reporter.deleted(uri, dryrun=False)
+                    continue
+                # In the summary's "errors" too (a --json reader saw "errors": [] and
+                # exit status 3); redacted, as the line's own "error" now is.
+                result.errors.append(redact_text(f"delete {uri}: {exc}"))
+                reporter.deleted(uri, dryrun=False, error=result.errors[-1])
+            else:
+                reporter.deleted(uri, dryrun=False)
+
+
+def _gone(exc: BaseException, scheme: str, path: str) -> bool:
+    """Whether a local delete failed only because nothing has the name any more
+    (not for a directory in the way, which the local provider also calls not found)."""
+    return isinstance(exc, FileNotFoundError) and scheme == "file" and not os.path.lexists(path)
+
+
+async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *,
+                whole: bool = False) -> dict[str, str]:
+    """``{key relative to uri: provider path}`` of every object under ``uri``; with
+    ``whole``, an entry of a local tree skipped for a problem (not by choice) raises."""
+    from ..copy.keys import relative_key
+    from ..copy.select import walk_local
+    from ..errors import NotFoundError
+
+    if uri.scheme == "file":
+        if not os.path.isdir(uri.path):
+            return {}
+        files, skipped = walk_local(uri.path, follow_symlinks=follow_symlinks)
+        problems = [f"{key}: {why}" for key, why in skipped
+                    if not why.endswith("(--no-follow-symlinks)")]
+        if whole and problems:
+            raise OSError(f"{uri.path} was not read completely: {problems[0]}")
+        return dict(files)
+    if not provider.capabilities.list:
+        return {}  # HTTP(S): one object, nothing under it (--delete says so, deletes nothing)
+    base = uri.path.rstrip("/") + "/"
+    if base == "/":
+        base = ""
+    out: dict[str, str] = {}
+    listed = False
+    try:
+        async for info in provider.list(base):
+            listed = True
+            rel = relative_key(info.path, base)
+            if rel is not None:
+                out[rel] = info.path
+    except NotFoundError:
+        if listed:
+            raise  # broke off after its first entries: not all of what is there
+    return out
