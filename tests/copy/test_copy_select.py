@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from deep_tree import DEPTH, deep_tree
-from tensorstream.copy.select import walk_local
+from tensorstream.copy.select import unchanged, walk_local
+from tensorstream.providers.base import ObjectInfo
 
 
 def test_a_tree_deeper_than_the_recursion_limit_is_walked_in_order(tmp_path: Path) -> None:
@@ -33,3 +36,27 @@ def test_a_second_link_to_a_directory_is_walked_and_only_a_loop_is_refused(tmp_p
     assert [key for key, _ in files] == ["latest/weights", "v2/weights"]
     assert sorted(key for key, _ in skipped) == ["latest/self", "top", "v2/self"]
     assert all("loop" in why for _, why in skipped)
+
+
+_A, _B = "a" * 32, "b" * 32
+
+
+@pytest.mark.parametrize(("src", "dst", "decide"), [
+    (f'"{_A}"', _B.upper(), True),  # quoted or not, either case: one PutObject each
+    (f"{_A}-2", f'"{_B}-2"', True),  # two parts each
+    (f"{_A}-0", _B, True),  # "-0" is counted as one piece
+    (f"{_A}-2", f"{_B}-3", False),  # two part counts
+    (_A, f"{_B}-1", False),  # one PutObject, one part
+    ("a" * 31, "b" * 31, False),  # too short for an MD5
+    ("g" * 32, _B, False),  # not hex
+    (f'W/"{_A}"', _B, False),  # a weak validator (HTTP), no MD5
+    (f"{_A}-x", f"{_B}-x", False),  # no part count
+])
+def test_etags_decide_only_as_md5s_of_one_layout(src: str, dst: str, decide: bool) -> None:
+    # A copy newer than its source: differing ETags that decide call it changed; ETags
+    # that cannot leave it to the dates, which call it unchanged.
+    def info(etag: str, mtime: float) -> ObjectInfo:
+        return ObjectInfo(path="k", size=10, etag=etag, mtime=mtime)
+
+    assert unchanged(info(src, 0), info(dst, 1), same_kind=True) is not decide
+    assert unchanged(info(src, 0), info(dst, 1), same_kind=False)  # (other kinds: dates)

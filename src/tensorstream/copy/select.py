@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
-import re
 import stat as stat_mod
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -172,14 +171,13 @@ def walk_local(root: str, *, follow_symlinks: bool = True
     return files, skipped
 
 
-#: An S3 ETag that is an MD5 (``-N``: of the MD5s of N parts).
-_MD5_ETAG = re.compile(r'^"?[0-9a-fA-F]{32}(?:-(\d+))?"?$')
-
-
 def _layout(etag: str) -> int | None:
-    """The parts an S3 ETag was made of (0: one ``PutObject``), None if it is no MD5."""
-    m = _MD5_ETAG.match(etag)
-    return None if m is None else int(m.group(1) or 0)
+    """The parts an S3 ETag was made of (0: one ``PutObject``), None if it has no MD5's
+    shape (:func:`~tensorstream.providers.s3.etags.etag_md5`, which a write checks with)."""
+    from ..providers.s3.etags import etag_md5  # (sync's comparison only: not at cp's start)
+
+    md5 = etag_md5(etag)
+    return None if md5 is None else md5[1] or 0
 
 
 def _encrypted(info: ObjectInfo) -> bool:
