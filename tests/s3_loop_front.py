@@ -1,5 +1,6 @@
-"""A reverse proxy's server on a loop thread of its own, for the tests' fronts to moto
-that answer as S3 does where moto does not (each front's ``_forward`` says how)."""
+"""A test server on a loop thread of its own: the tests' fronts to moto that answer as
+S3 does where moto does not, and the tests' own small servers (each one's ``_forward``
+says how it answers)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ MiB = 1 << 20
 
 class LoopFront:
     """An aiohttp server on loopback, on its own loop thread, handing every request to
-    :meth:`_forward`; ``with front as url:`` serves at ``url`` until the block ends."""
+    :meth:`_forward`; ``with front as url:`` serves at ``url`` until the block ends.
+    ``shutdown_timeout``: how long the end waits for answers still being sent (a front
+    that stalls on purpose sets it short)."""
+
+    shutdown_timeout = 60.0
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -29,7 +34,8 @@ class LoopFront:
         async def start() -> str:
             app = web.Application(client_max_size=64 * MiB)
             app.router.add_route("*", "/{tail:.*}", self._forward)
-            self.runner = web.AppRunner(app)
+            self.runner = web.AppRunner(app, access_log=None,
+                                        shutdown_timeout=self.shutdown_timeout)
             await self.runner.setup()
             await web.TCPSite(self.runner, "127.0.0.1", 0).start()
             return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
@@ -40,3 +46,4 @@ class LoopFront:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()

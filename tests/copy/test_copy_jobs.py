@@ -6,32 +6,33 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from s3_loop_front import LoopFront
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
 
 
-class PacedRecorder:
+class PacedRecorder(LoopFront):
     """A loopback HTTP server sending each object 64 KiB every 8 ms (8 MB/s a
     connection: the link, not the process, is the limit, so a copy widens) and
     recording the most GETs it had in flight at once."""
+
+    shutdown_timeout = 0.1
 
     def __init__(self, objects: dict[str, bytes]) -> None:
         self.objects = objects
         self.in_flight = 0
         self.most = 0
         self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        super().__init__()
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         body = self.objects.get(request.path.lstrip("/"))
         if body is None:
             return web.Response(status=404)
@@ -59,25 +60,9 @@ class PacedRecorder:
             self.in_flight -= 1
         return resp
 
-    def __enter__(self) -> PacedRecorder:
-        async def start() -> web.AppRunner:
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            self.port = runner.addresses[0][1]
-            return runner
-
-        self._thread.start()
-        self._runner = asyncio.run_coroutine_threadsafe(start(), self._loop).result(10)
+    def __enter__(self) -> PacedRecorder:  # type: ignore[override]
+        self.port = int(super().__enter__().rpartition(":")[2])
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
 
     def urls(self) -> list[str]:
         return [f"http://127.0.0.1:{self.port}/{name}" for name in self.objects]

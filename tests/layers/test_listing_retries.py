@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 
 import tensorstream
+from s3_loop_front import LoopFront
 from tensorstream import errors
 from tensorstream.testing.backends import Backend
 
@@ -67,9 +68,11 @@ def test_an_s3_listing_page_that_fails_once_is_asked_again(
 
 
 # -- a listing of several pages whose second page stalls ------------------------------------
-class PagedS3:
+class PagedS3(LoopFront):
     """A loopback S3 listing ``a, b`` then ``c, d`` (two pages); the second page
     stalls on its first ``stall_times`` requests (``None``: always)."""
+
+    shutdown_timeout = 0.1
 
     def __init__(self, stall_times: int | None, *, then_first: list[str] | None = None,
                  trickle: bool = False) -> None:
@@ -79,8 +82,7 @@ class PagedS3:
         self.second = 0
         self.lists = 0
         self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        super().__init__()
 
     @staticmethod
     def _page(keys: list[str], token: str | None) -> str:
@@ -92,7 +94,7 @@ class PagedS3:
         return (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>bkt</Name>'
                 f"<KeyCount>{len(keys)}</KeyCount>{more}{items}</ListBucketResult>")
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("list-type") != "2":
             return web.Response(status=404)
         self.lists += 1
@@ -113,25 +115,9 @@ class PagedS3:
             return resp
         return web.Response(text=self._page(first, "t1"), content_type="application/xml")
 
-    def __enter__(self) -> PagedS3:
-        async def start() -> web.AppRunner:
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            self.port = runner.addresses[0][1]
-            return runner
-
-        self._thread.start()
-        self._runner = asyncio.run_coroutine_threadsafe(start(), self._loop).result(10)
+    def __enter__(self) -> PagedS3:  # type: ignore[override]
+        self.port = int(super().__enter__().rpartition(":")[2])
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
 
     @property
     def options(self) -> dict[str, Any]:
@@ -305,7 +291,7 @@ class SortedS3(PagedS3):
                 out.append(entry)
         return out
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         q = dict(request.query)
         if q.get("list-type") != "2":
             return web.Response(status=404)
@@ -398,11 +384,11 @@ class DirectoryBucketS3(SortedS3):
             return keys
         return keys[keys.index(after) + 1:]  # (a token: the key given last)
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         if len(self.asked) + 1 == self.fail_on:
             self.asked.append(dict(request.query))
             return web.Response(status=503, text="<Error><Code>SlowDown</Code></Error>")
-        return await super()._handle(request)
+        return await super()._forward(request)
 
 
 @pytest.mark.parametrize("bucket", ["models--use1-az4--x-s3", "bkt"],
