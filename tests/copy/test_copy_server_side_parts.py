@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from s3_loop_front import LoopFront
-from s3_parts import put_in_parts
+from s3_parts import hold_one_part, put_in_parts
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
@@ -99,18 +99,7 @@ def test_a_failed_multipart_copy_waits_for_its_parts_in_flight_before_the_abort(
     b = tensorstream_s3
     put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1000)])
     key = f"/{b.bucket}/dst/m.bin"
-    b.faults.raw.path_prefix = key
-    # CreateMultipartUpload, the first part (held a second), the second refused.
-    b.faults.raw.status_script = [200, 200, 403]
-    held: list[str] = []
-
-    async def hold_the_first_part(method: str, path: str) -> None:
-        if method == "PUT" and not held:
-            held.append(path)
-            await asyncio.sleep(1.0)
-
-    b.faults.raw.before_forward = hold_the_first_part
-    b.proxy.clear_log()
+    hold_one_part(b, "dst/m.bin")
     r = copy(b.uri("src/m.bin"), b.uri("dst/m.bin"), concurrency=3, **b.options)
     assert not r.ok and "refused" in r.errors[0], r.errors
     time.sleep(1.5)  # for a request S3 had to be answered, whatever the copy did

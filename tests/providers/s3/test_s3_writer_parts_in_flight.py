@@ -17,25 +17,11 @@ from typing import Any
 import pytest
 
 import tensorstream
+from s3_parts import hold_one_part
 from tensorstream.copy.engine import copy
 from tensorstream.errors import TensorstreamError
 
 MiB = 1 << 20
-
-
-def _hold_one_part(b: Any) -> None:
-    """CreateMultipartUpload, then the first part (held a second), the second refused."""
-    b.faults.raw.path_prefix = f"/{b.bucket}/dst/m.bin"
-    b.faults.raw.status_script = [200, 200, 403]
-    held: list[str] = []
-
-    async def hold_the_first_part(method: str, path: str) -> None:
-        if method == "PUT" and not held:
-            held.append(path)
-            await asyncio.sleep(1.0)
-
-    b.faults.raw.before_forward = hold_the_first_part
-    b.proxy.clear_log()
 
 
 def _check_nothing_after_the_abort(b: Any) -> None:
@@ -57,7 +43,7 @@ def test_a_failed_cp_upload_waits_for_its_parts_in_flight_before_the_abort(
     b = tensorstream_s3
     src = tmp_path / "m.bin"
     src.write_bytes(os.urandom(10 * MiB) + b"end")
-    _hold_one_part(b)
+    hold_one_part(b, "dst/m.bin")
     r = copy(str(src), b.uri("dst/m.bin"), part_size=5 * MiB, concurrency=3, **b.options)
     assert not r.ok and r.errors, r
     _check_nothing_after_the_abort(b)
@@ -67,7 +53,7 @@ def test_a_failed_streamed_write_waits_for_its_parts_in_flight_before_the_abort(
         tensorstream_s3: Any) -> None:
     """``open(uri, "wb")``: the same, for parts of a write whose size is not known."""
     b = tensorstream_s3
-    _hold_one_part(b)
+    hold_one_part(b, "dst/m.bin")
     with pytest.raises(TensorstreamError), tensorstream.open(
             b.uri("dst/m.bin"), "wb", part_size=5 * MiB, concurrency=4, **b.options) as w:
         for _ in range(4):
