@@ -11,6 +11,11 @@ file object that feeds ``tensorizer.TensorDeserializer``; ``tensorstream cp``.
 import _signal  # (the C module: ``signal`` would first import enum)
 import sys as _sys
 
+try:  # (built into the interpreter: no Python code runs to import it)
+    from posix import _exit as _exit_now
+except ImportError:  # Windows
+    from nt import _exit as _exit_now  # type: ignore[no-redef,attr-defined]
+
 
 def _started_with(args: list[str]) -> tuple[str, str]:
     """How the interpreter's command line ``args`` (``sys.orig_argv``) runs a program:
@@ -57,18 +62,22 @@ def _launched_as_command() -> bool:
 
 def _exit_interrupted(signum: int = 2, frame: object = None) -> None:
     """The command's SIGINT handler while it starts: its one line for Ctrl-C,
-    then ``SystemExit(130)``.
+    then the process ends with status 130.
 
     Start-up imports for a good part of a second, before the command line's own
     handling (:func:`tensorstream.cli.main.main`, which puts Python's handler
     back) is imported; a ``KeyboardInterrupt`` there ended the command with a
-    traceback. Nothing is imported here: a second Ctrl-C finds nothing to interrupt."""
+    traceback. Nothing is imported here: a second Ctrl-C finds nothing to interrupt.
+    The process ends at once, not by ``SystemExit``: the signal may come inside a
+    finalizer or a weakref callback of the imports (importlib's module locks), where
+    an exception is printed as "Exception ignored" and the start went on; nothing has
+    been written or begun yet that an exit would leave half-done."""
     try:
         _sys.stderr.write("tensorstream: error: interrupted by SIGINT\n")
         _sys.stderr.flush()
     except (OSError, ValueError):  # no stderr (a closed terminal)
         pass
-    raise SystemExit(130)
+    _exit_now(130)
 
 
 # SIGINT is held back while this module decides whether it is the command and sets

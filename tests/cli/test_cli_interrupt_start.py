@@ -31,7 +31,7 @@ if __name__ == '__main__':
 """
 #: Sends SIGINT to the process when the module named by TS_TEST_SIGINT_AT starts importing.
 _SITECUSTOMIZE = """\
-import linecache, os, signal, sys
+import linecache, os, signal, sys, weakref
 
 class _InterruptAt:
     def find_spec(self, name, path=None, target=None):
@@ -41,6 +41,33 @@ class _InterruptAt:
         return None
 
 sys.meta_path.insert(0, _InterruptAt())
+
+
+# SIGINT inside a weakref callback (as importlib's module locks have), as the module
+# named by TS_TEST_SIGINT_IN_CALLBACK starts importing.
+class _InterruptInACallback:
+
+    kept = []
+
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ.get("TS_TEST_SIGINT_IN_CALLBACK"):
+            sys.meta_path.remove(self)
+
+            class Gone:
+                pass
+
+            def callback(ref):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):  # the handler runs here, inside the callback
+                    pass
+
+            gone = Gone()
+            self.kept.append(weakref.ref(gone, callback))
+            del gone
+        return None
+
+
+sys.meta_path.insert(0, _InterruptInACallback())
 
 if os.environ.get("TS_TEST_SIGINT_DECIDING"):  # as tensorstream/__init__ decides
     def _tracer(frame, event, arg):
@@ -174,6 +201,21 @@ def test_the_package_imports_off_the_main_thread_and_without_argv(
     for code in (in_a_thread, no_argv):
         proc = _run([sys.executable, "-c", code], launch["env"], None)  # type: ignore[arg-type]
         assert proc.stdout.strip() == "imported", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("at", ["tensorstream.cli.main", "argparse", "tensorstream.cli.options"])
+def test_ctrl_c_inside_a_callback_of_the_imports_is_the_clean_interrupt(
+        launch: dict[str, object], at: str) -> None:
+    # A SIGINT handled inside a weakref callback or a finalizer (importlib's module
+    # locks have one): the handler's SystemExit was printed as "Exception ignored in
+    # <function _get_module_lock.<locals>.cb>" with a traceback, and the command went on.
+    env = dict(launch["env"])  # type: ignore[call-overload]
+    env["TS_TEST_SIGINT_IN_CALLBACK"] = at
+    proc = subprocess.run([sys.executable, str(launch["script"]), "ls", str(launch["listed"])],
+                          capture_output=True, text=True, env=env, timeout=120, check=False,
+                          preexec_fn=signals_as_from_a_terminal)
+    assert proc.stderr.splitlines() == [_CLEAN], proc.stderr
+    assert (proc.returncode, proc.stdout) == (130, "")
 
 
 def test_ctrl_c_at_any_moment_of_the_first_second_never_shows_a_traceback(
