@@ -1,10 +1,12 @@
 """Reliability: numbers in a Redis manifest are not trusted (issue 15, class 5).
 
 A manifest is a hash anyone with access to the Redis can write. One that claims 10**15
-bytes (or 2**30 chunks) must be refused as corrupt *before* anything is deleted: ``rm``
-used to drop the manifest first and then build a list of every chunk name until memory ran
-out, leaving the chunks behind. The CLI runs in a child process with a 1.5 GiB address-space
-limit, so a regression fails the test instead of exhausting the machine."""
+bytes (or 2**30 chunks) must be found corrupt *before* anything is deleted: ``rm`` used to
+drop the manifest first and then build a list of every chunk name until memory ran out,
+leaving the chunks behind. Now it is removed as a damaged object: its manifest and the keys
+named as its chunks that exist, never a list built from its numbers. The CLI runs in a
+child process with a 1.5 GiB address-space limit, so a regression fails the test instead
+of exhausting the machine."""
 
 from __future__ import annotations
 
@@ -46,17 +48,21 @@ def _forge(server: RedisServer, key: str, *, size: int, chunk_size: int) -> list
 
 @pytest.mark.parametrize("size,chunk_size", [(10**15, 1 << 10), (1 << 40, 1 << 10),
                                              (1 << 62, 8 << 20)])
-def test_rm_of_a_manifest_claiming_absurd_sizes_deletes_nothing(
+def test_rm_of_a_manifest_claiming_absurd_sizes_deletes_only_its_own_keys(
         redis_server: RedisServer, size: int, chunk_size: int) -> None:
+    # Validated first (no chunk name built from its numbers), then removed as a damaged
+    # object: its manifest, and only keys named as tensorstream names its chunks
+    # (K:<16 hex>:<offset>); these forged ones are not, and stay.
     key = unique("forged")
     chunks = _forge(redis_server, key, size=size, chunk_size=chunk_size)
     out = _cli("rm", redis_server.url(key))
-    assert out.returncode == 1, out
+    assert out.returncode == 0, out
     assert "corrupt tensorstream manifest" in out.stderr
+    assert "deleted the damaged object" in out.stderr
     assert "MemoryError" not in out.stderr and "Traceback" not in out.stderr
     with redis_server.client() as c:
-        assert c.exists(key) == 1, "the manifest was deleted before validation"
-        assert c.exists(*chunks) == len(chunks), "chunks were deleted"
+        assert c.exists(key) == 0, "the damaged manifest is still there"
+        assert c.exists(*chunks) == len(chunks), "keys not named as its chunks were deleted"
 
 
 def test_reading_a_forged_manifest_is_refused_at_stat(redis_server: RedisServer) -> None:
