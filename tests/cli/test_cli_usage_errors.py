@@ -23,6 +23,12 @@ SECRET = "CANARY-s3cr3t-v4lu3"
     f"cat --tokn {SECRET} s3://b/k",
     f"stat --head={SECRET} s3://b/k",                   # an abbreviation of --header
     f"ls --header 'X-Api-Key: {SECRET}' --bogus s3://b/",
+    f"cp a b --tokn -{SECRET}",                      # a value starting with '-' (url-safe)
+    f"--tokn -{SECRET} cp a b",
+    f"cp a b --s3-secret-acess-key -{SECRET} --bogus",
+    f"stat s3://b/k -- --token={SECRET}",           # no place for it after '--': echoed
+    f"stat s3://b/k -- --tokn {SECRET}",
+    f"stat -- s3://b/k --tokn={SECRET}",
 ])
 def test_a_usage_error_never_quotes_a_secret(line: str, capsys: pytest.CaptureFixture[str]) -> None:
     """argparse printed ``unrecognized arguments: --tokn=<token>``, ``ambiguous option:
@@ -38,6 +44,9 @@ def test_a_usage_error_never_quotes_a_secret(line: str, capsys: pytest.CaptureFi
     ("stat a b c", "unrecognized arguments: b c"),
     ("nosuch x", "invalid choice: 'nosuch'"),
     ("cp --dryrun=yes a b", "ignored explicit argument 'yes'"),
+    # the word after an unknown option is kept where it is an option of the command
+    ("cp a b --bogus --recursive --nosuch", "unrecognized arguments: --bogus --nosuch"),
+    ("stat a -- b c", "unrecognized arguments: b c"),
 ])
 def test_a_usage_error_still_shows_what_was_wrong(line: str, shown: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

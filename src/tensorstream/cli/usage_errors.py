@@ -62,22 +62,35 @@ def _withheld(name: str, options: dict[str, argparse.Action]) -> bool:
     return any(is_secret_name(o) or o in _SECRET_OPTIONS for o in action.option_strings)
 
 
+def _names_option(word: str, options: dict[str, argparse.Action]) -> bool:
+    """Whether ``word`` is an option of the parser (as given, abbreviated, ``=value``)."""
+    name = word.partition("=")[0]
+    if name in options:
+        return True
+    return name.startswith("--") and len(name) > 2 and len(
+        {id(a) for o, a in options.items() if o.startswith(name)}) == 1
+
+
 def withhold_option_values(message: str, argv: Sequence[str],
                            options: dict[str, argparse.Action]) -> str:
     """``message`` with the values ``argv`` gives to secret, unknown or ambiguous
-    options (``--token=<t>``, ``--tokn <t>``) shown as ``***``."""
+    options (``--token=<t>``, ``--tokn <t>``, ``--tokn -<t>``) shown as ``***``.
+
+    Words after ``--`` are looked at too: argparse echoes the ones a command takes no
+    place for (``stat K -- --token=<t>``: unrecognized arguments)."""
     separate: list[str] = []
     for i, word in enumerate(argv):
-        if word == "--":
-            break
-        if not word.startswith("-") or word == "-":
+        if not word.startswith("-") or word in ("-", "--"):
             continue
         name, eq, _value = word.partition("=")
         if not _withheld(name, options):
             continue
         if eq:
             message = message.replace(word, f"{name}=***")
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+        elif i + 1 < len(argv) and argv[i + 1] not in ("-", "--") and not _names_option(
+                argv[i + 1], options):
+            # (a value may start with '-': a url-safe token; argparse then echoes it
+            # beside the unknown option, as it does any other)
             separate.append(argv[i + 1])
     return withhold(message, tuple(sorted(separate, key=len, reverse=True)))
 
