@@ -5,7 +5,10 @@ rules leave what it writes out of the source: decided by the rules themselves
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +151,52 @@ def test_a_link_to_elsewhere_and_a_copy_into_the_parent_are_copied(tmp_path: Pat
     assert _files(out) == ["a.bin", "d/c.txt", "ext/x.bin"]
     result = copy_tree(str(src), str(tmp_path / "top"))
     assert result.ok, result.errors
+
+
+#: Run in a mount namespace of its own (``unshare -rm``): SRC bound at VIEW, then copies
+#: into VIEW/bk (inside SRC by the bind mount), VIEW/bk with bk/* left out, VIEW (SRC
+#: itself) and OUT (beside it); each result as a line of JSON.
+_BOUND = """\
+import json, subprocess, sys
+from tensorstream.copy.engine import copy_tree
+from tensorstream.copy.select import Rules
+src, view, out = sys.argv[1:]
+subprocess.run(["mount", "--bind", src, view], check=True)
+for dest, rules in ((view + "/bk", []), (view + "/bk", [("exclude", "bk/*")]), (view, []),
+                    (out, [])):
+    result = copy_tree(src, dest, include=Rules(rules))
+    print(json.dumps([result.ok, result.errors]))
+"""
+
+
+def _mount_namespaces(tmp_path: Path) -> bool:
+    a, b = tmp_path / "ns-a", tmp_path / "ns-b"
+    a.mkdir()
+    b.mkdir()
+    try:
+        return subprocess.run(["unshare", "-rm", "mount", "--bind", str(a), str(b)],
+                              capture_output=True, timeout=30, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+def test_a_destination_inside_the_source_by_a_bind_mount_is_seen(tmp_path: Path) -> None:
+    """SRC bound elsewhere (a container's volume) and DST under that other path: no
+    realpath tells, so each run copied the last run's copies a level deeper."""
+    if not _mount_namespaces(tmp_path):
+        pytest.skip("no mount namespace of one's own here (unshare -rm)")
+    src, view, out = tmp_path / "src", tmp_path / "view", tmp_path / "out"
+    _tree(src)
+    view.mkdir()
+    proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", _BOUND, str(src), str(view),
+                           str(out)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    inside, left_out, itself, beside = (json.loads(line) for line in proc.stdout.splitlines())
+    assert not inside[0] and len(inside[1]) == 1, inside
+    assert "cannot copy a directory into itself" in inside[1][0], inside
+    assert "--exclude 'bk/*'" in inside[1][0]
+    assert left_out == [True, []]  # the neighbours: rules leaving DST out, SRC onto itself
+    assert not itself[0] and all("same object" in e for e in itself[1]), itself
+    assert beside == [True, []]  # and a place beside SRC
+    assert _files(src) == ["a.bin", "bk/a.bin", "bk/d/c.txt", "d/c.txt"]
+    assert _files(out) == _files(src)

@@ -95,13 +95,35 @@ def _redis_db(uri: ParsedURI, options: Mapping[str, Any]) -> str:
 
 def inside(path: str, directory: str) -> str:
     """``path`` relative to ``directory`` where it lies below it (symlinks resolved), else
-    ``""``; a directory onto itself is refused per file (same object), so only below counts."""
+    ``""`` (the same directory by a bind mount counts); a directory onto itself is refused
+    per file (same object), so only below counts."""
     if not os.path.isdir(directory):
         return ""
     top, below = os.path.realpath(directory), os.path.realpath(path)
-    if below == top or os.path.commonpath([top, below]) != top:
+    if below == top:
         return ""
-    return os.path.relpath(below, top).replace(os.sep, "/")
+    if os.path.commonpath([top, below]) == top:
+        return os.path.relpath(below, top).replace(os.sep, "/")
+    # The same directory by another path (a bind mount, as a container's volume often is):
+    # no realpath says so, its device and inode do. One stat per directory above DST.
+    try:
+        itself = os.stat(top)
+    except OSError:
+        return ""
+    names: list[str] = []
+    here = below
+    while True:
+        try:
+            if os.path.samestat(os.stat(here), itself):
+                # (DST itself: a directory onto itself, refused per file as the same object)
+                return "/".join(reversed(names))
+        except OSError:
+            pass  # (not made yet: DST on a first run)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return ""
+        names.append(os.path.basename(here))
+        here = parent
 
 
 def feeds_itself(rules: Rules, rel: str, keys: Iterable[str]) -> str | None:
