@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import NotFoundError, PermissionDeniedError, TensorstreamError
 from ..layers.stack import PolicyProvider
 from ..providers.base import listing_keeps_damaged
+from ..providers.s3.key_limit import key_too_long
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
 from .keys import UnsafeKeyError, safe_relative_key
@@ -156,6 +157,12 @@ class Planner(SourceLister):
                         self.refuse(job.label, job.dst_label, info.size,
                                     f"refused: S3 keys are UTF-8, {job.dst_label} "
                                     "is not (a file name in another encoding?)")
+                        continue
+                    if dst_uri.scheme in ("s3", "s3a") and (
+                            why := key_too_long(target.partition("/")[2])):
+                        # S3 refuses it only once a request carries it (after a multipart
+                        # upload began); moto and some S3-compatibles store it.
+                        self.refuse(job.label, job.dst_label, info.size, f"refused: {why}")
                         continue
                 if self._same_object(job):
                     why = self._not_in_place(job)

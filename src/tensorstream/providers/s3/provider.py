@@ -63,6 +63,7 @@ from ..base import Capabilities, ObjectInfo, Pin, Provider, Writer
 from .clients import S3Clients
 from .config import OPTIONS, S3Credentials, process_timeout, resolve_s3_credentials
 from .errors import WrongRegionError, map_s3_http_error
+from .key_limit import key_too_long
 from .lister import list_objects, lists_in_order
 from .metadata import carried_from_headers
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT
@@ -84,6 +85,15 @@ def _split(path: str) -> tuple[str, str]:
         raise InvalidURIError(f"S3 keys are UTF-8, {key!r} is not (a file name in "
                               "another encoding?)")
     return bucket, key
+
+
+def _split_for_write(path: str) -> tuple[str, str]:
+    """:func:`_split` of a key to write, refused when S3 cannot store it (too long)."""
+    bucket, key = _split(path)
+    if (why := key_too_long(key)) is not None:
+        raise InvalidURIError(why)
+    return bucket, key
+
 
 def _path(value: Any) -> str | None:
     return None if value is None else os.fspath(value)
@@ -353,7 +363,7 @@ class S3Provider(S3Clients, Provider):
                     **kwargs: Any) -> Writer:
         """An atomic writer of ``path``; ``metadata``: upload arguments stored with the
         object (``ContentType``, ``CacheControl``, ``Metadata``, ...: see :mod:`.metadata`)."""
-        bucket, key = _split(path)
+        bucket, key = _split_for_write(path)
         x = self.config.transfer
         part_size = max(x.part_size, 5 << 20)
 

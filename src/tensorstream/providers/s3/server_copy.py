@@ -45,6 +45,7 @@ from typing import Any
 from ...errors import (
     ConfigurationError,
     IntegrityError,
+    InvalidURIError,
     MissingCredentialsError,
     ObjectChangedError,
     PermissionDeniedError,
@@ -52,6 +53,7 @@ from ...errors import (
 from ..base import ObjectInfo
 from .errors import WrongRegionError
 from .etags import KMS_ENCRYPTION, etag_md5
+from .key_limit import key_too_long
 from .metadata import carried_from_head, checked_carried
 from .server_copy_calls import (
     IN_PARTS,
@@ -104,6 +106,8 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     is then left as S3 made it, never deleted (it is the only one). ``lacks``: the ways
     (:data:`ONE_PIECE`, :data:`IN_PARTS`) this store said it has not: an object that
     needs one raises :class:`ServerCopyUnsupported` at once."""
+    if (why := key_too_long(dst_path.partition("/")[2])) is not None:
+        raise InvalidURIError(why)  # before a request (a planned copy never gets here)
     call = Calls(dst, in_place=in_place)
     try:
         head = await head_source(call, src_path, info)
