@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .backends import HTTPBackend, RedisBackend, S3Backend
+    from .http_backend import HTTPBackend
+    from .redis_backend import RedisBackend
+    from .s3_backend import S3Backend
 
 __all__ = ["FAULT_NAMES", "Faults", "UnsupportedFault"]
 
