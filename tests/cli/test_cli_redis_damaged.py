@@ -140,6 +140,37 @@ def test_rm_of_a_corrupt_manifest_deletes_it_and_its_chunks_only(
         assert c.hgetall("mine") == {b"owner": b"the user"}
 
 
+def test_rm_of_a_corrupt_manifest_leaves_the_chunks_a_write_is_publishing(
+        root: str, redis_server: Any) -> None:
+    """A write over the damaged 'man' makes its chunks persistent, then publishes its
+    manifest: an rm between the two deleted those chunks as the damaged object's, and
+    the write then published an object whose bytes were gone. Only the damaged
+    manifest's own generation goes; the others go with an rm once 'man' is gone."""
+    with redis_server.client(db=DB) as c:
+        c.set(f"man:{GEN}:0", b"c" * 1000)
+        c.set(f"man:{OTHER_GEN}:0", b"new")  # made persistent, not yet published
+    r = cli("rm", redis_server.url("man", db=DB))
+    assert r.returncode == 0, r.stderr
+    assert "its manifest and 1 key(s); 1 persistent chunk(s) of another generation left" \
+        in r.stderr, r.stderr
+    with redis_server.client(db=DB) as c:
+        assert sorted(c.keys("man*")) == [f"man:{OTHER_GEN}:0".encode()]
+        c.hset("man", mapping={"tensorstream": "1", "size": "3", "chunk_size": "1000",
+                               "generation": OTHER_GEN, "mtime": "1.0"})  # the publish
+    r = cli("cat", redis_server.url("man", db=DB))
+    assert r.returncode == 0 and r.stdout == "new", r.stderr
+    # The neighbour: a damaged manifest with a dead write's chunks beside it.
+    with redis_server.client(db=DB) as c:
+        c.hset("man", mapping={"size": "-5", "generation": GEN})
+    assert cli("rm", redis_server.url("man", db=DB)).returncode == 0
+    with redis_server.client(db=DB) as c:
+        assert sorted(c.keys("man*")) == [f"man:{OTHER_GEN}:0".encode()]
+    r = cli("rm", redis_server.url("man", db=DB))
+    assert r.returncode == 0, r.stderr
+    with redis_server.client(db=DB) as c:
+        assert c.keys("man*") == []
+
+
 def test_rm_of_a_to_redis_prefix_with_a_gap_deletes_its_keys_only(
         root: str, redis_server: Any) -> None:
     with redis_server.client(db=DB) as c:

@@ -3,8 +3,8 @@ prefix with a gap, a tensorstream manifest with impossible numbers), which no re
 delete could look up, so nothing but ``redis-cli`` removed it.
 
 Only its own keys go, as the listing tells them apart (:class:`~.lister.Damaged`): its
-manifest and the persistent chunks named for it (``K:<generation>:<offset>``), or the
-keys of its ``to_redis`` prefix. A hash that is no manifest of ours, another object's
+manifest and the persistent chunks of its generation (``K:<generation>:<offset>``), or
+the keys of its ``to_redis`` prefix. A hash that is no manifest of ours, another object's
 keys beside it and a write's staged chunks are never touched."""
 
 from __future__ import annotations
@@ -48,9 +48,17 @@ async def delete_damaged(p: RedisProvider, path: str, error: ProtocolError) -> N
     found = next((e for e in entries if isinstance(e, Damaged) and e.path == path), None)
     if found is None:
         raise error
-    chunks = found.keys
+    chunks, others = found.keys, 0
     if found.manifest is not None:
         seen = (found.manifest.get(b"tensorstream", b""), found.manifest.get(b"generation", b""))
+        # Only its own generation's chunks: persistent ones of another are those of a write
+        # between its PERSIST and its publish as well as a dead one's (no name tells them
+        # apart), and the write would publish a manifest whose chunks were deleted. A
+        # normal delete leaves them too; ``rm K`` again removes them once K is gone.
+        own = key_bytes(path) + b":" + seen[1] + b":"
+        mine = [k for k in chunks[1:] if seen[1] and k.startswith(own)]
+        others = len(chunks) - 1 - len(mine)
+        chunks = [chunks[0], *mine]
 
         async def drop() -> int:
             return int(await p.client().eval(DELETE_IF_SAME_MANIFEST, 1, key_bytes(path), *seen))
@@ -60,5 +68,8 @@ async def delete_damaged(p: RedisProvider, path: str, error: ProtocolError) -> N
         chunks = chunks[1:]
     await p.delete_keys(chunks)
     what = "its manifest and " if found.manifest is not None else ""
-    log.warning("deleted the damaged object %r (%s): %s%d key(s)", path, error.message, what,
-                len(chunks))
+    left = (f"; {others} persistent chunk(s) of another generation left (a write may be "
+            f"publishing them; once none is, 'rm' of the name again removes them)"
+            if others else "")
+    log.warning("deleted the damaged object %r (%s): %s%d key(s)%s", path, error.message,
+                what, len(chunks), left)
