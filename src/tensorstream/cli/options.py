@@ -22,6 +22,7 @@ side only (two S3 endpoints in one command).
 from __future__ import annotations
 
 import argparse
+import posixpath
 import textwrap
 from typing import Any
 
@@ -200,7 +201,8 @@ class Rule(argparse.Action):
 def unmatchable_rule(rules: list[tuple[str, str]], where: str) -> str | None:
     """The error for the first --exclude/--include pattern that can match no key (empty,
     or starting with '/': keys are relative to ``where``; ending with '/': keys name
-    objects, never a directory), else None."""
+    objects, never a directory; a '.', '..' or empty segment, as in './cache/*': no key
+    cp copies, nor any of a local listing, has one), else None."""
     for kind, pattern in rules:
         if not pattern or pattern.startswith("/"):
             return (f"--{kind} {pattern!r} matches no key: patterns match keys relative to "
@@ -210,6 +212,17 @@ def unmatchable_rule(rules: list[tuple[str, str]], where: str) -> str | None:
             # --exclude cache/` the destination's cache/: the pattern matched nothing.
             return (f"--{kind} {pattern!r} matches no key: keys name objects, never a "
                     f"directory; write {pattern + '*'!r} for every key under it")
+        if any(part in (".", "..", "") for part in pattern.split("/")):
+            # `--exclude './cache/*'` (a path as the shell writes it) left cache/ in, and
+            # `sync --delete` deleted the destination's: a key has no such segment.
+            fixed = posixpath.normpath(pattern)
+            hint = (f"; write {fixed!r}" if fixed != "." and ".." not in fixed.split("/")
+                    else "")
+            # rm lists S3 keys as stored, `p/./a` included: '[.]' still names such a one.
+            stored = ("; for a stored key that has a '.' segment, write it '[.]'"
+                      if where == "URI" else "")
+            return (f"--{kind} {pattern!r} matches no key: keys relative to {where} have no "
+                    f"'.', '..' or empty segments{hint}{stored}")
     return None
 
 

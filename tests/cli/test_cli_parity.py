@@ -1,0 +1,62 @@
+"""``cp``/``sync`` as an operator coming from ``aws s3 cp/sync``, s5cmd or rclone types them:
+the real CLI in a subprocess against local folders (and moto's S3 where it says so)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tensorstream.cli.options import unmatchable_rule
+
+
+def cli(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def test_a_pattern_written_from_the_current_directory_is_a_usage_error(tmp_path: Path) -> None:
+    """``--exclude './cache/*'`` (a path as the shell writes it) matches no key: keys are
+    relative to SRC and never start with ``./``. It left nothing out, without a word, and
+    ``sync --delete`` deleted the destination's cache/ it was meant to keep (exit 0)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "cache").mkdir(parents=True)
+    (src / "cache" / "c.bin").write_bytes(b"c")
+    (src / "a.bin").write_bytes(b"a")
+    (dst / "cache").mkdir(parents=True)
+    (dst / "cache" / "mine.bin").write_bytes(b"mine")
+    for argv in (["sync", "--delete", "--exclude", "./cache/*", str(src), str(dst)],
+                 ["cp", "-r", "--exclude", "./cache/*", str(src), str(tmp_path / "out")],
+                 ["sync", "--exclude", "*", "--include", "./a.bin", str(src), str(tmp_path / "o")],
+                 ["rm", "-r", "--exclude", "./cache/*", str(src)]):
+        r = cli(*argv)
+        assert r.returncode == 2, (argv, r.stderr)
+        assert "matches no key" in r.stderr
+        assert "write 'cache/*'" in r.stderr or "write 'a.bin'" in r.stderr
+        assert "Traceback" not in r.stderr
+    assert (dst / "cache" / "mine.bin").read_bytes() == b"mine"
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+    assert (src / "cache" / "c.bin").read_bytes() == b"c"
+    # what the message says to write leaves cache/ out, and --delete keeps dst's cache/
+    r = cli("sync", "--delete", "--exclude", "cache/*", str(src), str(dst))
+    assert r.returncode == 0, r.stderr
+    assert (dst / "cache" / "mine.bin").read_bytes() == b"mine"
+    assert (dst / "a.bin").read_bytes() == b"a" and not (dst / "cache" / "c.bin").exists()
+
+
+@pytest.mark.parametrize("pattern", ["./x", "../x", "a/./b", "a/../b", "a//b", ".", "..",
+                                     "*/./*", "./*"])
+def test_patterns_with_dot_or_empty_segments_can_match_no_key(pattern: str) -> None:
+    """A copied key has no ``.``, ``..`` or empty segment (such keys are refused), so a
+    pattern holding one can only ever match nothing."""
+    assert unmatchable_rule([("exclude", pattern)], "SRC") is not None
+
+
+@pytest.mark.parametrize("pattern", [".*", "*.", ".hidden", "..foo", "a..b", "a/.cfg",
+                                     "*/..x/*", "a.b/c", "*", "?", "**/x", "[.]x"])
+def test_patterns_of_names_with_dots_are_taken(pattern: str) -> None:
+    """The neighbours: dots inside a name (hidden files, suffixes) are ordinary."""
+    assert unmatchable_rule([("exclude", pattern)], "SRC") is None
