@@ -14,15 +14,15 @@ closed normally and never when it is closed after an error, or
 garbage-collected without ``close()``.
 
 A reader's small-read buffer is in :mod:`tensorstream.small_reads`, its random
-access (:meth:`StreamReader.read_ranges`) in :mod:`tensorstream.range_reads`.
+access (:meth:`StreamReader.read_ranges`) in :mod:`tensorstream.range_reads`,
+its ``io`` surface (``seek``, ``read``, ``read1``, ``peek``...) in
+:mod:`tensorstream.readonly_file`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
-import operator
 import os
 import threading
 import weakref
@@ -30,14 +30,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _loop
-from .errors import UnsupportedOperationError
-from .headroom import read_buffer
 from .layers import timeout as _timeout
 from .layers.stack import PolicyProvider
 from .providers.base import BodyStream, Capabilities, ObjectInfo, Pin, ReadHints
 from .range_reads import as_byte_view as _as_byte_view
 from .range_reads import read_ranges as _read_ranges
 from .readahead.ranged import Prefetcher, ReadaheadBudget
+from .readonly_file import READ1_DEFAULT as READ1_DEFAULT  # (its old home)
+from .readonly_file import ReadOnlyFile, byte_position
 from .small_reads import SMALL_FILL as SMALL_FILL  # (its old home: tests and docs name it here)
 from .small_reads import SMALL_READ, SmallReadBuffer
 from .stream_writer import StreamWriter
@@ -47,17 +47,6 @@ __all__ = ["StreamReader", "StreamWriter"]
 
 log = logging.getLogger("tensorstream.file")
 
-#: What ``read1(-1)`` returns at most (a buffered file's one raw read).
-READ1_DEFAULT = 1 << 20
-
-def _position(value: Any, what: str) -> int:
-    """A byte position given to a reader: an integer (anything with ``__index__``,
-    else TypeError, as ``seek``), never negative (ValueError)."""
-    pos = operator.index(value)
-    if pos < 0:
-        raise ValueError(f"negative {what} {pos}")
-    return pos
-
 
 def _adopt_open_readers() -> None:
     """In a forked child: every reader open at the fork becomes the child's own."""
@@ -66,7 +55,7 @@ def _adopt_open_readers() -> None:
         reader._adopt(budgets)
 
 
-class StreamReader(io.RawIOBase):
+class StreamReader(ReadOnlyFile):
     """Seekable, read-only binary file over a provider.
 
     Threads may share one reader: reads, seeks and read-ahead hints take turns
@@ -195,60 +184,12 @@ class StreamReader(io.RawIOBase):
         """How the underlying provider is best read (e.g. ``inline`` for local files)."""
         return self._provider.read_hints
 
-    @property
-    def mode(self) -> str:
-        return "rb"
-
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"pos={self._pos}"
         return f"<tensorstream.StreamReader {self.name!r} size={self.size} {state}>"
 
     def __reduce__(self) -> Any:
         raise TypeError("StreamReader cannot be pickled; pass the URI and reopen it instead")
-
-    # -- io.RawIOBase ---------------------------------------------------------
-    # As io's files, a closed file answers nothing but ``closed`` (ValueError).
-    def readable(self) -> bool:
-        self._check_closed()
-        return True
-
-    def seekable(self) -> bool:
-        self._check_closed()
-        return True
-
-    def writable(self) -> bool:
-        self._check_closed()
-        return False
-
-    def tell(self) -> int:
-        self._check_closed()
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        # As io's files: an integer (1.5 or "5" is a TypeError, never a fractional position).
-        offset, whence = operator.index(offset), operator.index(whence)
-        with self._lock:
-            return self._seek(offset, whence)
-
-    def _seek(self, offset: int, whence: int) -> int:
-        self._check_closed()
-        if whence == io.SEEK_SET:
-            pos = offset
-        elif whence == io.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == io.SEEK_END:
-            pos = self._info.size + offset
-        else:
-            raise ValueError(f"invalid whence {whence!r}")
-        if pos < 0:
-            raise ValueError(f"negative seek position {pos}")
-        self._pos = pos
-        return pos
-
-    def readinto(self, b: Any) -> int:
-        """Read up to ``len(b)`` bytes at the current position (fewer only at EOF)."""
-        with self._lock:
-            return self._readinto(b)
 
     def _readinto(self, b: Any) -> int:
         self._check_closed()
@@ -294,53 +235,6 @@ class StreamReader(io.RawIOBase):
         self._pos += n
         return n
 
-    def read(self, size: int | None = -1) -> bytes:
-        if size is not None:
-            size = operator.index(size)
-        with self._lock:  # the size and the read at one position
-            self._check_closed()
-            if size is None or size < 0:
-                size = max(0, self._info.size - self._pos)
-            buf = read_buffer(min(size, max(0, self._info.size - self._pos)),
-                              self._uri.redacted)
-            n = self._readinto(buf)
-        del buf[n:]
-        return bytes(buf)
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def read1(self, size: int = -1) -> bytes:
-        """As :meth:`read` (``io.BufferedIOBase``'s name, for code that asks for it);
-        ``-1`` reads at most :data:`READ1_DEFAULT` bytes."""
-        size = operator.index(size)
-        return self.read(READ1_DEFAULT if size < 0 else size)
-
-    def peek(self, size: int = 0) -> bytes:
-        """Bytes at the current position without moving past them (at least one
-        unless at EOF, at most :data:`READ1_DEFAULT`), as ``io.BufferedReader``."""
-        size = operator.index(size)
-        with self._lock:
-            self._check_closed()
-            pos = self._pos
-            buf = bytearray(min(max(size, 1), READ1_DEFAULT, max(0, self._info.size - pos)))
-            try:
-                n = self._readinto(buf)
-            finally:
-                self._pos = pos
-        del buf[n:]
-        return bytes(buf)
-
-    def readinto1(self, b: Any) -> int:
-        """As :meth:`readinto` (``io.BufferedIOBase``'s name)."""
-        return self.readinto(b)
-
-    def write(self, b: Any) -> int:
-        raise UnsupportedOperationError("not writable: open the URI with mode 'wb' to write")
-
-    def fileno(self) -> int:
-        raise io.UnsupportedOperation("StreamReader has no file descriptor")
-
     def close(self) -> None:
         if self.closed:
             return
@@ -372,7 +266,7 @@ class StreamReader(io.RawIOBase):
         its own way to fetch them.
         """
         self._check_closed()
-        end = None if end is None else _position(end, "end")
+        end = None if end is None else byte_position(end, "end")
         # Forks share the read-ahead memory budget: ``readahead`` bounds the load.
         fork = StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end,
                             budget=self._prefetch.budget)
@@ -414,7 +308,7 @@ class StreamReader(io.RawIOBase):
         received into each in turn). A hint: reads are exact either way. ``buffer`` must not be
         used until that read returns, and is the caller's once it did (nothing is received
         into what a read returned); expected ranges must not overlap."""
-        offset = _position(offset, "offset")
+        offset = byte_position(offset, "offset")
         with self._lock:
             self._check_closed()
             if not self._inline:  # local reads have no read-ahead
@@ -439,7 +333,7 @@ class StreamReader(io.RawIOBase):
         default, boundaries closer together than ``part_size`` are merged, so
         small tensors share requests); for a caller that announces a buffer
         per stretch (:meth:`expect`)."""
-        checked = sorted({_position(offset, "boundary") for offset in offsets})
+        checked = sorted({byte_position(offset, "boundary") for offset in offsets})
         with self._lock:
             self._boundaries = checked
             self._exact = exact
@@ -450,17 +344,13 @@ class StreamReader(io.RawIOBase):
         as :meth:`fork`'s ``end`` does: for a reader that is done at ``end``
         (tensorizer's first reader, whose share of the file ends there). A
         hint: reads past it still work."""
-        end = None if end is None else _position(end, "end")
+        end = None if end is None else byte_position(end, "end")
         with self._lock:
             self._check_closed()
             self._limit = end
             self._prefetch.set_limit(end)
 
     # -- internals ------------------------------------------------------------
-    def _check_closed(self) -> None:
-        if self.closed:
-            raise ValueError("I/O operation on closed file")
-
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
         """One inline read in progress (:meth:`close` waits for it to end); a
