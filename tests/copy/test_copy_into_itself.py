@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fixtures_s3 import S3_BUCKET
-from tensorstream.copy.engine import copy_tree
+from tensorstream.copy.engine import copy, copy_tree
 from tensorstream.copy.select import Rules
 
 #: (rules, copied): every rule set that leaves SRC/bk/ out of SRC runs; the others are
@@ -158,7 +158,7 @@ def test_a_link_to_elsewhere_and_a_copy_into_the_parent_are_copied(tmp_path: Pat
 #: itself) and OUT (beside it); each result as a line of JSON.
 _BOUND = """\
 import json, subprocess, sys
-from tensorstream.copy.engine import copy_tree
+from tensorstream.copy.engine import copy, copy_tree
 from tensorstream.copy.select import Rules
 src, view, out = sys.argv[1:]
 subprocess.run(["mount", "--bind", src, view], check=True)
@@ -200,3 +200,35 @@ def test_a_destination_inside_the_source_by_a_bind_mount_is_seen(tmp_path: Path)
     assert beside == [True, []]  # and a place beside SRC
     assert _files(src) == ["a.bin", "bk/a.bin", "bk/d/c.txt", "d/c.txt"]
     assert _files(out) == _files(src)
+
+
+@pytest.mark.parametrize("pattern,rules,copied", [
+    ("p/*", [], False),  # p/bk/a.bin, its copy, is matched by p/* on the next run
+    ("p/*.bin", [], False),
+    ("p/*", [("exclude", "bk/*")], True),
+    ("p/a*", [], True),  # the copies (p/bk/a.bin) are no match of p/a*
+    ("p/d/*", [], True),  # DST is beside the pattern's base, not under it
+])
+@pytest.mark.parametrize("recursive", [True, False])
+def test_a_wildcard_source_is_seen_too(moto_s3: Any, pattern: str,
+                                       rules: list[tuple[str, str]], copied: bool,
+                                       recursive: bool) -> None:
+    """``cp 's3://b/p/*' s3://b/p/bk/``: a pattern was left to its own affairs, and each run
+    copied the last run's copies a level deeper (p/bk/bk/a.bin, p/bk/bk/d/c.bin)."""
+    top = f"into-{os.urandom(4).hex()}"
+    for key in ("p/a.bin", "p/d/c.bin"):
+        moto_s3.put(S3_BUCKET, f"{top}/{key}", key.encode())
+    for _ in range(2):  # a second run copies nothing a level deeper
+        result = (copy_tree if recursive else copy)(
+            f"s3://{S3_BUCKET}/{top}/{pattern}", f"s3://{S3_BUCKET}/{top}/p/bk/",
+            include=Rules(rules), **moto_s3.options())
+        if not copied:
+            assert not result.ok and len(result.errors) == 1, result.errors
+            assert "cannot copy a prefix into itself" in result.errors[0], result.errors
+            assert "--exclude 'bk/*'" in result.errors[0]
+            assert not moto_s3.exists(S3_BUCKET, f"{top}/p/bk/a.bin")
+            return
+        assert result.ok, result.errors
+    copies = {o.dst.rsplit(f"{top}/", 1)[1] for o in result.outcomes}
+    assert copies and not any(c.startswith("p/bk/bk/") for c in copies), copies
+    assert not moto_s3.exists(S3_BUCKET, f"{top}/p/bk/bk/a.bin")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import TensorstreamError
@@ -126,19 +126,22 @@ def inside(path: str, directory: str) -> str:
         here = parent
 
 
-def feeds_itself(rules: Rules, rel: str, keys: Iterable[str]) -> str | None:
+def feeds_itself(rules: Rules, rel: str, keys: Iterable[str],
+                 matches: Callable[[str], bool] | None = None) -> str | None:
     """The first of ``keys`` (SRC's keys, relative to it) that makes a copy into SRC's
     own ``rel`` read what it writes, else ``None``: one selected now although it lies
     under ``rel``/ (an earlier run's copy, copied a level deeper), or one whose copy
     there (``rel/KEY``) ``rules`` would select on the next run. ``rules`` decide as
     they do for every key (:meth:`Rules.wants`), so any rules that leave DST out of SRC
     let the copy run (``rel/*``, ``rel/**``, ``rel*``, an ``--include`` of other keys
-    after them), as rclone lets overlapping remotes be synced on that condition."""
+    after them), as rclone lets overlapping remotes be synced on that condition.
+    ``matches``: whether SRC's wildcard matches a key (None: SRC names every key under it)."""
     below = rel + "/"
     for key in keys:
         if not rules.wants(key):
             continue
-        if key.startswith(below) or rules.wants(below + key):
+        if key.startswith(below) or (rules.wants(below + key) and (
+                matches is None or matches(below + key))):
             return key
     return None
 

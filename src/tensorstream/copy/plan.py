@@ -88,7 +88,8 @@ class Planner(SourceLister):
             # DST inside SRC (realpaths: a link, './', '//'; on a remote store the same
             # prefix): each run would copy the copies of the last one, a level deeper
             # (q/bk/x -> q/bk/bk/x), unless the rules leave them out.
-            own = "" if not recursive else (
+            matched = self._pattern(src_uri)  # (a wildcard matches keys below, -r or not)
+            own = "" if not recursive and matched is None else (
                 inside(dst_uri.path, src_uri.path) if local and src_uri.scheme == "file"
                 else "" if local else self._below(dst_uri, src_uri))
             # A damaged object in a listing is an entry (failed below if selected), not
@@ -101,7 +102,8 @@ class Planner(SourceLister):
                 continue
             finally:
                 listing_keeps_damaged.reset(keeps)
-            if own and (key := feeds_itself(self.rules, own, (r for r, _ in pairs))):
+            if own and (key := feeds_itself(self.rules, own, (r for r, _ in pairs),
+                                            None if matched is None else matched.names)):
                 what, where = (("a directory", f"{dst_uri.path} is inside {src_uri.path}")
                                if local else ("a prefix", f"{redact_text(dest)} is under "
                                               f"{redact_text(source)}"))
@@ -189,9 +191,13 @@ class Planner(SourceLister):
     def _below(self, dst: ParsedURI, src: ParsedURI) -> str:
         """A remote ``dst`` relative to the prefix ``src`` where it lies under it on the same
         storage, else ``""``."""
-        if not self._one_store(src, dst) or self._pattern(src) is not None:
-            return ""  # two stores, or a pattern (what it matches is its own affair)
-        top, below = src.path.strip("/"), dst.path.strip("/")
+        if not self._one_store(src, dst):
+            return ""
+        # (a pattern's keys are named from its base: p/* into p/bk/ copies p/a to p/bk/a,
+        # which p/* matches on the next run)
+        pattern = self._pattern(src)
+        top = (src.path if pattern is None else pattern.base).strip("/")
+        below = dst.path.strip("/")
         if below == top or not (not top or below.startswith(top + "/")):
             return ""
         return below[len(top) + 1:] if top else below

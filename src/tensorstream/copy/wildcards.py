@@ -44,6 +44,10 @@ class Wildcard:
         match starts with :attr:`base`: the pattern does, up to its first wildcard)."""
         return path[len(self.base):] if match(self.pattern, path) else None
 
+    def names(self, rel: str) -> bool:
+        """Whether the pattern matches the path named ``rel`` from :attr:`base`."""
+        return match(self.pattern, self.base + rel)
+
 
 def wildcard(uri: ParsedURI) -> Wildcard | None:
     """The pattern ``uri`` names, or None when it names a path as it is."""
