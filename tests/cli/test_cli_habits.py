@@ -258,11 +258,15 @@ def test_exclude_include_in_order_and_dryrun(tmp_path: Path) -> None:
             str(tmp_path / "o1"))
     assert r.returncode == 0, r.stderr
     assert sorted(files_under(tmp_path / "o1")) == ["a.safetensors", "sub/c.safetensors"]
-    # order matters: the last matching rule wins
+    # order matters: the last matching rule wins, so an --include before any --exclude
+    # changes nothing (refused: s5cmd and rclone read it as "only these")
     r = cli("cp", "-r", "--include", "*.safetensors", "--exclude", "*", str(src),
             str(tmp_path / "o2"))
-    assert r.returncode == 0 and not (tmp_path / "o2").exists()
-    assert "nothing to copy" in r.stderr
+    assert r.returncode == 2 and not (tmp_path / "o2").exists()
+    assert "--exclude '*' --include '*.safetensors'" in r.stderr
+    r = cli("cp", "-r", "--exclude", "*", "--include", "*.safetensors", "--exclude", "sub/*",
+            str(src), str(tmp_path / "o2"))
+    assert r.returncode == 0 and sorted(files_under(tmp_path / "o2")) == ["a.safetensors"]
     r = cli("cp", "-r", "--exclude", "sub/*", "--dryrun", str(src), str(tmp_path / "o3"))
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.splitlines()) == [

@@ -60,3 +60,40 @@ def test_patterns_with_dot_or_empty_segments_can_match_no_key(pattern: str) -> N
 def test_patterns_of_names_with_dots_are_taken(pattern: str) -> None:
     """The neighbours: dots inside a name (hidden files, suffixes) are ordinary."""
     assert unmatchable_rule([("exclude", pattern)], "SRC") is None
+
+
+def test_an_include_before_any_exclude_is_a_usage_error_saying_what_to_write(
+        tmp_path: Path) -> None:
+    """As aws applies them, everything is included to begin with and the last matching rule
+    wins: an ``--include`` before any ``--exclude`` changes nothing. s5cmd and rclone take
+    ``--include '*.pt'`` as "only these": ``rm -r --include '*.pt'`` deleted every object,
+    ``sync --delete --include '*.bin'`` every other file at DST, ``cp -r`` copied all."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"a")
+    (src / "b.txt").write_bytes(b"b")
+    dst.mkdir()
+    (dst / "mine.txt").write_bytes(b"mine")
+    for argv in (["rm", "-r", "--include", "*.bin", str(src)],
+                 ["sync", "--delete", "--include", "*.bin", str(src), str(dst)],
+                 ["cp", "-r", "--include", "*.bin", str(src), str(tmp_path / "out")],
+                 # rclone's order (first match wins): aws's takes nothing
+                 ["cp", "-r", "--include", "*.bin", "--exclude", "*", str(src),
+                  str(tmp_path / "out")]):
+        r = cli(*argv)
+        assert r.returncode == 2, (argv, r.stderr)
+        assert r.stderr.startswith("tensorstream: error: --include '*.bin' before any "
+                                   "--exclude changes nothing"), r.stderr
+        assert "--exclude '*' --include '*.bin'" in r.stderr
+    assert sorted(p.name for p in src.iterdir()) == ["a.bin", "b.txt"]
+    assert (dst / "mine.txt").read_bytes() == b"mine" and not (dst / "a.bin").exists()
+    assert not (tmp_path / "out").exists()
+    # what it says to write takes only the .bin; --delete leaves DST's other files
+    r = cli("sync", "--delete", "--exclude", "*", "--include", "*.bin", str(src), str(dst))
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in dst.iterdir()) == ["a.bin", "mine.txt"]
+    # an --include after an --exclude is taken, whatever comes before or after
+    r = cli("cp", "-r", "--dryrun", "--exclude", "*.txt", "--include", "b*", "--exclude", "a*",
+            str(src), str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"(dryrun) copy: {src / 'b.txt'} -> {tmp_path / 'out' / 'b.txt'}"]

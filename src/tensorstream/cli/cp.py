@@ -123,7 +123,8 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
     sel.add_argument("--exclude", action=Rule, const="exclude", metavar="GLOB",
                      help="leave out keys matching GLOB (relative to SRC; repeatable)")
     sel.add_argument("--include", action=Rule, const="include", metavar="GLOB",
-                     help="take back keys matching GLOB; the last rule that matches wins")
+                     help="take back keys an earlier --exclude left out; the last rule that "
+                          "matches wins")
     sel.add_argument("--dryrun", action="store_true", help="show what would be done, do nothing")
     sel.add_argument("--no-follow-symlinks", dest="follow_symlinks", action="store_false",
                      help="skip (and report) symbolic links in a local SRC")

@@ -70,7 +70,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action=Rule, const="exclude", metavar="GLOB",
                    help="keep keys matching GLOB (with -r; repeatable)")
     p.add_argument("--include", action=Rule, const="include", metavar="GLOB",
-                   help="take back keys matching GLOB; the last rule that matches wins")
+                   help="take back keys an earlier --exclude left out; the last rule that "
+                        "matches wins")
     p.add_argument("--raw", dest="wildcards", action="store_false",
                    help="take '*' and '?' in URI literally (no wildcard matching)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")

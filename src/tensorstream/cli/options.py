@@ -202,7 +202,9 @@ def unmatchable_rule(rules: list[tuple[str, str]], where: str) -> str | None:
     """The error for the first --exclude/--include pattern that can match no key (empty,
     or starting with '/': keys are relative to ``where``; ending with '/': keys name
     objects, never a directory; a '.', '..' or empty segment, as in './cache/*': no key
-    cp copies, nor any of a local listing, has one), else None."""
+    cp copies, nor any of a local listing, has one), or that can change nothing (an
+    --include before any --exclude), else None."""
+    excluded = False
     for kind, pattern in rules:
         if not pattern or pattern.startswith("/"):
             return (f"--{kind} {pattern!r} matches no key: patterns match keys relative to "
@@ -223,6 +225,15 @@ def unmatchable_rule(rules: list[tuple[str, str]], where: str) -> str | None:
                       if where == "URI" else "")
             return (f"--{kind} {pattern!r} matches no key: keys relative to {where} have no "
                     f"'.', '..' or empty segments{hint}{stored}")
+        if kind == "include" and not excluded:
+            # Everything is included to begin with (aws's order), so this took nothing
+            # back: s5cmd's and rclone's "only these" became "all", and `rm -r --include
+            # '*.pt'` deleted every object, `sync --delete` every other file at DST.
+            return (f"--include {pattern!r} before any --exclude changes nothing: everything "
+                    "is included to begin with and the last rule that matches a key decides "
+                    "(aws s3's order; s5cmd and rclone read --include otherwise); to take only "
+                    f"these, write --exclude '*' --include {pattern!r}")
+        excluded = excluded or kind == "exclude"
     return None
 
 
