@@ -74,6 +74,8 @@ __all__ = ["COPY_CUTOFF", "Copied", "ServerCopyUnsupported", "same_credentials",
 COPY_CUTOFF = 5 << 30
 #: Storage classes whose objects S3 copies only once restored.
 _ARCHIVES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+#: The fields of a HEAD an object changed in place keeps (:func:`_kept_in_place`).
+_KEPT_IN_PLACE = ("StorageClass", "ServerSideEncryption", "SSEKMSKeyId", "BucketKeyEnabled")
 
 
 def same_credentials(a: Any, b: Any) -> bool:
@@ -141,22 +143,31 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     if way in lacks:
         raise ServerCopyUnsupported(f"the server does not support {way} (NotImplemented)",
                                     way=way)
+    kept = _kept_in_place(head) if in_place else {}
     if way == ONE_PIECE:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
-                                    _replaced(head, metadata),
+                                    {**_replaced(head, metadata), **kept},
                                     kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
         if advance is not None:
             advance(size)
     else:
         copied = await copy_parts(call, src_path, dst_path, etag, md5, size,
-                                   checked_carried({**carried_from_head(head),
-                                                    **(metadata or {})}),
+                                   {**checked_carried({**carried_from_head(head),
+                                                       **(metadata or {})}), **kept},
                                    part_size=part_size, concurrency=concurrency,
                                    advance=advance,
                                    kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
     if check:
         await _check_size(call, dst_path, size)
     return copied
+
+
+def _kept_in_place(head: dict[str, Any]) -> dict[str, Any]:
+    """What an object whose metadata is changed in place keeps of its HEAD that a copy
+    request sets anew where it is not sent: its storage class (else STANDARD) and its
+    encryption (else the bucket's default: an object under a KMS key of its own became
+    SSE-S3)."""
+    return {name: head[name] for name in _KEPT_IN_PLACE if head.get(name)}
 
 
 def _archived(head: dict[str, Any]) -> str | None:
