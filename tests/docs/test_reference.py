@@ -35,7 +35,9 @@ SRC = ROOT / "src" / "tensorstream"
 #: Flags docs/cli.md names that are other tools' (the comparison table, the benchmark's own
 #: options), not tensorstream's: each must still be in the page, and never in the parser.
 OTHER_TOOLS = {
-    "--dry-run": "rclone's name for --dryrun",
+    "--dry-run": "rclone's and s5cmd's name for --dryrun",
+    "--size-only": "aws s3 sync's, s5cmd's and rclone's, which sync does not take",
+    "--exact-timestamps": "aws s3 sync's, which sync does not take",
     "--follow-symlinks": "aws s3's default, beside --no-follow-symlinks",
     "--if-size-differ": "s5cmd's, beside cp --resume",
     "--ignore-existing": "rclone's, beside cp --resume",
