@@ -3,6 +3,7 @@ the real CLI in a subprocess against local folders (and moto's S3 where it says 
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from cli_env import s3_env
+from fixtures_s3 import S3_BUCKET
 from tensorstream.cli.options import unmatchable_rule
 
 
@@ -97,3 +100,35 @@ def test_an_include_before_any_exclude_is_a_usage_error_saying_what_to_write(
             str(src), str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [f"(dryrun) copy: {src / 'b.txt'} -> {tmp_path / 'out' / 'b.txt'}"]
+
+
+def test_cp_r_of_a_folder_that_holds_only_its_marker_copies_no_file(tmp_path: Path,
+                                                                   moto_s3: Any) -> None:
+    """An empty folder made in the S3 console is its marker ``dir/`` alone. ``cp -r
+    s3://b/dir/ out/`` (and ``sync``) copied that marker as an empty file ``out/dir`` (to S3:
+    an object ``dir`` beside the prefix) and exited 0; aws s3 cp/sync copy no object from it.
+    Now it is said as for a prefix with nothing under it, and nothing is written."""
+    env = s3_env(moto_s3, tmp_path)
+    s3 = ("--endpoint-url", moto_s3.endpoint_url)
+    top = f"parity-{secrets.token_hex(4)}"
+    moto_s3.put(S3_BUCKET, f"{top}/empty/", b"")
+    moto_s3.put(S3_BUCKET, f"{top}/full/", b"")
+    moto_s3.put(S3_BUCKET, f"{top}/full/x.bin", b"x")
+    src = f"s3://{S3_BUCKET}/{top}/empty/"
+    for argv in (["cp", "-r", src, str(tmp_path / "out") + "/"],
+                 ["sync", src, str(tmp_path / "out")],
+                 ["cp", "-r", src, f"s3://{S3_BUCKET}/{top}/copy/"]):
+        r = cli(*s3, *argv, env=env)
+        assert r.returncode == 1, (argv, r.stdout, r.stderr)
+        assert f"nothing to copy at {src} (an empty folder: only its marker" in r.stderr
+        assert "copy: " not in r.stdout
+    assert not (tmp_path / "out").exists()
+    assert not moto_s3.exists(S3_BUCKET, f"{top}/copy/empty")
+    assert not moto_s3.exists(S3_BUCKET, f"{top}/copy")
+    # the neighbours: a folder with objects under its marker, and one object by its name
+    r = cli(*s3, "sync", f"s3://{S3_BUCKET}/{top}/full/", str(tmp_path / "f"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["x.bin"]
+    r = cli(*s3, "cp", "-r", f"s3://{S3_BUCKET}/{top}/full/x.bin", str(tmp_path / "g") + "/",
+            env=env)
+    assert r.returncode == 0 and (tmp_path / "g" / "x.bin").read_bytes() == b"x", r.stderr

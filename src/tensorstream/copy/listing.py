@@ -108,6 +108,13 @@ class SourceLister:
                 if uri.scheme == "file":
                     raise  # it is there, and the error says why it is no file (a FIFO, /proc)
                 raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None
+            if uri.scheme != "file" and uri.path.endswith("/"):
+                # An empty folder (the S3 console's marker alone) was copied as a file
+                # named after it; keys ending in '/' are never copied (plan_keys).
+                held = f" holding {info.size} bytes" if info.size else ""
+                raise NotFoundError(f"nothing to copy at {redact_text(raw)} (an empty folder: "
+                                    f"only its marker{held}, and keys ending in '/' are "
+                                    "not copied)")
             return [(posixpath.basename(uri.path.rstrip("/")), info)]
         return self._planned(by_key, uri, base, local_dst)
 
