@@ -1,6 +1,7 @@
 """A test server on a loop thread of its own: the tests' fronts to moto that answer as
 S3 does where moto does not, and the tests' own small servers (each one's ``_forward``
-says how it answers)."""
+says how it answers); a front's request passed on to moto as it came (:func:`pass_on`)
+and moto's answer sent back (:func:`send_back`)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,39 @@ class LoopFront:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+#: Headers of a message's framing: each side of a front sets its own.
+_FRAMING = ("content-length", "transfer-encoding")
+
+
+async def pass_on(request: Any, upstream: str,
+                  body: bytes) -> tuple[int, dict[str, str], bytes, int | None]:
+    """``request`` (with ``body``) sent on to ``upstream`` as it came (its path and query
+    as signed, undecoded, no redirect followed): the answer's status, its headers less
+    those of its framing, its body and its Content-Length."""
+    from aiohttp import ClientSession
+    from yarl import URL
+
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in _FRAMING}
+    async with ClientSession(auto_decompress=False) as session, session.request(
+            request.method, URL(upstream + request.raw_path, encoded=True),
+            headers=headers, data=body or None, allow_redirects=False) as up:
+        answer = await up.read()
+        out = {k: v for k, v in up.headers.items()
+               if k.lower() not in (*_FRAMING, "connection", "content-encoding")}
+        return up.status, out, answer, up.content_length
+
+
+async def send_back(request: Any, status: int, headers: dict[str, str], answer: bytes,
+                    length: int | None) -> Any:
+    """The answer to ``request``: ``answer`` with ``headers``, its Content-Length
+    ``length`` for a HEAD (the object's; no body), else the body's."""
+    from aiohttp import web
+
+    resp = web.StreamResponse(status=status, headers=headers)
+    resp.content_length = length if request.method == "HEAD" else len(answer)
+    await resp.prepare(request)
+    if request.method != "HEAD":
+        await resp.write(answer)
+    return resp

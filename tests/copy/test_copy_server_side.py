@@ -4,7 +4,6 @@ package's fault proxy, which records every request; the engine in-process."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -12,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from s3_parts import put_in_parts
+from iam_users import iam_user_keys
+from s3_parts import copy_cancelled_while_held, put_in_parts
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
@@ -171,21 +171,9 @@ def test_a_source_replaced_mid_copy_is_an_error_never_a_mixed_object(
 def _user(server: Any, bucket: str, deny: str, prefix: str) -> dict[str, Any]:
     """Options with the keys of a new IAM user allowed everything but ``deny`` (an S3
     action) on ``prefix`` of ``bucket``."""
-    import boto3
-
-    iam = boto3.session.Session().client(
-        "iam", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key_id,
-        aws_secret_access_key=server.secret_access_key, region_name=server.region)
-    user = f"u-{secrets.token_hex(4)}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [
-            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
-            {"Effect": "Deny", "Action": deny,
-             "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
-    return {"s3_access_key_id": key["AccessKeyId"],
-            "s3_secret_access_key": key["SecretAccessKey"]}
+    return iam_user_keys(server, "u", [
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+        {"Effect": "Deny", "Action": deny, "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"}])
 
 
 @pytest.mark.parametrize("side", ["source", "destination"])
@@ -297,32 +285,9 @@ def test_a_multipart_copy_cancelled_midway_is_aborted(tensorstream_s3: Any) -> N
     """Ctrl-C (the copy's task cancelled) while S3 copies the parts: the multipart upload
     is aborted (shielded from the cancellation), nothing is published, the outcome says
     interrupted."""
-    import asyncio
-    import threading
-
-    from tensorstream.copy.engine import CopyResult, copy_async
-
     b = tensorstream_s3
     put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"])
-    copying = threading.Event()
-
-    async def hold_part_copies(method: str, path: str) -> None:
-        if method == "PUT" and path == f"/{b.bucket}/dst/m.bin":
-            copying.set()
-            await asyncio.sleep(1.0)
-
-    b.faults.raw.before_forward = hold_part_copies
-    result = CopyResult()
-
-    async def main() -> None:
-        task = asyncio.ensure_future(copy_async(b.uri("src/m.bin"), b.uri("dst/m.bin"),
-                                                result=result, **b.options))
-        assert await asyncio.to_thread(copying.wait, 30)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
+    result = copy_cancelled_while_held(b, b.uri("src/m.bin"), "dst/m.bin", "PUT")
     assert [o.status for o in result.outcomes] == ["interrupted"]
     assert b.server.open_multipart_uploads(b.bucket) == []
     assert not b.server.exists(b.bucket, "dst/m.bin")

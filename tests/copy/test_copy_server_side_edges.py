@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from s3_loop_front import LoopFront
+from s3_loop_front import LoopFront, pass_on, send_back
 from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
 
@@ -54,30 +54,13 @@ class _Front(LoopFront):
         return status, body
 
     async def _forward(self, request: Any) -> Any:
-        from aiohttp import ClientSession, web
-        from yarl import URL
-
         body = await request.read()
         for fake, real in self.real.items():  # a CompleteMultipartUpload lists the parts
             body = body.replace(fake, real)
-        headers = {k: v for k, v in request.headers.items()
-                   if k.lower() not in ("content-length", "transfer-encoding")}
-        async with ClientSession(auto_decompress=False) as session, session.request(
-                request.method, URL(self.upstream + request.raw_path, encoded=True),
-                headers=headers, data=body or None, allow_redirects=False) as up:
-            answer = await up.read()
-            out = {k: v for k, v in up.headers.items() if k.lower() not in (
-                "content-length", "transfer-encoding", "connection", "content-encoding")}
-            status, length = up.status, up.content_length
+        status, out, answer, length = await pass_on(request, self.upstream, body)
         if request.method != "HEAD":
             status, answer = self.answer(request, status, out, answer)
-            length = len(answer)
-        resp = web.StreamResponse(status=status, headers=out)
-        resp.content_length = length
-        await resp.prepare(request)
-        if request.method != "HEAD":
-            await resp.write(answer)
-        return resp
+        return await send_back(request, status, out, answer, length)
 
 
 class _KMSFront(_Front):

@@ -11,17 +11,33 @@ import datetime
 import logging
 import os
 import re
-import threading
 import time
 from typing import Any
 
 import pytest
 
-from s3_loop_front import LoopFront
-from s3_parts import hold_one_part, put_in_parts
+from s3_loop_front import LoopFront, pass_on, send_back
+from s3_parts import copy_cancelled_while_held, hold_one_part, put_in_parts
 from tensorstream.copy.engine import copy
 
 MiB = 1 << 20
+
+
+def _source(backend: Any, tmp_path: Any, how: str, parts: list[bytes]) -> str:
+    """The source of a copy of ``parts`` to ``backend``'s bucket: ``"by S3"``, an object
+    uploaded in those parts to the same bucket (``src/m.bin``, copied by S3); else a local
+    file of their bytes (streamed)."""
+    if how == "by S3":
+        put_in_parts(backend, "src/m.bin", parts)
+        return str(backend.uri("src/m.bin"))
+    (tmp_path / "m.bin").write_bytes(b"".join(parts))
+    return str(tmp_path / "m.bin")
+
+
+def _uploads_left(backend: Any) -> list[str]:
+    """The ids of the multipart uploads still open in ``backend``'s bucket, sorted."""
+    return sorted(u["UploadId"] for u in backend.client.list_multipart_uploads(
+        Bucket=backend.bucket).get("Uploads", []))
 
 
 def _copy_requests(backend: Any, key: str) -> list[Any]:
@@ -126,19 +142,9 @@ class _CreateLostFront(LoopFront):
         self.armed = False  # from now on, the first create's answer is lost
 
     async def _forward(self, request: Any) -> Any:
-        from aiohttp import ClientSession, web
-        from yarl import URL
+        from aiohttp import web
 
-        body = await request.read()
-        headers = {k: v for k, v in request.headers.items()
-                   if k.lower() not in ("content-length", "transfer-encoding")}
-        async with ClientSession(auto_decompress=False) as session, session.request(
-                request.method, URL(self.upstream + request.raw_path, encoded=True),
-                headers=headers, data=body or None, allow_redirects=False) as up:
-            answer = await up.read()
-            out = {k: v for k, v in up.headers.items() if k.lower() not in (
-                "content-length", "transfer-encoding", "connection", "content-encoding")}
-            status, length = up.status, up.content_length
+        status, out, answer, length = await pass_on(request, self.upstream, await request.read())
         if request.method == "POST" and "uploads" in request.query and status == 200:
             upload = re.search(rb"<UploadId>(.*?)</UploadId>", answer)
             assert upload is not None
@@ -157,20 +163,18 @@ class _CreateLostFront(LoopFront):
                 request.transport.close()
                 return resp
         if request.method == "GET" and "uploads" in request.query and status == 200:
-            def when(m: re.Match[bytes]) -> bytes:
-                made = self.made.get(m.group(2).decode())
-                return m.group(0) if made is None else re.sub(
-                    rb"<Initiated>.*?</Initiated>",
-                    b"<Initiated>" + made.replace("+00:00", "Z").encode() + b"</Initiated>",
-                    m.group(0))
-            answer = re.sub(rb"<Upload>(.*?<UploadId>(.*?)</UploadId>.*?)</Upload>", when,
+            answer = re.sub(rb"<Upload>(.*?<UploadId>(.*?)</UploadId>.*?)</Upload>",
+                            lambda m: self.when_made(m.group(2).decode(), m.group(0)),
                             answer, flags=re.S)
-        resp = web.StreamResponse(status=status, headers=out)
-        resp.content_length = length if request.method == "HEAD" else len(answer)
-        await resp.prepare(request)
-        if request.method != "HEAD":
-            await resp.write(answer)
-        return resp
+        return await send_back(request, status, out, answer, length)
+
+    def when_made(self, upload: str, listed: bytes) -> bytes:
+        """``listed`` (an upload's ``<Upload>`` of a listing) with the time ``upload``
+        was made, where this front saw it made."""
+        made = self.made.get(upload)
+        return listed if made is None else re.sub(
+            rb"<Initiated>.*?</Initiated>",
+            b"<Initiated>" + made.replace("+00:00", "Z").encode() + b"</Initiated>", listed)
 
 
 @pytest.mark.parametrize("stranger", ["old", "with a part", "in the same seconds"])
@@ -187,12 +191,7 @@ def test_an_upload_whose_create_answer_was_lost_is_not_left_behind(
     be told apart, and both are left (said in the log)."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(1000)]
-    if how == "by S3":
-        put_in_parts(b, "src/m.bin", parts)
-        src = b.uri("src/m.bin")
-    else:
-        (tmp_path / "m.bin").write_bytes(b"".join(parts))
-        src = str(tmp_path / "m.bin")
+    src = _source(b, tmp_path, how, parts)
     key = "dst/m.bin"
     front = _CreateLostFront(b.proxy.url, lost)
     with front as endpoint:
@@ -209,8 +208,7 @@ def test_an_upload_whose_create_answer_was_lost_is_not_left_behind(
         with caplog.at_level(logging.INFO, logger="tensorstream.s3"):
             r = copy(src, b.uri(key), part_size=5 * MiB, **options)
     assert not r.ok, r.errors
-    left = sorted(u["UploadId"] for u in
-                  b.client.list_multipart_uploads(Bucket=b.bucket).get("Uploads", []))
+    left = _uploads_left(b)
     if stranger == "in the same seconds":
         assert left == sorted([other, *front.lost_ids]), (r.errors, left)
         assert any("none is aborted" in rec.getMessage() for rec in caplog.records)
@@ -249,12 +247,7 @@ def test_an_upload_another_writer_starts_after_the_lost_answer_is_never_aborted(
     writer's alone was aborted under it."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(1000)]
-    if how == "by S3":
-        put_in_parts(b, "src/m.bin", parts)
-        src = b.uri("src/m.bin")
-    else:
-        (tmp_path / "m.bin").write_bytes(b"".join(parts))
-        src = str(tmp_path / "m.bin")
+    src = _source(b, tmp_path, how, parts)
     key = "dst/m.bin"
     front = _StrangerWhileListing(b.proxy.url, lost, None, b.bucket, key)
     with front as endpoint:
@@ -263,8 +256,7 @@ def test_an_upload_another_writer_starts_after_the_lost_answer_is_never_aborted(
         r = copy(src, b.uri(key), part_size=5 * MiB, **{**b.options, "s3_endpoint": endpoint})
     assert not r.ok, r.errors
     assert front.lost_ids and front.others
-    left = sorted(u["UploadId"] for u in
-                  b.client.list_multipart_uploads(Bucket=b.bucket).get("Uploads", []))
+    left = _uploads_left(b)
     assert left == front.others, (r.errors, left, front.lost_ids)
 
 
@@ -289,11 +281,7 @@ class _UploadsByPage(_CreateLostFront):
         after = request.query.get("upload-id-marker")
         at = ids.index(after) + 1 if after in ids else 0
         page, more = uploads[at: at + 1], at + 1 < len(uploads)
-        for i, up_xml in enumerate(page):
-            made = self.made.get(ids[at + i])
-            if made is not None:
-                page[i] = re.sub(rb"<Initiated>.*?</Initiated>", b"<Initiated>" + made.replace(
-                    "+00:00", "Z").encode() + b"</Initiated>", up_xml)
+        page = [self.when_made(ids[at + i], up_xml) for i, up_xml in enumerate(page)]
         key = re.search(rb"<Key>(.*?)</Key>", page[0]).group(1) if page else b""  # type: ignore
         tail = (b"<IsTruncated>true</IsTruncated><NextKeyMarker>" + key + b"</NextKeyMarker>"
                 b"<NextUploadIdMarker>" + ids[at].encode() + b"</NextUploadIdMarker>"
@@ -314,12 +302,7 @@ def test_an_upload_whose_create_answer_was_lost_is_found_on_a_later_page(
     made in the same seconds, on two pages, are still both left."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(1000)]
-    if how == "by S3":
-        put_in_parts(b, "src/m.bin", parts)
-        src = b.uri("src/m.bin")
-    else:
-        (tmp_path / "m.bin").write_bytes(b"".join(parts))
-        src = str(tmp_path / "m.bin")
+    src = _source(b, tmp_path, how, parts)
     key = "dst/m.bin"
     front = _UploadsByPage(b.proxy.url, "500")
     with front as endpoint:
@@ -331,8 +314,7 @@ def test_an_upload_whose_create_answer_was_lost_is_found_on_a_later_page(
         front.armed = True
         r = copy(src, b.uri(key), part_size=5 * MiB, **{**b.options, "s3_endpoint": endpoint})
     assert not r.ok, r.errors
-    left = sorted(u["UploadId"] for u in
-                  b.client.list_multipart_uploads(Bucket=b.bucket).get("Uploads", []))
+    left = _uploads_left(b)
     expected = [other] if stranger == "old" else [other, *front.lost_ids]
     assert left == sorted(expected), (r.errors, left, front.lost_ids)
 
@@ -350,29 +332,9 @@ def test_ctrl_c_while_s3_creates_the_upload_of_a_copy_leaves_none(tensorstream_s
     was on its way: S3 made the upload, the copy never learnt its id, and it stayed open.
     The request's answer is now waited for (shielded, as the streamed writer's is) and
     the upload aborted."""
-    from tensorstream.copy.engine import CopyResult, copy_async
-
     b = tensorstream_s3
     put_in_parts(b, "src/m.bin", [os.urandom(5 * MiB), b"end"])
-    creating = threading.Event()
-
-    async def hold_the_create(method: str, path: str) -> None:
-        if method == "POST" and path == f"/{b.bucket}/dst/m.bin":
-            creating.set()
-            await asyncio.sleep(1.0)
-
-    b.faults.raw.before_forward = hold_the_create
-    result = CopyResult()
-
-    async def main() -> None:
-        task = asyncio.ensure_future(copy_async(b.uri("src/m.bin"), b.uri("dst/m.bin"),
-                                                result=result, **b.options))
-        assert await asyncio.to_thread(creating.wait, 30)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
+    result = copy_cancelled_while_held(b, b.uri("src/m.bin"), "dst/m.bin", "POST")
     time.sleep(1.5)  # for a request S3 had to be answered, whatever the copy did
     assert [o.status for o in result.outcomes] == ["interrupted"]
     assert b.server.open_multipart_uploads(b.bucket) == []
@@ -397,6 +359,18 @@ class _FirstAbortLost(_CreateLostFront):
         return await super()._forward(request)
 
 
+def _copy_losing_aborts(backend: Any, src: str, lost: int) -> tuple[Any, _FirstAbortLost]:
+    """Copy ``src`` to ``dst/m.bin`` of ``backend``, its first part refused (403) and its
+    first ``lost`` aborts answered but never applied; the result and the front."""
+    backend.faults.raw.path_prefix = f"/{backend.bucket}/dst/m.bin"
+    backend.faults.raw.status_script = [200, 403]  # CreateMultipartUpload, the first part
+    front = _FirstAbortLost(backend.proxy.url, lost=lost)
+    with front as endpoint:
+        r = copy(src, backend.uri("dst/m.bin"), part_size=5 * MiB, concurrency=1,
+                 **{**backend.options, "s3_endpoint": endpoint})
+    return r, front
+
+
 @pytest.mark.parametrize("how", ["by S3", "streamed"])
 def test_an_upload_still_listed_after_its_abort_is_aborted_again(
         tensorstream_s3: Any, tmp_path: Any, how: str) -> None:
@@ -404,18 +378,8 @@ def test_an_upload_still_listed_after_its_abort_is_aborted_again(
     ListParts still finds it; it stayed open when the first abort did not take."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"]
-    if how == "by S3":
-        put_in_parts(b, "src/m.bin", parts)
-        src = b.uri("src/m.bin")
-    else:
-        (tmp_path / "m.bin").write_bytes(b"".join(parts))
-        src = str(tmp_path / "m.bin")
-    b.faults.raw.path_prefix = f"/{b.bucket}/dst/m.bin"
-    b.faults.raw.status_script = [200, 403]  # CreateMultipartUpload, then the first part
-    front = _FirstAbortLost(b.proxy.url)
-    with front as endpoint:
-        r = copy(src, b.uri("dst/m.bin"), part_size=5 * MiB, concurrency=1,
-                 **{**b.options, "s3_endpoint": endpoint})
+    src = _source(b, tmp_path, how, parts)
+    r, front = _copy_losing_aborts(b, src, lost=1)
     assert not r.ok, r.errors
     assert front.swallowed == 1
     assert b.server.open_multipart_uploads(b.bucket) == []
@@ -430,19 +394,9 @@ def test_an_upload_still_listed_after_every_abort_is_named_the_same_either_way(
     (one rule, :mod:`tensorstream.providers.s3.aborts`) and name the upload left."""
     b = tensorstream_s3
     parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"end"]
-    if how == "by S3":
-        put_in_parts(b, "src/m.bin", parts)
-        src = b.uri("src/m.bin")
-    else:
-        (tmp_path / "m.bin").write_bytes(b"".join(parts))
-        src = str(tmp_path / "m.bin")
-    b.faults.raw.path_prefix = f"/{b.bucket}/dst/m.bin"
-    b.faults.raw.status_script = [200, 403]  # CreateMultipartUpload, then the first part
+    src = _source(b, tmp_path, how, parts)
     caplog.set_level(logging.WARNING, logger="tensorstream")
-    front = _FirstAbortLost(b.proxy.url, lost=10)
-    with front as endpoint:
-        r = copy(src, b.uri("dst/m.bin"), part_size=5 * MiB, concurrency=1,
-                 **{**b.options, "s3_endpoint": endpoint})
+    r, front = _copy_losing_aborts(b, src, lost=10)
     assert not r.ok, r.errors
     assert front.swallowed == 3
     left = b.server.client.list_multipart_uploads(Bucket=b.bucket, Prefix="dst/m.bin")["Uploads"]

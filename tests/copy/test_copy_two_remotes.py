@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fixtures_s3 import S3_BUCKET
+from iam_users import iam_user_keys
 from remote_destination import assert_left_as_it_was
 from tensorstream.copy.engine import copy
 
@@ -139,25 +140,11 @@ def test_sync_between_s3_stores_skips_a_copy_whose_etag_has_another_part_layout(
 def _write_only_key(server: Any, bucket: str) -> dict[str, Any]:
     """Options with the keys of a new IAM user that may only put objects into ``bucket``
     (an upload-only key: no ListBucket, no GetObject)."""
-    import json
-
-    import boto3
-
-    iam = boto3.session.Session().client(
-        "iam", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key_id,
-        aws_secret_access_key=server.secret_access_key, region_name=server.region)
-    user = f"writer-{secrets.token_hex(4)}"
-    iam.create_user(UserName=user)
     # Every object action but reads on the bucket's objects, nothing on the bucket itself
     # (no listing). AWS covers the multipart calls by s3:PutObject; moto names them apart.
-    iam.put_user_policy(UserName=user, PolicyName="put-only", PolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [
-            {"Effect": "Allow", "Action": "s3:*", "Resource": f"arn:aws:s3:::{bucket}/*"},
-            {"Effect": "Deny", "Action": "s3:GetObject",
-             "Resource": f"arn:aws:s3:::{bucket}/*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
-    return server.options(s3_access_key_id=key["AccessKeyId"],
-                          s3_secret_access_key=key["SecretAccessKey"])
+    return server.options(**iam_user_keys(server, "writer", [
+        {"Effect": "Allow", "Action": "s3:*", "Resource": f"arn:aws:s3:::{bucket}/*"},
+        {"Effect": "Deny", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}]))
 
 
 def test_a_destination_key_that_may_only_put_objects_is_enough_for_cp(moto_s3: Any) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 import tensorstream
-from s3_parts import hold_one_part
+from s3_parts import copy_cancelled_while_held, hold_one_part
 from tensorstream.copy.engine import copy
 from tensorstream.errors import TensorstreamError
 
@@ -97,30 +96,11 @@ def test_ctrl_c_waits_for_the_parts_in_flight_before_the_abort(tensorstream_s3: 
                                                               tmp_path: Path) -> None:
     """Ctrl-C (the copy's task cancelled) while a part is being stored: the same, the part
     S3 has is waited for, then the upload aborted; none is left."""
-    from tensorstream.copy.engine import CopyResult, copy_async
-
     b = tensorstream_s3
     src = tmp_path / "m.bin"
     src.write_bytes(os.urandom(10 * MiB) + b"end")
-    storing = threading.Event()
-
-    async def hold_a_part(method: str, path: str) -> None:
-        if method == "PUT" and path == f"/{b.bucket}/dst/m.bin" and not storing.is_set():
-            storing.set()
-            await asyncio.sleep(1.0)
-
-    b.faults.raw.before_forward = hold_a_part
     b.proxy.clear_log()
-    result = CopyResult()
-
-    async def main() -> None:
-        task = asyncio.ensure_future(copy_async(str(src), b.uri("dst/m.bin"), result=result,
-                                                part_size=5 * MiB, concurrency=3, **b.options))
-        assert await asyncio.to_thread(storing.wait, 30)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
+    result = copy_cancelled_while_held(b, str(src), "dst/m.bin", "PUT", once=True,
+                                       part_size=5 * MiB, concurrency=3)
     assert [o.status for o in result.outcomes] == ["interrupted"]
     _check_nothing_after_the_abort(b)
