@@ -11,15 +11,9 @@ from typing import Any
 import pytest
 
 from s3_encrypting_front import EncryptingFront
-from tensorstream.copy.engine import copy
+from sync_runs import local_folder, sync
 
 MiB = 1 << 20
-
-
-def _sync(src: str, dst: str, options: dict[str, Any]) -> dict[str, str]:
-    r = copy(src, dst, recursive=True, skip_unchanged=True, **options)
-    assert r.ok, r.errors
-    return {o.src.rsplit("/", 1)[-1]: o.status for o in r.outcomes}
 
 
 def _writes(b: Any) -> list[str]:
@@ -42,14 +36,12 @@ def test_a_file_modified_in_the_second_of_its_upload_is_not_copied_again(
     again. In that second the dates cannot tell, so the file's MD5 (of its parts, in the
     part size a copy uploads) is compared with the copy's ETag: equal, nothing is sent."""
     b = tensorstream_s3
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "m.bin").write_bytes(os.urandom(size))
+    src = local_folder(tmp_path, {"m.bin": os.urandom(size)})
     options = {**b.options, "part_size": 5 * MiB}
-    assert _sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
+    assert sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
     _into_its_upload_second(b, src, "m.bin")
     b.proxy.clear_log()
-    assert _sync(str(src), b.uri("dst/"), options) == {"m.bin": "skipped"}
+    assert sync(str(src), b.uri("dst/"), options) == {"m.bin": "skipped"}
     assert _writes(b) == []
 
 
@@ -60,15 +52,13 @@ def test_a_same_size_change_in_the_second_of_the_upload_is_copied(
     (its date no later than the copy's at whole seconds): its bytes differ from the copy's
     ETag, so it is copied."""
     b = tensorstream_s3
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "m.bin").write_bytes(os.urandom(size))
+    src = local_folder(tmp_path, {"m.bin": os.urandom(size)})
     options = {**b.options, "part_size": 5 * MiB}
-    assert _sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
+    assert sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
     new = os.urandom(size)
     (src / "m.bin").write_bytes(new)
     _into_its_upload_second(b, src, "m.bin", at=0.9)
-    assert _sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
+    assert sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
     assert b.get("dst/m.bin") == new
 
 
@@ -77,15 +67,12 @@ def test_the_dates_still_decide_outside_that_second(tensorstream_s3: Any,
     """A file dated a second after its copy is copied (no read of it); one dated a
     second before is not."""
     b = tensorstream_s3
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "new.bin").write_bytes(b"n" * 1000)
-    (src / "old.bin").write_bytes(b"o" * 1000)
-    assert _sync(str(src), b.uri("dst/"), b.options) == {"new.bin": "copied",
+    src = local_folder(tmp_path, {"new.bin": b"n" * 1000, "old.bin": b"o" * 1000})
+    assert sync(str(src), b.uri("dst/"), b.options) == {"new.bin": "copied",
                                                          "old.bin": "copied"}
     _into_its_upload_second(b, src, "new.bin", at=1.0)
     _into_its_upload_second(b, src, "old.bin", at=-1.0)
-    assert _sync(str(src), b.uri("dst/"), b.options) == {"new.bin": "copied",
+    assert sync(str(src), b.uri("dst/"), b.options) == {"new.bin": "copied",
                                                          "old.bin": "skipped"}
 
 
@@ -95,11 +82,9 @@ def test_in_that_second_an_encrypted_copy_whose_etag_cannot_tell_is_copied_again
     """Under SSE-KMS the copy's ETag is no MD5: in the second of its upload nothing tells
     a change from none, and the file is copied again rather than a change skipped."""
     b = tensorstream_s3
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "m.bin").write_bytes(os.urandom(1000))
+    src = local_folder(tmp_path, {"m.bin": os.urandom(1000)})
     with EncryptingFront(b.proxy.url, {"x-amz-server-side-encryption": "aws:kms"}) as front:
         options = {**b.options, "s3_endpoint": front.url}
-        assert _sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
+        assert sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
         _into_its_upload_second(b, src, "m.bin")
-        assert _sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}
+        assert sync(str(src), b.uri("dst/"), options) == {"m.bin": "copied"}

@@ -14,7 +14,7 @@ import pytest
 
 from s3_encrypting_front import EncryptingFront
 from s3_parts import put_in_parts
-from tensorstream.copy.engine import copy
+from sync_runs import local_folder, sync
 
 MiB = 1 << 20
 ENCRYPTIONS = [
@@ -25,10 +25,20 @@ ENCRYPTIONS = [
 IDS = ["SSE-KMS", "DSSE-KMS", "SSE-C"]
 
 
-def _sync(src: str, dst: str, options: dict[str, Any]) -> dict[str, str]:
-    r = copy(src, dst, recursive=True, skip_unchanged=True, **options)
-    assert r.ok, r.errors
-    return {o.src.rsplit("/", 1)[-1]: o.status for o in r.outcomes}
+def _put_sources(b: Any) -> None:
+    """``src/one.bin`` (stored in one piece) and ``src/parts.bin`` (uploaded in parts)."""
+    b.put("src/one.bin", os.urandom(1000))
+    put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
+
+
+def _change_one(b: Any, dst: str, options: dict[str, Any]) -> bytes:
+    """``src/one.bin`` rewritten with other bytes of its size a second later (S3's dates
+    are whole seconds): the next sync copies it alone. Its new bytes."""
+    time.sleep(1.1)
+    new = os.urandom(1000)
+    b.put("src/one.bin", new)
+    assert sync(b.uri("src/"), dst, options) == {"one.bin": "copied", "parts.bin": "skipped"}
+    return new
 
 
 # The front maps the ETags a request names back to moto's, which a signature checked would
@@ -48,22 +58,17 @@ def test_a_second_sync_within_one_store_copies_nothing(
     sync``, the size and dates decide: the second run copies nothing, a changed source
     (same size) is copied."""
     b = tensorstream_s3
-    b.put("src/one.bin", os.urandom(1000))
-    put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
+    _put_sources(b)
     prefix = {"dst": f"/{b.bucket}/dst/", "src": f"/{b.bucket}/src/", "both": "/"}[encrypted]
     with EncryptingFront(b.proxy.url, headers, prefix=prefix) as front:
         options = {**b.options, "s3_endpoint": front.url}
-        first = _sync(b.uri("src/"), b.uri("dst/"), options)
+        first = sync(b.uri("src/"), b.uri("dst/"), options)
         assert first == {"one.bin": "copied", "parts.bin": "copied"}
         front.writes.clear()
-        assert _sync(b.uri("src/"), b.uri("dst/"), options) == {
+        assert sync(b.uri("src/"), b.uri("dst/"), options) == {
             "one.bin": "skipped", "parts.bin": "skipped"}
         assert front.writes == []
-        time.sleep(1.1)  # S3's dates are whole seconds
-        new = os.urandom(1000)
-        b.put("src/one.bin", new)
-        assert _sync(b.uri("src/"), b.uri("dst/"), options) == {
-            "one.bin": "copied", "parts.bin": "skipped"}
+        new = _change_one(b, b.uri("dst/"), options)
     assert b.get("dst/one.bin") == new
 
 
@@ -74,24 +79,21 @@ def test_a_second_sync_from_local_files_copies_nothing(
     """A local folder into an encrypted bucket: the dates decide (a local file has no
     ETag), so the second run copies nothing and a change is copied."""
     b = tensorstream_s3
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "one.bin").write_bytes(os.urandom(1000))
-    (src / "big.bin").write_bytes(os.urandom(6 * MiB))
+    src = local_folder(tmp_path, {"one.bin": os.urandom(1000), "big.bin": os.urandom(6 * MiB)})
     for f in src.iterdir():  # S3's dates are whole seconds: a file written in the second
         os.utime(f, (time.time() - 60,) * 2)  # of its upload looks newer than its copy
     with EncryptingFront(b.proxy.url, headers) as front:
         options = {**b.options, "s3_endpoint": front.url, "part_size": 5 * MiB}
-        assert _sync(str(src), b.uri("dst/"), options) == {"one.bin": "copied",
+        assert sync(str(src), b.uri("dst/"), options) == {"one.bin": "copied",
                                                            "big.bin": "copied"}
         front.writes.clear()
-        assert _sync(str(src), b.uri("dst/"), options) == {"one.bin": "skipped",
+        assert sync(str(src), b.uri("dst/"), options) == {"one.bin": "skipped",
                                                            "big.bin": "skipped"}
         assert front.writes == []
         time.sleep(1.1)
         new = os.urandom(1000)
         (src / "one.bin").write_bytes(new)
-        assert _sync(str(src), b.uri("dst/"), options) == {"one.bin": "copied",
+        assert sync(str(src), b.uri("dst/"), options) == {"one.bin": "copied",
                                                            "big.bin": "skipped"}
     assert b.get("dst/one.bin") == new
 
@@ -128,16 +130,16 @@ def test_an_unencrypted_sync_heads_no_source(tensorstream_s3: Any) -> None:
     b = tensorstream_s3
     b.put("src/one.bin", os.urandom(1000))
     b.put("src/two.bin", os.urandom(1000))
-    assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied",
+    assert sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied",
                                                               "two.bin": "copied"}
     b.proxy.clear_log()
-    assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "skipped",
+    assert sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "skipped",
                                                               "two.bin": "skipped"}
     assert sorted(q.path for q in b.requests if q.method == "HEAD") == [
         f"/{b.bucket}/dst/one.bin", f"/{b.bucket}/dst/two.bin"]
     b.put("src/two.bin", os.urandom(1000))
     b.proxy.clear_log()
-    assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "skipped",
+    assert sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "skipped",
                                                               "two.bin": "copied"}
     assert f"/{b.bucket}/src/two.bin" in [q.path for q in b.requests if q.method == "HEAD"]
 
@@ -162,24 +164,19 @@ def test_a_sync_from_a_bucket_encrypted_by_default_heads_no_source(
     HEAD named the encryption, and no source is HEADed; a changed source is copied."""
     b = tensorstream_s3
     _encrypt_by_default(b, headers["x-amz-server-side-encryption"])
-    b.put("src/one.bin", os.urandom(1000))
-    put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
+    _put_sources(b)
     plain = b.create_bucket()
     with EncryptingFront(b.proxy.url, headers, prefix=f"/{b.bucket}/src/") as front:
         options = {**b.options, "s3_endpoint": front.url}
         dst = f"s3://{plain}/dst/"
-        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
+        assert sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
                                                       "parts.bin": "copied"}
         b.proxy.clear_log()
-        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
+        assert sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
                                                       "parts.bin": "skipped"}
         assert _source_heads(b) == []
         assert len([q for q in b.requests if q.path.endswith("?encryption")]) == 1
-        time.sleep(1.1)  # S3's dates are whole seconds
-        new = os.urandom(1000)
-        b.put("src/one.bin", new)
-        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
-                                                      "parts.bin": "skipped"}
+        new = _change_one(b, dst, options)
     assert b.server.client.get_object(Bucket=plain, Key="dst/one.bin")["Body"].read() == new
 
 
@@ -191,10 +188,10 @@ def test_without_a_kms_default_a_copy_rewritten_since_is_still_told_by_its_etag(
     b = tensorstream_s3
     _encrypt_by_default(b, "AES256")
     b.put("src/one.bin", os.urandom(1000))
-    assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied"}
+    assert sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied"}
     b.put("dst/one.bin", os.urandom(1000))
     b.proxy.clear_log()
-    assert _sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied"}
+    assert sync(b.uri("src/"), b.uri("dst/"), b.options) == {"one.bin": "copied"}
     assert f"/{b.bucket}/src/one.bin" in _source_heads(b)
 
 
@@ -208,8 +205,7 @@ def test_a_refused_get_bucket_encryption_falls_back_to_a_head_per_source(
     known). The second run still copies nothing, a changed source is still copied."""
     b = tensorstream_s3
     _encrypt_by_default(b, "aws:kms")
-    b.put("src/one.bin", os.urandom(1000))
-    put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
+    _put_sources(b)
     plain = b.create_bucket()
     b.faults.raw.query = "encryption"
     b.faults.raw.status_script = [refusal] * 20
@@ -217,18 +213,14 @@ def test_a_refused_get_bucket_encryption_falls_back_to_a_head_per_source(
                          prefix=f"/{b.bucket}/src/") as front:
         options = {**b.options, "s3_endpoint": front.url}
         dst = f"s3://{plain}/dst/"
-        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
+        assert sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
                                                       "parts.bin": "copied"}
         b.proxy.clear_log()
-        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
+        assert sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
                                                       "parts.bin": "skipped"}
         asked = [q.status for q in b.requests if q.path.endswith("?encryption")]
         assert asked == [refusal]  # once a run, refused
         # (parts.bin's copy kept its part layout, hence its ETag: nothing to HEAD for it)
         assert _source_heads(b) == [f"/{b.bucket}/src/one.bin"]
-        time.sleep(1.1)  # S3's dates are whole seconds
-        new = os.urandom(1000)
-        b.put("src/one.bin", new)
-        assert _sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
-                                                      "parts.bin": "skipped"}
+        new = _change_one(b, dst, options)
     assert b.server.client.get_object(Bucket=plain, Key="dst/one.bin")["Body"].read() == new
