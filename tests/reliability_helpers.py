@@ -40,10 +40,20 @@ SMALL_PARTS: dict[str, Any] = {"part_size": 64 << 10, "concurrency": 4, "readahe
                                "stream_reads": False, **FAST}
 #: SMALL_PARTS with read-ahead on: the rest of an object may be fetched early.
 SMALL_PARTS_READAHEAD: dict[str, Any] = {**SMALL_PARTS, "readahead": 256 << 10}
+#: Fast retries, one part: a read of a small object is one request.
+ONE_PART: dict[str, Any] = {"part_size": 8 << 20, **FAST}
 
 
 def unique(prefix: str = "obj") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def put_http(server: Any, data: bytes) -> tuple[str, str]:
+    """``data`` stored under a new key of ``server`` (an ``HTTPTestServer``): the key
+    and its URL."""
+    key = unique()
+    server.put(key, data)
+    return key, server.url(key)
 
 
 def leaked(text: str, canaries: tuple[str, ...] = CANARIES) -> list[str]:

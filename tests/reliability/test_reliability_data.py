@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -18,9 +17,11 @@ import tensorstream
 from fixtures_s3 import S3_BUCKET
 from reliability_helpers import (
     FAST,
+    ONE_PART,
     SMALL_PARTS,
     FlippingTCPProxy,
     RawHTTPServer,
+    put_http,
     raw_object_responder,
     unique,
 )
@@ -33,19 +34,12 @@ from tensorstream.testing.s3_server import MotoS3Server
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(90)]
 
 DATA = os.urandom(600_000)
-ONE_PART: dict[str, Any] = {"part_size": 8 << 20, **FAST}
-
-
-def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
-    key = unique()
-    server.put(key, data)
-    return key, server.url(key)
 
 
 # -- 5. cut at k -> resumed from k with Range and If-Match ----------------------------
 async def test_http_body_cut_at_k_is_resumed_from_k_with_if_match(
         http_server: HTTPTestServer) -> None:
-    key, url = _put(http_server)
+    key, url = put_http(http_server, DATA)
     k = 123_457
     http_server.faults.drop_after, http_server.faults.drop_times = k, 1
     got = await tensorstream.read_range(url, 1000, 500_000, **ONE_PART)
@@ -90,7 +84,7 @@ def test_redis_connection_cut_mid_read_gives_exact_bytes_or_error(
 
 # -- 6. cut on every attempt -> error, never short ----------------------------------
 async def test_http_body_cut_every_attempt_raises_never_short(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     http_server.faults.drop_after = 50_000
     with pytest.raises(errors.RetriesExhaustedError) as info:
         await tensorstream.read_range(url, 0, len(DATA), retries=3, **ONE_PART)
@@ -98,7 +92,7 @@ async def test_http_body_cut_every_attempt_raises_never_short(http_server: HTTPT
 
 
 def test_sync_reader_never_returns_short_bytes(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     with tensorstream.open(url, retries=2, **SMALL_PARTS) as f:
         http_server.faults.drop_after = 10_000
         buf = bytearray(len(DATA))
@@ -122,7 +116,7 @@ def test_s3_body_cut_every_attempt_raises(moto_s3_public: MotoS3Server) -> None:
 
 # -- 7. truncation without Content-Length --------------------------------------------
 async def test_chunked_body_cut_is_detected(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     http_server.faults.no_content_length = True
     http_server.faults.drop_after = 70_000
     with pytest.raises(errors.RetriesExhaustedError):
@@ -154,7 +148,7 @@ async def test_eof_delimited_body_cut_once_is_resumed_exactly() -> None:
 @pytest.mark.parametrize("fault", ["ignore_range", "wrong_content_range"])
 async def test_http_range_not_honoured_is_an_error(http_server: HTTPTestServer,
                                                    fault: str) -> None:
-    key, url = _put(http_server)
+    key, url = put_http(http_server, DATA)
     setattr(http_server.faults, fault, True)
     with pytest.raises(errors.ProtocolError):
         await tensorstream.read_range(url, 10, 1000, **FAST)
@@ -188,7 +182,7 @@ def test_s3_range_ignored_by_a_middlebox_is_an_error(moto_s3_public: MotoS3Serve
 
 # -- 9. gzip on a ranged response -------------------------------------------------
 async def test_gzip_ranged_response_is_refused(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     http_server.faults.gzip = True
     with pytest.raises(errors.ProtocolError, match="gzip"):
         await tensorstream.read_range(url, 0, 5000, **FAST)
@@ -199,7 +193,7 @@ async def test_gzip_ranged_response_is_refused(http_server: HTTPTestServer) -> N
 @pytest.mark.parametrize("ignore_if_match", [False, True])
 def test_http_object_replaced_between_parts_is_never_mixed(
         http_server: HTTPTestServer, ignore_if_match: bool) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     with tensorstream.open(url, **SMALL_PARTS) as f:
         head = f.read(1000)
         http_server.faults.replace_after_requests = 0
@@ -210,7 +204,7 @@ def test_http_object_replaced_between_parts_is_never_mixed(
 
 
 def test_forked_parallel_readers_are_pinned_to_one_version(http_server: HTTPTestServer) -> None:
-    key, url = _put(http_server)
+    key, url = put_http(http_server, DATA)
     with tensorstream.open(url, **SMALL_PARTS) as f:
         readers = [f.fork() for _ in range(3)]
         assert readers[0].read(10) == DATA[:10]
@@ -388,7 +382,7 @@ def test_read_ahead_never_mixes_versions(http_server: HTTPTestServer, ignore_if_
     from reliability_helpers import SMALL_PARTS_READAHEAD
 
     for _ in range(5):
-        _, url = _put(http_server)
+        _, url = put_http(http_server, DATA)
         with tensorstream.open(url, **SMALL_PARTS_READAHEAD) as f:
             head = f.read(1000)
             http_server.faults.replace_after_requests = 0

@@ -19,6 +19,7 @@ from reliability_helpers import (
     PartErrorProxy,
     free_port,
     leaked,
+    put_http,
     unique,
 )
 from tensorstream import errors
@@ -31,16 +32,10 @@ pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark
 DATA = os.urandom(300_000)
 
 
-def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
-    key = unique()
-    server.put(key, data)
-    return key, server.url(key)
-
-
 # -- 1. refused twice, then up --------------------------------------------------
 def test_connection_refused_twice_then_up_succeeds_and_logs_attempts(
         http_server: HTTPTestServer, caplog: pytest.LogCaptureFixture) -> None:
-    key, _ = _put(http_server)
+    key, _ = put_http(http_server, DATA)
     port = free_port()  # nothing listens here yet: connect() is refused
     proxy = TCPFaultProxy("127.0.0.1", http_server.port, listen_port=port)
 
@@ -67,7 +62,7 @@ def test_connection_refused_twice_then_up_succeeds_and_logs_attempts(
 # -- 2. 503 SlowDown repeatedly ---------------------------------------------------
 async def test_503_forever_honours_retry_after_then_names_operation_and_attempts(
         http_token_server: HTTPTestServer, caplog: pytest.LogCaptureFixture) -> None:
-    key, url = _put(http_token_server)
+    key, url = put_http(http_token_server, DATA)
     http_token_server.faults.status_script = [503] * 10
     http_token_server.faults.retry_after = 0.3
     caplog.set_level(logging.DEBUG)
@@ -91,7 +86,7 @@ async def test_503_forever_honours_retry_after_then_names_operation_and_attempts
 
 async def test_backoff_without_retry_after_is_jittered_and_bounded(
         http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     sleeps: list[float] = []
 
     def grab(_n: int) -> None:
@@ -116,7 +111,7 @@ async def test_backoff_without_retry_after_is_jittered_and_bounded(
 ])
 async def test_http_client_errors_are_typed_and_not_retried(
         http_server: HTTPTestServer, status: int, cls: type, builtin: type) -> None:
-    key, url = _put(http_server)
+    key, url = put_http(http_server, DATA)
     http_server.faults.status_script = [status] * 5
     with pytest.raises(cls) as info:
         await tensorstream.read_range(url, 0, 10, retries=5, **FAST)

@@ -17,10 +17,12 @@ import pytest
 import tensorstream
 from reliability_helpers import (
     FAST,
+    ONE_PART,
     SMALL_PARTS,
     WAIT_OR_KILL,
     FullBacklogListener,
     open_fds,
+    put_http,
     run_python,
     unique,
 )
@@ -32,19 +34,12 @@ from tensorstream.testing.redis_server import RedisServer, redis_available
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(90)]
 
 DATA = os.urandom(400_000)
-ONE_PART: dict[str, Any] = {"part_size": 8 << 20, **FAST}
-
-
-def _put(server: HTTPTestServer, data: bytes = DATA) -> tuple[str, str]:
-    key = unique()
-    server.put(key, data)
-    return key, server.url(key)
 
 
 # -- 13. stalls and timeouts ----------------------------------------------------------
 async def test_stall_after_headers_times_out_then_retry_succeeds_within_deadline(
         http_server: HTTPTestServer) -> None:
-    key, url = _put(http_server)
+    key, url = put_http(http_server, DATA)
     http_server.faults.stall_after_headers, http_server.faults.stall_times = 2, 1
     t0 = time.monotonic()
     got = await tensorstream.read_range(url, 0, len(DATA), timeout_idle=0.3, timeout_total=5,
@@ -56,7 +51,7 @@ async def test_stall_after_headers_times_out_then_retry_succeeds_within_deadline
 
 
 async def test_stall_forever_gives_up_at_the_total_deadline(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     http_server.faults.stall_after_headers = 2.5  # ends soon: no handler outlives the test run
     t0 = time.monotonic()
     with pytest.raises((TimeoutError, errors.RetriesExhaustedError)) as info:
@@ -142,7 +137,7 @@ def test_an_interrupted_read_ranges_writes_nothing_after_it_raised(
         server.put(key, data)
         url = server.url(key)
     else:
-        _, url = _put(request.getfixturevalue("http_server"), data)
+        _, url = put_http(request.getfixturevalue("http_server"), data)
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -177,8 +172,8 @@ def test_an_interrupted_read_ranges_writes_nothing_after_it_raised(
 async def test_http_read_cancelled_mid_response_then_pool_serves_right_bytes(
         http_server: HTTPTestServer) -> None:
     big = os.urandom(2 << 20)
-    key_a, _ = _put(http_server, big)
-    key_b, _ = _put(http_server, DATA)
+    key_a, _ = put_http(http_server, big)
+    key_b, _ = put_http(http_server, DATA)
     http_server.faults.key = key_a
     http_server.faults.rate_limit = 1 << 20  # A takes ~2 s: cancelled mid-body
     async with tensorstream.get_provider(http_server.base_url, concurrency=1,
@@ -218,7 +213,7 @@ async def test_redis_read_cancelled_mid_response_then_pool_serves_right_bytes(
 
 # -- 15. abandoned half-read streams ---------------------------------------------------
 def test_abandoned_half_read_streams_do_not_hang_or_leak_fds(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
 
     def churn(n: int) -> None:
         for _ in range(n):
@@ -275,7 +270,7 @@ def test_repeated_loads_over_http_leave_no_descriptor_behind(
 async def test_abandoned_half_read_async_reads_do_not_leak_fds(
         http_server: HTTPTestServer) -> None:
     big = os.urandom(1 << 20)
-    key, _ = _put(http_server, big)
+    key, _ = put_http(http_server, big)
     http_server.faults.key = key
     http_server.faults.rate_limit = 4 << 20
     before = open_fds()
@@ -294,7 +289,7 @@ async def test_abandoned_half_read_async_reads_do_not_leak_fds(
 
 # -- 16. the sync API inside running loops --------------------------------------------
 async def test_sync_api_inside_a_running_event_loop_works(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     with tensorstream.open(url, **SMALL_PARTS) as f:  # the test's own loop is running
         assert f.read() == DATA
     assert asyncio.get_running_loop().is_running()
@@ -302,7 +297,7 @@ async def test_sync_api_inside_a_running_event_loop_works(http_server: HTTPTestS
 
 def test_sync_api_from_tensorstreams_loop_thread_raises_at_once(
         http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
 
     async def misuse() -> bytes:
         with tensorstream.open(url) as f:
@@ -321,7 +316,7 @@ def test_sync_api_from_tensorstreams_loop_thread_raises_at_once(
 
 def test_closing_a_reader_from_the_loop_thread_does_not_deadlock(
         http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     f = tensorstream.open(url)
     f.read(10)
 
@@ -336,7 +331,7 @@ def test_closing_a_reader_from_the_loop_thread_does_not_deadlock(
 
 # -- 17. os.fork() after use -----------------------------------------------------------
 def test_fork_after_use_child_gets_a_working_tensorstream(http_server: HTTPTestServer) -> None:
-    _, url = _put(http_server)
+    _, url = put_http(http_server, DATA)
     code = r"""
 import hashlib, json, os, sys
 import tensorstream
@@ -431,7 +426,7 @@ def test_a_reader_open_across_fork_reads_exactly_in_the_child_and_the_parent(
         url = server.url(key)
     else:
         server = None
-        key, url = _put(http_server, data)
+        key, url = put_http(http_server, data)
         opts["stream_reads"] = kind == "stream"
     try:
         proc = run_python(_FORK_CODE, timeout=80, args=[url, json.dumps(opts), str(src)])
