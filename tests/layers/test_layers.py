@@ -28,11 +28,8 @@ RANGED = {"stream_reads": False, "part_size": 256 << 10, "readahead": MiB}
 PATHS = ["async", "blocking", "streamed"]
 
 
-@pytest.fixture(autouse=True)
-def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
-    http_server.faults.reset()
-    yield
-    http_server.faults.reset()
+#: A well-behaved http_server, its faults reset before and after each test.
+pytestmark = pytest.mark.usefixtures("http_server", "http_reset")
 
 
 def _put(server: HTTPTestServer, size: int, *, old: bool = False) -> tuple[str, str, bytes]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,11 +17,8 @@ MiB = 1 << 20
 PIECE = 1 * MiB
 
 
-@pytest.fixture(autouse=True)
-def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
-    http_server.faults.reset()
-    yield
-    http_server.faults.reset()
+#: A well-behaved http_server, its faults reset before and after each test.
+pytestmark = pytest.mark.usefixtures("http_server", "http_reset")
 
 
 def _paced(server: HTTPTestServer, size: int) -> tuple[str, bytes]:

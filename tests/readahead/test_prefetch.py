@@ -14,7 +14,6 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,11 +24,8 @@ from tensorstream.testing.http_server import HTTPTestServer
 MiB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
-    http_server.faults.reset()
-    yield
-    http_server.faults.reset()
+#: A well-behaved http_server, its faults reset before and after each test.
+pytestmark = pytest.mark.usefixtures("http_server", "http_reset")
 
 
 def _put(server: HTTPTestServer, size: int) -> tuple[str, bytes]:

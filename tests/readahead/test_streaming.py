@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,11 +25,8 @@ from tensorstream.uri import parse_uri
 MiB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def _well_behaved(http_server: HTTPTestServer) -> Iterator[None]:
-    http_server.faults.reset()
-    yield
-    http_server.faults.reset()
+#: A well-behaved http_server, its faults reset before and after each test.
+pytestmark = pytest.mark.usefixtures("http_server", "http_reset")
 
 
 def _put(server: HTTPTestServer, size: int) -> tuple[str, str, bytes]:
