@@ -183,7 +183,30 @@ def _on_a_free_port(start: Any) -> _Process:
 
 
 
-class RedisServer:
+class _DirectValues:
+    """Values written and read straight through a server's :meth:`client` (no
+    tensorstream involved): :class:`RedisServer`'s and :class:`RedisCluster`'s."""
+
+    def client(self) -> Any:
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` as a plain string at ``key`` (no tensorstream involved)."""
+        with self.client() as c:
+            c.set(key, data)
+
+    def put_tensorizer_layout(self, key: str, data: bytes, piece: int = 1 << 20) -> None:
+        """Store ``data`` the way ``to_redis`` does: ``key:header:0``, ``key:data:<offset>``..."""
+        with self.client() as c:
+            store_tensorizer_layout(c, key, data, piece)
+
+    def get(self, key: str) -> bytes | None:
+        with self.client() as c:
+            value = c.get(key)
+            return bytes(value) if value is not None else None
+
+
+class RedisServer(_DirectValues):
     """One ``redis-server`` on a free loopback port.
 
     ``password`` sets ``requirepass`` (the default user); ``acl_users`` maps
@@ -326,20 +349,6 @@ class RedisServer:
         kw.update(kwargs)
         return redis.Redis(**kw)
 
-    def put(self, key: str, data: bytes) -> None:
-        """Store ``data`` as a plain string at ``key`` (no tensorstream involved)."""
-        with self.client() as c:
-            c.set(key, data)
-
-    def put_tensorizer_layout(self, key: str, data: bytes, piece: int = 1 << 20) -> None:
-        """Store ``data`` the way ``to_redis`` does: ``key:header:0``, ``key:data:<offset>``..."""
-        with self.client() as c:
-            store_tensorizer_layout(c, key, data, piece)
-
-    def get(self, key: str) -> bytes | None:
-        with self.client() as c:
-            value = c.get(key)
-            return bytes(value) if value is not None else None
 
 
 def store_tensorizer_layout(client: Any, key: str, data: bytes, piece: int) -> None:
@@ -350,7 +359,7 @@ def store_tensorizer_layout(client: Any, key: str, data: bytes, piece: int) -> N
         client.set(f"{key}:data:{off}", data[off : off + piece])
 
 
-class RedisCluster:
+class RedisCluster(_DirectValues):
     """A 3-primary Redis Cluster (no replicas) on free loopback ports.
 
     ``tmp_dir``: where its temporary directory (the nodes' configuration files) goes
@@ -455,16 +464,3 @@ class RedisCluster:
         from redis.cluster import RedisCluster as SyncCluster
 
         return SyncCluster(host=self.host, port=self.ports[0])
-
-    def put(self, key: str, data: bytes) -> None:
-        with self.client() as c:
-            c.set(key, data)
-
-    def put_tensorizer_layout(self, key: str, data: bytes, piece: int = 1 << 20) -> None:
-        with self.client() as c:
-            store_tensorizer_layout(c, key, data, piece)
-
-    def get(self, key: str) -> bytes | None:
-        with self.client() as c:
-            value = c.get(key)
-            return bytes(value) if value is not None else None

@@ -32,7 +32,7 @@ import logging
 import os
 import ssl
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
 from ..._client_cert import load_client_cert
@@ -240,8 +240,11 @@ class S3Provider(S3Clients, Provider):
         return self._in_bucket_region(path, lambda: self._open_once(path, start, end, pin,
                                                                     cancel))
 
-    def _open_once(self, path: str, start: int, end: int, pin: Pin | None,
-                   cancel: Cancel | None) -> RangeBody:
+    def _signed_get(self, path: str) -> tuple[ConnectionPool, str, dict[str, str],
+                                              Callable[[Any, str], Any]]:
+        """A GET of ``path`` signed for its bucket's region: the pool of that region's
+        connections, the URL, the signed headers, and the error for a refusal (S3's
+        error answer, mapped)."""
         bucket, key = _split(path)
         client, pool = self._reads_for(bucket)
         with self._mapped_errors(path):  # signing may refresh the credentials
@@ -252,6 +255,12 @@ class S3Provider(S3Clients, Provider):
 
         def on_status(resp: Any, _where: str) -> Any:
             return map_s3_http_error(resp.status, resp.headers, read_error_body(resp), ctx)
+
+        return pool, url, signed, on_status
+
+    def _open_once(self, path: str, start: int, end: int, pin: Pin | None,
+                   cancel: Cancel | None) -> RangeBody:
+        pool, url, signed, on_status = self._signed_get(path)
 
         def confirm() -> Pin:  # the version now, for an answer without validators
             return Pin.of(self.stat_blocking(path))
@@ -270,17 +279,7 @@ class S3Provider(S3Clients, Provider):
         return self._in_bucket_region(path, lambda: self._open_whole_once(path))
 
     def _open_whole_once(self, path: str) -> tuple[ObjectInfo, RangeBody] | None:
-        bucket, key = _split(path)
-        client, pool = self._reads_for(bucket)
-        with self._mapped_errors(path):  # signing may refresh the credentials
-            url = self._gets.object_url(client, bucket, key)
-            signed = self._gets.signed_headers(self._sync_creds, client, url,
-                                               {"Accept-Encoding": "identity"})
-        ctx = self._ctx(path)
-
-        def on_status(resp: Any, _where: str) -> Any:
-            return map_s3_http_error(resp.status, resp.headers, read_error_body(resp), ctx)
-
+        pool, url, signed, on_status = self._signed_get(path)
         try:
             got = open_whole(pool, url, signed, self.config.timeouts, path=path, service="s3",
                              on_status=on_status)
