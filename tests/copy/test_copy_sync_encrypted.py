@@ -31,6 +31,14 @@ def _put_sources(b: Any) -> None:
     put_in_parts(b, "src/parts.bin", [os.urandom(5 * MiB), os.urandom(1000)])
 
 
+def _copy_then_skip(b: Any, dst: str, options: dict[str, Any]) -> None:
+    """A first sync of ``src/`` to ``dst`` copies both sources, a second (its requests
+    alone in the fault proxy's log) skips both."""
+    assert sync(b.uri("src/"), dst, options) == {"one.bin": "copied", "parts.bin": "copied"}
+    b.proxy.clear_log()
+    assert sync(b.uri("src/"), dst, options) == {"one.bin": "skipped", "parts.bin": "skipped"}
+
+
 def _change_one(b: Any, dst: str, options: dict[str, Any]) -> bytes:
     """``src/one.bin`` rewritten with other bytes of its size a second later (S3's dates
     are whole seconds): the next sync copies it alone. Its new bytes."""
@@ -169,11 +177,7 @@ def test_a_sync_from_a_bucket_encrypted_by_default_heads_no_source(
     with EncryptingFront(b.proxy.url, headers, prefix=f"/{b.bucket}/src/") as front:
         options = {**b.options, "s3_endpoint": front.url}
         dst = f"s3://{plain}/dst/"
-        assert sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
-                                                      "parts.bin": "copied"}
-        b.proxy.clear_log()
-        assert sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
-                                                      "parts.bin": "skipped"}
+        _copy_then_skip(b, dst, options)
         assert _source_heads(b) == []
         assert len([q for q in b.requests if q.path.endswith("?encryption")]) == 1
         new = _change_one(b, dst, options)
@@ -213,11 +217,7 @@ def test_a_refused_get_bucket_encryption_falls_back_to_a_head_per_source(
                          prefix=f"/{b.bucket}/src/") as front:
         options = {**b.options, "s3_endpoint": front.url}
         dst = f"s3://{plain}/dst/"
-        assert sync(b.uri("src/"), dst, options) == {"one.bin": "copied",
-                                                      "parts.bin": "copied"}
-        b.proxy.clear_log()
-        assert sync(b.uri("src/"), dst, options) == {"one.bin": "skipped",
-                                                      "parts.bin": "skipped"}
+        _copy_then_skip(b, dst, options)
         asked = [q.status for q in b.requests if q.path.endswith("?encryption")]
         assert asked == [refusal]  # once a run, refused
         # (parts.bin's copy kept its part layout, hence its ETag: nothing to HEAD for it)
