@@ -8,13 +8,40 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from tensorstream.errors import NotFoundError, PermissionDeniedError
 from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider, Writer, check_range
 
 
-class MemProvider(Provider):
+class MemReads(Provider):
+    """Reads of objects held in memory: ``store`` (path -> bytes; each subclass its own)."""
+
+    store: ClassVar[dict[str, bytes]] = {}
+
+    @classmethod
+    def from_uri(cls, uri: Any, **options: Any) -> Self:
+        return cls()
+
+    async def stat(self, path: str) -> ObjectInfo:
+        if path not in self.store:
+            raise NotFoundError(f"no such object: {path}")
+        data = self.store[path]
+        return ObjectInfo(path, len(data), hashlib.md5(data).hexdigest())
+
+    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
+                       pin: Pin | None = None) -> int:
+        info = await self.stat(path)
+        check_range(info.size, offset, offset + len(buffer))
+        self.before_read(path, offset + len(buffer))
+        buffer[:] = self.store[path][offset: offset + len(buffer)]
+        return len(buffer)
+
+    def before_read(self, path: str, end: int) -> None:
+        """Called before a read of ``path`` up to ``end`` is served: raise to fail it."""
+
+
+class MemProvider(MemReads):
     """An in-memory object store (``memtest://bucket/key``), sorted listings, atomic writes."""
 
     schemes = ("memtest",)
@@ -32,22 +59,6 @@ class MemProvider(Provider):
     #: whole, ``sync --delete``'s own broken off).
     whole_lists_first: ClassVar[int] = 0
 
-    @classmethod
-    def from_uri(cls, uri: Any, **options: Any) -> MemProvider:
-        return cls()
-
-    async def stat(self, path: str) -> ObjectInfo:
-        if path not in self.store:
-            raise NotFoundError(f"no such object: {path}")
-        data = self.store[path]
-        return ObjectInfo(path, len(data), hashlib.md5(data).hexdigest())
-
-    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       pin: Pin | None = None) -> int:
-        info = await self.stat(path)
-        check_range(info.size, offset, offset + len(buffer))
-        buffer[:] = self.store[path][offset: offset + len(buffer)]
-        return len(buffer)
 
     async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
         fails_after = None if MemProvider.whole_lists_first else self.list_fails_after

@@ -10,7 +10,6 @@ given offset on: the way a network source is cut off mid-copy.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import subprocess
 import sys
@@ -24,14 +23,15 @@ from typing import Any, ClassVar
 import pytest
 
 import tensorstream
+from memory_provider import MemReads
 from tensorstream.copy.engine import copy
-from tensorstream.errors import NotFoundError, ServiceUnavailableError
-from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider, check_range
+from tensorstream.errors import ServiceUnavailableError
+from tensorstream.providers.base import Capabilities, ObjectInfo, Pin
 
 PART = 64 << 10
 
 
-class FlakyProvider(Provider):
+class FlakyProvider(MemReads):
     """Read-only in-memory objects; reads at or past ``fail_from`` raise a temporary error."""
 
     schemes = ("flakytest",)
@@ -42,25 +42,10 @@ class FlakyProvider(Provider):
     #: Only these objects fail (empty: every object).
     fail_only: ClassVar[set[str]] = set()
 
-    @classmethod
-    def from_uri(cls, uri: Any, **options: Any) -> FlakyProvider:
-        return cls()
-
-    async def stat(self, path: str) -> ObjectInfo:
-        if path not in self.store:
-            raise NotFoundError(f"no such object: {path}")
-        data = self.store[path]
-        return ObjectInfo(path, len(data), hashlib.md5(data).hexdigest())
-
-    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       pin: Pin | None = None) -> int:
-        info = await self.stat(path)
-        check_range(info.size, offset, offset + len(buffer))
+    def before_read(self, path: str, end: int) -> None:
         failing = not self.fail_only or path in self.fail_only
-        if failing and self.fail_from is not None and offset + len(buffer) > self.fail_from:
+        if failing and self.fail_from is not None and end > self.fail_from:
             raise ServiceUnavailableError("cut off (test)")
-        buffer[:] = self.store[path][offset: offset + len(buffer)]
-        return len(buffer)
 
 
 tensorstream.register("flakytest", FlakyProvider, replace=True)
