@@ -4,12 +4,26 @@ checking signatures so a wrong key or secret is refused like real S3."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tensorstream.testing.s3_server import MotoS3Server
 
+if TYPE_CHECKING:
+    from tensorstream.providers.s3.provider import S3Provider
+
 S3_BUCKET = "tensorstream-tests"
+
+
+def s3_provider(server: MotoS3Server, **extra: Any) -> S3Provider:
+    """An ``S3Provider`` of ``S3_BUCKET`` on ``server`` (``extra``: more of its options)."""
+    from tensorstream.config import split_options
+    from tensorstream.providers.s3.provider import S3Provider
+    from tensorstream.uri import parse_uri
+
+    common, own = split_options(server.options(**extra))
+    return S3Provider.from_uri(parse_uri(f"s3://{S3_BUCKET}/x"), config=common, **own)
 
 
 @pytest.fixture(scope="session")

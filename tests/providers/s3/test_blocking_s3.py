@@ -8,11 +8,10 @@ import os
 import random
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
-from fixtures_s3 import S3_BUCKET
+from fixtures_s3 import S3_BUCKET, s3_provider
 from tensorstream import errors
 from tensorstream.config import split_options
 from tensorstream.providers.base import Pin
@@ -31,11 +30,6 @@ def _put(server: MotoS3Server, data: bytes = DATA) -> str:
     return f"{S3_BUCKET}/{key}"
 
 
-def _provider(server: MotoS3Server, **extra: Any) -> S3Provider:
-    common, own = split_options(server.options(**extra))
-    return S3Provider.from_uri(parse_uri(f"s3://{S3_BUCKET}/x"), config=common, **own)
-
-
 def _read(p: S3Provider, path: str, offset: int, size: int, etag: str | None = None) -> bytes:
     buf = bytearray(size)
     assert p.readinto_blocking(path, offset, memoryview(buf),
@@ -45,7 +39,7 @@ def _read(p: S3Provider, path: str, offset: int, size: int, etag: str | None = N
 
 def test_signed_ranges_from_many_threads(moto_s3: MotoS3Server) -> None:
     path = _put(moto_s3)
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     assert S3Provider.capabilities.blocking_reads
     etag = moto_s3.client.head_object(Bucket=S3_BUCKET, Key=path.split("/", 1)[1])["ETag"]
     rng = random.Random(3)
@@ -65,7 +59,7 @@ def test_signed_ranges_from_many_threads(moto_s3: MotoS3Server) -> None:
 
 def test_pinned_and_past_the_end(moto_s3: MotoS3Server) -> None:
     path = _put(moto_s3)
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     with pytest.raises(errors.ObjectChangedError):
         _read(p, path, 0, 10, '"0123456789abcdef0123456789abcdef"')
     with pytest.raises(errors.InvalidRangeError):
@@ -75,7 +69,7 @@ def test_pinned_and_past_the_end(moto_s3: MotoS3Server) -> None:
 
 
 def test_missing_object_is_not_found(moto_s3: MotoS3Server) -> None:
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     with pytest.raises(errors.NotFoundError, match="NoSuchKey"):
         _read(p, f"{S3_BUCKET}/blk/missing-{uuid.uuid4().hex}", 0, 10)
 
@@ -85,7 +79,7 @@ def test_wrong_secret_is_refused_and_no_secret_leaks(
     path = _put(moto_s3)
     caplog.set_level(logging.DEBUG)
     canary = "wrong-secret-canary-Zq81"
-    p = _provider(moto_s3, s3_secret_access_key=canary)
+    p = s3_provider(moto_s3, s3_secret_access_key=canary)
     with pytest.raises(errors.PermissionDeniedError, match="SignatureDoesNotMatch") as info:
         _read(p, path, 0, 10)
     text = f"{info.value} {info.value!r} {info.value.path} {caplog.text} {p!r}"
@@ -98,7 +92,7 @@ def test_session_token_is_sent_and_never_shown(
     path = _put(moto_s3)
     caplog.set_level(logging.DEBUG)
     canary = "session-token-canary-Xy77"
-    p = _provider(moto_s3, s3_session_token=canary)
+    p = s3_provider(moto_s3, s3_session_token=canary)
     with pytest.raises(errors.PermissionDeniedError) as info:  # moto: token unknown
         _read(p, path, 0, 10)
     text = f"{info.value} {info.value!r} {info.value.path} {caplog.text} {p!r}"
@@ -108,12 +102,12 @@ def test_session_token_is_sent_and_never_shown(
 def test_unicode_and_spaced_keys(moto_s3: MotoS3Server) -> None:
     key = f"blk/dir with space/ü-{uuid.uuid4().hex[:6]}+x.bin"
     moto_s3.put(S3_BUCKET, key, DATA[:5000])
-    assert _read(_provider(moto_s3), f"{S3_BUCKET}/{key}", 100, 4900) == DATA[100:5000]
+    assert _read(s3_provider(moto_s3), f"{S3_BUCKET}/{key}", 100, 4900) == DATA[100:5000]
 
 
 def test_tls_needs_the_ca_bundle(moto_s3_tls: MotoS3Server) -> None:
     path = _put(moto_s3_tls)
-    assert _read(_provider(moto_s3_tls), path, 5, 500) == DATA[5:505]
+    assert _read(s3_provider(moto_s3_tls), path, 5, 500) == DATA[5:505]
     common, own = split_options({k: v for k, v in moto_s3_tls.options().items()
                                  if k != "ca_bundle"})
     p = S3Provider.from_uri(parse_uri(f"s3://{path}"), config=common, **own)

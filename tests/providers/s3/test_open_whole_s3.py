@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
 
 import pytest
 
 import tensorstream
-from fixtures_s3 import S3_BUCKET
-from tensorstream.config import split_options
+from fixtures_s3 import S3_BUCKET, s3_provider
 from tensorstream.errors import ObjectChangedError
 from tensorstream.providers.base import Pin
-from tensorstream.providers.s3.provider import S3Provider
 from tensorstream.testing.proxy import HTTPFaultProxy
 from tensorstream.testing.s3_server import MotoS3Server
-from tensorstream.uri import parse_uri
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -32,14 +28,9 @@ def _put(server: MotoS3Server, data: bytes = DATA) -> str:
     return f"{S3_BUCKET}/{key}"
 
 
-def _provider(server: MotoS3Server, **extra: Any) -> S3Provider:
-    common, own = split_options(server.options(**extra))
-    return S3Provider.from_uri(parse_uri(f"s3://{S3_BUCKET}/x"), config=common, **own)
-
-
 def test_one_get_stands_in_for_the_head(moto_s3: MotoS3Server) -> None:
     path = _put(moto_s3)
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     head = p.stat_blocking(path)
     got = p.open_whole_blocking(path)
     assert got is not None
@@ -53,7 +44,7 @@ def test_one_get_stands_in_for_the_head(moto_s3: MotoS3Server) -> None:
 
 def test_reads_pinned_to_it_refuse_a_replaced_object(moto_s3: MotoS3Server) -> None:
     path = _put(moto_s3)
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     got = p.open_whole_blocking(path)
     assert got is not None
     info, body = got
@@ -64,7 +55,7 @@ def test_reads_pinned_to_it_refuse_a_replaced_object(moto_s3: MotoS3Server) -> N
 
 
 def test_missing_and_empty_objects_fall_back_to_the_head(moto_s3: MotoS3Server) -> None:
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     assert p.open_whole_blocking(f"{S3_BUCKET}/whole/absent-{uuid.uuid4().hex}") is None
     assert p.open_whole_blocking(_put(moto_s3, b"")) is None
 

@@ -18,17 +18,10 @@ from typing import Any
 
 import pytest
 
-from fixtures_s3 import S3_BUCKET
+from fixtures_s3 import S3_BUCKET, s3_provider
 from tensorstream import _loop
-from tensorstream.config import split_options
 from tensorstream.providers.s3.provider import S3Provider
 from tensorstream.testing.s3_server import MotoS3Server
-from tensorstream.uri import parse_uri
-
-
-def _provider(server: MotoS3Server) -> S3Provider:
-    common, own = split_options(server.options())
-    return S3Provider.from_uri(parse_uri(f"s3://{S3_BUCKET}/x"), config=common, **own)
 
 
 async def _write_and_delete(p: S3Provider) -> None:
@@ -72,7 +65,7 @@ def _on(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
 
 def test_written_through_the_io_loop_closed_from_asyncio_run(
         moto_s3: MotoS3Server, unclosed: Callable[[], list[str]]) -> None:
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     _loop.run_sync(_write_and_delete(p))  # as tensorstream.open(uri, "wb") does
     asyncio.run(p.close())
     assert unclosed() == []
@@ -83,7 +76,7 @@ def test_written_through_the_io_loop_closed_from_asyncio_run(
 
 def test_written_in_a_finished_asyncio_run_closed_through_the_io_loop(
         moto_s3: MotoS3Server, unclosed: Callable[[], list[str]]) -> None:
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     asyncio.run(_write_and_delete(p))  # that loop is closed now
     _loop.run_sync(p.close())
     assert unclosed() == []
@@ -92,7 +85,7 @@ def test_written_in_a_finished_asyncio_run_closed_through_the_io_loop(
 def test_written_on_a_loop_in_another_thread_closed_from_here(
         moto_s3: MotoS3Server, other_loop: asyncio.AbstractEventLoop,
         unclosed: Callable[[], list[str]]) -> None:
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     _on(other_loop, _write_and_delete(p))
     asyncio.run(p.close())  # closed on the loop that runs the client, waited for
     assert unclosed() == []
@@ -104,7 +97,7 @@ def test_written_on_a_loop_in_another_thread_closed_from_here(
 def test_used_on_a_new_loop_after_its_loop_finished(
         moto_s3: MotoS3Server, unclosed: Callable[[], list[str]]) -> None:
     # the client of a finished asyncio.run was replaced without being closed
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     asyncio.run(_write_and_delete(p))
     asyncio.run(_write_and_delete(p))
     _loop.run_sync(_write_and_delete(p))
@@ -117,7 +110,7 @@ def test_used_from_two_running_loops_in_turn(
         unclosed: Callable[[], list[str]]) -> None:
     # Each turn replaced the other loop's client, dropped unclosed (it may still have
     # had requests in flight there) and made again on the next turn.
-    p = _provider(moto_s3)
+    p = s3_provider(moto_s3)
     for _ in range(2):
         _on(other_loop, _write_and_delete(p))
         _loop.run_sync(_write_and_delete(p))
