@@ -181,19 +181,21 @@ def test_an_in_place_change_of_user_metadata_alone_is_judged_by_it(tensorstream_
 
 
 _KEPT = {"StorageClass": "STANDARD_IA", "ServerSideEncryption": "aws:kms",
-         "SSEKMSKeyId": "a-key-of-its-own"}
+         "SSEKMSKeyId": "a-key-of-its-own", "WebsiteRedirectLocation": "/elsewhere"}
+_TAGS = [{"Key": "team", "Value": "ml"}, {"Key": "keep", "Value": "a b+c"}]
 
 
 @pytest.mark.parametrize("in_parts", [False, True])
-def test_an_object_changed_in_place_keeps_its_storage_class_and_encryption(
+def test_an_object_changed_in_place_keeps_its_class_encryption_and_tags(
         tensorstream_s3: Any, in_parts: bool) -> None:
     """A copy request onto itself sets the storage class (STANDARD) and the encryption
     (the bucket's default) anew where they are not sent: a change of Content-Type turned
-    an STANDARD_IA object under a KMS key of its own into a STANDARD one under SSE-S3."""
+    an STANDARD_IA object under a KMS key of its own into a STANDARD one under SSE-S3; one
+    changed in parts (a new upload) lost its tags too."""
     b = tensorstream_s3
     data = os.urandom(6 * MiB)
     b.client.put_object(Bucket=b.bucket, Key="m/kept.bin", Body=data, ContentType="x/old",
-                        **_KEPT)
+                        Tagging="team=ml&keep=a%20b%2Bc", **_KEPT)
     cutoff = {"copy_cutoff": 5 * MiB, "part_size": 5 * MiB} if in_parts else {}
     r = copy(b.uri("m/kept.bin"), b.uri("m/kept.bin"), **b.options, **cutoff,
              object_metadata=MetadataOptions(content_type="x/new"))
@@ -201,6 +203,7 @@ def test_an_object_changed_in_place_keeps_its_storage_class_and_encryption(
     head = _head(b, "m/kept.bin")
     assert head["ContentType"] == "x/new"
     assert {k: head.get(k) for k in _KEPT} == _KEPT
+    assert b.client.get_object_tagging(Bucket=b.bucket, Key="m/kept.bin")["TagSet"] == _TAGS
     assert b.get("m/kept.bin") == data
     assert b.server.open_multipart_uploads(b.bucket) == []
     # The neighbour: a copy to another key is stored as the bucket says (as aws s3 cp's).

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from ...errors import (
     ConfigurationError,
@@ -75,7 +76,8 @@ COPY_CUTOFF = 5 << 30
 #: Storage classes whose objects S3 copies only once restored.
 _ARCHIVES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 #: The fields of a HEAD an object changed in place keeps (:func:`_kept_in_place`).
-_KEPT_IN_PLACE = ("StorageClass", "ServerSideEncryption", "SSEKMSKeyId", "BucketKeyEnabled")
+_KEPT_IN_PLACE = ("StorageClass", "ServerSideEncryption", "SSEKMSKeyId", "BucketKeyEnabled",
+                  "WebsiteRedirectLocation")
 
 
 def same_credentials(a: Any, b: Any) -> bool:
@@ -144,6 +146,10 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
         raise ServerCopyUnsupported(f"the server does not support {way} (NotImplemented)",
                                     way=way)
     kept = _kept_in_place(head) if in_place else {}
+    if in_place and way == IN_PARTS:
+        # CopyObject keeps the object's tags (TaggingDirective COPY); a new upload has none
+        # unless given them: an object changed in place in parts lost every tag.
+        kept.update(await _tags(call, src_path))
     if way == ONE_PIECE:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
                                     {**_replaced(head, metadata), **kept},
@@ -164,10 +170,23 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
 
 def _kept_in_place(head: dict[str, Any]) -> dict[str, Any]:
     """What an object whose metadata is changed in place keeps of its HEAD that a copy
-    request sets anew where it is not sent: its storage class (else STANDARD) and its
+    request sets anew where it is not sent: its storage class (else STANDARD), its
     encryption (else the bucket's default: an object under a KMS key of its own became
-    SSE-S3)."""
+    SSE-S3) and its website redirect."""
     return {name: head[name] for name in _KEPT_IN_PLACE if head.get(name)}
+
+
+async def _tags(call: Calls, src_path: str) -> dict[str, Any]:
+    """``Tagging`` for a new upload that keeps the tags of the object at ``src_path``."""
+    bucket, key = split(src_path)
+    try:
+        answer = await call("get_object_tagging", src_path, Bucket=bucket, Key=key)
+    except PermissionDeniedError as exc:
+        raise PermissionDeniedError(
+            f"its tags could not be read to keep them (s3:GetObjectTagging): {exc.message}; "
+            "nothing was changed") from exc
+    tags = [(t["Key"], t["Value"]) for t in answer.get("TagSet") or ()]
+    return {"Tagging": urlencode(tags, quote_via=quote)} if tags else {}
 
 
 def _archived(head: dict[str, Any]) -> str | None:
