@@ -1,7 +1,8 @@
 """``tensorstream ls URI``: list objects like ``aws s3 ls`` (``ls s3://``: the buckets).
 
 Names are escaped (a key holding terminal escape sequences or a newline
-prints as ``\x1b[2J`` / ``\n``); ``--json`` prints each name exactly.
+prints as ``\x1b[2J`` / ``\n``, a backslash as ``\\\\``, so neither passes for the
+other); ``--json`` prints each name exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..errors import NotFoundError, TensorstreamError
 from ..providers.base import ObjectInfo, display_listing
 from ..uri import ParsedURI, parse_uri, redact_text
 from .options import add_storage_options
-from .output import escape, human_size
+from .output import escape_name, human_size
 
 EPILOG = """\
 examples:
@@ -78,10 +79,10 @@ def list_base(raw: str, uri: ParsedURI) -> tuple[str, str]:
 
 def _line(info: ObjectInfo, name: str, long: bool, human: bool) -> str:
     if not long:
-        return escape(name)
+        return escape_name(name)
     when = info.mtime.strftime("%Y-%m-%d %H:%M:%S") if info.mtime else " " * 19
     size = human_size(info.size) if human else str(info.size)
-    return f"{when} {size:>12} {escape(name)}"
+    return f"{when} {size:>12} {escape_name(name)}"
 
 
 def _json(info: ObjectInfo, name: str) -> str:
@@ -102,7 +103,7 @@ async def _buckets(args: argparse.Namespace, options: dict[str, Any]) -> int:
                                   if created else None}, sort_keys=True))
             else:
                 when = created.strftime("%Y-%m-%d %H:%M:%S") if created else " " * 19
-                print(f"{when} {escape(name)}")
+                print(f"{when} {escape_name(name)}")
     return 0
 
 
@@ -206,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
                             if args.json:
                                 print(json.dumps({"prefix": d}))
                             else:
-                                print(f"{pad}PRE {escape(d)}" if args.long else escape(d))
+                                print(f"{pad}PRE {escape_name(d)}" if args.long
+                                      else escape_name(d))
                         continue
                     listed += 1
                     total += info.size

@@ -18,7 +18,8 @@ from typing import Any, TextIO
 from ..copy.select import FileOutcome
 from ..uri import redact_text
 
-__all__ = ["Reporter", "cli_terms", "error_line", "escape", "human_rate", "human_size", "quiet_if_closed"]
+__all__ = ["Reporter", "cli_terms", "error_line", "escape", "escape_name", "human_rate", "human_size",
+           "quiet_if_closed"]
 
 #: Library advice in errors (``ca_bundle=<PEM path>``) said as the flag a CLI user types.
 _CLI_TERMS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
@@ -67,6 +68,17 @@ def escape(text: str) -> str:
         else:
             out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
     return "".join(out)
+
+
+def escape_name(name: str) -> str:
+    r"""A name (a key, a path, a URI) as :func:`escape` shows it, its backslashes doubled:
+    a key holding a backslash and ``n`` and one holding a newline printed the same,
+    ``a\nb``. Prose (an error, whose names are quoted reprs) goes through :func:`escape`.
+
+    >>> print(escape_name("a\\nb"), escape_name("a\nb"), escape_name("win\\w.bin"))
+    a\\nb a\nb win\\w.bin
+    """
+    return escape(name.replace("\\", "\\\\"))
 
 
 #: A word of an error line longer than this is shown clipped in the middle
@@ -216,7 +228,7 @@ class Reporter:
             self.counts["bytes"] = self.counts.get("bytes", 0) + o.size
         if self.mode == "json":  # to_dict is dataclasses.asdict: not for every quiet object
             self.json({"op": self.verb, **o.to_dict()})
-        src, dst = escape(o.src), escape(o.dst)
+        src, dst = escape_name(o.src), escape_name(o.dst)
         if kind == "copied":
             resumed = f" (resumed: {human_size(o.resumed_bytes)} were there)" \
                 if o.resumed_bytes else ""
@@ -230,7 +242,8 @@ class Reporter:
         elif kind == "skipped":
             if o.error:
                 self.problems += 1
-            self.warning(f"skipped {o.src}: {o.reason}", problem=o.error is not None)
+            self.warning(f"skipped {escape_name(o.src)}: {o.reason}",
+                         problem=o.error is not None)
         elif kind == "failed":
             self.problems += 1
             self.error(o.error or f"{o.src} -> {o.dst}: failed")
@@ -245,7 +258,7 @@ class Reporter:
             self.problems += 1
             self.error(error)
         else:
-            self.line(f"{'(dryrun) ' if dryrun else ''}delete: {escape(redact_text(uri))}")
+            self.line(f"{'(dryrun) ' if dryrun else ''}delete: {escape_name(redact_text(uri))}")
 
     # -- the end ----------------------------------------------------------------
     def summary(self, *, seconds: float, verified: bool, resumed_bytes: int = 0,

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from .output import escape
+from .output import escape_name
 
 __all__ = ["TqdmProgress", "make_progress"]
 
@@ -24,7 +24,7 @@ _PER_FILE_MIN = 8 << 20  # smaller objects only move the total bar
 
 
 def _short(name: str, width: int = 40) -> str:
-    name = escape(name)
+    name = escape_name(name)
     return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
