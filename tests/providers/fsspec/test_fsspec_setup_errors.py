@@ -81,3 +81,22 @@ def test_a_filesystem_that_fails_to_start_prints_no_finalizer_traceback(
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "could not set up the ftp:// filesystem" in lines[0], lines
+
+
+class _FailsOtherwise(AbstractFileSystem):
+    protocol = "tsfailsotherwise"
+
+    def __init__(self, **kwargs: object) -> None:
+        raise RuntimeError("no")
+
+
+@pytest.mark.parametrize("uri", ["tsneedshost://bucket/key", "tsrefuses://bucket/key",
+                                 "tsfailsotherwise://bucket/key"])
+def test_a_set_up_error_says_fsspec_once(uri: str) -> None:
+    """The message read ``fsspec: fsspec could not set up the ...`` (the service's prefix
+    and the message's own word): one prefix now, for each way a set-up fails."""
+    fsspec.register_implementation("tsfailsotherwise", _FailsOtherwise, clobber=True)
+    with pytest.raises(errors.ConfigurationError) as info:
+        tensorstream.open(uri, "rb")
+    assert str(info.value).startswith("fsspec: could not set up the ts"), str(info.value)
+    assert str(info.value).count("fsspec") == 1, str(info.value)

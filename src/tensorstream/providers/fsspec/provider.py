@@ -138,7 +138,7 @@ class FsspecProvider(Provider):
                 # out: it may quote option values (credentials among them).
                 why = redact_text(str(exc)) if isinstance(exc, TypeError) else "ValueError"
                 refused = ConfigurationError(
-                    f"fsspec could not set up the {protocol}:// filesystem ({why}); pass "
+                    f"could not set up the {protocol}:// filesystem ({why}); pass "
                     f"what it needs as storage_options={{...}}", service="fsspec")
             except OSError as exc:  # a filesystem that connects as it starts (ftp://)
                 refused = ConnectionFailedError(
@@ -150,7 +150,7 @@ class FsspecProvider(Provider):
                 if isinstance(exc, ftplib.Error):
                     why += f": {redact_text(str(exc))}"
                 refused = ConfigurationError(
-                    f"fsspec could not set up the {protocol}:// filesystem for {shown} "
+                    f"could not set up the {protocol}:// filesystem for {shown} "
                     f"({why})", service="fsspec")
             if refused is None and self._authority is not None:
                 self._lock = threading.Lock()
