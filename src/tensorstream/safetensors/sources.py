@@ -184,7 +184,8 @@ def _refuse_missing_shards(files: list[str], where: str) -> None:
     """Raise :class:`NotFoundError` when ``files`` (a folder's, without an index) hold
     some shards of a numbered set (``-0000N-of-0000M``, N from 1, or from 0 where a
     ``-00000-`` is there) and not the others: a download or a copy cut short loaded
-    what it held, without the missing shards' tensors."""
+    what it held, without the missing shards' tensors. A shard numbered past its set
+    (``-00005-of-00004``) is a :class:`MalformedFileError` naming it."""
     sets: dict[tuple[str, str], set[int]] = {}
     for path in files:
         m = _NUMBERED.fullmatch(path.replace(os.sep, "/").rsplit("/", 1)[-1])
@@ -198,6 +199,16 @@ def _refuse_missing_shards(files: list[str], where: str) -> None:
         # neither (a set from 0 without its first shard, one from 1 without its last),
         # the names cannot tell: both readings' missing shards are named.
         readings = [0] if 0 in numbers else [1] if count in numbers else [1, 0]
+        # A shard numbered past the set (-00005-of-00004; -00004-of-00004 beside -00000-)
+        # is in no set of that many: loading it as one more file mixed another model in.
+        past = sorted(n for n in numbers if n > count - 1 + min(readings))
+        if past:
+            first = min(readings)
+            raise MalformedFileError(
+                f"{where} holds {_listed(stem, total, past)}, numbered past the "
+                f"{count} shards of its set ({first}-{count - 1 + first}): a shard of another "
+                "checkpoint, or a misnamed file? Remove or rename it, or name the files "
+                "(or the model.safetensors.index.json) to load")
         missing = [sorted(set(range(first, count + first)) - numbers) for first in readings]
         if not missing[0]:
             continue
