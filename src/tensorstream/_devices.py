@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 __all__ = ["parse", "shown", "unusable", "unusable_message"]
@@ -20,10 +22,15 @@ def parse(device: object, error: type[Exception]) -> torch.device:
     An index is the accelerator's device, as torch and tensorizer take it: ``0`` is
     ``cuda:0`` on a CUDA machine. Without an accelerator, torch's "Cannot access
     accelerator device" made ``device=0`` "not a torch device"; it is ``cuda:N`` here, so
-    the caller's CUDA check says what is missing, as for ``'cuda'``."""
-    if isinstance(device, bool):  # an int to Python; torch refuses it, and True is no index
-        raise error(f"device={device!r} is a bool, not a device; {_KINDS}")
-    if isinstance(device, int):
+    the caller's CUDA check says what is missing, as for ``'cuda'``. A numpy integer
+    (``np.int64(0)``, what an index read from an array is) is an index, as torch takes
+    it; a numpy bool is a bool."""
+    if isinstance(device, bool) or _numpy_bool(device):
+        # An int to Python (np.True_ is no int, but as much a bool); torch refuses both,
+        # and True is no index.
+        raise error(f"device={bool(device)!r} is a bool, not a device; {_KINDS}")
+    if isinstance(device, numbers.Integral):
+        device = int(device)  # np.int64(0): the same index, and messages say 0
         if device < 0:
             raise error(f"device={device!r} is not a device index (an index is 0 or "
                         f"more); {_KINDS}")
@@ -36,10 +43,19 @@ def parse(device: object, error: type[Exception]) -> torch.device:
         raise error(f"device={device!r} is not a torch device; {_KINDS}") from exc
 
 
+def _numpy_bool(device: object) -> bool:
+    """Whether ``device`` is numpy's bool (``np.True_``; ``bool`` in numpy 2, ``bool_``
+    before), told by its type's name so numpy is not imported for it."""
+    kind = type(device)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+
+
 def shown(device: object) -> str:
     """``device`` as a message quotes it: ``'cuda:1'`` for a name or a ``torch.device``,
-    ``0`` for an index (not ``'0'``, which is no device name)."""
-    return repr(device) if isinstance(device, int) else repr(str(device))
+    ``0`` for an index (not ``'0'``, which is no device name; ``np.int64(0)`` too)."""
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        return repr(int(device))
+    return repr(str(device))
 
 
 def unusable(device: torch.device) -> str | None:

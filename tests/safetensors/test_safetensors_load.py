@@ -25,6 +25,7 @@ from tensorstream.errors import (
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
+np = pytest.importorskip("numpy")
 
 from tensor_files import one_per_dtype, same_bytes  # noqa: E402  (needs torch)
 from torch_devices import DEFAULTS, default_device, unusable_devices  # noqa: E402  (needs torch)
@@ -841,12 +842,14 @@ def _device_calls(path: Path, device: Any) -> list[Callable[[], Any]]:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 @pytest.mark.parametrize(("device", "shown"), [(0, "0"), (1, "1"), ("cuda", "'cuda'"),
                                                ("cuda:1", "'cuda:1'"),
-                                               (torch.device("cuda", 0), "'cuda:0'")])
+                                               (torch.device("cuda", 0), "'cuda:0'"),
+                                               (np.int64(0), "0"), (np.uint8(1), "1")])
 def test_an_index_is_a_cuda_device_refused_early_without_cuda(tmp_path: Path, device: Any,
                                                              shown: str) -> None:
     """``device=0`` (an index, as torch and tensorizer take it: cuda:0) said "device=0 is
     not a torch device" (torch's "Cannot access accelerator device" without one); it is
-    told as ``'cuda'`` is: CUDA is not available, before anything is read."""
+    told as ``'cuda'`` is: CUDA is not available, before anything is read. A numpy integer
+    (``np.int64(0)``) is an index too, as torch takes it (it was "not a torch device")."""
     path = tmp_path / "d.safetensors"
     ts_st.save({"a": torch.ones(2)}, path)
     for call in _device_calls(path, device):
@@ -864,11 +867,15 @@ def test_an_index_is_a_cuda_device_refused_early_without_cuda(tmp_path: Path, de
     (False, "device=False is a bool, not a device"),
     (-1, r"device=-1 is not a device index \(an index is 0 or more\)"),
     (1.0, "device=1.0 is not a torch device"),
+    (np.True_, "device=True is a bool, not a device"),
+    (np.int64(-1), r"device=-1 is not a device index \(an index is 0 or more\)"),
+    (torch.tensor(0), r"device=tensor\(0\) is not a torch device"),  # torch refuses it too
 ])
 def test_a_bool_or_a_negative_index_is_not_a_device(tmp_path: Path, device: Any,
                                                     message: str) -> None:
     """``True`` is an int to Python: it is no index (torch refuses it too). Each is said
-    with what to pass instead, before anything is read."""
+    with what to pass instead, before anything is read. numpy's bool and a negative numpy
+    integer are said as Python's are (they were "not a torch device")."""
     path = tmp_path / "d.safetensors"
     ts_st.save({"a": torch.ones(2)}, path)
     for call in _device_calls(path, device):

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -288,7 +289,8 @@ def test_unknown_device_names_the_option(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 @pytest.mark.parametrize(("device", "shown"), [(0, "0"), (1, "1"), ("cuda", "'cuda'"),
-                                               (torch.device("cuda", 1), "'cuda:1'")])
+                                               (torch.device("cuda", 1), "'cuda:1'"),
+                                               (np.int64(0), "0")])
 def test_an_index_is_a_cuda_device_refused_before_any_request_without_cuda(
     tmp_path: Path, served: Any, http_server: HTTPTestServer, device: Any, shown: str,
 ) -> None:
@@ -313,6 +315,8 @@ def test_an_index_is_a_cuda_device_refused_before_any_request_without_cuda(
     (False, "device=False is a bool, not a device"),
     (-1, r"device=-1 is not a device index \(an index is 0 or more\)"),
     (1.5, "device=1.5 is not a torch device"),
+    (np.False_, "device=False is a bool, not a device"),
+    (np.int32(-2), r"device=-2 is not a device index \(an index is 0 or more\)"),
 ])
 def test_a_bool_or_a_negative_index_is_not_a_device(tmp_path: Path, device: Any,
                                                     message: str) -> None:
