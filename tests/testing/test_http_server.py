@@ -1,8 +1,10 @@
 """The HTTP test server's own accounting (``tensorstream.testing.http_server``)."""
 from __future__ import annotations
 
+import http.client
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -74,3 +76,41 @@ def test_a_client_hanging_up_is_not_logged_as_a_server_error(
         setattr(server.faults, fault, 0 if fault != "rate_limit" else None)
         with urllib.request.urlopen(server.url("acct/blob"), timeout=30) as r:
             assert r.read() == b"x" * (256 << 10)
+
+
+def _status_of_next_get(server: HTTPTestServer) -> int:
+    try:
+        with urllib.request.urlopen(server.url("acct/blob"), timeout=30) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@pytest.mark.parametrize("how", ["client-hangs-up", "cancel_requests"])
+def test_a_request_gone_during_the_latency_takes_no_scripted_status(how: str) -> None:
+    """``status_script`` entries go to requests answered: one whose client hung up
+    during ``latency`` took the next entry after the latency (the 503 a test scripted
+    for its retry was spent on a closed connection, and the retry got 200). An entry
+    stays for the next request now, whether the client left or ``cancel_requests``
+    ended the request."""
+    with HTTPTestServer() as server:
+        server.put("acct/blob", b"x")
+        server.faults.status_script = [503]
+        server.faults.latency = 0.6
+        if how == "client-hangs-up":
+            hang_up(server.port, "/acct/blob", after_headers=False)  # gone at 0.1 s
+        else:
+            def get_cut() -> None:
+                with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):
+                    _status_of_next_get(server)  # its connection is closed
+
+            t = threading.Thread(target=get_cut, daemon=True)
+            t.start()
+            time.sleep(0.2)
+            server.cancel_requests()
+            t.join(10)
+        time.sleep(0.9)  # past the latency
+        assert server.faults.status_script == [503]
+        server.faults.latency = 0
+        assert _status_of_next_get(server) == 503
+        assert _status_of_next_get(server) == 200

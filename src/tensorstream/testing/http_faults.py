@@ -32,7 +32,9 @@ class HTTPFaults(KnownFields):
     #: ... on this many responses longer than that (``None``: every one).
     drop_times: int | None = None
     #: Statuses answered, in order, before normal service resumes, e.g. ``[503, 503]``
-    #: (a 2xx entry: that request is served normally).
+    #: (a 2xx entry: that request is served normally). An entry is taken after
+    #: ``latency``, by a request still there to be answered: one whose client hung up,
+    #: or that ``cancel_requests`` ended, during the latency leaves it to the next.
     status_script: list[int] = dataclasses.field(default_factory=list)
     #: ``Retry-After`` seconds sent with scripted statuses.
     retry_after: float | None = None

@@ -295,7 +295,12 @@ class HTTPTestServer:
         if faulty and f.redirect_to:
             return self._simple(request, 307,
                                 {"Location": f.redirect_to.rstrip("/") + request.path_qs})
-        if faulty and f.status_script and not 200 <= (status := f.status_script.pop(0)) < 300:
+        # A scripted status goes to a request answered: not to one whose client left
+        # during the latency (the entry stays for the next one, its retry). One ended by
+        # cancel_requests during the latency never gets here: it takes none either.
+        gone = request.transport is None or request.transport.is_closing()
+        if faulty and f.status_script and not gone and not 200 <= (
+                status := f.status_script.pop(0)) < 300:
             extra = ({"Retry-After": retry_after_header(f.retry_after)}
                      if f.retry_after is not None else {})
             return self._simple(request, status, extra)
