@@ -16,12 +16,13 @@ reads the same on HTTP(S), S3 and Redis: a :class:`ConfigurationError` naming th
 from __future__ import annotations
 
 import os
+import re
 import ssl
 
 from .errors import ConfigurationError
 
-__all__ = ["CLIENT_CERT_OPTIONS", "NGINX_NO_CERTIFICATE", "ca_context", "client_cert_advice",
-           "client_cert_answer", "load_client_cert"]
+__all__ = ["CLIENT_CERT_OPTIONS", "NGINX_NO_CERTIFICATE", "ca_context", "ca_directory_data",
+           "client_cert_advice", "client_cert_answer", "load_client_cert"]
 
 #: How every protocol with client certificates takes one.
 CLIENT_CERT_OPTIONS = ("client_cert=<PEM file> (and client_key=<PEM file> when the key is "
@@ -102,6 +103,39 @@ def ca_context(ca: str | None) -> ssl.SSLContext:
             f"cannot load the CA bundle {ca} ({type(exc).__name__}: {exc}): it must be a PEM "
             "file of CA certificates, or a directory of them hashed by 'openssl rehash'"
         ) from None
+
+
+#: The names 'openssl rehash' gives a directory's certificates, which OpenSSL's lookup
+#: in a CA directory reads (``.rN``: revocation lists, not trusted certificates).
+_HASHED_CERT = re.compile(r"[0-9a-f]{8}\.[0-9]+")
+_PEM_CERT = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
+
+
+def ca_directory_data(directory: str) -> str:
+    """The certificates a CA directory (hashed by 'openssl rehash') trusts, as PEM text,
+    for a client that takes CA data and no directory (redis-py's asyncio cluster client:
+    ``ssl_ca_data``, no ``ssl_ca_path``); or the :class:`ConfigurationError` naming the
+    directory when it holds none under such a name (it would trust nothing)."""
+    pems: list[str] = []
+    try:
+        names = sorted(n for n in os.listdir(directory) if _HASHED_CERT.fullmatch(n))
+        for name in names:
+            with open(os.path.join(directory, name), encoding="ascii", errors="replace") as f:
+                pems += _PEM_CERT.findall(f.read())
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the CA directory {directory} "
+                                 f"({type(exc).__name__}: {exc.strerror})") from None
+    if not pems:
+        raise ConfigurationError(
+            f"the CA directory {directory} holds no certificate under the names 'openssl "
+            f"rehash' gives (<hash>.0): run 'openssl rehash {directory}', or pass a PEM file")
+    data = "\n".join(pems) + "\n"
+    try:  # what OpenSSL would refuse at each connect, said once, naming the directory
+        ssl.create_default_context(cadata=data)
+    except ssl.SSLError as exc:
+        raise ConfigurationError(f"cannot load the certificates of the CA directory "
+                                 f"{directory} ({exc})") from None
+    return data
 
 
 def load_client_cert(ctx: ssl.SSLContext, cert: str, key: str | None) -> None:

@@ -365,13 +365,19 @@ class RedisCluster(_DirectValues):
     ``tmp_dir``: where its temporary directory (the nodes' configuration files) goes
     (default: the system's), as :class:`RedisServer`'s: under pytest's ``tmp_path_factory``
     a killed run's directory is pruned with its base temp instead of left for good.
+    ``tls=True``: every node and the cluster bus serve TLS only (trustme CA in
+    :attr:`ca_file`; the nodes' certificate names ``localhost`` and ``127.0.0.1``).
     """
 
-    def __init__(self, nodes: int = 3, *, tmp_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, nodes: int = 3, *, tmp_dir: str | os.PathLike[str] | None = None,
+                 tls: bool = False) -> None:
         self.nodes = nodes
         self.tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
+        self.tls = tls
         self.host = "127.0.0.1"
         self.ports: list[int] = []
+        #: The test CA's certificate (PEM) with ``tls=True``, once started.
+        self.ca_file: str | None = None
         self._dir: str | None = None
         self._procs: list[_Process] = []
 
@@ -399,16 +405,19 @@ class RedisCluster(_DirectValues):
         import redis
 
         self.ports = []
+        tls = self._tls_config() if self.tls else {}
         for i in range(self.nodes):
             def start(attempt: int, i: int = i) -> _Process:
                 assert self._dir is not None
                 port, bus = free_port(), free_port()
-                config = {"port": str(port), "cluster-enabled": "yes", "cluster-port": str(bus),
+                config = {**tls, ("tls-port" if self.tls else "port"): str(port),
+                          "cluster-enabled": "yes", "cluster-port": str(bus),
                           "cluster-config-file": os.path.join(self._dir, f"nodes-{i}-{attempt}.conf"),
                           "cluster-node-timeout": "5000"}
                 proc = _Process(config, self._dir, f"node{i}")
                 try:
-                    _wait_ready(proc, lambda **kw: redis.Redis(host=self.host, port=port, **kw))
+                    _wait_ready(proc, lambda **kw: redis.Redis(host=self.host, port=port,
+                                                               **self._ssl(), **kw))
                 except BaseException:
                     proc.discard()
                     raise
@@ -418,8 +427,8 @@ class RedisCluster(_DirectValues):
             self._procs.append(_on_a_free_port(start))
         addrs = [f"{self.host}:{p}" for p in self.ports]
         done = subprocess.run(
-            ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0",
-             "--cluster-yes"],
+            ["redis-cli", *(["--tls", "--cacert", self.ca_file] if self.ca_file else []),
+             "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, timeout=60,
         )
@@ -430,7 +439,7 @@ class RedisCluster(_DirectValues):
         while time.monotonic() < deadline:
             ok = 0
             for p in self.ports:
-                with redis.Redis(host=self.host, port=p) as c:
+                with redis.Redis(host=self.host, port=p, **self._ssl()) as c:
                     info = c.cluster("info")
                     state = info.get("cluster_state") if isinstance(info, dict) else info
                     ok += str(state).find("ok") >= 0
@@ -438,6 +447,26 @@ class RedisCluster(_DirectValues):
                 return
             time.sleep(0.1)
         raise RuntimeError("Redis Cluster did not reach cluster_state:ok")
+
+    def _tls_config(self) -> dict[str, str]:
+        """The nodes' TLS settings (TLS only, the cluster bus too), the CA written out."""
+        from .extras import trustme as _trustme
+
+        assert self._dir is not None
+        ca = _trustme().CA()
+        cert = ca.issue_cert("localhost", "127.0.0.1")
+        self.ca_file = os.path.join(self._dir, "ca.pem")
+        ca.cert_pem.write_to_path(self.ca_file)
+        cert_file, key_file = os.path.join(self._dir, "cert.pem"), os.path.join(self._dir, "key.pem")
+        cert.cert_chain_pems[0].write_to_path(cert_file)
+        cert.private_key_pem.write_to_path(key_file)
+        return {"port": "0", "tls-cluster": "yes", "tls-cert-file": cert_file,
+                "tls-key-file": key_file, "tls-ca-cert-file": self.ca_file,
+                "tls-auth-clients": "no"}
+
+    def _ssl(self) -> dict[str, Any]:
+        """A redis-py client's TLS arguments for the nodes ({} without TLS)."""
+        return {"ssl": True, "ssl_ca_certs": self.ca_file} if self.tls else {}
 
     def stop(self) -> None:
         for proc in self._procs:
@@ -455,12 +484,13 @@ class RedisCluster(_DirectValues):
         self.stop()
 
     def url(self, key: str = "") -> str:
-        """``redis://127.0.0.1:port/key?cluster=true`` (any node bootstraps the client)."""
+        """``redis[s]://127.0.0.1:port/key?cluster=true`` (any node bootstraps the client)."""
         path = redis_key_path(key, db_given=False)
-        return f"redis://{self.host}:{self.ports[0]}/{path}?cluster=true"
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://{self.host}:{self.ports[0]}/{path}?cluster=true"
 
     def client(self) -> Any:
         """A synchronous ``redis.cluster.RedisCluster``."""
         from redis.cluster import RedisCluster as SyncCluster
 
-        return SyncCluster(host=self.host, port=self.ports[0])
+        return SyncCluster(host=self.host, port=self.ports[0], **self._ssl())

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 import tensorstream
 from tensorstream import errors
 from tensorstream.providers.redis.provider import RedisProvider
-from tensorstream.testing.redis_server import RedisServer
+from tensorstream.testing.redis_server import RedisCluster, RedisServer
 
 
 def _not_pem(tmp_path: Path) -> Path:
@@ -59,8 +60,7 @@ def test_a_provider_made_with_a_missing_or_bad_ca_bundle_is_refused(tmp_path: Pa
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_a_ca_directory_is_trusted(redis_tls_server: RedisServer, tmp_path: Path) -> None:
     """HTTP(S) and S3 take a directory hashed by 'openssl rehash' (as requests' verify=
-    does); Redis retried "Error 21 ... Is a directory". A cluster's client takes only a
-    file: refused at once, saying so."""
+    does); Redis retried "Error 21 ... Is a directory". (A cluster: below.)"""
     srv = redis_tls_server
     srv.put("tls-files/dir", b"trusted by a directory")
     certs = tmp_path / "certs"
@@ -70,11 +70,57 @@ def test_a_ca_directory_is_trusted(redis_tls_server: RedisServer, tmp_path: Path
     with tensorstream.open(srv.url("tls-files/dir"), ca_bundle=str(certs)) as f:
         assert f.read() == b"trusted by a directory"
     assert _loop_read(srv.url("tls-files/dir"), ca_bundle=str(certs)) == b"trus"
-    with pytest.raises(errors.ConfigurationError, match=r"directory.*cluster.*PEM file"):
-        RedisProvider("127.0.0.1", 6379, tls=True, cluster=True, ca_bundle=str(certs))
     # an empty directory trusts nothing: the server's certificate is refused, not retried
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(errors.ConnectionFailedError) as info:
         tensorstream.open(srv.url("tls-files/dir"), ca_bundle=str(empty), retries=3)
+    assert not info.value.temporary
+
+
+@pytest.fixture(scope="module")
+def redis_tls_cluster(redis_tmp: str) -> Iterator[RedisCluster]:
+    """A real 3-primary Redis Cluster serving TLS only (its bus too)."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server/redis-cli not installed (apt-get install redis-server)")
+    with RedisCluster(3, tmp_dir=redis_tmp, tls=True) as cluster:
+        yield cluster
+
+
+def _rehashed(ca_file: str, where: Path) -> Path:
+    where.mkdir()
+    shutil.copy(ca_file, where / "ca.pem")
+    subprocess.run(["openssl", "rehash", str(where)], check=True, capture_output=True)
+    return where
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_a_ca_directory_is_trusted_by_a_cluster_too(redis_tls_cluster: RedisCluster,
+                                                    tmp_path: Path) -> None:
+    """``rediss://...?cluster=true`` with ``ca_bundle=<a directory>`` was refused ("redis-py's
+    cluster client takes only a PEM file": its asyncio client has no ``ssl_ca_path``). The
+    directory's certificates (the names 'openssl rehash' gives them, as OpenSSL looks
+    them up) are trusted as the certificates' data now, as a single server trusts the
+    directory; a PEM file still works, and a directory without such a name, or another
+    CA's, trusts nothing."""
+    assert redis_tls_cluster.ca_file is not None
+    keys = [f"tls-dir/{n}" for n in ("a", "b", "c", "d")]  # over several hash slots
+    for k in keys:
+        redis_tls_cluster.put(k, k.encode() * 3)
+    certs = _rehashed(redis_tls_cluster.ca_file, tmp_path / "certs")
+    for ca in (str(certs), redis_tls_cluster.ca_file):
+        for k in keys:
+            with tensorstream.open(redis_tls_cluster.url(k), ca_bundle=ca) as f:
+                assert f.read() == k.encode() * 3
+    unhashed = tmp_path / "unhashed"
+    unhashed.mkdir()
+    shutil.copy(redis_tls_cluster.ca_file, unhashed / "ca.pem")  # no 'openssl rehash'
+    with pytest.raises(errors.ConfigurationError, match=r"unhashed.*openssl rehash"):
+        tensorstream.open(redis_tls_cluster.url(keys[0]), ca_bundle=str(unhashed))
+    trustme = pytest.importorskip("trustme")
+    other = tmp_path / "other.pem"
+    trustme.CA().cert_pem.write_to_path(str(other))
+    elsewhere = _rehashed(str(other), tmp_path / "elsewhere")
+    with pytest.raises(errors.ConnectionFailedError) as info:
+        tensorstream.open(redis_tls_cluster.url(keys[0]), ca_bundle=str(elsewhere), retries=2)
     assert not info.value.temporary

@@ -27,9 +27,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry as BlockingRetry
 
 from ... import _loop
-from ..._client_cert import ca_context, load_client_cert
+from ..._client_cert import ca_context, ca_directory_data, load_client_cert
 from ...config import CommonConfig, split_options
-from ...errors import ConfigurationError, ConnectionFailedError, ProtocolError, TensorstreamError
+from ...errors import ConnectionFailedError, ProtocolError, TensorstreamError
 from .arrivals import idle_timed
 from .blocking import BlockingRedisReader
 from .config import RedisCredentials
@@ -84,11 +84,11 @@ class RedisConnection:
             ctx = ca_context(ca_bundle)
             if client_cert is not None:
                 load_client_cert(ctx, client_cert, client_key)
-            if cluster and ca_bundle is not None and os.path.isdir(ca_bundle):
-                raise ConfigurationError(
-                    f"ca_bundle {ca_bundle} is a directory, and redis-py's cluster client "
-                    "takes only a PEM file: pass one (cat the directory's certificates "
-                    "into a file)")
+        #: A CA directory's certificates for a cluster, whose (asyncio) client takes
+        #: CA data but no directory (no ssl_ca_path)
+        self._ca_data: str | None = None
+        if tls and cluster and ca_bundle is not None and os.path.isdir(ca_bundle):
+            self._ca_data = ca_directory_data(ca_bundle)
         self._tls_files = (ca_bundle, client_cert, client_key)
         self._insecure = bool(insecure)
         #: One client per event loop: reads hop between the caller's loop and the I/O
@@ -126,7 +126,9 @@ class RedisConnection:
         }
         if self.tls:
             ca, cert, key = self._tls_files
-            if ca is not None and os.path.isdir(ca):  # (hashed by 'openssl rehash')
+            if self._ca_data is not None:
+                kw["ssl_ca_data"] = self._ca_data
+            elif ca is not None and os.path.isdir(ca):  # (hashed by 'openssl rehash')
                 kw["ssl_ca_path"] = ca
             else:
                 kw["ssl_ca_certs"] = ca
