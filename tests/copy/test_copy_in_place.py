@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from fixtures_s3 import S3_BUCKET
+from iam_users import iam_user_keys
 from s3_encrypting_front import EncryptingFront
 from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
@@ -211,3 +213,29 @@ def test_an_object_changed_in_place_keeps_its_class_encryption_and_tags(
     assert r.ok, r.errors
     head = _head(b, "m/other.bin")
     assert head.get("StorageClass") is None and head.get("SSEKMSKeyId") is None
+
+
+def test_an_object_whose_tags_cannot_be_read_is_not_changed_in_parts(moto_s3: Any) -> None:
+    """A key that may not read the object's tags: the change in parts (a new upload) would
+    drop them, so it is refused naming the permission, nothing changed and no upload left.
+    The neighbour: one CopyObject (S3 keeps the tags itself) still changes it."""
+    key = f"in-place-{os.urandom(4).hex()}/t.bin"
+    uri = f"s3://{S3_BUCKET}/{key}"
+    moto_s3.client.put_object(Bucket=S3_BUCKET, Key=key, Body=os.urandom(6 * MiB),
+                              ContentType="x/old", Tagging="team=ml")
+    options = moto_s3.options(**iam_user_keys(moto_s3, "tagless", [
+        {"Effect": "Allow", "Action": "s3:*",
+         "Resource": [f"arn:aws:s3:::{S3_BUCKET}", f"arn:aws:s3:::{S3_BUCKET}/*"]},
+        {"Effect": "Deny", "Action": "s3:GetObjectTagging",
+         "Resource": f"arn:aws:s3:::{S3_BUCKET}/*"}]))
+    new = MetadataOptions(content_type="x/new")
+    r = copy(uri, uri, copy_cutoff=5 * MiB, part_size=5 * MiB, object_metadata=new, **options)
+    assert not r.ok and len(r.errors) == 1, r.errors
+    assert "s3:GetObjectTagging" in r.errors[0] and "nothing was changed" in r.errors[0]
+    assert moto_s3.client.head_object(Bucket=S3_BUCKET, Key=key)["ContentType"] == "x/old"
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+    r = copy(uri, uri, object_metadata=new, **options)
+    assert r.ok, r.errors
+    assert moto_s3.client.head_object(Bucket=S3_BUCKET, Key=key)["ContentType"] == "x/new"
+    tags = moto_s3.client.get_object_tagging(Bucket=S3_BUCKET, Key=key)["TagSet"]
+    assert tags == [{"Key": "team", "Value": "ml"}]
