@@ -132,3 +132,25 @@ def test_cp_r_of_a_folder_that_holds_only_its_marker_copies_no_file(tmp_path: Pa
     r = cli(*s3, "cp", "-r", f"s3://{S3_BUCKET}/{top}/full/x.bin", str(tmp_path / "g") + "/",
             env=env)
     assert r.returncode == 0 and (tmp_path / "g" / "x.bin").read_bytes() == b"x", r.stderr
+
+
+def test_a_quoted_local_wildcard_says_the_shell_expands_local_paths(tmp_path: Path) -> None:
+    """``cp 'dir/*.bin' DST`` (s5cmd matches local wildcards itself) said only ``no such
+    file``: it now says local paths are not matched here and what to write instead."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.bin").write_bytes(b"a")
+    for argv in (["cp", str(tmp_path / "d" / "*.bin"), str(tmp_path / "out") + "/"],
+                 ["cp", "-r", str(tmp_path / "d" / "?.bin"), str(tmp_path / "out") + "/"],
+                 ["sync", str(tmp_path / "d" / "*"), str(tmp_path / "out")]):
+        r = cli(*argv)
+        assert r.returncode == 1, r.stderr
+        assert "local paths are not wildcard-matched" in r.stderr, r.stderr
+        assert "--exclude '*' --include" in r.stderr
+    assert not (tmp_path / "out").exists()
+    # a local file whose name really holds '*' is copied by its name
+    (tmp_path / "d" / "x*.bin").write_bytes(b"x")
+    r = cli("cp", str(tmp_path / "d" / "x*.bin"), str(tmp_path / "out") + "/")
+    assert r.returncode == 0 and (tmp_path / "out" / "x*.bin").read_bytes() == b"x", r.stderr
+    # a missing plain path keeps its plain error
+    r = cli("cp", str(tmp_path / "d" / "nope.bin"), str(tmp_path / "out") + "/")
+    assert r.returncode == 1 and "wildcard-matched" not in r.stderr, r.stderr

@@ -104,7 +104,8 @@ class SourceLister:
             except NotFoundError:
                 if uri.scheme == "file" and not os.path.lexists(uri.path):
                     # A typo in a local path is no "nothing to copy": say it is not there.
-                    raise NotFoundError(f"no such file or directory: {uri.path}") from None
+                    raise NotFoundError(f"no such file or directory: {uri.path}"
+                                        f"{_local_wildcard(uri.path)}") from None
                 if uri.scheme == "file":
                     raise  # it is there, and the error says why it is no file (a FIFO, /proc)
                 raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None
@@ -180,8 +181,10 @@ class SourceLister:
                                 "(--recursive) to copy the objects under it")
         try:
             return name, await src.stat(uri.path)
-        except NotFoundError:
+        except NotFoundError as exc:
             if uri.scheme == "file":
+                if (hint := _local_wildcard(uri.path)) and not os.path.lexists(uri.path):
+                    raise NotFoundError(f"no such file: {uri.path}{hint}") from exc
                 raise
             under = await self._what_is_under(src, uri.path)
             if under == "objects":
@@ -244,3 +247,15 @@ class SourceLister:
             raise NotFoundError(f"nothing to copy at {uri.path} (empty directory)")
         return out
 
+
+def _local_wildcard(path: str) -> str:
+    """What to add to "no such file" for a local path holding ``*`` or ``?`` (s5cmd
+    matches those itself; here the shell does), else ``""``."""
+    first = min((i for i in (path.find("*"), path.find("?")) if i >= 0), default=-1)
+    if first < 0:
+        return ""
+    folder = posixpath.dirname(path[:first]) or "."
+    rest = path[len(folder) + 1:] if path.startswith(folder + "/") else path
+    return (f" (local paths are not wildcard-matched here: leave the pattern unquoted for "
+            f"the shell to expand, or copy the folder: cp -r --exclude '*' --include "
+            f"{rest!r} {folder}/ DST)")
