@@ -3,15 +3,11 @@ companion commands, progress on a terminal only, and kill/resume in a subprocess
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +16,7 @@ import pytest
 
 from signals import signals_as_from_a_terminal
 from tensorstream.cli.main import main
+from terminals import read_to_end, spawn_on_terminal
 
 CANARY = "sk-canary-5c1d-never-print"
 
@@ -201,23 +198,10 @@ def test_python_dash_m_and_no_progress_without_tty(tmp_path: Path) -> None:
 
 def on_pty(*argv: str) -> str:
     """Run the CLI with stderr on a pseudo-terminal; what the terminal received."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", *argv],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            b = os.read(master, 65536)
-        except OSError:
-            break
-        if not b:
-            break
-        chunks.append(b)
-    os.close(master)
+    proc, master = spawn_on_terminal(list(argv), columns=120)
+    shown = read_to_end(master)
     assert proc.wait(timeout=60) == 0
-    return b"".join(chunks).decode(errors="replace")
+    return shown.decode(errors="replace")
 
 
 def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
@@ -407,28 +391,16 @@ def test_interrupt_during_read_back_says_it_was_published(tmp_path: Path) -> Non
     # before anything is published): fsspec's memory:// in the child process.
     (tmp_path / "m.bin").write_bytes(os.urandom(32 << 20))
     dst = "memory://published/m.bin"
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))
     # One small part at a time: the read-back lasts long enough to be interrupted.
-    proc = subprocess.Popen([sys.executable, "-m", "tensorstream", "cp", "--concurrency", "1",
-                             "--part-size", "4K", str(tmp_path / "m.bin"), dst],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
+    proc, master = spawn_on_terminal(["cp", "--concurrency", "1", "--part-size", "4K",
+                                      str(tmp_path / "m.bin"), dst], columns=160)
     seen = b""
     deadline = time.monotonic() + 60
     while b"verifying" not in seen and time.monotonic() < deadline:
         seen += os.read(master, 65536)
     assert b"verifying" in seen
     proc.send_signal(signal.SIGINT)
-    while True:
-        try:
-            b = os.read(master, 65536)
-        except OSError:
-            break
-        if not b:
-            break
-        seen += b
-    os.close(master)
+    seen += read_to_end(master)
     assert proc.wait(timeout=30) == 130
     said = " ".join(seen.decode(errors="replace").split())
     published = (f"interrupted by SIGINT; {dst} was written completely but its verification "

@@ -16,6 +16,7 @@ import pytest
 
 from fixtures_s3 import S3_BUCKET
 from signals import signals_as_from_a_terminal
+from terminals import read_to_end, spawn_on_terminal
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
@@ -132,26 +133,11 @@ def test_s3_to_s3_with_storage_flags(moto_s3: Any, isolated_env: Path, tmp_path:
 
 
 def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
-    import fcntl
-    import pty
-    import struct
-    import termios
-
     st_torch.save_file(WANT, str(tmp_path / "m.safetensors"))
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    p = subprocess.run([sys.executable, "-m", "tensorstream", "convert", str(tmp_path / "m.safetensors"),
-                        str(tmp_path / "m.tensors")], stdout=subprocess.PIPE, stderr=slave,
-                       timeout=120)
-    os.close(slave)
-    shown = b""
-    try:
-        while chunk := os.read(master, 65536):
-            shown += chunk
-    except OSError:  # the terminal closed
-        pass
-    os.close(master)
-    assert p.returncode == 0
+    proc, master = spawn_on_terminal(["convert", str(tmp_path / "m.safetensors"),
+                                      str(tmp_path / "m.tensors")], columns=100)
+    shown = read_to_end(master)
+    assert proc.wait(timeout=120) == 0
     assert "m.tensors: 100%" in shown.decode(errors="replace")
     p = cli(str(tmp_path / "m.safetensors"), str(tmp_path / "m2.tensors"))  # stderr a pipe
     assert p.returncode == 0 and "%" not in p.stderr
