@@ -18,6 +18,7 @@ from reliability_helpers import unique
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.redis_server import RedisServer
 from tensorstream.testing.s3_server import MotoS3Server, isolated_s3_env
+from tmpfs import mounted_tmpfs
 
 pytestmark = [pytest.mark.usefixtures("isolated_env", "http_reset"), pytest.mark.timeout(120)]
 
@@ -247,16 +248,8 @@ def test_cp_out_of_space_leaves_nothing_partial(tmp_path: Path) -> None:
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs (a really full disk: ENOSPC); needs root."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                          capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root); RLIMIT_FSIZE test covers it")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    yield from mounted_tmpfs(tmp_path / "tiny", "size=1m",
+                             "cannot mount a tmpfs here (needs root); RLIMIT_FSIZE test covers it")
 
 
 def test_cp_disk_full_leaves_nothing_partial(tiny_tmpfs: Path, tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import tensorstream
 from reliability_helpers import file_size_limit
 from tensorstream import errors
 from tensorstream.testing.conformance import ConformanceTarget, ProviderConformance
+from tmpfs import mounted_tmpfs
 
 
 class TestLocalConformance(ProviderConformance):
@@ -200,16 +200,8 @@ def test_a_proc_file_whose_size_says_zero_is_refused(tmp_path: Path) -> None:
 @pytest.fixture
 def readonly_dir(tmp_path: Path) -> Iterator[Path]:
     """A read-only filesystem (a tmpfs mounted ro: needs root)."""
-    mnt = tmp_path / "ro"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)],
-                          capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    yield from mounted_tmpfs(tmp_path / "ro", "ro,size=1m",
+                             "cannot mount a tmpfs here (needs root)")
 
 
 def test_a_read_only_filesystem_is_said_of_the_destination(readonly_dir: Path,
