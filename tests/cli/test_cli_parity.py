@@ -122,6 +122,11 @@ def test_cp_r_of_a_folder_that_holds_only_its_marker_copies_no_file(tmp_path: Pa
         assert r.returncode == 1, (argv, r.stdout, r.stderr)
         assert f"nothing to copy at {src} (an empty folder: only its marker" in r.stderr
         assert "copy: " not in r.stdout
+    # without -r: the marker named as one object (aws s3 cp and s5cmd fail it too)
+    for dst in (str(tmp_path / "out") + "/", str(tmp_path / "out" / "named")):
+        r = cli(*s3, "cp", src, dst, env=env)
+        assert r.returncode == 1, (dst, r.stdout, r.stderr)
+        assert f"{src} is a folder marker (an empty folder), not an object" in r.stderr
     assert not (tmp_path / "out").exists()
     assert not moto_s3.exists(S3_BUCKET, f"{top}/copy/empty")
     assert not moto_s3.exists(S3_BUCKET, f"{top}/copy")
@@ -132,6 +137,8 @@ def test_cp_r_of_a_folder_that_holds_only_its_marker_copies_no_file(tmp_path: Pa
     r = cli(*s3, "cp", "-r", f"s3://{S3_BUCKET}/{top}/full/x.bin", str(tmp_path / "g") + "/",
             env=env)
     assert r.returncode == 0 and (tmp_path / "g" / "x.bin").read_bytes() == b"x", r.stderr
+    r = cli(*s3, "cp", f"s3://{S3_BUCKET}/{top}/full/", str(tmp_path / "h") + "/", env=env)
+    assert r.returncode == 1 and "is a prefix, not an object; add -r" in r.stderr, r.stderr
 
 
 def test_a_quoted_local_wildcard_says_the_shell_expands_local_paths(tmp_path: Path) -> None:

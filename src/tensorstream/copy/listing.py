@@ -180,7 +180,7 @@ class SourceLister:
             raise NotFoundError(f"{redact_text(raw)} is a prefix, not an object; add -r "
                                 "(--recursive) to copy the objects under it")
         try:
-            return name, await src.stat(uri.path)
+            info = await src.stat(uri.path)
         except NotFoundError as exc:
             if uri.scheme == "file":
                 if (hint := _local_wildcard(uri.path)) and not os.path.lexists(uri.path):
@@ -197,6 +197,13 @@ class SourceLister:
                     f"bucket {bucket!r} does not exist ('tensorstream ls s3://' lists the "
                     "buckets these credentials see)") from None
             raise
+        if uri.scheme != "file" and uri.path.endswith("/") and src.capabilities.list:
+            # A folder marker alone (an empty S3 console folder) was written as an empty
+            # file named after the folder; keys ending in '/' are never copied.
+            what = f"holding {info.size} bytes" if info.size else "(an empty folder)"
+            raise NotFoundError(f"{redact_text(raw)} is a folder marker {what}, not an "
+                                "object: keys ending in '/' are not copied")
+        return name, info
 
     @staticmethod
     async def _what_is_under(src: PolicyProvider, path: str) -> str | None:
