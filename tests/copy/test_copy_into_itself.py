@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fixtures_s3 import S3_BUCKET
+from mount_namespace import can_bind_mount
 from tensorstream.copy.engine import copy, copy_tree
 from tensorstream.copy.select import Rules
 
@@ -169,21 +170,10 @@ for dest, rules in ((view + "/bk", []), (view + "/bk", [("exclude", "bk/*")]), (
 """
 
 
-def _mount_namespaces(tmp_path: Path) -> bool:
-    a, b = tmp_path / "ns-a", tmp_path / "ns-b"
-    a.mkdir()
-    b.mkdir()
-    try:
-        return subprocess.run(["unshare", "-rm", "mount", "--bind", str(a), str(b)],
-                              capture_output=True, timeout=30, check=False).returncode == 0
-    except OSError:
-        return False
-
-
 def test_a_destination_inside_the_source_by_a_bind_mount_is_seen(tmp_path: Path) -> None:
     """SRC bound elsewhere (a container's volume) and DST under that other path: no
     realpath tells, so each run copied the last run's copies a level deeper."""
-    if not _mount_namespaces(tmp_path):
+    if not can_bind_mount(tmp_path):
         pytest.skip("no mount namespace of one's own here (unshare -rm)")
     src, view, out = tmp_path / "src", tmp_path / "view", tmp_path / "out"
     _tree(src)

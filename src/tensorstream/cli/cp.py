@@ -15,7 +15,7 @@ from ..copy.engine import (
     copy_async,
     spare_buffers,
 )
-from ..copy.places import same_store
+from ..copy.places import inside, same_store
 from ..copy.receive import CHUNK
 from ..copy.select import Rules
 from ..copy.width import WIDEST
@@ -373,8 +373,9 @@ def _into_special_file(args: argparse.Namespace, sources: list[str], dest: str) 
 
 def _source_within(source: str, dest: str, src_options: dict[str, Any],
                    dst_options: dict[str, Any]) -> bool:
-    """Whether SRC is DST or lies under it, on the same storage (symlinks resolved);
-    side options that name no other store (a profile per side) leave it there."""
+    """Whether SRC is DST or lies under it, on the same storage (symlinks resolved, bind
+    mounts seen); side options that name no other store (a profile per side) leave it
+    there."""
     try:
         src, dst = parse_uri(source), parse_uri(dest)
     except TensorstreamError:
@@ -383,7 +384,13 @@ def _source_within(source: str, dest: str, src_options: dict[str, Any],
         return False  # one name on two endpoints: two places
     if src.scheme == "file":
         top, below = os.path.realpath(dst.path), os.path.realpath(src.path)
-        return os.path.commonpath([top, below]) == top
+        if os.path.commonpath([top, below]) == top:
+            return True
+        # DST may hold SRC by another path (a bind mount): told by device and inode
+        try:
+            return bool(inside(src.path, dst.path)) or os.path.samefile(src.path, dst.path)
+        except OSError:
+            return False
     top, below = dst.path.strip("/"), src.path.strip("/")
     return not top or below == top or below.startswith(top + "/")
 

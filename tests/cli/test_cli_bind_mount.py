@@ -1,0 +1,64 @@
+"""``sync --delete`` where DST holds SRC by a bind mount (``/data`` mounted again at
+``/view``, as a container's volume is): no realpath tells, so ``--delete`` took SRC's own
+files under DST for extraneous and deleted the source itself. Each command runs in a mount
+namespace of its own (:mod:`mount_namespace`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mount_namespace import can_bind_mount
+
+
+def _files(top: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*"))
+            if p.is_file()}
+
+
+def _bound_cli(data: Path, view: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``tensorstream ARGV`` with ``data`` bound at ``view``."""
+    script = ("import subprocess, sys\n"
+              "subprocess.run(['mount', '--bind', sys.argv[1], sys.argv[2]], check=True)\n"
+              "from tensorstream.cli.main import main\n"
+              "sys.exit(main(sys.argv[3:]))\n")
+    return subprocess.run(["unshare", "-rm", sys.executable, "-c", script, str(data), str(view),
+                           *argv], capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    if not can_bind_mount(tmp_path):
+        pytest.skip("no mount namespace of one's own here (unshare -rm)")
+    top = tmp_path / "data"
+    (top / "src").mkdir(parents=True)
+    (top / "src" / "a.txt").write_bytes(b"a")
+    (top / "other.txt").write_bytes(b"o")
+    (tmp_path / "view").mkdir()
+    return top
+
+
+def test_sync_delete_into_a_bind_mount_holding_the_source_is_refused(data: Path) -> None:
+    view = data.parent / "view"
+    for src, dst in ((data / "src", f"{view}/"), (data / "src", f"{view}/src"),
+                     (view / "src", f"{data}/")):
+        for dryrun in ([], ["--dryrun"]):
+            r = _bound_cli(data, view, "sync", "--delete", *dryrun, str(src), str(dst))
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert "it would delete the source itself" in r.stderr and r.stdout == ""
+    assert _files(data) == {"other.txt": b"o", "src/a.txt": b"a"}
+
+
+def test_sync_delete_into_a_bind_mount_beside_the_source_runs(data: Path) -> None:
+    # The neighbour: DST is bound elsewhere (not holding SRC): its own extra file goes.
+    view = data.parent / "view"
+    out = data.parent / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "stale.txt").write_bytes(b"s")
+    r = _bound_cli(out, view, "sync", "--delete", str(data / "src"), f"{view}/sub/")
+    assert r.returncode == 0, r.stderr
+    assert _files(out) == {"sub/a.txt": b"a"}
+    assert _files(data) == {"other.txt": b"o", "src/a.txt": b"a"}
