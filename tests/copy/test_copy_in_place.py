@@ -239,3 +239,20 @@ def test_an_object_whose_tags_cannot_be_read_is_not_changed_in_parts(moto_s3: An
     assert moto_s3.client.head_object(Bucket=S3_BUCKET, Key=key)["ContentType"] == "x/new"
     tags = moto_s3.client.get_object_tagging(Bucket=S3_BUCKET, Key=key)["TagSet"]
     assert tags == [{"Key": "team", "Value": "ml"}]
+
+
+def test_a_store_without_tags_still_changes_an_object_in_parts(tensorstream_s3: Any) -> None:
+    """A store that has no object tags (R2 answers GetObjectTagging 501 NotImplemented)
+    holds none to keep: the change in parts is made, not refused."""
+    b = tensorstream_s3
+    data = os.urandom(6 * MiB)
+    b.put("m/untagged.bin", data)
+    b.faults.raw.query = "tagging"
+    b.faults.raw.status_script = [501]
+    r = copy(b.uri("m/untagged.bin"), b.uri("m/untagged.bin"), **b.options,
+             copy_cutoff=5 * MiB, part_size=5 * MiB,
+             object_metadata=MetadataOptions(content_type="x/new"))
+    assert r.ok and r.outcomes[0].server_side, r.errors
+    assert [q.status for q in b.requests if q.path.endswith("?tagging")] == [501]
+    assert _head(b, "m/untagged.bin")["ContentType"] == "x/new"
+    assert b.get("m/untagged.bin") == data

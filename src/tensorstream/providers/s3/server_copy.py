@@ -181,6 +181,8 @@ async def _tags(call: Calls, src_path: str) -> dict[str, Any]:
     bucket, key = split(src_path)
     try:
         answer = await call("get_object_tagging", src_path, Bucket=bucket, Key=key)
+    except ServerCopyUnsupported:
+        return {}  # (501: a store without tags, as R2 is, holds none to keep)
     except PermissionDeniedError as exc:
         raise PermissionDeniedError(
             f"its tags could not be read to keep them (s3:GetObjectTagging): {exc.message}; "
