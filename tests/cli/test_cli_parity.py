@@ -3,6 +3,7 @@ the real CLI in a subprocess against local folders (and moto's S3 where it says 
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
@@ -161,3 +162,28 @@ def test_a_quoted_local_wildcard_says_the_shell_expands_local_paths(tmp_path: Pa
     # a missing plain path keeps its plain error
     r = cli("cp", str(tmp_path / "d" / "nope.bin"), str(tmp_path / "out") + "/")
     assert r.returncode == 1 and "wildcard-matched" not in r.stderr, r.stderr
+
+
+def test_a_pattern_matches_a_name_written_in_the_other_unicode_form(tmp_path: Path) -> None:
+    """A name made on macOS (HFS+: ``café`` as ``e`` + a combining accent, NFD) and a pattern
+    typed elsewhere (``é`` as one character, NFC) look the same and never matched:
+    ``--exclude 'café*'`` left the file in, without a word. Names are compared in one form
+    now; each copy keeps its own name's bytes."""
+    import unicodedata
+
+    nfd, nfc = (unicodedata.normalize(form, "café.bin") for form in ("NFD", "NFC"))
+    assert nfd != nfc
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / nfd).write_bytes(b"d")
+    (src / "other.bin").write_bytes(b"o")
+    for pattern in ("café*", unicodedata.normalize("NFD", "café*")):
+        for form in ("NFC", "NFD"):
+            r = cli("cp", "-r", "--dryrun", "--exclude", unicodedata.normalize(form, pattern),
+                    str(src), str(tmp_path / "out"))
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.splitlines() == [
+                f"(dryrun) copy: {src / 'other.bin'} -> {tmp_path / 'out' / 'other.bin'}"]
+    r = cli("cp", "-r", "--exclude", "*", "--include", nfc, str(src), str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(tmp_path / "out") == [nfd]  # the name as the source wrote it

@@ -23,6 +23,7 @@ import dataclasses
 import fnmatch
 import os
 import stat as stat_mod
+import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -90,13 +91,18 @@ class Rules:
             if kind not in ("exclude", "include"):
                 raise ValueError(f"rule kind must be exclude or include, got {kind!r}")
         self.rules = list(rules)
+        # Compared in one Unicode form: a name made on macOS (NFD, "e" + a combining
+        # accent) never matched the same name typed elsewhere (NFC), and was not left out.
+        self._nfc = [(kind, unicodedata.normalize("NFC", pattern)) for kind, pattern in rules]
 
     def __bool__(self) -> bool:
         return bool(self.rules)
 
     def wants(self, key: str) -> bool:
+        if not key.isascii():
+            key = unicodedata.normalize("NFC", key)
         keep = True
-        for kind, pattern in self.rules:
+        for kind, pattern in self._nfc:
             if fnmatch.fnmatchcase(key, pattern):
                 keep = kind == "include"
         return keep
