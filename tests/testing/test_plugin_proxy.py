@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import logging
 import socket
 import socketserver
 import threading
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from client_hang_up import hang_up, warnings_logged
 
+import tensorstream
+from tensorstream.errors import TensorstreamError
 from tensorstream.testing.http_server import HTTPTestServer
 from tensorstream.testing.proxy import HTTPFaultProxy, TCPFaultProxy
 
@@ -317,3 +320,81 @@ def test_http_proxy_a_client_hanging_up_is_counted_not_logged(
     hproxy.faults.reset()
     assert get(hproxy.url + "/obj")[2] == expected(200_000)
     assert hproxy.hung_up == 1
+
+
+def test_http_proxy_a_hook_raising_connection_error_hangs_up_quietly(
+        hproxy: HTTPFaultProxy, caplog: pytest.LogCaptureFixture) -> None:
+    """A ``before_forward`` hook raising ``ConnectionError`` asks for a hang-up: the client
+    saw its connection cut, but aiohttp logged "Error handling request" with the
+    ConnectionError's traceback at ERROR, as if the proxy had failed. Quiet now, as the
+    proxy's other hang-ups are; it is no hook error, and the next request is served."""
+    calls: list[str] = []
+
+    async def hang_up_once(method: str, path: str) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            raise ConnectionResetError("the test asked for a hang-up")
+
+    hproxy.faults.before_forward = hang_up_once
+    with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
+        get(hproxy.url + "/obj")
+    time.sleep(0.2)  # (aiohttp logs once the handler has ended)
+    assert warnings_logged(caplog) == []
+    assert hproxy.faults.hook_errors == []
+    assert get(hproxy.url + "/obj")[2] == expected(200_000)
+    assert calls == ["/obj", "/obj"]
+
+
+@pytest.mark.parametrize("cuts", [1, 2])
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_s3_requests_whose_connection_the_hook_cuts_are_sent_again_and_land_once(
+        tensorstream_s3: Any, caplog: pytest.LogCaptureFixture, method: str,
+        cuts: int) -> None:
+    """The neighbours, through moto: a read (GetObject), a whole object's write (PutObject)
+    and a delete (DeleteObject) whose first connections are cut by the hook. One cut is
+    sent again by aiohttp itself (an idempotent request, RFC 9112 9.3.1.1); two reach
+    tensorstream's retry (a PutObject, which publishes, is not retried: the write raises a
+    temporary error and the old object stays). The bytes read or stored are exact, the
+    delete is done, and neither the proxy nor tensorstream logs an error."""
+    b = tensorstream_s3
+    data = bytes(range(256)) * 4096  # 1 MiB: one request
+    b.put("k.bin", data)
+    calls: list[str] = []
+
+    async def cut_the_first(m: str, path: str) -> None:
+        if m == method and path.endswith("/k.bin"):
+            calls.append(m)
+            if len(calls) <= cuts:
+                raise ConnectionResetError("cut by the test")
+
+    b.faults.raw.before_forward = cut_the_first
+
+    async def run() -> bytes | None:
+        async with tensorstream.get_provider(b.uri("k.bin"), **b.options) as p:
+            path = b.uri("k.bin").removeprefix("s3://")
+            if method == "GET":
+                return await p.read_range(path, 0, len(data))
+            if method == "DELETE":
+                await p.delete(path)
+            return None
+
+    if method == "PUT" and cuts > 1:  # (the one request that publishes is not retried)
+        with pytest.raises(TensorstreamError, match="cannot reach") as e, tensorstream.open(
+                b.uri("k.bin"), "wb", **b.options) as w:
+            w.write(data[::-1])
+        assert e.value.temporary
+    elif method == "PUT":
+        with tensorstream.open(b.uri("k.bin"), "wb", **b.options) as w:
+            w.write(data[::-1])
+    got = asyncio.run(run())
+    time.sleep(0.2)  # (aiohttp logs once the handler has ended)
+    assert len(calls) == (cuts if method == "PUT" and cuts > 1 else cuts + 1), calls
+    assert b.faults.raw.hook_errors == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    if method == "GET":
+        assert got == data
+    elif method == "PUT":
+        assert b.get("k.bin") == (data[::-1] if cuts == 1 else data)  # (or the old one kept)
+    else:
+        with pytest.raises(KeyError):
+            b.get("k.bin")

@@ -69,8 +69,10 @@ class HTTPProxyFaults(KnownFields):
     #: 200 with these bytes itself (the upstream's other headers kept).
     whole_body: Callable[[str], bytes] | None = None
     #: Awaited before each affected request is forwarded (after latency and the status
-    #: script). Raising ``ConnectionError`` fails the request; any other exception is a
-    #: failed hook, kept in ``hook_errors`` (the request fails too).
+    #: script; the request's body read). Raising ``ConnectionError`` hangs up on the
+    #: client (the connection is cut, no answer, nothing logged or recorded; an HTTP
+    #: client may send a GET/PUT/DELETE once more: aiohttp does); any other exception is
+    #: a failed hook, kept in ``hook_errors`` (the request fails too).
     before_forward: RequestHook | None = None
 
     # counters (managed by the proxy)
@@ -222,7 +224,14 @@ class HTTPFaultProxy:
             f.scripted += 1
             return self._scripted(request, status)
         if affected and f.before_forward is not None:
-            await _run_hook(f.hook_errors, f.before_forward(request.method, request.path))
+            try:
+                await _run_hook(f.hook_errors, f.before_forward(request.method, request.path))
+            except ConnectionError:
+                # The hook asked for a hang-up: cut the connection, quietly, as a drop
+                # does (raised on, aiohttp logged it at ERROR with its traceback).
+                if request.transport is not None:
+                    request.transport.close()
+                return web.Response()  # never sent: the connection is closed
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         # Keep the client's Host: SigV4 signs it, so the upstream must see the same one.
         headers["Host"] = request.host
