@@ -4,6 +4,7 @@ The plan (:mod:`.plan`) makes one per object; each way of copying fills it in.""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 from ..layers.stack import PolicyProvider
@@ -40,12 +41,16 @@ class Job:
     #: new metadata (``aws s3 cp --metadata-directive REPLACE``), never through here.
     in_place: bool = False
 
-    @property
+    # (Cached: each object's outcome, progress and errors name it several times, and
+    # redacting a URI is not free. A changed place is a new Job: dataclasses.replace.)
+    @functools.cached_property
     def label(self) -> str:
+        """The source as shown to the user (secrets redacted)."""
         return redact_text(self.src_uri.with_path(self.src_path))
 
-    @property
+    @functools.cached_property
     def dst_label(self) -> str:
+        """The destination as shown to the user (secrets redacted)."""
         if self.local is not None:
             return os.path.join(self.local[0], *self.local[1])
         return redact_text(self.dst_uri.with_path(self.dst_path))

@@ -25,6 +25,7 @@ class CountedBody:
         self._body = body
         self._policy = policy
         self._path = path
+        self._shown = redact_text(path)  # (once: every read names it to its deadline)
 
     @property
     def position(self) -> int:
@@ -78,7 +79,7 @@ class CountedBody:
         try:
             n = _timeout.run_blocking(read, timeouts,
                                       _timeout.operation_deadline(timeouts),
-                                      service=policy.service, path=redact_text(self._path))
+                                      service=policy.service, path=self._shown)
         except TensorstreamError as exc:
             policy._add_context(exc, "read", self._path)
             raise
