@@ -641,7 +641,7 @@ def test_missing_bucket_is_found_before_reading(tmp_path: Path, moto_s3: Any) ->
             "s3://no-such-bucket-here/p/", env=s3_env(moto_s3, tmp_path))
     assert r.returncode == 1
     assert "bucket 'no-such-bucket-here' does not exist" in r.stderr
-    assert r.stderr.count("does not exist") == 3 and r.stdout == ""
+    assert r.stderr.count("does not exist") == 1 and r.stdout == ""  # once, for the bucket
 
 
 # -- output -------------------------------------------------------------------------------

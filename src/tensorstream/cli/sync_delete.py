@@ -49,7 +49,7 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
                 wanted = set(await _keys(src, src_uri, args.follow_symlinks, whole=True))
             finally:
                 listing_keeps_damaged.reset(keeps)
-            there = await _keys(dst, dst_uri, False)
+            there = await _keys(dst, dst_uri, False, dst=True)
         except (TensorstreamError, OSError) as exc:
             result.errors.append(f"--delete skipped: a listing failed, so nothing is deleted "
                                  f"({redact_text(str(exc) or type(exc).__name__)})")
@@ -90,10 +90,10 @@ def _gone(exc: BaseException, scheme: str, path: str) -> bool:
 
 
 async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *,
-                whole: bool = False) -> dict[str, str]:
+                whole: bool = False, dst: bool = False) -> dict[str, str]:
     """``{key relative to uri: provider path}`` of every object under ``uri``; with
     ``whole``, an entry of a local tree skipped for a problem (not by choice) raises."""
-    from ..copy.keys import relative_key
+    from ..copy.keys import folder_base, relative_key
     from ..copy.select import walk_local
     from ..errors import NotFoundError
 
@@ -108,7 +108,9 @@ async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *,
         return dict(files)
     if not provider.capabilities.list:
         return {}  # HTTP(S): one object, nothing under it (--delete says so, deletes nothing)
-    base = uri.path.rstrip("/") + "/"
+    # DST's keys are where the copy put them (a '//' kept: s3://b/p// holds p//a);
+    # SRC's are named as its listing names them.
+    base = (folder_base(uri.path) if dst else uri.path.rstrip("/")) + "/"
     if base == "/":
         base = ""
     out: dict[str, str] = {}

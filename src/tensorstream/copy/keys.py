@@ -24,6 +24,7 @@ __all__ = [
     "NAME_MAX",
     "KeyPlan",
     "UnsafeKeyError",
+    "folder_base",
     "is_temp_name",
     "open_dir_under",
     "plan_keys",
@@ -78,6 +79,19 @@ def safe_relative_key(key: str, *, filesystem: bool = True) -> str:
         if seg == ".":
             raise UnsafeKeyError(f"key {key!r} has a '.' segment")
     return key
+
+
+def folder_base(path: str) -> str:
+    """The prefix that a remote destination folder's keys go under: its path less one
+    trailing ``/``, a ``//`` kept (``s3://b/p//`` puts ``p//a``, as ``aws s3 cp -r`` does
+    and as ``cp a s3://b/p//`` does); a root (``redis://h/``) is ``""``.
+
+    >>> folder_base("b/p//"), folder_base("b/p/"), folder_base("b/p"), folder_base("/")
+    ('b/p/', 'b/p', 'b/p', '')
+    """
+    if not path.strip("/"):
+        return ""
+    return path[:-1] if path.endswith("/") else path
 
 
 def is_temp_name(name: str) -> bool:

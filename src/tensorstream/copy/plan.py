@@ -23,7 +23,7 @@ from ..providers.base import listing_keeps_damaged
 from ..providers.s3.key_limit import key_too_long
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
-from .keys import UnsafeKeyError, safe_relative_key
+from .keys import UnsafeKeyError, folder_base, safe_relative_key
 from .listing import SourceLister, names_no_object
 from .metadata import holds_fields
 from .places import connection, feeds_itself, inside, leads_into, same_store, way_out
@@ -149,7 +149,7 @@ class Planner(SourceLister):
                                    f"into it: tensorstream cp SRC - > {target}")
                         continue
                 else:
-                    base = dst_uri.path.rstrip("/")
+                    base = folder_base(dst_uri.path)  # (a '//' kept, as aws s3 keeps it)
                     target = (f"{base}/{rel}" if base else rel) if into_dir else dst_uri.path
                     job = Job(src, src_uri, info.path, info, dst, dst_uri, target, None)
                     if dst_uri.scheme in ("s3", "s3a") and not is_utf8(target):
@@ -253,11 +253,13 @@ class Planner(SourceLister):
         except NotFoundError:
             where = self.side_options["dst"].get("s3_endpoint") or self.options.get("s3_endpoint")
             at = f" at {where}" if where else ""
+            # One error for the bucket, each object failed with it: the same line once
+            # per object was thousands of lines for a big tree.
+            self.error(f"s3://{bucket}/", f"bucket {bucket!r} does not exist{at} (create it "
+                       "first; 'tensorstream ls s3://' lists the buckets these credentials see)")
             for job in jobs:
-                self.refuse(job.label, job.dst_label, job.info.size,
-                            f"bucket {bucket!r} does not exist{at} (create it first; "
-                            "'tensorstream ls s3://' lists the buckets these credentials see)",
-                            what=f"{job.label} -> {job.dst_label}")
+                self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "failed",
+                                         error=self.result.errors[-1]))
             return []
         except PermissionDeniedError:
             # An upload-only key (s3:PutObject, as a drop bucket hands out) may not list:

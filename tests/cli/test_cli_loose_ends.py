@@ -1,0 +1,102 @@
+"""The CLI's loose ends (round 2): a missing or unwritable destination bucket said once,
+``//`` in a destination, error lines' names escaped as copy lines'. The real CLI in a
+subprocess against local files and moto."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cli_env import s3_env
+
+S3_BUCKET = "tensorstream-tests"
+
+
+def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def tree(root: Path, n: int) -> Path:
+    root.mkdir()
+    for i in range(n):
+        (root / f"{i}.bin").write_bytes(b"x" * 1000)
+    return root
+
+
+def test_a_missing_destination_bucket_is_one_error_line_and_every_object_failed(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """``cp -r`` of a tree into a bucket that does not exist printed the same error once per
+    object (thousands of lines for a big tree); it is said once, for the bucket, and each
+    object is still counted failed (``--json``: a failed line each, one error)."""
+    src = tree(tmp_path / "src", 5)
+    env = s3_env(moto_s3, tmp_path)
+    for flags in ([], ["--dryrun"], ["--only-show-errors"]):
+        r = cli("cp", "-r", *flags, "--endpoint-url", moto_s3.endpoint_url, str(src),
+                "s3://no-such-bucket-here/p/", env=env)
+        assert r.returncode == 1 and r.stdout == "", (flags, r)
+        errors = [line for line in r.stderr.splitlines() if "error:" in line]
+        assert errors == [
+            "tensorstream: error: s3://no-such-bucket-here/: bucket 'no-such-bucket-here' "
+            f"does not exist at {moto_s3.endpoint_url} (create it first; 'tensorstream ls "
+            "s3://' lists the buckets these credentials see)"], (flags, r.stderr)
+        if not flags:
+            assert r.stderr.splitlines()[-1] == "5 failed"
+    r = cli("cp", "-r", "--json", "--endpoint-url", moto_s3.endpoint_url, str(src),
+            "s3://no-such-bucket-here/p/", env=env)
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(o["status"], o["dst"]) for o in lines[:-1]] == [
+        ("failed", f"s3://no-such-bucket-here/p/{i}.bin") for i in range(5)]
+    assert {o["error"] for o in lines[:-1]} == set(lines[-1]["errors"])
+    assert len(lines[-1]["errors"]) == 1 and lines[-1]["summary"] == "5 failed"
+    assert r.stderr.count("does not exist") == 1
+    # The neighbours: one object, and sync, say it once too; a bucket that exists copies.
+    r = cli("cp", "--endpoint-url", moto_s3.endpoint_url, str(src / "0.bin"),
+            "s3://no-such-bucket-here/p/", env=env)
+    assert r.returncode == 1 and r.stderr.count("does not exist") == 1
+    assert r.stderr.startswith("tensorstream: error: s3://no-such-bucket-here/: bucket")
+    r = cli("sync", "--endpoint-url", moto_s3.endpoint_url, str(src),
+            "s3://no-such-bucket-here/p/", env=env)
+    assert r.returncode == 1 and r.stderr.count("does not exist") == 1, r.stderr
+    r = cli("cp", "-r", "--endpoint-url", moto_s3.endpoint_url, str(src),
+            f"s3://{S3_BUCKET}/bucket-there/", env=env)
+    assert r.returncode == 0 and r.stdout.count("copy: ") == 5, r.stderr
+
+
+def _keys(moto_s3: Any, prefix: str) -> list[str]:
+    listed = moto_s3.client.list_objects_v2(Bucket=S3_BUCKET, Prefix=prefix)
+    return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+def test_a_double_slash_in_a_destination_folder_is_kept_as_aws_keeps_it(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """``cp a s3://b/d//`` kept the key ``d//a`` (as aws does) but ``cp -r src/ s3://b/d//``
+    collapsed it to ``d/a``; ``aws s3 cp --recursive`` keeps it (checked against moto:
+    ``d//0.bin``). Both keep it now, and ``sync --delete`` into it deletes only extras there."""
+    src = tree(tmp_path / "src", 2)
+    env = s3_env(moto_s3, tmp_path)
+    run = ("--endpoint-url", moto_s3.endpoint_url)
+    base = f"s3://{S3_BUCKET}"
+    assert cli("cp", *run, str(src / "0.bin"), f"{base}/one//", env=env).returncode == 0
+    assert _keys(moto_s3, "one/") == ["one//0.bin"]
+    r = cli("cp", "-r", *run, f"{src}/", f"{base}/dd//", env=env)
+    assert r.returncode == 0, r.stderr
+    assert _keys(moto_s3, "dd/") == ["dd//0.bin", "dd//1.bin"]
+    assert f"-> {base}/dd//0.bin" in r.stdout
+    # The neighbours: one slash, none, and a '//' in the middle.
+    for dest, want in (("s1/", "s1/"), ("s0", "s0/"), ("m//n/", "m//n/")):
+        r = cli("cp", "-r", *run, str(src), f"{base}/{dest}", env=env)
+        assert r.returncode == 0, r.stderr
+        assert _keys(moto_s3, dest.split("/")[0] + "/") == [f"{want}0.bin", f"{want}1.bin"]
+    # sync --delete into d//: what it copied stays, an extra under d// goes, d/x stays.
+    moto_s3.put(S3_BUCKET, "sd//old.bin", b"old")
+    moto_s3.put(S3_BUCKET, "sd/keep.bin", b"other")
+    r = cli("sync", "--delete", *run, str(src), f"{base}/sd//", env=env)
+    assert r.returncode == 0, r.stderr
+    assert _keys(moto_s3, "sd/") == ["sd//0.bin", "sd//1.bin", "sd/keep.bin"]
+    assert r.stdout.count("delete: ") == 1 and "sd//old.bin" in r.stdout
+    r = cli("sync", "--delete", *run, str(src), f"{base}/sd//", env=env)
+    assert r.returncode == 0 and r.stdout == "", r
