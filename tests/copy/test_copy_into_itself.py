@@ -34,7 +34,7 @@ CASES = [
     ([("exclude", "*"), ("include", "a.bin")], True),  # (refused before)
     ([("exclude", "bk/*"), ("include", "*.txt")], False),  # takes bk/d/c.txt back
     ([("exclude", "bk/*"), ("include", "*")], False),
-    ([("include", "bk/*"), ("exclude", "bk/*")], True),  # the last match decides
+    ([("exclude", "x"), ("include", "bk/*"), ("exclude", "bk/*")], True),  # the last match
 ]
 
 

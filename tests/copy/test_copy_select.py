@@ -60,3 +60,42 @@ def test_etags_decide_only_as_md5s_of_one_layout(src: str, dst: str, decide: boo
 
     assert unchanged(info(src, 0), info(dst, 1), same_kind=True) is not decide
     assert unchanged(info(src, 0), info(dst, 1), same_kind=False)  # (other kinds: dates)
+
+
+@pytest.mark.parametrize("rules", [[("include", "*.pt")], [("include", "a/*"), ("exclude", "*")],
+                                   [("include", "*"), ("include", "*.pt")]])
+def test_an_include_before_any_exclude_is_refused_as_the_cli_refuses_it(
+        tmp_path: Path, rules: list[tuple[str, str]]) -> None:
+    """``copy(include=Rules([("include", "*.pt")]))`` copied everything (the include took
+    nothing back: all is included to begin with), where ``cp --include '*.pt'`` is a usage
+    error; an s5cmd or rclone user's "only these" took all. Refused at once now, saying what
+    to write; nothing is copied."""
+    from tensorstream import copy
+    from tensorstream.copy.select import Rules
+    from tensorstream.errors import ConfigurationError
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.pt").write_bytes(b"a")
+    (tmp_path / "src" / "b.bin").write_bytes(b"b")
+    first = rules[0][1]
+    with pytest.raises(ConfigurationError) as caught:
+        copy(str(tmp_path / "src"), str(tmp_path / "out"), recursive=True,
+             include=Rules(rules))
+    assert str(caught.value) == (
+        f"Rules: ('include', {first!r}) before any ('exclude', ...) changes nothing: "
+        "everything is included to begin with and the last rule that matches a key decides "
+        "(aws s3's order); to take only these, write Rules([('exclude', '*'), ('include', "
+        f"{first!r})])")
+    assert isinstance(caught.value, ValueError) and not (tmp_path / "out").exists()
+
+
+def test_rules_that_start_with_an_exclude_select_as_before(tmp_path: Path) -> None:
+    """The neighbours of the refusal: an exclude first (then includes), excludes only, none."""
+    from tensorstream.copy.select import Rules
+
+    assert Rules([("exclude", "*"), ("include", "*.pt")]).wants("a.pt")
+    assert not Rules([("exclude", "*"), ("include", "*.pt")]).wants("b.bin")
+    assert not Rules([("exclude", "*.bin"), ("include", "x*"), ("exclude", "xy*")]).wants("xy.bin")
+    assert Rules([("exclude", "*.bin")]).wants("a.pt") and Rules().wants("a.bin")
+    with pytest.raises(ValueError, match="rule kind must be exclude or include"):
+        Rules([("exclud", "*")])

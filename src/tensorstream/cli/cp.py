@@ -263,10 +263,11 @@ def run(args: argparse.Namespace) -> int:
     if (into := _into_special_file(args, sources, dest)) is not None:
         from .stream_copy import copy_into_special
         return copy_into_special(args, sources[0], into, {**options, **src_options})
-    rules = Rules(getattr(args, "rules", None) or [])
-    if (refused := unmatchable_rule(rules.rules, "SRC")) is not None:
+    # (checked before Rules, which refuses an --include first in its own words)
+    if (refused := unmatchable_rule(getattr(args, "rules", None) or [], "SRC")) is not None:
         print_error(refused)  # what it was meant to leave out would be copied
         return EXIT_USAGE
+    rules = Rules(getattr(args, "rules", None) or [])
     result = CopyResult()
     mode = _mode(args)
     bars = make_progress(args.progress and mode in ("text", "json"))

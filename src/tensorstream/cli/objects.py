@@ -201,9 +201,10 @@ def run_rm(args: argparse.Namespace) -> int:
         # GNU rm's --preserve-root: every file on the machine is never what was meant.
         raise argparse.ArgumentTypeError(f"refusing to delete every file under / "
                                          f"({args.uri!r} is the root directory)")
-    rules = Rules(getattr(args, "rules", None) or [])
-    if (refused := unmatchable_rule(rules.rules, "URI")) is not None:
+    # (checked before Rules, which refuses an --include first in its own words)
+    if (refused := unmatchable_rule(getattr(args, "rules", None) or [], "URI")) is not None:
         raise argparse.ArgumentTypeError(refused)  # it would delete what it was to keep
+    rules = Rules(getattr(args, "rules", None) or [])
     reporter = Reporter("json" if args.json else "quiet" if args.quiet else "text")
 
     pattern = wildcard(uri) if args.wildcards else None

@@ -27,6 +27,7 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..errors import ConfigurationError
 from ..providers.base import ObjectInfo
 from .keys import is_temp_name
 
@@ -79,7 +80,10 @@ def notify(listener: Any, event: str, *args: Any) -> None:
 
 
 class Rules:
-    """Ordered ``(kind, pattern)`` rules, kind ``"exclude"`` or ``"include"``.
+    """Ordered ``(kind, pattern)`` rules, kind ``"exclude"`` or ``"include"``; an include
+    before any exclude changes nothing and is refused
+    (:class:`~tensorstream.errors.ConfigurationError`, a ``ValueError``), as ``--include``
+    first is on the command line.
 
     >>> r = Rules([("exclude", "*"), ("include", "*.safetensors")])
     >>> r.wants("model-00001.safetensors"), r.wants("optimizer.pt")
@@ -87,9 +91,19 @@ class Rules:
     """
 
     def __init__(self, rules: Sequence[tuple[str, str]] = ()) -> None:
-        for kind, _ in rules:
+        excluded = False
+        for kind, pattern in rules:
             if kind not in ("exclude", "include"):
                 raise ValueError(f"rule kind must be exclude or include, got {kind!r}")
+            if kind == "include" and not excluded:
+                # It takes nothing back (all is included to begin with): s5cmd's and
+                # rclone's "only these" took all, as the CLI's --include first did.
+                raise ConfigurationError(
+                    f"Rules: ('include', {pattern!r}) before any ('exclude', ...) changes "
+                    "nothing: everything is included to begin with and the last rule that "
+                    "matches a key decides (aws s3's order); to take only these, write "
+                    f"Rules([('exclude', '*'), ('include', {pattern!r})])")
+            excluded = excluded or kind == "exclude"
         self.rules = list(rules)
         # Compared in one Unicode form: a name made on macOS (NFD, "e" + a combining
         # accent) never matched the same name typed elsewhere (NFC), and was not left out.
