@@ -6,8 +6,10 @@ cancelled once sent -- S3 finishes a request it received even when the client ha
 up -- but runs to its answer as a task, which an abort waits for: if it published,
 the abort removes the object again. An answer lost (a timeout, a dropped connection)
 after S3 applied the request is looked at: the object holding the ETag this write
-makes is the success it was. The ETag S3 answers is compared with the MD5s taken of
-the source's bytes where it is one (:mod:`.etags`).
+makes is the success it was. A ``PutObject`` that failed with a temporary error is
+sent again under the retry policy (:mod:`.resend`), each time after that look: an
+attempt applied is not sent again. The ETag S3 answers is compared with the MD5s
+taken of the source's bytes where it is one (:mod:`.etags`).
 
 :class:`Publishing` is the base of :class:`~.writer.S3Writer`, which uploads the parts
 and sets the attributes declared here.
@@ -23,9 +25,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...config import RetryConfig
 from ...errors import IntegrityError, TensorstreamError
 from ..base import Writer
 from .etags import KMS_ENCRYPTION, etag_md5
+from .resend import sent_again
 
 __all__ = ["Publishing"]
 
@@ -49,24 +53,52 @@ class Publishing(Writer):
     _etags_are_md5: bool
     #: The request that publishes, once sent (see _publish).
     _publish_job: asyncio.Future[dict[str, Any]] | None
+    #: The retry policy a PutObject (and an UploadPart) is sent again under (None: once).
+    _retry: RetryConfig | None
 
     def _check_open(self) -> None:
         if self._state != "open":
             raise ValueError(f"write to an S3 writer that is {self._state}")
 
     async def _put(self, body: bytes, md5: bytes | None = None) -> dict[str, Any]:
-        """The one ``PutObject`` of a small object (with its ``Content-MD5`` where
-        the caller has it); an answer lost after S3 applied it, as for
-        :meth:`_complete` (the object's ETag is then the MD5 of ``body``)."""
+        """The ``PutObject`` of a small object (with its ``Content-MD5`` where the
+        caller has it), sent again on a temporary error under the retry policy, as
+        an ``UploadPart`` is (:mod:`.resend`; boto3, s3fs and the aws CLI do so too).
+        S3 may have applied an attempt whose answer was lost (a connection cut after
+        the body went, a 5xx from a proxy in front): before each resend, and after
+        the last failure, the object is looked at (``HEAD``), and if its ETag is the
+        MD5 of ``body`` it holds exactly these bytes, the success it was; it is not
+        written again (over what another writer stored since, say)."""
         kwargs: dict[str, Any] = (
             {"ContentMD5": base64.b64encode(md5).decode()} if md5 is not None else {})
         kwargs.update(self._metadata)
-        try:
+        want = (md5 if md5 is not None else hashlib.md5(body).digest()).hex()
+
+        async def once() -> dict[str, Any]:
             return await self._publish("put_object", Bucket=self._bucket, Key=self._key,
                                        Body=body, **kwargs)
+
+        async def again() -> dict[str, Any]:
+            held = await self._holding(want, None)
+            if held is not None:
+                log.info("PutObject of %s/%s failed, but the object holds this write (ETag "
+                         "%s): it was applied", self._bucket, self._key, held["ETag"])
+                return held
+            return await once()
+
+        try:
+            return await once()
         except TensorstreamError as exc:
-            want = (md5 if md5 is not None else hashlib.md5(body).digest()).hex()
-            return await self._published_anyway(exc, "PutObject", want, None)
+            error = exc
+        if (error.temporary and self._state == "open" and self._retry is not None
+                and self._retry.attempts > 1):
+            try:
+                return await sent_again(self._retry, error, again,
+                                        still_open=lambda: self._state == "open",
+                                        what=f"PutObject of {self._bucket}/{self._key}")
+            except TensorstreamError as exc:
+                error = exc
+        return await self._published_anyway(error, "PutObject", want, None)
 
     async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """``CompleteMultipartUpload``. S3 applies a request it received even when
@@ -94,14 +126,22 @@ class Publishing(Writer):
         the one this write makes (``want``, ``-count``), else ``exc`` raised."""
         if self._state != "open":
             raise exc
+        held = await self._holding(want, count)
+        if held is None:
+            raise exc
+        log.info("%s of %s/%s failed (%s), but the object holds this write (ETag %s): it "
+                 "was applied", op, self._bucket, self._key, type(exc).__name__, held["ETag"])
+        return held
+
+    async def _holding(self, want: str, count: int | None) -> dict[str, Any] | None:
+        """``{"ETag": ...}`` if the object's ETag (``HEAD``) is the one this write
+        makes (``want``, ``-count``), else None (also when it cannot be looked at)."""
         try:
             etag = (await self._call("head_object", Bucket=self._bucket, Key=self._key)).get("ETag")
         except TensorstreamError:
-            etag = None  # (the write's own error is the one to report)
+            return None  # (the write's own error is the one to report)
         if etag is None or etag_md5(etag) != (want, count):
-            raise exc
-        log.info("%s of %s/%s failed (%s), but the object holds this write (ETag %s): it "
-                 "was applied", op, self._bucket, self._key, type(exc).__name__, etag)
+            return None
         return {"ETag": str(etag)}
 
     async def _check_published(self, resp: dict[str, Any], want: str, count: int | None) -> None:

@@ -61,6 +61,7 @@ from .parts import (
     streaming_part_size,
 )
 from .publish import Publishing
+from .resend import sent_again
 
 __all__ = ["KMS_ENCRYPTION", "MIN_PART_SIZE", "S3Writer"]
 
@@ -127,7 +128,7 @@ class S3Writer(Publishing):
         self._call = call
         #: Content-Type, user metadata, ... sent with the upload (:mod:`.metadata`).
         self._metadata = dict(metadata or {})
-        #: Attempts of each UploadPart (None: one): a part is idempotent, sent again whole.
+        #: Attempts of each UploadPart and of the PutObject (None: one): sent again whole.
         self._retry = retry
         self._bucket = bucket
         self._key = key
@@ -327,25 +328,9 @@ class S3Writer(Publishing):
         except TensorstreamError as exc:  # (nearly every part goes at once: no loop built)
             if not exc.temporary or self._state != "open":
                 raise  # (an aborted upload: a part sent now could land after the abort)
-            first: TensorstreamError | None = exc
-        from ...layers.retrying import retrying
-
-        def again(state: Any) -> None:
-            log.debug("part %d of %s/%s: %s; sent again", number, self._bucket, self._key,
-                      state.outcome.exception() if state.outcome else None)
-
-        # The first failure enters the loop as its first attempt (waited on as the loop's own).
-        async for attempt in retrying(
-                self._retry, None,
-                retry_if=lambda e: (isinstance(e, TensorstreamError) and e.temporary
-                                    and self._state == "open"),
-                before_sleep=again):
-            with attempt:
-                if first is not None:
-                    failed, first = first, None
-                    raise failed
-                return await once()
-        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+            return await sent_again(self._retry, exc, once,
+                                    still_open=lambda: self._state == "open",
+                                    what=f"part {number} of {self._bucket}/{self._key}")
 
     async def _put_part(self, number: int, data: bytes | memoryview, md5: bytes) -> None:
         resp = await self._upload(
