@@ -43,7 +43,7 @@ _A, _B = "a" * 32, "b" * 32
 
 @pytest.mark.parametrize(("src", "dst", "decide"), [
     (f'"{_A}"', _B.upper(), True),  # quoted or not, either case: one PutObject each
-    (f"{_A}-2", f'"{_B}-2"', True),  # two parts each
+    (f"{_A}-2", f'"{_B}-2"', False),  # two parts each, of sizes S3 does not list
     (f"{_A}-0", _B, True),  # "-0" is counted as one piece
     (f"{_A}-2", f"{_B}-3", False),  # two part counts
     (_A, f"{_B}-1", False),  # one PutObject, one part
@@ -52,7 +52,7 @@ _A, _B = "a" * 32, "b" * 32
     (f'W/"{_A}"', _B, False),  # a weak validator (HTTP), no MD5
     (f"{_A}-x", f"{_B}-x", False),  # no part count
 ])
-def test_etags_decide_only_as_md5s_of_one_layout(src: str, dst: str, decide: bool) -> None:
+def test_etags_decide_only_as_md5s_of_one_piece_each(src: str, dst: str, decide: bool) -> None:
     # A copy newer than its source: differing ETags that decide call it changed; ETags
     # that cannot leave it to the dates, which call it unchanged.
     def info(etag: str, mtime: float) -> ObjectInfo:

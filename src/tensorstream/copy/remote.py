@@ -39,6 +39,7 @@ from .metadata import writer_options
 from .receive import receive_part
 from .select import notify
 from .sinks import BufferPool, PartBuffer, SequentialSink, digest, plan_parts
+from .source_layout import source_part_size
 from .tasks import cancel_and_wait, gather_or_cancel
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -76,7 +77,10 @@ async def copy_to_writer(c: _Copier, job: Job) -> int:
     """Copy ``job`` to its remote destination (nothing appears unless whole and
     checked); returns 0 (remote copies do not resume)."""
     writer = job.dst.open_writer(job.dst_path, **await writer_options(c, job))
-    part_size = writer.part_size_for(job.info.size, c.part_size)
+    # S3 to S3: the source's own parts where S3 tells them, so that the copy's ETag is
+    # the source's (sync compares them); at most --part-size (the pool's buffers).
+    follow = await source_part_size(job, c.part_size)
+    part_size = writer.part_size_for(job.info.size, follow or c.part_size)
     if part_size is None:
         return await _in_order(c, job, writer)
     if part_size > c.part_size:  # (their pools, each up to 2 GiB, one at a time)
@@ -126,7 +130,8 @@ async def _read_parts(c: _Copier, job: Job, pool: BufferPool, todo: Iterable[int
 async def _by_parts(c: _Copier, job: Job, writer: Writer, part_size: int) -> int:
     size = job.info.size
     parts = plan_parts(size, part_size)
-    pool = c.pool_for(part_size)
+    # (parts no larger than --part-size, a source's own: in the copy's pool's buffers)
+    pool = c.pool if part_size <= c.part_size else c.pool_for(part_size)
     if pool.count < c.pool.count:
         c.result.notes.append(
             f"{job.dst_label}: {len(parts)} parts of {part_size / MiB:.0f} MiB (S3 takes at "

@@ -12,8 +12,8 @@
   is a link into ``blobs/``, is copied as the files it shows.
 * :func:`unchanged`: whether a destination object already holds the source's
   bytes, as ``aws s3 sync`` decides it (size, then ETag when both sides are
-  of the same kind and have MD5s of one layout, then modification time: a local
-  copy carries its source's).
+  of the same kind and the ETags are equal or MD5s of one piece each, then
+  modification time: a local copy carries its source's).
 * :class:`FileOutcome`: what happened to one object, for per-file output.
 """
 
@@ -206,9 +206,12 @@ def _encrypted(info: ObjectInfo) -> bool:
 
 
 def _comparable(src: ObjectInfo, dst: ObjectInfo) -> bool:
-    """Whether the two ETags are of one part layout (or equal): MD5s that can decide."""
+    """Whether the two ETags can decide: equal, or the MD5s of two objects stored in one
+    piece each. Two ``-N`` ETags that differ, the same ``N`` or not, may be of the same
+    bytes in parts of other sizes (3 x 8 MiB and 10 + 10 + 4 MiB are both ``-3``): which
+    sizes S3 does not list, so they cannot say."""
     return bool(src.etag and dst.etag) and (
-        src.etag == dst.etag or _layout(src.etag or "") == _layout(dst.etag or "") is not None)
+        src.etag == dst.etag or _layout(src.etag or "") == _layout(dst.etag or "") == 0)
 
 
 def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bool:
@@ -217,11 +220,13 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bo
     Different sizes: changed. Same kind of store and both ETags known and
     comparable: the ETags decide. S3 ETags of two part layouts (one ``PutObject``
     and parts, or parts of two sizes: ``MD5`` vs ``MD5-of-MD5s-N``) differ for
-    the same bytes, and ``cp`` writes its own parts, so a copy of an object
-    uploaded otherwise was taken as changed and copied again on every ``sync``:
-    such ETags say nothing. Nor do they where either object is encrypted with
-    SSE-KMS, DSSE-KMS or SSE-C (its HEAD says so): S3's ETag there is no MD5, and
-    two copies of the same bytes never had the same one. Otherwise a destination
+    the same bytes, and ``cp`` may write other parts than the source's, so a copy
+    of an object uploaded otherwise was taken as changed and copied again on every
+    ``sync``: such ETags say nothing, nor do two ``-N`` ETags that differ (their
+    parts' sizes are not listed: the same ``N`` is no proof of one layout). Nor do
+    they where either object is encrypted with SSE-KMS, DSSE-KMS or SSE-C (its HEAD
+    says so): S3's ETag there is no MD5, and two copies of the same bytes never had
+    the same one. Otherwise a destination
     at least as new as the source is taken as a copy of it (a local copy carries
     its source's modification time; a remote one was written after its source was).
     """

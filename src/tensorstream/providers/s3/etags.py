@@ -3,8 +3,8 @@
 An object stored in one piece has the MD5 of its bytes as its ETag, one uploaded in
 ``N`` parts the MD5 of its parts' MD5s, ``-N``: what a write or a copy by S3 compares
 with digests of the source's bytes, and what tells ``sync`` whether two ETags can decide
-(:mod:`tensorstream.copy.select`: only of one part layout). Not under SSE-KMS (:data:`KMS_ENCRYPTION`) or
-SSE-C, whose ETags have the shape but are no MD5.
+(:mod:`tensorstream.copy.select`: equal, or of one piece each). Not under SSE-KMS
+(:data:`KMS_ENCRYPTION`) or SSE-C, whose ETags have the shape but are no MD5.
 """
 
 from __future__ import annotations

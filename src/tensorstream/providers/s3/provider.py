@@ -352,6 +352,21 @@ class S3Provider(S3Clients, Provider):
                 return str(algorithm)
         return None
 
+    async def first_part(self, path: str, etag: str) -> tuple[int, int] | None:
+        """``(part 1's size, the parts count)`` of an object uploaded in parts, the
+        version ``etag`` (``HEAD ?partNumber=1``); None where S3 does not say (one piece,
+        another version, a server that takes no ``partNumber``)."""
+        bucket, key = _split(path)
+        try:
+            answer = await self._call("head_object", path, Bucket=bucket, Key=key,
+                                      PartNumber=1, IfMatch=etag)
+        except TensorstreamError:
+            return None
+        size, count = answer.get("ContentLength"), answer.get("PartsCount")
+        if not (isinstance(size, int) and isinstance(count, int)) or size <= 0 or count < 1:
+            return None
+        return size, count
+
     async def delete(self, path: str) -> None:
         bucket, key = _split(path)
         await self._call("head_object", path, Bucket=bucket, Key=key)  # NotFoundError if absent
