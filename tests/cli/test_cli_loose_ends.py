@@ -1,5 +1,5 @@
-"""The CLI's loose ends (round 2): a missing or unwritable destination bucket said once,
-``//`` in a destination, error lines' names escaped as copy lines'. The real CLI in a
+"""The CLI's loose ends (round 2): a missing destination bucket said once, ``//`` in a
+destination folder, error lines' names escaped as copy lines'. The real CLI in a
 subprocess against local files and moto."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cli_env import s3_env
+from iam_users import iam_user_keys
 
 S3_BUCKET = "tensorstream-tests"
 
@@ -100,3 +101,41 @@ def test_a_double_slash_in_a_destination_folder_is_kept_as_aws_keeps_it(
     assert r.stdout.count("delete: ") == 1 and "sd//old.bin" in r.stdout
     r = cli("sync", "--delete", *run, str(src), f"{base}/sd//", env=env)
     assert r.returncode == 0 and r.stdout == "", r
+
+
+def test_an_error_line_names_its_object_escaped_as_the_copy_lines_do(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """The ``NAME:`` that opens an error line printed a backslash in the name as it is
+    (``esc/back\\tslash.bin: refused``, as a key holding a tab prints), where ``cp``'s and
+    ``ls``' lines double it since fc86755. It is doubled there too now; the prose after it is
+    escaped as before, and ``--json`` keeps the name exact."""
+    env = s3_env(moto_s3, tmp_path)
+    ep = ("--endpoint-url", moto_s3.endpoint_url)
+    for name in ("back\\tslash.bin", "a\ttab.bin", "plain.bin"):
+        moto_s3.put(S3_BUCKET, f"esc-err/{name}", b"x")
+    # Into a directory, a backslash and a tab are refused by name (a path separator
+    # elsewhere; a control character); the plain name is copied.
+    r = cli("cp", "-r", *ep, f"s3://{S3_BUCKET}/esc-err/", str(tmp_path / "out"), env=env)
+    assert r.returncode == 3, r
+    errors = sorted(line for line in r.stderr.splitlines() if "error:" in line)
+    assert [line.split(": refused")[0] for line in errors] == [
+        f"tensorstream: error: s3://{S3_BUCKET}/esc-err/a\\ttab.bin",
+        f"tensorstream: error: s3://{S3_BUCKET}/esc-err/back\\\\tslash.bin"], errors
+    r = cli("cp", "-r", "--json", *ep, f"s3://{S3_BUCKET}/esc-err/", str(tmp_path / "o2"),
+            env=env)
+    failed = {json.loads(x)["src"] for x in r.stdout.splitlines()[:-1]
+              if json.loads(x)["status"] == "failed"}
+    assert failed == {f"s3://{S3_BUCKET}/esc-err/{n}" for n in ("back\\tslash.bin", "a\ttab.bin")}
+    # A copy that fails while copying (a key that may not write): `SRC -> DST: ...`.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "x\\y.bin").write_bytes(b"x")
+    keys = iam_user_keys(moto_s3, "reader", [{"Effect": "Allow", "Action": [
+        "s3:ListBucket", "s3:GetObject"], "Resource": "*"}])
+    env.update(AWS_ACCESS_KEY_ID=keys["s3_access_key_id"],
+               AWS_SECRET_ACCESS_KEY=keys["s3_secret_access_key"])
+    r = cli("cp", "-r", *ep, str(src), f"s3://{S3_BUCKET}/esc-ro/", env=env)
+    assert r.returncode == 1, r
+    assert r.stderr.startswith(f"tensorstream: error: {src}/x\\\\y.bin -> "
+                               f"s3://{S3_BUCKET}/esc-ro/x\\\\y.bin: "), r.stderr
+    assert "AccessDenied" in r.stderr

@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
         for line in result.errors:  # errors not tied to one copied object (listing, refusals)
             if line not in reporter.printed_errors:
                 extra += 1
-                reporter.error(line)
+                reporter.error(line, [redact_text(s) for s in sources])
         for note in result.notes:
             reporter.warning(note)
         verified = result.verified and args.verify and not args.dryrun

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ..copy.select import FileOutcome
@@ -97,13 +97,26 @@ def _clipped(word: str) -> str:
     return f"{head}...[{len(word) - len(head) - len(tail):,} characters]...{tail}"
 
 
-def error_line(text: str) -> str:
-    """An error or warning for the terminal: secrets redacted, unprintable characters
+def error_line(text: str, names: Sequence[str] = ()) -> str:
+    r"""An error or warning for the terminal: secrets redacted, unprintable characters
     escaped, on one line, each overlong word (a URL, a key) clipped in the middle.
-    ``--json`` output keeps the whole text."""
+    ``--json`` output keeps the whole text. The first of ``names`` that ``text`` opens
+    with (``NAME: ...``) is escaped as the copy lines escape names, its backslashes
+    doubled, so ``a\\nb: failed`` and ``a<newline>b: failed`` print apart.
+
+    >>> print(error_line("win\\w.bin: refused", ["win\\w.bin"]))
+    win\\w.bin: refused
+    >>> print(error_line("a\nb: x", ["a\nb"]), error_line("a\\nb: x", ["a\\nb"]))
+    a\nb: x a\\nb: x
+    """
+    head = ""
+    for name in names:
+        if name and text.startswith(name + ": "):
+            head, text = escape_name(redact_text(name)) + ": ", text[len(name) + 2:]
+            break
     # (escaped, it holds no line break; its spaces are kept as they are: a key's run of
     # spaces joined as one named another key)
-    return _WORD.sub(lambda m: _clipped(m.group()), escape(cli_terms(redact_text(text))))
+    return _WORD.sub(lambda m: _clipped(m.group()), head + escape(cli_terms(redact_text(text))))
 
 
 def human_size(n: float) -> str:
@@ -178,11 +191,13 @@ class Reporter:
         if self.mode in ("text", "errors", "json") or problem:
             self._write(f"tensorstream: {escape(redact_text(text))}", self.err)
 
-    def error(self, text: str) -> None:
+    def error(self, text: str, names: Sequence[str] = ()) -> None:
+        """``tensorstream: error: text`` on stderr, once; the one of ``names`` (the
+        objects' labels) that ``text`` opens with is escaped as a name (:func:`error_line`)."""
         if text in self.printed_errors:
             return
         self.printed_errors.add(text)
-        self._write(f"tensorstream: error: {error_line(text)}", self.err)
+        self._write(f"tensorstream: error: {error_line(text, names)}", self.err)
 
     def json(self, obj: dict[str, Any]) -> None:
         if self.mode == "json":
@@ -246,7 +261,8 @@ class Reporter:
                          problem=o.error is not None)
         elif kind == "failed":
             self.problems += 1
-            self.error(o.error or f"{o.src} -> {o.dst}: failed")
+            self.error(o.error or f"{o.src} -> {o.dst}: failed",
+                       (f"{o.src} -> {o.dst}", o.src))
 
     def deleted(self, uri: str, *, dryrun: bool, error: str | None = None) -> None:
         """One ``delete: URI`` line (``rm``, ``sync --delete``)."""
@@ -256,7 +272,7 @@ class Reporter:
                    **({"error": redact_text(error)} if error else {})})
         if error:
             self.problems += 1
-            self.error(error)
+            self.error(error, (f"delete {uri}", f"delete {redact_text(uri)}"))
         else:
             self.line(f"{'(dryrun) ' if dryrun else ''}delete: {escape_name(redact_text(uri))}")
 
