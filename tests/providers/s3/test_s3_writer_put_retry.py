@@ -3,8 +3,9 @@
 sent again under the retry policy, as an ``UploadPart`` is and as boto3, s3fs and the aws
 CLI do: before, the write raised. An attempt S3 may have applied (its answer lost) is
 looked at first: an object holding exactly these bytes is the success it was, and is not
-written again. moto's server behind the package's fault proxy; the proxy records every
-request and the status its client got."""
+written again. The neighbour: a large write's ``CompleteMultipartUpload``, the same way.
+moto's server behind the package's fault proxy; the proxy records every request and the
+status its client got."""
 
 from __future__ import annotations
 
@@ -179,3 +180,44 @@ async def test_a_write_stopped_while_its_put_waits_to_be_sent_again_sends_nothin
         await asyncio.sleep(2.5)  # past the Retry-After
     assert _puts(b, "k.bin") == [503]
     assert b.get("k.bin") == b"previous version"
+
+
+def _completes(b: Any, key: str) -> list[int]:
+    """The statuses the CompleteMultipartUpload requests of ``key`` got, in order."""
+    return [q.status for q in b.requests
+            if q.method == "POST" and q.path.split("?")[0] == f"/{b.bucket}/{key}"
+            and "uploadId" in q.path]
+
+
+@pytest.mark.parametrize("how", ["write", "cp"])
+def test_a_complete_answered_503_once_is_sent_again_and_lands_exactly(
+        tensorstream_s3: Any, tmp_path: Path, how: str) -> None:
+    """The multipart neighbour: one 503 to the CompleteMultipartUpload (its parts all in)
+    failed the write and aborted the upload; it is now looked at (the previous version,
+    not this upload's ETag) and sent again, and the object holds exactly the bytes."""
+    b = tensorstream_s3
+    b.put("big.bin", b"previous version")
+    data = os.urandom(11 << 20)
+    b.faults.raw.path_prefix = f"/{b.bucket}/big.bin"
+    b.faults.raw.query = "uploadId"
+    b.faults.raw.status_script = [200, 200, 200, 503]  # three parts, then the complete
+    _write(b, how, "big.bin", data, tmp_path, part_size=5 << 20)
+    assert _completes(b, "big.bin") == [503, 200]
+    assert b.get("big.bin") == data
+    assert b.server.open_multipart_uploads(b.bucket, "big.bin") == []
+
+
+def test_a_complete_that_keeps_failing_fails_after_the_budget_and_aborts(
+        tensorstream_s3: Any, tmp_path: Path) -> None:
+    """... and one answered 503 every time fails after ``retries`` attempts: the upload is
+    aborted, the previous version stays."""
+    b = tensorstream_s3
+    b.put("big.bin", b"previous version")
+    b.faults.raw.path_prefix = f"/{b.bucket}/big.bin"
+    b.faults.raw.query = "uploadId"
+    b.faults.raw.status_script = [200, 200, 200] + [503] * RETRY["retries"]
+    with pytest.raises(TensorstreamError, match="SlowDown"):
+        _write(b, "write", "big.bin", os.urandom(11 << 20), tmp_path, part_size=5 << 20)
+    assert _completes(b, "big.bin") == [503] * RETRY["retries"]
+    assert b.get("big.bin") == b"previous version"
+    assert b.server.open_multipart_uploads(b.bucket, "big.bin") == []

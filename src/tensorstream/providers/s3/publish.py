@@ -101,24 +101,45 @@ class Publishing(Writer):
         return await self._published_anyway(error, "PutObject", want, None)
 
     async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """``CompleteMultipartUpload``. S3 applies a request it received even when
-        its answer is lost (a timeout, a dropped connection, a 5xx from a proxy
-        in front): on an error, the object is looked at once. If its ETag is the
-        one these parts make (the MD5 of their MD5s, ``-N``), the upload was
-        completed and the write succeeded; reporting a failure then (as before)
-        told the caller nothing was published while the previous version had
-        been replaced. Otherwise the error stands and the upload is aborted."""
-        try:
+        """``CompleteMultipartUpload``, sent again on a temporary error as the
+        ``PutObject`` is (:meth:`_put`). S3 applies a request it received even when
+        its answer is lost (a timeout, a dropped connection, a 5xx from a proxy in
+        front): before a resend and after the last failure the object is looked at,
+        and if its ETag is the one these parts make (the MD5 of their MD5s, ``-N``),
+        the upload was completed and the write succeeded; reporting a failure then
+        told the caller nothing was published while the previous version had been
+        replaced. Otherwise the error stands and the upload is aborted. Where a
+        part's ETag is no MD5 (SSE-KMS) the object cannot tell: it is sent again
+        without a look (a complete applied already answers ``NoSuchUpload``)."""
+        digests = [etag_md5(part["ETag"]) for part in parts]
+        want = None if any(d is None or d[1] is not None for d in digests) else (
+            hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest())
+
+        async def once() -> dict[str, Any]:
             return await self._publish(
                 "complete_multipart_upload", Bucket=self._bucket, Key=self._key,
                 UploadId=self._upload_id, MultipartUpload={"Parts": parts},
             )
+
+        async def again() -> dict[str, Any]:
+            held = None if want is None else await self._holding(want, len(parts))
+            return held if held is not None else await once()
+
+        try:
+            return await once()
         except TensorstreamError as exc:
-            digests = [etag_md5(part["ETag"]) for part in parts]
-            if any(d is None or d[1] is not None for d in digests):
-                raise  # a part's ETag that is no MD5 (SSE-KMS): the object cannot tell
-            want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
-            return await self._published_anyway(exc, "CompleteMultipartUpload", want, len(parts))
+            error = exc
+        if (error.temporary and self._state == "open" and self._retry is not None
+                and self._retry.attempts > 1):
+            try:
+                return await sent_again(
+                    self._retry, error, again, still_open=lambda: self._state == "open",
+                    what=f"CompleteMultipartUpload of {self._bucket}/{self._key}")
+            except TensorstreamError as exc:
+                error = exc
+        if want is None:
+            raise error
+        return await self._published_anyway(error, "CompleteMultipartUpload", want, len(parts))
 
     async def _published_anyway(self, exc: TensorstreamError, op: str, want: str,
                                 count: int | None) -> dict[str, Any]:
