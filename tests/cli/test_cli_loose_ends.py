@@ -139,3 +139,22 @@ def test_an_error_line_names_its_object_escaped_as_the_copy_lines_do(
     assert r.stderr.startswith(f"tensorstream: error: {src}/x\\\\y.bin -> "
                                f"s3://{S3_BUCKET}/esc-ro/x\\\\y.bin: "), r.stderr
     assert "AccessDenied" in r.stderr
+
+
+def test_a_local_path_typed_relative_prints_absolute_in_lines_and_json(tmp_path: Path) -> None:
+    """What docs/cli.md says for aws users: ``cp``'s and ``--dryrun``'s lines name a local
+    file by its absolute path (aws prints it relative to the current directory), the same
+    path as ``--json``'s ``src``/``dst``, however it was typed."""
+    (tmp_path / "work" / "src" / "sub").mkdir(parents=True)
+    (tmp_path / "work" / "src" / "sub" / "b").write_bytes(b"b")
+    here = tmp_path / "work"
+    for flags in (["--dryrun"], []):
+        r = subprocess.run([sys.executable, "-m", "tensorstream", "cp", "-r", *flags, "src/",
+                            "../out/"], capture_output=True, text=True, timeout=120, cwd=here)
+        assert r.returncode == 0, r.stderr
+        line = f"copy: {here}/src/sub/b -> {tmp_path}/out/sub/b"
+        assert r.stdout == (f"(dryrun) {line}\n" if flags else f"{line}\n")
+    r = subprocess.run([sys.executable, "-m", "tensorstream", "cp", "--json", "./src/sub/b",
+                        "../out/c"], capture_output=True, text=True, timeout=120, cwd=here)
+    first = json.loads(r.stdout.splitlines()[0])
+    assert (first["src"], first["dst"]) == (f"{here}/src/sub/b", f"{tmp_path}/out/c")
