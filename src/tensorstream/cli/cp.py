@@ -154,7 +154,8 @@ def _add_common(p: argparse.ArgumentParser, *, sync: bool) -> None:
                             "concurrency "
                             f"x part size to S3/Redis ({default_mem >> 20} MiB by default; an S3 "
                             "object over 10,000 parts takes larger parts, fewer at once: at "
-                            "most that memory or 2 GiB)")
+                            "most that memory or 2 GiB); S3 to S3, an object uploaded in parts "
+                            "no larger is copied in its own parts (its ETag kept)")
     speed.add_argument("--jobs", type=int, default=None, metavar="N",
                        help=f"at most N objects copied at once (default {DEFAULT_JOBS}, and up "
                             f"to {WIDEST} x that while a slow link has the copy widened)")

@@ -141,7 +141,9 @@ async def copy_async(
     of one S3 store reached with one key pair, S3 copies each object itself
     (:mod:`tensorstream.copy.server_side`; ``server_side_copy=False``: the bytes go
     through this machine); ``copy_cutoff`` is the largest object stored in one piece
-    that one ``CopyObject`` copies (default and most: 5 GiB). Pass
+    that one ``CopyObject`` copies (default and most: 5 GiB). Streamed from S3 into S3,
+    an object uploaded in parts of at most ``part_size`` is written in its own parts
+    (:mod:`tensorstream.copy.source_layout`), so that the copy's ETag is the source's. Pass
     ``result`` to have it filled in place, so a caller still
     sees what happened when the copy is cancelled. ``object_metadata``
     (:class:`~tensorstream.providers.s3.metadata.MetadataOptions`): what an S3
