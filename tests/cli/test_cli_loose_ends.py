@@ -101,6 +101,15 @@ def test_a_double_slash_in_a_destination_folder_is_kept_as_aws_keeps_it(
     assert r.stdout.count("delete: ") == 1 and "sd//old.bin" in r.stdout
     r = cli("sync", "--delete", *run, str(src), f"{base}/sd//", env=env)
     assert r.returncode == 0 and r.stdout == "", r
+    # A prefix into itself with a '/' more (its copies dd//a are under dd/, and the next run
+    # listed them as '/a', refused) is refused, as it was while '//' was dropped (then the
+    # same objects); the keys above are left as they are.
+    for argv in (["cp", "-r"], ["sync"], ["sync", "--delete"]):
+        r = cli(*argv, *run, f"{base}/s1/", f"{base}/s1//", env=env)
+        assert r.returncode in (1, 2) and "itself" in r.stderr, (argv, r)  # (--delete: 2)
+    r = cli("cp", *run, f"{base}/s1/*", f"{base}/s1//", env=env)
+    assert r.returncode == 1 and "into itself" in r.stderr, r
+    assert _keys(moto_s3, "s1/") == ["s1/0.bin", "s1/1.bin"]
 
 
 def test_an_error_line_names_its_object_escaped_as_the_copy_lines_do(

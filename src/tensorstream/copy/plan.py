@@ -102,6 +102,13 @@ class Planner(SourceLister):
                 continue
             finally:
                 listing_keeps_damaged.reset(keeps)
+            if not own and not local and (recursive or matched is not None) and (
+                    self._one_more_slash(dst_uri, src_uri)):
+                # s3://b/p// holds p//a, under p/: the next run lists it as '/a' (refused).
+                self.error(redact_text(source), "refused: cannot copy a prefix into itself "
+                           f"({redact_text(dest)} is {redact_text(source)} with a '/' more, "
+                           "so its copies are under SRC); copy to a place outside SRC")
+                continue
             if own and (key := feeds_itself(self.rules, own, (r for r, _ in pairs),
                                             None if matched is None else matched.names)):
                 what, where = (("a directory", f"{dst_uri.path} is inside {src_uri.path}")
@@ -201,6 +208,15 @@ class Planner(SourceLister):
         if below == top or not (not top or below.startswith(top + "/")):
             return ""
         return below[len(top) + 1:] if top else below
+
+    def _one_more_slash(self, dst: ParsedURI, src: ParsedURI) -> bool:
+        """Whether a remote ``dst`` folder is the prefix ``src`` with a ``/`` more
+        (``s3://b/p//``: its keys, ``p//a``, are under ``p/``) on the same storage."""
+        pattern = self._pattern(src)
+        top = (src.path if pattern is None else pattern.base).rstrip("/")
+        base = folder_base(dst.path)
+        return bool(top) and base != top and base.rstrip("/") == top and self._one_store(
+            src, dst)
 
     def _one_store(self, src: ParsedURI, dst: ParsedURI) -> bool:
         """Whether ``src`` and ``dst`` are on one store, whatever side options name no
