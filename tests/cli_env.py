@@ -1,8 +1,11 @@
-"""The environment for a CLI child that talks to the test S3 server."""
+"""The environment for a CLI child that talks to the test S3 server, and a run of the CLI
+in a child."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,3 +20,16 @@ def s3_env(server: Any, tmp_path: Path) -> dict[str, str]:
     env.update(AWS_ACCESS_KEY_ID=server.access_key_id,
                AWS_SECRET_ACCESS_KEY=server.secret_access_key, AWS_DEFAULT_REGION=server.region)
     return env
+
+
+def cli(*argv: str, env: dict[str, str] | None = None, **kw: Any
+        ) -> subprocess.CompletedProcess[str]:
+    """``python -m tensorstream ARGV`` in a child, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
+                          text=True, timeout=120, env=env, **kw)
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``, by its path relative to ``root``, with its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
