@@ -1,5 +1,5 @@
 """Bodies over TLS: after the first large read a body is read from its TLS
-object directly (body._tls_reader), skipping the socket file's layers.
+object directly (body_socket.tls_reader), skipping the socket file's layers.
 Every byte must be where it belongs, whatever the sizes of the reads around
 that switch (bytes the socket file buffered with the headers come first)."""
 

@@ -5,20 +5,22 @@ thread or by the process's receiving thread (:mod:`.receiver`)."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import http.client
-import io
-import math
-import select
 import socket
 import ssl
-import struct
-import termios
 import threading
 from collections.abc import Callable, Sequence
 
 from ...errors import IncompleteReadError, TensorstreamError
 from ..base import Deadline, Pin, current_deadline
+from .body_socket import (
+    FILE_BUFFER,
+    LOWAT,
+    SOCKET_FILE_BUFFER,
+    BodySocket,
+    bytes_queued,
+    tls_reader,
+)
 from .connections import ConnectionPool
 from .exchange import OriginKey, total_deadline_error
 from .headers import (
@@ -34,47 +36,12 @@ __all__ = ["RangeBody"]
 #: Bytes per ``readinto`` call on chunked bodies: bounds what an error
 #: mid-slice forgets (resume restarts at the slice start).
 _SLICE = 1 << 20
-#: A Content-Length body is received with the socket's low-water mark
-#: (``SO_RCVLOWAT``) at up to this many bytes: a slow or paced connection then
-#: wakes its thread once per this much instead of once per packet burst
-#: (thousands of times a second, each taking the GIL), which is what starves
-#: a reader with dozens of connections in flight.
-_LOWAT = 256 << 10
-#: What ``http.client``'s buffered socket file (or a TLS object: one record)
-#: may hold of a body beyond what the socket still has to receive.
-_FILE_BUFFER = 64 << 10
-#: The buffer of ``http.client``'s socket file (``socket.makefile``'s default).
-_SOCKET_FILE_BUFFER = io.DEFAULT_BUFFER_SIZE
-#: :meth:`RangeBody.held` asks the socket again when fewer bytes than this are
-#: known to have arrived (a small-read buffer's fill, :data:`tensorstream.file.SMALL_FILL`).
-_HELD_ASK = 256 << 10
 #: A TLS body is read from its TLS object directly once one ``readinto1`` of more
 #: than this was made: the buffered file (far smaller) is empty then.
 _TLS_DIRECT_AFTER = 256 << 10
 
 
-def _queued(sock: socket.socket) -> int | None:
-    """Bytes waiting in ``sock``'s receive queue (``FIONREAD``), or None if it cannot tell."""
-    try:
-        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0])
-    except (OSError, ValueError):
-        return None
-
-
-def _tls_reader(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
-                ) -> Callable[[int, memoryview], int] | None:
-    """The TLS object's own ``read(n, buffer)`` for a direct body of a TLS
-    connection whose socket file holds no byte of it (after a ``readinto1`` larger
-    than its buffer), else ``None`` (plain sockets, or an ``ssl`` module without
-    it: the socket file is read as before)."""
-    sock = conn.sock
-    if not isinstance(sock, ssl.SSLSocket) or type(resp.fp) is not io.BufferedReader:
-        return None
-    read = getattr(getattr(sock, "_sslobj", None), "read", None)
-    return read if callable(read) else None
-
-
-class RangeBody:
+class RangeBody(BodySocket):
     """The body of one ranged GET, read in order into caller buffers.
 
     From :func:`open_range`. Each :meth:`readinto` fills its whole buffer or
@@ -119,7 +86,7 @@ class RangeBody:
         self._close_asked = False
         # The request's place in its origin's gate: held until the body is read or dropped.
         self._slot = slot
-        # A TLS body's reads, once the socket file holds none of it (_tls_reader).
+        # A TLS body's reads, once the socket file holds none of it (tls_reader).
         self._tls_read: Callable[[int, memoryview], int] | None = None
         self._status = resp.status
 
@@ -197,7 +164,7 @@ class RangeBody:
                     # The file object (or the TLS object: one record) may hold up to
                     # a buffer of the body already: the socket owes at least the
                     # rest, never ask it for more (nor keep a mark from a larger read).
-                    self._set_lowat(max(1, min(_LOWAT, want - received - _FILE_BUFFER)))
+                    self._set_lowat(max(1, min(LOWAT, want - received - FILE_BUFFER)))
                 if tls is not None:
                     # One TLS record (16 KiB at most) per call: the socket file's
                     # three Python layers above this cost more than the decryption.
@@ -207,7 +174,7 @@ class RangeBody:
                     self._await_arrivals()
                     n = resp.fp.readinto1(buffer[at:])
                     if asked > _TLS_DIRECT_AFTER and conn is not None:
-                        tls = self._tls_read = _tls_reader(conn, resp)
+                        tls = self._tls_read = tls_reader(conn, resp)
                 else:
                     n = resp.readinto(buffer[at : at + min(_SLICE, len(buffer) - at)])
                 if not n:
@@ -281,60 +248,6 @@ class RangeBody:
                                    received=received, service=self._service,
                                    path=redact_path(self._path))
 
-    def _read_record(self, tls: Callable[[int, memoryview], int], size: int, view: memoryview,
-                     deadline: Deadline | None) -> int:
-        """``tls(size, view)``, with bytes that arrived below the low-water mark
-        taken as arrivals (see :meth:`_await_arrivals`): a TLS object, unlike the
-        socket file, can be read again after its wait timed out, so the check is
-        made only then (nothing is added to the fast path, a call per record)."""
-        seen = 0
-        while True:
-            try:
-                return tls(size, view)
-            except TimeoutError:
-                conn = self._conn
-                sock = conn.sock if conn is not None else None
-                if sock is None or (self._lowat <= 1 and not seen) or (
-                        deadline is not None and deadline.expired()):
-                    raise
-                queued = _queued(sock)
-                if not queued or queued == seen:
-                    raise  # nothing came for the idle bound
-                seen = queued
-                self._set_lowat(1)
-
-    def _await_arrivals(self) -> None:
-        """Wait for the low-water mark as the receive would, but treat bytes that
-        arrived below it as arrivals: past the idle bound, queued bytes drop the mark
-        to 1 (the receive takes them), none is the stall (``TimeoutError``).
-
-        The receive's own wait (``poll`` honours ``SO_RCVLOWAT``) took a body slower
-        than the mark fills in ``timeout_idle`` for a stall, and its timeout leaves
-        the socket file unusable, so the check is made before it."""
-        conn = self._conn
-        sock = conn.sock if conn is not None else None
-        if self._lowat <= 1 or sock is None:
-            return
-        bound = sock.gettimeout()
-        if bound is None or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
-            return
-        waiter = select.poll()
-        waiter.register(sock, select.POLLIN)
-        if waiter.poll(max(1, math.ceil(bound * 1000))):
-            return  # the mark is reached, or the peer closed or failed
-        if not _queued(sock):
-            raise TimeoutError("timed out")  # nothing arrived for the idle bound
-        self._set_lowat(1)
-
-    def _set_lowat(self, nbytes: int) -> None:
-        # Never above what this call still wants: poll() waits for the mark.
-        if nbytes != self._lowat and self._conn is not None and self._conn.sock is not None:
-            try:
-                self._conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)
-                self._lowat = nbytes
-            except OSError:  # pragma: no cover - a platform without it
-                self._lowat = nbytes
-
     def _bound(self, deadline: Deadline, received: int) -> None:
         """Check the total deadline between receives and bound the next one by it."""
         if deadline.expired():
@@ -394,8 +307,8 @@ class RangeBody:
         need = max(want, self._lowat)
         # Bytes known to have arrived stay arrived (in the socket, or taken by the
         # socket file: at most its buffer): one FIONREAD serves the next reads.
-        if self._arrived - self.position < need + _SOCKET_FILE_BUFFER:
-            queued = _queued(sock)
+        if self._arrived - self.position < need + SOCKET_FILE_BUFFER:
+            queued = bytes_queued(sock)
             if queued is None or queued < need:
                 return False
             self._arrived = max(self._arrived, self.position + queued)
@@ -411,41 +324,6 @@ class RangeBody:
         if self.position == self.end:
             self._finish()
         return True
-
-    def held(self) -> int:
-        """Bytes of the body :meth:`read_held` could serve now, as far as the socket
-        tells (0: none, or a body it never serves: TLS, confirmed after each read)."""
-        sock = self._holding_socket()
-        if sock is None:
-            return 0
-        if self._arrived - self.position < _HELD_ASK + _SOCKET_FILE_BUFFER:
-            queued = _queued(sock)
-            if queued is None:
-                return 0
-            self._arrived = max(self._arrived, self.position + queued)
-        # What _read_held serves without asking the socket again: the socket file may
-        # hold part of what arrived, and the socket must hold its low-water mark.
-        have = min(self._arrived, self.end) - self.position - _SOCKET_FILE_BUFFER
-        return have if have >= self._lowat else 0
-
-    def available(self) -> int:
-        """Bytes of the body that have arrived and wait in the socket (0 when
-        unknown): the read-ahead engine tells from it whether its reader waits
-        for the link or the link for its reader."""
-        conn = self._conn
-        sock = conn.sock if conn is not None else None
-        queued = _queued(sock) if sock is not None else None
-        return 0 if queued is None else min(queued, self.end - self.position)
-
-    def _holding_socket(self) -> socket.socket | None:
-        """The socket held reads take bytes from, or None where they serve none: a
-        TLS body (queued bytes are not plaintext bytes) or one confirmed after each read."""
-        conn = self._conn
-        sock = conn.sock if conn is not None else None
-        if (sock is None or not self._direct or self._confirm is not None
-                or type(sock) is not socket.socket):
-            return None
-        return sock
 
     def close(self) -> None:
         """Drop the rest of the body (the connection is closed, not reused).
