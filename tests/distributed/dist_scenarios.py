@@ -140,7 +140,7 @@ def break_rank(rank: int, world: int, step: dict[str, Any], victim: int, how: st
             else:
                 module.read_share = broken
         if how in ("exit-own", "hang-own"):  # while opening its own file (a rank template)
-            load = importlib.import_module("tensorstream.tensorizer.load")
+            load = importlib.import_module("tensorstream.tensorizer.deserializing")
             load.open_local = broken  # type: ignore[attr-defined]
             how = how.split("-")[0]
     return _run(step, rank, {})
