@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_safetensors_load import Backend, _backend, _sharded, same_bytes
 
 import tensorstream
 from tensorstream.errors import MalformedFileError, PermissionDeniedError
@@ -19,6 +18,11 @@ from tensorstream.testing.http_server import HTTPTestServer
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
+
+from safetensors_backends import Backend, make_backend, write_sharded  # noqa: E402  (needs torch)
+
+from tensor_files import same_bytes  # noqa: E402  (needs torch)
+
 ts_st = tensorstream.safetensors
 
 SHARD1 = "model-00001-of-00003.safetensors"
@@ -27,11 +31,11 @@ SHARD3 = "model-00003-of-00003.safetensors"
 
 @pytest.fixture(params=["local", "http", "s3", "mem"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return _backend(request.param, request, tmp_path)
+    return make_backend(request.param, request, tmp_path)
 
 
 def test_open_sharded_index_routes_every_tensor(backend: Backend, tmp_path: Path) -> None:
-    tensors = _sharded(backend, tmp_path, extra_in_shard=True)
+    tensors = write_sharded(backend, tmp_path, extra_in_shard=True)
     with ts_st.open(backend.uri("ckpt/model.safetensors.index.json"), **backend.options) as f:
         assert f.keys() == sorted(tensors)
         assert len(f.shards) == 3
@@ -50,8 +54,8 @@ def test_open_sharded_index_routes_every_tensor(backend: Backend, tmp_path: Path
 def test_open_sharded_opens_only_the_shards_it_reads(http_server: HTTPTestServer,
                                                      http_reset: None, tmp_path: Path,
                                                      request: pytest.FixtureRequest) -> None:
-    backend = _backend("http", request, tmp_path)
-    tensors = _sharded(backend, tmp_path)
+    backend = make_backend("http", request, tmp_path)
+    tensors = write_sharded(backend, tmp_path)
     index = backend.uri("ckpt/model.safetensors.index.json")
     prefix = index.split("/")[-3]  # the test's unique folder on the server
     with ts_st.open(index, **backend.options) as f:
@@ -66,8 +70,8 @@ def test_open_sharded_opens_only_the_shards_it_reads(http_server: HTTPTestServer
 
 
 def test_open_sharded_folder(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    backend = _backend("local", request, tmp_path)
-    tensors = _sharded(backend, tmp_path)
+    backend = make_backend("local", request, tmp_path)
+    tensors = write_sharded(backend, tmp_path)
     with ts_st.open(backend.uri("ckpt/")) as f:
         assert f.keys() == sorted(tensors)
         assert all(same_bytes(f.get_tensor(n), t) for n, t in tensors.items())
@@ -115,8 +119,8 @@ def test_open_sharded_shard_lacking_a_tensor(tmp_path: Path) -> None:
 
 
 def test_open_closed_refuses_new_shards(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    backend = _backend("local", request, tmp_path)
-    _sharded(backend, tmp_path)
+    backend = make_backend("local", request, tmp_path)
+    write_sharded(backend, tmp_path)
     f = ts_st.open(backend.uri("ckpt/model.safetensors.index.json"))
     f.close()
     with pytest.raises(ValueError, match="closed"):
@@ -177,7 +181,7 @@ def test_an_index_naming_too_many_shards_is_refused_before_any_is_opened(
         request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     # Was: every shard opened (a request each) before failing on one that is missing.
     monkeypatch.setattr("tensorstream.safetensors.sources.MAX_SHARDS", 20)
-    backend = _backend("http", request, tmp_path)
+    backend = make_backend("http", request, tmp_path)
     shards = {f"t{i}": f"s{i // 2}.safetensors" for i in range(42)}  # 21 distinct shards
     backend.put("ckpt/model.safetensors.index.json", json.dumps({"weight_map": shards}).encode())
     with pytest.raises(MalformedFileError,
