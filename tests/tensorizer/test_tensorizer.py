@@ -1,6 +1,6 @@
 """tensorizer integration: load from every backend, hashes, modules, shards, devices.
 
-Backends come from the ``backend`` fixture (one ``TensorBackend`` per storage service,
+Backends come from the ``backend`` fixture (conftest.py: one ``TensorBackend`` per storage service,
 ``tensorizer_models.make_backend``). Encryption: test_tensorizer_encryption.py;
 ``serialize``: test_tensorizer_serialize.py.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,9 @@ import pytest
 import torch
 from tensorizer import TensorDeserializer
 from tensorizer_models import (
-    PRODUCERS,
     TensorBackend,
     TinyNet,
     assert_same,
-    make_backend,
     make_model,
     state,
     tensorizer_bytes,
@@ -44,16 +41,6 @@ from tensorstream.tensorizer.load import (
 )
 from tensorstream.tensorizer.local import LocalTensorDeserializer
 from tensorstream.tensorizer.remote import RemoteTensorDeserializer
-
-
-@pytest.fixture(params=["local", "http", "s3", "redis"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> TensorBackend:
-    return make_backend(request.param, request, tmp_path)
-
-
-@pytest.fixture(params=sorted(PRODUCERS))
-def producer(request: pytest.FixtureRequest) -> Callable[..., bytes]:
-    return PRODUCERS[request.param]
 
 
 # -- plain loads -------------------------------------------------------------------

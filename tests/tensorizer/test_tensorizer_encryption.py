@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,8 @@ import torch
 from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer
 from tensorizer_models import (
     FAST_KDF,
-    PRODUCERS,
     TensorBackend,
     assert_same,
-    make_backend,
     make_model,
     state,
     tensorstream_bytes,
@@ -33,16 +30,6 @@ from tensorstream.tensorizer.load import (
     generate_keyfile,
     serialize,
 )
-
-
-@pytest.fixture(params=["local", "http", "s3", "redis"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> TensorBackend:
-    return make_backend(request.param, request, tmp_path)
-
-
-@pytest.fixture(params=sorted(PRODUCERS))
-def producer(request: pytest.FixtureRequest) -> Callable[..., bytes]:
-    return PRODUCERS[request.param]
 
 
 def test_keyfile_encryption(backend: TensorBackend, producer: Any, tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from tensorizer import TensorDeserializer, TensorSerializer
 from tensorizer_models import (
     TensorBackend,
     assert_same,
-    make_backend,
     make_model,
     state,
 )
@@ -24,11 +23,6 @@ from tensorstream.tensorizer.load import (
     deserialize,
     serialize,
 )
-
-
-@pytest.fixture(params=["local", "http", "s3", "redis"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> TensorBackend:
-    return make_backend(request.param, request, tmp_path)
 
 
 def test_serialize_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
