@@ -296,14 +296,15 @@ def test_a_publish_whose_answer_was_lost_is_the_success_it_was(
 def test_a_commit_whose_answer_was_lost_before_the_publish_keeps_the_previous_version(
         redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
     """The neighbour: the answer lost is the one to the commit's first step
-    (the chunks made persistent), so nothing was published: the write fails,
-    the previous version stays, and the new chunks are removed."""
+    (the chunks made persistent), so nothing was published: with no attempt left
+    (``retries=1``; else it is sent again: ``test_redis_write_drops.py``) the write
+    fails, the previous version stays, and the new chunks are removed."""
     key = f"wr-{secrets.token_hex(4)}/m"
     first = _first_version(redis_server, key)
     proxy.faults.on_client_data = _LoseAnswer(proxy, lambda d: b"PERSIST" in d)
     with pytest.raises(tensorstream.errors.ConnectionFailedError), \
             tensorstream.open(f"redis://127.0.0.1:{proxy.port}/{key}", "wb",
-                              redis_chunk_size=CS) as f:
+                              redis_chunk_size=CS, retries=1) as f:
         f.write(os.urandom(5 * CS))
     assert tensorstream.open(redis_server.url(key)).read() == first
     persistent, expiring = _keys_of(redis_server, key)
@@ -339,9 +340,10 @@ def test_the_previous_generation_is_deleted_when_a_connection_drops_first(
 def test_a_failed_commit_removes_its_persistent_chunks_when_a_connection_drops_first(
         redis_server: RedisServer, proxy: TCPFaultProxy) -> None:
     """The commit made the chunks persistent, then its publish failed (the link
-    dropped before it reached Redis), and the abort's delete of the chunks met a
-    dropped connection too: they were left, persistent, for ever. The abort's
-    clean-up is sent again; the previous version is whole."""
+    dropped before it reached Redis; ``retries=1``: not sent again), and the
+    abort's delete of the chunks met a dropped connection too: they were left,
+    persistent, for ever. The abort's clean-up is sent again; the previous
+    version is whole."""
     key = f"wr-{secrets.token_hex(4)}/m"
     first = _first_version(redis_server, key)
     dropped: list[str] = []
@@ -357,7 +359,7 @@ def test_a_failed_commit_removes_its_persistent_chunks_when_a_connection_drops_f
     proxy.faults.on_client_data = drop
     with pytest.raises(tensorstream.errors.ConnectionFailedError), \
             tensorstream.open(f"redis://127.0.0.1:{proxy.port}/{key}", "wb",
-                              redis_chunk_size=CS) as f:
+                              redis_chunk_size=CS, retries=1) as f:
         f.write(os.urandom(5 * CS))
     assert dropped == ["publish", "delete"]
     assert tensorstream.open(redis_server.url(key)).read() == first

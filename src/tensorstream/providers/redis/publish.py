@@ -19,11 +19,12 @@ the chunks and decides when to commit or abort.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import IntegrityError, ObjectChangedError, TensorstreamError
 from ..base import Writer
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["COMMIT_BATCH", "DELETE_IF_GENERATION", "LOOKS", "Publishing", "settled"]
 
 log = logging.getLogger("tensorstream.redis")
+
+T = TypeVar("T")
 
 #: Chunks made persistent (and their lengths checked) per pipeline at commit: one
 #: pipeline of every chunk held all their commands and replies at once.
@@ -151,11 +154,12 @@ class Publishing(Writer):
             last = first + COMMIT_BATCH >= count
             if last:  # the manifest this publish replaces (see _replacing), in the same trip
                 ops.append(("eval", (_MANIFEST, 1, key)))
-            answers = await self._p.pipeline(ops)
+            answers = await self._resent(functools.partial(self._p.pipeline, ops))
             if last:
                 self._replacing, answers = answers[-1], answers[:-1]
             persisted, lengths = answers[: len(keys)], answers[len(keys):]
-            if not all(persisted):
+            if not all(persisted) and not await self._persistent(
+                    [k for k, done in zip(keys, persisted, strict=True) if not done]):
                 raise ObjectChangedError(
                     f"staged chunks of {self._path!r} vanished before commit: evicted (Redis is "
                     "at maxmemory, and chunks being written carry an expiry, which volatile-* "
@@ -173,18 +177,63 @@ class Publishing(Writer):
         async def publish() -> Any:
             return await self._p.client().eval(_PUBLISH, 1, key, *args)
 
+        async def attempt() -> Any:
+            try:
+                old = await self._p._guard(publish)
+            except TensorstreamError as exc:
+                # Redis runs a command it received: a reply lost on the way back (a
+                # dropped connection, a timeout) may follow a publish that happened.
+                # Reported as a failure, the abort then removed the new manifest:
+                # neither version left, both generations' chunks kept for ever. Sent
+                # again only once the manifest is seen not to be ours.
+                if not exc.temporary or not await self._published_anyway(key):
+                    raise
+                log.info("the publish of %r lost its answer (%s) but was applied",
+                         self._path, type(exc).__name__)
+                return self._replacing
+            if old and old[0] is not None and old[0].decode() == self._gen:
+                # an attempt before, whose look failed, was applied: what it replaced is
+                # the manifest read with the PERSIST (its chunks must still go)
+                return self._replacing
+            return old
+
+        return await self._resent(attempt)
+
+    async def _resent(self, send: Callable[[], Awaitable[T]]) -> T:
+        """``await send()``, sent again on a temporary error under the retry policy
+        (``retries`` attempts in all, the backoff ``backoff_initial``/``backoff_max``:
+        the loop reads run in), while this writer is not aborted (an abort waits for
+        what is in flight, then cleans up: nothing may be sent after it)."""
+        def resend(e: BaseException) -> bool:
+            return isinstance(e, TensorstreamError) and e.temporary and self._state != "aborted"
+
         try:
-            return await self._p._guard(publish)
+            return await send()  # (nearly always at once: tenacity is imported only if not)
         except TensorstreamError as exc:
-            # Redis runs a command it received: a reply lost on the way back (a
-            # dropped connection, a timeout) may follow a publish that happened.
-            # Reported as a failure, the abort then removed the new manifest:
-            # neither version left, both generations' chunks kept for ever.
-            if not exc.temporary or not await self._published_anyway(key):
+            if not resend(exc):
                 raise
-            log.info("the publish of %r lost its answer (%s) but was applied",
-                     self._path, type(exc).__name__)
-            return self._replacing
+            pending: TensorstreamError | None = exc
+        from ...layers.retrying import retrying
+
+        def again(state: Any) -> None:
+            log.debug("a write of %r: %s; sent again", self._path,
+                      state.outcome.exception() if state.outcome else None)
+
+        async for attempt in retrying(
+                self._p._config.retry, None, before_sleep=again, retry_if=resend):
+            with attempt:
+                if pending is not None:  # the first attempt's error, waited on as its own
+                    failed, pending = pending, None
+                    raise failed
+                return await send()
+        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
+    async def _persistent(self, keys: list[bytes]) -> bool:
+        """Whether every chunk at ``keys``, whose ``PERSIST`` answered 0, is there without
+        an expiry (``TTL`` -1): a ``PERSIST`` sent again after a lost answer answers 0
+        for a chunk the first one made persistent; one gone (-2) vanished."""
+        ttls = await self._resent(lambda: self._p.pipeline([("ttl", (k,)) for k in keys]))
+        return all(t == -1 for t in ttls)
 
     async def _published_anyway(self, key: bytes) -> bool:
         """Whether the manifest at ``key`` is this writer's generation (looked at

@@ -132,7 +132,10 @@ class RedisWriter(Publishing):
         :meth:`abort` must wait for it rather than cancel it."""
         if self._state == "aborted":
             raise ValueError("write to an aborted Redis writer")
-        task = asyncio.ensure_future(self._p._guard(fn))
+        # Sent again on a temporary error (a dropped connection): a chunk goes to a key
+        # of this write's own generation, which nothing else writes, so a second SET of
+        # the same bytes is harmless (one dropped connection failed the whole write).
+        task = asyncio.ensure_future(self._resent(lambda: self._p._guard(fn)))
         self._inflight.add(task)
         task.add_done_callback(settled(self._inflight))
         return task
