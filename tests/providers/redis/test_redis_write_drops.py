@@ -71,7 +71,8 @@ class _CutOnce:
         self.store.faults.drop_after(0, times=1)  # the next answer down: this one's
 
 
-_STEPS = {"chunks": b"\r\nSET\r\n", "persist": b"PERSIST", "publish": b"unpack(ARGV)"}
+#: What each step's burst holds (a publish sent again: ``unpack(ARGV, 2)``).
+_STEPS = {"chunks": b"\r\nSET\r\n", "persist": b"PERSIST", "publish": b"unpack(ARGV"}
 
 
 @pytest.mark.parametrize("how", ["lost", "answered"])
@@ -183,3 +184,33 @@ def test_cp_into_redis_survives_a_dropped_connection(
     assert store.get("c") == data
     left = _keys_of(store, "c")
     assert len(left) == 7 and all(t == -1 for t in left.values())
+
+
+def test_a_publish_replaced_before_its_look_is_not_sent_again_over_the_other_writer(
+        tensorstream_redis: RedisBackend) -> None:
+    """The publish ran and its answer was lost; before the look, another writer
+    published and deleted this write's chunks (they were the previous generation to
+    it). The look sees another generation: sent again, the publish put a manifest over
+    deleted chunks (every read failed). The write happened and was replaced: the other
+    writer's object stays, and the generation this one replaced still goes."""
+    store = tensorstream_redis
+    old, new, other = os.urandom(2 * CS), os.urandom(3 * CS), os.urandom(4 * CS)
+    _write(store, "r", old)
+    publish = _CutOnce(store, _STEPS["publish"], "answered")
+    replaced: list[bool] = []
+
+    async def hook(data: bytes) -> None:
+        await publish(data)
+        if publish.cut and not replaced and b"return false" in data and b"PERSIST" not in data:
+            replaced.append(True)
+            store.put("r", other, chunk_size=CS)  # (its own connection, past the proxy)
+
+    store.faults.raw.on_client_data = hook
+    _write(store, "r", new)
+    assert replaced == [True]
+    store.faults.reset()
+    assert store.get("r") == other
+    with tensorstream.open(store.uri("r"), "rb", **store.options) as f:
+        assert f.read() == other
+    left = _keys_of(store, "r")
+    assert len(left) == 4 and all(t == -1 for t in left.values()), left

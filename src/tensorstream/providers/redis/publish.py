@@ -7,7 +7,9 @@ Lua script replaces the manifest hash at ``K`` (a single key: atomic on a
 cluster too) and returns the previous generation. A publish whose answer is
 lost may have run: the manifest is looked at, and if it holds this
 generation the write succeeded (the previous one is known from a look taken
-with the ``PERSIST``). The previous generation's chunks are then deleted. A
+with the ``PERSIST``); if not, it is sent again (:meth:`Publishing._resent`: the
+retry policy, as for every step of a write), only over that manifest
+(:data:`_PUBLISH_OVER`). The previous generation's chunks are then deleted. A
 publish that raced an abort is removed again (:meth:`Publishing._unpublish`),
 only while the manifest is still this writer's generation
 (:data:`DELETE_IF_GENERATION`).
@@ -52,6 +54,25 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(ARGV))
+return old
+"""
+
+#: :data:`_PUBLISH` only while the manifest's generation is ``ARGV[1]`` ("": none); else
+#: ``{generation}``, the one there: a publish sent again after a lost answer.
+_PUBLISH_OVER = """
+local now = ''
+if redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
+  now = redis.call('HGET', KEYS[1], 'generation') or ''
+end
+if now ~= ARGV[1] then
+  return {now}
+end
+local old = false
+if now ~= '' or redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
+  old = redis.call('HMGET', KEYS[1], 'generation', 'size', 'chunk_size', 'tensorstream')
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 return old
 """
 
@@ -174,10 +195,21 @@ class Publishing(Writer):
             raise ValueError(f"the Redis writer of {self._path!r} was aborted during its "
                              "commit; nothing is published")
 
+        expected = (self._replacing[0] if self._replacing and self._replacing[0] is not None
+                    else b"")
+        tries = 0
+
         async def publish() -> Any:
-            return await self._p.client().eval(_PUBLISH, 1, key, *args)
+            # Sent again, only over the manifest the PERSIST saw: another writer's,
+            # published meanwhile, may have deleted this generation's chunks (ours
+            # was the one it replaced) and must not be replaced by a manifest of them.
+            if tries == 1:
+                return await self._p.client().eval(_PUBLISH, 1, key, *args)
+            return await self._p.client().eval(_PUBLISH_OVER, 1, key, expected, *args)
 
         async def attempt() -> Any:
+            nonlocal tries
+            tries += 1
             try:
                 old = await self._p._guard(publish)
             except TensorstreamError as exc:
@@ -191,13 +223,28 @@ class Publishing(Writer):
                 log.info("the publish of %r lost its answer (%s) but was applied",
                          self._path, type(exc).__name__)
                 return self._replacing
-            if old and old[0] is not None and old[0].decode() == self._gen:
-                # an attempt before, whose look failed, was applied: what it replaced is
-                # the manifest read with the PERSIST (its chunks must still go)
+            if isinstance(old, list) and len(old) == 1:  # a resend refused: see _PUBLISH_OVER
+                if old[0] != self._gen.encode():
+                    await self._replaced_meanwhile(old[0])
+                # ours (an attempt whose looks failed was applied) or another writer's over
+                # it: the generation the PERSIST saw was replaced, its chunks must go
                 return self._replacing
             return old
 
         return await self._resent(attempt)
+
+    async def _replaced_meanwhile(self, other: bytes) -> None:
+        """Another writer published ``other`` between an attempt of this publish and
+        the next: this write happened first (its manifest replaced) or never; either
+        way this generation's chunks are no one's now, and go."""
+        log.info("the publish of %r lost its answer and another writer's (generation "
+                 "%s) followed; it stays", self._path, other.decode(errors="replace"))
+        try:
+            await self._resent(lambda: self._p.delete_keys(
+                self._key(o) for o in self._staged_offsets()))
+        except TensorstreamError as exc:
+            log.warning("could not remove the chunks of %r's replaced write: %s",
+                        self._path, exc)
 
     async def _resent(self, send: Callable[[], Awaitable[T]]) -> T:
         """``await send()``, sent again on a temporary error under the retry policy
