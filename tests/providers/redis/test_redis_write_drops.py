@@ -214,3 +214,44 @@ def test_a_publish_replaced_before_its_look_is_not_sent_again_over_the_other_wri
         assert f.read() == other
     left = _keys_of(store, "r")
     assert len(left) == 4 and all(t == -1 for t in left.values()), left
+
+
+def test_an_abort_during_the_wait_before_a_resend_sends_nothing_more(
+        tensorstream_redis: RedisBackend) -> None:
+    """A chunk's SET cut, the writer aborted while it waits to send it again: the
+    resend is not sent (it would land after the abort began), the abort removes what
+    was staged, and the previous version stays."""
+    import asyncio
+
+    store = tensorstream_redis
+    old = os.urandom(CS)
+    _write(store, "a", old)
+    cut = _CutOnce(store, _STEPS["chunks"], "lost")
+    sets_after: list[bytes] = []
+    aborted = False
+
+    async def hook(data: bytes) -> None:
+        if aborted and b"\r\nSET\r\n" in data:
+            sets_after.append(data[:60])
+        await cut(data)
+
+    store.faults.raw.on_client_data = hook
+    slow = {**FAST, "backoff_initial": 1.0, "backoff_max": 1.0}
+
+    async def run() -> None:
+        nonlocal aborted
+        async with tensorstream.get_provider(store.uri(""), **store.options, **slow) as p:
+            w = p.open_writer(store.key("a"))
+            await w.write(os.urandom(2 * CS))
+            while not cut.cut:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # the resend waits its backoff
+            aborted = True
+            await w.abort()
+
+    asyncio.run(run())
+    assert sets_after == []
+    store.faults.reset()
+    assert store.get("a") == old
+    _only_published_persist(store, "a")
+    assert len(_keys_of(store, "a")) == 1

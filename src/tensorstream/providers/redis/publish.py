@@ -272,7 +272,13 @@ class Publishing(Writer):
                 if pending is not None:  # the first attempt's error, waited on as its own
                     failed, pending = pending, None
                     raise failed
-                return await send()
+                if self._state == "aborted":  # during the wait: the abort cleans up next
+                    raise failed
+                try:
+                    return await send()
+                except BaseException as exc:
+                    failed = exc if isinstance(exc, TensorstreamError) else failed
+                    raise
         raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
 
     async def _persistent(self, keys: list[bytes]) -> bool:
