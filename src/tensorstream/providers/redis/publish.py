@@ -248,38 +248,20 @@ class Publishing(Writer):
 
     async def _resent(self, send: Callable[[], Awaitable[T]]) -> T:
         """``await send()``, sent again on a temporary error under the retry policy
-        (``retries`` attempts in all, the backoff ``backoff_initial``/``backoff_max``:
-        the loop reads run in), while this writer is not aborted (an abort waits for
-        what is in flight, then cleans up: nothing may be sent after it)."""
-        def resend(e: BaseException) -> bool:
-            return isinstance(e, TensorstreamError) and e.temporary and self._state != "aborted"
-
+        (:func:`~tensorstream.layers.resend.sent_again`, the loop every writer's
+        requests run in) while this writer is not aborted (an abort waits for what is
+        in flight, then cleans up: nothing may be sent after it)."""
         try:
             return await send()  # (nearly always at once: tenacity is imported only if not)
         except TensorstreamError as exc:
-            if not resend(exc):
+            if not (exc.temporary and self._state != "aborted"):
                 raise
-            pending: TensorstreamError | None = exc
-        from ...layers.retrying import retrying
+            first = exc
+        from ...layers.resend import sent_again
 
-        def again(state: Any) -> None:
-            log.debug("a write of %r: %s; sent again", self._path,
-                      state.outcome.exception() if state.outcome else None)
-
-        async for attempt in retrying(
-                self._p._config.retry, None, before_sleep=again, retry_if=resend):
-            with attempt:
-                if pending is not None:  # the first attempt's error, waited on as its own
-                    failed, pending = pending, None
-                    raise failed
-                if self._state == "aborted":  # during the wait: the abort cleans up next
-                    raise failed
-                try:
-                    return await send()
-                except BaseException as exc:
-                    failed = exc if isinstance(exc, TensorstreamError) else failed
-                    raise
-        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+        return await sent_again(self._p._config.retry, first, send,
+                                still_open=lambda: self._state != "aborted",
+                                what=f"a write of {self._path!r}")
 
     async def _persistent(self, keys: list[bytes]) -> bool:
         """Whether every chunk at ``keys``, whose ``PERSIST`` answered 0, is there without

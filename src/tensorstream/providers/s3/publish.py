@@ -27,9 +27,9 @@ from typing import Any
 
 from ...config import RetryConfig
 from ...errors import IntegrityError, TensorstreamError
+from ...layers.resend import sent_again
 from ..base import Writer
 from .etags import KMS_ENCRYPTION, etag_md5
-from .resend import sent_again
 
 __all__ = ["Publishing"]
 

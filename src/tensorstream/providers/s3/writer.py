@@ -47,6 +47,7 @@ from ...errors import (
     TensorstreamError,
     UnsupportedOperationError,
 )
+from ...layers.resend import sent_again
 from .aborts import abort_again, not_aborted
 from .etags import KMS_ENCRYPTION
 from .lost_upload import abort_lost_upload
@@ -61,7 +62,6 @@ from .parts import (
     streaming_part_size,
 )
 from .publish import Publishing
-from .resend import sent_again
 
 __all__ = ["KMS_ENCRYPTION", "MIN_PART_SIZE", "S3Writer"]
 
