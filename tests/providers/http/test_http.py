@@ -228,6 +228,17 @@ async def test_connection_refused_is_a_connection_error() -> None:
     with pytest.raises(errors.RetriesExhaustedError) as info:
         await tensorstream.stat(f"http://127.0.0.1:{port}/x", retries=2, backoff_initial=0.01)
     assert isinstance(info.value.last_error, ConnectionError)
+    # The error names where it tried (a port typo shows): it said "http stat /x: ...
+    # connection failed (ConnectionRefusedError: ...)", no host, no port.
+    assert f"cannot connect to 127.0.0.1:{port} (ConnectionRefusedError" in str(info.value)
+
+
+async def test_an_unknown_host_is_named_in_the_error() -> None:
+    with pytest.raises(errors.RetriesExhaustedError) as info:
+        await tensorstream.stat("http://no-such-host.invalid:8080/x", retries=2,
+                                backoff_initial=0.01)
+    assert isinstance(info.value.last_error, ConnectionError)
+    assert "cannot connect to no-such-host.invalid:8080 (gaierror" in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["modèle v2.bin", "日本語/model.bin", "two  spaces.bin"])

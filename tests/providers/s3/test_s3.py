@@ -154,8 +154,12 @@ async def test_readinto_rejects_wrong_etag(s3: MotoS3Server) -> None:
 async def test_missing_bucket_and_bad_paths(s3: MotoS3Server) -> None:
     with pytest.raises(FileNotFoundError):
         await tensorstream.stat("s3://no-such-bucket-here/x", **s3.options())
-    with pytest.raises(errors.InvalidURIError):
-        await tensorstream.stat(f"s3://{S3_BUCKET}", **s3.options())
+    # A bare bucket says what to add (it said only "S3 paths are bucket/key, got '...'").
+    for uri in (f"s3://{S3_BUCKET}", f"s3://{S3_BUCKET}/"):
+        with pytest.raises(errors.InvalidURIError,
+                           match=f"s3://{S3_BUCKET}/ is a bucket, not an object; add the "
+                                 rf"object's key \(tensorstream ls s3://{S3_BUCKET}/ lists"):
+            await tensorstream.stat(uri, **s3.options())
     # A listing or a write names the bucket that is missing (a HEAD's 404 cannot tell).
     async with tensorstream.get_provider("s3://no-such-bucket-here/", **s3.options()) as p:
         with pytest.raises(errors.NotFoundError, match="no such bucket 'no-such-bucket-here'"):
@@ -163,6 +167,24 @@ async def test_missing_bucket_and_bad_paths(s3: MotoS3Server) -> None:
     with pytest.raises(errors.NotFoundError, match="no such bucket 'no-such-bucket-here'"):
         with tensorstream.open("s3://no-such-bucket-here/k", "wb", **s3.options()) as w:
             w.write(b"x")
+
+
+async def test_an_endpoint_nobody_listens_on_is_named(s3: MotoS3Server) -> None:
+    """A port typo in the endpoint: the error says where it tried to connect (it said
+    "s3 stat b/k: ... connection failed (ConnectionRefusedError: ...)", no address)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    options = s3.options(s3_endpoint=f"http://127.0.0.1:{port}", retries=2,
+                         backoff_initial=0.01)
+    with pytest.raises(errors.RetriesExhaustedError,
+                       match=f"cannot connect to 127.0.0.1:{port} \\(ConnectionRefusedError"):
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", **options)
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/", **options) as p:
+        with pytest.raises(errors.RetriesExhaustedError, match=f"127.0.0.1:{port}"):
+            [i async for i in p.list(f"{S3_BUCKET}/x/")]
 
 
 async def test_unknown_checksum_mode_is_rejected(s3: MotoS3Server) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import socket
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,11 +18,13 @@ from yarl import URL
 from ...config import Timeouts
 from ...errors import (
     ConfigurationError,
+    ConnectionFailedError,
     ProtocolError,
     ServiceUnavailableError,
     StorageTimeoutError,
     TensorstreamError,
 )
+from ...uri_redaction import redact_text
 from ..base import Deadline, Pin, current_deadline
 from .connections import (
     Cancel,
@@ -153,6 +156,13 @@ def _exchange(pool: ConnectionPool, url: URL, method: str, headers: dict[str, st
                 timeout="connect", service=service, path=redact_path(path)) from exc
         except ProxyRefused as exc:
             raise exc.error(service=service, path=redact_path(path)) from None
+        except OSError as exc:
+            if isinstance(exc, ssl.SSLError):
+                raise  # mapped with its advice (plain text, an untrusted CA)
+            # Name the address: a port or host typo shows (the path alone does not).
+            raise ConnectionFailedError(
+                f"cannot connect to {pool.describe(key)} ({type(exc).__name__}: "
+                f"{redact_text(str(exc))})", service=service, path=redact_path(path)) from exc
         try:
             if cancel is not None:
                 cancel.attach(conn)

@@ -79,8 +79,12 @@ _CHECKSUM_MODES = ("when_supported", "when_required")
 
 def _split(path: str) -> tuple[str, str]:
     bucket, _, key = path.partition("/")
-    if not bucket or not key:
+    if not bucket:
         raise InvalidURIError(f"S3 paths are bucket/key, got {path!r}")
+    if not key:
+        raise InvalidURIError(
+            f"S3 paths are bucket/key, got {path!r}: s3://{bucket}/ is a bucket, not an "
+            f"object; add the object's key (tensorstream ls s3://{bucket}/ lists them)")
     if not key.isascii() and not is_utf8(key):  # a local file name in another encoding
         raise InvalidURIError(f"S3 keys are UTF-8, {key!r} is not (a file name in "
                               "another encoding?)")
