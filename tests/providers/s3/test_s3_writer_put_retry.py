@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,39 @@ def test_a_complete_that_keeps_failing_fails_after_the_budget_and_aborts(
     assert _completes(b, "big.bin") == [503] * RETRY["retries"]
     assert b.get("big.bin") == b"previous version"
     assert b.server.open_multipart_uploads(b.bucket, "big.bin") == []
+
+
+def _content_type(b: Any, key: str) -> str:
+    return str(b.server.client.head_object(Bucket=b.bucket, Key=key)["ContentType"])
+
+
+@pytest.mark.parametrize("size", [100_000, 11 << 20])
+def test_an_older_object_of_the_same_bytes_is_not_taken_for_this_write(
+        tensorstream_s3: Any, size: int) -> None:
+    """The key already held these very bytes (an earlier upload of the same file: the
+    same ETag, in one piece or in the same parts), written before this write began. A
+    503 to the PutObject (or the CompleteMultipartUpload), then the look: that older
+    object was taken for this write, which reported success without being sent again --
+    its Content-Type (and metadata, storage class, encryption) never applied, and a
+    multipart write's upload left open with all its parts. Now an object older than the
+    write is not its success: it is sent again, and nothing is left open."""
+    b = tensorstream_s3
+    data = os.urandom(size)
+    opts = {**b.options, **RETRY, "part_size": 5 << 20}
+    with tensorstream.open(b.uri("k.bin"), "wb", **opts) as w:
+        w.write(data)  # (the earlier upload, in the same parts)
+    assert _content_type(b, "k.bin") != "application/json"
+    time.sleep(3.1)  # (S3's Last-Modified is in whole seconds)
+    b.faults.raw.path_prefix = f"/{b.bucket}/k.bin"
+    if size > 5 << 20:
+        b.faults.raw.query = "uploadId"
+        b.faults.raw.status_script = [200, 200, 200, 503]  # three parts, then the complete
+    else:
+        b.faults.raw.status_script = [503]
+    with tensorstream.open(b.uri("k.bin"), "wb", content_type="application/json", **opts) as w:
+        w.write(data)
+    assert (_completes(b, "k.bin")[-2:] if size > 5 << 20 else _puts(b, "k.bin")[-2:]) == [
+        503, 200]
+    assert _content_type(b, "k.bin") == "application/json"
+    assert b.get("k.bin") == data
+    assert b.server.open_multipart_uploads(b.bucket, "k.bin") == []

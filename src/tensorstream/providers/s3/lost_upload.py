@@ -26,7 +26,7 @@ from typing import Any
 
 from ...errors import TensorstreamError
 
-__all__ = ["abort_lost_upload"]
+__all__ = ["abort_lost_upload", "clock_skew"]
 
 log = logging.getLogger("tensorstream.s3")
 
@@ -54,7 +54,7 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
                  "CreateMultipartUpload answer was lost is left", bucket, key, _PAGES)
         return None
     now = time.time()
-    skew = _skew(listing, now)
+    skew = clock_skew(listing, now)
     # (not up to now: an upload another writer started after the failure, while the
     # uploads were listed, say, is not the lost one)
     start, end = sent_at + skew - _SLACK, failed_at + skew + _SLACK
@@ -100,7 +100,7 @@ async def _uploads_of(call: Callable[..., Awaitable[Any]], bucket: str,
     return None, uploads
 
 
-def _skew(answer: dict[str, Any], now: float) -> float:
+def clock_skew(answer: dict[str, Any], now: float) -> float:
     """S3's clock minus ours, from an answer's ``Date`` (0 where it has none)."""
     headers = (answer.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
     try:

@@ -6,7 +6,8 @@ cancelled once sent -- S3 finishes a request it received even when the client ha
 up -- but runs to its answer as a task, which an abort waits for: if it published,
 the abort removes the object again. An answer lost (a timeout, a dropped connection)
 after S3 applied the request is looked at: the object holding the ETag this write
-makes is the success it was. A ``PutObject`` that failed with a temporary error is
+makes, and written since this write began (an older object of the same bytes is
+another upload's), is the success it was. A ``PutObject`` that failed with a temporary error is
 sent again under the retry policy (:mod:`.resend`), each time after that look: an
 attempt applied is not sent again. The ETag S3 answers is compared with the MD5s
 taken of the source's bytes where it is one (:mod:`.etags`).
@@ -20,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,10 +33,15 @@ from ...errors import IntegrityError, TensorstreamError
 from ...layers.resend import sent_again
 from ..base import Writer
 from .etags import KMS_ENCRYPTION, etag_md5
+from .lost_upload import clock_skew
 
 __all__ = ["Publishing"]
 
 log = logging.getLogger("tensorstream.s3")
+
+#: Seconds of slack when an object's ``Last-Modified`` is compared with the time this
+#: write began: S3's dates are whole seconds, and its hosts' clocks may differ a little.
+_SLACK = 2.0
 
 
 class Publishing(Writer):
@@ -55,6 +63,8 @@ class Publishing(Writer):
     _publish_job: asyncio.Future[dict[str, Any]] | None
     #: The retry policy a PutObject (and an UploadPart) is sent again under (None: once).
     _retry: RetryConfig | None
+    #: When the CreateMultipartUpload was sent (``time.time()``; 0: not yet).
+    _create_sent: float
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -73,13 +83,14 @@ class Publishing(Writer):
             {"ContentMD5": base64.b64encode(md5).decode()} if md5 is not None else {})
         kwargs.update(self._metadata)
         want = (md5 if md5 is not None else hashlib.md5(body).digest()).hex()
+        since = time.time()
 
         async def once() -> dict[str, Any]:
             return await self._publish("put_object", Bucket=self._bucket, Key=self._key,
                                        Body=body, **kwargs)
 
         async def again() -> dict[str, Any]:
-            held = await self._holding(want, None)
+            held = await self._holding(want, None, since)
             if held is not None:
                 log.info("PutObject of %s/%s failed, but the object holds this write (ETag "
                          "%s): it was applied", self._bucket, self._key, held["ETag"])
@@ -98,7 +109,7 @@ class Publishing(Writer):
                                         what=f"PutObject of {self._bucket}/{self._key}")
             except TensorstreamError as exc:
                 error = exc
-        return await self._published_anyway(error, "PutObject", want, None)
+        return await self._published_anyway(error, "PutObject", want, None, since)
 
     async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """``CompleteMultipartUpload``, sent again on a temporary error as the
@@ -112,6 +123,7 @@ class Publishing(Writer):
         part's ETag is no MD5 (SSE-KMS) the object cannot tell: it is sent again
         without a look (a complete applied already answers ``NoSuchUpload``)."""
         digests = [etag_md5(part["ETag"]) for part in parts]
+        since = self._create_sent  # (S3 dates such an object from its upload's start or end)
         want = None if any(d is None or d[1] is not None for d in digests) else (
             hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest())
 
@@ -122,7 +134,7 @@ class Publishing(Writer):
             )
 
         async def again() -> dict[str, Any]:
-            held = None if want is None else await self._holding(want, len(parts))
+            held = None if want is None else await self._holding(want, len(parts), since)
             return held if held is not None else await once()
 
         try:
@@ -139,29 +151,34 @@ class Publishing(Writer):
                 error = exc
         if want is None:
             raise error
-        return await self._published_anyway(error, "CompleteMultipartUpload", want, len(parts))
+        return await self._published_anyway(error, "CompleteMultipartUpload", want, len(parts),
+                                             since)
 
     async def _published_anyway(self, exc: TensorstreamError, op: str, want: str,
-                                count: int | None) -> dict[str, Any]:
+                                count: int | None, since: float) -> dict[str, Any]:
         """``op`` failed with ``exc``: the object's ETag as its answer if it is
-        the one this write makes (``want``, ``-count``), else ``exc`` raised."""
+        the one this write makes (``want``, ``-count``, written since ``since``), else
+        ``exc`` raised."""
         if self._state != "open":
             raise exc
-        held = await self._holding(want, count)
+        held = await self._holding(want, count, since)
         if held is None:
             raise exc
         log.info("%s of %s/%s failed (%s), but the object holds this write (ETag %s): it "
                  "was applied", op, self._bucket, self._key, type(exc).__name__, held["ETag"])
         return held
 
-    async def _holding(self, want: str, count: int | None) -> dict[str, Any] | None:
-        """``{"ETag": ...}`` if the object's ETag (``HEAD``) is the one this write
-        makes (``want``, ``-count``), else None (also when it cannot be looked at)."""
+    async def _holding(self, want: str, count: int | None,
+                       since: float) -> dict[str, Any] | None:
+        """``{"ETag": ...}`` if the object (``HEAD``) is this write's: the ETag it
+        makes (``want``, ``-count``), written since ``since`` (``time.time()``, when
+        the write began); else None (also when it cannot be looked at)."""
         try:
-            etag = (await self._call("head_object", Bucket=self._bucket, Key=self._key)).get("ETag")
+            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
         except TensorstreamError:
             return None  # (the write's own error is the one to report)
-        if etag is None or etag_md5(etag) != (want, count):
+        etag = head.get("ETag")
+        if etag is None or etag_md5(etag) != (want, count) or not _written_since(head, since):
             return None
         return {"ETag": str(etag)}
 
@@ -234,8 +251,9 @@ class Publishing(Writer):
         want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
         try:
             head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
-            if etag_md5(head.get("ETag")) != (want, len(parts)):
-                return
+            if (etag_md5(head.get("ETag")) != (want, len(parts))
+                    or not _written_since(head, self._create_sent)):
+                return  # (not this upload: an older object of the same bytes stays)
             await self._call("delete_object", Bucket=self._bucket, Key=self._key)
         except TensorstreamError as exc:
             log.warning("%s/%s may hold the upload of a write that failed (its complete was "
@@ -243,3 +261,15 @@ class Publishing(Writer):
             return
         log.warning("%s/%s: the upload of a write that failed was completed late (its answer "
                     "was lost); removed again", self._bucket, self._key)
+
+
+def _written_since(head: dict[str, Any], since: float) -> bool:
+    """Whether the object ``head`` describes was written at ``since`` (``time.time()``)
+    or later, on S3's clock (its answer's ``Date``). The same bytes stored before this
+    write began (an earlier upload of the same file) have its ETag too, but are not its
+    success: taking them for it left this write's metadata, storage class and
+    encryption unapplied, and its multipart upload open. No date: not known to be."""
+    modified = head.get("LastModified")
+    if not isinstance(modified, datetime.datetime) or modified.tzinfo is None:
+        return False
+    return modified.timestamp() >= since + clock_skew(head, time.time()) - _SLACK
