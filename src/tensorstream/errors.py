@@ -147,12 +147,16 @@ class ConfigurationError(TensorstreamError, ValueError):
 
 
 class MissingCredentialsError(ConfigurationError):
-    """No credentials were found; ``looked_in`` lists every place searched."""
+    """No credentials were found; ``looked_in`` lists every place searched, ``advice``
+    (after it) what to set."""
 
-    def __init__(self, message: str, *, looked_in: list[str] | None = None, **context: str) -> None:
+    def __init__(self, message: str, *, looked_in: list[str] | None = None,
+                 advice: str | None = None, **context: str) -> None:
         self.looked_in = list(looked_in or [])
         if self.looked_in:
             message = f"{message} (looked in: {', '.join(self.looked_in)})"
+        if advice:
+            message = f"{message}; {advice}"
         super().__init__(message, **context)
 
 

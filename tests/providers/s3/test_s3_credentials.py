@@ -366,6 +366,10 @@ async def test_missing_credentials_list_every_place_and_no_secret(
                   str(sources.aws_credentials), str(sources.aws_config), "instance metadata"):
         assert place in message
     assert BAD_SECRET not in message
+    # ... and what to do (it stopped at the list of places).
+    assert message.endswith("instance metadata)); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                            "(or a profile in ~/.aws), or anonymous=True (tensorstream: "
+                            "--no-sign-request) for a public bucket")
     report = tensorstream.describe_credentials(f"s3://{S3_BUCKET}/x")
     assert report.looked_in and report.source_of("access_key_id") is None
 

@@ -45,6 +45,7 @@ from .endpoint import (
 )
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT
 from .profile import (
+    NO_CREDENTIALS_ADVICE,
     aws_file,
     ignore_configured_endpoints,
     read_profile_config,
@@ -323,7 +324,8 @@ def no_credentials_error(creds: S3Credentials) -> TensorstreamError:
     half = half_pair_in_aws_files(creds.profile.value if creds.profile else None)
     if half is not None:
         return half
-    return MissingCredentialsError("no S3 credentials found", looked_in=list(creds.looked_in))
+    return MissingCredentialsError("no S3 credentials found", looked_in=list(creds.looked_in),
+                                   advice=NO_CREDENTIALS_ADVICE)
 
 
 def _no_endpoint_source(creds: S3Credentials) -> str:

@@ -31,7 +31,7 @@ from ...uri import redact, redact_text
 from .._http.proxies import refusal_hint, tunnel_refusal
 from .._http.status_errors import plain_text_answer
 from .error_codes import ErrorContext, WrongRegionError, map_client_error, map_s3_http_error
-from .profile import config_profile_name
+from .profile import NO_CREDENTIALS_ADVICE, config_profile_name
 
 __all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
            "map_session_error"]
@@ -58,7 +58,7 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
             f"{exc.kwargs.get('cred_var')} is missing; set both, or neither"
         )
     if isinstance(exc, bce.NoCredentialsError):
-        return MissingCredentialsError("no S3 credentials found")
+        return MissingCredentialsError("no S3 credentials found", advice=NO_CREDENTIALS_ADVICE)
     if isinstance(exc, bce.ProfileNotFound):
         return ConfigurationError(f"AWS profile not found: {exc.kwargs.get('profile')!r}")
     if isinstance(exc, (bce.SSLError, *aio.ssl)) and plain_text_answer(exc):

@@ -21,11 +21,15 @@ from typing import Any
 from ...credentials.base import Sourced
 from ...errors import ConfigurationError
 
-__all__ = ["ProfileConfig", "aws_file", "aws_files", "config_file", "config_profile_name",
-           "ignore_configured_endpoints", "profile_setting_file", "read_profile_config"]
+__all__ = ["NO_CREDENTIALS_ADVICE", "ProfileConfig", "aws_file", "aws_files", "config_file",
+           "config_profile_name", "ignore_configured_endpoints", "profile_setting_file",
+           "read_profile_config"]
 
 ADDRESSING_STYLES = ("path", "virtual", "auto")
 IGNORE_VARIABLE = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
+#: What to do when no key pair is found anywhere (said after the places searched).
+NO_CREDENTIALS_ADVICE = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile in ~/.aws), "
+                         "or anonymous=True (tensorstream: --no-sign-request) for a public bucket")
 
 
 def config_file(env: Mapping[str, str]) -> str:
