@@ -169,6 +169,26 @@ async def test_missing_bucket_and_bad_paths(s3: MotoS3Server) -> None:
             w.write(b"x")
 
 
+async def test_a_prefix_given_for_an_object_says_to_name_the_file(s3: MotoS3Server) -> None:
+    """``deserialize("s3://b/llama/")`` (a folder, not the file) said only "no such object
+    (404)"; a key ending in '/' that is no object says it is a prefix."""
+    prefix = _key("folder")
+    s3.put(S3_BUCKET, f"{prefix}/model.tensors", b"x")
+    with pytest.raises(errors.NotFoundError,
+                       match=rf"no such object \(404\); a key ending in '/' names a prefix, "
+                             rf"not an object: add the file's name \(tensorstream ls "
+                             rf"s3://{S3_BUCKET}/{prefix}/ lists them\)"):
+        await tensorstream.stat(f"s3://{S3_BUCKET}/{prefix}/", **s3.options())
+    # Neighbours: a missing key without the '/' says nothing of prefixes; a folder
+    # marker object ("dir/", as the S3 console makes) is an object like any other.
+    with pytest.raises(errors.NotFoundError) as info:
+        await tensorstream.stat(f"s3://{S3_BUCKET}/{prefix}/nope", **s3.options())
+    assert "prefix" not in str(info.value)
+    s3.put(S3_BUCKET, f"{prefix}/marker/", b"")
+    info_ = await tensorstream.stat(f"s3://{S3_BUCKET}/{prefix}/marker/", **s3.options())
+    assert info_.size == 0
+
+
 async def test_an_endpoint_nobody_listens_on_is_named(s3: MotoS3Server) -> None:
     """A port typo in the endpoint: the error says where it tried to connect (it said
     "s3 stat b/k: ... connection failed (ConnectionRefusedError: ...)", no address)."""

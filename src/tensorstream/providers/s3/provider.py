@@ -42,10 +42,11 @@ from ...errors import (
     InsecureTLSWarning,
     InvalidRangeError,
     InvalidURIError,
+    NotFoundError,
     ProtocolError,
     TensorstreamError,
 )
-from ...uri import is_utf8, redact
+from ...uri import is_utf8, redact, redact_text
 from .._http.exchange import read_error_body
 from .._http.headers import exception_error, parse_decimal, parse_http_date
 from .._http.proxies import ProxySettings, resolve_proxies
@@ -197,6 +198,12 @@ class S3Provider(S3Clients, Provider):
             if answer.status == 400 and not answer.body and not isinstance(err,
                                                                           WrongRegionError):
                 err = self._reason_for_400(client, pool, url, path, cancel) or err
+            if answer.status == 404 and key.endswith("/") and isinstance(err, NotFoundError):
+                # A folder given where a file is loaded (deserialize("s3://b/llama/")).
+                err.message += (f"; a key ending in '/' names a prefix, not an object: add the "
+                                f"file's name (tensorstream ls {redact_text('s3://' + path)} "
+                                "lists them)")
+                err.args = (err.message,)
             raise err
         return _head_info(path, answer)
 
