@@ -223,7 +223,8 @@ def test_encryption_from_config_uses_stream_options(tmp_path: Path) -> None:
     {"tensorizer_dir": "s3://b/d", "s3_endpoint": "http://u:canary-pw@h"},
     {"tensorizer_dir": "s3://b/d", "deserialization_kwargs": {"encryption": b"canary-key" * 4}},
     {"tensorizer_dir": "s3://b/d", "serialization_kwargs": {"encryption": b"canary-key" * 4}},
-    {"tensorizer_dir": "s3://b/d", "deserialization_kwargs": {"passphrase": "canary-pass"}},
+    {"tensorizer_dir": "s3://b/d",
+     "deserialization_kwargs": {"s3_secret_access_key": "canary-pass"}},
     {"tensorizer_dir": "https://h/d", "stream_kwargs": {"headers": {"X-Api-Key": "canary-k"}}},
     {"tensorizer_dir": "https://h/d",
      "stream_kwargs": {"headers": {"Authorization": "Bearer canary-t"}}},
@@ -400,3 +401,63 @@ def test_no_rank_under_a_launcher_or_with_a_world_size_is_refused(
     with pytest.raises(errors.ConfigurationError, match="no rank: world_size is 4"):
         shard_uri(template, world_size=4)
     assert shard_uri(template, world_size=1) == str(tmp_path / "m-000.tensors")
+
+
+def test_a_misspelt_key_is_refused_when_the_config_is_made_naming_it() -> None:
+    """A misspelt key of a vLLM config (``model_loader_extra_config``) was taken: in
+    ``stream_kwargs``/``deserialization_kwargs`` it failed at the first load, in
+    ``serialization_kwargs`` at the first save, and until then the config's repr showed
+    its value (``serialization_kwargs={'encrypton': b'<the key>'}``). A misspelt field was
+    Python's bare TypeError. Each is refused when the config is made, named (with the
+    name meant), its value never shown."""
+    key = b"K3y!" * 8
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"stream_kwargs": {"s3_secret_acess_key": "SECRETCANARY"}},
+         "stream_kwargs: unknown option s3_secret_acess_key "
+         r"\(did you mean s3_secret_access_key\?\)"),
+        ({"deserialization_kwargs": {"verfy_hash": True}},
+         r"deserialization_kwargs: unknown argument verfy_hash \(did you mean verify_hash\?\)"),
+        ({"serialization_kwargs": {"encrypton": key}},
+         r"serialization_kwargs: unknown argument encrypton \(did you mean encryption\?\)"),
+        ({"deserialization_kwargs": {"encrypton": key}},
+         r"deserialization_kwargs: unknown argument encrypton \(did you mean encryption\?\)"),
+        ({"stream_kwargs": {"not_an_option": "SECRETCANARY"}},
+         "stream_kwargs: unknown option not_an_option; it takes .*s3_endpoint"),
+        ({"s3_secret_acess_key": "SECRETCANARY"},
+         r"unknown field s3_secret_acess_key \(did you mean s3_secret_access_key\?\) "
+         "for TensorizerConfig; it takes .*tensorizer_uri"),
+    ]
+    for extra, told in cases:
+        with pytest.raises(errors.ConfigurationError, match=told) as info:
+            TensorizerConfig(tensorizer_uri="s3://b/m.tensors", **extra)
+        shown = str(info.value) + repr(info.value)
+        assert "SECRETCANARY" not in shown and "K3y!" not in shown, shown
+    with pytest.raises(TypeError, match="unknown field dtype"):  # Python's kind, as before
+        TensorizerConfig(tensorizer_uri="s3://b/m.tensors", dtype="float16")  # type: ignore[call-arg]
+
+
+def test_every_key_a_load_or_save_takes_is_still_taken(tmp_path: Path) -> None:
+    """The neighbours: each kwargs takes its call's arguments, the options of any
+    service (one config serves an S3 key file beside a local model) and tensorizer's
+    no-op arguments; a config made from a dict of every field still loads."""
+    uri = str(tmp_path / "m.tensors")
+    serialize({"w": torch.arange(4.0)}, uri)
+    cfg = TensorizerConfig(**{
+        "tensorizer_uri": uri, "num_readers": 1, "verify_hash": True,
+        "stream_kwargs": {"timeout_idle": 9, "s3_region": "eu-west-1", "redis_db": 0,
+                          "sequential": False},
+        "deserialization_kwargs": {"lazy_load": True, "dtype": "float64", "device": "cpu",
+                                   "plaid_mode": True, "strict": True, "filter_func": None},
+        "serialization_kwargs": {"include_non_persistent_buffers": True,
+                                 "limit_cpu_concurrency": 2, "part_size": "8MiB"},
+    })
+    with cfg.deserialize() as sd:
+        assert torch.equal(sd["w"], torch.arange(4.0, dtype=torch.float64))
+    assert cfg.serialize({"w": torch.ones(2)}) == uri
+    # open_stream's sequential (an argument of tensorstream.open) is left to it; given
+    # to deserialize itself it is named (both were a bare TypeError, "multiple values")
+    with cfg.open_stream() as f:
+        assert f.size == (tmp_path / "m.tensors").stat().st_size
+    with pytest.raises(errors.ConfigurationError, match="sequential is an argument of "
+                                                        r"tensorstream\.open"):
+        tensorstream.deserialize(uri, "cpu", sequential=True)

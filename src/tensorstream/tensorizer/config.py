@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..config import _text, validate_options
+from ..config import COMMON_OPTIONS, VALIDATORS, _text, option_hint, validate_options
 from ..credentials.base import mask
 from ..errors import ConfigurationError
 from ..uri import redact
@@ -31,7 +31,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..file import StreamReader, StreamWriter
     from .load import ModuleLoadResult
 
-__all__ = ["TensorizerConfig"]
+__all__ = ["TensorizerConfig", "UnknownFieldError"]
+
+
+class UnknownFieldError(ConfigurationError, TypeError):
+    """A ``TensorizerConfig`` field that does not exist (a misspelt key of a config
+    dict): a ``ConfigurationError`` naming it, and the ``TypeError`` Python raises for
+    an unexpected keyword argument."""
 
 #: Field -> environment variable consulted when the field is unset (vLLM's names).
 ENV_FALLBACKS = {
@@ -88,6 +94,18 @@ class TensorizerConfig:
     deserialization_kwargs: dict[str, Any] | None = None
     serialization_kwargs: dict[str, Any] | None = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> TensorizerConfig:
+        # A misspelt field of a config dict (vLLM's model_loader_extra_config) was
+        # Python's bare "unexpected keyword argument"; named here with the field meant.
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - fields)
+        if unknown:
+            name = unknown[0]
+            raise UnknownFieldError(
+                f"unknown field {name[:60]}{option_hint(name, fields)} for TensorizerConfig; "
+                f"it takes {', '.join(f.name for f in dataclasses.fields(cls))}")
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         # Checked here, where the config is made, not at the first load: an int URI was a
         # bare TypeError, a pathlib.Path tensorizer_dir an AttributeError, and a non-string
@@ -113,6 +131,8 @@ class TensorizerConfig:
                 raise ConfigurationError(
                     f"{name} must be a mapping of option name to value, got "
                     f"{type(value).__name__}")
+        _refuse_unknown_keys(self.stream_kwargs, self.deserialization_kwargs,
+                             self.serialization_kwargs)
         if self.tensorizer_uri:
             derived = self.tensorizer_uri.rsplit("/", 1)[0] if "/" in self.tensorizer_uri else ""
             if self.tensorizer_dir and self.tensorizer_dir.rstrip("/") != derived.rstrip("/"):
@@ -256,6 +276,14 @@ class TensorizerConfig:
             opts.setdefault(name, value)
         return opts
 
+    def _load_options(self) -> dict[str, Any]:
+        """:meth:`stream_options` for a load or a save, less ``sequential``: an argument
+        of :meth:`open_stream` (``tensorstream.open``); a load chooses its reads itself
+        (it was a bare TypeError there, "got multiple values for keyword argument")."""
+        opts = self.stream_options()
+        opts.pop("sequential", None)
+        return opts
+
     def deserializer_options(self) -> dict[str, Any]:
         """Keyword arguments for :func:`tensorstream.deserialize` (options excluded)."""
         kw: dict[str, Any] = {}
@@ -302,8 +330,10 @@ class TensorizerConfig:
 
         # one dict, the call's overrides last: an option given here and in stream_kwargs
         # was a TypeError ("got multiple values for keyword argument")
-        kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
+        kw = {**self._load_options(), **self.deserializer_options(), **overrides}
         device = _device(device, kw)
+        if "strict" not in overrides:  # load_into_module's, in the kwargs both share
+            kw.pop("strict", None)
         # deserialize() fills the rank template: with group= an untemplated URI is one file
         # for the group (uri_for() refused it: "world size is 2 but ... no rank template")
         return deserialize(self._uri(), device, rank=rank, world_size=world_size, **kw)
@@ -320,7 +350,7 @@ class TensorizerConfig:
         """:func:`tensorstream.load_into_module` with these settings."""
         from .load import load_into_module
 
-        kw = {**self.stream_options(), **self.deserializer_options(), **overrides}
+        kw = {**self._load_options(), **self.deserializer_options(), **overrides}
         device = _device(device, kw)
         return load_into_module(module, self._uri(), device, rank=rank, world_size=world_size,
                                 **kw)
@@ -331,7 +361,7 @@ class TensorizerConfig:
         """:func:`tensorstream.serialize` ``obj`` to this rank's URI; returns the URI."""
         from .load import serialize
 
-        kw = {**self.stream_options(), **self.serializer_options()}
+        kw = {**self._load_options(), **self.serializer_options()}
         return serialize(obj, self.uri_for(rank, world_size), **kw)
 
     # -- command line ------------------------------------------------------------
@@ -379,6 +409,41 @@ def _path_or_uri(name: str, value: Any) -> str | None:
         raise ConfigurationError(
             f"{name} must be a URI or a path (str or os.PathLike), got {type(value).__name__}")
     return _text(name, value)
+
+
+def _refuse_unknown_keys(stream: Mapping[str, Any] | None,
+                         deserialization: Mapping[str, Any] | None,
+                         serialization: Mapping[str, Any] | None) -> None:
+    """A key of a ``*_kwargs`` that neither its call nor any service takes: named, with the
+    name meant, when the config is made. It failed only at the first load or save, and
+    until then the repr showed its value (``{'encrypton': b'<the key>'}``). Names only:
+    a value may be a secret."""
+    import inspect
+
+    from ..api import open as ts_open
+    from ..providers.registry import known_option_names, unknown_option_names
+    from .arguments import TENSORIZER_NO_OPS
+    from .load import deserialize, load_into_module, serialize
+
+    def own(*fronts: Any) -> set[str]:
+        return {n for front in fronts for n, p in inspect.signature(front).parameters.items()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    loads = own(deserialize, load_into_module) | set(TENSORIZER_NO_OPS) | {"device"}
+    for field, given, takes, what in (
+            ("stream_kwargs", stream, own(ts_open), "option"),
+            ("deserialization_kwargs", deserialization, loads, "argument"),
+            ("serialization_kwargs", serialization, own(serialize), "argument")):
+        left = {str(k) for k in (given or {})} - takes - COMMON_OPTIONS - VALIDATORS.keys()
+        unknown = sorted(unknown_option_names(left)) if left else []
+        if unknown:
+            name = unknown[0]
+            options = known_option_names() | COMMON_OPTIONS
+            listed = (", ".join(sorted(takes | options)) if what == "option" else
+                      f"{', '.join(sorted(takes))} and the options of tensorstream.open")
+            raise ConfigurationError(
+                f"{field}: unknown {what} {name[:60]}{option_hint(name, takes | options)}; "
+                f"it takes {listed}")
 
 
 def _device(device: Any, kw: dict[str, Any]) -> Any:

@@ -136,6 +136,11 @@ def deserialize(
     started = time.perf_counter()
     for name in TENSORIZER_NO_OPS:
         options.pop(name, None)
+    if "sequential" in options:  # was a bare TypeError: "got multiple values for keyword"
+        raise ConfigurationError(
+            "sequential is an argument of tensorstream.open, not of deserialize, which "
+            "chooses its reads itself (one stream for a whole load; ranges with lazy_load "
+            "or filter_func): leave it out")
     refuse_misspelt_arguments(options, deserialize)
     checked = validate_options({"num_readers": num_readers, "verify_hash": verify_hash,
                                 "lazy_load": lazy_load, "max_tensor_bytes": max_tensor_bytes})
