@@ -71,7 +71,7 @@ class _CutOnce:
         self.store.faults.drop_after(0, times=1)  # the next answer down: this one's
 
 
-#: What each step's burst holds (a publish sent again: ``unpack(ARGV, 2)``).
+#: What each step's burst holds.
 _STEPS = {"chunks": b"\r\nSET\r\n", "persist": b"PERSIST", "publish": b"unpack(ARGV"}
 
 
@@ -255,3 +255,32 @@ def test_an_abort_during_the_wait_before_a_resend_sends_nothing_more(
     assert store.get("a") == old
     _only_published_persist(store, "a")
     assert len(_keys_of(store, "a")) == 1
+
+
+def test_a_publish_over_another_writers_newer_object_whose_answer_was_lost_leaves_nothing(
+        tensorstream_redis: RedisBackend) -> None:
+    """Another writer published between this write's PERSIST (which saw the old
+    object) and its publish, which then ran over it and lost its answer. The look found
+    this write's manifest, and the write dropped the generation its PERSIST had seen
+    (already gone) -- not the one it replaced: the other writer's chunks, persistent,
+    stayed for ever with no manifest naming them. Now the publish goes only over the
+    manifest the PERSIST saw, even the first time: the other writer's object stays, as
+    when this write happened first, and no chunk is left but the published ones."""
+    store = tensorstream_redis
+    old, new, other = os.urandom(2 * CS), os.urandom(3 * CS), os.urandom(4 * CS)
+    _write(store, "n", old)
+    publish = _CutOnce(store, _STEPS["publish"], "answered")
+
+    async def hook(data: bytes) -> None:
+        if _STEPS["publish"] in data and not publish.cut:
+            store.put("n", other, chunk_size=CS)  # (its own connection, past the proxy)
+        await publish(data)
+
+    store.faults.raw.on_client_data = hook
+    _write(store, "n", new)
+    assert publish.cut == 1
+    store.faults.reset()
+    _only_published_persist(store, "n")
+    assert store.get("n") == other
+    left = _keys_of(store, "n")
+    assert len(left) == 4 and all(t == -1 for t in left.values()), left

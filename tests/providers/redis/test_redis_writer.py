@@ -50,7 +50,7 @@ class _Hold:
     async def __call__(self, data: bytes) -> None:
         m = _COMMAND.match(data)
         name = m.group(1).decode().upper() if m else "..."
-        if b"unpack(ARGV)" in data:  # the writer's publish script
+        if b"unpack(ARGV, 2)" in data:  # the writer's publish script
             name = "PUBLISH"
         if self.held.is_set() and not self._done and name not in self.ignored:
             self._other = True
@@ -180,7 +180,7 @@ def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_abort(
     are its chunks, which nothing refers to."""
     key = f"wr-{secrets.token_hex(4)}/m"
     _first_version(redis_server, key)
-    hold = _Hold(lambda d: b"unpack(ARGV)" in d)
+    hold = _Hold(lambda d: b"unpack(ARGV, 2)" in d)
     _abort_during_commit(proxy, key, hold, stop_commit=True)
     after = [s for s in _after_hold(hold.seen) if s not in hold.ignored]
     assert after[:2] == ["held PUBLISH", "released"], hold.seen
@@ -282,7 +282,7 @@ def test_a_publish_whose_answer_was_lost_is_the_success_it_was(
     writer's, so the write succeeded, and the previous generation is dropped."""
     key = f"wr-{secrets.token_hex(4)}/m"
     _first_version(redis_server, key)
-    proxy.faults.on_client_data = _LoseAnswer(proxy, lambda d: b"unpack(ARGV)" in d)
+    proxy.faults.on_client_data = _LoseAnswer(proxy, lambda d: b"unpack(ARGV, 2)" in d)
     data = os.urandom(5 * CS)
     with tensorstream.open(f"redis://127.0.0.1:{proxy.port}/{key}", "wb",
                            redis_chunk_size=CS) as f:
@@ -349,7 +349,7 @@ def test_a_failed_commit_removes_its_persistent_chunks_when_a_connection_drops_f
     dropped: list[str] = []
 
     async def drop(data: bytes) -> None:
-        if "publish" not in dropped and b"unpack(ARGV)" in data:
+        if "publish" not in dropped and b"unpack(ARGV, 2)" in data:
             dropped.append("publish")
             raise ConnectionResetError("the link dropped")
         if "publish" in dropped and "delete" not in dropped and _is_delete(data):

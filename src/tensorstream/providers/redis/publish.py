@@ -8,8 +8,9 @@ cluster too) and returns the previous generation. A publish whose answer is
 lost may have run: the manifest is looked at, and if it holds this
 generation the write succeeded (the previous one is known from a look taken
 with the ``PERSIST``); if not, it is sent again (:meth:`Publishing._resent`: the
-retry policy, as for every step of a write), only over that manifest
-(:data:`_PUBLISH_OVER`). The previous generation's chunks are then deleted. A
+retry policy, as for every step of a write). Every attempt goes only over that
+manifest (:data:`_PUBLISH_OVER`): another writer's published since is left, as if
+this write had come first. The previous generation's chunks are then deleted. A
 publish that raced an abort is removed again (:meth:`Publishing._unpublish`),
 only while the manifest is still this writer's generation
 (:data:`DELETE_IF_GENERATION`).
@@ -45,20 +46,9 @@ T = TypeVar("T")
 #: pipeline of every chunk held all their commands and replies at once.
 COMMIT_BATCH = 8192
 
-# Replace the manifest at KEYS[1] with the hash ARGV (field, value, ...);
-# return the previous generation, size, chunk size and format (or nil).
-_PUBLISH = """
-local old = false
-if redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
-  old = redis.call('HMGET', KEYS[1], 'generation', 'size', 'chunk_size', 'tensorstream')
-end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV))
-return old
-"""
-
-#: :data:`_PUBLISH` only while the manifest's generation is ``ARGV[1]`` ("": none); else
-#: ``{generation}``, the one there: a publish sent again after a lost answer.
+#: Replace the manifest at ``KEYS[1]`` with the hash ``ARGV[2:]`` (field, value, ...)
+#: only while its generation is ``ARGV[1]`` ("": none), and return the previous
+#: generation, size, chunk size and format (or nil); else ``{generation}``, the one there.
 _PUBLISH_OVER = """
 local now = ''
 if redis.call('TYPE', KEYS[1])['ok'] == 'hash' then
@@ -197,19 +187,18 @@ class Publishing(Writer):
 
         expected = (self._replacing[0] if self._replacing and self._replacing[0] is not None
                     else b"")
-        tries = 0
 
         async def publish() -> Any:
-            # Sent again, only over the manifest the PERSIST saw: another writer's,
-            # published meanwhile, may have deleted this generation's chunks (ours
-            # was the one it replaced) and must not be replaced by a manifest of them.
-            if tries == 1:
-                return await self._p.client().eval(_PUBLISH, 1, key, *args)
+            # Only over the manifest the PERSIST saw, the first time too. Sent again:
+            # another writer's, published meanwhile, may have deleted this generation's
+            # chunks (ours was the one it replaced) and must not be replaced by a
+            # manifest of them. The first time: one published since the look would be
+            # replaced unseen if the answer were lost (the look then finds ours, and
+            # only the generation the PERSIST saw is dropped: its chunks stayed for
+            # ever); this write then happened first, and was replaced.
             return await self._p.client().eval(_PUBLISH_OVER, 1, key, expected, *args)
 
         async def attempt() -> Any:
-            nonlocal tries
-            tries += 1
             try:
                 old = await self._p._guard(publish)
             except TensorstreamError as exc:
@@ -223,7 +212,7 @@ class Publishing(Writer):
                 log.info("the publish of %r lost its answer (%s) but was applied",
                          self._path, type(exc).__name__)
                 return self._replacing
-            if isinstance(old, list) and len(old) == 1:  # a resend refused: see _PUBLISH_OVER
+            if isinstance(old, list) and len(old) == 1:  # refused: see _PUBLISH_OVER
                 if old[0] != self._gen.encode():
                     await self._replaced_meanwhile(old[0])
                 # ours (an attempt whose looks failed was applied) or another writer's over
