@@ -1,7 +1,7 @@
-"""What ``cp``/``sync`` stores with each S3 object it writes: the source's Content-Type
-and user metadata from S3, a Content-Type guessed from the name otherwise, the caller's
-fields over both (:mod:`tensorstream.providers.s3.metadata`, as ``aws s3 cp``). The
-streamed copy (:mod:`.remote`) and the server-side one (:mod:`.server_side`) store the
+"""What ``cp``/``sync`` stores with each S3 object it writes: the source's Content-Type,
+user metadata and tags from S3, a Content-Type guessed from the name otherwise, the
+caller's fields over both (:mod:`tensorstream.providers.s3.metadata`, as ``aws s3 cp``).
+The streamed copy (:mod:`.remote`) and the server-side one (:mod:`.server_side`) store the
 same."""
 
 from __future__ import annotations
@@ -54,7 +54,21 @@ async def writer_options(c: _Copier, job: Job) -> dict[str, Any]:
         source = job.info.extra.get("s3_metadata")
         if source is None:
             source = (await job.src.stat(job.src_path)).extra.get("s3_metadata") or {}
-    return {"metadata": options.for_object(job.src_path, source)}
+    fields = options.for_object(job.src_path, source)
+    if source is not None and job.dst_uri.scheme == "s3":
+        fields.update(await _source_tags(job))
+    return {"metadata": fields}
+
+
+async def _source_tags(job: Job) -> dict[str, Any]:
+    """The S3 source's tags for its streamed copy (``Tagging``), as one ``CopyObject``
+    keeps them: read with the source's key pair; refused where they cannot be read."""
+    from ..providers.s3.provider import S3Provider
+    from ..providers.s3.server_copy_calls import Calls, source_tags
+
+    if not isinstance(getattr(job.src, "inner", None), S3Provider):
+        return {}
+    return await source_tags(Calls(job.src), job.src_path, nothing="nothing was copied")
 
 
 def stream_writer_options(options: MetadataOptions | None, scheme: str) -> dict[str, Any]:

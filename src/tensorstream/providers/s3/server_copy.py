@@ -22,7 +22,9 @@ tensorstream's copies make:
   that fails its comparison is deleted again (as the streamed writer does).
 * **Metadata** as ``aws s3 cp``: ``CopyObject`` copies it (``MetadataDirective`` COPY); a
   multipart copy sends the source's Content-Type, Cache-Control, Content-Disposition,
-  Content-Encoding, Content-Language, Expires and user metadata with the upload. Fields
+  Content-Encoding, Content-Language, Expires and user metadata with the upload, and its
+  tags (``GetObjectTagging`` first, as ``aws s3 cp`` reads them; tags that cannot be
+  read refuse the copy, as aws fails it). Fields
   the caller sets (``metadata``: ``--content-type``, ``--metadata``...) replace the
   source's: ``CopyObject`` then sends ``REPLACE`` with the source's other fields, so
   both ways store what a streamed copy does (:mod:`.metadata`).
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlencode
 
 from ...errors import (
     ConfigurationError,
@@ -65,6 +66,7 @@ from .server_copy_calls import (
     head_source,
     refused_writing,
     remove,
+    source_tags,
     split,
 )
 from .server_copy_parts import copy_parts
@@ -146,10 +148,12 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
         raise ServerCopyUnsupported(f"the server does not support {way} (NotImplemented)",
                                     way=way)
     kept = _kept_in_place(head) if in_place else {}
-    if in_place and way == IN_PARTS:
+    if way == IN_PARTS:
         # CopyObject keeps the object's tags (TaggingDirective COPY); a new upload has none
-        # unless given them: an object changed in place in parts lost every tag.
-        kept.update(await _tags(call, src_path))
+        # unless given them (as aws s3 cp gives them: --copy-props default).
+        kept.update(await source_tags(call, src_path,
+                                      nothing="nothing was changed" if in_place
+                                      else "nothing was copied"))
     if way == ONE_PIECE:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
                                     {**_replaced(head, metadata), **kept},
@@ -174,21 +178,6 @@ def _kept_in_place(head: dict[str, Any]) -> dict[str, Any]:
     encryption (else the bucket's default: an object under a KMS key of its own became
     SSE-S3) and its website redirect."""
     return {name: head[name] for name in _KEPT_IN_PLACE if head.get(name)}
-
-
-async def _tags(call: Calls, src_path: str) -> dict[str, Any]:
-    """``Tagging`` for a new upload that keeps the tags of the object at ``src_path``."""
-    bucket, key = split(src_path)
-    try:
-        answer = await call("get_object_tagging", src_path, Bucket=bucket, Key=key)
-    except ServerCopyUnsupported:
-        return {}  # (501: a store without tags, as R2 is, holds none to keep)
-    except PermissionDeniedError as exc:
-        raise PermissionDeniedError(
-            f"its tags could not be read to keep them (s3:GetObjectTagging): {exc.message}; "
-            "nothing was changed") from exc
-    tags = [(t["Key"], t["Value"]) for t in answer.get("TagSet") or ()]
-    return {"Tagging": urlencode(tags, quote_via=quote)} if tags else {}
 
 
 def _archived(head: dict[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from ..._log_redaction import scrub_chain
 from ...errors import PermissionDeniedError, TensorstreamError, UnsupportedOperationError
@@ -18,7 +19,7 @@ from ...uri import redact_text
 from ..base import ObjectInfo
 
 __all__ = ["IN_PARTS", "ONE_PIECE", "Calls", "Copied", "ServerCopyUnsupported", "head_source",
-           "refused_writing", "remove", "split"]
+           "refused_writing", "remove", "source_tags", "split"]
 
 #: The ways S3 copies an object, by the operations each needs: a store may have one and
 #: not the other (``501 NotImplemented`` to one of them).
@@ -154,3 +155,21 @@ async def remove(call: Calls, dst_path: str) -> str:
     except TensorstreamError:
         pass
     return "the copy was removed"
+
+
+async def source_tags(call: Calls, src_path: str, *, nothing: str) -> dict[str, Any]:
+    """``Tagging`` for a new object (an upload, or a streamed copy's ``PutObject``) that
+    keeps the tags of the object at ``src_path``, read with ``call``'s key pair. Tags
+    that cannot be read refuse the copy, as ``aws s3 cp`` fails it (``nothing`` says what
+    became of it); a store without tags (501, as R2) holds none to keep."""
+    bucket, key = split(src_path)
+    try:
+        answer = await call("get_object_tagging", src_path, Bucket=bucket, Key=key)
+    except ServerCopyUnsupported:
+        return {}
+    except PermissionDeniedError as exc:
+        raise PermissionDeniedError(
+            f"its tags could not be read to keep them (s3:GetObjectTagging on the source): "
+            f"{exc.message}; {nothing}") from exc
+    tags = [(t["Key"], t["Value"]) for t in answer.get("TagSet") or ()]
+    return {"Tagging": urlencode(tags, quote_via=quote)} if tags else {}

@@ -1,0 +1,105 @@
+"""An S3 object's tags on its copy to another key, as ``aws s3 cp`` (``--copy-props
+default``) keeps them: one ``CopyObject`` keeps them itself; a copy S3 makes in parts
+(``UploadPartCopy``) and a copy streamed through this machine (another key pair per side,
+``--no-server-side-copy``) read them (``GetObjectTagging``) and give them to the new
+object. moto's server behind the package's fault proxy, which records every request."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from fixtures_s3 import S3_BUCKET
+from iam_users import iam_user_keys
+from tensorstream.copy.engine import copy
+
+MiB = 1 << 20
+_TAGS = [{"Key": "team", "Value": "ml"}, {"Key": "keep", "Value": "a b+c/é"}]
+_TAGGING = "team=ml&keep=a%20b%2Bc%2F%C3%A9"
+#: (copy options, how the copy is made): by S3 in one piece, by S3 in parts, streamed in
+#: one PutObject, streamed in parts.
+_WAYS = {
+    "CopyObject": ({}, 1 * MiB),
+    "UploadPartCopy": ({"copy_cutoff": 5 * MiB, "part_size": 5 * MiB}, 6 * MiB),
+    "streamed whole": ({"server_side_copy": False}, 1 * MiB),
+    "streamed in parts": ({"server_side_copy": False, "part_size": 5 * MiB}, 6 * MiB),
+}
+
+
+def _tags(backend: Any, key: str) -> list[dict[str, str]]:
+    return list(backend.client.get_object_tagging(Bucket=backend.bucket, Key=key)["TagSet"])
+
+
+@pytest.mark.parametrize("way", list(_WAYS))
+def test_a_copy_to_another_key_keeps_the_source_tags(tensorstream_s3: Any, way: str) -> None:
+    """A copy made in parts, by S3 or through this machine, and a streamed one in one
+    piece, dropped every tag (a new upload has none unless given them), where one
+    CopyObject kept them. Every way keeps them now, bytes and metadata as before."""
+    b = tensorstream_s3
+    options, size = _WAYS[way]
+    data = os.urandom(size)
+    b.client.put_object(Bucket=b.bucket, Key="t/src.bin", Body=data, ContentType="x/model",
+                        Tagging=_TAGGING)
+    r = copy(b.uri("t/src.bin"), b.uri("t/dst.bin"), **b.options, **options)
+    assert r.ok, r.errors
+    assert r.outcomes[0].server_side == (way in ("CopyObject", "UploadPartCopy"))
+    assert _tags(b, "t/dst.bin") == _TAGS
+    assert b.get("t/dst.bin") == data
+    head = b.client.head_object(Bucket=b.bucket, Key="t/dst.bin")
+    assert head["ContentType"] == "x/model"
+    assert b.server.open_multipart_uploads(b.bucket) == []
+    # The neighbour: a source without tags gives its copy none, and no Tagging is sent.
+    b.put("t/plain.bin", data)
+    b.proxy.clear_log()
+    r = copy(b.uri("t/plain.bin"), b.uri("t/plain-copy.bin"), **b.options, **options)
+    assert r.ok, r.errors
+    assert _tags(b, "t/plain-copy.bin") == []
+    assert not any(h.lower() == "x-amz-tagging" for q in b.requests for h in q.headers)
+
+
+@pytest.mark.parametrize("way", ["UploadPartCopy", "streamed whole", "streamed in parts"])
+def test_a_copy_whose_source_tags_cannot_be_read_is_refused(moto_s3: Any, way: str) -> None:
+    """A key pair that may not read the source's tags (no s3:GetObjectTagging): as
+    ``aws s3 cp`` fails such a copy in parts, it is refused naming the permission, and
+    nothing is written (no object, no upload left); a copy in one CopyObject, which S3
+    makes with the tags itself, is not asked for them."""
+    prefix = f"tags-{os.urandom(4).hex()}"
+    options, size = _WAYS[way]
+    moto_s3.client.put_object(Bucket=S3_BUCKET, Key=f"{prefix}/src.bin", Body=os.urandom(size),
+                              Tagging="team=ml")
+    keys = moto_s3.options(**iam_user_keys(moto_s3, "no-tags-read", [
+        {"Effect": "Allow", "Action": "s3:*",
+         "Resource": [f"arn:aws:s3:::{S3_BUCKET}", f"arn:aws:s3:::{S3_BUCKET}/*"]},
+        {"Effect": "Deny", "Action": "s3:GetObjectTagging",
+         "Resource": f"arn:aws:s3:::{S3_BUCKET}/*"}]))
+    src, dst = f"s3://{S3_BUCKET}/{prefix}/src.bin", f"s3://{S3_BUCKET}/{prefix}/dst.bin"
+    r = copy(src, dst, **keys, **options)
+    assert not r.ok and len(r.errors) == 1, r.errors
+    assert "s3:GetObjectTagging" in r.errors[0] and "nothing was copied" in r.errors[0]
+    listed = moto_s3.client.list_objects_v2(Bucket=S3_BUCKET, Prefix=f"{prefix}/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == [f"{prefix}/src.bin"]
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, f"{prefix}/dst.bin") == []
+    # The neighbour: one CopyObject sends no GetObjectTagging (S3 copies the tags).
+    small = f"s3://{S3_BUCKET}/{prefix}/small.bin"
+    moto_s3.client.put_object(Bucket=S3_BUCKET, Key=f"{prefix}/small.bin", Body=b"x",
+                              Tagging="team=ml")
+    r = copy(small, f"{small}.copy", **keys)
+    assert r.ok and r.outcomes[0].server_side, r.errors
+
+
+@pytest.mark.parametrize("way", ["UploadPartCopy", "streamed in parts"])
+def test_a_store_without_tags_still_copies(tensorstream_s3: Any, way: str) -> None:
+    """A store that has no object tags (R2 answers GetObjectTagging 501 NotImplemented)
+    holds none to keep: the copy is made, not refused."""
+    b = tensorstream_s3
+    options, size = _WAYS[way]
+    data = os.urandom(size)
+    b.put("t/untagged.bin", data)
+    b.faults.raw.query = "tagging"
+    b.faults.raw.status_script = [501]
+    r = copy(b.uri("t/untagged.bin"), b.uri("t/copy.bin"), **b.options, **options)
+    assert r.ok, r.errors
+    assert [q.status for q in b.requests if q.path.endswith("?tagging")] == [501]
+    assert b.get("t/copy.bin") == data
