@@ -57,3 +57,30 @@ def test_a_backslash_t_and_a_tab_in_keys_print_apart(tmp_path: Path, moto_s3: An
         src, dst = f"s3://{S3_BUCKET}/esc/{shown}", f"s3://{S3_BUCKET}/esc-copy/{shown}"
         assert any(line.startswith(f"copy: {src} -> {dst}") for line in r.stdout.splitlines()), \
             r.stdout
+
+
+def test_ls_cat_and_rm_errors_name_a_key_escaped_as_their_lines_do(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """An error raised by ``ls``, ``cat``, ``rm`` or ``stat`` (a missing key, a folder
+    given to ``cat``) printed a backslash in the name as it is (``s3://b/esc/back\\nslash``,
+    as a key holding a newline prints), where ``ls``' and ``cp``'s lines double it; the
+    copy's own error lines doubled it only where the line opens with it. Every error line
+    doubles it now, wherever it names it (the context's ``bucket/key`` too), and a key
+    holding a newline still prints ``\\n``: the two print apart."""
+    env = s3_env(moto_s3, tmp_path)
+    ep = ("--endpoint-url", moto_s3.endpoint_url)
+    moto_s3.put(S3_BUCKET, "esc-ls/d\\x/in.bin", b"x")
+    back, newline = f"s3://{S3_BUCKET}/esc-ls/back\\nslash", f"s3://{S3_BUCKET}/esc-ls/a\nb"
+    runs = [("ls", back), ("ls", back + "/"), ("ls", back + "*"), ("cat", back),
+            ("rm", back), ("rm", "-r", back + "/"), ("stat", back),
+            ("cat", f"s3://{S3_BUCKET}/esc-ls/d\\x/"), ("cp", back, str(tmp_path / "o"))]
+    for argv in runs:
+        r = cli(*argv, *ep, env=env)
+        assert r.returncode != 0, (argv, r)
+        doubled = r.stderr.count("\\\\")
+        assert doubled >= 1 and r.stderr.count("\\") == 2 * doubled, (argv, r.stderr)
+    r = cli("cat", newline, *ep, env=env)
+    assert r.returncode == 1 and "esc-ls/a\\nb" in r.stderr and "\\\\" not in r.stderr, r
+    # --json keeps the name exact (rm's failed line).
+    r = cli("rm", "--json", back, *ep, env=env)
+    assert json.loads(r.stdout.splitlines()[0])["uri"] == back, r

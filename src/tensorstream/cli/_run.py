@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -23,11 +23,13 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 _ENDING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
-def print_error(message: str) -> None:
-    """Print ``message`` as one redacted, escaped line on stderr, prefixed with the program name."""
+def print_error(message: str, names: Sequence[str] = ()) -> None:
+    """Print ``message`` as one redacted, escaped line on stderr, prefixed with the program
+    name; ``names`` (the command's objects and paths) are escaped as names
+    (:func:`.output.error_line`)."""
     from .output import error_line
 
-    text = error_line(message)
+    text = error_line(message, names)
     try:
         print(f"{PROG}: error: {text}", file=sys.stderr)
     except (OSError, ValueError):  # stderr is gone (a hung-up terminal, a closed pipe)

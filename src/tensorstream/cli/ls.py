@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
             if count == 0:
                 print_error(str(missing) if missing is not None
                             else f"no object matches {redact_text(args.uri)}" if pattern
-                            else f"no objects at {redact_text(args.uri)}")
+                            else f"no objects at {redact_text(args.uri)}", [args.uri])
                 return 1
             if args.summarize:  # the objects shown (not those under a PRE line), as aws counts
                 if args.json:

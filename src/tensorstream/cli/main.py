@@ -150,6 +150,7 @@ class _EscapedFormatter(logging.Formatter):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorstream`` console script; returns the exit status."""
     debug = False
+    args: argparse.Namespace | None = None
     try:
         _handle_sigint_here()
         try:
@@ -181,8 +182,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             print(redact_text(traceback.format_exc()), file=sys.stderr, end="")
-        print_error(str(exc) or type(exc).__name__)
+        print_error(str(exc) or type(exc).__name__, _named(args) if args is not None else ())
         return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
+
+
+def _named(args: argparse.Namespace) -> list[str]:
+    """The objects and paths a command line names (its positional arguments): an error
+    names them escaped as its lines name them, backslashes doubled."""
+    named = [getattr(args, dest, None) for dest in ("uri", "src", "dst")]
+    return [n for n in [*named, *(getattr(args, "paths", None) or ())] if isinstance(n, str)]
 
 
 def _handle_sigint_here() -> None:

@@ -100,23 +100,47 @@ def _clipped(word: str) -> str:
 def error_line(text: str, names: Sequence[str] = ()) -> str:
     r"""An error or warning for the terminal: secrets redacted, unprintable characters
     escaped, on one line, each overlong word (a URL, a key) clipped in the middle.
-    ``--json`` output keeps the whole text. The first of ``names`` that ``text`` opens
-    with (``NAME: ...``) is escaped as the copy lines escape names, its backslashes
-    doubled, so ``a\\nb: failed`` and ``a<newline>b: failed`` print apart.
+    ``--json`` output keeps the whole text. Each of ``names`` (the objects and paths the
+    line is about) is escaped as the copy lines and ``ls`` escape names, its backslashes
+    doubled, wherever the text names it (whole, without its trailing ``/``, or a URI's
+    ``bucket/key`` as an error's context says it), so ``a\\nb: failed`` and
+    ``a<newline>b: failed`` print apart, and a name reads the same all along the line.
 
     >>> print(error_line("win\\w.bin: refused", ["win\\w.bin"]))
     win\\w.bin: refused
     >>> print(error_line("a\nb: x", ["a\nb"]), error_line("a\\nb: x", ["a\\nb"]))
     a\nb: x a\\nb: x
+    >>> print(error_line("s3 stat b/k\\n: no such key: s3://b/k\\n", ["s3://b/k\\n"]))
+    s3 stat b/k\\n: no such key: s3://b/k\\n
     """
-    head = ""
-    for name in names:
-        if name and text.startswith(name + ": "):
-            head, text = escape_name(redact_text(name)) + ": ", text[len(name) + 2:]
-            break
+    text = redact_text(text)
+    forms = sorted(_name_forms(names), key=len, reverse=True)
+    if forms:  # (a name without a backslash escapes as the prose does: nothing to tell)
+        pieces = re.split("(" + "|".join(map(re.escape, forms)) + ")", text)
+        line = "".join(escape_name(piece) if i % 2 else escape(cli_terms(piece))
+                       for i, piece in enumerate(pieces))
+    else:
+        line = escape(cli_terms(text))
     # (escaped, it holds no line break; its spaces are kept as they are: a key's run of
     # spaces joined as one named another key)
-    return _WORD.sub(lambda m: _clipped(m.group()), head + escape(cli_terms(redact_text(text))))
+    return _WORD.sub(lambda m: _clipped(m.group()), line)
+
+
+def _name_forms(names: Sequence[str]) -> set[str]:
+    """The ways an error's text spells ``names`` that :func:`escape_name` shows other than
+    :func:`escape` does (those holding a backslash), redacted as the text is."""
+    forms: set[str] = set()
+    for name in names:
+        if not name or "\\" not in name:
+            continue
+        shown = redact_text(name)
+        spellings = {shown, shown.rstrip("/")}
+        if "://" in shown:  # (an error's context names s3://b/k as b/k)
+            spellings |= {w.partition("://")[2] for w in list(spellings)}
+        elif not shown.startswith("-"):
+            spellings.add(os.path.abspath(shown))  # (a local path typed relative)
+        forms |= {w for w in spellings if "\\" in w}
+    return forms
 
 
 def human_size(n: float) -> str:
