@@ -189,6 +189,25 @@ async def test_a_prefix_given_for_an_object_says_to_name_the_file(s3: MotoS3Serv
     assert info_.size == 0
 
 
+async def test_a_missing_object_says_where_to_look(s3: MotoS3Server) -> None:
+    """A typo in the key or the bucket of a read (``cat``, ``deserialize``) said only "no
+    such object (404)": a HEAD's 404 does not say which is missing. It names the listing
+    that tells (which says "no such bucket" for a bucket typo)."""
+    prefix = _key("typo")
+    s3.put(S3_BUCKET, f"{prefix}/model.bin", b"x")
+    hint = ("no such object (404); 'tensorstream ls {}' lists what is there (a 404 does "
+            "not say whether the key or the bucket is missing)")
+    for uri, listing in ((f"s3://{S3_BUCKET}/{prefix}/model.bni", f"s3://{S3_BUCKET}/{prefix}/"),
+                         (f"s3://{S3_BUCKET}x/{prefix}/model.bin", f"s3://{S3_BUCKET}x/{prefix}/"),
+                         (f"s3://{S3_BUCKET}/nope-{prefix[-10:]}", f"s3://{S3_BUCKET}/")):
+        with pytest.raises(errors.NotFoundError) as info:
+            await tensorstream.stat(uri, **s3.options())
+        assert str(info.value).endswith(hint.format(listing)), str(info.value)
+    with pytest.raises(errors.NotFoundError, match=f"no such bucket '{S3_BUCKET}x'"):
+        async with tensorstream.get_provider(f"s3://{S3_BUCKET}x/", **s3.options()) as p:
+            [i async for i in p.list(f"{S3_BUCKET}x/{prefix}/")]
+
+
 async def test_an_endpoint_nobody_listens_on_is_named(s3: MotoS3Server) -> None:
     """A port typo in the endpoint: the error says where it tried to connect (it said
     "s3 stat b/k: ... connection failed (ConnectionRefusedError: ...)", no address)."""

@@ -92,6 +92,20 @@ def _split(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+def _say_where_to_look(err: NotFoundError, bucket: str, key: str) -> None:
+    """Add to a HEAD's 404 the listing that tells what is there: the 404 of a HEAD (no
+    body) does not say whether the key or the bucket is missing."""
+    if key.endswith("/"):  # a folder given where a file is read (deserialize("s3://b/llama/"))
+        err.message += (f"; a key ending in '/' names a prefix, not an object: add the file's "
+                        f"name (tensorstream ls {redact_text(f's3://{bucket}/{key}')} lists them)")
+    else:
+        parent = key.rpartition("/")[0]
+        listing = redact_text(f"s3://{bucket}/{parent}/" if parent else f"s3://{bucket}/")
+        err.message += (f"; 'tensorstream ls {listing}' lists what is there (a 404 does not say "
+                        "whether the key or the bucket is missing)")
+    err.args = (err.message,)
+
+
 def _split_for_write(path: str) -> tuple[str, str]:
     """:func:`_split` of a key to write, refused when S3 cannot store it (too long)."""
     bucket, key = _split(path)
@@ -198,12 +212,8 @@ class S3Provider(S3Clients, Provider):
             if answer.status == 400 and not answer.body and not isinstance(err,
                                                                           WrongRegionError):
                 err = self._reason_for_400(client, pool, url, path, cancel) or err
-            if answer.status == 404 and key.endswith("/") and isinstance(err, NotFoundError):
-                # A folder given where a file is loaded (deserialize("s3://b/llama/")).
-                err.message += (f"; a key ending in '/' names a prefix, not an object: add the "
-                                f"file's name (tensorstream ls {redact_text('s3://' + path)} "
-                                "lists them)")
-                err.args = (err.message,)
+            if answer.status == 404 and isinstance(err, NotFoundError):
+                _say_where_to_look(err, bucket, key)
             raise err
         return _head_info(path, answer)
 
