@@ -52,3 +52,35 @@ def test_a_usage_error_still_shows_what_was_wrong(line: str, shown: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(shlex.split(line)) == 2
     assert shown in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("cp --dry-run a b", "unrecognized arguments: --dry-run (did you mean --dryrun?)"),
+    ("cp --recusive s3://b/p/ out/", "unrecognized arguments: --recusive (did you mean "
+                                     "--recursive?)"),
+    ("ls --log s3://b/", "unrecognized arguments: --log (did you mean --long?)"),
+    ("cp a b --endpoint_url http://h", "unrecognized arguments: --endpoint_url *** (did you "
+                                       "mean --endpoint-url?)"),  # (an unknown's value withheld)
+    ("cp --recusive a b --dry-run", "unrecognized arguments: --recusive --dry-run (did you "
+                                    "mean --recursive for --recusive, --dryrun for --dry-run?)"),
+    # a word withheld as the value of an unknown option is never named
+    ("cp a b --tokn --recusive", "unrecognized arguments: --tokn *** (did you mean --token?)"),
+    (f"cp --tokn={SECRET} a b", "unrecognized arguments: --tokn=*** (did you mean --token?)"),
+])
+def test_a_mistyped_option_names_the_one_meant(line: str, shown: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``cp --dry-run`` (s5cmd's spelling), ``--recusive``, ``ls --log``: argparse said only
+    ``unrecognized arguments: ...``; the library's options name the one meant already."""
+    assert main(shlex.split(line)) == 2
+    assert shown in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line", [
+    "cp a b --bogus",            # nothing close
+    "ls --dryrun s3://b/",       # rm's and cp's flag, not ls's: not offered
+    "stat a b c",                # no option at all
+])
+def test_no_option_is_offered_where_none_is_meant(line: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(shlex.split(line)) == 2
+    assert "did you mean" not in capsys.readouterr().err

@@ -95,6 +95,9 @@ def withhold_option_values(message: str, argv: Sequence[str],
     return withhold(message, tuple(sorted(separate, key=len, reverse=True)))
 
 
+_UNRECOGNIZED = "unrecognized arguments: "
+
+
 class Parser(argparse.ArgumentParser):
     """The command line's parser: its usage errors quote no secret (see the module)."""
 
@@ -107,5 +110,33 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         message = withhold_option_values(message, self._given, _options(self))
+        message += self._meant(message)  # (names only what is still shown: never a value)
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {error_line(message)}\n")
+
+    def _meant(self, message: str) -> str:
+        """`` (did you mean --dryrun?)`` for the mistyped options of an ``unrecognized
+        arguments`` error, among the options of this parser and of the command given
+        (another command's option would be refused as well)."""
+        if not message.startswith(_UNRECOGNIZED):
+            return ""
+        import difflib  # (a usage error's path only)
+
+        accepted = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                command = next((w for w in self._given if w in action.choices), None)
+                if command is not None:
+                    accepted += [o for a in action.choices[command]._actions
+                                 for o in a.option_strings if o.startswith("--")]
+        meant = []
+        for word in message[len(_UNRECOGNIZED):].split():
+            name = word.partition("=")[0]
+            if name.startswith("--") and name not in accepted:
+                close = difflib.get_close_matches(name.replace("_", "-"), accepted, n=1,
+                                                  cutoff=0.7)
+                meant += [(close[0], name)] if close else []
+        if len(meant) == 1:
+            return f" (did you mean {meant[0][0]}?)"
+        return (" (did you mean " + ", ".join(f"{a} for {b}" for a, b in meant) + "?)"
+                if meant else "")
