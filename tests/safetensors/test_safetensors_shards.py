@@ -58,6 +58,30 @@ def test_sharded_checkpoint_from_its_folder(name: str, request: pytest.FixtureRe
     assert all(same_bytes(got[n], t) for n, t in tensors.items())
 
 
+@pytest.mark.parametrize("name", ["s3", "mem"])
+def test_a_prefix_named_without_its_slash_says_to_add_it(name: str,
+                                                         request: pytest.FixtureRequest,
+                                                         tmp_path: Path) -> None:
+    """``load("s3://b/llama")`` (a checkpoint's prefix, HF-style) said only "no such object",
+    where ``inspect`` and ``convert`` say to end a prefix with '/'; ``iter_tensors`` and
+    ``open`` too."""
+    backend = make_backend(name, request, tmp_path)
+    write_sharded(backend, tmp_path)
+    bare = backend.uri("ckpt")
+    for call in (lambda: ts_st.load(bare, **backend.options),
+                 lambda: dict(ts_st.iter_tensors(bare, **backend.options)),
+                 lambda: ts_st.open(bare, **backend.options)):
+        with pytest.raises(NotFoundError, match="to load the checkpoint in a folder or prefix, "
+                                                "end it with '/'") as info:
+            call()
+        assert str(info.value).endswith(f"{bare}/")
+    # Neighbours: a file's name gets no hint; with its '/' the prefix loads.
+    with pytest.raises(NotFoundError) as info:
+        ts_st.load(backend.uri("ckpt/none.safetensors"), **backend.options)
+    assert "end it with" not in str(info.value)
+    assert len(ts_st.load(f"{bare}/", **backend.options)) > 1
+
+
 @pytest.mark.parametrize("name", ["local", "s3"])
 def test_a_folder_missing_a_numbered_shard_is_not_loaded_in_part(
         name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:

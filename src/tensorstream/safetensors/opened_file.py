@@ -12,12 +12,13 @@ from typing import Any
 import torch
 
 from ..api import open as ts_open
-from ..errors import MalformedFileError
+from ..errors import MalformedFileError, NotFoundError
 from ..file import StreamReader
 from ..headroom import SMALL_CLAIM, check_fits
-from ..uri import ParsedURI
+from ..uri import ParsedURI, parse_uri
 from .dtypes import _check_byteorder, byte_view, torch_dtype, torch_shape
 from .header import Header, TensorInfo, header_from_prefix, shown
+from .sources import with_prefix_hint
 
 __all__ = ["SafetensorsFile"]
 
@@ -33,7 +34,13 @@ class SafetensorsFile:
     def __init__(self, uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any], *,
                  exact: bool = False) -> None:
         _check_byteorder()
-        self.reader: StreamReader = ts_open(uri, "rb", **options)
+        try:
+            self.reader: StreamReader = ts_open(uri, "rb", **options)
+        except NotFoundError as exc:  # "s3://b/llama": a prefix is named with its "/"
+            hinted = with_prefix_hint(exc, parse_uri(uri), "load")
+            if hinted is exc:
+                raise
+            raise hinted from exc
         try:
             self.where = self.reader.name
             self.header = self._read_header(exact)
