@@ -62,3 +62,35 @@ def test_sync_delete_into_a_bind_mount_beside_the_source_runs(data: Path) -> Non
     assert r.returncode == 0, r.stderr
     assert _files(out) == {"sub/a.txt": b"a"}
     assert _files(data) == {"other.txt": b"o", "src/a.txt": b"a"}
+
+
+@pytest.mark.parametrize("bound", ["src", "data"])
+def test_sync_delete_into_a_dst_holding_the_source_by_a_mount_below_it_is_refused(
+        data: Path, bound: str) -> None:
+    """SRC (or a directory above it) bound at a directory below DST (``/data/src`` at
+    ``/view/a sub``; ``sync --delete /data/src /view/``): neither path is under the other,
+    and the walk up from SRC never meets DST, so ``--delete`` took ``a sub/a.txt`` for an
+    extraneous file of DST and deleted the source itself. Now refused, as a bind of DST
+    itself is."""
+    view = data.parent / "view"
+    (view / "a sub").mkdir()  # (mountinfo writes its space as \040)
+    what = data / "src" if bound == "src" else data
+    for dryrun in ([], ["--dryrun"]):
+        r = _bound_cli(what, view / "a sub", "sync", "--delete", *dryrun, str(data / "src"),
+                       f"{view}/")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "it would delete the source itself" in r.stderr and r.stdout == ""
+    assert _files(data) == {"other.txt": b"o", "src/a.txt": b"a"}
+    assert _files(view) == {}
+
+
+def test_sync_delete_into_a_dst_with_another_mount_below_it_runs(data: Path) -> None:
+    # The neighbour: a mount below DST holding something else: its stale file goes.
+    view, out = data.parent / "view", data.parent / "out"
+    (view / "sub").mkdir()
+    out.mkdir()
+    (out / "stale.txt").write_bytes(b"s")
+    r = _bound_cli(out, view / "sub", "sync", "--delete", str(data / "src"), f"{view}/")
+    assert r.returncode == 0, r.stderr
+    assert "delete: " in r.stdout and _files(out) == {}
+    assert _files(data) == {"other.txt": b"o", "src/a.txt": b"a"}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -25,7 +26,8 @@ from ..uri import ParsedURI
 from .select import Rules
 from .servers import Server, endpoint_server, same_server, server
 
-__all__ = ["connection", "feeds_itself", "inside", "leads_into", "same_store", "way_out"]
+__all__ = ["connection", "feeds_itself", "held_below", "inside", "leads_into", "same_store",
+           "way_out"]
 
 #: Schemes whose URI's host and port name the server (options only say how to reach it).
 _HOSTED = frozenset({"redis", "rediss", "http", "https"})
@@ -124,6 +126,36 @@ def inside(path: str, directory: str) -> str:
             return ""
         names.append(os.path.basename(here))
         here = parent
+
+
+def held_below(path: str, directory: str) -> bool:
+    """Whether ``path`` lies inside a mount point below ``directory`` by a bind mount
+    (``/data/src``, or ``/data``, mounted again at ``directory/sub``): no realpath says
+    so, and the walk up from ``path`` (:func:`inside`) never meets ``directory``; the
+    mount points (``/proc/self/mountinfo``, Linux) below it are looked at, by device
+    and inode."""
+    top = os.path.realpath(directory)
+    for point in _mount_points():
+        if point == top or os.path.commonpath([top, point]) != top:
+            continue
+        try:
+            if os.path.samefile(path, point) or inside(path, point):
+                return True
+        except OSError:
+            continue  # (a mount point that cannot be looked at holds nothing we know of)
+    return False
+
+
+def _mount_points() -> list[str]:
+    """Every mount point of this process's namespace (none where it has no mountinfo)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    # (the 5th field, its space, tab, newline and backslash written as \ooo octal)
+    return [os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4]))
+            for fields in (line.split(b" ") for line in lines) if len(fields) > 4]
 
 
 def feeds_itself(rules: Rules, rel: str, keys: Iterable[str],
