@@ -275,6 +275,50 @@ def test_a_key_file_one_rank_cannot_read_fails_every_rank(
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_without_the_key_or_with_another_fails_every_rank_saying_so(
+        model: tuple[bytes, dict[str, str]], tmp_path: Path) -> None:
+    """An encrypted file loaded by a group where one rank gave no key: every rank raised
+    DistributedLoadError quoting tensorizer's bare "rank 1: CryptographyError: Tensor is
+    encrypted, but decryption was not requested" (a load of its own says the file is
+    encrypted and how to pass the key). It says so now, and the neighbours keep their
+    words: a wrong key, a key for a file that is not encrypted, no key on any rank."""
+    from tensorstream.tensorizer import Encryption
+
+    (tmp_path / "good.key").write_bytes(bytes(range(32)))
+    (tmp_path / "wrong.key").write_bytes(bytes(32))
+    encrypted = tmp_path / "encrypted.tensors"
+    tensorstream.serialize(_state(), encrypted, encryption=bytes(range(32)))
+    plain = tmp_path / "plain.tensors"
+    plain.write_bytes(model[0])
+    good, wrong = (Encryption(keyfile=str(tmp_path / n)) for n in ("good.key", "wrong.key"))
+    todo = [
+        {"label": "none-on-1", "uri": str(encrypted), "kwargs": [{"encryption": good}, {}]},
+        {"label": "none", "uri": str(encrypted)},
+        {"label": "wrong-on-1", "uri": str(encrypted),
+         "kwargs": [{"encryption": good}, {"encryption": wrong}]},
+        {"label": "plain-keyed-on-0", "uri": str(plain), "kwargs": [{"encryption": good}, {}]},
+        {"label": "after", "uri": str(encrypted), "kwargs": {"encryption": good}},
+    ]
+    results = run_ranks(steps, 2, todo, timeout=90, group_timeout=20)
+    assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
+    told = {"none-on-1": ([1], "rank 1: DecryptionError: "),
+            "none": ([0, 1], "rank 1: DecryptionError: "),
+            "wrong-on-1": ([1], "rank 1: DecryptionError: could not decrypt"),
+            "plain-keyed-on-0": ([0], "rank 0: DecryptionError: ")}
+    for r in results:
+        for label, (ranks, said) in told.items():
+            failed = r.value[label]
+            assert "DistributedLoadError" in failed.get("types", []), (r.rank, label, failed)
+            assert failed["failed_ranks"] == ranks, (r.rank, label, failed)
+            assert said in failed["error"] and "CryptographyError" not in failed["error"], failed
+        for label in ("none-on-1", "none"):
+            assert "is encrypted and no key was given" in r.value[label]["error"]
+        assert "wrong key or passphrase" in r.value["wrong-on-1"]["error"]
+        assert "is not encrypted, but a key was given" in r.value["plain-keyed-on-0"]["error"]
+        assert "digests" in r.value["after"], (r.rank, r.value["after"])
+
+
+@pytest.mark.timeout(120)
 def test_a_tensorizer_config_shares_a_load_with_group(
         model: tuple[bytes, dict[str, str]], tmp_path: Path) -> None:
     """TensorizerConfig(...).deserialize(device, group="auto") (vLLM's settings, one file

@@ -290,3 +290,38 @@ def test_encryption_spec_validation_and_secrecy() -> None:
         pickle.dumps(Encryption(passphrase="s3cret"))
     with pytest.raises(errors.ConfigurationError, match="Encryption"):
         deserialize("/nonexistent", "cpu", encryption="a string is ambiguous")
+
+
+def test_a_key_file_holding_the_key_as_text_says_so_never_showing_it(tmp_path: Path) -> None:
+    """A key file written as text (the key in hex or base64, or with a line break after
+    it, as `echo` or an editor leaves) said only "holds 64 bytes; a tensorizer key is 32
+    raw bytes". It now says what the file seems to hold and what to write, and never
+    shows the key; a file of other bytes says what it said."""
+    import base64
+
+    key = bytes(range(100, 132))
+    serialize({"w": torch.ones(3)}, tmp_path / "m.tensors", encryption=key)
+    cases = {
+        key + b"\n": "whitespace around them",
+        b"\n" + key: "whitespace around them",
+        key.hex().encode(): "64 hexadecimal digits",
+        key.hex().upper().encode() + b"\r\n": "64 hexadecimal digits",
+        base64.b64encode(key): "in base64",
+        base64.b64encode(key) + b"\n": "in base64",
+    }
+    for i, (held, said) in enumerate(cases.items()):
+        (tmp_path / f"{i}.key").write_bytes(held)
+        with pytest.raises(errors.ConfigurationError, match=said) as info:
+            deserialize(tmp_path / "m.tensors", "cpu",
+                        encryption=Encryption(keyfile=str(tmp_path / f"{i}.key")))
+        text = str(info.value)
+        assert "32 raw bytes" in text, text
+        for shown in (key.hex(), key.hex().upper(), base64.b64encode(key).decode(), repr(key)):
+            assert shown not in text and shown not in repr(info.value), text
+    for other in (b"short", bytes(64), b"z" * 44, bytes(1000)):
+        (tmp_path / "other.key").write_bytes(other)
+        with pytest.raises(errors.ConfigurationError,
+                           match=rf"holds {len(other)} bytes; a tensorizer key is 32 raw bytes "
+                                 r"\(write one with tensorstream.generate_keyfile\)$"):
+            deserialize(tmp_path / "m.tensors", "cpu",
+                        encryption=Encryption(keyfile=str(tmp_path / "other.key")))

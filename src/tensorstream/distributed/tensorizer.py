@@ -23,6 +23,7 @@ import torch
 from ..api import open as ts_open
 from ..file import StreamReader
 from ..headroom import check_fits
+from ..tensorizer.foreign import translate
 from ..tensorizer.hook import StreamTensorDeserializer
 from ..uri import ParsedURI
 from .exchange import agree, broadcast_shares, is_local, read_share
@@ -148,7 +149,11 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
                 reader = ts_open(target, "rb", **options)
                 spans, fp, known = _plan(reader, encryption, filter_func)
             except Exception as exc:
-                error = exc
+                # as a load of its own words it: the group quoted tensorizer's bare
+                # "CryptographyError: Tensor is encrypted, but decryption was not requested"
+                error = translate(exc, where, keyed=encryption is not None) or exc
+                if error is not exc:
+                    error.__cause__ = exc
         plan_s = lap()
         agree(group, f"opening {where}", error, fp, local=is_local(target))
         agree_s = lap()

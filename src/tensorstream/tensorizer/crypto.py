@@ -191,13 +191,35 @@ def read_key(uri: str, **options: Any) -> bytes:
                     raise ConfigurationError(
                         f"key file {redact(uri)!r} holds {f.size} bytes; a tensorizer key is "
                         f"{KEY_BYTES} raw bytes (write one with tensorstream.generate_keyfile)"
-                    )
+                        + (_held_as_text(f.read()) if f.size <= 128 else ""))
                 return f.read()
         except ObjectChangedError:
             # replaced while read (another rank creating it): the new one, read whole
             if attempt == _READ_TRIES - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _held_as_text(data: bytes) -> str:
+    """What a key file of the wrong size seems to hold, when it is the key written as text
+    (hex, base64, a line break after it: an editor or ``echo``): said, never shown."""
+    import base64
+    import binascii
+    import string
+
+    text = data.strip()
+    if len(text) == KEY_BYTES:
+        return (f": its {KEY_BYTES} bytes have whitespace around them (a line break an editor "
+                "or echo added?); write the key's bytes alone")
+    if len(text) == 2 * KEY_BYTES and all(chr(c) in string.hexdigits for c in text):
+        return (f": it holds {2 * KEY_BYTES} hexadecimal digits, the key written as text; write "
+                f"the {KEY_BYTES} bytes they encode (bytes.fromhex)")
+    try:
+        decoded = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return ""
+    return (f": it holds the key in base64; write the {KEY_BYTES} bytes it decodes to"
+            if len(decoded) == KEY_BYTES else "")
 
 
 def write_key(uri: str, key: bytes, **options: Any) -> None:
