@@ -128,6 +128,37 @@ def test_missing_password_is_permission_error(redis_auth_server: RedisServer,
             "env REDISCLI_AUTH)") in str(info.value)
 
 
+def test_a_write_without_the_password_warns_of_no_staged_chunks(
+        redis_auth_server: RedisServer, isolated_env: object,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A write (``cp`` into Redis) with no password printed ``could not remove staged
+    chunks of 'k': Redis authentication failed ...`` before its error: the same error
+    twice, and a hint of leftovers where the server had taken no command at all."""
+    with pytest.raises(errors.PermissionDeniedError, match="authentication failed"):
+        with tensorstream.open(redis_auth_server.url("auth/w"), "wb") as f:
+            f.write(b"x" * 1000)
+    assert "could not remove staged chunks" not in caplog.text
+
+
+def test_a_write_refused_after_staging_still_warns_of_its_chunks(
+        redis_server: RedisServer, isolated_env: object,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The neighbour: a user that may SET but not publish nor delete left chunks staged
+    (they expire), and the warning says so."""
+    with redis_server.client() as admin:
+        admin.execute_command("ACL", "SETUSER", "half", "on", ">half-pw", "~*", "+@all", "-del",
+                              "-unlink", "-eval", "-evalsha", "-fcall", "-hset", "-multi")
+    try:
+        with pytest.raises(errors.PermissionDeniedError):
+            with tensorstream.open(redis_server.url("half/w", user="half", password="half-pw"),
+                                   "wb") as f:
+                f.write(b"x" * 1000)
+    finally:
+        with redis_server.client() as admin:
+            admin.execute_command("ACL", "DELUSER", "half")
+    assert "could not remove staged chunks of 'half/w'" in caplog.text
+
+
 @pytest.mark.parametrize("how", ["uri", "option", "env", "acl"])
 def test_wrong_password_is_typed_and_never_shown(
     redis_auth_server: RedisServer, monkeypatch: pytest.MonkeyPatch, isolated_env: object,

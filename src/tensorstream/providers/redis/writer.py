@@ -54,6 +54,7 @@ from ...errors import (
     ConfigurationError,
     IntegrityError,
     ObjectChangedError,
+    PermissionDeniedError,
     TensorstreamError,
     UnsupportedOperationError,
 )
@@ -104,6 +105,8 @@ class RedisWriter(Publishing):
         self._failure: BaseException | None = None
         #: Every Redis interaction sent and not yet answered (see _send).
         self._inflight: set[asyncio.Future[Any]] = set()
+        #: Whether one was answered: until then the server may have taken no command.
+        self._answered = False
         #: The commit's persist-and-publish, once started (abort undoes it).
         self._publish_job: asyncio.Future[Any] | None = None
         #: The manifest the publish replaces, as read just before it: what is
@@ -138,7 +141,12 @@ class RedisWriter(Publishing):
         task = asyncio.ensure_future(self._resent(lambda: self._p._guard(fn)))
         self._inflight.add(task)
         task.add_done_callback(settled(self._inflight))
+        task.add_done_callback(self._note_answer)
         return task
+
+    def _note_answer(self, task: asyncio.Future[Any]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._answered = True
 
     async def _stage(self, chunk: bytes) -> None:
         """Queue ``chunk``; send the queue at once while a pipeline is free, else
@@ -360,5 +368,11 @@ class RedisWriter(Publishing):
                 # temporary error (a dropped connection); both steps are idempotent.
                 if look < LOOKS and isinstance(exc, TensorstreamError) and exc.temporary:
                     continue
+                if not self._answered and isinstance(exc, PermissionDeniedError):
+                    # No command of the write was answered and the server refuses this
+                    # client (no or a wrong password): it staged nothing to remove, and
+                    # the write's own error says why (was: the same error twice).
+                    log.debug("nothing staged for %r to remove: %s", self._path, exc)
+                    return
                 log.warning("could not remove staged chunks of %r: %s", self._path, exc)
                 return
