@@ -219,12 +219,15 @@ class ServiceUnavailableError(TransientError):
     """The service asked us to slow down or failed (429, 5xx, SlowDown).
 
     ``adapting``: a throttle while the service answered other requests, so the
-    client's width is adapting to it (the retry layer is more patient)."""
+    client's width is adapting to it (the retry layer is more patient).
+    ``not_applied``: the service said it turned the request away unapplied (a throttle
+    in its own words, S3's ``SlowDown``), where a 5xx or a lost answer leaves it open."""
 
     def __init__(self, message: str, *, retry_after: float | None = None, **context: str) -> None:
         super().__init__(message, **context)
         self.retry_after = retry_after
         self.adapting = False
+        self.not_applied = False
 
 
 class IncompleteReadError(TransientError):

@@ -144,6 +144,12 @@ class _CreateLostFront(LoopFront):
     async def _forward(self, request: Any) -> Any:
         from aiohttp import web
 
+        if (self.lost == "SlowDown" and self.armed and not self.lost_ids
+                and request.method == "POST" and "uploads" in request.query):
+            self.lost_ids.append("")  # (refused, never applied: no upload made)
+            return web.Response(status=503, content_type="application/xml", body=(
+                b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate."
+                b"</Message></Error>"))
         status, out, answer, length = await pass_on(request, self.upstream, await request.read())
         if request.method == "POST" and "uploads" in request.query and status == 200:
             upload = re.search(rb"<UploadId>(.*?)</UploadId>", answer)
@@ -215,6 +221,33 @@ def test_an_upload_whose_create_answer_was_lost_is_not_left_behind(
     else:
         assert left == [other], (r.errors, left)
         assert any("was lost" in rec.getMessage() for rec in caplog.records)
+
+
+@pytest.mark.parametrize("how", ["by S3", "streamed"])
+def test_a_create_s3_refused_as_throttled_never_aborts_another_writers_upload(
+        tensorstream_s3: Any, tmp_path: Any, how: str, caplog: pytest.LogCaptureFixture
+        ) -> None:
+    """A CreateMultipartUpload that S3 answered ``503 SlowDown`` was looked for as if its
+    answer were lost: S3 made no upload for it, so the one upload without a part made in
+    those seconds, another writer's (its first part still on its way), was aborted under
+    it, and that writer's write failed. A throttled request is refused before S3 applies
+    it: nothing is looked for, and the other writer's upload stays."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), os.urandom(1000)]
+    src = _source(b, tmp_path, how, parts)
+    key = "dst/m.bin"
+    front = _CreateLostFront(b.proxy.url, "SlowDown")
+    with front as endpoint:
+        options = {**b.options, "s3_endpoint": endpoint}
+        other = _client(b, endpoint).create_multipart_upload(Bucket=b.bucket, Key=key)["UploadId"]
+        front.armed = True
+        with caplog.at_level(logging.INFO, logger="tensorstream.s3"):
+            r = copy(src, b.uri(key), part_size=5 * MiB, **options)
+    assert not r.ok and "SlowDown" in r.errors[0], r.errors
+    assert front.lost_ids == [""]
+    assert _uploads_left(b) == [other], r.errors
+    assert not [q for q in b.requests if q.method == "GET" and "uploads" in q.path], (
+        "a throttled create is not looked for")
 
 
 class _StrangerWhileListing(_CreateLostFront):

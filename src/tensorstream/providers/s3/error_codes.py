@@ -41,6 +41,9 @@ _BUSY = {
     "ThrottlingException", "TooManyRequests", "RequestLimitExceeded", "OperationAborted",
     "503", "500", "502", "504", "429",
 }
+#: A throttle in the server's own words: the request was turned away, not applied.
+_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests",
+              "RequestLimitExceeded"}
 _BAD_NAME = {"InvalidBucketName", "KeyTooLongError"}
 #: S3's answers to a request sent to (or signed for) a region the bucket is not in.
 _WRONG_REGION = {"PermanentRedirect", "TemporaryRedirect", "AuthorizationHeaderMalformed",
@@ -126,8 +129,10 @@ def map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamErr
     if keys & _RANGE:
         return InvalidRangeError(f"requested range is past the end of the object ({label})")
     if keys & _BUSY or (isinstance(status, int) and status >= 500):
-        return ServiceUnavailableError(f"S3 is unavailable or throttling ({detail})",
+        busy = ServiceUnavailableError(f"S3 is unavailable or throttling ({detail})",
                                        retry_after=_retry_after(meta))
+        busy.not_applied = code in _THROTTLED
+        return busy
     if code in _BAD_NAME:
         return InvalidURIError(f"invalid S3 bucket or key ({detail})")
     if status == 400 or code:

@@ -24,9 +24,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import TensorstreamError
+from ...errors import ServiceUnavailableError, TensorstreamError
 
-__all__ = ["abort_lost_upload", "clock_skew"]
+__all__ = ["abort_lost_upload", "clock_skew", "may_have_made_one"]
 
 log = logging.getLogger("tensorstream.s3")
 
@@ -35,6 +35,16 @@ log = logging.getLogger("tensorstream.s3")
 _SLACK = 2.0
 #: Pages of uploads of the key looked through (S3: 1000 a page).
 _PAGES = 10
+
+
+def may_have_made_one(exc: TensorstreamError) -> bool:
+    """Whether a ``CreateMultipartUpload`` that failed with ``exc`` may have made an upload:
+    a temporary error (a 5xx, a lost answer) leaves it open, but not S3 turning it away as
+    a throttle (``SlowDown``): nothing was made then, and a look would take another
+    writer's upload of those seconds, its first part still on its way, for this one."""
+    if isinstance(exc, ServiceUnavailableError) and exc.not_applied:
+        return False
+    return exc.temporary
 
 
 async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, key: str,

@@ -28,7 +28,7 @@ from ...uri import redact_text
 from ..base import ObjectInfo
 from .aborts import abort_again, not_aborted
 from .etags import KMS_ENCRYPTION, etag_md5
-from .lost_upload import abort_lost_upload
+from .lost_upload import abort_lost_upload, may_have_made_one
 from .part_tasks import SETTLE, run_all, settled
 from .parts import MAX_PARTS, known_size_part
 from .server_copy_calls import (
@@ -81,7 +81,7 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
     except PermissionDeniedError as exc:
         raise refused_writing(exc) from exc
     except TensorstreamError as exc:
-        if exc.temporary:  # applied, its answer lost? (S3 would keep it open)
+        if may_have_made_one(exc):  # applied, its answer lost? (S3 would keep it open)
             await asyncio.shield(abort_lost_upload(
                 lambda op, **kw: call(op, dst_path, **kw), bucket, key, sent, time.time()))
         raise

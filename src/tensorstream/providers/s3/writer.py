@@ -50,7 +50,7 @@ from ...errors import (
 from ...layers.resend import sent_again
 from .aborts import abort_again, not_aborted
 from .etags import KMS_ENCRYPTION
-from .lost_upload import abort_lost_upload
+from .lost_upload import abort_lost_upload, may_have_made_one
 from .part_tasks import drain
 from .parts import (
     GROW_EVERY,
@@ -406,7 +406,7 @@ class S3Writer(Publishing):
             try:
                 upload_id = str((await self._create)["UploadId"])
             except TensorstreamError as exc:
-                if exc.temporary:  # applied, its answer lost? (S3 would keep it open)
+                if may_have_made_one(exc):  # applied, its answer lost? (S3 keeps it open)
                     await abort_lost_upload(self._call, self._bucket, self._key,
                                             self._create_sent,
                                             self._create_answered or time.time())
