@@ -94,3 +94,22 @@ def test_sync_delete_into_a_dst_with_another_mount_below_it_runs(data: Path) -> 
     assert r.returncode == 0, r.stderr
     assert "delete: " in r.stdout and _files(out) == {}
     assert _files(data) == {"other.txt": b"o", "src/a.txt": b"a"}
+
+
+def test_cp_r_into_a_dst_mounted_below_the_source_is_refused(data: Path) -> None:
+    """DST bound at a directory below SRC (``/out`` mounted again at ``/data/src/mnt``;
+    ``cp -r /data/src /out``): SRC's listing holds DST's files, so each run copied the
+    last run's copies a level deeper (``mnt/mnt/a.txt``...). Refused as a copy into
+    itself, with the --exclude that leaves DST out; that --exclude copies."""
+    out = data.parent / "out"
+    out.mkdir()
+    (data / "src" / "mnt").mkdir()
+    for argv in (["cp", "-r"], ["sync"]):
+        r = _bound_cli(out, data / "src" / "mnt", *argv, str(data / "src"), str(out))
+        assert r.returncode == 1 and "into itself" in r.stderr, r.stdout + r.stderr
+        assert "--exclude 'mnt/*'" in r.stderr, r.stderr
+    assert _files(out) == {}
+    r = _bound_cli(out, data / "src" / "mnt", "cp", "-r", "--exclude", "mnt/*",
+                   str(data / "src"), str(out))
+    assert r.returncode == 0, r.stderr
+    assert _files(out) == {"a.txt": b"a"}

@@ -15,7 +15,7 @@ from ..copy.engine import (
     copy_async,
     spare_buffers,
 )
-from ..copy.places import held_below, inside, same_store
+from ..copy.places import inside, same_store
 from ..copy.receive import CHUNK
 from ..copy.select import Rules
 from ..copy.width import WIDEST
@@ -390,8 +390,8 @@ def _source_within(source: str, dest: str, src_options: dict[str, Any],
             return True
         # DST may hold SRC by another path (a bind mount): told by device and inode
         try:
-            return (bool(inside(src.path, dst.path)) or os.path.samefile(src.path, dst.path)
-                    or held_below(src.path, dst.path))
+            # (inside: also a bind mount below DST holding SRC)
+            return bool(inside(src.path, dst.path)) or os.path.samefile(src.path, dst.path)
         except OSError:
             return False
     top, below = dst.path.strip("/"), src.path.strip("/")

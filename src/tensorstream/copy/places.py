@@ -26,8 +26,7 @@ from ..uri import ParsedURI
 from .select import Rules
 from .servers import Server, endpoint_server, same_server, server
 
-__all__ = ["connection", "feeds_itself", "held_below", "inside", "leads_into", "same_store",
-           "way_out"]
+__all__ = ["connection", "feeds_itself", "inside", "leads_into", "same_store", "way_out"]
 
 #: Schemes whose URI's host and port name the server (options only say how to reach it).
 _HOSTED = frozenset({"redis", "rediss", "http", "https"})
@@ -97,8 +96,9 @@ def _redis_db(uri: ParsedURI, options: Mapping[str, Any]) -> str:
 
 def inside(path: str, directory: str) -> str:
     """``path`` relative to ``directory`` where it lies below it (symlinks resolved), else
-    ``""`` (the same directory by a bind mount counts); a directory onto itself is refused
-    per file (same object), so only below counts."""
+    ``""`` (the same directory by a bind mount counts, and so does a bind mount below
+    ``directory`` holding ``path``); a directory onto itself is refused per file (same
+    object), so only below counts."""
     if not os.path.isdir(directory):
         return ""
     top, below = os.path.realpath(directory), os.path.realpath(path)
@@ -108,42 +108,41 @@ def inside(path: str, directory: str) -> str:
         return os.path.relpath(below, top).replace(os.sep, "/")
     # The same directory by another path (a bind mount, as a container's volume often is):
     # no realpath says so, its device and inode do. One stat per directory above DST.
+    rel = _up_to(below, top)
+    if rel is not None:
+        return rel  # (DST itself: "", a directory onto itself, refused per file)
+    # Or a mount point below ``directory`` holds it (/out mounted again at SRC/mnt; SRC
+    # mounted again at DST/sub): SRC's listing holds DST's files there.
+    for point in _mount_points():
+        if point == top or os.path.commonpath([top, point]) != top:
+            continue
+        rel = _up_to(below, point)
+        if rel is not None:
+            return "/".join(x for x in (os.path.relpath(point, top).replace(os.sep, "/"), rel)
+                            if x)
+    return ""
+
+
+def _up_to(below: str, top: str) -> str | None:
+    """``below`` relative to the directory ``top`` where one of the directories up from
+    ``below`` (itself included: ``""``) is ``top`` by device and inode, else None."""
     try:
         itself = os.stat(top)
     except OSError:
-        return ""
+        return None
     names: list[str] = []
     here = below
     while True:
         try:
             if os.path.samestat(os.stat(here), itself):
-                # (DST itself: a directory onto itself, refused per file as the same object)
                 return "/".join(reversed(names))
         except OSError:
             pass  # (not made yet: DST on a first run)
         parent = os.path.dirname(here)
         if parent == here:
-            return ""
+            return None
         names.append(os.path.basename(here))
         here = parent
-
-
-def held_below(path: str, directory: str) -> bool:
-    """Whether ``path`` lies inside a mount point below ``directory`` by a bind mount
-    (``/data/src``, or ``/data``, mounted again at ``directory/sub``): no realpath says
-    so, and the walk up from ``path`` (:func:`inside`) never meets ``directory``; the
-    mount points (``/proc/self/mountinfo``, Linux) below it are looked at, by device
-    and inode."""
-    top = os.path.realpath(directory)
-    for point in _mount_points():
-        if point == top or os.path.commonpath([top, point]) != top:
-            continue
-        try:
-            if os.path.samefile(path, point) or inside(path, point):
-                return True
-        except OSError:
-            continue  # (a mount point that cannot be looked at holds nothing we know of)
-    return False
 
 
 def _mount_points() -> list[str]:
