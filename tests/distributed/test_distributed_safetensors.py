@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from dist_scenarios import digest, steps
+from dist_scenarios import break_rank, digest, steps
 
 from fixtures_s3 import S3_BUCKET
 from tensorstream.testing.distributed import run_ranks
@@ -167,3 +167,34 @@ def test_more_than_memory_or_the_allowance_is_refused_by_every_rank(tmp_path: An
             assert failed["failed_ranks"] == [0, 1], failed
             assert failed["error"].count("InsufficientMemoryError") == 2, failed
         assert "max_tensor_bytes=100" in r.value["allowance"]["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize(("kind", "how"), [("safetensors", "hang"),
+                                           ("iter", "exit-in-exchange")])
+def test_a_rank_that_dies_or_hangs_fails_the_others_in_bounded_time(
+        tmp_path: Any, kind: str, how: str) -> None:
+    """A sharded checkpoint (index, two shards read by a pool of threads) shared by 3
+    ranks: rank 1 stops answering while it reads its share, or exits once the exchange
+    has begun. The other ranks raise DistributedLoadError within the group_timeout of 3 s
+    (a dead peer's closed connection at once) instead of waiting forever, as a tensorizer
+    group load's do."""
+    gen = torch.Generator().manual_seed(3)
+    state = {f"t{i}": torch.randn(300_000, generator=gen) for i in range(4)}
+    names = sorted(state)
+    halves = (names[:2], names[2:])
+    for i, part in enumerate(halves):
+        st_torch.save_file({k: state[k] for k in part},
+                           str(tmp_path / f"model-0000{i + 1}-of-00002.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        k: f"model-0000{i + 1}-of-00002.safetensors" for i, part in enumerate(halves)
+        for k in part}}))
+    step = {"label": "st", "kind": kind, "uri": str(tmp_path / "model.safetensors.index.json"),
+            "kwargs": {"group_timeout": 3.0}}
+    results = run_ranks(break_rank, 3, step, 1, how, timeout=60)
+    for r in (results[0], results[2]):
+        assert r.raised("DistributedLoadError"), (r.rank, r.error, r.traceback)
+        assert r.seconds < 9, r.seconds
+        assert not r.hung
+    assert not results[1].hung
