@@ -41,6 +41,13 @@ def test_ls_of_a_directory_without_r_reads_only_that_directory(tmp_path: Path) -
     r = subprocess.run([sys.executable, "-m", "tensorstream", "ls", str(d / "empty")],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "no objects at" in r.stderr
+    # A path that is not there (a typo) says so; it said "no objects at", as for an
+    # empty directory.
+    for typo in (d / "emtpy", d / "emtpy" / ""):
+        r = subprocess.run([sys.executable, "-m", "tensorstream", "ls", str(typo)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and (
+            f"no such file or directory: {d / 'emtpy'}" in r.stderr), r.stderr
 
 
 def test_ls_of_an_s3_prefix_without_r_lists_one_level_by_delimiter(tmp_path: Path,

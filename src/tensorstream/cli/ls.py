@@ -217,6 +217,11 @@ def run(args: argparse.Namespace) -> int:
             except NotFoundError as exc:  # a bucket that does not exist says so
                 count, missing = 0, exc
             sys.stdout.flush()
+            if count == 0 and missing is None and pattern is None and uri.scheme == "file" and (
+                    not os.path.lexists(uri.path)):  # a typo, not an empty directory
+                print_error(f"no such file or directory: {redact_text(os.path.normpath(uri.path))}",
+                            [args.uri])
+                return 1
             if count == 0:
                 print_error(str(missing) if missing is not None
                             else f"no object matches {redact_text(args.uri)}" if pattern
