@@ -218,11 +218,16 @@ async def _source_layout(call: Calls, src_path: str, etag: str, count: int,
 
 
 def _range(text: str, size: int) -> tuple[int, int] | None:
-    """``(start, end)`` of ``bytes A-B/SIZE`` (None if it is not that, for ``size``)."""
+    """``(start, end)`` of ``bytes A-B/SIZE`` (None if it is not that, for ``size``, or
+    names no byte: ``B`` below ``A``, which an answer that lies may chain on to the next
+    part's start; such a part sent no ``CopySourceRange``, and S3 copied the whole source
+    as that part)."""
     unit, _, rest = text.partition(" ")
     span, _, total = rest.partition("/")
     first, _, last = span.partition("-")
     if unit != "bytes" or total != str(size) or not (first.isdigit() and last.isdigit()):
+        return None
+    if int(last) < int(first):
         return None
     return int(first), int(last) + 1
 
