@@ -644,3 +644,27 @@ def test_a_role_profile_without_a_region_for_sts_says_to_set_one(
                                                         r"profile"):
         tensorstream.open(f"s3://{S3_BUCKET}/k", s3_endpoint=moto_s3.endpoint_url,
                           s3_region="us-east-1", s3_profile="role").read()
+
+
+@pytest.mark.parametrize("level", ["options", "s3_env", "aws_env"])
+async def test_a_key_with_whitespace_around_it_is_said_when_refused(
+    sources: Sources, level: str
+) -> None:
+    """A key pair with a space around it (a pasted key, ``S3_SECRET_ACCESS_KEY="$KEY "``)
+    was sent as it is and refused with a bare 403 naming only its source (a line break is
+    refused before any request). The refusal now says which of the two has whitespace
+    around it, never the value; a wrong key without any says what it said."""
+    s = sources.server
+    sources.put(level, s.access_key_id, f" {s.secret_access_key} ", s.endpoint_url)
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
+    said = str(info.value)
+    assert SOURCE[level] in said and "its secret key has whitespace around it" in said, said
+    assert s.secret_access_key not in said and s.secret_access_key not in repr(info.value)
+    sources.put(level, s.access_key_id + " ", s.secret_access_key, s.endpoint_url)
+    with pytest.raises(errors.PermissionDeniedError, match="its access key id has whitespace"):
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
+    sources.bad(level)
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
+    assert "whitespace" not in str(info.value)

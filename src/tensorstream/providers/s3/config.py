@@ -87,6 +87,17 @@ OPTIONS = S3_CREDENTIAL_OPTIONS | frozenset({"s3_checksum", "ca_bundle", "insecu
                                              "client_cert", "client_key"})
 
 
+def _padded(key_id: Sourced[str] | None, secret: Sourced[str] | None) -> str:
+    """Said after a key pair's source when a key has whitespace around it (a pasted key):
+    S3 refused it with a bare 403. Which one, never its value."""
+    padded = [name for name, key in (("access key id", key_id), ("secret key", secret))
+              if key is not None and isinstance(key.value, str) and key.value != key.value.strip()]
+    if not padded:
+        return ""
+    return (f" (its {' and its '.join(padded)} {'have' if len(padded) > 1 else 'has'} "
+            "whitespace around it: a space copied with it?)")
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class S3Credentials:
     """Resolved S3 settings. ``access_key_id is None`` (and not anonymous)
@@ -117,7 +128,7 @@ class S3Credentials:
             return "anonymous (unsigned requests)"
         if self.access_key_id is None:
             return self.chain_description
-        return self.access_key_id.source
+        return self.access_key_id.source + _padded(self.access_key_id, self.secret_access_key)
 
     @property
     def chain_description(self) -> str:
