@@ -1,66 +1,21 @@
-"""The local-destination path of ``cp``: parts received into the temp file
-without reading it back, the source's validators checked around the copy, the
-resume journal's check of earlier parts, one fsync, and the buffer pool.
-
-``flakytest://`` is a small real provider (registered through the public
-``tensorstream.register``) whose reads fail with a temporary error from a
-given offset on: the way a network source is cut off mid-copy.
-"""
+"""The local-destination path of ``cp``: parts received into the temp file without reading it
+back, nothing visible under the name before the copy is complete, the source's validators
+checked around the copy, one fsync, names, permissions and open files. Resume and parts are in
+test_copy_local_parts.py, concurrency and memory in test_copy_local_concurrency.py; the
+providers (``flakytest://`` and others) in flaky_providers.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from flaky_providers import PART, ChangingProvider, FlakyProvider, GatedProvider, names_in
 
-import tensorstream
-from memory_provider import MemReads
 from tensorstream.copy.engine import copy
-from tensorstream.errors import ServiceUnavailableError
-from tensorstream.providers.base import Capabilities, ObjectInfo, Pin
-
-PART = 64 << 10
-
-
-class FlakyProvider(MemReads):
-    """Read-only in-memory objects; reads at or past ``fail_from`` raise a temporary error."""
-
-    schemes = ("flakytest",)
-    service = "flakytest"
-    capabilities: ClassVar[Capabilities] = Capabilities()
-    store: ClassVar[dict[str, bytes]] = {}
-    fail_from: ClassVar[int | None] = None
-    #: Only these objects fail (empty: every object).
-    fail_only: ClassVar[set[str]] = set()
-
-    def before_read(self, path: str, end: int) -> None:
-        failing = not self.fail_only or path in self.fail_only
-        if failing and self.fail_from is not None and end > self.fail_from:
-            raise ServiceUnavailableError("cut off (test)")
-
-
-tensorstream.register("flakytest", FlakyProvider, replace=True)
-
-
-@pytest.fixture
-def flaky() -> Iterator[type[FlakyProvider]]:
-    yield FlakyProvider
-    FlakyProvider.store.clear()
-    FlakyProvider.fail_from = None
-    FlakyProvider.fail_only = set()
-
-
-def _names(d: Path) -> list[str]:
-    return sorted(p.name for p in d.iterdir())
 
 
 def test_the_destination_is_not_read_back(tmp_path: Path,
@@ -102,30 +57,6 @@ def test_the_destination_is_not_read_back(tmp_path: Path,
     assert not [p for p in read_paths if "tensorstream-" in p or p.endswith("m.bin")]
 
 
-class ChangingProvider(FlakyProvider):
-    """Objects without an ETag (Last-Modified only, like many HTTP servers) whose
-    Last-Modified moves once ``change_after`` reads were served."""
-
-    schemes = ("changingtest",)
-    service = "changingtest"
-    change_after: ClassVar[int] = 1 << 30
-    reads: ClassVar[int] = 0
-
-    async def stat(self, path: str) -> ObjectInfo:
-        info = await super().stat(path)
-        changed = self.reads >= self.change_after
-        mtime = datetime(2026, 1, 2 if changed else 1, tzinfo=timezone.utc)
-        return ObjectInfo(path, info.size, None, mtime)
-
-    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       pin: Pin | None = None) -> int:
-        type(self).reads += 1
-        return await super().readinto(path, offset, buffer, pin=pin)
-
-
-tensorstream.register("changingtest", ChangingProvider, replace=True)
-
-
 @pytest.mark.parametrize("parts", [1, 6])
 def test_a_source_without_etag_changed_during_the_copy_is_caught(
         tmp_path: Path, flaky: type[FlakyProvider], parts: int) -> None:
@@ -138,7 +69,7 @@ def test_a_source_without_etag_changed_during_the_copy_is_caught(
     out.mkdir()
     result = copy("changingtest://b/m.bin", f"{out}/", part_size=PART, concurrency=2)
     assert not result.ok and "changed" in result.errors[0]
-    assert _names(out) == []
+    assert names_in(out) == []
     ChangingProvider.reads, ChangingProvider.change_after = 0, 1 << 30
     result = copy("changingtest://b/m.bin", f"{out}/", part_size=PART, concurrency=2)
     assert result.ok and result.verified, result.errors
@@ -151,82 +82,6 @@ def test_no_verify_is_reported(tmp_path: Path) -> None:
     result = copy(str(src), str(tmp_path / "m.bin"), part_size=PART, verify=False)
     assert result.ok and not result.verified
     assert (tmp_path / "m.bin").read_bytes() == src.read_bytes()
-
-
-def _interrupted_resume(flaky: type[FlakyProvider], dst: Path, data: bytes) -> str:
-    flaky.store["b/m.bin"] = data
-    flaky.fail_from = 4 * PART
-    first = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=1, resume=True,
-                 retries=1)
-    assert not first.ok and not dst.exists()
-    assert (dst.parent / ".m.bin.tensorstream-journal.tmp").exists()
-    flaky.fail_from = None
-    return ".m.bin.tensorstream-partial.tmp"
-
-
-def test_resume_uses_and_checks_earlier_parts(tmp_path: Path,
-                                              flaky: type[FlakyProvider]) -> None:
-    data = os.urandom(7 * PART + 11)
-    dst = tmp_path / "m.bin"
-    _interrupted_resume(flaky, dst, data)
-    result = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True)
-    # Old parts were checked against the journal, not the source: not "verified".
-    assert result.ok and not result.verified, result.errors
-    # Parts 0-3 were read before the cut; the last may not have reached the journal.
-    assert result.resumed_bytes in (3 * PART, 4 * PART)
-    assert dst.read_bytes() == data and _names(tmp_path) == ["m.bin"]
-
-
-def test_a_resumed_durable_copy_writes_its_new_parts_directly(
-        tmp_path: Path, flaky: type[FlakyProvider]) -> None:
-    from page_cache import direct_io_at, resident_pages
-
-    if not direct_io_at(tmp_path):
-        pytest.skip("the temp directory's filesystem has no O_DIRECT")
-    data = os.urandom(7 * PART + 11)
-    dst = tmp_path / "m.bin"
-    _interrupted_resume(flaky, dst, data)
-    # Without verification the earlier parts are not read back (which would
-    # cache them and, by read-ahead, the rest of the file).
-    result = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True,
-                  verify=False)
-    assert result.ok and result.resumed_bytes, result.errors
-    # Both runs' parts went to the disk directly, all but the unaligned tail's page.
-    assert resident_pages(dst) <= 1
-    assert dst.read_bytes() == data
-
-
-def test_resume_with_a_damaged_earlier_part_fails_and_starts_over(
-        tmp_path: Path, flaky: type[FlakyProvider]) -> None:
-    data = os.urandom(7 * PART)
-    dst = tmp_path / "m.bin"
-    partial = tmp_path / _interrupted_resume(flaky, dst, data)
-    with open(partial, "r+b") as f:  # damage part 1, which the journal says is done
-        f.seek(PART + 5)
-        f.write(bytes([data[PART + 5] ^ 0xFF]))
-    result = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True)
-    assert not result.ok and "verification failed" in result.errors[0]
-    assert _names(tmp_path) == []  # nothing kept: the next run starts over
-    again = copy("flakytest://b/m.bin", str(dst), part_size=PART, concurrency=2, resume=True)
-    assert again.ok and again.resumed_bytes == 0 and dst.read_bytes() == data
-
-
-@pytest.mark.timeout(60)
-def test_one_failed_object_does_not_starve_the_others(tmp_path: Path,
-                                                      flaky: type[FlakyProvider]) -> None:
-    # Objects share one buffer pool and one read limit: a failed object must hand
-    # back every buffer and read slot it held, or the objects after it wait forever.
-    bad, good = ["a", "b", "c", "d", "e"], ["f", "g"]
-    for n in bad + good:
-        flaky.store[f"b/{n}.bin"] = os.urandom(6 * PART + ord(n))
-    flaky.fail_only, flaky.fail_from = {f"b/{n}.bin" for n in bad}, 2 * PART
-    dst = tmp_path / "out"
-    result = copy([f"flakytest://b/{n}.bin" for n in bad + good], f"{dst}/", part_size=PART,
-                  concurrency=2, jobs=1, retries=1)
-    assert len(result.errors) == len(bad)
-    assert result.files == 2 and _names(dst) == ["f.bin", "g.bin"]
-    for n in good:
-        assert (dst / f"{n}.bin").read_bytes() == flaky.store[f"b/{n}.bin"]
 
 
 def test_one_fsync_per_local_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,32 +113,6 @@ def test_one_fsync_per_local_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "n.bin", "src.bin"]
 
 
-def test_memory_bounded_by_the_buffer_pool(tmp_path: Path) -> None:
-    # Peak RSS of a child copying 64 MiB through 1 MiB parts x 2 in flight
-    # (+ 1 spare buffer) grows far less than the object size.
-    src = tmp_path / "big.bin"
-    with open(src, "wb") as f:
-        for _ in range(64):
-            f.write(os.urandom(1 << 20))
-    (tmp_path / "small.bin").write_bytes(b"x" * 1000)
-    code = (
-        "import resource, sys\n"
-        "from tensorstream.copy.engine import copy\n"
-        "small, big, out = sys.argv[1:]\n"
-        "assert copy(small, out + '.warm').ok\n"  # imports, threads, loop: not counted
-        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "r = copy(big, out, part_size=1 << 20, concurrency=2)\n"
-        "assert r.ok and r.verified, r.errors\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "small.bin"), str(src),
-                          str(tmp_path / "out.bin")], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    grown_kib = int(out.stdout.strip())
-    assert grown_kib < 16 << 10, grown_kib
-    assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
-
-
 def test_answers_that_name_their_version_need_no_stat_after(
         tmp_path: Path, http_server: Any, http_reset: None) -> None:
     # Every ranged answer carries the ETag it was served under (compared with
@@ -297,26 +126,6 @@ def test_answers_that_name_their_version_need_no_stat_after(
     assert (tmp_path / "m.bin").read_bytes() == data
     assert len(http_server.requests_for(key, "HEAD")) == 1
     assert len(http_server.requests_for(key, "GET")) == 5
-
-
-class GatedProvider(FlakyProvider):
-    """Objects whose reads past ``gate_at`` wait until the test opens ``gate``."""
-
-    schemes = ("gatedtest",)
-    service = "gatedtest"
-    gate_at: ClassVar[int] = 0
-    gate: ClassVar[threading.Event] = threading.Event()
-    waiting: ClassVar[threading.Event] = threading.Event()
-
-    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       pin: Pin | None = None) -> int:
-        if offset + len(buffer) > self.gate_at:
-            self.waiting.set()
-            await asyncio.to_thread(self.gate.wait, 30)
-        return await super().readinto(path, offset, buffer, pin=pin)
-
-
-tensorstream.register("gatedtest", GatedProvider, replace=True)
 
 
 @pytest.mark.parametrize("parts", [1, 5])
@@ -336,13 +145,13 @@ def test_nothing_is_visible_under_the_name_before_the_copy_is_complete(
     worker.start()
     try:
         assert GatedProvider.waiting.wait(30)
-        names = _names(out)
+        names = names_in(out)
         assert "m.bin" not in names and len(names) == 1 and names[0].startswith(".m.bin.")
     finally:
         GatedProvider.gate.set()
         worker.join(60)
     assert result[0].ok and result[0].verified, result[0].errors
-    assert _names(out) == ["m.bin"] and (out / "m.bin").read_bytes() == data
+    assert names_in(out) == ["m.bin"] and (out / "m.bin").read_bytes() == data
 
 
 def test_each_destination_directory_is_listed_once(tmp_path: Path,
@@ -373,175 +182,6 @@ def test_each_destination_directory_is_listed_once(tmp_path: Path,
     assert not stale.exists()  # still found and removed
     for p in src.rglob("*.bin"):
         assert (dst / p.relative_to(src)).read_bytes() == p.read_bytes()
-
-
-class SlowProvider(FlakyProvider):
-    """Every read takes 50 ms (a capped link); counts the reads in flight."""
-
-    schemes = ("slowtest",)
-    service = "slowtest"
-    in_flight: ClassVar[int] = 0
-    most: ClassVar[int] = 0
-
-    async def readinto(self, path: str, offset: int, buffer: memoryview, *,
-                       pin: Pin | None = None) -> int:
-        cls = type(self)
-        cls.in_flight += 1
-        cls.most = max(cls.most, cls.in_flight)
-        try:
-            await asyncio.sleep(0.05)
-            return await super().readinto(path, offset, buffer, pin=pin)
-        finally:
-            cls.in_flight -= 1
-
-
-tensorstream.register("slowtest", SlowProvider, replace=True)
-
-
-def test_a_one_part_object_hands_its_read_slot_back_before_the_disk(
-        tmp_path: Path, http_server: Any, http_reset: None,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # A read slot covers a read: once an object's bytes are in, the next
-    # object's GET goes out while this one is made durable (fsync, rename, the
-    # directory's fsync). Here the first object to be fsynced waits until the
-    # other object's GET has reached the server; with the one read slot held
-    # through the fsync it never would (the wait runs out, the check fails).
-    from tensorstream.copy import width
-
-    tag = os.urandom(4).hex()
-    keys = {n: f"slot-{tag}/{n}.bin" for n in ("a", "b")}
-    data = {n: os.urandom(PART + ord(n)) for n in keys}
-    for n, key in keys.items():
-        http_server.put(key, data[n])
-    seen_during_fsync: list[bool] = []
-    real_fsync = os.fsync
-
-    def other_requested(other: str) -> bool:
-        for _ in range(500):
-            if http_server.requests_for(keys[other], "GET"):
-                return True
-            time.sleep(0.01)
-        return False
-
-    def fsync(fd: int) -> None:
-        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
-        if name.startswith((".a.bin.", ".b.bin.")) and not seen_during_fsync:
-            seen_during_fsync.append(other_requested("b" if name.startswith(".a.") else "a"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(width, "link_bound", lambda before, now: False)  # one slot, always
-    monkeypatch.setattr(width, "WAITING", -1.0)
-    monkeypatch.setattr(os, "fsync", fsync)
-    out = tmp_path / "out"
-    result = copy([http_server.url(keys["a"]), http_server.url(keys["b"])], f"{out}/",
-                  part_size=1 << 20, concurrency=1, jobs=2)
-    assert result.ok and result.files == 2 and result.verified, result.errors
-    assert seen_during_fsync and all(seen_during_fsync)
-    for n in keys:
-        assert (out / f"{n}.bin").read_bytes() == data[n]
-
-
-def test_a_part_is_written_once_per_chunk(tmp_path: Path, http_server: Any,
-                                          http_reset: None,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each chunk is two thread hand-offs (the receiving thread wakes the worker,
-    # which writes it and hands the connection back): a 4 MiB object is four
-    # 1 MiB chunks, each written with one pwrite at its place.
-    data = os.urandom(4 << 20)
-    key = f"chunks/{os.urandom(4).hex()}.bin"
-    http_server.put(key, data)
-    writes: list[int] = []
-    real_pwrite = os.pwrite
-
-    def pwrite(fd: int, buf: Any, offset: int) -> int:
-        if ".tensorstream-" in os.readlink(f"/proc/self/fd/{fd}"):
-            writes.append(len(buf))
-        return real_pwrite(fd, buf, offset)
-
-    monkeypatch.setattr(os, "pwrite", pwrite)
-    result = copy(http_server.url(key), str(tmp_path / "c.bin"))
-    assert result.ok and result.verified, result.errors
-    assert writes == [1 << 20] * 4
-    assert (tmp_path / "c.bin").read_bytes() == data
-
-
-@pytest.mark.parametrize("link_bound", [True, False])
-def test_a_copy_waiting_on_its_link_goes_wider(tmp_path: Path, flaky: type[FlakyProvider],
-                                               monkeypatch: pytest.MonkeyPatch,
-                                               link_bound: bool) -> None:
-    # By the idle-machine rule (a source without the receiving thread): when
-    # the link is the limit (little CPU used, the machine idle) more parts go
-    # in flight, up to four times --concurrency; when the CPU is, the width stays.
-    from tensorstream.copy import width
-
-    monkeypatch.setattr(width, "link_bound", lambda before, now: link_bound)
-    monkeypatch.setattr(width, "LOOK", 0.02)
-    for i in range(40):
-        flaky.store[f"b/{i:02d}.bin"] = os.urandom(PART)
-    SlowProvider.in_flight = SlowProvider.most = 0
-    out = tmp_path / "out"
-    # (no jobs given: objects widen with the parts; a number given is kept)
-    result = copy([f"slowtest://b/{i:02d}.bin" for i in range(40)], f"{out}/", part_size=PART,
-                  concurrency=2)
-    assert result.ok and result.files == 40, result.errors
-    assert SlowProvider.most == (8 if link_bound else 2)
-
-
-def test_one_object_keeps_at_most_concurrency_parts_in_flight(
-        tmp_path: Path, flaky: type[FlakyProvider], monkeypatch: pytest.MonkeyPatch) -> None:
-    # The extra width is for more objects, not more parts of one: a large
-    # object copied 4x wide left all of its writeback to the end of a durable
-    # copy. Widening is on here (each look says the link is the limit).
-    from tensorstream.copy import width
-
-    monkeypatch.setattr(width, "link_bound", lambda before, now: True)
-    monkeypatch.setattr(width, "LOOK", 0.02)
-    data = os.urandom(PART * 30 + 5)
-    flaky.store["b/big.bin"] = data
-    SlowProvider.in_flight = SlowProvider.most = 0
-    result = copy("slowtest://b/big.bin", str(tmp_path / "big.bin"), part_size=PART,
-                  concurrency=2, jobs=2)
-    assert result.ok, result.errors
-    assert (tmp_path / "big.bin").read_bytes() == data
-    assert SlowProvider.most == 2
-
-
-def test_link_bound_needs_an_idle_machine_and_a_waiting_process() -> None:
-    from tensorstream.copy.width import link_bound
-
-    start = (0.0, 0.0, 0, 0)
-    # (wall s, process CPU s, machine idle jiffies, machine total jiffies)
-    assert link_bound(start, (1.0, 0.2, 60, 100))  # waiting on the link, machine idle
-    assert not link_bound(start, (1.0, 0.9, 60, 100))  # this process is busy
-    assert not link_bound(start, (1.0, 0.2, 5, 100))  # others keep the machine busy
-    assert not link_bound(start, (0.0, 0.0, 0, 0))  # nothing measured
-
-
-@pytest.mark.parametrize("cut", [None, 1_300_000])
-def test_parts_are_received_by_the_shared_receiver_and_resume_exactly(
-        tmp_path: Path, http_server: Any, http_reset: None, cut: int | None) -> None:
-    # Parts larger than the 1 MiB chunk are received (and written) by the
-    # process's receiving thread, one hand-off per part; a body cut part-way
-    # has its chunk finished by the retrying read and the rest re-requested,
-    # and every byte lands at its place (odd sizes: no part or chunk boundary
-    # lines up with another).
-    from tensorstream.providers._http import receiver as receiver_mod
-
-    data = os.urandom(7 * (1 << 20) + 12_345)
-    key = f"rcv/{os.urandom(4).hex()}.bin"
-    http_server.put(key, data)
-    if cut is not None:
-        http_server.faults.drop_after = cut
-        http_server.faults.drop_times = 2
-    before = receiver_mod.receiver().receives
-    result = copy(http_server.url(key), str(tmp_path / "r.bin"), part_size=(3 << 20) + 7,
-                  concurrency=2)
-    assert result.ok and result.verified, result.errors
-    assert (tmp_path / "r.bin").read_bytes() == data
-    assert receiver_mod.receiver().receives > before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.bin"]
-    gets = http_server.requests_for(key, "GET")
-    assert len(gets) == (3 if cut is None else 3 + 2 * 2)  # 2 cut parts: a resume + the rest
 
 
 @pytest.mark.parametrize("spelling", ["path", "file-uri"])
@@ -643,4 +283,4 @@ def test_a_local_source_rewritten_with_its_mtime_put_back_is_not_published(
     out.mkdir()
     result = copy(str(src), f"{out}/", part_size=PART, concurrency=1)
     assert not result.ok and "changed" in result.errors[0], result.errors
-    assert _names(out) == []
+    assert names_in(out) == []
