@@ -13,12 +13,12 @@ import select
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from s3_credential_sources import everything_said
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
@@ -27,15 +27,6 @@ from tensorstream.testing.s3_server import MotoS3Server
 
 CANARY = "canary-PROCESS-secret-0123456789"
 LIMIT = 1.0
-
-
-def _everything_said(exc: BaseException) -> str:
-    parts = ["".join(traceback.format_exception(exc))]
-    node: BaseException | None = exc
-    while node is not None:
-        parts += [repr(node), str(node), repr(vars(node))]
-        node = node.__cause__ or node.__context__
-    return "\n".join(parts)
 
 
 def _hanging_process(tmp_path: Path, config: Path, *, use_exec: bool) -> Path:
@@ -117,7 +108,7 @@ async def test_a_credential_process_that_never_exits_is_stopped_and_named(
     for said in ("profile 'slow'", str(aws_config), "credential_process",
                  "s3_credential_process_timeout", "1 s"):
         assert said in message, said
-    assert CANARY not in _everything_said(info.value)
+    assert CANARY not in everything_said(info.value)
     # run once (not retried as a temporary error), and killed
     started_pids = [int(p) for p in pids.read_text().split()]
     assert len(started_pids) == 1 and elapsed < 10 * LIMIT, (started_pids, elapsed)
@@ -172,7 +163,7 @@ async def test_a_source_profiles_credential_process_that_never_exits_is_stopped_
     for said in ("profile 'base'", str(aws_config), "credential_process",
                  "s3_credential_process_timeout"):
         assert said in message, (said, message)
-    assert CANARY not in _everything_said(info.value)
+    assert CANARY not in everything_said(info.value)
     started_pids = [int(p) for p in pids.read_text().split()]
     assert len(started_pids) == 1 and elapsed < 10 * LIMIT, (started_pids, elapsed)
     assert _gone(started_pids[0])

@@ -13,12 +13,12 @@ import logging
 import os
 import secrets
 import sys
-import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from s3_credential_sources import everything_said
 
 import tensorstream
 from reliability_helpers import RawHTTPServer
@@ -98,17 +98,6 @@ OPS: dict[str, Callable[[Any], Awaitable[None]]] = {
     "read": _read}
 
 
-def _everything_said(exc: BaseException) -> str:
-    parts = ["".join(traceback.format_exception(exc))]
-    node: BaseException | None = exc
-    seen: set[int] = set()
-    while node is not None and id(node) not in seen:
-        seen.add(id(node))
-        parts += [repr(node), str(node)]
-        node = node.__cause__ or node.__context__
-    return "\n".join(parts)
-
-
 @pytest.mark.parametrize("how", ["profile", "credential_process"])
 @pytest.mark.parametrize("op", list(OPS))
 def test_secrets_from_the_chain_echoed_by_the_server_are_masked(
@@ -132,7 +121,7 @@ def test_secrets_from_the_chain_echoed_by_the_server_are_masked(
         asyncio.run(go(server))
     # the server did get the chain's token, and echoed it
     assert any(h.get("x-amz-security-token") == keys.token for _, h in server.requests)
-    said = _everything_said(info.value)
+    said = everything_said(info.value)
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     for secret in (keys.secret, keys.token):
         assert secret not in said

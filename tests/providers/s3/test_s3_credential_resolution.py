@@ -1,0 +1,130 @@
+"""S3 settings resolved without a request: describe_credentials (sources shown, secrets
+masked), the precedence of endpoint, region and token, an explicit s3cfg path, and endpoints
+botocore cannot use refused naming their source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3_credential_sources import SOURCE, Sources
+
+import tensorstream
+from fixtures_s3 import S3_BUCKET
+from tensorstream import errors
+from tensorstream.providers.s3.config import resolve_s3_credentials
+
+
+def test_describe_credentials_shows_sources_and_masks_secrets(sources: Sources) -> None:
+    sources.good("s3_env")
+    sources.mp.setenv("AWS_REGION", "eu-west-3")
+    report = tensorstream.describe_credentials(
+        f"s3://{S3_BUCKET}/model.tensors", s3_addressing_style="virtual"
+    )
+    text = str(report)
+    assert sources.server.secret_access_key not in text
+    assert sources.server.access_key_id not in text and sources.server.access_key_id[-4:] in text
+    assert report.source_of("secret_access_key") == SOURCE["s3_env"]
+    assert report.source_of("endpoint") == "env S3_ENDPOINT_URL"
+    assert report.source_of("region") == "env AWS_REGION"
+    assert report.source_of("addressing_style") == "option s3_addressing_style"
+    assert report.as_dict()["secret_access_key"]["value"] == "***"
+    assert sources.server.secret_access_key not in repr(report) + repr(report.as_dict())
+
+
+def test_describe_credentials_for_other_schemes_masks_secrets(isolated_env: Path) -> None:
+    report = tensorstream.describe_credentials(
+        "redis://user:canary-pw@localhost:6379/k", redis_password="canary-opt"
+    )
+    text = str(report) + repr(report.as_dict())
+    assert "canary-pw" not in text and "canary-opt" not in text
+    assert report.source_of("password") == "option redis_password"
+    assert report.source_of("username") == "URI userinfo"
+    http = tensorstream.describe_credentials("https://host/x", token="canary-token")
+    assert "canary-token" not in str(http) and http.source_of("authorization") == "argument token"
+    generic = tensorstream.describe_credentials(
+        "memory://bucket/x", storage_options={"secret": "canary-so", "region": "r1"}
+    )
+    assert "canary-so" not in str(generic) and "'region': 'r1'" in str(generic)
+
+
+@pytest.mark.parametrize(
+    ("env", "options", "expected", "source"),
+    [
+        ({"S3_ENDPOINT_URL": "a.example", "AWS_ENDPOINT_URL_S3": "http://b"},
+         {"s3_endpoint": "http://o:9000"}, "http://o:9000", "option s3_endpoint"),
+        ({"S3_ENDPOINT_URL": "a.example", "AWS_ENDPOINT_URL_S3": "http://b"}, {},
+         "https://a.example", "env S3_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL_S3": "http://b/", "AWS_ENDPOINT_URL": "http://c"}, {},
+         "http://b", "env AWS_ENDPOINT_URL_S3"),
+        ({"AWS_ENDPOINT_URL": "c:1"}, {}, "https://c:1", "env AWS_ENDPOINT_URL"),
+        ({}, {}, None, None),  # no vendor endpoint is ever assumed
+    ],
+)
+def test_endpoint_precedence(
+    isolated_env: Path, env: dict[str, str], options: dict[str, Any], expected: str | None,
+    source: str | None,
+) -> None:
+    creds = resolve_s3_credentials(options, env={**env, "HOME": str(isolated_env / "home")})
+    assert (creds.endpoint.value if creds.endpoint else None) == expected
+    assert (creds.endpoint.source if creds.endpoint else None) == source
+
+
+def test_region_and_token_precedence(isolated_env: Path) -> None:
+    env = {"AWS_REGION": "r1", "AWS_DEFAULT_REGION": "r2", "AWS_ACCESS_KEY_ID": "k",
+           "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t"}
+    creds = resolve_s3_credentials({}, env=env)
+    assert creds.region is not None and (creds.region.value, creds.region.source) == ("r1", "env AWS_REGION")
+    assert creds.session_token is not None and creds.session_token.source == "env AWS_SESSION_TOKEN"
+    assert "t" not in repr(creds.session_token).replace("Sourced", "").replace("token", "")
+    assert resolve_s3_credentials({"s3_region": "r0"}, env=env).region.value == "r0"  # type: ignore[union-attr]
+    # a token belongs to its own pair: S3_* keys do not pick up AWS_SESSION_TOKEN
+    other = resolve_s3_credentials({}, env={**env, "S3_ACCESS_KEY_ID": "k2", "S3_SECRET_ACCESS_KEY": "s2"})
+    assert other.session_token is None
+    with pytest.raises(errors.ConfigurationError, match="s3_session_token"):
+        resolve_s3_credentials({"s3_session_token": "t"}, env={})
+
+
+def test_explicit_s3cfg_path_and_https_default(isolated_env: Path) -> None:
+    cfg = isolated_env / "custom.s3cfg"
+    cfg.write_text("[default]\naccess_key = k\nsecret_key = s\nhost_base = store.example\n"
+                   "host_bucket = %(bucket)s.store.example\n")
+    creds = resolve_s3_credentials({"s3_config_path": str(cfg)}, env={})
+    assert creds.endpoint is not None and creds.endpoint.value == "https://store.example"
+    assert creds.addressing_style is not None and creds.addressing_style.value == "virtual"
+    assert creds.key_source == f"s3cmd config {cfg}"
+    with pytest.raises(errors.ConfigurationError, match=r"missing\.s3cfg"):
+        resolve_s3_credentials({"s3_config_path": str(isolated_env / "missing.s3cfg")}, env={})
+
+
+@pytest.mark.parametrize(("endpoint", "problem"), [
+    ("http://", "no host"), ("http://[::1", "Invalid IPv6 URL"), ("http://a:99999", "Port out of"),
+    ("ftp://127.0.0.1", "not http or https"), ("http://u:pw-canary@:9", "no host"),
+    ("http://a:b", "Port could not be cast"),
+    # botocore's host check failed inside the credential chain: "credential chain failed"
+    ("not a url", "refuses the host name 'not a url'"), ("http://minio_1:9000", "'minio_1'"),
+    ("http://u:pw-canary@bad host:9", "refuses the host name"),
+    # botocore's EndpointResolutionError, raw, quoted it whole (password, query token)
+    ("http://u:pw-canary@h:9?x=1", "has a query"), ("http://h:9/p?pw-canary", "has a query"),
+])
+@pytest.mark.parametrize("where", ["option", "env"])
+def test_an_endpoint_botocore_cannot_use_is_refused_naming_its_source(
+        endpoint: str, problem: str, where: str) -> None:
+    """botocore said 'Invalid IPv6 URL' or 'Port out of range' naming nothing, or for an
+    endpoint without a host failed inside the credential chain (a ValueError)."""
+    options = {"s3_endpoint": endpoint} if where == "option" else {}
+    env = {} if where == "option" else {"S3_ENDPOINT_URL": endpoint}
+    with pytest.raises(errors.ConfigurationError) as info:
+        resolve_s3_credentials(options, env=env)
+    text = str(info.value)
+    assert problem in text and "is not an S3 endpoint URL" in text
+    assert ("option s3_endpoint" if where == "option" else "env S3_ENDPOINT_URL") in text
+    assert "pw-canary" not in text
+
+
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9000", "https://s3.example.com",
+                                      "s3.example.com", "http://[::1]:9000/", "HTTP://h"])
+def test_a_usable_endpoint_is_kept(endpoint: str) -> None:
+    creds = resolve_s3_credentials({"s3_endpoint": endpoint}, env={})
+    assert creds.endpoint is not None
