@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cli_env import cli
 from signals import signals_as_from_a_terminal
 from tensorstream.cli.main import main
 from terminals import read_to_end, spawn_on_terminal
@@ -32,11 +33,6 @@ def last_json(out: str) -> dict[str, Any]:
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[-1]["op"] == "summary"
     return lines[-1]
-
-
-def cli(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=60, **kw)
 
 
 def test_cp_json_summary_and_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import cli_env
 from fixtures_s3 import S3_BUCKET
 from signals import signals_as_from_a_terminal
 from terminals import read_to_end, spawn_on_terminal
@@ -23,9 +24,8 @@ st_torch = pytest.importorskip("safetensors.torch")
 
 
 def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", "convert", *argv],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    """``tensorstream convert ARGV`` by the shared runner, ``env`` over this process's."""
+    return cli_env.cli("convert", *argv, env={**os.environ, **(env or {})})
 
 
 def same(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -10,15 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 from iam_users import iam_user_keys
 
 S3_BUCKET = "tensorstream-tests"
-
-
-def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env)
 
 
 def tree(root: Path, n: int) -> Path:

@@ -4,22 +4,14 @@ the real CLI in a subprocess against moto on loopback, read back with HEAD."""
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 
 S3_BUCKET = "tensorstream-tests"
-
-
-def cli(*argv: str, env: dict[str, str] | None = None,
-        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env, input=stdin)
 
 
 def _head(server: Any, key: str) -> dict[str, Any]:
@@ -57,7 +49,7 @@ def test_stdin_into_s3_takes_the_flags(tmp_path: Path, moto_s3: Any) -> None:
     env = s3_env(moto_s3, tmp_path)
     key = f"climeta-{secrets.token_hex(4)}/s.json"
     r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "--metadata", "k=v", "-",
-            f"s3://{S3_BUCKET}/{key}", env=env, stdin="{}")
+            f"s3://{S3_BUCKET}/{key}", env=env, input="{}")
     assert r.returncode == 0, r.stderr
     head = _head(moto_s3, key)
     assert head["Metadata"] == {"k": "v"} and head["ContentType"] == "binary/octet-stream"
@@ -90,5 +82,5 @@ def test_flags_for_a_local_destination_are_refused(tmp_path: Path) -> None:
             str(tmp_path / "b.json"))
     assert r.returncode != 0 and "keeps none" in r.stderr, r.stderr
     assert not (tmp_path / "b.json").exists()
-    r = cli("cp", "--metadata", "a=1", "-", str(tmp_path / "c.json"), stdin="x")
+    r = cli("cp", "--metadata", "a=1", "-", str(tmp_path / "c.json"), input="x")
     assert r.returncode == 2 and "keeps none" in r.stderr, r.stderr

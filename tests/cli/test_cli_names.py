@@ -4,18 +4,11 @@ holds what a terminal would act on. Real moto on loopback; the CLI in a child pr
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 from fixtures_s3 import S3_BUCKET
-
-
-def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env)
 
 
 def test_an_error_names_a_key_with_its_runs_of_spaces(tmp_path: Path, moto_s3: Any) -> None:

@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 from tensorstream.testing.proxy import HTTPFaultProxy
 
 S3_BUCKET = "tensorstream-tests"
-
-
-def cli(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, **kw)
 
 
 def test_rm_r_of_the_root_directory_is_refused() -> None:

@@ -7,21 +7,14 @@ it deleted its own source."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 
 S3_BUCKET = "tensorstream-tests"
-
-
-def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env)
 
 
 def s3_aliases(url: str) -> list[str]:

@@ -5,21 +5,14 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 from fixtures_s3 import S3_BUCKET
 from tensorstream.cli.options import unmatchable_rule
-
-
-def cli(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, **kw)
 
 
 def test_a_pattern_written_from_the_current_directory_is_a_usage_error(tmp_path: Path) -> None:

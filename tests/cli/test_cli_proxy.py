@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import cli_env
 from cli_env import s3_env
 from fixtures_s3 import S3_BUCKET
 from tensorstream.testing.forward_proxy import ForwardProxy
@@ -41,8 +41,8 @@ def _env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
 
 
 def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env or _env(), check=False)
+    """The shared runner, in ``_env()`` (no proxy variables) unless told another."""
+    return cli_env.cli(*argv, env=env or _env())
 
 
 def _put(server: HTTPTestServer) -> str:

@@ -5,20 +5,15 @@ at one the rules leave out; ``sync --delete`` keeps a damaged object's copy."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli_env import cli
+
 DB = 13  # a database of this file's own
-
-
-def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120)
 
 
 @pytest.fixture

@@ -5,19 +5,12 @@ streams the bytes as before (and its lines say nothing of S3)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 
 S3_BUCKET = "tensorstream-tests"
-
-
-def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env)
 
 
 def test_cp_says_s3_copied_it_and_the_flag_turns_it_off(tmp_path: Path, moto_s3: Any) -> None:

@@ -4,19 +4,12 @@ copied itself: the real CLI in a subprocess against moto."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 
 S3_BUCKET = "tensorstream-tests"
-
-
-def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env)
 
 
 def test_the_summary_gives_no_rate_for_bytes_s3_copied(tmp_path: Path, moto_s3: Any) -> None:

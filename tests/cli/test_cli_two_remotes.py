@@ -11,14 +11,9 @@ from typing import Any
 
 import pytest
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 from fixtures_s3 import S3_BUCKET
 from remote_destination import assert_left_as_it_was
-
-
-def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tensorstream", *argv], capture_output=True,
-                          text=True, timeout=120, env=env)
 
 
 def two_profiles(server: Any, tmp_path: Path) -> dict[str, str]:
