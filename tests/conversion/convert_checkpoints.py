@@ -1,21 +1,15 @@
 """What the conversion tests share: a checkpoint of every dtype (``checkpoint``), its safetensors
 bytes whole or sharded, tensorizer's own reader (``tensorizer_read``), a byte-exact comparison,
-and the stores a conversion reads and writes (``make_store``: local, S3, Redis)."""
+and a listing of a directory (``names_in``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
-import secrets
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-import tensorstream
-from fixtures_s3 import S3_BUCKET
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
@@ -57,55 +51,6 @@ def sharded(tensors: dict[str, Any], shards: int = 3) -> dict[str, bytes]:
     files["model.safetensors.index.json"] = json.dumps(
         {"metadata": {"total_size": 0}, "weight_map": weight_map}).encode()
     return files
-
-
-@dataclasses.dataclass
-class Store:
-    """A writable backend: ``uri(key)``, ``put(key, bytes)``, options; reads go through
-    tensorstream (Redis holds written objects in its chunked layout)."""
-
-    name: str
-    uri: Callable[[str], str]
-    put: Callable[[str, bytes], None]
-    options: dict[str, Any]
-    exists: Callable[[str], bool]
-
-    def get(self, key: str) -> bytes:
-        with tensorstream.open(self.uri(key), **self.options) as f:
-            return bytes(f.read())
-
-
-def make_store(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    prefix = f"cv{secrets.token_hex(4)}/"
-    if name == "local":
-        root = tmp_path / "store"
-        root.mkdir()
-
-        def put(k: str, d: bytes) -> None:
-            (root / k).parent.mkdir(parents=True, exist_ok=True)
-            (root / k).write_bytes(d)
-
-        return Store(name, lambda k: str(root / k), put, {}, lambda k: (root / k).exists())
-    if name == "s3":
-        s3 = request.getfixturevalue("moto_s3")
-        request.getfixturevalue("isolated_env")
-        return Store(name, lambda k: f"s3://{S3_BUCKET}/{prefix}{k}",
-                     lambda k, d: s3.put(S3_BUCKET, prefix + k, d), s3.options(),
-                     lambda k: s3.exists(S3_BUCKET, prefix + k))
-    if name == "redis":
-        server = request.getfixturevalue("redis_server")
-        rp = prefix.rstrip("/") + "-"
-
-        def exists(k: str) -> bool:
-            try:
-                tensorstream.open(server.url(rp + k)).close()
-            except FileNotFoundError:
-                return False
-            return True
-
-        return Store(name, lambda k: server.url(rp + k), lambda k, d: server.put(rp + k, d), {},
-                     exists)
-    raise AssertionError(name)
 
 
 def tensorizer_read(blob: bytes, key: bytes | None = None) -> dict[str, Any]:

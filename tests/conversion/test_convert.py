@@ -10,24 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from convert_checkpoints import assert_same, checkpoint, sharded, st_bytes, tensorizer_read
 
 import tensorstream
+from stores import Store, make_store
 from tensorstream.errors import UnsupportedOperationError
 from tensorstream.tensorizer import Encryption
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 tensorizer = pytest.importorskip("tensorizer")
-
-from convert_checkpoints import (  # noqa: E402  (needs torch)
-    Store,
-    assert_same,
-    checkpoint,
-    make_store,
-    sharded,
-    st_bytes,
-    tensorizer_read,
-)
 
 
 def test_local_single_file_round_trip_every_dtype(tmp_path: Path) -> None:
@@ -88,7 +80,7 @@ def test_sharded_encrypted_round_trip(store: Store) -> None:
 
 def test_folder_source_and_folder_destination_on_s3(request: pytest.FixtureRequest,
                                                     tmp_path: Path) -> None:
-    s3 = make_store("s3", request, tmp_path)
+    s3 = make_store("s3", request, tmp_path / "store")
     want = {"a": torch.arange(6.0), "b.c": torch.ones(2, 2, dtype=torch.float16)}
     for name, blob in sharded(want, 2).items():
         s3.put(f"ckpt/{name}", blob)

@@ -9,21 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from convert_checkpoints import assert_same, names_in, tensorizer_read
 
 import tensorstream
 from reliability_helpers import file_size_limit
+from stores import make_store
 from tensorstream.conversion import DestinationExistsError
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 tensorizer = pytest.importorskip("tensorizer")
-
-from convert_checkpoints import (  # noqa: E402  (needs torch)
-    assert_same,
-    make_store,
-    names_in,
-    tensorizer_read,
-)
 
 
 @pytest.mark.parametrize("direction", ["to_tensorizer", "to_safetensors"])
@@ -77,7 +72,7 @@ def test_a_conversion_out_of_local_room_names_the_file(request: pytest.FixtureRe
     src = tmp_path / "m.safetensors"
     st_torch.save_file({"w": torch.randn(512, 1024)}, str(src))  # 2 MiB
     (tmp_path / "out").mkdir()
-    store = make_store(where, request, tmp_path / "out")
+    store = make_store(where, request, tmp_path / "out" / "store")
     dst = store.uri("m.tensors")
     with file_size_limit(1 << 20), pytest.raises(OSError) as info:
         tensorstream.convert(str(src), dst)

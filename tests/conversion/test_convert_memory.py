@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from convert_checkpoints import assert_same, tensorizer_read
 
 import tensorstream
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 tensorizer = pytest.importorskip("tensorizer")
-
-from convert_checkpoints import assert_same, tensorizer_read  # noqa: E402  (needs torch)
 
 
 def _alive(refs: list[weakref.ref[Any]]) -> int:

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from convert_checkpoints import assert_same, names_in, st_bytes, tensorizer_read
 
 import tensorstream
+from stores import Store
 from tensorstream.conversion import DestinationExistsError, UnsupportedDtypeError
 from tensorstream.errors import MalformedFileError
 from tensorstream.tensorizer import DecryptionError, Encryption
@@ -22,14 +24,6 @@ from tensorstream.tensorizer import DecryptionError, Encryption
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 tensorizer = pytest.importorskip("tensorizer")
-
-from convert_checkpoints import (  # noqa: E402  (needs torch)
-    Store,
-    assert_same,
-    names_in,
-    st_bytes,
-    tensorizer_read,
-)
 
 
 def test_wrong_key_and_missing_key_write_nothing(store: Store) -> None:

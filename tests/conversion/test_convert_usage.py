@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from convert_checkpoints import assert_same, names_in
 
 import tensorstream
 from tensorstream.conversion import UnsupportedDtypeError
@@ -20,8 +21,6 @@ from tensorstream.errors import (
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 tensorizer = pytest.importorskip("tensorizer")
-
-from convert_checkpoints import assert_same, names_in  # noqa: E402  (needs torch)
 
 
 def test_usage_errors(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from convert_checkpoints import assert_same, st_bytes
 
 import tensorstream
 from tensorstream.errors import ConfigurationError
@@ -15,8 +16,6 @@ from tensorstream.tensorizer import Encryption
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 tensorizer = pytest.importorskip("tensorizer")
-
-from convert_checkpoints import assert_same, st_bytes  # noqa: E402  (needs torch)
 
 
 def _damaged(tmp_path: Path) -> tuple[Path, dict[str, Any]]:

@@ -1,8 +1,7 @@
 """The copy engine: byte-exact across backends, recursive trees, safety, verification.
 
-Backends are parametrized through fixtures (``src_backend`` / ``dst_backend``);
-S3 and Redis join the matrix by adding their fixture names to ``SOURCES`` /
-``DESTINATIONS`` once their session servers exist. ``mem`` is a small real
+Backends are parametrized through fixtures (``src_backend`` / ``dst_backend``,
+``SOURCES`` / ``DESTINATIONS``), each a store of tests/stores.py. ``mem`` is a small real
 provider registered through the public ``tensorstream.register`` API: it
 exercises the sequential-writer path and can list hostile keys that no local
 tree can produce. Memory is in test_copy_buffers.py, refusals and errors in
@@ -11,108 +10,30 @@ test_copy_errors.py.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import tensorstream
 from memory_provider import MemProvider
+from stores import Store, make_store, mem_store
 from tensorstream.copy.engine import copy, copy_tree
 
-tensorstream.register("memtest", MemProvider, replace=True)
-
-
-@dataclasses.dataclass
-class Backend:
-    name: str
-    uri: Callable[[str], str]
-    put: Callable[[str, bytes], None]
-    get: Callable[[str], bytes]
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def _local(tmp_path: Path, sub: str) -> Backend:
-    root = tmp_path / sub
-    root.mkdir(exist_ok=True)
-
-    def put(key: str, data: bytes) -> None:
-        (root / key).parent.mkdir(parents=True, exist_ok=True)
-        (root / key).write_bytes(data)
-
-    return Backend("local", lambda k: str(root / k), put, lambda k: (root / k).read_bytes())
-
-
-def _mem() -> Backend:
-    bucket = "b" + secrets.token_hex(4)
-
-    def put(key: str, data: bytes) -> None:
-        MemProvider.store[f"{bucket}/{key}"] = data
-
-    def get(key: str) -> bytes:
-        return MemProvider.store[f"{bucket}/{key}"]
-
-    return Backend("mem", lambda k: f"memtest://{bucket}/{k}", put, get)
-
-
-def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path, sub: str) -> Backend:
-    if name == "local":
-        return _local(tmp_path, sub)
-    if name == "mem":
-        return _mem()
-    if name == "http":
-        server = request.getfixturevalue("http_server")
-        request.getfixturevalue("http_reset")
-        prefix = secrets.token_hex(4)
-        return Backend("http", lambda k: server.url(f"{prefix}/{k}"),
-                       lambda k, d: server.put(f"{prefix}/{k}", d),
-                       lambda k: server.get(f"{prefix}/{k}"), dict(server.options))
-    if name == "s3":
-        from fixtures_s3 import S3_BUCKET
-
-        s3 = request.getfixturevalue("moto_s3")
-        prefix = f"cp-{secrets.token_hex(4)}"
-        def s3get(k: str) -> bytes:
-            if not s3.exists(S3_BUCKET, f"{prefix}/{k}"):
-                raise FileNotFoundError(k)
-            return s3.get(S3_BUCKET, f"{prefix}/{k}")
-
-        return Backend("s3", lambda k: f"s3://{S3_BUCKET}/{prefix}/{k}",
-                       lambda k, d: s3.put(S3_BUCKET, f"{prefix}/{k}", d), s3get, s3.options())
-    if name == "redis":
-        srv = request.getfixturevalue("redis_server")
-        prefix = f"cp-{secrets.token_hex(4)}"
-
-        def rget(k: str) -> bytes:
-            with tensorstream.open(srv.url(f"{prefix}/{k}")) as f:
-                return f.read()
-
-        return Backend("redis", lambda k: srv.url(f"{prefix}/{k}"),
-                       lambda k, d: srv.put(f"{prefix}/{k}", d), rget)
-    raise AssertionError(name)
-
-
 SOURCES = ["local", "http", "mem", "s3", "redis"]
-
-
 DESTINATIONS = ["local", "mem", "s3", "redis"]
-
-
 LISTABLE = {"local", "mem", "s3", "redis"}
 
 
 @pytest.fixture(params=SOURCES)
-def src_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path, "src")
+def src_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return make_store(request.param, request, tmp_path / "src")
 
 
 @pytest.fixture(params=DESTINATIONS)
-def dst_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path, "dst")
+def dst_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return make_store(request.param, request, tmp_path / "dst")
 
 
 def payload(n: int) -> bytes:
@@ -120,7 +41,7 @@ def payload(n: int) -> bytes:
 
 
 @pytest.mark.parametrize("size", [0, 1, 300_000, 3 * (1 << 20) + 7])
-def test_matrix_byte_exact(src_backend: Backend, dst_backend: Backend, size: int) -> None:
+def test_matrix_byte_exact(src_backend: Store, dst_backend: Store, size: int) -> None:
     data = payload(size)
     src_backend.put("dir/model.bin", data)
     result = copy(src_backend.uri("dir/model.bin"), dst_backend.uri("out/model.bin"),
@@ -134,7 +55,7 @@ def test_matrix_byte_exact(src_backend: Backend, dst_backend: Backend, size: int
     assert dst_backend.get("out/model.bin") == data
 
 
-def test_recursive_tree_layout_like_aws(src_backend: Backend, dst_backend: Backend) -> None:
+def test_recursive_tree_layout_like_aws(src_backend: Store, dst_backend: Store) -> None:
     if src_backend.name not in LISTABLE:
         pytest.skip(f"{src_backend.name} cannot list")
     tree = {"a.bin": payload(1000), "sub/b.bin": payload(70_000), "sub/deep/c.bin": b""}
@@ -162,7 +83,7 @@ def test_several_sources_into_directory(tmp_path: Path) -> None:
 
 
 def test_traversal_keys_never_escape(tmp_path: Path) -> None:
-    mem = _mem()
+    mem = mem_store()
     hostile = ["../x", "a/../../x", "..", "/abs", "a//b", "../dst-evil/pwn"]
     for k in hostile:
         mem.put(f"data/{k}", b"evil")
@@ -178,7 +99,7 @@ def test_traversal_keys_never_escape(tmp_path: Path) -> None:
 
 
 def test_file_and_directory_keys_and_markers_are_deterministic(tmp_path: Path) -> None:
-    mem = _mem()
+    mem = mem_store()
     for k in ["a", "a/b", "dir/", "dir/c", "full/"]:
         # an empty marker is skipped; one holding bytes is an error naming it
         mem.put(f"p/{k}", b"" if k == "dir/" else k.encode())
@@ -209,7 +130,7 @@ def test_symlink_in_destination_not_followed(tmp_path: Path) -> None:
 
 
 def test_verification_failure_removes_destination() -> None:
-    src, dst = _mem(), _mem()
+    src, dst = mem_store(), mem_store()
     src.put("m.bin", payload(100_000))
     MemProvider.corrupt_writes = True
     try:
@@ -224,7 +145,7 @@ def test_verification_failure_removes_destination() -> None:
 def test_a_listing_that_broke_off_is_an_error_not_the_whole_source(tmp_path: Path) -> None:
     """"Not found" after the first entries of a listing (a 404 for a later page) is no
     empty prefix: the entries so far were copied as if they were all of SRC, ok."""
-    src = _mem()
+    src = mem_store()
     for key in ("p/a", "p/b", "p/c"):
         src.put(key, key.encode())
     MemProvider.list_fails_after = 2
@@ -238,7 +159,7 @@ def test_a_listing_that_broke_off_is_an_error_not_the_whole_source(tmp_path: Pat
 def test_a_destination_that_fails_verification_and_cannot_be_removed_is_reported() -> None:
     """A copy read back wrong whose destination then cannot be deleted must not
     say it was removed: the bad object is still there, and the report says so."""
-    src, dst = _mem(), _mem()
+    src, dst = mem_store(), mem_store()
     src.put("m.bin", payload(100_000))
     MemProvider.corrupt_writes = MemProvider.refuse_deletes = True
     try:
@@ -253,7 +174,7 @@ def test_a_destination_that_fails_verification_and_cannot_be_removed_is_reported
 
 
 def test_no_verify_skips_check() -> None:
-    src, dst = _mem(), _mem()
+    src, dst = mem_store(), mem_store()
     src.put("m.bin", payload(1000))
     result = copy(src.uri("m.bin"), dst.uri("m.bin"), verify=False)
     assert result.ok and not result.verified

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import tensorstream
+from stores import Store, make_store
 from tensorstream.errors import (
     ConfigurationError,
     MalformedFileError,
@@ -24,16 +25,14 @@ torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 np = pytest.importorskip("numpy")
 
-from safetensors_backends import Backend, make_backend  # noqa: E402  (needs torch)
-
 from tensor_files import one_per_dtype, same_bytes  # noqa: E402  (needs torch)
 
 ts_st = tensorstream.safetensors
 
 
 @pytest.fixture(params=["local", "http", "s3", "redis", "mem"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return make_store(request.param, request, tmp_path / "store")
 
 
 def every_dtype() -> dict[str, Any]:
@@ -56,7 +55,7 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict[st
 
 
 def test_load_is_byte_identical_to_load_file(
-        backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+        backend: Store, model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file
     backend.put("model.safetensors", blob)
     got = ts_st.load(backend.uri("model.safetensors"), **backend.options)
@@ -67,7 +66,7 @@ def test_load_is_byte_identical_to_load_file(
 
 
 def test_iter_tensors_yields_in_file_order(
-        backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+        backend: Store, model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file
     backend.put("model.safetensors", blob)
     uri = backend.uri("model.safetensors")
@@ -92,7 +91,7 @@ def test_iter_tensors_closed_early_stops(tmp_path: Path) -> None:
     assert not [th for th in threading.enumerate() if th.name.startswith("tensorstream-safetensors")]
 
 
-def test_filter_and_dtype(backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+def test_filter_and_dtype(backend: Store, model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file
     backend.put("model.safetensors", blob)
     uri = backend.uri("model.safetensors")
@@ -105,7 +104,7 @@ def test_filter_and_dtype(backend: Backend, model_file: tuple[bytes, dict[str, A
 
 
 def test_files_with_no_tensor_wanted_load_empty(
-        backend: Backend, model_file: tuple[bytes, dict[str, Any]]) -> None:
+        backend: Store, model_file: tuple[bytes, dict[str, Any]]) -> None:
     """A file with no tensors (which safetensors.torch loads as ``{}``), and a filter that
     takes none of a file's, give nothing, through every door (was ValueError over HTTP)."""
     empty = b'{"__metadata__":{"format":"pt"}}'
@@ -204,7 +203,7 @@ def test_get_tensor_costs_the_same_in_a_file_of_many_tensors(tmp_path: Path) -> 
     assert large < 10 * small, (small, large)  # (it was ~100x)
 
 
-def test_open_get_tensor_and_slices(backend: Backend,
+def test_open_get_tensor_and_slices(backend: Store,
                                     model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file
     backend.put("model.safetensors", blob)
@@ -293,7 +292,7 @@ def test_get_slice_reads_only_the_rows_asked_for(
         assert _served_bytes(http_server, key) == 10 * 700 * 4
 
 
-def test_save_round_trips_through_load_file(backend: Backend, tmp_path: Path) -> None:
+def test_save_round_trips_through_load_file(backend: Store, tmp_path: Path) -> None:
     if backend.name == "http":
         pytest.skip("the HTTP test server is read-only")
     tensors = every_dtype()
@@ -311,7 +310,7 @@ def test_save_round_trips_through_load_file(backend: Backend, tmp_path: Path) ->
         assert f.metadata() == {"k": "v"}
 
 
-def test_f4_loads_like_safetensors(backend: Backend, tmp_path: Path) -> None:
+def test_f4_loads_like_safetensors(backend: Store, tmp_path: Path) -> None:
     """F4 (FP4 E2M1, two to a byte) is read by safetensors as torch's float4_e2m1fn_x2
     with the last dimension halved; it was refused here ("unsupported dtype 'F4'")
     by load, iter_tensors, open and inspect. Rows slice; a part of the last dimension
@@ -465,7 +464,7 @@ def test_save_refuses_a_header_no_loader_reads(tmp_path: Path) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("device", ["cuda", "cuda:0", 0])
-def test_load_to_cuda(backend: Backend, device: str,
+def test_load_to_cuda(backend: Store, device: str,
                       model_file: tuple[bytes, dict[str, Any]]) -> None:
     blob, want = model_file
     backend.put("model.safetensors", blob)
@@ -492,7 +491,7 @@ def test_lazy_module_attribute() -> None:
 
 
 def test_each_tensor_is_read_straight_into_its_memory(
-        backend: Backend, model_file: tuple[bytes, dict[str, Any]],
+        backend: Store, model_file: tuple[bytes, dict[str, Any]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One read of the whole span per tensor, into the returned tensor's own memory
     (a local file's: one buffer of a gathered ``preadv``)."""

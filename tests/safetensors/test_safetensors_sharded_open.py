@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 import tensorstream
+from stores import Store, make_store
 from tensorstream.errors import MalformedFileError, PermissionDeniedError
 from tensorstream.testing.http_server import HTTPTestServer
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 
-from safetensors_backends import Backend, make_backend, write_sharded  # noqa: E402  (needs torch)
+from sharded_checkpoint import write_sharded  # noqa: E402  (needs torch)
 
 from tensor_files import same_bytes  # noqa: E402  (needs torch)
 
@@ -30,11 +31,11 @@ SHARD3 = "model-00003-of-00003.safetensors"
 
 
 @pytest.fixture(params=["local", "http", "s3", "mem"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return make_store(request.param, request, tmp_path / "store")
 
 
-def test_open_sharded_index_routes_every_tensor(backend: Backend, tmp_path: Path) -> None:
+def test_open_sharded_index_routes_every_tensor(backend: Store, tmp_path: Path) -> None:
     tensors = write_sharded(backend, tmp_path, extra_in_shard=True)
     with ts_st.open(backend.uri("ckpt/model.safetensors.index.json"), **backend.options) as f:
         assert f.keys() == sorted(tensors)
@@ -54,7 +55,7 @@ def test_open_sharded_index_routes_every_tensor(backend: Backend, tmp_path: Path
 def test_open_sharded_opens_only_the_shards_it_reads(http_server: HTTPTestServer,
                                                      http_reset: None, tmp_path: Path,
                                                      request: pytest.FixtureRequest) -> None:
-    backend = make_backend("http", request, tmp_path)
+    backend = make_store("http", request, tmp_path / "store")
     tensors = write_sharded(backend, tmp_path)
     index = backend.uri("ckpt/model.safetensors.index.json")
     prefix = index.split("/")[-3]  # the test's unique folder on the server
@@ -70,7 +71,7 @@ def test_open_sharded_opens_only_the_shards_it_reads(http_server: HTTPTestServer
 
 
 def test_open_sharded_folder(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    backend = make_backend("local", request, tmp_path)
+    backend = make_store("local", request, tmp_path / "store")
     tensors = write_sharded(backend, tmp_path)
     with ts_st.open(backend.uri("ckpt/")) as f:
         assert f.keys() == sorted(tensors)
@@ -119,7 +120,7 @@ def test_open_sharded_shard_lacking_a_tensor(tmp_path: Path) -> None:
 
 
 def test_open_closed_refuses_new_shards(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    backend = make_backend("local", request, tmp_path)
+    backend = make_store("local", request, tmp_path / "store")
     write_sharded(backend, tmp_path)
     f = ts_st.open(backend.uri("ckpt/model.safetensors.index.json"))
     f.close()
@@ -181,7 +182,7 @@ def test_an_index_naming_too_many_shards_is_refused_before_any_is_opened(
         request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     # Was: every shard opened (a request each) before failing on one that is missing.
     monkeypatch.setattr("tensorstream.safetensors.sources.MAX_SHARDS", 20)
-    backend = make_backend("http", request, tmp_path)
+    backend = make_store("http", request, tmp_path / "store")
     shards = {f"t{i}": f"s{i // 2}.safetensors" for i in range(42)}  # 21 distinct shards
     backend.put("ckpt/model.safetensors.index.json", json.dumps({"weight_map": shards}).encode())
     with pytest.raises(MalformedFileError,

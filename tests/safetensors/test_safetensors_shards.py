@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import tensorstream
+from stores import Store, make_store
 from tensorstream.errors import (
     MalformedFileError,
     NotFoundError,
@@ -21,7 +22,7 @@ from tensorstream.errors import (
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 
-from safetensors_backends import Backend, make_backend, write_sharded  # noqa: E402  (needs torch)
+from sharded_checkpoint import write_sharded  # noqa: E402  (needs torch)
 
 from tensor_files import same_bytes  # noqa: E402  (needs torch)
 
@@ -29,11 +30,11 @@ ts_st = tensorstream.safetensors
 
 
 @pytest.fixture(params=["local", "http", "s3", "redis", "mem"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return make_store(request.param, request, tmp_path / "store")
 
 
-def test_sharded_checkpoint_from_its_index(backend: Backend, tmp_path: Path) -> None:
+def test_sharded_checkpoint_from_its_index(backend: Store, tmp_path: Path) -> None:
     tensors = write_sharded(backend, tmp_path, extra_in_shard=True)
     uri = backend.uri("ckpt/model.safetensors.index.json")
     got = ts_st.load(uri, **backend.options)
@@ -50,7 +51,7 @@ def test_sharded_checkpoint_from_its_index(backend: Backend, tmp_path: Path) -> 
 @pytest.mark.parametrize("name", ["local", "s3", "mem"])
 def test_sharded_checkpoint_from_its_folder(name: str, request: pytest.FixtureRequest,
                                             tmp_path: Path) -> None:
-    backend = make_backend(name, request, tmp_path)
+    backend = make_store(name, request, tmp_path / "store")
     tensors = write_sharded(backend, tmp_path)
     folder = backend.uri("ckpt/")
     got = ts_st.load(folder, **backend.options)
@@ -65,7 +66,7 @@ def test_a_prefix_named_without_its_slash_says_to_add_it(name: str,
     """``load("s3://b/llama")`` (a checkpoint's prefix, HF-style) said only "no such object",
     where ``inspect`` and ``convert`` say to end a prefix with '/'; ``iter_tensors`` and
     ``open`` too."""
-    backend = make_backend(name, request, tmp_path)
+    backend = make_store(name, request, tmp_path / "store")
     write_sharded(backend, tmp_path)
     bare = backend.uri("ckpt")
     for call in (lambda: ts_st.load(bare, **backend.options),
@@ -89,7 +90,7 @@ def test_a_folder_missing_a_numbered_shard_is_not_loaded_in_part(
     copy cut short) loaded the shards it held and returned without the others' tensors:
     every door (``load``, ``iter_tensors``, ``open``, ``inspect``). It is a
     ``NotFoundError`` naming the missing shards. Complete sets and other names load."""
-    backend = make_backend(name, request, tmp_path)
+    backend = make_store(name, request, tmp_path / "store")
     one, two = {"a": torch.ones(2)}, {"b": torch.zeros(3)}
     backend.put("cut/model-00001-of-00003.safetensors", st_torch.save(one))
     backend.put("cut/model-00003-of-00003.safetensors", st_torch.save(two))
@@ -208,7 +209,7 @@ def test_index_cannot_point_outside_its_folder(tmp_path: Path, shard: Any,
 
 def test_filtered_load_opens_only_the_shards_it_needs(tmp_path: Path,
                                                      request: pytest.FixtureRequest) -> None:
-    backend = make_backend("local", request, tmp_path)
+    backend = make_store("local", request, tmp_path / "store")
     tensors = write_sharded(backend, tmp_path)
     folder = Path(backend.uri("ckpt/"))
     (folder / "model-00003-of-00003.safetensors").write_bytes(b"garbage")
