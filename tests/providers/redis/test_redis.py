@@ -126,6 +126,11 @@ def test_missing_password_is_permission_error(redis_auth_server: RedisServer,
     # It said "... as the default user, no password: NOAUTH ...", not where it looked.
     assert ("no password (looked in: option redis_password, URI userinfo, env REDIS_PASSWORD, "
             "env REDISCLI_AUTH)") in str(info.value)
+    # ... and how to give one (it ended with the server's "HELLO must be called with the
+    # client already authenticated, otherwise the HELLO AUTH <user> <pass> option ...").
+    assert str(info.value).endswith("; give the password in the URI's user info (before the @ "
+                                    "of the host), as redis_password= or in REDIS_PASSWORD "
+                                    "(tensorstream: --redis-password)")
 
 
 def test_a_write_without_the_password_warns_of_no_staged_chunks(
@@ -182,6 +187,7 @@ def test_wrong_password_is_typed_and_never_shown(
     texts = [str(exc), repr(exc), str(exc.__cause__), repr(exc.__cause__)]
     assert all(canary not in t for t in texts), texts
     assert "authentication failed" in str(exc)
+    assert "give the password" not in str(exc)  # one was given: it is the wrong one
     provider = tensorstream.get_provider(uri, **opts)
     assert canary not in repr(provider) and canary not in repr(provider.inner)
     with pytest.raises(TypeError):
