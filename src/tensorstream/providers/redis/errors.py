@@ -66,11 +66,11 @@ def map_redis_error(exc: BaseException, *, who: str = "",
     auth = (rex.AuthenticationError, rex.AuthenticationWrongNumberOfArgsError)
     if isinstance(exc, auth) or text.startswith(("NOAUTH", "WRONGPASS")):
         # Without a password, what to do (the server's words are about its HELLO).
-        advice = ("; give the password in the URI's user info (before the @ of the host), as "
-                  "redis_password= or in REDIS_PASSWORD (tensorstream: --redis-password)"
-                  if "no password" in who else "")
+        give = ("; give the password in the URI's user info (before the @ of the host), as "
+                "redis_password= or in REDIS_PASSWORD (tensorstream: --redis-password)"
+                if "no password" in who else "")
         return PermissionDeniedError(
-            f"Redis authentication failed as {who or 'the default user'}: {text}{advice}"
+            f"Redis authentication failed as {who or 'the default user'}: {text}{give}"
         )
     if isinstance(exc, (rex.NoPermissionError, rex.AuthorizationError)):
         return PermissionDeniedError(f"Redis refused the command for {who}: {text}")
