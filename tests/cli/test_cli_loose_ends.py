@@ -162,3 +162,26 @@ def test_a_local_path_typed_relative_prints_absolute_in_lines_and_json(tmp_path:
                         "../out/c"], capture_output=True, text=True, timeout=120, cwd=here)
     first = json.loads(r.stdout.splitlines()[0])
     assert (first["src"], first["dst"]) == (f"{here}/src/sub/b", f"{tmp_path}/out/c")
+
+
+def test_a_prefix_into_its_own_double_slash_folder_names_no_exclude_that_is_refused(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """``cp -r s3://b/p/ s3://b/p//x/`` (its copies ``p//x/a`` are under ``p/``) is refused
+    as a copy into itself, and it said to leave DST out with ``--exclude '/x/*'``, which
+    is itself refused (no pattern starts with '/'): advice that cannot be followed. No key
+    under SRC that starts with '/' can be left out, so only a place outside SRC is named;
+    the neighbour, ``p/x/``, still names its ``--exclude 'x/*'``, which copies."""
+    src = tree(tmp_path / "src", 2)
+    env = s3_env(moto_s3, tmp_path)
+    run = ("--endpoint-url", moto_s3.endpoint_url)
+    base = f"s3://{S3_BUCKET}"
+    assert cli("cp", "-r", *run, f"{src}/", f"{base}/q/", env=env).returncode == 0
+    for dest in ("q//x/", "q/x//y/"):
+        r = cli("cp", "-r", *run, f"{base}/q/", f"{base}/{dest}", env=env)
+        assert r.returncode == 1 and "into itself" in r.stderr, r.stderr
+        assert "--exclude" not in r.stderr and "outside SRC" in r.stderr, r.stderr
+    r = cli("cp", "-r", *run, f"{base}/q/", f"{base}/q/x/", env=env)
+    assert r.returncode == 1 and "--exclude 'x/*'" in r.stderr, r.stderr
+    r = cli("cp", "-r", *run, "--exclude", "x/*", f"{base}/q/", f"{base}/q/x/", env=env)
+    assert r.returncode == 0, r.stderr
+    assert _keys(moto_s3, "q") == ["q/0.bin", "q/1.bin", "q/x/0.bin", "q/x/1.bin"]

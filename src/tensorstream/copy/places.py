@@ -199,7 +199,17 @@ def leads_into(dst: str, src: str, files: Iterable[tuple[str, str]]) -> str | No
 
 
 def way_out(rel: str) -> str:
-    """What to do instead of copying SRC into its own ``rel``."""
+    """What to do instead of copying SRC into its own ``rel``: an ``--exclude`` that
+    leaves it out, where one can (no pattern names an empty segment: ``s3://b/p//x/``
+    under ``s3://b/p/`` is ``/x``, and ``--exclude '/x/*'`` is refused).
+
+    >>> way_out("bk").endswith("--exclude 'bk/*'"), "--exclude" in way_out("/x")
+    (True, False)
+    """
+    if "" in rel.split("/"):
+        return ("each run would copy the last run's copies a level deeper: copy to a place "
+                "outside SRC (DST's keys there have an empty segment, which no pattern "
+                "can name)")
     exclude = shlex.quote(glob.escape(rel) + "/*")
     return ("each run would copy the last run's copies a level deeper: copy to a place "
             f"outside SRC, or leave DST out of SRC with --exclude {exclude}")
