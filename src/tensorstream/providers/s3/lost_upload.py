@@ -115,7 +115,7 @@ def clock_skew(answer: dict[str, Any], now: float) -> float:
     headers = (answer.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
     try:
         said = email.utils.parsedate_to_datetime(str(headers.get("date")))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (a year of 20 digits overflows)
         return 0.0
     return said.timestamp() - now if said.tzinfo is not None else 0.0
 
