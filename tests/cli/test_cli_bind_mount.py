@@ -113,3 +113,25 @@ def test_cp_r_into_a_dst_mounted_below_the_source_is_refused(data: Path) -> None
                    str(data / "src"), str(out))
     assert r.returncode == 0, r.stderr
     assert _files(out) == {"a.txt": b"a"}
+
+
+@pytest.mark.parametrize("name", ["a\tb", "a\nb", "a\\134b", "a - b", "a\\b", "mnt (deleted)",
+                                  "x\\040y"])
+def test_a_mount_point_whose_name_mountinfo_escapes_is_still_found(
+        data: Path, name: str) -> None:
+    """mountinfo writes a space, tab, newline and backslash of a mount point as ``\\ooo``
+    (``a\\134b`` is ``a\\b``, a literal ``\\134`` is ``\\134134``) and separates its
+    optional fields with `` - ``: each such name below SRC (DST bound there) or below DST
+    (SRC bound there) is still found, and the copy refused as with a plain name."""
+    out, view = data.parent / "out", data.parent / "view"
+    out.mkdir()
+    (data / "src" / name).mkdir()
+    r = _bound_cli(out, data / "src" / name, "cp", "-r", str(data / "src"), str(out))
+    assert r.returncode == 1 and "into itself" in r.stderr, r.stdout + r.stderr
+    assert _files(out) == {}
+    (view / name).mkdir()
+    r = _bound_cli(data / "src", view / name, "sync", "--delete", str(data / "src"),
+                   f"{view}/")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "it would delete the source itself" in r.stderr
+    assert _files(data) == {"other.txt": b"o", "src/a.txt": b"a"}

@@ -6,6 +6,7 @@ object. moto's server behind the package's fault proxy, which records every requ
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from fixtures_s3 import S3_BUCKET
 from iam_users import iam_user_keys
 from tensorstream.copy.engine import copy
+from tensorstream.testing.http_proxy import HTTPFaultProxy
 
 MiB = 1 << 20
 _TAGS = [{"Key": "team", "Value": "ml"}, {"Key": "keep", "Value": "a b+c/é"}]
@@ -103,3 +105,38 @@ def test_a_store_without_tags_still_copies(tensorstream_s3: Any, way: str) -> No
     assert r.ok, r.errors
     assert [q.status for q in b.requests if q.path.endswith("?tagging")] == [501]
     assert b.get("t/copy.bin") == data
+
+
+@pytest.mark.parametrize("refused", [True, False])
+@pytest.mark.parametrize("way", ["streamed whole", "streamed in parts"])
+def test_a_public_source_read_without_a_key_pair_still_copies(
+        moto_s3_public: Any, way: str, refused: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """A public object read without a key pair (``--no-sign-request`` for the source,
+    another key pair for the destination: streamed). S3 answers an unsigned
+    GetObjectTagging ``403 AccessDenied`` (a public-read object grants its bytes, not its
+    tags), and the copy was refused, ``nothing was copied``: no copy of a public object
+    into one's own bucket could be made at all. Tags no key pair can read are none to
+    keep: the copy is made without them, said in a warning. The neighbour: a bucket that
+    lets anyone read them keeps them."""
+    s = moto_s3_public
+    options, size = _WAYS[way]
+    data = os.urandom(size)
+    prefix = f"public-{os.urandom(4).hex()}"
+    s.client.put_object(Bucket=S3_BUCKET, Key=f"{prefix}/src.bin", Body=data,
+                        ACL="public-read", Tagging=_TAGGING)
+    with HTTPFaultProxy(s.endpoint_url) as proxy:
+        if refused:
+            proxy.faults.query, proxy.faults.status_script = "tagging", [403]
+        src = {"s3_endpoint": proxy.url, "s3_region": s.region, "anonymous": True}
+        with caplog.at_level(logging.WARNING):
+            r = copy(f"s3://{S3_BUCKET}/{prefix}/src.bin", f"s3://{S3_BUCKET}/{prefix}/dst.bin",
+                     src_options=src, dst_options=s.options(), **options)
+        assert [q.status for q in proxy.requests if q.path.endswith("?tagging")] == [
+            403 if refused else 200]
+    assert r.ok, r.errors
+    assert s.client.get_object(Bucket=S3_BUCKET, Key=f"{prefix}/dst.bin")["Body"].read() == data
+    got = s.client.get_object_tagging(Bucket=S3_BUCKET, Key=f"{prefix}/dst.bin")["TagSet"]
+    assert got == ([] if refused else _TAGS)
+    warned = [rec.getMessage() for rec in caplog.records if "tags" in rec.getMessage()]
+    assert len(warned) == (1 if refused else 0), warned
+    assert not refused or "copied without them" in warned[0]

@@ -10,6 +10,7 @@ removal of a published copy that failed a check.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -20,6 +21,8 @@ from ..base import ObjectInfo
 
 __all__ = ["IN_PARTS", "ONE_PIECE", "Calls", "Copied", "ServerCopyUnsupported", "head_source",
            "refused_writing", "remove", "source_tags", "split"]
+
+log = logging.getLogger("tensorstream.s3")
 
 #: The ways S3 copies an object, by the operations each needs: a store may have one and
 #: not the other (``501 NotImplemented`` to one of them).
@@ -161,13 +164,19 @@ async def source_tags(call: Calls, src_path: str, *, nothing: str) -> dict[str, 
     """``Tagging`` for a new object (an upload, or a streamed copy's ``PutObject``) that
     keeps the tags of the object at ``src_path``, read with ``call``'s key pair. Tags
     that cannot be read refuse the copy, as ``aws s3 cp`` fails it (``nothing`` says what
-    became of it); a store without tags (501, as R2) holds none to keep."""
+    became of it); a store without tags (501, as R2) holds none to keep, and neither do
+    tags refused to a source read without a key pair (a public object's bytes are public,
+    its tags not: refusing left no way to copy it at all), said in a warning."""
     bucket, key = split(src_path)
     try:
         answer = await call("get_object_tagging", src_path, Bucket=bucket, Key=key)
     except ServerCopyUnsupported:
         return {}
     except PermissionDeniedError as exc:
+        if getattr(getattr(call.s3, "credentials", None), "anonymous", False):
+            log.warning("%s: its tags may not be read without a key pair (anonymous source; "
+                        "s3:GetObjectTagging): copied without them", redact_text(src_path))
+            return {}
         raise PermissionDeniedError(
             f"its tags could not be read to keep them (s3:GetObjectTagging on the source): "
             f"{exc.message}; {nothing}") from exc
