@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -19,6 +20,7 @@ from yarl import URL
 
 import tensorstream
 from fixtures_s3 import S3_BUCKET
+from s3_encrypting_front import EncryptingFront
 from tensorstream import errors
 from tensorstream.copy.engine import copy_async
 from tensorstream.providers.s3.writer import MIN_PART_SIZE
@@ -33,8 +35,8 @@ class Proxy:
     """Forwards every request to moto unchanged (signatures stay valid) unless
     ``fault`` returns a response of its own or asks to cut the body."""
 
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
+    def __init__(self, upstream: str, moto: MotoS3Server) -> None:
+        self.upstream, self.moto = upstream, moto
         self.cut_gets_after: int | None = None  # cut this many GET bodies...
         self.cut_at = 0  # ...after this many bytes
         self.error_on_complete = False
@@ -47,10 +49,16 @@ class Proxy:
         #: Set: a CompleteMultipartUpload is carried out by moto, and its answer
         #: lost: replaced by this status, or (0) never sent (the client times out).
         self.lose_complete_answer: int | None = None
+        #: ... only the first one's; a resend is then answered NoSuchUpload, as S3 answers
+        #: one of an upload completed (moto answers 200 again).
+        self.lose_once = False
         #: Set: a CompleteMultipartUpload is answered 500, and carried out by moto
         #: only when the writer aborts the upload (after it looked at the object).
         self.complete_late = False
         self.held_complete: tuple[str, dict[str, str], bytes] | None = None
+        #: Set: a CompleteMultipartUpload is not forwarded; its upload is aborted at
+        #: moto instead (another's abort: a lifecycle rule) and the client gets a 500.
+        self.abort_on_complete = False
         self.seen: list[str] = []
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -64,9 +72,20 @@ class Proxy:
             )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         is_complete = request.method == "POST" and "uploadId=" in request.query_string
+        if self.lose_once and self.lose_complete_answer is None and is_complete:
+            return web.Response(status=404, content_type="application/xml",
+                                text="<Error><Code>NoSuchUpload</Code><Message>The specified "
+                                     "upload does not exist.</Message></Error>")
         if self.complete_late and is_complete:
             # Answered 500 now; moto gets it just before the writer's abort.
             self.held_complete = (request.raw_path, headers, body)
+            return web.Response(status=500, content_type="application/xml",
+                                text="<Error><Code>InternalError</Code></Error>")
+        if self.abort_on_complete and is_complete:
+            self.abort_on_complete = False  # (once: a resend reaches moto, NoSuchUpload)
+            bucket, _, key = request.path.lstrip("/").partition("/")
+            await asyncio.to_thread(self.moto.client.abort_multipart_upload, Bucket=bucket,
+                                    Key=key, UploadId=request.query["uploadId"])
             return web.Response(status=500, content_type="application/xml",
                                 text="<Error><Code>InternalError</Code></Error>")
         if self.held_complete is not None and request.method == "DELETE" \
@@ -88,9 +107,12 @@ class Proxy:
         publishes = (request.method == "POST" and "uploadId=" in request.query_string) or (
             request.method == "PUT" and request.path == self.match_put)
         if self.lose_complete_answer is not None and publishes:
-            if not self.lose_complete_answer:
+            status = self.lose_complete_answer
+            if self.lose_once:
+                self.lose_complete_answer = None
+            if not status:
                 await asyncio.sleep(3600)
-            return web.Response(status=self.lose_complete_answer, content_type="application/xml",
+            return web.Response(status=status, content_type="application/xml",
                                 text="<Error><Code>InternalError</Code><Message>lost"
                                      "</Message></Error>")
         if self.hold_complete_answer is not None and publishes:
@@ -105,12 +127,17 @@ class Proxy:
             assert request.transport is not None
             request.transport.close()  # the connection drops mid-body
             return resp
+        if request.method == "HEAD":  # (its Content-Length kept: the object's size)
+            head = web.StreamResponse(status=up.status, headers=out_headers)
+            head.content_length = up.content_length
+            await head.prepare(request)
+            return head
         return web.Response(status=up.status, headers=out_headers, body=payload)
 
 
 @pytest.fixture
 async def proxy(moto_s3: MotoS3Server, isolated_env: Path) -> AsyncIterator[tuple[Proxy, str]]:
-    p = Proxy(moto_s3.endpoint_url)
+    p = Proxy(moto_s3.endpoint_url, moto_s3)
     app = web.Application(client_max_size=64 * MiB)
     app.router.add_route("*", "/{tail:.*}", p.handle)
     # A handler that holds a lost answer sleeps for ever: cleanup cancels it after a
@@ -237,16 +264,17 @@ async def test_a_publish_applied_whose_answer_was_lost_is_a_success(
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
 
 
-async def _commit_fails_over_a_previous_version(moto_s3: MotoS3Server, endpoint: str, key: str,
-                                                 match: str | None = None) -> None:
+async def _commit_fails_over_a_previous_version(
+        moto_s3: MotoS3Server, endpoint: str, key: str, match: str | None = None,
+        error: type[Exception] = errors.ServiceUnavailableError, **options: Any) -> None:
     """``key`` holds a previous version; an 11 MiB multipart write through the
-    proxy at ``endpoint`` must fail its commit with ServiceUnavailableError."""
+    proxy at ``endpoint`` must fail its commit with ``error``."""
     moto_s3.put(S3_BUCKET, key, b"previous version")
-    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
+    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB, **options)
     async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
         writer = provider.open_writer(f"{S3_BUCKET}/{key}")
         await writer.write(os.urandom(11 * MiB))
-        with pytest.raises(errors.ServiceUnavailableError, match=match):
+        with pytest.raises(error, match=match):
             await writer.commit()
 
 
@@ -277,4 +305,76 @@ async def test_a_complete_applied_after_the_writer_looked_is_removed_by_its_abor
     await _commit_fails_over_a_previous_version(moto_s3, endpoint, key)
     assert p.held_complete is None  # moto carried it out before the abort
     assert not moto_s3.exists(S3_BUCKET, key)  # not the failed write's bytes
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+_KMS = {"x-amz-server-side-encryption": "aws:kms"}
+_SSE_C = {"x-amz-server-side-encryption-customer-algorithm": "AES256"}
+
+
+@pytest.mark.parametrize("headers", [_KMS, _SSE_C], ids=["SSE-KMS", "SSE-C"])
+@pytest.mark.parametrize("path", ["write", "cp"])
+@pytest.mark.parametrize("retries", [1, 2], ids=["sent-once", "sent-again"])
+async def test_an_encrypted_complete_applied_whose_answer_was_lost_is_a_success(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, tmp_path: Path, headers: dict[str, str],
+    path: str, retries: int,
+) -> None:
+    """Under SSE-KMS or SSE-C no ETag is an MD5, so the object could not say whether
+    the CompleteMultipartUpload whose answer was lost (a 500) was applied: the write
+    was sent again, got NoSuchUpload and failed, while its object had replaced the
+    previous version. The upload gone and the object holding as many parts and bytes,
+    written since the write began, it is now the success it was."""
+    p, endpoint = proxy
+    key = f"faults/kms-lost-{uuid.uuid4().hex[:8]}"
+    moto_s3.put(S3_BUCKET, key, b"previous version")
+    data = os.urandom(11 * MiB)
+    p.lose_complete_answer, p.lose_once = 500, True
+    with EncryptingFront(endpoint, headers) as front:
+        opts = moto_s3.options(s3_endpoint=front.url, part_size=5 * MiB, retries=retries,
+                               backoff_initial=0.01)
+        if path == "write":
+            async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+                writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+                await writer.write(data)
+                await writer.commit()
+        else:
+            src = tmp_path / "src.bin"
+            src.write_bytes(data)
+            result = await copy_async(str(src), f"s3://{S3_BUCKET}/{key}", **opts)
+            assert result.errors == [] and result.outcomes[0].status == "copied"
+    assert moto_s3.get(S3_BUCKET, key) == data
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+@pytest.mark.parametrize("retries", [1, 2])
+async def test_an_encrypted_complete_not_applied_keeps_the_previous_version(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, retries: int,
+) -> None:
+    """The neighbour: the complete failed before S3 applied it (the upload still open):
+    the error stands, the upload is aborted, the previous version stays."""
+    p, endpoint = proxy
+    p.error_on_complete = True
+    key = f"faults/kms-failed-{uuid.uuid4().hex[:8]}"
+    with EncryptingFront(endpoint, _KMS) as front:
+        await _commit_fails_over_a_previous_version(
+            moto_s3, front.url, key, match="InternalError", retries=retries,
+            backoff_initial=0.01)
+    assert moto_s3.get(S3_BUCKET, key) == b"previous version"
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+async def test_an_encrypted_upload_aborted_by_another_fails_saying_what_is_known(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server,
+) -> None:
+    """... and an upload that is gone while the object is not this write's (aborted
+    by another, a lifecycle rule, while its complete failed) fails the write, saying
+    that the upload is gone and the object does not hold it."""
+    p, endpoint = proxy
+    p.abort_on_complete = True
+    key = f"faults/kms-aborted-{uuid.uuid4().hex[:8]}"
+    with EncryptingFront(endpoint, _KMS) as front:
+        await _commit_fails_over_a_previous_version(
+            moto_s3, front.url, key, match=r"upload is gone .*NoSuchUpload.*not this write",
+            error=errors.NotFoundError, retries=2, backoff_initial=0.01)
+    assert moto_s3.get(S3_BUCKET, key) == b"previous version"
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
 import hashlib
 import logging
 import time
@@ -32,17 +31,12 @@ from ...config import RetryConfig
 from ...errors import IntegrityError, TensorstreamError
 from ...layers.resend import sent_again
 from ..base import Writer
+from .applied import completed_anyway, written_since
 from .etags import KMS_ENCRYPTION, etag_md5
-from .lost_upload import clock_skew
 
 __all__ = ["Publishing"]
 
 log = logging.getLogger("tensorstream.s3")
-
-#: Seconds of slack when an object's ``Last-Modified`` is compared with the time this
-#: write began: S3's dates are whole seconds, and its hosts' clocks may differ a little.
-_SLACK = 2.0
-
 
 class Publishing(Writer):
     """The publish of :class:`~.writer.S3Writer`: sent, checked, looked at when its
@@ -65,6 +59,8 @@ class Publishing(Writer):
     _retry: RetryConfig | None
     #: When the CreateMultipartUpload was sent (``time.time()``; 0: not yet).
     _create_sent: float
+    #: The size of each part uploaded, by part number.
+    _part_sizes: dict[int, int]
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -120,11 +116,15 @@ class Publishing(Writer):
         the upload was completed and the write succeeded; reporting a failure then
         told the caller nothing was published while the previous version had been
         replaced. Otherwise the error stands and the upload is aborted. Where a
-        part's ETag is no MD5 (SSE-KMS) the object cannot tell: it is sent again
-        without a look (a complete applied already answers ``NoSuchUpload``)."""
+        part's ETag is no MD5 (SSE-KMS, SSE-C) the ETag cannot tell: it is sent again
+        without a look, and after the last failure (a complete applied already may
+        answer ``NoSuchUpload``) the upload gone and the object holding as many parts
+        and bytes, written since the write began, is the success it was
+        (:func:`.applied.completed_anyway`)."""
         digests = [etag_md5(part["ETag"]) for part in parts]
         since = self._create_sent  # (S3 dates such an object from its upload's start or end)
-        want = None if any(d is None or d[1] is not None for d in digests) else (
+        want = None if not self._etags_are_md5 or any(
+            d is None or d[1] is not None for d in digests) else (
             hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest())
 
         async def once() -> dict[str, Any]:
@@ -150,7 +150,15 @@ class Publishing(Writer):
             except TensorstreamError as exc:
                 error = exc
         if want is None:
-            raise error
+            if self._state != "open" or self._upload_id is None:
+                raise error
+            size = sum(self._part_sizes[part["PartNumber"]] for part in parts)
+            held = await completed_anyway(self._call, self._bucket, self._key, self._upload_id,
+                                          len(parts), size, since, error)
+            log.info("CompleteMultipartUpload of %s/%s failed (%s), but its upload is gone and "
+                     "the object holds as many parts and bytes (ETag %s): it was applied",
+                     self._bucket, self._key, type(error).__name__, held.get("ETag"))
+            return held
         return await self._published_anyway(error, "CompleteMultipartUpload", want, len(parts),
                                              since)
 
@@ -178,7 +186,7 @@ class Publishing(Writer):
         except TensorstreamError:
             return None  # (the write's own error is the one to report)
         etag = head.get("ETag")
-        if etag is None or etag_md5(etag) != (want, count) or not _written_since(head, since):
+        if etag is None or etag_md5(etag) != (want, count) or not written_since(head, since):
             return None
         return {"ETag": str(etag)}
 
@@ -252,7 +260,7 @@ class Publishing(Writer):
         try:
             head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
             if (etag_md5(head.get("ETag")) != (want, len(parts))
-                    or not _written_since(head, self._create_sent)):
+                    or not written_since(head, self._create_sent)):
                 return  # (not this upload: an older object of the same bytes stays)
             await self._call("delete_object", Bucket=self._bucket, Key=self._key)
         except TensorstreamError as exc:
@@ -262,14 +270,3 @@ class Publishing(Writer):
         log.warning("%s/%s: the upload of a write that failed was completed late (its answer "
                     "was lost); removed again", self._bucket, self._key)
 
-
-def _written_since(head: dict[str, Any], since: float) -> bool:
-    """Whether the object ``head`` describes was written at ``since`` (``time.time()``)
-    or later, on S3's clock (its answer's ``Date``). The same bytes stored before this
-    write began (an earlier upload of the same file) have its ETag too, but are not its
-    success: taking them for it left this write's metadata, storage class and
-    encryption unapplied, and its multipart upload open. No date: not known to be."""
-    modified = head.get("LastModified")
-    if not isinstance(modified, datetime.datetime) or modified.tzinfo is None:
-        return False
-    return modified.timestamp() >= since + clock_skew(head, time.time()) - _SLACK

@@ -27,6 +27,7 @@ from ...errors import (
 from ...uri import redact_text
 from ..base import ObjectInfo
 from .aborts import abort_again, not_aborted
+from .applied import completed_anyway
 from .etags import KMS_ENCRYPTION, etag_md5
 from .lost_upload import abort_lost_upload, may_have_made_one
 from .part_tasks import SETTLE, run_all, settled
@@ -142,7 +143,7 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
             # Applied, its answer lost (a timeout, a cut connection)? The copy holding the
             # source's ETag says so; otherwise the error stands and the upload is aborted.
             done = await _published_anyway(call, dst_path, md5 if compared else None,
-                                           upload_id, len(parts), size, exc)
+                                           upload_id, len(parts), size, sent, exc)
     except BaseException:
         await asyncio.shield(_abort(call, dst_path, upload_id))
         raise
@@ -155,35 +156,27 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
 
 async def _published_anyway(call: Calls, dst_path: str,
                             md5: tuple[str, int | None] | None, upload_id: str,
-                            parts: int, size: int,
+                            parts: int, size: int, since: float,
                             error: TensorstreamError) -> dict[str, Any]:
     """The destination's HEAD if the failed complete (``error``) was applied, else
     ``error`` is raised. Applied: the object holds the ETag ``md5`` (the copy's); where
     no ETag can say (``md5`` None), the upload is gone (``NoSuchUpload``) and the object
-    holds ``size`` bytes in ``parts`` parts."""
+    holds ``size`` bytes in ``parts`` parts, written since ``since``
+    (:func:`.applied.completed_anyway`, as the writer's)."""
     bucket, key = split(dst_path)
     if md5 is None:
-        gone = False
+        head = await completed_anyway(lambda op, **kw: call(op, dst_path, **kw), bucket, key,
+                                      upload_id, parts, size, since, error)
+    else:
         try:
-            await call("list_parts", dst_path, Bucket=bucket, Key=key, UploadId=upload_id,
-                       MaxParts=1)
-        except NotFoundError:
-            gone = True  # completed (or aborted by another)
+            head = await call("head_object", dst_path, Bucket=bucket, Key=key)
         except TensorstreamError:
-            pass
-        if not gone:  # still open (not applied), or it cannot be told
+            head = {}
+        if etag_md5(str(head.get("ETag") or "").strip('"')) != md5:
             raise error
-    try:
-        head = await call("head_object", dst_path, Bucket=bucket, Key=key)
-    except TensorstreamError:
-        head = {}
-    tag = str(head.get("ETag") or "").strip('"')
-    if (etag_md5(tag) == md5) if md5 is not None else (
-            tag.endswith(f"-{parts}") and int(head.get("ContentLength", -1)) == size):
-        log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
-                 "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))
-        return head
-    raise error
+    log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
+             "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))
+    return head
 
 
 async def _source_layout(call: Calls, src_path: str, etag: str, count: int,

@@ -146,6 +146,7 @@ class S3Writer(Publishing):
         #: abort waits for (a part S3 has lands whether its client hung up or not).
         self._in_flight: set[asyncio.Future[None]] = set()
         self._parts: dict[int, dict[str, Any]] = {}
+        self._part_sizes: dict[int, int] = {}
         #: What S3 answered names no encryption under which its ETags are not MD5s.
         self._etags_are_md5 = True
         self._slots: asyncio.Semaphore | None = None
@@ -338,6 +339,7 @@ class S3Writer(Publishing):
             ContentMD5=base64.b64encode(md5).decode())
         self._check_etag(resp, md5.hex(), None, f"part {number}")
         self._parts[number] = self._part_entry(number, resp)
+        self._part_sizes[number] = len(data)
         self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
@@ -349,6 +351,8 @@ class S3Writer(Publishing):
         """The part as complete_multipart_upload lists it (with its CRC32 when sent)."""
         if not resp.get("ETag"):  # CompleteMultipartUpload must name it: was KeyError 'ETag'
             raise self._malformed(f"UploadPart {number} without an ETag")
+        if resp.get("ServerSideEncryption") in KMS_ENCRYPTION or resp.get("SSECustomerAlgorithm"):
+            self._etags_are_md5 = False  # (the complete's answer names no SSE-C)
         part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
         if self._checksum and resp.get("ChecksumCRC32"):
             part["ChecksumCRC32"] = resp["ChecksumCRC32"]
@@ -387,6 +391,7 @@ class S3Writer(Publishing):
         try:
             resp = await self._upload(number, lambda: body)
             self._parts[number] = self._part_entry(number, resp)
+            self._part_sizes[number] = len(body)
         except Exception as exc:
             if self._error is None:
                 self._error = exc

@@ -1,0 +1,77 @@
+"""Whether a ``CompleteMultipartUpload`` that failed was applied all the same, where
+no ETag can say so (SSE-KMS, SSE-C: ETags are no MD5s).
+
+S3 applies a request it received even when its answer is lost (a timeout, a cut
+connection, a 5xx from a proxy in front); a resend then answers ``NoSuchUpload``. The
+upload being gone, and the object holding as many parts (``-N``) and bytes as it,
+written since the write began, it was applied: reporting a failure told the caller
+nothing was published while the previous version had been replaced. Used by the
+writer (:mod:`.publish`) and by S3's own copy in parts (:mod:`.server_copy_parts`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...errors import NotFoundError, TensorstreamError
+from .lost_upload import clock_skew
+
+__all__ = ["completed_anyway", "written_since"]
+
+#: Seconds of slack when an object's ``Last-Modified`` is compared with the time a
+#: write began: S3's dates are whole seconds, and its hosts' clocks may differ a little.
+_SLACK = 2.0
+
+
+async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucket: str,
+                           key: str, upload_id: str, parts: int, size: int,
+                           since: float | None, error: TensorstreamError) -> dict[str, Any]:
+    """The object's ``HEAD`` if the upload ``upload_id`` of ``parts`` parts and ``size``
+    bytes, whose complete failed with ``error``, was completed: the upload is gone
+    (``NoSuchUpload``) and the object holds ``parts`` parts of ``size`` bytes, written at
+    ``since`` (``time.time()``; None: not compared) or later. Else ``error`` is raised;
+    where the upload is gone but the object is not this one (another's abort, a
+    lifecycle rule; or it was completed and replaced since), a
+    :class:`~tensorstream.errors.NotFoundError` saying so. ``call(op, **kwargs)`` sends
+    one request."""
+    gone = isinstance(error, NotFoundError)  # (NoSuchUpload: a resend's answer)
+    if not gone:
+        try:
+            await call("list_parts", Bucket=bucket, Key=key, UploadId=upload_id, MaxParts=1)
+        except NotFoundError:
+            gone = True  # completed (or aborted by another)
+        except TensorstreamError:
+            pass
+    if not gone:  # still open (not applied), or it cannot be told
+        raise error
+    try:
+        head = await call("head_object", Bucket=bucket, Key=key)
+    except TensorstreamError:
+        head = {}
+    tag = str(head.get("ETag") or "").strip('"')
+    if (tag.endswith(f"-{parts}") and int(head.get("ContentLength", -1)) == size
+            and (since is None or written_since(head, since))):
+        return head
+    found = (f"holds {head.get('ContentLength')} bytes, ETag {head.get('ETag')}, last "
+             f"modified {head.get('LastModified')}" if head else "could not be looked at")
+    raise NotFoundError(
+        f"CompleteMultipartUpload failed ({error}) and its upload is gone (NoSuchUpload), "
+        f"but the object {found}: not this write's {size} bytes in {parts} parts. The upload "
+        "was aborted by another (a lifecycle rule, another writer), or was completed and the "
+        "object replaced since; run the write again",
+        service="s3", path=f"{bucket}/{key}") from error
+
+
+def written_since(head: dict[str, Any], since: float) -> bool:
+    """Whether the object ``head`` describes was written at ``since`` (``time.time()``)
+    or later, on S3's clock (its answer's ``Date``). The same bytes stored before this
+    write began (an earlier upload of the same file) have its ETag too, but are not its
+    success: taking them for it left this write's metadata, storage class and
+    encryption unapplied, and its multipart upload open. No date: not known to be."""
+    modified = head.get("LastModified")
+    if not isinstance(modified, datetime.datetime) or modified.tzinfo is None:
+        return False
+    return modified.timestamp() >= since + clock_skew(head, time.time()) - _SLACK
