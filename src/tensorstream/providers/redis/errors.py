@@ -96,6 +96,14 @@ def map_redis_error(exc: BaseException, *, who: str = "",
     if isinstance(exc, (rex.BusyLoadingError, rex.TryAgainError, rex.ClusterDownError,
                         rex.ReadOnlyError)):
         return ServiceUnavailableError(f"Redis is temporarily unavailable: {text}")
+    if isinstance(exc, rex.ClusterError):
+        # redis-py stopped following MOVED/ASK redirections ("TTL exhausted"): slots on
+        # the move between nodes (a resharding), whose redirections it can lose track of
+        # with several pipelines in flight. That ends: sent again. (Its text quotes the
+        # command, a chunk's bytes included: not repeated.)
+        return ServiceUnavailableError(
+            "Redis Cluster kept redirecting the command (MOVED/ASK: slots moving between "
+            "nodes?) until redis-py gave up (TTL exhausted)")
     if "max number of clients reached" in text:
         # Still temporary (other clients may leave), but a retry of the same width mostly
         # meets the same limit: say which knobs there are.
