@@ -461,3 +461,38 @@ def test_every_key_a_load_or_save_takes_is_still_taken(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigurationError, match="sequential is an argument of "
                                                         r"tensorstream\.open"):
         tensorstream.deserialize(uri, "cpu", sequential=True)
+
+
+def test_every_argument_of_tensorizer_s_own_calls_is_taken_or_named_as_tensorizer_s() -> None:
+    """vLLM hands a config's ``stream_kwargs`` to tensorizer's ``stream_io.open_stream``,
+    its ``deserialization_kwargs`` to ``TensorDeserializer`` and its
+    ``serialization_kwargs`` to ``TensorSerializer``, so a config written for vLLM may hold
+    any of their arguments. Each argument the installed tensorizer's calls take is taken,
+    or refused as tensorizer's, saying what to use instead (``force_http``, ``buffer_size``
+    and ``compress_tensors`` were "unknown", as a misspelling is, with no word on what to
+    do); never its value. A tensorizer that adds an argument fails here, not its users."""
+    import inspect
+
+    from tensorizer import TensorDeserializer, TensorSerializer, stream_io
+
+    from tensorstream.tensorizer.arguments import TENSORIZER_NOT_TAKEN
+
+    calls = {"stream_kwargs": (stream_io.open_stream, {"path_uri"}),
+             "deserialization_kwargs": (TensorDeserializer.__init__, {"self", "file_obj"}),
+             "serialization_kwargs": (TensorSerializer.__init__, {"self", "file_obj"})}
+    for field, (call, given) in calls.items():
+        takes = {n for n, p in inspect.signature(call).parameters.items()
+                 if n not in given and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        listed = TENSORIZER_NOT_TAKEN.get(field, ("", {}))[1]
+        assert set(listed) <= takes, f"{field}: no longer tensorizer's: {set(listed) - takes}"
+        for name in sorted(takes):
+            value = "SECRETCANARY" if name in listed else None
+            try:
+                TensorizerConfig(tensorizer_uri="s3://b/m.tensors", **{field: {name: value}})
+            except errors.ConfigurationError as exc:
+                said = str(exc) + repr(exc)
+                assert name in listed, f"{field}: tensorizer's {name} refused as unknown: {exc}"
+                assert f"{field}: {name} is an argument of tensorizer's" in said, said
+                assert listed[name] in said and "SECRETCANARY" not in said, said
+            else:
+                assert name not in listed, f"{field}: {name} is taken, yet listed as not"

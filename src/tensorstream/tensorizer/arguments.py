@@ -14,6 +14,7 @@ from ..config import COMMON_OPTIONS, VALIDATORS, option_hint
 from ..errors import ConfigurationError, InvalidURIError, TensorstreamError
 
 __all__ = [
+    "TENSORIZER_NOT_TAKEN",
     "TENSORIZER_NO_OPS",
     "DeviceUnavailableError",
     "InvalidArgumentError",
@@ -120,6 +121,30 @@ def check_dtype(dtype: Any) -> torch.dtype | None:
 #: compatibility; has no effect": calls (and vLLM ``deserialization_kwargs``) written for
 #: it pass them, and they are taken here the same way.
 TENSORIZER_NO_OPS = ("plaid_mode", "plaid_mode_buffers")
+
+#: Arguments of tensorizer's own calls that a vLLM config's ``*_kwargs`` may carry over
+#: (vLLM hands ``stream_kwargs`` to ``stream_io.open_stream``, ``serialization_kwargs`` to
+#: ``TensorSerializer``) and tensorstream does not take, with what to do instead: refused
+#: as tensorizer's, not as a misspelling ("unknown option force_http; it takes ..."). The
+#: tests check every argument of the installed tensorizer's calls is taken or listed here.
+TENSORIZER_NOT_TAKEN: dict[str, tuple[str, dict[str, str]]] = {
+    "stream_kwargs": ("stream_io.open_stream", {
+        "mode": "the mode is the call's own: cfg.open_stream('wb')",
+        "buffer_size": "tensorstream sizes its reads itself (part_size, concurrency); "
+                       "leave it out",
+        "force_http": "give s3_endpoint as an http:// URL instead",
+        "begin": "a load reads the whole file; leave it out",
+        "end": "a load reads the whole file; leave it out",
+        "s3_region_name": "tensorstream's name for it is s3_region",
+        "s3_signature_version": "tensorstream signs with SigV4 (anonymous=True sends "
+                                "unsigned requests); leave it out",
+        "certificate_handling": "give ca_bundle (a CA file) or insecure=True instead",
+    }),
+    "serialization_kwargs": ("TensorSerializer", {
+        "compress_tensors": "tensorstream writes tensors uncompressed, as vLLM reads "
+                            "them; leave it out",
+    }),
+}
 
 
 def refuse_misspelt_arguments(options: Mapping[str, Any], front: Callable[..., Any]) -> None:

@@ -422,7 +422,7 @@ def _refuse_unknown_keys(stream: Mapping[str, Any] | None,
 
     from ..api import open as ts_open
     from ..providers.registry import known_option_names, unknown_option_names
-    from .arguments import TENSORIZER_NO_OPS
+    from .arguments import TENSORIZER_NO_OPS, TENSORIZER_NOT_TAKEN
     from .load import deserialize, load_into_module, serialize
 
     def own(*fronts: Any) -> set[str]:
@@ -438,6 +438,11 @@ def _refuse_unknown_keys(stream: Mapping[str, Any] | None,
         unknown = sorted(unknown_option_names(left)) if left else []
         if unknown:
             name = unknown[0]
+            call, instead = TENSORIZER_NOT_TAKEN.get(field, ("", {}))
+            if name in instead:
+                raise ConfigurationError(f"{field}: {name} is an argument of tensorizer's "
+                                         f"{call} that tensorstream does not take: "
+                                         f"{instead[name]}")
             options = known_option_names() | COMMON_OPTIONS
             listed = (", ".join(sorted(takes | options)) if what == "option" else
                       f"{', '.join(sorted(takes))} and the options of tensorstream.open")
