@@ -84,3 +84,19 @@ def test_no_option_is_offered_where_none_is_meant(line: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(shlex.split(line)) == 2
     assert "did you mean" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line", [
+    "ls /tmp/ -- --log",         # a second path, called --log
+    "stat k -- --jsn",
+    "stat -- k --jsn",
+])
+def test_a_word_after_the_double_dash_is_no_mistyped_option(
+        line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A word after ``--`` is a name, never an option (a file called ``--log``): argparse
+    has no place for it, but the error went on ``(did you mean --long?)``, an option the
+    command line had said this word was not. The words before ``--`` are still offered
+    their option (``ls --log s3://b/`` above)."""
+    assert main(shlex.split(line)) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --" in err and "did you mean" not in err, err

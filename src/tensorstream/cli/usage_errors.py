@@ -129,10 +129,13 @@ class Parser(argparse.ArgumentParser):
                 if command is not None:
                     accepted += [o for a in action.choices[command]._actions
                                  for o in a.option_strings if o.startswith("--")]
+        # (a word after "--" is a name the command line says is no option: a file "--log")
+        given = self._given[:self._given.index("--")] if "--" in self._given else self._given
+        options = {word.partition("=")[0] for word in given}
         meant = []
         for word in message[len(_UNRECOGNIZED):].split():
             name = word.partition("=")[0]
-            if name.startswith("--") and name not in accepted:
+            if name.startswith("--") and name not in accepted and name in options:
                 close = difflib.get_close_matches(name.replace("_", "-"), accepted, n=1,
                                                   cutoff=0.7)
                 meant += [(close[0], name)] if close else []
