@@ -22,6 +22,17 @@ def only_layer1(name: str) -> bool:
     return name.startswith("layer1")
 
 
+#: filter_funcs a step names (``kwargs={"filter_func": name}``): functions do not
+#: travel to the spawned ranks.
+FILTERS = {
+    "only_layer1": only_layer1,
+    "keep_none": lambda name: False,
+    "keep_all": lambda name: True,
+    "not_big": lambda name: name != "big",
+    "only_big": lambda name: name == "big",
+}
+
+
 def _group(kind: Any, groups: dict[str, Any]) -> Any:
     return groups.get(kind, kind) if isinstance(kind, str) else kind
 
@@ -32,8 +43,8 @@ def _run(step: dict[str, Any], rank: int, groups: dict[str, Any]) -> dict[str, A
     uri = step["uri"][rank] if isinstance(step["uri"], list) else step["uri"]
     kwargs = dict(step["kwargs"][rank] if isinstance(step.get("kwargs"), list)
                   else step.get("kwargs", {}))
-    if kwargs.get("filter_func") == "only_layer1":
-        kwargs["filter_func"] = only_layer1
+    if isinstance(kwargs.get("filter_func"), str):
+        kwargs["filter_func"] = FILTERS[kwargs["filter_func"]]
     kwargs.update(step.get("options", {}))
     group = _group(step.get("group", "auto"), groups)
     kind = step.get("kind", "deserialize")

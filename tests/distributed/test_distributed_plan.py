@@ -3,12 +3,16 @@ balanced and in file order; broadcasts keep file order (readers wait on it)."""
 
 from __future__ import annotations
 
+import io
 import itertools
 
+import pytest
 import torch
 
 from tensorstream.distributed.exchange import _SMALL, _batches
-from tensorstream.distributed.plan import Piece, merge, split
+from tensorstream.distributed.memory import MemorySource
+from tensorstream.distributed.plan import Layout, Packed, Piece, merge, split
+from tensorstream.errors import LoadError
 
 
 def _pieces(sizes: list[int], gap: int = 0) -> tuple[torch.Tensor, list[Piece]]:
@@ -67,3 +71,33 @@ def test_batches_keep_file_order_and_bound_their_size() -> None:
         assert [p.offset for p in flat] == sorted(p.offset for p in flat)
         assert sum(p.size for p in flat) == sum(sizes)
         assert all(sum(p.size for p in b) <= chunk for b in batches)
+
+
+def test_a_layout_packs_only_its_spans_and_refuses_any_other_byte() -> None:
+    """A filtered group load's buffer holds its spans end to end; the file over it
+    reads them at their object offsets, and a byte outside them raises (a zero in
+    its place would be a wrong tensor)."""
+    data = bytes(range(256)) * 4  # the object: 1024 bytes
+    layout = Layout([(0, 100), (100, 150), (400, 420), (900, 1000), (500, 500)])
+    assert (layout.starts, layout.stops, layout.size) == ([0, 400, 900], [150, 420, 1000], 270)
+    buffer = torch.empty(layout.size, dtype=torch.uint8)
+    packed = Packed(layout, buffer)
+    for a, b in zip(layout.starts, layout.stops, strict=True):
+        packed[a:b].copy_(torch.frombuffer(bytearray(data[a:b]), dtype=torch.uint8))
+    source = MemorySource(buffer.numpy(), "mem://object", layout=layout, size=len(data))
+    assert source.size == 1024 and source.seek(0, io.SEEK_END) == 1024
+    source.seek(140)
+    assert source.read(10) == data[140:150]
+    source.seek(905)
+    assert source.read(95) == data[905:1000]
+    other = source.reopen(401)
+    out = bytearray(19)
+    assert other.readinto(out) == 19 and bytes(out) == data[401:420]
+    for at, n in ((140, 11), (150, 1), (395, 10), (1000, 24), (905, -1)):
+        source.seek(at)
+        with pytest.raises(LoadError, match="without group="):
+            source.read(n)
+    source.seek(2000)
+    assert source.read(5) == b""  # past the end: end of file, as any file
+    with pytest.raises(LoadError, match="bytes 150-399 of the object"):
+        packed[140:401]

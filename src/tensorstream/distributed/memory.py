@@ -1,11 +1,11 @@
-"""The complete bytes of an object, in memory, as a seekable file.
+"""The bytes of an object a load needs, in memory, as a seekable file.
 
-After a group load's exchange every rank holds the object's bytes (or the
-parts a load needs) in one host buffer; :class:`MemorySource` is the file
-tensorizer then reads, so parsing, ``verify_hash``, decryption and
-``filter_func`` behave exactly as in a load from storage. Reopened for
-parallel readers by :mod:`tensorstream.tensorizer.hook` (a view of the same
-buffer, no copy).
+After a group load's exchange every rank holds the bytes the load needs (a
+:class:`~.plan.Layout` of the object: its headers and the tensors kept) in one
+host buffer; :class:`MemorySource` is the file tensorizer then reads, so
+parsing, ``verify_hash``, decryption and ``filter_func`` behave exactly as in
+a load from storage. Reopened for parallel readers by
+:mod:`tensorstream.tensorizer.hook` (a view of the same buffer, no copy).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import threading
 from typing import Any
+
+from .plan import Layout
 
 __all__ = ["Arrival", "MemorySource", "PositionedFile"]
 
@@ -88,13 +90,19 @@ class MemorySource(PositionedFile):
 
     ``name`` is the redacted URI the bytes came from; ``origin`` holds the
     readers that fetched this rank's share from storage (for load statistics).
+    With a ``layout`` the buffer holds only its spans of an object of ``size``
+    bytes (a filtered load's headers and tensors): a read of any other byte
+    raises rather than inventing it.
     """
 
     def __init__(self, buffer: Any, name: str, *, origin: list[Any] | None = None,
-                 arrival: Arrival | None = None) -> None:
+                 arrival: Arrival | None = None, layout: Layout | None = None,
+                 size: int | None = None) -> None:
         super().__init__()
         self._owner = buffer  # keeps the memory alive while views of it are read
         self._view = memoryview(buffer).cast("B")
+        self._layout = layout
+        self._size = len(self._view) if size is None else size
         self._pos = 0
         self.name = name
         self.origin = list(origin or [])
@@ -105,34 +113,45 @@ class MemorySource(PositionedFile):
 
     @property
     def size(self) -> int:
-        return len(self._view)
+        return self._size
 
     def reopen(self, begin: int | None = None) -> MemorySource:
         """Another file over the same bytes (no copy), positioned at ``begin``."""
-        other = MemorySource(self._owner, self.name, origin=self.origin, arrival=self.arrival)
+        other = MemorySource(self._owner, self.name, origin=self.origin, arrival=self.arrival,
+                             layout=self._layout, size=self._size)
         other.exchange = self.exchange
         other._pos = begin or 0
         return other
 
     def _extent(self) -> int:
-        return len(self._view)
+        return self._size
+
+    def _copy(self, out: memoryview, end: int) -> int:
+        """Copy bytes ``[pos, end)`` into ``out``; move on past them."""
+        start = self._pos
+        if end <= start:
+            return 0
+        if self.arrival is not None:
+            self.arrival.wait(end)
+        if self._layout is None:
+            out[: end - start] = self._view[start:end]
+        else:
+            done = 0
+            for at, n in self._layout.runs(start, end):
+                out[done : done + n] = self._view[at : at + n]
+                done += n
+        self._pos = end
+        return end - start
 
     def readinto(self, b: Any) -> int:
         out = memoryview(b).cast("B")
-        n = max(0, min(len(out), len(self._view) - self._pos))
-        if self.arrival is not None:
-            self.arrival.wait(self._pos + n)
-        out[:n] = self._view[self._pos : self._pos + n]
-        self._pos += n
-        return n
+        return self._copy(out, min(self._size, self._pos + len(out)))
 
     def read(self, size: int | None = -1) -> bytes:
-        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
-        if self.arrival is not None:
-            self.arrival.wait(end)
-        data = bytes(self._view[self._pos : max(self._pos, end)])
-        self._pos += len(data)
-        return data
+        end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
+        data = bytearray(max(0, end - self._pos))
+        self._copy(memoryview(data), end)
+        return bytes(data)
 
     def readall(self) -> bytes:
         return self.read(-1)
@@ -150,8 +169,9 @@ class MemorySource(PositionedFile):
         empty file, which the deserializer's checks would report."""
         self._view = memoryview(b"")
         self._owner = None
+        self._layout = None
+        self._size = 0
 
     def close(self) -> None:
-        self._view = memoryview(b"")  # drop the buffer (the exchange's host copy)
-        self._owner = None
+        self.release()  # drop the buffer (the exchange's host copy)
         super().close()

@@ -14,12 +14,17 @@ exchange moves bytes, so a cut inside a tensor costs nothing.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
-__all__ = ["Piece", "fingerprint", "merge", "split"]
+from ..errors import LoadError
+
+__all__ = ["Layout", "Packed", "Piece", "fingerprint", "merge", "split"]
 
 #: How far (a fraction of a share) a cut may move to land on a tensor boundary.
 _SNAP = 1 / 8
@@ -80,9 +85,9 @@ def split(pieces: list[Piece], ranks: int) -> list[list[Piece]]:
     return shares
 
 
-def merge(pieces: list[Piece], whole: torch.Tensor) -> list[Piece]:
-    """Adjacent pieces of ``whole`` (a buffer holding the object at its offsets)
-    as one piece: fewer reads and collectives."""
+def merge(pieces: list[Piece], whole: Any) -> list[Piece]:
+    """Adjacent pieces of ``whole`` (sliced by object offsets: a buffer holding the
+    object, or a :class:`Packed` one) as one piece: fewer reads and collectives."""
     out: list[Piece] = []
     for p in pieces:
         if out and out[-1].end == p.offset:
@@ -98,3 +103,56 @@ def fingerprint(*parts: object) -> int:
     that they planned the same load of the same object version."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
+
+
+class Layout:
+    """The bytes a load needs, ``spans`` of the object (``(start, stop)`` offsets),
+    laid end to end in file order in one buffer of :attr:`size` bytes: a filtered
+    load holds its tensors and the file's headers, not the whole file."""
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        runs: list[list[int]] = []
+        for a, b in sorted((a, b) for a, b in spans if a < b):
+            if runs and a <= runs[-1][1]:  # touching or overlapping: one run
+                runs[-1][1] = max(runs[-1][1], b)
+            else:
+                runs.append([a, b])
+        self.starts = [a for a, _ in runs]
+        self.stops = [b for _, b in runs]
+        self.at: list[int] = []  # where each run begins in the buffer
+        size = 0
+        for a, b in runs:
+            self.at.append(size)
+            size += b - a
+        self.size = size
+
+    def runs(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """``(buffer position, length)`` of object bytes ``[start, stop)``, in order.
+        A byte the load did not plan to read raises :class:`LoadError`: the buffer
+        has no such byte, and a zero in its place would be a wrong tensor."""
+        pos = start
+        i = bisect.bisect_right(self.starts, pos) - 1
+        while pos < stop:
+            if i < 0 or pos >= self.stops[i]:  # in no run: a gap (or past the last run)
+                end = self.starts[i + 1] if i + 1 < len(self.starts) else stop
+                raise LoadError(
+                    f"bytes {pos}-{min(stop, end) - 1} of the object were read, but a group "
+                    "load fetches only the bytes its plan needs (the file's headers and the "
+                    "tensors filter_func keeps); load it without group= and report this")
+            n = min(stop, self.stops[i]) - pos
+            yield self.at[i] + pos - self.starts[i], n
+            pos += n  # the end of run i, or stop: runs never touch (a gap follows)
+
+
+class Packed:
+    """A buffer holding a :class:`Layout`'s bytes, sliced by object offsets
+    (a slice lies in one of its runs: a view, never a copy)."""
+
+    def __init__(self, layout: Layout, buffer: torch.Tensor) -> None:
+        self.layout = layout
+        self.buffer = buffer
+
+    def __getitem__(self, key: slice) -> torch.Tensor:
+        # runs never touch: a slice over two crosses a gap, which runs() refuses
+        at, n = [*self.layout.runs(key.start, key.stop), (0, 0)][0]
+        return self.buffer[at : at + n]

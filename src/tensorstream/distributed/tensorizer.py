@@ -2,11 +2,14 @@
 
 Every rank opens the object and reads its tensor index (a few small exact
 reads, no read-ahead), plans the same shares (:func:`~.plan.split`), reads
-its own share straight into one host buffer the size of the object, and the
-shares are broadcast so every rank holds the bytes the load needs. The
-buffer is then read by tensorizer like any file (:class:`~.memory.MemorySource`),
-so ``verify_hash``, encryption, ``filter_func`` and the checks of
-:mod:`tensorstream.tensorizer.hook` behave exactly as in a load of its own.
+its own share straight into one host buffer, and the shares are broadcast so
+every rank holds the bytes the load needs. That buffer holds only those bytes
+(the file's headers and index, and the tensors ``filter_func`` keeps: a
+:class:`~.plan.Layout`), so a filtered load of a file larger than memory fits
+when its tensors do. The buffer is then read by tensorizer like any file
+(:class:`~.memory.MemorySource`), so ``verify_hash``, encryption,
+``filter_func`` and the checks of :mod:`tensorstream.tensorizer.hook` behave
+exactly as in a load of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..uri import ParsedURI
 from .exchange import agree, broadcast_shares, is_local, read_share
 from .group import Group
 from .memory import Arrival, MemorySource, PositionedFile
-from .plan import Piece, fingerprint, merge, split
+from .plan import Layout, Packed, Piece, fingerprint, merge, split
 
 __all__ = ["fetch"]
 
@@ -85,9 +88,9 @@ class _ExactSource(PositionedFile):
 
 
 def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bool] | None,
-          ) -> tuple[list[tuple[int, int]], int, tuple[int, bytes]]:
+          ) -> tuple[list[tuple[int, int]], int, tuple[int, bytes], int]:
     """The byte spans the load reads, a fingerprint of them and the object
-    version, and the bytes the index read fetched.
+    version, the bytes the index read fetched and how many tensors it keeps.
 
     The spans: the file header and index, every tensor's header (tensorizer
     reads the headers of the tensors ``filter_func`` leaves out too), and the
@@ -99,18 +102,25 @@ def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bo
         entries = sorted(index._metadata.items(), key=lambda item: item[1].offset)
     first = entries[0][1].offset if entries else reader.size
     spans = [(0, first)]
+    kept = 0
     for path, entry in entries:
         keep = filter_func is None or filter_func(path.normalize_())
+        kept += keep
         spans.append((entry.offset, entry.data_offset + entry.data_length if keep
                       else entry.data_offset))
-    return spans, fingerprint(reader.size, reader.etag, spans), source.known()
+    return spans, fingerprint(reader.size, reader.etag, spans), source.known(), kept
 
 
-def _skip_known(pieces: list[Piece], whole: torch.Tensor, known: tuple[int, bytes]) -> list[Piece]:
-    """This rank's share without the bytes its index read already fetched (copied in)."""
+def _skip_known(pieces: list[Piece], whole: Packed, known: tuple[int, bytes]) -> list[Piece]:
+    """This rank's share without the bytes its index read already fetched (copied
+    into ``whole`` where it holds them)."""
     at, data = known
     if data:
-        whole[at : at + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        fetched = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        for lo, hi in zip(whole.layout.starts, whole.layout.stops, strict=True):
+            lo, hi = max(lo, at), min(hi, at + len(data))
+            if lo < hi:
+                whole[lo:hi].copy_(fetched[lo - at : hi - at])
     out = []
     for p in pieces:
         lo, hi = max(p.offset, at), min(p.end, at + len(data))
@@ -144,10 +154,11 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
         spans: list[tuple[int, int]] = []
         fp = 0
         known: tuple[int, bytes] = (0, b"")
+        kept = 0
         if error is None:
             try:
                 reader = ts_open(target, "rb", **options)
-                spans, fp, known = _plan(reader, encryption, filter_func)
+                spans, fp, known, kept = _plan(reader, encryption, filter_func)
             except Exception as exc:
                 # as a load of its own words it: the group quoted tensorizer's bare
                 # "CryptographyError: Tensor is encrypted, but decryption was not requested"
@@ -159,13 +170,18 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
         agree_s = lap()
         assert reader is not None
         try:
-            # The whole object is held here (its size: the server's word): more than the
-            # memory available was torch's bare RuntimeError (or a kill once touched).
-            check_fits(reader.size, torch.device("cpu"), None, where, count=len(spans),
-                       detail=" (the whole file: a group load holds it in memory)",
-                       hint="If the file is right, load it without group= (each rank reads it)")
-            whole = torch.empty(reader.size, dtype=torch.uint8, device="cpu")
-            pieces = [Piece(a, whole[a:b]) for a, b in spans]
+            # The bytes the load needs are held here (their sizes: the index's word): more
+            # than the memory available was torch's bare RuntimeError (or a kill once
+            # touched). Only those bytes: the whole file refused a filtered load of a
+            # file larger than memory whose tensors fit.
+            layout = Layout(spans)
+            check_fits(layout.size, torch.device("cpu"), None, where, count=kept,
+                       detail=" with the file's headers (a group load holds them in memory)",
+                       hint="If the file is right, load it without group= (each rank reads "
+                            "it) or fewer tensors (filter_func=)")
+            buffer = torch.empty(layout.size, dtype=torch.uint8, device="cpu")
+            whole = Packed(layout, buffer)
+            pieces = [Piece(a, whole[a:b]) for a, b in spans if a < b]
             shares = [merge(share, whole) for share in split(pieces, group.size)]
             read_share(reader, _skip_known(shares[group.rank], whole, known))
         except Exception as exc:
@@ -179,7 +195,8 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
         log.debug("%s rank %d/%d: plan %.3f s, agree %.3f s, read own share (%d bytes) %.3f s, "
                   "wait for the others %.3f s", where, group.rank, group.size, plan_s, agree_s,
                   sum(p.size for p in shares[group.rank]), read_s, wait_s)
-        source = MemorySource(whole.numpy(), where, origin=[reader], arrival=arrival)
+        source = MemorySource(buffer.numpy(), where, origin=[reader], arrival=arrival,
+                              layout=layout, size=reader.size)
         source.exchange = exchange
         return source
     finally:
