@@ -12,7 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cli_env import cli, files_under, s3_env
+from tensorstream.testing.s3_server import isolated_s3_env
 
 S3_BUCKET = "tensorstream-tests"
 
@@ -309,6 +312,21 @@ def test_endpoint_without_scheme_is_a_usage_error(tmp_path: Path) -> None:
     assert ("--endpoint-url 'minio:9000' has no scheme; write it as http://minio:9000 "
             "(plain text) or https://minio:9000 (TLS)") in r.stderr
     assert "ca_bundle" not in r.stderr and "certificate" not in r.stderr
+
+
+
+@pytest.mark.parametrize("name", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+def test_an_aws_endpoint_variable_without_scheme_is_a_usage_error_too(
+        tmp_path: Path, name: str) -> None:
+    """``--endpoint-url 127.0.0.1:9`` was refused (exit 2) but ``AWS_ENDPOINT_URL=127.0.0.1:9``
+    was taken as https://127.0.0.1:9 and the command failed reaching it; the aws CLI refuses
+    both. It is now a usage error naming the variable, before any connection."""
+    env = {**os.environ, **isolated_s3_env(tmp_path), name: "127.0.0.1:9",
+           "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    r = cli("ls", "s3://b/", env=env)  # (cli: 120 s at most)
+    assert r.returncode == 2, r.stderr
+    assert (f"env {name} '127.0.0.1:9' has no scheme; write it as http://127.0.0.1:9 "
+            "(plain text) or https://127.0.0.1:9 (TLS)") in r.stderr
 
 
 def test_two_s3_endpoints_in_one_command(tmp_path: Path, moto_s3: Any,

@@ -147,11 +147,11 @@ def _proxy(args: argparse.Namespace, out: dict[str, Any]) -> None:
 
 
 def _check(options: dict[str, Any], flag: str) -> dict[str, Any]:
+    from ..providers.s3.endpoint import no_scheme
+
     endpoint = options.get("s3_endpoint")
-    if endpoint is not None and "://" not in endpoint:
-        raise ConfigurationError(
-            f"{flag} {endpoint!r} has no scheme; write it as http://{endpoint} "
-            f"(plain text) or https://{endpoint} (TLS)")
+    if endpoint is not None and (error := no_scheme(flag, endpoint)) is not None:
+        raise error
     return options
 
 

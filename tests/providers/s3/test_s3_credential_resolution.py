@@ -1,6 +1,7 @@
 """S3 settings resolved without a request: describe_credentials (sources shown, secrets
 masked), the precedence of endpoint, region and token, an explicit s3cfg path, and endpoints
-botocore cannot use refused naming their source."""
+botocore cannot use refused naming their source (one without a scheme where botocore's
+own settings give it; tensorizer's take it as https://)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_describe_credentials_for_other_schemes_masks_secrets(isolated_env: Path
          "https://a.example", "env S3_ENDPOINT_URL"),
         ({"AWS_ENDPOINT_URL_S3": "http://b/", "AWS_ENDPOINT_URL": "http://c"}, {},
          "http://b", "env AWS_ENDPOINT_URL_S3"),
-        ({"AWS_ENDPOINT_URL": "c:1"}, {}, "https://c:1", "env AWS_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL": "https://c:1/"}, {}, "https://c:1", "env AWS_ENDPOINT_URL"),
         ({}, {}, None, None),  # no vendor endpoint is ever assumed
     ],
 )
@@ -128,3 +129,48 @@ def test_an_endpoint_botocore_cannot_use_is_refused_naming_its_source(
 def test_a_usable_endpoint_is_kept(endpoint: str) -> None:
     creds = resolve_s3_credentials({"s3_endpoint": endpoint}, env={})
     assert creds.endpoint is not None
+
+
+@pytest.mark.parametrize("where", ["env AWS_ENDPOINT_URL_S3", "env AWS_ENDPOINT_URL",
+                                   "config file"])
+@pytest.mark.parametrize("endpoint", ["minio:9000", "s3.example.com", "u:pw-canary@h:9"])
+def test_an_aws_sdk_endpoint_without_a_scheme_is_refused_naming_its_source(
+        isolated_env: Path, where: str, endpoint: str) -> None:
+    """``--endpoint-url minio:9000`` was refused (exit 2) while ``AWS_ENDPOINT_URL=minio:9000``
+    (or a profile's ``endpoint_url``) was taken as https://: a plain-text MinIO then failed
+    in a TLS handshake. boto3 and the aws CLI refuse such an endpoint in their settings
+    ("Invalid endpoint"); so does tensorstream now, saying how to write it, and never
+    showing a password in it."""
+    env = {"HOME": str(isolated_env / "home")}
+    if where == "config file":
+        config = isolated_env / "aws-config"
+        config.write_text(f"[default]\nendpoint_url = {endpoint}\n")
+        env["AWS_CONFIG_FILE"] = str(config)
+    else:
+        env[where.removeprefix("env ")] = endpoint
+    with pytest.raises(errors.ConfigurationError) as info:
+        resolve_s3_credentials({}, env=env)
+    text = str(info.value)
+    host = endpoint.rpartition("@")[2]
+    assert f"has no scheme; write it as http://{host} (plain text) or https://{host} (TLS)" in text
+    assert (where if where != "config file" else str(isolated_env / "aws-config")) in text
+    assert "pw-canary" not in text
+
+
+@pytest.mark.parametrize(("options", "env", "expected"), [
+    ({"s3_endpoint": "s3.example.com"}, {}, "https://s3.example.com"),
+    ({}, {"S3_ENDPOINT_URL": "object.example.com:8443"}, "https://object.example.com:8443"),
+    ({"s3_config_path": "plain.s3cfg"}, {}, "http://127.0.0.1:9000"),
+])
+def test_tensorizers_and_s3cmds_endpoints_without_a_scheme_stay_as_they_were(
+        isolated_env: Path, options: dict[str, Any], env: dict[str, str], expected: str) -> None:
+    """The neighbours: tensorizer takes ``s3_endpoint``/``S3_ENDPOINT_URL`` without a scheme
+    as https://, and s3cmd writes ``host_base`` without one (its ``use_https`` says which):
+    those stay."""
+    cfg = isolated_env / "plain.s3cfg"
+    cfg.write_text("[default]\naccess_key = k\nsecret_key = s\nhost_base = 127.0.0.1:9000\n"
+                   "use_https = False\n")
+    if "s3_config_path" in options:
+        options = {"s3_config_path": str(cfg)}
+    creds = resolve_s3_credentials(options, env={**env, "HOME": str(isolated_env / "home")})
+    assert creds.endpoint is not None and creds.endpoint.value == expected

@@ -14,8 +14,8 @@ from ...errors import ConfigurationError, TensorstreamError
 from ...uri import redact
 from .profile import ADDRESSING_STYLES, ProfileConfig
 
-__all__ = ["check_endpoint", "env_text", "normalize_endpoint", "option_text", "read_s3cfg",
-           "resolve_endpoint", "resolve_region", "resolve_style", "truthy"]
+__all__ = ["check_endpoint", "env_text", "no_scheme", "normalize_endpoint", "option_text",
+           "read_s3cfg", "resolve_endpoint", "resolve_region", "resolve_style", "truthy"]
 
 #: An s3cmd config is a few hundred bytes; more is not one.
 _S3CFG_LIMIT = 1 << 20
@@ -32,11 +32,46 @@ def env_text(env: Mapping[str, str], name: str) -> str | None:
 
 
 def normalize_endpoint(url: str) -> str:
-    """Add ``https://`` to a scheme-less endpoint; strip a trailing slash."""
+    """Add ``https://`` to a scheme-less endpoint (tensorizer's ``s3_endpoint`` and
+    ``S3_ENDPOINT_URL``: the AWS SDK's settings refuse one, :func:`no_scheme`); strip a
+    trailing slash."""
     url = url.strip()
     if "://" not in url:
         url = "https://" + url
     return url.rstrip("/")
+
+
+def no_scheme(where: str, url: str) -> ConfigurationError | None:
+    """The error for an endpoint written without a scheme (``minio:9000``), naming
+    ``where`` it was given; None where it has one. boto3 and the aws CLI refuse such an
+    endpoint in their settings (``--endpoint-url``, ``AWS_ENDPOINT_URL[_S3]``, the config
+    file's ``endpoint_url``: ``Invalid endpoint``); taking it as https:// sent a
+    plain-text server (MinIO on a port) into a TLS handshake. (tensorizer's own
+    spellings, ``s3_endpoint`` and ``S3_ENDPOINT_URL``, mean https:// without one.)"""
+    if "://" in url:
+        return None
+    host = url.strip().rpartition("@")[2].split("?", 1)[0].split("/", 1)[0]
+    shown = _shown(url.strip())
+    return ConfigurationError(f"{where} {shown!r} has no scheme; write it as http://{host} "
+                              f"(plain text) or https://{host} (TLS)")
+
+
+def _shown(url: str) -> str:
+    """``url`` as an error may show it: no user info, no query (either may hold a secret)."""
+    shown = redact(url)
+    if "://" not in shown and "@" in shown:  # (redact looks for user info after a scheme)
+        shown = "***@" + shown.rpartition("@")[2]
+    if "?" in shown:  # a query is never shown: its secret need not have a known name
+        shown = shown.split("?", 1)[0] + "?..."
+    return shown
+
+
+def _given(url: str, where: str) -> Sourced[str]:
+    """An endpoint of the AWS SDK's settings, given with a scheme (as botocore requires),
+    as :func:`normalize_endpoint` writes it."""
+    if (error := no_scheme(where, url)) is not None:
+        raise error
+    return Sourced(normalize_endpoint(url), where)
 
 
 def check_endpoint(endpoint: Sourced[str]) -> None:
@@ -64,9 +99,7 @@ def check_endpoint(endpoint: Sourced[str]) -> None:
     except ValueError as exc:
         problem = str(exc)
     if problem is not None:
-        shown = redact(endpoint.value)
-        if "?" in shown:  # a query is never shown: its secret need not have a known name
-            shown = shown.split("?", 1)[0] + "?..."
+        shown = _shown(endpoint.value)
         raise ConfigurationError(f"{endpoint.source} {shown!r} is not an S3 "
                                  f"endpoint URL: {problem}")
 
@@ -117,13 +150,13 @@ def resolve_endpoint(
     names = () if ignore_configured else ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
     for name in names:  # botocore's order
         if (v := env_text(env, name)) is not None:
-            return Sourced(normalize_endpoint(v), f"env {name}")
+            return _given(v, f"env {name}")
     if (found := _cfg_endpoint(cfg, cfg_path)) is not None:
         return found
     if not ignore_configured and (found := aws_config.endpoint()) is not None:
         # Resolved here, not left to botocore, so that messages name it and the
         # defaults of a custom endpoint apply (path style, as boto3 takes for one).
-        return Sourced(normalize_endpoint(found.value), found.source)
+        return _given(found.value, found.source)
     return None  # AWS
 
 
