@@ -75,8 +75,10 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         err.temporary = False  # retrying cannot fix a certificate
         return err
     if isinstance(exc, bce.ConnectTimeoutError):
-        return StorageTimeoutError(f"connect timeout to {redact(ctx.endpoint)}",
-                                   timeout="connect")
+        where = _address(exc)
+        return StorageTimeoutError(
+            f"connect timeout to {where[0] if where else redact(ctx.endpoint)}",
+            timeout="connect")
     if isinstance(exc, (bce.ReadTimeoutError, asyncio.TimeoutError, *aio.timeout)):
         return StorageTimeoutError(
             f"no data from {redact(ctx.endpoint)}", received=received, timeout="idle"
@@ -97,10 +99,41 @@ def map_s3_error(exc: BaseException, ctx: ErrorContext, *, received: int = 0) ->
         return ProtocolError(f"S3 sent a malformed answer ({type(exc).__name__})")
     if isinstance(exc, (bce.EndpointConnectionError, bce.ConnectionClosedError,
                         bce.HTTPClientError, bce.ConnectionError, *aio.connection)):
+        if (where := _address(exc)) is not None:
+            # Named as the reads' own connections name it (a host or port typo shows;
+            # without an endpoint, "AWS S3" said neither which host nor why).
+            return ConnectionFailedError(f"cannot connect to {where[0]} ({where[1]})")
         return ConnectionFailedError(
             f"cannot reach {redact(ctx.endpoint)} ({type(exc).__name__})"
         )
     return exc
+
+
+def _address(exc: BaseException) -> tuple[str, str] | None:
+    """``host:port`` a connection that failed with ``exc`` was made to (never user info
+    or a query: either may hold a secret), and its cause (``gaierror: [Errno -2] ...``);
+    None where ``exc`` does not say (botocore's ``endpoint_url``, aiohttp's
+    ``ClientConnectorError``)."""
+    from urllib.parse import urlsplit
+
+    kwargs = getattr(exc, "kwargs", None) or {}
+    inner: BaseException = kwargs.get("error") or exc.__cause__ or exc
+    host, port = getattr(inner, "host", None), getattr(inner, "port", None)
+    if not (isinstance(host, str) and isinstance(port, int)):
+        try:
+            parts = urlsplit(str(kwargs.get("endpoint_url") or ""))
+            host, port = parts.hostname, parts.port or {"https": 443, "http": 80}.get(
+                parts.scheme)
+        except ValueError:
+            return None
+    if not host or not port:
+        return None
+    cause = getattr(inner, "os_error", None) or inner
+    if isinstance(cause, bce.BotoCoreError) and cause is exc:
+        said = type(cause).__name__
+    else:
+        said = f"{type(cause).__name__}: {redact_text(str(cause))}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}", said
 
 
 def _proxy_error(exc: BaseException, ctx: ErrorContext) -> TensorstreamError | None:
