@@ -89,6 +89,8 @@ class PolicyProvider(Provider):
         self.capabilities = caps  # type: ignore[misc]
         self.read_hints = inner.read_hints  # type: ignore[misc]
         self.schemes = inner.schemes  # type: ignore[misc]
+        self.unsupported_advice = inner.unsupported_advice  # type: ignore[misc]
+        self.shown_origin = inner.shown_origin
 
     def __repr__(self) -> str:
         return f"PolicyProvider({self.inner!r})"
@@ -207,6 +209,10 @@ class PolicyProvider(Provider):
     def _add_context(self, exc: TensorstreamError, operation: str, path: str) -> None:
         exc.with_context(service=self.service, operation=operation,
                          path=self.inner.shown_path(path))
+        origin = self.inner.shown_origin
+        if origin and exc.path and exc.path.startswith("/"):
+            # (here once for every error: "http stat /k" said which object, not which server)
+            exc.path = origin + exc.path
         if isinstance(exc, StorageTimeoutError):
             _timeout.advise(exc, self.config.timeouts)
         # Every provider error leaves through here: strip secrets from its chain
@@ -214,9 +220,11 @@ class PolicyProvider(Provider):
         scrub_chain(exc)
 
     def _unsupported(self, operation: str, flag: str) -> UnsupportedOperationError:
-        """The one error for an operation the provider does not declare."""
+        """The one error for an operation the provider does not declare: in its own
+        words where it has them (HTTP(S): what to use instead)."""
+        advice = self.inner.unsupported_advice.get(flag)
         return UnsupportedOperationError(
-            f"{self.service} does not support {operation} "
+            advice or f"{self.service} does not support {operation} "
             f"(its capabilities do not declare {flag})",
             service=self.service, operation=operation)
 

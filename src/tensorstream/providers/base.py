@@ -22,7 +22,7 @@ import contextvars
 import dataclasses
 import operator
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Protocol
@@ -262,6 +262,12 @@ class Provider(abc.ABC):
     read_hints: ClassVar[ReadHints] = ReadHints()
     #: Option names (keyword arguments) this provider understands.
     option_names: ClassVar[frozenset[str]] = frozenset()
+    #: What an operation it does not declare (by capability flag: ``list``, ``write``,
+    #: ``delete``) says instead of the generic message: user words, and what to use instead.
+    unsupported_advice: ClassVar[Mapping[str, str]] = {}
+    #: ``host:port`` its errors name before a path (``/k``) that alone does not say which
+    #: server (HTTP); never user info or a query. None: the path alone.
+    shown_origin: str | None = None
 
     # -- construction -------------------------------------------------------
     @classmethod

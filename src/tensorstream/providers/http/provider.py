@@ -31,6 +31,7 @@ import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from ...config import CommonConfig, split_options
 from ...errors import (
@@ -106,6 +107,16 @@ class HTTPProvider(Provider):
     capabilities: ClassVar[Capabilities] = Capabilities(pinned_reads=True, blocking_reads=True,
                                                         range_streams=True)
     option_names = OPTIONS
+    unsupported_advice = {
+        "list": "HTTP(S) servers cannot be listed through tensorstream (HTTP has no listing "
+                "servers agree on): name each object by its URL (cp, cat, load), or list the "
+                "store the server serves them from (s3://, a local path)",
+        "write": "HTTP(S) servers cannot be written to through tensorstream (HTTP has no "
+                 "upload servers agree on): write to S3 (s3://), Redis (redis://) or a local "
+                 "path, or upload with the server's own tools",
+        "delete": "HTTP(S) servers cannot delete through tensorstream: delete it on the "
+                  "server itself (its own tools), or where its files are kept",
+    }
 
     def __init__(
         self,
@@ -117,6 +128,7 @@ class HTTPProvider(Provider):
         proxies: ProxySettings | None = None,
     ) -> None:
         self._origin = origin.rstrip("/")
+        self.shown_origin = _host_port(self._origin)
         #: The proxies of its requests (``proxy=`` option, else the environment's).
         self._proxies = proxies if proxies is not None else resolve_proxies()
         self._config = config or split_options({})[0]
@@ -318,3 +330,16 @@ class HTTPProvider(Provider):
                     cancel=cancel, confirm=confirm)
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
             raise exception_error(exc, path=path) from exc
+
+
+def _host_port(origin: str) -> str | None:
+    """``host:port`` of ``origin`` (``scheme://[user@]host[:port]``), the port said even
+    where it is the scheme's; never its user info."""
+    try:
+        parts = urlsplit(origin)
+        host, port = parts.hostname, parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:
+        return None
+    if not host or not port:
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
