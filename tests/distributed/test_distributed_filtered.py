@@ -83,6 +83,8 @@ without group=); one keeping
         {"label": "none", "uri": str(huge), "kwargs": {"filter_func": "keep_none"}},
         {"label": "big", "uri": str(huge), "kwargs": {"filter_func": "only_big"}},
         {"label": "everything", "uri": str(huge)},
+        {"label": "big-lazy", "uri": str(huge),
+         "kwargs": {"filter_func": "only_big", "lazy_load": True}},
         {"label": "after", "uri": str(huge), "kwargs": {"filter_func": "not_big"}},
     ]
     results = run_ranks(steps, 2, todo, timeout=200)
@@ -93,14 +95,18 @@ without group=); one keeping
         # this rank's share of the ~0.8 MB kept (and its index read), not of 1 TiB
         assert stats["path"] == "group" and stats["bytes"] < 1 << 20, stats
         _refused_as_alone(r.value["none"])
-        for label in ("big", "everything"):  # 1 TiB and the headers: refused
+        # 1 TiB kept: refused as the ranks open the file (an eager load's tensors are
+        # checked as without group=; a lazy load's, the buffer it would hold)
+        for label in ("big", "everything", "big-lazy"):
             failed = r.value[label]
             assert "DistributedLoadError" in failed["types"], failed
             assert failed["failed_ranks"] == [0, 1], failed
             assert failed["error"].count("InsufficientMemoryError") == 2, failed
-            count = 1 if label == "big" else len(_state())
+            step = "reading" if label == "big-lazy" else "opening"  # both before any read
+            assert failed["error"].startswith(f"DistributedLoadError: {step} "), failed
+            count = len(_state()) if label == "everything" else 1
             assert f"{count} tensor(s) to load claim 10995" in failed["error"], failed["error"]
-            assert "without group=" in failed["error"], failed["error"]
+        assert "without group=" in r.value["big-lazy"]["error"], r.value["big-lazy"]["error"]
         assert r.value["after"].get("digests") == expected  # the group still works
 
 
@@ -111,7 +117,8 @@ def test_filters_keeping_everything_or_nothing_or_differing_between_ranks(
     keeping none is refused as without group=; ranks whose filters keep different tensors are
     refused on every rank before any byte is exchanged (their buffers would
     differ), naming filter_func. An encrypted file, filtered and hash-checked,
-    reads nothing the plan left out either."""
+    reads nothing the plan left out either. Kept tensors over max_tensor_bytes
+    are refused before any share is read."""
     path = tmp_path / "model.tensors"
     path.write_bytes(tensorizer_bytes(_state(), tmp_path))
     everything = _plain(str(path), None)
@@ -130,6 +137,8 @@ def test_filters_keeping_everything_or_nothing_or_differing_between_ranks(
          "kwargs": {"filter_func": "only_layer1", "lazy_load": True, "num_readers": 2}},
         {"label": "encrypted", "uri": str(encrypted),
          "kwargs": {"filter_func": "only_layer1", "encryption": key, "verify_hash": True}},
+        {"label": "allowance", "uri": str(path),
+         "kwargs": {"filter_func": "not_big", "max_tensor_bytes": 100_000}},
     ]
     results = run_ranks(steps, 2, todo, timeout=200)
     assert all(r.ok for r in results), [(r.rank, r.error, r.traceback) for r in results]
@@ -142,3 +151,9 @@ def test_filters_keeping_everything_or_nothing_or_differing_between_ranks(
         assert r.value["lazy"].get("digests") == {
             k: v for k, v in everything.items() if k.startswith("layer1")}, r.value["lazy"]
         assert r.value["encrypted"].get("digests") == some, r.value["encrypted"].get("error")
+        # kept tensors over max_tensor_bytes: refused when the ranks open the file, before
+        # any share is read (it was after the whole exchange)
+        over = r.value["allowance"]
+        assert over.get("error", "").startswith("DistributedLoadError: opening "), over
+        assert over["error"].count("InsufficientMemoryError") == 2, over["error"]
+        assert "max_tensor_bytes=100000" in over["error"], over["error"]

@@ -88,13 +88,15 @@ class _ExactSource(PositionedFile):
 
 
 def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bool] | None,
+          claims: Callable[[list[Any]], None] | None = None,
           ) -> tuple[list[tuple[int, int]], int, tuple[int, bytes], int]:
     """The byte spans the load reads, a fingerprint of them and the object
     version, the bytes the index read fetched and how many tensors it keeps.
 
     The spans: the file header and index, every tensor's header (tensorizer
     reads the headers of the tensors ``filter_func`` leaves out too), and the
-    data of the tensors it keeps.
+    data of the tensors it keeps. ``claims`` checks the entries kept (it raises
+    to refuse the load).
     """
     source = _ExactSource(reader)
     with StreamTensorDeserializer(source, device="cpu", lazy_load=True, num_readers=1,
@@ -102,13 +104,16 @@ def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bo
         entries = sorted(index._metadata.items(), key=lambda item: item[1].offset)
     first = entries[0][1].offset if entries else reader.size
     spans = [(0, first)]
-    kept = 0
+    kept = []
     for path, entry in entries:
         keep = filter_func is None or filter_func(path.normalize_())
-        kept += keep
+        if keep:
+            kept.append(entry)
         spans.append((entry.offset, entry.data_offset + entry.data_length if keep
                       else entry.data_offset))
-    return spans, fingerprint(reader.size, reader.etag, spans), source.known(), kept
+    if claims is not None:
+        claims(kept)
+    return spans, fingerprint(reader.size, reader.etag, spans), source.known(), len(kept)
 
 
 def _skip_known(pieces: list[Piece], whole: Packed, known: tuple[int, bytes]) -> list[Piece]:
@@ -136,11 +141,13 @@ def _skip_known(pieces: list[Piece], whole: Packed, known: tuple[int, bytes]) ->
 
 def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where: str, *,
           encryption: Any = None, filter_func: Callable[[Any], bool] | None = None,
-          early: BaseException | None = None) -> MemorySource:
+          early: BaseException | None = None,
+          claims: Callable[[list[Any]], None] | None = None) -> MemorySource:
     """The bytes of ``target`` that a load needs, read once by the group.
 
     ``early``: this rank's failure before the load started (a bad device...),
-    reported to the group at its first step so every rank raises.
+    reported to the group at its first step so every rank raises. ``claims``:
+    checks the index entries the load keeps before anything is read.
     """
     reader: StreamReader | None = None
     clock = [time.perf_counter()]
@@ -158,7 +165,7 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
         if error is None:
             try:
                 reader = ts_open(target, "rb", **options)
-                spans, fp, known, kept = _plan(reader, encryption, filter_func)
+                spans, fp, known, kept = _plan(reader, encryption, filter_func, claims)
             except Exception as exc:
                 # as a load of its own words it: the group quoted tensorizer's bare
                 # "CryptographyError: Tensor is encrypted, but decryption was not requested"

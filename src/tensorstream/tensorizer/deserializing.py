@@ -35,6 +35,7 @@ from .arguments import (
     check_dtype,
     refuse_misspelt_arguments,
 )
+from .claims import check_claims
 from .crypto import as_decryption
 from .foreign import translate
 from .hook import (
@@ -214,8 +215,9 @@ def deserialize(
             refuse_unloaded_shards(str(raw), rank, world_size, options)
         where = redact(str(target))
     early: BaseException | None = None
+    parsed: torch.device | None = None
     try:
-        check_device(device)
+        parsed = check_device(device)
         dtype = check_dtype(dtype)
     except Exception as exc:
         if shared is None:
@@ -238,8 +240,13 @@ def deserialize(
             decryption = as_decryption(encryption, options, target)
         if shared is not None:
             assert target is not None
+            # an eager load's tensors are compared with the memory (or max_tensor_bytes)
+            # before any byte is read: after the exchange, every rank had pulled its share
+            # and exchanged them all for the deserializer's same refusal
+            claims = (None if lazy_load or parsed is None else
+                      lambda entries: check_claims(entries, parsed, allowance, where))
             stream = fetch_shared(target, shared, options, where, encryption=decryption,
-                                  filter_func=filter_func, early=early)
+                                  filter_func=filter_func, early=early, claims=claims)
         elif stream is None:
             assert target is not None
             # A whole load reads from byte 0 onward: its open is the stream from
