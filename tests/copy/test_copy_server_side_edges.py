@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import secrets
+import time
 from typing import Any
 
 import pytest
@@ -308,6 +309,47 @@ def test_an_applied_complete_whose_answer_was_lost_counts_where_etags_cannot_say
     assert r.ok and r.files == 1, r.errors
     assert r.outcomes[0].server_side and not r.outcomes[0].verified
     assert b.get("dst/p.bin") == b"".join(parts)
+    assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+class _KMSFrontAbortedComplete(_KMSFront):
+    """:class:`_KMSFront` whose first CompleteMultipartUpload is not applied: its upload
+    is aborted by another (a lifecycle rule) meanwhile, and it is answered ``500``."""
+
+    def __init__(self, upstream: str, abort: Any) -> None:
+        super().__init__(upstream)
+        self.abort, self.aborted = abort, 0
+
+    async def _forward(self, request: Any) -> Any:
+        if request.method == "POST" and "uploadId" in request.query and not self.aborted:
+            self.aborted += 1
+            bucket, _, key = request.path.lstrip("/").partition("/")
+            await asyncio.to_thread(self.abort, Bucket=bucket, Key=key,
+                                    UploadId=request.query["uploadId"])
+            return await send_back(request, 500, {}, b"<Error><Code>InternalError</Code>"
+                                   b"</Error>", None)
+        return await super()._forward(request)
+
+
+def test_an_older_copy_of_as_many_parts_is_not_taken_for_an_aborted_upload(
+        tensorstream_s3: Any) -> None:
+    """Where ETags cannot say (SSE-KMS), the upload gone and the destination holding as
+    many bytes in as many parts counted as applied: an earlier copy of the same source
+    there, and this copy's upload aborted by another while its complete failed, the copy
+    was reported made (its metadata never applied). The object must also be written since
+    the copy began, as for a write: the copy fails, saying the upload is gone."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), b"end"]
+    put_in_parts(b, "src/p.bin", parts)
+    opts = {**b.options, "retries": 1}
+    with _KMSFront(b.proxy.url) as endpoint:
+        assert copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), **{**opts, "s3_endpoint": endpoint}).ok
+    time.sleep(3.1)  # (S3's Last-Modified is in whole seconds)
+    front = _KMSFrontAbortedComplete(b.proxy.url, b.server.client.abort_multipart_upload)
+    with front as endpoint:
+        r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), **{**opts, "s3_endpoint": endpoint})
+    assert front.aborted == 1
+    assert not r.ok and "upload is gone" in r.errors[0], r.errors
     assert b.server.open_multipart_uploads(b.bucket) == []
 
 
