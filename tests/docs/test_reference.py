@@ -48,7 +48,6 @@ OTHER_TOOLS = {
     "--dests": "python -m benchmarks.cp_memory's option",
     "--sizes": "python -m benchmarks.cp_memory's option",
     "--metadata-directive": "aws s3 cp's, beside an in-place cp --metadata",
-    "--copy-props": "aws s3 cp's, whose default keeps tags as a copy in parts does",
 }
 
 #: Upper-case string constants in src/tensorstream that are not environment variables.

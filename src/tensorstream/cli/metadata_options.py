@@ -23,6 +23,15 @@ def add_metadata_options(p: argparse.ArgumentParser) -> None:
                    help="user metadata (x-amz-meta-KEY) of every object written, in place of "
                         "an S3 source's; KEY=VALUE[,KEY=VALUE...] or a JSON object; "
                         "repeatable")
+    g.add_argument("--copy-props", choices=("none", "metadata-directive", "default"),
+                   metavar="{none,metadata-directive,default}",
+                   help="what a copy from S3 to S3 carries from its source, as aws s3 cp's: "
+                        "default its Content-Type, Content-Language, Content-Encoding, "
+                        "Content-Disposition, Cache-Control, Expires, user metadata and "
+                        "tags; metadata-directive the same without its tags (no "
+                        "s3:GetObjectTagging needed); none nothing of it (what is set here "
+                        "and a type guessed from the name); none and metadata-directive are "
+                        "refused where a side is not S3")
 
 
 def metadata_options(args: argparse.Namespace) -> Any:
@@ -32,10 +41,12 @@ def metadata_options(args: argparse.Namespace) -> Any:
     cache_control = getattr(args, "cache_control", None)
     given = getattr(args, "metadata", None)
     guess = getattr(args, "guess_mime_type", True)
-    if content_type is None and cache_control is None and given is None and guess:
+    props = getattr(args, "copy_props", None) or "default"
+    if content_type is None and cache_control is None and given is None and guess \
+            and props == "default":
         return None
     from ..providers.s3.metadata import MetadataOptions, parse_metadata_args
 
     return MetadataOptions(
         content_type=content_type, cache_control=cache_control, guess_mime_type=guess,
-        metadata=parse_metadata_args(given) if given is not None else None)
+        copy_props=props, metadata=parse_metadata_args(given) if given is not None else None)

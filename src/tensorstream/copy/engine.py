@@ -148,7 +148,10 @@ async def copy_async(
     sees what happened when the copy is cancelled. ``object_metadata``
     (:class:`~tensorstream.providers.s3.metadata.MetadataOptions`): what an S3
     destination stores with each object (default: an S3 source's Content-Type and
-    user metadata, else the Content-Type guessed from the name, as ``aws s3 cp``).
+    user metadata, else the Content-Type guessed from the name, as ``aws s3 cp``);
+    its ``copy_props`` (``--copy-props``) chooses what an S3 -> S3 copy carries from its
+    source: its fields and tags, its fields only, or nothing (refused where a side is not
+    S3).
 
     A local destination is on the disk (fsync) before it appears unless
     ``durable=False``; a durable one is written with ``O_DIRECT`` where its
@@ -159,9 +162,11 @@ async def copy_async(
     srcs = [sources] if isinstance(sources, str) else list(sources)
     if object_metadata is not None:
         from ..uri import parse_uri
-        from .metadata import check_destination
+        from .metadata import check_copy_props, check_destination
 
         check_destination(object_metadata, parse_uri(destination).scheme)
+        check_copy_props(object_metadata, [parse_uri(s).scheme for s in srcs],
+                         parse_uri(destination).scheme)
     copier = _Copier(concurrency=concurrency, part_size=part_size, verify=verify,
                      resume=resume, jobs=DEFAULT_JOBS if jobs is None else jobs,
                      jobs_widen=jobs is None, progress=progress, options=options,

@@ -1,8 +1,8 @@
 """What ``cp``/``sync`` stores with each S3 object it writes: the source's Content-Type,
-user metadata and tags from S3, a Content-Type guessed from the name otherwise, the
-caller's fields over both (:mod:`tensorstream.providers.s3.metadata`, as ``aws s3 cp``).
-The streamed copy (:mod:`.remote`) and the server-side one (:mod:`.server_side`) store the
-same."""
+user metadata and tags from S3 (as ``--copy-props`` chooses), a Content-Type guessed
+from the name otherwise, the caller's fields over both
+(:mod:`tensorstream.providers.s3.metadata`, as ``aws s3 cp``). The streamed copy
+(:mod:`.remote`) and the server-side one (:mod:`.server_side`) store the same."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .copier import _Copier
     from .job import Job
 
-__all__ = ["check_destination", "holds_fields", "stream_writer_options", "writer_options"]
+__all__ = ["check_copy_props", "check_destination", "holds_fields", "stream_writer_options", "writer_options"]
 
 
 def check_destination(options: MetadataOptions | None, scheme: str) -> None:
@@ -25,6 +25,23 @@ def check_destination(options: MetadataOptions | None, scheme: str) -> None:
         raise ConfigurationError(
             "--content-type, --cache-control and --metadata set what S3 stores with an "
             f"object; the destination is {scheme or 'local'}, which keeps none of it")
+
+
+def check_copy_props(options: MetadataOptions | None, sources: list[str],
+                     destination: str) -> None:
+    """Refuse ``--copy-props none``/``metadata-directive`` where a side is not S3: it
+    chooses what an S3 -> S3 copy carries from its source (aws s3 cp ignores it
+    elsewhere; refused, so a choice never does nothing unsaid). ``sources`` and
+    ``destination`` are schemes (``-``: stdin)."""
+    if options is None or options.copy_props == "default":
+        return
+    for side, scheme in (*(("source", s) for s in sources), ("destination", destination)):
+        if scheme != "s3":
+            where = {"": "local", "file": "local", "-": "stdin"}.get(scheme, scheme)
+            raise ConfigurationError(
+                f"--copy-props {options.copy_props} chooses what a copy from S3 to S3 "
+                f"carries from its source; the {side} is {where}, which carries none: "
+                "leave --copy-props out")
 
 
 def holds_fields(info: ObjectInfo, fields: dict[str, Any]) -> bool:
@@ -48,21 +65,22 @@ async def writer_options(c: _Copier, job: Job) -> dict[str, Any]:
         return {}
     options = c.object_metadata or MetadataOptions()
     source: dict[str, Any] | None = None
-    if job.src_uri.scheme == "s3":
+    if job.src_uri.scheme == "s3" and options.carries_fields:
         # A listing says nothing of an object's metadata: one HEAD (as aws s3 cp's
         # multipart copies make). The reads are pinned to the listed version.
         source = job.info.extra.get("s3_metadata")
         if source is None:
             source = (await job.src.stat(job.src_path)).extra.get("s3_metadata") or {}
     fields = options.for_object(job.src_path, source)
-    if source is not None and job.dst_uri.scheme == "s3":
+    if job.src_uri.scheme == "s3" and options.carries_tags:
         fields.update(await _source_tags(job))
     return {"metadata": fields}
 
 
 async def _source_tags(job: Job) -> dict[str, Any]:
     """The S3 source's tags for its streamed copy (``Tagging``), as one ``CopyObject``
-    keeps them: read with the source's key pair; refused where they cannot be read."""
+    keeps them (``--copy-props default``): read with the source's key pair; refused where
+    they cannot be read."""
     from ..providers.s3.provider import S3Provider
     from ..providers.s3.server_copy_calls import Calls, source_tags
 
@@ -73,8 +91,10 @@ async def _source_tags(job: Job) -> dict[str, Any]:
 
 def stream_writer_options(options: MetadataOptions | None, scheme: str) -> dict[str, Any]:
     """``open_writer`` options for ``cp - DST`` (stdin: no name to guess a type from, as
-    with ``aws s3 cp -``); fields set for a destination that is not S3 are refused."""
+    with ``aws s3 cp -``); fields set for a destination that is not S3 are refused, and
+    so is ``--copy-props`` (one side is stdin or stdout)."""
     check_destination(options, scheme)
+    check_copy_props(options, [] if scheme == "stdout" else ["-"], scheme)
     if scheme != "s3":
         return {}
     return {"metadata": (options or MetadataOptions()).for_object("", None)}

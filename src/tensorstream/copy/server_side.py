@@ -50,6 +50,11 @@ async def copy_on_server(c: _Copier, job: Job) -> bool:
     from ..providers.s3.server_copy import ServerCopyUnsupported, server_copy
 
     progress = c.progress
+    options = c.object_metadata
+    props = options.copy_props if options is not None else "default"
+    # (--copy-props none: the caller's fields and a type guessed from the name, as an upload)
+    fields = (options.for_object(job.src_path, None) if props == "none"
+              else options.overrides() if options is not None else None)
 
     def advance(n: int) -> None:
         if progress is not None:
@@ -59,9 +64,7 @@ async def copy_on_server(c: _Copier, job: Job) -> bool:
         copied = await server_copy(job.src, job.src_path, job.info, job.dst, job.dst_path,
                                    cutoff=c.copy_cutoff, part_size=c.part_size,
                                    concurrency=c.concurrency, check=c.verify, advance=advance,
-                                   metadata=(c.object_metadata.overrides()
-                                             if c.object_metadata is not None else None),
-                                   in_place=job.in_place,
+                                   metadata=fields, in_place=job.in_place, props=props,
                                    lacks=frozenset(c.server_copy_lacks))
     except ServerCopyUnsupported as exc:
         if job.in_place:  # (streamed onto itself, it would be read and rewritten whole)

@@ -12,7 +12,11 @@ As ``aws s3 cp`` (v2) does it:
   whether S3 copies it (server-side) or the bytes go through this machine;
 * ``content_type``/``cache_control`` given replace that field; ``metadata`` given
   replaces the user metadata as a whole (as ``--metadata`` with ``aws s3 cp``'s
-  ``REPLACE``), the other fields are still carried.
+  ``REPLACE``), the other fields are still carried;
+* ``copy_props`` (``--copy-props``, as aws's) chooses what an S3 -> S3 copy carries from
+  its source: ``default`` those fields and its tags, ``metadata-directive`` those fields
+  and no tags, ``none`` nothing (the caller's fields and a type guessed from the name, as
+  an upload from anything but S3 gets).
 
 Values are checked before anything is sent, by S3's rules: header values of printable
 US-ASCII (S3 takes user metadata only as US-ASCII over REST), keys of the characters an
@@ -31,12 +35,14 @@ from typing import Any
 
 from ...errors import ConfigurationError
 
-__all__ = ["CARRIED", "MetadataOptions", "carried_from_head", "carried_from_headers",
+__all__ = ["CARRIED", "COPY_PROPS", "MetadataOptions", "carried_from_head", "carried_from_headers",
            "checked_carried", "parse_metadata_args", "validate_user_metadata"]
 
 #: What a copy carries from an S3 source (HeadObject answer names = upload arguments).
 CARRIED = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncoding",
            "ContentLanguage", "Expires", "Metadata")
+#: ``--copy-props``' values (aws s3 cp's): what an S3 -> S3 copy carries from its source.
+COPY_PROPS = ("none", "metadata-directive", "default")
 #: The same fields as HTTP headers (of a raw HEAD answer).
 _HEADERS = {"content-type": "ContentType", "cache-control": "CacheControl",
             "content-disposition": "ContentDisposition", "content-encoding": "ContentEncoding",
@@ -175,8 +181,16 @@ class MetadataOptions:
     #: User metadata (``x-amz-meta-*``); None: carried from an S3 source, none otherwise.
     metadata: Mapping[str, str] | None = None
     guess_mime_type: bool = True
+    #: What an S3 -> S3 copy carries from its source (:data:`COPY_PROPS`): ``default``
+    #: its fields (:data:`CARRIED`) and tags, ``metadata-directive`` its fields, ``none``
+    #: nothing of it.
+    copy_props: str = "default"
 
     def __post_init__(self) -> None:
+        if self.copy_props not in COPY_PROPS:
+            raise ConfigurationError(
+                f"copy_props is {self.copy_props!r:.40}; it takes one of "
+                + ", ".join(repr(v) for v in COPY_PROPS))
         if self.content_type is not None:
             _check_value("content_type", self.content_type)
         if self.cache_control is not None:
@@ -188,7 +202,18 @@ class MetadataOptions:
     def given(self) -> bool:
         """Whether any field was set (not only the defaults)."""
         return (self.content_type is not None or self.cache_control is not None
-                or self.metadata is not None or not self.guess_mime_type)
+                or self.metadata is not None or not self.guess_mime_type
+                or self.copy_props != "default")
+
+    @property
+    def carries_fields(self) -> bool:
+        """Whether a copy from S3 carries its source's fields (not ``--copy-props none``)."""
+        return self.copy_props != "none"
+
+    @property
+    def carries_tags(self) -> bool:
+        """Whether a copy from S3 keeps its source's tags (``--copy-props default``)."""
+        return self.copy_props == "default"
 
     def overrides(self) -> dict[str, Any]:
         """The upload arguments the options set themselves."""
@@ -204,7 +229,10 @@ class MetadataOptions:
     def for_object(self, name: str, source: Mapping[str, Any] | None) -> dict[str, Any]:
         """The upload arguments for an object named ``name`` at its source: ``source``,
         the fields carried from an S3 source (None: not from S3, the type is guessed
-        from ``name``), with the options' own fields over them."""
+        from ``name``), with the options' own fields over them. ``copy_props`` ``none``
+        carries nothing of ``source``: the type is guessed then too."""
+        if not self.carries_fields:
+            source = None
         if source is not None:
             out = dict(source) if self.metadata is not None else checked_carried(source)
         else:

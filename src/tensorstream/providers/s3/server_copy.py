@@ -27,7 +27,10 @@ tensorstream's copies make:
   read refuse the copy, as aws fails it). Fields
   the caller sets (``metadata``: ``--content-type``, ``--metadata``...) replace the
   source's: ``CopyObject`` then sends ``REPLACE`` with the source's other fields, so
-  both ways store what a streamed copy does (:mod:`.metadata`).
+  both ways store what a streamed copy does (:mod:`.metadata`). ``props``
+  (``--copy-props``): ``metadata-directive`` keeps no tags (no ``GetObjectTagging``;
+  ``CopyObject`` with ``TaggingDirective`` REPLACE), ``none`` neither tags nor the
+  source's fields (``MetadataDirective`` REPLACE with the caller's alone).
 
 A server that answers ``501``/``NotImplemented`` raises :class:`ServerCopyUnsupported`
 (the caller falls back to a streamed copy). Access refused is said for the side it is
@@ -100,7 +103,8 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
                       cutoff: int = COPY_CUTOFF, part_size: int, concurrency: int,
                       check: bool = True, metadata: dict[str, Any] | None = None,
                       advance: Callable[[int], None] | None = None,
-                      in_place: bool = False, lacks: frozenset[str] = frozenset()) -> Copied:
+                      in_place: bool = False, lacks: frozenset[str] = frozenset(),
+                      props: str = "default") -> Copied:
     """Copy ``src_path`` (as listed: ``info``) to ``dst_path`` on the server; ``src`` and
     ``dst`` are policy-wrapped S3 providers of one store and one key pair (the request
     goes through ``dst``). ``cutoff``: the largest object stored in one piece that one
@@ -111,7 +115,9 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     such a copy only with ``metadata``); a copy that fails a check after it is published
     is then left as S3 made it, never deleted (it is the only one). ``lacks``: the ways
     (:data:`ONE_PIECE`, :data:`IN_PARTS`) this store said it has not: an object that
-    needs one raises :class:`ServerCopyUnsupported` at once."""
+    needs one raises :class:`ServerCopyUnsupported` at once. ``props``: what the copy
+    carries of the source (``--copy-props``: ``default``, ``metadata-directive`` or
+    ``none``; with ``none``, ``metadata`` is all the copy gets)."""
     if (why := key_too_long(dst_path.partition("/")[2])) is not None:
         raise InvalidURIError(why)  # before a request (a planned copy never gets here)
     call = Calls(dst, in_place=in_place)
@@ -148,7 +154,11 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
         raise ServerCopyUnsupported(f"the server does not support {way} (NotImplemented)",
                                     way=way)
     kept = _kept_in_place(head) if in_place else {}
-    if way == IN_PARTS:
+    if props != "default":
+        # (a CopyObject copies the tags unless told not to; an upload has none unless sent)
+        kept["TaggingDirective"] = "REPLACE"
+    carried = carried_from_head(head) if props != "none" else {}
+    if way == IN_PARTS and props == "default":
         # CopyObject keeps the object's tags (TaggingDirective COPY); a new upload has none
         # unless given them (as aws s3 cp gives them: --copy-props default).
         kept.update(await source_tags(call, src_path,
@@ -156,14 +166,16 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
                                       else "nothing was copied"))
     if way == ONE_PIECE:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
-                                    {**_replaced(head, metadata), **kept},
+                                    {**_replaced(carried, metadata, props == "none"),
+                                     **kept},
                                     kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
         if advance is not None:
             advance(size)
     else:
+        kept.pop("TaggingDirective", None)  # (a CopyObject's: the upload is sent no tags)
         copied = await copy_parts(call, src_path, dst_path, etag, md5, size,
-                                   {**checked_carried({**carried_from_head(head),
-                                                       **(metadata or {})}), **kept},
+                                   {**checked_carried({**carried, **(metadata or {})}),
+                                    **kept},
                                    part_size=part_size, concurrency=concurrency,
                                    advance=advance,
                                    kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
@@ -192,12 +204,14 @@ def _archived(head: dict[str, Any]) -> str | None:
     return None
 
 
-def _replaced(head: dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, Any]:
+def _replaced(carried: dict[str, Any], metadata: dict[str, Any] | None,
+              replace: bool = False) -> dict[str, Any]:
     """``CopyObject`` arguments for ``metadata`` set by the caller: none (S3 copies the
-    source's) or ``REPLACE`` with every field, the source's under the caller's."""
-    if not metadata:
+    source's) or ``REPLACE`` with every field, the source's (``carried``) under the
+    caller's. ``replace``: ``REPLACE`` even with nothing set (``--copy-props none``)."""
+    if not metadata and not replace:
         return {}
-    fields = {k: v for k, v in checked_carried({**carried_from_head(head), **metadata}).items()
+    fields = {k: v for k, v in checked_carried({**carried, **(metadata or {})}).items()
               if v}
     return {"MetadataDirective": "REPLACE", **fields}
 

@@ -179,6 +179,7 @@ async def source_tags(call: Calls, src_path: str, *, nothing: str) -> dict[str, 
             return {}
         raise PermissionDeniedError(
             f"its tags could not be read to keep them (s3:GetObjectTagging on the source): "
-            f"{exc.message}; {nothing}") from exc
+            f"{exc.message}; {nothing} (--copy-props metadata-directive, or "
+            "copy_props=, leaves the tags out)") from exc
     tags = [(t["Key"], t["Value"]) for t in answer.get("TagSet") or ()]
     return {"Tagging": urlencode(tags, quote_via=quote)} if tags else {}
