@@ -225,7 +225,10 @@ class S3Clients(BlockingClients):
         )
         kwargs: dict[str, Any] = {}
         if creds.endpoint:
-            kwargs["endpoint_url"] = creds.endpoint.value
+            # Without user info, as boto3 sends it: S3 requests are signed with the key pair,
+            # and aiohttp refuses user info beside that Authorization header (every write
+            # and delete failed as "cannot reach").
+            kwargs["endpoint_url"] = _without_user_info(creds.endpoint.value)
         if creds.region:
             kwargs["region_name"] = creds.region.value
         if creds.access_key_id and creds.secret_access_key:
@@ -344,3 +347,13 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _without_user_info(url: str) -> str:
+    """``url`` without its ``user:password@``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
