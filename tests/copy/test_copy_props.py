@@ -76,6 +76,26 @@ def test_copy_props_chooses_what_a_copy_carries(tensorstream_s3: Any, way: str,
 
 
 @pytest.mark.parametrize("props", _PROPS)
+def test_copy_props_under_sync_in_place_is_not_skipped_for_the_fields(tensorstream_s3: Any,
+                                                                      props: str) -> None:
+    """``sync`` of a prefix onto itself skips an object that already holds the fields
+    given; with ``none``/``metadata-directive`` it was skipped too and kept its tags, which
+    were asked away. Only a GetObjectTagging (what these values spare) shows them: such an
+    object is changed in place every run; ``default`` still skips it."""
+    b = tensorstream_s3
+    b.client.put_object(Bucket=b.bucket, Key="s/a.json", Body=b"{}", Tagging="t=1",
+                        ContentType="application/json", Metadata={"set": "here"})
+    meta = MetadataOptions(copy_props=props, metadata={"set": "here"})
+    r = copy(b.uri("s/"), b.uri("s/"), recursive=True, skip_unchanged=True, **b.options,
+             object_metadata=meta)
+    assert r.ok, r.errors
+    assert [o.status for o in r.outcomes] == ["skipped" if props == "default" else "copied"]
+    assert _held(b, "s/a.json")[1] == ([{"Key": "t", "Value": "1"}] if props == "default"
+                                       else [])
+    assert b.get("s/a.json") == b"{}"
+
+
+@pytest.mark.parametrize("props", _PROPS)
 def test_copy_props_none_sends_no_head_for_metadata(tensorstream_s3: Any, props: str) -> None:
     """A listing says nothing of an object's metadata: a streamed copy of a prefix HEADs
     each object for it, and reads its tags, unless ``none`` carries nothing of it."""

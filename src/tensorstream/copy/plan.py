@@ -300,8 +300,11 @@ class Planner(SourceLister):
             if job.in_place:
                 # An object onto itself is always its own copy: what is asked is its
                 # metadata, so whether it holds the fields given decides (it was skipped
-                # as unchanged, and nothing changed).
-                if not holds_fields(there, self.object_metadata.overrides()):
+                # as unchanged, and nothing changed). --copy-props none/metadata-directive
+                # also drop its tags, which only a GetObjectTagging (what they spare) shows:
+                # always changed then.
+                if self.object_metadata.copy_props != "default" or not holds_fields(
+                        there, self.object_metadata.overrides()):
                     return job
                 self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",
                                          reason="metadata already as given"))
