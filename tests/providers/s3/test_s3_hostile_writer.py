@@ -12,7 +12,7 @@ import pytest
 
 import tensorstream
 from reliability_helpers import RawHTTPServer
-from tensorstream.errors import ProtocolError
+from tensorstream.errors import NotFoundError, ProtocolError
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -81,3 +81,34 @@ def test_an_abort_answered_busy_is_retried_until_the_upload_is_gone() -> None:
     assert [s.split()[0] for s in sent].count("DELETE") == 2
     assert len(deletes) == 2
     assert [s.split()[0] for s in sent][-1] == "GET"  # looked at once, not aborted again
+
+
+def test_an_upload_gone_is_not_called_a_missing_object() -> None:
+    """The upload is gone when the write completes it (aborted by another: a lifecycle
+    rule, ``aws s3api abort-multipart-upload``): S3's NoSuchUpload was said as ``no such
+    object (NoSuchUpload)`` of the key being written, which was never read. It now says the
+    multipart upload is gone (still a NotFoundError)."""
+    posts: list[int] = []
+
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "POST":
+            posts.append(attempt)
+            if len(posts) == 1:
+                return _answer("200 OK", {}, CREATED)
+        if method == "PUT":
+            return _answer("200 OK", {"ETag": '"0123"'})
+        if method == "HEAD":
+            return _answer("404 Not Found", {})
+        return _answer("404 Not Found", {}, b"<Error><Code>NoSuchUpload</Code><Message>The "
+                       b"specified upload does not exist.</Message></Error>")
+
+    with RawHTTPServer(respond) as server:
+        options = {"s3_endpoint": f"http://127.0.0.1:{server.port}",
+                   "s3_access_key_id": "AKIAEXAMPLE", "s3_secret_access_key": "x" * 40,
+                   "s3_region": "us-east-1", "retries": 1, "part_size": 5 * MiB}
+        with pytest.raises(NotFoundError) as info, \
+                tensorstream.open("s3://b/k", "wb", **options) as f:
+            f.write(os.urandom(11 * MiB))
+    text = str(info.value)
+    assert "no such object" not in text, text
+    assert "the multipart upload is gone (NoSuchUpload" in text, text

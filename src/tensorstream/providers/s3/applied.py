@@ -57,11 +57,13 @@ async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucke
         return head
     found = (f"holds {head.get('ContentLength')} bytes, ETag {head.get('ETag')}, last "
              f"modified {head.get('LastModified')}" if head else "could not be looked at")
+    said = (error.message if isinstance(error, NotFoundError) else
+            f"CompleteMultipartUpload failed ({error}), and the multipart upload is gone "
+            "(NoSuchUpload)")
     raise NotFoundError(
-        f"CompleteMultipartUpload failed ({error}) and its upload is gone (NoSuchUpload), "
-        f"but the object {found}: not this write's {size} bytes in {parts} parts. The upload "
-        "was aborted by another (a lifecycle rule, another writer), or was completed and the "
-        "object replaced since; run the write again",
+        f"{said}; the object {found}, not this write's {size} bytes in {parts} parts: the "
+        "upload was aborted by another (a lifecycle rule, another writer), or completed and "
+        "the object replaced since; run the write again",
         service="s3", path=f"{bucket}/{key}") from error
 
 

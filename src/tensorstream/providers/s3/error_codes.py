@@ -112,6 +112,9 @@ def map_client_error(exc: bce.ClientError, ctx: ErrorContext) -> TensorstreamErr
         bucket = ctx.path.split("/", 1)[0]
         named = f" {bucket!r}" if bucket else ""
         return NotFoundError(f"no such bucket{named} at {redact(ctx.endpoint)} ({detail})")
+    if code == "NoSuchUpload":  # (the key was being written, not read: no "no such object")
+        return NotFoundError(f"the multipart upload is gone ({detail}): completed, or aborted "
+                             "by another (a lifecycle rule, abort-multipart-upload)")
     if keys & _NOT_FOUND:
         # s3fs and pyarrow read s3://b/k?versionId=v as version v of k; here the key is
         # every character after the bucket (aws-cli's rule), and that key is absent.
