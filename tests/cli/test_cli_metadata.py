@@ -84,3 +84,25 @@ def test_flags_for_a_local_destination_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "b.json").exists()
     r = cli("cp", "--metadata", "a=1", "-", str(tmp_path / "c.json"), input="x")
     assert r.returncode == 2 and "keeps none" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", ["cp", "sync"])
+@pytest.mark.parametrize("props", ["default", "metadata-directive", "none"])
+def test_copy_props_as_aws_s3_cp(tmp_path: Path, moto_s3: Any, command: str,
+                                 props: str) -> None:
+    """``--copy-props`` from S3 to S3 through the CLI (copied by S3 in one CopyObject):
+    the source's fields and tags, its fields alone, or nothing of it."""
+    env = s3_env(moto_s3, tmp_path)
+    p = f"cliprops-{secrets.token_hex(4)}"
+    moto_s3.client.put_object(Bucket=S3_BUCKET, Key=f"{p}/a/m.json", Body=b"{}",
+                              ContentType="x/model", Metadata={"k": "v"}, Tagging="t=1")
+    args = ["-r"] if command == "cp" else []
+    r = cli("--endpoint-url", moto_s3.endpoint_url, command, *args, "--copy-props", props,
+            f"s3://{S3_BUCKET}/{p}/a/", f"s3://{S3_BUCKET}/{p}/b/", env=env)
+    assert r.returncode == 0, r.stderr
+    head = _head(moto_s3, f"{p}/b/m.json")
+    tags = moto_s3.client.get_object_tagging(Bucket=S3_BUCKET, Key=f"{p}/b/m.json")["TagSet"]
+    carried = props != "none"
+    assert head["ContentType"] == ("x/model" if carried else "application/json")
+    assert head["Metadata"] == ({"k": "v"} if carried else {})
+    assert tags == ([{"Key": "t", "Value": "1"}] if props == "default" else [])
