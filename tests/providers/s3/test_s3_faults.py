@@ -23,6 +23,7 @@ from fixtures_s3 import S3_BUCKET
 from s3_encrypting_front import EncryptingFront
 from tensorstream import errors
 from tensorstream.copy.engine import copy_async
+from tensorstream.copy.result import CopyResult
 from tensorstream.providers.s3.writer import MIN_PART_SIZE
 from tensorstream.testing.s3_server import MotoS3Server
 
@@ -231,6 +232,23 @@ async def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
 
 
+async def _write_or_copy(path: str, key: str, data: bytes, opts: dict[str, Any],
+                         tmp_path: Path) -> CopyResult | None:
+    """Store ``data`` at ``key``: through a writer (``path`` "write"), or as ``cp`` of a
+    local file, whose outcome must be one clean copy (returned)."""
+    if path == "write":
+        async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+            writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+            await writer.write(data)
+            await writer.commit()
+        return None
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    result = await copy_async(str(src), f"s3://{S3_BUCKET}/{key}", **opts)
+    assert result.errors == [] and result.outcomes[0].status == "copied"
+    return result
+
+
 @pytest.mark.parametrize("answer", [500, 0], ids=["answered-500", "timed-out"])
 @pytest.mark.parametrize("path", ["write", "cp"])
 @pytest.mark.parametrize("size", [11 * MiB, 1000], ids=["multipart", "one-put"])
@@ -250,16 +268,8 @@ async def test_a_publish_applied_whose_answer_was_lost_is_a_success(
     p.match_put = f"/{S3_BUCKET}/{key}" if size < MIN_PART_SIZE else None
     p.lose_complete_answer = answer
     opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB, timeout_idle=1)
-    if path == "write":
-        async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
-            writer = provider.open_writer(f"{S3_BUCKET}/{key}")
-            await writer.write(data)
-            await writer.commit()
-    else:
-        src = tmp_path / "src.bin"
-        src.write_bytes(data)
-        result = await copy_async(str(src), f"s3://{S3_BUCKET}/{key}", **opts)
-        assert result.errors == [] and result.verified and result.outcomes[0].status == "copied"
+    result = await _write_or_copy(path, key, data, opts, tmp_path)
+    assert result is None or result.verified
     assert moto_s3.get(S3_BUCKET, key) == data
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
 
@@ -332,16 +342,7 @@ async def test_an_encrypted_complete_applied_whose_answer_was_lost_is_a_success(
     with EncryptingFront(endpoint, headers) as front:
         opts = moto_s3.options(s3_endpoint=front.url, part_size=5 * MiB, retries=retries,
                                backoff_initial=0.01)
-        if path == "write":
-            async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
-                writer = provider.open_writer(f"{S3_BUCKET}/{key}")
-                await writer.write(data)
-                await writer.commit()
-        else:
-            src = tmp_path / "src.bin"
-            src.write_bytes(data)
-            result = await copy_async(str(src), f"s3://{S3_BUCKET}/{key}", **opts)
-            assert result.errors == [] and result.outcomes[0].status == "copied"
+        await _write_or_copy(path, key, data, opts, tmp_path)
     assert moto_s3.get(S3_BUCKET, key) == data
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
 
