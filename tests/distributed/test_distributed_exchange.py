@@ -25,6 +25,20 @@ def test_an_error_text_that_is_not_utf8_is_described_without_raising() -> None:
     assert len(text.encode()) <= _MESSAGE  # what the collective carries
 
 
+def test_a_long_error_text_keeps_its_start_and_its_advice() -> None:
+    """A rank's error with a long path in the middle: the collective carries 400
+    bytes, and the first 400 lost the advice at the end ("load it without group=")."""
+    error = NotFoundError("no such file: /models/" + "d/" * 400 + "m.tensors; load it "
+                          "without group= to see the whole error")
+    text = _describe(error)
+    assert len(text.encode()) <= _MESSAGE
+    assert text.startswith("NotFoundError: no such file: /models/d/")
+    assert text.endswith("load it without group= to see the whole error")
+    assert " ... " in text
+    short = _describe(NotFoundError("no such file: /m.tensors"))
+    assert short == "NotFoundError: no such file: /m.tensors"  # untouched when it fits
+
+
 @pytest.mark.timeout(120)
 def test_a_rank_failing_on_a_name_that_is_not_utf8_fails_every_rank(tmp_path: Path) -> None:
     """Rank 1 asks for a missing file whose name is not UTF-8: packing its error

@@ -39,6 +39,8 @@ DEFAULT_CHUNK = 64 << 20
 _SMALL = 1 << 20
 #: Bytes of each rank's error message carried by the status collective.
 _MESSAGE = 400
+#: What stands for the middle of a message longer than :data:`_MESSAGE`.
+_ELIDED = b" ... "
 _STATUS = struct.Struct("<qq")
 
 
@@ -62,7 +64,8 @@ def _wait(group: Group, what: str, start: Callable[[], Any]) -> None:
 
 
 def _describe(error: BaseException) -> str:
-    """The first bytes of ``error``'s redacted text, as UTF-8. It runs before this
+    """``error``'s redacted text as UTF-8, at most :data:`_MESSAGE` bytes (a longer
+    one keeps its start and its end, where the advice is). It runs before this
     rank joins the status collective, so it must not raise: a lone surrogate (a
     file name that is not UTF-8) was a UnicodeEncodeError here, and the peers
     waited in the collective this rank never joined."""
@@ -70,7 +73,12 @@ def _describe(error: BaseException) -> str:
         text = redact_text(f"{type(error).__name__}: {error}")
     except Exception:  # an exception whose __str__ fails
         text = f"{type(error).__name__} (its message could not be read)"
-    data = text.encode("utf-8", "backslashreplace")[:_MESSAGE]
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) > _MESSAGE:
+        # Both ends: what failed opens the text and what to do closes it (a long
+        # path in between cut the advice off).
+        head = _MESSAGE * 3 // 5
+        data = data[:head] + _ELIDED + data[len(data) - (_MESSAGE - head - len(_ELIDED)):]
     return data.decode("utf-8", "ignore")
 
 
