@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from redis_cuts import STEPS, Cut
 
 import tensorstream
 from tensorstream import errors
@@ -29,9 +30,6 @@ CS = 16 << 10
 FAST = {"redis_chunk_size": CS, "retries": 4, "backoff_initial": 0.01, "backoff_max": 0.05,
         "redis_cluster": True}
 #: What each step's burst holds (as in test_redis_write_drops.py).
-_STEPS = {"chunks": b"\r\nSET\r\n", "persist": b"PERSIST", "publish": b"unpack(ARGV"}
-
-
 class _Fronted:
     """The cluster, a fault proxy per node, and a plain cluster client to look with."""
 
@@ -93,29 +91,9 @@ def fronted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Fronted]:
             proxy.faults.reset()
 
 
-class _Cut:
-    """Cut the connection of the first ``times`` client bursts holding ``marker`` through
-    ``proxy``: before the node saw it (``lost``), or once it ran, its answer
-    (``answered``)."""
-
-    def __init__(self, proxy: TCPFaultProxy, marker: bytes, how: str, times: int) -> None:
-        self.proxy, self.marker, self.how, self.left = proxy, marker, how, times
-        self.cut = 0
-
-    async def __call__(self, data: bytes) -> None:
-        if self.left <= 0 or self.marker not in data:
-            return
-        self.left -= 1
-        self.cut += 1
-        if self.how == "lost":
-            raise ConnectionError("cut before the node saw it")
-        self.proxy.faults.drop_after = 0  # the next answer down: this one's
-        self.proxy.faults.drop_times = 1
-
-
 @pytest.mark.parametrize("times", [1, 2])
 @pytest.mark.parametrize("how", ["lost", "answered"])
-@pytest.mark.parametrize("step", list(_STEPS))
+@pytest.mark.parametrize("step", list(STEPS))
 def test_a_cluster_write_survives_a_drop_at_each_step(fronted: _Fronted, step: str, how: str,
                                                       times: int) -> None:
     """Each node cuts the step's command (or its answer) ``times`` times: the write is
@@ -126,7 +104,7 @@ def test_a_cluster_write_survives_a_drop_at_each_step(fronted: _Fronted, step: s
     cuts = []
     for proxy in fronted.proxies:
         proxy.faults.reset()
-        cuts.append(_Cut(proxy, _STEPS[step], how, times))
+        cuts.append(Cut(proxy.faults, STEPS[step], how, times))
         proxy.faults.on_client_data = cuts[-1]
     data = os.urandom(300_000)  # 19 chunks, on every node
     fronted.write(key, data)

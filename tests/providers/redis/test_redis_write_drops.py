@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from redis_cuts import STEPS, Cut
 
 import tensorstream
 from tensorstream import errors
@@ -53,36 +54,16 @@ def test_a_write_survives_a_dropped_connection(tensorstream_redis: RedisBackend,
     _only_published_persist(tensorstream_redis, "w")
 
 
-class _CutOnce:
-    """Cut the connection of the first ``times`` client bursts holding ``marker``:
-    before the server saw it (``lost``), or once it ran, its answer (``answered``)."""
-
-    def __init__(self, store: RedisBackend, marker: bytes, how: str, times: int = 1) -> None:
-        self.store, self.marker, self.how, self.left = store, marker, how, times
-        self.cut = 0
-
-    async def __call__(self, data: bytes) -> None:
-        if self.left <= 0 or self.marker not in data:
-            return
-        self.left -= 1
-        self.cut += 1
-        if self.how == "lost":
-            raise ConnectionError("cut before the server saw it")
-        self.store.faults.drop_after(0, times=1)  # the next answer down: this one's
-
-
-#: What each step's burst holds.
-_STEPS = {"chunks": b"\r\nSET\r\n", "persist": b"PERSIST", "publish": b"unpack(ARGV"}
 
 
 @pytest.mark.parametrize("how", ["lost", "answered"])
-@pytest.mark.parametrize("step", list(_STEPS))
+@pytest.mark.parametrize("step", list(STEPS))
 def test_a_drop_at_each_step_is_sent_again(
         tensorstream_redis: RedisBackend, step: str, how: str) -> None:
     old, new = os.urandom(3 * CS + 7), os.urandom(5 * CS + 11)
     _write(tensorstream_redis, "s", old)
     before = set(_keys_of(tensorstream_redis, "s"))
-    cut = _CutOnce(tensorstream_redis, _STEPS[step], how)
+    cut = Cut(tensorstream_redis.faults.raw, STEPS[step], how)
     tensorstream_redis.faults.raw.on_client_data = cut
     _write(tensorstream_redis, "s", new)
     assert cut.cut == 1
@@ -94,14 +75,14 @@ def test_a_drop_at_each_step_is_sent_again(
     assert len(left) == 6
 
 
-@pytest.mark.parametrize("step", list(_STEPS))
+@pytest.mark.parametrize("step", list(STEPS))
 def test_drops_on_every_attempt_fail_after_the_budget(
         tensorstream_redis: RedisBackend, step: str) -> None:
     """Every attempt cut before the server saw it: the write fails, temporary, once the
     budget is spent; the old object intact, the new one's chunks removed."""
     old = os.urandom(3 * CS + 7)
     _write(tensorstream_redis, "e", old)
-    cut = _CutOnce(tensorstream_redis, _STEPS[step], "lost", times=1 << 30)
+    cut = Cut(tensorstream_redis.faults.raw, STEPS[step], "lost", times=1 << 30)
     tensorstream_redis.faults.raw.on_client_data = cut
     with pytest.raises(errors.TensorstreamError) as failed:
         _write(tensorstream_redis, "e", os.urandom(5 * CS + 11))
@@ -147,8 +128,8 @@ def test_a_publish_sent_again_after_failed_looks_still_drops_the_old_generation(
     old, new = os.urandom(2 * CS), os.urandom(3 * CS)
     _write(store, "l", old)
     before = set(_keys_of(store, "l"))
-    publish = _CutOnce(store, _STEPS["publish"], "answered")
-    looks = _CutOnce(store, b"return false", "lost", times=3)
+    publish = Cut(store.faults.raw, STEPS["publish"], "answered")
+    looks = Cut(store.faults.raw, b"return false", "lost", times=3)
 
     async def hook(data: bytes) -> None:
         await publish(data)
@@ -175,7 +156,7 @@ def test_cp_into_redis_survives_a_dropped_connection(
     src = tmp_path / "m"
     data = os.urandom(6 * CS + 3)
     src.write_bytes(data)
-    cut = _CutOnce(store, b"\r\nMULTI\r\n", how)
+    cut = Cut(store.faults.raw, b"\r\nMULTI\r\n", how)
     store.faults.raw.on_client_data = cut
     result = copy(str(src), store.uri("c"), **store.options, **FAST)
     assert result.ok, result.errors
@@ -196,7 +177,7 @@ def test_a_publish_replaced_before_its_look_is_not_sent_again_over_the_other_wri
     store = tensorstream_redis
     old, new, other = os.urandom(2 * CS), os.urandom(3 * CS), os.urandom(4 * CS)
     _write(store, "r", old)
-    publish = _CutOnce(store, _STEPS["publish"], "answered")
+    publish = Cut(store.faults.raw, STEPS["publish"], "answered")
     replaced: list[bool] = []
 
     async def hook(data: bytes) -> None:
@@ -226,7 +207,7 @@ def test_an_abort_during_the_wait_before_a_resend_sends_nothing_more(
     store = tensorstream_redis
     old = os.urandom(CS)
     _write(store, "a", old)
-    cut = _CutOnce(store, _STEPS["chunks"], "lost")
+    cut = Cut(store.faults.raw, STEPS["chunks"], "lost")
     sets_after: list[bytes] = []
     aborted = False
 
@@ -269,10 +250,10 @@ def test_a_publish_over_another_writers_newer_object_whose_answer_was_lost_leave
     store = tensorstream_redis
     old, new, other = os.urandom(2 * CS), os.urandom(3 * CS), os.urandom(4 * CS)
     _write(store, "n", old)
-    publish = _CutOnce(store, _STEPS["publish"], "answered")
+    publish = Cut(store.faults.raw, STEPS["publish"], "answered")
 
     async def hook(data: bytes) -> None:
-        if _STEPS["publish"] in data and not publish.cut:
+        if STEPS["publish"] in data and not publish.cut:
             store.put("n", other, chunk_size=CS)  # (its own connection, past the proxy)
         await publish(data)
 
