@@ -60,7 +60,24 @@ class Proxy:
         #: Set: a CompleteMultipartUpload is not forwarded; its upload is aborted at
         #: moto instead (another's abort: a lifecycle rule) and the client gets a 500.
         self.abort_on_complete = False
+        #: ... and then another writer stores these bytes at the key in 5 MiB parts,
+        #: with CRC32 checksums or none (``replace_checksum``).
+        self.replace_on_abort: bytes | None = None
+        self.replace_checksum: str | None = None
         self.seen: list[str] = []
+
+    def _another_writer(self, bucket: str, key: str, data: bytes) -> None:
+        client = self.moto.client
+        crc = {"ChecksumAlgorithm": self.replace_checksum} if self.replace_checksum else {}
+        upload = client.create_multipart_upload(Bucket=bucket, Key=key, **crc)["UploadId"]
+        parts = []
+        for n, at in enumerate(range(0, len(data), 5 * MiB), 1):
+            got = client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=n,
+                                     Body=data[at:at + 5 * MiB], **crc)
+            parts.append({"PartNumber": n, "ETag": got["ETag"],
+                          **({"ChecksumCRC32": got["ChecksumCRC32"]} if crc else {})})
+        client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
+                                         MultipartUpload={"Parts": parts})
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -87,6 +104,8 @@ class Proxy:
             bucket, _, key = request.path.lstrip("/").partition("/")
             await asyncio.to_thread(self.moto.client.abort_multipart_upload, Bucket=bucket,
                                     Key=key, UploadId=request.query["uploadId"])
+            if self.replace_on_abort is not None:
+                await asyncio.to_thread(self._another_writer, bucket, key, self.replace_on_abort)
             return web.Response(status=500, content_type="application/xml",
                                 text="<Error><Code>InternalError</Code></Error>")
         if self.held_complete is not None and request.method == "DELETE" \
@@ -378,4 +397,25 @@ async def test_an_encrypted_upload_aborted_by_another_fails_saying_what_is_known
             moto_s3, front.url, key, match=r"upload is gone .*NoSuchUpload.*not this write",
             error=errors.NotFoundError, retries=2, backoff_initial=0.01)
     assert moto_s3.get(S3_BUCKET, key) == b"previous version"
+    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+@pytest.mark.parametrize("checksum", ["CRC32", None], ids=["crc32", "no-checksum"])
+async def test_an_encrypted_upload_aborted_while_another_writer_stored_as_many_parts_fails(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, checksum: str | None,
+) -> None:
+    """The upload gone (another's abort), and meanwhile another writer stored other bytes
+    of the same size in as many parts: the part count, the size and the date agreed, and
+    the write reported the success of bytes that were not its own. The parts' CRC32s
+    (sent with every part) make the object's checksum, which the other bytes do not have
+    (or have none): the write fails, naming what the object holds."""
+    p, endpoint = proxy
+    p.abort_on_complete, p.replace_checksum = True, checksum
+    p.replace_on_abort = theirs = os.urandom(11 * MiB)
+    key = f"faults/kms-replaced-{uuid.uuid4().hex[:8]}"
+    with EncryptingFront(endpoint, _KMS) as front:
+        await _commit_fails_over_a_previous_version(
+            moto_s3, front.url, key, match=r"upload is gone .*not this write",
+            error=errors.NotFoundError, retries=2, backoff_initial=0.01)
+    assert moto_s3.get(S3_BUCKET, key) == theirs  # (theirs, left alone)
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []

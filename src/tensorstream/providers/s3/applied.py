@@ -5,14 +5,21 @@ S3 applies a request it received even when its answer is lost (a timeout, a cut
 connection, a 5xx from a proxy in front); a resend then answers ``NoSuchUpload``. The
 upload being gone, and the object holding as many parts (``-N``) and bytes as it,
 written since the write began, it was applied: reporting a failure told the caller
-nothing was published while the previous version had been replaced. Used by the
+nothing was published while the previous version had been replaced. Where the parts
+were sent with CRC32 checksums (the writer's default), the object's checksum must be
+the one they make (S3's composite: the CRC32 of the parts' CRC32s, ``-N``): another
+writer's bytes of the same size in as many parts, stored after an abort by another, have
+another (or none), and were taken for this write's. Used by the
 writer (:mod:`.publish`) and by S3's own copy in parts (:mod:`.server_copy_parts`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,15 +35,17 @@ _SLACK = 2.0
 
 async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucket: str,
                            key: str, upload_id: str, parts: int, size: int,
-                           since: float | None, error: TensorstreamError) -> dict[str, Any]:
+                           since: float | None, error: TensorstreamError,
+                           checksums: list[str] | None = None) -> dict[str, Any]:
     """The object's ``HEAD`` if the upload ``upload_id`` of ``parts`` parts and ``size``
     bytes, whose complete failed with ``error``, was completed: the upload is gone
     (``NoSuchUpload``) and the object holds ``parts`` parts of ``size`` bytes, written at
     ``since`` (``time.time()``; None: not compared) or later. Else ``error`` is raised;
     where the upload is gone but the object is not this one (another's abort, a
     lifecycle rule; or it was completed and replaced since), a
-    :class:`~tensorstream.errors.NotFoundError` saying so. ``call(op, **kwargs)`` sends
-    one request."""
+    :class:`~tensorstream.errors.NotFoundError` saying so. ``checksums``: the parts'
+    CRC32s (base64, in order) where each was sent with one; the object must then hold
+    the checksum they make. ``call(op, **kwargs)`` sends one request."""
     gone = isinstance(error, NotFoundError)  # (NoSuchUpload: a resend's answer)
     if not gone:
         try:
@@ -48,15 +57,18 @@ async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucke
     if not gone:  # still open (not applied), or it cannot be told
         raise error
     try:
-        head = await call("head_object", Bucket=bucket, Key=key)
+        head = await call("head_object", Bucket=bucket, Key=key,
+                          **({"ChecksumMode": "ENABLED"} if checksums else {}))
     except TensorstreamError:
         head = {}
     tag = str(head.get("ETag") or "").strip('"')
     if (tag.endswith(f"-{parts}") and int(head.get("ContentLength", -1)) == size
-            and (since is None or written_since(head, since))):
+            and (since is None or written_since(head, since))
+            and (not checksums or _holds_checksum(head, checksums))):
         return head
-    found = (f"holds {head.get('ContentLength')} bytes, ETag {head.get('ETag')}, last "
-             f"modified {head.get('LastModified')}" if head else "could not be looked at")
+    found = (f"holds {head.get('ContentLength')} bytes, ETag {head.get('ETag')}, "
+             + (f"CRC32 {head.get('ChecksumCRC32')}, " if checksums else "")
+             + f"last modified {head.get('LastModified')}" if head else "could not be looked at")
     said = (error.message if isinstance(error, NotFoundError) else
             f"CompleteMultipartUpload failed ({error}), and the multipart upload is gone "
             "(NoSuchUpload)")
@@ -65,6 +77,24 @@ async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucke
         "upload was aborted by another (a lifecycle rule, another writer), or completed and "
         "the object replaced since; run the write again",
         service="s3", path=f"{bucket}/{key}") from error
+
+
+def _holds_checksum(head: dict[str, Any], checksums: list[str]) -> bool:
+    """Whether ``head`` (asked with ``ChecksumMode``) holds the composite CRC32 of parts
+    whose CRC32s are ``checksums``: the CRC32 of their digests end to end, ``-N`` (S3
+    names the count; moto does not). None held (another writer's upload without
+    checksums), or a whole-object one (an upload created with a ``ChecksumType`` this
+    write did not ask for), is not this write."""
+    held = str(head.get("ChecksumCRC32") or "")
+    if not held or str(head.get("ChecksumType") or "COMPOSITE") != "COMPOSITE":
+        return False
+    try:
+        digests = b"".join(base64.b64decode(c, validate=True) for c in checksums)
+    except (binascii.Error, ValueError):
+        return False
+    made = base64.b64encode(zlib.crc32(digests).to_bytes(4, "big")).decode()
+    value, _, count = held.partition("-")
+    return value == made and count in ("", str(len(checksums)))
 
 
 def written_since(head: dict[str, Any], since: float) -> bool:

@@ -153,8 +153,10 @@ class Publishing(Writer):
             if self._state != "open" or self._upload_id is None:
                 raise error
             size = sum(self._part_sizes[part["PartNumber"]] for part in parts)
+            crcs = [str(part["ChecksumCRC32"]) for part in parts if part.get("ChecksumCRC32")]
             held = await completed_anyway(self._call, self._bucket, self._key, self._upload_id,
-                                          len(parts), size, since, error)
+                                          len(parts), size, since, error,
+                                          crcs if len(crcs) == len(parts) else None)
             log.info("CompleteMultipartUpload of %s/%s failed (%s), but its upload is gone and "
                      "the object holds as many parts and bytes (ETag %s): it was applied",
                      self._bucket, self._key, type(error).__name__, held.get("ETag"))
