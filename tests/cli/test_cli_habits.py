@@ -314,6 +314,43 @@ def test_endpoint_without_scheme_is_a_usage_error(tmp_path: Path) -> None:
     assert "ca_bundle" not in r.stderr and "certificate" not in r.stderr
 
 
+def test_s3_endpoint_without_scheme_means_https_as_in_tensorizer(
+        tmp_path: Path, moto_s3_tls: Any) -> None:
+    """``--s3-endpoint host:port`` (tensorizer's and vLLM's name) was refused for its missing
+    scheme while ``s3_endpoint="host:port"`` means https://; the flag now means what the
+    option means (``--endpoint-url``, aws's name, still refuses one, as the aws CLI does)."""
+    moto_s3_tls.put(S3_BUCKET, "habits/tls.bin", b"over https")
+    env = s3_env(moto_s3_tls, tmp_path)
+    hostport = moto_s3_tls.endpoint_url.removeprefix("https://")
+    uri = f"s3://{S3_BUCKET}/habits/tls.bin"
+    r = cli("cp", "--s3-endpoint", hostport, "--ca-bundle", moto_s3_tls.ca_bundle_path, uri,
+            str(tmp_path / "a"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a").read_bytes() == b"over https"
+    r = cli("cp", "--endpoint-url", hostport, uri, str(tmp_path / "b"), env=env)
+    assert r.returncode == 2 and f"--endpoint-url {hostport!r} has no scheme" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_s3_endpoint_and_endpoint_url_together_are_a_usage_error(tmp_path: Path) -> None:
+    r = cli("ls", "--endpoint-url", "http://127.0.0.1:9", "--s3-endpoint", "127.0.0.1:9",
+            "s3://b/")
+    assert r.returncode == 2
+    assert ("--endpoint-url and --s3-endpoint both name the S3 endpoint; give one") in r.stderr
+
+
+def test_s3_endpoint_without_scheme_to_a_plain_text_server_says_use_http(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """The https:// that ``--s3-endpoint host:port`` means, sent to a plain-text server, is
+    told apart from a certificate problem and says to write http://."""
+    hostport = moto_s3.endpoint_url.removeprefix("http://")
+    r = cli("ls", "--s3-endpoint", hostport, "--retries", "1", f"s3://{S3_BUCKET}/",
+            env=s3_env(moto_s3, tmp_path))
+    assert r.returncode != 0
+    assert "answered in plain text, not TLS: use an http:// endpoint" in r.stderr, r.stderr
+    assert f"https://{hostport} answered in plain text" in r.stderr, r.stderr
+
+
 
 @pytest.mark.parametrize("name", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
 def test_an_aws_endpoint_variable_without_scheme_is_a_usage_error_too(

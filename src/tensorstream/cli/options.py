@@ -1,7 +1,9 @@
 """Storage options as command-line flags: one table, shared by every command.
 
 Each flag maps to one option name in :func:`tensorstream.providers.registry.known_option_names`,
-so ``--s3-endpoint URL`` means exactly ``tensorstream.open(..., s3_endpoint=URL)``.
+so ``--s3-endpoint URL`` means exactly ``tensorstream.open(..., s3_endpoint=URL)`` (a
+scheme-less ``host:port`` is https://, as in tensorizer). ``--endpoint-url`` (aws's
+name) refuses one, as the aws CLI does.
 The names users already type in ``aws s3`` work too (``--endpoint-url``,
 ``--profile``, ``--region``, ``--no-sign-request``, ``--no-verify-ssl``), and
 curl's and wget's ``--proxy URL`` / ``--no-proxy`` (the ``proxy`` option: a URL, or
@@ -34,8 +36,8 @@ __all__ = ["FLAGS", "Rule", "SIDE_FLAGS", "add_side_options", "add_storage_optio
 
 #: (flags, option name, type, help). ``bool`` flags are store_true.
 FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
-    (("--endpoint-url", "--s3-endpoint"), "s3_endpoint", str,
-     "S3 endpoint URL, with its scheme (http://minio:9000)"),
+    (("--endpoint-url",), "s3_endpoint", str,
+     "S3 endpoint URL, with its scheme (http://minio:9000), as aws requires"),
     (("--region", "--s3-region"), "s3_region", str, "S3 region"),
     (("--profile", "--s3-profile"), "s3_profile", str, "profile in ~/.aws/config"),
     (("--s3-access-key-id",), "s3_access_key_id", str, "S3 access key id"),
@@ -104,6 +106,12 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=f"opt_{dest}", type=typ, default=argparse.SUPPRESS,
                                metavar=_METAVARS.get(dest, dest.split("_", 1)[-1].upper()),
                                help=help_)
+        if dest == "s3_endpoint":  # tensorizer's name, with tensorizer's meaning; after it
+            group.add_argument("--s3-endpoint", dest="opt_s3_endpoint_tensorizer",
+                               default=argparse.SUPPRESS, metavar="ENDPOINT",
+                               help="S3 endpoint as tensorizer's and vLLM's s3_endpoint: "
+                                    "without a scheme, https:// (minio:9000 is "
+                                    "https://minio:9000)")
         if dest == "proxy":  # wget's --no-proxy (curl: --noproxy '*'); after --proxy in --help
             group.add_argument("--no-proxy", dest="opt_no_proxy", action="store_true",
                                default=argparse.SUPPRESS,
@@ -146,6 +154,21 @@ def _proxy(args: argparse.Namespace, out: dict[str, Any]) -> None:
             "--proxy needs a URL, http://[user:password@]host:port; --no-proxy for none")
 
 
+def _s3_endpoint(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """``--s3-endpoint`` into the ``s3_endpoint`` option as the library takes it (a
+    scheme-less endpoint means https://, as in tensorizer, whose name the flag carries);
+    ``--endpoint-url`` (aws's name) keeps aws's refusal of one (:func:`_check`)."""
+    given = getattr(args, "opt_s3_endpoint_tensorizer", None)
+    if given is None:
+        return
+    if out.get("s3_endpoint") is not None:
+        raise ConfigurationError(
+            "--endpoint-url and --s3-endpoint both name the S3 endpoint; give one")
+    from ..providers.s3.endpoint import normalize_endpoint
+
+    out["s3_endpoint"] = normalize_endpoint(given)
+
+
 def _check(options: dict[str, Any], flag: str) -> dict[str, Any]:
     from ..providers.s3.endpoint import no_scheme
 
@@ -175,7 +198,9 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
             parsed[name.strip()] = value.strip()
         out["headers"] = parsed
     _proxy(args, out)
-    return _check(out, "--endpoint-url")
+    _check(out, "--endpoint-url")
+    _s3_endpoint(args, out)
+    return out
 
 
 def side_options(args: argparse.Namespace, side: str) -> dict[str, Any]:
