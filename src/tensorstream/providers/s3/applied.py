@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import NotFoundError, TensorstreamError
 from .lost_upload import clock_skew
 
-__all__ = ["completed_anyway", "written_since"]
+__all__ = ["completed_anyway", "holds_checksum", "part_checksums", "written_since"]
 
 #: Seconds of slack when an object's ``Last-Modified`` is compared with the time a
 #: write began: S3's dates are whole seconds, and its hosts' clocks may differ a little.
@@ -64,7 +64,7 @@ async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucke
     tag = str(head.get("ETag") or "").strip('"')
     if (tag.endswith(f"-{parts}") and int(head.get("ContentLength", -1)) == size
             and (since is None or written_since(head, since))
-            and (not checksums or _holds_checksum(head, checksums))):
+            and (not checksums or holds_checksum(head, checksums))):
         return head
     found = (f"holds {head.get('ContentLength')} bytes, ETag {head.get('ETag')}, "
              + (f"CRC32 {head.get('ChecksumCRC32')}, " if checksums else "")
@@ -79,7 +79,14 @@ async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucke
         service="s3", path=f"{bucket}/{key}") from error
 
 
-def _holds_checksum(head: dict[str, Any], checksums: list[str]) -> bool:
+def part_checksums(parts: list[dict[str, Any]]) -> list[str] | None:
+    """The CRC32 of each part (``ChecksumCRC32`` as ``CompleteMultipartUpload`` lists
+    them), in order; None unless every part has one."""
+    crcs = [str(part["ChecksumCRC32"]) for part in parts if part.get("ChecksumCRC32")]
+    return crcs if parts and len(crcs) == len(parts) else None
+
+
+def holds_checksum(head: dict[str, Any], checksums: list[str]) -> bool:
     """Whether ``head`` (asked with ``ChecksumMode``) holds the composite CRC32 of parts
     whose CRC32s are ``checksums``: the CRC32 of their digests end to end, ``-N`` (S3
     names the count; moto does not). None held (another writer's upload without

@@ -31,7 +31,7 @@ from ...config import RetryConfig
 from ...errors import IntegrityError, TensorstreamError
 from ...layers.resend import sent_again
 from ..base import Writer
-from .applied import completed_anyway, written_since
+from .applied import completed_anyway, holds_checksum, part_checksums, written_since
 from .etags import KMS_ENCRYPTION, etag_md5
 
 __all__ = ["Publishing"]
@@ -153,10 +153,8 @@ class Publishing(Writer):
             if self._state != "open" or self._upload_id is None:
                 raise error
             size = sum(self._part_sizes[part["PartNumber"]] for part in parts)
-            crcs = [str(part["ChecksumCRC32"]) for part in parts if part.get("ChecksumCRC32")]
             held = await completed_anyway(self._call, self._bucket, self._key, self._upload_id,
-                                          len(parts), size, since, error,
-                                          crcs if len(crcs) == len(parts) else None)
+                                          len(parts), size, since, error, part_checksums(parts))
             log.info("CompleteMultipartUpload of %s/%s failed (%s), but its upload is gone and "
                      "the object holds as many parts and bytes (ETag %s): it was applied",
                      self._bucket, self._key, type(error).__name__, held.get("ETag"))
@@ -255,14 +253,23 @@ class Publishing(Writer):
         failed, and is removed again (as a publish that raced an abort is)."""
         parts = [self._parts[n] for n in sorted(self._parts)]
         digests = [etag_md5(part["ETag"]) for part in parts]
-        if self._publish_job is None or not parts or any(
-                d is None or d[1] is not None for d in digests):
+        # Its ETag says so where the parts' are MD5s; else (SSE-KMS, SSE-C) the checksum
+        # the parts' CRC32s make does (it stayed: the write failed, its bytes published).
+        crcs = None if self._etags_are_md5 else part_checksums(parts)
+        if self._publish_job is None or not parts or (crcs is None and any(
+                d is None or d[1] is not None for d in digests)):
             return
-        want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d)).hexdigest()
         try:
-            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
-            if (etag_md5(head.get("ETag")) != (want, len(parts))
-                    or not written_since(head, self._create_sent)):
+            if crcs is not None:
+                head = await self._call("head_object", Bucket=self._bucket, Key=self._key,
+                                        ChecksumMode="ENABLED")
+                ours = (str(head.get("ETag") or "").strip('"').endswith(f"-{len(parts)}")
+                        and holds_checksum(head, crcs))
+            else:
+                want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d))
+                head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
+                ours = etag_md5(head.get("ETag")) == (want.hexdigest(), len(parts))
+            if not ours or not written_since(head, self._create_sent):
                 return  # (not this upload: an older object of the same bytes stays)
             await self._call("delete_object", Bucket=self._bucket, Key=self._key)
         except TensorstreamError as exc:
