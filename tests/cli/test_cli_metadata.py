@@ -106,3 +106,30 @@ def test_copy_props_as_aws_s3_cp(tmp_path: Path, moto_s3: Any, command: str,
     assert head["ContentType"] == ("x/model" if carried else "application/json")
     assert head["Metadata"] == ({"k": "v"} if carried else {})
     assert tags == ([{"Key": "t", "Value": "1"}] if props == "default" else [])
+
+
+def test_a_tag_set_too_large_for_a_header_through_the_cli(
+        tmp_path: Path, tensorstream_s3: Any) -> None:
+    """``cp`` streamed (``--no-server-side-copy``) of an object with S3's largest tag set:
+    the upload's 4 KB ``x-amz-tagging`` header was refused (400) and the copy failed; the
+    tags are set after the upload now (exit 0). Refused then (403), the copy fails with
+    exit 1, says the object was written and removed and why, and leaves nothing."""
+    import os
+
+    b = tensorstream_s3
+    tags = [{"Key": f"{i}" + "k" * 127, "Value": "v" * 256} for i in range(10)]
+    b.client.put_object(Bucket=b.bucket, Key="src.bin", Body=b"x" * 100)
+    b.client.put_object_tagging(Bucket=b.bucket, Key="src.bin", Tagging={"TagSet": tags})
+    env = {**os.environ, **b.env, "HOME": str(tmp_path)}
+    r = cli("cp", "--no-server-side-copy", "--no-progress", b.uri("src.bin"),
+            b.uri("dst.bin"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert b.client.get_object_tagging(Bucket=b.bucket, Key="dst.bin")["TagSet"] == tags
+    b.faults.raw.query = "tagging"
+    b.faults.raw.status_script = [200, 403]
+    r = cli("cp", "--no-server-side-copy", "--no-progress", b.uri("src.bin"),
+            b.uri("refused.bin"), env=env)
+    assert r.returncode == 1, r.stderr
+    assert "the object was written, but its 10 tags" in r.stderr, r.stderr
+    assert "s3:PutObjectTagging" in r.stderr and "removed again" in r.stderr
+    assert "Contents" not in b.client.list_objects_v2(Bucket=b.bucket, Prefix="refused")

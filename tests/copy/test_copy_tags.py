@@ -140,3 +140,64 @@ def test_a_public_source_read_without_a_key_pair_still_copies(
     warned = [rec.getMessage() for rec in caplog.records if "tags" in rec.getMessage()]
     assert len(warned) == (1 if refused else 0), warned
     assert not refused or "copied without them" in warned[0]
+
+
+#: S3's largest tag set: 10 tags, 128-character keys, 256-character values (3,859 bytes
+#: as an ``x-amz-tagging`` header, over the 2 KiB ``aws s3 cp`` sends in one).
+_LARGE = [{"Key": f"{i}" + "k" * 127, "Value": f"{i}" + "v/é" * 85} for i in range(10)]
+
+
+def _header_sizes(requests: list[Any]) -> list[int]:
+    return [len(v.encode()) for q in requests for h, v in q.headers.items()
+            if h.lower() == "x-amz-tagging"]
+
+
+@pytest.mark.parametrize("way", list(_WAYS))
+def test_a_copy_keeps_a_tag_set_too_large_for_one_header(tensorstream_s3: Any,
+                                                          way: str) -> None:
+    """S3's largest tag set (10 tags of 128-character keys and 256-character values):
+    sent as one ``x-amz-tagging`` header of 11 KB with the upload (a copy in parts, by S3
+    or streamed; a streamed copy in one PutObject), over what S3 takes in a header. As
+    ``aws s3 cp``, a tag set over 2 KiB encoded is set by a PutObjectTagging once the
+    object is written; one CopyObject keeps the tags itself (S3 copies them)."""
+    b = tensorstream_s3
+    options, size = _WAYS[way]
+    data = os.urandom(size)
+    b.client.put_object(Bucket=b.bucket, Key="t/large.bin", Body=data)
+    b.client.put_object_tagging(Bucket=b.bucket, Key="t/large.bin",
+                                Tagging={"TagSet": _LARGE})
+    b.proxy.clear_log()
+    r = copy(b.uri("t/large.bin"), b.uri("t/large-copy.bin"), **b.options, **options)
+    assert r.ok, r.errors
+    assert _tags(b, "t/large-copy.bin") == _LARGE
+    assert b.get("t/large-copy.bin") == data
+    assert all(n <= 2048 for n in _header_sizes(b.requests)), _header_sizes(b.requests)
+    puts = [q for q in b.requests if q.method == "PUT" and q.path.endswith("?tagging")]
+    assert len(puts) == (0 if way == "CopyObject" else 1)
+    assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+@pytest.mark.parametrize("way", ["UploadPartCopy", "streamed whole", "streamed in parts"])
+def test_a_tag_set_set_after_the_copy_and_refused_fails_it(tensorstream_s3: Any,
+                                                            way: str) -> None:
+    """The PutObjectTagging after the copy refused (403: no s3:PutObjectTagging): as
+    ``aws s3 cp``, the copy fails and is removed (left without its tags it would look
+    done, and ``sync`` would skip it from then on); the error says the object was
+    written, its tags not, that it was removed, and what leaves the tags out."""
+    b = tensorstream_s3
+    options, size = _WAYS[way]
+    b.client.put_object(Bucket=b.bucket, Key="t/refused.bin", Body=os.urandom(size))
+    b.client.put_object_tagging(Bucket=b.bucket, Key="t/refused.bin",
+                                Tagging={"TagSet": _LARGE})
+    b.faults.raw.query = "tagging"
+    b.faults.raw.status_script = [200, 403]  # GetObjectTagging read, PutObjectTagging refused
+    r = copy(b.uri("t/refused.bin"), b.uri("t/refused-copy.bin"), **b.options, **options)
+    assert not r.ok and len(r.errors) == 1, r.errors
+    said = r.errors[0]
+    assert "the object was written, but its 10 tags" in said, said
+    assert "s3:PutObjectTagging" in said and "removed" in said, said
+    assert "--copy-props metadata-directive" in said, said
+    assert [q.status for q in b.requests if q.path.endswith("?tagging")] == [200, 403]
+    listed = b.client.list_objects_v2(Bucket=b.bucket, Prefix="t/refused-copy")
+    assert listed.get("Contents", []) == []
+    assert b.server.open_multipart_uploads(b.bucket) == []

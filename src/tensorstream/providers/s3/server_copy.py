@@ -73,6 +73,7 @@ from .server_copy_calls import (
     split,
 )
 from .server_copy_parts import copy_parts
+from .tags import header_or_later, put_later
 
 __all__ = ["COPY_CUTOFF", "Copied", "ServerCopyUnsupported", "same_credentials", "server_copy"]
 
@@ -164,6 +165,7 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
         kept.update(await source_tags(call, src_path,
                                       nothing="nothing was changed" if in_place
                                       else "nothing was copied"))
+    tags_later: list[dict[str, str]] = []  # (one CopyObject: S3 copies the tags itself)
     if way == ONE_PIECE:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
                                     {**_replaced(carried, metadata, props == "none"),
@@ -173,14 +175,17 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
             advance(size)
     else:
         kept.pop("TaggingDirective", None)  # (a CopyObject's: the upload is sent no tags)
-        copied = await copy_parts(call, src_path, dst_path, etag, md5, size,
-                                   {**checked_carried({**carried, **(metadata or {})}),
-                                    **kept},
-                                   part_size=part_size, concurrency=concurrency,
-                                   advance=advance,
-                                   kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
+        # Tags too long for the upload's header are set after it (as aws s3 cp does).
+        fields, tags_later = header_or_later(
+            {**checked_carried({**carried, **(metadata or {})}), **kept})
+        copied = await copy_parts(call, src_path, dst_path, etag, md5, size, fields,
+                                  part_size=part_size, concurrency=concurrency,
+                                  advance=advance,
+                                  kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
     if check:
         await _check_size(call, dst_path, size)
+    await put_later(lambda op, **kw: call(op, dst_path, **kw), *split(dst_path),
+                    tags_later, lambda: remove(call, dst_path))
     return copied
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from typing import Any
-from urllib.parse import quote, urlencode
 
 from ..._log_redaction import scrub_chain
 from ...errors import PermissionDeniedError, TensorstreamError, UnsupportedOperationError
 from ...uri import redact_text
 from ..base import ObjectInfo
+from .tags import encode_tags
 
 __all__ = ["IN_PARTS", "ONE_PIECE", "Calls", "Copied", "ServerCopyUnsupported", "head_source",
            "refused_writing", "remove", "source_tags", "split"]
@@ -155,8 +155,8 @@ async def remove(call: Calls, dst_path: str) -> str:
     bucket, key = split(dst_path)
     try:
         await call("delete_object", dst_path, Bucket=bucket, Key=key)
-    except TensorstreamError:
-        pass
+    except TensorstreamError as exc:
+        return f"the copy could not be removed ({exc.message}): it is there"
     return "the copy was removed"
 
 
@@ -182,4 +182,4 @@ async def source_tags(call: Calls, src_path: str, *, nothing: str) -> dict[str, 
             f"{exc.message}; {nothing} (--copy-props metadata-directive, or "
             "copy_props=, leaves the tags out)") from exc
     tags = [(t["Key"], t["Value"]) for t in answer.get("TagSet") or ()]
-    return {"Tagging": urlencode(tags, quote_via=quote)} if tags else {}
+    return {"Tagging": encode_tags(tags)} if tags else {}

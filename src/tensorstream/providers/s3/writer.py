@@ -62,6 +62,7 @@ from .parts import (
     streaming_part_size,
 )
 from .publish import Publishing
+from .tags import header_or_later, put_later
 
 __all__ = ["KMS_ENCRYPTION", "MIN_PART_SIZE", "S3Writer"]
 
@@ -126,8 +127,9 @@ class S3Writer(Publishing):
         metadata: dict[str, Any] | None = None,
     ) -> None:
         self._call = call
-        #: Content-Type, user metadata, ... sent with the upload (:mod:`.metadata`).
-        self._metadata = dict(metadata or {})
+        #: Content-Type, user metadata, ... sent with the upload (:mod:`.metadata`); tags
+        #: too long for its header are set once it is published (:mod:`.tags`).
+        self._metadata, self._tags_later = header_or_later(dict(metadata or {}))
         #: Attempts of each UploadPart and of the PutObject (None: one): sent again whole.
         self._retry = retry
         self._bucket = bucket
@@ -210,6 +212,7 @@ class S3Writer(Publishing):
                 # botocore turns a 200 whose body is an <Error> into a ClientError here.
                 await self._complete(parts)
             self._state = "committed"
+            await self._set_tags_later()
         except BaseException:
             await self.abort()
             raise
@@ -285,6 +288,7 @@ class S3Writer(Publishing):
                 whole = hashlib.md5(b"".join(self._md5s[n] for n in range(1, count + 1)))
                 await self._check_published(resp, whole.hexdigest(), count)
             self._state = "committed"
+            await self._set_tags_later()
         except BaseException:
             await self.abort()
             raise
@@ -343,6 +347,28 @@ class S3Writer(Publishing):
         self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
+    async def _set_tags_later(self) -> None:
+        """Tags too long for the upload's header, set on the object now published
+        (:func:`.tags.put_later`); refused, the object is removed again."""
+        async def send(op: str, **kwargs: Any) -> Any:
+            try:
+                return await self._call(op, **kwargs)
+            except TensorstreamError as exc:
+                if not exc.temporary or self._retry is None or self._retry.attempts <= 1:
+                    raise
+                return await sent_again(self._retry, exc, lambda: self._call(op, **kwargs),
+                                        still_open=lambda: True,
+                                        what=f"PutObjectTagging of {self._bucket}/{self._key}")
+
+        async def remove() -> str:
+            try:
+                await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+            except TensorstreamError as exc:
+                return f"it could not be removed ({exc.message}): it is there without its tags"
+            return "the object was removed again"
+
+        await put_later(send, self._bucket, self._key, self._tags_later, remove)
+
     def _malformed(self, what: str) -> ProtocolError:
         return ProtocolError(f"S3 answered {what}", service="s3",
                              path=f"{self._bucket}/{self._key}")
