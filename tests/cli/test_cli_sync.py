@@ -96,6 +96,46 @@ def test_sync_copies_a_same_size_update_dated_before_the_last_copy(tmp_path: Pat
     assert files_under(dst) == {"w.bin": b"B" * 1000, "h.bin": b"B" * 1000}
 
 
+def test_sync_into_redis_copies_a_same_size_update_dated_before_the_last_copy(
+        tmp_path: Path, redis_server: Any) -> None:
+    """The Redis neighbour of the test above: a copy into Redis was dated when it was
+    written, so a same-size update dated before that (a file fetched with its server's
+    date by ``aws s3 cp``, ``wget``, ``curl -R``, unpacked by ``tar``, moved into place)
+    was "older than its copy" and never copied, sync after sync. A copy into Redis now
+    carries its source's date, as a local copy does; an object written there otherwise
+    is dated when written."""
+    import tensorstream
+
+    now = time.time()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"A" * 1000)
+    os.utime(src / "w.bin", (now - 3600, now - 3600))
+    dst = redis_server.url("sync-dated/")
+    assert cli("sync", str(src), dst).stdout.startswith("copy: ")
+    assert cli("sync", str(src), dst).stderr.strip() == "1 already there and unchanged"
+    assert abs(_manifest_mtime(redis_server, "sync-dated/w.bin") - (now - 3600)) < 1e-5
+    new = tmp_path / "new.bin"  # written earlier, moved into place now
+    new.write_bytes(b"B" * 1000)
+    os.utime(new, (now - 1800, now - 1800))
+    os.replace(new, src / "w.bin")
+    r = cli("sync", str(src), dst)
+    assert r.returncode == 0 and r.stdout.startswith("copy: "), r.stderr
+    with tensorstream.open(dst + "w.bin", "rb") as f:
+        assert f.read() == b"B" * 1000
+    assert cli("sync", str(src), dst).stderr.strip() == "1 already there and unchanged"
+    # Written otherwise (no source to take a date from): dated when written.
+    with tensorstream.open(dst + "direct.bin", "wb") as f:
+        f.write(b"C")
+    assert abs(_manifest_mtime(redis_server, "sync-dated/direct.bin") - time.time()) < 60
+
+
+def _manifest_mtime(server: Any, key: str) -> float:
+    """The ``mtime`` field of the manifest of the tensorstream object at ``key``."""
+    with server.client() as c:
+        return float(c.hget(key, "mtime"))
+
+
 def test_an_interrupted_sync_says_to_run_the_same_sync(tmp_path: Path, moto_s3: Any) -> None:
     """SIGTERM after some objects of a sync: the message said "(--resume skips them next
     time)", a flag sync refuses ("unrecognized arguments: --resume"). It says sync does."""

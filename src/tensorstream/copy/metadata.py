@@ -60,7 +60,15 @@ def holds_fields(info: ObjectInfo, fields: dict[str, Any]) -> bool:
 
 
 async def writer_options(c: _Copier, job: Job) -> dict[str, Any]:
-    """``open_writer`` options of ``job``'s destination: ``metadata`` for S3."""
+    """``open_writer`` options of ``job``'s destination: ``metadata`` for S3, the
+    source's date for Redis (which ``sync`` then compares with the source's next one, as
+    a local copy carries it: dated when written, a same-size update dated before the
+    copy was taken as older than it and never copied)."""
+    if job.dst_uri.scheme in ("redis", "rediss"):
+        from .local import mtime_ns
+
+        when = mtime_ns(job.info)  # (a date without a zone is UTC, as for a local copy)
+        return {} if when is None else {"mtime": when / 1e9}
     if job.dst_uri.scheme != "s3":
         return {}
     options = c.object_metadata or MetadataOptions()

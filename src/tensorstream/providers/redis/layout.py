@@ -29,6 +29,7 @@ __all__ = [
     "Layout",
     "chunk_key",
     "escape_glob",
+    "is_a_date",
     "is_staged_chunk",
     "manifest_fields",
     "named_like_chunk",
@@ -140,6 +141,11 @@ class Layout:
         yield from self.empty_keys
 
 
+def is_a_date(mtime: float) -> bool:
+    """Whether ``mtime`` (seconds since the epoch) is a date a manifest may hold."""
+    return _MTIME_START < mtime < _MTIME_END
+
+
 def manifest_fields(*, size: int, chunk_size: int, generation: str, checksum: str,
                     mtime: float) -> dict[str, str]:
     """The hash fields a manifest is published with."""
@@ -167,7 +173,7 @@ def parse_manifest(path: str, fields: Mapping[bytes, bytes]) -> Layout:
         raise ProtocolError(f"key {path!r} holds a hash that is not a tensorstream manifest "
                             f"(format {FORMAT_VERSION})") from exc
     if size < 0 or chunk_size < 1 or not generation or not (
-            mtime is None or _MTIME_START < mtime < _MTIME_END):
+            mtime is None or is_a_date(mtime)):
         # (an mtime of nan, inf or 1e300 is no date: stat failed with OverflowError)
         raise ProtocolError(f"corrupt tensorstream manifest at {path!r}")
     if size > MAX_OBJECT_SIZE or -(-size // chunk_size) > MAX_CHUNKS:

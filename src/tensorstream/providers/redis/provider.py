@@ -50,7 +50,7 @@ from .blocking import BATCH_BYTES, Batch, batches, calls, place
 from .config import OPTIONS, RedisCredentials, resolve_redis_credentials
 from .connection import BATCHES_IN_FLIGHT, RedisConnection
 from .damaged import delete_damaged
-from .layout import Layout, named_like_chunk
+from .layout import Layout, is_a_date, named_like_chunk
 from .lister import Damaged, list_objects
 from .lookup import key_bytes, look_up, scan_tensorizer
 from .writer import DELETE_IF_GENERATION, RedisWriter
@@ -282,7 +282,12 @@ class RedisProvider(RedisConnection, Provider):
                 f"Redis key {path!r} is named like a chunk of the object "
                 f"{path.rsplit(':', 2)[0]!r} (K:<16 hex digits>:<offset>), which listings "
                 "leave out beside that object: give it another name")
-        return RedisWriter(self, path, chunk_size=self.chunk_size)
+        # mtime=: a copy's source's date (sync compares it with the source's next one,
+        # as a local copy carries it), within the years a manifest's date may name.
+        mtime = kwargs.get("mtime")
+        if mtime is not None and not is_a_date(mtime):
+            mtime = None
+        return RedisWriter(self, path, chunk_size=self.chunk_size, mtime=mtime)
 
     async def delete(self, path: str) -> None:
         try:

@@ -96,6 +96,8 @@ class Publishing(Writer):
     _path: str
     _cs: int
     _gen: str
+    #: The date the manifest gets (a copy's source's), else the time of the publish.
+    _mtime: float | None
     #: write(): the bytes staged; write_part(): the object's size and a byte per
     #: chunk (1: staged), None until part_size_for().
     _size: int
@@ -132,7 +134,8 @@ class Publishing(Writer):
 
     async def _publish(self, size: int, sha256: str, *, check_lengths: bool) -> None:
         fields = manifest_fields(size=size, chunk_size=self._cs, generation=self._gen,
-                                 checksum=f"sha256:{sha256}", mtime=time.time())
+                                 checksum=f"sha256:{sha256}",
+                                 mtime=time.time() if self._mtime is None else self._mtime)
         args = [x for kv in fields.items() for x in kv]
         if self._state != "open":  # aborted while the commit waited for its chunks
             raise ValueError(f"the Redis writer of {self._path!r} was aborted during its "

@@ -82,10 +82,12 @@ BATCH_BYTES = 4 << 20
 class RedisWriter(Publishing):
     """Writer returned by :meth:`RedisProvider.open_writer`."""
 
-    def __init__(self, provider: RedisProvider, path: str, *, chunk_size: int) -> None:
+    def __init__(self, provider: RedisProvider, path: str, *, chunk_size: int,
+                 mtime: float | None = None) -> None:
         self._p = provider
         self._path = path
         self._cs = chunk_size
+        self._mtime = mtime
         self._gen = secrets.token_hex(8)
         self._buf = bytearray()
         self._size = 0
