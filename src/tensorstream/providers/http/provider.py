@@ -223,9 +223,15 @@ class HTTPProvider(Provider):
         with self._naming_credentials():
             info = self._info_from_head(self._request("HEAD", path, dict(_IDENTITY), cancel),
                                         path)
+            probe = {**_IDENTITY, "Range": "bytes=0-0"}
             if info is None:
-                probe = {**_IDENTITY, "Range": "bytes=0-0"}
                 info = self._info_from_probe(self._request("GET", path, probe, cancel), path)
+            elif info.size == 0:
+                # An empty object is read without a GET, so no answer would ever
+                # contradict a HEAD that says 0 (a gateway or app answering HEAD
+                # with "Content-Length: 0"): every read gave b"". One GET of the
+                # first byte tells; only a size it reports is taken.
+                info = self._confirm_empty(info, self._request("GET", path, probe, cancel))
         if info.etag is None and info.mtime is None:
             self._warn_unversioned(path)
         return info
@@ -259,6 +265,24 @@ class HTTPProvider(Provider):
         if size is None or encoding not in ("", "identity"):
             return None
         return self._info(resp, path, size)
+
+    def _confirm_empty(self, info: ObjectInfo, resp: Answer) -> ObjectInfo:
+        """``info`` (a HEAD's size 0), unless the GET of the first byte ``resp``
+        reports the object holds bytes: its info then (the reads are checked
+        against its total). Any other answer (416 ``*/0``, 416 alone, 200 with
+        no body, an error status) leaves the HEAD's."""
+        if resp.status not in (200, 206):
+            return info
+        try:
+            probed = self._info_from_probe(resp, info.path)
+        except ProtocolError:
+            return info
+        if probed.size > 0:
+            log.warning("%s%s: HEAD says 0 bytes but a GET serves %d; reading what the GETs "
+                        "serve", self.shown_origin or "", _redact_path(info.path.partition("?")[0]),
+                        probed.size)
+            return probed
+        return info
 
     def _info_from_probe(self, resp: Answer, path: str) -> ObjectInfo:
         if resp.status == 206:
