@@ -195,3 +195,32 @@ def test_cli_copy_props_parsing(tmp_path: Any) -> None:
     assert r.returncode == 2 and "the source is stdin" in r.stderr, r.stderr
     r = cli("cp", "--copy-props", "default", str(tmp_path / "d" / "f"), str(tmp_path / "g"))
     assert r.returncode == 0 and (tmp_path / "g").read_bytes() == b"x", r.stderr
+
+
+@pytest.mark.parametrize("props", _PROPS)
+@pytest.mark.parametrize("way", ["in place", "in place in parts"])
+def test_copy_props_alone_changes_an_object_in_place(tensorstream_s3: Any, way: str,
+                                                     props: str) -> None:
+    """``cp s3://b/k s3://b/k --copy-props none`` (or ``metadata-directive``) with no field
+    given: aws s3 cp sends the copy (MetadataDirective and TaggingDirective REPLACE) and S3
+    changes the object in place, its tags (and with ``none`` its fields) dropped; it was
+    refused as a copy onto itself. ``default`` with no field changes nothing and is still
+    refused, as before."""
+    b = tensorstream_s3
+    options, size = _WAYS[way]
+    data = os.urandom(size)
+    b.client.put_object(Bucket=b.bucket, Key="q/model.json", Body=data, Tagging="team=ml",
+                        **_FIELDS)
+    r = copy(b.uri("q/model.json"), b.uri("q/model.json"), **b.options, **options,
+             object_metadata=MetadataOptions(copy_props=props))
+    fields, tags = _held(b, "q/model.json")
+    assert b.get("q/model.json") == data
+    if props == "default":
+        assert not r.ok and "same object" in r.errors[0], r.errors
+        assert (fields, tags) == (_FIELDS, [{"Key": "team", "Value": "ml"}])
+        return
+    assert r.ok and r.outcomes[0].server_side, r.errors
+    assert tags == []
+    assert fields == (_FIELDS if props == "metadata-directive" else {
+        "ContentType": "application/json", "CacheControl": None, "ContentLanguage": None,
+        "ContentDisposition": None, "Metadata": {}})

@@ -244,11 +244,14 @@ class Planner(SourceLister):
         same = "refused: source and destination are the same object"
         if job.local is not None or job.dst_uri.scheme != "s3":
             return same
-        given = self.object_metadata is not None and self.object_metadata.overrides()
+        # (--copy-props none/metadata-directive alone change it too: its tags dropped, as
+        # aws s3 cp's REPLACE directives drop them)
+        given = self.object_metadata is not None and (
+            self.object_metadata.overrides() or self.object_metadata.copy_props != "default")
         if not given:
             return (f"{same} (to change its metadata in place, as aws s3 cp "
                     "--metadata-directive REPLACE does, give --content-type, --cache-control "
-                    "or --metadata)")
+                    "or --metadata; --copy-props none or metadata-directive drops its tags)")
         place = "refused: changing an object's metadata in place is a copy by S3 onto itself"
         if not self.server_side_copy:
             return f"{place}, which --no-server-side-copy (server_side_copy=False) turns off"

@@ -168,7 +168,9 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     tags_later: list[dict[str, str]] = []  # (one CopyObject: S3 copies the tags itself)
     if way == ONE_PIECE:
         copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
-                                    {**_replaced(carried, metadata, props == "none"),
+                                    # (onto itself, S3 takes it only with REPLACE)
+                                    {**_replaced(carried, metadata, props == "none" or (
+                                        in_place and props != "default")),
                                      **kept},
                                     kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
         if advance is not None:
