@@ -20,6 +20,7 @@ import pytest
 from s3_loop_front import LoopFront, pass_on, send_back
 from s3_parts import put_in_parts
 from tensorstream.copy.engine import copy
+from tensorstream.providers.s3.metadata import MetadataOptions
 
 MiB = 1 << 20
 
@@ -393,4 +394,25 @@ def test_a_refused_copy_of_an_sse_kms_source_does_not_blame_only_the_destination
     assert "the source could be read" not in error, error
     assert "kms:Decrypt" in error and "s3:PutObject" in error and "AccessDenied" in error, error
     assert not b.server.exists(b.bucket, "dst/k.bin")
+    assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+def test_a_complete_that_failed_over_an_older_copy_of_the_same_bytes_is_a_failure(
+        tensorstream_s3: Any) -> None:
+    """The complete of a copy in parts failed and was not applied, while the destination
+    held an earlier copy of the same source (the ETag the parts make): that ETag counted
+    as applied, the copy was reported made, its metadata never applied and its upload left
+    open. The object must also be written since the copy began, as for a write: the copy
+    fails, the upload is aborted, the earlier copy stays as it was."""
+    b = tensorstream_s3
+    put_in_parts(b, "src/p.bin", [os.urandom(5 * MiB), b"end"])
+    assert copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), **b.options).ok
+    time.sleep(2.1)  # (S3's Last-Modified is in whole seconds)
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/p.bin"
+    b.faults.raw.status_script = [200, 200, 200, 500]  # (the complete: not forwarded)
+    r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"), concurrency=1, **b.options,
+             object_metadata=MetadataOptions(metadata={"new": "1"}))
+    assert b.faults.raw.scripted == 1
+    assert not r.ok and "InternalError" in r.errors[0], r.errors
+    assert b.client.head_object(Bucket=b.bucket, Key="dst/p.bin")["Metadata"] == {}
     assert b.server.open_multipart_uploads(b.bucket) == []

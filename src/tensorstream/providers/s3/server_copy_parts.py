@@ -27,7 +27,7 @@ from ...errors import (
 from ...uri import redact_text
 from ..base import ObjectInfo
 from .aborts import abort_again, not_aborted
-from .applied import completed_anyway
+from .applied import completed_anyway, written_since
 from .etags import KMS_ENCRYPTION, etag_md5
 from .lost_upload import abort_lost_upload, may_have_made_one
 from .part_tasks import SETTLE, run_all, settled
@@ -159,7 +159,8 @@ async def _published_anyway(call: Calls, dst_path: str,
                             parts: int, size: int, since: float,
                             error: TensorstreamError) -> dict[str, Any]:
     """The destination's HEAD if the failed complete (``error``) was applied, else
-    ``error`` is raised. Applied: the object holds the ETag ``md5`` (the copy's); where
+    ``error`` is raised. Applied: the object holds the ETag ``md5`` (the copy's),
+    written since ``since``; where
     no ETag can say (``md5`` None), the upload is gone (``NoSuchUpload``) and the object
     holds ``size`` bytes in ``parts`` parts, written since ``since``
     (:func:`.applied.completed_anyway`, as the writer's)."""
@@ -172,7 +173,10 @@ async def _published_anyway(call: Calls, dst_path: str,
             head = await call("head_object", dst_path, Bucket=bucket, Key=key)
         except TensorstreamError:
             head = {}
-        if etag_md5(str(head.get("ETag") or "").strip('"')) != md5:
+        # (and written since: an earlier copy of the same source has the same ETag, and
+        # taking it left this copy's metadata unapplied and its upload open)
+        if etag_md5(str(head.get("ETag") or "").strip('"')) != md5 or not written_since(
+                head, since):
             raise error
     log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
              "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))
