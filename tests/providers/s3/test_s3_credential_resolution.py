@@ -174,3 +174,29 @@ def test_tensorizers_and_s3cmds_endpoints_without_a_scheme_stay_as_they_were(
         options = {"s3_config_path": str(cfg)}
     creds = resolve_s3_credentials(options, env={**env, "HOME": str(isolated_env / "home")})
     assert creds.endpoint is not None and creds.endpoint.value == expected
+
+
+@pytest.mark.parametrize("where", ["option s3_endpoint", "env AWS_ENDPOINT_URL",
+                                   "env S3_ENDPOINT_URL"])
+def test_an_endpoint_s_scheme_in_capitals_is_the_same_endpoint(where: str) -> None:
+    """A scheme is case-insensitive (``HTTPS://minio:9000``), and botocore takes it so,
+    but tensorstream compared it as written: the reads' choice of a trust store took
+    ``HTTPS://`` for no TLS endpoint (botocore's, AWS_CA_BUNDLE's, left out). The scheme is
+    written in lower case when the endpoint is resolved; the host and user info as given."""
+    given = "HTTPS://u:Pw-canary@MinIO:9000/"
+    name = where.partition(" ")[2]
+    options = {"s3_endpoint": given} if where.startswith("option") else {}
+    env = {} if options else {name: given}
+    creds = resolve_s3_credentials(options, env=env)
+    assert creds.endpoint is not None
+    assert creds.endpoint.value == "https://u:Pw-canary@MinIO:9000"
+
+
+@pytest.mark.parametrize("name", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+def test_an_aws_sdk_endpoint_of_blanks_says_it_is_empty(name: str) -> None:
+    """``AWS_ENDPOINT_URL=' '`` said ``'' has no scheme; write it as http:// (plain text)``:
+    advice naming no host. A value of blanks is said to be empty."""
+    with pytest.raises(errors.ConfigurationError,
+                       match=f"env {name} is blank; unset it, or write it as "
+                             r"http://host:port \(plain text\) or https://host:port \(TLS\)"):
+        resolve_s3_credentials({}, env={name: " \t"})

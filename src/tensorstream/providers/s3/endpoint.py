@@ -34,11 +34,13 @@ def env_text(env: Mapping[str, str], name: str) -> str | None:
 def normalize_endpoint(url: str) -> str:
     """Add ``https://`` to a scheme-less endpoint (tensorizer's ``s3_endpoint`` and
     ``S3_ENDPOINT_URL``: the AWS SDK's settings refuse one, :func:`no_scheme`); strip a
-    trailing slash."""
+    trailing slash; the scheme in lower case (``HTTPS://`` is ``https://``: compared as
+    written, it was no TLS endpoint to the reads' choice of a trust store)."""
     url = url.strip()
     if "://" not in url:
         url = "https://" + url
-    return url.rstrip("/")
+    scheme, _, rest = url.partition("://")
+    return f"{scheme.lower()}://{rest}".rstrip("/")
 
 
 def no_scheme(where: str, url: str) -> ConfigurationError | None:
@@ -50,6 +52,9 @@ def no_scheme(where: str, url: str) -> ConfigurationError | None:
     spellings, ``s3_endpoint`` and ``S3_ENDPOINT_URL``, mean https:// without one.)"""
     if "://" in url:
         return None
+    if not url.strip():  # (the advice would name no host)
+        return ConfigurationError(f"{where} is blank; unset it, or write it as "
+                                  "http://host:port (plain text) or https://host:port (TLS)")
     host = url.strip().rpartition("@")[2].split("?", 1)[0].split("/", 1)[0]
     shown = _shown(url.strip())
     return ConfigurationError(f"{where} {shown!r} has no scheme; write it as http://{host} "
