@@ -73,12 +73,15 @@ def test_empty_tensor_with_encryption_is_refused(tmp_path: Path) -> None:
     ("", [2], "cannot hold the tensor name ''"),  # wrote a file tensorizer cannot read
     ("n" * 65536, [2], "cannot hold the tensor name"),  # was a bare struct.error
     ("deep", [1] * 63 + [2, 1], "has 65 dimensions"),  # was numpy's bare ValueError
+    # FP6 (safetensors reads it, torch has no dtype for it): "unsupported dtype" as if unknown
+    ("fp6", [2, 4], "tensor 'fp6' is F6_E2M3, which torch"),
 ])
 def test_what_tensorizer_cannot_hold_is_refused_first(tmp_path: Path, name: str,
                                                       shape: list[int], why: str) -> None:
+    dtype, end = ("F6_E2M3", 10) if name == "fp6" else ("F32", 12)  # FP6: 8 in 6 bytes
     body = json.dumps({"ok": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-                       name: {"dtype": "F32", "shape": shape, "data_offsets": [4, 12]}}).encode()
-    (tmp_path / "m.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + bytes(12))
+                       name: {"dtype": dtype, "shape": shape, "data_offsets": [4, end]}}).encode()
+    (tmp_path / "m.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + bytes(end))
     with pytest.raises(UnsupportedDtypeError, match=re.escape(why)):
         tensorstream.convert(str(tmp_path / "m.safetensors"), str(tmp_path / "m.tensors"))
     assert names_in(tmp_path) == ["m.safetensors"]

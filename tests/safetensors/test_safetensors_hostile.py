@@ -76,6 +76,14 @@ HOSTILE = {
     "gap between two": _file({"a": _entry(), "b": _entry(offsets=[12, 20])}, b"\0" * 20),
     "empty tensor inside another": _file({"a": _entry(), "z": _entry(shape=[0], offsets=[4, 4])},
                                          b"\0" * 8),
+    # Not JSON, which Python's json reads (NaN, Infinity, a float past the largest double)
+    # and safetensors refuses, here in a field both would otherwise ignore.
+    "NaN in an ignored field": _file(None, b"\0" * 8, raw=b'{"a":{"dtype":"F32","shape":[2],'
+                                     b'"data_offsets":[0,8],"x":NaN}}'),
+    "-Infinity in an ignored field": _file(None, b"\0" * 8, raw=b'{"a":{"dtype":"F32","shape":'
+                                           b'[2],"data_offsets":[0,8],"x":[-Infinity]}}'),
+    "1e999 in an ignored field": _file(None, b"\0" * 8, raw=b'{"a":{"dtype":"F32","shape":[2],'
+                                       b'"data_offsets":[0,8],"x":{"y":1e999}}}'),
 }
 
 
@@ -163,9 +171,13 @@ def test_empty_tensors_at_the_edges_still_load(tmp_path: Path) -> None:
 
 
 def test_unknown_fields_are_ignored_like_safetensors(tmp_path: Path) -> None:
+    """Neighbours of the non-JSON numbers refused (HOSTILE): numbers JSON holds, in a
+    field neither reader uses, load here as in safetensors."""
     path = tmp_path / "extra.safetensors"
-    path.write_bytes(_file({"a": {**_entry(), "x": 1}}, struct.pack("<2f", 1.5, 2.5)))
-    assert ts_st.load(path)["a"].tolist() == [1.5, 2.5]
+    for extra in (1, -0.0, 1.5e308, 2**70, [1e-320, {"y": None}]):
+        path.write_bytes(_file({"a": {**_entry(), "x": extra}}, struct.pack("<2f", 1.5, 2.5)))
+        assert ts_st.load(path)["a"].tolist() == [1.5, 2.5]
+        assert st_torch.load_file(str(path))["a"].tolist() == [1.5, 2.5]
 
 
 

@@ -39,7 +39,7 @@ from tensorizer import __version__ as tensorizer_version
 from tensorizer.serialization import TensorType
 
 from ..api import open as ts_open
-from ..errors import MalformedFileError, ObjectChangedError
+from ..errors import MalformedFileError, ObjectChangedError, UnsupportedOperationError
 from ..providers.local.provider import naming_write_errors, temp_copy_hint
 from ..safetensors.dtypes import torch_dtype
 from ..safetensors.header import TensorInfo, shown
@@ -142,7 +142,12 @@ def plan_shards(sources: list[Source], options: Mapping[str, Any],
     seen: dict[str, str] = {}
     for source in sources:
         with SafetensorsFile(source.uri, dict(options)) as f:
-            tensors = f.select(lambda name: True, source.names)
+            try:
+                tensors = f.select(lambda name: True, source.names,
+                                   hint="tensorizer holds torch tensors only; leave the "
+                                        "tensor out of the checkpoint")
+            except UnsupportedOperationError as exc:  # FP6: torch has no dtype for it
+                raise UnsupportedDtypeError(exc.message) from None
             for t in tensors:
                 if t.name in seen:
                     raise MalformedFileError(

@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from ..errors import MalformedFileError
+from ..errors import MalformedFileError, UnsupportedOperationError
 from .header import TensorInfo, shown
 
-__all__ = ["PACKED", "byte_view", "torch_dtype", "torch_shape"]
+__all__ = ["LEAVE_OUT", "PACKED", "byte_view", "torch_dtype", "torch_shape"]
 
 _DTYPES: dict[str, str] = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -30,13 +30,23 @@ _DTYPES: dict[str, str] = {
 PACKED: dict[str, int] = {"F4": 2}
 
 
-def torch_dtype(name: str, where: str = "") -> torch.dtype:
-    """The torch dtype of a safetensors dtype name; a clear error if this torch lacks it."""
+#: What to do about a tensor torch has no dtype for, said by the loaders.
+LEAVE_OUT = ("leave it out (filter=) to load the other tensors, or read its bytes with "
+             "tensorstream.read_range (open(...).info(name) gives its span)")
+
+
+def torch_dtype(name: str, where: str = "", *, tensor: str | None = None,
+                hint: str = LEAVE_OUT) -> torch.dtype:
+    """The torch dtype of a safetensors dtype name. One this torch lacks (FP6, which
+    safetensors reads and torch has no dtype for; FP8 E8M0 before torch 2.7) is an
+    :class:`UnsupportedOperationError` naming the file and ``tensor``, and ``hint``."""
     attr = _DTYPES.get(name)
     dtype = getattr(torch, attr, None) if attr else None
     if not isinstance(dtype, torch.dtype):
-        raise MalformedFileError(f"{where}: dtype {name} is not supported by torch "
-                                 f"{torch.__version__}")
+        which = f"tensor {shown(tensor)} is {name}" if tensor is not None else f"dtype {name}"
+        raise UnsupportedOperationError(
+            f"{where}: {which}, which torch {torch.__version__} has no dtype for"
+            + (f": {hint}" if hint else ""))
     return dtype
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
 import reprlib
 import struct
@@ -40,9 +41,12 @@ DTYPE_SIZES: dict[str, int] = {
     "F8_E4M3": 1, "F8_E4M3FNUZ": 1, "F8_E5M2": 1, "F8_E5M2FNUZ": 1, "F8_E8M0": 1,
 }
 
-#: Bits per element of every dtype tensorstream reads: those of :data:`DTYPE_SIZES`, and
-#: F4 (FP4 E2M1), two to a byte, that safetensors reads as torch's ``float4_e2m1fn_x2``.
-DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_SIZES.items()}, "F4": 4}
+#: Bits per element of every dtype a header may give: those of :data:`DTYPE_SIZES`;
+#: F4 (FP4 E2M1), two to a byte, that safetensors reads as torch's ``float4_e2m1fn_x2``;
+#: and FP6 (four to three bytes), whose headers safetensors reads (``safe_open`` lists the
+#: file and reads its other tensors) though torch has no dtype for them.
+DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_SIZES.items()}, "F4": 4,
+                              "F6_E2M3": 6, "F6_E3M2": 6}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # a header may list a million of them
@@ -197,6 +201,21 @@ def _hook(data_start: int, data_size: int, where: str,
     return hook
 
 
+def _not_json(name: str) -> NoReturn:
+    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``, which Python's json reads and JSON
+    (and safetensors) does not: a header holding one loaded here and nowhere else."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    """A JSON float, refused past the largest double (``1e999``), as safetensors refuses it
+    (Python's json made it ``inf``)."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {shown(text)} is out of range")
+    return value
+
+
 def parse_header(raw: bytes, size: int, where: str) -> Header:
     """Validate the JSON header ``raw`` (without its 8-byte length) of an object
     of ``size`` bytes. Raises :class:`MalformedFileError` naming ``where``."""
@@ -205,7 +224,8 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
     try:
         text = raw.decode("utf-8")
         surrogates = _SURROGATE.search(text) is not None
-        doc = json.loads(text, object_pairs_hook=_hook(data_start, data_size, where, surrogates))
+        doc = json.loads(text, object_pairs_hook=_hook(data_start, data_size, where, surrogates),
+                         parse_constant=_not_json, parse_float=_finite)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise MalformedFileError(f"{where}: the header is not valid JSON ({exc})") from None
     del text

@@ -217,7 +217,7 @@ class SafeSlice:
         info, owner = self._info, self._owner
         shape = info.shape
         sel = _normalize(key, shape)
-        dtype = torch_dtype(info.dtype, owner.name)
+        dtype = torch_dtype(info.dtype, owner.name, tensor=info.name)
         if info.dtype in PACKED:
             # Elements packed into torch's (F4: pairs) are read whole along the last dimension;
             # the other dimensions slice as usual (safe_open's slice of F4 raised RuntimeError).

@@ -16,7 +16,7 @@ from ..errors import MalformedFileError, NotFoundError
 from ..file import StreamReader
 from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
-from .dtypes import _check_byteorder, byte_view, torch_dtype, torch_shape
+from .dtypes import LEAVE_OUT, _check_byteorder, byte_view, torch_dtype, torch_shape
 from .header import Header, TensorInfo, header_from_prefix, shown
 from .sources import with_prefix_hint
 
@@ -78,8 +78,10 @@ class SafetensorsFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def select(self, wanted: Callable[[str], bool], names: frozenset[str] | None) -> list[TensorInfo]:
-        """The tensors to read, in file order; ``names``: those an index takes from here."""
+    def select(self, wanted: Callable[[str], bool], names: frozenset[str] | None, *,
+               hint: str = LEAVE_OUT) -> list[TensorInfo]:
+        """The tensors to read, in file order; ``names``: those an index takes from here.
+        ``hint``: what to do about a tensor torch has no dtype for (FP6)."""
         tensors = [t for t in self.header.tensors
                    if (names is None or t.name in names) and wanted(t.name)]
         if names is not None:
@@ -90,7 +92,7 @@ class SafetensorsFile:
                     f"{self.where} lacks {len(missing)} tensor(s) that the index puts there: "
                     f"{', '.join(shown(n) for n in missing[:10])}")
         for t in tensors:  # fail on an unknown dtype or shape before reading anything
-            torch_dtype(t.dtype, self.where)
+            torch_dtype(t.dtype, self.where, tensor=t.name, hint=hint)
             torch_shape(t, self.where)
         return tensors
 
@@ -109,7 +111,8 @@ class SafetensorsFile:
             check_fits(t.nbytes, torch.device("cpu"), self.max_tensor_bytes, self.where,
                        count=1, detail=f" (tensor {t.name!r})",
                        hint=None if self.max_tensor_bytes is not None else _SLICE_HINT)
-        return torch.empty(torch_shape(t, self.where), dtype=torch_dtype(t.dtype, self.where),
+        return torch.empty(torch_shape(t, self.where),
+                           dtype=torch_dtype(t.dtype, self.where, tensor=t.name),
                            device="cpu", pin_memory=pin)
 
     def fill(self, t: TensorInfo, reader: StreamReader, out: torch.Tensor) -> torch.Tensor:
