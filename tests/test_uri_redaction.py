@@ -21,10 +21,30 @@ def test_secrets_redacted_everywhere() -> None:
     out = redact(uri)
     for secret in ("hunter2", "AKIAXX", "s1g", "s2", "t0k"):
         assert secret not in out
-    assert "ok=1" in out and "u:***@h" in out
+    assert "ok=***" in out and "u:***@h" in out
     assert "hunter2" not in redact_text(f"failed to GET {uri} because")
     # pickles carry only the redacted form
     assert b"hunter2" not in pickle.dumps(parse_uri(uri))
+
+
+@pytest.mark.parametrize("uri", ["https://h/p?zz9=CANARY&ok=", "http://u@h:1/p?a=CANARY#frag",
+                                 "HTTPS://h/p?x-custom=1&hmac=CANARY;q=CANARY",
+                                 "https://h/p?next=https://h2/?CANARY"])
+def test_every_query_value_of_an_http_url_is_hidden_names_kept(uri: str) -> None:
+    """A token under a name no list knows (``?zz9=``, ``?hmac=``) was shown; every value of
+    an HTTP(S) URL's query is hidden now (its names kept: they say what was sent)."""
+    for shown in (redact(uri), redact_text(f"GET {uri}: HTTP 403"), repr(parse_uri(uri))):
+        assert "CANARY" not in shown, shown
+    out = redact(uri)
+    assert out.split("?", 1)[0] == uri.split("?", 1)[0].replace("u@", "***@")
+    assert "=***" in out
+
+
+def test_an_s3_key_or_a_redis_option_after_a_question_mark_is_kept() -> None:
+    """Only HTTP(S) URLs have every query value hidden: an S3 key may hold ``?k=v`` (the
+    key is all of it) and a Redis URI's query holds options (``?db=1``)."""
+    assert redact("s3://b/dir/a?v=1") == "s3://b/dir/a?v=1"
+    assert redact("redis://h:6379/k?db=1") == "redis://h:6379/k?db=1"
 
 
 @pytest.mark.parametrize("name", ["auth", "private_token", "access_key", "secret_key",
@@ -34,7 +54,7 @@ def test_other_common_token_parameters_are_redacted(name: str) -> None:
     """``?auth=`` (Firebase), ``?private_token=`` (GitLab) and other common names for a
     token in a URL were shown as given by ``cp``'s lines and errors."""
     uri = f"https://h/p?{name}=CANARY-t0k&ok=1"
-    assert "CANARY" not in redact(uri) and "ok=1" in redact(uri)
+    assert "CANARY" not in redact(uri) and "ok=***" in redact(uri)
     assert "CANARY" not in redact_text(f"http stat /p?{name}=CANARY-t0k: HTTP 404")
     assert "CANARY" not in repr(parse_uri(uri))
 
@@ -104,14 +124,17 @@ def test_parameters_named_like_a_credential_are_redacted(name: str) -> None:
     credential word (token, secret, signature, password, credential, api key) were shown as
     given when the name was not in the fixed list: in cp's lines, errors and reprs."""
     uri = f"https://h/p?{name}=CANARY-t0k&ok=1"
-    assert "CANARY" not in redact(uri) and "ok=1" in redact(uri)
+    assert "CANARY" not in redact(uri) and "ok=***" in redact(uri)
     assert "CANARY" not in redact_text(f"http stat /p?{name}=CANARY-t0k: HTTP 404")
     assert "CANARY" not in repr(parse_uri(uri))
 
 
 @pytest.mark.parametrize("name", ["ok", "versionId", "partNumber", "download", "sv", "se", "sp"])
-def test_ordinary_parameters_stay_shown(name: str) -> None:
-    assert redact(f"https://h/p?{name}=v1&sig=s") == f"https://h/p?{name}=v1&sig=***"
+def test_ordinary_parameters_stay_shown_outside_an_http_query(name: str) -> None:
+    """An HTTP(S) query loses every value (names kept); in a fragment, which is never sent,
+    only secrets are hidden."""
+    assert redact(f"https://h/p?{name}=v1&sig=s") == f"https://h/p?{name}=***&sig=***"
+    assert redact(f"https://h/p#{name}=v1&sig=s") == f"https://h/p#{name}=v1&sig=***"
 
 
 @pytest.mark.parametrize("uri", ["https://h/p#access_token=CANARY-t0k&state=ok",
@@ -126,7 +149,7 @@ def test_parameters_in_a_fragment_or_after_a_semicolon_are_redacted(uri: str) ->
     (the other query separator) or a ``?`` in the fragment, and a URL with a secret given
     unencoded as a parameter's value were shown by ``redact`` and so by every repr."""
     for shown in (redact(uri), redact_text(f"failed {uri}: 404"), repr(parse_uri(uri))):
-        assert "CANARY" not in shown and "state=ok" in shown
+        assert "CANARY" not in shown and "state=" in shown
 
 
 @pytest.mark.parametrize("value", [
@@ -140,7 +163,7 @@ def test_an_encoded_url_with_a_secret_inside_a_parameter_is_redacted(value: str)
     uri = f"https://h/p?next={value}&ok=1"
     for shown in (redact(uri), redact_text(f"http stat /p?next={value}&ok=1: HTTP 404"),
                   redact_text(f"failed {uri}: 404"), repr(parse_uri(uri))):
-        assert "CANARY" not in shown and "ok=1" in shown
+        assert "CANARY" not in shown and "ok=" in shown
 
 
 def test_an_encoded_parameter_name_or_separator_is_redacted() -> None:
@@ -179,7 +202,7 @@ def test_a_secret_parameter_in_the_path_is_redacted(uri: str) -> None:
     """A path parameter (``/app;jsessionid=<session>/model.bin``: Java servers put the session
     there) was shown by ``redact``, and so by every repr."""
     for shown in (redact(uri), redact_text(f"failed {uri}: 404"), repr(parse_uri(uri))):
-        assert "CANARY" not in shown and "ok=1" in shown
+        assert "CANARY" not in shown and "ok=" in shown
     assert redact("https://h/a;v=1/b;type=x") == "https://h/a;v=1/b;type=x"
 
 

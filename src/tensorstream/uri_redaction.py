@@ -1,7 +1,8 @@
 """Secrets out of URIs and out of text holding URIs: :func:`redact` (one URI) and
 :func:`redact_text` (log lines, messages, errors). Userinfo passwords (the whole userinfo
 for S3, a lone user name for HTTP(S) and Redis), tokens and presigned query parameters
-become ``***``. Done on the raw text, before any URL parsing, so a password holding
+become ``***``; an HTTP(S) URL's query loses every value, whatever its name (a token
+travels under any name), its names kept. Done on the raw text, before any URL parsing, so a password holding
 ``?``, ``#`` or ``/`` is not taken for the query or path. :mod:`tensorstream.uri` names
 all of it too (its old home)."""
 
@@ -141,13 +142,30 @@ def _hide_path_param(match: re.Match[str]) -> str:
 _PARAM_SEPARATOR = re.compile(r"([&;]|\?(?=[^=&;?#]+=))")
 
 
-def _redact_query(query: str, decode: bool) -> str:
+def _redact_query(query: str, decode: bool, *, every_value: bool = False) -> str:
     """A query's (or fragment's) parameters, split at ``&`` and ``;`` (both separate them),
-    and at a ``?`` (``#x?sig=``, ``?next=https://h/o?X-Amz-Signature=``: a URL in a value)."""
+    and at a ``?`` (``#x?sig=``, ``?next=https://h/o?X-Amz-Signature=``: a URL in a value).
+    ``every_value``: each ``name=value`` loses its value, whatever the name."""
     if not query:
         return query
     pieces = _PARAM_SEPARATOR.split(query)
-    return "".join(p if i % 2 else _redact_param(p, decode) for i, p in enumerate(pieces))
+    hide = _hide_value if every_value else _redact_param
+    return "".join(p if i % 2 else hide(p, decode) for i, p in enumerate(pieces))
+
+
+def _hide_value(part: str, decode: bool) -> str:
+    """One ``name=value`` of an HTTP(S) query with its value hidden, whatever its name: a
+    token travels under any name (a vendor's ``?hmac=``, ``?zz9=``), which no list of
+    names can know. A name alone (``?download``) is kept unless it holds a secret."""
+    name, sep, value = part.partition("=")
+    if sep:
+        return f"{name}={_REDACTED}" if value else part
+    return _redact_param(part, decode)
+
+
+#: Schemes whose query is only sent to a server: every value of it is hidden. (An S3 or a
+#: local path's ``?`` is part of the key or the name; a Redis URI's query holds options.)
+_QUERY_SCHEMES = frozenset({"http", "https"})
 
 
 def authority_end(rest: str, *, cautious: bool = False) -> int:
@@ -221,7 +239,8 @@ def _redact_userinfo(scheme: str, rest: str, *, cautious: bool = False) -> str:
 
 
 def redact(uri: str, *, cautious: bool = False) -> str:
-    """Return ``uri`` with passwords and secret query parameters replaced by ``***``.
+    """Return ``uri`` with passwords and secret query parameters replaced by ``***`` (every
+    query value of an ``http(s)://`` URL, whatever its name).
 
     ``cautious=True`` (for URIs being refused, which need not make sense)
     also hides what only looks like userinfo.
@@ -239,7 +258,8 @@ def _redact(uri: str, *, cautious: bool, decode: bool) -> str:
     path, qmark, query = rest.partition("?")
     if ";" in path:  # path parameters (``/app;jsessionid=...``: Java servers' sessions)
         path = _PATH_PARAM.sub(_hide_path_param, path)
-    return (f"{scheme}://{path}{qmark}{_redact_query(query, decode)}"
+    every_value = scheme.lower() in _QUERY_SCHEMES
+    return (f"{scheme}://{path}{qmark}{_redact_query(query, decode, every_value=every_value)}"
             f"{hsep}{_redact_query(fragment, decode)}")
 
 

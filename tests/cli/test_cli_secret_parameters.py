@@ -23,7 +23,8 @@ def _debug_everywhere(caplog: pytest.LogCaptureFixture) -> None:
 
 @pytest.mark.parametrize("query", [f"X-Api-Key={SECRET}", f"aws_session_token={SECRET}",
                                    f"API-KEY={SECRET}", f"a=1;sig={SECRET}",
-                                   "next=https%3A%2F%2Fh%2Fo%3FX-Amz-Signature%3D" + SECRET])
+                                   "next=https%3A%2F%2Fh%2Fo%3FX-Amz-Signature%3D" + SECRET,
+                                   f"zz9={SECRET}", f"a=1&hmac={SECRET}"])
 @pytest.mark.parametrize("debug", [[], ["--debug"]])
 def test_cp_never_shows_a_secret_query_parameter(
         http_server: HTTPTestServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -51,7 +51,6 @@ from typing import Any
 
 from ..layers.stack import PolicyProvider
 from ..providers.base import BodyStream, Pin
-from ..uri import redact_text
 from ._memcopy import copy_into
 from ._prefault import populate
 from .control import INTERVAL, Controller, Mode
@@ -161,7 +160,7 @@ class Prefetcher(StreamReads, Launching, Fetching):
         self._ctl = Controller(can_stream=can_stream, base=base, max_width=self._max,
                                now=time.perf_counter(),
                                fixed_width=base if self._window == 0 and not can_stream else None,
-                               name=redact_text(path), part=self._seg,
+                               name=provider.shown_path(path), part=self._seg,
                                load=self.budget.progress)
         self._stream_fresh = True  # the next streamed read opens a request
         self._first_pieces = 0  # streamed pieces before the first measurement (they grow)
@@ -397,7 +396,7 @@ class Prefetcher(StreamReads, Launching, Fetching):
         if log.isEnabledFor(logging.DEBUG):
             stats = self.stats()
             del stats["history"]
-            log.debug("read-ahead of %s done: %s", redact_text(self._path), stats)
+            log.debug("read-ahead of %s done: %s", self._provider.shown_path(self._path), stats)
         self._closed = True
         if self._stream is not None:
             self._stream.close()

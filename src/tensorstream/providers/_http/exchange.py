@@ -66,7 +66,8 @@ Confirm = Callable[[], Pin]
 
 
 def total_deadline_error(received: int, *, service: str, path: str) -> StorageTimeoutError:
-    return Deadline(None, None).error(received, service=service, path=path)
+    # (``path`` is ``/path?query``: every query value hidden, as an HTTP(S) URL's)
+    return Deadline(None, None).error(received, service=service, path=redact_path(path))
 
 
 class HeaderView(dict[str, str]):

@@ -102,6 +102,11 @@ class HTTPProvider(Provider):
     ...     info = await p.stat("/m.tensors")  # doctest: +SKIP
     """
 
+    def shown_path(self, path: str) -> str:
+        """``/path?query`` with every query value hidden, whatever its name (a token
+        travels under any name); the shared layers show a path this way."""
+        return _redact_path(path)
+
     schemes = ("http", "https")
     service = "http"
     capabilities: ClassVar[Capabilities] = Capabilities(pinned_reads=True, blocking_reads=True,

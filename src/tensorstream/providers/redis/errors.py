@@ -49,6 +49,17 @@ def _tls_verification_failed(exc: BaseException) -> bool:
     return False
 
 
+_GIVE_PASSWORD = ("give the password in the URI's user info (before the @ of the host), as "
+                  "redis_password= or in REDIS_PASSWORD (tensorstream: --redis-password)")
+_CHECK_PASSWORD = ("check the password (not shown) and the user name: the server refused the "
+                   "pair, or the user is disabled")
+_LOG_IN = ("log in as a user allowed to run it: give its name and password (user:password@ in "
+           "the URI, or redis_username= and redis_password=; tensorstream: --redis-username, "
+           "--redis-password)")
+_GRANT = ("the user logged in but may not run it or touch that key: grant it to the user "
+          "(ACL SETUSER <user> +<command> ~<key pattern>), or log in as one who may")
+
+
 def map_redis_error(exc: BaseException, *, who: str = "",
                     secrets: tuple[str, ...] = ()) -> TensorstreamError:
     """Map a redis-py / socket error to a tensorstream error (temporary where retrying helps).
@@ -63,17 +74,18 @@ def map_redis_error(exc: BaseException, *, who: str = "",
         return exc
     withhold_args(exc, secrets)  # a server echoing the password (WRONGPASS <it>)
     text = withhold(redact_text(str(exc)), secrets) or type(exc).__name__
+    # The advice follows what was sent (a password is in ``secrets`` exactly when one was
+    # sent) and the refusal's class, never the server's words: Redis 7's ACL replies, a
+    # proxy's and an old server's differ, and each had got another's advice.
+    sent = bool(secrets)
     auth = (rex.AuthenticationError, rex.AuthenticationWrongNumberOfArgsError)
     if isinstance(exc, auth) or text.startswith(("NOAUTH", "WRONGPASS")):
-        # Without a password, what to do (the server's words are about its HELLO).
-        give = ("; give the password in the URI's user info (before the @ of the host), as "
-                "redis_password= or in REDIS_PASSWORD (tensorstream: --redis-password)"
-                if "no password" in who else "")
         return PermissionDeniedError(
-            f"Redis authentication failed as {who or 'the default user'}: {text}{give}"
-        )
+            f"Redis authentication failed as {who or 'the default user'}: {text}; "
+            + (_CHECK_PASSWORD if sent else _GIVE_PASSWORD))
     if isinstance(exc, (rex.NoPermissionError, rex.AuthorizationError)):
-        return PermissionDeniedError(f"Redis refused the command for {who}: {text}")
+        return PermissionDeniedError(f"Redis refused the command for {who or 'the default user'}"
+                                     f": {text}; " + (_GRANT if sent else _LOG_IN))
     if isinstance(exc, (rex.TimeoutError, asyncio.TimeoutError, TimeoutError)):
         # redis-py says which: "Timeout connecting to server", "Timeout reading from ..."
         which = "connect" if "connecting" in text.lower() else "idle"
