@@ -13,7 +13,7 @@ import urllib.parse
 from collections.abc import Callable
 
 __all__ = ["SECRET_API_PARAMS", "SECRET_HEADERS", "SECRET_QUERY_PARAMS", "authority_end",
-           "is_secret_param", "redact", "redact_text"]
+           "is_secret_param", "redact", "redact_text", "secret_query_values"]
 
 #: Request headers whose values are credentials (lower case), the one list: masked in
 #: third-party log lines and error texts (:mod:`tensorstream._log_redaction`) and in the
@@ -92,6 +92,22 @@ def is_secret_param(name: str) -> bool:
         return False
     squashed = _NAME_SEPARATORS.sub("", lname)
     return lname in SECRET_QUERY_PARAMS or any(w in squashed for w in _SECRET_NAME_WORDS)
+
+
+def secret_query_values(target: str) -> list[str]:
+    """The values of ``target``'s (``/path?query``) secret parameters, as sent and
+    percent-decoded: what a server echoing one alone (not after its name) shows.
+
+    >>> secret_query_values("/m?X-Amz-Signature=ab%2Fcd&n=1")
+    ['ab%2Fcd', 'ab/cd']
+    """
+    query = target.partition("?")[2].partition("#")[0]
+    out: list[str] = []
+    for part in re.split(r"[&;]", query):
+        name, sep, value = part.partition("=")
+        if sep and value and is_secret_param(name):
+            out += dict.fromkeys((value, urllib.parse.unquote(value)))
+    return out
 
 
 def _holds_secret(raw: str) -> bool:

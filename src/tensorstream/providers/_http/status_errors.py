@@ -66,7 +66,8 @@ def status_error(status: int, reason: str, headers: Headers, *, path: str,
     """The tensorstream error for an HTTP status that is not the expected answer
     (``body``: the start of the answer's body, for the advice of nginx's 400 pages)."""
     where = {"service": service, "path": redact_path(path)}
-    msg = f"HTTP {status} {reason or ''}".rstrip()
+    # (cut: the reason phrase is the server's text, up to a 64 KiB status line)
+    msg = f"HTTP {status} {_cut(reason or '')}".rstrip()
     if status == 400 and (advice := bad_request_advice(body)) is not None:
         return ConfigurationError(f"{msg}: {advice}", **where)
     if status in (404, 410):

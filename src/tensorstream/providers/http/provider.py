@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+from ..._log_redaction import register_secret
 from ...config import CommonConfig, split_options
 from ...errors import (
     ConfigurationError,
@@ -41,6 +42,7 @@ from ...errors import (
     ProtocolError,
 )
 from ...uri import redact_text
+from ...uri_redaction import secret_query_values
 from .._http.headers import (
     DROPPED_NOTE,
     exception_error,
@@ -210,10 +212,18 @@ class HTTPProvider(Provider):
                 exc.args = (exc.message,)
             raise
 
+    def _url(self, path: str) -> str:
+        """The URL a request for ``path`` is sent to. The values of its secret query
+        parameters (a presigned URL's signature) are remembered as secrets: a server
+        may echo one alone in its answer (its reason phrase), where no name says so."""
+        for value in secret_query_values(path):
+            register_secret(value)
+        return self._origin + wire_target(path)
+
     def _request(self, method: str, path: str, headers: dict[str, str],
                  cancel: Cancel | None = None) -> Answer:
         try:
-            return request(self._blocking_pool(), self._origin + wire_target(path), method, headers,
+            return request(self._blocking_pool(), self._url(path), method, headers,
                            self._config.timeouts, path=path, redirects=self._redirects(),
                            cancel=cancel)
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
@@ -336,7 +346,7 @@ class HTTPProvider(Provider):
         ``HEAD`` (ask :meth:`stat`). Saves a load one round trip."""
         try:
             with self._naming_credentials():
-                got = open_whole(self._blocking_pool(), self._origin + wire_target(path), _IDENTITY,
+                got = open_whole(self._blocking_pool(), self._url(path), _IDENTITY,
                                  self._config.timeouts, path=path, redirects=self._redirects())
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
             raise exception_error(exc, path=path) from exc
@@ -354,7 +364,7 @@ class HTTPProvider(Provider):
         try:
             with self._naming_credentials():
                 return open_range(
-                    self._blocking_pool(), self._origin + wire_target(path), start, end, _IDENTITY, pin,
+                    self._blocking_pool(), self._url(path), start, end, _IDENTITY, pin,
                     self._config.timeouts, path=path, redirects=self._redirects(),
                     cancel=cancel, confirm=confirm)
         except ssl.SSLError as exc:  # e.g. an unreadable client certificate
