@@ -199,3 +199,35 @@ def test_a_redirect_that_names_no_region_says_to_set_the_buckets_region() -> Non
     # region signed for) is not a region problem
     other = map_s3_http_error(400, {"x-amz-bucket-region": "us-east-1"}, b"", ctx)
     assert "region" not in str(other)
+
+
+@pytest.mark.parametrize("region", ["eu-west-1", "ap-southeast-7", "xx-unknown-1", None])
+def test_reads_listings_and_writes_go_to_one_endpoint(region: str | None,
+                                                      tmp_path: Path) -> None:
+    """Against AWS (no endpoint set), a read's URL was botocore's presigned one, which
+    names the global endpoint (``bucket.s3.amazonaws.com``) while a listing and a write
+    went to the region's (``bucket.s3.REGION.amazonaws.com``): two hosts for one store,
+    and the global one does not serve a bucket in an opt-in region (ap-southeast-7) or
+    one botocore does not know. Every request goes where boto3 sends it now (the global
+    endpoint only for us-east-1, the default). A forward proxy refusing every CONNECT
+    logs the host each one was for."""
+    from tensorstream.testing.forward_proxy import ForwardProxy
+
+    options: dict[str, Any] = {"s3_access_key_id": "AKIDEXAMPLE", "s3_secret_access_key":
+                               "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "retries": 1}
+    if region is not None:
+        options["s3_region"] = region
+    uri = "s3://one-endpoint-bucket/k.bin"
+    with ForwardProxy() as proxy:
+        proxy.refuse_connect = 403
+        options["proxy"] = proxy.url
+        with pytest.raises(tensorstream.errors.TensorstreamError):
+            tensorstream.open(uri, **options).read()
+        with pytest.raises(tensorstream.errors.TensorstreamError):
+            _list("s3://one-endpoint-bucket/", options)
+        with pytest.raises(tensorstream.errors.TensorstreamError), \
+                tensorstream.open(uri, "wb", **options) as w:
+            w.write(b"x")
+        hosts = [e.target for e in proxy.log if e.method == "CONNECT"]
+    host = "s3.amazonaws.com" if region is None else f"s3.{region}.amazonaws.com"
+    assert len(hosts) >= 3 and set(hosts) == {f"one-endpoint-bucket.{host}:443"}, hosts

@@ -29,7 +29,7 @@ from .errors import WrongRegionError
 from .process import bound_credential_process
 from .profile import config_file, config_profile_name
 from .session import shared_data_loader
-from .signing import PathStyle, StaticCredentials, path_style
+from .signing import PathStyle, StaticCredentials, path_style, requests_endpoint
 
 __all__ = ["BlockingClients"]
 
@@ -122,6 +122,7 @@ class BlockingClients:
             kwargs["config"] = Config(**cfg_kwargs)
             with paused():
                 client = session.create_client("s3", **kwargs)
+            requests_endpoint(client)  # (its read URLs: where its requests go)
             if not self.insecure and not self.ca_bundle:
                 # botocore's own trust store (AWS_CA_BUNDLE / profile / certifi)
                 configured = session.get_config_variable("ca_bundle")

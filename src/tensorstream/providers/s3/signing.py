@@ -10,7 +10,7 @@ import time
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
-__all__ = ["PathStyle", "SignedGets", "StaticCredentials", "path_style"]
+__all__ = ["PathStyle", "SignedGets", "StaticCredentials", "path_style", "requests_endpoint"]
 
 #: Object URLs (and their signatures) remembered.
 _URL_CACHE = 4096
@@ -47,6 +47,22 @@ def path_style(endpoint: str | None, style: str | None, region: str | None) -> P
             or parts.query or parts.fragment:
         return None
     return PathStyle(f"{parts.scheme}://{parts.netloc}", region)
+
+
+def _no_global_endpoint(context: dict[str, Any] | None = None, **_: Any) -> None:
+    if context is not None:
+        context["use_global_endpoint"] = False
+
+
+def requests_endpoint(client: Any) -> None:
+    """Make ``client``'s presigned ``GetObject`` URLs (:meth:`SignedGets.object_url`)
+    name the endpoint its requests go to. botocore presigns S3 URLs of the ``aws``
+    partition for the global endpoint (``bucket.s3.amazonaws.com``, for backward
+    compatibility) where a request goes to its region's (``bucket.s3.eu-west-1...``):
+    reads and listings then went to two hosts, and the global one does not serve a
+    bucket in an opt-in region or one botocore does not know. (The request's context
+    is what botocore's endpoint resolution reads; one endpoint per client, as boto3.)"""
+    client.meta.events.register("before-parameter-build.s3.GetObject", _no_global_endpoint)
 
 
 class StaticCredentials(NamedTuple):
