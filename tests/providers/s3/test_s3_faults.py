@@ -64,6 +64,8 @@ class Proxy:
         #: with CRC32 checksums or none (``replace_checksum``).
         self.replace_on_abort: bytes | None = None
         self.replace_checksum: str | None = None
+        #: Set: a PutObject of ``match_put`` is answered 500 and not forwarded (not applied).
+        self.refuse_put = False
         self.seen: list[str] = []
 
     def _another_writer(self, bucket: str, key: str, data: bytes) -> None:
@@ -90,6 +92,9 @@ class Proxy:
             )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         is_complete = request.method == "POST" and "uploadId=" in request.query_string
+        if self.refuse_put and request.method == "PUT" and request.path == self.match_put:
+            return web.Response(status=500, content_type="application/xml",
+                                text="<Error><Code>InternalError</Code></Error>")
         if self.lose_once and self.lose_complete_answer is None and is_complete:
             return web.Response(status=404, content_type="application/xml",
                                 text="<Error><Code>NoSuchUpload</Code><Message>The specified "
@@ -427,3 +432,44 @@ async def test_an_encrypted_upload_aborted_while_another_writer_stored_as_many_p
             error=errors.NotFoundError, retries=2, backoff_initial=0.01)
     assert moto_s3.get(S3_BUCKET, key) == theirs  # (theirs, left alone)
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+@pytest.mark.parametrize("headers", [_KMS, _SSE_C], ids=["SSE-KMS", "SSE-C"])
+@pytest.mark.parametrize("path", ["write", "cp"])
+async def test_an_encrypted_put_applied_whose_answer_was_lost_is_a_success(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, tmp_path: Path, headers: dict[str, str],
+    path: str,
+) -> None:
+    """The one PutObject of a small object under SSE-KMS or SSE-C, applied by S3 each time
+    and its answer lost each time: the look before a resend and after the last failure
+    compared the ETag with the bytes' MD5, which it is not there, so the write failed while
+    its object had replaced the previous version. The CRC32 S3 keeps of the bytes (sent
+    with the PutObject) says it holds them: the success it was."""
+    p, endpoint = proxy
+    key = f"faults/kms-put-{uuid.uuid4().hex[:8]}"
+    moto_s3.put(S3_BUCKET, key, b"previous version")
+    data = os.urandom(1000)
+    p.match_put, p.lose_complete_answer = f"/{S3_BUCKET}/{key}", 500
+    with EncryptingFront(endpoint, headers) as front:
+        opts = moto_s3.options(s3_endpoint=front.url, retries=2, backoff_initial=0.01)
+        await _write_or_copy(path, key, data, opts, tmp_path)
+    assert moto_s3.get(S3_BUCKET, key) == data
+
+
+async def test_an_encrypted_put_not_applied_keeps_the_previous_version(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server,
+) -> None:
+    """The neighbour: the PutObject under SSE-KMS failed before S3 applied it (the object
+    holds the previous version, of another CRC32): the write fails, the version stays."""
+    p, endpoint = proxy
+    key = f"faults/kms-put-refused-{uuid.uuid4().hex[:8]}"
+    moto_s3.put(S3_BUCKET, key, b"previous version")
+    p.match_put, p.refuse_put = f"/{S3_BUCKET}/{key}", True
+    with EncryptingFront(endpoint, _KMS) as front:
+        opts = moto_s3.options(s3_endpoint=front.url, retries=2, backoff_initial=0.01)
+        async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
+            writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+            await writer.write(os.urandom(1000))
+            with pytest.raises(errors.ServiceUnavailableError):
+                await writer.commit()
+    assert moto_s3.get(S3_BUCKET, key) == b"previous version"

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -53,6 +54,8 @@ class Publishing(Writer):
     _parts: dict[int, dict[str, Any]]
     #: What S3 answered names no encryption under which its ETags are not MD5s.
     _etags_are_md5: bool
+    #: Whether every request is sent with a CRC32 checksum (S3 keeps it).
+    _checksum: bool
     #: The request that publishes, once sent (see _publish).
     _publish_job: asyncio.Future[dict[str, Any]] | None
     #: The retry policy a PutObject (and an UploadPart) is sent again under (None: once).
@@ -80,13 +83,16 @@ class Publishing(Writer):
         kwargs.update(self._metadata)
         want = (md5 if md5 is not None else hashlib.md5(body).digest()).hex()
         since = time.time()
+        # (what says so under SSE-KMS/SSE-C, whose ETag is no MD5: the CRC32 S3 keeps)
+        crc = base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode() \
+            if self._checksum else None
 
         async def once() -> dict[str, Any]:
             return await self._publish("put_object", Bucket=self._bucket, Key=self._key,
                                        Body=body, **kwargs)
 
         async def again() -> dict[str, Any]:
-            held = await self._holding(want, None, since)
+            held = await self._holding(want, None, since, crc)
             if held is not None:
                 log.info("PutObject of %s/%s failed, but the object holds this write (ETag "
                          "%s): it was applied", self._bucket, self._key, held["ETag"])
@@ -105,7 +111,7 @@ class Publishing(Writer):
                                         what=f"PutObject of {self._bucket}/{self._key}")
             except TensorstreamError as exc:
                 error = exc
-        return await self._published_anyway(error, "PutObject", want, None, since)
+        return await self._published_anyway(error, "PutObject", want, None, since, crc)
 
     async def _complete(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """``CompleteMultipartUpload``, sent again on a temporary error as the
@@ -163,30 +169,46 @@ class Publishing(Writer):
                                              since)
 
     async def _published_anyway(self, exc: TensorstreamError, op: str, want: str,
-                                count: int | None, since: float) -> dict[str, Any]:
+                                count: int | None, since: float,
+                                crc: str | None = None) -> dict[str, Any]:
         """``op`` failed with ``exc``: the object's ETag as its answer if it is
-        the one this write makes (``want``, ``-count``, written since ``since``), else
-        ``exc`` raised."""
+        the one this write makes (``want``, ``-count``, written since ``since``; or
+        ``crc``, see :meth:`_holding`), else ``exc`` raised."""
         if self._state != "open":
             raise exc
-        held = await self._holding(want, count, since)
+        held = await self._holding(want, count, since, crc)
         if held is None:
             raise exc
         log.info("%s of %s/%s failed (%s), but the object holds this write (ETag %s): it "
                  "was applied", op, self._bucket, self._key, type(exc).__name__, held["ETag"])
         return held
 
-    async def _holding(self, want: str, count: int | None,
-                       since: float) -> dict[str, Any] | None:
+    async def _holding(self, want: str, count: int | None, since: float,
+                       crc: str | None = None) -> dict[str, Any] | None:
         """``{"ETag": ...}`` if the object (``HEAD``) is this write's: the ETag it
         makes (``want``, ``-count``), written since ``since`` (``time.time()``, when
-        the write began); else None (also when it cannot be looked at)."""
+        the write began); else None (also when it cannot be looked at). ``crc``: the
+        CRC32 (base64) sent with a ``PutObject``'s bytes, which S3 keeps: where the
+        object's ETag is no MD5 (SSE-KMS, SSE-C: it never matched, and a write S3
+        applied failed), that checksum says instead."""
+        asked = {"ChecksumMode": "ENABLED"} if crc is not None else {}
         try:
-            head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
+            head = await self._call("head_object", Bucket=self._bucket, Key=self._key, **asked)
         except TensorstreamError:
             return None  # (the write's own error is the one to report)
         etag = head.get("ETag")
-        if etag is None or etag_md5(etag) != (want, count) or not written_since(head, since):
+        if etag is None or not written_since(head, since):
+            return None
+        if crc is not None and (head.get("ServerSideEncryption") in KMS_ENCRYPTION
+                                or head.get("SSECustomerAlgorithm")):
+            held = str(head.get("ChecksumCRC32") or "")
+            shape = etag_md5(etag)
+            if shape is None or shape[1] is not None or held != crc:  # (one piece: no -N)
+                return None
+            self._etags_are_md5 = False  # (the caller compares no ETag with the MD5)
+            return {"ETag": str(etag), "ServerSideEncryption": head.get("ServerSideEncryption"),
+                    "SSECustomerAlgorithm": head.get("SSECustomerAlgorithm")}
+        if etag_md5(etag) != (want, count):
             return None
         return {"ETag": str(etag)}
 
