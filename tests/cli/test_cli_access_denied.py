@@ -77,3 +77,41 @@ def test_objects_refused_to_a_recursive_copy_each_say_so_and_the_others_are_copi
         b.faults.raw.reset()
         for key in (odd, odd.replace("src/", "dst/", 1)):  # (moto's DeleteObjects XML chokes)
             b.client.delete_object(Bucket=b.bucket, Key=key)
+
+
+def test_a_policy_denying_some_keys_fails_those_and_copies_the_rest(
+        tmp_path: Path, moto_s3: Any) -> None:
+    """The same with a real policy (moto's IAM): a key pair denied ``s3:GetObject`` under
+    one prefix, copied into a directory. Each denied object is its own error line naming
+    it, the rest are copied, exit 3. (moto lets such a key pair HEAD and CopyObject the
+    objects, which S3 refuses: the copy by S3 is the fault proxy's case above.)"""
+    import secrets
+
+    from cli_env import s3_env
+    from fixtures_s3 import S3_BUCKET
+    from iam_users import iam_user_keys
+
+    p = f"denied-{secrets.token_hex(4)}"
+    for key in ("a.bin", "deny/b.bin", "deny/c.bin", "z.bin"):
+        moto_s3.client.put_object(Bucket=S3_BUCKET, Key=f"{p}/src/{key}", Body=key.encode())
+    keys = iam_user_keys(moto_s3, "partial-reader", [
+        {"Effect": "Allow", "Action": "s3:*",
+         "Resource": [f"arn:aws:s3:::{S3_BUCKET}", f"arn:aws:s3:::{S3_BUCKET}/*"]},
+        {"Effect": "Deny", "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{S3_BUCKET}/{p}/src/deny/*"}])
+    env = s3_env(moto_s3, tmp_path)
+    env.update(AWS_ACCESS_KEY_ID=keys["s3_access_key_id"],
+               AWS_SECRET_ACCESS_KEY=keys["s3_secret_access_key"])
+    src = f"s3://{S3_BUCKET}/{p}/src/"
+    dst = str(tmp_path / "out")
+    r = cli("--endpoint-url", moto_s3.endpoint_url, "cp", "-r", "--no-progress", src, dst,
+            env=env)
+    assert r.returncode == 3, r.stderr
+    errors = sorted(line.split(" -> ")[0] for line in r.stderr.splitlines()
+                    if line.startswith("tensorstream: error: "))
+    assert errors == [f"tensorstream: error: {src}deny/{n}" for n in ("b.bin", "c.bin")], r.stderr
+    assert r.stderr.splitlines()[-1].startswith("copied 2 files"), r.stderr
+    assert "; 2 failed" in r.stderr.splitlines()[-1]
+    for key in ("a.bin", "z.bin"):
+        assert (tmp_path / "out" / key).read_bytes() == key.encode()
+    assert not (tmp_path / "out" / "deny").exists() or not any((tmp_path / "out" / "deny").iterdir())
