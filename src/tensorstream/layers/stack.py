@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from .. import _loop
-from .._log_redaction import scrub_chain
+from .._log_redaction import mask_secrets, scrub_chain
 from ..config import CommonConfig
 from ..errors import (
     RetriesExhaustedError,
@@ -40,7 +40,6 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from ..providers.base import BodyStream, ObjectInfo, Pin, Provider, Writer
-from ..uri import redact_text
 from . import timeout as _timeout
 from .context_writer import ContextWriter
 from .counted_body import CountedBody
@@ -115,11 +114,12 @@ class PolicyProvider(Provider):
         self.metrics.retries += 1
         exc = state.outcome.exception() if state.outcome else None
         sleep = state.next_action.sleep if state.next_action else 0.0
+        # Masked as the final error is: a server may echo a token in its reason phrase.
         log.debug(
             "%s: attempt %d failed (%s); retrying in %.2fs",
             self.service,
             state.attempt_number,
-            redact_text(f"{type(exc).__name__}: {exc}"),
+            mask_secrets(f"{type(exc).__name__}: {exc}"),
             sleep,
         )
 
@@ -359,7 +359,7 @@ class PolicyProvider(Provider):
         def on_retry(exc: TensorstreamError) -> None:
             self.metrics.retries += 1
             log.debug("%s: listing %s failed (%s); listing again", self.service,
-                      self.inner.shown_path(prefix), redact_text(f"{type(exc).__name__}: {exc}"))
+                      self.inner.shown_path(prefix), mask_secrets(f"{type(exc).__name__}: {exc}"))
 
         # (a provider may list some prefixes in no order, where StartAfter cannot resume:
         # an S3 directory bucket, a store found listing in an order of its own; those

@@ -80,3 +80,21 @@ def test_a_reason_phrase_of_kilobytes_is_cut_in_the_error(status: int) -> None:
     for exc in _chain(info.value):
         assert len(str(exc)) < 1000, len(str(exc))
     assert "60000 characters" in str(info.value)
+
+
+@pytest.mark.parametrize("echoed", ["signature", "token"])
+def test_a_retried_answer_echoing_a_secret_never_shows_it_in_the_debug_log(
+        echoed: str, caplog: pytest.LogCaptureFixture) -> None:
+    # The retry layer's "attempt 1 failed (...)" line quoted the error unmasked:
+    # "HTTP 503 busy <the token>" with --debug, though the error itself was masked.
+    token = "t0ken-b3arer-9f8e7d6c5b4a"
+    secret = SIG if echoed == "signature" else token
+    caplog.set_level("DEBUG", "tensorstream")
+    with RawHTTPServer(_status(503, f"busy {secret}")) as server:
+        url = server.url("m.bin") + f"?X-Amz-Signature={SIG}"
+        with pytest.raises(errors.RetriesExhaustedError) as info:
+            with tensorstream.open(url, token=token, retries=2, backoff_max=0.01) as f:
+                f.read()
+    assert "attempt 1 failed" in caplog.text
+    assert secret not in caplog.text
+    assert secret not in str(info.value)
