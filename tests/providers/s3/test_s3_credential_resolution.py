@@ -5,6 +5,7 @@ own settings give it; tensorizer's take it as https://)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +201,14 @@ def test_an_aws_sdk_endpoint_of_blanks_says_it_is_empty(name: str) -> None:
                        match=f"env {name} is blank; unset it, or write it as "
                              r"http://host:port \(plain text\) or https://host:port \(TLS\)"):
         resolve_s3_credentials({}, env={name: " \t"})
+
+
+@pytest.mark.parametrize("address", ["::1", "fd00::5", "2001:db8::1"])
+def test_a_bare_ipv6_endpoint_without_a_scheme_is_advised_in_brackets(address: str) -> None:
+    """``AWS_ENDPOINT_URL=::1`` was advised as ``http://::1``, which botocore refuses
+    (Invalid IPv6 URL): an address of more than one ':' outside brackets is an IPv6
+    literal, written in a URL as ``http://[::1]``."""
+    with pytest.raises(errors.ConfigurationError,
+                       match=re.escape(f"write it as http://[{address}] (plain text) or "
+                                       f"https://[{address}] (TLS)")):
+        resolve_s3_credentials({}, env={"AWS_ENDPOINT_URL": address})

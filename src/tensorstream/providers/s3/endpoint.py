@@ -56,6 +56,8 @@ def no_scheme(where: str, url: str) -> ConfigurationError | None:
         return ConfigurationError(f"{where} is blank; unset it, or write it as "
                                   "http://host:port (plain text) or https://host:port (TLS)")
     host = url.strip().rpartition("@")[2].split("?", 1)[0].split("/", 1)[0]
+    if host.count(":") > 1 and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal (http://::1 is no URL botocore takes)
     shown = _shown(url.strip())
     return ConfigurationError(f"{where} {shown!r} has no scheme; write it as http://{host} "
                               f"(plain text) or https://{host} (TLS)")
