@@ -29,6 +29,7 @@ from .safetensors.sources import (
     Source,
     from_index,
     is_folder,
+    missing_shard,
     resolve_checkpoint,
     with_prefix_hint,
 )
@@ -233,7 +234,13 @@ def _not_a_model(f: _File) -> MalformedFileError:
 def _checkpoint(ckpt: Checkpoint, uri: str, options: dict[str, Any],
                 sniffed: int = 0) -> ModelInfo:
     def one(source: Source) -> tuple[list[ModelTensor], int, int, dict[str, str] | None]:
-        f = _File(source.uri, options)
+        try:
+            f = _File(source.uri, options)
+        except NotFoundError as exc:
+            hinted = missing_shard(exc, source)
+            if hinted is exc:
+                raise
+            raise hinted from exc
         try:
             if f.kind() != "safetensors":
                 if f.kind() == "tensorizer":

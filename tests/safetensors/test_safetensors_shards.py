@@ -218,3 +218,31 @@ def test_filtered_load_opens_only_the_shards_it_needs(tmp_path: Path,
     assert list(got) == ["embed"] and same_bytes(got["embed"], tensors["embed"])
     with pytest.raises(MalformedFileError, match="model-00003-of-00003"):
         ts_st.load(index)
+
+
+def test_a_shard_the_index_names_that_is_missing_names_the_index_and_its_tensors(
+        backend: Store, tmp_path: Path) -> None:
+    """A shard an index names that is not there (a download or a copy cut short) said only
+    "no such file" of the shard (``load``, ``iter_tensors``, ``open(...).get_tensor``,
+    ``convert``, ``inspect``): not which index named it, nor which tensors were to come from it. It
+    still is a ``NotFoundError`` naming the shard, and names both now. The shards that
+    are there still load."""
+    write_sharded(backend, tmp_path)
+    index = json.loads(backend.get("ckpt/model.safetensors.index.json"))
+    index["weight_map"].update({"lm_head.w": "gone.safetensors", "norm.w": "gone.safetensors"})
+    backend.put("ckpt/model.safetensors.index.json", json.dumps(index).encode())
+    uri = backend.uri("ckpt/model.safetensors.index.json")
+    calls = [lambda: ts_st.load(uri, **backend.options),
+             lambda: dict(ts_st.iter_tensors(uri, **backend.options)),
+             lambda: ts_st.open(uri, **backend.options).get_tensor("norm.w"),
+             lambda: tensorstream.convert(uri, str(tmp_path / "out.tensors"),
+                                          src_options=backend.options),
+             lambda: tensorstream.inspect(uri, **backend.options)]
+    for call in calls:
+        with pytest.raises(NotFoundError) as info:
+            call()
+        message = str(info.value)
+        assert "gone.safetensors" in message, message
+        assert re.search(r"model\.safetensors\.index\.json puts 2 tensors there: "
+                         r"'lm_head\.w', 'norm\.w'", message), message
+    assert sorted(ts_st.load(uri, filter=["embed"], **backend.options)) == ["embed"]

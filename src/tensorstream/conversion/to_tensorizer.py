@@ -141,7 +141,7 @@ def plan_shards(sources: list[Source], options: Mapping[str, Any],
     shards: list[Shard] = []
     seen: dict[str, str] = {}
     for source in sources:
-        with SafetensorsFile(source.uri, dict(options)) as f:
+        with SafetensorsFile(source.uri, dict(options), source=source) as f:
             try:
                 tensors = f.select(lambda name: True, source.names,
                                    hint="tensorizer holds torch tensors only; leave the "

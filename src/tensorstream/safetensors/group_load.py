@@ -55,7 +55,7 @@ class _File:
 
     def __init__(self, source: Source, options: dict[str, Any], wanted: Callable[[str], bool],
                  pin: bool, allowance: int | None) -> None:
-        self.file = SafetensorsFile(source.uri, options, exact=True)
+        self.file = SafetensorsFile(source.uri, options, exact=True, source=source)
         try:
             self.infos: list[TensorInfo] = sorted(self.file.select(wanted, source.names),
                                                   key=lambda t: t.begin)

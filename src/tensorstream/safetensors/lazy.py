@@ -170,7 +170,7 @@ class SafeOpen:
             if f is None:
                 if self._closed:
                     raise ValueError(f"{self.name} is closed")
-                f = SafetensorsFile(self._sources[i].uri, self._options)
+                f = SafetensorsFile(self._sources[i].uri, self._options, source=self._sources[i])
                 with self._open_lock:
                     if self._closed:  # closed while the header was read
                         f.close()

@@ -18,7 +18,7 @@ from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
 from .dtypes import LEAVE_OUT, _check_byteorder, byte_view, torch_dtype, torch_shape
 from .header import Header, TensorInfo, header_from_prefix, shown
-from .sources import with_prefix_hint
+from .sources import Source, missing_shard, with_prefix_hint
 
 __all__ = ["SafetensorsFile"]
 
@@ -32,12 +32,16 @@ class SafetensorsFile:
     """One open safetensors object: its validated header and its reader."""
 
     def __init__(self, uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any], *,
-                 exact: bool = False) -> None:
+                 exact: bool = False, source: Source | None = None) -> None:
+        """``source``: the :class:`~.sources.Source` ``uri`` is, for a missing shard's error
+        to name the index that named it, and the tensors it was to hold."""
         _check_byteorder()
         try:
             self.reader: StreamReader = ts_open(uri, "rb", **options)
         except NotFoundError as exc:  # "s3://b/llama": a prefix is named with its "/"
             hinted = with_prefix_hint(exc, parse_uri(uri), "load")
+            if source is not None:
+                hinted = missing_shard(hinted, source)
             if hinted is exc:
                 raise
             raise hinted from exc

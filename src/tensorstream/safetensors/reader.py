@@ -116,7 +116,7 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
     the read-ahead window of tensors not yet yielded, as its buffers did). ``fits``: first
     refuse (:func:`~tensorstream.headroom.check_fits`) tensors that claim more than the
     device can hold, or than ``max_tensor_bytes`` (``load`` keeps them all)."""
-    with SafetensorsFile(source.uri, options) as f:
+    with SafetensorsFile(source.uri, options, source=source) as f:
         f.max_tensor_bytes = max_tensor_bytes
         tensors = f.select(wanted, source.names)
         if not tensors:  # a file with no tensors, or none wanted: its header was checked

@@ -29,7 +29,7 @@ from ..uri import ParsedURI, is_utf8, parse_uri
 from .header import shown
 
 __all__ = ["INDEX_SUFFIX", "Checkpoint", "Index", "Source", "from_index", "is_folder",
-           "load_index", "resolve", "resolve_checkpoint", "with_prefix_hint"]
+           "load_index", "missing_shard", "resolve", "resolve_checkpoint", "with_prefix_hint"]
 
 #: Shards of a checkpoint read at the same time.
 MAX_CONCURRENT_FILES = 4
@@ -44,11 +44,13 @@ MAX_SHARDS = 10_000
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """One safetensors object; ``names``: the tensors the index takes from it (None: all)."""
+    """One safetensors object; ``names``: the tensors the index takes from it (None: all);
+    ``index``: the redacted URI of that index."""
 
     uri: str
     where: str
     names: frozenset[str] | None = None
+    index: str | None = None
 
 
 def _sibling(parsed: ParsedURI, name: str) -> str:
@@ -157,8 +159,24 @@ def from_index(parsed: ParsedURI, options: dict[str, Any]) -> Checkpoint:
     out = []
     for shard in sorted(shards):
         uri = _sibling(parsed, shard)
-        out.append(Source(uri, parse_uri(uri).redacted(), frozenset(shards[shard])))
+        out.append(Source(uri, parse_uri(uri).redacted(), frozenset(shards[shard]), index.where))
     return Checkpoint(out, index)
+
+
+def missing_shard(exc: NotFoundError, source: Source) -> NotFoundError:
+    """``exc`` (``source`` not found) naming the index that puts tensors there, and which:
+    "no such file" of a shard said neither (a download or a copy cut short)."""
+    if source.index is None or not source.names:
+        return exc
+    names = sorted(source.names)
+    listed = ", ".join(shown(n) for n in names[:5])
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    plural = "s" if len(names) > 1 else ""
+    out = NotFoundError(f"{exc}; {source.index} puts {len(names)} tensor{plural} there: "
+                        f"{listed}{more}. Copy the missing shard next to the index, or load "
+                        "a complete copy of the checkpoint")
+    out.__cause__ = exc
+    return out
 
 
 async def _list(parsed: ParsedURI, prefix: str, options: dict[str, Any]) -> list[str]:
