@@ -138,17 +138,19 @@ def size_text(n: int) -> str:
 
 
 def check_fits(claimed: int, device: Any, limit: int | None, where: str, *, count: int,
-               detail: str = "", fewer: str = "filter", hint: str | None = None) -> None:
+               detail: str = "", fewer: str = "filter", hint: str | None = None,
+               available: int | None = None) -> None:
     """Raise :class:`~tensorstream.errors.InsufficientMemoryError` naming ``where`` when
     ``count`` tensors to load claim more than ``limit`` bytes (``None``: what
     ``device`` has available now; unknown: nothing is refused). ``detail`` follows
     the claimed size in the message; ``fewer`` names the options that load less;
-    ``hint`` replaces the advice (where ``max_tensor_bytes`` is not an option)."""
+    ``hint`` replaces the advice (where ``max_tensor_bytes`` is not an option);
+    ``available``: the memory figure already measured (``None``: measured now)."""
     given = limit is not None
     if limit is None:
         if claimed < SMALL_CLAIM:  # cannot exhaust memory by itself; the probe costs ~0.2 ms
             return
-        limit = available_bytes(device)
+        limit = available if available is not None else available_bytes(device)
         if limit is None:  # unknown: never refuse on a guess
             return
     if claimed <= limit:

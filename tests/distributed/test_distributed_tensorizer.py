@@ -340,3 +340,40 @@ def test_a_tensorizer_config_shares_a_load_with_group(
         assert got.get("digests") == model[1], (r.rank, got)
         assert got["stats"]["path"] == "group", got["stats"]
         assert r.value["sharded"].get("digests") == shard_digests[r.rank], r.value["sharded"]
+
+
+GIB = 1 << 30
+
+
+def test_a_group_buffer_and_the_tensors_beside_it_are_checked_as_one_sum() -> None:
+    """A group load onto the CPU holds the file's bytes (its buffer) and the tensors built
+    from them at once; each was compared with the memory available alone, so 6 GiB of
+    buffer and 6 GiB of tensors passed both checks with 10 GiB available. Their sum is
+    refused now, in the words of a refused group load; tensors elsewhere (``beside=0``: a
+    GPU, or ``max_tensor_bytes=`` vouching for them) leave the buffer alone as before."""
+    from tensorstream.distributed.tensorizer import check_buffer
+
+    with pytest.raises(tensorstream.errors.InsufficientMemoryError) as info:
+        check_buffer(6 * GIB, 6 * GIB, "s3://b/m.tensors", 3, available=10 * GIB)
+    said = str(info.value)
+    assert said.startswith("s3://b/m.tensors: its 3 tensor(s) to load claim 12884901888 bytes "
+                           "(12 GiB) with the file's headers (a group load holds them in "
+                           "memory; 6442450944 bytes (6 GiB) of it for the tensors built from "
+                           "them, held at once), more than the 10737418240 bytes (10 GiB) cpu "
+                           "memory available; nothing was allocated."), said
+    assert "load it without group=" in said
+    assert info.value.claimed == 12 * GIB and info.value.limit == 10 * GIB
+    check_buffer(6 * GIB, 0, "s3://b/m.tensors", 3, available=10 * GIB)
+    check_buffer(6 * GIB, 4 * GIB, "s3://b/m.tensors", 3, available=10 * GIB)
+    with pytest.raises(tensorstream.errors.InsufficientMemoryError, match="claim 11811160064 "
+                       r"bytes \(11 GiB\) with the file's headers \(a group load holds them "
+                       r"in memory\), more than"):
+        check_buffer(11 * GIB, 0, "s3://b/m.tensors", 3, available=10 * GIB)
+
+
+def test_only_tensors_on_the_cpu_without_an_allowance_are_summed_with_the_buffer() -> None:
+    from tensorstream.tensorizer.deserializing import _held_beside
+
+    assert _held_beside(5 * GIB, torch.device("cpu"), None) == 5 * GIB
+    assert _held_beside(5 * GIB, torch.device("cuda", 0), None) == 0
+    assert _held_beside(5 * GIB, torch.device("cpu"), 8 * GIB) == 0

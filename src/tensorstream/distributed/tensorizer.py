@@ -25,7 +25,7 @@ import torch
 
 from ..api import open as ts_open
 from ..file import StreamReader
-from ..headroom import check_fits
+from ..headroom import check_fits, size_text
 from ..tensorizer.foreign import translate
 from ..tensorizer.hook import StreamTensorDeserializer
 from ..uri import ParsedURI
@@ -34,7 +34,7 @@ from .group import Group
 from .memory import Arrival, MemorySource, PositionedFile
 from .plan import Layout, Packed, Piece, fingerprint, merge, split
 
-__all__ = ["fetch"]
+__all__ = ["check_buffer", "fetch"]
 
 #: DEBUG: how long each step of a group load took on this rank.
 log = logging.getLogger("tensorstream.distributed")
@@ -87,11 +87,26 @@ class _ExactSource(PositionedFile):
         return self._cache_at, self._cache
 
 
+def check_buffer(buffer: int, beside: int, where: str, kept: int, *,
+                 available: int | None = None) -> None:
+    """Refuse a group load whose buffer of the file's bytes (``buffer``: the headers and
+    the kept tensors' data) and the tensors built from it in the same memory (``beside``)
+    claim more than the CPU memory available (``available``: already measured; ``None``:
+    measured now). Checked apart, each could fit while both, held at once, did not."""
+    both = (f"; {size_text(beside)} of it for the tensors built from them, held at once"
+            if beside else "")
+    check_fits(buffer + beside, torch.device("cpu"), None, where, count=kept,
+               detail=f" with the file's headers (a group load holds them in memory{both})",
+               hint="If the file is right, load it without group= (each rank reads it) or "
+                    "fewer tensors (filter_func=)", available=available)
+
+
 def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bool] | None,
-          claims: Callable[[list[Any]], None] | None = None,
-          ) -> tuple[list[tuple[int, int]], int, tuple[int, bytes], int]:
+          claims: Callable[[list[Any]], int] | None = None,
+          ) -> tuple[list[tuple[int, int]], int, tuple[int, bytes], int, int]:
     """The byte spans the load reads, a fingerprint of them and the object
-    version, the bytes the index read fetched and how many tensors it keeps.
+    version, the bytes the index read fetched, how many tensors it keeps and the
+    bytes they hold beside the group's buffer (``claims``' answer).
 
     The spans: the file header and index, every tensor's header (tensorizer
     reads the headers of the tensors ``filter_func`` leaves out too), and the
@@ -111,9 +126,9 @@ def _plan(reader: StreamReader, encryption: Any, filter_func: Callable[[Any], bo
             kept.append(entry)
         spans.append((entry.offset, entry.data_offset + entry.data_length if keep
                       else entry.data_offset))
-    if claims is not None:
-        claims(kept)
-    return spans, fingerprint(reader.size, reader.etag, spans), source.known(), len(kept)
+    beside = claims(kept) if claims is not None else 0
+    return (spans, fingerprint(reader.size, reader.etag, spans), source.known(), len(kept),
+            beside)
 
 
 def _skip_known(pieces: list[Piece], whole: Packed, known: tuple[int, bytes]) -> list[Piece]:
@@ -142,12 +157,13 @@ def _skip_known(pieces: list[Piece], whole: Packed, known: tuple[int, bytes]) ->
 def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where: str, *,
           encryption: Any = None, filter_func: Callable[[Any], bool] | None = None,
           early: BaseException | None = None,
-          claims: Callable[[list[Any]], None] | None = None) -> MemorySource:
+          claims: Callable[[list[Any]], int] | None = None) -> MemorySource:
     """The bytes of ``target`` that a load needs, read once by the group.
 
     ``early``: this rank's failure before the load started (a bad device...),
     reported to the group at its first step so every rank raises. ``claims``:
-    checks the index entries the load keeps before anything is read.
+    checks the index entries the load keeps before anything is read, and gives the
+    bytes their tensors will hold in this process's memory beside the group's buffer.
     """
     reader: StreamReader | None = None
     clock = [time.perf_counter()]
@@ -161,11 +177,11 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
         spans: list[tuple[int, int]] = []
         fp = 0
         known: tuple[int, bytes] = (0, b"")
-        kept = 0
+        kept = beside = 0
         if error is None:
             try:
                 reader = ts_open(target, "rb", **options)
-                spans, fp, known, kept = _plan(reader, encryption, filter_func, claims)
+                spans, fp, known, kept, beside = _plan(reader, encryption, filter_func, claims)
             except Exception as exc:
                 # as a load of its own words it: the group quoted tensorizer's bare
                 # "CryptographyError: Tensor is encrypted, but decryption was not requested"
@@ -182,10 +198,7 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
             # touched). Only those bytes: the whole file refused a filtered load of a
             # file larger than memory whose tensors fit.
             layout = Layout(spans)
-            check_fits(layout.size, torch.device("cpu"), None, where, count=kept,
-                       detail=" with the file's headers (a group load holds them in memory)",
-                       hint="If the file is right, load it without group= (each rank reads "
-                            "it) or fewer tensors (filter_func=)")
+            check_buffer(layout.size, beside, where, kept)
             buffer = torch.empty(layout.size, dtype=torch.uint8, device="cpu")
             whole = Packed(layout, buffer)
             pieces = [Piece(a, whole[a:b]) for a, b in spans if a < b]

@@ -43,10 +43,11 @@ def claimed_bytes(entry: Any, name: str) -> int:
     return claimed
 
 
-def check_claims(entries: Iterable[Any], device: Any, limit: int | None, name: str) -> None:
+def check_claims(entries: Iterable[Any], device: Any, limit: int | None, name: str) -> int:
     """Refuse, before anything is allocated, to load ``entries`` onto ``device``
     when they claim more than ``limit`` bytes (``None``: what the device has
-    available now, :func:`~tensorstream.headroom.available_bytes`)."""
+    available now, :func:`~tensorstream.headroom.available_bytes`); the bytes they
+    claim otherwise."""
     entries = list(entries)
     claims = [claimed_bytes(e, name) for e in entries]
     meta = sum(c for e, c in zip(entries, claims, strict=True) if e.data_length <= 0)
@@ -54,3 +55,4 @@ def check_claims(entries: Iterable[Any], device: Any, limit: int | None, name: s
                detail=(f", {size_text(meta)} of it in meta tensors (zeros, without data in the "
                        "file)") if meta else "",
                fewer="filter_func, lazy_load")
+    return sum(claims)

@@ -244,7 +244,8 @@ def deserialize(
             # before any byte is read: after the exchange, every rank had pulled its share
             # and exchanged them all for the deserializer's same refusal
             claims = (None if lazy_load or parsed is None else
-                      lambda entries: check_claims(entries, parsed, allowance, where))
+                      lambda entries: _held_beside(check_claims(entries, parsed, allowance, where),
+                                                   parsed, allowance))
             stream = fetch_shared(target, shared, options, where, encryption=decryption,
                                   filter_func=filter_func, early=early, claims=claims)
         elif stream is None:
@@ -311,6 +312,13 @@ def deserialize(
     if not lazy_load:
         record.loaded(deserializer)
     return deserializer
+
+
+def _held_beside(claimed: int, device: Any, allowance: int | None) -> int:
+    """The bytes a group load's tensors hold in this process's memory beside the group's
+    buffer of the file (both held at once: checked as one sum). Tensors on a GPU are not
+    there; ``max_tensor_bytes=`` given vouches for them (as it does without group=)."""
+    return claimed if getattr(device, "type", None) == "cpu" and allowance is None else 0
 
 
 def _close(deserializer: TensorDeserializer) -> None:
