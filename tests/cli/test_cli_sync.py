@@ -124,6 +124,11 @@ def test_sync_into_redis_copies_a_same_size_update_dated_before_the_last_copy(
     with tensorstream.open(dst + "w.bin", "rb") as f:
         assert f.read() == b"B" * 1000
     assert cli("sync", str(src), dst).stderr.strip() == "1 already there and unchanged"
+    with tensorstream.open(dst + "w.bin", "wb") as f:  # changed there after the copy
+        f.write(b"X" * 1000)
+    assert cli("sync", str(src), dst).stdout.startswith("copy: ")
+    with tensorstream.open(dst + "w.bin", "rb") as f:
+        assert f.read() == b"B" * 1000
     # Written otherwise (no source to take a date from): dated when written.
     with tensorstream.open(dst + "direct.bin", "wb") as f:
         f.write(b"C")
@@ -134,6 +139,36 @@ def _manifest_mtime(server: Any, key: str) -> float:
     """The ``mtime`` field of the manifest of the tensorstream object at ``key``."""
     with server.client() as c:
         return float(c.hget(key, "mtime"))
+
+
+def test_sync_copies_again_a_local_copy_changed_after_it_was_made(tmp_path: Path,
+                                                                 moto_s3: Any) -> None:
+    """A local copy carries its source's date, so a copy dated otherwise was changed
+    after the copy: a file of the copy rewritten with as many bytes (edited, damaged, a
+    download of another version over it) was "newer than its source", taken as
+    unchanged, and sync never put the source's bytes back (exit 0). aws s3 sync
+    downloads an object again when the file is newer, rclone when the dates differ; so
+    does sync now, from S3 or a local directory. ``cp -r --resume`` still skips it (a
+    complete file at least as new as its source, as documented)."""
+    env = s3_env(moto_s3, tmp_path)
+    ep = ["--endpoint-url", moto_s3.endpoint_url]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"A" * 1000)
+    (src / "k.bin").write_bytes(b"K" * 10)
+    assert cli("cp", "-r", *ep, str(src), f"s3://{S3_BUCKET}/edited/", env=env).returncode == 0
+    for source in (f"s3://{S3_BUCKET}/edited/", str(src)):
+        dst = tmp_path / ("from-s3" if source.startswith("s3:") else "from-dir")
+        assert cli("sync", *ep, source, str(dst), env=env).stdout.count("copy: ") == 2
+        (dst / "w.bin").write_bytes(b"X" * 1000)  # after the copy: dated now
+        r = cli("cp", "-r", "--resume", *ep, source, str(dst), env=env)
+        assert r.returncode == 0 and r.stdout == "", r.stderr
+        r = cli("sync", *ep, source, str(dst), env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == [f"copy: {source.rstrip('/')}/w.bin -> {dst}/w.bin"]
+        assert files_under(dst) == {"w.bin": b"A" * 1000, "k.bin": b"K" * 10}
+        r = cli("sync", *ep, source, str(dst), env=env)
+        assert r.stderr.strip() == "2 already there and unchanged", r.stderr
 
 
 def test_an_interrupted_sync_says_to_run_the_same_sync(tmp_path: Path, moto_s3: Any) -> None:

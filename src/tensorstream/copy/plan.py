@@ -47,6 +47,10 @@ def special_file(path: str) -> str | None:
     return None
 
 
+#: Destinations whose copies carry their source's modification time (sync compares it).
+_CARRY_DATES = ("file", "redis", "rediss")
+
+
 class Planner(SourceLister):
     """The planning half of the copy engine (attributes set by the engine); what each
     source names is listed by its base, :class:`.listing.SourceLister`."""
@@ -339,7 +343,9 @@ class Planner(SourceLister):
                         return job
                 except OSError:
                     return job  # (the copy reports it)
-            elif not unchanged(info, there, same_kind=same_kind):
+            elif not unchanged(info, there, same_kind=same_kind, carries_date=(
+                    not self.resume and job.dst_uri.scheme in _CARRY_DATES)):
+                # (--resume skips a complete file at least as new as its source, as said)
                 return job
             self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",
                                      reason="unchanged"))

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import fnmatch
 import os
 import stat as stat_mod
@@ -214,7 +215,8 @@ def _comparable(src: ObjectInfo, dst: ObjectInfo) -> bool:
         src.etag == dst.etag or _layout(src.etag or "") == _layout(dst.etag or "") == 0)
 
 
-def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bool:
+def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool,
+              carries_date: bool = False) -> bool:
     """True when ``dst`` already holds ``src``'s bytes, judged like ``aws s3 sync``.
 
     Different sizes: changed. Same kind of store and both ETags known and
@@ -227,8 +229,11 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bo
     they where either object is encrypted with SSE-KMS, DSSE-KMS or SSE-C (its HEAD
     says so): S3's ETag there is no MD5, and two copies of the same bytes never had
     the same one. Otherwise a destination
-    at least as new as the source is taken as a copy of it (a local copy carries
-    its source's modification time; a remote one was written after its source was).
+    at least as new as the source is taken as a copy of it (a remote one was written
+    after its source was). Where the copy carries its source's modification time
+    (``carries_date``: a local file, a Redis object), it is a copy only with that
+    date: one dated otherwise was changed after the copy (as ``aws s3 sync`` downloads
+    again a file newer than its object, and rclone copies when the dates differ).
     """
     if dst is None or dst.size != src.size:
         return False
@@ -238,8 +243,15 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool) -> bo
         if not (_encrypted(src) or _encrypted(dst)):
             return False
     if src.mtime is not None and dst.mtime is not None:
+        if carries_date:
+            return abs(dst.mtime - src.mtime) <= _SAME_DATE
         return dst.mtime >= src.mtime
     return True
+
+
+#: How far a carried date may be from its source's and be the same (its microsecond
+#: rounded once more on the way through a float).
+_SAME_DATE = datetime.timedelta(microseconds=2)
 
 
 def source_encryption_decides(src: ObjectInfo, dst: ObjectInfo | None, *,
