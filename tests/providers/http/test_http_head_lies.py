@@ -18,7 +18,7 @@ import pytest
 import tensorstream
 from cli_env import cli
 from reliability_helpers import RawHTTPServer
-from tensorstream.errors import TensorstreamError
+from tensorstream.errors import ProtocolError, TensorstreamError
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -48,6 +48,22 @@ def _head_says(length: str, data: bytes = DATA) -> Respond:
 def _open_read(url: str) -> bytes:
     with tensorstream.open(url, retries=1) as f:
         return f.read()
+
+
+def _head_empty_get_without_total(method: str, headers: dict[str, str], attempt: int) -> bytes:
+    if method == "HEAD":
+        return _answer("200 OK", {"Content-Length": "0", "ETag": '"v1"'})
+    first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+    a, b = int(first), min(int(last) if last else len(DATA) - 1, len(DATA) - 1)
+    return _answer("206 Partial Content", {
+        "Content-Length": str(b - a + 1), "Content-Range": f"bytes {a}-{b}/*", "ETag": '"v1"'},
+        DATA[a:b + 1])
+
+
+def test_a_head_that_says_empty_and_a_get_that_names_no_total_is_an_error() -> None:
+    with RawHTTPServer(_head_empty_get_without_total) as server:
+        with pytest.raises(ProtocolError, match="HEAD says 0 bytes but a GET serves bytes"):
+            _open_read(server.url("m.bin"))
 
 
 @pytest.mark.parametrize("length", ["0", "100"])

@@ -285,12 +285,17 @@ class HTTPProvider(Provider):
         """``info`` (a HEAD's size 0), unless the GET of the first byte ``resp``
         reports the object holds bytes: its info then (the reads are checked
         against its total). Any other answer (416 ``*/0``, 416 alone, 200 with
-        no body, an error status) leaves the HEAD's."""
+        no body, an error status) leaves the HEAD's; a GET that serves a byte
+        without saying how many there are is an error (never an empty read)."""
         if resp.status not in (200, 206):
             return info
         try:
             probed = self._info_from_probe(resp, info.path)
-        except ProtocolError:
+        except ProtocolError as exc:
+            if resp.status == 206 or resp.body:
+                raise ProtocolError(
+                    f"HEAD says 0 bytes but a GET serves bytes, and {exc.message}",
+                    service="http", path=_redact_path(info.path)) from None
             return info
         if probed.size > 0:
             log.warning("%s%s: HEAD says 0 bytes but a GET serves %d; reading what the GETs "
