@@ -63,8 +63,14 @@ class ParsedURI:
         return self.redacted()
 
     def __reduce__(self) -> Any:
-        # Pickles carry the redacted form only; secrets never leave the process that way.
-        return (parse_uri, (self.redacted(),))
+        # Secrets never leave the process in a pickle; nor does a silently changed URI
+        # (its redacted form names another object: ``?v=***``), so one holding any is refused.
+        shown = self.redacted()
+        if shown != self.raw:
+            raise TypeError(f"refusing to pickle ParsedURI({shown!r}): it holds values kept "
+                            "out of every repr (user info, query values); pass the URI "
+                            "string to the other process and parse it there")
+        return (parse_uri, (self.raw,))
 
     @property
     def bucket(self) -> str:
