@@ -29,6 +29,7 @@ SECRET = "CANARY-s3cr3t-v4lu3"
     f"stat s3://b/k -- --token={SECRET}",           # no place for it after '--': echoed
     f"stat s3://b/k -- --tokn {SECRET}",
     f"stat -- s3://b/k --tokn={SECRET}",
+    f"sync --size-only={SECRET} a b",               # another tool's flag, given a value
 ])
 def test_a_usage_error_never_quotes_a_secret(line: str, capsys: pytest.CaptureFixture[str]) -> None:
     """argparse printed ``unrecognized arguments: --tokn=<token>``, ``ambiguous option:
@@ -71,6 +72,28 @@ def test_a_mistyped_option_names_the_one_meant(line: str, shown: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """``cp --dry-run`` (s5cmd's spelling), ``--recusive``, ``ls --log``: argparse said only
     ``unrecognized arguments: ...``; the library's options name the one meant already."""
+    assert main(shlex.split(line)) == 2
+    assert shown in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("sync --size-only a b", "unrecognized arguments: --size-only (not taken: sync copies what "
+                             "differs in size,"),
+    ("sync a b --exact-timestamps", "(not taken: a local or Redis copy carries its source's "
+                                    "date,"),
+    ("sync --delete --delete-excluded --exclude '*.tmp' a b",
+     "(not taken: --delete never deletes what --exclude leaves out, as aws s3 sync; "),
+    ("cp -r --ignore-existing a b", "(not taken: cp -r --resume skips "),
+    ("cp -r --no-clobber a b", "(not taken: cp -r --resume skips "),
+    ("sync --size-only --dry-run a b", "unrecognized arguments: --size-only --dry-run (did you "
+                                       "mean --dryrun?; --size-only is not taken: sync copies"),
+])
+def test_an_aws_s5cmd_or_rclone_sync_flag_says_what_sync_does_instead(
+        line: str, shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sync --size-only`` (aws, s5cmd, rclone), ``--exact-timestamps`` (aws),
+    ``--delete-excluded`` (rclone), ``--ignore-existing``/``--no-clobber``: argparse said only
+    ``unrecognized arguments: --size-only``, nothing of what sync compares instead or of
+    the flag to use (docs/cli.md's table says it; the error did not)."""
     assert main(shlex.split(line)) == 2
     assert shown in capsys.readouterr().err
 

@@ -38,6 +38,7 @@ OTHER_TOOLS = {
     "--dry-run": "rclone's and s5cmd's name for --dryrun",
     "--size-only": "aws s3 sync's, s5cmd's and rclone's, which sync does not take",
     "--exact-timestamps": "aws s3 sync's, which sync does not take",
+    "--delete-excluded": "rclone's, which sync does not take",
     "--follow-symlinks": "aws s3's default, beside --no-follow-symlinks",
     "--if-size-differ": "s5cmd's, beside cp --resume",
     "--ignore-existing": "rclone's, beside cp --resume",

@@ -88,7 +88,7 @@ def withhold_option_values(message: str, argv: Sequence[str],
         if eq:
             message = message.replace(word, f"{name}=***")
         elif i + 1 < len(argv) and argv[i + 1] not in ("-", "--") and not _names_option(
-                argv[i + 1], options):
+                argv[i + 1], options) and name not in _NOT_TAKEN:  # (flags: no value follows)
             # (a value may start with '-': a url-safe token; argparse then echoes it
             # beside the unknown option, as it does any other)
             separate.append(argv[i + 1])
@@ -96,6 +96,18 @@ def withhold_option_values(message: str, argv: Sequence[str],
 
 
 _UNRECOGNIZED = "unrecognized arguments: "
+_RESUME = "cp -r --resume skips what is already complete at DST"
+#: Flags of aws s3 sync, s5cmd and rclone that are not taken, and what to do instead.
+_NOT_TAKEN = {
+    "--size-only": "sync copies what differs in size, then in ETag between two S3 stores, "
+                   "then in date; see docs/cli.md#sync",
+    "--exact-timestamps": "a local or Redis copy carries its source's date, and sync copies "
+                          "it again when the dates differ; see docs/cli.md#sync",
+    "--delete-excluded": "--delete never deletes what --exclude leaves out, as aws s3 sync; "
+                         "to delete by pattern: rm -r --exclude '*' --include GLOB DST",
+    "--ignore-existing": _RESUME,
+    "--no-clobber": _RESUME,
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -132,14 +144,24 @@ class Parser(argparse.ArgumentParser):
         # (a word after "--" is a name the command line says is no option: a file "--log")
         given = self._given[:self._given.index("--")] if "--" in self._given else self._given
         options = {word.partition("=")[0] for word in given}
-        meant = []
-        for word in message[len(_UNRECOGNIZED):].split():
+        meant, foreign = [], []
+        words = message[len(_UNRECOGNIZED):].split()
+        for word in words:
             name = word.partition("=")[0]
             if name.startswith("--") and name not in accepted and name in options:
+                if name in _NOT_TAKEN:  # (another tool's flag: what to do instead)
+                    foreign.append(name)
+                    continue
                 close = difflib.get_close_matches(name.replace("_", "-"), accepted, n=1,
                                                   cutoff=0.7)
                 meant += [(close[0], name)] if close else []
+        said = []
         if len(meant) == 1:
-            return f" (did you mean {meant[0][0]}?)"
-        return (" (did you mean " + ", ".join(f"{a} for {b}" for a, b in meant) + "?)"
-                if meant else "")
+            said.append(f"did you mean {meant[0][0]}?")
+        elif meant:
+            said.append("did you mean " + ", ".join(f"{a} for {b}" for a, b in meant) + "?")
+        if len(words) == 1 and foreign:
+            said.append(f"not taken: {_NOT_TAKEN[foreign[0]]}")
+        else:
+            said += [f"{name} is not taken: {_NOT_TAKEN[name]}" for name in foreign]
+        return f" ({'; '.join(said)})" if said else ""
