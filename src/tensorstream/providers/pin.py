@@ -57,6 +57,13 @@ class Pin:
         why = None
         if self.size is not None and served.size is not None and served.size != self.size:
             why = f"size {served.size}, was {self.size}"
+            if (self.etag is not None and served.etag is not None
+                    and not (_weak(self.etag) or _weak(served.etag))
+                    and served.etag.strip() == self.etag.strip()):
+                # One strong ETag names one sequence of bytes: the server contradicts
+                # itself (a HEAD that reports another length than its GETs serve).
+                why += (f", under the same ETag {served.etag}: the server's answers disagree "
+                        "on the size (its HEAD and its GETs?), not only the object changed")
         elif self.etag is not None and served.etag is not None and (
                 _opaque(served.etag) != _opaque(self.etag)):
             why = f"ETag {served.etag}, was {self.etag}"

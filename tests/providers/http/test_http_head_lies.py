@@ -18,7 +18,7 @@ import pytest
 import tensorstream
 from cli_env import cli
 from reliability_helpers import RawHTTPServer
-from tensorstream.errors import ProtocolError, TensorstreamError
+from tensorstream.errors import ObjectChangedError, ProtocolError, TensorstreamError
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -121,3 +121,13 @@ def test_an_empty_object_still_reads_empty(name: str) -> None:
         url = server.url("m.bin")
         assert _open_read(url) == b""
         assert asyncio.run(tensorstream.stat(url)).size == 0
+
+
+def test_a_head_that_says_another_size_under_the_same_etag_says_the_server_disagrees() -> None:
+    # "the object changed while it was being read (size 262147, was 100)" sent the
+    # user looking for a writer; one strong ETag with two sizes is the server's doing.
+    with RawHTTPServer(_head_says("100")) as server:
+        with pytest.raises(ObjectChangedError, match="size 262147, was 100") as info:
+            _open_read(server.url("m.bin"))
+    assert 'same ETag "v1"' in str(info.value)
+    assert "disagree" in str(info.value)
