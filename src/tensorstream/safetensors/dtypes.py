@@ -13,7 +13,7 @@ import torch
 from ..errors import MalformedFileError, UnsupportedOperationError
 from .header import TensorInfo, shown
 
-__all__ = ["LEAVE_OUT", "PACKED", "byte_view", "torch_dtype", "torch_shape"]
+__all__ = ["LEAVE_OUT", "PACKED", "byte_view", "no_data", "torch_dtype", "torch_shape"]
 
 _DTYPES: dict[str, str] = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -62,6 +62,13 @@ def torch_shape(t: TensorInfo, where: str = "") -> tuple[int, ...]:
             f"{t.dtype} {per} to an element ({_DTYPES[t.dtype]}), so its last dimension must be "
             f"a multiple of {per}")
     return (*t.shape[:-1], t.shape[-1] // per)
+
+
+def no_data(t: TensorInfo, where: str = "") -> torch.Tensor:
+    """``t`` on the meta device: its dtype and shape, no memory and nothing read (a load
+    onto ``device="meta"`` read every byte to drop it)."""
+    return torch.empty(torch_shape(t, where), dtype=torch_dtype(t.dtype, where, tensor=t.name),
+                       device="meta")
 
 
 def _check_byteorder() -> None:

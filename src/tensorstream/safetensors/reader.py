@@ -40,7 +40,7 @@ from ..uri import ParsedURI, parse_uri
 from . import _local
 from ._local import fill_local
 from .arguments import Filter, _check, _needed, _wanted
-from .dtypes import PACKED, _casts, _finish, byte_view, torch_dtype, torch_shape
+from .dtypes import PACKED, _casts, _finish, byte_view, no_data, torch_dtype, torch_shape
 from .group_load import _shared
 from .header import TensorInfo, shown
 from .opened_file import SafetensorsFile
@@ -120,6 +120,10 @@ def _read_file(source: Source, options: dict[str, Any], wanted: Callable[[str], 
         f.max_tensor_bytes = max_tensor_bytes
         tensors = f.select(wanted, source.names)
         if not tensors:  # a file with no tensors, or none wanted: its header was checked
+            return
+        if device.type == "meta":  # tensors without data: the header says all they hold
+            for t in tensors:  # (reading every byte to drop it took as long as a real load)
+                emit(t.name, _finish(no_data(t, f.where), device, dtype))
             return
         if fits:
             check_fits(sum(t.nbytes for t in tensors), device, max_tensor_bytes, f.where,
