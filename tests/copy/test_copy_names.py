@@ -184,3 +184,22 @@ def test_a_key_named_like_a_chunk_is_refused_into_redis_by_name(
             assert f.read() == name.encode()
     with pytest.raises(errors.InvalidURIError, match="named like a chunk"):
         ts_open(redis_server.url(f"{dst}/x:{'ab' * 8}:7"), "wb")
+
+
+def test_a_key_whose_path_is_longer_than_path_max_is_not_copied_again(
+        redis_server: Any, tmp_path: Path) -> None:
+    """A Redis key 25 segments of 200 bytes deep (each a name a directory takes, the
+    whole past PATH_MAX, 4096 bytes): the copy reaches it a directory at a time, but
+    sync looked at its copy by its whole path (``File name too long``), took it for
+    missing and copied it again on every run. Its neighbour at the top is skipped."""
+    prefix = _prefix()
+    deep = "/".join(["d" * 200] * 25) + "/f.bin"
+    redis_server.put(f"{prefix}/{deep}", b"deep")
+    redis_server.put(f"{prefix}/top.bin", b"top")
+    dst = tmp_path / "dst"
+    for status in ("copied", "skipped"):
+        r = copy(redis_server.url(prefix + "/"), str(dst), recursive=True,
+                 skip_unchanged=True)
+        assert r.ok, r.errors
+        assert sorted((o.dst.rsplit("/", 1)[-1], o.status) for o in r.outcomes) == [
+            ("f.bin", status), ("top.bin", status)]

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from .job import Job
 
 __all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "copied_mode", "mtime_ns",
+           "stat_by_parts",
            "one_hop"]
 
 T = TypeVar("T")
@@ -150,6 +151,21 @@ def _open_target_dir(root: str, subdirs: list[str]) -> int:
         return open_dir_under(root_fd, subdirs)
     finally:
         os.close(root_fd)
+
+
+def stat_by_parts(root: str, parts: list[str]) -> os.stat_result:
+    """The stat of ``root/parts...`` reached a directory at a time, as the copy writes it
+    (its whole path may be past PATH_MAX, which ``os.stat`` of it refuses: ``File name
+    too long``); a symbolic link in the way raises, as it does for the copy."""
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = open_dir_under(root_fd, parts[:-1], create=False)
+    finally:
+        os.close(root_fd)
+    try:
+        return os.stat(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 class LocalCopy:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import NotFoundError, PermissionDeniedError, TensorstreamError
 from ..layers.stack import PolicyProvider
-from ..providers.base import listing_keeps_damaged
+from ..providers.base import ObjectInfo, listing_keeps_damaged
 from ..providers.s3.key_limit import key_too_long
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
 from .job import Job
@@ -47,6 +47,13 @@ def special_file(path: str) -> str | None:
     return None
 
 
+def _past_path_max(job: Job) -> bool:
+    """Whether ``job``'s local destination has a path longer than the system takes whole."""
+    return job.local is not None and len(os.fsencode(job.dst_path)) >= _PATH_MAX
+
+
+#: Linux's PATH_MAX: ``os.stat`` of a longer path fails (``File name too long``).
+_PATH_MAX = 4096
 #: Destinations whose copies carry their source's modification time (sync compares it).
 _CARRY_DATES = ("file", "redis", "rediss")
 
@@ -301,8 +308,9 @@ class Planner(SourceLister):
         async def check(job: Job) -> Job | None:
             async with slots:
                 try:
-                    there = await job.dst.stat(job.dst_path)
-                except (TensorstreamError, OSError):
+                    there = await (self._stat_deep(job) if _past_path_max(job)
+                                   else job.dst.stat(job.dst_path))
+                except (TensorstreamError, OSError, UnsafeKeyError):
                     return job  # absent (or unreadable: the copy reports it)
             if job.in_place:
                 # An object onto itself is always its own copy: what is asked is its
@@ -353,6 +361,21 @@ class Planner(SourceLister):
 
         kept = await asyncio.gather(*(check(j) for j in jobs))
         return [j for j in kept if j is not None]
+
+    @staticmethod
+    async def _stat_deep(job: Job) -> ObjectInfo:
+        """A local destination whose whole path is past PATH_MAX, looked at a directory
+        at a time as the copy wrote it (``os.stat`` of the path refuses it, and it was
+        taken as missing and copied again on every sync)."""
+        from ..providers.local.version import object_info
+        from .local import stat_by_parts
+
+        assert job.local is not None  # (_past_path_max: a local destination)
+        root, parts = job.local
+        st = await asyncio.to_thread(stat_by_parts, root, parts)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotFoundError(f"not a regular file: {job.dst_path}", service="file")
+        return object_info(job.dst_path, st)
 
     async def _kms_by_default(self, job: Job) -> bool:
         """Whether ``job``'s source bucket encrypts objects with SSE-KMS or DSSE-KMS by
