@@ -123,3 +123,23 @@ def test_a_word_after_the_double_dash_is_no_mistyped_option(
     assert main(shlex.split(line)) == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments: --" in err and "did you mean" not in err, err
+
+
+@pytest.mark.parametrize("line", [
+    "cp --metadata-directive REPLACE --content-type x/y s3://b/k s3://b/k",
+    "cp --metadata-directive=COPY s3://b/k s3://b/j",
+    "sync --metadata-directive REPLACE --metadata a=1 s3://b/p/ s3://b/p/",
+])
+def test_aws_s_metadata_directive_says_how_tensorstream_does_it(
+        line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``aws s3 cp --metadata-directive REPLACE`` is how an aws user changes an object's
+    metadata (in place too); here it was ``unrecognized arguments: --metadata-directive
+    s3://b/k s3://b/k`` (REPLACE taken for the source) and no word of what to type. The
+    error now says that the fields given replace the source's, as REPLACE, and that it is
+    to be left out."""
+    assert main(shlex.split(line)) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --metadata-directive" in err, err
+    assert ("not taken: --content-type, --cache-control or --metadata replace the source's "
+            "fields (aws's REPLACE, in place too), none given copies them (COPY); leave it "
+            "out") in err, err

@@ -107,6 +107,10 @@ _NOT_TAKEN = {
                          "to delete by pattern: rm -r --exclude '*' --include GLOB DST",
     "--ignore-existing": _RESUME,
     "--no-clobber": _RESUME,
+    # (how an aws user changes metadata, in place too; REPLACE was taken for the source)
+    "--metadata-directive": "--content-type, --cache-control or --metadata replace the "
+                            "source's fields (aws's REPLACE, in place too), none given copies "
+                            "them (COPY); leave it out",
 }
 
 
