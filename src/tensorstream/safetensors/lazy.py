@@ -233,6 +233,8 @@ class SafeSlice:
             sel = [*sel[:-1], ((0, shape[-1], 1), False)]
         counts = [len(range(*s)) for s, _ in sel]
         out_shape = [c for c, (_, is_int) in zip(counts, sel, strict=True) if not is_int]
+        if owner._device.type == "meta":  # no data to read
+            return torch.empty(out_shape, dtype=dtype, device="meta")
         if 0 in counts:
             return _finish(torch.empty(out_shape, dtype=dtype, device="cpu"), owner._device, None)
         full = [s == (0, d, 1) for (s, _), d in zip(sel, shape, strict=True)]
