@@ -64,8 +64,9 @@ out is reported. '-' as SRC reads stdin, '-' as DST writes to stdout."""
 SYNC_DESCRIPTION = """\
 Make DST hold every object under SRC: copy what is missing at DST or
 differs (size; then ETag when both are S3; then a destination older than its
-source), like 'aws s3 sync'. With --delete, objects under DST that are not
-under SRC are deleted too. Same options as cp -r."""
+source, or a local or Redis copy dated otherwise than its source), like
+'aws s3 sync'. With --delete, objects under DST that are not under SRC are
+deleted too. Same options as cp -r."""
 
 EPILOG = """\
 examples:
