@@ -446,6 +446,34 @@ def test_save_writes_one_element_tensors_with_any_stride(tmp_path: Path) -> None
         assert torch.equal(back[name], t), name
 
 
+def test_save_lays_tensors_out_as_save_file_does(tmp_path: Path) -> None:
+    """``save`` wrote tensors in name order, so a float64 after a 3-byte tensor started
+    at an odd address in every reader's mapping; it lays them out as
+    ``safetensors.torch.save_file`` does now (widest dtype first, then by name: each
+    aligned to its element size), and with no metadata the file is the same bytes."""
+    from safetensors.torch import save as st_save
+
+    tensors = {"b.w": torch.arange(15, dtype=torch.float64).reshape(3, 5),
+               "a": torch.arange(7).to(torch.bfloat16),
+               "z": torch.arange(3, dtype=torch.uint8), "m": torch.ones(3, dtype=torch.bool),
+               "\u00e9": torch.ones(2, 2), "f8": torch.ones(3).to(torch.float8_e4m3fn),
+               "s": torch.tensor(3, dtype=torch.int64), "e": torch.zeros(0, 4),
+               "c": torch.ones(2, dtype=torch.complex64), "u": torch.ones(5, dtype=torch.int16)}
+    dest = tmp_path / "m.safetensors"
+    ts_st.save(tensors, dest)
+    assert dest.read_bytes() == st_save(tensors)
+    ts_st.save(tensors, dest, metadata={"format": "pt", "k": "\u00e9"})
+    blob = dest.read_bytes()
+    length = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + length])
+    want_blob = st_save(tensors, metadata={"format": "pt", "k": "\u00e9"})
+    want_length = int.from_bytes(want_blob[:8], "little")  # (its metadata's order is a hash's)
+    want = json.loads(want_blob[8:8 + want_length])
+    assert header == want and blob[8 + length:] == want_blob[8 + want_length:]
+    for name, t in tensors.items():
+        assert header[name]["data_offsets"][0] % t.element_size() == 0, name
+
+
 def test_save_refuses_a_header_no_loader_reads(tmp_path: Path) -> None:
     """A header over safetensors' 100,000,000-byte limit (much metadata, or very
     many long names) was written, into a file that ``load`` and ``safetensors.torch``

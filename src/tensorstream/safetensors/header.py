@@ -341,7 +341,7 @@ def encode_header(entries: Sequence[tuple[str, str, Sequence[int], int]],
     for name, dtype, shape, nbytes in entries:
         doc[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
-    body = json.dumps(doc, separators=(",", ":")).encode()
+    body = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()  # (as safetensors)
     body += b" " * (-(8 + len(body)) % 8)
     if len(body) > MAX_HEADER_SIZE:  # a file every safetensors reader refuses
         raise ConfigurationError(

@@ -19,6 +19,14 @@ __all__ = ["save"]
 _NAMES = {getattr(torch, attr): name for name, attr in _DTYPES.items() if hasattr(torch, attr)}
 
 
+#: Dtypes in the order ``safetensors`` lays tensors out (descending alignment: the
+#: Rust crate's ``Dtype`` order, reversed).
+_SAVE_RANK = {name: rank for rank, name in enumerate((
+    "U64", "I64", "F64", "C64", "F32", "U32", "I32", "BF16", "F16", "U16", "I16",
+    "F8_E5M2FNUZ", "F8_E4M3FNUZ", "F8_E8M0", "F8_E4M3", "F8_E5M2", "I8", "U8",
+    "F6_E3M2", "F6_E2M3", "F4", "BOOL"))}
+
+
 def _dtype_name(name: str, t: torch.Tensor) -> str:
     try:
         return _NAMES[t.dtype]
@@ -56,9 +64,10 @@ def save(
     """Write ``tensors`` as a safetensors file at ``uri`` (any writable backend).
 
     The object appears whole when the write completes, or not at all (an
-    error leaves the destination as it was). Tensors are written in name
-    order, one after another, each from host memory (a GPU tensor is copied
-    to the host one at a time). ``metadata``: strings only, stored as
+    error leaves the destination as it was). Tensors are laid out as
+    ``safetensors.torch.save_file`` lays them out (widest dtype first, then by
+    name: each starts aligned to its element size), each written from host
+    memory (a GPU tensor is copied to the host one at a time). ``metadata``: strings only, stored as
     ``__metadata__``. The result loads with ``safetensors.torch.load_file``.
     ``options`` as for :func:`tensorstream.open`.
 
@@ -77,7 +86,7 @@ def save(
             raise ConfigurationError(f"invalid tensor name {name!r}")
         _check_unicode(name, "tensor name")
     entries = []
-    for name in sorted(tensors):
+    for name in tensors:
         t = tensors[name]
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
             raise ConfigurationError(f"{name!r} is not a dense tensor")
@@ -85,6 +94,9 @@ def save(
             raise ConfigurationError(f"{name!r} is on the meta device: it has no data to save")
         dtype = _dtype_name(name, t)
         entries.append((name, dtype, _file_shape(name, dtype, t), t.numel() * t.element_size()))
+    # safetensors' own order (widest dtype first, then name): every tensor starts at a
+    # multiple of its element size, and the file is the one save_file writes.
+    entries.sort(key=lambda entry: (_SAVE_RANK.get(entry[1], len(_SAVE_RANK)), entry[0]))
     header = encode_header(entries, metadata)
     with ts_open(uri, "wb", **options) as out:
         out.write(header)
