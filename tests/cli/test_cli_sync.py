@@ -171,6 +171,33 @@ def test_sync_copies_again_a_local_copy_changed_after_it_was_made(tmp_path: Path
         assert r.stderr.strip() == "2 already there and unchanged", r.stderr
 
 
+def test_sync_delete_says_what_it_leaves_alone_at_a_local_destination(tmp_path: Path) -> None:
+    """``sync --delete`` into a local directory never deletes a symbolic link there (nor
+    through one), but it kept one that SRC lacks without a word, exit 0: DST was taken
+    for a mirror of SRC and was not (aws s3 sync deletes such a link, rclone names it).
+    Each is named now, with what to do; a link SRC has a file for (replaced by the copy)
+    and one the rules leave out are not."""
+    src, dst, outside = tmp_path / "src", tmp_path / "dst", tmp_path / "outside"
+    for d in (src, dst, outside):
+        d.mkdir()
+    (src / "a").write_bytes(b"a")
+    (src / "kept").write_bytes(b"k")
+    (outside / "o").write_bytes(b"o")
+    os.symlink(outside / "o", dst / "stale-link")
+    os.symlink(outside, dst / "dirlink")
+    os.symlink(outside / "o", dst / "kept")  # SRC has a file: the copy replaces the link
+    os.symlink(outside / "o", dst / "x.tmp")  # left out by the rules
+    r = cli("sync", "--delete", "--exclude", "*.tmp", str(src), str(dst))
+    assert r.returncode == 0, r.stderr
+    notes = [line for line in r.stderr.splitlines() if "--delete left" in line]
+    assert notes == [f"tensorstream: --delete left {dst / name} alone: a symbolic link, which "
+                     "sync --delete never deletes (rm it if it should go)"
+                     for name in ("dirlink", "stale-link")]
+    assert sorted(os.listdir(dst)) == ["a", "dirlink", "kept", "stale-link", "x.tmp"]
+    assert (dst / "kept").read_bytes() == b"k" and not (dst / "kept").is_symlink()
+    assert files_under(outside) == {"o": b"o"}
+
+
 def test_an_interrupted_sync_says_to_run_the_same_sync(tmp_path: Path, moto_s3: Any) -> None:
     """SIGTERM after some objects of a sync: the message said "(--resume skips them next
     time)", a flag sync refuses ("unrecognized arguments: --resume"). It says sync does."""

@@ -49,7 +49,8 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
                 wanted = set(await _keys(src, src_uri, args.follow_symlinks, whole=True))
             finally:
                 listing_keeps_damaged.reset(keeps)
-            there = await _keys(dst, dst_uri, False, dst=True)
+            left: list[tuple[str, str]] = []
+            there = await _keys(dst, dst_uri, False, dst=True, left=left)
         except (TensorstreamError, OSError) as exc:
             result.errors.append(f"--delete skipped: a listing failed, so nothing is deleted "
                                  f"({redact_text(str(exc) or type(exc).__name__)})")
@@ -60,6 +61,17 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
             result.errors.append(f"--delete skipped: {redact_text(source)} is not a directory "
                                  "or prefix with objects under it, so nothing is deleted")
             return
+        for key, why in left:
+            # A link at DST is never deleted (nor followed); one SRC lacks was kept
+            # without a word, DST taken for SRC's mirror. (A directory that could
+            # not be read: what is under it was not looked at.)
+            if key not in wanted and rules.wants(key):
+                where = os.path.join(dst_uri.path, *key.split("/"))
+                if why.startswith("symbolic link"):
+                    why = "a symbolic link, which sync --delete never deletes (rm it if it should go)"
+                elif why.startswith("cannot read directory"):
+                    why += "; nothing under it was looked at"
+                reporter.warning(f"--delete left {where} alone: {why}")
         for key, path in sorted(there.items()):
             if key in wanted or not rules.wants(key):
                 continue
@@ -89,10 +101,12 @@ def _gone(exc: BaseException, scheme: str, path: str) -> bool:
     return isinstance(exc, FileNotFoundError) and scheme == "file" and not os.path.lexists(path)
 
 
-async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *,
-                whole: bool = False, dst: bool = False) -> dict[str, str]:
+async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *, whole: bool = False,
+                dst: bool = False, left: list[tuple[str, str]] | None = None
+                ) -> dict[str, str]:
     """``{key relative to uri: provider path}`` of every object under ``uri``; with
-    ``whole``, an entry of a local tree skipped for a problem (not by choice) raises."""
+    ``whole``, an entry of a local tree skipped for a problem (not by choice) raises;
+    ``left`` gets a local tree's entries skipped (key, why)."""
     from ..copy.keys import folder_base, relative_key
     from ..copy.select import walk_local
     from ..errors import NotFoundError
@@ -105,6 +119,8 @@ async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *,
                     if not why.endswith("(--no-follow-symlinks)")]
         if whole and problems:
             raise OSError(f"{uri.path} was not read completely: {problems[0]}")
+        if left is not None:
+            left += skipped
         return dict(files)
     if not provider.capabilities.list:
         return {}  # HTTP(S): one object, nothing under it (--delete says so, deletes nothing)
