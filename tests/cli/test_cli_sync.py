@@ -171,6 +171,45 @@ def test_sync_copies_again_a_local_copy_changed_after_it_was_made(tmp_path: Path
         assert r.stderr.strip() == "2 already there and unchanged", r.stderr
 
 
+def test_sync_skips_a_copy_on_a_filesystem_keeping_coarser_dates(tmp_path: Path,
+                                                                 moto_s3: Any) -> None:
+    """A local copy carries its source's date as far as its filesystem keeps one: FAT
+    to 2 s (truncated by Linux, rounded up by others), HFS+, ext3 and some NFS to 1 s,
+    exFAT to 10 ms. A source dated to the nanosecond (or S3's odd second, onto FAT) was
+    "dated otherwise" than its copy and copied again on every sync. The dates the copy
+    was stored with (set here as such a filesystem keeps them) are its source's now; a
+    copy changed after it was made, dated at a whole second too, is still copied again."""
+    env = s3_env(moto_s3, tmp_path)
+    ep = ["--endpoint-url", moto_s3.endpoint_url]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"W" * 100)
+    when = 1_700_000_001_123_456_789  # an odd second, to the nanosecond
+    os.utime(src / "w.bin", ns=(when, when))
+    assert cli("cp", *ep, str(src / "w.bin"), f"s3://{S3_BUCKET}/coarse/w.bin",
+               env=env).returncode == 0
+    second = 1_000_000_000
+    grains = {"fat-truncated": lambda t: t // (2 * second) * (2 * second),
+              "fat-rounded-up": lambda t: -(-t // (2 * second)) * (2 * second),
+              "hfs": lambda t: t // second * second,
+              "exfat": lambda t: t // 10_000_000 * 10_000_000}
+    for source in (f"s3://{S3_BUCKET}/coarse/", str(src)):
+        for name, kept in grains.items():
+            dst = tmp_path / f"{name}-{'s3' if source.startswith('s3:') else 'dir'}"
+            assert cli("sync", *ep, source, str(dst), env=env).returncode == 0
+            stored = kept((dst / "w.bin").stat().st_mtime_ns)
+            os.utime(dst / "w.bin", ns=(stored, stored))  # as the filesystem keeps it
+            r = cli("sync", *ep, source, str(dst), env=env)
+            assert (r.returncode, r.stdout) == (0, ""), (name, source, r.stdout, r.stderr)
+            assert r.stderr.strip() == "1 already there and unchanged", (name, r.stderr)
+        (dst / "w.bin").write_bytes(b"X" * 100)  # changed after the copy, dated now
+        later = kept(time.time_ns())
+        os.utime(dst / "w.bin", ns=(later, later))
+        r = cli("sync", *ep, source, str(dst), env=env)
+        assert r.stdout.count("copy: ") == 1, (source, r.stdout, r.stderr)
+        assert files_under(dst) == {"w.bin": b"W" * 100}
+
+
 def test_sync_delete_says_what_it_leaves_alone_at_a_local_destination(tmp_path: Path) -> None:
     """``sync --delete`` into a local directory never deletes a symbolic link there (nor
     through one), but it kept one that SRC lacks without a word, exit 0: DST was taken

@@ -342,17 +342,20 @@ class Planner(SourceLister):
                         info = head
             from .sync_dates import etag_says, in_its_second  # (sync's path only)
 
-            if job.src_uri.scheme == "file" and info.size == there.size and in_its_second(
-                    info, there):
+            carries = job.dst_uri.scheme in _CARRY_DATES
+            if job.src_uri.scheme == "file" and not carries and info.size == there.size and (
+                    in_its_second(info, there)):
                 # A file dated within its copy's whole second: the dates cannot tell, the
                 # copy's ETag can (where it is an MD5); otherwise it is copied once more.
+                # (A copy carrying the file's date, kept to the second by its filesystem,
+                # has no such ETag: its date says.)
                 try:
                     if not await etag_says(job.src_path, info, there, self.part_size):
                         return job
                 except OSError:
                     return job  # (the copy reports it)
             elif not unchanged(info, there, same_kind=same_kind, carries_date=(
-                    not self.resume and job.dst_uri.scheme in _CARRY_DATES)):
+                    not self.resume and carries)):
                 # (--resume skips a complete file at least as new as its source, as said)
                 return job
             self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",

@@ -244,7 +244,7 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool,
             return False
     if src.mtime is not None and dst.mtime is not None:
         if carries_date:
-            return abs(dst.mtime - src.mtime) <= _SAME_DATE
+            return carried(src.mtime, dst.mtime)
         return dst.mtime >= src.mtime
     return True
 
@@ -252,6 +252,31 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool,
 #: How far a carried date may be from its source's and be the same (its microsecond
 #: rounded once more on the way through a float).
 _SAME_DATE = datetime.timedelta(microseconds=2)
+#: The steps of the dates filesystems keep, in microseconds: exFAT's 10 ms; HFS+'s, ext3's
+#: and some NFS servers' second; FAT's 2 s (truncated by Linux, rounded up elsewhere).
+_GRAINS_US = (10_000, 1_000_000, 2_000_000)
+_US = datetime.timedelta(microseconds=1)
+
+
+def carried(src: datetime.datetime, dst: datetime.datetime) -> bool:
+    """Whether ``dst`` is ``src`` as a filesystem keeps a date: the same (to
+    :data:`_SAME_DATE`), or ``src`` cut or rounded up to one of :data:`_GRAINS_US` (a copy
+    onto FAT of a source dated to the nanosecond was otherwise copied again on every
+    sync, as rclone's modify window and rsync's ``--modify-window`` allow)."""
+    if abs(dst - src) <= _SAME_DATE:
+        return True
+    src_us, dst_us = _micros(src), _micros(dst)
+    return any(dst_us % g == 0 and abs(dst_us - src_us) < g for g in _GRAINS_US)
+
+
+def _micros(when: datetime.datetime) -> int:
+    """Microseconds since the epoch (a date without a zone is UTC)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return (when - _EPOCH) // _US
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 def source_encryption_decides(src: ObjectInfo, dst: ObjectInfo | None, *,
