@@ -3,6 +3,7 @@ presigned parameters never shown, in a URI, a message, a parsed URI's repr or it
 
 from __future__ import annotations
 
+import copy
 import pickle
 import time
 
@@ -34,6 +35,21 @@ def test_a_parsed_uri_holding_hidden_values_refuses_to_pickle(uri: str) -> None:
     with pytest.raises(TypeError, match="pass the URI string") as info:
         pickle.dumps(parse_uri(uri))
     assert "hunter2" not in str(info.value) and "v=2" not in str(info.value)
+
+
+@pytest.mark.parametrize("uri", ["https://h/m.tensors?X-Amz-Signature=f00d&v=2",
+                                 "redis://u:hunter2@h:6379/k", "https://h/p?v=2"])
+def test_a_parsed_uri_holding_hidden_values_copies_in_process(uri: str) -> None:
+    """``copy.copy``/``copy.deepcopy`` go through the same reduction as a pickle, so the
+    refusal to pickle made them raise "refusing to pickle" too (a config or dataset
+    holding a presigned URL's ParsedURI could no longer be deep-copied). A copy stays in
+    the process: it is the same URI, secrets and all."""
+    parsed = parse_uri(uri)
+    holder = {"uri": parsed, "other": [parsed]}
+    for again in (copy.copy(parsed), copy.deepcopy(parsed), copy.deepcopy(holder)["uri"]):
+        assert again == parsed and again.raw == uri and again.query == parsed.query
+    deep = copy.deepcopy(holder)
+    assert deep["uri"] is deep["other"][0]  # (deepcopy's memo kept)
 
 
 @pytest.mark.parametrize("uri", ["s3://b/k.tensors", "https://h:8443/p/m.tensors", "/tmp/x y",

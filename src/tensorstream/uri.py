@@ -72,6 +72,13 @@ class ParsedURI:
                             "string to the other process and parse it there")
         return (parse_uri, (self.raw,))
 
+    def __copy__(self) -> ParsedURI:
+        # A copy stays in the process (copy.copy would go through __reduce__, refused above).
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ParsedURI:
+        return dataclasses.replace(self, query=dict(self.query))
+
     @property
     def bucket(self) -> str:
         """S3 bucket (first path segment)."""
