@@ -201,3 +201,28 @@ def test_a_tag_set_set_after_the_copy_and_refused_fails_it(tensorstream_s3: Any,
     listed = b.client.list_objects_v2(Bucket=b.bucket, Prefix="t/refused-copy")
     assert listed.get("Contents", []) == []
     assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+@pytest.mark.parametrize("way", ["UploadPartCopy", "streamed whole", "streamed in parts"])
+def test_a_refused_tag_set_in_a_versioned_bucket_removes_only_the_version_written(
+        tensorstream_s3: Any, way: str) -> None:
+    """In a versioned bucket, the copy removed after its PutObjectTagging was refused was
+    removed by key: a delete marker hid the object the destination held before (a 404
+    where the user's model was), and the copy's version stayed under it. The version the
+    copy wrote is removed now: what was there before is there again, and nothing more."""
+    b = tensorstream_s3
+    options, size = _WAYS[way]
+    b.client.put_bucket_versioning(Bucket=b.bucket,
+                                   VersioningConfiguration={"Status": "Enabled"})
+    b.client.put_object(Bucket=b.bucket, Key="t/v-src.bin", Body=os.urandom(size))
+    b.client.put_object_tagging(Bucket=b.bucket, Key="t/v-src.bin",
+                                Tagging={"TagSet": _LARGE})
+    b.client.put_object(Bucket=b.bucket, Key="t/v-dst.bin", Body=b"before")
+    b.faults.raw.query = "tagging"
+    b.faults.raw.status_script = [200, 403]  # GetObjectTagging read, PutObjectTagging refused
+    r = copy(b.uri("t/v-src.bin"), b.uri("t/v-dst.bin"), **b.options, **options)
+    assert not r.ok and "removed" in r.errors[0], r.errors
+    assert b.get("t/v-dst.bin") == b"before"
+    listed = b.client.list_object_versions(Bucket=b.bucket, Prefix="t/v-dst.bin")
+    assert listed.get("DeleteMarkers", []) == []
+    assert [v["Size"] for v in listed.get("Versions", [])] == [len(b"before")]

@@ -187,7 +187,8 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
     if check:
         await _check_size(call, dst_path, size)
     await put_later(lambda op, **kw: call(op, dst_path, **kw), *split(dst_path),
-                    tags_later, lambda: remove(call, dst_path))
+                    tags_later, lambda: remove(call, dst_path, copied.version_id),
+                    version_id=copied.version_id)
     return copied
 
 

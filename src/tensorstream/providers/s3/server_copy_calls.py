@@ -17,7 +17,7 @@ from ..._log_redaction import scrub_chain
 from ...errors import PermissionDeniedError, TensorstreamError, UnsupportedOperationError
 from ...uri import redact_text
 from ..base import ObjectInfo
-from .tags import encode_tags
+from .tags import encode_tags, the_version
 
 __all__ = ["IN_PARTS", "ONE_PIECE", "Calls", "Copied", "ServerCopyUnsupported", "head_source",
            "refused_writing", "remove", "source_tags", "split"]
@@ -52,6 +52,8 @@ class Copied:
 
     verified_by: str | None
     parts: int = 0
+    #: The version the copy wrote (a versioned bucket): what a failed check removes.
+    version_id: str | None = None
 
 
 def split(path: str) -> tuple[str, str]:
@@ -148,13 +150,16 @@ def refused_writing(exc: PermissionDeniedError, *, kms_source: bool = False
         f"credentials): {exc.message}")
 
 
-async def remove(call: Calls, dst_path: str) -> str:
-    """Delete a published copy that failed a check; what became of it, for the error."""
+async def remove(call: Calls, dst_path: str, version_id: str | None = None) -> str:
+    """Delete a published copy that failed a check; what became of it, for the error.
+    In a versioned bucket the version it wrote (``version_id``) is deleted: deleted by
+    key, a delete marker would hide what the destination held before."""
     if call.in_place:
         return "it is the object itself (changed in place), left as S3 made it"
     bucket, key = split(dst_path)
+    version: dict[str, Any] = the_version(version_id)
     try:
-        await call("delete_object", dst_path, Bucket=bucket, Key=key)
+        await call("delete_object", dst_path, Bucket=bucket, Key=key, **version)
     except TensorstreamError as exc:
         return f"the copy could not be removed ({exc.message}): it is there"
     return "the copy was removed"

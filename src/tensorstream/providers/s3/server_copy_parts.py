@@ -148,10 +148,10 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
         await asyncio.shield(_abort(call, dst_path, upload_id))
         raise
     if compared and etag_md5(done.get("ETag")) not in (None, md5):
-        then = await remove(call, dst_path)
+        then = await remove(call, dst_path, done.get("VersionId"))
         raise IntegrityError(f"the copy's ETag {done.get('ETag')} is not the source's {etag}; "
                              f"{then}")
-    return Copied("ETag" if compared else None, len(parts))
+    return Copied("ETag" if compared else None, len(parts), done.get("VersionId"))
 
 
 async def _published_anyway(call: Calls, dst_path: str,

@@ -18,10 +18,17 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 from ...errors import PermissionDeniedError, TensorstreamError
 
-__all__ = ["TAGGING_HEADER_MAX", "encode_tags", "header_or_later", "put_later"]
+__all__ = ["TAGGING_HEADER_MAX", "encode_tags", "header_or_later", "put_later", "the_version"]
 
 #: The longest ``x-amz-tagging`` header an upload is sent (``aws s3 cp``'s, in bytes).
 TAGGING_HEADER_MAX = 2 << 10
+
+
+def the_version(version_id: str | None) -> dict[str, str]:
+    """``VersionId=`` of a request addressing the version a write made (a versioned
+    bucket's), or nothing where its answer named none (or the ``null`` version: the
+    key's own)."""
+    return {"VersionId": version_id} if version_id and version_id != "null" else {}
 
 
 def encode_tags(tags: Iterable[tuple[str, str]]) -> str:
@@ -42,15 +49,17 @@ def header_or_later(fields: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
 
 async def put_later(send: Callable[..., Awaitable[Any]], bucket: str, key: str,
                     tag_set: list[dict[str, str]],
-                    remove: Callable[[], Awaitable[str]]) -> None:
+                    remove: Callable[[], Awaitable[str]], *,
+                    version_id: str | None = None) -> None:
     """``PutObjectTagging`` of ``tag_set`` on the object just written (``send(op,
-    **kwargs)`` sends a request). Refused or failed, the copy fails with what became of
-    the object: ``remove()`` removes it (or says why it stays) and says so."""
+    **kwargs)`` sends a request; ``version_id``: the version it wrote, in a versioned
+    bucket). Refused or failed, the copy fails with what became of the object:
+    ``remove()`` removes it (or says why it stays) and says so."""
     if not tag_set:
         return
     try:
         await send("put_object_tagging", Bucket=bucket, Key=key,
-                   Tagging={"TagSet": tag_set})
+                   Tagging={"TagSet": tag_set}, **the_version(version_id))
     except TensorstreamError as exc:
         then = await remove()
         message = (

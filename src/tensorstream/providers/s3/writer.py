@@ -62,7 +62,7 @@ from .parts import (
     streaming_part_size,
 )
 from .publish import Publishing
-from .tags import header_or_later, put_later
+from .tags import header_or_later, put_later, the_version
 
 __all__ = ["KMS_ENCRYPTION", "MIN_PART_SIZE", "S3Writer"]
 
@@ -200,7 +200,7 @@ class S3Writer(Publishing):
         try:
             if self._create is None:
                 body, self._buf = bytes(self._buf), bytearray()
-                await self._put(body)
+                resp = await self._put(body)
             else:
                 if self._buf:
                     part, self._buf = self._buf, bytearray()
@@ -210,9 +210,9 @@ class S3Writer(Publishing):
                     raise self._error
                 parts = [self._parts[n] for n in range(1, self._part_number + 1)]
                 # botocore turns a 200 whose body is an <Error> into a ClientError here.
-                await self._complete(parts)
+                resp = await self._complete(parts)
             self._state = "committed"
-            await self._set_tags_later()
+            await self._set_tags_later(resp.get("VersionId"))
         except BaseException:
             await self.abort()
             raise
@@ -288,7 +288,7 @@ class S3Writer(Publishing):
                 whole = hashlib.md5(b"".join(self._md5s[n] for n in range(1, count + 1)))
                 await self._check_published(resp, whole.hexdigest(), count)
             self._state = "committed"
-            await self._set_tags_later()
+            await self._set_tags_later(resp.get("VersionId"))
         except BaseException:
             await self.abort()
             raise
@@ -347,9 +347,12 @@ class S3Writer(Publishing):
         self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
-    async def _set_tags_later(self) -> None:
+    async def _set_tags_later(self, version_id: str | None) -> None:
         """Tags too long for the upload's header, set on the object now published
-        (:func:`.tags.put_later`); refused, the object is removed again."""
+        (:func:`.tags.put_later`; ``version_id``: the version it is, in a versioned
+        bucket); refused, that object is removed again (deleted by key, a delete marker
+        would hide what the key held before)."""
+        version = the_version(version_id)
         async def send(op: str, **kwargs: Any) -> Any:
             try:
                 return await self._call(op, **kwargs)
@@ -362,12 +365,14 @@ class S3Writer(Publishing):
 
         async def remove() -> str:
             try:
-                await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+                await self._call("delete_object", Bucket=self._bucket, Key=self._key,
+                                 **version)
             except TensorstreamError as exc:
                 return f"it could not be removed ({exc.message}): it is there without its tags"
             return "the object was removed again"
 
-        await put_later(send, self._bucket, self._key, self._tags_later, remove)
+        await put_later(send, self._bucket, self._key, self._tags_later, remove,
+                        version_id=version_id)
 
     def _malformed(self, what: str) -> ProtocolError:
         return ProtocolError(f"S3 answered {what}", service="s3",
