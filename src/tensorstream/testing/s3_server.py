@@ -280,6 +280,8 @@ def _serve(argv: list[str]) -> None:  # pragma: no cover - runs in the child
     )
     from werkzeug.serving import make_server
 
+    from tensorstream.testing.s3_query_auth import QueryAuth
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--auth", action="store_true")
@@ -297,10 +299,12 @@ def _serve(argv: list[str]) -> None:  # pragma: no cover - runs in the child
             ssl_context.load_verify_locations(args.client_ca)
             ssl_context.verify_mode = ssl.CERT_REQUIRED
 
+    # moto checks only an Authorization header: presigned URLs go through QueryAuth.
+    app = QueryAuth(DomainDispatcherApplication(create_backend_app), args.region)
+
     class _Server(ThreadedMotoServer):
         # moto's own entry point, plus werkzeug's ssl_context for HTTPS.
         def _server_entry(self) -> None:
-            app = DomainDispatcherApplication(create_backend_app)
             self._server = make_server(
                 self._ip_address, self._port, app, True,
                 request_handler=MotoRequestHandler, ssl_context=ssl_context,
@@ -314,6 +318,7 @@ def _serve(argv: list[str]) -> None:  # pragma: no cover - runs in the child
     keys = {"access_key_id": "testing", "secret_access_key": "testing"}
     if args.auth:
         keys = _create_admin_keys(args.region)
+        app.keys = (keys["access_key_id"], keys["secret_access_key"])
         settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # from now on every request is checked
     sys.stdout.write(json.dumps({"port": port, **keys}) + "\n")
     sys.stdout.flush()
