@@ -226,34 +226,49 @@ async def test_complete_answered_200_with_error_body_fails_and_aborts(
     assert any(s.startswith("DELETE") and "uploadId=" in s for s in p.seen)  # aborted
 
 
+@pytest.mark.parametrize("versioned", [False, True], ids=["plain", "versioned"])
 @pytest.mark.parametrize("size", [11 * MiB, 1000], ids=["multipart", "one-put"])
 async def test_a_publish_in_flight_when_the_commit_is_stopped_is_removed_by_the_abort(
-    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, size: int
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, size: int, versioned: bool
 ) -> None:
     """S3 carried out the request that publishes, and its answer is on its way
     when the commit is stopped (a cancelled ``cp``): S3 finishes a request it
     received, so the object exists although the writer was aborted -- unless
-    the abort waits for that answer and removes the object again."""
+    the abort waits for that answer and removes the object again. In a versioned
+    bucket it removed it by key, a delete marker hiding the previous version too: the
+    version it published is removed now, the previous one the object again."""
     p, endpoint = proxy
     key = f"faults/stopped-{uuid.uuid4().hex[:8]}"
+    bucket = S3_BUCKET
+    if versioned:
+        bucket = f"versioned-{uuid.uuid4().hex[:8]}"
+        moto_s3.create_bucket(bucket)
+        moto_s3.client.put_bucket_versioning(
+            Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        moto_s3.put(bucket, key, b"previous version")
     opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB)
     if size < MIN_PART_SIZE:  # a single PUT: held the same way
-        p.match_put = f"/{S3_BUCKET}/{key}"
+        p.match_put = f"/{bucket}/{key}"
     p.hold_complete_answer = asyncio.Event()
-    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
-        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+    async with tensorstream.get_provider(f"s3://{bucket}/{key}", **opts) as provider:
+        writer = provider.open_writer(f"{bucket}/{key}")
         await writer.write(os.urandom(size))
         commit = asyncio.ensure_future(writer.commit())
         await asyncio.wait_for(p.complete_done.wait(), 60)
-        assert moto_s3.exists(S3_BUCKET, key)  # published; the answer is held
+        assert moto_s3.exists(bucket, key)  # published; the answer is held
         commit.cancel()
         await asyncio.sleep(0.2)  # an abort that does not wait has finished by now
         p.hold_complete_answer.set()
         with pytest.raises(asyncio.CancelledError):
             await commit
         await writer.abort()
-    assert not moto_s3.exists(S3_BUCKET, key)
-    assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+    if versioned:
+        assert moto_s3.get(bucket, key) == b"previous version"
+        listed = moto_s3.client.list_object_versions(Bucket=bucket, Prefix=key)
+        assert listed.get("DeleteMarkers", []) == [] and len(listed["Versions"]) == 1
+    else:
+        assert not moto_s3.exists(bucket, key)
+    assert moto_s3.open_multipart_uploads(bucket, key) == []
 
 
 async def _write_or_copy(path: str, key: str, data: bytes, opts: dict[str, Any],
@@ -300,13 +315,14 @@ async def test_a_publish_applied_whose_answer_was_lost_is_a_success(
 
 async def _commit_fails_over_a_previous_version(
         moto_s3: MotoS3Server, endpoint: str, key: str, match: str | None = None,
-        error: type[Exception] = errors.ServiceUnavailableError, **options: Any) -> None:
+        error: type[Exception] = errors.ServiceUnavailableError, bucket: str = S3_BUCKET,
+        **options: Any) -> None:
     """``key`` holds a previous version; an 11 MiB multipart write through the
     proxy at ``endpoint`` must fail its commit with ``error``."""
-    moto_s3.put(S3_BUCKET, key, b"previous version")
+    moto_s3.put(bucket, key, b"previous version")
     opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB, **options)
-    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/{key}", **opts) as provider:
-        writer = provider.open_writer(f"{S3_BUCKET}/{key}")
+    async with tensorstream.get_provider(f"s3://{bucket}/{key}", **opts) as provider:
+        writer = provider.open_writer(f"{bucket}/{key}")
         await writer.write(os.urandom(11 * MiB))
         with pytest.raises(error, match=match):
             await writer.commit()
@@ -348,6 +364,33 @@ async def test_a_complete_applied_after_the_writer_looked_is_removed_by_its_abor
     assert p.held_complete is None  # moto carried it out before the abort
     assert not moto_s3.exists(S3_BUCKET, key)  # not the failed write's bytes
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+@pytest.mark.parametrize("encryption", ["none", "SSE-KMS"])
+async def test_a_complete_applied_late_in_a_versioned_bucket_leaves_the_previous_version(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, encryption: str,
+) -> None:
+    """The neighbour in a versioned bucket: the abort removed the late-published object
+    by key, so a delete marker hid the previous version too (a 404 where the write that
+    failed should have left it) and the failed write's bytes stayed under it. It removes
+    the version it looked at now: the previous version is the object again."""
+    p, endpoint = proxy
+    p.complete_late = True
+    bucket = f"versioned-{uuid.uuid4().hex[:8]}"
+    moto_s3.create_bucket(bucket)
+    moto_s3.client.put_bucket_versioning(
+        Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    key = f"faults/late-{uuid.uuid4().hex[:8]}"
+    if encryption == "none":
+        await _commit_fails_over_a_previous_version(moto_s3, endpoint, key, bucket=bucket)
+    else:
+        with EncryptingFront(endpoint, _KMS) as front:
+            await _commit_fails_over_a_previous_version(moto_s3, front.url, key, bucket=bucket,
+                                                        backoff_initial=0.01)
+    assert moto_s3.get(bucket, key) == b"previous version"
+    listed = moto_s3.client.list_object_versions(Bucket=bucket, Prefix=key)
+    assert listed.get("DeleteMarkers", []) == []
+    assert [v["Size"] for v in listed.get("Versions", [])] == [len(b"previous version")]
 
 
 _KMS = {"x-amz-server-side-encryption": "aws:kms"}

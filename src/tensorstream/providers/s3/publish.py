@@ -34,6 +34,7 @@ from ...layers.resend import sent_again
 from ..base import Writer
 from .applied import completed_anyway, holds_checksum, part_checksums, written_since
 from .etags import KMS_ENCRYPTION, etag_md5
+from .tags import the_version
 
 __all__ = ["Publishing"]
 
@@ -220,8 +221,9 @@ class Publishing(Writer):
             self._check_etag(resp, want, count, "object", then="it was removed")
         except IntegrityError:
             self._state = "committed"  # nothing left to abort: it is published
-            with contextlib.suppress(Exception):
-                await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+            with contextlib.suppress(Exception):  # (this version only: see _unpublish)
+                await self._call("delete_object", Bucket=self._bucket, Key=self._key,
+                                 **the_version(resp.get("VersionId")))
             raise
 
     def _check_etag(self, resp: dict[str, Any], want: str, count: int | None, what: str, *,
@@ -263,7 +265,10 @@ class Publishing(Writer):
         if job.cancelled() or job.exception() is not None:
             return False
         try:
-            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+            # The version it published (a versioned bucket): deleted by key, a delete
+            # marker would hide the previous version too.
+            await self._call("delete_object", Bucket=self._bucket, Key=self._key,
+                             **the_version(job.result().get("VersionId")))
         except TensorstreamError as exc:
             log.warning("could not remove %s/%s, published while its writer was aborted: %s",
                         self._bucket, self._key, exc)
@@ -293,7 +298,10 @@ class Publishing(Writer):
                 ours = etag_md5(head.get("ETag")) == (want.hexdigest(), len(parts))
             if not ours or not written_since(head, self._create_sent):
                 return  # (not this upload: an older object of the same bytes stays)
-            await self._call("delete_object", Bucket=self._bucket, Key=self._key)
+            # The version looked at (a versioned bucket): deleted by key, a delete marker
+            # would hide the previous version the failed write was to leave in place.
+            await self._call("delete_object", Bucket=self._bucket, Key=self._key,
+                             **the_version(head.get("VersionId")))
         except TensorstreamError as exc:
             log.warning("%s/%s may hold the upload of a write that failed (its complete was "
                         "applied late): %s", self._bucket, self._key, exc)
