@@ -55,6 +55,25 @@ def test_http_env_marker_gives_token_and_ca(tensorstream_http):
     assert tensorstream_http.requests[-1].headers["Authorization"] == f"Bearer {tensorstream_http.token}"
 
 
+@pytest.mark.tensorstream_http(tls=True, env=True)
+def test_http_env_reaches_requests_and_urllib_over_tls(tensorstream_http, monkeypatch):
+    # requests trusts certifi's CAs and reads REQUESTS_CA_BUNDLE, never SSL_CERT_FILE:
+    # serving code fetching with requests failed with CERTIFICATE_VERIFY_FAILED.
+    import urllib.request
+
+    import requests
+
+    tensorstream_http.put("m.bin", b"secure")
+    url = tensorstream_http.uri("m.bin")
+    assert requests.get(url, timeout=30).content == b"secure"
+    with requests.Session() as session:
+        assert session.get(url, timeout=30).content == b"secure"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.read() == b"secure"
+    env = tensorstream_http.env
+    assert env["REQUESTS_CA_BUNDLE"] == env["CURL_CA_BUNDLE"] == tensorstream_http.ca_bundle
+
+
 def test_env_is_undone_after_the_test():
     import os
 

@@ -45,7 +45,10 @@ class HTTPBackend(Backend):
         if self.token:
             env["TENSORSTREAM_HTTP_TOKEN"] = self.token
         if self.ca_bundle:
-            env["SSL_CERT_FILE"] = self.ca_bundle
+            # OpenSSL's default (urllib, httpx, aiohttp made after it), then requests',
+            # which trusts certifi and reads only these two (curl the second).
+            for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+                env[name] = self.ca_bundle
         return env
 
     @property
