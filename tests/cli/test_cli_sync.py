@@ -208,6 +208,13 @@ def test_sync_skips_a_copy_on_a_filesystem_keeping_coarser_dates(tmp_path: Path,
         r = cli("sync", *ep, source, str(dst), env=env)
         assert r.stdout.count("copy: ") == 1, (source, r.stdout, r.stderr)
         assert files_under(dst) == {"w.bin": b"W" * 100}
+    # cp -r --resume skips a complete copy at least as new, or dated as FAT keeps it.
+    dst = tmp_path / "resumed"
+    assert cli("cp", "-r", "--resume", str(src), str(dst)).returncode == 0
+    stored = grains["fat-truncated"]((dst / "w.bin").stat().st_mtime_ns)
+    os.utime(dst / "w.bin", ns=(stored, stored))
+    r = cli("cp", "-r", "--resume", str(src), str(dst))
+    assert (r.returncode, r.stdout) == (0, ""), (r.stdout, r.stderr)
 
 
 def test_sync_delete_says_what_it_leaves_alone_at_a_local_destination(tmp_path: Path) -> None:

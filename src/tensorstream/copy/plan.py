@@ -355,7 +355,7 @@ class Planner(SourceLister):
                 except OSError:
                     return job  # (the copy reports it)
             elif not unchanged(info, there, same_kind=same_kind, carries_date=(
-                    not self.resume and carries)):
+                    not self.resume and carries), dates_kept=carries):
                 # (--resume skips a complete file at least as new as its source, as said)
                 return job
             self.outcome(FileOutcome(job.label, job.dst_label, job.info.size, "skipped",

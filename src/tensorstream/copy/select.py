@@ -216,7 +216,7 @@ def _comparable(src: ObjectInfo, dst: ObjectInfo) -> bool:
 
 
 def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool,
-              carries_date: bool = False) -> bool:
+              carries_date: bool = False, dates_kept: bool = False) -> bool:
     """True when ``dst`` already holds ``src``'s bytes, judged like ``aws s3 sync``.
 
     Different sizes: changed. Same kind of store and both ETags known and
@@ -234,6 +234,8 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool,
     (``carries_date``: a local file, a Redis object), it is a copy only with that
     date: one dated otherwise was changed after the copy (as ``aws s3 sync`` downloads
     again a file newer than its object, and rclone copies when the dates differ).
+    ``dates_kept`` (``cp -r --resume`` into such a place): at least as new, or the
+    source's date as its filesystem keeps one (:func:`carried`).
     """
     if dst is None or dst.size != src.size:
         return False
@@ -245,7 +247,7 @@ def unchanged(src: ObjectInfo, dst: ObjectInfo | None, *, same_kind: bool,
     if src.mtime is not None and dst.mtime is not None:
         if carries_date:
             return carried(src.mtime, dst.mtime)
-        return dst.mtime >= src.mtime
+        return dst.mtime >= src.mtime or (dates_kept and carried(src.mtime, dst.mtime))
     return True
 
 
