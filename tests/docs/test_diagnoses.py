@@ -70,6 +70,7 @@ def test_every_diagnosis_reads_as_documented(s3: MotoS3Server, tmp_path: Path) -
         "a prefix without `-r`": (["cp", *endpoint, "s3://bkt/p", "out/"],
                                   {"s3://b/p": "s3://bkt/p"}, 1),
         "object onto itself": (["cp", "models/llama/a.bin", "models/llama/a.bin"], {}, 1),
+        "`sync X X`": (["sync", "models/llama", "models/llama/"], {"X and X": "... and ..."}, 2),
         "a typo in the key or the bucket (`cat`, `stat`, a load)": (
             ["cat", *endpoint, "s3://bkt/p/one.bni"], {"s3://b/p/": "s3://bkt/p/"}, 1),
         "no S3 credentials anywhere": (["ls", *endpoint, "s3://bkt/p/"], {}, 2),

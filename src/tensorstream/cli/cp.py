@@ -290,6 +290,11 @@ def run(args: argparse.Namespace) -> int:
                     "refused: it would delete the source itself; sync into a directory or "
                     "prefix that does not hold SRC")
         return EXIT_USAGE
+    if args.sync and (refused := _onto_itself(args, sources[0], dest, meta,
+                                              {**options, **src_options},
+                                              {**options, **dst_options})) is not None:
+        print_error(refused)  # once: it was a 'same object' error per object, exit 1
+        return EXIT_USAGE
 
     async def go() -> int:
         try:
@@ -397,6 +402,37 @@ def _source_within(source: str, dest: str, src_options: dict[str, Any],
             return False
     top, below = dst.path.strip("/"), src.path.strip("/")
     return not top or below == top or below.startswith(top + "/")
+
+
+def _onto_itself(args: argparse.Namespace, source: str, dest: str, meta: Any,
+                 src_options: dict[str, Any], dst_options: dict[str, Any]) -> str | None:
+    """Why ``sync SRC DST`` with DST the place SRC is (nothing to copy) is refused, or None;
+    an S3 prefix whose metadata is changed in place (fields given, ``--copy-props``) runs."""
+    if args.wildcards and _wildcard_source([source]) is not None:
+        return None  # (each object said by the copy)
+    try:
+        src, dst = parse_uri(source), parse_uri(dest)
+    except TensorstreamError:
+        return None  # said by the copy
+    if src.scheme != dst.scheme or not same_store(src, dst, src_options, dst_options):
+        return None
+    if src.scheme == "file":
+        try:
+            same = os.path.samefile(src.path, dst.path)
+        except OSError:
+            same = os.path.realpath(src.path) == os.path.realpath(dst.path)
+    else:
+        same = src.path.strip("/") == dst.path.strip("/")
+    if not same:
+        return None
+    what = f"{redact_text(source)} and {redact_text(dest)} are the same place"
+    if dst.scheme != "s3":
+        return f"sync is refused: {what} (nothing to copy); sync into another directory or prefix"
+    if meta is not None and (meta.overrides() or meta.copy_props != "default"):
+        return None  # S3 changes each object in place (refused per object where it cannot)
+    return (f"sync is refused: {what} (nothing to copy); to change the objects' metadata in "
+            "place, give --content-type, --cache-control or --metadata (--copy-props none "
+            "or metadata-directive drops their tags)")
 
 
 def _wildcard_source(sources: list[str]) -> str | None:
