@@ -246,3 +246,24 @@ def test_a_shard_the_index_names_that_is_missing_names_the_index_and_its_tensors
         assert re.search(r"model\.safetensors\.index\.json puts 2 tensors there: "
                          r"'lm_head\.w', 'norm\.w'", message), message
     assert sorted(ts_st.load(uri, filter=["embed"], **backend.options)) == ["embed"]
+
+
+@pytest.mark.parametrize("name", ["local", "s3"])
+def test_an_index_naming_no_tensors_is_refused_unless_nothing_was_asked(
+        name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """An index whose weight_map is empty (``{}``) made load return {} and iter_tensors and
+    open yield nothing, without a word (convert refused it); each says the index names no
+    tensors now. A filter that asks for nothing (``filter=[]``) still gets nothing."""
+    backend = make_store(name, request, tmp_path / "store")
+    st_torch.save_file({"a": torch.ones(2)}, str(tmp_path / "s1.safetensors"))
+    backend.put("ckpt/s1.safetensors", (tmp_path / "s1.safetensors").read_bytes())
+    backend.put("ckpt/model.safetensors.index.json",
+                json.dumps({"metadata": {"total_size": 0}, "weight_map": {}}).encode())
+    for uri in (backend.uri("ckpt/model.safetensors.index.json"), backend.uri("ckpt/")):
+        for call, kwargs in ((ts_st.load, {}), (ts_st.iter_tensors, {}),
+                             (ts_st.load, {"filter": ["a"]}), (ts_st.open, {})):
+            with pytest.raises(MalformedFileError, match="names no tensors") as err:
+                list(call(uri, **kwargs, **backend.options))  # type: ignore[operator]
+            assert "model.safetensors.index.json" in str(err.value)
+        assert ts_st.load(uri, filter=[], **backend.options) == {}
+        assert list(ts_st.iter_tensors(uri, filter=(), **backend.options)) == []

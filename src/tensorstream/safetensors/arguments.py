@@ -5,14 +5,15 @@ shards an index says hold a wanted tensor."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import Any
 
 import torch
 
 from .._devices import parse, shown, unusable, unusable_message
 from ..config import validate_options
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, MalformedFileError
 from .dtypes import _PACKED_TORCH
-from .sources import Source
+from .sources import Source, resolve_checkpoint
 
 __all__ = ["Filter"]
 
@@ -33,7 +34,26 @@ def _wanted(filter: Filter) -> Callable[[str], bool]:
     except TypeError:
         raise ConfigurationError(f"filter must be a predicate on tensor names or a collection "
                                  f"of names, got {type(filter).__name__}") from None
-    return names.__contains__
+    return names.__contains__ if names else _nothing
+
+
+def _nothing(name: str) -> bool:
+    """The filter of an empty collection (``filter=[]``): asks for no tensor."""
+    return False
+
+
+def _sources(uri: Any, options: dict[str, Any],
+             wanted: Callable[[str], bool] | None = None) -> list[Source]:
+    """The files ``uri`` stands for (``wanted``: every tensor if None), an index naming no
+    tensors refused unless ``wanted`` asks for none: load returned {} and iter_tensors/open
+    held nothing, without a word."""
+    ckpt = resolve_checkpoint(uri, options)
+    if ckpt.index is not None and not ckpt.index.weight_map and wanted is not _nothing:
+        raise MalformedFileError(
+            f"{ckpt.index.where}: the index names no tensors (its weight_map is empty), so "
+            "there is nothing to load; it is damaged or was written before its shards: write "
+            "it again, or load the .safetensors files themselves")
+    return ckpt.sources
 
 
 def _device(device: str | torch.device | int | None) -> torch.device:

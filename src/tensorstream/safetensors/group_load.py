@@ -17,11 +17,11 @@ from ..distributed.plan import Piece, fingerprint, split
 from ..errors import MalformedFileError
 from ..headroom import check_fits
 from ..uri import ParsedURI, redact
-from .arguments import Filter, _check, _needed, _wanted
+from .arguments import Filter, _check, _needed, _sources, _wanted
 from .dtypes import _finish, torch_dtype, torch_shape
 from .header import TensorInfo, shown
 from .opened_file import SafetensorsFile
-from .sources import MAX_CONCURRENT_FILES, Source, resolve
+from .sources import MAX_CONCURRENT_FILES, Source
 
 __all__: list[str] = []
 
@@ -93,7 +93,7 @@ def _load_shared(uri: str | os.PathLike[str] | ParsedURI, options: dict[str, Any
         error = early
         if error is None:
             try:
-                for source in _needed(resolve(uri, options), wanted):
+                for source in _needed(_sources(uri, options, wanted), wanted):
                     files.append(_File(source, options, wanted, device.type == "cuda",
                                        allowance))
                 held_by: dict[str, str] = {}

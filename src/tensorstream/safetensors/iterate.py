@@ -21,11 +21,11 @@ import torch
 from ..distributed.group import resolve_group
 from ..errors import MalformedFileError
 from ..uri import ParsedURI
-from .arguments import Filter, _check, _needed, _wanted
+from .arguments import Filter, _check, _needed, _sources, _wanted
 from .group_load import _shared
 from .header import shown
 from .reader import _read_file
-from .sources import MAX_CONCURRENT_FILES, Source, resolve
+from .sources import MAX_CONCURRENT_FILES, Source
 
 __all__ = ["iter_tensors"]
 
@@ -69,7 +69,7 @@ def iter_tensors(
         return
     dev, _ = _check(device, 1, dtype)
     wanted = _wanted(filter)
-    sources = _needed(resolve(uri, options), wanted)
+    sources = _needed(_sources(uri, options, wanted), wanted)
     if not sources:
         return
     ready: queue.Queue[Any] = queue.Queue(maxsize=_ITER_AHEAD)

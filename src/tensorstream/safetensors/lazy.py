@@ -26,11 +26,10 @@ import torch
 from ..errors import ConfigurationError, MalformedFileError, UnsupportedOperationError
 from ..headroom import SMALL_CLAIM, check_fits
 from ..uri import ParsedURI, parse_uri
-from .arguments import _device
+from .arguments import _device, _sources
 from .dtypes import PACKED, _finish, byte_view, no_data, torch_dtype, torch_shape
 from .header import TensorInfo, shown
 from .opened_file import SafetensorsFile
-from .sources import resolve
 
 __all__ = ["SafeOpen", "SafeSlice", "open"]
 
@@ -49,7 +48,7 @@ class SafeOpen:
         self._device = _device(device)
         self._options = options
         self._name = parse_uri(uri).redacted()
-        sources = resolve(uri, options)
+        sources = _sources(uri, options)
         self._sources = sources
         self._files: list[SafetensorsFile | None] = [None] * len(sources)
         # One lock per shard: reads of one shard are serial (one reader), shards run in parallel.

@@ -39,12 +39,12 @@ from ..readahead.arena import Arena
 from ..uri import ParsedURI, parse_uri
 from . import _local
 from ._local import fill_local
-from .arguments import Filter, _check, _needed, _wanted
+from .arguments import Filter, _check, _needed, _sources, _wanted
 from .dtypes import PACKED, _casts, _finish, byte_view, no_data, torch_dtype, torch_shape
 from .group_load import _shared
 from .header import TensorInfo, shown
 from .opened_file import SafetensorsFile
-from .sources import MAX_CONCURRENT_FILES, Source, resolve
+from .sources import MAX_CONCURRENT_FILES, Source
 
 __all__ = ["DEFAULT_NUM_READERS", "PACKED", "Filter", "load", "torch_dtype", "torch_shape"]
 
@@ -283,7 +283,7 @@ def load(
     dev, readers = _check(device, num_readers, dtype)
     options = {"readahead": _READAHEAD, **options}
     wanted = _wanted(filter)
-    sources = _needed(resolve(uri, options), wanted)
+    sources = _needed(_sources(uri, options, wanted), wanted)
     out: dict[str, torch.Tensor] = {}
     held_by: dict[str, str] = {}  # tensor name -> the (redacted) file it came from
     lock = threading.Lock()

@@ -237,3 +237,34 @@ def test_an_object_without_validators_is_read_with_a_warning_once(
     said = [r.getMessage() for r in caplog.records if "neither ETag nor Last-Modified" in r.getMessage()]
     assert len(said) == 1
     assert "/m.bin" in said[0] and "s3cr3t" not in said[0]
+
+
+@pytest.mark.parametrize(("validators", "warned"), [
+    ({"ETag": 'W/"v1"'}, True),
+    ({"ETag": ' W/"v1"'}, True),
+    ({"ETag": 'W/"v1"', "Last-Modified": "Mon, 07 Dec 2026 10:00:00 GMT"}, False),
+    ({"ETag": '"v1"'}, False),
+])
+def test_an_object_with_only_a_weak_etag_is_read_with_a_warning_once(
+        caplog: pytest.LogCaptureFixture, validators: dict[str, str], warned: bool) -> None:
+    """A weak ETag (``W/"..."``) says two versions are equivalent, not the same bytes: with
+    no Last-Modified beside it, parts of two versions under one weak ETag could be read as
+    one object, and nothing was said. Warned once per object, as with no validator."""
+    def respond(method: str, headers: dict[str, str], attempt: int) -> bytes:
+        if method == "HEAD":
+            return _answer("200 OK", {"Content-Length": str(len(DATA)), **validators})
+        first, _, last = headers["range"].removeprefix("bytes=").partition("-")
+        a, b = int(first), int(last) if last else len(DATA) - 1
+        return _answer("206 Partial Content", {
+            "Content-Length": str(b - a + 1), "Content-Range": f"bytes {a}-{b}/{len(DATA)}",
+            **validators}, DATA[a:b + 1])
+    with RawHTTPServer(respond) as server, caplog.at_level("WARNING", "tensorstream.http"):
+        for name in ("w.bin", "w.bin", "x.bin"):
+            with tensorstream.open(server.url(f"{name}?X-Sig=s3cr3t"), retries=1) as f:
+                assert f.read() == DATA
+    said = [r.getMessage() for r in caplog.records if "weak ETag" in r.getMessage()]
+    assert len(said) == (2 if warned else 0), said
+    assert all("s3cr3t" not in m for m in said)
+    if warned:
+        assert "/w.bin" in said[0] and "/x.bin" in said[1]
+        assert not any("neither ETag" in r.getMessage() for r in caplog.records)

@@ -74,6 +74,15 @@ __all__ = ["HTTPProvider", "InsecureTLSWarning", "MAX_REDIRECTS"]
 log = logging.getLogger("tensorstream.http")
 #: Objects already warned of as having no validator (one warning per process).
 _WARNED_UNVERSIONED: set[str] = set()
+_NO_VALIDATOR = (
+    "the server sends neither ETag nor Last-Modified, so a read can tell a replaced object "
+    "only by its size: one replaced by an object of the same size while it is read may be "
+    "read as a mix of both (nginx, Apache, S3 and CDNs send ETags)")
+# A weak ETag names a class of equivalent representations, not one sequence of bytes.
+_WEAK_ONLY = (
+    "the server sends only a weak ETag (W/\"...\") and no Last-Modified: a weak ETag says two "
+    "versions are equivalent, not the same bytes, so one replaced under the same weak ETag "
+    "while it is read may be read as a mix of both (a strong ETag or a Last-Modified tells)")
 
 MAX_REDIRECTS = 5
 from ...errors import InsecureTLSWarning  # noqa: E402  (re-exported for compatibility)
@@ -248,20 +257,18 @@ class HTTPProvider(Provider):
                 # first byte tells; only a size it reports is taken.
                 info = self._confirm_empty(info, self._request("GET", path, probe, cancel))
         if info.etag is None and info.mtime is None:
-            self._warn_unversioned(path)
+            self._warn_unversioned(path, _NO_VALIDATOR)
+        elif info.mtime is None and info.etag is not None and info.etag.strip().startswith("W/"):
+            self._warn_unversioned(path, _WEAK_ONLY)
         return info
 
-    def _warn_unversioned(self, path: str) -> None:
-        """Say once per object and process that its reads are checked by size only."""
+    def _warn_unversioned(self, path: str, why: str) -> None:
+        """Say once per object and process that its reads cannot tell two versions apart."""
         where = f"{self._origin}{_redact_path(path.partition('?')[0])}"
         if where in _WARNED_UNVERSIONED:
             return
         _WARNED_UNVERSIONED.add(where)
-        log.warning(
-            "%s: the server sends neither ETag nor Last-Modified, so a read can tell a "
-            "replaced object only by its size: one replaced by an object of the same size "
-            "while it is read may be read as a mix of both (nginx, Apache, S3 and CDNs send "
-            "ETags)", redact_text(where))
+        log.warning("%s: %s", redact_text(where), why)
 
     @staticmethod
     def _info(resp: Answer, path: str, size: int) -> ObjectInfo:
