@@ -284,7 +284,7 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, i
     """``(start, stop, step), is_int`` per dimension; raises like indexing a tensor would."""
     items = list(key) if isinstance(key, tuple) else [key]
     if sum(k is Ellipsis for k in items) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+        items = _ellipses(items, shape)
     if Ellipsis in items:
         at = items.index(Ellipsis)
         items[at : at + 1] = [slice(None)] * (len(shape) - len(items) + 1)
@@ -326,6 +326,26 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[tuple[int, int, i
         i %= d
         out.append(((i, i + 1, 1), True))
     return out
+
+
+def _ellipses(items: list[Any], shape: tuple[int, ...]) -> list[Any]:
+    """``items`` with more than one ``...`` as torch (and so safetensors' get_slice) takes
+    them: each stands for the dimensions the other indices leave, and what then lies past
+    the last dimension is refused by torch itself or selects nothing more."""
+    try:  # plain integers and slices: a view, never a copy (a tensor index would gather)
+        plain = tuple(k if k is Ellipsis or isinstance(k, slice) else operator.index(k)
+                      for k in items if not isinstance(k, bool))
+    except TypeError:
+        plain = None  # refused by name below
+    if plain is not None and len(plain) == len(items):
+        # One element seen through the shape (strides 0): torch's own checks, nothing
+        # read. (A meta tensor refuses keys a CPU one takes.)
+        torch.zeros(()).expand(shape)[plain]  # raises torch's IndexError
+    left = max(0, len(shape) - sum(k is not Ellipsis for k in items))
+    out: list[Any] = []
+    for k in items:
+        out.extend([slice(None)] * left if k is Ellipsis else [k])
+    return out[:len(shape)]
 
 
 #: ``safe_open``'s framework names: torch's are taken, the others say what to do.
