@@ -9,6 +9,7 @@ the rules select is deleted (or, with ``--dryrun``, named).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from typing import Any
 
@@ -50,7 +51,8 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
             finally:
                 listing_keeps_damaged.reset(keeps)
             left: list[tuple[str, str]] = []
-            there = await _keys(dst, dst_uri, False, dst=True, left=left)
+            deep: set[str] = set()  # keys whose path is past PATH_MAX
+            there = await _keys(dst, dst_uri, False, dst=True, left=left, deep=deep)
         except (TensorstreamError, OSError) as exc:
             result.errors.append(f"--delete skipped: a listing failed, so nothing is deleted "
                                  f"({redact_text(str(exc) or type(exc).__name__)})")
@@ -80,7 +82,12 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
                 reporter.deleted(uri, dryrun=True)
                 continue
             try:
-                await dst.delete(path)
+                if key in deep:
+                    from .sync_delete_deep import unlink_deep
+
+                    await asyncio.to_thread(unlink_deep, dst_uri.path, key)
+                else:
+                    await dst.delete(path)
             except Exception as exc:
                 if _gone(exc, dst_uri.scheme, path):
                     # Gone since the listing: deleted by another run (two `sync --delete`
@@ -102,11 +109,12 @@ def _gone(exc: BaseException, scheme: str, path: str) -> bool:
 
 
 async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *, whole: bool = False,
-                dst: bool = False, left: list[tuple[str, str]] | None = None
-                ) -> dict[str, str]:
+                dst: bool = False, left: list[tuple[str, str]] | None = None,
+                deep: set[str] | None = None) -> dict[str, str]:
     """``{key relative to uri: provider path}`` of every object under ``uri``; with
     ``whole``, an entry of a local tree skipped for a problem (not by choice) raises;
-    ``left`` gets a local tree's entries skipped (key, why)."""
+    ``left`` gets a local tree's entries skipped (key, why); ``deep``, where given, the
+    keys of a local tree past PATH_MAX, listed (and to be deleted) a directory at a time."""
     from ..copy.keys import folder_base, relative_key
     from ..copy.select import walk_local
     from ..errors import NotFoundError
@@ -115,6 +123,18 @@ async def _keys(provider: Any, uri: Any, follow_symlinks: bool, *, whole: bool =
         if not os.path.isdir(uri.path):
             return {}
         files, skipped = walk_local(uri.path, follow_symlinks=follow_symlinks)
+        if deep is not None:  # past PATH_MAX: reached a directory at a time, as the copy
+            from .sync_delete_deep import listed_deep, too_long  # wrote it
+
+            beyond = [key for key, why in skipped if too_long(why)]
+            skipped = [(key, why) for key, why in skipped if not too_long(why)]
+            for key in beyond:
+                for below, why in listed_deep(uri.path, key):
+                    if why:
+                        skipped.append((below, why))
+                    else:
+                        deep.add(below)
+                        files.append((below, os.path.join(uri.path, *below.split("/"))))
         problems = [f"{key}: {why}" for key, why in skipped
                     if not why.endswith("(--no-follow-symlinks)")]
         if whole and problems:
