@@ -226,3 +226,31 @@ def test_a_refused_tag_set_in_a_versioned_bucket_removes_only_the_version_writte
     listed = b.client.list_object_versions(Bucket=b.bucket, Prefix="t/v-dst.bin")
     assert listed.get("DeleteMarkers", []) == []
     assert [v["Size"] for v in listed.get("Versions", [])] == [len(b"before")]
+
+
+def test_a_copy_refused_501_for_its_tags_leaves_copy_object_on_for_the_others(
+        tensorstream_s3: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """An S3 Express directory bucket answers ``501 NotImplemented`` to a CopyObject that
+    copies non-empty tags (its default, COPY), and only to that one. The 501 was taken
+    for "no CopyObject here": every later object of the run was streamed through this
+    machine. It is that object's alone now (streamed, as aws fails it rather than drop
+    its tags), and the untagged objects after it are still copied by S3."""
+    b = tensorstream_s3
+    data = {"src/a.bin": os.urandom(1000), "src/b.bin": os.urandom(1000),
+            "src/c.bin": os.urandom(1000)}
+    for key, body in data.items():
+        b.put(key, body)
+    b.client.put_object_tagging(Bucket=b.bucket, Key="src/a.bin",
+                                Tagging={"TagSet": [{"Key": "team", "Value": "ml"}]})
+    b.faults.raw.path_prefix = f"/{b.bucket}/dst/"
+    b.faults.raw.status_script = [501]  # the first request to dst/: a.bin's CopyObject
+    with caplog.at_level(logging.WARNING, logger="tensorstream.copy"):
+        r = copy(b.uri("src/"), b.uri("dst/"), recursive=True, jobs=1, **b.options)
+    assert r.ok and r.files == 3, r.errors
+    by = {o.dst.rsplit("/", 1)[-1]: o.server_side for o in r.outcomes}
+    assert by == {"a.bin": False, "b.bin": True, "c.bin": True}, by
+    said = [rec.getMessage() for rec in caplog.records if "through this machine" in
+            rec.getMessage()]
+    assert len(said) == 1 and "a.bin" in said[0] and "tags" in said[0], said
+    for key, body in data.items():
+        assert b.get(key.replace("src/", "dst/")) == body

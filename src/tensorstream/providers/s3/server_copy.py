@@ -54,6 +54,7 @@ from ...errors import (
     MissingCredentialsError,
     ObjectChangedError,
     PermissionDeniedError,
+    TensorstreamError,
 )
 from ..base import ObjectInfo
 from .errors import WrongRegionError
@@ -167,12 +168,28 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
                                       else "nothing was copied"))
     tags_later: list[dict[str, str]] = []  # (one CopyObject: S3 copies the tags itself)
     if way == ONE_PIECE:
-        copied = await _copy_object(call, src_path, dst_path, etag, md5[0] if md5 else None,
-                                    # (onto itself, S3 takes it only with REPLACE)
-                                    {**_replaced(carried, metadata, props == "none" or (
-                                        in_place and props != "default")),
-                                     **kept},
-                                    kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
+        try:
+            copied = await _copy_object(
+                call, src_path, dst_path, etag, md5[0] if md5 else None,
+                # (onto itself, S3 takes it only with REPLACE)
+                {**_replaced(carried, metadata, props == "none" or (
+                    in_place and props != "default")), **kept},
+                kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
+        except ServerCopyUnsupported as exc:
+            try:
+                tagged = props == "default" and bool(await source_tags(call, src_path,
+                                                                       nothing=""))
+            except TensorstreamError:
+                tagged = False  # (not known: taken as the store's 501, as before)
+            if tagged:
+                # An S3 Express directory bucket answers 501 to a CopyObject that copies
+                # non-empty tags (COPY, the default), and to that one only: CopyObject is
+                # there for the other objects.
+                raise ServerCopyUnsupported(
+                    f"{exc.message}: the destination takes no copy of its tags (an S3 "
+                    "Express directory bucket holds none; --copy-props metadata-directive, "
+                    "or copy_props=, leaves them out)", this_object=True) from exc
+            raise
         if advance is not None:
             advance(size)
     else:
