@@ -74,6 +74,20 @@ def test_http_env_reaches_requests_and_urllib_over_tls(tensorstream_http, monkey
     assert env["REQUESTS_CA_BUNDLE"] == env["CURL_CA_BUNDLE"] == tensorstream_http.ca_bundle
 
 
+@pytest.mark.tensorstream_http(tls=True, env=True)
+@pytest.mark.tensorstream_redis(tls=True, env=True)
+def test_two_tls_backends_env_trust_both_cas(tensorstream_http, tensorstream_redis):
+    # The second backend's SSL_CERT_FILE replaced the first's: its reads failed verification.
+    import requests
+
+    assert tensorstream_http.ca_bundle != tensorstream_redis.ca_bundle
+    tensorstream_http.put("m.bin", b"h")
+    tensorstream_redis.put("m.bin", b"r")
+    assert serving_code_load(tensorstream_http.uri("m.bin")) == b"h"
+    assert serving_code_load(tensorstream_redis.uri("m.bin")) == b"r"
+    assert requests.get(tensorstream_http.uri("m.bin"), timeout=30).content == b"h"
+
+
 def test_env_is_undone_after_the_test():
     import os
 

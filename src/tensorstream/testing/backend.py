@@ -5,6 +5,7 @@ servers behind each kind (``s3_backend``, ``http_backend``, ``redis_backend``)."
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
 from typing import Any, ClassVar
 
@@ -54,6 +55,8 @@ class Backend:
         unmodified loader that reads the environment reaches this backend. Returns it."""
         env = self.env
         for name, value in env.items():
+            if name in _CA_NAMES:
+                value = env[name] = _trust_both(os.environ.get(name), value)
             monkeypatch.setenv(name, value)
         return env
 
@@ -68,3 +71,28 @@ class Backend:
     def close(self) -> None:
         """Reset faults and remove this test's objects."""
         self.faults.reset()
+
+
+#: Variables naming a CA bundle: two TLS backends' env in one test must not replace each other's.
+_CA_NAMES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+#: CA bundles this process's backends set (and the combinations of them made below).
+_TEST_CAS: set[str] = set()
+
+
+def _trust_both(current: str | None, ca: str) -> str:
+    """``ca``, or a bundle of it and ``current`` when ``current`` is another test
+    backend's CA set earlier in the test: the second TLS backend's ``env``
+    (``tensorstream_redis(tls=True, env=True)`` beside ``tensorstream_http(tls=True,
+    env=True)``) replaced the first's CA, whose reads then failed verification."""
+    if not current or current == ca or current not in _TEST_CAS:
+        _TEST_CAS.add(ca)
+        return ca
+    import tempfile
+
+    fd, both = tempfile.mkstemp(prefix="ca-", suffix=".pem", dir=os.path.dirname(ca))
+    with os.fdopen(fd, "wb") as out:
+        for path in (current, ca):
+            with open(path, "rb") as pem:
+                out.write(pem.read().rstrip(b"\n") + b"\n")
+    _TEST_CAS.add(both)
+    return both
