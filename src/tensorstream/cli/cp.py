@@ -421,8 +421,8 @@ def _onto_itself(args: argparse.Namespace, source: str, dest: str, meta: Any,
             same = os.path.samefile(src.path, dst.path)
         except OSError:
             same = os.path.realpath(src.path) == os.path.realpath(dst.path)
-    else:
-        same = src.path.strip("/") == dst.path.strip("/")
+    else:  # (one trailing '/' names the same prefix; 's1//' is another: keys 's1//a')
+        same = _prefix(src.path) == _prefix(dst.path)
     if not same:
         return None
     what = f"{redact_text(source)} and {redact_text(dest)} are the same place"
@@ -433,6 +433,12 @@ def _onto_itself(args: argparse.Namespace, source: str, dest: str, meta: Any,
     return (f"sync is refused: {what} (nothing to copy); to change the objects' metadata in "
             "place, give --content-type, --cache-control or --metadata (--copy-props none "
             "or metadata-directive drops their tags)")
+
+
+def _prefix(path: str) -> str:
+    """A store's path as a prefix: one trailing ``/`` dropped (``b/s1/`` is ``b/s1``),
+    never more (``b/s1//`` names the keys ``s1//...``)."""
+    return path[:-1] if path.endswith("/") else path
 
 
 def _wildcard_source(sources: list[str]) -> str | None:
