@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ..copy.keys import is_temp_name
+from ..copy.keys import UnsafeKeyError, is_temp_name, open_dir_under
 
 __all__ = ["listed_deep", "too_long", "unlink_deep"]
 
@@ -26,17 +26,15 @@ def too_long(why: str) -> bool:
 
 
 def _descend(root: str, parts: list[str]) -> int:
-    """A descriptor of ``root/parts...`` opened a directory at a time (links not followed)."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    """A descriptor of ``root/parts...`` opened a directory at a time, as the copy opens
+    it (:func:`~tensorstream.copy.keys.open_dir_under`; links not followed: ``ELOOP``)."""
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        for part in parts:
-            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = below
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return open_dir_under(root_fd, parts, create=False)
+    except UnsafeKeyError as exc:  # (a link swapped in since the walk: an OSError here)
+        raise OSError(errno.ELOOP, str(exc)) from None
+    finally:
+        os.close(root_fd)
 
 
 def listed_deep(root: str, key: str) -> Iterator[tuple[str, str]]:
