@@ -119,3 +119,34 @@ def test_sse_c_keys_as_botocore_parameters_are_masked(text: str, shown: str) -> 
     """botocore logs a call's parameters at DEBUG before they become headers; a key given
     as bytes may hold quotes, commas or colons and is masked whole."""
     assert mask_secrets(text) == shown
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry of secrets in use, empty for the test and put back after it."""
+    from tensorstream import _log_redaction
+    for name in ("_REGISTERED", "_PER_REQUEST"):
+        if hasattr(_log_redaction, name):
+            monkeypatch.setattr(_log_redaction, name, {})
+
+
+def test_a_long_run_over_presigned_urls_keeps_its_credentials_masked(fresh_registry: None) -> None:
+    """10,000 reads of distinct presigned URLs each remember their signature; the
+    registry stays bounded, and neither forgets a credential registered at the start (a
+    Redis password redis-py may log) nor the signature of the URL still being read."""
+    from tensorstream import _log_redaction
+    from tensorstream._log_redaction import register_secret
+    from tensorstream.providers.http.provider import HTTPProvider
+
+    register_secret("CANARY-redis-password")
+    provider = HTTPProvider("http://127.0.0.1:9")
+    in_use = "/m.bin?X-Amz-Signature=CANARYINUSE0001&X-Amz-Date=20261207T000000Z"
+    for i in range(10_000):
+        provider._url(f"/s{i}.bin?X-Amz-Signature=sig{i:064x}&X-Amz-Credential=AKIA%2F{i}")
+        if i % 50 == 0:  # (a file being read sends its URL with each part)
+            provider._url(in_use)
+    remembered = sum(len(v) for k, v in vars(_log_redaction).items()
+                     if k in ("_REGISTERED", "_PER_REQUEST"))
+    assert remembered <= 512
+    shown = mask_secrets("AUTH failed: CANARY-redis-password; 403 CANARYINUSE0001")
+    assert "CANARY" not in shown, shown

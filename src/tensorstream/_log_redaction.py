@@ -8,6 +8,8 @@ those loggers masks them before any handler sees the record.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import re
 import traceback
 from collections.abc import Iterable
@@ -66,37 +68,63 @@ _PATTERNS = [
 ]
 
 
-#: Secrets in use in this process (see :func:`register_secret`), newest last.
+#: Secrets in use in this process (see :func:`register_secret`), newest last: credentials.
 _REGISTERED: dict[str, None] = {}
 #: The most remembered: the oldest are forgotten first.
 _MAX_REGISTERED = 256
+#: Values a single request carried (a presigned URL's signature), newest (or last sent)
+#: last, kept apart: a long run over many presigned URLs forgot the credentials (a Redis
+#: password, an S3 secret key) registered at its start, the oldest, when they shared one
+#: bounded list.
+_PER_REQUEST: dict[str, None] = {}
+_MAX_PER_REQUEST = 256
 #: Shorter values are not remembered: masking a common word everywhere hides text.
 _MIN_REGISTERED = 8
+#: Registration runs on many threads (one per read): the oldest's eviction is not atomic.
+_REGISTRY_LOCK = threading.Lock()
 
 
-def register_secret(value: str) -> None:
+def register_secret(value: str, *, per_request: bool = False) -> None:
     """Remember ``value`` (a password, secret key, token, ``Authorization`` value) so
     that third-party log records and error chains mask it wherever it turns up: a
     server or a client library may echo what it was sent (redis-py logs the error
-    reply to ``AUTH``, which a proxy may have filled with the password)."""
+    reply to ``AUTH``, which a proxy may have filled with the password).
+
+    ``per_request``: a value one request carries (a presigned query's signature), kept
+    among the most recently sent ones, never displacing a credential."""
     values = [value]
     scheme, _, rest = value.partition(" ")
     if scheme.lower() in ("bearer", "basic") and rest:
         values.append(rest)  # the token (or base64 user:password) alone
-    for v in values:
-        if len(v) >= _MIN_REGISTERED and v not in _REGISTERED:
-            _REGISTERED[v] = None
-            while len(_REGISTERED) > _MAX_REGISTERED:
-                del _REGISTERED[next(iter(_REGISTERED))]
+    registry, most = (_PER_REQUEST, _MAX_PER_REQUEST) if per_request else (
+        _REGISTERED, _MAX_REGISTERED)
+    with _REGISTRY_LOCK:
+        for v in values:
+            if len(v) < _MIN_REGISTERED:
+                continue
+            registry.pop(v, None)  # sent again: the newest (the one still in use is kept)
+            registry[v] = None
+            while len(registry) > most:
+                del registry[next(iter(registry))]
     install_secret_filter()
+
+
+def _after_fork_in_child() -> None:
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _mask(text: str) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + "***", text)
-    if _REGISTERED:
+    if _REGISTERED or _PER_REQUEST:
+        with _REGISTRY_LOCK:
+            known = (*_REGISTERED, *_PER_REQUEST)
         # longest first: a value that contains another is masked whole
-        text = withhold(text, tuple(sorted(_REGISTERED, key=len, reverse=True)))
+        text = withhold(text, tuple(sorted(known, key=len, reverse=True)))
     return redact_text(text)
 
 

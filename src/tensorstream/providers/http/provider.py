@@ -226,7 +226,7 @@ class HTTPProvider(Provider):
         parameters (a presigned URL's signature) are remembered as secrets: a server
         may echo one alone in its answer (its reason phrase), where no name says so."""
         for value in secret_query_values(path):
-            register_secret(value)
+            register_secret(value, per_request=True)
         return self._origin + wire_target(path)
 
     def _request(self, method: str, path: str, headers: dict[str, str],
