@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import re
+import threading
 import traceback
 from collections.abc import Iterable
 
