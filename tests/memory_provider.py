@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from tensorstream.errors import NotFoundError, PermissionDeniedError
 from tensorstream.providers.base import Capabilities, ObjectInfo, Pin, Provider, Writer, check_range
@@ -20,7 +20,7 @@ class MemReads(Provider):
     store: ClassVar[dict[str, bytes]] = {}
 
     @classmethod
-    def from_uri(cls, uri: Any, **options: Any) -> Self:
+    def from_uri(cls, uri: Any, **options: Any) -> MemReads:  # (typing.Self is 3.11+)
         return cls()
 
     async def stat(self, path: str) -> ObjectInfo:
