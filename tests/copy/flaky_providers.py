@@ -1,13 +1,15 @@
 """Small real providers for the local-destination copy tests, registered through the public
 ``tensorstream.register``: ``flakytest://`` (reads fail with a temporary error from a given
 offset on, the way a network source is cut off mid-copy), ``changingtest://`` (no ETag, a
-Last-Modified that moves), ``gatedtest://`` (reads wait for the test) and ``slowtest://``
+Last-Modified that moves), ``datedtest://`` (listed objects of a date the test gives),
+``gatedtest://`` (reads wait for the test) and ``slowtest://``
 (50 ms reads, counted in flight). The ``flaky`` fixture (conftest.py) resets them."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import ClassVar
@@ -66,6 +68,28 @@ class ChangingProvider(FlakyProvider):
 
 
 tensorstream.register("changingtest", ChangingProvider, replace=True)
+
+
+class DatedProvider(FlakyProvider):
+    """Listed objects (no ETag) all dated ``mtime``: a source dated past what a file
+    can hold (a server's Last-Modified of the year 3000)."""
+
+    schemes = ("datedtest",)
+    service = "datedtest"
+    capabilities: ClassVar[Capabilities] = Capabilities(list=True)
+    store: ClassVar[dict[str, bytes]] = {}
+    mtime: ClassVar[datetime] = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    async def stat(self, path: str) -> ObjectInfo:
+        info = await super().stat(path)
+        return ObjectInfo(path, info.size, None, self.mtime)
+
+    async def list(self, prefix: str) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
+        for path in sorted(p for p in self.store if p.startswith(prefix)):
+            yield await self.stat(path)
+
+
+tensorstream.register("datedtest", DatedProvider, replace=True)
 
 
 class GatedProvider(FlakyProvider):

@@ -9,11 +9,20 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flaky_providers import PART, ChangingProvider, FlakyProvider, GatedProvider, names_in
+from flaky_providers import (
+    PART,
+    ChangingProvider,
+    DatedProvider,
+    FlakyProvider,
+    GatedProvider,
+    names_in,
+)
 
 from tensorstream.copy.engine import copy
 
@@ -284,3 +293,66 @@ def test_a_local_source_rewritten_with_its_mtime_put_back_is_not_published(
     result = copy(str(src), f"{out}/", part_size=PART, concurrency=1)
     assert not result.ok and "changed" in result.errors[0], result.errors
     assert names_in(out) == []
+
+
+@pytest.fixture
+def dated() -> Iterator[type[DatedProvider]]:
+    DatedProvider.store.update({"b/x/one.bin": b"1" * 100, "b/x/two.bin": b"2" * 200})
+    yield DatedProvider
+    DatedProvider.store.clear()
+    DatedProvider.mtime = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _date_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "date could not be given" in r.getMessage()]
+
+
+def test_a_date_the_filesystem_cannot_hold_is_said_once_and_sync_copies_again(
+        dated: type[DatedProvider], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A source dated the year 3000 (a server's Last-Modified): ext4 keeps dates up to
+    # 2446 and clamps the rest without an error (XFS without bigtime: 2038). The copy
+    # kept the clamped date silently, and every sync took the files as changed and
+    # copied them again, unexplained.
+    dated.mtime = datetime(3000, 1, 1, tzinfo=timezone.utc)
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"")
+    when_ns = int(dated.mtime.timestamp()) * 10**9
+    os.utime(probe, ns=(when_ns, when_ns))
+    if probe.stat().st_mtime_ns == when_ns:
+        pytest.skip("this filesystem holds dates of the year 3000 (tmpfs, btrfs)")
+    dst = tmp_path / "dst"
+    for _run in range(2):
+        caplog.clear()
+        r = copy("datedtest://b/x/", f"{dst}/", recursive=True, skip_unchanged=True)
+        assert r.ok, r.errors
+        # what sync does next time: the dates differ, so both are copied again
+        assert sorted(o.status for o in r.outcomes) == ["copied", "copied"]
+        said = _date_warnings(caplog)
+        assert len(said) == 1, said  # once a run, not once a file
+        assert "sync compares dates and will copy" in said[0]
+        assert "the filesystem keeps" in said[0]
+    assert (dst / "two.bin").read_bytes() == b"2" * 200
+
+
+def test_a_date_the_filesystem_refuses_is_said(
+        dated: type[DatedProvider], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a FUSE, 9p or SMB mount (or a file owned by another user) answers: EPERM.
+    # (os.utime stands in for the filesystem; root may date any file here.)
+    def refused(*a: Any, **kw: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "utime", refused)
+    r = copy("datedtest://b/x/", f"{tmp_path}/dst/", recursive=True)
+    assert r.ok and r.files == 2, r.errors
+    said = _date_warnings(caplog)
+    assert len(said) == 1 and "(Operation not permitted)" in said[0], said
+    assert (tmp_path / "dst" / "one.bin").read_bytes() == b"1" * 100
+
+
+def test_a_date_carried_says_nothing_and_sync_skips(
+        dated: type[DatedProvider], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for statuses in (["copied", "copied"], ["skipped", "skipped"]):
+        r = copy("datedtest://b/x/", f"{tmp_path}/dst/", recursive=True, skip_unchanged=True)
+        assert r.ok and sorted(o.status for o in r.outcomes) == statuses, r.outcomes
+    assert not _date_warnings(caplog)

@@ -35,6 +35,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import logging
 import os
 import stat
 import threading
@@ -62,6 +63,7 @@ __all__ = ["Listings", "LocalCopy", "check_free_space", "copy_to_local", "copied
            "one_hop"]
 
 T = TypeVar("T")
+log = logging.getLogger("tensorstream.copy")
 
 
 class Listings:
@@ -74,6 +76,20 @@ class Listings:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._names: dict[tuple[str, tuple[str, ...]], frozenset[str]] = {}
+        #: Whether a copy that did not keep its source's date was said (once a copy).
+        self.date_lost_said = False
+
+    def date_lost(self, label: str, why: str) -> None:
+        """Say once a copy that a copy (``label``) does not carry its source's date
+        (``why``): ``sync`` compares dates, so it will copy every such file again on
+        every run; silent, it looked like a sync that never settles."""
+        with self._lock:
+            if self.date_lost_said:
+                return
+            self.date_lost_said = True
+        log.warning("%s: copied, but its source's date could not be given to it (%s); "
+                    "sync compares dates and will copy the files of this destination "
+                    "again on every run (said once)", label, why)
 
     @functools.cached_property
     def umask(self) -> int:
@@ -237,7 +253,9 @@ class LocalCopy:
                                source=job.label, etag=job.info.etag, resume=c.resume,
                                durable=c.durable, direct=c.direct,
                                existing=listing, mtime_ns=mtime_ns(job.info),
-                               mode=copied_mode(job.info, c.listings.umask))
+                               mode=copied_mode(job.info, c.listings.umask),
+                               on_date_lost=functools.partial(c.listings.date_lost,
+                                                              job.dst_label))
         resumed = target.open()
         self.sink = target  # only a temp file this run opened (and locked) is ever aborted
         if not self.one_hop or not self.parts:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime
 import errno
 import fcntl
 import hashlib
@@ -26,6 +27,7 @@ from ..errors import IntegrityError
 from ..providers.local.provider import temp_stem
 from .direct import ALIGN, PositionalWrites, open_direct
 from .resume_journal import JOURNAL_VERSION, load_journal, write_journal
+from .select import carried
 from .sinks import PartBuffer, digest, directory_sync, plan_parts
 from .temp_names import busy, discard_leftover, lock_or_busy, still_named, unlink
 
@@ -80,6 +82,31 @@ def _read_exact(fd: int, view: memoryview, offset: int) -> None:
 _HASH_CHUNK = 4 << 20
 
 
+def _give_date(fd: int, when_ns: int) -> str | None:
+    """Date the file ``when_ns`` (its source's); None when it kept it (as its filesystem
+    keeps dates: :func:`~.select.carried`), else why not. A filesystem may refuse
+    (``EPERM``: a FUSE, 9p or SMB mount, a file owned by another user) or clamp the
+    date to its range without an error (ext4 keeps dates up to 2446, XFS without
+    bigtime up to 2038)."""
+    try:
+        os.utime(fd, ns=(when_ns, when_ns))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except (OverflowError, ValueError):
+        return "a date out of the range a file can have"
+    kept = os.fstat(fd).st_mtime_ns
+    if kept == when_ns or carried(_as_date(when_ns), _as_date(kept)):
+        return None
+    return f"the filesystem keeps {_as_date(kept):%Y-%m-%d %H:%M:%S} instead"
+
+
+def _as_date(ns: int) -> datetime.datetime:
+    return _EPOCH + datetime.timedelta(microseconds=ns // 1000)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
 class LocalPartFile:
     """Positional writes into a temp file in ``dir_fd``, published as ``name``.
 
@@ -92,8 +119,12 @@ class LocalPartFile:
     def __init__(self, dir_fd: int, name: str, *, size: int, part_size: int,
                  source: str, etag: str | None, resume: bool, durable: bool = True,
                  direct: bool = True, existing: Collection[str] | None = None,
-                 mtime_ns: int | None = None, mode: int | None = None) -> None:
+                 mtime_ns: int | None = None, mode: int | None = None,
+                 on_date_lost: Callable[[str], None] | None = None) -> None:
         self.dir_fd = dir_fd
+        #: Called (with why) when the file does not keep :attr:`mtime_ns`: ``sync``
+        #: then takes it as changed and copies it again on every run.
+        self.on_date_lost = on_date_lost
         #: The published file's permissions (None: 0666 less the umask).
         self.mode = mode
         #: The source's modification time (ns since the epoch), given to the file
@@ -379,9 +410,9 @@ class LocalPartFile:
                     f"verification failed: the file has {got} bytes, the source {self.size}")
             os.fchmod(fd, new_file_mode() if self.mode is None else self.mode)
             if self.mtime_ns is not None:
-                with contextlib.suppress(OSError, OverflowError, ValueError):
-                    # (a date the filesystem cannot hold: the file keeps its own)
-                    os.utime(fd, ns=(self.mtime_ns, self.mtime_ns))
+                lost = _give_date(fd, self.mtime_ns)
+                if lost is not None and self.on_date_lost is not None:
+                    self.on_date_lost(lost)
             if self.durable:
                 os.fsync(fd)
             # Renamed while the descriptor (and so the lock) is held: once it is
