@@ -22,6 +22,7 @@ from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo, listing_keeps_damaged
 from ..providers.s3.key_limit import key_too_long
 from ..uri import ParsedURI, is_utf8, parse_uri, redact_text
+from .case_names import collisions, folds_case
 from .job import Job
 from .keys import UnsafeKeyError, folder_base, safe_relative_key
 from .listing import SourceLister, names_no_object
@@ -197,6 +198,8 @@ class Planner(SourceLister):
                     continue
                 seen[target] = job.label
                 jobs.append(job)
+        if local and len(jobs) > 1 and not self.dryrun:
+            jobs = self._one_file_each(jobs)
         if jobs and dst_uri.scheme == "s3":
             jobs = await self._check_bucket(dst, jobs)
         if self.skip_unchanged:
@@ -205,6 +208,30 @@ class Planner(SourceLister):
             for job in jobs:
                 self._note_stale_partial(job)
         return jobs
+
+    def _one_file_each(self, jobs: list[Job]) -> list[Job]:
+        """``jobs`` less those whose local destination is another's on a filesystem
+        that ignores case (``A.bin``, ``a.bin``: :mod:`.case_names`), refused: copied,
+        the later replaced the earlier, and both were reported copied."""
+        targets = [j.local for j in jobs if j.local is not None]
+        if len(targets) != len(jobs):
+            return jobs
+        asked: dict[str, bool] = {}
+        dropped: set[int] = set()
+        for first, later in collisions(targets):
+            root, parts = targets[later]
+            where = os.path.join(root, *parts[:-1])
+            if where not in asked:
+                asked[where] = folds_case(root, parts[:-1])
+            if asked[where]:
+                job, kept = jobs[later], jobs[first]
+                self.refuse(job.label, job.dst_label, job.info.size,
+                            f"refused: {job.dst_label} and {kept.dst_label} are one file on "
+                            "this destination (its filesystem ignores case): copying both "
+                            f"would leave one; {kept.label} is copied, this one is not "
+                            "(copy it to another name)")
+                dropped.add(later)
+        return [j for i, j in enumerate(jobs) if i not in dropped] if dropped else jobs
 
     def _below(self, dst: ParsedURI, src: ParsedURI) -> str:
         """A remote ``dst`` relative to the prefix ``src`` where it lies under it on the same

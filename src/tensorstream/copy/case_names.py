@@ -1,0 +1,77 @@
+"""Keys that are one file on a case-insensitive local destination.
+
+``A.bin`` and ``a.bin`` are two S3 keys (or two files on Linux), but one file on FAT,
+exFAT, NTFS, APFS/HFS+ as macOS formats them, SMB shares and ext4 directories with
+``casefold``: copied there, the second replaced the first, the copy reported both and
+one's bytes were gone (each ``sync`` then copied one over the other again). Such keys
+are found while planning (:func:`collisions`, nothing to do when none folds onto
+another, the common case) and, where the destination does fold case
+(:func:`folds_case`, which asks the filesystem itself), all but the first are
+refused, naming the key they would have replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import unicodedata
+from collections.abc import Iterable, Iterator
+
+__all__ = ["collisions", "folds_case", "folded"]
+
+
+def folded(parts: Iterable[str]) -> tuple[str, ...]:
+    """``parts`` as a case-insensitive filesystem compares them (close enough for
+    a first look: only names that also fold equal here are asked about)."""
+    return tuple(unicodedata.normalize("NFC", p).casefold() for p in parts)
+
+
+def collisions(targets: Iterable[tuple[str, list[str]]]) -> Iterator[tuple[int, int]]:
+    """Pairs ``(first, later)`` of indexes into ``targets`` (``(root, parts)`` of
+    each local destination, in the copy's order) whose paths differ but fold to
+    one; each later one is paired with the first of its kind."""
+    first: dict[tuple[str, tuple[str, ...]], tuple[int, list[str]]] = {}
+    for i, (root, parts) in enumerate(targets):
+        key = (root, folded(parts))
+        seen = first.setdefault(key, (i, parts))
+        if seen[0] != i and seen[1] != parts:
+            yield seen[0], i
+
+
+def folds_case(root: str, parts: list[str]) -> bool:
+    """Whether the directory ``root/parts...`` (the nearest one of it that exists)
+    takes a name in other case for the same file: a hidden probe file (a temp
+    file's name, which listings skip) is made there, looked up with its name's
+    case swapped, and removed. False where nothing can be made there (the copy
+    then fails on its own) or a symbolic link is in the way."""
+    directory = root
+    for part in parts:
+        below = os.path.join(directory, part)
+        if not os.path.isdir(below) or os.path.islink(below):
+            break
+        directory = below
+    probe = f".case-probe.tensorstream-{secrets.token_hex(6)}.tmp"
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dir_fd)
+        except OSError:
+            return False
+        try:
+            made = os.fstat(fd)
+            try:
+                other = os.stat(probe.swapcase(), dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:  # (ENOENT: a filesystem that tells case apart)
+                return False
+            return (other.st_dev, other.st_ino) == (made.st_dev, made.st_ino)
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(probe, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,92 @@
+"""Keys that are one file on a filesystem that ignores case (``A.bin``, ``a.bin``): the
+later is refused by name where the destination folds case, both copied where it does not.
+
+No filesystem that folds case can be made on the machine these tests were written on (no
+vfat in its kernel, ext4 and tmpfs without ``casefold``, XFS's ascii-ci removed), so the
+filesystem's answer (:func:`~tensorstream.copy.case_names.folds_case`, asked of a real
+directory in its own test) is given to the planner in the tests of what it does then."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tensorstream
+from memory_provider import MemProvider
+from tensorstream.copy import plan as plan_module
+from tensorstream.copy.case_names import collisions, folds_case
+from tensorstream.copy.engine import copy
+from tensorstream.copy.keys import is_temp_name
+
+tensorstream.register("memtest", MemProvider, replace=True)
+
+
+@pytest.fixture
+def store() -> Iterator[dict[str, bytes]]:
+    MemProvider.store.clear()
+    MemProvider.store.update({"b/m/A.bin": b"upper" * 10, "b/m/a.bin": b"lower" * 20,
+                              "b/m/X/one.bin": b"1", "b/m/x/ONE.bin": b"22",
+                              "b/m/other.bin": b"3"})
+    yield MemProvider.store
+    MemProvider.store.clear()
+
+
+def test_a_filesystem_that_tells_case_apart_is_said_so_and_left_clean(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    assert folds_case(str(tmp_path), ["d", "not-yet", "deeper"]) is False
+    assert folds_case(str(tmp_path / "missing"), []) is False
+    assert list(tmp_path.rglob("*")) == [tmp_path / "d"]  # the probe file is gone
+
+
+def test_collisions_pair_each_later_key_with_the_first() -> None:
+    nfd = unicodedata.normalize("NFD", "Café.bin")
+    targets = [("/r", ["A.bin"]), ("/r", ["b.bin"]), ("/r", ["a.bin"]), ("/s", ["A.BIN"]),
+               ("/r", ["X", "f"]), ("/r", ["x", "F"]), ("/r", ["café.bin"]), ("/r", [nfd]),
+               ("/r", ["b.bin"])]  # (the same target twice: the planner's own business)
+    assert list(collisions(targets)) == [(0, 2), (4, 5), (6, 7)]
+    assert list(collisions([("/r", ["a"]), ("/r", ["b"])])) == []
+
+
+def test_keys_one_in_case_are_both_copied_where_case_is_told_apart(
+        store: dict[str, bytes], tmp_path: Path) -> None:
+    r = copy("memtest://b/m/", f"{tmp_path}/out/", recursive=True)
+    assert r.ok and r.files == 5, r.errors
+    assert (tmp_path / "out" / "A.bin").read_bytes() == store["b/m/A.bin"]
+    assert (tmp_path / "out" / "a.bin").read_bytes() == store["b/m/a.bin"]
+
+
+def test_keys_one_in_case_onto_a_filesystem_that_folds_it_are_refused_but_the_first(
+        store: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On FAT, exFAT, NTFS, macOS's APFS or an ext4 casefold directory, a.bin replaced
+    # A.bin (and x/ONE.bin X/one.bin); both were reported copied, one's bytes lost.
+    asked: list[str] = []
+
+    def folding(root: str, parts: list[str]) -> bool:
+        asked.append("/".join([root, *parts]))
+        return True
+
+    monkeypatch.setattr(plan_module, "folds_case", folding)
+    out = tmp_path / "out"
+    r = copy("memtest://b/m/", f"{out}/", recursive=True)
+    assert not r.ok and r.files == 3, r.errors
+    failed = sorted(o.src for o in r.outcomes if o.status == "failed")
+    assert failed == ["memtest://b/m/a.bin", "memtest://b/m/x/ONE.bin"]
+    said = " ".join(str(e) for e in r.errors)
+    assert f"{out}/a.bin and {out}/A.bin are one file" in said
+    assert "ignores case" in said and "memtest://b/m/A.bin is copied" in said
+    assert (out / "A.bin").read_bytes() == store["b/m/A.bin"]
+    assert sorted(asked) == [f"{out}", f"{out}/x"]  # asked where two fold to one only
+
+
+def test_a_dry_run_makes_no_probe_file(store: dict[str, bytes], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(root: str, parts: list[str]) -> bool:
+        raise AssertionError("a dry run writes nothing, not even a probe")
+
+    monkeypatch.setattr(plan_module, "folds_case", never)
+    r = copy("memtest://b/m/", f"{tmp_path}/", recursive=True, dryrun=True)
+    assert r.ok, r.errors
+    assert not [p for p in tmp_path.iterdir() if is_temp_name(p.name)]
