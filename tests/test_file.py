@@ -73,6 +73,51 @@ def test_text_and_buffered_wrappers_read_it(reader: Any) -> None:
     assert io.BufferedReader(reader, 1000).read() == DATA
 
 
+def test_lines_are_read_a_chunk_at_a_time(reader: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Iteration and readline read a chunk and move back to the line's end: io's own
+    readline asked an unbuffered file for one byte at a time (a peek and a read each),
+    a minute for the lines of a 1 MB local file."""
+    reads: list[int] = []
+    real = type(reader)._readinto
+
+    def counted(self: Any, b: Any) -> int:
+        reads.append(len(memoryview(b)))
+        return real(self, b)
+
+    monkeypatch.setattr(type(reader), "_readinto", counted)
+    reader.seek(len(DATA) - 16)
+    assert list(reader) == [b"line1\n", b"line2\n", b"\n", b"end"]
+    assert len(reads) <= 5, reads  # one a line, and the one that finds the end
+    reader.seek(len(DATA) - 16)
+    assert reader.readline(3) == b"lin" and reader.readline(0) == b""
+    assert reader.readline(None) == b"e1\n" and reader.readlines(1) == [b"line2\n"]
+    assert reader.readline(-1) == b"\n" and reader.tell() == len(DATA) - 3
+    reader.seek(0)  # a line longer than the first chunk
+    assert reader.readline() == DATA[: DATA.index(b"\n") + 1]
+
+
+def test_a_failed_readline_moves_nothing(reader: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = type(reader)._readinto
+    calls: list[int] = []
+
+    def second_fails(self: Any, b: Any) -> int:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("the link went down")
+        return real(self, b)
+
+    from tensorstream import readonly_file
+
+    reader.seek(11)  # a line of 256 bytes, longer than a chunk
+    monkeypatch.setattr(readonly_file, "LINE_CHUNK", 100)
+    monkeypatch.setattr(type(reader), "_readinto", second_fails)
+    with pytest.raises(OSError, match="link went down"):
+        reader.readline()
+    assert reader.tell() == 11
+    monkeypatch.undo()
+    assert reader.readline() == DATA[11:267] and DATA[266:267] == b"\n"
+
+
 def test_a_reader_cannot_write_or_truncate(reader: Any) -> None:
     for call in (lambda: reader.write(b"x"), lambda: reader.truncate(0),
                  lambda: reader.writelines([b"x"]), lambda: reader.fileno()):

@@ -23,6 +23,8 @@ __all__ = ["READ1_DEFAULT", "ReadOnlyFile", "byte_position"]
 
 #: What ``read1(-1)`` returns at most (a buffered file's one raw read).
 READ1_DEFAULT = 1 << 20
+#: The first read of a :meth:`ReadOnlyFile.readline` (doubled while no line ends).
+LINE_CHUNK = io.DEFAULT_BUFFER_SIZE
 
 
 def byte_position(value: Any, what: str) -> int:
@@ -135,6 +137,39 @@ class ReadOnlyFile(io.RawIOBase):
                 self._pos = pos
         del buf[n:]
         return bytes(buf)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        """The bytes up to and including the next ``b"\\n"`` (at most ``size``;
+        ``b""`` at EOF), as a binary file's; iteration and ``readlines`` use it.
+
+        Read a chunk at a time, the position then set just past the line: io's
+        own readline peeks and reads one byte at a time here (an unbuffered file),
+        a minute for the lines of a 1 MB local file."""
+        size = -1 if size is None else operator.index(size)
+        with self._lock:
+            self._check_closed()
+            start = self._pos
+            line = bytearray()
+            chunk = LINE_CHUNK
+            try:
+                while size < 0 or len(line) < size:
+                    buf = bytearray(chunk if size < 0 else min(chunk, size - len(line)))
+                    n = self._readinto(buf)
+                    if not n:
+                        break
+                    end = buf.find(b"\n", 0, n)
+                    if end >= 0:
+                        line += buf[: end + 1]
+                        break
+                    line += buf[:n]
+                    if n < len(buf):  # fewer only at EOF
+                        break
+                    chunk = min(2 * chunk, READ1_DEFAULT)
+            except BaseException:
+                self._pos = start  # a read that failed moved nothing
+                raise
+            self._pos = start + len(line)  # past the line only, whatever more was read
+        return bytes(line)
 
     def readinto1(self, b: Any) -> int:
         """As :meth:`readinto` (``io.BufferedIOBase``'s name)."""
