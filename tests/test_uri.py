@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tensorstream
 from tensorstream import errors
-from tensorstream.uri import parse_uri, redact, redact_text
+from tensorstream.uri import parse_uri, redact, redact_text, windows_path_hint
 
 
 def test_local_forms() -> None:
@@ -188,3 +189,20 @@ def test_whitespace_at_the_ends_of_a_uri() -> None:
                   "http://h/k ", "file:///tmp/x "):
         with pytest.raises(errors.InvalidURIError, match="whitespace"):
             parse_uri(stray)
+
+
+@pytest.mark.parametrize("path", ["C:\\models\\m.tensors", "C:/models/m.tensors", "d:\\m.bin",
+                                  "\\\\server\\share\\m.bin"])
+def test_a_windows_path_is_said_to_be_one_where_it_is_not_found(path: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new user's Windows path names a file of that name in the current directory here.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(errors.NotFoundError, match="looks like a Windows path") as caught:
+        tensorstream.deserialize(path, "cpu")
+    assert str(tmp_path) in str(caught.value)  # where it looked
+
+
+@pytest.mark.parametrize("path", ["/srv/models/m.tensors", "/tmp/ab:c/m", "/tmp/a\\b",
+                                  "/tmp/model:v1/x"])
+def test_a_posix_path_gets_no_windows_hint(path: str) -> None:
+    assert windows_path_hint(path) == ""

@@ -26,7 +26,7 @@ from .errors import InvalidURIError
 from .uri_redaction import SECRET_QUERY_PARAMS, authority_end, redact, redact_text
 
 __all__ = ["ParsedURI", "SECRET_QUERY_PARAMS", "check_file_destination", "is_utf8", "parse_uri",
-           "redact", "redact_text", "redis_key_path"]
+           "redact", "redact_text", "redis_key_path", "windows_path_hint"]
 
 ACCEPTED_FORMS = (
     "a local path or file:///path, http(s)://host/path, s3://bucket/key, "
@@ -170,6 +170,22 @@ _REDIS_QUERY_OPTIONS = frozenset({"db", "cluster"})
 #: Characters S3 tools never accept in a bucket name; anything else after the
 #: bucket (``?``, ``#``, ``%``...) is part of the key, as for ``aws s3`` and s5cmd.
 _BAD_BUCKET = re.compile(r"[@:?#%/\\\s\x00-\x1f\x7f]")
+
+
+#: ``C:\\x``, ``C:/x`` (as a path component, after ``abspath``) or ``\\\\server\\share``.
+_WINDOWS_PATH = re.compile(r"(?:^|/)(?:[A-Za-z]:(?:[\\/]|$)|\\\\[^\\/])")
+
+
+def windows_path_hint(path: str) -> str:
+    """What to add to "no such file" for a local path written as Windows writes one, else
+    ``""``: here ``C:\\models\\m.tensors`` is a file of that name in the current directory
+    (a drive letter and ``\\`` separators mean nothing on Linux), which the bare error,
+    naming ``/home/me/C:\\models\\m.tensors``, leaves the user to work out."""
+    if not _WINDOWS_PATH.search(path):
+        return ""
+    return (" (that looks like a Windows path: here a drive letter and '\\' are part of a "
+            "file name in the current directory; give the path as this machine names it, "
+            "with '/', e.g. /mnt/c/models/... under WSL)")
 
 
 def _parse_s3(uri: str, rest: str) -> ParsedURI:

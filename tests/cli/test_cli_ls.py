@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cli_env import s3_env
 from tensorstream.testing.proxy import HTTPFaultProxy
 
@@ -72,3 +74,13 @@ def test_ls_of_an_s3_prefix_without_r_lists_one_level_by_delimiter(tmp_path: Pat
                        text=True, timeout=60, env=s3_env(moto_s3, tmp_path))
     assert r.stdout.splitlines() == ["a.bin", "m/n.bin", "p+q/r.bin", "sp ace/x.bin",
                                      "sp ace/y/z.bin", "zz.bin"]
+
+
+@pytest.mark.parametrize("command", [["ls"], ["stat"], ["cp"], ["cp", "-r"]])
+def test_a_windows_path_is_said_to_be_one(command: list[str], tmp_path: Path) -> None:
+    # Typed as on Windows, it names a file "C:\\models\\m.tensors" in the current directory:
+    # the error says so and what to give instead, not only "no such file".
+    r = subprocess.run([sys.executable, "-m", "tensorstream", *command, "C:\\models\\m.tensors",
+                        *(["out/"] if command[0] == "cp" else [])],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 1 and "looks like a Windows path" in r.stderr, r.stderr

@@ -74,6 +74,9 @@ def test_every_diagnosis_reads_as_documented(s3: MotoS3Server, tmp_path: Path) -
         "a typo in the key or the bucket (`cat`, `stat`, a load)": (
             ["cat", *endpoint, "s3://bkt/p/one.bni"], {"s3://b/p/": "s3://bkt/p/"}, 1),
         "no S3 credentials anywhere": (["ls", *endpoint, "s3://bkt/p/"], {}, 2),
+        "a typo in the scheme (`s4://`, `htps://`)": (["cp", "s4://bkt/p/one.bin", "out/"], {}, 2),
+        "a Windows path (`C:\\models\\m.tensors`)": (["cp", "C:\\models\\m.tensors", "out/"],
+                                                 {}, 1),
         "a port or host typo (nothing listens there)": (
             ["cat", "--endpoint-url", f"http://127.0.0.1:{free}", "--retries", "1",
              "s3://bkt/p/one.bin"], {"127.0.0.1:9001": f"127.0.0.1:{free}"}, 1),

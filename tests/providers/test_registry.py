@@ -224,3 +224,16 @@ def test_a_third_party_option_is_taken_before_its_provider_is_imported(
     assert registry.unknown_option_names({"toy_colour", "toy_color"}) == {"toy_color"}
     with pytest.raises(errors.ConfigurationError, match="toy_color"):
         tensorstream.get_provider(str(tmp_path), toy_color="blue")
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("s4", "s3"), ("htps", "https"), ("redsi", "redis")])
+def test_a_scheme_typo_names_the_scheme_meant(typo: str, meant: str) -> None:
+    # A new user's first URI: the error says which scheme was meant, not only the list.
+    with pytest.raises(errors.UnknownSchemeError, match=f"did you mean '{meant}://'"):
+        registry.resolve_provider_class(typo)
+
+
+def test_a_scheme_like_none_suggests_nothing() -> None:
+    with pytest.raises(errors.UnknownSchemeError) as caught:
+        registry.resolve_provider_class("nosuchscheme")
+    assert "did you mean" not in str(caught.value)

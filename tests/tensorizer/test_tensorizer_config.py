@@ -180,8 +180,11 @@ def test_rank_templates() -> None:
     assert shard_uri("/m.tensors", rank=0, world_size=1) == "/m.tensors"
     with pytest.raises(errors.ConfigurationError, match="model-rank-%03d"):
         shard_uri("/m.tensors", rank=0, world_size=2)
-    with pytest.raises(errors.ConfigurationError):
+    # A rank counted from 1 is the usual cause: the error says the ranks there are.
+    with pytest.raises(errors.ConfigurationError, match="ranks run from 0 to 1"):
         shard_uri("/m-%03d.tensors", rank=2, world_size=2)
+    with pytest.raises(errors.ConfigurationError, match="world_size must be 1 or more"):
+        shard_uri("/m-%03d.tensors", rank=0, world_size=0)
 
 
 @pytest.mark.parametrize("template", ["%01000000d", "%09999999999999999999d", "%0" + "9" * 5000 + "d"])

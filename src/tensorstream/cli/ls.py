@@ -23,7 +23,7 @@ from ..copy.select import walk_local
 from ..copy.wildcards import wildcard
 from ..errors import NotFoundError, TensorstreamError
 from ..providers.base import ObjectInfo, display_listing
-from ..uri import ParsedURI, parse_uri, redact_text
+from ..uri import ParsedURI, parse_uri, redact_text, windows_path_hint
 from .options import add_storage_options
 from .output import escape_name, human_size
 
@@ -219,8 +219,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             if count == 0 and missing is None and pattern is None and uri.scheme == "file" and (
                     not os.path.lexists(uri.path)):  # a typo, not an empty directory
-                print_error(f"no such file or directory: {redact_text(os.path.normpath(uri.path))}",
-                            [args.uri])
+                print_error(f"no such file or directory: {redact_text(os.path.normpath(uri.path))}"
+                            f"{windows_path_hint(uri.path)}", [args.uri])
                 return 1
             if count == 0:
                 print_error(str(missing) if missing is not None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NotFoundError, TensorstreamError
 from ..layers.stack import PolicyProvider
 from ..providers.base import ObjectInfo
-from ..uri import ParsedURI, redact_text
+from ..uri import ParsedURI, redact_text, windows_path_hint
 from .keys import plan_keys, relative_key
 from .select import FileOutcome, walk_local
 from .wildcards import Wildcard, wildcard
@@ -105,7 +105,8 @@ class SourceLister:
                 if uri.scheme == "file" and not os.path.lexists(uri.path):
                     # A typo in a local path is no "nothing to copy": say it is not there.
                     raise NotFoundError(f"no such file or directory: {uri.path}"
-                                        f"{_local_wildcard(uri.path)}") from None
+                                        f"{_local_wildcard(uri.path)}"
+                                        f"{windows_path_hint(uri.path)}") from None
                 if uri.scheme == "file":
                     raise  # it is there, and the error says why it is no file (a FIFO, /proc)
                 raise NotFoundError(f"nothing to copy at {redact_text(raw)}") from None

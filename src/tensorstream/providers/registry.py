@@ -9,6 +9,7 @@ Registering over an existing scheme requires ``replace=True``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import re
 import sys
@@ -137,6 +138,13 @@ def _load_entry_points() -> None:
             _registry[name] = values.pop()
 
 
+def _did_you_mean(scheme: str, known: list[str]) -> str:
+    """`` (did you mean 's3://'?)`` for a near miss of a registered scheme (``s4``, ``htps``,
+    ``redsi``), else nothing: a first URI's typo should name its fix, not only the list."""
+    close = difflib.get_close_matches(scheme, known, n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}://'?)" if close else ""
+
+
 def registered_schemes() -> list[str]:
     """All schemes with a provider, sorted."""
     _load_entry_points()
@@ -182,9 +190,10 @@ def resolve_provider_class(scheme: str) -> type[Provider]:
     if entry is None:
         if _fsspec_knows(scheme):
             return _import(_FSSPEC_FALLBACK.provider)
+        known = registered_schemes()
         raise UnknownSchemeError(
-            f"no provider for scheme {scheme!r}; registered: {', '.join(registered_schemes())} "
-            "(plus any protocol fsspec knows)"
+            f"no provider for scheme {scheme!r}{_did_you_mean(scheme, known)}; registered: "
+            f"{', '.join(known)} (plus any protocol fsspec knows)"
         )
     if isinstance(entry, str):
         cls = _import(entry, scheme)

@@ -88,7 +88,13 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if world_size is None:
         world_size = dist[1] if dist else max(1, rank + 1)
     if rank < 0 or world_size < 1 or rank >= world_size:
-        raise ConfigurationError(f"invalid rank {rank} for world size {world_size}")
+        # Which bound was crossed, and the ranks there are: a rank counted from 1 (as a
+        # launcher's slot numbers are) is the usual cause.
+        raise ConfigurationError(
+            f"invalid rank {rank} for world size {world_size}: "
+            + ("world_size must be 1 or more" if world_size < 1 else
+               f"ranks run from 0 to {world_size - 1} (count ranks from 0, as "
+               "torch.distributed does; world_size is the number of ranks)"))
     return rank, world_size
 
 

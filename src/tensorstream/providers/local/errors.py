@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 
 from ...errors import NotFoundError, PermissionDeniedError, TensorstreamError
+from ...uri import windows_path_hint
 
 __all__ = ["map_local_error"]
 
@@ -12,7 +13,7 @@ __all__ = ["map_local_error"]
 def map_local_error(exc: OSError, path: str) -> TensorstreamError | OSError:
     """The tensorstream error of ``exc`` (raised for ``path``), or ``exc`` itself."""
     if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
-        return NotFoundError(f"no such file: {path}", service="file")
+        return NotFoundError(f"no such file: {path}{windows_path_hint(path)}", service="file")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(f"permission denied: {path}", service="file")
     if exc.errno == errno.EISDIR or isinstance(exc, IsADirectoryError):
