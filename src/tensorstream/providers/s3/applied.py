@@ -29,7 +29,10 @@ from .lost_upload import clock_skew
 __all__ = ["completed_anyway", "holds_checksum", "part_checksums", "written_since"]
 
 #: Seconds of slack when an object's ``Last-Modified`` is compared with the time a
-#: write began: S3's dates are whole seconds, and its hosts' clocks may differ a little.
+#: write began, on S3's clock: one for ``Last-Modified`` being whole seconds (truncated),
+#: one for S3's hosts' clocks differing a little. Where S3's clock is read from (the
+#: look's ``Date``) is bounded by the look's send time, so a slow look does not widen it:
+#: an object written more than this before the write began is never taken for it.
 _SLACK = 2.0
 
 
@@ -56,6 +59,7 @@ async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucke
             pass
     if not gone:  # still open (not applied), or it cannot be told
         raise error
+    asked = time.time()
     try:
         head = await call("head_object", Bucket=bucket, Key=key,
                           **({"ChecksumMode": "ENABLED"} if checksums else {}))
@@ -63,7 +67,7 @@ async def completed_anyway(call: Callable[..., Awaitable[dict[str, Any]]], bucke
         head = {}
     tag = str(head.get("ETag") or "").strip('"')
     if (tag.endswith(f"-{parts}") and int(head.get("ContentLength", -1)) == size
-            and (since is None or written_since(head, since))
+            and (since is None or written_since(head, since, asked))
             and (not checksums or holds_checksum(head, checksums))):
         return head
     found = (f"holds {head.get('ContentLength')} bytes, ETag {head.get('ETag')}, "
@@ -104,13 +108,22 @@ def holds_checksum(head: dict[str, Any], checksums: list[str]) -> bool:
     return value == made and count in ("", str(len(checksums)))
 
 
-def written_since(head: dict[str, Any], since: float) -> bool:
+def written_since(head: dict[str, Any], since: float, asked: float) -> bool:
     """Whether the object ``head`` describes was written at ``since`` (``time.time()``)
-    or later, on S3's clock (its answer's ``Date``). The same bytes stored before this
-    write began (an earlier upload of the same file) have its ETag too, but are not its
-    success: taking them for it left this write's metadata, storage class and
-    encryption unapplied, and its multipart upload open. No date: not known to be."""
+    or later, on S3's clock (its answer's ``Date``; ``asked``: when the ``HEAD`` was
+    sent). The same bytes stored before this write began (an earlier upload of the same
+    file) have its ETag too, but are not its success: taking them for it left this
+    write's metadata, storage class and encryption unapplied, and its multipart upload
+    open. No date: not known to be.
+
+    S3 stamped the ``Date`` after ``asked``, so its clock is read as the latest it can
+    be (:func:`.lost_upload.clock_skew`'s high bound): the skew read from when the answer
+    came (as before) was lower by as long as the look took, and a ``HEAD`` slowed by a
+    few seconds took an object written those seconds before the write for its own. The
+    cost is on the other side: an object written within a slow look's round trip after
+    ``since`` may not be known for this write's (it is then sent again, or reported)."""
     modified = head.get("LastModified")
     if not isinstance(modified, datetime.datetime) or modified.tzinfo is None:
         return False
-    return modified.timestamp() >= since + clock_skew(head, time.time()) - _SLACK
+    _, high = clock_skew(head, asked, time.time())
+    return modified.timestamp() >= since + high - _SLACK

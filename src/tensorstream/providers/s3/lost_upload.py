@@ -54,7 +54,7 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
     was lost; ``call(op, **kwargs)`` sends one request. The id of the upload aborted,
     or None."""
     try:
-        listing, uploads = await _uploads_of(call, bucket, key)
+        listing, uploads, asked = await _uploads_of(call, bucket, key)
     except TensorstreamError as exc:
         log.info("%s/%s: could not list its multipart uploads to find one whose "
                  "CreateMultipartUpload answer was lost: %s", bucket, key, exc)
@@ -63,10 +63,11 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
         log.info("%s/%s: more than %d pages of multipart uploads of that key: the one whose "
                  "CreateMultipartUpload answer was lost is left", bucket, key, _PAGES)
         return None
-    now = time.time()
-    skew = clock_skew(listing, now)
-    # (not up to now: an upload another writer started after the failure, while the
-    # uploads were listed, say, is not the lost one)
+    # S3's clock read from when the listing came (the low bound: a listing slowed on
+    # its way to S3 has a late Date, and the high bound moved the window past the lost
+    # upload). Not up to now: an upload another writer started after the failure, while
+    # the uploads were listed, say, is not the lost one.
+    skew, _ = clock_skew(listing, asked, time.time())
     start, end = sent_at + skew - _SLACK, failed_at + skew + _SLACK
     made = [str(u.get("UploadId") or "") for u in uploads
             if u.get("Key") == key and _seconds(u.get("Initiated")) is not None
@@ -92,32 +93,43 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
     return upload_id
 
 
-async def _uploads_of(call: Callable[..., Awaitable[Any]], bucket: str,
-                      key: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+async def _uploads_of(call: Callable[..., Awaitable[Any]], bucket: str, key: str
+                      ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], float]:
     """The last ``ListMultipartUploads`` answer and every upload of ``key`` (pages
     followed: S3 gives 1000 a page, a key's uploads first, oldest first, so the lost
-    one, the newest, came on a later page of a key with many); no answer (None) past
-    :data:`_PAGES` pages, where another upload of the same seconds may be unseen."""
+    one, the newest, came on a later page of a key with many), and when that answer was
+    asked for (``time.time()``); no answer (None) past :data:`_PAGES` pages, where
+    another upload of the same seconds may be unseen."""
     args: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
     uploads: list[dict[str, Any]] = []
+    asked = time.time()
     for _ in range(_PAGES):
+        asked = time.time()
         listing = dict(await call("list_multipart_uploads", **args))
         uploads += [u for u in listing.get("Uploads") or [] if u.get("Key") == key]
         marker = (listing.get("NextKeyMarker"), listing.get("NextUploadIdMarker"))
         if not listing.get("IsTruncated") or marker[0] != key or not marker[1]:
-            return listing, uploads  # (past the key's uploads, or no way on)
+            return listing, uploads, asked  # (past the key's uploads, or no way on)
         args.update(KeyMarker=marker[0], UploadIdMarker=marker[1])
-    return None, uploads
+    return None, uploads, asked
 
 
-def clock_skew(answer: dict[str, Any], now: float) -> float:
-    """S3's clock minus ours, from an answer's ``Date`` (0 where it has none)."""
+def clock_skew(answer: dict[str, Any], sent: float, received: float) -> tuple[float, float]:
+    """S3's clock minus ours, as the bounds ``(low, high)`` an answer's ``Date`` gives:
+    S3 stamped it between the request's ``sent`` and the answer's ``received``
+    (``time.time()``), in whole seconds (truncated), so the skew is at least
+    ``Date - received`` and below ``Date + 1 - sent``. A slow answer leaves the bounds as
+    far apart as it took: :func:`.applied.written_since` takes the high one (a slow look
+    never takes an older object for a write); the lost upload's window the low one, as
+    before (:func:`abort_lost_upload`). ``(0, 0)`` where it has no ``Date``."""
     headers = (answer.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
     try:
         said = email.utils.parsedate_to_datetime(str(headers.get("date")))
     except (TypeError, ValueError, OverflowError):  # (a year of 20 digits overflows)
-        return 0.0
-    return said.timestamp() - now if said.tzinfo is not None else 0.0
+        return 0.0, 0.0
+    if said.tzinfo is None:
+        return 0.0, 0.0
+    return said.timestamp() - received, said.timestamp() + 1.0 - sent
 
 
 def _seconds(value: object) -> float | None:

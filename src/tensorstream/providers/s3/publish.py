@@ -192,13 +192,14 @@ class Publishing(Writer):
         CRC32 (base64) sent with a ``PutObject``'s bytes, which S3 keeps: where the
         object's ETag is no MD5 (SSE-KMS, SSE-C: it never matched, and a write S3
         applied failed), that checksum says instead."""
-        asked = {"ChecksumMode": "ENABLED"} if crc is not None else {}
+        mode = {"ChecksumMode": "ENABLED"} if crc is not None else {}
+        asked = time.time()
         try:
-            head = await self._call("head_object", Bucket=self._bucket, Key=self._key, **asked)
+            head = await self._call("head_object", Bucket=self._bucket, Key=self._key, **mode)
         except TensorstreamError:
             return None  # (the write's own error is the one to report)
         etag = head.get("ETag")
-        if etag is None or not written_since(head, since):
+        if etag is None or not written_since(head, since, asked):
             return None
         if crc is not None and (head.get("ServerSideEncryption") in KMS_ENCRYPTION
                                 or head.get("SSECustomerAlgorithm")):
@@ -286,6 +287,7 @@ class Publishing(Writer):
         if self._publish_job is None or not parts or (crcs is None and any(
                 d is None or d[1] is not None for d in digests)):
             return
+        asked = time.time()
         try:
             if crcs is not None:
                 head = await self._call("head_object", Bucket=self._bucket, Key=self._key,
@@ -296,7 +298,7 @@ class Publishing(Writer):
                 want = hashlib.md5(b"".join(bytes.fromhex(d[0]) for d in digests if d))
                 head = await self._call("head_object", Bucket=self._bucket, Key=self._key)
                 ours = etag_md5(head.get("ETag")) == (want.hexdigest(), len(parts))
-            if not ours or not written_since(head, self._create_sent):
+            if not ours or not written_since(head, self._create_sent, asked):
                 return  # (not this upload: an older object of the same bytes stays)
             # The version looked at (a versioned bucket): deleted by key, a delete marker
             # would hide the previous version the failed write was to leave in place.

@@ -169,6 +169,7 @@ async def _published_anyway(call: Calls, dst_path: str,
         head = await completed_anyway(lambda op, **kw: call(op, dst_path, **kw), bucket, key,
                                       upload_id, parts, size, since, error)
     else:
+        asked = time.time()
         try:
             head = await call("head_object", dst_path, Bucket=bucket, Key=key)
         except TensorstreamError:
@@ -176,7 +177,7 @@ async def _published_anyway(call: Calls, dst_path: str,
         # (and written since: an earlier copy of the same source has the same ETag, and
         # taking it left this copy's metadata unapplied and its upload open)
         if etag_md5(str(head.get("ETag") or "").strip('"')) != md5 or not written_since(
-                head, since):
+                head, since, asked):
             raise error
     log.info("CompleteMultipartUpload of %s failed, but the object holds the copy "
              "(ETag %s): it was applied", redact_text(dst_path), head.get("ETag"))
