@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -136,3 +137,37 @@ def test_a_ca_bundle_from_the_environment_that_is_a_fifo_is_refused(
     monkeypatch.setenv(variable, str(fifo))
     exc = _finishes(lambda: tensorstream.open("https://127.0.0.1:9/model.tensors"), fifo)
     assert isinstance(exc, errors.ConfigurationError) and "not a regular file" in str(exc)
+
+
+@pytest.mark.parametrize("command", ["cp", "sync"])
+def test_special_files_in_a_source_folder_are_named_by_kind_and_skipped(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # As aws s3 sync ("Skipping file ... File is character special device, block special
+    # device, FIFO, or socket", exit 2): never opened, nothing of them at DST; exit 3
+    # (partial), as for every object skipped for a problem.
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"weights")
+    os.mkfifo(src / "f.fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(src / "s.sock"))
+    kinds = {"f.fifo": "a FIFO", "s.sock": "a socket"}
+    try:
+        os.mknod(src / "zero.chr", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+        os.mknod(src / "loop.blk", 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+        kinds.update({"zero.chr": "a character device", "loop.blk": "a block device"})
+    except PermissionError:
+        pass  # (not root: FIFO and socket only)
+    (src / "z.link").symlink_to(src / "f.fifo")  # followed: what it leads to is named
+    kinds["z.link"] = "a FIFO"
+    code: list[int] = []
+    args = [command, str(src), str(dst)] + (["--recursive"] if command == "cp" else [])
+    try:
+        exc = _finishes(lambda: code.append(cli_main(args)), src / "f.fifo")
+    finally:
+        sock.close()
+    assert exc is None and code == [3]
+    err = capsys.readouterr().err
+    for name, kind in kinds.items():
+        assert f"skipped {src / name}: {kind} (not a regular file)" in err, err
+    assert sorted(p.name for p in dst.iterdir()) == ["a.bin"]

@@ -28,7 +28,7 @@ from .keys import UnsafeKeyError, folder_base, safe_relative_key
 from .listing import SourceLister, names_no_object
 from .metadata import holds_fields
 from .places import connection, feeds_itself, inside, leads_into, same_store, way_out
-from .select import FileOutcome, Rules, source_encryption_decides, unchanged
+from .select import FileOutcome, Rules, source_encryption_decides, special_kind, unchanged
 from .server_side import takes as takes_on_server
 from .sinks import temp_stem
 
@@ -38,14 +38,9 @@ __all__ = ["Job", "Planner", "names_no_object", "special_file"]
 def special_file(path: str) -> str | None:
     """What ``path`` is (symlinks followed) when it is a device, FIFO or socket, else None."""
     try:
-        mode = os.stat(path).st_mode
+        return special_kind(os.stat(path).st_mode)
     except (OSError, ValueError):
         return None
-    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return None
 
 
 def _past_path_max(job: Job) -> bool:

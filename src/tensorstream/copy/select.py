@@ -32,7 +32,8 @@ from ..errors import ConfigurationError
 from ..providers.base import ObjectInfo
 from .keys import is_temp_name
 
-__all__ = ["FileOutcome", "Rules", "notify", "source_encryption_decides", "unchanged",
+__all__ = ["FileOutcome", "Rules", "notify", "source_encryption_decides", "special_kind",
+           "unchanged",
            "walk_local"]
 
 @dataclasses.dataclass
@@ -188,8 +189,21 @@ def walk_local(root: str, *, follow_symlinks: bool = True
         elif stat_mod.S_ISREG(st.st_mode):
             files.append((key, path))
         else:
-            skipped.append((key, "not a regular file"))
+            # Never opened (a FIFO would wait for a writer, a device never end): named
+            # with what it is, as aws s3 sync names the kinds it skips.
+            skipped.append((key, f"{special_kind(st.st_mode) or 'something'} "
+                                 "(not a regular file)"))
     return files, skipped
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is a device, FIFO or socket, else None."""
+    for test, kind in ((stat_mod.S_ISCHR, "a character device"),
+                       (stat_mod.S_ISBLK, "a block device"),
+                       (stat_mod.S_ISFIFO, "a FIFO"), (stat_mod.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
 
 
 def _layout(etag: str) -> int | None:
