@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tensorstream import errors
 from tensorstream.uri import parse_uri
-from tensorstream.uri_redaction import redact, redact_text
+from tensorstream.uri_redaction import redact, redact_text, secret_query_values
 
 
 def test_secrets_redacted_everywhere() -> None:
@@ -71,6 +71,19 @@ def test_every_query_value_of_an_http_url_is_hidden_names_kept(uri: str) -> None
     out = redact(uri)
     assert out.split("?", 1)[0] == uri.split("?", 1)[0].replace("u@", "***@")
     assert "=***" in out
+
+
+def test_every_query_value_of_an_http_request_is_remembered_but_the_public_ones() -> None:
+    """What an HTTP(S) request's query sends, remembered as secrets where a server echoes
+    one alone: a token under any name (``?hmac=``: only named ones were), repeated names,
+    ``+`` and ``%20`` as sent and decoded; not a presigned URL's date, lifetime or
+    algorithm, nor S3's response overrides (masking them hid a content type in every log
+    line); nothing of the fragment (never sent)."""
+    target = ("/m?hmac=a+b%20c&hmac=second&X-Amz-Date=20261207T000000Z&X-Amz-Expires=60"
+              "&x-amz-algorithm=AWS4-HMAC-SHA256&response-content-type=application%2Fjson"
+              "&empty=&flag#frag=fragvalue")
+    assert secret_query_values(target, every_name=True) == ["a+b%20c", "a+b c", "a b c", "second"]
+    assert secret_query_values(target) == []  # (names alone: none of them says secret)
 
 
 def test_an_s3_key_or_a_redis_option_after_a_question_mark_is_kept() -> None:

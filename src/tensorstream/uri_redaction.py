@@ -94,19 +94,40 @@ def is_secret_param(name: str) -> bool:
     return lname in SECRET_QUERY_PARAMS or any(w in squashed for w in _SECRET_NAME_WORDS)
 
 
-def secret_query_values(target: str) -> list[str]:
+#: Query parameters whose values are no secret in any URL that carries them (a presigned
+#: URL's algorithm, date and lifetime; S3's response overrides): not remembered as
+#: secrets by :func:`secret_query_values` with ``every_name``, where masking them would
+#: hide a content type or a date in every third-party log line.
+_PUBLIC_QUERY_PARAMS = frozenset({
+    "x-amz-algorithm", "x-amz-date", "x-amz-expires", "x-amz-signedheaders", "expires",
+    "response-content-type", "response-content-disposition", "response-content-encoding",
+    "response-content-language", "response-cache-control", "response-expires",
+})
+
+
+def secret_query_values(target: str, *, every_name: bool = False) -> list[str]:
     """The values of ``target``'s (``/path?query``) secret parameters, as sent and
-    percent-decoded: what a server echoing one alone (not after its name) shows.
+    percent-decoded (a ``+`` kept, and as a space): what a server echoing one alone (not
+    after its name) shows.
+    ``every_name``: those of every parameter but the few that are never secret (an
+    HTTP(S) URL's: a token travels under any name, ``?hmac=``).
 
     >>> secret_query_values("/m?X-Amz-Signature=ab%2Fcd&n=1")
+    ['ab%2Fcd', 'ab/cd']
+    >>> secret_query_values("/m?hmac=ab%2Fcd&X-Amz-Date=20261207T000000Z", every_name=True)
     ['ab%2Fcd', 'ab/cd']
     """
     query = target.partition("?")[2].partition("#")[0]
     out: list[str] = []
     for part in re.split(r"[&;]", query):
         name, sep, value = part.partition("=")
-        if sep and value and is_secret_param(name):
-            out += dict.fromkeys((value, urllib.parse.unquote(value)))
+        if not (sep and value):
+            continue
+        if (is_secret_param(name) if not every_name
+                else urllib.parse.unquote(name).lower() not in _PUBLIC_QUERY_PARAMS):
+            # (a server may decode a '+' as a space, as a form's query does)
+            out += dict.fromkeys((value, urllib.parse.unquote(value),
+                                  urllib.parse.unquote_plus(value)))
     return out
 
 

@@ -222,10 +222,11 @@ class HTTPProvider(Provider):
             raise
 
     def _url(self, path: str) -> str:
-        """The URL a request for ``path`` is sent to. The values of its secret query
-        parameters (a presigned URL's signature) are remembered as secrets: a server
-        may echo one alone in its answer (its reason phrase), where no name says so."""
-        for value in secret_query_values(path):
+        """The URL a request for ``path`` is sent to. The values of its query parameters
+        (a presigned URL's signature, a token under any name: ``?hmac=``) are remembered
+        as secrets: a server may echo one alone in its answer (its reason phrase), where
+        no name says so."""
+        for value in secret_query_values(path, every_name=True):
             register_secret(value, per_request=True)
         return self._origin + wire_target(path)
 
