@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 import pickle
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorstream import errors
-from tensorstream.uri import parse_uri
+from tensorstream.uri import ParsedURI, parse_uri
 from tensorstream.uri_redaction import redact, redact_text, secret_query_values
 
 
@@ -35,6 +36,28 @@ def test_a_parsed_uri_holding_hidden_values_refuses_to_pickle(uri: str) -> None:
     with pytest.raises(TypeError, match="pass the URI string") as info:
         pickle.dumps(parse_uri(uri))
     assert "hunter2" not in str(info.value) and "v=2" not in str(info.value)
+
+
+def test_a_pickled_relative_path_names_the_same_file_in_another_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pickle was ``parse_uri(raw)``: a relative path (or ``~``) was resolved again in the
+    loading process, against its own directory (a worker started elsewhere): another file.
+    A URI built by hand (``raw`` empty) could not be loaded at all."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    parsed = [parse_uri("d/x.safetensors"), parse_uri("~/m.tensors"),
+              ParsedURI(scheme="s3", netloc="b", path="b/k")]
+    pickled = pickle.dumps(parsed)
+    monkeypatch.chdir("/")
+    monkeypatch.setenv("HOME", "/nonexistent")
+    again = pickle.loads(pickled)
+    assert again == parsed
+    assert again[0].path == str(tmp_path / "d" / "x.safetensors")
+
+
+def test_a_parsed_uri_built_with_a_password_refuses_to_pickle() -> None:
+    with pytest.raises(TypeError, match="pass the URI string"):
+        pickle.dumps(ParsedURI(scheme="redis", netloc="h", path="k", password="hunter2"))
 
 
 @pytest.mark.parametrize("uri", ["https://h/m.tensors?X-Amz-Signature=f00d&v=2",

@@ -66,11 +66,14 @@ class ParsedURI:
         # Secrets never leave the process in a pickle; nor does a silently changed URI
         # (its redacted form names another object: ``?v=***``), so one holding any is refused.
         shown = self.redacted()
-        if shown != self.raw:
+        if shown != self.raw or self.password is not None:
             raise TypeError(f"refusing to pickle ParsedURI({shown!r}): it holds values kept "
                             "out of every repr (user info, query values); pass the URI "
                             "string to the other process and parse it there")
-        return (parse_uri, (self.raw,))
+        # Its fields as they are: parsing ``raw`` again in the other process resolved a
+        # relative path (or ``~``) against that process's directory (or home): another file.
+        return (ParsedURI, (self.scheme, self.netloc, self.path, self.username, self.password,
+                            self.host, self.port, dict(self.query), self.raw))
 
     def __copy__(self) -> ParsedURI:
         # A copy stays in the process (copy.copy would go through __reduce__, refused above).
