@@ -34,7 +34,8 @@ what it wrote); it is deleted afterwards.
 DST appears whole or not at all, and an existing DST is refused unless
 --overwrite. A DST ending in '/' (or an existing directory) gets the source's
 name with the new suffix. Bytes are copied unchanged; names are the
-checkpoint's. safetensors metadata cannot be kept in a tensorizer file (a
+checkpoint's; a .safetensors DST is laid out as safetensors' save_file
+lays it out (every tensor aligned). safetensors metadata cannot be kept in a tensorizer file (a
 note says so); a converted .safetensors gets {"format": "pt"}."""
 
 EPILOG = """\

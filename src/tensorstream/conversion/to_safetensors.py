@@ -2,9 +2,14 @@
 
 The safetensors header lists every tensor's dtype, shape and offsets before
 the data, and tensorizer's index (parsed by ``TensorDeserializer``, no tensor
-read) holds all three: the header is written first, then the tensors are
-loaded in file order, a batch of at most :data:`BATCH_BYTES` (or one larger
-tensor) at a time, decrypted by tensorizer, and streamed through
+read) holds all three: the header is written first, in the layout
+``safetensors.torch.save_file`` writes (widest dtype first, then by name:
+every tensor starts aligned to its element size, and the file is the one
+``save_file`` makes of the same tensors, :func:`~tensorstream.safetensors.writer.save_order`),
+then the tensors are loaded in that order, a batch of at most
+:data:`BATCH_BYTES` (or one larger tensor) at a time (tensorizer reads a
+batch's tensors in its file's order, seeking past the others), decrypted by
+tensorizer, and streamed through
 ``tensorstream.open(uri, "wb")``: sequential, atomic at the destination, so
 any backend works without a local temporary file (a local destination is
 written beside it and renamed). Memory: one batch plus the reader's
@@ -25,9 +30,9 @@ from ..errors import MalformedFileError
 from ..providers.local.provider import naming_write_errors
 from ..safetensors.dtypes import PACKED, byte_view
 from ..safetensors.header import encode_header, shown
-from ..safetensors.writer import _NAMES
+from ..safetensors.writer import _NAMES, save_order
 from ..tensorizer.crypto import DecryptionError
-from ..tensorizer.hook import CryptographyError, IndexEntry, forget, index_entries
+from ..tensorizer.hook import CryptographyError, IndexEntry, forget, index_entries, rewind
 from ..uri import ParsedURI
 from ._local import local_target
 from .errors import UnsupportedDtypeError
@@ -72,7 +77,8 @@ def _shown(dtype: str) -> str:
 
 
 def plan(deserializer: Any, where: str) -> list[Planned]:
-    """What the safetensors file will hold, checked before anything is written."""
+    """What the safetensors file will hold, checked before anything is written, in the
+    order it holds them."""
     out: list[Planned] = []
     names: dict[str, str] = {}
     for entry in index_entries(deserializer):
@@ -107,6 +113,10 @@ def plan(deserializer: Any, where: str) -> list[Planned]:
                 f"{shown(name)} in safetensors")
         names[name] = entry.name
         out.append(Planned(entry, name, dtype, nbytes))
+    # save_file's layout, not the tensorizer file's order: a tensor after an odd-sized one
+    # started misaligned (safetensors' zero-copy readers need the alignment), and the file
+    # differed from the one save_file writes of the same tensors.
+    out.sort(key=lambda p: save_order(p.name, SAFETENSORS_NAMES[p.dtype]))
     return out
 
 
@@ -124,6 +134,7 @@ def _batches(planned: list[Planned]) -> list[list[Planned]]:
 
 def _load(deserializer: Any, batch: list[Planned], where: str) -> dict[Any, torch.Tensor]:
     keys = {p.entry.key for p in batch}
+    rewind(deserializer)  # a batch of save_file's order may lie before the last one read
     try:
         got = {key: t for _, _, key, t in deserializer.read_tensors(filter_func=keys.__contains__)}
     except CryptographyError as exc:

@@ -14,7 +14,7 @@ from ..uri import ParsedURI, is_utf8
 from .dtypes import _DTYPES, PACKED, _check_byteorder, byte_view
 from .header import encode_header
 
-__all__ = ["save"]
+__all__ = ["save", "save_order"]
 
 _NAMES = {getattr(torch, attr): name for name, attr in _DTYPES.items() if hasattr(torch, attr)}
 
@@ -25,6 +25,14 @@ _SAVE_RANK = {name: rank for rank, name in enumerate((
     "U64", "I64", "F64", "C64", "F32", "U32", "I32", "BF16", "F16", "U16", "I16",
     "F8_E5M2FNUZ", "F8_E4M3FNUZ", "F8_E8M0", "F8_E4M3", "F8_E5M2", "I8", "U8",
     "F6_E3M2", "F6_E2M3", "F4", "BOOL"))}
+
+
+def save_order(name: str, dtype: str) -> tuple[int, str]:
+    """The sort key of a tensor in ``safetensors.torch.save_file``'s layout: widest dtype
+    first, then by name (code point order: the Rust crate's byte order of UTF-8), so every
+    tensor starts at a multiple of its element size. Used by :func:`save` and by
+    ``tensorstream.convert``: one layout, the one ``save_file`` writes."""
+    return _SAVE_RANK.get(dtype, len(_SAVE_RANK)), name
 
 
 def _dtype_name(name: str, t: torch.Tensor) -> str:
@@ -96,7 +104,7 @@ def save(
         entries.append((name, dtype, _file_shape(name, dtype, t), t.numel() * t.element_size()))
     # safetensors' own order (widest dtype first, then name): every tensor starts at a
     # multiple of its element size, and the file is the one save_file writes.
-    entries.sort(key=lambda entry: (_SAVE_RANK.get(entry[1], len(_SAVE_RANK)), entry[0]))
+    entries.sort(key=lambda entry: save_order(entry[0], entry[1]))
     header = encode_header(entries, metadata)
     with ts_open(uri, "wb", **options) as out:
         out.write(header)

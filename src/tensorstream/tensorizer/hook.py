@@ -58,6 +58,7 @@ __all__ = [
     "forks",
     "index_entries",
     "read_boundaries",
+    "rewind",
     "read_index",
     "reader_count",
     "tensor_entries",
@@ -509,6 +510,13 @@ def index_entries(deserializer: TensorDeserializer) -> list[IndexEntry]:
         out.append(IndexEntry(name, norm, _KINDS.get(entry.type, str(entry.type)),
                               str(entry.dtype), tuple(entry.shape), int(entry.data_length)))
     return out
+
+
+def rewind(deserializer: TensorDeserializer) -> None:
+    """Let the next ``read_tensors`` start from the file's first tensor: tensorizer resumes
+    after the last tensor it yielded, so a filter naming an earlier one yielded nothing
+    (a pass in an order other than the file's, as a conversion to safetensors makes)."""
+    deserializer._last_yielded_key = None
 
 
 def forget(deserializer: TensorDeserializer, keys: Any) -> None:
