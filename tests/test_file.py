@@ -265,3 +265,50 @@ def test_closing_a_local_reader_waits_for_reads_of_other_threads(tmp_path: Path)
 
         close_under_readers(f, [by_readinto, by_readinto, by_ranges], 0.001 * (trial % 5))
         assert not errors, f"trial {trial}: {errors!r}"
+
+
+@pytest.mark.parametrize("kind", ["http", "local"])
+def test_a_dropped_reader_collected_on_the_io_thread_closes_its_connections(
+        kind: str, http_server: HTTPTestServer, tmp_path: Path) -> None:
+    """The garbage collector may finalize a dropped reader (one in a reference cycle)
+    on tensorstream's I/O thread, where its close could not wait for the provider's
+    (run_sync refuses there): the close raised, unseen, and its connections stayed open."""
+    import asyncio
+    import gc
+
+    from tensorstream import _loop
+
+    if kind == "local":
+        (tmp_path / "obj.bin").write_bytes(DATA)
+        f = tensorstream.open(str(tmp_path / "obj.bin"))
+    else:
+        http_server.put("file-api/collected.bin", DATA)
+        f = tensorstream.open(http_server.url("file-api/collected.bin"))
+    f.read(100)
+    provider = f._provider
+    real_close = provider.close
+    closed = []
+
+    async def close() -> None:
+        await real_close()
+        closed.append(True)
+
+    provider.close = close
+    was_enabled = gc.isenabled()
+    gc.disable()  # (collected on the I/O thread below, not wherever an allocation is)
+    f.itself = f  # a cycle: only the garbage collector frees it
+    del f
+
+    async def collect() -> None:
+        gc.collect()
+        for _ in range(100):  # the close runs on this loop once this coroutine yields
+            if closed:
+                return
+            await asyncio.sleep(0.05)
+
+    try:
+        _loop.run_sync(collect(), timeout=30)
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert closed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import logging
 import os
 import select
 import selectors
@@ -24,7 +25,7 @@ from ._log_redaction import scrub_chain
 from .errors import TensorstreamError
 
 __all__ = ["abort_at_exit", "after_main_returned", "get_loop", "in_loop_thread",
-           "main_thread_returned", "run_sync"]
+           "main_thread_returned", "run_sync", "run_soon"]
 
 T = TypeVar("T")
 
@@ -147,6 +148,27 @@ def loop_pid() -> int | None:
 
 def in_loop_thread() -> bool:
     return _thread is not None and threading.current_thread() is _thread
+
+
+#: Calls :func:`run_soon` started and that have not ended (a task only the loop
+#: refers to weakly may be collected before it ends).
+_soon: set[asyncio.Task[Any]] = set()
+
+
+def run_soon(coro: Coroutine[Any, Any, Any]) -> None:
+    """Start ``coro`` on the I/O loop from the loop's own thread, without waiting
+    for it (which would deadlock): a close that the garbage collector's finalizer
+    of a dropped reader makes there. A failure is logged at DEBUG."""
+    task = get_loop().create_task(coro)
+    _soon.add(task)
+    task.add_done_callback(_ended_soon)
+
+
+def _ended_soon(task: asyncio.Task[Any]) -> None:
+    _soon.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("tensorstream").debug("a close run on the I/O loop failed",
+                                                exc_info=task.exception())
 
 
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

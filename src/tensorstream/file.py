@@ -251,7 +251,12 @@ class StreamReader(ReadOnlyFile):
             # In a forked child the provider's connections and loop are the parent's.
             if (self._owns_provider and self._pid == os.getpid()
                     and not _loop.is_shut_down()):
-                _loop.run_sync(self._provider.close())
+                if _loop.in_loop_thread():
+                    # The garbage collector finalizing a dropped reader on the I/O
+                    # thread: run_sync refuses there, and its connections stayed open.
+                    _loop.run_soon(self._provider.close())
+                else:
+                    _loop.run_sync(self._provider.close())
         finally:
             super().close()
             if self._on_close is not None:
