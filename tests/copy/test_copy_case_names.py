@@ -1,13 +1,20 @@
 """Keys that are one file on a filesystem that ignores case (``A.bin``, ``a.bin``): the
 later is refused by name where the destination folds case, both copied where it does not.
 
-No filesystem that folds case can be made on the machine these tests were written on (no
-vfat in its kernel, ext4 and tmpfs without ``casefold``, XFS's ascii-ci removed), so the
-filesystem's answer (:func:`~tensorstream.copy.case_names.folds_case`, asked of a real
-directory in its own test) is given to the planner in the tests of what it does then."""
+No kernel filesystem that folds case could be made on the machine these tests were written
+on (no vfat in its kernel, ext4 and tmpfs without ``casefold``, XFS's ascii-ci removed):
+the real one here is a FUSE filesystem that folds case as FAT and NTFS do
+(tests/case_folding_fs.py; skipped without fusepy, libfuse 2, /dev/fuse or root), and the
+planner's own tests are given the filesystem's answer
+(:func:`~tensorstream.copy.case_names.folds_case`)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+import time
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,3 +97,54 @@ def test_a_dry_run_makes_no_probe_file(store: dict[str, bytes], tmp_path: Path,
     r = copy("memtest://b/m/", f"{tmp_path}/", recursive=True, dryrun=True)
     assert r.ok, r.errors
     assert not [p for p in tmp_path.iterdir() if is_temp_name(p.name)]
+
+
+@pytest.fixture
+def folding_mount(tmp_path: Path) -> Iterator[Path]:
+    """A directory that folds case (tests/case_folding_fs.py, a FUSE filesystem)."""
+    if importlib.util.find_spec("fuse") is None or not os.path.exists("/dev/fuse") or (
+            os.geteuid() != 0):
+        pytest.skip("a case-folding FUSE mount needs fusepy, /dev/fuse and root")
+    back, mnt = tmp_path / "back", tmp_path / "mnt"
+    back.mkdir()
+    mnt.mkdir()
+    helper = Path(__file__).resolve().parent.parent / "case_folding_fs.py"
+    proc = subprocess.Popen([sys.executable, str(helper), str(back), str(mnt)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not os.path.ismount(mnt) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not os.path.ismount(mnt):
+        proc.kill()
+        proc.wait()
+        pytest.skip("the case-folding FUSE filesystem did not mount (libfuse 2 missing?)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_on_a_filesystem_that_folds_case_one_key_is_kept_whole_every_run(
+        folding_mount: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "X").mkdir(parents=True)
+    (src / "x").mkdir()
+    files = {"A.bin": os.urandom(1000), "a.bin": os.urandom(2000), "X/one.bin": b"one",
+             "x/ONE.bin": b"ONE!", "x/two.bin": b"two"}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    assert folds_case(str(folding_mount), ["out"]) is True
+    out = folding_mount / "out"
+    for _run in range(2):  # cp, then sync: the same refusals, nothing replaced
+        r = copy(str(src), f"{out}/", recursive=True, skip_unchanged=_run == 1)
+        failed = sorted(o.src.rsplit("/src/", 1)[1] for o in r.outcomes
+                        if o.status == "failed")
+        assert failed == ["a.bin", "x/ONE.bin"], r.errors
+        assert (out / "A.bin").read_bytes() == files["A.bin"]
+        assert (out / "X" / "one.bin").read_bytes() == files["X/one.bin"]
+        assert (out / "x" / "two.bin").read_bytes() == files["x/two.bin"]  # (one folder)

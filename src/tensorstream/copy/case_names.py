@@ -40,7 +40,8 @@ def collisions(targets: Iterable[tuple[str, list[str]]]) -> Iterator[tuple[int, 
 
 
 def folds_case(root: str, parts: list[str]) -> bool:
-    """Whether the directory ``root/parts...`` (the nearest one of it that exists)
+    """Whether the directory ``root/parts...`` (the nearest one of it, or above
+    ``root``, that exists)
     takes a name in other case for the same file: a hidden probe file (a temp
     file's name, which listings skip) is made there, looked up with its name's
     case swapped, and removed. False where nothing can be made there (the copy
@@ -51,6 +52,8 @@ def folds_case(root: str, parts: list[str]) -> bool:
         if not os.path.isdir(below) or os.path.islink(below):
             break
         directory = below
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)  # DST itself is made by the copy
     probe = f".case-probe.tensorstream-{secrets.token_hex(6)}.tmp"
     try:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
@@ -63,12 +66,14 @@ def folds_case(root: str, parts: list[str]) -> bool:
         except OSError:
             return False
         try:
-            made = os.fstat(fd)
-            try:
-                other = os.stat(probe.swapcase(), dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:  # (ENOENT: a filesystem that tells case apart)
-                return False
-            return (other.st_dev, other.st_ino) == (made.st_dev, made.st_ino)
+            # Found under its name in other case: one file (no inode numbers compared:
+            # a FUSE filesystem, NTFS-3g, gives each name looked up a node of its own).
+            # The name is new and random: no other file has it in another case.
+            os.stat(probe.swapcase(), dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:  # (ENOENT: a filesystem that tells case apart)
+            return False
+        else:
+            return True
         finally:
             os.close(fd)
             with contextlib.suppress(OSError):
