@@ -99,14 +99,18 @@ def test_every_query_value_of_an_http_url_is_hidden_names_kept(uri: str) -> None
 def test_every_query_value_of_an_http_request_is_remembered_but_the_public_ones() -> None:
     """What an HTTP(S) request's query sends, remembered as secrets where a server echoes
     one alone: a token under any name (``?hmac=``: only named ones were), repeated names,
-    ``+`` and ``%20`` as sent and decoded; not a presigned URL's date, lifetime or
-    algorithm, nor S3's response overrides (masking them hid a content type in every log
-    line); nothing of the fragment (never sent)."""
-    target = ("/m?hmac=a+b%20c&hmac=second&X-Amz-Date=20261207T000000Z&X-Amz-Expires=60"
-              "&x-amz-algorithm=AWS4-HMAC-SHA256&response-content-type=application%2Fjson"
-              "&empty=&flag#frag=fragvalue")
-    assert secret_query_values(target, every_name=True) == ["a+b%20c", "a+b c", "a b c", "second"]
-    assert secret_query_values(target) == []  # (names alone: none of them says secret)
+    ``+`` and ``%2B`` as sent and decoded; not a presigned URL's date, lifetime or
+    algorithm, S3's response overrides, nor a plain word or name under a name that says no
+    secret (masking them hid a content type or a file name in every later error); nothing
+    of the fragment (never sent)."""
+    target = ("/m?hmac=f00d+feed/cafe%2B01234==&hmac=second0123456789&X-Amz-Expires=60"
+              "&X-Amz-Date=20261207T000000Z&x-amz-algorithm=AWS4-HMAC-SHA256&response-content-type="
+              "application%2Fjson&empty=&flag&file=model.safetensors&region=us-east-1"
+              "&sig=short#frag=fragvalue0123456789")
+    assert secret_query_values(target, every_name=True) == [
+        "f00d+feed/cafe%2B01234==", "f00d+feed/cafe+01234==", "f00d feed/cafe+01234==",
+        "second0123456789", "short"]
+    assert secret_query_values(target) == ["short"]  # (a secret name's, whatever it is)
 
 
 def test_an_s3_key_or_a_redis_option_after_a_question_mark_is_kept() -> None:

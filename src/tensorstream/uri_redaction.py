@@ -105,17 +105,29 @@ _PUBLIC_QUERY_PARAMS = frozenset({
 })
 
 
+#: A value that may be a token whatever its name: this long, letters and digits, no space.
+_TOKEN_LIKE = re.compile(r"(?=\S*[0-9])(?=\S*[A-Za-z])\S{16,}").fullmatch
+
+
+def _token_like(value: str) -> bool:
+    """Whether a query value may be a token (``f00dfeed...``, a JWT, base64): remembering
+    a plain word or name (``?file=model.safetensors``, ``?region=us-east-1``) masked it in
+    every later error that names it."""
+    return _TOKEN_LIKE(urllib.parse.unquote(value)) is not None
+
+
 def secret_query_values(target: str, *, every_name: bool = False) -> list[str]:
     """The values of ``target``'s (``/path?query``) secret parameters, as sent and
     percent-decoded (a ``+`` kept, and as a space): what a server echoing one alone (not
     after its name) shows.
-    ``every_name``: those of every parameter but the few that are never secret (an
-    HTTP(S) URL's: a token travels under any name, ``?hmac=``).
+    ``every_name``: those of every parameter whose value may be a token (an HTTP(S)
+    URL's: a token travels under any name, ``?hmac=``), but the few never secret.
 
     >>> secret_query_values("/m?X-Amz-Signature=ab%2Fcd&n=1")
     ['ab%2Fcd', 'ab/cd']
-    >>> secret_query_values("/m?hmac=ab%2Fcd&X-Amz-Date=20261207T000000Z", every_name=True)
-    ['ab%2Fcd', 'ab/cd']
+    >>> secret_query_values("/m?hmac=0123456789abcdef&X-Amz-Date=20261207T000000Z&f=a.bin",
+    ...                     every_name=True)
+    ['0123456789abcdef']
     """
     query = target.partition("?")[2].partition("#")[0]
     out: list[str] = []
@@ -123,8 +135,8 @@ def secret_query_values(target: str, *, every_name: bool = False) -> list[str]:
         name, sep, value = part.partition("=")
         if not (sep and value):
             continue
-        if (is_secret_param(name) if not every_name
-                else urllib.parse.unquote(name).lower() not in _PUBLIC_QUERY_PARAMS):
+        if is_secret_param(name) or (every_name and _token_like(value) and (
+                urllib.parse.unquote(name).lower() not in _PUBLIC_QUERY_PARAMS)):
             # (a server may decode a '+' as a space, as a form's query does)
             out += dict.fromkeys((value, urllib.parse.unquote(value),
                                   urllib.parse.unquote_plus(value)))
