@@ -258,3 +258,50 @@ def test_an_older_object_of_the_same_bytes_is_not_taken_for_this_write(
     assert _content_type(b, "k.bin") == "application/json"
     assert b.get("k.bin") == data
     assert b.server.open_multipart_uploads(b.bucket, "k.bin") == []
+
+
+def _creates(b: Any, key: str) -> list[int]:
+    """The statuses the CreateMultipartUpload requests of ``key`` got, in order."""
+    return [q.status for q in b.requests
+            if q.method == "POST" and q.path.split("?")[0] == f"/{b.bucket}/{key}"
+            and "uploadId" not in q.path]
+
+
+@pytest.mark.parametrize("how", ["write", "cp"])
+@pytest.mark.parametrize("status", [503, 500])
+def test_a_create_answered_a_5xx_once_is_sent_again_and_lands_exactly(
+        tensorstream_s3: Any, tmp_path: Path, how: str, status: int) -> None:
+    """One 503 SlowDown (or 500) to the CreateMultipartUpload failed the write, though
+    every later request (each part, the complete) is sent again on one: the create now
+    is too, under the same policy, and nothing is left open."""
+    b = tensorstream_s3
+    b.put("big.bin", b"previous version")
+    data = os.urandom(11 << 20)
+    b.faults.raw.path_prefix = f"/{b.bucket}/big.bin"
+    b.faults.raw.query = "uploads"
+    b.faults.raw.status_script = [status]
+    _write(b, how, "big.bin", data, tmp_path, part_size=5 << 20)
+    assert _creates(b, "big.bin") == [status, 200]
+    assert b.get("big.bin") == data
+    assert b.server.open_multipart_uploads(b.bucket, "big.bin") == []
+
+
+def test_a_create_that_keeps_failing_fails_after_the_budget(
+        tensorstream_s3: Any, tmp_path: Path) -> None:
+    """... and one answered 503 every time fails after ``retries`` attempts, with nothing
+    left open and the previous version in place; one attempt sends it once."""
+    b = tensorstream_s3
+    b.put("big.bin", b"previous version")
+    b.faults.raw.path_prefix = f"/{b.bucket}/big.bin"
+    b.faults.raw.query = "uploads"
+    b.faults.raw.status_script = [503] * RETRY["retries"]
+    with pytest.raises(TensorstreamError, match="SlowDown"):
+        _write(b, "write", "big.bin", os.urandom(11 << 20), tmp_path, part_size=5 << 20)
+    assert _creates(b, "big.bin") == [503] * RETRY["retries"]
+    b.faults.raw.status_script = [503]
+    with pytest.raises(TensorstreamError, match="SlowDown"):
+        _write(b, "write", "big.bin", os.urandom(11 << 20), tmp_path, part_size=5 << 20,
+               retries=1)
+    assert _creates(b, "big.bin") == [503] * (RETRY["retries"] + 1)
+    assert b.get("big.bin") == b"previous version"
+    assert b.server.open_multipart_uploads(b.bucket, "big.bin") == []

@@ -9,10 +9,11 @@ An upload carries nothing of its own that a listing shows and the object would n
 (metadata, tags and the storage class all end up on the object), so it is told from
 another writer's by what a listing does show: the key, the time S3 initiated it (within
 the seconds the request was in flight, until its failure, on S3's clock, read from the listing's ``Date``),
-and no part (the writer never had an id to send one with). Exactly one such upload is
-aborted; two (another writer of the same key in the same seconds) are left alone, said
-in the log. A key pair that may not list uploads (``s3:ListBucketMultipartUploads``)
-leaves it to a lifecycle rule, as before.
+and no part (the writer never had an id to send one with). As many such uploads as tries
+whose answers were lost are aborted (one, unless the create was sent again), never the
+one a later try was answered with; more (another writer of the same key in the same
+seconds) are all left alone, said in the log. A key pair that may not list uploads
+(``s3:ListBucketMultipartUploads``) leaves it to a lifecycle rule, as before.
 """
 
 from __future__ import annotations
@@ -48,21 +49,23 @@ def may_have_made_one(exc: TensorstreamError) -> bool:
 
 
 async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, key: str,
-                            sent_at: float, failed_at: float) -> str | None:
-    """Abort the upload of ``key`` a ``CreateMultipartUpload`` sent at ``sent_at`` and
-    failed at ``failed_at`` (``time.time()``) made if S3 applied it though its answer
-    was lost; ``call(op, **kwargs)`` sends one request. The id of the upload aborted,
-    or None."""
+                            sent_at: float, failed_at: float, *, attempts: int = 1,
+                            keep: str | None = None) -> list[str]:
+    """Abort the uploads of ``key`` that ``attempts`` tries of a ``CreateMultipartUpload``
+    (the first sent at ``sent_at``, the last failed at ``failed_at``, ``time.time()``)
+    made if S3 applied them though their answers were lost; ``keep``: the upload a later
+    try made and answered (sent again under the retry policy), never aborted.
+    ``call(op, **kwargs)`` sends one request. The ids of the uploads aborted."""
     try:
         listing, uploads, asked = await _uploads_of(call, bucket, key)
     except TensorstreamError as exc:
         log.info("%s/%s: could not list its multipart uploads to find one whose "
                  "CreateMultipartUpload answer was lost: %s", bucket, key, exc)
-        return None
+        return []
     if listing is None:
         log.info("%s/%s: more than %d pages of multipart uploads of that key: the one whose "
                  "CreateMultipartUpload answer was lost is left", bucket, key, _PAGES)
-        return None
+        return []
     # S3's clock read from when the listing came (the low bound: a listing slowed on
     # its way to S3 has a late Date, and the high bound moved the window past the lost
     # upload). Not up to now: an upload another writer started after the failure, while
@@ -71,26 +74,27 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
     start, end = sent_at + skew - _SLACK, failed_at + skew + _SLACK
     made = [str(u.get("UploadId") or "") for u in uploads
             if u.get("Key") == key and _seconds(u.get("Initiated")) is not None
-            and start <= _seconds(u.get("Initiated")) <= end]  # type: ignore[operator]
+            and start <= _seconds(u.get("Initiated")) <= end  # type: ignore[operator]
+            and u.get("UploadId") != keep]
+    aborted: list[str] = []
     try:
         # This writer never had the id to send a part with: one with a part is another's.
         mine = [upload_id for upload_id in made if not (await call(
             "list_parts", Bucket=bucket, Key=key, UploadId=upload_id, MaxParts=1)).get("Parts")]
-        if len(mine) != 1:
-            if mine:
-                log.warning("%s/%s: %d multipart uploads without parts were started while "
-                            "this one's CreateMultipartUpload answer was lost; none is aborted "
-                            "(one is another writer's)", bucket, key, len(mine))
-            return None
-        upload_id = mine[0]
-        await call("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+        if len(mine) > attempts:
+            log.warning("%s/%s: %d multipart uploads without parts were started while "
+                        "this one's CreateMultipartUpload answer was lost (%d tries); none is "
+                        "aborted (one is another writer's)", bucket, key, len(mine), attempts)
+            return []
+        for upload_id in mine:
+            await call("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+            aborted.append(upload_id)
+            log.info("%s/%s: aborted the upload %s, whose CreateMultipartUpload answer was "
+                     "lost", bucket, key, upload_id)
     except TensorstreamError as exc:
         log.info("%s/%s: could not abort the upload whose CreateMultipartUpload answer was "
                  "lost: %s", bucket, key, exc)
-        return None
-    log.info("%s/%s: aborted the upload %s, whose CreateMultipartUpload answer was lost",
-             bucket, key, upload_id)
-    return upload_id
+    return aborted
 
 
 async def _uploads_of(call: Callable[..., Awaitable[Any]], bucket: str, key: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from ..._log_redaction import scrub_chain
@@ -87,10 +88,14 @@ class Calls:
         #: The copy is the source itself (new metadata, in place): never deleted.
         self.in_place = in_place
 
-    async def _once(self, op: str, path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    async def _once(self, op: str, path: str, kwargs: dict[str, Any],
+                    failed: list[tuple[float, TensorstreamError]] | None = None
+                    ) -> dict[str, Any]:
         try:
             return dict(await self.s3._call(op, path, **kwargs))
         except TensorstreamError as exc:
+            if failed is not None:
+                failed.append((time.time(), exc))
             if _not_implemented(exc):
                 way = _WAY.get(op)
                 raise ServerCopyUnsupported(
@@ -99,13 +104,16 @@ class Calls:
             raise
 
     async def __call__(self, op: str, path: str, *, once: bool = False,
+                       failed: list[tuple[float, TensorstreamError]] | None = None,
                        **kwargs: Any) -> dict[str, Any]:
         """``op`` (a botocore operation) with ``kwargs``, sent again on a temporary error
-        unless ``once`` (what creates an upload or publishes is sent once, as the
-        writer sends it: an answer lost after S3 applied it is looked at instead)."""
+        unless ``once`` (what publishes is sent once, as the writer sends it: an answer
+        lost after S3 applied it is looked at instead). ``failed``: each failed try's
+        time (``time.time()``) and error are added to it (a create whose answer was lost
+        may have made an upload to abort)."""
         try:
             try:
-                return await self._once(op, path, kwargs)
+                return await self._once(op, path, kwargs, failed)
             except TensorstreamError as exc:  # (nearly every request succeeds: no loop built)
                 if once or not exc.temporary or self.config.retry.attempts <= 1:
                     raise
@@ -118,9 +126,9 @@ class Calls:
                     before_sleep=lambda state: None):
                 with attempt:
                     if first is not None:
-                        failed, first = first, None
-                        raise failed
-                    return await self._once(op, path, kwargs)
+                        error, first = first, None
+                        raise error
+                    return await self._once(op, path, kwargs, failed)
         except TensorstreamError as exc:
             exc.with_context(service="s3", operation=op, path=redact_text(path))
             scrub_chain(exc)  # (third-party causes hold request URLs and headers)

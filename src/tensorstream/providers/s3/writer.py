@@ -143,6 +143,8 @@ class S3Writer(Publishing):
         self._upload_id: str | None = None
         self._create: asyncio.Task[dict[str, Any]] | None = None
         self._create_sent = self._create_answered = 0.0
+        #: Tries of the CreateMultipartUpload that may have made an upload unanswered.
+        self._create_lost = 0
         self._tasks: list[asyncio.Task[None]] = []
         #: write_part's uploads still running: each runs to its answer as a task, which an
         #: abort waits for (a part S3 has lands whether its client hung up or not).
@@ -298,9 +300,7 @@ class S3Writer(Publishing):
             kwargs: dict[str, Any] = {"ChecksumAlgorithm": "CRC32"} if self._checksum else {}
             kwargs.update(self._metadata)
             self._create_sent = time.time()
-            self._create = asyncio.ensure_future(
-                self._call("create_multipart_upload", Bucket=self._bucket, Key=self._key, **kwargs)
-            )
+            self._create = asyncio.ensure_future(self._created(kwargs))
             self._create.add_done_callback(self._create_ended)
             _loop.abort_at_exit(self)  # still open at interpreter exit: abort the upload
         if self._upload_id is None:
@@ -309,6 +309,41 @@ class S3Writer(Publishing):
             if not upload_id:  # botocore leaves out what the XML lacks: was KeyError 'UploadId'
                 raise self._malformed("CreateMultipartUpload without an UploadId")
             self._upload_id = str(upload_id)
+
+    async def _created(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``CreateMultipartUpload``, sent again on a temporary error (a 5xx, a throttle,
+        a dropped connection) under the retry policy, as every other request of the
+        write is (boto3, s3fs and the aws CLI resend it too). A try S3 may have applied
+        though its answer was lost left an upload this write never learnt the id of:
+        once a later try is answered, those are looked for and aborted
+        (:func:`.lost_upload.abort_lost_upload`, never the one answered); where every
+        try failed, the abort of the write looks for them."""
+        async def once() -> dict[str, Any]:
+            try:
+                return await self._call("create_multipart_upload", Bucket=self._bucket,
+                                        Key=self._key, **kwargs)
+            except TensorstreamError as exc:
+                if may_have_made_one(exc):  # applied, its answer lost? (S3 keeps it open)
+                    self._create_lost += 1
+                    self._create_answered = time.time()
+                raise
+
+        try:
+            return await once()
+        except TensorstreamError as exc:  # (nearly every create goes at once: no loop built)
+            if (not exc.temporary or self._state != "open" or self._retry is None
+                    or self._retry.attempts <= 1):
+                raise
+            first = exc
+        made = await sent_again(self._retry, first, once,
+                                still_open=lambda: self._state == "open",
+                                what=f"CreateMultipartUpload of {self._bucket}/{self._key}")
+        if self._create_lost:
+            await abort_lost_upload(self._call, self._bucket, self._key, self._create_sent,
+                                    self._create_answered, attempts=self._create_lost,
+                                    keep=str(made.get("UploadId") or "") or None)
+            self._create_lost = 0
+        return made
 
     def _create_ended(self, _task: asyncio.Future[Any]) -> None:
         self._create_answered = time.time()  # (a lost upload was made before this)
@@ -441,11 +476,12 @@ class S3Writer(Publishing):
         if upload_id is None and self._create is not None:
             try:
                 upload_id = str((await self._create)["UploadId"])
-            except TensorstreamError as exc:
-                if may_have_made_one(exc):  # applied, its answer lost? (S3 keeps it open)
+            except TensorstreamError:
+                if self._create_lost:  # tries applied, their answers lost? (S3 keeps them)
                     await abort_lost_upload(self._call, self._bucket, self._key,
                                             self._create_sent,
-                                            self._create_answered or time.time())
+                                            self._create_answered or time.time(),
+                                            attempts=self._create_lost)
                 upload_id = None
             except BaseException:
                 upload_id = None
