@@ -1,7 +1,9 @@
 """A case-insensitive, case-preserving FUSE filesystem over a directory (as FAT, NTFS and
 macOS's APFS are), for tests: ``python case_folding_fs.py BACKING MOUNTPOINT`` (needs fusepy,
 libfuse 2, /dev/fuse and root; the tests that use it are skipped without them). Each name is
-looked up in its directory case-insensitively; a new name keeps its case."""
+looked up in its directory case-insensitively; a new name keeps its case. With
+``--refuse-dates`` it also refuses to set a file's dates (``EPERM``), as some FUSE, 9p and
+SMB mounts do."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ _STATVFS = ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
 class CaseFolding(Operations):  # type: ignore[misc]
     """Passthrough to ``root``, every path component matched without regard to case."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, refuse_dates: bool = False) -> None:
         self.root = root
+        self.refuse_dates = refuse_dates
 
     def _real(self, path: str) -> str:
         cur = self.root
@@ -64,6 +67,8 @@ class CaseFolding(Operations):  # type: ignore[misc]
         os.chown(self._real(path), uid, gid)
 
     def utimens(self, path: str, times: Any = None) -> None:
+        if self.refuse_dates:
+            raise FuseOSError(errno.EPERM)
         os.utime(self._real(path), times)
 
     def truncate(self, path: str, length: int, fh: Any = None) -> None:
@@ -96,4 +101,5 @@ class CaseFolding(Operations):  # type: ignore[misc]
 
 
 if __name__ == "__main__":
-    FUSE(CaseFolding(sys.argv[1]), sys.argv[2], foreground=True, nothreads=True)
+    FUSE(CaseFolding(sys.argv[1], "--refuse-dates" in sys.argv[3:]), sys.argv[2],
+         foreground=True, nothreads=True)

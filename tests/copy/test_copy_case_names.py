@@ -10,11 +10,7 @@ planner's own tests are given the filesystem's answer
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import subprocess
-import sys
-import time
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import tensorstream
+from fuse_mounts import fuse_mount
 from memory_provider import MemProvider
 from tensorstream.copy import plan as plan_module
 from tensorstream.copy.case_names import collisions, folds_case
@@ -102,31 +99,7 @@ def test_a_dry_run_makes_no_probe_file(store: dict[str, bytes], tmp_path: Path,
 @pytest.fixture
 def folding_mount(tmp_path: Path) -> Iterator[Path]:
     """A directory that folds case (tests/case_folding_fs.py, a FUSE filesystem)."""
-    if importlib.util.find_spec("fuse") is None or not os.path.exists("/dev/fuse") or (
-            os.geteuid() != 0):
-        pytest.skip("a case-folding FUSE mount needs fusepy, /dev/fuse and root")
-    back, mnt = tmp_path / "back", tmp_path / "mnt"
-    back.mkdir()
-    mnt.mkdir()
-    helper = Path(__file__).resolve().parent.parent / "case_folding_fs.py"
-    proc = subprocess.Popen([sys.executable, str(helper), str(back), str(mnt)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not os.path.ismount(mnt) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not os.path.ismount(mnt):
-        proc.kill()
-        proc.wait()
-        pytest.skip("the case-folding FUSE filesystem did not mount (libfuse 2 missing?)")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    yield from fuse_mount(tmp_path)
 
 
 def test_on_a_filesystem_that_folds_case_one_key_is_kept_whole_every_run(

@@ -24,6 +24,7 @@ from flaky_providers import (
     names_in,
 )
 
+from fuse_mounts import fuse_mount
 from tensorstream.copy.engine import copy
 
 
@@ -348,6 +349,28 @@ def test_a_date_the_filesystem_refuses_is_said(
     said = _date_warnings(caplog)
     assert len(said) == 1 and "(Operation not permitted)" in said[0], said
     assert (tmp_path / "dst" / "one.bin").read_bytes() == b"1" * 100
+
+
+def test_a_mount_that_refuses_dates_is_said_once_and_sync_copies_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A real filesystem that answers EPERM to utime (a FUSE mount: tests/case_folding_fs.py
+    # --refuse-dates), from a local source folder.
+    mounts = fuse_mount(tmp_path, "--refuse-dates")
+    mnt = next(mounts)
+    try:
+        src = tmp_path / "src"
+        src.mkdir()
+        for name in ("one.bin", "two.bin"):
+            (src / name).write_bytes(name.encode() * 100)
+        for _run in range(2):
+            caplog.clear()
+            r = copy(str(src), f"{mnt}/out/", recursive=True, skip_unchanged=True)
+            assert r.ok and sorted(o.status for o in r.outcomes) == ["copied", "copied"]
+            said = _date_warnings(caplog)
+            assert len(said) == 1 and "(Operation not permitted)" in said[0], said
+        assert (mnt / "out" / "two.bin").read_bytes() == b"two.bin" * 100
+    finally:
+        mounts.close()
 
 
 def test_a_date_carried_says_nothing_and_sync_skips(
