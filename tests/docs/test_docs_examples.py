@@ -17,6 +17,12 @@ would (``AWS_*``, see docs/testing.md's environment mode).
   ``<!-- skip: next "why" -->`` (Sybil's skip directive; a reason is required,
   :func:`test_every_skip_says_why`), or ``if(not CUDA, reason="...")`` for one
   that runs where a GPU is present.
+* Shell blocks name the hosts a reader has (``http://minio:9000``, ``redis://cache:6379``,
+  ``https://host/``) and ``/models/``: :data:`HOSTS` stands loopback servers (moto, a
+  ``redis-server``, an HTTP object server) and the page's scratch directory in for them, so
+  the command lines run as written. A ``console`` transcript runs its ``$`` lines (its output
+  is not compared: timings, dates and paths vary); ``jq`` and ``xxd`` are stood in for by
+  Python where they are not installed.
 * Blocks in other languages (``text``, ``toml``, untitled ``ini``) are output or
   configuration, not commands; :func:`test_every_block_has_a_known_language`
   keeps a new language from being silently ignored.
@@ -52,6 +58,17 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"python", "bash", "sh", "console"}
 NOT_COMMANDS = {"text", "toml", "ini", "json", "yaml"}
 BUCKETS = ("models", "bucket", "keys")
+#: placeholder in a shell block -> what stands in for it (a pattern, its replacement's name in
+#: the page's namespace ``__hosts__``); ``/models/`` only where it begins a word, never in
+#: ``s3://models/``.
+HOSTS = {r"http://minio:9000": "s3", r"redis://cache:6379": "redis", r"https://host/": "http",
+         r"(?<![\w:/])/models/": "models"}
+#: Python stand-ins for tools a shell example pipes into, where they are not installed.
+SHIMS = {
+    "jq": "import json, sys; json.dump(json.load(sys.stdin), sys.stdout, indent=2); print()",
+    "xxd": "import sys, binascii; data = sys.stdin.buffer.read()\n"
+           "for i in range(0, len(data), 16): print(f'{i:08x}: {binascii.hexlify(data[i:i+16]).decode()}')",
+}
 
 
 # -- the parser: every fenced block, with its language and title ---------------------------------
@@ -122,9 +139,19 @@ def _exec(source: str, ns: dict[str, Any], where: str) -> None:
         exec(code, ns)
 
 
+def _with_hosts(source: str, hosts: dict[str, str]) -> str:
+    """``source`` with each :data:`HOSTS` placeholder replaced by its loopback stand-in."""
+    for pattern, name in HOSTS.items():
+        if name in hosts:
+            source = re.sub(pattern, lambda _m, v=hosts[name]: v, source)
+    return source
+
+
 def _shell(source: str, ns: dict[str, Any], example: Example) -> None:
+    source = _with_hosts(source, ns.get("__hosts__", {}))
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", source], cwd=ns["__project__"],
-                          env=ns["__env__"], capture_output=True, text=True, timeout=300)
+                          env=ns["__env__"], capture_output=True, text=True, timeout=300,
+                          errors="replace")  # (cat prints an object's bytes)
     if done.returncode != 0:
         raise AssertionError(f"{example.path}:{example.line}: exit {done.returncode}\n"
                              f"{source}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
@@ -162,12 +189,12 @@ class World:
     """moto's S3 server with the examples' buckets and files, and the environment reaching it."""
 
     FILES = (("models", "llama/model.tensors"), ("models", "llama.tensors"),
-             ("models", "m.tensors"), ("bucket", "model.tensors"))
+             ("models", "m.tensors"), ("models", "model.tensors"), ("bucket", "model.tensors"))
 
-    def __init__(self, s3: Any, sandbox: Path) -> None:
+    def __init__(self, s3: Any, sandbox: Path, redis: Any = None, http: Any = None) -> None:
         from tensorstream.testing.s3_server import isolated_s3_env
 
-        self.s3 = s3
+        self.s3, self.redis, self.http = s3, redis, http
         for bucket in BUCKETS:
             s3.create_bucket(bucket)
         torch.manual_seed(0)
@@ -178,6 +205,12 @@ class World:
         opts = s3.options()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_", "REDIS_"))}
         env.update(isolated_s3_env(str(sandbox)))
+        shims = sandbox / "shims"
+        shims.mkdir()
+        for tool, code in SHIMS.items():
+            if shutil.which(tool) is None:
+                (shims / tool).write_text(f"#!{sys.executable}\n{code}\n")
+                (shims / tool).chmod(0o755)
         env.update({
             "AWS_ACCESS_KEY_ID": opts["s3_access_key_id"],
             "AWS_SECRET_ACCESS_KEY": opts["s3_secret_access_key"],
@@ -185,9 +218,16 @@ class World:
             "AWS_ENDPOINT_URL": opts["s3_endpoint"],
             "NO_PROXY": "127.0.0.1,localhost",
             "PYTHONPATH": str(ROOT / "src"),
-            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            "PATH": os.pathsep.join((os.path.dirname(sys.executable), str(shims),
+                                     os.environ.get("PATH", ""))),
         })
         self.env = env
+        self.hosts = {"s3": opts["s3_endpoint"]}
+        if redis is not None:
+            self.hosts["redis"] = redis.url().rstrip("/")
+        if http is not None:
+            self.hosts["http"] = http.url("")
+            http.put("model.tensors", self.data)
 
     def reset(self) -> None:
         """Every page starts from the same objects (pages write and overwrite)."""
@@ -201,6 +241,8 @@ class World:
             self.s3.put(bucket, key, self.data)
         for key, data in self.extra.items():
             self.s3.put("models", key, data)
+        if self.redis is not None:
+            self.redis.client().flushall()
 
 
 def _safetensors_files(sandbox: Path) -> dict[str, bytes]:
@@ -231,10 +273,12 @@ def _safetensors_files(sandbox: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    from tensorstream.testing.http_server import HTTPTestServer
+    from tensorstream.testing.redis_server import RedisServer
     from tensorstream.testing.s3_server import MotoS3Server
 
-    with MotoS3Server(auth=True) as s3:
-        yield World(s3, tmp_path_factory.mktemp("docs-sandbox"))
+    with MotoS3Server(auth=True) as s3, RedisServer() as redis, HTTPTestServer() as http:
+        yield World(s3, tmp_path_factory.mktemp("docs-sandbox"), redis, http)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
@@ -259,6 +303,7 @@ def test_examples_run(page: Path, world: World, monkeypatch: pytest.MonkeyPatch,
     torch.manual_seed(0)
     document.namespace.update({
         "__name__": "__main__", "__project__": tmp_path, "__env__": world.env,
+        "__hosts__": {**world.hosts, "models": f"{tmp_path}/models/"},
         "CUDA": torch.cuda.is_available(), "tensorstream": tensorstream, "torch": torch,
         # "your model" in the pages: matches the files on the test server
         "MyModel": TinyModel, "model": TinyModel(),
