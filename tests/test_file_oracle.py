@@ -41,19 +41,22 @@ ops = st.lists(st.one_of(
 ), min_size=1, max_size=25)
 
 
-@pytest.fixture(params=["local", "http", "s3", "redis"])
+@pytest.fixture(params=["local", "http", "s3", "redis", "http-sequential", "s3-sequential"])
 def opened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A function that opens a fresh reader of DATA on the backend, and the oracle's path."""
+    """A function that opens a fresh reader of DATA on the backend (``-sequential``:
+    its first stream opened with it), and the oracle's path."""
     oracle = tmp_path / "oracle.bin"
     oracle.write_bytes(DATA)
-    if request.param == "local":
+    backend, _, sequential = request.param.partition("-")
+    if backend == "local":
         uri, options = str(oracle), {}
     else:
-        backend = request.getfixturevalue(f"tensorstream_{request.param}")
+        target = request.getfixturevalue(f"tensorstream_{backend}")
         key = f"oracle-{uuid.uuid4().hex[:8]}.bin"
-        backend.put(key, DATA)
-        uri, options = backend.uri(key), backend.options
-    yield lambda: tensorstream.open(uri, part_size=PART, **options), oracle
+        target.put(key, DATA)
+        uri, options = target.uri(key), target.options
+    yield (lambda: tensorstream.open(uri, part_size=PART, sequential=bool(sequential),
+                                     **options)), oracle
 
 
 def _apply(f: Any, op: tuple[Any, ...]) -> Any:
