@@ -150,3 +150,30 @@ def test_a_long_run_over_presigned_urls_keeps_its_credentials_masked(fresh_regis
     assert remembered <= 512
     shown = mask_secrets("AUTH failed: CANARY-redis-password; 403 CANARYINUSE0001")
     assert "CANARY" not in shown, shown
+
+
+def test_a_record_logged_while_a_secret_is_registered_does_not_hang(
+        fresh_registry: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record made on the registering thread while it holds the registry (a finalizer
+    the collector runs there, aiohttp's "Unclosed client session") is masked under that
+    lock: a plain lock hung the thread for ever."""
+    import threading
+
+    from tensorstream import _log_redaction
+    from tensorstream._log_redaction import register_secret
+
+    class Logging(dict):  # type: ignore[type-arg]
+        def __setitem__(self, key: str, value: None) -> None:
+            logging.getLogger("botocore.hooks").warning("finalizer ran: %s", key)
+            super().__setitem__(key, value)
+
+    monkeypatch.setattr(_log_redaction, "_PER_REQUEST", Logging({"CANARY-earlier-0123": None}))
+    install_secret_filter()
+    done = threading.Event()
+
+    def register() -> None:
+        register_secret("CANARY-0123456789", per_request=True)
+        done.set()
+
+    threading.Thread(target=register, daemon=True).start()
+    assert done.wait(10), "registering a secret hung"

@@ -81,7 +81,9 @@ _MAX_PER_REQUEST = 256
 #: Shorter values are not remembered: masking a common word everywhere hides text.
 _MIN_REGISTERED = 8
 #: Registration runs on many threads (one per read): the oldest's eviction is not atomic.
-_REGISTRY_LOCK = threading.Lock()
+#: Re-entrant: a log record made while it is held (a finalizer the collector runs there,
+#: aiohttp's "Unclosed client session") is masked under it, on the same thread.
+_REGISTRY_LOCK = threading.RLock()
 
 
 def register_secret(value: str, *, per_request: bool = False) -> None:
@@ -111,7 +113,7 @@ def register_secret(value: str, *, per_request: bool = False) -> None:
 
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
-    _REGISTRY_LOCK = threading.Lock()  # another thread of the parent may have held it
+    _REGISTRY_LOCK = threading.RLock()  # another thread of the parent may have held it
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
