@@ -396,6 +396,19 @@ def test_every_example_in_help_parses() -> None:
     assert not bad, f"--help examples the parser refuses: {bad}"
 
 
+def test_every_command_s_help_shows_examples_of_itself() -> None:
+    # A new user reads `tensorstream COMMAND --help` first: each one shows how it is typed
+    # (the count above would not notice a command whose examples were dropped).
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    bare = {name: [c for c in _command_lines(p.epilog or "")
+                   if re.search(rf"(^|\s)tensorstream( --?\S+)* {name}\b", c)]
+            for name, p in sub.choices.items()}
+    assert not [n for n, lines in bare.items() if not lines], (
+        f"commands whose --help shows no example of themselves: "
+        f"{[n for n, lines in bare.items() if not lines]}")
+
+
 def test_every_command_line_example_parses() -> None:
     # Examples the pages cannot run (placeholder hosts, transcripts) are still parsed: a
     # renamed flag, or one given to a command that does not take it, fails here.
