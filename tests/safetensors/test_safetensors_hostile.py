@@ -84,6 +84,12 @@ HOSTILE = {
                                            b'[2],"data_offsets":[0,8],"x":[-Infinity]}}'),
     "1e999 in an ignored field": _file(None, b"\0" * 8, raw=b'{"a":{"dtype":"F32","shape":[2],'
                                        b'"data_offsets":[0,8],"x":{"y":1e999}}}'),
+    # -0 is a float to safetensors (serde): no dimension or offset, though Python's json
+    # reads an int 0 (neighbours: -0 in a name or an ignored field load, below)
+    "-0 as a dimension": _file(None, raw=b'{"a":{"dtype":"F32","shape":[-0],'
+                               b'"data_offsets":[0,0]}}'),
+    "-0 as an offset": _file(None, b"\0" * 8, raw=b'{"a":{"dtype":"F32","shape":[2],'
+                             b'"data_offsets":[-0,8]}}'),
 }
 
 
@@ -179,6 +185,21 @@ def test_unknown_fields_are_ignored_like_safetensors(tmp_path: Path) -> None:
         assert ts_st.load(path)["a"].tolist() == [1.5, 2.5]
         assert st_torch.load_file(str(path))["a"].tolist() == [1.5, 2.5]
 
+
+
+def test_a_negative_zero_outside_shapes_and_offsets_loads_like_safetensors(
+        tmp_path: Path) -> None:
+    """Neighbours of ``-0`` refused as a dimension or offset (HOSTILE): in an ignored field,
+    in a name, and in a metadata value it loads here as in safetensors, and the file's
+    other integers (read the slower way once ``-0`` appears) are read as before."""
+    path = tmp_path / "zero.safetensors"
+    data = struct.pack("<2f", 1.5, 2.5)
+    for raw in (b'{"a-0":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":-0}}',
+                b'{"__metadata__":{"k":"-0"},"a-0":{"dtype":"F32","shape":[2],'
+                b'"data_offsets":[0,8],"x":[-0,-0.0,0]}}'):
+        path.write_bytes(_file(None, data, raw=raw))
+        assert ts_st.load(path)["a-0"].tolist() == [1.5, 2.5]
+        assert st_torch.load_file(str(path))["a-0"].tolist() == [1.5, 2.5]
 
 
 def test_a_null_metadata_is_no_metadata_like_safetensors(tmp_path: Path) -> None:

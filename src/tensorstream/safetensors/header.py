@@ -216,6 +216,17 @@ def _finite(text: str) -> float:
     return value
 
 
+#: ``-0`` outside a string (a string holding it only costs the slower parse below).
+_NEGATIVE_ZERO = re.compile(r"-0(?![0-9.eE])")
+
+
+def _int(text: str) -> int | float:
+    """A JSON integer, where ``-0`` is the float ``-0.0``, as safetensors (serde) reads it:
+    a shape or ``data_offsets`` holding ``-0`` is refused there (not an unsigned integer),
+    and loaded here as 0 (a file that loaded here and nowhere else)."""
+    return -0.0 if text == "-0" else int(text)
+
+
 def parse_header(raw: bytes, size: int, where: str) -> Header:
     """Validate the JSON header ``raw`` (without its 8-byte length) of an object
     of ``size`` bytes. Raises :class:`MalformedFileError` naming ``where``."""
@@ -224,8 +235,10 @@ def parse_header(raw: bytes, size: int, where: str) -> Header:
     try:
         text = raw.decode("utf-8")
         surrogates = _SURROGATE.search(text) is not None
+        # (the C parser reads integers itself unless given parse_int: only when it matters)
+        parse_int = _int if _NEGATIVE_ZERO.search(text) else None
         doc = json.loads(text, object_pairs_hook=_hook(data_start, data_size, where, surrogates),
-                         parse_constant=_not_json, parse_float=_finite)
+                         parse_constant=_not_json, parse_float=_finite, parse_int=parse_int)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise MalformedFileError(f"{where}: the header is not valid JSON ({exc})") from None
     del text
