@@ -16,9 +16,10 @@ from collections.abc import Iterable
 
 from .errors import ExternalError, TensorstreamError
 from .uri import redact_text
-from .uri_redaction import SECRET_API_PARAMS, SECRET_HEADERS
+from .uri_redaction import SECRET_API_PARAMS, SECRET_HEADERS, secret_query_values
 
-__all__ = ["install_secret_filter", "mask_secrets", "register_secret", "scrub_chain", "withhold",
+__all__ = ["install_secret_filter", "mask_secrets", "register_query_secrets", "register_secret",
+           "scrub_chain", "withhold",
            "withhold_args"]
 
 #: Shorter secrets are not masked: masking every "a" of a one-letter password hides the text.
@@ -109,6 +110,16 @@ def register_secret(value: str, *, per_request: bool = False) -> None:
             while len(registry) > most:
                 del registry[next(iter(registry))]
     install_secret_filter()
+
+
+def register_query_secrets(target: str) -> None:
+    """Remember the values an HTTP(S) request's query sends (``target``: a URL or
+    ``/path?query``; a presigned URL's signature, a token under any name) as
+    :func:`register_secret` ``per_request`` does: a server may echo one alone (its reason
+    phrase), where no name says so. Called for each request sent, and for each redirect
+    target (a presigned URL behind a redirect, as model hubs send)."""
+    for value in secret_query_values(target, every_name=True):
+        register_secret(value, per_request=True)
 
 
 def _after_fork_in_child() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from yarl import URL
 
+from ..._log_redaction import register_query_secrets
 from ...config import Timeouts
 from ...errors import (
     ConfigurationError,
@@ -237,6 +238,7 @@ def send_request(pool: ConnectionPool, url: str, method: str, headers: Mapping[s
             if redirects is not None and resp.status in REDIRECT_STATUSES and location:
                 conn.close()  # never drain a body we do not want
                 target, same_origin = redirect_step(current, location, path=path)
+                register_query_secrets(str(target))  # (a presigned URL, echoed alone)
                 if not same_origin:
                     dropped = dropped or bool(creds)
                     creds = {}  # never forward credentials to another origin (or to http)

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from ..._log_redaction import register_secret
+from ..._log_redaction import register_query_secrets
 from ...config import CommonConfig, split_options
 from ...errors import (
     ConfigurationError,
@@ -42,7 +42,6 @@ from ...errors import (
     ProtocolError,
 )
 from ...uri import redact_text
-from ...uri_redaction import secret_query_values
 from .._http.headers import (
     DROPPED_NOTE,
     exception_error,
@@ -226,8 +225,7 @@ class HTTPProvider(Provider):
         (a presigned URL's signature, a token under any name: ``?hmac=``) are remembered
         as secrets: a server may echo one alone in its answer (its reason phrase), where
         no name says so."""
-        for value in secret_query_values(path, every_name=True):
-            register_secret(value, per_request=True)
+        register_query_secrets(path)
         return self._origin + wire_target(path)
 
     def _request(self, method: str, path: str, headers: dict[str, str],
