@@ -74,8 +74,19 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
                 elif why.startswith("cannot read directory"):
                     why += "; nothing under it was looked at"
                 reporter.warning(f"--delete left {where} alone: {why}")
+        # (not asked by --dryrun, which makes no probe file: it shows such a delete)
+        same_file = _SameFileInOtherCase(wanted, dst_uri.path) if (
+            dst_uri.scheme == "file" and not args.dryrun) else None
         for key, path in sorted(there.items()):
             if key in wanted or not rules.wants(key):
+                continue
+            if same_file is not None and (twin := same_file(key)) is not None:
+                # On FAT, NTFS, APFS, SMB, an ext4 casefold directory, A.bin is SRC's
+                # a.bin (renamed in case since the last sync): the copy just wrote into
+                # it, and deleting it deleted that copy.
+                reporter.warning(f"--delete left {os.path.join(dst_uri.path, *key.split('/'))} "
+                                 f"alone: on this filesystem, which ignores case, it is "
+                                 f"the copy of {twin} (rename it to match, if it should)")
                 continue
             uri = dst_uri.with_path(path)
             if args.dryrun:
@@ -100,6 +111,30 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
                 reporter.deleted(uri, dryrun=False, error=result.errors[-1])
             else:
                 reporter.deleted(uri, dryrun=False)
+
+
+class _SameFileInOtherCase:
+    """Which key of SRC a key of a local DST is, only in other case, where DST's
+    filesystem ignores case (asked once a directory, and only of such keys)."""
+
+    def __init__(self, wanted: set[str], root: str) -> None:
+        self.wanted, self.root = wanted, root
+        self._folded: dict[tuple[str, ...], str] | None = None
+        self._asked: dict[tuple[str, ...], bool] = {}
+
+    def __call__(self, key: str) -> str | None:
+        from ..copy.case_names import folded, folds_case
+
+        if self._folded is None:  # (built at the first key SRC lacks)
+            self._folded = {folded(k.split("/")): k for k in sorted(self.wanted)}
+        parts = key.split("/")
+        twin = self._folded.get(folded(parts))
+        if twin is None:
+            return None
+        where = tuple(parts[:-1])
+        if where not in self._asked:
+            self._asked[where] = folds_case(self.root, parts[:-1])
+        return twin if self._asked[where] else None
 
 
 def _gone(exc: BaseException, scheme: str, path: str) -> bool:
