@@ -119,7 +119,7 @@ class _SameFileInOtherCase:
 
     def __init__(self, wanted: set[str], root: str) -> None:
         self.wanted, self.root = wanted, root
-        self._folded: dict[tuple[str, ...], str] | None = None
+        self._folded: dict[str, str] | None = None
         self._asked: dict[tuple[str, ...], bool] = {}
 
     def __call__(self, key: str) -> str | None:
