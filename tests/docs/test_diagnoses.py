@@ -74,6 +74,8 @@ def test_every_diagnosis_reads_as_documented(s3: MotoS3Server, tmp_path: Path) -
         "a typo in the key or the bucket (`cat`, `stat`, a load)": (
             ["cat", *endpoint, "s3://bkt/p/one.bni"], {"s3://b/p/": "s3://bkt/p/"}, 1),
         "no S3 credentials anywhere": (["ls", *endpoint, "s3://bkt/p/"], {}, 2),
+        "another tool's command (`copy`, `list`, `mv`, `du`) or flag (`-R`), or a typo (`snyc`)": (
+            ["copy", "models/llama/a.bin", "out/"], {}, 2),
         "a typo in the scheme (`s4://`, `htps://`)": (["cp", "s4://bkt/p/one.bin", "out/"], {}, 2),
         "a Windows path (`C:\\models\\m.tensors`)": (["cp", "C:\\models\\m.tensors", "out/"],
                                                  {}, 1),

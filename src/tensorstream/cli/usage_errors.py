@@ -12,6 +12,7 @@ unknown or ambiguous (a mistyped secret option) given on the command line withhe
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -88,7 +89,8 @@ def withhold_option_values(message: str, argv: Sequence[str],
         if eq:
             message = message.replace(word, f"{name}=***")
         elif i + 1 < len(argv) and argv[i + 1] not in ("-", "--") and not _names_option(
-                argv[i + 1], options) and name not in _NOT_TAKEN:  # (flags: no value follows)
+                argv[i + 1], options) and name not in _NOT_TAKEN and name != "-R":
+            # (those are flags: no value follows; -R is GNU cp's -r)
             # (a value may start with '-': a url-safe token; argparse then echoes it
             # beside the unknown option, as it does any other)
             separate.append(argv[i + 1])
@@ -114,6 +116,17 @@ _NOT_TAKEN = {
 }
 
 
+#: Other tools' names for a command (aws s3, s5cmd, rclone, GNU coreutils) -> ours.
+_COMMAND_SYNONYMS = {"copy": "cp", "copyto": "cp", "download": "cp", "upload": "cp",
+                     "get": "cp", "put": "cp", "mv": "cp (then rm: there is no move)",
+                     "move": "cp (then rm: there is no move)", "list": "ls", "lsf": "ls",
+                     "lsd": "ls", "dir": "ls", "du": "ls -rh --summarize", "remove": "rm",
+                     "delete": "rm", "del": "rm", "deletefile": "rm", "purge": "rm -r",
+                     "head": "stat", "info": "stat", "size": "stat", "show": "inspect",
+                     "creds": "credentials", "whoami": "credentials"}
+_INVALID_COMMAND = re.compile(r"^argument COMMAND: invalid choice: '([^']*)'")
+
+
 class Parser(argparse.ArgumentParser):
     """The command line's parser: its usage errors quote no secret (see the module)."""
 
@@ -130,13 +143,32 @@ class Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {error_line(message)}\n")
 
+    def _command_parsers(self) -> list[argparse.ArgumentParser]:
+        """This parser and the parser of the command given, if any."""
+        out: list[argparse.ArgumentParser] = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                command = next((w for w in self._given if w in action.choices), None)
+                if command is not None:
+                    out.append(action.choices[command])
+        return out
+
     def _meant(self, message: str) -> str:
         """`` (did you mean --dryrun?)`` for the mistyped options of an ``unrecognized
         arguments`` error, among the options of this parser and of the command given
         (another command's option would be refused as well)."""
+        import difflib  # (a usage error's path only)
+
+        command = _INVALID_COMMAND.match(message)
+        if command is not None:  # `tensorstream copy`, `tensorstream snyc`: the one meant
+            word = command.group(1)
+            choices = [c for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                       for c in a.choices]
+            meant = _COMMAND_SYNONYMS.get(word.lower()) or next(
+                iter(difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)), None)
+            return f" (did you mean {meant}?)" if meant else ""
         if not message.startswith(_UNRECOGNIZED):
             return ""
-        import difflib  # (a usage error's path only)
 
         accepted = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
         for action in self._actions:
@@ -159,6 +191,9 @@ class Parser(argparse.ArgumentParser):
                 close = difflib.get_close_matches(name.replace("_", "-"), accepted, n=1,
                                                   cutoff=0.7)
                 meant += [(close[0], name)] if close else []
+        if "-R" in words and "-R" in options and "-r" in {
+                o for p in self._command_parsers() for a in p._actions for o in a.option_strings}:
+            meant.append(("-r", "-R"))  # GNU cp's and rsync's spelling
         said = []
         if len(meant) == 1:
             said.append(f"did you mean {meant[0][0]}?")
