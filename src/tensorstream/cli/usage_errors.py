@@ -159,14 +159,14 @@ class Parser(argparse.ArgumentParser):
         (another command's option would be refused as well)."""
         import difflib  # (a usage error's path only)
 
-        command = _INVALID_COMMAND.match(message)
-        if command is not None:  # `tensorstream copy`, `tensorstream snyc`: the one meant
-            word = command.group(1)
+        invalid = _INVALID_COMMAND.match(message)
+        if invalid is not None:  # `tensorstream copy`, `tensorstream snyc`: the one meant
+            word = invalid.group(1).lower()
             choices = [c for a in self._actions if isinstance(a, argparse._SubParsersAction)
                        for c in a.choices]
-            meant = _COMMAND_SYNONYMS.get(word.lower()) or next(
-                iter(difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)), None)
-            return f" (did you mean {meant}?)" if meant else ""
+            suggestion = _COMMAND_SYNONYMS.get(word) or next(
+                iter(difflib.get_close_matches(word, choices, n=1, cutoff=0.6)), None)
+            return f" (did you mean {suggestion}?)" if suggestion else ""
         if not message.startswith(_UNRECOGNIZED):
             return ""
 
