@@ -104,7 +104,7 @@ def test_a_strlen_that_is_no_length_is_a_protocol_error(
 def test_a_manifest_whose_mtime_is_no_date_is_corrupt(
         serve: Callable[[dict[str, Reply]], str], mtime: bytes) -> None:
     fields = [b"tensorstream", b"1", b"size", b"1000", b"chunk_size", b"1000",
-              b"generation", b"g", b"mtime", mtime]
+              b"generation", b"0123456789abcdef", b"mtime", mtime]
     manifest = b"*%d\r\n" % len(fields) + b"".join(_bulk(f) for f in fields)
     with pytest.raises(ProtocolError, match="corrupt tensorstream manifest"):
         _read(serve({"type": b"+hash\r\n", "hgetall": manifest}))
@@ -122,7 +122,8 @@ def test_a_getrange_answered_with_an_integer_is_a_protocol_error(
 def test_an_mget_of_chunks_answered_oddly_is_a_protocol_error(
         serve: Callable[[dict[str, Reply]], str], reply: bytes) -> None:
     # Whole small chunks are fetched with one MGET: its answer is checked as GETRANGE's is.
-    fields = [b"tensorstream", b"1", b"size", b"6", b"chunk_size", b"3", b"generation", b"g"]
+    fields = [b"tensorstream", b"1", b"size", b"6", b"chunk_size", b"3", b"generation",
+              b"0123456789abcdef"]
     manifest = b"*%d\r\n" % len(fields) + b"".join(_bulk(f) for f in fields)
     with pytest.raises(ProtocolError, match=r"MGET|not bytes"):
         _read(serve({"type": b"+hash\r\n", "hgetall": manifest, "mget": reply}))

@@ -144,6 +144,34 @@ def test_chunks_whose_manifest_is_gone_are_no_object(redis_server: RedisServer) 
         assert sorted(c.scan_iter(match="orph/obj*")) == []
 
 
+def test_a_manifest_whose_generation_names_other_objects_keys_never_deletes_them(
+        redis_server: RedisServer) -> None:
+    """Only ``K:<16 hex>:<offset>`` is a chunk of ``K``; a hash claiming the generation
+    ``v2`` named the plain strings ``K:v2:0``... as its chunks (``ls`` lists them as
+    objects of their own): it read them, and ``rm K`` or a write over ``K`` deleted them."""
+    theirs = {f"gen/k:v2:{i}": b"abc"[i:i + 1] for i in range(3)}
+    fields = {"tensorstream": "1", "size": "3", "chunk_size": "1", "generation": "v2"}
+    with redis_server.client() as c:
+        c.mset(theirs)
+        c.hset("gen/k", mapping=fields)
+    with pytest.raises(errors.ProtocolError, match="generation 'v2' is not 16 hex digits"):
+        tensorstream.open(redis_server.url("gen/k")).close()
+
+    async def rm_and_list() -> list[str]:
+        async with tensorstream.get_provider(redis_server.url("gen/")) as p:
+            await p.delete("gen/k")  # removed as a damaged object: its manifest only
+            return [o.path async for o in p.list("gen/")]
+
+    assert asyncio.run(rm_and_list()) == sorted(theirs)
+    with redis_server.client() as c:
+        c.hset("gen/k", mapping=fields)
+    _write(redis_server.url("gen/k"), b"new")  # a write over it leaves them too
+    with redis_server.client() as c:
+        assert c.mget(list(theirs)) == list(theirs.values())
+    with tensorstream.open(redis_server.url("gen/k")) as f:
+        assert f.read() == b"new"
+
+
 def test_a_tensorizer_tensor_named_like_a_generation_is_still_read(
         redis_server: RedisServer) -> None:
     """The neighbour: a to_redis prefix (its ``:header:0`` there) whose tensor is

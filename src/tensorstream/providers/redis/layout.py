@@ -46,6 +46,7 @@ MAX_CHUNKS = 1 << 24
 _MTIME_START, _MTIME_END = -62135596800.0, 253402300800.0
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 _CHUNK_SUFFIX = re.compile(rb":(\d+)\Z")  # (\Z: "$" also matches before a final line break)
+_GENERATION = re.compile(r"[0-9a-f]{16}")
 _GENERATION_CHUNK = re.compile(rb"[0-9a-f]{16}:\d+")
 _NAMED_LIKE_CHUNK = re.compile(rb".:[0-9a-f]{16}:\d+\Z")
 
@@ -172,10 +173,16 @@ def parse_manifest(path: str, fields: Mapping[bytes, bytes]) -> Layout:
     except (KeyError, ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"key {path!r} holds a hash that is not a tensorstream manifest "
                             f"(format {FORMAT_VERSION})") from exc
-    if size < 0 or chunk_size < 1 or not generation or not (
-            mtime is None or is_a_date(mtime)):
+    if size < 0 or chunk_size < 1 or not (mtime is None or is_a_date(mtime)):
         # (an mtime of nan, inf or 1e300 is no date: stat failed with OverflowError)
         raise ProtocolError(f"corrupt tensorstream manifest at {path!r}")
+    if _GENERATION.fullmatch(generation) is None:
+        # Every writer names one with 16 hex digits, and only K:<16 hex>:<offset> is taken
+        # for a chunk of K: a generation "v2" claimed the keys K:v2:0... that listings show
+        # as objects of their own, and rm K (or a write over K) deleted them.
+        raise ProtocolError(
+            f"corrupt tensorstream manifest at {path!r}: its generation "
+            f"{generation[:40]!r} is not 16 hex digits, as every writer names one")
     if size > MAX_OBJECT_SIZE or -(-size // chunk_size) > MAX_CHUNKS:
         # Numbers from a server are not trusted: a manifest claiming 10**15 bytes
         # in 1 KiB chunks is damage (or an attack), not an object to read or delete.
