@@ -29,8 +29,10 @@ def test_sync_of_a_directory_onto_itself_is_refused_once(tmp_path: Path, dryrun:
     for name in ("a.bin", "sub/b.bin", "c.bin"):
         (src / name).write_bytes(b"weights")
     (tmp_path / "link").symlink_to(src)
-    for dst in (src, f"{src}/", src / ".." / "m", tmp_path / "link"):
-        r = cli("sync", *dryrun, str(src), str(dst))
+    for dst, delete in ((src, []), (f"{src}/", []), (src / ".." / "m", []),
+                        (tmp_path / "link", []), (src, ["--delete"]), (f"{src}/.", ["--delete"])):
+        # (with --delete it was "SRC inside DST: it would delete the source itself")
+        r = cli("sync", *dryrun, *delete, str(src), str(dst))
         assert r.returncode == 2, r.stderr
         assert len(_errors(r.stderr)) == 1, r.stderr
         assert "same place" in r.stderr and "nothing to copy" in r.stderr, r.stderr

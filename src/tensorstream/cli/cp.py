@@ -282,6 +282,12 @@ def run(args: argparse.Namespace) -> int:
         print_error(f"--delete with the wildcard source {refused} is refused: name a "
                     "directory or prefix (select with --exclude/--include), or add --raw")
         return EXIT_USAGE
+    if args.sync and (refused := _onto_itself(args, sources[0], dest, meta,
+                                              {**options, **src_options},
+                                              {**options, **dst_options})) is not None:
+        # (before --delete's check: the same place is not SRC inside DST, and deletes nothing)
+        print_error(refused)  # once: it was a 'same object' error per object, exit 1
+        return EXIT_USAGE
     if args.sync and getattr(args, "delete", False) and _source_within(
             sources[0], dest, {**options, **src_options}, {**options, **dst_options}):
         # Every object of SRC is under DST but not "under SRC" as DST's keys go:
@@ -289,11 +295,6 @@ def run(args: argparse.Namespace) -> int:
         print_error(f"--delete with {redact_text(sources[0])} inside {redact_text(dest)} is "
                     "refused: it would delete the source itself; sync into a directory or "
                     "prefix that does not hold SRC")
-        return EXIT_USAGE
-    if args.sync and (refused := _onto_itself(args, sources[0], dest, meta,
-                                              {**options, **src_options},
-                                              {**options, **dst_options})) is not None:
-        print_error(refused)  # once: it was a 'same object' error per object, exit 1
         return EXIT_USAGE
 
     async def go() -> int:
