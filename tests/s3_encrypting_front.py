@@ -9,7 +9,9 @@ CompleteMultipartUpload, and in a listing's ``<Contents>``. As on S3, one object
 its ETag (HEAD, GET and listing agree), and two objects of the same bytes get two. The
 encryption ``headers`` are added to the answers about such objects. ETags a request
 sends back (``If-Match``, ``x-amz-copy-source-if-match``, the parts listed in a
-CompleteMultipartUpload) are mapped to moto's own before it sees them.
+CompleteMultipartUpload) are mapped to moto's own before it sees them; a request whose
+signed header was so mapped (``If-Match`` of a conditional delete) is signed again with
+``keys`` (access key, secret key, region) where given, else moto refuses its signature.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ class EncryptingFront:
     ``methods`` records every request's method, ``writes`` the ``(method, path)`` of
     every PUT/POST; ``url`` is the endpoint to give tensorstream (after ``__enter__``)."""
 
-    def __init__(self, upstream: str, headers: dict[str, str], prefix: str = "/") -> None:
-        self.upstream, self.headers, self.prefix = upstream, headers, prefix
+    def __init__(self, upstream: str, headers: dict[str, str], prefix: str = "/",
+                 keys: tuple[str, str, str] | None = None) -> None:
+        self.upstream, self.headers, self.prefix, self.keys = upstream, headers, prefix, keys
         self.methods: list[str] = []
         self.writes: list[tuple[str, str]] = []
         self._real: dict[bytes, bytes] = {}  # an ETag answered -> moto's own
@@ -70,6 +73,9 @@ class EncryptingFront:
             body = self._back(await request.read())
             headers = {k: self._back(v.encode()).decode() for k, v in request.headers.items()
                        if k.lower() not in ("content-length", "transfer-encoding")}
+            if self.keys is not None and any(
+                    v != request.headers[k] for k, v in headers.items()):
+                headers = self._signed(request.method, request.raw_path, headers, body)
             async with ClientSession(auto_decompress=False) as session, session.request(
                     request.method, URL(self.upstream + request.raw_path, encoded=True),
                     headers=headers, data=body or None, allow_redirects=False) as up:
@@ -117,6 +123,22 @@ class EncryptingFront:
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(self._runner.cleanup())
+
+    def _signed(self, method: str, raw_path: str, headers: dict[str, str],
+                body: bytes) -> dict[str, str]:
+        """``headers`` signed anew (SigV4, :attr:`keys`) for the request as sent on."""
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        assert self.keys is not None
+        access, secret, region = self.keys
+        kept = {k: v for k, v in headers.items()
+                if k.lower() not in ("authorization", "x-amz-date", "x-amz-content-sha256")}
+        req = AWSRequest(method=method, url=self.upstream + raw_path, headers=kept,
+                         data=body or None)
+        S3SigV4Auth(Credentials(access, secret), "s3", region).add_auth(req)
+        return dict(req.headers.items())
 
     def _listed(self, bucket_path: str, contents: bytes) -> bytes:
         """One ``<Contents>`` of a listing, its ETag answered as the object's HEAD answers it."""

@@ -33,8 +33,8 @@ from ...errors import IntegrityError, TensorstreamError
 from ...layers.resend import sent_again
 from ..base import Writer
 from .applied import completed_anyway, holds_checksum, part_checksums, written_since
+from .cleanup import delete_written
 from .etags import KMS_ENCRYPTION, etag_md5
-from .tags import the_version
 
 __all__ = ["Publishing"]
 
@@ -222,9 +222,9 @@ class Publishing(Writer):
             self._check_etag(resp, want, count, "object", then="it was removed")
         except IntegrityError:
             self._state = "committed"  # nothing left to abort: it is published
-            with contextlib.suppress(Exception):  # (this version only: see _unpublish)
-                await self._call("delete_object", Bucket=self._bucket, Key=self._key,
-                                 **the_version(resp.get("VersionId")))
+            with contextlib.suppress(Exception):  # (what it wrote only: see _unpublish)
+                await delete_written(self._call, self._bucket, self._key,
+                                     resp.get("VersionId"), resp.get("ETag"))
             raise
 
     def _check_etag(self, resp: dict[str, Any], want: str, count: int | None, what: str, *,
@@ -266,10 +266,14 @@ class Publishing(Writer):
         if job.cancelled() or job.exception() is not None:
             return False
         try:
-            # The version it published (a versioned bucket): deleted by key, a delete
-            # marker would hide the previous version too.
-            await self._call("delete_object", Bucket=self._bucket, Key=self._key,
-                             **the_version(job.result().get("VersionId")))
+            # The version it published (a versioned bucket; null, a suspended one's):
+            # deleted by key, a delete marker would hide the previous version too; else
+            # while the key holds its ETag (another writer's object since is left).
+            answer = job.result()
+            if not await delete_written(self._call, self._bucket, self._key,
+                                        answer.get("VersionId"), answer.get("ETag")):
+                log.warning("%s/%s, published while its writer was aborted, was replaced by "
+                            "another writer's since: left", self._bucket, self._key)
         except TensorstreamError as exc:
             log.warning("could not remove %s/%s, published while its writer was aborted: %s",
                         self._bucket, self._key, exc)
@@ -300,10 +304,16 @@ class Publishing(Writer):
                 ours = etag_md5(head.get("ETag")) == (want.hexdigest(), len(parts))
             if not ours or not written_since(head, self._create_sent, asked):
                 return  # (not this upload: an older object of the same bytes stays)
-            # The version looked at (a versioned bucket): deleted by key, a delete marker
-            # would hide the previous version the failed write was to leave in place.
-            await self._call("delete_object", Bucket=self._bucket, Key=self._key,
-                             **the_version(head.get("VersionId")))
+            # The version looked at (a versioned bucket; null, a suspended one's): deleted
+            # by key, a delete marker would hide the previous version the failed write was
+            # to leave in place; else only while the key holds what was looked at (If-Match:
+            # another writer's object stored between the look and the delete is left).
+            if not await delete_written(self._call, self._bucket, self._key,
+                                        head.get("VersionId"), head.get("ETag")):
+                log.warning("%s/%s: the upload of a write that failed was completed late, "
+                            "and replaced by another writer's since: left", self._bucket,
+                            self._key)
+                return
         except TensorstreamError as exc:
             log.warning("%s/%s may hold the upload of a write that failed (its complete was "
                         "applied late): %s", self._bucket, self._key, exc)

@@ -202,9 +202,9 @@ async def server_copy(src: Any, src_path: str, info: ObjectInfo, dst: Any, dst_p
                                   advance=advance,
                                   kms_source=head.get("ServerSideEncryption") in KMS_ENCRYPTION)
     if check:
-        await _check_size(call, dst_path, size)
+        await _check_size(call, dst_path, size, copied.version_id)
     await put_later(lambda op, **kw: call(op, dst_path, **kw), *split(dst_path),
-                    tags_later, lambda: remove(call, dst_path, copied.version_id),
+                    tags_later, lambda: remove(call, dst_path, copied.version_id, copied.etag),
                     version_id=copied.version_id)
     return copied
 
@@ -255,20 +255,23 @@ async def _copy_object(call: Calls, src_path: str, dst_path: str, etag: str,
     except PermissionDeniedError as exc:
         raise refused_writing(exc, kms_source=kms_source) from exc
     got = (resp.get("CopyObjectResult") or {}).get("ETag")
+    version = resp.get("VersionId")
     if md5 is None or resp.get("ServerSideEncryption") in KMS_ENCRYPTION or etag_md5(got) is None:
-        return Copied(None)  # the destination's own encryption: its ETag is no MD5
+        # (the destination's own encryption: its ETag is no MD5)
+        return Copied(None, version_id=version, etag=got)
     if etag_md5(got) != (md5, None):
-        then = await remove(call, dst_path)
+        then = await remove(call, dst_path, version, got)
         raise ObjectChangedError(
             f"the copy's ETag {got} is not the source's {etag}: the source changed while it "
             f"was copied (or the server copied other bytes); {then}")
-    return Copied("ETag")
+    return Copied("ETag", version_id=version, etag=got)
 
 
-async def _check_size(call: Calls, dst_path: str, size: int) -> None:
+async def _check_size(call: Calls, dst_path: str, size: int,
+                      version_id: str | None) -> None:
     bucket, key = split(dst_path)
-    got = int((await call("head_object", dst_path, Bucket=bucket, Key=key))
-              .get("ContentLength", -1))
-    if got != size:
-        then = await remove(call, dst_path)
+    head = await call("head_object", dst_path, Bucket=bucket, Key=key)
+    got = int(head.get("ContentLength", -1))
+    if got != size:  # (the version the copy wrote, else the object looked at)
+        then = await remove(call, dst_path, version_id, head.get("ETag"))
         raise IntegrityError(f"the copy is {got} bytes, the source {size}; {then}")

@@ -18,7 +18,8 @@ from ..._log_redaction import scrub_chain
 from ...errors import PermissionDeniedError, TensorstreamError, UnsupportedOperationError
 from ...uri import redact_text
 from ..base import ObjectInfo
-from .tags import encode_tags, the_version
+from .cleanup import delete_written, not_implemented
+from .tags import encode_tags
 
 __all__ = ["IN_PARTS", "ONE_PIECE", "Calls", "Copied", "ServerCopyUnsupported", "head_source",
            "refused_writing", "remove", "source_tags", "split"]
@@ -55,21 +56,14 @@ class Copied:
     parts: int = 0
     #: The version the copy wrote (a versioned bucket): what a failed check removes.
     version_id: str | None = None
+    #: The ETag the copy has: what a failed check removes where no version is named.
+    etag: str | None = None
 
 
 def split(path: str) -> tuple[str, str]:
     """``bucket/key`` as ``(bucket, key)``."""
     bucket, _, key = path.partition("/")
     return bucket, key
-
-
-def _not_implemented(exc: BaseException) -> bool:
-    """Whether a mapped S3 error is the server saying it has no such operation."""
-    cause = exc.__cause__
-    response = getattr(cause, "response", None) or {}
-    code = str((response.get("Error") or {}).get("Code") or "")
-    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-    return code in ("NotImplemented", "XNotImplemented", "501") or status == 501
 
 
 class Calls:
@@ -96,7 +90,7 @@ class Calls:
         except TensorstreamError as exc:
             if failed is not None:
                 failed.append((time.time(), exc))
-            if _not_implemented(exc):
+            if not_implemented(exc):
                 way = _WAY.get(op)
                 raise ServerCopyUnsupported(
                     f"the server does not support {way or op} (NotImplemented)",
@@ -158,18 +152,23 @@ def refused_writing(exc: PermissionDeniedError, *, kms_source: bool = False
         f"credentials): {exc.message}")
 
 
-async def remove(call: Calls, dst_path: str, version_id: str | None = None) -> str:
+async def remove(call: Calls, dst_path: str, version_id: str | None = None,
+                 etag: str | None = None) -> str:
     """Delete a published copy that failed a check; what became of it, for the error.
-    In a versioned bucket the version it wrote (``version_id``) is deleted: deleted by
-    key, a delete marker would hide what the destination held before."""
+    Exactly what the copy wrote is deleted (:func:`.cleanup.delete_written`): the
+    version it wrote (``version_id``; ``null`` in a suspended bucket), else the object
+    while it still holds the copy's ``etag``; deleted by key, a delete marker would hide
+    what the destination held before, and another writer's object stored since would go."""
     if call.in_place:
         return "it is the object itself (changed in place), left as S3 made it"
     bucket, key = split(dst_path)
-    version: dict[str, Any] = the_version(version_id)
     try:
-        await call("delete_object", dst_path, Bucket=bucket, Key=key, **version)
+        gone = await delete_written(lambda op, **kw: call(op, dst_path, **kw), bucket, key,
+                                    version_id, etag)
     except TensorstreamError as exc:
         return f"the copy could not be removed ({exc.message}): it is there"
+    if not gone:
+        return "the destination holds another writer's object since (left as it is)"
     return "the copy was removed"
 
 

@@ -151,10 +151,11 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
         await asyncio.shield(_abort(call, dst_path, upload_id))
         raise
     if compared and etag_md5(done.get("ETag")) not in (None, md5):
-        then = await remove(call, dst_path, done.get("VersionId"))
+        then = await remove(call, dst_path, done.get("VersionId"), done.get("ETag"))
         raise IntegrityError(f"the copy's ETag {done.get('ETag')} is not the source's {etag}; "
                              f"{then}")
-    return Copied("ETag" if compared else None, len(parts), done.get("VersionId"))
+    return Copied("ETag" if compared else None, len(parts), done.get("VersionId"),
+                  done.get("ETag"))
 
 
 async def _abort_lost(call: Calls, dst_path: str, sent: float,

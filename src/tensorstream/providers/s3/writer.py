@@ -49,6 +49,7 @@ from ...errors import (
 )
 from ...layers.resend import sent_again
 from .aborts import abort_again, not_aborted
+from .cleanup import delete_written
 from .etags import KMS_ENCRYPTION
 from .lost_upload import abort_lost_upload, may_have_made_one
 from .part_tasks import drain
@@ -62,7 +63,7 @@ from .parts import (
     streaming_part_size,
 )
 from .publish import Publishing
-from .tags import header_or_later, put_later, the_version
+from .tags import header_or_later, put_later
 
 __all__ = ["KMS_ENCRYPTION", "MIN_PART_SIZE", "S3Writer"]
 
@@ -214,7 +215,7 @@ class S3Writer(Publishing):
                 # botocore turns a 200 whose body is an <Error> into a ClientError here.
                 resp = await self._complete(parts)
             self._state = "committed"
-            await self._set_tags_later(resp.get("VersionId"))
+            await self._set_tags_later(resp)
         except BaseException:
             await self.abort()
             raise
@@ -290,7 +291,7 @@ class S3Writer(Publishing):
                 whole = hashlib.md5(b"".join(self._md5s[n] for n in range(1, count + 1)))
                 await self._check_published(resp, whole.hexdigest(), count)
             self._state = "committed"
-            await self._set_tags_later(resp.get("VersionId"))
+            await self._set_tags_later(resp)
         except BaseException:
             await self.abort()
             raise
@@ -382,12 +383,13 @@ class S3Writer(Publishing):
         self._md5s[number] = md5
 
     # -- internals --------------------------------------------------------------
-    async def _set_tags_later(self, version_id: str | None) -> None:
+    async def _set_tags_later(self, published: dict[str, Any]) -> None:
         """Tags too long for the upload's header, set on the object now published
-        (:func:`.tags.put_later`; ``version_id``: the version it is, in a versioned
-        bucket); refused, that object is removed again (deleted by key, a delete marker
-        would hide what the key held before)."""
-        version = the_version(version_id)
+        (:func:`.tags.put_later`; ``published``: the publish's answer, whose
+        ``VersionId`` is the version it is, in a versioned bucket); refused, exactly
+        that object is removed again (:func:`.cleanup.delete_written`: deleted by key, a
+        delete marker would hide what the key held before)."""
+        version_id, etag = published.get("VersionId"), published.get("ETag")
         async def send(op: str, **kwargs: Any) -> Any:
             try:
                 return await self._call(op, **kwargs)
@@ -400,8 +402,9 @@ class S3Writer(Publishing):
 
         async def remove() -> str:
             try:
-                await self._call("delete_object", Bucket=self._bucket, Key=self._key,
-                                 **version)
+                if not await delete_written(self._call, self._bucket, self._key, version_id,
+                                            etag):
+                    return "another writer's object replaced it since (left as it is)"
             except TensorstreamError as exc:
                 return f"it could not be removed ({exc.message}): it is there without its tags"
             return "the object was removed again"
