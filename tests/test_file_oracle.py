@@ -1,6 +1,7 @@
 """StreamReader against ``open(path, "rb")`` as the oracle: random sequences of
 ``seek`` (every whence, negative and past-EOF positions), ``read`` (-1, 0, n),
-``readinto``, ``read1``, ``readinto1``, ``peek``, ``readline`` and ``tell`` give the
+``readinto``, ``read1``, ``readinto1``, ``peek``, ``readline``, ``tell`` and
+``read_ranges`` (against the file's bytes: a file has none) give the
 same bytes and positions over every backend the fixtures start (local, HTTP,
 S3 on moto, Redis). A seek the oracle refuses is refused here too, and leaves
 the position where it was in both."""
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorstream
+from tensorstream.errors import InvalidRangeError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,6 +39,8 @@ ops = st.lists(st.one_of(
     st.tuples(st.sampled_from(["readinto", "readinto1"]), st.integers(0, 70_000)),
     st.tuples(st.just("peek"), st.integers(0, 10)),
     st.tuples(st.just("readlines"), st.integers(-1, 3000)),
+    st.tuples(st.just("read_ranges"), st.lists(st.tuples(
+        st.integers(0, len(DATA) + 10), st.integers(0, 40_000)), max_size=4)),
     st.tuples(st.just("tell")),
 ), min_size=1, max_size=25)
 
@@ -66,6 +70,18 @@ def _apply(f: Any, op: tuple[Any, ...]) -> Any:
             return f.seek(*args)
         except (OSError, ValueError):  # a negative position: ValueError here, as BytesIO
             return "refused"
+    if name == "read_ranges":  # random access beside the position (a file's pread)
+        if not isinstance(f, tensorstream.StreamReader):
+            if any(length and offset + length > len(DATA) for offset, length in args[0]):
+                return "refused"
+            return [DATA[offset:offset + length] for offset, length in args[0]]
+        buffers = [bytearray(length) for _offset, length in args[0]]
+        try:
+            f.read_ranges([(offset, buf) for (offset, _), buf in zip(args[0], buffers,
+                                                                     strict=True)])
+        except InvalidRangeError:
+            return "refused"
+        return [bytes(buf) for buf in buffers]
     if name in ("readinto", "readinto1"):
         buf = bytearray(args[0])
         n = getattr(f, name)(buf)
