@@ -418,3 +418,62 @@ def test_a_complete_that_failed_over_an_older_copy_of_the_same_bytes_is_a_failur
     assert not r.ok and "InternalError" in r.errors[0], r.errors
     assert b.client.head_object(Bucket=b.bucket, Key="dst/p.bin")["Metadata"] == {}
     assert b.server.open_multipart_uploads(b.bucket) == []
+
+
+class _KMSCompleteLost(_KMSFront):
+    """:class:`_KMSFront` whose first CompleteMultipartUpload is answered 500: applied by
+    moto first (``lost="applied"``: its answer lost), or never (``"aborted by another"``:
+    the upload aborted meanwhile, as a lifecycle rule or another writer aborts it)."""
+
+    def __init__(self, upstream: str, lost: str, client: Any, bucket: str) -> None:
+        super().__init__(upstream)
+        self.lost, self.client, self.bucket, self.failed = lost, client, bucket, 0
+
+    async def _forward(self, request: Any) -> Any:
+        from aiohttp import web
+
+        if (request.method == "POST" and "uploadId" in request.query and not self.failed):
+            self.failed += 1
+            if self.lost == "applied":
+                await super()._forward(request)
+            else:
+                await asyncio.to_thread(
+                    self.client.abort_multipart_upload, Bucket=self.bucket,
+                    Key=request.path.split("/", 2)[2], UploadId=request.query["uploadId"])
+            return web.Response(status=500, content_type="application/xml", body=(
+                b"<Error><Code>InternalError</Code><Message>We encountered an internal "
+                b"error.</Message></Error>"))
+        return await super()._forward(request)
+
+
+@pytest.mark.parametrize("lost", ["applied", "aborted by another"])
+def test_a_kms_copy_in_parts_whose_complete_was_lost_is_judged_as_an_upload_is(
+        tensorstream_s3: Any, lost: str) -> None:
+    """Into SSE-KMS (no ETag is an MD5) with ``s3_checksum="when_required"`` (no checksum
+    sent or kept), a copy in parts whose complete's answer was lost is judged by the rule
+    an upload's is under the same settings, no weaker (docs/s3.md): the upload gone, the
+    object of as many bytes in as many parts, written since the copy began. Applied, it
+    is the success it was, reported not verified (only the size says so); aborted by
+    another while the destination holds an older object of the same size in as many
+    parts (an earlier copy), that is not taken for this copy: it fails and says why."""
+    b = tensorstream_s3
+    parts = [os.urandom(5 * MiB), b"end"]
+    put_in_parts(b, "src/p.bin", parts)
+    older = [os.urandom(5 * MiB), b"old"]
+    if lost != "applied":
+        put_in_parts(b, "dst/p.bin", older)
+        time.sleep(3.1)  # (Last-Modified is in whole seconds)
+    front = _KMSCompleteLost(b.proxy.url, lost, b.client, b.bucket)
+    with front as endpoint:
+        r = copy(b.uri("src/p.bin"), b.uri("dst/p.bin"),
+                 **{**b.options, "s3_endpoint": endpoint, "s3_checksum": "when_required"})
+    assert front.failed == 1
+    if lost == "applied":
+        assert r.ok, r.errors
+        (out,) = r.outcomes
+        assert out.server_side and not out.verified and out.verified_by is None
+        assert b.get("dst/p.bin") == b"".join(parts)
+    else:
+        assert not r.ok and "aborted by another" in r.errors[0], r.errors
+        assert b.get("dst/p.bin") == b"".join(older)
+    assert b.server.open_multipart_uploads(b.bucket) == []
