@@ -170,6 +170,34 @@ def test_a_source_replaced_mid_copy_is_an_error_never_a_mixed_object(
         assert not b.server.exists(b.bucket, dst_key)
 
 
+def test_a_copy_object_that_failed_its_check_in_a_versioned_bucket_removes_its_version(
+        tensorstream_s3: Any) -> None:
+    """The neighbour in a versioned bucket: the one CopyObject whose ETag is not the
+    source's (the source replaced as S3 copied it) was removed by key, and the delete
+    marker hid the object the destination held before. The version the copy wrote is
+    removed now: the old object is the key's again, and no delete marker is left."""
+    b = tensorstream_s3
+    b.client.put_bucket_versioning(Bucket=b.bucket,
+                                   VersioningConfiguration={"Status": "Enabled"})
+    dst_key = f"dst/{secrets.token_hex(4)}.bin"
+    b.put("src/m.bin", os.urandom(1000))
+    b.put(dst_key, b"the old object")
+
+    async def replace_source(method: str, path: str) -> None:
+        if method == "PUT" and path == f"/{b.bucket}/{dst_key}":
+            import asyncio
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: b.put("src/m.bin", os.urandom(2000)))
+
+    b.faults.raw.before_forward = replace_source
+    r = copy(b.uri("src/m.bin"), b.uri(dst_key), concurrency=1, **b.options)
+    assert not r.ok and "changed" in r.errors[0] and "removed" in r.errors[0], r.errors
+    assert b.get(dst_key) == b"the old object"
+    listed = b.client.list_object_versions(Bucket=b.bucket, Prefix=dst_key)
+    assert listed.get("DeleteMarkers", []) == []
+    assert [v["Size"] for v in listed.get("Versions", [])] == [len(b"the old object")]
+
+
 def _user(server: Any, bucket: str, deny: str, prefix: str) -> dict[str, Any]:
     """Options with the keys of a new IAM user allowed everything but ``deny`` (an S3
     action) on ``prefix`` of ``bucket``."""
