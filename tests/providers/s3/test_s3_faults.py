@@ -66,6 +66,8 @@ class Proxy:
         self.replace_checksum: str | None = None
         #: Set: a PutObject of ``match_put`` is answered 500 and not forwarded (not applied).
         self.refuse_put = False
+        #: Set: a PutObjectTagging is answered 403 (no s3:PutObjectTagging).
+        self.refuse_tagging = False
         self.seen: list[str] = []
 
     def _another_writer(self, bucket: str, key: str, data: bytes) -> None:
@@ -92,6 +94,9 @@ class Proxy:
             )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         is_complete = request.method == "POST" and "uploadId=" in request.query_string
+        if self.refuse_tagging and request.method == "PUT" and "tagging" in request.query:
+            return web.Response(status=403, content_type="application/xml",
+                                text="<Error><Code>AccessDenied</Code></Error>")
         if self.refuse_put and request.method == "PUT" and request.path == self.match_put:
             return web.Response(status=500, content_type="application/xml",
                                 text="<Error><Code>InternalError</Code></Error>")
@@ -311,6 +316,40 @@ async def test_a_publish_applied_whose_answer_was_lost_is_a_success(
     assert result is None or result.verified
     assert moto_s3.get(S3_BUCKET, key) == data
     assert moto_s3.open_multipart_uploads(S3_BUCKET, key) == []
+
+
+@pytest.mark.parametrize("size", [11 * MiB, 1000], ids=["multipart", "one-put"])
+async def test_a_lost_publish_whose_tags_are_refused_removes_only_its_version(
+    proxy: tuple[Proxy, str], moto_s3: MotoS3Server, size: int,
+) -> None:
+    """A publish applied whose answer was lost, in a versioned bucket, with tags too long
+    for the upload's header: the look that found it this write's named no version, so the
+    PutObjectTagging refused after it had the object removed by key, a delete marker
+    hiding the previous version (a 404 where the model was). Only the version written goes."""
+    from tensorstream.providers.s3.tags import encode_tags
+
+    p, endpoint = proxy
+    bucket = f"versioned-{uuid.uuid4().hex[:8]}"
+    moto_s3.create_bucket(bucket)
+    moto_s3.client.put_bucket_versioning(
+        Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    key = f"faults/lost-tags-{uuid.uuid4().hex[:8]}"
+    moto_s3.put(bucket, key, b"previous version")
+    p.match_put = f"/{bucket}/{key}" if size < MIN_PART_SIZE else None
+    p.lose_complete_answer = 500
+    p.lose_once = True
+    p.refuse_tagging = True
+    tags = encode_tags((f"k{i}" * 40, "v" * 250) for i in range(10))  # (over 2 KiB)
+    opts = moto_s3.options(s3_endpoint=endpoint, part_size=5 * MiB, backoff_initial=0.01)
+    async with tensorstream.get_provider(f"s3://{bucket}/{key}", **opts) as provider:
+        writer = provider.open_writer(f"{bucket}/{key}", metadata={"Tagging": tags})
+        await writer.write(os.urandom(size))
+        with pytest.raises(errors.PermissionDeniedError, match="removed"):
+            await writer.commit()
+    assert moto_s3.get(bucket, key) == b"previous version"
+    listed = moto_s3.client.list_object_versions(Bucket=bucket, Prefix=key)
+    assert listed.get("DeleteMarkers", []) == []
+    assert [v["Size"] for v in listed.get("Versions", [])] == [len(b"previous version")]
 
 
 async def _commit_fails_over_a_previous_version(

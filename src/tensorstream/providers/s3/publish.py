@@ -209,10 +209,10 @@ class Publishing(Writer):
                 return None
             self._etags_are_md5 = False  # (the caller compares no ETag with the MD5)
             return {"ETag": str(etag), "ServerSideEncryption": head.get("ServerSideEncryption"),
-                    "SSECustomerAlgorithm": head.get("SSECustomerAlgorithm")}
+                    "SSECustomerAlgorithm": head.get("SSECustomerAlgorithm"), **_version(head)}
         if etag_md5(etag) != (want, count):
             return None
-        return {"ETag": str(etag)}
+        return {"ETag": str(etag), **_version(head)}
 
     async def _check_published(self, resp: dict[str, Any], want: str, count: int | None) -> None:
         """The object's ETag once published. S3 itself refuses bytes that do not
@@ -321,3 +321,11 @@ class Publishing(Writer):
         log.warning("%s/%s: the upload of a write that failed was completed late (its answer "
                     "was lost); removed again", self._bucket, self._key)
 
+
+def _version(head: dict[str, Any]) -> dict[str, str]:
+    """The ``VersionId`` of the object a look found to be this write's (a versioned
+    bucket's), as the lost answer would have named it: what is done to it next (its tags
+    set, or it removed again when they are refused) is done to that version alone, never
+    by key (a delete marker hid what the key held before)."""
+    version = head.get("VersionId")
+    return {"VersionId": str(version)} if version else {}
