@@ -18,8 +18,9 @@ would (``AWS_*``, see docs/testing.md's environment mode).
   :func:`test_every_skip_says_why`), or ``if(not CUDA, reason="...")`` for one
   that runs where a GPU is present.
 * Shell blocks name the hosts a reader has (``http://minio:9000``, ``redis://cache:6379``,
-  ``https://host/``) and ``/models/``: :data:`HOSTS` stands loopback servers (moto, a
-  ``redis-server``, an HTTP object server) and the page's scratch directory in for them, so
+  ``https://host/``, AWS's public ``s3://public-models``) and ``/models/``: :data:`HOSTS`
+  stands loopback servers (moto, a ``redis-server``, an HTTP object server, a second moto
+  that takes unsigned requests) and the page's scratch directory in for them, so
   the command lines run as written. A ``console`` transcript runs its ``$`` lines (its output
   is not compared: timings, dates and paths vary); ``jq`` and ``xxd`` are stood in for by
   Python where they are not installed.
@@ -62,6 +63,7 @@ BUCKETS = ("models", "bucket", "keys")
 #: the page's namespace ``__hosts__``); ``/models/`` only where it begins a word, never in
 #: ``s3://models/``.
 HOSTS = {r"http://minio:9000": "s3", r"redis://cache:6379": "redis", r"https://host/": "http",
+         r"https://s3\.amazonaws\.com": "aws",  # a public bucket: moto without signatures
          r"(?<![\w:/])/models/": "models"}
 #: Python stand-ins for tools a shell example pipes into, where they are not installed.
 SHIMS = {
@@ -191,10 +193,11 @@ class World:
     FILES = (("models", "llama/model.tensors"), ("models", "llama.tensors"),
              ("models", "m.tensors"), ("models", "model.tensors"), ("bucket", "model.tensors"))
 
-    def __init__(self, s3: Any, sandbox: Path, redis: Any = None, http: Any = None) -> None:
+    def __init__(self, s3: Any, sandbox: Path, redis: Any = None, http: Any = None,
+                 public: Any = None) -> None:
         from tensorstream.testing.s3_server import isolated_s3_env
 
-        self.s3, self.redis, self.http = s3, redis, http
+        self.s3, self.redis, self.http, self.public = s3, redis, http, public
         for bucket in BUCKETS:
             s3.create_bucket(bucket)
         torch.manual_seed(0)
@@ -228,6 +231,12 @@ class World:
         if http is not None:
             self.hosts["http"] = http.url("")
             http.put("model.tensors", self.data)
+        if public is not None:
+            self.hosts["aws"] = public.options()["s3_endpoint"]
+            # readable by anyone, as a public bucket on AWS is (moto checks the ACLs)
+            public.client.create_bucket(Bucket="public-models", ACL="public-read")
+            public.client.put_object(Bucket="public-models", Key="llama/model.tensors",
+                                     Body=self.data, ACL="public-read")
 
     def reset(self) -> None:
         """Every page starts from the same objects (pages write and overwrite)."""
@@ -277,8 +286,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from tensorstream.testing.redis_server import RedisServer
     from tensorstream.testing.s3_server import MotoS3Server
 
-    with MotoS3Server(auth=True) as s3, RedisServer() as redis, HTTPTestServer() as http:
-        yield World(s3, tmp_path_factory.mktemp("docs-sandbox"), redis, http)
+    with MotoS3Server(auth=True) as s3, RedisServer() as redis, HTTPTestServer() as http, \
+            MotoS3Server(auth=False) as public:
+        yield World(s3, tmp_path_factory.mktemp("docs-sandbox"), redis, http, public)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
