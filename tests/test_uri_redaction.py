@@ -103,13 +103,14 @@ def test_every_query_value_of_an_http_request_is_remembered_but_the_public_ones(
     algorithm, S3's response overrides, nor a plain word or name under a name that says no
     secret (masking them hid a content type or a file name in every later error); nothing
     of the fragment (never sent)."""
-    target = ("/m?hmac=f00d+feed/cafe%2B01234==&hmac=second0123456789&X-Amz-Expires=60"
+    target = ("/m?hmac=f00d+feed/cafe%2B01234==&hmac=second0123456789&t=AbCdEfGhIjKlMnOp_q"
+              "&X-Amz-Expires=60"
               "&X-Amz-Date=20261207T000000Z&x-amz-algorithm=AWS4-HMAC-SHA256&response-content-type="
               "application%2Fjson&empty=&flag&file=model.safetensors&region=us-east-1"
               "&sig=short#frag=fragvalue0123456789")
     assert secret_query_values(target, every_name=True) == [
         "f00d+feed/cafe%2B01234==", "f00d+feed/cafe+01234==", "f00d feed/cafe+01234==",
-        "second0123456789", "short"]
+        "second0123456789", "AbCdEfGhIjKlMnOp_q", "short"]
     assert secret_query_values(target) == ["short"]  # (a secret name's, whatever it is)
 
 

@@ -105,8 +105,11 @@ _PUBLIC_QUERY_PARAMS = frozenset({
 })
 
 
-#: A value that may be a token whatever its name: this long, letters and digits, no space.
-_TOKEN_LIKE = re.compile(r"(?=\S*[0-9])(?=\S*[A-Za-z])\S{16,}").fullmatch
+#: A value that may be a token whatever its name: this long, no space, and digits and
+#: letters, or letters of both cases (a random base64 token of 22 characters holds no
+#: digit one time in 40).
+_TOKEN_LIKE = re.compile(
+    r"(?:(?=\S*[0-9])(?=\S*[A-Za-z])|(?=\S*[a-z])(?=\S*[A-Z]))\S{16,}").fullmatch
 
 
 def _token_like(value: str) -> bool:
