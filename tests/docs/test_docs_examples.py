@@ -31,8 +31,6 @@ would (``AWS_*``, see docs/testing.md's environment mode).
 
 from __future__ import annotations
 
-import ast
-import asyncio
 import logging
 import os
 import re
@@ -134,11 +132,16 @@ def _defines_tests(source: str) -> bool:
 
 
 def _exec(source: str, ns: dict[str, Any], where: str) -> None:
-    code = compile(source, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    if code.co_flags & 0x80:  # CO_COROUTINE: the block awaits at top level
-        asyncio.run(eval(code, ns))
-    else:
-        exec(code, ns)
+    # Compiled as a reader's script is: an `await` outside a function, which a notebook
+    # takes, is a SyntaxError there that stops the whole script before its first line.
+    try:
+        code = compile(source, where, "exec")
+    except SyntaxError as exc:
+        if "outside" in str(exc) and ("await" in str(exc) or "async" in str(exc)):
+            raise AssertionError(f"{where}: awaits at top level, which a script cannot: "
+                                 "write asyncio.run(...), or await inside an async def") from exc
+        raise
+    exec(code, ns)
 
 
 def _with_hosts(source: str, hosts: dict[str, str]) -> str:
@@ -361,6 +364,13 @@ def test_the_docs_test_fails_on_a_broken_example(tmp_path: Path) -> None:
     document = SYBIL.parse(page)
     document.namespace.update({"__project__": tmp_path, "__env__": dict(os.environ)})
     with pytest.raises(AttributeError):
+        for example in document.examples():
+            example.evaluate()
+    # An await at top level: a notebook takes it, a reader's script does not even start.
+    page.write_text("```python\nimport tensorstream\nx = await tensorstream.stat('a')\n```\n")
+    document = SYBIL.parse(page)
+    document.namespace.update({"__project__": tmp_path, "__env__": dict(os.environ)})
+    with pytest.raises(AssertionError, match="awaits at top level"):
         for example in document.examples():
             example.evaluate()
     page.write_text("```bash\nfalse\n```\n")
