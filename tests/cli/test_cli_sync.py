@@ -217,6 +217,36 @@ def test_sync_skips_a_copy_on_a_filesystem_keeping_coarser_dates(tmp_path: Path,
     assert (r.returncode, r.stdout) == (0, ""), (r.stdout, r.stderr)
 
 
+def test_sync_skips_a_copy_of_a_file_dated_before_1980_on_fat(tmp_path: Path) -> None:
+    """FAT and exFAT keep no date before 1980: Linux stores an earlier one as 1980-01-01
+    00:00 local time (in UTC, that moved by the mount's zone). A file of a reproducible
+    build (dated 1970, as Nix and SOURCE_DATE_EPOCH=0 date them) was copied again on every
+    sync. The neighbours: a copy changed after it was made is copied again, and a source
+    dated after 1980 is not taken for one kept as 1980."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"W" * 100)
+    os.utime(src / "w.bin", ns=(1_000_000_000, 1_000_000_000))  # 1970-01-01 00:00:01
+    floor = 315_532_800 * 1_000_000_000  # 1980-01-01 00:00 UTC
+    hour = 3600 * 1_000_000_000
+    for name, kept in (("utc", floor), ("utc+14", floor - 14 * hour),
+                       ("utc-9:30", floor + 9 * hour + hour // 2)):
+        dst = tmp_path / name
+        assert cli("sync", str(src), str(dst)).returncode == 0
+        os.utime(dst / "w.bin", ns=(kept, kept))  # as FAT keeps it
+        r = cli("sync", str(src), str(dst))
+        assert (r.returncode, r.stdout) == (0, ""), (name, r.stdout, r.stderr)
+        assert r.stderr.strip() == "1 already there and unchanged", (name, r.stderr)
+    (dst / "w.bin").write_bytes(b"X" * 100)  # changed there: dated now
+    r = cli("sync", str(src), str(dst))
+    assert r.stdout.count("copy: ") == 1, r.stdout + r.stderr
+    assert files_under(dst) == {"w.bin": b"W" * 100}
+    after = floor + 60 * 1_000_000_000  # a source of 1980-01-01 00:01: not the floor's
+    os.utime(src / "w.bin", ns=(after, after))
+    os.utime(dst / "w.bin", ns=(floor, floor))
+    assert cli("sync", str(src), str(dst)).stdout.count("copy: ") == 1
+
+
 def test_sync_delete_says_what_it_leaves_alone_at_a_local_destination(tmp_path: Path) -> None:
     """``sync --delete`` into a local directory never deletes a symbolic link there (nor
     through one), but it kept one that SRC lacks without a word, exit 0: DST was taken

@@ -278,11 +278,28 @@ def carried(src: datetime.datetime, dst: datetime.datetime) -> bool:
     """Whether ``dst`` is ``src`` as a filesystem keeps a date: the same (to
     :data:`_SAME_DATE`), or ``src`` cut or rounded up to one of :data:`_GRAINS_US` (a copy
     onto FAT of a source dated to the nanosecond was otherwise copied again on every
-    sync, as rclone's modify window and rsync's ``--modify-window`` allow)."""
+    sync, as rclone's modify window and rsync's ``--modify-window`` allow), or FAT's
+    earliest date where ``src`` is earlier (:func:`_at_fat_floor`)."""
     if abs(dst - src) <= _SAME_DATE:
         return True
     src_us, dst_us = _micros(src), _micros(dst)
-    return any(dst_us % g == 0 and abs(dst_us - src_us) < g for g in _GRAINS_US)
+    return any(dst_us % g == 0 and abs(dst_us - src_us) < g for g in _GRAINS_US) or (
+        _at_fat_floor(src_us, dst_us))
+
+
+#: The earliest date FAT and exFAT keep, 1980-01-01 00:00 (in UTC, microseconds): their
+#: dates are local, so a mount's zone puts it 14 h earlier to 12 h later, in quarter hours.
+_FAT_FLOOR_US = 315_532_800_000_000
+_HOUR_US = 3_600_000_000
+
+
+def _at_fat_floor(src_us: int, dst_us: int) -> bool:
+    """Whether ``dst`` is FAT's earliest date that an earlier ``src`` was kept as: Linux
+    stores a date before 1980 as 1980-01-01 00:00 there (a file of a reproducible build,
+    dated 1970 as Nix and SOURCE_DATE_EPOCH=0 date them, was copied again on every sync)."""
+    off = dst_us - _FAT_FLOOR_US
+    return (src_us < dst_us and -14 * _HOUR_US <= off <= 12 * _HOUR_US
+            and off % (_HOUR_US // 4) == 0)
 
 
 def _micros(when: datetime.datetime) -> int:
