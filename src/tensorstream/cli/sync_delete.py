@@ -74,9 +74,8 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
                 elif why.startswith("cannot read directory"):
                     why += "; nothing under it was looked at"
                 reporter.warning(f"--delete left {where} alone: {why}")
-        # (not asked by --dryrun, which makes no probe file: it shows such a delete)
-        same_file = _SameFileInOtherCase(wanted, dst_uri.path) if (
-            dst_uri.scheme == "file" and not args.dryrun) else None
+        same_file = _SameFileInOtherCase(wanted, there, left, dst_uri.path) if (
+            dst_uri.scheme == "file") else None
         for key, path in sorted(there.items()):
             if key in wanted or not rules.wants(key):
                 continue
@@ -115,26 +114,30 @@ async def delete_extraneous(args: argparse.Namespace, source: str, dest: str, ru
 
 class _SameFileInOtherCase:
     """Which key of SRC a key of a local DST is, only in other case, where DST's
-    filesystem ignores case (asked once a directory, and only of such keys)."""
+    filesystem ignores case: the filesystem finds SRC's name (the copy wrote it) though
+    no entry of DST's listing has it, so it is another entry's name in other case.
 
-    def __init__(self, wanted: set[str], root: str) -> None:
+    Asked of the two names themselves, not of a probe file's case: Python's folding is
+    not a filesystem's (``straße``/``STRASSE`` are two files on NTFS and APFS, ``é`` in
+    NFC and NFD two on NTFS, FAT and ext4 casefold; casefold is set per directory), and
+    two files there that only fold alike here were kept, the old one never deleted.
+    Makes nothing, so ``--dryrun`` shows what the run does."""
+
+    def __init__(self, wanted: set[str], there: dict[str, str],
+                 left: list[tuple[str, str]], root: str) -> None:
         self.wanted, self.root = wanted, root
+        self._listed = set(there).union(key for key, _ in left)
         self._folded: dict[str, str] | None = None
-        self._asked: dict[tuple[str, ...], bool] = {}
 
     def __call__(self, key: str) -> str | None:
-        from ..copy.case_names import folded, folds_case
+        from ..copy.case_names import folded
 
         if self._folded is None:  # (built at the first key SRC lacks)
             self._folded = {folded(k.split("/")): k for k in sorted(self.wanted)}
-        parts = key.split("/")
-        twin = self._folded.get(folded(parts))
-        if twin is None:
-            return None
-        where = tuple(parts[:-1])
-        if where not in self._asked:
-            self._asked[where] = folds_case(self.root, parts[:-1])
-        return twin if self._asked[where] else None
+        twin = self._folded.get(folded(key.split("/")))
+        if twin is None or twin in self._listed:
+            return None  # (listed: a file of its own, beside this one)
+        return twin if os.path.lexists(os.path.join(self.root, *twin.split("/"))) else None
 
 
 def _gone(exc: BaseException, scheme: str, path: str) -> bool:
