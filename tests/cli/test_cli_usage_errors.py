@@ -164,9 +164,30 @@ def test_another_tool_s_command_or_a_typo_names_the_one_meant(
     assert meant in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("line", ["xyzzy a b", f"--redis-pasword {SECRET} cp a b"])
+@pytest.mark.parametrize(("line", "said"), [
+    (f"--redis-pasword {SECRET} cp a b",
+     "--redis-pasword is no option, so its value was taken for the command; "
+     "did you mean --redis-password?"),
+    ("--bogus-thing x cp a b", "--bogus-thing is no option, so its value was taken for the command)"),
+])
+def test_an_unknown_option_before_the_command_is_named(
+        line: str, said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse took the unknown option's value for the command: `invalid choice: '***'`
+    # said nothing of the option mistyped.
+    assert main(shlex.split(line)) == 2
+    err = capsys.readouterr().err
+    assert said in err and SECRET not in err
+
+
+@pytest.mark.parametrize("line", ["xyzzy a b"])
 def test_a_command_like_none_suggests_nothing(line: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     assert main(shlex.split(line)) == 2
     err = capsys.readouterr().err
     assert "did you mean" not in err and SECRET not in err
+
+
+def test_an_unknown_option_after_the_command_word_is_not_blamed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xyzzy", "--bogus"]) == 2
+    assert "is no option" not in capsys.readouterr().err

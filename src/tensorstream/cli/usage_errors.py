@@ -153,6 +153,30 @@ class Parser(argparse.ArgumentParser):
                     out.append(action.choices[command])
         return out
 
+    def _unknown_before_command(self, difflib: Any) -> str:
+        """For ``--redis-pasword PW cp ...``: argparse took the unknown option's value for
+        the command; say which option was unknown and the one meant (never the value)."""
+        options = _options(self)
+        takes_value = False  # the word before is a known option that takes one
+        for word in self._given:
+            name = word.partition("=")[0]
+            if not word.startswith("-"):
+                if not takes_value:
+                    return ""  # the command's place: what follows it is no option before it
+                takes_value = False
+                continue
+            if _names_option(name, options):
+                action = options.get(name)
+                takes_value = "=" not in word and (action is None or action.nargs != 0)
+                continue
+            if "=" in word or not name.startswith("--"):
+                continue
+            close = difflib.get_close_matches(name, [o for o in options if o.startswith("--")],
+                                              n=1, cutoff=0.7)
+            meant = f"; did you mean {close[0]}?" if close else ""
+            return f" ({name} is no option, so its value was taken for the command{meant})"
+        return ""
+
     def _meant(self, message: str) -> str:
         """`` (did you mean --dryrun?)`` for the mistyped options of an ``unrecognized
         arguments`` error, among the options of this parser and of the command given
@@ -166,7 +190,9 @@ class Parser(argparse.ArgumentParser):
                        for c in a.choices]
             suggestion = _COMMAND_SYNONYMS.get(word) or next(
                 iter(difflib.get_close_matches(word, choices, n=1, cutoff=0.6)), None)
-            return f" (did you mean {suggestion}?)" if suggestion else ""
+            if suggestion:
+                return f" (did you mean {suggestion}?)"
+            return self._unknown_before_command(difflib)
         if not message.startswith(_UNRECOGNIZED):
             return ""
 
