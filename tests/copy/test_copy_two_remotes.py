@@ -201,6 +201,15 @@ def test_one_store_is_told_by_the_endpoint_the_options_resolve_to(
         # are told apart by bucket and key, so neither is taken for the other
         (s3, other, {}, {}, True),
         (s3, other, {}, {"s3_profile": "here"}, False),
+        # AWS's own endpoint named on one side (as cp --help shows): AWS both, in any
+        # region or form (sync --delete of a prefix under DST deleted its source)
+        (s3, s3, {"s3_endpoint": "https://s3.amazonaws.com"}, {}, True),
+        (s3, s3, {"s3_endpoint": "https://s3.us-east-1.amazonaws.com"},
+         {"s3_endpoint": "https://s3-eu-west-1.amazonaws.com/"}, True),
+        (s3, s3, {"s3_endpoint": "https://s3.dualstack.eu-west-1.amazonaws.com"}, {}, True),
+        (s3, s3, {"s3_endpoint": "https://s3.amazonaws.com.evil.example"}, {}, False),
+        (s3, s3, {"s3_endpoint": "https://s3express-use1-az4.us-east-1.amazonaws.com"}, {},
+         False),
     ]
     redis = parse_uri("redis://127.0.0.1:6379/k")
     cases += [

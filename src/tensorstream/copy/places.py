@@ -85,7 +85,19 @@ def _s3_endpoint(options: Mapping[str, Any]) -> Server | TensorstreamError | Non
     if endpoint is None:
         return None
     found = endpoint_server(normalize_endpoint(endpoint.value))
+    if found is not None and not found.path.strip("/") and _AWS_S3_HOST(found.host):
+        # AWS's own endpoint named (``--src-endpoint-url https://s3.amazonaws.com``, as
+        # cp --help shows): AWS still, whatever region or form. Taken for another store,
+        # ``sync --delete`` of a prefix under DST deleted its source.
+        return None
     return TensorstreamError("no server") if found is None else found
+
+
+#: AWS's S3 endpoints (global, regional, ``s3-REGION``, dual-stack, FIPS, China): a bucket's
+#: name is global there. (Not an access point's, an Outpost's or S3 Express's zonal ones.)
+_AWS_S3_HOST = re.compile(
+    r"s3(?:[.-](?:fips|dualstack|[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d))*"
+    r"\.amazonaws\.com(?:\.cn)?\.?", re.IGNORECASE).fullmatch
 
 
 def _redis_db(uri: ParsedURI, options: Mapping[str, Any]) -> str:
