@@ -7,9 +7,10 @@ read) holds all three: the header is written first, in the layout
 every tensor starts aligned to its element size, and the file is the one
 ``save_file`` makes of the same tensors, :func:`~tensorstream.safetensors.writer.save_order`),
 then the tensors are loaded in that order, a batch of at most
-:data:`BATCH_BYTES` (or one larger tensor) at a time (tensorizer reads a
-batch's tensors in its file's order, seeking past the others), decrypted by
-tensorizer, and streamed through
+:data:`BATCH_BYTES` (or one larger tensor) at a time (tensorizer is asked
+for each run of a batch's tensors that are neighbours in its file, so it
+reads no tensor header between them), decrypted by tensorizer, and streamed
+through
 ``tensorstream.open(uri, "wb")``: sequential, atomic at the destination, so
 any backend works without a local temporary file (a local destination is
 written beside it and renamed). Memory: one batch plus the reader's
@@ -58,6 +59,8 @@ class Planned:
     name: str
     dtype: torch.dtype
     nbytes: int
+    #: where the tensor is in the tensorizer file's order (0: its first)
+    position: int
 
 
 def torch_dtype_of(dtype: str) -> torch.dtype | None:
@@ -81,7 +84,7 @@ def plan(deserializer: Any, where: str) -> list[Planned]:
     order it holds them."""
     out: list[Planned] = []
     names: dict[str, str] = {}
-    for entry in index_entries(deserializer):
+    for position, entry in enumerate(index_entries(deserializer)):
         # write_module names a top-level module's own tensors ".weight"; a state dict
         # (what safetensors holds) names them "weight". A state dict's own names are kept
         # as they are (".lead" stays ".lead").
@@ -112,7 +115,7 @@ def plan(deserializer: Any, where: str) -> list[Planned]:
                 f"{where}: tensors {shown(names[name])} and {shown(entry.name)} would both be named "
                 f"{shown(name)} in safetensors")
         names[name] = entry.name
-        out.append(Planned(entry, name, dtype, nbytes))
+        out.append(Planned(entry, name, dtype, nbytes, position))
     # save_file's layout, not the tensorizer file's order: a tensor after an odd-sized one
     # started misaligned (safetensors' zero-copy readers need the alignment), and the file
     # differed from the one save_file writes of the same tensors.
@@ -132,11 +135,31 @@ def _batches(planned: list[Planned]) -> list[list[Planned]]:
     return [b for b in out if b]
 
 
+def _runs(batch: list[Planned]) -> list[set[Any]]:
+    """The keys of ``batch`` in runs of tensors that follow each other in the tensorizer
+    file, in file order."""
+    runs: list[set[Any]] = []
+    last = None
+    for p in sorted(batch, key=lambda p: p.position):
+        if last is None or p.position != last + 1:
+            runs.append(set())
+        runs[-1].add(p.entry.key)
+        last = p.position
+    return runs
+
+
 def _load(deserializer: Any, batch: list[Planned], where: str) -> dict[Any, torch.Tensor]:
-    keys = {p.entry.key for p in batch}
-    rewind(deserializer)  # a batch of save_file's order may lie before the last one read
+    # One read per run of neighbours in the file: tensorizer reads from the first tensor it
+    # is asked for to the last, every tensor header between them (each after a seek over
+    # the data: a read-ahead request of its own), so one read of a batch scattered over the
+    # file fetched ~2x the file. The read-ahead stops at each run's end.
+    deserializer._ts_read_to_last = True
+    got: dict[Any, torch.Tensor] = {}
     try:
-        got = {key: t for _, _, key, t in deserializer.read_tensors(filter_func=keys.__contains__)}
+        for keys in _runs(batch):
+            rewind(deserializer)  # a run may lie before the last one read
+            got.update((key, t) for _, _, key, t in
+                       deserializer.read_tensors(filter_func=keys.__contains__))
     except CryptographyError as exc:
         if isinstance(exc, DecryptionError):  # the load's own, which knows the key was right
             raise

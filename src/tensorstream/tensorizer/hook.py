@@ -251,6 +251,11 @@ class StreamTensorDeserializer(TensorDeserializer):
     #: Whether tensors are received in place (set once the index is parsed).
     _ts_inplace = False
 
+    #: Whether one reader's read-ahead stops at the last tensor each read asks for: set by
+    #: a caller that reads runs of tensors out of file order (reading on fetched bytes that
+    #: the next run, elsewhere in the file, never used).
+    _ts_read_to_last = False
+
     def _copy_thread(self, thread_idx: int, halt: Any, barrier: Any, verify_hash: bool,
                      tensor_items: Any, transfer_out_queue: Any) -> None:
         # One reader thread of tensorizer's, reading ``tensor_items`` (in file
@@ -267,7 +272,8 @@ class StreamTensorDeserializer(TensorDeserializer):
                 # (one reader, a lazy load's tensor) it may read on.
                 last = tensor_items[-1]
                 alone = getattr(barrier, "parties", 1) <= 1
-                source.set_readahead_end(None if alone else last.data_offset + last.data_length)
+                end = last.data_offset + last.data_length
+                source.set_readahead_end(None if alone and not self._ts_read_to_last else end)
             if self._ts_inplace and isinstance(self._file, CheckedSource):
                 run = inplace.Run(inplace.plan(tensor_items), self._file._headers)
                 copy = functools.partial(inplace.copy_thread(copy.func), self)
