@@ -435,8 +435,20 @@ def test_a_misspelt_key_is_refused_when_the_config_is_made_naming_it() -> None:
             TensorizerConfig(tensorizer_uri="s3://b/m.tensors", **extra)
         shown = str(info.value) + repr(info.value)
         assert "SECRETCANARY" not in shown and "K3y!" not in shown, shown
-    with pytest.raises(TypeError, match="unknown field dtype"):  # Python's kind, as before
-        TensorizerConfig(tensorizer_uri="s3://b/m.tensors", dtype="float16")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unknown field dtpye"):  # Python's kind, as before
+        TensorizerConfig(tensorizer_uri="s3://b/m.tensors", dtpye="float16")  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(("field", "told"), [
+    ("model_class", r"cfg\.load_into_module\(model, device\)"),
+    ("hf_config", r"cfg\.load_into_module\(model, device\)"),
+    ("dtype", r"deserialization_kwargs=\{'dtype': \.\.\.\}"),
+])
+def test_a_field_vllm_s_loader_fills_says_what_stands_for_it(field: str, told: str) -> None:
+    # A config dict carried over from vLLM (its model_class, hf_config, dtype) was "unknown
+    # field" with the list of fields: now what to do instead, still a TypeError.
+    with pytest.raises(TypeError, match=f"{field} is a field of vLLM's TensorizerConfig.*{told}"):
+        TensorizerConfig(tensorizer_uri="s3://b/m.tensors", **{field: torch.float16})
 
 
 def test_every_key_a_load_or_save_takes_is_still_taken(tmp_path: Path) -> None:

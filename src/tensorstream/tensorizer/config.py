@@ -63,6 +63,19 @@ def _masked_mapping(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+#: Fields of vLLM's ``TensorizerConfig`` that vLLM's model loader fills for itself (the
+#: module to build, its dtype) and tensorstream's config does not take, with what stands
+#: for each here: a config dict carried over from vLLM says so, not "unknown field".
+VLLM_FIELDS_NOT_TAKEN = {
+    "model_class": "tensorstream loads into a module you build: cfg.load_into_module(model, "
+                   "device) (build it on the meta device to allocate nothing twice)",
+    "hf_config": "tensorstream loads into a module you build from it: "
+                 "cfg.load_into_module(model, device)",
+    "dtype": "give it to the load: deserialization_kwargs={'dtype': ...}, or "
+             "cfg.deserialize(device, dtype=...)",
+}
+
+
 @dataclasses.dataclass(repr=False)
 class TensorizerConfig:
     """vLLM-compatible tensorizer settings.
@@ -99,6 +112,12 @@ class TensorizerConfig:
         # Python's bare "unexpected keyword argument"; named here with the field meant.
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - fields)
+        vllm_own = [n for n in unknown if n in VLLM_FIELDS_NOT_TAKEN]
+        if vllm_own:  # vLLM's loader sets these itself; say what stands for each here
+            name = vllm_own[0]
+            raise UnknownFieldError(
+                f"{name} is a field of vLLM's TensorizerConfig that tensorstream's does not "
+                f"take: {VLLM_FIELDS_NOT_TAKEN[name]}")
         if unknown:
             name = unknown[0]
             raise UnknownFieldError(
