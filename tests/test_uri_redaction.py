@@ -114,6 +114,19 @@ def test_every_query_value_of_an_http_request_is_remembered_but_the_public_ones(
     assert secret_query_values(target) == ["short"]  # (a secret name's, whatever it is)
 
 
+def test_a_file_name_or_path_is_no_token_whatever_its_letters() -> None:
+    """A shard's name has digits and letters, 16+ characters (as a token): remembered, it
+    was masked in every later error that named the shard (``?file=***``). A JWT, which
+    holds dots too, still is one (it ends in its signature), and so is base64 or hex."""
+    names = ("file=model-00001-of-00002.safetensors&p=llama-2-7b%2Fconfig.json"
+             "&v=pytorch_model-00001-of-00003.bin&t=Mistral-7B-v0.1.Q4_K_M.gguf")
+    assert secret_query_values(f"/m?{names}", every_name=True) == []
+    jwt = ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0."
+           "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
+    assert secret_query_values(f"/m?{names}&a={jwt}&b=0123456789abcdef0123",
+                               every_name=True) == [jwt, "0123456789abcdef0123"]
+
+
 def test_an_s3_key_or_a_redis_option_after_a_question_mark_is_kept() -> None:
     """Only HTTP(S) URLs have every query value hidden: an S3 key may hold ``?k=v`` (the
     key is all of it) and a Redis URI's query holds options (``?db=1``)."""

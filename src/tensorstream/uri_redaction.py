@@ -112,11 +112,18 @@ _TOKEN_LIKE = re.compile(
     r"(?:(?=\S*[0-9])(?=\S*[A-Za-z])|(?=\S*[a-z])(?=\S*[A-Z]))\S{16,}").fullmatch
 
 
+#: A file name or path (``model-00001-of-00002.safetensors``, ``llama/config.json``): it
+#: ends in an extension. No token does: base64 and hex hold no '.', and a JWT ends in its
+#: signature (43 characters and more).
+_FILE_NAME = re.compile(r".*\.[A-Za-z][A-Za-z0-9]{0,11}", re.DOTALL).fullmatch
+
+
 def _token_like(value: str) -> bool:
     """Whether a query value may be a token (``f00dfeed...``, a JWT, base64): remembering
-    a plain word or name (``?file=model.safetensors``, ``?region=us-east-1``) masked it in
-    every later error that names it."""
-    return _TOKEN_LIKE(urllib.parse.unquote(value)) is not None
+    a plain word or name (``?file=model.safetensors``, ``?region=us-east-1``, a shard's
+    ``model-00001-of-00002.safetensors``) masked it in every later error that names it."""
+    text = urllib.parse.unquote(value)
+    return _TOKEN_LIKE(text) is not None and _FILE_NAME(text) is None
 
 
 def secret_query_values(target: str, *, every_name: bool = False) -> list[str]:
