@@ -83,6 +83,9 @@ def test_a_rank_template_is_filled_with_the_rank_in_the_group_passed(tmp_path: P
         assert world["failed_ranks"] == [2, 3], world
         assert "shard-002.tensors" in world["error"] and "shard-003.tensors" in world["error"]
         assert "NotFoundError" in world["error"] and "4-rank group" in world["error"], world
+        # each names its rank of the 4 and what to do (fewer shards than ranks)
+        assert "rank 2 of 4" in world["error"] and "rank 3 of 4" in world["error"], world
+        assert "restore shard-002.tensors" in world["error"], world
         assert r.value["after"].get("digests") == mine, (r.rank, r.value["after"])
         for label, said in (("tp-other-rank", f"rank={1 - r.rank % 2}"),
                             ("tp-other-size", "world_size=4")):

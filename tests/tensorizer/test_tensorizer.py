@@ -314,6 +314,37 @@ def test_a_rank_template_with_more_shards_than_ranks_is_refused(
         assert torch.equal(sd["w"], torch.zeros(4))
 
 
+def test_a_missing_shard_names_its_rank_the_template_and_what_to_do(
+        backend: TensorBackend, tmp_path: Path) -> None:
+    """4 ranks loading a model saved as 2 shards (or one whose shard 001 is missing): rank 2
+    got a bare "no such file: .../m-rank-002.tensors", which said neither that it was its
+    shard of a template nor what to do. It is still a NotFoundError (a FileNotFoundError),
+    now naming the rank, the world size, the template, and the fix: as many ranks as
+    shards, or restore the shard; a template that names no shard at all says to check it."""
+    backend.put("m-rank-000.tensors", tensorizer_bytes({"w": torch.zeros(4)},
+                                                       tmp_path / "src.tensors"))
+    template = backend.uri("m-rank-%03d.tensors")
+    secrets = [v for v in backend.options.values() if isinstance(v, str) and len(v) >= 8]
+    for rank in (1, 2):
+        with pytest.raises(errors.NotFoundError) as caught:
+            deserialize(template, "cpu", rank=rank, world_size=4, **backend.options)
+        said = str(caught.value)
+        assert f"m-rank-{rank:03d}.tensors" in said and f"rank {rank} of 4" in said, said
+        assert "m-rank-%03d.tensors" in said and "tensor_parallel_size" in said, said
+        assert "m-rank-000.tensors exists" in said, said
+        assert isinstance(caught.value, FileNotFoundError)
+        assert not [v for v in secrets if v in said], said
+    other = backend.uri("elsewhere-%03d.tensors")  # a wrong name: no shard of it at all
+    for rank in (0, 1):
+        with pytest.raises(errors.NotFoundError) as caught:
+            deserialize(other, "cpu", rank=rank, world_size=2, **backend.options)
+        said = str(caught.value)
+        assert f"rank {rank} of 2" in said and "check the folder and the name" in said, said
+        assert "elsewhere-000.tensors" in said, said
+    with deserialize(template, "cpu", rank=0, world_size=1, **backend.options) as sd:
+        assert torch.equal(sd["w"], torch.zeros(4))
+
+
 def test_saving_fewer_shards_over_more_says_the_stale_ones_are_left(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A model saved by 3 ranks, then again by 2: shard 002 stayed, and the load of the

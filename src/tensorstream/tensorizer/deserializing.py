@@ -47,6 +47,7 @@ from .remote import RemoteTensorDeserializer
 from .sharding import (
     check_template,
     is_sharded,
+    missing_shard,
     refuse_unloaded_shards,
     resolve_rank,
     shard_uri,
@@ -161,6 +162,7 @@ def deserialize(
             f"{type(uri).__name__}{hint}")
     stream: StreamReader | BinaryIO | MemorySource | None = None
     shared: Group | None = None
+    templated = False  # a rank template filled with this rank (its own shard's load)
     if isinstance(uri, StreamReader):
         if (rank is not None or world_size is not None or options
                 or group not in (None, "auto")):
@@ -211,6 +213,7 @@ def deserialize(
         target = (shard_uri(raw, rank=rank, world_size=world_size)
                   if isinstance(raw, str) and (sharded or group is None) else raw)
         if sharded:
+            templated = True
             # after shard_uri: its checks of rank= and world_size= come first
             refuse_unloaded_shards(str(raw), rank, world_size, options)
         where = redact(str(target))
@@ -252,8 +255,15 @@ def deserialize(
             assert target is not None
             # A whole load reads from byte 0 onward: its open is the stream from
             # byte 0 (no HEAD first). A filtered or lazy one reads a few ranges.
-            stream = open_local(target, options) or ts_open(
-                target, "rb", sequential=filter_func is None and not lazy_load, **options)
+            try:
+                stream = open_local(target, options) or ts_open(
+                    target, "rb", sequential=filter_func is None and not lazy_load, **options)
+            except FileNotFoundError as exc:
+                if not templated:
+                    raise
+                # "no such file: .../m-002.tensors" said neither that it was rank 2's
+                # shard of a template nor what to do (fewer shards than ranks?)
+                raise missing_shard(str(raw), rank, world_size, options, exc) from exc
         readers = _default_readers(stream) if num_readers is None else num_readers
         fast = fast_path(stream, device)  # threads fill a local file's tensors (local.py)
         load_log.debug(

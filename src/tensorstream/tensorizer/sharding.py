@@ -12,11 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, NotFoundError
 from ..uri import redact
 
-__all__ = ["check_template", "extra_shard", "is_sharded", "refuse_unloaded_shards", "resolve_rank",
-           "shard_uri", "warn_stale_shards", "warn_unloaded_in_group"]
+__all__ = ["check_template", "extra_shard", "is_sharded", "missing_shard", "refuse_unloaded_shards",
+           "resolve_rank", "shard_uri", "warn_stale_shards", "warn_unloaded_in_group"]
 
 log = logging.getLogger("tensorstream.load")
 
@@ -207,6 +207,38 @@ def refuse_unloaded_shards(uri: str, rank: int | None, world_size: int | None,
         "ranks as it has shards (vLLM: tensor_parallel_size; here: world_size=), or delete "
         "shards left by an earlier save with more ranks; to read one shard on its own, give "
         "its file name instead of the template.")
+
+
+def missing_shard(uri: str, rank: int | None, world_size: int | None,
+                  options: Mapping[str, Any], error: BaseException) -> NotFoundError:
+    """The :class:`NotFoundError` to raise when this rank's shard of the rank template
+    ``uri`` is not there: ``error``'s words, then which rank of how many filled in
+    the template and what to do. One ``stat`` of the first shard tells a model
+    saved with fewer shards than ranks (or missing this one) from a wrong template."""
+    r, size = resolve_rank(rank, world_size)
+
+    def name(n: int) -> str:
+        return redact(_fill(uri, n)).rsplit("/", 1)[-1]
+
+    of = f"rank {r} of {size}" if world_size is not None or _distributed() else f"rank {r}"
+    first = _exists(_fill(uri, 0), options) if r != 0 else False
+    check = (f"check the folder and the name (the template is filled as printf's %0Nd: "
+             f"rank 0 reads {name(0)})")
+    fewer = ("load it with as many ranks as it has shards (vLLM: tensor_parallel_size; here: "
+             f"world_size=), or restore {name(r)}")
+    if first:
+        advice = (f"{name(0)} exists, so the model has fewer shards than the ranks loading "
+                  f"it, or {name(r)} is missing (a save or copy that did not finish): {fewer}")
+    elif first is None:  # the store would not say
+        advice = f"if the model has fewer shards than the ranks loading it, {fewer}; else {check}"
+    else:
+        advice = ("no shard of it is there, not even the first: " if r != 0 else "") + check
+    said = error.message if isinstance(error, NotFoundError) else str(error)
+    found = NotFoundError(f"{said} (the shard of {of}, filled into the rank template "
+                          f"{redact(uri)!r}); {advice}")
+    if isinstance(error, NotFoundError):  # its service/operation/path lead the message
+        found.with_context(service=error.service, operation=error.operation, path=error.path)
+    return found
 
 
 def warn_unloaded_in_group(uri: str, loaded: list[tuple[int, int]]) -> None:
