@@ -312,3 +312,40 @@ def test_a_dropped_reader_collected_on_the_io_thread_closes_its_connections(
         if was_enabled:
             gc.enable()
     assert closed
+
+
+@pytest.mark.parametrize("kind", ["http", "redis"])
+def test_a_fork_reading_on_after_its_reader_closed_leaves_no_connection_open(
+        kind: str, request: pytest.FixtureRequest) -> None:
+    """The connection pool a reader shares with its forks is closed with the last of
+    them: closed with the reader, a fork reading on opened connections of its own that
+    nothing closed (ResourceWarning: unclosed socket, at the exit)."""
+    import os
+
+    data = os.urandom(1 << 20)
+    if kind == "redis":
+        server = request.getfixturevalue("redis_server")
+        server.put("file-api/forked", data)
+        uri = server.url("file-api/forked")
+    else:
+        server = request.getfixturevalue("http_server")
+        server.put("file-api/forked.bin", data)
+        uri = server.url("file-api/forked.bin")
+    f = tensorstream.open(uri)
+    provider = f._provider
+    real_close = provider.close
+    closed: list[bool] = []
+
+    async def close() -> None:
+        await real_close()
+        closed.append(True)
+
+    provider.close = close
+    fork, second = f.fork(), f.fork()
+    second.close()
+    f.close()
+    assert not closed  # a fork is still open
+    assert fork.read() == data
+    fork.close()
+    fork.close()
+    assert closed == [True]

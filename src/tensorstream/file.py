@@ -48,6 +48,33 @@ __all__ = ["StreamReader", "StreamWriter"]
 log = logging.getLogger("tensorstream.file")
 
 
+class _Family:
+    """A reader and its forks (:meth:`StreamReader.fork`), which share its provider:
+    closed with the last of them to close, whichever that is (closed with the first
+    reader, a fork reading on opened connections of its own that nothing closed)."""
+
+    def __init__(self, owns_provider: bool) -> None:
+        self.owns_provider = owns_provider
+        self.lock = threading.Lock()
+        self._open: set[object] = set()
+
+    def join(self) -> object:
+        """A reader opened: the token its :meth:`leave` gives back."""
+        token = object()
+        with self.lock:
+            self._open.add(token)
+        return token
+
+    def leave(self, token: object) -> bool:
+        """A reader closed; True when it was the last one open (once: two threads
+        closing one reader at once leave once)."""
+        with self.lock:
+            if token not in self._open:
+                return False
+            self._open.discard(token)
+            return not self._open
+
+
 def _adopt_open_readers() -> None:
     """In a forked child: every reader open at the fork becomes the child's own."""
     budgets: dict[int, ReadaheadBudget] = {}
@@ -83,13 +110,14 @@ class StreamReader(ReadOnlyFile):
         limit: int | None = None,
         budget: ReadaheadBudget | None = None,
         first: BodyStream | None = None,
+        family: _Family | None = None,
     ) -> None:
         super().__init__()
         self._provider = provider
         self._uri = uri
         self._info = info
         self._pos = 0
-        self._owns_provider = owns_provider
+        self._family = family if family is not None else _Family(owns_provider)
         self._forks = 0
         self._fork_lock = threading.Lock()
         # The position and the read-ahead engine are one thread's at a time.
@@ -109,6 +137,7 @@ class StreamReader(ReadOnlyFile):
         # Bytes of the object read ahead of small reads (:mod:`tensorstream.small_reads`).
         self._small = SmallReadBuffer()
         self._prefetch = self._new_prefetcher(budget, first)
+        self._member = self._family.join()  # (last: a reader whose making failed is none)
         _open_readers.add(self)
 
     def _new_prefetcher(self, budget: ReadaheadBudget | None,
@@ -146,6 +175,7 @@ class StreamReader(ReadOnlyFile):
         self._fork_lock = threading.Lock()
         self._reads_done = threading.Condition(threading.Lock())
         self._reads = 0
+        self._family.lock = threading.Lock()
         if self.closed:
             return
         old = self._prefetch.budget
@@ -249,8 +279,8 @@ class StreamReader(ReadOnlyFile):
         self._small.release()
         try:
             # In a forked child the provider's connections and loop are the parent's.
-            if (self._owns_provider and self._pid == os.getpid()
-                    and not _loop.is_shut_down()):
+            if (self._family.leave(self._member) and self._family.owns_provider
+                    and self._pid == os.getpid() and not _loop.is_shut_down()):
                 if _loop.in_loop_thread():
                     # The garbage collector finalizing a dropped reader on the I/O
                     # thread: run_sync refuses there, and its connections stayed open.
@@ -268,13 +298,14 @@ class StreamReader(ReadOnlyFile):
         ``end`` is a hint: read-ahead stops there (reads past it still work).
         Forks share the connection pool, the read boundaries and the
         ``readahead`` memory budget; each measures its own reads and picks
-        its own way to fetch them.
+        its own way to fetch them. The pool is closed with the last of the
+        reader and its forks to close: a fork reads on after its reader closed.
         """
         self._check_closed()
         end = None if end is None else byte_position(end, "end")
         # Forks share the read-ahead memory budget: ``readahead`` bounds the load.
         fork = StreamReader(self._provider, self._uri, self._info, owns_provider=False, limit=end,
-                            budget=self._prefetch.budget)
+                            budget=self._prefetch.budget, family=self._family)
         if self._boundaries:
             fork.set_read_boundaries(self._boundaries, exact=self._exact)
         return fork
