@@ -349,3 +349,47 @@ def test_a_fork_reading_on_after_its_reader_closed_leaves_no_connection_open(
     fork.close()
     fork.close()
     assert closed == [True]
+
+
+def test_a_dropped_writer_collected_on_the_io_thread_is_discarded(tmp_path: Path) -> None:
+    """The garbage collector may finalize a dropped writer (one in a reference cycle) on
+    tensorstream's I/O thread, where its abort could not wait for the loop: the abort
+    raised, unseen, and its temp file (an upload, staged chunks) was left behind."""
+    import asyncio
+    import gc
+
+    from tensorstream import _loop
+
+    dest = tmp_path / "out.bin"
+    f = tensorstream.open(str(dest), "wb")
+    f.write(DATA)
+    f.flush()
+    provider = f._provider
+    real_close = provider.close
+    closed = []
+
+    async def close() -> None:
+        await real_close()
+        closed.append(True)
+
+    provider.close = close
+    was_enabled = gc.isenabled()
+    gc.disable()  # (collected on the I/O thread below, not wherever an allocation is)
+    f.itself = f  # a cycle: only the garbage collector frees it
+    del f
+
+    async def collect() -> None:
+        gc.collect()
+        for _ in range(100):  # the discard runs on this loop once this coroutine yields
+            if closed:
+                return
+            await asyncio.sleep(0.05)
+
+    try:
+        _loop.run_sync(collect(), timeout=30)
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert closed
+    assert not dest.exists()
+    assert list(tmp_path.iterdir()) == [], "the writer's temp file was left behind"

@@ -199,6 +199,27 @@ class StreamWriter(io.RawIOBase):
         elif not self.closed and not self._aborted:
             try:
                 log.warning("%s dropped without close(); discarding it", self.name)
-                self.abort()
+                if _loop.in_loop_thread():
+                    self._abort_soon()
+                else:
+                    self.abort()
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
+
+    def _abort_soon(self) -> None:
+        """:meth:`abort` for the garbage collector's finalizer on the I/O thread, where
+        waiting for the loop would deadlock (``run_sync`` refuses): the discard and the
+        provider's close run on the loop once the finalizer returns. (Raised unseen
+        before, it left a staged upload, temp file or chunks behind.)"""
+        self._aborted = True
+        self._pending = bytearray()
+        writer, provider = self._writer, self._provider
+
+        async def discard() -> None:
+            try:
+                await writer.abort()
+            finally:
+                await provider.close()
+
+        _loop.run_soon(discard())
+        io.RawIOBase.close(self)
