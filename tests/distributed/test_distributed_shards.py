@@ -103,11 +103,14 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
     rank= contradicting the group) while rank 0 returned and went on to its next
     collective, waiting there for the group's whole timeout (30 min for gloo). Every
     rank raises DistributedLoadError naming rank 1's error now, and the group still
-    loads afterwards."""
+    loads afterwards. Ranks given different templates (one rank's stale configuration:
+    shards of two saves) loaded them side by side without a word; every rank raises."""
     shards = _shards(tmp_path, 2)
     template = str(tmp_path / "shard-%03d.tensors")
     (tmp_path / "three").mkdir()
     _shards(tmp_path / "three", 3)
+    (tmp_path / "again").mkdir()
+    _shards(tmp_path / "again", 2)  # another save of the model, in another folder
     shapes = {"w": [10], "b": [3]}
     todo = [
         {"label": "missing", "uri": [template, str(tmp_path / "shard-%03d.absent")]},
@@ -121,6 +124,9 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
          "shapes": [shapes, {"w": [11], "b": [3]}]},
         {"label": "wrong-size", "uri": template, "group": "pair",
          "kwargs": [{}, {"world_size": 3}]},
+        # rank 1 given another save's template: each loaded a shard, of two saves
+        {"label": "other-templates",
+         "uri": [template, str(tmp_path / "again" / "shard-%03d.tensors")]},
         {"label": "lazy", "uri": template, "kwargs": {"lazy_load": True}},
         # a name that is wrong on every rank is each rank's ConfigurationError, as without
         # a group (it was a DistributedLoadError, no longer a ValueError)
@@ -142,6 +148,12 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
         assert same.get("digests") == shards[0], (r.rank, same)
         assert any("shard-001.tensors" in w and "no rank" in w and "ranks 0 and 1" in w
                    and "shard-000.tensors" in w for w in same["warnings"]), same["warnings"]
+        other = r.value["other-templates"]  # every rank raises, naming its own template
+        assert "DistributedLoadError" in other.get("types", []), (r.rank, other)
+        assert "different rank templates" in other["error"], other
+        assert "rank 0 one; rank 1 another" in other["error"], other
+        mine = template if r.rank == 0 else str(tmp_path / "again" / "shard-%03d.tensors")
+        assert f"this rank (rank {r.rank}) loaded {mine!r}" in other["error"], other
         own = r.value["own-shards"]
         assert own.get("digests") == shards[r.rank] and not own["warnings"], (r.rank, own)
         more = r.value["more-shards"]

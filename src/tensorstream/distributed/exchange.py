@@ -28,7 +28,7 @@ from ..uri import parse_uri, redact_text
 from .group import Group
 from .plan import Piece
 
-__all__ = ["DEFAULT_CHUNK", "agree", "agreed", "broadcast_shares", "gather_pair", "is_local",
+__all__ = ["DEFAULT_CHUNK", "agree", "agreed", "broadcast_shares", "gather_ints", "is_local",
            "read_share"]
 
 _T = TypeVar("_T")
@@ -119,12 +119,12 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
                "from its own disk)" if local else ""))
 
 
-def gather_pair(group: Group, what: str, mine: tuple[int, int]) -> list[tuple[int, int]]:
-    """Every rank's ``mine`` (two integers), in rank order."""
+def gather_ints(group: Group, what: str, mine: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every rank's ``mine`` (integers, as many on every rank), in rank order."""
     tensor = torch.tensor(mine, dtype=torch.int64, device="cpu").to(group.device)
     gathered = [torch.empty_like(tensor) for _ in range(group.size)]
     _wait(group, what, lambda: dist.all_gather(gathered, tensor, group=group.pg, async_op=True))
-    return [(int(t[0]), int(t[1])) for t in (g.cpu() for g in gathered)]
+    return [tuple(int(v) for v in t) for t in (g.cpu() for g in gathered)]
 
 
 def agreed(group: Group, what: str, step: Callable[[], _T], undo: Callable[[_T], Any]) -> _T:

@@ -19,7 +19,7 @@ from tensorizer import TensorDeserializer
 from .._gcpause import paused
 from ..api import open as ts_open
 from ..config import validate_options
-from ..distributed.exchange import agree, agreed, gather_pair
+from ..distributed.exchange import agree, agreed, gather_ints
 from ..distributed.group import Group, resolve_group, template_rank
 from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
@@ -48,9 +48,11 @@ from .sharding import (
     check_template,
     is_sharded,
     missing_shard,
+    refuse_other_templates,
     refuse_unloaded_shards,
     resolve_rank,
     shard_uri,
+    template_print,
     warn_unloaded_in_group,
 )
 from .stats import log as load_log
@@ -198,8 +200,10 @@ def deserialize(
             what = (f"loading {redact(str(raw))} (a rank template: one file per rank of the "
                     f"{shared.size}-rank group)")
             loaded = agreed(shared, what, own, _close)
-            try:  # every rank loaded its file: which ones, between them?
-                warn_unloaded_in_group(str(raw), gather_pair(shared, what, filled[0]))
+            try:  # every rank loaded its file: which ones, of which template, between them?
+                gathered = gather_ints(shared, what, (*filled[0], template_print(str(raw))))
+                refuse_other_templates(str(raw), shared.rank, [g[2] for g in gathered])
+                warn_unloaded_in_group(str(raw), [(g[0], g[1]) for g in gathered])
             except BaseException:
                 _close(loaded)
                 raise

@@ -6,17 +6,19 @@ the rank of the process (``model-rank-000.tensors``, ``-001``, ...).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigurationError, NotFoundError
+from ..errors import ConfigurationError, DistributedLoadError, NotFoundError
 from ..uri import redact
 
 __all__ = ["check_template", "extra_shard", "is_sharded", "missing_shard", "refuse_unloaded_shards",
-           "resolve_rank", "shard_uri", "warn_stale_shards", "warn_unloaded_in_group"]
+           "refuse_other_templates", "resolve_rank", "shard_uri", "template_print",
+           "warn_stale_shards", "warn_unloaded_in_group"]
 
 log = logging.getLogger("tensorstream.load")
 
@@ -239,6 +241,34 @@ def missing_shard(uri: str, rank: int | None, world_size: int | None,
     if isinstance(error, NotFoundError):  # its service/operation/path lead the message
         found.with_context(service=error.service, operation=error.operation, path=error.path)
     return found
+
+
+def template_print(uri: str) -> int:
+    """A 63-bit digest of the rank template ``uri`` as its error messages show it
+    (redacted: presigned tokens that differ between ranks do not count)."""
+    digest = hashlib.blake2b(redact(uri).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def refuse_other_templates(uri: str, rank: int, prints: list[int]) -> None:
+    """Raise :class:`DistributedLoadError` (on every rank: each sees the same
+    ``prints``, every rank's :func:`template_print`) when the ranks of a group
+    loaded different rank templates: each rank's shard came from its own
+    template, so one rank's stale configuration loaded a shard of another save (or
+    another model) beside the others' without a word."""
+    if len(set(prints)) <= 1:
+        return
+    groups: dict[int, list[int]] = {}
+    for r, p in enumerate(prints):
+        groups.setdefault(p, []).append(r)
+    listed = "; ".join("rank" + ("s " if len(rs) > 1 else " ") + ", ".join(map(str, rs))
+                       + (" one" if i == 0 else " another") for i, rs in enumerate(groups.values()))
+    raise DistributedLoadError(
+        f"the ranks of the {len(prints)}-rank group loaded different rank templates "
+        f"({listed}); this rank (rank {rank}) loaded {redact(uri)!r}. Shards "
+        "of different templates are shards of different saves or models: pass the same "
+        "template on every rank, or group=None where each rank's files differ on purpose; "
+        "no rank returns tensors")
 
 
 def warn_unloaded_in_group(uri: str, loaded: list[tuple[int, int]]) -> None:
