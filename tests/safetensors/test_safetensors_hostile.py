@@ -412,3 +412,16 @@ def test_names_from_an_index_are_shown_cut_short(tmp_path: Path) -> None:
             with pytest.raises(MalformedFileError) as info:
                 attempt()
             assert len(str(info.value)) < 1000
+
+
+def test_a_tensorizer_file_given_to_safetensors_load_says_what_to_call(tmp_path: Path) -> None:
+    # "header length 1633469224060 exceeds the limit (not a safetensors file?)" did not
+    # say it is the other format, nor what to call for it.
+    import torch
+
+    tensorstream.serialize({"w": torch.zeros(3)}, tmp_path / "m.tensors")
+    with pytest.raises(MalformedFileError, match="is a tensorizer file, not a safetensors "
+                       r"file: load it with tensorstream\.deserialize"):
+        tensorstream.safetensors.load(tmp_path / "m.tensors")
+    with pytest.raises(MalformedFileError, match="is a tensorizer file"):
+        tensorstream.safetensors.open(tmp_path / "m.tensors")

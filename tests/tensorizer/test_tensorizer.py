@@ -198,6 +198,26 @@ def test_not_a_tensorizer_file_and_missing_object(tmp_path: Path) -> None:
         deserialize(tmp_path / "nope.tensors", "cpu")
 
 
+def test_a_safetensors_file_or_index_given_to_deserialize_says_what_to_call(
+        backend: TensorBackend, tmp_path: Path) -> None:
+    # A new user's first mistake: "Not a tensorizer file" said nothing of what it was.
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(3)}, str(tmp_path / "m.safetensors"))
+    backend.put("m.safetensors", (tmp_path / "m.safetensors").read_bytes())
+    backend.put("index.json", b'{"weight_map": {"w": "m.safetensors"}}')
+    backend.put("x.bin", b"hello world" * 10)
+    for key, what in (("m.safetensors", "it is a safetensors file"),
+                      ("index.json", r"it is JSON \(a safetensors index\?\)")):
+        for lazy in (False, True):
+            with pytest.raises(errors.MalformedFileError,
+                               match=f"{what}: load it with tensorstream.safetensors.load"):
+                deserialize(backend.uri(key), "cpu", lazy_load=lazy, **backend.options)
+    with pytest.raises(errors.MalformedFileError) as caught:
+        deserialize(backend.uri("x.bin"), "cpu", **backend.options)
+    assert "it is" not in str(caught.value)  # only where the bytes say so
+
+
 # -- modules ----------------------------------------------------------------------------
 def test_load_into_module_gives_identical_outputs(backend: TensorBackend, producer: Any,
                                                   tmp_path: Path) -> None:

@@ -87,6 +87,11 @@ def header_length(prefix: bytes, size: int, where: str) -> int:
     if size < 8 or len(prefix) < 8:
         raise MalformedFileError(f"{where} is not a safetensors file: {size} bytes, "
                                  "shorter than the 8-byte header length")
+    if prefix[:5] == b"|TZR|":  # tensorizer's magic: the other format, not a damaged file
+        raise MalformedFileError(
+            f"{where} is a tensorizer file, not a safetensors file: load it with "
+            "tensorstream.deserialize(uri) (or load_into_module), or convert it with "
+            "tensorstream convert SRC DST.safetensors")
     (n,) = struct.unpack("<Q", prefix[:8])
     if n > MAX_HEADER_SIZE:
         raise MalformedFileError(f"{where}: header length {n} exceeds the "

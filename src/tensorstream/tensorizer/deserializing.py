@@ -23,7 +23,7 @@ from ..distributed.exchange import agree, agreed, gather_ints
 from ..distributed.group import Group, resolve_group, template_rank
 from ..distributed.memory import MemorySource
 from ..distributed.tensorizer import fetch as fetch_shared
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, MalformedFileError
 from ..file import StreamReader
 from ..readahead.localfill import workers
 from ..uri import ParsedURI, redact
@@ -309,6 +309,8 @@ def deserialize(
             agree(shared, f"loading {where}", mapped or exc)
         elif stream is not None:
             stream.close()
+        if target is not None:
+            _name_the_other_format(mapped or exc, target, options)
         if mapped is not None:
             raise mapped from exc
         raise
@@ -349,3 +351,27 @@ def _default_readers(stream: Any) -> int:
     if hints.serial_server:
         return 1
     return DEFAULT_NUM_READERS
+
+
+def _name_the_other_format(exc: BaseException, target: Any, options: dict[str, Any]) -> None:
+    """Add to tensorizer's "Not a tensorizer file" what the file is when it is safetensors
+    (an 8-byte header length, then ``{``) or a safetensors index (JSON): handing one to
+    ``deserialize`` is a new user's first mistake, and the error did not say what to call
+    instead. One read of the first 9 bytes, on this error's path only (the load's own
+    stream may be closed by now); nothing is added when that read fails."""
+    if not isinstance(exc, MalformedFileError) or "Not a tensorizer file" not in exc.message:
+        return
+    try:
+        with ts_open(target, "rb", **options) as f:
+            first = f.read(9)
+    except Exception:  # (the load's error is the one raised)
+        return
+    if first[8:9] == b"{":
+        what = "a safetensors file"
+    elif first.lstrip()[:1] == b"{":
+        what = "JSON (a safetensors index?)"
+    else:
+        return
+    exc.message += (f"; it is {what}: load it with tensorstream.safetensors.load(uri), or "
+                    "convert it to tensorizer with tensorstream convert SRC DST.tensors")
+    exc.args = (exc.message,)
