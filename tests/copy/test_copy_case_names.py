@@ -68,8 +68,9 @@ def test_keys_one_in_case_onto_a_filesystem_that_folds_it_are_refused_but_the_fi
     # A.bin (and x/ONE.bin X/one.bin); both were reported copied, one's bytes lost.
     asked: list[str] = []
 
-    def folding(root: str, parts: list[str]) -> bool:
-        asked.append("/".join([root, *parts]))
+    def folding(root: str, parts: list[str], names: tuple[str, str] | None = None) -> bool:
+        assert names is not None and names[0] != names[1]
+        asked.append("/".join([root, *parts, names[1]]))
         return True
 
     monkeypatch.setattr(plan_module, "folds_case", folding)
@@ -82,12 +83,13 @@ def test_keys_one_in_case_onto_a_filesystem_that_folds_it_are_refused_but_the_fi
     assert f"{out}/a.bin and {out}/A.bin are one file" in said
     assert "ignores case" in said and "memtest://b/m/A.bin is copied" in said
     assert (out / "A.bin").read_bytes() == store["b/m/A.bin"]
-    assert sorted(asked) == [f"{out}", f"{out}/x"]  # asked where two fold to one only
+    # asked where two fold to one only, of each name that differs
+    assert sorted(asked) == [f"{out}/a.bin", f"{out}/x", f"{out}/x/ONE.bin"]
 
 
 def test_a_dry_run_makes_no_probe_file(store: dict[str, bytes], tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    def never(root: str, parts: list[str]) -> bool:
+    def never(root: str, parts: list[str], names: tuple[str, str] | None = None) -> bool:
         raise AssertionError("a dry run writes nothing, not even a probe")
 
     monkeypatch.setattr(plan_module, "folds_case", never)
@@ -121,3 +123,31 @@ def test_on_a_filesystem_that_folds_case_one_key_is_kept_whole_every_run(
         assert (out / "A.bin").read_bytes() == files["A.bin"]
         assert (out / "X" / "one.bin").read_bytes() == files["X/one.bin"]
         assert (out / "x" / "two.bin").read_bytes() == files["x/two.bin"]  # (one folder)
+
+
+def test_names_only_python_folds_alike_are_two_files_and_both_copied(
+        folding_mount: Path, tmp_path: Path) -> None:
+    # 'é' in NFC and in NFD are two names to this filesystem (as to NTFS, FAT, ext4
+    # without casefold): asked of a probe's ASCII case, the later was refused, never
+    # copied, though it replaced nothing.
+    src = tmp_path / "src"
+    src.mkdir()
+    nfc, nfd = "caf\u00e9.bin", "cafe\u0301.bin"
+    files = {nfc: b"composed", nfd: b"decomposed", "A.bin": b"upper", "a.bin": b"lower"}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    assert folds_case(str(folding_mount), [], (nfc, nfd)) is False
+    assert folds_case(str(folding_mount), [], ("A.bin", "a.bin")) is True
+    assert not list((tmp_path / "back").iterdir())  # (the probes are gone)
+    out = folding_mount / "out"
+    r = copy(str(src), f"{out}/", recursive=True)
+    failed = sorted(o.src.rsplit("/src/", 1)[1] for o in r.outcomes if o.status == "failed")
+    assert failed == ["a.bin"], r.errors
+    assert (out / nfc).read_bytes() == b"composed" and (out / nfd).read_bytes() == b"decomposed"
+
+
+def test_a_name_too_long_for_the_probe_is_asked_as_its_case(tmp_path: Path) -> None:
+    long_a, long_b = "A" * 250, "a" * 250
+    assert folds_case(str(tmp_path), [], (long_a, long_b)) is False
+    assert folds_case(str(tmp_path), [], ("a\0", "A\0")) is False  # (a NUL: no file)
+    assert not list(tmp_path.iterdir())

@@ -211,14 +211,22 @@ class Planner(SourceLister):
         targets = [j.local for j in jobs if j.local is not None]
         if len(targets) != len(jobs):
             return jobs
-        asked: dict[str, bool] = {}
+        asked: dict[tuple[str, tuple[str, ...], str, str], bool] = {}
+
+        def one(root: str, at: list[str], a: str, b: str) -> bool:
+            if (root, tuple(at), a, b) not in asked:
+                asked[root, tuple(at), a, b] = folds_case(root, at, (a, b))
+            return asked[root, tuple(at), a, b]
+
         dropped: set[int] = set()
         for first, later in collisions(targets):
             root, parts = targets[later]
-            where = os.path.join(root, *parts[:-1])
-            if where not in asked:
-                asked[where] = folds_case(root, parts[:-1])
-            if asked[where]:
+            # One file only where the filesystem takes each name that differs for the
+            # other's (asked of the two names: Python's folding is not a filesystem's).
+            earlier = targets[first][1]
+            if len(earlier) == len(parts) and all(
+                    a == b or one(root, parts[:i], a, b)
+                    for i, (a, b) in enumerate(zip(earlier, parts, strict=True))):
                 job, kept = jobs[later], jobs[first]
                 self.refuse(job.label, job.dst_label, job.info.size,
                             f"refused: {job.dst_label} and {kept.dst_label} are one file on "
