@@ -175,6 +175,11 @@ def _run_pytest(project: Path, name: str, example: Example) -> None:
     if done.returncode != 0 or " passed" not in done.stdout:
         raise AssertionError(f"{example.path}:{example.line}: the example's tests failed\n{tail}"
                              f"\n{done.stderr[-2000:]}")
+    # What the run counted, for a page that says it ("13 pass and 2 skip") to check in an
+    # invisible block: ``assert pytest_outcome == {"passed": 13, "skipped": 2}``.
+    summary = done.stdout.strip().splitlines()[-1]
+    example.namespace["pytest_outcome"] = {
+        word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed|error)", summary)}
 
 
 # -- the servers the pages run against ------------------------------------------------------------
