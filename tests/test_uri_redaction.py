@@ -123,8 +123,8 @@ def test_a_file_name_or_path_is_no_token_whatever_its_letters() -> None:
     assert secret_query_values(f"/m?{names}", every_name=True) == []
     jwt = ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0."
            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
-    assert secret_query_values(f"/m?{names}&a={jwt}&b=0123456789abcdef0123",
-                               every_name=True) == [jwt, "0123456789abcdef0123"]
+    assert secret_query_values(f"/m?{names}&a={jwt}&b=0123456789abcdef0123&c=session.AbC12dEf9",
+                               every_name=True) == [jwt, "0123456789abcdef0123", "session.AbC12dEf9"]
 
 
 def test_an_s3_key_or_a_redis_option_after_a_question_mark_is_kept() -> None:

@@ -113,9 +113,10 @@ _TOKEN_LIKE = re.compile(
 
 
 #: A file name or path (``model-00001-of-00002.safetensors``, ``llama/config.json``): it
-#: ends in an extension. No token does: base64 and hex hold no '.', and a JWT ends in its
-#: signature (43 characters and more).
-_FILE_NAME = re.compile(r".*\.[A-Za-z][A-Za-z0-9]{0,11}", re.DOTALL).fullmatch
+#: ends in an extension (lower case, as weights' and configs' are). No token does: base64
+#: and hex hold no '.', a JWT ends in its signature (43 characters and more), and a token
+#: of two parts whose short tail is all lower case is rare (``session.AbC12dEf9`` is one).
+_FILE_NAME = re.compile(r".*\.[a-z][a-z0-9_]{0,11}", re.DOTALL).fullmatch
 
 
 def _token_like(value: str) -> bool:
