@@ -90,6 +90,44 @@ async def test_a_credential_refresh_that_fails_is_a_configuration_error_without_
     assert BAD_SECRET not in caplog.text
 
 
+async def test_a_credential_process_whose_keys_have_expired_says_so_and_where(
+        sources: Sources, moto_s3: MotoS3Server, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # botocore refreshes them at once, gets them expired again and raises a bare
+    # RuntimeError: reads and listings said "botocore's credential chain failed
+    # (RuntimeError; ... run it by hand)", describe_credentials raised it raw.
+    expired = (datetime.now(timezone.utc) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    keys = json.dumps({"Version": 1, "AccessKeyId": moto_s3.access_key_id,
+                       "SecretAccessKey": BAD_SECRET, "SessionToken": BAD_SECRET + "-token",
+                       "Expiration": expired})
+    script = tmp_path / "credentials.sh"
+    script.write_text(f"#!/bin/sh\necho '{keys}'\n")
+    script.chmod(0o755)
+    sources.aws_config.write_text(f"[profile ci]\ncredential_process = {script}\n")
+    caplog.set_level(logging.DEBUG)
+    uri = f"s3://{S3_BUCKET}/x"
+    opts = {"s3_endpoint": moto_s3.endpoint_url, "s3_profile": "ci"}
+
+    async def listing() -> None:
+        async with tensorstream.get_provider(uri, retries=1, **opts) as provider:
+            [_ async for _ in provider.list(S3_BUCKET + "/")]
+
+    async def read() -> None:
+        tensorstream.open(uri, retries=1, **opts).read()
+
+    async def describe() -> None:
+        tensorstream.describe_credentials(uri, **opts)
+
+    for attempt in (read, listing, describe):
+        with pytest.raises(errors.ConfigurationError) as info:
+            await attempt()
+        said = str(info.value)
+        assert "Expiration is already past" in said, said
+        assert f"{sources.aws_config} [profile ci] credential_process" in said
+        assert BAD_SECRET not in everything_said(info.value)
+    assert BAD_SECRET not in caplog.text
+
+
 async def test_an_sso_profile_without_a_token_says_to_log_in(sources: Sources,
                                                              moto_s3: MotoS3Server) -> None:
     # Was botocore's SSOTokenLoadError, raw: no path, no profile, exit status 1.

@@ -4,41 +4,16 @@ what it finds, and which file or mechanism to name as the source of a key."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ...credentials.base import Sourced
 from .process import DEFAULT_CREDENTIAL_PROCESS_TIMEOUT, bound_credential_process
-from .profile import aws_file, aws_files, config_profile_name, profile_setting_file
+from .profile import aws_file, aws_files, chain_source, config_profile_name
 
 if TYPE_CHECKING:
     from .config import S3Credentials
 
-__all__ = ["botocore_region", "chain_source", "resolve_botocore_chain"]
-
-
-def chain_source(method: str | None, profile: str | None, env: Mapping[str, str] | None = None) -> str:
-    """Describe botocore's credential ``method`` as a source, naming the file."""
-    env = os.environ if env is None else env
-    name = profile or "default"
-    if method == "shared-credentials-file":
-        return f"{aws_file(env, 'credentials')} [profile {name}]"
-    if method == "config-file":
-        return f"{aws_file(env, 'config')} [profile {name}]"
-    if method == "assume-role-with-web-identity" and env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
-        return "env AWS_ROLE_ARN/AWS_WEB_IDENTITY_TOKEN_FILE (botocore assume-role-with-web-identity)"
-    if method == "sso":
-        return f"{aws_file(env, 'config')} [profile {name}] (botocore sso)"
-    if (setting := _PROFILE_METHODS.get(method or "")) is not None:
-        # "botocore custom-process" named neither the profile nor the file of a rejected key
-        return f"{profile_setting_file(name, setting, env)} [profile {name}] {setting} " \
-               f"(botocore {method})"
-    return f"botocore {method or 'credential chain'}"
-
-
-#: botocore's credential providers driven by one setting of a profile, and that setting.
-_PROFILE_METHODS = {"custom-process": "credential_process", "assume-role": "role_arn",
-                    "assume-role-with-web-identity": "web_identity_token_file"}
+__all__ = ["botocore_region", "chain_source", "resolve_botocore_chain"]  # chain_source: profile's
 
 
 def resolve_botocore_chain(
@@ -57,6 +32,8 @@ def resolve_botocore_chain(
     try:
         bound_credential_process(session, process_timeout)
         found = session.get_credentials()
+        # refreshable credentials are fetched (or refreshed, and found expired) here
+        frozen = found.get_frozen_credentials() if found is not None else None
     except Exception as exc:
         from .errors import map_session_error  # botocore's exceptions: only on this path
 
@@ -65,9 +42,8 @@ def resolve_botocore_chain(
         if mapped is exc:
             raise
         raise mapped from exc
-    if found is None:
+    if found is None or frozen is None:
         return None
-    frozen = found.get_frozen_credentials()
     source = chain_source(getattr(found, "method", None), profile)
     token = Sourced(frozen.token, source, secret=True) if frozen.token else None
     return (Sourced(frozen.access_key, source, secret=True),

@@ -31,7 +31,7 @@ from ...uri import redact, redact_text
 from .._http.proxies import refusal_hint, tunnel_refusal
 from .._http.status_errors import plain_text_answer
 from .error_codes import ErrorContext, WrongRegionError, map_client_error, map_s3_http_error
-from .profile import NO_CREDENTIALS_ADVICE, config_profile_name
+from .profile import NO_CREDENTIALS_ADVICE, chain_source, config_profile_name
 
 __all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
            "map_session_error"]
@@ -264,6 +264,14 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
             "instance metadata)")
         err.temporary = False
         return err
+    if type(exc) is RuntimeError and str(exc) == _STILL_EXPIRED:
+        # botocore's own fixed text; said bare as "RuntimeError ... run it by hand", no
+        # word of an expiry or of which source returned the stale keys
+        exc.__cause__ = exc.__context__ = None
+        return ConfigurationError(
+            f"{where}: {_refreshed_by(exc, profile)} returned temporary credentials whose "
+            "Expiration is already past, and again when asked once more; make it return "
+            "fresh ones (a cached answer not renewed?) or check this machine's clock")
     if isinstance(exc, bce.InvalidRegionError):  # the profile's (variables are checked before)
         return ConfigurationError(
             f"{where}: region {exc.kwargs.get('region_name')!r} is not a region name (letters, "
@@ -283,6 +291,23 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
     return ConfigurationError(
         f"{where}: {source} failed ({type(exc).__name__}; what it printed is withheld, "
         "it may hold secrets: run it by hand to see why)")
+
+
+#: botocore's (and aiobotocore's) RuntimeError when a refresh returned expired credentials.
+_STILL_EXPIRED = "Credentials were refreshed, but the refreshed credentials are still expired."
+
+
+def _refreshed_by(exc: BaseException, profile: str | None) -> str:
+    """The source whose refresh raised ``exc``, from the refreshable credentials in its
+    traceback (e.g. ``~/.aws/config [profile ci] credential_process (botocore
+    custom-process)``), else botocore's credential chain."""
+    tb = exc.__traceback__
+    while tb is not None:
+        method = getattr(tb.tb_frame.f_locals.get("self"), "method", None)
+        if isinstance(method, str) and method:
+            return chain_source(method, profile)
+        tb = tb.tb_next
+    return "botocore's credential chain"
 
 
 #: botocore's credential providers that read a file, and which file.

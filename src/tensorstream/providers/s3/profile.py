@@ -21,7 +21,8 @@ from typing import Any
 from ...credentials.base import Sourced
 from ...errors import ConfigurationError
 
-__all__ = ["NO_CREDENTIALS_ADVICE", "ProfileConfig", "aws_file", "aws_files", "config_file",
+__all__ = ["NO_CREDENTIALS_ADVICE", "ProfileConfig", "aws_file", "aws_files", "chain_source",
+           "config_file",
            "config_profile_name", "ignore_configured_endpoints", "profile_setting_file",
            "read_profile_config"]
 
@@ -193,3 +194,27 @@ def aws_file(env: Mapping[str, str], which: str) -> str:
 def aws_files(env: Mapping[str, str]) -> str:
     """The AWS config and credentials files botocore reads, for messages."""
     return f"{aws_file(env, 'config')}, {aws_file(env, 'credentials')}"
+
+
+def chain_source(method: str | None, profile: str | None, env: Mapping[str, str] | None = None) -> str:
+    """Describe botocore's credential ``method`` as a source, naming the file."""
+    env = os.environ if env is None else env
+    name = profile or "default"
+    if method == "shared-credentials-file":
+        return f"{aws_file(env, 'credentials')} [profile {name}]"
+    if method == "config-file":
+        return f"{aws_file(env, 'config')} [profile {name}]"
+    if method == "assume-role-with-web-identity" and env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return "env AWS_ROLE_ARN/AWS_WEB_IDENTITY_TOKEN_FILE (botocore assume-role-with-web-identity)"
+    if method == "sso":
+        return f"{aws_file(env, 'config')} [profile {name}] (botocore sso)"
+    if (setting := _PROFILE_METHODS.get(method or "")) is not None:
+        # "botocore custom-process" named neither the profile nor the file of a rejected key
+        return f"{profile_setting_file(name, setting, env)} [profile {name}] {setting} " \
+               f"(botocore {method})"
+    return f"botocore {method or 'credential chain'}"
+
+
+#: botocore's credential providers driven by one setting of a profile, and that setting.
+_PROFILE_METHODS = {"custom-process": "credential_process", "assume-role": "role_arn",
+                    "assume-role-with-web-identity": "web_identity_token_file"}
