@@ -118,14 +118,21 @@ def netrc_path(env: Mapping[str, str]) -> str:
 
 
 def _netrc_authorization(host: str | None, env: Mapping[str, str]) -> Sourced[str] | None:
-    """Basic auth for ``host`` from its netrc entry (or the file's ``default``)."""
+    """Basic auth for ``host`` from its netrc entry, whatever the case of either name (as
+    curl compares them: host names know no case), else the file's ``default``; the source
+    names the entry used."""
     if not host:
         return None
     path = netrc_path(env)
     if not os.path.isfile(path):  # absent, or a FIFO/device that would block a read
         return None
     try:
-        entry = netrc.netrc(path).authenticators(host)
+        hosts = netrc.netrc(path).hosts
+        # (Python's netrc keeps ``default`` among the hosts, under that name)
+        machine = next((m for m in hosts if m.lower() == host.lower() and m != "default"),
+                       None)
+        entry = hosts.get(machine or "default")
+        where = f"[machine {machine}]" if machine is not None else "[default]"
     except netrc.NetrcParseError as exc:
         # Its message quotes the token it choked on, which may be a password.
         raise ConfigurationError(
@@ -141,8 +148,8 @@ def _netrc_authorization(host: str | None, env: Mapping[str, str]) -> Sourced[st
     if not login and not password:
         return None
     raw = f"{login or ''}:{password or ''}".encode()
-    return Sourced("Basic " + base64.b64encode(raw).decode("ascii"),
-                   f"{path} [machine {host}]", secret=True)
+    return Sourced("Basic " + base64.b64encode(raw).decode("ascii"), f"{path} {where}",
+                   secret=True)
 
 
 def _check_header_value(value: Sourced[str]) -> None:
