@@ -127,6 +127,8 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
         # rank 1 given another save's template: each loaded a shard, of two saves
         {"label": "other-templates",
          "uri": [template, str(tmp_path / "again" / "shard-%03d.tensors")]},
+        # str.format's placeholder is no template: one file for the group, not found
+        {"label": "format-rank", "uri": str(tmp_path / "shard-{rank:03d}.tensors")},
         {"label": "lazy", "uri": template, "kwargs": {"lazy_load": True}},
         # a name that is wrong on every rank is each rank's ConfigurationError, as without
         # a group (it was a DistributedLoadError, no longer a ValueError)
@@ -154,6 +156,9 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
         assert "rank 0 one; rank 1 another" in other["error"], other
         mine = template if r.rank == 0 else str(tmp_path / "again" / "shard-%03d.tensors")
         assert f"this rank (rank {r.rank}) loaded {mine!r}" in other["error"], other
+        fmt = r.value["format-rank"]  # why the name was not found, and what to write
+        assert fmt.get("failed_ranks") == [0, 1], (r.rank, fmt)
+        assert "write '%03d' in place of '{rank:03d}'" in fmt["error"], fmt
         own = r.value["own-shards"]
         assert own.get("digests") == shards[r.rank] and not own["warnings"], (r.rank, own)
         more = r.value["more-shards"]

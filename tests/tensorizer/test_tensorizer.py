@@ -365,6 +365,32 @@ def test_a_missing_shard_names_its_rank_the_template_and_what_to_do(
         assert torch.equal(sd["w"], torch.zeros(4))
 
 
+@pytest.mark.parametrize(("name", "instead"), [
+    ("m-rank-%d.tensors", "'%01d' in place of '%d'"),
+    ("m-rank-{rank}.tensors", "'%01d' in place of '{rank}'"),
+    ("m-rank-{rank:03d}.tensors", "'%03d' in place of '{rank:03d}'"),
+    ("m-rank-%3d.tensors", "a zero-padded %0Nd in place of '%3d'"),
+])
+def test_a_name_with_a_placeholder_that_is_no_template_says_so_when_missing(
+        tmp_path: Path, name: str, instead: str) -> None:
+    """printf's %d and str.format's {rank} are no rank templates (vLLM fills only
+    %0Nd): a process loading "m-rank-%d.tensors" read that name as it is and got a bare
+    "no such file". It is still a NotFoundError, now saying the placeholder was taken
+    as text and what to write (%01d writes the digits %d does)."""
+    with pytest.raises(errors.NotFoundError) as caught:
+        deserialize(str(tmp_path / name), "cpu")
+    said = str(caught.value)
+    assert "is not, so the name was read as it is" in said and f"write {instead}" in said, said
+    # a name that is there is read as it is, placeholder and all
+    (tmp_path / name).write_bytes(tensorizer_bytes({"w": torch.ones(2)}, tmp_path / "s.tensors"))
+    with deserialize(str(tmp_path / name), "cpu") as sd:
+        assert torch.equal(sd["w"], torch.ones(2))
+    # with no placeholder in the name, the error is the file's own
+    with pytest.raises(errors.NotFoundError) as caught:
+        deserialize(str(tmp_path / "absent.tensors"), "cpu")
+    assert "rank template" not in str(caught.value)
+
+
 def test_saving_fewer_shards_over_more_says_the_stale_ones_are_left(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A model saved by 3 ranks, then again by 2: shard 002 stayed, and the load of the

@@ -28,6 +28,7 @@ from ..file import StreamReader
 from ..headroom import check_fits, size_text
 from ..tensorizer.foreign import translate
 from ..tensorizer.hook import StreamTensorDeserializer
+from ..tensorizer.sharding import not_a_template
 from ..uri import ParsedURI
 from .exchange import agree, broadcast_shares, is_local, read_share
 from .group import Group
@@ -185,7 +186,8 @@ def fetch(target: str | ParsedURI, group: Group, options: dict[str, Any], where:
             except Exception as exc:
                 # as a load of its own words it: the group quoted tensorizer's bare
                 # "CryptographyError: Tensor is encrypted, but decryption was not requested"
-                error = translate(exc, where, keyed=encryption is not None) or exc
+                error = (translate(exc, where, keyed=encryption is not None)
+                         or not_a_template(target, exc) or exc)  # type: ignore[arg-type]
                 if error is not exc:
                     error.__cause__ = exc
         plan_s = lap()

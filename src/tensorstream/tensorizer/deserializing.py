@@ -48,6 +48,7 @@ from .sharding import (
     check_template,
     is_sharded,
     missing_shard,
+    not_a_template,
     refuse_other_templates,
     refuse_unloaded_shards,
     resolve_rank,
@@ -263,8 +264,11 @@ def deserialize(
                 stream = open_local(target, options) or ts_open(
                     target, "rb", sequential=filter_func is None and not lazy_load, **options)
             except FileNotFoundError as exc:
-                if not templated:
-                    raise
+                if not templated:  # "m-%d.tensors": a name read as it is, and why
+                    hint = not_a_template(raw, exc) if isinstance(raw, str) else None
+                    if hint is None:
+                        raise
+                    raise hint from exc
                 # "no such file: .../m-002.tensors" said neither that it was rank 2's
                 # shard of a template nor what to do (fewer shards than ranks?)
                 raise missing_shard(str(raw), rank, world_size, options, exc) from exc

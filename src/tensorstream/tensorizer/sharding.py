@@ -16,7 +16,8 @@ from typing import Any
 from ..errors import ConfigurationError, DistributedLoadError, NotFoundError
 from ..uri import redact
 
-__all__ = ["check_template", "extra_shard", "is_sharded", "missing_shard", "refuse_unloaded_shards",
+__all__ = ["check_template", "extra_shard", "is_sharded", "missing_shard", "not_a_template",
+           "refuse_unloaded_shards",
            "refuse_other_templates", "resolve_rank", "shard_uri", "template_print",
            "warn_stale_shards", "warn_unloaded_in_group"]
 
@@ -239,6 +240,33 @@ def missing_shard(uri: str, rank: int | None, world_size: int | None,
     found = NotFoundError(f"{said} (the shard of {of}, filled into the rank template "
                           f"{redact(uri)!r}); {advice}")
     if isinstance(error, NotFoundError):  # its service/operation/path lead the message
+        found.with_context(service=error.service, operation=error.operation, path=error.path)
+    return found
+
+
+def not_a_template(uri: str, error: BaseException) -> NotFoundError | None:
+    """The :class:`NotFoundError` to raise when ``uri``, which holds no rank template
+    but another placeholder (``%d``, ``{rank}``), was not found: the name was taken
+    as it is, and the error says why and what to write instead. ``None`` otherwise."""
+    if not isinstance(error, FileNotFoundError) or not isinstance(uri, str) or is_sharded(uri):
+        return None
+    other = _OTHER_PLACEHOLDER.search(uri)
+    if other is None:
+        return None
+    token = other.group(1) or other.group(2)
+    # printf's %d and %01d write the same digits; {rank:03d} is %03d
+    padded = re.fullmatch(r"\{\w*:0(\d+)d\}", token)
+    same = ("%01d" if token in ("%d", "%i", "{rank}", "{}") or re.fullmatch(r"\{\w*:d\}", token)
+            else f"%0{padded.group(1)}d" if padded else None)
+    fix = (f"write {same!r} in place of {token!r}" if same else
+           f"write a zero-padded %0Nd in place of {token!r}, e.g. 'model-rank-%03d.tensors'")
+    said = error.message if isinstance(error, NotFoundError) else str(error)
+    # the advice last: a group's error keeps each rank's message's start and end
+    found = NotFoundError(
+        f"{said} (only a zero-padded %0Nd in a name is a rank template, filled in with the "
+        f"rank as vLLM fills it; {token!r} is not, so the name was read as it is; for one "
+        f"file per rank, {fix})")
+    if isinstance(error, NotFoundError):
         found.with_context(service=error.service, operation=error.operation, path=error.path)
     return found
 
