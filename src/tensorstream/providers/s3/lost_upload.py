@@ -49,13 +49,20 @@ def may_have_made_one(exc: TensorstreamError) -> bool:
 
 
 async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, key: str,
-                            sent_at: float, failed_at: float, *, attempts: int = 1,
+                            tries: list[tuple[float, float]], *,
                             keep: str | None = None) -> list[str]:
-    """Abort the uploads of ``key`` that ``attempts`` tries of a ``CreateMultipartUpload``
-    (the first sent at ``sent_at``, the last failed at ``failed_at``, ``time.time()``)
-    made if S3 applied them though their answers were lost; ``keep``: the upload a later
-    try made and answered (sent again under the retry policy), never aborted.
-    ``call(op, **kwargs)`` sends one request. The ids of the uploads aborted."""
+    """Abort the uploads of ``key`` that the ``tries`` of a ``CreateMultipartUpload`` (each
+    ``(sent, failed)``, ``time.time()``, one a try whose answer was lost) made if S3
+    applied them; ``keep``: the upload a later try made and answered (sent again under
+    the retry policy), never aborted. ``call(op, **kwargs)`` sends one request. The ids
+    of the uploads aborted.
+
+    An upload is looked for within each try's own seconds, not from the first try's to
+    the last's: the retry policy's waits between them (seconds) are no try's, and an
+    upload another writer of the key started then was taken for a lost one (as many
+    are aborted as tries were lost)."""
+    if not tries:
+        return []
     try:
         listing, uploads, asked = await _uploads_of(call, bucket, key)
     except TensorstreamError as exc:
@@ -71,11 +78,12 @@ async def abort_lost_upload(call: Callable[..., Awaitable[Any]], bucket: str, ke
     # upload). Not up to now: an upload another writer started after the failure, while
     # the uploads were listed, say, is not the lost one.
     skew, _ = clock_skew(listing, asked, time.time())
-    start, end = sent_at + skew - _SLACK, failed_at + skew + _SLACK
+    windows = [(sent + skew - _SLACK, failed + skew + _SLACK) for sent, failed in tries]
     made = [str(u.get("UploadId") or "") for u in uploads
-            if u.get("Key") == key and _seconds(u.get("Initiated")) is not None
-            and start <= _seconds(u.get("Initiated")) <= end  # type: ignore[operator]
+            if u.get("Key") == key and (at := _seconds(u.get("Initiated"))) is not None
+            and any(start <= at <= end for start, end in windows)
             and u.get("UploadId") != keep]
+    attempts = len(tries)
     aborted: list[str] = []
     try:
         # This writer never had the id to send a part with: one with a part is another's.

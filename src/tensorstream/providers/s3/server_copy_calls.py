@@ -83,13 +83,14 @@ class Calls:
         self.in_place = in_place
 
     async def _once(self, op: str, path: str, kwargs: dict[str, Any],
-                    failed: list[tuple[float, TensorstreamError]] | None = None
+                    failed: list[tuple[float, float, TensorstreamError]] | None = None
                     ) -> dict[str, Any]:
+        sent = time.time()
         try:
             return dict(await self.s3._call(op, path, **kwargs))
         except TensorstreamError as exc:
             if failed is not None:
-                failed.append((time.time(), exc))
+                failed.append((sent, time.time(), exc))
             if not_implemented(exc):
                 way = _WAY.get(op)
                 raise ServerCopyUnsupported(
@@ -98,13 +99,13 @@ class Calls:
             raise
 
     async def __call__(self, op: str, path: str, *, once: bool = False,
-                       failed: list[tuple[float, TensorstreamError]] | None = None,
+                       failed: list[tuple[float, float, TensorstreamError]] | None = None,
                        **kwargs: Any) -> dict[str, Any]:
         """``op`` (a botocore operation) with ``kwargs``, sent again on a temporary error
         unless ``once`` (what publishes is sent once, as the writer sends it: an answer
-        lost after S3 applied it is looked at instead). ``failed``: each failed try's
-        time (``time.time()``) and error are added to it (a create whose answer was lost
-        may have made an upload to abort)."""
+        lost after S3 applied it is looked at instead). ``failed``: each failed try's send
+        and failure times (``time.time()``) and error are added to it (a create whose
+        answer was lost may have made an upload to abort)."""
         try:
             try:
                 return await self._once(op, path, kwargs, failed)

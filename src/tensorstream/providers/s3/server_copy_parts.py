@@ -72,7 +72,7 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
     sent = time.time()
     # Sent again on a temporary error under the retry policy, as every other request of
     # the copy is; each try whose answer was lost may have made an upload (lost below).
-    tries: list[tuple[float, TensorstreamError]] = []
+    tries: list[tuple[float, float, TensorstreamError]] = []
     # Shielded: a cancellation (Ctrl-C) while S3 makes the upload still learns its id, to
     # abort it (S3 goes on with a request it has).
     create = asyncio.ensure_future(call("create_multipart_upload", dst_path, failed=tries,
@@ -83,13 +83,13 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
         await asyncio.shield(_abort_created(call, dst_path, create))
         raise
     except PermissionDeniedError as exc:
-        await asyncio.shield(_abort_lost(call, dst_path, sent, tries, None))
+        await asyncio.shield(_abort_lost(call, dst_path, tries, None))
         raise refused_writing(exc) from exc
     except TensorstreamError:
-        await asyncio.shield(_abort_lost(call, dst_path, sent, tries, None))
+        await asyncio.shield(_abort_lost(call, dst_path, tries, None))
         raise
     upload_id = str(upload.get("UploadId") or "")
-    await asyncio.shield(_abort_lost(call, dst_path, sent, tries, upload_id or None))
+    await asyncio.shield(_abort_lost(call, dst_path, tries, upload_id or None))
     if not upload_id:
         raise IntegrityError("S3 answered CreateMultipartUpload without an UploadId")
     source = dict(zip(("Bucket", "Key"), split(src_path), strict=True))
@@ -158,16 +158,17 @@ async def copy_parts(call: Calls, src_path: str, dst_path: str, etag: str,
                   done.get("ETag"))
 
 
-async def _abort_lost(call: Calls, dst_path: str, sent: float,
-                      tries: list[tuple[float, TensorstreamError]], keep: str | None) -> None:
-    """Abort the uploads the failed ``tries`` of the copy's ``CreateMultipartUpload`` (the
-    first sent at ``sent``) may have made, their answers lost (S3 keeps them open); never
+async def _abort_lost(call: Calls, dst_path: str,
+                      tries: list[tuple[float, float, TensorstreamError]],
+                      keep: str | None) -> None:
+    """Abort the uploads the failed ``tries`` (each sent, failed, why) of the copy's
+    ``CreateMultipartUpload`` may have made, their answers lost (S3 keeps them open); never
     ``keep``, the upload a later try was answered with."""
-    lost = [at for at, exc in tries if may_have_made_one(exc)]
+    lost = [(sent, failed) for sent, failed, exc in tries if may_have_made_one(exc)]
     if lost:
         bucket, key = split(dst_path)
-        await abort_lost_upload(lambda op, **kw: call(op, dst_path, **kw), bucket, key, sent,
-                                lost[-1], attempts=len(lost), keep=keep)
+        await abort_lost_upload(lambda op, **kw: call(op, dst_path, **kw), bucket, key, lost,
+                                keep=keep)
 
 
 async def _published_anyway(call: Calls, dst_path: str,

@@ -144,8 +144,9 @@ class S3Writer(Publishing):
         self._upload_id: str | None = None
         self._create: asyncio.Task[dict[str, Any]] | None = None
         self._create_sent = self._create_answered = 0.0
-        #: Tries of the CreateMultipartUpload that may have made an upload unanswered.
-        self._create_lost = 0
+        #: Tries of the CreateMultipartUpload that may have made an upload unanswered:
+        #: each one's (sent, failed), ``time.time()``.
+        self._create_lost: list[tuple[float, float]] = []
         self._tasks: list[asyncio.Task[None]] = []
         #: write_part's uploads still running: each runs to its answer as a task, which an
         #: abort waits for (a part S3 has lands whether its client hung up or not).
@@ -320,13 +321,14 @@ class S3Writer(Publishing):
         (:func:`.lost_upload.abort_lost_upload`, never the one answered); where every
         try failed, the abort of the write looks for them."""
         async def once() -> dict[str, Any]:
+            sent = time.time()
             try:
                 return await self._call("create_multipart_upload", Bucket=self._bucket,
                                         Key=self._key, **kwargs)
             except TensorstreamError as exc:
                 if may_have_made_one(exc):  # applied, its answer lost? (S3 keeps it open)
-                    self._create_lost += 1
                     self._create_answered = time.time()
+                    self._create_lost.append((sent, self._create_answered))
                 raise
 
         try:
@@ -340,10 +342,9 @@ class S3Writer(Publishing):
                                 still_open=lambda: self._state == "open",
                                 what=f"CreateMultipartUpload of {self._bucket}/{self._key}")
         if self._create_lost:
-            await abort_lost_upload(self._call, self._bucket, self._key, self._create_sent,
-                                    self._create_answered, attempts=self._create_lost,
+            await abort_lost_upload(self._call, self._bucket, self._key, self._create_lost,
                                     keep=str(made.get("UploadId") or "") or None)
-            self._create_lost = 0
+            self._create_lost = []
         return made
 
     def _create_ended(self, _task: asyncio.Future[Any]) -> None:
@@ -482,9 +483,7 @@ class S3Writer(Publishing):
             except TensorstreamError:
                 if self._create_lost:  # tries applied, their answers lost? (S3 keeps them)
                     await abort_lost_upload(self._call, self._bucket, self._key,
-                                            self._create_sent,
-                                            self._create_answered or time.time(),
-                                            attempts=self._create_lost)
+                                            self._create_lost)
                 upload_id = None
             except BaseException:
                 upload_id = None
