@@ -170,3 +170,28 @@ def bound_devices(rank: int, world: int) -> list[str]:
     got = [str(collective_device(dist.group.WORLD)), str(collective_device(sub))]
     sub.bound_device_id = torch.device("cuda", 5)
     return [*got, str(collective_device(sub))]
+
+
+def _status(field: str) -> int:
+    """``field`` of /proc/self/status (VmRSS, VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def peak_rss(rank: int, world: int, uri: str, group: Any) -> dict[str, int]:
+    """Load ``uri`` with ``group=`` and measure this rank's resident memory: before
+    the load (the peak reset there, through /proc/self/clear_refs), its peak
+    during the load, and the bytes of the tensors loaded."""
+    import tensorstream
+
+    with tensorstream.deserialize(uri, device="cpu", group=group) as warm:  # imports, pools
+        del warm
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    before = _status("VmRSS")
+    with tensorstream.deserialize(uri, device="cpu", group=group) as sd:
+        held = sum(t.numel() * t.element_size() for t in sd.values())
+    return {"before": before, "peak": _status("VmHWM"), "held": held}
