@@ -169,3 +169,25 @@ def test_a_redis_path_of_digits_is_a_database_for_redis_py_and_refused_here(
             c.delete("4711")
         with redis_server.client(db=12) as c:
             c.delete("4713")
+
+
+def test_rm_r_takes_an_s3_keys_slashes_as_they_are_as_ls_does(
+        tmp_path: Path, moto_s3: Any) -> None:
+    # `rm -r s3://b//` deleted the whole bucket and `rm -r s3://b/p//` everything under
+    # p/, while `ls -r` of the same URIs listed nothing: S3 keys' slashes are their own
+    # (aws s3 rm lists the prefix as typed); only a local path's collapse.
+    for key in ("rmdbl/p/a.bin", "rmdbl/p//b.bin", "rmdbl/pp.bin"):
+        moto_s3.put(S3_BUCKET, key, b"x")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    r = cli("rm", "-r", "--dryrun", *ep, f"s3://{S3_BUCKET}//", env=env)  # (dryrun: a
+    assert r.returncode == 1 and r.stdout == "", r.stdout[:300]  # shared bucket)
+    assert "no objects under" in r.stderr, r.stderr
+    r = cli("rm", "-r", *ep, f"s3://{S3_BUCKET}/rmdbl/p//", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"delete: s3://{S3_BUCKET}/rmdbl/p//b.bin"]
+    listed = moto_s3.client.list_objects_v2(Bucket=S3_BUCKET, Prefix="rmdbl/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == ["rmdbl/p/a.bin", "rmdbl/pp.bin"]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x")
+    r = cli("rm", "-r", f"{tmp_path}/d//")  # a local path: d// is d/
+    assert r.returncode == 0 and not (tmp_path / "d" / "f").exists(), r.stderr

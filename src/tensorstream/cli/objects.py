@@ -245,7 +245,7 @@ def run_rm(args: argparse.Namespace) -> int:
                 return 0
             # (no path: a Redis database's every key, as ls -r lists them; it was "/",
             # which no key starts with, so rm -r said there were no objects)
-            base = uri.path.rstrip("/") + "/" if uri.path.strip("/") else ""
+            base = _under(uri)
             targets = [i.path async for i in provider.list(base)
                        if i.path.startswith(base) and rules.wants(i.path[len(base):])]
             if base and not uri.path.endswith("/"):
@@ -265,6 +265,21 @@ def run_rm(args: argparse.Namespace) -> int:
             return await _delete_each(provider, uri, targets, args.dryrun, reporter)
 
     return run_async(go)
+
+
+def _under(uri: ParsedURI) -> str:
+    """The prefix ``rm -r URI`` deletes under: ``NAME/`` for ``NAME`` or ``NAME/``; ``""``
+    (everything) for a bucket or a Redis database named bare.
+
+    Only a local path's slashes are collapsed (``d//`` is ``d/`` there). An S3 or Redis
+    key's are its own, as ``ls`` and ``aws s3 rm`` take them: ``s3://b//`` is the keys
+    starting with ``/`` and ``s3://b/p//`` those under ``p//``, where this deleted the
+    whole bucket and everything under ``p/`` while ``ls`` listed nothing there.
+    """
+    path = uri.path
+    if uri.scheme == "file":
+        return path.rstrip("/") + "/" if path.strip("/") else ""
+    return path if not path or path.endswith("/") else path + "/"
 
 
 async def _would_delete(provider: Any, path: str) -> None:
@@ -289,7 +304,7 @@ async def _add_r_hint(provider: Any, uri: ParsedURI, raw: str) -> str | None:
     if uri.scheme == "file":
         return (f"{uri.path} is a directory; add -r (--recursive) to delete the files in it"
                 if os.path.isdir(uri.path) else None)
-    base = uri.path.rstrip("/") + "/"
+    base = _under(uri) or "/"
     try:
         async with contextlib.aclosing(provider.list(base)) as listing:  # the first is enough
             async for info in listing:
