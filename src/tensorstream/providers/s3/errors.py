@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
 import sys
 from typing import Any
 
@@ -31,7 +32,12 @@ from ...uri import redact, redact_text
 from .._http.proxies import refusal_hint, tunnel_refusal
 from .._http.status_errors import plain_text_answer
 from .error_codes import ErrorContext, WrongRegionError, map_client_error, map_s3_http_error
-from .profile import NO_CREDENTIALS_ADVICE, chain_source, config_profile_name
+from .profile import (
+    NO_CREDENTIALS_ADVICE,
+    chain_source,
+    config_profile_name,
+    profile_setting_file,
+)
 
 __all__ = ["ErrorContext", "WrongRegionError", "from_credential_chain", "map_s3_error", "map_s3_http_error",
            "map_session_error"]
@@ -286,6 +292,16 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
             return mapped
     provider = getattr(exc, "kwargs", {}).get("provider") if isinstance(exc, bce.BotoCoreError) \
         else None
+    if isinstance(exc, bce.CredentialRetrievalError) and provider in _SOURCE_HINTS:
+        # botocore's own words name only the profile; the generic message below said
+        # "what it printed is withheld ... run it by hand", of the environment
+        named = re.search(r"referenced in profile (\S+)$", str(exc.kwargs.get("error_msg")))
+        name = named.group(1) if named else profile or config_profile_name(None, os.environ)
+        exc.__cause__ = exc.__context__ = None
+        file = profile_setting_file(name, "credential_source", os.environ)
+        return ConfigurationError(
+            f"{where}: {file} [profile {name}] credential_source = {provider} found no keys "
+            f"to assume its role with: {_SOURCE_HINTS[str(provider)]}")
     _withhold(exc)
     source = f"its credential source {provider!r}" if provider else "botocore's credential chain"
     return ConfigurationError(
@@ -293,6 +309,14 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
         "it may hold secrets: run it by hand to see why)")
 
 
+#: What each ``credential_source`` of a role profile (botocore's three) found nothing in.
+_SOURCE_HINTS = {
+    "Environment": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    "Ec2InstanceMetadata": "no EC2 instance metadata service answered with a role's keys "
+                           "(or AWS_EC2_METADATA_DISABLED is true)",
+    "EcsContainer": "no container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or "
+                    "AWS_CONTAINER_CREDENTIALS_FULL_URI) answered",
+}
 #: botocore's (and aiobotocore's) RuntimeError when a refresh returned expired credentials.
 _STILL_EXPIRED = "Credentials were refreshed, but the refreshed credentials are still expired."
 
