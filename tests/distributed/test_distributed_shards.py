@@ -127,6 +127,8 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
         # rank 1 given another save's template: each loaded a shard, of two saves
         {"label": "other-templates",
          "uri": [template, str(tmp_path / "again" / "shard-%03d.tensors")]},
+        # one template spelt two ways (a path, a file:// URI) is one template
+        {"label": "two-spellings", "uri": [template, "file://" + template]},
         # str.format's placeholder is no template: one file for the group, not found
         {"label": "format-rank", "uri": str(tmp_path / "shard-{rank:03d}.tensors")},
         {"label": "lazy", "uri": template, "kwargs": {"lazy_load": True}},
@@ -156,6 +158,8 @@ def test_a_rank_template_load_fails_on_every_rank_of_the_group(tmp_path: Path) -
         assert "rank 0 one; rank 1 another" in other["error"], other
         mine = template if r.rank == 0 else str(tmp_path / "again" / "shard-%03d.tensors")
         assert f"this rank (rank {r.rank}) loaded {mine!r}" in other["error"], other
+        spelt = r.value["two-spellings"]
+        assert spelt.get("digests") == shards[r.rank], (r.rank, spelt)
         fmt = r.value["format-rank"]  # why the name was not found, and what to write
         assert fmt.get("failed_ranks") == [0, 1], (r.rank, fmt)
         assert "write '%03d' in place of '{rank:03d}'" in fmt["error"], fmt

@@ -391,6 +391,24 @@ def test_a_name_with_a_placeholder_that_is_no_template_says_so_when_missing(
     assert "rank template" not in str(caught.value)
 
 
+def test_a_template_print_is_the_same_for_one_template_spelt_two_ways(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks of a group compare their templates' prints (shards of two saves must not
+    load side by side): a path, its file:// URI and a relative path from its folder are
+    one template (file:///m/x-%03d.tensors was parsed as "/m/x-\\x03d.tensors"), as are
+    presigned URLs whose tokens differ; another folder or name is another."""
+    from tensorstream.tensorizer.sharding import template_print
+
+    monkeypatch.chdir(tmp_path)
+    spellings = [str(tmp_path / "x-%03d.tensors"), f"file://{tmp_path}/x-%03d.tensors",
+                 "x-%03d.tensors", "./x-%03d.tensors"]
+    assert len({template_print(u) for u in spellings}) == 1
+    assert template_print(str(tmp_path / "y-%03d.tensors")) != template_print(spellings[0])
+    signed = "https://h/x-%03d.tensors?X-Amz-Signature="
+    assert template_print(signed + "ab" * 32) == template_print(signed + "cd" * 32)
+    assert template_print(signed + "ab" * 32) != template_print("https://h/y-%03d.tensors")
+
+
 def test_saving_fewer_shards_over_more_says_the_stale_ones_are_left(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A model saved by 3 ranks, then again by 2: shard 002 stayed, and the load of the

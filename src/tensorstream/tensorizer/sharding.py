@@ -272,9 +272,19 @@ def not_a_template(uri: str, error: BaseException) -> NotFoundError | None:
 
 
 def template_print(uri: str) -> int:
-    """A 63-bit digest of the rank template ``uri`` as its error messages show it
-    (redacted: presigned tokens that differ between ranks do not count)."""
-    digest = hashlib.blake2b(redact(uri).encode(), digest_size=8).digest()
+    """A 63-bit digest of the rank template ``uri``: its first shard's name, a local
+    one as an absolute path (``file:///m/x-%03d``, ``/m/x-%03d`` and, from ``/m``,
+    ``x-%03d`` are one template), others as their errors show them (redacted:
+    presigned tokens that differ between ranks do not count)."""
+    from ..uri import parse_uri
+
+    first = _fill(uri, 0)
+    try:
+        parsed = parse_uri(first)
+        name = f"file:{parsed.path}" if parsed.is_local else redact(first)
+    except Exception:  # the load itself refused it already
+        name = redact(first)
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 
 
