@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import ObjectChangedError, TensorstreamError, UnsupportedOperationError
+from ...errors import NotFoundError, ObjectChangedError, TensorstreamError, UnsupportedOperationError
 
 __all__ = ["delete_written", "not_implemented", "the_written"]
 
@@ -49,7 +49,8 @@ async def delete_written(send: Callable[..., Awaitable[Any]], bucket: str, key: 
                          version_id: str | None, etag: str | None) -> bool:
     """Delete what a write made (:func:`the_written`); ``send(op, **kwargs)`` sends one
     request. False where the key holds another writer's object now (``412`` to the
-    ``If-Match``): it is left. Other errors raise."""
+    ``If-Match``): it is left; True where it holds nothing (gone already). Other errors
+    raise."""
     args = the_written(version_id, etag)
     try:
         await send("delete_object", Bucket=bucket, Key=key, **args)
@@ -57,6 +58,12 @@ async def delete_written(send: Callable[..., Awaitable[Any]], bucket: str, key: 
         if "IfMatch" not in args:
             raise
         return False
+    except NotFoundError:
+        # S3 answers a conditional delete of a key that holds nothing 404 NoSuchKey (a
+        # delete by key, 204): what the write made is gone already (deleted by another),
+        # which is what was asked; it was reported "could not be removed: it is there".
+        if "IfMatch" not in args:
+            raise
     except TensorstreamError as exc:
         if "IfMatch" not in args or not (
                 isinstance(exc, UnsupportedOperationError) or not_implemented(exc)):
