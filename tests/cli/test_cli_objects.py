@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,31 @@ def test_rm_r_takes_an_s3_keys_slashes_as_they_are_as_ls_does(
     (tmp_path / "d" / "f").write_bytes(b"x")
     r = cli("rm", "-r", f"{tmp_path}/d//")  # a local path: d// is d/
     assert r.returncode == 0 and not (tmp_path / "d" / "f").exists(), r.stderr
+
+
+def test_credentials_escapes_a_profile_name_and_a_config_path(isolated_env: Path) -> None:
+    # Printed raw: a shared config's profile named with terminal escape sequences, or a
+    # path holding one or a line break, repainted the screen or faked a line of the table.
+    folder = isolated_env / "cf\x1b[31m\nX"
+    folder.mkdir()
+    (folder / "config").write_text("[profile p\x1b[2Jq]\nregion = us-east-1\n"
+                                   "aws_access_key_id = AKIAEXAMPLEEXAMPLE12\n"
+                                   "aws_secret_access_key = " + "s" * 40 + "\n")
+    env = {**os.environ, "AWS_CONFIG_FILE": str(folder / "config"),
+           "AWS_PROFILE": "p\x1b[2Jq"}
+    r = cli("credentials", "s3://bucket/model.tensors", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "s" * 40 not in r.stdout
+    assert "profile p\\x1b[2Jq" in r.stdout and "cf\\x1b[31m\\nX/config" in r.stdout
+    assert len(r.stdout.splitlines()) == 8, r.stdout  # the title and 7 values, one a line
+    r = cli("credentials", "--json", "s3://bucket/model.tensors", env=env)  # exact there
+    assert json.loads(r.stdout)["profile"]["value"] == "p\x1b[2Jq"
+
+
+def test_stat_shows_a_name_as_ls_does_backslashes_doubled(tmp_path: Path) -> None:
+    # A name with a backslash and "n" and one with a line break both printed as a\nb.
+    (tmp_path / "a\\nb").write_bytes(b"1")
+    (tmp_path / "a\nb").write_bytes(b"22")
+    lines = [cli("stat", str(tmp_path / name)).stdout.splitlines()[0] for name in ("a\\nb", "a\nb")]
+    assert lines == [f"uri:     {tmp_path}/a\\\\nb", f"uri:     {tmp_path}/a\\nb"]
+    assert sorted(cli("ls", str(tmp_path)).stdout.splitlines()) == ["a\\\\nb", "a\\nb"]

@@ -98,7 +98,7 @@ def _info_dict(info: ObjectInfo, uri: str) -> dict[str, Any]:
 
 def run_stat(args: argparse.Namespace) -> int:
     from ._run import run_async
-    from .output import escape
+    from .output import escape, escape_name
 
     uri = parse_uri(args.uri)
 
@@ -110,8 +110,8 @@ def run_stat(args: argparse.Namespace) -> int:
             print(json.dumps(d, sort_keys=True))
         else:
             for k in ("uri", "size", "etag", "version", "mtime"):
-                if d[k] is not None:
-                    print(f"{k + ':':<9}{escape(str(d[k]))}")
+                if d[k] is not None:  # (the name as ls shows it: a\\nb is no a<newline>b)
+                    print(f"{k + ':':<9}{(escape_name if k == 'uri' else escape)(str(d[k]))}")
         return 0
 
     return run_async(go)
@@ -373,5 +373,23 @@ def run_credentials(args: argparse.Namespace) -> int:
         data = as_dict() if callable(as_dict) else report
         print(redact_text(json.dumps(data, sort_keys=True, default=str)))
     else:
-        print(redact_text(str(report)))
+        print(redact_text(_escaped_report(report)))
     return 0
+
+
+def _escaped_report(report: Any) -> str:
+    """The report's table with each cell escaped (:func:`.output.escape`): a profile
+    name or a config file's path holding terminal escape sequences or a line break (a
+    shared config, a profile from SSO) repainted the screen or faked a line of it."""
+    import dataclasses
+
+    from ..credentials.report import CredentialReport, ReportLine
+    from .output import escape, escape_name
+
+    if not isinstance(report, CredentialReport):  # a third party's: escaped line by line
+        return "\n".join(escape(line) for line in str(report).splitlines())
+    return str(dataclasses.replace(
+        report, uri=escape_name(report.uri),
+        lines=tuple(ReportLine(escape(ln.name), escape(ln.shown), escape(ln.source))
+                    for ln in report.lines),
+        looked_in=tuple(map(escape, report.looked_in)), notes=tuple(map(escape, report.notes))))
