@@ -128,6 +128,39 @@ async def test_a_credential_process_whose_keys_have_expired_says_so_and_where(
     assert BAD_SECRET not in caplog.text
 
 
+@pytest.mark.parametrize("expiration", ["never", "1765152000", "2026-12-07 23:59"])
+async def test_a_credential_process_whose_expiration_is_no_time_says_so_and_where(
+        sources: Sources, moto_s3: MotoS3Server, tmp_path: Path, expiration: str) -> None:
+    # Was "botocore's credential chain failed (ParserError / TypeError (a time without its
+    # zone); ... run it by hand)", naming neither the process nor its Expiration.
+    keys = json.dumps({"Version": 1, "AccessKeyId": moto_s3.access_key_id,
+                       "SecretAccessKey": BAD_SECRET, "Expiration": expiration})
+    script = tmp_path / "credentials.sh"
+    script.write_text(f"#!/bin/sh\necho '{keys}'\n")
+    script.chmod(0o755)
+    sources.aws_config.write_text(f"[profile ci]\ncredential_process = {script}\n")
+    uri = f"s3://{S3_BUCKET}/x"
+    opts = {"s3_endpoint": moto_s3.endpoint_url, "s3_profile": "ci"}
+
+    async def listing() -> None:
+        async with tensorstream.get_provider(uri, retries=1, **opts) as provider:
+            [_ async for _ in provider.list(S3_BUCKET + "/")]
+
+    async def read() -> None:
+        tensorstream.open(uri, retries=1, **opts).read()
+
+    async def describe() -> None:
+        tensorstream.describe_credentials(uri, **opts)
+
+    for attempt in (read, listing, describe):
+        with pytest.raises(errors.ConfigurationError) as info:
+            await attempt()
+        said = str(info.value)
+        assert f"{sources.aws_config} [profile ci] credential_process" in said, said
+        assert "returned an Expiration that is not a time with its zone" in said
+        assert BAD_SECRET not in everything_said(info.value)
+
+
 async def test_a_role_whose_credential_source_has_no_keys_says_which_and_what_to_set(
         sources: Sources, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     # Was "its credential source 'Environment' failed (CredentialRetrievalError; what it

@@ -278,6 +278,12 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
             f"{where}: {_refreshed_by(exc, profile)} returned temporary credentials whose "
             "Expiration is already past, and again when asked once more; make it return "
             "fresh ones (a cached answer not renewed?) or check this machine's clock")
+    if _bad_expiration(exc):
+        source = _refreshed_by(exc, profile)
+        _withhold(exc)
+        return ConfigurationError(
+            f"{where}: {source} returned an Expiration that is not a time with its zone "
+            "(ISO 8601, as 2026-01-01T00:00:00Z); what it printed is not shown")
     if isinstance(exc, bce.InvalidRegionError):  # the profile's (variables are checked before)
         return ConfigurationError(
             f"{where}: region {exc.kwargs.get('region_name')!r} is not a region name (letters, "
@@ -325,13 +331,35 @@ def _refreshed_by(exc: BaseException, profile: str | None) -> str:
     """The source whose refresh raised ``exc``, from the refreshable credentials in its
     traceback (e.g. ``~/.aws/config [profile ci] credential_process (botocore
     custom-process)``), else botocore's credential chain."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost (a role's source_profile's process, say)
+        holder = tb.tb_frame.f_locals.get("self")
+        method = getattr(holder, "method", None) or getattr(holder, "METHOD", None)
+        if isinstance(method, str) and method:
+            found = method
+        tb = tb.tb_next
+    return chain_source(found, profile) if found else "botocore's credential chain"
+
+
+def _bad_expiration(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised reading a credential source's ``Expiration`` (dateutil's
+    ParserError for ``never``, a TypeError comparing one without a zone to now)."""
+    if not isinstance(exc, (ValueError, TypeError, OverflowError)):
+        return False
     tb = exc.__traceback__
     while tb is not None:
-        method = getattr(tb.tb_frame.f_locals.get("self"), "method", None)
-        if isinstance(method, str) and method:
-            return chain_source(method, profile)
+        code = tb.tb_frame.f_code.co_name
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if code in _EXPIRY_READERS and module.startswith(_CREDENTIAL_MODULES):
+            return True
         tb = tb.tb_next
-    return "botocore's credential chain"
+    return False
+
+
+#: botocore's functions that parse an Expiration or compare it with now.
+_EXPIRY_READERS = frozenset({"_expiry_datetime", "_parse_if_needed", "_seconds_remaining",
+                             "_is_expired", "refresh_needed"})
 
 
 #: botocore's credential providers that read a file, and which file.
