@@ -361,6 +361,11 @@ def test_a_missing_shard_names_its_rank_the_template_and_what_to_do(
         said = str(caught.value)
         assert f"rank {rank} of 2" in said and "check the folder and the name" in said, said
         assert "elsewhere-000.tensors" in said, said
+    # a second placeholder that is no template stays in the name: said too
+    with pytest.raises(errors.NotFoundError) as caught:
+        deserialize(backend.uri("{rank}/m-rank-%03d.tensors"), "cpu", rank=1, world_size=2,
+                    **backend.options)
+    assert "'{rank}' in it is no rank template and was read as it is" in str(caught.value)
     with deserialize(template, "cpu", rank=0, world_size=1, **backend.options) as sd:
         assert torch.equal(sd["w"], torch.zeros(4))
 

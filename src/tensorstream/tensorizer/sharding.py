@@ -236,6 +236,10 @@ def missing_shard(uri: str, rank: int | None, world_size: int | None,
         advice = f"if the model has fewer shards than the ranks loading it, {fewer}; else {check}"
     else:
         advice = ("no shard of it is there, not even the first: " if r != 0 else "") + check
+    other = _OTHER_PLACEHOLDER.search(_TOKEN.sub("", uri))
+    if other is not None:  # "b/{rank}/m-%03d": the second was left in the name as it is
+        advice += (f"; {(other.group(1) or other.group(2))!r} in it is no rank template "
+                   "and was read as it is (only one %0Nd is filled in)")
     said = error.message if isinstance(error, NotFoundError) else str(error)
     found = NotFoundError(f"{said} (the shard of {of}, filled into the rank template "
                           f"{redact(uri)!r}); {advice}")
