@@ -96,6 +96,36 @@ def test_lines_are_read_a_chunk_at_a_time(reader: Any, monkeypatch: pytest.Monke
     assert reader.readline() == DATA[: DATA.index(b"\n") + 1]
 
 
+def test_the_lines_of_a_chunk_are_read_from_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next lines are in the chunk a readline read: each line read a chunk of its own
+    (9 s for the 200,000 lines of a 5 MB local file). Lines spanning chunks, a last line
+    without its newline, ``readline(size)`` and seeks back and forth read as open()'s."""
+    data = b"".join(b"%d\r\n" % i for i in range(20000)) + b"x" * 9000 + b"\nlast"
+    (tmp_path / "lines.txt").write_bytes(data)
+    reads: list[int] = []
+    with tensorstream.open(str(tmp_path / "lines.txt")) as f:
+        real = type(f)._readinto
+
+        def counted(self: Any, b: Any) -> int:
+            reads.append(len(memoryview(b)))
+            return real(self, b)
+
+        monkeypatch.setattr(type(f), "_readinto", counted)
+        assert list(f) == data.splitlines(keepends=True)
+        assert len(reads) <= len(data) // 8192 + 4, len(reads)
+        oracle = io.BytesIO(data)
+        for step in ([5, 2, -1], [len(data) - 20000, 3, 9000, -1, -1], [3, 7, -1], [0, 0, 1]):
+            f.seek(step[0])
+            oracle.seek(step[0])
+            for size in step[1:]:
+                assert f.readline(size) == oracle.readline(size)
+                assert f.tell() == oracle.tell()
+            assert f.read(3) == oracle.read(3)
+        f.seek(len(data) - 20)
+        assert f.readlines() == data[len(data) - 20:].splitlines(keepends=True)
+
+
 def test_a_failed_readline_moves_nothing(reader: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     real = type(reader)._readinto
     calls: list[int] = []

@@ -42,6 +42,9 @@ class ReadOnlyFile(io.RawIOBase):
     _pos: int
     _lock: threading.RLock
     _uri: ParsedURI
+    #: The last chunk :meth:`readline` read and where it starts: the next lines are in
+    #: it (a read of its own a line, 45 µs, made a 5 MB file's lines take 9 s).
+    _line_chunk: tuple[bytes, int] = (b"", 0)
 
     @property
     def size(self) -> int:
@@ -144,7 +147,8 @@ class ReadOnlyFile(io.RawIOBase):
 
         Read a chunk at a time, the position then set just past the line: io's
         own readline peeks and reads one byte at a time here (an unbuffered file),
-        a minute for the lines of a 1 MB local file."""
+        a minute for the lines of a 1 MB local file. The chunk is kept for the lines
+        after it (as a buffered file keeps its buffer)."""
         size = -1 if size is None else operator.index(size)
         with self._lock:
             self._check_closed()
@@ -153,16 +157,27 @@ class ReadOnlyFile(io.RawIOBase):
             chunk = LINE_CHUNK
             try:
                 while size < 0 or len(line) < size:
-                    buf = bytearray(chunk if size < 0 else min(chunk, size - len(line)))
-                    n = self._readinto(buf)
-                    if not n:
+                    want = chunk if size < 0 else min(chunk, size - len(line))
+                    at = start + len(line)
+                    kept, kept_at = self._line_chunk
+                    if kept_at <= at < kept_at + len(kept):
+                        eof = False  # (short only where the chunk ends: read on)
+                    else:
+                        self._pos = at
+                        buf = bytearray(want)
+                        n = self._readinto(buf)
+                        kept, kept_at, eof = bytes(buf[:n]), at, n < want  # (fewer: EOF)
+                        self._line_chunk = (kept, kept_at)
+                    off = at - kept_at
+                    stop = min(off + want, len(kept))
+                    if stop <= off:
                         break
-                    end = buf.find(b"\n", 0, n)
+                    end = kept.find(b"\n", off, stop)
                     if end >= 0:
-                        line += buf[: end + 1]
+                        line += kept[off: end + 1]
                         break
-                    line += buf[:n]
-                    if n < len(buf):  # fewer only at EOF
+                    line += kept[off:stop]
+                    if eof:
                         break
                     chunk = min(2 * chunk, READ1_DEFAULT)
             except BaseException:
