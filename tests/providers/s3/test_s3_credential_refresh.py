@@ -10,7 +10,6 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import pytest
 from s3_credential_sources import Sources
 
 import tensorstream
