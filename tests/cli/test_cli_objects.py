@@ -220,3 +220,22 @@ def test_stat_shows_a_name_as_ls_does_backslashes_doubled(tmp_path: Path) -> Non
     lines = [cli("stat", str(tmp_path / name)).stdout.splitlines()[0] for name in ("a\\nb", "a\nb")]
     assert lines == [f"uri:     {tmp_path}/a\\\\nb", f"uri:     {tmp_path}/a\\nb"]
     assert sorted(cli("ls", str(tmp_path)).stdout.splitlines()) == ["a\\\\nb", "a\\nb"]
+
+
+def test_rm_of_one_object_keeps_it_when_the_rules_exclude_it(tmp_path: Path,
+                                                              moto_s3: Any) -> None:
+    # The rules were read only with -r or a pattern: `rm --exclude '*.pt' model.pt`
+    # deleted the file it was told to keep (cp of one file, and aws s3 rm, apply them).
+    f = tmp_path / "model.pt"
+    f.write_bytes(b"x")
+    for rules in (["--exclude", "*.pt"], ["--exclude", "*", "--include", "*.bin"]):
+        r = cli("rm", *rules, str(f))
+        assert r.returncode == 1 and r.stdout == "" and f.exists(), r.stderr
+        assert "left out by the --exclude/--include rules" in r.stderr
+    r = cli("rm", "--exclude", "*", "--include", "*.pt", str(f))  # taken back: deleted
+    assert r.returncode == 0 and not f.exists(), r.stderr
+    moto_s3.put(S3_BUCKET, "rmone/keep.pt", b"x")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    r = cli("rm", *ep, "--exclude", "keep.*", f"s3://{S3_BUCKET}/rmone/keep.pt", env=env)
+    assert r.returncode == 1 and "left out" in r.stderr, r.stderr
+    assert moto_s3.exists(S3_BUCKET, "rmone/keep.pt")

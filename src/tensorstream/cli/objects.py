@@ -68,7 +68,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("-r", "--recursive", action="store_true", help="delete everything under URI")
     p.add_argument("--dryrun", action="store_true", help="show what would be deleted")
     p.add_argument("--exclude", action=Rule, const="exclude", metavar="GLOB",
-                   help="keep keys matching GLOB (with -r; repeatable)")
+                   help="keep keys matching GLOB (repeatable)")
     p.add_argument("--include", action=Rule, const="include", metavar="GLOB",
                    help="take back keys an earlier --exclude left out; the last rule that "
                         "matches wins")
@@ -222,6 +222,11 @@ def run_rm(args: argparse.Namespace) -> int:
                                         + (" and the --exclude/--include rules" if rules else ""))
                 return await _delete_each(provider, uri, targets, args.dryrun, reporter)
             if not args.recursive:
+                if not rules.wants(uri.path.rstrip("/").rsplit("/", 1)[-1]):
+                    # As cp (and aws s3 rm) of one object take the rules: `rm --exclude
+                    # '*.pt' model.pt` deleted the file it was told to keep.
+                    raise NotFoundError(f"{redact_text(args.uri)} is left out by the "
+                                        "--exclude/--include rules: nothing deleted")
                 try:
                     if args.dryrun:
                         await _would_delete(provider, uri.path)  # NotFoundError if absent
