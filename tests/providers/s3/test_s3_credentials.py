@@ -254,3 +254,30 @@ async def test_a_key_with_whitespace_around_it_is_said_when_refused(
     with pytest.raises(errors.PermissionDeniedError) as info:
         await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
     assert "whitespace" not in str(info.value)
+
+
+@pytest.mark.parametrize("level", ["s3_env", "aws_env", "options"])
+async def test_a_temporary_key_id_sent_without_a_token_is_said_when_refused(
+    sources: Sources, monkeypatch: pytest.MonkeyPatch, level: str
+) -> None:
+    """STS keys (``ASIA...``) in vLLM's S3_ variables beside an AWS_SESSION_TOKEN (which
+    belongs to the AWS_ pair) went without it: S3 answered that the key id "does not
+    exist", with no word of the token. The refusal now says the key id is a temporary one
+    sent without a token and where a token goes; never a value."""
+    s = sources.server
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "canary-TOKEN-0123456789")
+    sources.put(level, "ASIATEMPORARYKEY0001", BAD_SECRET, s.endpoint_url)
+    if level == "aws_env":  # its own token goes with it: nothing to say
+        monkeypatch.delenv("AWS_SESSION_TOKEN")
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
+    said = str(info.value)
+    assert SOURCE[level] in said and "temporary one, ASIA..., sent without a session token" \
+        in said, said
+    assert "vLLM's S3_ variables take none" in said
+    everything = everything_said(info.value)
+    assert BAD_SECRET not in everything and "canary-TOKEN" not in everything
+    sources.put(level, BAD_KEY, BAD_SECRET, s.endpoint_url)  # a long-term key id: no word
+    with pytest.raises(errors.PermissionDeniedError) as info:
+        await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
+    assert "temporary" not in str(info.value)

@@ -98,6 +98,19 @@ def _padded(key_id: Sourced[str] | None, secret: Sourced[str] | None) -> str:
             "whitespace around it: a space copied with it?)")
 
 
+def _without_token(key_id: Sourced[str] | None, token: Sourced[str] | None) -> str:
+    """Said after a key pair's source when its key id is a temporary one (AWS STS's
+    ``ASIA`` prefix) and no session token goes with it: S3 refused it as a key id that
+    "does not exist" (vLLM's S3_ variables take no token; AWS_SESSION_TOKEN belongs to
+    the AWS_ pair)."""
+    if key_id is None or token is not None or not str(key_id.value).startswith("ASIA"):
+        return ""
+    return (" (its key id is a temporary one, ASIA..., sent without a session token: give the "
+            "token with the pair of its own source: s3_session_token with the s3_ options, "
+            "AWS_SESSION_TOKEN with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, access_token in "
+            "~/.s3cfg; vLLM's S3_ variables take none)")
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class S3Credentials:
     """Resolved S3 settings. ``access_key_id is None`` (and not anonymous)
@@ -128,7 +141,8 @@ class S3Credentials:
             return "anonymous (unsigned requests)"
         if self.access_key_id is None:
             return self.chain_description
-        return self.access_key_id.source + _padded(self.access_key_id, self.secret_access_key)
+        return (self.access_key_id.source + _padded(self.access_key_id, self.secret_access_key)
+                + _without_token(self.access_key_id, self.session_token))
 
     @property
     def chain_description(self) -> str:
