@@ -77,7 +77,8 @@ def test_local_copies_on_each_machine_are_named_as_the_cause(tmp_path: Path) -> 
     """Ranks on two machines, each with its own byte-identical copy of the model on its
     local disk (two paths here): the copies are two versions (inode, mtime) and the load
     is refused, as it must be, but the message only said the ranks "do not see the same
-    object"; it now says why local copies differ and to load them with group=None."""
+    object"; it now says why local copies differ and to load them with group=None, and
+    which ranks saw which object."""
     state = {"w": torch.arange(1000.0)}
     data, sdata = tensorizer_bytes(state, tmp_path), st_torch.save(state)
     for r in range(2):
@@ -95,5 +96,7 @@ def test_local_copies_on_each_machine_are_named_as_the_cause(tmp_path: Path) -> 
             failed = r.value[label]
             assert "DistributedLoadError" in failed.get("types", []), (r.rank, failed)
             assert "do not see the same object" in failed["error"], failed
+            # which rank saw which, so the odd one out can be found in a larger group
+            assert f"(rank 0 saw one; rank 1 another; this is rank {r.rank})" in failed["error"]
             assert "copies on several machines" in failed["error"], failed
             assert "group=None" in failed["error"], failed

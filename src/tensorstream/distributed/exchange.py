@@ -96,13 +96,13 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
     gathered = [torch.empty_like(mine) for _ in range(group.size)]
     _wait(group, what, lambda: dist.all_gather(gathered, mine, group=group.pg, async_op=True))
     failed: dict[int, str] = {}
-    prints = set()
+    prints: dict[int, list[int]] = {}  # each fingerprint's ranks, in rank order
     for r, t in enumerate(gathered):
         raw = bytes(t.cpu().numpy())
         flag, fp = _STATUS.unpack(raw[: _STATUS.size])
         if flag:
             failed[r] = raw[_STATUS.size :].rstrip(b"\0").decode("utf-8", "ignore")
-        prints.add(fp)
+        prints.setdefault(fp, []).append(r)
     if failed:
         listed = "; ".join(f"rank {r}: {m}" for r, m in failed.items())
         raise DistributedLoadError(
@@ -110,10 +110,16 @@ def agree(group: Group, what: str, error: BaseException | None, fingerprint: int
             "the group raises this error and no tensor is returned",
             failed_ranks=sorted(failed), errors=failed) from error
     if len(prints) > 1:
+        # which ranks agree with which: the odd one out is the rank to look at
+        seen = "; ".join(("ranks " + ", ".join(map(str, rs)) if len(rs) > 1 else f"rank {rs[0]}")
+                         + (" saw one" if i == 0 else " another")
+                         for i, rs in enumerate(list(prints.values())[:8]))
         raise DistributedLoadError(
-            f"{what}: the ranks of the group do not see the same object (size, version, "
-            "tensor index or filter_func differ between ranks); a shared load needs the "
-            "same URI, the same object version and the same arguments on every rank"
+            f"{what}: the ranks of the group do not see the same object ({seen}; this is rank "
+            f"{group.rank}): size, version, tensor index or filter_func differ between ranks; "
+            "a shared load needs the same URI, the same object version and the same "
+            "arguments on every rank (an object replaced while the ranks opened it: load "
+            "again)"
             + (" (a local file's version is its inode and mtime: copies on several machines "
                "differ even when their bytes do not; load them with group=None, each rank "
                "from its own disk)" if local else ""))
