@@ -34,7 +34,9 @@ _DENIED = {
     "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
     "InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem", "403",
 }
-_CHANGED = {"PreconditionFailed", "412"}
+#: ``ConditionalRequestConflict`` (409): a conditional write or delete lost to a request
+#: that changed the object first (S3's words: "a conflicting operation occurred").
+_CHANGED = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
 _RANGE = {"InvalidRange", "416"}
 _BUSY = {
     "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
