@@ -239,3 +239,18 @@ def test_rm_of_one_object_keeps_it_when_the_rules_exclude_it(tmp_path: Path,
     r = cli("rm", *ep, "--exclude", "keep.*", f"s3://{S3_BUCKET}/rmone/keep.pt", env=env)
     assert r.returncode == 1 and "left out" in r.stderr, r.stderr
     assert moto_s3.exists(S3_BUCKET, "rmone/keep.pt")
+
+
+def test_rm_r_of_dot_or_dot_dot_is_refused_as_gnu_rm_refuses_it(tmp_path: Path) -> None:
+    # `rm -r ..` (a typo for `rm -r ../x`) deleted every file under the parent.
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f.bin").write_bytes(b"x")
+    (tmp_path / "d" / "g.bin").write_bytes(b"x")
+    for target in (".", "..", "./", "../", "e/..", f"file://{tmp_path}/d/.."):
+        r = cli("rm", "-r", target, cwd=tmp_path / "d")
+        assert r.returncode == 2 and r.stdout == "", (target, r.stdout)
+        assert "refusing to delete '.' or '..'" in r.stderr, r.stderr
+    assert (tmp_path / "f.bin").exists() and (tmp_path / "d" / "g.bin").exists()
+    (tmp_path / "..x").write_bytes(b"x")  # a name that only starts with dots is a name
+    r = cli("rm", "-r", "..x", cwd=tmp_path)
+    assert r.returncode == 0 and not (tmp_path / "..x").exists(), r.stderr

@@ -201,6 +201,11 @@ def run_rm(args: argparse.Namespace) -> int:
         # GNU rm's --preserve-root: every file on the machine is never what was meant.
         raise argparse.ArgumentTypeError(f"refusing to delete every file under / "
                                          f"({args.uri!r} is the root directory)")
+    if args.recursive and uri.scheme == "file" and os.path.basename(
+            args.uri.removeprefix("file://").rstrip("/")) in (".", ".."):
+        # GNU rm's refusal too: `rm -r ..` (a typo for `rm -r ../x`) emptied the parent.
+        raise argparse.ArgumentTypeError(f"refusing to delete '.' or '..' ({args.uri!r}); "
+                                         "name the directory instead")
     # (checked before Rules, which refuses an --include first in its own words)
     if (refused := unmatchable_rule(getattr(args, "rules", None) or [], "URI")) is not None:
         raise argparse.ArgumentTypeError(refused)  # it would delete what it was to keep
