@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from cli_env import cli
 
 #: 19 directories of 200 bytes: under PATH_MAX below a short root, past it below a long one.
@@ -71,3 +73,56 @@ def test_sync_delete_reaches_a_file_past_path_max(tmp_path: Path) -> None:
                                                "--delete never deletes (rm it if it should go)")
     assert _names(dst) == ["keep.bin", "root-link", "x.tmp"]
     assert not (dst / "stale-top.bin").exists() and (dst / "top.bin").read_bytes() == b"t"
+
+
+def test_a_directory_past_path_max_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    """A directory below PATH_MAX's reach that the deep listing could not read was skipped
+    without a word (the shallow listing names one): what is under it was never looked at,
+    and the run said nothing of it. Run without root's right to read any directory
+    (``setpriv`` drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH), as any other user is."""
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop root's right to read any directory")
+    src, dst = tmp_path / "s", tmp_path / "d" / ("r" * 250) / ("q" * 200)
+    _make(src, {"keep.bin": b"k"})
+    _make(dst, {"keep.bin": b"k"})
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        for name in LEVELS:
+            below = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.mkdir("closed", dir_fd=fd)
+        inner = os.open("closed", os.O_RDONLY, dir_fd=fd)
+        os.close(os.open("stale.bin", os.O_WRONLY | os.O_CREAT, dir_fd=inner))
+        os.close(inner)
+        os.chmod("closed", 0, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        r = subprocess.run(
+            ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-m",
+             "tensorstream", "sync", "--delete", str(src), str(dst)],
+            capture_output=True, text=True, timeout=120)
+    finally:
+        _chmod_closed(dst)
+    assert r.returncode == 0, r.stderr
+    left = [line for line in r.stderr.splitlines() if "--delete left" in line]
+    assert len(left) == 1, r.stderr
+    assert left[0].endswith("/closed alone: cannot read directory (Permission denied); "
+                            "nothing under it was looked at"), left[0]
+
+
+def _chmod_closed(root: Path) -> None:
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for name in LEVELS:
+            below = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.chmod("closed", 0o755, dir_fd=fd)
+    finally:
+        os.close(fd)

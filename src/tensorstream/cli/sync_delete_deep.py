@@ -49,10 +49,19 @@ def listed_deep(root: str, key: str) -> Iterator[tuple[str, str]]:
         elif stat.S_ISLNK(st.st_mode):
             yield key, "symbolic link"
         elif stat.S_ISDIR(st.st_mode):
-            for top, dirs, files, at in os.fwalk(name, dir_fd=fd, follow_symlinks=False):
+            # A directory the walk could not read is never yielded as a ``top``: it is
+            # named, as the shallow listing names one ("cannot read directory"), where it
+            # was skipped without a word (and what is under it never looked at).
+            failed: list[OSError] = []
+            found: set[str] = {name}
+            walked: set[str] = set()
+            for top, dirs, files, at in os.fwalk(name, dir_fd=fd, follow_symlinks=False,
+                                                 onerror=failed.append):
+                walked.add(top)
                 rel = "/".join([*above, top])
                 # (a link to a directory is among dirs, and left out of the walk)
                 links = [d for d in dirs if stat.S_ISLNK(os.lstat(d, dir_fd=at).st_mode)]
+                found.update(f"{top}/{d}" for d in dirs if d not in links)
                 for entry in sorted(files + links):
                     if is_temp_name(entry):
                         continue  # tensorstream's own temp/partial files
@@ -61,6 +70,10 @@ def listed_deep(root: str, key: str) -> Iterator[tuple[str, str]]:
                         yield f"{rel}/{entry}", ""
                     elif stat.S_ISLNK(mode):
                         yield f"{rel}/{entry}", "symbolic link"
+            if failed:
+                why = failed[0].strerror or str(failed[0])
+                for top in sorted(found - walked):
+                    yield "/".join([*above, top]), f"cannot read directory ({why})"
     finally:
         os.close(fd)
 
