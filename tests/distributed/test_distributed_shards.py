@@ -191,5 +191,6 @@ def test_a_rank_that_dies_or_hangs_loading_its_shard_fails_the_others_in_bounded
     results = run_ranks(break_rank, 2, step, 1, how, timeout=60)
     assert results[0].raised("DistributedLoadError"), (results[0].error, results[0].traceback)
     assert "shard-%03d.tensors" in (results[0].error or ""), results[0].error
+    assert "group_timeout= above the slowest rank's read" in (results[0].error or "")
     assert results[0].seconds < 9, results[0].seconds
     assert not results[0].hung and not results[1].hung

@@ -60,7 +60,10 @@ def _wait(group: Group, what: str, start: Callable[[], Any]) -> None:
         raise DistributedLoadError(
             f"{what}: a collective of the {group.size}-rank group failed on rank {group.rank} "
             f"({type(exc).__name__}: {redact_text(str(exc))[:300]}); another rank died or did "
-            f"not answer within {limit}") from exc
+            f"not answer within {limit}. If every rank is alive but slow (a large share, a "
+            "slow link), pass a group_timeout= above the slowest rank's read; after a broken "
+            "collective the group cannot be used again (as for any torch collective): "
+            "restart the ranks") from exc
 
 
 def _describe(error: BaseException) -> str:
