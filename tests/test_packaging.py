@@ -136,3 +136,52 @@ def test_what_the_tests_import_is_in_the_extras_tox_installs() -> None:
         and not any(re.sub(r"[-_.]+", "-", d).lower() in installed for d in dists.get(module, []))
     }
     assert not missing, f"tests import what tensorstream[test,docs] does not install: {missing}"
+
+
+def _pins() -> list[tuple[str, Requirement]]:
+    """Every exact pin CI installs: the extras' ``==`` and .ci/constraints.txt's lines."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = [(f"pyproject.toml [{extra}]", Requirement(r))
+            for extra, reqs in project["optional-dependencies"].items() for r in reqs]
+    for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines():
+        if line.split("#")[0].strip():
+            pins.append((".ci/constraints.txt", Requirement(line.split("#")[0])))
+    return [(where, r) for where, r in pins if str(r.specifier).startswith("==")]
+
+
+def test_every_pin_that_applies_to_python_310_installs_there() -> None:
+    # requires-python is >=3.10, but CI runs 3.11: a pin of a release that dropped 3.10
+    # (redis 8.2, sybil 10, mkdocs-material 9.8...) made .ci/run's install fail with
+    # ResolutionImpossible on 3.10. Such a pin must carry python_version >= "3.11" and name a
+    # release for 3.10 beside it. Checked from the installed release's Requires-Python,
+    # for each pin that is what this interpreter installed.
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    py310 = {"python_version": "3.10", "python_full_version": "3.10.13"}
+    wrong = []
+    for where, req in _pins():
+        if req.marker is not None and not req.marker.evaluate(py310):
+            continue
+        try:
+            meta = metadata(req.name)
+        except PackageNotFoundError:
+            continue
+        if Version(meta["Version"]) not in req.specifier:
+            continue
+        needs = meta["Requires-Python"]
+        if needs and "3.10.13" not in SpecifierSet(needs):
+            wrong.append(f"{where}: {req} (Requires-Python {needs})")
+    assert not wrong, f"pins Python 3.10 cannot install: {wrong}"
+
+
+def test_each_pin_applies_once_per_python() -> None:
+    # Two pins of one distribution (one per Python) must not both apply to one interpreter.
+    for env in ({"python_version": "3.10"}, {"python_version": "3.11"}, {"python_version": "3.13"}):
+        seen: dict[tuple[str, str], Requirement] = {}
+        for where, req in _pins():
+            if req.marker is None or req.marker.evaluate(env):
+                key = (where, req.name.lower())
+                assert key not in seen, f"{where}: {seen[key]} and {req} both apply to {env}"
+                seen[key] = req
