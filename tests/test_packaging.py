@@ -101,11 +101,28 @@ def _closure(extras: tuple[str, ...]) -> set[str]:
     return seen
 
 
+def _packages_distributions() -> dict[str, list[str]]:
+    """Top-level module -> the distributions that install it, as Python 3.11's
+    ``importlib.metadata.packages_distributions``: 3.10's reads only ``top_level.txt``,
+    which wheels built by anything but setuptools (aiobotocore, fsspec, hypothesis...)
+    lack, so there it mapped them to nothing; the modules are inferred from the files."""
+    import inspect
+    from importlib.metadata import distributions
+
+    found: dict[str, list[str]] = {}
+    for dist in distributions():
+        declared = (dist.read_text("top_level.txt") or "").split()
+        inferred = {f.parts[0] if len(f.parts) > 1 else inspect.getmodulename(str(f))
+                    for f in dist.files or [] if f.suffix in (".py", ".so", ".pyd")}
+        for module in set(declared) | {m for m in inferred if m and "." not in m}:
+            found.setdefault(module, []).append(dist.metadata["Name"])
+    return found
+
+
 def test_what_the_tests_import_is_in_the_extras_tox_installs() -> None:
     # tox.ini installs tensorstream[test,docs]: a module the tests import from elsewhere (the
     # bench extra, a developer's venv) made 'tox' fail to collect them, or skip them unseen.
     import ast
-    from importlib.metadata import packages_distributions
 
     tests = ROOT / "tests"
     local = {"tests", "tensorstream", "benchmarks", "conftest"} | {
@@ -125,11 +142,13 @@ def test_what_the_tests_import_is_in_the_extras_tox_installs() -> None:
         for top in importorskip.findall(path.read_text()):
             imported.setdefault(top, str(path.relative_to(ROOT)))
     installed = _closure(("test", "docs"))
-    dists = packages_distributions()
-    # tomli: pytest's own dependency below Python 3.11. fuse (fusepy, with libfuse 2):
-    # tests/case_folding_fs.py, run as a process of its own; its one test is skipped,
-    # saying why, where it is missing (no kernel filesystem that folds case is at hand).
-    optional = {"tomli", "fuse"}
+    dists = _packages_distributions()
+    # tomli: pytest's own dependency below Python 3.11 (tomllib: the standard library's from
+    # 3.11, which 3.10's sys.stdlib_module_names does not list; imported under a version
+    # check). fuse (fusepy, with libfuse 2): tests/case_folding_fs.py, run as a process of
+    # its own; its one test is skipped, saying why, where it is missing (no kernel
+    # filesystem that folds case is at hand).
+    optional = {"tomli", "tomllib", "fuse"}
     missing = {
         module: where for module, where in sorted(imported.items())
         if module not in optional and module not in local
