@@ -36,8 +36,13 @@ NEWER: dict[str, dict[str, str]] = {
     "math": dict.fromkeys(("cbrt", "exp2"), "3.11+: x ** (1 / 3), 2 ** x"),
     "sys": {"exception": "3.11+: sys.exc_info()[1]"},
     "logging": {"getLevelNamesMapping": "3.11+: logging._nameToLevel"},
+    "re": {"NOFLAG": "3.11+: 0"},
+    "inspect": {"markcoroutinefunction": "3.12+: an async def"},
+    "wsgiref": {"types": "3.11+: annotate with typing.Any"},
 }
 MODULES = {"tomllib": "3.11+: tomli below 3.11 (if sys.version_info >= (3, 11): ... else ...)"}
+#: methods of built-in types that 3.10 lacks, whatever object they are called on.
+METHODS = {"add_note": "3.11+ (BaseException.add_note): put the context in the message"}
 BUILTINS = {"ExceptionGroup": "3.11+ (the exceptiongroup backport below)",
             "BaseExceptionGroup": "3.11+ (the exceptiongroup backport below)"}
 
@@ -53,7 +58,11 @@ def _newer_guard(node: ast.If) -> bool:
 
 def newer_than_310(source: str, where: str) -> list[str]:
     """Every use in ``source`` of a name or syntax Python 3.10 does not have."""
-    tree = ast.parse(source)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        # Under 3.10 itself, 3.11 syntax (``except*``) does not parse: that is the finding.
+        return [f"{where}:{e.lineno}: syntax this Python cannot parse: {e.msg}"]
     aliases: dict[str, str] = {}  # local name -> module, for ``import asyncio as aio``
     found: list[str] = []
 
@@ -84,6 +93,8 @@ def newer_than_310(source: str, where: str) -> list[str]:
             found.append(f"{line}: {node.id}: {BUILTINS[node.id]}")
         elif type(node).__name__ == "TryStar":
             found.append(f"{line}: except*: 3.11+")
+        if isinstance(node, ast.Attribute) and node.attr in METHODS:
+            found.append(f"{line}: .{node.attr}: {METHODS[node.attr]}")
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -110,6 +121,8 @@ def test_nothing_needs_python_311() -> None:
     "raise ExceptionGroup('x', [ValueError()])\n",
     "try:\n    pass\nexcept* ValueError:\n    pass\n",
     "from enum import StrEnum\n",
+    "try:\n    pass\nexcept ValueError as e:\n    e.add_note('x')\n    raise\n",
+    "import re\nre.compile('a', re.NOFLAG)\n",
 ])
 def test_the_check_sees_each_kind(source: str) -> None:
     assert newer_than_310(source, "x.py")
