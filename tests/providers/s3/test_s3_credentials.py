@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,3 +282,37 @@ async def test_a_temporary_key_id_sent_without_a_token_is_said_when_refused(
     with pytest.raises(errors.PermissionDeniedError) as info:
         await tensorstream.read_range(f"s3://{S3_BUCKET}/anything", 0, 1, **sources.options)
     assert "temporary" not in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["directory", "dangling link", "unreadable"])
+async def test_a_named_profile_in_an_aws_config_that_cannot_be_read_says_so(
+    sources: Sources, moto_s3: MotoS3Server, how: str
+) -> None:
+    # botocore reads nothing from it (configparser skips the OSError): the profile was
+    # "not defined in" a file that may well define it.
+    path = sources.aws_config
+    path.unlink()
+    if how == "directory":
+        path.mkdir()
+    elif how == "dangling link":
+        path.symlink_to(path.parent / "gone")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root reads any file")
+        path.write_text("[profile work]\nregion = us-east-1\n")
+        path.chmod(0)
+    with pytest.raises(errors.ConfigurationError) as info:
+        await tensorstream.stat(f"s3://{S3_BUCKET}/x", s3_endpoint=moto_s3.endpoint_url,
+                                s3_profile="work", retries=1)
+    said = str(info.value)
+    assert f"cannot read the AWS config file {path}" in said and "not defined" not in said, said
+    assert "profile 'work' (option s3_profile)" in said
+
+
+def test_an_s3cmd_config_that_cannot_be_read_says_why(isolated_env: Path) -> None:
+    # Every failure to open it was "not a regular file": a missing s3_config_path too.
+    missing = isolated_env / "missing.s3cfg"
+    with pytest.raises(errors.ConfigurationError, match="No such file or directory"):
+        resolve_s3_credentials({"s3_config_path": str(missing)}, env={})
+    with pytest.raises(errors.ConfigurationError, match=r": a directory$"):
+        resolve_s3_credentials({"s3_config_path": str(isolated_env)}, env={})

@@ -49,6 +49,7 @@ from .profile import (
     aws_file,
     ignore_configured_endpoints,
     read_profile_config,
+    unreadable,
 )
 
 if TYPE_CHECKING:
@@ -318,11 +319,8 @@ def half_pair_in_aws_files(profile: str | None,
     name = profile or "default"
     for which in ("credentials", "config"):
         path = aws_file(env, which)
-        full = os.path.expanduser(os.path.expandvars(path))
-        if os.path.lexists(full) and not (os.path.isfile(full) and os.access(full, os.R_OK)):
+        if (why := unreadable(path)) is not None:
             # botocore skips a file it cannot read (configparser ignores the OSError)
-            why = ("not a regular file" if os.path.exists(full) and not os.path.isfile(full)
-                   else "permission denied" if os.path.exists(full) else "a dangling link")
             return ConfigurationError(
                 f"cannot read the AWS {which} file {path} ({why}), where profile {name!r} "
                 "would be found")

@@ -5,6 +5,7 @@ style by the order of docs/s3.md (options, vLLM's and the AWS SDK's variables, s
 from __future__ import annotations
 
 import configparser
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -119,7 +120,11 @@ def read_s3cfg(path: str) -> dict[str, str]:
         with open(open_regular(path), encoding="utf-8", errors="replace") as f:
             text = f.read(_S3CFG_LIMIT)
     except (OSError, TensorstreamError) as exc:
-        reason = getattr(exc, "strerror", None) or "not a regular file"
+        # open_regular maps the OSError (chained): a missing or unreadable file was
+        # "not a regular file"
+        cause = exc.__cause__ if isinstance(exc, TensorstreamError) else exc
+        reason = getattr(cause, "strerror", None) or (
+            "a directory" if os.path.isdir(path) else "not a regular file")
         raise ConfigurationError(f"cannot read s3cmd config {path}: {reason}") from None
     if not text.lstrip().startswith("["):
         text = "[default]\n" + text

@@ -22,7 +22,7 @@ from ...credentials.base import Sourced
 from ...errors import ConfigurationError
 
 __all__ = ["NO_CREDENTIALS_ADVICE", "ProfileConfig", "aws_file", "aws_files", "chain_source",
-           "config_file",
+           "config_file", "unreadable",
            "config_profile_name", "ignore_configured_endpoints", "profile_setting_file",
            "read_profile_config"]
 
@@ -99,6 +99,18 @@ def _full(path: str) -> str:
     return os.path.expanduser(os.path.expandvars(path))
 
 
+def unreadable(path: str) -> str | None:
+    """Why the AWS file ``path`` (as the user named it) exists but cannot be read
+    (botocore skips it without a word: configparser ignores the OSError); ``None`` when
+    it is absent or readable."""
+    full = _full(path)
+    if not os.path.lexists(full) or (os.path.isfile(full) and os.access(full, os.R_OK)):
+        return None
+    if os.path.exists(full) and not os.path.isfile(full):
+        return "not a regular file"
+    return "permission denied" if os.path.exists(full) else "a dangling link"
+
+
 def _defined_in_credentials(name: str, env: Mapping[str, str]) -> bool:
     """Whether the credentials file has profile ``name`` (or cannot be read: botocore's
     own error, mapped where it is raised, says so better)."""
@@ -136,6 +148,12 @@ def read_profile_config(profile: Sourced[str] | None, env: Mapping[str, str]) ->
     if named_by is not None and name not in loaded.get("profiles", {}) \
             and not _defined_in_credentials(name, env):
         credentials = env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials"
+        for which, named in (("config", path), ("credentials", credentials)):
+            if (why := unreadable(named)) is not None:
+                # it said "is not defined in" a file it could not read
+                raise ConfigurationError(
+                    f"AWS profile {name!r} ({named_by}): cannot read the AWS {which} file "
+                    f"{named} ({why}), where it would be defined")
         raise ConfigurationError(
             f"AWS profile {name!r} ({named_by}) is not defined in {path}, {credentials}"
             + (f" (in {path} its section is [profile {name}], not [{name}])"
