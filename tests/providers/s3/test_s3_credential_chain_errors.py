@@ -242,3 +242,24 @@ def test_a_role_profile_without_a_region_for_sts_says_to_set_one(
                                                         r"profile"):
         tensorstream.open(f"s3://{S3_BUCKET}/k", s3_endpoint=moto_s3.endpoint_url,
                           s3_region="us-east-1", s3_profile="role").read()
+
+
+@pytest.mark.parametrize("variable", ["AWS_PROFILE", "AWS_DEFAULT_PROFILE"])
+async def test_a_profile_variable_set_but_empty_says_to_unset_it(
+        sources: Sources, moto_s3: MotoS3Server, monkeypatch: pytest.MonkeyPatch,
+        variable: str) -> None:
+    # botocore (boto3, the aws CLI) takes AWS_PROFILE= for a profile named '': it was
+    # "AWS profile '' (env AWS_PROFILE) is not defined in ...".
+    sources.good("aws_profile")
+    monkeypatch.setenv(variable, "")
+    uri = f"s3://{S3_BUCKET}/x"
+    for attempt in (lambda: tensorstream.stat(uri, s3_endpoint=moto_s3.endpoint_url, retries=1),
+                    lambda: _describe(uri, moto_s3)):
+        with pytest.raises(errors.ConfigurationError) as info:
+            await attempt()
+        assert f"env {variable} is set but empty" in str(info.value), str(info.value)
+        assert f"unset {variable}" in str(info.value)
+
+
+async def _describe(uri: str, moto_s3: MotoS3Server) -> object:
+    return tensorstream.describe_credentials(uri, s3_endpoint=moto_s3.endpoint_url)

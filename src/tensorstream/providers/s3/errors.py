@@ -241,6 +241,12 @@ def map_session_error(exc: BaseException, profile: str | None, files: str,
             named_by = [v for v in ("AWS_DEFAULT_PROFILE", "AWS_PROFILE")
                         if os.environ.get(v) == name]
             profile_source = f"env {named_by[0]}" if named_by else "botocore"
+        if not name and profile_source.startswith("env "):
+            # botocore (boto3 and the aws CLI alike) takes an empty variable for a profile
+            # named '': "AWS profile '' ... is not defined" told nobody what to do
+            return ConfigurationError(
+                f"{profile_source} is set but empty, which botocore takes for a profile named "
+                f"''; unset {profile_source[4:]}, or name a profile in it")
         return ConfigurationError(
             f"AWS profile {name!r} ({profile_source}) is not defined in {files}")
     if isinstance(exc, bce.PartialCredentialsError):
