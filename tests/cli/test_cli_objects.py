@@ -254,3 +254,19 @@ def test_rm_r_of_dot_or_dot_dot_is_refused_as_gnu_rm_refuses_it(tmp_path: Path) 
     (tmp_path / "..x").write_bytes(b"x")  # a name that only starts with dots is a name
     r = cli("rm", "-r", "..x", cwd=tmp_path)
     assert r.returncode == 0 and not (tmp_path / "..x").exists(), r.stderr
+
+
+def test_stat_and_cat_of_a_prefix_say_it_is_one_and_how_to_list_it(
+        tmp_path: Path, moto_s3: Any) -> None:
+    # They said only "no such object (404)", as for a typo, where rm said "a prefix".
+    moto_s3.put(S3_BUCKET, "statpre/a.bin", b"x")
+    moto_s3.put(S3_BUCKET, "statpre-other.bin", b"x")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    uri = f"s3://{S3_BUCKET}/statpre"
+    for command in (["stat"], ["stat", "--json"], ["cat"], ["cp", "-q"]):
+        r = cli(*command, *ep, uri, *(["-"] if command[0] == "cp" else []), env=env)
+        assert r.returncode == 1 and r.stdout == "", (command, r.stdout)
+        assert (f"{uri} is a prefix, not an object; 'tensorstream ls {uri}/' lists the "
+                "objects under it") in r.stderr, r.stderr
+    r = cli("stat", *ep, f"s3://{S3_BUCKET}/statpre-nothing", env=env)  # a typo: as before
+    assert r.returncode == 1 and "no such object" in r.stderr and "prefix, not" not in r.stderr

@@ -104,7 +104,7 @@ def run_stat(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         async with get_provider(uri, **storage_options(args)) as provider:
-            info = await provider.stat(uri.path)
+            info = await _stat_or_hint(provider, uri, args.uri)
         d = _info_dict(info, args.uri)
         if args.json:
             print(json.dumps(d, sort_keys=True))
@@ -149,7 +149,7 @@ async def write_object(uri_text: str, options: dict[str, Any], byte_range: str |
     uri = parse_uri(uri_text)
     out = sys.stdout.buffer if out is None else out
     async with get_provider(uri, **options) as provider:
-        info = await provider.stat(uri.path)
+        info = await _stat_or_hint(provider, uri, uri_text)
         start, end = (0, info.size) if not byte_range else parse_range(byte_range, info.size)
         buf = bytearray(min(CHUNK, max(end - start, 1)))
         pos = start
@@ -314,16 +314,41 @@ async def _add_r_hint(provider: Any, uri: ParsedURI, raw: str) -> str | None:
     if uri.scheme == "file":
         return (f"{uri.path} is a directory; add -r (--recursive) to delete the files in it"
                 if os.path.isdir(uri.path) else None)
+    return await _prefix_hint(provider, uri, raw,
+                              "add -r (--recursive) to delete the objects under it")
+
+
+async def _prefix_hint(provider: Any, uri: ParsedURI, raw: str, advice: str) -> str | None:
+    """``"RAW is a prefix, not an object; ADVICE"`` when there is no object ``uri`` (a
+    remote one) but objects under ``uri/``; None otherwise (or when it cannot tell)."""
+    capabilities = getattr(provider, "capabilities", None)
+    if uri.scheme == "file" or (capabilities is not None and not capabilities.list):
+        return None  # a local path, or HTTP: no prefixes to see
     base = _under(uri) or "/"
     try:
         async with contextlib.aclosing(provider.list(base)) as listing:  # the first is enough
             async for info in listing:
                 if info.path.startswith(base):
-                    return (f"{redact_text(raw)} is a prefix, not an object; add -r "
-                            "(--recursive) to delete the objects under it")
+                    return f"{redact_text(raw)} is a prefix, not an object; {advice}"
     except (OSError, ValueError):
-        pass  # no listing (HTTP), or it failed: the delete's own error stands
+        pass  # no listing, or it failed: the command's own error stands
     return None
+
+
+async def _stat_or_hint(provider: Any, uri: ParsedURI, raw: str) -> ObjectInfo:
+    """``provider.stat(uri.path)``; an object that is not there but a prefix with objects
+    under it (``stat s3://b/llama``) says so and how to list them, not only "404"."""
+    try:
+        return await provider.stat(uri.path)  # type: ignore[no-any-return]
+    except FileNotFoundError as exc:
+        if uri.path.endswith("/"):
+            raise  # (its error says a key ending in '/' names a prefix)
+        shown = redact_text(raw) + "/"
+        hint = await _prefix_hint(provider, uri, raw,
+                                  f"'tensorstream ls {shown}' lists the objects under it")
+        if hint is None:
+            raise
+        raise NotFoundError(hint) from exc
 
 
 async def _delete_each(provider: Any, uri: ParsedURI, targets: list[str], dryrun: bool,
