@@ -342,7 +342,9 @@ def _refreshed_by(exc: BaseException, profile: str | None) -> str:
     while tb is not None:  # the innermost (a role's source_profile's process, say)
         holder = tb.tb_frame.f_locals.get("self")
         method = getattr(holder, "method", None) or getattr(holder, "METHOD", None)
-        if isinstance(method, str) and method:
+        # (a credentials object or provider: a request's ``method`` is an HTTP verb)
+        if isinstance(method, str) and method \
+                and type(holder).__module__.startswith(_CREDENTIAL_MODULES):
             found = method
         tb = tb.tb_next
     return chain_source(found, profile) if found else "botocore's credential chain"
