@@ -212,3 +212,23 @@ def test_a_bare_ipv6_endpoint_without_a_scheme_is_advised_in_brackets(address: s
                        match=re.escape(f"write it as http://[{address}] (plain text) or "
                                        f"https://[{address}] (TLS)")):
         resolve_s3_credentials({}, env={"AWS_ENDPOINT_URL": address})
+
+
+def test_profile_option_and_variable_against_vllm_keys(isolated_env: Path) -> None:
+    """docs/s3.md's order: ``s3_profile`` (the CLI's ``--profile``) beats vLLM's S3_ keys
+    and ``AWS_PROFILE``; vLLM's S3_ keys beat ``AWS_PROFILE``; ``AWS_PROFILE`` alone
+    chooses the profile for botocore's chain."""
+    config = isolated_env / "aws-config"
+    config.write_text("[profile opt]\n[profile envp]\n")
+    env = {"AWS_CONFIG_FILE": str(config), "HOME": str(isolated_env),
+           "AWS_SHARED_CREDENTIALS_FILE": str(isolated_env / "aws-credentials")}
+    vllm = {"S3_ACCESS_KEY_ID": "k", "S3_SECRET_ACCESS_KEY": "s"}
+    both = resolve_s3_credentials({"s3_profile": "opt"},
+                                  env={**env, **vllm, "AWS_PROFILE": "envp"})
+    assert both.profile is not None and both.profile.source == "option s3_profile"
+    assert both.access_key_id is None and both.uses_botocore_chain
+    keys = resolve_s3_credentials({}, env={**env, **vllm, "AWS_PROFILE": "envp"})
+    assert keys.profile is None and keys.key_source == "env S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY"
+    alone = resolve_s3_credentials({}, env={**env, "AWS_PROFILE": "envp"})
+    assert alone.profile is not None and alone.profile.value == "envp"
+    assert alone.uses_botocore_chain
