@@ -205,3 +205,17 @@ def test_missing_http_object_is_a_plain_404(tmp_path: Path, http_server: Any,
     r = cli("cp", http_server.url("nothing/here.bin"), str(tmp_path / "x"))
     assert r.returncode == 1
     assert "404" in r.stderr and "list" not in r.stderr, r.stderr
+
+
+def test_debug_output_escapes_names_in_its_log_lines_and_traceback(tmp_path: Path) -> None:
+    # --debug printed its log records and the error's traceback raw: a key or a server's
+    # text holding terminal escape sequences repainted the screen there.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "d\x1b[2Jx").write_bytes(b"x")
+    missing = str(tmp_path / "m\x1b]0;title\x07x")
+    r = cli("--debug", "stat", missing)
+    assert r.returncode == 1 and "\x1b" not in r.stderr and "\x07" not in r.stderr
+    assert "Traceback (most recent call last):" in r.stderr.splitlines()  # still lines
+    assert "m\\x1b]0;title\\x07x" in r.stderr
+    r = cli("--debug", "ls", "-l", str(tmp_path / "src"))
+    assert r.returncode == 0 and "\x1b" not in r.stdout + r.stderr, r.stderr[-500:]

@@ -147,6 +147,21 @@ class _EscapedFormatter(logging.Formatter):
         return escape(super().formatMessage(record))
 
 
+class _DebugFormatter(logging.Formatter):
+    """``--debug``'s records, each line escaped but kept a line (a record holding a
+    traceback or a multi-line dump reads as it was written), so a key or a server's
+    text in one cannot repaint the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _escaped_lines(super().format(record))
+
+
+def _escaped_lines(text: str) -> str:
+    from .output import escape
+
+    return "\n".join(escape(line) for line in text.split("\n"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorstream`` console script; returns the exit status."""
     debug = False
@@ -159,8 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
         debug = bool(getattr(args, "debug", False))
         if debug:
-            logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
-                                format="%(asctime)s %(name)s %(levelname)s %(message)s")
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(_DebugFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+            logging.basicConfig(level=logging.DEBUG, handlers=[handler])
         elif logging.lastResort is not None:
             # Warnings reach stderr through logging's last resort (no handler is set):
             # escaped, as every line for people is, a key named in one cannot repaint
@@ -181,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except Exception as exc:
         if debug:
-            print(redact_text(traceback.format_exc()), file=sys.stderr, end="")
+            # (escaped line by line: the error's text is a key's or a server's)
+            print(_escaped_lines(redact_text(traceback.format_exc())), file=sys.stderr, end="")
         print_error(str(exc) or type(exc).__name__, _named(args) if args is not None else ())
         return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
 
