@@ -183,3 +183,14 @@ def test_a_long_name_pads_no_other_row(tmp_path: Path,
     assert any(line.startswith(long + "  F32") for line in lines)
     rows = [line for line in lines if line.startswith("t")]
     assert len(rows) == 2000 and len({line.index("F32") for line in rows}) == 1
+
+
+def test_a_name_with_a_backslash_is_told_from_one_with_a_line_break(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both printed as a\nb: the table showed two tensors under one name.
+    path = tmp_path / "two.safetensors"
+    st_torch.save_file({"a\\nb": torch.zeros(1), "a\nb": torch.zeros(2)}, str(path))
+    code, out, err = run(capsys, "inspect", str(path))
+    assert code == 0, err
+    names = sorted(line.split()[0] for line in out.splitlines() if line.startswith("a"))
+    assert names == ["a\\\\nb", "a\\nb"], out

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from .options import add_storage_options
-from .output import escape, human_size
+from .output import escape, escape_name, human_size
 
 EPILOG = """\
 examples:
@@ -58,7 +58,7 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 def render(info: Any) -> str:
     """The human report of a :class:`~tensorstream.inspection.ModelInfo`."""
-    lines = [f"{escape(info.uri)}: {info.format}, {len(info.files)} file"
+    lines = [f"{escape_name(info.uri)}: {info.format}, {len(info.files)} file"
              f"{'s' if len(info.files) != 1 else ''}, {info.size} bytes ({human_size(info.size)})"]
     if info.version is not None:
         lines.append(f"tensorizer data version {info.version}")
@@ -73,11 +73,12 @@ def render(info: Any) -> str:
     prefix = _common_prefix([u for u, _ in info.files]) if sharded else ""
     header = ["NAME", "DTYPE", "SHAPE", "BYTES"] + (["FILE"] if sharded else [])
     rows = [header]
+    # (names as ls shows them, backslashes doubled: a\\nb and a<newline>b print apart)
     for t in info.tensors:
-        row = [escape(t.name), escape(t.dtype), "[" + ", ".join(map(str, t.shape)) + "]",
+        row = [escape_name(t.name), escape(t.dtype), "[" + ", ".join(map(str, t.shape)) + "]",
                str(t.nbytes)]
         if sharded:
-            row.append(escape(t.file[len(prefix):]))
+            row.append(escape_name(t.file[len(prefix):]))
         rows.append(row)
     lines += _table(rows, {3})
     hist = ", ".join(f"{escape(d)} {c} ({human_size(b)})" for d, (c, b) in info.dtypes().items())
