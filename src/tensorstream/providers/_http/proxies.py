@@ -47,8 +47,8 @@ from typing import Any
 from ..._log_redaction import register_secret
 from ...errors import ConfigurationError
 
-__all__ = ["NO_PROXIES", "Proxy", "ProxySettings", "refusal_hint", "resolve_proxies",
-           "tunnel_refusal"]
+__all__ = ["NO_PROXIES", "Proxy", "ProxySettings", "host_listed", "refusal_hint",
+           "resolve_proxies", "tunnel_refusal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +114,7 @@ class ProxySettings:
     def for_origin(self, scheme: str, host: str, port: int) -> Proxy | None:
         """The proxy a request to ``scheme://host:port`` goes through, else ``None``."""
         proxy = self.by_scheme.get(scheme)
-        if proxy is None or _bypassed(host, port, self.no_proxy):
+        if proxy is None or host_listed(host, port, self.no_proxy):
             return None
         return proxy
 
@@ -276,8 +276,8 @@ def _https_refusal(source: str, host: str, port: int | None, credentials: bool) 
             "http://127.0.0.1:PORT of that")
 
 
-def _bypassed(host: str, port: int, entries: tuple[str, ...]) -> bool:
-    """Whether ``NO_PROXY``'s ``entries`` exempt ``host:port``: ``*``; a name equal
+def host_listed(host: str, port: int, entries: tuple[str, ...]) -> bool:
+    """Whether ``entries`` (``NO_PROXY``'s syntax) name ``host:port``: ``*``; a name equal
     to the host or a parent domain of it (a leading dot or not; ``host:port`` only
     at that port); an IP address, or a network holding the host's address."""
     if not entries:

@@ -3,9 +3,10 @@
 Precedence (first match wins; the resolved object records the source)::
 
     Authorization   headers={"Authorization": ...}  >  token=...  >
-                    URI userinfo (basic auth)  >  env TENSORSTREAM_HTTP_TOKEN  >
-                    the host's entry in ~/.netrc (or $NETRC; basic auth, as curl
-                    --netrc, requests and aiohttp read it)
+                    URI userinfo (basic auth)  >  env TENSORSTREAM_HTTP_TOKEN (to the
+                    hosts env TENSORSTREAM_HTTP_TOKEN_HOSTS names, else to https://
+                    servers and loopback ones)  >  the host's entry in ~/.netrc (or
+                    $NETRC; basic auth, as curl --netrc, requests and aiohttp read it)
     CA bundle       ca_bundle=...  >  env SSL_CERT_FILE  >  env REQUESTS_CA_BUNDLE
                     >  env CURL_CA_BUNDLE  >  the system trust store
     client cert     client_cert=... (+ client_key=...)
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import ipaddress
+import logging
 import netrc
 import os
 import stat
@@ -36,6 +39,7 @@ from ...credentials.base import Sourced
 from ...credentials.report import CredentialReport, report_line, tls_notes
 from ...errors import ConfigurationError
 from ...uri import ParsedURI
+from .._http.proxies import host_listed
 
 __all__ = [
     "OPTIONS",
@@ -43,6 +47,7 @@ __all__ = [
     "describe_credentials",
     "HTTPCredentials",
     "TOKEN_ENV",
+    "TOKEN_HOSTS_ENV",
     "netrc_path",
     "resolve_http_credentials",
 ]
@@ -55,6 +60,11 @@ OPTIONS = frozenset({
 
 #: Environment variable holding a bearer token for HTTP(S) sources.
 TOKEN_ENV = "TENSORSTREAM_HTTP_TOKEN"
+#: The hosts :data:`TOKEN_ENV` is sent to (``NO_PROXY``'s syntax: names, ``.domain``,
+#: ``host:port``, addresses, networks); unset: any https:// server and loopback ones.
+TOKEN_HOSTS_ENV = "TENSORSTREAM_HTTP_TOKEN_HOSTS"
+
+log = logging.getLogger("tensorstream.http")
 #: Variables naming a CA bundle, first set wins: OpenSSL's, then the ones requests
 #: reads (in its order), which users of requests and curl already have set.
 CA_BUNDLE_ENVS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
@@ -76,6 +86,8 @@ class HTTPCredentials:
     client_cert: Sourced[str] | None = None
     client_key: Sourced[str] | None = None
     insecure: bool = False
+    #: Why env ``TENSORSTREAM_HTTP_TOKEN`` (set) is not sent to this server, else None.
+    withheld: str | None = None
 
     def auth_headers(self) -> dict[str, str]:
         """The credential headers to send to the origin (never across origins)."""
@@ -208,8 +220,11 @@ def resolve_http_credentials(
         authorization = Sourced(
             "Basic " + base64.b64encode(raw).decode("ascii"), "URI userinfo", secret=True
         )
+    withheld = None
     if authorization is None and env.get(TOKEN_ENV):
-        authorization = Sourced(f"Bearer {env[TOKEN_ENV]}", f"env {TOKEN_ENV}", secret=True)
+        withheld = _token_withheld(uri, env)
+        if withheld is None:
+            authorization = Sourced(f"Bearer {env[TOKEN_ENV]}", f"env {TOKEN_ENV}", secret=True)
     if authorization is None:
         authorization = _netrc_authorization(getattr(uri, "host", None), env)
     for sent in (authorization, *(v for _, v in extra)):
@@ -251,7 +266,51 @@ def resolve_http_credentials(
         client_cert=cert,
         client_key=key,
         insecure=insecure,
+        withheld=withheld,
     )
+
+
+#: The plain http:// servers already told they were not sent the token (once each).
+_WARNED: set[tuple[str, int]] = set()
+
+
+def _loopback(host: str) -> bool:
+    if host.lower().rstrip(".") in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _token_withheld(uri: Any, env: Mapping[str, str]) -> str | None:
+    """Why env :data:`TOKEN_ENV` is not sent to ``uri``'s server, or None to send it.
+
+    An ambient token went to every server a process read from, plain http:// ones
+    included, where anyone on the path reads it. It goes to the hosts
+    :data:`TOKEN_HOSTS_ENV` names where that is set, else to https:// servers and to
+    loopback ones (a plain http:// server elsewhere is warned about once). An explicit
+    ``token=`` or ``headers=`` is sent as given."""
+    host = getattr(uri, "host", None)
+    if not host:
+        return None  # (no server to judge: resolved without a URI)
+    scheme = str(getattr(uri, "scheme", "") or "").lower()
+    port = getattr(uri, "port", None) or (443 if scheme == "https" else 80)
+    listed = env.get(TOKEN_HOSTS_ENV, "")
+    entries = tuple(e.strip() for e in listed.split(",") if e.strip())
+    if entries:
+        if host_listed(host, port, entries):
+            return None
+        return f"env {TOKEN_ENV} is set but {host} is not among env {TOKEN_HOSTS_ENV}'s hosts"
+    if scheme == "https" or _loopback(host):
+        return None
+    why = (f"env {TOKEN_ENV} is not sent to {scheme}://{host}:{port}: plain http:// shows it "
+           f"to anyone on the path; use https://, name the host in env {TOKEN_HOSTS_ENV} to "
+           "send it there anyway, or pass token= (or --token)")
+    if (host, port) not in _WARNED:
+        _WARNED.add((host, port))
+        log.warning("%s", why)
+    return why
 
 
 def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> CredentialReport:
@@ -272,4 +331,5 @@ def describe_credentials(parsed: ParsedURI, options: dict[str, Any]) -> Credenti
         report_line("client_cert", creds.client_cert),
         report_line("client_key", creds.client_key),
     ]
-    return CredentialReport(parsed.redacted(), tuple(lines), notes=tls_notes(options))
+    notes = tls_notes(options) + ((creds.withheld,) if creds.withheld else ())
+    return CredentialReport(parsed.redacted(), tuple(lines), notes=notes)

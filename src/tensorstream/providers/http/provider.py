@@ -213,6 +213,8 @@ class HTTPProvider(Provider):
                 note = f"the Authorization from {auth.source} was sent to the first origin only"
             elif auth is not None:
                 note = f"sent the Authorization from {auth.source}"
+            elif self._creds.withheld is not None:
+                note = f"sent no Authorization ({self._creds.withheld})"
             else:
                 note = f"sent no Authorization (looked in: {', '.join(LOOKED_IN)})"
             if note not in exc.message:
