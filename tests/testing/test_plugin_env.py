@@ -461,3 +461,19 @@ def test_redis_env_mode_survives_a_second_backend_fixture(tensorstream_redis, te
     tensorstream_redis.put("m.bin", b"weights")
     assert serving_code_load(tensorstream_redis.uri("m.bin")) == b"weights"
     assert os.environ["REDIS_URL"] == tensorstream_redis.env["REDIS_URL"]
+
+
+@pytest.fixture
+def token_hosts_elsewhere(monkeypatch):
+    # (set before the backend fixture: its isolation must take it out)
+    monkeypatch.setenv("TENSORSTREAM_HTTP_TOKEN_HOSTS", "hub.elsewhere.example")
+
+
+@pytest.mark.tensorstream_http(token=True, env=True)
+def test_http_env_token_reaches_the_test_server_whatever_hosts_the_outer_env_names(
+        token_hosts_elsewhere, tensorstream_http):
+    # A developer's TENSORSTREAM_HTTP_TOKEN_HOSTS kept the env token from the test's server.
+    assert "TENSORSTREAM_HTTP_TOKEN_HOSTS" not in os.environ
+    tensorstream_http.put("m.bin", b"x")
+    assert serving_code_load(tensorstream_http.uri("m.bin")) == b"x"
+    assert tensorstream_http.requests[-1].headers["Authorization"] == f"Bearer {tensorstream_http.token}"

@@ -50,7 +50,7 @@ _MARK_ARGS = {
 }
 _ENV_PREFIXES = ("AWS_", "S3_", "REDIS_")
 #: Single variables that carry credentials to an HTTP server (HOME's ~/.netrc is sandboxed too).
-_ENV_NAMES = ("TENSORSTREAM_HTTP_TOKEN", "NETRC", "REDISCLI_AUTH")
+_ENV_NAMES = ("TENSORSTREAM_HTTP_TOKEN", "TENSORSTREAM_HTTP_TOKEN_HOSTS", "NETRC", "REDISCLI_AUTH")
 
 
 def _rewrite_only_the_test_helpers() -> None:
@@ -175,7 +175,8 @@ def _take_boto3_default_session() -> Any:
 
 def _isolate(monkeypatch: pytest.MonkeyPatch, sandbox: _Sandbox) -> None:
     """No real credentials or endpoints in, nothing out: ``AWS_*``/``S3_*``/``REDIS_*``,
-    ``TENSORSTREAM_HTTP_TOKEN``, ``NETRC`` and ``REDISCLI_AUTH`` removed, AWS config files empty, ``HOME``
+    ``TENSORSTREAM_HTTP_TOKEN`` (and its ``_HOSTS``), ``NETRC`` and ``REDISCLI_AUTH`` removed, AWS
+    config files empty, ``HOME``
     an empty directory, no instance metadata, and no proxy from the environment for
     loopback traffic."""
     from .s3_server import isolated_s3_env
