@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cli_env import s3_env
+from cli_env import cli, s3_env
 from tensorstream.testing.proxy import HTTPFaultProxy
 
 S3_BUCKET = "tensorstream-tests"
@@ -84,3 +85,19 @@ def test_a_windows_path_is_said_to_be_one(command: list[str], tmp_path: Path) ->
                         *(["out/"] if command[0] == "cp" else [])],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 1 and "looks like a Windows path" in r.stderr, r.stderr
+
+
+def test_ls_of_an_empty_bucket_exits_0_as_aws_s3_ls_does(tmp_path: Path, moto_s3: Any) -> None:
+    # It said "no objects at" (exit 1), as for a bucket that is not there: a script's
+    # `ls s3://b || create it` took an empty bucket for a missing one. aws s3 ls exits 1
+    # only for a key or prefix that matches nothing.
+    moto_s3.create_bucket("ts-empty-ls-40")
+    env, ep = s3_env(moto_s3, tmp_path), ["--endpoint-url", moto_s3.endpoint_url]
+    for uri in ("s3://ts-empty-ls-40", "s3://ts-empty-ls-40/"):
+        r = cli("ls", *ep, uri, env=env)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), (uri, r.stderr)
+    r = cli("ls", *ep, "--summarize", "--json", "s3://ts-empty-ls-40/", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout) == {"total_objects": 0, "total_size": 0}
+    for uri in ("s3://ts-empty-ls-40/nothing/", "s3://ts-no-such-bucket-40/"):
+        r = cli("ls", *ep, uri, env=env)
+        assert r.returncode == 1 and r.stderr, (uri, r.stderr)

@@ -172,6 +172,13 @@ async def _listing(provider: Any, uri: ParsedURI, prefix: str,
         yield dataclasses.replace(info, path=top + key)
 
 
+def _whole_store(uri: ParsedURI) -> bool:
+    """Whether ``uri`` names a whole bucket or Redis database (no key, no prefix)."""
+    if uri.scheme in ("s3", "s3a"):
+        return "/" not in uri.path.rstrip("/")
+    return uri.scheme in ("redis", "rediss") and not uri.path
+
+
 def run(args: argparse.Namespace) -> int:
     from ._run import print_error, run_async
     from .options import storage_options
@@ -222,6 +229,11 @@ def run(args: argparse.Namespace) -> int:
                 print_error(f"no such file or directory: {redact_text(os.path.normpath(uri.path))}"
                             f"{windows_path_hint(uri.path)}", [args.uri])
                 return 1
+            if count == 0 and missing is None and pattern is None and _whole_store(uri):
+                # An empty bucket (or Redis database) is there and empty: aws s3 ls
+                # exits 0 for it, 1 only for a key or prefix that matches nothing; a
+                # script's `ls s3://b || create it` took an empty bucket for none.
+                count = 1
             if count == 0:
                 print_error(str(missing) if missing is not None
                             else f"no object matches {redact_text(args.uri)}" if pattern
