@@ -56,6 +56,17 @@ def _newer_guard(node: ast.If) -> bool:
             and [getattr(e, "value", None) for e in test.comparators[0].elts][:2] >= [3, 11])
 
 
+def _catches_builtin_timeout(node: ast.Try) -> bool:
+    """Whether a handler of ``node`` names the builtin ``TimeoutError`` (and not
+    ``asyncio.TimeoutError``, which 3.10 raises from ``asyncio.wait_for``)."""
+    for handler in node.handlers:
+        kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        names = [k.id if isinstance(k, ast.Name) else ast.unparse(k) for k in kinds if k]
+        if "TimeoutError" in names and "asyncio.TimeoutError" not in names:
+            return True
+    return False
+
+
 def newer_than_310(source: str, where: str) -> list[str]:
     """Every use in ``source`` of a name or syntax Python 3.10 does not have."""
     try:
@@ -93,6 +104,11 @@ def newer_than_310(source: str, where: str) -> list[str]:
             found.append(f"{line}: {node.id}: {BUILTINS[node.id]}")
         elif type(node).__name__ == "TryStar":
             found.append(f"{line}: except*: 3.11+")
+        if isinstance(node, ast.Try) and _catches_builtin_timeout(node) and any(
+                isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", ""))
+                == "wait_for" for stmt in node.body for n in ast.walk(stmt)):
+            found.append(f"{line}: except TimeoutError around asyncio.wait_for: 3.11+ "
+                         "(before, it raises asyncio.TimeoutError, not a TimeoutError)")
         if isinstance(node, ast.Attribute) and node.attr in METHODS:
             found.append(f"{line}: .{node.attr}: {METHODS[node.attr]}")
         for child in ast.iter_child_nodes(node):
@@ -123,6 +139,8 @@ def test_nothing_needs_python_311() -> None:
     "from enum import StrEnum\n",
     "try:\n    pass\nexcept ValueError as e:\n    e.add_note('x')\n    raise\n",
     "import re\nre.compile('a', re.NOFLAG)\n",
+    "import asyncio\nasync def f(e):\n    try:\n        await asyncio.wait_for(e.wait(), 1)\n"
+    "    except TimeoutError:\n        pass\n",
 ])
 def test_the_check_sees_each_kind(source: str) -> None:
     assert newer_than_310(source, "x.py")
@@ -133,6 +151,9 @@ def test_the_check_sees_each_kind(source: str) -> None:
     "import datetime\nnow = datetime.datetime.now(datetime.timezone.utc)\n",
     "import asyncio\nasyncio.wait_for(x, 1)\n",
     "class Self: pass\n",
+    "import asyncio\nasync def f(e):\n    try:\n        await asyncio.wait_for(e.wait(), 1)\n"
+    "    except asyncio.TimeoutError:\n        pass\n",
+    "import socket\ntry:\n    socket.create_connection(('h', 1), 1)\nexcept TimeoutError:\n    pass\n",
 ])
 def test_the_check_leaves_310_code_alone(source: str) -> None:
     assert newer_than_310(source, "x.py") == []

@@ -80,3 +80,15 @@ async def test_a_server_nobody_answers_names_its_address_and_cause() -> None:
     with pytest.raises(errors.ConnectionFailedError) as info:
         await tensorstream.read_range(f"http://127.0.0.1:{port}/k", 0, 10, retries=1)
     assert f"cannot connect to 127.0.0.1:{port} (ConnectionRefusedError" in str(info.value)
+
+
+@pytest.mark.parametrize("exc", [TimeoutError("timed out"),
+                                 __import__("asyncio").TimeoutError()])
+def test_a_transport_timeout_is_a_storage_timeout(exc: BaseException) -> None:
+    # Before Python 3.11 asyncio.TimeoutError is not a TimeoutError: it became an
+    # unclassified error (not retried as a timeout, no timeout advice) on 3.10.
+    from tensorstream.providers._http.status_errors import exception_error
+
+    err = exception_error(exc, path="/m.bin", received=5)
+    assert isinstance(err, errors.StorageTimeoutError) and err.temporary
+    assert "timed out after 5 bytes" in str(err)

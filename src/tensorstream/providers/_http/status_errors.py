@@ -3,6 +3,7 @@ OS) to a tensorstream error, shared by the HTTP and S3 providers."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import ssl
 
@@ -119,7 +120,8 @@ def exception_error(exc: BaseException, *, path: str, received: int = 0,
                                         "(insecure=True skips verification)"), **where)
         err.temporary = False  # an untrusted certificate does not fix itself
         return err
-    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError and socket.timeout alias it
+    # socket.timeout is TimeoutError; asyncio's is too only from Python 3.11 on.
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return StorageTimeoutError(f"timed out after {received} bytes", received=received,
                                    timeout="idle", **where)
     if received and isinstance(exc, (http.client.IncompleteRead, OSError)):
