@@ -228,8 +228,11 @@ def test_tensorstream_starts_no_child_processes() -> None:
     assert offenders == [_BOTOCORE_CHILD]
     # ... and it passes botocore's command on as botocore gave it, adding nothing.
     bounded = (root / _BOTOCORE_CHILD).read_text()
-    assert "_BoundedPopen(limit, profile, *args, **kwargs)" in bounded
-    assert "_BoundedPopen(limit, profile, list(args), **kwargs)" in bounded
+    assert "_BoundedPopen(limit, profile, argv, held=lock if held else None, remember=key,\n" \
+        "                         **kwargs)" in bounded
+    assert "argv = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) " \
+        "else list(args)" in bounded
+    assert "_start, limit, profile, list(args), kwargs" in bounded
 
 
 # -- 20. TLS: untrusted refused, CA bundle accepted, insecure warns, hostname mismatch ------

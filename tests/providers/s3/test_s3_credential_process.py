@@ -321,3 +321,56 @@ def test_a_forked_child_exiting_leaves_the_parents_credential_process_alone(
     assert r.stdout.splitlines() == ["after the fork's exit: running",
                                      "describe: StorageTimeoutError"], r.stdout
     assert all(_gone(int(p)) for p in pids.read_text().split())
+
+
+def _counting_process(tmp_path: Path, config: Path, moto_s3: MotoS3Server,
+                      expiration: str | None) -> Path:
+    """A credential_process printing moto's keys (with ``expiration``, if any), one line
+    to ``runs`` per run."""
+    runs = tmp_path / "runs"
+    fields = {"Version": 1, "AccessKeyId": moto_s3.access_key_id,
+              "SecretAccessKey": moto_s3.secret_access_key}
+    if expiration is not None:
+        fields["Expiration"] = expiration
+    import json
+
+    script = tmp_path / "counting.sh"
+    script.write_text(f"#!/bin/sh\necho run >> {runs}\ncat <<'EOF'\n{json.dumps(fields)}\nEOF\n")
+    script.chmod(0o755)
+    config.write_text(f"[profile counted]\ncredential_process = {script}\n")
+    return runs
+
+
+def _when(seconds: float) -> str:
+    import datetime
+
+    return (datetime.datetime.now(datetime.timezone.utc)
+            + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("expiration, runs_expected", [
+    (None, 1), ("far", 1), ("soon", "each"),
+], ids=["no-expiration", "an-hour-left", "ten-minutes-left"])
+async def test_a_credential_process_runs_once_for_every_provider_while_its_keys_are_good(
+        aws_config: Path, moto_s3: MotoS3Server, tmp_path: Path, expiration: str | None,
+        runs_expected: Any) -> None:
+    """Each provider's session (a shard's open, a read's, a listing's) ran the
+    credential_process again: an MFA prompt per shard, a vault asked per file. Its output
+    is reused while its keys are good; keys botocore would refresh at once are not."""
+    when = {None: None, "far": _when(3600), "soon": _when(600)}[expiration]
+    runs = _counting_process(tmp_path, aws_config, moto_s3, when)
+    moto_s3.client.put_object(Bucket=S3_BUCKET, Key="reuse/a", Body=b"a")
+    moto_s3.client.put_object(Bucket=S3_BUCKET, Key="reuse/b", Body=b"b")
+    opts = {"s3_endpoint": moto_s3.endpoint_url, "s3_profile": "counted"}
+    for key in ("a", "b"):  # two providers, each with its own sessions
+        assert await tensorstream.read_range(f"s3://{S3_BUCKET}/reuse/{key}", 0, 1,
+                                             **opts) == key.encode()
+    async with tensorstream.get_provider(f"s3://{S3_BUCKET}/reuse/", **opts) as provider:
+        assert len([_ async for _ in provider.list(f"{S3_BUCKET}/reuse/")]) == 2
+    with tensorstream.open(f"s3://{S3_BUCKET}/reuse/a", **opts) as f:
+        assert f.read() == b"a"
+    ran = len(runs.read_text().split())
+    if runs_expected == "each":
+        assert ran >= 3, ran
+    else:
+        assert ran == runs_expected, ran
