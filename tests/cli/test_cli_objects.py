@@ -271,3 +271,30 @@ def test_stat_and_cat_of_a_prefix_say_it_is_one_and_how_to_list_it(
                 "objects under it") in r.stderr, r.stderr
     r = cli("stat", *ep, f"s3://{S3_BUCKET}/statpre-nothing", env=env)  # a typo: as before
     assert r.returncode == 1 and "no such object" in r.stderr and "prefix, not" not in r.stderr
+
+
+def test_rm_r_of_a_directory_deletes_its_links_never_what_they_point_to(tmp_path: Path) -> None:
+    """A Hugging Face snapshot folder is all links into ``blobs/``: ``rm -r`` of it deleted
+    nothing, without a word (exit 0), while ``ls`` listed its files. It deletes each link
+    itself now (to a file, a directory, or nowhere), as GNU ``rm -r`` does, never a file
+    a link points to; the rules apply to links as to files."""
+    blobs, snap = tmp_path / "blobs", tmp_path / "snap"
+    (blobs / "d").mkdir(parents=True)
+    (blobs / "x").write_bytes(b"weights")
+    (blobs / "d" / "y").write_bytes(b"y")
+    (snap / "sub").mkdir(parents=True)
+    (snap / "model.bin").symlink_to(blobs / "x")
+    (snap / "sub" / "cfg.json").symlink_to(blobs / "x")
+    (snap / "dirlink").symlink_to(blobs / "d")
+    (snap / "broken").symlink_to(tmp_path / "nowhere")
+    (snap / "real.txt").write_bytes(b"r")
+    r = cli("rm", "-r", "--dryrun", str(snap))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 5, r.stdout
+    r = cli("rm", "-r", "--exclude", "sub/*", str(snap))
+    assert r.returncode == 0, r.stderr
+    for name in ("model.bin", "dirlink", "broken", "real.txt"):
+        assert f"delete: {snap / name}" in r.stdout, (name, r.stdout)
+        assert not os.path.lexists(snap / name), name
+    assert (snap / "sub" / "cfg.json").is_symlink()  # left out by the rules
+    assert (blobs / "x").read_bytes() == b"weights" and (blobs / "d" / "y").read_bytes() == b"y"

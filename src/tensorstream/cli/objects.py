@@ -258,6 +258,9 @@ def run_rm(args: argparse.Namespace) -> int:
             base = _under(uri)
             targets = [i.path async for i in provider.list(base)
                        if i.path.startswith(base) and rules.wants(i.path[len(base):])]
+            if uri.scheme == "file" and base:
+                links = await asyncio.to_thread(_links_under, base)
+                targets = sorted(targets + [p for p in links if rules.wants(p[len(base):])])
             if base and not uri.path.endswith("/"):
                 # `rm -r NAME` of an object (a file) deletes it too, as GNU rm -r
                 # does; only NAME itself, never NAME2 (aws s3 rm's prefix match).
@@ -275,6 +278,23 @@ def run_rm(args: argparse.Namespace) -> int:
             return await _delete_each(provider, uri, targets, args.dryrun, reporter)
 
     return run_async(go)
+
+
+def _links_under(base: str) -> list[str]:
+    """The symbolic links under the local directory ``base`` (to files or directories,
+    broken ones too), never followed: ``rm -r`` deletes each link itself, never what it
+    points to, as GNU ``rm -r`` does. (The provider lists regular files only, so a Hugging
+    Face snapshot, all links into ``blobs/``, had nothing deleted, without a word, while
+    ``ls`` listed its files.)"""
+    from ..copy.keys import is_temp_name
+
+    out = []
+    for top, dirs, files in os.walk(base.rstrip("/"), followlinks=False):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            if os.path.islink(path) and not is_temp_name(name):
+                out.append(path)
+    return out
 
 
 def _under(uri: ParsedURI) -> str:
