@@ -303,11 +303,6 @@ def test_a_dropped_reader_collected_on_the_io_thread_closes_its_connections(
     """The garbage collector may finalize a dropped reader (one in a reference cycle)
     on tensorstream's I/O thread, where its close could not wait for the provider's
     (run_sync refuses there): the close raised, unseen, and its connections stayed open."""
-    import asyncio
-    import gc
-
-    from tensorstream import _loop
-
     if kind == "local":
         (tmp_path / "obj.bin").write_bytes(DATA)
         f = tensorstream.open(str(tmp_path / "obj.bin"))
@@ -315,33 +310,9 @@ def test_a_dropped_reader_collected_on_the_io_thread_closes_its_connections(
         http_server.put("file-api/collected.bin", DATA)
         f = tensorstream.open(http_server.url("file-api/collected.bin"))
     f.read(100)
-    provider = f._provider
-    real_close = provider.close
-    closed = []
-
-    async def close() -> None:
-        await real_close()
-        closed.append(True)
-
-    provider.close = close
-    was_enabled = gc.isenabled()
-    gc.disable()  # (collected on the I/O thread below, not wherever an allocation is)
-    f.itself = f  # a cycle: only the garbage collector frees it
+    held = [f]
     del f
-
-    async def collect() -> None:
-        gc.collect()
-        for _ in range(100):  # the close runs on this loop once this coroutine yields
-            if closed:
-                return
-            await asyncio.sleep(0.05)
-
-    try:
-        _loop.run_sync(collect(), timeout=30)
-    finally:
-        if was_enabled:
-            gc.enable()
-    assert closed
+    assert _collected_on_the_io_thread(held)
 
 
 @pytest.mark.parametrize("kind", ["http", "redis"])
@@ -385,18 +356,30 @@ def test_a_dropped_writer_collected_on_the_io_thread_is_discarded(tmp_path: Path
     """The garbage collector may finalize a dropped writer (one in a reference cycle) on
     tensorstream's I/O thread, where its abort could not wait for the loop: the abort
     raised, unseen, and its temp file (an upload, staged chunks) was left behind."""
+    dest = tmp_path / "out.bin"
+    f = tensorstream.open(str(dest), "wb")
+    f.write(DATA)
+    f.flush()
+    held = [f]
+    del f
+    assert _collected_on_the_io_thread(held)
+    assert not dest.exists()
+    assert list(tmp_path.iterdir()) == [], "the writer's temp file was left behind"
+
+
+def _collected_on_the_io_thread(held: list[Any]) -> bool:
+    """Drop the file in ``held`` (the caller's only reference) in a reference cycle, have the garbage
+    collector free it on tensorstream's I/O thread, and say whether its provider was
+    closed there (what its finalizer starts runs on that loop once the collection yields)."""
     import asyncio
     import gc
 
     from tensorstream import _loop
 
-    dest = tmp_path / "out.bin"
-    f = tensorstream.open(str(dest), "wb")
-    f.write(DATA)
-    f.flush()
+    f = held.pop()
     provider = f._provider
     real_close = provider.close
-    closed = []
+    closed: list[bool] = []
 
     async def close() -> None:
         await real_close()
@@ -410,7 +393,7 @@ def test_a_dropped_writer_collected_on_the_io_thread_is_discarded(tmp_path: Path
 
     async def collect() -> None:
         gc.collect()
-        for _ in range(100):  # the discard runs on this loop once this coroutine yields
+        for _ in range(100):
             if closed:
                 return
             await asyncio.sleep(0.05)
@@ -420,6 +403,4 @@ def test_a_dropped_writer_collected_on_the_io_thread_is_discarded(tmp_path: Path
     finally:
         if was_enabled:
             gc.enable()
-    assert closed
-    assert not dest.exists()
-    assert list(tmp_path.iterdir()) == [], "the writer's temp file was left behind"
+    return bool(closed)

@@ -38,13 +38,21 @@ def _make(root: Path, files: dict[str, bytes], link: str = "") -> None:
         os.close(fd)
 
 
-def _names(root: Path) -> list[str]:
+def _bottom(root: Path) -> int:
+    """A descriptor of the bottom of ``LEVELS`` under ``root``, opened a directory at a time."""
     fd = os.open(root, os.O_RDONLY)
-    try:
-        for name in LEVELS:
+    for name in LEVELS:
+        try:
             below = os.open(name, os.O_RDONLY, dir_fd=fd)
+        finally:
             os.close(fd)
-            fd = below
+        fd = below
+    return fd
+
+
+def _names(root: Path) -> list[str]:
+    fd = _bottom(root)
+    try:
         return sorted(os.listdir(fd))
     finally:
         os.close(fd)
@@ -89,12 +97,8 @@ def test_a_directory_past_path_max_that_cannot_be_read_is_named(tmp_path: Path) 
     src, dst = tmp_path / "s", tmp_path / "d" / ("r" * 250) / ("q" * 200)
     _make(src, {"keep.bin": b"k"})
     _make(dst, {"keep.bin": b"k"})
-    fd = os.open(dst, os.O_RDONLY)
+    fd = _bottom(dst)
     try:
-        for name in LEVELS:
-            below = os.open(name, os.O_RDONLY, dir_fd=fd)
-            os.close(fd)
-            fd = below
         os.mkdir("closed", dir_fd=fd)
         inner = os.open("closed", os.O_RDONLY, dir_fd=fd)
         os.close(os.open("stale.bin", os.O_WRONLY | os.O_CREAT, dir_fd=inner))
@@ -117,12 +121,8 @@ def test_a_directory_past_path_max_that_cannot_be_read_is_named(tmp_path: Path) 
 
 
 def _chmod_closed(root: Path) -> None:
-    fd = os.open(root, os.O_RDONLY)
+    fd = _bottom(root)
     try:
-        for name in LEVELS:
-            below = os.open(name, os.O_RDONLY, dir_fd=fd)
-            os.close(fd)
-            fd = below
         os.chmod("closed", 0o755, dir_fd=fd)
     finally:
         os.close(fd)
