@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -105,20 +106,7 @@ async def test_a_credential_process_whose_keys_have_expired_says_so_and_where(
     script.chmod(0o755)
     sources.aws_config.write_text(f"[profile ci]\ncredential_process = {script}\n")
     caplog.set_level(logging.DEBUG)
-    uri = f"s3://{S3_BUCKET}/x"
-    opts = {"s3_endpoint": moto_s3.endpoint_url, "s3_profile": "ci"}
-
-    async def listing() -> None:
-        async with tensorstream.get_provider(uri, retries=1, **opts) as provider:
-            [_ async for _ in provider.list(S3_BUCKET + "/")]
-
-    async def read() -> None:
-        tensorstream.open(uri, retries=1, **opts).read()
-
-    async def describe() -> None:
-        tensorstream.describe_credentials(uri, **opts)
-
-    for attempt in (read, listing, describe):
+    for attempt in _front_doors(moto_s3, "ci"):
         with pytest.raises(errors.ConfigurationError) as info:
             await attempt()
         said = str(info.value)
@@ -139,20 +127,7 @@ async def test_a_credential_process_whose_expiration_is_no_time_says_so_and_wher
     script.write_text(f"#!/bin/sh\necho '{keys}'\n")
     script.chmod(0o755)
     sources.aws_config.write_text(f"[profile ci]\ncredential_process = {script}\n")
-    uri = f"s3://{S3_BUCKET}/x"
-    opts = {"s3_endpoint": moto_s3.endpoint_url, "s3_profile": "ci"}
-
-    async def listing() -> None:
-        async with tensorstream.get_provider(uri, retries=1, **opts) as provider:
-            [_ async for _ in provider.list(S3_BUCKET + "/")]
-
-    async def read() -> None:
-        tensorstream.open(uri, retries=1, **opts).read()
-
-    async def describe() -> None:
-        tensorstream.describe_credentials(uri, **opts)
-
-    for attempt in (read, listing, describe):
+    for attempt in _front_doors(moto_s3, "ci"):
         with pytest.raises(errors.ConfigurationError) as info:
             await attempt()
         said = str(info.value)
@@ -263,3 +238,23 @@ async def test_a_profile_variable_set_but_empty_says_to_unset_it(
 
 async def _describe(uri: str, moto_s3: MotoS3Server) -> object:
     return tensorstream.describe_credentials(uri, s3_endpoint=moto_s3.endpoint_url)
+
+
+def _front_doors(moto_s3: MotoS3Server, profile: str) -> tuple[Callable[[], Awaitable[None]], ...]:
+    """A read, a listing and ``describe_credentials`` of an object on ``moto_s3`` with
+    ``profile``: each finds its keys its own way (the blocking data plane's signing
+    client, aiobotocore's, botocore's chain run synchronously)."""
+    uri = f"s3://{S3_BUCKET}/x"
+    opts = {"s3_endpoint": moto_s3.endpoint_url, "s3_profile": profile}
+
+    async def listing() -> None:
+        async with tensorstream.get_provider(uri, retries=1, **opts) as provider:
+            [_ async for _ in provider.list(S3_BUCKET + "/")]
+
+    async def read() -> None:
+        tensorstream.open(uri, retries=1, **opts).read()
+
+    async def describe() -> None:
+        tensorstream.describe_credentials(uri, **opts)
+
+    return read, listing, describe
