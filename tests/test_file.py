@@ -333,15 +333,7 @@ def test_a_fork_reading_on_after_its_reader_closed_leaves_no_connection_open(
         server.put("file-api/forked.bin", data)
         uri = server.url("file-api/forked.bin")
     f = tensorstream.open(uri)
-    provider = f._provider
-    real_close = provider.close
-    closed: list[bool] = []
-
-    async def close() -> None:
-        await real_close()
-        closed.append(True)
-
-    provider.close = close
+    closed = _counting_closes(f._provider)
     fork, second = f.fork(), f.fork()
     second.close()
     f.close()
@@ -377,15 +369,7 @@ def _collected_on_the_io_thread(held: list[Any]) -> bool:
     from tensorstream import _loop
 
     f = held.pop()
-    provider = f._provider
-    real_close = provider.close
-    closed: list[bool] = []
-
-    async def close() -> None:
-        await real_close()
-        closed.append(True)
-
-    provider.close = close
+    closed = _counting_closes(f._provider)
     was_enabled = gc.isenabled()
     gc.disable()  # (collected on the I/O thread below, not wherever an allocation is)
     f.itself = f  # a cycle: only the garbage collector frees it
@@ -404,3 +388,16 @@ def _collected_on_the_io_thread(held: list[Any]) -> bool:
         if was_enabled:
             gc.enable()
     return bool(closed)
+
+
+def _counting_closes(provider: Any) -> list[bool]:
+    """A list that gets one entry each time ``provider`` is closed (its close wrapped)."""
+    real_close = provider.close
+    closed: list[bool] = []
+
+    async def close() -> None:
+        await real_close()
+        closed.append(True)
+
+    provider.close = close
+    return closed
